@@ -1,0 +1,105 @@
+"""Caller-owned KV cache for the decoder.
+
+Self-attention keys/values live in preallocated slots (B, H, capacity, head_dim) per layer; a row's
+valid prefix is `lengths[b]`. A decoder call feeds new tokens as (B, N, T): N branches (draft rows)
+of T tokens that all continue the same cached prefix of their row. Their keys/values are kept in
+`pending` until `commit(branch, n_keep)` writes the chosen branch's first tokens into the slots.
+So the prefix is never copied per draft, and rolling back is only a length change: slots past
+`lengths` are masked, never cleared.
+
+Cross-attention keys/values are computed once per query (`set_memory`) and reused every step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class LayerCache:
+    keys: torch.Tensor  # (B, H, capacity, head_dim)
+    values: torch.Tensor
+    cross_keys: torch.Tensor | None = None  # (B, H, S, head_dim)
+    cross_values: torch.Tensor | None = None
+    pending_keys: torch.Tensor | None = None  # (B, H, N, T, head_dim) of the last call
+    pending_values: torch.Tensor | None = None
+
+
+@dataclass
+class KVCache:
+    layers: list[LayerCache]
+    lengths: torch.Tensor  # (B,) int64: valid cached tokens per row
+    src_pad_mask: torch.Tensor | None = None  # (B, S) True where the source is padding
+    capacity: int = 0
+    _arange: torch.Tensor = field(default_factory=lambda: torch.arange(0))
+
+    @classmethod
+    def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
+              device: torch.device, dtype: torch.dtype) -> "KVCache":
+        def slots() -> torch.Tensor:
+            return torch.zeros(batch, n_heads, capacity, head_dim, device=device, dtype=dtype)
+
+        layers = [LayerCache(slots(), slots()) for _ in range(n_layers)]
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        return cls(layers, lengths, capacity=capacity, _arange=torch.arange(capacity, device=device))
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def max_length(self) -> int:
+        return int(self.lengths.max()) if self.lengths.numel() else 0
+
+    def prefix_mask(self, upto: int) -> torch.Tensor:
+        """(B, upto) True where a slot is past the row's valid length (masked)."""
+        return self._arange[:upto].unsqueeze(0) >= self.lengths.unsqueeze(1)
+
+    def commit(self, n_keep: torch.Tensor, branch: torch.Tensor | None = None) -> None:
+        """Append the first n_keep[b] tokens of branch[b] from the last call to row b's prefix."""
+        first = self.layers[0].pending_keys
+        if first is None:
+            raise RuntimeError("commit() without a preceding decoder call")
+        batch, _, n_branches, t_new, _ = first.shape
+        if int((self.lengths + t_new).max()) > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
+        rows = torch.arange(batch, device=self.lengths.device)
+        if branch is None:
+            branch = torch.zeros(batch, dtype=torch.long, device=self.lengths.device)
+        # Write all T tokens of the chosen branch; those past n_keep stay masked by `lengths`.
+        slot = (self.lengths.unsqueeze(1) + torch.arange(t_new, device=self.lengths.device))  # (B, T)
+        for layer in self.layers:
+            assert layer.pending_keys is not None and layer.pending_values is not None
+            for store, new in ((layer.keys, layer.pending_keys), (layer.values, layer.pending_values)):
+                chosen = new[rows, :, branch] if n_branches > 1 else new[:, :, 0]  # (B, H, T, hd)
+                index = slot[:, None, :, None].expand_as(chosen)
+                store.scatter_(2, index, chosen)
+            layer.pending_keys = layer.pending_values = None
+        self.lengths = self.lengths + n_keep.to(self.lengths)
+
+    def rollback(self, lengths: torch.Tensor) -> None:
+        """Shorten rows to `lengths` (never longer than now); nothing is copied."""
+        if bool((lengths > self.lengths).any()):
+            raise ValueError("rollback cannot extend a row")
+        self.lengths = lengths.to(self.lengths).clone()
+
+    def reorder(self, rows: torch.Tensor, *, cross: bool = True) -> None:
+        """Row i becomes old row rows[i] (beams, or dropping finished rows).
+
+        Only the used prefix of the slots is copied. cross=False keeps the cross-attention memory
+        in place, which is right when rows move only among beams of the same query.
+        """
+        upto = self.max_length()
+        for layer in self.layers:
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                new = old.new_empty((len(rows),) + old.shape[1:])
+                new[:, :, :upto] = old[rows, :, :upto]
+                setattr(layer, name, new)
+            if cross and layer.cross_keys is not None and layer.cross_values is not None:
+                layer.cross_keys = layer.cross_keys.index_select(0, rows)
+                layer.cross_values = layer.cross_values.index_select(0, rows)
+            layer.pending_keys = layer.pending_values = None
+        self.lengths = self.lengths.index_select(0, rows)
+        if cross and self.src_pad_mask is not None:
+            self.src_pad_mask = self.src_pad_mask.index_select(0, rows)

@@ -1,0 +1,39 @@
+"""RDKit helpers: canonical SMILES, validity. The only module of the engine that imports RDKit."""
+from __future__ import annotations
+
+from rdkit import Chem, RDLogger
+
+RDLogger.DisableLog("rdApp.*")  # RDKit prints parse errors to stderr; we report them ourselves
+
+
+class ChemError(ValueError):
+    """A SMILES that RDKit cannot read."""
+
+
+def mol_from_smiles(smiles: str):
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise ChemError(f"RDKit cannot parse {smiles[:80]!r} as a molecule")
+    return mol
+
+
+def canonical(smiles: str, *, strip_maps: bool = False) -> str:
+    """RDKit canonical isomeric SMILES; raises ChemError when the SMILES is invalid."""
+    mol = mol_from_smiles(smiles)
+    if strip_maps:
+        for atom in mol.GetAtoms():
+            atom.SetAtomMapNum(0)
+    return Chem.MolToSmiles(mol)
+
+
+def canonical_or_none(smiles: str) -> str | None:
+    """Canonical SMILES, or None for invalid (used to score predictions, where invalid is data)."""
+    if not smiles:
+        return None
+    mol = Chem.MolFromSmiles(smiles)
+    return Chem.MolToSmiles(mol) if mol is not None else None
+
+
+def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
+    """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
+    return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]

@@ -1,0 +1,182 @@
+"""Data preparation: reproducible train/val/test files from ../shared/data, and compact token arrays.
+
+Forward (reactants and reagents "mixed" -> product): train on the USPTO-full pool plus the USPTO-50K
+train set (reactions swapped), validate on USPTO-MIT valid, test on USPTO-MIT test. Every training
+reaction whose canonical product equals a USPTO-MIT valid or test product is removed (leakage).
+
+Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived), GLN val and test.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import logging
+import lzma
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .tokenizer import BOS_ID, EOS_ID, Vocab, tokenize
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+MAX_SRC_TOKENS = 300  # training length caps: longer rows are rare outliers and cost memory
+MAX_TGT_TOKENS = 200
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt")
+    if path.suffix == ".xz":
+        return lzma.open(path, "rt")
+    return open(path)
+
+
+def read_lines(path: Path) -> list[str]:
+    with open_text(path) as f:
+        return f.read().splitlines()
+
+
+@dataclass(frozen=True)
+class Pair:
+    src: str
+    tgt: str
+
+
+def _forward_pair(reaction: tuple[str, str]) -> Pair | None:
+    """(reactant side, product side) with atom maps -> mixed source and canonical product."""
+    from .chem import ChemError, canonical_fragments
+
+    reactants, products = reaction
+    try:
+        src_frags = canonical_fragments(reactants)
+        tgt_frags = [f for f in canonical_fragments(products) if f not in src_frags]  # MT rule
+    except ChemError:
+        return None
+    if not src_frags or not tgt_frags:
+        return None
+    return Pair(".".join(sorted(src_frags)), ".".join(sorted(tgt_frags)))
+
+
+def _retro_pair(reaction: tuple[str, str]) -> Pair | None:
+    pair = _forward_pair(reaction)
+    return Pair(pair.tgt, pair.src) if pair else None
+
+
+def forward_pool(root: Path) -> Iterator[tuple[str, str]]:
+    """(reactants, product) of every pool reaction: USPTO-full val/test parts and USPTO-50K train."""
+    for name in ("uspto_valT.csv.xz", "uspto_testT_minus_holdout.csv.xz"):
+        with open_text(root / "uspto_full" / name) as f:
+            for row in csv.DictReader(f):
+                yield row["target"], row["input"]
+    with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz") as f:
+        for row in csv.DictReader(f):
+            reactants, _, product = row["reactants>reagents>production"].split(">")
+            yield reactants, product
+
+
+def gln_reactions(path: Path) -> Iterator[tuple[str, str]]:
+    with open_text(path) as f:
+        for row in csv.DictReader(f):
+            reactants, _, product = row["reactants>reagents>production"].split(">")
+            yield reactants, product
+
+
+def convert(reactions: list[tuple[str, str]], task: str, workers: int) -> list[Pair | None]:
+    fn = _forward_pair if task == "forward" else _retro_pair
+    if workers <= 1:
+        return [fn(r) for r in reactions]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(fn, reactions, chunksize=2000))
+
+
+def keep_short(pairs: list[Pair]) -> list[Pair]:
+    return [p for p in pairs if len(tokenize(p.src)) <= MAX_SRC_TOKENS and len(tokenize(p.tgt)) <= MAX_TGT_TOKENS]
+
+
+def dedupe(pairs: list[Pair]) -> list[Pair]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in pairs:
+        if (p.src, p.tgt) not in seen:
+            seen.add((p.src, p.tgt))
+            out.append(p)
+    return out
+
+
+def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
+    mit = root / "uspto_mit" / "derived"
+    held_out = {t for split in ("valid", "test") for t in read_lines(mit / f"tgt-{split}.txt.gz") if t}
+    pool = list(forward_pool(root))
+    pairs = [p for p in convert(pool, "forward", workers) if p is not None]
+    n_parsed = len(pairs)
+    leaked = [p for p in pairs if p.tgt in held_out]
+    pairs = dedupe(keep_short([p for p in pairs if p.tgt not in held_out]))
+    val = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"), read_lines(mit / "tgt-valid.txt.gz")) if t][:n_val]
+    test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
+    stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed,
+             "removed_leakage_mit_valid_test_product": len(leaked), "train": len(pairs),
+             "val": len(val), "test": len(test)}
+    write_splits(out, {"train": pairs, "val": val, "test": test}, stats)
+    return stats
+
+
+def prepare_retro(root: Path, out: Path, n_val: int, workers: int) -> dict:
+    with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz") as f:
+        train_rx = [tuple(row["reactants>reagents>production"].split(">")[0::2]) for row in csv.DictReader(f)]
+    train = dedupe(keep_short([p for p in convert(train_rx, "retro", workers) if p]))
+    val = [p for p in convert(list(gln_reactions(root / "uspto50k/gln_split/raw_val.csv")), "retro", workers) if p][:n_val]
+    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
+    test = [Pair(s, t) for s, t in zip(read_lines(test_dir / "products.txt"), read_lines(test_dir / "reactants.txt"))]
+    stats = {"task": "retro", "train": len(train), "val": len(val), "test": len(test)}
+    write_splits(out, {"train": train, "val": val, "test": test}, stats)
+    return stats
+
+
+def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, pairs in splits.items():
+        (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
+        (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
+    vocab = Vocab.build(s for p in splits["train"] for s in (p.src, p.tgt))
+    vocab.save(out / "vocab.json")
+    for name in ("train", "val"):
+        save_arrays(out / f"{name}.npz", splits[name], vocab)
+    stats["vocab_size"] = len(vocab)
+    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    log.info("wrote %s: %s", out, stats)
+
+
+def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> None:
+    """Flat uint8 token arrays with offsets: a few MB for 200K reactions, loadable without pickle."""
+    def pack(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(s) for s in seqs])
+        flat = np.fromiter((t for s in seqs for t in s), dtype=np.uint8, count=int(offsets[-1]))
+        return flat, offsets
+
+    assert len(vocab) < 256, "uint8 arrays need a vocabulary under 256 tokens"
+    src, src_off = pack([vocab.encode(p.src, strict=False) for p in pairs])
+    tgt, tgt_off = pack([[BOS_ID] + vocab.encode(p.tgt, strict=False) + [EOS_ID] for p in pairs])
+    np.savez(path, src=src, src_offsets=src_off, tgt=tgt, tgt_offsets=tgt_off)
+
+
+def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    with np.load(path, allow_pickle=False) as z:
+        src, so, tgt, to = z["src"], z["src_offsets"], z["tgt"], z["tgt_offsets"]
+    return ([src[so[i]:so[i + 1]] for i in range(len(so) - 1)],
+            [tgt[to[i]:to[i + 1]] for i in range(len(to) - 1)])
+
+
+def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2) -> dict:
+    if task == "forward":
+        return prepare_forward(root, out, n_val, workers)
+    if task == "retro":
+        return prepare_retro(root, out, n_val, workers)
+    raise ValueError(f"unknown task {task!r}")

@@ -1,0 +1,160 @@
+"""Greedy decoding, plain and speculative, with the KV cache; and the uncached reference.
+
+One loop serves both: each step feeds every active row its pending token followed by its drafts
+as N branches of D tokens, (R, N, 1+D), in one decoder call. Position i's argmax is the model's
+next token after input i, so a draft is accepted up to its first disagreement with the argmax,
+and the argmax right after the accepted run is a free extra token. With no drafts (D=0) this is
+exactly standard greedy decoding; with drafts it emits the same tokens in fewer calls.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..drafting import Drafter
+from ..model import Seq2SeqTransformer
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .batch import pad_sources, target_budget
+from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from .verify import accept_greedy
+
+DrafterFactory = Callable[[Sequence[int]], Drafter]
+
+
+class _Row:
+    """Output state of one query."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.tokens: list[int] = []
+        self.provenance: list[int] = []
+        self.score = 0.0
+        self.finished = False
+        self.peak: int | None = None
+        self.stats = DecodeStats()
+
+    def context(self) -> list[int]:
+        return [BOS_ID] + self.tokens
+
+
+@torch.inference_mode()
+def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_factory: DrafterFactory,
+           max_len: int | None = None) -> list[DecodeResult]:
+    """Greedy decoding of a batch of sources (token ids, no bos/eos); rows finish independently."""
+    start_time = time.perf_counter()
+    device = model.embed.weight.device
+    src = pad_sources(sources, device)
+    memory = model.encode(src)
+    out = [_Row(max_len or target_budget(len(s), model.cfg.max_positions)) for s in sources]
+    drafters = [drafter_factory(s) for s in sources]
+    draft_room = max(len(s) for s in sources) + 1
+    cache = model.new_cache(memory, src != PAD_ID, max(r.budget for r in out) + draft_room + 2)
+    want_attention = any(d.needs_attention for d in drafters)
+    active = list(range(len(sources)))  # original row index of each cache row
+    pending = torch.full((len(sources),), BOS_ID, dtype=torch.long, device=device)
+
+    while active:
+        drafts = [drafters[i].propose(out[i].context(), out[i].peak) for i in active]
+        n_branches = max(1, max(len(d) for d in drafts))
+        depth = max((len(p) for d in drafts for p in d), default=0)
+        n_rows = len(active)
+        tokens = torch.full((n_rows, n_branches, 1 + depth), PAD_ID, dtype=torch.long)
+        lengths = torch.zeros(n_rows, n_branches, dtype=torch.long)
+        for row, (i, row_drafts) in enumerate(zip(active, drafts)):
+            for b, positions in enumerate(row_drafts):
+                tokens[row, b, 1:1 + len(positions)] = torch.as_tensor([sources[i][p] for p in positions])
+                lengths[row, b] = len(positions)
+        tokens, lengths = tokens.to(device), lengths.to(device)
+        tokens[:, :, 0] = pending.unsqueeze(1)
+
+        logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
+        argmax = logits.argmax(dim=-1)  # (R, N, 1+D)
+        n_accepted, branch = accept_greedy(tokens[:, :, 1:], lengths, argmax)
+        rows = torch.arange(n_rows, device=device)
+        chosen_logits = logits[rows, branch]  # (R, 1+D, V)
+        best_log_probs = chosen_logits.log_softmax(dim=-1).amax(dim=-1)  # (R, 1+D)
+        chosen = argmax[rows, branch]  # (R, 1+D): accepted drafts equal the argmax there
+        cache.commit(n_accepted + 1, branch)
+        peaks = attention[rows, branch, n_accepted].argmax(dim=-1).tolist() if attention is not None else None
+
+        n_acc_list, branch_list = n_accepted.tolist(), branch.tolist()
+        chosen_list, log_prob_list = chosen.tolist(), best_log_probs.tolist()
+        still = []
+        for row, i in enumerate(active):
+            state, n_acc = out[i], n_acc_list[row]
+            new = chosen_list[row][: n_acc + 1]
+            origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
+            room = state.budget - len(state.tokens)
+            new, origin = new[:room], origin[:room]
+            state.stats.model_calls += 1
+            state.stats.draft_tokens_proposed += int(lengths[row].sum())
+            state.stats.draft_tokens_accepted += min(n_acc, len(new))
+            state.stats.tokens_generated += len(new)
+            state.score += sum(log_prob_list[row][: len(new)])
+            if new and new[-1] == EOS_ID:
+                state.tokens += new[:-1]
+                state.provenance += origin[:-1]
+                state.finished = True
+                continue
+            state.tokens += new
+            state.provenance += origin
+            if len(state.tokens) >= state.budget:
+                continue
+            state.peak = peaks[row] if peaks is not None else None
+            still.append(row)
+        if len(still) < n_rows:
+            keep = torch.tensor(still, dtype=torch.long, device=device)
+            cache.reorder(keep)
+            pending = chosen[keep, n_accepted[keep]]
+            active = [active[row] for row in still]
+        else:
+            pending = chosen[rows, n_accepted]
+
+    elapsed = time.perf_counter() - start_time
+    results = []
+    for state in out:
+        state.stats.wall_time_s = elapsed
+        hyp = Hypothesis(tuple(state.tokens), state.score, tuple(state.provenance), state.finished)
+        results.append(DecodeResult([hyp], state.stats))
+    return results
+
+
+@torch.inference_mode()
+def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
+                    max_len: int | None = None) -> list[DecodeResult]:
+    """Reference greedy decoding that recomputes the whole prefix at every step (the paper's
+    baseline). Kept for benchmarks and equivalence tests only."""
+    start_time = time.perf_counter()
+    device = model.embed.weight.device
+    src = pad_sources(sources, device)
+    memory, keep = model.encode(src), src != PAD_ID
+    out = [_Row(max_len or target_budget(len(s), model.cfg.max_positions)) for s in sources]
+    active = list(range(len(sources)))
+    while active:
+        prefix = pad_sources([out[i].context() for i in active], device)
+        lengths = torch.tensor([len(out[i].tokens) for i in active], device=device)
+        rows = torch.tensor(active, device=device)
+        logits = model.decode_full(prefix, memory[rows], keep[rows])
+        last = logits[torch.arange(len(active), device=device), lengths]  # (R, V)
+        log_probs, next_tokens = last.log_softmax(dim=-1).max(dim=-1)
+        still = []
+        for row, i in enumerate(active):
+            state, token = out[i], int(next_tokens[row])
+            state.stats.model_calls += 1
+            state.stats.tokens_generated += 1
+            state.score += float(log_probs[row])
+            if token == EOS_ID:
+                state.finished = True
+                continue
+            state.tokens.append(token)
+            state.provenance.append(GENERATED)
+            if len(state.tokens) < state.budget:
+                still.append(i)
+        active = still
+    elapsed = time.perf_counter() - start_time
+    for state in out:
+        state.stats.wall_time_s = elapsed
+    return [DecodeResult([Hypothesis(tuple(s.tokens), s.score, tuple(s.provenance), s.finished)], s.stats)
+            for s in out]

@@ -1,0 +1,37 @@
+"""What every decoder returns: ranked hypotheses with per-token provenance, and call statistics."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GENERATED = -1  # provenance of a token the model produced itself (not accepted from a draft)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    tokens: tuple[int, ...]  # output token ids, without bos/eos
+    score: float  # sum of token log-probabilities, eos included when the hypothesis finished
+    provenance: tuple[int, ...]  # per token: source position it was copied from, or GENERATED
+    finished: bool = True  # False when it hit the length limit before eos
+
+
+@dataclass
+class DecodeStats:
+    model_calls: int = 0  # decoder forward passes (the encoder pass is not counted)
+    draft_tokens_proposed: int = 0  # draft tokens fed for verification (all branches)
+    draft_tokens_accepted: int = 0
+    tokens_generated: int = 0  # output tokens, eos included
+    wall_time_s: float = 0.0
+
+    @property
+    def accepted_per_call(self) -> float:
+        return self.draft_tokens_accepted / self.model_calls if self.model_calls else 0.0
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.tokens_generated / self.model_calls if self.model_calls else 0.0
+
+
+@dataclass
+class DecodeResult:
+    hypotheses: list[Hypothesis]  # best first
+    stats: DecodeStats = field(default_factory=DecodeStats)

@@ -1,0 +1,257 @@
+"""Encoder-decoder Transformer for SMILES-to-SMILES translation (the Molecular Transformer's shape).
+
+Pre-norm layers, sinusoidal positions indexed per row (so rows may sit at different lengths),
+one embedding matrix shared by source, target and the output projection. The model holds no
+per-request state: decoding state lives in a caller-owned `KVCache`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import KVCache, LayerCache
+from .tokenizer import PAD_ID
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    n_encoder_layers: int = 4
+    n_decoder_layers: int = 4
+    d_model: int = 256
+    n_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_positions: int = 1024  # longest source or target in tokens; USPTO SMILES stay far below
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS = {
+    # The paper's sizes (Schwaller et al. 2019; Andronov et al. 2024).
+    "forward": dict(n_encoder_layers=4, n_decoder_layers=4),
+    "retro": dict(n_encoder_layers=6, n_decoder_layers=6),
+    # Small shapes for fast, exact engine tests.
+    "tiny": dict(n_encoder_layers=2, n_decoder_layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0),
+}
+
+
+def preset(name: str, vocab_size: int, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+    return ModelConfig(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
+
+
+def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(n_positions, d_model)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq)
+    return table
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.dropout(F.relu(self.up(x))))
+
+
+class Attention(nn.Module):
+    """Multi-head attention; the decoder's self-attention variant reads and fills a LayerCache."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.query = nn.Linear(cfg.d_model, cfg.d_model)
+        self.key_value = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout_p = cfg.dropout
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, L, hd)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim)
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self.key_value(x).chunk(2, dim=-1)
+        return self.split_heads(keys), self.split_heads(values)
+
+    def full(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Plain attention of x over context; mask is boolean, True = may attend."""
+        keys, values = self.keys_values(context)
+        out = F.scaled_dot_product_attention(
+            self.split_heads(self.query(x)), keys, values, attn_mask=mask,
+            dropout_p=self.dropout_p if self.training else 0.0)
+        return self.out(self.merge_heads(out))
+
+    def cross_cached(self, x: torch.Tensor, layer: LayerCache, src_mask: torch.Tensor,
+                     want_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention over the cached source memory; optionally also the head-mean weights (B, L, S)."""
+        query = self.split_heads(self.query(x))
+        if not want_weights:
+            out = F.scaled_dot_product_attention(query, layer.cross_keys, layer.cross_values, attn_mask=src_mask)
+            return self.out(self.merge_heads(out)), None
+        scores = (query @ layer.cross_keys.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, H, L, S)
+        weights = scores.masked_fill(~src_mask, float("-inf")).softmax(dim=-1)
+        out = weights @ layer.cross_values
+        return self.out(self.merge_heads(out)), weights.mean(dim=1)
+
+    def self_cached(self, x: torch.Tensor, n_branches: int, layer: LayerCache, cache: KVCache) -> torch.Tensor:
+        """x (B, N*T, d): N branches of T new tokens, each continuing the row's cached prefix.
+
+        Scores over the prefix and over the branch's own tokens are computed apart and joined
+        before the softmax, so the prefix is shared by all N branches without being copied.
+        """
+        batch, n_new, _ = x.shape
+        t_new = n_new // n_branches
+        scale = 1.0 / math.sqrt(self.head_dim)
+        query = self.split_heads(self.query(x)) * scale  # (B, H, N*T, hd)
+        keys, values = self.keys_values(x)  # (B, H, N*T, hd)
+        upto = cache.max_length()
+        prefix_scores = query @ layer.keys[:, :, :upto].transpose(-1, -2)  # (B, H, N*T, P)
+        prefix_scores = prefix_scores.masked_fill(cache.prefix_mask(upto)[:, None, None, :], float("-inf"))
+        branch_q = query.view(batch, self.n_heads, n_branches, t_new, self.head_dim)
+        branch_k = keys.view(batch, self.n_heads, n_branches, t_new, self.head_dim)
+        branch_v = values.view(batch, self.n_heads, n_branches, t_new, self.head_dim)
+        branch_scores = branch_q @ branch_k.transpose(-1, -2)  # (B, H, N, T, T)
+        causal = torch.ones(t_new, t_new, dtype=torch.bool, device=x.device).triu(1)
+        branch_scores = branch_scores.masked_fill(causal, float("-inf"))
+        scores = torch.cat([prefix_scores, branch_scores.view(batch, self.n_heads, n_new, t_new)], dim=-1)
+        weights = scores.softmax(dim=-1)
+        prefix_w, branch_w = weights.split([upto, t_new], dim=-1)
+        out = prefix_w @ layer.values[:, :, :upto]  # (B, H, N*T, hd)
+        out = out + (branch_w.reshape(batch, self.n_heads, n_branches, t_new, t_new) @ branch_v).view_as(out)
+        layer.pending_keys, layer.pending_values = branch_k, branch_v
+        return self.out(self.merge_heads(out))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.attn, self.ff = Attention(cfg), FeedForward(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.norm1(x)
+        x = x + self.dropout(self.attn.full(h, h, mask))
+        return x + self.dropout(self.ff(self.norm2(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
+        self.self_attn, self.cross_attn, self.ff = Attention(cfg), Attention(cfg), FeedForward(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor,
+                src_mask: torch.Tensor) -> torch.Tensor:
+        """Training / uncached path: the whole target prefix at once."""
+        h = self.norm1(x)
+        x = x + self.dropout(self.self_attn.full(h, h, self_mask))
+        x = x + self.dropout(self.cross_attn.full(self.norm2(x), memory, src_mask))
+        return x + self.dropout(self.ff(self.norm3(x)))
+
+    def step(self, x: torch.Tensor, n_branches: int, layer: LayerCache, cache: KVCache,
+             src_mask: torch.Tensor, want_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = x + self.self_attn.self_cached(self.norm1(x), n_branches, layer, cache)
+        attended, weights = self.cross_attn.cross_cached(self.norm2(x), layer, src_mask, want_weights)
+        x = x + attended
+        return x + self.ff(self.norm3(x)), weights
+
+
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.embed.weight, std=cfg.d_model ** -0.5)
+        self.register_buffer("positions", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if int(positions.max()) >= self.cfg.max_positions:
+            raise ValueError(f"sequence longer than the model's {self.cfg.max_positions} positions")
+        return self.dropout(self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[positions])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder_norm(hidden) @ self.embed.weight.T  # tied output projection
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        """src (B, S) padded with PAD_ID -> memory (B, S, d)."""
+        positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
+        x = self.embed_tokens(src, positions)
+        mask = (src != PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.encoder_norm(x)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits (B, T, V); also the uncached decoding reference."""
+        return self.decode_full(tgt_in, self.encode(src), src != PAD_ID)
+
+    def decode_full(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor) -> torch.Tensor:
+        length = tgt_in.shape[1]
+        positions = torch.arange(length, device=tgt_in.device).expand_as(tgt_in)
+        x = self.embed_tokens(tgt_in, positions)
+        causal = torch.ones(length, length, dtype=torch.bool, device=tgt_in.device).tril()
+        src_mask = src_keep[:, None, None, :]
+        for layer in self.decoder:
+            x = layer(x, memory, causal, src_mask)
+        return self.logits(x)
+
+    # ---- cached decoding -------------------------------------------------------------------------
+
+    def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int) -> KVCache:
+        """A cache for len(memory) rows with the cross-attention keys/values computed once."""
+        cfg = self.cfg
+        cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
+                              capacity, memory.device, memory.dtype)
+        for layer, block in zip(cache.layers, self.decoder):
+            layer.cross_keys, layer.cross_values = block.cross_attn.keys_values(memory)
+        cache.src_pad_mask = ~src_keep
+        return cache
+
+    def decode(self, tokens: torch.Tensor, cache: KVCache, *, cross_attention: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """tokens (B, N, T): N branches of T tokens after each row's cached prefix.
+
+        Returns logits (B, N, T, V) and, if asked, the last layer's head-mean cross-attention
+        (B, N, T, S), which tells where in the source the model looks for its next token.
+        The new keys/values wait in the cache until `cache.commit`.
+        """
+        batch, n_branches, t_new = tokens.shape
+        offsets = torch.arange(t_new, device=tokens.device).repeat(n_branches)  # (N*T,)
+        positions = cache.lengths.unsqueeze(1) + offsets  # (B, N*T)
+        x = self.embed_tokens(tokens.reshape(batch, n_branches * t_new), positions)
+        assert cache.src_pad_mask is not None
+        src_mask = ~cache.src_pad_mask[:, None, None, :]
+        last = len(self.decoder) - 1
+        weights = None
+        for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
+            x, weights = block.step(x, n_branches, layer, cache, src_mask, cross_attention and i == last)
+        if weights is not None:
+            weights = weights.view(batch, n_branches, t_new, -1)
+        return self.logits(x).view(batch, n_branches, t_new, -1), weights

@@ -1,0 +1,98 @@
+"""Atom-level SMILES tokenizer (Schwaller et al. 2019) and the shared source/target vocabulary."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+# The Molecular Transformer's regex: bracket atoms, two-letter halogens, aromatic atoms, bonds,
+# branches, ring closures (including %nn) and the reaction arrow.
+SMILES_REGEX = re.compile(
+    r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}|[0-9])"
+)
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class TokenizeError(ValueError):
+    """The text cannot be split into SMILES tokens, or holds a token the vocabulary lacks."""
+
+
+def tokenize(smiles: str) -> list[str]:
+    """Split a SMILES string into atom-level tokens; raises if any character is not covered."""
+    tokens = SMILES_REGEX.findall(smiles)
+    if "".join(tokens) != smiles:
+        covered = 0
+        for token in tokens:
+            at = smiles.find(token, covered)
+            if at != covered:
+                break
+            covered += len(token)
+        raise TokenizeError(f"not a SMILES token at character {covered + 1}: {smiles[covered:covered + 10]!r}")
+    return tokens
+
+
+def detokenize(tokens: Iterable[str]) -> str:
+    return "".join(tokens)
+
+
+class Vocab:
+    """One vocabulary for source and target (the embeddings are tied)."""
+
+    def __init__(self, tokens: Sequence[str]):
+        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"vocabulary must start with {SPECIALS}")
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("vocabulary has duplicate tokens")
+        self.tokens: tuple[str, ...] = tuple(tokens)
+        self.index: dict[str, int] = {token: i for i, token in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def build(cls, smiles: Iterable[str], min_count: int = 1) -> "Vocab":
+        counts: Counter[str] = Counter()
+        for s in smiles:
+            counts.update(tokenize(s))
+        kept = sorted(t for t, n in counts.items() if n >= min_count)
+        return cls(list(SPECIALS) + kept)
+
+    def encode(self, smiles: str, *, strict: bool = True) -> list[int]:
+        """Token ids of a SMILES (no bos/eos). strict: a token outside the vocabulary is an error."""
+        ids = []
+        for token in tokenize(smiles):
+            idx = self.index.get(token)
+            if idx is None:
+                if strict:
+                    raise TokenizeError(f"token {token!r} is not in the model's vocabulary")
+                idx = UNK_ID
+            ids.append(idx)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """SMILES of token ids, stopping at eos and skipping pad/bos."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i in (PAD_ID, BOS_ID):
+                continue
+            out.append(self.tokens[i])
+        return detokenize(out)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"tokens": list(self.tokens)}, indent=0))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocab":
+        data = json.loads(Path(path).read_text())
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ValueError(f"{path}: expected {{'tokens': [str, ...]}}")
+        return cls(tokens)
