@@ -93,7 +93,9 @@ class KVCache:
         for layer in self.layers:
             for name in ("keys", "values"):
                 old = getattr(layer, name)
-                new = old.new_empty((len(rows),) + old.shape[1:])
+                # Zeros, not empty: masked slots still meet the values matmul with weight 0, and
+                # 0 * NaN from uninitialized memory would poison the row.
+                new = old.new_zeros((len(rows),) + old.shape[1:])
                 new[:, :, :upto] = old[rows, :, :upto]
                 setattr(layer, name, new)
             if cross and layer.cross_keys is not None and layer.cross_values is not None:

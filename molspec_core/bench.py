@@ -1,0 +1,128 @@
+"""Benchmark: every method on the same queries in one process, interleaved, after warm-up.
+
+Speed claims are ratios measured side by side in one run. Each query is decoded by every method
+in turn (the order rotates per query, so no method always runs on a warm or cold cache), timing
+the engine's decode call (encoder + decoder calls + drafting). Outputs are compared token for
+token with cached greedy (or, for beam methods, the n-best lists with cached beam search).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .evaluate import hits
+from .service import Predictor
+
+GREEDY_REFERENCE = "greedy"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
+              batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
+              warmup: int = 3, progress: bool = True) -> dict:
+    if GREEDY_REFERENCE not in methods:
+        methods = [GREEDY_REFERENCE] + methods
+    queries, kept_targets, skipped = [], [], []
+    for i, text in enumerate(sources):
+        try:
+            queries.append(predictor.prepare(text))
+            kept_targets.append(targets[i] if targets else None)
+        except ValueError as exc:
+            skipped.append({"line": i, "error": str(exc)})
+    batches = [list(range(i, min(i + batch_size, len(queries)))) for i in range(0, len(queries), batch_size)]
+
+    def decode(method: str, rows: list[int]):
+        ids = [queries[r].ids for r in rows]
+        started = time.perf_counter()
+        results = predictor.decode(ids, method, n_best if method == "beam" else 1, draft_len, n_drafts)
+        return results, time.perf_counter() - started
+
+    for rows in batches[:warmup]:
+        for method in methods:
+            decode(method, rows)
+
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    outputs: dict[str, list[tuple]] = {m: [None] * len(queries) for m in methods}
+    calls = {m: 0 for m in methods}
+    accepted = {m: 0 for m in methods}
+    generated = {m: 0 for m in methods}
+    proposed = {m: 0 for m in methods}
+    for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
+        order = methods[b % len(methods):] + methods[: b % len(methods)]
+        for method in order:
+            results, seconds = decode(method, rows)
+            times[method].append(seconds)
+            # One decoder call serves every row of a batch: count calls once per batch.
+            calls[method] += max(r.stats.model_calls for r in results)
+            for r, res in zip(rows, results):
+                outputs[method][r] = tuple(h.tokens for h in res.hypotheses)
+                accepted[method] += res.stats.draft_tokens_accepted
+                generated[method] += res.stats.tokens_generated
+                proposed[method] += res.stats.draft_tokens_proposed
+
+    greedy_total = sum(times[GREEDY_REFERENCE])
+    report_methods = {}
+    for method in methods:
+        same = sum(outputs[method][i][:1] == outputs[GREEDY_REFERENCE][i][:1] for i in range(len(queries)))
+        entry = {
+            "median_ms": 1000 * statistics.median(times[method]),
+            "p90_ms": 1000 * _percentile(times[method], 0.9),
+            "total_s": sum(times[method]),
+            "model_calls": calls[method],
+            "accepted_per_call": accepted[method] / max(calls[method], 1),
+            "tokens_per_call": generated[method] / max(calls[method], 1),
+            "draft_tokens_proposed_per_call": proposed[method] / max(calls[method], 1),
+            "identical_to_greedy": same / max(len(queries), 1),
+            "speedup_vs_greedy": greedy_total / max(sum(times[method]), 1e-12),
+        }
+        if targets:
+            top = [hits([predictor.vocab.decode(outputs[method][i][0])] if outputs[method][i] else [""], t)[0]
+                   for i, t in enumerate(kept_targets)]
+            entry["top1"] = sum(top) / max(len(top), 1)
+        report_methods[method] = entry
+    return {
+        "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
+        "device_name": torch.cuda.get_device_name() if predictor.device.type == "cuda" else platform.processor() or platform.machine(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "batch_size": batch_size,
+        "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
+        "draft_len": draft_len, "n_drafts": n_drafts, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "methods": report_methods,
+    }
+
+
+def markdown_table(report: dict) -> str:
+    lines = ["| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | identical | top-1 | speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, m in report["methods"].items():
+        top1 = f"{m['top1']:.3f}" if "top1" in m else "-"
+        lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
+                     f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | {m['identical_to_greedy']:.3f} | "
+                     f"{top1} | {m['speedup_vs_greedy']:.2f}x |")
+    return "\n".join(lines)
+
+
+def write_html(report: dict, path: Path) -> None:
+    import plotly.graph_objects as go
+
+    names = list(report["methods"])
+    fig = go.Figure(go.Bar(x=names, y=[report["methods"][n]["speedup_vs_greedy"] for n in names]))
+    fig.update_layout(title=f"Speedup vs cached greedy ({report['n_queries']} queries, {report['device']})",
+                      yaxis_title="total-time ratio")
+    fig.write_html(str(path), include_plotlyjs=True)
+
+
+def save_report(report: dict, out: Path, html: bool = True) -> None:
+    out.write_text(json.dumps(report, indent=2))
+    if html:
+        write_html(report, out.with_suffix(".html"))

@@ -1,0 +1,106 @@
+"""Standard beam search with the KV cache: the reference every speculative beam variant must match.
+
+Definition (what "identical to beam search" means in this project):
+- Each query has `width` slots; decoding starts with one live slot holding bos (score 0).
+- A hypothesis' score is the sum of its token log-probabilities (no length penalty).
+- Every step, each live slot is extended by every token; of all width*V candidates the `width`
+  best are kept, ordered by score descending, ties broken by the lower (slot, token) index
+  (a stable sort over the flattened candidates).
+- A kept candidate that ends in eos is finished: it is stored and its slot goes dead.
+- A query stops when it has no live slot, when its live slots reach the length budget, or when it
+  has at least n_best finished hypotheses and no live score exceeds the n_best-th finished score
+  (log-probs are <= 0, so a live hypothesis can only lose score).
+- The result lists finished hypotheses by score (ties: earlier finished first), then, if fewer than
+  n_best finished, the live ones at the budget, truncated to n_best.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from ..model import Seq2SeqTransformer
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .batch import pad_sources, target_budget
+from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+
+
+def _rank(items: list[tuple[float, int, Hypothesis]], n_best: int) -> list[Hypothesis]:
+    return [h for _, _, h in sorted(items, key=lambda x: (-x[0], x[1]))][:n_best]
+
+
+@torch.inference_mode()
+def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], width: int,
+                n_best: int | None = None, max_len: int | None = None) -> list[DecodeResult]:
+    start_time = time.perf_counter()
+    n_best = min(n_best or width, width)
+    device = model.embed.weight.device
+    src = pad_sources(sources, device)
+    n_queries = len(sources)
+    budgets = [max_len or target_budget(len(s), model.cfg.max_positions) for s in sources]
+    memory = model.encode(src).repeat_interleave(width, dim=0)  # (Q*k, S, d)
+    keep = (src != PAD_ID).repeat_interleave(width, dim=0)
+    cache = model.new_cache(memory, keep, max(budgets) + 2)
+    vocab = model.cfg.vocab_size
+
+    active = list(range(n_queries))
+    scores = torch.full((n_queries, width), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    history = torch.full((n_queries * width, 1), BOS_ID, dtype=torch.long, device=device)
+    finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(n_queries)]
+    stats = [DecodeStats() for _ in range(n_queries)]
+    step = 0
+    while active:
+        n_act = len(active)
+        logits, _ = model.decode(history[:, -1:].unsqueeze(1), cache)  # (A*k, 1, 1, V)
+        cache.commit(torch.ones(n_act * width, dtype=torch.long, device=device))
+        log_probs = logits[:, 0, 0].float().log_softmax(dim=-1).view(n_act, width, vocab)
+        candidates = (scores.unsqueeze(-1) + log_probs).view(n_act, width * vocab)
+        top_scores, top_index = torch.sort(candidates, dim=-1, descending=True, stable=True)
+        top_scores, top_index = top_scores[:, :width], top_index[:, :width]
+        parent = top_index // vocab  # (A, k) slot within the query
+        token = top_index % vocab
+        rows = (torch.arange(n_act, device=device).unsqueeze(1) * width + parent).view(-1)
+        cache.reorder(rows, cross=False)
+        history = torch.cat([history[rows], token.view(-1, 1)], dim=1)
+        step += 1
+        is_eos = token == EOS_ID
+        scores = top_scores.masked_fill(is_eos, float("-inf"))
+
+        eos_list, score_list = is_eos.tolist(), top_scores.tolist()
+        still = []
+        for a, q in enumerate(active):
+            stats[q].model_calls += 1
+            stats[q].tokens_generated += int((top_scores[a] > float("-inf")).sum())
+            for slot in range(width):
+                if eos_list[a][slot] and score_list[a][slot] > float("-inf"):
+                    tokens = tuple(history[a * width + slot, 1:-1].tolist())
+                    hyp = Hypothesis(tokens, score_list[a][slot], (GENERATED,) * len(tokens), True)
+                    finished[q].append((hyp.score, len(finished[q]), hyp))
+            live = scores[a]
+            best_live = float(live.max())
+            ranked = sorted((f[0] for f in finished[q]), reverse=True)
+            if best_live == float("-inf"):
+                continue
+            if len(ranked) >= n_best and best_live <= ranked[n_best - 1]:
+                continue
+            if step >= budgets[q]:
+                for slot in range(width):
+                    if live[slot] > float("-inf"):
+                        tokens = tuple(history[a * width + slot, 1:].tolist())
+                        hyp = Hypothesis(tokens, float(live[slot]), (GENERATED,) * len(tokens), False)
+                        finished[q].append((hyp.score - 1e9, len(finished[q]), hyp))  # after finished ones
+                continue
+            still.append(a)
+        if len(still) < n_act:
+            keep_rows = torch.tensor([a * width + s for a in still for s in range(width)], dtype=torch.long, device=device)
+            cache.reorder(keep_rows)
+            history = history[keep_rows]
+            scores = scores[torch.tensor(still, dtype=torch.long, device=device)]
+            active = [active[a] for a in still]
+
+    elapsed = time.perf_counter() - start_time
+    for s in stats:
+        s.wall_time_s = elapsed
+    return [DecodeResult(_rank(finished[q], n_best), stats[q]) for q in range(n_queries)]

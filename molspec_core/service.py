@@ -1,0 +1,204 @@
+"""The one API the app, the CLI and the benchmarks call: `Predictor.load(...).predict(...)`.
+
+A Predictor validates and canonicalizes queries with RDKit, decodes with the chosen method and
+returns ranked predictions with scores, validity, per-token provenance and decoding statistics.
+Bad input never raises: it comes back as a result with `error` set, and the other queries of the
+same call are unaffected. Wrong options (unknown method, n_best with greedy) raise ValueError.
+The model is never mutated after loading, so one Predictor may serve many threads at once.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import checkpoint
+from .chem import ChemError, canonical, canonical_fragments, canonical_or_none
+from .decoding.beam import beam_search
+from .decoding.greedy import greedy, greedy_uncached
+from .decoding.result import DecodeResult, DecodeStats
+from .drafting import make_drafter
+from .tokenizer import TokenizeError
+
+log = logging.getLogger(__name__)
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
+MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
+
+GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
+METHODS = GREEDY_METHODS + ("beam",)
+DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", "spec-pointer": "pointer"}
+# Default (draft_len, n_drafts) per drafter. paper: the paper's N=25, D=10.
+DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (16, 1), "pointer": (16, 1)}
+
+
+def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
+    """(drafter, draft_len, n_drafts) for spec-auto, from the table measured with `bench`.
+
+    On a CPU a decoder call costs in proportion to the tokens it verifies, so one well-aimed draft
+    wins; on a GPU a call costs about the same for 1 or 100 tokens, so a few pointer drafts are free.
+    """
+    if device.type == "cuda" and batch_size <= 8:
+        return "pointer", 16, 4
+    return "pointer", 16, 1
+
+
+@dataclass(frozen=True)
+class Prediction:
+    rank: int
+    smiles: str  # canonical when valid, else the raw decoded string
+    score: float  # sum of token log-probabilities
+    valid: bool
+    tokens: tuple[str, ...]
+    provenance: tuple[int, ...]  # per token: source token position copied from, or -1 (generated)
+    finished: bool = True
+
+    @property
+    def probability(self) -> float:
+        import math
+
+        return math.exp(self.score)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    query: str  # as given
+    canonical_query: str = ""  # what the model saw
+    source_tokens: tuple[str, ...] = ()
+    predictions: tuple[Prediction, ...] = ()
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    method: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class _Query:
+    text: str
+    canonical: str
+    ids: tuple[int, ...]
+
+
+class Predictor:
+    def __init__(self, model, vocab, config: dict, device: torch.device, path: Path):
+        self.model, self.vocab, self.config, self.device, self.path = model, vocab, config, device, path
+        self.task: str = config.get("task", "forward")
+        self._uncached_lock = threading.Lock()
+
+    @classmethod
+    def load(cls, name_or_path: str | Path = "forward", device: str = "auto") -> "Predictor":
+        """A shipped model by task name ("forward", "retro") or a model folder."""
+        path = Path(name_or_path)
+        if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
+            path = MODELS_DIR / str(name_or_path)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, vocab, config = checkpoint.load(path, device)
+        return cls(model, vocab, config, torch.device(device), path)
+
+    # ---- input -------------------------------------------------------------------------------
+
+    def prepare(self, text: str) -> _Query:
+        """Validate and canonicalize a query; raises ValueError with a message for the user."""
+        if not isinstance(text, str):
+            raise ValueError(f"a query must be text, got {type(text).__name__}")
+        text = text.strip()
+        if not text:
+            raise ValueError("empty query: paste or draw a molecule")
+        if len(text) > MAX_QUERY_CHARS:
+            raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS}")
+        if any(ch.isspace() for ch in text):
+            raise ValueError("a SMILES has no spaces: paste one query per line")
+        if ">" in text:
+            text = self._from_reaction(text)
+        try:
+            fragments = canonical_fragments(text, strip_maps=True)
+        except ChemError as exc:
+            raise ValueError(f"not a valid SMILES: {exc}") from None
+        if not fragments:
+            raise ValueError("empty query: paste or draw a molecule")
+        # Forward sources are the training data's "mixed" form: sorted canonical fragments.
+        query = ".".join(sorted(fragments)) if self.task == "forward" else canonical(".".join(fragments))
+        try:
+            ids = self.vocab.encode(query)
+        except TokenizeError as exc:
+            raise ValueError(f"{exc}; this model cannot read it") from None
+        if len(ids) > MAX_QUERY_TOKENS:
+            raise ValueError(f"query has {len(ids)} tokens; the limit is {MAX_QUERY_TOKENS}")
+        return _Query(text, query, tuple(ids))
+
+    def _from_reaction(self, text: str) -> str:
+        parts = text.split(">")
+        if self.task != "forward" or len(parts) != 3 or parts[2] or not parts[0]:
+            raise ValueError("reaction SMILES are accepted only as 'reactants>reagents>' for forward "
+                             "prediction; paste the molecule(s) alone")
+        return ".".join(p for p in parts[:2] if p)
+
+    # ---- decoding ----------------------------------------------------------------------------
+
+    def resolve(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int) -> tuple[str, int, int]:
+        if method == "spec-auto":
+            drafter, auto_len, auto_n = auto_drafter(self.device, batch_size)
+            return drafter, draft_len or auto_len, n_drafts or auto_n
+        drafter = DRAFTER_OF[method]
+        default_len, default_n = DRAFT_DEFAULTS[drafter]
+        return drafter, draft_len if draft_len is not None else default_len, n_drafts or default_n
+
+    def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
+               draft_len: int | None = None, n_drafts: int | None = None) -> list[DecodeResult]:
+        """Decode token-id sources with a method; the engine-level call the benchmark times."""
+        if method == "beam":
+            return beam_search(self.model, sources, width=n_best, n_best=n_best)
+        if method == "greedy-uncached":
+            return greedy_uncached(self.model, sources)
+        drafter, length, count = self.resolve(method, draft_len, n_drafts, len(sources))
+        return greedy(self.model, sources, lambda src: make_drafter(drafter, src, length, count))
+
+    def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
+                draft_len: int | None = None, n_drafts: int | None = None,
+                batch_size: int = 8) -> QueryResult | list[QueryResult]:
+        """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order)."""
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        if not 1 <= n_best <= 50:
+            raise ValueError("n_best must be between 1 and 50")
+        if method in GREEDY_METHODS and n_best != 1:
+            raise ValueError(f"{method} returns one prediction; use method='beam' for n_best={n_best}")
+        if draft_len is not None and not 0 <= draft_len <= 64:
+            raise ValueError("draft_len must be between 0 and 64")
+        if n_drafts is not None and not 1 <= n_drafts <= 64:
+            raise ValueError("n_drafts must be between 1 and 64")
+        single = isinstance(smiles, str)
+        texts = [smiles] if single else list(smiles)
+        results: list[QueryResult | None] = [None] * len(texts)
+        good: list[tuple[int, _Query]] = []
+        for i, text in enumerate(texts):
+            try:
+                good.append((i, self.prepare(text)))
+            except ValueError as exc:
+                results[i] = QueryResult(query=str(text), method=method, error=str(exc))
+        for start in range(0, len(good), max(1, batch_size)):
+            chunk = good[start:start + max(1, batch_size)]
+            decoded = self.decode([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts)
+            for (i, query), result in zip(chunk, decoded):
+                results[i] = self._to_result(query, result, method)
+        return results[0] if single else results  # type: ignore[return-value]
+
+    def _to_result(self, query: _Query, result: DecodeResult, method: str) -> QueryResult:
+        predictions = []
+        for rank, hyp in enumerate(result.hypotheses, start=1):
+            tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
+            raw = "".join(tokens)
+            canon = canonical_or_none(raw)
+            predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
+                                          hyp.provenance, hyp.finished))
+        return QueryResult(query.text, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
+                           tuple(predictions), result.stats, method)

@@ -1,0 +1,164 @@
+"""Decoders: speculative greedy (every drafter) == greedy token for token, batched == single,
+cached == uncached, beam search against its definition."""
+import itertools
+
+import pytest
+import torch
+
+from conftest import random_model, random_sources
+from molspec_core.decoding.beam import beam_search
+from molspec_core.decoding.greedy import greedy, greedy_uncached
+from molspec_core.decoding.result import GENERATED
+from molspec_core.drafting import make_drafter
+from molspec_core.tokenizer import BOS_ID, EOS_ID
+
+DRAFTERS = [("paper", 10, 25), ("paper", 4, 3), ("lookup", 16, 1), ("lookup", 5, 4), ("pointer", 16, 1), ("pointer", 6, 3)]
+
+
+def factory(name, draft_len, n_drafts):
+    return lambda src: make_drafter(name, src, draft_len, n_drafts)
+
+
+def tokens(results):
+    return [r.hypotheses[0].tokens for r in results]
+
+
+def test_cached_greedy_equals_uncached_on_random_models():
+    for seed in range(4):
+        model = random_model(seed)
+        sources = random_sources(seed, 25, 14)
+        assert tokens(greedy(model, sources, factory("none", 0, 0), max_len=30)) == \
+            tokens(greedy_uncached(model, sources, max_len=30))
+
+
+@pytest.mark.parametrize("name,draft_len,n_drafts", DRAFTERS)
+def test_speculative_equals_greedy_on_copy_model(copy_model, name, draft_len, n_drafts):
+    model, vocab = copy_model
+    sources = random_sources(7, 150, len(vocab), 1, 30)
+    reference = [greedy(model, [s], factory("none", 0, 0))[0] for s in sources]
+    single = [greedy(model, [s], factory(name, draft_len, n_drafts))[0] for s in sources]
+    assert tokens(single) == tokens(reference)
+    for ref, res in zip(reference, single):
+        assert res.hypotheses[0].score == pytest.approx(ref.hypotheses[0].score, abs=1e-4)
+    accepted = sum(r.stats.draft_tokens_accepted for r in single)
+    assert accepted > 0.5 * sum(len(t) for t in tokens(reference))  # the drafts really are used
+    assert sum(r.stats.model_calls for r in single) < sum(r.stats.model_calls for r in reference)
+
+
+@pytest.mark.parametrize("name,draft_len,n_drafts", DRAFTERS)
+def test_speculative_equals_greedy_on_random_models(name, draft_len, n_drafts):
+    """Random models rarely accept a draft, but every path must still be exact."""
+    for seed in range(3):
+        model = random_model(seed, vocab_size=8)  # a small vocabulary makes chance matches common
+        sources = random_sources(seed, 40, 8)
+        assert tokens(greedy(model, sources, factory(name, draft_len, n_drafts), max_len=25)) == \
+            tokens(greedy(model, sources, factory("none", 0, 0), max_len=25))
+
+
+@pytest.mark.parametrize("name,draft_len,n_drafts", DRAFTERS[::2])
+def test_batch_equals_single_runs(copy_model, name, draft_len, n_drafts):
+    model, vocab = copy_model
+    sources = random_sources(11, 24, len(vocab), 1, 30)
+    batched = greedy(model, sources, factory(name, draft_len, n_drafts))
+    single = [greedy(model, [s], factory(name, draft_len, n_drafts))[0] for s in sources]
+    assert tokens(batched) == tokens(single)
+    for b, s in zip(batched, single):
+        assert b.hypotheses[0].provenance == s.hypotheses[0].provenance
+        assert b.stats.model_calls == s.stats.model_calls
+
+
+def test_provenance_points_at_equal_source_tokens(copy_model):
+    model, vocab = copy_model
+    sources = random_sources(3, 60, len(vocab), 5, 24)
+    for src, res in zip(sources, greedy(model, sources, factory("pointer", 16, 1))):
+        hyp = res.hypotheses[0]
+        assert len(hyp.provenance) == len(hyp.tokens)
+        copied = [(tok, pos) for tok, pos in zip(hyp.tokens, hyp.provenance) if pos != GENERATED]
+        assert copied and all(src[pos] == tok for tok, pos in copied)
+        assert res.stats.draft_tokens_accepted == len(copied)
+        assert res.stats.tokens_generated == len(hyp.tokens) + hyp.finished  # eos counted when emitted
+
+
+def test_greedy_score_is_the_sum_of_token_log_probs(copy_model):
+    model, vocab = copy_model
+    src = random_sources(5, 1, len(vocab), 10, 10)[0]
+    hyp = greedy(model, [src], factory("pointer", 16, 1))[0].hypotheses[0]
+    with torch.no_grad():
+        tgt = torch.tensor([[BOS_ID, *hyp.tokens, EOS_ID]])
+        log_probs = model(torch.tensor([src]), tgt[:, :-1]).log_softmax(-1)
+    assert hyp.score == pytest.approx(float(log_probs.gather(-1, tgt[:, 1:, None]).sum()), abs=1e-4)
+
+
+def test_length_budget_stops_unfinished():
+    model = random_model(0)
+    res = greedy(model, [[5, 6, 7]], factory("lookup", 4, 1), max_len=7)[0]
+    assert len(res.hypotheses[0].tokens) <= 7
+
+
+def brute_force_beam(model, src, width, max_len):
+    """Beam search written directly from the definition in beam.py, with full recomputation."""
+    live = [((BOS_ID,), 0.0)]
+    finished = []
+    with torch.no_grad():
+        memory = model.encode(torch.tensor([src]))
+        for step in range(1, max_len + 1):
+            candidates = []
+            for slot, (seq, score) in enumerate(live):
+                logits = model.decode_full(torch.tensor([seq]), memory, torch.ones(1, len(src), dtype=torch.bool))
+                for tok, lp in enumerate(logits[0, -1].log_softmax(-1).tolist()):
+                    candidates.append((score + lp, slot, tok, seq))
+            candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+            live = []
+            for score, _, tok, seq in candidates[:width]:
+                if tok == EOS_ID:
+                    finished.append((seq[1:], score))
+                else:
+                    live.append((seq + (tok,), score))
+            best_done = sorted((s for _, s in finished), reverse=True)
+            if not live or (len(best_done) >= width and max(s for _, s in live) <= best_done[width - 1]):
+                break
+    ranked = sorted(enumerate(finished), key=lambda x: (-x[1][1], x[0]))
+    result = [seq for _, (seq, _) in ranked]
+    if len(result) < width:
+        result += [seq[1:] for seq, _ in sorted(live, key=lambda x: -x[1])]
+    return result[:width]
+
+
+@pytest.mark.parametrize("width", [1, 3, 5])
+def test_beam_search_matches_its_definition(copy_model, width):
+    model, vocab = copy_model
+    for src in random_sources(2, 6, len(vocab), 3, 10):
+        got = [h.tokens for h in beam_search(model, [src], width, max_len=14)[0].hypotheses]
+        assert got == [tuple(s) for s in brute_force_beam(model, src, width, 14)]
+
+
+def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model):
+    model, vocab = copy_model
+    sources = random_sources(9, 20, len(vocab), 2, 25)
+    assert [r.hypotheses[0].tokens for r in beam_search(model, sources, 1)] == \
+        tokens(greedy(model, sources, factory("none", 0, 0)))
+    batched = beam_search(model, sources, 5)
+    single = [beam_search(model, [s], 5)[0] for s in sources]
+    for b, s in zip(batched, single):
+        assert [h.tokens for h in b.hypotheses] == [h.tokens for h in s.hypotheses]
+        assert [h.score for h in b.hypotheses] == pytest.approx([h.score for h in s.hypotheses], abs=1e-4)
+        scores = [h.score for h in b.hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len(set(h.tokens for h in b.hypotheses)) == len(b.hypotheses)
+
+
+def test_drafters_propose_valid_source_windows():
+    src = [4, 5, 6, 4, 5, 7, 8]
+    for (name, draft_len, n_drafts), generated in itertools.product(DRAFTERS, [[BOS_ID], [BOS_ID, 4, 5], [BOS_ID, 9]]):
+        for draft in make_drafter(name, src, draft_len, n_drafts).propose(generated, 2):
+            assert 0 < len(draft) <= draft_len
+            assert draft == list(range(draft[0], draft[0] + len(draft))) and draft[-1] < len(src)
+
+
+def test_lookup_continues_after_the_longest_matching_suffix():
+    src = [4, 5, 6, 9, 4, 5, 7, 8]
+    drafter = make_drafter("lookup", src, 3, 2)
+    assert drafter.propose([BOS_ID, 6, 9, 4, 5], None) == [[6, 7]]  # "9 4 5" occurs once
+    assert drafter.propose([BOS_ID, 4, 5], None) == [[2, 3, 4], [6, 7]]  # "4 5" twice, first first
+    pointer = make_drafter("pointer", src, 3, 1)
+    assert pointer.propose([BOS_ID, 4, 5], 5) == [[6, 7]]  # attention at position 5 picks the second "4 5"

@@ -1,0 +1,50 @@
+import gzip
+
+import pytest
+
+from molspec_core.tokenizer import SPECIALS, UNK_ID, TokenizeError, Vocab, detokenize, tokenize
+from conftest import SHARED_DATA, needs_data
+
+
+def test_tokenize_atoms_bonds_rings():
+    assert tokenize("CC(=O)Cl") == ["C", "C", "(", "=", "O", ")", "Cl"]
+    assert tokenize("c1ccccc1Br") == ["c", "1", "c", "c", "c", "c", "c", "1", "Br"]
+    assert tokenize("[C@@H](N)O.[Na+]") == ["[C@@H]", "(", "N", ")", "O", ".", "[Na+]"]
+    assert tokenize("C%12CC%12") == ["C", "%12", "C", "C", "%12"]
+
+
+def test_untokenizable_text_is_an_error_with_position():
+    with pytest.raises(TokenizeError, match="character 3"):
+        tokenize("CCX")
+
+
+def test_vocab_encode_decode_and_oov_names_the_token():
+    vocab = Vocab.build(["CCO", "c1ccccc1"])
+    assert vocab.tokens[: len(SPECIALS)] == SPECIALS
+    assert vocab.decode(vocab.encode("OCC")) == "OCC"
+    with pytest.raises(TokenizeError, match=r"'\[Pt\]' is not in the model's vocabulary"):
+        vocab.encode("CC[Pt]")
+    assert vocab.encode("CC[Pt]", strict=False)[-1] == UNK_ID
+
+
+def test_vocab_save_load(tmp_path):
+    vocab = Vocab.build(["CCO", "N#N"])
+    vocab.save(tmp_path / "vocab.json")
+    assert Vocab.load(tmp_path / "vocab.json").tokens == vocab.tokens
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["src-test.mixed.txt.gz", "tgt-test.txt.gz", "src-valid.mixed.txt.gz"])
+def test_round_trip_on_every_uspto_mit_smiles(name):
+    with gzip.open(SHARED_DATA / "uspto_mit" / "derived" / name, "rt") as f:
+        lines = f.read().splitlines()
+    assert len(lines) >= 30000
+    assert all(detokenize(tokenize(s)) == s for s in lines)
+
+
+@needs_data
+def test_round_trip_on_uspto50k_test():
+    folder = SHARED_DATA / "uspto50k" / "gln_split_test_unmapped_faster_ml_casp"
+    for name in ("products.txt", "reactants.txt"):
+        lines = (folder / name).read_text().splitlines()
+        assert all(detokenize(tokenize(s)) == s for s in lines)
