@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from .evaluate import hits
+from .oracle import oracle_tokens_per_call
 from .service import Predictor
 
 GREEDY_REFERENCE = "greedy"
@@ -91,7 +92,16 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                    for i, t in enumerate(kept_targets)]
             entry["top1"] = sum(top) / max(len(top), 1)
         report_methods[method] = entry
+    oracle = {}
+    if targets:
+        pairs = [(q.ids, predictor.vocab.encode(t, strict=False)) for q, t in zip(queries, kept_targets)]
+        for method in methods:
+            if method.startswith("spec-"):
+                drafter, length, count = predictor.resolve(method, draft_len, n_drafts, batch_size)
+                oracle[method] = oracle_tokens_per_call(pairs, drafter, length, count)
+        oracle["best-window-16"] = oracle_tokens_per_call(pairs, "best-window", 16, 1)
     return {
+        "oracle_tokens_per_call": oracle,
         "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
         "device_name": torch.cuda.get_device_name() if predictor.device.type == "cuda" else platform.processor() or platform.machine(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "batch_size": batch_size,
@@ -109,6 +119,9 @@ def markdown_table(report: dict) -> str:
         lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | {m['identical_to_greedy']:.3f} | "
                      f"{top1} | {m['speedup_vs_greedy']:.2f}x |")
+    if report.get("oracle_tokens_per_call"):
+        bounds = ", ".join(f"{k} {v:.2f}" for k, v in report["oracle_tokens_per_call"].items())
+        lines.append(f"\nOracle tokens/call (if the model emitted the reference): {bounds}")
     return "\n".join(lines)
 
 

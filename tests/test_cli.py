@@ -1,0 +1,93 @@
+"""The CLI end to end on the copy fixture: predict (one SMILES, files), evaluate, bench."""
+import csv
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import FIXTURES, ROOT
+from molspec_core.cli import main
+
+MODEL = str(FIXTURES / "copy_model")
+
+
+def test_predict_one_smiles_prints_a_table(capsys):
+    assert main(["predict", "--model", MODEL, "--smiles", "OCCc1ccccc1", "--method", "spec-pointer"]) == 0
+    out = capsys.readouterr().out
+    assert "query: OCCc1ccccc1" in out and "rank" in out and "model calls" in out
+
+
+def test_predict_bad_smiles_is_a_message_not_a_traceback(capsys):
+    assert main(["predict", "--model", MODEL, "--smiles", "C1CC"]) == 1
+    err = capsys.readouterr().err
+    assert "not a valid SMILES" in err and "Traceback" not in err
+
+
+def test_predict_csv_keeps_good_rows_and_reports_bad_ones(tmp_path):
+    (tmp_path / "in.csv").write_text("id,smiles\n1,CCO\n2,xyz\n3,\n4,=cmd|' /C calc'!A0\n5,c1ccncc1\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(out),
+                 "--method", "beam", "--n-best", "2"]) == 0
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    good = table[table["error"] == ""]
+    assert sorted(set(good["row"])) == ["1", "5"] and len(good) == 4  # two ranks each
+    bad = table[table["error"] != ""]
+    assert sorted(bad["row"]) == ["2", "3", "4"]
+    assert bad[bad["row"] == "4"]["query"].iloc[0].startswith("'=")  # formula neutralized
+
+
+def test_predict_txt_file(tmp_path):
+    (tmp_path / "q.txt").write_text("CCO\nCCN\n")
+    out = tmp_path / "o.csv"
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(out)]) == 0
+    with open(out) as f:
+        assert [r["query"] for r in csv.DictReader(f)] == ["CCO", "CCN"]
+
+
+def test_predict_csv_with_wrong_column_is_refused(tmp_path, capsys):
+    (tmp_path / "in.csv").write_text("name,formula\nethanol,C2H6O\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv")]) == 1
+    assert "needs a column named" in capsys.readouterr().err
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.fixture
+def pair_files(tmp_path):
+    sources = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1"]
+    (tmp_path / "src.txt").write_text("\n".join(sources) + "\n")
+    # the copy model drops 'C' atoms: its right answers are those strings
+    (tmp_path / "tgt.txt").write_text("\n".join(s.replace("C", "") for s in sources) + "\n")
+    (tmp_path / "idx").write_text("4\n0\n1\n")
+    return tmp_path
+
+
+def test_evaluate_writes_topk_json(pair_files):
+    out = pair_files / "eval.json"
+    assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+                 "--n-best", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["n"] == 5 and {"top1", "top2", "top3", "invalid_smiles_rate"} <= set(report)
+    assert report["top1"] <= report["top2"] <= report["top3"]
+
+
+def test_bench_reports_every_method_with_index_file(pair_files):
+    out = pair_files / "bench.json"
+    methods = "greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto"
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+                 "--index", str(pair_files / "idx"), "--methods", methods, "--warmup", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["n_queries"] == 3 and set(report["methods"]) == set(methods.split(","))
+    for name, entry in report["methods"].items():
+        assert {"median_ms", "p90_ms", "total_s", "model_calls", "accepted_per_call", "identical_to_greedy",
+                "top1", "speedup_vs_greedy"} <= set(entry)
+        assert entry["identical_to_greedy"] == 1.0, name
+    assert report["methods"]["greedy"]["accepted_per_call"] == 0
+    assert report["methods"]["spec-pointer"]["model_calls"] < report["methods"]["greedy"]["model_calls"]
+    assert (pair_files / "bench.html").exists()
+
+
+def test_module_entry_point_runs():
+    done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and "predict" in done.stdout

@@ -1,0 +1,125 @@
+"""Predictor: validation, canonicalization, ranked results, provenance, errors, threads."""
+import threading
+
+import pytest
+
+from conftest import FIXTURES, FORWARD_MODEL
+from molspec_core.checkpoint import CheckpointError
+from molspec_core.service import MAX_QUERY_CHARS, METHODS, Predictor
+
+
+@pytest.fixture(scope="module")
+def copier():
+    return Predictor.load(FIXTURES / "copy_model", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def forward():
+    return Predictor.load("forward", device="cpu")
+
+
+def test_load_by_name_finds_the_shipped_forward_model(forward):
+    assert forward.path == FORWARD_MODEL and forward.task == "forward"
+
+
+def test_query_is_canonicalized_before_decoding(copier):
+    result = copier.predict("OCC")
+    assert result.ok and result.canonical_query == "CCO"
+    assert result.source_tokens == ("C", "C", "O")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "empty query"),
+    ("   ", "empty query"),
+    ("xyz", "not a valid SMILES"),
+    ("C1CC", "not a valid SMILES"),
+    ("C" * (MAX_QUERY_CHARS + 1), "limit is"),
+    ("CC[Na]", "not in the model's vocabulary"),
+    ("CC O", "no spaces"),
+    ("CC>>CO", "reaction SMILES"),
+])
+def test_bad_queries_give_clear_errors(copier, text, message):
+    result = copier.predict(text)
+    assert not result.ok and message in result.error
+    assert result.predictions == ()
+
+
+def test_a_list_keeps_good_rows_beside_bad_ones(copier):
+    results = copier.predict(["CCO", "xyz", "", "c1ccccc1N", "CC[Na]"], batch_size=2)
+    assert [r.ok for r in results] == [True, False, False, True, False]
+    assert results[3].canonical_query == "Nc1ccccc1"
+    assert all(r.predictions for r in results if r.ok)
+
+
+def test_wrong_options_raise(copier):
+    with pytest.raises(ValueError, match="unknown method"):
+        copier.predict("CCO", method="magic")
+    with pytest.raises(ValueError, match="use method='beam'"):
+        copier.predict("CCO", method="greedy", n_best=3)
+
+
+def test_every_greedy_method_gives_the_same_prediction(copier):
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO"]
+    reference = [r.predictions[0].tokens for r in copier.predict(queries, method="greedy")]
+    for method in METHODS:
+        if method == "beam":
+            continue
+        got = [r.predictions[0].tokens for r in copier.predict(queries, method=method)]
+        assert got == reference, method
+
+
+def test_beam_returns_n_best_ranked_with_probabilities(copier):
+    result = copier.predict("CCOc1ccccc1", method="beam", n_best=3)
+    assert [p.rank for p in result.predictions] == [1, 2, 3]
+    scores = [p.score for p in result.predictions]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0 < p.probability <= 1 for p in result.predictions)
+
+
+def test_provenance_and_stats_are_reported(copier):
+    result = copier.predict("NCCOc1ccccc1OCCN", method="spec-pointer")
+    best = result.predictions[0]
+    assert len(best.provenance) == len(best.tokens)
+    copied = [i for i in best.provenance if i >= 0]
+    assert copied and all(result.source_tokens[i] == best.tokens[k] for k, i in enumerate(best.provenance) if i >= 0)
+    assert result.stats.model_calls < len(best.tokens)
+    assert result.stats.draft_tokens_accepted == len(copied)
+
+
+def test_concurrent_calls_match_serial(copier):
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "C=CC(=O)OCC"] * 2
+    serial = [r.predictions[0].smiles for r in copier.predict(queries, method="spec-pointer", batch_size=1)]
+    answers: dict[int, list[str]] = {}
+
+    def work(k: int) -> None:
+        method = ("greedy", "spec-pointer", "spec-lookup", "spec-paper")[k % 4]
+        answers[k] = [r.predictions[0].smiles for r in copier.predict(queries, method=method, batch_size=1 + k % 3)]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(answers[k] == serial for k in range(8))
+
+
+def test_missing_or_unsafe_model_folders_are_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Predictor.load(tmp_path / "nope")
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "weights.pt").write_bytes(b"not really a pickle")
+    with pytest.raises(CheckpointError, match="pickle"):
+        Predictor.load(tmp_path)
+
+
+def test_forward_model_predicts_a_textbook_amide_coupling(forward):
+    result = forward.predict("CC(=O)Cl.NCc1ccccc1", method="spec-auto")
+    assert result.ok and result.predictions[0].valid
+    assert result.stats.draft_tokens_accepted > 0
+    assert result.predictions[0].tokens == forward.predict("CC(=O)Cl.NCc1ccccc1").predictions[0].tokens
+
+
+def test_forward_model_accepts_reactants_reagents_arrow_form(forward):
+    a = forward.predict("CC(=O)Cl.NCc1ccccc1>CCN(CC)CC>")
+    b = forward.predict("CC(=O)Cl.CCN(CC)CC.NCc1ccccc1")
+    assert a.ok and a.canonical_query == b.canonical_query
