@@ -22,6 +22,8 @@ from .oracle import oracle_tokens_per_call
 from .service import Predictor
 
 GREEDY_REFERENCE = "greedy"
+BEAM_REFERENCE = "beam"
+BEAM_METHODS = ("beam", "sbs", "sbs-exact")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -32,8 +34,10 @@ def _percentile(values: list[float], q: float) -> float:
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
               warmup: int = 3, progress: bool = True) -> dict:
-    if GREEDY_REFERENCE not in methods:
+    if GREEDY_REFERENCE not in methods and any(m not in BEAM_METHODS for m in methods):
         methods = [GREEDY_REFERENCE] + methods
+    if BEAM_REFERENCE not in methods and any(m in BEAM_METHODS[1:] for m in methods):
+        methods = [BEAM_REFERENCE] + methods
     queries, kept_targets, skipped = [], [], []
     for i, text in enumerate(sources):
         try:
@@ -46,7 +50,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     def decode(method: str, rows: list[int]):
         ids = [queries[r].ids for r in rows]
         started = time.perf_counter()
-        results = predictor.decode(ids, method, n_best if method == "beam" else 1, draft_len, n_drafts)
+        results = predictor.decode(ids, method, n_best if method in BEAM_METHODS else 1, draft_len, n_drafts)
         return results, time.perf_counter() - started
 
     for rows in batches[:warmup]:
@@ -72,10 +76,13 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                 generated[method] += res.stats.tokens_generated
                 proposed[method] += res.stats.draft_tokens_proposed
 
-    greedy_total = sum(times[GREEDY_REFERENCE])
     report_methods = {}
     for method in methods:
-        same = sum(outputs[method][i][:1] == outputs[GREEDY_REFERENCE][i][:1] for i in range(len(queries)))
+        beam_like = method in BEAM_METHODS
+        reference = BEAM_REFERENCE if beam_like else GREEDY_REFERENCE
+        reference_total = sum(times[reference])
+        same = sum(outputs[method][i] == outputs[reference][i] if beam_like else
+                   outputs[method][i][:1] == outputs[reference][i][:1] for i in range(len(queries)))
         entry = {
             "median_ms": 1000 * statistics.median(times[method]),
             "p90_ms": 1000 * _percentile(times[method], 0.9),
@@ -84,13 +91,18 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             "accepted_per_call": accepted[method] / max(calls[method], 1),
             "tokens_per_call": generated[method] / max(calls[method], 1),
             "draft_tokens_proposed_per_call": proposed[method] / max(calls[method], 1),
-            "identical_to_greedy": same / max(len(queries), 1),
-            "speedup_vs_greedy": greedy_total / max(sum(times[method]), 1e-12),
+            f"identical_to_{reference}": same / max(len(queries), 1),
+            f"speedup_vs_{reference}": reference_total / max(sum(times[method]), 1e-12),
         }
+        if beam_like and "greedy-uncached" in times:
+            entry["speedup_vs_greedy-uncached"] = sum(times["greedy-uncached"]) / max(sum(times[method]), 1e-12)
         if targets:
-            top = [hits([predictor.vocab.decode(outputs[method][i][0])] if outputs[method][i] else [""], t)[0]
-                   for i, t in enumerate(kept_targets)]
-            entry["top1"] = sum(top) / max(len(top), 1)
+            k_max = n_best if beam_like else 1
+            found = [hits([predictor.vocab.decode(t) for t in outputs[method][i]] or [""], tgt)
+                     for i, tgt in enumerate(kept_targets)]
+            for k in (1, 2, 3, 5, 10, 25, 50):
+                if k <= k_max:
+                    entry[f"top{k}"] = sum(any(f[:k]) for f in found) / max(len(found), 1)
         report_methods[method] = entry
     oracle = {}
     if targets:
@@ -112,13 +124,15 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
 
 def markdown_table(report: dict) -> str:
-    lines = ["| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | identical | top-1 | speedup |",
+    lines = ["| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | identical to | top-k | speedup |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in report["methods"].items():
-        top1 = f"{m['top1']:.3f}" if "top1" in m else "-"
+        reference = "beam" if "identical_to_beam" in m else "greedy"
+        tops = " / ".join(f"{m[k]:.3f}" for k in sorted((k for k in m if k.startswith("top") and k[3:].isdigit()),
+                                                       key=lambda k: int(k[3:])))
         lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
-                     f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | {m['identical_to_greedy']:.3f} | "
-                     f"{top1} | {m['speedup_vs_greedy']:.2f}x |")
+                     f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | {reference} {m[f'identical_to_{reference}']:.3f} | "
+                     f"{tops or '-'} | {m[f'speedup_vs_{reference}']:.2f}x |")
     if report.get("oracle_tokens_per_call"):
         bounds = ", ".join(f"{k} {v:.2f}" for k, v in report["oracle_tokens_per_call"].items())
         lines.append(f"\nOracle tokens/call (if the model emitted the reference): {bounds}")
@@ -129,8 +143,9 @@ def write_html(report: dict, path: Path) -> None:
     import plotly.graph_objects as go
 
     names = list(report["methods"])
-    fig = go.Figure(go.Bar(x=names, y=[report["methods"][n]["speedup_vs_greedy"] for n in names]))
-    fig.update_layout(title=f"Speedup vs cached greedy ({report['n_queries']} queries, {report['device']})",
+    speedups = [report["methods"][n].get("speedup_vs_greedy", report["methods"][n].get("speedup_vs_beam")) for n in names]
+    fig = go.Figure(go.Bar(x=names, y=speedups))
+    fig.update_layout(title=f"Speedup vs cached greedy / beam ({report['n_queries']} queries, {report['device']})",
                       yaxis_title="total-time ratio")
     fig.write_html(str(path), include_plotlyjs=True)
 

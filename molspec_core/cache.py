@@ -56,26 +56,44 @@ class KVCache:
         return self._arange[:upto].unsqueeze(0) >= self.lengths.unsqueeze(1)
 
     def commit(self, n_keep: torch.Tensor, branch: torch.Tensor | None = None) -> None:
-        """Append the first n_keep[b] tokens of branch[b] from the last call to row b's prefix."""
+        """Append the first n_keep[b] tokens of branch[b] from the last call to row b's prefix.
+
+        Rows with n_keep == 0 are left untouched (their slots are not written), so a caller may feed
+        placeholder tokens to rows it does not want to extend.
+        """
         first = self.layers[0].pending_keys
         if first is None:
             raise RuntimeError("commit() without a preceding decoder call")
         batch, _, n_branches, t_new, _ = first.shape
-        if int((self.lengths + t_new).max()) > self.capacity:
-            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
-        rows = torch.arange(batch, device=self.lengths.device)
+        device = self.lengths.device
+        n_keep = n_keep.to(self.lengths)
+        write = n_keep > 0
+        rows = torch.arange(batch, device=device)
         if branch is None:
-            branch = torch.zeros(batch, dtype=torch.long, device=self.lengths.device)
+            branch = torch.zeros(batch, dtype=torch.long, device=device)
+        if not bool(write.all()):
+            rows, branch = rows[write], branch[write]
+        if len(rows) and int((self.lengths[rows] + t_new).max()) > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
         # Write all T tokens of the chosen branch; those past n_keep stay masked by `lengths`.
-        slot = (self.lengths.unsqueeze(1) + torch.arange(t_new, device=self.lengths.device))  # (B, T)
+        slot = self.lengths[rows].unsqueeze(1) + torch.arange(t_new, device=device)  # (R, T)
         for layer in self.layers:
             assert layer.pending_keys is not None and layer.pending_values is not None
             for store, new in ((layer.keys, layer.pending_keys), (layer.values, layer.pending_values)):
-                chosen = new[rows, :, branch] if n_branches > 1 else new[:, :, 0]  # (B, H, T, hd)
-                index = slot[:, None, :, None].expand_as(chosen)
-                store.scatter_(2, index, chosen)
+                chosen = new[rows, :, branch] if n_branches > 1 or len(rows) < batch else new[:, :, 0]  # (R, H, T, hd)
+                if len(rows) == batch:
+                    store.scatter_(2, slot[:, None, :, None].expand_as(chosen), chosen)
+                else:
+                    store[rows[:, None], :, slot] = chosen.permute(0, 2, 1, 3)  # (R, T, H, hd)
             layer.pending_keys = layer.pending_values = None
-        self.lengths = self.lengths + n_keep.to(self.lengths)
+        self.lengths = self.lengths + n_keep
+
+    def set_lengths(self, lengths: torch.Tensor) -> None:
+        """Set every row's valid length; the caller vouches that the slots below hold its tokens
+        (speculative beam search keeps a drafted path's keys past a hypothesis' own length)."""
+        if bool((lengths > self.capacity).any()) or bool((lengths < 0).any()):
+            raise ValueError("lengths outside the cache")
+        self.lengths = lengths.to(self.lengths).clone()
 
     def rollback(self, lengths: torch.Tensor) -> None:
         """Shorten rows to `lengths` (never longer than now); nothing is copied."""

@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default="greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--beam-width", type=int, default=None, help="beam width = n-best for beam, sbs, sbs-exact")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
@@ -125,7 +126,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     predictor = Predictor.load(args.model, args.device)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
-    method = "beam" if args.n_best > 1 else args.method
+    method = "beam" if args.n_best > 1 and args.method not in ("beam", "sbs", "sbs-exact") else args.method
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index)
     print(json.dumps(report, indent=2))
@@ -150,7 +151,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unknown:
         print(f"error: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
         return 2
-    report = run_bench(predictor, sources, targets, methods, args.batch_size, args.n_best,
+    report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
                        args.draft_len, args.n_drafts, args.warmup)
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))

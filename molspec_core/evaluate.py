@@ -37,8 +37,8 @@ def hits(predicted: Sequence[str], target: str) -> list[bool]:
 
 def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_best: int, method: str = "beam",
              batch_size: int = 16, progress: bool = True) -> dict:
-    if method != "beam" and n_best != 1:
-        raise ValueError("top-k for k > 1 needs method 'beam'")
+    if method not in ("beam", "sbs", "sbs-exact") and n_best != 1:
+        raise ValueError("top-k for k > 1 needs method 'beam', 'sbs' or 'sbs-exact'")
     correct = [0] * n_best
     invalid = errors = 0
     for start in tqdm(range(0, len(sources), batch_size), desc="evaluate", disable=not progress, unit="batch"):

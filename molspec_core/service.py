@@ -20,6 +20,7 @@ from . import checkpoint
 from .chem import ChemError, canonical, canonical_fragments, canonical_or_none
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
+from .decoding.speculative_beam import speculative_beam
 from .decoding.result import DecodeResult, DecodeStats
 from .drafting import make_drafter
 from .tokenizer import TokenizeError
@@ -31,10 +32,14 @@ MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKi
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 
 GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
-METHODS = GREEDY_METHODS + ("beam",)
+BEAM_METHODS = ("beam", "sbs", "sbs-exact")
+METHODS = GREEDY_METHODS + BEAM_METHODS
 DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", "spec-pointer": "pointer"}
 # Default (draft_len, n_drafts) per drafter. paper: the paper's N=25, D=10.
 DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (16, 1), "pointer": (16, 1)}
+# Speculative beam search drafts per hypothesis: one pointer draft; shorter, since lower beams leave
+# their drafts sooner (the paper used D=10).
+SBS_DRAFT = ("pointer", 10, 1)
 
 
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
@@ -157,6 +162,13 @@ class Predictor:
         """Decode token-id sources with a method; the engine-level call the benchmark times."""
         if method == "beam":
             return beam_search(self.model, sources, width=n_best, n_best=n_best)
+        if method in ("sbs", "sbs-exact"):
+            drafter, default_len, default_n = SBS_DRAFT
+            length = draft_len if draft_len is not None else default_len
+            count = n_drafts or default_n
+            return speculative_beam(self.model, sources, n_best,
+                                    lambda src: make_drafter(drafter if length else "none", src, length, count),
+                                    exact=method == "sbs-exact")
         if method == "greedy-uncached":
             return greedy_uncached(self.model, sources)
         drafter, length, count = self.resolve(method, draft_len, n_drafts, len(sources))
@@ -171,7 +183,7 @@ class Predictor:
         if not 1 <= n_best <= 50:
             raise ValueError("n_best must be between 1 and 50")
         if method in GREEDY_METHODS and n_best != 1:
-            raise ValueError(f"{method} returns one prediction; use method='beam' for n_best={n_best}")
+            raise ValueError(f"{method} returns one prediction; use method='beam' (or 'sbs', 'sbs-exact') for n_best={n_best}")
         if draft_len is not None and not 0 <= draft_len <= 64:
             raise ValueError("draft_len must be between 0 and 64")
         if n_drafts is not None and not 1 <= n_drafts <= 64:
