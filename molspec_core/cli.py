@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--n-val", type=int, default=2000)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--augment", type=int, default=20, help="retro: root-aligned SMILES per reaction (0: canonical only)")
 
     from .train import TrainConfig
 
@@ -163,7 +164,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_prepare(args: argparse.Namespace) -> int:
     from .data import DEFAULT_DATA, prepare
 
-    stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val, args.workers)
+    stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val,
+                    args.workers, args.augment)
     print(json.dumps(stats, indent=2))
     return 0
 

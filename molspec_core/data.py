@@ -4,7 +4,8 @@ Forward (reactants and reagents "mixed" -> product): train on the USPTO-full poo
 train set (reactions swapped), validate on USPTO-MIT valid, test on USPTO-MIT test. Every training
 reaction whose canonical product equals a USPTO-MIT valid or test product is removed (leakage).
 
-Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived), GLN val and test.
+Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-mapped by RXNMapper)
+with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import io
 import json
 import logging
 import lzma
+import random
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -127,14 +129,38 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
     return stats
 
 
-def prepare_retro(root: Path, out: Path, n_val: int, workers: int) -> dict:
-    with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz") as f:
-        train_rx = [tuple(row["reactants>reagents>production"].split(">")[0::2]) for row in csv.DictReader(f)]
-    train = dedupe(keep_short([p for p in convert(train_rx, "retro", workers) if p]))
+def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]:
+    """Root-aligned pairs of one mapped reaction; falls back to the canonical pair (False)."""
+    from .rsmiles import MappingError, augment
+
+    mapped, unmapped, n, seed = args
+    if n > 0:
+        try:
+            return [Pair(p, r) for p, r in augment(mapped, n, random.Random(seed))], True
+        except MappingError:
+            pass
+    reactants, _, product = unmapped.split(">")
+    pair = _retro_pair((reactants, product))
+    return ([pair] if pair else []), False
+
+
+def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int = 20) -> dict:
+    """USPTO-50K (GLN split): train pairs root-aligned x`augment` (0: canonical pairs only)."""
+    with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
+        rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
+    jobs = [(mapped, unmapped, augment, i) for i, (mapped, unmapped) in enumerate(rows)]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            done = list(pool.map(_retro_augmented, jobs, chunksize=500))
+    else:
+        done = [_retro_augmented(job) for job in jobs]
+    train = dedupe(keep_short([pair for pairs, _ in done for pair in pairs]))
     val = [p for p in convert(list(gln_reactions(root / "uspto50k/gln_split/raw_val.csv")), "retro", workers) if p][:n_val]
     test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
     test = [Pair(s, t) for s, t in zip(read_lines(test_dir / "products.txt"), read_lines(test_dir / "reactants.txt"))]
-    stats = {"task": "retro", "train": len(train), "val": len(val), "test": len(test)}
+    stats = {"task": "retro", "reactions": len(rows), "augment": augment,
+             "aligned_reactions": sum(ok for _, ok in done), "canonical_fallback": sum(not ok for _, ok in done),
+             "train": len(train), "val": len(val), "test": len(test)}
     write_splits(out, {"train": train, "val": val, "test": test}, stats)
     return stats
 
@@ -174,9 +200,9 @@ def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
             [tgt[to[i]:to[i + 1]] for i in range(len(to) - 1)])
 
 
-def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2) -> dict:
+def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int = 20) -> dict:
     if task == "forward":
         return prepare_forward(root, out, n_val, workers)
     if task == "retro":
-        return prepare_retro(root, out, n_val, workers)
+        return prepare_retro(root, out, n_val, workers, augment)
     raise ValueError(f"unknown task {task!r}")

@@ -59,3 +59,39 @@ def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
     assert [vocab.decode(a) for a in arrays_src] == src
     assert [vocab.decode(a) for a in arrays_tgt] == tgt
     assert json.loads((tmp_path / "out/stats.json").read_text())["train"] == 3
+
+
+def test_root_aligned_pairs_keep_the_molecules_and_start_alike():
+    import random
+
+    from molspec_core.chem import canonical
+    from molspec_core.rsmiles import augment
+
+    mapped = "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1>>[CH3:1][C:2](=[O:3])[NH:4][CH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1"
+    pairs = augment(mapped, 5, random.Random(0))
+    assert len(pairs) == 5 and pairs[0][0] == canonical("CC(=O)NCc1ccccc1")
+    for product, reactants in pairs:
+        assert canonical(product) == canonical("CC(=O)NCc1ccccc1")
+        assert canonical(reactants) == canonical("CC(=O)Cl.NCc1ccccc1")
+        assert product[0] == reactants[0]  # both start from the same (mapped) atom
+
+
+def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
+    from molspec_core.data import prepare
+
+    root = tmp_path / "data"
+    write_gz(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz", csv_text(
+        ["liu_split", "liu_index", "class", "reactants>reagents>production", "rxnmapper_mapped", "rxnmapper_confidence"],
+        [["train", 0, 1, "CC(=O)Cl.NC>>CNC(C)=O", "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", 0.9],
+         ["train", 1, 1, "CO.OC(C)=O>>COC(C)=O", "[CH3:1][OH:2].O[C:3](=[O:4])[CH3:5]>>[CH3:1][O:2][C:3](=[O:4])[CH3:9]", 0.2]]))
+    (root / "uspto50k/gln_split").mkdir(parents=True)
+    (root / "uspto50k/gln_split/raw_val.csv").write_text("id,class,reactants>reagents>production\nX,1,CCO.CC(=O)O>>CCOC(C)=O\n")
+    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
+    test_dir.mkdir(parents=True)
+    (test_dir / "products.txt").write_text("CCOC(C)=O")
+    (test_dir / "reactants.txt").write_text("CC(=O)O.CCO")
+    stats = prepare("retro", root, tmp_path / "out", workers=1, augment=3)
+    assert stats["aligned_reactions"] == 1 and stats["canonical_fallback"] == 1  # map 9 is not in the reactants
+    pairs = set(zip((tmp_path / "out/train.src").read_text().split(), (tmp_path / "out/train.tgt").read_text().split()))
+    assert ("COC(C)=O", "CC(=O)O.CO") in pairs  # the canonical pair of the badly mapped row
+    assert 2 <= stats["train"] <= 3 + 1 and stats["test"] == 1  # random roots may repeat: duplicates are dropped
