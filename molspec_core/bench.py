@@ -33,7 +33,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
-              warmup: int = 3, progress: bool = True) -> dict:
+              warmup: int = 3, progress: bool = True, sampling=None) -> dict:
     if GREEDY_REFERENCE not in methods and any(m not in BEAM_METHODS for m in methods):
         methods = [GREEDY_REFERENCE] + methods
     if BEAM_REFERENCE not in methods and any(m in BEAM_METHODS[1:] for m in methods):
@@ -50,7 +50,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     def decode(method: str, rows: list[int]):
         ids = [queries[r].ids for r in rows]
         started = time.perf_counter()
-        results = predictor.decode(ids, method, n_best if method in BEAM_METHODS else 1, draft_len, n_drafts)
+        results = predictor.decode(ids, method, n_best if method in BEAM_METHODS else 1, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
 
     for rows in batches[:warmup]:
@@ -91,6 +91,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             "accepted_per_call": accepted[method] / max(calls[method], 1),
             "tokens_per_call": generated[method] / max(calls[method], 1),
             "draft_tokens_proposed_per_call": proposed[method] / max(calls[method], 1),
+            "acceptance_rate": accepted[method] / max(proposed[method], 1),
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": reference_total / max(sum(times[method]), 1e-12),
         }
@@ -118,7 +119,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "device_name": torch.cuda.get_device_name() if predictor.device.type == "cuda" else platform.processor() or platform.machine(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "batch_size": batch_size,
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
-        "draft_len": draft_len, "n_drafts": n_drafts, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "methods": report_methods,
     }
 

@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 from .model import ModelConfig, Seq2SeqTransformer
 from .tokenizer import Vocab
 
-MAX_SHARD_BYTES = 15 * 1000 * 1000
+MAX_SHARD_BYTES = 15 * 1000 * 1000  # per file, header included
+HEADER_ROOM = 64 * 1024  # the safetensors JSON header (names, shapes, offsets) sits in the same file
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 
@@ -30,7 +31,7 @@ def save_tensors(tensors: dict[str, torch.Tensor], folder: Path, stem: str = "mo
     size = 0
     for name, tensor in tensors.items():
         nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > MAX_SHARD_BYTES:
+        if shards[-1] and size + nbytes > MAX_SHARD_BYTES - HEADER_ROOM:
             shards.append({})
             size = 0
         shards[-1][name] = tensor

@@ -23,6 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--draft-len", type=int, default=None)
         p.add_argument("--n-drafts", type=int, default=None)
         p.add_argument("--batch-size", type=int, default=8)
+        p.add_argument("--temperature", type=float, default=1.0, help="sampling methods")
+        p.add_argument("--top-k", type=int, default=0, help="sampling methods (0: no cut)")
+        p.add_argument("--beta", type=int, default=1, help="relaxed: draft within the top-beta tokens")
+        p.add_argument("--tau", type=float, default=0.0, help="relaxed: and within tau nats of the top token")
+        p.add_argument("--delta", type=float, default=0.0, help="mentored: KL budget per token")
+        p.add_argument("--seed", type=int, default=0, help="sampling methods")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
@@ -73,12 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def sampling_options(args: argparse.Namespace):
+    from .decoding.sampling import SamplingOptions
+
+    return SamplingOptions(temperature=args.temperature, top_k=args.top_k, beta=args.beta, tau=args.tau,
+                           delta=args.delta, seed=args.seed)
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import InputFileError, read_queries, write_csv
     from .service import Predictor
 
     predictor = Predictor.load(args.model, args.device)
-    options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts)
+    options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
+                   sampling=sampling_options(args))
     if args.smiles is not None:
         result = predictor.predict(args.smiles, **options)
         if not result.ok:
@@ -153,7 +167,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"error: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
         return 2
     report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
-                       args.draft_len, args.n_drafts, args.warmup)
+                       args.draft_len, args.n_drafts, args.warmup, sampling=sampling_options(args))
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
     if args.out:

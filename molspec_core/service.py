@@ -20,6 +20,7 @@ from . import checkpoint
 from .chem import ChemError, canonical, canonical_fragments, canonical_or_none
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
+from .decoding.sampling import SamplingOptions, sample_decode
 from .decoding.speculative_beam import speculative_beam
 from .decoding.result import DecodeResult, DecodeStats
 from .drafting import make_drafter
@@ -33,7 +34,8 @@ MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources st
 
 GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
 BEAM_METHODS = ("beam", "sbs", "sbs-exact")
-METHODS = GREEDY_METHODS + BEAM_METHODS
+SAMPLING_METHODS = ("sample", "spec-sample", "spec-sample-draft", "relaxed", "mentored")
+METHODS = GREEDY_METHODS + BEAM_METHODS + SAMPLING_METHODS
 DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", "spec-pointer": "pointer"}
 # Default (draft_len, n_drafts) per drafter. paper: the paper's N=25, D=10.
 DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (16, 1), "pointer": (16, 1)}
@@ -93,8 +95,9 @@ class _Query:
 
 
 class Predictor:
-    def __init__(self, model, vocab, config: dict, device: torch.device, path: Path):
+    def __init__(self, model, vocab, config: dict, device: torch.device, path: Path, draft_model=None):
         self.model, self.vocab, self.config, self.device, self.path = model, vocab, config, device, path
+        self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
         self._uncached_lock = threading.Lock()
 
@@ -107,7 +110,12 @@ class Predictor:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         model, vocab, config = checkpoint.load(path, device)
-        return cls(model, vocab, config, torch.device(device), path)
+        draft_model = None
+        if (path / "draft").is_dir():
+            draft_model, draft_vocab, _ = checkpoint.load(path / "draft", device)
+            if draft_vocab.tokens != vocab.tokens:
+                raise checkpoint.CheckpointError(f"{path}/draft: its vocabulary differs from the model's")
+        return cls(model, vocab, config, torch.device(device), path, draft_model)
 
     # ---- input -------------------------------------------------------------------------------
 
@@ -158,8 +166,11 @@ class Predictor:
         return drafter, draft_len if draft_len is not None else default_len, n_drafts or default_n
 
     def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
-               draft_len: int | None = None, n_drafts: int | None = None) -> list[DecodeResult]:
+               draft_len: int | None = None, n_drafts: int | None = None,
+               sampling: SamplingOptions | None = None) -> list[DecodeResult]:
         """Decode token-id sources with a method; the engine-level call the benchmark times."""
+        if method in SAMPLING_METHODS:
+            return self._sample(sources, method, n_best, draft_len, sampling or SamplingOptions())
         if method == "beam":
             return beam_search(self.model, sources, width=n_best, n_best=n_best)
         if method in ("sbs", "sbs-exact"):
@@ -174,10 +185,35 @@ class Predictor:
         drafter, length, count = self.resolve(method, draft_len, n_drafts, len(sources))
         return greedy(self.model, sources, lambda src: make_drafter(drafter, src, length, count))
 
+    def _sample(self, sources: Sequence[Sequence[int]], method: str, n_best: int, draft_len: int | None,
+                options: SamplingOptions) -> list[DecodeResult]:
+        """n_best independent samples per source (seeds seed, seed+1, ...), duplicates merged, best first."""
+        if method == "spec-sample-draft" and self.draft_model is None:
+            raise ValueError(f"{self.path.name} has no draft model (a draft/ folder): use spec-sample")
+        length = draft_len if draft_len is not None else DRAFT_DEFAULTS["pointer"][0]
+        factory = (lambda src: make_drafter("pointer", src, length, 1)) if method != "sample" else None
+        results = []
+        for src in sources:
+            stats, seen = DecodeStats(), {}
+            for k in range(n_best):
+                opts = SamplingOptions(**{**options.__dict__, "seed": options.seed + k,
+                                          "draft_len": draft_len or options.draft_len})
+                drawn = sample_decode(self.model, [src], method, factory, opts, self.draft_model)[0]
+                for name in ("model_calls", "draft_tokens_proposed", "draft_tokens_accepted", "tokens_generated", "wall_time_s"):
+                    setattr(stats, name, getattr(stats, name) + getattr(drawn.stats, name))
+                hyp = drawn.hypotheses[0]
+                seen.setdefault(hyp.tokens, hyp)
+            results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))
+        return results
+
     def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
-                batch_size: int = 8) -> QueryResult | list[QueryResult]:
-        """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order)."""
+                batch_size: int = 8, sampling: SamplingOptions | None = None) -> QueryResult | list[QueryResult]:
+        """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order).
+
+        Sampling methods take their knobs (temperature, top_k, beta, tau, delta, seed) from
+        `sampling`; their n_best is the number of samples drawn (duplicates merged).
+        """
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
         if not 1 <= n_best <= 50:
@@ -199,7 +235,7 @@ class Predictor:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc))
         for start in range(0, len(good), max(1, batch_size)):
             chunk = good[start:start + max(1, batch_size)]
-            decoded = self.decode([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts)
+            decoded = self.decode([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts, sampling)
             for (i, query), result in zip(chunk, decoded):
                 results[i] = self._to_result(query, result, method)
         return results[0] if single else results  # type: ignore[return-value]

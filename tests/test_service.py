@@ -5,7 +5,7 @@ import pytest
 
 from conftest import FIXTURES, FORWARD_MODEL
 from molspec_core.checkpoint import CheckpointError
-from molspec_core.service import MAX_QUERY_CHARS, METHODS, Predictor
+from molspec_core.service import GREEDY_METHODS, MAX_QUERY_CHARS, Predictor
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +61,7 @@ def test_wrong_options_raise(copier):
 def test_every_greedy_method_gives_the_same_prediction(copier):
     queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO"]
     reference = [r.predictions[0].tokens for r in copier.predict(queries, method="greedy")]
-    for method in METHODS:
-        if method == "beam":
-            continue
+    for method in GREEDY_METHODS:
         got = [r.predictions[0].tokens for r in copier.predict(queries, method=method)]
         assert got == reference, method
 
@@ -123,3 +121,14 @@ def test_forward_model_accepts_reactants_reagents_arrow_form(forward):
     a = forward.predict("CC(=O)Cl.NCc1ccccc1>CCN(CC)CC>")
     b = forward.predict("CC(=O)Cl.CCN(CC)CC.NCc1ccccc1")
     assert a.ok and a.canonical_query == b.canonical_query
+
+
+def test_sampling_methods_through_the_service(copier):
+    from molspec_core.decoding.sampling import SamplingOptions
+
+    for method in ("sample", "spec-sample", "relaxed", "mentored"):
+        result = copier.predict("CCOc1ccccc1N", method=method, n_best=3, sampling=SamplingOptions(temperature=1.5, delta=0.1))
+        assert result.ok and 1 <= len(result.predictions) <= 3
+        assert len({p.smiles for p in result.predictions}) == len(result.predictions)
+    with pytest.raises(ValueError, match="no draft model"):
+        copier.predict("CCO", method="spec-sample-draft")

@@ -1,0 +1,156 @@
+"""Sampling family: speculative sampling is distributed exactly as sampling from p (chi-square,
+enough draws that a 1% error is caught: see the negative control), mentored decoding keeps
+KL(r || p) <= delta, relaxed verification with beta=1, tau=0 is greedy."""
+import pytest
+import torch
+
+from conftest import random_model, random_sources
+from molspec_core.decoding.greedy import greedy
+from molspec_core.decoding.sampling import SamplingOptions, sample_decode
+from molspec_core.decoding.verify import accept_sampled, adjust_probs, mentored_target
+from molspec_core.drafting import make_drafter
+
+DRAWS = 1_000_000
+
+
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    expected = probs.double() * counts.sum()
+    keep = expected > 0
+    stat = ((counts.double()[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    df = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
+
+
+def first_tokens(draft_tokens, draft_probs, target_probs, generator):
+    n_accepted, next_token = accept_sampled(draft_tokens, draft_probs, target_probs, generator)
+    return torch.where(n_accepted > 0, draft_tokens[:, 0], next_token)
+
+
+def test_copy_draft_speculative_sampling_matches_p():
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.35, 0.25, 0.2, 0.1, 0.06, 0.04])
+    for draft_token in (0, 3, 5):
+        drafts = torch.full((DRAWS, 2), draft_token)
+        target = p.expand(DRAWS, 3, 6)
+        counts = torch.bincount(first_tokens(drafts, None, target, g), minlength=6)
+        assert chi_square_p_value(counts, p) > 1e-4
+
+
+def test_chi_square_catches_a_one_percent_error():
+    """Negative control: accepting the copy draft 1% more often than p(d) must be detected."""
+    g = torch.Generator().manual_seed(1)
+    p = torch.tensor([0.35, 0.25, 0.2, 0.1, 0.06, 0.04])
+    accept = torch.rand(DRAWS, generator=g) < 0.35 * 1.01
+    residual = p.clone()
+    residual[0] = 0
+    others = torch.multinomial(residual / residual.sum(), DRAWS, replacement=True, generator=g)
+    counts = torch.bincount(torch.where(accept, 0, others), minlength=6)
+    assert chi_square_p_value(counts, p) < 1e-6
+
+
+def test_draft_model_speculative_sampling_matches_p_at_every_position():
+    g = torch.Generator().manual_seed(2)
+    vocab, depth = 7, 3
+    target = torch.softmax(torch.randn(depth + 1, vocab, generator=g) * 1.5, -1)
+    draft_probs = torch.softmax(torch.randn(depth, vocab, generator=g) * 1.5, -1)
+    drafts = torch.stack([torch.multinomial(draft_probs[i], DRAWS, replacement=True, generator=g) for i in range(depth)], 1)
+    n_accepted, next_token = accept_sampled(drafts, draft_probs.expand(DRAWS, depth, vocab),
+                                            target.expand(DRAWS, depth + 1, vocab), g)
+    counts = torch.bincount(torch.where(n_accepted > 0, drafts[:, 0], next_token), minlength=vocab)
+    assert chi_square_p_value(counts, target[0]) > 1e-4
+    # The position-independent toy makes later tokens testable too: given that the first i tokens
+    # were emitted from drafts, the (i+1)-th is again distributed as target[i].
+    for i in (1, 2):
+        rows = n_accepted >= i
+        token = torch.where(n_accepted[rows] > i, drafts[rows, i], next_token[rows])
+        assert chi_square_p_value(torch.bincount(token, minlength=vocab), target[i]) > 1e-4
+
+
+def test_real_next_token_distribution(copy_model):
+    """p from the trained copy model (temperature 2 and top-k 5 spread it), a copy draft."""
+    model, vocab = copy_model
+    src = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        logits = model(src, torch.tensor([[1, 5, 6]]))[0, -1]
+    p = adjust_probs(logits, temperature=2.0, top_k=5)
+    assert int((p > 0).sum()) == 5
+    g = torch.Generator().manual_seed(3)
+    draft = int(p.argsort()[-2])  # the second most likely token as the copied draft
+    counts = torch.bincount(first_tokens(torch.full((DRAWS, 1), draft), None, p.expand(DRAWS, 2, len(p)), g),
+                            minlength=len(p))
+    assert chi_square_p_value(counts, p) > 1e-4
+
+
+def test_mentored_keeps_kl_within_delta_and_raises_acceptance():
+    g = torch.Generator().manual_seed(4)
+    p = torch.softmax(torch.randn(50, 20, generator=g) * 2, -1)
+    q = torch.softmax(torch.randn(50, 20, generator=g) * 2, -1)
+    q_point = torch.zeros_like(p).scatter_(-1, torch.randint(0, 20, (50, 1), generator=g), 1.0)
+    for draft in (q, q_point):
+        previous = torch.minimum(p, draft).sum(-1)
+        assert torch.equal(mentored_target(p, draft, 0.0), p)
+        for delta in (0.01, 0.05, 0.3):
+            r = mentored_target(p, draft, delta)
+            torch.testing.assert_close(r.sum(-1), torch.ones(50))
+            kl = (r * (r.clamp_min(1e-30).log() - p.log())).sum(-1)
+            assert float(kl.max()) <= delta + 1e-5
+            acceptance = torch.minimum(r, draft).sum(-1)
+            assert bool((acceptance >= previous - 1e-6).all())
+            previous = acceptance
+
+
+def test_mentored_sampling_is_distributed_as_r():
+    g = torch.Generator().manual_seed(5)
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    q = torch.tensor([0.0, 0.0, 1.0, 0.0])  # copy draft: token 2
+    r = mentored_target(p.unsqueeze(0), q.unsqueeze(0), 0.05)[0]
+    assert float(r[2]) > 0.2
+    counts = torch.bincount(first_tokens(torch.full((DRAWS, 1), 2), None,
+                                         torch.stack([r, p]).expand(DRAWS, 2, 4), g), minlength=4)
+    assert chi_square_p_value(counts, r) > 1e-4
+
+
+def test_relaxed_with_beta_1_tau_0_is_greedy(copy_model):
+    for model, vocab_size in ((copy_model[0], len(copy_model[1])), (random_model(3, vocab_size=8), 8)):
+        sources = random_sources(4, 30, vocab_size, 3, 20)
+        factory = lambda s: make_drafter("pointer", s, 8, 1)  # noqa: E731
+        relaxed = sample_decode(model, sources, "relaxed", factory, SamplingOptions(beta=1, tau=0.0), max_len=25)
+        plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 0), max_len=25)
+        assert [r.hypotheses[0].tokens for r in relaxed] == [r.hypotheses[0].tokens for r in plain]
+
+
+def test_loose_relaxed_accepts_more():
+    """On a random model exact verification rarely accepts a draft; a loose beta/tau accepts more."""
+    model = random_model(6, vocab_size=8)
+    sources = random_sources(6, 30, 8, 3, 20)
+    factory = lambda s: make_drafter("pointer", s, 8, 1)  # noqa: E731
+    exact = sample_decode(model, sources, "relaxed", factory, SamplingOptions(), max_len=25)
+    loose = sample_decode(model, sources, "relaxed", factory, SamplingOptions(beta=3, tau=5.0), max_len=25)
+    assert sum(r.stats.draft_tokens_accepted for r in loose) > sum(r.stats.draft_tokens_accepted for r in exact)
+
+
+def test_sequence_level_spec_sampling_matches_sampling():
+    """Whole decodes on a random tiny model: the distribution of the first two output tokens of
+    spec-sample (copy drafts) and of spec-sample-draft agrees with plain sampling (homogeneity)."""
+    model, draft_model = random_model(7, vocab_size=6), random_model(8, vocab_size=6)
+    src = [4, 5, 4, 5, 4]
+    factory = lambda s: make_drafter("lookup", s, 3, 1)  # noqa: E731
+    n = 1500
+    def pairs(mode, **kw):
+        results = sample_decode(model, [src] * n, mode, factory, SamplingOptions(temperature=1.5, draft_len=2, seed=11),
+                                max_len=2, **kw)
+        return [tuple(r.hypotheses[0].tokens[:2]) for r in results]
+    reference = pairs("sample")
+    cells = sorted(set(reference))
+    index = {c: i for i, c in enumerate(cells)}
+    probs = torch.bincount(torch.tensor([index[c] for c in reference]), minlength=len(cells)).double() / n
+    for mode, kw in (("spec-sample", {}), ("spec-sample-draft", {"draft_model": draft_model})):
+        got = pairs(mode, **kw)
+        assert set(got) <= set(cells) or len(set(got) - set(cells)) <= 2
+        counts = torch.bincount(torch.tensor([index[c] for c in got if c in index]), minlength=len(cells))
+        # Two samples of n: the reference probabilities are themselves estimates, so compare with
+        # the pooled homogeneity statistic rather than treating them as exact.
+        pooled = (counts.double() + probs * n) / (2 * n)
+        stat = (((counts.double() - pooled * n) ** 2 + (probs * n - pooled * n) ** 2) / (pooled * n).clamp_min(1e-9)).sum()
+        df = len(cells) - 1
+        assert float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2)) > 1e-3, mode
