@@ -237,10 +237,10 @@ class Predictor:
             chunk = good[start:start + max(1, batch_size)]
             decoded = self.decode([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts, sampling)
             for (i, query), result in zip(chunk, decoded):
-                results[i] = self._to_result(query, result, method)
+                results[i] = self._to_result(texts[i], query, result, method)
         return results[0] if single else results  # type: ignore[return-value]
 
-    def _to_result(self, query: _Query, result: DecodeResult, method: str) -> QueryResult:
+    def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         predictions = []
         for rank, hyp in enumerate(result.hypotheses, start=1):
             tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
@@ -248,5 +248,5 @@ class Predictor:
             canon = canonical_or_none(raw)
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
                                           hyp.provenance, hyp.finished))
-        return QueryResult(query.text, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
+        return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
                            tuple(predictions), result.stats, method)
