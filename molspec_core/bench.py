@@ -12,6 +12,7 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,7 +34,9 @@ def _percentile(values: list[float], q: float) -> float:
 
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
-              warmup: int = 3, progress: bool = True, sampling=None) -> dict:
+              warmup: int = 3, progress: bool = True, sampling=None,
+              on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """on_progress(done, total) is called after each measured batch (the app's progress bar)."""
     if GREEDY_REFERENCE not in methods and any(m not in BEAM_METHODS for m in methods):
         methods = [GREEDY_REFERENCE] + methods
     if BEAM_REFERENCE not in methods and any(m in BEAM_METHODS[1:] for m in methods):
@@ -75,6 +78,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                 accepted[method] += res.stats.draft_tokens_accepted
                 generated[method] += res.stats.tokens_generated
                 proposed[method] += res.stats.draft_tokens_proposed
+        if on_progress is not None:
+            on_progress(b + 1, len(batches))
 
     report_methods = {}
     for method in methods:

@@ -91,3 +91,13 @@ def test_bench_reports_every_method_with_index_file(pair_files):
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and "predict" in done.stdout
+
+
+def test_bench_reports_progress_per_batch(pair_files):
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+
+    seen = []
+    report = run_bench(Predictor.load(MODEL), ["CCO", "CCN", "c1ccncc1"], None, ["greedy", "spec-lookup"], warmup=0,
+                       progress=False, on_progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)] and report["n_queries"] == 3

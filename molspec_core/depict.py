@@ -1,0 +1,230 @@
+"""Pictures for the app: 2D SVG depictions, 3D molblocks and viewer HTML, and the provenance view
+(which output tokens were copied from the query, and which atoms they became).
+
+Pure functions over RDKit and the standard library (py3Dmol is imported only by `viewer_html`);
+the engine never imports this module and this module never imports streamlit.
+"""
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+
+from rdkit import Chem
+from rdkit.Chem import AllChem
+from rdkit.Chem.Draw import rdMolDraw2D
+
+from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
+
+# One SMILES token that is an atom: a bracket atom, an organic-subset atom (two-letter halogens
+# first), an aromatic atom or the wildcard. Everything else (bonds, branches, ring closures, dots)
+# is not an atom.
+ATOM_TOKEN = re.compile(r"\[[^\]]+\]|Br|Cl|B|C|N|O|P|S|F|I|b|c|n|o|s|p|\*")
+
+# Span colours, light enough for dark text on top and distinct from each other (Okabe-Ito hues,
+# lightened). The same colour marks a copied span in the prediction, its origin in the query and
+# its atoms in the depiction.
+SPAN_COLOURS = ("#f6c27a", "#8fd3f4", "#9be0b8", "#f5a3c7", "#c6b3f0", "#f2e58c", "#a9c8f0", "#f3b49a")
+GENERATED_COLOUR = "#eceff3"
+MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
+
+
+def is_atom_token(token: str) -> bool:
+    return ATOM_TOKEN.fullmatch(token) is not None
+
+
+def parse_in_order(smiles: str):
+    """RDKit molecule whose atom i is the i-th atom written in `smiles`, or None if invalid.
+
+    RDKit numbers atoms in the order the parser meets them; keeping explicit [H] atoms (which the
+    default parser would remove) keeps that numbering aligned with the atom tokens.
+    """
+    params = Chem.SmilesParserParams()
+    params.removeHs = False
+    return Chem.MolFromSmiles(smiles, params) if smiles else None
+
+
+def token_atom_indices(tokens: Sequence[str]) -> list[int | None] | None:
+    """Per token, the RDKit atom index of `parse_in_order("".join(tokens))`, None for non-atoms.
+
+    Returns None when the tokens do not parse or the atom count disagrees (then no atom can be
+    attributed safely).
+    """
+    mol = parse_in_order("".join(tokens))
+    if mol is None:
+        return None
+    indices: list[int | None] = []
+    n_atoms = 0
+    for token in tokens:
+        if is_atom_token(token):
+            indices.append(n_atoms)
+            n_atoms += 1
+        else:
+            indices.append(None)
+    return indices if n_atoms == mol.GetNumAtoms() else None
+
+
+# ---- provenance ---------------------------------------------------------------------------------
+
+
+def copy_spans(provenance: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Maximal runs of copied tokens as (start, end, source_start): a run continues while each
+    token was copied from the query position right after the previous token's."""
+    spans: list[tuple[int, int, int]] = []
+    for i, source in enumerate(provenance):
+        if source < 0:
+            continue
+        if spans and spans[-1][1] == i and provenance[i - 1] + 1 == source:
+            start, _, source_start = spans[-1]
+            spans[-1] = (start, i + 1, source_start)
+        else:
+            spans.append((i, i + 1, source))
+    return spans
+
+
+def span_of_tokens(provenance: Sequence[int]) -> list[int | None]:
+    """Per output token, the index of its copy span (None for generated tokens)."""
+    owner: list[int | None] = [None] * len(provenance)
+    for k, (start, end, _) in enumerate(copy_spans(provenance)):
+        for i in range(start, end):
+            owner[i] = k
+    return owner
+
+
+def span_colour(k: int) -> str:
+    return SPAN_COLOURS[k % len(SPAN_COLOURS)]
+
+
+def copied_atom_colours(tokens: Sequence[str], provenance: Sequence[int]) -> dict[int, str]:
+    """Atom index -> span colour for the atoms written by copied tokens ({} when unmappable)."""
+    atoms = token_atom_indices(tokens)
+    if atoms is None:
+        return {}
+    owner = span_of_tokens(provenance)
+    return {atom: span_colour(k) for atom, k in zip(atoms, owner) if atom is not None and k is not None}
+
+
+def _token_box(token: str, background: str, title: str) -> str:
+    return (f'<span title="{html.escape(title)}" style="background:{background};border-radius:3px;'
+            f'padding:1px 3px;margin:1px;display:inline-block;font-family:monospace;font-size:0.95rem">'
+            f"{html.escape(token)}</span>")
+
+
+def provenance_html(source_tokens: Sequence[str], tokens: Sequence[str], provenance: Sequence[int]) -> str:
+    """An HTML block: the query tokens and the prediction tokens, each copied span in its own colour
+    in both rows, generated tokens in grey. Every token is escaped; only our own markup is raw."""
+    owner = span_of_tokens(provenance)
+    source_owner: dict[int, int] = {}
+    for i, k in enumerate(owner):
+        if k is not None and 0 <= provenance[i] < len(source_tokens):
+            source_owner.setdefault(provenance[i], k)
+    query_boxes = []
+    for j, token in enumerate(source_tokens):
+        k = source_owner.get(j)
+        if k is None:
+            query_boxes.append(_token_box(token, "transparent", f"query token {j + 1}"))
+        else:
+            query_boxes.append(_token_box(token, span_colour(k), f"query token {j + 1}, copied into the prediction"))
+    output_boxes = []
+    for i, token in enumerate(tokens):
+        k = owner[i]
+        if k is None:
+            output_boxes.append(_token_box(token, GENERATED_COLOUR, f"token {i + 1}: generated by the model"))
+        else:
+            output_boxes.append(_token_box(token, span_colour(k),
+                                           f"token {i + 1}: copied from query token {provenance[i] + 1}"))
+    label = 'style="font-size:0.8rem;color:#555;margin:0.4rem 0 0.1rem 0"'
+    return (f'<div><div {label}>Query tokens (copied sources highlighted)</div>'
+            f'<div style="line-height:1.9">{"".join(query_boxes)}</div>'
+            f'<div {label}>Prediction tokens (coloured: copied from the query; grey: generated)</div>'
+            f'<div style="line-height:1.9">{"".join(output_boxes)}</div></div>')
+
+
+# ---- 2D -------------------------------------------------------------------------------------------
+
+
+def _rgb(colour: str) -> tuple[float, float, float]:
+    value = colour.lstrip("#")
+    return tuple(int(value[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
+
+
+def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
+    """SVG of a molecule; atoms in `atom_colours` (and bonds between two of them) are highlighted."""
+    drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
+    options = drawer.drawOptions()
+    options.addStereoAnnotation = True
+    options.fixedBondLength = 28  # keeps small molecules from being blown up to the full box
+    atom_colours = atom_colours or {}
+    atoms = {i: _rgb(c) for i, c in atom_colours.items()}
+    bonds = {}
+    for bond in mol.GetBonds():
+        a, b = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+        if a in atom_colours and atom_colours[a] == atom_colours.get(b):
+            bonds[bond.GetIdx()] = atoms[a]
+    rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, highlightAtoms=list(atoms), highlightAtomColors=atoms,
+                                       highlightBonds=list(bonds), highlightBondColors=bonds)
+    drawer.FinishDrawing()
+    return drawer.GetDrawingText()
+
+
+def smiles_svg(smiles: str, width: int = 360, height: int = 240) -> str | None:
+    """SVG of a SMILES (several fragments side by side), or None when RDKit cannot read it."""
+    mol = Chem.MolFromSmiles(smiles) if smiles else None
+    return mol_svg(mol, width, height) if mol is not None else None
+
+
+def provenance_svg(tokens: Sequence[str], provenance: Sequence[int], width: int = 420,
+                   height: int = 300) -> str | None:
+    """SVG of the raw predicted SMILES with its copied atoms in their span colours."""
+    mol = parse_in_order("".join(tokens))
+    if mol is None:
+        return None
+    return mol_svg(mol, width, height, copied_atom_colours(tokens, provenance))
+
+
+# ---- 3D -------------------------------------------------------------------------------------------
+
+
+def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
+    """MDL molblock with 3D coordinates (hydrogens added, ETKDG then MMFF), or None when the
+    molecule cannot be read, is too large, or cannot be embedded."""
+    mol = Chem.MolFromSmiles(smiles) if smiles else None
+    if mol is None or mol.GetNumHeavyAtoms() > MAX_3D_HEAVY_ATOMS:
+        return None
+    large = mol.GetNumHeavyAtoms() > 50
+    mol = Chem.AddHs(mol)
+    params = AllChem.ETKDGv3()
+    params.randomSeed = seed
+    # Random starting coordinates embed large molecules faster and more reliably than the default
+    # eigenvalue start; each start is the fallback of the other.
+    for random_start in (large, not large):
+        params.useRandomCoords = random_start
+        if AllChem.EmbedMolecule(mol, params) == 0:
+            break
+    else:
+        return None
+    try:
+        AllChem.MMFFOptimizeMolecule(mol, maxIters=200)
+    except Exception:  # noqa: BLE001  (no MMFF parameters for an atom type: keep ETKDG geometry)
+        pass
+    return Chem.MolToMolBlock(mol)
+
+
+def viewer_html(molblock: str, js_url: str, height: int = 400) -> str:
+    """A self-contained page that shows a molblock as sticks with 3Dmol.js loaded from `js_url`.
+
+    The molblock goes into a script as JSON; RDKit molblocks hold no '<', and we refuse any that
+    does so no text can close the script tag.
+    """
+    import py3Dmol
+
+    if "<" in molblock:
+        raise ValueError("molblock contains '<'")
+    view = py3Dmol.view(width="100%", height=f"{height}px", js=js_url)
+    view.addModel(molblock, "sdf")
+    view.setStyle({"stick": {"radius": 0.16}, "sphere": {"scale": 0.22}})
+    view.zoomTo()
+    body = view.write_html()
+    return (f"<!doctype html><html><head><meta charset='utf-8'></head>"
+            f"<body style='margin:0;overflow:hidden'>{body}</body></html>")
+

@@ -1,0 +1,214 @@
+"""Benchmarks: speed and accuracy charts from the engine's bench JSON files, and a small live run.
+
+Saved runs are read from bench/*.json at the repository root (MOLSPEC_BENCH_DIR overrides it).
+The live run calls the engine's run_bench once per example query so the progress bar can move
+between queries, then adds the per-query reports up into one report of the same format.
+"""
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from molspec_core.bench import run_bench
+from molspec_core.service import METHODS
+from pages import common
+
+log = logging.getLogger(__name__)
+LIVE_DEFAULT_METHODS = ["greedy", "spec-auto", "spec-lookup"]
+MAX_REPORT_BYTES = 20 * 2**20  # a bench JSON is a few kB; anything huge is not ours
+
+
+def bench_dir(override: str | Path | None = None) -> Path:
+    """Folder of saved bench JSON files: the argument, else $MOLSPEC_BENCH_DIR, else bench/."""
+    return Path(override or os.environ.get("MOLSPEC_BENCH_DIR") or common.ROOT / "bench")
+
+
+def load_reports(folder: Path) -> tuple[dict[str, dict], list[str]]:
+    """{file name: report} for the readable bench reports in `folder`, and a note per unreadable file."""
+    reports: dict[str, dict] = {}
+    problems: list[str] = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            if path.stat().st_size > MAX_REPORT_BYTES:
+                raise ValueError("file too large")
+            report = json.loads(path.read_text())
+            methods = report["methods"]
+            if not methods or not all("speedup_vs_greedy" in m or "speedup_vs_beam" in m for m in methods.values()):
+                raise ValueError("no per-method results")
+            with_display_fields(report)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problems.append(f"{path.name}: not a MolSpec bench report ({exc})")
+            continue
+        reports[path.name] = report
+    return reports, problems
+
+
+# ---- live run ---------------------------------------------------------------------------------
+
+
+def with_display_fields(report: dict) -> dict:
+    """Greedy-family methods are measured against greedy, beam-family ones against beam search:
+    give every entry one `speedup` and one `identical` field for the charts and the table."""
+    for entry in report["methods"].values():
+        entry["speedup"] = entry.get("speedup_vs_greedy", entry.get("speedup_vs_beam"))
+        entry["identical"] = entry.get("identical_to_greedy", entry.get("identical_to_beam"))
+    return report
+
+
+def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
+    predictor = common.load_predictor(cfg.model_dir)
+    pairs = []
+    for example in common.load_examples():
+        query = example.query(cfg.task)
+        try:
+            predictor.prepare(query)  # run_bench cannot summarize a query it skips
+        except ValueError:
+            continue
+        pairs.append((query, example.known_answer(cfg.task)))
+    pairs = pairs[:n_queries]
+    if not pairs:
+        st.error("None of the examples can be read by this model.")
+        return None
+    bar = st.progress(0.0, text="Warming up…")
+
+    def advance(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Benchmarked {done} of {total} queries")
+
+    targets = [target for _, target in pairs]
+    report = run_bench(predictor, [query for query, _ in pairs], targets if all(targets) else None, list(methods),
+                       n_best=cfg.n_best if cfg.n_best > 1 else 5, draft_len=cfg.draft_len, n_drafts=cfg.n_drafts,
+                       warmup=1, progress=False, sampling=cfg.sampling, on_progress=advance)
+    bar.empty()
+    report["live"] = True
+    return with_display_fields(report)
+
+
+# ---- charts -----------------------------------------------------------------------------------
+
+
+def chart_label(method: str) -> str:
+    """A method's name for a chart axis, escaped (Plotly reads a few HTML tags) and wrapped in two lines."""
+    return html.escape(common.method_label(method)).replace(", ", ",<br>")
+
+
+def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent: bool = False) -> go.Figure | None:
+    names = list(report["methods"])
+    figure = go.Figure()
+    for field, label in fields.items():
+        values = [report["methods"][n].get(field) for n in names]
+        if all(v is None for v in values):
+            continue
+        text = [("" if v is None else f"{v:.0%}" if percent else f"{v:.2f}") for v in values]
+        figure.add_bar(x=[chart_label(n) for n in names], y=values, name=label, text=text,
+                       textposition="outside", textangle=0, cliponaxis=False)
+    if not figure.data:
+        return None
+    figure.update_layout(title=title, yaxis_title=yaxis, height=360, barmode="group", margin={"t": 50, "b": 10},
+                         legend={"orientation": "h", "y": -0.25})
+    if percent:
+        figure.update_yaxes(tickformat=".0%", range=[0, 1.15])
+    return figure
+
+
+def figures(report: dict) -> list[go.Figure]:
+    speedup = _bars(report, {"speedup": "speedup"}, "Speedup vs cached greedy (beam methods: vs beam search), total time", "speedup (×)")
+    if speedup is not None:
+        speedup.add_hline(y=1, line_dash="dot", line_color="#888")
+        speedup.update_layout(showlegend=False)
+    charts = [
+        speedup,
+        _bars(report, {"top1": "top-1 accuracy", "identical": "identical to greedy / beam"},
+              "Accuracy: top-1, and same answer as greedy", "share of queries", percent=True),
+        _bars(report, {"median_ms": "median", "p90_ms": "p90"}, "Latency per query", "ms"),
+        _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call"},
+              "Tokens per model call", "tokens"),
+    ]
+    return [c for c in charts if c is not None]
+
+
+def table(report: dict) -> pd.DataFrame:
+    rows = []
+    for name, m in report["methods"].items():
+        rows.append({"method": common.method_label(name), "median ms": m["median_ms"], "p90 ms": m["p90_ms"],
+                     "total s": m["total_s"], "model calls": m["model_calls"], "tokens/call": m["tokens_per_call"],
+                     "accepted/call": m["accepted_per_call"], "identical": m["identical"],
+                     "top-1": m.get("top1"), "speedup": m["speedup"]})
+    return pd.DataFrame(rows)
+
+
+def show_report(report: dict, key: str) -> None:
+    facts = [f"{report.get('n_queries', '?')} queries", f"task {report.get('task', '?')}",
+             f"device {report.get('device', '?')} ({report.get('device_name', '')})",
+             f"batch size {report.get('batch_size', '?')}", f"torch {report.get('torch', '?')}",
+             f"{report.get('threads', '?')} threads", str(report.get("date", ""))]
+    st.caption(common.md_escape(" · ".join(facts)))
+    charts = figures(report)
+    for i in range(0, len(charts), 2):
+        for j, (column, chart) in enumerate(zip(st.columns(2), charts[i:i + 2])):
+            column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
+    st.dataframe(table(report), hide_index=True, placeholder="–", column_config={
+        c: st.column_config.NumberColumn(format="%.2f") for c in
+        ("median ms", "p90 ms", "total s", "tokens/call", "accepted/call", "identical", "top-1", "speedup")})
+    oracle = report.get("oracle_tokens_per_call") or {}
+    if oracle:
+        bounds = ", ".join(f"{common.method_label(k)} {v:.2f}" for k, v in oracle.items())
+        st.caption(common.md_escape(f"Oracle tokens per call (if the model wrote the reference): {bounds}"))
+
+
+def main() -> None:
+    cfg = common.settings()
+    st.title("Benchmarks")
+    st.caption("Every method on the same queries in one process, interleaved after warm-up: speed is the "
+               "ratio of total times measured side by side, accuracy is top-1 against the reference.")
+
+    st.subheader("Saved runs")
+    folder = bench_dir()
+    reports, problems = load_reports(folder)
+    for problem in problems:
+        st.warning(common.md_escape(problem), icon=":material/warning:")
+    if not reports:
+        st.info("No benchmark results yet. Save one with `molspec bench ... --out bench/NAME.json` "
+                "and it appears here.", icon=":material/info:")
+    else:
+        name = st.selectbox("Benchmark file", list(reports), key="bench_file")
+        show_report(reports[name], key="saved")
+
+    st.subheader("Live benchmark")
+    if cfg.model_dir is None:
+        st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
+        return
+    with st.form("live_bench"):
+        st.caption("Runs the textbook examples on this machine with the sidebar's model. A handful of queries "
+                   "gives a rough picture only; saved runs use hundreds.")
+        n_queries = st.slider("Example queries", 1, len(common.load_examples()), 3)
+        choices = [m for m in common.method_order() if m != "greedy"]
+        methods = st.multiselect("Methods (greedy always runs as the reference)", choices,
+                                 default=[m for m in LIVE_DEFAULT_METHODS if m in choices],
+                                 format_func=common.method_label)
+        submitted = st.form_submit_button("Run live benchmark", type="primary", icon=":material/play_arrow:")
+    if submitted:
+        try:
+            live = run_live(cfg, n_queries, ["greedy"] + [m for m in methods if m in METHODS])
+        except Exception:  # noqa: BLE001
+            log.exception("live benchmark failed")
+            st.error("The live benchmark failed; saved results above are unaffected.")
+        else:
+            if live is not None:
+                st.session_state["live_report"] = live
+    live = st.session_state.get("live_report")
+    if live is not None:
+        st.caption("The last live run of this session:")
+        show_report(live, key="live")
+        st.download_button("Download live report (JSON)", data=json.dumps(live, indent=2), file_name="live-bench.json",
+                           mime="application/json", on_click="ignore", icon=":material/download:")
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions
+    main()

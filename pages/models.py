@@ -1,0 +1,84 @@
+"""Models: the model card and the configuration facts of every installed model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from pages import common
+
+TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, product out.",
+                 "retro": "Single-step retrosynthesis: product in, reactant sets out."}
+
+
+@st.cache_data(max_entries=16)
+def parameter_count(folder: str) -> int | None:
+    """Parameters stored in a model's safetensors files (headers only; no weights are read)."""
+    from safetensors import safe_open
+
+    total = 0
+    try:
+        for path in sorted(Path(folder).glob("*.safetensors")):
+            with safe_open(str(path), framework="numpy") as f:
+                for name in f.keys():
+                    shape = f.get_slice(name).get_shape()
+                    count = 1
+                    for size in shape:
+                        count *= size
+                    total += count
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return total or None
+
+
+def facts(folder: Path, config: dict) -> pd.DataFrame:
+    model = config.get("model", {})
+    weights = sorted(folder.glob("*.safetensors"))
+    params = parameter_count(str(folder))
+    rows = [
+        ("Task", config.get("task", "unknown")),
+        ("Layers (encoder + decoder)", f"{model.get('n_encoder_layers', '?')} + {model.get('n_decoder_layers', '?')}"),
+        ("Model width / heads / feed-forward", f"{model.get('d_model', '?')} / {model.get('n_heads', '?')} / "
+                                                f"{model.get('d_ff', '?')}"),
+        ("Vocabulary", f"{model.get('vocab_size', '?')} tokens"),
+        ("Longest sequence", f"{model.get('max_positions', '?')} tokens"),
+        ("Parameters", f"{params / 1e6:.1f} M" if params else "unknown"),
+        ("Weights", f"{len(weights)} safetensors file(s), {sum(p.stat().st_size for p in weights) / 2**20:.1f} MB"),
+    ]
+    data = config.get("data_stats") or {}
+    if "train" in data:
+        rows.append(("Training reactions", f"{data['train']:,}"))
+    return pd.DataFrame(rows, columns=["fact", "value"])
+
+
+def main() -> None:
+    st.title("Models")
+    st.caption("The checkpoints this app serves: what they were trained on and how well they do.")
+    root = common.models_dir()
+    folders = sorted(p for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
+    if not folders:
+        st.warning(f"No models found in {common.md_escape(str(root))}.", icon=":material/warning:")
+    for folder in folders:
+        config = common.read_config(folder)
+        st.header(folder.name, divider="gray")
+        task = config.get("task", "")
+        st.caption(TASK_CAPTIONS.get(task, f"Task: {common.md_escape(task or 'unknown')}"))
+        left, right = st.columns([2, 3])
+        with left:
+            st.table(facts(folder, config), hide_index=True, hide_header=True, border="horizontal")
+        with right:
+            card = folder / "MODEL_CARD.md"
+            if card.is_file():
+                with st.container(border=True, height=520):
+                    st.markdown(card.read_text())  # our own file, shipped with the model
+            else:
+                st.info("This model has no model card yet (MODEL_CARD.md is missing from its folder).",
+                        icon=":material/info:")
+    if not common.models_for_task("retro"):
+        st.info("No retrosynthesis model is shipped yet; the task switch shows it as unavailable until "
+                "models/retro/ appears.", icon=":material/hourglass_empty:")
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions
+    main()

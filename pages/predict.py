@@ -1,0 +1,415 @@
+"""Predict: one query in (typed, drawn or an example), ranked answers out, with the tokens that
+speculative decoding copied, a 3D view, and the speedup on this very query."""
+from __future__ import annotations
+
+import html
+import logging
+import statistics
+from dataclasses import dataclass
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from streamlit_ketcher import st_ketcher
+
+from molspec_core import depict
+from molspec_core.chem import canonical_or_none
+from molspec_core.service import Prediction, Predictor, QueryResult
+from pages import common
+from pages.common import Settings
+
+log = logging.getLogger(__name__)
+SPEEDUP_REPEATS = 3  # runs per method, interleaved; the median damps one-off hiccups
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The prediction on screen: the answer, the settings that made it, and the example it came
+    from (whose known answer the page compares with)."""
+
+    settings: Settings
+    result: QueryResult
+    example: str | None
+
+
+@dataclass(frozen=True)
+class Timing:
+    method: str
+    time_ms: float  # median decoding wall time
+    model_calls: int
+    accepted_per_call: float
+    tokens_per_call: float
+    answers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Speedup:
+    query: str
+    baseline: Timing
+    speculative: Timing
+
+    @property
+    def factor(self) -> float:
+        return self.baseline.time_ms / max(self.speculative.time_ms, 1e-9)
+
+    @property
+    def identical(self) -> bool:
+        return self.baseline.answers == self.speculative.answers
+
+
+# ---- input ------------------------------------------------------------------------------------
+
+
+def use_example(example: common.Example, task: str) -> None:
+    """Button callback: put the example in the SMILES field and predict it at once."""
+    st.session_state["query_text"] = example.query(task)
+    st.session_state["example"] = example.name
+    st.session_state["pending"] = True
+
+
+def example_buttons(task: str) -> None:
+    st.caption("Textbook examples: one click predicts them and checks the answer against the known one.")
+    with st.container(horizontal=True):
+        for i, example in enumerate(common.load_examples()):
+            st.button(example.name, key=f"example_{i}", help=example.description,
+                      on_click=use_example, args=(example, task))
+
+
+def query_inputs(task: str) -> None:
+    """The SMILES form and the molecule editor. Only the form's Predict button, an example or the
+    editor's Apply start inference, so typing never reruns the model."""
+    ss = st.session_state
+    ss.setdefault("query_text", "")
+    typed, drawn_tab = st.tabs(["Type SMILES", "Draw structure"])
+    # The editor comes first in the code so that an Apply can still fill the SMILES field below.
+    with drawn_tab:
+        st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query.")
+        opened_with = ss.get("query_text", "")
+        drawn = st_ketcher(opened_with, key="ketcher", height=460)
+        if drawn and drawn != opened_with and drawn != ss.get("ketcher_seen"):
+            ss["ketcher_seen"] = drawn
+            canon = canonical_or_none(drawn)
+            if canon is None:
+                st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
+            else:
+                ss["query_text"], ss["example"], ss["pending"] = canon, None, True
+    with typed:
+        with st.form("query_form", border=False):
+            st.text_input("SMILES", key="query_text", max_chars=5000,
+                          placeholder="e.g. CC(=O)Cl.NCc1ccccc1",
+                          help="Reactants and reagents separated by '.', or 'reactants>reagents>'.")
+            if st.form_submit_button("Predict", type="primary"):
+                ss["pending"] = True
+                chosen = next((e for e in common.load_examples() if e.name == ss.get("example")), None)
+                if chosen is None or chosen.query(task) != ss["query_text"]:
+                    ss["example"] = None
+
+
+def run_query(cfg: Settings, predictor: Predictor) -> None:
+    ss = st.session_state
+    text = ss.get("query_text", "")
+    try:
+        with st.spinner("Predicting…"):
+            result = predictor.predict(text, **cfg.options())
+    except Exception as exc:  # noqa: BLE001  (bad input comes back in result.error; this is a bug)
+        log.exception("prediction failed")
+        ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
+        return
+    if not result.ok:
+        ss["query_error"] = f"Cannot predict this query: {result.error}"
+        return
+    ss["query_error"] = None
+    ss["shown"] = Shown(cfg, result, ss.get("example"))
+
+
+# ---- results ----------------------------------------------------------------------------------
+
+
+def show_query(shown: Shown) -> None:
+    result = shown.result
+    st.subheader("Query")
+    left, right = st.columns([3, 2], vertical_alignment="center")
+    svg = depict.smiles_svg(result.canonical_query, 560, 220)
+    if svg:
+        left.image(svg)
+    with right:
+        st.caption("Canonical query (what the model reads)")
+        st.code(result.canonical_query, language=None, wrap_lines=True)
+        line = f"{len(result.source_tokens)} tokens · {shown.settings.describe()}"
+        if shown.example:
+            line += f" · example: {shown.example}"
+        st.caption(common.md_escape(line))
+
+
+def known_answer(shown: Shown) -> str | None:
+    example = next((e for e in common.load_examples() if e.name == shown.example), None)
+    return example.known_answer(shown.settings.task) if example else None
+
+
+def show_known_check(shown: Shown, known: str) -> None:
+    what = "product" if shown.settings.task == "forward" else "reactants"
+    hits = [p.rank for p in shown.result.predictions if p.valid and p.smiles == known]
+    if hits and hits[0] == 1:
+        st.success(f"Rank 1 is the known {what} of this textbook reaction.", icon=":material/check_circle:")
+    elif hits:
+        st.warning(f"Rank 1 is not the known {what}; the known {what} is at rank {hits[0]}.",
+                   icon=":material/info:")
+    else:
+        st.warning(f"Rank 1 is not the known {what} ({common.md_escape(known)}), and no other rank has it.",
+                   icon=":material/info:")
+
+
+def show_prediction(prediction: Prediction, known: str | None) -> None:
+    with st.container(border=True):
+        picture, facts = st.columns([2, 3], vertical_alignment="center")
+        svg = depict.smiles_svg(prediction.smiles, 440, 230) if prediction.valid else None
+        if svg:
+            picture.image(svg)
+        else:
+            picture.info("No structure: RDKit cannot read this SMILES.", icon=":material/block:")
+        with facts:
+            with st.container(horizontal=True, vertical_alignment="center"):
+                st.markdown(f"**Rank {prediction.rank}**")
+                if prediction.valid:
+                    st.badge("Valid SMILES", color="green", icon=":material/check:")
+                else:
+                    st.badge("Invalid SMILES", color="red", icon=":material/close:")
+                if known and prediction.smiles == known:
+                    st.badge("Known answer", color="blue", icon=":material/verified:")
+                if not prediction.finished:
+                    st.badge("Stopped at the length limit", color="orange")
+            st.code(prediction.smiles, language=None, wrap_lines=True)
+            score, probability, length = st.columns(3)
+            score.metric("Score (log-prob)", f"{prediction.score:.2f}")
+            probability.metric("Probability", common.format_probability(prediction.score))
+            length.metric("Tokens", len(prediction.tokens))
+
+
+def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
+    n_copied = sum(source >= 0 for source in prediction.provenance)
+    spans = depict.copy_spans(prediction.provenance)
+    if not common.is_speculative(shown.settings.method):
+        st.info(f"{common.method_label(shown.settings.method)} writes every token itself. Choose a speculative "
+                "method in the sidebar and predict again to see which tokens are copied from the query.",
+                icon=":material/info:")
+    else:
+        share = n_copied / max(len(prediction.tokens), 1)
+        st.caption(f"{n_copied} of {len(prediction.tokens)} output tokens ({share:.0%}) were accepted from "
+                   f"drafts copied out of the query, in {len(spans)} runs; the model generated the rest. "
+                   "Hover a token for its position.")
+    st.html(depict.provenance_html(shown.result.source_tokens, prediction.tokens, prediction.provenance))
+    svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid else None
+    if svg:
+        st.image(svg, caption="Product atoms written by copied tokens, in the colour of their run")
+
+
+# ---- speedup ----------------------------------------------------------------------------------
+
+
+# The standard decoder each method is measured against, and the speculative one for a standard choice.
+SPEEDUP_PAIRS = {"beam": ("beam", "sbs-exact"), "sbs": ("beam", "sbs"), "sbs-exact": ("beam", "sbs-exact"),
+                 "sample": ("sample", "spec-sample"), "spec-sample": ("sample", "spec-sample"),
+                 "spec-sample-draft": ("sample", "spec-sample-draft"), "mentored": ("sample", "mentored"),
+                 "relaxed": ("greedy", "relaxed")}
+
+
+def speedup_methods(method: str) -> tuple[str, str]:
+    """(standard method, speculative method) to compare for the chosen settings."""
+    if method in SPEEDUP_PAIRS:
+        return SPEEDUP_PAIRS[method]
+    return "greedy", method if common.is_speculative(method) else "spec-auto"
+
+
+def measure(predictor: Predictor, query: str, cfg: Settings, baseline: str, speculative: str) -> Speedup:
+    runs: dict[str, list[QueryResult]] = {baseline: [], speculative: []}
+    for _ in range(SPEEDUP_REPEATS):
+        for method in (baseline, speculative):
+            beam = common.is_beam_method(method)
+            spec = common.is_speculative(method)
+            runs[method].append(predictor.predict(query, method=method, n_best=cfg.n_best if beam else 1,
+                                                  draft_len=cfg.draft_len if spec else None,
+                                                  n_drafts=cfg.n_drafts if spec else None,
+                                                  sampling=cfg.sampling))
+
+    def timing(method: str) -> Timing:
+        results = runs[method]
+        stats = results[0].stats  # calls and acceptance are the same in every run
+        return Timing(method, 1000 * statistics.median(r.stats.wall_time_s for r in results), stats.model_calls,
+                      stats.accepted_per_call, stats.tokens_per_call,
+                      tuple(p.smiles for p in results[0].predictions))
+
+    return Speedup(query, timing(baseline), timing(speculative))
+
+
+def show_speedup(shown: Shown, predictor: Predictor) -> None:
+    cfg, query = shown.settings, shown.result.canonical_query
+    baseline, speculative = speedup_methods(cfg.method)
+    note = ""
+    st.caption(f"Decodes this query with {common.method_label(baseline)} and "
+               f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
+               f"medians of the decoding call.{note}")
+    records: dict = st.session_state.setdefault("speedups", {})
+    key = (cfg.model, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts)
+    if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
+        try:
+            with st.spinner("Timing both decoders…"):
+                records[key] = measure(predictor, query, cfg, baseline, speculative)
+        except Exception:  # noqa: BLE001
+            log.exception("speedup measurement failed")
+            st.error("The measurement failed; the prediction above is unaffected.")
+    record = records.get(key)
+    if record is not None:
+        show_speedup_record(record)
+    if records:
+        st.plotly_chart(session_chart(list(records.values())), key="session_speedups")
+
+
+def show_speedup_record(record: Speedup) -> None:
+    a, b, c, d = st.columns(4)
+    a.metric("Speedup", f"{record.factor:.2f}×", help="Standard decoding time / speculative decoding time")
+    b.metric("Standard time", f"{record.baseline.time_ms:.0f} ms")
+    c.metric("Speculative time", f"{record.speculative.time_ms:.0f} ms")
+    d.metric("Model calls saved", f"{record.baseline.model_calls - record.speculative.model_calls}",
+             help="Decoder calls of standard minus speculative decoding")
+    table = pd.DataFrame([
+        {"Decoder": common.method_label(t.method), "Wall time (ms)": round(t.time_ms, 1),
+         "Model calls": t.model_calls, "Accepted draft tokens per call": round(t.accepted_per_call, 2),
+         "Tokens per call": round(t.tokens_per_call, 2)}
+        for t in (record.baseline, record.speculative)])
+    st.dataframe(table, hide_index=True)
+    if record.identical:
+        st.caption("Both decoders returned the same answer, as speculative decoding guarantees.")
+    else:
+        st.warning("The two decoders returned different answers (expected only for lossy or non-greedy pairs).")
+
+
+def session_chart(records: list[Speedup]) -> go.Figure:
+    # Plotly reads a few HTML tags in labels and hover text: escape what came from the user.
+    labels = [html.escape(f"{i}. {common.short(r.query, 28)}") for i, r in enumerate(records, start=1)]
+    factors = [r.factor for r in records]
+    figure = go.Figure(go.Bar(
+        x=labels, y=factors, text=[f"{f:.2f}×" for f in factors], textposition="outside",
+        width=[0.6] * len(records) if len(records) > 3 else [0.35] * len(records), marker_color="#1f6f8b",
+        customdata=[[html.escape(r.query), common.method_label(r.speculative.method),
+                     common.method_label(r.baseline.method)] for r in records],
+        hovertemplate="%{customdata[0]}<br>%{customdata[1]} vs %{customdata[2]}: %{y:.2f}×<extra></extra>"))
+    figure.add_hline(y=1, line_dash="dot", line_color="#888")
+    figure.update_layout(title="Speedup of every measured query in this session", yaxis_title="speedup (×)",
+                         yaxis_range=[0, max(factors + [1.0]) * 1.2], height=340, margin={"t": 50, "b": 10})
+    return figure
+
+
+# ---- 3D ---------------------------------------------------------------------------------------
+
+
+@st.cache_data(max_entries=64, show_spinner="Building a 3D conformer…")
+def viewer_page(smiles: str) -> str | None:
+    """The viewer HTML for a SMILES, cached so reruns keep the same iframe (no reload, no flicker)."""
+    molblock = depict.molblock_3d(smiles)
+    return depict.viewer_html(molblock, common.VIEWER_JS, 420) if molblock else None
+
+
+def molecules_3d(shown: Shown) -> dict[str, str]:
+    """{label: SMILES} of what the 3D view offers: valid predictions, then each query molecule
+    apart (fragments embedded together would overlap); lone ions are left out."""
+    choices = {f"Prediction, rank {p.rank}": p.smiles for p in shown.result.predictions if p.valid}
+    for fragment in dict.fromkeys(shown.result.canonical_query.split(".")):
+        if len(depict.ATOM_TOKEN.findall(fragment)) > 1:
+            choices[f"Query molecule: {common.short(fragment, 40)}"] = fragment
+    return choices
+
+
+def show_3d(shown: Shown, rank: int) -> None:
+    choices = molecules_3d(shown)
+    names = list(choices)
+    if not names:
+        st.info("Nothing to show in 3D: no valid prediction and no query molecule with more than one atom.")
+        return
+    preferred = f"Prediction, rank {rank}"
+    name = st.selectbox("Molecule", names, index=names.index(preferred) if preferred in choices else 0,
+                        key=f"view3d_{rank}")
+    page = viewer_page(choices[name])
+    if page is None:
+        st.info("RDKit could not build 3D coordinates for this molecule (too large or unusual).",
+                icon=":material/info:")
+        return
+    st.iframe(page, height=430)
+    st.caption("RDKit conformer (ETKDG, then MMFF). Drag to rotate, scroll to zoom.")
+
+
+# ---- page -------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    cfg = common.settings()
+    ss = st.session_state
+    if cfg.task == "retro":
+        st.title("Propose reactants")
+        st.caption("Single-step retrosynthesis: paste or draw a product, get ranked reactant sets.")
+    else:
+        st.title("Predict reaction products")
+        st.caption("Paste or draw reactants and reagents; the model writes the product SMILES, and speculative "
+                   "decoding copies the unchanged parts of the query into the answer.")
+    if cfg.model_dir is None:
+        if cfg.task == "retro":
+            st.warning("Retrosynthesis is not available yet: no retrosynthesis model is installed (models/retro/ "
+                       "is missing). Forward prediction works; switch the task in the sidebar.",
+                       icon=":material/hourglass_empty:")
+        else:
+            st.error(f"No {cfg.task} model is installed (models/{cfg.task}/ is missing).", icon=":material/error:")
+        return
+    predictor = common.load_predictor(cfg.model_dir)
+
+    example_buttons(cfg.task)
+    query_inputs(cfg.task)
+    if ss.pop("pending", False):
+        run_query(cfg, predictor)
+    if ss.get("query_error"):
+        st.error(common.md_escape(ss["query_error"]), icon=":material/error:")
+
+    shown: Shown | None = ss.get("shown")
+    if shown is None:
+        st.info("Pick an example, paste a SMILES and press **Predict**, or draw a structure and press **Apply**.",
+                icon=":material/lightbulb:")
+        return
+    if shown.settings.model != cfg.model or shown.settings.task != cfg.task:
+        st.caption("Showing the last prediction, made with another model.")
+    elif ss.get("query_error"):
+        st.caption("Below: the last successful prediction.")
+
+    show_query(shown)
+    st.subheader("Predictions")
+    known = known_answer(shown)
+    if known:
+        show_known_check(shown, known)
+    for prediction in shown.result.predictions:
+        show_prediction(prediction, known)
+
+    if not shown.result.predictions:
+        st.info("The model returned no answer for this query.", icon=":material/info:")
+        return
+
+    st.subheader("Inspect")
+    ranks = [p.rank for p in shown.result.predictions]
+    if ss.get("inspect_rank") not in ranks:
+        ss["inspect_rank"] = ranks[0]
+    rank = ss["inspect_rank"]
+    if len(ranks) > 1:
+        rank = st.radio("Prediction", ranks, key="inspect_rank", horizontal=True, format_func=lambda k: f"Rank {k}")
+    prediction = shown.result.predictions[ranks.index(rank)]
+    # Lazy tabs: only the open one runs, so a 3D conformer is built only when someone looks at it.
+    copied, speed, three_d = st.tabs(["Copied tokens", "Speedup of this query", "3D view"], key="inspect_tab",
+                                     on_change="rerun")
+    if copied.open:
+        with copied:
+            show_copied_tokens(shown, prediction)
+    if speed.open:
+        with speed:
+            show_speedup(shown, common.load_predictor(shown.settings.model_dir))
+    if three_d.open:
+        with three_d:
+            show_3d(shown, rank)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions
+    main()

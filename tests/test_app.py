@@ -1,0 +1,440 @@
+"""The Streamlit app: depiction helpers, and every page driven with Streamlit's AppTest.
+
+Tests marked with the real model predict with the shipped models/forward checkpoint (skipped where
+it is absent); the others use the tiny copy model (tests/fixtures/copy_model) installed as
+`forward` in a temporary models folder, where speed matters more than chemistry.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rdkit import Chem
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # `streamlit run app.py` puts the app folder on the path; so do we
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from molspec_core import depict  # noqa: E402
+from molspec_core.tokenizer import tokenize  # noqa: E402
+from pages.batch import safe_csv  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FORWARD_MODEL = ROOT / "models" / "forward"
+needs_forward = pytest.mark.skipif(not (FORWARD_MODEL / "config.json").is_file(),
+                                   reason=f"shipped forward model not found at {FORWARD_MODEL}")
+TIMEOUT = 120  # seconds per AppTest run: a cold start loads torch, RDKit and the model
+
+
+def app(models_dir: Path | None = None, monkeypatch=None) -> AppTest:
+    if models_dir is not None:
+        monkeypatch.setenv("MOLSPEC_MODELS_DIR", str(models_dir))
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+
+
+@pytest.fixture(autouse=True)
+def runs_go_through_app_py(monkeypatch):
+    """Make every AppTest run start at app.py, as every run of a served app does.
+
+    Until app.py has called st.navigation once in a process, Streamlit treats an app with a pages/
+    folder as an old-style app and runs a requested page alone. A server forgets that only once
+    (pages/common.py reruns such a first request); AppTest forgets it before every run, so its runs
+    after the first would skip app.py and its sidebar. This restores the served behaviour.
+    """
+    import streamlit.testing.v1.app_test as app_test
+
+    original = app_test.PagesManager
+
+    class ServedPagesManager(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            original.uses_pages_directory = False
+
+    monkeypatch.setattr(app_test, "PagesManager", ServedPagesManager)
+
+
+@pytest.fixture()
+def copy_models(tmp_path: Path) -> Path:
+    """A models folder whose `forward` model is the copy model (vocabulary: C N O c n ( ) = 1 2 Cl Br)."""
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "models" / "forward")
+    return tmp_path / "models"
+
+
+def predict(at: AppTest, smiles: str) -> AppTest:
+    at.text_input(key="query_text").input(smiles)
+    return submit(at, "Predict")
+
+
+def submit(at: AppTest, label: str) -> AppTest:
+    next(b for b in at.button if b.label == label).click()
+    return at.run()
+
+
+def texts(elements) -> str:
+    """The text of elements as a person reads it (markdown escapes removed)."""
+    return " | ".join(re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements)
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception on screen, and no Python repr leaking into text."""
+    assert not at.exception, texts(at.exception)
+    shown = texts(at.markdown) + texts(at.caption) + texts(at.info) + texts(at.warning) + texts(at.error)
+    assert not re.search(r"<[\w.]+ object at 0x|QueryResult\(|Prediction\(|DecodeStats\(", shown), shown
+
+
+# ---- depiction helpers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("smiles", ["CC(=O)NCc1ccccc1", "[H]OC([2H])Cl", "C1CC[C@H](Br)CC1",
+                                    "[Na+].[Cl-].c1ccncc1", "O=C([O-])c1ccc2c(c1)CCC%10CCCCC%10C2", "C=C/C=C\\Br"])
+def test_token_atom_indices_follow_the_written_order(smiles):
+    tokens = tokenize(smiles)
+    indices = depict.token_atom_indices(tokens)
+    mol = depict.parse_in_order(smiles)
+    assert indices is not None and mol is not None
+    atom_tokens = [(t, i) for t, i in zip(tokens, indices) if i is not None]
+    assert [i for _, i in atom_tokens] == list(range(mol.GetNumAtoms()))
+    for token, index in atom_tokens:
+        element = re.match(r"\[?\d*([A-Za-z][a-z]?)", token).group(1)
+        if element.lower() in ("cl", "br") or not token.startswith("["):
+            element = element.capitalize()
+        assert mol.GetAtomWithIdx(index).GetSymbol() == element, (token, index)
+
+
+def test_token_atom_indices_refuse_invalid_smiles():
+    assert depict.token_atom_indices(tokenize("C1CC")) is None
+    assert depict.token_atom_indices(("x",)) is None
+
+
+def test_copy_spans_join_consecutive_source_positions():
+    provenance = [-1, 3, 4, 5, -1, 9, 10, 2]
+    assert depict.copy_spans(provenance) == [(1, 4, 3), (5, 7, 9), (7, 8, 2)]
+    assert depict.span_of_tokens(provenance) == [None, 0, 0, 0, None, 1, 1, 2]
+
+
+def test_copied_atoms_are_the_atoms_of_copied_tokens():
+    tokens = tokenize("CC(=O)NCc1ccccc1")  # the ring "c1ccccc1" is tokens 8..15, atoms 5..10
+    provenance = [-1] * 8 + list(range(20, 28))
+    colours = depict.copied_atom_colours(tokens, provenance)
+    assert sorted(colours) == [5, 6, 7, 8, 9, 10]
+    assert len(set(colours.values())) == 1  # one run, one colour
+    svg = depict.provenance_svg(tokens, provenance)
+    assert svg and svg.lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_provenance_html_escapes_every_token():
+    html = depict.provenance_html(["<script>", "C"], ["<img src=x onerror=alert(1)>", "&"], [0, -1])
+    assert "<script>" not in html and "<img" not in html
+    assert "&lt;script&gt;" in html and "&amp;" in html
+
+
+def test_3d_view_uses_the_vendored_script_and_no_cdn():
+    molblock = depict.molblock_3d("CC(=O)NCc1ccccc1")
+    assert molblock and " C " in molblock
+    page = depict.viewer_html(molblock, "/app/static/3Dmol-min.js")
+    assert "/app/static/3Dmol-min.js" in page and "cdn" not in page.lower() and "https://" not in page
+    with pytest.raises(ValueError):
+        depict.viewer_html(molblock + "</script>", "/app/static/3Dmol-min.js")
+    assert depict.molblock_3d("C1CC") is None
+    assert depict.molblock_3d("C" * 200) is None  # over the size bound
+
+
+def test_static_files_and_config_keep_the_app_offline():
+    script = ROOT / "static" / "3Dmol-min.js"
+    assert script.stat().st_size > 100_000
+    # The vendored build is the version py3Dmol would fetch from its CDN.
+    import inspect
+
+    import py3Dmol
+
+    wanted = re.search(r"3dmol@([\d.]+)", inspect.signature(py3Dmol.view).parameters["js"].default).group(1)
+    assert f"3dmol v{wanted}" in (ROOT / "static" / "3Dmol-min.js.LICENSE.txt").read_text()
+    config = (ROOT / ".streamlit" / "config.toml").read_text()
+    assert re.search(r"enableStaticServing\s*=\s*true", config)
+    assert re.search(r"gatherUsageStats\s*=\s*false", config)
+    for source in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), ROOT / "molspec_core" / "depict.py"]:
+        assert "https://" not in source.read_text(), source
+
+
+def test_examples_are_valid_reactions_with_known_products():
+    examples = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
+    assert {e["name"] for e in examples} >= {"Amide coupling", "Esterification", "Suzuki coupling",
+                                             "Boc deprotection", "Reductive amination"}
+    for e in examples:
+        for smiles in (e["reactants"], e["product"]) + ((e["reagents"],) if e["reagents"] else ()):
+            assert Chem.MolFromSmiles(smiles) is not None, smiles
+
+
+# ---- Predict page ---------------------------------------------------------------------------------
+
+
+@needs_forward
+def test_predict_page_predicts_with_the_shipped_model():
+    at = app().run()
+    assert_clean(at)
+    assert at.title[0].value == "Predict reaction products"
+    assert [t.label for t in at.text_input] == ["SMILES"]
+    at.text_input(key="query_text").input("CCO.CC(=O)O")
+    at.run()  # typed but not submitted: inside the form, typing does not run the model
+    assert "Predictions" not in texts(at.subheader)
+    predict(at, "CCO.CC(=O)O")  # (AppTest drops unsubmitted form values, so type again)
+    assert_clean(at)
+    assert "Predictions" in texts(at.subheader)
+    assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
+    metrics = {m.label: m.value for m in at.metric}
+    assert {"Score (log-prob)", "Probability", "Tokens"} <= set(metrics)
+    assert re.search("Valid SMILES|Invalid SMILES", texts(at.markdown))
+    assert len(at.get("html")) == 1  # the coloured provenance tokens
+
+
+@needs_forward
+def test_example_button_predicts_and_checks_the_known_product():
+    at = app().run()
+    next(b for b in at.button if b.label == "Amide coupling").click()
+    at.run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "CC(=O)Cl.NCc1ccccc1"
+    verdict = texts(at.success) + texts(at.warning)
+    assert "known product" in verdict
+
+
+@needs_forward
+@pytest.mark.parametrize("bad, message", [
+    ("", "empty query"), ("xyz", "not a valid SMILES"), ("C1CC", "not a valid SMILES"),
+    ("C" * 5000, "characters long"), ("CC[U]", "not in the model's vocabulary"),
+], ids=["empty", "not-smiles", "unclosed-ring", "5000-chars", "unknown-token"])
+def test_bad_input_shows_an_error_and_keeps_the_last_prediction(bad, message):
+    at = app().run()
+    predict(at, "CCO.CC(=O)O")
+    predict(at, bad)
+    assert_clean(at)
+    assert message in texts(at.error)
+    assert "Predictions" in texts(at.subheader)  # the last good result is still on screen
+    assert "last successful prediction" in texts(at.caption)
+    assert at.text_input(key="query_text").value == bad  # and the typed text is kept
+
+
+def test_speedup_copied_tokens_and_3d_tabs(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "Oc1ccncc1Cl" in texts(at.code)
+    assert "copied" in texts(at.caption)
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    submit(at, "Measure speedup")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Speedup"].endswith("×")
+    assert "Both decoders returned the same answer" in texts(at.caption)
+    assert len(at.get("plotly_chart")) == 1
+    at.session_state["inspect_tab"] = "3D view"
+    at.run()
+    assert_clean(at)
+    assert at.selectbox(key="view3d_1").value == "Prediction, rank 1"
+
+
+def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("beam").run()
+    at.slider(key="n_best").set_value(3).run()
+    predict(at, "Oc1ccncc1")
+    assert_clean(at)
+    ranks = [m for m in texts(at.markdown).split(" | ") if re.fullmatch(r"\*\*Rank \d\*\*", m)]
+    assert ranks == ["**Rank 1**", "**Rank 2**", "**Rank 3**"]
+    assert at.radio(key="inspect_rank").options == ["Rank 1", "Rank 2", "Rank 3"]
+
+
+def test_exact_speculative_beam_is_timed_against_beam_search(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sbs-exact").run()
+    at.slider(key="n_best").set_value(3).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert at.radio(key="inspect_rank").options == ["Rank 1", "Rank 2", "Rank 3"]
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    assert "Beam search and Speculative beam, exact" in texts(at.caption)
+    submit(at, "Measure speedup")
+    assert_clean(at)
+    assert "Both decoders returned the same answer" in texts(at.caption)
+
+
+def test_mentored_sampling_has_its_knobs_and_predicts(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("mentored").run()
+    assert at.slider(key="n_samples").value == 5
+    at.slider(key="delta").set_value(0.2).run()
+    at.slider(key="temperature").set_value(1.5).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "**Rank 1**" in texts(at.markdown)  # the copy model's samples agree: merged into one answer
+    options = at.selectbox(key="method").options
+    assert "Mentored sampling (lossy)" in options
+    assert "Speculative sampling, draft model" not in options  # no draft model is shipped
+
+
+def test_retrosynthesis_is_unavailable_without_a_retro_model(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    assert_clean(at)
+    assert "not available" in texts(at.warning)
+    assert not [b for b in at.button if b.label == "Predict"]
+
+
+def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    at = app(copy_models, monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    assert at.title[0].value == "Propose reactants"
+    predict(at, "Oc1ccncc1")
+    assert_clean(at)
+    assert "Predictions" in texts(at.subheader)
+
+
+# ---- Batch page -----------------------------------------------------------------------------------
+
+
+def batch_page(monkeypatch, models_dir: Path | None = None) -> AppTest:
+    at = app(models_dir, monkeypatch).run()
+    return at.switch_page("pages/batch.py").run()
+
+
+@needs_forward
+def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
+    at = batch_page(monkeypatch)
+    assert_clean(at)
+    data = b'smiles,note\nCCO.CC(=O)O,good\nxyz,bad\n=HYPERLINK("http://x"),formula\n,empty\nCC(=O)Cl.NCc1ccccc1,good\n'
+    at.file_uploader[0].set_value(("mixed.csv", data, "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "2", "3")
+    assert "3 of 5 rows were rejected" in texts(at.warning)
+    assert [b.label for b in at.get("download_button")] == ["Download CSV"]
+    table = at.session_state["batch"].table
+    exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
+    assert list(exported.columns) == ["query", "rank", "smiles", "score", "method", "time_ms", "model_calls",
+                                      "accepted_tokens", "error"]
+    assert exported["query"].tolist()[2] == "'=HYPERLINK(\"http://x\")"  # neutralized
+    assert exported.loc[exported["rank"] == "", "error"].str.len().gt(0).all()
+    good = exported[exported["rank"] != ""]
+    assert good["query"].tolist() == ["CCO.CC(=O)O", "CC(=O)Cl.NCc1ccccc1"]
+    assert (good["method"] == "spec-auto").all() and (good["error"] == "").all()
+
+
+def test_batch_rejects_unusable_files_with_a_message(copy_models, monkeypatch):
+    at = batch_page(monkeypatch, copy_models)
+    cases = [(("no_column.csv", b"name,value\na,1\n", "text/csv"), "needs a column"),
+             (("latin1.txt", "C\u00e9\n".encode("latin-1"), "text/plain"), "not UTF-8"),
+             (("huge.txt", b"CCO\n" * 1001, "text/plain"), "at most 1000")]
+    for upload, message in cases:
+        at.file_uploader[0].set_value(upload)
+        submit(at, "Run batch")
+        assert_clean(at)
+        assert message in texts(at.error), texts(at.error)
+
+
+def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("queries.txt", b"Oc1ccncc1\n\nc1ccncc1Cl\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    table = at.session_state["batch"].table
+    assert table["rank"].isna().tolist() == [False, True, False]
+    assert table["error"].tolist()[1].startswith("empty query")
+
+
+# ---- Benchmark page -------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def bench_folder(tmp_path: Path) -> Path:
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    report = run_bench(predictor, ["Oc1ccncc1Cl", "NC(=O)c1ccncc1"], None, ["greedy", "spec-lookup", "spec-auto"],
+                       warmup=1, progress=False)
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    (folder / "copy.json").write_text(json.dumps(report))
+    (folder / "broken.json").write_text("{not json")
+    return folder
+
+
+def test_benchmark_page_charts_saved_reports(bench_folder, copy_models, monkeypatch):
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("pages/benchmark.py").run()
+    assert_clean(at)
+    assert at.selectbox(key="bench_file").options == ["copy.json"]
+    assert "broken.json: not a MolSpec bench report" in texts(at.warning)
+    assert len(at.get("plotly_chart")) == 4
+    assert len(at.dataframe) == 1
+
+
+def test_benchmark_page_without_reports_says_how_to_make_one(tmp_path, copy_models, monkeypatch):
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "nothing"))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("pages/benchmark.py").run()
+    assert_clean(at)
+    assert "molspec bench" in texts(at.info)
+
+
+@needs_forward
+def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app().run()
+    at.switch_page("pages/benchmark.py").run()
+    at.slider[0].set_value(1)
+    at.multiselect[0].set_value(["spec-auto"])
+    submit(at, "Run live benchmark")
+    assert_clean(at)
+    report = at.session_state["live_report"]
+    assert report["n_queries"] == 1 and set(report["methods"]) == {"greedy", "spec-auto"}
+    assert report["methods"]["spec-auto"]["identical_to_greedy"] == 1.0
+    assert "top1" in report["methods"]["greedy"]
+    assert len(at.get("plotly_chart")) == 4
+    assert [b.label for b in at.get("download_button")] == ["Download live report (JSON)"]
+
+
+# ---- Models page ----------------------------------------------------------------------------------
+
+
+@needs_forward
+def test_models_page_shows_every_model():
+    at = app().run()
+    at.switch_page("pages/models.py").run()
+    assert_clean(at)
+    assert "forward" in texts(at.header)
+    card = FORWARD_MODEL / "MODEL_CARD.md"
+    if card.is_file():
+        assert any(len(m.value) > 200 for m in at.markdown)
+    else:
+        assert "no model card yet" in texts(at.info)
+    assert "No retrosynthesis model is shipped yet" in texts(at.info) or (ROOT / "models" / "retro").is_dir()
+
+
+def test_models_page_renders_a_model_card(copy_models, monkeypatch):
+    (copy_models / "forward" / "MODEL_CARD.md").write_text("# Copy model\n\nCopies its input minus every *C*.\n")
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("pages/models.py").run()
+    assert_clean(at)
+    assert any("Copies its input" in m.value for m in at.markdown)
+
+
+def test_markdown_escape_shows_text_verbatim():
+    from pages.common import format_probability, md_escape
+
+    assert md_escape("[x](http://a) *b* $c$ :d:") == r"\[x\]\(http\://a\) \*b\* \$c\$ \:d\:"
+    assert format_probability(0.0) == "100.0%"
+    assert format_probability(-100.0) == "3.7e-44"
+

@@ -1,0 +1,223 @@
+"""The app in a real browser: Playwright drives Debian's Chromium against `streamlit run app.py`.
+
+What only a browser shows: the molecule editor (Ketcher) and its Apply, the 3D canvas, the CSV
+download, and that no request leaves 127.0.0.1. Skipped with a reason where Chromium or the
+playwright package is missing (CI installs Chromium). Screenshots go to $MOLSPEC_SHOTS (default:
+a molspec-shots folder in the temp directory) so a person can look at them.
+"""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = Path(os.environ.get("MOLSPEC_SHOTS") or Path(tempfile.gettempdir()) / "molspec-shots")
+LOCAL_HOSTS = {"127.0.0.1"}
+WAIT_MS = 90_000  # a cold first prediction loads the model; CI machines are slow
+
+if not CHROMIUM.exists():
+    pytest.skip(f"no browser: {CHROMIUM} is not installed (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+sync_api.expect.set_options(timeout=WAIT_MS)
+if not (ROOT / "models" / "forward" / "config.json").is_file():
+    pytest.skip("the shipped forward model (models/forward) is missing", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`streamlit run app.py` on a free local port; yields its base URL."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MOLSPEC_BENCH_DIR=str(log_path.parent))
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.address", "127.0.0.1", "--server.port", str(port), "--server.fileWatcherType", "none",
+             "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture()
+def page(browser, server):
+    """A fresh page that records every request; after the test, all of them must have gone to
+    127.0.0.1 (no CDN, no fonts, no telemetry)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+    hosts: dict[str, str] = {}
+
+    def record(request):
+        scheme = urlparse(request.url).scheme
+        if scheme in ("http", "https", "ws", "wss"):
+            hosts.setdefault(urlparse(request.url).hostname or "", request.url)
+
+    context.on("request", record)
+    tab = context.new_page()
+    tab.set_default_timeout(WAIT_MS)
+    tab.base_url = server  # type: ignore[attr-defined]
+    yield tab
+    context.close()
+    outside = {host: url for host, url in hosts.items() if host not in LOCAL_HOSTS}
+    assert not outside, f"requests left 127.0.0.1: {outside}"
+
+
+def settle(page) -> None:
+    """Wait until the script run has finished and no element is still a loading placeholder."""
+    page.wait_for_function("""() => !document.querySelector(
+        '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stStatusWidgetRunningManIcon"], '
+        + '[data-testid="stSkeleton"]')""")
+    time.sleep(0.5)  # images and charts paint after their elements arrive
+
+
+def shot(page, name: str) -> None:
+    settle(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def predict_page(page) -> None:
+    page.goto(page.base_url + "/")
+    page.get_by_role("textbox", name="SMILES").wait_for()
+
+
+def test_a_deep_link_as_the_first_request_shows_the_app(page):
+    # Runs first in this module: a fresh server whose first request is /batch.
+    page.goto(page.base_url + "/batch")
+    page.get_by_role("heading", name="Batch prediction").wait_for()
+    nav = page.get_by_test_id("stSidebarNav")
+    nav.get_by_text("Benchmark").wait_for()
+    assert nav.get_by_text("common").count() == 0  # not Streamlit's folder listing of pages/
+    sync_api.expect(page.get_by_text("Decoding method")).to_have_count(1)  # the shared sidebar
+
+
+def test_paste_smiles_and_get_ranked_predictions(page):
+    predict_page(page)
+    page.get_by_role("combobox", name="Decoding method").click()
+    page.get_by_role("option", name="Beam search").click()
+    page.get_by_text("Beam width (n-best)").wait_for()
+    page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
+    page.get_by_role("button", name="Predict").click()
+    for rank in range(1, 6):  # beam width 5 by default: five ranked answers
+        page.locator(f'strong:text-is("Rank {rank}")').wait_for()  # the card title, not the rank picker
+    sync_api.expect(page.get_by_text("Score (log-prob)")).to_have_count(5)
+    page.set_viewport_size({"width": 1400, "height": 3000})
+    shot(page, "browser_ranked_predictions")
+
+
+def test_draw_in_ketcher_and_apply(page):
+    predict_page(page)
+    page.get_by_role("tab", name="Draw structure").click()
+    editor = page.frame_locator('iframe[title="streamlit_ketcher.streamlit_ketcher"]')
+    editor.get_by_title("Benzene (T)").first.click()
+    canvas = editor.locator('[class*="StructEditor-module_canvas"]').first
+    box = canvas.bounding_box()
+    centre_x, centre_y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.click(centre_x, centre_y)  # a benzene ring, centred where we click
+    editor.get_by_title("Bromine (B)").first.click()
+    # Drag from the top ring atom (one bond length, about 40 px, above the centre) to add a Br.
+    page.mouse.move(centre_x, centre_y - 41)
+    page.mouse.down()
+    page.mouse.move(centre_x, centre_y - 70, steps=5)
+    page.mouse.move(centre_x, centre_y - 92, steps=5)
+    page.mouse.up()
+    editor.get_by_role("button", name="Apply").click()
+    page.get_by_text("Rank 1", exact=True).wait_for()
+    shot(page, "browser_ketcher_apply")
+    page.get_by_role("tab", name="Type SMILES").click()  # the drawing became the query
+    sync_api.expect(page.get_by_role("textbox", name="SMILES")).to_have_value("Brc1ccccc1")
+
+
+def test_3d_view_draws_on_its_canvas(page):
+    predict_page(page)
+    page.get_by_role("button", name="Esterification").click()
+    page.get_by_text("Rank 1", exact=True).wait_for()
+    page.get_by_role("tab", name="3D view").click()
+    page.get_by_text("Drag to rotate").wait_for()
+    viewer = page.frame_locator('iframe[title="st.iframe"]').first
+    canvas = viewer.locator("canvas").first
+    canvas.wait_for()
+    time.sleep(1.5)  # let 3Dmol.js draw its first frame
+    png = canvas.screenshot()
+    from PIL import Image
+
+    pixels = Image.open(io.BytesIO(png)).convert("L")
+    dark = sum(pixels.histogram()[:200])  # pixels darker than the white background
+    assert dark > 500, "the 3D canvas is blank"
+    shot(page, "browser_3d_view")
+
+
+def test_batch_csv_downloads_and_parses(page, tmp_path):
+    queries = tmp_path / "queries.csv"
+    queries.write_text('smiles\nCCO.CC(=O)O\nxyz\n=HYPERLINK("http://x")\n')
+    page.goto(page.base_url + "/batch")
+    page.locator('input[type="file"]').set_input_files(str(queries))
+    page.get_by_text("queries.csv").wait_for()
+    page.get_by_role("button", name="Run batch").click()
+    download_button = page.get_by_role("button", name="Download CSV")
+    download_button.wait_for()
+    shot(page, "browser_batch")
+    with page.expect_download() as info:
+        download_button.click()
+    saved = tmp_path / "predictions.csv"
+    info.value.save_as(saved)
+    table = pd.read_csv(saved, keep_default_na=False, dtype=str)
+    assert list(table.columns) == ["query", "rank", "smiles", "score", "method", "time_ms", "model_calls",
+                                   "accepted_tokens", "error"]
+    assert table["query"].tolist() == ["CCO.CC(=O)O", "xyz", "'=HYPERLINK(\"http://x\")"]
+    assert table["rank"].tolist() == ["1", "", ""] and table["smiles"][0]
+    assert table["error"][1].startswith("not a valid SMILES") and table["error"][0] == ""
+
+
+def test_other_pages_render(page):
+    for path, heading in (("/benchmark", "Benchmarks"), ("/models", "Models")):
+        page.goto(page.base_url + path)
+        page.get_by_role("heading", name=heading).wait_for()
+        assert page.get_by_test_id("stException").count() == 0
+        shot(page, f"browser{path.replace('/', '_')}")
+
