@@ -9,6 +9,7 @@ The model is never mutated after loading, so one Predictor may serve many thread
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,8 +74,6 @@ class Prediction:
 
     @property
     def probability(self) -> float:
-        import math
-
         return math.exp(self.score)
 
 
