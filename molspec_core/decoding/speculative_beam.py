@@ -37,6 +37,7 @@ from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .batch import pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from .verify import accept_greedy
 
 DrafterFactory = Callable[[Sequence[int]], Drafter]
 
@@ -87,7 +88,6 @@ class _Search:
         src_t = pad_sources([src], device)
         memory = model.encode(src_t)
         self.cache = model.new_cache(memory, src_t != PAD_ID, budget + max_draft + 2)
-        self.cache.set_lengths(torch.zeros(1, dtype=torch.long))
         self.device = device
         zero = torch.zeros((), dtype=torch.float32)
         self.live = [_Hyp([BOS_ID], [], zero, fed=0, extent=0)]
@@ -119,11 +119,7 @@ class _Search:
         self.cache.set_lengths(torch.tensor([self.live[i].fed if i in drafts else 0 for i in range(rows)]))
         logits, attention = self.model.decode(tokens.to(self.device), self.cache, cross_attention=want_attention)
         log_probs = logits.float().log_softmax(dim=-1).cpu()  # (R, N, 1+D, V)
-        tokens_cpu = tokens
-        argmax = log_probs.argmax(dim=-1)
-        valid = torch.arange(depth) < lengths.unsqueeze(-1)
-        accepted = ((tokens_cpu[:, :, 1:] == argmax[:, :, :depth]) & valid).long().cumprod(-1).sum(-1)  # (R, N)
-        branch = accepted.argmax(dim=-1)  # first best branch
+        _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
         keep = torch.zeros(rows, dtype=torch.long)
         for i in which:
             b = int(branch[i])
