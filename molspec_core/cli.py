@@ -6,9 +6,10 @@ import dataclasses
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from .service import METHODS
+from .service import DEFAULT_TIME_LIMIT_S, METHODS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input", help="TXT (one SMILES per line) or CSV with a smiles column")
     p.add_argument("--column", help="CSV column holding the queries")
     p.add_argument("--output", help="CSV to write (required with --input)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
+                   help="seconds per query before it is reported as an error (default %(default)s)")
 
     p = sub.add_parser("evaluate", help="top-k accuracy on parallel source/target files")
     model_args(p)
@@ -92,7 +95,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     predictor = Predictor.load(args.model, args.device)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
-                   sampling=sampling_options(args))
+                   sampling=sampling_options(args), time_limit_s=args.time_limit)
     if args.smiles is not None:
         result = predictor.predict(args.smiles, **options)
         if not result.ok:
@@ -116,21 +119,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     header = ["row", "query", "rank", "smiles", "score", "probability", "valid", "method", "time_ms",
               "model_calls", "accepted_tokens", "error"]
-    rows, n_bad = [], 0
     step = max(1, args.batch_size)
-    for start in tqdm(range(0, len(queries), step), desc="predict", unit="batch"):
-        chunk = queries[start:start + step]
-        for offset, result in enumerate(predictor.predict(chunk, batch_size=step, **options)):
-            row = start + offset + 1
-            if not result.ok:
-                n_bad += 1
-                rows.append([row, result.query, "", "", "", "", "", args.method, "", "", "", result.error])
-                continue
-            for p in result.predictions:
-                rows.append([row, result.query, p.rank, p.smiles, f"{p.score:.4f}", f"{p.probability:.4f}", p.valid,
-                             args.method, f"{result.stats.wall_time_s * 1000:.1f}", result.stats.model_calls,
-                             result.stats.draft_tokens_accepted, ""])
-    write_csv(args.output, header, rows)
+    n_bad = 0
+
+    def rows() -> Iterator[list[object]]:  # streamed to the CSV batch by batch: memory stays bounded for 100,000 queries
+        nonlocal n_bad
+        for start in tqdm(range(0, len(queries), step), desc="predict", unit="batch"):
+            chunk = queries[start:start + step]
+            for offset, result in enumerate(predictor.predict(chunk, batch_size=step, **options)):
+                row = start + offset + 1
+                if not result.ok:
+                    n_bad += 1
+                    yield [row, result.query, "", "", "", "", "", args.method, "", "", "", result.error]
+                    continue
+                for p in result.predictions:
+                    yield [row, result.query, p.rank, p.smiles, f"{p.score:.4f}", f"{p.probability:.4f}", p.valid,
+                           args.method, f"{result.stats.wall_time_s * 1000:.1f}", result.stats.model_calls,
+                           result.stats.draft_tokens_accepted, ""]
+
+    write_csv(args.output, header, rows())
     print(f"{len(queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
     return 0
 

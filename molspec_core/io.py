@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from pathlib import Path
 
 from .data import open_text
@@ -57,7 +58,8 @@ def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> 
     return rows
 
 
-def write_csv(path: str | Path, header: list[str], rows: list[list[object]]) -> None:
+def write_csv(path: str | Path, header: list[str], rows: Iterable[list[object]]) -> None:
+    """Write rows (any iterable, consumed as it goes: memory stays bounded) with cells neutralized."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)

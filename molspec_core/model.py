@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import KVCache, LayerCache
+from .limits import check_deadline
 from .tokenizer import PAD_ID
 
 
@@ -40,6 +41,12 @@ PRESETS = {
     # The paper's sizes (Schwaller et al. 2019; Andronov et al. 2024).
     "forward": dict(n_encoder_layers=4, n_decoder_layers=4),
     "retro": dict(n_encoder_layers=6, n_decoder_layers=6),
+    # A compute-matched shape for a CPU-only run of an hour or two: a third of the paper model's
+    # FLOPs per token, so about three times the steps in the same wall time.
+    "retro-cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
+    # The small autoregressive draft model of speculative sampling (issue 7): its own one-layer
+    # encoder and one-layer decoder, d=128, trained on the same data and vocabulary.
+    "draft": dict(n_encoder_layers=1, n_decoder_layers=1, d_model=128, n_heads=4, d_ff=512),
     # Small shapes for fast, exact engine tests.
     "tiny": dict(n_encoder_layers=2, n_decoder_layers=2, d_model=32, n_heads=4, d_ff=64, dropout=0.0),
 }
@@ -213,6 +220,7 @@ class Seq2SeqTransformer(nn.Module):
         return self.decode_full(tgt_in, self.encode(src), src != PAD_ID)
 
     def decode_full(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor) -> torch.Tensor:
+        check_deadline()
         length = tgt_in.shape[1]
         positions = torch.arange(length, device=tgt_in.device).expand_as(tgt_in)
         x = self.embed_tokens(tgt_in, positions)
@@ -242,6 +250,7 @@ class Seq2SeqTransformer(nn.Module):
         (B, N, T, S), which tells where in the source the model looks for its next token.
         The new keys/values wait in the cache until `cache.commit`.
         """
+        check_deadline()
         batch, n_branches, t_new = tokens.shape
         offsets = torch.arange(t_new, device=tokens.device).repeat(n_branches)  # (N*T,)
         positions = cache.lengths.unsqueeze(1) + offsets  # (B, N*T)

@@ -25,6 +25,7 @@ from .decoding.sampling import SamplingOptions, sample_decode
 from .decoding.speculative_beam import speculative_beam
 from .decoding.result import DecodeResult, DecodeStats
 from .drafting import make_drafter
+from .limits import QueryTimeout, time_limit
 from .tokenizer import TokenizeError
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
+DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
 
 GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
 BEAM_METHODS = ("beam", "sbs", "sbs-exact")
@@ -213,11 +215,13 @@ class Predictor:
 
     def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
-                batch_size: int = 8, sampling: SamplingOptions | None = None) -> QueryResult | list[QueryResult]:
+                batch_size: int = 8, sampling: SamplingOptions | None = None,
+                time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> QueryResult | list[QueryResult]:
         """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order).
 
         Sampling methods take their knobs (temperature, top_k, beta, tau, delta, seed) from
         `sampling`; their n_best is the number of samples drawn (duplicates merged).
+        A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs.
         """
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
@@ -229,6 +233,8 @@ class Predictor:
             raise ValueError("draft_len must be between 0 and 64")
         if n_drafts is not None and not 1 <= n_drafts <= 64:
             raise ValueError("n_drafts must be between 1 and 64")
+        if time_limit_s is not None and not time_limit_s > 0:
+            raise ValueError("time_limit_s must be positive (or None for no limit)")
         single = isinstance(smiles, str)
         texts = [smiles] if single else list(smiles)
         results: list[QueryResult | None] = [None] * len(texts)
@@ -240,10 +246,27 @@ class Predictor:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc))
         for start in range(0, len(good), max(1, batch_size)):
             chunk = good[start:start + max(1, batch_size)]
-            decoded = self.decode([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts, sampling)
+            decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
+                                           sampling, time_limit_s)
             for (i, query), result in zip(chunk, decoded):
-                results[i] = self._to_result(texts[i], query, result, method)
+                results[i] = (self._to_result(texts[i], query, result, method) if isinstance(result, DecodeResult)
+                              else QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
+                                               error=result))
         return results[0] if single else results  # type: ignore[return-value]
+
+    def _decode_limited(self, sources: list[tuple[int, ...]], method: str, n_best: int, draft_len: int | None,
+                        n_drafts: int | None, sampling: SamplingOptions | None,
+                        limit_s: float | None) -> list[DecodeResult | str]:
+        """`decode` under a time limit of limit_s per query; on a timeout, each query of the batch
+        is retried alone so that only the slow ones end in an error message."""
+        try:
+            with time_limit(None if limit_s is None else limit_s * len(sources)):
+                return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
+        except QueryTimeout:
+            if len(sources) == 1:
+                return [f"stopped after the {limit_s:g} s time limit per query; try greedy or a smaller n_best"]
+        return [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
+                for src in sources]
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         predictions = []

@@ -221,3 +221,34 @@ def test_other_pages_render(page):
         assert page.get_by_test_id("stException").count() == 0
         shot(page, f"browser{path.replace('/', '_')}")
 
+
+
+def test_four_sessions_at_once_each_get_their_own_answer(browser, server):
+    """Four browser sessions press Predict together; the server runs their scripts side by side
+    and every session shows the prediction for its own query, none of another's."""
+    from molspec_core.service import Predictor
+
+    queries = ["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "CN.O=C(O)c1ccccc1", "CC(=O)OC(C)=O.Oc1ccccc1"]
+    predictor = Predictor.load("forward", device="cpu")
+    expected = [predictor.predict(q, method="greedy").predictions[0].smiles for q in queries]
+    assert len(set(expected)) == len(queries), "the check needs four different answers"
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 1400}) for _ in queries]
+    try:
+        pages = [context.new_page() for context in contexts]
+        for tab, query in zip(pages, queries):
+            tab.set_default_timeout(WAIT_MS)
+            tab.goto(server + "/")
+            tab.get_by_role("textbox", name="SMILES").fill(query)
+        for tab in pages:  # all four clicks before any answer is awaited
+            tab.get_by_role("button", name="Predict").click()
+        for i, (tab, answer) in enumerate(zip(pages, expected)):
+            tab.get_by_text("Rank 1", exact=True).wait_for()
+            settle(tab)
+            shown = tab.locator('[data-testid="stCode"] code').all_inner_texts()
+            assert answer in [text.strip() for text in shown], f"session {i}: {answer} not in {shown}"
+            others = set(expected) - {answer}
+            assert not others & {text.strip() for text in shown}, f"session {i} shows another session's answer"
+        shot(pages[0], "browser_concurrent_session_0")
+    finally:
+        for context in contexts:
+            context.close()

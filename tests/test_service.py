@@ -132,3 +132,32 @@ def test_sampling_methods_through_the_service(copier):
         assert len({p.smiles for p in result.predictions}) == len(result.predictions)
     with pytest.raises(ValueError, match="no draft model"):
         copier.predict("CCO", method="spec-sample-draft")
+
+
+def test_time_limit_fails_only_the_slow_query(copier, monkeypatch):
+    """A query whose decoding outlasts the per-query limit gets an error row; its batch-mates keep
+    their predictions. The slow query is made slow by an encoder that sleeps when it sees nitrogen."""
+    import time
+
+    slow_id = copier.vocab.encode("N")[0]
+    real_encode = copier.model.encode
+
+    def encode(src):
+        if (src == slow_id).any():  # 0.7 s: past the batch's 3 x 0.2 s, and past 0.2 s alone
+            time.sleep(0.7)
+            from molspec_core.limits import check_deadline
+            check_deadline()
+        return real_encode(src)
+
+    unlimited = copier.predict(["CCO", "CCCC"], method="spec-lookup", time_limit_s=None)
+    monkeypatch.setattr(copier.model, "encode", encode)
+    results = copier.predict(["CCO", "CCN", "CCCC"], method="spec-lookup", time_limit_s=0.2)
+    assert [r.ok for r in results] == [True, False, True]
+    assert "time limit" in results[1].error and results[1].canonical_query == "CCN"
+    tokens = [[p.tokens for p in r.predictions] for r in (results[0], results[2])]
+    assert tokens == [[p.tokens for p in r.predictions] for r in unlimited]  # scores differ by padding rounding
+
+
+def test_time_limit_must_be_positive(copier):
+    with pytest.raises(ValueError, match="time_limit_s"):
+        copier.predict("CCO", time_limit_s=0)

@@ -1,0 +1,35 @@
+"""A per-query time limit that every decoder honours without knowing about it.
+
+`Predictor.predict` runs each decode inside `time_limit(seconds)`; the model's decoder calls
+`check_deadline()` before each step, so any decoding method (greedy, beam, speculative, sampling)
+stops with `QueryTimeout` once the limit has passed. The deadline lives in a context variable, so
+threads sharing one model each keep their own.
+"""
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("molspec_deadline", default=None)
+
+
+class QueryTimeout(RuntimeError):
+    """Decoding ran past its time limit."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Decoder steps inside this block raise QueryTimeout once `seconds` have passed (None: no limit)."""
+    token = _deadline.set(None if seconds is None else time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def check_deadline() -> None:
+    deadline = _deadline.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise QueryTimeout("time limit reached")
