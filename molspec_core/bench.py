@@ -20,11 +20,10 @@ from tqdm import tqdm
 
 from .evaluate import hits
 from .oracle import oracle_tokens_per_call
-from .service import Predictor
+from .service import BEAM_METHODS, Predictor
 
 GREEDY_REFERENCE = "greedy"
 BEAM_REFERENCE = "beam"
-BEAM_METHODS = ("beam", "sbs", "sbs-exact")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -100,8 +99,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": reference_total / max(sum(times[method]), 1e-12),
         }
-        if beam_like and "greedy-uncached" in times:
-            entry["speedup_vs_greedy-uncached"] = sum(times["greedy-uncached"]) / max(sum(times[method]), 1e-12)
+        uncached = "beam-uncached" if beam_like else "greedy-uncached"
+        if uncached in times and method != uncached:
+            entry[f"speedup_vs_{uncached}"] = sum(times[uncached]) / max(sum(times[method]), 1e-12)
         if targets:
             k_max = n_best if beam_like else 1
             found = [hits([predictor.vocab.decode(t) for t in outputs[method][i]] or [""], tgt)

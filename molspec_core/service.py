@@ -36,7 +36,7 @@ MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources st
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
 
 GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
-BEAM_METHODS = ("beam", "sbs", "sbs-exact")
+BEAM_METHODS = ("beam", "sbs", "sbs-exact", "beam-uncached")  # beam-uncached: a benchmark reference
 SAMPLING_METHODS = ("sample", "spec-sample", "spec-sample-draft", "relaxed", "mentored")
 METHODS = GREEDY_METHODS + BEAM_METHODS + SAMPLING_METHODS
 DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", "spec-pointer": "pointer"}
@@ -178,8 +178,8 @@ class Predictor:
         """Decode token-id sources with a method; the engine-level call the benchmark times."""
         if method in SAMPLING_METHODS:
             return self._sample(sources, method, n_best, draft_len, sampling or SamplingOptions())
-        if method == "beam":
-            return beam_search(self.model, sources, width=n_best, n_best=n_best)
+        if method in ("beam", "beam-uncached"):
+            return beam_search(self.model, sources, width=n_best, n_best=n_best, cached=method == "beam")
         if method in ("sbs", "sbs-exact"):
             drafter, default_len, default_n = SBS_DRAFT
             length = draft_len if draft_len is not None else default_len

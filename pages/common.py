@@ -43,6 +43,7 @@ METHOD_LABELS = {
     "mentored": "Mentored sampling (lossy)",
     "relaxed": "Relaxed greedy, SpecDec++ (lossy)",
     "greedy-uncached": "Greedy, no cache (baseline)",
+    "beam-uncached": "Beam search, no cache (baseline)",
 }
 METHOD_HELP = """Greedy and beam search are the standard decoders. Every speculative method returns exactly
 the greedy answer in fewer model calls: it copies windows of the query as drafts and the model
@@ -60,10 +61,10 @@ def method_label(method: str) -> str:
 
 
 def method_order() -> list[str]:
-    known = [m for m in METHOD_LABELS if m in METHODS and m != "greedy-uncached"]
-    extra = [m for m in METHODS if m not in METHOD_LABELS]
-    tail = ["greedy-uncached"] if "greedy-uncached" in METHODS else []
-    return known + extra + tail
+    references = ("greedy-uncached", "beam-uncached")  # benchmark baselines: last in the list
+    known = [m for m in METHOD_LABELS if m in METHODS and m not in references]
+    extra = [m for m in METHODS if m not in METHOD_LABELS and m not in references]
+    return known + extra + [m for m in references if m in METHODS]
 
 
 def is_beam_method(method: str) -> bool:

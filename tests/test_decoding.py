@@ -132,6 +132,18 @@ def test_beam_search_matches_its_definition(copy_model, width):
         assert got == [tuple(s) for s in brute_force_beam(model, src, width, 14)]
 
 
+def test_uncached_beam_equals_cached_beam(copy_model):
+    """The benchmark's no-cache baseline returns the same n-best lists, batched, rows finishing apart."""
+    model, vocab = copy_model
+    sources = random_sources(5, 12, len(vocab), 2, 25)
+    for width in (1, 4):
+        cached = beam_search(model, sources, width)
+        uncached = beam_search(model, sources, width, cached=False)
+        for c, u in zip(cached, uncached):
+            assert [h.tokens for h in u.hypotheses] == [h.tokens for h in c.hypotheses]
+            assert [h.score for h in u.hypotheses] == pytest.approx([h.score for h in c.hypotheses], abs=1e-4)
+
+
 def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model):
     model, vocab = copy_model
     sources = random_sources(9, 20, len(vocab), 2, 25)

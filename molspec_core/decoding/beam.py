@@ -32,7 +32,10 @@ def _rank(items: list[tuple[float, int, Hypothesis]], n_best: int) -> list[Hypot
 
 @torch.inference_mode()
 def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], width: int,
-                n_best: int | None = None, max_len: int | None = None) -> list[DecodeResult]:
+                n_best: int | None = None, max_len: int | None = None, cached: bool = True) -> list[DecodeResult]:
+    """Beam search as defined above. cached=False recomputes every hypothesis' whole prefix at each
+    step (no KV cache, as the paper's baseline code does): the same results, kept as a benchmark
+    reference for speculative beam search."""
     start_time = time.perf_counter()
     n_best = min(n_best or width, width)
     device = model.embed.weight.device
@@ -41,7 +44,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     budgets = [max_len or target_budget(len(s), model.cfg.max_positions) for s in sources]
     memory = model.encode(src).repeat_interleave(width, dim=0)  # (Q*k, S, d)
     keep = (src != PAD_ID).repeat_interleave(width, dim=0)
-    cache = model.new_cache(memory, keep, max(budgets) + 2)
+    cache = model.new_cache(memory, keep, max(budgets) + 2) if cached else None
     vocab = model.cfg.vocab_size
 
     active = list(range(n_queries))
@@ -53,16 +56,21 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     step = 0
     while active:
         n_act = len(active)
-        logits, _ = model.decode(history[:, -1:].unsqueeze(1), cache)  # (A*k, 1, 1, V)
-        cache.commit(torch.ones(n_act * width, dtype=torch.long, device=device))
-        log_probs = logits[:, 0, 0].float().log_softmax(dim=-1).view(n_act, width, vocab)
+        if cache is not None:
+            logits, _ = model.decode(history[:, -1:].unsqueeze(1), cache)  # (A*k, 1, 1, V)
+            cache.commit(torch.ones(n_act * width, dtype=torch.long, device=device))
+            last = logits[:, 0, 0]
+        else:
+            last = model.decode_full(history, memory, keep)[:, -1]  # every row has the same length
+        log_probs = last.float().log_softmax(dim=-1).view(n_act, width, vocab)
         candidates = (scores.unsqueeze(-1) + log_probs).view(n_act, width * vocab)
         top_scores, top_index = torch.sort(candidates, dim=-1, descending=True, stable=True)
         top_scores, top_index = top_scores[:, :width], top_index[:, :width]
         parent = top_index // vocab  # (A, k) slot within the query
         token = top_index % vocab
         rows = (torch.arange(n_act, device=device).unsqueeze(1) * width + parent).view(-1)
-        cache.reorder(rows, cross=False)
+        if cache is not None:
+            cache.reorder(rows, cross=False)
         history = torch.cat([history[rows], token.view(-1, 1)], dim=1)
         step += 1
         is_eos = token == EOS_ID
@@ -95,7 +103,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
             still.append(a)
         if len(still) < n_act:
             keep_rows = torch.tensor([a * width + s for a in still for s in range(width)], dtype=torch.long, device=device)
-            cache.reorder(keep_rows)
+            if cache is not None:
+                cache.reorder(keep_rows)
+            else:
+                memory, keep = memory[keep_rows], keep[keep_rows]
             history = history[keep_rows]
             scores = scores[torch.tensor(still, dtype=torch.long, device=device)]
             active = [active[a] for a in still]
