@@ -438,3 +438,19 @@ def test_markdown_escape_shows_text_verbatim():
     assert format_probability(0.0) == "100.0%"
     assert format_probability(-100.0) == "3.7e-44"
 
+
+
+def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
+    """The app's row limit, filled: 10,000 rows (every tenth bad) in, every row back in order."""
+    at = batch_page(monkeypatch, copy_models)
+    good, bad = ["CCO", "OCCc1ccccc1", "c1ccncc1", "CC(=O)N"], ["xyz", "C1CC", "CC[Na]"]
+    rows = [bad[i % 3] if i % 10 == 3 else good[i % 4] for i in range(10_000)]
+    at.file_uploader[0].set_value(("big.txt", "\n".join(rows).encode(), "text/plain"))
+    next(b for b in at.button if b.label == "Run batch").click()
+    at.run(timeout=600)
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("10000", "9000", "1000")
+    exported = pd.read_csv(io.BytesIO(safe_csv(at.session_state["batch"].table)), keep_default_na=False, dtype=str)
+    assert exported["query"].tolist() == rows
+    assert (exported["error"] != "").tolist() == [i % 10 == 3 for i in range(10_000)]
