@@ -18,12 +18,24 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .chem import canonical_or_none
 from .evaluate import hits
 from .oracle import oracle_tokens_per_call
-from .service import BEAM_METHODS, Predictor
+from .service import BEAM_METHODS, GREEDY_METHODS, Predictor
 
 GREEDY_REFERENCE = "greedy"
 BEAM_REFERENCE = "beam"
+SAMPLE_REFERENCE = "sample"
+SAMPLING_FAMILY = ("sample", "spec-sample", "spec-sample-draft", "mentored")
+SWEEPS = {"relaxed": "tau", "mentored": "delta"}  # lossy methods and the knob that trades accuracy for speed
+
+
+def expected_tokens_per_call(alpha: float, gamma: float) -> float:
+    """Tokens per model call when each of gamma drafted tokens is accepted independently with
+    probability alpha (Leviathan et al. 2023): (1 - alpha^(gamma+1)) / (1 - alpha)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -99,6 +111,14 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": reference_total / max(sum(times[method]), 1e-12),
         }
+        top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
+                        for i in range(len(queries))]
+        entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
+        if proposed[method]:
+            gamma = proposed[method] / max(calls[method], 1)
+            entry["expected_tokens_per_call"] = expected_tokens_per_call(entry["acceptance_rate"], gamma)
+        if method in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:
+            entry["speedup_vs_sample"] = sum(times[SAMPLE_REFERENCE]) / max(sum(times[method]), 1e-12)
         uncached = "beam-uncached" if beam_like else "greedy-uncached"
         if uncached in times and method != uncached:
             entry[f"speedup_vs_{uncached}"] = sum(times[uncached]) / max(sum(times[method]), 1e-12)
@@ -114,7 +134,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     if targets:
         pairs = [(q.ids, predictor.vocab.encode(t, strict=False)) for q, t in zip(queries, kept_targets)]
         for method in methods:
-            if method.startswith("spec-"):
+            if method.startswith("spec-") and method in GREEDY_METHODS:  # copy drafts of greedy decoding
                 drafter, length, count = predictor.resolve(method, draft_len, n_drafts, batch_size)
                 oracle[method] = oracle_tokens_per_call(pairs, drafter, length, count)
         oracle["best-window-16"] = oracle_tokens_per_call(pairs, "best-window", 16, 1)
@@ -129,6 +149,29 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     }
 
 
+def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | None, method: str, values: list[float],
+              sampling, warmup: int = 3, progress: bool = True) -> dict:
+    """A lossy method at several settings of its knob (relaxed: tau, mentored: delta), each run side by
+    side with cached greedy (and, for mentored, plain sampling): accuracy, validity and speed per value."""
+    import dataclasses
+
+    if method not in SWEEPS:
+        raise ValueError(f"a sweep is for {', '.join(SWEEPS)}; got {method!r}")
+    knob = SWEEPS[method]
+    references = [GREEDY_REFERENCE] + ([SAMPLE_REFERENCE] if method in SAMPLING_FAMILY else [])
+    points, report = [], {}
+    for value in values:
+        options = dataclasses.replace(sampling, **{knob: value})
+        report = run_bench(predictor, sources, targets, references + [method], warmup=warmup, progress=progress,
+                           sampling=options)
+        entry = report["methods"][method]
+        points.append({knob: value, **{k: entry.get(k) for k in (
+            "top1", "validity", "speedup_vs_greedy", "speedup_vs_sample", "acceptance_rate", "tokens_per_call",
+            "expected_tokens_per_call", "median_ms", "identical_to_greedy")}})
+    report["sweep"] = {"method": method, "knob": knob, "points": points}
+    return report
+
+
 def markdown_table(report: dict) -> str:
     lines = ["| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | identical to | top-k | speedup |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -139,6 +182,15 @@ def markdown_table(report: dict) -> str:
         lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | {reference} {m[f'identical_to_{reference}']:.3f} | "
                      f"{tops or '-'} | {m[f'speedup_vs_{reference}']:.2f}x |")
+    if report.get("sweep"):
+        sweep = report["sweep"]
+        knob = sweep["knob"]
+        lines.append(f"\nSweep of {sweep['method']} over {knob}:\n\n| {knob} | top-1 | valid | speedup vs greedy | "
+                     "acceptance | tokens/call | expected tokens/call |\n|---|---|---|---|---|---|---|")
+        for point in sweep["points"]:
+            cells = [point.get(k) for k in ("top1", "validity", "speedup_vs_greedy", "acceptance_rate",
+                                            "tokens_per_call", "expected_tokens_per_call")]
+            lines.append(f"| {point[knob]:g} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
     if report.get("oracle_tokens_per_call"):
         bounds = ", ".join(f"{k} {v:.2f}" for k, v in report["oracle_tokens_per_call"].items())
         lines.append(f"\nOracle tokens/call (if the model emitted the reference): {bounds}")

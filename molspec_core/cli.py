@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--beam-width", type=int, default=None, help="beam width = n-best for beam, sbs, sbs-exact")
+    p.add_argument("--sweep", help="a lossy method's knob over values, e.g. tau=0,0.5,1,2 (with --methods relaxed) "
+                   "or delta=0,0.1,0.5 (with --methods mentored)")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
@@ -173,8 +175,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unknown:
         print(f"error: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
         return 2
-    report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
-                       args.draft_len, args.n_drafts, args.warmup, sampling=sampling_options(args))
+    if args.sweep:
+        from .bench import SWEEPS, run_sweep
+
+        knob, _, values = args.sweep.partition("=")
+        lossy = [m for m in methods if m in SWEEPS]
+        if len(lossy) != 1 or SWEEPS[lossy[0]] != knob.strip():
+            print(f"error: --sweep needs one of {', '.join(f'{m} ({k})' for m, k in SWEEPS.items())} in --methods "
+                  "and its knob, e.g. --methods relaxed --sweep tau=0,1,2", file=sys.stderr)
+            return 2
+        try:
+            grid = [float(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            print(f"error: --sweep values must be numbers: {values!r}", file=sys.stderr)
+            return 2
+        report = run_sweep(predictor, sources, targets, lossy[0], grid, sampling_options(args), args.warmup)
+    else:
+        report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
+                           args.draft_len, args.n_drafts, args.warmup, sampling=sampling_options(args))
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
     if args.out:

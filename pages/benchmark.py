@@ -124,13 +124,33 @@ def figures(report: dict) -> list[go.Figure]:
         speedup.update_layout(showlegend=False)
     charts = [
         speedup,
-        _bars(report, {"top1": "top-1 accuracy", "identical": "identical to greedy / beam"},
-              "Accuracy: top-1, and same answer as greedy", "share of queries", percent=True),
+        _bars(report, {"top1": "top-1 accuracy", "identical": "identical to greedy / beam", "validity": "valid SMILES"},
+              "Accuracy: top-1, same answer as greedy, valid top-1", "share of queries", percent=True),
         _bars(report, {"median_ms": "median", "p90_ms": "p90"}, "Latency per query", "ms"),
-        _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call"},
-              "Tokens per model call", "tokens"),
+        _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call",
+                       "expected_tokens_per_call": "(1 − α^(γ+1)) / (1 − α)"},
+              "Tokens per model call, measured and from the acceptance rate α", "tokens"),
     ]
+    if report.get("sweep"):
+        charts.insert(0, sweep_figure(report["sweep"]))
     return [c for c in charts if c is not None]
+
+
+def sweep_figure(sweep: dict) -> go.Figure:
+    """A lossy method's trade-off: top-1 and validity (left axis) and speedup (right) per knob value."""
+    knob, points = str(sweep["knob"]), list(sweep["points"])
+    x = [p[knob] for p in points]
+    figure = go.Figure()
+    for field, label in (("top1", "top-1 accuracy"), ("validity", "valid SMILES")):
+        figure.add_scatter(x=x, y=[p.get(field) for p in points], name=label, mode="lines+markers")
+    figure.add_scatter(x=x, y=[p.get("speedup_vs_greedy") for p in points], name="speedup vs greedy",
+                       mode="lines+markers", yaxis="y2", line={"dash": "dash"})
+    figure.update_layout(title=html.escape(f"{common.method_label(str(sweep['method']))}: accuracy and speed vs {knob}"),
+                         xaxis_title=html.escape(knob), height=360, margin={"t": 50, "b": 10},
+                         yaxis={"title": "share of queries", "tickformat": ".0%", "range": [0, 1.05]},
+                         yaxis2={"title": "speedup (×)", "overlaying": "y", "side": "right", "rangemode": "tozero"},
+                         legend={"orientation": "h", "y": -0.3})
+    return figure
 
 
 def table(report: dict) -> pd.DataFrame:

@@ -381,6 +381,24 @@ def test_benchmark_page_charts_saved_reports(bench_folder, copy_models, monkeypa
     assert len(at.dataframe) == 1
 
 
+def test_benchmark_page_charts_a_lossy_sweep(tmp_path, copy_models, monkeypatch):
+    from molspec_core.bench import run_sweep
+    from molspec_core.decoding.sampling import SamplingOptions
+    from molspec_core.service import Predictor
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    report = run_sweep(predictor, ["Oc1ccncc1Cl", "NC(=O)c1ccncc1"], None, "relaxed", [0.0, 2.0],
+                       SamplingOptions(beta=3), warmup=0, progress=False)
+    (tmp_path / "sweep.json").write_text(json.dumps(report))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("pages/benchmark.py").run()
+    assert_clean(at)
+    charts = at.get("plotly_chart")
+    assert len(charts) == 5  # the sweep first, then the four per-method charts
+    assert "vs tau" in charts[0].proto.spec
+
+
 def test_benchmark_page_without_reports_says_how_to_make_one(tmp_path, copy_models, monkeypatch):
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "nothing"))
     at = app(copy_models, monkeypatch).run()

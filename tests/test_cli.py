@@ -101,3 +101,40 @@ def test_bench_reports_progress_per_batch(pair_files):
     report = run_bench(Predictor.load(MODEL), ["CCO", "CCN", "c1ccncc1"], None, ["greedy", "spec-lookup"], warmup=0,
                        progress=False, on_progress=lambda done, total: seen.append((done, total)))
     assert seen == [(1, 3), (2, 3), (3, 3)] and report["n_queries"] == 3
+
+
+def test_bench_sampling_family_reports_acceptance_formula_and_validity(pair_files):
+    out = pair_files / "sampling.json"
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+                 "--methods", "sample,spec-sample,relaxed", "--warmup", "0", "--seed", "3", "--out", str(out)]) == 0
+    methods = json.loads(out.read_text())["methods"]
+    assert set(methods) == {"greedy", "sample", "spec-sample", "relaxed"}
+    spec = methods["spec-sample"]
+    assert 0 < spec["acceptance_rate"] <= 1 and spec["speedup_vs_sample"] > 0
+    from molspec_core.bench import expected_tokens_per_call
+
+    gamma = spec["draft_tokens_proposed_per_call"]
+    assert spec["expected_tokens_per_call"] == pytest.approx(expected_tokens_per_call(spec["acceptance_rate"], gamma))
+    assert all(0 <= m["validity"] <= 1 for m in methods.values())
+    assert methods["relaxed"]["identical_to_greedy"] == 1.0  # beta=1, tau=0 is exact
+
+
+def test_expected_tokens_per_call_formula():
+    from molspec_core.bench import expected_tokens_per_call
+
+    assert expected_tokens_per_call(0.0, 5) == 1.0
+    assert expected_tokens_per_call(1.0, 5) == 6.0
+    assert expected_tokens_per_call(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_bench_sweep_of_a_lossy_knob(pair_files, capsys):
+    out = pair_files / "sweep.json"
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+                 "--methods", "relaxed", "--sweep", "tau=0,1,3", "--beta", "3", "--warmup", "0", "--out", str(out)]) == 0
+    sweep = json.loads(out.read_text())["sweep"]
+    assert sweep["method"] == "relaxed" and [p["tau"] for p in sweep["points"]] == [0, 1, 3]
+    assert sweep["points"][0]["identical_to_greedy"] == 1.0  # tau=0 stays exact even with beta=3
+    assert all({"top1", "validity", "speedup_vs_greedy", "acceptance_rate"} <= set(p) for p in sweep["points"])
+    assert "Sweep of relaxed over tau" in capsys.readouterr().out
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                 "--sweep", "tau=0,1"]) == 2
