@@ -32,12 +32,12 @@ MAX_SRC_TOKENS = 300  # training length caps: longer rows are rare outliers and 
 MAX_TGT_TOKENS = 200
 
 
-def open_text(path: Path) -> io.TextIOBase:
+def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
     if path.suffix == ".gz":
-        return gzip.open(path, "rt")
+        return gzip.open(path, "rt", newline=newline)
     if path.suffix == ".xz":
-        return lzma.open(path, "rt")
-    return open(path)
+        return lzma.open(path, "rt", newline=newline)
+    return open(path, newline=newline)
 
 
 def read_lines(path: Path) -> list[str]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def read_queries(path: str | Path, column: str | None = None) -> list[str]:
     if path.stat().st_size > MAX_INPUT_BYTES:
         raise InputFileError(f"{path.name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
     try:
-        with open_text(path) as f:
+        with open_text(path, newline="") as f:  # no newline translation: parse_queries splits records
             text = f.read()
     except UnicodeDecodeError:
         raise InputFileError(f"{path.name} is not UTF-8 text") from None
@@ -40,17 +41,27 @@ def read_queries(path: str | Path, column: str | None = None) -> list[str]:
 
 
 def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> list[str]:
+    """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
+    characters stay inside their query and are rejected there), or a CSV record's SMILES column
+    (quoted cells may hold line breaks). Blank records are kept as empty queries, so that row
+    numbers match the file's records."""
     if not csv_format:
-        rows = text.splitlines()
+        rows = re.split(r"\r\n|\r|\n", text)
+        if rows and rows[-1] == "":
+            rows.pop()  # the file's final line break ends the last line; it does not start a new one
     else:
-        reader = csv.DictReader(io.StringIO(text))
-        fields = reader.fieldnames or []
-        wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
-        if not wanted or wanted[0] not in fields:
-            expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
-            raise InputFileError(f"the CSV needs a column named {expect}; it has {fields}")
+        reader = csv.reader(io.StringIO(text, newline=""))
         try:
-            rows = [(row.get(wanted[0]) or "") for row in reader]
+            fields = next(reader, [])
+            wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
+            if not wanted or wanted[0] not in fields:
+                expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
+                raise InputFileError(f"the CSV needs a column named {expect}; it has {fields}")
+            at = fields.index(wanted[0])
+            records = list(reader)
+            while records and not records[-1]:
+                records.pop()  # blank lines after the last record
+            rows = [record[at] if at < len(record) else "" for record in records]
         except csv.Error as exc:
             raise InputFileError(f"malformed CSV: {exc}") from None
     if len(rows) > MAX_INPUT_ROWS:

@@ -138,3 +138,21 @@ def test_bench_sweep_of_a_lossy_knob(pair_files, capsys):
     assert "Sweep of relaxed over tau" in capsys.readouterr().out
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
                  "--sweep", "tau=0,1"]) == 2
+
+
+def test_query_files_keep_one_query_per_record():
+    """Row numbers match the file's records: blank records stay (as empty queries), a quoted CSV cell
+    may hold a line break, and control characters other than line breaks stay inside their query.
+    (Found by the 10,000-row CLI fuzz: a lone carriage return in a cell once shifted later rows.)"""
+    from molspec_core.io import parse_queries
+
+    assert parse_queries("CCO\r\nCCN\n\nC\x0cC\rCCC\n", csv_format=False) == ["CCO", "CCN", "", "C\x0cC", "CCC"]
+    text = 'id,smiles\n1,CCO\n\n2,"C\rC"\n3,""\n4\n5,CCN\n\n\n'
+    assert parse_queries(text, csv_format=True) == ["CCO", "", "C\rC", "", "", "CCN"]
+
+
+def test_crlf_csv_file_reads_like_lf(tmp_path):
+    from molspec_core.io import read_queries
+
+    (tmp_path / "a.csv").write_bytes(b"smiles\r\nCCO\r\n\"C\nC\"\r\nCCN\r\n")
+    assert read_queries(tmp_path / "a.csv") == ["CCO", "C\nC", "CCN"]

@@ -1,0 +1,46 @@
+"""The shipped models decode identically with every exact speculative method (issues 2, 4, 6).
+
+Queries are USPTO-50K test products (retro) and USPTO-MIT-like reactant sets (forward), typed in
+here so the check needs no data folder."""
+import pytest
+
+from conftest import ROOT
+from molspec_core.service import Predictor
+
+QUERIES = {
+    "forward": ["CC(=O)Cl.NCc1ccccc1", "CCO.O=C(O)c1ccccc1", "CN.O=C(Cl)c1ccc([N+](=O)[O-])cc1",
+                "Brc1ccccc1.OB(O)c1ccccc1", "CC(C)(C)OC(=O)N1CCC(CO)CC1.O=C(O)C(F)(F)F"],
+    "retro": ["CC(=O)c1ccc2c(ccn2C(=O)OC(C)(C)C)c1", "CCOC(=O)c1nn(-c2ccc(Cl)cc2Cl)c(-c2ccc(OC)cc2)c1CBr",
+              "COc1ccc(CNC(=O)c2ccccc2)cc1", "O=C(O)c1ccc(-c2ccccc2)cc1", "CC(C)(C)OC(=O)N1CCC(CO)CC1"],
+}
+
+
+@pytest.fixture(scope="module", params=["forward", "retro"])
+def shipped(request):
+    assert (ROOT / "models" / request.param / "config.json").is_file(), f"models/{request.param} is not shipped"
+    return Predictor.load(request.param, device="cpu"), QUERIES[request.param]
+
+
+def test_every_speculative_greedy_method_equals_greedy(shipped):
+    predictor, queries = shipped
+    reference = [r.predictions[0].tokens for r in predictor.predict(queries, method="greedy", time_limit_s=None)]
+    for method in ("spec-paper", "spec-lookup", "spec-pointer", "spec-auto", "relaxed"):
+        got = [r.predictions[0].tokens for r in predictor.predict(queries, method=method, time_limit_s=None)]
+        assert got == reference, method
+
+
+def test_exact_speculative_beam_equals_beam(shipped):
+    predictor, queries = shipped
+    for width in (3, 5):
+        beam = predictor.predict(queries, method="beam", n_best=width, time_limit_s=None)
+        exact = predictor.predict(queries, method="sbs-exact", n_best=width, time_limit_s=None)
+        for b, e in zip(beam, exact):
+            assert [p.tokens for p in e.predictions] == [p.tokens for p in b.predictions]
+            assert [p.score for p in e.predictions] == pytest.approx([p.score for p in b.predictions], rel=1e-3)
+
+
+def test_draft_model_is_shipped_with_the_model(shipped):
+    predictor, queries = shipped
+    assert predictor.draft_model is not None
+    result = predictor.predict(queries[0], method="spec-sample-draft", n_best=2, time_limit_s=None)
+    assert result.ok and result.stats.draft_tokens_proposed > 0
