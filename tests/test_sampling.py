@@ -154,3 +154,24 @@ def test_sequence_level_spec_sampling_matches_sampling():
         stat = (((counts.double() - pooled * n) ** 2 + (probs * n - pooled * n) ** 2) / (pooled * n).clamp_min(1e-9)).sum()
         df = len(cells) - 1
         assert float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2)) > 1e-3, mode
+
+
+def test_mentored_with_a_copy_draft_reaches_the_kl_bound_exactly():
+    """With a point-mass draft on token d the optimum is closed-form: r(d) = the largest t with
+    binary KL(t || p(d)) <= delta, the rest of p scaled down evenly. The solver must find that t."""
+    g = torch.Generator().manual_seed(6)
+    p = torch.softmax(torch.randn(30, 40, generator=g) * 2, -1).double()
+    d = torch.randint(0, 40, (30, 1), generator=g)
+    q = torch.zeros_like(p).scatter_(-1, d, 1.0)
+    p_d = p.gather(-1, d).squeeze(-1)
+    for delta in (0.01, 0.1, 1.0):
+        lo, hi = p_d.clone(), torch.ones_like(p_d)
+        for _ in range(200):  # the closed form's own bisection on t
+            t = (lo + hi) / 2
+            kl = t * (t / p_d).log() + (1 - t) * ((1 - t).clamp_min(1e-300) / (1 - p_d)).log()
+            lo, hi = torch.where(kl <= delta, t, lo), torch.where(kl <= delta, hi, t)
+        r = mentored_target(p, q, delta)
+        torch.testing.assert_close(r.gather(-1, d).squeeze(-1), lo, atol=1e-6, rtol=0)
+        others = torch.ones_like(p, dtype=torch.bool).scatter_(-1, d, False)
+        scale = (r / p)[others].view(30, 39)
+        torch.testing.assert_close(scale, scale[:, :1].expand_as(scale))

@@ -91,35 +91,49 @@ def _kl(r: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.where(safe, r * (r.clamp_min(1e-30).log() - p.clamp_min(1e-30).log()), torch.zeros_like(r)).sum(-1)
 
 
+def _shaped(p: torch.Tensor, q: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """r(x) = min(max(q(x), b p(x)), a p(x)) with b in [0, 1] chosen exactly so that sum r = 1.
+
+    Tokens with q >= a p are capped at a p. For the others ("free") r = max(q, b p), which is
+    piecewise linear in b with a kink at b = q/p; sorting the kinks gives sum r at each kink, the
+    first kink where the sum reaches 1 names the linear piece, and b is solved on it.
+    """
+    free = q < a * p
+    ratio = torch.where(free, q / p.clamp_min(1e-300), torch.full_like(p, float("inf")))
+    order = ratio.argsort(dim=-1)
+    kinks = ratio.gather(-1, order)
+    p_below = torch.where(free, p, torch.zeros_like(p)).gather(-1, order).cumsum(-1)
+    q_below = torch.where(free, q, torch.zeros_like(q)).gather(-1, order).cumsum(-1)
+    fixed = torch.where(free, torch.zeros_like(p), a * p).sum(-1, keepdim=True) + \
+        torch.where(free, q, torch.zeros_like(q)).sum(-1, keepdim=True)  # caps + sum of free q
+    # sum r at b = kink k (tokens up to k contribute b p, the later free ones q)
+    at_kink = fixed + kinks.nan_to_num(posinf=0.0) * p_below - q_below
+    k = (at_kink < 1).logical_and(kinks.isfinite()).sum(-1, keepdim=True)  # kinks below the solution
+    p_k = torch.where(k > 0, p_below.gather(-1, (k - 1).clamp_min(0)), torch.ones_like(fixed))
+    q_k = torch.where(k > 0, q_below.gather(-1, (k - 1).clamp_min(0)), torch.zeros_like(fixed))
+    b = torch.where(k > 0, (1 - fixed + q_k) / p_k, torch.zeros_like(fixed)).clamp(0.0, 1.0)
+    return torch.where(free, torch.maximum(q, b * p), a * p)
+
+
 def mentored_target(target_probs: torch.Tensor, draft_probs: torch.Tensor, delta: float,
-                    iterations: int = 40) -> torch.Tensor:
+                    iterations: int = 32) -> torch.Tensor:
     """Mentored decoding: the r that maximizes acceptance sum(min(r, q)) with KL(r || p) <= delta.
 
     The KKT conditions give r(x) = min(max(q(x), b p(x)), a p(x)) with a >= 1 >= b; for a given a,
-    normalization fixes b (sum r grows with b, found by bisection); KL grows with a, so an outer
-    bisection finds the largest a with KL <= delta. delta = 0 gives r = p (exact sampling).
-    Shapes (..., V); returns r of the same shape.
+    normalization fixes b (solved exactly, `_shaped`); KL grows with a, so a bisection on log a
+    finds the largest a with KL <= delta (the lower end, always feasible, is returned).
+    delta = 0 gives r = p (exact sampling). Shapes (..., V); returns r of the same shape.
     """
     if delta <= 0:
         return target_probs  # exact speculative sampling
     p, q = target_probs.double(), draft_probs.double()
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)  # float32 inputs sum to 1 +- 1e-7
-
-    def shaped(a: torch.Tensor) -> torch.Tensor:
-        lo, hi = torch.zeros_like(a), torch.ones_like(a)
-        for _ in range(iterations):
-            b = (lo + hi) / 2
-            total = torch.minimum(torch.maximum(q, b * p), a * p).sum(-1, keepdim=True)
-            lo, hi = torch.where(total < 1, b, lo), torch.where(total < 1, hi, b)
-        b = (lo + hi) / 2
-        return torch.minimum(torch.maximum(q, b * p), a * p)
-
-    ratio = (q / p.clamp_min(1e-30)).where(p > 0, torch.zeros_like(q))
-    a_lo = torch.ones(p.shape[:-1] + (1,), dtype=p.dtype, device=p.device)
-    a_hi = ratio.amax(-1, keepdim=True).clamp_min(1.0)  # beyond this, raising a changes nothing
+    ratio = (q / p.clamp_min(1e-300)).where(p > 0, torch.zeros_like(q))
+    log_lo = torch.zeros(p.shape[:-1] + (1,), dtype=p.dtype, device=p.device)  # a = 1: r = p, KL 0
+    log_hi = ratio.amax(-1, keepdim=True).clamp(1.0, 1e30).log()  # beyond the largest q/p nothing changes
     for _ in range(iterations):
-        a = (a_lo + a_hi) / 2
-        within = _kl(shaped(a), p).unsqueeze(-1) <= delta
-        a_lo, a_hi = torch.where(within, a, a_lo), torch.where(within, a_hi, a)
-    r = shaped(a_lo)
+        mid = (log_lo + log_hi) / 2
+        within = _kl(_shaped(p, q, mid.exp()), p).unsqueeze(-1) <= delta
+        log_lo, log_hi = torch.where(within, mid, log_lo), torch.where(within, log_hi, mid)
+    r = _shaped(p, q, log_lo.exp())
     return (r / r.sum(-1, keepdim=True)).to(target_probs.dtype)
