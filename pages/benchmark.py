@@ -159,7 +159,7 @@ def table(report: dict) -> pd.DataFrame:
         rows.append({"method": common.method_label(name), "median ms": m["median_ms"], "p90 ms": m["p90_ms"],
                      "total s": m["total_s"], "model calls": m["model_calls"], "tokens/call": m["tokens_per_call"],
                      "accepted/call": m["accepted_per_call"], "identical": m["identical"],
-                     "top-1": m.get("top1"), "speedup": m["speedup"]})
+                     "top-1": m.get("top1"), "valid": m.get("validity"), "speedup": m["speedup"]})
     return pd.DataFrame(rows)
 
 
@@ -170,12 +170,19 @@ def show_report(report: dict, key: str) -> None:
              f"{report.get('threads', '?')} threads", str(report.get("date", ""))]
     st.caption(common.md_escape(" · ".join(facts)))
     charts = figures(report)
+    if report.get("sweep"):
+        sweep = report["sweep"]
+        last = sweep["points"][-1][sweep["knob"]] if sweep["points"] else "?"
+        st.caption(common.md_escape(f"A sweep of {common.method_label(str(sweep['method']))} over {sweep['knob']}: "
+                                    f"the first chart shows every value; the other charts and the table show the "
+                                    f"last run ({sweep['knob']} = {last}) beside greedy."))
     for i in range(0, len(charts), 2):
         for j, (column, chart) in enumerate(zip(st.columns(2), charts[i:i + 2])):
             column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
     st.dataframe(table(report), hide_index=True, placeholder="–", column_config={
         c: st.column_config.NumberColumn(format="%.2f") for c in
-        ("median ms", "p90 ms", "total s", "tokens/call", "accepted/call", "identical", "top-1", "speedup")})
+        ("median ms", "p90 ms", "total s", "tokens/call", "accepted/call", "identical", "top-1", "valid",
+         "speedup")})
     oracle = report.get("oracle_tokens_per_call") or {}
     if oracle:
         bounds = ", ".join(f"{common.method_label(k)} {v:.2f}" for k, v in oracle.items())
