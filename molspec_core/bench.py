@@ -77,6 +77,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     accepted = {m: 0 for m in methods}
     generated = {m: 0 for m in methods}
     proposed = {m: 0 for m in methods}
+    rejections = {m: 0 for m in methods}
     for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
         order = methods[b % len(methods):] + methods[: b % len(methods)]
         for method in order:
@@ -89,6 +90,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                 accepted[method] += res.stats.draft_tokens_accepted
                 generated[method] += res.stats.tokens_generated
                 proposed[method] += res.stats.draft_tokens_proposed
+                rejections[method] += res.stats.draft_rejections
         if on_progress is not None:
             on_progress(b + 1, len(batches))
 
@@ -107,14 +109,16 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             "accepted_per_call": accepted[method] / max(calls[method], 1),
             "tokens_per_call": generated[method] / max(calls[method], 1),
             "draft_tokens_proposed_per_call": proposed[method] / max(calls[method], 1),
-            "acceptance_rate": accepted[method] / max(proposed[method], 1),
+            "accepted_share_of_proposed": accepted[method] / max(proposed[method], 1),
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": reference_total / max(sum(times[method]), 1e-12),
         }
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
                         for i in range(len(queries))]
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
-        if proposed[method]:
+        if proposed[method] and not beam_like:
+            # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft)
+            entry["acceptance_rate"] = accepted[method] / max(accepted[method] + rejections[method], 1)
             gamma = proposed[method] / max(calls[method], 1)
             entry["expected_tokens_per_call"] = expected_tokens_per_call(entry["acceptance_rate"], gamma)
         if method in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:

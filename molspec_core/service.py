@@ -206,7 +206,8 @@ class Predictor:
                 opts = SamplingOptions(**{**options.__dict__, "seed": options.seed + k,
                                           "draft_len": draft_len or options.draft_len})
                 drawn = sample_decode(self.model, [src], method, factory, opts, self.draft_model)[0]
-                for name in ("model_calls", "draft_tokens_proposed", "draft_tokens_accepted", "tokens_generated", "wall_time_s"):
+                for name in ("model_calls", "draft_tokens_proposed", "draft_tokens_accepted", "draft_rejections",
+                             "tokens_generated", "wall_time_s"):
                     setattr(stats, name, getattr(stats, name) + getattr(drawn.stats, name))
                 hyp = drawn.hypotheses[0]
                 seen.setdefault(hyp.tokens, hyp)

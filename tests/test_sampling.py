@@ -175,3 +175,25 @@ def test_mentored_with_a_copy_draft_reaches_the_kl_bound_exactly():
         others = torch.ones_like(p, dtype=torch.bool).scatter_(-1, d, False)
         scale = (r / p)[others].view(30, 39)
         torch.testing.assert_close(scale, scale[:, :1].expand_as(scale))
+
+
+def test_a_draft_model_equal_to_the_target_is_always_accepted(copy_model):
+    """q = p: every verified draft token passes, so the per-token acceptance rate is 1 and a call
+    yields its gamma drafted tokens plus the bonus token (the formula's alpha = 1 case)."""
+    model, vocab = copy_model
+    sources = random_sources(20, 10, len(vocab), 4, 20)
+    options = SamplingOptions(temperature=0.8, draft_len=4)
+    for result in sample_decode(model, sources, "spec-sample-draft", None, options, draft_model=model):
+        stats = result.stats
+        assert stats.draft_rejections == 0 and stats.acceptance_rate == 1.0
+        full_calls = stats.model_calls - 1  # the last call may stop early at eos or the budget
+        assert stats.tokens_generated >= 5 * full_calls
+
+
+def test_acceptance_rate_counts_verified_tokens_only(copy_model):
+    model, vocab = copy_model
+    sources = random_sources(21, 10, len(vocab), 4, 20)
+    for result in greedy(model, sources, lambda s: make_drafter("lookup", s, 6, 1)):
+        stats = result.stats
+        assert stats.draft_rejections <= stats.model_calls
+        assert stats.draft_tokens_accepted + stats.draft_rejections <= stats.draft_tokens_proposed

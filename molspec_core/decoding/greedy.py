@@ -91,6 +91,7 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
             state.stats.model_calls += 1
             state.stats.draft_tokens_proposed += int(lengths[row].sum())
             state.stats.draft_tokens_accepted += min(n_acc, len(new))
+            state.stats.draft_rejections += int(n_acc < len(drafts[row][branch_list[row]])) if drafts[row] else 0
             state.stats.tokens_generated += len(new)
             state.score += sum(log_prob_list[row][: len(new)])
             if new and new[-1] == EOS_ID:

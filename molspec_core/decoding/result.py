@@ -19,12 +19,22 @@ class DecodeStats:
     model_calls: int = 0  # decoder forward passes (the encoder pass is not counted)
     draft_tokens_proposed: int = 0  # draft tokens fed for verification (all branches)
     draft_tokens_accepted: int = 0
+    # Calls whose (chosen) draft was cut short by a rejected token. Draft tokens verified in a call
+    # are its accepted ones plus that one rejected token, so the per-token acceptance probability of
+    # the speculative-sampling analysis is accepted / (accepted + rejections).
+    draft_rejections: int = 0
     tokens_generated: int = 0  # output tokens, eos included
     wall_time_s: float = 0.0
 
     @property
     def accepted_per_call(self) -> float:
         return self.draft_tokens_accepted / self.model_calls if self.model_calls else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Share of verified draft tokens that were accepted (tokens after a rejection are not verified)."""
+        verified = self.draft_tokens_accepted + self.draft_rejections
+        return self.draft_tokens_accepted / verified if verified else 0.0
 
     @property
     def tokens_per_call(self) -> float:

@@ -130,6 +130,7 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         stats.model_calls += 1
         stats.draft_tokens_proposed += len(draft)
         stats.draft_tokens_accepted += n_accepted
+        stats.draft_rejections += int(n_accepted < len(draft))
         room_left = budget - len(tokens)
         new, new_origin = new[:room_left], new_origin[:room_left]
         stats.tokens_generated += len(new)
