@@ -139,7 +139,7 @@ def test_a_deep_link_as_the_first_request_shows_the_app(page):
 def test_paste_smiles_and_get_ranked_predictions(page):
     predict_page(page)
     page.get_by_role("combobox", name="Decoding method").click()
-    page.get_by_role("option", name="Beam search").click()
+    page.get_by_role("option", name="Beam search", exact=True).click()
     page.get_by_text("Beam width (n-best)").wait_for()
     page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
     page.get_by_role("button", name="Predict").click()
