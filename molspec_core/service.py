@@ -206,9 +206,7 @@ class Predictor:
                 opts = SamplingOptions(**{**options.__dict__, "seed": options.seed + k,
                                           "draft_len": draft_len or options.draft_len})
                 drawn = sample_decode(self.model, [src], method, factory, opts, self.draft_model)[0]
-                for name in ("model_calls", "draft_tokens_proposed", "draft_tokens_accepted", "draft_rejections",
-                             "tokens_generated", "wall_time_s"):
-                    setattr(stats, name, getattr(stats, name) + getattr(drawn.stats, name))
+                stats.add(drawn.stats)
                 hyp = drawn.hypotheses[0]
                 seen.setdefault(hyp.tokens, hyp)
             results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))

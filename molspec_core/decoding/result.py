@@ -1,7 +1,7 @@
 """What every decoder returns: ranked hypotheses with per-token provenance, and call statistics."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 GENERATED = -1  # provenance of a token the model produced itself (not accepted from a draft)
 
@@ -25,6 +25,11 @@ class DecodeStats:
     draft_rejections: int = 0
     tokens_generated: int = 0  # output tokens, eos included
     wall_time_s: float = 0.0
+
+    def add(self, other: "DecodeStats") -> None:
+        """Add another decode's counts and time to these (several samples of one query)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @property
     def accepted_per_call(self) -> float:

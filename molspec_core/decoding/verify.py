@@ -104,8 +104,7 @@ def _shaped(p: torch.Tensor, q: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     kinks = ratio.gather(-1, order)
     p_below = torch.where(free, p, torch.zeros_like(p)).gather(-1, order).cumsum(-1)
     q_below = torch.where(free, q, torch.zeros_like(q)).gather(-1, order).cumsum(-1)
-    fixed = torch.where(free, torch.zeros_like(p), a * p).sum(-1, keepdim=True) + \
-        torch.where(free, q, torch.zeros_like(q)).sum(-1, keepdim=True)  # caps + sum of free q
+    fixed = torch.where(free, torch.zeros_like(p), a * p).sum(-1, keepdim=True) + q_below[..., -1:]  # caps + free q
     # sum r at b = kink k (tokens up to k contribute b p, the later free ones q)
     at_kink = fixed + kinks.nan_to_num(posinf=0.0) * p_below - q_below
     k = (at_kink < 1).logical_and(kinks.isfinite()).sum(-1, keepdim=True)  # kinks below the solution
