@@ -123,3 +123,53 @@ class KVCache:
         self.lengths = self.lengths.index_select(0, rows)
         if cross and self.src_pad_mask is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
+
+
+class RowPool:
+    """Cache rows owned by the hypotheses of one query (speculative beam search), not by beam slots.
+
+    All layers' self-attention keys and values live in one tensor (2 * layers, rows, H, capacity,
+    head_dim), so gathering rows to feed, writing their new tokens back and copying a row are one
+    indexing operation each. The cross-attention memory is the query's, shared by every row.
+    """
+
+    def __init__(self, base: KVCache, rows: int):
+        first = base.layers[0].keys
+        if base.batch_size != 1:
+            raise ValueError("a row pool holds one query")
+        self.base, self.capacity = base, base.capacity
+        self.store = first.new_zeros((2 * len(base.layers), rows) + first.shape[1:])
+
+    @property
+    def rows(self) -> int:
+        return int(self.store.shape[1])
+
+    def add_rows(self, n: int) -> None:
+        self.store = torch.cat([self.store, self.store.new_zeros((self.store.shape[0], n) + self.store.shape[2:])], dim=1)
+
+    def copy_row(self, source: int, target: int, upto: int) -> None:
+        """Row `target` gets row `source`'s first `upto` slots (a hypothesis branching in two)."""
+        self.store[:, target, :, :upto] = self.store[:, source, :, :upto]
+
+    def gather(self, rows: torch.Tensor, lengths: torch.Tensor, extra: int) -> KVCache:
+        """A cache holding copies of `rows`, valid up to `lengths`, with room for `extra` new tokens.
+        Slots past a row's length are read only as masked keys; pool slots are always finite."""
+        upto = int(lengths.max()) + extra
+        if upto > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
+        sub = self.store[:, rows, :, :upto]
+        layers = [LayerCache(sub[2 * i], sub[2 * i + 1], layer.cross_keys, layer.cross_values)
+                  for i, layer in enumerate(self.base.layers)]
+        return KVCache(layers, lengths.to(self.base.lengths).clone(), self.base.src_pad_mask, upto,
+                       self.base._arange[:upto])
+
+    def write(self, rows: torch.Tensor, fed: KVCache, branch: torch.Tensor) -> None:
+        """Store the keys/values of each row's chosen branch from the last call on `fed` (a gathered
+        cache) in the pool, from the row's length on."""
+        pending = [t for layer in fed.layers for t in (layer.pending_keys, layer.pending_values)]
+        if any(t is None for t in pending):
+            raise RuntimeError("write() without a preceding decoder call")
+        index = torch.arange(len(rows), device=rows.device)
+        chosen = torch.stack([t[index, :, branch] for t in pending])  # (2L, R, H, T, hd)
+        slot = fed.lengths.unsqueeze(1) + torch.arange(chosen.shape[3], device=rows.device)  # (R, T)
+        self.store[:, rows.unsqueeze(1), :, slot] = chosen.permute(1, 3, 0, 2, 4)  # (R, T, 2L, H, hd)

@@ -45,9 +45,11 @@ DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", 
 # 1.77x / 1.33x over cached greedy against 1.42x / 1.16x at D=4; at D=16 (200 queries) 1.22x / 1.07x:
 # a verify call costs more with every drafted token (17 tokens: 1.7x a one-token call).
 DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (8, 1), "pointer": (8, 1)}
-# Speculative beam search drafts per hypothesis: one pointer draft; shorter, since lower beams leave
-# their drafts sooner (the paper used D=10).
-SBS_DRAFT = ("pointer", 10, 1)
+# Speculative beam search drafts per hypothesis: one short pointer draft. A call's cost grows with
+# rows x tokens and lower beams leave their drafts within a few tokens (retro model, width 5,
+# 30 queries, interleaved: sbs-exact 1.28x over beam at D=3, 1.24-1.28x at D=4, 1.25x at D=5;
+# sbs 1.79x at D=4, 1.58x at D=10, the paper's length).
+SBS_DRAFT = ("pointer", 4, 1)
 
 
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:

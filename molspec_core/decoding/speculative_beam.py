@@ -1,9 +1,12 @@
 """Speculative beam search: the paper's SBS (lossy) and an exact variant (`sbs-exact`).
 
-Both keep one KV-cache row per live hypothesis, and rows may sit at different lengths (per-row
-positions replace the paper's left padding). A "fed" call gives each hypothesis that needs it its
-pending last token followed by copy drafts, (R, N, 1+D), and keeps the log-probs at every position
-of the draft branch it chose (the one whose prefix agrees longest with the argmax): a *path*.
+Cache rows form a pool owned by hypotheses, not by beam slots: a hypothesis keeps its row while it
+is extended, a second child of the same parent gets a copy of the parent's row (copy on write), and
+a call feeds only the rows that need it (gathered into a small cache and written back), so rows
+may sit at different lengths (per-row positions replace the paper's left padding). A fed row
+receives its pending last token followed by copy drafts, (R, N, 1+D), and keeps the log-probs at
+every position of the draft branch it chose (the one whose prefix agrees longest with the
+argmax): a *path*.
 
 sbs (Andronov et al. 2024, Appendix B): every step feeds every live hypothesis; the candidates are
 the hypothesis extended along its accepted draft prefix of each length i = 0..a, branching at i
@@ -16,22 +19,31 @@ sbs-exact returns beam search's n-best lists (beam.py defines beam search). It r
 beam steps, each extending every live hypothesis by one token, without the model as long as every
 hypothesis that can matter knows its next-token log-probs. A hypothesis knows them when it lies on
 a path: it was fed, or it descends from a fed hypothesis only through the path's draft tokens.
-A child that leaves its parent's path does not know them. Before a step, the width-th best child
-score among the knowing hypotheses is a bar: log-probs are <= 0, so a hypothesis whose score is
-below the bar cannot have a child in the next beam and is dropped unexpanded (beam search would
-drop its children too). If some not-knowing hypothesis reaches the bar, all such hypotheses are fed
-in one call, with fresh drafts, which also gives them new paths. Selection is the same stable sort
-over (slot, token) as beam search, on the same float32 sums, so ties break the same way; scores
-differ from beam search only by the float rounding of logits computed in a longer call.
+A child that leaves its parent's path does not know them (it is *blind*). Before a step, the
+width-th best child score among the knowing hypotheses is a bar: log-probs are <= 0, so a blind
+hypothesis whose score is below the bar cannot have a child in the next beam and is dropped
+unexpanded (beam search would drop its children too). If some blind hypothesis reaches the bar,
+all such hypotheses are fed in one call, with fresh drafts, which also gives them new paths.
+
+Look-ahead: a call that is made anyway also feeds, as extra rows, the children the next step may
+select that would be blind: the off-path children of knowing hypotheses among the width best
+knowing children (only they can be selected, since the bar is a lower bound on the next step's
+cut). When the step selects such a child it already knows its log-probs, so the step after needs
+no call for it. This changes only which calls are made, never what a step selects.
+
+Selection is the same stable sort over (slot, token) as beam search, on the same float32 sums, so
+ties break the same way; scores differ from beam search only by the float rounding of logits
+computed in a longer call.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from ..cache import RowPool
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -40,6 +52,7 @@ from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
 DrafterFactory = Callable[[Sequence[int]], Drafter]
+AHEAD_MARGIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,92 +65,128 @@ class _Path:
     log_probs: torch.Tensor  # (1+D, V) float32
     peaks: tuple[int, ...] | None  # cross-attention argmax per position (pointer drafter)
 
+    @property
+    def end(self) -> int:
+        """Slots of the row that hold keys/values of this path (base and draft)."""
+        return self.base_len + len(self.draft)
+
 
 @dataclass
 class _Hyp:
+    """A hypothesis. Its row holds keys/values of all its tokens but the last (the pending one);
+    on a path the row holds the whole path, the last token included."""
+
     tokens: list[int]  # bos included
     provenance: list[int]  # per output token
     score: torch.Tensor  # float32 scalar: the same arithmetic as beam search
-    fed: int  # tokens whose keys/values are in this hypothesis' cache row
-    extent: int  # valid slots in the row (fed plus the rest of its path)
+    row: int = -1  # pool row; -1 until the hypothesis is placed
     path: _Path | None = None  # set while the hypothesis lies on a path
     peak: int | None = None  # where the model looked when it produced the last token
+    ahead: dict[int, "_Hyp"] = field(default_factory=dict)  # children fed before a step selects them
 
     def next_log_probs(self) -> torch.Tensor | None:
         if self.path is None:
             return None
         return self.path.log_probs[len(self.tokens) - self.path.base_len]
 
+    def on_path(self, token: int) -> bool:
+        path = self.path
+        j = len(self.tokens) - path.base_len if path is not None else 0
+        return path is not None and j < len(path.draft) and path.draft[j] == token
+
     def child(self, token: int, score: torch.Tensor) -> "_Hyp":
         """One-token extension; it stays on the path if the token is the path's next draft token."""
-        path, j = self.path, len(self.tokens) - (self.path.base_len if self.path else 0)
-        on_path = path is not None and j < len(path.draft) and path.draft[j] == token
+        if token in self.ahead:
+            known = self.ahead.pop(token)
+            known.score = score
+            return known
+        path = self.path
+        j = len(self.tokens) - (path.base_len if path else 0)
+        on_path = self.on_path(token)
         peak = path.peaks[j] if path is not None and path.peaks is not None else None
-        return _Hyp(self.tokens + [token], self.provenance + [path.draft_src[j] if on_path else GENERATED], score,
-                    fed=len(self.tokens) + 1 if on_path else len(self.tokens), extent=self.extent,
-                    path=path if on_path else None, peak=peak)
+        return _Hyp(self.tokens + [token], self.provenance + [path.draft_src[j] if on_path and path else GENERATED],
+                    score, path=path if on_path else None, peak=peak)
 
 
 class _Search:
-    """State shared by both variants for one query: cache rows, feeding, finished list."""
+    """State shared by both variants for one query: the row pool, feeding, the finished list."""
 
     def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], drafter: Drafter, width: int,
                  n_best: int, budget: int, max_draft: int):
         self.model, self.src, self.drafter, self.width, self.n_best, self.budget = model, src, drafter, width, n_best, budget
-        device = model.embed.weight.device
-        src_t = pad_sources([src], device)
-        memory = model.encode(src_t)
-        self.cache = model.new_cache(memory, src_t != PAD_ID, budget + max_draft + 2)
-        self.device = device
-        zero = torch.zeros((), dtype=torch.float32)
-        self.live = [_Hyp([BOS_ID], [], zero, fed=0, extent=0)]
+        self.device = model.embed.weight.device
+        src_t = pad_sources([src], self.device)
+        self.pool = RowPool(model.new_cache(model.encode(src_t), src_t != PAD_ID, budget + max_draft + 2), 2 * width + 1)
+        self.free = list(range(2 * width, -1, -1))
+        self.live = [_Hyp([BOS_ID], [], torch.zeros((), dtype=torch.float32), row=self.take_row())]
         self.finished: list[tuple[float, int, Hypothesis]] = []
         self.stats = DecodeStats()
 
-    # -- cache rows follow the live list: row i belongs to live[i] --------------------------------
+    # -- the row pool ------------------------------------------------------------------------------
 
-    def regroup(self, parents: list[int], children: list[_Hyp]) -> None:
-        self.cache.set_lengths(torch.tensor([h.extent for h in self.live], dtype=torch.long))
-        self.cache.reorder(torch.tensor(parents, dtype=torch.long, device=self.device), cross=False)
+    def take_row(self) -> int:
+        if not self.free:
+            grow = self.width + 1
+            self.free = list(range(self.pool.rows + grow - 1, self.pool.rows - 1, -1))
+            self.pool.add_rows(grow)
+        return self.free.pop()
+
+    def branch_off(self, parent: _Hyp, child: _Hyp) -> None:
+        """Give a child a row of its own holding the parent's keys/values."""
+        child.row = self.take_row()
+        assert parent.path is not None
+        self.pool.copy_row(parent.row, child.row, parent.path.end)
+
+    def place(self, parents: list[_Hyp], children: list[_Hyp]) -> None:
+        """children[i] (of parents[i]) become the live list: the first child of a parent takes over
+        its row, later ones get copies; rows nobody holds any more go back to the pool."""
+        held = {child.row for child in children if child.row >= 0}
+        for parent, child in zip(parents, children):
+            if child.row >= 0:
+                continue
+            if parent.row in held:
+                self.branch_off(parent, child)
+            else:
+                child.row = parent.row
+            held.add(child.row)
+        for hyp in self.live:
+            rows = [hyp.row] + [h.row for h in hyp.ahead.values()]
+            self.free.extend(r for r in rows if r not in held)
+            hyp.ahead.clear()
         self.live = children
 
-    def feed(self, which: list[int]) -> None:
-        """One decoder call for live[i], i in which: pending token + drafts; sets their paths."""
+    # -- the model call ----------------------------------------------------------------------------
+
+    def feed(self, hyps: list[_Hyp]) -> None:
+        """One decoder call for these hypotheses' rows only: pending token + drafts; sets paths."""
         want_attention = self.drafter.needs_attention
-        drafts = {i: self.drafter.propose(self.live[i].tokens, self.live[i].peak) for i in which}
-        n_branches = max(1, max(len(d) for d in drafts.values()))
-        depth = max((len(p) for d in drafts.values() for p in d), default=0)
-        rows = len(self.live)
-        tokens = torch.full((rows, n_branches, 1 + depth), PAD_ID, dtype=torch.long)
-        lengths = torch.zeros(rows, n_branches, dtype=torch.long)
-        for i, row_drafts in drafts.items():
-            tokens[i, :, 0] = self.live[i].tokens[-1]
+        drafts = [self.drafter.propose(h.tokens, h.peak) for h in hyps]
+        n_branches = max(1, max(len(d) for d in drafts))
+        depth = max((len(p) for d in drafts for p in d), default=0)
+        tokens = torch.full((len(hyps), n_branches, 1 + depth), PAD_ID, dtype=torch.long)
+        lengths = torch.zeros(len(hyps), n_branches, dtype=torch.long)
+        for i, (hyp, row_drafts) in enumerate(zip(hyps, drafts)):
+            tokens[i, :, 0] = hyp.tokens[-1]
             for b, positions in enumerate(row_drafts):
                 tokens[i, b, 1:1 + len(positions)] = torch.as_tensor([self.src[p] for p in positions])
                 lengths[i, b] = len(positions)
-        # Rows not fed get placeholder tokens at length 0 and are not committed.
-        self.cache.set_lengths(torch.tensor([self.live[i].fed if i in drafts else 0 for i in range(rows)]))
-        logits, attention = self.model.decode(tokens.to(self.device), self.cache, cross_attention=want_attention)
+        rows = torch.tensor([h.row for h in hyps], dtype=torch.long, device=self.device)
+        starts = torch.tensor([len(h.tokens) - 1 for h in hyps], dtype=torch.long, device=self.device)
+        cache = self.pool.gather(rows, starts, 1 + depth)
+        logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
         log_probs = logits.float().log_softmax(dim=-1).cpu()  # (R, N, 1+D, V)
         _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
-        keep = torch.zeros(rows, dtype=torch.long)
-        for i in which:
+        for i, hyp in enumerate(hyps):
             b = int(branch[i])
             positions = drafts[i][b] if drafts[i] else []
             peaks = tuple(attention[i, b, : 1 + len(positions)].argmax(-1).tolist()) if attention is not None else None
-            hyp = self.live[i]
             hyp.path = _Path(len(hyp.tokens), tuple(self.src[p] for p in positions), tuple(positions),
                              log_probs[i, b, : 1 + len(positions)], peaks)
-            keep[i] = 1 + len(positions)
-            self.stats.draft_tokens_proposed += int(lengths[i].sum())
-        self.cache.commit(keep.to(self.device), branch.to(self.device))
-        for i in range(rows):
-            hyp = self.live[i]
-            if i in drafts:
-                hyp.extent = hyp.fed + int(keep[i])
-                hyp.fed = len(hyp.tokens)
-        self.cache.set_lengths(torch.tensor([h.extent for h in self.live], dtype=torch.long))
+        self.stats.draft_tokens_proposed += int(lengths.sum())
+        self.pool.write(rows, cache, branch.to(self.device))
         self.stats.model_calls += 1
+
+    # -- results -----------------------------------------------------------------------------------
 
     def finish(self, hyp: _Hyp, score: float, done: bool) -> None:
         tokens = hyp.tokens[1:-1] if done else hyp.tokens[1:]  # bos and eos are not output tokens
@@ -149,9 +198,7 @@ class _Search:
             return True
         best_live = max(float(h.score) for h in self.live)
         ranked = sorted((f[0] for f in self.finished), reverse=True)
-        if len(ranked) >= self.n_best and best_live <= ranked[self.n_best - 1]:
-            return True
-        return False
+        return len(ranked) >= self.n_best and best_live <= ranked[self.n_best - 1]
 
     def result(self, started: float) -> DecodeResult:
         self.stats.wall_time_s = time.perf_counter() - started
@@ -162,46 +209,68 @@ class _Search:
         return DecodeResult(ranked, self.stats)
 
 
-def _exact_one(search: _Search) -> None:
-    width = search.width
+def _best_children(hyps: list[_Hyp], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores and flat (slot * V + token) indices of the width best children, beam search's order."""
+    scores = torch.stack([h.score for h in hyps])  # (L,) float32
+    log_probs = torch.stack([h.next_log_probs() for h in hyps])  # (L, V)
+    candidates = (scores.unsqueeze(-1) + log_probs).view(-1)
+    top_scores, top_index = torch.sort(candidates, descending=True, stable=True)
+    return top_scores[:width], top_index[:width]
+
+
+def _make_known(search: _Search, look_ahead: bool) -> None:
+    """Feed the blind hypotheses that can place in the next beam; drop the others."""
+    width, vocab = search.width, search.model.cfg.vocab_size
+    while True:
+        knowing = [h for h in search.live if h.path is not None]
+        blind = [h for h in search.live if h.path is None]
+        if not blind:
+            return
+        bar = float("-inf")
+        if knowing:
+            top_scores, top_index = _best_children(knowing, width)
+            if len(top_scores) == width:
+                bar = float(top_scores[-1])
+        must = [h for h in blind if float(h.score) >= bar]
+        if not must:
+            search.free.extend(h.row for h in blind)
+            search.live = knowing  # the relative order of slots, and so tie-breaking, is kept
+            return
+        ahead = []
+        if look_ahead and knowing:
+            for score, index in zip(top_scores, top_index.tolist()):
+                parent, token = knowing[index // vocab], index % vocab
+                if token == EOS_ID or score == float("-inf") or parent.on_path(token) or token in parent.ahead:
+                    continue
+                lp = parent.next_log_probs()
+                if float(lp[token]) < float(lp.max()) - AHEAD_MARGIN:
+                    continue
+                child = parent.child(token, score)
+                search.branch_off(parent, child)
+                parent.ahead[token] = child
+                ahead.append(child)
+        search.feed(must + ahead)
+
+
+def _exact_one(search: _Search, look_ahead: bool = True) -> None:
+    width, vocab = search.width, search.model.cfg.vocab_size
     step = 0
     while True:
-        # 1. Make sure every hypothesis that can place in the next beam knows its log-probs.
-        while True:
-            knowing = [i for i, h in enumerate(search.live) if h.next_log_probs() is not None]
-            blind = [i for i, h in enumerate(search.live) if h.next_log_probs() is None]
-            if not blind:
-                break
-            bar = float("-inf")
-            if knowing:
-                children = torch.stack([search.live[i].score + search.live[i].next_log_probs() for i in knowing])
-                bar = float(children.flatten().topk(min(width, children.numel())).values[-1])
-            must = [i for i in blind if float(search.live[i].score) >= bar]
-            if not must:
-                keep = knowing
-                search.regroup(keep, [search.live[i] for i in keep])
-                break
-            search.feed(must)
-        # 2. One standard beam step from the known log-probs, no model call.
-        scores = torch.stack([h.score for h in search.live])  # (L,) float32
-        log_probs = torch.stack([h.next_log_probs() for h in search.live])  # (L, V)
-        vocab = log_probs.shape[1]
-        candidates = (scores.unsqueeze(-1) + log_probs).view(-1)
-        top_scores, top_index = torch.sort(candidates, descending=True, stable=True)
-        top_scores, top_index = top_scores[:width], top_index[:width]
+        _make_known(search, look_ahead)
+        # One standard beam step from the known log-probs, no model call.
+        top_scores, top_index = _best_children(search.live, width)
         parents, children = [], []
         for score, index in zip(top_scores, top_index.tolist()):
             if score == float("-inf"):
                 continue
-            parent, token = divmod(index, vocab)
-            child = search.live[parent].child(token, score)
+            parent, token = search.live[index // vocab], index % vocab
             if token == EOS_ID:
-                search.finish(child, float(score), True)
+                search.finish(_Hyp(parent.tokens + [token], parent.provenance + [GENERATED], score), float(score), True)
             else:
                 parents.append(parent)
-                children.append(child)
+                children.append(parent.child(token, score))
         step += 1
-        search.regroup(parents, children)
+        search.place(parents, children)
         if search.should_stop():
             return
         if step >= search.budget:
@@ -213,9 +282,9 @@ def _exact_one(search: _Search) -> None:
 def _paper_one(search: _Search) -> None:
     width = search.width
     while True:
-        search.feed(list(range(len(search.live))))
-        candidates: list[tuple[float, int, int, _Hyp]] = []  # (score, order, parent, child)
-        for parent, hyp in enumerate(search.live):
+        search.feed(search.live)
+        candidates: list[tuple[float, int, _Hyp, _Hyp]] = []  # (score, order, parent, child)
+        for hyp in search.live:
             path = hyp.path
             assert path is not None
             argmax = path.log_probs.argmax(-1).tolist()
@@ -225,11 +294,11 @@ def _paper_one(search: _Search) -> None:
             node, score = hyp, hyp.score
             for i in range(accepted + 1):
                 ranked = torch.sort(path.log_probs[i], descending=True, stable=True)
-                for lp, token in zip(ranked.values[:width + 1].tolist(), ranked.indices[:width + 1].tolist()):
+                for token in ranked.indices[:width + 1].tolist():
                     if i < accepted and token == path.draft[i]:
                         continue
                     child_score = score + path.log_probs[i, token]
-                    candidates.append((float(child_score), len(candidates), parent, node.child(token, child_score)))
+                    candidates.append((float(child_score), len(candidates), hyp, node.child(token, child_score)))
                 if i < accepted:
                     score = score + path.log_probs[i, path.draft[i]]
                     node = node.child(path.draft[i], score)
@@ -241,11 +310,10 @@ def _paper_one(search: _Search) -> None:
             elif len(child.tokens) - 1 >= search.budget:
                 search.finish(child, score, False)
             else:
-                child.fed = len(child.tokens) - 1  # the paper feeds every hypothesis every step
-                child.path = None
+                child.path = None  # the paper feeds every hypothesis every step
                 parents.append(parent)
                 children.append(child)
-        search.regroup(parents, children)
+        search.place(parents, children)
         if search.should_stop():
             return
 
@@ -253,14 +321,18 @@ def _paper_one(search: _Search) -> None:
 @torch.inference_mode()
 def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], width: int,
                      drafter_factory: DrafterFactory, *, exact: bool, n_best: int | None = None,
-                     max_len: int | None = None, max_draft: int = 64) -> list[DecodeResult]:
-    """Speculative beam search per query (queries run one after another)."""
+                     max_len: int | None = None, max_draft: int = 64, look_ahead: bool = True) -> list[DecodeResult]:
+    """Speculative beam search per query (queries run one after another). look_ahead (sbs-exact
+    only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks."""
     results = []
     for src in sources:
         started = time.perf_counter()
         budget = max_len or target_budget(len(src), model.cfg.max_positions)
         search = _Search(model, src, drafter_factory(src), width, min(n_best or width, width), budget,
                          max(max_draft, len(src)) + 1)
-        (_exact_one if exact else _paper_one)(search)
+        if exact:
+            _exact_one(search, look_ahead)
+        else:
+            _paper_one(search)
         results.append(search.result(started))
     return results
