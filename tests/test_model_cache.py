@@ -105,3 +105,44 @@ def test_reorder_leaves_no_garbage_in_slots():
         assert torch.isfinite(layer.keys).all() and torch.isfinite(layer.values).all()
     logits, _ = model.decode(tgt[[1]][:, None, 2:4].expand(3, 1, 2), cache)  # row 0 (old 1) refeeds 2 tokens
     torch.testing.assert_close(logits[0, 0], reference[1, 2:4], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_row_pool_feeds_a_subset_of_rows_at_their_own_lengths():
+    """Rows of one query at different lengths, fed a few at a time through gather/write, and a row
+    copied to branch a hypothesis: every logit equals the uncached model's."""
+    from molspec_core.cache import RowPool
+
+    model = random_model(4)
+    torch.manual_seed(104)
+    src = torch.randint(4, 14, (1, 9))
+    targets = torch.randint(4, 14, (3, 12))
+    targets[:, 0] = BOS_ID
+    targets[2, :5] = targets[0, :5]  # row 2 branches off row 0 after 5 tokens
+    reference = model(src.expand(3, -1), targets)
+    pool = RowPool(model.new_cache(model.encode(src), src != PAD_ID, capacity=32), rows=2)
+    pool.add_rows(1)  # grows without disturbing rows already there
+    fed = [0, 0, 0]
+
+    def feed(rows: list[int], counts: list[int], branch_rows: list[int] | None = None) -> None:
+        starts = torch.tensor([fed[r] for r in rows])
+        width = max(counts)
+        tokens = torch.full((len(rows), 2, width), PAD_ID, dtype=torch.long)
+        chosen = torch.tensor(branch_rows or [0] * len(rows))
+        for i, (r, n) in enumerate(zip(rows, counts)):
+            tokens[i, :, :n] = torch.randint(4, 14, (2, n))  # a decoy branch beside the real one
+            tokens[i, chosen[i], :n] = targets[r, fed[r]:fed[r] + n]
+        cache = pool.gather(torch.tensor(rows), starts, width)
+        logits, _ = model.decode(tokens, cache)
+        for i, (r, n) in enumerate(zip(rows, counts)):
+            torch.testing.assert_close(logits[i, chosen[i], :n], reference[r, fed[r]:fed[r] + n], atol=1e-5, rtol=1e-5)
+        pool.write(torch.tensor(rows), cache, chosen)
+        for r, n in zip(rows, counts):
+            fed[r] += n
+
+    feed([0], [3])
+    feed([1, 0], [4, 2], branch_rows=[1, 0])
+    pool.copy_row(0, 2, 5)
+    fed[2] = 5
+    feed([2, 1], [3, 1], branch_rows=[0, 1])
+    feed([0, 2, 1], [4, 4, 7])

@@ -37,13 +37,27 @@ def test_exact_equals_beam_on_copy_model(copy_model, width, drafter):
         assert sum(r.stats.model_calls for r in got) < sum(r.stats.model_calls for r in ref)
 
 
+def test_look_ahead_saves_calls_on_copy_model(copy_model):
+    """Feeding the next step's would-be-blind children in calls made anyway saves later calls
+    (model calls are counted, not timed: on this model 300 vs 317 calls at width 5, beam 353)."""
+    model, vocab = copy_model
+    sources = random_sources(21, 25, len(vocab), 3, 22)
+    calls = {la: sum(r.stats.model_calls for r in speculative_beam(model, sources, 5, drafts("pointer", 4), exact=True,
+                                                                   look_ahead=la)) for la in (True, False)}
+    assert calls[True] < calls[False] < sum(r.stats.model_calls for r in beam_search(model, sources, 5))
+
+
+@pytest.mark.parametrize("look_ahead", [True, False])
 @pytest.mark.parametrize("width", [1, 3, 5, 10])
-def test_exact_equals_beam_on_random_models(width):
+def test_exact_equals_beam_on_random_models(width, look_ahead):
+    """Random models have flat distributions: beams branch and leave their drafts all the time,
+    which exercises row copies, pool growth (width 10) and the look-ahead rows."""
     for seed in range(3):
         model = random_model(seed, vocab_size=8)
         sources = random_sources(seed, 12, 8, 3, 15)
         ref = beam_search(model, sources, width, max_len=16)
-        assert_same_nbest(speculative_beam(model, sources, width, drafts("lookup", 6), exact=True, max_len=16), ref)
+        got = speculative_beam(model, sources, width, drafts("lookup", 6), exact=True, max_len=16, look_ahead=look_ahead)
+        assert_same_nbest(got, ref)
 
 
 @pytest.mark.parametrize("width", [1, 3, 5])
