@@ -45,11 +45,12 @@ DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", 
 # 1.77x / 1.33x over cached greedy against 1.42x / 1.16x at D=4; at D=16 (200 queries) 1.22x / 1.07x:
 # a verify call costs more with every drafted token (17 tokens: 1.7x a one-token call).
 DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (8, 1), "pointer": (8, 1)}
-# Speculative beam search drafts per hypothesis: one short pointer draft. A call's cost grows with
-# rows x tokens and lower beams leave their drafts within a few tokens (retro model, width 5,
-# 30 queries, interleaved: sbs-exact 1.28x over beam at D=3, 1.24-1.28x at D=4, 1.25x at D=5;
-# sbs 1.79x at D=4, 1.58x at D=10, the paper's length).
-SBS_DRAFT = ("pointer", 4, 1)
+# Speculative beam search drafts per hypothesis: one short pointer draft. On the CPU a call costs
+# about 3.5 ms plus 0.1-0.2 ms per token, and lower beams leave their drafts within a few tokens,
+# so short drafts win (retro model, methods interleaved per query, one thread):
+# sbs-exact D=2/3/4: 1.26x/1.25x/1.19x over beam at width 5 (30 queries), 1.11x/1.08x/1.01x at
+# width 10 (25), 1.02x/-/0.91x at width 25 (15); sbs D=2/3/4/10: 1.65x/1.91x/1.77x/1.58x at width 5.
+SBS_DRAFT = {"sbs": ("pointer", 3, 1), "sbs-exact": ("pointer", 2, 1)}
 
 
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
@@ -183,7 +184,7 @@ class Predictor:
         if method in ("beam", "beam-uncached"):
             return beam_search(self.model, sources, width=n_best, n_best=n_best, cached=method == "beam")
         if method in ("sbs", "sbs-exact"):
-            drafter, default_len, default_n = SBS_DRAFT
+            drafter, default_len, default_n = SBS_DRAFT[method]
             length = draft_len if draft_len is not None else default_len
             count = n_drafts or default_n
             return speculative_beam(self.model, sources, n_best,
