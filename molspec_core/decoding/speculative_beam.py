@@ -28,8 +28,10 @@ all such hypotheses are fed in one call, with fresh drafts, which also gives the
 Look-ahead: a call that is made anyway also feeds, as extra rows, the children the next step may
 select that would be blind: the off-path children of knowing hypotheses among the width best
 knowing children (only they can be selected, since the bar is a lower bound on the next step's
-cut). When the step selects such a child it already knows its log-probs, so the step after needs
-no call for it. This changes only which calls are made, never what a step selects.
+cut), and of those only tokens within AHEAD_MARGIN nats of the parent's best token: on the retro
+model an argmax child fed ahead was selected 61-91% of the time, any other child 19%, and each
+fed row costs time. When the step selects such a child it already knows its log-probs, so the step
+after needs no call for it. This changes only which calls are made, never what a step selects.
 
 Selection is the same stable sort over (slot, token) as beam search, on the same float32 sums, so
 ties break the same way; scores differ from beam search only by the float rounding of logits
@@ -52,7 +54,7 @@ from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
 DrafterFactory = Callable[[Sequence[int]], Drafter]
-AHEAD_MARGIN = 1.0
+AHEAD_MARGIN = 1.0  # nats; see the module docstring
 
 
 @dataclass(frozen=True)
