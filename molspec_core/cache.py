@@ -88,13 +88,6 @@ class KVCache:
             layer.pending_keys = layer.pending_values = None
         self.lengths = self.lengths + n_keep
 
-    def set_lengths(self, lengths: torch.Tensor) -> None:
-        """Set every row's valid length; the caller vouches that the slots below hold its tokens
-        (speculative beam search keeps a drafted path's keys past a hypothesis' own length)."""
-        if bool((lengths > self.capacity).any()) or bool((lengths < 0).any()):
-            raise ValueError("lengths outside the cache")
-        self.lengths = lengths.to(self.lengths).clone()
-
     def rollback(self, lengths: torch.Tensor) -> None:
         """Shorten rows to `lengths` (never longer than now); nothing is copied."""
         if bool((lengths > self.lengths).any()):
