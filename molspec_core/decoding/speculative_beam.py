@@ -93,8 +93,10 @@ class _Hyp:
 
     def on_path(self, token: int) -> bool:
         path = self.path
-        j = len(self.tokens) - path.base_len if path is not None else 0
-        return path is not None and j < len(path.draft) and path.draft[j] == token
+        if path is None:
+            return False
+        j = len(self.tokens) - path.base_len
+        return j < len(path.draft) and path.draft[j] == token
 
     def child(self, token: int, score: torch.Tensor) -> "_Hyp":
         """One-token extension; it stays on the path if the token is the path's next draft token."""
@@ -103,10 +105,12 @@ class _Hyp:
             known.score = score
             return known
         path = self.path
-        j = len(self.tokens) - (path.base_len if path else 0)
+        if path is None:
+            return _Hyp(self.tokens + [token], self.provenance + [GENERATED], score)
+        j = len(self.tokens) - path.base_len
         on_path = self.on_path(token)
-        peak = path.peaks[j] if path is not None and path.peaks is not None else None
-        return _Hyp(self.tokens + [token], self.provenance + [path.draft_src[j] if on_path and path else GENERATED],
+        peak = path.peaks[j] if path.peaks is not None else None
+        return _Hyp(self.tokens + [token], self.provenance + [path.draft_src[j] if on_path else GENERATED],
                     score, path=path if on_path else None, peak=peak)
 
 
@@ -118,8 +122,8 @@ class _Search:
         self.model, self.src, self.drafter, self.width, self.n_best, self.budget = model, src, drafter, width, n_best, budget
         self.device = model.embed.weight.device
         src_t = pad_sources([src], self.device)
-        self.pool = RowPool(model.new_cache(model.encode(src_t), src_t != PAD_ID, budget + max_draft + 2), 2 * width + 1)
-        self.free = list(range(2 * width, -1, -1))
+        self.pool = RowPool(model.new_cache(model.encode(src_t), src_t != PAD_ID, budget + max_draft + 2), 0)
+        self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], torch.zeros((), dtype=torch.float32), row=self.take_row())]
         self.finished: list[tuple[float, int, Hypothesis]] = []
         self.stats = DecodeStats()
@@ -127,10 +131,10 @@ class _Search:
     # -- the row pool ------------------------------------------------------------------------------
 
     def take_row(self) -> int:
-        if not self.free:
-            grow = self.width + 1
-            self.free = list(range(self.pool.rows + grow - 1, self.pool.rows - 1, -1))
-            self.pool.add_rows(grow)
+        if not self.free:  # grow by about a beam's worth: width live rows plus look-ahead and copies
+            start = self.pool.rows
+            self.pool.add_rows(2 * self.width + 1 if start == 0 else self.width + 1)
+            self.free = list(range(self.pool.rows - 1, start - 1, -1))
         return self.free.pop()
 
     def branch_off(self, parent: _Hyp, child: _Hyp) -> None:
