@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         if spec.default is dataclasses.MISSING:  # required fields: data, out
             p.add_argument(flag, required=True)
+        elif isinstance(spec.default, bool):  # --compile / --no-compile
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default)
         else:
             p.add_argument(flag, type=type(spec.default), default=spec.default)
     return parser

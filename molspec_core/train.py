@@ -1,5 +1,14 @@
-"""Training: token-budget batches, label smoothing, warm-up + inverse-sqrt schedule, AMP on CUDA,
-periodic validation (token accuracy, greedy exact match), resumable safetensors checkpoints."""
+"""Training for a fixed time budget: token-budget batches, AdamW, warm-up then decay to zero exactly
+at `max_minutes`, bf16 autocast on CUDA, periodic validation, float16 exports and resume.
+
+Any run ends annealed, however fast the machine: the learning rate follows the share of the time
+budget spent (or of `max_steps` when there is no budget). Every `export_every_minutes` the weights
+are written as float16 safetensors shards of at most 15 MB (a loadable model folder plus
+`train_state.json`) into `export_dir`, and `resume` continues a run from such a folder. That is the
+whole contract with the GPU machine, whose only way back is its output folder (tools/gpu_train.md).
+
+This module imports no RDKit: the GPU machine has none, and the data arrive tokenized.
+"""
 from __future__ import annotations
 
 import json
@@ -7,6 +16,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,21 +34,33 @@ from .tokenizer import EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)
 
+REFERENCE_TOKENS = 4096  # the batch size the base learning rate below was tuned for on CPU
+BASE_LR = 2e-3  # peak AdamW rate at REFERENCE_TOKENS per step (the old Noam runs peaked at 2e-3)
+MAX_AUTO_LR = 4e-3  # the square-root rule is capped: a guess kept conservative until a GPU run measures it
+AUTO_TOKENS = {"cuda": 32768, "cpu": 4096}  # tokens per optimizer step when max_tokens is 0
+
 
 @dataclass(frozen=True)
 class TrainConfig:
     data: str  # folder written by prepare-data
-    out: str  # run folder: checkpoints land in out/last and out/best
+    out: str  # run folder: out/last (full state), out/best (best greedy exact match), out/export
     preset: str = "forward"
-    max_tokens: int = 8192  # tokens (src + tgt, padded) per batch
-    lr: float = 2.0  # Noam scale: lr_t = lr * d^-0.5 * min(t^-0.5, t * warmup^-1.5)
-    warmup: int = 4000
-    label_smoothing: float = 0.1
+    max_minutes: float = 0.0  # the time budget: the learning rate reaches zero exactly here (0: at max_steps)
     max_steps: int = 100_000
-    max_minutes: float = 0.0  # stop after this wall time (0 = no limit)
+    schedule: str = "cosine"  # decay after warm-up: cosine | linear
+    lr: float = 0.0  # peak learning rate (0: BASE_LR scaled by sqrt(tokens per step / REFERENCE_TOKENS))
+    warmup: int = 500  # linear warm-up steps
+    max_tokens: int = 0  # tokens (src + tgt, padded) per batch (0: AUTO_TOKENS for the device)
+    accum: int = 1  # batches per optimizer step
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    compile: bool = False  # torch.compile the training forward pass
     eval_every: int = 1000
-    save_every_minutes: float = 5.0
     val_greedy_rows: int = 200  # greedy exact match is slow on CPU: a fixed subset
+    export_every_minutes: float = 5.0
+    export_dir: str = ""  # float16 shards + train_state.json ('' = out/export)
+    resume: str = ""  # continue from an export folder (weights and counters; fresh optimizer moments)
+    init: str = ""  # start a new schedule from a model folder's weights (e.g. models/forward)
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # torch CPU threads (0 = torch's default)
@@ -48,6 +70,32 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def tokens_per_batch(cfg: TrainConfig, device: torch.device) -> int:
+    return cfg.max_tokens or AUTO_TOKENS.get(device.type, AUTO_TOKENS["cpu"])
+
+
+def peak_lr(cfg: TrainConfig, device: torch.device) -> float:
+    if cfg.lr:
+        return cfg.lr
+    scaled = BASE_LR * math.sqrt(tokens_per_batch(cfg, device) * cfg.accum / REFERENCE_TOKENS)
+    return min(scaled, MAX_AUTO_LR)
+
+
+def progress(cfg: TrainConfig, step: int, seconds: float) -> float:
+    """Share of the run spent: of the time budget if there is one, else of max_steps."""
+    if cfg.max_minutes:
+        return min(seconds / (cfg.max_minutes * 60), 1.0)
+    return min(step / cfg.max_steps, 1.0)
+
+
+def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float) -> float:
+    """Linear warm-up over `warmup` steps, then cosine or linear decay to zero at the end of the run."""
+    warm = min(1.0, step / cfg.warmup) if cfg.warmup else 1.0
+    done = progress(cfg, step, seconds)
+    decay = 0.5 * (1 + math.cos(math.pi * done)) if cfg.schedule == "cosine" else 1.0 - done
+    return peak * warm * decay
 
 
 def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, rng: random.Random) -> list[list[int]]:
@@ -79,11 +127,6 @@ def collate(rows: list[int], src: list[np.ndarray], tgt: list[np.ndarray], devic
     return src_b, tgt_b[:, :-1], tgt_b[:, 1:]
 
 
-def noam(step: int, cfg: TrainConfig, d_model: int) -> float:
-    step = max(step, 1)
-    return cfg.lr * d_model ** -0.5 * min(step ** -0.5, step * cfg.warmup ** -1.5)
-
-
 @torch.no_grad()
 def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndarray], device: torch.device,
              greedy_rows: int, use_amp: bool) -> dict:
@@ -109,6 +152,14 @@ def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndar
     return {"token_accuracy": correct / max(total, 1), "greedy_exact_match": exact / max(n, 1), "greedy_rows": n}
 
 
+def _replace_folder(tmp: Path, folder: Path) -> None:
+    if folder.exists():
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    tmp.rename(folder)
+
+
 def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer: torch.optim.Optimizer,
                state: dict, meta: dict) -> None:
     """Model checkpoint + optimizer moments (safetensors) + counters (JSON), written atomically."""
@@ -122,93 +173,130 @@ def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer:
                     moments[f"{i}.{j}.{key}"] = value
     checkpoint.save_tensors(moments, tmp, stem="optimizer")
     (tmp / "train_state.json").write_text(json.dumps(state, indent=2))
-    if folder.exists():
-        for f in folder.iterdir():
-            f.unlink()
-        folder.rmdir()
-    tmp.rename(folder)
+    _replace_folder(tmp, folder)
 
 
-def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer) -> dict:
+def export(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, state: dict, meta: dict) -> None:
+    """A loadable float16 model folder (shards of at most 15 MB) plus the run's counters, atomically."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    checkpoint.save(model, vocab, tmp, meta={**meta, "step": state["step"]}, dtype=torch.float16)
+    (tmp / "train_state.json").write_text(json.dumps(state, indent=2))
+    _replace_folder(tmp, folder)
+
+
+def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer | None) -> dict:
+    """Weights (and optimizer moments, if the folder has them and an optimizer is given) + counters."""
     trained, _, _ = checkpoint.load(folder)
     model.load_state_dict(trained.state_dict())
-    moments = checkpoint.load_tensors(folder, stem="optimizer")
-    for i, group in enumerate(optimizer.param_groups):
-        for j, param in enumerate(group["params"]):
-            entry = {k.split(".", 2)[2]: v.to(param.device) for k, v in moments.items() if k.startswith(f"{i}.{j}.")}
-            if entry:
-                optimizer.state[param] = entry
+    has_moments = any(folder.glob("optimizer*.safetensors"))
+    if optimizer is not None and has_moments:
+        moments = checkpoint.load_tensors(folder, stem="optimizer")
+        for i, group in enumerate(optimizer.param_groups):
+            for j, param in enumerate(group["params"]):
+                entry = {k.split(".", 2)[2]: v.to(param.device) for k, v in moments.items() if k.startswith(f"{i}.{j}.")}
+                if entry:
+                    optimizer.state[param] = entry
     return json.loads((folder / "train_state.json").read_text())
+
+
+def batch_stream(cfg: TrainConfig, src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int,
+                 state: dict) -> Iterator[list[int]]:
+    """Batches forever, epoch after epoch, starting where `state` says; keeps state's position current."""
+    while True:
+        batches = token_batches(src, tgt, max_tokens, random.Random(cfg.seed + state["epoch"]))
+        for b in range(state.get("batch_in_epoch", 0), len(batches)):
+            state["batch_in_epoch"] = b + 1
+            yield batches[b]
+        state["epoch"] += 1
+        state["batch_in_epoch"] = 0
+
+
+def new_state() -> dict:
+    return {"step": 0, "epoch": 0, "batch_in_epoch": 0, "seconds": 0.0, "tokens": 0, "best_exact": -1.0, "history": []}
 
 
 def train(cfg: TrainConfig) -> dict:
     device = pick_device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.schedule not in ("cosine", "linear"):
+        raise ValueError(f"schedule must be cosine or linear, not {cfg.schedule!r}")
     torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
     data, out = Path(cfg.data), Path(cfg.out)
+    export_dir = Path(cfg.export_dir) if cfg.export_dir else out / "export"
     out.mkdir(parents=True, exist_ok=True)
     vocab = Vocab.load(data / "vocab.json")
     stats = json.loads((data / "stats.json").read_text())
     train_src, train_tgt = load_arrays(data / "train.npz")
     val_src, val_tgt = load_arrays(data / "val.npz")
     model = Seq2SeqTransformer(preset(cfg.preset, len(vocab))).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.998), eps=1e-9)
+    fused = device.type == "cuda"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, betas=(0.9, 0.998), eps=1e-8,
+                                  weight_decay=cfg.weight_decay, fused=fused)
     use_amp = device.type == "cuda"
     meta = {"task": stats["task"], "preset": cfg.preset, "train_config": asdict(cfg), "data_stats": stats}
-    state = {"step": 0, "epoch": 0, "seconds": 0.0, "best_exact": -1.0, "history": []}
+    state = new_state()
     if (out / "last" / "train_state.json").exists():
         state = load_state(out / "last", model, optimizer)
-        log.info("resumed from step %d", state["step"])
+        log.info("resumed from %s at step %d", out / "last", state["step"])
+    elif cfg.resume:
+        state = load_state(Path(cfg.resume), model, None)
+        log.info("resumed from export %s at step %d (fresh optimizer moments)", cfg.resume, state["step"])
+    elif cfg.init:
+        trained, init_vocab, _ = checkpoint.load(cfg.init)
+        if init_vocab.tokens != vocab.tokens:
+            raise ValueError(f"{cfg.init}: its vocabulary differs from {data / 'vocab.json'}")
+        model.load_state_dict(trained.state_dict())
+        log.info("initialized from %s", cfg.init)
+    max_tokens, peak = tokens_per_batch(cfg, device), peak_lr(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("model %s: %.2fM parameters on %s; %d training pairs", cfg.preset, n_params / 1e6, device, len(train_src))
+    log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step; peak lr %.2e",
+             cfg.preset, n_params / 1e6, device, len(train_src), max_tokens, cfg.accum, peak)
+    forward = torch.compile(model, dynamic=True) if cfg.compile else model
 
     model.train()
     started = time.time() - state["seconds"]
-    last_save = time.time()
+    last_save = last_export = time.time()
     bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
-    done = False
+    batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state)
+    done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
     while not done:
-        batches = token_batches(train_src, train_tgt, cfg.max_tokens, random.Random(cfg.seed + state["epoch"]))
-        skip = state.get("batch_in_epoch", 0)
-        for b, rows in enumerate(batches):
-            if b < skip:
-                continue
-            src, tgt_in, tgt_out = collate(rows, train_src, train_tgt, device)
-            lr = noam(state["step"] + 1, cfg, model.cfg.d_model)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+        lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        micro = [collate(next(batches), train_src, train_tgt, device) for _ in range(cfg.accum)]
+        n_target = sum(int((t_out != PAD_ID).sum()) for _, _, t_out in micro)
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for src, tgt_in, tgt_out in micro:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                logits = model(src, tgt_in)
+                logits = forward(src, tgt_in)
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                                   ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            state["step"] += 1
-            state["batch_in_epoch"] = b + 1
-            state["seconds"] = time.time() - started
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
-            out_of_time = cfg.max_minutes and state["seconds"] > cfg.max_minutes * 60
-            done = state["step"] >= cfg.max_steps or bool(out_of_time)
-            if state["step"] % cfg.eval_every == 0 or done:
-                metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp)
-                metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), loss=round(loss.item(), 4))
-                state["history"].append(metrics)
-                log.info("validation %s", metrics)
-                if metrics["greedy_exact_match"] > state["best_exact"]:
-                    state["best_exact"] = metrics["greedy_exact_match"]
-                    checkpoint.save(model, vocab, out / "best", meta={**meta, "step": state["step"], "validation": metrics})
-            if done or time.time() - last_save > cfg.save_every_minutes * 60:
-                save_state(out / "last", model, vocab, optimizer, state, meta)
-                last_save = time.time()
-            if done:
-                break
-        else:
-            state["epoch"] += 1
-            state["batch_in_epoch"] = 0
+                                   ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing, reduction="sum")
+            (loss / n_target).backward()
+            loss_sum += loss.item()
+            state["tokens"] += src.numel() + tgt_in.numel()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        state["step"] += 1
+        state["seconds"] = time.time() - started
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_sum / n_target:.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
+        done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
+        if state["step"] % cfg.eval_every == 0 or done:
+            metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp)
+            metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
+                           loss=round(loss_sum / n_target, 4), tokens=state["tokens"])
+            state["history"].append(metrics)
+            log.info("validation %s", metrics)
+            if metrics["greedy_exact_match"] > state["best_exact"]:
+                state["best_exact"] = metrics["greedy_exact_match"]
+                checkpoint.save(model, vocab, out / "best", meta={**meta, "step": state["step"], "validation": metrics})
+        if done or time.time() - last_export > cfg.export_every_minutes * 60:
+            export(export_dir, model, vocab, state, meta)
+            last_export = time.time()
+        if done or time.time() - last_save > cfg.export_every_minutes * 60:
+            save_state(out / "last", model, vocab, optimizer, state, meta)
+            last_save = time.time()
     bar.close()
     return state

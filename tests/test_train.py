@@ -1,0 +1,85 @@
+"""The training kit, rehearsed on CPU so it cannot rot between GPU runs: the time-budget schedule,
+a few steps on tiny data, float16 exports, resume from an export, and loading the result."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from molspec_core import checkpoint
+from molspec_core.data import Pair, write_splits
+from molspec_core.service import Predictor
+from molspec_core.train import TrainConfig, learning_rate, peak_lr, train
+
+PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
+         Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
+
+
+@pytest.fixture
+def tiny_data(tmp_path):
+    folder = tmp_path / "data"
+    write_splits(folder, {"train": PAIRS * 4, "val": PAIRS[:3], "test": PAIRS[:1]}, {"task": "forward"})
+    return folder
+
+
+def test_schedule_warms_up_then_reaches_zero_exactly_at_the_time_budget():
+    cfg = TrainConfig(data="", out="", max_minutes=10, warmup=100)
+    peak = 1e-3
+    assert learning_rate(cfg, peak, 50, 0.0) == pytest.approx(peak / 2)  # half-way through warm-up
+    assert learning_rate(cfg, peak, 100, 0.0) == pytest.approx(peak)
+    assert learning_rate(cfg, peak, 5000, 300.0) == pytest.approx(peak / 2)  # cosine at half the budget
+    assert learning_rate(cfg, peak, 5000, 600.0) == pytest.approx(0.0, abs=1e-15)
+    assert learning_rate(cfg, peak, 5000, 900.0) == pytest.approx(0.0, abs=1e-15)  # past the budget: stays 0
+    linear = TrainConfig(data="", out="", max_steps=1000, warmup=0, schedule="linear")
+    assert learning_rate(linear, peak, 250, 1e9) == pytest.approx(0.75 * peak)  # no budget: by steps
+
+
+def test_learning_rate_scales_with_the_square_root_of_the_batch_and_is_capped():
+    cpu = torch.device("cpu")
+    base = peak_lr(TrainConfig(data="", out="", max_tokens=4096), cpu)
+    assert peak_lr(TrainConfig(data="", out="", max_tokens=4096, accum=2), cpu) == pytest.approx(base * math.sqrt(2))
+    assert peak_lr(TrainConfig(data="", out="", max_tokens=1 << 20), cpu) == pytest.approx(4e-3)
+    assert peak_lr(TrainConfig(data="", out="", lr=5e-4), cpu) == 5e-4
+
+
+def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=2, eval_every=3, val_greedy_rows=2,
+                  threads=1, accum=2)
+    first = train(TrainConfig(out=str(tmp_path / "run1"), max_steps=4, **common))
+    export = tmp_path / "run1" / "export"
+    assert first["step"] == 4 and [h["step"] for h in first["history"]] == [3, 4]
+    shards = list(export.glob("model*.safetensors"))
+    assert shards and all(f.stat().st_size <= checkpoint.MAX_SHARD_BYTES for f in shards)
+    assert all(t.dtype == torch.float16 for t in checkpoint.load_tensors(export).values())
+    saved = json.loads((export / "train_state.json").read_text())
+    assert saved["step"] == 4 and saved["tokens"] > 0
+
+    # A new machine: a fresh run folder resumes from the export alone and keeps counting.
+    resumed = train(TrainConfig(out=str(tmp_path / "run2"), max_steps=7, resume=str(export), **common))
+    assert resumed["step"] == 7 and resumed["tokens"] > saved["tokens"]
+    assert [h["step"] for h in resumed["history"]] == [3, 4, 6, 7]
+
+    predictor = Predictor.load(tmp_path / "run2" / "export", device="cpu")
+    exported = checkpoint.load_tensors(tmp_path / "run2" / "export")
+    for name, value in predictor.model.state_dict().items():
+        if name in exported:
+            assert torch.equal(value, exported[name].float()), name
+    result = predictor.predict("CC=O", method="greedy")
+    assert result.ok and result.stats.model_calls > 0  # a tiny model may emit nonsense, but it decodes
+
+
+def test_time_budget_run_stops_annealed(tiny_data, tmp_path):
+    state = train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_tokens=64,
+                              max_minutes=0.02, warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1))
+    assert state["seconds"] >= 0.02 * 60
+    assert state["history"][-1]["lr"] < 1e-3 * 0.05  # the last step ran at the tail of the cosine
+
+
+def test_training_path_imports_no_rdkit():
+    code = ("import sys; sys.modules['rdkit'] = None\n"
+            "import molspec_core.train, molspec_core.decoding.beam, molspec_core.checkpoint\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
