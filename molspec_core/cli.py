@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -72,17 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--augment", type=int, default=20, help="retro: root-aligned SMILES per reaction (0: canonical only)")
 
-    from .train import TrainConfig
+    from .train import add_arguments
 
     p = sub.add_parser("train", help="train a model on prepared data")
-    for name, spec in TrainConfig.__dataclass_fields__.items():
-        flag = "--" + name.replace("_", "-")
-        if spec.default is dataclasses.MISSING:  # required fields: data, out
-            p.add_argument(flag, required=True)
-        elif isinstance(spec.default, bool):  # --compile / --no-compile
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default)
-        else:
-            p.add_argument(flag, type=type(spec.default), default=spec.default)
+    add_arguments(p)
     return parser
 
 
@@ -212,12 +204,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import TrainConfig, train
+    from .train import run
 
-    fields = TrainConfig.__dataclass_fields__
-    state = train(TrainConfig(**{k: getattr(args, k) for k in fields}))
-    print(json.dumps(state["history"][-1:], indent=2))
-    return 0
+    return run(args)
 
 
 COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "bench": cmd_bench,

@@ -180,7 +180,7 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict) -> None:
 
 
 def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> None:
-    """Flat uint8 token arrays with offsets: a few MB for 200K reactions, loadable without pickle."""
+    """Flat uint8 token arrays with offsets, zip-compressed (they travel to the GPU machine), loadable without pickle."""
     def pack(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([len(s) for s in seqs])
@@ -190,7 +190,7 @@ def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> None:
     assert len(vocab) < 256, "uint8 arrays need a vocabulary under 256 tokens"
     src, src_off = pack([vocab.encode(p.src, strict=False) for p in pairs])
     tgt, tgt_off = pack([[BOS_ID] + vocab.encode(p.tgt, strict=False) + [EOS_ID] for p in pairs])
-    np.savez(path, src=src, src_offsets=src_off, tgt=tgt, tgt_offsets=tgt_off)
+    np.savez_compressed(path, src=src, src_offsets=src_off, tgt=tgt, tgt_offsets=tgt_off)
 
 
 def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -11,6 +11,8 @@ This module imports no RDKit: the GPU machine has none, and the data arrive toke
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -300,3 +302,34 @@ def train(cfg: TrainConfig) -> dict:
             last_save = time.time()
     bar.close()
     return state
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field (shared by `molspec train` and `python -m molspec_core.train`)."""
+    for spec in dataclasses.fields(TrainConfig):
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.default is dataclasses.MISSING:  # required fields: data, out
+            parser.add_argument(flag, required=True)
+        elif isinstance(spec.default, bool):  # --compile / --no-compile
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default)
+        else:
+            parser.add_argument(flag, type=type(spec.default), default=spec.default)
+
+
+def run(args: argparse.Namespace) -> int:
+    state = train(TrainConfig(**{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(TrainConfig)}))
+    print(json.dumps(state["history"][-1:], indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m molspec_core.train`: the entry the GPU machine uses, since it has no RDKit and the
+    full CLI imports the service, which needs it."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m molspec_core.train", description="train a model on prepared data")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
