@@ -1,0 +1,98 @@
+"""tools/gpu_kit.py rehearsed on CPU: pack the data, train, collect an export into parts the device
+can return, unpack it here, decode the test ids without RDKit and score the n-best file."""
+import gzip
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from molspec_core.data import Pair, write_splits
+from molspec_core.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
+         Pair("CCN.O=CC", "CCNCC")]
+
+
+@pytest.fixture
+def kit(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("gpu_kit", ROOT / "tools" / "gpu_kit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "GPU_DIR", tmp_path / "gpu")
+    monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(module, "PART_BYTES", 20_000)  # several parts even for a tiny model
+    return module
+
+
+def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
+    data = tmp_path / "data"
+    test = [Pair("CC=O", "CCO"), Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("[Pd]", "C")]  # [Pd] is not in the vocabulary
+    write_splits(data / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": test}, {"task": "forward"})
+    kit.main(["pack", "--data", str(data), "--tasks", "forward"])
+    packed = tmp_path / "gpu" / "forward"
+    assert {f.name for f in packed.iterdir()} == {"train.npz", "val.npz", "vocab.json", "stats.json", "test.npz"}
+
+    train(TrainConfig(data=str(packed), out=str(tmp_path / "runs" / "gpu_forward"), preset="tiny", max_steps=3,
+                      max_tokens=64, val_greedy_rows=1, threads=1))
+    out = tmp_path / "out"
+    out.mkdir()
+    kit.main(["collect", "--out", str(out)])
+    parts = sorted(out.iterdir())
+    assert len(parts) > 1 and all(p.stat().st_size <= 20_000 for p in parts)
+
+    # Back here: a fresh runs folder receives the export, and the next command can resume from it.
+    (tmp_path / "runs" / "gpu_forward" / "export").rename(tmp_path / "old_export")
+    kit.main(["unpack", str(out)])
+    for folder in (tmp_path / "runs" / "gpu_forward" / "export", tmp_path / "gpu" / "resume" / "forward"):
+        assert json.loads((folder / "train_state.json").read_text())["step"] == 3
+        assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (tmp_path / "old_export").iterdir())
+
+    kit.main(["decode", "--task", "forward", "--out", str(out), "--n-best", "2", "--batch-size", "2"])
+    with gzip.open(out / "forward_test_nbest.tsv.gz", "rt") as f:
+        lines = f.read().split("\n")[:-1]
+    assert len(lines) == 3 and lines[2] == ""  # the refused query keeps its row, empty
+    assert all(1 <= len(line.split("\t")) <= 2 for line in lines[:2])
+
+    capsys.readouterr()
+    kit.main(["score", "--task", "forward", "--pred", str(out / "forward_test_nbest.tsv.gz"), "--data", str(data)])
+    report = json.loads(capsys.readouterr().out)
+    assert report["n"] == 3 and report["refused"] == 1 and 0 <= report["top1"] <= report["top2"] <= 2 / 3
+
+
+def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):
+    data = tmp_path / "data" / "retro"
+    data.mkdir(parents=True)
+    (data / "test.tgt").write_text("CCO\nCC(=O)O\nCCN\n")
+    pred = tmp_path / "pred.tsv.gz"
+    with gzip.open(pred, "wt") as f:
+        f.write("OCC\tCC\nCC\tOC(C)=O\n\n")  # hit at rank 1 (another SMILES of ethanol), hit at rank 2, refused
+    kit.main(["score", "--task", "retro", "--pred", str(pred), "--data", str(tmp_path / "data")])
+    assert json.loads(capsys.readouterr().out) == {"top1": round(1 / 3, 4), "top2": round(2 / 3, 4), "n": 3, "refused": 1}
+
+
+def test_start_trains_detached_skips_a_running_task_and_resumes_on_a_fresh_machine(kit, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(kit, "PRESET", {"forward": "tiny", "retro": "tiny"})
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    write_splits(tmp_path / "gpu" / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:1]},
+                 {"task": "forward"})
+    kit.main(["start", "--minutes", "0.05", "--tasks", "forward"])
+    kit.main(["start", "--minutes", "0.05", "--tasks", "forward"])
+    assert "already training" in capsys.readouterr().out
+    kit.main(["watch", "--seconds", "120"])
+    export = tmp_path / "runs" / "gpu_forward" / "export"
+    first = json.loads((export / "train_state.json").read_text())
+    assert first["seconds"] >= 3 and "no training process is running" in capsys.readouterr().out
+
+    # A fresh machine: no run folder, only the carried export. The next start resumes from it.
+    (tmp_path / "gpu" / "resume").mkdir()
+    export.rename(tmp_path / "gpu" / "resume" / "forward")
+    for leftover in (tmp_path / "runs").iterdir():
+        shutil.rmtree(leftover)
+    kit.main(["start", "--minutes", "0.1", "--tasks", "forward"])
+    assert "--resume" in capsys.readouterr().out
+    kit.main(["watch", "--seconds", "120"])
+    second = json.loads((export / "train_state.json").read_text())
+    assert second["step"] > first["step"] and second["seconds"] > first["seconds"]

@@ -1,0 +1,267 @@
+"""The GPU training kit: what runs here and what runs on the lent GPU machine (tools/gpu_train.md).
+
+Here (RDKit available):
+  python3 tools/gpu_kit.py pack                 # data/<task>/ -> gpu/<task>/ (compressed arrays, test ids)
+  python3 tools/gpu_kit.py stage | unstage      # keep models/ from travelling with device commands, and back
+  python3 tools/gpu_kit.py unpack DIR           # <task>.tar.NN parts from the device -> runs/gpu/<task>/export
+  python3 tools/gpu_kit.py score --task forward --pred DIR/forward_test_nbest.tsv.gz [--limit N]
+On the GPU machine (no RDKit; run from the repository root):
+  python3 tools/gpu_kit.py start --minutes 20   # forward and retro training, detached, resumed if it can
+  python3 tools/gpu_kit.py watch --seconds 480  # progress lines while the training runs
+  python3 tools/gpu_kit.py collect --out $OUT   # each export as tar parts of at most 15 MiB
+  python3 tools/gpu_kit.py decode --task forward --out $OUT --n-best 5 --limit 5000
+
+Files come back from the device only through $OUT: at most 8 files of 16 MiB, 64 MiB together, so an
+export (a float16 model folder) travels as a tar split into 15 MiB parts: forward 2, retro 3.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TASKS = ("forward", "retro")
+PRESET = {"forward": "forward", "retro": "retro"}  # the paper's sizes: 4+4 and 6+6 layers
+PART_BYTES = 15 * 1024 * 1024  # under the device's 16 MiB per returned file
+GPU_DIR = ROOT / "gpu"  # what travels as `carry`: data and resume exports
+RUNS = ROOT / "runs"
+EXCLUDE = ROOT / ".git" / "info" / "exclude"
+
+
+def gpu_run(task: str) -> Path:
+    return RUNS / f"gpu_{task}"
+
+
+# ---- here -----------------------------------------------------------------------------------------
+
+def cmd_pack(args: argparse.Namespace) -> None:
+    """Copy the prepared arrays and tokenize the test sources (ids only: the device has no RDKit)."""
+    import numpy as np
+
+    from molspec_core.data import read_lines
+    from molspec_core.tokenizer import UNK_ID, Vocab
+
+    for task in args.tasks.split(","):
+        src_dir, dst = Path(args.data) / task, GPU_DIR / task
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in ("train.npz", "val.npz", "vocab.json", "stats.json"):
+            shutil.copyfile(src_dir / name, dst / name)
+        vocab = Vocab.load(src_dir / "vocab.json")
+        sources = read_lines(src_dir / "test.src")[: args.test_limit or None]
+        ids = [vocab.encode(s, strict=False) for s in sources]
+        refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(row) for row in ids])
+        flat = np.fromiter((t for row in ids for t in row), dtype=np.uint8, count=int(offsets[-1]))
+        np.savez_compressed(dst / "test.npz", src=flat, src_offsets=offsets, refused=refused)
+        sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
+        print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout
+
+
+def cmd_stage(_: argparse.Namespace) -> None:
+    """Take models/ out of the index and ignore it, so it does not travel (gpu/ travels as `carry`)."""
+    lines = EXCLUDE.read_text().splitlines() if EXCLUDE.exists() else []
+    EXCLUDE.write_text("\n".join(lines + ["/models/"] * ("/models/" not in lines)) + "\n")
+    _git("rm", "-r", "-q", "--cached", "models")
+    print("models/ is out of the index until `unstage`; do not commit meanwhile.")
+
+
+def cmd_unstage(_: argparse.Namespace) -> None:
+    _git("reset", "-q", "--", "models")
+    lines = EXCLUDE.read_text().splitlines() if EXCLUDE.exists() else []
+    EXCLUDE.write_text("\n".join(x for x in lines if x != "/models/") + "\n")
+    print("models/ is back in the index.")
+
+
+def cmd_unpack(args: argparse.Namespace) -> None:
+    """Rejoin <task>.tar.NN parts into runs/gpu_<task>/export and gpu/resume/<task> (the next command's start)."""
+    import tempfile
+
+    folder = Path(args.dir)
+    for task in TASKS:
+        parts = sorted(folder.glob(f"{task}.tar.[0-9][0-9]"))
+        if not parts:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
+                tar.extractall(tmp, filter="data")
+            for dest in (gpu_run(task) / "export", GPU_DIR / "resume" / task):
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(Path(tmp) / "export", dest)
+        state = json.loads((gpu_run(task) / "export" / "train_state.json").read_text())
+        print(f"{task}: step {state['step']}, {state['seconds'] / 60:.1f} min, last validation {state['history'][-1:]}")
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    """Top-k of a device n-best file against the task's test targets, canonicalized with RDKit here."""
+    from molspec_core.data import read_lines
+    from molspec_core.evaluate import hits
+
+    targets = read_lines(Path(args.data) / args.task / "test.tgt")
+    with gzip.open(args.pred, "rt") as f:
+        rows = [line.rstrip("\n").split("\t") if line.strip() else [] for line in f]
+    rows = rows[: args.limit or None]
+    n_best = max((len(r) for r in rows), default=1)
+    correct = [0] * n_best
+    for preds, target in zip(rows, targets):
+        first = next((k for k, hit in enumerate(hits(preds, target)) if hit), None)
+        for k in range(first if first is not None else n_best, n_best):
+            correct[k] += 1
+    report = {f"top{k + 1}": round(correct[k] / len(rows), 4) for k in range(n_best)}
+    report.update(n=len(rows), refused=sum(not r for r in rows))
+    print(json.dumps(report))
+
+
+# ---- on the GPU machine ---------------------------------------------------------------------------
+
+def cmd_start(args: argparse.Namespace) -> None:
+    """Both trainings as detached processes (they outlive this command), resumed where possible."""
+    for task in args.tasks.split(","):
+        run = gpu_run(task)
+        run.mkdir(parents=True, exist_ok=True)
+        if _running(run):
+            print(f"{task}: already training (pid {(run / 'train.pid').read_text()})", flush=True)
+            continue
+        cmd = [sys.executable, "-m", "molspec_core.train", "--data", str(GPU_DIR / task), "--out", str(run),
+               "--preset", PRESET[task], "--max-minutes", str(args.minutes), "--export-every-minutes", "3",
+               "--eval-every", str(args.eval_every), "--val-greedy-rows", "500", "--warmup", "1000"]
+        resume = GPU_DIR / "resume" / task
+        if not (run / "last").exists() and (resume / "train_state.json").exists():
+            cmd += ["--resume", str(resume)]
+        if args.compile:
+            cmd.append("--compile")
+        log = open(run / "train.log", "ab")
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        (run / "train.pid").write_text(str(proc.pid))
+        print("started:", " ".join(cmd), flush=True)
+
+
+def _running(run: Path) -> bool:
+    """Whether the training process this run folder records is alive (a fresh machine has none)."""
+    try:
+        stat = Path(f"/proc/{int((run / 'train.pid').read_text())}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a finished child of this process stays a zombie
+
+
+def _last_line(path: Path) -> str:
+    if not path.exists():
+        return "(no log yet)"
+    text = path.read_bytes()[-4000:].decode(errors="replace").replace("\r", "\n")
+    lines = [x for x in text.splitlines() if x.strip()]
+    return lines[-1][-200:] if lines else ""
+
+
+def cmd_watch(args: argparse.Namespace) -> None:
+    """A progress line per task each minute, until the time is up or no training runs."""
+    end, next_print = time.time() + args.seconds, 0.0
+    while time.time() < end:
+        if not any(_running(gpu_run(task)) for task in TASKS):
+            print("no training process is running", flush=True)
+            return
+        if time.time() >= next_print:
+            for task in TASKS:
+                print(f"[{time.strftime('%H:%M:%S')}] {task}: {_last_line(gpu_run(task) / 'train.log')}", flush=True)
+            next_print = time.time() + 60
+        time.sleep(min(2, max(0, end - time.time())))
+
+
+def cmd_collect(args: argparse.Namespace) -> None:
+    """Each task's latest export as <task>.tar.NN parts in the device's output folder, plus its log."""
+    out = Path(args.out)
+    for task in TASKS:
+        export = gpu_run(task) / "export"
+        if not (export / "train_state.json").exists():
+            continue
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(export, arcname="export")
+        data = buf.getvalue()
+        for i in range(0, len(data), PART_BYTES):
+            (out / f"{task}.tar.{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
+        print(f"{task}: {len(data) / 1e6:.1f} MB in {-(-len(data) // PART_BYTES)} parts", flush=True)
+
+
+def cmd_decode(args: argparse.Namespace) -> None:
+    """n-best beam search over the tokenized test sources; one line per query, tab-separated SMILES."""
+    import numpy as np
+    import torch
+
+    from molspec_core import checkpoint
+    from molspec_core.decoding.beam import beam_search
+
+    model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
+    model, vocab, _ = checkpoint.load(model_dir, "cuda" if torch.cuda.is_available() else "cpu")
+    with np.load(GPU_DIR / args.task / "test.npz") as z:
+        flat, offsets, refused = z["src"], z["src_offsets"], z["refused"]
+    n = min(len(refused), args.limit or len(refused))
+    rows = [flat[offsets[i]:offsets[i + 1]].tolist() for i in range(n)]
+    lines = [""] * n
+    todo = sorted((i for i in range(n) if not refused[i]), key=lambda i: len(rows[i]))  # similar lengths batch well
+    started = time.time()
+    with torch.inference_mode():
+        for b in range(0, len(todo), args.batch_size):
+            chunk = todo[b:b + args.batch_size]
+            for i, result in zip(chunk, beam_search(model, [rows[i] for i in chunk], args.n_best)):
+                lines[i] = "\t".join(vocab.decode(h.tokens) for h in result.hypotheses)
+    name = Path(args.out) / f"{args.task}_test_nbest.tsv.gz"
+    with gzip.open(name, "wt") as f:
+        f.write("".join(line + "\n" for line in lines))
+    print(f"{args.task}: {n} queries ({int(refused[:n].sum())} refused) in {time.time() - started:.0f} s -> {name}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--data", default=str(ROOT / "data"))
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--test-limit", type=int, default=0, help="first N test queries (0: all)")
+    sub.add_parser("stage")
+    sub.add_parser("unstage")
+    p = sub.add_parser("unpack")
+    p.add_argument("dir")
+    p = sub.add_parser("score")
+    p.add_argument("--task", choices=TASKS, required=True)
+    p.add_argument("--pred", required=True)
+    p.add_argument("--data", default=str(ROOT / "data"))
+    p.add_argument("--limit", type=int, default=0)
+    p = sub.add_parser("start")
+    p.add_argument("--minutes", type=float, required=True, help="each run's time budget (its lr reaches 0 there)")
+    p.add_argument("--tasks", default=",".join(TASKS))
+    p.add_argument("--eval-every", type=int, default=2000)
+    p.add_argument("--compile", action="store_true")
+    p = sub.add_parser("watch")
+    p.add_argument("--seconds", type=float, required=True)
+    p = sub.add_parser("collect")
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("decode")
+    p.add_argument("--task", choices=TASKS, required=True)
+    p.add_argument("--model", default="")
+    p.add_argument("--out", required=True)
+    p.add_argument("--n-best", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--limit", type=int, default=0)
+    args = parser.parse_args(argv)
+    globals()[f"cmd_{args.command}"](args)
+
+
+if __name__ == "__main__":
+    main()
