@@ -2,26 +2,69 @@
 
 Nothing is unpickled: weights load through safetensors, everything else is JSON. A model folder
 that holds a pickle-bearing file (.pt, .pth, .bin, .pkl, .ckpt) is refused.
+
+A model folder is as untrusted as a pickle: its config.json decides how much memory the model
+takes. So `load` checks it before anything is allocated, in this order: the JSON files' sizes, the
+config's sizes against the maxima below, vocab.json against the config, and every tensor's name,
+shape and dtype in the safetensors headers (read without reading the tensors) against the shapes
+the config implies. Only then is the model built and the weights read. Every failure is a
+CheckpointError that names the file at fault.
 """
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .model import ModelConfig, Seq2SeqTransformer
-from .tokenizer import Vocab
+from .tokenizer import SPECIALS, Vocab
 
 MAX_SHARD_BYTES = 15 * 1000 * 1000  # per file, header included
 HEADER_ROOM = 64 * 1024  # the safetensors JSON header (names, shapes, offsets) sits in the same file
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 
+# Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
+# 8 heads, d_ff 2048, 205 tokens, 1024 positions, 11.6 M parameters) and the paper's retro model
+# (6+6 layers), low enough that a hostile config.json cannot ask for gigabytes.
+MAX_JSON_BYTES = 1_000_000  # config.json, vocab.json, the shard index; the shipped ones are under 11 kB
+MAX_HEADER_BYTES = 1_000_000  # one safetensors header; the shipped ones are about 10 kB
+MAX_VOCAB_TOKENS = 10_000
+MAX_POSITIONS = 4096  # queries stop at 500 tokens (service.MAX_QUERY_TOKENS)
+MAX_LAYERS = 24  # per stack, encoder and decoder alike
+MAX_D_MODEL = 2048
+MAX_HEADS = 64
+MAX_D_FF = 16_384
+MAX_PARAMETERS = 200_000_000  # 0.8 GB in float32
+WEIGHT_DTYPES = {"F16", "BF16", "F32"}  # what `save` writes (float16 exports, float32 models), and bfloat16
+
+# (lowest, highest) for each whole-number size in config.json's "model" object.
+SIZE_LIMITS = {
+    "vocab_size": (len(SPECIALS), MAX_VOCAB_TOKENS),
+    "n_encoder_layers": (1, MAX_LAYERS),
+    "n_decoder_layers": (1, MAX_LAYERS),
+    "d_model": (2, MAX_D_MODEL),
+    "n_heads": (1, MAX_HEADS),
+    "d_ff": (1, MAX_D_FF),
+    "max_positions": (2, MAX_POSITIONS),  # at least bos + one token
+}
+
 
 class CheckpointError(ValueError):
     """A model folder that is incomplete, malformed or unsafe to load."""
+
+
+@dataclass(frozen=True)
+class TensorHeader:
+    """One tensor as a safetensors header describes it (its data is not read)."""
+    file: Path
+    shape: tuple[int, ...]
+    dtype: str  # safetensors' names: "F16", "F32", "I64", ...
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], folder: Path, stem: str = "model") -> list[str]:
@@ -47,19 +90,196 @@ def save_tensors(tensors: dict[str, torch.Tensor], folder: Path, stem: str = "mo
     return names
 
 
-def load_tensors(folder: Path, stem: str = "model") -> dict[str, torch.Tensor]:
+def _short(value: object) -> str:
+    """A hostile value's repr, cut short enough for one error line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _require_file(path: Path) -> None:
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing")
+    if not path.is_file():  # a folder, a device, a pipe: nothing a checkpoint holds
+        raise CheckpointError(f"{path} is not a regular file")
+
+
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> object:
+    """A small JSON file, read no further than max_bytes."""
+    _require_file(path)
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise CheckpointError(f"{path} is larger than the {max_bytes:,}-byte limit for a checkpoint's JSON files")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, 5000-digit numbers, deep nesting
+        raise CheckpointError(f"{path} is not valid JSON: {str(exc)[:200]}") from None
+
+
+def read_config(folder: Path) -> tuple[dict, ModelConfig]:
+    """config.json and its model sizes, each checked against SIZE_LIMITS."""
+    path = folder / "config.json"
+    config = read_json(path)
+    sizes = config.get("model") if isinstance(config, dict) else None
+    if not isinstance(sizes, dict):
+        raise CheckpointError(f"{path}: expected an object with a \"model\" object of sizes")
+    unknown = sorted(set(sizes) - set(ModelConfig.__dataclass_fields__))
+    if unknown:
+        raise CheckpointError(f"{path}: unknown model settings {_short(unknown)}")
+    if "vocab_size" not in sizes:
+        raise CheckpointError(f"{path}: model.vocab_size is missing")
+    for name, (lowest, highest) in SIZE_LIMITS.items():
+        value = sizes.get(name, lowest)
+        # type() rather than isinstance: JSON's true is a bool, an int subclass; 4.0 is not a count
+        if type(value) is not int or not lowest <= value <= highest:
+            raise CheckpointError(f"{path}: model.{name} must be a whole number from {lowest} to {highest:,}, "
+                                  f"not {_short(value)}")
+    dropout = sizes.get("dropout", 0.0)
+    if type(dropout) not in (int, float) or not 0 <= dropout < 1:
+        raise CheckpointError(f"{path}: model.dropout must be a number in [0, 1), not {_short(dropout)}")
+    cfg = ModelConfig(**sizes)
+    if cfg.d_model % cfg.n_heads:  # attention splits d_model into n_heads equal parts
+        raise CheckpointError(f"{path}: n_heads ({cfg.n_heads}) must divide d_model ({cfg.d_model})")
+    if cfg.d_model % 2:  # the sinusoidal table pairs a sine and a cosine column per frequency
+        raise CheckpointError(f"{path}: d_model must be even, not {cfg.d_model}")
+    return config, cfg
+
+
+def read_vocab(folder: Path, cfg: ModelConfig) -> Vocab:
+    path = folder / "vocab.json"
+    data = read_json(path)
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise CheckpointError(f"{path}: expected {{\"tokens\": [str, ...]}}")
+    if len(tokens) != cfg.vocab_size:
+        raise CheckpointError(f"{path} has {len(tokens)} tokens, config.json says vocab_size {cfg.vocab_size}")
+    try:
+        return Vocab(tokens)
+    except ValueError as exc:  # duplicates, or the special tokens not first
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
+def read_header(path: Path) -> dict[str, TensorHeader]:
+    """The tensors a safetensors file declares, from its header alone."""
+    _require_file(path)
+    try:
+        with path.open("rb") as f:
+            prefix = f.read(8)  # the header's length, little-endian, then the JSON header
+        header_bytes = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+        if not 0 < header_bytes <= MAX_HEADER_BYTES:
+            raise CheckpointError(f"{path} is not a safetensors file, or its header is over {MAX_HEADER_BYTES:,} bytes")
+        with safe_open(str(path), framework="pt") as f:  # maps the file; checks offsets against its size
+            tensors = {name: f.get_slice(name) for name in f.keys()}
+            return {name: TensorHeader(path, tuple(t.get_shape()), t.get_dtype()) for name, t in tensors.items()}
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {str(exc)[:200]}") from None
+
+
+def read_weight_map(index: Path) -> dict[str, str]:
+    data = read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: expected {{\"weight_map\": {{tensor name: shard file name}}}}")
+    for file in set(weight_map.values()):
+        if Path(file).name != file or not file.endswith(".safetensors"):  # no paths out of the folder
+            raise CheckpointError(f"{index}: shard name {_short(file)} must be a plain .safetensors file name")
+    return weight_map
+
+
+def read_headers(folder: Path, stem: str = "model") -> dict[str, TensorHeader]:
+    """Every tensor of a checkpoint (one file, or the shards its index lists), from the headers."""
     index = folder / f"{stem}.safetensors.index.json"
     if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map: dict[str, str] | None = read_weight_map(index)
+        files = sorted(set(weight_map.values()))
     elif (folder / f"{stem}.safetensors").exists():
-        files = [f"{stem}.safetensors"]
+        weight_map, files = None, [f"{stem}.safetensors"]
     else:
         raise CheckpointError(f"{folder}: no {stem}.safetensors or {index.name}")
-    tensors: dict[str, torch.Tensor] = {}
+    headers: dict[str, TensorHeader] = {}
     for file in files:
-        if Path(file).name != file:
-            raise CheckpointError(f"{index}: shard name {file!r} must be a plain file name")
-        tensors.update(load_file(str(folder / file)))
+        for name, header in read_header(folder / file).items():
+            if name in headers:
+                raise CheckpointError(f"{folder / file}: tensor {_short(name)} is also in {headers[name].file.name}")
+            if weight_map is not None and weight_map.get(name) != file:
+                raise CheckpointError(f"{index} does not list tensor {_short(name)} in {file}, which holds it")
+            headers[name] = header
+    unheld = sorted(set(weight_map or ()) - set(headers))
+    if unheld:
+        raise CheckpointError(f"{index} lists {len(unheld)} tensors in shards that do not hold them, "
+                              f"e.g. {_short(unheld[0])}")
+    return headers
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The state-dict shapes of Seq2SeqTransformer(cfg), computed without building it.
+
+    (Building it on the meta device would do, but its normal_ init costs 2.5 s on first use.)
+    tests/test_checkpoint.py checks this against the real model so the two cannot drift apart.
+    """
+    d, ff = cfg.d_model, cfg.d_ff
+
+    def norm(prefix: str) -> dict[str, tuple[int, ...]]:
+        return {f"{prefix}.weight": (d,), f"{prefix}.bias": (d,)}
+
+    def linear(prefix: str, n_out: int, n_in: int) -> dict[str, tuple[int, ...]]:
+        return {f"{prefix}.weight": (n_out, n_in), f"{prefix}.bias": (n_out,)}
+
+    def attention(prefix: str) -> dict[str, tuple[int, ...]]:
+        return {**linear(f"{prefix}.query", d, d), **linear(f"{prefix}.key_value", 2 * d, d),
+                **linear(f"{prefix}.out", d, d)}
+
+    def feed_forward(prefix: str) -> dict[str, tuple[int, ...]]:
+        return {**linear(f"{prefix}.up", ff, d), **linear(f"{prefix}.down", d, ff)}
+
+    shapes = {"embed.weight": (cfg.vocab_size, d)}
+    for i in range(cfg.n_encoder_layers):
+        layer = f"encoder.{i}"
+        shapes |= {**norm(f"{layer}.norm1"), **norm(f"{layer}.norm2"), **attention(f"{layer}.attn"),
+                   **feed_forward(f"{layer}.ff")}
+    for i in range(cfg.n_decoder_layers):
+        layer = f"decoder.{i}"
+        shapes |= {**norm(f"{layer}.norm1"), **norm(f"{layer}.norm2"), **norm(f"{layer}.norm3"),
+                   **attention(f"{layer}.self_attn"), **attention(f"{layer}.cross_attn"),
+                   **feed_forward(f"{layer}.ff")}
+    return shapes | norm("encoder_norm") | norm("decoder_norm")
+
+
+def check_weights(folder: Path, cfg: ModelConfig, headers: dict[str, TensorHeader]) -> None:
+    """The headers hold exactly the tensors the config implies, in those shapes, as floats."""
+    shapes = expected_shapes(cfg)
+    n_parameters = sum(math.prod(shape) for shape in shapes.values())
+    if n_parameters > MAX_PARAMETERS:
+        raise CheckpointError(f"{folder / 'config.json'}: its sizes make {n_parameters:,} parameters; "
+                              f"the limit is {MAX_PARAMETERS:,}")
+    weights = folder / (INDEX_NAME if (folder / INDEX_NAME).exists() else "model.safetensors")
+    missing = sorted(set(shapes) - set(headers))
+    if missing:
+        raise CheckpointError(f"{weights} lacks {len(missing)} tensors that config.json implies, e.g. {missing[0]}")
+    unexpected = sorted(set(headers) - set(shapes))
+    if unexpected:
+        raise CheckpointError(f"{headers[unexpected[0]].file} holds tensors that config.json does not imply, "
+                              f"e.g. {_short(unexpected[0])}")
+    for name, shape in shapes.items():
+        header = headers[name]
+        if header.shape != shape:
+            raise CheckpointError(f"{header.file}: tensor {name} has shape {list(header.shape)}; "
+                                  f"config.json implies {list(shape)}")
+        if header.dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(f"{header.file}: tensor {name} is {header.dtype}; "
+                                  f"weights are one of {sorted(WEIGHT_DTYPES)}")
+
+
+def load_tensors(folder: Path, stem: str = "model") -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted({header.file for header in read_headers(folder, stem).values()}):
+        try:
+            tensors.update(load_file(str(file)))
+        except (OSError, SafetensorError) as exc:
+            raise CheckpointError(f"{file} cannot be read: {str(exc)[:200]}") from None
     return tensors
 
 
@@ -83,22 +303,14 @@ def check_safe(folder: Path) -> None:
 
 
 def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2SeqTransformer, Vocab, dict]:
-    """(model in eval mode, vocab, config dict) from a model folder."""
+    """(model in eval mode, vocab, config dict) from a model folder, checked before it is built."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise CheckpointError(f"model folder {folder} does not exist")
+        raise CheckpointError(f"{folder} is not a model folder" if folder.exists() else f"model folder {folder} does not exist")
     check_safe(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text())
-        cfg = ModelConfig(**config["model"])
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{folder}/config.json is missing or malformed: {exc}") from exc
-    vocab = Vocab.load(folder / "vocab.json")
-    if len(vocab) != cfg.vocab_size:
-        raise CheckpointError(f"{folder}: vocab.json has {len(vocab)} tokens, config says {cfg.vocab_size}")
+    config, cfg = read_config(folder)
+    vocab = read_vocab(folder, cfg)
+    check_weights(folder, cfg, read_headers(folder))
     model = Seq2SeqTransformer(cfg)
-    state = {k: v.float() for k, v in load_tensors(folder).items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"{folder}: weights do not match the config (missing {missing}, unexpected {unexpected})")
+    model.load_state_dict({k: v.float() for k, v in load_tensors(folder).items()})
     return model.to(device).eval(), vocab, config

@@ -2,13 +2,57 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
+
 from .service import DEFAULT_TIME_LIMIT_S, METHODS
+
+# What a user's input, files, disk or machine can cause: an `error:` line and exit code 2.
+# Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
+# UnicodeDecodeError are ValueErrors; a full disk or a missing folder is an OSError.)
+EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum (argparse reports anything else as a usage error)."""
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
+        return value
+    return whole_number
+
+
+def check_output_path(path: str) -> Path:
+    """Refuse an output path that cannot be written before any work is done (a bench run once
+    finished, then lost its report to a missing folder)."""
+    out = Path(path)
+    folder = out.parent
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {path}: the folder {folder} does not exist")
+    if out.is_dir():
+        raise ValueError(f"cannot write {path}: it is a folder; give a file name")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write {path}: no permission to write in {folder}")
+    return out
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return "out of memory; try a smaller --batch-size or --n-best, or fewer queries"
+    if isinstance(exc, OSError) and exc.strerror:  # "No space left on device: /dev/full", not "[Errno 28] ..."
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,18 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     def model_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
-        p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+        p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--method", default="greedy", choices=METHODS)
-        p.add_argument("--n-best", type=int, default=1)
-        p.add_argument("--draft-len", type=int, default=None)
-        p.add_argument("--n-drafts", type=int, default=None)
-        p.add_argument("--batch-size", type=int, default=8)
+        p.add_argument("--n-best", type=at_least(1), default=1)
+        p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
+        p.add_argument("--n-drafts", type=at_least(1), default=None)
+        p.add_argument("--batch-size", type=at_least(1), default=8)
         p.add_argument("--temperature", type=float, default=1.0, help="sampling methods")
-        p.add_argument("--top-k", type=int, default=0, help="sampling methods (0: no cut)")
-        p.add_argument("--beta", type=int, default=1, help="relaxed: draft within the top-beta tokens")
+        p.add_argument("--top-k", type=at_least(0), default=0, help="sampling methods (0: no cut)")
+        p.add_argument("--beta", type=at_least(1), default=1, help="relaxed: draft within the top-beta tokens")
         p.add_argument("--tau", type=float, default=0.0, help="relaxed: and within tau nats of the top token")
         p.add_argument("--delta", type=float, default=0.0, help="mentored: KL budget per token")
-        p.add_argument("--seed", type=int, default=0, help="sampling methods")
+        p.add_argument("--seed", type=at_least(0), default=0, help="sampling methods")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
@@ -45,19 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--src", required=True)
     p.add_argument("--tgt", required=True)
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
-    p.add_argument("--limit", type=int)
+    p.add_argument("--limit", type=at_least(1))
     p.add_argument("--out", help="JSON report")
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
     model_args(p)
     p.add_argument("--src", required=True)
     p.add_argument("--tgt")
-    p.add_argument("--index")
-    p.add_argument("--limit", type=int)
+    p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
+    p.add_argument("--limit", type=at_least(1))
     p.add_argument("--methods", default="greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--beam-width", type=int, default=None, help="beam width = n-best for beam, sbs, sbs-exact")
+    p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--warmup", type=at_least(0), default=3)
+    p.add_argument("--beam-width", type=at_least(1), default=None, help="beam width = n-best for beam, sbs, sbs-exact")
     p.add_argument("--sweep", help="a lossy method's knob over values, e.g. tau=0,0.5,1,2 (with --methods relaxed) "
                    "or delta=0,0.1,0.5 (with --methods mentored)")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
@@ -79,10 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def sampling_options(args: argparse.Namespace):
+    """The sampling knobs, checked (a NaN temperature is refused here, not deep inside torch)."""
     from .decoding.sampling import SamplingOptions
+    from .service import check_sampling
 
-    return SamplingOptions(temperature=args.temperature, top_k=args.top_k, beta=args.beta, tau=args.tau,
-                           delta=args.delta, seed=args.seed)
+    options = SamplingOptions(temperature=args.temperature, top_k=args.top_k, beta=args.beta, tau=args.tau,
+                              delta=args.delta, seed=args.seed)
+    check_sampling(options)
+    return options
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -142,55 +190,76 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import evaluate, read_pairs
     from .service import Predictor
 
-    predictor = Predictor.load(args.model, args.device)
+    # files and options first: a refused one costs no model load and no run
+    out = check_output_path(args.out) if args.out else None
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    sampling_options(args)
+    predictor = Predictor.load(args.model, args.device)
     method = "beam" if args.n_best > 1 and args.method not in ("beam", "sbs", "sbs-exact") else args.method
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index)
     print(json.dumps(report, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
+    if out:
+        out.write_text(json.dumps(report, indent=2))
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    import torch
+def bench_methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    if not methods:
+        raise ValueError(f"--methods names no method; choose from {', '.join(METHODS)}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    return methods
 
-    from .bench import markdown_table, run_bench, save_report
+
+def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float]]:
+    """(the lossy method, its knob's values) from --sweep KNOB=V1,V2,..., each value checked."""
+    from .bench import SWEEPS
+    from .service import check_sampling
+
+    knob, _, values = text.partition("=")
+    lossy = [m for m in methods if m in SWEEPS]
+    if len(lossy) != 1 or SWEEPS[lossy[0]] != knob.strip():
+        raise ValueError(f"--sweep needs one of {', '.join(f'{m} ({k})' for m, k in SWEEPS.items())} in --methods "
+                         "and its knob, e.g. --methods relaxed --sweep tau=0,1,2")
+    try:
+        grid = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--sweep values must be numbers: {values!r}") from None
+    if not grid:
+        raise ValueError(f"--sweep {text!r} has no values; e.g. {knob.strip()}=0,0.5,1")
+    for value in grid:  # a NaN or negative tau would fail only once the run reached it
+        check_sampling(dataclasses.replace(sampling, **{knob.strip(): value}))
+    return lossy[0], grid
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import markdown_table, run_bench, run_sweep, save_report
     from .evaluate import read_pairs
     from .service import Predictor
 
+    # everything that can be refused is refused before the model loads and the run starts
+    out = check_output_path(args.out) if args.out else None
+    if out:
+        check_output_path(str(out.with_suffix(".html")))  # the plotly page written beside it
+    methods = bench_methods(args.methods)
+    sampling = sampling_options(args)
+    sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
+    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, args.device)
-    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        print(f"error: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
-        return 2
-    if args.sweep:
-        from .bench import SWEEPS, run_sweep
-
-        knob, _, values = args.sweep.partition("=")
-        lossy = [m for m in methods if m in SWEEPS]
-        if len(lossy) != 1 or SWEEPS[lossy[0]] != knob.strip():
-            print(f"error: --sweep needs one of {', '.join(f'{m} ({k})' for m, k in SWEEPS.items())} in --methods "
-                  "and its knob, e.g. --methods relaxed --sweep tau=0,1,2", file=sys.stderr)
-            return 2
-        try:
-            grid = [float(v) for v in values.split(",") if v.strip()]
-        except ValueError:
-            print(f"error: --sweep values must be numbers: {values!r}", file=sys.stderr)
-            return 2
-        report = run_sweep(predictor, sources, targets, lossy[0], grid, sampling_options(args), args.warmup)
+    if sweep:
+        report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup)
     else:
         report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
-                           args.draft_len, args.n_drafts, args.warmup, sampling=sampling_options(args))
+                           args.draft_len, args.n_drafts, args.warmup, sampling=sampling)
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
-    if args.out:
-        save_report(report, Path(args.out))
+    if out:
+        save_report(report, out)
     return 0
 
 
@@ -214,10 +283,11 @@ COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "bench": cmd_bench
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The one boundary: every expected failure of any command becomes an `error:` line and exit 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except ValueError as exc:  # bad options or files: a message, not a traceback
-        print(f"error: {exc}", file=sys.stderr)
+    except EXPECTED_FAILURES as exc:
+        print(f"error: {describe(exc)}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """Top-k accuracy of a model on parallel source/target files."""
 from __future__ import annotations
 
+import lzma
 from collections.abc import Sequence
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -9,21 +11,51 @@ from .chem import canonical_or_none
 from .service import Predictor
 
 
-def read_pairs(src: str, tgt: str | None, index: str | None = None, limit: int | None = None) -> tuple[list[str], list[str] | None]:
-    """Sources (and targets), optionally selected by a 0-based line-number index file, first `limit`."""
-    from pathlib import Path
-
+def _read_lines(path: Path) -> list[str]:
+    """A text file's lines (.gz and .xz too); a file that cannot be read is a ValueError naming it."""
     from .data import read_lines
 
-    sources = read_lines(Path(src))
-    targets = read_lines(Path(tgt)) if tgt else None
+    try:
+        return read_lines(path)
+    except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as exc:  # missing, corrupt, cut short, not UTF-8
+        raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def read_index(path: Path, n_lines: int, src: Path) -> list[int]:
+    """0-based line numbers of src from an index file, each one checked: a -1 would otherwise pick the
+    last line without a word, as Python's negative indexing does."""
+    numbers = []
+    for line_no, line in enumerate(_read_lines(path), start=1):
+        for word in line.split():
+            try:
+                number = int(word)
+            except ValueError:
+                raise ValueError(f"{path}, line {line_no}: {word[:40]!r} is not a line number") from None
+            if not 0 <= number < n_lines:
+                raise ValueError(f"{path}, line {line_no}: line number {number} is not among the 0-based "
+                                 f"lines 0..{n_lines - 1} of {src}")
+            numbers.append(number)
+    if not numbers:
+        raise ValueError(f"{path} selects no lines: it holds no line numbers")
+    return numbers
+
+
+def read_pairs(src: str, tgt: str | None, index: str | None = None,
+               limit: int | None = None) -> tuple[list[str], list[str] | None]:
+    """Sources (and targets), optionally selected by a 0-based line-number index file, first `limit`."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be 1 or more, not {limit}")
+    sources = _read_lines(Path(src))
+    if not sources:
+        raise ValueError(f"{src} is empty: it needs one query per line")
+    targets = _read_lines(Path(tgt)) if tgt else None
     if targets is not None and len(targets) != len(sources):
         raise ValueError(f"{src} has {len(sources)} lines but {tgt} has {len(targets)}")
     if index:
-        lines = [int(x) for x in Path(index).read_text().split()]
+        lines = read_index(Path(index), len(sources), Path(src))
         sources = [sources[i] for i in lines]
         targets = [targets[i] for i in lines] if targets is not None else None
-    if limit:
+    if limit is not None:
         sources = sources[:limit]
         targets = targets[:limit] if targets is not None else None
     return sources, targets
@@ -39,6 +71,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
              batch_size: int = 16, progress: bool = True) -> dict:
     if method not in ("beam", "sbs", "sbs-exact") and n_best != 1:
         raise ValueError("top-k for k > 1 needs method 'beam', 'sbs' or 'sbs-exact'")
+    if not sources or len(targets) != len(sources):
+        raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
+                         f"and {len(targets)} targets")
     correct = [0] * n_best
     invalid = errors = 0
     for start in tqdm(range(0, len(sources), batch_size), desc="evaluate", disable=not progress, unit="batch"):

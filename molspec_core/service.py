@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,13 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
+MAX_TEMPERATURE = 100.0  # sampling; far past the point where the output is noise
+MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_best - 1 are used
+# A SMILES is printable ASCII. Anything else is refused by name, never dropped: RDKit skips some
+# characters it cannot read, so a Cyrillic 'ССO' would silently become water and a full-width
+# 'Ｃｌ' would vanish from chlorobenzene. ASCII whitespace is allowed here: the ends are trimmed
+# and spaces inside get their own message.
+FOREIGN_CHARACTER = re.compile(r"[^\x21-\x7e \t\n\r\x0b\x0c]")
 
 GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
 BEAM_METHODS = ("beam", "sbs", "sbs-exact", "beam-uncached")  # beam-uncached: a benchmark reference
@@ -53,6 +62,48 @@ DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (8, 1), "pointer"
 # sbs keeps D=4: on 200 queries at width 5, D=3 lost accuracy (top-3/5 29.5/31.5 against D=4's
 # 31.5/34.0; beam 32.5/34.5) for 1.76x against 1.66x.
 SBS_DRAFT = {"sbs": ("pointer", 4, 1), "sbs-exact": ("pointer", 2, 1)}
+
+
+def describe_character(ch: str) -> str:
+    """'С' (U+0421 CYRILLIC CAPITAL LETTER ES): the character as Python writes it, its code and name."""
+    return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'control character')})"
+
+
+def check_sampling(options: SamplingOptions) -> None:
+    """Raise ValueError for a knob that torch would turn into NaNs or a crash mid-decode."""
+    if not 0 < options.temperature <= MAX_TEMPERATURE:  # also false for NaN
+        raise ValueError(f"temperature must be above 0 and at most {MAX_TEMPERATURE:g}, not {options.temperature}")
+    if options.top_k < 0:
+        raise ValueError(f"top_k must be 0 (no cut) or more, not {options.top_k}")
+    if options.beta < 1:
+        raise ValueError(f"beta must be 1 or more (the draft token among the top-beta), not {options.beta}")
+    for name in ("tau", "delta"):
+        value = getattr(options, name)
+        if not 0 <= value < math.inf:
+            raise ValueError(f"{name} must be a finite number of 0 or more, not {value}")
+    if not 0 <= options.draft_len <= 64:
+        raise ValueError(f"draft_len must be between 0 and 64, not {options.draft_len}")
+    if not 0 <= options.seed <= MAX_SEED - 50:  # room for seed + k, k < n_best <= 50
+        raise ValueError(f"seed must be between 0 and {MAX_SEED - 50}, not {options.seed}")
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto', 'cpu', 'cuda', 'cuda:1' or 'mps' as a torch device that this machine has."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or mps") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch has no CUDA device; use --device cpu (or auto)")
+    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: this torch has no MPS device; use --device cpu (or auto)")
+    if resolved.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"unsupported device {device!r}; use auto, cpu, cuda or mps")
+    return resolved
 
 
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
@@ -119,15 +170,14 @@ class Predictor:
         path = Path(name_or_path)
         if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
             path = MODELS_DIR / str(name_or_path)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, vocab, config = checkpoint.load(path, device)
+        resolved = resolve_device(device)
+        model, vocab, config = checkpoint.load(path, resolved)
         draft_model = None
-        if (path / "draft").is_dir():
-            draft_model, draft_vocab, _ = checkpoint.load(path / "draft", device)
+        if (path / "draft").is_dir():  # the same checks as the model's, before anything is built
+            draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)
             if draft_vocab.tokens != vocab.tokens:
-                raise checkpoint.CheckpointError(f"{path}/draft: its vocabulary differs from the model's")
-        return cls(model, vocab, config, torch.device(device), path, draft_model)
+                raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'}: its vocabulary differs from the model's")
+        return cls(model, vocab, config, resolved, path, draft_model)
 
     # ---- input -------------------------------------------------------------------------------
 
@@ -135,6 +185,11 @@ class Predictor:
         """Validate and canonicalize a query; raises ValueError with a message for the user."""
         if not isinstance(text, str):
             raise ValueError(f"a query must be text, got {type(text).__name__}")
+        foreign = FOREIGN_CHARACTER.search(text)  # before .strip(), which would drop a no-break space
+        if foreign:
+            raise ValueError(f"character {describe_character(foreign.group())} at position {foreign.start() + 1} "
+                             "is not part of a SMILES, which is plain ASCII: retype it (look-alike letters "
+                             "from other alphabets or full-width forms change the molecule)")
         text = text.strip()
         if not text:
             raise ValueError("empty query: paste or draw a molecule")
@@ -170,12 +225,15 @@ class Predictor:
     # ---- decoding ----------------------------------------------------------------------------
 
     def resolve(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int) -> tuple[str, int, int]:
+        """(drafter, draft_len, n_drafts) of a greedy method; an explicit draft_len of 0 means no drafts."""
         if method == "spec-auto":
-            drafter, auto_len, auto_n = auto_drafter(self.device, batch_size)
-            return drafter, draft_len or auto_len, n_drafts or auto_n
-        drafter = DRAFTER_OF[method]
-        default_len, default_n = DRAFT_DEFAULTS[drafter]
-        return drafter, draft_len if draft_len is not None else default_len, n_drafts or default_n
+            drafter, default_len, default_n = auto_drafter(self.device, batch_size)
+        else:
+            drafter = DRAFTER_OF[method]
+            default_len, default_n = DRAFT_DEFAULTS[drafter]
+        length = draft_len if draft_len is not None else default_len
+        count = n_drafts if n_drafts is not None else default_n
+        return ("none", 0, 0) if length == 0 else (drafter, length, count)
 
     def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
                draft_len: int | None = None, n_drafts: int | None = None,
@@ -203,13 +261,15 @@ class Predictor:
         if method == "spec-sample-draft" and self.draft_model is None:
             raise ValueError(f"{self.path.name} has no draft model (a draft/ folder): use spec-sample")
         length = draft_len if draft_len is not None else DRAFT_DEFAULTS["pointer"][0]
+        model_draft_len = draft_len if draft_len is not None else options.draft_len
+        if method == "spec-sample-draft" and model_draft_len == 0:
+            method = "sample"  # no draft tokens: plain sampling, which is what speculative sampling equals
         factory = (lambda src: make_drafter("pointer", src, length, 1)) if method != "sample" else None
         results = []
         for src in sources:
             stats, seen = DecodeStats(), {}
             for k in range(n_best):
-                opts = SamplingOptions(**{**options.__dict__, "seed": options.seed + k,
-                                          "draft_len": draft_len or options.draft_len})
+                opts = SamplingOptions(**{**options.__dict__, "seed": options.seed + k, "draft_len": model_draft_len})
                 drawn = sample_decode(self.model, [src], method, factory, opts, self.draft_model)[0]
                 stats.add(drawn.stats)
                 hyp = drawn.hypotheses[0]
@@ -239,6 +299,8 @@ class Predictor:
             raise ValueError("n_drafts must be between 1 and 64")
         if time_limit_s is not None and not time_limit_s > 0:
             raise ValueError("time_limit_s must be positive (or None for no limit)")
+        if sampling is not None:
+            check_sampling(sampling)
         single = isinstance(smiles, str)
         texts = [smiles] if single else list(smiles)
         results: list[QueryResult | None] = [None] * len(texts)

@@ -27,3 +27,168 @@ def test_shipped_models_respect_the_shard_limit():
 
     for path in (ROOT / "models").glob("*/*.safetensors"):
         assert path.stat().st_size <= checkpoint.MAX_SHARD_BYTES, path
+
+
+# ---- hostile and malformed model folders (issue 14, items 6 and 8) --------------------------------
+
+import pytest
+from safetensors.torch import save_file
+
+from molspec_core.model import Seq2SeqTransformer, preset
+
+
+def tiny_folder(folder, shards: bool = False, monkeypatch=None):
+    """A loadable tiny model folder (14 tokens, d_model 32), sharded when asked."""
+    model = random_model(0, vocab_size=14)
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    if shards:
+        monkeypatch.setattr(checkpoint, "MAX_SHARD_BYTES", checkpoint.HEADER_ROOM + 20_000)  # a few tensors each
+    checkpoint.save(model, vocab, folder, meta={"task": "forward"})
+    return folder
+
+
+def edit_json(path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def no_model_built(monkeypatch):
+    """Fails the test if the loader builds a model: a hostile folder must be refused before that."""
+    def refuse(cfg):
+        raise AssertionError(f"a model was built for {cfg}")
+    monkeypatch.setattr(checkpoint, "Seq2SeqTransformer", refuse)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("max_positions", 100_000),  # 3,000,000 once took 4.6 GB before any weight was read
+    ("n_encoder_layers", 2000),
+    ("n_decoder_layers", 0),
+    ("d_model", 100_000),
+    ("d_ff", -1),
+    ("n_heads", 0),
+    ("vocab_size", 10_000_000),
+    ("n_heads", 4.0),
+    ("d_model", True),
+    ("max_positions", "1024"),
+    ("dropout", 1.5),
+])
+def test_config_sizes_beyond_the_maxima_are_refused_before_building(tmp_path, no_model_built, name, value):
+    folder = tiny_folder(tmp_path)
+    edit_json(folder / "config.json", lambda c: c["model"].update({name: value}))
+    with pytest.raises(checkpoint.CheckpointError, match=rf"config\.json.*model\.{name}"):
+        checkpoint.load(folder)
+
+
+def test_n_heads_must_divide_d_model(tmp_path, no_model_built):
+    """Once this loaded and every prediction then raised."""
+    folder = tiny_folder(tmp_path)
+    edit_json(folder / "config.json", lambda c: c["model"].update(n_heads=3))
+    with pytest.raises(checkpoint.CheckpointError, match=r"config\.json: n_heads \(3\) must divide d_model \(32\)"):
+        checkpoint.load(folder)
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, r"vocab\.json is missing"),
+    ("{not json", r"vocab\.json is not valid JSON"),
+    ('{"tokens": "abc"}', r"vocab\.json: expected"),
+    ("[" * 100_000 + "]" * 100_000, r"vocab\.json is not valid JSON"),
+    (json.dumps({"tokens": [f"[X{i}]" for i in range(200_000)]}), r"vocab\.json is larger than"),
+    (json.dumps({"tokens": list(SPECIALS) + ["C"] * 10}), r"vocab\.json: vocabulary has duplicate"),
+    (json.dumps({"tokens": list(SPECIALS) + ["C"]}), r"vocab\.json has 5 tokens, config\.json says vocab_size 14"),
+], ids=["missing", "not-json", "not-a-list", "deep-nesting", "too-large", "duplicates", "wrong-count"])
+def test_vocab_json_problems_name_the_file(tmp_path, no_model_built, content, message):
+    folder = tiny_folder(tmp_path)
+    if content is None:
+        (folder / "vocab.json").unlink()
+    else:
+        (folder / "vocab.json").write_text(content)
+    with pytest.raises(checkpoint.CheckpointError, match=message):
+        checkpoint.load(folder)
+
+
+def test_config_json_problems_name_the_file(tmp_path, no_model_built):
+    folder = tiny_folder(tmp_path)
+    for content, message in [("", r"config\.json is not valid JSON"), ("[1, 2]", r"config\.json: expected"),
+                             ('{"model": {"vocab_size": 14, "colour": 1}}', r"config\.json: unknown model settings")]:
+        (folder / "config.json").write_text(content)
+        with pytest.raises(checkpoint.CheckpointError, match=message):
+            checkpoint.load(folder)
+    (folder / "config.json").unlink()
+    (folder / "config.json").mkdir()
+    with pytest.raises(checkpoint.CheckpointError, match=r"config\.json is not a regular file"):
+        checkpoint.load(folder)
+
+
+def test_weights_are_checked_against_the_config_from_the_headers(tmp_path, no_model_built):
+    folder = tiny_folder(tmp_path)
+    edit_json(folder / "config.json", lambda c: c["model"].update(d_ff=128))  # the weights have d_ff 64
+    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors: tensor \S+ff\S+ has shape \[64(, 32)?\]"):
+        checkpoint.load(folder)
+    edit_json(folder / "config.json", lambda c: c["model"].update(d_ff=64, n_decoder_layers=3))
+    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors lacks \d+ tensors .* decoder\.2\."):
+        checkpoint.load(folder)
+
+
+def test_a_tensor_of_the_wrong_shape_or_type_in_the_file_is_refused(tmp_path, no_model_built):
+    folder = tiny_folder(tmp_path)
+    tensors = checkpoint.load_tensors(folder)
+    tensors["embed.weight"] = tensors["embed.weight"][:, :16].contiguous()
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors: tensor embed\.weight has shape \[14, 16\]"):
+        checkpoint.load(folder)
+    tensors["embed.weight"] = torch.zeros(14, 32, dtype=torch.int64)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(checkpoint.CheckpointError, match=r"tensor embed\.weight is I64"):
+        checkpoint.load(folder)
+    tensors["embed.weight"] = torch.zeros(14, 32)
+    tensors["extra"] = torch.zeros(1)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors holds tensors .* 'extra'"):
+        checkpoint.load(folder)
+    (folder / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors is not a safetensors file"):
+        checkpoint.load(folder)
+
+
+def test_shard_index_problems_name_the_file(tmp_path, monkeypatch, no_model_built):
+    folder = tiny_folder(tmp_path, shards=True, monkeypatch=monkeypatch)
+    index = folder / checkpoint.INDEX_NAME
+    shards = sorted(folder.glob("model-*.safetensors"))
+    good = index.read_text()
+    shards[-1].rename(folder / "gone")
+    with pytest.raises(checkpoint.CheckpointError, match=rf"{shards[-1].name} is missing"):
+        checkpoint.load(folder)
+    (folder / "gone").rename(shards[-1])
+    edit_json(index, lambda i: i["weight_map"].update({"embed.weight": "../../etc/passwd.safetensors"}))
+    with pytest.raises(checkpoint.CheckpointError, match=r"index\.json: shard name .* plain"):
+        checkpoint.load(folder)
+    index.write_text(good)
+    edit_json(index, lambda i: i["weight_map"].update({"ghost": shards[0].name}))
+    with pytest.raises(checkpoint.CheckpointError, match=r"index\.json lists 1 tensors in shards that do not hold them"):
+        checkpoint.load(folder)
+    index.write_text(good)
+    edit_json(index, lambda i: i["weight_map"].update({"embed.weight": shards[-1].name if
+                                                        i["weight_map"]["embed.weight"] != shards[-1].name else shards[0].name}))
+    with pytest.raises(checkpoint.CheckpointError, match=r"index\.json does not list tensor 'embed\.weight'"):
+        checkpoint.load(folder)
+    index.write_text('{"weight_map": []}')
+    with pytest.raises(checkpoint.CheckpointError, match=r"index\.json: expected"):
+        checkpoint.load(folder)
+
+
+def test_expected_shapes_match_the_model():
+    """The loader's shapes come from a formula (fast, allocates nothing); it must agree with the model."""
+    for name in ("tiny", "forward", "retro", "cpu", "draft"):
+        cfg = preset(name, vocab_size=23, max_positions=16)
+        model_shapes = {k: tuple(v.shape) for k, v in Seq2SeqTransformer(cfg).state_dict().items()}
+        assert checkpoint.expected_shapes(cfg) == model_shapes, name
+
+
+def test_shipped_models_pass_the_checks():
+    from conftest import ROOT
+
+    for folder in [*(ROOT / "models").glob("*"), *(ROOT / "models").glob("*/draft")]:
+        _, cfg = checkpoint.read_config(folder)
+        checkpoint.check_weights(folder, cfg, checkpoint.read_headers(folder))

@@ -1,6 +1,7 @@
 """The CLI end to end on the copy fixture: predict (one SMILES, files), evaluate, bench."""
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -156,3 +157,123 @@ def test_crlf_csv_file_reads_like_lf(tmp_path):
 
     (tmp_path / "a.csv").write_bytes(b"smiles\r\nCCO\r\n\"C\nC\"\r\nCCN\r\n")
     assert read_queries(tmp_path / "a.csv") == ["CCO", "C\nC", "CCN"]
+
+
+# ---- issue 14 item 8: one boundary, an `error:` line and exit 2 instead of a traceback -------------
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+def expect_refused(argv, capsys, message: str) -> None:
+    code, err = run_cli(argv, capsys)
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, err
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if a model is loaded: these inputs must be refused before any work."""
+    from molspec_core.service import Predictor
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the input was checked")
+    monkeypatch.setattr(Predictor, "load", refuse)
+
+
+def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files, capsys, no_model_load):
+    """It once failed after the whole run, and the run's JSON was lost."""
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--methods", "greedy",
+                    "--out", pair_files / "missing" / "b.json"], capsys, "does not exist")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--methods", ""], "names no method"),
+    (["--methods", " , "], "names no method"),
+    (["--methods", "relaxed", "--sweep", "tau="], "has no values"),
+    (["--methods", "relaxed", "--sweep", "tau=0,nan"], "tau must be"),
+    (["--methods", "greedy,magic"], "unknown methods"),
+])
+def test_bench_option_mistakes_are_refused_before_the_run(pair_files, capsys, no_model_load, extra, message):
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", *extra], capsys, message)
+
+
+@pytest.mark.parametrize("index,message", [
+    ("-1\n", "line number -1 is not among the 0-based lines 0..4"),  # once picked the last line, silently
+    ("0\n99\n", "line 2: line number 99"),
+    ("0\nthree\n", "'three' is not a line number"),
+    ("\n", "selects no lines"),
+])
+def test_evaluate_index_files_are_checked(pair_files, capsys, no_model_load, index, message):
+    (pair_files / "idx").write_text(index)
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--index", pair_files / "idx"], capsys, message)
+
+
+def test_evaluate_an_empty_or_missing_file(pair_files, capsys, no_model_load):
+    (pair_files / "empty.txt").write_text("")
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "empty.txt", "--tgt", pair_files / "empty.txt"],
+                   capsys, "is empty")
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "nope.txt", "--tgt", pair_files / "tgt.txt"],
+                   capsys, "No such file")
+
+
+@pytest.mark.parametrize("out,message", [("missing/e.json", "does not exist"), (".", "is a folder")])
+def test_evaluate_output_paths_are_checked_first(pair_files, capsys, no_model_load, out, message):
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--out", pair_files / out], capsys, message)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_full_disk_is_an_error_line(pair_files, capsys):
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--limit", "1", "--out", "/dev/full"], capsys, "No space left on device")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--method", "sample", "--temperature", "nan"], "temperature"),  # a torch RuntimeError escaped predict
+    (["--method", "relaxed", "--tau", "-1"], "tau"),
+    (["--device", "tpu"], "device"),
+])
+def test_bad_sampling_options_and_devices_are_error_lines(capsys, extra, message):
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", *extra], capsys, message)
+
+
+def test_cuda_on_a_cpu_only_torch_is_an_error_line(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--device", "cuda"], capsys, "no CUDA device")
+
+
+def test_a_malformed_model_folder_is_an_error_line(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "m")
+    (tmp_path / "m" / "vocab.json").unlink()
+    expect_refused(["predict", "--model", tmp_path / "m", "--smiles", "CCO"], capsys, "vocab.json is missing")
+    shutil.copy(FIXTURES / "copy_model" / "vocab.json", tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["model"]["n_heads"] = 3
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    expect_refused(["predict", "--model", tmp_path / "m", "--smiles", "CCO"], capsys, "n_heads (3) must divide")
+
+
+def test_negative_counts_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["predict", "--model", MODEL, "--smiles", "CCO", "--batch-size", "0"])
+    assert done.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
+
+
+def test_read_pairs_limit_and_selection(pair_files):
+    from molspec_core.evaluate import read_pairs
+
+    sources, targets = read_pairs(pair_files / "src.txt", pair_files / "tgt.txt", pair_files / "idx", limit=2)
+    assert sources == ["c1ccncc1", "CCOc1ccccc1"] and targets == ["c1ccncc1", "Oc1ccccc1"]
+    with pytest.raises(ValueError, match="limit must be 1 or more"):
+        read_pairs(pair_files / "src.txt", None, limit=0)

@@ -7,6 +7,7 @@ measures the validation and error paths rather than the model."""
 import csv
 import random
 import string
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -93,3 +94,223 @@ def test_fuzzed_csv_through_the_cli(tmp_path):
     assert (good[good["smiles"] == ""]["valid"] == "False").all()
     for column in ("query", "smiles", "error"):  # nothing a spreadsheet would run
         assert not table[column].str.match(r"^[=+\-@\t\r]").any()
+
+
+# ---- look-alike characters, hostile model folders, no traceback from the CLI (issue 14) -----------------
+
+LOOK_ALIKES = ["С", "Ｃ", "ⅼ", "é", "\u0301", "\u00a0", "\u200b", "\ufeff", "\u2028", "\u3000", "😀", "\x00", "\x1b", "\x7f"]
+
+
+def test_non_ascii_at_every_position_is_named_never_dropped(predictor):
+    """Each look-alike inserted before every character and in place of every character of a query:
+    always an error naming the character (code point) and its 1-based position, never a prediction
+    for what is left once RDKit skips it."""
+    base = "CC(=O)Oc1ccccc1C(=O)O"
+    rng = random.Random(11)
+    cases = []
+    for ch in LOOK_ALIKES:
+        cases += [(base[:at] + ch + base[at:], ch, at + 1) for at in range(len(base) + 1)]
+        cases += [(base[:at] + ch + base[at + 1:], ch, at + 1) for at in range(len(base))]
+    for _ in range(500):  # and any code point outside printable ASCII, anywhere in any valid query
+        smiles = rng.choice(VALID)
+        ch = chr(rng.choice([rng.randrange(0, 0x21), 0x7F, rng.randrange(0x80, 0x110000)]))
+        if ch in " \t\n\r\x0b\x0c":
+            continue
+        at = rng.randrange(len(smiles) + 1)
+        cases.append((smiles[:at] + ch + smiles[at:], ch, at + 1))
+    results = predictor.predict([text for text, _, _ in cases])
+    for (text, ch, position), result in zip(cases, results):
+        assert not result.ok and result.predictions == (), ascii(text)
+        assert f"(U+{ord(ch):04X} " in result.error and f"at position {position} " in result.error, (ascii(text), result.error)
+
+
+# Not JSON, the wrong JSON, 5000-digit numbers, nesting past the recursion limit, over a megabyte.
+BAD_JSON = [b"", b"{", b"\xff\xfe\x00", b"null", b"[]", b'"text"', b"1e999", b"[" * 50_000 + b"]" * 50_000,
+            b" " * 1_100_000, b'{"model": ' + b"9" * 5000 + b"}"]
+
+
+def hostile_edits(rng: random.Random, shards: list[str]) -> list[tuple[str, object]]:
+    """(file, new content: bytes, or an edit of its parsed JSON) for a copy of a sharded model folder."""
+    values = [-1, 0, 1, 3, 10**9, 2**63, 3.5, "8", None, True, [], {}, float("nan"), 1e308]
+
+    def set_model(key, value):
+        return lambda c: c["model"].__setitem__(key, value)
+
+    def set_tokens(change):
+        return lambda v: v.__setitem__("tokens", change(v["tokens"]))
+
+    def point_shard(name):
+        return lambda i: i["weight_map"].__setitem__(rng.choice(sorted(i["weight_map"])), name)
+
+    keys = ["vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model", "n_heads", "d_ff", "dropout", "max_positions"]
+    return [
+        ("config.json", set_model(rng.choice(keys), rng.choice(values))),
+        ("config.json", lambda c: c["model"].pop(rng.choice(keys))),
+        ("config.json", set_model("n_experts", 8)),
+        ("config.json", lambda c: c.pop("model")),
+        ("config.json", rng.choice(BAD_JSON)),
+        ("vocab.json", set_tokens(lambda t: t[:-1])),
+        ("vocab.json", set_tokens(lambda t: t + ["[Xe]"])),
+        ("vocab.json", set_tokens(lambda t: t[:4] + [t[4]] * (len(t) - 4))),
+        ("vocab.json", set_tokens(lambda t: t[1:] + t[:1])),
+        ("vocab.json", set_tokens(lambda t: t[:-1] + [rng.choice([None, 7, ["C"], {"C": 1}])])),
+        ("vocab.json", lambda v: v.__setitem__("tokens", "".join(v["tokens"]))),
+        ("vocab.json", rng.choice(BAD_JSON)),
+        ("index", point_shard(rng.choice(["../x.safetensors", "/etc/passwd", "nope.safetensors", "", ".",
+                                          rng.choice(shards), "config.json"]))),
+        ("index", lambda i: i["weight_map"].pop(rng.choice(sorted(i["weight_map"])))),
+        ("index", lambda i: i["weight_map"].__setitem__("ghost.weight", rng.choice(shards))),
+        ("index", lambda i: i.__setitem__("weight_map", rng.choice([[], {}, "x", None, {"a": 1}]))),
+        ("index", rng.choice(BAD_JSON)),
+        ("shard", rng.choice([b"", b"\x00" * 8, b"x" * 1000,
+                              (2**40).to_bytes(8, "little") + b"{}",  # a header of a terabyte
+                              (80).to_bytes(8, "little")  # a tensor of 4 GB backed by 4 bytes
+                              + b'{"embed.weight": {"dtype": "F32", "shape": [999999999], "data_offsets": [0, 4]}}AAAA'])),
+        ("shard", "truncate"),
+    ]
+
+
+def test_hostile_model_folders_are_refused_before_anything_is_built(tmp_path, monkeypatch):
+    """Seeded random edits of config.json, vocab.json, the shard index and the shards: each folder
+    loads (a harmless edit) or is refused with a CheckpointError naming a file of the folder, before
+    any model is built; nothing else escapes."""
+    import json
+
+    from molspec_core import checkpoint
+
+    model, vocab, config = checkpoint.load(FIXTURES / "copy_model")
+    pristine = tmp_path / "pristine"
+    monkeypatch.setattr(checkpoint, "MAX_SHARD_BYTES", checkpoint.HEADER_ROOM + 300_000)  # two or more shards
+    checkpoint.save(model, vocab, pristine, meta={k: v for k, v in config.items() if k != "model"})
+    monkeypatch.undo()
+    shards = sorted(p.name for p in pristine.glob("model-*.safetensors"))
+    assert len(shards) >= 2
+    built = []
+    real_model = checkpoint.Seq2SeqTransformer
+
+    def counted_model(cfg):
+        built.append(cfg)
+        return real_model(cfg)
+    monkeypatch.setattr(checkpoint, "Seq2SeqTransformer", counted_model)
+    rng = random.Random(12)
+    folder = tmp_path / "m"
+    outcomes = {"loaded": 0, "refused": 0}
+    for _ in range(300):
+        if folder.exists():
+            for f in folder.iterdir():
+                f.unlink()
+        else:
+            folder.mkdir()
+        for f in pristine.iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        name, edit = rng.choice(hostile_edits(rng, shards))
+        target = folder / {"index": checkpoint.INDEX_NAME, "shard": rng.choice(shards)}.get(name, name)
+        if edit == "truncate":
+            target.write_bytes(target.read_bytes()[: rng.randrange(target.stat().st_size)])
+        elif isinstance(edit, bytes):
+            target.write_bytes(edit)
+        else:
+            data = json.loads(target.read_text())
+            edit(data)
+            target.write_text(json.dumps(data))
+        built.clear()
+        try:
+            checkpoint.load(folder)
+            outcomes["loaded"] += 1
+        except checkpoint.CheckpointError as exc:
+            assert str(folder) in str(exc), exc
+            assert not built, f"refused only after building a model: {exc}"
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 200
+    print(f"fuzz model folders: {outcomes}")
+
+
+def cli_fuzz_cases(seed: int, folder: Path, n: int) -> list[list[str]]:
+    """Argument lists with hostile options, files and paths for predict, evaluate and bench."""
+    rng = random.Random(seed)
+    model = str(FIXTURES / "copy_model")
+    (folder / "src.txt").write_text("CCO\nc1ccncc1\nNCCO\n")
+    (folder / "tgt.txt").write_text("O\nc1ccncc1\nNO\n")
+    (folder / "empty.txt").write_text("")
+    (folder / "bad.txt.gz").write_bytes(b"not gzip")
+    (folder / "latin1.txt").write_bytes("C\u00e9\n".encode("latin-1"))
+    (folder / "sub").mkdir()
+    (folder / "broken_model").mkdir()
+    (folder / "broken_model" / "config.json").write_text('{"model": {"vocab_size": 16, "max_positions": 3000000}}')
+    for i, text in enumerate(["-1\n", "0\n99\n", "x\n", "", "1.5\n", "0 1 2\n"]):
+        (folder / f"idx{i}").write_text(text)
+    options = {
+        "--temperature": ["nan", "inf", "-1", "0", "1e309", "1.5"],
+        "--top-k": ["-1", "x", "3"],
+        "--tau": ["nan", "-2", "1"],
+        "--delta": ["-1", "inf", "0.1"],
+        "--seed": ["-5", "99999999999999999999999", "3"],
+        "--device": ["cuda", "gpu", "cuda:7", "", "meta", "cpu"],
+        "--model": [str(folder / "nope"), str(folder / "src.txt"), str(folder / "broken_model"), model],
+        "--n-best": ["0", "51", "-3", "2"],
+        "--draft-len": ["65", "-1", "0"],
+        "--n-drafts": ["0", "65", "2"],
+        "--batch-size": ["0", "-2", "3"],
+        "--method": ["magic", "beam", "sample", "spec-auto", "relaxed"],
+    }
+    files = [str(folder / f) for f in ("src.txt", "empty.txt", "bad.txt.gz", "latin1.txt", "sub", "nope.txt")]
+    outs = [str(folder / "sub" / "missing" / "o.json"), str(folder / "sub"), "/dev/full", str(folder / "o.json")]
+    cases = []
+    for _ in range(n):
+        command = rng.choice(["predict", "evaluate", "bench"])
+        argv = [command, "--model", model]
+        for flag in rng.sample(sorted(options), rng.randint(1, 3)):
+            argv += [flag, rng.choice(options[flag])]
+        if command == "predict":
+            argv += ["--smiles", rng.choice(fuzz_inputs(rng.randrange(1000), 1) + VALID)]
+            argv += rng.choice([[], ["--time-limit", rng.choice(["0", "nan", "-1", "5"])]])
+        else:
+            argv += ["--src", rng.choice(files + [str(folder / "src.txt")] * 3), "--tgt", str(folder / "tgt.txt")]
+            argv += rng.choice([[], ["--index", str(folder / f"idx{rng.randrange(6)}")], ["--limit", rng.choice(["0", "-1", "2"])]])
+            argv += rng.choice([[], ["--out", rng.choice(outs)]])
+        if command == "bench":
+            argv += ["--warmup", "0"]
+            argv += rng.choice([["--methods", rng.choice(["", ",", "magic", "greedy,spec-lookup"])],
+                                ["--methods", "relaxed", "--sweep", rng.choice(["tau=", "tau=x", "=1", "delta=1", "tau=0,nan", "tau=0,1"])],
+                                ["--threads", rng.choice(["-1", "1"])]])
+        cases.append(argv)
+    return cases
+
+
+def test_cli_fuzz_prints_no_traceback(tmp_path, capsys):
+    """Hostile options, files and output paths through main(): exit 0, or 1 or 2 with an `error:` line
+    (argparse's usage errors included); an exception escaping main() would fail the test."""
+    codes = {0: 0, 1: 0, 2: 0}
+    for argv in cli_fuzz_cases(13, tmp_path, 150):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse: a usage line and "molspec ...: error: ..."
+            code = exc.code
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, (argv, err)
+        assert code in (0, 1, 2), (argv, code)
+        if code:
+            assert "error: " in err.strip().splitlines()[-1], (argv, err)
+        codes[code] += 1
+    assert codes[2] > 50 and codes[0] > 5
+    print(f"fuzz CLI options: {codes}")
+
+
+def test_the_installed_entry_point_prints_an_error_line_not_a_traceback(tmp_path):
+    """The same boundary seen from a shell: a real process, its stderr and exit code."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "src.txt").write_text("CCO\n")
+    (tmp_path / "idx").write_text("-1\n")
+    for argv, message in [
+        (["predict", "--smiles", "CCO", "--method", "sample", "--temperature", "nan"], "temperature"),
+        (["evaluate", "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "src.txt"),
+          "--index", str(tmp_path / "idx")], "line number -1"),
+    ]:
+        done = subprocess.run([sys.executable, "-m", "molspec_core", *argv, "--model", str(FIXTURES / "copy_model")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("error: ") and message in done.stderr

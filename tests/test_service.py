@@ -161,3 +161,87 @@ def test_time_limit_fails_only_the_slow_query(copier, monkeypatch):
 def test_time_limit_must_be_positive(copier):
     with pytest.raises(ValueError, match="time_limit_s"):
         copier.predict("CCO", time_limit_s=0)
+
+
+# ---- issue 14: look-alike characters, sampling options, devices, draft_len=0, draft folders -------
+
+@pytest.mark.parametrize("text,named", [
+    ("ССO", "'С' (U+0421 CYRILLIC CAPITAL LETTER ES) at position 1"),  # once predicted as water
+    ("c1ccccc1Ｃｌ", "'Ｃ' (U+FF23 FULLWIDTH LATIN CAPITAL LETTER C) at position 9"),  # once as benzene
+    ("éCCO", "'é' (U+00E9 LATIN SMALL LETTER E WITH ACUTE) at position 1"),  # once as ethanol
+    ("CCO\u00a0", "'\\xa0' (U+00A0 NO-BREAK SPACE) at position 4"),  # .strip() would drop it
+    ("\u200bCCO", "'\\u200b' (U+200B ZERO WIDTH SPACE) at position 1"),
+    ("\x01CCO", "'\\x01' (U+0001 control character) at position 1"),  # RDKit skips it too
+    ("CC\x7fO", "'\\x7f' (U+007F control character) at position 3"),
+])
+def test_a_character_outside_printable_ascii_is_named_with_its_position(copier, text, named):
+    result = copier.predict(text)
+    assert not result.ok and named in result.error, result.error
+    assert result.predictions == () and result.canonical_query == ""
+
+
+def test_surrounding_ascii_whitespace_is_still_trimmed(copier):
+    assert copier.predict(" \tCCO\r\n").canonical_query == "CCO"
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(temperature=float("nan")), "temperature"),  # once a torch RuntimeError escaped predict
+    (dict(temperature=0.0), "temperature"),
+    (dict(temperature=float("inf")), "temperature"),
+    (dict(top_k=-1), "top_k"),
+    (dict(beta=0), "beta"),
+    (dict(tau=float("nan")), "tau"),
+    (dict(tau=-1.0), "tau"),
+    (dict(delta=-0.5), "delta"),
+    (dict(seed=2**64), "seed"),  # torch: "Overflow when unpacking long long"
+])
+def test_bad_sampling_options_raise_a_clear_value_error(copier, options, message):
+    from molspec_core.decoding.sampling import SamplingOptions
+
+    with pytest.raises(ValueError, match=message):
+        copier.predict("CCO", method="sample", sampling=SamplingOptions(**options))
+
+
+def test_an_unavailable_device_is_a_clear_error():
+    import torch
+
+    with pytest.raises(ValueError, match="device"):
+        Predictor.load(FIXTURES / "copy_model", device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            Predictor.load(FIXTURES / "copy_model", device="cuda")
+
+
+def test_draft_len_zero_means_no_drafts_for_every_greedy_method(copier):
+    """spec-auto once read draft_len=0 as 'unset' (`draft_len or auto_len`) and drafted anyway."""
+    greedy = copier.predict("CCOc1ccccc1N")
+    for method in GREEDY_METHODS:
+        result = copier.predict("CCOc1ccccc1N", method=method, draft_len=0)
+        assert result.stats.draft_tokens_proposed == 0, method
+        assert result.predictions[0].tokens == greedy.predictions[0].tokens, method
+
+
+def test_a_hostile_draft_folder_is_checked_like_the_model(tmp_path):
+    import json
+    import shutil
+
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "m")
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "m" / "draft")
+    assert Predictor.load(tmp_path / "m").draft_model is not None
+    config = json.loads((tmp_path / "m" / "draft" / "config.json").read_text())
+    config["model"]["max_positions"] = 100_000
+    (tmp_path / "m" / "draft" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"draft/config\.json: model\.max_positions"):
+        Predictor.load(tmp_path / "m")
+
+
+def test_draft_len_zero_with_a_draft_model_is_plain_sampling(tmp_path):
+    """draft_len=0 was read as 'unset' here too (`draft_len or options.draft_len`): 8 drafted tokens."""
+    import shutil
+
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "m")
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "m" / "draft")
+    predictor = Predictor.load(tmp_path / "m")
+    result = predictor.predict("CCOc1ccccc1N", method="spec-sample-draft", draft_len=0, n_best=2)
+    assert result.ok and result.stats.draft_tokens_proposed == 0
+    assert predictor.predict("CCOc1ccccc1N", method="spec-sample-draft").stats.draft_tokens_proposed > 0
