@@ -20,15 +20,24 @@ import torch
 from tqdm import tqdm
 
 from .chem import canonical_or_none
+from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .evaluate import hits
 from .oracle import oracle_tokens_per_call
 from .service import BEAM_METHODS, GREEDY_METHODS, SAMPLING_METHODS, Predictor
+from .tokenizer import UNK_ID
 
 GREEDY_REFERENCE = "greedy"
 BEAM_REFERENCE = "beam"
 SAMPLE_REFERENCE = "sample"
 SAMPLING_FAMILY = tuple(m for m in SAMPLING_METHODS if m != "relaxed")  # relaxed verifies greedy decoding
 SWEEPS = {"relaxed": "tau", "mentored": "delta"}  # lossy methods and the knob that trades accuracy for speed
+# CTranslate2 peers (molspec_core/peers.py): name -> (compute type, beam search?). Beam peers use the run's width.
+PEER_METHODS = {"ct2-greedy": ("float32", False), "ct2-int8-greedy": ("int8", False),
+                "ct2-beam": ("float32", True), "ct2-int8-beam": ("int8", True)}
+
+
+def beam_like(method: str) -> bool:
+    return method in BEAM_METHODS or PEER_METHODS.get(method, ("", False))[1]
 
 
 def expected_tokens_per_call(alpha: float, gamma: float) -> float:
@@ -47,12 +56,14 @@ def _percentile(values: list[float], q: float) -> float:
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
               warmup: int = 3, progress: bool = True, sampling=None,
-              on_progress: Callable[[int, int], None] | None = None) -> dict:
-    """on_progress(done, total) is called after each measured batch (the app's progress bar)."""
-    if GREEDY_REFERENCE not in methods and any(m not in BEAM_METHODS for m in methods):
+              on_progress: Callable[[int, int], None] | None = None, ct2_dir: str | Path | None = None) -> dict:
+    """on_progress(done, total) is called after each measured batch (the app's progress bar).
+    ct2_dir: a CTranslate2 conversion of the model (peers.convert_to_ctranslate2), for the ct2-* methods."""
+    if GREEDY_REFERENCE not in methods and any(not beam_like(m) for m in methods):
         methods = [GREEDY_REFERENCE] + methods
-    if BEAM_REFERENCE not in methods and any(m in BEAM_METHODS[1:] for m in methods):
+    if BEAM_REFERENCE not in methods and any(beam_like(m) for m in methods):
         methods = [BEAM_REFERENCE] + methods
+    peers = _load_peers(methods, ct2_dir, predictor, batch_size)
     queries, kept_targets, skipped = [], [], []
     for i, text in enumerate(sources):
         try:
@@ -64,6 +75,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
     def decode(method: str, rows: list[int]):
         ids = [queries[r].ids for r in rows]
+        if method in PEER_METHODS:
+            return _peer_decode(peers[method], predictor.vocab, ids, n_best if beam_like(method) else 1)
         started = time.perf_counter()
         results = predictor.decode(ids, method, n_best if method in BEAM_METHODS else 1, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
@@ -100,9 +113,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
     report_methods = {}
     for method in methods:
-        beam_like = method in BEAM_METHODS
-        reference = BEAM_REFERENCE if beam_like else GREEDY_REFERENCE
-        same = sum(outputs[method][i] == outputs[reference][i] if beam_like else
+        beamy = beam_like(method)
+        reference = BEAM_REFERENCE if beamy else GREEDY_REFERENCE
+        same = sum(outputs[method][i] == outputs[reference][i] if beamy else
                    outputs[method][i][:1] == outputs[reference][i][:1] for i in range(len(queries)))
         entry = {
             "median_ms": 1000 * statistics.median(times[method]),
@@ -119,18 +132,21 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
                         for i in range(len(queries))]
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
-        if proposed[method] and not beam_like:
+        for peer, (_, peer_beam) in PEER_METHODS.items():
+            if peer in times and peer_beam == beamy and method != peer:
+                entry[f"speedup_vs_{peer.replace('-', '_')}"] = speedup(method, peer)
+        if proposed[method] and not beamy:
             # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft)
             entry["acceptance_rate"] = accepted[method] / max(accepted[method] + rejections[method], 1)
             gamma = proposed[method] / max(calls[method], 1)
             entry["expected_tokens_per_call"] = expected_tokens_per_call(entry["acceptance_rate"], gamma)
         if method in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:
             entry["speedup_vs_sample"] = speedup(method, SAMPLE_REFERENCE)
-        uncached = "beam-uncached" if beam_like else "greedy-uncached"
+        uncached = "beam-uncached" if beamy else "greedy-uncached"
         if uncached in times and method != uncached:
             entry[f"speedup_vs_{uncached}"] = speedup(method, uncached)
         if targets:
-            k_max = n_best if beam_like else 1
+            k_max = n_best if beamy else 1
             found = [hits([predictor.vocab.decode(t) for t in outputs[method][i]] or [""], tgt)
                      for i, tgt in enumerate(kept_targets)]
             for k in (1, 2, 3, 5, 10, 25, 50):
@@ -154,6 +170,32 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "methods": report_methods,
     }
+
+
+def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, batch_size: int) -> dict:
+    wanted = [m for m in methods if m in PEER_METHODS]
+    if not wanted:
+        return {}
+    if ct2_dir is None:
+        raise ValueError(f"{', '.join(wanted)} need a CTranslate2 conversion of the model (bench --peer ctranslate2)")
+    if batch_size != 1 or predictor.device.type != "cpu":
+        raise ValueError("the CTranslate2 peer runs on the CPU at batch size 1")
+    from .peers import CTranslate2Peer
+
+    return {m: CTranslate2Peer(ct2_dir, PEER_METHODS[m][0], torch.get_num_threads(), predictor.model.cfg.max_positions)
+            for m in wanted}
+
+
+def _peer_decode(peer, vocab, ids: list[list[int]], n_best: int) -> tuple[list[DecodeResult], float]:
+    """One query through CTranslate2, timed like our decode call, returned as our result type."""
+    src = [vocab.tokens[i] for i in ids[0]]
+    started = time.perf_counter()
+    hypotheses = peer.decode(src, width=n_best, n_best=n_best)
+    seconds = time.perf_counter() - started
+    ranked = [Hypothesis(tuple(vocab.index.get(t, UNK_ID) for t in h.tokens), h.score, (GENERATED,) * len(h.tokens))
+              for h in hypotheses]
+    steps = max(len(h.tokens) for h in ranked) + 1  # one decoder step per token, eos included
+    return [DecodeResult(ranked, DecodeStats(model_calls=steps, tokens_generated=len(ranked[0].tokens) + 1))], seconds
 
 
 def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | None, method: str, values: list[float],

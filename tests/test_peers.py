@@ -1,0 +1,62 @@
+"""The CTranslate2 peer: our weights converted with its spec API decode like our own decoders."""
+import pytest
+
+from conftest import FIXTURES, random_model
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="the CTranslate2 peer is an optional extra: pip install -e .[peers]")
+
+from molspec_core import checkpoint  # noqa: E402
+from molspec_core.bench import run_bench  # noqa: E402
+from molspec_core.decoding.beam import beam_search  # noqa: E402
+from molspec_core.decoding.greedy import greedy  # noqa: E402
+from molspec_core.drafting import NullDrafter  # noqa: E402
+from molspec_core.peers import CTranslate2Peer, convert_to_ctranslate2  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.tokenizer import Vocab  # noqa: E402
+
+QUERIES = ["CCO", "CC(=O)Cl.NCc1ccccc1", "c1ccncc1Br", "CC(C)(C)OC(=O)N1CCC(CO)CC1"]
+
+
+@pytest.fixture(scope="module")
+def random_checkpoint(tmp_path_factory):
+    """A random tiny model (not a copier: its outputs are long and varied) saved as a model folder."""
+    folder = tmp_path_factory.mktemp("random_model")
+    vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>", "C", "O", "N", "(", ")", "=", "1", "c", "Cl", "Br"])
+    checkpoint.save(random_model(7, len(vocab)), vocab, folder, meta={"task": "forward"})
+    return folder
+
+
+@pytest.mark.parametrize("folder", ["copy", "random"])
+def test_converted_model_decodes_greedy_and_beam_like_ours(folder, random_checkpoint, tmp_path):
+    model_dir = FIXTURES / "copy_model" if folder == "copy" else random_checkpoint
+    model, vocab, _ = checkpoint.load(model_dir)
+    peer = CTranslate2Peer(convert_to_ctranslate2(model_dir, tmp_path / "ct2"), max_positions=model.cfg.max_positions)
+    sources = [[4, 5, 6, 4, 4], [11, 11, 12, 7, 4, 8, 9, 5], [13, 4, 4, 6], [10, 11, 11, 11, 11, 11, 10]]
+    for src in sources:
+        ours = greedy(model, [src], NullDrafter)[0].hypotheses[0]
+        theirs = peer.decode([vocab.tokens[i] for i in src])[0]
+        assert theirs.tokens == tuple(vocab.tokens[i] for i in ours.tokens)
+        assert theirs.score == pytest.approx(ours.score, abs=1e-3)
+        best = beam_search(model, [src], 3)[0].hypotheses[0]
+        top = peer.decode([vocab.tokens[i] for i in src], width=3, n_best=3)[0]
+        assert top.tokens == tuple(vocab.tokens[i] for i in best.tokens)
+
+
+def test_bench_times_the_peer_beside_our_methods_and_reports_agreement(tmp_path):
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    ct2_dir = convert_to_ctranslate2(predictor.path, tmp_path / "ct2")
+    report = run_bench(predictor, QUERIES, None, ["spec-lookup", "ct2-greedy", "ct2-int8-greedy"], warmup=1,
+                       progress=False, ct2_dir=ct2_dir)
+    methods = report["methods"]
+    assert methods["ct2-greedy"]["identical_to_greedy"] == 1.0  # float32: the same tokens as our greedy
+    assert 0.0 <= methods["ct2-int8-greedy"]["identical_to_greedy"] <= 1.0
+    for name in ("greedy", "spec-lookup"):
+        assert methods[name]["speedup_vs_ct2_greedy"] > 0 and methods[name]["speedup_vs_ct2_int8_greedy"] > 0
+    beams = run_bench(predictor, QUERIES, None, ["beam", "ct2-beam"], n_best=3, warmup=0, progress=False, ct2_dir=ct2_dir)
+    assert beams["methods"]["beam"]["speedup_vs_ct2_beam"] > 0 and "speedup_vs_ct2_greedy" not in beams["methods"]["beam"]
+
+
+def test_peer_methods_without_a_conversion_are_refused():
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    with pytest.raises(ValueError, match="CTranslate2"):
+        run_bench(predictor, QUERIES, None, ["ct2-greedy"], warmup=0, progress=False)
