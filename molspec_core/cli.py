@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-width", type=at_least(1), default=None, help="beam width = n-best for beam, sbs, sbs-exact")
     p.add_argument("--sweep", help="a lossy method's knob over values, e.g. tau=0,0.5,1,2 (with --methods relaxed) "
                    "or delta=0,0.1,0.5 (with --methods mentored)")
+    p.add_argument("--peer", choices=("ctranslate2",), help="also time CTranslate2 (float32 and int8) on the same "
+                   "queries, interleaved: greedy beside greedy-family methods, beam beside beam-family ones")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
@@ -214,6 +217,22 @@ def bench_methods(text: str) -> list[str]:
     return methods
 
 
+def peer_methods(methods: list[str]) -> list[str]:
+    """The CTranslate2 methods that match the families asked for (greedy and/or beam search)."""
+    from .bench import PEER_METHODS, beam_like
+
+    families = {beam_like(m) for m in methods}
+    return [name for name, (_, beam) in PEER_METHODS.items() if beam in families]
+
+
+def convert_peer(model_dir: Path, out: Path) -> Path:
+    try:
+        from .peers import convert_to_ctranslate2
+        return convert_to_ctranslate2(model_dir, out)
+    except ImportError as exc:
+        raise ValueError(f"--peer ctranslate2 needs the ctranslate2 package (pip install -e .[peers]): {exc}") from exc
+
+
 def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float]]:
     """(the lossy method, its knob's values) from --sweep KNOB=V1,V2,..., each value checked."""
     from .bench import SWEEPS
@@ -247,15 +266,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     methods = bench_methods(args.methods)
     sampling = sampling_options(args)
     sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
+    if args.peer and sweep:
+        raise ValueError("--peer and --sweep do not go together: a sweep compares a method with itself")
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, args.device)
-    if sweep:
-        report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup)
-    else:
-        report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
-                           args.draft_len, args.n_drafts, args.warmup, sampling=sampling)
+    with tempfile.TemporaryDirectory() as tmp:
+        ct2_dir = None
+        if args.peer:
+            methods = methods + peer_methods(methods)
+            ct2_dir = convert_peer(predictor.path, Path(tmp) / "ct2")
+        if sweep:
+            report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup)
+        else:
+            report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
+                               args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir)
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
     if out:

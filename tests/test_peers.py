@@ -60,3 +60,18 @@ def test_peer_methods_without_a_conversion_are_refused():
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
     with pytest.raises(ValueError, match="CTranslate2"):
         run_bench(predictor, QUERIES, None, ["ct2-greedy"], warmup=0, progress=False)
+
+
+def test_cli_bench_with_peer_adds_the_matching_ctranslate2_methods(tmp_path):
+    from molspec_core.cli import main
+
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(QUERIES) + "\n")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "spec-lookup,sbs-exact",
+                 "--beam-width", "3", "--warmup", "0", "--peer", "ctranslate2", "--out", str(out)]) == 0
+    import json
+
+    methods = json.loads(out.read_text())["methods"]
+    assert {"ct2-greedy", "ct2-int8-greedy", "ct2-beam", "ct2-int8-beam"} <= set(methods)
+    assert methods["ct2-greedy"]["identical_to_greedy"] == 1.0 and "speedup_vs_ct2_beam" in methods["sbs-exact"]
