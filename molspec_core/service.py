@@ -211,8 +211,9 @@ class Predictor:
             ids = self.vocab.encode(query)
         except TokenizeError as exc:
             raise ValueError(f"{exc}; this model cannot read it") from None
-        if len(ids) > MAX_QUERY_TOKENS:
-            raise ValueError(f"query has {len(ids)} tokens; the limit is {MAX_QUERY_TOKENS}")
+        limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)  # the encoder has no positions beyond
+        if len(ids) > limit:
+            raise ValueError(f"query has {len(ids)} tokens; the limit is {limit}")
         return _Query(text, query, tuple(ids))
 
     def _from_reaction(self, text: str) -> str:

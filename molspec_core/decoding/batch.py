@@ -1,11 +1,23 @@
-"""Source batching shared by every decoder."""
+"""What every decoder shares: source batching and the length budget.
+
+Length budget: decoding feeds bos at position 0 and output token k at position k; a call for a
+hypothesis of n output tokens feeds its pending token at position n and its draft after it. The
+budget (`target_budget`) is the longest output a query may get, below the model's last position.
+Drafts are cut to what the call could keep and what it can hold (`fit_drafts`), so no fed token
+ever lands past the model's positions or the cache. A query that reaches its budget ends there,
+marked unfinished (`Hypothesis.finished` False), never with an error, and the same under every
+decoder, so no method fails where another answers.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import torch
 
 from ..tokenizer import PAD_ID
+
+Item = TypeVar("Item")
 
 
 def pad_sources(sources: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> torch.Tensor:
@@ -17,6 +29,41 @@ def pad_sources(sources: Sequence[Sequence[int]], device: torch.device | str = "
     return src.to(device)
 
 
-def target_budget(src_len: int, max_positions: int) -> int:
-    """Longest output we decode for a source: reactions rarely double in length; cap at positions."""
-    return min(max_positions - 1, 2 * src_len + 50)
+def target_budget(src_len: int, max_positions: int, max_len: int | None = None) -> int:
+    """Most output tokens decoded for a source (eos counts as one), at least one: `max_len` if given,
+    else room to double the source (reactions rarely do); capped so that every fed token has a
+    position, with one to spare for sbs-exact, which may feed a hypothesis that has just reached
+    the budget."""
+    wanted = max_len if max_len is not None else 2 * src_len + 50
+    return max(1, min(wanted, max_positions - 1))
+
+
+def draft_room(n_generated: int, budget: int) -> int:
+    """Draft tokens worth feeding after a hypothesis of n_generated output tokens: a call emits its
+    accepted draft tokens plus one token of the model's own, and all of them must fit the budget."""
+    return max(0, budget - n_generated - 1)
+
+
+def cache_capacity(budget: int, padding: int = 0) -> int:
+    """KV-cache slots for hypotheses decoded within `budget`. With drafts fitted, a call fills slots
+    up to the budget; sbs-exact may feed a hypothesis that has just reached it (one more). A call
+    that feeds several rows pads them all to its longest draft, so it asks for `padding` more: the
+    longest draft a row may propose, lest a row near its budget cut the drafts of all the others."""
+    return budget + 1 + padding
+
+
+def fit_drafts(drafts: Sequence[Sequence[Sequence[Item]]], n_generated: Sequence[int], budgets: Sequence[int],
+               slots: int) -> list[list[list[Item]]]:
+    """Each row's drafts cut to the room of its budget and of the call; drafts cut to nothing dropped.
+
+    One call feeds every row as many tokens as the longest draft (shorter ones are padded), and a
+    padded slot needs a position and a cache slot too. So besides its own budget, no row may draft
+    more than the row furthest along has room for: `slots` (the model's positions, or the cache's
+    capacity when smaller) less that row's n_generated and its pending token.
+    """
+    shared = slots - max(n_generated) - 1
+    fitted = []
+    for row_drafts, n, budget in zip(drafts, n_generated, budgets):
+        room = min(draft_room(n, budget), shared)
+        fitted.append([list(d[:room]) for d in row_drafts if room > 0 and len(d) > 0])
+    return fitted

@@ -22,7 +22,7 @@ import torch
 
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import pad_sources, target_budget
+from .batch import cache_capacity, pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 
 
@@ -41,10 +41,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     device = model.embed.weight.device
     src = pad_sources(sources, device)
     n_queries = len(sources)
-    budgets = [max_len or target_budget(len(s), model.cfg.max_positions) for s in sources]
+    budgets = [target_budget(len(s), model.cfg.max_positions, max_len) for s in sources]
     memory = model.encode(src).repeat_interleave(width, dim=0)  # (Q*k, S, d)
     keep = (src != PAD_ID).repeat_interleave(width, dim=0)
-    cache = model.new_cache(memory, keep, max(budgets) + 2) if cached else None
+    cache = model.new_cache(memory, keep, cache_capacity(max(budgets))) if cached else None
     vocab = model.cfg.vocab_size
 
     active = list(range(n_queries))

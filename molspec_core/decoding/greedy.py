@@ -16,7 +16,7 @@ import torch
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import pad_sources, target_budget
+from .batch import cache_capacity, fit_drafts, pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
@@ -47,16 +47,18 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     device = model.embed.weight.device
     src = pad_sources(sources, device)
     memory = model.encode(src)
-    out = [_Row(max_len or target_budget(len(s), model.cfg.max_positions)) for s in sources]
+    out = [_Row(target_budget(len(s), model.cfg.max_positions, max_len)) for s in sources]
     drafters = [drafter_factory(s) for s in sources]
-    draft_room = max(len(s) for s in sources) + 1
-    cache = model.new_cache(memory, src != PAD_ID, max(r.budget for r in out) + draft_room + 2)
+    # Drafts are windows of the source, so no draft is longer than the longest source.
+    cache = model.new_cache(memory, src != PAD_ID, cache_capacity(max(r.budget for r in out), src.shape[1]))
+    slots = min(model.cfg.max_positions, cache.capacity)
     want_attention = any(d.needs_attention for d in drafters)
     active = list(range(len(sources)))  # original row index of each cache row
     pending = torch.full((len(sources),), BOS_ID, dtype=torch.long, device=device)
 
     while active:
-        drafts = [drafters[i].propose(out[i].context(), out[i].peak) for i in active]
+        drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) for i in active],
+                            [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
         n_branches = max(1, max(len(d) for d in drafts))
         depth = max((len(p) for d in drafts for p in d), default=0)
         n_rows = len(active)
@@ -86,11 +88,9 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
             state, n_acc = out[i], n_acc_list[row]
             new = chosen_list[row][: n_acc + 1]
             origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
-            room = state.budget - len(state.tokens)
-            new, origin = new[:room], origin[:room]
             state.stats.model_calls += 1
             state.stats.draft_tokens_proposed += int(lengths[row].sum())
-            state.stats.draft_tokens_accepted += min(n_acc, len(new))
+            state.stats.draft_tokens_accepted += n_acc
             state.stats.draft_rejections += int(n_acc < len(drafts[row][branch_list[row]])) if drafts[row] else 0
             state.stats.tokens_generated += len(new)
             state.score += sum(log_prob_list[row][: len(new)])
@@ -131,7 +131,7 @@ def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
     device = model.embed.weight.device
     src = pad_sources(sources, device)
     memory, keep = model.encode(src), src != PAD_ID
-    out = [_Row(max_len or target_budget(len(s), model.cfg.max_positions)) for s in sources]
+    out = [_Row(target_budget(len(s), model.cfg.max_positions, max_len)) for s in sources]
     active = list(range(len(sources)))
     while active:
         prefix = pad_sources([out[i].context() for i in active], device)

@@ -22,7 +22,7 @@ import torch
 from ..drafting import Drafter, NullDrafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import pad_sources, target_budget
+from .batch import cache_capacity, draft_room, fit_drafts, pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_target
 
@@ -64,10 +64,13 @@ class _DraftModel:
             tokens.append(token)
             probs.append(q.cpu())
             feed = [token]
-        return tokens, torch.stack(probs) if probs else torch.zeros(0)
+        return tokens, torch.stack(probs) if probs else torch.zeros(0, self.model.cfg.vocab_size)
 
     def accept(self, drafted: list[int], n_accepted: int, next_token: int) -> None:
         """Keep the draft model's cache on the accepted prefix; what it has not fed stays pending."""
+        if not drafted:  # nothing was proposed (no room left), so nothing was fed
+            self.pending = self.pending + [next_token]
+            return
         fed = len(self.pending) + max(len(drafted) - 1, 0)  # tokens fed during propose
         keep = len(self.pending) + min(n_accepted, max(len(drafted) - 1, 0))
         self.cache.rollback(self.cache.lengths - (fed - keep))
@@ -82,14 +85,18 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         raise ValueError(f"unknown sampling mode {mode!r}")
     started = time.perf_counter()
     device = model.embed.weight.device
-    budget = max_len or target_budget(len(src), model.cfg.max_positions)
-    src_t = pad_sources([src], device)
-    room = max(len(src), options.draft_len) + 2
-    cache = model.new_cache(model.encode(src_t), src_t != PAD_ID, budget + room)
     drafts_from_model = mode == "spec-sample-draft" or (mode == "mentored" and draft_model is not None)
     if drafts_from_model and draft_model is None:
         raise ValueError(f"{mode} needs a draft model")
-    helper = _DraftModel(draft_model, src, budget + room, options, generator) if drafts_from_model else None
+    draft_model = draft_model if drafts_from_model else None  # the other modes never feed it
+    # A draft model is fed the same positions as the target, so the budget must suit both.
+    max_positions = min(m.cfg.max_positions for m in (model, draft_model) if m is not None)
+    budget = target_budget(len(src), max_positions, max_len)
+    src_t = pad_sources([src], device)
+    capacity = cache_capacity(budget)
+    cache = model.new_cache(model.encode(src_t), src_t != PAD_ID, capacity)
+    slots = min(max_positions, capacity)
+    helper = _DraftModel(draft_model, src, capacity, options, generator) if draft_model is not None else None
     tokens: list[int] = []
     provenance: list[int] = []
     score, stats, pending, peak, finished = 0.0, DecodeStats(), BOS_ID, None, False
@@ -98,10 +105,10 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         if mode == "sample":
             draft, origin = [], []
         elif helper is not None:
-            draft, draft_probs = helper.propose(min(options.draft_len, budget - len(tokens)))
+            draft, draft_probs = helper.propose(min(options.draft_len, draft_room(len(tokens), budget)))
             origin = [GENERATED] * len(draft)
         else:
-            proposals = drafter.propose([BOS_ID] + tokens, peak)
+            proposals = fit_drafts([drafter.propose([BOS_ID] + tokens, peak)], [len(tokens)], [budget], slots)[0]
             origin = proposals[0] if proposals else []
             draft = [src[p] for p in origin]
         fed = torch.tensor([[[pending] + draft]], device=device)
@@ -131,8 +138,6 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         stats.draft_tokens_proposed += len(draft)
         stats.draft_tokens_accepted += n_accepted
         stats.draft_rejections += int(n_accepted < len(draft))
-        room_left = budget - len(tokens)
-        new, new_origin = new[:room_left], new_origin[:room_left]
         stats.tokens_generated += len(new)
         score += float(sum(log_probs[i, t] for i, t in enumerate(new)))
         if EOS_ID in new:

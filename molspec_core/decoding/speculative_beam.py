@@ -49,7 +49,7 @@ from ..cache import RowPool
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import pad_sources, target_budget
+from .batch import cache_capacity, fit_drafts, pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
@@ -118,11 +118,14 @@ class _Search:
     """State shared by both variants for one query: the row pool, feeding, the finished list."""
 
     def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], drafter: Drafter, width: int,
-                 n_best: int, budget: int, max_draft: int):
+                 n_best: int, budget: int):
         self.model, self.src, self.drafter, self.width, self.n_best, self.budget = model, src, drafter, width, n_best, budget
         self.device = model.embed.weight.device
         src_t = pad_sources([src], self.device)
-        self.pool = RowPool(model.new_cache(model.encode(src_t), src_t != PAD_ID, budget + max_draft + 2), 0)
+        # A call feeds hypotheses of different lengths padded to the longest draft, a source window.
+        capacity = cache_capacity(budget, len(src))
+        self.pool = RowPool(model.new_cache(model.encode(src_t), src_t != PAD_ID, capacity), 0)
+        self.slots = min(model.cfg.max_positions, capacity)
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], torch.zeros((), dtype=torch.float32), row=self.take_row())]
         self.finished: list[tuple[float, int, Hypothesis]] = []
@@ -166,7 +169,8 @@ class _Search:
     def feed(self, hyps: list[_Hyp]) -> None:
         """One decoder call for these hypotheses' rows only: pending token + drafts; sets paths."""
         want_attention = self.drafter.needs_attention
-        drafts = [self.drafter.propose(h.tokens, h.peak) for h in hyps]
+        drafts = fit_drafts([self.drafter.propose(h.tokens, h.peak) for h in hyps],
+                            [len(h.tokens) - 1 for h in hyps], [self.budget] * len(hyps), self.slots)
         n_branches = max(1, max(len(d) for d in drafts))
         depth = max((len(p) for d in drafts for p in d), default=0)
         tokens = torch.full((len(hyps), n_branches, 1 + depth), PAD_ID, dtype=torch.long)
@@ -327,15 +331,14 @@ def _paper_one(search: _Search) -> None:
 @torch.inference_mode()
 def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], width: int,
                      drafter_factory: DrafterFactory, *, exact: bool, n_best: int | None = None,
-                     max_len: int | None = None, max_draft: int = 64, look_ahead: bool = True) -> list[DecodeResult]:
+                     max_len: int | None = None, look_ahead: bool = True) -> list[DecodeResult]:
     """Speculative beam search per query (queries run one after another). look_ahead (sbs-exact
     only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks."""
     results = []
     for src in sources:
         started = time.perf_counter()
-        budget = max_len or target_budget(len(src), model.cfg.max_positions)
-        search = _Search(model, src, drafter_factory(src), width, min(n_best or width, width), budget,
-                         max(max_draft, len(src)) + 1)
+        budget = target_budget(len(src), model.cfg.max_positions, max_len)
+        search = _Search(model, src, drafter_factory(src), width, min(n_best or width, width), budget)
         if exact:
             _exact_one(search, look_ahead)
         else:
