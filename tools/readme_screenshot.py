@@ -1,0 +1,63 @@
+"""The README's screenshot: the Predict page after one query, taken in headless Chromium.
+
+python3 tools/readme_screenshot.py [SMILES]  ->  assets/predict_page.png
+Needs /usr/bin/chromium and the playwright package (no browser download).
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "assets" / "predict_page.png"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    query = sys.argv[1] if len(sys.argv) > 1 else "CC(=O)Cl.NCc1ccccc1"
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                               "--server.address", "127.0.0.1", "--server.port", str(port),
+                               "--browser.gatherUsageStats", "false"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1500})
+            page.set_default_timeout(120_000)
+            page.goto(url + "/")
+            page.get_by_role("textbox", name="SMILES").fill(query)
+            page.get_by_role("button", name="Predict").click()
+            page.locator('strong:text-is("Rank 1")').wait_for()
+            page.wait_for_function("""() => !document.querySelector(
+                '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]')""")
+            time.sleep(2)  # structure images paint after their elements arrive
+            page.screenshot(path=str(OUT))
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
