@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,13 +23,14 @@ from .chem import canonical_or_none
 from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .evaluate import hits
 from .oracle import oracle_tokens_per_call
-from .service import BEAM_METHODS, GREEDY_METHODS, SAMPLING_METHODS, Predictor
+from .methods import METHODS
+from .service import Predictor
 from .tokenizer import UNK_ID
 
 GREEDY_REFERENCE = "greedy"
 BEAM_REFERENCE = "beam"
 SAMPLE_REFERENCE = "sample"
-SAMPLING_FAMILY = tuple(m for m in SAMPLING_METHODS if m != "relaxed")  # relaxed verifies greedy decoding
+SAMPLING_FAMILY = tuple(m for m, row in METHODS.items() if row.reference == SAMPLE_REFERENCE)
 SWEEPS = {"relaxed": "tau", "mentored": "delta"}  # lossy methods and the knob that trades accuracy for speed
 # CTranslate2 peers (molspec_core/peers.py): name -> (compute type, beam search?). Beam peers use the run's width.
 PEER_METHODS = {"ct2-greedy": ("float32", False), "ct2-int8-greedy": ("int8", False),
@@ -37,7 +38,10 @@ PEER_METHODS = {"ct2-greedy": ("float32", False), "ct2-int8-greedy": ("int8", Fa
 
 
 def beam_like(method: str) -> bool:
-    return method in BEAM_METHODS or PEER_METHODS.get(method, ("", False))[1]
+    """Compared with beam search (and run at the bench's width) rather than with greedy decoding."""
+    if method in PEER_METHODS:
+        return PEER_METHODS[method][1]
+    return METHODS[method].reference == BEAM_REFERENCE
 
 
 def expected_tokens_per_call(alpha: float, gamma: float) -> float:
@@ -78,7 +82,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         if method in PEER_METHODS:
             return _peer_decode(peers[method], predictor.vocab, ids, n_best if beam_like(method) else 1)
         started = time.perf_counter()
-        results = predictor.decode(ids, method, n_best if method in BEAM_METHODS else 1, draft_len, n_drafts, sampling)
+        results = predictor.decode(ids, method, n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
 
     for rows in batches[:warmup]:
@@ -87,24 +91,19 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
     times: dict[str, list[float]] = {m: [] for m in methods}
     outputs: dict[str, list[tuple]] = {m: [None] * len(queries) for m in methods}
-    calls = {m: 0 for m in methods}
-    accepted = {m: 0 for m in methods}
-    generated = {m: 0 for m in methods}
-    proposed = {m: 0 for m in methods}
-    rejections = {m: 0 for m in methods}
+    totals = {m: DecodeStats() for m in methods}
     for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
         order = methods[b % len(methods):] + methods[: b % len(methods)]
         for method in order:
             results, seconds = decode(method, rows)
             times[method].append(seconds)
-            # One decoder call serves every row of a batch: count calls once per batch.
-            calls[method] += max(r.stats.model_calls for r in results)
+            batch = DecodeStats()
             for r, res in zip(rows, results):
                 outputs[method][r] = tuple(h.tokens for h in res.hypotheses)
-                accepted[method] += res.stats.draft_tokens_accepted
-                generated[method] += res.stats.tokens_generated
-                proposed[method] += res.stats.draft_tokens_proposed
-                rejections[method] += res.stats.draft_rejections
+                batch.add(res.stats)
+            # One decoder call serves every row of a batch: count calls once per batch.
+            batch.model_calls = max(r.stats.model_calls for r in results)
+            totals[method].add(batch)
         if on_progress is not None:
             on_progress(b + 1, len(batches))
 
@@ -115,17 +114,19 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     for method in methods:
         beamy = beam_like(method)
         reference = BEAM_REFERENCE if beamy else GREEDY_REFERENCE
+        total = totals[method]
+        calls = max(total.model_calls, 1)
         same = sum(outputs[method][i] == outputs[reference][i] if beamy else
                    outputs[method][i][:1] == outputs[reference][i][:1] for i in range(len(queries)))
         entry = {
             "median_ms": 1000 * statistics.median(times[method]),
             "p90_ms": 1000 * _percentile(times[method], 0.9),
             "total_s": sum(times[method]),
-            "model_calls": calls[method],
-            "accepted_per_call": accepted[method] / max(calls[method], 1),
-            "tokens_per_call": generated[method] / max(calls[method], 1),
-            "draft_tokens_proposed_per_call": proposed[method] / max(calls[method], 1),
-            "accepted_share_of_proposed": accepted[method] / max(proposed[method], 1),
+            "model_calls": total.model_calls,
+            "accepted_per_call": total.draft_tokens_accepted / calls,
+            "tokens_per_call": total.tokens_generated / calls,
+            "draft_tokens_proposed_per_call": total.draft_tokens_proposed / calls,
+            "accepted_share_of_proposed": total.draft_tokens_accepted / max(total.draft_tokens_proposed, 1),
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": speedup(method, reference),
         }
@@ -135,10 +136,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         for peer, (_, peer_beam) in PEER_METHODS.items():
             if peer in times and peer_beam == beamy and method != peer:
                 entry[f"speedup_vs_{peer.replace('-', '_')}"] = speedup(method, peer)
-        if proposed[method] and not beamy:
+        if total.draft_tokens_proposed and not beamy:
             # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft)
-            entry["acceptance_rate"] = accepted[method] / max(accepted[method] + rejections[method], 1)
-            gamma = proposed[method] / max(calls[method], 1)
+            entry["acceptance_rate"] = total.acceptance_rate
+            gamma = total.draft_tokens_proposed / calls
             entry["expected_tokens_per_call"] = expected_tokens_per_call(entry["acceptance_rate"], gamma)
         if method in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:
             entry["speedup_vs_sample"] = speedup(method, SAMPLE_REFERENCE)
@@ -157,15 +158,15 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     if targets:
         pairs = [(q.ids, predictor.vocab.encode(t, strict=False)) for q, t in zip(queries, kept_targets)]
         for method in methods:
-            if method.startswith("spec-") and method in GREEDY_METHODS:  # copy drafts of greedy decoding
+            row = METHODS.get(method)
+            if row is not None and row.family == "greedy" and row.drafts == "query":  # copy drafts of greedy decoding
                 drafter, length, count = predictor.resolve(method, draft_len, n_drafts, batch_size)
                 oracle[method] = oracle_tokens_per_call(pairs, drafter, length, count)
         oracle["best-window-16"] = oracle_tokens_per_call(pairs, "best-window", 16, 1)
     return {
         "oracle_tokens_per_call": oracle,
         "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
-        "device_name": torch.cuda.get_device_name() if predictor.device.type == "cuda" else platform.processor() or platform.machine(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "batch_size": batch_size,
+        "device_name": predictor.device_name, "torch": torch.__version__, "threads": predictor.threads, "batch_size": batch_size,
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "methods": report_methods,
@@ -196,6 +197,48 @@ def _peer_decode(peer, vocab, ids: list[list[int]], n_best: int) -> tuple[list[D
               for h in hypotheses]
     steps = max(len(h.tokens) for h in ranked) + 1  # one decoder step per token, eos included
     return [DecodeResult(ranked, DecodeStats(model_calls=steps, tokens_generated=len(ranked[0].tokens) + 1))], seconds
+
+
+@dataclass(frozen=True)
+class Timing:
+    method: str
+    time_ms: float  # median decoding wall time
+    model_calls: int
+    accepted_per_call: float
+    tokens_per_call: float
+    answers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Speedup:
+    query: str
+    baseline: Timing
+    speculative: Timing
+
+    @property
+    def factor(self) -> float:
+        return self.baseline.time_ms / max(self.speculative.time_ms, 1e-9)
+
+    @property
+    def identical(self) -> bool:
+        return self.baseline.answers == self.speculative.answers
+
+
+def compare_pair(predictor: Predictor, query: str, baseline: dict, speculative: dict, repeats: int = 3) -> Speedup:
+    """Two methods on one query, `repeats` times each, interleaved; median times. baseline and
+    speculative are Predictor.predict keyword arguments, the method included (the app's speedup tab)."""
+    runs: dict[str, list] = {"baseline": [], "speculative": []}
+    for _ in range(repeats):
+        for side, options in (("baseline", baseline), ("speculative", speculative)):
+            runs[side].append(predictor.predict(query, **options))
+
+    def timing(side: str, method: str) -> Timing:
+        results = runs[side]
+        stats = results[0].stats  # calls and acceptance are the same in every run
+        return Timing(method, 1000 * statistics.median(r.stats.wall_time_s for r in results), stats.model_calls,
+                      stats.accepted_per_call, stats.tokens_per_call, tuple(p.smiles for p in results[0].predictions))
+
+    return Speedup(query, timing("baseline", baseline["method"]), timing("speculative", speculative["method"]))
 
 
 def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | None, method: str, values: list[float],

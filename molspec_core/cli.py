@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .service import DEFAULT_TIME_LIMIT_S, METHODS
+from .methods import METHODS, SamplingOptions
+from .service import DEFAULT_TIME_LIMIT_S
 
 # What a user's input, files, disk or machine can cause: an `error:` line and exit code 2.
 # Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1))
     p.add_argument("--out", help="JSON report")
+    p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
     model_args(p)
@@ -125,9 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def sampling_options(args: argparse.Namespace):
+def sampling_options(args: argparse.Namespace) -> SamplingOptions:
     """The sampling knobs, checked (a NaN temperature is refused here, not deep inside torch)."""
-    from .decoding.sampling import SamplingOptions
     from .service import check_sampling
 
     options = SamplingOptions(temperature=args.temperature, top_k=args.top_k, beta=args.beta, tau=args.tau,
@@ -190,16 +191,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import evaluate, read_pairs
+    from .evaluate import check_method, evaluate, read_pairs
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
     out = check_output_path(args.out) if args.out else None
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
-    sampling_options(args)
+    sampling = sampling_options(args)
+    # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
+    # as asked, or refused, never swapped for another.
+    method = args.method or ("beam" if args.n_best > 1 else "greedy")
+    check_method(method, args.n_best)
     predictor = Predictor.load(args.model, args.device)
-    method = "beam" if args.n_best > 1 and args.method not in ("beam", "sbs", "sbs-exact") else args.method
-    report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size)
+    report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
+                      draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index)
     print(json.dumps(report, indent=2))
     if out:

@@ -8,6 +8,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .chem import canonical_or_none
+from .methods import METHODS, method as method_row
 from .service import Predictor
 
 
@@ -67,10 +68,17 @@ def hits(predicted: Sequence[str], target: str) -> list[bool]:
     return [want is not None and canonical_or_none(p) == want for p in predicted]
 
 
+def check_method(method: str, n_best: int) -> None:
+    """Refuse a method that cannot give n_best answers, rather than evaluate another one in its place."""
+    if n_best > 1 and not method_row(method).many:
+        many = ", ".join(name for name, row in METHODS.items() if row.many)
+        raise ValueError(f"{method} returns one answer, so it has no top-{n_best}: use --n-best 1, or one of {many}")
+
+
 def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_best: int, method: str = "beam",
-             batch_size: int = 16, progress: bool = True) -> dict:
-    if method not in ("beam", "sbs", "sbs-exact") and n_best != 1:
-        raise ValueError("top-k for k > 1 needs method 'beam', 'sbs' or 'sbs-exact'")
+             batch_size: int = 16, progress: bool = True, **options) -> dict:
+    """Top-1..n_best accuracy; options (draft_len, n_drafts, sampling) go to Predictor.predict."""
+    check_method(method, n_best)
     if not sources or len(targets) != len(sources):
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
                          f"and {len(targets)} targets")
@@ -78,7 +86,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     invalid = errors = 0
     for start in tqdm(range(0, len(sources), batch_size), desc="evaluate", disable=not progress, unit="batch"):
         chunk = sources[start:start + batch_size]
-        results = predictor.predict(chunk, method=method, n_best=n_best, batch_size=batch_size)
+        results = predictor.predict(chunk, method=method, n_best=n_best, batch_size=batch_size, **options)
         for result, target in zip(results, targets[start:start + batch_size]):
             if not result.ok:
                 errors += 1

@@ -8,12 +8,14 @@ The model is never mutated after loading, so one Predictor may serve many thread
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import platform
 import re
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,11 +25,12 @@ from . import checkpoint
 from .chem import ChemError, canonical, canonical_fragments, canonical_or_none
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
-from .decoding.sampling import SamplingOptions, sample_decode
+from .decoding.sampling import sample_decode
 from .decoding.speculative_beam import speculative_beam
 from .decoding.result import DecodeResult, DecodeStats
-from .drafting import make_drafter
+from .drafting import Drafter, make_drafter
 from .limits import QueryTimeout, time_limit
+from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .tokenizer import TokenizeError
 
 log = logging.getLogger(__name__)
@@ -43,26 +46,6 @@ MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_bes
 # 'Ｃｌ' would vanish from chlorobenzene. ASCII whitespace is allowed here: the ends are trimmed
 # and spaces inside get their own message.
 FOREIGN_CHARACTER = re.compile(r"[^\x21-\x7e \t\n\r\x0b\x0c]")
-
-GREEDY_METHODS = ("greedy", "greedy-uncached", "spec-paper", "spec-lookup", "spec-pointer", "spec-auto")
-BEAM_METHODS = ("beam", "sbs", "sbs-exact", "beam-uncached")  # beam-uncached: a benchmark reference
-SAMPLING_METHODS = ("sample", "spec-sample", "spec-sample-draft", "relaxed", "mentored")
-METHODS = GREEDY_METHODS + BEAM_METHODS + SAMPLING_METHODS
-DRAFTER_OF = {"greedy": "none", "spec-paper": "paper", "spec-lookup": "lookup", "spec-pointer": "pointer"}
-# Default (draft_len, n_drafts) per drafter. paper: the paper's N=25, D=10.
-# lookup and pointer D=8: on the 2-core CPU (forward model, USPTO-MIT bench set, 70 queries) D=8 gave
-# 1.77x / 1.33x over cached greedy against 1.42x / 1.16x at D=4; at D=16 (200 queries) 1.22x / 1.07x:
-# a verify call costs more with every drafted token (17 tokens: 1.7x a one-token call).
-DRAFT_DEFAULTS = {"none": (0, 0), "paper": (10, 25), "lookup": (8, 1), "pointer": (8, 1)}
-# Speculative beam search drafts per hypothesis: one short pointer draft. On the CPU a call costs
-# about 3.5 ms plus 0.1-0.2 ms per token, and lower beams leave their drafts within a few tokens,
-# so short drafts win (retro model, methods interleaved per query, one thread):
-# sbs-exact D=2/3/4: 1.26x/1.25x/1.19x over beam at width 5 (30 queries), 1.11x/1.08x/1.01x at
-# width 10 (25), 1.02x/-/0.91x at width 25 (15); sbs D=2/3/4/10: 1.65x/1.91x/1.77x/1.58x at width 5.
-# sbs keeps D=4: on 200 queries at width 5, D=3 lost accuracy (top-3/5 29.5/31.5 against D=4's
-# 31.5/34.0; beam 32.5/34.5) for 1.76x against 1.66x.
-SBS_DRAFT = {"sbs": ("pointer", 4, 1), "sbs-exact": ("pointer", 2, 1)}
-
 
 def describe_character(ch: str) -> str:
     """'С' (U+0421 CYRILLIC CAPITAL LETTER ES): the character as Python writes it, its code and name."""
@@ -109,7 +92,7 @@ def resolve_device(device: str) -> torch.device:
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     """(drafter, draft_len, n_drafts) for spec-auto, from the table measured with `bench`.
 
-    CPU (measured, see DRAFT_DEFAULTS): a call costs more with every verified token, so one short
+    CPU (measured; figures in the model cards): a call costs more with every verified token, so one short
     lookup draft wins; with the current CPU-trained model the pointer drafter's attention is not yet
     sharp enough to beat lookup. GPU (not measured yet: no GPU was lent): a call costs about the same
     for 1 or 100 tokens, so several longer drafts are nearly free; the oracle puts 4 lookup drafts
@@ -118,6 +101,12 @@ def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     if device.type == "cuda" and batch_size <= 8:
         return "lookup", 16, 4
     return "lookup", 8, 1
+
+
+def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Drafter]:
+    """A factory of one query's copy drafter from resolved (drafter, draft_len, n_drafts)."""
+    drafter, length, count = drafts
+    return lambda src: make_drafter(drafter, src, length, count)
 
 
 @dataclass(frozen=True)
@@ -163,6 +152,18 @@ class Predictor:
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
         self._uncached_lock = threading.Lock()
+
+    @property
+    def device_name(self) -> str:
+        """The hardware the model runs on, for people: the GPU's name, or the CPU's as the platform gives it."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return platform.processor() or platform.machine()
+
+    @property
+    def threads(self) -> int:
+        """CPU threads torch decodes with (a process-wide setting)."""
+        return torch.get_num_threads()
 
     @classmethod
     def load(cls, name_or_path: str | Path = "forward", device: str = "auto") -> "Predictor":
@@ -226,52 +227,66 @@ class Predictor:
     # ---- decoding ----------------------------------------------------------------------------
 
     def resolve(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int) -> tuple[str, int, int]:
-        """(drafter, draft_len, n_drafts) of a greedy method; an explicit draft_len of 0 means no drafts."""
-        if method == "spec-auto":
+        """(drafter, draft_len, n_drafts) a method decodes with: its row's defaults unless set, spec-auto's
+        chosen per device; ("none", 0, 0) for a method without drafts, or an explicit draft_len of 0."""
+        row = method_row(method)
+        drafter, default_len, default_n = row.drafter, row.draft_len, row.n_drafts
+        if drafter == "auto":
             drafter, default_len, default_n = auto_drafter(self.device, batch_size)
-        else:
-            drafter = DRAFTER_OF[method]
-            default_len, default_n = DRAFT_DEFAULTS[drafter]
         length = draft_len if draft_len is not None else default_len
         count = n_drafts if n_drafts is not None else default_n
-        return ("none", 0, 0) if length == 0 else (drafter, length, count)
+        if not row.speculative or length == 0:
+            return "none", 0, 0
+        return drafter, length, count
 
     def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
                draft_len: int | None = None, n_drafts: int | None = None,
                sampling: SamplingOptions | None = None) -> list[DecodeResult]:
         """Decode token-id sources with a method; the engine-level call the benchmark times."""
-        if method in SAMPLING_METHODS:
-            return self._sample(sources, method, n_best, draft_len, sampling or SamplingOptions())
-        if method in ("beam", "beam-uncached"):
-            return beam_search(self.model, sources, width=n_best, n_best=n_best, cached=method == "beam")
-        if method in ("sbs", "sbs-exact"):
-            drafter, default_len, default_n = SBS_DRAFT[method]
-            length = draft_len if draft_len is not None else default_len
-            count = n_drafts or default_n
-            return speculative_beam(self.model, sources, n_best,
-                                    lambda src: make_drafter(drafter if length else "none", src, length, count),
-                                    exact=method == "sbs-exact")
-        if method == "greedy-uncached":
-            return greedy_uncached(self.model, sources)
-        drafter, length, count = self.resolve(method, draft_len, n_drafts, len(sources))
-        return greedy(self.model, sources, lambda src: make_drafter(drafter, src, length, count))
+        row = method_row(method)
+        drafts = self.resolve(method, draft_len, n_drafts, len(sources))
+        decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs, "sampling": self._sample}
+        return decoders[row.family](sources, row, n_best, drafts, sampling or SamplingOptions())
 
-    def _sample(self, sources: Sequence[Sequence[int]], method: str, n_best: int, draft_len: int | None,
+    # One per family: (sources, method row, n_best, (drafter, draft_len, n_drafts), sampling knobs).
+
+    def _greedy(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
                 options: SamplingOptions) -> list[DecodeResult]:
-        """n_best independent samples per source (seeds seed, seed+1, ...), duplicates merged, best first."""
-        if method == "spec-sample-draft" and self.draft_model is None:
+        if row.benchmark_only:
+            return greedy_uncached(self.model, sources)
+        return greedy(self.model, sources, copy_drafts(drafts))
+
+    def _beam(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
+              options: SamplingOptions) -> list[DecodeResult]:
+        return beam_search(self.model, sources, width=n_best, n_best=n_best, cached=not row.benchmark_only)
+
+    def _sbs(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
+             options: SamplingOptions) -> list[DecodeResult]:
+        return speculative_beam(self.model, sources, n_best, copy_drafts(drafts),
+                                exact=row.lossless)
+
+    def _sample(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
+                options: SamplingOptions) -> list[DecodeResult]:
+        """n_best independent samples per source (seeds seed, seed+1, ...), duplicates merged, best first;
+        a one-answer method of this loop (relaxed) is deterministic and decoded once."""
+        drafter, length, _ = drafts
+        if row.drafts == "model" and self.draft_model is None:
             raise ValueError(f"{self.path.name} has no draft model (a draft/ folder): use spec-sample")
-        length = draft_len if draft_len is not None else DRAFT_DEFAULTS["pointer"][0]
-        model_draft_len = draft_len if draft_len is not None else options.draft_len
-        if method == "spec-sample-draft" and model_draft_len == 0:
-            method = "sample"  # no draft tokens: plain sampling, which is what speculative sampling equals
-        factory = (lambda src: make_drafter("pointer", src, length, 1)) if method != "sample" else None
+        mode = row.name
+        if row.drafts == "model" and drafter == "none":
+            mode = "sample"  # no draft tokens: plain sampling, which is what speculative sampling equals
+        # The row alone says where drafts come from: the draft model is fed only to a method whose
+        # drafts are the model's (not whenever the folder has one), and a copy drafter, which may ask
+        # the model for its cross-attention, is built only for copy drafts.
+        draft_model = self.draft_model if drafter == "model" else None
+        factory = copy_drafts(drafts) if row.drafts == "query" else None
+        options = dataclasses.replace(options, draft_len=length)
         results = []
         for src in sources:
             stats, seen = DecodeStats(), {}
             for k in range(n_best):
-                opts = SamplingOptions(**{**options.__dict__, "seed": options.seed + k, "draft_len": model_draft_len})
-                drawn = sample_decode(self.model, [src], method, factory, opts, self.draft_model)[0]
+                drawn = sample_decode(self.model, [src], mode, factory,
+                                      dataclasses.replace(options, seed=options.seed + k), draft_model)[0]
                 stats.add(drawn.stats)
                 hyp = drawn.hypotheses[0]
                 seen.setdefault(hyp.tokens, hyp)
@@ -288,12 +303,12 @@ class Predictor:
         `sampling`; their n_best is the number of samples drawn (duplicates merged).
         A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs.
         """
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        row = method_row(method)
         if not 1 <= n_best <= 50:
             raise ValueError("n_best must be between 1 and 50")
-        if method in GREEDY_METHODS and n_best != 1:
-            raise ValueError(f"{method} returns one prediction; use method='beam' (or 'sbs', 'sbs-exact') for n_best={n_best}")
+        if not row.many and n_best != 1:
+            raise ValueError(f"{method} returns one prediction; use method='beam' (or another of "
+                             f"{', '.join(m for m, r in METHODS.items() if r.many)}) for n_best={n_best}")
         if draft_len is not None and not 0 <= draft_len <= 64:
             raise ValueError("draft_len must be between 0 and 64")
         if n_drafts is not None and not 1 <= n_drafts <= 64:

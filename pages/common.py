@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
-import torch
 
 from molspec_core.chem import canonical_or_none
-from molspec_core.decoding.sampling import SamplingOptions
-from molspec_core.service import BEAM_METHODS, METHODS, MODELS_DIR, SAMPLING_METHODS, Predictor
+from molspec_core.methods import DEFAULT_METHOD, METHODS, SAMPLING_KNOBS, SamplingOptions
+from molspec_core.service import MODELS_DIR, Predictor
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_FILE = ROOT / "assets" / "examples.json"
@@ -26,25 +25,6 @@ VIEWER_JS = "/app/static/3Dmol-min.js"  # served by Streamlit from static/ (enab
 TASKS = ("forward", "retro")
 TASK_LABELS = {"forward": "Forward: predict products", "retro": "Retrosynthesis: propose reactants"}
 
-# Human names of the engine's methods, in the order the sidebar lists them; a method the engine
-# adds later still appears, under its own name, before the benchmark-only baseline.
-METHOD_LABELS = {
-    "spec-auto": "Speculative, auto drafts",
-    "greedy": "Greedy",
-    "beam": "Beam search",
-    "spec-pointer": "Speculative, pointer drafts",
-    "spec-lookup": "Speculative, lookup drafts",
-    "spec-paper": "Speculative, paper drafts",
-    "sbs-exact": "Speculative beam, exact",
-    "sbs": "Speculative beam (paper SBS, lossy)",
-    "sample": "Sampling",
-    "spec-sample": "Speculative sampling, copy drafts",
-    "spec-sample-draft": "Speculative sampling, draft model",
-    "mentored": "Mentored sampling (lossy)",
-    "relaxed": "Relaxed greedy, SpecDec++ (lossy)",
-    "greedy-uncached": "Greedy, no cache (baseline)",
-    "beam-uncached": "Beam search, no cache (baseline)",
-}
 METHOD_HELP = """Greedy and beam search are the standard decoders. Every speculative method returns exactly
 the greedy answer in fewer model calls: it copies windows of the query as drafts and the model
 checks them in one call. Auto picks drafts for the device; pointer drafts follow the model's
@@ -53,33 +33,22 @@ windows of 10 tokens (Andronov et al.). Speculative beam, exact returns beam sea
 the paper's SBS is faster but may differ. Sampling gives diverse answers; speculative sampling has
 the same distribution; mentored and relaxed trade a bounded change of the answers for speed.
 No cache recomputes every step (a benchmark baseline)."""
-DEFAULT_METHOD = "spec-auto"
 
 
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    row = METHODS.get(method)
+    return row.label if row else method
 
 
 def method_order() -> list[str]:
-    references = ("greedy-uncached", "beam-uncached")  # benchmark baselines: last in the list
-    known = [m for m in METHOD_LABELS if m in METHODS and m not in references]
-    extra = [m for m in METHODS if m not in METHOD_LABELS and m not in references]
-    return known + extra + [m for m in references if m in METHODS]
+    """The engine's methods in the table's order, benchmark-only baselines last."""
+    return ([m for m, row in METHODS.items() if not row.benchmark_only]
+            + [m for m, row in METHODS.items() if row.benchmark_only])
 
 
-def is_beam_method(method: str) -> bool:
-    """Methods that return several answers: beam search and its speculative kin, and sampling
-    (n samples, duplicates merged); the greedy family returns one answer."""
-    return method in BEAM_METHODS or method in SAMPLING_METHODS
-
-
-def is_sampling(method: str) -> bool:
-    return method in SAMPLING_METHODS
-
-
-def is_speculative(method: str) -> bool:
-    """Methods that verify drafts copied from the query (their draft length can be set)."""
-    return method.startswith("spec-") or method in ("sbs", "sbs-exact", "relaxed", "mentored")
+def reads(method: str, knob: str) -> bool:
+    """Whether a method reads a setting (methods.KNOBS), so the sidebar shows it and passes it on."""
+    return knob in METHODS[method].knobs
 
 
 # ---- models -----------------------------------------------------------------------------------
@@ -131,19 +100,21 @@ class Settings:
     def model_dir(self) -> str | None:
         return str(models_dir() / self.model) if self.model else None
 
-    def options(self) -> dict:
-        """Keyword arguments of Predictor.predict for these settings."""
-        return {"method": self.method, "n_best": self.n_best if is_beam_method(self.method) else 1,
-                "draft_len": self.draft_len if is_speculative(self.method) else None,
-                "n_drafts": self.n_drafts if is_speculative(self.method) else None,
+    def options(self, method: str | None = None) -> dict:
+        """Keyword arguments of Predictor.predict for these settings, given to `method` (the chosen
+        one by default): each setting only where that method reads it."""
+        method = method or self.method
+        return {"method": method, "n_best": self.n_best if reads(method, "n_best") else 1,
+                "draft_len": self.draft_len if reads(method, "draft_len") else None,
+                "n_drafts": self.n_drafts if reads(method, "n_drafts") else None,
                 "sampling": self.sampling}
 
     def describe(self) -> str:
         text = method_label(self.method)
-        if is_beam_method(self.method):
+        if reads(self.method, "n_best"):
             text += f", {self.n_best}-best"
-        if is_speculative(self.method) and self.draft_len is not None:
-            text += f", drafts {self.n_drafts}×{self.draft_len}"
+        if reads(self.method, "draft_len") and self.draft_len is not None:
+            text += f", drafts {self.n_drafts or 1}×{self.draft_len}"
         return text
 
 
@@ -162,64 +133,56 @@ def render_sidebar() -> Settings:
         sb.warning(f"No {TASK_LABELS[task].split(':')[0].lower()} model is installed "
                    f"(models/{task}/ is missing). Choose the forward task, or add the model folder.")
     predictor = load_predictor(str(models_dir() / model)) if model else None
-    methods = [m for m in method_order()
-               if m != "spec-sample-draft" or (predictor is not None and predictor.draft_model is not None)]
+    has_draft_model = predictor is not None and predictor.draft_model is not None
+    methods = [m for m in method_order() if METHODS[m].drafts != "model" or has_draft_model]
     default = methods.index(DEFAULT_METHOD) if DEFAULT_METHOD in methods else 0
     method = sb.selectbox("Decoding method", methods, index=default, format_func=method_label, key="method",
                           help=METHOD_HELP)
     n_best = 1
-    if is_sampling(method):
+    if reads(method, "n_best") and METHODS[method].family == "sampling":
         n_best = sb.slider("Samples", 1, 10, 5, key="n_samples",
                            help="How many answers to draw; repeated answers are merged and ranked by score.")
-    elif is_beam_method(method):
+    elif reads(method, "n_best"):
         n_best = sb.slider("Beam width (n-best)", 1, 10, 5, key="n_best",
                            help="How many ranked answers beam search keeps and returns.")
-    sampling = _sampling_knobs(method) if is_sampling(method) else None
+    sampling = _sampling_knobs(method) if any(reads(method, knob) for knob in SAMPLING_KNOBS) else None
     draft_len = n_drafts = None
-    if is_speculative(method):
-        auto = _default_drafts(predictor, method)
+    if reads(method, "draft_len"):
+        drafter, default_len, default_n = predictor.resolve(method, None, None, 1) if predictor else ("", 8, 1)
         custom = sb.toggle("Set drafts by hand", key="custom_drafts",
                            help="Off: the method's own choice (spec-auto picks per device).")
         if custom:
-            draft_len = sb.slider("Draft length (tokens)", 1, 32, auto[0] if auto else 16, key="draft_len")
-            n_drafts = sb.slider("Number of drafts", 1, 32, auto[1] if auto else 1, key="n_drafts")
-        elif auto:
-            sb.caption(f"Drafts: {auto[1]} × {auto[0]} tokens ({auto[2]} drafter)")
+            draft_len = sb.slider("Draft length (tokens)", 1, 32, default_len, key="draft_len")
+            if reads(method, "n_drafts"):
+                n_drafts = sb.slider("Number of drafts", 1, 32, default_n, key="n_drafts")
+        elif METHODS[method].drafts == "model":
+            sb.caption(f"Drafts: {default_len} tokens from the draft model")
+        else:
+            sb.caption(f"Drafts: {default_n} × {default_len} tokens ({drafter} drafter)")
     if predictor is not None:
-        sb.caption(f"Device: {device_name(predictor)} · torch threads: {torch.get_num_threads()}")
+        sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
+                   f"torch threads: {predictor.threads}")
     return Settings(task, model, method, n_best, draft_len, n_drafts, sampling)
 
 
 def _sampling_knobs(method: str) -> SamplingOptions:
-    sb = st.sidebar
-    temperature = sb.slider("Temperature", 0.1, 2.0, 1.0, 0.1, key="temperature",
-                            help="Below 1 sharpens the model's distribution, above 1 flattens it.")
-    top_k = sb.slider("Top-k (0: all tokens)", 0, 50, 0, key="top_k")
-    beta, tau, delta = 1, 0.0, 0.0
-    if method == "relaxed":
-        beta = sb.slider("Beta: draft among the top tokens", 1, 5, 2, key="beta")
-        tau = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, 1.0, 0.1, key="tau")
-    if method == "mentored":
-        delta = sb.slider("Delta: KL budget per token", 0.0, 1.0, 0.1, 0.01, key="delta",
-                          help="0 is exact speculative sampling; more accepts more drafts and moves the answers.")
-    seed = int(sb.number_input("Seed", 0, 10_000, 0, key="seed"))
-    return SamplingOptions(temperature=temperature, top_k=top_k, beta=beta, tau=tau, delta=delta, seed=seed)
-
-
-def _default_drafts(predictor: Predictor | None, method: str) -> tuple[int, int, str] | None:
-    if predictor is None:
-        return None
-    try:
-        drafter, length, count = predictor.resolve(method, None, None, 1)
-    except (KeyError, ValueError):  # a method whose drafts the engine does not describe
-        return None
-    return length, count, drafter
-
-
-def device_name(predictor: Predictor) -> str:
-    if predictor.device.type == "cuda":
-        return f"GPU ({torch.cuda.get_device_name(predictor.device)})"
-    return "CPU"
+    """The sliders of the sampling knobs this method reads; the others keep their defaults."""
+    sb, knobs = st.sidebar, {}
+    if reads(method, "temperature"):
+        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, 1.0, 0.1, key="temperature",
+                                         help="Below 1 sharpens the model's distribution, above 1 flattens it.")
+    if reads(method, "top_k"):
+        knobs["top_k"] = sb.slider("Top-k (0: all tokens)", 0, 50, 0, key="top_k")
+    if reads(method, "beta"):
+        knobs["beta"] = sb.slider("Beta: draft among the top tokens", 1, 5, 2, key="beta")
+    if reads(method, "tau"):
+        knobs["tau"] = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, 1.0, 0.1, key="tau")
+    if reads(method, "delta"):
+        knobs["delta"] = sb.slider("Delta: KL budget per token", 0.0, 1.0, 0.1, 0.01, key="delta",
+                                   help="0 is exact speculative sampling; more accepts more drafts and moves the answers.")
+    if reads(method, "seed"):
+        knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, 0, key="seed"))
+    return SamplingOptions(**knobs)
 
 
 def settings() -> Settings:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import logging
-import statistics
 from dataclasses import dataclass
 
 import pandas as pd
@@ -14,6 +13,8 @@ from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none
+from molspec_core.bench import Speedup, compare_pair
+from molspec_core.methods import METHODS, speedup_pair
 from molspec_core.service import Prediction, Predictor, QueryResult
 from pages import common
 from pages.common import Settings
@@ -30,31 +31,6 @@ class Shown:
     settings: Settings
     result: QueryResult
     example: str | None
-
-
-@dataclass(frozen=True)
-class Timing:
-    method: str
-    time_ms: float  # median decoding wall time
-    model_calls: int
-    accepted_per_call: float
-    tokens_per_call: float
-    answers: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Speedup:
-    query: str
-    baseline: Timing
-    speculative: Timing
-
-    @property
-    def factor(self) -> float:
-        return self.baseline.time_ms / max(self.speculative.time_ms, 1e-9)
-
-    @property
-    def identical(self) -> bool:
-        return self.baseline.answers == self.speculative.answers
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -185,18 +161,29 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
             length.metric("Tokens", len(prediction.tokens))
 
 
-def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
+def copied_tokens_text(shown: Shown, prediction: Prediction) -> str:
+    """What the copied-tokens view says, from where the method's drafts come from (methods.py)."""
+    method = METHODS[shown.settings.method]
+    if method.drafts == "none":
+        return (f"{method.label} writes every token itself. Choose a speculative method in the sidebar and "
+                "predict again to see which tokens are copied from the query.")
+    if method.drafts == "model":
+        return (f"{method.label} drafts with a small draft model, not from the query: "
+                f"{shown.result.stats.draft_tokens_accepted} draft-model tokens were accepted over every sample "
+                "drawn for this query, and no token is copied from the query, so all are shown as the model's.")
     n_copied = sum(source >= 0 for source in prediction.provenance)
-    spans = depict.copy_spans(prediction.provenance)
-    if not common.is_speculative(shown.settings.method):
-        st.info(f"{common.method_label(shown.settings.method)} writes every token itself. Choose a speculative "
-                "method in the sidebar and predict again to see which tokens are copied from the query.",
-                icon=":material/info:")
+    share = n_copied / max(len(prediction.tokens), 1)
+    return (f"{n_copied} of {len(prediction.tokens)} output tokens ({share:.0%}) were accepted from drafts copied "
+            f"out of the query, in {len(depict.copy_spans(prediction.provenance))} runs; the model generated the "
+            "rest. Hover a token for its position.")
+
+
+def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
+    text = copied_tokens_text(shown, prediction)
+    if METHODS[shown.settings.method].drafts == "query":
+        st.caption(text)
     else:
-        share = n_copied / max(len(prediction.tokens), 1)
-        st.caption(f"{n_copied} of {len(prediction.tokens)} output tokens ({share:.0%}) were accepted from "
-                   f"drafts copied out of the query, in {len(spans)} runs; the model generated the rest. "
-                   "Hover a token for its position.")
+        st.info(text, icon=":material/info:")
     st.html(depict.provenance_html(shown.result.source_tokens, prediction.tokens, prediction.provenance))
     svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid else None
     if svg:
@@ -206,54 +193,19 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 # ---- speedup ----------------------------------------------------------------------------------
 
 
-# The standard decoder each method is measured against, and the speculative one for a standard choice.
-SPEEDUP_PAIRS = {"beam": ("beam", "sbs-exact"), "sbs": ("beam", "sbs"), "sbs-exact": ("beam", "sbs-exact"),
-                 "sample": ("sample", "spec-sample"), "spec-sample": ("sample", "spec-sample"),
-                 "spec-sample-draft": ("sample", "spec-sample-draft"), "mentored": ("sample", "mentored"),
-                 "relaxed": ("greedy", "relaxed")}
-
-
-def speedup_methods(method: str) -> tuple[str, str]:
-    """(standard method, speculative method) to compare for the chosen settings."""
-    if method in SPEEDUP_PAIRS:
-        return SPEEDUP_PAIRS[method]
-    return "greedy", method if common.is_speculative(method) else "spec-auto"
-
-
-def measure(predictor: Predictor, query: str, cfg: Settings, baseline: str, speculative: str) -> Speedup:
-    runs: dict[str, list[QueryResult]] = {baseline: [], speculative: []}
-    for _ in range(SPEEDUP_REPEATS):
-        for method in (baseline, speculative):
-            beam = common.is_beam_method(method)
-            spec = common.is_speculative(method)
-            runs[method].append(predictor.predict(query, method=method, n_best=cfg.n_best if beam else 1,
-                                                  draft_len=cfg.draft_len if spec else None,
-                                                  n_drafts=cfg.n_drafts if spec else None,
-                                                  sampling=cfg.sampling))
-
-    def timing(method: str) -> Timing:
-        results = runs[method]
-        stats = results[0].stats  # calls and acceptance are the same in every run
-        return Timing(method, 1000 * statistics.median(r.stats.wall_time_s for r in results), stats.model_calls,
-                      stats.accepted_per_call, stats.tokens_per_call,
-                      tuple(p.smiles for p in results[0].predictions))
-
-    return Speedup(query, timing(baseline), timing(speculative))
-
-
 def show_speedup(shown: Shown, predictor: Predictor) -> None:
     cfg, query = shown.settings, shown.result.canonical_query
-    baseline, speculative = speedup_methods(cfg.method)
-    note = ""
+    baseline, speculative = speedup_pair(cfg.method)
     st.caption(f"Decodes this query with {common.method_label(baseline)} and "
                f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
-               f"medians of the decoding call.{note}")
+               "medians of the decoding call.")
     records: dict = st.session_state.setdefault("speedups", {})
     key = (cfg.model, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts)
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
-                records[key] = measure(predictor, query, cfg, baseline, speculative)
+                records[key] = compare_pair(predictor, query, cfg.options(baseline), cfg.options(speculative),
+                                            SPEEDUP_REPEATS)
         except Exception:  # noqa: BLE001
             log.exception("speedup measurement failed")
             st.error("The measurement failed; the prediction above is unaffected.")

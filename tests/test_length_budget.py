@@ -15,7 +15,8 @@ from molspec_core.decoding.sampling import SAMPLING_MODES, SamplingOptions, samp
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
 from molspec_core.model import Seq2SeqTransformer, preset
-from molspec_core.service import GREEDY_METHODS, METHODS, Predictor
+from molspec_core.methods import METHODS
+from molspec_core.service import Predictor
 from molspec_core.tokenizer import EOS_ID, tokenize
 
 # Small, so that an answer reaches the model's last position within a few dozen steps. Its budget,
@@ -63,7 +64,7 @@ def predictors() -> dict[str, Predictor]:
 
 
 def n_best_of(method: str) -> int:
-    return 1 if method in GREEDY_METHODS else 2
+    return 2 if METHODS[method].many else 1
 
 
 def random_smiles(rng: random.Random, n_tokens: int) -> str:

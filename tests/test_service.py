@@ -5,7 +5,10 @@ import pytest
 
 from conftest import FIXTURES, FORWARD_MODEL
 from molspec_core.checkpoint import CheckpointError
-from molspec_core.service import GREEDY_METHODS, MAX_QUERY_CHARS, Predictor
+from molspec_core.methods import of_family
+from molspec_core.service import MAX_QUERY_CHARS, Predictor
+
+GREEDY_METHODS = of_family("greedy")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +129,7 @@ def test_forward_model_accepts_reactants_reagents_arrow_form(forward):
 def test_sampling_methods_through_the_service(copier):
     from molspec_core.decoding.sampling import SamplingOptions
 
-    for method in ("sample", "spec-sample", "relaxed", "mentored"):
+    for method in ("sample", "spec-sample", "mentored"):  # relaxed returns one answer: see test_methods.py
         result = copier.predict("CCOc1ccccc1N", method=method, n_best=3, sampling=SamplingOptions(temperature=1.5, delta=0.1))
         assert result.ok and 1 <= len(result.predictions) <= 3
         assert len({p.smiles for p in result.predictions}) == len(result.predictions)

@@ -15,29 +15,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from ..drafting import Drafter, NullDrafter
+from ..methods import SamplingOptions, of_family
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .batch import cache_capacity, draft_room, fit_drafts, pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_target
 
-SAMPLING_MODES = ("sample", "spec-sample", "spec-sample-draft", "relaxed", "mentored")
-
-
-@dataclass(frozen=True)
-class SamplingOptions:
-    temperature: float = 1.0
-    top_k: int = 0  # 0 = no top-k cut
-    beta: int = 1  # relaxed: draft must be among the top-beta tokens
-    tau: float = 0.0  # relaxed: and within tau nats of the top token
-    delta: float = 0.0  # mentored: KL budget per token
-    draft_len: int = 8  # draft-model tokens per step
-    seed: int = 0
+SAMPLING_MODES = of_family("sampling")  # the methods this loop runs (methods.py)
 
 
 class _DraftModel:

@@ -1,0 +1,135 @@
+"""Every decoding method, one row each: the one place the service, bench, CLI, evaluation and app
+ask what a method is.
+
+Pure data: this module imports no decoder, no torch and no RDKit, so the CLI's argument parser and
+the app's sidebar can read it for free. To add a method, write its decoder (or reuse a family's)
+and add its row here.
+
+The default draft shapes below were chosen by interleaved benchmarks on the shipped models; the
+figures live in the model cards (models/*/MODEL_CARD.md) and in the JSON that
+`python -m molspec_core bench` writes, not here, where they would go stale.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Family = Literal["greedy", "beam", "sbs", "sampling"]
+Answers = Literal["one", "many"]
+DraftSource = Literal["none", "query", "model"]
+
+# Knobs a method may read. The first three are arguments of Predictor.predict; the others are
+# fields of SamplingOptions.
+SAMPLING_KNOBS = ("temperature", "top_k", "beta", "tau", "delta", "seed")
+KNOBS = ("n_best", "draft_len", "n_drafts") + SAMPLING_KNOBS
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """The knobs of the sampling-loop methods (Predictor.predict's `sampling`)."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k cut
+    beta: int = 1  # relaxed: draft must be among the top-beta tokens
+    tau: float = 0.0  # relaxed: and within tau nats of the top token
+    delta: float = 0.0  # mentored: KL budget per token
+    # Draft-model tokens per step, read by the decoding loop. Predictor.predict sets it from its own
+    # draft_len (the method's default when None), so that one knob means the same for every method.
+    draft_len: int = 8
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str  # what the app shows
+    # The decoding loop that runs it. relaxed runs in the sampling loop, which owns the pluggable
+    # acceptance rules, although it samples nothing: `answers` and `reference` say what it is.
+    family: Family
+    answers: Answers  # "many": n_best ranked answers (beam width, or samples with duplicates merged)
+    drafts: DraftSource  # where draft tokens come from: copied out of the query, a draft model, none
+    drafter: str  # the copy drafter (drafting.DRAFTERS), "auto" (per device), "model" or "none"
+    draft_len: int  # default draft length (0 with no drafts)
+    n_drafts: int  # default number of drafts per step
+    reference: str  # the standard method its outputs and speed are compared with
+    lossless: bool  # returns what its reference returns (sampling: the same distribution)
+    knobs: tuple[str, ...]  # the settings it reads, among KNOBS
+    benchmark_only: bool = False  # uncached baselines: kept for benchmarks, listed last
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafts != "none"
+
+    @property
+    def many(self) -> bool:
+        return self.answers == "many"
+
+
+_COPY = ("n_best", "draft_len", "n_drafts")
+_SAMPLE = ("temperature", "top_k", "seed")
+
+_ROWS = (
+    # The order is the app's: its default first, then the standard decoders, their speculative
+    # versions (the lossless one before the lossy ones: a standard method's speedup is shown
+    # against the first lossless speculative method of its reference), benchmark baselines last.
+    Method("spec-auto", "Speculative, auto drafts", "greedy", "one", "query", "auto", 8, 1, "greedy", True,
+           ("draft_len", "n_drafts")),
+    Method("greedy", "Greedy", "greedy", "one", "none", "none", 0, 0, "greedy", True, ()),
+    Method("beam", "Beam search", "beam", "many", "none", "none", 0, 0, "beam", True, ("n_best",)),
+    # One short lookup or pointer draft: on a CPU a verify call costs more with every drafted token.
+    Method("spec-pointer", "Speculative, pointer drafts", "greedy", "one", "query", "pointer", 8, 1, "greedy", True,
+           ("draft_len", "n_drafts")),
+    Method("spec-lookup", "Speculative, lookup drafts", "greedy", "one", "query", "lookup", 8, 1, "greedy", True,
+           ("draft_len", "n_drafts")),
+    # The paper's N=25 windows of D=10 (Andronov et al. 2024, section 2.1).
+    Method("spec-paper", "Speculative, paper drafts", "greedy", "one", "query", "paper", 10, 25, "greedy", True,
+           ("draft_len", "n_drafts")),
+    # Speculative beam search: one short pointer draft per hypothesis; lower beams leave their
+    # drafts within a few tokens. sbs keeps D=4 because D=3 lost top-3/5 accuracy.
+    Method("sbs-exact", "Speculative beam, exact", "sbs", "many", "query", "pointer", 2, 1, "beam", True, _COPY),
+    Method("sbs", "Speculative beam (paper SBS, lossy)", "sbs", "many", "query", "pointer", 4, 1, "beam", False,
+           _COPY),
+    Method("sample", "Sampling", "sampling", "many", "none", "none", 0, 0, "sample", True, ("n_best",) + _SAMPLE),
+    Method("spec-sample", "Speculative sampling, copy drafts", "sampling", "many", "query", "pointer", 8, 1,
+           "sample", True, ("n_best", "draft_len") + _SAMPLE),
+    Method("spec-sample-draft", "Speculative sampling, draft model", "sampling", "many", "model", "model", 8, 1,
+           "sample", True, ("n_best", "draft_len") + _SAMPLE),
+    Method("mentored", "Mentored sampling (lossy)", "sampling", "many", "query", "pointer", 8, 1, "sample", False,
+           ("n_best", "draft_len") + _SAMPLE + ("delta",)),
+    # SpecDec++ relaxed verification of greedy decoding: deterministic, one answer, no temperature.
+    Method("relaxed", "Relaxed greedy, SpecDec++ (lossy)", "sampling", "one", "query", "pointer", 8, 1, "greedy",
+           False, ("draft_len", "beta", "tau")),
+    Method("greedy-uncached", "Greedy, no cache (baseline)", "greedy", "one", "none", "none", 0, 0, "greedy", True,
+           (), benchmark_only=True),
+    Method("beam-uncached", "Beam search, no cache (baseline)", "beam", "many", "none", "none", 0, 0, "beam", True,
+           ("n_best",), benchmark_only=True),
+)
+
+METHODS: dict[str, Method] = {row.name: row for row in _ROWS}
+DEFAULT_METHOD = "spec-auto"
+
+
+def method(name: str) -> Method:
+    """The row of a method; a ValueError naming the choices for any other name."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def of_family(*families: Family) -> tuple[str, ...]:
+    return tuple(name for name, row in METHODS.items() if row.family in families)
+
+
+def many_answer_methods() -> tuple[str, ...]:
+    return tuple(name for name, row in METHODS.items() if row.many)
+
+
+def speedup_pair(name: str) -> tuple[str, str]:
+    """(standard method, speculative method) that show what speculative decoding saves for this
+    choice: a speculative method beside its reference; a standard one beside the first lossless
+    speculative method measured against it (in table order)."""
+    row = method(name)
+    if row.speculative:
+        return row.reference, name
+    partner = next(m.name for m in _ROWS if m.speculative and m.lossless and m.reference == row.reference)
+    return row.reference, partner

@@ -1,0 +1,80 @@
+"""The app's side of the method table: the sidebar offers each method the settings it reads, and
+the copied-tokens view says where the tokens came from. Driven with AppTest on the copy model,
+installed as `forward` with itself as its draft model (as both shipped models have a draft/)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_app import FIXTURES, app, assert_clean, predict, runs_go_through_app_py, texts  # noqa: F401
+
+from molspec_core.methods import METHODS
+
+
+@pytest.fixture()
+def draft_models(tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "models" / "forward")
+    shutil.copytree(FIXTURES / "copy_model", tmp_path / "models" / "forward" / "draft")
+    return tmp_path / "models"
+
+
+def sliders(at) -> set[str]:
+    return {s.key for s in at.slider}
+
+
+def test_every_method_in_the_sidebar_predicts_with_only_its_knobs(draft_models, monkeypatch):
+    at = app(draft_models, monkeypatch).run()
+    assert at.selectbox(key="method").options == [row.label for row in METHODS.values()]
+    for name, row in METHODS.items():
+        at.selectbox(key="method").set_value(name).run()
+        shown = sliders(at) | {n.key for n in at.number_input}
+        expected = {k for k in row.knobs if k not in ("n_best", "draft_len", "n_drafts")}
+        expected |= {("n_samples" if row.family == "sampling" else "n_best")} if row.many else set()
+        assert shown == expected, name
+        predict(at, "Oc1ccncc1Cl")
+        assert_clean(at)
+        assert at.session_state["shown"].result.method == name
+
+
+def test_relaxed_gets_no_sampling_sliders(draft_models, monkeypatch):
+    """relaxed was offered Samples (default 5), Temperature, Top-k and Seed, which it ignored, and
+    decoded the same answer five times."""
+    at = app(draft_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("relaxed").run()
+    assert sliders(at) == {"beta", "tau"}
+    predict(at, "Oc1ccncc1Cl")
+    once = at.session_state["shown"].result
+    assert len(once.predictions) == 1
+    assert once.stats.model_calls <= len(once.predictions[0].tokens) + 1  # one decode, not five
+
+
+@pytest.mark.parametrize("name, shape", [("sbs", "1 × 4 tokens"), ("sbs-exact", "1 × 2 tokens")])
+def test_speculative_beam_shows_its_own_default_drafts(draft_models, monkeypatch, name, shape):
+    """The sidebar got no default for sbs and sbs-exact (resolve raised KeyError): no caption, and
+    the hand-set slider started at 16 while they ran at 4 and 2."""
+    at = app(draft_models, monkeypatch).run()
+    at.selectbox(key="method").set_value(name).run()
+    assert f"Drafts: {shape} (pointer drafter)" in texts(at.caption)
+    at.toggle(key="custom_drafts").set_value(True).run()
+    assert at.slider(key="draft_len").value == METHODS[name].draft_len
+
+
+def test_copied_tokens_view_counts_what_was_copied(draft_models, monkeypatch):
+    """mentored drafted with the draft model whenever the folder had one, and the view then said
+    0 tokens were copied; spec-sample-draft was described as copying from the query."""
+    at = app(draft_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("mentored").run()
+    predict(at, "Oc1ccncc1Cl")
+    top = at.session_state["shown"].result.predictions[0]
+    copied = sum(source >= 0 for source in top.provenance)
+    assert copied > 0
+    assert f"{copied} of {len(top.tokens)} output tokens" in texts(at.caption)
+
+    at.selectbox(key="method").set_value("spec-sample-draft").run()
+    predict(at, "Oc1ccncc1Cl")
+    result = at.session_state["shown"].result
+    assert result.stats.draft_tokens_accepted > 0
+    assert f"{result.stats.draft_tokens_accepted} draft-model tokens were accepted" in texts(at.info)
+    assert "copied out of the query" not in texts(at.caption)

@@ -1,0 +1,153 @@
+"""The table of decoding methods (molspec_core/methods.py): every row runs through predict, bench and
+evaluate, and the bugs that came from having ten tables instead of one stay fixed.
+
+The app's side of the table (the sidebar, the copied-tokens view) is tested in test_app.py.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+from molspec_core.methods import KNOBS, METHODS, SamplingOptions, speedup_pair
+from molspec_core.service import Predictor
+
+QUERY = "CCOc1ccccc1N"
+
+
+@pytest.fixture(scope="module")
+def with_draft(tmp_path_factory) -> Predictor:
+    """The copy model with itself as its draft model (a draft/ folder, as both shipped models have)."""
+    folder = tmp_path_factory.mktemp("models") / "m"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    shutil.copytree(FIXTURES / "copy_model", folder / "draft")
+    return Predictor.load(folder, device="cpu")
+
+
+def n_best_of(name: str) -> int:
+    return 2 if METHODS[name].many else 1
+
+
+def test_the_table_is_pure_data():
+    """The CLI parser and the app's sidebar read it: no decoder, torch or RDKit behind it."""
+    code = ("import sys; sys.modules['rdkit'] = None; sys.modules['torch'] = None\n"
+            "import molspec_core.methods\n"
+            "assert not [m for m in sys.modules if m.startswith('molspec_core.') and m != 'molspec_core.methods']")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_every_row_is_consistent():
+    for name, row in METHODS.items():
+        assert row.name == name and set(row.knobs) <= set(KNOBS), name
+        assert row.reference in METHODS and not METHODS[row.reference].speculative, name
+        assert row.many == ("n_best" in row.knobs), name  # the n-best knob is what "many" means to a user
+        assert row.speculative == ("draft_len" in row.knobs) == (row.draft_len > 0), name
+        baseline, speculative = speedup_pair(name)
+        assert not METHODS[baseline].speculative and METHODS[speculative].speculative, name
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_predicts_and_resolves_its_drafts(with_draft, name):
+    """resolve answers for every method (it raised KeyError outside the greedy family, so the app
+    showed sbs and sbs-exact a hand-set default of 16 while they ran at 4 and 2)."""
+    row = METHODS[name]
+    drafter, draft_len, n_drafts = with_draft.resolve(name, None, None, 1)
+    if row.speculative:
+        assert (draft_len, n_drafts) == (row.draft_len, row.n_drafts) or row.drafter == "auto", name
+    else:
+        assert (drafter, draft_len, n_drafts) == ("none", 0, 0), name
+    result = with_draft.predict(QUERY, method=name, n_best=n_best_of(name))
+    assert result.ok and result.predictions, (name, result.error)
+    assert (result.stats.draft_tokens_proposed > 0) == row.speculative, name
+
+
+def test_speculative_beam_defaults_are_its_own():
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    assert predictor.resolve("sbs", None, None, 1) == ("pointer", 4, 1)
+    assert predictor.resolve("sbs-exact", None, None, 1) == ("pointer", 2, 1)
+
+
+def test_every_method_runs_in_the_bench_and_the_evaluation(with_draft):
+    from molspec_core.bench import run_bench
+    from molspec_core.evaluate import evaluate
+
+    queries, targets = ["CCOc1ccccc1N", "NC(=O)c1ccncc1"], ["Oc1ccccc1N", "NC(=O)c1ccncc1"]
+    report = run_bench(with_draft, queries, targets, list(METHODS), n_best=2, warmup=0, progress=False)
+    assert set(report["methods"]) == set(METHODS)
+    for name in METHODS:
+        got = evaluate(with_draft, queries, targets, n_best_of(name), name, progress=False)
+        assert got["method"] == name and got["n"] == 2 and got["query_errors"] == 0, name
+
+
+def test_relaxed_is_one_deterministic_answer(with_draft):
+    """relaxed was a sampling method to the service: n_best=5 decoded the same greedy-like answer
+    five times (five times the model calls) to return one answer."""
+    once = with_draft.predict(QUERY, method="relaxed")
+    assert len(once.predictions) == 1
+    with pytest.raises(ValueError, match="returns one prediction"):
+        with_draft.predict(QUERY, method="relaxed", n_best=5)
+
+
+def test_mentored_drafts_from_the_query_even_beside_a_draft_model(with_draft):
+    """mentored took the draft model whenever the folder had one, so the copied-tokens view said
+    0 tokens were copied from the query."""
+    calls = []
+    draft_model = with_draft.draft_model
+    original = draft_model.decode
+    draft_model.decode = lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)
+    try:
+        result = with_draft.predict(QUERY, method="mentored", n_best=2, sampling=SamplingOptions(delta=0.1))
+    finally:
+        del draft_model.decode
+    assert not calls, "the draft model was fed"
+    assert any(source >= 0 for p in result.predictions for source in p.provenance)
+
+
+def test_the_draft_model_method_builds_no_copy_drafter(with_draft):
+    """spec-sample-draft built a pointer drafter it never used, which asked the model for its
+    cross-attention on every call (the slower attention path)."""
+    asked = []
+    model = with_draft.model
+    original = model.decode
+    model.decode = lambda *args, **kwargs: asked.append(kwargs.get("cross_attention", False)) or original(*args, **kwargs)
+    try:
+        result = with_draft.predict(QUERY, method="spec-sample-draft", n_best=2)
+    finally:
+        del model.decode
+    assert result.ok and asked and not any(asked)
+
+
+def test_draft_len_is_one_knob_for_every_method(with_draft):
+    """predict's draft_len decides drafts for every method: 0 is none, unset the method's default.
+    SamplingOptions.draft_len=0 once meant 'no drafts' for the draft model only, while copy-draft
+    sampling drafted 8 tokens anyway."""
+    for name, row in METHODS.items():
+        if not row.speculative:
+            continue
+        none = with_draft.predict(QUERY, method=name, n_best=n_best_of(name), draft_len=0)
+        assert none.stats.draft_tokens_proposed == 0, name
+        default = with_draft.predict(QUERY, method=name, n_best=n_best_of(name), sampling=SamplingOptions(draft_len=0))
+        assert default.stats.draft_tokens_proposed > 0, name
+
+
+def test_evaluate_refuses_what_it_cannot_honour_instead_of_swapping(tmp_path, capsys):
+    """`evaluate --method sample --n-best 3` quietly evaluated beam search."""
+    from molspec_core.cli import main
+
+    (tmp_path / "src.txt").write_text("CCOc1ccccc1N\nNC(=O)c1ccncc1\n")
+    (tmp_path / "tgt.txt").write_text("Oc1ccccc1N\nNC(=O)c1ccncc1\n")
+    files = ["--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt")]
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", *files, "--method", "sample", "--n-best", "3", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["method"] == "sample"
+    capsys.readouterr()
+    assert main(["evaluate", *files, "--method", "spec-auto", "--n-best", "3"]) == 2
+    assert "spec-auto returns one answer" in capsys.readouterr().err
+    assert main(["evaluate", *files, "--n-best", "3", "--out", str(out)]) == 0  # unset: the standard n-best method
+    assert json.loads(out.read_text())["method"] == "beam"
