@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core.bench import run_bench
-from molspec_core.service import METHODS
+from molspec_core.methods import METHODS
 from pages import common
 
 log = logging.getLogger(__name__)
