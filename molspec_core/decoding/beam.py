@@ -26,8 +26,33 @@ from .batch import cache_capacity, pad_sources, target_budget
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 
 
-def _rank(items: list[tuple[float, int, Hypothesis]], n_best: int) -> list[Hypothesis]:
-    return [h for _, _, h in sorted(items, key=lambda x: (-x[0], x[1]))][:n_best]
+# The pure pieces of one beam step, shared with speculative_beam.py so that sbs-exact's promise to
+# equal beam search rests on one implementation.
+
+
+def best_children(scores: torch.Tensor, log_probs: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `width` best one-token extensions of L hypotheses, scores (..., L) + log_probs (..., L, V):
+    candidates flattened over (slot, token), sorted by score descending, ties to the lower
+    slot * V + token (a stable sort). Returns (top_scores, flat_index), each (..., width) (fewer when
+    L * V < width); flat_index // V is the slot, flat_index % V the token."""
+    candidates = (scores.unsqueeze(-1) + log_probs).flatten(-2)  # (..., L*V)
+    top_scores, top_index = torch.sort(candidates, dim=-1, descending=True, stable=True)
+    return top_scores[..., :width], top_index[..., :width]
+
+
+def can_stop(finished_scores: Sequence[float], best_live: float, n_best: int) -> bool:
+    """No live hypothesis (best_live -inf), or n_best finished ones and no live score above the
+    n_best-th: log-probs are <= 0, so a live hypothesis can only lose score."""
+    if best_live == float("-inf"):
+        return True
+    ranked_scores = sorted(finished_scores, reverse=True)
+    return len(ranked_scores) >= n_best and best_live <= ranked_scores[n_best - 1]
+
+
+def ranked(hypotheses: Sequence[Hypothesis], n_best: int) -> list[Hypothesis]:
+    """The n_best best: finished hypotheses by score, then those stopped unfinished at the budget by
+    score; ties keep the order in which they were found (the sort is stable)."""
+    return sorted(hypotheses, key=lambda h: (not h.finished, -h.score))[:n_best]
 
 
 @torch.inference_mode()
@@ -51,7 +76,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     scores = torch.full((n_queries, width), float("-inf"), device=device)
     scores[:, 0] = 0.0
     history = torch.full((n_queries * width, 1), BOS_ID, dtype=torch.long, device=device)
-    finished: list[list[tuple[float, int, Hypothesis]]] = [[] for _ in range(n_queries)]
+    finished: list[list[Hypothesis]] = [[] for _ in range(n_queries)]
     stats = [DecodeStats() for _ in range(n_queries)]
     step = 0
     while active:
@@ -63,9 +88,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         else:
             last = model.decode_full(history, memory, keep)[:, -1]  # every row has the same length
         log_probs = last.float().log_softmax(dim=-1).view(n_act, width, vocab)
-        candidates = (scores.unsqueeze(-1) + log_probs).view(n_act, width * vocab)
-        top_scores, top_index = torch.sort(candidates, dim=-1, descending=True, stable=True)
-        top_scores, top_index = top_scores[:, :width], top_index[:, :width]
+        top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
         parent = top_index // vocab  # (A, k) slot within the query
         token = top_index % vocab
         rows = (torch.arange(n_act, device=device).unsqueeze(1) * width + parent).view(-1)
@@ -84,21 +107,15 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
             for slot in range(width):
                 if eos_list[a][slot] and score_list[a][slot] > float("-inf"):
                     tokens = tuple(history[a * width + slot, 1:-1].tolist())
-                    hyp = Hypothesis(tokens, score_list[a][slot], (GENERATED,) * len(tokens), True)
-                    finished[q].append((hyp.score, len(finished[q]), hyp))
+                    finished[q].append(Hypothesis(tokens, score_list[a][slot], (GENERATED,) * len(tokens), True))
             live = scores[a]
-            best_live = float(live.max())
-            ranked = sorted((f[0] for f in finished[q]), reverse=True)
-            if best_live == float("-inf"):
-                continue
-            if len(ranked) >= n_best and best_live <= ranked[n_best - 1]:
+            if can_stop([h.score for h in finished[q]], float(live.max()), n_best):
                 continue
             if step >= budgets[q]:
                 for slot in range(width):
                     if live[slot] > float("-inf"):
                         tokens = tuple(history[a * width + slot, 1:].tolist())
-                        hyp = Hypothesis(tokens, float(live[slot]), (GENERATED,) * len(tokens), False)
-                        finished[q].append((hyp.score - 1e9, len(finished[q]), hyp))  # after finished ones
+                        finished[q].append(Hypothesis(tokens, float(live[slot]), (GENERATED,) * len(tokens), False))
                 continue
             still.append(a)
         if len(still) < n_act:
@@ -114,4 +131,4 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     elapsed = time.perf_counter() - start_time
     for s in stats:
         s.wall_time_s = elapsed
-    return [DecodeResult(_rank(finished[q], n_best), stats[q]) for q in range(n_queries)]
+    return [DecodeResult(ranked(finished[q], n_best), stats[q]) for q in range(n_queries)]

@@ -33,8 +33,8 @@ model an argmax child fed ahead was selected 61-91% of the time, any other child
 fed row costs time. When the step selects such a child it already knows its log-probs, so the step
 after needs no call for it. This changes only which calls are made, never what a step selects.
 
-Selection is the same stable sort over (slot, token) as beam search, on the same float32 sums, so
-ties break the same way; scores differ from beam search only by the float rounding of logits
+Selection is beam search's own step (beam.best_children: the stable sort over (slot, token)), on the
+same float32 sums, so ties break the same way; the stop rule and the ranking are beam.py's too; scores differ from beam search only by the float rounding of logits
 computed in a longer call.
 """
 from __future__ import annotations
@@ -50,6 +50,7 @@ from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .batch import cache_capacity, fit_drafts, pad_sources, target_budget
+from .beam import best_children, can_stop, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
@@ -128,7 +129,7 @@ class _Search:
         self.slots = min(model.cfg.max_positions, capacity)
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], torch.zeros((), dtype=torch.float32), row=self.take_row())]
-        self.finished: list[tuple[float, int, Hypothesis]] = []
+        self.finished: list[Hypothesis] = []
         self.stats = DecodeStats()
 
     # -- the row pool ------------------------------------------------------------------------------
@@ -200,32 +201,26 @@ class _Search:
 
     def finish(self, hyp: _Hyp, score: float, done: bool) -> None:
         tokens = hyp.tokens[1:-1] if done else hyp.tokens[1:]  # bos and eos are not output tokens
-        result = Hypothesis(tuple(tokens), score, tuple(hyp.provenance[: len(tokens)]), done)
-        self.finished.append((score if done else score - 1e9, len(self.finished), result))
+        self.finished.append(Hypothesis(tuple(tokens), score, tuple(hyp.provenance[: len(tokens)]), done))
 
     def should_stop(self) -> bool:
-        if not self.live:
-            return True
-        best_live = max(float(h.score) for h in self.live)
-        ranked = sorted((f[0] for f in self.finished), reverse=True)
-        return len(ranked) >= self.n_best and best_live <= ranked[self.n_best - 1]
+        best_live = max((float(h.score) for h in self.live), default=float("-inf"))
+        return can_stop([h.score for h in self.finished if h.finished], best_live, self.n_best)
 
     def result(self, started: float) -> DecodeResult:
         self.stats.wall_time_s = time.perf_counter() - started
-        ranked = [h for _, _, h in sorted(self.finished, key=lambda x: (-x[0], x[1]))][: self.n_best]
-        if ranked:
-            self.stats.tokens_generated = max(len(h.tokens) for h in ranked) + 1
-            self.stats.draft_tokens_accepted = sum(p >= 0 for p in ranked[0].provenance)
-        return DecodeResult(ranked, self.stats)
+        best = ranked(self.finished, self.n_best)
+        if best:
+            self.stats.tokens_generated = max(len(h.tokens) for h in best) + 1
+            self.stats.draft_tokens_accepted = sum(p >= 0 for p in best[0].provenance)
+        return DecodeResult(best, self.stats)
 
 
 def _best_children(hyps: list[_Hyp], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores and flat (slot * V + token) indices of the width best children, beam search's order."""
+    """beam.best_children over hypotheses that know their next-token log-probs."""
     scores = torch.stack([h.score for h in hyps])  # (L,) float32
     log_probs = torch.stack([h.next_log_probs() for h in hyps])  # (L, V)
-    candidates = (scores.unsqueeze(-1) + log_probs).view(-1)
-    top_scores, top_index = torch.sort(candidates, descending=True, stable=True)
-    return top_scores[:width], top_index[:width]
+    return best_children(scores, log_probs, width)
 
 
 def _make_known(search: _Search, look_ahead: bool) -> None:

@@ -1,0 +1,36 @@
+"""The pure pieces of one beam step (decoding/beam.py), which beam search and sbs-exact share."""
+from __future__ import annotations
+
+import torch
+
+from molspec_core.decoding import beam, speculative_beam
+from molspec_core.decoding.result import Hypothesis
+
+
+def test_speculative_beam_uses_beam_searchs_own_step():
+    """sbs-exact's identity with beam search rests on one implementation, not two copies."""
+    assert speculative_beam.best_children is beam.best_children
+    assert speculative_beam.can_stop is beam.can_stop
+    assert speculative_beam.ranked is beam.ranked
+
+
+def test_best_children_breaks_ties_by_slot_then_token():
+    scores = torch.tensor([0.0, -1.0])
+    log_probs = torch.log(torch.tensor([[0.5, 0.25, 0.25], [1.0, 0.0, 0.0]]))  # (L=2, V=3)
+    top_scores, index = beam.best_children(scores, log_probs, width=4)
+    # slot 0: -0.69, -1.39, -1.39; slot 1: -1.0, -inf, -inf
+    assert index.tolist() == [0, 3, 1, 2]
+    assert torch.allclose(top_scores, torch.tensor([-0.6931, -1.0, -1.3863, -1.3863]), atol=1e-4)
+    batched_scores, batched_index = beam.best_children(scores.expand(3, 2), log_probs.expand(3, 2, 3), width=2)
+    assert batched_index.tolist() == [[0, 3]] * 3 and batched_scores.shape == (3, 2)
+
+
+def test_can_stop_and_ranked():
+    assert beam.can_stop([], float("-inf"), 1)  # nothing live
+    assert not beam.can_stop([-1.0], -0.5, 1)  # a live hypothesis may still beat it
+    assert beam.can_stop([-1.0, -0.2], -1.5, 2)  # no live score above the 2nd finished one
+    assert not beam.can_stop([-1.0], -2.0, 2)  # fewer finished than n_best
+    done_a, done_b = Hypothesis((1,), -3.0, (-1,)), Hypothesis((2,), -3.0, (-1,))
+    cut = Hypothesis((3, 3), -0.1, (-1, -1), finished=False)
+    assert beam.ranked([cut, done_a, done_b], 3) == [done_a, done_b, cut]  # unfinished last, ties in found order
+    assert beam.ranked([cut, done_b, done_a], 1) == [done_b]
