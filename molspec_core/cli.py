@@ -138,9 +138,16 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import InputFileError, read_queries, write_csv
+    from .io import check_output, output_header, read_queries, result_rows, write_csv
     from .service import Predictor
 
+    if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
+        if not args.output:
+            print("error: --input needs --output", file=sys.stderr)
+            return 2
+        # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
+        check_output(args.output, args.input)
+        table = read_queries(args.input, args.column)
     predictor = Predictor.load(args.model, args.device)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
                    sampling=sampling_options(args), time_limit_s=args.time_limit)
@@ -155,18 +162,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for p in result.predictions:
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {'yes' if p.valid else 'no ':>5}  {p.smiles}")
         return 0
-    if not args.output:
-        print("error: --input needs --output", file=sys.stderr)
-        return 2
-    try:
-        queries = read_queries(args.input, args.column)
-    except (InputFileError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     from tqdm import tqdm
 
-    header = ["row", "query", "rank", "smiles", "score", "probability", "valid", "method", "time_ms",
-              "model_calls", "accepted_tokens", "error"]
+    queries = table.queries
     step = max(1, args.batch_size)
     n_bad = 0
 
@@ -175,17 +173,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for start in tqdm(range(0, len(queries), step), desc="predict", unit="batch"):
             chunk = queries[start:start + step]
             for offset, result in enumerate(predictor.predict(chunk, batch_size=step, **options)):
-                row = start + offset + 1
                 if not result.ok:
                     n_bad += 1
-                    yield [row, result.query, "", "", "", "", "", args.method, "", "", "", result.error]
-                    continue
-                for p in result.predictions:
-                    yield [row, result.query, p.rank, p.smiles, f"{p.score:.4f}", f"{p.probability:.4f}", p.valid,
-                           args.method, f"{result.stats.wall_time_s * 1000:.1f}", result.stats.model_calls,
-                           result.stats.draft_tokens_accepted, ""]
+                yield from result_rows(start + offset + 1, table.cells_of(start + offset), result)
 
-    write_csv(args.output, header, rows())
+    write_csv(args.output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     print(f"{len(queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
     return 0
 

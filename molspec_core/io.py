@@ -1,78 +1,285 @@
-"""Reading query files and writing safe CSV."""
+"""Query files in, result CSV out: the one reader and the one writer that the CLI and the app share,
+so that both refuse the same files and export the same, equally safe columns.
+
+Reading is bounded: the size limit counts the bytes that come out of a file (after decompression), so
+a small archive of gigabytes, or a device that never ends, is refused instead of filling memory.
+Writing neutralizes spreadsheet formulas in text cells, keeps numbers numbers, and replaces the
+output file only once every row is written.
+"""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
+import lzma
+import numbers
+import os
 import re
-from collections.abc import Iterable
+import secrets
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
-from .data import open_text
+if TYPE_CHECKING:
+    from .service import QueryResult
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# A plain decimal number cannot run in a spreadsheet, so text that is one ("-3", "-4.6486") is left as
+# it is and reads back as a number; anything else starting with '-' is quoted.
+PLAIN_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 MAX_INPUT_ROWS = 100_000  # rows per batch file
-MAX_INPUT_BYTES = 50 * 1024 * 1024
+MAX_INPUT_BYTES = 50 * 1024 * 1024  # text per file, counted after decompression
+READ_CHUNK_BYTES = 1024 * 1024  # a bomb is stopped within one chunk of the limit
+DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
+    ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), ".xz": lzma.LZMAFile}
 SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product")
+# Every output row: the input's other columns come first (see output_header), then these.
+RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", "probability", "valid", "method",
+                  "time_ms", "model_calls", "accepted_tokens", "error")
+
+# The csv module refuses a field over 131,072 characters, and one long cell made the whole file
+# unreadable. No field can be longer than the file, so the file limit serves as the field limit: the
+# long cell becomes a query that the service rejects, on its own row. The limit is process-wide; this
+# only ever raises it.
+csv.field_size_limit(max(csv.field_size_limit(), MAX_INPUT_BYTES))
 
 
 class InputFileError(ValueError):
-    """A query file that cannot be read as a whole (wrong column, too large, not text)."""
+    """A query file that cannot be read as a whole (wrong column, too large, not text, not a file)."""
+
+
+class OutputFileError(ValueError):
+    """An output path that must not be written (the input itself, a folder, a device)."""
+
+
+@dataclass(frozen=True)
+class QueryFile:
+    """A query file's records in order: the queries, and each record's other cells, which the output
+    carries in front of the results so that they join back to the user's compound IDs."""
+    queries: list[str]
+    columns: tuple[str, ...] = ()  # the input's other columns (a TXT file has none)
+    cells: tuple[tuple[str, ...], ...] = ()  # per query, its cells in `columns`; empty when there are none
+
+    def cells_of(self, index: int) -> tuple[str, ...]:
+        return self.cells[index] if self.cells else ()
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def query_format(name: str) -> tuple[str | None, bool]:
+    """(compression suffix or None, whether the file is CSV), from its name and ignoring case:
+    q.CSV, q.csv.GZ and q.Csv.xz are all CSV."""
+    lower = name.lower()
+    compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
+    if compression:
+        lower = lower.removesuffix(compression)
+    return compression, lower.endswith(".csv")
+
+
+def read_queries(path: str | Path, column: str | None = None) -> QueryFile:
+    """Queries from a TXT (one per line) or CSV file (a SMILES column), optionally .gz or .xz; blank
+    records are kept as empty queries so that row numbers stay aligned with the file."""
+    path = Path(path)
+    with open_regular(path) as raw:
+        return _parse_stream(raw, path.name, column)
+
+
+def parse_upload(name: str, data: bytes, column: str | None = None) -> QueryFile:
+    """The queries of a file already in memory (an upload), by the same rules as read_queries."""
+    return _parse_stream(io.BytesIO(data), name, column)
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """Open a file for reading, refusing anything but a regular file: a device (/dev/zero) or a FIFO
+    reports size 0 and may never end, and a folder holds no queries. O_NONBLOCK lets opening a FIFO
+    return at once instead of waiting for a writer; fstat then checks what was opened, not what the
+    name pointed to a moment earlier."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
+            raise InputFileError(f"{path} is {kind}, not a file of queries")
+        if info.st_size > MAX_INPUT_BYTES:  # the cheap check first; the bounded read below is the real one
+            raise InputFileError(f"{path.name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bounded(stream: IO[bytes], name: str, limit: int = MAX_INPUT_BYTES, decompressed: bool = False) -> bytearray:
+    """All of a stream, refused as soon as more than `limit` bytes have come out of it."""
+    data = bytearray()
+    while chunk := stream.read(READ_CHUNK_BYTES):
+        data += chunk
+        if len(data) > limit:
+            counted = " once decompressed" if decompressed else ""
+            raise InputFileError(f"{name} holds more than {limit // 2**20} MB of text{counted}")
+    return data  # not bytes(data): that would copy up to the whole limit once more
+
+
+def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
+    compression, csv_format = query_format(name)
+    if compression is None:
+        data = read_bounded(raw, name)
+    else:
+        try:
+            data = read_bounded(DECOMPRESSORS[compression](raw), name, decompressed=True)
+        except (OSError, EOFError, lzma.LZMAError) as exc:  # not an archive, or a truncated one
+            raise InputFileError(f"{name} cannot be decompressed as {compression}: {exc}") from None
+    try:
+        text = data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
+    return parse_queries(text, csv_format=csv_format, column=column)
+
+
+def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> QueryFile:
+    """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
+    characters stay inside their query and are rejected there), or a CSV record's SMILES column
+    (quoted cells may hold line breaks) with the record's other cells beside it. Blank records are kept
+    as empty queries, so that row numbers match the file's records."""
+    if not csv_format:
+        lines = re.split(r"\r\n|\r|\n", text)
+        if lines and lines[-1] == "":
+            lines.pop()  # the file's final line break ends the last line; it does not start a new one
+        _check_rows(len(lines))
+        return QueryFile(lines)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        fields = next(reader, [])
+        wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
+        if not wanted or wanted[0] not in fields:
+            expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
+            raise InputFileError(f"the CSV needs a column named {expect}; it has {fields}")
+        records = list(reader)
+    except csv.Error as exc:
+        raise InputFileError(f"malformed CSV: {exc}") from None
+    while records and not records[-1]:
+        records.pop()  # blank lines after the last record
+    _check_rows(len(records))
+    at = fields.index(wanted[0])
+    others = [i for i in range(len(fields)) if i != at]
+    padding = [""] * len(fields)
+    queries, cells = [], []
+    for record in records:
+        record = record + padding[len(record):]  # a short record's missing cells are empty
+        queries.append(record[at])
+        cells.append(tuple(record[i] for i in others))
+    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else ())
+
+
+def _check_rows(n_rows: int) -> None:
+    if n_rows > MAX_INPUT_ROWS:
+        raise InputFileError(f"{n_rows} rows; the limit is {MAX_INPUT_ROWS} per file")
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+def output_header(input_columns: Iterable[str]) -> list[str]:
+    """The input's other columns in front, then RESULT_COLUMNS. A name already taken (one of ours, or
+    a repeat) gets an `input_` prefix, so that every output column has a name of its own."""
+    taken = set(RESULT_COLUMNS)
+    header = []
+    for name in input_columns:
+        while name in taken:
+            name = "input_" + name
+        taken.add(name)
+        header.append(name)
+    return header + list(RESULT_COLUMNS)
+
+
+def result_rows(row: int, cells: tuple[str, ...], result: QueryResult) -> list[list[object]]:
+    """The output rows of one query, matching output_header: one per prediction, or one holding the
+    error of a rejected query. `row` is the query's 1-based record number in the input."""
+    if not result.ok:
+        return [[*cells, row, result.query, result.canonical_query, None, "", None, None, None, result.method,
+                 None, None, None, result.error]]
+    stats = result.stats
+    return [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, round(p.score, 4),
+             float(f"{p.probability:.4g}"),  # significant digits: a small probability stays visible
+             p.valid, result.method, round(stats.wall_time_s * 1000, 2), stats.model_calls,
+             stats.draft_tokens_accepted, ""]
+            for p in result.predictions]
 
 
 def neutralize(cell: object) -> object:
     """Prefix text that a spreadsheet would run as a formula with a quote (OWASP CSV injection)."""
-    if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES):
+    if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) and not PLAIN_NUMBER.fullmatch(cell):
         return "'" + cell
     return cell
 
 
-def read_queries(path: str | Path, column: str | None = None) -> list[str]:
-    """Queries from a TXT (one per line) or CSV file (a SMILES column); blank lines are kept as
-    empty queries so that row numbers stay aligned with the file."""
-    path = Path(path)
-    if path.stat().st_size > MAX_INPUT_BYTES:
-        raise InputFileError(f"{path.name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
-    try:
-        with open_text(path, newline="") as f:  # no newline translation: parse_queries splits records
-            text = f.read()
-    except UnicodeDecodeError:
-        raise InputFileError(f"{path.name} is not UTF-8 text") from None
-    return parse_queries(text, csv_format=path.name.endswith((".csv", ".csv.gz")), column=column)
+def csv_cell(cell: object) -> object:
+    """A cell as it goes to the CSV: None empty, numbers as numbers, anything else text, neutralized."""
+    if cell is None:
+        return ""
+    if isinstance(cell, numbers.Number):  # bool included: written True / False
+        return cell
+    return neutralize(str(cell))
 
 
-def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> list[str]:
-    """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
-    characters stay inside their query and are rejected there), or a CSV record's SMILES column
-    (quoted cells may hold line breaks). Blank records are kept as empty queries, so that row
-    numbers match the file's records."""
-    if not csv_format:
-        rows = re.split(r"\r\n|\r|\n", text)
-        if rows and rows[-1] == "":
-            rows.pop()  # the file's final line break ends the last line; it does not start a new one
-    else:
-        reader = csv.reader(io.StringIO(text, newline=""))
+def write_rows(f: IO[str], header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
+    """Rows (any iterable, consumed as it goes: memory stays bounded) through the csv module, whose
+    minimal quoting quotes every cell holding a line break, a lone carriage return included."""
+    writer = csv.writer(f)
+    writer.writerow([csv_cell(c) for c in header])  # input column names are user text too
+    for row in rows:
+        writer.writerow([csv_cell(c) for c in row])
+
+
+def csv_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -> bytes:
+    """The CSV in memory, for a download."""
+    buffer = io.StringIO(newline="")
+    write_rows(buffer, header, rows)
+    return buffer.getvalue().encode("utf-8")
+
+
+def check_output(output: str | Path, input_path: str | Path | None = None) -> Path:
+    """The output path to write, or OutputFileError: it must not be the input (hard and symbolic links
+    included), a folder, or a device (renaming onto /dev/null would replace the device itself), and its
+    folder must exist. A symbolic link is followed, so that the file it points to is the one written."""
+    path = Path(os.path.realpath(output))
+    if path.is_dir():
+        raise OutputFileError(f"{output} is a folder; give a file name for the output")
+    if path.exists() and not path.is_file():
+        raise OutputFileError(f"{output} is a device, pipe or socket; give a regular file for the output")
+    if not path.parent.is_dir():
+        raise OutputFileError(f"the folder of {output} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise OutputFileError(f"no permission to write in the folder of {output}")
+    if input_path is not None:
+        source = Path(os.path.realpath(input_path))
+        if path == source or (path.exists() and source.exists() and os.path.samefile(path, source)):
+            raise OutputFileError(f"{output} is the input file; writing it would destroy the queries. "
+                                  "Choose another output name")
+    return path
+
+
+def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
+    """Write the CSV to a new file beside `path`, renamed into place once every row is written: a run
+    that fails leaves any earlier file at `path` as it was, never half a file."""
+    target = check_output(path)
+    while True:
+        partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
         try:
-            fields = next(reader, [])
-            wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
-            if not wanted or wanted[0] not in fields:
-                expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
-                raise InputFileError(f"the CSV needs a column named {expect}; it has {fields}")
-            at = fields.index(wanted[0])
-            records = list(reader)
-            while records and not records[-1]:
-                records.pop()  # blank lines after the last record
-            rows = [record[at] if at < len(record) else "" for record in records]
-        except csv.Error as exc:
-            raise InputFileError(f"malformed CSV: {exc}") from None
-    if len(rows) > MAX_INPUT_ROWS:
-        raise InputFileError(f"{len(rows)} rows; the limit is {MAX_INPUT_ROWS} per file")
-    return rows
-
-
-def write_csv(path: str | Path, header: list[str], rows: Iterable[list[object]]) -> None:
-    """Write rows (any iterable, consumed as it goes: memory stays bounded) with cells neutralized."""
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        for row in rows:
-            writer.writerow([neutralize(c) for c in row])
+            # mode "x" creates the file with the permissions a plain open would give (tempfile: 0o600)
+            f = open(partial, "x", encoding="utf-8", newline="")
+            break
+        except FileExistsError:  # another run drew the same 16 hex digits: draw again
+            continue
+    try:
+        with f:
+            write_rows(f, header, rows)
+            f.flush()
+            os.fsync(f.fileno())  # the rows are on disk before the name points at them
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from molspec_core.io import MAX_INPUT_BYTES, MAX_INPUT_ROWS, InputFileError, neutralize, parse_queries
+from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
+                             output_header, parse_upload, result_rows)
 from molspec_core.service import QueryResult
 from pages import common
 from pages.common import Settings
@@ -21,9 +22,10 @@ from pages.common import Settings
 log = logging.getLogger(__name__)
 APP_MAX_ROWS = 10_000  # about 5 minutes of greedy on a CPU; the CLI takes up to MAX_INPUT_ROWS
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
-COLUMNS = ["query", "rank", "smiles", "score", "method", "time_ms", "model_calls", "accepted_tokens", "error"]
-# On screen the reason for a rejected row sits right after its query; the CSV keeps COLUMNS.
-SCREEN_ORDER = ["query", "rank", "smiles", "score", "error", "time_ms", "model_calls", "accepted_tokens", "method"]
+# On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
+# (molspec_core.io.output_header), and both put the input's other columns in front.
+SCREEN_ORDER = ["row", "query", "rank", "smiles", "score", "error", "canonical_query", "time_ms", "model_calls",
+                "accepted_tokens", "method"]
 
 
 @dataclass(frozen=True)
@@ -35,57 +37,46 @@ class BatchResult:
     n_rejected: int
 
 
-def read_upload(name: str, data: bytes, column: str | None) -> list[str]:
+def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
     """Queries of an uploaded file; raises InputFileError for a file that cannot be used whole."""
-    if len(data) > MAX_INPUT_BYTES:
+    if len(data) > MAX_INPUT_BYTES:  # the cheap check first; parse_upload counts decompressed bytes too
         raise InputFileError(f"{name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
-    try:
-        text = data.decode("utf-8-sig")  # -sig: spreadsheets often prepend a byte-order mark
-    except UnicodeDecodeError:
-        raise InputFileError(f"{name} is not UTF-8 text") from None
-    queries = parse_queries(text, csv_format=name.lower().endswith(".csv"), column=column or None)
-    if not queries:
+    queries = parse_upload(name, data, column or None)
+    if not queries.queries:
         raise InputFileError(f"{name} holds no queries")
-    if len(queries) > APP_MAX_ROWS:
-        raise InputFileError(f"{name} has {len(queries)} rows; the app predicts at most {APP_MAX_ROWS} "
+    if len(queries.queries) > APP_MAX_ROWS:
+        raise InputFileError(f"{name} has {len(queries.queries)} rows; the app predicts at most {APP_MAX_ROWS} "
                              f"(the command line `molspec predict --input` takes up to {MAX_INPUT_ROWS})")
     return queries
 
 
-def rows_of(result: QueryResult, method: str) -> list[dict]:
-    if not result.ok:
-        return [{"query": result.query, "rank": None, "smiles": "", "score": None, "method": method,
-                 "time_ms": None, "model_calls": None, "accepted_tokens": None, "error": result.error}]
-    stats = result.stats
-    return [{"query": result.query, "rank": p.rank, "smiles": p.smiles, "score": round(p.score, 4),
-             "method": method, "time_ms": round(1000 * stats.wall_time_s, 2), "model_calls": stats.model_calls,
-             "accepted_tokens": stats.draft_tokens_accepted, "error": ""}
-            for p in result.predictions]
-
-
-def predict_all(queries: list[str], cfg: Settings) -> pd.DataFrame:
+def predict_all(queries: QueryFile, cfg: Settings) -> pd.DataFrame:
+    """The table of every prediction, in the shared output's columns (the CLI writes the same)."""
     predictor = common.load_predictor(cfg.model_dir)
-    bar = st.progress(0.0, text=f"Predicting {len(queries)} queries…")
-    rows: list[dict] = []
+    total = len(queries.queries)
+    bar = st.progress(0.0, text=f"Predicting {total} queries…")
+    rows: list[list[object]] = []
     drawn = time.monotonic()
-    for i, query in enumerate(queries, start=1):
+    for i, query in enumerate(queries.queries):
         try:
             result = predictor.predict(query, **cfg.options())
         except Exception as exc:  # noqa: BLE001  (bad input comes back in result.error; this is a bug)
             log.exception("batch row failed")
             result = QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__})")
-        rows.extend(rows_of(result, cfg.method))
-        if time.monotonic() - drawn > PROGRESS_EVERY_S or i == len(queries):
-            bar.progress(i / len(queries), text=f"Predicted {i} of {len(queries)} queries")
+        rows.extend(result_rows(i + 1, queries.cells_of(i), result))
+        if time.monotonic() - drawn > PROGRESS_EVERY_S or i + 1 == total:
+            bar.progress((i + 1) / total, text=f"Predicted {i + 1} of {total} queries")
             drawn = time.monotonic()
     bar.empty()
-    return pd.DataFrame(rows, columns=COLUMNS).astype({"rank": "Int64", "model_calls": "Int64",
-                                                        "accepted_tokens": "Int64"})
+    table = pd.DataFrame(rows, columns=output_header(queries.columns))
+    return table.astype({"rank": "Int64", "model_calls": "Int64", "accepted_tokens": "Int64"})
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
-    """CSV where no cell can run as a spreadsheet formula."""
-    return table.map(neutralize).to_csv(index=False).encode("utf-8")
+    """The CSV the CLI would write for these rows: no cell can run as a spreadsheet formula, and
+    numbers stay numbers."""
+    cells = table.astype(object).where(table.notna(), None)  # pandas' missing values -> empty cells
+    return csv_bytes(table.columns, cells.itertuples(index=False, name=None))
 
 
 def show(batch: BatchResult) -> None:
@@ -100,8 +91,12 @@ def show(batch: BatchResult) -> None:
     if batch.n_rejected:
         st.warning(f"{batch.n_rejected} of {batch.n_queries} rows were rejected; their reason is in the "
                    "`error` column. The other rows were predicted.", icon=":material/warning:")
-    st.dataframe(table, hide_index=True, placeholder="", column_order=SCREEN_ORDER, column_config={
+    input_columns = [c for c in table.columns if c not in RESULT_COLUMNS]  # output_header keeps them distinct
+    st.dataframe(table, hide_index=True, placeholder="", column_order=input_columns + SCREEN_ORDER, column_config={
+        "row": st.column_config.NumberColumn("row", help="The query's record number in the uploaded file"),
         "query": st.column_config.TextColumn("query", width="medium"),
+        "canonical_query": st.column_config.TextColumn("canonical query", width="medium",
+                                                       help="The query as the model read it (RDKit canonical)"),
         "smiles": st.column_config.TextColumn("predicted SMILES", width="medium"),
         "score": st.column_config.NumberColumn("score", format="%.3f", help="Sum of token log-probabilities"),
         "error": st.column_config.TextColumn("error", width="large"),
@@ -117,7 +112,8 @@ def main() -> None:
     cfg = common.settings()
     st.title("Batch prediction")
     st.caption("Upload a TXT file (one SMILES per line) or a CSV with a `smiles` column. Every row is "
-               "predicted with the sidebar settings; rejected rows are reported next to the good ones.")
+               "predicted with the sidebar settings; rejected rows are reported next to the good ones, and a CSV's "
+               "other columns (IDs, names) are kept in front of the results.")
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
@@ -138,7 +134,7 @@ def main() -> None:
             else:
                 table = predict_all(queries, cfg)
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
-                st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries), n_rejected)
+                st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected)
     batch = st.session_state.get("batch")
     if batch is not None:
         show(batch)

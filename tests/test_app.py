@@ -6,6 +6,7 @@ it is absent); the others use the tiny copy model (tests/fixtures/copy_model) in
 """
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -24,6 +25,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from molspec_core import depict  # noqa: E402
 from molspec_core.tokenizer import tokenize  # noqa: E402
+from molspec_core.io import RESULT_COLUMNS  # noqa: E402
 from pages.batch import safe_csv  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -321,13 +323,42 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     assert [b.label for b in at.get("download_button")] == ["Download CSV"]
     table = at.session_state["batch"].table
     exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
-    assert list(exported.columns) == ["query", "rank", "smiles", "score", "method", "time_ms", "model_calls",
-                                      "accepted_tokens", "error"]
+    assert list(exported.columns) == ["note", *RESULT_COLUMNS]  # the upload's other column in front
+    assert exported["note"].tolist() == ["good", "bad", "formula", "empty", "good"]
     assert exported["query"].tolist()[2] == "'=HYPERLINK(\"http://x\")"  # neutralized
     assert exported.loc[exported["rank"] == "", "error"].str.len().gt(0).all()
     good = exported[exported["rank"] != ""]
     assert good["query"].tolist() == ["CCO.CC(=O)O", "CC(=O)Cl.NCc1ccccc1"]
     assert (good["method"] == "spec-auto").all() and (good["error"] == "").all()
+
+
+def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
+    """One writer for both (issue 14 item 3, issue 18): the app's download used pandas, which left a
+    cell of a lone carriage return unquoted, so a record began with =cmd; scores were text in the
+    CLI's CSV; the app dropped the user's columns and had no row number."""
+    from molspec_core.cli import main
+
+    data = (b'id,smiles,score\n-7,OCC,high\n12,xyz,low\n13,"\r=cmd|\' /C calc\'!A0",x\n'
+            b'14,c1ccncc1,\n15,"@SUM(1)",\n')
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("mixed.csv", data, "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    batch = at.session_state["batch"]
+    app_csv = safe_csv(batch.table)
+    records = list(csv.reader(io.StringIO(app_csv.decode(), newline="")))
+    assert len(records) == 1 + len(batch.table)  # no cell broke into a record of its own
+    assert not any(re.match(r"[=+@\t\r]|-(?![\d.])", cell) for record in records for cell in record)
+
+    (tmp_path / "mixed.csv").write_bytes(data)
+    assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "mixed.csv"),
+                 "--output", str(tmp_path / "cli.csv"), "--method", batch.settings.method, "--batch-size", "1"]) == 0
+    from_app = pd.read_csv(io.BytesIO(app_csv)).drop(columns="time_ms")
+    from_cli = pd.read_csv(tmp_path / "cli.csv").drop(columns="time_ms")
+    pd.testing.assert_frame_equal(from_app, from_cli)
+    assert list(from_app.columns[:4]) == ["id", "input_score", "row", "query"]
+    assert from_app["id"].tolist() == [-7, 12, 13, 14, 15] and from_app["row"].tolist() == [1, 2, 3, 4, 5]
+    assert from_app["score"].dtype.kind == "f" and from_app["score"].notna().sum() == 2
 
 
 def test_batch_rejects_unusable_files_with_a_message(copy_models, monkeypatch):

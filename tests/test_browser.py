@@ -207,8 +207,10 @@ def test_batch_csv_downloads_and_parses(page, tmp_path):
     saved = tmp_path / "predictions.csv"
     info.value.save_as(saved)
     table = pd.read_csv(saved, keep_default_na=False, dtype=str)
-    assert list(table.columns) == ["query", "rank", "smiles", "score", "method", "time_ms", "model_calls",
-                                   "accepted_tokens", "error"]
+    from molspec_core.io import RESULT_COLUMNS
+
+    assert list(table.columns) == list(RESULT_COLUMNS)  # the CLI's columns (the upload has no others)
+    assert table["row"].tolist() == ["1", "2", "3"]
     assert table["query"].tolist() == ["CCO.CC(=O)O", "xyz", "'=HYPERLINK(\"http://x\")"]
     assert table["rank"].tolist() == ["1", "", ""] and table["smiles"][0]
     assert table["error"][1].startswith("not a valid SMILES") and table["error"][0] == ""

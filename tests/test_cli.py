@@ -1,5 +1,6 @@
 """The CLI end to end on the copy fixture: predict (one SMILES, files), evaluate, bench."""
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -49,7 +50,7 @@ def test_predict_txt_file(tmp_path):
 
 def test_predict_csv_with_wrong_column_is_refused(tmp_path, capsys):
     (tmp_path / "in.csv").write_text("name,formula\nethanol,C2H6O\n")
-    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv")]) == 1
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv")]) == 2
     assert "needs a column named" in capsys.readouterr().err
     assert not (tmp_path / "o.csv").exists()
 
@@ -147,16 +148,110 @@ def test_query_files_keep_one_query_per_record():
     (Found by the 10,000-row CLI fuzz: a lone carriage return in a cell once shifted later rows.)"""
     from molspec_core.io import parse_queries
 
-    assert parse_queries("CCO\r\nCCN\n\nC\x0cC\rCCC\n", csv_format=False) == ["CCO", "CCN", "", "C\x0cC", "CCC"]
+    assert parse_queries("CCO\r\nCCN\n\nC\x0cC\rCCC\n", csv_format=False).queries == ["CCO", "CCN", "", "C\x0cC", "CCC"]
     text = 'id,smiles\n1,CCO\n\n2,"C\rC"\n3,""\n4\n5,CCN\n\n\n'
-    assert parse_queries(text, csv_format=True) == ["CCO", "", "C\rC", "", "", "CCN"]
+    assert parse_queries(text, csv_format=True).queries == ["CCO", "", "C\rC", "", "", "CCN"]
 
 
 def test_crlf_csv_file_reads_like_lf(tmp_path):
     from molspec_core.io import read_queries
 
     (tmp_path / "a.csv").write_bytes(b"smiles\r\nCCO\r\n\"C\nC\"\r\nCCN\r\n")
-    assert read_queries(tmp_path / "a.csv") == ["CCO", "C\nC", "CCN"]
+    assert read_queries(tmp_path / "a.csv").queries == ["CCO", "C\nC", "CCN"]
+
+
+# ---- files in, CSV out (issue 14 items 2-5, 7, 9; issue 18's export) --------------------------------
+
+
+def predict_file(source, out, *extra) -> int:
+    return main(["predict", "--model", MODEL, "--input", str(source), "--output", str(out), *extra])
+
+
+def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path):
+    """Issue 18: scores were text ('-4.6486) and the user's columns were dropped; issue 14 item 5:
+    the output did not show the canonical query the model read."""
+    (tmp_path / "in.csv").write_text("id,smiles,score,mass\n-7,OCC,high,46.07\n12,xyz,low,-1.5\n13,c1ccncc1,,79.1\n")
+    assert predict_file(tmp_path / "in.csv", tmp_path / "out.csv", "--method", "beam", "--n-best", "2") == 0
+    table = pd.read_csv(tmp_path / "out.csv")
+    assert list(table.columns[:5]) == ["id", "input_score", "mass", "row", "query"]
+    assert "canonical_query" in table.columns
+    for column in ("score", "probability", "time_ms", "rank", "id", "mass", "row"):
+        assert table[column].dtype.kind in "if", (column, table[column].dtype)
+    assert (table["score"].dropna() < 0).all()
+    assert table["id"].tolist() == [-7, -7, 12, 13, 13] and table["row"].tolist() == [1, 1, 2, 3, 3]
+    assert table["mass"].tolist() == [46.07, 46.07, -1.5, 79.1, 79.1]
+    assert table["input_score"].fillna("").tolist() == ["high", "high", "low", "", ""]
+    assert table["query"][0] == "OCC" and table["canonical_query"][0] == "CCO"
+
+
+def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
+    """Issue 14 item 4: --output equal to --input replaced the queries with results."""
+    source = tmp_path / "q.csv"
+    source.write_text("smiles\nCCO\n")
+    assert predict_file(source, tmp_path / "." / "q.csv") == 2
+    assert "is the input file" in capsys.readouterr().err and source.read_text() == "smiles\nCCO\n"
+
+
+def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
+    """Issue 14 item 4: a run that stopped left the output as a header line."""
+    from molspec_core.service import Predictor
+
+    (tmp_path / "q.txt").write_text("CCO\n" * 20)
+    out = tmp_path / "out.csv"
+    out.write_text("yesterday's results\n")
+    calls = []
+    predict = Predictor.predict
+
+    def fail_on_the_second_batch(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the run stopped")
+        return predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", fail_on_the_second_batch)
+    with pytest.raises(RuntimeError):
+        predict_file(tmp_path / "q.txt", out, "--batch-size", "4")
+    assert out.read_text() == "yesterday's results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
+
+
+@pytest.mark.parametrize("output,message", [("missing/o.csv", "does not exist"), (".", "is a folder"),
+                                            ("/dev/full", "is a device")])
+def test_unusable_output_paths_are_refused_before_predicting(tmp_path, output, message, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    assert predict_file(tmp_path / "q.txt", output) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "fifo"])
+def test_special_input_files_are_refused(tmp_path, source, capsys):
+    """Issue 14 item 2: --input /dev/zero read without end until memory ran out."""
+    if source == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        source = tmp_path / "fifo"
+    assert predict_file(source, tmp_path / "o.csv") == 2
+    assert "not a file of queries" in capsys.readouterr().err and not (tmp_path / "o.csv").exists()
+
+
+def test_compressed_upper_case_csv_with_a_byte_order_mark(tmp_path):
+    """Issue 14 items 7 and 9: Excel's "CSV UTF-8" (a byte-order mark) and .CSV.GZ were refused or
+    misread (the header became query 1)."""
+    (tmp_path / "Q.CSV.GZ").write_bytes(gzip.compress("smiles\r\nCCO\r\nCCN\r\n".encode("utf-8-sig")))
+    out = tmp_path / "o.csv"
+    assert predict_file(tmp_path / "Q.CSV.GZ", out) == 0
+    assert pd.read_csv(out)["query"].tolist() == ["CCO", "CCN"]
+
+
+def test_one_over_long_cell_is_one_bad_row(tmp_path):
+    """Issue 14 item 9: a cell over 131,072 characters made the whole file unreadable."""
+    (tmp_path / "q.csv").write_text("smiles\nCCO\n" + "C" * 140_000 + "\nCCN\n")
+    out = tmp_path / "o.csv"
+    assert predict_file(tmp_path / "q.csv", out) == 0
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert table["row"].tolist() == ["1", "2", "3"]
+    assert (table["error"] != "").tolist() == [False, True, False] and "limit" in table["error"][1]
 
 
 # ---- issue 14 item 8: one boundary, an `error:` line and exit 2 instead of a traceback -------------

@@ -5,6 +5,10 @@ rings and brackets, huge strings, unicode and control characters, empty lines, t
 the vocabulary, reaction SMILES with '>'. The tiny copy model keeps decoding fast, so the run
 measures the validation and error paths rather than the model."""
 import csv
+import gzip
+import io
+import lzma
+import os
 import random
 import string
 from pathlib import Path
@@ -14,6 +18,7 @@ import pytest
 
 from conftest import FIXTURES
 from molspec_core.cli import main
+from molspec_core.io import MAX_INPUT_BYTES, InputFileError, neutralize, read_queries
 from molspec_core.service import Predictor
 
 VALID = ["CCO", "c1ccccc1N", "CC(=O)Oc1ccccc1C(=O)O", "N#Cc1ccncc1", "OCC(O)CO", "C1CCNCC1", "Brc1cccnc1",
@@ -92,8 +97,138 @@ def test_fuzzed_csv_through_the_cli(tmp_path):
     print(f"fuzz CLI: {len(inputs)} rows, {len(set(good['row']))} predicted, {len(bad)} clear errors")
     # the copy model drops every 'C', so all-carbon queries give an empty prediction: marked invalid
     assert (good[good["smiles"] == ""]["valid"] == "False").all()
-    for column in ("query", "smiles", "error"):  # nothing a spreadsheet would run
-        assert not table[column].str.match(r"^[=+\-@\t\r]").any()
+    for column in ("query", "smiles", "error"):  # nothing a spreadsheet would run (a plain number cannot)
+        assert not table[column].str.match(r"^([=+@\t\r]|-(?!\d*\.?\d*([eE][+-]?\d+)?$))").any()
+    numbers = pd.read_csv(out)
+    assert all(numbers[c].dtype.kind in "if" for c in ("row", "rank", "score", "probability", "time_ms"))
+
+
+# ---- input files of every kind (issue 14: compressed and special files) ------------------------------
+
+
+def compress(rng: random.Random, data: bytes, name: str) -> tuple[bytes, str]:
+    """The data, maybe gz- or xz-compressed, with a suffix of random case."""
+    kind = rng.choice(["", ".gz", ".xz"])
+    suffix = "".join(c.upper() if rng.random() < 0.5 else c for c in kind)
+    if kind == ".gz":
+        data = gzip.compress(data, compresslevel=1)
+    elif kind == ".xz":
+        data = lzma.compress(data, preset=0)
+    return data, name + suffix
+
+
+def fuzz_files(seed: int, folder: Path, n: int) -> list[tuple[Path, list[str] | None]]:
+    """n query files, each with the queries it must give, or None where it must be refused with a
+    clear message: TXT and CSV files (suffixes in any case, compressed or not, with or without a
+    byte-order mark, cells over csv's default field limit), archives that are not archives or are cut
+    short, decompression bombs, text that is not UTF-8, and special files."""
+    rng = random.Random(seed)
+    bombs = []
+    for suffix, packed in ((".txt.gz", gzip.compress(b"C" * (MAX_INPUT_BYTES + 1), compresslevel=1)),
+                           (".csv.xz", lzma.compress(b"smiles\n" + b"C" * (MAX_INPUT_BYTES + 1), preset=0))):
+        bombs.append(folder / f"bomb{suffix}")
+        bombs[-1].write_bytes(packed)
+    os.mkfifo(folder / "fifo.txt")
+    (folder / "folder.csv").mkdir()
+    (folder / "zero.txt").symlink_to("/dev/zero")
+    special = [folder / "fifo.txt", folder / "folder.csv", folder / "zero.txt", Path("/dev/zero"), Path("/dev/null"),
+               Path("/dev/urandom")]
+    files: list[tuple[Path, list[str] | None]] = []
+    for i in range(n):
+        stem = folder / f"f{i}"
+        kind = rng.randrange(10)
+        queries = fuzz_inputs(seed * 1000 + i, rng.randint(0, 30))
+        if kind == 7:
+            queries.append("C" * rng.choice([131_073, 200_000]))
+        bom = "\ufeff" if rng.random() < 0.3 else ""
+        if kind < 4:  # TXT: a query cannot hold a line break
+            queries = [q.replace("\r", "").replace("\n", "") for q in queries]
+            text, name = bom + "".join(q + "\n" for q in queries), rng.choice([".txt", ".TXT", ".smi", ""])
+        elif kind < 8:  # CSV, every cell quoted so that any character round-trips
+            buffer = io.StringIO(newline="")
+            records = [["id", "smiles"], *([j, q] for j, q in enumerate(queries))]
+            csv.writer(buffer, quoting=csv.QUOTE_ALL).writerows(records)
+            text, name = bom + buffer.getvalue(), rng.choice([".csv", ".CSV", ".Csv"])
+        if kind < 8:
+            data, name = compress(rng, text.encode(), name)
+            files.append((stem.with_name(stem.name + name), queries))
+            files[-1][0].write_bytes(data)
+        elif kind == 8:  # broken: plain text named as an archive, a cut archive, or not UTF-8
+            path = stem.with_name(stem.name + rng.choice([".txt.gz", ".csv.xz", ".CSV.XZ", ".txt"]))
+            payload = "CCO\nCCN\n".encode() * 50
+            if path.name.lower().endswith(".xz"):
+                payload = rng.choice([payload, lzma.compress(payload)[:rng.randint(1, 40)]])
+            elif path.name.endswith(".txt"):
+                payload = "C\u00e9\n".encode("latin-1")
+            path.write_bytes(payload)
+            files.append((path, None))
+        else:  # a bomb, or a special file
+            files.append((rng.choice(bombs + special), None))
+    return files
+
+
+def test_fuzzed_input_files_give_their_queries_or_a_clear_refusal(tmp_path):
+    files = fuzz_files(5, tmp_path, 300)
+    kinds = {"read": 0, "refused": 0}
+    for path, expected in files:
+        if expected is None:
+            with pytest.raises(InputFileError):
+                read_queries(path)
+            kinds["refused"] += 1
+        else:
+            assert read_queries(path).queries == expected, path.name
+            kinds["read"] += 1
+    assert kinds["read"] > 150 and kinds["refused"] > 30
+    print(f"fuzz files: {kinds}")
+
+
+def test_fuzzed_input_files_through_the_cli(tmp_path, capsys):
+    """Every file gives a CSV with one row per query, or exit 2 with an error line; no traceback."""
+    (tmp_path / "in").mkdir()
+    files = fuzz_files(6, tmp_path / "in", 40)
+    assert any(q is None for _, q in files) and any(q for _, q in files)
+    for i, (path, expected) in enumerate(files):
+        out = tmp_path / f"out{i}.csv"
+        code = main(["predict", "--model", str(FIXTURES / "copy_model"), "--input", str(path), "--output", str(out),
+                     "--method", "spec-lookup"])
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        if expected is None:
+            assert code == 2 and err.startswith("error: ") and not out.exists(), (path, err)
+        else:
+            assert code == 0, (path, err)
+            table = pd.read_csv(out, dtype=str, keep_default_na=False)
+            assert sorted(set(table["row"].astype(int))) == list(range(1, len(expected) + 1))
+
+
+# ---- numbers stay numbers (issue 18) --------------------------------------------------------------------
+
+
+def test_numeric_columns_stay_numeric(tmp_path):
+    """The user's numeric columns and ours read back as numbers with the input's values, while text
+    that a spreadsheet would run is quoted."""
+    rng = random.Random(8)
+    n = 300
+    frame = pd.DataFrame({
+        "id": [rng.randint(-10**9, 10**9) for _ in range(n)],
+        "weight": [rng.choice([round(rng.uniform(-1e4, 1e4), rng.randint(0, 6)),
+                               rng.uniform(-1, 1) * 10.0 ** rng.randint(-12, 12)]) for _ in range(n)],
+        "note": ["".join(rng.choice("=+-@\t\rabc1.(|!") for _ in range(rng.randint(1, 8))) for _ in range(n)],
+        "smiles": fuzz_inputs(9, n),
+    })
+    frame.to_csv(tmp_path / "in.csv", index=False, quoting=csv.QUOTE_NONNUMERIC)
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--model", str(FIXTURES / "copy_model"), "--input", str(tmp_path / "in.csv"),
+                 "--output", str(out), "--method", "beam", "--n-best", "2"]) == 0
+    table = pd.read_csv(out)
+    for column in ("id", "weight", "row", "rank", "score", "probability", "time_ms", "model_calls", "accepted_tokens"):
+        assert table[column].dtype.kind in "if", (column, table[column].dtype)
+    source = frame.iloc[table["row"] - 1].reset_index(drop=True)
+    assert table["id"].tolist() == source["id"].tolist()
+    assert table["weight"].tolist() == source["weight"].tolist()  # exactly: floats are written in full
+    notes = pd.read_csv(out, dtype=str, keep_default_na=False)["note"]
+    assert not notes.str.match(r"^([=+@\t\r]|-(?!\d*\.?\d*([eE][+-]?\d+)?$))").any()
+    assert notes.tolist() == [neutralize(note) for note in source["note"]]  # changed only by the quote
 
 
 # ---- look-alike characters, hostile model folders, no traceback from the CLI (issue 14) -----------------

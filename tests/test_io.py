@@ -1,0 +1,201 @@
+"""The shared reader and writer (molspec_core/io.py): bounded reads, file kinds, suffixes, encodings,
+and a CSV where text cannot run as a formula while numbers stay numbers."""
+import csv
+import gzip
+import io
+import lzma
+import os
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from molspec_core import io as molspec_io
+from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, InputFileError, OutputFileError, check_output,
+                             csv_bytes, csv_cell, neutralize, output_header, read_bounded, read_queries, write_csv)
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A read that waits forever (a FIFO without a writer, /dev/zero) fails the test instead."""
+    def fail(*_):
+        raise TimeoutError("the read did not return")
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+# ---- bounded reads ------------------------------------------------------------------------------------
+
+
+class Endless(io.RawIOBase):
+    """A stream that never ends, counting what it hands out."""
+    def __init__(self):
+        self.given = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        buffer[:] = b"C" * len(buffer)
+        self.given += len(buffer)
+        return len(buffer)
+
+
+def test_a_read_stops_one_chunk_past_the_limit():
+    stream = Endless()
+    with pytest.raises(InputFileError, match="more than 4 MB"):
+        read_bounded(stream, "endless", limit=4 * 2**20)
+    assert stream.given <= 4 * 2**20 + READ_CHUNK_BYTES
+
+
+@pytest.mark.parametrize("suffix,compress", [(".txt.gz", lambda b: gzip.compress(b, compresslevel=1)),
+                                             (".csv.xz", lambda b: lzma.compress(b, preset=0))])
+def test_a_decompression_bomb_is_refused_by_what_comes_out(tmp_path, suffix, compress):
+    """Issue 14 item 2: the limit used to read the compressed size, so a small archive filled memory."""
+    text = b"smiles\n" + b"C" * (MAX_INPUT_BYTES + 1) + b"\n"  # one long line: no row limit stops it either
+    path = tmp_path / f"bomb{suffix}"
+    path.write_bytes(compress(text))
+    assert path.stat().st_size < MAX_INPUT_BYTES // 100
+    with pytest.raises(InputFileError, match="more than 50 MB of text once decompressed"):
+        read_queries(path)
+
+
+def test_special_files_are_refused(tmp_path):
+    """Issue 14 item 2: /dev/zero reports size 0 and never ends; a FIFO blocked opening it."""
+    os.mkfifo(tmp_path / "pipe.txt")
+    (tmp_path / "folder.csv").mkdir()
+    (tmp_path / "link.txt").symlink_to("/dev/zero")
+    for path, kind in [("/dev/zero", "a device"), ("/dev/null", "a device"), (tmp_path / "pipe.txt", "a device"),
+                       (tmp_path / "link.txt", "a device"), (tmp_path / "folder.csv", "a folder")]:
+        with pytest.raises(InputFileError, match=f"is {kind}"):
+            read_queries(path)
+
+
+def test_a_broken_archive_is_a_clear_error(tmp_path):
+    (tmp_path / "plain.txt.gz").write_text("CCO\n")
+    (tmp_path / "cut.csv.xz").write_bytes(lzma.compress(b"smiles\nCCO\n" * 1000)[:50])
+    for name in ("plain.txt.gz", "cut.csv.xz"):
+        with pytest.raises(InputFileError, match="cannot be decompressed"):
+            read_queries(tmp_path / name)
+
+
+# ---- names, encodings, long cells --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["q.CSV", "q.Csv", "q.CSV.GZ", "q.csv.Gz", "q.CSV.XZ"])
+def test_csv_suffixes_ignore_case(tmp_path, name):
+    """Issue 14 item 9: an upper-case .CSV was read as TXT, its header becoming query 1."""
+    text = b"id,smiles\n7,CCO\n8,c1ccncc1\n"
+    lower = name.lower()
+    data = gzip.compress(text) if lower.endswith(".gz") else lzma.compress(text) if lower.endswith(".xz") else text
+    (tmp_path / name).write_bytes(data)
+    table = read_queries(tmp_path / name)
+    assert table.queries == ["CCO", "c1ccncc1"] and table.columns == ("id",) and table.cells == (("7",), ("8",))
+
+
+def test_excel_csv_utf8_with_a_byte_order_mark(tmp_path):
+    """Issue 14 item 7: the CLI saw the column as '\\ufeffsmiles' and refused the file."""
+    (tmp_path / "excel.csv").write_bytes("smiles,name\r\nCCO,ethanol\r\n".encode("utf-8-sig"))
+    table = read_queries(tmp_path / "excel.csv")
+    assert table.queries == ["CCO"] and table.columns == ("name",)
+
+
+def test_one_long_cell_leaves_the_rest_of_the_file_readable(tmp_path):
+    """Issue 14 item 9: a cell over csv's 131,072 characters made the whole file unreadable; now it is
+    a query of its own (the service rejects it as too long, on its row)."""
+    long_cell = "C" * 200_000
+    (tmp_path / "long.csv").write_text(f'smiles\nCCO\n"{long_cell}"\nCCN\n')
+    assert read_queries(tmp_path / "long.csv").queries == ["CCO", long_cell, "CCN"]
+
+
+def test_other_columns_are_read_beside_the_query(tmp_path):
+    (tmp_path / "q.csv").write_text("id,smiles,note\n1,CCO,first\n2,CCN\n\n3,C,x,extra\n")
+    table = read_queries(tmp_path / "q.csv")
+    assert table.queries == ["CCO", "CCN", "", "C"]
+    assert table.columns == ("id", "note")
+    assert table.cells == (("1", "first"), ("2", ""), ("", ""), ("3", "x"))
+
+
+# ---- writing ------------------------------------------------------------------------------------------
+
+
+def test_text_is_neutralized_and_numbers_are_not():
+    """Issue 18: scores were written as '-4.6486 (text), because numbers were neutralized too."""
+    assert csv_cell(-4.6486) == -4.6486 and csv_cell(-3) == -3 and csv_cell(True) is True and csv_cell(None) == ""
+    assert neutralize("-4.6486") == "-4.6486" and neutralize("-1e-5") == "-1e-5"  # a plain number cannot run
+    for formula in ("=1+1", "-1+cmd|' /C calc'!A0", "+44 20", "@SUM(A1)", "\t=x", "\r=cmd", "-", "-\u0663",
+                    "-1\n=cmd"):
+        assert neutralize(formula) == "'" + formula
+    assert neutralize("CCO") == "CCO"
+
+
+def test_a_lone_carriage_return_cannot_start_a_record():
+    """Issue 14 item 3: pandas left a cell of "\\r=cmd..." unquoted, so a record began with =cmd."""
+    cells = ["\r=cmd|' /C calc'!A0", "a\r=b", "\r\n@x", "\n+y"]
+    data = csv_bytes(["=header", "v"], [[cell, -1.5] for cell in cells])
+    records = list(csv.reader(io.StringIO(data.decode(), newline="")))
+    assert len(records) == 1 + len(cells)
+    assert not any(cell.startswith(FORMULA_START) for record in records for cell in record if cell != "-1.5")
+    assert [r[0] for r in records[1:]] == ["'" + cells[0], cells[1], "'" + cells[2], cells[3]]
+    assert pd.read_csv(io.BytesIO(data))["v"].dtype.kind == "f"
+
+
+def test_output_header_keeps_every_name_distinct():
+    header = output_header(["id", "score", "row", "id", "smiles"])
+    assert header[:5] == ["id", "input_score", "input_row", "input_id", "input_smiles"]
+    assert header[5:] == list(molspec_io.RESULT_COLUMNS) and len(set(header)) == len(header)
+
+
+def test_output_refuses_the_input_and_special_paths(tmp_path):
+    """Issue 14 item 4: --output equal to --input overwrote the queries."""
+    source = tmp_path / "in.csv"
+    source.write_text("smiles\nCCO\n")
+    (tmp_path / "soft.csv").symlink_to(source)
+    os.link(source, tmp_path / "hard.csv")
+    for output in (source, tmp_path / "soft.csv", tmp_path / "hard.csv", tmp_path / "." / "in.csv"):
+        with pytest.raises(OutputFileError, match="is the input file"):
+            check_output(output, source)
+    for output, message in [(tmp_path, "is a folder"), ("/dev/null", "is a device"),
+                            (tmp_path / "missing" / "o.csv", "does not exist")]:
+        with pytest.raises(OutputFileError, match=message):
+            check_output(output, source)
+    assert source.read_text() == "smiles\nCCO\n"
+
+
+def test_a_failed_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
+    out = tmp_path / "out.csv"
+    out.write_text("earlier results\n")
+
+    def rows():
+        yield ["CCO", 1.0]
+        raise RuntimeError("the run stopped")
+
+    with pytest.raises(RuntimeError):
+        write_csv(out, ["smiles", "score"], rows())
+    assert out.read_text() == "earlier results\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    write_csv(out, ["smiles", "score"], [["CCO", -1.25]])
+    assert pd.read_csv(out).to_dict("list") == {"smiles": ["CCO"], "score": [-1.25]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_a_written_file_gets_the_usual_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        write_csv(tmp_path / "out.csv", ["a"], [[1]])
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "out.csv").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_symlinked_output_writes_the_file_it_points_to(tmp_path):
+    (tmp_path / "real.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
+    write_csv(tmp_path / "link.csv", ["a"], [[1]])
+    assert Path(tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_bytes() == b"a\r\n1\r\n"
