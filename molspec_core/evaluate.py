@@ -1,7 +1,6 @@
 """Top-k accuracy of a model on parallel source/target files."""
 from __future__ import annotations
 
-import lzma
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,13 +12,14 @@ from .service import Predictor
 
 
 def _read_lines(path: Path) -> list[str]:
-    """A text file's lines (.gz and .xz too); a file that cannot be read is a ValueError naming it."""
-    from .data import read_lines
+    """A text file's lines (.gz and .xz too, in any case), read within the input limits of io.py; a
+    file that cannot be read is a ValueError naming it."""
+    from .io import read_text
 
     try:
-        return read_lines(path)
-    except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as exc:  # missing, corrupt, cut short, not UTF-8
-        raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        return read_text(path).splitlines()
+    except OSError as exc:  # missing, unreadable
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def read_index(path: Path, n_lines: int, src: Path) -> list[int]:

@@ -123,8 +123,19 @@ def read_bounded(stream: IO[bytes], name: str, limit: int = MAX_INPUT_BYTES, dec
     return data  # not bytes(data): that would copy up to the whole limit once more
 
 
+def read_text(path: str | Path) -> str:
+    """A regular file's text (.gz and .xz decompressed), bounded like every input file."""
+    path = Path(path)
+    with open_regular(path) as raw:
+        return _decode_stream(raw, path.name)
+
+
 def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
-    compression, csv_format = query_format(name)
+    return parse_queries(_decode_stream(raw, name), csv_format=query_format(name)[1], column=column)
+
+
+def _decode_stream(raw: IO[bytes], name: str) -> str:
+    compression = query_format(name)[0]
     if compression is None:
         data = read_bounded(raw, name)
     else:
@@ -133,10 +144,9 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
         except (OSError, EOFError, lzma.LZMAError) as exc:  # not an archive, or a truncated one
             raise InputFileError(f"{name} cannot be decompressed as {compression}: {exc}") from None
     try:
-        text = data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
+        return data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
-    return parse_queries(text, csv_format=csv_format, column=column)
 
 
 def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> QueryFile:

@@ -372,3 +372,14 @@ def test_read_pairs_limit_and_selection(pair_files):
     assert sources == ["c1ccncc1", "CCOc1ccccc1"] and targets == ["c1ccncc1", "Oc1ccccc1"]
     with pytest.raises(ValueError, match="limit must be 1 or more"):
         read_pairs(pair_files / "src.txt", None, limit=0)
+
+
+def test_evaluate_reads_its_files_like_query_files(tmp_path):
+    """Bounded, decompressed, any-case suffix: the same reader as predict's input files."""
+    from molspec_core.evaluate import read_pairs
+
+    with gzip.open(tmp_path / "SRC.TXT.GZ", "wt") as f:
+        f.write("CCO\nCCN\n")
+    assert read_pairs(str(tmp_path / "SRC.TXT.GZ"), None)[0] == ["CCO", "CCN"]
+    with pytest.raises(ValueError, match="device, pipe or socket"):
+        read_pairs("/dev/zero", None)
