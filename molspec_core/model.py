@@ -199,6 +199,10 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
 
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
     def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if int(positions.max()) >= self.cfg.max_positions:
             raise ValueError(f"sequence longer than the model's {self.cfg.max_positions} positions")

@@ -9,11 +9,9 @@ The model is never mutated after loading, so one Predictor may serve many thread
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import platform
 import re
-import threading
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +30,6 @@ from .drafting import Drafter, make_drafter
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .tokenizer import TokenizeError
-
-log = logging.getLogger(__name__)
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
@@ -151,7 +147,6 @@ class Predictor:
         self.model, self.vocab, self.config, self.device, self.path = model, vocab, config, device, path
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
-        self._uncached_lock = threading.Lock()
 
     @property
     def device_name(self) -> str:

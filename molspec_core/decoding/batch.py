@@ -1,4 +1,4 @@
-"""What every decoder shares: source batching and the length budget.
+"""What every decoder shares: source batching, the prologue (encode, budgets, cache) and the length budget.
 
 Length budget: decoding feeds bos at position 0 and output token k at position k; a call for a
 hypothesis of n output tokens feeds its pending token at position n and its draft after it. The
@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import torch
 
+from ..cache import KVCache
+from ..model import Seq2SeqTransformer
 from ..tokenizer import PAD_ID
 
 Item = TypeVar("Item")
@@ -67,3 +69,20 @@ def fit_drafts(drafts: Sequence[Sequence[Sequence[Item]]], n_generated: Sequence
         room = min(draft_room(n, budget), shared)
         fitted.append([list(d[:room]) for d in row_drafts if room > 0 and len(d) > 0])
     return fitted
+
+
+def encode_sources(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], max_len: int | None = None,
+                   max_positions: int | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The prologue of every decoder: (memory (B, S, d), keep (B, S): true on source tokens, budgets).
+    max_positions: the positions every model fed alongside has (a draft model's may be fewer)."""
+    src = pad_sources(sources, model.device)
+    positions = max_positions if max_positions is not None else model.cfg.max_positions
+    return model.encode(src), src != PAD_ID, [target_budget(len(s), positions, max_len) for s in sources]
+
+
+def start(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], max_len: int | None = None,
+          padding: int = 0, max_positions: int | None = None) -> tuple[KVCache, list[int]]:
+    """encode_sources, then a KV cache that holds every row to its budget (cache_capacity's padding:
+    the longest draft a row may propose)."""
+    memory, keep, budgets = encode_sources(model, sources, max_len, max_positions)
+    return model.new_cache(memory, keep, cache_capacity(max(budgets), padding)), budgets

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import torch
 
 from ..model import Seq2SeqTransformer
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import cache_capacity, pad_sources, target_budget
+from ..tokenizer import BOS_ID, EOS_ID
+from .batch import cache_capacity, encode_sources
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 
 
@@ -63,12 +63,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     reference for speculative beam search."""
     start_time = time.perf_counter()
     n_best = min(n_best or width, width)
-    device = model.embed.weight.device
-    src = pad_sources(sources, device)
+    device = model.device
     n_queries = len(sources)
-    budgets = [target_budget(len(s), model.cfg.max_positions, max_len) for s in sources]
-    memory = model.encode(src).repeat_interleave(width, dim=0)  # (Q*k, S, d)
-    keep = (src != PAD_ID).repeat_interleave(width, dim=0)
+    memory, keep, budgets = encode_sources(model, sources, max_len)
+    memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     cache = model.new_cache(memory, keep, cache_capacity(max(budgets))) if cached else None
     vocab = model.cfg.vocab_size
 
@@ -102,8 +100,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         eos_list, score_list = is_eos.tolist(), top_scores.tolist()
         still = []
         for a, q in enumerate(active):
-            stats[q].model_calls += 1
-            stats[q].tokens_generated += int((top_scores[a] > float("-inf")).sum())
+            stats[q].record_call(emitted=int((top_scores[a] > float("-inf")).sum()))
             for slot in range(width):
                 if eos_list[a][slot] and score_list[a][slot] > float("-inf"):
                     tokens = tuple(history[a * width + slot, 1:-1].tolist())

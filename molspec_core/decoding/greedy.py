@@ -16,7 +16,7 @@ import torch
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import cache_capacity, fit_drafts, pad_sources, target_budget
+from .batch import encode_sources, fit_drafts, pad_sources, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
@@ -44,13 +44,11 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
            max_len: int | None = None) -> list[DecodeResult]:
     """Greedy decoding of a batch of sources (token ids, no bos/eos); rows finish independently."""
     start_time = time.perf_counter()
-    device = model.embed.weight.device
-    src = pad_sources(sources, device)
-    memory = model.encode(src)
-    out = [_Row(target_budget(len(s), model.cfg.max_positions, max_len)) for s in sources]
-    drafters = [drafter_factory(s) for s in sources]
+    device = model.device
     # Drafts are windows of the source, so no draft is longer than the longest source.
-    cache = model.new_cache(memory, src != PAD_ID, cache_capacity(max(r.budget for r in out), src.shape[1]))
+    cache, budgets = start(model, sources, max_len, padding=max(len(s) for s in sources))
+    out = [_Row(budget) for budget in budgets]
+    drafters = [drafter_factory(s) for s in sources]
     slots = min(model.cfg.max_positions, cache.capacity)
     want_attention = any(d.needs_attention for d in drafters)
     active = list(range(len(sources)))  # original row index of each cache row
@@ -88,11 +86,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
             state, n_acc = out[i], n_acc_list[row]
             new = chosen_list[row][: n_acc + 1]
             origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
-            state.stats.model_calls += 1
-            state.stats.draft_tokens_proposed += int(lengths[row].sum())
-            state.stats.draft_tokens_accepted += n_acc
-            state.stats.draft_rejections += int(n_acc < len(drafts[row][branch_list[row]])) if drafts[row] else 0
-            state.stats.tokens_generated += len(new)
+            state.stats.record_call(int(lengths[row].sum()), n_acc,
+                                    bool(drafts[row]) and n_acc < len(drafts[row][branch_list[row]]), len(new))
             state.score += sum(log_prob_list[row][: len(new)])
             if new and new[-1] == EOS_ID:
                 state.tokens += new[:-1]
@@ -128,10 +123,9 @@ def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
     """Reference greedy decoding that recomputes the whole prefix at every step (the paper's
     baseline). Kept for benchmarks and equivalence tests only."""
     start_time = time.perf_counter()
-    device = model.embed.weight.device
-    src = pad_sources(sources, device)
-    memory, keep = model.encode(src), src != PAD_ID
-    out = [_Row(target_budget(len(s), model.cfg.max_positions, max_len)) for s in sources]
+    device = model.device
+    memory, keep, budgets = encode_sources(model, sources, max_len)
+    out = [_Row(budget) for budget in budgets]
     active = list(range(len(sources)))
     while active:
         prefix = pad_sources([out[i].context() for i in active], device)
@@ -143,8 +137,7 @@ def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
         still = []
         for row, i in enumerate(active):
             state, token = out[i], int(next_tokens[row])
-            state.stats.model_calls += 1
-            state.stats.tokens_generated += 1
+            state.stats.record_call()
             state.score += float(log_probs[row])
             if token == EOS_ID:
                 state.finished = True

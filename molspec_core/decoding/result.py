@@ -26,6 +26,15 @@ class DecodeStats:
     tokens_generated: int = 0  # output tokens, eos included
     wall_time_s: float = 0.0
 
+    def record_call(self, proposed: int = 0, accepted: int = 0, rejected: bool = False, emitted: int = 1) -> None:
+        """One decoder call for this output: draft tokens fed, how many were accepted, whether the
+        chosen draft was cut short by a rejected token, and the output tokens the call produced."""
+        self.model_calls += 1
+        self.draft_tokens_proposed += proposed
+        self.draft_tokens_accepted += accepted
+        self.draft_rejections += int(rejected)
+        self.tokens_generated += emitted
+
     def add(self, other: "DecodeStats") -> None:
         """Add another decode's counts and time to these (several samples of one query)."""
         for f in fields(self):

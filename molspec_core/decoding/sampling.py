@@ -21,8 +21,8 @@ import torch
 from ..drafting import Drafter, NullDrafter
 from ..methods import SamplingOptions, of_family
 from ..model import Seq2SeqTransformer
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import cache_capacity, draft_room, fit_drafts, pad_sources, target_budget
+from ..tokenizer import BOS_ID, EOS_ID
+from .batch import draft_room, fit_drafts, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_target
 
@@ -32,17 +32,15 @@ SAMPLING_MODES = of_family("sampling")  # the methods this loop runs (methods.py
 class _DraftModel:
     """A small autoregressive draft model with its own cache, kept in step with the output."""
 
-    def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], capacity: int, options: SamplingOptions,
-                 generator: torch.Generator):
-        src_t = pad_sources([src], model.embed.weight.device)
+    def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], max_len: int | None, max_positions: int,
+                 options: SamplingOptions, generator: torch.Generator):
         self.model, self.options, self.generator = model, options, generator
-        self.cache = model.new_cache(model.encode(src_t), src_t != PAD_ID, capacity)
+        self.cache, _ = start(model, [src], max_len, max_positions=max_positions)  # the target's budget
         self.pending = [BOS_ID]  # accepted tokens not yet fed to the draft model
 
     def propose(self, depth: int) -> tuple[list[int], torch.Tensor]:
         """Sample `depth` tokens from q; returns them and q at each (depth, V)."""
-        device = self.model.embed.weight.device
-        self.start = int(self.cache.lengths[0])
+        device = self.model.device
         tokens, probs = [], []
         feed = self.pending
         for _ in range(depth):
@@ -73,19 +71,18 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
     if mode not in SAMPLING_MODES:
         raise ValueError(f"unknown sampling mode {mode!r}")
     started = time.perf_counter()
-    device = model.embed.weight.device
+    device = model.device
     drafts_from_model = mode == "spec-sample-draft" or (mode == "mentored" and draft_model is not None)
     if drafts_from_model and draft_model is None:
         raise ValueError(f"{mode} needs a draft model")
     draft_model = draft_model if drafts_from_model else None  # the other modes never feed it
     # A draft model is fed the same positions as the target, so the budget must suit both.
     max_positions = min(m.cfg.max_positions for m in (model, draft_model) if m is not None)
-    budget = target_budget(len(src), max_positions, max_len)
-    src_t = pad_sources([src], device)
-    capacity = cache_capacity(budget)
-    cache = model.new_cache(model.encode(src_t), src_t != PAD_ID, capacity)
-    slots = min(max_positions, capacity)
-    helper = _DraftModel(draft_model, src, capacity, options, generator) if draft_model is not None else None
+    cache, (budget,) = start(model, [src], max_len, max_positions=max_positions)
+    slots = min(max_positions, cache.capacity)
+    helper = None
+    if draft_model is not None:
+        helper = _DraftModel(draft_model, src, max_len, max_positions, options, generator)
     tokens: list[int] = []
     provenance: list[int] = []
     score, stats, pending, peak, finished = 0.0, DecodeStats(), BOS_ID, None, False
@@ -123,11 +120,7 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         new_origin = origin[:n_accepted] + [GENERATED]
         if attention is not None:
             peak = int(attention[0, 0, n_accepted].argmax())
-        stats.model_calls += 1
-        stats.draft_tokens_proposed += len(draft)
-        stats.draft_tokens_accepted += n_accepted
-        stats.draft_rejections += int(n_accepted < len(draft))
-        stats.tokens_generated += len(new)
+        stats.record_call(len(draft), n_accepted, n_accepted < len(draft), len(new))
         score += float(sum(log_probs[i, t] for i, t in enumerate(new)))
         if EOS_ID in new:
             cut = new.index(EOS_ID)

@@ -49,7 +49,7 @@ from ..cache import RowPool
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import cache_capacity, fit_drafts, pad_sources, target_budget
+from .batch import fit_drafts, start
 from .beam import best_children, can_stop, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
@@ -119,14 +119,13 @@ class _Search:
     """State shared by both variants for one query: the row pool, feeding, the finished list."""
 
     def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], drafter: Drafter, width: int,
-                 n_best: int, budget: int):
-        self.model, self.src, self.drafter, self.width, self.n_best, self.budget = model, src, drafter, width, n_best, budget
-        self.device = model.embed.weight.device
-        src_t = pad_sources([src], self.device)
+                 n_best: int, max_len: int | None):
+        self.model, self.src, self.drafter, self.width, self.n_best = model, src, drafter, width, n_best
+        self.device = model.device
         # A call feeds hypotheses of different lengths padded to the longest draft, a source window.
-        capacity = cache_capacity(budget, len(src))
-        self.pool = RowPool(model.new_cache(model.encode(src_t), src_t != PAD_ID, capacity), 0)
-        self.slots = min(model.cfg.max_positions, capacity)
+        cache, (self.budget,) = start(model, [src], max_len, padding=len(src))
+        self.pool = RowPool(cache, 0)
+        self.slots = min(model.cfg.max_positions, cache.capacity)
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], torch.zeros((), dtype=torch.float32), row=self.take_row())]
         self.finished: list[Hypothesis] = []
@@ -193,9 +192,9 @@ class _Search:
             peaks = tuple(attention[i, b, : 1 + len(positions)].argmax(-1).tolist()) if attention is not None else None
             hyp.path = _Path(len(hyp.tokens), tuple(self.src[p] for p in positions), tuple(positions),
                              log_probs[i, b, : 1 + len(positions)], peaks)
-        self.stats.draft_tokens_proposed += int(lengths.sum())
         self.pool.write(rows, cache, branch.to(self.device))
-        self.stats.model_calls += 1
+        # Acceptance and output tokens are counted once the search ends (result), from the n-best.
+        self.stats.record_call(proposed=int(lengths.sum()), emitted=0)
 
     # -- results -----------------------------------------------------------------------------------
 
@@ -332,8 +331,7 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
     results = []
     for src in sources:
         started = time.perf_counter()
-        budget = target_budget(len(src), model.cfg.max_positions, max_len)
-        search = _Search(model, src, drafter_factory(src), width, min(n_best or width, width), budget)
+        search = _Search(model, src, drafter_factory(src), width, min(n_best or width, width), max_len)
         if exact:
             _exact_one(search, look_ahead)
         else:

@@ -1,0 +1,27 @@
+"""What every decoder shares: the prologue (decoding/batch.py start) and the call recorder (DecodeStats)."""
+from __future__ import annotations
+
+from conftest import random_model, random_sources
+from molspec_core.decoding.batch import cache_capacity, encode_sources, start, target_budget
+from molspec_core.decoding.result import DecodeStats
+
+
+def test_start_encodes_budgets_and_sizes_the_cache_once():
+    model = random_model(3)
+    sources = random_sources(3, 3, 14)
+    memory, keep, budgets = encode_sources(model, sources, max_len=None)
+    assert memory.shape[:2] == keep.shape == (3, max(len(s) for s in sources))
+    assert budgets == [target_budget(len(s), model.cfg.max_positions) for s in sources]
+    cache, same = start(model, sources, padding=7)
+    assert same == budgets and cache.capacity == cache_capacity(max(budgets), 7)
+    _, short = start(model, sources, max_len=5, max_positions=40)
+    assert short == [5, 5, 5]
+
+
+def test_record_call_is_the_one_definition_of_a_call():
+    stats = DecodeStats()
+    stats.record_call(proposed=8, accepted=3, rejected=True, emitted=4)
+    stats.record_call()
+    assert (stats.model_calls, stats.draft_tokens_proposed, stats.draft_tokens_accepted, stats.draft_rejections,
+            stats.tokens_generated) == (2, 8, 3, 1, 5)
+    assert stats.acceptance_rate == 3 / 4 and stats.tokens_per_call == 2.5
