@@ -130,6 +130,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": speedup(method, reference),
         }
+        if method in METHODS:  # the draft shape these figures were measured with (methods.py defaults unless set)
+            entry["drafts"] = dict(zip(("drafter", "draft_len", "n_drafts"),
+                                       predictor.resolve(method, draft_len, n_drafts, batch_size)))
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
                         for i in range(len(queries))]
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)

@@ -80,6 +80,9 @@ def test_every_method_runs_in_the_bench_and_the_evaluation(with_draft):
     queries, targets = ["CCOc1ccccc1N", "NC(=O)c1ccncc1"], ["Oc1ccccc1N", "NC(=O)c1ccncc1"]
     report = run_bench(with_draft, queries, targets, list(METHODS), n_best=2, warmup=0, progress=False)
     assert set(report["methods"]) == set(METHODS)
+    # the draft shape each figure was measured with is in the report, not in a code comment
+    assert report["methods"]["sbs"]["drafts"] == {"drafter": "pointer", "draft_len": 4, "n_drafts": 1}
+    assert report["methods"]["greedy"]["drafts"] == {"drafter": "none", "draft_len": 0, "n_drafts": 0}
     for name in METHODS:
         got = evaluate(with_draft, queries, targets, n_best_of(name), name, progress=False)
         assert got["method"] == name and got["n"] == 2 and got["query_errors"] == 0, name
