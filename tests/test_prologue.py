@@ -25,3 +25,13 @@ def test_record_call_is_the_one_definition_of_a_call():
     assert (stats.model_calls, stats.draft_tokens_proposed, stats.draft_tokens_accepted, stats.draft_rejections,
             stats.tokens_generated) == (2, 8, 3, 1, 5)
     assert stats.acceptance_rate == 3 / 4 and stats.tokens_per_call == 2.5
+
+
+def test_pack_drafts_pads_branches_to_the_longest_draft():
+    from molspec_core.decoding.batch import pack_drafts
+    from molspec_core.tokenizer import PAD_ID
+
+    tokens, lengths = pack_drafts([7, 8], [[[0, 1, 2], [2]], []], [[10, 11, 12], [20, 21]])
+    assert tokens.shape == (2, 2, 4) and lengths.tolist() == [[3, 1], [0, 0]]
+    assert tokens[0].tolist() == [[7, 10, 11, 12], [7, 12, PAD_ID, PAD_ID]]
+    assert tokens[1, :, 0].tolist() == [8, 8] and (tokens[1, :, 1:] == PAD_ID).all()

@@ -86,3 +86,22 @@ def start(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], max_len: 
     the longest draft a row may propose)."""
     memory, keep, budgets = encode_sources(model, sources, max_len, max_positions)
     return model.new_cache(memory, keep, cache_capacity(max(budgets), padding)), budgets
+
+
+def pack_drafts(pending: Sequence[int] | None, drafts: Sequence[Sequence[Sequence[int]]],
+                sources: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call's input: row r's pending token then each of its drafts (source positions, read from
+    sources[r]) as a branch, padded with PAD_ID to the longest draft. Returns tokens (R, N, 1+D) and
+    the draft lengths (R, N); a row without drafts gets one branch of its pending token alone.
+    pending None leaves column 0 to the caller (greedy writes it on the device, with no copy back)."""
+    n_branches = max(1, max(len(d) for d in drafts))
+    depth = max((len(d) for row in drafts for d in row), default=0)
+    tokens = torch.full((len(drafts), n_branches, 1 + depth), PAD_ID, dtype=torch.long)
+    lengths = torch.zeros(len(drafts), n_branches, dtype=torch.long)
+    if pending is not None:
+        tokens[:, :, 0] = torch.as_tensor(list(pending), dtype=torch.long).unsqueeze(1)
+    for r, (row_drafts, src) in enumerate(zip(drafts, sources)):
+        for b, positions in enumerate(row_drafts):
+            tokens[r, b, 1:1 + len(positions)] = torch.as_tensor([src[p] for p in positions], dtype=torch.long)
+            lengths[r, b] = len(positions)
+    return tokens, lengths

@@ -15,8 +15,8 @@ import torch
 
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import encode_sources, fit_drafts, pad_sources, start
+from ..tokenizer import BOS_ID, EOS_ID
+from .batch import encode_sources, fit_drafts, pack_drafts, pad_sources, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
@@ -57,15 +57,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     while active:
         drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) for i in active],
                             [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
-        n_branches = max(1, max(len(d) for d in drafts))
-        depth = max((len(p) for d in drafts for p in d), default=0)
         n_rows = len(active)
-        tokens = torch.full((n_rows, n_branches, 1 + depth), PAD_ID, dtype=torch.long)
-        lengths = torch.zeros(n_rows, n_branches, dtype=torch.long)
-        for row, (i, row_drafts) in enumerate(zip(active, drafts)):
-            for b, positions in enumerate(row_drafts):
-                tokens[row, b, 1:1 + len(positions)] = torch.as_tensor([sources[i][p] for p in positions])
-                lengths[row, b] = len(positions)
+        tokens, lengths = pack_drafts(None, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
         tokens, lengths = tokens.to(device), lengths.to(device)
         tokens[:, :, 0] = pending.unsqueeze(1)
 

@@ -48,8 +48,8 @@ import torch
 from ..cache import RowPool
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .batch import fit_drafts, start
+from ..tokenizer import BOS_ID, EOS_ID
+from .batch import fit_drafts, pack_drafts, start
 from .beam import best_children, can_stop, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
@@ -171,18 +171,10 @@ class _Search:
         want_attention = self.drafter.needs_attention
         drafts = fit_drafts([self.drafter.propose(h.tokens, h.peak) for h in hyps],
                             [len(h.tokens) - 1 for h in hyps], [self.budget] * len(hyps), self.slots)
-        n_branches = max(1, max(len(d) for d in drafts))
-        depth = max((len(p) for d in drafts for p in d), default=0)
-        tokens = torch.full((len(hyps), n_branches, 1 + depth), PAD_ID, dtype=torch.long)
-        lengths = torch.zeros(len(hyps), n_branches, dtype=torch.long)
-        for i, (hyp, row_drafts) in enumerate(zip(hyps, drafts)):
-            tokens[i, :, 0] = hyp.tokens[-1]
-            for b, positions in enumerate(row_drafts):
-                tokens[i, b, 1:1 + len(positions)] = torch.as_tensor([self.src[p] for p in positions])
-                lengths[i, b] = len(positions)
+        tokens, lengths = pack_drafts([h.tokens[-1] for h in hyps], drafts, [self.src] * len(hyps))  # (R, N, 1+D)
         rows = torch.tensor([h.row for h in hyps], dtype=torch.long, device=self.device)
         starts = torch.tensor([len(h.tokens) - 1 for h in hyps], dtype=torch.long, device=self.device)
-        cache = self.pool.gather(rows, starts, 1 + depth)
+        cache = self.pool.gather(rows, starts, tokens.shape[2])
         logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
         log_probs = logits.float().log_softmax(dim=-1).cpu()  # (R, N, 1+D, V)
         _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
