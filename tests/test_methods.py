@@ -154,3 +154,15 @@ def test_evaluate_refuses_what_it_cannot_honour_instead_of_swapping(tmp_path, ca
     assert "spec-auto returns one answer" in capsys.readouterr().err
     assert main(["evaluate", *files, "--n-best", "3", "--out", str(out)]) == 0  # unset: the standard n-best method
     assert json.loads(out.read_text())["method"] == "beam"
+
+
+def test_compare_pair_times_two_methods_without_streamlit():
+    """The predict page's speedup tab, as a bench function: speculative greedy beside greedy."""
+    from molspec_core.bench import compare_pair
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    baseline, speculative = speedup_pair("greedy")
+    record = compare_pair(predictor, QUERY, {"method": baseline}, {"method": speculative}, repeats=2)
+    assert (record.baseline.method, record.speculative.method) == ("greedy", "spec-auto")
+    assert record.identical and record.factor > 0
+    assert record.speculative.model_calls < record.baseline.model_calls
