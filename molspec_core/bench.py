@@ -23,7 +23,7 @@ from .chem import canonical_or_none
 from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .evaluate import hits
 from .oracle import oracle_tokens_per_call
-from .methods import METHODS
+from .methods import METHODS, PEERS
 from .service import Predictor
 from .tokenizer import UNK_ID
 
@@ -32,15 +32,12 @@ BEAM_REFERENCE = "beam"
 SAMPLE_REFERENCE = "sample"
 SAMPLING_FAMILY = tuple(m for m, row in METHODS.items() if row.reference == SAMPLE_REFERENCE)
 SWEEPS = {"relaxed": "tau", "mentored": "delta"}  # lossy methods and the knob that trades accuracy for speed
-# CTranslate2 peers (molspec_core/peers.py): name -> (compute type, beam search?). Beam peers use the run's width.
-PEER_METHODS = {"ct2-greedy": ("float32", False), "ct2-int8-greedy": ("int8", False),
-                "ct2-beam": ("float32", True), "ct2-int8-beam": ("int8", True)}
 
 
 def beam_like(method: str) -> bool:
     """Compared with beam search (and run at the bench's width) rather than with greedy decoding."""
-    if method in PEER_METHODS:
-        return PEER_METHODS[method][1]
+    if method in PEERS:
+        return PEERS[method].beam
     return METHODS[method].reference == BEAM_REFERENCE
 
 
@@ -79,7 +76,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
     def decode(method: str, rows: list[int]):
         ids = [queries[r].ids for r in rows]
-        if method in PEER_METHODS:
+        if method in PEERS:
             return _peer_decode(peers[method], predictor.vocab, ids, n_best if beam_like(method) else 1)
         started = time.perf_counter()
         results = predictor.decode(ids, method, n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
@@ -136,9 +133,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
                         for i in range(len(queries))]
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
-        for peer, (_, peer_beam) in PEER_METHODS.items():
-            if peer in times and peer_beam == beamy and method != peer:
-                entry[f"speedup_vs_{peer.replace('-', '_')}"] = speedup(method, peer)
+        for peer in PEERS.values():
+            if peer.name in times and peer.beam == beamy and method != peer.name:
+                entry[f"speedup_vs_{peer.name.replace('-', '_')}"] = speedup(method, peer.name)
         if total.draft_tokens_proposed and not beamy:
             # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft)
             entry["acceptance_rate"] = total.acceptance_rate
@@ -177,7 +174,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
 
 def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, batch_size: int) -> dict:
-    wanted = [m for m in methods if m in PEER_METHODS]
+    wanted = [m for m in methods if m in PEERS]
     if not wanted:
         return {}
     if ct2_dir is None:
@@ -186,7 +183,7 @@ def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predi
         raise ValueError("the CTranslate2 peer runs on the CPU at batch size 1")
     from .peers import CTranslate2Peer
 
-    return {m: CTranslate2Peer(ct2_dir, PEER_METHODS[m][0], torch.get_num_threads(), predictor.model.cfg.max_positions)
+    return {m: CTranslate2Peer(ct2_dir, PEERS[m].compute_type, torch.get_num_threads(), predictor.model.cfg.max_positions)
             for m in wanted}
 
 

@@ -216,10 +216,11 @@ def bench_methods(text: str) -> list[str]:
 
 def peer_methods(methods: list[str]) -> list[str]:
     """The CTranslate2 methods that match the families asked for (greedy and/or beam search)."""
-    from .bench import PEER_METHODS, beam_like
+    from .bench import beam_like
+    from .methods import PEERS
 
     families = {beam_like(m) for m in methods}
-    return [name for name, (_, beam) in PEER_METHODS.items() if beam in families]
+    return [peer.name for peer in PEERS.values() if peer.beam in families]
 
 
 def convert_peer(model_dir: Path, out: Path) -> Path:

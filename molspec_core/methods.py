@@ -133,3 +133,21 @@ def speedup_pair(name: str) -> tuple[str, str]:
         return row.reference, name
     partner = next(m.name for m in _ROWS if m.speculative and m.lossless and m.reference == row.reference)
     return row.reference, partner
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another engine timed beside ours in `bench --peer` (molspec_core/peers.py): not a method of ours."""
+
+    name: str
+    label: str
+    compute_type: str  # CTranslate2's: float32 or int8
+    beam: bool  # beam search at the bench's width (compared with our beam), else greedy
+
+
+PEERS: dict[str, Peer] = {peer.name: peer for peer in (
+    Peer("ct2-greedy", "CTranslate2 greedy (float32)", "float32", False),
+    Peer("ct2-int8-greedy", "CTranslate2 greedy (int8)", "int8", False),
+    Peer("ct2-beam", "CTranslate2 beam (float32)", "float32", True),
+    Peer("ct2-int8-beam", "CTranslate2 beam (int8)", "int8", True),
+)}

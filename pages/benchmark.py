@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core.bench import run_bench
-from molspec_core.methods import METHODS
+from molspec_core.methods import METHODS, PEERS
 from pages import common
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,37 @@ def load_reports(folder: Path) -> tuple[dict[str, dict], list[str]]:
 
 
 def with_display_fields(report: dict) -> dict:
-    """Greedy-family methods are measured against greedy, beam-family ones against beam search:
-    give every entry one `speedup` and one `identical` field for the charts and the table."""
+    """Greedy-family methods are measured against greedy, beam-family ones against beam search (and,
+    where the run timed it, CTranslate2 float32 of the same family): give every entry one `speedup`,
+    one `speedup_ct2` and one `identical` field for the charts and the table."""
     for entry in report["methods"].values():
         entry["speedup"] = entry.get("speedup_vs_greedy", entry.get("speedup_vs_beam"))
+        entry["speedup_ct2"] = entry.get("speedup_vs_ct2_greedy", entry.get("speedup_vs_ct2_beam"))
         entry["identical"] = entry.get("identical_to_greedy", entry.get("identical_to_beam"))
     return report
+
+
+def has_peer(report: dict) -> bool:
+    return any(name in PEERS for name in report["methods"])
+
+
+def headline_first(reports: dict[str, dict]) -> list[str]:
+    """File names with the runs that time CTranslate2 first (the comparison a user makes), sweeps last."""
+    return sorted(reports, key=lambda name: (not has_peer(reports[name]), bool(reports[name].get("sweep")), name))
+
+
+def headline(report: dict) -> str | None:
+    """One plain sentence: our fastest lossless method against CTranslate2 float32 of its family."""
+    ours = [(m.get("speedup_ct2"), name) for name, m in report["methods"].items()
+            if name in METHODS and METHODS[name].lossless and m.get("speedup_ct2")]
+    if not ours:
+        return None
+    ratio, name = max(ours)
+    peer = "CTranslate2 float32 beam search" if "speedup_vs_ct2_beam" in report["methods"][name] else \
+        "CTranslate2 float32 greedy"
+    verdict = f"{ratio:.2f}x as fast as" if ratio >= 1 else f"{1 / ratio:.2f}x slower than"
+    return (f"Our fastest exact method here, {common.method_label(name)}, is {verdict} {peer} "
+            f"(total time, same queries, interleaved).")
 
 
 def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
@@ -95,10 +120,11 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
 
 def chart_label(method: str) -> str:
     """A method's name for a chart axis, escaped (Plotly reads a few HTML tags) and wrapped in two lines."""
-    return html.escape(common.method_label(method)).replace(", ", ",<br>")
+    return html.escape(common.method_label(method)).replace(", ", ",<br>").replace(" (", "<br>(")
 
 
 def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent: bool = False) -> go.Figure | None:
+    """Grouped bars, one group per method. Titles are short (a chart gets half the page's width)."""
     names = list(report["methods"])
     figure = go.Figure()
     for field, label in fields.items():
@@ -110,26 +136,27 @@ def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent:
                        textposition="outside", textangle=0, cliponaxis=False)
     if not figure.data:
         return None
-    figure.update_layout(title=title, yaxis_title=yaxis, height=360, barmode="group", margin={"t": 50, "b": 10},
-                         legend={"orientation": "h", "y": -0.25})
+    figure.update_layout(title={"text": title, "font": {"size": 15}}, yaxis_title=yaxis, height=400,
+                         barmode="group", margin={"t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35})
+    figure.update_xaxes(tickangle=-35, tickfont={"size": 11}, automargin=True)
     if percent:
         figure.update_yaxes(tickformat=".0%", range=[0, 1.15])
     return figure
 
 
 def figures(report: dict) -> list[go.Figure]:
-    speedup = _bars(report, {"speedup": "speedup"}, "Speedup vs cached greedy (beam methods: vs beam search), total time", "speedup (×)")
+    speedup = _bars(report, {"speedup_ct2": "vs CTranslate2 float32", "speedup": "vs our cached greedy / beam"},
+                    "Speedup (total time)", "speedup (×)")
     if speedup is not None:
         speedup.add_hline(y=1, line_dash="dot", line_color="#888")
-        speedup.update_layout(showlegend=False)
     charts = [
         speedup,
         _bars(report, {"top1": "top-1 accuracy", "identical": "identical to greedy / beam", "validity": "valid SMILES"},
-              "Accuracy: top-1, same answer as greedy, valid top-1", "share of queries", percent=True),
+              "Accuracy and agreement", "share of queries", percent=True),
         _bars(report, {"median_ms": "median", "p90_ms": "p90"}, "Latency per query", "ms"),
         _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call",
                        "expected_tokens_per_call": "(1 − α^(γ+1)) / (1 − α)"},
-              "Tokens per model call, measured and from the acceptance rate α", "tokens"),
+              "Tokens per model call", "tokens"),
     ]
     if report.get("sweep"):
         charts.insert(0, sweep_figure(report["sweep"]))
@@ -159,7 +186,8 @@ def table(report: dict) -> pd.DataFrame:
         rows.append({"method": common.method_label(name), "median ms": m["median_ms"], "p90 ms": m["p90_ms"],
                      "total s": m["total_s"], "model calls": m["model_calls"], "tokens/call": m["tokens_per_call"],
                      "accepted/call": m["accepted_per_call"], "identical": m["identical"],
-                     "top-1": m.get("top1"), "valid": m.get("validity"), "speedup": m["speedup"]})
+                     "top-1": m.get("top1"), "valid": m.get("validity"), "speedup": m["speedup"],
+                     "vs CTranslate2": m.get("speedup_ct2")})
     return pd.DataFrame(rows)
 
 
@@ -169,6 +197,9 @@ def show_report(report: dict, key: str) -> None:
              f"batch size {report.get('batch_size', '?')}", f"torch {report.get('torch', '?')}",
              f"{report.get('threads', '?')} threads", str(report.get("date", ""))]
     st.caption(common.md_escape(" · ".join(facts)))
+    sentence = headline(report)
+    if sentence:
+        st.markdown(f"**{common.md_escape(sentence)}**")
     charts = figures(report)
     if report.get("sweep"):
         sweep = report["sweep"]
@@ -182,7 +213,7 @@ def show_report(report: dict, key: str) -> None:
     st.dataframe(table(report), hide_index=True, placeholder="–", column_config={
         c: st.column_config.NumberColumn(format="%.2f") for c in
         ("median ms", "p90 ms", "total s", "tokens/call", "accepted/call", "identical", "top-1", "valid",
-         "speedup")})
+         "speedup", "vs CTranslate2")})
     oracle = report.get("oracle_tokens_per_call") or {}
     if oracle:
         bounds = ", ".join(f"{common.method_label(k)} {v:.2f}" for k, v in oracle.items())
@@ -204,7 +235,7 @@ def main() -> None:
         st.info("No benchmark results yet. Save one with `molspec bench ... --out bench/NAME.json` "
                 "and it appears here.", icon=":material/info:")
     else:
-        name = st.selectbox("Benchmark file", list(reports), key="bench_file")
+        name = st.selectbox("Benchmark file", headline_first(reports), key="bench_file")
         show_report(reports[name], key="saved")
 
     st.subheader("Live benchmark")

@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from molspec_core.chem import canonical_or_none
-from molspec_core.methods import DEFAULT_METHOD, METHODS, SAMPLING_KNOBS, SamplingOptions
+from molspec_core.methods import DEFAULT_METHOD, METHODS, PEERS, SAMPLING_KNOBS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ No cache recomputes every step (a benchmark baseline)."""
 
 
 def method_label(method: str) -> str:
-    row = METHODS.get(method)
+    row = METHODS.get(method) or PEERS.get(method)
     return row.label if row else method
 
 

@@ -412,6 +412,27 @@ def test_benchmark_page_charts_saved_reports(bench_folder, copy_models, monkeypa
     assert len(at.dataframe) == 1
 
 
+def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_models, monkeypatch, tmp_path):
+    pytest.importorskip("ctranslate2", reason="the CTranslate2 peer is an optional extra: pip install -e .[peers]")
+    from molspec_core.bench import run_bench
+    from molspec_core.peers import convert_to_ctranslate2
+    from molspec_core.service import Predictor
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    report = run_bench(predictor, ["Oc1ccncc1Cl", "NC(=O)c1ccncc1"], None, ["spec-lookup", "ct2-greedy"], warmup=1,
+                       progress=False, ct2_dir=convert_to_ctranslate2(predictor.path, tmp_path / "ct2"))
+    (bench_folder / "zz_peer.json").write_text(json.dumps(report))  # last by name, first on the page
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("pages/benchmark.py").run()
+    assert_clean(at)
+    assert at.selectbox(key="bench_file").options == ["zz_peer.json", "copy.json"]
+    assert any("CTranslate2 float32 greedy" in m.value for m in at.markdown)
+    speedup = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    assert [series["name"] for series in speedup] == ["vs CTranslate2 float32", "vs our cached greedy / beam"]
+    assert speedup[0]["x"][-1].startswith("CTranslate2 greedy") and speedup[0]["text"][-1] == ""  # not vs itself
+
+
 def test_benchmark_page_charts_a_lossy_sweep(tmp_path, copy_models, monkeypatch):
     from molspec_core.bench import run_sweep
     from molspec_core.decoding.sampling import SamplingOptions
