@@ -1,24 +1,39 @@
-"""Copy drafters: propose continuations of the output as runs of source positions.
+"""Drafters: propose continuations of the output for the target model to verify.
 
-A drafter is built per query from its source tokens. `propose(generated, attention_peak)` returns
-drafts as lists of source positions (the draft tokens are the source tokens there, which is also
-their provenance). `generated` holds the output so far, the pending token included;
+Copy drafters are built per query from its source tokens. `propose(generated, attention_peak)`
+returns windows: lists of source positions (the draft tokens are the source tokens there, which is
+also their provenance). `generated` holds the output so far, the pending token included;
 `attention_peak` is the source position the model attended most when it produced that token
-(None when unknown).
+(None when unknown). Greedy and speculative beam search verify every window as a branch.
+
+The sampling loop verifies one draft per step through `StepDrafter`: `draft(...)` returns a
+`Draft` (tokens, where each came from, the distribution it was drawn from) and `accept(...)` hears
+how much of it the target kept. Copy drafts (`CopyDrafts`) and a small draft model
+(`ModelDrafter`, which rolls its own cache back to the accepted output) sit behind it alike.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-Draft = list[int]  # source positions
+import torch
+
+from .decoding.batch import start
+from .decoding.result import GENERATED
+from .decoding.verify import adjust_probs
+from .methods import SamplingOptions
+from .model import Seq2SeqTransformer
+from .tokenizer import BOS_ID
+
+Window = list[int]  # source positions
 
 
 class Drafter(Protocol):
     needs_attention: bool
 
-    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Draft]: ...
+    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Window]: ...
 
 
 class NullDrafter:
@@ -29,7 +44,7 @@ class NullDrafter:
     def __init__(self, src: Sequence[int], draft_len: int = 0, n_drafts: int = 0):
         pass
 
-    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Draft]:
+    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Window]:
         return []
 
 
@@ -49,7 +64,7 @@ class WindowDrafter:
             starts = sorted({starts[int(i * step)] for i in range(n_drafts)})
         self.drafts = [list(range(s, min(s + draft_len, len(src)))) for s in starts]
 
-    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Draft]:
+    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Window]:
         return self.drafts
 
 
@@ -79,10 +94,10 @@ class LookupDrafter:
                 return [s for s in found if s < len(self.src)]
         return []
 
-    def window(self, start: int) -> Draft:
+    def window(self, start: int) -> Window:
         return list(range(start, min(start + self.draft_len, len(self.src))))
 
-    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Draft]:
+    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Window]:
         return [self.window(s) for s in self.starts(generated)[: self.n_drafts]]
 
 
@@ -96,7 +111,7 @@ class PointerDrafter(LookupDrafter):
 
     needs_attention = True
 
-    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Draft]:
+    def propose(self, generated: Sequence[int], attention_peak: int | None) -> list[Window]:
         starts = self.starts(generated)
         if attention_peak is None:
             return [self.window(s) for s in starts[: self.n_drafts]]
@@ -114,3 +129,91 @@ def make_drafter(name: str, src: Sequence[int], draft_len: int, n_drafts: int) -
     if name not in DRAFTERS:
         raise ValueError(f"unknown drafter {name!r}; choose from {sorted(DRAFTERS)}")
     return DRAFTERS[name](src, draft_len, n_drafts)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One draft to verify: its tokens, where each came from, and the distribution it was drawn from."""
+
+    tokens: tuple[int, ...]
+    origin: tuple[int, ...]  # per token: the source position it copies, or GENERATED (a draft model's own)
+    probs: torch.Tensor | None = None  # (D, V) q at each token; None for a copy (a point mass on it)
+
+    def draft_probs(self, vocab_size: int) -> torch.Tensor:
+        """q at each draft token (D, V): the draft model's, or a point mass on the copied token."""
+        if self.probs is not None:
+            return self.probs
+        return torch.zeros(len(self.tokens), vocab_size).scatter_(-1, torch.tensor(self.tokens).view(-1, 1), 1.0)
+
+
+class StepDrafter(Protocol):
+    """One draft per step, then the verdict: the sampling loop's view of copy drafts and a draft model."""
+
+    needs_attention: bool
+
+    def draft(self, generated: Sequence[int], attention_peak: int | None, room: int) -> Draft:
+        """A draft of at most `room` tokens to follow `generated` (bos and the pending token included)."""
+        ...
+
+    def accept(self, draft: Draft, n_accepted: int, next_token: int) -> None:
+        """The target kept draft.tokens[:n_accepted], then next_token."""
+        ...
+
+
+class CopyDrafts:
+    """A copy drafter as a StepDrafter: its first window, read out of the source."""
+
+    def __init__(self, drafter: Drafter, src: Sequence[int]):
+        self.drafter, self.src = drafter, list(src)
+        self.needs_attention = drafter.needs_attention
+
+    def draft(self, generated: Sequence[int], attention_peak: int | None, room: int) -> Draft:
+        windows = [w for w in self.drafter.propose(generated, attention_peak) if w]
+        window = windows[0][: max(room, 0)] if windows else []
+        return Draft(tuple(self.src[p] for p in window), tuple(window))
+
+    def accept(self, draft: Draft, n_accepted: int, next_token: int) -> None:
+        """Nothing to do: a copy drafter reads the whole output afresh at every step."""
+
+
+class ModelDrafter:
+    """A small autoregressive draft model with its own KV cache, kept on the accepted output.
+
+    It feeds the same positions as the target, so it is built with the target's budget. Each draft
+    feeds the pending tokens, then every sampled token but the last (whose q is all that verifying
+    it needs); `accept` rolls the cache back to what the target kept.
+    """
+
+    needs_attention = False  # its drafts are its own samples: the target's attention is not needed
+
+    def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], max_len: int | None, max_positions: int,
+                 options: SamplingOptions, generator: torch.Generator):
+        self.model, self.options, self.generator = model, options, generator
+        self.cache, _ = start(model, [src], max_len, max_positions=max_positions)
+        self.pending = [BOS_ID]  # accepted tokens not yet fed to the draft model
+
+    def draft(self, generated: Sequence[int], attention_peak: int | None, room: int) -> Draft:
+        """Sample min(draft_len, room) tokens from q (temperature and top-k as for the target)."""
+        device = self.model.device
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        feed = self.pending
+        for _ in range(min(self.options.draft_len, room)):
+            logits, _ = self.model.decode(torch.tensor([[feed]], device=device), self.cache)
+            self.cache.commit(torch.tensor([len(feed)], device=device))
+            draft_probs = adjust_probs(logits[0, 0, -1], self.options.temperature, self.options.top_k).cpu()  # (V,)
+            token = int(torch.multinomial(draft_probs, 1, generator=self.generator))
+            tokens.append(token)
+            probs.append(draft_probs)
+            feed = [token]
+        return Draft(tuple(tokens), (GENERATED,) * len(tokens), torch.stack(probs) if probs else None)
+
+    def accept(self, draft: Draft, n_accepted: int, next_token: int) -> None:
+        if not draft.tokens:  # nothing was fed
+            self.pending.append(next_token)
+            return
+        # Fed: the pending tokens and draft.tokens[:-1]. Kept: the pending ones and the accepted fed ones.
+        kept = min(n_accepted, len(draft.tokens) - 1)
+        self.cache.rollback(self.cache.lengths - (len(draft.tokens) - 1 - kept))
+        # An accepted last draft token was never fed, so it waits with next_token.
+        self.pending = list(draft.tokens[kept:n_accepted]) + [next_token]

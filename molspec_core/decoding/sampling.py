@@ -1,7 +1,8 @@
 """Sampling and its speculative variants, one query at a time, with the KV cache.
 
-Every step feeds the pending token and a draft in one target-model call, then an acceptance rule
-from verify.py decides how much of the draft to keep and which token follows:
+Every step is propose -> verify -> accept: the drafter (drafting.StepDrafter) proposes one draft,
+one target-model call feeds it after the pending token, an acceptance rule from verify.py decides
+how much of it to keep and which token follows, and the drafter hears the verdict:
 - sample: no draft; the next token is drawn from p (temperature, top-k).
 - spec-sample: copy draft (a point mass q), speculative sampling; the output is distributed
   exactly as `sample`'s.
@@ -18,109 +19,61 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..drafting import Drafter, NullDrafter
+from ..drafting import CopyDrafts, Draft, Drafter, ModelDrafter, NullDrafter, StepDrafter
 from ..methods import SamplingOptions, of_family
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID
-from .batch import draft_room, fit_drafts, start
+from .batch import draft_room, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_target
 
 SAMPLING_MODES = of_family("sampling")  # the methods this loop runs (methods.py)
 
 
-class _DraftModel:
-    """A small autoregressive draft model with its own cache, kept in step with the output."""
-
-    def __init__(self, model: Seq2SeqTransformer, src: Sequence[int], max_len: int | None, max_positions: int,
-                 options: SamplingOptions, generator: torch.Generator):
-        self.model, self.options, self.generator = model, options, generator
-        self.cache, _ = start(model, [src], max_len, max_positions=max_positions)  # the target's budget
-        self.pending = [BOS_ID]  # accepted tokens not yet fed to the draft model
-
-    def propose(self, depth: int) -> tuple[list[int], torch.Tensor]:
-        """Sample `depth` tokens from q; returns them and q at each (depth, V)."""
-        device = self.model.device
-        tokens, probs = [], []
-        feed = self.pending
-        for _ in range(depth):
-            logits, _ = self.model.decode(torch.tensor([[feed]], device=device), self.cache)
-            self.cache.commit(torch.tensor([len(feed)], device=device))
-            q = adjust_probs(logits[0, 0, -1], self.options.temperature, self.options.top_k)
-            token = int(torch.multinomial(q.cpu(), 1, generator=self.generator))
-            tokens.append(token)
-            probs.append(q.cpu())
-            feed = [token]
-        return tokens, torch.stack(probs) if probs else torch.zeros(0, self.model.cfg.vocab_size)
-
-    def accept(self, drafted: list[int], n_accepted: int, next_token: int) -> None:
-        """Keep the draft model's cache on the accepted prefix; what it has not fed stays pending."""
-        if not drafted:  # nothing was proposed (no room left), so nothing was fed
-            self.pending = self.pending + [next_token]
-            return
-        fed = len(self.pending) + max(len(drafted) - 1, 0)  # tokens fed during propose
-        keep = len(self.pending) + min(n_accepted, max(len(drafted) - 1, 0))
-        self.cache.rollback(self.cache.lengths - (fed - keep))
-        self.pending = ([drafted[-1]] if drafted and n_accepted == len(drafted) else []) + [next_token]
+def _accept(logits: torch.Tensor, draft: Draft, mode: str, options: SamplingOptions,
+            generator: torch.Generator) -> tuple[int, int]:
+    """The acceptance rule of `mode` on one call's logits (1+D, V): (n_accepted, next_token)."""
+    draft_tokens = torch.tensor([draft.tokens], dtype=torch.long)  # (1, D)
+    if mode == "relaxed":
+        n_accepted, next_token = accept_relaxed(draft_tokens, logits.log_softmax(dim=-1).unsqueeze(0),
+                                                options.beta, options.tau)
+        return int(n_accepted[0]), int(next_token[0])
+    target_probs = adjust_probs(logits, options.temperature, options.top_k)  # (1+D, V)
+    draft_probs = draft.draft_probs(target_probs.shape[-1])  # (D, V)
+    if mode == "mentored" and draft.tokens:  # the bonus position has no draft, so keeps p
+        target_probs = torch.cat([mentored_target(target_probs[:-1], draft_probs, options.delta), target_probs[-1:]])
+    n_accepted, next_token = accept_sampled(draft_tokens, draft_probs.unsqueeze(0), target_probs.unsqueeze(0),
+                                            generator)
+    return int(n_accepted[0]), int(next_token[0])
 
 
 @torch.inference_mode()
-def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter: Drafter,
-               options: SamplingOptions, generator: torch.Generator, draft_model: Seq2SeqTransformer | None = None,
-               max_len: int | None = None) -> DecodeResult:
-    if mode not in SAMPLING_MODES:
-        raise ValueError(f"unknown sampling mode {mode!r}")
+def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter: StepDrafter,
+               options: SamplingOptions, generator: torch.Generator, max_len: int | None = None,
+               max_positions: int | None = None) -> DecodeResult:
+    """One decode of `src`: propose -> verify -> accept until eos or the budget.
+    max_positions: the positions every model fed has (a draft model's may be fewer than the target's)."""
     started = time.perf_counter()
     device = model.device
-    drafts_from_model = mode == "spec-sample-draft" or (mode == "mentored" and draft_model is not None)
-    if drafts_from_model and draft_model is None:
-        raise ValueError(f"{mode} needs a draft model")
-    draft_model = draft_model if drafts_from_model else None  # the other modes never feed it
-    # A draft model is fed the same positions as the target, so the budget must suit both.
-    max_positions = min(m.cfg.max_positions for m in (model, draft_model) if m is not None)
     cache, (budget,) = start(model, [src], max_len, max_positions=max_positions)
-    slots = min(max_positions, cache.capacity)
-    helper = None
-    if draft_model is not None:
-        helper = _DraftModel(draft_model, src, max_len, max_positions, options, generator)
     tokens: list[int] = []
     provenance: list[int] = []
     score, stats, pending, peak, finished = 0.0, DecodeStats(), BOS_ID, None, False
     while len(tokens) < budget:
-        draft_probs = None
-        if mode == "sample":
-            draft, origin = [], []
-        elif helper is not None:
-            draft, draft_probs = helper.propose(min(options.draft_len, draft_room(len(tokens), budget)))
-            origin = [GENERATED] * len(draft)
-        else:
-            proposals = fit_drafts([drafter.propose([BOS_ID] + tokens, peak)], [len(tokens)], [budget], slots)[0]
-            origin = proposals[0] if proposals else []
-            draft = [src[p] for p in origin]
-        fed = torch.tensor([[[pending] + draft]], device=device)
+        # One row, and a cache sized to its budget: the budget's room is all the room the call has.
+        draft = drafter.draft([BOS_ID] + tokens, peak, draft_room(len(tokens), budget))
+        fed = torch.tensor([[[pending, *draft.tokens]]], device=device)  # (1, 1, 1+D)
         logits, attention = model.decode(fed, cache, cross_attention=drafter.needs_attention)
         logits = logits[0, 0].float().cpu()  # (1+D, V)
-        log_probs = logits.log_softmax(dim=-1)
-        draft_t = torch.tensor([draft], dtype=torch.long)
-        if mode == "relaxed":
-            n_acc, nxt = accept_relaxed(draft_t, log_probs.unsqueeze(0), options.beta, options.tau)
-        else:
-            target = adjust_probs(logits, options.temperature, options.top_k)  # (1+D, V)
-            if mode == "mentored" and draft:
-                q = draft_probs if draft_probs is not None else torch.zeros_like(target[:-1]).scatter_(
-                    -1, draft_t.T, 1.0)
-                target = torch.cat([mentored_target(target[:-1], q, options.delta), target[-1:]])
-            n_acc, nxt = accept_sampled(draft_t, draft_probs.unsqueeze(0) if draft_probs is not None else None,
-                                        target.unsqueeze(0), generator)
-        n_accepted, next_token = int(n_acc[0]), int(nxt[0])
+        n_accepted, next_token = _accept(logits, draft, mode, options, generator)
         cache.commit(torch.tensor([1 + n_accepted], device=device))
-        if helper is not None:
-            helper.accept(draft, n_accepted, next_token)
-        new = draft[:n_accepted] + [next_token]
-        new_origin = origin[:n_accepted] + [GENERATED]
+        drafter.accept(draft, n_accepted, next_token)
+        new = [*draft.tokens[:n_accepted], next_token]
+        new_origin = [*draft.origin[:n_accepted], GENERATED]
         if attention is not None:
             peak = int(attention[0, 0, n_accepted].argmax())
-        stats.record_call(len(draft), n_accepted, n_accepted < len(draft), len(new))
+        stats.record_call(len(draft.tokens), n_accepted, n_accepted < len(draft.tokens), len(new))
+        log_probs = logits.log_softmax(dim=-1)  # scores use the model's own log-probs, whatever the mode
         score += float(sum(log_probs[i, t] for i, t in enumerate(new)))
         if EOS_ID in new:
             cut = new.index(EOS_ID)
@@ -135,13 +88,31 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
     return DecodeResult([Hypothesis(tuple(tokens), score, tuple(provenance), finished)], stats)
 
 
+@torch.inference_mode()
 def sample_decode(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], mode: str,
                   drafter_factory: Callable[[Sequence[int]], Drafter] | None, options: SamplingOptions,
                   draft_model: Seq2SeqTransformer | None = None, max_len: int | None = None) -> list[DecodeResult]:
-    """One sample per source; row i draws from a generator seeded with options.seed + i."""
+    """One sample per source; row i draws from a generator seeded with options.seed + i.
+
+    Drafts come from the draft model for spec-sample-draft, and for mentored when one is given;
+    from the copy drafter otherwise; never for plain sampling."""
+    if mode not in SAMPLING_MODES:
+        raise ValueError(f"unknown sampling mode {mode!r}")
+    drafts_from_model = mode == "spec-sample-draft" or (mode == "mentored" and draft_model is not None)
+    if drafts_from_model and draft_model is None:
+        raise ValueError(f"{mode} needs a draft model")
+    # A draft model is fed the same positions as the target, so the budget must suit both.
+    fed_models = (model, draft_model) if draft_model is not None and drafts_from_model else (model,)
+    max_positions = min(m.cfg.max_positions for m in fed_models)
     results = []
     for i, src in enumerate(sources):
         generator = torch.Generator().manual_seed(options.seed + i)
-        drafter = drafter_factory(src) if drafter_factory is not None else NullDrafter(src)
-        results.append(sample_one(model, src, mode, drafter, options, generator, draft_model, max_len))
+        drafter: StepDrafter
+        if draft_model is not None and drafts_from_model:
+            drafter = ModelDrafter(draft_model, src, max_len, max_positions, options, generator)
+        elif mode == "sample" or drafter_factory is None:
+            drafter = CopyDrafts(NullDrafter(src), src)
+        else:
+            drafter = CopyDrafts(drafter_factory(src), src)
+        results.append(sample_one(model, src, mode, drafter, options, generator, max_len, max_positions))
     return results
