@@ -207,8 +207,9 @@ def show_report(report: dict, key: str) -> None:
         st.caption(common.md_escape(f"A sweep of {common.method_label(str(sweep['method']))} over {sweep['knob']}: "
                                     f"the first chart shows every value; the other charts and the table show the "
                                     f"last run ({sweep['knob']} = {last}) beside greedy."))
-    for i in range(0, len(charts), 2):
-        for j, (column, chart) in enumerate(zip(st.columns(2), charts[i:i + 2])):
+    per_row = 2 if len(report["methods"]) <= 6 else 1  # more bars than half a page can label
+    for i in range(0, len(charts), per_row):
+        for j, (column, chart) in enumerate(zip(st.columns(per_row), charts[i:i + per_row])):
             column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
     st.dataframe(table(report), hide_index=True, placeholder="–", column_config={
         c: st.column_config.NumberColumn(format="%.2f") for c in
