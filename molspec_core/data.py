@@ -179,17 +179,18 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict) -> None:
     log.info("wrote %s: %s", out, stats)
 
 
+def pack_ids(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token-id sequences as one flat uint8 array and int64 offsets (sequence i is flat[o[i]:o[i+1]])."""
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(s) for s in seqs])
+    return np.fromiter((t for s in seqs for t in s), dtype=np.uint8, count=int(offsets[-1])), offsets
+
+
 def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> None:
     """Flat uint8 token arrays with offsets, zip-compressed (they travel to the GPU machine), loadable without pickle."""
-    def pack(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(s) for s in seqs])
-        flat = np.fromiter((t for s in seqs for t in s), dtype=np.uint8, count=int(offsets[-1]))
-        return flat, offsets
-
     assert len(vocab) < 256, "uint8 arrays need a vocabulary under 256 tokens"
-    src, src_off = pack([vocab.encode(p.src, strict=False) for p in pairs])
-    tgt, tgt_off = pack([[BOS_ID] + vocab.encode(p.tgt, strict=False) + [EOS_ID] for p in pairs])
+    src, src_off = pack_ids([vocab.encode(p.src, strict=False) for p in pairs])
+    tgt, tgt_off = pack_ids([[BOS_ID] + vocab.encode(p.tgt, strict=False) + [EOS_ID] for p in pairs])
     np.savez_compressed(path, src=src, src_offsets=src_off, tgt=tgt, tgt_offsets=tgt_off)
 
 

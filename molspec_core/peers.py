@@ -7,7 +7,6 @@ differs from ours. `ctranslate2` is an optional extra (`pip install -e .[peers]`
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +111,3 @@ class CTranslate2Peer:
             min_decoding_length=0, max_decoding_length=target_budget(len(src_tokens), self.max_positions))[0]
         return [PeerHypothesis(tuple(h), float(s)) for h, s in zip(result.hypotheses, result.scores)]
 
-
-def agreement(ours: list[tuple[str, ...]], theirs: list[tuple[str, ...]]) -> float:
-    """Share of queries whose top-1 tokens are identical."""
-    return sum(a == b for a, b in zip(ours, theirs)) / max(len(ours), 1) if ours else math.nan

@@ -49,7 +49,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
     """Copy the prepared arrays and tokenize the test sources (ids only: the device has no RDKit)."""
     import numpy as np
 
-    from molspec_core.data import read_lines
+    from molspec_core.data import pack_ids, read_lines
     from molspec_core.tokenizer import UNK_ID, Vocab
 
     for task in args.tasks.split(","):
@@ -61,9 +61,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
         sources = read_lines(src_dir / "test.src")[: args.test_limit or None]
         ids = [vocab.encode(s, strict=False) for s in sources]
         refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
-        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(row) for row in ids])
-        flat = np.fromiter((t for row in ids for t in row), dtype=np.uint8, count=int(offsets[-1]))
+        flat, offsets = pack_ids(ids)
         np.savez_compressed(dst / "test.npz", src=flat, src_offsets=offsets, refused=refused)
         sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
