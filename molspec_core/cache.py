@@ -7,6 +7,10 @@ of T tokens that all continue the same cached prefix of their row. Their keys/va
 So the prefix is never copied per draft, and rolling back is only a length change: slots past
 `lengths` are masked, never cleared.
 
+A single-branch call on rows of equal length (a lone query, or the beams of one beam step) is the
+lean one: it writes its keys/values into the slots past `lengths` at once, and `commit` only counts
+them (`written_in_place`).
+
 Cross-attention keys/values are computed once per query (`set_memory`) and reused every step.
 """
 from __future__ import annotations
@@ -33,6 +37,10 @@ class KVCache:
     src_pad_mask: torch.Tensor | None = None  # (B, S) True where the source is padding
     capacity: int = 0
     _arange: torch.Tensor = field(default_factory=lambda: torch.arange(0))
+    # The last decoder call was a lean one: its keys/values already sit in their slots, so `commit`
+    # only counts them (see Attention.self_in_place).
+    written_in_place: bool = False
+    _src_mask: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (src_pad_mask, its attention mask)
 
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
@@ -51,6 +59,23 @@ class KVCache:
     def max_length(self) -> int:
         return int(self.lengths.max()) if self.lengths.numel() else 0
 
+    def uniform_length(self) -> int | None:
+        """The cached length shared by every row, or None when rows differ."""
+        if self.lengths.numel() == 1:
+            return int(self.lengths[0])
+        low, high = torch.aminmax(self.lengths)
+        return int(low) if bool(low == high) else None
+
+    def src_attention_mask(self) -> torch.Tensor | None:
+        """(B, 1, 1, S) True where a source token may be attended; None when no row has padding.
+        Computed once per source mask."""
+        if self.src_pad_mask is None:
+            raise RuntimeError("the cache has no source memory")
+        if self._src_mask is None or self._src_mask[0] is not self.src_pad_mask:
+            mask = ~self.src_pad_mask[:, None, None, :] if bool(self.src_pad_mask.any()) else None
+            self._src_mask = (self.src_pad_mask, mask)
+        return self._src_mask[1]
+
     def prefix_mask(self, upto: int) -> torch.Tensor:
         """(B, upto) True where a slot is past the row's valid length (masked)."""
         return self._arange[:upto].unsqueeze(0) >= self.lengths.unsqueeze(1)
@@ -64,9 +89,15 @@ class KVCache:
         first = self.layers[0].pending_keys
         if first is None:
             raise RuntimeError("commit() without a preceding decoder call")
+        n_keep = n_keep.to(self.lengths)
+        if self.written_in_place:
+            for layer in self.layers:
+                layer.pending_keys = layer.pending_values = None
+            self.written_in_place = False
+            self.lengths = self.lengths + n_keep
+            return
         batch, _, n_branches, t_new, _ = first.shape
         device = self.lengths.device
-        n_keep = n_keep.to(self.lengths)
         write = n_keep > 0
         rows = torch.arange(batch, device=device)
         if branch is None:
@@ -113,6 +144,7 @@ class KVCache:
                 layer.cross_keys = layer.cross_keys.index_select(0, rows)
                 layer.cross_values = layer.cross_values.index_select(0, rows)
             layer.pending_keys = layer.pending_values = None
+        self.written_in_place = False
         self.lengths = self.lengths.index_select(0, rows)
         if cross and self.src_pad_mask is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, rows)

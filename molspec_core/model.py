@@ -17,6 +17,8 @@ from .cache import KVCache, LayerCache
 from .limits import check_deadline
 from .tokenizer import PAD_ID
 
+InPlace = tuple[int, torch.Tensor | None]  # (cached tokens per row, self-attention mask) of a lean call
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -110,15 +112,18 @@ class Attention(nn.Module):
             dropout_p=self.dropout_p if self.training else 0.0)
         return self.out(self.merge_heads(out))
 
-    def cross_cached(self, x: torch.Tensor, layer: LayerCache, src_mask: torch.Tensor,
+    def cross_cached(self, x: torch.Tensor, layer: LayerCache, src_mask: torch.Tensor | None,
                      want_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention over the cached source memory; optionally also the head-mean weights (B, L, S)."""
+        """Attention over the cached source memory (src_mask None: no padding); optionally also the
+        head-mean weights (B, L, S)."""
         query = self.split_heads(self.query(x))
         if not want_weights:
             out = F.scaled_dot_product_attention(query, layer.cross_keys, layer.cross_values, attn_mask=src_mask)
             return self.out(self.merge_heads(out)), None
         scores = (query @ layer.cross_keys.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, H, L, S)
-        weights = scores.masked_fill(~src_mask, float("-inf")).softmax(dim=-1)
+        if src_mask is not None:
+            scores = scores.masked_fill(~src_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
         out = weights @ layer.cross_values
         return self.out(self.merge_heads(out)), weights.mean(dim=1)
 
@@ -151,6 +156,24 @@ class Attention(nn.Module):
         return self.out(self.merge_heads(out))
 
 
+    def self_in_place(self, x: torch.Tensor, layer: LayerCache, start: int, mask: torch.Tensor | None
+                      ) -> torch.Tensor:
+        """x (B, T, d): one branch of T new tokens for rows that all hold `start` cached tokens.
+
+        The lean call: the new keys/values go straight into slots start..start+T, where `commit`
+        only has to count them (slots past a row's length are masked, so unkept ones do no harm),
+        and one fused attention reads the slots. `mask` (T, start+T), True = may attend; None for T=1.
+        """
+        end = start + x.shape[1]
+        keys, values = self.keys_values(x)  # (B, H, T, hd)
+        layer.keys[:, :, start:end] = keys
+        layer.values[:, :, start:end] = values
+        out = F.scaled_dot_product_attention(self.split_heads(self.query(x)), layer.keys[:, :, :end],
+                                             layer.values[:, :, :end], attn_mask=mask)
+        layer.pending_keys, layer.pending_values = keys.unsqueeze(2), values.unsqueeze(2)  # (B, H, 1, T, hd)
+        return self.out(self.merge_heads(out))
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -180,8 +203,12 @@ class DecoderLayer(nn.Module):
         return x + self.dropout(self.ff(self.norm3(x)))
 
     def step(self, x: torch.Tensor, n_branches: int, layer: LayerCache, cache: KVCache,
-             src_mask: torch.Tensor, want_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        x = x + self.self_attn.self_cached(self.norm1(x), n_branches, layer, cache)
+             src_mask: torch.Tensor | None, want_weights: bool = False, in_place: InPlace | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if in_place is None:
+            x = x + self.self_attn.self_cached(self.norm1(x), n_branches, layer, cache)
+        else:
+            x = x + self.self_attn.self_in_place(self.norm1(x), layer, *in_place)
         attended, weights = self.cross_attn.cross_cached(self.norm2(x), layer, src_mask, want_weights)
         x = x + attended
         return x + self.ff(self.norm3(x)), weights
@@ -237,6 +264,21 @@ class Seq2SeqTransformer(nn.Module):
 
     # ---- cached decoding -------------------------------------------------------------------------
 
+    @staticmethod
+    def _in_place(cache: KVCache, n_branches: int, t_new: int) -> InPlace | None:
+        """(start, mask) of the lean call when it applies: one branch, and every row holding the same
+        number of cached tokens with room for t_new more (a single query, or the beams of a beam
+        step); None otherwise."""
+        if n_branches != 1:
+            return None
+        start = cache.uniform_length()
+        if start is None or start + t_new > cache.capacity:
+            return None
+        mask = None
+        if t_new > 1:  # token i sees the prefix and new tokens 0..i
+            mask = torch.ones(t_new, start + t_new, dtype=torch.bool, device=cache.lengths.device).tril(start)
+        return start, mask
+
     def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int) -> KVCache:
         """A cache for len(memory) rows with the cross-attention keys/values computed once."""
         cfg = self.cfg
@@ -247,25 +289,31 @@ class Seq2SeqTransformer(nn.Module):
         cache.src_pad_mask = ~src_keep
         return cache
 
-    def decode(self, tokens: torch.Tensor, cache: KVCache, *, cross_attention: bool = False
+    def decode(self, tokens: torch.Tensor, cache: KVCache, *, cross_attention: bool = False, lean: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """tokens (B, N, T): N branches of T tokens after each row's cached prefix.
 
         Returns logits (B, N, T, V) and, if asked, the last layer's head-mean cross-attention
         (B, N, T, S), which tells where in the source the model looks for its next token.
-        The new keys/values wait in the cache until `cache.commit`.
+        The new keys/values wait in the cache until `cache.commit`. With one branch and rows of equal
+        cached length, the call takes the lean path (`Attention.self_in_place`) unless lean=False;
+        both compute the same function, which tests/test_model_cache.py pins.
         """
         check_deadline()
         batch, n_branches, t_new = tokens.shape
-        offsets = torch.arange(t_new, device=tokens.device).repeat(n_branches)  # (N*T,)
-        positions = cache.lengths.unsqueeze(1) + offsets  # (B, N*T)
+        in_place = self._in_place(cache, n_branches, t_new) if lean else None
+        if in_place is None:
+            offsets = torch.arange(t_new, device=tokens.device).repeat(n_branches)  # (N*T,)
+            positions = cache.lengths.unsqueeze(1) + offsets  # (B, N*T)
+        else:
+            positions = torch.arange(in_place[0], in_place[0] + t_new, device=tokens.device).expand(batch, t_new)
         x = self.embed_tokens(tokens.reshape(batch, n_branches * t_new), positions)
-        assert cache.src_pad_mask is not None
-        src_mask = ~cache.src_pad_mask[:, None, None, :]
+        src_mask = cache.src_attention_mask()
         last = len(self.decoder) - 1
         weights = None
         for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
-            x, weights = block.step(x, n_branches, layer, cache, src_mask, cross_attention and i == last)
+            x, weights = block.step(x, n_branches, layer, cache, src_mask, cross_attention and i == last, in_place)
+        cache.written_in_place = in_place is not None
         if weights is not None:
             weights = weights.view(batch, n_branches, t_new, -1)
         return self.logits(x).view(batch, n_branches, t_new, -1), weights

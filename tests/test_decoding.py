@@ -153,7 +153,8 @@ def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model):
     single = [beam_search(model, [s], 5)[0] for s in sources]
     for b, s in zip(batched, single):
         assert [h.tokens for h in b.hypotheses] == [h.tokens for h in s.hypotheses]
-        assert [h.score for h in b.hypotheses] == pytest.approx([h.score for h in s.hypotheses], abs=1e-4)
+        # Sums of ~20 float32 log-probs, from kernels that differ with and without source padding.
+        assert [h.score for h in b.hypotheses] == pytest.approx([h.score for h in s.hypotheses], rel=5e-5, abs=1e-4)
         scores = [h.score for h in b.hypotheses]
         assert scores == sorted(scores, reverse=True)
         assert len(set(h.tokens for h in b.hypotheses)) == len(b.hypotheses)

@@ -1,5 +1,6 @@
 """The KV cache: cached decoding equals the uncached model, for single tokens, multi-token appends,
 shared-prefix branches, rollback and reorder."""
+import pytest
 import torch
 
 from conftest import random_model
@@ -20,22 +21,24 @@ def setup(seed=0, batch=3):
     return model, src, tgt, reference, cache
 
 
+@pytest.mark.parametrize("lean", [True, False])
 @torch.no_grad()
-def test_one_token_at_a_time_matches_uncached():
+def test_one_token_at_a_time_matches_uncached(lean):
     model, _, tgt, reference, cache = setup()
     for t in range(tgt.shape[1]):
-        logits, _ = model.decode(tgt[:, None, t:t + 1], cache)
+        logits, _ = model.decode(tgt[:, None, t:t + 1], cache, lean=lean)
         cache.commit(torch.ones(3, dtype=torch.long))
         torch.testing.assert_close(logits[:, 0, 0], reference[:, t], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("lean", [True, False])
 @torch.no_grad()
-def test_append_several_tokens_in_one_call():
+def test_append_several_tokens_in_one_call(lean):
     model, _, tgt, reference, cache = setup(1)
-    logits, _ = model.decode(tgt[:, None, :5], cache)
+    logits, _ = model.decode(tgt[:, None, :5], cache, lean=lean)
     cache.commit(torch.full((3,), 5))
     torch.testing.assert_close(logits[:, 0], reference[:, :5], atol=1e-5, rtol=1e-5)
-    logits, _ = model.decode(tgt[:, None, 5:], cache)
+    logits, _ = model.decode(tgt[:, None, 5:], cache, lean=lean)
     torch.testing.assert_close(logits[:, 0], reference[:, 5:], atol=1e-5, rtol=1e-5)
 
 
@@ -53,6 +56,45 @@ def test_branches_share_the_prefix_and_commit_the_chosen_one():
     cache.commit(torch.full((3,), 2), chosen)
     logits, _ = model.decode(tgt[:, None, 6:], cache)
     torch.testing.assert_close(logits[:, 0], reference[:, 6:], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_lean_call_equals_the_general_one():
+    """A single-branch call on rows of equal length takes the lean path (keys written into their
+    slots at once, commit only counts them). Through partial commits, a call whose tokens are all
+    dropped, and cross-attention weights, it gives what the general path gives, and leaves the
+    same prefix in the cache."""
+    model, _, tgt, _, lean_cache = setup(7)
+    _, _, _, _, general_cache = setup(7)
+    steps = [(0, 5, 3), (3, 7, 0), (3, 7, 4), (7, 8, 1)]  # (from, to, tokens kept) of tgt per call
+    for first, last, keep in steps:
+        lean, lean_w = model.decode(tgt[:, None, first:last], lean_cache, cross_attention=True)
+        assert lean_cache.written_in_place
+        general, general_w = model.decode(tgt[:, None, first:last], general_cache, cross_attention=True,
+                                          lean=False)
+        assert not general_cache.written_in_place
+        torch.testing.assert_close(lean, general, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lean_w, general_w, atol=1e-6, rtol=1e-5)
+        for cache in (lean_cache, general_cache):
+            cache.commit(torch.full((3,), keep))
+    assert lean_cache.lengths.tolist() == general_cache.lengths.tolist() == [8, 8, 8]
+    for lean_layer, general_layer in zip(lean_cache.layers, general_cache.layers):
+        torch.testing.assert_close(lean_layer.keys[:, :, :8], general_layer.keys[:, :, :8], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lean_layer.values[:, :, :8], general_layer.values[:, :, :8], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_calls_that_cannot_be_lean_take_the_general_path():
+    model, _, tgt, reference, cache = setup(8)
+    model.decode(tgt[:, None, :4], cache)
+    cache.commit(torch.tensor([4, 3, 4]))  # rows now differ in length
+    logits, _ = model.decode(tgt[:, None, 4:5], cache)
+    assert not cache.written_in_place
+    torch.testing.assert_close(logits[[0, 2], 0, 0], reference[[0, 2], 4], atol=1e-5, rtol=1e-5)
+    cache.commit(torch.tensor([1, 0, 1]))
+    cache.rollback(torch.tensor([3, 3, 3]))
+    model.decode(tgt[:, None, 3:4].expand(3, 2, 1), cache)  # two branches
+    assert not cache.written_in_place
 
 
 @torch.no_grad()
