@@ -37,3 +37,30 @@ def canonical_or_none(smiles: str) -> str | None:
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
     return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]
+
+
+# An O-O-O chain: ozonide-like fragments such as "OOO" are a known failure of undertrained models and
+# are not a reaction's product or a purchasable reactant.
+_OXYGEN_CHAIN = Chem.MolFromSmarts("[OX2]-[OX2]-[OX2]")
+
+
+def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
+    """Why a valid (canonical) answer is not a sane answer to `query` (canonical), or () when none:
+    it repeats the query, it is an unchanged reactant (forward), it contains the product (retro),
+    or a molecule in it has unpaired electrons or an O-O-O chain."""
+    concerns = []
+    parts = set(answer.split("."))
+    query_parts = set(query.split("."))
+    if answer == query:
+        concerns.append("same as the query")
+    elif task == "forward" and parts <= query_parts:
+        concerns.append("an unchanged reactant")
+    elif task == "retro" and query in parts:
+        concerns.append("contains the product itself")
+    mol = Chem.MolFromSmiles(answer)
+    if mol is not None:
+        if any(atom.GetNumRadicalElectrons() for atom in mol.GetAtoms()):
+            concerns.append("unpaired electrons (a radical)")
+        if mol.HasSubstructMatch(_OXYGEN_CHAIN):
+            concerns.append("an O-O-O chain")
+    return tuple(concerns)

@@ -77,13 +77,15 @@ def check_method(method: str, n_best: int) -> None:
 
 def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_best: int, method: str = "beam",
              batch_size: int = 16, progress: bool = True, **options) -> dict:
-    """Top-1..n_best accuracy; options (draft_len, n_drafts, sampling) go to Predictor.predict."""
+    """Top-1..n_best accuracy in the model's own order (comparable with the papers), and as the app ranks
+    the answers (`ranked_top*`: sane answers first, see service.rank_answers); options (draft_len, n_drafts,
+    sampling) go to Predictor.predict."""
     check_method(method, n_best)
     if not sources or len(targets) != len(sources):
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
                          f"and {len(targets)} targets")
-    correct = [0] * n_best
-    invalid = errors = 0
+    correct = {"top": [0] * n_best, "ranked_top": [0] * n_best}
+    invalid = flagged = errors = 0
     for start in tqdm(range(0, len(sources), batch_size), desc="evaluate", disable=not progress, unit="batch"):
         chunk = sources[start:start + batch_size]
         results = predictor.predict(chunk, method=method, n_best=n_best, batch_size=batch_size, **options)
@@ -91,14 +93,17 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             if not result.ok:
                 errors += 1
                 continue
-            preds = [p.smiles for p in result.predictions]
-            invalid += bool(preds) and not result.predictions[0].valid
-            first = next((k for k, hit in enumerate(hits(preds, target)) if hit), None)
-            if first is not None:
-                for k in range(first, n_best):
-                    correct[k] += 1
+            model_order = sorted(result.predictions, key=lambda p: p.model_rank)
+            if model_order:
+                invalid += not model_order[0].valid
+                flagged += model_order[0].valid and not model_order[0].sane
+            for name, ranked in (("top", model_order), ("ranked_top", result.predictions)):
+                first = next((k for k, hit in enumerate(hits([p.smiles for p in ranked], target)) if hit), None)
+                for k in range(n_best if first is None else first, n_best):
+                    correct[name][k] += 1
     n = len(sources)
-    report = {f"top{k + 1}": correct[k] / n for k in range(n_best)}
-    report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n,
-                  query_errors=errors, invalid_smiles_rate_counts="top-1 predictions that RDKit rejects / n")
+    report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
+    report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
+                  query_errors=errors, invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
+                  flagged_rate_counts="the model's top-1 answers that are valid but not sane (chem.answer_concerns) / n")
     return report

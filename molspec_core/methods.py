@@ -107,6 +107,10 @@ _ROWS = (
 
 METHODS: dict[str, Method] = {row.name: row for row in _ROWS}
 DEFAULT_METHOD = "spec-auto"
+# What the app opens on per task, (method, n_best): forward prediction gives its one product fastest;
+# retrosynthesis opens on a ranked list of reactant sets, as other tools do, from the fastest exact
+# n-best method.
+TASK_DEFAULTS: dict[str, tuple[str, int]] = {"forward": (DEFAULT_METHOD, 5), "retro": ("sbs-exact", 10)}
 
 
 def method(name: str) -> Method:

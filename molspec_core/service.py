@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint
-from .chem import ChemError, canonical, canonical_fragments, canonical_or_none
+from .chem import ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
 from .decoding.sampling import sample_decode
@@ -107,17 +107,31 @@ def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Draft
 
 @dataclass(frozen=True)
 class Prediction:
-    rank: int
+    rank: int  # 1 = best: sane answers first, then flagged ones, then invalid ones, each in model order
     smiles: str  # canonical when valid, else the raw decoded string
     score: float  # sum of token log-probabilities
-    valid: bool
+    valid: bool  # RDKit reads and sanitizes it
     tokens: tuple[str, ...]
     provenance: tuple[int, ...]  # per token: source token position copied from, or -1 (generated)
     finished: bool = True
+    concerns: tuple[str, ...] = ()  # why a valid answer is not a sane one (chem.answer_concerns)
+    model_rank: int = 0  # its rank in the decoder's own order (by score)
 
     @property
     def probability(self) -> float:
         return math.exp(self.score)
+
+    @property
+    def sane(self) -> bool:
+        """Valid and without concerns: what the app and the CSV call a chemically sane answer."""
+        return self.valid and not self.concerns
+
+
+def rank_answers(predictions: Sequence[Prediction]) -> tuple[Prediction, ...]:
+    """A chemist reads the list top down: sane answers first, then flagged ones (they repeat the query,
+    keep a reactant unchanged, ...), then unreadable ones; the model's order is kept within each."""
+    ranked = sorted(predictions, key=lambda p: (not p.valid, bool(p.concerns)))
+    return tuple(dataclasses.replace(p, rank=i) for i, p in enumerate(ranked, start=1))
 
 
 @dataclass(frozen=True)
@@ -351,7 +365,8 @@ class Predictor:
             tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
+            concerns = answer_concerns(canon, query.canonical, self.task) if canon else ()
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
-                                          hyp.provenance, hyp.finished))
+                                          hyp.provenance, hyp.finished, concerns, rank))
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
-                           tuple(predictions), result.stats, method)
+                           rank_answers(predictions), result.stats, method)

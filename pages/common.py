@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from molspec_core.chem import canonical_or_none
-from molspec_core.methods import DEFAULT_METHOD, METHODS, PEERS, SAMPLING_KNOBS, SamplingOptions
+from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def render_sidebar() -> Settings:
     sb = st.sidebar
     sb.title("MolSpec")
     sb.caption("Reaction prediction with a Molecular Transformer, sped up by speculative decoding.")
-    task = sb.radio("Task", TASKS, format_func=TASK_LABELS.get, key="task")
+    task = sb.radio("Task", TASKS, format_func=TASK_LABELS.get, key="task", on_change=_open_task_on_its_defaults)
     names = models_for_task(task)
     model = None
     if names:
@@ -135,15 +135,17 @@ def render_sidebar() -> Settings:
     predictor = load_predictor(str(models_dir() / model)) if model else None
     has_draft_model = predictor is not None and predictor.draft_model is not None
     methods = [m for m in method_order() if METHODS[m].drafts != "model" or has_draft_model]
-    default = methods.index(DEFAULT_METHOD) if DEFAULT_METHOD in methods else 0
-    method = sb.selectbox("Decoding method", methods, index=default, format_func=method_label, key="method",
-                          help=METHOD_HELP)
+    # Defaults go through the session state, not the widgets' arguments: the task switch sets them there.
+    default_method, default_n_best = TASK_DEFAULTS[task]
+    st.session_state.setdefault("method", default_method)
+    st.session_state.setdefault("n_best", default_n_best)
+    method = sb.selectbox("Decoding method", methods, format_func=method_label, key="method", help=METHOD_HELP)
     n_best = 1
     if reads(method, "n_best") and METHODS[method].family == "sampling":
         n_best = sb.slider("Samples", 1, 10, 5, key="n_samples",
                            help="How many answers to draw; repeated answers are merged and ranked by score.")
     elif reads(method, "n_best"):
-        n_best = sb.slider("Beam width (n-best)", 1, 10, 5, key="n_best",
+        n_best = sb.slider("Beam width (n-best)", 1, 10, key="n_best",
                            help="How many ranked answers beam search keeps and returns.")
     sampling = _sampling_knobs(method) if any(reads(method, knob) for knob in SAMPLING_KNOBS) else None
     draft_len = n_drafts = None
@@ -163,6 +165,11 @@ def render_sidebar() -> Settings:
         sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
                    f"torch threads: {predictor.threads}")
     return Settings(task, model, method, n_best, draft_len, n_drafts, sampling)
+
+
+def _open_task_on_its_defaults() -> None:
+    """Task switch callback: the other task opens on its own method and n-best (methods.TASK_DEFAULTS)."""
+    st.session_state["method"], st.session_state["n_best"] = TASK_DEFAULTS[st.session_state["task"]]
 
 
 def _sampling_knobs(method: str) -> SamplingOptions:

@@ -135,6 +135,22 @@ def show_known_check(shown: Shown, known: str) -> None:
                    icon=":material/info:")
 
 
+SANE_HELP = ("RDKit reads and sanitizes it, it is not the query itself, not an unchanged reactant (forward) "
+             "and does not contain the product (retrosynthesis), and no molecule in it has unpaired electrons or "
+             "an O-O-O chain. Sane is not the same as correct.")
+
+
+def sanity_badge(prediction: Prediction) -> None:
+    if prediction.sane:
+        st.badge("Sane structure", color="green", icon=":material/check:", help=SANE_HELP)
+    elif prediction.valid:
+        st.badge("Check: " + "; ".join(prediction.concerns), color="orange", icon=":material/warning:",
+                 help=SANE_HELP)
+    else:
+        st.badge("Invalid SMILES", color="red", icon=":material/close:",
+                 help="RDKit cannot read or sanitize this SMILES.")
+
+
 def show_prediction(prediction: Prediction, known: str | None) -> None:
     with st.container(border=True):
         picture, facts = st.columns([2, 3], vertical_alignment="center")
@@ -146,15 +162,15 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
         with facts:
             with st.container(horizontal=True, vertical_alignment="center"):
                 st.markdown(f"**Rank {prediction.rank}**")
-                if prediction.valid:
-                    st.badge("Valid SMILES", color="green", icon=":material/check:")
-                else:
-                    st.badge("Invalid SMILES", color="red", icon=":material/close:")
+                sanity_badge(prediction)
                 if known and prediction.smiles == known:
                     st.badge("Known answer", color="blue", icon=":material/verified:")
                 if not prediction.finished:
                     st.badge("Stopped at the length limit", color="orange")
             st.code(prediction.smiles, language=None, wrap_lines=True)
+            if prediction.rank != prediction.model_rank:
+                st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
+                           "after sane ones).")
             score, probability, length = st.columns(3)
             score.metric("Score (log-prob)", f"{prediction.score:.2f}")
             probability.metric("Probability", common.format_probability(prediction.score))

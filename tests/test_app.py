@@ -192,7 +192,7 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     metrics = {m.label: m.value for m in at.metric}
     assert {"Score (log-prob)", "Probability", "Tokens"} <= set(metrics)
-    assert re.search("Valid SMILES|Invalid SMILES", texts(at.markdown))
+    assert re.search("Sane structure|Check: |Invalid SMILES", texts(at.markdown))
     assert len(at.get("html")) == 1  # the coloured provenance tokens
 
 
@@ -296,9 +296,14 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.radio(key="task").set_value("retro").run()
     assert at.title[0].value == "Propose reactants"
+    # Retrosynthesis opens on a ranked list from the fastest exact n-best method (methods.TASK_DEFAULTS).
+    assert at.selectbox(key="method").value == "sbs-exact" and at.slider(key="n_best").value == 10
     predict(at, "Oc1ccncc1")
     assert_clean(at)
+    assert sum(m.value.startswith("**Rank ") for m in at.markdown) > 1
     assert "Predictions" in texts(at.subheader)
+    at.radio(key="task").set_value("forward").run()
+    assert at.selectbox(key="method").value == "spec-auto"
 
 
 # ---- Batch page -----------------------------------------------------------------------------------

@@ -70,8 +70,10 @@ def test_evaluate_writes_topk_json(pair_files):
     assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
                  "--n-best", "3", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["n"] == 5 and {"top1", "top2", "top3", "invalid_smiles_rate"} <= set(report)
+    assert report["n"] == 5 and {"top1", "top2", "top3", "invalid_smiles_rate", "flagged_rate"} <= set(report)
     assert report["top1"] <= report["top2"] <= report["top3"]
+    assert report["ranked_top1"] <= report["ranked_top2"] <= report["ranked_top3"]
+    assert report["ranked_top3"] == report["top3"]  # ranking reorders the n-best list; it adds nothing
 
 
 def test_bench_reports_every_method_with_index_file(pair_files):

@@ -6,7 +6,7 @@ import pytest
 from conftest import FIXTURES, FORWARD_MODEL
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.methods import of_family
-from molspec_core.service import MAX_QUERY_CHARS, Predictor
+from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
 
@@ -72,9 +72,29 @@ def test_every_greedy_method_gives_the_same_prediction(copier):
 def test_beam_returns_n_best_ranked_with_probabilities(copier):
     result = copier.predict("CCOc1ccccc1", method="beam", n_best=3)
     assert [p.rank for p in result.predictions] == [1, 2, 3]
-    scores = [p.score for p in result.predictions]
+    by_model = sorted(result.predictions, key=lambda p: p.model_rank)
+    assert [p.model_rank for p in by_model] == [1, 2, 3]
+    scores = [p.score for p in by_model]
     assert scores == sorted(scores, reverse=True)
     assert all(0 < p.probability <= 1 for p in result.predictions)
+
+
+def test_an_answer_that_repeats_the_query_is_flagged(copier):
+    """The copy model's best answer to benzene is benzene: valid, but not a sane answer."""
+    echo = copier.predict("c1ccccc1", method="beam", n_best=5).predictions[0]
+    assert echo.smiles == "c1ccccc1" and echo.valid and not echo.sane
+    assert echo.concerns == ("same as the query",)
+
+
+def test_ranking_puts_sane_answers_first_and_keeps_model_order_within_groups():
+    def answer(model_rank, valid, concerns=()):
+        return Prediction(model_rank, f"C{model_rank}", -float(model_rank), valid, (), (), True, concerns, model_rank)
+
+    given = [answer(1, True, ("same as the query",)), answer(2, False), answer(3, True), answer(4, True),
+             answer(5, True, ("an O-O-O chain",))]
+    ranked = rank_answers(given)
+    assert [p.model_rank for p in ranked] == [3, 4, 1, 5, 2]
+    assert [p.rank for p in ranked] == [1, 2, 3, 4, 5]
 
 
 def test_provenance_and_stats_are_reported(copier):

@@ -1,0 +1,24 @@
+"""Which valid answers a chemist must not be shown as sane (chem.answer_concerns)."""
+import pytest
+
+from molspec_core.chem import answer_concerns
+
+
+@pytest.mark.parametrize("answer, query, task, concerns", [
+    ("CC(=O)OCC", "CC(=O)O.CCO", "forward", ()),  # a real product
+    ("CC(=O)O.CCO", "CC(=O)O.CCO", "forward", ("same as the query",)),
+    ("CCO", "CC(=O)O.CCO", "forward", ("an unchanged reactant",)),
+    ("CC(=O)O.CCO", "CCOC(C)=O", "retro", ()),  # real reactants
+    ("CCOC(C)=O", "CCOC(C)=O", "retro", ("same as the query",)),
+    ("CCOC(C)=O.O", "CCOC(C)=O", "retro", ("contains the product itself",)),
+    ("OOO", "CCOC(C)=O", "retro", ("an O-O-O chain",)),
+    ("CC(=O)OO", "CC(=O)O", "forward", ()),  # a peroxy acid is a real reagent: one O-O bond is fine
+    ("[CH3]", "C", "forward", ("unpaired electrons (a radical)",)),
+])
+def test_answer_concerns(answer, query, task, concerns):
+    assert answer_concerns(answer, query, task) == concerns
+
+
+def test_a_retro_set_may_share_a_reactant_with_nothing_flagged():
+    # Reactant sets that merely contain a common reagent (water) are not trivial.
+    assert answer_concerns("CC(=O)Cl.O", "CC(=O)O", "retro") == ()
