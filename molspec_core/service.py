@@ -116,6 +116,9 @@ class Prediction:
     finished: bool = True
     concerns: tuple[str, ...] = ()  # why a valid answer is not a sane one (chem.answer_concerns)
     model_rank: int = 0  # its rank in the decoder's own order (by score)
+    # Retrosynthesis answers checked with the forward model (roundtrip.check_round_trip); None: not checked.
+    round_trip: bool | None = None  # the forward model's top-k gives the query product back
+    forward_prob: float | None = None  # the forward model's probability of that product
 
     @property
     def probability(self) -> float:

@@ -95,6 +95,10 @@ class Settings:
     draft_len: int | None  # None: the method's own default
     n_drafts: int | None
     sampling: SamplingOptions | None = None  # knobs of the sampling methods
+    # Retrosynthesis: the forward model folder that checks each answer round trip, and the top-k it may
+    # give the product back within; None: no check.
+    round_trip_model: str | None = None
+    round_trip_k: int = 1
 
     @property
     def model_dir(self) -> str | None:
@@ -161,10 +165,28 @@ def render_sidebar() -> Settings:
             sb.caption(f"Drafts: {default_len} tokens from the draft model")
         else:
             sb.caption(f"Drafts: {default_n} × {default_len} tokens ({drafter} drafter)")
+    round_trip_model, round_trip_k = _round_trip_settings(task)
     if predictor is not None:
         sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
                    f"torch threads: {predictor.threads}")
-    return Settings(task, model, method, n_best, draft_len, n_drafts, sampling)
+    return Settings(task, model, method, n_best, draft_len, n_drafts, sampling, round_trip_model, round_trip_k)
+
+
+def _round_trip_settings(task: str) -> tuple[str | None, int]:
+    """(forward model, top-k) of the round-trip check of retrosynthesis answers; (None, 1) when off."""
+    if task != "retro":
+        return None, 1
+    sb = st.sidebar
+    forward_models = models_for_task("forward")
+    if not forward_models:
+        sb.caption("Round-trip check: install a forward model (models/forward/) to check each answer.")
+        return None, 1
+    if not sb.toggle("Round-trip check", value=True, key="round_trip",
+                     help="Runs every sane answer back through the forward model: ✓ when the forward model "
+                          "gives the product back within its top-k."):
+        return None, 1
+    k = sb.select_slider("Round trip within forward top-k", [1, 2, 3, 5], value=1, key="round_trip_k")
+    return forward_models[0], int(k)
 
 
 def _open_task_on_its_defaults() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -15,6 +16,7 @@ from molspec_core import depict
 from molspec_core.chem import canonical_or_none
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, speedup_pair
+from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Prediction, Predictor, QueryResult
 from pages import common
 from pages.common import Settings
@@ -95,7 +97,22 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         ss["query_error"] = f"Cannot predict this query: {result.error}"
         return
     ss["query_error"] = None
-    ss["shown"] = Shown(cfg, result, ss.get("example"))
+    ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"))
+
+
+def round_trip(cfg: Settings, result: QueryResult) -> QueryResult:
+    """The answers checked with the forward model when the settings ask for it; unchanged (with a note)
+    when the check cannot run, so the answers are never lost to it."""
+    if cfg.round_trip_model is None:
+        return result
+    try:
+        forward = common.load_predictor(str(common.models_dir() / cfg.round_trip_model))
+        with st.spinner("Checking each answer with the forward model…"):
+            return check_round_trip(result, forward, cfg.round_trip_k)
+    except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
+        log.exception("round-trip check failed")
+        st.session_state["query_error"] = f"The round-trip check could not run ({common.short(str(exc), 160)})."
+        return result
 
 
 # ---- results ----------------------------------------------------------------------------------
@@ -151,6 +168,28 @@ def sanity_badge(prediction: Prediction) -> None:
                  help="RDKit cannot read or sanitize this SMILES.")
 
 
+def round_trip_badge(prediction: Prediction) -> None:
+    probability = f"{prediction.forward_prob:.2g}" if prediction.forward_prob is not None else "?"
+    help_text = (f"The forward model, given these reactants, gives the product a probability of {probability}. "
+                 "IBM RXN keeps a retrosynthesis step when this round trip holds with at least 0.6.")
+    if prediction.round_trip:
+        st.badge("Round trip ✓", color="green", icon=":material/sync:", help=help_text)
+    else:
+        st.badge("Round trip ✗", color="gray", icon=":material/sync_problem:", help=help_text)
+
+
+ORDERS = ("As ranked", "Round trip ✓ first", "Only round trip ✓")
+
+
+def ordered(predictions: tuple[Prediction, ...], order: str) -> list[Prediction]:
+    """The answers in the order (or the subset) the round-trip control asks for; ranks stay as they are."""
+    if order == ORDERS[1]:
+        return sorted(predictions, key=lambda p: not p.round_trip)
+    if order == ORDERS[2]:
+        return [p for p in predictions if p.round_trip]
+    return list(predictions)
+
+
 def show_prediction(prediction: Prediction, known: str | None) -> None:
     with st.container(border=True):
         picture, facts = st.columns([2, 3], vertical_alignment="center")
@@ -163,6 +202,8 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
             with st.container(horizontal=True, vertical_alignment="center"):
                 st.markdown(f"**Rank {prediction.rank}**")
                 sanity_badge(prediction)
+                if prediction.round_trip is not None:
+                    round_trip_badge(prediction)
                 if known and prediction.smiles == known:
                     st.badge("Known answer", color="blue", icon=":material/verified:")
                 if not prediction.finished:
@@ -171,10 +212,14 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
             if prediction.rank != prediction.model_rank:
                 st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
                            "after sane ones).")
-            score, probability, length = st.columns(3)
-            score.metric("Score (log-prob)", f"{prediction.score:.2f}")
-            probability.metric("Probability", common.format_probability(prediction.score))
-            length.metric("Tokens", len(prediction.tokens))
+            columns = st.columns(4 if prediction.forward_prob is not None else 3)
+            columns[0].metric("Score (log-prob)", f"{prediction.score:.2f}")
+            columns[1].metric("Probability", common.format_probability(prediction.score))
+            columns[2].metric("Tokens", len(prediction.tokens))
+            if prediction.forward_prob is not None:
+                columns[3].metric("Forward prob.", common.format_probability(math.log(prediction.forward_prob))
+                                  if prediction.forward_prob > 0 else "0",
+                                  help="The forward model's probability of the query product from these reactants")
 
 
 def copied_tokens_text(shown: Shown, prediction: Prediction) -> str:
@@ -350,7 +395,16 @@ def main() -> None:
     known = known_answer(shown)
     if known:
         show_known_check(shown, known)
-    for prediction in shown.result.predictions:
+    listed = list(shown.result.predictions)
+    if any(p.round_trip is not None for p in listed):
+        passed = sum(bool(p.round_trip) for p in listed)
+        st.caption(f"Round trip: the forward model gives the product back from {passed} of {len(listed)} answers "
+                   f"(within its top {shown.settings.round_trip_k}).")
+        listed = ordered(shown.result.predictions, st.segmented_control(
+            "Order", ORDERS, default=ORDERS[0], key="round_trip_order") or ORDERS[0])
+        if not listed:
+            st.info("No answer passes the round trip; choose another order to see them all.", icon=":material/info:")
+    for prediction in listed:
         show_prediction(prediction, known)
 
     if not shown.result.predictions:

@@ -306,6 +306,31 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     assert at.selectbox(key="method").value == "spec-auto"
 
 
+@needs_forward
+def test_retrosynthesis_answers_are_checked_round_trip(monkeypatch):
+    at = app(None, monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    assert at.toggle(key="round_trip").value  # on by default where a forward model is installed
+    predict(at, "CC(=O)Nc1ccc(O)cc1")
+    assert_clean(at)
+    assert re.search("Round trip [✓✗]", texts(at.markdown))
+    assert re.search(r"the forward model gives the product back from \d+ of \d+ answers", texts(at.caption))
+    at.toggle(key="round_trip").set_value(False).run()
+    predict(at, "CC(=O)Nc1ccc(O)cc1")
+    assert not re.search("Round trip [✓✗]", texts(at.markdown))
+
+
+def test_round_trip_order_puts_passing_answers_first_or_alone():
+    from molspec_core.service import Prediction
+    from pages.predict import ORDERS, ordered
+
+    answers = tuple(Prediction(k, f"C{k}", -k, True, (), (), round_trip=passed, model_rank=k)
+                    for k, passed in enumerate([False, True, None, True], start=1))
+    assert [p.rank for p in ordered(answers, ORDERS[0])] == [1, 2, 3, 4]
+    assert [p.rank for p in ordered(answers, ORDERS[1])] == [2, 4, 1, 3]
+    assert [p.rank for p in ordered(answers, ORDERS[2])] == [2, 4]
+
+
 # ---- Batch page -----------------------------------------------------------------------------------
 
 

@@ -1,0 +1,77 @@
+"""Round-trip check of retrosynthesis answers with the forward model.
+
+A proposed reactant set is plausible when the forward model, given it, writes the product back: IBM
+RXN keeps a retro step only when its forward model does so with a confidence of at least 0.6. Each
+valid answer gets `round_trip` (the query product is among the forward model's top-k answers,
+canonical and stereo-aware) and `forward_prob` (the forward model's probability of exactly that
+product, teacher-forced, whatever its rank).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .decoding.batch import pad_sources
+from .service import Prediction, Predictor, QueryResult
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizeError
+
+SCORE_BATCH = 32  # reactant sets scored per forward pass
+
+
+def forward_method(top_k: int) -> str:
+    """The fastest exact method for the forward model's top-k (see methods.py)."""
+    return "spec-auto" if top_k == 1 else "sbs-exact"
+
+
+@torch.inference_mode()
+def sequence_log_probs(predictor: Predictor, sources: Sequence[Sequence[int]],
+                       targets: Sequence[Sequence[int]]) -> list[float]:
+    """log P(target | source) under the model, summed over the target's tokens and its eos."""
+    model, device = predictor.model, predictor.device
+    scores: list[float] = []
+    for start in range(0, len(sources), SCORE_BATCH):
+        src = pad_sources(sources[start:start + SCORE_BATCH], device)
+        rows = [[BOS_ID, *t, EOS_ID] for t in targets[start:start + SCORE_BATCH]]
+        tgt = pad_sources(rows, device)  # bos .. eos, padded
+        log_probs = F.log_softmax(model(src, tgt[:, :-1]).float(), dim=-1)
+        wanted = tgt[:, 1:]
+        picked = log_probs.gather(-1, wanted.unsqueeze(-1)).squeeze(-1).masked_fill(wanted == PAD_ID, 0.0)
+        scores.extend(picked.sum(dim=-1).tolist())
+    return scores
+
+
+def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) -> QueryResult:
+    """`result` (a retrosynthesis answer list) with round_trip and forward_prob set on every sane answer
+    the forward model can read; None on the others (invalid or flagged ones, unknown tokens)."""
+    if forward.task != "forward":
+        raise ValueError(f"the round-trip check needs a forward model; {forward.path} is a {forward.task} model")
+    if not 1 <= top_k <= 10:
+        raise ValueError("round-trip top-k must be between 1 and 10")
+    if not result.ok or not result.predictions:
+        return result
+    product = result.canonical_query
+    try:
+        product_ids = forward.vocab.encode(product)
+    except TokenizeError:
+        return result
+    checked: list[tuple[int, tuple[int, ...]]] = []  # (index in predictions, forward source ids)
+    for i, prediction in enumerate(result.predictions):
+        if prediction.sane:  # a flagged answer (the product itself, ...) would come back trivially
+            try:
+                checked.append((i, forward.prepare(prediction.smiles).ids))
+            except ValueError:
+                continue
+    if not checked:
+        return result
+    answers = forward.predict([result.predictions[i].smiles for i, _ in checked], method=forward_method(top_k),
+                              n_best=top_k, batch_size=len(checked))
+    log_probs = sequence_log_probs(forward, [ids for _, ids in checked], [product_ids] * len(checked))
+    updated: list[Prediction] = list(result.predictions)
+    for (i, _), answer, log_prob in zip(checked, answers, log_probs):
+        back = answer.ok and any(p.valid and p.smiles == product for p in answer.predictions[:top_k])
+        updated[i] = dataclasses.replace(updated[i], round_trip=back, forward_prob=math.exp(log_prob))
+    return dataclasses.replace(result, predictions=tuple(updated))
