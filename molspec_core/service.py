@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint
+from .calibration import Calibration, load as load_calibration
 from .chem import ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -119,6 +120,7 @@ class Prediction:
     # Retrosynthesis answers checked with the forward model (roundtrip.check_round_trip); None: not checked.
     round_trip: bool | None = None  # the forward model's top-k gives the query product back
     forward_prob: float | None = None  # the forward model's probability of that product
+    confidence: float | None = None  # calibrated chance that it is right (calibration.py); None: no calibration
 
     @property
     def probability(self) -> float:
@@ -164,6 +166,7 @@ class Predictor:
         self.model, self.vocab, self.config, self.device, self.path = model, vocab, config, device, path
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
+        self.calibration: Calibration | None = load_calibration(path)  # None: none, or fitted for other weights
 
     @property
     def device_name(self) -> str:
@@ -369,7 +372,8 @@ class Predictor:
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
             concerns = answer_concerns(canon, query.canonical, self.task) if canon else ()
+            confidence = self.calibration.confidence(hyp.score) if self.calibration and canon else None
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
-                                          hyp.provenance, hyp.finished, concerns, rank))
+                                          hyp.provenance, hyp.finished, concerns, rank, confidence=confidence))
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
                            rank_answers(predictions), result.stats, method)

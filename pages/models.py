@@ -4,8 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
+from molspec_core import calibration
 from pages import common
 
 TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, product out.",
@@ -52,6 +54,35 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["fact", "value"])
 
 
+def reliability_chart(cal: calibration.Calibration) -> go.Figure:
+    """Confidence against the share of right answers, per bin of the check queries: on the diagonal
+    when the confidence means what it says."""
+    mean, share, count = zip(*cal.reliability)
+    figure = go.Figure([
+        go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line={"dash": "dot", "color": "#888"}, name="perfect"),
+        go.Scatter(x=mean, y=share, mode="lines+markers", marker={"size": [6 + 14 * c / max(count) for c in count]},
+                   name="confidence", customdata=count,
+                   hovertemplate="confidence %{x:.0%}: %{y:.0%} right of %{customdata} answers<extra></extra>")])
+    figure.update_layout(title="Reliability on held-out validation queries", xaxis_title="confidence",
+                         yaxis_title="share right", xaxis_range=[0, 1], yaxis_range=[0, 1], height=340,
+                         margin={"t": 50, "b": 10}, showlegend=False)
+    return figure
+
+
+def show_calibration(folder: Path) -> None:
+    cal = calibration.load(folder)
+    if cal is None:
+        note = ("its calibration was fitted for other weights; run `molspec calibrate` again"
+                if (folder / calibration.FILE).is_file() else "run `molspec calibrate` to fit one")
+        st.caption(f"Confidence: not calibrated ({note}). The app shows the model's own probability instead.")
+        return
+    st.markdown(f"**Confidence** is calibrated on the validation split ({common.method_label(cal.method)}, "
+                f"{cal.n_best}-best): fitted on {cal.n_fit} queries, judged on {cal.n_check} others. Expected "
+                f"calibration error {cal.ece:.3f}, against {cal.ece_raw:.3f} for the model's own probability.")
+    if cal.reliability:
+        st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}")
+
+
 def main() -> None:
     st.title("Models")
     st.caption("The checkpoints this app serves: what they were trained on and how well they do.")
@@ -67,6 +98,7 @@ def main() -> None:
         left, right = st.columns([2, 3])
         with left:
             st.table(facts(folder, config), hide_index=True, hide_header=True, border="horizontal")
+            show_calibration(folder)
         with right:
             card = folder / "MODEL_CARD.md"
             if card.is_file():

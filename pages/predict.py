@@ -214,7 +214,15 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
                            "after sane ones).")
             columns = st.columns(4 if prediction.forward_prob is not None else 3)
             columns[0].metric("Score (log-prob)", f"{prediction.score:.2f}")
-            columns[1].metric("Probability", common.format_probability(prediction.score))
+            if prediction.confidence is not None:
+                columns[1].metric("Confidence", f"{prediction.confidence:.0%}",
+                                  help="The share of right answers among validation answers with a score like this "
+                                       "one (the Models page shows how well it holds). The model's own probability "
+                                       f"of this answer is {common.format_probability(prediction.score)}.")
+            else:
+                columns[1].metric("Probability", common.format_probability(prediction.score),
+                                  help="The model's own probability of this answer; this model has no calibration, "
+                                       "so it is not the chance that the answer is right.")
             columns[2].metric("Tokens", len(prediction.tokens))
             if prediction.forward_prob is not None:
                 columns[3].metric("Forward prob.", common.format_probability(math.log(prediction.forward_prob))

@@ -1,0 +1,150 @@
+"""Calibrated confidence: the chance that an answer is right, given its score.
+
+A model's raw probability of an answer (exp of its summed log-probs) says little about how often such
+answers are right: a correct reactant set may get a few percent. So each answer's score is mapped to
+the share of right answers among validation answers with similar scores, by isotonic regression
+(pool adjacent violators: a non-decreasing step function of the score). It is fitted on the first
+part of the validation split and judged on the rest (reliability bins and expected calibration error,
+ECE), never on test. The fit lives in the model folder as calibration.json, with a fingerprint of the
+weights it was fitted for: a calibration whose weights were replaced is not used.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from tqdm import tqdm
+
+if TYPE_CHECKING:  # the service loads a model's calibration, so this module cannot import it at run time
+    from .service import Predictor
+
+FILE = "calibration.json"
+FIT_SHARE = 2 / 3  # of the validation queries fit the map; the rest judge it
+N_BINS = 10
+
+
+@dataclass(frozen=True)
+class Calibration:
+    fingerprint: str  # of the weights it was fitted for (weights_fingerprint)
+    method: str
+    n_best: int
+    n_fit: int  # queries that fitted the map
+    n_check: int  # queries that judged it
+    edges: tuple[float, ...]  # step starts: scores from edges[i] up map to values[i]
+    values: tuple[float, ...]
+    ece: float  # expected calibration error of the confidence on the check queries
+    ece_raw: float  # the same for the raw probability exp(score)
+    reliability: tuple[tuple[float, float, int], ...]  # per bin: (mean confidence, share right, answers)
+
+    def confidence(self, score: float) -> float:
+        """The calibrated chance that an answer with this summed log-prob is right."""
+        i = bisect.bisect_right(self.edges, score) - 1
+        return self.values[max(i, 0)]
+
+
+def isotonic_steps(scores: Sequence[float], right: Sequence[bool]) -> tuple[list[float], list[float]]:
+    """(edges, values) of the non-decreasing step function closest in squared error to `right` (as 0/1)
+    over `scores`: pool adjacent violators, with tied scores pooled first."""
+    if not scores:
+        raise ValueError("calibration needs at least one answer")
+    tied: dict[float, list[float]] = {}  # score -> [sum right, count]: one score, one value
+    for score, hit in zip(scores, right):
+        group = tied.setdefault(score, [0.0, 0.0])
+        group[0] += hit
+        group[1] += 1
+    blocks: list[list[float]] = []  # [start score, sum right, count]
+    for score in sorted(tied):
+        blocks.append([score, *tied[score]])
+        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+            start, total, count = blocks.pop(-2)
+            blocks[-1] = [start, total + blocks[-1][1], count + blocks[-1][2]]
+    return [b[0] for b in blocks], [b[1] / b[2] for b in blocks]
+
+
+def reliability(confidences: Sequence[float], right: Sequence[bool], n_bins: int = N_BINS
+                ) -> tuple[float, list[tuple[float, float, int]]]:
+    """(ECE, bins): answers binned by confidence in equal-width bins; per non-empty bin its mean
+    confidence, its share of right answers and its size. ECE weighs each bin's gap by its size."""
+    bins: list[list[float]] = [[0.0, 0.0, 0] for _ in range(n_bins)]
+    for confidence, hit in zip(confidences, right):
+        b = bins[min(int(confidence * n_bins), n_bins - 1)]
+        b[0] += confidence
+        b[1] += hit
+        b[2] += 1
+    n = max(len(confidences), 1)
+    table = [(total / count, hits / count, int(count)) for total, hits, count in bins if count]
+    return sum(count / n * abs(mean - share) for mean, share, count in table), table
+
+
+def weights_fingerprint(folder: str | Path) -> str:
+    """sha256 of the model's weight files, in name order (the vocabulary and config cannot change
+    without changing the weights' shapes or the answers' tokens, and are checked at load)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
+            batch_size: int = 16, progress: bool = True) -> list[list[tuple[float, bool]]]:
+    """Per query, (score, right) of each valid answer in the model's order; a refused query gives []."""
+    from .evaluate import hits
+
+    answers = []
+    for start in tqdm(range(0, len(sources), batch_size), desc="calibrate", disable=not progress, unit="batch"):
+        results = predictor.predict(list(sources[start:start + batch_size]), method=method, n_best=n_best,
+                                    batch_size=batch_size)
+        for result, target in zip(results, targets[start:start + batch_size]):
+            # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
+            ordered = sorted((p for p in result.predictions if p.valid), key=lambda p: p.model_rank)
+            answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
+    return answers
+
+
+def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
+        n_best: int = 5, batch_size: int = 16, progress: bool = True) -> Calibration:
+    """Fit on the first FIT_SHARE of the queries, judge on the rest."""
+    if len(sources) != len(targets) or len(sources) < 3:
+        raise ValueError(f"calibration needs at least 3 queries with targets; got {len(sources)} queries and "
+                         f"{len(targets)} targets")
+    answers = collect(predictor, sources, targets, method, n_best, batch_size, progress)
+    n_fit = max(1, min(len(answers) - 1, round(len(answers) * FIT_SHARE)))
+    fitted = [a for query in answers[:n_fit] for a in query]
+    checked = [a for query in answers[n_fit:] for a in query]
+    if not fitted or not checked:
+        raise ValueError("the model gave no answer to fit or to judge a calibration with")
+    edges, values = isotonic_steps([s for s, _ in fitted], [r for _, r in fitted])
+    draft = Calibration(weights_fingerprint(predictor.path), method, n_best, n_fit, len(answers) - n_fit,
+                        tuple(edges), tuple(values), 0.0, 0.0, ())
+    right = [r for _, r in checked]
+    ece, table = reliability([draft.confidence(s) for s, _ in checked], right)
+    ece_raw, _ = reliability([math.exp(s) for s, _ in checked], right)
+    return Calibration(**{**asdict(draft), "ece": ece, "ece_raw": ece_raw,
+                          "reliability": tuple(tuple(row) for row in table)})
+
+
+def save(calibration: Calibration, folder: str | Path) -> Path:
+    path = Path(folder) / FILE
+    path.write_text(json.dumps(asdict(calibration), indent=1) + "\n")
+    return path
+
+
+def load(folder: str | Path) -> Calibration | None:
+    """The model folder's calibration, or None when it has none or it was fitted for other weights."""
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    calibration = Calibration(**{**data, "edges": tuple(data["edges"]), "values": tuple(data["values"]),
+                                 "reliability": tuple(tuple(row) for row in data["reliability"])})
+    if calibration.fingerprint != weights_fingerprint(folder):
+        return None
+    return calibration

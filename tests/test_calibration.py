@@ -1,0 +1,66 @@
+"""Calibrated confidence (molspec_core.calibration): the isotonic fit, the reliability figures, and a
+calibration stored with a model and dropped when the weights change."""
+import random
+import shutil
+
+import pytest
+
+from conftest import FIXTURES
+from molspec_core import calibration
+from molspec_core.calibration import isotonic_steps, reliability
+from molspec_core.service import Predictor
+
+
+def test_isotonic_fit_is_non_decreasing_and_pools_violators():
+    edges, values = isotonic_steps([-5, -4, -3, -2, -1], [False, True, False, True, True])
+    assert edges == [-5, -4, -2] and values == [0.0, 0.5, 1.0]
+
+
+def test_tied_scores_get_one_value():
+    edges, values = isotonic_steps([1, 2, 2], [True, False, True])
+    assert edges == [1] and values == pytest.approx([2 / 3])
+
+
+def test_isotonic_fit_keeps_the_share_of_right_answers_and_never_decreases():
+    rng = random.Random(0)
+    scores = [rng.uniform(-10, 0) for _ in range(500)]
+    right = [rng.random() < 1 / (1 + 2.718 ** (-s - 4)) for s in scores]
+    edges, values = isotonic_steps(scores, right)
+    assert edges == sorted(edges) and values == sorted(values)
+    cal = calibration.Calibration("", "beam", 5, 1, 1, tuple(edges), tuple(values), 0, 0, ())
+    fitted = [cal.confidence(s) for s in scores]
+    assert sum(fitted) == pytest.approx(sum(right))  # each pooled block's value is its share of right answers
+    assert cal.confidence(-99) == values[0] and cal.confidence(99) == values[-1]
+
+
+def test_reliability_bins_and_expected_calibration_error():
+    ece, table = reliability([0.1, 0.9, 0.95, 0.05], [False, True, True, True])
+    assert table == [(0.05, 1.0, 1), (0.1, 0.0, 1), (pytest.approx(0.925), 1.0, 2)]
+    assert ece == pytest.approx(0.25 * 0.95 + 0.25 * 0.1 + 0.5 * 0.075)
+    assert reliability([0.3] * 10, [True] * 3 + [False] * 7)[0] == pytest.approx(0.0)
+
+
+def test_fit_save_load_and_stale_weights(tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    copier = Predictor.load(folder, device="cpu")
+    assert copier.calibration is None
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
+    targets = [q.replace("C", "") or "O" for q in queries]  # the copy model drops every C
+    fitted = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False)
+    assert fitted.n_fit == 4 and fitted.n_check == 2 and 0 <= fitted.ece <= 1
+    calibration.save(fitted, folder)
+    reloaded = Predictor.load(folder, device="cpu")
+    assert reloaded.calibration == fitted
+    answers = reloaded.predict("CCOc1ccccc1", method="beam", n_best=3).predictions
+    assert all((p.confidence is None) == (not p.valid) for p in answers)
+    assert all(0 <= p.confidence <= 1 for p in answers if p.valid)
+    weights = next(folder.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes() + b" ")  # other weights: the calibration no longer applies
+    assert calibration.load(folder) is None
+
+
+def test_too_few_queries_are_refused():
+    copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    with pytest.raises(ValueError, match="at least 3 queries"):
+        calibration.fit(copier, ["CCO"], ["O"], progress=False)
