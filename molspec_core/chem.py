@@ -1,6 +1,9 @@
 """RDKit helpers: canonical SMILES, validity. The only module of the engine that imports RDKit."""
 from __future__ import annotations
 
+import io
+from collections.abc import Iterable
+
 from rdkit import Chem, RDLogger
 
 RDLogger.DisableLog("rdApp.*")  # RDKit prints parse errors to stderr; we report them ourselves
@@ -64,3 +67,24 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
         if mol.HasSubstructMatch(_OXYGEN_CHAIN):
             concerns.append("an O-O-O chain")
     return tuple(concerns)
+
+
+def sdf_text(records: Iterable[tuple[str, dict[str, object]]]) -> str:
+    """An SD file of (SMILES, properties) records with 2D coordinates; a SMILES RDKit cannot read is
+    left out (the caller's CSV keeps it). None properties are left out, the others written as text."""
+    from rdkit.Chem import AllChem
+
+    buffer = io.StringIO()
+    writer = Chem.SDWriter(buffer)
+    for smiles, properties in records:
+        mol = Chem.MolFromSmiles(smiles)
+        if mol is None:
+            continue
+        AllChem.Compute2DCoords(mol)
+        mol.SetProp("_Name", smiles)
+        for name, value in properties.items():
+            if value is not None:
+                mol.SetProp(name, " ".join(str(value).split()))  # one line per value, as SDF needs
+        writer.write(mol)
+    writer.close()
+    return buffer.getvalue()

@@ -13,7 +13,8 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import canonical_or_none
+from molspec_core.chem import canonical_or_none, sdf_text
+from molspec_core.io import csv_bytes, output_header, result_rows
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, speedup_pair
 from molspec_core.roundtrip import check_round_trip
@@ -259,6 +260,29 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
         st.image(svg, caption="Product atoms written by copied tokens, in the colour of their run")
 
 
+# ---- export -----------------------------------------------------------------------------------
+
+
+def answers_sdf(result: QueryResult) -> str:
+    """The valid answers as an SD file, with what the page shows of each as properties."""
+    return sdf_text((p.smiles, {"rank": p.rank, "model_rank": p.model_rank, "score": round(p.score, 4),
+                                "probability": f"{p.probability:.4g}", "confidence": p.confidence,
+                                "sane": p.sane, "concerns": "; ".join(p.concerns) or None,
+                                "round_trip": p.round_trip, "forward_prob": p.forward_prob,
+                                "query": result.canonical_query, "method": result.method})
+                    for p in result.predictions if p.valid)
+
+
+def show_exports(shown: Shown) -> None:
+    csv = csv_bytes(output_header(()), result_rows(1, (), shown.result))  # the Batch page's columns
+    with st.container(horizontal=True):
+        st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
+                           icon=":material/download:")
+        st.download_button("Download structures (SDF)", answers_sdf(shown.result), file_name="molspec-answers.sdf",
+                           mime="chemical/x-mdl-sdfile", icon=":material/download:",
+                           help="Valid answers with 2D coordinates; rank, scores and checks as properties.")
+
+
 # ---- speedup ----------------------------------------------------------------------------------
 
 
@@ -418,6 +442,7 @@ def main() -> None:
     if not shown.result.predictions:
         st.info("The model returned no answer for this query.", icon=":material/info:")
         return
+    show_exports(shown)
 
     st.subheader("Inspect")
     ranks = [p.rank for p in shown.result.predictions]

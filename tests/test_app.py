@@ -194,6 +194,8 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert {"Score (log-prob)", "Probability", "Tokens"} <= set(metrics)
     assert re.search("Sane structure|Check: |Invalid SMILES", texts(at.markdown))
     assert len(at.get("html")) == 1  # the coloured provenance tokens
+    downloads = [b.proto.label for b in at.get("download_button")]
+    assert downloads == ["Download answers (CSV)", "Download structures (SDF)"]
 
 
 @needs_forward
@@ -554,3 +556,21 @@ def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
     exported = pd.read_csv(io.BytesIO(safe_csv(at.session_state["batch"].table)), keep_default_na=False, dtype=str)
     assert exported["query"].tolist() == rows
     assert (exported["error"] != "").tolist() == [i % 10 == 3 for i in range(10_000)]
+
+
+@needs_forward
+def test_predict_page_exports_hold_the_answers():
+    """The Predict page's CSV has the Batch page's columns; its SDF holds the valid answers."""
+    from rdkit import Chem
+
+    from molspec_core.io import csv_bytes, output_header, result_rows
+    from molspec_core.service import Predictor
+    from pages.predict import answers_sdf
+
+    result = Predictor.load("forward", device="cpu").predict("CC(=O)Cl.NCc1ccccc1", method="beam", n_best=3)
+    table = pd.read_csv(io.BytesIO(csv_bytes(output_header(()), result_rows(1, (), result))))
+    assert list(table.columns) == output_header(()) and list(table["smiles"]) == [p.smiles for p in result.predictions]
+    supplier = Chem.SDMolSupplier()
+    supplier.SetData(answers_sdf(result))
+    mols = list(supplier)
+    assert [m.GetProp("rank") for m in mols] == [str(p.rank) for p in result.predictions if p.valid]

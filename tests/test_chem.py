@@ -22,3 +22,20 @@ def test_answer_concerns(answer, query, task, concerns):
 def test_a_retro_set_may_share_a_reactant_with_nothing_flagged():
     # Reactant sets that merely contain a common reagent (water) are not trivial.
     assert answer_concerns("CC(=O)Cl.O", "CC(=O)O", "retro") == ()
+
+
+def test_sdf_keeps_valid_structures_with_their_properties():
+    from rdkit import Chem
+
+    from molspec_core.chem import sdf_text
+
+    text = sdf_text([("CCO", {"rank": 1, "score": -0.5, "note": "two\nlines", "absent": None}),
+                     ("C1CC", {"rank": 2}),  # unreadable: left out
+                     ("c1ccccc1", {"rank": 3})])
+    supplier = Chem.SDMolSupplier()
+    supplier.SetData(text)
+    mols = list(supplier)
+    assert [Chem.MolToSmiles(m) for m in mols] == ["CCO", "c1ccccc1"]
+    assert mols[0].GetProp("rank") == "1" and mols[0].GetProp("note") == "two lines"
+    assert not mols[0].HasProp("absent") and mols[1].GetProp("rank") == "3"
+    assert mols[0].GetConformer().Is3D() is False
