@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON report")
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
+    p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json)")
+    model_args(p)
+    p.add_argument("--src", required=True, help="validation queries (never test)")
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--limit", type=at_least(3), default=600)
+    p.set_defaults(method="beam", n_best=5)
+
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
     model_args(p)
     p.add_argument("--src", required=True)
@@ -158,9 +165,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             return 1
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
-        print(f"{'rank':>4}  {'score':>8}  {'prob':>6}  valid  smiles")
+        print(f"{'rank':>4}  {'score':>8}  {'prob':>6}  {'conf':>5}  {'check':<8}  smiles")
         for p in result.predictions:
-            print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {'yes' if p.valid else 'no ':>5}  {p.smiles}")
+            confidence = f"{p.confidence:>5.2f}" if p.confidence is not None else f"{'-':>5}"
+            check = "sane" if p.sane else "flagged" if p.valid else "invalid"
+            note = f"   ({'; '.join(p.concerns)})" if p.concerns else ""
+            print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
         return 0
     from tqdm import tqdm
 
@@ -201,6 +211,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(json.dumps(report, indent=2))
     if out:
         out.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from . import calibration
+    from .evaluate import check_method, read_pairs
+    from .service import Predictor
+
+    sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
+    check_method(args.method, args.n_best)
+    predictor = Predictor.load(args.model, args.device)
+    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size)
+    path = calibration.save(fitted, predictor.path)
+    print(f"calibration of {predictor.path} ({args.method}, {args.n_best}-best): fitted on {fitted.n_fit} queries, "
+          f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
+          f"{fitted.ece_raw:.4f}) -> {path}")
     return 0
 
 
@@ -302,7 +328,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "bench": cmd_bench,
+COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "bench": cmd_bench,
             "prepare-data": cmd_prepare, "train": cmd_train}
 
 

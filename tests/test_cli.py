@@ -21,6 +21,30 @@ def test_predict_one_smiles_prints_a_table(capsys):
     assert "query: OCCc1ccccc1" in out and "rank" in out and "model calls" in out
 
 
+def test_predict_one_smiles_says_which_answers_are_sane(capsys):
+    """The copy model's best answer to benzene is benzene itself: flagged, with the reason."""
+    assert main(["predict", "--model", MODEL, "--smiles", "c1ccccc1", "--method", "beam", "--n-best", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "check" in out and "c1ccccc1   (same as the query)" in out and "flagged" in out
+
+
+def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
+    (tmp_path / "val.src").write_text("\n".join(queries) + "\n")
+    (tmp_path / "val.tgt").write_text("\n".join(q.replace("C", "") or "O" for q in queries) + "\n")
+    assert main(["calibrate", "--model", str(model), "--src", str(tmp_path / "val.src"), "--tgt",
+                 str(tmp_path / "val.tgt"), "--n-best", "2"]) == 0
+    assert "fitted on 4 queries, judged on 2" in capsys.readouterr().out
+    saved = json.loads((model / "calibration.json").read_text())
+    assert saved["method"] == "beam" and saved["n_best"] == 2
+    assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1"]) == 0
+    assert " - " not in capsys.readouterr().out.splitlines()[2]  # the answer carries a confidence
+
+
 def test_predict_bad_smiles_is_a_message_not_a_traceback(capsys):
     assert main(["predict", "--model", MODEL, "--smiles", "C1CC"]) == 1
     err = capsys.readouterr().err
