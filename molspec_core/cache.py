@@ -7,9 +7,8 @@ of T tokens that all continue the same cached prefix of their row. Their keys/va
 So the prefix is never copied per draft, and rolling back is only a length change: slots past
 `lengths` are masked, never cleared.
 
-A single-branch call on rows of equal length (a lone query, or the beams of one beam step) is the
-lean one: it writes its keys/values into the slots past `lengths` at once, and `commit` only counts
-them (`written_in_place`).
+A call with one branch per row is the lean one: it writes its keys/values into the slots past
+`lengths` at once, and `commit` only counts them (`written_in_place`).
 
 Cross-attention keys/values are computed once per query (`set_memory`) and reused every step.
 """

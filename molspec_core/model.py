@@ -17,7 +17,16 @@ from .cache import KVCache, LayerCache
 from .limits import check_deadline
 from .tokenizer import PAD_ID
 
-InPlace = tuple[int, torch.Tensor | None]  # (cached tokens per row, self-attention mask) of a lean call
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """Where a lean call's T new tokens go (see Attention.self_in_place)."""
+
+    lengths: torch.Tensor  # (B,) cached tokens per row: row b's new tokens take slots lengths[b]..+T
+    start: int | None  # the length every row shares, when they do (then the writes are one slice)
+    upto: int  # slots the call reads: the longest row's length + T
+    mask: torch.Tensor | None  # (B, 1, T, upto) or (T, upto), True = may attend; None: all of them
 
 
 @dataclass(frozen=True)
@@ -156,20 +165,24 @@ class Attention(nn.Module):
         return self.out(self.merge_heads(out))
 
 
-    def self_in_place(self, x: torch.Tensor, layer: LayerCache, start: int, mask: torch.Tensor | None
-                      ) -> torch.Tensor:
-        """x (B, T, d): one branch of T new tokens for rows that all hold `start` cached tokens.
+    def self_in_place(self, x: torch.Tensor, layer: LayerCache, where: InPlace) -> torch.Tensor:
+        """x (B, T, d): one branch of T new tokens per row, after each row's cached prefix.
 
-        The lean call: the new keys/values go straight into slots start..start+T, where `commit`
-        only has to count them (slots past a row's length are masked, so unkept ones do no harm),
-        and one fused attention reads the slots. `mask` (T, start+T), True = may attend; None for T=1.
+        The lean call: the new keys/values go straight into the slots after each row's prefix, where
+        `commit` only has to count them (slots past a row's length are masked, so unkept ones do no
+        harm), and one fused attention reads the slots.
         """
-        end = start + x.shape[1]
         keys, values = self.keys_values(x)  # (B, H, T, hd)
-        layer.keys[:, :, start:end] = keys
-        layer.values[:, :, start:end] = values
-        out = F.scaled_dot_product_attention(self.split_heads(self.query(x)), layer.keys[:, :, :end],
-                                             layer.values[:, :, :end], attn_mask=mask)
+        if where.start is not None:
+            layer.keys[:, :, where.start:where.upto] = keys
+            layer.values[:, :, where.start:where.upto] = values
+        else:
+            slots = where.lengths[:, None] + torch.arange(x.shape[1], device=x.device)  # (B, T)
+            slots = slots[:, None, :, None].expand_as(keys)
+            layer.keys.scatter_(2, slots, keys)
+            layer.values.scatter_(2, slots, values)
+        out = F.scaled_dot_product_attention(self.split_heads(self.query(x)), layer.keys[:, :, :where.upto],
+                                             layer.values[:, :, :where.upto], attn_mask=where.mask)
         layer.pending_keys, layer.pending_values = keys.unsqueeze(2), values.unsqueeze(2)  # (B, H, 1, T, hd)
         return self.out(self.merge_heads(out))
 
@@ -208,7 +221,7 @@ class DecoderLayer(nn.Module):
         if in_place is None:
             x = x + self.self_attn.self_cached(self.norm1(x), n_branches, layer, cache)
         else:
-            x = x + self.self_attn.self_in_place(self.norm1(x), layer, *in_place)
+            x = x + self.self_attn.self_in_place(self.norm1(x), layer, in_place)
         attended, weights = self.cross_attn.cross_cached(self.norm2(x), layer, src_mask, want_weights)
         x = x + attended
         return x + self.ff(self.norm3(x)), weights
@@ -266,18 +279,21 @@ class Seq2SeqTransformer(nn.Module):
 
     @staticmethod
     def _in_place(cache: KVCache, n_branches: int, t_new: int) -> InPlace | None:
-        """(start, mask) of the lean call when it applies: one branch, and every row holding the same
-        number of cached tokens with room for t_new more (a single query, or the beams of a beam
-        step); None otherwise."""
+        """Where the lean call writes and what it reads, when it applies: one branch per row, and room
+        for t_new more tokens in every row; None otherwise (several branches share a row's prefix)."""
         if n_branches != 1:
             return None
         start = cache.uniform_length()
-        if start is None or start + t_new > cache.capacity:
+        upto = (start if start is not None else cache.max_length()) + t_new
+        if upto > cache.capacity:
             return None
-        mask = None
-        if t_new > 1:  # token i sees the prefix and new tokens 0..i
-            mask = torch.ones(t_new, start + t_new, dtype=torch.bool, device=cache.lengths.device).tril(start)
-        return start, mask
+        device = cache.lengths.device
+        if start is not None:  # a lone query, or the beams of a beam step: one mask for all rows
+            mask = torch.ones(t_new, upto, dtype=torch.bool, device=device).tril(start) if t_new > 1 else None
+        else:  # token t of row b sees the row's prefix and its new tokens up to t
+            reach = cache.lengths[:, None] + torch.arange(t_new, device=device)  # (B, T)
+            mask = (cache._arange[:upto] <= reach[:, :, None]).unsqueeze(1)  # (B, 1, T, upto)
+        return InPlace(cache.lengths, start, upto, mask)
 
     def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int) -> KVCache:
         """A cache for len(memory) rows with the cross-attention keys/values computed once."""
@@ -295,18 +311,18 @@ class Seq2SeqTransformer(nn.Module):
 
         Returns logits (B, N, T, V) and, if asked, the last layer's head-mean cross-attention
         (B, N, T, S), which tells where in the source the model looks for its next token.
-        The new keys/values wait in the cache until `cache.commit`. With one branch and rows of equal
-        cached length, the call takes the lean path (`Attention.self_in_place`) unless lean=False;
+        The new keys/values wait in the cache until `cache.commit`. With one branch per row and room
+        in the cache, the call takes the lean path (`Attention.self_in_place`) unless lean=False;
         both compute the same function, which tests/test_model_cache.py pins.
         """
         check_deadline()
         batch, n_branches, t_new = tokens.shape
         in_place = self._in_place(cache, n_branches, t_new) if lean else None
-        if in_place is None:
+        if in_place is not None and in_place.start is not None:
+            positions = torch.arange(in_place.start, in_place.upto, device=tokens.device).expand(batch, t_new)
+        else:
             offsets = torch.arange(t_new, device=tokens.device).repeat(n_branches)  # (N*T,)
             positions = cache.lengths.unsqueeze(1) + offsets  # (B, N*T)
-        else:
-            positions = torch.arange(in_place[0], in_place[0] + t_new, device=tokens.device).expand(batch, t_new)
         x = self.embed_tokens(tokens.reshape(batch, n_branches * t_new), positions)
         src_mask = cache.src_attention_mask()
         last = len(self.decoder) - 1

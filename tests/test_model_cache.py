@@ -84,16 +84,38 @@ def test_lean_call_equals_the_general_one():
 
 
 @torch.no_grad()
-def test_calls_that_cannot_be_lean_take_the_general_path():
-    model, _, tgt, reference, cache = setup(8)
-    model.decode(tgt[:, None, :4], cache)
-    cache.commit(torch.tensor([4, 3, 4]))  # rows now differ in length
-    logits, _ = model.decode(tgt[:, None, 4:5], cache)
-    assert not cache.written_in_place
-    torch.testing.assert_close(logits[[0, 2], 0, 0], reference[[0, 2], 4], atol=1e-5, rtol=1e-5)
-    cache.commit(torch.tensor([1, 0, 1]))
-    cache.rollback(torch.tensor([3, 3, 3]))
-    model.decode(tgt[:, None, 3:4].expand(3, 2, 1), cache)  # two branches
+def test_lean_call_on_rows_of_different_lengths_equals_the_general_one():
+    """Rows at their own lengths (speculative beam search's hypotheses): each row's new keys go to
+    its own slots and attend to its own prefix only."""
+    model, _, tgt, reference, lean_cache = setup(8)
+    _, _, _, _, general_cache = setup(8)
+    for cache, lean in ((lean_cache, True), (general_cache, False)):
+        model.decode(tgt[:, None, :4], cache, lean=lean)
+        cache.commit(torch.tensor([4, 2, 3]))
+    assert lean_cache.uniform_length() is None
+    feed = torch.stack([tgt[0, 4:7], tgt[1, 2:5], tgt[2, 3:6]])[:, None]  # each row's next 3 tokens
+    lean, lean_w = model.decode(feed, lean_cache, cross_attention=True)
+    assert lean_cache.written_in_place
+    general, general_w = model.decode(feed, general_cache, cross_attention=True, lean=False)
+    torch.testing.assert_close(lean, general, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lean_w, general_w, atol=1e-6, rtol=1e-5)
+    for row, start in enumerate([4, 2, 3]):
+        torch.testing.assert_close(lean[row, 0], reference[row, start:start + 3], atol=1e-5, rtol=1e-5)
+    for cache in (lean_cache, general_cache):
+        cache.commit(torch.tensor([3, 0, 2]))  # row 1 keeps none of its tokens
+    assert lean_cache.lengths.tolist() == general_cache.lengths.tolist() == [7, 2, 5]
+    feed = torch.stack([tgt[0, 7:8], tgt[1, 2:3], tgt[2, 5:6]])[:, None]
+    lean, _ = model.decode(feed, lean_cache)
+    general, _ = model.decode(feed, general_cache, lean=False)
+    torch.testing.assert_close(lean, general, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_calls_with_several_branches_take_the_general_path():
+    model, _, tgt, _, cache = setup(9)
+    model.decode(tgt[:, None, :3], cache)
+    cache.commit(torch.tensor([3, 3, 3]))
+    model.decode(tgt[:, None, 3:4].expand(3, 2, 1), cache)  # two branches share each row's prefix
     assert not cache.written_in_place
 
 
