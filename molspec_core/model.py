@@ -194,7 +194,7 @@ class EncoderLayer(nn.Module):
         self.attn, self.ff = Attention(cfg), FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         h = self.norm1(x)
         x = x + self.dropout(self.attn.full(h, h, mask))
         return x + self.dropout(self.ff(self.norm2(x)))
@@ -255,7 +255,8 @@ class Seq2SeqTransformer(nn.Module):
         """src (B, S) padded with PAD_ID -> memory (B, S, d)."""
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
         x = self.embed_tokens(src, positions)
-        mask = (src != PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
+        keep = src != PAD_ID
+        mask = None if bool(keep.all()) else keep[:, None, None, :]  # (B, 1, 1, S); None: no padding
         for layer in self.encoder:
             x = layer(x, mask)
         return self.encoder_norm(x)
