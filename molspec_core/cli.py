@@ -145,7 +145,7 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import check_output, output_header, read_queries, result_rows, write_csv
+    from .io import check_output, output_header, predict_batch, read_queries, result_rows, write_csv
     from .service import Predictor
 
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
@@ -181,11 +181,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     def rows() -> Iterator[list[object]]:  # streamed to the CSV batch by batch: memory stays bounded for 100,000 queries
         nonlocal n_bad
         for start in tqdm(range(0, len(queries), step), desc="predict", unit="batch"):
-            chunk = queries[start:start + step]
-            for offset, result in enumerate(predictor.predict(chunk, batch_size=step, **options)):
+            results, time_ms = predict_batch(predictor, queries[start:start + step], **options)
+            for offset, result in enumerate(results):
                 if not result.ok:
                     n_bad += 1
-                yield from result_rows(start + offset + 1, table.cells_of(start + offset), result)
+                yield from result_rows(start + offset + 1, table.cells_of(start + offset), result, time_ms)
 
     write_csv(args.output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     print(f"{len(queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")

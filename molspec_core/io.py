@@ -17,13 +17,14 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .service import QueryResult
+    from .service import Predictor, QueryResult
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 # A plain decimal number cannot run in a spreadsheet, so text that is one ("-3", "-4.6486") is left as
@@ -205,17 +206,31 @@ def output_header(input_columns: Iterable[str]) -> list[str]:
     return header + list(RESULT_COLUMNS)
 
 
-def result_rows(row: int, cells: tuple[str, ...], result: QueryResult) -> list[list[object]]:
+def predict_batch(predictor: Predictor, queries: Sequence[str], **options: object) -> tuple[list[QueryResult], float]:
+    """Predict a batch of queries in one call: their results, and each query's time_ms, the call's wall
+    time divided by its queries. A batch's queries are decoded together (each model call advances all
+    of them), so no query has a time of its own beyond this share; alone in a call, the share is its
+    whole time. (The decoders' wall_time_s is the whole batch's time for greedy and beam search.)"""
+    started = time.perf_counter()
+    results = predictor.predict(list(queries), batch_size=max(1, len(queries)), **options)
+    return results, (time.perf_counter() - started) * 1000 / max(1, len(queries))
+
+
+def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
+                time_ms: float | None = None) -> list[list[object]]:
     """The output rows of one query, matching output_header: one per prediction, or one holding the
-    error of a rejected query. `row` is the query's 1-based record number in the input."""
+    error of a rejected query. `row` is the query's 1-based record number in the input; `time_ms` its
+    time from predict_batch, or, unset, the decoder's own wall time (the query's when it was decoded
+    alone, as the app does)."""
     if not result.ok:
         return [[*cells, row, result.query, result.canonical_query, None, "", None, None, None, result.method,
                  None, None, None, result.error]]
     stats = result.stats
+    if time_ms is None:
+        time_ms = stats.wall_time_s * 1000
     return [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, round(p.score, 4),
              float(f"{p.probability:.4g}"),  # significant digits: a small probability stays visible
-             p.valid, result.method, round(stats.wall_time_s * 1000, 2), stats.model_calls,
-             stats.draft_tokens_accepted, ""]
+             p.valid, result.method, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
             for p in result.predictions]
 
 

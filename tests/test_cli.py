@@ -210,6 +210,34 @@ def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path)
     assert table["query"][0] == "OCC" and table["canonical_query"][0] == "CCO"
 
 
+def test_time_ms_is_the_querys_share_of_its_batch(tmp_path, monkeypatch):
+    """Issue 18: time_ms was the batch's wall time on every row of the batch. Each predict call here takes
+    0.4 s of a stand-in clock: a query of a batch of 4 took 100 ms, one of the last batch of 2, 200 ms."""
+    from molspec_core import io as molspec_io
+    from molspec_core.service import Predictor
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(molspec_io, "time", clock)
+    predict = Predictor.predict
+
+    def takes_400_ms(self, *args, **kwargs):
+        clock.now += 0.4
+        return predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", takes_400_ms)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nc1ccncc1\nOCC\n" * 2 + "CCO\nxyz\n")
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--batch-size", "4") == 0
+    table = pd.read_csv(tmp_path / "out.csv")
+    assert table["time_ms"].tolist()[:9] == [100.0] * 8 + [200.0]
+    assert pd.isna(table["time_ms"][9])  # a rejected query was not decoded
+
+
 def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
     """Issue 14 item 4: --output equal to --input replaced the queries with results."""
     source = tmp_path / "q.csv"

@@ -199,3 +199,38 @@ def test_a_symlinked_output_writes_the_file_it_points_to(tmp_path):
     (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
     write_csv(tmp_path / "link.csv", ["a"], [[1]])
     assert Path(tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_bytes() == b"a\r\n1\r\n"
+
+
+# ---- time_ms ------------------------------------------------------------------------------------------
+
+
+class Clock:
+    """A stand-in for time.perf_counter that moves only when told to."""
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_time_ms_is_each_querys_share_of_its_batch(monkeypatch):
+    """Issue 18: time_ms was the batch's wall time, repeated on every row of the batch. Greedy and beam
+    search decode a batch's rows together and give each the whole batch's time."""
+    from molspec_core.decoding.result import DecodeStats
+    from molspec_core.service import Prediction, QueryResult
+
+    clock = Clock()
+    monkeypatch.setattr(molspec_io, "time", clock)
+
+    class EightInOneCall:  # decodes a batch in 0.8 s and reports the 0.8 s on each query, as greedy does
+        def predict(self, queries, batch_size, **options):
+            clock.now += 0.8
+            answer = Prediction(1, "CO", -0.5, True, ("C", "O"), (-1, -1))
+            return [QueryResult(q, q, predictions=(answer,), stats=DecodeStats(wall_time_s=0.8), method="greedy")
+                    for q in queries]
+
+    results, time_ms = molspec_io.predict_batch(EightInOneCall(), ["CCO"] * 8, method="greedy")
+    assert len(results) == 8 and time_ms == pytest.approx(100.0)
+    column = molspec_io.RESULT_COLUMNS.index("time_ms")
+    assert molspec_io.result_rows(1, (), results[0], time_ms)[0][column] == 100.0
+    assert molspec_io.result_rows(1, (), results[0])[0][column] == 800.0  # unset: the decoder's own time
