@@ -1,4 +1,4 @@
-"""python -m molspec_core {predict,evaluate,bench,train,prepare-data} (also installed as `molspec`)."""
+"""python -m molspec_core {predict,evaluate,bench,plan,train,prepare-data} (also installed as `molspec`)."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +33,19 @@ def at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
         return value
     return whole_number
+
+
+def number_at_least(minimum: float, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number >= minimum (> minimum when `above`)."""
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+        if not (value > minimum if above else value >= minimum) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be {'above' if above else 'at least'} {minimum:g}, not {text}")
+        return value
+    return number
 
 
 def check_output_path(path: str) -> Path:
@@ -85,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="CSV to write (required with --input)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="predict --input on a Ray cluster (pip install -e .[scale]): 'auto' (the default: the "
+                   "cluster this machine joined with `ray start`), its host:port, or 'local' to start one here")
+    p.add_argument("--workers", type=at_least(1), help="with --ray: actors, each with its own copy of the model "
+                   "(default: as many as the cluster's CPUs, or GPUs with --gpus-per-worker, hold)")
+    p.add_argument("--cpus-per-worker", type=number_at_least(0, above=True), help="with --ray (default 1)")
+    p.add_argument("--gpus-per-worker", type=number_at_least(0), help="with --ray (default 0; 1: a GPU each)")
 
     p = sub.add_parser("evaluate", help="top-k accuracy on parallel source/target files")
     model_args(p)
@@ -119,6 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
+    p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
+    p.add_argument("--smiles", required=True, help="the target molecule")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds of search (default %(default)s)")
+    p.add_argument("--stock", help="building blocks: one SMILES per line, or a CSV with a smiles column "
+                   "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
+    p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*")
+    p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
+    p.add_argument("--forward", default="forward", help="forward model that checks each step round trip, or none")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--n-best", type=at_least(1), default=10, help="answers per expansion (sbs-exact)")
+    p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
+    p.add_argument("--max-routes", type=at_least(1), default=10)
+    p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics")
+    p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv)")
+
     p = sub.add_parser("prepare-data", help="tokenized train/val/test files from the USPTO data")
     p.add_argument("--task", choices=("forward", "retro"), required=True)
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
@@ -144,10 +179,25 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
     return options
 
 
+def cluster_options(args: argparse.Namespace):
+    """The Ray cluster and actor pool of --ray, or None without it (its options are then refused)."""
+    from .scale import Cluster
+
+    given = [name for name in ("workers", "cpus_per_worker", "gpus_per_worker") if getattr(args, name) is not None]
+    if args.ray is None:
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} goes with --ray")
+        return None
+    if args.input is None:
+        raise ValueError("--ray predicts files: give --input and --output")
+    return Cluster(args.ray, args.workers, args.cpus_per_worker or 1.0, args.gpus_per_worker or 0.0)
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import check_output, output_header, predict_batch, read_queries, result_rows, write_csv
+    from .io import check_output, read_queries
     from .service import Predictor
 
+    cluster = cluster_options(args)
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
             print("error: --input needs --output", file=sys.stderr)
@@ -155,7 +205,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
         check_output(args.output, args.input)
         table = read_queries(args.input, args.column)
-    predictor = Predictor.load(args.model, args.device)
+    # With --ray the workers load their own copies (on --device); this one checks the folder and the options
+    # here, before a cluster starts, on a machine that may have no GPU.
+    predictor = Predictor.load(args.model, "cpu" if cluster else args.device)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
                    sampling=sampling_options(args), time_limit_s=args.time_limit)
     if args.smiles is not None:
@@ -172,24 +224,38 @@ def cmd_predict(args: argparse.Namespace) -> int:
             note = f"   ({'; '.join(p.concerns)})" if p.concerns else ""
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
         return 0
+    if cluster:
+        from .scale import predict_on_ray
+
+        predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
+        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options)
+    else:
+        n_bad = predict_here(predictor, table, args.output, args.batch_size, options)
+    print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
+    return 0
+
+
+def predict_here(predictor, table, output: str, batch_size: int, options: dict) -> int:
+    """Predict a query file in this process, batch by batch, streaming the CSV (memory stays bounded for
+    100,000 queries); returns the number of rejected queries."""
     from tqdm import tqdm
 
+    from .io import output_header, predict_batch, result_rows, write_csv
+
     queries = table.queries
-    step = max(1, args.batch_size)
     n_bad = 0
 
-    def rows() -> Iterator[list[object]]:  # streamed to the CSV batch by batch: memory stays bounded for 100,000 queries
+    def rows() -> Iterator[list[object]]:
         nonlocal n_bad
-        for start in tqdm(range(0, len(queries), step), desc="predict", unit="batch"):
-            results, time_ms = predict_batch(predictor, queries[start:start + step], **options)
+        for start in tqdm(range(0, len(queries), batch_size), desc="predict", unit="batch"):
+            results, time_ms = predict_batch(predictor, queries[start:start + batch_size], **options)
             for offset, result in enumerate(results):
                 if not result.ok:
                     n_bad += 1
                 yield from result_rows(start + offset + 1, table.cells_of(start + offset), result, time_ms)
 
-    write_csv(args.output, output_header(table.columns), rows())  # a failed run keeps any earlier output
-    print(f"{len(queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
-    return 0
+    write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
+    return n_bad
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -313,6 +379,39 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .io import check_output, write_csv
+    from .planning import DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, load_stock, plan, route_rows, routes_json
+    from .service import Predictor
+
+    # outputs and the stock first: a refused one costs no model load and no search
+    out = check_output(args.out)
+    csv_out = check_output(args.csv or out.with_suffix(".csv"))
+    if csv_out == out:
+        raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")
+    stock = load_stock(args.stock or DEFAULT_STOCK)
+    predictor = Predictor.load(args.model, args.device)
+    forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device)
+    result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes, forward=forward,
+                  settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps))
+    out.write_text(json.dumps(routes_json(result), indent=2))
+    write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
+    stats, counts = result.stats, result.stats.counts
+    in_stock = " (itself in the stock)" if stats.target_in_stock else ""
+    left_out = f", {stock.n_unreadable} unreadable entries left out" if stock.n_unreadable else ""
+    print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
+    print(f"{stats.algorithm}, {stats.time_s:.1f} s: {stats.model_calls} molecules expanded "
+          f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets sane, "
+          f"{stats.nodes} search nodes")
+    if not result.routes:
+        print(f"no route to the stock found within {stats.time_limit_s:g} s")
+    for rank, route in enumerate(result.routes, start=1):
+        starting = ", ".join(m.smiles for m in route.starting_materials())
+        print(f"route {rank}: {route.n_steps} step(s), score {route.score:.2f}; from {starting}")
+    print(f"-> {out}, {csv_out}")
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from .data import DEFAULT_DATA, prepare
 
@@ -329,7 +428,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "bench": cmd_bench,
-            "prepare-data": cmd_prepare, "train": cmd_train}
+            "plan": cmd_plan, "prepare-data": cmd_prepare, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,429 @@
+"""Multi-step retrosynthesis: routes from a target down to building blocks in a stock.
+
+The search is syntheseus's (Retro* or MCTS); MolSpec supplies the single-step model and the stock.
+`PredictorModel` wraps a retrosynthesis `Predictor` as a syntheseus backward reaction model: each
+molecule the search expands is one query, its sane n-best answers (sbs-exact by default) become
+reactions whose metadata carry the model's score and probability, its calibrated confidence and,
+with a forward model, the round-trip check. `plan` runs the search under a time limit and returns
+the solved routes best first (the highest product of step probabilities), each a tree of steps with
+the molecules in stock marked, plus the search's statistics. Routes export as JSON (the trees) and
+CSV (one row per step).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
+from syntheseus.search.algorithms.best_first.retro_star import RetroStarSearch
+from syntheseus.search.algorithms.mcts.base import pucb_bound
+from syntheseus.search.algorithms.mcts.molset import MolSetMCTS
+from syntheseus.search.analysis.route_extraction import iter_routes_cost_order
+from syntheseus.search.graph.and_or import AndNode, AndOrGraph
+from syntheseus.search.graph.molset import MolSetGraph
+from syntheseus.search.graph.route import SynthesisGraph
+from syntheseus.search.mol_inventory import SmilesListInventory
+from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
+                                                      ReactionModelLogProbCost, ReactionModelProbPolicy)
+
+from .chem import ChemError, canonical
+from .io import QueryFile, parse_upload, read_queries
+from .roundtrip import check_round_trip
+from .service import MODELS_DIR, Prediction, Predictor, QueryResult
+
+DEFAULT_STOCK = MODELS_DIR / "stock.smi.gz"  # tools/make_stock.py: reactants of >= 2 training reactions
+ALGORITHMS = ("retro*", "mcts")
+MAX_TIME_LIMIT_S = 3600.0  # an hour: past any interactive use; a bigger budget is a batch job
+ROUTE_EXTRACTION_S = 5.0  # cap on reading the routes out of the search graph after the search
+ROUTE_COLUMNS = ("route", "route_score", "route_steps", "step", "depth", "product", "product_in_stock", "reactants",
+                 "reactants_in_stock", "score", "probability", "confidence", "round_trip", "forward_prob", "model_rank")
+
+# Called after each expansion with (seconds since the search started, molecules expanded so far).
+Progress = Callable[[float, int], None]
+
+
+# ---- the stock --------------------------------------------------------------------------------
+
+
+class Stock(SmilesListInventory):
+    """Building blocks a route may start from: canonical SMILES without atom maps (a syntheseus inventory)."""
+
+    def __init__(self, smiles: Iterable[str], source: str = "", n_unreadable: int = 0):
+        super().__init__(list(smiles), canonicalize=False)  # canonical already (stock_from_queries)
+        self.source = source  # the file it came from, for people
+        self.n_unreadable = n_unreadable  # entries RDKit could not read, left out
+
+
+def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
+    """The stock in a file: one SMILES per line (optionally followed by a name; '#' starts a comment line)
+    or a CSV with a smiles column; .gz and .xz are read too. ValueError when it cannot be read or holds
+    no readable molecule."""
+    path = Path(path)
+    try:
+        table = read_queries(path, column)
+    except OSError as exc:  # InputFileError (too large, no smiles column, not text) is a ValueError already
+        raise ValueError(f"cannot read the stock {path}: {exc.strerror or exc}") from None
+    return stock_from_queries(table, path.name)
+
+
+def stock_from_upload(name: str, data: bytes, column: str | None = None) -> Stock:
+    """The stock in an uploaded file, by the same rules as load_stock."""
+    return stock_from_queries(parse_upload(name, data, column), name)
+
+
+def stock_from_queries(table: QueryFile, source: str) -> Stock:
+    molecules, n_unreadable = set(), 0
+    for entry in table.queries:
+        fields = entry.split()
+        if not fields or fields[0].startswith("#"):
+            continue  # blank line or comment
+        try:
+            molecules.add(canonical(fields[0], strip_maps=True))  # a .smi line may carry a name after the SMILES
+        except ChemError:
+            n_unreadable += 1
+    if not molecules:
+        unreadable = f" ({n_unreadable} entries are not SMILES RDKit can read)" if n_unreadable else ""
+        raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
+                         "or a CSV with a smiles column")
+    return Stock(molecules, source, n_unreadable)
+
+
+# ---- the single-step model --------------------------------------------------------------------
+
+
+@dataclass
+class ExpansionCounts:
+    """What the single-step model did during one search (mutable: counted as the search runs)."""
+    molecules: int = 0  # products expanded (each once: syntheseus caches the reactions)
+    decoder_calls: int = 0  # the decoder's forward passes, summed over those molecules (a batch's pass counts per row)
+    answers: int = 0  # reactant sets proposed
+    kept: int = 0  # of those, sane ones: the reactions the search could use
+    round_trips: int = 0  # of those kept, ones the forward model gave the product back for
+    failed: int = 0  # products the model could not read, or cut at the time limit
+
+
+class PredictorModel(BackwardReactionModel):
+    """A retrosynthesis Predictor as a syntheseus backward reaction model.
+
+    Each product's n-best answers become reactions; invalid and flagged answers (the product itself,
+    radicals, ...) are skipped. Metadata: score (log-prob) and probability, model_rank, confidence when
+    the model is calibrated, and round_trip / forward_prob when a forward model is given (a flag for
+    people: the search does not filter on it, since today's forward stand-in rarely gives a product back).
+    """
+
+    def __init__(self, predictor: Predictor, forward: Predictor | None = None, method: str = "sbs-exact",
+                 n_best: int = 10, batch_size: int = 8, round_trip_k: int = 1, progress: Progress | None = None):
+        super().__init__(use_cache=True, default_num_results=n_best, remove_product_in_reactants=True)
+        self.predictor, self.forward, self.method = predictor, forward, method
+        self.batch_size, self.round_trip_k, self.progress = batch_size, round_trip_k, progress
+        self.counts = ExpansionCounts()
+        self.started = time.monotonic()
+        self.deadline: float | None = None  # monotonic time after which expansions are cut short
+
+    def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
+        results = self.predictor.predict([mol.smiles for mol in inputs], method=self.method, n_best=num_results,
+                                         batch_size=self.batch_size, time_limit_s=self._time_left(len(inputs)))
+        reactions = []
+        for mol, result in zip(inputs, results):
+            if self.forward is not None and result.ok:
+                result = check_round_trip(result, self.forward, self.round_trip_k)
+            reactions.append(self._reactions(mol, result))
+        self.counts.molecules += len(inputs)
+        if self.progress:
+            self.progress(time.monotonic() - self.started, self.counts.molecules)
+        return reactions
+
+    def _time_left(self, n_queries: int) -> float | None:
+        """Seconds per query until the deadline: an expansion never runs far past the search's time limit."""
+        if self.deadline is None:
+            return None
+        return max(0.1, self.deadline - time.monotonic()) / n_queries
+
+    def _reactions(self, product: Molecule, result: QueryResult) -> list[SingleProductReaction]:
+        counts = self.counts
+        counts.decoder_calls += result.stats.model_calls
+        if not result.ok:
+            counts.failed += 1
+            return []
+        counts.answers += len(result.predictions)
+        reactions = [reaction(product, p) for p in result.predictions if p.sane]
+        counts.kept += len(reactions)
+        counts.round_trips += sum(bool(p.round_trip) for p in result.predictions if p.sane)
+        return reactions
+
+    def get_parameters(self):
+        return self.predictor.model.parameters()
+
+
+def reaction(product: Molecule, prediction: Prediction) -> SingleProductReaction:
+    """A sane answer as a syntheseus reaction (its SMILES are canonical, so Molecule keeps them)."""
+    metadata = {"score": prediction.score, "log_probability": prediction.score, "probability": prediction.probability,
+                "model_rank": prediction.model_rank}
+    for name in ("confidence", "round_trip", "forward_prob"):
+        if getattr(prediction, name) is not None:
+            metadata[name] = getattr(prediction, name)
+    reactants = Bag(Molecule(smiles) for smiles in prediction.smiles.split("."))
+    return SingleProductReaction(reactants=reactants, product=product, metadata=metadata)  # type: ignore[arg-type]
+
+
+# ---- routes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteMolecule:
+    smiles: str
+    in_stock: bool
+    made_by: "RouteStep | None" = None  # None: a starting material of the route
+
+
+@dataclass(frozen=True)
+class RouteStep:
+    """One reaction of a route, read retrosynthetically: the product and the reactants it is made from."""
+    product: str
+    reactants: tuple[RouteMolecule, ...]
+    score: float  # the single-step model's log-probability of these reactants
+    model_rank: int  # the answer's rank in the model's n-best list
+    product_in_stock: bool = False  # only a target can be: a molecule in stock is not expanded
+    confidence: float | None = None
+    round_trip: bool | None = None
+    forward_prob: float | None = None
+
+    @property
+    def probability(self) -> float:
+        return math.exp(self.score)
+
+
+@dataclass(frozen=True)
+class Route:
+    target: RouteMolecule  # its made_by is the last step of the synthesis
+    score: float  # the sum of its steps' scores: the log of the product of their probabilities
+
+    def steps(self) -> list[tuple[int, RouteStep]]:
+        """(depth, step) depth first from the target's step (depth 1): the synthesis read backwards."""
+        found: list[tuple[int, RouteStep]] = []
+
+        def visit(molecule: RouteMolecule, depth: int) -> None:
+            if molecule.made_by is not None:
+                found.append((depth, molecule.made_by))
+                for reactant in molecule.made_by.reactants:
+                    visit(reactant, depth + 1)
+
+        visit(self.target, 1)
+        return found
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps())
+
+    @property
+    def depth(self) -> int:
+        """Reactions on the longest path from a starting material to the target."""
+        return max(depth for depth, _ in self.steps())
+
+    def starting_materials(self) -> list[RouteMolecule]:
+        """The molecules a chemist would order (each once), in the order the steps list them."""
+        seen: dict[str, RouteMolecule] = {}
+        for _, step in self.steps():
+            for reactant in step.reactants:
+                if reactant.made_by is None:
+                    seen.setdefault(reactant.smiles, reactant)
+        return list(seen.values())
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    algorithm: str
+    time_s: float  # the search and the reading of its routes
+    time_limit_s: float
+    iterations: int
+    nodes: int  # in the search graph
+    counts: ExpansionCounts = field(default_factory=ExpansionCounts)
+    target_in_stock: bool = False
+
+    @property
+    def model_calls(self) -> int:
+        """Calls of the single-step model: one per molecule expanded."""
+        return self.counts.molecules
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    target: str  # canonical
+    routes: tuple[Route, ...]  # solved ones, best first
+    stats: SearchStats
+    model: str  # the retrosynthesis model's folder
+    forward_model: str | None  # the round-trip checker's folder; None: no check
+    stock: str  # the stock's source
+    stock_size: int
+
+    @property
+    def solved(self) -> bool:
+        return bool(self.routes)
+
+
+# ---- the search ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    method: str = "sbs-exact"  # the fastest exact n-best method (methods.py)
+    n_best: int = 10  # answers per expansion: a wider tree, at the cost of a longer expansion
+    max_steps: int = 5  # Retro*: reactions on a path; MCTS: reactions in all. Longer routes are rarely made
+    round_trip_k: int = 1  # the forward model's top-k that must give the product back
+    batch_size: int = 8  # molecules per decoder batch (MCTS expands several at once)
+
+
+class _MCTS(MolSetMCTS):
+    """syntheseus's MCTS over molecule sets, which also stops once no node can be expanded: it would
+    otherwise revisit the same dead ends until the time limit."""
+
+    def should_stop_search(self, graph) -> bool:
+        return super().should_stop_search(graph) or not any(self.can_expand_node(n, graph) for n in graph.nodes())
+
+
+def search_algorithm(algorithm: str, model: PredictorModel, stock: Stock, time_limit_s: float, max_steps: int):
+    """Retro* (constant value function, step cost -log p) or MCTS (PUCB with the model's probabilities as
+    policy, reward 1 for a solved molecule set), configured as syntheseus's own command line does."""
+    shared = dict(reaction_model=model, mol_inventory=stock, time_limit_s=time_limit_s,
+                  prevent_repeat_mol_in_trees=True,  # no A -> ... -> A loops
+                  expand_purchasable_target=True)  # a target in stock still gets its routes
+    if algorithm == "retro*":
+        return RetroStarSearch(**shared, max_expansion_depth=2 * max_steps,  # the AND/OR depth counts molecules too
+                               value_function=ConstantNodeEvaluator(0.0), and_node_cost_fn=ReactionModelLogProbCost())
+    return _MCTS(**shared, max_expansion_depth=max_steps, value_function=ConstantNodeEvaluator(0.5),
+                 reward_function=HasSolutionValueFunction(), policy=ReactionModelProbPolicy(),
+                 bound_function=pucb_bound, random_state=random.Random(0))  # seeded: the same run twice
+
+
+def check_target(target: str, predictor: Predictor) -> str:
+    """The canonical target, or ValueError saying why it cannot be planned for."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError("empty target: give the SMILES of the molecule to make")
+    if "." in target:  # in a SMILES a dot only ever separates molecules
+        raise ValueError(f"the target {target.strip()[:80]!r} has several molecules; plan a route to one at a time")
+    return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
+
+
+def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 30.0, algorithm: str = "retro*",
+         max_routes: int = 10, *, forward: Predictor | None = None, settings: PlanSettings = PlanSettings(),
+         progress: Progress | None = None) -> PlanResult:
+    """Routes from `target` to molecules in `stock` found within `time_limit_s`, best first."""
+    if predictor.task == "forward":
+        raise ValueError(f"planning needs a retrosynthesis model; {predictor.path.name} predicts forward")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown search algorithm {algorithm!r}; choose {' or '.join(ALGORITHMS)}")
+    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:  # also false for NaN
+        raise ValueError(f"the time limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} s, not {time_limit_s}")
+    if max_routes < 1 or settings.max_steps < 1:
+        raise ValueError("max_routes and max_steps must be 1 or more")
+    canonical_target = check_target(target, predictor)
+    model = PredictorModel(predictor, forward, settings.method, settings.n_best, settings.batch_size,
+                           settings.round_trip_k, progress)
+    search = search_algorithm(algorithm, model, stock, time_limit_s, settings.max_steps)
+    target_mol = Molecule(canonical_target)
+    model.started = time.monotonic()
+    model.deadline = model.started + time_limit_s
+    graph, iterations = search.run_from_mol(target_mol)
+    routes = extract_routes(graph, stock, max_routes)
+    stats = SearchStats(algorithm, time.monotonic() - model.started, time_limit_s, iterations, len(graph),
+                        dataclasses.replace(model.counts), stock.is_purchasable(target_mol))  # a copy
+    return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
+                      forward.path.name if forward else None, stock.source, len(stock))
+
+
+def extract_routes(graph: AndOrGraph | MolSetGraph, stock: Stock, max_routes: int) -> list[Route]:
+    """The solved routes of a search graph, cheapest first (cost: minus the sum of step log-probs)."""
+    for node in graph.nodes():
+        node.data["route_cost"] = -_score_into(node, graph)
+    routes, seen = [], set()
+    for nodes in iter_routes_cost_order(graph, max_routes, max_time_s=ROUTE_EXTRACTION_S):
+        if len(nodes) == 1:
+            continue  # the target alone: in stock, but no reaction was found for it
+        synthesis = graph.to_synthesis_graph(nodes)
+        key = frozenset(r.reaction_smiles for r in synthesis.nodes())
+        if key not in seen:  # MCTS reaches one set of reactions in several orders
+            seen.add(key)
+            routes.append(to_route(synthesis, stock))
+    return routes
+
+
+def _score_into(node, graph) -> float:
+    """The log-prob of the reaction a node stands for (AND/OR graph) or was reached by (molecule-set graph)."""
+    if isinstance(node, AndNode):
+        return node.reaction.metadata["score"]
+    if isinstance(graph, MolSetGraph) and node is not graph.root_node:
+        parent = next(iter(graph.predecessors(node)))
+        return graph._graph.edges[parent, node]["reaction"].metadata["score"]  # syntheseus keeps it on the edge
+    return 0.0
+
+
+def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:
+    made_by = {rxn.product: rxn for rxn in synthesis.nodes()}
+
+    def molecule(mol: Molecule, path: frozenset[Molecule]) -> RouteMolecule:
+        rxn = made_by.get(mol)
+        if rxn is None or mol in path:  # the guard against a loop, which a solved route cannot have
+            return RouteMolecule(mol.smiles, stock.is_purchasable(mol))
+        meta = rxn.metadata
+        reactants = tuple(molecule(r, path | {mol}) for r in sorted(rxn.unique_reactants))
+        in_stock = stock.is_purchasable(mol)
+        step = RouteStep(mol.smiles, reactants, meta["score"], meta["model_rank"], in_stock, meta.get("confidence"),
+                         meta.get("round_trip"), meta.get("forward_prob"))
+        return RouteMolecule(mol.smiles, in_stock, step)
+
+    root = synthesis.root_node.product
+    return Route(molecule(root, frozenset()), sum(rxn.metadata["score"] for rxn in synthesis.nodes()))
+
+
+# ---- export -------------------------------------------------------------------------------------
+
+
+def _molecule_json(molecule: RouteMolecule) -> dict:
+    out: dict = {"smiles": molecule.smiles, "in_stock": molecule.in_stock}
+    step = molecule.made_by
+    if step is not None:
+        out["reaction"] = {"score": round(step.score, 4), "probability": float(f"{step.probability:.4g}"),
+                           "model_rank": step.model_rank, "confidence": step.confidence,
+                           "round_trip": step.round_trip, "forward_prob": step.forward_prob,
+                           "reactants": [_molecule_json(r) for r in step.reactants]}
+    return out
+
+
+def routes_json(result: PlanResult) -> dict:
+    """The plan as JSON: settings, search statistics, and each route as a tree (molecule -> reaction ->
+    reactant molecules ...)."""
+    stats = result.stats
+    return {
+        "target": result.target, "solved": result.solved,
+        "model": result.model, "forward_model": result.forward_model,
+        "stock": {"source": result.stock, "size": result.stock_size},
+        "search": {"algorithm": stats.algorithm, "time_s": round(stats.time_s, 2), "time_limit_s": stats.time_limit_s,
+                   "iterations": stats.iterations, "nodes": stats.nodes, "model_calls": stats.model_calls,
+                   "decoder_calls": stats.counts.decoder_calls, "answers": stats.counts.answers,
+                   "answers_kept": stats.counts.kept, "round_trips": stats.counts.round_trips,
+                   "failed_expansions": stats.counts.failed, "target_in_stock": stats.target_in_stock},
+        "routes": [{"rank": rank, "score": round(route.score, 4), "n_steps": route.n_steps, "depth": route.depth,
+                    "starting_materials": [m.smiles for m in route.starting_materials()],
+                    "tree": _molecule_json(route.target)}
+                   for rank, route in enumerate(result.routes, start=1)],
+    }
+
+
+def route_rows(result: PlanResult) -> Iterator[list[object]]:
+    """One row per reaction step, in ROUTE_COLUMNS: routes best first, each from the target's step down."""
+    for rank, route in enumerate(result.routes, start=1):
+        for number, (depth, step) in enumerate(route.steps(), start=1):
+            yield [rank, round(route.score, 4), route.n_steps, number, depth, step.product,
+                   _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
+                   ";".join(_yes_no(r.in_stock) for r in step.reactants), round(step.score, 4),
+                   float(f"{step.probability:.4g}"), step.confidence, step.round_trip, step.forward_prob,
+                   step.model_rank]
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
