@@ -12,6 +12,7 @@ st.set_page_config(page_title="MolSpec", page_icon=str(common.ROOT / "assets" / 
 navigation = st.navigation([
     st.Page("pages/predict.py", title="Predict", icon=":material/science:", default=True),
     st.Page("pages/batch.py", title="Batch", icon=":material/table_view:"),
+    st.Page("pages/routes.py", title="Routes", icon=":material/route:"),
     st.Page("pages/benchmark.py", title="Benchmark", icon=":material/speed:"),
     st.Page("pages/models.py", title="Models", icon=":material/description:"),
 ])

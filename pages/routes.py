@@ -1,0 +1,218 @@
+"""Routes: a target molecule in, multi-step routes to building blocks in a stock out.
+
+syntheseus searches (Retro* or MCTS) with the retrosynthesis model as its single-step model; the page
+shows the solved routes best first as trees of structures, marks what is in stock, lists the compounds
+to procure, and exports the routes as JSON and CSV.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import streamlit as st
+
+from molspec_core import depict
+from molspec_core.io import csv_bytes
+from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, Route, RouteMolecule, RouteStep, Stock,
+                                   load_stock, plan, route_rows, routes_json, stock_from_upload)
+from pages import common
+
+log = logging.getLogger(__name__)
+ALGORITHM_LABELS = {"retro*": "Retro* (best first)", "mcts": "MCTS (Monte Carlo tree search)"}
+MOLECULE_SIZE = (220, 150)  # pixels of each structure in a route
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The search on screen: its result and the model that made it."""
+    result: PlanResult
+    model: str
+
+
+@st.cache_resource(show_spinner="Reading the stock…")
+def default_stock() -> Stock:
+    return load_stock()
+
+
+def retro_model(cfg: common.Settings) -> str | None:
+    """The retrosynthesis model folder: the sidebar's when its task is retrosynthesis, else the first installed."""
+    if cfg.task == "retro" and cfg.model:
+        return cfg.model
+    names = common.models_for_task("retro")
+    return names[0] if names else None
+
+
+def is_stand_in(model: str) -> bool:
+    """Whether the model's card calls it a stand-in (a CPU-trained model far below published accuracy)."""
+    try:
+        return "stand-in" in (common.models_dir() / model / "MODEL_CARD.md").read_text()[:2000]
+    except OSError:
+        return False
+
+
+# ---- search -------------------------------------------------------------------------------------
+
+
+def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, upload) -> None:
+    """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
+    ss = st.session_state
+    ss["route_error"] = None
+    try:
+        stock = stock_from_upload(upload.name, upload.getvalue()) if upload is not None else default_stock()
+    except ValueError as exc:
+        ss["route_error"] = f"Cannot use the stock file: {exc}"
+        return
+    predictor = common.load_predictor(str(common.models_dir() / model))
+    forward_models = common.models_for_task("forward")
+    forward = (common.load_predictor(str(common.models_dir() / forward_models[0]))
+               if round_trip and forward_models else None)
+    bar = st.progress(0.0, text="Searching…")
+
+    def progress(elapsed_s: float, molecules: int) -> None:
+        bar.progress(min(1.0, elapsed_s / time_limit_s),
+                     text=f"Searching… {molecules} molecules expanded, {elapsed_s:.0f} of {time_limit_s:.0f} s")
+
+    try:
+        ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
+                                  progress=progress), model)
+    except ValueError as exc:
+        ss["route_error"] = f"Cannot plan for this target: {exc}"
+    except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
+        log.exception("route search failed")
+        ss["route_error"] = f"The search failed ({type(exc).__name__}); please report it."
+    finally:
+        bar.empty()
+
+
+# ---- results ------------------------------------------------------------------------------------
+
+
+def stock_badge(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
+    if molecule.in_stock:
+        st.badge("In stock", color="green", icon=":material/inventory_2:")
+    elif molecule.smiles in step_of:
+        st.badge(f"Not in stock: made in step {step_of[molecule.smiles]}", color="orange")
+    else:
+        st.badge("Not in stock", color="orange")
+
+
+def show_molecule(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
+    svg = depict.smiles_svg(molecule.smiles, *MOLECULE_SIZE)
+    if svg:
+        st.image(svg)
+    stock_badge(molecule, step_of)
+    st.caption(common.md_escape(common.short(molecule.smiles, 60)))
+
+
+def step_facts(step: RouteStep) -> str:
+    facts = [f"model rank {step.model_rank}", f"probability {common.format_probability(step.score)}"]
+    if step.confidence is not None:
+        facts.append(f"confidence {step.confidence:.0%}")
+    if step.round_trip is not None:
+        facts.append("round trip ✓" if step.round_trip else "round trip ✗")
+    return " · ".join(facts)
+
+
+def show_route(rank: int, route: Route) -> None:
+    steps = route.steps()
+    step_of = {step.product: number for number, (_, step) in enumerate(steps, start=1)}
+    title = (f"Route {rank}: {route.n_steps} step{'s' if route.n_steps > 1 else ''}, "
+             f"probability {common.format_probability(route.score)}")
+    with st.expander(title, expanded=rank == 1):
+        procure = route.starting_materials()
+        st.markdown("**Compounds to procure:** " + ", ".join(common.md_escape(m.smiles) for m in procure))
+        st.caption("Steps are read backwards from the target: the synthesis runs from the deepest step up.")
+        for number, (depth, step) in enumerate(steps, start=1):
+            st.caption(f"Step {number} · depth {depth} · {common.md_escape(step_facts(step))}")
+            widths = ([0.35 * (depth - 1)] if depth > 1 else []) + [1, 0.3] + [1] * len(step.reactants)
+            columns = st.columns(widths, vertical_alignment="center")
+            columns = columns[1:] if depth > 1 else columns  # the first one only indents the step
+            with columns[0]:
+                show_molecule(RouteMolecule(step.product, step.product_in_stock), {})
+            columns[1].markdown("⇐")
+            for column, reactant in zip(columns[2:], step.reactants):
+                with column:
+                    show_molecule(reactant, step_of)
+
+
+def show_stats(result: PlanResult) -> None:
+    stats, counts = result.stats, result.stats.counts
+    columns = st.columns(5)
+    columns[0].metric("Search time", f"{stats.time_s:.1f} s", help=f"Time limit {stats.time_limit_s:g} s")
+    columns[1].metric("Molecules expanded", stats.model_calls, help="Calls of the single-step model, one per molecule")
+    columns[2].metric("Sane answers", f"{counts.kept} of {counts.answers}",
+                      help="Reactant sets the model proposed, and the sane ones the search could use "
+                           "(invalid and flagged answers are skipped)")
+    columns[3].metric("Search nodes", stats.nodes)
+    columns[4].metric("Routes", len(result.routes))
+    round_trips = f"; {counts.round_trips} of them round trip ✓" if result.forward_model else ""
+    st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {stats.iterations} iterations · {counts.decoder_calls} "
+               f"decoder calls{round_trips} · stock {common.md_escape(result.stock)} "
+               f"({result.stock_size:,} molecules)")
+
+
+def show(shown: Shown) -> None:
+    result = shown.result
+    st.subheader("Target")
+    svg = depict.smiles_svg(result.target, 420, 200)
+    if svg:
+        st.image(svg)
+    st.code(result.target, language=None, wrap_lines=True)
+    if result.stats.target_in_stock:
+        st.info("The target itself is in the stock; the routes below make it anyway.", icon=":material/inventory_2:")
+    if result.routes:
+        st.success(f"{len(result.routes)} route{'s' if len(result.routes) > 1 else ''} to the stock found, best "
+                   "first (the highest product of the steps' probabilities).", icon=":material/route:")
+    else:
+        st.warning(f"No route to the stock was found within {result.stats.time_limit_s:g} s. Try a longer time, "
+                   "the other search, or a larger stock.", icon=":material/search_off:")
+    if is_stand_in(shown.model):
+        st.caption("The retrosynthesis model is a stand-in trained on a CPU, far below published accuracy (its card "
+                   "on the Models page gives the figures): expect few routes, and check every step as a chemist.")
+    show_stats(result)
+    stem = "routes"
+    with st.container(horizontal=True):
+        st.download_button("Download JSON", data=json.dumps(routes_json(result), indent=2), file_name=f"{stem}.json",
+                           mime="application/json", on_click="ignore", icon=":material/download:")
+        st.download_button("Download CSV", data=csv_bytes(ROUTE_COLUMNS, route_rows(result)),
+                           file_name=f"{stem}.csv", mime="text/csv", on_click="ignore", icon=":material/download:")
+    for rank, route in enumerate(result.routes, start=1):
+        show_route(rank, route)
+
+
+def main() -> None:
+    cfg = common.settings()
+    st.title("Routes")
+    st.caption("Multi-step retrosynthesis: syntheseus searches backwards from the target, one answer of the "
+               "retrosynthesis model per step, until every starting material is in the stock.")
+    model = retro_model(cfg)
+    if model is None:
+        st.warning("No retrosynthesis model is installed (models/retro/ is missing).", icon=":material/warning:")
+        return
+    with st.form("route_form"):
+        target = st.text_input("Target SMILES", key="route_target", max_chars=2000,
+                               placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
+        left, right = st.columns(2)
+        time_limit = left.slider("Time budget (s)", 5, 300, 30, step=5, key="route_time")
+        algorithm = right.radio("Search", ALGORITHMS, format_func=ALGORITHM_LABELS.get, key="route_algorithm",
+                                horizontal=True)
+        round_trip = st.toggle("Round-trip check of each step with the forward model", value=True,
+                               key="route_round_trip", help="Marks each step ✓ when the forward model gives its "
+                               "product back; it costs time, and the search does not drop steps that fail it.")
+        upload = st.file_uploader("Your own stock (optional)", type=["smi", "txt", "csv", "gz", "xz"],
+                                  help="One SMILES per line, or a CSV with a smiles column. Without it: the default "
+                                       "stock, reactants of at least 2 USPTO-50K training reactions.")
+        submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
+    st.caption(f"Model: {common.md_escape(model)} (sbs-exact, 10 answers per molecule)")
+    if submitted:
+        search(target, model, float(time_limit), algorithm, round_trip, upload)
+    if st.session_state.get("route_error"):
+        st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
+    shown = st.session_state.get("routes")
+    if shown is not None:
+        show(shown)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions
+    main()
