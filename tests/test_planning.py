@@ -1,0 +1,344 @@
+"""Multi-step routes (molspec_core.planning): the search on a hand-written reaction table, the Predictor
+wrapper and `plan` on the copy model, the stock, the exports, the CLI and the Routes page.
+
+The copy model drops every 'C' from its input, so with hydroxylamine (NO) in the stock it 'solves'
+ethanolamine (NCCO) in one step, deterministically. Multi-step search is checked on a reaction table
+whose best route is known by hand.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
+
+from conftest import FIXTURES, ROOT
+from molspec_core import planning
+from molspec_core.cli import main
+from molspec_core.io import InputFileError, csv_bytes
+from molspec_core.planning import ROUTE_COLUMNS, PlanSettings, PredictorModel, Stock, load_stock, plan
+from molspec_core.service import Predictor
+
+COPY_MODEL = FIXTURES / "copy_model"
+TIMEOUT = 120  # seconds per AppTest run: a cold start loads torch, RDKit and the model
+
+
+@pytest.fixture(scope="module")
+def copy_predictor() -> Predictor:
+    return Predictor.load(COPY_MODEL, "cpu")
+
+
+@pytest.fixture(scope="module")
+def copy_forward(tmp_path_factory) -> Predictor:
+    """The copy model dressed as a forward model, for the round-trip flag."""
+    folder = tmp_path_factory.mktemp("forward") / "forward"
+    shutil.copytree(COPY_MODEL, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "task": "forward"}))
+    return Predictor.load(folder, "cpu")
+
+
+# ---- the search, on a reaction table --------------------------------------------------------------
+
+# product -> [(reactants, probability)]: the best route to the amide is acylation of aniline, which is
+# made from nitrobenzene (0.5 * 0.8 = 0.4); the other, through the ester, is worth 0.3 * 0.2 = 0.06.
+TARGET = "CC(=O)Nc1ccccc1"
+TABLE = {
+    TARGET: [("CC(=O)Cl.Nc1ccccc1", 0.5), ("CC(=O)Oc1ccccc1.N", 0.3)],
+    "Nc1ccccc1": [("O=[N+]([O-])c1ccccc1", 0.8)],
+    "CC(=O)Oc1ccccc1": [("CC(=O)Cl.Oc1ccccc1", 0.2)],
+}
+TABLE_STOCK = Stock(["CC(=O)Cl", "O=[N+]([O-])c1ccccc1", "N", "Oc1ccccc1"], "table")
+
+
+class TableModel(BackwardReactionModel):
+    """A backward reaction model that answers from TABLE, with the metadata PredictorModel gives."""
+
+    def __init__(self):
+        super().__init__(use_cache=True)
+
+    def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
+        return [[SingleProductReaction(reactants=Bag(Molecule(s) for s in reactants.split(".")), product=mol,
+                                       metadata={"score": math.log(prob), "probability": prob, "model_rank": rank})
+                 for rank, (reactants, prob) in enumerate(TABLE.get(mol.smiles, []), start=1)]
+                for mol in inputs]
+
+
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+def test_search_finds_both_routes_best_first(algorithm):
+    search = planning.search_algorithm(algorithm, TableModel(), TABLE_STOCK, time_limit_s=2.0, max_steps=3)
+    graph, _ = search.run_from_mol(Molecule(TARGET))
+    routes = planning.extract_routes(graph, TABLE_STOCK, max_routes=10)
+    assert [round(math.exp(r.score), 6) for r in routes] == [0.4, 0.06]
+    best = routes[0]
+    assert (best.n_steps, best.depth) == (2, 2)
+    assert sorted(m.smiles for m in best.starting_materials()) == ["CC(=O)Cl", "O=[N+]([O-])c1ccccc1"]
+    assert all(m.in_stock for m in best.starting_materials())
+    top = best.target.made_by
+    assert best.target.smiles == TARGET and not best.target.in_stock
+    reactants = {r.smiles: r for r in top.reactants}
+    aniline = reactants["Nc1ccccc1"]
+    assert not aniline.in_stock and aniline.made_by.reactants[0].smiles == "O=[N+]([O-])c1ccccc1"
+    assert [(depth, step.product) for depth, step in best.steps()] == [(1, TARGET), (2, "Nc1ccccc1")]
+
+
+def test_retro_star_respects_the_step_limit():
+    search = planning.search_algorithm("retro*", TableModel(), TABLE_STOCK, time_limit_s=2.0, max_steps=1)
+    graph, _ = search.run_from_mol(Molecule(TARGET))
+    assert planning.extract_routes(graph, TABLE_STOCK, max_routes=10) == []  # every route needs two steps
+
+
+# ---- the Predictor as a reaction model ------------------------------------------------------------
+
+
+def test_wrapper_turns_sane_answers_into_reactions(copy_predictor):
+    model = PredictorModel(copy_predictor, n_best=3)
+    [reactions] = model([Molecule("NCCO")])
+    answers = copy_predictor.predict("NCCO", method="sbs-exact", n_best=3).predictions
+    sane = [p for p in answers if p.sane]
+    assert len(sane) < len(answers)  # the copy model's third answer is not a molecule: skipped
+    assert [r.reactants_str for r in reactions] == [p.smiles for p in sane]
+    first = reactions[0]
+    assert first.product == Molecule("NCCO") and first.reactants_str == "NO"
+    assert first.metadata["score"] == pytest.approx(sane[0].score)
+    assert first.metadata["probability"] == pytest.approx(math.exp(sane[0].score))
+    assert first.metadata["model_rank"] == 1 and "round_trip" not in first.metadata
+    counts = model.counts
+    assert (counts.molecules, counts.answers, counts.kept) == (1, len(answers), len(sane))
+    model([Molecule("NCCO")])
+    assert model.num_calls() == 1  # syntheseus's cache: a molecule is expanded once per search
+
+
+def test_wrapper_carries_the_round_trip_flag(copy_predictor, copy_forward):
+    model = PredictorModel(copy_predictor, copy_forward, n_best=2)
+    [reactions] = model([Molecule("NCCO")])
+    assert reactions and all(r.metadata["round_trip"] is False for r in reactions)  # NO does not give NCCO back
+    assert all(0 <= r.metadata["forward_prob"] < 1 for r in reactions)
+
+
+def test_wrapper_skips_flagged_answers(copy_predictor):
+    """The copy model's answer to dichlorine is dichlorine itself: flagged, so no reaction."""
+    [reactions] = PredictorModel(copy_predictor, n_best=2)([Molecule("ClCl")])
+    assert all("ClCl" not in r.reactants_str.split(".") for r in reactions)
+
+
+# ---- plan and its exports --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
+    calls = []
+    result = plan("OCCN", copy_predictor, Stock(["NO"], "mine"), time_limit_s=2.0, algorithm=algorithm,
+                  progress=lambda elapsed, molecules: calls.append(molecules))
+    assert result.solved and result.target == "NCCO"
+    best = result.routes[0]
+    assert best.n_steps == 1 and [m.smiles for m in best.starting_materials()] == ["NO"]
+    stats = result.stats
+    assert stats.algorithm == algorithm and stats.model_calls >= 1 and stats.nodes > 1
+    assert stats.time_s < 2.0 + 5.0 and calls and calls[-1] == stats.model_calls
+    exported = json.loads(json.dumps(planning.routes_json(result)))
+    assert exported["solved"] and exported["stock"] == {"source": "mine", "size": 1}
+    tree = exported["routes"][0]["tree"]
+    assert tree["smiles"] == "NCCO" and not tree["in_stock"]
+    assert tree["reaction"]["reactants"] == [{"smiles": "NO", "in_stock": True}]
+    assert exported["search"]["model_calls"] == stats.model_calls
+    rows = list(csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode())))
+    assert rows[0]["route"] == "1" and rows[0]["product"] == "NCCO" and rows[0]["reactants"] == "NO"
+    assert rows[0]["reactants_in_stock"] == "yes" and rows[0]["product_in_stock"] == "no"
+    assert len(rows) == sum(route.n_steps for route in result.routes)
+
+
+def test_plan_without_a_route_says_so(copy_predictor):
+    result = plan("ClCCCl", copy_predictor, Stock(["NO"]), time_limit_s=2.0)
+    assert not result.solved and result.routes == ()
+    assert result.stats.model_calls >= 1
+    assert planning.routes_json(result)["routes"] == [] and list(planning.route_rows(result)) == []
+
+
+def test_a_target_in_stock_still_gets_its_routes(copy_predictor):
+    result = plan("NCCO", copy_predictor, Stock(["NO", "NCCO"]), time_limit_s=2.0)
+    assert result.stats.target_in_stock and result.solved
+    assert list(planning.route_rows(result))[0][ROUTE_COLUMNS.index("product_in_stock")] == "yes"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("", "empty target"), ("   ", "empty target"), ("C1CC", "not a valid SMILES"),
+    ("NCCO.O", "several molecules"), ("CC[Zz]", "not a valid SMILES"), ("CCS", "vocabulary"),
+])
+def test_bad_targets_get_clear_errors(copy_predictor, target, message):
+    with pytest.raises(ValueError, match=message):
+        plan(target, copy_predictor, Stock(["NO"]), time_limit_s=1.0)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"time_limit_s": 0}, "time limit"), ({"time_limit_s": math.nan}, "time limit"),
+    ({"algorithm": "dfs"}, "unknown search algorithm"), ({"max_routes": 0}, "max_routes"),
+    ({"settings": PlanSettings(max_steps=0)}, "max_steps"),
+])
+def test_bad_options_get_clear_errors(copy_predictor, options, message):
+    with pytest.raises(ValueError, match=message):
+        plan("NCCO", copy_predictor, Stock(["NO"]), **options)
+
+
+def test_plan_refuses_a_forward_model(copy_forward):
+    with pytest.raises(ValueError, match="needs a retrosynthesis model"):
+        plan("NCCO", copy_forward, Stock(["NO"]), time_limit_s=1.0)
+
+
+# ---- the stock --------------------------------------------------------------------------------------
+
+
+def test_stock_reads_smiles_lines_with_names_comments_and_maps(tmp_path):
+    path = tmp_path / "stock.smi"
+    path.write_text("# my shelf\nOCC ethanol\n\nC(O)C\n[CH3:1][OH:2]\nC1CC\n")
+    stock = load_stock(path)
+    assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCO", "CO"]
+    assert stock.n_unreadable == 1 and stock.source == "stock.smi"
+    assert stock.is_purchasable(Molecule("OCC"))
+
+
+def test_stock_reads_a_gzipped_csv_with_a_smiles_column(tmp_path):
+    path = tmp_path / "catalogue.csv.gz"
+    path.write_bytes(gzip.compress(b"id,smiles,price\nA1,c1ccccc1N,3\nA2,OC(=O)C,1\n"))
+    assert sorted(m.smiles for m in load_stock(path).to_purchasable_mols()) == ["CC(=O)O", "Nc1ccccc1"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "holds no molecules"), ("# only a comment\n\n", "holds no molecules"),
+    ("C1CC\nxyz\n", r"holds no molecules \(2 entries are not SMILES"),
+])
+def test_an_empty_or_unreadable_stock_is_refused(tmp_path, content, message):
+    path = tmp_path / "stock.txt"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_stock(path)
+
+
+def test_a_missing_file_or_a_csv_without_smiles_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="cannot read the stock .*No such file"):
+        load_stock(tmp_path / "nope.smi")
+    (tmp_path / "stock.csv").write_text("id,name\n1,water\n")
+    with pytest.raises(InputFileError, match="column named"):
+        load_stock(tmp_path / "stock.csv")
+
+
+def test_the_default_stock_is_small_shipped_and_says_how_it_was_made():
+    path = planning.DEFAULT_STOCK
+    assert path.is_file() and path.stat().st_size < 200_000
+    header = gzip.decompress(path.read_bytes()).decode().splitlines()[:4]
+    assert "at least N = 2" in " ".join(header) and "tools/make_stock.py" in " ".join(header)
+    stock = load_stock()
+    assert 1000 < len(stock) < 20_000 and stock.n_unreadable == 0
+    if shutil.which("git") and (ROOT / ".git").exists():  # a .gitignore rule must never drop it from the checkout
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT).returncode
+        assert ignored == 1, f"{path} is matched by .gitignore"
+
+
+# ---- the CLI ----------------------------------------------------------------------------------------
+
+
+def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
+    (tmp_path / "stock.smi").write_text("NO\n")
+    out = tmp_path / "routes.json"
+    assert main(["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--stock",
+                 str(tmp_path / "stock.smi"), "--time-limit", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "route 1: 1 step(s)" in printed and "from NO" in printed
+    report = json.loads(out.read_text())
+    assert report["solved"] and report["routes"][0]["tree"]["reaction"]["reactants"][0]["smiles"] == "NO"
+    with open(tmp_path / "routes.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["reactants"] == "NO" and list(rows[0]) == list(ROUTE_COLUMNS)
+
+
+def test_cli_plan_bad_target_or_stock_is_an_error_line(tmp_path, capsys):
+    (tmp_path / "empty.smi").write_text("")
+    (tmp_path / "stock.smi").write_text("NO\n")
+    out = tmp_path / "routes.json"
+    base = ["plan", "--model", str(COPY_MODEL), "--forward", "none", "--out", str(out)]
+    assert main(base + ["--smiles", "C1CC", "--stock", str(tmp_path / "stock.smi")]) == 2
+    assert "error: not a valid SMILES" in capsys.readouterr().err
+    assert main(base + ["--smiles", "NCCO", "--stock", str(tmp_path / "empty.smi")]) == 2
+    assert "holds no molecules" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# ---- the Routes page ---------------------------------------------------------------------------------
+
+
+sys.path.insert(0, str(ROOT))  # `streamlit run app.py` puts the app folder on the path; so do we
+
+
+@pytest.fixture(autouse=True)
+def runs_go_through_app_py(monkeypatch):
+    """Every AppTest run starts at app.py, as a served app's runs do (see tests/test_app.py)."""
+    import streamlit.testing.v1.app_test as app_test
+
+    original = app_test.PagesManager
+
+    class ServedPagesManager(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            original.uses_pages_directory = False
+
+    monkeypatch.setattr(app_test, "PagesManager", ServedPagesManager)
+
+
+def routes_page(models: Path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MOLSPEC_MODELS_DIR", str(models))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    return at.switch_page("pages/routes.py").run()
+
+
+def find_routes(at, target: str):
+    at.text_input(key="route_target").input(target)
+    at.slider(key="route_time").set_value(5)
+    next(b for b in at.button if b.label == "Find routes").click()
+    return at.run()
+
+
+def shown_text(at) -> str:
+    return " | ".join(str(e.value) for kind in (at.markdown, at.caption, at.success, at.warning, at.error, at.info)
+                      for e in kind).replace("\\", "")
+
+
+def test_routes_page_shows_routes_and_downloads(tmp_path, monkeypatch):
+    """The copy model as the retro model, the default stock (which holds hydroxylamine, NO)."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert not at.exception
+    assert "route to the stock found" in shown_text(at) or "routes to the stock found" in shown_text(at)
+    assert at.expander[0].label.startswith("Route 1: 1 step")
+    assert "Compounds to procure:** NO" in shown_text(at)
+    assert ":green-badge" in shown_text(at) and ":orange-badge" in shown_text(at)  # in stock / not in stock
+    assert {m.label for m in at.metric} >= {"Search time", "Molecules expanded", "Routes"}
+    assert [b.proto.label for b in at.get("download_button")] == ["Download JSON", "Download CSV"]
+
+
+def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp_path, monkeypatch):
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "ClCCCl")
+    assert not at.exception
+    assert "No route to the stock was found within 5 s" in shown_text(at)
+    assert "Molecules expanded" in {m.label for m in at.metric}  # the stats stay on screen
+    at = find_routes(at, "C1CC<i")
+    assert not at.exception
+    assert "Cannot plan for this target: not a valid SMILES: RDKit cannot parse 'C1CC<i'" in shown_text(at)
+    assert not at.get("html")  # the typed text is never rendered as HTML
+
+
+def test_routes_page_without_a_retro_model(tmp_path, monkeypatch):
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "forward")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert not at.exception and "No retrosynthesis model is installed" in shown_text(at)
