@@ -10,11 +10,17 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .methods import METHODS, SamplingOptions
 from .service import DEFAULT_TIME_LIMIT_S
+
+if TYPE_CHECKING:
+    from .io import QueryFile
+    from .scale import Cluster
+    from .service import Predictor
 
 # What a user's input, files, disk or machine can cause: an `error:` line and exit code 2.
 # Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
@@ -179,10 +185,8 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
     return options
 
 
-def cluster_options(args: argparse.Namespace):
+def cluster_options(args: argparse.Namespace) -> Cluster | None:
     """The Ray cluster and actor pool of --ray, or None without it (its options are then refused)."""
-    from .scale import Cluster
-
     given = [name for name in ("workers", "cpus_per_worker", "gpus_per_worker") if getattr(args, name) is not None]
     if args.ray is None:
         if given:
@@ -190,6 +194,8 @@ def cluster_options(args: argparse.Namespace):
         return None
     if args.input is None:
         raise ValueError("--ray predicts files: give --input and --output")
+    from .scale import Cluster  # Ray itself is imported only once the run starts
+
     return Cluster(args.ray, args.workers, args.cpus_per_worker or 1.0, args.gpus_per_worker or 0.0)
 
 
@@ -235,7 +241,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def predict_here(predictor, table, output: str, batch_size: int, options: dict) -> int:
+def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict) -> int:
     """Predict a query file in this process, batch by batch, streaming the CSV (memory stays bounded for
     100,000 queries); returns the number of rejected queries."""
     from tqdm import tqdm

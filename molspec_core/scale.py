@@ -1,0 +1,236 @@
+"""Batch prediction on a Ray cluster: `molspec predict --input F --output F --ray [ADDRESS|auto|local]`.
+
+The driver reads the file with io.read_queries (the one bounded reader, so both paths accept and refuse
+the same files) and gives Ray Data the queries as blocks of (row, query) rows, each block a whole
+number of batches. `map_batches` runs on an actor pool: each actor loads one Predictor, once, and
+predicts batch after batch, the very batches the single-process path cuts, so the predictions are the
+same. Each query comes back with its input row number and its output rows; the driver puts the user's
+cells in front and writes the rows in input order through io.write_csv, the single-process path's
+writer.
+
+Faults: Ray restarts an actor whose process dies and runs its blocks again. The driver keeps each row
+once and writes no output at all if a row never came back.
+
+Ray is an optional extra (`pip install -e .[scale]`), imported only when --ray is given.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .io import RESULT_COLUMNS, QueryFile, output_header, predict_batch, result_rows, write_csv
+from .service import Predictor, QueryResult
+
+if TYPE_CHECKING:
+    import ray.data
+
+log = logging.getLogger(__name__)
+
+# A block is what Ray runs again when its worker dies: at most 16 batches keep that redo small, and a
+# small file is cut into at least 4 blocks per worker so that every worker gets some.
+BLOCK_BATCHES = 16
+BLOCKS_PER_WORKER = 4
+# The fault test's trigger (see crash_if_asked); unset outside tests/test_scale.py.
+CRASH_FILE_ENV = "MOLSPEC_TEST_CRASH_FILE"
+ERROR = RESULT_COLUMNS.index("error")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the run goes and how wide: a Ray address and the actor pool."""
+    address: str = "auto"  # 'auto' (the cluster this machine joined), 'local' (start one here) or host:port
+    workers: int | None = None  # actors, each with its own model; None: as many as the cluster holds
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+
+
+def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model: str, device: str,
+                   batch_size: int, options: dict[str, Any]) -> int:
+    """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
+    writes (the same columns and rows, in input order); returns the number of rejected queries."""
+    n_bad = 0
+
+    def rows() -> Iterator[list[object]]:
+        nonlocal n_bad
+        from tqdm import tqdm
+
+        pairs = predicted(table.queries, cluster, portable(model), device, batch_size, options)
+        for row, found in tqdm(in_row_order(pairs, len(table.queries)), total=len(table.queries),
+                               desc="predict (ray)", unit="query"):
+            query_rows = json.loads(found)
+            n_bad += bool(query_rows[0][ERROR])
+            cells = table.cells_of(row - 1)
+            for query_row in query_rows:
+                yield [*cells, *query_row]
+
+    if not table.queries:  # nothing to predict: the header alone, as the single-process path writes
+        write_csv(output, output_header(table.columns), [])
+        return 0
+    with connected(cluster.address):
+        write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
+    return n_bad
+
+
+def predicted(queries: list[str], cluster: Cluster, model: str, device: str, batch_size: int,
+              options: dict[str, Any]) -> Iterator[tuple[int, str]]:
+    """(row, the query's output rows as JSON) for every query, from an actor pool on the connected cluster.
+
+    A query's rows travel as one JSON text, not as Arrow columns: Arrow turns a column of whole numbers
+    with gaps (the rank of a rejected query) into floats, and rank 1 would come back as 1.0."""
+    import ray
+
+    workers = cluster.workers or fit_workers(cluster)
+    n_batches = -(-len(queries) // batch_size)
+    batches_per_block = max(1, min(BLOCK_BATCHES, n_batches // (BLOCKS_PER_WORKER * workers)))
+    dataset = query_blocks(queries, batch_size * batches_per_block).map_batches(
+        PredictWorker, batch_size=batch_size, batch_format="numpy",
+        fn_constructor_kwargs=dict(model=model, device=device, threads=max(1, round(cluster.cpus_per_worker)),
+                                   options=options),
+        compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=cluster.cpus_per_worker,
+        num_gpus=cluster.gpus_per_worker)  # Ray Data's defaults restart a dead actor and rerun its blocks
+    dataset.context.execution_options.preserve_order = True  # rows come in input order; in_row_order checks
+    dataset.context.enable_progress_bars = False  # one bar, ours, counting the queries written
+    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+        yield from zip(batch["row"].tolist(), batch["rows"].tolist())
+
+
+def query_blocks(queries: list[str], rows_per_block: int) -> ray.data.Dataset:
+    """The queries as a Ray dataset of (row, query) rows, 1-based rows, in blocks of rows_per_block (the
+    last may be shorter). Blocks hold whole batches, so map_batches cuts the single-process batches. The
+    dataset is built from memory: a read task would wait for a CPU that the actors hold."""
+    import pyarrow as pa
+    import ray.data
+
+    def block(start: int) -> pa.Table:
+        chunk = queries[start:start + rows_per_block]
+        return pa.table({"row": pa.array(range(start + 1, start + 1 + len(chunk)), pa.int64()),
+                         "query": pa.array(chunk, pa.string())})
+
+    return ray.data.from_arrow([block(start) for start in range(0, len(queries), rows_per_block)])
+
+
+class PredictWorker:
+    """One actor of the pool: loads the model once, then predicts batch after batch."""
+
+    def __init__(self, model: str, device: str, threads: int, options: dict[str, Any]) -> None:
+        import torch
+
+        torch.set_num_threads(threads)  # the CPUs Ray gave this actor, not every core of its node
+        self.predictor = Predictor.load(model, device)
+        self.options = options
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = [int(row) for row in batch["row"]]
+        crash_if_asked(rows)
+        timed = self.predict([str(query) for query in batch["query"]])
+        found = [json.dumps(result_rows(row, (), result, time_ms)) for row, (result, time_ms) in zip(rows, timed)]
+        return {"row": np.asarray(rows, dtype=np.int64), "rows": np.asarray(found, dtype=object)}
+
+    def predict(self, queries: list[str]) -> list[tuple[QueryResult, float | None]]:
+        """Each query's result and time_ms: the batch in one call, as the single-process path predicts it;
+        if that call raises (a bug, memory running out), each query alone, so that a bad query is one
+        error row and never fails its block."""
+        try:
+            results, time_ms = predict_batch(self.predictor, queries, **self.options)
+            return [(result, time_ms) for result in results]
+        except ValueError:
+            raise  # wrong options (the service's contract): the run stops, as it does without Ray
+        except Exception:  # noqa: BLE001
+            log.exception("a batch of %d queries failed; predicting them one by one", len(queries))
+            return [self.predict_alone(query) for query in queries]
+
+    def predict_alone(self, query: str) -> tuple[QueryResult, float | None]:
+        try:
+            results, time_ms = predict_batch(self.predictor, [query], **self.options)
+            return results[0], time_ms
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.exception("query %r failed", query[:100])
+            error = f"the model failed ({type(exc).__name__})"  # the app's words for the same failure
+            return QueryResult(query=query, method=str(self.options.get("method", "")), error=error), None
+
+
+def crash_if_asked(rows: list[int]) -> None:
+    """The fault test's trigger: where MOLSPEC_TEST_CRASH_FILE names a file holding a row number, the
+    actor whose batch holds that row deletes the file and kills its own process, as the kernel's
+    out-of-memory killer would. Once: the retried block finds no file."""
+    path = os.environ.get(CRASH_FILE_ENV)
+    if not path:
+        return
+    try:
+        if int(Path(path).read_text()) not in rows:
+            return
+        os.unlink(path)  # of two actors that read the file, only one removes it
+    except (FileNotFoundError, ValueError):
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def in_row_order(pairs: Iterable[tuple[int, str]], n_rows: int) -> Iterator[tuple[int, str]]:
+    """(row, output) pairs in row order 1..n_rows, each row once: a row that comes early waits, a row
+    that comes again (a block run twice after its worker died) is dropped, and a row that never comes
+    is an error, raised before the output file is put in place."""
+    waiting: dict[int, str] = {}
+    next_row, repeats = 1, 0
+    for row, output in pairs:
+        if row < next_row or row in waiting:
+            repeats += 1
+            continue
+        waiting[row] = output
+        while next_row in waiting:
+            yield next_row, waiting.pop(next_row)
+            next_row += 1
+    if repeats:
+        log.warning("%d rows came back twice (blocks run again after a worker died); each was kept once", repeats)
+    if next_row <= n_rows or waiting:
+        raise RuntimeError(f"Ray returned {next_row - 1 + len(waiting)} of {n_rows} rows; row {next_row} is missing, "
+                           "so no output was written")
+
+
+def fit_workers(cluster: Cluster) -> int:
+    """As many actors as the cluster's GPUs (when each asks for some) or CPUs hold."""
+    import ray
+
+    resource, each = ("GPU", cluster.gpus_per_worker) if cluster.gpus_per_worker else ("CPU", cluster.cpus_per_worker)
+    have = ray.cluster_resources().get(resource, 0.0)
+    if have < each:
+        raise ValueError(f"the Ray cluster has {have:g} {resource}s, and a worker asks for {each:g}")
+    return int(have // each)
+
+
+def portable(model: str) -> str:
+    """The model as every node can name it: a shipped model by its name (each node has its own install),
+    a folder by its absolute path (which must exist on every node)."""
+    return str(Path(model).resolve()) if Path(model).is_dir() else model
+
+
+@contextmanager
+def connected(address: str) -> Iterator[None]:
+    """Connect to a Ray cluster ('auto', host:port) or start one on this machine ('local'), and leave
+    it after the run. A process already connected (a notebook, a test) keeps its cluster as it is."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray needs Ray: pip install -e .[scale]") from None
+    if ray.is_initialized():
+        yield
+        return
+    local = {"include_dashboard": False} if address == "local" else {}
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, **local)
+    except ConnectionError as exc:
+        raise ConnectionError(f"{exc} (start a cluster with `ray start --head`, or use --ray local)") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()

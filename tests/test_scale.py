@@ -1,0 +1,144 @@
+"""Batch prediction on Ray (molspec_core/scale.py, issue 18): the CSV of `predict --ray` is the
+single-process CLI's, and a worker process killed mid-run loses no row and repeats none.
+
+The Ray tests share one local cluster, started here: 2 CPUs, no dashboard, a small object store. They
+skip where Ray is absent (it is the optional extra `scale`); the tests above them need no Ray.
+"""
+import csv
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+from molspec_core.cli import main
+from molspec_core.scale import CRASH_FILE_ENV, PredictWorker, in_row_order
+
+MODEL = str(FIXTURES / "copy_model")
+N_ROWS = 2000
+# Queries the copy model reads, and ones it must reject (not a SMILES, empty, a token it lacks, a formula).
+QUERIES = ["CCO", "OCC", "c1ccncc1", "CC(=O)O", "ClCCBr", "NCC(=O)N", "xyz", "", "C[Si](C)C", "=1+cmd|' /C calc'!A0",
+           "OC1CCNCC1", "Brc1cccnc1OCCO", "CCOc1ccccc1", "N#N"]
+
+
+def write_queries(path, n_rows: int) -> None:
+    """A CSV with an ID and a note beside the SMILES, so that the input's cells must come back in front."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "smiles", "note"])
+        for i in range(n_rows):
+            writer.writerow([f"M{i:05d}", QUERIES[i * 5 % len(QUERIES)], "-2" if i % 3 else "x,y"])
+
+
+def records_without_time(path) -> list[list[str]]:
+    """The CSV's records as text, time_ms left out: it is a measurement, and the only cell that may differ."""
+    with open(path, newline="") as f:
+        records = list(csv.reader(f))
+    drop = records[0].index("time_ms")
+    return [record[:drop] + record[drop + 1:] for record in records]
+
+
+# ---- without Ray --------------------------------------------------------------------------------------
+
+
+def test_rows_come_out_in_order_once_each():
+    pairs = [(2, "b"), (1, "a"), (1, "a"), (4, "d"), (3, "c"), (2, "b")]
+    assert list(in_row_order(pairs, 4)) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+
+
+def test_a_missing_row_writes_no_output():
+    with pytest.raises(RuntimeError, match="3 of 4 rows; row 3 is missing"):
+        list(in_row_order([(1, "a"), (2, "b"), (4, "d")], 4))
+
+
+def test_a_query_that_breaks_its_batch_is_one_error_row(monkeypatch):
+    """A bad row never fails a block: when the batch's call raises, the worker predicts each query alone."""
+    import json
+
+    from molspec_core.service import Predictor
+
+    predict = Predictor.predict
+
+    def breaks_on_propanol(self, queries, *args, **kwargs):
+        if "CCCO" in queries:
+            raise RuntimeError("a bug met on one query")
+        return predict(self, queries, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", breaks_on_propanol)
+    worker = PredictWorker(MODEL, "cpu", threads=1, options={"method": "greedy"})
+    out = worker({"row": np.array([7, 8, 9]), "query": np.array(["CCO", "CCCO", "xyz"], dtype=object)})
+    assert out["row"].tolist() == [7, 8, 9]
+    errors = [json.loads(found)[0][-1] for found in out["rows"]]
+    assert errors[0] == "" and errors[1] == "the model failed (RuntimeError)" and "not a valid SMILES" in errors[2]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--input", "q.csv", "--output", "o.csv", "--workers", "2"], "--workers goes with --ray"),
+    (["--smiles", "CCO", "--ray", "local"], "--ray predicts files"),
+])
+def test_ray_options_are_checked_before_anything_runs(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.csv").write_text("smiles\nCCO\n")
+    assert main(["predict", "--model", MODEL, *argv]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o.csv").exists()
+
+
+def test_without_ray_installed_the_message_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails, as where it is not installed
+    (tmp_path / "q.csv").write_text("smiles\nCCO\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.csv"), "--output",
+                 str(tmp_path / "o.csv"), "--ray", "local"]) == 2
+    assert "pip install -e .[scale]" in capsys.readouterr().err
+
+
+# ---- on a local Ray cluster ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A local cluster for this file's Ray tests; yields the crash file its workers watch (see
+    scale.crash_if_asked): writing a row number there kills the worker that gets that row, once."""
+    pytest.importorskip("ray.data", reason="Ray is the optional extra 'scale': pip install -e .[scale]")
+    import ray
+
+    crash_file = tmp_path_factory.mktemp("faults") / "kill-at-row"
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, logging_level="WARNING",
+             runtime_env={"env_vars": {CRASH_FILE_ENV: str(crash_file)}})
+    yield crash_file
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory):
+    """(query file, the single-process CLI's output of it): 2,000 rows, batches of 8."""
+    folder = tmp_path_factory.mktemp("single")
+    write_queries(folder / "q.csv", N_ROWS)
+    assert main(["predict", "--model", MODEL, "--input", str(folder / "q.csv"), "--output", str(folder / "out.csv"),
+                 "--method", "beam", "--n-best", "2"]) == 0
+    return folder / "q.csv", folder / "out.csv"
+
+
+def predict_on_ray(source, out) -> int:
+    return main(["predict", "--model", MODEL, "--input", str(source), "--output", str(out), "--method", "beam",
+                 "--n-best", "2", "--ray", "local", "--workers", "2"])
+
+
+def test_ray_writes_the_single_process_csv(cluster, single_process, tmp_path):
+    """The same columns, cells and row order; compared as text, every cell but time_ms."""
+    source, expected = single_process
+    assert predict_on_ray(source, tmp_path / "ray.csv") == 0
+    assert records_without_time(tmp_path / "ray.csv") == records_without_time(expected)
+
+
+def test_a_killed_worker_loses_no_row_and_repeats_none(cluster, single_process, tmp_path):
+    """Issue 18's fault test: the worker that gets row 1,100 kills its own process (SIGKILL) part-way
+    through the run; Ray starts another and runs the lost blocks again."""
+    source, expected = single_process
+    cluster.write_text("1100")
+    assert predict_on_ray(source, tmp_path / "ray.csv") == 0
+    assert not cluster.exists()  # the worker took the trigger, so it died
+    records = records_without_time(tmp_path / "ray.csv")
+    row, rank = records[0].index("row"), records[0].index("rank")
+    firsts = [int(record[row]) for record in records[1:] if record[rank] in ("", "1")]  # a query's rank 1 or error
+    assert firsts == list(range(1, N_ROWS + 1))
+    assert records == records_without_time(expected)
