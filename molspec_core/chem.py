@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 from collections.abc import Iterable
 
 from rdkit import Chem, RDLogger
@@ -67,6 +68,18 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
         if mol.HasSubstructMatch(_OXYGEN_CHAIN):
             concerns.append("an O-O-O chain")
     return tuple(concerns)
+
+
+def missing_atoms(reactants: str, product: str) -> dict[str, int]:
+    """Heavy atoms of `product` that `reactants` cannot supply, by element ({} when they can supply all).
+
+    Every heavy atom of a product comes from a reactant (USPTO-50K lists as reactants exactly the
+    molecules that give atoms to the product), so a proposed set that lacks some cannot make it:
+    an undertrained retrosynthesis model writes such sets, dropping a ring or a carbon."""
+    def heavy_atoms(smiles: str) -> Counter[str]:
+        return Counter(atom.GetSymbol() for atom in mol_from_smiles(smiles).GetAtoms() if atom.GetAtomicNum() > 1)
+
+    return dict(heavy_atoms(product) - heavy_atoms(reactants))
 
 
 def sdf_text(records: Iterable[tuple[str, dict[str, object]]]) -> str:

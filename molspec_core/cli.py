@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-best", type=at_least(1), default=10, help="answers per expansion (sbs-exact)")
     p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
     p.add_argument("--max-routes", type=at_least(1), default=10)
+    p.add_argument("--allow-missing-atoms", action="store_true",
+                   help="keep steps whose reactants lack heavy atoms of the product (skipped by default)")
     p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics")
     p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv)")
 
@@ -399,7 +401,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     predictor = Predictor.load(args.model, args.device)
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device)
     result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes, forward=forward,
-                  settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps))
+                  settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
+                                        check_atoms=not args.allow_missing_atoms))
     out.write_text(json.dumps(routes_json(result), indent=2))
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
     stats, counts = result.stats, result.stats.counts
@@ -407,8 +410,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     left_out = f", {stock.n_unreadable} unreadable entries left out" if stock.n_unreadable else ""
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
     print(f"{stats.algorithm}, {stats.time_s:.1f} s: {stats.model_calls} molecules expanded "
-          f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets sane, "
-          f"{stats.nodes} search nodes")
+          f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets used "
+          f"({counts.missing_atoms} sane ones lacked atoms of their product), {stats.nodes} search nodes")
     if not result.routes:
         print(f"no route to the stock found within {stats.time_limit_s:g} s")
     for rank, route in enumerate(result.routes, start=1):

@@ -31,7 +31,7 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
-from .chem import ChemError, canonical
+from .chem import ChemError, canonical, missing_atoms
 from .io import QueryFile, parse_upload, read_queries
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, Prediction, Predictor, QueryResult
@@ -102,7 +102,8 @@ class ExpansionCounts:
     molecules: int = 0  # products expanded (each once: syntheseus caches the reactions)
     decoder_calls: int = 0  # the decoder's forward passes, summed over those molecules (a batch's pass counts per row)
     answers: int = 0  # reactant sets proposed
-    kept: int = 0  # of those, sane ones: the reactions the search could use
+    missing_atoms: int = 0  # sane ones whose reactants lack heavy atoms of the product (skipped when checked)
+    kept: int = 0  # the reactions the search could use: sane, and with every product atom when checked
     round_trips: int = 0  # of those kept, ones the forward model gave the product back for
     failed: int = 0  # products the model could not read, or cut at the time limit
 
@@ -111,16 +112,19 @@ class PredictorModel(BackwardReactionModel):
     """A retrosynthesis Predictor as a syntheseus backward reaction model.
 
     Each product's n-best answers become reactions; invalid and flagged answers (the product itself,
-    radicals, ...) are skipped. Metadata: score (log-prob) and probability, model_rank, confidence when
+    radicals, ...) are skipped, and so are sets that lack heavy atoms of the product unless
+    `check_atoms` is off. Metadata: score (log-prob) and probability, model_rank, confidence when
     the model is calibrated, and round_trip / forward_prob when a forward model is given (a flag for
     people: the search does not filter on it, since today's forward stand-in rarely gives a product back).
     """
 
     def __init__(self, predictor: Predictor, forward: Predictor | None = None, method: str = "sbs-exact",
-                 n_best: int = 10, batch_size: int = 8, round_trip_k: int = 1, progress: Progress | None = None):
+                 n_best: int = 10, batch_size: int = 8, round_trip_k: int = 1, check_atoms: bool = True,
+                 progress: Progress | None = None):
         super().__init__(use_cache=True, default_num_results=n_best, remove_product_in_reactants=True)
         self.predictor, self.forward, self.method = predictor, forward, method
-        self.batch_size, self.round_trip_k, self.progress = batch_size, round_trip_k, progress
+        self.batch_size, self.round_trip_k, self.check_atoms = batch_size, round_trip_k, check_atoms
+        self.progress = progress
         self.counts = ExpansionCounts()
         self.started = time.monotonic()
         self.deadline: float | None = None  # monotonic time after which expansions are cut short
@@ -128,11 +132,7 @@ class PredictorModel(BackwardReactionModel):
     def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
         results = self.predictor.predict([mol.smiles for mol in inputs], method=self.method, n_best=num_results,
                                          batch_size=self.batch_size, time_limit_s=self._time_left(len(inputs)))
-        reactions = []
-        for mol, result in zip(inputs, results):
-            if self.forward is not None and result.ok:
-                result = check_round_trip(result, self.forward, self.round_trip_k)
-            reactions.append(self._reactions(mol, result))
+        reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
         self.counts.molecules += len(inputs)
         if self.progress:
             self.progress(time.monotonic() - self.started, self.counts.molecules)
@@ -144,17 +144,24 @@ class PredictorModel(BackwardReactionModel):
             return None
         return max(0.1, self.deadline - time.monotonic()) / n_queries
 
-    def _reactions(self, product: Molecule, result: QueryResult) -> list[SingleProductReaction]:
+    def _usable(self, product: Molecule, result: QueryResult) -> tuple[Prediction, ...]:
+        """The answers the search may use (sane, and with every product atom when checked), checked round
+        trip when a forward model is given; counted as they go."""
         counts = self.counts
         counts.decoder_calls += result.stats.model_calls
         if not result.ok:
             counts.failed += 1
-            return []
+            return ()
         counts.answers += len(result.predictions)
-        reactions = [reaction(product, p) for p in result.predictions if p.sane]
-        counts.kept += len(reactions)
-        counts.round_trips += sum(bool(p.round_trip) for p in result.predictions if p.sane)
-        return reactions
+        sane = [p for p in result.predictions if p.sane]
+        usable = [p for p in sane if not (self.check_atoms and missing_atoms(p.smiles, product.smiles))]
+        counts.missing_atoms += len(sane) - len(usable)
+        counts.kept += len(usable)
+        if self.forward is not None and usable:  # only the answers kept cost a forward decode
+            usable = list(check_round_trip(dataclasses.replace(result, predictions=tuple(usable)), self.forward,
+                                           self.round_trip_k).predictions)
+            counts.round_trips += sum(bool(p.round_trip) for p in usable)
+        return tuple(usable)
 
     def get_parameters(self):
         return self.predictor.model.parameters()
@@ -275,6 +282,7 @@ class PlanSettings:
     n_best: int = 10  # answers per expansion: a wider tree, at the cost of a longer expansion
     max_steps: int = 5  # Retro*: reactions on a path; MCTS: reactions in all. Longer routes are rarely made
     round_trip_k: int = 1  # the forward model's top-k that must give the product back
+    check_atoms: bool = True  # skip reactant sets that lack heavy atoms of the product: they cannot make it
     batch_size: int = 8  # molecules per decoder batch (MCTS expands several at once)
 
 
@@ -323,7 +331,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
         raise ValueError("max_routes and max_steps must be 1 or more")
     canonical_target = check_target(target, predictor)
     model = PredictorModel(predictor, forward, settings.method, settings.n_best, settings.batch_size,
-                           settings.round_trip_k, progress)
+                           settings.round_trip_k, settings.check_atoms, progress)
     search = search_algorithm(algorithm, model, stock, time_limit_s, settings.max_steps)
     target_mol = Molecule(canonical_target)
     model.started = time.monotonic()
@@ -405,7 +413,8 @@ def routes_json(result: PlanResult) -> dict:
         "search": {"algorithm": stats.algorithm, "time_s": round(stats.time_s, 2), "time_limit_s": stats.time_limit_s,
                    "iterations": stats.iterations, "nodes": stats.nodes, "model_calls": stats.model_calls,
                    "decoder_calls": stats.counts.decoder_calls, "answers": stats.counts.answers,
-                   "answers_kept": stats.counts.kept, "round_trips": stats.counts.round_trips,
+                   "answers_missing_atoms": stats.counts.missing_atoms, "answers_kept": stats.counts.kept,
+                   "round_trips": stats.counts.round_trips,
                    "failed_expansions": stats.counts.failed, "target_in_stock": stats.target_in_stock},
         "routes": [{"rank": rank, "score": round(route.score, 4), "n_steps": route.n_steps, "depth": route.depth,
                     "starting_materials": [m.smiles for m in route.starting_materials()],

@@ -14,8 +14,8 @@ import streamlit as st
 
 from molspec_core import depict
 from molspec_core.io import csv_bytes
-from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, Route, RouteMolecule, RouteStep, Stock,
-                                   load_stock, plan, route_rows, routes_json, stock_from_upload)
+from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep,
+                                   Stock, load_stock, plan, route_rows, routes_json, stock_from_upload)
 from pages import common
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ def is_stand_in(model: str) -> bool:
 # ---- search -------------------------------------------------------------------------------------
 
 
-def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, upload) -> None:
+def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
+           upload) -> None:
     """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
@@ -75,7 +76,7 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
 
     try:
         ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
-                                  progress=progress), model)
+                                  settings=PlanSettings(check_atoms=check_atoms), progress=progress), model)
     except ValueError as exc:
         ss["route_error"] = f"Cannot plan for this target: {exc}"
     except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
@@ -141,9 +142,10 @@ def show_stats(result: PlanResult) -> None:
     columns = st.columns(5)
     columns[0].metric("Search time", f"{stats.time_s:.1f} s", help=f"Time limit {stats.time_limit_s:g} s")
     columns[1].metric("Molecules expanded", stats.model_calls, help="Calls of the single-step model, one per molecule")
-    columns[2].metric("Sane answers", f"{counts.kept} of {counts.answers}",
-                      help="Reactant sets the model proposed, and the sane ones the search could use "
-                           "(invalid and flagged answers are skipped)")
+    columns[2].metric("Answers used", f"{counts.kept} of {counts.answers}",
+                      help="Reactant sets the model proposed, and the ones the search could use: invalid and "
+                           f"flagged answers are skipped, and {counts.missing_atoms} sane ones lacked atoms of "
+                           "their product")
     columns[3].metric("Search nodes", stats.nodes)
     columns[4].metric("Routes", len(result.routes))
     round_trips = f"; {counts.round_trips} of them round trip ✓" if result.forward_model else ""
@@ -200,13 +202,16 @@ def main() -> None:
         round_trip = st.toggle("Round-trip check of each step with the forward model", value=True,
                                key="route_round_trip", help="Marks each step ✓ when the forward model gives its "
                                "product back; it costs time, and the search does not drop steps that fail it.")
+        check_atoms = st.toggle("Skip steps whose reactants lack atoms of the product", value=True,
+                                key="route_check_atoms", help="Every heavy atom of a product comes from a reactant; "
+                                "today's model often proposes sets that drop a ring or a carbon.")
         upload = st.file_uploader("Your own stock (optional)", type=["smi", "txt", "csv", "gz", "xz"],
                                   help="One SMILES per line, or a CSV with a smiles column. Without it: the default "
                                        "stock, reactants of at least 2 USPTO-50K training reactions.")
         submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
     st.caption(f"Model: {common.md_escape(model)} (sbs-exact, 10 answers per molecule)")
     if submitted:
-        search(target, model, float(time_limit), algorithm, round_trip, upload)
+        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     shown = st.session_state.get("routes")

@@ -23,12 +23,16 @@ from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReacti
 
 from conftest import FIXTURES, ROOT
 from molspec_core import planning
+from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
 from molspec_core.io import InputFileError, csv_bytes
 from molspec_core.planning import ROUTE_COLUMNS, PlanSettings, PredictorModel, Stock, load_stock, plan
 from molspec_core.service import Predictor
 
 COPY_MODEL = FIXTURES / "copy_model"
+# The copy model drops every carbon, so none of its answers keeps the atoms of its product: with the
+# copy model the atom check is off, except where the check itself is tested.
+COPY = PlanSettings(check_atoms=False)
 TIMEOUT = 120  # seconds per AppTest run: a cold start loads torch, RDKit and the model
 
 
@@ -101,7 +105,7 @@ def test_retro_star_respects_the_step_limit():
 
 
 def test_wrapper_turns_sane_answers_into_reactions(copy_predictor):
-    model = PredictorModel(copy_predictor, n_best=3)
+    model = PredictorModel(copy_predictor, n_best=3, check_atoms=False)
     [reactions] = model([Molecule("NCCO")])
     answers = copy_predictor.predict("NCCO", method="sbs-exact", n_best=3).predictions
     sane = [p for p in answers if p.sane]
@@ -119,7 +123,7 @@ def test_wrapper_turns_sane_answers_into_reactions(copy_predictor):
 
 
 def test_wrapper_carries_the_round_trip_flag(copy_predictor, copy_forward):
-    model = PredictorModel(copy_predictor, copy_forward, n_best=2)
+    model = PredictorModel(copy_predictor, copy_forward, n_best=2, check_atoms=False)
     [reactions] = model([Molecule("NCCO")])
     assert reactions and all(r.metadata["round_trip"] is False for r in reactions)  # NO does not give NCCO back
     assert all(0 <= r.metadata["forward_prob"] < 1 for r in reactions)
@@ -127,8 +131,25 @@ def test_wrapper_carries_the_round_trip_flag(copy_predictor, copy_forward):
 
 def test_wrapper_skips_flagged_answers(copy_predictor):
     """The copy model's answer to dichlorine is dichlorine itself: flagged, so no reaction."""
-    [reactions] = PredictorModel(copy_predictor, n_best=2)([Molecule("ClCl")])
+    [reactions] = PredictorModel(copy_predictor, n_best=2, check_atoms=False)([Molecule("ClCl")])
     assert all("ClCl" not in r.reactants_str.split(".") for r in reactions)
+
+
+@pytest.mark.parametrize("reactants, product, missing", [
+    ("CC(=O)Cl.Nc1ccccc1", "CC(=O)Nc1ccccc1", {}),  # HCl leaves: more atoms on the left is fine
+    ("CCNCC.Cc1cccc(C)c1N=C=O", "CCN(CC)CC(=O)Nc1c(C)cccc1C", {"C": 1}),  # lidocaine, one carbon short
+    ("NO", "NCCO", {"C": 2}), ("[2H]C.O", "[2H]CO", {}),  # hydrogens, isotopes included, are not counted
+])
+def test_missing_atoms_counts_heavy_atoms_by_element(reactants, product, missing):
+    assert missing_atoms(reactants, product) == missing
+
+
+def test_wrapper_skips_answers_that_lack_atoms_of_the_product(copy_predictor):
+    """Hydroxylamine cannot make ethanolamine: its two carbons come from nowhere."""
+    model = PredictorModel(copy_predictor, n_best=3)
+    [reactions] = model([Molecule("NCCO")])
+    assert reactions == [] and model.counts.missing_atoms == 2 and model.counts.kept == 0
+    assert not plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=2.0).solved
 
 
 # ---- plan and its exports --------------------------------------------------------------------------
@@ -138,7 +159,7 @@ def test_wrapper_skips_flagged_answers(copy_predictor):
 def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     calls = []
     result = plan("OCCN", copy_predictor, Stock(["NO"], "mine"), time_limit_s=2.0, algorithm=algorithm,
-                  progress=lambda elapsed, molecules: calls.append(molecules))
+                  settings=COPY, progress=lambda elapsed, molecules: calls.append(molecules))
     assert result.solved and result.target == "NCCO"
     best = result.routes[0]
     assert best.n_steps == 1 and [m.smiles for m in best.starting_materials()] == ["NO"]
@@ -158,14 +179,14 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
 
 
 def test_plan_without_a_route_says_so(copy_predictor):
-    result = plan("ClCCCl", copy_predictor, Stock(["NO"]), time_limit_s=2.0)
+    result = plan("ClCCCl", copy_predictor, Stock(["NO"]), time_limit_s=2.0, settings=COPY)
     assert not result.solved and result.routes == ()
     assert result.stats.model_calls >= 1
     assert planning.routes_json(result)["routes"] == [] and list(planning.route_rows(result)) == []
 
 
 def test_a_target_in_stock_still_gets_its_routes(copy_predictor):
-    result = plan("NCCO", copy_predictor, Stock(["NO", "NCCO"]), time_limit_s=2.0)
+    result = plan("NCCO", copy_predictor, Stock(["NO", "NCCO"]), time_limit_s=2.0, settings=COPY)
     assert result.stats.target_in_stock and result.solved
     assert list(planning.route_rows(result))[0][ROUTE_COLUMNS.index("product_in_stock")] == "yes"
 
@@ -250,7 +271,7 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
     (tmp_path / "stock.smi").write_text("NO\n")
     out = tmp_path / "routes.json"
     assert main(["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--stock",
-                 str(tmp_path / "stock.smi"), "--time-limit", "2", "--out", str(out)]) == 0
+                 str(tmp_path / "stock.smi"), "--time-limit", "2", "--allow-missing-atoms", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "route 1: 1 step(s)" in printed and "from NO" in printed
     report = json.loads(out.read_text())
@@ -303,6 +324,7 @@ def routes_page(models: Path, monkeypatch):
 
 def find_routes(at, target: str):
     at.text_input(key="route_target").input(target)
+    at.toggle(key="route_check_atoms").set_value(False)  # the copy model drops carbons (see COPY)
     at.slider(key="route_time").set_value(5)
     next(b for b in at.button if b.label == "Find routes").click()
     return at.run()
