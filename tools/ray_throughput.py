@@ -1,0 +1,118 @@
+"""Rows per second of `molspec predict --input` on one machine: the single-process CLI against
+`--ray local` with 1 and 2 workers, on the same queries, and what Ray adds per row (issue 18, part 3).
+
+Every run is a fresh `molspec predict` process (with --ray local, a fresh cluster too), timed end to end
+as a user sees it. Each mode also runs on the first --small-rows queries: the difference between the
+two runs is the cost of the extra rows alone, so Ray's overhead per row is not blurred by the fixed
+start-up (process, model load, cluster). The single-process run gets --threads torch threads; a Ray
+worker always gets one per CPU it is given (one here), so 1 worker against --threads 1 is like for like.
+The script also checks that every Ray output equals the single-process one (time_ms left out).
+
+    python3 tools/ray_throughput.py                      # forward model, 2,000 USPTO-MIT test queries
+    python3 tools/ray_throughput.py --rows 64 --small-rows 16   # a quick check that it runs
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SRC = ROOT.parent / "shared" / "data" / "uspto_mit" / "derived" / "src-test.mixed.txt.gz"
+
+
+def write_queries(src: Path, n_rows: int, out: Path) -> None:
+    """The first n_rows lines of src (plain or .gz), one SMILES per line."""
+    opener = gzip.open if src.suffix == ".gz" else open
+    with opener(src, "rt") as f:
+        lines = [line.rstrip("\n") for _, line in zip(range(n_rows), f)]
+    if len(lines) < n_rows:
+        raise SystemExit(f"{src} has {len(lines)} lines; asked for {n_rows}")
+    out.write_text("\n".join(lines) + "\n")
+
+
+def run(queries: Path, output: Path, args: argparse.Namespace, workers: int | None) -> float:
+    """Wall seconds of one `molspec predict` process."""
+    command = [sys.executable, "-m", "molspec_core", "predict", "--model", args.model, "--device", "cpu",
+               "--method", args.method, "--batch-size", str(args.batch_size),
+               "--input", str(queries), "--output", str(output)]
+    if workers:
+        command += ["--ray", args.ray, "--workers", str(workers)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def without_time(path: Path) -> list[list[str]]:
+    with open(path, newline="") as f:
+        records = list(csv.reader(f))
+    drop = records[0].index("time_ms")
+    return [record[:drop] + record[drop + 1:] for record in records]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", type=Path, default=DEFAULT_SRC, help="queries, one per line (.gz read)")
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--small-rows", type=int, default=200, help="the short run that measures start-up")
+    parser.add_argument("--model", default="forward")
+    parser.add_argument("--method", default="greedy")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the single-process run")
+    parser.add_argument("--workers", default="1,2", help="Ray worker counts to time")
+    parser.add_argument("--ray", default="local", help="the --ray address (local: a fresh cluster per run)")
+    args = parser.parse_args()
+    if not 0 < args.small_rows < args.rows:
+        raise SystemExit("--small-rows must be above 0 and below --rows")
+
+    modes: list[tuple[str, int | None]] = [("single process", None)]
+    modes += [(f"ray, {n} worker{'s' if n > 1 else ''}", n) for n in map(int, args.workers.split(","))]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        write_queries(args.src, args.rows, folder / "all.txt")
+        write_queries(args.src, args.small_rows, folder / "small.txt")
+        timings = {}
+        for name, workers in modes:
+            tag = f"w{workers or 0}"
+            small = run(folder / "small.txt", folder / f"small-{tag}.csv", args, workers)
+            full = run(folder / "all.txt", folder / f"all-{tag}.csv", args, workers)
+            timings[name] = (small, full)
+            if workers and without_time(folder / f"all-{tag}.csv") != without_time(folder / "all-w0.csv"):
+                raise SystemExit(f"{name}: the output differs from the single-process output")
+            print(f"{name:<16} {args.rows} rows {full:7.1f} s ({args.rows / full:6.1f} rows/s); "
+                  f"{args.small_rows} rows {small:6.1f} s", flush=True)
+
+    extra_rows = args.rows - args.small_rows
+    single_small, single_full = timings["single process"]
+    single_per_row = (single_full - single_small) / extra_rows
+    print(f"\n{args.model}, {args.method}, batch size {args.batch_size}, single process with {args.threads} "
+          f"thread(s); outputs identical (time_ms aside)")
+    print("| run | rows/s, end to end | start-up (s) | ms per row after start-up | rows/s after start-up |")
+    print("|---|---|---|---|---|")
+    per_row = {}
+    for name, (small, full) in timings.items():
+        per_row[name] = (full - small) / extra_rows
+        startup = small - per_row[name] * args.small_rows
+        print(f"| {name} | {args.rows / full:.1f} | {startup:.1f} | {per_row[name] * 1000:.2f} | "
+              f"{1 / per_row[name] if per_row[name] > 0 else float('nan'):.1f} |")
+    one_worker = next((name for name in timings if name.endswith(" 1 worker")), None)
+    if one_worker:
+        overhead = (per_row[one_worker] - single_per_row) * 1000
+        print(f"\nRay's overhead per row (1 worker, 1 thread, against the single process, {args.threads} thread(s)): "
+              f"{overhead:+.2f} ms; "
+              f"its start-up: {timings[one_worker][0] - per_row[one_worker] * args.small_rows:.1f} s against "
+              f"{single_small - single_per_row * args.small_rows:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
