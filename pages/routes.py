@@ -131,7 +131,8 @@ def show_route(rank: int, route: Route) -> None:
             columns = columns[1:] if depth > 1 else columns  # the first one only indents the step
             with columns[0]:
                 show_molecule(RouteMolecule(step.product, step.product_in_stock), {})
-            columns[1].markdown("⇐")
+            with columns[1]:
+                st.subheader("⇐", anchor=False)  # "is made from"
             for column, reactant in zip(columns[2:], step.reactants):
                 with column:
                     show_molecule(reactant, step_of)
