@@ -48,10 +48,14 @@ def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
 _OXYGEN_CHAIN = Chem.MolFromSmarts("[OX2]-[OX2]-[OX2]")
 
 
+LACKS_ATOMS = "lacks atoms of the product"  # the start of that concern (planning may let it pass)
+
+
 def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
     """Why a valid (canonical) answer is not a sane answer to `query` (canonical), or () when none:
     it repeats the query, it is an unchanged reactant (forward), it contains the product (retro),
-    or a molecule in it has unpaired electrons or an O-O-O chain."""
+    its atoms cannot balance (a product atom no reactant has), or a molecule in it has unpaired
+    electrons or an O-O-O chain."""
     concerns = []
     parts = set(answer.split("."))
     query_parts = set(query.split("."))
@@ -61,6 +65,12 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
         concerns.append("an unchanged reactant")
     elif task == "retro" and query in parts:
         concerns.append("contains the product itself")
+    if task in ("forward", "retro"):
+        reactants, product = (answer, query) if task == "retro" else (query, answer)
+        lacking = missing_atoms(reactants, product)
+        if lacking:
+            atoms = ", ".join(f"{n} {element}" for element, n in sorted(lacking.items()))
+            concerns.append(f"{LACKS_ATOMS} ({atoms})" if task == "retro" else f"atoms no reactant has ({atoms})")
     mol = Chem.MolFromSmiles(answer)
     if mol is not None:
         if any(atom.GetNumRadicalElectrons() for atom in mol.GetAtoms()):

@@ -31,7 +31,7 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
-from .chem import ChemError, canonical, missing_atoms
+from .chem import LACKS_ATOMS, ChemError, canonical, missing_atoms
 from .io import QueryFile, parse_upload, read_queries
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, Prediction, Predictor, QueryResult
@@ -102,7 +102,7 @@ class ExpansionCounts:
     molecules: int = 0  # products expanded (each once: syntheseus caches the reactions)
     decoder_calls: int = 0  # the decoder's forward passes, summed over those molecules (a batch's pass counts per row)
     answers: int = 0  # reactant sets proposed
-    missing_atoms: int = 0  # sane ones whose reactants lack heavy atoms of the product (skipped when checked)
+    missing_atoms: int = 0  # answers whose reactants lack heavy atoms of the product (skipped when checked)
     kept: int = 0  # the reactions the search could use: sane, and with every product atom when checked
     round_trips: int = 0  # of those kept, ones the forward model gave the product back for
     failed: int = 0  # products the model could not read, or cut at the time limit
@@ -153,9 +153,12 @@ class PredictorModel(BackwardReactionModel):
             counts.failed += 1
             return ()
         counts.answers += len(result.predictions)
-        sane = [p for p in result.predictions if p.sane]
-        usable = [p for p in sane if not (self.check_atoms and missing_atoms(p.smiles, product.smiles))]
-        counts.missing_atoms += len(sane) - len(usable)
+        # Sane answers, and ones whose only concern is lacking product atoms (answer_concerns flags that for
+        # a retrosynthesis model): those go when the atoms are checked, and are let through when not.
+        candidates = [p for p in result.predictions if p.valid and all(c.startswith(LACKS_ATOMS) for c in p.concerns)]
+        usable = [p for p in candidates
+                  if not (self.check_atoms and (p.concerns or missing_atoms(p.smiles, product.smiles)))]
+        counts.missing_atoms += len(candidates) - len(usable)
         counts.kept += len(usable)
         if self.forward is not None and usable:  # only the answers kept cost a forward decode
             usable = list(check_round_trip(dataclasses.replace(result, predictions=tuple(usable)), self.forward,

@@ -154,8 +154,9 @@ def show_known_check(shown: Shown, known: str) -> None:
 
 
 SANE_HELP = ("RDKit reads and sanitizes it, it is not the query itself, not an unchanged reactant (forward) "
-             "and does not contain the product (retrosynthesis), and no molecule in it has unpaired electrons or "
-             "an O-O-O chain. Sane is not the same as correct.")
+             "and does not contain the product (retrosynthesis), every heavy atom of the product has a source "
+             "among the reactants, and no molecule in it has unpaired electrons or an O-O-O chain. Sane is not "
+             "the same as correct.")
 
 
 def sanity_badge(prediction: Prediction) -> None:

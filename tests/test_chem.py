@@ -11,8 +11,10 @@ from molspec_core.chem import answer_concerns
     ("CC(=O)O.CCO", "CCOC(C)=O", "retro", ()),  # real reactants
     ("CCOC(C)=O", "CCOC(C)=O", "retro", ("same as the query",)),
     ("CCOC(C)=O.O", "CCOC(C)=O", "retro", ("contains the product itself",)),
-    ("OOO", "CCOC(C)=O", "retro", ("an O-O-O chain",)),
-    ("CC(=O)OO", "CC(=O)O", "forward", ()),  # a peroxy acid is a real reagent: one O-O bond is fine
+    ("OOO", "CCOC(C)=O", "retro", ("lacks atoms of the product (4 C)", "an O-O-O chain")),
+    ("CC(=O)OO", "CC(=O)O.OO", "forward", ()),  # a peroxy acid is a real product: one O-O bond is fine
+    ("CC(=O)O.N", "CC(=O)Nc1ccccc1", "retro", ("lacks atoms of the product (6 C)",)),  # the ring from nowhere
+    ("Brc1ccccc1", "c1ccccc1", "forward", ("atoms no reactant has (1 Br)",)),
     ("[CH3]", "C", "forward", ("unpaired electrons (a radical)",)),
 ])
 def test_answer_concerns(answer, query, task, concerns):
