@@ -20,7 +20,7 @@ from .service import DEFAULT_TIME_LIMIT_S
 if TYPE_CHECKING:
     from .io import QueryFile
     from .scale import Cluster
-    from .service import Predictor
+    from .service import Predictor, QueryResult
 
 # What a user's input, files, disk or machine can cause: an `error:` line and exit code 2.
 # Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="CSV to write (required with --input)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
+    p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
+                   "this forward model (e.g. forward): round_trip and forward_prob columns")
+    p.add_argument("--round-trip-k", type=at_least(1), default=1, help="the product must come back within the "
+                   "forward model's top-k (default 1)")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="predict --input on a Ray cluster (pip install -e .[scale]): 'auto' (the default: the "
                    "cluster this machine joined with `ray start`), its host:port, or 'local' to start one here")
@@ -203,7 +207,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import check_output, read_queries
-    from .service import Predictor
+    from .service import Predictor, QueryResult
 
     cluster = cluster_options(args)
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
@@ -215,11 +219,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         table = read_queries(args.input, args.column)
     # With --ray the workers load their own copies (on --device); this one checks the folder and the options
     # here, before a cluster starts, on a machine that may have no GPU.
+    if args.round_trip and cluster:
+        raise ValueError("--round-trip runs in this process only; leave out --ray")
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device)
+    check = round_trip_check(args, predictor)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
                    sampling=sampling_options(args), time_limit_s=args.time_limit)
     if args.smiles is not None:
-        result = predictor.predict(args.smiles, **options)
+        result = check(predictor.predict(args.smiles, **options))
         if not result.ok:
             print(f"error: {result.error}", file=sys.stderr)
             return 1
@@ -230,6 +237,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             confidence = f"{p.confidence:>5.2f}" if p.confidence is not None else f"{'-':>5}"
             check = "sane" if p.sane else "flagged" if p.valid else "invalid"
             note = f"   ({'; '.join(p.concerns)})" if p.concerns else ""
+            if p.round_trip is not None:
+                note += f"   round trip {'yes' if p.round_trip else 'no'} (forward prob {p.forward_prob:.3g})"
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
         return 0
     if cluster:
@@ -238,14 +247,29 @@ def cmd_predict(args: argparse.Namespace) -> int:
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
         n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options)
     else:
-        n_bad = predict_here(predictor, table, args.output, args.batch_size, options)
+        n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
     return 0
 
 
-def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict) -> int:
+def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:
+    """What each result goes through before it is written: the round-trip check with --round-trip, else nothing."""
+    if not args.round_trip:
+        return lambda result: result
+    from .roundtrip import check_round_trip
+    from .service import Predictor, QueryResult
+
+    if predictor.task != "retro":
+        raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
+    forward = Predictor.load(args.round_trip, args.device)
+    return lambda result: check_round_trip(result, forward, args.round_trip_k)
+
+
+def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
+                 check: Callable[[QueryResult], QueryResult] = lambda result: result) -> int:
     """Predict a query file in this process, batch by batch, streaming the CSV (memory stays bounded for
-    100,000 queries); returns the number of rejected queries."""
+    100,000 queries); each result goes through `check` (the round trip) first. Returns the number of
+    rejected queries."""
     from tqdm import tqdm
 
     from .io import output_header, predict_batch, result_rows, write_csv
@@ -260,7 +284,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
             for offset, result in enumerate(results):
                 if not result.ok:
                     n_bad += 1
-                yield from result_rows(start + offset + 1, table.cells_of(start + offset), result, time_ms)
+                yield from result_rows(start + offset + 1, table.cells_of(start + offset), check(result), time_ms)
 
     write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     return n_bad
@@ -268,7 +292,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import check_method, evaluate, read_pairs
-    from .service import Predictor
+    from .service import Predictor, QueryResult
 
     # files and options first: a refused one costs no model load and no run
     out = check_output_path(args.out) if args.out else None
@@ -291,7 +315,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibration
     from .evaluate import check_method, read_pairs
-    from .service import Predictor
+    from .service import Predictor, QueryResult
 
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     check_method(args.method, args.n_best)
@@ -355,7 +379,7 @@ def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import markdown_table, run_bench, run_sweep, save_report
     from .evaluate import read_pairs
-    from .service import Predictor
+    from .service import Predictor, QueryResult
 
     # everything that can be refused is refused before the model loads and the run starts
     out = check_output_path(args.out) if args.out else None
@@ -390,7 +414,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .io import check_output, write_csv
     from .planning import DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, load_stock, plan, route_rows, routes_json
-    from .service import Predictor
+    from .service import Predictor, QueryResult
 
     # outputs and the stock first: a refused one costs no model load and no search
     out = check_output(args.out)

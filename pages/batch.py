@@ -24,8 +24,8 @@ APP_MAX_ROWS = 10_000  # about 5 minutes of greedy on a CPU; the CLI takes up to
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
 # On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
 # (molspec_core.io.output_header), and both put the input's other columns in front.
-SCREEN_ORDER = ["row", "query", "rank", "smiles", "score", "error", "canonical_query", "time_ms", "model_calls",
-                "accepted_tokens", "method"]
+SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
+                "time_ms", "model_calls", "accepted_tokens", "method"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def predict_all(queries: QueryFile, cfg: Settings) -> pd.DataFrame:
             drawn = time.monotonic()
     bar.empty()
     table = pd.DataFrame(rows, columns=output_header(queries.columns))
-    return table.astype({"rank": "Int64", "model_calls": "Int64", "accepted_tokens": "Int64"})
+    return table.astype({"rank": "Int64", "model_rank": "Int64", "model_calls": "Int64", "accepted_tokens": "Int64"})
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:

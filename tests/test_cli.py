@@ -437,3 +437,27 @@ def test_evaluate_reads_its_files_like_query_files(tmp_path):
     assert read_pairs(str(tmp_path / "SRC.TXT.GZ"), None)[0] == ["CCO", "CCN"]
     with pytest.raises(ValueError, match="device, pipe or socket"):
         read_pairs("/dev/zero", None)
+
+
+def test_predict_retro_answers_round_trip_into_the_csv(tmp_path, capsys):
+    """--round-trip checks every sane reactant set with the forward model; the CSV carries the result."""
+    (tmp_path / "in.txt").write_text("CC(=O)Nc1ccc(O)cc1\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--model", "retro", "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                 "--method", "beam", "--n-best", "3", "--round-trip", "forward"]) == 0
+    table = pd.read_csv(out)
+    sane = table[table["sane"]]
+    assert len(sane) and sane["round_trip"].notna().all() and sane["forward_prob"].between(0, 1).all()
+    assert table[~table["sane"]]["round_trip"].isna().all()
+    assert main(["predict", "--model", "retro", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--method", "beam",
+                 "--n-best", "3", "--round-trip", "forward"]) == 0
+    assert "round trip" in capsys.readouterr().out
+
+
+def test_round_trip_needs_a_retrosynthesis_model_and_one_process(tmp_path, capsys):
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO", "--round-trip", "forward"]) == 2
+    assert "checks retrosynthesis answers" in capsys.readouterr().err
+    (tmp_path / "in.txt").write_text("CCO\n")
+    assert main(["predict", "--model", "retro", "--input", str(tmp_path / "in.txt"), "--output",
+                 str(tmp_path / "out.csv"), "--round-trip", "forward", "--ray", "local"]) == 2
+    assert "leave out --ray" in capsys.readouterr().err
