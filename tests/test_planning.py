@@ -299,19 +299,7 @@ def test_cli_plan_bad_target_or_stock_is_an_error_line(tmp_path, capsys):
 sys.path.insert(0, str(ROOT))  # `streamlit run app.py` puts the app folder on the path; so do we
 
 
-@pytest.fixture(autouse=True)
-def runs_go_through_app_py(monkeypatch):
-    """Every AppTest run starts at app.py, as a served app's runs do (see tests/test_app.py)."""
-    import streamlit.testing.v1.app_test as app_test
-
-    original = app_test.PagesManager
-
-    class ServedPagesManager(original):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            original.uses_pages_directory = False
-
-    monkeypatch.setattr(app_test, "PagesManager", ServedPagesManager)
+pytestmark = pytest.mark.usefixtures("runs_go_through_app_py")  # AppTests start at app.py (conftest.py)
 
 
 def routes_page(models: Path, monkeypatch):
