@@ -75,6 +75,10 @@ class KVCache:
             self._src_mask = (self.src_pad_mask, mask)
         return self._src_mask[1]
 
+    def slot_indices(self, upto: int) -> torch.Tensor:
+        """0..upto-1 on the cache's device (made once per cache)."""
+        return self._arange[:upto]
+
     def prefix_mask(self, upto: int) -> torch.Tensor:
         """(B, upto) True where a slot is past the row's valid length (masked)."""
         return self._arange[:upto].unsqueeze(0) >= self.lengths.unsqueeze(1)

@@ -18,7 +18,6 @@ from .limits import check_deadline
 from .tokenizer import PAD_ID
 
 
-
 @dataclass(frozen=True)
 class InPlace:
     """Where a lean call's T new tokens go (see Attention.self_in_place)."""
@@ -164,7 +163,6 @@ class Attention(nn.Module):
         layer.pending_keys, layer.pending_values = branch_k, branch_v
         return self.out(self.merge_heads(out))
 
-
     def self_in_place(self, x: torch.Tensor, layer: LayerCache, where: InPlace) -> torch.Tensor:
         """x (B, T, d): one branch of T new tokens per row, after each row's cached prefix.
 
@@ -293,7 +291,7 @@ class Seq2SeqTransformer(nn.Module):
             mask = torch.ones(t_new, upto, dtype=torch.bool, device=device).tril(start) if t_new > 1 else None
         else:  # token t of row b sees the row's prefix and its new tokens up to t
             reach = cache.lengths[:, None] + torch.arange(t_new, device=device)  # (B, T)
-            mask = (cache._arange[:upto] <= reach[:, :, None]).unsqueeze(1)  # (B, 1, T, upto)
+            mask = (cache.slot_indices(upto) <= reach[:, :, None]).unsqueeze(1)  # (B, 1, T, upto)
         return InPlace(cache.lengths, start, upto, mask)
 
     def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int) -> KVCache:
