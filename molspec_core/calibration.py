@@ -104,7 +104,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
                                     batch_size=batch_size)
         for result, target in zip(results, targets[start:start + batch_size]):
             # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
-            ordered = sorted((p for p in result.predictions if p.valid), key=lambda p: p.model_rank)
+            ordered = [p for p in result.in_model_order() if p.valid]
             answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
     return answers
 

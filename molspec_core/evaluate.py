@@ -93,7 +93,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             if not result.ok:
                 errors += 1
                 continue
-            model_order = sorted(result.predictions, key=lambda p: p.model_rank)
+            model_order = result.in_model_order()
             if model_order:
                 invalid += not model_order[0].valid
                 flagged += model_order[0].valid and not model_order[0].sane

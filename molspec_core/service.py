@@ -153,6 +153,10 @@ class QueryResult:
     def ok(self) -> bool:
         return self.error is None
 
+    def in_model_order(self) -> list[Prediction]:
+        """The answers in the decoder's own order (by score), before rank_answers moved flagged ones down."""
+        return sorted(self.predictions, key=lambda p: p.model_rank)
+
 
 @dataclass(frozen=True)
 class _Query:
