@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .methods import METHODS, SamplingOptions
-from .service import DEFAULT_TIME_LIMIT_S
+from .service import DEFAULT_TIME_LIMIT_S, ENGINES
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     def model_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+        p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
+                       "auto = NumPy on CPU, torch elsewhere; torch = always torch (for comparison)")
         p.add_argument("--method", default="greedy", choices=METHODS)
         p.add_argument("--n-best", type=at_least(1), default=1)
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
@@ -221,7 +223,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
         raise ValueError("--round-trip runs in this process only; leave out --ray")
-    predictor = Predictor.load(args.model, "cpu" if cluster else args.device)
+    predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine)
     check = round_trip_check(args, predictor)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
                    sampling=sampling_options(args), time_limit_s=args.time_limit)
@@ -261,7 +263,7 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
     if predictor.task != "retro":
         raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
-    forward = Predictor.load(args.round_trip, args.device)
+    forward = Predictor.load(args.round_trip, args.device, args.engine)
     return lambda result: check_round_trip(result, forward, args.round_trip_k)
 
 
@@ -302,7 +304,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # as asked, or refused, never swapped for another.
     method = args.method or ("beam" if args.n_best > 1 else "greedy")
     check_method(method, args.n_best)
-    predictor = Predictor.load(args.model, args.device)
+    predictor = Predictor.load(args.model, args.device, args.engine)
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index)
@@ -319,7 +321,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     check_method(args.method, args.n_best)
-    predictor = Predictor.load(args.model, args.device)
+    predictor = Predictor.load(args.model, args.device, args.engine)
     fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size)
     path = calibration.save(fitted, predictor.path)
     print(f"calibration of {predictor.path} ({args.method}, {args.n_best}-best): fitted on {fitted.n_fit} queries, "
@@ -393,7 +395,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
-    predictor = Predictor.load(args.model, args.device)
+    predictor = Predictor.load(args.model, args.device, args.engine)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = None
         if args.peer:

@@ -11,10 +11,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 from .cache import KVCache, LayerCache
 from .limits import check_deadline
+from .npstep import NumpyStep
 from .tokenizer import PAD_ID
 
 
@@ -236,10 +238,20 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.numpy_step: NumpyStep | None = None  # see use_numpy_step
 
     @property
     def device(self) -> torch.device:
         return self.embed.weight.device
+
+    def use_numpy_step(self, on: bool = True) -> None:
+        """Take lean calls through NumPy (npstep.py), built from the weights as they are now; for
+        float32 inference on CPU only. Load new weights, then call this again."""
+        if on and (self.device.type != "cpu" or self.embed.weight.dtype != torch.float32):
+            raise ValueError("the NumPy step runs float32 models on CPU only")
+        self.numpy_step = NumpyStep(self) if on else None
+        if on:  # NumPy's BLAS would otherwise use every core, whatever torch was told
+            threadpool_limits(torch.get_num_threads(), user_api="blas")
 
     def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if int(positions.max()) >= self.cfg.max_positions:
@@ -300,7 +312,8 @@ class Seq2SeqTransformer(nn.Module):
         cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
                               capacity, memory.device, memory.dtype)
         for layer, block in zip(cache.layers, self.decoder):
-            layer.cross_keys, layer.cross_values = block.cross_attn.keys_values(memory)
+            keys, values = block.cross_attn.keys_values(memory)
+            layer.cross_keys, layer.cross_values = keys.contiguous(), values.contiguous()
         cache.src_pad_mask = ~src_keep
         return cache
 
@@ -311,12 +324,15 @@ class Seq2SeqTransformer(nn.Module):
         Returns logits (B, N, T, V) and, if asked, the last layer's head-mean cross-attention
         (B, N, T, S), which tells where in the source the model looks for its next token.
         The new keys/values wait in the cache until `cache.commit`. With one branch per row and room
-        in the cache, the call takes the lean path (`Attention.self_in_place`) unless lean=False;
-        both compute the same function, which tests/test_model_cache.py pins.
+        in the cache, the call takes the lean path (`Attention.self_in_place`, or NumPy's copy of it
+        after `use_numpy_step`) unless lean=False; they compute the same function, which
+        tests/test_model_cache.py and tests/test_npstep.py pin.
         """
         check_deadline()
         batch, n_branches, t_new = tokens.shape
         in_place = self._in_place(cache, n_branches, t_new) if lean else None
+        if in_place is not None and self.numpy_step is not None and not self.training:
+            return self.numpy_step(tokens, cache, in_place, cross_attention)
         if in_place is not None and in_place.start is not None:
             positions = torch.arange(in_place.start, in_place.upto, device=tokens.device).expand(batch, t_new)
         else:

@@ -67,6 +67,11 @@ def check_sampling(options: SamplingOptions) -> None:
         raise ValueError(f"seed must be between 0 and {MAX_SEED - 50}, not {options.seed}")
 
 
+# Who runs a model's lean decoder calls: "auto" is NumPy on CPU (faster there, issue 16) and torch
+# elsewhere; "torch" keeps every call in torch (for comparison); "numpy" insists on NumPy.
+ENGINES = ("auto", "numpy", "torch")
+
+
 def resolve_device(device: str) -> torch.device:
     """'auto', 'cpu', 'cuda', 'cuda:1' or 'mps' as a torch device that this machine has."""
     if device == "auto":
@@ -184,14 +189,24 @@ class Predictor:
         """CPU threads torch decodes with (a process-wide setting)."""
         return torch.get_num_threads()
 
+    @property
+    def engine(self) -> str:
+        """What runs the lean decoder calls: "numpy" (npstep.py) or "torch"."""
+        return "numpy" if self.model.numpy_step is not None else "torch"
+
     @classmethod
-    def load(cls, name_or_path: str | Path = "forward", device: str = "auto") -> "Predictor":
-        """A shipped model by task name ("forward", "retro") or a model folder."""
+    def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto") -> "Predictor":
+        """A shipped model by task name ("forward", "retro") or a model folder. engine: see ENGINES."""
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
         path = Path(name_or_path)
         if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
             path = MODELS_DIR / str(name_or_path)
         resolved = resolve_device(device)
+        if engine == "numpy" and resolved.type != "cpu":
+            raise ValueError(f"engine numpy runs on CPU only, not on {resolved}; use --engine auto or torch")
         model, vocab, config = checkpoint.load(path, resolved)
+        model.use_numpy_step(engine != "torch" and resolved.type == "cpu")
         draft_model = None
         if (path / "draft").is_dir():  # the same checks as the model's, before anything is built
             draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 
@@ -27,9 +28,24 @@ def copy_model():
     return model, vocab
 
 
-def random_model(seed: int, vocab_size: int = 14, **overrides) -> Seq2SeqTransformer:
+@pytest.fixture(params=["torch", "numpy"])
+def engine(request) -> str:
+    """Who runs the lean decoder calls (molspec_core/npstep.py): the exactness tests run on both."""
+    return request.param
+
+
+def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
+    """A copy of model whose lean decoder calls run on engine ("torch" or "numpy")."""
+    model = copy.deepcopy(model)
+    model.use_numpy_step(engine == "numpy")
+    return model
+
+
+def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overrides) -> Seq2SeqTransformer:
     torch.manual_seed(seed)
-    return Seq2SeqTransformer(preset("tiny", vocab_size, max_positions=256, **overrides)).eval()
+    model = Seq2SeqTransformer(preset("tiny", vocab_size, max_positions=256, **overrides)).eval()
+    model.use_numpy_step(engine == "numpy")
+    return model
 
 
 def random_sources(seed: int, n: int, vocab_size: int, lo: int = 3, hi: int = 24) -> list[list[int]]:

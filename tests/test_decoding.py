@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import random_model, random_sources
+from conftest import on_engine, random_model, random_sources
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.greedy import greedy, greedy_uncached
 from molspec_core.decoding.result import GENERATED
@@ -23,17 +23,17 @@ def tokens(results):
     return [r.hypotheses[0].tokens for r in results]
 
 
-def test_cached_greedy_equals_uncached_on_random_models():
+def test_cached_greedy_equals_uncached_on_random_models(engine):
     for seed in range(4):
-        model = random_model(seed)
+        model = random_model(seed, engine=engine)
         sources = random_sources(seed, 25, 14)
         assert tokens(greedy(model, sources, factory("none", 0, 0), max_len=30)) == \
             tokens(greedy_uncached(model, sources, max_len=30))
 
 
 @pytest.mark.parametrize("name,draft_len,n_drafts", DRAFTERS)
-def test_speculative_equals_greedy_on_copy_model(copy_model, name, draft_len, n_drafts):
-    model, vocab = copy_model
+def test_speculative_equals_greedy_on_copy_model(copy_model, engine, name, draft_len, n_drafts):
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(7, 150, len(vocab), 1, 30)
     reference = [greedy(model, [s], factory("none", 0, 0))[0] for s in sources]
     single = [greedy(model, [s], factory(name, draft_len, n_drafts))[0] for s in sources]
@@ -46,18 +46,18 @@ def test_speculative_equals_greedy_on_copy_model(copy_model, name, draft_len, n_
 
 
 @pytest.mark.parametrize("name,draft_len,n_drafts", DRAFTERS)
-def test_speculative_equals_greedy_on_random_models(name, draft_len, n_drafts):
+def test_speculative_equals_greedy_on_random_models(engine, name, draft_len, n_drafts):
     """Random models rarely accept a draft, but every path must still be exact."""
     for seed in range(3):
-        model = random_model(seed, vocab_size=8)  # a small vocabulary makes chance matches common
+        model = random_model(seed, vocab_size=8, engine=engine)  # a small vocabulary makes chance matches common
         sources = random_sources(seed, 40, 8)
         assert tokens(greedy(model, sources, factory(name, draft_len, n_drafts), max_len=25)) == \
             tokens(greedy(model, sources, factory("none", 0, 0), max_len=25))
 
 
 @pytest.mark.parametrize("name,draft_len,n_drafts", DRAFTERS[::2])
-def test_batch_equals_single_runs(copy_model, name, draft_len, n_drafts):
-    model, vocab = copy_model
+def test_batch_equals_single_runs(copy_model, engine, name, draft_len, n_drafts):
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(11, 24, len(vocab), 1, 30)
     batched = greedy(model, sources, factory(name, draft_len, n_drafts))
     single = [greedy(model, [s], factory(name, draft_len, n_drafts))[0] for s in sources]
@@ -125,8 +125,8 @@ def brute_force_beam(model, src, width, max_len):
 
 
 @pytest.mark.parametrize("width", [1, 3, 5])
-def test_beam_search_matches_its_definition(copy_model, width):
-    model, vocab = copy_model
+def test_beam_search_matches_its_definition(copy_model, engine, width):
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     for src in random_sources(2, 6, len(vocab), 3, 10):
         got = [h.tokens for h in beam_search(model, [src], width, max_len=14)[0].hypotheses]
         assert got == [tuple(s) for s in brute_force_beam(model, src, width, 14)]
@@ -144,8 +144,8 @@ def test_uncached_beam_equals_cached_beam(copy_model):
             assert [h.score for h in u.hypotheses] == pytest.approx([h.score for h in c.hypotheses], abs=1e-4)
 
 
-def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model):
-    model, vocab = copy_model
+def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model, engine):
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(9, 20, len(vocab), 2, 25)
     assert [r.hypotheses[0].tokens for r in beam_search(model, sources, 1)] == \
         tokens(greedy(model, sources, factory("none", 0, 0)))

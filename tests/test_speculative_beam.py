@@ -2,7 +2,7 @@
 length 0 == beam search; batched == single."""
 import pytest
 
-from conftest import random_model, random_sources
+from conftest import on_engine, random_model, random_sources
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
@@ -27,8 +27,8 @@ def assert_same_nbest(got, ref):
 
 @pytest.mark.parametrize("width", [1, 3, 5, 10])
 @pytest.mark.parametrize("drafter", ["pointer", "lookup", "paper"])
-def test_exact_equals_beam_on_copy_model(copy_model, width, drafter):
-    model, vocab = copy_model
+def test_exact_equals_beam_on_copy_model(copy_model, engine, width, drafter):
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(21, 25, len(vocab), 3, 22)
     ref = beam_search(model, sources, width)
     got = speculative_beam(model, sources, width, drafts(drafter, 10, 4 if drafter == "paper" else 1), exact=True)
@@ -49,11 +49,11 @@ def test_look_ahead_saves_calls_on_copy_model(copy_model):
 
 @pytest.mark.parametrize("look_ahead", [True, False])
 @pytest.mark.parametrize("width", [1, 3, 5, 10])
-def test_exact_equals_beam_on_random_models(width, look_ahead):
+def test_exact_equals_beam_on_random_models(engine, width, look_ahead):
     """Random models have flat distributions: beams branch and leave their drafts all the time,
     which exercises row copies, pool growth (width 10) and the look-ahead rows."""
     for seed in range(3):
-        model = random_model(seed, vocab_size=8)
+        model = random_model(seed, vocab_size=8, engine=engine)
         sources = random_sources(seed, 12, 8, 3, 15)
         ref = beam_search(model, sources, width, max_len=16)
         got = speculative_beam(model, sources, width, drafts("lookup", 6), exact=True, max_len=16, look_ahead=look_ahead)
@@ -78,8 +78,8 @@ def test_paper_sbs_top1_and_calls_on_copy_model(copy_model):
     assert sum(r.stats.model_calls for r in got) < sum(r.stats.model_calls for r in ref)
 
 
-def test_batched_equals_single(copy_model):
-    model, vocab = copy_model
+def test_batched_equals_single(copy_model, engine):
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(13, 8, len(vocab), 3, 22)
     for exact in (True, False):
         batched = speculative_beam(model, sources, 3, drafts("pointer"), exact=exact)

@@ -1,0 +1,110 @@
+"""The NumPy decoder step (molspec_core/npstep.py) computes what the torch lean call computes.
+
+The decoders' exactness tests (test_decoding.py, test_speculative_beam.py) run on both engines; here
+the call itself is pinned: logits, cross-attention, the keys/values it leaves in the cache.
+"""
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_info
+
+from conftest import on_engine, random_model, random_sources
+from molspec_core.decoding.batch import start
+from molspec_core.decoding.greedy import greedy
+from molspec_core.drafting import make_drafter
+from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.npstep import NumpyStep
+from molspec_core.service import Predictor
+from molspec_core.tokenizer import PAD_ID
+
+
+def one_call(model, sources, lengths, tokens, keep):
+    """A cache for `sources` with rows cut to `lengths`, one decoder call of `tokens` (B, 1, T) with
+    cross-attention, commit of `keep` tokens per row, and one more call; everything it produced."""
+    with torch.inference_mode():
+        cache, _ = start(model, sources, None, padding=max(map(len, sources)) + 8)
+        for _ in range(max(lengths)):  # fill the prefixes the slow, general way
+            model.decode(torch.full((len(sources), 1, 1), 5), cache, lean=False)
+            cache.commit(torch.ones(len(sources), dtype=torch.long))
+        cache.rollback(torch.tensor(lengths))
+        logits, weights = model.decode(tokens, cache, cross_attention=True)
+        pending = cache.layers[0].pending_keys.clone()
+        cache.commit(torch.tensor(keep))
+        after, _ = model.decode(tokens[:, :, :1], cache)
+        slots = [layer.keys.clone() for layer in cache.layers]
+        return logits, weights, pending, after, slots, cache.lengths.clone()
+
+
+@pytest.mark.parametrize("lengths", [[3, 3, 3], [2, 5, 4]], ids=["same-length", "ragged"])
+@pytest.mark.parametrize("t_new", [1, 4])
+def test_numpy_step_equals_the_torch_lean_call(lengths, t_new):
+    sources = random_sources(4, 3, 14, 3, 12)  # different lengths: source padding is masked
+    tokens = torch.tensor(random_sources(5, 3, 14, t_new, t_new)).unsqueeze(1)  # (3, 1, T)
+    keep = [t_new, 1, max(t_new - 1, 0)]
+    torch_run = one_call(random_model(3), sources, lengths, tokens, keep)
+    numpy_run = one_call(random_model(3, engine="numpy"), sources, lengths, tokens, keep)
+    for name, a, b in zip(("logits", "cross-attention", "pending keys", "next logits"), torch_run, numpy_run):
+        assert a.shape == b.shape, name
+        assert torch.allclose(a, b, atol=1e-5), name
+    for a, b, row_length in zip(torch_run[4], numpy_run[4], [torch_run[5]] * len(torch_run[4])):
+        for row, n in enumerate(row_length.tolist()):  # the slots each row really has; others are never read
+            assert torch.allclose(a[row, :, :n], b[row, :, :n], atol=1e-5)
+    assert torch.equal(torch_run[5], numpy_run[5])
+
+
+def test_decoders_really_take_the_numpy_step(copy_model, monkeypatch):
+    """Greedy and speculative calls go through NumpyStep when it is on, and never when it is off."""
+    calls = []
+    original = NumpyStep.__call__
+    monkeypatch.setattr(NumpyStep, "__call__", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    model, vocab = copy_model
+    sources = random_sources(2, 5, len(vocab), 4, 12)
+    for name, length in (("none", 0), ("pointer", 8)):
+        assert greedy(model, sources, lambda s: make_drafter(name, s, length, 1)) is not None
+    assert not calls
+    fast = on_engine(model, "numpy")
+    results = [greedy(fast, [s], lambda s: make_drafter("pointer", s, 8, 1))[0] for s in sources]
+    assert len(calls) == sum(r.stats.model_calls for r in results) > 0  # every call of a lone query
+
+
+def test_position_limit_is_kept():
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(preset("tiny", 14, max_positions=12)).eval()
+    model.use_numpy_step()
+    with torch.inference_mode():
+        src = torch.tensor([[5, 6, 7]])
+        cache = model.new_cache(model.encode(src), src != PAD_ID, capacity=20)
+        cache.lengths = torch.tensor([10])
+        with pytest.raises(ValueError, match="positions"):
+            model.decode(torch.full((1, 1, 3), 5), cache)
+        assert model._in_place(cache, 1, 3) is not None  # the lean call, so the NumPy step, refused it
+
+
+def test_only_float32_cpu_models():
+    with pytest.raises(ValueError, match="float32 models on CPU"):
+        random_model(0).half().use_numpy_step()
+
+
+def test_numpy_blas_threads_follow_torch():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        random_model(0, engine="numpy")
+        blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+        assert blas and all(pool["num_threads"] == 1 for pool in blas)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_predictor_engines():
+    assert Predictor.load("retro", "cpu").engine == "numpy"  # auto: NumPy on CPU
+    torch_only = Predictor.load("retro", "cpu", engine="torch")
+    assert torch_only.engine == "torch"
+    numpy_one = Predictor.load("retro", "cpu", engine="numpy")
+    query = numpy_one.prepare("CC(=O)Nc1ccc(O)cc1").ids
+    a = numpy_one.decode([query], "spec-pointer", 1, None, None, None)[0].hypotheses[0]
+    b = torch_only.decode([query], "greedy", 1, None, None, None)[0].hypotheses[0]
+    assert a.tokens == b.tokens and a.score == pytest.approx(b.score, abs=1e-4)
+    with pytest.raises(ValueError, match="unknown engine"):
+        Predictor.load("retro", "cpu", engine="onnx")
+    assert np.isfinite(a.score)
