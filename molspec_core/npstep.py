@@ -39,17 +39,16 @@ class _Affine:
             b = b + w @ _np(norm.bias)
             w = w * _np(norm.weight)
         self.weight = np.ascontiguousarray(w.T)
-        self.weight_torch = torch.from_numpy(self.weight)
         self.bias = b.astype(np.float32)
+        self.weight_torch, self.bias_torch = torch.from_numpy(self.weight), torch.from_numpy(self.bias)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x (M, d_in): OpenBLAS's GEMV for one row, torch's GEMM for several (the faster of the two for each)."""
         if x.shape[0] == 1:
             out = x @ self.weight
-        else:
-            out = torch.mm(torch.from_numpy(x), self.weight_torch).numpy()
-        out += self.bias
-        return out
+            out += self.bias
+            return out
+        return torch.addmm(self.bias_torch, torch.from_numpy(x), self.weight_torch).numpy()
 
 
 @dataclass(frozen=True)
