@@ -40,6 +40,9 @@ class KVCache:
     # only counts them (see Attention.self_in_place).
     written_in_place: bool = False
     _src_mask: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (src_pad_mask, its attention mask)
+    # The slot tensors a reorder of the same batch size writes into next (the ones it replaced): a beam
+    # step reorders every call, and allocating fresh full-capacity slots each time cost a fifth of it.
+    _spare: list[torch.Tensor] = field(default_factory=list)
 
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
@@ -135,18 +138,23 @@ class KVCache:
         in place, which is right when rows move only among beams of the same query.
         """
         upto = self.max_length()
+        same_batch = len(rows) == self.batch_size
+        spare = self._spare if same_batch else []
+        replaced = []
         for layer in self.layers:
             for name in ("keys", "values"):
                 old = getattr(layer, name)
                 # Zeros, not empty: masked slots still meet the values matmul with weight 0, and
-                # 0 * NaN from uninitialized memory would poison the row.
-                new = old.new_zeros((len(rows),) + old.shape[1:])
+                # 0 * NaN from uninitialized memory would poison the row. A spare holds old, finite keys.
+                new = spare.pop(0) if spare else old.new_zeros((len(rows),) + old.shape[1:])
                 new[:, :, :upto] = old[rows, :, :upto]
                 setattr(layer, name, new)
+                replaced.append(old)
             if cross and layer.cross_keys is not None and layer.cross_values is not None:
                 layer.cross_keys = layer.cross_keys.index_select(0, rows)
                 layer.cross_values = layer.cross_values.index_select(0, rows)
             layer.pending_keys = layer.pending_values = None
+        self._spare = replaced if same_batch else []
         self.written_in_place = False
         self.lengths = self.lengths.index_select(0, rows)
         if cross and self.src_pad_mask is not None:

@@ -194,7 +194,8 @@ def table(report: dict) -> pd.DataFrame:
 def show_report(report: dict, key: str) -> None:
     facts = [f"{report.get('n_queries', '?')} queries", f"task {report.get('task', '?')}",
              f"device {report.get('device', '?')} ({report.get('device_name', '')})",
-             f"batch size {report.get('batch_size', '?')}", f"torch {report.get('torch', '?')}",
+             f"batch size {report.get('batch_size', '?')}", f"engine {report.get('engine', 'torch')}",
+             f"torch {report.get('torch', '?')}",
              f"{report.get('threads', '?')} threads", str(report.get("date", ""))]
     st.caption(common.md_escape(" · ".join(facts)))
     sentence = headline(report)

@@ -144,6 +144,22 @@ def test_reorder_rows_moves_prefix_and_memory():
 
 
 @torch.no_grad()
+def test_reorders_of_the_same_batch_reuse_slots_and_stay_right():
+    """A reorder writes into the slots the previous one replaced (beam search reorders every step)."""
+    model, _, tgt, reference, cache = setup(4)
+    order = torch.arange(3)
+    for step, perm in enumerate(([2, 0, 1], [1, 1, 0], [0, 2, 1])):
+        model.decode(tgt[order][:, None, step:step + 1], cache)
+        cache.commit(torch.ones(3, dtype=torch.long))
+        before = [layer.keys for layer in cache.layers]
+        cache.reorder(torch.tensor(perm))
+        order = order[perm]
+        assert all(layer.keys is not old for layer, old in zip(cache.layers, before))
+    logits, _ = model.decode(tgt[order][:, None, 3:6], cache)
+    torch.testing.assert_close(logits[:, 0], reference[order][:, 3:6], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
 def test_cross_attention_weights_are_a_distribution_over_real_source_tokens():
     model, src, tgt, _, cache = setup(5)
     _, weights = model.decode(tgt[:, None, :2], cache, cross_attention=True)
