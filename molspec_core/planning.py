@@ -33,6 +33,7 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 
 from .chem import LACKS_ATOMS, ChemError, canonical, missing_atoms
 from .io import QueryFile, parse_upload, read_queries
+from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, Prediction, Predictor, QueryResult
 
@@ -118,7 +119,7 @@ class PredictorModel(BackwardReactionModel):
     people: the search does not filter on it, since today's forward stand-in rarely gives a product back).
     """
 
-    def __init__(self, predictor: Predictor, forward: Predictor | None = None, method: str = "sbs-exact",
+    def __init__(self, predictor: Predictor, forward: Predictor | None = None, method: str = EXACT_NBEST,
                  n_best: int = 10, batch_size: int = 8, round_trip_k: int = 1, check_atoms: bool = True,
                  progress: Progress | None = None):
         super().__init__(use_cache=True, default_num_results=n_best, remove_product_in_reactants=True)
@@ -281,7 +282,7 @@ class PlanResult:
 
 @dataclass(frozen=True)
 class PlanSettings:
-    method: str = "sbs-exact"  # the fastest exact n-best method (methods.py)
+    method: str = EXACT_NBEST  # the fastest exact n-best method (methods.py)
     n_best: int = 10  # answers per expansion: a wider tree, at the cost of a longer expansion
     max_steps: int = 5  # Retro*: reactions on a path; MCTS: reactions in all. Longer routes are rarely made
     round_trip_k: int = 1  # the forward model's top-k that must give the product back

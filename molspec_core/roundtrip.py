@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .decoding.batch import pad_sources
+from .methods import EXACT_NBEST
 from .service import Prediction, Predictor, QueryResult
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizeError
 
@@ -24,7 +25,7 @@ SCORE_BATCH = 32  # reactant sets scored per forward pass
 
 def forward_method(top_k: int) -> str:
     """The fastest exact method for the forward model's top-k (see methods.py)."""
-    return "spec-auto" if top_k == 1 else "sbs-exact"
+    return "spec-auto" if top_k == 1 else EXACT_NBEST
 
 
 @torch.inference_mode()

@@ -26,6 +26,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from molspec_core import depict  # noqa: E402
 from molspec_core.tokenizer import tokenize  # noqa: E402
 from molspec_core.io import RESULT_COLUMNS  # noqa: E402
+from molspec_core.methods import EXACT_NBEST  # noqa: E402
 from pages.batch import safe_csv  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -283,8 +284,8 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.radio(key="task").set_value("retro").run()
     assert at.title[0].value == "Propose reactants"
-    # Retrosynthesis opens on a ranked list from the fastest exact n-best method (methods.TASK_DEFAULTS).
-    assert at.selectbox(key="method").value == "sbs-exact" and at.slider(key="n_best").value == 10
+    # Retrosynthesis opens on a ranked list from the fastest exact n-best method (methods.EXACT_NBEST).
+    assert at.selectbox(key="method").value == EXACT_NBEST and at.slider(key="n_best").value == 10
     predict(at, "Oc1ccncc1")
     assert_clean(at)
     assert sum(m.value.startswith("**Rank ") for m in at.markdown) > 1

@@ -25,6 +25,7 @@ from conftest import FIXTURES, ROOT
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
+from molspec_core.methods import EXACT_NBEST
 from molspec_core.io import InputFileError, csv_bytes
 from molspec_core.planning import ROUTE_COLUMNS, PlanSettings, PredictorModel, Stock, load_stock, plan
 from molspec_core.service import Predictor
@@ -107,7 +108,7 @@ def test_retro_star_respects_the_step_limit():
 def test_wrapper_turns_sane_answers_into_reactions(copy_predictor):
     model = PredictorModel(copy_predictor, n_best=3, check_atoms=False)
     [reactions] = model([Molecule("NCCO")])
-    answers = copy_predictor.predict("NCCO", method="sbs-exact", n_best=3).predictions
+    answers = copy_predictor.predict("NCCO", method=EXACT_NBEST, n_best=3).predictions
     sane = [p for p in answers if p.sane]
     assert len(sane) < len(answers)  # the copy model's third answer is not a molecule: skipped
     assert [r.reactants_str for r in reactions] == [p.smiles for p in sane]
