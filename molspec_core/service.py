@@ -105,6 +105,13 @@ def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     return "lookup", 8, 1
 
 
+def rest_after_miss(device: torch.device) -> int:
+    """greedy's `rest` on this device: the calls a row goes without drafts after a draft lost at its
+    first token. CPU: a verify call of 9 tokens costs about 3 one-token calls (NumPy step), so 2
+    (measured: tools/rest_bench.py). GPU: a call costs about the same for 1 or 9 tokens, so 0."""
+    return 0 if device.type == "cuda" else 2
+
+
 def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Drafter]:
     """A factory of one query's copy drafter from resolved (drafter, draft_len, n_drafts)."""
     drafter, length, count = drafts
@@ -288,7 +295,7 @@ class Predictor:
                 options: SamplingOptions) -> list[DecodeResult]:
         if row.benchmark_only:
             return greedy_uncached(self.model, sources)
-        return greedy(self.model, sources, copy_drafts(drafts))
+        return greedy(self.model, sources, copy_drafts(drafts), rest=rest_after_miss(self.device))
 
     def _beam(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
               options: SamplingOptions) -> list[DecodeResult]:

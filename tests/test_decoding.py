@@ -67,6 +67,33 @@ def test_batch_equals_single_runs(copy_model, engine, name, draft_len, n_drafts)
         assert b.stats.model_calls == s.stats.model_calls
 
 
+@pytest.mark.parametrize("rest", [1, 3])
+def test_resting_after_a_missed_draft_keeps_the_output(copy_model, engine, rest):
+    """greedy(rest=r): after a draft lost at its first token a row drafts nothing for r calls. Fewer
+    draft tokens are fed, and the tokens and scores stay those of rest=0 (provenance may not: a token
+    made in a rest is generated rather than copied)."""
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
+    sources = random_sources(17, 40, len(vocab), 1, 30)
+    for name, draft_len, n_drafts in (("pointer", 8, 1), ("lookup", 5, 2)):
+        plain = greedy(model, sources, factory(name, draft_len, n_drafts))
+        resting = greedy(model, sources, factory(name, draft_len, n_drafts), rest=rest)
+        single = [greedy(model, [s], factory(name, draft_len, n_drafts), rest=rest)[0] for s in sources]
+        assert tokens(resting) == tokens(plain) == tokens(single)
+        for p, r in zip(plain, resting):
+            assert r.hypotheses[0].score == pytest.approx(p.hypotheses[0].score, abs=1e-4)
+        proposed = [sum(r.stats.draft_tokens_proposed for r in run) for run in (plain, resting)]
+        assert proposed[1] < proposed[0]  # the rests really skip drafts
+
+
+def test_resting_on_random_models_is_exact():
+    """Random models miss nearly every draft: rows rest most of the time, and stay exact."""
+    for seed in range(3):
+        model = random_model(seed, vocab_size=8)
+        sources = random_sources(seed, 30, 8)
+        assert tokens(greedy(model, sources, factory("lookup", 4, 1), max_len=25, rest=2)) == \
+            tokens(greedy(model, sources, factory("none", 0, 0), max_len=25))
+
+
 def test_provenance_points_at_equal_source_tokens(copy_model):
     model, vocab = copy_model
     sources = random_sources(3, 60, len(vocab), 5, 24)

@@ -33,6 +33,7 @@ class _Row:
         self.score = 0.0
         self.finished = False
         self.peak: int | None = None
+        self.resting = 0  # calls left without drafts (see greedy's `rest`)
         self.stats = DecodeStats()
 
     def context(self) -> list[int]:
@@ -41,8 +42,13 @@ class _Row:
 
 @torch.inference_mode()
 def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_factory: DrafterFactory,
-           max_len: int | None = None) -> list[DecodeResult]:
-    """Greedy decoding of a batch of sources (token ids, no bos/eos); rows finish independently."""
+           max_len: int | None = None, rest: int = 0) -> list[DecodeResult]:
+    """Greedy decoding of a batch of sources (token ids, no bos/eos); rows finish independently.
+
+    rest: after a call whose draft lost at its very first token (the model is writing something the
+    source does not hold, as at a reaction centre), a row's next `rest` calls go without drafts. Where
+    a call costs more with every token it verifies (CPU), those drafts would mostly be paid for and
+    thrown away. The output is the same for any rest."""
     start_time = time.perf_counter()
     device = model.device
     # Drafts are windows of the source, so no draft is longer than the longest source.
@@ -55,7 +61,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     pending = torch.full((len(sources),), BOS_ID, dtype=torch.long, device=device)
 
     while active:
-        drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) for i in active],
+        drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) if not out[i].resting else []
+                             for i in active],
                             [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
         n_rows = len(active)
         tokens, lengths = pack_drafts(None, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
@@ -77,6 +84,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
         still = []
         for row, i in enumerate(active):
             state, n_acc = out[i], n_acc_list[row]
+            missed = bool(drafts[row]) and n_acc == 0
+            state.resting = rest if missed else max(0, state.resting - 1)
             new = chosen_list[row][: n_acc + 1]
             origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
             state.stats.record_call(int(lengths[row].sum()), n_acc,
