@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from threadpoolctl import threadpool_limits
 from torch import nn
 
 from .cache import KVCache, LayerCache
@@ -251,6 +250,8 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError("the NumPy step runs float32 models on CPU only")
         self.numpy_step = NumpyStep(self) if on else None
         if on:  # NumPy's BLAS would otherwise use every core, whatever torch was told
+            from threadpoolctl import threadpool_limits  # here: the GPU training machine lacks it
+
             threadpool_limits(torch.get_num_threads(), user_api="blas")
 
     def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conftest import random_model
+from molspec_core.cache import KVCache
 from molspec_core.tokenizer import BOS_ID, PAD_ID
 
 
@@ -157,6 +158,22 @@ def test_reorders_of_the_same_batch_reuse_slots_and_stay_right():
         assert all(layer.keys is not old for layer, old in zip(cache.layers, before))
     logits, _ = model.decode(tgt[order][:, None, 3:6], cache)
     torch.testing.assert_close(logits[:, 0], reference[order][:, 3:6], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # NumPy's copy; torch's (as on a GPU)
+def test_reorder_copies_the_used_slots_of_the_chosen_rows(dtype):
+    cache = KVCache.empty(2, 4, 2, 3, 10, torch.device("cpu"), dtype)
+    for layer in cache.layers:
+        layer.keys.copy_(torch.randn(layer.keys.shape))
+        layer.values.copy_(torch.randn(layer.values.shape))
+    cache.lengths = torch.tensor([5, 6, 2, 4])
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    rows = torch.tensor([3, 3, 0, 1])
+    cache.reorder(rows, cross=False)
+    for layer, (keys, values) in zip(cache.layers, before):
+        assert torch.equal(layer.keys[:, :, :6], keys[rows, :, :6])
+        assert torch.equal(layer.values[:, :, :6], values[rows, :, :6])
+    assert cache.lengths.tolist() == [4, 4, 5, 6]
 
 
 @torch.no_grad()
