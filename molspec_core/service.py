@@ -30,6 +30,7 @@ from .decoding.result import DecodeResult, DecodeStats
 from .drafting import Drafter, make_drafter
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
+from .model import Seq2SeqTransformer
 from .tokenizer import TokenizeError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -105,11 +106,16 @@ def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     return "lookup", 8, 1
 
 
-def rest_after_miss(device: torch.device) -> int:
-    """greedy's `rest` on this device: the calls a row goes without drafts after a draft lost at its
-    first token. CPU: a verify call of 9 tokens costs about 3 one-token calls (NumPy step), so 2
-    (measured: tools/rest_bench.py). GPU: a call costs about the same for 1 or 9 tokens, so 0."""
-    return 0 if device.type == "cuda" else 2
+def rest_after_miss(model: Seq2SeqTransformer) -> int:
+    """greedy's `rest` for this model as loaded: the calls a row goes without drafts after a draft lost
+    at its first token. Worth it only where a verify call of 9 tokens costs several one-token calls.
+    Measured on the retro quick set (tools/draft_sweep.py, one CPU thread): with the NumPy step's
+    fp16-weight products a 9-token call costs 1.6x a one-token call and rest 0 is fastest (rest 2
+    ran 6% slower); with OpenBLAS products (3x) rest 2 was 5% faster. On a GPU a call costs about
+    the same for 1 or 9 tokens: 0."""
+    step = model.numpy_step
+    slow_verify = model.device.type == "cpu" and (step is None or not step.packed)
+    return 2 if slow_verify else 0
 
 
 def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Drafter]:
@@ -295,7 +301,7 @@ class Predictor:
                 options: SamplingOptions) -> list[DecodeResult]:
         if row.benchmark_only:
             return greedy_uncached(self.model, sources)
-        return greedy(self.model, sources, copy_drafts(drafts), rest=rest_after_miss(self.device))
+        return greedy(self.model, sources, copy_drafts(drafts), rest=rest_after_miss(self.model))
 
     def _beam(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
               options: SamplingOptions) -> list[DecodeResult]:

@@ -13,8 +13,9 @@ from molspec_core.decoding.batch import start
 from molspec_core.decoding.greedy import greedy
 from molspec_core.drafting import make_drafter
 from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core import npstep
 from molspec_core.npstep import NumpyStep
-from molspec_core.service import Predictor
+from molspec_core.service import Predictor, rest_after_miss
 from molspec_core.tokenizer import PAD_ID
 
 
@@ -22,7 +23,7 @@ def one_call(model, sources, lengths, tokens, keep):
     """A cache for `sources` with rows cut to `lengths`, one decoder call of `tokens` (B, 1, T) with
     cross-attention, commit of `keep` tokens per row, and one more call; everything it produced."""
     with torch.inference_mode():
-        cache, _ = start(model, sources, None, padding=max(map(len, sources)) + 8)
+        cache, _ = start(model, sources, None, padding=max(map(len, sources)) + tokens.shape[-1] + 8)
         for _ in range(max(lengths)):  # fill the prefixes the slow, general way
             model.decode(torch.full((len(sources), 1, 1), 5), cache, lean=False)
             cache.commit(torch.ones(len(sources), dtype=torch.long))
@@ -35,14 +36,27 @@ def one_call(model, sources, lengths, tokens, keep):
         return logits, weights, pending, after, slots, cache.lengths.clone()
 
 
+@pytest.fixture(params=["fbgemm-fp16", "openblas"])
+def kernel(request, monkeypatch) -> str:
+    """The products' kernel the NumPy step is built with: FBGEMM's fp16-weight one where this CPU runs
+    it (the shipped models' case), and OpenBLAS (any CPU; weights not exact in float16)."""
+    if request.param == "fbgemm-fp16" and not npstep.fp16_kernel_available():
+        pytest.skip("this torch or CPU has no FBGEMM fp16-weight kernel (needs x86 with AVX2)")
+    if request.param == "openblas":
+        monkeypatch.setattr(npstep, "fp16_kernel_available", lambda: False)
+    return request.param
+
+
 @pytest.mark.parametrize("lengths", [[3, 3, 3], [2, 5, 4]], ids=["same-length", "ragged"])
-@pytest.mark.parametrize("t_new", [1, 4])
-def test_numpy_step_equals_the_torch_lean_call(lengths, t_new):
+@pytest.mark.parametrize("t_new", [1, 4, 20])  # 20: 60 rows, past npstep.PACKED_MAX_ROWS
+def test_numpy_step_equals_the_torch_lean_call(lengths, t_new, kernel):
     sources = random_sources(4, 3, 14, 3, 12)  # different lengths: source padding is masked
     tokens = torch.tensor(random_sources(5, 3, 14, t_new, t_new)).unsqueeze(1)  # (3, 1, T)
     keep = [t_new, 1, max(t_new - 1, 0)]
     torch_run = one_call(random_model(3), sources, lengths, tokens, keep)
-    numpy_run = one_call(random_model(3, engine="numpy"), sources, lengths, tokens, keep)
+    fast = random_model(3, engine="numpy")
+    assert fast.numpy_step.packed == (kernel == "fbgemm-fp16")
+    numpy_run = one_call(fast, sources, lengths, tokens, keep)
     for name, a, b in zip(("logits", "cross-attention", "pending keys", "next logits"), torch_run, numpy_run):
         assert a.shape == b.shape, name
         assert torch.allclose(a, b, atol=1e-5), name
@@ -50,6 +64,23 @@ def test_numpy_step_equals_the_torch_lean_call(lengths, t_new):
         for row, n in enumerate(row_length.tolist()):  # the slots each row really has; others are never read
             assert torch.allclose(a[row, :, :n], b[row, :, :n], atol=1e-5)
     assert torch.equal(torch_run[5], numpy_run[5])
+
+
+def test_fp16_kernel_only_for_weights_exact_in_float16():
+    """Weights that float16 would round (a model trained or loaded in float32) keep OpenBLAS, so the
+    step never computes with weights other than the model's."""
+    model = random_model(3)
+    with torch.no_grad():
+        model.decoder[0].ff.up.weight[0, 0] += 1e-4  # no longer a float16 value
+    model.use_numpy_step()
+    assert not model.numpy_step.packed
+    assert npstep.fp16_exact(random_model(3).embed.weight) and not npstep.fp16_exact(torch.tensor([0.1]))
+
+
+def test_shipped_models_take_the_fp16_kernel():
+    if not npstep.fp16_kernel_available():
+        pytest.skip("this torch or CPU has no FBGEMM fp16-weight kernel (needs x86 with AVX2)")
+    assert Predictor.load("retro", "cpu").model.numpy_step.packed
 
 
 def test_decoders_really_take_the_numpy_step(copy_model, monkeypatch):
@@ -108,3 +139,11 @@ def test_predictor_engines():
     with pytest.raises(ValueError, match="unknown engine"):
         Predictor.load("retro", "cpu", engine="onnx")
     assert np.isfinite(a.score)
+
+
+def test_rest_after_miss_follows_the_verify_cost():
+    """Rows rest after a missed draft only where a verify call costs several one-token calls: the
+    NumPy step with OpenBLAS products, or torch on CPU; not with the fp16-weight products."""
+    assert rest_after_miss(random_model(0, engine="torch")) == 2
+    fast = random_model(0, engine="numpy")
+    assert rest_after_miss(fast) == (0 if fast.numpy_step.packed else 2)

@@ -1,0 +1,80 @@
+"""Sweep the CPU draft shape of greedy-family speculative decoding: draft length x rest.
+
+python3 tools/draft_sweep.py --model retro --src products.txt --index ../shared/bench/uspto50k_test_500.idx \
+    --limit 200 --methods spec-pointer,spec-lookup --draft-lens 8,12,16 --rests 0,1,2
+
+Both knobs trade what a verify call costs per drafted token against how many drafted tokens the
+model keeps: draft_len caps a draft; `rest` is how many calls a row goes without drafts after a
+draft lost at its first token (greedy's `rest`). Times each (method, draft_len, rest) over the same
+queries at batch size 1, interleaved in rounds after a warm-up, and checks that every setting gives
+the tokens of the first (it must: drafts only change which calls are made). Prints total seconds
+(best of the rounds) and model calls. The chosen values live in methods.py (draft_len) and
+service.rest_after_miss (rest).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import torch
+
+from molspec_core.decoding.greedy import greedy
+from molspec_core.evaluate import read_pairs
+from molspec_core.service import Predictor, copy_drafts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="retro")
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--index")
+    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--methods", default="spec-pointer,spec-auto")
+    parser.add_argument("--draft-lens", default="8", help="comma-separated draft lengths")
+    parser.add_argument("--rests", default="0,1,2,3")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    predictor = Predictor.load(args.model, "cpu")
+    sources, _ = read_pairs(args.src, None, args.index, args.limit)
+    queries = []
+    for text in sources:
+        try:
+            queries.append(list(predictor.prepare(text).ids))
+        except ValueError:
+            pass  # a query this model cannot read, as bench skips it
+    methods = args.methods.split(",")
+    lengths = [int(n) for n in args.draft_lens.split(",")]
+    rests = [int(r) for r in args.rests.split(",")]
+    runs = list(itertools.product(methods, lengths, rests))
+    factories = {(m, n): copy_drafts(predictor.resolve(m, n, None, 1)) for m in methods for n in lengths}
+
+    def run(method: str, length: int, rest: int) -> tuple[float, int, list]:
+        started = time.perf_counter()
+        out = [greedy(predictor.model, [q], factories[(method, length)], rest=rest)[0] for q in queries]
+        return time.perf_counter() - started, sum(r.stats.model_calls for r in out), [r.hypotheses[0].tokens for r in out]
+
+    for method, length, rest in runs:  # warm-up
+        for q in queries[:3]:
+            greedy(predictor.model, [q], factories[(method, length)], rest=rest)
+    best: dict[tuple[str, int, int], float] = {}
+    calls: dict[tuple[str, int, int], int] = {}
+    tokens: dict[tuple[str, int, int], list] = {}
+    for _ in range(args.rounds):
+        for key in runs:
+            seconds, calls[key], tokens[key] = run(*key)
+            best[key] = min(best.get(key, seconds), seconds)
+    first = runs[0]
+    print(f"{len(queries)} queries, model {args.model}, engine {predictor.engine}, {args.threads} thread(s), "
+          f"best of {args.rounds} interleaved rounds")
+    print(f"| method | draft_len | rest | total s | calls | vs {first[0]} D={first[1]} rest {first[2]} | same tokens |")
+    print("|---|---|---|---|---|---|---|")
+    for key in runs:
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {best[key]:.2f} | {calls[key]} | {best[first] / best[key]:.2f}x | "
+              f"{tokens[key] == tokens[first]} |")
+
+
+if __name__ == "__main__":
+    main()
