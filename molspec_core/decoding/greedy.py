@@ -102,6 +102,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
                 continue
             state.peak = peaks[row] if peaks is not None else None
             still.append(row)
+        if not still:
+            break
         if len(still) < n_rows:
             keep = torch.tensor(still, dtype=torch.long, device=device)
             cache.reorder(keep)
