@@ -93,15 +93,17 @@ def pack_drafts(pending: Sequence[int] | None, drafts: Sequence[Sequence[Sequenc
     """One call's input: row r's pending token then each of its drafts (source positions, read from
     sources[r]) as a branch, padded with PAD_ID to the longest draft. Returns tokens (R, N, 1+D) and
     the draft lengths (R, N); a row without drafts gets one branch of its pending token alone.
-    pending None leaves column 0 to the caller (greedy writes it on the device, with no copy back)."""
+    pending None leaves column 0 to the caller (greedy writes it on the device, with no copy back).
+    Built as lists and made a tensor once: per-row tensor writes cost more than the call's arithmetic."""
     n_branches = max(1, max(len(d) for d in drafts))
     depth = max((len(d) for row in drafts for d in row), default=0)
-    tokens = torch.full((len(drafts), n_branches, 1 + depth), PAD_ID, dtype=torch.long)
-    lengths = torch.zeros(len(drafts), n_branches, dtype=torch.long)
-    if pending is not None:
-        tokens[:, :, 0] = torch.as_tensor(list(pending), dtype=torch.long).unsqueeze(1)
-    for r, (row_drafts, src) in enumerate(zip(drafts, sources)):
-        for b, positions in enumerate(row_drafts):
-            tokens[r, b, 1:1 + len(positions)] = torch.as_tensor([src[p] for p in positions], dtype=torch.long)
-            lengths[r, b] = len(positions)
-    return tokens, lengths
+    firsts = list(pending) if pending is not None else [PAD_ID] * len(drafts)
+    tokens: list[list[list[int]]] = []
+    lengths: list[list[int]] = []
+    for first, row_drafts, src in zip(firsts, drafts, sources):
+        branches = [[first] + [src[p] for p in positions] + [PAD_ID] * (depth - len(positions))
+                    for positions in row_drafts]
+        branches += [[first] + [PAD_ID] * depth for _ in range(n_branches - len(row_drafts))]
+        tokens.append(branches)
+        lengths.append([len(positions) for positions in row_drafts] + [0] * (n_branches - len(row_drafts)))
+    return torch.tensor(tokens, dtype=torch.long), torch.tensor(lengths, dtype=torch.long)

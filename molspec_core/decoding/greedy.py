@@ -18,7 +18,7 @@ from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import encode_sources, fit_drafts, pack_drafts, pad_sources, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
-from .verify import accept_greedy
+from .verify import accept_greedy, accept_greedy_lists
 
 DrafterFactory = Callable[[Sequence[int]], Drafter]
 
@@ -71,7 +71,13 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
 
         logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
         argmax = logits.argmax(dim=-1)  # (R, N, 1+D)
-        n_accepted, branch = accept_greedy(tokens[:, :, 1:], lengths, argmax)
+        if device.type == "cpu":  # a few small rows: lists are cheaper than tensor ops
+            draft_tokens = [[[sources[i][p] for p in d] for d in row] for i, row in zip(active, drafts)]
+            n_acc_list, branch_list = accept_greedy_lists(draft_tokens, argmax.tolist())
+            n_accepted, branch = torch.tensor(n_acc_list), torch.tensor(branch_list)
+        else:
+            n_accepted, branch = accept_greedy(tokens[:, :, 1:], lengths, argmax)
+            n_acc_list, branch_list = n_accepted.tolist(), branch.tolist()
         rows = torch.arange(n_rows, device=device)
         chosen_logits = logits[rows, branch]  # (R, 1+D, V)
         best_log_probs = chosen_logits.log_softmax(dim=-1).amax(dim=-1)  # (R, 1+D)
@@ -79,7 +85,6 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
         cache.commit(n_accepted + 1, branch)
         peaks = attention[rows, branch, n_accepted].argmax(dim=-1).tolist() if attention is not None else None
 
-        n_acc_list, branch_list = n_accepted.tolist(), branch.tolist()
         chosen_list, log_prob_list = chosen.tolist(), best_log_probs.tolist()
         still = []
         for row, i in enumerate(active):
@@ -88,7 +93,7 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
             state.resting = rest if missed else max(0, state.resting - 1)
             new = chosen_list[row][: n_acc + 1]
             origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
-            state.stats.record_call(int(lengths[row].sum()), n_acc,
+            state.stats.record_call(sum(map(len, drafts[row])), n_acc,
                                     bool(drafts[row]) and n_acc < len(drafts[row][branch_list[row]]), len(new))
             state.score += sum(log_prob_list[row][: len(new)])
             if new and new[-1] == EOS_ID:

@@ -1,6 +1,8 @@
 """Model-free acceptance rules: pure tensor functions, tested with hand-made logits."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -23,6 +25,26 @@ def accept_greedy(draft_tokens: torch.Tensor, draft_lengths: torch.Tensor,
     accepted = match.long().cumprod(dim=-1).sum(dim=-1)  # (B, N)
     n_accepted, branch = accepted.max(dim=-1)  # max returns the first index on ties
     return n_accepted, branch
+
+
+def accept_greedy_lists(draft_tokens: Sequence[Sequence[Sequence[int]]],
+                        argmax: Sequence[Sequence[Sequence[int]]]) -> tuple[list[int], list[int]]:
+    """accept_greedy on Python lists: draft_tokens[r][b] the (unpadded) drafts of row r, argmax[r][b]
+    the argmax at each fed position of that branch. For a few small rows on a CPU, where each tensor
+    op costs more than this loop; tests/test_verify.py pins it to accept_greedy."""
+    n_accepted, branches = [], []
+    for row_drafts, row_argmax in zip(draft_tokens, argmax):
+        best, best_branch = 0, 0
+        for b, draft in enumerate(row_drafts):
+            predicted = row_argmax[b]
+            n = 0
+            while n < len(draft) and draft[n] == predicted[n]:
+                n += 1
+            if n > best:  # ties go to the lowest branch index
+                best, best_branch = n, b
+        n_accepted.append(best)
+        branches.append(best_branch)
+    return n_accepted, branches
 
 
 def adjust_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0) -> torch.Tensor:
