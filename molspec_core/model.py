@@ -263,7 +263,9 @@ class Seq2SeqTransformer(nn.Module):
         return self.decoder_norm(hidden) @ self.embed.weight.T  # tied output projection
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
-        """src (B, S) padded with PAD_ID -> memory (B, S, d)."""
+        """src (B, S) padded with PAD_ID -> memory (B, S, d) (in NumPy after `use_numpy_step`)."""
+        if self.numpy_step is not None and not self.training:
+            return self.numpy_step.encode(src)
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
         x = self.embed_tokens(src, positions)
         keep = src != PAD_ID
@@ -312,8 +314,9 @@ class Seq2SeqTransformer(nn.Module):
         cfg = self.cfg
         cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
                               capacity, memory.device, memory.dtype)
-        for layer, block in zip(cache.layers, self.decoder):
-            keys, values = block.cross_attn.keys_values(memory)
+        step = self.numpy_step if not self.training else None
+        for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
+            keys, values = step.cross_keys_values_of(memory, i) if step else block.cross_attn.keys_values(memory)
             layer.cross_keys, layer.cross_values = keys.contiguous(), values.contiguous()
         cache.src_pad_mask = ~src_keep
         return cache

@@ -11,7 +11,9 @@ tokens per row, written in place into the caller's KVCache), up to float32 summa
 snapshot of the model's weights: each layer norm's shift folded into the bias of the product that
 follows it, the self-attention's query, key and value products in one. It reads and writes the
 cache's own tensors through zero-copy NumPy views, so `commit`, `rollback` and `reorder` work
-unchanged. tests/test_npstep.py pins it to the torch call, with either kernel.
+unchanged. It also runs the encoder and the cross-attention keys/values of a new cache
+(`encode`, `cross_keys_values_of`), the other quarter of a speculative query's time.
+tests/test_npstep.py pins all of it to torch, with either kernel.
 """
 from __future__ import annotations
 
@@ -24,14 +26,16 @@ import numpy as np
 import torch
 
 from .cache import KVCache
+from .tokenizer import PAD_ID
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
 
 
-# Products of at most this many rows go to FBGEMM's fp16-weight kernel when it can be used; from 64
-# rows on OpenBLAS's sgemm is as fast (measured on the 2-core AMD EPYC, one thread).
-PACKED_MAX_ROWS = 48
+# Products of at most this many rows go to FBGEMM's fp16-weight kernel when it can be used (measured on
+# the 2-core AMD EPYC, one thread: 1.5-2.5x faster than OpenBLAS for 1-16 rows, the encoder of a
+# 50- or 80-token query 7-15% faster); at 256 rows OpenBLAS's sgemm was 4% faster.
+PACKED_MAX_ROWS = 128
 
 
 def _quietly(function, *args):
@@ -110,6 +114,14 @@ class _Layer:
     down: _Affine
 
 
+@dataclass(frozen=True)
+class _EncoderLayer:
+    qkv: _Affine  # norm1 + self-attention query (unscaled), keys, values
+    out: _Affine
+    up: _Affine  # norm2 + feed-forward up
+    down: _Affine
+
+
 def _softmax_(scores: np.ndarray) -> np.ndarray:
     scores -= scores.max(-1, keepdims=True)
     np.exp(scores, out=scores)
@@ -132,12 +144,19 @@ class NumpyStep:
         self.d_model, self.n_heads, self.head_dim = cfg.d_model, cfg.n_heads, cfg.head_dim
         self.max_positions = cfg.max_positions
         self.scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
-        products = [(b.self_attn.query, b.self_attn.key_value, b.self_attn.out, b.cross_attn.query, b.cross_attn.out,
-                     b.ff.up, b.ff.down) for b in model.decoder]
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         # FBGEMM's fp16-weight kernel only where it computes the float32 product: weights stored in float16.
-        self.packed = fp16_kernel_available() and fp16_exact(model.embed.weight,
-                                                             *(lin.weight for row in products for lin in row))
+        self.packed = fp16_kernel_available() and fp16_exact(model.embed.weight, *(lin.weight for lin in linears))
         packed = self.packed
+        self.encoder_layers = [_EncoderLayer(
+            qkv=_Affine(torch.cat([b.attn.query.weight, b.attn.key_value.weight]),
+                        torch.cat([b.attn.query.bias, b.attn.key_value.bias]), b.norm1, packed=packed),
+            out=_Affine(b.attn.out.weight, b.attn.out.bias, packed=packed),
+            up=_Affine(b.ff.up.weight, b.ff.up.bias, b.norm2, packed=packed),
+            down=_Affine(b.ff.down.weight, b.ff.down.bias, packed=packed)) for b in model.encoder]
+        self.encoder_norm = model.encoder_norm
+        self.cross_keys_values = [_Affine(b.cross_attn.key_value.weight, b.cross_attn.key_value.bias, packed=packed)
+                                  for b in model.decoder]
         self.layers: list[_Layer] = []
         for block in model.decoder:
             attn, cross = block.self_attn, block.cross_attn
@@ -152,6 +171,41 @@ class NumpyStep:
         self.embed = _np(model.embed.weight) * np.float32(math.sqrt(cfg.d_model))
         self.positions = _np(model.positions).copy()
         self.output = _Affine(model.embed.weight, None, model.decoder_norm, packed=packed)  # tied projection
+
+    def _heads(self, x: np.ndarray, batch: int) -> np.ndarray:
+        """(B*L, H*hd) -> (B, H, L, hd), a view."""
+        return x.reshape(batch, -1, self.n_heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        """Seq2SeqTransformer.encode in NumPy: src (B, S) padded with PAD_ID -> memory (B, S, d)."""
+        ids = src.cpu().numpy()
+        batch, length = ids.shape
+        if length > self.max_positions:
+            raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
+        x = (self.embed[ids] + self.positions[:length]).reshape(batch * length, self.d_model)
+        keep = ids != PAD_ID
+        mask = None if keep.all() else _additive(torch.from_numpy(keep[:, None, None, :]))  # (B, 1, 1, S)
+        for layer in self.encoder_layers:
+            qkv = layer.qkv(x).reshape(batch, length, 3, self.d_model)
+            query = self._heads(qkv[:, :, 0], batch) * self.scale
+            scores = query @ self._heads(qkv[:, :, 1], batch).transpose(0, 1, 3, 2)  # (B, H, S, S)
+            if mask is not None:
+                scores += mask
+            attended = _softmax_(scores) @ self._heads(qkv[:, :, 2], batch)  # (B, H, S, hd)
+            x = x + layer.out(attended.transpose(0, 2, 1, 3).reshape(batch * length, self.d_model))
+            hidden = layer.up(x)
+            np.maximum(hidden, 0.0, out=hidden)
+            x = x + layer.down(hidden)
+        norm = self.encoder_norm
+        return torch.layer_norm(torch.from_numpy(x), (self.d_model,), norm.weight, norm.bias,
+                                norm.eps).view(batch, length, self.d_model)
+
+    def cross_keys_values_of(self, memory: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention.keys_values of decoder layer `layer`'s cross-attention: (B, H, S, hd) each, contiguous."""
+        batch, length, d = memory.shape
+        kv = self.cross_keys_values[layer](memory.detach().reshape(batch * length, d).numpy()).reshape(batch, length, 2, d)
+        return (torch.from_numpy(np.ascontiguousarray(self._heads(kv[:, :, 0], batch))),
+                torch.from_numpy(np.ascontiguousarray(self._heads(kv[:, :, 1], batch))))
 
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -207,6 +207,13 @@ class Predictor:
         """What runs the lean decoder calls: "numpy" (npstep.py) or "torch"."""
         return "numpy" if self.model.numpy_step is not None else "torch"
 
+    @property
+    def products(self) -> str:
+        """Who computes the matrix products of the NumPy step: "fbgemm-fp16" (FBGEMM's fp16-weight
+        kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine."""
+        step = self.model.numpy_step
+        return "torch" if step is None else ("fbgemm-fp16" if step.packed else "openblas")
+
     @classmethod
     def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto") -> "Predictor":
         """A shipped model by task name ("forward", "retro") or a model folder. engine: see ENGINES."""

@@ -192,9 +192,12 @@ def table(report: dict) -> pd.DataFrame:
 
 
 def show_report(report: dict, key: str) -> None:
+    engine = f"engine {report.get('engine', 'torch')}"
+    if report.get("products"):
+        engine += f" ({report['products']} products)"
     facts = [f"{report.get('n_queries', '?')} queries", f"task {report.get('task', '?')}",
              f"device {report.get('device', '?')} ({report.get('device_name', '')})",
-             f"batch size {report.get('batch_size', '?')}", f"engine {report.get('engine', 'torch')}",
+             f"batch size {report.get('batch_size', '?')}", engine,
              f"torch {report.get('torch', '?')}",
              f"{report.get('threads', '?')} threads", str(report.get("date", ""))]
     st.caption(common.md_escape(" · ".join(facts)))

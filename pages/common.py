@@ -167,7 +167,8 @@ def render_sidebar() -> Settings:
             sb.caption(f"Drafts: {default_n} × {default_len} tokens ({drafter} drafter)")
     round_trip_model, round_trip_k = _round_trip_settings(task)
     if predictor is not None:
-        engine = "NumPy decoder step" if predictor.engine == "numpy" else "torch"
+        engine = {"fbgemm-fp16": "NumPy step, fp16-weight products", "openblas": "NumPy step, OpenBLAS products",
+                  "torch": "torch"}[predictor.products]
         sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
                    f"engine: {engine} · threads: {predictor.threads}")
     return Settings(task, model, method, n_best, draft_len, n_drafts, sampling, round_trip_model, round_trip_k)

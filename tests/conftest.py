@@ -43,10 +43,14 @@ def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
 
 def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overrides) -> Seq2SeqTransformer:
     """A random tiny model whose weights are float16 values, as a shipped checkpoint's are, so that
-    engine "numpy" takes the kernel it takes for a shipped model (npstep's fp16-weight products)."""
+    engine "numpy" takes the kernel it takes for a shipped model (npstep's fp16-weight products);
+    its layer norms have random gains and shifts (npstep folds them), not the identity of a new one."""
     torch.manual_seed(seed)
     model = Seq2SeqTransformer(preset("tiny", vocab_size, max_positions=256, **overrides)).eval()
     with torch.no_grad():
+        for norm in (m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)):  # not the identity
+            norm.weight.normal_(1.0, 0.2)
+            norm.bias.normal_(0.0, 0.2)
         for param in model.parameters():
             param.copy_(param.half().float())
     model.use_numpy_step(engine == "numpy")

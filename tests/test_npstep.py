@@ -9,7 +9,7 @@ import torch
 from threadpoolctl import threadpool_info
 
 from conftest import on_engine, random_model, random_sources
-from molspec_core.decoding.batch import start
+from molspec_core.decoding.batch import pad_sources, start
 from molspec_core.decoding.greedy import greedy
 from molspec_core.drafting import make_drafter
 from molspec_core.model import Seq2SeqTransformer, preset
@@ -48,7 +48,7 @@ def kernel(request, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("lengths", [[3, 3, 3], [2, 5, 4]], ids=["same-length", "ragged"])
-@pytest.mark.parametrize("t_new", [1, 4, 20])  # 20: 60 rows, past npstep.PACKED_MAX_ROWS
+@pytest.mark.parametrize("t_new", [1, 4, 50])  # 50: 150 rows, past npstep.PACKED_MAX_ROWS
 def test_numpy_step_equals_the_torch_lean_call(lengths, t_new, kernel):
     sources = random_sources(4, 3, 14, 3, 12)  # different lengths: source padding is masked
     tokens = torch.tensor(random_sources(5, 3, 14, t_new, t_new)).unsqueeze(1)  # (3, 1, T)
@@ -64,6 +64,28 @@ def test_numpy_step_equals_the_torch_lean_call(lengths, t_new, kernel):
         for row, n in enumerate(row_length.tolist()):  # the slots each row really has; others are never read
             assert torch.allclose(a[row, :, :n], b[row, :, :n], atol=1e-5)
     assert torch.equal(torch_run[5], numpy_run[5])
+
+
+@pytest.mark.parametrize("n_sources", [1, 3])  # 3: padded rows, masked
+def test_numpy_encoder_and_cross_keys_equal_torch(n_sources, kernel):
+    sources = random_sources(8, n_sources, 14, 3, 60)  # up to 180 rows: both sides of PACKED_MAX_ROWS
+    plain, fast = random_model(3), random_model(3, engine="numpy")
+    with torch.inference_mode():
+        src = pad_sources(sources)
+        keep = src != PAD_ID
+        memory, fast_memory = plain.encode(src), fast.encode(src)
+        assert fast_memory.shape == memory.shape
+        assert torch.allclose(fast_memory[keep], memory[keep], atol=1e-5)  # pad positions are never read
+        for a, b in zip(plain.new_cache(memory, keep, 8).layers, fast.new_cache(memory, keep, 8).layers):
+            assert b.cross_keys.is_contiguous() and b.cross_values.is_contiguous()
+            assert torch.allclose(a.cross_keys, b.cross_keys, atol=1e-5)
+            assert torch.allclose(a.cross_values, b.cross_values, atol=1e-5)
+
+
+def test_training_never_takes_the_numpy_path():
+    model = random_model(3, engine="numpy").train()
+    src = torch.tensor([[5, 6, 7, 8]])
+    assert model.encode(src).requires_grad  # torch's graph, so gradients flow
 
 
 def test_fp16_kernel_only_for_weights_exact_in_float16():
@@ -147,3 +169,9 @@ def test_rest_after_miss_follows_the_verify_cost():
     assert rest_after_miss(random_model(0, engine="torch")) == 2
     fast = random_model(0, engine="numpy")
     assert rest_after_miss(fast) == (0 if fast.numpy_step.packed else 2)
+
+
+def test_predictor_names_its_products():
+    assert Predictor.load("retro", "cpu", engine="torch").products == "torch"
+    expected = "fbgemm-fp16" if npstep.fp16_kernel_available() else "openblas"
+    assert Predictor.load("retro", "cpu").products == expected
