@@ -145,19 +145,38 @@ def test_reorder_rows_moves_prefix_and_memory():
 
 
 @torch.no_grad()
-def test_reorders_of_the_same_batch_reuse_slots_and_stay_right():
-    """A reorder writes into the slots the previous one replaced (beam search reorders every step)."""
+def test_reorders_of_the_same_batch_allocate_nothing_and_stay_right():
+    """Beam search reorders every step: on CPU the rows that move are copied in place, and nothing is
+    allocated (the same slot tensors stay); elsewhere a reorder writes into the slots the previous one
+    replaced (tests/test_model_cache.py's bfloat16 case runs that path on CPU)."""
     model, _, tgt, reference, cache = setup(4)
     order = torch.arange(3)
-    for step, perm in enumerate(([2, 0, 1], [1, 1, 0], [0, 2, 1])):
+    for step, perm in enumerate(([2, 0, 1], [1, 1, 0], [0, 1, 2], [0, 2, 1])):
         model.decode(tgt[order][:, None, step:step + 1], cache)
         cache.commit(torch.ones(3, dtype=torch.long))
         before = [layer.keys for layer in cache.layers]
         cache.reorder(torch.tensor(perm))
         order = order[perm]
-        assert all(layer.keys is not old for layer, old in zip(cache.layers, before))
-    logits, _ = model.decode(tgt[order][:, None, 3:6], cache)
-    torch.testing.assert_close(logits[:, 0], reference[order][:, 3:6], atol=1e-5, rtol=1e-5)
+        assert all(layer.keys is old for layer, old in zip(cache.layers, before))
+    logits, _ = model.decode(tgt[order][:, None, 4:7], cache)
+    torch.testing.assert_close(logits[:, 0], reference[order][:, 4:7], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_reorders_off_the_numpy_path_reuse_spare_slots():
+    cache = KVCache.empty(2, 3, 2, 3, 10, torch.device("cpu"), torch.bfloat16)  # torch's copy, as on a GPU
+    for layer in cache.layers:
+        layer.keys.copy_(torch.randn(layer.keys.shape))
+    cache.lengths = torch.tensor([4, 4, 4])
+    reference = [layer.keys.clone() for layer in cache.layers]
+    order = torch.arange(3)
+    first = [layer.keys for layer in cache.layers]
+    for perm, reused in (([2, 0, 1], False), ([1, 1, 0], True)):  # the second writes into the first's spares
+        cache.reorder(torch.tensor(perm), cross=False)
+        order = order[perm]
+        assert all((layer.keys is old) == reused for layer, old in zip(cache.layers, first))
+    for layer, keys in zip(cache.layers, reference):
+        assert torch.equal(layer.keys[:, :, :4], keys[order, :, :4])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # NumPy's copy; torch's (as on a GPU)
@@ -197,10 +216,10 @@ def test_reorder_leaves_no_garbage_in_slots():
         layer.keys[:, :, 4:] = float("nan")
         layer.values[:, :, 4:] = float("nan")
     cache.rollback(torch.tensor([4, 2, 4]))
-    cache.reorder(torch.tensor([1, 0, 2]))
+    cache.reorder(torch.tensor([1, 0, 2, 2]))  # a new batch size: new slot tensors
     for layer in cache.layers:
         assert torch.isfinite(layer.keys).all() and torch.isfinite(layer.values).all()
-    logits, _ = model.decode(tgt[[1]][:, None, 2:4].expand(3, 1, 2), cache)  # row 0 (old 1) refeeds 2 tokens
+    logits, _ = model.decode(tgt[[1]][:, None, 2:4].expand(4, 1, 2), cache)  # row 0 (old 1) refeeds 2 tokens
     torch.testing.assert_close(logits[0, 0], reference[1, 2:4], atol=1e-5, rtol=1e-5)
 
 

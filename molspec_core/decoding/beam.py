@@ -66,8 +66,12 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     device = model.device
     n_queries = len(sources)
     memory, keep, budgets = encode_sources(model, sources, max_len)
-    memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
-    cache = model.new_cache(memory, keep, cache_capacity(max(budgets))) if cached else None
+    cache = None
+    if cached:  # the cross-attention keys/values once per query, then a row per beam slot
+        cache = model.new_cache(memory, keep, cache_capacity(max(budgets)))
+        cache.reorder(torch.arange(n_queries, device=device).repeat_interleave(width))
+    else:
+        memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     vocab = model.cfg.vocab_size
 
     active = list(range(n_queries))
