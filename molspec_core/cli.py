@@ -247,7 +247,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from .scale import predict_on_ray
 
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
-        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options)
+        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
+                               args.engine)
     else:
         n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")

@@ -72,6 +72,12 @@ def test_a_query_that_breaks_its_batch_is_one_error_row(monkeypatch):
     assert errors[0] == "" and errors[1] == "the model failed (RuntimeError)" and "not a valid SMILES" in errors[2]
 
 
+def test_workers_load_the_engine_asked_for():
+    """--engine reaches the Ray workers (each loads its own copy of the model)."""
+    assert PredictWorker(MODEL, "cpu", threads=1, options={}, engine="torch").predictor.engine == "torch"
+    assert PredictWorker(MODEL, "cpu", threads=1, options={}).predictor.engine == "numpy"  # auto on CPU
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--input", "q.csv", "--output", "o.csv", "--workers", "2"], "--workers goes with --ray"),
     (["--smiles", "CCO", "--ray", "local"], "--ray predicts files"),
