@@ -1,8 +1,12 @@
 """Data preparation: reproducible train/val/test files from ../shared/data, and compact token arrays.
 
 Forward (reactants and reagents "mixed" -> product): train on the USPTO-full pool plus the USPTO-50K
-train set (reactions swapped), validate on USPTO-MIT valid, test on USPTO-MIT test. Every training
-reaction whose canonical product equals a USPTO-MIT valid or test product is removed (leakage).
+train set (reactions swapped) plus the USPTO-MIT valid rows after the first n_val, validate on those
+first n_val rows, test on USPTO-MIT test. The USPTO-MIT train split is not in ../shared/data, and the
+pool lacks the single-ion reagents that 13% of USPTO-MIT test queries hold ([H-], [Pd], [Cs+],
+[BH4-], ...: Tetko et al.'s cleaning dropped them), so the MIT valid rows are the only training
+reactions written the way the test set is. Every training reaction whose canonical product equals
+a USPTO-MIT test product or a validation row's product is removed (leakage).
 
 Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-mapped by RXNMapper)
 with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products.
@@ -23,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .tokenizer import BOS_ID, EOS_ID, Vocab, tokenize
+from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Vocab, tokenize
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 MAX_SRC_TOKENS = 300  # training length caps: longer rows are rare outliers and cost memory
 MAX_TGT_TOKENS = 200
+UINT8_TOKENS = 256  # token ids are stored as uint8 (compact data for the GPU machine)
 
 
 def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
@@ -114,16 +119,18 @@ def dedupe(pairs: list[Pair]) -> list[Pair]:
 
 def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
     mit = root / "uspto_mit" / "derived"
-    held_out = {t for split in ("valid", "test") for t in read_lines(mit / f"tgt-{split}.txt.gz") if t}
+    mit_valid = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"), read_lines(mit / "tgt-valid.txt.gz")) if t]
+    val, mit_train = mit_valid[:n_val], mit_valid[n_val:]
+    test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
+    held_out = {p.tgt for p in test if p.tgt} | {p.tgt for p in val}
     pool = list(forward_pool(root))
     pairs = [p for p in convert(pool, "forward", workers) if p is not None]
     n_parsed = len(pairs)
-    leaked = [p for p in pairs if p.tgt in held_out]
-    pairs = dedupe(keep_short([p for p in pairs if p.tgt not in held_out]))
-    val = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"), read_lines(mit / "tgt-valid.txt.gz")) if t][:n_val]
-    test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
-    stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed,
-             "removed_leakage_mit_valid_test_product": len(leaked), "train": len(pairs),
+    candidates = pairs + mit_train
+    leaked = [p for p in candidates if p.tgt in held_out]
+    pairs = dedupe(keep_short([p for p in candidates if p.tgt not in held_out]))
+    stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed, "mit_valid_rows_for_training": len(mit_train),
+             "removed_leakage_mit_test_or_val_product": len(leaked), "train": len(pairs),
              "val": len(val), "test": len(test)}
     write_splits(out, {"train": pairs, "val": val, "test": test}, stats)
     return stats
@@ -170,11 +177,12 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict) -> None:
     for name, pairs in splits.items():
         (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
         (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
-    vocab = Vocab.build(s for p in splits["train"] for s in (p.src, p.tgt))
+    # uint8 token arrays: the rarest tokens are left out (read as unknown) when there are more
+    vocab = Vocab.build((s for p in splits["train"] for s in (p.src, p.tgt)), max_size=UINT8_TOKENS)
     vocab.save(out / "vocab.json")
-    for name in ("train", "val"):
-        save_arrays(out / f"{name}.npz", splits[name], vocab)
+    unknown = {name: save_arrays(out / f"{name}.npz", splits[name], vocab) for name in ("train", "val")}
     stats["vocab_size"] = len(vocab)
+    stats["train_tokens_unknown"] = unknown["train"]  # occurrences of tokens too rare for the vocabulary
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     log.info("wrote %s: %s", out, stats)
 
@@ -186,12 +194,14 @@ def pack_ids(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter((t for s in seqs for t in s), dtype=np.uint8, count=int(offsets[-1])), offsets
 
 
-def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> None:
-    """Flat uint8 token arrays with offsets, zip-compressed (they travel to the GPU machine), loadable without pickle."""
-    assert len(vocab) < 256, "uint8 arrays need a vocabulary under 256 tokens"
+def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> int:
+    """Flat uint8 token arrays with offsets, zip-compressed (they travel to the GPU machine), loadable
+    without pickle. Returns how many tokens were outside the vocabulary (stored as unknown)."""
+    assert len(vocab) <= UINT8_TOKENS, "uint8 arrays need a vocabulary of at most 256 tokens"
     src, src_off = pack_ids([vocab.encode(p.src, strict=False) for p in pairs])
     tgt, tgt_off = pack_ids([[BOS_ID] + vocab.encode(p.tgt, strict=False) + [EOS_ID] for p in pairs])
     np.savez_compressed(path, src=src, src_offsets=src_off, tgt=tgt, tgt_offsets=tgt_off)
+    return int((src == UNK_ID).sum() + (tgt == UNK_ID).sum())
 
 
 def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -55,10 +55,14 @@ class Vocab:
         return len(self.tokens)
 
     @classmethod
-    def build(cls, smiles: Iterable[str], min_count: int = 1) -> "Vocab":
+    def build(cls, smiles: Iterable[str], min_count: int = 1, max_size: int | None = None) -> "Vocab":
+        """Tokens seen at least min_count times, sorted; with max_size, the count rises until the
+        vocabulary (specials included) fits, so ties are kept or dropped together."""
         counts: Counter[str] = Counter()
         for s in smiles:
             counts.update(tokenize(s))
+        while max_size is not None and len(SPECIALS) + sum(n >= min_count for n in counts.values()) > max_size:
+            min_count += 1
         kept = sorted(t for t, n in counts.items() if n >= min_count)
         return cls(list(SPECIALS) + kept)
 

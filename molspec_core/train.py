@@ -162,6 +162,22 @@ def _replace_folder(tmp: Path, folder: Path) -> None:
     tmp.rename(folder)
 
 
+def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str]:
+    """Copy a trained model's weights into `model`, whose vocabulary may differ (new data brought new
+    tokens): each token's embedding row (also the tied output row) follows the token to its new id;
+    tokens the trained model lacks keep their random rows, tokens the data lost are dropped.
+    Returns the new tokens. Every other weight must have the same shape."""
+    trained, trained_vocab, _ = checkpoint.load(folder)
+    weights = trained.state_dict()
+    own = model.state_dict()
+    shared = [t for t in vocab.tokens if t in trained_vocab.index]
+    embed = own["embed.weight"].clone()
+    embed[[vocab.index[t] for t in shared]] = weights["embed.weight"][[trained_vocab.index[t] for t in shared]].to(embed)
+    weights["embed.weight"] = embed
+    model.load_state_dict(weights)
+    return [t for t in vocab.tokens if t not in trained_vocab.index]
+
+
 def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer: torch.optim.Optimizer,
                state: dict, meta: dict) -> None:
     """Model checkpoint + optimizer moments (safetensors) + counters (JSON), written atomically."""
@@ -245,11 +261,8 @@ def train(cfg: TrainConfig) -> dict:
         state = load_state(Path(cfg.resume), model, None)
         log.info("resumed from export %s at step %d (fresh optimizer moments)", cfg.resume, state["step"])
     elif cfg.init:
-        trained, init_vocab, _ = checkpoint.load(cfg.init)
-        if init_vocab.tokens != vocab.tokens:
-            raise ValueError(f"{cfg.init}: its vocabulary differs from {data / 'vocab.json'}")
-        model.load_state_dict(trained.state_dict())
-        log.info("initialized from %s", cfg.init)
+        added = init_from(model, vocab, Path(cfg.init))
+        log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
     max_tokens, peak = tokens_per_batch(cfg, device), peak_lr(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step; peak lr %.2e",

@@ -47,7 +47,7 @@ def make_tree(root):
 def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
     make_tree(tmp_path / "data")
     stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1)
-    assert stats["removed_leakage_mit_valid_test_product"] == 1
+    assert stats["removed_leakage_mit_test_or_val_product"] == 1
     src = (tmp_path / "out/train.src").read_text().splitlines()
     tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
     assert "COC(C)=O" not in tgt
@@ -59,6 +59,26 @@ def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
     assert [vocab.decode(a) for a in arrays_src] == src
     assert [vocab.decode(a) for a in arrays_tgt] == tgt
     assert json.loads((tmp_path / "out/stats.json").read_text())["train"] == 3
+
+
+def test_prepare_forward_trains_on_mit_valid_rows_after_the_validation_rows(tmp_path):
+    root = tmp_path / "data"
+    make_tree(root)
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\nCC(=O)Cl.CN.[Pd]\n")
+    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCOC(C)=O\nCNC(C)=O\n")
+    stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    pairs = list(zip((tmp_path / "out/train.src").read_text().splitlines(),
+                     (tmp_path / "out/train.tgt").read_text().splitlines()))
+    assert (tmp_path / "out/val.tgt").read_text().splitlines() == ["CCNCC"]  # the first n_val rows validate
+    assert stats["mit_valid_rows_for_training"] == 2
+    # the second valid row makes a test product (leakage, with the pool's ester): both removed
+    assert stats["removed_leakage_mit_test_or_val_product"] == 2
+    assert all(tgt != "COC(C)=O" for _, tgt in pairs)
+    # the third is new training data written as the test set is, with its reagent ion; the pool's
+    # reaction with the same product is not leakage (it is a training product, not a held-out one)
+    assert ("CC(=O)Cl.CN.[Pd]", "CNC(C)=O") in pairs and ("CC(=O)Cl.CN", "CNC(C)=O") in pairs
+    assert "[Pd]" in Vocab.load(tmp_path / "out/vocab.json").tokens
 
 
 def test_root_aligned_pairs_keep_the_molecules_and_start_alike():

@@ -27,6 +27,14 @@ def test_vocab_encode_decode_and_oov_names_the_token():
     assert vocab.encode("CC[Pt]", strict=False)[-1] == UNK_ID
 
 
+def test_capped_vocab_drops_the_rarest_tokens_ties_together():
+    smiles = ["CCCC", "OO", "[Pd]", "[Pt]", "N"]  # C 4, O 2, [Pd] [Pt] N 1 each
+    assert Vocab.build(smiles).tokens[len(SPECIALS):] == ("C", "N", "O", "[Pd]", "[Pt]")
+    assert Vocab.build(smiles, max_size=len(SPECIALS) + 4).tokens[len(SPECIALS):] == ("C", "O")
+    assert Vocab.build(smiles, max_size=len(SPECIALS) + 5).tokens[len(SPECIALS):] == ("C", "N", "O", "[Pd]", "[Pt]")
+    assert Vocab.build(smiles, max_size=len(SPECIALS) + 1).tokens[len(SPECIALS):] == ("C",)
+
+
 def test_vocab_save_load(tmp_path):
     vocab = Vocab.build(["CCO", "N#N"])
     vocab.save(tmp_path / "vocab.json")

@@ -11,7 +11,9 @@ import torch
 from molspec_core import checkpoint
 from molspec_core.data import Pair, write_splits
 from molspec_core.service import Predictor
-from molspec_core.train import TrainConfig, learning_rate, peak_lr, train
+from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.tokenizer import Vocab
+from molspec_core.train import TrainConfig, init_from, learning_rate, peak_lr, train
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -68,6 +70,29 @@ def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path
             assert torch.equal(value, exported[name].float()), name
     result = predictor.predict("CC=O", method="greedy")
     assert result.ok and result.stats.model_calls > 0  # a tiny model may emit nonsense, but it decodes
+
+
+def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_data, tmp_path):
+    train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "old"), preset="tiny", max_tokens=64, max_steps=2,
+                      warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1))
+    old = checkpoint.load(tmp_path / "old" / "export")
+    old_model, old_vocab = old[0], old[1]
+    # New data: a reagent ion the old data lacked ([Pd] sorts among the old tokens, so ids shift), and
+    # the old data's "Br" is gone.
+    pairs = [pair for pair in PAIRS if "Br" not in pair.src] + [Pair("CC(=O)Cl.NC.[Pd]", "CNC(C)=O")]
+    write_splits(tmp_path / "new", {"train": pairs, "val": pairs[:2], "test": pairs[:1]}, {"task": "forward"})
+    vocab = Vocab.load(tmp_path / "new" / "vocab.json")
+    model = Seq2SeqTransformer(preset("tiny", len(vocab)))
+    fresh = model.embed.weight.detach().clone()
+    assert init_from(model, vocab, tmp_path / "old" / "export") == ["[Pd]"]
+    for token in vocab.tokens:
+        row = model.embed.weight[vocab.index[token]]
+        expected = old_model.embed.weight[old_vocab.index[token]] if token in old_vocab.index else fresh[vocab.index[token]]
+        assert torch.equal(row, expected), token
+    assert any(vocab.index[t] != old_vocab.index[t] for t in vocab.tokens if t in old_vocab.index)  # ids moved
+    old_rest = {k: v for k, v in old_model.state_dict().items() if k != "embed.weight"}
+    for name, value in old_rest.items():
+        assert torch.equal(model.state_dict()[name], value), name
 
 
 def test_time_budget_run_stops_annealed(tiny_data, tmp_path):
