@@ -8,7 +8,7 @@ import torch
 
 from conftest import on_engine, random_model, random_sources
 from molspec_core.decoding.beam import beam_search
-from molspec_core.decoding.greedy import greedy, greedy_uncached
+from molspec_core.decoding.greedy import greedy, greedy_uncached, settle_lists, settle_tensors
 from molspec_core.decoding.result import GENERATED
 from molspec_core.drafting import make_drafter
 from molspec_core.tokenizer import BOS_ID, EOS_ID
@@ -115,6 +115,35 @@ def test_greedy_score_is_the_sum_of_token_log_probs(copy_model):
         tgt = torch.tensor([[BOS_ID, *hyp.tokens, EOS_ID]])
         log_probs = model(torch.tensor([src]), tgt[:, :-1]).log_softmax(-1)
     assert hyp.score == pytest.approx(float(log_probs.gather(-1, tgt[:, 1:, None]).sum()), abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_settle_lists_equals_settle_tensors(seed):
+    """greedy's CPU bookkeeping (NumPy, lists) gives the tensor path's outcome: drafts that agree with
+    the argmax for a random number of tokens, several branches of ragged lengths, attention or none."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    rows, branches, depth, vocab, src_len = rng.randint(1, 4), rng.randint(1, 3), rng.randint(1, 5), 11, 7
+    logits = torch.randn(rows, branches, 1 + depth, vocab, generator=gen)
+    argmax = logits.argmax(-1)
+    drafts, tokens, lengths = [], torch.full((rows, branches, 1 + depth), 0), torch.zeros(rows, branches, dtype=torch.long)
+    for r in range(rows):
+        row = []
+        for b in range(branches):
+            n, agree = rng.randint(0, depth), rng.randint(0, depth)
+            if b == branches - 1:  # the last branch always keeps at least its first token
+                n, agree = rng.randint(1, depth), depth
+            draft = [int(argmax[r, b, i]) if i < agree else (int(argmax[r, b, i]) + 1) % vocab for i in range(n)]
+            row.append(draft)
+            tokens[r, b, 1:1 + n] = torch.tensor(draft, dtype=torch.long)
+            lengths[r, b] = n
+        drafts.append(row)
+    attention = torch.rand(rows, branches, 1 + depth, src_len, generator=gen) if seed % 2 else None
+    expected = settle_tensors(logits, tokens, lengths, attention)
+    got = settle_lists(logits.numpy(), drafts, attention.numpy() if attention is not None else None)
+    assert got[:3] == expected[:3] and got[4] == expected[4]
+    assert got[3] == [pytest.approx(row, abs=1e-6) for row in expected[3]]
+    assert all(n > 0 for n in got[0])
 
 
 def test_length_budget_stops_unfinished():

@@ -88,19 +88,17 @@ def start(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], max_len: 
     return model.new_cache(memory, keep, cache_capacity(max(budgets), padding)), budgets
 
 
-def pack_drafts(pending: Sequence[int] | None, drafts: Sequence[Sequence[Sequence[int]]],
+def pack_drafts(pending: Sequence[int], drafts: Sequence[Sequence[Sequence[int]]],
                 sources: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """One call's input: row r's pending token then each of its drafts (source positions, read from
     sources[r]) as a branch, padded with PAD_ID to the longest draft. Returns tokens (R, N, 1+D) and
     the draft lengths (R, N); a row without drafts gets one branch of its pending token alone.
-    pending None leaves column 0 to the caller (greedy writes it on the device, with no copy back).
     Built as lists and made a tensor once: per-row tensor writes cost more than the call's arithmetic."""
     n_branches = max(1, max(len(d) for d in drafts))
     depth = max((len(d) for row in drafts for d in row), default=0)
-    firsts = list(pending) if pending is not None else [PAD_ID] * len(drafts)
     tokens: list[list[list[int]]] = []
     lengths: list[list[int]] = []
-    for first, row_drafts, src in zip(firsts, drafts, sources):
+    for first, row_drafts, src in zip(pending, drafts, sources):
         branches = [[first] + [src[p] for p in positions] + [PAD_ID] * (depth - len(positions))
                     for positions in row_drafts]
         branches += [[first] + [PAD_ID] * depth for _ in range(n_branches - len(row_drafts))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..drafting import Drafter
@@ -40,6 +41,36 @@ class _Row:
         return [BOS_ID] + self.tokens
 
 
+Settled = tuple[list[int], list[int], list[list[int]], list[list[float]], list[int] | None]
+
+
+def settle_tensors(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
+                   attention: torch.Tensor | None) -> Settled:
+    """One call's outcome per row, from tensors on the model's device: (accepted draft tokens, chosen branch, the branch's argmax at each fed position, the log-probability
+    of each, where the model attended after the accepted run (None without attention)). Position i's
+    argmax is the model's token after input i, so the first n_accepted + 1 of them are the output."""
+    argmax = logits.argmax(dim=-1)  # (R, N, 1+D)
+    n_accepted, branch = accept_greedy(tokens[:, :, 1:], lengths, argmax)
+    rows = torch.arange(len(branch), device=logits.device)
+    best_log_probs = logits[rows, branch].log_softmax(dim=-1).amax(dim=-1)  # (R, 1+D)
+    peaks = attention[rows, branch, n_accepted].argmax(dim=-1).tolist() if attention is not None else None
+    return n_accepted.tolist(), branch.tolist(), argmax[rows, branch].tolist(), best_log_probs.tolist(), peaks
+
+
+def settle_lists(logits: np.ndarray, draft_tokens: Sequence[Sequence[Sequence[int]]],
+                 attention: np.ndarray | None) -> Settled:
+    """settle_tensors for logits on the CPU, in NumPy and lists; draft_tokens[r][b] are row r's branch b drafts, unpadded. tests/test_decoding.py pins it to
+    settle_tensors."""
+    argmax = logits.argmax(axis=-1)  # (R, N, 1+D)
+    n_accepted, branch = accept_greedy_lists(draft_tokens, argmax.tolist())
+    rows = np.arange(len(branch))
+    chosen = logits[rows, branch]  # (R, 1+D, V)
+    top = chosen.max(axis=-1, keepdims=True)
+    best_log_probs = -np.log(np.exp(chosen - top).sum(axis=-1))  # the largest log-softmax value
+    peaks = attention[rows, branch, n_accepted].argmax(axis=-1).tolist() if attention is not None else None
+    return n_accepted, branch, argmax[rows, branch].tolist(), best_log_probs.tolist(), peaks
+
+
 @torch.inference_mode()
 def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_factory: DrafterFactory,
            max_len: int | None = None, rest: int = 0) -> list[DecodeResult]:
@@ -58,34 +89,25 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     slots = min(model.cfg.max_positions, cache.capacity)
     want_attention = any(d.needs_attention for d in drafters)
     active = list(range(len(sources)))  # original row index of each cache row
-    pending = torch.full((len(sources),), BOS_ID, dtype=torch.long, device=device)
+    on_cpu = device.type == "cpu"
+    pending = [BOS_ID] * len(sources)  # each active row's next input token
 
     while active:
         drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) if not out[i].resting else []
                              for i in active],
                             [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
-        n_rows = len(active)
-        tokens, lengths = pack_drafts(None, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
-        tokens, lengths = tokens.to(device), lengths.to(device)
-        tokens[:, :, 0] = pending.unsqueeze(1)
-
+        tokens, lengths = pack_drafts(pending, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
+        tokens = tokens.to(device)
         logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
-        argmax = logits.argmax(dim=-1)  # (R, N, 1+D)
-        if device.type == "cpu":  # a few small rows: lists are cheaper than tensor ops
+        if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops
             draft_tokens = [[[sources[i][p] for p in d] for d in row] for i, row in zip(active, drafts)]
-            n_acc_list, branch_list = accept_greedy_lists(draft_tokens, argmax.tolist())
-            n_accepted, branch = torch.tensor(n_acc_list), torch.tensor(branch_list)
+            n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_lists(
+                logits.float().numpy(), draft_tokens, attention.float().numpy() if attention is not None else None)
         else:
-            n_accepted, branch = accept_greedy(tokens[:, :, 1:], lengths, argmax)
-            n_acc_list, branch_list = n_accepted.tolist(), branch.tolist()
-        rows = torch.arange(n_rows, device=device)
-        chosen_logits = logits[rows, branch]  # (R, 1+D, V)
-        best_log_probs = chosen_logits.log_softmax(dim=-1).amax(dim=-1)  # (R, 1+D)
-        chosen = argmax[rows, branch]  # (R, 1+D): accepted drafts equal the argmax there
-        cache.commit(n_accepted + 1, branch)
-        peaks = attention[rows, branch, n_accepted].argmax(dim=-1).tolist() if attention is not None else None
-
-        chosen_list, log_prob_list = chosen.tolist(), best_log_probs.tolist()
+            n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_tensors(
+                logits, tokens, lengths.to(device), attention)
+        cache.commit(torch.tensor([n + 1 for n in n_acc_list], device=device),
+                     torch.tensor(branch_list, device=device) if any(branch_list) else None)
         still = []
         for row, i in enumerate(active):
             state, n_acc = out[i], n_acc_list[row]
@@ -109,13 +131,10 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
             still.append(row)
         if not still:
             break
-        if len(still) < n_rows:
-            keep = torch.tensor(still, dtype=torch.long, device=device)
-            cache.reorder(keep)
-            pending = chosen[keep, n_accepted[keep]]
+        if len(still) < len(active):
+            cache.reorder(torch.tensor(still, dtype=torch.long, device=device))
             active = [active[row] for row in still]
-        else:
-            pending = chosen[rows, n_accepted]
+        pending = [chosen_list[row][n_acc_list[row]] for row in still]
 
     elapsed = time.perf_counter() - start_time
     results = []
