@@ -1,6 +1,8 @@
 """The pure pieces of one beam step (decoding/beam.py), which beam search and sbs-exact share."""
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 
 from molspec_core.decoding import beam, speculative_beam
@@ -23,6 +25,30 @@ def test_best_children_breaks_ties_by_slot_then_token():
     assert torch.allclose(top_scores, torch.tensor([-0.6931, -1.0, -1.3863, -1.3863]), atol=1e-4)
     batched_scores, batched_index = beam.best_children(scores.expand(3, 2), log_probs.expand(3, 2, 3), width=2)
     assert batched_index.tolist() == [[0, 3]] * 3 and batched_scores.shape == (3, 2)
+
+
+def test_best_children_on_numpy_breaks_ties_the_same_way():
+    scores = np.array([0.0, -1.0], dtype=np.float32)
+    with np.errstate(divide="ignore"):  # log(0) = -inf: a token the slot cannot take
+        log_probs = np.log(np.array([[0.5, 0.25, 0.25], [1.0, 0.0, 0.0]], dtype=np.float32))
+    top_scores, index = beam.best_children(scores, log_probs, width=4)
+    assert index.tolist() == [0, 3, 1, 2]
+    assert np.allclose(top_scores, [-0.6931, -1.0, -1.3863, -1.3863], atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_best_children_numpy_equals_torch(seed):
+    """Beam search's NumPy bookkeeping and sbs-exact's tensors pick the same children in the same order,
+    with equal scores to the bit: rounded log-probs make many ties, -inf slots are dead ones."""
+    gen = torch.Generator().manual_seed(seed)
+    queries, slots, vocab, width = 3, 4, 7, 5
+    log_probs = torch.log_softmax(torch.randn(queries, slots, vocab, generator=gen), -1).mul(4).round().div(4)
+    scores = torch.randn(queries, slots, generator=gen).mul(2).round().div(2)
+    scores[0, 2:] = float("-inf")
+    expected_scores, expected_index = beam.best_children(scores, log_probs, width)
+    got_scores, got_index = beam.best_children(scores.numpy(), log_probs.numpy(), width)
+    assert got_index.tolist() == expected_index.tolist()
+    assert got_scores.tolist() == expected_scores.tolist()
 
 
 def test_can_stop_and_ranked():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ..model import Seq2SeqTransformer
@@ -25,16 +26,24 @@ from ..tokenizer import BOS_ID, EOS_ID
 from .batch import cache_capacity, encode_sources
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 
+Array = torch.Tensor | np.ndarray
+
 
 # The pure pieces of one beam step, shared with speculative_beam.py so that sbs-exact's promise to
 # equal beam search rests on one implementation.
 
 
-def best_children(scores: torch.Tensor, log_probs: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def best_children(scores: Array, log_probs: Array, width: int) -> tuple[Array, Array]:
     """The `width` best one-token extensions of L hypotheses, scores (..., L) + log_probs (..., L, V):
     candidates flattened over (slot, token), sorted by score descending, ties to the lower
     slot * V + token (a stable sort). Returns (top_scores, flat_index), each (..., width) (fewer when
-    L * V < width); flat_index // V is the slot, flat_index % V the token."""
+    L * V < width); flat_index // V is the slot, flat_index % V the token. Torch tensors or NumPy
+    arrays (beam search keeps its bookkeeping in NumPy: on a CPU each torch op of a step costs more
+    than its arithmetic); the same float32 sums and the same order either way."""
+    if isinstance(scores, np.ndarray):
+        candidates = (scores[..., None] + log_probs).reshape(*scores.shape[:-1], -1)  # (..., L*V)
+        order = np.argsort(-candidates, axis=-1, kind="stable")[..., :width]  # negation is exact
+        return np.take_along_axis(candidates, order, axis=-1), order
     candidates = (scores.unsqueeze(-1) + log_probs).flatten(-2)  # (..., L*V)
     top_scores, top_index = torch.sort(candidates, dim=-1, descending=True, stable=True)
     return top_scores[..., :width], top_index[..., :width]
@@ -74,59 +83,60 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     vocab = model.cfg.vocab_size
 
+    # The bookkeeping is NumPy on the host; only the decoder calls run on the device.
     active = list(range(n_queries))
-    scores = torch.full((n_queries, width), float("-inf"), device=device)
+    scores = np.full((n_queries, width), -np.inf, dtype=np.float32)
     scores[:, 0] = 0.0
-    history = torch.full((n_queries * width, 1), BOS_ID, dtype=torch.long, device=device)
+    history = np.full((n_queries * width, 1), BOS_ID, dtype=np.int64)  # each slot's tokens so far
     finished: list[list[Hypothesis]] = [[] for _ in range(n_queries)]
     stats = [DecodeStats() for _ in range(n_queries)]
     step = 0
     while active:
         n_act = len(active)
         if cache is not None:
-            logits, _ = model.decode(history[:, -1:].unsqueeze(1), cache)  # (A*k, 1, 1, V)
+            logits, _ = model.decode(torch.from_numpy(history[:, -1:]).to(device).view(-1, 1, 1), cache)
             cache.commit(torch.ones(n_act * width, dtype=torch.long, device=device))
-            last = logits[:, 0, 0]
+            last = logits[:, 0, 0]  # (A*k, V)
         else:
-            last = model.decode_full(history, memory, keep)[:, -1]  # every row has the same length
-        log_probs = last.float().log_softmax(dim=-1).view(n_act, width, vocab)
+            last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
+        log_probs = last.float().log_softmax(dim=-1).cpu().numpy().reshape(n_act, width, vocab)
         top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
-        parent = top_index // vocab  # (A, k) slot within the query
-        token = top_index % vocab
-        rows = (torch.arange(n_act, device=device).unsqueeze(1) * width + parent).view(-1)
+        parent, token = np.divmod(top_index, vocab)  # (A, k): slot within the query, token
+        rows = (np.arange(n_act)[:, None] * width + parent).reshape(-1)
         if cache is not None:
-            cache.reorder(rows, cross=False)
-        history = torch.cat([history[rows], token.view(-1, 1)], dim=1)
+            cache.reorder(torch.from_numpy(rows).to(device), cross=False)
+        history = np.concatenate([history[rows], token.reshape(-1, 1)], axis=1)
         step += 1
         is_eos = token == EOS_ID
-        scores = top_scores.masked_fill(is_eos, float("-inf"))
+        scores = np.where(is_eos, np.float32(-np.inf), top_scores)
 
-        eos_list, score_list = is_eos.tolist(), top_scores.tolist()
+        eos_list, score_list, live_list = is_eos.tolist(), top_scores.tolist(), scores.tolist()
         still = []
         for a, q in enumerate(active):
-            stats[q].record_call(emitted=int((top_scores[a] > float("-inf")).sum()))
+            stats[q].record_call(emitted=sum(score > float("-inf") for score in score_list[a]))
             for slot in range(width):
                 if eos_list[a][slot] and score_list[a][slot] > float("-inf"):
                     tokens = tuple(history[a * width + slot, 1:-1].tolist())
                     finished[q].append(Hypothesis(tokens, score_list[a][slot], (GENERATED,) * len(tokens), True))
-            live = scores[a]
-            if can_stop([h.score for h in finished[q]], float(live.max()), n_best):
+            live = live_list[a]
+            if can_stop([h.score for h in finished[q]], max(live), n_best):
                 continue
             if step >= budgets[q]:
                 for slot in range(width):
                     if live[slot] > float("-inf"):
                         tokens = tuple(history[a * width + slot, 1:].tolist())
-                        finished[q].append(Hypothesis(tokens, float(live[slot]), (GENERATED,) * len(tokens), False))
+                        finished[q].append(Hypothesis(tokens, live[slot], (GENERATED,) * len(tokens), False))
                 continue
             still.append(a)
         if len(still) < n_act:
-            keep_rows = torch.tensor([a * width + s for a in still for s in range(width)], dtype=torch.long, device=device)
+            keep_rows = np.array([a * width + s for a in still for s in range(width)], dtype=np.int64)
             if cache is not None:
-                cache.reorder(keep_rows)
+                cache.reorder(torch.from_numpy(keep_rows).to(device))
             else:
-                memory, keep = memory[keep_rows], keep[keep_rows]
+                kept = torch.from_numpy(keep_rows).to(device)
+                memory, keep = memory[kept], keep[kept]
             history = history[keep_rows]
-            scores = scores[torch.tensor(still, dtype=torch.long, device=device)]
+            scores = scores[still]
             active = [active[a] for a in still]
 
     elapsed = time.perf_counter() - start_time
