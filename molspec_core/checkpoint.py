@@ -30,7 +30,7 @@ INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 
 # Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
-# 8 heads, d_ff 2048, 205 tokens, 1024 positions, 11.6 M parameters) and the paper's retro model
+# 8 heads, d_ff 2048, 232 tokens, 1024 positions, 11.6 M parameters) and the paper's retro model
 # (6+6 layers), low enough that a hostile config.json cannot ask for gigabytes.
 MAX_JSON_BYTES = 1_000_000  # config.json, vocab.json, the shard index; the shipped ones are under 11 kB
 MAX_HEADER_BYTES = 1_000_000  # one safetensors header; the shipped ones are about 10 kB

@@ -109,7 +109,7 @@ METHODS: dict[str, Method] = {row.name: row for row in _ROWS}
 DEFAULT_METHOD = "spec-auto"
 # The exact n-best method the app, the round-trip check and the route planner use. sbs-exact returns
 # the same n-best lists (tests pin it) but, since the NumPy decoder step made one-token calls cheap,
-# it is the slower of the two on CPU: 0.61x beam's speed at width 10, 0.74x at width 5 (retro quick
+# it is the slower of the two on CPU: 0.61x beam's speed at width 10, 0.69x at width 5 (retro quick
 # set, bench/retro_cpu_ct2_beam{10,5}_50k100_numpy.json). A GPU's speed table may change this choice.
 EXACT_NBEST = "beam"
 # What the app opens on per task, (method, n_best): forward prediction gives its one product fastest;

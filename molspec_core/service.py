@@ -96,8 +96,8 @@ def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     """(drafter, draft_len, n_drafts) for spec-auto, from the table measured with `bench`.
 
     CPU (measured; figures in the model cards): a call costs more with every verified token, so one short
-    draft wins. Lookup and pointer drafts are close: forward quick set 7.67 s lookup, 8.08 s pointer;
-    retro quick set 3.75 s lookup, 3.71 s pointer (one thread, 2026-11-24), so lookup, which needs
+    draft wins. Lookup and pointer drafts are close: forward quick set 6.72 s lookup, 6.67 s pointer;
+    retro quick set 3.45 s lookup, 3.40 s pointer (one thread, 2026-11-24), so lookup, which needs
     no attention weights, stays the default. GPU (not measured yet: no GPU was lent): a call costs about the same
     for 1 or 100 tokens, so several longer drafts are nearly free; the oracle puts 4 lookup drafts
     of 16 at 4.0 tokens per call against 3.4 for one.
