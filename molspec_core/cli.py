@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--smiles")
     group.add_argument("--input", help="TXT (one SMILES per line) or CSV with a smiles column")
     p.add_argument("--column", help="CSV column holding the queries")
+    p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
+                   "the answers (models trained on augmented data: retro); about N times the work")
     p.add_argument("--output", help="CSV to write (required with --input)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
@@ -125,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1))
     p.add_argument("--out", help="JSON report")
+    p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
+                   "the answers (models trained on augmented data: retro); about N times the work")
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
     p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json)")
@@ -226,7 +230,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine)
     check = round_trip_check(args, predictor)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
-                   sampling=sampling_options(args), time_limit_s=args.time_limit)
+                   sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment)
     if args.smiles is not None:
         result = check(predictor.predict(args.smiles, **options))
         if not result.ok:
@@ -306,9 +310,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     method = args.method or ("beam" if args.n_best > 1 else "greedy")
     check_method(method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine)
+    predictor.check_augment(args.augment)  # before the run, not on every query
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
-                      draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling)
-    report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index)
+                      draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
+    report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment)
     print(json.dumps(report, indent=2))
     if out:
         out.write_text(json.dumps(report, indent=2))

@@ -10,8 +10,29 @@ canonical SMILES starts it (what the model sees at test time); the others use ra
 from __future__ import annotations
 
 import random
+import zlib
 
 from rdkit import Chem
+
+
+def root_views(smiles: str, n: int) -> list[str]:
+    """Up to n writings of a query: `smiles` itself (canonical, as the service passes it) first, then
+    the same molecules rooted at other atoms, in an order fixed by the text (the same query gets the
+    same writings in every run). A model trained on root-aligned data reads them all as its own
+    (test-time augmentation, Zhong et al. 2022); small molecules may have fewer than n writings."""
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise ValueError(f"RDKit cannot read {smiles!r}")
+    views = [smiles]
+    roots = list(range(mol.GetNumAtoms()))
+    random.Random(zlib.crc32(smiles.encode())).shuffle(roots)
+    for root in roots:
+        if len(views) >= n:
+            break
+        view = Chem.MolToSmiles(mol, rootedAtAtom=root, canonical=True)
+        if view not in views:
+            views.append(view)
+    return views
 
 
 class MappingError(ValueError):

@@ -31,11 +31,13 @@ from .drafting import Drafter, make_drafter
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
+from .rsmiles import root_views
 from .tokenizer import TokenizeError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
+MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the retro model was trained on 20
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
 MAX_TEMPERATURE = 100.0  # sampling; far past the point where the output is noise
 MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_best - 1 are used
@@ -140,6 +142,10 @@ class Prediction:
     round_trip: bool | None = None  # the forward model's top-k gives the query product back
     forward_prob: float | None = None  # the forward model's probability of that product
     confidence: float | None = None  # calibrated chance that it is right (calibration.py); None: no calibration
+    # Read in several writings (Predictor.predict's augment): how many of them gave this answer, and the
+    # writing its tokens' provenance points into when that is not the canonical query (its tokens).
+    views: int = 1
+    source_tokens: tuple[str, ...] = ()
 
     @property
     def probability(self) -> float:
@@ -351,12 +357,15 @@ class Predictor:
     def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
                 batch_size: int = 8, sampling: SamplingOptions | None = None,
-                time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> QueryResult | list[QueryResult]:
+                time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, augment: int = 1) -> QueryResult | list[QueryResult]:
         """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order).
 
         Sampling methods take their knobs (temperature, top_k, beta, tau, delta, seed) from
         `sampling`; their n_best is the number of samples drawn (duplicates merged).
         A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs.
+        augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
+        the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by their
+        mean probability over the writings (`_pooled`); about `augment` times the decoding work.
         """
         row = method_row(method)
         if not 1 <= n_best <= 50:
@@ -372,6 +381,7 @@ class Predictor:
             raise ValueError("time_limit_s must be positive (or None for no limit)")
         if sampling is not None:
             check_sampling(sampling)
+        self.check_augment(augment)
         single = isinstance(smiles, str)
         texts = [smiles] if single else list(smiles)
         results: list[QueryResult | None] = [None] * len(texts)
@@ -381,6 +391,13 @@ class Predictor:
                 good.append((i, self.prepare(text)))
             except ValueError as exc:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc))
+        if augment > 1:  # one batch per query: its writings
+            for i, query in good:
+                views = self._views(query, augment)
+                decoded_views = self._decode_limited([v.ids for v in views], method, n_best, draft_len, n_drafts,
+                                                     sampling, time_limit_s)
+                results[i] = self._pooled(texts[i], views, decoded_views, method, n_best)
+            good = []
         for start in range(0, len(good), max(1, batch_size)):
             chunk = good[start:start + max(1, batch_size)]
             decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
@@ -405,15 +422,74 @@ class Predictor:
         return [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
                 for src in sources]
 
+    @property
+    def augmentable(self) -> bool:
+        """Trained on many writings of each query (prepare-data --augment), so that reading a query in
+        several writings and pooling the answers pays: measured on the retro model, see its card."""
+        return int(self.config.get("data_stats", {}).get("augment", 0)) > 0
+
+    def check_augment(self, augment: int) -> None:
+        """Refuse an augment this model cannot use, with the reason."""
+        if not 1 <= augment <= MAX_AUGMENT:
+            raise ValueError(f"augment must be between 1 and {MAX_AUGMENT}")
+        if augment > 1 and not self.augmentable:
+            raise ValueError(f"{self.path.name} was trained on one writing of each query (canonical SMILES), "
+                             "so other writings would only confuse it; use augment 1")
+
+    def _views(self, query: _Query, n: int) -> list[_Query]:
+        """The query and up to n - 1 other writings of it that this model can read."""
+        views = [query]
+        limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)
+        for text in root_views(query.canonical, n)[1:]:
+            try:
+                ids = tuple(self.vocab.encode(text))
+            except TokenizeError:
+                continue
+            if len(ids) <= limit:
+                views.append(_Query(query.text, text, ids))
+        return views
+
+    def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult | str], method: str,
+                n_best: int) -> QueryResult:
+        """One result from the answers to each writing of a query: each distinct answer scored by the log
+        of its mean probability over the writings read (absent: 0), best n_best kept. Its tokens and
+        provenance are those of the first writing that gave it. Pooled scores are not what the model's
+        calibration was fitted on, so they carry no confidence."""
+        canonical = views[0]
+        if not isinstance(decoded[0], DecodeResult):
+            return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])
+        read = [(view, result) for view, result in zip(views, decoded) if isinstance(result, DecodeResult)]
+        pooled: dict[str, tuple[float, int, Prediction, _Query]] = {}  # smiles -> (probability sum, views, first, its writing)
+        stats = DecodeStats()
+        for view, result in read:
+            stats.add(result.stats)
+            for prediction in self._predictions(view, result, canonical.canonical):
+                total, count, first, where = pooled.get(prediction.smiles, (0.0, 0, prediction, view))
+                pooled[prediction.smiles] = (total + prediction.probability, count + 1, first, where)
+        stats.wall_time_s = max(result.stats.wall_time_s for _, result in read)  # one batch: its rows share it
+        best = sorted(pooled.values(), key=lambda entry: -entry[0])[:n_best]
+        predictions = [dataclasses.replace(
+            first, rank=rank, model_rank=rank, score=math.log(total / len(read)) if total > 0 else -math.inf,
+            confidence=None, views=count,
+            source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids))
+            for rank, (total, count, first, where) in enumerate(best, start=1)]
+        return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
+                           rank_answers(predictions), stats, method)
+
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
+        return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
+                           rank_answers(self._predictions(query, result)), result.stats, method)
+
+    def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "") -> list[Prediction]:
+        """A decode's hypotheses as answers, in the model's order, checked (against the canonical query,
+        `judged_against` when `query` is another writing of it) and calibrated."""
         predictions = []
         for rank, hyp in enumerate(result.hypotheses, start=1):
             tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
-            concerns = answer_concerns(canon, query.canonical, self.task) if canon else ()
+            concerns = answer_concerns(canon, judged_against or query.canonical, self.task) if canon else ()
             confidence = self.calibration.confidence(hyp.score) if self.calibration and canon else None
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
                                           hyp.provenance, hyp.finished, concerns, rank, confidence=confidence))
-        return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
-                           rank_answers(predictions), result.stats, method)
+        return predictions

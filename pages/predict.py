@@ -192,7 +192,7 @@ def ordered(predictions: tuple[Prediction, ...], order: str) -> list[Prediction]
     return list(predictions)
 
 
-def show_prediction(prediction: Prediction, known: str | None) -> None:
+def show_prediction(prediction: Prediction, known: str | None, writings: int = 1) -> None:
     with st.container(border=True):
         picture, facts = st.columns([2, 3], vertical_alignment="center")
         svg = depict.smiles_svg(prediction.smiles, 440, 230) if prediction.valid else None
@@ -214,6 +214,8 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
             if prediction.rank != prediction.model_rank:
                 st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
                            "after sane ones).")
+            if writings > 1:
+                st.caption(f"Given for {prediction.views} of the {writings} writings of the query the model read.")
             columns = st.columns(4 if prediction.forward_prob is not None else 3)
             columns[0].metric("Score (log-prob)", f"{prediction.score:.2f}")
             if prediction.confidence is not None:
@@ -221,6 +223,11 @@ def show_prediction(prediction: Prediction, known: str | None) -> None:
                                   help="The share of right answers among validation answers with a score like this "
                                        "one (the Models page shows how well it holds). The model's own probability "
                                        f"of this answer is {common.format_probability(prediction.score)}.")
+            elif writings > 1:
+                columns[1].metric("Probability", common.format_probability(prediction.score),
+                                  help=f"The model's mean probability of this answer over the {writings} writings "
+                                       "of the query; the calibration was fitted to one writing, so no confidence "
+                                       "is shown. It is not the chance that the answer is right.")
             else:
                 columns[1].metric("Probability", common.format_probability(prediction.score),
                                   help="The model's own probability of this answer; this model has no calibration, "
@@ -255,7 +262,11 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
         st.caption(text)
     else:
         st.info(text, icon=":material/info:")
-    st.html(depict.provenance_html(shown.result.source_tokens, prediction.tokens, prediction.provenance))
+    if prediction.source_tokens:
+        st.caption("This answer came first from another writing of the query, shown here: its copied tokens point "
+                   "into that writing.")
+    st.html(depict.provenance_html(prediction.source_tokens or shown.result.source_tokens, prediction.tokens,
+                                   prediction.provenance))
     svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid else None
     if svg:
         st.image(svg, caption="Product atoms written by copied tokens, in the colour of their run")
@@ -294,7 +305,7 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
                f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
                "medians of the decoding call.")
     records: dict = st.session_state.setdefault("speedups", {})
-    key = (cfg.model, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts)
+    key = (cfg.model, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment)
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
@@ -438,7 +449,7 @@ def main() -> None:
         if not listed:
             st.info("No answer passes the round trip; choose another order to see them all.", icon=":material/info:")
     for prediction in listed:
-        show_prediction(prediction, known)
+        show_prediction(prediction, known, shown.settings.augment)
 
     if not shown.result.predictions:
         st.info("The model returned no answer for this query.", icon=":material/info:")

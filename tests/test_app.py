@@ -308,6 +308,22 @@ def test_retrosynthesis_answers_are_checked_round_trip(monkeypatch):
     assert not re.search("Round trip [✓✗]", texts(at.markdown))
 
 
+@needs_forward
+def test_retrosynthesis_can_read_the_product_in_several_writings(monkeypatch):
+    """The retro model was trained on root-aligned writings: its sidebar offers augmentation (off by default),
+    the forward model's does not; each answer then says how many writings gave it."""
+    at = app(None, monkeypatch).run()
+    assert not [t for t in at.toggle if t.key.startswith("augment")]  # forward: trained on canonical SMILES only
+    at.radio(key="task").set_value("retro").run()
+    assert not at.toggle(key="augment_retro").value
+    at.toggle(key="round_trip").set_value(False).run()
+    at.toggle(key="augment_retro").set_value(True).run()
+    predict(at, "CC(=O)Nc1ccc(O)cc1")
+    assert_clean(at)
+    assert re.search(r"Given for [1-5] of the 5 writings of the query", texts(at.caption))
+    assert "5 writings" in texts(at.caption)  # the settings line under the query
+
+
 def test_round_trip_order_puts_passing_answers_first_or_alone():
     from molspec_core.service import Prediction
     from pages.predict import ORDERS, ordered

@@ -1,0 +1,111 @@
+"""Reading a query in several writings (Predictor.predict's augment) and pooling the answers."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from rdkit import Chem
+
+from conftest import FIXTURES
+from molspec_core.chem import canonical
+from molspec_core.cli import main
+from molspec_core.decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from molspec_core.rsmiles import root_views
+from molspec_core.service import MAX_AUGMENT, Predictor, _Query
+
+
+def test_root_views_are_every_distinct_writing_with_the_query_first():
+    smiles = "CC(=O)Nc1ccc(O)cc1"
+    mol = Chem.MolFromSmiles(smiles)
+    every = {Chem.MolToSmiles(mol, rootedAtAtom=atom, canonical=True) for atom in range(mol.GetNumAtoms())}
+    views = root_views(smiles, 50)
+    assert views[0] == smiles and len(views) == len(set(views)) == len(every | {smiles})
+    assert set(views) == every | {smiles}
+    assert all(canonical(view) == smiles for view in views)
+    assert root_views(smiles, 4) == views[:4] and root_views(smiles, 4) == root_views(smiles, 4)
+    assert root_views("CO", 5) == ["CO", "OC"]  # a small molecule has few writings
+    assert all(canonical(view) == "CCO.c1ccccc1" for view in root_views("CCO.c1ccccc1", 5))
+
+
+@pytest.fixture(scope="module")
+def copier():
+    return Predictor.load(FIXTURES / "copy_model", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def reader():
+    """The copy model, marked as trained on many writings of each query, so that augment is allowed."""
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    predictor.config = {**predictor.config, "data_stats": {"augment": 20}}
+    return predictor
+
+
+def _query(predictor: Predictor, writing: str) -> _Query:
+    return _Query("OCCN", writing, tuple(predictor.vocab.encode(writing)))
+
+
+def _answers(predictor: Predictor, *answers: tuple[str, float], calls: int, seconds: float) -> DecodeResult:
+    hypotheses = [Hypothesis(tuple(predictor.vocab.encode(smiles)), math.log(p), (GENERATED,) * len(predictor.vocab.encode(smiles)))
+                  for smiles, p in answers]
+    return DecodeResult(hypotheses, DecodeStats(model_calls=calls, wall_time_s=seconds))
+
+
+def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
+    views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
+    decoded = [_answers(reader, ("CCO", 0.5), ("CCN", 0.3), calls=4, seconds=0.2),
+               _answers(reader, ("NCC", 0.6), ("OCC", 0.1), ("ClCC", 0.05), calls=5, seconds=0.2)]
+    result = reader._pooled("OCCN", views, decoded, "beam", 3)
+    order = result.in_model_order()
+    assert [p.smiles for p in order] == ["CCN", "CCO", "CCCl"]  # (0.3+0.6)/2 > (0.5+0.1)/2 > 0.05/2
+    assert [p.score for p in order] == pytest.approx([math.log(0.45), math.log(0.3), math.log(0.025)])
+    assert [p.views for p in order] == [2, 2, 1]
+    assert [p.model_rank for p in order] == [1, 2, 3]
+    # tokens of the first writing that gave the answer; provenance points into that writing
+    assert [p.tokens for p in order] == [("C", "C", "N"), ("C", "C", "O"), ("Cl", "C", "C")]
+    assert order[0].source_tokens == () and order[2].source_tokens == ("O", "C", "C", "N")
+    assert all(p.confidence is None for p in order)  # no calibration was fitted to pooled scores
+    assert result.canonical_query == "NCCO" and result.source_tokens == ("N", "C", "C", "O")
+    assert result.stats.model_calls == 9 and result.stats.wall_time_s == pytest.approx(0.2)
+    assert [p.smiles for p in reader._pooled("OCCN", views, decoded, "beam", 2).in_model_order()] == ["CCN", "CCO"]
+
+
+def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader):
+    views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
+    ok = _answers(reader, ("CCO", 0.5), calls=3, seconds=0.1)
+    pooled = reader._pooled("OCCN", views, [ok, "stopped after the 1 s time limit per query"], "beam", 3)
+    assert [(p.smiles, p.views) for p in pooled.predictions] == [("CCO", 1)]
+    assert pooled.predictions[0].score == pytest.approx(math.log(0.5))  # the mean over the writings read
+    failed = reader._pooled("OCCN", views, ["stopped after the 1 s time limit per query", ok], "beam", 3)
+    assert not failed.ok and "time limit" in failed.error
+
+
+def test_augment_reads_several_writings_end_to_end(reader):
+    result = reader.predict("OCCOc1ccccc1", method="beam", n_best=4, augment=5)
+    assert result.ok and result.stats.model_calls > reader.predict("OCCOc1ccccc1", method="beam", n_best=4).stats.model_calls
+    probabilities = [p.probability for p in result.in_model_order()]
+    assert probabilities == sorted(probabilities, reverse=True) and len(probabilities) <= 4
+    for p in result.predictions:
+        source = p.source_tokens or result.source_tokens
+        assert 1 <= p.views <= 5
+        assert all(source[i] == token for token, i in zip(p.tokens, p.provenance) if i >= 0)
+
+
+def test_augment_one_is_the_plain_prediction(reader):
+    plain = reader.predict("OCCOc1ccccc1", method="beam", n_best=3)
+    once = reader.predict("OCCOc1ccccc1", method="beam", n_best=3, augment=1)
+    assert once.predictions == plain.predictions
+
+
+def test_a_model_trained_on_one_writing_refuses_augment(copier):
+    with pytest.raises(ValueError, match="trained on one writing"):
+        copier.predict("CCO", augment=3)
+    with pytest.raises(ValueError, match=f"between 1 and {MAX_AUGMENT}"):
+        copier.predict("CCO", augment=MAX_AUGMENT + 1)
+
+
+def test_evaluate_refuses_augment_for_such_a_model_before_running(tmp_path, capsys):
+    (tmp_path / "src.txt").write_text("CCO\n")
+    (tmp_path / "tgt.txt").write_text("O\n")
+    assert main(["evaluate", "--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"),
+                 "--tgt", str(tmp_path / "tgt.txt"), "--augment", "3"]) == 2
+    assert "trained on one writing" in capsys.readouterr().err
