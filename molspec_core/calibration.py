@@ -6,7 +6,9 @@ the share of right answers among validation answers with similar scores, by isot
 (pool adjacent violators: a non-decreasing step function of the score). It is fitted on the first
 part of the validation split and judged on the rest (reliability bins and expected calibration error,
 ECE), never on test. The fit lives in the model folder as calibration.json, with a fingerprint of the
-weights it was fitted for: a calibration whose weights were replaced is not used.
+weights it was fitted for: a calibration whose weights were replaced is not used. Answers read in N
+writings of the query (Predictor.predict's augment) have pooled scores of another kind; their fit is
+calibration.augment<N>.json (`file_name`).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class Calibration:
     ece: float  # expected calibration error of the confidence on the check queries
     ece_raw: float  # the same for the raw probability exp(score)
     reliability: tuple[tuple[float, float, int], ...]  # per bin: (mean confidence, share right, answers)
+    augment: int = 1  # writings of each query read (1: the query alone); files from before it hold 1
 
     def confidence(self, score: float) -> float:
         """The calibrated chance that an answer with this summed log-prob is right."""
@@ -93,15 +96,20 @@ def weights_fingerprint(folder: str | Path) -> str:
     return digest.hexdigest()
 
 
+def file_name(augment: int = 1) -> str:
+    """The calibration file of answers read in `augment` writings of each query."""
+    return FILE if augment == 1 else f"calibration.augment{augment}.json"
+
+
 def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
-            batch_size: int = 16, progress: bool = True) -> list[list[tuple[float, bool]]]:
+            batch_size: int = 16, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
     """Per query, (score, right) of each valid answer in the model's order; a refused query gives []."""
     from .evaluate import hits
 
     answers = []
     for start in tqdm(range(0, len(sources), batch_size), desc="calibrate", disable=not progress, unit="batch"):
         results = predictor.predict(list(sources[start:start + batch_size]), method=method, n_best=n_best,
-                                    batch_size=batch_size)
+                                    batch_size=batch_size, augment=augment)
         for result, target in zip(results, targets[start:start + batch_size]):
             # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
             ordered = [p for p in result.in_model_order() if p.valid]
@@ -110,12 +118,12 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 
 
 def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
-        n_best: int = 5, batch_size: int = 16, progress: bool = True) -> Calibration:
-    """Fit on the first FIT_SHARE of the queries, judge on the rest."""
+        n_best: int = 5, batch_size: int = 16, progress: bool = True, augment: int = 1) -> Calibration:
+    """Fit on the first FIT_SHARE of the queries, judge on the rest (each read in `augment` writings)."""
     if len(sources) != len(targets) or len(sources) < 3:
         raise ValueError(f"calibration needs at least 3 queries with targets; got {len(sources)} queries and "
                          f"{len(targets)} targets")
-    answers = collect(predictor, sources, targets, method, n_best, batch_size, progress)
+    answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
     n_fit = max(1, min(len(answers) - 1, round(len(answers) * FIT_SHARE)))
     fitted = [a for query in answers[:n_fit] for a in query]
     checked = [a for query in answers[n_fit:] for a in query]
@@ -123,7 +131,7 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
     edges, values = isotonic_steps([s for s, _ in fitted], [r for _, r in fitted])
     draft = Calibration(weights_fingerprint(predictor.path), method, n_best, n_fit, len(answers) - n_fit,
-                        tuple(edges), tuple(values), 0.0, 0.0, ())
+                        tuple(edges), tuple(values), 0.0, 0.0, (), augment)
     right = [r for _, r in checked]
     ece, table = reliability([draft.confidence(s) for s, _ in checked], right)
     ece_raw, _ = reliability([math.exp(s) for s, _ in checked], right)
@@ -132,14 +140,15 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
 
 
 def save(calibration: Calibration, folder: str | Path) -> Path:
-    path = Path(folder) / FILE
+    path = Path(folder) / file_name(calibration.augment)
     path.write_text(json.dumps(asdict(calibration), indent=1) + "\n")
     return path
 
 
-def load(folder: str | Path) -> Calibration | None:
-    """The model folder's calibration, or None when it has none or it was fitted for other weights."""
-    path = Path(folder) / FILE
+def load(folder: str | Path, augment: int = 1) -> Calibration | None:
+    """The model folder's calibration for answers read in `augment` writings, or None when it has none
+    or it was fitted for other weights."""
+    path = Path(folder) / file_name(augment)
     if not path.is_file():
         return None
     data = json.loads(path.read_text())

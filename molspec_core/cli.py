@@ -97,14 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--delta", type=float, default=0.0, help="mentored: KL budget per token")
         p.add_argument("--seed", type=at_least(0), default=0, help="sampling methods")
 
+    def augment_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
+                       "the answers (models trained on augmented data: retro); about N times the work")
+
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--smiles")
     group.add_argument("--input", help="TXT (one SMILES per line) or CSV with a smiles column")
     p.add_argument("--column", help="CSV column holding the queries")
-    p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
-                   "the answers (models trained on augmented data: retro); about N times the work")
+    augment_arg(p)
     p.add_argument("--output", help="CSV to write (required with --input)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
@@ -127,8 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1))
     p.add_argument("--out", help="JSON report")
-    p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
-                   "the answers (models trained on augmented data: retro); about N times the work")
+    augment_arg(p)
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
     p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json)")
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--src", required=True, help="validation queries (never test)")
     p.add_argument("--tgt", required=True)
     p.add_argument("--limit", type=at_least(3), default=600)
+    augment_arg(p)  # its fit goes to calibration.augment<N>.json
     p.set_defaults(method="beam", n_best=5)
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
@@ -328,9 +331,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     check_method(args.method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine)
-    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size)
+    predictor.check_augment(args.augment)
+    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size,
+                             augment=args.augment)
     path = calibration.save(fitted, predictor.path)
-    print(f"calibration of {predictor.path} ({args.method}, {args.n_best}-best): fitted on {fitted.n_fit} queries, "
+    writings = f", {args.augment} writings" if args.augment > 1 else ""
+    print(f"calibration of {predictor.path} ({args.method}, {args.n_best}-best{writings}): fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
           f"{fitted.ece_raw:.4f}) -> {path}")
     return 0

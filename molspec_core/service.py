@@ -196,6 +196,7 @@ class Predictor:
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
         self.calibration: Calibration | None = load_calibration(path)  # None: none, or fitted for other weights
+        self._pooled_calibrations: dict[int, Calibration | None] = {}  # by writings read; loaded when first asked
 
     @property
     def device_name(self) -> str:
@@ -396,7 +397,7 @@ class Predictor:
                 views = self._views(query, augment)
                 decoded_views = self._decode_limited([v.ids for v in views], method, n_best, draft_len, n_drafts,
                                                      sampling, time_limit_s)
-                results[i] = self._pooled(texts[i], views, decoded_views, method, n_best)
+                results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment)
             good = []
         for start in range(0, len(good), max(1, batch_size)):
             chunk = good[start:start + max(1, batch_size)]
@@ -449,12 +450,19 @@ class Predictor:
                 views.append(_Query(query.text, text, ids))
         return views
 
+    def pooled_calibration(self, augment: int) -> Calibration | None:
+        """The calibration fitted to answers pooled over `augment` writings (calibrate --augment), if any:
+        pooled scores are not what the model's own calibration was fitted on."""
+        if augment not in self._pooled_calibrations:
+            self._pooled_calibrations[augment] = load_calibration(self.path, augment)
+        return self._pooled_calibrations[augment]
+
     def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult | str], method: str,
-                n_best: int) -> QueryResult:
+                n_best: int, augment: int) -> QueryResult:
         """One result from the answers to each writing of a query: each distinct answer scored by the log
         of its mean probability over the writings read (absent: 0), best n_best kept. Its tokens and
-        provenance are those of the first writing that gave it. Pooled scores are not what the model's
-        calibration was fitted on, so they carry no confidence."""
+        provenance are those of the first writing that gave it; its confidence comes from the calibration
+        fitted for `augment` writings, or is None without one."""
         canonical = views[0]
         if not isinstance(decoded[0], DecodeResult):
             return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])
@@ -468,11 +476,14 @@ class Predictor:
                 pooled[prediction.smiles] = (total + prediction.probability, count + 1, first, where)
         stats.wall_time_s = max(result.stats.wall_time_s for _, result in read)  # one batch: its rows share it
         best = sorted(pooled.values(), key=lambda entry: -entry[0])[:n_best]
-        predictions = [dataclasses.replace(
-            first, rank=rank, model_rank=rank, score=math.log(total / len(read)) if total > 0 else -math.inf,
-            confidence=None, views=count,
-            source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids))
-            for rank, (total, count, first, where) in enumerate(best, start=1)]
+        calibration = self.pooled_calibration(augment)
+        predictions = []
+        for rank, (total, count, first, where) in enumerate(best, start=1):
+            score = math.log(total / len(read)) if total > 0 else -math.inf
+            predictions.append(dataclasses.replace(
+                first, rank=rank, model_rank=rank, score=score, views=count,
+                confidence=calibration.confidence(score) if calibration and first.valid else None,
+                source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids)))
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
                            rank_answers(predictions), stats, method)
 

@@ -170,10 +170,10 @@ def render_sidebar() -> Settings:
         else:
             sb.caption(f"Drafts: {default_n} × {default_len} tokens ({drafter} drafter)")
     augment = APP_AUGMENT if predictor is not None and predictor.augmentable and sb.toggle(
-        f"Read the query in {APP_AUGMENT} writings", key=f"augment_{task}",
+        f"Read the query in {APP_AUGMENT} writings", value=True, key=f"augment_{task}",
         help=f"The model reads the query written from {APP_AUGMENT} different atoms and pools its answers by their "
              "mean probability: more often right (retro model, 500 USPTO-50K test products: see its card), "
-             f"about {APP_AUGMENT}x the time, and no calibrated confidence yet.") else 1
+             f"for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
     round_trip_model, round_trip_k = _round_trip_settings(task)
     if predictor is not None:
         engine = {"fbgemm-fp16": "NumPy step, fp16-weight products", "openblas": "NumPy step, OpenBLAS products",

@@ -75,12 +75,20 @@ def show_calibration(folder: Path) -> None:
         note = ("its calibration was fitted for other weights; run `molspec calibrate` again"
                 if (folder / calibration.FILE).is_file() else "run `molspec calibrate` to fit one")
         st.caption(f"Confidence: not calibrated ({note}). The app shows the model's own probability instead.")
-        return
-    st.markdown(f"**Confidence** is calibrated on the validation split ({common.method_label(cal.method)}, "
-                f"{cal.n_best}-best): fitted on {cal.n_fit} queries, judged on {cal.n_check} others. Expected "
-                f"calibration error {cal.ece:.3f}, against {cal.ece_raw:.3f} for the model's own probability.")
+    else:
+        show_fit(folder, cal, "**Confidence** is calibrated on the validation split")
+    pooled = calibration.load(folder, common.APP_AUGMENT)
+    if pooled is not None:
+        show_fit(folder, pooled, f"**Confidence of answers read in {pooled.augment} writings** (pooled) is "
+                                 "calibrated on its own")
+
+
+def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
+    st.markdown(f"{opening} ({common.method_label(cal.method)}, {cal.n_best}-best): fitted on {cal.n_fit} "
+                f"queries, judged on {cal.n_check} others. Expected calibration error {cal.ece:.3f}, against "
+                f"{cal.ece_raw:.3f} for the model's own probability.")
     if cal.reliability:
-        st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}")
+        st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}_{cal.augment}")
 
 
 def main() -> None:

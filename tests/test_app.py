@@ -310,18 +310,20 @@ def test_retrosynthesis_answers_are_checked_round_trip(monkeypatch):
 
 @needs_forward
 def test_retrosynthesis_can_read_the_product_in_several_writings(monkeypatch):
-    """The retro model was trained on root-aligned writings: its sidebar offers augmentation (off by default),
-    the forward model's does not; each answer then says how many writings gave it."""
+    """The retro model was trained on root-aligned writings: its sidebar reads the product in 5 writings by
+    default, the forward model's does not offer it; each answer says how many writings gave it."""
     at = app(None, monkeypatch).run()
     assert not [t for t in at.toggle if t.key.startswith("augment")]  # forward: trained on canonical SMILES only
     at.radio(key="task").set_value("retro").run()
-    assert not at.toggle(key="augment_retro").value
+    assert at.toggle(key="augment_retro").value
     at.toggle(key="round_trip").set_value(False).run()
-    at.toggle(key="augment_retro").set_value(True).run()
     predict(at, "CC(=O)Nc1ccc(O)cc1")
     assert_clean(at)
     assert re.search(r"Given for [1-5] of the 5 writings of the query", texts(at.caption))
     assert "5 writings" in texts(at.caption)  # the settings line under the query
+    at.toggle(key="augment_retro").set_value(False).run()
+    predict(at, "CC(=O)Nc1ccc(O)cc1")
+    assert not re.search(r"Given for [1-5] of the", texts(at.caption)) and "5 writings" not in texts(at.caption)
 
 
 def test_round_trip_order_puts_passing_answers_first_or_alone():
@@ -525,6 +527,8 @@ def test_models_page_shows_every_model():
     else:
         assert "no model card yet" in texts(at.info)
     assert "No retrosynthesis model is shipped yet" in texts(at.info) or (ROOT / "models" / "retro").is_dir()
+    if (ROOT / "models" / "retro" / "calibration.augment5.json").is_file():  # pooled answers' own calibration
+        assert "Confidence of answers read in 5 writings" in texts(at.markdown)
 
 
 def test_models_page_renders_a_model_card(copy_models, monkeypatch):

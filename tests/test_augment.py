@@ -54,7 +54,7 @@ def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
     decoded = [_answers(reader, ("CCO", 0.5), ("CCN", 0.3), calls=4, seconds=0.2),
                _answers(reader, ("NCC", 0.6), ("OCC", 0.1), ("ClCC", 0.05), calls=5, seconds=0.2)]
-    result = reader._pooled("OCCN", views, decoded, "beam", 3)
+    result = reader._pooled("OCCN", views, decoded, "beam", 3, 2)
     order = result.in_model_order()
     assert [p.smiles for p in order] == ["CCN", "CCO", "CCCl"]  # (0.3+0.6)/2 > (0.5+0.1)/2 > 0.05/2
     assert [p.score for p in order] == pytest.approx([math.log(0.45), math.log(0.3), math.log(0.025)])
@@ -66,16 +66,16 @@ def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
     assert all(p.confidence is None for p in order)  # no calibration was fitted to pooled scores
     assert result.canonical_query == "NCCO" and result.source_tokens == ("N", "C", "C", "O")
     assert result.stats.model_calls == 9 and result.stats.wall_time_s == pytest.approx(0.2)
-    assert [p.smiles for p in reader._pooled("OCCN", views, decoded, "beam", 2).in_model_order()] == ["CCN", "CCO"]
+    assert [p.smiles for p in reader._pooled("OCCN", views, decoded, "beam", 2, 2).in_model_order()] == ["CCN", "CCO"]
 
 
 def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader):
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
     ok = _answers(reader, ("CCO", 0.5), calls=3, seconds=0.1)
-    pooled = reader._pooled("OCCN", views, [ok, "stopped after the 1 s time limit per query"], "beam", 3)
+    pooled = reader._pooled("OCCN", views, [ok, "stopped after the 1 s time limit per query"], "beam", 3, 2)
     assert [(p.smiles, p.views) for p in pooled.predictions] == [("CCO", 1)]
     assert pooled.predictions[0].score == pytest.approx(math.log(0.5))  # the mean over the writings read
-    failed = reader._pooled("OCCN", views, ["stopped after the 1 s time limit per query", ok], "beam", 3)
+    failed = reader._pooled("OCCN", views, ["stopped after the 1 s time limit per query", ok], "beam", 3, 2)
     assert not failed.ok and "time limit" in failed.error
 
 
@@ -109,3 +109,27 @@ def test_evaluate_refuses_augment_for_such_a_model_before_running(tmp_path, caps
     assert main(["evaluate", "--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"),
                  "--tgt", str(tmp_path / "tgt.txt"), "--augment", "3"]) == 2
     assert "trained on one writing" in capsys.readouterr().err
+
+
+def test_calibrate_with_augment_fits_its_own_file_which_only_pooled_answers_use(tmp_path, capsys):
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "data_stats": {"augment": 20}}))
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
+    (tmp_path / "val.src").write_text("\n".join(queries) + "\n")
+    (tmp_path / "val.tgt").write_text("\n".join(q.replace("C", "") or "O" for q in queries) + "\n")
+    assert main(["calibrate", "--model", str(model), "--src", str(tmp_path / "val.src"), "--tgt",
+                 str(tmp_path / "val.tgt"), "--n-best", "2", "--augment", "3"]) == 0
+    assert "2-best, 3 writings" in capsys.readouterr().out
+    assert json.loads((model / "calibration.augment3.json").read_text())["augment"] == 3
+    assert not (model / "calibration.json").exists()
+    predictor = Predictor.load(model, device="cpu")
+    pooled = predictor.predict("CCOc1ccccc1", method="beam", n_best=2, augment=3).predictions
+    assert pooled and all(p.confidence is not None for p in pooled if p.valid)
+    assert all(p.confidence is None for p in predictor.predict("CCOc1ccccc1", method="beam", n_best=2).predictions)
+    assert all(p.confidence is None for p in predictor.predict("CCOc1ccccc1", method="beam", n_best=2,
+                                                               augment=2).predictions)
