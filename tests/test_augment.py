@@ -10,6 +10,7 @@ from conftest import FIXTURES
 from molspec_core.chem import canonical
 from molspec_core.cli import main
 from molspec_core.decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.rsmiles import root_views
 from molspec_core.service import MAX_AUGMENT, Predictor, _Query
 
@@ -67,6 +68,8 @@ def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
     assert result.canonical_query == "NCCO" and result.source_tokens == ("N", "C", "C", "O")
     assert result.stats.model_calls == 9 and result.stats.wall_time_s == pytest.approx(0.2)
     assert [p.smiles for p in reader._pooled("OCCN", views, decoded, "beam", 2, 2).in_model_order()] == ["CCN", "CCO"]
+    rows = result_rows(1, (), result)  # the CSV says how many writings gave each answer
+    assert [r[RESULT_COLUMNS.index("writings")] for r in rows] == [p.views for p in result.predictions]
 
 
 def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader):
