@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-best", type=at_least(1), default=10, help="answers per expansion (sbs-exact)")
     p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
     p.add_argument("--max-routes", type=at_least(1), default=10)
+    augment_arg(p)
     p.add_argument("--allow-missing-atoms", action="store_true",
                    help="keep steps whose reactants lack heavy atoms of the product (skipped by default)")
     p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics")
@@ -440,7 +441,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device)
     result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes, forward=forward,
                   settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
-                                        check_atoms=not args.allow_missing_atoms))
+                                        check_atoms=not args.allow_missing_atoms, augment=args.augment))
     out.write_text(json.dumps(routes_json(result), indent=2))
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
     stats, counts = result.stats, result.stats.counts

@@ -121,18 +121,19 @@ class PredictorModel(BackwardReactionModel):
 
     def __init__(self, predictor: Predictor, forward: Predictor | None = None, method: str = EXACT_NBEST,
                  n_best: int = 10, batch_size: int = 8, round_trip_k: int = 1, check_atoms: bool = True,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, augment: int = 1):
         super().__init__(use_cache=True, default_num_results=n_best, remove_product_in_reactants=True)
         self.predictor, self.forward, self.method = predictor, forward, method
         self.batch_size, self.round_trip_k, self.check_atoms = batch_size, round_trip_k, check_atoms
-        self.progress = progress
+        self.progress, self.augment = progress, augment
         self.counts = ExpansionCounts()
         self.started = time.monotonic()
         self.deadline: float | None = None  # monotonic time after which expansions are cut short
 
     def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
         results = self.predictor.predict([mol.smiles for mol in inputs], method=self.method, n_best=num_results,
-                                         batch_size=self.batch_size, time_limit_s=self._time_left(len(inputs)))
+                                         batch_size=self.batch_size, time_limit_s=self._time_left(len(inputs)),
+                                         augment=self.augment)
         reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
         self.counts.molecules += len(inputs)
         if self.progress:
@@ -288,6 +289,7 @@ class PlanSettings:
     round_trip_k: int = 1  # the forward model's top-k that must give the product back
     check_atoms: bool = True  # skip reactant sets that lack heavy atoms of the product: they cannot make it
     batch_size: int = 8  # molecules per decoder batch (MCTS expands several at once)
+    augment: int = 1  # writings of each molecule the model reads (Predictor.predict's augment): N times the work
 
 
 class _MCTS(MolSetMCTS):
@@ -333,9 +335,10 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
         raise ValueError(f"the time limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} s, not {time_limit_s}")
     if max_routes < 1 or settings.max_steps < 1:
         raise ValueError("max_routes and max_steps must be 1 or more")
+    predictor.check_augment(settings.augment)
     canonical_target = check_target(target, predictor)
     model = PredictorModel(predictor, forward, settings.method, settings.n_best, settings.batch_size,
-                           settings.round_trip_k, settings.check_atoms, progress)
+                           settings.round_trip_k, settings.check_atoms, progress, settings.augment)
     search = search_algorithm(algorithm, model, stock, time_limit_s, settings.max_steps)
     target_mol = Molecule(canonical_target)
     model.started = time.monotonic()

@@ -123,6 +123,24 @@ def test_wrapper_turns_sane_answers_into_reactions(copy_predictor):
     assert model.num_calls() == 1  # syntheseus's cache: a molecule is expanded once per search
 
 
+def test_wrapper_reads_each_molecule_in_several_writings_when_asked(tmp_path):
+    """augment reaches the single-step model: the expansion's reactions are the pooled answers."""
+    folder = tmp_path / "reader"
+    shutil.copytree(COPY_MODEL, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "data_stats": {"augment": 20}}))
+    reader = Predictor.load(folder, "cpu")
+    [reactions] = PredictorModel(reader, n_best=3, check_atoms=False, augment=3)([Molecule("OCCOc1ccccc1")])
+    pooled = [p for p in reader.predict("OCCOc1ccccc1", method=EXACT_NBEST, n_best=3, augment=3).predictions if p.sane]
+    assert [r.reactants_str for r in reactions] == [p.smiles for p in pooled]
+    assert [r.metadata["score"] for r in reactions] == pytest.approx([p.score for p in pooled])
+
+
+def test_plan_refuses_augment_for_a_model_trained_on_one_writing(copy_predictor):
+    with pytest.raises(ValueError, match="trained on one writing"):
+        plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=1.0, settings=PlanSettings(augment=3))
+
+
 def test_wrapper_carries_the_round_trip_flag(copy_predictor, copy_forward):
     model = PredictorModel(copy_predictor, copy_forward, n_best=2, check_atoms=False)
     [reactions] = model([Molecule("NCCO")])
