@@ -55,7 +55,7 @@ def is_stand_in(model: str) -> bool:
 
 
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
-           upload) -> None:
+           upload, augment: int = 1) -> None:
     """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
@@ -76,7 +76,8 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
 
     try:
         ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
-                                  settings=PlanSettings(check_atoms=check_atoms), progress=progress), model)
+                                  settings=PlanSettings(check_atoms=check_atoms, augment=augment), progress=progress),
+                             model)
     except ValueError as exc:
         ss["route_error"] = f"Cannot plan for this target: {exc}"
     except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
@@ -210,9 +211,13 @@ def main() -> None:
                                   help="One SMILES per line, or a CSV with a smiles column. Without it: the default "
                                        "stock, reactants of at least 2 USPTO-50K training reactions.")
         submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
-    st.caption(f"Model: {common.md_escape(model)} (sbs-exact, 10 answers per molecule)")
+    # The sidebar's "read the query in N writings" applies here too when its model is the one planning.
+    augment = cfg.augment if cfg.task == "retro" and cfg.model == model else 1
+    writings = f", each read in {augment} writings (sidebar)" if augment > 1 else ""
+    st.caption(f"Model: {common.md_escape(model)} ({common.method_label(PlanSettings.method).lower()}, "
+               f"{PlanSettings.n_best} answers per molecule{writings})")
     if submitted:
-        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload)
+        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     shown = st.session_state.get("routes")

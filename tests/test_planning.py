@@ -371,3 +371,19 @@ def test_routes_page_without_a_retro_model(tmp_path, monkeypatch):
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "forward")
     at = routes_page(tmp_path / "models", monkeypatch)
     assert not at.exception and "No retrosynthesis model is installed" in shown_text(at)
+
+
+def test_routes_page_follows_the_sidebars_writings(tmp_path, monkeypatch):
+    """A retro model trained on many writings: the sidebar reads each molecule in 5 by default, and the
+    search says so and uses it; turned off there, the search reads one."""
+    folder = tmp_path / "models" / "retro"
+    shutil.copytree(COPY_MODEL, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "data_stats": {"augment": 20}}))
+    at = routes_page(tmp_path / "models", monkeypatch)
+    at.radio(key="task").set_value("retro").run()
+    assert "each read in 5 writings (sidebar)" in shown_text(at)
+    at = find_routes(at, "NCCO")
+    assert not at.exception and at.expander[0].label.startswith("Route 1")
+    at.toggle(key="augment_retro").set_value(False).run()
+    assert "writings" not in shown_text(at).split("Model:")[1].split("|")[0]
