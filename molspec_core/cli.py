@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
-                       "auto = NumPy on CPU, torch elsewhere; torch = always torch (for comparison)")
+                       "auto = C on CPU where it builds, else NumPy; torch elsewhere; torch = always torch (for comparison)")
         p.add_argument("--method", default="greedy", choices=METHODS)
         p.add_argument("--n-best", type=at_least(1), default=1)
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")

@@ -15,6 +15,7 @@ from torch import nn
 
 from .cache import KVCache, LayerCache
 from .limits import check_deadline
+from .native import NativeStep
 from .npstep import NumpyStep
 from .tokenizer import PAD_ID
 
@@ -243,12 +244,17 @@ class Seq2SeqTransformer(nn.Module):
     def device(self) -> torch.device:
         return self.embed.weight.device
 
-    def use_numpy_step(self, on: bool = True) -> None:
-        """Take lean calls through NumPy (npstep.py), built from the weights as they are now; for
-        float32 inference on CPU only. Load new weights, then call this again."""
+    def use_numpy_step(self, on: bool = True, native: bool = False) -> None:
+        """Take lean calls through NumPy (npstep.py), or through C (native.py: the decoder call in one
+        C function) if `native`, built from the weights as they are now; for float32 inference on CPU
+        only. Load new weights, then call this again. native raises NativeUnavailable, with the reason,
+        where the C step cannot run."""
         if on and (self.device.type != "cpu" or self.embed.weight.dtype != torch.float32):
             raise ValueError("the NumPy step runs float32 models on CPU only")
-        self.numpy_step = NumpyStep(self) if on else None
+        if on and native:
+            self.numpy_step = NativeStep(self)
+        else:
+            self.numpy_step = NumpyStep(self) if on else None
         if on:  # NumPy's BLAS would otherwise use every core, whatever torch was told
             from threadpoolctl import threadpool_limits  # here: the GPU training machine lacks it
 

@@ -9,6 +9,7 @@ The model is never mutated after loading, so one Predictor may serve many thread
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import platform
 import re
@@ -31,8 +32,11 @@ from .drafting import Drafter, make_drafter
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
+from .native import NativeStep, NativeUnavailable
 from .rsmiles import root_views
 from .tokenizer import TokenizeError
+
+log = logging.getLogger(__name__)
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
@@ -70,9 +74,10 @@ def check_sampling(options: SamplingOptions) -> None:
         raise ValueError(f"seed must be between 0 and {MAX_SEED - 50}, not {options.seed}")
 
 
-# Who runs a model's lean decoder calls: "auto" is NumPy on CPU (faster there, issue 16) and torch
-# elsewhere; "torch" keeps every call in torch (for comparison); "numpy" insists on NumPy.
-ENGINES = ("auto", "numpy", "torch")
+# Who runs a model's lean decoder calls: "auto" is C on CPU where it builds (native.py), else NumPy
+# (both faster there than torch, issue 16), and torch elsewhere; "native" insists on C, "numpy" on
+# NumPy, "torch" keeps every call in torch (for comparison).
+ENGINES = ("auto", "native", "numpy", "torch")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -212,15 +217,20 @@ class Predictor:
 
     @property
     def engine(self) -> str:
-        """What runs the lean decoder calls: "numpy" (npstep.py) or "torch"."""
-        return "numpy" if self.model.numpy_step is not None else "torch"
+        """What runs the lean decoder calls: "native" (native.py), "numpy" (npstep.py) or "torch"."""
+        step = self.model.numpy_step
+        return "torch" if step is None else ("native" if isinstance(step, NativeStep) else "numpy")
 
     @property
     def products(self) -> str:
         """Who computes the matrix products of the NumPy step: "fbgemm-fp16" (FBGEMM's fp16-weight
-        kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine."""
+        kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine; the
+        native engine's decoder calls compute theirs in C (float16 weights), its encoder as NumPy's does."""
         step = self.model.numpy_step
-        return "torch" if step is None else ("fbgemm-fp16" if step.packed else "openblas")
+        if step is None:
+            return "torch"
+        encoder = "fbgemm-fp16" if step.packed else "openblas"
+        return f"c-fp16 (encoder {encoder})" if isinstance(step, NativeStep) else encoder
 
     @classmethod
     def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto") -> "Predictor":
@@ -231,10 +241,17 @@ class Predictor:
         if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
             path = MODELS_DIR / str(name_or_path)
         resolved = resolve_device(device)
-        if engine == "numpy" and resolved.type != "cpu":
-            raise ValueError(f"engine numpy runs on CPU only, not on {resolved}; use --engine auto or torch")
+        if engine in ("native", "numpy") and resolved.type != "cpu":
+            raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")
         model, vocab, config = checkpoint.load(path, resolved)
-        model.use_numpy_step(engine != "torch" and resolved.type == "cpu")
+        cpu = engine != "torch" and resolved.type == "cpu"
+        try:
+            model.use_numpy_step(cpu, native=cpu and engine in ("auto", "native"))
+        except NativeUnavailable as exc:
+            if engine == "native":
+                raise ValueError(f"engine native cannot run here: {exc}") from None
+            log.info("C decoder step unavailable (%s); the NumPy step runs the decoder calls", exc)
+            model.use_numpy_step(cpu)
         draft_model = None
         if (path / "draft").is_dir():  # the same checks as the model's, before anything is built
             draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)

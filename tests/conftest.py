@@ -11,6 +11,7 @@ torch.set_num_threads(1)  # tests are small; one thread keeps them predictable b
 
 from molspec_core import checkpoint
 from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.native import native_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -28,16 +29,31 @@ def copy_model():
     return model, vocab
 
 
-@pytest.fixture(params=["torch", "numpy"])
+NATIVE_UNAVAILABLE = native_unavailable()
+needs_native = pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason=f"no C step here: {NATIVE_UNAVAILABLE}")
+
+
+@pytest.fixture(params=["torch", "numpy", pytest.param("native", marks=needs_native)])
 def engine(request) -> str:
-    """Who runs the lean decoder calls (molspec_core/npstep.py): the exactness tests run on both."""
+    """Who runs the lean decoder calls (npstep.py, native.py): the exactness tests run on each."""
     return request.param
 
 
+def use_engine(model: Seq2SeqTransformer, engine: str) -> None:
+    """Lean decoder calls of `model` on engine ("torch", "numpy" or "native")."""
+    model.use_numpy_step(engine in ("numpy", "native"), native=engine == "native")
+
+
 def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
-    """A copy of model whose lean decoder calls run on engine ("torch" or "numpy")."""
+    """A copy of model whose lean decoder calls run on engine ("torch", "numpy" or "native"). The C
+    step reads float16 weights, so for "native" the copy's weights are rounded to float16 values
+    (shipped and exported checkpoints are stored so; the copy model fixture is not)."""
     model = copy.deepcopy(model)
-    model.use_numpy_step(engine == "numpy")
+    if engine == "native":
+        with torch.no_grad():
+            for param in model.parameters():
+                param.copy_(param.half().float())
+    use_engine(model, engine)
     return model
 
 
@@ -53,7 +69,7 @@ def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overr
             norm.bias.normal_(0.0, 0.2)
         for param in model.parameters():
             param.copy_(param.half().float())
-    model.use_numpy_step(engine == "numpy")
+    use_engine(model, engine)
     return model
 
 

@@ -14,6 +14,7 @@ from molspec_core.decoding.greedy import greedy
 from molspec_core.drafting import make_drafter
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core import npstep
+from molspec_core.native import native_unavailable
 from molspec_core.npstep import NumpyStep
 from molspec_core.service import Predictor, rest_after_miss
 from molspec_core.tokenizer import PAD_ID
@@ -150,7 +151,8 @@ def test_numpy_blas_threads_follow_torch():
 
 
 def test_predictor_engines():
-    assert Predictor.load("retro", "cpu").engine == "numpy"  # auto: NumPy on CPU
+    auto = Predictor.load("retro", "cpu").engine
+    assert auto == ("native" if native_unavailable() is None else "numpy")  # auto: C on CPU where it builds, else NumPy
     torch_only = Predictor.load("retro", "cpu", engine="torch")
     assert torch_only.engine == "torch"
     numpy_one = Predictor.load("retro", "cpu", engine="numpy")
@@ -174,4 +176,6 @@ def test_rest_after_miss_follows_the_verify_cost():
 def test_predictor_names_its_products():
     assert Predictor.load("retro", "cpu", engine="torch").products == "torch"
     expected = "fbgemm-fp16" if npstep.fp16_kernel_available() else "openblas"
-    assert Predictor.load("retro", "cpu").products == expected
+    assert Predictor.load("retro", "cpu", engine="numpy").products == expected
+    if native_unavailable() is None:
+        assert Predictor.load("retro", "cpu").products == f"c-fp16 (encoder {expected})"

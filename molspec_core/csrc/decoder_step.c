@@ -1,0 +1,369 @@
+/* The lean decoder call in C (issue 16): one call of the Molecular Transformer's decoder, every layer
+ * and the tied output projection, for float32 inference on one CPU core with AVX2, FMA and F16C.
+ *
+ * It computes what molspec_core/npstep.py's NumpyStep.__call__ computes (tests/test_native.py pins the
+ * two), without the ~25 interpreter round trips per layer that cost more than the arithmetic at a few
+ * rows. Weights are float16 values (the shipped ones are stored so), kept as float16 in panels of 16
+ * output columns, (n_pad / 16, k, 16), and widened to float32 in registers: products are float32
+ * products read at half the bytes.
+ *
+ * Each row's result is computed by the same instructions in the same order whatever the other rows
+ * of the call are (products sum over k in order, one accumulator per output column; attention and
+ * norms are per row), so a token's logits are bit-identical in a one-token greedy call and inside a
+ * nine-token verify call: speculative decoding on this engine equals greedy to the bit.
+ *
+ * Built at first use by molspec_core/native.py with the machine's C compiler; no Python API is used,
+ * ctypes calls `decoder_step`.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const uint16_t *weight; /* float16 panels: (n_pad / 16, k, 16) */
+    const float *bias;      /* (n_pad), zero past n */
+    const float *gain;      /* (k): layer-norm gain applied to the input first (its shift is in bias); NULL: none */
+    float eps;
+    int32_t k, n, n_pad;
+} Affine;
+
+typedef struct {
+    Affine qkv, self_out, cross_query, cross_out, up, down;
+} Layer;
+
+typedef struct {
+    int32_t n_layers, d, heads, head_dim, d_ff, vocab, max_positions;
+    float query_scale;      /* 1 / sqrt(head_dim), for the self-attention's query */
+    const Layer *layers;
+    const Affine *output;   /* final norm + tied projection */
+    const float *embed;     /* (vocab, d), already times sqrt(d) */
+    const float *positions; /* (max_positions, d) */
+} Model;
+
+typedef struct {
+    int32_t batch, t_new, capacity, upto, src_len;
+    int32_t cross_batch;    /* rows of the cross keys/values: batch, or 1 shared by every row */
+    int32_t pad_batch;      /* rows of src_pad: batch, or 1 */
+    const int64_t *tokens;  /* (batch, t_new) */
+    const int64_t *lengths; /* (batch): row b's new tokens take slots lengths[b] .. + t_new */
+    float *const *keys;     /* per layer: (batch, heads, capacity, head_dim) */
+    float *const *values;
+    const float *const *cross_keys;   /* per layer: (cross_batch, heads, src_len, head_dim) */
+    const float *const *cross_values;
+    const uint8_t *src_pad; /* (pad_batch, src_len), nonzero = padding; NULL: none */
+    float *const *pending_keys;   /* per layer: (batch, heads, t_new, head_dim) */
+    float *const *pending_values;
+    float *logits;          /* (batch * t_new, vocab) */
+    float *weights;         /* (batch, t_new, src_len): last layer's head-mean cross-attention; NULL: not asked */
+} Call;
+
+/* ---- products -------------------------------------------------------------------------------- */
+
+/* A block of `rows` rows by `cols` panels (16 output columns each), accumulated over k in order.
+ * Few rows take several panels at once so that at least 8 independent FMA chains hide the FMA
+ * latency (one row and one panel would wait 4 cycles per k). With AVX-512 a panel is one register
+ * (32 of them), with AVX2 two (16 of them): the block shapes differ, the order of the sums does not. */
+#ifdef __AVX512F__
+#define ROWS_MAX 8
+#define COLS_MAX 8
+static int panels_for(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : 2; }
+#else
+#define ROWS_MAX 6
+#define COLS_MAX 4
+static int panels_for(int rows) { return rows == 1 ? 4 : rows <= 3 ? 2 : 1; }
+#endif
+
+static inline __attribute__((always_inline)) void panel_block(int rows, int cols, const float *x, int64_t ldx,
+                                                              const uint16_t *panel, int64_t panel_size, int k,
+                                                              const float *bias, float *out, int64_t ldo, int relu) {
+#ifdef __AVX512F__
+    __m512 acc[ROWS_MAX][COLS_MAX];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int i = 0; i < k; i++) {
+        __m512 w[COLS_MAX];
+        for (int c = 0; c < cols; c++)
+            w[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(panel + c * panel_size + 16 * i)));
+        for (int r = 0; r < rows; r++) {
+            __m512 xv = _mm512_set1_ps(x[r * ldx + i]);
+            for (int c = 0; c < cols; c++) acc[r][c] = _mm512_fmadd_ps(xv, w[c], acc[r][c]);
+        }
+    }
+    for (int c = 0; c < cols; c++) {
+        __m512 b = _mm512_loadu_ps(bias + 16 * c);
+        for (int r = 0; r < rows; r++) {
+            __m512 v = _mm512_add_ps(acc[r][c], b);
+            if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+            _mm512_storeu_ps(out + r * ldo + 16 * c, v);
+        }
+    }
+#else
+    __m256 acc[ROWS_MAX][COLS_MAX][2];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    for (int i = 0; i < k; i++) {
+        for (int c = 0; c < cols; c++) {
+            const uint16_t *w = panel + c * panel_size + 16 * i;
+            __m256 w_lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+            __m256 w_hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 8)));
+            for (int r = 0; r < rows; r++) {
+                __m256 xv = _mm256_broadcast_ss(x + r * ldx + i);
+                acc[r][c][0] = _mm256_fmadd_ps(xv, w_lo, acc[r][c][0]);
+                acc[r][c][1] = _mm256_fmadd_ps(xv, w_hi, acc[r][c][1]);
+            }
+        }
+    }
+    __m256 zero = _mm256_setzero_ps();
+    for (int c = 0; c < cols; c++) {
+        __m256 b_lo = _mm256_loadu_ps(bias + 16 * c), b_hi = _mm256_loadu_ps(bias + 16 * c + 8);
+        for (int r = 0; r < rows; r++) {
+            __m256 lo = _mm256_add_ps(acc[r][c][0], b_lo), hi = _mm256_add_ps(acc[r][c][1], b_hi);
+            if (relu) {
+                lo = _mm256_max_ps(lo, zero);
+                hi = _mm256_max_ps(hi, zero);
+            }
+            _mm256_storeu_ps(out + r * ldo + 16 * c, lo);
+            _mm256_storeu_ps(out + r * ldo + 16 * c + 8, hi);
+        }
+    }
+#endif
+}
+
+#define BLOCK(R, C) panel_block(R, C, xr, ldx, panel, panel_size, a->k, bias, o, a->n_pad, relu)
+#define COLS_CASES(R) switch (cols) { \
+    case 1: BLOCK(R, 1); break; case 2: if (2 <= COLS_MAX) BLOCK(R, 2); break; \
+    case 3: if (3 <= COLS_MAX) BLOCK(R, 3); break; case 4: if (4 <= COLS_MAX) BLOCK(R, 4); break; \
+    case 5: if (5 <= COLS_MAX) BLOCK(R, 5); break; case 6: if (6 <= COLS_MAX) BLOCK(R, 6); break; \
+    case 7: if (7 <= COLS_MAX) BLOCK(R, 7); break; default: if (8 <= COLS_MAX) BLOCK(R, 8); break; }
+
+/* out (m, n_pad) = x (m, k) @ W + bias, optionally ReLU'd; x rows ldx apart. */
+static void product(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    const int64_t panel_size = (int64_t)a->k * 16;
+    const int n_panels = a->n_pad / 16;
+    for (int r = 0; r < m; r += ROWS_MAX) {
+        const int rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
+        const int step = panels_for(rows);
+        const float *xr = x + r * ldx;
+        for (int p = 0; p < n_panels; p += step) {
+            const uint16_t *panel = a->weight + p * panel_size;
+            const float *bias = a->bias + 16 * p;
+            float *o = out + (int64_t)r * a->n_pad + 16 * p;
+            const int cols = n_panels - p < step ? n_panels - p : step;
+            switch (rows) { /* constant shapes: the accumulators stay in registers */
+            case 1: COLS_CASES(1) break;
+            case 2: COLS_CASES(2) break;
+            case 3: COLS_CASES(3) break;
+            case 4: COLS_CASES(4) break;
+            case 5: COLS_CASES(5) break;
+            case 6: COLS_CASES(6) break;
+            case 7: if (7 <= ROWS_MAX) COLS_CASES(7) break;
+            default: if (8 <= ROWS_MAX) COLS_CASES(8) break;
+            }
+        }
+    }
+}
+
+/* (x - mean) / sqrt(var + eps) * gain, row by row (torch.layer_norm with no shift; it is in the bias). */
+static void normalized(const float *x, int m, int d, const float *gain, float eps, float *out) {
+    for (int r = 0; r < m; r++) {
+        const float *row = x + (int64_t)r * d;
+        float mean = 0.0f, var = 0.0f;
+        for (int i = 0; i < d; i++) mean += row[i];
+        mean /= (float)d;
+        for (int i = 0; i < d; i++) var += (row[i] - mean) * (row[i] - mean);
+        float inv = 1.0f / sqrtf(var / (float)d + eps);
+        for (int i = 0; i < d; i++) out[(int64_t)r * d + i] = (row[i] - mean) * inv * gain[i];
+    }
+}
+
+/* out = [norm](x) @ W + bias; `scratch` holds the normalized rows (m, k). */
+static void affine(const Affine *a, const float *x, int m, float *scratch, float *out, int relu) {
+    if (a->gain != NULL) {
+        normalized(x, m, a->k, a->gain, a->eps, scratch);
+        product(a, scratch, a->k, m, out, relu);
+    } else {
+        product(a, x, a->k, m, out, relu);
+    }
+}
+
+/* x (m, d) += y (m, n_pad == d's padded width) */
+static void add_rows(float *x, const float *y, int m, int d, int ldy) {
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < d; i++) x[(int64_t)r * d + i] += y[(int64_t)r * ldy + i];
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+static inline float dot(const float *a, const float *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    float total = _mm_cvtss_f32(s);
+    for (; i < n; i++) total += a[i] * b[i];
+    return total;
+}
+
+/* exp(x) for x <= 0, 8 at a time: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor polynomial
+ * to degree 7 (relative error under 2e-7 over that range), times 2^n through the exponent bits.
+ * Below -87 (exp ~ 1.6e-38, the smallest normal float) the result is 0, as for -INFINITY. */
+static inline __m256 exp_nonpositive(__m256 x) {
+    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x); /* ln2 in two parts: exact n * high */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep); /* masked scores: exactly 0 */
+}
+
+/* scores[0..n) -> softmax in place; entries at -INFINITY (masked) become 0. */
+static void softmax_(float *scores, int n) {
+    float top = -INFINITY;
+    for (int j = 0; j < n; j++) top = scores[j] > top ? scores[j] : top;
+    __m256 shift = _mm256_set1_ps(top), acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + j), shift));
+        _mm256_storeu_ps(scores + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float tail[8] = {0};
+    if (j < n) {
+        float in[8];
+        for (int i = 0; i < 8; i++) in[i] = j + i < n ? scores[j + i] - top : -INFINITY;
+        _mm256_storeu_ps(tail, exp_nonpositive(_mm256_loadu_ps(in)));
+        for (int i = 0; j + i < n; i++) scores[j + i] = tail[i];
+        acc = _mm256_add_ps(acc, _mm256_loadu_ps(tail)); /* lanes past n hold 0 */
+    }
+    float lanes[8], total = 0.0f;
+    _mm256_storeu_ps(lanes, acc);
+    for (int i = 0; i < 8; i++) total += lanes[i];
+    float inv = 1.0f / total;
+    for (j = 0; j < n; j++) scores[j] *= inv;
+}
+
+/* out (hd) = sum_j probs[j] * values[j] (values rows hd apart) */
+static void weighted_sum(const float *probs, const float *values, int n, int hd, float *out) {
+    for (int i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float p = probs[j];
+        if (p == 0.0f) continue;
+        const float *v = values + (int64_t)j * hd;
+        for (int i = 0; i < hd; i++) out[i] += p * v[i];
+    }
+}
+
+/* ---- the call -------------------------------------------------------------------------------- */
+
+static int32_t pad16(int32_t n) { return (n + 15) / 16 * 16; }
+
+int decoder_step(const Model *model, const Call *call) {
+    const int B = call->batch, T = call->t_new, M = B * T;
+    const int d = model->d, H = model->heads, hd = model->head_dim, S = call->src_len;
+    const int64_t cap = call->capacity;
+    int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
+    if (model->vocab > widest) widest = model->vocab;
+    int scores_len = call->upto > S ? call->upto : S;
+    size_t floats = (size_t)M * d * 3 + (size_t)M * pad16(widest) + (size_t)scores_len + (size_t)hd;
+    float *block = malloc(floats * sizeof(float));
+    if (block == NULL) return 1;
+    float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
+    float *scores = wide + (size_t)M * pad16(widest), *head_out = scores + scores_len;
+
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *e = model->embed + call->tokens[b * T + t] * d;
+            const float *pos = model->positions + (call->lengths[b] + t) * d;
+            for (int i = 0; i < d; i++) x[((int64_t)b * T + t) * d + i] = e[i] + pos[i];
+        }
+    if (call->weights != NULL) memset(call->weights, 0, sizeof(float) * (size_t)M * S);
+
+    for (int l = 0; l < model->n_layers; l++) {
+        const Layer *layer = model->layers + l;
+        float *keys = call->keys[l], *values = call->values[l];
+        const int ldq = layer->qkv.n_pad;
+        /* self-attention: new keys/values into their slots (and pending), then each token reads its row's
+         * prefix and the new tokens up to itself: slots 0 .. lengths[b] + t */
+        affine(&layer->qkv, x, M, h, wide, 0);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *row = wide + ((int64_t)b * T + t) * ldq;
+                int64_t slot = call->lengths[b] + t;
+                for (int hh = 0; hh < H; hh++) {
+                    int64_t at = (((int64_t)b * H + hh) * cap + slot) * hd;
+                    int64_t pend = (((int64_t)b * H + hh) * T + t) * hd;
+                    memcpy(keys + at, row + d + hh * hd, sizeof(float) * hd);
+                    memcpy(values + at, row + 2 * d + hh * hd, sizeof(float) * hd);
+                    memcpy(call->pending_keys[l] + pend, row + d + hh * hd, sizeof(float) * hd);
+                    memcpy(call->pending_values[l] + pend, row + 2 * d + hh * hd, sizeof(float) * hd);
+                }
+            }
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *row = wide + ((int64_t)b * T + t) * ldq;
+                int n = (int)(call->lengths[b] + t + 1);
+                for (int hh = 0; hh < H; hh++) {
+                    const float *k = keys + ((int64_t)b * H + hh) * cap * hd;
+                    const float *v = values + ((int64_t)b * H + hh) * cap * hd;
+                    float q[hd];
+                    for (int i = 0; i < hd; i++) q[i] = row[hh * hd + i] * model->query_scale;
+                    for (int j = 0; j < n; j++) scores[j] = dot(q, k + (int64_t)j * hd, hd);
+                    softmax_(scores, n);
+                    weighted_sum(scores, v, n, hd, attn + ((int64_t)b * T + t) * d + hh * hd);
+                }
+            }
+        product(&layer->self_out, attn, d, M, wide, 0);
+        add_rows(x, wide, M, d, layer->self_out.n_pad);
+
+        /* cross-attention over the source (query scale folded into cross_query) */
+        affine(&layer->cross_query, x, M, h, wide, 0);
+        const int ldc = layer->cross_query.n_pad;
+        const int last = l == model->n_layers - 1 && call->weights != NULL;
+        for (int b = 0; b < B; b++) {
+            int cb = call->cross_batch == 1 ? 0 : b;
+            const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + (int64_t)(call->pad_batch == 1 ? 0 : b) * S;
+            for (int t = 0; t < T; t++)
+                for (int hh = 0; hh < H; hh++) {
+                    const float *q = wide + ((int64_t)b * T + t) * ldc + hh * hd;
+                    const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh) * S * hd;
+                    const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
+                    for (int j = 0; j < S; j++)
+                        scores[j] = pad != NULL && pad[j] ? -INFINITY : dot(q, k + (int64_t)j * hd, hd);
+                    softmax_(scores, S);
+                    if (last) {
+                        float *w = call->weights + ((int64_t)b * T + t) * S;
+                        for (int j = 0; j < S; j++) w[j] += scores[j] / (float)H;
+                    }
+                    weighted_sum(scores, v, S, hd, head_out);
+                    memcpy(attn + ((int64_t)b * T + t) * d + hh * hd, head_out, sizeof(float) * hd);
+                }
+        }
+        product(&layer->cross_out, attn, d, M, wide, 0);
+        add_rows(x, wide, M, d, layer->cross_out.n_pad);
+
+        /* feed-forward */
+        affine(&layer->up, x, M, h, wide, 1);
+        product(&layer->down, wide, layer->up.n_pad, M, attn, 0);
+        add_rows(x, attn, M, d, layer->down.n_pad);
+    }
+    affine(model->output, x, M, h, wide, 0);
+    for (int r = 0; r < M; r++)
+        memcpy(call->logits + (int64_t)r * model->vocab, wide + (int64_t)r * model->output->n_pad,
+               sizeof(float) * model->vocab);
+    free(block);
+    return 0;
+}

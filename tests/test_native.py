@@ -1,0 +1,144 @@
+"""The C decoder step (molspec_core/native.py, csrc/decoder_step.c) computes what the NumPy step computes.
+
+The decoders' exactness tests (test_decoding.py, test_speculative_beam.py) run on this engine too;
+here the call itself is pinned: logits, cross-attention, the keys/values it leaves in the cache, and
+the property that makes speculative decoding equal greedy to the bit on it: a token's logits do not
+depend on the other tokens or rows of the call.
+"""
+import pytest
+import torch
+
+from conftest import needs_native, on_engine, random_model, random_sources
+from molspec_core import native
+from molspec_core.decoding.batch import start
+from molspec_core.decoding.greedy import greedy
+from molspec_core.drafting import make_drafter
+from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.native import NativeStep, NativeUnavailable
+from molspec_core.service import Predictor
+from molspec_core.tokenizer import PAD_ID
+from test_npstep import one_call
+
+pytestmark = needs_native
+
+
+@pytest.mark.parametrize("lengths", [[3, 3, 3], [2, 5, 4]], ids=["same-length", "ragged"])
+@pytest.mark.parametrize("t_new", [1, 4, 7, 50])  # 7 rows: past a register block; 150 rows: many blocks
+def test_native_step_equals_the_numpy_step(lengths, t_new):
+    sources = random_sources(4, 3, 14, 3, 12)  # different lengths: source padding is masked
+    tokens = torch.tensor(random_sources(5, 3, 14, t_new, t_new)).unsqueeze(1)  # (3, 1, T)
+    keep = [t_new, 1, max(t_new - 1, 0)]
+    reference = one_call(random_model(3, engine="numpy"), sources, lengths, tokens, keep)
+    fast = random_model(3, engine="native")
+    assert isinstance(fast.numpy_step, NativeStep)
+    native_run = one_call(fast, sources, lengths, tokens, keep)
+    for name, a, b in zip(("logits", "cross-attention", "pending keys", "next logits"), reference, native_run):
+        assert a.shape == b.shape, name
+        assert torch.allclose(a, b, atol=1e-5), name
+    for a, b in zip(reference[4], native_run[4]):
+        for row, n in enumerate(reference[5].tolist()):  # the slots each row really has; others are never read
+            assert torch.allclose(a[row, :, :n], b[row, :, :n], atol=1e-5)
+    assert torch.equal(reference[5], native_run[5])
+
+
+@pytest.mark.parametrize("width", [32, 64])  # widths 32 and 64: output panels that do and do not fill a block
+def test_a_tokens_logits_do_not_depend_on_the_rest_of_the_call(width):
+    """Token j's logits from one call of T tokens equal, bit for bit, those of the call of its first
+    j + 1 tokens, and a row's equal those of the same row called with other rows beside it."""
+    model = random_model(7, vocab_size=40, engine="native", d_model=width, n_heads=4, d_ff=2 * width)
+    sources = random_sources(9, 3, 40, 5, 20)
+    tokens = torch.tensor(random_sources(10, 3, 40, 11, 11)).unsqueeze(1)  # (3, 1, 11)
+    with torch.inference_mode():
+        cache, _ = start(model, sources, None, padding=40)
+        model.decode(tokens[:, :, :2], cache)
+        cache.commit(torch.tensor([2, 1, 0]))  # ragged prefixes
+        whole, weights = model.decode(tokens, cache, cross_attention=True)
+        for j in range(tokens.shape[-1]):
+            part, part_weights = model.decode(tokens[:, :, :j + 1], cache, cross_attention=True)
+            assert torch.equal(part[:, :, j], whole[:, :, j]), j
+            assert torch.equal(part_weights[:, :, j], weights[:, :, j]), j
+        alone = []
+        for row in range(3):
+            single, _ = start(model, [sources[row]], None, padding=40)
+            model.decode(tokens[row:row + 1, :, :2], single)
+            single.commit(torch.tensor([[2, 1, 0][row]]))
+            alone.append(model.decode(tokens[row:row + 1], single)[0])
+    for row, logits in enumerate(alone):  # the encoder (NumPy) computed each source alone here, so only close
+        assert torch.allclose(logits, whole[row:row + 1], atol=1e-5)
+
+
+def test_speculative_greedy_equals_greedy_to_the_bit():
+    """Same tokens and the same scores, not just close ones (see the property above)."""
+    model = random_model(11, vocab_size=8, engine="native")
+    sources = random_sources(12, 6, 8, 4, 30)
+    plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 1))
+    for name in ("lookup", "pointer"):
+        fast = greedy(model, sources, lambda s: make_drafter(name, s, 8, 1))
+        for a, b in zip(plain, fast):
+            assert a.hypotheses[0].tokens == b.hypotheses[0].tokens
+            assert a.hypotheses[0].score == b.hypotheses[0].score
+
+
+def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
+    calls = []
+    original = NativeStep.__call__
+    monkeypatch.setattr(NativeStep, "__call__", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    model, vocab = copy_model
+    fast = on_engine(model, "native")
+    sources = random_sources(2, 5, len(vocab), 4, 12)
+    results = [greedy(fast, [s], lambda s: make_drafter("pointer", s, 8, 1))[0] for s in sources]
+    assert len(calls) == sum(r.stats.model_calls for r in results) > 0
+
+
+def test_position_limit_is_kept():
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(preset("tiny", 14, max_positions=12)).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(param.half().float())
+    model.use_numpy_step(native=True)
+    with torch.inference_mode():
+        src = torch.tensor([[5, 6, 7]])
+        cache = model.new_cache(model.encode(src), src != PAD_ID, capacity=20)
+        cache.lengths = torch.tensor([10])
+        with pytest.raises(ValueError, match="positions"):
+            model.decode(torch.full((1, 1, 3), 5), cache)
+
+
+def test_weights_not_float16_values_are_refused_with_the_reason():
+    model = random_model(3)
+    with torch.no_grad():
+        model.decoder[0].ff.up.weight[0, 0] += 1e-4
+    with pytest.raises(NativeUnavailable, match="float16"):
+        model.use_numpy_step(native=True)
+
+
+@pytest.fixture()
+def fresh_build(monkeypatch, tmp_path):
+    """The C step built anew, into an empty cache folder; the process's build is restored after."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    native._library.cache_clear()
+    yield tmp_path
+    native._library.cache_clear()
+
+
+@pytest.mark.parametrize("cause, setup", [
+    ("lacks", lambda mp: mp.setattr(native, "_cpu_flags", lambda: {"avx2"})),
+    ("compiling decoder_step.c failed", lambda mp: mp.setenv("CC", "false")),
+])
+def test_where_it_cannot_run_auto_takes_numpy_and_native_says_why(fresh_build, monkeypatch, cause, setup):
+    setup(monkeypatch)
+    assert cause in native.native_unavailable()
+    assert Predictor.load("retro", "cpu").engine == "numpy"
+    with pytest.raises(ValueError, match=f"engine native cannot run here: .*{cause}"):
+        Predictor.load("retro", "cpu", engine="native")
+
+
+def test_built_into_the_cache_once(fresh_build):
+    assert native.native_unavailable() is None
+    built = list((fresh_build / "molspec").glob("decoder_step-*.so"))
+    assert len(built) == 1
+    native._library.cache_clear()
+    stamp = built[0].stat().st_mtime_ns
+    assert native.native_unavailable() is None
+    assert built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
