@@ -58,6 +58,9 @@ class KVCache:
     # The slot tensors a reorder of the same batch size writes into next (the ones it replaced): a beam
     # step reorders every call, and allocating fresh full-capacity slots each time cost a fifth of it.
     _spare: list[torch.Tensor] = field(default_factory=list)
+    # What an engine keeps for this cache between calls (native.py: the C call's pointer tables); the
+    # engine checks it against the cache's tensors before each use.
+    engine_state: object | None = None
 
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.c"
 CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11")  # native: AVX-512 where the CPU has it
+# Instruction sets the C step can be built for: "native" is this CPU's best (AVX-512 or AVX2); "avx2"
+# leaves AVX-512 out, so that a machine with it also builds and tests the AVX2 code other CPUs run.
+ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
 CPU_FLAGS = ("avx2", "fma", "f16c")
 
 
@@ -59,8 +62,8 @@ class NativeUnavailable(RuntimeError):
 
 
 @functools.cache
-def _library() -> ctypes.CDLL:
-    """The compiled decoder step, built once per source version and CPU kind."""
+def _library(isa: str = "native") -> ctypes.CDLL:
+    """The compiled decoder step, built once per source version, CPU kind and instruction set."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         raise NativeUnavailable(f"the C step is written for x86-64 with AVX2; this machine is {platform.machine()}")
     missing = [flag for flag in CPU_FLAGS if flag not in _cpu_flags()]
@@ -71,13 +74,14 @@ def _library() -> ctypes.CDLL:
         raise NativeUnavailable("no C compiler found (cc or gcc; or set CC)")
     source = SOURCE.read_bytes()
     cpu = " ".join(sorted(_cpu_flags()))  # -march=native builds for this CPU kind
-    key = hashlib.sha256(source + " ".join(CFLAGS).encode() + cpu.encode()).hexdigest()[:16]
+    flags = CFLAGS + ISA_FLAGS[isa]
+    key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
     target = _cache_dir() / f"decoder_step-{key}.so"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # built aside, then renamed: atomic
             built = Path(tmp) / target.name
-            result = subprocess.run([compiler, *CFLAGS, str(SOURCE), "-o", str(built), "-lm"],
+            result = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
                                     capture_output=True, text=True)
             if result.returncode != 0:
                 raise NativeUnavailable(f"compiling {SOURCE.name} failed: {result.stderr.strip()[:500]}")
@@ -89,10 +93,10 @@ def _library() -> ctypes.CDLL:
     return library
 
 
-def native_unavailable() -> str | None:
+def native_unavailable(isa: str = "native") -> str | None:
     """Why the C step cannot run on this machine, or None when it can."""
     try:
-        _library()
+        _library(isa)
     except NativeUnavailable as exc:
         return str(exc)
     return None
@@ -120,8 +124,36 @@ class _CCall(ctypes.Structure):
                 ("upto", ctypes.c_int32), ("src_len", ctypes.c_int32), ("cross_batch", ctypes.c_int32),
                 ("pad_batch", ctypes.c_int32), ("tokens", ctypes.c_void_p), ("lengths", ctypes.c_void_p),
                 ("keys", ctypes.c_void_p), ("values", ctypes.c_void_p), ("cross_keys", ctypes.c_void_p),
-                ("cross_values", ctypes.c_void_p), ("src_pad", ctypes.c_void_p), ("pending_keys", ctypes.c_void_p),
-                ("pending_values", ctypes.c_void_p), ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p)]
+                ("cross_values", ctypes.c_void_p), ("src_pad", ctypes.c_void_p), ("pending", ctypes.c_void_p),
+                ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p)]
+
+
+class _Binding:
+    """A cache's tensors as the C call reads them: pointer tables made once per cache, and again only
+    after a reorder or a gather puts new tensors in it (each call checks that they are the same)."""
+
+    def __init__(self, cache: KVCache):
+        self.tensors = _tensors_of(cache)
+        layers = cache.layers
+        pointers = ctypes.c_void_p * len(layers)
+        cross_keys = [layer.cross_keys.contiguous() for layer in layers]
+        cross_values = [layer.cross_values.contiguous() for layer in layers]
+        self.tables = [pointers(*(t.data_ptr() for t in group)) for group in (
+            [layer.keys for layer in layers], [layer.values for layer in layers], cross_keys, cross_values)]
+        pad = cache.src_pad_mask.contiguous() if cache.src_attention_mask() is not None else None
+        self.held = cross_keys + cross_values + [pad]  # contiguous copies, if any were made, live as long
+        self.call = _CCall()
+        call, first = self.call, layers[0]
+        call.capacity, call.src_len = int(first.keys.shape[2]), int(first.cross_keys.shape[2])
+        call.cross_batch = int(first.cross_keys.shape[0])
+        call.pad_batch = 1 if pad is None else int(pad.shape[0])
+        call.keys, call.values, call.cross_keys, call.cross_values = (ctypes.addressof(t) for t in self.tables)
+        call.src_pad = None if pad is None else pad.data_ptr()
+
+
+def _tensors_of(cache: KVCache) -> list[torch.Tensor | None]:
+    return [t for layer in cache.layers for t in (layer.keys, layer.values, layer.cross_keys, layer.cross_values)
+            ] + [cache.src_pad_mask]
 
 
 def _panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, int]:
@@ -140,8 +172,8 @@ class NativeStep(NumpyStep):
     """NumpyStep whose decoder call runs in C (see the module docstring); encode and the cross
     keys/values of a new cache are NumpyStep's."""
 
-    def __init__(self, model: torch.nn.Module):
-        reason = native_unavailable()
+    def __init__(self, model: torch.nn.Module, isa: str = "native"):
+        reason = native_unavailable(isa)
         if reason is not None:
             raise NativeUnavailable(reason)
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -150,7 +182,7 @@ class NativeStep(NumpyStep):
         if model.cfg.d_model % 16:
             raise NativeUnavailable(f"the C step needs a model width that is a multiple of 16, not {model.cfg.d_model}")
         super().__init__(model)
-        self._library = _library()
+        self._library = _library(isa)
         self._keep: list[object] = []  # every array the C structures point into
         n_layers = len(self.layers)
         c_layers = (_CLayer * n_layers)()
@@ -180,32 +212,28 @@ class NativeStep(NumpyStep):
         batch, _, t_new = tokens.shape
         if where.upto > self.max_positions:
             raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
-        first = cache.layers[0]
-        if not all(t.is_contiguous() for layer in cache.layers for t in (layer.keys, layer.values)):
-            return super().__call__(tokens, cache, where, want_weights)
-        ids = tokens.reshape(batch * t_new).to(torch.int64).contiguous()
-        lengths = where.lengths.to(torch.int64).contiguous()
-        heads, head_dim = self.n_heads, self.head_dim
-        pending_keys = [torch.empty(batch, heads, t_new, head_dim) for _ in cache.layers]
-        pending_values = [torch.empty(batch, heads, t_new, head_dim) for _ in cache.layers]
-        cross_keys = [layer.cross_keys.contiguous() for layer in cache.layers]
-        cross_values = [layer.cross_values.contiguous() for layer in cache.layers]
-        pad = cache.src_pad_mask.contiguous() if cache.src_attention_mask() is not None else None
-        src_len = int(first.cross_keys.shape[2])
+        binding = cache.engine_state
+        if not isinstance(binding, _Binding) or any(a is not b for a, b in zip(binding.tensors, _tensors_of(cache))):
+            if not all(t.is_contiguous() for layer in cache.layers for t in (layer.keys, layer.values)):
+                return super().__call__(tokens, cache, where, want_weights)
+            binding = cache.engine_state = _Binding(cache)
+        ids = tokens.reshape(batch * t_new).contiguous()
+        lengths = where.lengths.contiguous()
+        if ids.dtype != torch.int64 or lengths.dtype != torch.int64:
+            raise TypeError("token ids and cache lengths must be int64")
+        n_layers = len(cache.layers)
+        pending = torch.empty(2, n_layers, batch, self.n_heads, t_new, self.head_dim)
         logits = torch.empty(batch * t_new, self.embed.shape[0])
-        weights = torch.empty(batch, t_new, src_len) if want_weights else None
-        tables = [self._pointers(*(t.data_ptr() for t in tensors)) for tensors in (  # one pointer per layer
-            [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers],
-            cross_keys, cross_values, pending_keys, pending_values)]  # held until the call returns
-        call = _CCall(batch, t_new, int(first.keys.shape[2]), where.upto, src_len, int(first.cross_keys.shape[0]),
-                      1 if pad is None else int(pad.shape[0]), ids.data_ptr(), lengths.data_ptr(),
-                      *(ctypes.addressof(table) for table in tables[:4]), None if pad is None else pad.data_ptr(),
-                      *(ctypes.addressof(table) for table in tables[4:]), logits.data_ptr(),
-                      None if weights is None else weights.data_ptr())
+        weights = torch.empty(batch, t_new, binding.call.src_len) if want_weights else None
+        call = binding.call
+        call.batch, call.t_new, call.upto = batch, t_new, where.upto
+        call.tokens, call.lengths, call.pending = ids.data_ptr(), lengths.data_ptr(), pending.data_ptr()
+        call.logits, call.weights = logits.data_ptr(), None if weights is None else weights.data_ptr()
         if self._library.decoder_step(ctypes.byref(self._model), ctypes.byref(call)) != 0:
             raise MemoryError("the C decoder step could not allocate its scratch memory")
-        for layer, keys, values in zip(cache.layers, pending_keys, pending_values):
-            layer.pending_keys, layer.pending_values = keys[:, :, None], values[:, :, None]  # (B, H, 1, T, hd)
+        views = pending.view(2 * n_layers, batch, self.n_heads, 1, t_new, self.head_dim).unbind(0)  # (B, H, 1, T, hd) each
+        for layer, keys, values in zip(cache.layers, views[:n_layers], views[n_layers:]):
+            layer.pending_keys, layer.pending_values = keys, values
         cache.written_in_place = True
-        out_weights = weights.view(batch, 1, t_new, src_len) if weights is not None else None
+        out_weights = weights.view(batch, 1, t_new, -1) if weights is not None else None
         return logits.view(batch, 1, t_new, -1), out_weights

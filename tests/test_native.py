@@ -22,16 +22,27 @@ from test_npstep import one_call
 pytestmark = needs_native
 
 
+@pytest.fixture(params=["native", "avx2"])
+def isa(request) -> str:
+    """The instruction set the C step is built for: this CPU's best, and AVX2 alone (what CPUs without
+    AVX-512 run; on a CPU with it, this builds and tests that code too)."""
+    return request.param
+
+
+def native_model(seed: int, isa: str, **kwargs) -> Seq2SeqTransformer:
+    model = random_model(seed, engine="numpy", **kwargs)
+    model.numpy_step = NativeStep(model, isa)
+    return model
+
+
 @pytest.mark.parametrize("lengths", [[3, 3, 3], [2, 5, 4]], ids=["same-length", "ragged"])
-@pytest.mark.parametrize("t_new", [1, 4, 7, 50])  # 7 rows: past a register block; 150 rows: many blocks
-def test_native_step_equals_the_numpy_step(lengths, t_new):
+@pytest.mark.parametrize("t_new", [1, 4, 7, 50])  # 3 to 150 rows: row blocks of every size, and many blocks
+def test_native_step_equals_the_numpy_step(lengths, t_new, isa):
     sources = random_sources(4, 3, 14, 3, 12)  # different lengths: source padding is masked
     tokens = torch.tensor(random_sources(5, 3, 14, t_new, t_new)).unsqueeze(1)  # (3, 1, T)
     keep = [t_new, 1, max(t_new - 1, 0)]
     reference = one_call(random_model(3, engine="numpy"), sources, lengths, tokens, keep)
-    fast = random_model(3, engine="native")
-    assert isinstance(fast.numpy_step, NativeStep)
-    native_run = one_call(fast, sources, lengths, tokens, keep)
+    native_run = one_call(native_model(3, isa), sources, lengths, tokens, keep)
     for name, a, b in zip(("logits", "cross-attention", "pending keys", "next logits"), reference, native_run):
         assert a.shape == b.shape, name
         assert torch.allclose(a, b, atol=1e-5), name
@@ -42,10 +53,10 @@ def test_native_step_equals_the_numpy_step(lengths, t_new):
 
 
 @pytest.mark.parametrize("width", [32, 64])  # widths 32 and 64: output panels that do and do not fill a block
-def test_a_tokens_logits_do_not_depend_on_the_rest_of_the_call(width):
+def test_a_tokens_logits_do_not_depend_on_the_rest_of_the_call(width, isa):
     """Token j's logits from one call of T tokens equal, bit for bit, those of the call of its first
     j + 1 tokens, and a row's equal those of the same row called with other rows beside it."""
-    model = random_model(7, vocab_size=40, engine="native", d_model=width, n_heads=4, d_ff=2 * width)
+    model = native_model(7, isa, vocab_size=40, d_model=width, n_heads=4, d_ff=2 * width)
     sources = random_sources(9, 3, 40, 5, 20)
     tokens = torch.tensor(random_sources(10, 3, 40, 11, 11)).unsqueeze(1)  # (3, 1, 11)
     with torch.inference_mode():
@@ -70,6 +81,7 @@ def test_a_tokens_logits_do_not_depend_on_the_rest_of_the_call(width):
 def test_speculative_greedy_equals_greedy_to_the_bit():
     """Same tokens and the same scores, not just close ones (see the property above)."""
     model = random_model(11, vocab_size=8, engine="native")
+    assert isinstance(model.numpy_step, NativeStep)
     sources = random_sources(12, 6, 8, 4, 30)
     plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 1))
     for name in ("lookup", "pointer"):

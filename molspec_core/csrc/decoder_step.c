@@ -53,8 +53,7 @@ typedef struct {
     const float *const *cross_keys;   /* per layer: (cross_batch, heads, src_len, head_dim) */
     const float *const *cross_values;
     const uint8_t *src_pad; /* (pad_batch, src_len), nonzero = padding; NULL: none */
-    float *const *pending_keys;   /* per layer: (batch, heads, t_new, head_dim) */
-    float *const *pending_values;
+    float *pending;         /* (2, n_layers, batch, heads, t_new, head_dim): the new keys, then the new values */
     float *logits;          /* (batch * t_new, vocab) */
     float *weights;         /* (batch, t_new, src_len): last layer's head-mean cross-attention; NULL: not asked */
 } Call;
@@ -66,11 +65,11 @@ typedef struct {
  * latency (one row and one panel would wait 4 cycles per k). With AVX-512 a panel is one register
  * (32 of them), with AVX2 two (16 of them): the block shapes differ, the order of the sums does not. */
 #ifdef __AVX512F__
-#define ROWS_MAX 8
+#define ROWS_MAX 12 /* 12 rows x 2 panels = 24 accumulators, + 2 weights + 1 broadcast of 32 zmm */
 #define COLS_MAX 8
 static int panels_for(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : 2; }
 #else
-#define ROWS_MAX 6
+#define ROWS_MAX 6 /* 6 rows x 1 panel x 2 halves = 12 accumulators, + 2 weights + 1 broadcast of 16 ymm */
 #define COLS_MAX 4
 static int panels_for(int rows) { return rows == 1 ? 4 : rows <= 3 ? 2 : 1; }
 #endif
@@ -131,12 +130,16 @@ static inline __attribute__((always_inline)) void panel_block(int rows, int cols
 #endif
 }
 
-#define BLOCK(R, C) panel_block(R, C, xr, ldx, panel, panel_size, a->k, bias, o, a->n_pad, relu)
-#define COLS_CASES(R) switch (cols) { \
-    case 1: BLOCK(R, 1); break; case 2: if (2 <= COLS_MAX) BLOCK(R, 2); break; \
-    case 3: if (3 <= COLS_MAX) BLOCK(R, 3); break; case 4: if (4 <= COLS_MAX) BLOCK(R, 4); break; \
-    case 5: if (5 <= COLS_MAX) BLOCK(R, 5); break; case 6: if (6 <= COLS_MAX) BLOCK(R, 6); break; \
-    case 7: if (7 <= COLS_MAX) BLOCK(R, 7); break; default: if (8 <= COLS_MAX) BLOCK(R, 8); break; }
+/* The block shapes product() uses, each compiled with constant sizes so its accumulators stay in registers. */
+#define CASE(R, C) case R * 16 + C: panel_block(R, C, xr, ldx, panel, panel_size, a->k, bias, o, a->n_pad, relu); break;
+#define UP_TO_2(R) CASE(R, 1) CASE(R, 2)
+#define UP_TO_4(R) UP_TO_2(R) CASE(R, 3) CASE(R, 4)
+#ifdef __AVX512F__
+#define SHAPES UP_TO_4(1) CASE(1, 5) CASE(1, 6) CASE(1, 7) CASE(1, 8) UP_TO_4(2) UP_TO_4(3) UP_TO_2(4) UP_TO_2(5) \
+    UP_TO_2(6) UP_TO_2(7) UP_TO_2(8) UP_TO_2(9) UP_TO_2(10) UP_TO_2(11) UP_TO_2(12)
+#else
+#define SHAPES UP_TO_4(1) UP_TO_2(2) UP_TO_2(3) CASE(4, 1) CASE(5, 1) CASE(6, 1)
+#endif
 
 /* out (m, n_pad) = x (m, k) @ W + bias, optionally ReLU'd; x rows ldx apart. */
 static void product(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
@@ -151,16 +154,7 @@ static void product(const Affine *a, const float *x, int64_t ldx, int m, float *
             const float *bias = a->bias + 16 * p;
             float *o = out + (int64_t)r * a->n_pad + 16 * p;
             const int cols = n_panels - p < step ? n_panels - p : step;
-            switch (rows) { /* constant shapes: the accumulators stay in registers */
-            case 1: COLS_CASES(1) break;
-            case 2: COLS_CASES(2) break;
-            case 3: COLS_CASES(3) break;
-            case 4: COLS_CASES(4) break;
-            case 5: COLS_CASES(5) break;
-            case 6: COLS_CASES(6) break;
-            case 7: if (7 <= ROWS_MAX) COLS_CASES(7) break;
-            default: if (8 <= ROWS_MAX) COLS_CASES(8) break;
-            }
+            switch (rows * 16 + cols) { SHAPES }
         }
     }
 }
@@ -295,6 +289,9 @@ int decoder_step(const Model *model, const Call *call) {
     for (int l = 0; l < model->n_layers; l++) {
         const Layer *layer = model->layers + l;
         float *keys = call->keys[l], *values = call->values[l];
+        const int64_t layer_pending = (int64_t)B * H * T * hd;
+        float *pending_keys = call->pending + l * layer_pending;
+        float *pending_values = call->pending + (model->n_layers + l) * layer_pending;
         const int ldq = layer->qkv.n_pad;
         /* self-attention: new keys/values into their slots (and pending), then each token reads its row's
          * prefix and the new tokens up to itself: slots 0 .. lengths[b] + t */
@@ -308,8 +305,8 @@ int decoder_step(const Model *model, const Call *call) {
                     int64_t pend = (((int64_t)b * H + hh) * T + t) * hd;
                     memcpy(keys + at, row + d + hh * hd, sizeof(float) * hd);
                     memcpy(values + at, row + 2 * d + hh * hd, sizeof(float) * hd);
-                    memcpy(call->pending_keys[l] + pend, row + d + hh * hd, sizeof(float) * hd);
-                    memcpy(call->pending_values[l] + pend, row + 2 * d + hh * hd, sizeof(float) * hd);
+                    memcpy(pending_keys + pend, row + d + hh * hd, sizeof(float) * hd);
+                    memcpy(pending_values + pend, row + 2 * d + hh * hd, sizeof(float) * hd);
                 }
             }
         for (int b = 0; b < B; b++)

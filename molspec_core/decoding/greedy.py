@@ -64,7 +64,7 @@ def settle_lists(logits: np.ndarray, draft_tokens: Sequence[Sequence[Sequence[in
     argmax = logits.argmax(axis=-1)  # (R, N, 1+D)
     n_accepted, branch = accept_greedy_lists(draft_tokens, argmax.tolist())
     rows = np.arange(len(branch))
-    chosen = logits[rows, branch]  # (R, 1+D, V)
+    chosen = logits[rows, branch] if logits.shape[1] > 1 else logits[:, 0]  # (R, 1+D, V)
     top = chosen.max(axis=-1, keepdims=True)
     best_log_probs = -np.log(np.exp(chosen - top).sum(axis=-1))  # the largest log-softmax value
     peaks = attention[rows, branch, n_accepted].argmax(axis=-1).tolist() if attention is not None else None
