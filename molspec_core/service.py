@@ -232,6 +232,18 @@ class Predictor:
         encoder = "fbgemm-fp16" if step.packed else "openblas"
         return f"c-fp16 (encoder {encoder})" if isinstance(step, NativeStep) else encoder
 
+    @property
+    def engine_description(self) -> str:
+        """The engine and its products' kernel, for people (the app's sidebar)."""
+        kernels = {"fbgemm-fp16": "fp16-weight products", "openblas": "OpenBLAS products"}
+        step = self.model.numpy_step
+        if step is None:
+            return "torch"
+        encoder = kernels["fbgemm-fp16" if step.packed else "openblas"]
+        if isinstance(step, NativeStep):
+            return f"C decoder step, fp16 weights (encoder in NumPy, {encoder})"
+        return f"NumPy step, {encoder}"
+
     @classmethod
     def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto") -> "Predictor":
         """A shipped model by task name ("forward", "retro") or a model folder. engine: see ENGINES."""

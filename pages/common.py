@@ -176,10 +176,8 @@ def render_sidebar() -> Settings:
              f"for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
     round_trip_model, round_trip_k = _round_trip_settings(task)
     if predictor is not None:
-        engine = {"fbgemm-fp16": "NumPy step, fp16-weight products", "openblas": "NumPy step, OpenBLAS products",
-                  "torch": "torch"}[predictor.products]
         sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
-                   f"engine: {engine} · threads: {predictor.threads}")
+                   f"engine: {predictor.engine_description} · threads: {predictor.threads}")
     return Settings(task, model, method, n_best, draft_len, n_drafts, sampling, round_trip_model, round_trip_k,
                     augment)
 

@@ -161,6 +161,16 @@ def test_examples_are_valid_reactions_with_known_products():
 
 
 @needs_forward
+def test_sidebar_names_the_engine_that_runs_the_model():
+    from molspec_core.service import Predictor
+
+    at = app().run()
+    assert_clean(at)
+    expected = Predictor.load("forward", "cpu").engine_description  # auto: C where it builds, else NumPy
+    assert f"engine: {expected}" in texts(at.sidebar.caption)
+
+
+@needs_forward
 def test_predict_page_predicts_with_the_shipped_model():
     at = app().run()
     assert_clean(at)
