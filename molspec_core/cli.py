@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .methods import METHODS, SamplingOptions
+from .native import DTYPES
 from .service import DEFAULT_TIME_LIMIT_S, ENGINES
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
                        "auto = C on CPU where it builds, else NumPy; torch elsewhere; torch = always torch (for comparison)")
+        p.add_argument("--dtype", default="float32", choices=DTYPES, help="what the decoder calls compute with: "
+                       "int8 = int8 weights and activations (native engine only; answers may differ, see the model cards)")
         p.add_argument("--method", default="greedy", choices=METHODS)
         p.add_argument("--n-best", type=at_least(1), default=1)
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
@@ -231,7 +234,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
         raise ValueError("--round-trip runs in this process only; leave out --ray")
-    predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine)
+    predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
+                               "float32" if cluster else args.dtype)
     check = round_trip_check(args, predictor)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
                    sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment)
@@ -256,7 +260,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
         n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                               args.engine)
+                               args.engine, args.dtype)
     else:
         n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
@@ -313,7 +317,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # as asked, or refused, never swapped for another.
     method = args.method or ("beam" if args.n_best > 1 else "greedy")
     check_method(method, args.n_best)
-    predictor = Predictor.load(args.model, args.device, args.engine)
+    predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
@@ -331,7 +335,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     check_method(args.method, args.n_best)
-    predictor = Predictor.load(args.model, args.device, args.engine)
+    predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
     fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size,
                              augment=args.augment)
@@ -408,7 +412,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
-    predictor = Predictor.load(args.model, args.device, args.engine)
+    predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = None
         if args.peer:

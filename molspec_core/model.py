@@ -244,15 +244,17 @@ class Seq2SeqTransformer(nn.Module):
     def device(self) -> torch.device:
         return self.embed.weight.device
 
-    def use_numpy_step(self, on: bool = True, native: bool = False) -> None:
+    def use_numpy_step(self, on: bool = True, native: bool = False, dtype: str = "float32") -> None:
         """Take lean calls through NumPy (npstep.py), or through C (native.py: the decoder call in one
-        C function) if `native`, built from the weights as they are now; for float32 inference on CPU
-        only. Load new weights, then call this again. native raises NativeUnavailable, with the reason,
-        where the C step cannot run."""
+        C function, computing with `dtype`) if `native`, built from the weights as they are now; for
+        float32 models on CPU only. Load new weights, then call this again. native raises
+        NativeUnavailable, with the reason, where the C step cannot run."""
+        if dtype != "float32" and not (on and native):
+            raise ValueError(f"dtype {dtype} runs on the native engine only")
         if on and (self.device.type != "cpu" or self.embed.weight.dtype != torch.float32):
             raise ValueError("the NumPy step runs float32 models on CPU only")
         if on and native:
-            self.numpy_step = NativeStep(self)
+            self.numpy_step = NativeStep(self, dtype=dtype)
         else:
             self.numpy_step = NumpyStep(self) if on else None
         if on:  # NumPy's BLAS would otherwise use every core, whatever torch was told
@@ -343,6 +345,9 @@ class Seq2SeqTransformer(nn.Module):
         in_place = self._in_place(cache, n_branches, t_new) if lean else None
         if in_place is not None and self.numpy_step is not None and not self.training:
             return self.numpy_step(tokens, cache, in_place, cross_attention)
+        if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function
+            raise ValueError(f"dtype {self.numpy_step.dtype} decodes one draft per row; a method that verifies "
+                             "several drafts per call (as the paper's) needs float32")
         if in_place is not None and in_place.start is not None:
             positions = torch.arange(in_place.start, in_place.upto, device=tokens.device).expand(batch, t_new)
         else:

@@ -33,7 +33,7 @@ from .npstep import NumpyStep, _Affine, fp16_exact
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.c"
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11")  # native: AVX-512 where the CPU has it
+CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-Werror=implicit-function-declaration")  # native: AVX-512 where the CPU has it
 # Instruction sets the C step can be built for: "native" is this CPU's best (AVX-512 or AVX2); "avx2"
 # leaves AVX-512 out, so that a machine with it also builds and tests the AVX2 code other CPUs run.
 ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
@@ -87,9 +87,13 @@ def _library(isa: str = "native") -> ctypes.CDLL:
                 raise NativeUnavailable(f"compiling {SOURCE.name} failed: {result.stderr.strip()[:500]}")
             built.replace(target)
         log.info("built the C decoder step: %s", target)
-    library = ctypes.CDLL(str(target))
+    try:
+        library = ctypes.CDLL(str(target))
+    except OSError as exc:
+        raise NativeUnavailable(f"loading the built C step failed: {exc}") from None
     library.decoder_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     library.decoder_step.restype = ctypes.c_int
+    library.int8_vnni.restype = ctypes.c_int
     return library
 
 
@@ -104,7 +108,8 @@ def native_unavailable(isa: str = "native") -> str | None:
 
 class _CAffine(ctypes.Structure):
     _fields_ = [("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("gain", ctypes.c_void_p),
-                ("eps", ctypes.c_float), ("k", ctypes.c_int32), ("n", ctypes.c_int32), ("n_pad", ctypes.c_int32)]
+                ("eps", ctypes.c_float), ("k", ctypes.c_int32), ("n", ctypes.c_int32), ("n_pad", ctypes.c_int32),
+                ("q", ctypes.c_void_p), ("q_scale", ctypes.c_void_p), ("q_sum", ctypes.c_void_p), ("k4", ctypes.c_int32)]
 
 
 class _CLayer(ctypes.Structure):
@@ -156,6 +161,9 @@ def _tensors_of(cache: KVCache) -> list[torch.Tensor | None]:
             ] + [cache.src_pad_mask]
 
 
+DTYPES = ("float32", "int8")  # what the decoder call computes with (see NativeStep)
+
+
 def _panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, int]:
     """W (k, n) as float16 panels of 16 output columns, (n_pad / 16, k, 16), and the bias padded to n_pad."""
     k, n = affine.weight.shape
@@ -168,11 +176,38 @@ def _panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, int]:
     return panels, bias, n_pad
 
 
+def _int8_panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """W (k, n) as int8 per output column, W ~ q * scale with q in [-127, 127], in panels of 16 columns
+    by 4 rows of k, (n_pad / 16, k4 / 4, 16, 4) (k4: k rounded up to 4, zero rows added), with the
+    scales and the column sums of q, each padded to n_pad."""
+    k, n = affine.weight.shape
+    n_pad, k4 = -(-n // 16) * 16, -(-k // 4) * 4
+    top = np.abs(affine.weight).max(axis=0)
+    scale = np.where(top > 0, top / 127.0, 1.0).astype(np.float32)
+    q = np.zeros((k4, n_pad), dtype=np.int8)
+    q[:k, :n] = np.clip(np.rint(affine.weight / scale), -127, 127)
+    panels = np.ascontiguousarray(q.reshape(k4 // 4, 4, n_pad // 16, 16).transpose(2, 0, 3, 1))
+    scales = np.ones(n_pad, dtype=np.float32)
+    scales[:n] = scale
+    return panels, scales, q.sum(axis=0, dtype=np.int32), k4
+
+
 class NativeStep(NumpyStep):
     """NumpyStep whose decoder call runs in C (see the module docstring); encode and the cross
-    keys/values of a new cache are NumpyStep's."""
+    keys/values of a new cache are NumpyStep's.
 
-    def __init__(self, model: torch.nn.Module, isa: str = "native"):
+    dtype "int8" (issue 16's option): the decoder layers' products take int8 weights (per output
+    column scales) and int8 activations (per row, quantized at each product), summed in int32: a
+    quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction lane. The
+    output projection, the encoder and everything between products stay float32. The int32 sums are
+    exact, so the result is the same on every CPU and a token's logits still do not depend on the
+    rest of the call. It computes another function than float32: its answers differ where the model
+    is nearly undecided (the model cards give the agreement measured)."""
+
+    def __init__(self, model: torch.nn.Module, isa: str = "native", dtype: str = "float32"):
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+        self.dtype = dtype
         reason = native_unavailable(isa)
         if reason is not None:
             raise NativeUnavailable(reason)
@@ -188,7 +223,7 @@ class NativeStep(NumpyStep):
         c_layers = (_CLayer * n_layers)()
         for c_layer, layer in zip(c_layers, self.layers):
             for name in ("qkv", "self_out", "cross_query", "cross_out", "up", "down"):
-                setattr(c_layer, name, self._c_affine(getattr(layer, name)))
+                setattr(c_layer, name, self._c_affine(getattr(layer, name), int8=dtype == "int8"))
         self._output = self._c_affine(self.output)
         embed, positions = np.ascontiguousarray(self.embed), np.ascontiguousarray(self.positions)
         self._keep += [c_layers, embed, positions]
@@ -198,13 +233,23 @@ class NativeStep(NumpyStep):
                               embed.ctypes.data, positions.ctypes.data)
         self._pointers = ctypes.c_void_p * n_layers
 
-    def _c_affine(self, affine: _Affine) -> _CAffine:
+    def _c_affine(self, affine: _Affine, int8: bool = False) -> _CAffine:
         panels, bias, n_pad = _panels(affine)
         gain = None if affine.gain is None else np.ascontiguousarray(affine.gain.numpy(), dtype=np.float32)
         self._keep += [panels, bias, gain]
         k, n = affine.weight.shape
-        return _CAffine(panels.ctypes.data, bias.ctypes.data, None if gain is None else gain.ctypes.data,
-                        affine.eps, k, n, n_pad)
+        c_affine = _CAffine(panels.ctypes.data, bias.ctypes.data, None if gain is None else gain.ctypes.data,
+                            affine.eps, k, n, n_pad)
+        if int8:
+            q, scales, sums, k4 = _int8_panels(affine)
+            self._keep += [q, scales, sums]
+            c_affine.q, c_affine.q_scale, c_affine.q_sum, c_affine.k4 = q.ctypes.data, scales.ctypes.data, sums.ctypes.data, k4
+        return c_affine
+
+    @property
+    def int8_vnni(self) -> bool:
+        """Whether int8 products run on VNNI here (else a plain loop: the same results, slower)."""
+        return bool(self._library.int8_vnni())
 
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:

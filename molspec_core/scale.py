@@ -54,7 +54,7 @@ class Cluster:
 
 
 def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model: str, device: str,
-                   batch_size: int, options: dict[str, Any], engine: str = "auto") -> int:
+                   batch_size: int, options: dict[str, Any], engine: str = "auto", dtype: str = "float32") -> int:
     """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
     writes (the same columns and rows, in input order); returns the number of rejected queries."""
     n_bad = 0
@@ -63,7 +63,7 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
         nonlocal n_bad
         from tqdm import tqdm
 
-        pairs = predicted(table.queries, cluster, portable(model), device, batch_size, options, engine)
+        pairs = predicted(table.queries, cluster, portable(model), device, batch_size, options, engine, dtype)
         for row, found in tqdm(in_row_order(pairs, len(table.queries)), total=len(table.queries),
                                desc="predict (ray)", unit="query"):
             query_rows = json.loads(found)
@@ -81,7 +81,7 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
 
 
 def predicted(queries: list[str], cluster: Cluster, model: str, device: str, batch_size: int,
-              options: dict[str, Any], engine: str = "auto") -> Iterator[tuple[int, str]]:
+              options: dict[str, Any], engine: str = "auto", dtype: str = "float32") -> Iterator[tuple[int, str]]:
     """(row, the query's output rows as JSON) for every query, from an actor pool on the connected cluster.
 
     A query's rows travel as one JSON text, not as Arrow columns: Arrow turns a column of whole numbers
@@ -94,7 +94,7 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
     dataset = query_blocks(queries, batch_size * batches_per_block).map_batches(
         PredictWorker, batch_size=batch_size, batch_format="numpy",
         fn_constructor_kwargs=dict(model=model, device=device, threads=max(1, round(cluster.cpus_per_worker)),
-                                   options=options, engine=engine),
+                                   options=options, engine=engine, dtype=dtype),
         compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=cluster.cpus_per_worker,
         num_gpus=cluster.gpus_per_worker)  # Ray Data's defaults restart a dead actor and rerun its blocks
     dataset.context.execution_options.preserve_order = True  # rows come in input order; in_row_order checks
@@ -121,11 +121,12 @@ def query_blocks(queries: list[str], rows_per_block: int) -> ray.data.Dataset:
 class PredictWorker:
     """One actor of the pool: loads the model once, then predicts batch after batch."""
 
-    def __init__(self, model: str, device: str, threads: int, options: dict[str, Any], engine: str = "auto") -> None:
+    def __init__(self, model: str, device: str, threads: int, options: dict[str, Any], engine: str = "auto",
+                 dtype: str = "float32") -> None:
         import torch
 
         torch.set_num_threads(threads)  # the CPUs Ray gave this actor, not every core of its node
-        self.predictor = Predictor.load(model, device, engine)
+        self.predictor = Predictor.load(model, device, engine, dtype)
         self.options = options
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -32,7 +32,7 @@ from .drafting import Drafter, make_drafter
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
-from .native import NativeStep, NativeUnavailable
+from .native import DTYPES, NativeStep, NativeUnavailable
 from .rsmiles import root_views
 from .tokenizer import TokenizeError
 
@@ -230,7 +230,14 @@ class Predictor:
         if step is None:
             return "torch"
         encoder = "fbgemm-fp16" if step.packed else "openblas"
-        return f"c-fp16 (encoder {encoder})" if isinstance(step, NativeStep) else encoder
+        if isinstance(step, NativeStep):
+            return f"c-{'int8' if step.dtype == 'int8' else 'fp16'} (encoder {encoder})"
+        return encoder
+
+    @property
+    def dtype(self) -> str:
+        """What the decoder calls compute with: "int8" (native engine's option) or "float32"."""
+        return getattr(self.model.numpy_step, "dtype", "float32")
 
     @property
     def engine_description(self) -> str:
@@ -241,14 +248,19 @@ class Predictor:
             return "torch"
         encoder = kernels["fbgemm-fp16" if step.packed else "openblas"]
         if isinstance(step, NativeStep):
-            return f"C decoder step, fp16 weights (encoder in NumPy, {encoder})"
+            weights = "int8 weights and activations" if step.dtype == "int8" else "fp16 weights"
+            return f"C decoder step, {weights} (encoder in NumPy, {encoder})"
         return f"NumPy step, {encoder}"
 
     @classmethod
-    def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto") -> "Predictor":
-        """A shipped model by task name ("forward", "retro") or a model folder. engine: see ENGINES."""
+    def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto",
+             dtype: str = "float32") -> "Predictor":
+        """A shipped model by task name ("forward", "retro") or a model folder. engine: see ENGINES;
+        dtype: "float32", or "int8" on the native engine (native.NativeStep)."""
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
         path = Path(name_or_path)
         if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
             path = MODELS_DIR / str(name_or_path)
@@ -257,10 +269,12 @@ class Predictor:
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")
         model, vocab, config = checkpoint.load(path, resolved)
         cpu = engine != "torch" and resolved.type == "cpu"
+        if dtype != "float32" and not (cpu and engine in ("auto", "native")):
+            raise ValueError(f"dtype {dtype} runs on the native engine (CPU) only, not engine {engine} on {resolved}")
         try:
-            model.use_numpy_step(cpu, native=cpu and engine in ("auto", "native"))
+            model.use_numpy_step(cpu, native=cpu and engine in ("auto", "native"), dtype=dtype)
         except NativeUnavailable as exc:
-            if engine == "native":
+            if engine == "native" or dtype != "float32":
                 raise ValueError(f"engine native cannot run here: {exc}") from None
             log.info("C decoder step unavailable (%s); the NumPy step runs the decoder calls", exc)
             model.use_numpy_step(cpu)

@@ -35,21 +35,23 @@ needs_native = pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason=f"no C 
 
 @pytest.fixture(params=["torch", "numpy", pytest.param("native", marks=needs_native)])
 def engine(request) -> str:
-    """Who runs the lean decoder calls (npstep.py, native.py): the exactness tests run on each."""
+    """Who runs the lean decoder calls (npstep.py, native.py): the exactness tests run on each. The
+    native engine's int8 computes another function, with its own guarantees: test_native.py."""
     return request.param
 
 
 def use_engine(model: Seq2SeqTransformer, engine: str) -> None:
-    """Lean decoder calls of `model` on engine ("torch", "numpy" or "native")."""
-    model.use_numpy_step(engine in ("numpy", "native"), native=engine == "native")
+    """Lean decoder calls of `model` on engine ("torch", "numpy", "native" or "native-int8")."""
+    native = engine.startswith("native")
+    model.use_numpy_step(engine != "torch", native=native, dtype="int8" if engine == "native-int8" else "float32")
 
 
 def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
-    """A copy of model whose lean decoder calls run on engine ("torch", "numpy" or "native"). The C
-    step reads float16 weights, so for "native" the copy's weights are rounded to float16 values
+    """A copy of model whose lean decoder calls run on engine (see use_engine). The C step reads
+    float16 weights, so for the native engine the copy's weights are rounded to float16 values
     (shipped and exported checkpoints are stored so; the copy model fixture is not)."""
     model = copy.deepcopy(model)
-    if engine == "native":
+    if engine.startswith("native"):
         with torch.no_grad():
             for param in model.parameters():
                 param.copy_(param.half().float())

@@ -5,16 +5,20 @@ here the call itself is pinned: logits, cross-attention, the keys/values it leav
 the property that makes speculative decoding equal greedy to the bit on it: a token's logits do not
 depend on the other tokens or rows of the call.
 """
+import numpy as np
 import pytest
 import torch
 
 from conftest import needs_native, on_engine, random_model, random_sources
 from molspec_core import native
 from molspec_core.decoding.batch import start
+from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.greedy import greedy
+from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.native import NativeStep, NativeUnavailable
+from molspec_core.npstep import _Affine
 from molspec_core.service import Predictor
 from molspec_core.tokenizer import PAD_ID
 from test_npstep import one_call
@@ -154,3 +158,82 @@ def test_built_into_the_cache_once(fresh_build):
     stamp = built[0].stat().st_mtime_ns
     assert native.native_unavailable() is None
     assert built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
+
+
+# ---- dtype int8 ----------------------------------------------------------------------------------
+
+
+def test_int8_weights_are_the_weights_rounded_per_column_in_their_panel_layout():
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(10, 37)).astype(np.float32)  # k not a multiple of 4, n not of 16
+    weight[:, 5] = 0.0  # a zero column keeps a usable scale
+    affine = _Affine(torch.from_numpy(weight.T.copy()), torch.zeros(37))
+    panels, scales, sums, k4 = native._int8_panels(affine)
+    assert k4 == 12 and panels.shape == (3, 3, 16, 4) and scales.shape == sums.shape == (48,)
+    q = panels.transpose(1, 3, 0, 2).reshape(12, 48)  # back to (k4, n_pad): row 4g + j, column 16p + c
+    assert np.all(q[10:] == 0) and np.all(q[:, 37:] == 0) and np.abs(q).max() == 127
+    assert np.all(np.abs(q[:10, :37] * scales[:37] - weight) <= scales[:37] / 2 + 1e-7)
+    assert np.array_equal(sums, q.sum(axis=0))
+
+
+def test_int8_is_the_same_function_on_every_path_and_close_to_float32():
+    """The int32 sums are exact: VNNI (where this CPU has it) and the plain loop (the AVX2 build) give
+    the same bits. And int8 stays close to float32 on a random model."""
+    sources = random_sources(4, 3, 14, 3, 12)
+    tokens = torch.tensor(random_sources(5, 3, 14, 9, 9)).unsqueeze(1)
+    runs = []
+    for isa, dtype in (("native", "int8"), ("avx2", "int8"), ("native", "float32")):
+        model = random_model(3, engine="numpy")
+        model.numpy_step = NativeStep(model, isa, dtype)
+        runs.append(one_call(model, sources, [2, 5, 4], tokens, [9, 1, 8], fill_lean=True))
+    for a, b in zip(runs[0][:4], runs[1][:4]):
+        assert torch.equal(a, b)
+    logits_int8, logits_float32 = runs[0][0], runs[2][0]
+    assert 0 < float((logits_int8 - logits_float32).abs().max()) < 0.05 * float(logits_float32.abs().max())
+
+
+def test_int8_speculative_greedy_equals_int8_greedy_to_the_bit():
+    model = random_model(11, vocab_size=8, engine="native-int8")
+    assert model.numpy_step.dtype == "int8"
+    sources = random_sources(12, 6, 8, 4, 30)
+    plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 1))
+    fast = greedy(model, sources, lambda s: make_drafter("pointer", s, 8, 1))
+    for a, b in zip(plain, fast):
+        assert a.hypotheses[0].tokens == b.hypotheses[0].tokens and a.hypotheses[0].score == b.hypotheses[0].score
+
+
+def test_int8_is_asked_for_by_name_and_only_of_the_native_engine():
+    one = Predictor.load("retro", "cpu", dtype="int8")
+    assert (one.engine, one.dtype) == ("native", "int8") and one.products.startswith("c-int8")
+    assert "int8 weights" in one.engine_description
+    assert Predictor.load("retro", "cpu").dtype == "float32"
+    for engine in ("numpy", "torch"):
+        with pytest.raises(ValueError, match="native engine"):
+            Predictor.load("retro", "cpu", engine=engine, dtype="int8")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        Predictor.load("retro", "cpu", dtype="float16")
+
+
+@pytest.mark.parametrize("name, draft_len", [("pointer", 8), ("lookup", 5)])
+def test_int8_speculative_decoders_equal_int8_greedy_and_beam_on_the_copy_model(copy_model, name, draft_len):
+    """On int8 as on float32: speculative greedy gives greedy's tokens and scores, sbs-exact beam
+    search's n-best lists (one draft per row: the calls int8 runs)."""
+    model, vocab = on_engine(copy_model[0], "native-int8"), copy_model[1]
+    sources = random_sources(7, 60, len(vocab), 1, 30)
+    for source in sources:
+        plain = greedy(model, [source], lambda s: make_drafter("none", s, 0, 1))[0].hypotheses[0]
+        fast = greedy(model, [source], lambda s: make_drafter(name, s, draft_len, 1))[0].hypotheses[0]
+        assert (fast.tokens, fast.score) == (plain.tokens, plain.score)
+    for source in sources[:15]:
+        for width in (3, 5):
+            reference = beam_search(model, [source], width)[0].hypotheses
+            exact = speculative_beam(model, [source], width, lambda s: make_drafter(name, s, draft_len, 1),
+                                     exact=True)[0].hypotheses
+            assert [h.tokens for h in exact] == [h.tokens for h in reference]
+            assert [h.score for h in exact] == pytest.approx([h.score for h in reference], abs=1e-5)
+
+
+def test_int8_refuses_calls_of_several_drafts(copy_model):
+    model, vocab = on_engine(copy_model[0], "native-int8"), copy_model[1]
+    with pytest.raises(ValueError, match="one draft per row"):
+        greedy(model, random_sources(7, 3, len(vocab), 5, 20), lambda s: make_drafter("paper", s, 4, 3))

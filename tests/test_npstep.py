@@ -20,13 +20,14 @@ from molspec_core.service import Predictor, rest_after_miss
 from molspec_core.tokenizer import PAD_ID
 
 
-def one_call(model, sources, lengths, tokens, keep):
+def one_call(model, sources, lengths, tokens, keep, fill_lean=False):
     """A cache for `sources` with rows cut to `lengths`, one decoder call of `tokens` (B, 1, T) with
-    cross-attention, commit of `keep` tokens per row, and one more call; everything it produced."""
+    cross-attention, commit of `keep` tokens per row, and one more call; everything it produced.
+    The prefixes are filled the slow, general way, unless fill_lean (a model that has no other)."""
     with torch.inference_mode():
         cache, _ = start(model, sources, None, padding=max(map(len, sources)) + tokens.shape[-1] + 8)
-        for _ in range(max(lengths)):  # fill the prefixes the slow, general way
-            model.decode(torch.full((len(sources), 1, 1), 5), cache, lean=False)
+        for _ in range(max(lengths)):
+            model.decode(torch.full((len(sources), 1, 1), 5), cache, lean=fill_lean)
             cache.commit(torch.ones(len(sources), dtype=torch.long))
         cache.rollback(torch.tensor(lengths))
         logits, weights = model.decode(tokens, cache, cross_attention=True)

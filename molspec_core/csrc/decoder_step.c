@@ -27,6 +27,12 @@ typedef struct {
     const float *gain;      /* (k): layer-norm gain applied to the input first (its shift is in bias); NULL: none */
     float eps;
     int32_t k, n, n_pad;
+    /* int8 weights (dtype int8), used instead of `weight` when not NULL: per output column w = q * scale,
+     * q in panels of 16 columns by 4 rows of k, (n_pad / 16, k4 / 4, 16, 4), k4 = k rounded up to 4 */
+    const int8_t *q;
+    const float *q_scale;   /* (n_pad) */
+    const int32_t *q_sum;   /* (n_pad): sum over k of q, for the unsigned-activation form of VNNI */
+    int32_t k4;
 } Affine;
 
 typedef struct {
@@ -142,7 +148,7 @@ static inline __attribute__((always_inline)) void panel_block(int rows, int cols
 #endif
 
 /* out (m, n_pad) = x (m, k) @ W + bias, optionally ReLU'd; x rows ldx apart. */
-static void product(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+static void product_fp16(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
     const int64_t panel_size = (int64_t)a->k * 16;
     const int n_panels = a->n_pad / 16;
     for (int r = 0; r < m; r += ROWS_MAX) {
@@ -159,27 +165,185 @@ static void product(const Affine *a, const float *x, int64_t ldx, int m, float *
     }
 }
 
-/* (x - mean) / sqrt(var + eps) * gain, row by row (torch.layer_norm with no shift; it is in the bias). */
+/* ---- int8 products (dtype int8) ---------------------------------------------------------------
+ * Activations are quantized per row, x = xq * row_scale with xq in [-127, 127]; the sums of xq * q are
+ * integers, exact in any order, so every path (VNNI, or the plain loop the compiler vectorizes) gives
+ * the same int32 sums, and the same floats after one shared rounding: fma(sum, row_scale * q_scale, bias). */
+
+/* Row r's scale: its largest magnitude over 127 (0 for a zero row), and the factor that maps it to 127. */
+static inline void row_range(const float *row, int k, float *scale, float *inv) {
+    __m256 lanes = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= k; i += 8) lanes = _mm256_max_ps(lanes, _mm256_andnot_ps(sign, _mm256_loadu_ps(row + i)));
+    float top = 0.0f, all[8];
+    _mm256_storeu_ps(all, lanes);
+    for (int j = 0; j < 8; j++) top = all[j] > top ? all[j] : top;
+    for (; i < k; i++) top = fabsf(row[i]) > top ? fabsf(row[i]) : top; /* a maximum: the same in any order */
+    *scale = top / 127.0f;
+    *inv = top > 0.0f ? 127.0f / top : 0.0f;
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
+int int8_vnni(void) { return 1; }
+
+/* VNNI multiplies unsigned by signed bytes: the activations go in as xq + 128, in [1, 255], and
+ * 128 * q_sum is taken off the sums again. */
+static inline __attribute__((always_inline)) void int8_block(int rows, int cols, const uint8_t *xu, int64_t ldx,
+                                                             const int8_t *panel, int64_t panel_size, int groups,
+                                                             int32_t *sums, int64_t lds) {
+    __m512i acc[ROWS_MAX][COLS_MAX];
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) acc[r][c] = _mm512_setzero_si512();
+    for (int g = 0; g < groups; g++) {
+        __m512i w[COLS_MAX];
+        for (int c = 0; c < cols; c++) w[c] = _mm512_loadu_si512((const void *)(panel + c * panel_size + 64 * g));
+        for (int r = 0; r < rows; r++) {
+            int32_t four;
+            memcpy(&four, xu + r * ldx + 4 * g, 4);
+            __m512i xv = _mm512_set1_epi32(four);
+            for (int c = 0; c < cols; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, w[c]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) _mm512_storeu_si512((void *)(sums + r * lds + 16 * c), acc[r][c]);
+}
+
+#define ICASE(R, C) case R * 16 + C: int8_block(R, C, xr, k4, panel, panel_size, k4 / 4, sr, n_pad); break;
+#define IUP_TO_2(R) ICASE(R, 1) ICASE(R, 2)
+#define IUP_TO_4(R) IUP_TO_2(R) ICASE(R, 3) ICASE(R, 4)
+#define ISHAPES IUP_TO_4(1) ICASE(1, 5) ICASE(1, 6) ICASE(1, 7) ICASE(1, 8) IUP_TO_4(2) IUP_TO_4(3) IUP_TO_2(4) \
+    IUP_TO_2(5) IUP_TO_2(6) IUP_TO_2(7) IUP_TO_2(8) IUP_TO_2(9) IUP_TO_2(10) IUP_TO_2(11) IUP_TO_2(12)
+
+static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    const int k = a->k, k4 = a->k4, n_pad = a->n_pad, n_panels = n_pad / 16;
+    const int64_t panel_size = (int64_t)k4 * 16;
+    uint8_t *xu = malloc((size_t)m * k4 + 64);
+    float *row_scale = malloc(sizeof(float) * (size_t)m);
+    int32_t *sums = malloc(sizeof(int32_t) * (size_t)m * n_pad);
+    if (xu == NULL || row_scale == NULL || sums == NULL) {
+        free(xu);
+        free(row_scale);
+        free(sums);
+        return 1;
+    }
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (int r = 0; r < m; r++) { /* the rounding of the plain path, 16 at a time: nearest, ties to even */
+        float inv;
+        row_range(x + r * ldx, k, row_scale + r, &inv);
+        const __m512 scale = _mm512_set1_ps(inv);
+        for (int i = 0; i < k4; i += 16) {
+            __mmask16 valid = i + 16 <= k ? 0xFFFF : (__mmask16)((1u << (k > i ? k - i : 0)) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(valid, x + r * ldx + i);
+            v = _mm512_roundscale_ps(_mm512_mul_ps(v, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(v), _mm512_set1_epi32(128));
+            __mmask16 keep = i + 16 <= k4 ? 0xFFFF : (__mmask16)((1u << (k4 - i)) - 1);
+            _mm512_mask_cvtepi32_storeu_epi8(xu + (int64_t)r * k4 + i, keep, u);
+        }
+    }
+    for (int r = 0; r < m; r += ROWS_MAX) {
+        const int rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
+        const int step = panels_for(rows);
+        const uint8_t *xr = xu + (int64_t)r * k4;
+        for (int p = 0; p < n_panels; p += step) {
+            const int8_t *panel = a->q + p * panel_size;
+            int32_t *sr = sums + (int64_t)r * n_pad + 16 * p;
+            const int cols = n_panels - p < step ? n_panels - p : step;
+            switch (rows * 16 + cols) { ISHAPES }
+        }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    for (int r = 0; r < m; r++) { /* fma(sum, row_scale * q_scale, bias), as the plain path rounds it */
+        const __m512 rs = _mm512_set1_ps(row_scale[r]);
+        for (int n = 0; n < n_pad; n += 16) {
+            __m512i sum = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(sums + (int64_t)r * n_pad + n)),
+                                           _mm512_slli_epi32(_mm512_loadu_si512((const void *)(a->q_sum + n)), 7));
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(rs, _mm512_loadu_ps(a->q_scale + n)),
+                                       _mm512_loadu_ps(a->bias + n));
+            if (relu) v = _mm512_max_ps(v, zero);
+            _mm512_storeu_ps(out + (int64_t)r * n_pad + n, v);
+        }
+    }
+    free(xu);
+    free(row_scale);
+    free(sums);
+    return 0;
+}
+#else
+int int8_vnni(void) { return 0; }
+
+/* The plain path: the same int32 sums and the same roundings as the VNNI one, one at a time. */
+static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    const int k = a->k, k4 = a->k4, n_pad = a->n_pad;
+    int8_t *xq = malloc((size_t)k4);
+    if (xq == NULL) return 1;
+    for (int r = 0; r < m; r++) {
+        float row_scale, inv;
+        row_range(x + r * ldx, k, &row_scale, &inv);
+        for (int i = 0; i < k4; i++) {
+            float v = i < k ? nearbyintf(x[r * ldx + i] * inv) : 0.0f;
+            xq[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        }
+        for (int p = 0; p < n_pad / 16; p++) {
+            int32_t acc[16] = {0};
+            const int8_t *panel = a->q + (int64_t)p * k4 * 16;
+            for (int g = 0; g < k4 / 4; g++)
+                for (int c = 0; c < 16; c++)
+                    for (int j = 0; j < 4; j++) acc[c] += (int32_t)xq[4 * g + j] * panel[64 * g + 4 * c + j];
+            for (int c = 0; c < 16; c++) {
+                int n = 16 * p + c;
+                float v = fmaf((float)acc[c], row_scale * a->q_scale[n], a->bias[n]);
+                out[(int64_t)r * n_pad + n] = relu && v < 0.0f ? 0.0f : v;
+            }
+        }
+    }
+    free(xq);
+    return 0;
+}
+#endif
+
+/* The sum of 8 lanes, in one fixed order. */
+static inline float lanes_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* (x - mean) / sqrt(var + eps) * gain, row by row (torch.layer_norm with no shift; it is in the bias);
+ * d a multiple of 8 (native.py asks for 16). Sums in 8 lanes: one chain each would wait on the adder. */
 static void normalized(const float *x, int m, int d, const float *gain, float eps, float *out) {
     for (int r = 0; r < m; r++) {
         const float *row = x + (int64_t)r * d;
-        float mean = 0.0f, var = 0.0f;
-        for (int i = 0; i < d; i++) mean += row[i];
-        mean /= (float)d;
-        for (int i = 0; i < d; i++) var += (row[i] - mean) * (row[i] - mean);
-        float inv = 1.0f / sqrtf(var / (float)d + eps);
-        for (int i = 0; i < d; i++) out[(int64_t)r * d + i] = (row[i] - mean) * inv * gain[i];
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < d; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(row + i));
+        const float mean = lanes_sum(acc) / (float)d;
+        const __m256 centre = _mm256_set1_ps(mean);
+        acc = _mm256_setzero_ps();
+        for (int i = 0; i < d; i += 8) {
+            __m256 c = _mm256_sub_ps(_mm256_loadu_ps(row + i), centre);
+            acc = _mm256_fmadd_ps(c, c, acc);
+        }
+        const __m256 inv = _mm256_set1_ps(1.0f / sqrtf(lanes_sum(acc) / (float)d + eps));
+        for (int i = 0; i < d; i += 8) {
+            __m256 c = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(row + i), centre), inv);
+            _mm256_storeu_ps(out + (int64_t)r * d + i, _mm256_mul_ps(c, _mm256_loadu_ps(gain + i)));
+        }
     }
 }
 
+/* Returns nonzero where scratch memory could not be had (int8 only). */
+static int product(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    if (a->q != NULL) return product_int8(a, x, ldx, m, out, relu);
+    product_fp16(a, x, ldx, m, out, relu);
+    return 0;
+}
+
 /* out = [norm](x) @ W + bias; `scratch` holds the normalized rows (m, k). */
-static void affine(const Affine *a, const float *x, int m, float *scratch, float *out, int relu) {
-    if (a->gain != NULL) {
-        normalized(x, m, a->k, a->gain, a->eps, scratch);
-        product(a, scratch, a->k, m, out, relu);
-    } else {
-        product(a, x, a->k, m, out, relu);
-    }
+static int affine(const Affine *a, const float *x, int m, float *scratch, float *out, int relu) {
+    if (a->gain == NULL) return product(a, x, a->k, m, out, relu);
+    normalized(x, m, a->k, a->gain, a->eps, scratch);
+    return product(a, scratch, a->k, m, out, relu);
 }
 
 /* x (m, d) += y (m, n_pad == d's padded width) */
@@ -194,10 +358,7 @@ static inline float dot(const float *a, const float *b, int n) {
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    float total = _mm_cvtss_f32(s);
+    float total = lanes_sum(acc);
     for (; i < n; i++) total += a[i] * b[i];
     return total;
 }
@@ -295,7 +456,7 @@ int decoder_step(const Model *model, const Call *call) {
         const int ldq = layer->qkv.n_pad;
         /* self-attention: new keys/values into their slots (and pending), then each token reads its row's
          * prefix and the new tokens up to itself: slots 0 .. lengths[b] + t */
-        affine(&layer->qkv, x, M, h, wide, 0);
+        int failed = affine(&layer->qkv, x, M, h, wide, 0);
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 const float *row = wide + ((int64_t)b * T + t) * ldq;
@@ -323,11 +484,11 @@ int decoder_step(const Model *model, const Call *call) {
                     weighted_sum(scores, v, n, hd, attn + ((int64_t)b * T + t) * d + hh * hd);
                 }
             }
-        product(&layer->self_out, attn, d, M, wide, 0);
+        failed |= product(&layer->self_out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->self_out.n_pad);
 
         /* cross-attention over the source (query scale folded into cross_query) */
-        affine(&layer->cross_query, x, M, h, wide, 0);
+        failed |= affine(&layer->cross_query, x, M, h, wide, 0);
         const int ldc = layer->cross_query.n_pad;
         const int last = l == model->n_layers - 1 && call->weights != NULL;
         for (int b = 0; b < B; b++) {
@@ -349,15 +510,22 @@ int decoder_step(const Model *model, const Call *call) {
                     memcpy(attn + ((int64_t)b * T + t) * d + hh * hd, head_out, sizeof(float) * hd);
                 }
         }
-        product(&layer->cross_out, attn, d, M, wide, 0);
+        failed |= product(&layer->cross_out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->cross_out.n_pad);
 
         /* feed-forward */
-        affine(&layer->up, x, M, h, wide, 1);
-        product(&layer->down, wide, layer->up.n_pad, M, attn, 0);
+        failed |= affine(&layer->up, x, M, h, wide, 1);
+        failed |= product(&layer->down, wide, layer->up.n_pad, M, attn, 0);
+        if (failed) {
+            free(block);
+            return 1;
+        }
         add_rows(x, attn, M, d, layer->down.n_pad);
     }
-    affine(model->output, x, M, h, wide, 0);
+    if (affine(model->output, x, M, h, wide, 0)) {
+        free(block);
+        return 1;
+    }
     for (int r = 0; r < M; r++)
         memcpy(call->logits + (int64_t)r * model->vocab, wide + (int64_t)r * model->output->n_pad,
                sizeof(float) * model->vocab);
