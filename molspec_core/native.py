@@ -4,7 +4,7 @@ NumpyStep's call is ~25 interpreter round trips per layer, and at the few rows o
 a verify call they cost more than the arithmetic (session-17 profile: a one-token retro call 0.43 ms,
 its products 0.15 ms). `NativeStep` does the whole call (every layer and the output projection) in
 one C function, called through ctypes, on the same folded weights; the encoder and the cross
-keys/values of a new cache stay NumpyStep's (compute-bound products, already near this core's peak).
+keys/values of a new cache run in C too.
 
 The C file is compiled at first use with the machine's C compiler for this CPU (AVX2, FMA and F16C
 are required) into a per-user cache, keyed by the source's hash. Where that cannot happen (no
@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from .cache import KVCache
-from .npstep import NumpyStep, _Affine, fp16_exact
+from .npstep import NumpyStep, _Affine, _np, fp16_exact
+from .tokenizer import PAD_ID
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     except OSError as exc:
         raise NativeUnavailable(f"loading the built C step failed: {exc}") from None
     library.decoder_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    library.encode.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p]
+    library.cross_keys_values.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     library.decoder_step.restype = ctypes.c_int
     library.int8_vnni.restype = ctypes.c_int
     return library
@@ -116,12 +121,19 @@ class _CLayer(ctypes.Structure):
     _fields_ = [(name, _CAffine) for name in ("qkv", "self_out", "cross_query", "cross_out", "up", "down")]
 
 
+class _CEncoderLayer(ctypes.Structure):
+    _fields_ = [(name, _CAffine) for name in ("qkv", "out", "up", "down")]
+
+
 class _CModel(ctypes.Structure):
     _fields_ = [("n_layers", ctypes.c_int32), ("d", ctypes.c_int32), ("heads", ctypes.c_int32),
                 ("head_dim", ctypes.c_int32), ("d_ff", ctypes.c_int32), ("vocab", ctypes.c_int32),
                 ("max_positions", ctypes.c_int32), ("query_scale", ctypes.c_float),
                 ("layers", ctypes.POINTER(_CLayer)), ("output", ctypes.POINTER(_CAffine)),
-                ("embed", ctypes.c_void_p), ("positions", ctypes.c_void_p)]
+                ("embed", ctypes.c_void_p), ("positions", ctypes.c_void_p),
+                ("n_encoder_layers", ctypes.c_int32), ("encoder_layers", ctypes.POINTER(_CEncoderLayer)),
+                ("encoder_gain", ctypes.c_void_p), ("encoder_shift", ctypes.c_void_p), ("encoder_eps", ctypes.c_float),
+                ("cross_keys_values", ctypes.POINTER(_CAffine))]
 
 
 class _CCall(ctypes.Structure):
@@ -193,13 +205,14 @@ def _int8_panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
 
 
 class NativeStep(NumpyStep):
-    """NumpyStep whose decoder call runs in C (see the module docstring); encode and the cross
-    keys/values of a new cache are NumpyStep's.
+    """NumpyStep whose decoder call, encoder and cross keys/values of a new cache run in C (see the
+    module docstring); it keeps NumpyStep's folded weights and its Python path for the rare call the
+    C one does not take (cache slots that are not contiguous).
 
-    dtype "int8" (issue 16's option): the decoder layers' products take int8 weights (per output
-    column scales) and int8 activations (per row, quantized at each product), summed in int32: a
-    quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction lane. The
-    output projection, the encoder and everything between products stay float32. The int32 sums are
+    dtype "int8" (issue 16's option): the products of the encoder and decoder layers take int8 weights
+    (per output column scales) and int8 activations (per row, quantized at each product), summed in
+    int32: a quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction
+    lane. The tied output projection and everything between products stay float32. The int32 sums are
     exact, so the result is the same on every CPU and a token's logits still do not depend on the
     rest of the call. It computes another function than float32: its answers differ where the model
     is nearly undecided (the model cards give the agreement measured)."""
@@ -225,12 +238,20 @@ class NativeStep(NumpyStep):
             for name in ("qkv", "self_out", "cross_query", "cross_out", "up", "down"):
                 setattr(c_layer, name, self._c_affine(getattr(layer, name), int8=dtype == "int8"))
         self._output = self._c_affine(self.output)
+        c_encoder = (_CEncoderLayer * len(self.encoder_layers))()
+        for c_layer, layer in zip(c_encoder, self.encoder_layers):
+            for name in ("qkv", "out", "up", "down"):
+                setattr(c_layer, name, self._c_affine(getattr(layer, name), int8=dtype == "int8"))
+        c_cross = (_CAffine * n_layers)(*(self._c_affine(a, int8=dtype == "int8") for a in self.cross_keys_values))
         embed, positions = np.ascontiguousarray(self.embed), np.ascontiguousarray(self.positions)
-        self._keep += [c_layers, embed, positions]
+        norm = model.encoder_norm
+        gain, shift = _np(norm.weight).copy(), _np(norm.bias).copy()
+        self._keep += [c_layers, c_encoder, c_cross, embed, positions, gain, shift]
         cfg = model.cfg
         self._model = _CModel(n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.vocab_size,
                               cfg.max_positions, float(self.scale), c_layers, ctypes.pointer(self._output),
-                              embed.ctypes.data, positions.ctypes.data)
+                              embed.ctypes.data, positions.ctypes.data, len(self.encoder_layers), c_encoder,
+                              gain.ctypes.data, shift.ctypes.data, norm.eps, c_cross)
         self._pointers = ctypes.c_void_p * n_layers
 
     def _c_affine(self, affine: _Affine, int8: bool = False) -> _CAffine:
@@ -245,6 +266,30 @@ class NativeStep(NumpyStep):
             self._keep += [q, scales, sums]
             c_affine.q, c_affine.q_scale, c_affine.q_sum, c_affine.k4 = q.ctypes.data, scales.ctypes.data, sums.ctypes.data, k4
         return c_affine
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        """Seq2SeqTransformer.encode in C: src (B, S) padded with PAD_ID -> memory (B, S, d)."""
+        batch, length = src.shape
+        if length > self.max_positions:
+            raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
+        ids = src.to(torch.int64).contiguous()
+        keep = (ids != PAD_ID).to(torch.uint8)
+        memory = torch.empty(batch, length, self.d_model)
+        if self._library.encode(ctypes.byref(self._model), batch, length, ids.data_ptr(),
+                                None if bool(keep.all()) else keep.data_ptr(), memory.data_ptr()) != 0:
+            raise MemoryError("the C encoder could not allocate its scratch memory")
+        return memory
+
+    def cross_keys_values_of(self, memory: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoder layer `layer`'s cross-attention keys and values of memory: (B, H, S, hd) each, contiguous."""
+        batch, length, _ = memory.shape
+        memory = memory.detach().float().contiguous()
+        keys = torch.empty(batch, self.n_heads, length, self.head_dim)
+        values = torch.empty_like(keys)
+        if self._library.cross_keys_values(ctypes.byref(self._model), layer, batch, length, memory.data_ptr(),
+                                           keys.data_ptr(), values.data_ptr()) != 0:
+            raise MemoryError("the C step could not allocate its scratch memory")
+        return keys, values
 
     @property
     def int8_vnni(self) -> bool:

@@ -11,7 +11,7 @@ import torch
 
 from conftest import needs_native, on_engine, random_model, random_sources
 from molspec_core import native
-from molspec_core.decoding.batch import start
+from molspec_core.decoding.batch import pad_sources, start
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.speculative_beam import speculative_beam
@@ -54,6 +54,22 @@ def test_native_step_equals_the_numpy_step(lengths, t_new, isa):
         for row, n in enumerate(reference[5].tolist()):  # the slots each row really has; others are never read
             assert torch.allclose(a[row, :, :n], b[row, :, :n], atol=1e-5)
     assert torch.equal(reference[5], native_run[5])
+
+
+@pytest.mark.parametrize("n_sources", [1, 3])  # 3: padded rows, masked
+def test_native_encoder_and_cross_keys_equal_numpy(n_sources, isa):
+    sources = random_sources(8, n_sources, 14, 3, 60)
+    plain, fast = random_model(3, engine="numpy"), native_model(3, isa)
+    with torch.inference_mode():
+        src = pad_sources(sources)
+        keep = src != PAD_ID
+        memory, fast_memory = plain.encode(src), fast.encode(src)
+        assert fast_memory.shape == memory.shape
+        assert torch.allclose(fast_memory[keep], memory[keep], atol=1e-5)  # pad positions are never read
+        for a, b in zip(plain.new_cache(memory, keep, 8).layers, fast.new_cache(memory, keep, 8).layers):
+            assert b.cross_keys.is_contiguous() and b.cross_values.is_contiguous()
+            assert torch.allclose(a.cross_keys, b.cross_keys, atol=1e-5)
+            assert torch.allclose(a.cross_values, b.cross_values, atol=1e-5)
 
 
 @pytest.mark.parametrize("width", [32, 64])  # widths 32 and 64: output panels that do and do not fill a block

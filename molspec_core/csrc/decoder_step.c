@@ -40,12 +40,21 @@ typedef struct {
 } Layer;
 
 typedef struct {
+    Affine qkv, out, up, down;
+} EncoderLayer;
+
+typedef struct {
     int32_t n_layers, d, heads, head_dim, d_ff, vocab, max_positions;
     float query_scale;      /* 1 / sqrt(head_dim), for the self-attention's query */
     const Layer *layers;
     const Affine *output;   /* final norm + tied projection */
     const float *embed;     /* (vocab, d), already times sqrt(d) */
     const float *positions; /* (max_positions, d) */
+    int32_t n_encoder_layers;
+    const EncoderLayer *encoder_layers;
+    const float *encoder_gain, *encoder_shift; /* the encoder's final layer norm */
+    float encoder_eps;
+    const Affine *cross_keys_values; /* per decoder layer: memory -> its cross-attention keys and values */
 } Model;
 
 typedef struct {
@@ -531,4 +540,80 @@ int decoder_step(const Model *model, const Call *call) {
                sizeof(float) * model->vocab);
     free(block);
     return 0;
+}
+
+/* ---- the encoder, and the cross-attention keys/values of a new cache ----------------------------- */
+
+/* memory (batch, len, d) of tokens (batch, len), padding (keep == 0) masked as a key; padded rows are
+ * computed too and never read. Returns nonzero where scratch memory could not be had. */
+int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens, const uint8_t *keep,
+           float *memory) {
+    const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
+    int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
+    float *block = malloc(sizeof(float) * ((size_t)M * d * 3 + (size_t)M * pad16(widest) + (size_t)len));
+    if (block == NULL) return 1;
+    float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
+    float *scores = wide + (size_t)M * pad16(widest);
+    for (int r = 0; r < M; r++) {
+        const float *e = model->embed + tokens[r] * d, *pos = model->positions + (int64_t)(r % len) * d;
+        for (int i = 0; i < d; i++) x[(int64_t)r * d + i] = e[i] + pos[i];
+    }
+    int failed = 0;
+    for (int l = 0; l < model->n_encoder_layers && !failed; l++) {
+        const EncoderLayer *layer = model->encoder_layers + l;
+        const int ldq = layer->qkv.n_pad;
+        failed |= affine(&layer->qkv, x, M, h, wide, 0);
+        for (int b = 0; b < batch; b++)
+            for (int i = 0; i < len; i++)
+                for (int hh = 0; hh < H; hh++) {
+                    const float *row = wide + ((int64_t)b * len + i) * ldq;
+                    float q[hd];
+                    for (int c = 0; c < hd; c++) q[c] = row[hh * hd + c] * model->query_scale;
+                    for (int j = 0; j < len; j++) {
+                        const float *key = wide + ((int64_t)b * len + j) * ldq + d + hh * hd;
+                        scores[j] = keep != NULL && !keep[(int64_t)b * len + j] ? -INFINITY : dot(q, key, hd);
+                    }
+                    softmax_(scores, len);
+                    float *out = attn + ((int64_t)b * len + i) * d + hh * hd;
+                    for (int c = 0; c < hd; c++) out[c] = 0.0f;
+                    for (int j = 0; j < len; j++) {
+                        if (scores[j] == 0.0f) continue;
+                        const float *value = wide + ((int64_t)b * len + j) * ldq + 2 * d + hh * hd;
+                        for (int c = 0; c < hd; c++) out[c] += scores[j] * value[c];
+                    }
+                }
+        failed |= product(&layer->out, attn, d, M, wide, 0);
+        add_rows(x, wide, M, d, layer->out.n_pad);
+        failed |= affine(&layer->up, x, M, h, wide, 1);
+        failed |= product(&layer->down, wide, layer->up.n_pad, M, attn, 0);
+        add_rows(x, attn, M, d, layer->down.n_pad);
+    }
+    if (!failed) {
+        normalized(x, M, d, model->encoder_gain, model->encoder_eps, memory);
+        for (int r = 0; r < M; r++)
+            for (int i = 0; i < d; i++) memory[(int64_t)r * d + i] += model->encoder_shift[i];
+    }
+    free(block);
+    return failed;
+}
+
+/* Decoder layer `layer`'s cross-attention keys and values of memory (batch, len, d), each written as
+ * (batch, heads, len, head_dim). */
+int cross_keys_values(const Model *model, int32_t layer, int32_t batch, int32_t len, const float *memory,
+                      float *keys, float *values) {
+    const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
+    const Affine *a = model->cross_keys_values + layer;
+    float *kv = malloc(sizeof(float) * (size_t)M * a->n_pad);
+    if (kv == NULL) return 1;
+    int failed = product(a, memory, d, M, kv, 0);
+    for (int b = 0; b < batch && !failed; b++)
+        for (int i = 0; i < len; i++)
+            for (int hh = 0; hh < H; hh++) {
+                const float *row = kv + ((int64_t)b * len + i) * a->n_pad + hh * hd;
+                int64_t at = (((int64_t)b * H + hh) * len + i) * hd;
+                memcpy(keys + at, row, sizeof(float) * hd);
+                memcpy(values + at, row + d, sizeof(float) * hd);
+            }
+    free(kv);
+    return failed;
 }
