@@ -35,9 +35,10 @@ def main() -> None:
     parser.add_argument("--rests", default="0,1,2,3")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", default="float32", help="float32, or int8 (native engine)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    predictor = Predictor.load(args.model, "cpu")
+    predictor = Predictor.load(args.model, "cpu", dtype=args.dtype)
     sources, _ = read_pairs(args.src, None, args.index, args.limit)
     queries = []
     for text in sources:
