@@ -60,6 +60,7 @@ def with_display_fields(report: dict) -> dict:
     for entry in report["methods"].values():
         entry["speedup"] = entry.get("speedup_vs_greedy", entry.get("speedup_vs_beam"))
         entry["speedup_ct2"] = entry.get("speedup_vs_ct2_greedy", entry.get("speedup_vs_ct2_beam"))
+        entry["speedup_ct2_int8"] = entry.get("speedup_vs_ct2_int8_greedy", entry.get("speedup_vs_ct2_int8_beam"))
         entry["identical"] = entry.get("identical_to_greedy", entry.get("identical_to_beam"))
     return report
 
@@ -80,11 +81,18 @@ def headline(report: dict) -> str | None:
     if not ours:
         return None
     ratio, name = max(ours)
-    peer = "CTranslate2 float32 beam search" if "speedup_vs_ct2_beam" in report["methods"][name] else \
-        "CTranslate2 float32 greedy"
-    verdict = f"{ratio:.2f}x as fast as" if ratio >= 1 else f"{1 / ratio:.2f}x slower than"
-    return (f"Our fastest exact method here, {common.method_label(name)}, is {verdict} {peer} "
-            f"(total time, same queries, interleaved).")
+    family = "beam search" if "speedup_vs_ct2_beam" in report["methods"][name] else "greedy"
+
+    def verdict(value: float) -> str:
+        return f"{value:.2f}x as fast as" if value >= 1 else f"{1 / value:.2f}x slower than"
+
+    sentence = (f"Our fastest exact method here, {common.method_label(name)}, is {verdict(ratio)} CTranslate2 "
+                f"float32 {family} (total time, same queries, interleaved).")
+    int8_ratio = report["methods"][name].get("speedup_ct2_int8")
+    if report.get("dtype") == "int8" and int8_ratio:  # like against like: int8 beside int8
+        sentence += (f" This run computes in int8, as CTranslate2 int8 does: {verdict(int8_ratio)} CTranslate2 int8 "
+                     f"{family} (int8 answers may differ from float32's: see the model cards).")
+    return sentence
 
 
 def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
@@ -145,7 +153,8 @@ def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent:
 
 
 def figures(report: dict) -> list[go.Figure]:
-    speedup = _bars(report, {"speedup_ct2": "vs CTranslate2 float32", "speedup": "vs our cached greedy / beam"},
+    speedup = _bars(report, {"speedup_ct2": "vs CTranslate2 float32", "speedup_ct2_int8": "vs CTranslate2 int8",
+                             "speedup": "vs our cached greedy / beam"},
                     "Speedup (total time)", "speedup (×)")
     if speedup is not None:
         speedup.add_hline(y=1, line_dash="dot", line_color="#888")
@@ -187,12 +196,14 @@ def table(report: dict) -> pd.DataFrame:
                      "total s": m["total_s"], "model calls": m["model_calls"], "tokens/call": m["tokens_per_call"],
                      "accepted/call": m["accepted_per_call"], "identical": m["identical"],
                      "top-1": m.get("top1"), "valid": m.get("validity"), "speedup": m["speedup"],
-                     "vs CTranslate2": m.get("speedup_ct2")})
+                     "vs CTranslate2": m.get("speedup_ct2"), "vs CTranslate2 int8": m.get("speedup_ct2_int8")})
     return pd.DataFrame(rows)
 
 
 def show_report(report: dict, key: str) -> None:
     engine = f"engine {report.get('engine', 'torch')}"
+    if report.get("dtype", "float32") != "float32":
+        engine += f" in {report['dtype']}"
     if report.get("products"):
         engine += f" ({report['products']} products)"
     facts = [f"{report.get('n_queries', '?')} queries", f"task {report.get('task', '?')}",

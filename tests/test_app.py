@@ -475,8 +475,22 @@ def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_m
     assert at.selectbox(key="bench_file").options == ["zz_peer.json", "copy.json"]
     assert any("CTranslate2 float32 greedy" in m.value for m in at.markdown)
     speedup = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
-    assert [series["name"] for series in speedup] == ["vs CTranslate2 float32", "vs our cached greedy / beam"]
+    assert [series["name"] for series in speedup] == ["vs CTranslate2 float32", "vs our cached greedy / beam"]  # no int8 peer timed
     assert speedup[0]["x"][-1].startswith("CTranslate2 greedy") and speedup[0]["text"][-1] == ""  # not vs itself
+
+
+def test_benchmark_headline_sets_int8_beside_int8():
+    from pages.benchmark import headline, with_display_fields
+
+    def report(dtype: str) -> dict:
+        entry = {"speedup_vs_greedy": 2.0, "speedup_vs_ct2_greedy": 3.0, "speedup_vs_ct2_int8_greedy": 1.25}
+        return with_display_fields({"dtype": dtype, "methods": {"spec-pointer": dict(entry)}})
+
+    float32 = headline(report("float32"))
+    assert "3.00x as fast as CTranslate2 float32 greedy" in float32 and "int8" not in float32
+    int8 = headline(report("int8"))
+    assert "3.00x as fast as CTranslate2 float32 greedy" in int8
+    assert "computes in int8" in int8 and "1.25x as fast as CTranslate2 int8 greedy" in int8
 
 
 def test_benchmark_page_charts_a_lossy_sweep(tmp_path, copy_models, monkeypatch):
