@@ -184,3 +184,19 @@ def test_predictor_names_its_products():
         assert native_one.engine_description.startswith("C decoder step, fp16 weights")
     assert Predictor.load("retro", "cpu", engine="numpy").engine_description.startswith("NumPy step")
     assert Predictor.load("retro", "cpu", engine="torch").engine_description == "torch"
+
+
+def test_native_engine_builds_wherever_it_can_run():
+    """Where the CPU and a compiler allow the C step, it must build: a C source that no longer
+    compiles would otherwise only turn its tests into skips (and the engine into NumPy)."""
+    import platform
+    import shutil
+
+    from molspec_core import native
+
+    runnable = (platform.machine().lower() in ("x86_64", "amd64") and set(native.CPU_FLAGS) <= native._cpu_flags()
+                and (shutil.which("cc") or shutil.which("gcc")) is not None)
+    if not runnable:
+        pytest.skip("this machine cannot run the C step (not x86-64 with AVX2/FMA/F16C, or no C compiler)")
+    assert native_unavailable() is None
+    assert native_unavailable("avx2") is None

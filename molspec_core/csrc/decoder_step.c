@@ -421,13 +421,54 @@ static void softmax_(float *scores, int n) {
 }
 
 /* out (hd) = sum_j probs[j] * values[j] (values rows hd apart) */
-static void weighted_sum(const float *probs, const float *values, int n, int hd, float *out) {
-    for (int i = 0; i < hd; i++) out[i] = 0.0f;
-    for (int j = 0; j < n; j++) {
-        float p = probs[j];
-        if (p == 0.0f) continue;
-        const float *v = values + (int64_t)j * hd;
-        for (int i = 0; i < hd; i++) out[i] += p * v[i];
+/* out (hd) = sum_j probs[j] * values[j], the values' rows `stride` apart, summed over j in order. */
+static void weighted_sum(const float *probs, const float *values, int64_t stride, int n, int hd, float *out) {
+    int c0 = 0;
+    for (; c0 + 32 <= hd; c0 += 32) { /* 32 columns in 4 registers at a time */
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int j = 0; j < n; j++) {
+            const __m256 p = _mm256_set1_ps(probs[j]);
+            const float *v = values + (int64_t)j * stride + c0;
+            for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
+    }
+    for (int i = c0; i < hd; i++) {
+        float acc = 0.0f;
+        for (int j = 0; j < n; j++) acc = fmaf(probs[j], values[(int64_t)j * stride + i], acc);
+        out[i] = acc;
+    }
+}
+
+/* The dot products of q (hd, a multiple of 8) with 8 keys `stride` apart, as one vector: 8 keys'
+ * partial sums in 8 registers, reduced together by a tree of horizontal adds. */
+static inline __m256 dot8(const float *q, const float *keys, int64_t stride, int hd) {
+    __m256 a[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    for (int c = 0; c < hd; c += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + c);
+        for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + i * stride + c), a[i]);
+    }
+    __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* scores[j] = q . keys[j] for j < n, keys `stride` apart. Every key's score is computed the same way
+ * (a last group of fewer than 8 goes through a zero-padded copy), whatever n. */
+static void scores_of(const float *q, const float *keys, int64_t stride, int n, int hd, float *scores) {
+    if (hd % 8 != 0) {
+        for (int j = 0; j < n; j++) scores[j] = dot(q, keys + (int64_t)j * stride, hd);
+        return;
+    }
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, dot8(q, keys + (int64_t)j * stride, stride, hd));
+    if (j < n) {
+        float tail[8 * hd], out[8];
+        memset(tail, 0, sizeof(tail));
+        for (int i = 0; j + i < n; i++) memcpy(tail + i * hd, keys + (int64_t)(j + i) * stride, sizeof(float) * hd);
+        _mm256_storeu_ps(out, dot8(q, tail, hd, hd));
+        for (int i = 0; j + i < n; i++) scores[j + i] = out[i];
     }
 }
 
@@ -488,9 +529,9 @@ int decoder_step(const Model *model, const Call *call) {
                     const float *v = values + ((int64_t)b * H + hh) * cap * hd;
                     float q[hd];
                     for (int i = 0; i < hd; i++) q[i] = row[hh * hd + i] * model->query_scale;
-                    for (int j = 0; j < n; j++) scores[j] = dot(q, k + (int64_t)j * hd, hd);
+                    scores_of(q, k, hd, n, hd, scores);
                     softmax_(scores, n);
-                    weighted_sum(scores, v, n, hd, attn + ((int64_t)b * T + t) * d + hh * hd);
+                    weighted_sum(scores, v, hd, n, hd, attn + ((int64_t)b * T + t) * d + hh * hd);
                 }
             }
         failed |= product(&layer->self_out, attn, d, M, wide, 0);
@@ -508,14 +549,15 @@ int decoder_step(const Model *model, const Call *call) {
                     const float *q = wide + ((int64_t)b * T + t) * ldc + hh * hd;
                     const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh) * S * hd;
                     const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
-                    for (int j = 0; j < S; j++)
-                        scores[j] = pad != NULL && pad[j] ? -INFINITY : dot(q, k + (int64_t)j * hd, hd);
+                    scores_of(q, k, hd, S, hd, scores);
+                    if (pad != NULL)
+                        for (int j = 0; j < S; j++) scores[j] = pad[j] ? -INFINITY : scores[j];
                     softmax_(scores, S);
                     if (last) {
                         float *w = call->weights + ((int64_t)b * T + t) * S;
                         for (int j = 0; j < S; j++) w[j] += scores[j] / (float)H;
                     }
-                    weighted_sum(scores, v, S, hd, head_out);
+                    weighted_sum(scores, v, hd, S, hd, head_out);
                     memcpy(attn + ((int64_t)b * T + t) * d + hh * hd, head_out, sizeof(float) * hd);
                 }
         }
@@ -569,18 +611,12 @@ int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens
                     const float *row = wide + ((int64_t)b * len + i) * ldq;
                     float q[hd];
                     for (int c = 0; c < hd; c++) q[c] = row[hh * hd + c] * model->query_scale;
-                    for (int j = 0; j < len; j++) {
-                        const float *key = wide + ((int64_t)b * len + j) * ldq + d + hh * hd;
-                        scores[j] = keep != NULL && !keep[(int64_t)b * len + j] ? -INFINITY : dot(q, key, hd);
-                    }
+                    const float *keys = wide + (int64_t)b * len * ldq + d + hh * hd;
+                    scores_of(q, keys, ldq, len, hd, scores);
+                    if (keep != NULL)
+                        for (int j = 0; j < len; j++) scores[j] = keep[(int64_t)b * len + j] ? scores[j] : -INFINITY;
                     softmax_(scores, len);
-                    float *out = attn + ((int64_t)b * len + i) * d + hh * hd;
-                    for (int c = 0; c < hd; c++) out[c] = 0.0f;
-                    for (int j = 0; j < len; j++) {
-                        if (scores[j] == 0.0f) continue;
-                        const float *value = wide + ((int64_t)b * len + j) * ldq + 2 * d + hh * hd;
-                        for (int c = 0; c < hd; c++) out[c] += scores[j] * value[c];
-                    }
+                    weighted_sum(scores, keys + d, ldq, len, hd, attn + ((int64_t)b * len + i) * d + hh * hd);
                 }
         failed |= product(&layer->out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->out.n_pad);
