@@ -100,6 +100,16 @@ class KVCache:
         """0..upto-1 on the cache's device (made once per cache)."""
         return self._arange[:upto]
 
+    def in_place_mask(self, start: int | None, upto: int, t_new: int) -> torch.Tensor | None:
+        """What t_new tokens written in place after each row's prefix may attend, True = may: token t
+        of row b sees the row's prefix and the new tokens up to t. (t_new, upto) when every row has
+        length `start`, else (B, 1, t_new, upto); None when that is everything (one token, one length)."""
+        device = self.lengths.device
+        if start is not None:  # a lone query, or the beams of a beam step: one mask for all rows
+            return torch.ones(t_new, upto, dtype=torch.bool, device=device).tril(start) if t_new > 1 else None
+        reach = self.lengths[:, None] + torch.arange(t_new, device=device)  # (B, T)
+        return (self.slot_indices(upto) <= reach[:, :, None]).unsqueeze(1)  # (B, 1, T, upto)
+
     def prefix_mask(self, upto: int) -> torch.Tensor:
         """(B, upto) True where a slot is past the row's valid length (masked)."""
         return self._arange[:upto].unsqueeze(0) >= self.lengths.unsqueeze(1)

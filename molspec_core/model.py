@@ -300,22 +300,17 @@ class Seq2SeqTransformer(nn.Module):
     # ---- cached decoding -------------------------------------------------------------------------
 
     @staticmethod
-    def _in_place(cache: KVCache, n_branches: int, t_new: int) -> InPlace | None:
+    def _in_place(cache: KVCache, n_branches: int, t_new: int, masked: bool = True) -> InPlace | None:
         """Where the lean call writes and what it reads, when it applies: one branch per row, and room
-        for t_new more tokens in every row; None otherwise (several branches share a row's prefix)."""
+        for t_new more tokens in every row; None otherwise (several branches share a row's prefix).
+        masked=False leaves the mask out (None) for a step that works it out from the lengths itself."""
         if n_branches != 1:
             return None
         start = cache.uniform_length()
         upto = (start if start is not None else cache.max_length()) + t_new
         if upto > cache.capacity:
             return None
-        device = cache.lengths.device
-        if start is not None:  # a lone query, or the beams of a beam step: one mask for all rows
-            mask = torch.ones(t_new, upto, dtype=torch.bool, device=device).tril(start) if t_new > 1 else None
-        else:  # token t of row b sees the row's prefix and its new tokens up to t
-            reach = cache.lengths[:, None] + torch.arange(t_new, device=device)  # (B, T)
-            mask = (cache.slot_indices(upto) <= reach[:, :, None]).unsqueeze(1)  # (B, 1, T, upto)
-        return InPlace(cache.lengths, start, upto, mask)
+        return InPlace(cache.lengths, start, upto, cache.in_place_mask(start, upto, t_new) if masked else None)
 
     def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int) -> KVCache:
         """A cache for len(memory) rows with the cross-attention keys/values computed once."""
@@ -342,9 +337,10 @@ class Seq2SeqTransformer(nn.Module):
         """
         check_deadline()
         batch, n_branches, t_new = tokens.shape
-        in_place = self._in_place(cache, n_branches, t_new) if lean else None
-        if in_place is not None and self.numpy_step is not None and not self.training:
-            return self.numpy_step(tokens, cache, in_place, cross_attention)
+        step = self.numpy_step if not self.training else None
+        in_place = self._in_place(cache, n_branches, t_new, not isinstance(step, NativeStep)) if lean else None
+        if in_place is not None and step is not None:
+            return step(tokens, cache, in_place, cross_attention)
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function
             raise ValueError(f"dtype {self.numpy_step.dtype} decodes one draft per row; a method that verifies "
                              "several drafts per call (as the paper's) needs float32")

@@ -14,6 +14,7 @@ compiler, another CPU, weights not float16 values), `native_unavailable` says wh
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -166,6 +167,19 @@ class _Binding:
         call.pad_batch = 1 if pad is None else int(pad.shape[0])
         call.keys, call.values, call.cross_keys, call.cross_values = (ctypes.addressof(t) for t in self.tables)
         call.src_pad = None if pad is None else pad.data_ptr()
+        # The pending keys/values buffer and its per-layer views, by (batch, t_new): each call overwrites
+        # them, and pending means "of the last call", so making them once per shape saves ~8 view ops a call.
+        self.pending: dict[tuple[int, int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
+
+    def pending_of(self, n_layers: int, batch: int, heads: int, t_new: int, head_dim: int
+                   ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(2, n_layers, batch, heads, t_new, head_dim) for the call to fill, and its 2 * n_layers
+        views (batch, heads, 1, t_new, head_dim): the layers' keys, then their values."""
+        made = self.pending.get((batch, t_new))
+        if made is None:
+            buffer = torch.empty(2, n_layers, batch, heads, t_new, head_dim)
+            made = self.pending[batch, t_new] = (buffer, buffer.view(2 * n_layers, batch, heads, 1, t_new, head_dim).unbind(0))
+        return made
 
 
 def _tensors_of(cache: KVCache) -> list[torch.Tensor | None]:
@@ -305,14 +319,15 @@ class NativeStep(NumpyStep):
         binding = cache.engine_state
         if not isinstance(binding, _Binding) or any(a is not b for a, b in zip(binding.tensors, _tensors_of(cache))):
             if not all(t.is_contiguous() for layer in cache.layers for t in (layer.keys, layer.values)):
-                return super().__call__(tokens, cache, where, want_weights)
+                where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
+                return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
             binding = cache.engine_state = _Binding(cache)
         ids = tokens.reshape(batch * t_new).contiguous()
         lengths = where.lengths.contiguous()
         if ids.dtype != torch.int64 or lengths.dtype != torch.int64:
             raise TypeError("token ids and cache lengths must be int64")
         n_layers = len(cache.layers)
-        pending = torch.empty(2, n_layers, batch, self.n_heads, t_new, self.head_dim)
+        pending, views = binding.pending_of(n_layers, batch, self.n_heads, t_new, self.head_dim)
         logits = torch.empty(batch * t_new, self.embed.shape[0])
         weights = torch.empty(batch, t_new, binding.call.src_len) if want_weights else None
         call = binding.call
@@ -321,7 +336,6 @@ class NativeStep(NumpyStep):
         call.logits, call.weights = logits.data_ptr(), None if weights is None else weights.data_ptr()
         if self._library.decoder_step(ctypes.byref(self._model), ctypes.byref(call)) != 0:
             raise MemoryError("the C decoder step could not allocate its scratch memory")
-        views = pending.view(2 * n_layers, batch, self.n_heads, 1, t_new, self.head_dim).unbind(0)  # (B, H, 1, T, hd) each
         for layer, keys, values in zip(cache.layers, views[:n_layers], views[n_layers:]):
             layer.pending_keys, layer.pending_values = keys, values
         cache.written_in_place = True

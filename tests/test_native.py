@@ -253,3 +253,26 @@ def test_int8_refuses_calls_of_several_drafts(copy_model):
     model, vocab = on_engine(copy_model[0], "native-int8"), copy_model[1]
     with pytest.raises(ValueError, match="one draft per row"):
         greedy(model, random_sources(7, 3, len(vocab), 5, 20), lambda s: make_drafter("paper", s, 4, 3))
+
+
+def test_cache_slots_that_are_not_contiguous_take_the_numpy_path_with_its_mask():
+    """The C call reads slots as contiguous (B, H, capacity, hd) blocks; other slots go through the NumPy
+    step, which needs the attention mask the native call does without."""
+    sources = random_sources(4, 3, 14, 3, 12)
+    tokens = torch.tensor(random_sources(5, 3, 14, 4, 4)).unsqueeze(1)
+    reference = random_model(3, engine="numpy")
+    fast = native_model(3, "native")
+    runs = []
+    for model in (reference, fast):
+        with torch.inference_mode():
+            cache, _ = start(model, sources, None, padding=20)
+            for layer in cache.layers:  # the same values, laid out (B, capacity, H, hd)
+                for name in ("keys", "values"):
+                    slots = getattr(layer, name)
+                    setattr(layer, name, slots.transpose(1, 2).contiguous().transpose(1, 2))
+            assert not cache.layers[0].keys.is_contiguous()
+            model.decode(tokens[:, :, :2], cache)
+            cache.commit(torch.tensor([2, 1, 0]))
+            runs.append(model.decode(tokens, cache, cross_attention=True))
+    assert torch.allclose(runs[0][0], runs[1][0], atol=1e-5)
+    assert torch.allclose(runs[0][1], runs[1][1], atol=1e-5)

@@ -106,7 +106,7 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
         else:
             n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_tensors(
                 logits, tokens, lengths.to(device), attention)
-        cache.commit(torch.tensor([n + 1 for n in n_acc_list], device=device),
+        cache.commit(torch.from_numpy(np.array(n_acc_list, dtype=np.int64) + 1).to(device),
                      torch.tensor(branch_list, device=device) if any(branch_list) else None)
         still = []
         for row, i in enumerate(active):
