@@ -287,6 +287,8 @@ class NativeStep(NumpyStep):
         if length > self.max_positions:
             raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
         ids = src.to(torch.int64).contiguous()
+        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < self.embed.shape[0]:
+            raise ValueError("token id outside the model's vocabulary")  # C would read past the table
         keep = (ids != PAD_ID).to(torch.uint8)
         memory = torch.empty(batch, length, self.d_model)
         if self._library.encode(ctypes.byref(self._model), batch, length, ids.data_ptr(),

@@ -276,3 +276,9 @@ def test_cache_slots_that_are_not_contiguous_take_the_numpy_path_with_its_mask()
             runs.append(model.decode(tokens, cache, cross_attention=True))
     assert torch.allclose(runs[0][0], runs[1][0], atol=1e-5)
     assert torch.allclose(runs[0][1], runs[1][1], atol=1e-5)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_before_the_c_code_reads_them():
+    model = native_model(3, "native")
+    with torch.inference_mode(), pytest.raises(ValueError, match="vocabulary"):
+        model.encode(torch.tensor([[5, 6, 14]]))  # vocabulary of 14: ids 0..13
