@@ -84,7 +84,7 @@ def _library(isa: str = "native") -> ctypes.CDLL:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # built aside, then renamed: atomic
             built = Path(tmp) / target.name
             result = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
-                                    capture_output=True, text=True)
+                                    capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise NativeUnavailable(f"compiling {SOURCE.name} failed: {result.stderr.strip()[:500]}")
             built.replace(target)

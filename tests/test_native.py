@@ -11,17 +11,16 @@ import torch
 
 from conftest import needs_native, on_engine, random_model, random_sources
 from molspec_core import native
-from molspec_core.decoding.batch import pad_sources, start
+from molspec_core.decoding.batch import start
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
-from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.model import Seq2SeqTransformer
 from molspec_core.native import NativeStep, NativeUnavailable
 from molspec_core.npstep import _Affine
 from molspec_core.service import Predictor
-from molspec_core.tokenizer import PAD_ID
-from test_npstep import one_call
+from test_npstep import assert_same_encoder, one_call
 
 pytestmark = needs_native
 
@@ -58,18 +57,7 @@ def test_native_step_equals_the_numpy_step(lengths, t_new, isa):
 
 @pytest.mark.parametrize("n_sources", [1, 3])  # 3: padded rows, masked
 def test_native_encoder_and_cross_keys_equal_numpy(n_sources, isa):
-    sources = random_sources(8, n_sources, 14, 3, 60)
-    plain, fast = random_model(3, engine="numpy"), native_model(3, isa)
-    with torch.inference_mode():
-        src = pad_sources(sources)
-        keep = src != PAD_ID
-        memory, fast_memory = plain.encode(src), fast.encode(src)
-        assert fast_memory.shape == memory.shape
-        assert torch.allclose(fast_memory[keep], memory[keep], atol=1e-5)  # pad positions are never read
-        for a, b in zip(plain.new_cache(memory, keep, 8).layers, fast.new_cache(memory, keep, 8).layers):
-            assert b.cross_keys.is_contiguous() and b.cross_values.is_contiguous()
-            assert torch.allclose(a.cross_keys, b.cross_keys, atol=1e-5)
-            assert torch.allclose(a.cross_values, b.cross_values, atol=1e-5)
+    assert_same_encoder(random_model(3, engine="numpy"), native_model(3, isa), random_sources(8, n_sources, 14, 3, 60))
 
 
 @pytest.mark.parametrize("width", [32, 64])  # widths 32 and 64: output panels that do and do not fill a block
@@ -105,7 +93,7 @@ def test_speculative_greedy_equals_greedy_to_the_bit():
     sources = random_sources(12, 6, 8, 4, 30)
     plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 1))
     for name in ("lookup", "pointer"):
-        fast = greedy(model, sources, lambda s: make_drafter(name, s, 8, 1))
+        fast = greedy(model, sources, lambda s, name=name: make_drafter(name, s, 8, 1))
         for a, b in zip(plain, fast):
             assert a.hypotheses[0].tokens == b.hypotheses[0].tokens
             assert a.hypotheses[0].score == b.hypotheses[0].score
@@ -120,21 +108,6 @@ def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
     sources = random_sources(2, 5, len(vocab), 4, 12)
     results = [greedy(fast, [s], lambda s: make_drafter("pointer", s, 8, 1))[0] for s in sources]
     assert len(calls) == sum(r.stats.model_calls for r in results) > 0
-
-
-def test_position_limit_is_kept():
-    torch.manual_seed(0)
-    model = Seq2SeqTransformer(preset("tiny", 14, max_positions=12)).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(param.half().float())
-    model.use_numpy_step(native=True)
-    with torch.inference_mode():
-        src = torch.tensor([[5, 6, 7]])
-        cache = model.new_cache(model.encode(src), src != PAD_ID, capacity=20)
-        cache.lengths = torch.tensor([10])
-        with pytest.raises(ValueError, match="positions"):
-            model.decode(torch.full((1, 1, 3), 5), cache)
 
 
 def test_weights_not_float16_values_are_refused_with_the_reason():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from threadpoolctl import threadpool_info
 
-from conftest import on_engine, random_model, random_sources
+from conftest import needs_native, on_engine, random_model, random_sources
 from molspec_core.decoding.batch import pad_sources, start
 from molspec_core.decoding.greedy import greedy
 from molspec_core.drafting import make_drafter
@@ -68,10 +68,8 @@ def test_numpy_step_equals_the_torch_lean_call(lengths, t_new, kernel):
     assert torch.equal(torch_run[5], numpy_run[5])
 
 
-@pytest.mark.parametrize("n_sources", [1, 3])  # 3: padded rows, masked
-def test_numpy_encoder_and_cross_keys_equal_torch(n_sources, kernel):
-    sources = random_sources(8, n_sources, 14, 3, 60)  # up to 180 rows: both sides of PACKED_MAX_ROWS
-    plain, fast = random_model(3), random_model(3, engine="numpy")
+def assert_same_encoder(plain, fast, sources) -> None:
+    """`fast` encodes `sources` as `plain` does, and makes the same cross-attention keys/values."""
     with torch.inference_mode():
         src = pad_sources(sources)
         keep = src != PAD_ID
@@ -82,6 +80,12 @@ def test_numpy_encoder_and_cross_keys_equal_torch(n_sources, kernel):
             assert b.cross_keys.is_contiguous() and b.cross_values.is_contiguous()
             assert torch.allclose(a.cross_keys, b.cross_keys, atol=1e-5)
             assert torch.allclose(a.cross_values, b.cross_values, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_sources", [1, 3])  # 3: padded rows, masked
+def test_numpy_encoder_and_cross_keys_equal_torch(n_sources, kernel):
+    sources = random_sources(8, n_sources, 14, 3, 60)  # up to 180 rows: both sides of PACKED_MAX_ROWS
+    assert_same_encoder(random_model(3), random_model(3, engine="numpy"), sources)
 
 
 def test_training_never_takes_the_numpy_path():
@@ -122,17 +126,17 @@ def test_decoders_really_take_the_numpy_step(copy_model, monkeypatch):
     assert len(calls) == sum(r.stats.model_calls for r in results) > 0  # every call of a lone query
 
 
-def test_position_limit_is_kept():
+@pytest.mark.parametrize("engine", ["numpy", pytest.param("native", marks=needs_native)])
+def test_position_limit_is_kept(engine):
     torch.manual_seed(0)
-    model = Seq2SeqTransformer(preset("tiny", 14, max_positions=12)).eval()
-    model.use_numpy_step()
+    model = on_engine(Seq2SeqTransformer(preset("tiny", 14, max_positions=12)).eval(), engine)
     with torch.inference_mode():
         src = torch.tensor([[5, 6, 7]])
         cache = model.new_cache(model.encode(src), src != PAD_ID, capacity=20)
         cache.lengths = torch.tensor([10])
         with pytest.raises(ValueError, match="positions"):
             model.decode(torch.full((1, 1, 3), 5), cache)
-        assert model._in_place(cache, 1, 3) is not None  # the lean call, so the NumPy step, refused it
+        assert model._in_place(cache, 1, 3) is not None  # the lean call, so the NumPy or C step, refused it
 
 
 def test_only_float32_cpu_models():
