@@ -1,19 +1,23 @@
 /* The lean decoder call in C (issue 16): one call of the Molecular Transformer's decoder, every layer
- * and the tied output projection, for float32 inference on one CPU core with AVX2, FMA and F16C.
+ * and the tied output projection, for float32 inference on one CPU core with AVX2, FMA and F16C
+ * (AVX-512 and VNNI where the compiler is told the CPU has them); also the encoder and the
+ * cross-attention keys/values of a new cache.
  *
- * It computes what molspec_core/npstep.py's NumpyStep.__call__ computes (tests/test_native.py pins the
- * two), without the ~25 interpreter round trips per layer that cost more than the arithmetic at a few
+ * It computes what molspec_core/npstep.py's NumpyStep computes (tests/test_native.py pins the two),
+ * without the ~25 interpreter round trips per layer that cost more than the arithmetic at a few
  * rows. Weights are float16 values (the shipped ones are stored so), kept as float16 in panels of 16
  * output columns, (n_pad / 16, k, 16), and widened to float32 in registers: products are float32
- * products read at half the bytes.
+ * products read at half the bytes. With dtype int8 (native.py) the products of the layers take int8
+ * weights and per-row int8 activations instead, summed exactly in int32.
  *
  * Each row's result is computed by the same instructions in the same order whatever the other rows
  * of the call are (products sum over k in order, one accumulator per output column; attention and
- * norms are per row), so a token's logits are bit-identical in a one-token greedy call and inside a
- * nine-token verify call: speculative decoding on this engine equals greedy to the bit.
+ * norms are per row, and a key's score does not depend on how many keys the row has), so a token's
+ * logits are bit-identical in a one-token greedy call and inside a nine-token verify call:
+ * speculative decoding on this engine equals greedy to the bit.
  *
  * Built at first use by molspec_core/native.py with the machine's C compiler; no Python API is used,
- * ctypes calls `decoder_step`.
+ * ctypes calls `decoder_step`, `encode` and `cross_keys_values`.
  */
 #include <immintrin.h>
 #include <math.h>
