@@ -224,15 +224,14 @@ class Predictor:
     @property
     def products(self) -> str:
         """Who computes the matrix products of the NumPy step: "fbgemm-fp16" (FBGEMM's fp16-weight
-        kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine; the
-        native engine's decoder calls compute theirs in C (float16 weights), its encoder as NumPy's does."""
+        kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine; "c-fp16"
+        or "c-int8" with the native engine (its own products, in C, on float16 or int8 weights)."""
         step = self.model.numpy_step
         if step is None:
             return "torch"
-        encoder = "fbgemm-fp16" if step.packed else "openblas"
         if isinstance(step, NativeStep):
-            return f"c-{'int8' if step.dtype == 'int8' else 'fp16'} (encoder {encoder})"
-        return encoder
+            return f"c-{'int8' if step.dtype == 'int8' else 'fp16'}"
+        return "fbgemm-fp16" if step.packed else "openblas"
 
     @property
     def dtype(self) -> str:
@@ -246,11 +245,10 @@ class Predictor:
         step = self.model.numpy_step
         if step is None:
             return "torch"
-        encoder = kernels["fbgemm-fp16" if step.packed else "openblas"]
         if isinstance(step, NativeStep):
             weights = "int8 weights and activations" if step.dtype == "int8" else "fp16 weights"
-            return f"C decoder step, {weights} (encoder in NumPy, {encoder})"
-        return f"NumPy step, {encoder}"
+            return f"C decoder and encoder, {weights}"
+        return f"NumPy step, {kernels['fbgemm-fp16' if step.packed else 'openblas']}"
 
     @classmethod
     def load(cls, name_or_path: str | Path = "forward", device: str = "auto", engine: str = "auto",
