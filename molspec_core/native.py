@@ -80,14 +80,10 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
     target = _cache_dir() / f"decoder_step-{key}.so"
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # built aside, then renamed: atomic
-            built = Path(tmp) / target.name
-            result = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
-                                    capture_output=True, text=True, check=False)
-            if result.returncode != 0:
-                raise NativeUnavailable(f"compiling {SOURCE.name} failed: {result.stderr.strip()[:500]}")
-            built.replace(target)
+        try:
+            _build(compiler, flags, target)
+        except OSError as exc:  # an unwritable cache folder, a compiler that cannot be started
+            raise NativeUnavailable(f"building the C step into {target.parent} failed: {exc}") from None
         log.info("built the C decoder step: %s", target)
     try:
         library = ctypes.CDLL(str(target))
@@ -101,6 +97,17 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     library.decoder_step.restype = ctypes.c_int
     library.int8_vnni.restype = ctypes.c_int
     return library
+
+
+def _build(compiler: str, flags: tuple[str, ...], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # built aside, then renamed: atomic
+        built = Path(tmp) / target.name
+        result = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise NativeUnavailable(f"compiling {SOURCE.name} failed: {result.stderr.strip()[:500]}")
+        built.replace(target)
 
 
 def native_unavailable(isa: str = "native") -> str | None:

@@ -130,6 +130,8 @@ def fresh_build(monkeypatch, tmp_path):
 @pytest.mark.parametrize("cause, setup", [
     ("lacks", lambda mp: mp.setattr(native, "_cpu_flags", lambda: {"avx2"})),
     ("compiling decoder_step.c failed", lambda mp: mp.setenv("CC", "false")),
+    ("building the C step into", lambda mp: mp.setenv("XDG_CACHE_HOME", "/dev/null/cache")),  # not a folder
+    ("building the C step into", lambda mp: mp.setenv("CC", "/no/such/compiler")),
 ])
 def test_where_it_cannot_run_auto_takes_numpy_and_native_says_why(fresh_build, monkeypatch, cause, setup):
     setup(monkeypatch)
