@@ -273,7 +273,6 @@ class NativeStep(NumpyStep):
                               cfg.max_positions, float(self.scale), c_layers, ctypes.pointer(self._output),
                               embed.ctypes.data, positions.ctypes.data, len(self.encoder_layers), c_encoder,
                               gain.ctypes.data, shift.ctypes.data, norm.eps, c_cross)
-        self._pointers = ctypes.c_void_p * n_layers
 
     def _c_affine(self, affine: _Affine, int8: bool = False) -> _CAffine:
         panels, bias, n_pad = _panels(affine)

@@ -179,6 +179,9 @@ def test_int8_is_the_same_function_on_every_path_and_close_to_float32():
         runs.append(one_call(model, sources, [2, 5, 4], tokens, [9, 1, 8], fill_lean=True))
     for a, b in zip(runs[0][:4], runs[1][:4]):
         assert torch.equal(a, b)
+    vnni = {"avx512f", "avx512bw", "avx512_vnni"} <= native._cpu_flags()  # else both builds take the plain loop
+    model = random_model(3, engine="numpy")
+    assert NativeStep(model, "native", "int8").int8_vnni == vnni and not NativeStep(model, "avx2", "int8").int8_vnni
     logits_int8, logits_float32 = runs[0][0], runs[2][0]
     assert 0 < float((logits_int8 - logits_float32).abs().max()) < 0.05 * float(logits_float32.abs().max())
 
