@@ -27,11 +27,11 @@ def _numpy_ok(t: torch.Tensor) -> bool:
 
 
 def _copy_rows(new: torch.Tensor, old: torch.Tensor, rows: torch.Tensor, upto: int) -> None:
-    """new[:, :, :upto] = old[rows, :, :upto]."""
+    """new[:, :, :, :upto] = old[:, rows, :, :upto] (slot tensors, rows on dim 1)."""
     if _numpy_ok(new):
-        new.numpy()[:, :, :upto] = old.numpy()[rows.numpy(), :, :upto]
+        new.numpy()[:, :, :, :upto] = old.numpy()[:, rows.numpy(), :, :upto]
     else:
-        new[:, :, :upto].copy_(old[:, :, :upto].index_select(0, rows))
+        new[:, :, :, :upto].copy_(old[:, :, :, :upto].index_select(1, rows))
 
 
 @dataclass
@@ -46,7 +46,7 @@ class LayerCache:
 
 @dataclass
 class KVCache:
-    layers: list[LayerCache]
+    layers: list[LayerCache]  # their keys and values are views of `slots`
     lengths: torch.Tensor  # (B,) int64: valid cached tokens per row
     src_pad_mask: torch.Tensor | None = None  # (B, S) True where the source is padding
     capacity: int = 0
@@ -55,9 +55,13 @@ class KVCache:
     # only counts them (see Attention.self_in_place).
     written_in_place: bool = False
     _src_mask: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (src_pad_mask, its attention mask)
-    # The slot tensors a reorder of the same batch size writes into next (the ones it replaced): a beam
-    # step reorders every call, and allocating fresh full-capacity slots each time cost a fifth of it.
-    _spare: list[torch.Tensor] = field(default_factory=list)
+    # Every layer's self-attention keys and values in one tensor (2 * layers, B, H, capacity, head_dim):
+    # layer i's keys are slots[2 * i], its values slots[2 * i + 1]. A beam step reorders rows every
+    # call, and one indexing operation over all layers costs a fraction of one per tensor.
+    slots: torch.Tensor | None = None
+    # The slots tensor a reorder of the same batch size writes into next (the one it replaced), off the
+    # NumPy path: allocating fresh full-capacity slots each step cost a fifth of a beam step.
+    _spare: torch.Tensor | None = None
     # What an engine keeps for this cache between calls (native.py: the C call's pointer tables); the
     # engine checks it against the cache's tensors before each use.
     engine_state: object | None = None
@@ -65,12 +69,10 @@ class KVCache:
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
               device: torch.device, dtype: torch.dtype) -> "KVCache":
-        def slots() -> torch.Tensor:
-            return torch.zeros(batch, n_heads, capacity, head_dim, device=device, dtype=dtype)
-
-        layers = [LayerCache(slots(), slots()) for _ in range(n_layers)]
+        slots = torch.zeros(2 * n_layers, batch, n_heads, capacity, head_dim, device=device, dtype=dtype)
+        layers = [LayerCache(slots[2 * i], slots[2 * i + 1]) for i in range(n_layers)]
         lengths = torch.zeros(batch, dtype=torch.long, device=device)
-        return cls(layers, lengths, capacity=capacity, _arange=torch.arange(capacity, device=device))
+        return cls(layers, lengths, capacity=capacity, _arange=torch.arange(capacity, device=device), slots=slots)
 
     @property
     def batch_size(self) -> int:
@@ -169,25 +171,25 @@ class KVCache:
         """
         upto = self.max_length()
         same_batch = len(rows) == self.batch_size
-        if same_batch and _numpy_ok(self.layers[0].keys):
+        slots = self.slots
+        if slots is None:
+            raise RuntimeError("reorder needs the cache's slots tensor (KVCache.empty or RowPool.gather makes one)")
+        if same_batch and _numpy_ok(slots):
             order = rows.numpy()
             moved = np.flatnonzero(order != np.arange(len(order)))
-            for layer in self.layers:
-                for slots in (layer.keys.numpy(), layer.values.numpy()):
-                    slots[moved, :, :upto] = slots[order[moved], :, :upto]  # the right side is a copy
+            if len(moved):
+                array = slots.numpy()
+                array[:, moved, :, :upto] = array[:, order[moved], :, :upto]  # the right side is a copy
         else:
-            spare = self._spare if same_batch else []
-            replaced = []
-            for layer in self.layers:
-                for name in ("keys", "values"):
-                    old = getattr(layer, name)
-                    # Zeros, not empty: masked slots still meet the values matmul with weight 0, and
-                    # 0 * NaN from uninitialized memory would poison the row. A spare holds old, finite keys.
-                    new = spare.pop(0) if spare else old.new_zeros((len(rows),) + old.shape[1:])
-                    _copy_rows(new, old, rows, upto)
-                    setattr(layer, name, new)
-                    replaced.append(old)
-            self._spare = replaced if same_batch else []
+            # Zeros, not empty: masked slots still meet the values matmul with weight 0, and 0 * NaN
+            # from uninitialized memory would poison the row. A spare holds old, finite keys.
+            spare = self._spare if same_batch else None
+            new = spare if spare is not None else slots.new_zeros((slots.shape[0], len(rows)) + slots.shape[2:])
+            _copy_rows(new, slots, rows, upto)
+            self._spare = slots if same_batch else None
+            self.slots = new
+            for i, layer in enumerate(self.layers):
+                layer.keys, layer.values = new[2 * i], new[2 * i + 1]
         for layer in self.layers:
             if cross and layer.cross_keys is not None and layer.cross_values is not None:
                 layer.cross_keys = layer.cross_keys.index_select(0, rows)
@@ -235,7 +237,7 @@ class RowPool:
         layers = [LayerCache(sub[2 * i], sub[2 * i + 1], layer.cross_keys, layer.cross_values)
                   for i, layer in enumerate(self.base.layers)]
         return KVCache(layers, lengths.to(self.base.lengths).clone(), self.base.src_pad_mask, upto,
-                       self.base._arange[:upto])
+                       self.base._arange[:upto], slots=sub)
 
     def write(self, rows: torch.Tensor, fed: KVCache, branch: torch.Tensor) -> None:
         """Store the keys/values of each row's chosen branch from the last call on `fed` (a gathered

@@ -324,6 +324,15 @@ class Seq2SeqTransformer(nn.Module):
         cache.src_pad_mask = ~src_keep
         return cache
 
+    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """log_softmax of logits over the vocabulary, float32: in C on the native engine (the function of
+        its fused beam step, NativeStep.beam_step), else torch's. Beam search and sbs-exact both take
+        their log-probs from here, so on one engine they see the same values for the same logits."""
+        step = self.numpy_step if not self.training else None
+        if isinstance(step, NativeStep) and logits.device.type == "cpu":
+            return step.log_softmax(logits)
+        return logits.float().log_softmax(dim=-1)
+
     def decode(self, tokens: torch.Tensor, cache: KVCache, *, cross_attention: bool = False, lean: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """tokens (B, N, T): N branches of T tokens after each row's cached prefix.

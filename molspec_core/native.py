@@ -95,6 +95,12 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     library.cross_keys_values.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     library.decoder_step.restype = ctypes.c_int
+    library.beam_step.argtypes = [ctypes.c_void_p] * 3
+    library.beam_step.restype = ctypes.c_int
+    library.beam_select.argtypes = [ctypes.c_int32] * 4 + [ctypes.c_void_p] * 4
+    library.beam_select.restype = None
+    library.log_softmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p]
+    library.log_softmax_rows.restype = None
     library.int8_vnni.restype = ctypes.c_int
     return library
 
@@ -153,6 +159,12 @@ class _CCall(ctypes.Structure):
                 ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p)]
 
 
+class _CBeam(ctypes.Structure):
+    _fields_ = [("queries", ctypes.c_int32), ("width", ctypes.c_int32), ("scores", ctypes.c_void_p),
+                ("log_probs", ctypes.c_void_p), ("top_scores", ctypes.c_void_p), ("top_index", ctypes.c_void_p),
+                ("parents", ctypes.c_void_p), ("slots", ctypes.c_void_p)]
+
+
 class _Binding:
     """A cache's tensors as the C call reads them: pointer tables made once per cache, and again only
     after a reorder or a gather puts new tensors in it (each call checks that they are the same)."""
@@ -177,6 +189,8 @@ class _Binding:
         # The pending keys/values buffer and its per-layer views, by (batch, t_new): each call overwrites
         # them, and pending means "of the last call", so making them once per shape saves ~8 view ops a call.
         self.pending: dict[tuple[int, int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
+        self.beam = _CBeam()
+        self.beam_scratch: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}  # by (rows, vocab): see NativeStep.beam_step
 
     def pending_of(self, n_layers: int, batch: int, heads: int, t_new: int, head_dim: int
                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
@@ -318,34 +332,101 @@ class NativeStep(NumpyStep):
         """Whether int8 products run on VNNI here (else a plain loop: the same results, slower)."""
         return bool(self._library.int8_vnni())
 
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """Log-softmax over the last dimension in C (log_softmax_rows: each row alone, alike in any call),
+        the log-probs of this engine's beam search (Seq2SeqTransformer.log_probs)."""
+        x = logits.detach().float().contiguous()
+        out = torch.empty_like(x)
+        vocab = x.shape[-1]
+        self._library.log_softmax_rows(x.data_ptr(), x.numel() // vocab if vocab else 0, vocab, out.data_ptr())
+        return out
+
+    def _binding(self, cache: KVCache) -> _Binding | None:
+        """The cache's tensors as the C call reads them, bound again when the cache holds new ones; None
+        when its slots are not contiguous (then the NumPy step runs the call)."""
+        binding = cache.engine_state
+        if isinstance(binding, _Binding) and all(a is b for a, b in zip(binding.tensors, _tensors_of(cache))):
+            return binding
+        if not all(t.is_contiguous() for layer in cache.layers for t in (layer.keys, layer.values)):
+            return None
+        binding = cache.engine_state = _Binding(cache)
+        return binding
+
+    def _set_call(self, binding: _Binding, ids: int, lengths: torch.Tensor, batch: int, t_new: int, upto: int,
+                  logits: int, weights: int | None) -> tuple[torch.Tensor, ...]:
+        """Fill the binding's call for `batch` rows of t_new tokens (ids and logits: addresses) and return
+        the pending keys/values views it writes."""
+        if upto > self.max_positions:
+            raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
+        if lengths.dtype != torch.int64 or not lengths.is_contiguous():
+            raise TypeError("cache lengths must be contiguous int64")
+        pending, views = binding.pending_of(len(self.layers), batch, self.n_heads, t_new, self.head_dim)
+        call = binding.call
+        call.batch, call.t_new, call.upto = batch, t_new, upto
+        call.tokens, call.lengths, call.pending = ids, lengths.data_ptr(), pending.data_ptr()
+        call.logits, call.weights = logits, weights
+        return views
+
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """NumpyStep.__call__'s contract, in one C call."""
         batch, _, t_new = tokens.shape
-        if where.upto > self.max_positions:
-            raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
-        binding = cache.engine_state
-        if not isinstance(binding, _Binding) or any(a is not b for a, b in zip(binding.tensors, _tensors_of(cache))):
-            if not all(t.is_contiguous() for layer in cache.layers for t in (layer.keys, layer.values)):
-                where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
-                return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
-            binding = cache.engine_state = _Binding(cache)
+        binding = self._binding(cache)
+        if binding is None:
+            where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
+            return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
         ids = tokens.reshape(batch * t_new).contiguous()
-        lengths = where.lengths.contiguous()
-        if ids.dtype != torch.int64 or lengths.dtype != torch.int64:
-            raise TypeError("token ids and cache lengths must be int64")
-        n_layers = len(cache.layers)
-        pending, views = binding.pending_of(n_layers, batch, self.n_heads, t_new, self.head_dim)
+        if ids.dtype != torch.int64:
+            raise TypeError("token ids must be int64")
         logits = torch.empty(batch * t_new, self.embed.shape[0])
         weights = torch.empty(batch, t_new, binding.call.src_len) if want_weights else None
-        call = binding.call
-        call.batch, call.t_new, call.upto = batch, t_new, where.upto
-        call.tokens, call.lengths, call.pending = ids.data_ptr(), lengths.data_ptr(), pending.data_ptr()
-        call.logits, call.weights = logits.data_ptr(), None if weights is None else weights.data_ptr()
-        if self._library.decoder_step(ctypes.byref(self._model), ctypes.byref(call)) != 0:
+        views = self._set_call(binding, ids.data_ptr(), where.lengths.contiguous(), batch, t_new, where.upto,
+                               logits.data_ptr(), None if weights is None else weights.data_ptr())
+        if self._library.decoder_step(ctypes.byref(self._model), ctypes.byref(binding.call)) != 0:
             raise MemoryError("the C decoder step could not allocate its scratch memory")
+        n_layers = len(cache.layers)
         for layer, keys, values in zip(cache.layers, views[:n_layers], views[n_layers:]):
             layer.pending_keys, layer.pending_values = keys, values
         cache.written_in_place = True
         out_weights = weights.view(batch, 1, t_new, -1) if weights is not None else None
         return logits.view(batch, 1, t_new, -1), out_weights
+
+    def beam_step(self, tokens: np.ndarray, cache: KVCache, scores: np.ndarray, length: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """One step of beam.beam_search in one C call (csrc beam_step), for a cache whose rows are the
+        beam slots of `queries` queries, every row holding `length` tokens: feed tokens (rows,), one a
+        row, and commit them; take each query's best children of the slot scores (queries, width) as
+        beam.best_children does, on Seq2SeqTransformer.log_probs of the logits; move every row to its
+        parent's, as cache.reorder would. Returns best_children's (top_scores, top_index).
+
+        Between two decoder calls beam search does a few dozen NumPy and torch calls, and right after a
+        call they run several times slower than warm (its weights have gone through the caches)."""
+        queries, width = scores.shape
+        rows, slots, vocab = queries * width, cache.slots, int(self.embed.shape[0])
+        if tokens.shape != (rows,) or cache.batch_size != rows:
+            raise ValueError(f"beam_step feeds one token to each of the cache's {cache.batch_size} rows, "
+                             f"{queries} queries x {width} slots; got {tokens.shape[0]} tokens")
+        if length + 1 > cache.capacity:
+            raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
+        binding = self._binding(cache)
+        if binding is None or slots is None or slots.dtype != torch.float32 or not slots.is_contiguous() \
+                or slots.data_ptr() != cache.layers[0].keys.data_ptr():
+            raise ValueError("beam_step needs the cache's keys and values in one contiguous float32 slots tensor")
+        ids = np.ascontiguousarray(tokens, dtype=np.int64)
+        scores = np.ascontiguousarray(scores, dtype=np.float32)
+        scratch = binding.beam_scratch.get((rows, vocab))
+        if scratch is None:  # logits, log-probs, parents: made once per shape and cache
+            scratch = binding.beam_scratch[rows, vocab] = (np.empty((rows, vocab), dtype=np.float32),
+                                                           np.empty((rows, vocab), dtype=np.float32),
+                                                           np.empty(rows, dtype=np.int64))
+        top_scores = np.empty((queries, width), dtype=np.float32)
+        top_index = np.empty((queries, width), dtype=np.int64)
+        self._set_call(binding, ids.ctypes.data, cache.lengths, rows, 1, length + 1, scratch[0].ctypes.data, None)
+        beam = binding.beam
+        beam.queries, beam.width, beam.scores = queries, width, scores.ctypes.data
+        beam.log_probs, beam.top_scores, beam.top_index = scratch[1].ctypes.data, top_scores.ctypes.data, top_index.ctypes.data
+        beam.parents, beam.slots = scratch[2].ctypes.data, slots.data_ptr()
+        if self._library.beam_step(ctypes.byref(self._model), ctypes.byref(binding.call), ctypes.byref(beam)) != 0:
+            raise MemoryError("the C beam step could not allocate its scratch memory")
+        cache.lengths = cache.lengths + 1  # the rows moved among rows of one length
+        return top_scores, top_index

@@ -260,3 +260,57 @@ def test_token_ids_outside_the_vocabulary_are_refused_before_the_c_code_reads_th
     model = native_model(3, "native")
     with torch.inference_mode(), pytest.raises(ValueError, match="vocabulary"):
         model.encode(torch.tensor([[5, 6, 14]]))  # vocabulary of 14: ids 0..13
+
+
+# ---- beam search's fused step (NativeStep.beam_step) ---------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("width", [1, 3, 5])
+def test_fused_beam_step_equals_the_steps_it_fuses(seed, width, monkeypatch):
+    """beam_search on the native engine runs each step as one C call; with it switched off the same
+    engine runs the step piece by piece (decoder call, commit, log_probs, best_children, reorder).
+    Both give the same n-best lists with the same scores to the bit, over queries of different
+    lengths (queries finish at different steps, so rows are dropped and the cache rebound)."""
+    from molspec_core.decoding import beam as beam_module
+
+    model = native_model(seed, "native", vocab_size=9)
+    sources = random_sources(seed + 20, 4, 9, 2, 12)
+    fused = beam_search(model, sources, width, max_len=14)
+    monkeypatch.setattr(beam_module, "NativeStep", type("NotNative", (), {}))
+    stepwise = beam_search(model, sources, width, max_len=14)
+    for a, b in zip(fused, stepwise):
+        assert [(h.tokens, h.score, h.finished) for h in a.hypotheses] == [(h.tokens, h.score, h.finished) for h in b.hypotheses]
+
+
+def test_beam_selection_in_c_breaks_ties_as_best_children():
+    """The C selection keeps best_children's order on many ties (log-probs rounded to quarters) and
+    dead slots (-inf), including fewer finite candidates than the width."""
+    from molspec_core.decoding.beam import best_children
+
+    library, rng = native._library(), np.random.default_rng(0)
+    for _ in range(500):
+        queries, slots, vocab = (int(n) for n in rng.integers(1, [4, 6, 9]))
+        width = int(rng.integers(1, slots * vocab + 1))
+        log_probs = (np.round(rng.standard_normal((queries, slots, vocab)) * 4) / 4).astype(np.float32)
+        log_probs[rng.random(log_probs.shape) < 0.2] = -np.inf
+        scores = (np.round(rng.standard_normal((queries, slots)) * 2) / 2).astype(np.float32)
+        scores[rng.random(scores.shape) < 0.3] = -np.inf
+        top_scores = np.empty((queries, width), dtype=np.float32)
+        top_index = np.empty((queries, width), dtype=np.int64)
+        library.beam_select(queries, slots, vocab, width, scores.ctypes.data, log_probs.ctypes.data,
+                            top_scores.ctypes.data, top_index.ctypes.data)
+        expected_scores, expected_index = best_children(scores, log_probs, width)
+        assert top_index.tolist() == expected_index.tolist()
+        assert top_scores.tolist() == expected_scores.tolist()
+
+
+def test_native_log_probs_are_a_log_softmax_computed_row_by_row():
+    """model.log_probs on the native engine: torch's log_softmax to float rounding, and each row's
+    values the same to the bit whatever else the call holds (beam search feeds a row alone, sbs-exact
+    in a longer call)."""
+    model = native_model(1, "native")
+    logits = torch.randn(6, 3, 37) * 4
+    got = model.log_probs(logits)
+    assert torch.allclose(got, logits.log_softmax(dim=-1), atol=2e-6, rtol=0)
+    assert torch.equal(model.log_probs(logits[2:3, 1]), got[2:3, 1])

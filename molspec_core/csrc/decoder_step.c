@@ -657,3 +657,111 @@ int cross_keys_values(const Model *model, int32_t layer, int32_t batch, int32_t 
     free(kv);
     return failed;
 }
+
+/* ---- Beam search's host side -------------------------------------------------------------------
+ * What beam.py does between two decoder calls, for the native engine (NativeStep.beam_step): in
+ * NumPy it is a few dozen calls, each slowed several times by running right after the decoder call
+ * has streamed the weights through the caches (measured: best_children took 7x its warm time there). */
+
+/* Row-wise log-softmax of x (rows, n) into out: (x - max) - log(sum exp(x - max)). Each row is
+ * computed alone and alike whatever `rows`, so equal logits give equal log-probs in any call; the
+ * native engine's beam search and sbs-exact both take theirs from here (Seq2SeqTransformer.log_probs). */
+void log_softmax_rows(const float *x, int64_t rows, int32_t n, float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * n;
+        float *o = out + r * n, top = -INFINITY;
+        for (int j = 0; j < n; j++) top = row[j] > top ? row[j] : top;
+        const __m256 shift = _mm256_set1_ps(top);
+        __m256 acc = _mm256_setzero_ps();
+        int j = 0;
+        for (; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift)));
+        if (j < n) {
+            float in[8];
+            for (int i = 0; i < 8; i++) in[i] = j + i < n ? row[j + i] - top : -INFINITY; /* exp: 0 */
+            acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_loadu_ps(in)));
+        }
+        const float log_total = logf(lanes_sum(acc));
+        for (j = 0; j < n; j++) o[j] = (row[j] - top) - log_total;
+    }
+}
+
+/* beam.best_children for (queries, slots) scores and (queries, slots, vocab) log-probs: candidate
+ * i = slot * vocab + token scores scores[slot] + log_probs[slot][token] (a float32 sum); the first
+ * `width` of each query's candidates in descending order, ties to the lower i (a stable sort), into
+ * out_scores and out_index (queries, width). width <= slots * vocab; values are finite or -inf. */
+void beam_select(int32_t queries, int32_t slots, int32_t vocab, int32_t width, const float *scores,
+                 const float *log_probs, float *out_scores, int64_t *out_index) {
+    for (int q = 0; q < queries; q++) {
+        float *best = out_scores + (int64_t)q * width;
+        int64_t *index = out_index + (int64_t)q * width;
+        int count = 0;
+        for (int s = 0; s < slots; s++) {
+            const float base = scores[(int64_t)q * slots + s];
+            const float *row = log_probs + ((int64_t)q * slots + s) * vocab;
+            for (int v = 0; v < vocab; v++) {
+                const float c = base + row[v];
+                if (count == width && !(c > best[width - 1])) continue;  /* an equal one found first stays */
+                int at = count < width ? count++ : width - 1;
+                while (at > 0 && best[at - 1] < c) {  /* after every kept candidate >= c */
+                    best[at] = best[at - 1];
+                    index[at] = index[at - 1];
+                    at--;
+                }
+                best[at] = c;
+                index[at] = (int64_t)s * vocab + v;
+            }
+        }
+    }
+}
+
+/* KVCache.reorder's move: slots (outer, batch, groups, stride) float32; row b becomes old row
+ * order[b], copying the first `used` floats of each group. Rows that keep their place are not
+ * touched; the moved ones go through a scratch copy (order may permute them). Returns 1 when
+ * scratch memory is short. */
+static int move_rows(float *slots, int32_t outer, int32_t batch, int32_t groups, int64_t stride, int64_t used,
+                     const int64_t *order) {
+    int moved = 0;
+    for (int b = 0; b < batch; b++) moved += order[b] != b;
+    if (moved == 0) return 0;
+    float *scratch = malloc(sizeof(float) * (size_t)moved * outer * groups * used);
+    if (scratch == NULL) return 1;
+    const int64_t row = groups * stride;
+    for (int pass = 0; pass < 2; pass++) {
+        float *at = scratch;
+        for (int b = 0; b < batch; b++) {
+            if (order[b] == b) continue;
+            for (int o = 0; o < outer; o++)
+                for (int g = 0; g < groups; g++, at += used) {
+                    float *slot = slots + ((int64_t)o * batch + (pass ? b : order[b])) * row + g * stride;
+                    if (pass) memcpy(slot, at, sizeof(float) * used);
+                    else memcpy(at, slot, sizeof(float) * used);
+                }
+        }
+    }
+    free(scratch);
+    return 0;
+}
+
+typedef struct {
+    int32_t queries, width;  /* the call's rows are queries * width beam slots, query by query */
+    const float *scores;     /* (queries, width): each slot's score, -INFINITY for a dead slot */
+    float *log_probs;        /* (queries * width, vocab): scratch */
+    float *top_scores;       /* (queries, width) out */
+    int64_t *top_index;      /* (queries, width) out: slot * vocab + token */
+    int64_t *parents;        /* (queries * width): scratch, the row each new slot continues */
+    float *slots;            /* (2 * n_layers, batch, heads, capacity, head_dim): the call's keys, values */
+} Beam;
+
+/* One beam step: the decoder call (one token per row, every row of one length), the log-softmax, each
+ * query's `width` best children (beam_select), and the cache rows moved to their parents' (the
+ * new token's keys and values included). Returns decoder_step's or move_rows's failure. */
+int beam_step(const Model *model, const Call *call, const Beam *beam) {
+    int failed = decoder_step(model, call);
+    if (failed) return failed;
+    const int32_t rows = call->batch, vocab = model->vocab, width = beam->width;
+    log_softmax_rows(call->logits, rows, vocab, beam->log_probs);
+    beam_select(beam->queries, width, vocab, width, beam->scores, beam->log_probs, beam->top_scores, beam->top_index);
+    for (int32_t r = 0; r < rows; r++) beam->parents[r] = r / width * width + beam->top_index[r] / vocab;
+    return move_rows(beam->slots, 2 * model->n_layers, rows, model->heads, (int64_t)call->capacity * model->head_dim,
+                     (int64_t)call->upto * model->head_dim, beam->parents);
+}

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..model import Seq2SeqTransformer
+from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import cache_capacity, encode_sources
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
@@ -82,8 +83,11 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     else:
         memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     vocab = model.cfg.vocab_size
+    # On the native engine a whole step (call, log-probs, best children, row moves) is one C call.
+    native = model.numpy_step if isinstance(model.numpy_step, NativeStep) and cache is not None else None
 
-    # The bookkeeping is NumPy on the host; only the decoder calls run on the device.
+    # The bookkeeping is NumPy on the host; only the decoder calls run on the device. It runs right
+    # after each call has streamed the weights through the caches, so it is kept to few operations.
     active = list(range(n_queries))
     scores = np.full((n_queries, width), -np.inf, dtype=np.float32)
     scores[:, 0] = 0.0
@@ -91,41 +95,47 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     finished: list[list[Hypothesis]] = [[] for _ in range(n_queries)]
     stats = [DecodeStats() for _ in range(n_queries)]
     step = 0
+    ones = first_slot = torch.empty(0)
     while active:
         n_act = len(active)
-        if cache is not None:
-            logits, _ = model.decode(torch.from_numpy(history[:, -1:]).to(device).view(-1, 1, 1), cache)
-            cache.commit(torch.ones(n_act * width, dtype=torch.long, device=device))
-            last = logits[:, 0, 0]  # (A*k, V)
+        if len(ones) != n_act * width:  # made again only when queries finish
+            ones = torch.ones(n_act * width, dtype=torch.long, device=device)
+            first_slot = np.arange(n_act)[:, None] * width  # (A, 1): each query's first row
+        if native is not None and cache is not None:
+            top_scores, top_index = native.beam_step(history[:, -1], cache, scores, step)  # rows moved too
         else:
-            last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
-        log_probs = last.float().log_softmax(dim=-1).cpu().numpy().reshape(n_act, width, vocab)
-        top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
+            if cache is not None:
+                logits, _ = model.decode(torch.from_numpy(history[:, -1]).to(device).view(-1, 1, 1), cache)
+                cache.commit(ones)
+                last = logits.reshape(n_act * width, vocab)
+            else:
+                last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
+            log_probs = model.log_probs(last).cpu().numpy().reshape(n_act, width, vocab)
+            top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
         parent, token = np.divmod(top_index, vocab)  # (A, k): slot within the query, token
-        rows = (np.arange(n_act)[:, None] * width + parent).reshape(-1)
-        if cache is not None:
+        rows = (first_slot + parent).reshape(-1)
+        if cache is not None and native is None:
             cache.reorder(torch.from_numpy(rows).to(device), cross=False)
         history = np.concatenate([history[rows], token.reshape(-1, 1)], axis=1)
         step += 1
         is_eos = token == EOS_ID
         scores = np.where(is_eos, np.float32(-np.inf), top_scores)
 
-        eos_list, score_list, live_list = is_eos.tolist(), top_scores.tolist(), scores.tolist()
+        kept = top_scores > -np.inf
+        for a, slot in zip(*np.nonzero(is_eos & kept)):  # by query, then slot
+            tokens = tuple(history[a * width + slot, 1:-1].tolist())
+            finished[active[a]].append(Hypothesis(tokens, float(top_scores[a, slot]), (GENERATED,) * len(tokens), True))
+        emitted, best_live = kept.sum(axis=1).tolist(), scores.max(axis=1).tolist()
         still = []
         for a, q in enumerate(active):
-            stats[q].record_call(emitted=sum(score > float("-inf") for score in score_list[a]))
-            for slot in range(width):
-                if eos_list[a][slot] and score_list[a][slot] > float("-inf"):
-                    tokens = tuple(history[a * width + slot, 1:-1].tolist())
-                    finished[q].append(Hypothesis(tokens, score_list[a][slot], (GENERATED,) * len(tokens), True))
-            live = live_list[a]
-            if can_stop([h.score for h in finished[q]], max(live), n_best):
+            stats[q].record_call(emitted=emitted[a])
+            if can_stop([h.score for h in finished[q]], best_live[a], n_best):
                 continue
             if step >= budgets[q]:
-                for slot in range(width):
-                    if live[slot] > float("-inf"):
+                for slot, score in enumerate(scores[a].tolist()):
+                    if score > float("-inf"):
                         tokens = tuple(history[a * width + slot, 1:].tolist())
-                        finished[q].append(Hypothesis(tokens, live[slot], (GENERATED,) * len(tokens), False))
+                        finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
                 continue
             still.append(a)
         if len(still) < n_act:
@@ -133,8 +143,8 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
             if cache is not None:
                 cache.reorder(torch.from_numpy(keep_rows).to(device))
             else:
-                kept = torch.from_numpy(keep_rows).to(device)
-                memory, keep = memory[kept], keep[kept]
+                kept_rows = torch.from_numpy(keep_rows).to(device)
+                memory, keep = memory[kept_rows], keep[kept_rows]
             history = history[keep_rows]
             scores = scores[still]
             active = [active[a] for a in still]

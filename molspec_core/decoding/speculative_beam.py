@@ -176,7 +176,7 @@ class _Search:
         starts = torch.tensor([len(h.tokens) - 1 for h in hyps], dtype=torch.long, device=self.device)
         cache = self.pool.gather(rows, starts, tokens.shape[2])
         logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
-        log_probs = logits.float().log_softmax(dim=-1).cpu()  # (R, N, 1+D, V)
+        log_probs = self.model.log_probs(logits).cpu()  # (R, N, 1+D, V)
         _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
         for i, hyp in enumerate(hyps):
             b = int(branch[i])
