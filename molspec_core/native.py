@@ -97,6 +97,8 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     library.decoder_step.restype = ctypes.c_int
     library.beam_step.argtypes = [ctypes.c_void_p] * 3
     library.beam_step.restype = ctypes.c_int
+    library.greedy_step.argtypes = [ctypes.c_void_p] * 3
+    library.greedy_step.restype = ctypes.c_int
     library.beam_select.argtypes = [ctypes.c_int32] * 4 + [ctypes.c_void_p] * 4
     library.beam_select.restype = None
     library.log_softmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p]
@@ -165,6 +167,10 @@ class _CBeam(ctypes.Structure):
                 ("parents", ctypes.c_void_p), ("slots", ctypes.c_void_p)]
 
 
+class _CGreedy(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("drafts", "accepted", "argmax", "best_log_probs", "peaks", "lengths")]
+
+
 class _Binding:
     """A cache's tensors as the C call reads them: pointer tables made once per cache, and again only
     after a reorder or a gather puts new tensors in it (each call checks that they are the same)."""
@@ -190,6 +196,7 @@ class _Binding:
         # them, and pending means "of the last call", so making them once per shape saves ~8 view ops a call.
         self.pending: dict[tuple[int, int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
         self.beam = _CBeam()
+        self.greedy = _CGreedy()
         self.beam_scratch: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}  # by (rows, vocab): see NativeStep.beam_step
 
     def pending_of(self, n_layers: int, batch: int, heads: int, t_new: int, head_dim: int
@@ -390,6 +397,43 @@ class NativeStep(NumpyStep):
         cache.written_in_place = True
         out_weights = weights.view(batch, 1, t_new, -1) if weights is not None else None
         return logits.view(batch, 1, t_new, -1), out_weights
+
+    def greedy_step(self, tokens: torch.Tensor, drafts: np.ndarray, cache: KVCache, want_peaks: bool
+                    ) -> tuple[list[int], list[list[int]], list[list[float]], list[int] | None]:
+        """One call of greedy.greedy in one C call (csrc greedy_step), one branch a row: feed tokens
+        (R, 1, 1+D), each row's pending token and drafts[r] draft tokens (padded past them), and keep
+        what it accepts. Returns greedy.settle_lists's outcome less the branch (always 0): accepted
+        drafts, the argmax at every position, its log-probability, and the cross-attention peaks
+        after the accepted runs (None unless want_peaks). The cache then holds the accepted run and
+        the next token's input slot, as commit(accepted + 1) leaves it."""
+        rows, branches, t_new = tokens.shape
+        lengths = cache.lengths
+        if branches != 1 or drafts.shape != (rows,) or cache.batch_size != rows:
+            raise ValueError("greedy_step feeds one branch to each row of the cache")
+        binding = self._binding(cache)
+        upto = int(lengths.numpy().max()) + t_new if rows else t_new
+        if binding is None or upto > cache.capacity:
+            raise ValueError("greedy_step needs contiguous cache slots with room for the call")
+        ids = tokens.reshape(rows * t_new).contiguous()
+        if ids.dtype != torch.int64:
+            raise TypeError("token ids must be int64")
+        vocab = int(self.embed.shape[0])
+        logits = np.empty((rows * t_new, vocab), dtype=np.float32)
+        weights = np.empty((rows, t_new, binding.call.src_len), dtype=np.float32) if want_peaks else None
+        self._set_call(binding, ids.data_ptr(), lengths, rows, t_new, upto, logits.ctypes.data,
+                       None if weights is None else weights.ctypes.data)
+        drafts = np.ascontiguousarray(drafts, dtype=np.int64)
+        accepted, new_lengths = np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int64)
+        argmax, best = np.empty((rows, t_new), dtype=np.int64), np.empty((rows, t_new), dtype=np.float32)
+        peaks = np.empty(rows, dtype=np.int64) if want_peaks else None
+        out = binding.greedy
+        out.drafts, out.accepted, out.argmax = drafts.ctypes.data, accepted.ctypes.data, argmax.ctypes.data
+        out.best_log_probs, out.lengths = best.ctypes.data, new_lengths.ctypes.data
+        out.peaks = None if peaks is None else peaks.ctypes.data
+        if self._library.greedy_step(ctypes.byref(self._model), ctypes.byref(binding.call), ctypes.byref(out)) != 0:
+            raise MemoryError("the C greedy step could not allocate its scratch memory")
+        cache.lengths = torch.from_numpy(new_lengths)
+        return accepted.tolist(), argmax.tolist(), best.tolist(), None if peaks is None else peaks.tolist()
 
     def beam_step(self, tokens: np.ndarray, cache: KVCache, scores: np.ndarray, length: int
                   ) -> tuple[np.ndarray, np.ndarray]:

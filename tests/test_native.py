@@ -100,14 +100,19 @@ def test_speculative_greedy_equals_greedy_to_the_bit():
 
 
 def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
+    """Every decoder call of greedy (and of beam search) is a C call: the plain one or a fused step."""
     calls = []
-    original = NativeStep.__call__
-    monkeypatch.setattr(NativeStep, "__call__", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    for name in ("__call__", "greedy_step", "beam_step"):
+        original = getattr(NativeStep, name)
+        monkeypatch.setattr(NativeStep, name, lambda self, *a, original=original, **k: calls.append(1) or original(self, *a, **k))
     model, vocab = copy_model
     fast = on_engine(model, "native")
     sources = random_sources(2, 5, len(vocab), 4, 12)
     results = [greedy(fast, [s], lambda s: make_drafter("pointer", s, 8, 1))[0] for s in sources]
     assert len(calls) == sum(r.stats.model_calls for r in results) > 0
+    calls.clear()
+    results = beam_search(fast, sources, 3)
+    assert len(calls) == max(r.stats.model_calls for r in results) > 0  # one call a step for the whole batch
 
 
 def test_weights_not_float16_values_are_refused_with_the_reason():
@@ -314,3 +319,35 @@ def test_native_log_probs_are_a_log_softmax_computed_row_by_row():
     got = model.log_probs(logits)
     assert torch.allclose(got, logits.log_softmax(dim=-1), atol=2e-6, rtol=0)
     assert torch.equal(model.log_probs(logits[2:3, 1]), got[2:3, 1])
+
+
+@pytest.mark.parametrize("drafter", ["none", "pointer", "lookup"])
+def test_fused_greedy_step_equals_the_steps_it_fuses(copy_model, drafter, monkeypatch):
+    """greedy on the native engine settles each call (argmax, accepted drafts, log-probs, attention
+    peak, new lengths) in the C call; switched off, the same engine settles it in NumPy
+    (greedy.settle_lists). Same tokens, same provenance, same call counts; scores to float rounding
+    (the two sum exponentials in different orders). A batch: rows finish at different calls."""
+    from molspec_core.decoding import greedy as greedy_module
+
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = random_sources(31, 4, len(vocab), 3, 14)
+
+    seen: list[tuple[int, int | None]] = []  # what each proposal was told: output so far, attention peak
+
+    def factory(source):
+        made = make_drafter(drafter, source, 4, 1)
+        propose = made.propose
+        made.propose = lambda generated, peak: seen.append((len(generated), peak)) or propose(generated, peak)
+        return made
+
+    fused = greedy(model, sources, factory)
+    assert drafter == "none" or sum(r.stats.draft_tokens_accepted for r in fused) > 0
+    fused_seen, seen[:] = list(seen), []
+    monkeypatch.setattr(greedy_module, "NativeStep", type("NotNative", (), {}))
+    stepwise = greedy(model, sources, factory)
+    for a, b in zip(fused, stepwise):
+        (x,), (y,) = a.hypotheses, b.hypotheses
+        assert (x.tokens, x.provenance, x.finished) == (y.tokens, y.provenance, y.finished)
+        assert x.score == pytest.approx(y.score, abs=1e-5)
+        assert a.stats.model_calls == b.stats.model_calls
+    assert fused_seen == seen

@@ -765,3 +765,56 @@ int beam_step(const Model *model, const Call *call, const Beam *beam) {
     return move_rows(beam->slots, 2 * model->n_layers, rows, model->heads, (int64_t)call->capacity * model->head_dim,
                      (int64_t)call->upto * model->head_dim, beam->parents);
 }
+
+/* ---- Greedy decoding's host side ----------------------------------------------------------------
+ * What greedy.py does with a call's logits (settle_lists), for the native engine: the same reason as
+ * beam_step's. */
+
+typedef struct {
+    const int64_t *drafts;  /* (batch): draft tokens fed after each row's pending token, at most t_new - 1 */
+    int64_t *accepted;      /* (batch) out: how many of them agree with the model's argmax */
+    int64_t *argmax;        /* (batch, t_new) out: the model's token after each input (the first of equal maxima) */
+    float *best_log_probs;  /* (batch, t_new) out: its log-probability, -log(sum exp(logits - max)) */
+    int64_t *peaks;         /* (batch) out: the argmax of the last layer's cross-attention after the
+                             * accepted run; NULL: not asked (then call->weights may be NULL) */
+    int64_t *lengths;       /* (batch) out: the rows' lengths once the accepted run and its next token are kept */
+} Greedy;
+
+static int64_t first_max(const float *x, int n) {
+    int64_t best = 0;
+    for (int j = 1; j < n; j++) best = x[j] > x[best] ? j : best;
+    return best;
+}
+
+/* One call of greedy decoding, one branch a row: the decoder call, then per row the argmax and its
+ * log-probability at every position, the accepted drafts (up to the first disagreement with the argmax),
+ * the cross-attention peak after them and the new length. */
+int greedy_step(const Model *model, const Call *call, const Greedy *out) {
+    int failed = decoder_step(model, call);
+    if (failed) return failed;
+    const int T = call->t_new, V = model->vocab, S = call->src_len;
+    for (int b = 0; b < call->batch; b++) {
+        for (int t = 0; t < T; t++) {
+            const int64_t r = (int64_t)b * T + t;
+            const float *row = call->logits + r * V;
+            const int64_t top = first_max(row, V);
+            const __m256 shift = _mm256_set1_ps(row[top]);
+            __m256 acc = _mm256_setzero_ps();
+            int j = 0;
+            for (; j + 8 <= V; j += 8) acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift)));
+            if (j < V) {
+                float in[8];
+                for (int i = 0; i < 8; i++) in[i] = j + i < V ? row[j + i] - row[top] : -INFINITY;
+                acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_loadu_ps(in)));
+            }
+            out->argmax[r] = top;
+            out->best_log_probs[r] = -logf(lanes_sum(acc));
+        }
+        int64_t n = 0;
+        while (n < out->drafts[b] && call->tokens[(int64_t)b * T + 1 + n] == out->argmax[(int64_t)b * T + n]) n++;
+        out->accepted[b] = n;
+        out->lengths[b] = call->lengths[b] + n + 1;
+        if (out->peaks != NULL) out->peaks[b] = first_max(call->weights + ((int64_t)b * T + n) * S, S);
+    }
+    return 0;
+}

@@ -16,6 +16,7 @@ import torch
 
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
+from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import encode_sources, fit_drafts, pack_drafts, pad_sources, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
@@ -90,6 +91,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     want_attention = any(d.needs_attention for d in drafters)
     active = list(range(len(sources)))  # original row index of each cache row
     on_cpu = device.type == "cpu"
+    # On the native engine a call with one draft a row and its settling are one C call (greedy_step).
+    native = model.numpy_step if isinstance(model.numpy_step, NativeStep) and on_cpu else None
     pending = [BOS_ID] * len(sources)  # each active row's next input token
 
     while active:
@@ -97,17 +100,22 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
                              for i in active],
                             [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
         tokens, lengths = pack_drafts(pending, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
-        tokens = tokens.to(device)
-        logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
-        if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops
-            draft_tokens = [[[sources[i][p] for p in d] for d in row] for i, row in zip(active, drafts)]
-            n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_lists(
-                logits.float().numpy(), draft_tokens, attention.float().numpy() if attention is not None else None)
+        if native is not None and tokens.shape[1] == 1:
+            n_acc_list, chosen_list, log_prob_list, peaks = native.greedy_step(tokens, lengths.numpy()[:, 0], cache,
+                                                                               want_attention)
+            branch_list = [0] * len(active)
         else:
-            n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_tensors(
-                logits, tokens, lengths.to(device), attention)
-        cache.commit(torch.from_numpy(np.array(n_acc_list, dtype=np.int64) + 1).to(device),
-                     torch.tensor(branch_list, device=device) if any(branch_list) else None)
+            tokens = tokens.to(device)
+            logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
+            if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops
+                draft_tokens = [[[sources[i][p] for p in d] for d in row] for i, row in zip(active, drafts)]
+                n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_lists(
+                    logits.float().numpy(), draft_tokens, attention.float().numpy() if attention is not None else None)
+            else:
+                n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_tensors(
+                    logits, tokens, lengths.to(device), attention)
+            cache.commit(torch.from_numpy(np.array(n_acc_list, dtype=np.int64) + 1).to(device),
+                         torch.tensor(branch_list, device=device) if any(branch_list) else None)
         still = []
         for row, i in enumerate(active):
             state, n_acc = out[i], n_acc_list[row]
