@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..cache import RowPool
@@ -65,7 +66,7 @@ class _Path:
     base_len: int  # tokens (bos included) of the hypothesis when it was fed
     draft: tuple[int, ...]
     draft_src: tuple[int, ...]  # source position of each draft token
-    log_probs: torch.Tensor  # (1+D, V) float32
+    log_probs: np.ndarray  # (1+D, V) float32
     peaks: tuple[int, ...] | None  # cross-attention argmax per position (pointer drafter)
 
     @property
@@ -81,13 +82,13 @@ class _Hyp:
 
     tokens: list[int]  # bos included
     provenance: list[int]  # per output token
-    score: torch.Tensor  # float32 scalar: the same arithmetic as beam search
+    score: np.float32  # the same float32 arithmetic as beam search (NumPy scalars: a tenth of torch's cost)
     row: int = -1  # pool row; -1 until the hypothesis is placed
     path: _Path | None = None  # set while the hypothesis lies on a path
     peak: int | None = None  # where the model looked when it produced the last token
     ahead: dict[int, "_Hyp"] = field(default_factory=dict)  # children fed before a step selects them
 
-    def next_log_probs(self) -> torch.Tensor | None:
+    def next_log_probs(self) -> np.ndarray | None:
         if self.path is None:
             return None
         return self.path.log_probs[len(self.tokens) - self.path.base_len]
@@ -99,7 +100,7 @@ class _Hyp:
         j = len(self.tokens) - path.base_len
         return j < len(path.draft) and path.draft[j] == token
 
-    def child(self, token: int, score: torch.Tensor) -> "_Hyp":
+    def child(self, token: int, score: np.float32) -> "_Hyp":
         """One-token extension; it stays on the path if the token is the path's next draft token."""
         if token in self.ahead:
             known = self.ahead.pop(token)
@@ -127,7 +128,7 @@ class _Search:
         self.pool = RowPool(cache, 0)
         self.slots = min(model.cfg.max_positions, cache.capacity)
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
-        self.live = [_Hyp([BOS_ID], [], torch.zeros((), dtype=torch.float32), row=self.take_row())]
+        self.live = [_Hyp([BOS_ID], [], np.float32(0.0), row=self.take_row())]
         self.finished: list[Hypothesis] = []
         self.stats = DecodeStats()
 
@@ -178,12 +179,13 @@ class _Search:
         logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
         log_probs = self.model.log_probs(logits).cpu()  # (R, N, 1+D, V)
         _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
+        log_probs_np, branch_list = log_probs.numpy(), branch.tolist()
         for i, hyp in enumerate(hyps):
-            b = int(branch[i])
+            b = branch_list[i]
             positions = drafts[i][b] if drafts[i] else []
             peaks = tuple(attention[i, b, : 1 + len(positions)].argmax(-1).tolist()) if attention is not None else None
             hyp.path = _Path(len(hyp.tokens), tuple(self.src[p] for p in positions), tuple(positions),
-                             log_probs[i, b, : 1 + len(positions)], peaks)
+                             log_probs_np[i, b, : 1 + len(positions)], peaks)
         self.pool.write(rows, cache, branch.to(self.device))
         # Acceptance and output tokens are counted once the search ends (result), from the n-best.
         self.stats.record_call(proposed=int(lengths.sum()), emitted=0)
@@ -207,10 +209,10 @@ class _Search:
         return DecodeResult(best, self.stats)
 
 
-def _best_children(hyps: list[_Hyp], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _best_children(hyps: list[_Hyp], width: int) -> tuple[np.ndarray, np.ndarray]:
     """beam.best_children over hypotheses that know their next-token log-probs."""
-    scores = torch.stack([h.score for h in hyps])  # (L,) float32
-    log_probs = torch.stack([h.next_log_probs() for h in hyps])  # (L, V)
+    scores = np.array([h.score for h in hyps], dtype=np.float32)  # (L,)
+    log_probs = np.stack([h.next_log_probs() for h in hyps])  # (L, V) float32
     return best_children(scores, log_probs, width)
 
 
@@ -289,8 +291,8 @@ def _paper_one(search: _Search) -> None:
                 accepted += 1
             node, score = hyp, hyp.score
             for i in range(accepted + 1):
-                ranked = torch.sort(path.log_probs[i], descending=True, stable=True)
-                for token in ranked.indices[:width + 1].tolist():
+                ranked = np.argsort(-path.log_probs[i], kind="stable")  # descending, ties to the lower token
+                for token in ranked[:width + 1].tolist():
                     if i < accepted and token == path.draft[i]:
                         continue
                     child_score = score + path.log_probs[i, token]
