@@ -7,7 +7,8 @@ one C function, called through ctypes, on the same folded weights; the encoder a
 keys/values of a new cache run in C too.
 
 The C file is compiled at first use with the machine's C compiler for this CPU (AVX2, FMA and F16C
-are required) into a per-user cache, keyed by the source's hash. Where that cannot happen (no
+are required) into a per-user cache, keyed by the source's hash; with OpenMP where the compiler has
+it, so that a call's products and attention use torch's thread count (results do not depend on it). Where that cannot happen (no
 compiler, another CPU, weights not float16 values), `native_unavailable` says why and the engine
 "auto" takes the NumPy step.
 """
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.c"
 CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-Werror=implicit-function-declaration")  # native: AVX-512 where the CPU has it
+# Threads: the C call splits its work among OpenMP threads where the compiler has OpenMP; a compiler
+# without it (clang without libomp, say) builds the single-threaded library instead.
+OPENMP = "-fopenmp"
 # Instruction sets the C step can be built for: "native" is this CPU's best (AVX-512 or AVX2); "avx2"
 # leaves AVX-512 out, so that a machine with it also builds and tests the AVX2 code other CPUs run.
 ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
@@ -76,15 +80,22 @@ def _library(isa: str = "native") -> ctypes.CDLL:
         raise NativeUnavailable("no C compiler found (cc or gcc; or set CC)")
     source = SOURCE.read_bytes()
     cpu = " ".join(sorted(_cpu_flags()))  # -march=native builds for this CPU kind
-    flags = CFLAGS + ISA_FLAGS[isa]
-    key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
-    target = _cache_dir() / f"decoder_step-{key}.so"
-    if not target.exists():
+    for flags in (CFLAGS + ISA_FLAGS[isa] + (OPENMP,), CFLAGS + ISA_FLAGS[isa]):
+        key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
+        target = _cache_dir() / f"decoder_step-{key}.so"
+        if target.exists():
+            break
         try:
             _build(compiler, flags, target)
         except OSError as exc:  # an unwritable cache folder, a compiler that cannot be started
             raise NativeUnavailable(f"building the C step into {target.parent} failed: {exc}") from None
+        except NativeUnavailable as exc:
+            if OPENMP not in flags:
+                raise
+            log.info("the C step does not build with OpenMP here (%s); building it single-threaded", exc)
+            continue
         log.info("built the C decoder step: %s", target)
+        break
     try:
         library = ctypes.CDLL(str(target))
     except OSError as exc:
@@ -104,6 +115,7 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     library.log_softmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p]
     library.log_softmax_rows.restype = None
     library.int8_vnni.restype = ctypes.c_int
+    library.has_threads.restype = ctypes.c_int
     return library
 
 
@@ -144,7 +156,7 @@ class _CEncoderLayer(ctypes.Structure):
 class _CModel(ctypes.Structure):
     _fields_ = [("n_layers", ctypes.c_int32), ("d", ctypes.c_int32), ("heads", ctypes.c_int32),
                 ("head_dim", ctypes.c_int32), ("d_ff", ctypes.c_int32), ("vocab", ctypes.c_int32),
-                ("max_positions", ctypes.c_int32), ("query_scale", ctypes.c_float),
+                ("max_positions", ctypes.c_int32), ("query_scale", ctypes.c_float), ("threads", ctypes.c_int32),
                 ("layers", ctypes.POINTER(_CLayer)), ("output", ctypes.POINTER(_CAffine)),
                 ("embed", ctypes.c_void_p), ("positions", ctypes.c_void_p),
                 ("n_encoder_layers", ctypes.c_int32), ("encoder_layers", ctypes.POINTER(_CEncoderLayer)),
@@ -291,7 +303,7 @@ class NativeStep(NumpyStep):
         self._keep += [c_layers, c_encoder, c_cross, embed, positions, gain, shift]
         cfg = model.cfg
         self._model = _CModel(n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ff, cfg.vocab_size,
-                              cfg.max_positions, float(self.scale), c_layers, ctypes.pointer(self._output),
+                              cfg.max_positions, float(self.scale), 1, c_layers, ctypes.pointer(self._output),
                               embed.ctypes.data, positions.ctypes.data, len(self.encoder_layers), c_encoder,
                               gain.ctypes.data, shift.ctypes.data, norm.eps, c_cross)
 
@@ -308,6 +320,17 @@ class NativeStep(NumpyStep):
             c_affine.q, c_affine.q_scale, c_affine.q_sum, c_affine.k4 = q.ctypes.data, scales.ctypes.data, sums.ctypes.data, k4
         return c_affine
 
+    def _c_model(self) -> object:
+        """The C model for one call, told the threads it may use: torch's thread count (what --threads
+        sets), as every torch operation of the process takes; one where the library has no OpenMP."""
+        self._model.threads = torch.get_num_threads()
+        return ctypes.byref(self._model)
+
+    @property
+    def threaded(self) -> bool:
+        """Whether the C calls can use several threads here (the library was built with OpenMP)."""
+        return bool(self._library.has_threads())
+
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         """Seq2SeqTransformer.encode in C: src (B, S) padded with PAD_ID -> memory (B, S, d)."""
         batch, length = src.shape
@@ -318,7 +341,7 @@ class NativeStep(NumpyStep):
             raise ValueError("token id outside the model's vocabulary")  # C would read past the table
         keep = (ids != PAD_ID).to(torch.uint8)
         memory = torch.empty(batch, length, self.d_model)
-        if self._library.encode(ctypes.byref(self._model), batch, length, ids.data_ptr(),
+        if self._library.encode(self._c_model(), batch, length, ids.data_ptr(),
                                 None if bool(keep.all()) else keep.data_ptr(), memory.data_ptr()) != 0:
             raise MemoryError("the C encoder could not allocate its scratch memory")
         return memory
@@ -329,7 +352,7 @@ class NativeStep(NumpyStep):
         memory = memory.detach().float().contiguous()
         keys = torch.empty(batch, self.n_heads, length, self.head_dim)
         values = torch.empty_like(keys)
-        if self._library.cross_keys_values(ctypes.byref(self._model), layer, batch, length, memory.data_ptr(),
+        if self._library.cross_keys_values(self._c_model(), layer, batch, length, memory.data_ptr(),
                                            keys.data_ptr(), values.data_ptr()) != 0:
             raise MemoryError("the C step could not allocate its scratch memory")
         return keys, values
@@ -389,7 +412,7 @@ class NativeStep(NumpyStep):
         weights = torch.empty(batch, t_new, binding.call.src_len) if want_weights else None
         views = self._set_call(binding, ids.data_ptr(), where.lengths.contiguous(), batch, t_new, where.upto,
                                logits.data_ptr(), None if weights is None else weights.data_ptr())
-        if self._library.decoder_step(ctypes.byref(self._model), ctypes.byref(binding.call)) != 0:
+        if self._library.decoder_step(self._c_model(), ctypes.byref(binding.call)) != 0:
             raise MemoryError("the C decoder step could not allocate its scratch memory")
         n_layers = len(cache.layers)
         for layer, keys, values in zip(cache.layers, views[:n_layers], views[n_layers:]):
@@ -430,7 +453,7 @@ class NativeStep(NumpyStep):
         out.drafts, out.accepted, out.argmax = drafts.ctypes.data, accepted.ctypes.data, argmax.ctypes.data
         out.best_log_probs, out.lengths = best.ctypes.data, new_lengths.ctypes.data
         out.peaks = None if peaks is None else peaks.ctypes.data
-        if self._library.greedy_step(ctypes.byref(self._model), ctypes.byref(binding.call), ctypes.byref(out)) != 0:
+        if self._library.greedy_step(self._c_model(), ctypes.byref(binding.call), ctypes.byref(out)) != 0:
             raise MemoryError("the C greedy step could not allocate its scratch memory")
         cache.lengths = torch.from_numpy(new_lengths)
         return accepted.tolist(), argmax.tolist(), best.tolist(), None if peaks is None else peaks.tolist()
@@ -470,7 +493,7 @@ class NativeStep(NumpyStep):
         beam.queries, beam.width, beam.scores = queries, width, scores.ctypes.data
         beam.log_probs, beam.top_scores, beam.top_index = scratch[1].ctypes.data, top_scores.ctypes.data, top_index.ctypes.data
         beam.parents, beam.slots = scratch[2].ctypes.data, slots.data_ptr()
-        if self._library.beam_step(ctypes.byref(self._model), ctypes.byref(binding.call), ctypes.byref(beam)) != 0:
+        if self._library.beam_step(self._c_model(), ctypes.byref(binding.call), ctypes.byref(beam)) != 0:
             raise MemoryError("the C beam step could not allocate its scratch memory")
         cache.lengths = cache.lengths + 1  # the rows moved among rows of one length
         return top_scores, top_index

@@ -212,8 +212,10 @@ class Predictor:
 
     @property
     def threads(self) -> int:
-        """CPU threads torch decodes with (a process-wide setting)."""
-        return torch.get_num_threads()
+        """CPU threads a decoder call uses: torch's thread count (a process-wide setting, --threads), which
+        the native engine's C calls take too where its library has OpenMP (else one)."""
+        step = self.model.numpy_step
+        return 1 if isinstance(step, NativeStep) and not step.threaded else torch.get_num_threads()
 
     @property
     def engine(self) -> str:

@@ -351,3 +351,28 @@ def test_fused_greedy_step_equals_the_steps_it_fuses(copy_model, drafter, monkey
         assert x.score == pytest.approx(y.score, abs=1e-5)
         assert a.stats.model_calls == b.stats.model_calls
     assert fused_seen == seen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_results_do_not_depend_on_the_thread_count(dtype):
+    """With OpenMP the C call splits products, attention and the encoder among torch's thread count;
+    each output is still computed alike, so one thread and three give the same bits (150-row calls,
+    past every loop's parallel threshold)."""
+    model = random_model(3, engine="numpy")
+    model.numpy_step = NativeStep(model, "native", dtype)
+    if not model.numpy_step.threaded:
+        pytest.skip("the C step was built without OpenMP here (the compiler has none)")
+    sources = random_sources(4, 3, 14, 20, 40)
+    tokens = torch.tensor(random_sources(5, 3, 14, 50, 50)).unsqueeze(1)
+    before = torch.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            memory = model.encode(torch.tensor([s + [0] * (40 - len(s)) for s in sources]))
+            runs.append((memory,) + one_call(model, sources, [3, 9, 5], tokens, [50, 1, 20], fill_lean=True))
+    finally:
+        torch.set_num_threads(before)
+    for name, a, b in zip(("memory", "logits", "cross-attention", "pending keys", "next logits"), runs[0], runs[1]):
+        assert torch.equal(a, b), name
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][5], runs[1][5]))

@@ -16,6 +16,10 @@
  * logits are bit-identical in a one-token greedy call and inside a nine-token verify call:
  * speculative decoding on this engine equals greedy to the bit.
  *
+ * Threads (OpenMP, where the compiler has it; Model.threads): the products split their output
+ * columns and row blocks, attention its rows, among the threads; every output element is still
+ * computed by the same instructions in the same order, so results do not depend on the thread count.
+ *
  * Built at first use by molspec_core/native.py with the machine's C compiler; no Python API is used,
  * ctypes calls `decoder_step`, `encode` and `cross_keys_values`.
  */
@@ -24,6 +28,24 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* The threads of the entry point running in this thread (Model.threads; 1 without OpenMP). Parallel
+ * loops take them when their work pays for waking them: PARALLEL_WORK multiply-adds or more. */
+static _Thread_local int team = 1;
+#define PARALLEL_WORK 65536
+#define PARALLEL_IF(work) num_threads(team) if (team > 1 && (work) >= PARALLEL_WORK) schedule(static)
+
+/* Whether the library was built with OpenMP (native.py reports it). */
+int has_threads(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 typedef struct {
     const uint16_t *weight; /* float16 panels: (n_pad / 16, k, 16) */
@@ -50,6 +72,7 @@ typedef struct {
 typedef struct {
     int32_t n_layers, d, heads, head_dim, d_ff, vocab, max_positions;
     float query_scale;      /* 1 / sqrt(head_dim), for the self-attention's query */
+    int32_t threads;        /* threads a call may use (1: this thread alone) */
     const Layer *layers;
     const Affine *output;   /* final norm + tied projection */
     const float *embed;     /* (vocab, d), already times sqrt(d) */
@@ -162,19 +185,25 @@ static inline __attribute__((always_inline)) void panel_block(int rows, int cols
 
 /* out (m, n_pad) = x (m, k) @ W + bias, optionally ReLU'd; x rows ldx apart. */
 static void product_fp16(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    if (m <= 0) return;
     const int64_t panel_size = (int64_t)a->k * 16;
-    const int n_panels = a->n_pad / 16;
-    for (int r = 0; r < m; r += ROWS_MAX) {
-        const int rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
-        const int step = panels_for(rows);
+    const int n_panels = a->n_pad / 16, blocks = (m + ROWS_MAX - 1) / ROWS_MAX;
+    const int last_rows = m - (blocks - 1) * ROWS_MAX, groups = (n_panels + panels_for(ROWS_MAX) - 1) / panels_for(ROWS_MAX);
+    const int last_groups = (n_panels + panels_for(last_rows) - 1) / panels_for(last_rows);
+    /* items: (row block, panel group), the full blocks first; each is one register block */
+    const int items = (blocks - 1) * groups + last_groups;
+#pragma omp parallel for PARALLEL_IF((int64_t)m * a->n_pad * a->k)
+    for (int item = 0; item < items; item++) {
+        const int block = item < (blocks - 1) * groups ? item / groups : blocks - 1;
+        const int group = item < (blocks - 1) * groups ? item % groups : item - (blocks - 1) * groups;
+        const int r = block * ROWS_MAX, rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
+        const int step = panels_for(rows), p = group * step;
         const float *xr = x + r * ldx;
-        for (int p = 0; p < n_panels; p += step) {
-            const uint16_t *panel = a->weight + p * panel_size;
-            const float *bias = a->bias + 16 * p;
-            float *o = out + (int64_t)r * a->n_pad + 16 * p;
-            const int cols = n_panels - p < step ? n_panels - p : step;
-            switch (rows * 16 + cols) { SHAPES }
-        }
+        const uint16_t *panel = a->weight + p * panel_size;
+        const float *bias = a->bias + 16 * p;
+        float *o = out + (int64_t)r * a->n_pad + 16 * p;
+        const int cols = n_panels - p < step ? n_panels - p : step;
+        switch (rows * 16 + cols) { SHAPES }
     }
 }
 
@@ -228,6 +257,7 @@ static inline __attribute__((always_inline)) void int8_block(int rows, int cols,
     IUP_TO_2(5) IUP_TO_2(6) IUP_TO_2(7) IUP_TO_2(8) IUP_TO_2(9) IUP_TO_2(10) IUP_TO_2(11) IUP_TO_2(12)
 
 static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    if (m <= 0) return 0;
     const int k = a->k, k4 = a->k4, n_pad = a->n_pad, n_panels = n_pad / 16;
     const int64_t panel_size = (int64_t)k4 * 16;
     uint8_t *xu = malloc((size_t)m * k4 + 64);
@@ -240,6 +270,7 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
         return 1;
     }
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+#pragma omp parallel for PARALLEL_IF((int64_t)m * k * 8)
     for (int r = 0; r < m; r++) { /* the rounding of the plain path, 16 at a time: nearest, ties to even */
         float inv;
         row_range(x + r * ldx, k, row_scale + r, &inv);
@@ -254,18 +285,23 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             _mm512_mask_cvtepi32_storeu_epi8(xu + (int64_t)r * k4 + i, keep, u);
         }
     }
-    for (int r = 0; r < m; r += ROWS_MAX) {
-        const int rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
-        const int step = panels_for(rows);
+    const int blocks = (m + ROWS_MAX - 1) / ROWS_MAX, last_rows = m - (blocks - 1) * ROWS_MAX;
+    const int groups = (n_panels + panels_for(ROWS_MAX) - 1) / panels_for(ROWS_MAX);
+    const int items = (blocks - 1) * groups + (n_panels + panels_for(last_rows) - 1) / panels_for(last_rows);
+#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
+    for (int item = 0; item < items; item++) { /* as product_fp16 */
+        const int block = item < (blocks - 1) * groups ? item / groups : blocks - 1;
+        const int group = item < (blocks - 1) * groups ? item % groups : item - (blocks - 1) * groups;
+        const int r = block * ROWS_MAX, rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
+        const int step = panels_for(rows), p = group * step;
         const uint8_t *xr = xu + (int64_t)r * k4;
-        for (int p = 0; p < n_panels; p += step) {
-            const int8_t *panel = a->q + p * panel_size;
-            int32_t *sr = sums + (int64_t)r * n_pad + 16 * p;
-            const int cols = n_panels - p < step ? n_panels - p : step;
-            switch (rows * 16 + cols) { ISHAPES }
-        }
+        const int8_t *panel = a->q + p * panel_size;
+        int32_t *sr = sums + (int64_t)r * n_pad + 16 * p;
+        const int cols = n_panels - p < step ? n_panels - p : step;
+        switch (rows * 16 + cols) { ISHAPES }
     }
     const __m512 zero = _mm512_setzero_ps();
+#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * 8)
     for (int r = 0; r < m; r++) { /* fma(sum, row_scale * q_scale, bias), as the plain path rounds it */
         const __m512 rs = _mm512_set1_ps(row_scale[r]);
         for (int n = 0; n < n_pad; n += 16) {
@@ -288,9 +324,9 @@ int int8_vnni(void) { return 0; }
 /* The plain path: the same int32 sums and the same roundings as the VNNI one, one at a time. */
 static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
     const int k = a->k, k4 = a->k4, n_pad = a->n_pad;
-    int8_t *xq = malloc((size_t)k4);
-    if (xq == NULL) return 1;
+#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k)
     for (int r = 0; r < m; r++) {
+        int8_t xq[k4];
         float row_scale, inv;
         row_range(x + r * ldx, k, &row_scale, &inv);
         for (int i = 0; i < k4; i++) {
@@ -310,7 +346,6 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             }
         }
     }
-    free(xq);
     return 0;
 }
 #endif
@@ -484,14 +519,13 @@ int decoder_step(const Model *model, const Call *call) {
     const int B = call->batch, T = call->t_new, M = B * T;
     const int d = model->d, H = model->heads, hd = model->head_dim, S = call->src_len;
     const int64_t cap = call->capacity;
+    team = model->threads;
     int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
     if (model->vocab > widest) widest = model->vocab;
-    int scores_len = call->upto > S ? call->upto : S;
-    size_t floats = (size_t)M * d * 3 + (size_t)M * pad16(widest) + (size_t)scores_len + (size_t)hd;
+    size_t floats = (size_t)M * d * 3 + (size_t)M * pad16(widest);
     float *block = malloc(floats * sizeof(float));
     if (block == NULL) return 1;
     float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
-    float *scores = wide + (size_t)M * pad16(widest), *head_out = scores + scores_len;
 
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -524,20 +558,22 @@ int decoder_step(const Model *model, const Call *call) {
                     memcpy(pending_values + pend, row + 2 * d + hh * hd, sizeof(float) * hd);
                 }
             }
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                const float *row = wide + ((int64_t)b * T + t) * ldq;
-                int n = (int)(call->lengths[b] + t + 1);
-                for (int hh = 0; hh < H; hh++) {
-                    const float *k = keys + ((int64_t)b * H + hh) * cap * hd;
-                    const float *v = values + ((int64_t)b * H + hh) * cap * hd;
-                    float q[hd];
-                    for (int i = 0; i < hd; i++) q[i] = row[hh * hd + i] * model->query_scale;
-                    scores_of(q, k, hd, n, hd, scores);
-                    softmax_(scores, n);
-                    weighted_sum(scores, v, hd, n, hd, attn + ((int64_t)b * T + t) * d + hh * hd);
-                }
+#pragma omp parallel for PARALLEL_IF((int64_t)M * call->upto * d * 2)
+        for (int bt = 0; bt < M; bt++) {
+            const int b = bt / T, t = bt % T;
+            const float *row = wide + (int64_t)bt * ldq;
+            int n = (int)(call->lengths[b] + t + 1);
+            float scores[n];
+            for (int hh = 0; hh < H; hh++) {
+                const float *k = keys + ((int64_t)b * H + hh) * cap * hd;
+                const float *v = values + ((int64_t)b * H + hh) * cap * hd;
+                float q[hd];
+                for (int i = 0; i < hd; i++) q[i] = row[hh * hd + i] * model->query_scale;
+                scores_of(q, k, hd, n, hd, scores);
+                softmax_(scores, n);
+                weighted_sum(scores, v, hd, n, hd, attn + (int64_t)bt * d + hh * hd);
             }
+        }
         failed |= product(&layer->self_out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->self_out.n_pad);
 
@@ -545,25 +581,25 @@ int decoder_step(const Model *model, const Call *call) {
         failed |= affine(&layer->cross_query, x, M, h, wide, 0);
         const int ldc = layer->cross_query.n_pad;
         const int last = l == model->n_layers - 1 && call->weights != NULL;
-        for (int b = 0; b < B; b++) {
-            int cb = call->cross_batch == 1 ? 0 : b;
+#pragma omp parallel for PARALLEL_IF((int64_t)M * S * d * 2)
+        for (int bt = 0; bt < M; bt++) {
+            const int b = bt / T, cb = call->cross_batch == 1 ? 0 : b;
             const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + (int64_t)(call->pad_batch == 1 ? 0 : b) * S;
-            for (int t = 0; t < T; t++)
-                for (int hh = 0; hh < H; hh++) {
-                    const float *q = wide + ((int64_t)b * T + t) * ldc + hh * hd;
-                    const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh) * S * hd;
-                    const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
-                    scores_of(q, k, hd, S, hd, scores);
-                    if (pad != NULL)
-                        for (int j = 0; j < S; j++) scores[j] = pad[j] ? -INFINITY : scores[j];
-                    softmax_(scores, S);
-                    if (last) {
-                        float *w = call->weights + ((int64_t)b * T + t) * S;
-                        for (int j = 0; j < S; j++) w[j] += scores[j] / (float)H;
-                    }
-                    weighted_sum(scores, v, hd, S, hd, head_out);
-                    memcpy(attn + ((int64_t)b * T + t) * d + hh * hd, head_out, sizeof(float) * hd);
+            float scores[S];
+            for (int hh = 0; hh < H; hh++) {
+                const float *q = wide + (int64_t)bt * ldc + hh * hd;
+                const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh) * S * hd;
+                const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
+                scores_of(q, k, hd, S, hd, scores);
+                if (pad != NULL)
+                    for (int j = 0; j < S; j++) scores[j] = pad[j] ? -INFINITY : scores[j];
+                softmax_(scores, S);
+                if (last) {
+                    float *w = call->weights + (int64_t)bt * S;
+                    for (int j = 0; j < S; j++) w[j] += scores[j] / (float)H;
                 }
+                weighted_sum(scores, v, hd, S, hd, attn + (int64_t)bt * d + hh * hd);
+            }
         }
         failed |= product(&layer->cross_out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->cross_out.n_pad);
@@ -595,11 +631,11 @@ int decoder_step(const Model *model, const Call *call) {
 int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens, const uint8_t *keep,
            float *memory) {
     const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
+    team = model->threads;
     int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
-    float *block = malloc(sizeof(float) * ((size_t)M * d * 3 + (size_t)M * pad16(widest) + (size_t)len));
+    float *block = malloc(sizeof(float) * ((size_t)M * d * 3 + (size_t)M * pad16(widest)));
     if (block == NULL) return 1;
     float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
-    float *scores = wide + (size_t)M * pad16(widest);
     for (int r = 0; r < M; r++) {
         const float *e = model->embed + tokens[r] * d, *pos = model->positions + (int64_t)(r % len) * d;
         for (int i = 0; i < d; i++) x[(int64_t)r * d + i] = e[i] + pos[i];
@@ -609,19 +645,22 @@ int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens
         const EncoderLayer *layer = model->encoder_layers + l;
         const int ldq = layer->qkv.n_pad;
         failed |= affine(&layer->qkv, x, M, h, wide, 0);
-        for (int b = 0; b < batch; b++)
-            for (int i = 0; i < len; i++)
-                for (int hh = 0; hh < H; hh++) {
-                    const float *row = wide + ((int64_t)b * len + i) * ldq;
-                    float q[hd];
-                    for (int c = 0; c < hd; c++) q[c] = row[hh * hd + c] * model->query_scale;
-                    const float *keys = wide + (int64_t)b * len * ldq + d + hh * hd;
-                    scores_of(q, keys, ldq, len, hd, scores);
-                    if (keep != NULL)
-                        for (int j = 0; j < len; j++) scores[j] = keep[(int64_t)b * len + j] ? scores[j] : -INFINITY;
-                    softmax_(scores, len);
-                    weighted_sum(scores, keys + d, ldq, len, hd, attn + ((int64_t)b * len + i) * d + hh * hd);
-                }
+#pragma omp parallel for PARALLEL_IF((int64_t)M * len * d * 2)
+        for (int bi = 0; bi < M; bi++) {
+            const int b = bi / len;
+            const float *row = wide + (int64_t)bi * ldq;
+            float scores[len];
+            for (int hh = 0; hh < H; hh++) {
+                float q[hd];
+                for (int c = 0; c < hd; c++) q[c] = row[hh * hd + c] * model->query_scale;
+                const float *keys = wide + (int64_t)b * len * ldq + d + hh * hd;
+                scores_of(q, keys, ldq, len, hd, scores);
+                if (keep != NULL)
+                    for (int j = 0; j < len; j++) scores[j] = keep[(int64_t)b * len + j] ? scores[j] : -INFINITY;
+                softmax_(scores, len);
+                weighted_sum(scores, keys + d, ldq, len, hd, attn + (int64_t)bi * d + hh * hd);
+            }
+        }
         failed |= product(&layer->out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->out.n_pad);
         failed |= affine(&layer->up, x, M, h, wide, 1);
@@ -643,6 +682,7 @@ int cross_keys_values(const Model *model, int32_t layer, int32_t batch, int32_t 
                       float *keys, float *values) {
     const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
     const Affine *a = model->cross_keys_values + layer;
+    team = model->threads;
     float *kv = malloc(sizeof(float) * (size_t)M * a->n_pad);
     if (kv == NULL) return 1;
     int failed = product(a, memory, d, M, kv, 0);
