@@ -62,6 +62,9 @@ class KVCache:
     # The slots tensor a reorder of the same batch size writes into next (the one it replaced), off the
     # NumPy path: allocating fresh full-capacity slots each step cost a fifth of a beam step.
     _spare: torch.Tensor | None = None
+    # (B,) int64: the row of the slot tensors each cache row reads and writes, for a view of a row pool
+    # (RowPool.view: the native engine reads the pool in place); None: row b is row b of the slots.
+    slot_rows: torch.Tensor | None = None
     # What an engine keeps for this cache between calls (native.py: the C call's pointer tables); the
     # engine checks it against the cache's tensors before each use.
     engine_state: object | None = None
@@ -215,6 +218,7 @@ class RowPool:
             raise ValueError("a row pool holds one query")
         self.base, self.capacity = base, base.capacity
         self.store = first.new_zeros((2 * len(base.layers), rows) + first.shape[1:])
+        self._view: KVCache | None = None  # see view
 
     @property
     def rows(self) -> int:
@@ -222,6 +226,20 @@ class RowPool:
 
     def add_rows(self, n: int) -> None:
         self.store = torch.cat([self.store, self.store.new_zeros((self.store.shape[0], n) + self.store.shape[2:])], dim=1)
+
+    def view(self, rows: torch.Tensor, lengths: torch.Tensor) -> KVCache:
+        """The pool itself as a cache of `rows` (int64, distinct), valid up to `lengths`: a decoder call
+        on it reads those rows and writes its new tokens' keys/values into them, past `lengths`, with
+        no gather and no write-back. Only the native engine reads such a cache (KVCache.slot_rows); the
+        same view object is reused while the pool's tensor stays the same."""
+        view = self._view
+        if view is None or view.slots is not self.store:
+            layers = [LayerCache(self.store[2 * i], self.store[2 * i + 1], layer.cross_keys, layer.cross_values)
+                      for i, layer in enumerate(self.base.layers)]
+            view = self._view = KVCache(layers, lengths, self.base.src_pad_mask, self.capacity, self.base._arange,
+                                        slots=self.store)
+        view.lengths, view.slot_rows, view.written_in_place = lengths.to(self.base.lengths).clone(), rows, False
+        return view
 
     def copy_row(self, source: int, target: int, upto: int) -> None:
         """Row `target` gets row `source`'s first `upto` slots (a hypothesis branching in two)."""

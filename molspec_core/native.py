@@ -170,7 +170,7 @@ class _CCall(ctypes.Structure):
                 ("pad_batch", ctypes.c_int32), ("tokens", ctypes.c_void_p), ("lengths", ctypes.c_void_p),
                 ("keys", ctypes.c_void_p), ("values", ctypes.c_void_p), ("cross_keys", ctypes.c_void_p),
                 ("cross_values", ctypes.c_void_p), ("src_pad", ctypes.c_void_p), ("pending", ctypes.c_void_p),
-                ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p)]
+                ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p), ("rows", ctypes.c_void_p)]
 
 
 class _CBeam(ctypes.Structure):
@@ -394,7 +394,7 @@ class NativeStep(NumpyStep):
         call = binding.call
         call.batch, call.t_new, call.upto = batch, t_new, upto
         call.tokens, call.lengths, call.pending = ids, lengths.data_ptr(), pending.data_ptr()
-        call.logits, call.weights = logits, weights
+        call.logits, call.weights, call.rows = logits, weights, None
         return views
 
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
@@ -402,6 +402,10 @@ class NativeStep(NumpyStep):
         """NumpyStep.__call__'s contract, in one C call."""
         batch, _, t_new = tokens.shape
         binding = self._binding(cache)
+        rows = cache.slot_rows
+        if rows is not None and (binding is None or rows.dtype != torch.int64 or not rows.is_contiguous()
+                                 or rows.shape != (batch,)):
+            raise ValueError("a row pool's view needs contiguous slots and one int64 pool row per call row")
         if binding is None:
             where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
             return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
@@ -412,6 +416,7 @@ class NativeStep(NumpyStep):
         weights = torch.empty(batch, t_new, binding.call.src_len) if want_weights else None
         views = self._set_call(binding, ids.data_ptr(), where.lengths.contiguous(), batch, t_new, where.upto,
                                logits.data_ptr(), None if weights is None else weights.data_ptr())
+        binding.call.rows = None if rows is None else rows.data_ptr()
         if self._library.decoder_step(self._c_model(), ctypes.byref(binding.call)) != 0:
             raise MemoryError("the C decoder step could not allocate its scratch memory")
         n_layers = len(cache.layers)

@@ -376,3 +376,41 @@ def test_results_do_not_depend_on_the_thread_count(dtype):
     for name, a, b in zip(("memory", "logits", "cross-attention", "pending keys", "next logits"), runs[0], runs[1]):
         assert torch.equal(a, b), name
     assert all(torch.equal(a, b) for a, b in zip(runs[0][5], runs[1][5]))
+
+
+@pytest.mark.parametrize("width", [2, 4])
+def test_sbs_exact_on_the_pools_own_rows_equals_its_gathered_calls(copy_model, width, monkeypatch):
+    """On the native engine sbs-exact feeds a row pool's rows in place (RowPool.view, Call.rows); the
+    gather-and-write path it replaces gives the same n-best lists, scores to the bit, and both
+    equal beam search's tokens."""
+    from molspec_core.decoding import speculative_beam as sbs_module
+
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = random_sources(41, 4, len(vocab), 3, 14)
+
+    def factory(source):
+        return make_drafter("pointer", source, 4, 1)
+
+    views = []
+    original_view = sbs_module.RowPool.view
+    monkeypatch.setattr(sbs_module.RowPool, "view", lambda self, *a: views.append(1) or original_view(self, *a))
+    in_pool = speculative_beam(model, sources, width, factory, exact=True)
+    assert views  # the pool path really ran
+    monkeypatch.setattr(sbs_module, "NativeStep", type("NotNative", (), {}))
+    gathered = speculative_beam(model, sources, width, factory, exact=True)
+    reference = beam_search(model, sources, width)
+    for a, b, c in zip(in_pool, gathered, reference):
+        assert [(h.tokens, h.score) for h in a.hypotheses] == [(h.tokens, h.score) for h in b.hypotheses]
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in c.hypotheses]
+
+
+def test_a_pool_view_is_refused_off_the_native_lean_call(copy_model):
+    """A view's rows index the pool, not the call: the NumPy and torch steps would read the wrong rows."""
+    from molspec_core.cache import RowPool
+
+    model = on_engine(copy_model[0], "numpy")
+    cache, _ = start(model, [[5, 6, 7]], None, padding=8)
+    pool = RowPool(cache, 2)
+    view = pool.view(torch.tensor([1]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="row pool"):
+        model.decode(torch.tensor([[[4]]]), view)

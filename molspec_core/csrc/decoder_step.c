@@ -98,6 +98,8 @@ typedef struct {
     float *pending;         /* (2, n_layers, batch, heads, t_new, head_dim): the new keys, then the new values */
     float *logits;          /* (batch * t_new, vocab) */
     float *weights;         /* (batch, t_new, src_len): last layer's head-mean cross-attention; NULL: not asked */
+    const int64_t *rows;    /* (batch): the row of keys/values each call row reads and writes (a row pool's,
+                             * speculative_beam.py); NULL: row b */
 } Call;
 
 /* ---- products -------------------------------------------------------------------------------- */
@@ -515,6 +517,8 @@ static void scores_of(const float *q, const float *keys, int64_t stride, int n, 
 
 static int32_t pad16(int32_t n) { return (n + 15) / 16 * 16; }
 
+static inline int64_t slot_row(const Call *call, int b) { return call->rows == NULL ? b : call->rows[b]; }
+
 int decoder_step(const Model *model, const Call *call) {
     const int B = call->batch, T = call->t_new, M = B * T;
     const int d = model->d, H = model->heads, hd = model->head_dim, S = call->src_len;
@@ -550,7 +554,7 @@ int decoder_step(const Model *model, const Call *call) {
                 const float *row = wide + ((int64_t)b * T + t) * ldq;
                 int64_t slot = call->lengths[b] + t;
                 for (int hh = 0; hh < H; hh++) {
-                    int64_t at = (((int64_t)b * H + hh) * cap + slot) * hd;
+                    int64_t at = (((int64_t)slot_row(call, b) * H + hh) * cap + slot) * hd;
                     int64_t pend = (((int64_t)b * H + hh) * T + t) * hd;
                     memcpy(keys + at, row + d + hh * hd, sizeof(float) * hd);
                     memcpy(values + at, row + 2 * d + hh * hd, sizeof(float) * hd);
@@ -565,8 +569,8 @@ int decoder_step(const Model *model, const Call *call) {
             int n = (int)(call->lengths[b] + t + 1);
             float scores[n];
             for (int hh = 0; hh < H; hh++) {
-                const float *k = keys + ((int64_t)b * H + hh) * cap * hd;
-                const float *v = values + ((int64_t)b * H + hh) * cap * hd;
+                const float *k = keys + ((int64_t)slot_row(call, b) * H + hh) * cap * hd;
+                const float *v = values + ((int64_t)slot_row(call, b) * H + hh) * cap * hd;
                 float q[hd];
                 for (int i = 0; i < hd; i++) q[i] = row[hh * hd + i] * model->query_scale;
                 scores_of(q, k, hd, n, hd, scores);

@@ -49,6 +49,7 @@ import torch
 from ..cache import RowPool
 from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
+from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import fit_drafts, pack_drafts, start
 from .beam import best_children, can_stop, ranked
@@ -126,6 +127,7 @@ class _Search:
         # A call feeds hypotheses of different lengths padded to the longest draft, a source window.
         cache, (self.budget,) = start(model, [src], max_len, padding=len(src))
         self.pool = RowPool(cache, 0)
+        self.native = isinstance(model.numpy_step, NativeStep) and not model.training
         self.slots = min(model.cfg.max_positions, cache.capacity)
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], np.float32(0.0), row=self.take_row())]
@@ -175,7 +177,9 @@ class _Search:
         tokens, lengths = pack_drafts([h.tokens[-1] for h in hyps], drafts, [self.src] * len(hyps))  # (R, N, 1+D)
         rows = torch.tensor([h.row for h in hyps], dtype=torch.long, device=self.device)
         starts = torch.tensor([len(h.tokens) - 1 for h in hyps], dtype=torch.long, device=self.device)
-        cache = self.pool.gather(rows, starts, tokens.shape[2])
+        # On the native engine one draft a row is fed on the pool's own rows (no gather, no write-back).
+        in_pool = self.native and tokens.shape[1] == 1 and int(starts.max()) + tokens.shape[2] <= self.pool.capacity
+        cache = self.pool.view(rows, starts) if in_pool else self.pool.gather(rows, starts, tokens.shape[2])
         logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
         log_probs = self.model.log_probs(logits).cpu()  # (R, N, 1+D, V)
         _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
@@ -186,7 +190,8 @@ class _Search:
             peaks = tuple(attention[i, b, : 1 + len(positions)].argmax(-1).tolist()) if attention is not None else None
             hyp.path = _Path(len(hyp.tokens), tuple(self.src[p] for p in positions), tuple(positions),
                              log_probs_np[i, b, : 1 + len(positions)], peaks)
-        self.pool.write(rows, cache, branch.to(self.device))
+        if not in_pool:
+            self.pool.write(rows, cache, branch.to(self.device))
         # Acceptance and output tokens are counted once the search ends (result), from the n-best.
         self.stats.record_call(proposed=int(lengths.sum()), emitted=0)
 
