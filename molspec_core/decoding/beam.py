@@ -84,7 +84,8 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     vocab = model.cfg.vocab_size
     # On the native engine a whole step (call, log-probs, best children, row moves) is one C call.
-    native = model.numpy_step if isinstance(model.numpy_step, NativeStep) and cache is not None else None
+    engine = model.numpy_step
+    native = engine if isinstance(engine, NativeStep) and cache is not None and not model.training else None
 
     # The bookkeeping is NumPy on the host; only the decoder calls run on the device. It runs right
     # after each call has streamed the weights through the caches, so it is kept to few operations.

@@ -92,7 +92,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     active = list(range(len(sources)))  # original row index of each cache row
     on_cpu = device.type == "cpu"
     # On the native engine a call with one draft a row and its settling are one C call (greedy_step).
-    native = model.numpy_step if isinstance(model.numpy_step, NativeStep) and on_cpu else None
+    engine = model.numpy_step
+    native = engine if isinstance(engine, NativeStep) and on_cpu and not model.training else None
     pending = [BOS_ID] * len(sources)  # each active row's next input token
 
     while active:
