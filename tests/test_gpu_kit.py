@@ -31,9 +31,17 @@ def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
     data = tmp_path / "data"
     test = [Pair("CC=O", "CCO"), Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("[Pd]", "C")]  # [Pd] is not in the vocabulary
     write_splits(data / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": test}, {"task": "forward"})
-    kit.main(["pack", "--data", str(data), "--tasks", "forward"])
+    shared = tmp_path / "shared"  # a quick set in the shared layout: lines 2 and 0 of a three-line test file
+    source, target, index = (shared / part for part in kit.QUICK_SETS["forward"])
+    for path, text in ((source, "CC=O\nCCN.O=CC\nCCO.CC(=O)O\n"), (target, "CCO\nCCNCC\nCCOC(C)=O\n"),
+                       (index, "2\n0\n")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--shared", str(shared)])
     packed = tmp_path / "gpu" / "forward"
-    assert {f.name for f in packed.iterdir()} == {"train.npz", "val.npz", "vocab.json", "stats.json", "test.npz"}
+    assert {f.name for f in packed.iterdir()} == {"train.npz", "val.npz", "vocab.json", "stats.json", "test.npz",
+                                                  "quick.src", "quick.tgt"}
+    assert (packed / "quick.src").read_text() == "CCO.CC(=O)O\nCC=O\n"
 
     train(TrainConfig(data=str(packed), out=str(tmp_path / "runs" / "gpu_forward"), preset="tiny", max_steps=3,
                       max_tokens=64, val_greedy_rows=1, threads=1))
@@ -55,6 +63,15 @@ def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
         lines = f.read().split("\n")[:-1]
     assert len(lines) == 3 and lines[2] == ""  # the refused query keeps its row, empty
     assert all(1 <= len(line.split("\t")) <= 2 for line in lines[:2])
+
+    # The speed table: the project's bench on the quick set, one report per batch size (CPU here).
+    kit.main(["speed", "--task", "forward", "--out", str(out), "--methods", "greedy,spec-pointer,beam",
+              "--batch-size", "1,2", "--n-best", "2", "--warmup", "1"])
+    for batch_size in (1, 2):
+        report = json.loads((out / f"forward_gpu_speed_b{batch_size}.json").read_text())
+        assert report["task"] == "forward" and report["limit"] == 2 and report["batch_size"] == batch_size
+        assert set(report["methods"]) == {"greedy", "spec-pointer", "beam"}
+        assert report["methods"]["spec-pointer"]["identical_to_greedy"] == 1.0
 
     capsys.readouterr()
     kit.main(["score", "--task", "forward", "--pred", str(out / "forward_test_nbest.tsv.gz"), "--data", str(data)])

@@ -10,6 +10,7 @@ On the GPU machine (no RDKit; run from the repository root):
   python3 tools/gpu_kit.py watch --seconds 480  # progress lines while the training runs
   python3 tools/gpu_kit.py collect --out $OUT   # each export as tar parts of at most 15 MiB
   python3 tools/gpu_kit.py decode --task forward --out $OUT --n-best 5 --limit 5000
+  python3 tools/gpu_kit.py speed --task retro --out $OUT --batch-size 1 --limit 50   # needs RDKit: carried wheels
 
 Files come back from the device only through $OUT: at most 8 files of 16 MiB, 64 MiB together, so an
 export (a float16 model folder) travels as a tar split into 15 MiB parts: forward 2, retro 3.
@@ -33,6 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 TASKS = ("forward", "retro")
 PRESET = {"forward": "forward", "retro": "retro"}  # the paper's sizes: 4+4 and 6+6 layers
+# The fixed benchmark quick sets (../shared/bench/README.md): (source, target, index) under ../shared.
+QUICK_SETS = {
+    "forward": ("data/uspto_mit/derived/src-test.mixed.txt.gz", "data/uspto_mit/derived/tgt-test.txt.gz",
+                "bench/uspto_mit_test_500.idx"),
+    "retro": ("data/uspto50k/gln_split_test_unmapped_faster_ml_casp/products.txt",
+              "data/uspto50k/gln_split_test_unmapped_faster_ml_casp/reactants.txt", "bench/uspto50k_test_500.idx"),
+}
+QUICK = 200  # the first 200 of each index are the quick set
 PART_BYTES = 15 * 1024 * 1024  # under the device's 16 MiB per returned file
 GPU_DIR = ROOT / "gpu"  # what travels as `carry`: data and resume exports
 RUNS = ROOT / "runs"
@@ -50,6 +59,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
     import numpy as np
 
     from molspec_core.data import pack_ids, read_lines
+    from molspec_core.evaluate import read_pairs
     from molspec_core.tokenizer import UNK_ID, Vocab
 
     for task in args.tasks.split(","):
@@ -63,6 +73,13 @@ def cmd_pack(args: argparse.Namespace) -> None:
         refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
         flat, offsets = pack_ids(ids)
         np.savez_compressed(dst / "test.npz", src=flat, src_offsets=offsets, refused=refused)
+        quick = [Path(args.shared) / part for part in QUICK_SETS[task]]
+        if all(f.exists() for f in quick):  # for `speed` on the device
+            quick_src, quick_tgt = read_pairs(*(str(f) for f in quick), QUICK)
+            (dst / "quick.src").write_text("".join(q + "\n" for q in quick_src))
+            (dst / "quick.tgt").write_text("".join(t + "\n" for t in quick_tgt or []))
+        else:
+            print(f"{task}: no quick set for `speed` ({', '.join(str(f) for f in quick if not f.exists())} missing)")
         sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
 
@@ -225,6 +242,29 @@ def cmd_decode(args: argparse.Namespace) -> None:
     print(f"{args.task}: {n} queries ({int(refused[:n].sum())} refused) in {time.time() - started:.0f} s -> {name}")
 
 
+def cmd_speed(args: argparse.Namespace) -> None:
+    """The project's own bench (every method interleaved, after warm-up) on a task's quick set, on the
+    device's GPU; a JSON report per batch size in --out. Needs RDKit (queries are canonicalized as the
+    service does), which the device lacks: install carried wheels first (tools/gpu_train.md)."""
+    import torch
+
+    from molspec_core.bench import markdown_table, run_bench, save_report
+    from molspec_core.evaluate import read_pairs
+    from molspec_core.service import Predictor
+
+    model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
+    predictor = Predictor.load(str(model_dir), "cuda" if torch.cuda.is_available() else "cpu")
+    folder = GPU_DIR / args.task
+    sources, targets = read_pairs(str(folder / "quick.src"), str(folder / "quick.tgt"), None, args.limit or None)
+    for batch_size in (int(b) for b in args.batch_size.split(",")):
+        report = run_bench(predictor, sources, targets, args.methods.split(","), batch_size, args.n_best,
+                           warmup=args.warmup, progress=False)
+        report.update(task=args.task, quick_set=QUICK_SETS[args.task][2], limit=len(sources),
+                      gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
+        save_report(report, Path(args.out) / f"{args.task}_gpu_speed_b{batch_size}.json", html=False)
+        print(markdown_table(report), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -232,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", default=str(ROOT / "data"))
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--test-limit", type=int, default=0, help="first N test queries (0: all)")
+    p.add_argument("--shared", default=str(ROOT.parent / "shared"), help="the shared folder (data and bench)")
     sub.add_parser("stage")
     sub.add_parser("unstage")
     p = sub.add_parser("unpack")
@@ -257,6 +298,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-best", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--limit", type=int, default=0)
+    p = sub.add_parser("speed")
+    p.add_argument("--task", choices=TASKS, required=True)
+    p.add_argument("--model", default="")
+    p.add_argument("--out", required=True)
+    p.add_argument("--methods", default="greedy,greedy-uncached,spec-auto,spec-pointer,spec-lookup,spec-paper,"
+                   "beam,beam-uncached,sbs,sbs-exact")
+    p.add_argument("--batch-size", default="1,32", help="comma-separated batch sizes, one report each")
+    p.add_argument("--n-best", type=int, default=5, help="beam width of the beam methods")
+    p.add_argument("--limit", type=int, default=0, help="first N quick-set queries (0: all 200)")
+    p.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args(argv)
     globals()[f"cmd_{args.command}"](args)
 
