@@ -92,9 +92,11 @@ def progress(cfg: TrainConfig, step: int, seconds: float) -> float:
     return min(step / cfg.max_steps, 1.0)
 
 
-def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float) -> float:
-    """Linear warm-up over `warmup` steps, then cosine or linear decay to zero at the end of the run."""
-    warm = min(1.0, step / cfg.warmup) if cfg.warmup else 1.0
+def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float, warm_from: int = 0) -> float:
+    """Linear warm-up over `warmup` steps from step `warm_from`, then cosine or linear decay to zero at
+    the end of the run. A run resumed from an export starts with fresh optimizer moments, so it warms
+    up again from its resume step (to the rate its schedule has reached) instead of jumping there."""
+    warm = min(1.0, (step - warm_from) / cfg.warmup) if cfg.warmup else 1.0
     done = progress(cfg, step, seconds)
     decay = 0.5 * (1 + math.cos(math.pi * done)) if cfg.schedule == "cosine" else 1.0 - done
     return peak * warm * decay
@@ -259,7 +261,9 @@ def train(cfg: TrainConfig) -> dict:
         log.info("resumed from %s at step %d", out / "last", state["step"])
     elif cfg.resume:
         state = load_state(Path(cfg.resume), model, None)
-        log.info("resumed from export %s at step %d (fresh optimizer moments)", cfg.resume, state["step"])
+        state["warm_from"] = state["step"]
+        log.info("resumed from export %s at step %d (fresh optimizer moments: warm-up again over %d steps)",
+                 cfg.resume, state["step"], cfg.warmup)
     elif cfg.init:
         added = init_from(model, vocab, Path(cfg.init))
         log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
@@ -276,7 +280,7 @@ def train(cfg: TrainConfig) -> dict:
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
     while not done:
-        lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"])
+        lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
         for group in optimizer.param_groups:
             group["lr"] = lr
         micro = [collate(next(batches), train_src, train_tgt, device) for _ in range(cfg.accum)]

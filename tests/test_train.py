@@ -34,6 +34,9 @@ def test_schedule_warms_up_then_reaches_zero_exactly_at_the_time_budget():
     assert learning_rate(cfg, peak, 5000, 300.0) == pytest.approx(peak / 2)  # cosine at half the budget
     assert learning_rate(cfg, peak, 5000, 600.0) == pytest.approx(0.0, abs=1e-15)
     assert learning_rate(cfg, peak, 5000, 900.0) == pytest.approx(0.0, abs=1e-15)  # past the budget: stays 0
+    # Resumed from an export at step 5000 (fresh moments), half-way through the budget: warm up again.
+    assert learning_rate(cfg, peak, 5050, 300.0, warm_from=5000) == pytest.approx(peak / 4)
+    assert learning_rate(cfg, peak, 5100, 300.0, warm_from=5000) == pytest.approx(peak / 2)
     linear = TrainConfig(data="", out="", max_steps=1000, warmup=0, schedule="linear")
     assert learning_rate(linear, peak, 250, 1e9) == pytest.approx(0.75 * peak)  # no budget: by steps
 
@@ -59,9 +62,14 @@ def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path
     assert saved["step"] == 4 and saved["tokens"] > 0
 
     # A new machine: a fresh run folder resumes from the export alone and keeps counting.
-    resumed = train(TrainConfig(out=str(tmp_path / "run2"), max_steps=7, resume=str(export), **common))
-    assert resumed["step"] == 7 and resumed["tokens"] > saved["tokens"]
-    assert [h["step"] for h in resumed["history"]] == [3, 4, 6, 7]
+    cfg = TrainConfig(out=str(tmp_path / "run2"), max_steps=7, resume=str(export), **{**common, "eval_every": 1})
+    resumed = train(cfg)
+    assert resumed["step"] == 7 and resumed["tokens"] > saved["tokens"] and resumed["warm_from"] == 4
+    assert [h["step"] for h in resumed["history"]] == [3, 4, 5, 6, 7]
+    # Fresh optimizer moments: step 5 is half-way through a new 2-step warm-up, step 6 is warm again.
+    peak = peak_lr(cfg, torch.device("cpu"))
+    assert resumed["history"][2]["lr"] == pytest.approx(learning_rate(cfg, peak, 5, 0.0) / 2)
+    assert resumed["history"][3]["lr"] == pytest.approx(learning_rate(cfg, peak, 6, 0.0))
 
     predictor = Predictor.load(tmp_path / "run2" / "export", device="cpu")
     exported = checkpoint.load_tensors(tmp_path / "run2" / "export")
