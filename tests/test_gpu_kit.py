@@ -108,8 +108,28 @@ def test_start_trains_detached_skips_a_running_task_and_resumes_on_a_fresh_machi
     export.rename(tmp_path / "gpu" / "resume" / "forward")
     for leftover in (tmp_path / "runs").iterdir():
         shutil.rmtree(leftover)
-    kit.main(["start", "--minutes", "0.1", "--tasks", "forward"])
-    assert "--resume" in capsys.readouterr().out
+    kit.main(["start", "--minutes", "0.1", "--tasks", "forward", "--init", str(tmp_path / "unused")])
+    assert "--resume" in capsys.readouterr().out  # an export to resume wins over --init
     kit.main(["watch", "--seconds", "120"])
     second = json.loads((export / "train_state.json").read_text())
     assert second["step"] > first["step"] and second["seconds"] > first["seconds"]
+
+
+def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeypatch, capsys):
+    """A later GPU block, on a fresh checkout with no resume export: --init models trains on from them."""
+    monkeypatch.setattr(kit, "PRESET", {"forward": "tiny", "retro": "tiny"})
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    write_splits(tmp_path / "gpu" / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:1]},
+                 {"task": "forward"})
+    train(TrainConfig(data=str(tmp_path / "gpu" / "forward"), out=str(tmp_path / "first"), preset="tiny",
+                      max_steps=2, max_tokens=64, val_greedy_rows=1, threads=1))
+    shipped = tmp_path / "models" / "forward"
+    shipped.parent.mkdir()
+    (tmp_path / "first" / "export").rename(shipped)
+    kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models")])
+    assert f"--init {shipped}" in capsys.readouterr().out
+    kit.main(["watch", "--seconds", "120"])
+    log = (tmp_path / "runs" / "gpu_forward" / "train.log").read_text()
+    assert f"initialized from {shipped}" in log
+    state = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "train_state.json").read_text())
+    assert state["step"] > 0 and state["seconds"] >= 3

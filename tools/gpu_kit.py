@@ -158,6 +158,8 @@ def cmd_start(args: argparse.Namespace) -> None:
         resume = GPU_DIR / "resume" / task
         if not (run / "last").exists() and (resume / "train_state.json").exists():
             cmd += ["--resume", str(resume)]
+        elif not (run / "last").exists() and args.init:  # a new schedule from trained weights (models/<task>)
+            cmd += ["--init", str(Path(args.init) / task)]
         if args.compile:
             cmd.append("--compile")
         log = open(run / "train.log", "ab")
@@ -287,6 +289,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--eval-every", type=int, default=2000)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--init", default="", help="folder holding <task>/ model folders (e.g. models): a task with "
+                   "nothing to resume starts a new schedule from those weights")
     p = sub.add_parser("watch")
     p.add_argument("--seconds", type=float, required=True)
     p = sub.add_parser("collect")
