@@ -55,6 +55,12 @@ class Method:
     lossless: bool  # returns what its reference returns (sampling: the same distribution)
     knobs: tuple[str, ...]  # the settings it reads, among KNOBS
     benchmark_only: bool = False  # uncached baselines: kept for benchmarks, listed last
+    # Default draft length on a CPU, where a verify call costs more with every drafted token (0: draft_len).
+    cpu_draft_len: int = 0
+
+    def default_draft_len(self, device_type: str) -> int:
+        """The draft length this method decodes with on a device of this type unless one is set."""
+        return self.cpu_draft_len if device_type == "cpu" and self.cpu_draft_len else self.draft_len
 
     @property
     def speculative(self) -> bool:
@@ -76,11 +82,15 @@ _ROWS = (
            ("draft_len", "n_drafts")),
     Method("greedy", "Greedy", "greedy", "one", "none", "none", 0, 0, "greedy", True, ()),
     Method("beam", "Beam search", "beam", "many", "none", "none", 0, 0, "beam", True, ("n_best",)),
-    # One short lookup or pointer draft: on a CPU a verify call costs more with every drafted token.
+    # One lookup or pointer draft: 8 tokens where a call costs about the same for 1 or 9 tokens (GPU),
+    # 2 on a CPU, where a verify call costs more with every drafted token. Measured 2026-11-25 with
+    # tools/draft_sweep.py on the GPU-trained paper-size models (quick sets, one thread, native
+    # engine): D=2 fastest for both drafters and both tasks (retro spec-pointer 3.23 s against 3.98 s
+    # at D=8, forward 2.13 against 2.86 s); D=1 and D=3 within 4% of it.
     Method("spec-pointer", "Speculative, pointer drafts", "greedy", "one", "query", "pointer", 8, 1, "greedy", True,
-           ("draft_len", "n_drafts")),
+           ("draft_len", "n_drafts"), cpu_draft_len=2),
     Method("spec-lookup", "Speculative, lookup drafts", "greedy", "one", "query", "lookup", 8, 1, "greedy", True,
-           ("draft_len", "n_drafts")),
+           ("draft_len", "n_drafts"), cpu_draft_len=2),
     # The paper's N=25 windows of D=10 (Andronov et al. 2024, section 2.1).
     Method("spec-paper", "Speculative, paper drafts", "greedy", "one", "query", "paper", 10, 25, "greedy", True,
            ("draft_len", "n_drafts")),

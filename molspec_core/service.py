@@ -102,16 +102,17 @@ def resolve_device(device: str) -> torch.device:
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     """(drafter, draft_len, n_drafts) for spec-auto, from the table measured with `bench`.
 
-    CPU (measured; figures in the model cards): a call costs more with every verified token, so one short
-    draft wins. Lookup and pointer drafts are close: forward quick set 6.72 s lookup, 6.67 s pointer;
-    retro quick set 3.45 s lookup, 3.40 s pointer (one thread, 2026-11-24), so lookup, which needs
-    no attention weights, stays the default. GPU (not measured yet: no GPU was lent): a call costs about the same
-    for 1 or 100 tokens, so several longer drafts are nearly free; the oracle puts 4 lookup drafts
-    of 16 at 4.0 tokens per call against 3.4 for one.
+    CPU: a call costs more with every verified token, so one short lookup draft, as long as
+    spec-lookup's CPU default (methods.py, where the measurement is). Lookup and pointer drafts are
+    close (within 3% at D=2 on both quick sets); lookup needs no attention weights. GPU (H100,
+    2026-11-25): a call costs about the same for 1 or 9 tokens; one 8-token draft made 3.6-4.1
+    tokens per call on the retro quick set, and the oracle puts 4 lookup drafts of 16 at 4.0 tokens
+    per call against 3.4 for one (spec-auto's GPU shape is not timed yet).
     """
     if device.type == "cuda" and batch_size <= 8:
         return "lookup", 16, 4
-    return "lookup", 8, 1
+    lookup = METHODS["spec-lookup"]
+    return "lookup", lookup.default_draft_len(device.type), 1
 
 
 def rest_after_miss(model: Seq2SeqTransformer) -> int:
@@ -335,7 +336,7 @@ class Predictor:
         """(drafter, draft_len, n_drafts) a method decodes with: its row's defaults unless set, spec-auto's
         chosen per device; ("none", 0, 0) for a method without drafts, or an explicit draft_len of 0."""
         row = method_row(method)
-        drafter, default_len, default_n = row.drafter, row.draft_len, row.n_drafts
+        drafter, default_len, default_n = row.drafter, row.default_draft_len(self.device.type), row.n_drafts
         if drafter == "auto":
             drafter, default_len, default_n = auto_drafter(self.device, batch_size)
         length = draft_len if draft_len is not None else default_len

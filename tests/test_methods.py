@@ -59,12 +59,22 @@ def test_every_method_predicts_and_resolves_its_drafts(with_draft, name):
     row = METHODS[name]
     drafter, draft_len, n_drafts = with_draft.resolve(name, None, None, 1)
     if row.speculative:
-        assert (draft_len, n_drafts) == (row.draft_len, row.n_drafts) or row.drafter == "auto", name
+        assert (draft_len, n_drafts) == (row.default_draft_len("cpu"), row.n_drafts) or row.drafter == "auto", name
     else:
         assert (drafter, draft_len, n_drafts) == ("none", 0, 0), name
     result = with_draft.predict(QUERY, method=name, n_best=n_best_of(name))
     assert result.ok and result.predictions, (name, result.error)
     assert (result.stats.draft_tokens_proposed > 0) == row.speculative, name
+
+
+def test_copy_drafts_are_short_on_a_cpu_and_long_elsewhere():
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    for name in ("spec-pointer", "spec-lookup"):
+        assert predictor.resolve(name, None, None, 1)[1:] == (2, 1), name
+        assert METHODS[name].default_draft_len("cuda") == METHODS[name].draft_len == 8, name
+    assert predictor.resolve("spec-auto", None, None, 1) == ("lookup", 2, 1)
+    assert predictor.resolve("spec-pointer", 5, None, 1)[1] == 5  # a length set by hand wins
+    assert METHODS["spec-paper"].default_draft_len("cpu") == 10  # the paper's shape stays the paper's
 
 
 def test_speculative_beam_defaults_are_its_own():
