@@ -56,7 +56,7 @@ PRESETS = {
     # A compute-matched shape for a CPU-only run of an hour or two: a third of the paper model's
     # FLOPs per token, so about three times the steps in the same wall time.
     "cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
-    "retro-cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),  # = "cpu"; the shipped retro's name
+    "retro-cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),  # = "cpu"; the CPU-trained retro weights (replaced 2026-11-25) were this shape
     # The small autoregressive draft model of speculative sampling (issue 7): its own one-layer
     # encoder and one-layer decoder, d=128, trained on the same data and vocabulary.
     "draft": dict(n_encoder_layers=1, n_decoder_layers=1, d_model=128, n_heads=4, d_ff=512),
