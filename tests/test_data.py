@@ -97,6 +97,7 @@ def test_root_aligned_pairs_keep_the_molecules_and_start_alike():
 
 
 def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
+    from molspec_core.chem import canonical
     from molspec_core.data import prepare
 
     root = tmp_path / "data"
@@ -105,7 +106,9 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
         [["train", 0, 1, "CC(=O)Cl.NC>>CNC(C)=O", "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", 0.9],
          ["train", 1, 1, "CO.OC(C)=O>>COC(C)=O", "[CH3:1][OH:2].O[C:3](=[O:4])[CH3:5]>>[CH3:1][O:2][C:3](=[O:4])[CH3:9]", 0.2]]))
     (root / "uspto50k/gln_split").mkdir(parents=True)
-    (root / "uspto50k/gln_split/raw_val.csv").write_text("id,class,reactants>reagents>production\nX,1,CCO.CC(=O)O>>CCOC(C)=O\n")
+    (root / "uspto50k/gln_split/raw_val.csv").write_text(  # one unmapped row, one mapped
+        "id,class,reactants>reagents>production\nX,1,CCO.CC(=O)O>>CCOC(C)=O\n"
+        "Y,1,[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:5][NH:4][C:2](=[O:3])[CH3:1]\n")
     test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
     test_dir.mkdir(parents=True)
     (test_dir / "products.txt").write_text("CCOC(C)=O")
@@ -115,3 +118,11 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
     pairs = set(zip((tmp_path / "out/train.src").read_text().split(), (tmp_path / "out/train.tgt").read_text().split()))
     assert ("COC(C)=O", "CC(=O)O.CO") in pairs  # the canonical pair of the badly mapped row
     assert 2 <= stats["train"] <= 3 + 1 and stats["test"] == 1  # random roots may repeat: duplicates are dropped
+    # Validation: the product canonical, as the service writes a query; the reactants aligned to it
+    # where the row is mapped (as the model is trained to answer), canonical where not.
+    val = list(zip((tmp_path / "out/val.src").read_text().split(), (tmp_path / "out/val.tgt").read_text().split()))
+    assert stats["val"] == 2 and stats["val_aligned"] == 1
+    assert val[0] == ("CCOC(C)=O", "CC(=O)O.CCO")
+    product, reactants = val[1]
+    assert product == canonical("CNC(C)=O") and canonical(reactants) == canonical("CC(=O)Cl.CN")
+    assert product[0] == reactants[0] == "C" and reactants != canonical(reactants)  # aligned: both start at a methyl
