@@ -72,6 +72,13 @@ class Method:
 
 
 _COPY = ("n_best", "draft_len", "n_drafts")
+# Drafted tokens per copy draft on a CPU, for the one-draft greedy and sampling methods, where a verify
+# call costs more with every drafted token. Measured 2026-11-25 on the GPU-trained paper-size models
+# (quick sets, one thread, native engine): tools/draft_sweep.py put D=2 fastest for both drafters and
+# both tasks (retro spec-pointer 3.23 s against 3.98 s at D=8, forward 2.13 against 2.86 s; D=1 and 3
+# within 5%); `bench --draft-len 2` against the default 8: forward spec-sample 1.06x plain sampling
+# (0.65x at 8), relaxed 1.09x greedy (0.87x), retro relaxed 1.16x (1.03x).
+CPU_COPY_DRAFT_LEN = 2
 _SAMPLE = ("temperature", "top_k", "seed")
 
 _ROWS = (
@@ -83,14 +90,11 @@ _ROWS = (
     Method("greedy", "Greedy", "greedy", "one", "none", "none", 0, 0, "greedy", True, ()),
     Method("beam", "Beam search", "beam", "many", "none", "none", 0, 0, "beam", True, ("n_best",)),
     # One lookup or pointer draft: 8 tokens where a call costs about the same for 1 or 9 tokens (GPU),
-    # 2 on a CPU, where a verify call costs more with every drafted token. Measured 2026-11-25 with
-    # tools/draft_sweep.py on the GPU-trained paper-size models (quick sets, one thread, native
-    # engine): D=2 fastest for both drafters and both tasks (retro spec-pointer 3.23 s against 3.98 s
-    # at D=8, forward 2.13 against 2.86 s); D=1 and D=3 within 4% of it.
+    # CPU_COPY_DRAFT_LEN on a CPU (below).
     Method("spec-pointer", "Speculative, pointer drafts", "greedy", "one", "query", "pointer", 8, 1, "greedy", True,
-           ("draft_len", "n_drafts"), cpu_draft_len=2),
+           ("draft_len", "n_drafts"), cpu_draft_len=CPU_COPY_DRAFT_LEN),
     Method("spec-lookup", "Speculative, lookup drafts", "greedy", "one", "query", "lookup", 8, 1, "greedy", True,
-           ("draft_len", "n_drafts"), cpu_draft_len=2),
+           ("draft_len", "n_drafts"), cpu_draft_len=CPU_COPY_DRAFT_LEN),
     # The paper's N=25 windows of D=10 (Andronov et al. 2024, section 2.1).
     Method("spec-paper", "Speculative, paper drafts", "greedy", "one", "query", "paper", 10, 25, "greedy", True,
            ("draft_len", "n_drafts")),
@@ -101,14 +105,14 @@ _ROWS = (
            _COPY),
     Method("sample", "Sampling", "sampling", "many", "none", "none", 0, 0, "sample", True, ("n_best",) + _SAMPLE),
     Method("spec-sample", "Speculative sampling, copy drafts", "sampling", "many", "query", "pointer", 8, 1,
-           "sample", True, ("n_best", "draft_len") + _SAMPLE),
+           "sample", True, ("n_best", "draft_len") + _SAMPLE, cpu_draft_len=CPU_COPY_DRAFT_LEN),
     Method("spec-sample-draft", "Speculative sampling, draft model", "sampling", "many", "model", "model", 8, 1,
            "sample", True, ("n_best", "draft_len") + _SAMPLE),
     Method("mentored", "Mentored sampling (lossy)", "sampling", "many", "query", "pointer", 8, 1, "sample", False,
-           ("n_best", "draft_len") + _SAMPLE + ("delta",)),
+           ("n_best", "draft_len") + _SAMPLE + ("delta",), cpu_draft_len=CPU_COPY_DRAFT_LEN),
     # SpecDec++ relaxed verification of greedy decoding: deterministic, one answer, no temperature.
     Method("relaxed", "Relaxed greedy, SpecDec++ (lossy)", "sampling", "one", "query", "pointer", 8, 1, "greedy",
-           False, ("draft_len", "beta", "tau")),
+           False, ("draft_len", "beta", "tau"), cpu_draft_len=CPU_COPY_DRAFT_LEN),
     Method("greedy-uncached", "Greedy, no cache (baseline)", "greedy", "one", "none", "none", 0, 0, "greedy", True,
            (), benchmark_only=True),
     Method("beam-uncached", "Beam search, no cache (baseline)", "beam", "many", "none", "none", 0, 0, "beam", True,

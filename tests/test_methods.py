@@ -69,7 +69,7 @@ def test_every_method_predicts_and_resolves_its_drafts(with_draft, name):
 
 def test_copy_drafts_are_short_on_a_cpu_and_long_elsewhere():
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
-    for name in ("spec-pointer", "spec-lookup"):
+    for name in ("spec-pointer", "spec-lookup", "spec-sample", "mentored", "relaxed"):
         assert predictor.resolve(name, None, None, 1)[1:] == (2, 1), name
         assert METHODS[name].default_draft_len("cuda") == METHODS[name].draft_len == 8, name
     assert predictor.resolve("spec-auto", None, None, 1) == ("lookup", 2, 1)
