@@ -284,6 +284,12 @@ class Predictor:
             draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)
             if draft_vocab.tokens != vocab.tokens:
                 raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'}: its vocabulary differs from the model's")
+            # Its steps run on the main model's engine (float32): a torch step beside a C main call
+            # would cost about as much as the call it drafts for.
+            if isinstance(model.numpy_step, NativeStep):
+                draft_model.use_numpy_step(True, native=True)
+            elif model.numpy_step is not None:
+                draft_model.use_numpy_step(True)
         return cls(model, vocab, config, resolved, path, draft_model)
 
     # ---- input -------------------------------------------------------------------------------
