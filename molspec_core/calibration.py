@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -52,9 +53,13 @@ class Calibration:
         return self.values[max(i, 0)]
 
 
-def isotonic_steps(scores: Sequence[float], right: Sequence[bool]) -> tuple[list[float], list[float]]:
+def isotonic_steps(scores: Sequence[float], right: Sequence[bool], shrink: bool = False
+                   ) -> tuple[list[float], list[float]]:
     """(edges, values) of the non-decreasing step function closest in squared error to `right` (as 0/1)
-    over `scores`: pool adjacent violators, with tied scores pooled first."""
+    over `scores`: pool adjacent violators, with tied scores pooled first. With `shrink`, each step's
+    share is (right + 1) / (answers + 2) (the rule of succession) and then kept non-decreasing, so no
+    step says 0% or 100% from a handful of validation answers (a top step of 2 answers, both right,
+    would otherwise show a chemist 100%)."""
     if not scores:
         raise ValueError("calibration needs at least one answer")
     tied: dict[float, list[float]] = {}  # score -> [sum right, count]: one score, one value
@@ -68,7 +73,10 @@ def isotonic_steps(scores: Sequence[float], right: Sequence[bool]) -> tuple[list
         while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
             start, total, count = blocks.pop(-2)
             blocks[-1] = [start, total + blocks[-1][1], count + blocks[-1][2]]
-    return [b[0] for b in blocks], [b[1] / b[2] for b in blocks]
+    if not shrink:
+        return [b[0] for b in blocks], [b[1] / b[2] for b in blocks]
+    values = list(itertools.accumulate(((b[1] + 1) / (b[2] + 2) for b in blocks), max))
+    return [b[0] for b in blocks], values
 
 
 def reliability(confidences: Sequence[float], right: Sequence[bool], n_bins: int = N_BINS
@@ -129,7 +137,7 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
     checked = [a for query in answers[n_fit:] for a in query]
     if not fitted or not checked:
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
-    edges, values = isotonic_steps([s for s, _ in fitted], [r for _, r in fitted])
+    edges, values = isotonic_steps([s for s, _ in fitted], [r for _, r in fitted], shrink=True)
     draft = Calibration(weights_fingerprint(predictor.path), method, n_best, n_fit, len(answers) - n_fit,
                         tuple(edges), tuple(values), 0.0, 0.0, (), augment)
     right = [r for _, r in checked]

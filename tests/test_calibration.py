@@ -16,6 +16,15 @@ def test_isotonic_fit_is_non_decreasing_and_pools_violators():
     assert edges == [-5, -4, -2] and values == [0.0, 0.5, 1.0]
 
 
+def test_shrunk_steps_never_say_never_or_always_and_stay_non_decreasing():
+    edges, values = isotonic_steps([-5, -4, -3, -2, -1], [False, True, False, True, True], shrink=True)
+    assert edges == [-5, -4, -2]
+    assert values == pytest.approx([1 / 3, 2 / 4, 3 / 4])  # (right + 1) / (answers + 2) per step
+    # 9 of 10 right, then 1 of 1: shrunk, the later step (2/3) would fall below the earlier (10/12)
+    edges, values = isotonic_steps(list(range(11)), [True] * 9 + [False] + [True], shrink=True)
+    assert edges == [0, 10] and values == pytest.approx([10 / 12, 10 / 12])
+
+
 def test_tied_scores_get_one_value():
     edges, values = isotonic_steps([1, 2, 2], [True, False, True])
     assert edges == [1] and values == pytest.approx([2 / 3])
