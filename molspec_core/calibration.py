@@ -56,10 +56,11 @@ class Calibration:
 def isotonic_steps(scores: Sequence[float], right: Sequence[bool], shrink: bool = False
                    ) -> tuple[list[float], list[float]]:
     """(edges, values) of the non-decreasing step function closest in squared error to `right` (as 0/1)
-    over `scores`: pool adjacent violators, with tied scores pooled first. With `shrink`, each step's
-    share is (right + 1) / (answers + 2) (the rule of succession) and then kept non-decreasing, so no
-    step says 0% or 100% from a handful of validation answers (a top step of 2 answers, both right,
-    would otherwise show a chemist 100%)."""
+    over `scores`: pool adjacent violators, with tied scores pooled first. With `shrink`, a step whose
+    answers were all right (or all wrong) says (answers + 1) / (answers + 2) (or 1 / (answers + 2), the
+    rule of succession) instead of 100% (0%), and the steps are kept non-decreasing: a top step of 2
+    validation answers, both right, would otherwise show a chemist 100%. Other steps keep their share
+    (shrinking them all cost calibration error on held-out answers: retro 0.010 -> 0.020)."""
     if not scores:
         raise ValueError("calibration needs at least one answer")
     tied: dict[float, list[float]] = {}  # score -> [sum right, count]: one score, one value
@@ -75,7 +76,8 @@ def isotonic_steps(scores: Sequence[float], right: Sequence[bool], shrink: bool 
             blocks[-1] = [start, total + blocks[-1][1], count + blocks[-1][2]]
     if not shrink:
         return [b[0] for b in blocks], [b[1] / b[2] for b in blocks]
-    values = list(itertools.accumulate(((b[1] + 1) / (b[2] + 2) for b in blocks), max))
+    bounded = (min(max(b[1] / b[2], 1 / (b[2] + 2)), (b[2] + 1) / (b[2] + 2)) for b in blocks)
+    values = list(itertools.accumulate(bounded, max))
     return [b[0] for b in blocks], values
 
 

@@ -19,10 +19,10 @@ def test_isotonic_fit_is_non_decreasing_and_pools_violators():
 def test_shrunk_steps_never_say_never_or_always_and_stay_non_decreasing():
     edges, values = isotonic_steps([-5, -4, -3, -2, -1], [False, True, False, True, True], shrink=True)
     assert edges == [-5, -4, -2]
-    assert values == pytest.approx([1 / 3, 2 / 4, 3 / 4])  # (right + 1) / (answers + 2) per step
-    # 9 of 10 right, then 1 of 1: shrunk, the later step (2/3) would fall below the earlier (10/12)
+    assert values == pytest.approx([1 / 3, 1 / 2, 3 / 4])  # 0 of 1 right, 1 of 2 (kept), 2 of 2
+    # 9 of 10 right (kept: 0.9), then 1 of 1 (2/3): kept at 0.9, never below the step before it
     edges, values = isotonic_steps(list(range(11)), [True] * 9 + [False] + [True], shrink=True)
-    assert edges == [0, 10] and values == pytest.approx([10 / 12, 10 / 12])
+    assert edges == [0, 10] and values == pytest.approx([0.9, 0.9])
 
 
 def test_tied_scores_get_one_value():
