@@ -1,7 +1,7 @@
 """Model-free acceptance rules: pure tensor functions, tested with hand-made logits."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -113,27 +113,39 @@ def _kl(r: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.where(safe, r * (r.clamp_min(1e-30).log() - p.clamp_min(1e-30).log()), torch.zeros_like(r)).sum(-1)
 
 
-def _shaped(p: torch.Tensor, q: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """r(x) = min(max(q(x), b p(x)), a p(x)) with b in [0, 1] chosen exactly so that sum r = 1.
+def _shaper(p: torch.Tensor, q: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """a -> r(x) = min(max(q(x), b p(x)), a p(x)) with b in [0, 1] chosen exactly so that sum r = 1.
 
-    Tokens with q >= a p are capped at a p. For the others ("free") r = max(q, b p), which is
-    piecewise linear in b with a kink at b = q/p; sorting the kinks gives sum r at each kink, the
-    first kink where the sum reaches 1 names the linear piece, and b is solved on it.
+    Tokens with q >= a p are capped at a p. For the others ("free", q/p < a) r = max(q, b p), which
+    is piecewise linear in b with a kink at b = q/p; sorted by q/p, the free tokens are a prefix, the
+    sums of r at each kink follow from running sums, the first kink where the sum reaches 1 names the
+    linear piece, and b is solved on it. The sort and the running sums do not depend on a, so they
+    are made once here, not in every round of mentored_target's bisection.
     """
-    free = q < a * p
-    ratio = torch.where(free, q / p.clamp_min(1e-300), torch.full_like(p, float("inf")))
+    ratio = torch.where(p > 0, q / p.clamp_min(1e-300), torch.full_like(p, float("inf")))
     order = ratio.argsort(dim=-1)
-    kinks = ratio.gather(-1, order)
-    p_below = torch.where(free, p, torch.zeros_like(p)).gather(-1, order).cumsum(-1)
-    q_below = torch.where(free, q, torch.zeros_like(q)).gather(-1, order).cumsum(-1)
-    fixed = torch.where(free, torch.zeros_like(p), a * p).sum(-1, keepdim=True) + q_below[..., -1:]  # caps + free q
-    # sum r at b = kink k (tokens up to k contribute b p, the later free ones q)
-    at_kink = fixed + kinks.nan_to_num(posinf=0.0) * p_below - q_below
-    k = (at_kink < 1).logical_and(kinks.isfinite()).sum(-1, keepdim=True)  # kinks below the solution
-    p_k = torch.where(k > 0, p_below.gather(-1, (k - 1).clamp_min(0)), torch.ones_like(fixed))
-    q_k = torch.where(k > 0, q_below.gather(-1, (k - 1).clamp_min(0)), torch.zeros_like(fixed))
-    b = torch.where(k > 0, (1 - fixed + q_k) / p_k, torch.zeros_like(fixed)).clamp(0.0, 1.0)
-    return torch.where(free, torch.maximum(q, b * p), a * p)
+    kinks = ratio.gather(-1, order)  # (..., V), ascending; inf for p = 0 (never free)
+    p_cum, q_cum = p.gather(-1, order).cumsum(-1), q.gather(-1, order).cumsum(-1)
+    p_total = p.sum(-1, keepdim=True)
+    zero = torch.zeros_like(p_total)
+
+    def shaped(a: torch.Tensor) -> torch.Tensor:
+        free = ratio < a
+        n_free = (kinks < a).sum(-1, keepdim=True)  # the free tokens are the first n_free kinks
+        last = (n_free - 1).clamp_min(0)
+        p_free = torch.where(n_free > 0, p_cum.gather(-1, last), zero)
+        q_free = torch.where(n_free > 0, q_cum.gather(-1, last), zero)
+        fixed = a * (p_total - p_free) + q_free  # caps + free q
+        # sum r at b = kink k (free tokens up to k contribute b p, the later free ones q)
+        at_kink = fixed + kinks.nan_to_num(posinf=0.0) * p_cum - q_cum
+        is_free = torch.arange(p.shape[-1], device=p.device) < n_free
+        k = (at_kink < 1).logical_and(is_free).sum(-1, keepdim=True)  # kinks below the solution
+        p_k = torch.where(k > 0, p_cum.gather(-1, (k - 1).clamp_min(0)), torch.ones_like(fixed))
+        q_k = torch.where(k > 0, q_cum.gather(-1, (k - 1).clamp_min(0)), zero)
+        b = torch.where(k > 0, (1 - fixed + q_k) / p_k, zero).clamp(0.0, 1.0)
+        return torch.where(free, torch.maximum(q, b * p), a * p)
+
+    return shaped
 
 
 def mentored_target(target_probs: torch.Tensor, draft_probs: torch.Tensor, delta: float,
@@ -152,9 +164,10 @@ def mentored_target(target_probs: torch.Tensor, draft_probs: torch.Tensor, delta
     ratio = (q / p.clamp_min(1e-300)).where(p > 0, torch.zeros_like(q))
     log_lo = torch.zeros(p.shape[:-1] + (1,), dtype=p.dtype, device=p.device)  # a = 1: r = p, KL 0
     log_hi = ratio.amax(-1, keepdim=True).clamp(1.0, 1e30).log()  # beyond the largest q/p nothing changes
+    shaped = _shaper(p, q)
     for _ in range(iterations):
         mid = (log_lo + log_hi) / 2
-        within = _kl(_shaped(p, q, mid.exp()), p).unsqueeze(-1) <= delta
+        within = _kl(shaped(mid.exp()), p).unsqueeze(-1) <= delta
         log_lo, log_hi = torch.where(within, mid, log_lo), torch.where(within, log_hi, mid)
-    r = _shaped(p, q, log_lo.exp())
+    r = shaped(log_lo.exp())
     return (r / r.sum(-1, keepdim=True)).to(target_probs.dtype)
