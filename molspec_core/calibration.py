@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -56,11 +55,12 @@ class Calibration:
 def isotonic_steps(scores: Sequence[float], right: Sequence[bool], shrink: bool = False
                    ) -> tuple[list[float], list[float]]:
     """(edges, values) of the non-decreasing step function closest in squared error to `right` (as 0/1)
-    over `scores`: pool adjacent violators, with tied scores pooled first. With `shrink`, a step whose
-    answers were all right (or all wrong) says (answers + 1) / (answers + 2) (or 1 / (answers + 2), the
-    rule of succession) instead of 100% (0%), and the steps are kept non-decreasing: a top step of 2
-    validation answers, both right, would otherwise show a chemist 100%. Other steps keep their share
-    (shrinking them all cost calibration error on held-out answers: retro 0.010 -> 0.020)."""
+    over `scores`: pool adjacent violators, with tied scores pooled first. Only the top step can be all
+    right and only the bottom one all wrong (equal shares pool). With `shrink`, such a step says
+    (answers + 1) / (answers + 2) or 1 / (answers + 2) (the rule of succession) instead of 100% or 0%,
+    kept within its neighbour's value: a top step of 2 validation answers, both right, would otherwise
+    show a chemist 100%. The other steps keep their share: shrinking every step, or raising the ones
+    above a shrunk bottom step, cost calibration error on held-out answers (retro 0.010 -> 0.020)."""
     if not scores:
         raise ValueError("calibration needs at least one answer")
     tied: dict[float, list[float]] = {}  # score -> [sum right, count]: one score, one value
@@ -74,10 +74,11 @@ def isotonic_steps(scores: Sequence[float], right: Sequence[bool], shrink: bool 
         while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
             start, total, count = blocks.pop(-2)
             blocks[-1] = [start, total + blocks[-1][1], count + blocks[-1][2]]
-    if not shrink:
-        return [b[0] for b in blocks], [b[1] / b[2] for b in blocks]
-    bounded = (min(max(b[1] / b[2], 1 / (b[2] + 2)), (b[2] + 1) / (b[2] + 2)) for b in blocks)
-    values = list(itertools.accumulate(bounded, max))
+    values = [b[1] / b[2] for b in blocks]
+    if shrink and values[-1] == 1.0:
+        values[-1] = max((blocks[-1][2] + 1) / (blocks[-1][2] + 2), values[-2] if len(values) > 1 else 0.0)
+    if shrink and values[0] == 0.0:
+        values[0] = min(1 / (blocks[0][2] + 2), values[1] if len(values) > 1 else 1.0)
     return [b[0] for b in blocks], values
 
 

@@ -23,6 +23,10 @@ def test_shrunk_steps_never_say_never_or_always_and_stay_non_decreasing():
     # 9 of 10 right (kept: 0.9), then 1 of 1 (2/3): kept at 0.9, never below the step before it
     edges, values = isotonic_steps(list(range(11)), [True] * 9 + [False] + [True], shrink=True)
     assert edges == [0, 10] and values == pytest.approx([0.9, 0.9])
+    # a bottom step of 3 wrong answers would say 1/5, above the next step's 1/10: it takes 1/10
+    edges, values = isotonic_steps(list(range(13)), [False] * 3 + [True] + [False] * 9, shrink=True)
+    assert values[0] == pytest.approx(values[1]) and values == sorted(values)
+    assert isotonic_steps([1, 2], [True, True], shrink=True)[1] == pytest.approx([3 / 4])  # one step
 
 
 def test_tied_scores_get_one_value():
