@@ -56,7 +56,8 @@ PRESETS = {
     # A compute-matched shape for a CPU-only run of an hour or two: a third of the paper model's
     # FLOPs per token, so about three times the steps in the same wall time.
     "cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
-    "retro-cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),  # = "cpu"; the CPU-trained retro weights (replaced 2026-11-25) were this shape
+    # = "cpu": the shape of the CPU-trained retro weights (replaced by the GPU-trained 6+6 on 2026-11-25)
+    "retro-cpu": dict(n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
     # The small autoregressive draft model of speculative sampling (issue 7): its own one-layer
     # encoder and one-layer decoder, d=128, trained on the same data and vocabulary.
     "draft": dict(n_encoder_layers=1, n_decoder_layers=1, d_model=128, n_heads=4, d_ff=512),

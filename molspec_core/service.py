@@ -106,7 +106,7 @@ def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     spec-lookup's CPU default (methods.py, where the measurement is). Lookup and pointer drafts are
     close (within 3% at D=2 on both quick sets); lookup needs no attention weights. GPU (H100,
     2026-11-25): a call costs about the same for 1 or 9 tokens; one 8-token draft made 3.6-4.1
-    tokens per call on the retro quick set, and the oracle puts 4 lookup drafts of 16 at 4.0 tokens
+    tokens per call on the first 30 retro quick-set queries, and the oracle puts 4 lookup drafts of 16 at 4.0 tokens
     per call against 3.4 for one (spec-auto's GPU shape is not timed yet).
     """
     if device.type == "cuda" and batch_size <= 8:
