@@ -60,6 +60,7 @@ class TrainConfig:
     eval_every: int = 1000
     val_greedy_rows: int = 200  # greedy exact match is slow on CPU: a fixed subset
     export_every_minutes: float = 5.0
+    log_every_seconds: float = 60.0  # a "speed" log line: steps and tokens a second since the last one
     export_dir: str = ""  # float16 shards + train_state.json ('' = out/export)
     resume: str = ""  # continue from an export folder (weights and counters; fresh optimizer moments)
     init: str = ""  # start a new schedule from a model folder's weights (e.g. models/forward)
@@ -276,6 +277,7 @@ def train(cfg: TrainConfig) -> dict:
     model.train()
     started = time.time() - state["seconds"]
     last_save = last_export = time.time()
+    last_log, steps_then, tokens_then = time.time(), state["step"], state["tokens"]
     bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
@@ -300,6 +302,11 @@ def train(cfg: TrainConfig) -> dict:
         state["step"] += 1
         state["seconds"] = time.time() - started
         bar.update(1)
+        if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
+            spent = time.time() - last_log
+            log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s", state["seconds"] / 60,
+                     (state["step"] - steps_then) / spent, (state["tokens"] - tokens_then) / spent)
+            last_log, steps_then, tokens_then = time.time(), state["step"], state["tokens"]
         bar.set_postfix(loss=f"{loss_sum / n_target:.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
         done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
         if state["step"] % cfg.eval_every == 0 or done:

@@ -1,6 +1,7 @@
 """The training kit, rehearsed on CPU so it cannot rot between GPU runs: the time-budget schedule,
 a few steps on tiny data, float16 exports, resume from an export, and loading the result."""
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -47,6 +48,14 @@ def test_learning_rate_scales_with_the_square_root_of_the_batch_and_is_capped():
     assert peak_lr(TrainConfig(data="", out="", max_tokens=4096, accum=2), cpu) == pytest.approx(base * math.sqrt(2))
     assert peak_lr(TrainConfig(data="", out="", max_tokens=1 << 20), cpu) == pytest.approx(4e-3)
     assert peak_lr(TrainConfig(data="", out="", lr=5e-4), cpu) == 5e-4
+
+
+def test_training_logs_its_speed_every_interval(tiny_data, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="molspec_core.train")
+    train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_steps=3, max_tokens=64,
+                      val_greedy_rows=1, threads=1, log_every_seconds=0.0))
+    speeds = [r.getMessage() for r in caplog.records if r.getMessage().startswith("speed at")]
+    assert len(speeds) == 3 and all("steps/s" in m and "tokens/s" in m for m in speeds)
 
 
 def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path):
