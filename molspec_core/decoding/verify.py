@@ -131,15 +131,15 @@ def _shaper(p: torch.Tensor, q: torch.Tensor) -> Callable[[torch.Tensor], torch.
 
     def shaped(a: torch.Tensor) -> torch.Tensor:
         free = ratio < a
-        n_free = (kinks < a).sum(-1, keepdim=True)  # the free tokens are the first n_free kinks
+        free_sorted = kinks < a  # the same tokens in kink order: a prefix
+        n_free = free_sorted.sum(-1, keepdim=True)
         last = (n_free - 1).clamp_min(0)
         p_free = torch.where(n_free > 0, p_cum.gather(-1, last), zero)
         q_free = torch.where(n_free > 0, q_cum.gather(-1, last), zero)
         fixed = a * (p_total - p_free) + q_free  # caps + free q
         # sum r at b = kink k (free tokens up to k contribute b p, the later free ones q)
         at_kink = fixed + kinks.nan_to_num(posinf=0.0) * p_cum - q_cum
-        is_free = torch.arange(p.shape[-1], device=p.device) < n_free
-        k = (at_kink < 1).logical_and(is_free).sum(-1, keepdim=True)  # kinks below the solution
+        k = (at_kink < 1).logical_and(free_sorted).sum(-1, keepdim=True)  # kinks below the solution
         p_k = torch.where(k > 0, p_cum.gather(-1, (k - 1).clamp_min(0)), torch.ones_like(fixed))
         q_k = torch.where(k > 0, q_cum.gather(-1, (k - 1).clamp_min(0)), zero)
         b = torch.where(k > 0, (1 - fixed + q_k) / p_k, zero).clamp(0.0, 1.0)
