@@ -29,15 +29,13 @@ def kit(tmp_path, monkeypatch):
 
 def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
     data = tmp_path / "data"
-    test = [Pair("CC=O", "CCO"), Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("[Pd]", "C")]  # [Pd] is not in the vocabulary
+    test = [Pair("CC=O", "CCO"), Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("[Pd]", "C"),  # [Pd] is not in the vocabulary
+            Pair("CCO.CC(=O)O", "CCOC(C)=O")]
     write_splits(data / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": test}, {"task": "forward"})
-    shared = tmp_path / "shared"  # a quick set in the shared layout: lines 2 and 0 of a three-line test file
-    source, target, index = (shared / part for part in kit.QUICK_SETS["forward"])
-    for path, text in ((source, "CC=O\nCCN.O=CC\nCCO.CC(=O)O\n"), (target, "CCO\nCCNCC\nCCOC(C)=O\n"),
-                       (index, "2\n0\n")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
-    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--shared", str(shared)])
+    bench = tmp_path / "bench"  # the quick set: test lines 3 and 0, as a benchmark index names them
+    bench.mkdir()
+    (bench / kit.QUICK_INDEX["forward"]).write_text("3\n0\n")
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--test-limit", "3", "--bench", str(bench)])
     packed = tmp_path / "gpu" / "forward"
     assert {f.name for f in packed.iterdir()} == {"train.npz", "val.npz", "vocab.json", "stats.json", "test.npz",
                                                   "quick.src", "quick.tgt"}

@@ -34,14 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 TASKS = ("forward", "retro")
 PRESET = {"forward": "forward", "retro": "retro"}  # the paper's sizes: 4+4 and 6+6 layers
-# The fixed benchmark quick sets (../shared/bench/README.md): (source, target, index) under ../shared.
-QUICK_SETS = {
-    "forward": ("data/uspto_mit/derived/src-test.mixed.txt.gz", "data/uspto_mit/derived/tgt-test.txt.gz",
-                "bench/uspto_mit_test_500.idx"),
-    "retro": ("data/uspto50k/gln_split_test_unmapped_faster_ml_casp/products.txt",
-              "data/uspto50k/gln_split_test_unmapped_faster_ml_casp/reactants.txt", "bench/uspto50k_test_500.idx"),
-}
-QUICK = 200  # the first 200 of each index are the quick set
+# The fixed benchmark samples (../shared/bench/README.md): line numbers of each task's test split,
+# which prepare-data writes in the order of the files the indexes count; the first 200 are the quick set.
+QUICK_INDEX = {"forward": "uspto_mit_test_500.idx", "retro": "uspto50k_test_500.idx"}
+QUICK = 200
 PART_BYTES = 15 * 1024 * 1024  # under the device's 16 MiB per returned file
 GPU_DIR = ROOT / "gpu"  # what travels as `carry`: data and resume exports
 RUNS = ROOT / "runs"
@@ -73,13 +69,13 @@ def cmd_pack(args: argparse.Namespace) -> None:
         refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
         flat, offsets = pack_ids(ids)
         np.savez_compressed(dst / "test.npz", src=flat, src_offsets=offsets, refused=refused)
-        quick = [Path(args.shared) / part for part in QUICK_SETS[task]]
-        if all(f.exists() for f in quick):  # for `speed` on the device
-            quick_src, quick_tgt = read_pairs(*(str(f) for f in quick), QUICK)
+        index = Path(args.bench) / QUICK_INDEX[task]
+        if index.exists():  # for `speed` on the device
+            quick_src, quick_tgt = read_pairs(str(src_dir / "test.src"), str(src_dir / "test.tgt"), str(index), QUICK)
             (dst / "quick.src").write_text("".join(q + "\n" for q in quick_src))
             (dst / "quick.tgt").write_text("".join(t + "\n" for t in quick_tgt or []))
         else:
-            print(f"{task}: no quick set for `speed` ({', '.join(str(f) for f in quick if not f.exists())} missing)")
+            print(f"{task}: no quick set for `speed` ({index} missing)")
         sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
 
@@ -261,7 +257,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
     for batch_size in (int(b) for b in args.batch_size.split(",")):
         report = run_bench(predictor, sources, targets, args.methods.split(","), batch_size, args.n_best,
                            warmup=args.warmup, progress=False)
-        report.update(task=args.task, quick_set=QUICK_SETS[args.task][2], limit=len(sources),
+        report.update(task=args.task, quick_set=QUICK_INDEX[args.task], limit=len(sources),
                       gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
         save_report(report, Path(args.out) / f"{args.task}_gpu_speed_b{batch_size}.json", html=False)
         print(markdown_table(report), flush=True)
@@ -274,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", default=str(ROOT / "data"))
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--test-limit", type=int, default=0, help="first N test queries (0: all)")
-    p.add_argument("--shared", default=str(ROOT.parent / "shared"), help="the shared folder (data and bench)")
+    p.add_argument("--bench", default=str(ROOT.parent / "shared" / "bench"), help="the benchmark index files")
     sub.add_parser("stage")
     sub.add_parser("unstage")
     p = sub.add_parser("unpack")
