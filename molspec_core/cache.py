@@ -212,20 +212,31 @@ class RowPool:
     indexing operation each. The cross-attention memory is the query's, shared by every row.
     """
 
-    def __init__(self, base: KVCache, rows: int):
+    def __init__(self, base: KVCache, rows: int, zeroed: bool = True):
+        """zeroed=False: new rows are left uninitialized, for a pool that the C decoder step reads in
+        place (it reads a row's slots up to its length, never past); `gather` zeroes the unwritten
+        slots of its copies, which other steps read as masked keys (weight 0: 0 * NaN from
+        uninitialized memory would poison the row). Zeroing the whole pool of the retro model at
+        width 10 cost about 12 ms per query (tens of MB)."""
         first = base.layers[0].keys
         if base.batch_size != 1:
             raise ValueError("a row pool holds one query")
-        self.base, self.capacity = base, base.capacity
-        self.store = first.new_zeros((2 * len(base.layers), rows) + first.shape[1:])
+        self.base, self.capacity, self.zeroed = base, base.capacity, zeroed
+        self.store = self._new((2 * len(base.layers), rows) + first.shape[1:])
         self._view: KVCache | None = None  # see view
+
+    def _new(self, shape: tuple[int, ...]) -> torch.Tensor:
+        first = self.base.layers[0].keys
+        return first.new_zeros(shape) if self.zeroed else first.new_empty(shape)
 
     @property
     def rows(self) -> int:
         return int(self.store.shape[1])
 
     def add_rows(self, n: int) -> None:
-        self.store = torch.cat([self.store, self.store.new_zeros((self.store.shape[0], n) + self.store.shape[2:])], dim=1)
+        more = self._new((self.store.shape[0], n) + self.store.shape[2:])
+        # The first rows are the new tensor itself: a copy of tens of MB costs as much as a step's work.
+        self.store = torch.cat([self.store, more], dim=1) if self.rows else more
 
     def view(self, rows: torch.Tensor, lengths: torch.Tensor) -> KVCache:
         """The pool itself as a cache of `rows` (int64, distinct), valid up to `lengths`: a decoder call
@@ -247,11 +258,15 @@ class RowPool:
 
     def gather(self, rows: torch.Tensor, lengths: torch.Tensor, extra: int) -> KVCache:
         """A cache holding copies of `rows`, valid up to `lengths`, with room for `extra` new tokens.
-        Slots past a row's length are read only as masked keys; pool slots are always finite."""
+        Slots past a row's length are read as masked keys, so they must be finite: zeros in the copy
+        where the pool is not zeroed."""
         upto = int(lengths.max()) + extra
         if upto > self.capacity:
             raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
         sub = self.store[:, rows, :, :upto]
+        if not self.zeroed:
+            unwritten = torch.arange(upto, device=lengths.device) >= lengths.unsqueeze(1)  # (R, upto)
+            sub.masked_fill_(unwritten[None, :, None, :, None], 0.0)
         layers = [LayerCache(sub[2 * i], sub[2 * i + 1], layer.cross_keys, layer.cross_values)
                   for i, layer in enumerate(self.base.layers)]
         return KVCache(layers, lengths.to(self.base.lengths).clone(), self.base.src_pad_mask, upto,

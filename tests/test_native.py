@@ -404,6 +404,32 @@ def test_sbs_exact_on_the_pools_own_rows_equals_its_gathered_calls(copy_model, w
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in c.hypotheses]
 
 
+@pytest.mark.parametrize("drafter,n_drafts", [("pointer", 1), ("paper", 6)])
+def test_sbs_exact_never_reads_a_native_pools_unwritten_slots(copy_model, drafter, n_drafts, monkeypatch):
+    """On the native engine sbs-exact leaves its row pool uninitialized (RowPool zeroed=False): the C
+    step reads a row's slots only up to its length, and gathered copies (several drafts a row, fed by
+    torch, which reads masked slots) get zeros there. Filled with NaN instead, the pool still gives
+    beam search's n-best lists."""
+    from molspec_core.cache import RowPool
+
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = random_sources(43, 4, len(vocab), 3, 14)
+    made = []
+
+    def poisoned(self, shape):
+        made.append(self.zeroed)
+        first = self.base.layers[0].keys
+        return first.new_zeros(shape) if self.zeroed else first.new_full(shape, float("nan"))
+
+    monkeypatch.setattr(RowPool, "_new", poisoned)
+    found = speculative_beam(model, sources, 10, lambda source: make_drafter(drafter, source, 3, n_drafts), exact=True)
+    assert made and not any(made)  # the pools were left unzeroed
+    reference = beam_search(model, sources, 10)
+    for a, b in zip(found, reference):
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        assert np.allclose([h.score for h in a.hypotheses], [h.score for h in b.hypotheses], atol=1e-5)
+
+
 def test_a_pool_view_is_refused_off_the_native_lean_call(copy_model):
     """A view's rows index the pool, not the call: the NumPy and torch steps would read the wrong rows."""
     from molspec_core.cache import RowPool

@@ -126,8 +126,8 @@ class _Search:
         self.device = model.device
         # A call feeds hypotheses of different lengths padded to the longest draft, a source window.
         cache, (self.budget,) = start(model, [src], max_len, padding=len(src))
-        self.pool = RowPool(cache, 0)
         self.native = isinstance(model.numpy_step, NativeStep) and not model.training
+        self.pool = RowPool(cache, 0, zeroed=not self.native)
         self.slots = min(model.cfg.max_positions, cache.capacity)
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], np.float32(0.0), row=self.take_row())]
