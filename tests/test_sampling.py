@@ -7,7 +7,7 @@ import torch
 from conftest import random_model, random_sources
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.sampling import SamplingOptions, sample_decode
-from molspec_core.decoding.verify import accept_sampled, adjust_probs, mentored_target
+from molspec_core.decoding.verify import accept_sampled, adjust_probs, mentored_copy_target, mentored_target
 from molspec_core.drafting import make_drafter
 
 DRAWS = 1_000_000
@@ -175,6 +175,35 @@ def test_mentored_with_a_copy_draft_reaches_the_kl_bound_exactly():
         others = torch.ones_like(p, dtype=torch.bool).scatter_(-1, d, False)
         scale = (r / p)[others].view(30, 39)
         torch.testing.assert_close(scale, scale[:, :1].expand_as(scale))
+
+
+def _peaked_cases(seed: int) -> tuple[torch.Tensor, list[int]]:
+    """Rows of p from flat to so peaked that drafted tokens get p below 1e-20, some with zeros (a top-k
+    cut), drafts on random tokens and on each row's argmax."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(24, 60, generator=g) * torch.linspace(0.5, 60, 24).unsqueeze(-1), -1)
+    p[::3, :10] = 0
+    p = p / p.sum(-1, keepdim=True)
+    tokens = torch.randint(0, 60, (24,), generator=g)
+    tokens[1::4] = p[1::4].argmax(-1)
+    return p, tokens.tolist()
+
+
+def test_the_mentored_copy_closed_form_equals_the_general_solver_within_the_kl_bound():
+    """mentored_copy_target (copy drafts, closed form) gives the general solver's r for a point-mass
+    q, and both keep KL(r || p) within delta, also for drafted tokens of p < 1e-20 and p = 0."""
+    p, tokens = _peaked_cases(12)
+    q = torch.zeros_like(p).scatter_(-1, torch.tensor(tokens).view(-1, 1), 1.0)
+    assert float(p.gather(-1, torch.tensor(tokens).view(-1, 1)).min()) < 1e-20
+    for delta in (0.01, 0.1, 1.0, 5.0):
+        closed, general = mentored_copy_target(p, tokens, delta), mentored_target(p, q, delta)
+        torch.testing.assert_close(closed, general, atol=1e-6, rtol=0)
+        for r in (closed, general):
+            torch.testing.assert_close(r.sum(-1), torch.ones(len(tokens)))
+            kl = torch.where(r > 0, r.double() * (r.double().clamp_min(1e-300).log() - p.double().clamp_min(1e-300).log()),
+                             torch.zeros((), dtype=torch.float64)).sum(-1)
+            assert float(kl.max()) <= delta + 1e-5
+    assert torch.equal(mentored_copy_target(p, tokens, 0.0), p)
 
 
 def test_a_draft_model_equal_to_the_target_is_always_accepted(copy_model):

@@ -25,7 +25,7 @@ from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import draft_room, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
-from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_target
+from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_copy_target, mentored_target
 
 SAMPLING_MODES = of_family("sampling")  # the methods this loop runs (methods.py)
 
@@ -41,7 +41,9 @@ def _accept(logits: torch.Tensor, draft: Draft, mode: str, options: SamplingOpti
     target_probs = adjust_probs(logits, options.temperature, options.top_k)  # (1+D, V)
     draft_probs = draft.draft_probs(target_probs.shape[-1])  # (D, V)
     if mode == "mentored" and draft.tokens:  # the bonus position has no draft, so keeps p
-        target_probs = torch.cat([mentored_target(target_probs[:-1], draft_probs, options.delta), target_probs[-1:]])
+        shaped = (mentored_copy_target(target_probs[:-1], draft.tokens, options.delta) if draft.probs is None
+                  else mentored_target(target_probs[:-1], draft_probs, options.delta))
+        target_probs = torch.cat([shaped, target_probs[-1:]])
     n_accepted, next_token = accept_sampled(draft_tokens, draft_probs.unsqueeze(0), target_probs.unsqueeze(0),
                                             generator)
     return int(n_accepted[0]), int(next_token[0])

@@ -1,6 +1,7 @@
 """Model-free acceptance rules: pure tensor functions, tested with hand-made logits."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -110,7 +111,7 @@ def accept_relaxed(draft_tokens: torch.Tensor, log_probs: torch.Tensor, beta: in
 
 def _kl(r: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     safe = r > 0
-    return torch.where(safe, r * (r.clamp_min(1e-30).log() - p.clamp_min(1e-30).log()), torch.zeros_like(r)).sum(-1)
+    return torch.where(safe, r * (r.clamp_min(1e-300).log() - p.clamp_min(1e-300).log()), torch.zeros_like(r)).sum(-1)
 
 
 def _shaper(p: torch.Tensor, q: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -125,18 +126,21 @@ def _shaper(p: torch.Tensor, q: torch.Tensor) -> Callable[[torch.Tensor], torch.
     ratio = torch.where(p > 0, q / p.clamp_min(1e-300), torch.full_like(p, float("inf")))
     order = ratio.argsort(dim=-1)
     kinks = ratio.gather(-1, order)  # (..., V), ascending; inf for p = 0 (never free)
-    p_cum, q_cum = p.gather(-1, order).cumsum(-1), q.gather(-1, order).cumsum(-1)
-    p_total = p.sum(-1, keepdim=True)
-    zero = torch.zeros_like(p_total)
+    p_sorted = p.gather(-1, order)
+    p_cum, q_cum = p_sorted.cumsum(-1), q.gather(-1, order).cumsum(-1)
+    zero = torch.zeros_like(p[..., :1])
+    # p of the tokens from kink j on, summed from the top end: the capped mass as p_total - p_cum
+    # would cancel to 0 for a capped token of p below float64's epsilon (1e-21 happens), and the
+    # bisection would then take an r far past the KL bound for one within it.
+    p_tail = torch.cat([p_sorted.flip(-1).cumsum(-1).flip(-1), zero], -1)  # (..., V + 1)
 
     def shaped(a: torch.Tensor) -> torch.Tensor:
         free = ratio < a
         free_sorted = kinks < a  # the same tokens in kink order: a prefix
         n_free = free_sorted.sum(-1, keepdim=True)
         last = (n_free - 1).clamp_min(0)
-        p_free = torch.where(n_free > 0, p_cum.gather(-1, last), zero)
         q_free = torch.where(n_free > 0, q_cum.gather(-1, last), zero)
-        fixed = a * (p_total - p_free) + q_free  # caps + free q
+        fixed = a * p_tail.gather(-1, n_free) + q_free  # caps + free q
         # sum r at b = kink k (free tokens up to k contribute b p, the later free ones q)
         at_kink = fixed + kinks.nan_to_num(posinf=0.0) * p_cum - q_cum
         k = (at_kink < 1).logical_and(free_sorted).sum(-1, keepdim=True)  # kinks below the solution
@@ -163,7 +167,7 @@ def mentored_target(target_probs: torch.Tensor, draft_probs: torch.Tensor, delta
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)  # float32 inputs sum to 1 +- 1e-7
     ratio = (q / p.clamp_min(1e-300)).where(p > 0, torch.zeros_like(q))
     log_lo = torch.zeros(p.shape[:-1] + (1,), dtype=p.dtype, device=p.device)  # a = 1: r = p, KL 0
-    log_hi = ratio.amax(-1, keepdim=True).clamp(1.0, 1e30).log()  # beyond the largest q/p nothing changes
+    log_hi = ratio.amax(-1, keepdim=True).clamp(1.0, 1e300).log()  # beyond the largest q/p nothing changes
     shaped = _shaper(p, q)
     for _ in range(iterations):
         mid = (log_lo + log_hi) / 2
@@ -171,3 +175,35 @@ def mentored_target(target_probs: torch.Tensor, draft_probs: torch.Tensor, delta
         log_lo, log_hi = torch.where(within, mid, log_lo), torch.where(within, log_hi, mid)
     r = shaped(log_lo.exp())
     return (r / r.sum(-1, keepdim=True)).to(target_probs.dtype)
+
+
+def _binary_kl_bound(p: float, delta: float, rounds: int = 60) -> float:
+    """The largest t in [p, 1] with binary KL(t || p) = t log(t/p) + (1-t) log((1-t)/(1-p)) <= delta
+    (it grows from 0 at t = p to -log p at t = 1), by bisection to 2^-rounds."""
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0 or -math.log(p) <= delta:
+        return 1.0
+    lo, hi = p, 1.0
+    for _ in range(rounds):
+        t = (lo + hi) / 2
+        kl = t * math.log(t / p) + (1 - t) * math.log((1 - t) / (1 - p))
+        lo, hi = (t, hi) if kl <= delta else (lo, t)
+    return lo
+
+
+def mentored_copy_target(target_probs: torch.Tensor, tokens: Sequence[int], delta: float) -> torch.Tensor:
+    """mentored_target for copy drafts, whose q is a point mass on each drafted token d: the optimum is
+    r(d) = t, the largest t with binary KL(t || p(d)) <= delta, and the rest of p scaled by
+    (1 - t) / (1 - p(d)). The same r as the general solver's bisection (tests pin it), for a few
+    scalar operations a token instead of 32 rounds of vocabulary-wide ones. target_probs (D, V)."""
+    if delta <= 0:
+        return target_probs  # exact speculative sampling
+    p = target_probs.double()
+    p = p / p.sum(-1, keepdim=True)
+    p_drafted = p[torch.arange(len(tokens)), torch.tensor(list(tokens), dtype=torch.long)].tolist()
+    bounds = [_binary_kl_bound(p_d, delta) for p_d in p_drafted]
+    scales = [(1 - t) / (1 - p_d) if p_d < 1 else 1.0 for t, p_d in zip(bounds, p_drafted)]
+    r = p * torch.tensor(scales, dtype=p.dtype).unsqueeze(-1)
+    r[torch.arange(len(tokens)), torch.tensor(list(tokens), dtype=torch.long)] = torch.tensor(bounds, dtype=p.dtype)
+    return r.to(target_probs.dtype)
