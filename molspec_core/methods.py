@@ -99,8 +99,12 @@ _ROWS = (
     Method("spec-paper", "Speculative, paper drafts", "greedy", "one", "query", "paper", 10, 25, "greedy", True,
            ("draft_len", "n_drafts")),
     # Speculative beam search: one short pointer draft per hypothesis; lower beams leave their
-    # drafts within a few tokens. sbs keeps D=4 because D=3 lost top-3/5 accuracy.
-    Method("sbs-exact", "Speculative beam, exact", "sbs", "many", "query", "pointer", 2, 1, "beam", True, _COPY),
+    # drafts within a few tokens. sbs keeps D=4 because D=3 lost top-3/5 accuracy. On a CPU sbs-exact
+    # drafts 1 token (retro quick set, 40 queries, one thread, 2026-11-25, look-ahead off: width 10
+    # 4.70-4.91 s at D=1, 5.20-5.30 at 2, 5.72-5.75 at 3, beam 4.64-4.76; width 5 2.67-2.70 at 1, 2.78
+    # at 2, beam 2.29-2.36): each drafted token costs a CPU call about as much as a fed row's own token.
+    Method("sbs-exact", "Speculative beam, exact", "sbs", "many", "query", "pointer", 2, 1, "beam", True, _COPY,
+           cpu_draft_len=1),
     Method("sbs", "Speculative beam (paper SBS, lossy)", "sbs", "many", "query", "pointer", 4, 1, "beam", False,
            _COPY),
     Method("sample", "Sampling", "sampling", "many", "none", "none", 0, 0, "sample", True, ("n_best",) + _SAMPLE),
@@ -124,9 +128,9 @@ _ROWS = (
 METHODS: dict[str, Method] = {row.name: row for row in _ROWS}
 DEFAULT_METHOD = "spec-auto"
 # The exact n-best method the app, the round-trip check and the route planner use. sbs-exact returns
-# the same n-best lists (tests pin it) but, since the NumPy decoder step made one-token calls cheap,
-# it is the slower of the two on CPU: 0.61x beam's speed at width 10, 0.69x at width 5 (retro quick
-# set, bench/retro_cpu_ct2_beam{10,5}_50k100_numpy.json). A GPU's speed table may change this choice.
+# the same n-best lists (tests pin it) but on a CPU it is at best as fast: a CPU call costs about as
+# much per fed token as a beam step's, and no drafted token spares a beam step its token (the figures:
+# the sbs-exact row above and the retro card). A GPU's speed table may change this choice.
 EXACT_NBEST = "beam"
 # What the app opens on per task, (method, n_best): forward prediction gives its one product fastest;
 # retrosynthesis opens on a ranked list of reactant sets, as other tools do, from EXACT_NBEST.

@@ -374,8 +374,8 @@ class Predictor:
 
     def _sbs(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
              options: SamplingOptions) -> list[DecodeResult]:
-        return speculative_beam(self.model, sources, n_best, copy_drafts(drafts),
-                                exact=row.lossless)
+        return speculative_beam(self.model, sources, n_best, copy_drafts(drafts), exact=row.lossless,
+                                look_ahead=self.device.type != "cpu")
 
     def _sample(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
                 options: SamplingOptions) -> list[DecodeResult]:

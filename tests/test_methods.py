@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import FIXTURES, ROOT
 from molspec_core.methods import KNOBS, METHODS, SamplingOptions, speedup_pair
@@ -80,7 +81,21 @@ def test_copy_drafts_are_short_on_a_cpu_and_long_elsewhere():
 def test_speculative_beam_defaults_are_its_own():
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
     assert predictor.resolve("sbs", None, None, 1) == ("pointer", 4, 1)
-    assert predictor.resolve("sbs-exact", None, None, 1) == ("pointer", 2, 1)
+    assert predictor.resolve("sbs-exact", None, None, 1) == ("pointer", 1, 1)  # on a CPU
+    assert METHODS["sbs-exact"].default_draft_len("cuda") == 2
+
+
+def test_sbs_exact_looks_ahead_off_the_cpu_only(monkeypatch):
+    """Look-ahead rows cost a CPU more than the calls they save (speculative_beam's docstring)."""
+    from molspec_core import service
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    seen = []
+    monkeypatch.setattr(service, "speculative_beam", lambda *a, **kw: seen.append(kw["look_ahead"]) or [])
+    predictor.decode([[5, 6, 7]], "sbs-exact", 2)
+    predictor.device = torch.device("cuda")  # what resolve and _sbs read; nothing runs on it here
+    predictor.decode([[5, 6, 7]], "sbs-exact", 2)
+    assert seen == [False, True]
 
 
 def test_every_method_runs_in_the_bench_and_the_evaluation(with_draft):
