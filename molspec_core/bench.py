@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -166,7 +167,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     return {
         "oracle_tokens_per_call": oracle,
         "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
-        "device_name": predictor.device_name, "engine": predictor.engine, "dtype": predictor.dtype, "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads, "batch_size": batch_size,
+        "device_name": predictor.device_name, "engine": predictor.engine, "dtype": predictor.dtype, "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "methods": report_methods,

@@ -75,3 +75,31 @@ def test_cli_bench_with_peer_adds_the_matching_ctranslate2_methods(tmp_path):
     methods = json.loads(out.read_text())["methods"]
     assert {"ct2-greedy", "ct2-int8-greedy", "ct2-beam", "ct2-int8-beam"} <= set(methods)
     assert methods["ct2-greedy"]["identical_to_greedy"] == 1.0 and "speedup_vs_ct2_beam" in methods["sbs-exact"]
+
+
+@pytest.mark.parametrize("policy", [None, "active"])
+def test_cli_bench_warns_of_sleeping_openmp_threads_beside_the_peer(tmp_path, monkeypatch, caplog, policy):
+    """Several threads beside CTranslate2 need OMP_WAIT_POLICY=active (PEER_THREADS_WARNING); the report
+    records the policy the run had."""
+    import json
+
+    import torch
+
+    from molspec_core.cli import PEER_THREADS_WARNING, main
+
+    if policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(QUERIES[:2]) + "\n")
+    out = tmp_path / "bench.json"
+    threads = torch.get_num_threads()
+    try:
+        with caplog.at_level("WARNING"):
+            assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "greedy",
+                         "--warmup", "0", "--threads", "2", "--peer", "ctranslate2", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert (PEER_THREADS_WARNING in caplog.text) == (policy is None)
+    assert json.loads(out.read_text())["omp_wait_policy"] == policy
