@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
         p.add_argument("--n-drafts", type=at_least(1), default=None)
         p.add_argument("--batch-size", type=at_least(1), default=8)
-        p.add_argument("--temperature", type=float, default=1.0, help="sampling methods")
+        p.add_argument("--temperature", type=float, default=SamplingOptions.temperature, help="sampling methods")
         p.add_argument("--top-k", type=at_least(0), default=0, help="sampling methods (0: no cut)")
         p.add_argument("--beta", type=at_least(1), default=1, help="relaxed: draft within the top-beta tokens")
         p.add_argument("--tau", type=float, default=0.0, help="relaxed: and within tau nats of the top token")

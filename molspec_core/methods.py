@@ -24,11 +24,20 @@ SAMPLING_KNOBS = ("temperature", "top_k", "beta", "tau", "delta", "seed")
 KNOBS = ("n_best", "draft_len", "n_drafts") + SAMPLING_KNOBS
 
 
+# The default sampling temperature. The shipped models were trained with label smoothing 0.1, which
+# leaves about a tenth of each step's probability spread over the whole vocabulary: at temperature 1
+# a sampled answer of some 50 tokens nearly always takes a stray token. Measured 2026-11-25, 100
+# quick-set queries, one sample each (valid SMILES / right): forward T=1.0 6/0, 0.7 99/69, 0.5 99/73,
+# 0.3 100/75 (greedy 75 on that set); retro T=1.0 5/0, 0.7 62/8, 0.5 100/38, 0.3 100/44. 0.5 keeps the
+# answers valid while still drawing varied ones.
+DEFAULT_TEMPERATURE = 0.5
+
+
 @dataclass(frozen=True)
 class SamplingOptions:
     """The knobs of the sampling-loop methods (Predictor.predict's `sampling`)."""
 
-    temperature: float = 1.0
+    temperature: float = DEFAULT_TEMPERATURE
     top_k: int = 0  # 0 = no top-k cut
     beta: int = 1  # relaxed: draft must be among the top-beta tokens
     tau: float = 0.0  # relaxed: and within tau nats of the top token

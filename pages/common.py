@@ -208,8 +208,9 @@ def _sampling_knobs(method: str) -> SamplingOptions:
     """The sliders of the sampling knobs this method reads; the others keep their defaults."""
     sb, knobs = st.sidebar, {}
     if reads(method, "temperature"):
-        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, 1.0, 0.1, key="temperature",
-                                         help="Below 1 sharpens the model's distribution, above 1 flattens it.")
+        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, SamplingOptions.temperature, 0.1, key="temperature",
+                                         help="Below 1 sharpens the model's distribution, above 1 flattens it. "
+                                              "Near 1 most samples of these models are not valid SMILES.")
     if reads(method, "top_k"):
         knobs["top_k"] = sb.slider("Top-k (0: all tokens)", 0, 50, 0, key="top_k")
     if reads(method, "beta"):

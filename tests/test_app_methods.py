@@ -52,15 +52,15 @@ def test_relaxed_gets_no_sampling_sliders(draft_models, monkeypatch):
     assert once.stats.model_calls <= len(once.predictions[0].tokens) + 1  # one decode, not five
 
 
-@pytest.mark.parametrize("name, shape", [("sbs", "1 × 4 tokens"), ("sbs-exact", "1 × 2 tokens")])
+@pytest.mark.parametrize("name, shape", [("sbs", "1 × 4 tokens"), ("sbs-exact", "1 × 1 tokens")])
 def test_speculative_beam_shows_its_own_default_drafts(draft_models, monkeypatch, name, shape):
     """The sidebar got no default for sbs and sbs-exact (resolve raised KeyError): no caption, and
-    the hand-set slider started at 16 while they ran at 4 and 2."""
+    the hand-set slider started at 16 while they ran at 4 and 2 (on this CPU sbs-exact drafts 1)."""
     at = app(draft_models, monkeypatch).run()
     at.selectbox(key="method").set_value(name).run()
     assert f"Drafts: {shape} (pointer drafter)" in texts(at.caption)
     at.toggle(key="custom_drafts").set_value(True).run()
-    assert at.slider(key="draft_len").value == METHODS[name].draft_len
+    assert at.slider(key="draft_len").value == METHODS[name].default_draft_len("cpu")
 
 
 def test_copied_tokens_view_counts_what_was_copied(draft_models, monkeypatch):

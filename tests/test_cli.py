@@ -461,3 +461,12 @@ def test_round_trip_needs_a_retrosynthesis_model_and_one_process(tmp_path, capsy
     assert main(["predict", "--model", "retro", "--input", str(tmp_path / "in.txt"), "--output",
                  str(tmp_path / "out.csv"), "--round-trip", "forward", "--ray", "local"]) == 2
     assert "leave out --ray" in capsys.readouterr().err
+
+
+def test_the_cli_samples_at_the_libraries_default_temperature():
+    """One home for the default (methods.DEFAULT_TEMPERATURE): the CLI's flag does not restate it."""
+    from molspec_core.cli import build_parser
+    from molspec_core.methods import DEFAULT_TEMPERATURE, SamplingOptions
+
+    for command in (["predict", "--smiles", "CCO"], ["bench", "--src", "q.txt"]):
+        assert build_parser().parse_args(command).temperature == SamplingOptions().temperature == DEFAULT_TEMPERATURE

@@ -44,3 +44,13 @@ def test_draft_model_is_shipped_with_the_model(shipped):
     assert predictor.draft_model is not None
     result = predictor.predict(queries[0], method="spec-sample-draft", n_best=2, time_limit_s=None)
     assert result.ok and result.stats.draft_tokens_proposed > 0
+
+
+def test_sampling_at_the_default_temperature_gives_valid_answers(shipped):
+    """At temperature 1 these label-smoothed models sample a stray token into nearly every answer
+    (methods.DEFAULT_TEMPERATURE); the default keeps a plain sample's answers valid SMILES."""
+    predictor, queries = shipped
+    results = predictor.predict(queries, method="sample", n_best=3, time_limit_s=None)
+    answers = [p for r in results for p in r.predictions]
+    assert len(answers) >= len(queries)
+    assert sum(p.valid for p in answers) >= 0.8 * len(answers)
