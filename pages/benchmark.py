@@ -210,7 +210,10 @@ def show_report(report: dict, key: str) -> None:
              f"device {report.get('device', '?')} ({report.get('device_name', '')})",
              f"batch size {report.get('batch_size', '?')}", engine,
              f"torch {report.get('torch', '?')}",
-             f"{report.get('threads', '?')} threads", str(report.get("date", ""))]
+             "1 thread" if report.get("threads") == 1 else f"{report.get('threads', '?')} threads"]
+    if report.get("omp_wait_policy"):
+        facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
+    facts.append(str(report.get("date", "")))
     st.caption(common.md_escape(" · ".join(facts)))
     sentence = headline(report)
     if sentence:

@@ -458,6 +458,18 @@ def test_benchmark_page_charts_saved_reports(bench_folder, copy_models, monkeypa
     assert len(at.dataframe) == 1
 
 
+@pytest.mark.parametrize("threads, policy, shown", [(1, None, " · 1 thread · 20"),
+                                                     (2, "active", " · 2 threads · OMP_WAIT_POLICY=active · 20")])
+def test_benchmark_page_states_the_runs_threads_and_openmp_wait_policy(bench_folder, copy_models, monkeypatch,
+                                                                      threads, policy, shown):
+    report = json.loads((bench_folder / "copy.json").read_text())
+    (bench_folder / "copy.json").write_text(json.dumps(dict(report, threads=threads, omp_wait_policy=policy)))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("pages/benchmark.py").run()
+    assert shown in texts(at.caption)
+
+
 def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_models, monkeypatch, tmp_path):
     pytest.importorskip("ctranslate2", reason="the CTranslate2 peer is an optional extra: pip install -e .[peers]")
     from molspec_core.bench import run_bench
