@@ -32,9 +32,9 @@ cut), and of those only tokens within AHEAD_MARGIN nats of the parent's best tok
 model an argmax child fed ahead was selected 61-91% of the time, any other child 19%, and each
 fed row costs time. When the step selects such a child it already knows its log-probs, so the step
 after needs no call for it. This changes only which calls are made, never what a step selects.
-The service turns it off on a CPU, where a call is not cheaper for feeding fewer rows and each child
-fed ahead first copies its parent's row: on the retro quick set at width 10 (40 queries, D=1) it
-saved 16% of the calls and cost 11% more time (5.40 s against 4.82 s both times).
+The service turns it off on a CPU: there a row fed ahead costs a call about as much as any other fed
+token, and each child fed ahead first copies its parent's row; on the retro quick set at width 10
+(40 queries, D=1) it saved 16% of the calls and cost 11% more time (5.40 s against 4.82 s, twice).
 
 Selection is beam search's own step (beam.best_children: the stable sort over (slot, token)), on the
 same float32 sums, so ties break the same way; the stop rule and the ranking are beam.py's too; scores differ from beam search only by the float rounding of logits

@@ -201,9 +201,10 @@ def mentored_copy_target(target_probs: torch.Tensor, tokens: Sequence[int], delt
         return target_probs  # exact speculative sampling
     p = target_probs.double()
     p = p / p.sum(-1, keepdim=True)
-    p_drafted = p[torch.arange(len(tokens)), torch.tensor(list(tokens), dtype=torch.long)].tolist()
+    drafted = (torch.arange(len(tokens)), torch.tensor(list(tokens), dtype=torch.long))
+    p_drafted = p[drafted].tolist()
     bounds = [_binary_kl_bound(p_d, delta) for p_d in p_drafted]
     scales = [(1 - t) / (1 - p_d) if p_d < 1 else 1.0 for t, p_d in zip(bounds, p_drafted)]
     r = p * torch.tensor(scales, dtype=p.dtype).unsqueeze(-1)
-    r[torch.arange(len(tokens)), torch.tensor(list(tokens), dtype=torch.long)] = torch.tensor(bounds, dtype=p.dtype)
+    r[drafted] = torch.tensor(bounds, dtype=p.dtype)
     return r.to(target_probs.dtype)
