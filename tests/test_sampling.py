@@ -26,6 +26,16 @@ def first_tokens(draft_tokens, draft_probs, target_probs, generator):
     return torch.where(n_accepted > 0, draft_tokens[:, 0], next_token)
 
 
+def test_an_empty_draft_samples_p_and_accepts_nothing():
+    """Plain sampling's call (no draft tokens) takes accept_sampled's shortcut: p itself is drawn."""
+    g = torch.Generator().manual_seed(3)
+    p = torch.tensor([0.35, 0.25, 0.2, 0.1, 0.06, 0.04, 0.0])
+    n_accepted, tokens = accept_sampled(torch.zeros(DRAWS, 0, dtype=torch.long), None, p.expand(DRAWS, 1, 7), g)
+    assert not n_accepted.any()
+    counts = torch.bincount(tokens, minlength=7)
+    assert counts[6] == 0 and chi_square_p_value(counts, p) > 1e-4
+
+
 def test_copy_draft_speculative_sampling_matches_p():
     g = torch.Generator().manual_seed(0)
     p = torch.tensor([0.35, 0.25, 0.2, 0.1, 0.06, 0.04])

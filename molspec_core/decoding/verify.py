@@ -70,6 +70,9 @@ def accept_sampled(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
     from p. Returns (n_accepted (B,), next_token (B,)).
     """
     batch, depth = draft_tokens.shape
+    if depth == 0:  # plain sampling: no uniform to draw, and the residual of an empty draft is p itself
+        return (torch.zeros(batch, dtype=torch.long, device=draft_tokens.device),
+                torch.multinomial(target_probs[:, 0], 1, generator=generator).squeeze(-1))
     rows = torch.arange(batch, device=draft_tokens.device)
     if draft_probs is None:
         draft_probs = torch.zeros_like(target_probs[:, :depth]).scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
