@@ -397,8 +397,7 @@ def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float
     return lossy[0], grid
 
 
-# Measured 2026-11-25 on a 2-vCPU VM, retro quick set, two threads, one process: our greedy 11.9 s and
-# CTranslate2 float32 greedy 39.2 s with the variable unset, 2.80 s and 7.31 s with it set to active.
+# Why, with the measurement: the README's "Measured speed".
 PEER_THREADS_WARNING = (
     "several threads beside the CTranslate2 peer: torch, our C engine and CTranslate2 each bring an OpenMP "
     "runtime; where they outnumber the cores, their idle threads sleep and wake at every parallel region "

@@ -26,10 +26,8 @@ KNOBS = ("n_best", "draft_len", "n_drafts") + SAMPLING_KNOBS
 
 # The default sampling temperature. The shipped models were trained with label smoothing 0.1, which
 # leaves about a tenth of each step's probability spread over the whole vocabulary: at temperature 1
-# a sampled answer of some 50 tokens nearly always takes a stray token. Measured 2026-11-25, 100
-# quick-set queries, one sample each (valid SMILES / right): forward T=1.0 6/0, 0.7 99/69, 0.5 99/73,
-# 0.3 100/75 (greedy 75 on that set); retro T=1.0 5/0, 0.7 62/8, 0.5 100/38, 0.3 100/44. 0.5 keeps the
-# answers valid while still drawing varied ones.
+# a sampled answer of some 50 tokens nearly always takes a stray token. 0.5 keeps the answers valid
+# while still drawing varied ones (the measured sweep: README, "Python API", sampling methods).
 DEFAULT_TEMPERATURE = 0.5
 
 
@@ -82,11 +80,8 @@ class Method:
 
 _COPY = ("n_best", "draft_len", "n_drafts")
 # Drafted tokens per copy draft on a CPU, for the one-draft greedy and sampling methods, where a verify
-# call costs more with every drafted token. Measured 2026-11-25 on the GPU-trained paper-size models
-# (quick sets, one thread, native engine): tools/draft_sweep.py put D=2 fastest for both drafters and
-# both tasks (retro spec-pointer 3.23 s against 3.98 s at D=8, forward 2.13 against 2.86 s; D=1 and 3
-# within 5%); `bench --draft-len 2` against the default 8: forward spec-sample 1.06x plain sampling
-# (0.65x at 8), relaxed 1.09x greedy (0.87x), retro relaxed 1.16x (1.03x).
+# call costs more with every drafted token: tools/draft_sweep.py and `bench --draft-len` put 2 fastest
+# on both GPU-trained models (the figures: the model cards' CPU speed sections).
 CPU_COPY_DRAFT_LEN = 2
 _SAMPLE = ("temperature", "top_k", "seed")
 
@@ -109,9 +104,8 @@ _ROWS = (
            ("draft_len", "n_drafts")),
     # Speculative beam search: one short pointer draft per hypothesis; lower beams leave their
     # drafts within a few tokens. sbs keeps D=4 because D=3 lost top-3/5 accuracy. On a CPU sbs-exact
-    # drafts 1 token (retro quick set, 40 queries, one thread, 2026-11-25, look-ahead off: width 10
-    # 4.70-4.91 s at D=1, 5.20-5.30 at 2, 5.72-5.75 at 3, beam 4.64-4.76; width 5 2.67-2.70 at 1, 2.78
-    # at 2, beam 2.29-2.36): each drafted token costs a CPU call about as much as a fed row's own token.
+    # drafts 1 token: each drafted token costs a CPU call about as much as a fed row's own token (the
+    # sweep: the retro card's "Why 1-token drafts for sbs-exact").
     Method("sbs-exact", "Speculative beam, exact", "sbs", "many", "query", "pointer", 2, 1, "beam", True, _COPY,
            cpu_draft_len=1),
     Method("sbs", "Speculative beam (paper SBS, lossy)", "sbs", "many", "query", "pointer", 4, 1, "beam", False,
@@ -119,8 +113,7 @@ _ROWS = (
     Method("sample", "Sampling", "sampling", "many", "none", "none", 0, 0, "sample", True, ("n_best",) + _SAMPLE),
     Method("spec-sample", "Speculative sampling, copy drafts", "sampling", "many", "query", "pointer", 8, 1,
            "sample", True, ("n_best", "draft_len") + _SAMPLE, cpu_draft_len=CPU_COPY_DRAFT_LEN),
-    # Draft-model steps on a CPU: 2 (forward quick set, one thread, 2026-11-25, the draft model on the
-    # C engine: 2.84 s at D=2, 3.53 at 4, 4.85 at 8, plain sampling 2.67-2.77; it does not pay there).
+    # Draft-model steps on a CPU: 2, the fastest of 2, 4 and 8 on the forward quick set (its card).
     Method("spec-sample-draft", "Speculative sampling, draft model", "sampling", "many", "model", "model", 8, 1,
            "sample", True, ("n_best", "draft_len") + _SAMPLE, cpu_draft_len=2),
     Method("mentored", "Mentored sampling (lossy)", "sampling", "many", "query", "pointer", 8, 1, "sample", False,
