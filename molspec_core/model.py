@@ -278,7 +278,9 @@ class Seq2SeqTransformer(nn.Module):
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
         x = self.embed_tokens(src, positions)
         keep = src != PAD_ID
-        mask = None if bool(keep.all()) else keep[:, None, None, :]  # (B, 1, 1, S); None: no padding
+        # (B, 1, 1, S); None where nothing is padded, which spares a CPU the mask. On CUDA asking would
+        # make the host wait for the GPU (a training step would stall), so the mask is always passed.
+        mask = keep[:, None, None, :] if src.is_cuda or not bool(keep.all()) else None
         for layer in self.encoder:
             x = layer(x, mask)
         return self.encoder_norm(x)

@@ -121,11 +121,14 @@ def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int,
 
 
 def collate(rows: list[int], src: list[np.ndarray], tgt: list[np.ndarray], device: torch.device):
+    """A batch's padded (src, tgt_in, tgt_out) on `device`. On CUDA through pinned memory: a copy from
+    pageable memory waits for the GPU's queue to drain, and the host could not run a step ahead."""
     def pad(seqs: list[np.ndarray]) -> torch.Tensor:
         out = np.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=np.int64)
         for i, s in enumerate(seqs):
             out[i, : len(s)] = s
-        return torch.from_numpy(out).to(device, non_blocking=True)
+        batch = torch.from_numpy(out)
+        return batch.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else batch
 
     src_b = pad([src[i] for i in rows])
     tgt_b = pad([tgt[i] for i in rows])
@@ -155,6 +158,16 @@ def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndar
             exact += list(res.hypotheses[0].tokens) == ref
     model.train()
     return {"token_accuracy": correct / max(total, 1), "greedy_exact_match": exact / max(n, 1), "greedy_rows": n}
+
+
+def allocator_note(device: torch.device) -> str:
+    """On CUDA, the caching allocator's device allocations and retries so far (each a slow call that
+    waits for the GPU): what the speed log line adds to tell a slow start's causes apart."""
+    if device.type != "cuda":
+        return ""
+    stats = torch.cuda.memory_stats(device)
+    return (f"; cudaMalloc calls {stats.get('num_device_alloc', -1)}, alloc retries {stats.get('num_alloc_retries', -1)}, "
+            f"reserved {torch.cuda.memory_reserved(device) / 2**30:.1f} GiB")
 
 
 def _replace_folder(tmp: Path, folder: Path) -> None:
@@ -285,17 +298,19 @@ def train(cfg: TrainConfig) -> dict:
         lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
         for group in optimizer.param_groups:
             group["lr"] = lr
+        # No host sync in a step (no .item(), int() or bool() of a device value): on a GPU the host
+        # then queues the next step's kernels while this one runs. The loss is read only when logged.
         micro = [collate(next(batches), train_src, train_tgt, device) for _ in range(cfg.accum)]
-        n_target = sum(int((t_out != PAD_ID).sum()) for _, _, t_out in micro)
+        n_target = sum((t_out != PAD_ID).sum() for _, _, t_out in micro)
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=device)
         for src, tgt_in, tgt_out in micro:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
                 logits = forward(src, tgt_in)
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
                                    ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing, reduction="sum")
             (loss / n_target).backward()
-            loss_sum += loss.item()
+            loss_sum += loss.detach()
             state["tokens"] += src.numel() + tgt_in.numel()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -304,15 +319,15 @@ def train(cfg: TrainConfig) -> dict:
         bar.update(1)
         if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
             spent = time.time() - last_log
-            log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s", state["seconds"] / 60,
-                     (state["step"] - steps_then) / spent, (state["tokens"] - tokens_then) / spent)
+            log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s%s", state["seconds"] / 60,
+                     (state["step"] - steps_then) / spent, (state["tokens"] - tokens_then) / spent, allocator_note(device))
             last_log, steps_then, tokens_then = time.time(), state["step"], state["tokens"]
-        bar.set_postfix(loss=f"{loss_sum / n_target:.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
+            bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
         done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
         if state["step"] % cfg.eval_every == 0 or done:
             metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp)
             metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
-                           loss=round(loss_sum / n_target, 4), tokens=state["tokens"])
+                           loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
             state["history"].append(metrics)
             log.info("validation %s", metrics)
             if metrics["greedy_exact_match"] > state["best_exact"]:

@@ -159,8 +159,11 @@ def cmd_start(args: argparse.Namespace) -> None:
         if args.compile:
             cmd.append("--compile")
         log = open(run / "train.log", "ab")
+        # Every batch has its own shape: expandable segments let the allocator grow one mapping
+        # instead of holding (and at times freeing and re-making) a block per size.
+        env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                start_new_session=True, env=env)
         (run / "train.pid").write_text(str(proc.pid))
         print("started:", " ".join(cmd), flush=True)
 
