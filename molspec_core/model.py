@@ -263,8 +263,10 @@ class Seq2SeqTransformer(nn.Module):
 
             threadpool_limits(torch.get_num_threads(), user_api="blas")
 
-    def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if int(positions.max()) >= self.cfg.max_positions:
+    def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor, longest: int | None = None) -> torch.Tensor:
+        """longest: the largest of `positions` when the caller knows it without reading the device
+        (training's whole sequences: on a GPU each read makes the host wait for the queue)."""
+        if (int(positions.max()) if longest is None else longest) >= self.cfg.max_positions:
             raise ValueError(f"sequence longer than the model's {self.cfg.max_positions} positions")
         return self.dropout(self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[positions])
 
@@ -276,11 +278,11 @@ class Seq2SeqTransformer(nn.Module):
         if self.numpy_step is not None and not self.training:
             return self.numpy_step.encode(src)
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
-        x = self.embed_tokens(src, positions)
+        x = self.embed_tokens(src, positions, src.shape[1] - 1)
         keep = src != PAD_ID
-        # (B, 1, 1, S); None where nothing is padded, which spares a CPU the mask. On CUDA asking would
-        # make the host wait for the GPU (a training step would stall), so the mask is always passed.
-        mask = keep[:, None, None, :] if src.is_cuda or not bool(keep.all()) else None
+        # (B, 1, 1, S); None where nothing is padded, which spares CPU inference the mask. Training and
+        # CUDA always pass it: asking reads the device, and on a GPU the host would wait for its queue.
+        mask = keep[:, None, None, :] if self.training or src.is_cuda or not bool(keep.all()) else None
         for layer in self.encoder:
             x = layer(x, mask)
         return self.encoder_norm(x)
@@ -293,7 +295,7 @@ class Seq2SeqTransformer(nn.Module):
         check_deadline()
         length = tgt_in.shape[1]
         positions = torch.arange(length, device=tgt_in.device).expand_as(tgt_in)
-        x = self.embed_tokens(tgt_in, positions)
+        x = self.embed_tokens(tgt_in, positions, length - 1)
         causal = torch.ones(length, length, dtype=torch.bool, device=tgt_in.device).tril()
         src_mask = src_keep[:, None, None, :]
         for layer in self.decoder:

@@ -58,6 +58,35 @@ def test_training_logs_its_speed_every_interval(tiny_data, tmp_path, caplog):
     assert len(speeds) == 3 and all("steps/s" in m and "tokens/s" in m for m in speeds)
 
 
+
+def test_a_training_step_reads_nothing_back_from_the_device(tiny_data, tmp_path, monkeypatch):
+    """On a GPU every read of a device value (.item(), int(), bool(), float()) makes the host wait for
+    the queue, so the host cannot launch the next step while this one runs: the first GPU block ran
+    at a quarter of its later speed for minutes. Reads from our own code are counted; they must not
+    grow with the steps (the loss is read when logged or validated, not every step)."""
+    reads = []
+
+    def counted(name):
+        plain = getattr(torch.Tensor, name)
+
+        def read(self, *args):
+            caller = sys._getframe(1).f_code.co_filename
+            if "molspec_core" in caller:
+                reads.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
+            return plain(self, *args)
+        return read
+
+    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    counts = []
+    for steps in (2, 6):
+        reads.clear()
+        train(TrainConfig(data=str(tiny_data), out=str(tmp_path / f"run{steps}"), preset="tiny", max_steps=steps,
+                          max_tokens=64, val_greedy_rows=0, threads=1, eval_every=1000, log_every_seconds=1e9))
+        counts.append(len(reads))
+    assert counts[0] == counts[1], reads
+
+
 def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path):
     common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=2, eval_every=3, val_greedy_rows=2,
                   threads=1, accum=2)
