@@ -34,6 +34,16 @@ sys.path.insert(0, str(ROOT))
 
 TASKS = ("forward", "retro")
 PRESET = {"forward": "forward", "retro": "retro"}  # the paper's sizes: 4+4 and 6+6 layers
+
+# Tokens per optimizer step on the GPU (session 23's choice, not yet measured on one). The first block's
+# 32,768 left the H100 mostly idle: forward's step is about 2.3 TFLOP (6 x 11.6 M parameters x 32,768
+# tokens), some 10-15 ms of GPU work by our estimate, yet it ran at 20 steps a second (50 ms a step)
+# and nvidia-smi showed the GPU 14% busy at minute 8: host launches and syncs set the pace. With the
+# step's syncs gone, a step of 3x the tokens should take little longer, so the same minutes would read
+# about 3x the data (the paper-size runs read some 2 G tokens). Activation memory, estimated: about
+# 20 GB for retro, 13 GB for forward, of 80. The "speed at" log lines will say what it gained.
+GPU_TOKENS = 98_304
+
 # The fixed benchmark samples (../shared/bench/README.md): line numbers of each task's test split,
 # which prepare-data writes in the order of the files the indexes count; the first 200 are the quick set.
 QUICK_INDEX = {"forward": "uspto_mit_test_500.idx", "retro": "uspto50k_test_500.idx"}
@@ -150,7 +160,8 @@ def cmd_start(args: argparse.Namespace) -> None:
             continue
         cmd = [sys.executable, "-m", "molspec_core.train", "--data", str(GPU_DIR / task), "--out", str(run),
                "--preset", PRESET[task], "--max-minutes", str(args.minutes), "--export-every-minutes", "3",
-               "--eval-every", str(args.eval_every), "--val-greedy-rows", "500", "--warmup", "1000"]
+               "--eval-every", str(args.eval_every), "--val-greedy-rows", "500", "--warmup", "1000",
+               "--max-tokens", str(args.tokens)]
         resume = GPU_DIR / "resume" / task
         if not (run / "last").exists() and (resume / "train_state.json").exists():
             cmd += ["--resume", str(resume)]
@@ -287,6 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--minutes", type=float, required=True, help="each run's time budget (its lr reaches 0 there)")
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--eval-every", type=int, default=2000)
+    p.add_argument("--tokens", type=int, default=GPU_TOKENS, help="tokens per optimizer step")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--init", default="", help="folder holding <task>/ model folders (e.g. models): a task with "
                    "nothing to resume starts a new schedule from those weights")
