@@ -104,6 +104,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             totals[method].add(batch)
         if on_progress is not None:
             on_progress(b + 1, len(batches))
+    for peer in peers.values():  # their processes end here (or, on an error, when the peers are collected)
+        peer.close()
 
     def speedup(method: str, over: str) -> float:
         return sum(times[over]) / max(sum(times[method]), 1e-12)
@@ -169,6 +171,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
         "device_name": predictor.device_name, "engine": predictor.engine, "dtype": predictor.dtype, "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
+        "peers": {m: {"process": "its own, stopped between requests", "threads": peer.threads,
+                      "omp_wait_policy": peer.wait_policy} for m, peer in peers.items()},
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "methods": report_methods,
@@ -190,11 +194,10 @@ def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predi
 
 
 def _peer_decode(peer, vocab, ids: list[list[int]], n_best: int) -> tuple[list[DecodeResult], float]:
-    """One query through CTranslate2, timed like our decode call, returned as our result type."""
+    """One query through CTranslate2, timed in its own process around its decode (as ours is timed
+    around our decode call), returned as our result type."""
     src = [vocab.tokens[i] for i in ids[0]]
-    started = time.perf_counter()
-    hypotheses = peer.decode(src, width=n_best, n_best=n_best)
-    seconds = time.perf_counter() - started
+    hypotheses, seconds = peer.decode_timed(src, width=n_best, n_best=n_best)
     ranked = [Hypothesis(tuple(vocab.index.get(t, UNK_ID) for t in h.tokens), h.score, (GENERATED,) * len(h.tokens))
               for h in hypotheses]
     steps = max(len(h.tokens) for h in ranked) + 1  # one decoder step per token, eos included

@@ -397,11 +397,11 @@ def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float
     return lossy[0], grid
 
 
-# Why, with the measurement: the README's "Measured speed".
+# Why, with the measurement: peer_worker.py and the README's "Measured speed".
 PEER_THREADS_WARNING = (
-    "several threads beside the CTranslate2 peer: torch, our C engine and CTranslate2 each bring an OpenMP "
-    "runtime; where they outnumber the cores, their idle threads sleep and wake at every parallel region "
-    "and every method runs several times slower. Set OMP_WAIT_POLICY=active for this run.")
+    "OMP_WAIT_POLICY=active with several threads beside the CTranslate2 peer: our idle OpenMP threads "
+    "would spin on the cores while the peer's process decodes. The peer runs in a process of its own with "
+    "its own policy; leave OMP_WAIT_POLICY unset for this run.")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -422,7 +422,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
-    if args.peer and torch.get_num_threads() > 1 and not os.environ.get("OMP_WAIT_POLICY"):
+    if args.peer and torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").lower() == "active":
         log.warning(PEER_THREADS_WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = None

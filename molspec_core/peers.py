@@ -7,6 +7,13 @@ differs from ours. `ctranslate2` is an optional extra (`pip install -e .[peers]`
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,24 +97,89 @@ class PeerHypothesis:
     score: float  # sum of token log-probabilities (no length normalization, as our beam search)
 
 
+# The OpenMP wait policy of the peer's process, by compute type: what measured fastest there (retro beam
+# 10, 40 queries, two threads, a process of its own; peer_worker.py). float32 took 4.1-4.2 s with the
+# policy unset and 4.2-5.1 s with it active; int8 took 20.5 s unset and 1.9-2.0 s active. The process is
+# stopped between requests, so active threads spinning while idle cost our methods nothing.
+PEER_WAIT_POLICY: dict[str, str | None] = {"float32": None, "int8": "active"}
+
+
 class CTranslate2Peer:
-    """A converted model decoded by CTranslate2 on CPU, one query at a time (batch size 1)."""
+    """A converted model decoded by CTranslate2 on CPU, one query at a time (batch size 1), in a process of
+    its own (peer_worker.py says why), stopped between requests; each decode is timed in that process."""
 
     def __init__(self, ct2_dir: str | Path, compute_type: str = "float32", threads: int = 1,
                  max_positions: int = 1024):
-        import ctranslate2
+        self.compute_type, self.max_positions, self.threads = compute_type, max_positions, threads
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        policy = PEER_WAIT_POLICY.get(compute_type)
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        self.wait_policy = policy
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                          env.get("PYTHONPATH")]))
+        self._stderr = tempfile.TemporaryFile()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "molspec_core.peer_worker", str(ct2_dir), compute_type, str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True, bufsize=1)
+        self._finalizer = weakref.finalize(self, _stop_process, self._process, self._stderr)
+        self._receive()  # {"ready": true}
+        self._pause()
 
-        self.translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type=compute_type,
-                                                 inter_threads=1, intra_threads=threads)
-        self.compute_type, self.max_positions = compute_type, max_positions
+    def _pause(self) -> None:
+        """Stop the process and wait until it is stopped (the signal is asynchronous): none of its threads
+        may still run when our next method's clock starts."""
+        if hasattr(signal, "SIGSTOP"):
+            self._process.send_signal(signal.SIGSTOP)
+            os.waitpid(self._process.pid, os.WUNTRACED)
+
+    def _resume(self) -> None:
+        if hasattr(signal, "SIGCONT"):
+            self._process.send_signal(signal.SIGCONT)
+
+    def _receive(self) -> dict:
+        line = self._process.stdout.readline() if self._process.stdout else ""
+        if not line:
+            self._stderr.seek(0)
+            detail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"the CTranslate2 peer process ended: {' | '.join(detail) or 'no message'}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"CTranslate2: {answer['error']}")
+        return answer
+
+    def decode_timed(self, src_tokens: list[str], width: int = 1, n_best: int = 1
+                     ) -> tuple[list[PeerHypothesis], float]:
+        """Greedy (width 1) or beam search with our length budget and ranking by summed log-probs, and the
+        seconds CTranslate2 took, timed in its process (the pipe and the signals are not counted)."""
+        request = {"src": list(src_tokens), "width": width, "n_best": n_best,
+                   "max_len": target_budget(len(src_tokens), self.max_positions)}
+        self._resume()
+        try:
+            assert self._process.stdin is not None
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+            answer = self._receive()
+        finally:
+            self._pause()
+        hypotheses = [PeerHypothesis(tuple(h), float(s)) for h, s in zip(answer["hypotheses"], answer["scores"])]
+        return hypotheses, float(answer["seconds"])
 
     def decode(self, src_tokens: list[str], width: int = 1, n_best: int = 1) -> list[PeerHypothesis]:
-        """Greedy (width 1) or beam search with our length budget and ranking by summed log-probs.
+        return self.decode_timed(src_tokens, width, n_best)[0]
 
-        min_decoding_length=0: CTranslate2's default of 1 forbids eos at the first step and
-        renormalizes, which changes that step's log-probability (our decoders allow an empty answer)."""
-        result = self.translator.translate_batch(
-            [src_tokens], beam_size=width, num_hypotheses=n_best, length_penalty=0.0, return_scores=True,
-            min_decoding_length=0, max_decoding_length=target_budget(len(src_tokens), self.max_positions))[0]
-        return [PeerHypothesis(tuple(h), float(s)) for h, s in zip(result.hypotheses, result.scores)]
+    def close(self) -> None:
+        self._finalizer()
 
+
+def _stop_process(process: subprocess.Popen, stderr) -> None:
+    """End a peer process, stopped or not, and close its files."""
+    if process.poll() is None:
+        if hasattr(signal, "SIGCONT"):
+            process.send_signal(signal.SIGCONT)
+        process.kill()
+        process.wait()
+    for stream in (process.stdin, process.stdout):
+        if stream:
+            stream.close()
+    stderr.close()

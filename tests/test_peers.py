@@ -78,9 +78,9 @@ def test_cli_bench_with_peer_adds_the_matching_ctranslate2_methods(tmp_path):
 
 
 @pytest.mark.parametrize("policy", [None, "active"])
-def test_cli_bench_warns_of_sleeping_openmp_threads_beside_the_peer(tmp_path, monkeypatch, caplog, policy):
-    """Several threads beside CTranslate2 need OMP_WAIT_POLICY=active (PEER_THREADS_WARNING); the report
-    records the policy the run had."""
+def test_cli_bench_warns_of_spinning_openmp_threads_beside_the_peer(tmp_path, monkeypatch, caplog, policy):
+    """With several threads, OMP_WAIT_POLICY=active would keep our idle threads spinning while the peer's
+    process decodes (PEER_THREADS_WARNING); the report records our policy and each peer's own."""
     import json
 
     import torch
@@ -101,5 +101,29 @@ def test_cli_bench_warns_of_sleeping_openmp_threads_beside_the_peer(tmp_path, mo
                          "--warmup", "0", "--threads", "2", "--peer", "ctranslate2", "--out", str(out)]) == 0
     finally:
         torch.set_num_threads(threads)
-    assert (PEER_THREADS_WARNING in caplog.text) == (policy is None)
-    assert json.loads(out.read_text())["omp_wait_policy"] == policy
+    assert (PEER_THREADS_WARNING in caplog.text) == (policy == "active")
+    report = json.loads(out.read_text())
+    assert report["omp_wait_policy"] == policy
+    assert report["peers"]["ct2-greedy"]["omp_wait_policy"] is None and report["peers"]["ct2-greedy"]["threads"] == 2
+    assert report["peers"]["ct2-int8-greedy"]["omp_wait_policy"] == "active"
+
+
+def test_the_peer_decodes_in_a_process_of_its_own_without_torch_and_stopped_between_requests(tmp_path):
+    """Beside torch and our engine CTranslate2 ran several times slower (peer_worker.py): its process
+    must not load torch, must rest stopped while our methods run, and must end with the peer."""
+    import os
+    import signal
+
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"), "int8", 2)
+    pid = peer._process.pid
+    try:
+        hypotheses, seconds = peer.decode_timed(["C", "C", "O"], width=2, n_best=2)
+        assert len(hypotheses) == 2 and 0 < seconds < 60
+        if hasattr(signal, "SIGSTOP"):
+            assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"  # stopped
+        maps = open(f"/proc/{pid}/maps").read()
+        assert "libtorch" not in maps and "ctranslate2" in maps.lower()
+        assert open(f"/proc/{pid}/environ").read().split("\0").count("OMP_WAIT_POLICY=active") == 1
+    finally:
+        peer.close()
+    assert peer._process.poll() is not None and not os.path.exists(f"/proc/{pid}/maps")

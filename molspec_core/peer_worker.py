@@ -1,0 +1,45 @@
+"""The CTranslate2 peer's own process (peers.CTranslate2Peer starts it): one request a line on stdin,
+one answer a line on stdout, JSON, with the decode timed here.
+
+Why a process of its own: beside torch and our C engine, CTranslate2 shares the CPU with two more
+OpenMP runtimes whose idle threads spin or sleep-and-wake around every parallel region. Measured on
+this project's 2-vCPU host, retro beam 10, 40 queries, two threads: CTranslate2 float32 took 17-25 s
+in a process that had loaded torch and our engine, 4.1-4.2 s in a process of its own (7.7-8.0 s on
+one thread). So this module imports neither torch nor numpy, only the standard library and
+ctranslate2, and the parent stops this process (SIGSTOP) between requests so that its idle threads
+take nothing from ours.
+
+Request: {"src": [tokens], "width": k, "n_best": n, "max_len": m}. Answer: {"hypotheses": [[tokens]],
+"scores": [float], "seconds": float}, or {"error": text}.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def serve(ct2_dir: str, compute_type: str, threads: int) -> None:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
+                                        intra_threads=threads)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            started = time.perf_counter()
+            # min_decoding_length=0: CTranslate2's default of 1 forbids eos at the first step and
+            # renormalizes, which changes that step's log-probability (our decoders allow an empty answer).
+            result = translator.translate_batch(
+                [request["src"]], beam_size=request["width"], num_hypotheses=request["n_best"], length_penalty=0.0,
+                return_scores=True, min_decoding_length=0, max_decoding_length=request["max_len"])[0]
+            seconds = time.perf_counter() - started
+            answer = {"hypotheses": result.hypotheses, "scores": result.scores, "seconds": seconds}
+        except Exception as exc:  # noqa: BLE001  (reported to the parent, which raises it)
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))
