@@ -58,14 +58,16 @@ def _percentile(values: list[float], q: float) -> float:
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
               warmup: int = 3, progress: bool = True, sampling=None,
-              on_progress: Callable[[int, int], None] | None = None, ct2_dir: str | Path | None = None) -> dict:
+              on_progress: Callable[[int, int], None] | None = None, ct2_dir: str | Path | None = None,
+              peer_threads: int = 0) -> dict:
     """on_progress(done, total) is called after each measured batch (the app's progress bar).
-    ct2_dir: a CTranslate2 conversion of the model (peers.convert_to_ctranslate2), for the ct2-* methods."""
+    ct2_dir: a CTranslate2 conversion of the model (peers.convert_to_ctranslate2), for the ct2-* methods;
+    peer_threads: their process's threads (0: torch's, as ours)."""
     if GREEDY_REFERENCE not in methods and any(not beam_like(m) for m in methods):
         methods = [GREEDY_REFERENCE] + methods
     if BEAM_REFERENCE not in methods and any(beam_like(m) for m in methods):
         methods = [BEAM_REFERENCE] + methods
-    peers = _load_peers(methods, ct2_dir, predictor, batch_size)
+    peers = _load_peers(methods, ct2_dir, predictor, batch_size, peer_threads or torch.get_num_threads())
     queries, kept_targets, skipped = [], [], []
     for i, text in enumerate(sources):
         try:
@@ -179,7 +181,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     }
 
 
-def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, batch_size: int) -> dict:
+def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, batch_size: int,
+                threads: int) -> dict:
     wanted = [m for m in methods if m in PEERS]
     if not wanted:
         return {}
@@ -189,7 +192,7 @@ def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predi
         raise ValueError("the CTranslate2 peer runs on the CPU at batch size 1")
     from .peers import CTranslate2Peer
 
-    return {m: CTranslate2Peer(ct2_dir, PEERS[m].compute_type, torch.get_num_threads(), predictor.model.cfg.max_positions)
+    return {m: CTranslate2Peer(ct2_dir, PEERS[m].compute_type, threads, predictor.model.cfg.max_positions)
             for m in wanted}
 
 

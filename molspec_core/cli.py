@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "or delta=0,0.1,0.5 (with --methods mentored)")
     p.add_argument("--peer", choices=("ctranslate2",), help="also time CTranslate2 (float32 and int8) on the same "
                    "queries, interleaved: greedy beside greedy-family methods, beam beside beam-family ones")
+    p.add_argument("--peer-threads", type=at_least(0), default=0,
+                   help="threads of the peer's process (0: the bench's); CTranslate2 int8 at batch size 1 can be "
+                        "fastest on fewer threads (README, \"Measured speed\")")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
@@ -433,7 +436,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup)
         else:
             report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
-                               args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir)
+                               args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir,
+                               peer_threads=args.peer_threads)
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
     if out:

@@ -106,6 +106,10 @@ def test_cli_bench_warns_of_spinning_openmp_threads_beside_the_peer(tmp_path, mo
     assert report["omp_wait_policy"] == policy
     assert report["peers"]["ct2-greedy"]["omp_wait_policy"] is None and report["peers"]["ct2-greedy"]["threads"] == 2
     assert report["peers"]["ct2-int8-greedy"]["omp_wait_policy"] == "active"
+    # The peer at its own thread count (CTranslate2 int8 at batch size 1 may be fastest on one).
+    assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "greedy",
+                 "--warmup", "0", "--peer", "ctranslate2", "--peer-threads", "1", "--out", str(out)]) == 0
+    assert {peer["threads"] for peer in json.loads(out.read_text())["peers"].values()} == {1}
 
 
 def test_the_peer_decodes_in_a_process_of_its_own_without_torch_and_stopped_between_requests(tmp_path):
