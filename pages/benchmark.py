@@ -213,6 +213,10 @@ def show_report(report: dict, key: str) -> None:
              "1 thread" if report.get("threads") == 1 else f"{report.get('threads', '?')} threads"]
     if report.get("omp_wait_policy"):
         facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
+    peer_threads = sorted({peer.get("threads") for peer in report.get("peers", {}).values()})
+    if peer_threads:
+        facts.append("CTranslate2 in its own process, " + " or ".join(
+            "1 thread" if n == 1 else f"{n} threads" for n in peer_threads))
     facts.append(str(report.get("date", "")))
     st.caption(common.md_escape(" · ".join(facts)))
     sentence = headline(report)

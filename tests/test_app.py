@@ -486,6 +486,8 @@ def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_m
     assert_clean(at)
     assert at.selectbox(key="bench_file").options == ["zz_peer.json", "copy.json"]
     assert any("CTranslate2 float32 greedy" in m.value for m in at.markdown)
+    threads = "1 thread" if report["threads"] == 1 else f"{report['threads']} threads"
+    assert f" · CTranslate2 in its own process, {threads} · " in texts(at.caption)
     speedup = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
     assert [series["name"] for series in speedup] == ["vs CTranslate2 float32", "vs our cached greedy / beam"]  # no int8 peer timed
     assert speedup[0]["x"][-1].startswith("CTranslate2 greedy") and speedup[0]["text"][-1] == ""  # not vs itself
