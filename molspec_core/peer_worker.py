@@ -2,10 +2,9 @@
 one answer a line on stdout, JSON, with the decode timed here.
 
 Why a process of its own: beside torch and our C engine, CTranslate2 shares the CPU with two more
-OpenMP runtimes whose idle threads spin or sleep-and-wake around every parallel region. Measured on
-this project's 2-vCPU host, retro beam 10, 40 queries, two threads: CTranslate2 float32 took 17-25 s
-in a process that had loaded torch and our engine, 4.1-4.2 s in a process of its own (7.7-8.0 s on
-one thread). So this module imports neither torch nor numpy, only the standard library and
+OpenMP runtimes whose idle threads spin or sleep-and-wake around every parallel region, and at two
+threads it ran several times slower than alone (the measurements: the README's "CTranslate2 in a
+process of its own"). So this module imports neither torch nor numpy, only the standard library and
 ctranslate2, and the parent stops this process (SIGSTOP) between requests so that its idle threads
 take nothing from ours.
 

@@ -97,10 +97,9 @@ class PeerHypothesis:
     score: float  # sum of token log-probabilities (no length normalization, as our beam search)
 
 
-# The OpenMP wait policy of the peer's process, by compute type: what measured fastest there (retro beam
-# 10, 40 queries, two threads, a process of its own; peer_worker.py). float32 took 4.1-4.2 s with the
-# policy unset and 4.2-5.1 s with it active; int8 took 20.5 s unset and 1.9-2.0 s active. The process is
-# stopped between requests, so active threads spinning while idle cost our methods nothing.
+# The OpenMP wait policy of the peer's process, by compute type: what measured fastest there, at two
+# threads in a process of its own (the figures: the README's "CTranslate2 in a process of its own").
+# The process is stopped between requests, so active threads spinning while idle cost our methods nothing.
 PEER_WAIT_POLICY: dict[str, str | None] = {"float32": None, "int8": "active"}
 
 
@@ -118,7 +117,7 @@ class CTranslate2Peer:
         self.wait_policy = policy
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                           env.get("PYTHONPATH")]))
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives with the process; _stop_process closes it)
         self._process = subprocess.Popen(
             [sys.executable, "-m", "molspec_core.peer_worker", str(ct2_dir), compute_type, str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True, bufsize=1)
@@ -175,9 +174,7 @@ class CTranslate2Peer:
 def _stop_process(process: subprocess.Popen, stderr) -> None:
     """End a peer process, stopped or not, and close its files."""
     if process.poll() is None:
-        if hasattr(signal, "SIGCONT"):
-            process.send_signal(signal.SIGCONT)
-        process.kill()
+        process.kill()  # SIGKILL ends a stopped process too
         process.wait()
     for stream in (process.stdin, process.stdout):
         if stream:

@@ -200,6 +200,10 @@ def table(report: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _threads(n: object) -> str:
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
 def show_report(report: dict, key: str) -> None:
     engine = f"engine {report.get('engine', 'torch')}"
     if report.get("dtype", "float32") != "float32":
@@ -210,13 +214,12 @@ def show_report(report: dict, key: str) -> None:
              f"device {report.get('device', '?')} ({report.get('device_name', '')})",
              f"batch size {report.get('batch_size', '?')}", engine,
              f"torch {report.get('torch', '?')}",
-             "1 thread" if report.get("threads") == 1 else f"{report.get('threads', '?')} threads"]
+             _threads(report.get("threads", "?"))]
     if report.get("omp_wait_policy"):
         facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
     peer_threads = sorted({peer.get("threads") for peer in report.get("peers", {}).values()})
     if peer_threads:
-        facts.append("CTranslate2 in its own process, " + " or ".join(
-            "1 thread" if n == 1 else f"{n} threads" for n in peer_threads))
+        facts.append("CTranslate2 in its own process, " + " or ".join(_threads(n) for n in peer_threads))
     facts.append(str(report.get("date", "")))
     st.caption(common.md_escape(" · ".join(facts)))
     sentence = headline(report)
