@@ -35,8 +35,14 @@ SAMPLING_FAMILY = tuple(m for m, row in METHODS.items() if row.reference == SAMP
 SWEEPS = {"relaxed": "tau", "mentored": "delta"}  # lossy methods and the knob that trades accuracy for speed
 
 
+def base_method(method: str) -> str:
+    """"greedy@graphs" (a method on another engine, run_bench's `engines`) -> "greedy"."""
+    return method.partition("@")[0]
+
+
 def beam_like(method: str) -> bool:
     """Compared with beam search (and run at the bench's width) rather than with greedy decoding."""
+    method = base_method(method)
     if method in PEERS:
         return PEERS[method].beam
     return METHODS[method].reference == BEAM_REFERENCE
@@ -59,10 +65,13 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
               warmup: int = 3, progress: bool = True, sampling=None,
               on_progress: Callable[[int, int], None] | None = None, ct2_dir: str | Path | None = None,
-              peer_threads: int = 0) -> dict:
+              peer_threads: int = 0, engines: dict[str, Predictor] | None = None) -> dict:
     """on_progress(done, total) is called after each measured batch (the app's progress bar).
     ct2_dir: a CTranslate2 conversion of the model (peers.convert_to_ctranslate2), for the ct2-* methods;
-    peer_threads: their process's threads (0: torch's, as ours)."""
+    peer_threads: their process's threads (0: torch's, as ours). engines: the same model on other
+    engines (Predictor.load's engine), by name: method "greedy@graphs" runs greedy on engines["graphs"],
+    interleaved with the rest and compared with `predictor`'s references."""
+    engines = engines or {}
     if GREEDY_REFERENCE not in methods and any(not beam_like(m) for m in methods):
         methods = [GREEDY_REFERENCE] + methods
     if BEAM_REFERENCE not in methods and any(beam_like(m) for m in methods):
@@ -81,8 +90,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         ids = [queries[r].ids for r in rows]
         if method in PEERS:
             return _peer_decode(peers[method], predictor.vocab, ids, n_best if beam_like(method) else 1)
+        base, _, engine = method.partition("@")
+        on = engines[engine] if engine else predictor
         started = time.perf_counter()
-        results = predictor.decode(ids, method, n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
+        results = on.decode(ids, base, n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
 
     for rows in batches[:warmup]:
@@ -132,9 +143,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": speedup(method, reference),
         }
-        if method in METHODS:  # the draft shape these figures were measured with (methods.py defaults unless set)
+        if base_method(method) in METHODS:  # the draft shape these figures were measured with (methods.py defaults unless set)
             entry["drafts"] = dict(zip(("drafter", "draft_len", "n_drafts"),
-                                       predictor.resolve(method, draft_len, n_drafts, batch_size)))
+                                       predictor.resolve(base_method(method), draft_len, n_drafts, batch_size)))
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
                         for i in range(len(queries))]
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
@@ -146,7 +157,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             entry["acceptance_rate"] = total.acceptance_rate
             gamma = total.draft_tokens_proposed / calls
             entry["expected_tokens_per_call"] = expected_tokens_per_call(entry["acceptance_rate"], gamma)
-        if method in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:
+        if base_method(method) in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:
             entry["speedup_vs_sample"] = speedup(method, SAMPLE_REFERENCE)
         uncached = "beam-uncached" if beamy else "greedy-uncached"
         if uncached in times and method != uncached:
@@ -171,7 +182,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     return {
         "oracle_tokens_per_call": oracle,
         "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
-        "device_name": predictor.device_name, "engine": predictor.engine, "dtype": predictor.dtype, "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
+        "device_name": predictor.device_name, "engine": predictor.engine,
+        "other_engines": {name: p.engine for name, p in engines.items()}, "dtype": predictor.dtype, "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
         "peers": {m: {"process": "its own, stopped between requests", "threads": peer.threads,
                       "omp_wait_policy": peer.wait_policy} for m, peer in peers.items()},

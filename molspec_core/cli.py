@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
-                       "auto = C on CPU where it builds, else NumPy; torch elsewhere; torch = always torch (for comparison)")
+                       "auto = C on CPU where it builds, else NumPy; torch elsewhere; torch = always torch (for comparison); "
+                       "graphs = torch's calls replayed from CUDA graphs (CUDA only)")
         p.add_argument("--dtype", default="float32", choices=DTYPES, help="what the decoder calls compute with: "
                        "int8 = int8 weights and activations (native engine only; answers may differ, see the model cards)")
         p.add_argument("--method", default="greedy", choices=METHODS)

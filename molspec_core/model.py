@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import KVCache, LayerCache
+from .graphs import GraphStep
 from .limits import check_deadline
 from .native import NativeStep
 from .npstep import NumpyStep
@@ -239,7 +240,7 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.numpy_step: NumpyStep | None = None  # see use_numpy_step
+        self.numpy_step: NumpyStep | NativeStep | GraphStep | None = None  # see use_numpy_step, use_cuda_graphs
 
     @property
     def device(self) -> torch.device:
@@ -263,6 +264,11 @@ class Seq2SeqTransformer(nn.Module):
 
             threadpool_limits(torch.get_num_threads(), user_api="blas")
 
+    def use_cuda_graphs(self, capture: bool = True) -> None:
+        """Take lean calls through CUDA graphs (graphs.py: engine "graphs"); capture=False runs the same
+        fixed-shape call eagerly, which is how it is tested on a CPU."""
+        self.numpy_step = GraphStep(self, capture)
+
     def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor, longest: int | None = None) -> torch.Tensor:
         """longest: the largest of `positions` when the caller knows it without reading the device
         (training's whole sequences: on a GPU each read makes the host wait for the queue)."""
@@ -277,6 +283,10 @@ class Seq2SeqTransformer(nn.Module):
         """src (B, S) padded with PAD_ID -> memory (B, S, d) (in NumPy after `use_numpy_step`)."""
         if self.numpy_step is not None and not self.training:
             return self.numpy_step.encode(src)
+        return self.encode_torch(src)
+
+    def encode_torch(self, src: torch.Tensor) -> torch.Tensor:
+        """`encode` in torch, whatever engine the lean calls have."""
         positions = torch.arange(src.shape[1], device=src.device).expand_as(src)
         x = self.embed_tokens(src, positions, src.shape[1] - 1)
         keep = src != PAD_ID
@@ -352,7 +362,7 @@ class Seq2SeqTransformer(nn.Module):
         check_deadline()
         batch, n_branches, t_new = tokens.shape
         step = self.numpy_step if not self.training else None
-        in_place = self._in_place(cache, n_branches, t_new, not isinstance(step, NativeStep)) if lean else None
+        in_place = self._in_place(cache, n_branches, t_new, not getattr(step, "masks_itself", False)) if lean else None
         if cache.slot_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
             raise ValueError("a row pool's view (RowPool.view) is read by the native engine's lean call only")
         if in_place is not None and step is not None:

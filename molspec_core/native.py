@@ -271,6 +271,8 @@ class NativeStep(NumpyStep):
     rest of the call. It computes another function than float32: its answers differ where the model
     is nearly undecided (the model cards give the agreement measured)."""
 
+    masks_itself = True  # model.decode need not build the InPlace mask: the C call works it out from the lengths
+
     def __init__(self, model: torch.nn.Module, isa: str = "native", dtype: str = "float32"):
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")

@@ -29,6 +29,7 @@ from .decoding.sampling import sample_decode
 from .decoding.speculative_beam import speculative_beam
 from .decoding.result import DecodeResult, DecodeStats
 from .drafting import Drafter, make_drafter
+from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
@@ -76,8 +77,9 @@ def check_sampling(options: SamplingOptions) -> None:
 
 # Who runs a model's lean decoder calls: "auto" is C on CPU where it builds (native.py), else NumPy
 # (both faster there than torch, issue 16), and torch elsewhere; "native" insists on C, "numpy" on
-# NumPy, "torch" keeps every call in torch (for comparison).
-ENGINES = ("auto", "native", "numpy", "torch")
+# NumPy, "torch" keeps every call in torch (for comparison); "graphs" replays torch's lean calls from
+# CUDA graphs (graphs.py; CUDA only, not measured on a GPU yet, so not what "auto" takes there).
+ENGINES = ("auto", "native", "numpy", "torch", "graphs")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -220,9 +222,12 @@ class Predictor:
 
     @property
     def engine(self) -> str:
-        """What runs the lean decoder calls: "native" (native.py), "numpy" (npstep.py) or "torch"."""
+        """What runs the lean decoder calls: "native" (native.py), "numpy" (npstep.py), "graphs"
+        (graphs.py) or "torch"."""
         step = self.model.numpy_step
-        return "torch" if step is None else ("native" if isinstance(step, NativeStep) else "numpy")
+        if step is None:
+            return "torch"
+        return "graphs" if isinstance(step, GraphStep) else "native" if isinstance(step, NativeStep) else "numpy"
 
     @property
     def products(self) -> str:
@@ -230,7 +235,7 @@ class Predictor:
         kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine; "c-fp16"
         or "c-int8" with the native engine (its own products, in C, on float16 or int8 weights)."""
         step = self.model.numpy_step
-        if step is None:
+        if step is None or isinstance(step, GraphStep):
             return "torch"
         if isinstance(step, NativeStep):
             return f"c-{'int8' if step.dtype == 'int8' else 'fp16'}"
@@ -248,6 +253,8 @@ class Predictor:
         step = self.model.numpy_step
         if step is None:
             return "torch"
+        if isinstance(step, GraphStep):
+            return "torch, CUDA graphs"
         if isinstance(step, NativeStep):
             weights = "int8 weights and activations" if step.dtype == "int8" else "fp16 weights"
             return f"C decoder and encoder, {weights}"
@@ -268,12 +275,17 @@ class Predictor:
         resolved = resolve_device(device)
         if engine in ("native", "numpy") and resolved.type != "cpu":
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")
+        if engine == "graphs" and resolved.type != "cuda":
+            raise ValueError(f"engine graphs (CUDA graphs) runs on CUDA only, not on {resolved}; use --engine auto")
         model, vocab, config = checkpoint.load(path, resolved)
         cpu = engine != "torch" and resolved.type == "cpu"
         if dtype != "float32" and not (cpu and engine in ("auto", "native")):
             raise ValueError(f"dtype {dtype} runs on the native engine (CPU) only, not engine {engine} on {resolved}")
         try:
-            model.use_numpy_step(cpu, native=cpu and engine in ("auto", "native"), dtype=dtype)
+            if engine == "graphs":
+                model.use_cuda_graphs()
+            else:
+                model.use_numpy_step(cpu, native=cpu and engine in ("auto", "native"), dtype=dtype)
         except NativeUnavailable as exc:
             if engine == "native" or dtype != "float32":
                 raise ValueError(f"engine native cannot run here: {exc}") from None
@@ -288,6 +300,8 @@ class Predictor:
             # would cost about as much as the call it drafts for.
             if isinstance(model.numpy_step, NativeStep):
                 draft_model.use_numpy_step(True, native=True)
+            elif isinstance(model.numpy_step, GraphStep):
+                draft_model.use_cuda_graphs()
             elif model.numpy_step is not None:
                 draft_model.use_numpy_step(True)
         return cls(model, vocab, config, resolved, path, draft_model)

@@ -33,15 +33,20 @@ NATIVE_UNAVAILABLE = native_unavailable()
 needs_native = pytest.mark.skipif(NATIVE_UNAVAILABLE is not None, reason=f"no C step here: {NATIVE_UNAVAILABLE}")
 
 
-@pytest.fixture(params=["torch", "numpy", pytest.param("native", marks=needs_native)])
+@pytest.fixture(params=["torch", "numpy", pytest.param("native", marks=needs_native), "graphs"])
 def engine(request) -> str:
-    """Who runs the lean decoder calls (npstep.py, native.py): the exactness tests run on each. The
-    native engine's int8 computes another function, with its own guarantees: test_native.py."""
+    """Who runs the lean decoder calls (npstep.py, native.py, graphs.py): the exactness tests run on
+    each. "graphs" is the CUDA-graph engine's fixed-shape call, run eagerly on a CPU (its capture needs
+    a GPU: test_graphs.py). The native engine's int8 computes another function, with its own
+    guarantees: test_native.py."""
     return request.param
 
 
 def use_engine(model: Seq2SeqTransformer, engine: str) -> None:
-    """Lean decoder calls of `model` on engine ("torch", "numpy", "native" or "native-int8")."""
+    """Lean decoder calls of `model` on engine ("torch", "numpy", "native", "native-int8" or "graphs")."""
+    if engine == "graphs":
+        model.use_cuda_graphs(capture=model.device.type == "cuda")
+        return
     native = engine.startswith("native")
     model.use_numpy_step(engine != "torch", native=native, dtype="int8" if engine == "native-int8" else "float32")
 

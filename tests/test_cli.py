@@ -131,6 +131,24 @@ def test_bench_reports_progress_per_batch(pair_files):
     assert seen == [(1, 3), (2, 3), (3, 3)] and report["n_queries"] == 3
 
 
+def test_bench_runs_methods_on_other_engines_beside_the_first(pair_files):
+    """"greedy@numpy": the same model on another engine (here the NumPy step beside the torch one; on
+    a GPU, CUDA graphs beside eager torch: tools/gpu_kit.py speed --engines graphs), interleaved and
+    compared with the first engine's greedy and beam."""
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+
+    report = run_bench(Predictor.load(MODEL, engine="torch"), ["CCO", "CCN", "c1ccncc1"], None,
+                       ["greedy@numpy", "spec-lookup@numpy", "beam@numpy"], n_best=2, warmup=0, progress=False,
+                       engines={"numpy": Predictor.load(MODEL, engine="numpy")})
+    methods = report["methods"]
+    assert set(methods) == {"greedy", "beam", "greedy@numpy", "spec-lookup@numpy", "beam@numpy"}
+    assert methods["greedy@numpy"]["identical_to_greedy"] == methods["spec-lookup@numpy"]["identical_to_greedy"] == 1.0
+    assert methods["beam@numpy"]["identical_to_beam"] == 1.0 and "speedup_vs_beam" in methods["beam@numpy"]
+    assert methods["spec-lookup@numpy"]["drafts"]["drafter"] == "lookup"
+    assert report["engine"] == "torch" and report["other_engines"] == {"numpy": "numpy"}
+
+
 def test_bench_sampling_family_reports_acceptance_formula_and_validity(pair_files):
     out = pair_files / "sampling.json"
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),

@@ -63,8 +63,11 @@ def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
     assert all(1 <= len(line.split("\t")) <= 2 for line in lines[:2])
 
     # The speed table: the project's bench on the quick set, one report per batch size (CPU here).
+    # --engines: an engine this machine cannot run (CUDA graphs on a CPU) is named and left out.
+    capsys.readouterr()
     kit.main(["speed", "--task", "forward", "--out", str(out), "--methods", "greedy,spec-pointer,beam",
-              "--batch-size", "1,2", "--n-best", "2", "--warmup", "1"])
+              "--batch-size", "1,2", "--n-best", "2", "--warmup", "1", "--engines", "graphs"])
+    assert "engine graphs left out: engine graphs (CUDA graphs) runs on CUDA only" in capsys.readouterr().out
     for batch_size in (1, 2):
         report = json.loads((out / f"forward_gpu_speed_b{batch_size}.json").read_text())
         assert report["task"] == "forward" and report["limit"] == 2 and report["batch_size"] == batch_size

@@ -265,12 +265,30 @@ def cmd_speed(args: argparse.Namespace) -> None:
     from molspec_core.service import Predictor
 
     model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
-    predictor = Predictor.load(str(model_dir), "cuda" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    predictor = Predictor.load(str(model_dir), device)
+    # The same weights on other engines (--engines graphs: CUDA graphs), each method interleaved on both.
+    engines = {}
+    for name in filter(None, args.engines.split(",")):
+        try:
+            engines[name] = Predictor.load(str(model_dir), device, engine=name)
+        except ValueError as exc:
+            print(f"engine {name} left out: {exc}", flush=True)
+    methods = args.methods.split(",")
+    methods += [f"{m}@{name}" for name in engines for m in methods]
     folder = GPU_DIR / args.task
     sources, targets = read_pairs(str(folder / "quick.src"), str(folder / "quick.tgt"), None, args.limit or None)
     for batch_size in (int(b) for b in args.batch_size.split(",")):
-        report = run_bench(predictor, sources, targets, args.methods.split(","), batch_size, args.n_best,
-                           warmup=args.warmup, progress=False)
+        try:
+            report = run_bench(predictor, sources, targets, methods, batch_size, args.n_best,
+                               warmup=args.warmup, progress=False, engines=engines)
+        except Exception as exc:  # a new engine's failure must not cost the block its speed table
+            if not engines:
+                raise
+            print(f"with engines {', '.join(engines)}: {type(exc).__name__}: {exc}; measuring without them", flush=True)
+            engines, methods = {}, args.methods.split(",")
+            report = run_bench(predictor, sources, targets, methods, batch_size, args.n_best,
+                               warmup=args.warmup, progress=False)
         report.update(task=args.task, quick_set=QUICK_INDEX[args.task], limit=len(sources),
                       gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
         save_report(report, Path(args.out) / f"{args.task}_gpu_speed_b{batch_size}.json", html=False)
@@ -323,6 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-best", type=int, default=5, help="beam width of the beam methods")
     p.add_argument("--limit", type=int, default=0, help="first N quick-set queries (0: all 200)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--engines", default="", help="also run every method on these engines (e.g. graphs: CUDA "
+                   "graphs), interleaved; rows named method@engine")
     args = parser.parse_args(argv)
     globals()[f"cmd_{args.command}"](args)
 

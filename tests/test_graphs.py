@@ -1,0 +1,130 @@
+"""The CUDA-graph engine (graphs.py). Its fixed-shape call runs eagerly on a CPU: the exactness tests
+of every decoder take it as engine "graphs" (conftest.engine); here, what a capture needs (no
+device reads), the banks' ownership of cache slots, the cross-attention weights, and on a GPU the
+capture itself."""
+import sys
+
+import pytest
+import torch
+from conftest import random_model, random_sources
+
+from molspec_core.graphs import GraphStep, _rows
+from molspec_core.service import Predictor
+from molspec_core.tokenizer import BOS_ID, PAD_ID
+
+
+def caches(model, batches, seed=0):
+    """One fresh cache per batch size, over random padded sources."""
+    out = []
+    for i, batch in enumerate(batches):
+        torch.manual_seed(seed + i)
+        src = torch.randint(4, 14, (batch, 7 + 3 * i))
+        src[0, -2:] = PAD_ID
+        with torch.inference_mode():
+            out.append(model.new_cache(model.encode(src), src != PAD_ID, capacity=40 + 10 * i))
+    return out
+
+
+def step_tokens(batch, t_new, seed):
+    torch.manual_seed(seed)
+    tokens = torch.randint(4, 14, (batch, 1, t_new))
+    tokens[:, 0, 0] = BOS_ID
+    return tokens
+
+
+@torch.inference_mode()
+def test_interleaved_caches_keep_their_own_slots():
+    """Two caches in one bank (3 and 4 rows both take a 4-row bank) and one in another, decoded in
+    turns of 1-3 tokens: every call's logits and cross-attention equal the torch engine's on the same
+    sequence of calls, so a cache the bank was taken from got its slots back intact."""
+    plain, graphed = random_model(5), random_model(5)
+    graphed.use_cuda_graphs(capture=False)
+    assert _rows(3) == _rows(4) == 4 and _rows(1) == 1
+    pairs = list(zip(caches(plain, [3, 4, 1]), caches(graphed, [3, 4, 1])))
+    for turn in range(9):
+        reference, cache = pairs[turn % 3]
+        tokens = step_tokens(reference.batch_size, 1 + turn % 3, turn)
+        want, want_weights = plain.decode(tokens, reference, cross_attention=True)
+        got, got_weights = graphed.decode(tokens, cache, cross_attention=True)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_weights, want_weights, atol=1e-6, rtol=1e-5)
+        keep = torch.arange(reference.batch_size) % 2 + 1  # rows keep different numbers of tokens
+        reference.commit(keep)
+        cache.commit(keep)
+    step = graphed.numpy_step
+    assert isinstance(step, GraphStep) and len(step.banks) == 2
+
+
+@torch.inference_mode()
+def test_a_call_reads_nothing_back_from_the_device(monkeypatch):
+    """A CUDA graph cannot record a read of a device value (.item(), int(), bool()...), and the
+    host would wait on one: the graphs engine's call makes none, in its own code or the model's."""
+    model = random_model(2)
+    model.use_cuda_graphs(capture=False)
+    cache = caches(model, [3])[0]
+    tokens = step_tokens(3, 2, 0)
+    where = model._in_place(cache, 1, 2, masked=False)
+    model.numpy_step(tokens, cache, where, True)  # the first call makes the bank and its graph
+    cache.commit(torch.tensor([2, 1, 2]))
+    where = model._in_place(cache, 1, 2, masked=False)
+    reads = []
+
+    def counted(name):
+        plain = getattr(torch.Tensor, name)
+
+        def read(self, *args):
+            caller = sys._getframe(1).f_code.co_filename
+            if "molspec_core" in caller:
+                reads.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
+            return plain(self, *args)
+        return read
+
+    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    model.numpy_step(tokens, cache, where, True)
+    assert reads == []
+    monkeypatch.undo()
+    # The counter sees a read where there is one: the torch engine's mask for rows of unequal length.
+    monkeypatch.setattr(torch.Tensor, "__int__", counted("__int__"))
+    cache.max_length()
+    assert reads
+
+
+def test_greedy_on_the_graphs_engine_equals_the_torch_engine_on_many_batch_sizes():
+    """Batches of 1-9 rows, which finish at different steps, through banks of 1, 2, 4, 8 and 16 rows."""
+    from molspec_core.decoding.greedy import greedy
+    from molspec_core.drafting import make_drafter
+
+    plain, graphed = random_model(3, vocab_size=8), random_model(3, vocab_size=8)
+    graphed.use_cuda_graphs(capture=False)
+    def lookup(src):
+        return make_drafter("lookup", src, 4, 2)
+    for batch in range(1, 10):
+        sources = random_sources(batch, batch, 8)
+        want = [r.hypotheses[0].tokens for r in greedy(plain, sources, lookup, max_len=20)]
+        assert [r.hypotheses[0].tokens for r in greedy(graphed, sources, lookup, max_len=20)] == want
+
+
+def test_the_engine_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        random_model(0).use_cuda_graphs()
+    with pytest.raises(ValueError, match="CUDA only"):
+        Predictor.load("retro", "cpu", engine="graphs")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs are captured on a GPU only")
+def test_captured_graphs_decode_as_the_eager_torch_engine():
+    from molspec_core.decoding.beam import beam_search
+    from molspec_core.decoding.greedy import greedy
+    from molspec_core.drafting import make_drafter
+
+    plain, graphed = random_model(4).cuda(), random_model(4).cuda()
+    graphed.use_cuda_graphs()
+    sources = random_sources(4, 12, 14)
+    def pointer(src):
+        return make_drafter("pointer", src, 6, 1)
+    assert [r.hypotheses[0].tokens for r in greedy(graphed, sources, pointer, max_len=25)] == \
+        [r.hypotheses[0].tokens for r in greedy(plain, sources, pointer, max_len=25)]
+    assert [[h.tokens for h in r.hypotheses] for r in beam_search(graphed, sources[:4], 5, max_len=25)] == \
+        [[h.tokens for h in r.hypotheses] for r in beam_search(plain, sources[:4], 5, max_len=25)]
+    assert all(g.graph is not None for g in graphed.numpy_step.graphs.values())
