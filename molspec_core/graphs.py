@@ -194,11 +194,14 @@ class GraphStep:
                                                key[2], cache.slots.device, cache.slots.dtype)
         return key, bank
 
+    @torch.inference_mode()
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """tokens (B, 1, T) after each row's cached prefix (`where`: model.InPlace). Returns logits
         (B, 1, T, V) and, if asked, the last layer's head-mean cross-attention (B, 1, T, S); the new
-        keys/values are in the cache's slots (the bank's), pending `commit`."""
+        keys/values are in the cache's slots (the bank's), pending `commit`. Always in inference mode,
+        as the decoders run: the banks are made, captured and replayed in one mode (torch refuses an
+        in-place update of an inference tensor outside it)."""
         if cache.slot_rows is not None or cache.slots is None:
             raise ValueError("the graphs engine decodes caches with a slots tensor of their own rows")
         if where.upto > self.model.cfg.max_positions:
