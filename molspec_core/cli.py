@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-threads", type=at_least(0), default=0,
                    help="threads of the peer's process (0: the bench's); CTranslate2 int8 at batch size 1 can be "
                         "fastest on fewer threads (README, \"Measured speed\")")
+    p.add_argument("--engines", default="", help="also run every method with the same model on these engines "
+                   "(comma-separated, from --engine's choices; graphs needs CUDA), interleaved: rows method@engine, "
+                   "compared with --engine's greedy and beam")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
@@ -422,23 +425,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
     if args.peer and sweep:
         raise ValueError("--peer and --sweep do not go together: a sweep compares a method with itself")
+    other_engines = [name for name in args.engines.split(",") if name]
+    unknown = [name for name in other_engines if name not in ENGINES]
+    if unknown:
+        raise ValueError(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    if other_engines and sweep:
+        raise ValueError("--engines and --sweep do not go together: a sweep compares a method with itself")
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
+    engines = {name: Predictor.load(args.model, args.device, name, args.dtype) for name in other_engines}
+    methods = methods + [f"{m}@{name}" for name in engines for m in methods]
     if args.peer and torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").lower() == "active":
         log.warning(PEER_THREADS_WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = None
         if args.peer:
-            methods = methods + peer_methods(methods)
+            methods = methods + peer_methods([m for m in methods if "@" not in m])
             ct2_dir = convert_peer(predictor.path, Path(tmp) / "ct2")
         if sweep:
             report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup)
         else:
             report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
                                args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir,
-                               peer_threads=args.peer_threads)
+                               peer_threads=args.peer_threads, engines=engines)
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
     if out:

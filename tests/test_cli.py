@@ -149,6 +149,20 @@ def test_bench_runs_methods_on_other_engines_beside_the_first(pair_files):
     assert report["engine"] == "torch" and report["other_engines"] == {"numpy": "numpy"}
 
 
+def test_bench_engines_from_the_command_line(pair_files):
+    out = pair_files / "engines.json"
+    common = ["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy,spec-lookup",
+              "--warmup", "0", "--engine", "torch"]
+    assert main(common + ["--engines", "numpy", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["methods"]) == {"greedy", "spec-lookup", "greedy@numpy", "spec-lookup@numpy"}
+    assert report["methods"]["spec-lookup@numpy"]["identical_to_greedy"] == 1.0
+
+def test_bench_refuses_an_unknown_engine_before_loading(pair_files, capsys):
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--engines", "onnx"]) == 2
+    assert "unknown engines ['onnx']" in capsys.readouterr().err
+
+
 def test_bench_sampling_family_reports_acceptance_formula_and_validity(pair_files):
     out = pair_files / "sampling.json"
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
