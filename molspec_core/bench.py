@@ -86,14 +86,16 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             skipped.append({"line": i, "error": str(exc)})
     batches = [list(range(i, min(i + batch_size, len(queries)))) for i in range(0, len(queries), batch_size)]
 
+    def runs_on(method: str) -> Predictor:
+        engine = method.partition("@")[2]
+        return engines[engine] if engine else predictor
+
     def decode(method: str, rows: list[int]):
         ids = [queries[r].ids for r in rows]
         if method in PEERS:
             return _peer_decode(peers[method], predictor.vocab, ids, n_best if beam_like(method) else 1)
-        base, _, engine = method.partition("@")
-        on = engines[engine] if engine else predictor
         started = time.perf_counter()
-        results = on.decode(ids, base, n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
+        results = runs_on(method).decode(ids, base_method(method), n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
 
     for rows in batches[:warmup]:
@@ -145,7 +147,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         }
         if base_method(method) in METHODS:  # the draft shape these figures were measured with (methods.py defaults unless set)
             entry["drafts"] = dict(zip(("drafter", "draft_len", "n_drafts"),
-                                       predictor.resolve(base_method(method), draft_len, n_drafts, batch_size)))
+                                       runs_on(method).resolve(base_method(method), draft_len, n_drafts, batch_size)))
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
                         for i in range(len(queries))]
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
