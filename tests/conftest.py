@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,27 @@ def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
                 param.copy_(param.half().float())
     use_engine(model, engine)
     return model
+
+
+def count_device_reads(monkeypatch) -> list[str]:
+    """Record every read of a tensor's value by the host (.item(), int(), bool(), float(), tolist())
+    made from molspec_core's code, into the returned list. On a GPU each one makes the host wait for
+    the device's queue, and a CUDA graph cannot record one."""
+    reads: list[str] = []
+
+    def counted(name):
+        plain = getattr(torch.Tensor, name)
+
+        def read(self, *args):
+            caller = sys._getframe(1).f_code.co_filename
+            if "molspec_core" in caller:
+                reads.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
+            return plain(self, *args)
+        return read
+
+    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    return reads
 
 
 def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overrides) -> Seq2SeqTransformer:

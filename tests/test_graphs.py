@@ -2,12 +2,10 @@
 of every decoder take it as engine "graphs" (conftest.engine); here, what a capture needs (no
 device reads), the banks' ownership of cache slots, the cross-attention weights, and on a GPU the
 capture itself."""
-import sys
-
 import pytest
 import torch
-from conftest import random_model, random_sources
 
+from conftest import count_device_reads, random_model, random_sources
 from molspec_core.graphs import GraphStep, _rows
 from molspec_core.service import Predictor
 from molspec_core.tokenizer import BOS_ID, PAD_ID
@@ -67,26 +65,10 @@ def test_a_call_reads_nothing_back_from_the_device(monkeypatch):
     model.numpy_step(tokens, cache, where, True)  # the first call makes the bank and its graph
     cache.commit(torch.tensor([2, 1, 2]))
     where = model._in_place(cache, 1, 2, masked=False)
-    reads = []
-
-    def counted(name):
-        plain = getattr(torch.Tensor, name)
-
-        def read(self, *args):
-            caller = sys._getframe(1).f_code.co_filename
-            if "molspec_core" in caller:
-                reads.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
-            return plain(self, *args)
-        return read
-
-    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
-        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    reads = count_device_reads(monkeypatch)
     model.numpy_step(tokens, cache, where, True)
     assert reads == []
-    monkeypatch.undo()
-    # The counter sees a read where there is one: the torch engine's mask for rows of unequal length.
-    monkeypatch.setattr(torch.Tensor, "__int__", counted("__int__"))
-    cache.max_length()
+    cache.max_length()  # the counter sees a read where there is one
     assert reads
 
 

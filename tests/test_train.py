@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from conftest import count_device_reads
 from molspec_core import checkpoint
 from molspec_core.data import Pair, write_splits
 from molspec_core.service import Predictor
@@ -64,20 +65,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(tiny_data, tmp_path,
     the queue, so the host cannot launch the next step while this one runs: the first GPU block ran
     at a quarter of its later speed for minutes. Reads from our own code are counted; they must not
     grow with the steps (the loss is read when logged or validated, not every step)."""
-    reads = []
-
-    def counted(name):
-        plain = getattr(torch.Tensor, name)
-
-        def read(self, *args):
-            caller = sys._getframe(1).f_code.co_filename
-            if "molspec_core" in caller:
-                reads.append(f"{name} in {caller}:{sys._getframe(1).f_lineno}")
-            return plain(self, *args)
-        return read
-
-    for name in ("item", "__bool__", "__int__", "__float__", "__index__", "tolist"):
-        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    reads = count_device_reads(monkeypatch)
     counts = []
     for steps in (2, 6):
         reads.clear()
