@@ -11,7 +11,10 @@ them as one. A graph holds fixed shapes and fixed memory, so the call it records
   past each row's length, so the same graph serves every step;
 - one `_Graph` per (bank, new tokens per row, cross-attention weights or not), made on its first
   use: a few eager runs on a side stream, the capture, and a check that the replay gives the eager
-  logits.
+  logits. New tokens are padded to a power of two (`_steps`), so a speculative method's drafts of
+  every length share five graphs: a padded token comes after the call's real ones, which do not
+  attend to it, and writes its keys past them, into slots no row has reached (the bank has
+  `PAD_MAX` slots more than the cache for them).
 
 One cache owns a bank's slots at a time: binding a cache copies its slots in and points the cache
 at the bank's memory (`KVCache.slots` and its layers' keys/values become views of it), so its later
@@ -31,11 +34,18 @@ import torch
 from .cache import KVCache, LayerCache
 
 ROUND_TO = 64  # slot capacity and source length of a bank are rounded up to a multiple of this
+PAD_MAX = 32  # new tokens per row are padded up to a power of two up to this; longer calls are not padded
 CAPTURE_WARMUPS = 3  # eager runs on a side stream before a capture (as torch's CUDA graph notes ask)
 
 
 def _round(n: int) -> int:
     return -(-n // ROUND_TO) * ROUND_TO
+
+
+def _steps(n: int) -> int:
+    """The new tokens a graph takes for a call of n a row (see the module docstring)."""
+    padded = 1 << (n - 1).bit_length()
+    return padded if padded <= PAD_MAX else n
 
 
 def _rows(n: int) -> int:
@@ -126,8 +136,10 @@ class _Graph:
         model, bank = self.model, self.bank
         capacity, t_new = bank.slots.shape[3], self.tokens.shape[1]
         positions = bank.lengths[:, None] + torch.arange(t_new, device=self.tokens.device)  # (R, T)
-        # The caller checks that the call's positions are within the model's before it runs.
-        x = model.embed_tokens(self.tokens, positions, longest=min(capacity, model.cfg.max_positions) - 1)
+        # The caller checks that the call's real tokens are within the model's positions; padding
+        # tokens past them take the last position (their outputs are thrown away).
+        last_position = model.cfg.max_positions - 1
+        x = model.embed_tokens(self.tokens, positions.clamp(max=last_position), longest=last_position)
         may_see = torch.arange(capacity, device=positions.device) <= positions[:, :, None]  # (R, T, C)
         where = InPlace(bank.lengths, None, capacity, may_see.unsqueeze(1))
         src_mask = bank.keep[:, None, None, :]
@@ -187,7 +199,7 @@ class GraphStep:
     def _bank(self, cache: KVCache) -> tuple[tuple[int, int, int], _Bank]:
         cfg = self.model.cfg
         capacity, src_len = cache.slots.shape[3], cache.src_pad_mask.shape[1]
-        key = (_rows(cache.batch_size), max(capacity, min(_round(capacity), cfg.max_positions)), _round(src_len))
+        key = (_rows(cache.batch_size), _round(capacity + PAD_MAX), _round(src_len))
         bank = self.banks.get(key)
         if bank is None:
             bank = self.banks[key] = _Bank.new(cfg.n_decoder_layers, key[0], cfg.n_heads, key[1], cfg.head_dim,
@@ -209,18 +221,19 @@ class GraphStep:
         batch, _, t_new = tokens.shape
         key, bank = self._bank(cache)
         bank.bind(cache)
-        graph = self.graphs.get(key + (t_new, want_weights))
+        graph_key = key + (_steps(t_new), want_weights)
+        graph = self.graphs.get(graph_key)
         fresh = graph is None
         if graph is None:
-            graph = _Graph(self.model, bank, t_new, want_weights)
-        graph.tokens[:batch].copy_(tokens.view(batch, t_new))
+            graph = _Graph(self.model, bank, _steps(t_new), want_weights)
+        graph.tokens[:batch, :t_new].copy_(tokens.view(batch, t_new))
         if fresh and self.capture:
             graph.capture()  # its eager runs and its check compute this very call
-        self.graphs[key + (t_new, want_weights)] = graph  # kept only once captured
+        self.graphs[graph_key] = graph  # kept only once captured
         logits, weights = graph()
         for layer, (keys, values) in zip(cache.layers, graph.pending):  # (R, H, 1, T, hd)
-            layer.pending_keys, layer.pending_values = keys[:batch], values[:batch]
+            layer.pending_keys, layer.pending_values = keys[:batch, :, :, :t_new], values[:batch, :, :, :t_new]
         cache.written_in_place = True
         src_len = cache.src_pad_mask.shape[1]
-        out_weights = None if weights is None else weights[:batch, :, :src_len].reshape(batch, 1, t_new, src_len)
-        return logits[:batch].reshape(batch, 1, t_new, -1), out_weights
+        out_weights = None if weights is None else weights[:batch, :t_new, :src_len].reshape(batch, 1, t_new, src_len)
+        return logits[:batch, :t_new].reshape(batch, 1, t_new, -1), out_weights

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import count_device_reads, random_model, random_sources
-from molspec_core.graphs import GraphStep, _rows
+from molspec_core.graphs import GraphStep, _rows, _steps
 from molspec_core.service import Predictor
 from molspec_core.tokenizer import BOS_ID, PAD_ID
 
@@ -33,11 +33,12 @@ def step_tokens(batch, t_new, seed):
 @torch.inference_mode()
 def test_interleaved_caches_keep_their_own_slots():
     """Two caches in one bank (3 and 4 rows both take a 4-row bank) and one in another, decoded in
-    turns of 1-3 tokens: every call's logits and cross-attention equal the torch engine's on the same
+    turns of 1-3 tokens (3 padded to 4): every call's logits and cross-attention equal the torch engine's on the same
     sequence of calls, so a cache the bank was taken from got its slots back intact."""
     plain, graphed = random_model(5), random_model(5)
     graphed.use_cuda_graphs(capture=False)
     assert _rows(3) == _rows(4) == 4 and _rows(1) == 1
+    assert [_steps(n) for n in (1, 2, 3, 5, 17, 32, 33)] == [1, 2, 4, 8, 32, 32, 33]  # 3 tokens run padded to 4
     pairs = list(zip(caches(plain, [3, 4, 1]), caches(graphed, [3, 4, 1])))
     for turn in range(9):
         reference, cache = pairs[turn % 3]
