@@ -70,7 +70,6 @@ class _Bank:
     lengths: torch.Tensor  # (R,) int64
     layers: list[LayerCache] = field(default_factory=list)
     owner: weakref.ref | None = None  # the cache whose slots are in this bank
-    owner_view: torch.Tensor | None = None  # the view of `slots` that cache holds
     cross_from: list[torch.Tensor] = field(default_factory=list)  # what `cross_keys`/`keep` hold, for
     cross_rows: int = 0  # this many rows (see bind)
 
@@ -88,20 +87,26 @@ class _Bank:
                        for i in range(n_layers)]
         return bank
 
+    def holds(self, tensor: torch.Tensor | None) -> bool:
+        """Whether tensor lives in this bank's slot memory (any view of it)."""
+        return tensor is not None and tensor.untyped_storage().data_ptr() == self.slots.untyped_storage().data_ptr()
+
     def bind(self, cache: KVCache) -> None:
         """Put the cache's slots, source memory and lengths in the bank, the slots only when the bank
-        does not hold them already."""
+        does not hold them already. Only the bank's owner refers to its memory: a cache the bank is
+        taken from gets a copy of its slots, and loses a spare (KVCache.reorder) that is the bank's."""
         rows, capacity = cache.batch_size, cache.slots.shape[3]
-        view = self.slots[:, :rows, :, :capacity]
-        if cache.slots is not self.owner_view:  # only its owner holds the view
-            previous = self.owner() if self.owner is not None else None
-            if previous is not None and previous is not cache and previous.slots is self.owner_view:
-                _point_at(previous, self.owner_view.clone())  # it keeps its rows; the bank is taken
-                previous._spare = None  # a spare in the bank's memory would write over the new owner
-            if cache.slots is not view:
-                view.copy_(cache.slots)
+        owner = self.owner() if self.owner is not None else None
+        if owner is not cache or not self.holds(cache.slots):
+            if owner is not None and owner is not cache:
+                if self.holds(owner.slots):
+                    _point_at(owner, owner.slots.clone())
+                if self.holds(owner._spare):  # its next reorder would write over the new owner's rows
+                    owner._spare = None
+            view = self.slots[:, :rows, :, :capacity]
+            view.copy_(cache.slots)
             _point_at(cache, view)
-            self.owner, self.owner_view = weakref.ref(cache), view
+            self.owner = weakref.ref(cache)
         sources = [t for layer in cache.layers for t in (layer.cross_keys, layer.cross_values)]
         sources.append(cache.src_pad_mask)
         # The source memory may have one row for all the cache's rows (speculative beam search's row

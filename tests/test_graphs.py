@@ -55,6 +55,27 @@ def test_interleaved_caches_keep_their_own_slots():
 
 
 @torch.inference_mode()
+def test_a_reordered_cache_never_writes_into_a_bank_it_lost():
+    """A beam step's reorder keeps the old slot tensor as its spare for the next one; when that is
+    the bank's memory and another cache has taken the bank since, the reorder must not write there.
+    (float64: on a CPU float32 rows move in place, with no spare; a GPU's reorder takes the spare.)"""
+    plain, graphed = random_model(6).double(), random_model(6).double()
+    graphed.use_cuda_graphs(capture=False)
+    (ref_a, ref_b), (a, b) = caches(plain, [3, 4]), caches(graphed, [3, 4])
+    perm = torch.tensor([2, 0, 0])
+    for turn, (reference, cache) in enumerate([(ref_a, a), (ref_a, a), (ref_b, b), (ref_a, a), (ref_b, b)]):
+        tokens = step_tokens(reference.batch_size, 2, turn)
+        torch.testing.assert_close(graphed.decode(tokens, cache)[0], plain.decode(tokens, reference)[0],
+                                   atol=1e-5, rtol=1e-5)
+        keep = torch.full((reference.batch_size,), 2)
+        reference.commit(keep)
+        cache.commit(keep)
+        if reference is ref_a:  # a beam step's row moves, into the spare from the second one on
+            reference.reorder(perm, cross=False)
+            cache.reorder(perm, cross=False)
+
+
+@torch.inference_mode()
 def test_a_call_reads_nothing_back_from_the_device(monkeypatch):
     """A CUDA graph cannot record a read of a device value (.item(), int(), bool()...), and the
     host would wait on one: the graphs engine's call makes none, in its own code or the model's."""
