@@ -109,6 +109,25 @@ def test_greedy_on_the_graphs_engine_equals_the_torch_engine_on_many_batch_sizes
         assert [r.hypotheses[0].tokens for r in greedy(graphed, sources, lookup, max_len=20)] == want
 
 
+def test_beam_and_sbs_exact_on_the_gpu_reorder_path():
+    """In float64 a CPU cache reorders rows as on a GPU (into a new tensor or its spare, not in place),
+    so beam search moves every cache between bank views and spares each step."""
+    from molspec_core.decoding.beam import beam_search
+    from molspec_core.decoding.speculative_beam import speculative_beam
+    from molspec_core.drafting import make_drafter
+
+    def pointer(src):
+        return make_drafter("pointer", src, 6, 1)
+
+    plain, graphed = random_model(1, vocab_size=8).double(), random_model(1, vocab_size=8).double()
+    graphed.use_cuda_graphs(capture=False)
+    sources = random_sources(1, 8, 8)
+    want = [[h.tokens for h in r.hypotheses] for r in beam_search(plain, sources, 4, max_len=20)]
+    assert [[h.tokens for h in r.hypotheses] for r in beam_search(graphed, sources, 4, max_len=20)] == want
+    exact = speculative_beam(graphed, sources, 4, pointer, exact=True, max_len=20)
+    assert [[h.tokens for h in r.hypotheses] for r in exact] == want
+
+
 def test_the_engine_needs_cuda():
     with pytest.raises(ValueError, match="CUDA"):
         random_model(0).use_cuda_graphs()
