@@ -36,6 +36,7 @@ from .cache import KVCache, LayerCache
 ROUND_TO = 64  # slot capacity and source length of a bank are rounded up to a multiple of this
 PAD_MAX = 32  # new tokens per row are padded up to a power of two up to this; longer calls are not padded
 CAPTURE_WARMUPS = 3  # eager runs on a side stream before a capture (as torch's CUDA graph notes ask)
+MAX_BANKS = 16  # banks kept (with their graphs), the least recently used dropped first: each holds MBs
 
 
 def _round(n: int) -> int:
@@ -205,10 +206,15 @@ class GraphStep:
         cfg = self.model.cfg
         capacity, src_len = cache.slots.shape[3], cache.src_pad_mask.shape[1]
         key = (_rows(cache.batch_size), _round(capacity + PAD_MAX), _round(src_len))
-        bank = self.banks.get(key)
+        bank = self.banks.pop(key, None)  # put back last: the dict runs from least to most recently used
         if bank is None:
-            bank = self.banks[key] = _Bank.new(cfg.n_decoder_layers, key[0], cfg.n_heads, key[1], cfg.head_dim,
-                                               key[2], cache.slots.device, cache.slots.dtype)
+            bank = _Bank.new(cfg.n_decoder_layers, key[0], cfg.n_heads, key[1], cfg.head_dim, key[2],
+                             cache.slots.device, cache.slots.dtype)
+            if len(self.banks) >= MAX_BANKS:  # its owner, if any, keeps its memory as a tensor of its own
+                dropped = next(iter(self.banks))
+                del self.banks[dropped]
+                self.graphs = {k: g for k, g in self.graphs.items() if k[:3] != dropped}
+        self.banks[key] = bank
         return key, bank
 
     @torch.inference_mode()

@@ -128,6 +128,26 @@ def test_beam_and_sbs_exact_on_the_gpu_reorder_path():
     assert [[h.tokens for h in r.hypotheses] for r in exact] == want
 
 
+def test_the_least_recently_used_bank_goes_with_its_graphs(monkeypatch):
+    """Beyond MAX_BANKS the oldest bank is dropped; a cache that held it keeps its slots and decodes
+    on, in a new bank, as the torch engine does."""
+    monkeypatch.setattr("molspec_core.graphs.MAX_BANKS", 2)
+    plain, graphed = random_model(7), random_model(7)
+    graphed.use_cuda_graphs(capture=False)
+    pairs = list(zip(caches(plain, [1, 2, 3]), caches(graphed, [1, 2, 3])))  # three banks: 1, 2 and 4 rows
+    step = graphed.numpy_step
+    with torch.inference_mode():
+        for turn in range(6):
+            reference, cache = pairs[turn % 3]
+            tokens = step_tokens(reference.batch_size, 1, turn)
+            torch.testing.assert_close(graphed.decode(tokens, cache)[0], plain.decode(tokens, reference)[0],
+                                       atol=1e-5, rtol=1e-5)
+            reference.commit(torch.ones(reference.batch_size, dtype=torch.long))
+            cache.commit(torch.ones(reference.batch_size, dtype=torch.long))
+            assert len(step.banks) <= 2 and {k[:3] for k in step.graphs} <= set(step.banks)
+    assert [k[0] for k in step.banks] == [2, 4]  # the 1-row bank, used least recently, went
+
+
 def test_the_engine_needs_cuda():
     with pytest.raises(ValueError, match="CUDA"):
         random_model(0).use_cuda_graphs()
