@@ -105,24 +105,3 @@ def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overr
 def random_sources(seed: int, n: int, vocab_size: int, lo: int = 3, hi: int = 24) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(4, vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
-
-
-@pytest.fixture()
-def runs_go_through_app_py(monkeypatch):
-    """Make every AppTest run start at app.py, as every run of a served app does.
-
-    Until app.py has called st.navigation once in a process, Streamlit treats an app with a pages/
-    folder as an old-style app and runs a requested page alone. A server forgets that only once
-    (pages/common.py reruns such a first request); AppTest forgets it before every run, so its runs
-    after the first would skip app.py and its sidebar. This restores the served behaviour.
-    """
-    import streamlit.testing.v1.app_test as app_test
-
-    original = app_test.PagesManager
-
-    class ServedPagesManager(original):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            original.uses_pages_directory = False
-
-    monkeypatch.setattr(app_test, "PagesManager", ServedPagesManager)

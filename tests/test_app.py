@@ -27,7 +27,7 @@ from molspec_core import depict  # noqa: E402
 from molspec_core.tokenizer import tokenize  # noqa: E402
 from molspec_core.io import RESULT_COLUMNS  # noqa: E402
 from molspec_core.methods import EXACT_NBEST  # noqa: E402
-from pages.batch import safe_csv  # noqa: E402
+from views.batch import safe_csv  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_MODEL = ROOT / "models" / "forward"
@@ -42,7 +42,6 @@ def app(models_dir: Path | None = None, monkeypatch=None) -> AppTest:
     return AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
 
 
-pytestmark = pytest.mark.usefixtures("runs_go_through_app_py")  # the fixture is in conftest.py
 
 
 @pytest.fixture()
@@ -144,7 +143,7 @@ def test_static_files_and_config_keep_the_app_offline():
     config = (ROOT / ".streamlit" / "config.toml").read_text()
     assert re.search(r"enableStaticServing\s*=\s*true", config)
     assert re.search(r"gatherUsageStats\s*=\s*false", config)
-    for source in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), ROOT / "molspec_core" / "depict.py"]:
+    for source in [ROOT / "app.py", *sorted((ROOT / "views").glob("*.py")), ROOT / "molspec_core" / "depict.py"]:
         assert "https://" not in source.read_text(), source
 
 
@@ -338,7 +337,7 @@ def test_retrosynthesis_can_read_the_product_in_several_writings(monkeypatch):
 
 def test_round_trip_order_puts_passing_answers_first_or_alone():
     from molspec_core.service import Prediction
-    from pages.predict import ORDERS, ordered
+    from views.predict import ORDERS, ordered
 
     answers = tuple(Prediction(k, f"C{k}", -k, True, (), (), round_trip=passed, model_rank=k)
                     for k, passed in enumerate([False, True, None, True], start=1))
@@ -352,7 +351,7 @@ def test_round_trip_order_puts_passing_answers_first_or_alone():
 
 def batch_page(monkeypatch, models_dir: Path | None = None) -> AppTest:
     at = app(models_dir, monkeypatch).run()
-    return at.switch_page("pages/batch.py").run()
+    return at.switch_page("views/batch.py").run()
 
 
 @needs_forward
@@ -450,7 +449,7 @@ def bench_folder(tmp_path: Path) -> Path:
 def test_benchmark_page_charts_saved_reports(bench_folder, copy_models, monkeypatch):
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
     at = app(copy_models, monkeypatch).run()
-    at.switch_page("pages/benchmark.py").run()
+    at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     assert at.selectbox(key="bench_file").options == ["copy.json"]
     assert "broken.json: not a MolSpec bench report" in texts(at.warning)
@@ -466,7 +465,7 @@ def test_benchmark_page_states_the_runs_threads_and_openmp_wait_policy(bench_fol
     (bench_folder / "copy.json").write_text(json.dumps(dict(report, threads=threads, omp_wait_policy=policy)))
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
     at = app(copy_models, monkeypatch).run()
-    at.switch_page("pages/benchmark.py").run()
+    at.switch_page("views/benchmark.py").run()
     assert shown in texts(at.caption)
 
 
@@ -482,7 +481,7 @@ def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_m
     (bench_folder / "zz_peer.json").write_text(json.dumps(report))  # last by name, first on the page
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
     at = app(copy_models, monkeypatch).run()
-    at.switch_page("pages/benchmark.py").run()
+    at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     assert at.selectbox(key="bench_file").options == ["zz_peer.json", "copy.json"]
     assert any("CTranslate2 float32 greedy" in m.value for m in at.markdown)
@@ -494,7 +493,7 @@ def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_m
 
 
 def test_benchmark_headline_sets_int8_beside_int8():
-    from pages.benchmark import headline, with_display_fields
+    from views.benchmark import headline, with_display_fields
 
     def report(dtype: str) -> dict:
         entry = {"speedup_vs_greedy": 2.0, "speedup_vs_ct2_greedy": 3.0, "speedup_vs_ct2_int8_greedy": 1.25}
@@ -518,7 +517,7 @@ def test_benchmark_page_charts_a_lossy_sweep(tmp_path, copy_models, monkeypatch)
     (tmp_path / "sweep.json").write_text(json.dumps(report))
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
     at = app(copy_models, monkeypatch).run()
-    at.switch_page("pages/benchmark.py").run()
+    at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     charts = at.get("plotly_chart")
     assert len(charts) == 5  # the sweep first, then the four per-method charts
@@ -528,7 +527,7 @@ def test_benchmark_page_charts_a_lossy_sweep(tmp_path, copy_models, monkeypatch)
 def test_benchmark_page_without_reports_says_how_to_make_one(tmp_path, copy_models, monkeypatch):
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "nothing"))
     at = app(copy_models, monkeypatch).run()
-    at.switch_page("pages/benchmark.py").run()
+    at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     assert "molspec bench" in texts(at.info)
 
@@ -537,7 +536,7 @@ def test_benchmark_page_without_reports_says_how_to_make_one(tmp_path, copy_mode
 def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
     at = app().run()
-    at.switch_page("pages/benchmark.py").run()
+    at.switch_page("views/benchmark.py").run()
     at.slider[0].set_value(1)
     at.multiselect[0].set_value(["spec-auto"])
     submit(at, "Run live benchmark")
@@ -556,7 +555,7 @@ def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
 @needs_forward
 def test_models_page_shows_every_model():
     at = app().run()
-    at.switch_page("pages/models.py").run()
+    at.switch_page("views/models.py").run()
     assert_clean(at)
     assert "forward" in texts(at.header)
     card = FORWARD_MODEL / "MODEL_CARD.md"
@@ -572,13 +571,13 @@ def test_models_page_shows_every_model():
 def test_models_page_renders_a_model_card(copy_models, monkeypatch):
     (copy_models / "forward" / "MODEL_CARD.md").write_text("# Copy model\n\nCopies its input minus every *C*.\n")
     at = app(copy_models, monkeypatch).run()
-    at.switch_page("pages/models.py").run()
+    at.switch_page("views/models.py").run()
     assert_clean(at)
     assert any("Copies its input" in m.value for m in at.markdown)
 
 
 def test_markdown_escape_shows_text_verbatim():
-    from pages.common import format_probability, md_escape
+    from views.common import format_probability, md_escape
 
     assert md_escape("[x](http://a) *b* $c$ :d:") == r"\[x\]\(http\://a\) \*b\* \$c\$ \:d\:"
     assert format_probability(0.0) == "100.0%"
@@ -609,7 +608,7 @@ def test_predict_page_exports_hold_the_answers():
 
     from molspec_core.io import csv_bytes, output_header, result_rows
     from molspec_core.service import Predictor
-    from pages.predict import answers_sdf
+    from views.predict import answers_sdf
 
     result = Predictor.load("forward", device="cpu").predict("CC(=O)Cl.NCc1ccccc1", method="beam", n_best=3)
     table = pd.read_csv(io.BytesIO(csv_bytes(output_header(()), result_rows(1, (), result))))

@@ -12,7 +12,6 @@ from test_app import FIXTURES, app, assert_clean, predict, texts
 
 from molspec_core.methods import METHODS
 
-pytestmark = pytest.mark.usefixtures("runs_go_through_app_py")  # AppTests start at app.py (conftest.py)
 
 
 @pytest.fixture()

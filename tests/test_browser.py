@@ -127,13 +127,19 @@ def predict_page(page) -> None:
 
 
 def test_a_deep_link_as_the_first_request_shows_the_app(page):
-    # Runs first in this module: a fresh server whose first request is /batch.
-    page.goto(page.base_url + "/batch")
-    page.get_by_role("heading", name="Batch prediction").wait_for()
+    # Runs first in this module: a fresh server whose first request is /models. With the pages in a
+    # folder named pages/, Streamlit ran such a request as an old-style app: the page alone, and a
+    # menu listing every file of the folder, common.py too (session 24).
+    page.goto(page.base_url + "/models")
+    page.get_by_role("heading", name="Models").wait_for()
     nav = page.get_by_test_id("stSidebarNav")
     nav.get_by_text("Benchmark").wait_for()
-    assert nav.get_by_text("common").count() == 0  # not Streamlit's folder listing of pages/
+    assert nav.get_by_text("common", exact=True).count() == 0 and nav.get_by_text("models", exact=True).count() == 0
     sync_api.expect(page.get_by_text("Decoding method")).to_have_count(1)  # the shared sidebar
+    page.goto(page.base_url + "/batch")
+    page.get_by_role("heading", name="Batch prediction").wait_for()
+    page.goto(page.base_url + "/common")  # the helper module is no page: the app opens on Predict
+    page.get_by_role("textbox", name="SMILES").wait_for()
 
 
 def test_paste_smiles_and_get_ranked_predictions(page):

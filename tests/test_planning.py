@@ -318,7 +318,6 @@ def test_cli_plan_bad_target_or_stock_is_an_error_line(tmp_path, capsys):
 sys.path.insert(0, str(ROOT))  # `streamlit run app.py` puts the app folder on the path; so do we
 
 
-pytestmark = pytest.mark.usefixtures("runs_go_through_app_py")  # AppTests start at app.py (conftest.py)
 
 
 def routes_page(models: Path, monkeypatch):
@@ -326,7 +325,7 @@ def routes_page(models: Path, monkeypatch):
 
     monkeypatch.setenv("MOLSPEC_MODELS_DIR", str(models))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
-    return at.switch_page("pages/routes.py").run()
+    return at.switch_page("views/routes.py").run()
 
 
 def find_routes(at, target: str):

@@ -18,7 +18,7 @@ import streamlit as st
 
 from molspec_core.bench import run_bench
 from molspec_core.methods import METHODS, PEERS
-from pages import common
+from views import common
 
 log = logging.getLogger(__name__)
 LIVE_DEFAULT_METHODS = ["greedy", "spec-auto", "spec-lookup"]

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core import calibration
-from pages import common
+from views import common
 
 TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, product out.",
                  "retro": "Single-step retrosynthesis: product in, reactant sets out."}

@@ -227,21 +227,8 @@ def _sampling_knobs(method: str) -> SamplingOptions:
 
 def settings() -> Settings:
     """The settings app.py drew this run."""
-    _leave_pages_folder_mode()
     current = st.session_state.get("settings")
     return current if isinstance(current, Settings) else render_sidebar()
-
-
-def _leave_pages_folder_mode() -> None:
-    """Until app.py has called st.navigation once, Streamlit guesses from the folder name pages/
-    that this is an old-style app and runs a deep-linked page (/batch as a fresh server's first
-    request) alone, listing every file of pages/ in the menu. Clear that guess and rerun, so
-    app.py draws the real menu and sidebar for the same URL."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if getattr(PagesManager, "uses_pages_directory", False):
-        PagesManager.uses_pages_directory = False
-        st.rerun()
 
 
 # ---- examples ---------------------------------------------------------------------------------

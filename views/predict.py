@@ -19,8 +19,8 @@ from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Prediction, Predictor, QueryResult
-from pages import common
-from pages.common import Settings
+from views import common
+from views.common import Settings
 
 log = logging.getLogger(__name__)
 SPEEDUP_REPEATS = 3  # runs per method, interleaved; the median damps one-off hiccups

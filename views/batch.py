@@ -16,8 +16,8 @@ import streamlit as st
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
                              output_header, parse_upload, result_rows)
 from molspec_core.service import QueryResult
-from pages import common
-from pages.common import Settings
+from views import common
+from views.common import Settings
 
 log = logging.getLogger(__name__)
 APP_MAX_ROWS = 10_000  # about 5 minutes of greedy on a CPU; the CLI takes up to MAX_INPUT_ROWS

@@ -16,7 +16,7 @@ from molspec_core import depict
 from molspec_core.io import csv_bytes
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep,
                                    Stock, load_stock, plan, route_rows, routes_json, stock_from_upload)
-from pages import common
+from views import common
 
 log = logging.getLogger(__name__)
 ALGORITHM_LABELS = {"retro*": "Retro* (best first)", "mcts": "MCTS (Monte Carlo tree search)"}
