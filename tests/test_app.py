@@ -576,6 +576,13 @@ def test_models_page_renders_a_model_card(copy_models, monkeypatch):
     assert any("Copies its input" in m.value for m in at.markdown)
 
 
+def test_a_model_cards_headings_go_down_two_levels_outside_code():
+    from views.models import demoted
+
+    card = "# Title\n\n## Data\n```\n# a shell comment\n```\n#hashtag\n##### Deep"
+    assert demoted(card) == "### Title\n\n#### Data\n```\n# a shell comment\n```\n#hashtag\n###### Deep"
+
+
 def test_markdown_escape_shows_text_verbatim():
     from views.common import format_probability, md_escape
 

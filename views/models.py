@@ -54,6 +54,24 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["fact", "value"])
 
 
+CARD_HEADING_SHIFT = 2  # a card's "# Title" shows as a level-3 heading in its narrow box
+
+
+def demoted(markdown: str, by: int = CARD_HEADING_SHIFT) -> str:
+    """Markdown with every heading `by` levels down (at most level 6), code blocks untouched: a
+    model card's title is written for a page of its own, and at level 1 it filled the card's box."""
+    lines, fenced = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            marks = len(line) - len(line.lstrip("#"))
+            if line[marks:marks + 1] == " ":
+                line = "#" * min(6, marks + by) + line[marks:]
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def reliability_chart(cal: calibration.Calibration) -> go.Figure:
     """Confidence against the share of right answers, per bin of the check queries: on the diagonal
     when the confidence means what it says."""
@@ -63,7 +81,8 @@ def reliability_chart(cal: calibration.Calibration) -> go.Figure:
         go.Scatter(x=mean, y=share, mode="lines+markers", marker={"size": [6 + 14 * c / max(count) for c in count]},
                    name="confidence", customdata=count,
                    hovertemplate="confidence %{x:.0%}: %{y:.0%} right of %{customdata} answers<extra></extra>")])
-    figure.update_layout(title="Reliability on held-out validation queries", xaxis_title="confidence",
+    # A short title at 14 px: the chart sits in the narrow column, and a longer one was cut off.
+    figure.update_layout(title={"text": "Reliability (held-out queries)", "font": {"size": 14}}, xaxis_title="confidence",
                          yaxis_title="share right", xaxis_range=[0, 1], yaxis_range=[0, 1], height=340,
                          margin={"t": 50, "b": 10}, showlegend=False)
     return figure
@@ -111,7 +130,7 @@ def main() -> None:
             card = folder / "MODEL_CARD.md"
             if card.is_file():
                 with st.container(border=True, height=520):
-                    st.markdown(card.read_text())  # our own file, shipped with the model
+                    st.markdown(demoted(card.read_text()))  # our own file, shipped with the model
             else:
                 st.info("This model has no model card yet (MODEL_CARD.md is missing from its folder).",
                         icon=":material/info:")
