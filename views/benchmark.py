@@ -131,24 +131,33 @@ def chart_label(method: str) -> str:
     return html.escape(common.method_label(method)).replace(", ", ",<br>").replace(" (", "<br>(")
 
 
+NARROW_BARS = 9  # bars in one chart beyond which their value labels stand on end
+
+
 def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent: bool = False) -> go.Figure | None:
     """Grouped bars, one group per method. Titles are short (a chart gets half the page's width)."""
     names = list(report["methods"])
+    series = {label: [report["methods"][n].get(field) for n in names] for field, label in fields.items()}
+    series = {label: values for label, values in series.items() if any(v is not None for v in values)}
+    if not series:
+        return None
+    # In half the page's width a bar is about 20 px wide once there are a dozen: upright labels of
+    # neighbouring bars ran into each other ("1.291.30"), so then they stand on end.
+    upright = len(names) * len(series) <= NARROW_BARS
     figure = go.Figure()
-    for field, label in fields.items():
-        values = [report["methods"][n].get(field) for n in names]
-        if all(v is None for v in values):
-            continue
+    for label, values in series.items():
         text = [("" if v is None else f"{v:.0%}" if percent else f"{v:.2f}") for v in values]
         figure.add_bar(x=[chart_label(n) for n in names], y=values, name=label, text=text,
-                       textposition="outside", textangle=0, cliponaxis=False)
-    if not figure.data:
-        return None
+                       textposition="outside", textangle=0 if upright else -90, textfont={"size": 11}, constraintext="none",
+                       cliponaxis=False)
     figure.update_layout(title={"text": title, "font": {"size": 15}}, yaxis_title=yaxis, height=400,
                          barmode="group", margin={"t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35})
     figure.update_xaxes(tickangle=-35, tickfont={"size": 11}, automargin=True)
+    top = max(v for values in series.values() for v in values if v is not None)
     if percent:
-        figure.update_yaxes(tickformat=".0%", range=[0, 1.15])
+        figure.update_yaxes(tickformat=".0%", range=[0, 1.15 if upright else 1.3], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1])
+    elif not upright and top > 0:
+        figure.update_yaxes(range=[0, top * 1.25])  # room above the tallest bar for its label on end
     return figure
 
 
