@@ -576,6 +576,18 @@ def test_models_page_renders_a_model_card(copy_models, monkeypatch):
     assert any("Copies its input" in m.value for m in at.markdown)
 
 
+def test_bar_labels_stand_on_end_only_when_bars_are_narrow():
+    from views.benchmark import NARROW_BARS, _bars
+
+    def report(n_methods):
+        return {"methods": {f"m{i}": {"a": 1.0 + i, "b": 0.5} for i in range(n_methods)}}
+
+    fields = {"a": "A", "b": "B"}
+    few, many = _bars(report(2), fields, "t", "x"), _bars(report(NARROW_BARS), fields, "t", "x")
+    assert {bar.textangle for bar in few.data} == {0} and {bar.textangle for bar in many.data} == {-90}
+    assert many.layout.yaxis.range[1] >= 1.25 * (NARROW_BARS - 1 + 1.0)  # room above the tallest label
+
+
 def test_a_model_cards_headings_go_down_two_levels_outside_code():
     from views.models import demoted
 
