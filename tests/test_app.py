@@ -595,6 +595,14 @@ def test_a_model_cards_headings_go_down_two_levels_outside_code():
     assert demoted(card) == "### Title\n\n#### Data\n```\n# a shell comment\n```\n#hashtag\n###### Deep"
 
 
+def test_a_bench_row_on_another_engine_is_labelled_with_it():
+    from views.common import method_label
+
+    assert method_label("greedy@graphs") == "Greedy (CUDA graphs)"
+    assert method_label("spec-lookup@native") == method_label("spec-lookup") + " (C engine)"
+    assert method_label("greedy") == "Greedy" and method_label("unknown@x") == "unknown (x)"
+
+
 def test_markdown_escape_shows_text_verbatim():
     from views.common import format_probability, md_escape
 

@@ -36,9 +36,15 @@ the same distribution; mentored and relaxed trade a bounded change of the answer
 No cache recomputes every step (a benchmark baseline)."""
 
 
+ENGINE_LABELS = {"graphs": "CUDA graphs", "native": "C engine", "numpy": "NumPy engine", "torch": "torch engine"}
+
+
 def method_label(method: str) -> str:
-    row = METHODS.get(method) or PEERS.get(method)
-    return row.label if row else method
+    """A method's name for people; "greedy@graphs" (a bench row on another engine) as "Greedy (CUDA graphs)"."""
+    base, _, engine = method.partition("@")
+    row = METHODS.get(base) or PEERS.get(base)
+    label = row.label if row else base
+    return f"{label} ({ENGINE_LABELS.get(engine, engine)})" if engine else label
 
 
 def method_order() -> list[str]:
