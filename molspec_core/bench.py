@@ -40,6 +40,11 @@ def base_method(method: str) -> str:
     return method.partition("@")[0]
 
 
+def on_engines(methods: list[str], engines: list[str]) -> list[str]:
+    """methods, then each of them on each other engine ("greedy@graphs"; run_bench's `engines`)."""
+    return methods + [f"{m}@{engine}" for engine in engines for m in methods]
+
+
 def beam_like(method: str) -> bool:
     """Compared with beam search (and run at the bench's width) rather than with greedy decoding."""
     method = base_method(method)
@@ -94,8 +99,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         ids = [queries[r].ids for r in rows]
         if method in PEERS:
             return _peer_decode(peers[method], predictor.vocab, ids, n_best if beam_like(method) else 1)
+        on, base, width = runs_on(method), base_method(method), n_best if beam_like(method) else 1
         started = time.perf_counter()
-        results = runs_on(method).decode(ids, base_method(method), n_best if beam_like(method) else 1, draft_len, n_drafts, sampling)
+        results = on.decode(ids, base, width, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
 
     for rows in batches[:warmup]:

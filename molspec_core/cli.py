@@ -412,7 +412,7 @@ PEER_THREADS_WARNING = (
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import markdown_table, run_bench, run_sweep, save_report
+    from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
     from .evaluate import read_pairs
     from .service import Predictor, QueryResult
 
@@ -436,7 +436,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     engines = {name: Predictor.load(args.model, args.device, name, args.dtype) for name in other_engines}
-    methods = methods + [f"{m}@{name}" for name in engines for m in methods]
+    methods = on_engines(methods, list(engines))
     if args.peer and torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").lower() == "active":
         log.warning(PEER_THREADS_WARNING)
     with tempfile.TemporaryDirectory() as tmp:

@@ -260,7 +260,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
     service does), which the device lacks: install carried wheels first (tools/gpu_train.md)."""
     import torch
 
-    from molspec_core.bench import markdown_table, run_bench, save_report
+    from molspec_core.bench import markdown_table, on_engines, run_bench, save_report
     from molspec_core.evaluate import read_pairs
     from molspec_core.service import Predictor
 
@@ -274,8 +274,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
             engines[name] = Predictor.load(str(model_dir), device, engine=name)
         except ValueError as exc:
             print(f"engine {name} left out: {exc}", flush=True)
-    methods = args.methods.split(",")
-    methods += [f"{m}@{name}" for name in engines for m in methods]
+    methods = on_engines(args.methods.split(","), list(engines))
     folder = GPU_DIR / args.task
     sources, targets = read_pairs(str(folder / "quick.src"), str(folder / "quick.tgt"), None, args.limit or None)
     for batch_size in (int(b) for b in args.batch_size.split(",")):
