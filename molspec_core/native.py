@@ -468,10 +468,12 @@ class NativeStep(NumpyStep):
     def beam_step(self, tokens: np.ndarray, cache: KVCache, scores: np.ndarray, length: int
                   ) -> tuple[np.ndarray, np.ndarray]:
         """One step of beam.beam_search in one C call (csrc beam_step), for a cache whose rows are the
-        beam slots of `queries` queries, every row holding `length` tokens: feed tokens (rows,), one a
-        row, and commit them; take each query's best children of the slot scores (queries, width) as
-        beam.best_children does, on Seq2SeqTransformer.log_probs of the logits; move every row to its
-        parent's, as cache.reorder would. Returns best_children's (top_scores, top_index).
+        beam slots of `queries` queries, every row holding `length` tokens: feed tokens (rows,), one to
+        each live slot (a dead one, score -inf, is not fed: its children score -inf whatever its
+        log-probs), and commit them; take each query's best children of the slot scores (queries, width)
+        as beam.best_children does, on Seq2SeqTransformer.log_probs of the logits; move every live row
+        to its parent's, as cache.reorder would (a dead row's contents are never read again). Returns
+        best_children's (top_scores, top_index).
 
         Between two decoder calls beam search does a few dozen NumPy and torch calls, and right after a
         call they run several times slower than warm (its weights have gone through the caches)."""
@@ -486,8 +488,13 @@ class NativeStep(NumpyStep):
         if binding is None or slots is None or slots.dtype != torch.float32 or not slots.is_contiguous() \
                 or slots.data_ptr() != cache.layers[0].keys.data_ptr():
             raise ValueError("beam_step needs the cache's keys and values in one contiguous float32 slots tensor")
-        ids = np.ascontiguousarray(tokens, dtype=np.int64)
         scores = np.ascontiguousarray(scores, dtype=np.float32)
+        live = np.flatnonzero(scores.reshape(-1) > -np.inf)
+        if len(live) == 0:
+            raise ValueError("beam_step needs a live slot")
+        fed = None if len(live) == rows else live.astype(np.int64)  # the cache row of each call row; None: every row
+        ids = np.ascontiguousarray(tokens if fed is None else tokens[fed], dtype=np.int64)
+        lengths = cache.lengths if fed is None else cache.lengths[torch.from_numpy(fed)]
         scratch = binding.beam_scratch.get((rows, vocab))
         if scratch is None:  # logits, log-probs, parents: made once per shape and cache
             scratch = binding.beam_scratch[rows, vocab] = (np.empty((rows, vocab), dtype=np.float32),
@@ -495,7 +502,8 @@ class NativeStep(NumpyStep):
                                                            np.empty(rows, dtype=np.int64))
         top_scores = np.empty((queries, width), dtype=np.float32)
         top_index = np.empty((queries, width), dtype=np.int64)
-        self._set_call(binding, ids.ctypes.data, cache.lengths, rows, 1, length + 1, scratch[0].ctypes.data, None)
+        self._set_call(binding, ids.ctypes.data, lengths, len(ids), 1, length + 1, scratch[0].ctypes.data, None)
+        binding.call.rows = None if fed is None else fed.ctypes.data
         beam = binding.beam
         beam.queries, beam.width, beam.scores = queries, width, scores.ctypes.data
         beam.log_probs, beam.top_scores, beam.top_index = scratch[1].ctypes.data, top_scores.ctypes.data, top_index.ctypes.data

@@ -14,6 +14,7 @@ def test_speculative_beam_uses_beam_searchs_own_step():
     assert speculative_beam.best_children is beam.best_children
     assert speculative_beam.can_stop is beam.can_stop
     assert speculative_beam.ranked is beam.ranked
+    assert speculative_beam.floor_of is beam.floor_of
 
 
 def test_best_children_breaks_ties_by_slot_then_token():
@@ -60,3 +61,10 @@ def test_can_stop_and_ranked():
     cut = Hypothesis((3, 3), -0.1, (-1, -1), finished=False)
     assert beam.ranked([cut, done_a, done_b], 3) == [done_a, done_b, cut]  # unfinished last, ties in found order
     assert beam.ranked([cut, done_b, done_a], 1) == [done_b]
+
+
+def test_floor_is_the_n_best_th_finished_score():
+    assert beam.floor_of([], 1) == float("-inf")
+    assert beam.floor_of([-1.0, -3.0], 3) == float("-inf")  # fewer finished than n_best: nothing is hopeless
+    assert beam.floor_of([-3.0, -1.0, -2.0], 2) == -2.0
+    assert beam.floor_of([-2.0, -2.0, -5.0], 2) == -2.0  # ties count each time

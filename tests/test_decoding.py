@@ -201,6 +201,37 @@ def test_uncached_beam_equals_cached_beam(copy_model):
             assert [h.score for h in u.hypotheses] == pytest.approx([h.score for h in c.hypotheses], abs=1e-4)
 
 
+@pytest.mark.parametrize("width,n_best", [(5, 2), (10, 10), (10, 3)])
+def test_pruned_beam_equals_unpruned_beam(engine, width, n_best, monkeypatch):
+    """Slots at or below a query's n_best-th finished score go dead (beam.py's floor) and the native
+    engine feeds no dead slot: the same n-best lists, scores to the bit, over a batch whose queries
+    finish apart, while fewer rows are fed. A small vocabulary makes hypotheses finish early."""
+    from molspec_core.native import NativeStep
+
+    fed: list[int] = []
+    plain_set_call = NativeStep._set_call
+
+    def counted(self, binding, ids, lengths, batch, *args):
+        fed.append(batch)
+        return plain_set_call(self, binding, ids, lengths, batch, *args)
+
+    monkeypatch.setattr(NativeStep, "_set_call", counted)
+    rows = {True: 0, False: 0}
+    for seed in range(3):
+        model = random_model(seed, vocab_size=7, engine=engine)
+        sources = random_sources(seed + 40, 6, 7, 2, 12)
+        results = {}
+        for prune in (True, False):
+            fed.clear()
+            results[prune] = beam_search(model, sources, width, n_best, max_len=20, prune=prune)
+            rows[prune] += sum(fed)
+        for a, b in zip(results[True], results[False]):
+            assert [(h.tokens, h.score, h.finished) for h in a.hypotheses] == \
+                [(h.tokens, h.score, h.finished) for h in b.hypotheses]
+    if engine == "native":
+        assert rows[True] < rows[False]  # the floor did drop live slots
+
+
 def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model, engine):
     model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(9, 20, len(vocab), 2, 25)

@@ -587,8 +587,9 @@ int decoder_step(const Model *model, const Call *call) {
         const int last = l == model->n_layers - 1 && call->weights != NULL;
 #pragma omp parallel for PARALLEL_IF((int64_t)M * S * d * 2)
         for (int bt = 0; bt < M; bt++) {
-            const int b = bt / T, cb = call->cross_batch == 1 ? 0 : b;
-            const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + (int64_t)(call->pad_batch == 1 ? 0 : b) * S;
+            const int b = bt / T;
+            const int64_t row = slot_row(call, b), cb = call->cross_batch == 1 ? 0 : row;
+            const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + (call->pad_batch == 1 ? 0 : row) * S;
             float scores[S];
             for (int hh = 0; hh < H; hh++) {
                 const float *q = wide + (int64_t)bt * ldc + hh * hd;
@@ -732,7 +733,9 @@ void log_softmax_rows(const float *x, int64_t rows, int32_t n, float *out) {
 /* beam.best_children for (queries, slots) scores and (queries, slots, vocab) log-probs: candidate
  * i = slot * vocab + token scores scores[slot] + log_probs[slot][token] (a float32 sum); the first
  * `width` of each query's candidates in descending order, ties to the lower i (a stable sort), into
- * out_scores and out_index (queries, width). width <= slots * vocab; values are finite or -inf. */
+ * out_scores and out_index (queries, width). width <= slots * vocab; values are finite or -inf. A dead
+ * slot (score -inf) scores -inf for every token whatever its log-probs hold (beam_step does not feed
+ * it, so they are stale). */
 void beam_select(int32_t queries, int32_t slots, int32_t vocab, int32_t width, const float *scores,
                  const float *log_probs, float *out_scores, int64_t *out_index) {
     for (int q = 0; q < queries; q++) {
@@ -742,8 +745,10 @@ void beam_select(int32_t queries, int32_t slots, int32_t vocab, int32_t width, c
         for (int s = 0; s < slots; s++) {
             const float base = scores[(int64_t)q * slots + s];
             const float *row = log_probs + ((int64_t)q * slots + s) * vocab;
+            const int dead = base == -INFINITY;  /* its candidates are all -inf: its log-probs are not read */
+            if (dead && count == width) continue;
             for (int v = 0; v < vocab; v++) {
-                const float c = base + row[v];
+                const float c = dead ? -INFINITY : base + row[v];
                 if (count == width && !(c > best[width - 1])) continue;  /* an equal one found first stays */
                 int at = count < width ? count++ : width - 1;
                 while (at > 0 && best[at - 1] < c) {  /* after every kept candidate >= c */
@@ -787,25 +792,29 @@ static int move_rows(float *slots, int32_t outer, int32_t batch, int32_t groups,
 }
 
 typedef struct {
-    int32_t queries, width;  /* the call's rows are queries * width beam slots, query by query */
+    int32_t queries, width;  /* queries * width beam slots, query by query: the cache's rows; the call feeds
+                              * the live ones (call->rows, or every row when NULL) */
     const float *scores;     /* (queries, width): each slot's score, -INFINITY for a dead slot */
-    float *log_probs;        /* (queries * width, vocab): scratch */
+    float *log_probs;        /* (queries * width, vocab): scratch, a fed slot's row written */
     float *top_scores;       /* (queries, width) out */
     int64_t *top_index;      /* (queries, width) out: slot * vocab + token */
     int64_t *parents;        /* (queries * width): scratch, the row each new slot continues */
     float *slots;            /* (2 * n_layers, batch, heads, capacity, head_dim): the call's keys, values */
 } Beam;
 
-/* One beam step: the decoder call (one token per row, every row of one length), the log-softmax, each
- * query's `width` best children (beam_select), and the cache rows moved to their parents' (the
- * new token's keys and values included). Returns decoder_step's or move_rows's failure. */
+/* One beam step: the decoder call (one token per live slot, every row of one length), the log-softmax,
+ * each query's `width` best children (beam_select, dead slots not read), and the cache rows moved to
+ * their parents' (the new token's keys and values included); a dead new slot keeps its row, whose
+ * contents nobody reads again. Returns decoder_step's or move_rows's failure. */
 int beam_step(const Model *model, const Call *call, const Beam *beam) {
     int failed = decoder_step(model, call);
     if (failed) return failed;
-    const int32_t rows = call->batch, vocab = model->vocab, width = beam->width;
-    log_softmax_rows(call->logits, rows, vocab, beam->log_probs);
+    const int32_t rows = beam->queries * beam->width, vocab = model->vocab, width = beam->width;
+    for (int32_t b = 0; b < call->batch; b++)
+        log_softmax_rows(call->logits + (int64_t)b * vocab, 1, vocab, beam->log_probs + slot_row(call, b) * vocab);
     beam_select(beam->queries, width, vocab, width, beam->scores, beam->log_probs, beam->top_scores, beam->top_index);
-    for (int32_t r = 0; r < rows; r++) beam->parents[r] = r / width * width + beam->top_index[r] / vocab;
+    for (int32_t r = 0; r < rows; r++)
+        beam->parents[r] = beam->top_scores[r] == -INFINITY ? r : r / width * width + beam->top_index[r] / vocab;
     return move_rows(beam->slots, 2 * model->n_layers, rows, model->heads, (int64_t)call->capacity * model->head_dim,
                      (int64_t)call->upto * model->head_dim, beam->parents);
 }

@@ -12,6 +12,16 @@ Definition (what "identical to beam search" means in this project):
   (log-probs are <= 0, so a live hypothesis can only lose score).
 - The result lists finished hypotheses by score (ties: earlier finished first), then, if fewer than
   n_best finished, the live ones at the budget, truncated to n_best.
+
+What the search skips without changing a result (`prune`): a query's slot whose score is at most its
+n_best-th finished score (its *floor*) goes dead, and dead slots are not fed (on the native engine;
+elsewhere their rows are computed and ignored). No descendant of such a slot can enter the n-best list
+(log-probs are <= 0; an equal score found later ranks after the finished one). Dropping it changes the
+beam only below the floor: its children could only push out candidates scoring lower still, and the
+slots scoring above the floor, being ranked first, keep their places, so every step selects the same
+hypotheses above the floor, in the same slots, and the stop rule (which looks above the floor only)
+fires at the same step. On the retro quick set at width 10 (40 queries) 3.9% of the rows fed were
+dead slots and 6.8% were below the floor.
 """
 from __future__ import annotations
 
@@ -59,6 +69,13 @@ def can_stop(finished_scores: Sequence[float], best_live: float, n_best: int) ->
     return len(ranked_scores) >= n_best and best_live <= ranked_scores[n_best - 1]
 
 
+def floor_of(finished_scores: Sequence[float], n_best: int) -> float:
+    """The n_best-th best finished score (-inf while fewer finished): no slot at or below it can matter."""
+    if len(finished_scores) < n_best:
+        return float("-inf")
+    return sorted(finished_scores, reverse=True)[n_best - 1]
+
+
 def ranked(hypotheses: Sequence[Hypothesis], n_best: int) -> list[Hypothesis]:
     """The n_best best: finished hypotheses by score, then those stopped unfinished at the budget by
     score; ties keep the order in which they were found (the sort is stable)."""
@@ -67,10 +84,12 @@ def ranked(hypotheses: Sequence[Hypothesis], n_best: int) -> list[Hypothesis]:
 
 @torch.inference_mode()
 def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], width: int,
-                n_best: int | None = None, max_len: int | None = None, cached: bool = True) -> list[DecodeResult]:
+                n_best: int | None = None, max_len: int | None = None, cached: bool = True,
+                prune: bool = True) -> list[DecodeResult]:
     """Beam search as defined above. cached=False recomputes every hypothesis' whole prefix at each
     step (no KV cache, as the paper's baseline code does): the same results, kept as a benchmark
-    reference for speculative beam search."""
+    reference for speculative beam search. prune=False keeps the slots below the floor alive (the
+    same results; for tests and benchmarks)."""
     start_time = time.perf_counter()
     n_best = min(n_best or width, width)
     device = model.device
@@ -94,6 +113,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     scores[:, 0] = 0.0
     history = np.full((n_queries * width, 1), BOS_ID, dtype=np.int64)  # each slot's tokens so far
     finished: list[list[Hypothesis]] = [[] for _ in range(n_queries)]
+    floors = np.full(n_queries, -np.inf, dtype=np.float32)  # each active query's floor (floor_of)
     stats = [DecodeStats() for _ in range(n_queries)]
     step = 0
     ones = first_slot = torch.empty(0)
@@ -126,6 +146,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         for a, slot in zip(*np.nonzero(is_eos & kept)):  # by query, then slot
             tokens = tuple(history[a * width + slot, 1:-1].tolist())
             finished[active[a]].append(Hypothesis(tokens, float(top_scores[a, slot]), (GENERATED,) * len(tokens), True))
+            if prune:
+                floors[a] = floor_of([h.score for h in finished[active[a]]], n_best)
+        if prune:
+            scores = np.where(scores <= floors[:, None], np.float32(-np.inf), scores)
         emitted, best_live = kept.sum(axis=1).tolist(), scores.max(axis=1).tolist()
         still = []
         for a, q in enumerate(active):
@@ -147,7 +171,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
                 kept_rows = torch.from_numpy(keep_rows).to(device)
                 memory, keep = memory[kept_rows], keep[kept_rows]
             history = history[keep_rows]
-            scores = scores[still]
+            scores, floors = scores[still], floors[still]
             active = [active[a] for a in still]
 
     elapsed = time.perf_counter() - start_time

@@ -22,7 +22,8 @@ a path: it was fed, or it descends from a fed hypothesis only through the path's
 A child that leaves its parent's path does not know them (it is *blind*). Before a step, the
 width-th best child score among the knowing hypotheses is a bar: log-probs are <= 0, so a blind
 hypothesis whose score is below the bar cannot have a child in the next beam and is dropped
-unexpanded (beam search would drop its children too). If some blind hypothesis reaches the bar,
+unexpanded (beam search would drop its children too), and so is one at or below the n_best-th
+finished score (beam.py's floor: beam search skips it too). If some blind hypothesis reaches the bar,
 all such hypotheses are fed in one call, with fresh drafts, which also gives them new paths.
 
 Look-ahead: a call that is made anyway also feeds, as extra rows, the children the next step may
@@ -55,7 +56,7 @@ from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import fit_drafts, pack_drafts, start
-from .beam import best_children, can_stop, ranked
+from .beam import best_children, can_stop, floor_of, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy
 
@@ -204,6 +205,9 @@ class _Search:
         tokens = hyp.tokens[1:-1] if done else hyp.tokens[1:]  # bos and eos are not output tokens
         self.finished.append(Hypothesis(tuple(tokens), score, tuple(hyp.provenance[: len(tokens)]), done))
 
+    def floor(self) -> float:
+        return floor_of([h.score for h in self.finished if h.finished], self.n_best)
+
     def should_stop(self) -> bool:
         best_live = max((float(h.score) for h in self.live), default=float("-inf"))
         return can_stop([h.score for h in self.finished if h.finished], best_live, self.n_best)
@@ -237,7 +241,8 @@ def _make_known(search: _Search, look_ahead: bool) -> None:
             top_scores, top_index = _best_children(knowing, width)
             if len(top_scores) == width:
                 bar = float(top_scores[-1])
-        must = [h for h in blind if float(h.score) >= bar]
+        floor = search.floor()  # no hypothesis at or below it can matter (beam.py)
+        must = [h for h in blind if float(h.score) >= bar and float(h.score) > floor]
         if not must:
             search.free.extend(h.row for h in blind)
             search.live = knowing  # the relative order of slots, and so tie-breaking, is kept
