@@ -46,16 +46,32 @@ ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
 CPU_FLAGS = ("avx2", "fma", "f16c")
 
 
-def _cpu_flags() -> set[str]:
-    """The x86 feature flags of this CPU as Linux reports them; empty elsewhere."""
+def _cpuinfo(field: str) -> str:
+    """The first value of `field` in Linux's /proc/cpuinfo ("" where there is none)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return ""
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+        name, _, value = line.partition(":")
+        if name.strip() == field:
+            return value.strip()
+    return ""
+
+
+def _cpu_flags() -> set[str]:
+    """The x86 feature flags of this CPU as Linux reports them; empty elsewhere."""
+    return set(_cpuinfo("flags").split())
+
+
+def cpu_description() -> str:
+    """This CPU for people: its model name and its widest vector instructions, which the C step is
+    built for and every CPU speed figure depends on ("AMD EPYC (AVX-512, VNNI)", "AMD EPYC (AVX2)")."""
+    name = _cpuinfo("model name") or platform.processor() or platform.machine()
+    flags = _cpu_flags()
+    vector = ["AVX-512"] if "avx512f" in flags else ["AVX2"] if "avx2" in flags else []
+    vector += ["VNNI"] if {"avx512_vnni", "avx_vnni"} & flags else []
+    return f"{name} ({', '.join(vector)})" if vector else name
 
 
 def _cache_dir() -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import platform
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
-from .native import DTYPES, NativeStep, NativeUnavailable
+from .native import DTYPES, NativeStep, NativeUnavailable, cpu_description
 from .rsmiles import root_views
 from .tokenizer import TokenizeError
 
@@ -208,10 +207,11 @@ class Predictor:
 
     @property
     def device_name(self) -> str:
-        """The hardware the model runs on, for people: the GPU's name, or the CPU's as the platform gives it."""
+        """The hardware the model runs on, for people: the GPU's name, or the CPU's with its vector
+        instructions (native.cpu_description)."""
         if self.device.type == "cuda":
             return torch.cuda.get_device_name(self.device)
-        return platform.processor() or platform.machine()
+        return cpu_description()
 
     @property
     def threads(self) -> int:

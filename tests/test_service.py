@@ -268,3 +268,18 @@ def test_draft_len_zero_with_a_draft_model_is_plain_sampling(tmp_path):
     result = predictor.predict("CCOc1ccccc1N", method="spec-sample-draft", draft_len=0, n_best=2)
     assert result.ok and result.stats.draft_tokens_proposed == 0
     assert predictor.predict("CCOc1ccccc1N", method="spec-sample-draft").stats.draft_tokens_proposed > 0
+
+
+def test_cpu_description_names_the_vector_instructions(monkeypatch):
+    """A CPU speed figure depends on AVX-512 against AVX2 (the C step is built for either): the device
+    name that the sidebar and every bench report carry says which."""
+    from molspec_core import native
+
+    info = {"model name": "AMD EPYC 9B14", "flags": "fpu avx avx2 fma f16c avx512f avx512_vnni"}
+    monkeypatch.setattr(native, "_cpuinfo", lambda field: info.get(field, ""))
+    assert native.cpu_description() == "AMD EPYC 9B14 (AVX-512, VNNI)"
+    info["flags"] = "fpu avx avx2 fma f16c"
+    assert native.cpu_description() == "AMD EPYC 9B14 (AVX2)"
+    info.clear()
+    assert native.cpu_description()  # no /proc/cpuinfo: the platform's name
+    assert Predictor.load(FORWARD_MODEL, device="cpu").device_name == native.cpu_description()
