@@ -66,12 +66,12 @@ def _cpu_flags() -> set[str]:
 
 def cpu_description() -> str:
     """This CPU for people: its model name and its widest vector instructions, which the C step is
-    built for and every CPU speed figure depends on ("AMD EPYC (AVX-512, VNNI)", "AMD EPYC (AVX2)")."""
+    built for and every CPU speed figure depends on ("AMD EPYC with AVX-512 and VNNI", "AMD EPYC with AVX2")."""
     name = _cpuinfo("model name") or platform.processor() or platform.machine()
     flags = _cpu_flags()
     vector = ["AVX-512"] if "avx512f" in flags else ["AVX2"] if "avx2" in flags else []
-    vector += ["VNNI"] if {"avx512_vnni", "avx_vnni"} & flags else []
-    return f"{name} ({', '.join(vector)})" if vector else name
+    vector += ["VNNI"] if vector and {"avx512_vnni", "avx_vnni"} & flags else []
+    return f"{name} with {' and '.join(vector)}" if vector else name
 
 
 def _cache_dir() -> Path:
