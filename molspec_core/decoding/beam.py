@@ -60,20 +60,17 @@ def best_children(scores: Array, log_probs: Array, width: int) -> tuple[Array, A
     return top_scores[..., :width], top_index[..., :width]
 
 
-def can_stop(finished_scores: Sequence[float], best_live: float, n_best: int) -> bool:
-    """No live hypothesis (best_live -inf), or n_best finished ones and no live score above the
-    n_best-th: log-probs are <= 0, so a live hypothesis can only lose score."""
-    if best_live == float("-inf"):
-        return True
-    ranked_scores = sorted(finished_scores, reverse=True)
-    return len(ranked_scores) >= n_best and best_live <= ranked_scores[n_best - 1]
-
-
 def floor_of(finished_scores: Sequence[float], n_best: int) -> float:
     """The n_best-th best finished score (-inf while fewer finished): no slot at or below it can matter."""
     if len(finished_scores) < n_best:
         return float("-inf")
     return sorted(finished_scores, reverse=True)[n_best - 1]
+
+
+def can_stop(finished_scores: Sequence[float], best_live: float, n_best: int) -> bool:
+    """No live hypothesis (best_live -inf), or n_best finished ones and no live score above the
+    n_best-th (the floor): log-probs are <= 0, so a live hypothesis can only lose score."""
+    return best_live == float("-inf") or best_live <= floor_of(finished_scores, n_best)
 
 
 def ranked(hypotheses: Sequence[Hypothesis], n_best: int) -> list[Hypothesis]:
@@ -143,12 +140,13 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         scores = np.where(is_eos, np.float32(-np.inf), top_scores)
 
         kept = top_scores > -np.inf
-        for a, slot in zip(*np.nonzero(is_eos & kept)):  # by query, then slot
+        done_queries, done_slots = np.nonzero(is_eos & kept)
+        for a, slot in zip(done_queries, done_slots):  # by query, then slot
             tokens = tuple(history[a * width + slot, 1:-1].tolist())
             finished[active[a]].append(Hypothesis(tokens, float(top_scores[a, slot]), (GENERATED,) * len(tokens), True))
-            if prune:
-                floors[a] = floor_of([h.score for h in finished[active[a]]], n_best)
         if prune:
+            for a in set(done_queries.tolist()):  # a floor moves only when its query finishes something
+                floors[a] = floor_of([h.score for h in finished[active[a]]], n_best)
             scores = np.where(scores <= floors[:, None], np.float32(-np.inf), scores)
         emitted, best_live = kept.sum(axis=1).tolist(), scores.max(axis=1).tolist()
         still = []
