@@ -46,13 +46,18 @@ ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
 CPU_FLAGS = ("avx2", "fma", "f16c")
 
 
-def _cpuinfo(field: str) -> str:
-    """The first value of `field` in Linux's /proc/cpuinfo ("" where there is none)."""
+@functools.lru_cache(maxsize=1)
+def _cpuinfo_text() -> str:
+    """Linux's /proc/cpuinfo, read once ("" elsewhere): the app's sidebar names the CPU on every rerun."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
-    for line in text.splitlines():
+
+
+def _cpuinfo(field: str) -> str:
+    """The first value of `field` in Linux's /proc/cpuinfo ("" where there is none)."""
+    for line in _cpuinfo_text().splitlines():
         name, _, value = line.partition(":")
         if name.strip() == field:
             return value.strip()
