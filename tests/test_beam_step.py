@@ -52,6 +52,23 @@ def test_best_children_numpy_equals_torch(seed):
     assert got_scores.tolist() == expected_scores.tolist()
 
 
+
+@pytest.mark.parametrize("seed", range(20))
+def test_best_children_of_one_query_on_numpy_equals_torch(seed):
+    """One query's NumPy selection (sbs-exact's: it sorts only the candidates at or above the width-th
+    best) picks torch's stable sort's children: many ties at the cut, dead slots, every width."""
+    gen = torch.Generator().manual_seed(seed)
+    slots, vocab = 1 + seed % 5, 6
+    log_probs = torch.log_softmax(torch.randn(slots, vocab, generator=gen), -1).mul(2).round().div(2)
+    scores = torch.randn(slots, generator=gen).round()
+    if seed % 3 == 0:
+        scores[-1] = float("-inf")
+    for width in range(1, slots * vocab + 2):
+        expected_scores, expected_index = beam.best_children(scores, log_probs, width)
+        got_scores, got_index = beam.best_children(scores.numpy(), log_probs.numpy(), width)
+        assert got_index.tolist() == expected_index.tolist()
+        assert got_scores.tolist() == expected_scores.tolist()
+
 def test_can_stop_and_ranked():
     assert beam.can_stop([], float("-inf"), 1)  # nothing live
     assert not beam.can_stop([-1.0], -0.5, 1)  # a live hypothesis may still beat it

@@ -53,7 +53,16 @@ def best_children(scores: Array, log_probs: Array, width: int) -> tuple[Array, A
     than its arithmetic); the same float32 sums and the same order either way."""
     if isinstance(scores, np.ndarray):
         candidates = (scores[..., None] + log_probs).reshape(*scores.shape[:-1], -1)  # (..., L*V)
-        order = np.argsort(-candidates, axis=-1, kind="stable")[..., :width]  # negation is exact
+        negated = -candidates  # exact
+        if candidates.ndim == 1 and 0 < width < len(candidates):
+            # One query (sbs-exact's case): the same first `width` of the stable sort at a third of its
+            # cost, by sorting only the candidates at or above the width-th best score, in index order.
+            kth = np.partition(negated, width - 1)[width - 1]
+            if not np.isnan(kth):
+                near = np.flatnonzero(negated <= kth)
+                order = near[np.argsort(negated[near], kind="stable")[:width]]
+                return candidates[order], order
+        order = np.argsort(negated, axis=-1, kind="stable")[..., :width]
         return np.take_along_axis(candidates, order, axis=-1), order
     candidates = (scores.unsqueeze(-1) + log_probs).flatten(-2)  # (..., L*V)
     top_scores, top_index = torch.sort(candidates, dim=-1, descending=True, stable=True)

@@ -92,6 +92,7 @@ class _Hyp:
     path: _Path | None = None  # set while the hypothesis lies on a path
     peak: int | None = None  # where the model looked when it produced the last token
     ahead: dict[int, "_Hyp"] = field(default_factory=dict)  # children fed before a step selects them
+    copy_from: tuple[int, int] | None = None  # (row, slots) to copy into its row before it is first fed
 
     def next_log_probs(self) -> np.ndarray | None:
         if self.path is None:
@@ -154,16 +155,29 @@ class _Search:
         self.pool.copy_row(parent.row, child.row, parent.path.end)
 
     def place(self, parents: list[_Hyp], children: list[_Hyp]) -> None:
-        """children[i] (of parents[i]) become the live list: the first child of a parent takes over
-        its row, later ones get copies; rows nobody holds any more go back to the pool."""
+        """children[i] (of parents[i]) become the live list; rows nobody holds any more go back to the pool.
+
+        A parent's row goes to its child on the path, if it has one (that child reads the draft's slots
+        and is not fed), else to its first child. The other children take new rows, filled from the
+        parent's row only when they are first fed (copy_from): a child dropped unfed costs no copy.
+        The copy is safe then: the next call feeds every child not dropped and copies before it
+        writes, no row is written but by a call, and the holder keeps the parent's row until then
+        (a blind child is fed or dropped at the very next step, and its holder ranks above it)."""
         held = {child.row for child in children if child.row >= 0}
+        for parent, child in zip(parents, children):
+            if child.row < 0 and child.path is not None and parent.row not in held:
+                child.row = parent.row
+                held.add(child.row)
         for parent, child in zip(parents, children):
             if child.row >= 0:
                 continue
-            if parent.row in held:
+            if parent.row not in held:
+                child.row = parent.row
+            elif child.path is not None:  # on the path, which another child's row holds already
                 self.branch_off(parent, child)
             else:
-                child.row = parent.row
+                child.row = self.take_row()
+                child.copy_from = (parent.row, len(child.tokens) - 1)
             held.add(child.row)
         for hyp in self.live:
             rows = [hyp.row] + [h.row for h in hyp.ahead.values()]
@@ -175,29 +189,42 @@ class _Search:
 
     def feed(self, hyps: list[_Hyp]) -> None:
         """One decoder call for these hypotheses' rows only: pending token + drafts; sets paths."""
+        for hyp in hyps:
+            if hyp.copy_from is not None:
+                source, slots = hyp.copy_from
+                self.pool.copy_row(source, hyp.row, slots)
+                hyp.copy_from = None
         want_attention = self.drafter.needs_attention
         drafts = fit_drafts([self.drafter.propose(h.tokens, h.peak) for h in hyps],
                             [len(h.tokens) - 1 for h in hyps], [self.budget] * len(hyps), self.slots)
         tokens, lengths = pack_drafts([h.tokens[-1] for h in hyps], drafts, [self.src] * len(hyps))  # (R, N, 1+D)
-        rows = torch.tensor([h.row for h in hyps], dtype=torch.long, device=self.device)
-        starts = torch.tensor([len(h.tokens) - 1 for h in hyps], dtype=torch.long, device=self.device)
+        n_cached = [len(h.tokens) - 1 for h in hyps]
+        rows = torch.from_numpy(np.array([h.row for h in hyps], dtype=np.int64)).to(self.device)
+        starts = torch.from_numpy(np.array(n_cached, dtype=np.int64)).to(self.device)
         # On the native engine one draft a row is fed on the pool's own rows (no gather, no write-back).
-        in_pool = self.native and tokens.shape[1] == 1 and int(starts.max()) + tokens.shape[2] <= self.pool.capacity
+        in_pool = self.native and tokens.shape[1] == 1 and max(n_cached) + tokens.shape[2] <= self.pool.capacity
         cache = self.pool.view(rows, starts) if in_pool else self.pool.gather(rows, starts, tokens.shape[2])
         logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
-        log_probs = self.model.log_probs(logits).cpu()  # (R, N, 1+D, V)
-        _, branch = accept_greedy(tokens[:, :, 1:], lengths, log_probs.argmax(dim=-1))  # first best branch
-        log_probs_np, branch_list = log_probs.numpy(), branch.tolist()
+        log_probs = self.model.log_probs(logits).cpu().numpy()  # (R, N, 1+D, V)
+        branch: torch.Tensor | None = None
+        if tokens.shape[1] == 1:  # one branch a row (the CPU's case): it is the path, nothing to choose
+            branch_list = [0] * len(hyps)
+        else:  # the first branch that agrees longest with the argmax
+            _, branch = accept_greedy(tokens[:, :, 1:], lengths, torch.from_numpy(log_probs.argmax(-1)))
+            branch_list = branch.tolist()
+        # cross-attention argmax at every fed position, in one op (the first maximum, as torch's)
+        peaks_all = attention.float().cpu().numpy().argmax(-1).tolist() if attention is not None else None  # (R, N, 1+D)
         for i, hyp in enumerate(hyps):
             b = branch_list[i]
             positions = drafts[i][b] if drafts[i] else []
-            peaks = tuple(attention[i, b, : 1 + len(positions)].argmax(-1).tolist()) if attention is not None else None
+            peaks = tuple(peaks_all[i][b][: 1 + len(positions)]) if peaks_all is not None else None
             hyp.path = _Path(len(hyp.tokens), tuple(self.src[p] for p in positions), tuple(positions),
-                             log_probs_np[i, b, : 1 + len(positions)], peaks)
+                             log_probs[i, b, : 1 + len(positions)], peaks)
         if not in_pool:
-            self.pool.write(rows, cache, branch.to(self.device))
+            chosen = branch if branch is not None else torch.zeros(len(hyps), dtype=torch.long)
+            self.pool.write(rows, cache, chosen.to(self.device))
         # Acceptance and output tokens are counted once the search ends (result), from the n-best.
-        self.stats.record_call(proposed=int(lengths.sum()), emitted=0)
+        self.stats.record_call(proposed=sum(len(d) for row in drafts for d in row), emitted=0)
 
     # -- results -----------------------------------------------------------------------------------
 
