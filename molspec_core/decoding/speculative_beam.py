@@ -1,8 +1,8 @@
 """Speculative beam search: the paper's SBS (lossy) and an exact variant (`sbs-exact`).
 
 Cache rows form a pool owned by hypotheses, not by beam slots: a hypothesis keeps its row while it
-is extended, a second child of the same parent gets a copy of the parent's row (copy on write), and
-a call feeds only the rows that need it (gathered into a small cache and written back), so rows
+is extended, a second child of the same parent gets a copy of the parent's row (copy on write, made
+when it is first fed), and a call feeds only the rows that need it (gathered into a small cache and written back), so rows
 may sit at different lengths (per-row positions replace the paper's left padding). A fed row
 receives its pending last token followed by copy drafts, (R, N, 1+D), and keeps the log-probs at
 every position of the draft branch it chose (the one whose prefix agrees longest with the
@@ -38,8 +38,8 @@ token, and each child fed ahead first copies its parent's row; on the retro quic
 (40 queries, D=1) it saved 16% of the calls and cost 11% more time (5.40 s against 4.82 s, twice).
 
 Selection is beam search's own step (beam.best_children: the stable sort over (slot, token)), on the
-same float32 sums, so ties break the same way; the stop rule and the ranking are beam.py's too; scores differ from beam search only by the float rounding of logits
-computed in a longer call.
+same float32 sums, so ties break the same way; the stop rule and the ranking are beam.py's too;
+scores differ from beam search only by the float rounding of logits computed in a longer call.
 """
 from __future__ import annotations
 
@@ -160,9 +160,10 @@ class _Search:
         A parent's row goes to its child on the path, if it has one (that child reads the draft's slots
         and is not fed), else to its first child. The other children take new rows, filled from the
         parent's row only when they are first fed (copy_from): a child dropped unfed costs no copy.
-        The copy is safe then: the next call feeds every child not dropped and copies before it
-        writes, no row is written but by a call, and the holder keeps the parent's row until then
-        (a blind child is fed or dropped at the very next step, and its holder ranks above it)."""
+        The copy is safe then: no row is written but by a call, which makes its copies first, and a
+        blind child is fed or dropped at the very next step, before which the parent's row is not
+        freed (a holder on the path is not dropped; a blind holder ranks above its siblings, so it
+        is dropped only with them)."""
         held = {child.row for child in children if child.row >= 0}
         for parent, child in zip(parents, children):
             if child.row < 0 and child.path is not None and parent.row not in held:
@@ -212,8 +213,8 @@ class _Search:
         else:  # the first branch that agrees longest with the argmax
             _, branch = accept_greedy(tokens[:, :, 1:], lengths, torch.from_numpy(log_probs.argmax(-1)))
             branch_list = branch.tolist()
-        # cross-attention argmax at every fed position, in one op (the first maximum, as torch's)
-        peaks_all = attention.float().cpu().numpy().argmax(-1).tolist() if attention is not None else None  # (R, N, 1+D)
+        # cross-attention argmax (R, N, 1+D) at every fed position in one op (the first maximum, as torch's)
+        peaks_all = attention.float().cpu().numpy().argmax(-1).tolist() if attention is not None else None
         for i, hyp in enumerate(hyps):
             b = branch_list[i]
             positions = drafts[i][b] if drafts[i] else []
