@@ -42,7 +42,8 @@ CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-Werror=impli
 OPENMP = "-fopenmp"
 # Instruction sets the C step can be built for: "native" is this CPU's best (AVX-512 or AVX2); "avx2"
 # leaves AVX-512 out, so that a machine with it also builds and tests the AVX2 code other CPUs run.
-ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
+# "plain-int8" also leaves out the int8 kernels (VNNI, AVX2) for the plain loop they must equal (tests).
+ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",), "plain-int8": ("-mno-avx512f", "-DINT8_PLAIN")}
 CPU_FLAGS = ("avx2", "fma", "f16c")
 
 

@@ -173,21 +173,22 @@ def test_int8_weights_are_the_weights_rounded_per_column_in_their_panel_layout()
 
 
 def test_int8_is_the_same_function_on_every_path_and_close_to_float32():
-    """The int32 sums are exact: VNNI (where this CPU has it) and the plain loop (the AVX2 build) give
-    the same bits. And int8 stays close to float32 on a random model."""
+    """The int32 sums are exact: VNNI (where this CPU has it), the AVX2 kernel (the AVX2 build) and the
+    plain loop give the same bits. And int8 stays close to float32 on a random model."""
     sources = random_sources(4, 3, 14, 3, 12)
     tokens = torch.tensor(random_sources(5, 3, 14, 9, 9)).unsqueeze(1)
     runs = []
-    for isa, dtype in (("native", "int8"), ("avx2", "int8"), ("native", "float32")):
+    for isa, dtype in (("native", "int8"), ("avx2", "int8"), ("plain-int8", "int8"), ("native", "float32")):
         model = random_model(3, engine="numpy")
         model.numpy_step = NativeStep(model, isa, dtype)
         runs.append(one_call(model, sources, [2, 5, 4], tokens, [9, 1, 8], fill_lean=True))
-    for a, b in zip(runs[0][:4], runs[1][:4]):
-        assert torch.equal(a, b)
-    vnni = {"avx512f", "avx512bw", "avx512_vnni"} <= native._cpu_flags()  # else both builds take the plain loop
+    for other in runs[1:3]:
+        for a, b in zip(runs[0][:4], other[:4]):
+            assert torch.equal(a, b)
+    vnni = {"avx512f", "avx512bw", "avx512_vnni"} <= native._cpu_flags()  # else the native build is the AVX2 one
     model = random_model(3, engine="numpy")
     assert NativeStep(model, "native", "int8").int8_vnni == vnni and not NativeStep(model, "avx2", "int8").int8_vnni
-    logits_int8, logits_float32 = runs[0][0], runs[2][0]
+    logits_int8, logits_float32 = runs[0][0], runs[3][0]
     assert 0 < float((logits_int8 - logits_float32).abs().max()) < 0.05 * float(logits_float32.abs().max())
 
 

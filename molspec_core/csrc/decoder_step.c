@@ -322,6 +322,99 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
     free(sums);
     return 0;
 }
+#elif defined(__AVX2__) && !defined(INT8_PLAIN)
+int int8_vnni(void) { return 0; }
+
+/* AVX2 has no 4-byte dot product into 32 bits; vpmaddubsw (unsigned by signed bytes, pairs summed into
+ * 16 bits) saturates on VNNI's unsigned form (255 * 127 * 2 does not fit). So each activation's sign
+ * goes onto its weight (vpsignb) and its magnitude, at most 127, multiplies: a pair sums to at most
+ * 2 * 127 * 127 = 32258, exact in 16 bits, and vpmaddwd by ones adds the pairs into int32. The sums are
+ * VNNI's and the plain loop's to the bit. A block holds rows x cols panels of two ymm accumulators. */
+#define I8_ROWS_MAX 4
+static int i8_panels_for(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
+
+static inline __attribute__((always_inline)) void int8_block(int rows, int cols, const int8_t *xq, int64_t ldx,
+                                                             const int8_t *panel, int64_t panel_size, int groups,
+                                                             int32_t *sums, int64_t lds) {
+    __m256i acc[I8_ROWS_MAX][4][2];
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
+    for (int g = 0; g < groups; g++) {
+        for (int r = 0; r < rows; r++) {
+            int32_t four;
+            memcpy(&four, xq + r * ldx + 4 * g, 4);
+            const __m256i xv = _mm256_set1_epi32(four), magnitude = _mm256_abs_epi8(xv);
+            for (int c = 0; c < cols; c++) {
+                const int8_t *w = panel + c * panel_size + 64 * g; /* 16 columns x 4 bytes of k */
+                for (int h = 0; h < 2; h++) {
+                    __m256i signed_w = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(w + 32 * h)), xv);
+                    __m256i pairs = _mm256_maddubs_epi16(magnitude, signed_w);
+                    acc[r][c][h] = _mm256_add_epi32(acc[r][c][h], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            for (int h = 0; h < 2; h++) _mm256_storeu_si256((__m256i *)(sums + r * lds + 16 * c + 8 * h), acc[r][c][h]);
+}
+
+#define ICASE(R, C) case R * 16 + C: int8_block(R, C, xr, k4, panel, panel_size, k4 / 4, sr, n_pad); break;
+#define ISHAPES ICASE(1, 1) ICASE(1, 2) ICASE(1, 3) ICASE(1, 4) ICASE(2, 1) ICASE(2, 2) ICASE(3, 1) ICASE(4, 1)
+
+static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
+    if (m <= 0) return 0;
+    const int k = a->k, k4 = a->k4, n_pad = a->n_pad, n_panels = n_pad / 16;
+    const int64_t panel_size = (int64_t)k4 * 16;
+    int8_t *xq = malloc((size_t)m * k4 + 64);
+    float *row_scale = malloc(sizeof(float) * (size_t)m);
+    int32_t *sums = malloc(sizeof(int32_t) * (size_t)m * n_pad);
+    if (xq == NULL || row_scale == NULL || sums == NULL) {
+        free(xq);
+        free(row_scale);
+        free(sums);
+        return 1;
+    }
+    for (int r = 0; r < m; r++) { /* the plain path's rounding: nearest, ties to even, clamped */
+        float inv;
+        row_range(x + r * ldx, k, row_scale + r, &inv);
+        for (int i = 0; i < k4; i++) {
+            float v = i < k ? nearbyintf(x[r * ldx + i] * inv) : 0.0f;
+            xq[(int64_t)r * k4 + i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        }
+    }
+    const int blocks = (m + I8_ROWS_MAX - 1) / I8_ROWS_MAX, last_rows = m - (blocks - 1) * I8_ROWS_MAX;
+    const int groups = (n_panels + i8_panels_for(I8_ROWS_MAX) - 1) / i8_panels_for(I8_ROWS_MAX);
+    const int items = (blocks - 1) * groups + (n_panels + i8_panels_for(last_rows) - 1) / i8_panels_for(last_rows);
+#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
+    for (int item = 0; item < items; item++) { /* as product_fp16 */
+        const int block = item < (blocks - 1) * groups ? item / groups : blocks - 1;
+        const int group = item < (blocks - 1) * groups ? item % groups : item - (blocks - 1) * groups;
+        const int r = block * I8_ROWS_MAX, rows = m - r < I8_ROWS_MAX ? m - r : I8_ROWS_MAX;
+        const int step = i8_panels_for(rows), p = group * step;
+        const int8_t *xr = xq + (int64_t)r * k4;
+        const int8_t *panel = a->q + p * panel_size;
+        int32_t *sr = sums + (int64_t)r * n_pad + 16 * p;
+        const int cols = n_panels - p < step ? n_panels - p : step;
+        switch (rows * 16 + cols) { ISHAPES }
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    for (int r = 0; r < m; r++) { /* fma(sum, row_scale * q_scale, bias), as the plain path rounds it */
+        const __m256 rs = _mm256_set1_ps(row_scale[r]);
+        for (int n = 0; n < n_pad; n += 8) {
+            __m256 sum = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(sums + (int64_t)r * n_pad + n)));
+            __m256 v = _mm256_fmadd_ps(sum, _mm256_mul_ps(rs, _mm256_loadu_ps(a->q_scale + n)),
+                                       _mm256_loadu_ps(a->bias + n));
+            if (relu) v = _mm256_max_ps(v, zero);
+            _mm256_storeu_ps(out + (int64_t)r * n_pad + n, v);
+        }
+    }
+    free(xq);
+    free(row_scale);
+    free(sums);
+    return 0;
+}
 #else
 int int8_vnni(void) { return 0; }
 
