@@ -288,7 +288,7 @@ class NativeStep(NumpyStep):
     dtype "int8" (issue 16's option): the products of the encoder and decoder layers take int8 weights
     (per output column scales) and int8 activations (per row, quantized at each product), summed in
     int32: a quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction
-    lane. The tied output projection and everything between products stay float32. The int32 sums are
+    lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block). The tied output projection and everything between products stay float32. The int32 sums are
     exact, so the result is the same on every CPU and a token's logits still do not depend on the
     rest of the call. It computes another function than float32: its answers differ where the model
     is nearly undecided (the model cards give the agreement measured)."""
@@ -383,7 +383,7 @@ class NativeStep(NumpyStep):
 
     @property
     def int8_vnni(self) -> bool:
-        """Whether int8 products run on VNNI here (else a plain loop: the same results, slower)."""
+        """Whether int8 products run on VNNI here (else on the AVX2 kernel: the same results, slower)."""
         return bool(self._library.int8_vnni())
 
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
