@@ -50,7 +50,7 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
     ]
     data = config.get("data_stats") or {}
     if "train" in data:
-        rows.append(("Training reactions", f"{data['train']:,}"))
+        rows.append(("Training pairs, last run (see the card)", f"{data['train']:,}"))
     return pd.DataFrame(rows, columns=["fact", "value"])
 
 
