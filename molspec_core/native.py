@@ -288,9 +288,9 @@ class NativeStep(NumpyStep):
     dtype "int8" (issue 16's option): the products of the encoder and decoder layers take int8 weights
     (per output column scales) and int8 activations (per row, quantized at each product), summed in
     int32: a quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction
-    lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block). The tied output projection and everything between products stay float32. The int32 sums are
-    exact, so the result is the same on every CPU and a token's logits still do not depend on the
-    rest of the call. It computes another function than float32: its answers differ where the model
+    lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block). The tied output
+    projection and everything between products stay float32. The int32 sums are exact, so the result
+    is the same on every CPU and a token's logits still do not depend on the rest of the call. It computes another function than float32: its answers differ where the model
     is nearly undecided (the model cards give the agreement measured)."""
 
     masks_itself = True  # model.decode need not build the InPlace mask: the C call works it out from the lengths

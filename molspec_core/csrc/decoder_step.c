@@ -187,26 +187,44 @@ static inline __attribute__((always_inline)) void panel_block(int rows, int cols
 #define SHAPES UP_TO_4(1) UP_TO_2(2) CASE(3, 1) CASE(4, 1) CASE(5, 1) CASE(6, 1)
 #endif
 
+/* A product's work items: (row block, panel group), the full row blocks first; each is one register
+ * block of `rows` rows from row r by `cols` panels from panel p (panels(rows) of them, fewer at the end). */
+typedef struct {
+    int r, rows, p, cols;
+} Tile;
+
+static inline int tile_count(int m, int n_panels, int rows_max, int (*panels)(int)) {
+    const int blocks = (m + rows_max - 1) / rows_max, last_rows = m - (blocks - 1) * rows_max;
+    const int groups = (n_panels + panels(rows_max) - 1) / panels(rows_max);
+    return (blocks - 1) * groups + (n_panels + panels(last_rows) - 1) / panels(last_rows);
+}
+
+static inline Tile tile_of(int item, int m, int n_panels, int rows_max, int (*panels)(int)) {
+    const int blocks = (m + rows_max - 1) / rows_max, groups = (n_panels + panels(rows_max) - 1) / panels(rows_max);
+    const int full = (blocks - 1) * groups;
+    const int block = item < full ? item / groups : blocks - 1, group = item < full ? item % groups : item - full;
+    Tile t;
+    t.r = block * rows_max;
+    t.rows = m - t.r < rows_max ? m - t.r : rows_max;
+    const int step = panels(t.rows);
+    t.p = group * step;
+    t.cols = n_panels - t.p < step ? n_panels - t.p : step;
+    return t;
+}
+
 /* out (m, n_pad) = x (m, k) @ W + bias, optionally ReLU'd; x rows ldx apart. */
 static void product_fp16(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
     if (m <= 0) return;
     const int64_t panel_size = (int64_t)a->k * 16;
-    const int n_panels = a->n_pad / 16, blocks = (m + ROWS_MAX - 1) / ROWS_MAX;
-    const int last_rows = m - (blocks - 1) * ROWS_MAX, groups = (n_panels + panels_for(ROWS_MAX) - 1) / panels_for(ROWS_MAX);
-    const int last_groups = (n_panels + panels_for(last_rows) - 1) / panels_for(last_rows);
-    /* items: (row block, panel group), the full blocks first; each is one register block */
-    const int items = (blocks - 1) * groups + last_groups;
+    const int n_panels = a->n_pad / 16, items = tile_count(m, n_panels, ROWS_MAX, panels_for);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * a->n_pad * a->k)
     for (int item = 0; item < items; item++) {
-        const int block = item < (blocks - 1) * groups ? item / groups : blocks - 1;
-        const int group = item < (blocks - 1) * groups ? item % groups : item - (blocks - 1) * groups;
-        const int r = block * ROWS_MAX, rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
-        const int step = panels_for(rows), p = group * step;
-        const float *xr = x + r * ldx;
-        const uint16_t *panel = a->weight + p * panel_size;
-        const float *bias = a->bias + 16 * p;
-        float *o = out + (int64_t)r * a->n_pad + 16 * p;
-        const int cols = n_panels - p < step ? n_panels - p : step;
+        const Tile t = tile_of(item, m, n_panels, ROWS_MAX, panels_for);
+        const int rows = t.rows, cols = t.cols;
+        const float *xr = x + t.r * ldx;
+        const uint16_t *panel = a->weight + t.p * panel_size;
+        const float *bias = a->bias + 16 * t.p;
+        float *o = out + (int64_t)t.r * a->n_pad + 16 * t.p;
         switch (rows * 16 + cols) { SHAPES }
     }
 }
@@ -227,6 +245,17 @@ static inline void row_range(const float *row, int k, float *scale, float *inv) 
     for (; i < k; i++) top = fabsf(row[i]) > top ? fabsf(row[i]) : top; /* a maximum: the same in any order */
     *scale = top / 127.0f;
     *inv = top > 0.0f ? 127.0f / top : 0.0f;
+}
+
+/* Row r as int8: its scale (row_range) and each value rounded to nearest, ties to even, clamped to
+ * [-127, 127]; zeros from k to k4. The VNNI path rounds the same way 16 at a time. */
+static inline void quantize_row(const float *row, int k, int k4, int8_t *xq, float *scale) {
+    float inv;
+    row_range(row, k, scale, &inv);
+    for (int i = 0; i < k4; i++) {
+        float v = i < k ? nearbyintf(row[i] * inv) : 0.0f;
+        xq[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+    }
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -289,19 +318,14 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             _mm512_mask_cvtepi32_storeu_epi8(xu + (int64_t)r * k4 + i, keep, u);
         }
     }
-    const int blocks = (m + ROWS_MAX - 1) / ROWS_MAX, last_rows = m - (blocks - 1) * ROWS_MAX;
-    const int groups = (n_panels + panels_for(ROWS_MAX) - 1) / panels_for(ROWS_MAX);
-    const int items = (blocks - 1) * groups + (n_panels + panels_for(last_rows) - 1) / panels_for(last_rows);
+    const int items = tile_count(m, n_panels, ROWS_MAX, panels_for);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
     for (int item = 0; item < items; item++) { /* as product_fp16 */
-        const int block = item < (blocks - 1) * groups ? item / groups : blocks - 1;
-        const int group = item < (blocks - 1) * groups ? item % groups : item - (blocks - 1) * groups;
-        const int r = block * ROWS_MAX, rows = m - r < ROWS_MAX ? m - r : ROWS_MAX;
-        const int step = panels_for(rows), p = group * step;
-        const uint8_t *xr = xu + (int64_t)r * k4;
-        const int8_t *panel = a->q + p * panel_size;
-        int32_t *sr = sums + (int64_t)r * n_pad + 16 * p;
-        const int cols = n_panels - p < step ? n_panels - p : step;
+        const Tile t = tile_of(item, m, n_panels, ROWS_MAX, panels_for);
+        const int rows = t.rows, cols = t.cols;
+        const uint8_t *xr = xu + (int64_t)t.r * k4;
+        const int8_t *panel = a->q + t.p * panel_size;
+        int32_t *sr = sums + (int64_t)t.r * n_pad + 16 * t.p;
         switch (rows * 16 + cols) { ISHAPES }
     }
     const __m512 zero = _mm512_setzero_ps();
@@ -357,7 +381,8 @@ static inline __attribute__((always_inline)) void int8_block(int rows, int cols,
     }
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
-            for (int h = 0; h < 2; h++) _mm256_storeu_si256((__m256i *)(sums + r * lds + 16 * c + 8 * h), acc[r][c][h]);
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_si256((__m256i *)(sums + r * lds + 16 * c + 8 * h), acc[r][c][h]);
 }
 
 #define ICASE(R, C) case R * 16 + C: int8_block(R, C, xr, k4, panel, panel_size, k4 / 4, sr, n_pad); break;
@@ -376,27 +401,15 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
         free(sums);
         return 1;
     }
-    for (int r = 0; r < m; r++) { /* the plain path's rounding: nearest, ties to even, clamped */
-        float inv;
-        row_range(x + r * ldx, k, row_scale + r, &inv);
-        for (int i = 0; i < k4; i++) {
-            float v = i < k ? nearbyintf(x[r * ldx + i] * inv) : 0.0f;
-            xq[(int64_t)r * k4 + i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
-        }
-    }
-    const int blocks = (m + I8_ROWS_MAX - 1) / I8_ROWS_MAX, last_rows = m - (blocks - 1) * I8_ROWS_MAX;
-    const int groups = (n_panels + i8_panels_for(I8_ROWS_MAX) - 1) / i8_panels_for(I8_ROWS_MAX);
-    const int items = (blocks - 1) * groups + (n_panels + i8_panels_for(last_rows) - 1) / i8_panels_for(last_rows);
+    for (int r = 0; r < m; r++) quantize_row(x + r * ldx, k, k4, xq + (int64_t)r * k4, row_scale + r);
+    const int items = tile_count(m, n_panels, I8_ROWS_MAX, i8_panels_for);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
     for (int item = 0; item < items; item++) { /* as product_fp16 */
-        const int block = item < (blocks - 1) * groups ? item / groups : blocks - 1;
-        const int group = item < (blocks - 1) * groups ? item % groups : item - (blocks - 1) * groups;
-        const int r = block * I8_ROWS_MAX, rows = m - r < I8_ROWS_MAX ? m - r : I8_ROWS_MAX;
-        const int step = i8_panels_for(rows), p = group * step;
-        const int8_t *xr = xq + (int64_t)r * k4;
-        const int8_t *panel = a->q + p * panel_size;
-        int32_t *sr = sums + (int64_t)r * n_pad + 16 * p;
-        const int cols = n_panels - p < step ? n_panels - p : step;
+        const Tile t = tile_of(item, m, n_panels, I8_ROWS_MAX, i8_panels_for);
+        const int rows = t.rows, cols = t.cols;
+        const int8_t *xr = xq + (int64_t)t.r * k4;
+        const int8_t *panel = a->q + t.p * panel_size;
+        int32_t *sr = sums + (int64_t)t.r * n_pad + 16 * t.p;
         switch (rows * 16 + cols) { ISHAPES }
     }
     const __m256 zero = _mm256_setzero_ps();
@@ -424,12 +437,8 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k)
     for (int r = 0; r < m; r++) {
         int8_t xq[k4];
-        float row_scale, inv;
-        row_range(x + r * ldx, k, &row_scale, &inv);
-        for (int i = 0; i < k4; i++) {
-            float v = i < k ? nearbyintf(x[r * ldx + i] * inv) : 0.0f;
-            xq[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
-        }
+        float row_scale;
+        quantize_row(x + r * ldx, k, k4, xq, &row_scale);
         for (int p = 0; p < n_pad / 16; p++) {
             int32_t acc[16] = {0};
             const int8_t *panel = a->q + (int64_t)p * k4 * 16;

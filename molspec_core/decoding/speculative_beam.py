@@ -2,11 +2,11 @@
 
 Cache rows form a pool owned by hypotheses, not by beam slots: a hypothesis keeps its row while it
 is extended, a second child of the same parent gets a copy of the parent's row (copy on write, made
-when it is first fed), and a call feeds only the rows that need it (gathered into a small cache and written back), so rows
-may sit at different lengths (per-row positions replace the paper's left padding). A fed row
-receives its pending last token followed by copy drafts, (R, N, 1+D), and keeps the log-probs at
-every position of the draft branch it chose (the one whose prefix agrees longest with the
-argmax): a *path*.
+when it is first fed), and a call feeds only the rows that need it (gathered into a small cache and
+written back), so rows may sit at different lengths (per-row positions replace the paper's left
+padding). A fed row receives its pending last token followed by copy drafts, (R, N, 1+D), and keeps
+the log-probs at every position of the draft branch it chose (the one whose prefix agrees longest
+with the argmax): a *path*.
 
 sbs (Andronov et al. 2024, Appendix B): every step feeds every live hypothesis; the candidates are
 the hypothesis extended along its accepted draft prefix of each length i = 0..a, branching at i
@@ -196,10 +196,10 @@ class _Search:
                 self.pool.copy_row(source, hyp.row, slots)
                 hyp.copy_from = None
         want_attention = self.drafter.needs_attention
-        drafts = fit_drafts([self.drafter.propose(h.tokens, h.peak) for h in hyps],
-                            [len(h.tokens) - 1 for h in hyps], [self.budget] * len(hyps), self.slots)
-        tokens, lengths = pack_drafts([h.tokens[-1] for h in hyps], drafts, [self.src] * len(hyps))  # (R, N, 1+D)
         n_cached = [len(h.tokens) - 1 for h in hyps]
+        drafts = fit_drafts([self.drafter.propose(h.tokens, h.peak) for h in hyps], n_cached,
+                            [self.budget] * len(hyps), self.slots)
+        tokens, lengths = pack_drafts([h.tokens[-1] for h in hyps], drafts, [self.src] * len(hyps))  # (R, N, 1+D)
         rows = torch.from_numpy(np.array([h.row for h in hyps], dtype=np.int64)).to(self.device)
         starts = torch.from_numpy(np.array(n_cached, dtype=np.int64)).to(self.device)
         # On the native engine one draft a row is fed on the pool's own rows (no gather, no write-back).
