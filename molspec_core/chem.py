@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import random
 from collections import Counter
 from collections.abc import Iterable
 
@@ -41,6 +42,15 @@ def canonical_or_none(smiles: str) -> str | None:
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
     return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]
+
+
+def random_writing(smiles: str, rng: random.Random) -> str:
+    """The same molecules in another valid SMILES: atoms visited in a random order (so the fragments
+    come in a random order too), reproducible from `rng`. Training-data augmentation."""
+    mol = mol_from_smiles(smiles)
+    order = list(range(mol.GetNumAtoms()))
+    rng.shuffle(order)
+    return Chem.MolToSmiles(Chem.RenumberAtoms(mol, order), canonical=False)
 
 
 # An O-O-O chain: ozonide-like fragments such as "OOO" are a known failure of undertrained models and

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .data import TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
 from .service import DEFAULT_TIME_LIMIT_S, ENGINES
@@ -189,12 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv)")
 
     p = sub.add_parser("prepare-data", help="tokenized train/val/test files from the USPTO data")
-    p.add_argument("--task", choices=("forward", "retro"), required=True)
+    p.add_argument("--task", choices=TASKS, required=True,
+                   help="forward-mit: fine-tune data, the USPTO-MIT valid rows alone (use with --vocab)")
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
     p.add_argument("--out", required=True)
     p.add_argument("--n-val", type=int, default=2000)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--augment", type=int, default=20, help="retro: root-aligned SMILES per reaction (0: canonical only)")
+    p.add_argument("--augment", type=int, default=None,
+                   help="retro: root-aligned SMILES per reaction (default 20; 0: canonical only); "
+                        "forward-mit: writings of each source, the first as given (default 1)")
+    p.add_argument("--vocab", default=None,
+                   help="forward-mit: encode with this vocabulary.json (the model to fine-tune), not a new one")
 
     from .train import add_arguments
 
@@ -493,9 +499,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from .data import DEFAULT_DATA, prepare
+    from .tokenizer import Vocab
 
+    vocab = Vocab.load(Path(args.vocab)) if args.vocab else None
     stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val,
-                    args.workers, args.augment)
+                    args.workers, args.augment, vocab)
     print(json.dumps(stats, indent=2))
     return 0
 

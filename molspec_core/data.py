@@ -8,6 +8,10 @@ pool lacks the single-ion reagents that 13% of USPTO-MIT test queries hold ([H-]
 reactions written the way the test set is. Every training reaction whose canonical product equals
 a USPTO-MIT test product or a validation row's product is removed (leakage).
 
+Forward fine-tuning ("forward-mit"): only the USPTO-MIT valid rows after the first n_val, as the test
+set writes its queries, optionally with other writings of each source; encoded with the vocabulary of
+the model to be fine-tuned. The same held-out products are removed.
+
 Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-mapped by RXNMapper)
 with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products.
 """
@@ -117,12 +121,25 @@ def dedupe(pairs: list[Pair]) -> list[Pair]:
     return out
 
 
-def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
+@dataclass(frozen=True)
+class MitSplit:
+    val: list[Pair]  # the first n_val USPTO-MIT valid rows
+    train: list[Pair]  # the valid rows after them (before the leakage filter)
+    test: list[Pair]
+    held_out: set[str]  # products of test and validation rows: no training row may make one
+
+
+def mit_split(root: Path, n_val: int) -> MitSplit:
     mit = root / "uspto_mit" / "derived"
-    mit_valid = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"), read_lines(mit / "tgt-valid.txt.gz")) if t]
-    val, mit_train = mit_valid[:n_val], mit_valid[n_val:]
+    valid = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"), read_lines(mit / "tgt-valid.txt.gz")) if t]
     test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
-    held_out = {p.tgt for p in test if p.tgt} | {p.tgt for p in val}
+    val = valid[:n_val]
+    return MitSplit(val, valid[n_val:], test, {p.tgt for p in test if p.tgt} | {p.tgt for p in val})
+
+
+def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
+    mit = mit_split(root, n_val)
+    val, mit_train, test, held_out = mit.val, mit.train, mit.test, mit.held_out
     pool = list(forward_pool(root))
     pairs = [p for p in convert(pool, "forward", workers) if p is not None]
     n_parsed = len(pairs)
@@ -133,6 +150,32 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
              "removed_leakage_mit_test_or_val_product": len(leaked), "train": len(pairs),
              "val": len(val), "test": len(test)}
     write_splits(out, {"train": pairs, "val": val, "test": test}, stats)
+    return stats
+
+
+def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: Vocab | None) -> dict:
+    """Fine-tune data: the USPTO-MIT valid rows after the first n_val only (the test set's own writing,
+    reagents included), each source in `augment` writings: MIT's own first, then random ones
+    (chem.random_writing, seeded per row); the product stays canonical."""
+    from .chem import ChemError, random_writing
+
+    if augment < 1:
+        raise ValueError("forward-mit: augment is the writings of each source, at least 1")
+    mit = mit_split(root, n_val)
+    kept = [p for p in mit.train if p.tgt not in mit.held_out]
+    pairs, unreadable = [], 0
+    for i, pair in enumerate(kept):
+        pairs.append(pair)
+        rng = random.Random(i)
+        try:
+            pairs += [Pair(random_writing(pair.src, rng), pair.tgt) for _ in range(augment - 1)]
+        except ChemError:  # a source RDKit cannot read (a few in USPTO-MIT) keeps its one writing
+            unreadable += augment > 1
+    train = dedupe(keep_short(pairs))
+    stats = {"task": "forward-mit", "mit_valid_rows_for_training": len(mit.train),
+             "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept), "augment": augment,
+             "sources_rdkit_cannot_read": unreadable, "train": len(train), "val": len(mit.val), "test": len(mit.test)}
+    write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)
     return stats
 
 
@@ -178,13 +221,16 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int 
     return stats
 
 
-def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict) -> None:
+def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: Vocab | None = None) -> None:
+    """Text and uint8 token arrays of each split. `vocab`: encode with this one (fine-tuning a model,
+    whose vocabulary must not change) instead of building one from the training rows."""
     out.mkdir(parents=True, exist_ok=True)
     for name, pairs in splits.items():
         (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
         (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
     # uint8 token arrays: the rarest tokens are left out (read as unknown) when there are more
-    vocab = Vocab.build((s for p in splits["train"] for s in (p.src, p.tgt)), max_size=UINT8_TOKENS)
+    if vocab is None:
+        vocab = Vocab.build((s for p in splits["train"] for s in (p.src, p.tgt)), max_size=UINT8_TOKENS)
     vocab.save(out / "vocab.json")
     unknown = {name: save_arrays(out / f"{name}.npz", splits[name], vocab) for name in ("train", "val")}
     stats["vocab_size"] = len(vocab)
@@ -217,9 +263,21 @@ def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
             [tgt[to[i]:to[i + 1]] for i in range(len(to) - 1)])
 
 
-def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int = 20) -> dict:
+TASKS = ("forward", "forward-mit", "retro")
+DEFAULT_AUGMENT = {"forward-mit": 1, "retro": 20}  # writings of each training reaction
+
+
+def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
+            vocab: Vocab | None = None) -> dict:
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}")
+    if augment is not None and task not in DEFAULT_AUGMENT:
+        raise ValueError(f"{task}: augment is for {' and '.join(DEFAULT_AUGMENT)}")
+    if vocab is not None and task != "forward-mit":
+        raise ValueError(f"{task}: a given vocabulary is for forward-mit (fine-tuning data)")
+    augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
         return prepare_forward(root, out, n_val, workers)
-    if task == "retro":
-        return prepare_retro(root, out, n_val, workers, augment)
-    raise ValueError(f"unknown task {task!r}")
+    if task == "forward-mit":
+        return prepare_forward_mit(root, out, n_val, augment, vocab)
+    return prepare_retro(root, out, n_val, workers, augment)

@@ -126,3 +126,39 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
     product, reactants = val[1]
     assert product == canonical("CNC(C)=O") and canonical(reactants) == canonical("CC(=O)Cl.CN")
     assert product[0] == reactants[0] == "C" and reactants != canonical(reactants)  # aligned: both start at a methyl
+
+
+def test_prepare_forward_mit_fine_tune_data_is_the_mit_rows_in_several_writings(tmp_path):
+    from molspec_core.chem import canonical
+
+    root = tmp_path / "data"
+    make_tree(root)
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\nCC(=O)Cl.Nc1ccccc1.[Pd]\n")
+    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCOC(C)=O\nCC(=O)Nc1ccccc1\n")
+    vocab = Vocab.build(["CC(=O)Cl.Nc1ccccc1.[Pd]", "CC(=O)Nc1ccccc1", "CCN.O=CC.CCNCC", "[H-].[Na+]"])
+    stats = prepare("forward-mit", root, tmp_path / "out", n_val=1, augment=4, vocab=vocab)
+    src = (tmp_path / "out/train.src").read_text().splitlines()
+    tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
+    # the pool is not used; the second valid row makes a test product (leakage) and is removed
+    assert stats["removed_leakage_mit_test_or_val_product"] == 1
+    assert set(tgt) == {"CC(=O)Nc1ccccc1"}
+    # MIT's own writing first, then other writings of the same molecules (at most augment, distinct)
+    assert src[0] == "CC(=O)Cl.Nc1ccccc1.[Pd]" and 2 <= len(src) <= 4 and len(set(src)) == len(src)
+    assert {".".join(sorted(canonical(f) for f in s.split("."))) for s in src} == {"CC(=O)Cl.Nc1ccccc1.[Pd]"}
+    assert Vocab.load(tmp_path / "out/vocab.json").tokens == vocab.tokens  # the model's vocabulary, kept
+    assert (tmp_path / "out/val.tgt").read_text().splitlines() == ["CCNCC"]
+    again = prepare("forward-mit", root, tmp_path / "again", n_val=1, augment=4, vocab=vocab)
+    assert again == stats and (tmp_path / "again/train.src").read_text() == "\n".join(src) + "\n"  # reproducible
+
+
+def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
+    import pytest
+
+    make_tree(tmp_path / "data")
+    with pytest.raises(ValueError, match="augment is for"):
+        prepare("forward", tmp_path / "data", tmp_path / "out", augment=3)
+    with pytest.raises(ValueError, match="vocabulary is for forward-mit"):
+        prepare("retro", tmp_path / "data", tmp_path / "out", vocab=Vocab.build(["CC"]))
+    with pytest.raises(ValueError, match="at least 1"):
+        prepare("forward-mit", tmp_path / "data", tmp_path / "out", augment=0)
