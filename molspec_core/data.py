@@ -172,7 +172,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
         except ChemError:  # a source RDKit cannot read (a few in USPTO-MIT) keeps its one writing
             unreadable += augment > 1
     train = dedupe(keep_short(pairs))
-    stats = {"task": "forward-mit", "mit_valid_rows_for_training": len(mit.train),
+    stats = {"task": "forward", "data": "forward-mit", "mit_valid_rows_for_training": len(mit.train),
              "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept), "augment": augment,
              "sources_rdkit_cannot_read": unreadable, "train": len(train), "val": len(mit.val), "test": len(mit.test)}
     write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)

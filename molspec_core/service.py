@@ -491,7 +491,7 @@ class Predictor:
     def augmentable(self) -> bool:
         """Trained on many writings of each query (prepare-data --augment), so that reading a query in
         several writings and pooling the answers pays: measured on the retro model, see its card."""
-        return int(self.config.get("data_stats", {}).get("augment", 0)) > 0
+        return int(self.config.get("data_stats", {}).get("augment", 0)) > 1
 
     def check_augment(self, augment: int) -> None:
         """Refuse an augment this model cannot use, with the reason."""

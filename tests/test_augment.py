@@ -106,6 +106,14 @@ def test_a_model_trained_on_one_writing_refuses_augment(copier):
         copier.predict("CCO", augment=MAX_AUGMENT + 1)
 
 
+def test_data_of_one_writing_each_is_not_many_writings():
+    # prepare-data records augment 1 for data with one writing of each reaction (forward-mit's default)
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    for augment, allowed in ((0, False), (1, False), (2, True), (20, True)):
+        predictor.config = {**predictor.config, "data_stats": {"augment": augment}}
+        assert predictor.augmentable is allowed
+
+
 def test_evaluate_refuses_augment_for_such_a_model_before_running(tmp_path, capsys):
     (tmp_path / "src.txt").write_text("CCO\n")
     (tmp_path / "tgt.txt").write_text("O\n")
