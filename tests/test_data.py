@@ -44,6 +44,17 @@ def make_tree(root):
     write_gz(mit / "tgt-valid.txt.gz", "CCNCC\n")
 
 
+def tree_with_mit_valid(tmp_path, src: str, tgt: str):
+    """make_tree with three MIT valid rows: a validation row (with n_val=1), a row making a test
+    product (leakage) and the given one."""
+    root = tmp_path / "data"
+    make_tree(root)
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz", f"CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\n{src}\n")
+    write_gz(mit / "tgt-valid.txt.gz", f"CCNCC\nCOC(C)=O\n{tgt}\n")
+    return root
+
+
 def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
     make_tree(tmp_path / "data")
     stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1)
@@ -62,11 +73,7 @@ def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
 
 
 def test_prepare_forward_trains_on_mit_valid_rows_after_the_validation_rows(tmp_path):
-    root = tmp_path / "data"
-    make_tree(root)
-    mit = root / "uspto_mit/derived"
-    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\nCC(=O)Cl.CN.[Pd]\n")
-    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCOC(C)=O\nCNC(C)=O\n")
+    root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.CN.[Pd]", "CNC(C)=O")
     stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
     pairs = list(zip((tmp_path / "out/train.src").read_text().splitlines(),
                      (tmp_path / "out/train.tgt").read_text().splitlines()))
@@ -131,11 +138,7 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
 def test_prepare_forward_mit_fine_tune_data_is_the_mit_rows_in_several_writings(tmp_path):
     from molspec_core.chem import canonical
 
-    root = tmp_path / "data"
-    make_tree(root)
-    mit = root / "uspto_mit/derived"
-    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\nCC(=O)Cl.Nc1ccccc1.[Pd]\n")
-    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCOC(C)=O\nCC(=O)Nc1ccccc1\n")
+    root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.Nc1ccccc1.[Pd]", "CC(=O)Nc1ccccc1")
     vocab = Vocab.build(["CC(=O)Cl.Nc1ccccc1.[Pd]", "CC(=O)Nc1ccccc1", "CCN.O=CC.CCNCC", "[H-].[Na+]"])
     stats = prepare("forward-mit", root, tmp_path / "out", n_val=1, augment=4, vocab=vocab)
     src = (tmp_path / "out/train.src").read_text().splitlines()
