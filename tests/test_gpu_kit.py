@@ -127,10 +127,13 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     shipped = tmp_path / "models" / "forward"
     shipped.parent.mkdir()
     (tmp_path / "first" / "export").rename(shipped)
-    kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models")])
+    kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models"),
+              "--lr", "5e-4", "--warmup", "7"])
     assert f"--init {shipped}" in capsys.readouterr().out
     kit.main(["watch", "--seconds", "120"])
     log = (tmp_path / "runs" / "gpu_forward" / "train.log").read_text()
-    assert f"initialized from {shipped}" in log
+    assert f"initialized from {shipped}" in log and "peak lr 5.00e-04" in log
+    config = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "config.json").read_text())
+    assert config["train_config"]["warmup"] == 7
     state = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "train_state.json").read_text())
     assert state["step"] > 0 and state["seconds"] >= 3

@@ -160,8 +160,10 @@ def cmd_start(args: argparse.Namespace) -> None:
             continue
         cmd = [sys.executable, "-m", "molspec_core.train", "--data", str(GPU_DIR / task), "--out", str(run),
                "--preset", PRESET[task], "--max-minutes", str(args.minutes), "--export-every-minutes", "3",
-               "--eval-every", str(args.eval_every), "--val-greedy-rows", "500", "--warmup", "1000",
+               "--eval-every", str(args.eval_every), "--val-greedy-rows", "500", "--warmup", str(args.warmup),
                "--max-tokens", str(args.tokens)]
+        if args.lr:
+            cmd += ["--lr", str(args.lr)]
         resume = GPU_DIR / "resume" / task
         if not (run / "last").exists() and (resume / "train_state.json").exists():
             cmd += ["--resume", str(resume)]
@@ -316,6 +318,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--eval-every", type=int, default=2000)
     p.add_argument("--tokens", type=int, default=GPU_TOKENS, help="tokens per optimizer step")
+    p.add_argument("--lr", type=float, default=0.0, help="peak learning rate (0: the trainer's rule, 4e-3 at "
+                   "these batch sizes); a short block on from trained weights wants a lower one (tools/gpu_train.md)")
+    p.add_argument("--warmup", type=int, default=1000, help="warm-up steps to the peak rate")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--init", default="", help="folder holding <task>/ model folders (e.g. models): a task with "
                    "nothing to resume starts a new schedule from those weights")
