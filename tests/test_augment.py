@@ -107,7 +107,7 @@ def test_a_model_trained_on_one_writing_refuses_augment(copier):
 
 
 def test_data_of_one_writing_each_is_not_many_writings():
-    # prepare-data records augment 1 for data with one writing of each reaction (forward-mit's default)
+    # prepare-data --task retro records its root-aligned writings per reaction; 0 and 1 are one each
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
     for augment, allowed in ((0, False), (1, False), (2, True), (20, True)):
         predictor.config = {**predictor.config, "data_stats": {"augment": augment}}
