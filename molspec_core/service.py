@@ -537,9 +537,12 @@ class Predictor:
         stats = DecodeStats()
         for view, result in read:
             stats.add(result.stats)
+            given_here: set[str] = set()  # a beam may hold one answer in two strings: one writing gave it
             for prediction in self._predictions(view, result, canonical.canonical):
                 total, count, first, where = pooled.get(prediction.smiles, (0.0, 0, prediction, view))
-                pooled[prediction.smiles] = (total + prediction.probability, count + 1, first, where)
+                count += prediction.smiles not in given_here
+                given_here.add(prediction.smiles)
+                pooled[prediction.smiles] = (total + prediction.probability, count, first, where)
         stats.wall_time_s = max(result.stats.wall_time_s for _, result in read)  # one batch: its rows share it
         best = sorted(pooled.values(), key=lambda entry: -entry[0])[:n_best]
         calibration = self.pooled_calibration(augment)

@@ -72,6 +72,19 @@ def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
     assert [r[RESULT_COLUMNS.index("writings")] for r in rows] == [p.views for p in result.predictions]
 
 
+def test_two_strings_of_one_answer_from_one_writing_count_that_writing_once(reader):
+    # A beam can hold one answer twice, written differently (here from either end): its probability is
+    # the sum of both, and it was given by one writing, not two (the app once said "given for 6 of the
+    # 5 writings").
+    views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
+    decoded = [_answers(reader, ("CCO", 0.4), ("OCC", 0.2), ("CCN", 0.1), calls=4, seconds=0.2),
+               _answers(reader, ("CCN", 0.5), ("C(C)O", 0.3), calls=5, seconds=0.2)]
+    order = reader._pooled("OCCN", views, decoded, "beam", 3, 2).in_model_order()
+    assert [p.smiles for p in order] == ["CCO", "CCN"]
+    assert [p.score for p in order] == pytest.approx([math.log((0.4 + 0.2 + 0.3) / 2), math.log(0.3)])
+    assert [p.views for p in order] == [2, 2]
+
+
 def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader):
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
     ok = _answers(reader, ("CCO", 0.5), calls=3, seconds=0.1)
