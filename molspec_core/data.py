@@ -176,7 +176,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
              "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept),
              # not "augment": that key marks root-aligned data, whose models read a query in several rooted
              # writings (service.augmentable); a few random writings in training do not teach that (measured,
-             # CPU run 13: 5 writings cost 5 points of top-1 on the 500-query sample)
+             # CPU run 13's 40-minute export: 5 writings cost 5 points of top-1 on the 500-query sample)
              "random_writings_per_source": augment,
              "sources_rdkit_cannot_read": unreadable, "train": len(train), "val": len(mit.val), "test": len(mit.test)}
     write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)

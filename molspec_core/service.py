@@ -492,7 +492,7 @@ class Predictor:
         """Trained on many root-aligned writings of each query (prepare-data --task retro --augment N > 1),
         so that reading a query in several rooted writings and pooling the answers pays: measured on the
         retro model, see its card. Data with random writings (forward-mit) records another key: reading
-        rooted writings cost the forward model of CPU run 13 five points of top-1."""
+        rooted writings cost a forward model trained so (CPU run 13) five points of top-1."""
         return int(self.config.get("data_stats", {}).get("augment", 0)) > 1
 
     def check_augment(self, augment: int) -> None:
