@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .data import TASKS
+from .data import DEFAULT_AUGMENT, TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
 from .service import DEFAULT_TIME_LIMIT_S, ENGINES
@@ -197,8 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-val", type=int, default=2000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--augment", type=int, default=None,
-                   help="retro: root-aligned SMILES per reaction (default 20; 0: canonical only); "
-                        "forward-mit: writings of each source, the first as given (default 1)")
+                   help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
+                        f"only); forward-mit: writings of each source, the first as given (default "
+                        f"{DEFAULT_AUGMENT['forward-mit']})")
     p.add_argument("--vocab", default=None,
                    help="forward-mit: encode with this vocabulary.json (the model to fine-tune), not a new one")
 

@@ -170,7 +170,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
         try:
             pairs += [Pair(random_writing(pair.src, rng), pair.tgt) for _ in range(augment - 1)]
         except ChemError:  # a source RDKit cannot read (a few in USPTO-MIT) keeps its one writing
-            unreadable += augment > 1
+            unreadable += 1
     train = dedupe(keep_short(pairs))
     stats = {"task": "forward", "data": "forward-mit", "mit_valid_rows_for_training": len(mit.train),
              "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept),
@@ -198,7 +198,7 @@ def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]
     return ([pair] if pair else []), False
 
 
-def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int = 20) -> dict:
+def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int) -> dict:
     """USPTO-50K (GLN split): train pairs root-aligned x`augment` (0: canonical pairs only)."""
     with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
