@@ -97,9 +97,13 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             if model_order:
                 invalid += not model_order[0].valid
                 flagged += model_order[0].valid and not model_order[0].sane
-            for name, ranked in (("top", model_order), ("ranked_top", result.predictions)):
-                first = next((k for k, hit in enumerate(hits([p.smiles for p in ranked], target)) if hit), None)
-                for k in range(n_best if first is None else first, n_best):
+            right = hits([p.smiles for p in result.predictions], target)
+            # In the model's order a place is one in its beam (a folded repeat kept its first spelling's
+            # model_rank: service.fold_repeats); in the app's order, one in the list it shows.
+            places = {"top": [p.model_rank - 1 for p, hit in zip(result.predictions, right) if hit],
+                      "ranked_top": [k for k, hit in enumerate(right) if hit]}
+            for name, found in places.items():
+                for k in range(min(found, default=n_best), n_best):
                     correct[name][k] += 1
     n = len(sources)
     report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}

@@ -153,6 +153,9 @@ class Prediction:
     # writing its tokens' provenance points into when that is not the canonical query (its tokens).
     views: int = 1
     source_tokens: tuple[str, ...] = ()
+    # How many of the decoder's strings spell this answer (fold_repeats): a beam can write the same
+    # molecules twice, in two atom orders.
+    spellings: int = 1
 
     @property
     def probability(self) -> float:
@@ -162,6 +165,20 @@ class Prediction:
     def sane(self) -> bool:
         """Valid and without concerns: what the app and the CSV call a chemically sane answer."""
         return self.valid and not self.concerns
+
+
+def fold_repeats(predictions: Sequence[Prediction]) -> list[Prediction]:
+    """One answer per molecule set, in the model's order: a repeat (the same molecules spelled another way,
+    always lower in the beam) is folded into its first spelling, which keeps its place, score and
+    model_rank and counts the spellings. So top-k by model_rank is the beam's own (the papers'), and
+    the list a chemist reads holds no molecule twice. (Pooled writings add the repeats' probabilities
+    instead: Predictor._pooled.)"""
+    kept: dict[str, Prediction] = {}
+    for prediction in predictions:
+        first = kept.get(prediction.smiles)
+        kept[prediction.smiles] = (prediction if first is None
+                                   else dataclasses.replace(first, spellings=first.spellings + 1))
+    return list(kept.values())
 
 
 def rank_answers(predictions: Sequence[Prediction]) -> tuple[Prediction, ...]:
@@ -558,7 +575,7 @@ class Predictor:
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
-                           rank_answers(self._predictions(query, result)), result.stats, method)
+                           rank_answers(fold_repeats(self._predictions(query, result))), result.stats, method)
 
     def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "") -> list[Prediction]:
         """A decode's hypotheses as answers, in the model's order, checked (against the canonical query,

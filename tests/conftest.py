@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import random
 import sys
 from pathlib import Path
@@ -105,3 +106,14 @@ def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overr
 def random_sources(seed: int, n: int, vocab_size: int, lo: int = 3, hi: int = 24) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(4, vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def decoded_answers(predictor, *answers: tuple[str, float], calls: int = 1, seconds: float = 0.0):
+    """A made-up decode: each (SMILES, probability) as a hypothesis of generated tokens, in the order given."""
+    from molspec_core.decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+
+    hypotheses = []
+    for smiles, probability in answers:
+        ids = tuple(predictor.vocab.encode(smiles))
+        hypotheses.append(Hypothesis(ids, math.log(probability), (GENERATED,) * len(ids)))
+    return DecodeResult(hypotheses, DecodeStats(model_calls=calls, wall_time_s=seconds))

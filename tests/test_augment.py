@@ -6,10 +6,9 @@ import math
 import pytest
 from rdkit import Chem
 
-from conftest import FIXTURES
+from conftest import FIXTURES, decoded_answers
 from molspec_core.chem import canonical
 from molspec_core.cli import main
-from molspec_core.decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.rsmiles import root_views
 from molspec_core.service import MAX_AUGMENT, Predictor, _Query
@@ -45,16 +44,10 @@ def _query(predictor: Predictor, writing: str) -> _Query:
     return _Query("OCCN", writing, tuple(predictor.vocab.encode(writing)))
 
 
-def _answers(predictor: Predictor, *answers: tuple[str, float], calls: int, seconds: float) -> DecodeResult:
-    hypotheses = [Hypothesis(tuple(predictor.vocab.encode(smiles)), math.log(p), (GENERATED,) * len(predictor.vocab.encode(smiles)))
-                  for smiles, p in answers]
-    return DecodeResult(hypotheses, DecodeStats(model_calls=calls, wall_time_s=seconds))
-
-
 def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
-    decoded = [_answers(reader, ("CCO", 0.5), ("CCN", 0.3), calls=4, seconds=0.2),
-               _answers(reader, ("NCC", 0.6), ("OCC", 0.1), ("ClCC", 0.05), calls=5, seconds=0.2)]
+    decoded = [decoded_answers(reader, ("CCO", 0.5), ("CCN", 0.3), calls=4, seconds=0.2),
+               decoded_answers(reader, ("NCC", 0.6), ("OCC", 0.1), ("ClCC", 0.05), calls=5, seconds=0.2)]
     result = reader._pooled("OCCN", views, decoded, "beam", 3, 2)
     order = result.in_model_order()
     assert [p.smiles for p in order] == ["CCN", "CCO", "CCCl"]  # (0.3+0.6)/2 > (0.5+0.1)/2 > 0.05/2
@@ -77,8 +70,8 @@ def test_two_strings_of_one_answer_from_one_writing_count_that_writing_once(read
     # the sum of both, and it was given by one writing, not two (the app once said "given for 6 of the
     # 5 writings").
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
-    decoded = [_answers(reader, ("CCO", 0.4), ("OCC", 0.2), ("CCN", 0.1), calls=4, seconds=0.2),
-               _answers(reader, ("CCN", 0.5), ("C(C)O", 0.3), calls=5, seconds=0.2)]
+    decoded = [decoded_answers(reader, ("CCO", 0.4), ("OCC", 0.2), ("CCN", 0.1), calls=4, seconds=0.2),
+               decoded_answers(reader, ("CCN", 0.5), ("C(C)O", 0.3), calls=5, seconds=0.2)]
     order = reader._pooled("OCCN", views, decoded, "beam", 3, 2).in_model_order()
     assert [p.smiles for p in order] == ["CCO", "CCN"]
     assert [p.score for p in order] == pytest.approx([math.log((0.4 + 0.2 + 0.3) / 2), math.log(0.3)])
@@ -87,7 +80,7 @@ def test_two_strings_of_one_answer_from_one_writing_count_that_writing_once(read
 
 def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader):
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
-    ok = _answers(reader, ("CCO", 0.5), calls=3, seconds=0.1)
+    ok = decoded_answers(reader, ("CCO", 0.5), calls=3, seconds=0.1)
     pooled = reader._pooled("OCCN", views, [ok, "stopped after the 1 s time limit per query"], "beam", 3, 2)
     assert [(p.smiles, p.views) for p in pooled.predictions] == [("CCO", 1)]
     assert pooled.predictions[0].score == pytest.approx(math.log(0.5))  # the mean over the writings read

@@ -1,10 +1,13 @@
 """Predictor: validation, canonicalization, ranked results, provenance, errors, threads."""
+import math
 import threading
 
 import pytest
 
-from conftest import FIXTURES, FORWARD_MODEL
+from conftest import FIXTURES, FORWARD_MODEL, decoded_answers
 from molspec_core.checkpoint import CheckpointError
+from molspec_core.evaluate import evaluate
+from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.methods import of_family
 from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, rank_answers
 
@@ -95,6 +98,42 @@ def test_ranking_puts_sane_answers_first_and_keeps_model_order_within_groups():
     ranked = rank_answers(given)
     assert [p.model_rank for p in ranked] == [3, 4, 1, 5, 2]
     assert [p.rank for p in ranked] == [1, 2, 3, 4, 5]
+
+
+def test_an_answer_the_beam_spells_twice_is_listed_once_in_its_first_place(copier):
+    # A beam can hold the same molecules in two strings (the shipped forward model: 21 of 60 USPTO-MIT test
+    # queries had one in their top 5); a chemist should not read one product as ranks 1 and 2.
+    query = copier.prepare("OCCN")
+    beam = decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3), ("OCC", 0.1), ("NCC", 0.05), ("ClCC", 0.01))
+    result = copier._to_result("OCCN", query, beam, "beam")
+    assert [p.smiles for p in result.predictions] == ["CCO", "CCN", "CCCl"]
+    assert [p.model_rank for p in result.predictions] == [1, 2, 5]  # places in the beam
+    assert [p.rank for p in result.predictions] == [1, 2, 3]
+    assert [p.spellings for p in result.predictions] == [2, 2, 1]
+    assert [p.score for p in result.predictions] == pytest.approx([math.log(0.5), math.log(0.3), math.log(0.01)])
+    assert [p.tokens for p in result.predictions][:2] == [("C", "C", "O"), ("C", "C", "N")]  # the first spelling's
+    rows = result_rows(1, (), result)
+    assert [r[RESULT_COLUMNS.index("spellings")] for r in rows] == [2, 2, 1]
+
+
+class _Answers:
+    """A stand-in predictor that gives every query the same result."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def predict(self, queries, **_options):
+        return [self.result] * len(queries)
+
+
+def test_evaluate_counts_the_beams_places_in_model_order_and_the_listed_ones_in_the_apps(copier):
+    # In the model's order top-k stays the papers' (places in the beam, repeats included); the app's order
+    # counts the distinct answers it lists.
+    beam = decoded_answers(copier, ("CCO", 0.5), ("OCC", 0.3), ("CCN", 0.1), ("NCC", 0.05), ("ClCC", 0.01))
+    result = copier._to_result("OCCN", copier.prepare("OCCN"), beam, "beam")
+    found = evaluate(_Answers(result), ["OCCN"] * 3, ["ClCC", "NCC", "OCC"], n_best=5, progress=False)
+    assert [found[f"top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 1])
+    assert [found[f"ranked_top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 2 / 3, 1, 1, 1])
 
 
 def test_provenance_and_stats_are_reported(copier):

@@ -216,7 +216,10 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
             st.code(prediction.smiles, language=None, wrap_lines=True)
             if prediction.rank != prediction.model_rank:
                 st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
-                           "after sane ones).")
+                           "after sane ones, and an answer the model spelled twice is listed once).")
+            if prediction.spellings > 1:
+                st.caption(f"The model spelled these molecules in {prediction.spellings} ways (atom orders); "
+                           "this is its best-scored one.")
             if writings > 1:
                 st.caption(f"Given for {prediction.views} of the {writings} writings of the query the model read.")
             columns = st.columns(4 if prediction.forward_prob is not None else 3)
@@ -282,7 +285,7 @@ def answers_sdf(result: QueryResult) -> str:
     """The valid answers as an SD file, with what the page shows of each as properties."""
     return sdf_text((p.smiles, {"rank": p.rank, "model_rank": p.model_rank, "score": round(p.score, 4),
                                 "probability": f"{p.probability:.4g}", "confidence": p.confidence, "writings": p.views,
-                                "sane": p.sane, "concerns": "; ".join(p.concerns) or None,
+                                "spellings": p.spellings, "sane": p.sane, "concerns": "; ".join(p.concerns) or None,
                                 "round_trip": p.round_trip, "forward_prob": p.forward_prob,
                                 "query": result.canonical_query, "method": result.method})
                     for p in result.predictions if p.valid)
