@@ -85,7 +85,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
                          f"and {len(targets)} targets")
     correct = {"top": [0] * n_best, "ranked_top": [0] * n_best}
-    invalid = flagged = errors = 0
+    invalid = flagged = repeated = errors = 0
     for start in tqdm(range(0, len(sources), batch_size), desc="evaluate", disable=not progress, unit="batch"):
         chunk = sources[start:start + batch_size]
         results = predictor.predict(chunk, method=method, n_best=n_best, batch_size=batch_size, **options)
@@ -97,6 +97,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             if model_order:
                 invalid += not model_order[0].valid
                 flagged += model_order[0].valid and not model_order[0].sane
+            repeated += any(p.spellings > 1 for p in result.predictions)
             right = hits([p.smiles for p in result.predictions], target)
             # In the model's order a place is one in its beam (a folded repeat kept its first spelling's
             # model_rank: service.fold_repeats); in the app's order, one in the list it shows.
@@ -108,6 +109,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     n = len(sources)
     report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
-                  query_errors=errors, invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
-                  flagged_rate_counts="the model's top-1 answers that are valid but not sane (chem.answer_concerns) / n")
+                  repeated_rate=repeated / n, query_errors=errors,
+                  invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
+                  flagged_rate_counts="the model's top-1 answers that are valid but not sane (chem.answer_concerns) / n",
+                  repeated_rate_counts="the queries whose answers include one the model spelled twice "
+                                       "(service.fold_repeats) / n")
     return report

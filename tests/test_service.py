@@ -134,6 +134,9 @@ def test_evaluate_counts_the_beams_places_in_model_order_and_the_listed_ones_in_
     found = evaluate(_Answers(result), ["OCCN"] * 3, ["ClCC", "NCC", "OCC"], n_best=5, progress=False)
     assert [found[f"top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 1])
     assert [found[f"ranked_top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 2 / 3, 1, 1, 1])
+    assert found["repeated_rate"] == 1
+    once = copier._to_result("OCCN", copier.prepare("OCCN"), decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3)), "beam")
+    assert evaluate(_Answers(once), ["OCCN"], ["CCO"], n_best=2, progress=False)["repeated_rate"] == 0
 
 
 def test_provenance_and_stats_are_reported(copier):
