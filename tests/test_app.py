@@ -251,6 +251,20 @@ def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     assert at.radio(key="inspect_rank").options == ["Rank 1", "Rank 2", "Rank 3"]
 
 
+@needs_forward
+def test_an_answer_the_model_spelled_twice_is_listed_once(monkeypatch):
+    """The shipped forward model writes this oxidation's sulfoxide in two atom orders in its top 5
+    (USPTO-MIT test line 9); after a model change, pick another query whose beam repeats an answer."""
+    at = app(None, monkeypatch).run()
+    at.selectbox(key="method").set_value("beam").run()
+    predict(at, "CSCCNc1cccc2nc(NCc3ccc(C)o3)ccc12.ClCCl.O=C(OO)c1cccc(Cl)c1")
+    assert_clean(at)
+    ranks = [m for m in texts(at.markdown).split(" | ") if re.fullmatch(r"\*\*Rank \d\*\*", m)]
+    assert len(ranks) == 4
+    assert "The model's 5 strings hold 4 distinct answers: it wrote rank 1 in more than one atom order" in texts(at.caption)
+    assert "The model spelled these molecules in 2 ways" in texts(at.caption)
+
+
 def test_exact_speculative_beam_is_timed_against_beam_search(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("sbs-exact").run()

@@ -446,6 +446,12 @@ def main() -> None:
     if known:
         show_known_check(shown, known)
     listed = list(shown.result.predictions)
+    spelled = [str(p.rank) for p in listed if p.spellings > 1]
+    if spelled:
+        strings = sum(p.spellings for p in listed)
+        ranks = f"rank {spelled[0]}" if len(spelled) == 1 else f"ranks {', '.join(spelled[:-1])} and {spelled[-1]}"
+        st.caption(f"The model's {strings} strings hold {len(listed)} distinct answers: it wrote {ranks} in more "
+                   "than one atom order. Each answer is listed once.")
     if any(p.round_trip is not None for p in listed):
         passed = sum(bool(p.round_trip) for p in listed)
         st.caption(f"Round trip: the forward model gives the product back from {passed} of {len(listed)} answers "
