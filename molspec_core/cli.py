@@ -267,6 +267,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             confidence = f"{p.confidence:>5.2f}" if p.confidence is not None else f"{'-':>5}"
             check = "sane" if p.sane else "flagged" if p.valid else "invalid"
             note = f"   ({'; '.join(p.concerns)})" if p.concerns else ""
+            if p.spellings > 1:
+                note += f"   (written {p.spellings} ways)"
             if p.round_trip is not None:
                 note += f"   round trip {'yes' if p.round_trip else 'no'} (forward prob {p.forward_prob:.3g})"
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
