@@ -66,6 +66,11 @@ def texts(elements) -> str:
     return " | ".join(re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements)
 
 
+def rank_headings(at: AppTest) -> list[str]:
+    """The "Rank k" heading of each answer card on the page."""
+    return [m for m in texts(at.markdown).split(" | ") if re.fullmatch(r"\*\*Rank \d+\*\*", m)]
+
+
 def assert_clean(at: AppTest) -> None:
     """No exception on screen, and no Python repr leaking into text."""
     assert not at.exception, texts(at.exception)
@@ -246,8 +251,7 @@ def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     at.slider(key="n_best").set_value(3).run()
     predict(at, "Oc1ccncc1")
     assert_clean(at)
-    ranks = [m for m in texts(at.markdown).split(" | ") if re.fullmatch(r"\*\*Rank \d\*\*", m)]
-    assert ranks == ["**Rank 1**", "**Rank 2**", "**Rank 3**"]
+    assert rank_headings(at) == ["**Rank 1**", "**Rank 2**", "**Rank 3**"]
     assert at.radio(key="inspect_rank").options == ["Rank 1", "Rank 2", "Rank 3"]
 
 
@@ -259,8 +263,7 @@ def test_an_answer_the_model_spelled_twice_is_listed_once(monkeypatch):
     at.selectbox(key="method").set_value("beam").run()
     predict(at, "CSCCNc1cccc2nc(NCc3ccc(C)o3)ccc12.ClCCl.O=C(OO)c1cccc(Cl)c1")
     assert_clean(at)
-    ranks = [m for m in texts(at.markdown).split(" | ") if re.fullmatch(r"\*\*Rank \d\*\*", m)]
-    assert len(ranks) == 4
+    assert len(rank_headings(at)) == 4
     assert "The model's 5 strings hold 4 distinct answers: it wrote rank 1 in more than one atom order" in texts(at.caption)
     assert "The model spelled these molecules in 2 ways" in texts(at.caption)
 
