@@ -114,7 +114,8 @@ def file_name(augment: int = 1) -> str:
 
 def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
             batch_size: int = 16, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
-    """Per query, (score, right) of each valid answer in the model's order; a refused query gives []."""
+    """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
+    folded into its first spelling: service.fold_repeats); a refused query gives []."""
     from .evaluate import hits
 
     answers = []
