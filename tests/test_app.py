@@ -265,7 +265,7 @@ def test_an_answer_the_model_spelled_twice_is_listed_once(monkeypatch):
     assert_clean(at)
     assert len(rank_headings(at)) == 4
     assert "The model's 5 strings hold 4 distinct answers: it wrote rank 1 in more than one atom order" in texts(at.caption)
-    assert "The model spelled these molecules in 2 ways" in texts(at.caption)
+    assert "The model wrote these molecules in 2 atom orders" in texts(at.caption)
 
 
 def test_exact_speculative_beam_is_timed_against_beam_search(copy_models, monkeypatch):

@@ -216,10 +216,10 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
             st.code(prediction.smiles, language=None, wrap_lines=True)
             if prediction.rank != prediction.model_rank:
                 st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
-                           "after sane ones, and an answer the model spelled twice is listed once).")
+                           "after sane ones, and an answer the model wrote twice is listed once).")
             if prediction.spellings > 1:
-                st.caption(f"The model spelled these molecules in {prediction.spellings} ways (atom orders); "
-                           "this is its best-scored one.")
+                st.caption(f"The model wrote these molecules in {prediction.spellings} atom orders; this is its "
+                           "best-scored string, and its score is that string's.")
             if writings > 1:
                 st.caption(f"Given for {prediction.views} of the {writings} writings of the query the model read.")
             columns = st.columns(4 if prediction.forward_prob is not None else 3)
