@@ -154,7 +154,8 @@ class Prediction:
     views: int = 1
     source_tokens: tuple[str, ...] = ()
     # How many of the decoder's strings spell this answer (fold_repeats): a beam can write the same
-    # molecules twice, in two atom orders.
+    # molecules twice, in two atom orders. Plain decodes only: pooled writings add such repeats'
+    # probabilities (Predictor._pooled) and keep 1 here; `views` counts their writings.
     spellings: int = 1
 
     @property

@@ -12,6 +12,7 @@ import torch
 torch.set_num_threads(1)  # tests are small; one thread keeps them predictable beside other work
 
 from molspec_core import checkpoint
+from molspec_core.decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.native import native_unavailable
 
@@ -110,8 +111,6 @@ def random_sources(seed: int, n: int, vocab_size: int, lo: int = 3, hi: int = 24
 
 def decoded_answers(predictor, *answers: tuple[str, float], calls: int = 1, seconds: float = 0.0):
     """A made-up decode: each (SMILES, probability) as a hypothesis of generated tokens, in the order given."""
-    from molspec_core.decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
-
     hypotheses = []
     for smiles, probability in answers:
         ids = tuple(predictor.vocab.encode(smiles))
