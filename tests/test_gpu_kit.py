@@ -43,11 +43,20 @@ def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
 
     train(TrainConfig(data=str(packed), out=str(tmp_path / "runs" / "gpu_forward"), preset="tiny", max_steps=3,
                       max_tokens=64, val_greedy_rows=1, threads=1))
+    # `start` sends the trainer's output to train.log: log lines and a progress bar redrawn with \r.
+    (tmp_path / "runs" / "gpu_forward" / "train.log").write_text(
+        "INFO __main__: model forward: 0.1M parameters\n\rtrain:   0%| 1/3 [00:01, loss=1.0]\rtrain:  33%| 2/3 "
+        "[00:02, loss=0.9]INFO __main__: speed at 1.0 min: 9.0 steps/s\n\rtrain: 100%| 3/3 [00:03, loss=0.8]\n"
+        "INFO __main__: validation {'step': 3}\n")
     out = tmp_path / "out"
     out.mkdir()
     kit.main(["collect", "--out", str(out)])
-    parts = sorted(out.iterdir())
+    parts = sorted(out.glob("forward.tar.*"))
     assert len(parts) > 1 and all(p.stat().st_size <= 20_000 for p in parts)
+    assert gzip.decompress((out / "train_logs.txt.gz").read_bytes()).decode().splitlines() == [
+        "== forward: INFO __main__: model forward: 0.1M parameters",
+        "== forward: INFO __main__: speed at 1.0 min: 9.0 steps/s",
+        "== forward: INFO __main__: validation {'step': 3}"]
 
     # Back here: a fresh runs folder receives the export, and the next command can resume from it.
     (tmp_path / "runs" / "gpu_forward" / "export").rename(tmp_path / "old_export")

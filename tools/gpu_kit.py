@@ -212,9 +212,25 @@ def cmd_watch(args: argparse.Namespace) -> None:
         time.sleep(min(2, max(0, end - time.time())))
 
 
+def _log_lines(log: Path) -> list[str]:
+    """A training log without its progress bar (tqdm redraws it with carriage returns: most of the bytes)."""
+    lines = []
+    for line in log.read_bytes().decode(errors="replace").replace("\r", "\n").splitlines():
+        if line.startswith("train:"):  # a redraw; a log line may follow it on the same line, after its "]"
+            line = line.partition("]")[2]
+        if line.strip():
+            lines.append(line)
+    return lines
+
+
 def cmd_collect(args: argparse.Namespace) -> None:
-    """Each task's latest export as <task>.tar.NN parts in the device's output folder, plus its log."""
+    """Each task's latest export as <task>.tar.NN parts in the device's output folder, and one
+    train_logs.txt.gz with both tasks' log lines (speed, validation, errors) for the model cards."""
     out = Path(args.out)
+    logs = [f"== {task}: {line}" for task in TASKS if (gpu_run(task) / "train.log").exists()
+            for line in _log_lines(gpu_run(task) / "train.log")]
+    if logs:  # one file for both: a command may return only 8 (forward 2 parts, retro 3, two n-best files)
+        (out / "train_logs.txt.gz").write_bytes(gzip.compress("".join(x + "\n" for x in logs).encode()))
     for task in TASKS:
         export = gpu_run(task) / "export"
         if not (export / "train_state.json").exists():
