@@ -35,6 +35,9 @@ from .model import Seq2SeqTransformer, preset
 from .tokenizer import EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)
+# Logged once the data and any --init/--resume weights are read: from then on the run needs no file
+# but its own run folder (tools/gpu_kit.py `start` waits for it before the next command may sync the tree).
+INPUTS_READ = "inputs read: data and initial weights in memory"
 
 REFERENCE_TOKENS = 4096  # the batch size the base learning rate below was tuned for on CPU
 BASE_LR = 2e-3  # peak AdamW rate at REFERENCE_TOKENS per step (the old Noam runs peaked at 2e-3)
@@ -285,6 +288,7 @@ def train(cfg: TrainConfig) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step; peak lr %.2e",
              cfg.preset, n_params / 1e6, device, len(train_src), max_tokens, cfg.accum, peak)
+    log.info(INPUTS_READ)
     forward = torch.compile(model, dynamic=True) if cfg.compile else model
 
     model.train()

@@ -138,7 +138,10 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     (tmp_path / "first" / "export").rename(shipped)
     kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models"),
               "--lr", "5e-4", "--warmup", "7"])
-    assert f"--init {shipped}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"--init {shipped}" in out and "forward: inputs read" in out
+    # `start` returns only once the weights are read: the next command may sync models/ away.
+    assert f"initialized from {shipped}" in (tmp_path / "runs" / "gpu_forward" / "train.log").read_text()
     kit.main(["watch", "--seconds", "120"])
     log = (tmp_path / "runs" / "gpu_forward" / "train.log").read_text()
     assert f"initialized from {shipped}" in log and "peak lr 5.00e-04" in log
@@ -146,3 +149,18 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     assert config["train_config"]["warmup"] == 7
     state = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "train_state.json").read_text())
     assert state["step"] > 0 and state["seconds"] >= 3
+
+
+def test_start_reports_a_trainer_that_dies_before_reading_its_inputs(kit, tmp_path, monkeypatch):
+    """Session 30: the forward run's --init folder was gone when the trainer looked; `start` had
+    already returned, and the loss showed only minutes later in `watch`. Now `start` says so itself."""
+    monkeypatch.setattr(kit, "PRESET", {"forward": "tiny", "retro": "tiny"})
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    write_splits(tmp_path / "gpu" / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:1]},
+                 {"task": "forward"})
+    (tmp_path / "models" / "forward").mkdir(parents=True)  # synced away: the folder without its files
+    with pytest.raises(SystemExit) as failed:
+        kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models")])
+    message = str(failed.value)
+    assert "forward: the trainer exited (code 1) before reading its inputs" in message
+    assert "config.json is missing" in message

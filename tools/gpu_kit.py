@@ -171,14 +171,38 @@ def cmd_start(args: argparse.Namespace) -> None:
             cmd += ["--init", str(Path(args.init) / task)]
         if args.compile:
             cmd.append("--compile")
-        log = open(run / "train.log", "ab")
+        log_path = run / "train.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
         # Every batch has its own shape: expandable segments let the allocator grow one mapping
         # instead of holding (and at times freeing and re-making) a block per size.
         env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
         (run / "train.pid").write_text(str(proc.pid))
         print("started:", " ".join(cmd), flush=True)
+        _wait_inputs_read(task, proc, log_path, offset, args.ready_seconds)
+
+
+def _wait_inputs_read(task: str, proc: subprocess.Popen, log_path: Path, offset: int, seconds: float) -> None:
+    """Return once the trainer has read its data and --init/--resume weights. The device syncs the
+    working tree at each command, and a path not carried by that command can vanish: session 30's
+    forward run, started by a command that returned at once, found models/forward gone (the next
+    command carried only models/retro) and died. A trainer that exits first is reported, not hidden."""
+    from molspec_core.train import INPUTS_READ
+
+    end = time.time() + seconds
+    while time.time() < end:
+        text = log_path.read_bytes()[offset:].decode(errors="replace")
+        if INPUTS_READ in text:
+            print(f"{task}: inputs read", flush=True)
+            return
+        if proc.poll() is not None:
+            tail = "\n".join(text.replace("\r", "\n").splitlines()[-15:])
+            raise SystemExit(f"{task}: the trainer exited (code {proc.returncode}) before reading its inputs:\n{tail}")
+        time.sleep(0.5)
+    raise SystemExit(f"{task}: the trainer has not read its inputs after {seconds:.0f} s (still running: "
+                     f"pid {proc.pid}); do not sync paths it reads until {log_path} says {INPUTS_READ!r}")
 
 
 def _running(run: Path) -> bool:
@@ -340,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--init", default="", help="folder holding <task>/ model folders (e.g. models): a task with "
                    "nothing to resume starts a new schedule from those weights")
+    p.add_argument("--ready-seconds", type=float, default=180, help="wait at most this long for each trainer to "
+                   "read its data and weights (the next command's sync may remove what it has not read)")
     p = sub.add_parser("watch")
     p.add_argument("--seconds", type=float, required=True)
     p = sub.add_parser("collect")
