@@ -295,6 +295,11 @@ def train(cfg: TrainConfig) -> dict:
     started = time.time() - state["seconds"]
     last_save = last_export = time.time()
     last_log, steps_then, tokens_then = time.time(), state["step"], state["tokens"]
+    # Batch shapes met so far: on the H100 the first minutes ran 4-5x slower than later ones (sessions
+    # 21 and 30), fast from about the end of the first epoch, so a cost paid once per new shape is a
+    # suspect; the speed line says how many of its steps met a new one.
+    shapes_seen: set[tuple[int, ...]] = set()
+    new_shapes = 0
     bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
@@ -305,6 +310,10 @@ def train(cfg: TrainConfig) -> dict:
         # No host sync in a step (no .item(), int() or bool() of a device value): on a GPU the host
         # then queues the next step's kernels while this one runs. The loss is read only when logged.
         micro = [collate(next(batches), train_src, train_tgt, device) for _ in range(cfg.accum)]
+        for src, tgt_in, _ in micro:  # shapes are host metadata: reading them is no device sync
+            if (shape := (*src.shape, tgt_in.shape[1])) not in shapes_seen:
+                shapes_seen.add(shape)
+                new_shapes += 1
         n_target = sum((t_out != PAD_ID).sum() for _, _, t_out in micro)
         optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=device)
@@ -323,9 +332,10 @@ def train(cfg: TrainConfig) -> dict:
         bar.update(1)
         if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
             spent = time.time() - last_log
-            log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s%s", state["seconds"] / 60,
-                     (state["step"] - steps_then) / spent, (state["tokens"] - tokens_then) / spent, allocator_note(device))
-            last_log, steps_then, tokens_then = time.time(), state["step"], state["tokens"]
+            log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s; batch shapes new %d (%d seen)%s",
+                     state["seconds"] / 60, (state["step"] - steps_then) / spent, (state["tokens"] - tokens_then) / spent,
+                     new_shapes, len(shapes_seen), allocator_note(device))
+            last_log, steps_then, tokens_then, new_shapes = time.time(), state["step"], state["tokens"], 0
             bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
         done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
         if state["step"] % cfg.eval_every == 0 or done:

@@ -3,6 +3,7 @@ a few steps on tiny data, float16 exports, resume from an export, and loading th
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,10 @@ def test_training_logs_its_speed_every_interval(tiny_data, tmp_path, caplog):
                       val_greedy_rows=1, threads=1, log_every_seconds=0.0))
     speeds = [r.getMessage() for r in caplog.records if r.getMessage().startswith("speed at")]
     assert len(speeds) == 3 and all("steps/s" in m and "tokens/s" in m for m in speeds)
+    # Each line counts the batch shapes its steps met first; together they are all the run has seen.
+    shapes = [tuple(map(int, re.search(r"batch shapes new (\d+) \((\d+) seen\)", m).groups())) for m in speeds]
+    assert shapes[0] == (1, 1) and sum(new for new, _ in shapes) == shapes[-1][1]
+    assert [seen for _, seen in shapes] == sorted(seen for _, seen in shapes)
 
 
 
