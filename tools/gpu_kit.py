@@ -193,12 +193,12 @@ def _wait_inputs_read(task: str, proc: subprocess.Popen, log_path: Path, offset:
 
     end = time.time() + seconds
     while time.time() < end:
-        text = log_path.read_bytes()[offset:].decode(errors="replace")
-        if INPUTS_READ in text:
+        lines = _log_lines(log_path, offset)
+        if any(INPUTS_READ in line for line in lines):
             print(f"{task}: inputs read", flush=True)
             return
         if proc.poll() is not None:
-            tail = "\n".join(text.replace("\r", "\n").splitlines()[-15:])
+            tail = "\n".join(lines[-15:])
             raise SystemExit(f"{task}: the trainer exited (code {proc.returncode}) before reading its inputs:\n{tail}")
         time.sleep(0.5)
     raise SystemExit(f"{task}: the trainer has not read its inputs after {seconds:.0f} s (still running: "
@@ -236,10 +236,11 @@ def cmd_watch(args: argparse.Namespace) -> None:
         time.sleep(min(2, max(0, end - time.time())))
 
 
-def _log_lines(log: Path) -> list[str]:
-    """A training log without its progress bar (tqdm redraws it with carriage returns: most of the bytes)."""
+def _log_lines(log: Path, offset: int = 0) -> list[str]:
+    """A training log (from byte `offset`) without its progress bar (tqdm redraws it with carriage
+    returns: most of the bytes)."""
     lines = []
-    for line in log.read_bytes().decode(errors="replace").replace("\r", "\n").splitlines():
+    for line in log.read_bytes()[offset:].decode(errors="replace").replace("\r", "\n").splitlines():
         if line.startswith("train:"):  # a redraw; a log line may follow it on the same line, after its "]"
             line = line.partition("]")[2]
         if line.strip():
