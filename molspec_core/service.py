@@ -34,7 +34,7 @@ from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
 from .native import DTYPES, NativeStep, NativeUnavailable, cpu_description
 from .rsmiles import root_views
-from .tokenizer import TokenizeError
+from .tokenizer import TokenizeError, Vocab
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,39 @@ def fold_repeats(predictions: Sequence[Prediction]) -> list[Prediction]:
         kept[prediction.smiles] = (prediction if first is None
                                    else dataclasses.replace(first, spellings=first.spellings + 1))
     return list(kept.values())
+
+
+def pool_writings(answers: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float, int]]:
+    """Answers to several writings of one query, pooled (test-time augmentation): each writing's answers
+    as (answer, log-probability) in its beam's order -> each distinct answer with the log of its mean
+    probability over the writings (a writing that did not give it adds 0) and how many writings gave
+    it, best first (ties keep the order in which the answers were first met). A beam that spells one
+    answer twice adds both probabilities but counts as one writing. Predictor._pooled and the GPU kit's
+    scoring both rank with this."""
+    pooled: dict[str, tuple[float, int]] = {}  # answer -> (probability sum, writings)
+    for writing in answers:
+        given_here: set[str] = set()
+        for answer, score in writing:
+            total, count = pooled.get(answer, (0.0, 0))
+            pooled[answer] = (total + math.exp(score), count + (answer not in given_here))
+            given_here.add(answer)
+    best = sorted(pooled.items(), key=lambda item: -item[1][0])
+    return [(answer, math.log(total / len(answers)) if total > 0 else -math.inf, count)
+            for answer, (total, count) in best]
+
+
+def other_writings(canonical: str, n: int, vocab: Vocab, max_tokens: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Up to n - 1 writings of a canonical query other than itself (rsmiles.root_views), as (text, token
+    ids), leaving out those this vocabulary cannot spell or longer than max_tokens."""
+    writings = []
+    for text in root_views(canonical, n)[1:]:
+        try:
+            ids = tuple(vocab.encode(text))
+        except TokenizeError:
+            continue
+        if len(ids) <= max_tokens:
+            writings.append((text, ids))
+    return writings
 
 
 def rank_answers(predictions: Sequence[Prediction]) -> tuple[Prediction, ...]:
@@ -523,16 +556,8 @@ class Predictor:
 
     def _views(self, query: _Query, n: int) -> list[_Query]:
         """The query and up to n - 1 other writings of it that this model can read."""
-        views = [query]
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)
-        for text in root_views(query.canonical, n)[1:]:
-            try:
-                ids = tuple(self.vocab.encode(text))
-            except TokenizeError:
-                continue
-            if len(ids) <= limit:
-                views.append(_Query(query.text, text, ids))
-        return views
+        return [query, *(_Query(query.text, text, ids) for text, ids in other_writings(query.canonical, n, self.vocab, limit))]
 
     def pooled_calibration(self, augment: int) -> Calibration | None:
         """The calibration fitted to answers pooled over `augment` writings (calibrate --augment), if any:
@@ -551,25 +576,23 @@ class Predictor:
         if not isinstance(decoded[0], DecodeResult):
             return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])
         read = [(view, result) for view, result in zip(views, decoded) if isinstance(result, DecodeResult)]
-        pooled: dict[str, tuple[float, int, Prediction, _Query]] = {}  # smiles -> (probability sum, views, first, its writing)
+        first: dict[str, tuple[Prediction, _Query]] = {}  # answer -> its first prediction and that one's writing
+        answers: list[list[tuple[str, float]]] = []  # per writing read, in its beam's order
         stats = DecodeStats()
         for view, result in read:
             stats.add(result.stats)
-            given_here: set[str] = set()  # a beam may hold one answer in two strings: one writing gave it
-            for prediction in self._predictions(view, result, canonical.canonical):
-                total, count, first, where = pooled.get(prediction.smiles, (0.0, 0, prediction, view))
-                count += prediction.smiles not in given_here
-                given_here.add(prediction.smiles)
-                pooled[prediction.smiles] = (total + prediction.probability, count, first, where)
+            given_here = self._predictions(view, result, canonical.canonical)
+            answers.append([(p.smiles, p.score) for p in given_here])
+            for p in given_here:
+                first.setdefault(p.smiles, (p, view))
         stats.wall_time_s = max(result.stats.wall_time_s for _, result in read)  # one batch: its rows share it
-        best = sorted(pooled.values(), key=lambda entry: -entry[0])[:n_best]
         calibration = self.pooled_calibration(augment)
         predictions = []
-        for rank, (total, count, first, where) in enumerate(best, start=1):
-            score = math.log(total / len(read)) if total > 0 else -math.inf
+        for rank, (smiles, score, count) in enumerate(pool_writings(answers)[:n_best], start=1):
+            prediction, where = first[smiles]
             predictions.append(dataclasses.replace(
-                first, rank=rank, model_rank=rank, score=score, views=count,
-                confidence=calibration.confidence(score) if calibration and first.valid else None,
+                prediction, rank=rank, model_rank=rank, score=score, views=count,
+                confidence=calibration.confidence(score) if calibration and prediction.valid else None,
                 source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids)))
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
                            rank_answers(predictions), stats, method)

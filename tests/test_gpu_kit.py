@@ -3,12 +3,16 @@ can return, unpack it here, decode the test ids without RDKit and score the n-be
 import gzip
 import importlib.util
 import json
+import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from molspec_core.chem import canonical
 from molspec_core.data import Pair, write_splits
+from molspec_core.tokenizer import Vocab
 from molspec_core.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,3 +168,51 @@ def test_start_reports_a_trainer_that_dies_before_reading_its_inputs(kit, tmp_pa
     message = str(failed.value)
     assert "forward: the trainer exited (code 1) before reading its inputs" in message
     assert "config.json is missing" in message
+
+
+def test_writings_are_packed_here_decoded_there_and_pooled_here(kit, tmp_path, capsys):
+    # Test-time augmentation on the device: RDKit writes the other root writings here, the device decodes
+    # every writing and keeps the scores, and the scores are pooled here as the app pools them.
+    data = tmp_path / "data"
+    test = [Pair("CCOC(C)=O", "CCO.CC(=O)O"), Pair("[Pd]", "C"), Pair("CC(=O)NC", "CC(=O)Cl.NC")]
+    write_splits(data / "retro", {"train": PAIRS * 3, "val": PAIRS[:2], "test": test}, {"task": "retro", "augment": 20})
+    kit.main(["pack", "--data", str(data), "--tasks", "retro", "--writings", "3", "--bench", str(tmp_path)])
+    vocab = Vocab.load(tmp_path / "gpu" / "retro" / "vocab.json")
+    with np.load(tmp_path / "gpu" / "retro" / "test.npz") as z:
+        flat, offsets, owner = z["writings"], z["writing_offsets"], z["writing_query"]
+    texts = [vocab.decode(flat[offsets[j]:offsets[j + 1]].tolist()) for j in range(len(owner))]
+    assert owner.tolist() == [0, 0, 2, 2]  # two other writings each; none for the query the vocabulary cannot spell
+    for text, i in zip(texts, owner.tolist()):
+        assert text != test[i].src and canonical(text) == canonical(test[i].src)
+    train(TrainConfig(data=str(tmp_path / "gpu" / "retro"), out=str(tmp_path / "runs" / "gpu_retro"), preset="tiny",
+                      max_steps=2, max_tokens=64, val_greedy_rows=1, threads=1))
+    out = tmp_path / "out"
+    out.mkdir()
+    kit.main(["decode", "--task", "retro", "--out", str(out), "--n-best", "2", "--batch-size", "2", "--writings", "3"])
+    kit.main(["decode", "--task", "retro", "--out", str(out), "--n-best", "2", "--batch-size", "2"])
+    with gzip.open(out / "retro_test_writings.jsonl.gz", "rt") as f:
+        queries = [json.loads(line) for line in f]
+    with gzip.open(out / "retro_test_nbest.tsv.gz", "rt") as f:
+        plain = [line.rstrip("\n") for line in f]
+    assert [len(writings) for writings in queries] == [3, 0, 3]  # the refused query: none
+    for writings, line in zip(queries, plain):  # the query's own writing comes first, decoded as without writings
+        assert "\t".join(answer for answer, _ in (writings[0] if writings else [])) == line
+        assert all(score <= 0 for writing in writings for _, score in writing)
+    capsys.readouterr()
+    kit.main(["score", "--task", "retro", "--pred", str(out / "retro_test_writings.jsonl.gz"), "--data", str(data),
+              "--writings", "3"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["n"] == 3 and report["refused"] == 1 and report["writings"] == 3
+
+
+def test_score_pools_writings_by_mean_probability(kit, tmp_path, capsys):
+    data = tmp_path / "data" / "retro"
+    data.mkdir(parents=True)
+    (data / "test.tgt").write_text("CCO\n")
+    pred = tmp_path / "writings.jsonl.gz"
+    with gzip.open(pred, "wt") as f:  # writing 1 prefers CC; writing 2 gives only ethanol (spelled OCC)
+        f.write(json.dumps([[["CC", math.log(0.5)], ["CCO", math.log(0.4)]], [["OCC", math.log(0.6)]]]) + "\n")
+    for writings, expected in ((1, {"top1": 0.0, "top2": 1.0}), (2, {"top1": 1.0, "top2": 1.0})):
+        kit.main(["score", "--task", "retro", "--pred", str(pred), "--data", str(tmp_path / "data"),
+                  "--writings", str(writings)])
+        assert json.loads(capsys.readouterr().out) == {**expected, "n": 1, "refused": 0, "writings": writings}

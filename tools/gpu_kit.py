@@ -5,11 +5,13 @@ Here (RDKit available):
   python3 tools/gpu_kit.py stage | unstage      # keep models/ from travelling with device commands, and back
   python3 tools/gpu_kit.py unpack DIR           # <task>.tar.NN parts from the device -> runs/gpu/<task>/export
   python3 tools/gpu_kit.py score --task forward --pred DIR/forward_test_nbest.tsv.gz [--limit N]
+  python3 tools/gpu_kit.py score --task retro --pred DIR/retro_test_writings.jsonl.gz --writings 5
 On the GPU machine (no RDKit; run from the repository root):
   python3 tools/gpu_kit.py start --minutes 20   # forward and retro training, detached, resumed if it can
   python3 tools/gpu_kit.py watch --seconds 480  # progress lines while the training runs
   python3 tools/gpu_kit.py collect --out $OUT   # each export as tar parts of at most 15 MiB
   python3 tools/gpu_kit.py decode --task forward --out $OUT --n-best 5 --limit 5000
+  python3 tools/gpu_kit.py decode --task retro --out $OUT --n-best 10 --writings 20   # packed with --writings 20
   python3 tools/gpu_kit.py speed --task retro --out $OUT --batch-size 1 --limit 50   # needs RDKit: carried wheels
 
 Files come back from the device only through $OUT: at most 8 files of 16 MiB, 64 MiB together, so an
@@ -78,7 +80,12 @@ def cmd_pack(args: argparse.Namespace) -> None:
         ids = [vocab.encode(s, strict=False) for s in sources]
         refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
         flat, offsets = pack_ids(ids)
-        np.savez_compressed(dst / "test.npz", src=flat, src_offsets=offsets, refused=refused)
+        arrays = {"src": flat, "src_offsets": offsets, "refused": refused}
+        if args.writings > 1 and int(json.loads((src_dir / "stats.json").read_text()).get("augment", 0)) > 1:
+            arrays.update(_pack_writings(sources, refused, args.writings, vocab))
+        elif args.writings > 1:  # as service.augmentable: other writings would only confuse such a model
+            print(f"{task}: trained on one writing of each query, so no other writings are packed")
+        np.savez_compressed(dst / "test.npz", **arrays)
         index = Path(args.bench) / QUICK_INDEX[task]
         if index.exists():  # for `speed` on the device
             quick_src, quick_tgt = read_pairs(str(src_dir / "test.src"), str(src_dir / "test.tgt"), str(index), QUICK)
@@ -88,6 +95,26 @@ def cmd_pack(args: argparse.Namespace) -> None:
             print(f"{task}: no quick set for `speed` ({index} missing)")
         sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
+
+
+def _pack_writings(sources: list[str], refused, n: int, vocab) -> dict:
+    """The other root writings of each test query, as the app reads them (test-time augmentation): the
+    device has no RDKit to write them. writing_query[j] is the query of writing j."""
+    import numpy as np
+
+    from molspec_core.chem import canonical_or_none
+    from molspec_core.data import pack_ids
+    from molspec_core.service import MAX_QUERY_TOKENS, other_writings
+
+    ids, owner = [], []
+    for i, source in enumerate(sources):
+        canonical = None if refused[i] else canonical_or_none(source)
+        for _, writing in other_writings(canonical, n, vocab, MAX_QUERY_TOKENS) if canonical else []:
+            ids.append(list(writing))
+            owner.append(i)
+    flat, offsets = pack_ids(ids)
+    print(f"{len(ids)} other writings of {len(sources)} queries (up to {n} writings each)")
+    return {"writings": flat, "writing_offsets": offsets, "writing_query": np.array(owner, dtype=np.int64)}
 
 
 def _git(*args: str) -> str:
@@ -129,13 +156,22 @@ def cmd_unpack(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    """Top-k of a device n-best file against the task's test targets, canonicalized with RDKit here."""
+    """Top-k of a device n-best file against the task's test targets, canonicalized with RDKit here. A
+    writings file (decode --writings) is pooled over each query's first --writings writings as the app
+    pools them (service.pool_writings)."""
+    from molspec_core.chem import canonical_or_none
     from molspec_core.data import read_lines
     from molspec_core.evaluate import hits
+    from molspec_core.service import pool_writings
 
     targets = read_lines(Path(args.data) / args.task / "test.tgt")
     with gzip.open(args.pred, "rt") as f:
-        rows = [line.rstrip("\n").split("\t") if line.strip() else [] for line in f]
+        if args.writings:
+            rows = [[answer for answer, _, _ in pool_writings(
+                        [[(canonical_or_none(text) or text, score) for text, score in writing] for writing in writings])]
+                    for writings in (json.loads(line)[: args.writings] for line in f)]
+        else:
+            rows = [line.rstrip("\n").split("\t") if line.strip() else [] for line in f]
     rows = rows[: args.limit or None]
     n_best = max((len(r) for r in rows), default=1)
     correct = [0] * n_best
@@ -145,6 +181,8 @@ def cmd_score(args: argparse.Namespace) -> None:
             correct[k] += 1
     report = {f"top{k + 1}": round(correct[k] / len(rows), 4) for k in range(n_best)}
     report.update(n=len(rows), refused=sum(not r for r in rows))
+    if args.writings:
+        report.update(writings=args.writings)
     print(json.dumps(report))
 
 
@@ -270,7 +308,10 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 
 def cmd_decode(args: argparse.Namespace) -> None:
-    """n-best beam search over the tokenized test sources; one line per query, tab-separated SMILES."""
+    """n-best beam search over the tokenized test sources; one line per query, tab-separated SMILES. With
+    --writings N (a task packed with them), each query is read in up to N writings and every writing's
+    answers are kept with their log-probabilities, one JSON line per query (a list of writings, the
+    query's own first; [] for a refused one), for `score --writings` to pool here."""
     import numpy as np
     import torch
 
@@ -280,21 +321,43 @@ def cmd_decode(args: argparse.Namespace) -> None:
     model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
     model, vocab, _ = checkpoint.load(model_dir, "cuda" if torch.cuda.is_available() else "cpu")
     with np.load(GPU_DIR / args.task / "test.npz") as z:
-        flat, offsets, refused = z["src"], z["src_offsets"], z["refused"]
+        arrays = {name: z[name] for name in z.files}
+    flat, offsets, refused = arrays["src"], arrays["src_offsets"], arrays["refused"]
     n = min(len(refused), args.limit or len(refused))
     rows = [flat[offsets[i]:offsets[i + 1]].tolist() for i in range(n)]
-    lines = [""] * n
-    todo = sorted((i for i in range(n) if not refused[i]), key=lambda i: len(rows[i]))  # similar lengths batch well
+    owner = list(range(n))  # the query each row is a writing of
+    if args.writings > 1:
+        if "writings" not in arrays:
+            raise SystemExit(f"{args.task}: test.npz holds no other writings; run `pack --writings N` here first")
+        w_flat, w_offsets, w_query = arrays["writings"], arrays["writing_offsets"], arrays["writing_query"]
+        per_query = [0] * n
+        for j, i in enumerate(w_query.tolist()):
+            if i < n and per_query[i] < args.writings - 1:
+                per_query[i] += 1
+                rows.append(w_flat[w_offsets[j]:w_offsets[j + 1]].tolist())
+                owner.append(i)
+    answers: list[list[tuple[str, float]]] = [[] for _ in rows]
+    todo = sorted((r for r in range(len(rows)) if not refused[owner[r]]), key=lambda r: len(rows[r]))  # similar lengths batch well
     started = time.time()
     with torch.inference_mode():
         for b in range(0, len(todo), args.batch_size):
             chunk = todo[b:b + args.batch_size]
-            for i, result in zip(chunk, beam_search(model, [rows[i] for i in chunk], args.n_best)):
-                lines[i] = "\t".join(vocab.decode(h.tokens) for h in result.hypotheses)
-    name = Path(args.out) / f"{args.task}_test_nbest.tsv.gz"
+            for r, result in zip(chunk, beam_search(model, [rows[r] for r in chunk], args.n_best)):
+                answers[r] = [(vocab.decode(h.tokens), round(float(h.score), 4)) for h in result.hypotheses]
+    if args.writings > 1:
+        by_query: list[list[list]] = [[] for _ in range(n)]
+        for r, i in enumerate(owner):
+            if not refused[i]:
+                by_query[i].append(answers[r])
+        name = Path(args.out) / f"{args.task}_test_writings.jsonl.gz"
+        text = "".join(json.dumps(writings) + "\n" for writings in by_query)
+    else:
+        name = Path(args.out) / f"{args.task}_test_nbest.tsv.gz"
+        text = "".join("\t".join(answer for answer, _ in answers[i]) + "\n" for i in range(n))
     with gzip.open(name, "wt") as f:
-        f.write("".join(line + "\n" for line in lines))
-    print(f"{args.task}: {n} queries ({int(refused[:n].sum())} refused) in {time.time() - started:.0f} s -> {name}")
+        f.write(text)
+    print(f"{args.task}: {n} queries ({int(refused[:n].sum())} refused), {len(todo)} rows decoded in "
+          f"{time.time() - started:.0f} s -> {name}")
 
 
 def cmd_speed(args: argparse.Namespace) -> None:
@@ -345,6 +408,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--test-limit", type=int, default=0, help="first N test queries (0: all)")
     p.add_argument("--bench", default=str(ROOT.parent / "shared" / "bench"), help="the benchmark index files")
+    p.add_argument("--writings", type=int, default=1, help="also the other root writings of each test query, up "
+                   "to N in all, for `decode --writings` (tasks trained on root-aligned data only)")
     sub.add_parser("stage")
     sub.add_parser("unstage")
     p = sub.add_parser("unpack")
@@ -354,6 +419,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pred", required=True)
     p.add_argument("--data", default=str(ROOT / "data"))
     p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--writings", type=int, default=0, help="a writings file (decode --writings): pool each "
+                   "query's first N writings")
     p = sub.add_parser("start")
     p.add_argument("--minutes", type=float, required=True, help="each run's time budget (its lr reaches 0 there)")
     p.add_argument("--tasks", default=",".join(TASKS))
@@ -378,6 +445,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-best", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--writings", type=int, default=1, help="read each query in up to N writings (packed with "
+                   "--writings) and keep every writing's scored answers")
     p = sub.add_parser("speed")
     p.add_argument("--task", choices=TASKS, required=True)
     p.add_argument("--model", default="")
