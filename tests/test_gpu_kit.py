@@ -203,6 +203,11 @@ def test_writings_are_packed_here_decoded_there_and_pooled_here(kit, tmp_path, c
               "--writings", "3"])
     report = json.loads(capsys.readouterr().out)
     assert report["n"] == 3 and report["refused"] == 1 and report["writings"] == 3
+    for args in (["--pred", str(out / "retro_test_writings.jsonl.gz"), "--writings", "1"],
+                 ["--pred", str(out / "retro_test_nbest.tsv.gz")]):  # one writing: the plain file's figures
+        kit.main(["score", "--task", "retro", "--data", str(data), *args])
+    one, plain = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert one == {**plain, "writings": 1}
 
 
 def test_score_pools_writings_by_mean_probability(kit, tmp_path, capsys):
@@ -210,8 +215,10 @@ def test_score_pools_writings_by_mean_probability(kit, tmp_path, capsys):
     data.mkdir(parents=True)
     (data / "test.tgt").write_text("CCO\n")
     pred = tmp_path / "writings.jsonl.gz"
-    with gzip.open(pred, "wt") as f:  # writing 1 prefers CC; writing 2 gives only ethanol (spelled OCC)
-        f.write(json.dumps([[["CC", math.log(0.5)], ["CCO", math.log(0.4)]], [["OCC", math.log(0.6)]]]) + "\n")
+    with gzip.open(pred, "wt") as f:  # writing 1 prefers CC; writing 2 ethanol (spelled OCC): beams of width 2
+        f.write(json.dumps([[["CC", math.log(0.5)], ["CCO", math.log(0.4)]],
+                            [["OCC", math.log(0.6)], ["CCC", math.log(0.1)]]]) + "\n")
+    # pooled: CCO 0.5, CC 0.25, CCC 0.05; the best 2 kept (the beam's width), as the app keeps n-best
     for writings, expected in ((1, {"top1": 0.0, "top2": 1.0}), (2, {"top1": 1.0, "top2": 1.0})):
         kit.main(["score", "--task", "retro", "--pred", str(pred), "--data", str(tmp_path / "data"),
                   "--writings", str(writings)])

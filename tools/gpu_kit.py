@@ -158,7 +158,7 @@ def cmd_unpack(args: argparse.Namespace) -> None:
 def cmd_score(args: argparse.Namespace) -> None:
     """Top-k of a device n-best file against the task's test targets, canonicalized with RDKit here. A
     writings file (decode --writings) is pooled over each query's first --writings writings as the app
-    pools them (service.pool_writings)."""
+    pools them (service.pool_writings); with --writings 1, its own writing is scored as a plain n-best file."""
     from molspec_core.chem import canonical_or_none
     from molspec_core.data import read_lines
     from molspec_core.evaluate import hits
@@ -167,11 +167,16 @@ def cmd_score(args: argparse.Namespace) -> None:
     targets = read_lines(Path(args.data) / args.task / "test.tgt")
     with gzip.open(args.pred, "rt") as f:
         if args.writings:
-            rows = [[answer for answer, _, _ in pool_writings(
-                        [[(canonical_or_none(text) or text, score) for text, score in writing] for writing in writings])]
-                    for writings in (json.loads(line)[: args.writings] for line in f)]
+            queries = [json.loads(line)[: args.writings] for line in f]
         else:
             rows = [line.rstrip("\n").split("\t") if line.strip() else [] for line in f]
+    if args.writings == 1:  # the query's own writing in its beam's order, as without writings (the papers' scoring)
+        rows = [[text for text, _ in writings[0]] if writings else [] for writings in queries]
+    elif args.writings:  # the best n-best of the pool, as the app keeps them (n-best: the decode's beam width)
+        width = max((len(writing) for writings in queries for writing in writings), default=1)
+        rows = [[answer for answer, _, _ in pool_writings(
+                    [[(canonical_or_none(text) or text, score) for text, score in writing] for writing in writings])][:width]
+                for writings in queries]
     rows = rows[: args.limit or None]
     n_best = max((len(r) for r in rows), default=1)
     correct = [0] * n_best
