@@ -8,7 +8,8 @@ part of the validation split and judged on the rest (reliability bins and expect
 ECE), never on test. The fit lives in the model folder as calibration.json, with a fingerprint of the
 weights it was fitted for: a calibration whose weights were replaced is not used. Answers read in N
 writings of the query (Predictor.predict's augment) have pooled scores of another kind; their fit is
-calibration.augment<N>.json (`file_name`).
+calibration.augment<N>.json (`file_name`), which also records the pooling rule (service.POOL_POWER) it
+was fitted under: one fitted under another rule is not used either.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class Calibration:
     ece_raw: float  # the same for the raw probability exp(score)
     reliability: tuple[tuple[float, float, int], ...]  # per bin: (mean confidence, share right, answers)
     augment: int = 1  # writings of each query read (1: the query alone); files from before it hold 1
+    pool_power: float = 1.0  # the pooling rule of those writings (service.POOL_POWER); before it: 1, the mean
 
     def confidence(self, score: float) -> float:
         """The calibrated chance that an answer with this summed log-prob is right."""
@@ -141,9 +143,11 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
     checked = [a for query in answers[n_fit:] for a in query]
     if not fitted or not checked:
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
+    from .service import POOL_POWER
+
     edges, values = isotonic_steps([s for s, _ in fitted], [r for _, r in fitted], shrink=True)
     draft = Calibration(weights_fingerprint(predictor.path), method, n_best, n_fit, len(answers) - n_fit,
-                        tuple(edges), tuple(values), 0.0, 0.0, (), augment)
+                        tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0)
     right = [r for _, r in checked]
     ece, table = reliability([draft.confidence(s) for s, _ in checked], right)
     ece_raw, _ = reliability([math.exp(s) for s, _ in checked], right)
@@ -159,7 +163,9 @@ def save(calibration: Calibration, folder: str | Path) -> Path:
 
 def load(folder: str | Path, augment: int = 1) -> Calibration | None:
     """The model folder's calibration for answers read in `augment` writings, or None when it has none
-    or it was fitted for other weights."""
+    or it was fitted for other weights or (augment > 1) under another pooling rule."""
+    from .service import POOL_POWER
+
     path = Path(folder) / file_name(augment)
     if not path.is_file():
         return None
@@ -167,5 +173,7 @@ def load(folder: str | Path, augment: int = 1) -> Calibration | None:
     calibration = Calibration(**{**data, "edges": tuple(data["edges"]), "values": tuple(data["values"]),
                                  "reliability": tuple(tuple(row) for row in data["reliability"])})
     if calibration.fingerprint != weights_fingerprint(folder):
+        return None
+    if augment > 1 and calibration.pool_power != POOL_POWER:
         return None
     return calibration

@@ -11,7 +11,7 @@ from molspec_core.chem import canonical
 from molspec_core.cli import main
 from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.rsmiles import root_views
-from molspec_core.service import MAX_AUGMENT, Predictor, _Query
+from molspec_core.service import MAX_AUGMENT, POOL_POWER, Predictor, _Query, pool_writings
 
 
 def test_root_views_are_every_distinct_writing_with_the_query_first():
@@ -44,14 +44,20 @@ def _query(predictor: Predictor, writing: str) -> _Query:
     return _Query("OCCN", writing, tuple(predictor.vocab.encode(writing)))
 
 
-def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
+def power_mean(*probabilities: float) -> float:
+    """The pooled probability of an answer: the power mean of its probability in each writing (0: not given)."""
+    return (sum(p ** POOL_POWER for p in probabilities) / len(probabilities)) ** (1 / POOL_POWER)
+
+
+def test_answers_are_pooled_by_a_power_mean_of_their_probabilities_over_the_writings(reader):
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
     decoded = [decoded_answers(reader, ("CCO", 0.5), ("CCN", 0.3), calls=4, seconds=0.2),
                decoded_answers(reader, ("NCC", 0.6), ("OCC", 0.1), ("ClCC", 0.05), calls=5, seconds=0.2)]
     result = reader._pooled("OCCN", views, decoded, "beam", 3, 2)
     order = result.in_model_order()
-    assert [p.smiles for p in order] == ["CCN", "CCO", "CCCl"]  # (0.3+0.6)/2 > (0.5+0.1)/2 > 0.05/2
-    assert [p.score for p in order] == pytest.approx([math.log(0.45), math.log(0.3), math.log(0.025)])
+    assert [p.smiles for p in order] == ["CCN", "CCO", "CCCl"]
+    assert [p.score for p in order] == pytest.approx([math.log(power_mean(0.3, 0.6)), math.log(power_mean(0.5, 0.1)),
+                                                      math.log(power_mean(0.05, 0))])
     assert [p.views for p in order] == [2, 2, 1]
     assert [p.model_rank for p in order] == [1, 2, 3]
     # tokens of the first writing that gave the answer; provenance points into that writing
@@ -65,16 +71,26 @@ def test_answers_are_pooled_by_their_mean_probability_over_the_writings(reader):
     assert [r[RESULT_COLUMNS.index("writings")] for r in rows] == [p.views for p in result.predictions]
 
 
+def test_an_answer_every_writing_gives_outranks_one_a_single_writing_is_surer_of():
+    # The mean probability would put A first (0.45 against 0.35); the power mean weighs the agreement.
+    pooled = pool_writings([[("A", math.log(0.9)), ("B", math.log(0.35))], [("B", math.log(0.35))]])
+    assert [(answer, writings) for answer, _, writings in pooled] == [("B", 2), ("A", 1)]
+    assert [score for _, score, _ in pooled] == pytest.approx([math.log(0.35), math.log(power_mean(0.9, 0))])
+    one = pool_writings([[("A", math.log(0.5)), ("B", math.log(0.3)), ("A", math.log(0.1))]])
+    assert [(a, round(math.exp(s), 6)) for a, s, _ in one] == [("A", 0.6), ("B", 0.3)]  # one writing: its own order
+
+
 def test_two_strings_of_one_answer_from_one_writing_count_that_writing_once(reader):
-    # A beam can hold one answer twice, written differently (here from either end): its probability is
-    # the sum of both, and it was given by one writing, not two (the app once said "given for 6 of the
-    # 5 writings").
+    # A beam can hold one answer twice, written differently (here from either end): its probability in
+    # that writing is the sum of both, and it was given by one writing, not two (the app once said
+    # "given for 6 of the 5 writings").
     views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
     decoded = [decoded_answers(reader, ("CCO", 0.4), ("OCC", 0.2), ("CCN", 0.1), calls=4, seconds=0.2),
                decoded_answers(reader, ("CCN", 0.5), ("C(C)O", 0.3), calls=5, seconds=0.2)]
     order = reader._pooled("OCCN", views, decoded, "beam", 3, 2).in_model_order()
     assert [p.smiles for p in order] == ["CCO", "CCN"]
-    assert [p.score for p in order] == pytest.approx([math.log((0.4 + 0.2 + 0.3) / 2), math.log(0.3)])
+    assert [p.score for p in order] == pytest.approx([math.log(power_mean(0.4 + 0.2, 0.3)),
+                                                      math.log(power_mean(0.1, 0.5))])
     assert [p.views for p in order] == [2, 2]
 
 
@@ -83,7 +99,7 @@ def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader
     ok = decoded_answers(reader, ("CCO", 0.5), calls=3, seconds=0.1)
     pooled = reader._pooled("OCCN", views, [ok, "stopped after the 1 s time limit per query"], "beam", 3, 2)
     assert [(p.smiles, p.views) for p in pooled.predictions] == [("CCO", 1)]
-    assert pooled.predictions[0].score == pytest.approx(math.log(0.5))  # the mean over the writings read
+    assert pooled.predictions[0].score == pytest.approx(math.log(0.5))  # pooled over the writings read only
     failed = reader._pooled("OCCN", views, ["stopped after the 1 s time limit per query", ok], "beam", 3, 2)
     assert not failed.ok and "time limit" in failed.error
 
@@ -150,3 +166,10 @@ def test_calibrate_with_augment_fits_its_own_file_which_only_pooled_answers_use(
     assert all(p.confidence is None for p in predictor.predict("CCOc1ccccc1", method="beam", n_best=2).predictions)
     assert all(p.confidence is None for p in predictor.predict("CCOc1ccccc1", method="beam", n_best=2,
                                                                augment=2).predictions)
+    # A pooled calibration fitted under another pooling rule (files from before the power mean hold 1.0)
+    # would map scores of another kind: it is not used.
+    fitted = json.loads((model / "calibration.augment3.json").read_text())
+    assert fitted["pool_power"] == POOL_POWER
+    (model / "calibration.augment3.json").write_text(json.dumps({**fitted, "pool_power": 1.0}))
+    stale = Predictor.load(model, device="cpu").predict("CCOc1ccccc1", method="beam", n_best=2, augment=3).predictions
+    assert stale and all(p.confidence is None for p in stale)

@@ -210,7 +210,7 @@ def test_writings_are_packed_here_decoded_there_and_pooled_here(kit, tmp_path, c
     assert one == {**plain, "writings": 1}
 
 
-def test_score_pools_writings_by_mean_probability(kit, tmp_path, capsys):
+def test_score_pools_writings_as_the_app_does(kit, tmp_path, capsys):
     data = tmp_path / "data" / "retro"
     data.mkdir(parents=True)
     (data / "test.tgt").write_text("CCO\n")

@@ -231,9 +231,10 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                                        f"of this answer is {common.format_probability(prediction.score)}.")
             elif writings > 1:
                 columns[1].metric("Probability", common.format_probability(prediction.score),
-                                  help=f"The model's mean probability of this answer over the {writings} writings "
-                                       "of the query; the calibration was fitted to one writing, so no confidence "
-                                       "is shown. It is not the chance that the answer is right.")
+                                  help=f"The model's probability of this answer pooled over the {writings} writings "
+                                       "of the query (a power mean, which favours answers many writings give); no "
+                                       "calibration was fitted to pooled answers, so no confidence is shown. It is "
+                                       "not the chance that the answer is right.")
             else:
                 columns[1].metric("Probability", common.format_probability(prediction.score),
                                   help="The model's own probability of this answer; this model has no calibration, "
