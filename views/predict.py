@@ -224,11 +224,12 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                 st.caption(f"Given for {prediction.views} of the {writings} writings of the query the model read.")
             columns = st.columns(4 if prediction.forward_prob is not None else 3)
             columns[0].metric("Score (log-prob)", f"{prediction.score:.2f}")
+            pooled = f", pooled over the {writings} writings (a power mean)," if writings > 1 else ""
             if prediction.confidence is not None:
                 columns[1].metric("Confidence", f"{prediction.confidence:.0%}",
                                   help="The share of right answers among validation answers with a score like this "
                                        "one (the Models page shows how well it holds). The model's own probability "
-                                       f"of this answer is {common.format_probability(prediction.score)}.")
+                                       f"of this answer{pooled} is {common.format_probability(prediction.score)}.")
             elif writings > 1:
                 columns[1].metric("Probability", common.format_probability(prediction.score),
                                   help=f"The model's probability of this answer pooled over the {writings} writings "
