@@ -197,7 +197,7 @@ def pool_writings(answers: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[
     mean (POOL_POWER) of its probabilities over the writings (a writing that did not give it counts 0)
     and how many writings gave it, best first (ties keep the order in which the answers were first
     met). A beam that spells one answer twice gives it the sum of both probabilities. Predictor._pooled
-    and the GPU kit's scoring both rank with this; with one writing it keeps the beam's order."""
+    and the GPU kit's scoring both rank with this."""
     powered: dict[str, tuple[float, int]] = {}  # answer -> (sum of probability ** POOL_POWER, writings)
     for writing in answers:
         here: dict[str, float] = {}  # this writing's probability of each answer, its spellings added

@@ -76,8 +76,8 @@ def test_an_answer_every_writing_gives_outranks_one_a_single_writing_is_surer_of
     pooled = pool_writings([[("A", math.log(0.9)), ("B", math.log(0.35))], [("B", math.log(0.35))]])
     assert [(answer, writings) for answer, _, writings in pooled] == [("B", 2), ("A", 1)]
     assert [score for _, score, _ in pooled] == pytest.approx([math.log(0.35), math.log(power_mean(0.9, 0))])
-    one = pool_writings([[("A", math.log(0.5)), ("B", math.log(0.3)), ("A", math.log(0.1))]])
-    assert [(a, round(math.exp(s), 6)) for a, s, _ in one] == [("A", 0.6), ("B", 0.3)]  # one writing: its own order
+    one = pool_writings([[("A", math.log(0.3)), ("B", math.log(0.35)), ("A", math.log(0.1))]])
+    assert [(a, round(math.exp(s), 6)) for a, s, _ in one] == [("A", 0.4), ("B", 0.35)]  # spellings added
 
 
 def test_two_strings_of_one_answer_from_one_writing_count_that_writing_once(reader):

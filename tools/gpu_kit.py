@@ -29,10 +29,17 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:  # annotations only: each command imports what it uses when it runs (the device has no RDKit)
+    import numpy as np
+
+    from molspec_core.tokenizer import Vocab
 
 TASKS = ("forward", "retro")
 PRESET = {"forward": "forward", "retro": "retro"}  # the paper's sizes: 4+4 and 6+6 layers
@@ -97,7 +104,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
 
 
-def _pack_writings(sources: list[str], refused, n: int, vocab) -> dict:
+def _pack_writings(sources: list[str], refused: Sequence[bool], n: int, vocab: Vocab) -> dict[str, np.ndarray]:
     """The other root writings of each test query, as the app reads them (test-time augmentation): the
     device has no RDKit to write them. writing_query[j] is the query of writing j."""
     import numpy as np
