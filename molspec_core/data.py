@@ -198,6 +198,13 @@ def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]
     return ([pair] if pair else []), False
 
 
+def root_aligned(stats: dict) -> bool:
+    """Whether data with these stats (stats.json; a model's config keeps them as "data_stats") held many
+    root-aligned writings of each query (prepare_retro's "augment" > 1): a model trained on it can read a
+    query in several rooted writings and pool the answers (service.Predictor.augmentable)."""
+    return int(stats.get("augment", 0)) > 1
+
+
 def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int) -> dict:
     """USPTO-50K (GLN split): train pairs root-aligned x`augment` (0: canonical pairs only)."""
     with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:

@@ -22,6 +22,7 @@ import torch
 from . import checkpoint
 from .calibration import Calibration, load as load_calibration
 from .chem import ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none
+from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
 from .decoding.sampling import sample_decode
@@ -554,7 +555,7 @@ class Predictor:
         so that reading a query in several rooted writings and pooling the answers pays: measured on the
         retro model, see its card. Data with random writings (forward-mit) records another key: reading
         rooted writings cost a forward model trained so (CPU run 13) five points of top-1."""
-        return int(self.config.get("data_stats", {}).get("augment", 0)) > 1
+        return root_aligned(self.config.get("data_stats", {}))
 
     def check_augment(self, augment: int) -> None:
         """Refuse an augment this model cannot use, with the reason."""

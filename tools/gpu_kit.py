@@ -73,7 +73,7 @@ def cmd_pack(args: argparse.Namespace) -> None:
     """Copy the prepared arrays and tokenize the test sources (ids only: the device has no RDKit)."""
     import numpy as np
 
-    from molspec_core.data import pack_ids, read_lines
+    from molspec_core.data import pack_ids, read_lines, root_aligned
     from molspec_core.evaluate import read_pairs
     from molspec_core.tokenizer import UNK_ID, Vocab
 
@@ -88,9 +88,9 @@ def cmd_pack(args: argparse.Namespace) -> None:
         refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
         flat, offsets = pack_ids(ids)
         arrays = {"src": flat, "src_offsets": offsets, "refused": refused}
-        if args.writings > 1 and int(json.loads((src_dir / "stats.json").read_text()).get("augment", 0)) > 1:
+        if args.writings > 1 and root_aligned(json.loads((src_dir / "stats.json").read_text())):
             arrays.update(_pack_writings(sources, refused, args.writings, vocab))
-        elif args.writings > 1:  # as service.augmentable: other writings would only confuse such a model
+        elif args.writings > 1:  # other writings would only confuse such a model (service.augmentable)
             print(f"{task}: trained on one writing of each query, so no other writings are packed")
         np.savez_compressed(dst / "test.npz", **arrays)
         index = Path(args.bench) / QUICK_INDEX[task]
