@@ -11,8 +11,9 @@ import re
 from collections.abc import Sequence
 
 from rdkit import Chem
-from rdkit.Chem import AllChem
+from rdkit.Chem import AllChem, rdDepictor
 from rdkit.Chem.Draw import rdMolDraw2D
+from rdkit.Geometry import Point3D
 
 from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
 
@@ -26,6 +27,7 @@ ATOM_TOKEN = re.compile(r"\[[^\]]+\]|Br|Cl|B|C|N|O|P|S|F|I|b|c|n|o|s|p|\*")
 # its atoms in the depiction.
 SPAN_COLOURS = ("#f6c27a", "#8fd3f4", "#9be0b8", "#f5a3c7", "#c6b3f0", "#f2e58c", "#a9c8f0", "#f3b49a")
 GENERATED_COLOUR = "#eceff3"
+FRAGMENT_GAP = 2.0  # depiction units (a bond is 1.5) between the boxes of two molecules: room for atom labels
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
 
 
@@ -148,8 +150,52 @@ def _rgb(colour: str) -> tuple[float, float, float]:
     return tuple(int(value[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
+def laid_out(mol: Chem.Mol, aspect: float = 1.5) -> Chem.Mol:
+    """A copy of `mol` with 2D coordinates in which its molecules (the fragments of a SMILES with
+    dots) stand apart in centred rows, in the order written, each row about `aspect` times as wide as the
+    picture is tall. RDKit's own packing can set one molecule's atom labels on another's (a solvent
+    drawn over an amine's NH2); each molecule keeps RDKit's layout and is only moved."""
+    mol = Chem.Mol(mol)
+    rdDepictor.Compute2DCoords(mol)
+    fragments = Chem.GetMolFrags(mol)
+    if len(fragments) < 2:
+        return mol
+    conf = mol.GetConformer()
+    boxes = []
+    for atoms in fragments:
+        xs = [conf.GetAtomPosition(i).x for i in atoms]
+        ys = [conf.GetAtomPosition(i).y for i in atoms]
+        boxes.append((min(xs), max(xs), min(ys), max(ys)))
+    area = sum((x1 - x0 + FRAGMENT_GAP) * (y1 - y0 + FRAGMENT_GAP) for x0, x1, y0, y1 in boxes)
+    row_width = max(max(x1 - x0 for x0, x1, _, _ in boxes), (area * aspect) ** 0.5)
+    rows: list[list[int]] = [[]]
+    width = 0.0
+    for k, (x0, x1, _, _) in enumerate(boxes):
+        if rows[-1] and width + FRAGMENT_GAP + (x1 - x0) > row_width:
+            rows.append([])
+            width = 0.0
+        width += (FRAGMENT_GAP if rows[-1] else 0.0) + (x1 - x0)
+        rows[-1].append(k)
+    widths = [sum(boxes[k][1] - boxes[k][0] for k in row) + FRAGMENT_GAP * (len(row) - 1) for row in rows]
+    top = 0.0
+    for row, width in zip(rows, widths):
+        height = max(boxes[k][3] - boxes[k][2] for k in row)
+        left = (max(widths) - width) / 2  # rows centred under each other
+        for k in row:
+            x0, x1, y0, y1 = boxes[k]
+            dx, dy = left - x0, top - height / 2 - (y0 + y1) / 2  # centred on the row's middle line
+            for i in fragments[k]:
+                p = conf.GetAtomPosition(i)
+                conf.SetAtomPosition(i, Point3D(p.x + dx, p.y + dy, 0.0))
+            left += x1 - x0 + FRAGMENT_GAP
+        top -= height + FRAGMENT_GAP
+    return mol
+
+
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
-    """SVG of a molecule; atoms in `atom_colours` (and bonds between two of them) are highlighted."""
+    """SVG of a molecule, its fragments apart (laid_out); atoms in `atom_colours` (and bonds between
+    two of them) are highlighted."""
+    mol = laid_out(mol, width / height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
     options.addStereoAnnotation = True
@@ -168,7 +214,7 @@ def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, st
 
 
 def smiles_svg(smiles: str, width: int = 360, height: int = 240) -> str | None:
-    """SVG of a SMILES (several fragments side by side), or None when RDKit cannot read it."""
+    """SVG of a SMILES (several molecules apart, in rows: laid_out), or None when RDKit cannot read it."""
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     return mol_svg(mol, width, height) if mol is not None else None
 

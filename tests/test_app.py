@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from rdkit import Chem
+from rdkit.Chem import rdDepictor
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `streamlit run app.py` puts the app folder on the path; so do we
@@ -116,6 +117,46 @@ def test_copied_atoms_are_the_atoms_of_copied_tokens():
     assert len(set(colours.values())) == 1  # one run, one colour
     svg = depict.provenance_svg(tokens, provenance)
     assert svg and svg.lstrip().startswith(("<?xml", "<svg"))
+
+
+def _boxes(mol: Chem.Mol) -> list[tuple[float, float, float, float]]:
+    conf = mol.GetConformer()
+    boxes = []
+    for atoms in Chem.GetMolFrags(mol):
+        points = [conf.GetAtomPosition(i) for i in atoms]
+        boxes.append((min(p.x for p in points), max(p.x for p in points),
+                      min(p.y for p in points), max(p.y for p in points)))
+    return boxes
+
+
+def test_molecules_of_a_query_are_drawn_apart_in_the_order_written():
+    # RDKit's own packing drew dichloromethane's Cl over the aniline's NH2 in this query
+    mol = Chem.MolFromSmiles("CC(=O)Cl.Nc1ccc(Br)cc1.CCN(CC)CC.ClCCl.[Na+].[OH-]")
+    placed = depict.laid_out(mol, 560 / 220)
+    boxes = _boxes(placed)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart_x = max(a[0], b[0]) - min(a[1], b[1])
+            apart_y = max(a[2], b[2]) - min(a[3], b[3])
+            assert max(apart_x, apart_y) >= depict.FRAGMENT_GAP - 1e-6, (a, b)
+    rows = [round((y0 + y1) / 2, 6) for _, _, y0, y1 in boxes]
+    assert rows == sorted(rows, reverse=True)  # rows run downwards
+    for (x0, _, _, _), (_, x1, _, _), same_row in zip(boxes[1:], boxes, (a == b for a, b in zip(rows[1:], rows))):
+        assert not same_row or x0 > x1  # left to right within a row
+    # each molecule is moved, not redrawn: its atoms keep their distances to each other
+    alone = Chem.Mol(mol)
+    rdDepictor.Compute2DCoords(alone)
+    for atoms in Chem.GetMolFrags(mol):
+        for i, j in zip(atoms, atoms[1:]):
+            before = alone.GetConformer().GetAtomPosition(i) - alone.GetConformer().GetAtomPosition(j)
+            after = placed.GetConformer().GetAtomPosition(i) - placed.GetConformer().GetAtomPosition(j)
+            assert abs(before.Length() - after.Length()) < 1e-6
+    single = Chem.MolFromSmiles("CC(=O)NCc1ccccc1")
+    reference = Chem.Mol(single)
+    rdDepictor.Compute2DCoords(reference)
+    assert _boxes(depict.laid_out(single)) == _boxes(reference)  # one molecule: RDKit's layout as it is
+    assert mol.GetNumConformers() == 0  # the caller's molecule is left alone
+    assert depict.smiles_svg("CC(=O)Cl.Nc1ccc(Br)cc1.ClCCl", 560, 220).lstrip().startswith(("<?xml", "<svg"))
 
 
 def test_provenance_html_escapes_every_token():
