@@ -27,7 +27,8 @@ ATOM_TOKEN = re.compile(r"\[[^\]]+\]|Br|Cl|B|C|N|O|P|S|F|I|b|c|n|o|s|p|\*")
 # its atoms in the depiction.
 SPAN_COLOURS = ("#f6c27a", "#8fd3f4", "#9be0b8", "#f5a3c7", "#c6b3f0", "#f2e58c", "#a9c8f0", "#f3b49a")
 GENERATED_COLOUR = "#eceff3"
-FRAGMENT_GAP = 2.0  # depiction units (a bond is 1.5) between the boxes of two molecules: room for atom labels
+PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): small molecules are not blown up
+FRAGMENT_GAP = 2.0  # 2D units between the boxes of two molecules: room for atom labels
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
 
 
@@ -150,11 +151,25 @@ def _rgb(colour: str) -> tuple[float, float, float]:
     return tuple(int(value[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
-def laid_out(mol: Chem.Mol, aspect: float = 1.5) -> Chem.Mol:
+def _wrapped(widths: Sequence[float], limit: float) -> list[list[int]]:
+    """Items of these widths, in order, in rows no wider than `limit` (FRAGMENT_GAP between two),
+    a new row only where the next item would not fit."""
+    rows: list[list[int]] = [[]]
+    used = 0.0
+    for k, width in enumerate(widths):
+        if rows[-1] and used + FRAGMENT_GAP + width > limit + 1e-9:  # (a limit is a sum of the same widths)
+            rows.append([])
+        used = (used + FRAGMENT_GAP if rows[-1] else 0.0) + width
+        rows[-1].append(k)
+    return rows
+
+
+def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     """A copy of `mol` with 2D coordinates in which its molecules (the fragments of a SMILES with
-    dots) stand apart in centred rows, in the order written, each row about `aspect` times as wide as the
-    picture is tall. RDKit's own packing can set one molecule's atom labels on another's (a solvent
-    drawn over an amine's NH2); each molecule keeps RDKit's layout and is only moved."""
+    dots) stand apart in centred rows, in the order written, wrapped so that a picture of width x
+    height pixels draws them largest, in as few rows as that allows. RDKit's own packing can set one
+    molecule's atom labels on another's (a solvent drawn over an amine's NH2); each molecule keeps
+    RDKit's layout and is only moved."""
     mol = Chem.Mol(mol)
     rdDepictor.Compute2DCoords(mol)
     fragments = Chem.GetMolFrags(mol)
@@ -166,21 +181,27 @@ def laid_out(mol: Chem.Mol, aspect: float = 1.5) -> Chem.Mol:
         xs = [conf.GetAtomPosition(i).x for i in atoms]
         ys = [conf.GetAtomPosition(i).y for i in atoms]
         boxes.append((min(xs), max(xs), min(ys), max(ys)))
-    area = sum((x1 - x0 + FRAGMENT_GAP) * (y1 - y0 + FRAGMENT_GAP) for x0, x1, y0, y1 in boxes)
-    row_width = max(max(x1 - x0 for x0, x1, _, _ in boxes), (area * aspect) ** 0.5)
-    rows: list[list[int]] = [[]]
-    width = 0.0
-    for k, (x0, x1, _, _) in enumerate(boxes):
-        if rows[-1] and width + FRAGMENT_GAP + (x1 - x0) > row_width:
-            rows.append([])
-            width = 0.0
-        width += (FRAGMENT_GAP if rows[-1] else 0.0) + (x1 - x0)
-        rows[-1].append(k)
-    widths = [sum(boxes[k][1] - boxes[k][0] for k in row) + FRAGMENT_GAP * (len(row) - 1) for row in rows]
+    widths = [x1 - x0 for x0, x1, _, _ in boxes]
+    heights = [y1 - y0 for _, _, y0, y1 in boxes]
+
+    def row_width(row: list[int]) -> float:
+        return sum(widths[k] for k in row) + FRAGMENT_GAP * (len(row) - 1)
+
+    def scale(rows: list[list[int]]) -> float:  # pixels per 2D unit these rows are drawn at
+        tall = sum(max(heights[k] for k in row) for row in rows) + FRAGMENT_GAP * (len(rows) - 1)
+        wide = max(map(row_width, rows))
+        return min(PIXELS_PER_UNIT, 0.9 * width / max(wide, 1e-9), 0.9 * height / max(tall, 1e-9))
+
+    # every row width a run of consecutive molecules can have is a wrapping to try; widest first, so
+    # that of equally large layouts the one with the fewest rows wins
+    limits = sorted({row_width(list(range(i, j))) for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)},
+                    reverse=True)
+    rows = max((_wrapped(widths, limit) for limit in limits), key=scale)
+    widest = max(map(row_width, rows))
     top = 0.0
-    for row, width in zip(rows, widths):
-        height = max(boxes[k][3] - boxes[k][2] for k in row)
-        left = (max(widths) - width) / 2  # rows centred under each other
+    for row in rows:
+        height = max(heights[k] for k in row)
+        left = (widest - row_width(row)) / 2  # rows centred under each other
         for k in row:
             x0, x1, y0, y1 = boxes[k]
             dx, dy = left - x0, top - height / 2 - (y0 + y1) / 2  # centred on the row's middle line
@@ -195,11 +216,11 @@ def laid_out(mol: Chem.Mol, aspect: float = 1.5) -> Chem.Mol:
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
     """SVG of a molecule, its fragments apart (laid_out); atoms in `atom_colours` (and bonds between
     two of them) are highlighted."""
-    mol = laid_out(mol, width / height)
+    mol = laid_out(mol, width, height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
     options.addStereoAnnotation = True
-    options.fixedBondLength = 28  # keeps small molecules from being blown up to the full box
+    options.fixedBondLength = PIXELS_PER_UNIT
     atom_colours = atom_colours or {}
     atoms = {i: _rgb(c) for i, c in atom_colours.items()}
     bonds = {}

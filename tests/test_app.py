@@ -132,7 +132,7 @@ def _boxes(mol: Chem.Mol) -> list[tuple[float, float, float, float]]:
 def test_molecules_of_a_query_are_drawn_apart_in_the_order_written():
     # RDKit's own packing drew dichloromethane's Cl over the aniline's NH2 in this query
     mol = Chem.MolFromSmiles("CC(=O)Cl.Nc1ccc(Br)cc1.CCN(CC)CC.ClCCl.[Na+].[OH-]")
-    placed = depict.laid_out(mol, 560 / 220)
+    placed = depict.laid_out(mol, 560, 220)
     boxes = _boxes(placed)
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
@@ -151,6 +151,9 @@ def test_molecules_of_a_query_are_drawn_apart_in_the_order_written():
             before = alone.GetConformer().GetAtomPosition(i) - alone.GetConformer().GetAtomPosition(j)
             after = placed.GetConformer().GetAtomPosition(i) - placed.GetConformer().GetAtomPosition(j)
             assert abs(before.Length() - after.Length()) < 1e-6
+    # a reactant pair in the answer card's wide box: one row, as a chemist writes A + B
+    pair = _boxes(depict.laid_out(Chem.MolFromSmiles("CC(=O)OC(C)=O.Nc1ccc(O)cc1"), 440, 230))
+    assert pair[0][1] < pair[1][0] and abs((pair[0][2] + pair[0][3]) - (pair[1][2] + pair[1][3])) < 1e-6
     single = Chem.MolFromSmiles("CC(=O)NCc1ccccc1")
     reference = Chem.Mol(single)
     rdDepictor.Compute2DCoords(reference)
