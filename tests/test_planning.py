@@ -351,6 +351,8 @@ def test_routes_page_shows_routes_and_downloads(tmp_path, monkeypatch):
     assert "Compounds to procure:** NO" in shown_text(at)
     assert ":green-badge" in shown_text(at) and ":orange-badge" in shown_text(at)  # in stock / not in stock
     assert {m.label for m in at.metric} >= {"Search time", "Molecules expanded", "Routes"}
+    used = next(m for m in at.metric if m.label == "Answers used")  # a share that fits its column; counts on hover
+    assert used.value.endswith("%") and " reactant sets the model proposed could be used" in used.proto.help
     assert [b.proto.label for b in at.get("download_button")] == ["Download JSON", "Download CSV"]
 
 

@@ -144,10 +144,11 @@ def show_stats(result: PlanResult) -> None:
     columns = st.columns(5)
     columns[0].metric("Search time", f"{stats.time_s:.1f} s", help=f"Time limit {stats.time_limit_s:g} s")
     columns[1].metric("Molecules expanded", stats.model_calls, help="Calls of the single-step model, one per molecule")
-    columns[2].metric("Answers used", f"{counts.kept} of {counts.answers}",
-                      help="Reactant sets the model proposed, and the ones the search could use: invalid and "
-                           f"flagged answers are skipped, and {counts.missing_atoms} sane ones lacked atoms of "
-                           "their product")
+    # a share, not "1081 of 1320": a metric's value is cut at its column's width
+    columns[2].metric("Answers used", f"{counts.kept / counts.answers:.0%}" if counts.answers else "none",
+                      help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
+                           "used: invalid and flagged answers are skipped, and so were "
+                           f"{counts.missing_atoms:,} sane ones that lacked atoms of their product")
     columns[3].metric("Search nodes", stats.nodes)
     columns[4].metric("Routes", len(result.routes))
     round_trips = f"; {counts.round_trips} of them round trip ✓" if result.forward_model else ""
