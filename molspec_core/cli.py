@@ -198,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--augment", type=int, default=None,
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
-                        f"only); forward-mit: writings of each source, the first as given (default "
-                        f"{DEFAULT_AUGMENT['forward-mit']})")
+                        f"only); forward: writings of each source, the first as given, the others rooted as the "
+                        f"app reads a query (default {DEFAULT_AUGMENT['forward']}); forward-mit: writings of each "
+                        f"source, the others random (default {DEFAULT_AUGMENT['forward-mit']})")
     p.add_argument("--vocab", default=None,
                    help="forward-mit: encode with this vocabulary.json (the model to fine-tune), not a new one")
 

@@ -6,7 +6,10 @@ first n_val rows, test on USPTO-MIT test. The USPTO-MIT train split is not in ..
 pool lacks the single-ion reagents that 13% of USPTO-MIT test queries hold ([H-], [Pd], [Cs+],
 [BH4-], ...: Tetko et al.'s cleaning dropped them), so the MIT valid rows are the only training
 reactions written the way the test set is. Every training reaction whose canonical product equals
-a USPTO-MIT test product or a validation row's product is removed (leakage).
+a USPTO-MIT test product or a validation row's product is removed (leakage). With augment N > 1, each
+training source also comes in up to N - 1 rooted writings, the ones the app reads a query in
+(rsmiles.root_views), the product staying canonical: a model trained so can read a query in several
+writings and pool the answers, as the retro model does (root_aligned).
 
 Forward fine-tuning ("forward-mit"): only the USPTO-MIT valid rows after the first n_val, as the test
 set writes its queries, optionally with other writings of each source; encoded with the vocabulary of
@@ -137,7 +140,32 @@ def mit_split(root: Path, n_val: int) -> MitSplit:
     return MitSplit(val, valid[n_val:], test, {p.tgt for p in test if p.tgt} | {p.tgt for p in val})
 
 
-def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
+def _rooted_writings(job: tuple[str, int]) -> list[str]:
+    from .rsmiles import root_views
+
+    source, n = job
+    try:
+        return root_views(source, n)
+    except ValueError:  # a source RDKit cannot read keeps its one writing
+        return [source]
+
+
+def in_rooted_writings(pairs: list[Pair], n: int, workers: int) -> list[Pair]:
+    """Each pair's source in up to n writings, its own first, then the rooted writings the service reads
+    a query in (rsmiles.root_views: the same function, so training sees the writings the app asks
+    about); the target is kept."""
+    jobs = [(p.src, n) for p in pairs]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            writings = list(pool.map(_rooted_writings, jobs, chunksize=2000))
+    else:
+        writings = [_rooted_writings(job) for job in jobs]
+    return [Pair(w, p.tgt) for p, ws in zip(pairs, writings) for w in ws]
+
+
+def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: int) -> dict:
+    if augment < 1:
+        raise ValueError("forward: augment is the writings of each source, at least 1")
     mit = mit_split(root, n_val)
     val, mit_train, test, held_out = mit.val, mit.train, mit.test, mit.held_out
     pool = list(forward_pool(root))
@@ -146,9 +174,12 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int) -> dict:
     candidates = pairs + mit_train
     leaked = [p for p in candidates if p.tgt in held_out]
     pairs = dedupe(keep_short([p for p in candidates if p.tgt not in held_out]))
+    reactions = len(pairs)
+    if augment > 1:
+        pairs = dedupe(keep_short(in_rooted_writings(pairs, augment, workers)))
     stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed, "mit_valid_rows_for_training": len(mit_train),
-             "removed_leakage_mit_test_or_val_product": len(leaked), "train": len(pairs),
-             "val": len(val), "test": len(test)}
+             "removed_leakage_mit_test_or_val_product": len(leaked), "train_reactions": reactions,
+             "augment": augment, "train": len(pairs), "val": len(val), "test": len(test)}
     write_splits(out, {"train": pairs, "val": val, "test": test}, stats)
     return stats
 
@@ -200,8 +231,9 @@ def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]
 
 def root_aligned(stats: dict) -> bool:
     """Whether data with these stats (stats.json; a model's config keeps them as "data_stats") held many
-    root-aligned writings of each query (prepare_retro's "augment" > 1): a model trained on it can read a
-    query in several rooted writings and pool the answers (service.Predictor.augmentable)."""
+    rooted writings of each query (prepare_retro's root-aligned pairs or prepare_forward's rooted sources,
+    "augment" > 1): a model trained on it can read a query in several rooted writings and pool the
+    answers (service.Predictor.augmentable)."""
     return int(stats.get("augment", 0)) > 1
 
 
@@ -275,7 +307,7 @@ def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 
 TASKS = ("forward", "forward-mit", "retro")
-DEFAULT_AUGMENT = {"forward-mit": 1, "retro": 20}  # writings of each training reaction
+DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "retro": 20}  # writings of each training reaction
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
@@ -288,7 +320,7 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
         raise ValueError(f"{task}: a given vocabulary is for forward-mit (fine-tuning data)")
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
-        return prepare_forward(root, out, n_val, workers)
+        return prepare_forward(root, out, n_val, workers, augment)
     if task == "forward-mit":
         return prepare_forward_mit(root, out, n_val, augment, vocab)
     return prepare_retro(root, out, n_val, workers, augment)

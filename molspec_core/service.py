@@ -551,9 +551,9 @@ class Predictor:
 
     @property
     def augmentable(self) -> bool:
-        """Trained on many root-aligned writings of each query (prepare-data --task retro --augment N > 1),
-        so that reading a query in several rooted writings and pooling the answers pays: measured on the
-        retro model, see its card. Data with random writings (forward-mit) records another key: reading
+        """Trained on many rooted writings of each query (prepare-data --task retro or forward --augment N
+        > 1), so that reading a query in several rooted writings and pooling the answers pays: measured on
+        the retro model, see its card. Data with random writings (forward-mit) records another key: reading
         rooted writings cost a forward model trained so (CPU run 13) five points of top-1."""
         return root_aligned(self.config.get("data_stats", {}))
 

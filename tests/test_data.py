@@ -88,6 +88,31 @@ def test_prepare_forward_trains_on_mit_valid_rows_after_the_validation_rows(tmp_
     assert "[Pd]" in Vocab.load(tmp_path / "out/vocab.json").tokens
 
 
+def test_prepare_forward_in_rooted_writings_teaches_the_writings_the_app_reads(tmp_path):
+    from molspec_core.chem import canonical
+    from molspec_core.data import root_aligned
+    from molspec_core.rsmiles import root_views
+
+    make_tree(tmp_path / "data")
+    plain = prepare("forward", tmp_path / "data", tmp_path / "plain", n_val=10, workers=1)
+    assert plain["augment"] == 1 and not root_aligned(plain)  # canonical data: the app reads one writing
+    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1, augment=3)
+    assert root_aligned(stats) and stats["train_reactions"] == plain["train"] == 3
+    src = (tmp_path / "out/train.src").read_text().splitlines()
+    tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
+    canonical_pairs = list(zip((tmp_path / "plain/train.src").read_text().splitlines(),
+                               (tmp_path / "plain/train.tgt").read_text().splitlines()))
+    assert stats["train"] == len(src) > len(canonical_pairs)
+    for source, product in canonical_pairs:
+        writings = [s for s, t in zip(src, tgt) if t == product]
+        # its own writing first, then exactly the rooted writings the service reads it in; product canonical
+        assert writings == root_views(source, 3) and writings[0] == source and len(writings) > 1
+        assert {".".join(sorted(canonical(f) for f in w.split("."))) for w in writings} == {source}
+    vocab = Vocab.load(tmp_path / "out/vocab.json")
+    assert [vocab.decode(a) for a in load_arrays(tmp_path / "out/train.npz")[0]] == src
+    assert (tmp_path / "out/val.src").read_text() == (tmp_path / "plain/val.src").read_text()  # validated as before
+
+
 def test_root_aligned_pairs_keep_the_molecules_and_start_alike():
     import random
 
@@ -161,8 +186,8 @@ def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     import pytest
 
     make_tree(tmp_path / "data")
-    with pytest.raises(ValueError, match="augment is for"):
-        prepare("forward", tmp_path / "data", tmp_path / "out", augment=3)
+    with pytest.raises(ValueError, match="at least 1"):
+        prepare("forward", tmp_path / "data", tmp_path / "out", augment=0)
     with pytest.raises(ValueError, match="vocabulary is for forward-mit"):
         prepare("retro", tmp_path / "data", tmp_path / "out", vocab=Vocab.build(["CC"]))
     with pytest.raises(ValueError, match="at least 1"):
