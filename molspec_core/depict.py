@@ -167,7 +167,7 @@ def _wrapped(widths: Sequence[float], limit: float) -> list[list[int]]:
 def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     """A copy of `mol` with 2D coordinates in which its molecules (the fragments of a SMILES with
     dots) stand apart in centred rows, in the order written, wrapped so that a picture of width x
-    height pixels draws them largest, in as few rows as that allows. RDKit's own packing can set one
+    height pixels draws them about as large as it can, in as few rows as that allows. RDKit's own packing can set one
     molecule's atom labels on another's (a solvent drawn over an amine's NH2); each molecule keeps
     RDKit's layout and is only moved."""
     mol = Chem.Mol(mol)
@@ -192,11 +192,13 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
         wide = max(map(row_width, rows))
         return min(PIXELS_PER_UNIT, 0.9 * width / max(wide, 1e-9), 0.9 * height / max(tall, 1e-9))
 
-    # every row width a run of consecutive molecules can have is a wrapping to try; widest first, so
-    # that of equally large layouts the one with the fewest rows wins
+    # every row width a run of consecutive molecules can have is a wrapping to try, widest first; the
+    # fewest rows that draw within 10% of the largest win (A + B on one line reads as a reaction does)
     limits = sorted({row_width(list(range(i, j))) for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)},
                     reverse=True)
-    rows = max((_wrapped(widths, limit) for limit in limits), key=scale)
+    layouts = [_wrapped(widths, limit) for limit in limits]
+    largest = max(map(scale, layouts))
+    rows = next(layout for layout in layouts if scale(layout) >= 0.9 * largest)
     widest = max(map(row_width, rows))
     top = 0.0
     for row in rows:
