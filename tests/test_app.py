@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 import shutil
@@ -141,8 +142,8 @@ def test_molecules_of_a_query_are_drawn_apart_in_the_order_written():
             assert max(apart_x, apart_y) >= depict.FRAGMENT_GAP - 1e-6, (a, b)
     rows = [round((y0 + y1) / 2, 6) for _, _, y0, y1 in boxes]
     assert rows == sorted(rows, reverse=True)  # rows run downwards
-    for (x0, _, _, _), (_, x1, _, _), same_row in zip(boxes[1:], boxes, (a == b for a, b in zip(rows[1:], rows))):
-        assert not same_row or x0 > x1  # left to right within a row
+    for (left, left_row), (right, right_row) in itertools.pairwise(zip(boxes, rows)):
+        assert left_row != right_row or right[0] > left[1]  # left to right within a row
     # each molecule is moved, not redrawn: its atoms keep their distances to each other
     alone = Chem.Mol(mol)
     rdDepictor.Compute2DCoords(alone)
