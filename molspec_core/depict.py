@@ -7,6 +7,7 @@ the engine never imports this module and this module never imports streamlit.
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -29,6 +30,7 @@ SPAN_COLOURS = ("#f6c27a", "#8fd3f4", "#9be0b8", "#f5a3c7", "#c6b3f0", "#f2e58c"
 GENERATED_COLOUR = "#eceff3"
 PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): small molecules are not blown up
 FRAGMENT_GAP = 2.0  # 2D units between the boxes of two molecules: room for atom labels
+MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
 
 
@@ -167,15 +169,24 @@ def _wrapped(widths: Sequence[float], limit: float) -> list[list[int]]:
 def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     """A copy of `mol` with 2D coordinates in which its molecules (the fragments of a SMILES with
     dots) stand apart in centred rows, in the order written, wrapped so that a picture of width x
-    height pixels draws them about as large as it can, in as few rows as that allows. RDKit's own packing can set one
-    molecule's atom labels on another's (a solvent drawn over an amine's NH2); each molecule keeps
-    RDKit's layout and is only moved."""
+    height pixels draws them about as large as it can, in as few rows as that allows. RDKit's own
+    packing can set one molecule's atom labels on another's (a solvent drawn over an amine's NH2);
+    each molecule keeps RDKit's layout and is only moved."""
     mol = Chem.Mol(mol)
-    rdDepictor.Compute2DCoords(mol)
-    fragments = Chem.GetMolFrags(mol)
-    if len(fragments) < 2:
+    fragments: list[list[int]] = []
+    pieces = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False, fragsMolAtomMapping=fragments)
+    if len(pieces) < 2:
+        rdDepictor.Compute2DCoords(mol)
         return mol
-    conf = mol.GetConformer()
+    # each molecule laid out alone: RDKit's packing of them all took 5 s for 300 small ones
+    conf = Chem.Conformer(mol.GetNumAtoms())
+    for piece, atoms in zip(pieces, fragments):
+        rdDepictor.Compute2DCoords(piece)
+        for local, atom in enumerate(atoms):
+            conf.SetAtomPosition(atom, piece.GetConformer().GetAtomPosition(local))
+    conf.Set3D(False)
+    mol.RemoveAllConformers()
+    conf = mol.GetConformer(mol.AddConformer(conf, assignId=True))  # (the molecule keeps a copy)
     boxes = []
     for atoms in fragments:
         xs = [conf.GetAtomPosition(i).x for i in atoms]
@@ -192,11 +203,13 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
         wide = max(map(row_width, rows))
         return min(PIXELS_PER_UNIT, 0.9 * width / max(wide, 1e-9), 0.9 * height / max(tall, 1e-9))
 
-    # every row width a run of consecutive molecules can have is a wrapping to try, widest first; the
-    # fewest rows that draw within 10% of the largest win (A + B on one line reads as a reaction does)
-    limits = sorted({row_width(list(range(i, j))) for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)},
-                    reverse=True)
-    layouts = [_wrapped(widths, limit) for limit in limits]
+    # every row width a run of consecutive molecules can have is a wrapping to try, widest first (at most
+    # MAX_LAYOUTS of them, evenly spread); the fewest rows that draw within 10% of the largest win (A + B
+    # on one line reads as a reaction does)
+    ends = list(itertools.accumulate(widths, initial=0.0))
+    limits = sorted({ends[j] - ends[i] + FRAGMENT_GAP * (j - i - 1)
+                     for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)}, reverse=True)
+    layouts = [_wrapped(widths, limit) for limit in limits[::-(-len(limits) // MAX_LAYOUTS)]]
     largest = max(map(scale, layouts))
     rows = next(layout for layout in layouts if scale(layout) >= 0.9 * largest)
     widest = max(map(row_width, rows))
