@@ -215,16 +215,16 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     widest = max(map(row_width, rows))
     top = 0.0
     for row in rows:
-        height = max(heights[k] for k in row)
+        row_height = max(heights[k] for k in row)
         left = (widest - row_width(row)) / 2  # rows centred under each other
         for k in row:
             x0, x1, y0, y1 = boxes[k]
-            dx, dy = left - x0, top - height / 2 - (y0 + y1) / 2  # centred on the row's middle line
+            dx, dy = left - x0, top - row_height / 2 - (y0 + y1) / 2  # centred on the row's middle line
             for i in fragments[k]:
                 p = conf.GetAtomPosition(i)
                 conf.SetAtomPosition(i, Point3D(p.x + dx, p.y + dy, 0.0))
             left += x1 - x0 + FRAGMENT_GAP
-        top -= height + FRAGMENT_GAP
+        top -= row_height + FRAGMENT_GAP
     return mol
 
 
