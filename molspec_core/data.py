@@ -27,16 +27,19 @@ import json
 import logging
 import lzma
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Vocab, tokenize
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 MAX_SRC_TOKENS = 300  # training length caps: longer rows are rare outliers and cost memory
@@ -103,11 +106,15 @@ def gln_reactions(path: Path) -> Iterator[tuple[str, str]]:
 
 
 def convert(reactions: list[tuple[str, str]], task: str, workers: int) -> list[Pair | None]:
-    fn = _forward_pair if task == "forward" else _retro_pair
+    return parallel_map(_forward_pair if task == "forward" else _retro_pair, reactions, workers, 2000)
+
+
+def parallel_map(fn: Callable[[T], R], jobs: list[T], workers: int, chunksize: int) -> list[R]:
+    """[fn(job) for job in jobs], in `workers` processes when there are more than one (RDKit work)."""
     if workers <= 1:
-        return [fn(r) for r in reactions]
+        return [fn(job) for job in jobs]
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(fn, reactions, chunksize=2000))
+        return list(pool.map(fn, jobs, chunksize=chunksize))
 
 
 def keep_short(pairs: list[Pair]) -> list[Pair]:
@@ -154,12 +161,7 @@ def in_rooted_writings(pairs: list[Pair], n: int, workers: int) -> list[Pair]:
     """Each pair's source in up to n writings, its own first, then the rooted writings the service reads
     a query in (rsmiles.root_views: the same function, so training sees the writings the app asks
     about); the target is kept."""
-    jobs = [(p.src, n) for p in pairs]
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            writings = list(pool.map(_rooted_writings, jobs, chunksize=2000))
-    else:
-        writings = [_rooted_writings(job) for job in jobs]
+    writings = parallel_map(_rooted_writings, [(p.src, n) for p in pairs], workers, 2000)
     return [Pair(w, p.tgt) for p, ws in zip(pairs, writings) for w in ws]
 
 
@@ -242,11 +244,7 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int)
     with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
     jobs = [(mapped, unmapped, augment, i) for i, (mapped, unmapped) in enumerate(rows)]
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            done = list(pool.map(_retro_augmented, jobs, chunksize=500))
-    else:
-        done = [_retro_augmented(job) for job in jobs]
+    done = parallel_map(_retro_augmented, jobs, workers, 500)
     train = dedupe(keep_short([pair for pairs, _ in done for pair in pairs]))
     # Validation: the product as the service writes a query (canonical), the reactants aligned to it
     # where the maps allow, as the model is trained to write them; so the trainer's token-level exact
