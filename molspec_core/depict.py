@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 import re
 from collections.abc import Sequence
 
@@ -209,7 +210,7 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     ends = list(itertools.accumulate(widths, initial=0.0))
     limits = sorted({ends[j] - ends[i] + FRAGMENT_GAP * (j - i - 1)
                      for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)}, reverse=True)
-    layouts = [_wrapped(widths, limit) for limit in limits[::-(-len(limits) // MAX_LAYOUTS)]]
+    layouts = [_wrapped(widths, limit) for limit in limits[::math.ceil(len(limits) / MAX_LAYOUTS)]]
     largest = max(map(scale, layouts))
     rows = next(layout for layout in layouts if scale(layout) >= 0.9 * largest)
     widest = max(map(row_width, rows))
