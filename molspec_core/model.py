@@ -21,6 +21,20 @@ from .npstep import NumpyStep
 from .tokenizer import PAD_ID
 
 
+def plan_free_attention(device: torch.device) -> None:
+    """Keep cuDNN out of scaled_dot_product_attention on a CUDA device (process-wide).
+
+    On Hopper, torch 2.11 tries cuDNN's attention first when a mask is given. cuDNN builds an
+    execution plan for every new (batch, length) shape, reported at about 0.4 s forward and 0.5 s
+    backward (FunASR issue 3704, a B200 with torch 2.11). Our batches and decode steps change shape
+    all the time: in GPU block 4 (session 33, H100) forward met some 125 new batch shapes a minute
+    for all of its 8 minutes and ran 2.5 steps a second, while retro ran 3 a second until it had met
+    its 480 shapes and then 12 (tools/gpu_train.md). The memory-efficient and flash kernels need
+    no plan; on a CPU nothing changes."""
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 @dataclass(frozen=True)
 class InPlace:
     """Where a lean call's T new tokens go (see Attention.self_in_place)."""

@@ -31,7 +31,7 @@ from . import checkpoint
 from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
-from .model import Seq2SeqTransformer, preset
+from .model import Seq2SeqTransformer, plan_free_attention, preset
 from .tokenizer import EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)
@@ -254,6 +254,7 @@ def new_state() -> dict:
 
 def train(cfg: TrainConfig) -> dict:
     device = pick_device(cfg.device)
+    plan_free_attention(device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.schedule not in ("cosine", "linear"):

@@ -80,6 +80,33 @@ def test_a_training_step_reads_nothing_back_from_the_device(tiny_data, tmp_path,
     assert counts[0] == counts[1], reads
 
 
+def test_cuda_attention_is_kept_off_cudnn_whose_plans_cost_each_new_batch_shape(tiny_data, tmp_path, monkeypatch):
+    """GPU block 4 ran forward at 2.5 steps a second, paying about 0.4 s for every new batch shape
+    (tools/gpu_train.md): on CUDA the trainer and the service take cuDNN out of attention; a CPU run
+    leaves the process's attention settings as they are."""
+    import molspec_core.model as model_module
+    import molspec_core.service as service_module
+    import molspec_core.train as train_module
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        model_module.plan_free_attention(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        model_module.plan_free_attention(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+    seen: list[torch.device] = []
+    monkeypatch.setattr(train_module, "plan_free_attention", seen.append)
+    monkeypatch.setattr(service_module, "plan_free_attention", seen.append)
+    train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_steps=1, max_tokens=64,
+                      val_greedy_rows=1, threads=1))
+    Predictor.load(tmp_path / "run" / "export", device="cpu")
+    assert seen == [torch.device("cpu"), torch.device("cpu")]  # both ask, with the device they run on
+
+
 def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path):
     common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=2, eval_every=3, val_greedy_rows=2,
                   threads=1, accum=2)
