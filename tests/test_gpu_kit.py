@@ -141,7 +141,7 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     shipped.parent.mkdir()
     (tmp_path / "first" / "export").rename(shipped)
     kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models"),
-              "--lr", "5e-4", "--warmup", "7"])
+              "--lr", "5e-4", "--warmup", "7", "--label-smoothing", "0"])
     out = capsys.readouterr().out
     assert f"--init {shipped}" in out and "forward: inputs read" in out
     # `start` returns only once the weights are read: the next command may sync models/ away.
@@ -150,7 +150,7 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     log = (tmp_path / "runs" / "gpu_forward" / "train.log").read_text()
     assert f"initialized from {shipped}" in log and "peak lr 5.00e-04" in log
     config = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "config.json").read_text())
-    assert config["train_config"]["warmup"] == 7
+    assert config["train_config"]["warmup"] == 7 and config["train_config"]["label_smoothing"] == 0.0
     state = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "train_state.json").read_text())
     assert state["step"] > 0 and state["seconds"] >= 3
 

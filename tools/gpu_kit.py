@@ -214,6 +214,8 @@ def cmd_start(args: argparse.Namespace) -> None:
                "--max-tokens", str(args.tokens)]
         if args.lr:
             cmd += ["--lr", str(args.lr)]
+        if args.label_smoothing is not None:
+            cmd += ["--label-smoothing", str(args.label_smoothing)]
         resume = GPU_DIR / "resume" / task
         if not (run / "last").exists() and (resume / "train_state.json").exists():
             cmd += ["--resume", str(resume)]
@@ -441,6 +443,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=0.0, help="peak learning rate (0: the trainer's rule, 4e-3 at "
                    "these batch sizes); a short block on from trained weights wants a lower one (tools/gpu_train.md)")
     p.add_argument("--warmup", type=int, default=1000, help="warm-up steps to the peak rate")
+    p.add_argument("--label-smoothing", type=float, default=None, help="the trainer's default unless given "
+                   "(forward without it: tools/gpu_train.md)")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--init", default="", help="folder holding <task>/ model folders (e.g. models): a task with "
                    "nothing to resume starts a new schedule from those weights")
