@@ -21,7 +21,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .model import ModelConfig, Seq2SeqTransformer
+from .model import ModelConfig, Seq2SeqTransformer, plan_free_attention
 from .tokenizer import SPECIALS, Vocab
 
 MAX_SHARD_BYTES = 15 * 1000 * 1000  # per file, header included
@@ -313,4 +313,5 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     check_weights(folder, cfg, read_headers(folder))
     model = Seq2SeqTransformer(cfg)
     model.load_state_dict({k: v.float() for k, v in load_tensors(folder).items()})
+    plan_free_attention(torch.device(device))
     return model.to(device).eval(), vocab, config

@@ -30,7 +30,8 @@ def plan_free_attention(device: torch.device) -> None:
     all the time: in GPU block 4 (session 33, H100) forward met some 125 new batch shapes a minute
     for all of its 8 minutes and ran 2.5 steps a second, while retro ran 3 a second until it had met
     its 480 shapes and then 12 (tools/gpu_train.md). The memory-efficient and flash kernels need
-    no plan; on a CPU nothing changes."""
+    no plan; on a CPU nothing changes. Called by the trainer and by `checkpoint.load`, which every
+    model that decodes comes through."""
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
 

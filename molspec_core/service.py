@@ -32,7 +32,7 @@ from .drafting import Drafter, make_drafter
 from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
-from .model import Seq2SeqTransformer, plan_free_attention
+from .model import Seq2SeqTransformer
 from .native import DTYPES, NativeStep, NativeUnavailable, cpu_description
 from .rsmiles import root_views
 from .tokenizer import TokenizeError, Vocab
@@ -335,7 +335,6 @@ class Predictor:
         if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
             path = MODELS_DIR / str(name_or_path)
         resolved = resolve_device(device)
-        plan_free_attention(resolved)
         if engine in ("native", "numpy") and resolved.type != "cpu":
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")
         if engine == "graphs" and resolved.type != "cuda":

@@ -82,10 +82,9 @@ def test_a_training_step_reads_nothing_back_from_the_device(tiny_data, tmp_path,
 
 def test_cuda_attention_is_kept_off_cudnn_whose_plans_cost_each_new_batch_shape(tiny_data, tmp_path, monkeypatch):
     """GPU block 4 ran forward at 2.5 steps a second, paying about 0.4 s for every new batch shape
-    (tools/gpu_train.md): on CUDA the trainer and the service take cuDNN out of attention; a CPU run
-    leaves the process's attention settings as they are."""
+    (tools/gpu_train.md): on CUDA the trainer and checkpoint.load (the service's and the GPU kit's
+    decoding) take cuDNN out of attention; a CPU run leaves the process's attention settings as they are."""
     import molspec_core.model as model_module
-    import molspec_core.service as service_module
     import molspec_core.train as train_module
 
     before = torch.backends.cuda.cudnn_sdp_enabled()
@@ -100,7 +99,7 @@ def test_cuda_attention_is_kept_off_cudnn_whose_plans_cost_each_new_batch_shape(
 
     seen: list[torch.device] = []
     monkeypatch.setattr(train_module, "plan_free_attention", seen.append)
-    monkeypatch.setattr(service_module, "plan_free_attention", seen.append)
+    monkeypatch.setattr(checkpoint, "plan_free_attention", seen.append)
     train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_steps=1, max_tokens=64,
                       val_greedy_rows=1, threads=1))
     Predictor.load(tmp_path / "run" / "export", device="cpu")
