@@ -24,10 +24,11 @@ SAMPLING_KNOBS = ("temperature", "top_k", "beta", "tau", "delta", "seed")
 KNOBS = ("n_best", "draft_len", "n_drafts") + SAMPLING_KNOBS
 
 
-# The default sampling temperature. The shipped models were trained with label smoothing 0.1, which
-# leaves about a tenth of each step's probability spread over the whole vocabulary: at temperature 1
-# a sampled answer of some 50 tokens nearly always takes a stray token. 0.5 keeps the answers valid
-# while still drawing varied ones (the measured sweep: README, "Python API", sampling methods).
+# The default sampling temperature. The shipped models had most of their training with label
+# smoothing 0.1, which spreads some of each step's probability over the whole vocabulary, and their
+# fine-tunes without it have not taken all of that back: at temperature 1 many sampled answers of some
+# 50 tokens take a stray token. 0.5 keeps the answers valid while still drawing varied ones (the
+# measured sweeps: README, "Python API", sampling methods).
 DEFAULT_TEMPERATURE = 0.5
 
 

@@ -47,8 +47,8 @@ def test_draft_model_is_shipped_with_the_model(shipped):
 
 
 def test_sampling_at_the_default_temperature_gives_valid_answers(shipped):
-    """At temperature 1 these label-smoothed models sample a stray token into nearly every answer
-    (methods.DEFAULT_TEMPERATURE); the default keeps a plain sample's answers valid SMILES."""
+    """At temperature 1 these models, trained mostly with label smoothing, sample a stray token into
+    many answers (methods.DEFAULT_TEMPERATURE); the default keeps a plain sample's answers valid SMILES."""
     predictor, queries = shipped
     results = predictor.predict(queries, method="sample", n_best=3, time_limit_s=None)
     answers = [p for r in results for p in r.predictions]
