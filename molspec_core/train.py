@@ -43,6 +43,11 @@ REFERENCE_TOKENS = 4096  # the batch size the base learning rate below was tuned
 BASE_LR = 2e-3  # peak AdamW rate at REFERENCE_TOKENS per step (the old Noam runs peaked at 2e-3)
 MAX_AUTO_LR = 4e-3  # the square-root rule is capped: a guess kept conservative until a GPU run measures it
 AUTO_TOKENS = {"cuda": 32768, "cpu": 4096}  # tokens per optimizer step when max_tokens is 0
+# Batch widths are padded up to a multiple of this when pad_to is 0. On CUDA every new batch shape may
+# cost a kernel plan (GPU block 4 lost minutes to one per shape, tools/gpu_train.md): multiples of 8 cut
+# the forward data's shapes per epoch from 977 to 130 for 4.5 points more padding (session 36). A CPU
+# pays nothing per shape, so there the batches stay unpadded.
+AUTO_PAD = {"cuda": 8, "cpu": 1}
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class TrainConfig:
     lr: float = 0.0  # peak learning rate (0: BASE_LR scaled by sqrt(tokens per step / REFERENCE_TOKENS))
     warmup: int = 500  # linear warm-up steps
     max_tokens: int = 0  # tokens (src + tgt, padded) per batch (0: AUTO_TOKENS for the device)
+    pad_to: int = 0  # pad source and decoder-input widths to a multiple of this (0: AUTO_PAD for the device)
     accum: int = 1  # batches per optimizer step
     weight_decay: float = 0.01
     label_smoothing: float = 0.1
@@ -82,6 +88,10 @@ def tokens_per_batch(cfg: TrainConfig, device: torch.device) -> int:
     return cfg.max_tokens or AUTO_TOKENS.get(device.type, AUTO_TOKENS["cpu"])
 
 
+def pad_multiple(cfg: TrainConfig, device: torch.device) -> int:
+    return cfg.pad_to or AUTO_PAD.get(device.type, AUTO_PAD["cpu"])
+
+
 def peak_lr(cfg: TrainConfig, device: torch.device) -> float:
     if cfg.lr:
         return cfg.lr
@@ -106,45 +116,56 @@ def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float, warm
     return peak * warm * decay
 
 
-def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, rng: random.Random) -> list[list[int]]:
-    """Index batches of similar length whose padded size stays within max_tokens."""
-    order = sorted(range(len(src)), key=lambda i: (len(src[i]), len(tgt[i]), rng.random()))
-    batches, batch, widest = [], [], 0
+def padded_widths(src_len: int, tgt_len: int, multiple: int) -> tuple[int, int]:
+    """A row's source and target widths once padded: the source to a multiple, the target so that the
+    decoder's input and output (the target less one token) are."""
+    return -(-src_len // multiple) * multiple, -(-(tgt_len - 1) // multiple) * multiple + 1
+
+
+def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, rng: random.Random,
+                  multiple: int = 1) -> list[list[int]]:
+    """Index batches of similar length whose padded size (rows x (source + target width), widths padded
+    as `collate` pads them) stays within max_tokens; a row longer than that alone makes a batch."""
+    widths = [padded_widths(len(s), len(t), multiple) for s, t in zip(src, tgt)]
+    order = sorted(range(len(src)), key=lambda i: (*widths[i], rng.random()))
+    batches, batch, wide_src, wide_tgt = [], [], 0, 0
     for i in order:
-        width = max(widest, len(src[i]) + len(tgt[i]))
-        if batch and width * (len(batch) + 1) > max_tokens:
+        s_w, t_w = max(wide_src, widths[i][0]), max(wide_tgt, widths[i][1])
+        if batch and (s_w + t_w) * (len(batch) + 1) > max_tokens:
             batches.append(batch)
-            batch, width = [], len(src[i]) + len(tgt[i])
+            batch, (s_w, t_w) = [], widths[i]
         batch.append(i)
-        widest = width
+        wide_src, wide_tgt = s_w, t_w
     if batch:
         batches.append(batch)
     rng.shuffle(batches)
     return batches
 
 
-def collate(rows: list[int], src: list[np.ndarray], tgt: list[np.ndarray], device: torch.device):
-    """A batch's padded (src, tgt_in, tgt_out) on `device`. On CUDA through pinned memory: a copy from
-    pageable memory waits for the GPU's queue to drain, and the host could not run a step ahead."""
-    def pad(seqs: list[np.ndarray]) -> torch.Tensor:
-        out = np.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=np.int64)
+def collate(rows: list[int], src: list[np.ndarray], tgt: list[np.ndarray], device: torch.device, multiple: int = 1):
+    """A batch's padded (src, tgt_in, tgt_out) on `device`, widths padded as `padded_widths` says. On CUDA
+    through pinned memory: a copy from pageable memory waits for the GPU's queue to drain, and the host
+    could not run a step ahead."""
+    def pad(seqs: list[np.ndarray], width: int) -> torch.Tensor:
+        out = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
         for i, s in enumerate(seqs):
             out[i, : len(s)] = s
         batch = torch.from_numpy(out)
         return batch.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else batch
 
-    src_b = pad([src[i] for i in rows])
-    tgt_b = pad([tgt[i] for i in rows])
+    s_w, t_w = padded_widths(max(len(src[i]) for i in rows), max(len(tgt[i]) for i in rows), multiple)
+    src_b = pad([src[i] for i in rows], s_w)
+    tgt_b = pad([tgt[i] for i in rows], t_w)
     return src_b, tgt_b[:, :-1], tgt_b[:, 1:]
 
 
 @torch.no_grad()
 def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndarray], device: torch.device,
-             greedy_rows: int, use_amp: bool) -> dict:
+             greedy_rows: int, use_amp: bool, multiple: int = 1) -> dict:
     model.eval()
     correct = total = 0
-    for rows in token_batches(src, tgt, 16384, random.Random(0)):
-        s, t_in, t_out = collate(rows, src, tgt, device)
+    for rows in token_batches(src, tgt, 16384, random.Random(0), multiple):
+        s, t_in, t_out = collate(rows, src, tgt, device, multiple)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
             pred = model(s, t_in).argmax(-1)
         keep = t_out != PAD_ID
@@ -237,10 +258,10 @@ def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.O
 
 
 def batch_stream(cfg: TrainConfig, src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int,
-                 state: dict) -> Iterator[list[int]]:
+                 state: dict, multiple: int = 1) -> Iterator[list[int]]:
     """Batches forever, epoch after epoch, starting where `state` says; keeps state's position current."""
     while True:
-        batches = token_batches(src, tgt, max_tokens, random.Random(cfg.seed + state["epoch"]))
+        batches = token_batches(src, tgt, max_tokens, random.Random(cfg.seed + state["epoch"]), multiple)
         for b in range(state.get("batch_in_epoch", 0), len(batches)):
             state["batch_in_epoch"] = b + 1
             yield batches[b]
@@ -285,10 +306,11 @@ def train(cfg: TrainConfig) -> dict:
     elif cfg.init:
         added = init_from(model, vocab, Path(cfg.init))
         log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
-    max_tokens, peak = tokens_per_batch(cfg, device), peak_lr(cfg, device)
+    max_tokens, peak, multiple = tokens_per_batch(cfg, device), peak_lr(cfg, device), pad_multiple(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step; peak lr %.2e",
-             cfg.preset, n_params / 1e6, device, len(train_src), max_tokens, cfg.accum, peak)
+    log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step, widths padded to "
+             "multiples of %d; peak lr %.2e", cfg.preset, n_params / 1e6, device, len(train_src), max_tokens,
+             cfg.accum, multiple, peak)
     log.info(INPUTS_READ)
     forward = torch.compile(model, dynamic=True) if cfg.compile else model
 
@@ -302,7 +324,7 @@ def train(cfg: TrainConfig) -> dict:
     shapes_seen: set[tuple[int, ...]] = set()
     new_shapes = 0
     bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
-    batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state)
+    batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state, multiple)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
     while not done:
         lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
@@ -310,7 +332,7 @@ def train(cfg: TrainConfig) -> dict:
             group["lr"] = lr
         # No host sync in a step (no .item(), int() or bool() of a device value): on a GPU the host
         # then queues the next step's kernels while this one runs. The loss is read only when logged.
-        micro = [collate(next(batches), train_src, train_tgt, device) for _ in range(cfg.accum)]
+        micro = [collate(next(batches), train_src, train_tgt, device, multiple) for _ in range(cfg.accum)]
         for src, tgt_in, _ in micro:  # shapes are host metadata: reading them is no device sync
             if (shape := (*src.shape, tgt_in.shape[1])) not in shapes_seen:
                 shapes_seen.add(shape)
@@ -340,7 +362,7 @@ def train(cfg: TrainConfig) -> dict:
             bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
         done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
         if state["step"] % cfg.eval_every == 0 or done:
-            metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp)
+            metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
             metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
                            loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
             state["history"].append(metrics)

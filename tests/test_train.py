@@ -3,10 +3,12 @@ a few steps on tiny data, float16 exports, resume from an export, and loading th
 import json
 import logging
 import math
+import random
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,8 +17,9 @@ from molspec_core import checkpoint
 from molspec_core.data import Pair, write_splits
 from molspec_core.service import Predictor
 from molspec_core.model import Seq2SeqTransformer, preset
-from molspec_core.tokenizer import Vocab
-from molspec_core.train import TrainConfig, init_from, learning_rate, peak_lr, train
+from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
+from molspec_core.train import (TrainConfig, collate, init_from, learning_rate, pad_multiple, peak_lr, token_batches,
+                                 train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -104,6 +107,55 @@ def test_cuda_attention_is_kept_off_cudnn_whose_plans_cost_each_new_batch_shape(
                       val_greedy_rows=1, threads=1))
     Predictor.load(tmp_path / "run" / "export", device="cpu")
     assert seen == [torch.device("cpu"), torch.device("cpu")]  # both ask, with the device they run on
+
+
+def _random_rows(n: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 120, size=n)  # targets about half as long as sources, as in reactions
+    src = [rng.integers(4, 30, size=int(k), dtype=np.int64) for k in lengths]
+    tgt = [np.concatenate(([BOS_ID], rng.integers(4, 30, size=int(k // 2 + rng.integers(1, 9))), [EOS_ID]))
+           for k in lengths]
+    return src, tgt
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_token_batches_hold_every_row_once_within_the_budget_at_padded_widths(multiple):
+    src, tgt = _random_rows(2000, 1)
+    batches = token_batches(src, tgt, 2048, random.Random(3), multiple)
+    assert sorted(i for b in batches for i in b) == list(range(len(src)))
+    for rows in batches:
+        s, t_in, t_out = collate(rows, src, tgt, torch.device("cpu"), multiple)
+        assert s.shape[1] % multiple == 0 and t_in.shape[1] % multiple == 0 and t_out.shape == t_in.shape
+        assert s.numel() + t_in.numel() + len(rows) <= 2048 or len(rows) == 1  # the budget counts whole targets
+        assert s.shape[1] - max(len(src[i]) for i in rows) < multiple  # no wider than the multiple needs
+
+
+def test_padding_widths_to_a_multiple_cuts_batch_shapes_and_changes_no_loss():
+    """On CUDA the trainer pads widths to multiples of 8 (train.AUTO_PAD): far fewer batch shapes, each
+    of which may cost a kernel plan, and the padding is masked, so the loss is the same."""
+    src, tgt = _random_rows(10_000, 2)
+
+    def shapes(multiple: int) -> set[tuple[int, ...]]:
+        found = set()
+        for rows in token_batches(src, tgt, 4096, random.Random(0), multiple):
+            s, t_in, _ = collate(rows, src, tgt, torch.device("cpu"), multiple)
+            found.add((*s.shape, t_in.shape[1]))
+        return found
+
+    assert len(shapes(8)) * 4 < len(shapes(1))  # 36 against 229
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(preset("tiny", 32)).eval()
+    rows = list(range(12))
+    losses = []
+    for multiple in (1, 8):
+        s, t_in, t_out = collate(rows, src, tgt, torch.device("cpu"), multiple)
+        with torch.no_grad():
+            logits = model(s, t_in)
+        losses.append(float(torch.nn.functional.cross_entropy(logits.reshape(-1, 32), t_out.reshape(-1),
+                                                              ignore_index=PAD_ID, reduction="sum")))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert pad_multiple(TrainConfig(data="", out=""), torch.device("cuda")) == 8
+    assert pad_multiple(TrainConfig(data="", out=""), torch.device("cpu")) == 1
 
 
 def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path):
