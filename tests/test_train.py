@@ -158,6 +158,24 @@ def test_padding_widths_to_a_multiple_cuts_batch_shapes_and_changes_no_loss():
     assert pad_multiple(TrainConfig(data="", out=""), torch.device("cpu")) == 1
 
 
+def test_trainer_pads_its_batches_to_the_multiple_it_is_given(tiny_data, tmp_path, monkeypatch, caplog):
+    import molspec_core.train as train_module
+
+    widths: list[tuple[int, int]] = []
+
+    def recording(*args, **kwargs):
+        s, t_in, t_out = collate(*args, **kwargs)
+        widths.append((s.shape[1], t_in.shape[1]))
+        return s, t_in, t_out
+
+    monkeypatch.setattr(train_module, "collate", recording)
+    caplog.set_level(logging.INFO, logger="molspec_core.train")
+    train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_steps=2, max_tokens=256,
+                      pad_to=8, val_greedy_rows=1, threads=1))
+    assert widths and all(w % 8 == 0 for pair in widths for w in pair)
+    assert any("widths padded to multiples of 8" in r.getMessage() for r in caplog.records)
+
+
 def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path):
     common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=2, eval_every=3, val_greedy_rows=2,
                   threads=1, accum=2)
