@@ -122,12 +122,16 @@ def padded_widths(src_len: int, tgt_len: int, multiple: int) -> tuple[int, int]:
     return -(-src_len // multiple) * multiple, -(-(tgt_len - 1) // multiple) * multiple + 1
 
 
-def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, rng: random.Random,
-                  multiple: int = 1) -> list[list[int]]:
-    """Index batches of similar length whose padded size (rows x (source + target width), widths padded
-    as `collate` pads them) stays within max_tokens; a row longer than that alone makes a batch."""
-    widths = [padded_widths(len(s), len(t), multiple) for s, t in zip(src, tgt)]
-    order = sorted(range(len(src)), key=lambda i: (*widths[i], rng.random()))
+def row_widths(src: list[np.ndarray], tgt: list[np.ndarray], multiple: int) -> list[tuple[int, int]]:
+    """Every row's padded (source, target) widths: computed once a run, not once an epoch (0.8 s for
+    forward's 1.18 M pairs)."""
+    return [padded_widths(len(s), len(t), multiple) for s, t in zip(src, tgt)]
+
+
+def token_batches(widths: list[tuple[int, int]], max_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Index batches of similar length whose padded size (rows x (source + target width), the widths of
+    `row_widths`, as `collate` pads them) stays within max_tokens; a row longer than that alone makes a batch."""
+    order = sorted(range(len(widths)), key=lambda i: (*widths[i], rng.random()))
     batches, batch, wide_src, wide_tgt = [], [], 0, 0
     for i in order:
         s_w, t_w = max(wide_src, widths[i][0]), max(wide_tgt, widths[i][1])
@@ -164,7 +168,7 @@ def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndar
              greedy_rows: int, use_amp: bool, multiple: int = 1) -> dict:
     model.eval()
     correct = total = 0
-    for rows in token_batches(src, tgt, 16384, random.Random(0), multiple):
+    for rows in token_batches(row_widths(src, tgt, multiple), 16384, random.Random(0)):
         s, t_in, t_out = collate(rows, src, tgt, device, multiple)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
             pred = model(s, t_in).argmax(-1)
@@ -260,8 +264,9 @@ def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.O
 def batch_stream(cfg: TrainConfig, src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int,
                  state: dict, multiple: int = 1) -> Iterator[list[int]]:
     """Batches forever, epoch after epoch, starting where `state` says; keeps state's position current."""
+    widths = row_widths(src, tgt, multiple)
     while True:
-        batches = token_batches(src, tgt, max_tokens, random.Random(cfg.seed + state["epoch"]), multiple)
+        batches = token_batches(widths, max_tokens, random.Random(cfg.seed + state["epoch"]))
         for b in range(state.get("batch_in_epoch", 0), len(batches)):
             state["batch_in_epoch"] = b + 1
             yield batches[b]

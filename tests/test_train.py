@@ -18,8 +18,8 @@ from molspec_core.data import Pair, write_splits
 from molspec_core.service import Predictor
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
-from molspec_core.train import (TrainConfig, collate, init_from, learning_rate, pad_multiple, peak_lr, token_batches,
-                                 train)
+from molspec_core.train import (TrainConfig, collate, init_from, learning_rate, pad_multiple, peak_lr,
+                                 row_widths, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -121,7 +121,7 @@ def _random_rows(n: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]
 @pytest.mark.parametrize("multiple", [1, 8])
 def test_token_batches_hold_every_row_once_within_the_budget_at_padded_widths(multiple):
     src, tgt = _random_rows(2000, 1)
-    batches = token_batches(src, tgt, 2048, random.Random(3), multiple)
+    batches = token_batches(row_widths(src, tgt, multiple), 2048, random.Random(3))
     assert sorted(i for b in batches for i in b) == list(range(len(src)))
     for rows in batches:
         s, t_in, t_out = collate(rows, src, tgt, torch.device("cpu"), multiple)
@@ -137,7 +137,7 @@ def test_padding_widths_to_a_multiple_cuts_batch_shapes_and_changes_no_loss():
 
     def shapes(multiple: int) -> set[tuple[int, ...]]:
         found = set()
-        for rows in token_batches(src, tgt, 4096, random.Random(0), multiple):
+        for rows in token_batches(row_widths(src, tgt, multiple), 4096, random.Random(0)):
             s, t_in, _ = collate(rows, src, tgt, torch.device("cpu"), multiple)
             found.add((*s.shape, t_in.shape[1]))
         return found
