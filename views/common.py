@@ -178,8 +178,8 @@ def render_sidebar() -> Settings:
     augment = APP_AUGMENT if predictor is not None and predictor.augmentable and sb.toggle(
         f"Read the query in {APP_AUGMENT} writings", value=True, key=f"augment_{task}",
         help=f"The model reads the query written from {APP_AUGMENT} different atoms and pools its answers, "
-             "favouring those many writings agree on: more often right (retro model, USPTO-50K test products: "
-             f"see its card), for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
+             "favouring those many writings agree on: more often right (on the test sets in the model's card), "
+             f"for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
     round_trip_model, round_trip_k = _round_trip_settings(task)
     if predictor is not None:
         sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
