@@ -303,7 +303,7 @@ def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
 
 
 @needs_forward
-def test_an_answer_the_model_spelled_twice_is_listed_once(monkeypatch):
+def test_an_answer_the_model_spelled_more_than_once_is_listed_once(monkeypatch):
     """The shipped forward model, reading one writing, writes this amide (4-fluoroaniline and benzoic acid,
     USPTO-MIT test line 26,211) in three atom orders in its top 5; after a model change, pick another query
     whose beam repeats its first answer. Pooled writings (the app's default for a model trained on many)

@@ -29,7 +29,7 @@ def test_predict_one_smiles_says_which_answers_are_sane(capsys):
 
 
 @pytest.mark.skipif(not (ROOT / "models" / "forward" / "config.json").is_file(), reason="no shipped forward model")
-def test_predict_one_smiles_says_which_answer_the_model_wrote_two_ways(capsys):
+def test_predict_one_smiles_says_which_answer_the_model_wrote_several_ways(capsys):
     """The shipped forward model, reading one writing (the CLI's default), spells this amide in three atom
     orders in its top 5 (USPTO-MIT test line 26,211; test_app's test of the same uses the same query)."""
     query = "Nc1ccc(F)cc1.O=C(O)c1ccccc1"
