@@ -200,7 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "
                         f"app reads a query (default {DEFAULT_AUGMENT['forward']}); forward-mit: writings of each "
-                        f"source, the others random (default {DEFAULT_AUGMENT['forward-mit']})")
+                        f"source, the others random or --rooted (default {DEFAULT_AUGMENT['forward-mit']})")
+    p.add_argument("--rooted", action="store_true",
+                   help="forward-mit: the other writings rooted as the app reads a query, not random (a model "
+                        "trained so reads a query in several writings; the shipped forward model's fine-tune data)")
     p.add_argument("--vocab", default=None,
                    help="forward-mit: encode with this vocabulary.json (the model to fine-tune), not a new one")
 
@@ -507,7 +510,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     vocab = Vocab.load(Path(args.vocab)) if args.vocab else None
     stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val,
-                    args.workers, args.augment, vocab)
+                    args.workers, args.augment, vocab, args.rooted)
     print(json.dumps(stats, indent=2))
     return 0
 

@@ -12,8 +12,9 @@ training source also comes in up to N - 1 rooted writings, the ones the app read
 writings and pool the answers, as the retro model does (root_aligned).
 
 Forward fine-tuning ("forward-mit"): only the USPTO-MIT valid rows after the first n_val, as the test
-set writes its queries, optionally with other writings of each source; encoded with the vocabulary of
-the model to be fine-tuned. The same held-out products are removed.
+set writes its queries, optionally with other writings of each source (random, or rooted as the app
+reads a query); encoded with the vocabulary of the model to be fine-tuned. The same held-out products
+are removed.
 
 Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-mapped by RXNMapper)
 with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products.
@@ -186,32 +187,42 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
     return stats
 
 
-def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: Vocab | None) -> dict:
+def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: Vocab | None, rooted: bool = False,
+                        workers: int = 2) -> dict:
     """Fine-tune data: the USPTO-MIT valid rows after the first n_val only (the test set's own writing,
-    reagents included), each source in `augment` writings: MIT's own first, then random ones
-    (chem.random_writing, seeded per row); the product stays canonical."""
+    reagents included), each source in up to `augment` writings, MIT's own first; the product stays
+    canonical. The other writings are random ones (chem.random_writing, seeded per row), or with `rooted`
+    the rooted writings the app reads a query in (as prepare_forward writes them): the data the shipped
+    forward model was fine-tuned on since session 32 (its card, CPU runs 18-29)."""
     from .chem import ChemError, random_writing
 
     if augment < 1:
         raise ValueError("forward-mit: augment is the writings of each source, at least 1")
     mit = mit_split(root, n_val)
     kept = [p for p in mit.train if p.tgt not in mit.held_out]
-    pairs, unreadable = [], 0
-    for i, pair in enumerate(kept):
-        pairs.append(pair)
-        rng = random.Random(i)
-        try:
-            pairs += [Pair(random_writing(pair.src, rng), pair.tgt) for _ in range(augment - 1)]
-        except ChemError:  # a source RDKit cannot read (a few in USPTO-MIT) keeps its one writing
-            unreadable += 1
-    train = dedupe(keep_short(pairs))
-    stats = {"task": "forward", "data": "forward-mit", "mit_valid_rows_for_training": len(mit.train),
-             "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept),
-             # not "augment": that key marks root-aligned data, whose models read a query in several rooted
-             # writings (service.augmentable); a few random writings in training do not teach that (measured,
-             # CPU run 13's 40-minute export: 5 writings cost 5 points of top-1 on the 500-query sample)
-             "random_writings_per_source": augment,
-             "sources_rdkit_cannot_read": unreadable, "train": len(train), "val": len(mit.val), "test": len(mit.test)}
+    stats: dict = {"task": "forward", "data": "forward-mit, rooted writings" if rooted else "forward-mit",
+                   "mit_valid_rows_for_training": len(mit.train),
+                   "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept)}
+    if rooted:
+        reactions = dedupe(keep_short(kept))
+        train = dedupe(keep_short(in_rooted_writings(reactions, augment, workers))) if augment > 1 else reactions
+        # "augment" marks root-aligned data (root_aligned): the model can read a query in its rooted writings
+        stats.update(train_reactions=len(reactions), augment=augment)
+    else:
+        pairs, unreadable = [], 0
+        for i, pair in enumerate(kept):
+            pairs.append(pair)
+            rng = random.Random(i)
+            try:
+                pairs += [Pair(random_writing(pair.src, rng), pair.tgt) for _ in range(augment - 1)]
+            except ChemError:  # a source RDKit cannot read (a few in USPTO-MIT) keeps its one writing
+                unreadable += 1
+        train = dedupe(keep_short(pairs))
+        # not "augment": that key marks root-aligned data, whose models read a query in several rooted
+        # writings (service.augmentable); a few random writings in training do not teach that (measured,
+        # CPU run 13's 40-minute export: 5 writings cost 5 points of top-1 on the 500-query sample)
+        stats.update(random_writings_per_source=augment, sources_rdkit_cannot_read=unreadable)
+    stats.update(train=len(train), val=len(mit.val), test=len(mit.test))
     write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)
     return stats
 
@@ -309,16 +320,18 @@ DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "retro": 20}  # writings of e
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
-            vocab: Vocab | None = None) -> dict:
+            vocab: Vocab | None = None, rooted: bool = False) -> dict:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
     if augment is not None and task not in DEFAULT_AUGMENT:
         raise ValueError(f"{task}: augment is for {' and '.join(DEFAULT_AUGMENT)}")
     if vocab is not None and task != "forward-mit":
         raise ValueError(f"{task}: a given vocabulary is for forward-mit (fine-tuning data)")
+    if rooted and task != "forward-mit":
+        raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, retro's root-aligned)")
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment)
     if task == "forward-mit":
-        return prepare_forward_mit(root, out, n_val, augment, vocab)
+        return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers)
     return prepare_retro(root, out, n_val, workers, augment)

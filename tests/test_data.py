@@ -182,6 +182,27 @@ def test_prepare_forward_mit_fine_tune_data_is_the_mit_rows_in_several_writings(
     assert again == stats and (tmp_path / "again/train.src").read_text() == "\n".join(src) + "\n"  # reproducible
 
 
+def test_prepare_forward_mit_rooted_writes_the_writings_the_app_reads_and_marks_them(tmp_path):
+    from molspec_core.data import root_aligned
+    from molspec_core.rsmiles import root_views
+
+    source = "CC(=O)Cl.Nc1ccccc1.[Pd]"
+    root = tree_with_mit_valid(tmp_path, source, "CC(=O)Nc1ccccc1")
+    vocab = Vocab.build([source, "CC(=O)Nc1ccccc1", "CCN.O=CC.CCNCC", "[H-].[Na+]"])
+    stats = prepare("forward-mit", root, tmp_path / "out", n_val=1, workers=1, augment=4, vocab=vocab, rooted=True)
+    src = (tmp_path / "out/train.src").read_text().splitlines()
+    tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
+    # MIT's own writing first, then exactly the rooted writings the service reads the query in
+    assert src == root_views(source, 4) and src[0] == source and len(src) > 1 and set(tgt) == {"CC(=O)Nc1ccccc1"}
+    assert stats["removed_leakage_mit_test_or_val_product"] == 1 and stats["train_reactions"] == 1
+    # marked root-aligned: the trained model reads a query in its rooted writings (random ones are not)
+    assert root_aligned(stats) and stats["train"] == len(src) and stats["data"] == "forward-mit, rooted writings"
+    assert not root_aligned(prepare("forward-mit", root, tmp_path / "random", n_val=1, augment=4, vocab=vocab))
+    assert [vocab.decode(a) for a in load_arrays(tmp_path / "out/train.npz")[0]] == src
+    one = prepare("forward-mit", root, tmp_path / "one", n_val=1, workers=1, augment=1, vocab=vocab, rooted=True)
+    assert (tmp_path / "one/train.src").read_text() == source + "\n" and not root_aligned(one)
+
+
 def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     import pytest
 
@@ -192,3 +213,6 @@ def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
         prepare("retro", tmp_path / "data", tmp_path / "out", vocab=Vocab.build(["CC"]))
     with pytest.raises(ValueError, match="at least 1"):
         prepare("forward-mit", tmp_path / "data", tmp_path / "out", augment=0)
+    for task in ("forward", "retro"):
+        with pytest.raises(ValueError, match="rooted is for forward-mit"):
+            prepare(task, tmp_path / "data", tmp_path / "out", rooted=True)
