@@ -1,4 +1,5 @@
-"""python -m molspec_core {predict,evaluate,bench,plan,train,prepare-data} (also installed as `molspec`)."""
+"""python -m molspec_core {predict,evaluate,compare,calibrate,bench,plan,train,prepare-data} (also installed as
+`molspec`)."""
 from __future__ import annotations
 
 import argparse
@@ -139,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON report")
     augment_arg(p)
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
+
+    p = sub.add_parser("compare", help="two evaluate --out reports on the same queries, query by query (McNemar)")
+    p.add_argument("first", help="evaluate --out JSON report (a)")
+    p.add_argument("second", help="evaluate --out JSON report (b), on the same --src, --tgt, --index and --limit")
 
     p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json)")
     model_args(p)
@@ -344,9 +349,39 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment)
-    print(json.dumps(report, indent=2))
+    # the per-query places go to the file (for `compare`), not the screen
+    print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if out:
         out.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def read_report(path: str) -> dict:
+    from .io import read_text
+
+    try:
+        report = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not a JSON report: {exc}") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"{path} is not an evaluate report")
+    return report
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .evaluate import compare_reports
+
+    a, b = read_report(args.first), read_report(args.second)
+    table = compare_reports(a, b)
+    for name, path, report in (("a", args.first, a), ("b", args.second, b)):
+        print(f"{name}: {path} (model {report.get('model')}, {report.get('augment', 1)} writing(s), "
+              f"method {report.get('method')})")
+    print(f"{table['n']} queries ({a.get('src')}); right only with a / only with b, exact McNemar p")
+    for order in ("model_order", "app_order"):
+        print(f"{order.replace('_', ' ')}:")
+        for row in table[order]:
+            print(f"  top-{row['k']}: a {row['a']:.1%}  b {row['b']:.1%}  only a {row['only_a']}  "
+                  f"only b {row['only_b']}  p {row['p']:.3g}")
     return 0
 
 
@@ -521,8 +556,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "bench": cmd_bench,
-            "plan": cmd_plan, "prepare-data": cmd_prepare, "train": cmd_train}
+COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_compare, "calibrate": cmd_calibrate,
+            "bench": cmd_bench, "plan": cmd_plan, "prepare-data": cmd_prepare, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

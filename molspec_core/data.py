@@ -328,7 +328,8 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
     if vocab is not None and task != "forward-mit":
         raise ValueError(f"{task}: a given vocabulary is for forward-mit (fine-tuning data)")
     if rooted and task != "forward-mit":
-        raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, retro's root-aligned)")
+        raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, "
+                         "retro's root-aligned)")
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment)

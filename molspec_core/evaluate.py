@@ -1,6 +1,7 @@
 """Top-k accuracy of a model on parallel source/target files."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -85,6 +86,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
                          f"and {len(targets)} targets")
     correct = {"top": [0] * n_best, "ranked_top": [0] * n_best}
+    # each query's first right place (1-based; None: not among the answers, or refused), in both orders:
+    # what compare_reports tests two models on, query by query
+    first = {"top": [], "ranked_top": []}
     invalid = flagged = repeated = errors = 0
     for start in tqdm(range(0, len(sources), batch_size), desc="evaluate", disable=not progress, unit="batch"):
         chunk = sources[start:start + batch_size]
@@ -92,6 +96,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
         for result, target in zip(results, targets[start:start + batch_size]):
             if not result.ok:
                 errors += 1
+                for name in first:
+                    first[name].append(None)
                 continue
             model_order = result.in_model_order()
             if model_order:
@@ -106,6 +112,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             for name, found in places.items():
                 for k in range(min(found, default=n_best), n_best):
                     correct[name][k] += 1
+                first[name].append(min(found) + 1 if found and min(found) < n_best else None)
     n = len(sources)
     report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
@@ -113,5 +120,50 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
                   flagged_rate_counts="the model's top-1 answers that are valid but not sane (chem.answer_concerns) / n",
                   repeated_rate_counts="the queries whose answers include one the model spelled twice "
-                                       "(service.fold_repeats) / n")
+                                       "(service.fold_repeats) / n",
+                  first_right={"model_order": first["top"], "app_order": first["ranked_top"]},
+                  first_right_counts="per query, in order: the first place (1-based) holding the right answer, "
+                                     "null where none of the n_best does or the query was refused")
     return report
+
+
+ORDERS = {"model_order": "top", "app_order": "ranked_top"}  # first_right's orders and their top-k keys
+SAME_QUERIES = ("n", "src", "tgt", "index")  # what two reports must share to be compared query by query
+
+
+def mcnemar_p(only_a: int, only_b: int) -> float:
+    """Exact two-sided McNemar p: under "neither model is better" each query right with one model only is
+    a fair coin's toss between them (binomial, n = only_a + only_b, p = 1/2)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1))
+    return min(1.0, 2 * tail / 2 ** n)
+
+
+def compare_reports(a: dict, b: dict) -> dict:
+    """Two evaluation reports (evaluate's, with first_right) on the same queries, query by query: per
+    order and k, each one's top-k, the queries right only with a and only with b, and McNemar's p."""
+    for name, report in (("first", a), ("second", b)):
+        if "first_right" not in report:
+            raise ValueError(f"the {name} report has no per-query results (first_right): evaluate it again")
+    differ = [key for key in SAME_QUERIES if a.get(key) != b.get(key)]
+    if differ:
+        raise ValueError("the reports are not on the same queries: " +
+                         ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ))
+    n, n_best = a["n"], min(a["n_best"], b["n_best"])
+    table: dict = {"n": n, "n_best": n_best}
+    for order in ORDERS:
+        ranks_a, ranks_b = a["first_right"][order], b["first_right"][order]
+        if not len(ranks_a) == len(ranks_b) == n:
+            raise ValueError(f"{order}: {len(ranks_a)} and {len(ranks_b)} per-query results for {n} queries")
+        rows = []
+        for k in range(1, n_best + 1):
+            right_a = [r is not None and r <= k for r in ranks_a]
+            right_b = [r is not None and r <= k for r in ranks_b]
+            only_a = sum(x and not y for x, y in zip(right_a, right_b))
+            only_b = sum(y and not x for x, y in zip(right_a, right_b))
+            rows.append({"k": k, "a": sum(right_a) / n, "b": sum(right_b) / n, "only_a": only_a, "only_b": only_b,
+                         "p": mcnemar_p(only_a, only_b)})
+        table[order] = rows
+    return table

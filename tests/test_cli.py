@@ -110,6 +110,54 @@ def test_evaluate_writes_topk_json(pair_files):
     assert report["ranked_top3"] == report["top3"]  # ranking reorders the n-best list; it adds nothing
 
 
+def test_evaluate_keeps_each_querys_place_for_compare(pair_files, capsys):
+    out = pair_files / "eval.json"
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
+    assert main(["evaluate", "--model", MODEL, *files, "--n-best", "3", "--out", str(out)]) == 0
+    assert "first_right" not in capsys.readouterr().out  # the screen gets the figures, the file the places too
+    report = json.loads(out.read_text())
+    for order, key in (("model_order", "top"), ("app_order", "ranked_top")):
+        places = report["first_right"][order]
+        assert len(places) == 5
+        for k in (1, 2, 3):  # the places add up to the top-k figures
+            assert sum(p is not None and p <= k for p in places) / 5 == pytest.approx(report[f"{key}{k}"])
+
+
+def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsys):
+    base = {"n": 6, "n_best": 2, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "beam"}
+    a = dict(base, first_right={"model_order": [1, 1, 1, 1, 2, None], "app_order": [1, 1, 1, 1, 1, None]})
+    b = dict(base, first_right={"model_order": [None, None, None, 1, 1, 1], "app_order": [1, 1, 1, 1, 1, None]})
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    from molspec_core.evaluate import compare_reports, mcnemar_p
+
+    table = compare_reports(a, b)
+    assert [(r["only_a"], r["only_b"]) for r in table["model_order"]] == [(3, 2), (3, 1)]
+    assert [(r["only_a"], r["only_b"]) for r in table["app_order"]] == [(0, 0), (0, 0)]
+    assert table["model_order"][0]["a"] == pytest.approx(4 / 6) and table["model_order"][1]["b"] == pytest.approx(3 / 6)
+    assert table["app_order"][0]["p"] == 1.0
+    # exact McNemar: 10 against 0 is 2 x (1/2)^10; one-sided counts are symmetric
+    assert mcnemar_p(10, 0) == pytest.approx(2 / 1024) and mcnemar_p(3, 7) == mcnemar_p(7, 3) == pytest.approx(0.34375)
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "top-1: a 66.7%  b 50.0%  only a 3  only b 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, message", [({"n": 7}, "not on the same queries: n 6 against 7"),
+                                             ({"src": "other"}, "not on the same queries: src"),
+                                             ({"first_right": None}, "no per-query results")])
+def test_compare_refuses_reports_it_cannot_pair(tmp_path, capsys, change, message):
+    report = {"n": 6, "n_best": 1, "src": "s", "tgt": "t", "index": None,
+              "first_right": {"model_order": [1] * 6, "app_order": [1] * 6}}
+    other = {key: value for key, value in dict(report, **change).items() if value is not None}
+    (tmp_path / "a.json").write_text(json.dumps(report))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
+    assert message in capsys.readouterr().err
+    (tmp_path / "c.json").write_text("not json")
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 2
+    assert "is not a JSON report" in capsys.readouterr().err
+
+
 def test_bench_reports_every_method_with_index_file(pair_files):
     out = pair_files / "bench.json"
     methods = "greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto"

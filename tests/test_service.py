@@ -135,6 +135,8 @@ def test_evaluate_counts_the_beams_places_in_model_order_and_the_listed_ones_in_
     assert [found[f"top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 1])
     assert [found[f"ranked_top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 2 / 3, 1, 1, 1])
     assert found["repeated_rate"] == 1
+    # each query's first right place, per order: what `compare` tests query by query
+    assert found["first_right"] == {"model_order": [5, 3, 1], "app_order": [3, 2, 1]}
     once = copier._to_result("OCCN", copier.prepare("OCCN"), decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3)), "beam")
     assert evaluate(_Answers(once), ["OCCN"], ["CCO"], n_best=2, progress=False)["repeated_rate"] == 0
 
