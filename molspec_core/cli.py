@@ -352,8 +352,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if out:
-        out.write_text(json.dumps(report, indent=2))
+        out.write_text(report_json(report))
     return 0
+
+
+def report_json(report: dict) -> str:
+    """An evaluate report as indented JSON, each order's per-query places (first_right) on one line."""
+    def item(key: str, value: object) -> str:
+        if key == "first_right" and isinstance(value, dict):
+            orders = ",\n".join(f"    {json.dumps(order)}: {json.dumps(places)}" for order, places in value.items())
+            return f"  {json.dumps(key)}: {{\n{orders}\n  }}"
+        return f"  {json.dumps(key)}: " + json.dumps(value, indent=2).replace("\n", "\n  ")
+
+    return "{\n" + ",\n".join(item(key, value) for key, value in report.items()) + "\n}\n"
 
 
 def read_report(path: str) -> dict:

@@ -116,6 +116,7 @@ def test_evaluate_keeps_each_querys_place_for_compare(pair_files, capsys):
     assert main(["evaluate", "--model", MODEL, *files, "--n-best", "3", "--out", str(out)]) == 0
     assert "first_right" not in capsys.readouterr().out  # the screen gets the figures, the file the places too
     report = json.loads(out.read_text())
+    assert sum(line.lstrip().startswith('"model_order": [') for line in out.read_text().splitlines()) == 1  # a line
     for order, key in (("model_order", "top"), ("app_order", "ranked_top")):
         places = report["first_right"][order]
         assert len(places) == 5
