@@ -333,7 +333,8 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import check_method, evaluate, read_pairs
+    from .calibration import weights_fingerprint
+    from .evaluate import check_method, evaluate, queries_digest, read_pairs
     from .service import Predictor, QueryResult
 
     # files and options first: a refused one costs no model load and no run
@@ -348,7 +349,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     predictor.check_augment(args.augment)  # before the run, not on every query
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
-    report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment)
+    report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment,
+                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if out:

@@ -1,6 +1,7 @@
 """Top-k accuracy of a model on parallel source/target files."""
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,7 +129,11 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
 
 
 ORDERS = {"model_order": "top", "app_order": "ranked_top"}  # first_right's orders and their top-k keys
-SAME_QUERIES = ("n", "src", "tgt", "index")  # what two reports must share to be compared query by query
+
+
+def queries_digest(sources: list[str], targets: list[str]) -> str:
+    """What identifies the queries evaluated, wherever their files lie: sha256 of the selected lines."""
+    return hashlib.sha256("\n".join(sources + ["\0"] + targets).encode()).hexdigest()
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:
@@ -147,7 +152,9 @@ def compare_reports(a: dict, b: dict) -> dict:
     for name, report in (("first", a), ("second", b)):
         if "first_right" not in report:
             raise ValueError(f"the {name} report has no per-query results (first_right): evaluate it again")
-    differ = [key for key in SAME_QUERIES if a.get(key) != b.get(key)]
+    # the same queries: by their digest where both reports have one (files may move), else by file names
+    same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", "src", "tgt", "index")
+    differ = [key for key in same if a.get(key) != b.get(key)]
     if differ:
         raise ValueError("the reports are not on the same queries: " +
                          ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ))

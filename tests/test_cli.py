@@ -159,6 +159,25 @@ def test_compare_refuses_reports_it_cannot_pair(tmp_path, capsys, change, messag
     assert "is not a JSON report" in capsys.readouterr().err
 
 
+def test_compare_knows_the_same_queries_by_their_digest_wherever_the_files_lie(pair_files, tmp_path):
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--n-best", "2"]
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in ("src.txt", "tgt.txt", "idx"):
+        (moved / name).write_bytes((pair_files / name).read_bytes())
+    assert main(["evaluate", "--model", MODEL, *files, "--out", str(tmp_path / "a.json")]) == 0
+    assert main(["evaluate", "--model", MODEL, "--src", str(moved / "src.txt"), "--tgt", str(moved / "tgt.txt"),
+                 "--n-best", "2", "--out", str(tmp_path / "b.json")]) == 0
+    assert main(["evaluate", "--model", MODEL, *files, "--index", str(pair_files / "idx"), "--limit", "2",
+                 "--out", str(tmp_path / "c.json")]) == 0
+    from molspec_core.evaluate import compare_reports
+
+    a, b, c = (json.loads((tmp_path / f"{x}.json").read_text()) for x in "abc")
+    assert a["src"] != b["src"] and compare_reports(a, b)["app_order"][0]["only_a"] == 0  # moved: the same queries
+    with pytest.raises(ValueError, match="not on the same queries"):
+        compare_reports(a, dict(c, n=5))  # other lines, even at the same count
+
+
 def test_bench_reports_every_method_with_index_file(pair_files):
     out = pair_files / "bench.json"
     methods = "greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto"
