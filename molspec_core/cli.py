@@ -383,7 +383,7 @@ def read_report(path: str) -> dict:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .evaluate import compare_reports
+    from .evaluate import ORDERS, compare_reports
 
     a, b = read_report(args.first), read_report(args.second)
     table = compare_reports(a, b)
@@ -391,7 +391,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"{name}: {path} (model {report.get('model')}, {report.get('augment', 1)} writing(s), "
               f"method {report.get('method')})")
     print(f"{table['n']} queries ({a.get('src')}); right only with a / only with b, exact McNemar p")
-    for order in ("model_order", "app_order"):
+    for order in ORDERS:
         print(f"{order.replace('_', ' ')}:")
         for row in table[order]:
             print(f"  top-{row['k']}: a {row['a']:.1%}  b {row['b']:.1%}  only a {row['only_a']}  "

@@ -193,7 +193,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
     reagents included), each source in up to `augment` writings, MIT's own first; the product stays
     canonical. The other writings are random ones (chem.random_writing, seeded per row), or with `rooted`
     the rooted writings the app reads a query in (as prepare_forward writes them): the data the shipped
-    forward model was fine-tuned on since session 32 (its card, CPU runs 18-29)."""
+    forward model was fine-tuned on since session 32 (its card, CPU runs 18-30)."""
     from .chem import ChemError, random_writing
 
     if augment < 1:

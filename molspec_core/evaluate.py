@@ -128,7 +128,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     return report
 
 
-ORDERS = {"model_order": "top", "app_order": "ranked_top"}  # first_right's orders and their top-k keys
+ORDERS = ("model_order", "app_order")  # first_right's orders: the report's top* and ranked_top* figures
 
 
 def queries_digest(sources: list[str], targets: list[str]) -> str:
