@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     def augment_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
                        "the answers (models trained on root-aligned data: both shipped ones); N times the sequences, "
-                       "decoded in the same batches (5 writings: about 1.8x one's time, evaluate --batch-size 32 on a CPU)")
+                       "decoded in the same batches (5 writings: about 1.8x one's time for the forward model, "
+                       "evaluate --batch-size 32 on a CPU)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)

@@ -161,9 +161,11 @@ def _rooted_writings(job: tuple[str, int]) -> list[str]:
 def in_rooted_writings(pairs: list[Pair], n: int, workers: int) -> list[Pair]:
     """Each pair's source in up to n writings, its own first, then the rooted writings the service reads
     a query in (rsmiles.root_views: the same function, so training sees the writings the app asks
-    about); the target is kept."""
+    about); the target is kept; too long and repeated pairs dropped. n = 1: the pairs as given."""
+    if n <= 1:
+        return pairs
     writings = parallel_map(_rooted_writings, [(p.src, n) for p in pairs], workers, 2000)
-    return [Pair(w, p.tgt) for p, ws in zip(pairs, writings) for w in ws]
+    return dedupe(keep_short([Pair(w, p.tgt) for p, ws in zip(pairs, writings) for w in ws]))
 
 
 def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: int) -> dict:
@@ -178,8 +180,7 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
     leaked = [p for p in candidates if p.tgt in held_out]
     pairs = dedupe(keep_short([p for p in candidates if p.tgt not in held_out]))
     reactions = len(pairs)
-    if augment > 1:
-        pairs = dedupe(keep_short(in_rooted_writings(pairs, augment, workers)))
+    pairs = in_rooted_writings(pairs, augment, workers)
     stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed, "mit_valid_rows_for_training": len(mit_train),
              "removed_leakage_mit_test_or_val_product": len(leaked), "train_reactions": reactions,
              "augment": augment, "train": len(pairs), "val": len(val), "test": len(test)}
@@ -205,7 +206,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
                    "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept)}
     if rooted:
         reactions = dedupe(keep_short(kept))
-        train = dedupe(keep_short(in_rooted_writings(reactions, augment, workers))) if augment > 1 else reactions
+        train = in_rooted_writings(reactions, augment, workers)
         # "augment" marks root-aligned data (root_aligned): the model can read a query in its rooted writings
         stats.update(train_reactions=len(reactions), augment=augment)
     else:
