@@ -145,6 +145,25 @@ def test_reorder_rows_moves_prefix_and_memory():
 
 
 @torch.no_grad()
+def test_dropping_finished_rows_moves_the_rest_down_in_the_same_memory():
+    """Queries leaving a batch (beam and greedy search drop finished rows): on CPU the kept rows move
+    down in the slots' own memory, which stay one contiguous tensor; decoding goes on as before."""
+    model, _, tgt, reference, cache = setup(5, batch=4)
+    model.decode(tgt[:, None, :4], cache)
+    cache.commit(torch.full((4,), 4))
+    start = cache.slots.data_ptr()
+    for kept, original in (([0, 2, 3], [0, 2, 3]), ([1, 2], [2, 3]), ([], [])):
+        cache.reorder(torch.tensor(kept, dtype=torch.long))
+        assert cache.slots.is_contiguous() and (not kept or cache.slots.data_ptr() == start)  # empty: pointer 0
+        assert cache.slots.shape[1] == len(kept) == cache.batch_size
+        assert all(layer.keys.data_ptr() == cache.slots[2 * i].data_ptr() for i, layer in enumerate(cache.layers))
+        if original:
+            logits, _ = model.decode(tgt[original][:, None, 4:7], cache)
+            torch.testing.assert_close(logits[:, 0], reference[original][:, 4:7], atol=1e-5, rtol=1e-5)
+            cache.rollback(torch.full((len(kept),), 4))
+
+
+@torch.no_grad()
 def test_reorders_of_the_same_batch_allocate_nothing_and_stay_right():
     """Beam search reorders every step: on CPU the rows that move are copied in place, and nothing is
     allocated (the same slot tensors stay); elsewhere a reorder writes into the slots the previous one
