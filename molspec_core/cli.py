@@ -18,7 +18,7 @@ import torch
 from .data import DEFAULT_AUGMENT, TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
-from .service import DEFAULT_TIME_LIMIT_S, ENGINES
+from .service import DEFAULT_TIME_LIMIT_S, ENGINES, default_batch_size, resolve_device
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-best", type=at_least(1), default=1)
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
         p.add_argument("--n-drafts", type=at_least(1), default=None)
-        p.add_argument("--batch-size", type=at_least(1), default=8)
+        p.add_argument("--batch-size", type=at_least(1), default=None, help="queries decoded together "
+                       "(default: 1 on a CPU, where batching measured slower per query; 8 on a GPU)")
         p.add_argument("--temperature", type=float, default=SamplingOptions.temperature, help="sampling methods")
         p.add_argument("--top-k", type=at_least(0), default=0, help="sampling methods (0: no cut)")
         p.add_argument("--beta", type=at_least(1), default=1, help="relaxed: draft within the top-beta tokens")
@@ -107,9 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def augment_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
-                       "the answers (models trained on root-aligned data: both shipped ones); N times the sequences, "
-                       "decoded in the same batches (5 writings: about 1.8x one's time for the forward model, "
-                       "evaluate --batch-size 32 on a CPU)")
+                       "the answers (models trained on root-aligned data: both shipped ones); a query's writings "
+                       "are decoded as one batch, whatever --batch-size says: about N times one writing's time "
+                       "(5 writings, one query at a time on a CPU: 4.9-5.5x, tools/augment_cost.py)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
@@ -288,12 +289,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from .scale import predict_on_ray
 
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
-        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                               args.engine, args.dtype)
+        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device,
+                               batch_size_of(args, resolve_device(args.device)), options, args.engine, args.dtype)
     else:
-        n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
+        n_bad = predict_here(predictor, table, args.output, batch_size_of(args, predictor.device), options, check)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
     return 0
+
+
+def batch_size_of(args: argparse.Namespace, device: torch.device) -> int:
+    """--batch-size as given, else the device's default (service.default_batch_size)."""
+    return args.batch_size if args.batch_size is not None else default_batch_size(device)
 
 
 def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:
@@ -349,7 +355,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_method(method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
-    report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
+    report = evaluate(predictor, sources, targets or [], args.n_best, method, batch_size_of(args, predictor.device),
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment,
                   queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
@@ -409,7 +415,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_method(args.method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
-    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size,
+    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best,
+                             batch_size_of(args, predictor.device),
                              augment=args.augment)
     path = calibration.save(fitted, predictor.path)
     writings = f", {args.augment} writings" if args.augment > 1 else ""

@@ -348,6 +348,29 @@ def test_time_ms_is_the_querys_share_of_its_batch(tmp_path, monkeypatch):
     assert pd.isna(table["time_ms"][9])  # a rejected query was not decoded
 
 
+def test_without_batch_size_a_cpu_decodes_one_query_at_a_time(tmp_path, monkeypatch, pair_files):
+    """On a CPU batching measured slower per query (service.default_batch_size): predict, evaluate and
+    calibrate decode one query per call unless --batch-size says otherwise."""
+    from molspec_core.service import Predictor
+
+    sizes: list[int] = []
+    predict = Predictor.predict
+
+    def counted(self, smiles, *args, **kwargs):
+        sizes.append(len(smiles) if isinstance(smiles, list) else 1)
+        return predict(self, smiles, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", counted)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nc1ccncc1\n")
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv") == 0
+    src, tgt = pair_files / "src.txt", pair_files / "tgt.txt"
+    assert main(["evaluate", "--model", MODEL, "--src", str(src), "--tgt", str(tgt), "--device", "cpu"]) == 0
+    assert sizes and set(sizes) == {1}
+    sizes.clear()
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out2.csv", "--batch-size", "3") == 0
+    assert sizes == [3]
+
+
 def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
     """Issue 14 item 4: --output equal to --input replaced the queries with results."""
     source = tmp_path / "q.csv"
