@@ -18,7 +18,7 @@ import torch
 from .data import DEFAULT_AUGMENT, TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
-from .service import DEFAULT_TIME_LIMIT_S, ENGINES, default_batch_size, resolve_device
+from .service import DEFAULT_TIME_LIMIT_S, ENGINES, default_batch_size
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -289,8 +289,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from .scale import predict_on_ray
 
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
+        workers_device = torch.device("cuda" if cluster.gpus_per_worker else "cpu")  # theirs, not this machine's
         n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device,
-                               batch_size_of(args, resolve_device(args.device)), options, args.engine, args.dtype)
+                               batch_size_of(args, workers_device), options, args.engine, args.dtype)
     else:
         n_bad = predict_here(predictor, table, args.output, batch_size_of(args, predictor.device), options, check)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
