@@ -28,7 +28,9 @@ def _numpy_ok(t: torch.Tensor) -> bool:
 
 def _keeps_some_in_order(rows: np.ndarray, batch: int) -> bool:
     """rows are some of a batch's rows, each once, in their order: finished queries leaving a batch."""
-    return len(rows) < batch and (len(rows) == 0 or (rows[0] >= 0 and rows[-1] < batch and bool((np.diff(rows) > 0).all())))
+    if len(rows) >= batch:
+        return False
+    return len(rows) == 0 or (rows[0] >= 0 and rows[-1] < batch and bool((np.diff(rows) > 0).all()))
 
 
 def _compacted(slots: torch.Tensor, rows: np.ndarray, upto: int) -> torch.Tensor:
