@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
                        "the answers (models trained on root-aligned data: both shipped ones); a query's writings "
                        "are decoded as one batch, whatever --batch-size says: about N times one writing's time "
-                       "(5 writings, one query at a time on a CPU: about 5x, tools/decode_cost.py)")
+                       "(5 writings, one query at a time on a CPU: 4.4-4.6x, tools/decode_cost.py)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
