@@ -189,6 +189,12 @@ class KVCache:
             raise ValueError("rollback cannot extend a row")
         self.lengths = lengths.to(self.lengths).clone()
 
+    def point_at(self, slots: torch.Tensor) -> None:
+        """Make `slots` the cache's slot tensor, its layers' keys and values views of it."""
+        self.slots = slots
+        for i, layer in enumerate(self.layers):
+            layer.keys, layer.values = slots[2 * i], slots[2 * i + 1]
+
     def reorder(self, rows: torch.Tensor, *, cross: bool = True) -> None:
         """Row i becomes old row rows[i] (beams, or dropping finished rows).
 
@@ -210,10 +216,8 @@ class KVCache:
                 array = slots.numpy()
                 array[:, moved, :, :upto] = array[:, order[moved], :, :upto]  # the right side is a copy
         elif order is not None and slots.is_contiguous() and _keeps_some_in_order(order, self.batch_size):
-            self.slots = _compacted(slots, order, upto)
+            self.point_at(_compacted(slots, order, upto))
             self._spare = None
-            for i, layer in enumerate(self.layers):
-                layer.keys, layer.values = self.slots[2 * i], self.slots[2 * i + 1]
         else:
             # Zeros, not empty: masked slots still meet the values matmul with weight 0, and 0 * NaN
             # from uninitialized memory would poison the row. A spare holds old, finite keys.
@@ -221,9 +225,7 @@ class KVCache:
             new = spare if spare is not None else slots.new_zeros((slots.shape[0], len(rows)) + slots.shape[2:])
             _copy_rows(new, slots, rows, upto)
             self._spare = slots if same_batch else None
-            self.slots = new
-            for i, layer in enumerate(self.layers):
-                layer.keys, layer.values = new[2 * i], new[2 * i + 1]
+            self.point_at(new)
         for layer in self.layers:
             if cross and layer.cross_keys is not None and layer.cross_values is not None:
                 layer.cross_keys = layer.cross_keys.index_select(0, rows)

@@ -55,13 +55,6 @@ def _rows(n: int) -> int:
     return n if n <= 2 else 1 << (n - 1).bit_length()
 
 
-def _point_at(cache: KVCache, slots: torch.Tensor) -> None:
-    """Make `slots` the cache's slot tensor, its layers' keys and values views of it."""
-    cache.slots = slots
-    for i, layer in enumerate(cache.layers):
-        layer.keys, layer.values = slots[2 * i], slots[2 * i + 1]
-
-
 @dataclass(eq=False)
 class _Bank:
     slots: torch.Tensor  # (2L, R, H, C, hd)
@@ -101,12 +94,12 @@ class _Bank:
         if owner is not cache or not self.holds(cache.slots):
             if owner is not None and owner is not cache:
                 if self.holds(owner.slots):
-                    _point_at(owner, owner.slots.clone())
+                    owner.point_at(owner.slots.clone())
                 if self.holds(owner._spare):  # its next reorder would write over the new owner's rows
                     owner._spare = None
             view = self.slots[:, :rows, :, :capacity]
             view.copy_(cache.slots)
-            _point_at(cache, view)
+            cache.point_at(view)
             self.owner = weakref.ref(cache)
         sources = [t for layer in cache.layers for t in (layer.cross_keys, layer.cross_values)]
         sources.append(cache.src_pad_mask)
