@@ -119,12 +119,15 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
     folded into its first spelling: service.fold_repeats); a refused query gives []."""
     from .evaluate import hits
+    from .service import window_size
 
     answers = []
-    for start in tqdm(range(0, len(sources), batch_size), desc="calibrate", disable=not progress, unit="batch"):
-        results = predictor.predict(list(sources[start:start + batch_size]), method=method, n_best=n_best,
+    step = window_size(batch_size)  # predict groups a window's queries by length into batches
+    for start in tqdm(range(0, len(sources), step), desc="calibrate", disable=not progress,
+                      unit="window" if step > 1 else "query"):
+        results = predictor.predict(list(sources[start:start + step]), method=method, n_best=n_best,
                                     batch_size=batch_size, augment=augment)
-        for result, target in zip(results, targets[start:start + batch_size]):
+        for result, target in zip(results, targets[start:start + step]):
             # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
             ordered = [p for p in result.in_model_order() if p.valid]
             answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))

@@ -18,7 +18,7 @@ import torch
 from .data import DEFAULT_AUGMENT, TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
-from .service import DEFAULT_TIME_LIMIT_S, ENGINES, default_batch_size
+from .service import DEFAULT_TIME_LIMIT_S, ENGINES, default_batch_size, window_size
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -318,9 +318,9 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
                  check: Callable[[QueryResult], QueryResult] = lambda result: result) -> int:
-    """Predict a query file in this process, batch by batch, streaming the CSV (memory stays bounded for
-    100,000 queries); each result goes through `check` (the round trip) first. Returns the number of
-    rejected queries."""
+    """Predict a query file in this process, a window of batches at a time (service.window_size),
+    streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
+    round trip) first. Returns the number of rejected queries."""
     from tqdm import tqdm
 
     from .io import output_header, predict_batch, result_rows, write_csv
@@ -330,8 +330,9 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 
     def rows() -> Iterator[list[object]]:
         nonlocal n_bad
-        for start in tqdm(range(0, len(queries), batch_size), desc="predict", unit="batch"):
-            results, time_ms = predict_batch(predictor, queries[start:start + batch_size], **options)
+        step = window_size(batch_size)  # predict groups a window's queries by length into batches
+        for start in tqdm(range(0, len(queries), step), desc="predict", unit="window" if step > 1 else "query"):
+            results, time_ms = predict_batch(predictor, queries[start:start + step], batch_size, **options)
             for offset, result in enumerate(results):
                 if not result.ok:
                     n_bad += 1

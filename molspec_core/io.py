@@ -209,13 +209,15 @@ def output_header(input_columns: Iterable[str]) -> list[str]:
     return header + list(RESULT_COLUMNS)
 
 
-def predict_batch(predictor: Predictor, queries: Sequence[str], **options: object) -> tuple[list[QueryResult], float]:
-    """Predict a batch of queries in one call: their results, and each query's time_ms, the call's wall
-    time divided by its queries. A batch's queries are decoded together (each model call advances all
-    of them), so no query has a time of its own beyond this share; alone in a call, the share is its
-    whole time. (The decoders' wall_time_s is the whole batch's time for greedy and beam search.)"""
+def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int | None = None,
+                  **options: object) -> tuple[list[QueryResult], float]:
+    """Predict queries in one call, in batches of batch_size (default: all of them in one): their results,
+    and each query's time_ms, the call's wall time divided by its queries. A batch's queries are decoded
+    together (each model call advances all of them), so no query has a time of its own beyond this
+    share; alone in a call, the share is its whole time. (The decoders' wall_time_s is the whole batch's
+    time for greedy and beam search.)"""
     started = time.perf_counter()
-    results = predictor.predict(list(queries), batch_size=max(1, len(queries)), **options)
+    results = predictor.predict(list(queries), batch_size=batch_size or max(1, len(queries)), **options)
     return results, (time.perf_counter() - started) * 1000 / max(1, len(queries))
 
 

@@ -111,6 +111,17 @@ def default_batch_size(device: torch.device) -> int:
     return 1 if device.type == "cpu" else 8
 
 
+# A caller that streams many queries (CLI predict, evaluate, calibrate) hands `predict` this many
+# batches at a time, so that predict can put queries of like length in one batch (see predict).
+LENGTH_WINDOW_BATCHES = 32
+
+
+def window_size(batch_size: int) -> int:
+    """Queries a streaming caller hands `predict` at a time: LENGTH_WINDOW_BATCHES batches (one query at
+    batch size 1, where there is nothing to group)."""
+    return max(1, batch_size) * (LENGTH_WINDOW_BATCHES if batch_size > 1 else 1)
+
+
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
     """(drafter, draft_len, n_drafts) for spec-auto, from the table measured with `bench`.
 
@@ -503,6 +514,9 @@ class Predictor:
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
         the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by a power
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.
+        Batches are cut from the queries in order of their token count, so that a batch's rows are of like
+        length (a batch pays for padding to its longest source and runs until its longest answer ends);
+        the results keep the input order. Callers that stream hand over `window_size(batch_size)` queries.
         """
         row = method_row(method)
         if not 1 <= n_best <= 50:
@@ -535,6 +549,7 @@ class Predictor:
                                                      sampling, time_limit_s)
                 results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment)
             good = []
+        good.sort(key=lambda item: len(item[1].ids))  # stable: equal lengths keep their input order
         for start in range(0, len(good), max(1, batch_size)):
             chunk = good[start:start + max(1, batch_size)]
             decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,

@@ -320,11 +320,16 @@ def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path)
     assert table["query"][0] == "OCC" and table["canonical_query"][0] == "CCO"
 
 
-def test_time_ms_is_the_querys_share_of_its_batch(tmp_path, monkeypatch):
-    """Issue 18: time_ms was the batch's wall time on every row of the batch. Each predict call here takes
-    0.4 s of a stand-in clock: a query of a batch of 4 took 100 ms, one of the last batch of 2, 200 ms."""
+def test_time_ms_is_the_querys_share_of_its_call(tmp_path, monkeypatch):
+    """Issue 18: time_ms was the batch's wall time on every row of the batch. The CLI hands predict a
+    window of batches at a time (here 2 batches of 4, so that predict can group queries by length); each
+    call takes 0.4 s of a stand-in clock: a query of the first window of 8 took 50 ms, one of the last
+    window of 2, 200 ms."""
     from molspec_core import io as molspec_io
+    from molspec_core import service
     from molspec_core.service import Predictor
+
+    monkeypatch.setattr(service, "LENGTH_WINDOW_BATCHES", 2)
 
     class Clock:
         now = 0.0
@@ -336,21 +341,26 @@ def test_time_ms_is_the_querys_share_of_its_batch(tmp_path, monkeypatch):
     monkeypatch.setattr(molspec_io, "time", clock)
     predict = Predictor.predict
 
-    def takes_400_ms(self, *args, **kwargs):
+    calls: list[tuple[int, int]] = []
+
+    def takes_400_ms(self, smiles, *args, **kwargs):
+        calls.append((len(smiles), kwargs["batch_size"]))
         clock.now += 0.4
-        return predict(self, *args, **kwargs)
+        return predict(self, smiles, *args, **kwargs)
 
     monkeypatch.setattr(Predictor, "predict", takes_400_ms)
     (tmp_path / "q.txt").write_text("CCO\nCCN\nc1ccncc1\nOCC\n" * 2 + "CCO\nxyz\n")
     assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--batch-size", "4") == 0
+    assert calls == [(8, 4), (2, 4)]
     table = pd.read_csv(tmp_path / "out.csv")
-    assert table["time_ms"].tolist()[:9] == [100.0] * 8 + [200.0]
+    assert table["time_ms"].tolist()[:9] == [50.0] * 8 + [200.0]
     assert pd.isna(table["time_ms"][9])  # a rejected query was not decoded
 
 
 def test_without_batch_size_a_cpu_decodes_one_query_at_a_time(tmp_path, monkeypatch, pair_files):
     """On a CPU batching measured slower per query (service.default_batch_size): predict, evaluate and
     calibrate decode one query per call unless --batch-size says otherwise."""
+    from molspec_core import service
     from molspec_core.service import Predictor
 
     sizes: list[int] = []
@@ -369,6 +379,10 @@ def test_without_batch_size_a_cpu_decodes_one_query_at_a_time(tmp_path, monkeypa
     sizes.clear()
     assert predict_file(tmp_path / "q.txt", tmp_path / "out2.csv", "--batch-size", "3") == 0
     assert sizes == [3]
+    sizes.clear()  # with batches, evaluate hands predict a window of them (service.window_size): here 2 x 2
+    monkeypatch.setattr(service, "LENGTH_WINDOW_BATCHES", 2)
+    assert main(["evaluate", "--model", MODEL, "--src", str(src), "--tgt", str(tgt), "--batch-size", "2"]) == 0
+    assert sizes == [4, 1]
 
 
 def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
@@ -389,15 +403,15 @@ def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
     calls = []
     predict = Predictor.predict
 
-    def fail_on_the_second_batch(self, *args, **kwargs):
+    def fail_on_the_second_call(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("the run stopped")
         return predict(self, *args, **kwargs)
 
-    monkeypatch.setattr(Predictor, "predict", fail_on_the_second_batch)
+    monkeypatch.setattr(Predictor, "predict", fail_on_the_second_call)
     with pytest.raises(RuntimeError):
-        predict_file(tmp_path / "q.txt", out, "--batch-size", "4")
+        predict_file(tmp_path / "q.txt", out)  # one query per call on a CPU
     assert out.read_text() == "yesterday's results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
 

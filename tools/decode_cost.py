@@ -1,12 +1,14 @@
 """Time per query of batch sizes and of reading each query in several writings, side by side.
 
 Each configuration BxW (B queries a batch, each read in W writings; W > 1 decodes a query's writings
-as one batch, whatever B says) predicts the same queries; configurations take turns within each round,
-in an order that rotates from round to round, after one warm-up batch each:
+as one batch, whatever B says) predicts the same queries as the CLI does: a window of batches per
+predict call (service.window_size), which predict cuts into batches of like length. BxWf takes the
+queries in file order instead, one batch per call. Configurations take turns within each round, in an
+order that rotates from round to round, after one warm-up batch each:
 
     python tools/decode_cost.py --model forward --src ../shared/data/uspto_mit/derived/src-test.mixed.txt.gz \
         --index ../shared/bench/uspto_mit_test_500.idx --limit 200 --method beam --n-best 5 \
-        --configs 1x1,8x1,32x1,1x5 --threads 1 --rounds 2
+        --configs 1x1,8x1,8x1f,32x1,1x5 --threads 1 --rounds 2
 """
 import argparse
 import time
@@ -14,19 +16,25 @@ import time
 import torch
 
 from molspec_core.evaluate import read_pairs
-from molspec_core.service import Predictor
+from molspec_core.service import Predictor, window_size
 
 
-def parse_config(text: str) -> tuple[int, int]:
-    batch, _, writings = text.partition("x")
-    return int(batch), int(writings or 1)
+Config = tuple[int, int, bool]  # batch size, writings, file order
 
 
-def run(predictor: Predictor, queries: list[str], batch: int, writings: int, options: dict) -> float:
+def parse_config(text: str) -> Config:
+    file_order = text.endswith("f")
+    batch, _, writings = text.removesuffix("f").partition("x")
+    return int(batch), int(writings or 1), file_order
+
+
+def run(predictor: Predictor, queries: list[str], config: Config, options: dict) -> float:
     """Seconds to predict `queries` in batches of `batch`, each read in `writings` writings."""
+    batch, writings, file_order = config
+    step = batch if file_order else window_size(batch)
     started = time.perf_counter()
-    for start in range(0, len(queries), batch):
-        results = predictor.predict(queries[start:start + batch], batch_size=batch, augment=writings,
+    for start in range(0, len(queries), step):
+        results = predictor.predict(queries[start:start + step], batch_size=batch, augment=writings,
                                     time_limit_s=None, **options)
         failed = [r for r in results if not r.ok]
         if failed:
@@ -42,7 +50,8 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("--method", default="beam")
     p.add_argument("--n-best", type=int, default=5)
-    p.add_argument("--configs", default="1x1,8x1,32x1", help="BxW, comma-separated; the first is the baseline")
+    p.add_argument("--configs", default="1x1,8x1,32x1",
+                   help="BxW or BxWf (file order), comma-separated; the first is the baseline")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
@@ -51,18 +60,19 @@ def main() -> None:
     queries, _ = read_pairs(args.src, None, args.index, args.limit)
     options = {"method": args.method, "n_best": args.n_best}
     configs = [parse_config(c) for c in args.configs.split(",")]
-    for batch, writings in configs:  # warm-up: one batch each
-        run(predictor, queries[:batch], batch, writings, options)
+    for config in configs:  # warm-up: one batch each
+        run(predictor, queries[:config[0]], config, options)
     totals = {config: 0.0 for config in configs}
     for r in range(args.rounds):
         for config in configs[r % len(configs):] + configs[:r % len(configs)]:
-            totals[config] += run(predictor, queries, *config, options)
+            totals[config] += run(predictor, queries, config, options)
     n = len(queries) * args.rounds
     base = totals[configs[0]]
     print(f"{predictor.path.name}, {args.method} n-best {args.n_best}, {len(queries)} queries x {args.rounds} rounds, "
           f"{args.threads} thread(s), {predictor.engine_description}")
-    for (batch, writings), total in totals.items():
-        print(f"batch {batch:>3}, {writings} writing(s): {total:7.2f} s, {total / n * 1000:6.1f} ms a query, "
+    for (batch, writings, file_order), total in totals.items():
+        order = "file order" if file_order else "by length"
+        print(f"batch {batch:>3} ({order}), {writings} writing(s): {total:7.2f} s, {total / n * 1000:6.1f} ms a query, "
               f"{total / base:.2f}x the first")
 
 
