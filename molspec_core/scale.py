@@ -3,10 +3,11 @@
 The driver reads the file with io.read_queries (the one bounded reader, so both paths accept and refuse
 the same files) and gives Ray Data the queries as blocks of (row, query) rows, each block a whole
 number of batches. `map_batches` runs on an actor pool: each actor loads one Predictor, once, and
-predicts batch after batch, the very batches the single-process path cuts, so the predictions are the
-same. Each query comes back with its input row number and its output rows; the driver puts the user's
-cells in front and writes the rows in input order through io.write_csv, the single-process path's
-writer.
+predicts block after block, each in one `predict` call that cuts it into batches of like length, as the
+single-process path does with its (longer) windows (at batch size 1, the CPU's default, the very same decoder
+calls). Each query comes back with its input row number and its output rows; the driver puts the
+user's cells in front and writes the rows in input order through io.write_csv, the single-process
+path's writer.
 
 Faults: Ray restarts an actor whose process dies and runs its blocks again. The driver keeps each row
 once and writes no output at all if a row never came back.
@@ -91,10 +92,11 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
     workers = cluster.workers or fit_workers(cluster)
     n_batches = -(-len(queries) // batch_size)
     batches_per_block = max(1, min(BLOCK_BATCHES, n_batches // (BLOCKS_PER_WORKER * workers)))
-    dataset = query_blocks(queries, batch_size * batches_per_block).map_batches(
-        PredictWorker, batch_size=batch_size, batch_format="numpy",
+    rows_per_block = batch_size * batches_per_block
+    dataset = query_blocks(queries, rows_per_block).map_batches(
+        PredictWorker, batch_size=rows_per_block, batch_format="numpy",  # a block per call, cut into batches there
         fn_constructor_kwargs=dict(model=model, device=device, threads=max(1, round(cluster.cpus_per_worker)),
-                                   options=options, engine=engine, dtype=dtype),
+                                   options=options, engine=engine, dtype=dtype, batch_size=batch_size),
         compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=cluster.cpus_per_worker,
         num_gpus=cluster.gpus_per_worker)  # Ray Data's defaults restart a dead actor and rerun its blocks
     dataset.context.execution_options.preserve_order = True  # rows come in input order; in_row_order checks
@@ -119,15 +121,17 @@ def query_blocks(queries: list[str], rows_per_block: int) -> ray.data.Dataset:
 
 
 class PredictWorker:
-    """One actor of the pool: loads the model once, then predicts batch after batch."""
+    """One actor of the pool: loads the model once, then predicts block after block, each in batches of
+    batch_size (None: a block in one batch)."""
 
     def __init__(self, model: str, device: str, threads: int, options: dict[str, Any], engine: str = "auto",
-                 dtype: str = "float32") -> None:
+                 dtype: str = "float32", batch_size: int | None = None) -> None:
         import torch
 
         torch.set_num_threads(threads)  # the CPUs Ray gave this actor, not every core of its node
         self.predictor = Predictor.load(model, device, engine, dtype)
         self.options = options
+        self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = [int(row) for row in batch["row"]]
@@ -137,11 +141,11 @@ class PredictWorker:
         return {"row": np.asarray(rows, dtype=np.int64), "rows": np.asarray(found, dtype=object)}
 
     def predict(self, queries: list[str]) -> list[tuple[QueryResult, float | None]]:
-        """Each query's result and time_ms: the batch in one call, as the single-process path predicts it;
-        if that call raises (a bug, memory running out), each query alone, so that a bad query is one
-        error row and never fails its block."""
+        """Each query's result and time_ms: the block in one call, as the single-process path predicts a
+        window; if that call raises (a bug, memory running out), each query alone, so that a bad query is
+        one error row and never fails its block."""
         try:
-            results, time_ms = predict_batch(self.predictor, queries, **self.options)
+            results, time_ms = predict_batch(self.predictor, queries, self.batch_size, **self.options)
             return [(result, time_ms) for result in results]
         except ValueError:
             raise  # wrong options (the service's contract): the run stops, as it does without Ray

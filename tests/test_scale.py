@@ -72,6 +72,24 @@ def test_a_query_that_breaks_its_batch_is_one_error_row(monkeypatch):
     assert errors[0] == "" and errors[1] == "the model failed (RuntimeError)" and "not a valid SMILES" in errors[2]
 
 
+def test_a_worker_predicts_its_block_in_one_call_cut_into_batches(monkeypatch):
+    """So that predict can put queries of like length together (service.Predictor.predict), as the
+    single-process path's windows do."""
+    from molspec_core.service import Predictor
+
+    calls: list[tuple[int, int]] = []
+    predict = Predictor.predict
+
+    def counted(self, queries, *args, **kwargs):
+        calls.append((len(queries), kwargs["batch_size"]))
+        return predict(self, queries, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", counted)
+    worker = PredictWorker(MODEL, "cpu", threads=1, options={"method": "greedy"}, batch_size=2)
+    out = worker({"row": np.arange(1, 6), "query": np.array(["CCO", "CCCO", "c1ccncc1", "CN", "OCC"], dtype=object)})
+    assert calls == [(5, 2)] and out["row"].tolist() == [1, 2, 3, 4, 5]
+
+
 def test_workers_load_the_engine_asked_for():
     """--engine reaches the Ray workers (each loads its own copy of the model)."""
     assert PredictWorker(MODEL, "cpu", threads=1, options={}, engine="torch").predictor.engine == "torch"
