@@ -18,7 +18,7 @@ import torch
 from .data import DEFAULT_AUGMENT, TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
-from .service import DEFAULT_TIME_LIMIT_S, ENGINES, default_batch_size, window_size
+from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, window_size
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-best", type=at_least(1), default=1)
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
         p.add_argument("--n-drafts", type=at_least(1), default=None)
-        p.add_argument("--batch-size", type=at_least(1), default=None, help="queries decoded together "
-                       "(default: 1 on a CPU, where batching measured slower per query; 8 on a GPU)")
+        p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE, help="queries decoded "
+                       "together, cut from queries of like length")
         p.add_argument("--temperature", type=float, default=SamplingOptions.temperature, help="sampling methods")
         p.add_argument("--top-k", type=at_least(0), default=0, help="sampling methods (0: no cut)")
         p.add_argument("--beta", type=at_least(1), default=1, help="relaxed: draft within the top-beta tokens")
@@ -289,18 +289,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from .scale import predict_on_ray
 
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
-        workers_device = torch.device("cuda" if cluster.gpus_per_worker else "cpu")  # theirs, not this machine's
-        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device,
-                               batch_size_of(args, workers_device), options, args.engine, args.dtype)
+        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
+                               args.engine, args.dtype)
     else:
-        n_bad = predict_here(predictor, table, args.output, batch_size_of(args, predictor.device), options, check)
+        n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
     return 0
-
-
-def batch_size_of(args: argparse.Namespace, device: torch.device) -> int:
-    """--batch-size as given, else the device's default (service.default_batch_size)."""
-    return args.batch_size if args.batch_size is not None else default_batch_size(device)
 
 
 def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:
@@ -357,7 +351,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_method(method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
-    report = evaluate(predictor, sources, targets or [], args.n_best, method, batch_size_of(args, predictor.device),
+    report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
     report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment,
                   queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
@@ -417,8 +411,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_method(args.method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
-    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best,
-                             batch_size_of(args, predictor.device),
+    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size,
                              augment=args.augment)
     path = calibration.save(fitted, predictor.path)
     writings = f", {args.augment} writings" if args.augment > 1 else ""

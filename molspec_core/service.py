@@ -101,14 +101,12 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def default_batch_size(device: torch.device) -> int:
-    """Queries decoded together when the caller does not say (the CLI's --batch-size): one on a CPU, 8
-    elsewhere. On a CPU a batch gains little in the products (a beam's rows, or a short draft's, already
-    fill the C kernel's register blocks) and pays for padding to its longest source: one thread, the
-    200- and 100-query quick sets, time per query at batch 8 over batch 1 was 1.05x for forward beam 5,
-    1.20x for forward spec-auto and 0.96x for retro beam 10; at batch 32, 1.39x, 1.60x and 1.16x
-    (README, "Batches on a CPU")."""
-    return 1 if device.type == "cpu" else 8
+# Queries decoded together when the caller does not say (predict, the CLI's --batch-size). Batches are
+# cut from queries of like length (see Predictor.predict), and so cost no more per query than one query
+# a call on a CPU too, or within 3%: one thread, the 200- and 100-query quick sets, time per query at batch 8 over
+# batch 1 was 0.78x for forward greedy, 0.90x for spec-auto, 1.03x for beam 5 and 0.94x for retro beam 10
+# (in file order, as before session 42: 1.06x, 1.26x, 1.27x, 1.03x; README, "Batches on a CPU").
+DEFAULT_BATCH_SIZE = 8
 
 
 # A caller that streams many queries (CLI predict, evaluate, calibrate) hands `predict` this many
@@ -504,7 +502,7 @@ class Predictor:
 
     def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
-                batch_size: int = 8, sampling: SamplingOptions | None = None,
+                batch_size: int = DEFAULT_BATCH_SIZE, sampling: SamplingOptions | None = None,
                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, augment: int = 1) -> QueryResult | list[QueryResult]:
         """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order).
 

@@ -357,32 +357,33 @@ def test_time_ms_is_the_querys_share_of_its_call(tmp_path, monkeypatch):
     assert pd.isna(table["time_ms"][9])  # a rejected query was not decoded
 
 
-def test_without_batch_size_a_cpu_decodes_one_query_at_a_time(tmp_path, monkeypatch, pair_files):
-    """On a CPU batching measured slower per query (service.default_batch_size): predict, evaluate and
-    calibrate decode one query per call unless --batch-size says otherwise."""
+def test_predict_and_evaluate_hand_predict_windows_of_batches(tmp_path, monkeypatch, pair_files):
+    """predict cuts batches from queries of like length (service.Predictor.predict), so the CLI hands it a
+    window of batches at a time (service.window_size): without --batch-size, batches of 8 (so batched,
+    as fast per query as one query a call on a CPU or faster: README "Batches on a CPU"); at batch size
+    1, one query a call."""
     from molspec_core import service
     from molspec_core.service import Predictor
 
-    sizes: list[int] = []
+    calls: list[tuple[int, int]] = []
     predict = Predictor.predict
 
     def counted(self, smiles, *args, **kwargs):
-        sizes.append(len(smiles) if isinstance(smiles, list) else 1)
+        calls.append((len(smiles) if isinstance(smiles, list) else 1, kwargs.get("batch_size")))
         return predict(self, smiles, *args, **kwargs)
 
     monkeypatch.setattr(Predictor, "predict", counted)
-    (tmp_path / "q.txt").write_text("CCO\nCCN\nc1ccncc1\n")
-    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv") == 0
-    src, tgt = pair_files / "src.txt", pair_files / "tgt.txt"
-    assert main(["evaluate", "--model", MODEL, "--src", str(src), "--tgt", str(tgt), "--device", "cpu"]) == 0
-    assert sizes and set(sizes) == {1}
-    sizes.clear()
-    assert predict_file(tmp_path / "q.txt", tmp_path / "out2.csv", "--batch-size", "3") == 0
-    assert sizes == [3]
-    sizes.clear()  # with batches, evaluate hands predict a window of them (service.window_size): here 2 x 2
     monkeypatch.setattr(service, "LENGTH_WINDOW_BATCHES", 2)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nc1ccncc1\n" * 6)  # 18 queries
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv") == 0
+    assert calls == [(16, 8), (2, 8)]
+    calls.clear()
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out1.csv", "--batch-size", "1") == 0
+    assert calls == [(1, 1)] * 18
+    calls.clear()
+    src, tgt = pair_files / "src.txt", pair_files / "tgt.txt"  # 5 queries
     assert main(["evaluate", "--model", MODEL, "--src", str(src), "--tgt", str(tgt), "--batch-size", "2"]) == 0
-    assert sizes == [4, 1]
+    assert calls == [(4, 2), (1, 2)]
 
 
 def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
@@ -411,7 +412,7 @@ def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Predictor, "predict", fail_on_the_second_call)
     with pytest.raises(RuntimeError):
-        predict_file(tmp_path / "q.txt", out)  # one query per call on a CPU
+        predict_file(tmp_path / "q.txt", out, "--batch-size", "1")  # one query a call
     assert out.read_text() == "yesterday's results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
 
