@@ -23,7 +23,6 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
 
 if TYPE_CHECKING:  # the service loads a model's calibration, so this module cannot import it at run time
     from .service import Predictor
@@ -119,15 +118,13 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
     folded into its first spelling: service.fold_repeats); a refused query gives []."""
     from .evaluate import hits
-    from .service import window_size
+    from .service import windows
 
     answers = []
-    step = window_size(batch_size)  # predict groups a window's queries by length into batches
-    for start in tqdm(range(0, len(sources), step), desc="calibrate", disable=not progress,
-                      unit="window" if step > 1 else "query"):
-        results = predictor.predict(list(sources[start:start + step]), method=method, n_best=n_best,
-                                    batch_size=batch_size, augment=augment)
-        for result, target in zip(results, targets[start:start + step]):
+    for window in windows(len(sources), batch_size, "calibrate", progress):  # predict batches a window by length
+        results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
+                                    augment=augment)
+        for result, target in zip(results, targets[window]):
             # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
             ordered = [p for p in result.in_model_order() if p.valid]
             answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))

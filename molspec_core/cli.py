@@ -18,7 +18,7 @@ import torch
 from .data import DEFAULT_AUGMENT, TASKS
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
-from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, window_size
+from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, windows
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -315,8 +315,6 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first. Returns the number of rejected queries."""
-    from tqdm import tqdm
-
     from .io import output_header, predict_batch, result_rows, write_csv
 
     queries = table.queries
@@ -324,13 +322,12 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 
     def rows() -> Iterator[list[object]]:
         nonlocal n_bad
-        step = window_size(batch_size)  # predict groups a window's queries by length into batches
-        for start in tqdm(range(0, len(queries), step), desc="predict", unit="window" if step > 1 else "query"):
-            results, time_ms = predict_batch(predictor, queries[start:start + step], batch_size, **options)
-            for offset, result in enumerate(results):
+        for window in windows(len(queries), batch_size, "predict"):  # predict batches a window by length
+            results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
+            for i, result in enumerate(results, start=window.start):
                 if not result.ok:
                     n_bad += 1
-                yield from result_rows(start + offset + 1, table.cells_of(start + offset), check(result), time_ms)
+                yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms)
 
     write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     return n_bad

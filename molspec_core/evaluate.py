@@ -6,11 +6,10 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tqdm import tqdm
 
 from .chem import canonical_or_none
 from .methods import METHODS, method as method_row
-from .service import Predictor, window_size
+from .service import Predictor, windows
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -91,12 +90,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     # what compare_reports tests two models on, query by query
     first = {"top": [], "ranked_top": []}
     invalid = flagged = repeated = errors = 0
-    step = window_size(batch_size)  # predict groups a window's queries by length into batches
-    for start in tqdm(range(0, len(sources), step), desc="evaluate", disable=not progress,
-                      unit="window" if step > 1 else "query"):
-        chunk = sources[start:start + step]
-        results = predictor.predict(chunk, method=method, n_best=n_best, batch_size=batch_size, **options)
-        for result, target in zip(results, targets[start:start + step]):
+    for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length
+        results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size, **options)
+        for result, target in zip(results, targets[window]):
             if not result.ok:
                 errors += 1
                 for name in first:

@@ -13,11 +13,12 @@ import logging
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from . import checkpoint
 from .calibration import Calibration, load as load_calibration
@@ -118,6 +119,16 @@ def window_size(batch_size: int) -> int:
     """Queries a streaming caller hands `predict` at a time: LENGTH_WINDOW_BATCHES batches (one query at
     batch size 1, where there is nothing to group)."""
     return max(1, batch_size) * (LENGTH_WINDOW_BATCHES if batch_size > 1 else 1)
+
+
+def windows(n: int, batch_size: int, desc: str, progress: bool = True) -> Iterator[slice]:
+    """The slices of n queries that a streaming caller hands `predict`, window_size(batch_size) each,
+    under a progress bar that counts queries (a window is counted once the caller has used it)."""
+    step = window_size(batch_size)
+    with tqdm(total=n, desc=desc, unit="query", disable=not progress) as bar:
+        for start in range(0, n, step):
+            yield slice(start, min(n, start + step))
+            bar.update(min(n, start + step) - start)
 
 
 def auto_drafter(device: torch.device, batch_size: int) -> tuple[str, int, int]:
