@@ -23,7 +23,6 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-
 if TYPE_CHECKING:  # the service loads a model's calibration, so this module cannot import it at run time
     from .service import Predictor
 

@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-
 from .chem import canonical_or_none
 from .methods import METHODS, method as method_row
 from .service import Predictor, windows

@@ -4,10 +4,9 @@ The driver reads the file with io.read_queries (the one bounded reader, so both 
 the same files) and gives Ray Data the queries as blocks of (row, query) rows, each block a whole
 number of batches. `map_batches` runs on an actor pool: each actor loads one Predictor, once, and
 predicts block after block, each in one `predict` call that cuts it into batches of like length, as the
-single-process path does with its (longer) windows (at batch size 1, the CPU's default, the very same decoder
-calls). Each query comes back with its input row number and its output rows; the driver puts the
-user's cells in front and writes the rows in input order through io.write_csv, the single-process
-path's writer.
+single-process path does with its (longer) windows (at batch size 1, the very same decoder calls). Each
+query comes back with its input row number and its output rows; the driver puts the user's cells in
+front and writes the rows in input order through io.write_csv, the single-process path's writer.
 
 Faults: Ray restarts an actor whose process dies and runs its blocks again. The driver keeps each row
 once and writes no output at all if a row never came back.
