@@ -104,10 +104,7 @@ def resolve_device(device: str) -> torch.device:
 
 # Queries decoded together when the caller does not say (predict, the CLI's --batch-size). Batches are
 # cut from queries of like length (see Predictor.predict), and so cost no more per query than one query
-# a call on a CPU too, or within 3%: one thread, the 200- and 100-query quick sets, time per query at
-# batch 8 over batch 1 was 0.78x for forward greedy, 0.90x for spec-auto, 1.03x for beam 5 and 0.94x for
-# retro beam 10 (in file order, as before session 42: 1.06x, 1.26x, 1.27x, 1.03x; README, "Batches on a
-# CPU").
+# a call on a CPU too, or within 3% (the measurements: README, "Batches on a CPU").
 DEFAULT_BATCH_SIZE = 8
 
 

@@ -59,7 +59,7 @@ def test_a_list_keeps_good_rows_beside_bad_ones(copier):
 
 def test_batches_hold_queries_of_like_length_and_results_keep_the_input_order(copier, monkeypatch):
     """A batch pays for padding to its longest source and runs until its longest answer ends, so predict
-    cuts batches from the queries in order of token count (README "Batches on a CPU": at batch 32, 1.6-1.7x
+    cuts batches from the queries in order of token count (README "Batches on a CPU": at batch 32, 1.1-1.9x
     less time a query than batches in file order); every answer still lands on its own query, and equals
     its answer decoded alone."""
     queries = ["CCOc1ccccc1OCCO", "CO", "NC(=O)c1ccncc1", "xyz", "CCN", "OCCN1CCNCC1", "CCO", "Brc1cccnc1OCCOC"]
