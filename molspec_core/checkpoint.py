@@ -315,3 +315,33 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     model.load_state_dict({k: v.float() for k, v in load_tensors(folder).items()})
     plan_free_attention(torch.device(device))
     return model.to(device).eval(), vocab, config
+
+
+def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = torch.float32) -> dict:
+    """Write the mean of several models' weights (a uniform "model soup") as a model folder.
+
+    The models must share their sizes and vocabulary, and should be fine-tuned from one parent: the
+    mean of unrelated models is not a model. Each folder is checked by `load` before it is read; the
+    mean is taken in float32 and written in dtype. config.json is the first folder's, with
+    "averaged_from" listing the folders. Returns that config.
+    """
+    if len(folders) < 2:
+        raise CheckpointError("averaging needs at least two model folders")
+    out = Path(out)
+    if any(out.resolve() == Path(folder).resolve() for folder in folders):
+        raise CheckpointError(f"{out} is one of the folders being averaged; write the mean elsewhere")
+    first_model, vocab, config = load(folders[0])
+    total = {name: tensor.clone() for name, tensor in first_model.state_dict().items()}
+    for folder in folders[1:]:
+        model, other_vocab, _ = load(folder)
+        if model.cfg != first_model.cfg:
+            raise CheckpointError(f"{folder}: model sizes {model.cfg.to_dict()} differ from {folders[0]}'s")
+        if other_vocab.tokens != vocab.tokens:
+            raise CheckpointError(f"{folder}: vocabulary differs from {folders[0]}'s")
+        for name, tensor in model.state_dict().items():
+            total[name] += tensor
+    first_model.load_state_dict({name: tensor / len(folders) for name, tensor in total.items()})
+    meta = {key: value for key, value in config.items() if key != "model"}
+    meta["averaged_from"] = [str(folder) for folder in folders]
+    save(first_model, vocab, out, meta=meta, dtype=dtype)
+    return {"model": first_model.cfg.to_dict(), **meta}

@@ -215,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", default=None,
                    help="forward-mit: encode with this vocabulary.json (the model to fine-tune), not a new one")
 
+    p = sub.add_parser("average", help="the mean of fine-tuned models' weights, written as a new model folder")
+    p.add_argument("--model", action="append", required=True, dest="models",
+                   help="a model folder; give two or more, all fine-tuned from one parent")
+    p.add_argument("--out", required=True, help="the new model folder")
+    p.add_argument("--float16", action="store_true", help="write float16 shards (as the shipped models are)")
+
     from .train import add_arguments
 
     p = sub.add_parser("train", help="train a model on prepared data")
@@ -564,6 +570,14 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_average(args: argparse.Namespace) -> int:
+    from .checkpoint import average
+
+    config = average(args.models, args.out, torch.float16 if args.float16 else torch.float32)
+    print(f"wrote the mean of {len(args.models)} models ({config.get('task', 'task unknown')}) to {args.out}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .train import run
 
@@ -571,7 +585,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_compare, "calibrate": cmd_calibrate,
-            "bench": cmd_bench, "plan": cmd_plan, "prepare-data": cmd_prepare, "train": cmd_train}
+            "bench": cmd_bench, "plan": cmd_plan, "prepare-data": cmd_prepare, "average": cmd_average, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -195,3 +195,53 @@ def test_shipped_models_pass_the_checks():
     for folder in folders:
         _, cfg = checkpoint.read_config(folder)
         checkpoint.check_weights(folder, cfg, checkpoint.read_headers(folder))
+
+
+# ---- averaging fine-tuned models (molspec average) -----------------------------------------------
+
+def test_average_writes_the_mean_of_the_weights(tmp_path):
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    models = [random_model(seed, vocab_size=14) for seed in (1, 2, 3)]
+    for i, model in enumerate(models):
+        checkpoint.save(model, vocab, tmp_path / f"m{i}", meta={"task": "retro"})
+    config = checkpoint.average([tmp_path / f"m{i}" for i in range(3)], tmp_path / "mean")
+    mean, mean_vocab, saved = checkpoint.load(tmp_path / "mean")
+    assert saved == config and saved["task"] == "retro" and len(saved["averaged_from"]) == 3
+    assert mean_vocab.tokens == vocab.tokens
+    states = [model.state_dict() for model in models]
+    for name, tensor in mean.state_dict().items():
+        expected = sum(state[name] for state in states) / 3
+        assert torch.allclose(tensor, expected, atol=1e-6), name
+
+
+def test_average_refuses_models_that_do_not_match(tmp_path):
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    checkpoint.save(random_model(1, vocab_size=14), vocab, tmp_path / "a")
+    checkpoint.save(random_model(2, vocab_size=14), Vocab(list(SPECIALS) + [f"[Y{i}]" for i in range(10)]),
+                    tmp_path / "other_vocab")
+    checkpoint.save(random_model(3, vocab_size=14, n_decoder_layers=1), vocab, tmp_path / "other_size")
+    with pytest.raises(checkpoint.CheckpointError, match="vocabulary differs"):
+        checkpoint.average([tmp_path / "a", tmp_path / "other_vocab"], tmp_path / "out")
+    with pytest.raises(checkpoint.CheckpointError, match="model sizes"):
+        checkpoint.average([tmp_path / "a", tmp_path / "other_size"], tmp_path / "out")
+    with pytest.raises(checkpoint.CheckpointError, match="at least two"):
+        checkpoint.average([tmp_path / "a"], tmp_path / "out")
+    with pytest.raises(checkpoint.CheckpointError, match="one of the folders"):
+        checkpoint.average([tmp_path / "a", tmp_path / "a"], tmp_path / "a")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_average_writes_float16_shards(tmp_path, capsys):
+    from molspec_core.cli import main
+
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for seed in (1, 2):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}", meta={"task": "forward"})
+    assert main(["average", "--model", str(tmp_path / "m1"), "--model", str(tmp_path / "m2"),
+                 "--out", str(tmp_path / "mean"), "--float16"]) == 0
+    assert "mean of 2 models (forward)" in capsys.readouterr().out
+    headers = checkpoint.read_headers(tmp_path / "mean")
+    assert {header.dtype for header in headers.values()} == {"F16"}
+    assert main(["average", "--model", str(tmp_path / "m1"), "--model", str(tmp_path / "nowhere"),
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "does not exist" in capsys.readouterr().err
