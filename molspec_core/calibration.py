@@ -10,6 +10,13 @@ weights it was fitted for: a calibration whose weights were replaced is not used
 writings of the query (Predictor.predict's augment) have pooled scores of another kind; their fit is
 calibration.augment<N>.json (`file_name`), which also records the pooling rule (service.POOL_POWER) it
 was fitted under: one fitted under another rule is not used either.
+
+A fit holds for the answers it was fitted on: beam search's n-best lists, or greedy decoding's one
+answer (`kind_of`). Their scores map to right answers differently, most of all when pooled: a greedy
+answer that some writings did not give scores 0 there, where beam search's lists usually hold it lower
+down (session 43: the beam fit of the forward model's pooled answers judged greedy's with an ECE of
+0.105, its answers a fifth less sure than they were right). So each kind has its own files
+(`file_name`), and sampling and lossy methods, whose answers no fit was made for, get none.
 """
 from __future__ import annotations
 
@@ -20,8 +27,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
+
+from .methods import method as method_row
 
 if TYPE_CHECKING:  # the service loads a model's calibration, so this module cannot import it at run time
     from .service import Predictor
@@ -107,9 +115,28 @@ def weights_fingerprint(folder: str | Path) -> str:
     return digest.hexdigest()
 
 
-def file_name(augment: int = 1) -> str:
-    """The calibration file of answers read in `augment` writings of each query."""
-    return FILE if augment == 1 else f"calibration.augment{augment}.json"
+def kind_of(method: str) -> str | None:
+    """The answers a fit made with `method` holds for, and so the methods it applies to: "beam" (exact beam
+    search's n-best lists: beam, sbs-exact and the uncached baseline) or "greedy" (greedy's one answer: greedy
+    and the exact speculative methods). None for sampling and lossy methods: no fit is made for their answers."""
+    row = method_row(method)
+    return row.reference if row.lossless and row.reference in ("beam", "greedy") else None
+
+
+def require_kind(method: str) -> str:
+    """kind_of(method), or a ValueError saying which methods a calibration can be fitted with."""
+    kind = kind_of(method)
+    if kind is None:
+        raise ValueError(f"{method}'s answers are sampled or lossy, so no calibration is fitted for them; fit one "
+                         "with beam (beam search's answers) or greedy (greedy's, which spec-auto gives faster)")
+    return kind
+
+
+def file_name(augment: int = 1, kind: str = "beam") -> str:
+    """The calibration file of `kind` answers read in `augment` writings of each query (beam search's keep
+    the names they had before kinds: calibration.json, calibration.augment<N>.json)."""
+    stem = FILE.removesuffix(".json") + ("" if kind == "beam" else f".{kind}")
+    return f"{stem}.json" if augment == 1 else f"{stem}.augment{augment}.json"
 
 
 def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
@@ -136,6 +163,7 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
     if len(sources) != len(targets) or len(sources) < 3:
         raise ValueError(f"calibration needs at least 3 queries with targets; got {len(sources)} queries and "
                          f"{len(targets)} targets")
+    require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
     n_fit = max(1, min(len(answers) - 1, round(len(answers) * FIT_SHARE)))
     fitted = [a for query in answers[:n_fit] for a in query]
@@ -155,23 +183,23 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
 
 
 def save(calibration: Calibration, folder: str | Path) -> Path:
-    path = Path(folder) / file_name(calibration.augment)
+    path = Path(folder) / file_name(calibration.augment, require_kind(calibration.method))
     path.write_text(json.dumps(asdict(calibration), indent=1) + "\n")
     return path
 
 
-def load(folder: str | Path, augment: int = 1) -> Calibration | None:
-    """The model folder's calibration for answers read in `augment` writings, or None when it has none
-    or it was fitted for other weights or (augment > 1) under another pooling rule."""
+def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibration | None:
+    """The model folder's calibration for `kind` answers (kind_of) read in `augment` writings, or None when it
+    has none, or it was fitted for other weights, to other answers or (augment > 1) under another pooling rule."""
     from .service import POOL_POWER
 
-    path = Path(folder) / file_name(augment)
+    path = Path(folder) / file_name(augment, kind)
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
     calibration = Calibration(**{**data, "edges": tuple(data["edges"]), "values": tuple(data["values"]),
                                  "reliability": tuple(tuple(row) for row in data["reliability"])})
-    if calibration.fingerprint != weights_fingerprint(folder):
+    if calibration.fingerprint != weights_fingerprint(folder) or kind_of(calibration.method) != kind:
         return None
     if augment > 1 and calibration.pool_power != POOL_POWER:
         return None

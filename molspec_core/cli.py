@@ -148,13 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("first", help="evaluate --out JSON report (a)")
     p.add_argument("second", help="evaluate --out JSON report (b), on the same --src, --tgt, --index and --limit")
 
-    p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json)")
+    p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json; for "
+                       "greedy's answers, --method greedy or spec-auto: calibration.greedy.json)")
     model_args(p)
     p.add_argument("--src", required=True, help="validation queries (never test)")
     p.add_argument("--tgt", required=True)
     p.add_argument("--limit", type=at_least(3), default=600)
-    augment_arg(p)  # its fit goes to calibration.augment<N>.json
-    p.set_defaults(method="beam", n_best=5)
+    augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
+    p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
     model_args(p)
@@ -411,14 +412,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .service import Predictor, QueryResult
 
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
-    check_method(args.method, args.n_best)
+    n_best = args.n_best or (5 if METHODS[args.method].many else 1)
+    check_method(args.method, n_best)
+    calibration.require_kind(args.method)  # refused before the model loads
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
-    fitted = calibration.fit(predictor, sources, targets or [], args.method, args.n_best, args.batch_size,
+    fitted = calibration.fit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                              augment=args.augment)
     path = calibration.save(fitted, predictor.path)
     writings = f", {args.augment} writings" if args.augment > 1 else ""
-    print(f"calibration of {predictor.path} ({args.method}, {args.n_best}-best{writings}): fitted on {fitted.n_fit} queries, "
+    print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
           f"{fitted.ece_raw:.4f}) -> {path}")
     return 0

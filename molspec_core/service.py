@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from . import checkpoint
-from .calibration import Calibration, load as load_calibration
+from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none
 from .data import root_aligned
 from .decoding.beam import beam_search
@@ -292,8 +292,7 @@ class Predictor:
         self.model, self.vocab, self.config, self.device, self.path = model, vocab, config, device, path
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
-        self.calibration: Calibration | None = load_calibration(path)  # None: none, or fitted for other weights
-        self._pooled_calibrations: dict[int, Calibration | None] = {}  # by writings read; loaded when first asked
+        self._calibrations: dict[tuple[str, int], Calibration | None] = {}  # by (kind, writings); loaded when asked
 
     @property
     def device_name(self) -> str:
@@ -602,19 +601,24 @@ class Predictor:
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)
         return [query, *(_Query(query.text, text, ids) for text, ids in other_writings(query.canonical, n, self.vocab, limit))]
 
-    def pooled_calibration(self, augment: int) -> Calibration | None:
-        """The calibration fitted to answers pooled over `augment` writings (calibrate --augment), if any:
-        pooled scores are not what the model's own calibration was fitted on."""
-        if augment not in self._pooled_calibrations:
-            self._pooled_calibrations[augment] = load_calibration(self.path, augment)
-        return self._pooled_calibrations[augment]
+    def calibration_for(self, method: str, augment: int = 1) -> Calibration | None:
+        """The calibration fitted to the answers `method` gives (calibration.kind_of: beam search's or
+        greedy's) read in `augment` writings (calibrate --method --augment), if any: pooled scores, and
+        greedy's against beam search's, map to right answers differently. None for sampling and lossy
+        methods, and where no fit for these weights exists."""
+        kind = kind_of(method)
+        if kind is None:
+            return None
+        if (kind, augment) not in self._calibrations:
+            self._calibrations[kind, augment] = load_calibration(self.path, augment, kind)
+        return self._calibrations[kind, augment]
 
     def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult | str], method: str,
                 n_best: int, augment: int) -> QueryResult:
         """One result from the answers to each writing of a query: each distinct answer scored by the log
         of the power mean of its probabilities over the writings read (absent: 0; pool_writings), best n_best kept. Its tokens and
         provenance are those of the first writing that gave it; its confidence comes from the calibration
-        fitted for `augment` writings, or is None without one."""
+        fitted to this method's answers in `augment` writings, or is None without one."""
         canonical = views[0]
         if not isinstance(decoded[0], DecodeResult):
             return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])
@@ -624,12 +628,12 @@ class Predictor:
         stats = DecodeStats()
         for view, result in read:
             stats.add(result.stats)
-            given_here = self._predictions(view, result, canonical.canonical)
+            given_here = self._predictions(view, result, None, canonical.canonical)
             answers.append([(p.smiles, p.score) for p in given_here])
             for p in given_here:
                 first.setdefault(p.smiles, (p, view))
         stats.wall_time_s = max(result.stats.wall_time_s for _, result in read)  # one batch: its rows share it
-        calibration = self.pooled_calibration(augment)
+        calibration = self.calibration_for(method, augment)
         predictions = []
         for rank, (smiles, score, count) in enumerate(pool_writings(answers)[:n_best], start=1):
             prediction, where = first[smiles]
@@ -642,18 +646,20 @@ class Predictor:
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
-                           rank_answers(fold_repeats(self._predictions(query, result))), result.stats, method)
+                           rank_answers(fold_repeats(self._predictions(query, result, self.calibration_for(method)))),
+                           result.stats, method)
 
-    def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "") -> list[Prediction]:
+    def _predictions(self, query: _Query, result: DecodeResult, calibration: Calibration | None,
+                     judged_against: str = "") -> list[Prediction]:
         """A decode's hypotheses as answers, in the model's order, checked (against the canonical query,
-        `judged_against` when `query` is another writing of it) and calibrated."""
+        `judged_against` when `query` is another writing of it) and given `calibration`'s confidence."""
         predictions = []
         for rank, hyp in enumerate(result.hypotheses, start=1):
             tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
             concerns = answer_concerns(canon, judged_against or query.canonical, self.task) if canon else ()
-            confidence = self.calibration.confidence(hyp.score) if self.calibration and canon else None
+            confidence = calibration.confidence(hyp.score) if calibration and canon else None
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
                                           hyp.provenance, hyp.finished, concerns, rank, confidence=confidence))
         return predictions

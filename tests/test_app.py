@@ -28,7 +28,9 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from molspec_core import depict  # noqa: E402
 from molspec_core.tokenizer import tokenize  # noqa: E402
 from molspec_core.io import RESULT_COLUMNS  # noqa: E402
-from molspec_core.methods import EXACT_NBEST  # noqa: E402
+from molspec_core import calibration  # noqa: E402
+from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
+from views import common  # noqa: E402
 from views.batch import safe_csv  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -235,9 +237,9 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "Predictions" in texts(at.subheader)
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     metrics = {m.label: m.value for m in at.metric}
-    from molspec_core import calibration
-
-    chance = "Confidence" if calibration.load(FORWARD_MODEL) else "Probability"  # calibrated, or the raw one
+    # the page opens on spec-auto, read in 5 writings: greedy's pooled answers have a fit of their own
+    fitted = calibration.load(FORWARD_MODEL, common.APP_AUGMENT, calibration.kind_of(TASK_DEFAULTS["forward"][0]))
+    chance = "Confidence" if fitted else "Probability"  # calibrated, or the raw one
     assert {"Score (log-prob)", chance, "Tokens"} <= set(metrics)
     assert re.search("Sane structure|Check: |Invalid SMILES", texts(at.markdown))
     assert len(at.get("html")) == 1  # the coloured provenance tokens
@@ -637,8 +639,11 @@ def test_models_page_shows_every_model():
     else:
         assert "no model card yet" in texts(at.info)
     assert "No retrosynthesis model is shipped yet" in texts(at.info) or (ROOT / "models" / "retro").is_dir()
-    if (ROOT / "models" / "retro" / "calibration.augment5.json").is_file():  # pooled answers' own calibration
-        assert "Confidence of answers read in 5 writings" in texts(at.markdown)
+    # one tab per fit the app uses: kind of answers and writings read
+    fitted = {f"{kind.capitalize()}, {'1 writing' if augment == 1 else f'{augment} writings'}"
+              for folder in (FORWARD_MODEL, ROOT / "models" / "retro") for kind in ("beam", "greedy")
+              for augment in (1, 5) if calibration.load(folder, augment, kind)}
+    assert {t.label for t in at.tabs} == fitted
 
 
 def test_models_page_renders_a_model_card(copy_models, monkeypatch):

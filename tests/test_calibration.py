@@ -57,14 +57,14 @@ def test_fit_save_load_and_stale_weights(tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(FIXTURES / "copy_model", folder)
     copier = Predictor.load(folder, device="cpu")
-    assert copier.calibration is None
+    assert copier.calibration_for("beam") is None
     queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
     targets = [q.replace("C", "") or "O" for q in queries]  # the copy model drops every C
     fitted = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False)
     assert fitted.n_fit == 4 and fitted.n_check == 2 and 0 <= fitted.ece <= 1
     calibration.save(fitted, folder)
     reloaded = Predictor.load(folder, device="cpu")
-    assert reloaded.calibration == fitted
+    assert reloaded.calibration_for("beam") == fitted
     answers = reloaded.predict("CCOc1ccccc1", method="beam", n_best=3).predictions
     assert all((p.confidence is None) == (not p.valid) for p in answers)
     assert all(0 <= p.confidence <= 1 for p in answers if p.valid)
@@ -77,3 +77,60 @@ def test_too_few_queries_are_refused():
     copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
     with pytest.raises(ValueError, match="at least 3 queries"):
         calibration.fit(copier, ["CCO"], ["O"], progress=False)
+
+
+# ---- one fit per kind of answers (session 43: the beam fit misjudged greedy's pooled answers) -----------
+
+def test_each_method_takes_the_fit_made_for_its_answers():
+    assert {m: calibration.kind_of(m) for m in ("greedy", "spec-auto", "spec-pointer", "spec-paper", "greedy-uncached",
+                                                "beam", "sbs-exact", "beam-uncached", "sbs", "relaxed", "sample",
+                                                "spec-sample", "mentored")} == {
+        "greedy": "greedy", "spec-auto": "greedy", "spec-pointer": "greedy", "spec-paper": "greedy",
+        "greedy-uncached": "greedy", "beam": "beam", "sbs-exact": "beam", "beam-uncached": "beam",
+        "sbs": None, "relaxed": None, "sample": None, "spec-sample": None, "mentored": None}
+    assert [calibration.file_name(a, k) for k in ("beam", "greedy") for a in (1, 5)] == [
+        "calibration.json", "calibration.augment5.json", "calibration.greedy.json", "calibration.greedy.augment5.json"]
+    with pytest.raises(ValueError, match="sampled or lossy"):
+        calibration.require_kind("relaxed")
+
+
+def test_greedy_and_beam_answers_get_their_own_fit(tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    copier = Predictor.load(folder, device="cpu")
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
+    targets = [q.replace("C", "") or "O" for q in queries]
+    beam_fit = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False)
+    calibration.save(beam_fit, folder)
+    reloaded = Predictor.load(folder, device="cpu")
+    assert reloaded.predict("CCOc1ccccc1", method="beam", n_best=3).predictions[0].confidence is not None
+    for method in ("greedy", "spec-auto", "sample", "relaxed"):  # no fit for their answers: no confidence
+        answers = reloaded.predict("CCOc1ccccc1", method=method).predictions
+        assert answers and all(p.confidence is None for p in answers), method
+    greedy_fit = calibration.fit(copier, queries, targets, method="spec-auto", n_best=1, progress=False)
+    assert calibration.save(greedy_fit, folder).name == "calibration.greedy.json"
+    reloaded = Predictor.load(folder, device="cpu")
+    assert reloaded.calibration_for("greedy") == reloaded.calibration_for("spec-pointer") == greedy_fit
+    assert reloaded.calibration_for("beam") == beam_fit and reloaded.calibration_for("sample") is None
+    greedy_answer = reloaded.predict("CCOc1ccccc1", method="spec-pointer").predictions[0]
+    assert greedy_answer.confidence == greedy_fit.confidence(greedy_answer.score)
+    # a beam fit under greedy's file name is not used for greedy's answers
+    (folder / "calibration.greedy.json").write_text((folder / "calibration.json").read_text())
+    assert calibration.load(folder, 1, "greedy") is None
+
+
+def test_cli_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
+    from molspec_core.cli import main
+
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
+    (tmp_path / "val.src").write_text("\n".join(queries) + "\n")
+    (tmp_path / "val.tgt").write_text("\n".join(q.replace("C", "") or "O" for q in queries) + "\n")
+    files = ["--src", str(tmp_path / "val.src"), "--tgt", str(tmp_path / "val.tgt"), "--model", str(folder)]
+    assert main(["calibrate", "--method", "spec-auto", *files]) == 0  # one answer: n-best 1 without asking
+    assert "(spec-auto, 1-best)" in capsys.readouterr().out
+    assert calibration.load(folder, 1, "greedy").method == "spec-auto"
+    assert not (folder / "calibration.json").exists()
+    assert main(["calibrate", "--method", "sample", *files]) == 2
+    assert "sampled or lossy" in capsys.readouterr().err

@@ -51,8 +51,10 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     assert "fitted on 4 queries, judged on 2" in capsys.readouterr().out
     saved = json.loads((model / "calibration.json").read_text())
     assert saved["method"] == "beam" and saved["n_best"] == 2
-    assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1"]) == 0
+    assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1", "--method", "beam", "--n-best", "2"]) == 0
     assert " - " not in capsys.readouterr().out.splitlines()[2]  # the answer carries a confidence
+    assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1"]) == 0  # greedy: fitted for beam only
+    assert " - " in capsys.readouterr().out.splitlines()[2]
 
 
 def test_predict_bad_smiles_is_a_message_not_a_traceback(capsys):

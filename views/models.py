@@ -88,26 +88,45 @@ def reliability_chart(cal: calibration.Calibration) -> go.Figure:
     return figure
 
 
+KIND_LABELS = {"greedy": "greedy's answer (greedy and the exact speculative methods)",
+               "beam": "beam search's answers (beam, sbs-exact)"}
+
+
 def show_calibration(folder: Path) -> None:
-    cal = calibration.load(folder)
-    if cal is None:
-        note = ("its calibration was fitted for other weights; run `molspec calibrate` again"
-                if (folder / calibration.FILE).is_file() else "run `molspec calibrate` to fit one")
+    """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its figures
+    and reliability chart in a tab of its own."""
+    fits = [(kind, augment, calibration.load(folder, augment, kind))
+            for kind in KIND_LABELS for augment in (1, common.APP_AUGMENT)]
+    found = [(kind, augment, cal) for kind, augment, cal in fits if cal is not None]
+    if not found:
+        stale = any((folder / calibration.file_name(augment, kind)).is_file() for kind, augment, _ in fits)
+        note = ("its calibration was fitted for other weights; run `molspec calibrate` again" if stale
+                else "run `molspec calibrate` to fit one")
         st.caption(f"Confidence: not calibrated ({note}). The app shows the model's own probability instead.")
-    else:
-        show_fit(folder, cal, "**Confidence** is calibrated on the validation split")
-    pooled = calibration.load(folder, common.APP_AUGMENT)
-    if pooled is not None:
-        show_fit(folder, pooled, f"**Confidence of answers read in {pooled.augment} writings** (pooled) is "
-                                 "calibrated on its own")
+        return
+    st.markdown("**Confidence** is calibrated on the validation split, on its own for each kind of answers and "
+                "for answers pooled over writings, whose scores map to right answers differently. Sampling and "
+                "lossy methods show the model's probability instead.")
+    missing = [f"{KIND_LABELS[kind]}, {writings(augment)}" for kind, augment, cal in fits if cal is None]
+    if missing:
+        st.caption("Not calibrated (these show the model's probability): " + "; ".join(missing) + ".")
+    tabs = st.tabs([f"{kind.capitalize()}, {writings(augment)}" for kind, augment, _ in found])
+    for tab, (kind, augment, cal) in zip(tabs, found):
+        with tab:
+            show_fit(folder, cal, f"For {KIND_LABELS[kind]} read in {writings(augment)}")
+
+
+def writings(augment: int) -> str:
+    return "1 writing" if augment == 1 else f"{augment} writings"
 
 
 def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
-    st.markdown(f"{opening} ({common.method_label(cal.method)}, {cal.n_best}-best): fitted on {cal.n_fit} "
-                f"queries, judged on {cal.n_check} others. Expected calibration error {cal.ece:.3f}, against "
+    st.markdown(f"{opening}, fitted with {common.method_label(cal.method)} ({cal.n_best}-best) on {cal.n_fit} "
+                f"queries, judged on {cal.n_check} others: expected calibration error {cal.ece:.3f}, against "
                 f"{cal.ece_raw:.3f} for the model's own probability.")
     if cal.reliability:
-        st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}_{cal.augment}")
+        st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}_{calibration.kind_of(cal.method)}_"
+                                                      f"{cal.augment}")
 
 
 def main() -> None:

@@ -234,12 +234,12 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                 columns[1].metric("Probability", common.format_probability(prediction.score),
                                   help=f"The model's probability of this answer pooled over the {writings} writings "
                                        "of the query (a power mean, which favours answers many writings give); no "
-                                       "calibration was fitted to pooled answers, so no confidence is shown. It is "
-                                       "not the chance that the answer is right.")
+                                       "calibration was fitted to this method's pooled answers, so no confidence is "
+                                       "shown. It is not the chance that the answer is right.")
             else:
                 columns[1].metric("Probability", common.format_probability(prediction.score),
-                                  help="The model's own probability of this answer; this model has no calibration, "
-                                       "so it is not the chance that the answer is right.")
+                                  help="The model's own probability of this answer; no calibration was fitted to "
+                                       "this method's answers, so it is not the chance that the answer is right.")
             columns[2].metric("Tokens", len(prediction.tokens))
             if prediction.forward_prob is not None:
                 columns[3].metric("Forward prob.", common.format_probability(math.log(prediction.forward_prob))
