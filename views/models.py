@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core import calibration
+from molspec_core.methods import TASK_DEFAULTS
 from views import common
 
 TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, product out.",
@@ -98,6 +99,9 @@ def show_calibration(folder: Path) -> None:
     fits = [(kind, augment, calibration.load(folder, augment, kind))
             for kind in KIND_LABELS for augment in (1, common.APP_AUGMENT)]
     found = [(kind, augment, cal) for kind, augment, cal in fits if cal is not None]
+    task = common.read_config(folder).get("task", "")
+    opens_on = (calibration.kind_of(TASK_DEFAULTS[task][0]), common.APP_AUGMENT) if task in TASK_DEFAULTS else None
+    found.sort(key=lambda fit: fit[:2] != opens_on)  # the fit of what the Predict page opens on first
     if not found:
         stale = any((folder / calibration.file_name(augment, kind)).is_file() for kind, augment, _ in fits)
         note = ("its calibration was fitted for other weights; run `molspec calibrate` again" if stale
