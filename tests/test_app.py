@@ -644,6 +644,8 @@ def test_models_page_shows_every_model():
               for folder in (FORWARD_MODEL, ROOT / "models" / "retro") for kind in ("beam", "greedy")
               for augment in (1, 5) if calibration.load(folder, augment, kind)}
     assert {t.label for t in at.tabs} == fitted
+    if calibration.load(FORWARD_MODEL, 5, "greedy"):  # first, the fit of what the forward page opens on
+        assert at.tabs[0].label == "Greedy, 5 writings"
 
 
 def test_models_page_renders_a_model_card(copy_models, monkeypatch):

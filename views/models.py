@@ -93,13 +93,12 @@ KIND_LABELS = {"greedy": "greedy's answer (greedy and the exact speculative meth
                "beam": "beam search's answers (beam, sbs-exact)"}
 
 
-def show_calibration(folder: Path) -> None:
+def show_calibration(folder: Path, task: str) -> None:
     """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its figures
-    and reliability chart in a tab of its own."""
+    and reliability chart in a tab of its own, the one the Predict page opens on for `task` first."""
     fits = [(kind, augment, calibration.load(folder, augment, kind))
             for kind in KIND_LABELS for augment in (1, common.APP_AUGMENT)]
     found = [(kind, augment, cal) for kind, augment, cal in fits if cal is not None]
-    task = common.read_config(folder).get("task", "")
     opens_on = (calibration.kind_of(TASK_DEFAULTS[task][0]), common.APP_AUGMENT) if task in TASK_DEFAULTS else None
     found.sort(key=lambda fit: fit[:2] != opens_on)  # the fit of what the Predict page opens on first
     if not found:
@@ -148,7 +147,7 @@ def main() -> None:
         left, right = st.columns([2, 3])
         with left:
             st.table(facts(folder, config), hide_index=True, hide_header=True, border="horizontal")
-            show_calibration(folder)
+            show_calibration(folder, task)
         with right:
             card = folder / "MODEL_CARD.md"
             if card.is_file():
