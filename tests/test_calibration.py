@@ -117,20 +117,3 @@ def test_greedy_and_beam_answers_get_their_own_fit(tmp_path):
     # a beam fit under greedy's file name is not used for greedy's answers
     (folder / "calibration.greedy.json").write_text((folder / "calibration.json").read_text())
     assert calibration.load(folder, 1, "greedy") is None
-
-
-def test_cli_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
-    from molspec_core.cli import main
-
-    folder = tmp_path / "model"
-    shutil.copytree(FIXTURES / "copy_model", folder)
-    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
-    (tmp_path / "val.src").write_text("\n".join(queries) + "\n")
-    (tmp_path / "val.tgt").write_text("\n".join(q.replace("C", "") or "O" for q in queries) + "\n")
-    files = ["--src", str(tmp_path / "val.src"), "--tgt", str(tmp_path / "val.tgt"), "--model", str(folder)]
-    assert main(["calibrate", "--method", "spec-auto", *files]) == 0  # one answer: n-best 1 without asking
-    assert "(spec-auto, 1-best)" in capsys.readouterr().out
-    assert calibration.load(folder, 1, "greedy").method == "spec-auto"
-    assert not (folder / "calibration.json").exists()
-    assert main(["calibrate", "--method", "sample", *files]) == 2
-    assert "sampled or lossy" in capsys.readouterr().err

@@ -38,7 +38,8 @@ def test_predict_one_smiles_says_which_answer_the_model_wrote_several_ways(capsy
     assert len(rows) == 4 and rows[0].endswith("O=C(Nc1ccc(F)cc1)c1ccccc1   (written 2 ways)")
 
 
-def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
+def calibration_case(tmp_path) -> tuple:
+    """A copy of the copy model and the calibrate arguments of six validation pairs it gets right."""
     import shutil
 
     model = tmp_path / "model"
@@ -46,8 +47,12 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
     (tmp_path / "val.src").write_text("\n".join(queries) + "\n")
     (tmp_path / "val.tgt").write_text("\n".join(q.replace("C", "") or "O" for q in queries) + "\n")
-    assert main(["calibrate", "--model", str(model), "--src", str(tmp_path / "val.src"), "--tgt",
-                 str(tmp_path / "val.tgt"), "--n-best", "2"]) == 0
+    return model, ["--model", str(model), "--src", str(tmp_path / "val.src"), "--tgt", str(tmp_path / "val.tgt")]
+
+
+def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
     assert "fitted on 4 queries, judged on 2" in capsys.readouterr().out
     saved = json.loads((model / "calibration.json").read_text())
     assert saved["method"] == "beam" and saved["n_best"] == 2
@@ -55,6 +60,20 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     assert " - " not in capsys.readouterr().out.splitlines()[2]  # the answer carries a confidence
     assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1"]) == 0  # greedy: fitted for beam only
     assert " - " in capsys.readouterr().out.splitlines()[2]
+
+
+def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
+    from molspec_core import calibration
+
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", "--method", "spec-auto", *files]) == 0  # one answer: n-best 1 without asking
+    assert "(spec-auto, 1-best)" in capsys.readouterr().out
+    assert calibration.load(model, 1, "greedy").method == "spec-auto"
+    assert not (model / "calibration.json").exists()
+    assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1"]) == 0  # greedy's answer: its own fit
+    assert " - " not in capsys.readouterr().out.splitlines()[2]
+    assert main(["calibrate", "--method", "sample", *files]) == 2
+    assert "sampled or lossy" in capsys.readouterr().err
 
 
 def test_predict_bad_smiles_is_a_message_not_a_traceback(capsys):
