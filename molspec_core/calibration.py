@@ -140,11 +140,14 @@ def file_name(augment: int = 1, kind: str = "beam") -> str:
 
 
 def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
-            batch_size: int = 16, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
+            batch_size: int | None = None, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
     """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
-    folded into its first spelling: service.fold_repeats); a refused query gives []."""
+    folded into its first spelling: service.fold_repeats); a refused query gives []. batch_size None: the
+    service's default."""
     from .evaluate import hits
-    from .service import windows
+    from .service import DEFAULT_BATCH_SIZE, windows
+
+    batch_size = batch_size or DEFAULT_BATCH_SIZE
 
     answers = []
     for window in windows(len(sources), batch_size, "calibrate", progress):  # predict batches a window by length
@@ -158,7 +161,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 
 
 def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
-        n_best: int = 5, batch_size: int = 16, progress: bool = True, augment: int = 1) -> Calibration:
+        n_best: int = 5, batch_size: int | None = None, progress: bool = True, augment: int = 1) -> Calibration:
     """Fit on the first FIT_SHARE of the queries, judge on the rest (each read in `augment` writings)."""
     if len(sources) != len(targets) or len(sources) < 3:
         raise ValueError(f"calibration needs at least 3 queries with targets; got {len(sources)} queries and "

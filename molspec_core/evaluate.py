@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .chem import canonical_or_none
 from .methods import METHODS, method as method_row
-from .service import Predictor, windows
+from .service import DEFAULT_BATCH_SIZE, Predictor, windows
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -76,7 +76,7 @@ def check_method(method: str, n_best: int) -> None:
 
 
 def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_best: int, method: str = "beam",
-             batch_size: int = 16, progress: bool = True, **options) -> dict:
+             batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, **options) -> dict:
     """Top-1..n_best accuracy in the model's own order (comparable with the papers), and as the app ranks
     the answers (`ranked_top*`: sane answers first, see service.rank_answers); options (draft_len, n_drafts,
     sampling) go to Predictor.predict."""
