@@ -117,3 +117,17 @@ def test_greedy_and_beam_answers_get_their_own_fit(tmp_path):
     # a beam fit under greedy's file name is not used for greedy's answers
     (folder / "calibration.greedy.json").write_text((folder / "calibration.json").read_text())
     assert calibration.load(folder, 1, "greedy") is None
+
+
+@pytest.mark.parametrize("name", ["forward", "retro"])
+def test_shipped_models_carry_every_fit_the_app_uses_for_their_weights(name):
+    """Beam search's and greedy's answers, from one writing and pooled over 5: a model shipped with new
+    weights but old fits would show no confidence (the fits' fingerprints no longer match)."""
+    from conftest import ROOT
+
+    folder = ROOT / "models" / name
+    for kind in ("beam", "greedy"):
+        for augment in (1, 5):
+            fit = calibration.load(folder, augment, kind)
+            assert fit is not None, calibration.file_name(augment, kind)
+            assert fit.augment == augment and calibration.kind_of(fit.method) == kind
