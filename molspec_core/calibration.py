@@ -21,6 +21,7 @@ down (session 43: the beam fit of the forward model's pooled answers judged gree
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import math
@@ -107,12 +108,24 @@ def reliability(confidences: Sequence[float], right: Sequence[bool], n_bins: int
 
 def weights_fingerprint(folder: str | Path) -> str:
     """sha256 of the model's weight files, in name order (the vocabulary and config cannot change
-    without changing the weights' shapes or the answers' tokens, and are checked at load)."""
+    without changing the weights' shapes or the answers' tokens, and are checked at load). Hashed once
+    while the files keep their sizes and modification times: a model has up to four fits to check (kinds
+    times writings), and the Models page checks them all on every rerun."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    return _fingerprint(tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files))
+
+
+@functools.lru_cache(maxsize=16)
+def _fingerprint(files: tuple[tuple[str, int, int], ...]) -> str:
     digest = hashlib.sha256()
-    for path in sorted(Path(folder).glob("*.safetensors")):
+    for name, _, _ in files:
+        path = Path(name)
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+KINDS = ("greedy", "beam")  # the answers a fit is made for: greedy's one answer, beam search's n-best lists
 
 
 def kind_of(method: str) -> str | None:
@@ -120,7 +133,7 @@ def kind_of(method: str) -> str | None:
     search's n-best lists: beam, sbs-exact and the uncached baseline) or "greedy" (greedy's one answer: greedy
     and the exact speculative methods). None for sampling and lossy methods: no fit is made for their answers."""
     row = method_row(method)
-    return row.reference if row.lossless and row.reference in ("beam", "greedy") else None
+    return row.reference if row.lossless and row.reference in KINDS else None
 
 
 def require_kind(method: str) -> str:

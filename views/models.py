@@ -89,7 +89,7 @@ def reliability_chart(cal: calibration.Calibration) -> go.Figure:
     return figure
 
 
-KIND_LABELS = {"greedy": "greedy's answer (greedy and the exact speculative methods)",
+KIND_LABELS = {"greedy": "greedy's answer (greedy and the exact speculative methods)",  # calibration.KINDS
                "beam": "beam search's answers (beam, sbs-exact)"}
 
 
@@ -97,7 +97,7 @@ def show_calibration(folder: Path, task: str) -> None:
     """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its figures
     and reliability chart in a tab of its own, the one the Predict page opens on for `task` first."""
     fits = [(kind, augment, calibration.load(folder, augment, kind))
-            for kind in KIND_LABELS for augment in (1, common.APP_AUGMENT)]
+            for kind in calibration.KINDS for augment in (1, common.APP_AUGMENT)]
     found = [(kind, augment, cal) for kind, augment, cal in fits if cal is not None]
     opens_on = (calibration.kind_of(TASK_DEFAULTS[task][0]), common.APP_AUGMENT) if task in TASK_DEFAULTS else None
     found.sort(key=lambda fit: fit[:2] != opens_on)  # the fit of what the Predict page opens on first
