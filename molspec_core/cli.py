@@ -357,8 +357,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     predictor.check_augment(args.augment)  # before the run, not on every query
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
-    report.update(model=str(predictor.path), src=args.src, tgt=args.tgt, index=args.index, augment=args.augment,
-                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
+    report.update(model=str(predictor.path), engine=predictor.engine, dtype=predictor.dtype, src=args.src,
+                  tgt=args.tgt, index=args.index, augment=args.augment, queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if out:
@@ -396,7 +396,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare_reports(a, b)
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
         print(f"{name}: {path} (model {report.get('model')}, {report.get('augment', 1)} writing(s), "
-              f"method {report.get('method')})")
+              f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')})")
     print(f"{table['n']} queries ({a.get('src')}); right only with a / only with b, exact McNemar p")
     for order in ORDERS:
         print(f"{order.replace('_', ' ')}:")

@@ -129,6 +129,7 @@ def test_evaluate_writes_topk_json(pair_files):
     assert report["top1"] <= report["top2"] <= report["top3"]
     assert report["ranked_top1"] <= report["ranked_top2"] <= report["ranked_top3"]
     assert report["ranked_top3"] == report["top3"]  # ranking reorders the n-best list; it adds nothing
+    assert report["dtype"] == "float32" and report["engine"] in ("native", "numpy", "torch")  # what computed it
 
 
 def test_evaluate_keeps_each_querys_place_for_compare(pair_files, capsys):
@@ -148,7 +149,8 @@ def test_evaluate_keeps_each_querys_place_for_compare(pair_files, capsys):
 def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsys):
     base = {"n": 6, "n_best": 2, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "beam"}
     a = dict(base, first_right={"model_order": [1, 1, 1, 1, 2, None], "app_order": [1, 1, 1, 1, 1, None]})
-    b = dict(base, first_right={"model_order": [None, None, None, 1, 1, 1], "app_order": [1, 1, 1, 1, 1, None]})
+    b = dict(base, dtype="int8",
+             first_right={"model_order": [None, None, None, 1, 1, 1], "app_order": [1, 1, 1, 1, 1, None]})
     (tmp_path / "a.json").write_text(json.dumps(a))
     (tmp_path / "b.json").write_text(json.dumps(b))
     from molspec_core.evaluate import compare_reports, mcnemar_p
@@ -161,7 +163,9 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     # exact McNemar: 10 against 0 is 2 x (1/2)^10; one-sided counts are symmetric
     assert mcnemar_p(10, 0) == pytest.approx(2 / 1024) and mcnemar_p(3, 7) == mcnemar_p(7, 3) == pytest.approx(0.34375)
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
-    assert "top-1: a 66.7%  b 50.0%  only a 3  only b 2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "top-1: a 66.7%  b 50.0%  only a 3  only b 2" in out
+    assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 
 @pytest.mark.parametrize("change, message", [({"n": 7}, "not on the same queries: n 6 against 7"),
