@@ -34,7 +34,7 @@ from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
-from .native import DTYPES, NativeStep, NativeUnavailable, cpu_description
+from .native import DTYPES, NativeStep, NativeUnavailable, cpu_description, native_unavailable
 from .rsmiles import root_views
 from .tokenizer import TokenizeError, Vocab
 
@@ -100,6 +100,15 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"unsupported device {device!r}; use auto, cpu, cuda or mps")
     return resolved
+
+
+def int8_unavailable(device: str = "auto") -> str | None:
+    """Why Predictor.load cannot take dtype "int8" here, or None when it can: int8 arithmetic is the native
+    engine's, so it needs a CPU device and the C step built for this machine."""
+    resolved = resolve_device(device)
+    if resolved.type != "cpu":
+        return f"int8 arithmetic runs on the CPU's native engine, not on {resolved}"
+    return native_unavailable()
 
 
 # Queries decoded together when the caller does not say (predict, the CLI's --batch-size). Batches are

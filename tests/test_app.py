@@ -214,13 +214,21 @@ def test_examples_are_valid_reactions_with_known_products():
 
 
 @needs_forward
-def test_sidebar_names_the_engine_that_runs_the_model():
-    from molspec_core.service import Predictor
+def test_sidebar_names_the_engine_and_the_arithmetic_that_run_the_model():
+    from molspec_core.service import Predictor, int8_unavailable
 
     at = app().run()
     assert_clean(at)
+    if int8_unavailable() is None:  # a CPU where the C step builds: int8 unless the user turns it off
+        assert at.toggle(key="int8").value is True
+        int8 = Predictor.load("forward", "cpu", dtype="int8").engine_description
+        assert f"engine: {int8}" in texts(at.sidebar.caption) and "int8 weights" in int8
+        at.toggle(key="int8").set_value(False).run()
+        assert_clean(at)
+    else:  # nothing to offer: no toggle
+        assert "int8" not in [t.key for t in at.toggle]
     expected = Predictor.load("forward", "cpu").engine_description  # auto: C where it builds, else NumPy
-    assert f"engine: {expected}" in texts(at.sidebar.caption)
+    assert f"engine: {expected}" in texts(at.sidebar.caption) and "int8" not in expected
 
 
 @needs_forward
@@ -236,6 +244,8 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert_clean(at)
     assert "Predictions" in texts(at.subheader)
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
+    arithmetic = ", int8 arithmetic" if common.int8_offered() else ""  # what computed the answers, said with them
+    assert re.search(f"tokens · Speculative, auto drafts, 5 writings{arithmetic}($| )", texts(at.caption))
     metrics = {m.label: m.value for m in at.metric}
     # the page opens on spec-auto, read in 5 writings: greedy's pooled answers have a fit of their own
     fitted = calibration.load(FORWARD_MODEL, common.APP_AUGMENT, calibration.kind_of(TASK_DEFAULTS["forward"][0]))
@@ -272,6 +282,20 @@ def test_bad_input_shows_an_error_and_keeps_the_last_prediction(bad, message):
     assert "Predictions" in texts(at.subheader)  # the last good result is still on screen
     assert "last successful prediction" in texts(at.caption)
     assert at.text_input(key="query_text").value == bad  # and the typed text is kept
+
+
+def test_a_model_that_cannot_take_int8_computes_in_float32_and_says_why(copy_models, monkeypatch):
+    from molspec_core.service import int8_unavailable
+
+    if int8_unavailable() is not None:
+        pytest.skip(f"int8 is not offered on this machine: {int8_unavailable()}")
+    at = app(copy_models, monkeypatch).run()  # the copy model's weights are not float16 values
+    assert at.toggle(key="int8").value is True
+    assert "This model computes in float32: engine native cannot run here: the C step reads weights as float16" \
+        in texts(at.sidebar.caption) and "engine: NumPy step" in texts(at.sidebar.caption)
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "Oc1ccncc1Cl" in texts(at.code) and "int8" not in texts(at.caption)  # the query's line names none
 
 
 def test_speedup_copied_tokens_and_3d_tabs(copy_models, monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import needs_native, on_engine, random_model, random_sources
-from molspec_core import native
+from molspec_core import native, service
 from molspec_core.decoding.batch import start
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.greedy import greedy
@@ -212,6 +212,16 @@ def test_int8_is_asked_for_by_name_and_only_of_the_native_engine():
             Predictor.load("retro", "cpu", engine=engine, dtype="int8")
     with pytest.raises(ValueError, match="unknown dtype"):
         Predictor.load("retro", "cpu", dtype="float16")
+
+
+def test_int8_unavailable_says_why_int8_cannot_load(monkeypatch):
+    """What the app asks before it offers int8: None exactly where Predictor.load takes it."""
+    assert service.int8_unavailable("cpu") is None  # this module runs where the C step builds
+    monkeypatch.setattr(service, "resolve_device", lambda device: torch.device("cuda"))
+    assert "CPU's native engine, not on cuda" in service.int8_unavailable()
+    monkeypatch.undo()
+    monkeypatch.setattr(service, "native_unavailable", lambda: "no C compiler found")
+    assert service.int8_unavailable("cpu") == "no C compiler found"
 
 
 @pytest.mark.parametrize("name, draft_len", [("pointer", 8), ("lookup", 5)])

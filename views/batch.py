@@ -52,7 +52,7 @@ def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
 
 def predict_all(queries: QueryFile, cfg: Settings) -> pd.DataFrame:
     """The table of every prediction, in the shared output's columns (the CLI writes the same)."""
-    predictor = common.load_predictor(cfg.model_dir)
+    predictor = cfg.predictor()
     total = len(queries.queries)
     bar = st.progress(0.0, text=f"Predicting {total} queries…")
     rows: list[list[object]] = []

@@ -96,7 +96,7 @@ def headline(report: dict) -> str | None:
 
 
 def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
-    predictor = common.load_predictor(cfg.model_dir)
+    predictor = cfg.predictor()
     pairs = []
     for example in common.load_examples():
         query = example.query(cfg.task)

@@ -107,7 +107,7 @@ def round_trip(cfg: Settings, result: QueryResult) -> QueryResult:
     if cfg.round_trip_model is None:
         return result
     try:
-        forward = common.load_predictor(str(common.models_dir() / cfg.round_trip_model))
+        forward = cfg.predictor(cfg.round_trip_model)
         with st.spinner("Checking each answer with the forward model…"):
             return check_round_trip(result, forward, cfg.round_trip_k)
     except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
@@ -423,7 +423,7 @@ def main() -> None:
         else:
             st.error(f"No {cfg.task} model is installed (models/{cfg.task}/ is missing).", icon=":material/error:")
         return
-    predictor = common.load_predictor(cfg.model_dir)
+    predictor = cfg.predictor()
 
     example_buttons(cfg.task)
     query_inputs(cfg.task)
@@ -486,7 +486,7 @@ def main() -> None:
             show_copied_tokens(shown, prediction)
     if speed.open:
         with speed:
-            show_speedup(shown, common.load_predictor(shown.settings.model_dir))
+            show_speedup(shown, shown.settings.predictor())
     if three_d.open:
         with three_d:
             show_3d(shown, rank)

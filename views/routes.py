@@ -55,7 +55,7 @@ def is_stand_in(model: str) -> bool:
 
 
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
-           upload, augment: int = 1) -> None:
+           upload, augment: int = 1, dtype: str = "float32") -> None:
     """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
@@ -64,9 +64,9 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     except ValueError as exc:
         ss["route_error"] = f"Cannot use the stock file: {exc}"
         return
-    predictor = common.load_predictor(str(common.models_dir() / model))
+    predictor = common.predictor_for(str(common.models_dir() / model), dtype)
     forward_models = common.models_for_task("forward")
-    forward = (common.load_predictor(str(common.models_dir() / forward_models[0]))
+    forward = (common.predictor_for(str(common.models_dir() / forward_models[0]), dtype)
                if round_trip and forward_models else None)
     bar = st.progress(0.0, text="Searching…")
 
@@ -215,10 +215,12 @@ def main() -> None:
     # The sidebar's "read the query in N writings" applies here too when its model is the one planning.
     augment = cfg.augment if cfg.task == "retro" and cfg.model == model else 1
     writings = f", each read in {augment} writings (sidebar)" if augment > 1 else ""
+    if cfg.dtype != "float32":
+        writings += f", {cfg.dtype} arithmetic (sidebar)"
     st.caption(f"Model: {common.md_escape(model)} ({common.method_label(PlanSettings.method).lower()}, "
                f"{PlanSettings.n_best} answers per molecule{writings})")
     if submitted:
-        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment)
+        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment, cfg.dtype)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     shown = st.session_state.get("routes")
