@@ -189,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
     p.add_argument("--forward", default="forward", help="forward model that checks each step round trip, or none")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="what both models' decoder calls compute with: "
+                   "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")
     p.add_argument("--n-best", type=at_least(1), default=10, help="answers per expansion (sbs-exact)")
     p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
     p.add_argument("--max-routes", type=at_least(1), default=10)
@@ -313,7 +315,7 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
     if predictor.task != "retro":
         raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
-    forward = Predictor.load(args.round_trip, args.device, args.engine)
+    forward = Predictor.load(args.round_trip, args.device, args.engine, args.dtype)  # the same arithmetic as the answers
     return lambda result: check_round_trip(result, forward, args.round_trip_k)
 
 
@@ -539,8 +541,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if csv_out == out:
         raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")
     stock = load_stock(args.stock or DEFAULT_STOCK)
-    predictor = Predictor.load(args.model, args.device)
-    forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device)
+    predictor = Predictor.load(args.model, args.device, dtype=args.dtype)
+    forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device, dtype=args.dtype)
     result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes, forward=forward,
                   settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
                                         check_atoms=not args.allow_missing_atoms, augment=args.augment))

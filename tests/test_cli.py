@@ -9,8 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, needs_native
 from molspec_core.cli import main
+from molspec_core.service import Predictor
 
 MODEL = str(FIXTURES / "copy_model")
 
@@ -625,6 +626,16 @@ def test_predict_retro_answers_round_trip_into_the_csv(tmp_path, capsys):
     assert main(["predict", "--model", "retro", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--method", "beam",
                  "--n-best", "3", "--round-trip", "forward"]) == 0
     assert "round trip" in capsys.readouterr().out
+
+
+@needs_native
+def test_round_trip_checks_in_the_arithmetic_of_the_answers(tmp_path, monkeypatch):
+    loaded: list[Predictor] = []
+    load = Predictor.load
+    monkeypatch.setattr(Predictor, "load", lambda *args, **kwargs: loaded.append(load(*args, **kwargs)) or loaded[-1])
+    assert main(["predict", "--model", "retro", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--method", "beam", "--n-best", "2",
+                 "--round-trip", "forward", "--dtype", "int8"]) == 0
+    assert [(p.task, p.dtype) for p in loaded] == [("retro", "int8"), ("forward", "int8")]
 
 
 def test_round_trip_needs_a_retrosynthesis_model_and_one_process(tmp_path, capsys):

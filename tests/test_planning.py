@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, needs_native
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
@@ -298,6 +298,18 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
     with open(tmp_path / "routes.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert rows[0]["reactants"] == "NO" and list(rows[0]) == list(ROUTE_COLUMNS)
+
+
+@needs_native
+def test_cli_plan_computes_both_models_in_the_dtype_asked(tmp_path, monkeypatch):
+    """--dtype int8 reaches the planning model and the forward model that checks its steps."""
+    loaded: list[Predictor] = []
+    load = Predictor.load
+    monkeypatch.setattr(Predictor, "load", lambda *args, **kwargs: loaded.append(load(*args, **kwargs)) or loaded[-1])
+    (tmp_path / "stock.smi").write_text("CC(=O)O\n")
+    assert main(["plan", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--model", "retro", "--forward", "forward", "--dtype", "int8",
+                 "--stock", str(tmp_path / "stock.smi"), "--time-limit", "1", "--out", str(tmp_path / "r.json")]) == 0
+    assert [(p.task, p.dtype) for p in loaded] == [("retro", "int8"), ("forward", "int8")]
 
 
 def test_cli_plan_bad_target_or_stock_is_an_error_line(tmp_path, capsys):
