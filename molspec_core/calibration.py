@@ -181,7 +181,7 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
                          f"{len(targets)} targets")
     require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
-    n_fit = max(1, min(len(answers) - 1, round(len(answers) * FIT_SHARE)))
+    n_fit = check_share(len(answers))
     fitted = [a for query in answers[:n_fit] for a in query]
     checked = [a for query in answers[n_fit:] for a in query]
     if not fitted or not checked:
@@ -196,6 +196,33 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
     ece_raw, _ = reliability([math.exp(s) for s, _ in checked], right)
     return Calibration(**{**asdict(draft), "ece": ece, "ece_raw": ece_raw,
                           "reliability": tuple(tuple(row) for row in table)})
+
+
+def check_share(n: int) -> int:
+    """Of n queries, how many fit the map (the first ones; fit); the rest judge it."""
+    return max(1, min(n - 1, round(n * FIT_SHARE)))
+
+
+def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
+          batch_size: int | None = None, progress: bool = True, augment: int = 1) -> tuple[Calibration, float, int]:
+    """The model's saved fit for these answers, judged again on the queries that judged it when it was made
+    (the last share of the same validation files and limit), decoded by this predictor: another dtype or
+    engine, say. (fit, its expected calibration error on these answers, queries judged); nothing is written."""
+    if len(sources) != len(targets) or len(sources) < 3:
+        raise ValueError(f"judging a calibration needs at least 3 queries with targets; got {len(sources)} queries "
+                         f"and {len(targets)} targets")
+    fitted = predictor.calibration_for(method, augment)
+    if fitted is None:
+        writings = f", {augment} writings" if augment > 1 else ""
+        raise ValueError(f"{predictor.path} has no calibration for {kind_of(method)} answers{writings} to judge "
+                         f"({file_name(augment, require_kind(method))}, fitted for these weights)")
+    n_fit = check_share(len(sources))
+    answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
+    flat = [a for query in answers for a in query]
+    if not flat:
+        raise ValueError("the model gave no answer to judge its calibration with")
+    ece, _ = reliability([fitted.confidence(s) for s, _ in flat], [r for _, r in flat])
+    return fitted, ece, len(answers)
 
 
 def save(calibration: Calibration, folder: str | Path) -> Path:

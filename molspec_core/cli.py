@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True)
     p.add_argument("--limit", type=at_least(3), default=600)
     augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
+    p.add_argument("--judge", action="store_true", help="fit nothing: judge the model's saved fit for these answers "
+                   "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
+                   "--dtype int8; writes nothing")
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
@@ -419,10 +422,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     calibration.require_kind(args.method)  # refused before the model loads
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
+    writings = f", {args.augment} writings" if args.augment > 1 else ""
+    if args.judge:
+        fitted, ece, n = calibration.judge(predictor, sources, targets or [], args.method, n_best, args.batch_size,
+                                           augment=args.augment)
+        print(f"calibration of {predictor.path} for {calibration.kind_of(args.method)} answers{writings} (fitted with "
+              f"{fitted.method}, {fitted.n_best}-best; its own expected calibration error {fitted.ece:.4f}), judged on "
+              f"{n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} on the {predictor.engine} engine: "
+              f"expected calibration error {ece:.4f}")
+        return 0
     fitted = calibration.fit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                              augment=args.augment)
     path = calibration.save(fitted, predictor.path)
-    writings = f", {args.augment} writings" if args.augment > 1 else ""
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
           f"{fitted.ece_raw:.4f}) -> {path}")

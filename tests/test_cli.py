@@ -63,6 +63,23 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     assert " - " in capsys.readouterr().out.splitlines()[2]
 
 
+def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_writes_nothing(tmp_path, capsys):
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--method", "spec-auto", "--judge"]) == 2  # nothing fitted yet
+    assert "has no calibration for greedy answers to judge (calibration.greedy.json" in capsys.readouterr().err
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    capsys.readouterr()
+    saved = (model / "calibration.json").read_text()
+    before = sorted(path.name for path in model.iterdir())
+    assert main(["calibrate", *files, "--n-best", "2", "--judge"]) == 0
+    out = capsys.readouterr().out
+    # decoded as when it was fitted, the same answers: its own error again, to the digit
+    own = json.loads(saved)["ece"]
+    assert f"its own expected calibration error {own:.4f}), judged on 2 queries decoded by beam, 2-best, float32" in out
+    assert out.rstrip().endswith(f"expected calibration error {own:.4f}")
+    assert (model / "calibration.json").read_text() == saved and sorted(p.name for p in model.iterdir()) == before
+
+
 def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
     from molspec_core import calibration
 
