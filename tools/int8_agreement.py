@@ -1,12 +1,14 @@
-"""How often the int8 decoder gives the float32 decoder's answer, and how often each is right.
+"""How often the int8 decoder gives the float32 decoder's answer, how often each is right, and the time of each.
 
 python3 tools/int8_agreement.py --model retro --src products.txt --tgt reactants.txt \
-    --index ../shared/bench/uspto50k_test_500.idx --limit 500 --method greedy
+    --index ../shared/bench/uspto50k_test_500.idx --limit 100 --method beam --beam-width 10 --augment 5
 
-Both predictors run the native engine on the same queries (batch size 1, one thread), float32 and
-int8 (`Predictor.load(..., dtype="int8")`); for each query the first answer of each is compared token
-for token, and with the target after canonicalization (the evaluate command's measure). Prints one
-JSON object: queries, agreement, top-1 accuracy of each, and each side's total seconds.
+Both predictors run the native engine on the same queries, one thread, float32 and int8
+(`Predictor.load(..., dtype="int8")`), each query by the call the app makes (`Predictor.predict` of one
+query, read in --augment writings and pooled). The two take turns query by query, in an order that
+alternates, after --warmup queries each. For each query the first answers are compared, and each is
+checked against the target after canonicalization (the evaluate command's measure). Prints one JSON
+object: queries, agreement, top-1 accuracy of each, each side's total seconds and the ratio.
 """
 from __future__ import annotations
 
@@ -18,7 +20,19 @@ import torch
 
 from molspec_core.chem import canonical_or_none
 from molspec_core.evaluate import read_pairs
+from molspec_core.methods import METHODS
 from molspec_core.service import Predictor
+
+DTYPES = ("float32", "int8")
+
+
+def can_read(predictor: Predictor, source: str) -> bool:
+    """Whether the model can read the query; one it refuses is left out of both sides."""
+    try:
+        predictor.prepare(source)
+    except ValueError:
+        return False
+    return True
 
 
 def main() -> None:
@@ -30,34 +44,36 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=500)
     parser.add_argument("--method", default="greedy")
     parser.add_argument("--beam-width", type=int, default=5, help="n-best of beam-family methods")
+    parser.add_argument("--augment", type=int, default=1, help="writings of each query read and pooled (the app: 5)")
+    parser.add_argument("--warmup", type=int, default=3, help="queries each predictor decodes untimed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
-    float32 = Predictor.load(args.model, "cpu", "native")
-    int8 = Predictor.load(args.model, "cpu", "native", dtype="int8")
-    n_best = 1 if args.method.startswith(("greedy", "spec")) else args.beam_width
-    right, seconds, counted = {"float32": 0, "int8": 0}, {"float32": 0.0, "int8": 0.0}, 0
-    same = 0
-    for source, target in zip(sources, targets or []):
-        try:
-            query = float32.prepare(source)
-        except ValueError:
-            continue  # a query the model cannot read: left out of both sides
-        counted += 1
+    predictors = {dtype: Predictor.load(args.model, "cpu", "native", dtype=dtype) for dtype in DTYPES}
+    options = {"method": args.method, "n_best": args.beam_width if METHODS[args.method].many else 1,
+               "augment": args.augment}
+    readable = [(source, target) for source, target in zip(sources, targets or []) if can_read(predictors["float32"], source)]
+    for predictor in predictors.values():
+        for source, _ in readable[:args.warmup]:
+            predictor.predict(source, **options)
+    right = dict.fromkeys(DTYPES, 0)
+    seconds = dict.fromkeys(DTYPES, 0.0)
+    counted = same = 0
+    for i, (source, target) in enumerate(readable):
         firsts = {}
-        for name, predictor in (("float32", float32), ("int8", int8)):
+        for dtype in DTYPES if i % 2 == 0 else DTYPES[::-1]:
             start = time.perf_counter()
-            result = predictor.decode([query.ids], args.method, n_best, None, None, None)[0]
-            seconds[name] += time.perf_counter() - start
-            first = result.hypotheses[0]
-            firsts[name] = first.tokens
-            answer = canonical_or_none(predictor.vocab.decode(first.tokens))
-            right[name] += answer is not None and answer == canonical_or_none(target)
+            result = predictors[dtype].predict(source, **options)
+            seconds[dtype] += time.perf_counter() - start
+            firsts[dtype] = result.predictions[0].smiles if result.ok and result.predictions else None
+            right[dtype] += firsts[dtype] is not None and firsts[dtype] == canonical_or_none(target)
+        counted += 1
         same += firsts["float32"] == firsts["int8"]
-    print(json.dumps({"model": args.model, "method": args.method, "queries": counted,
-                      "first_answer_agreement": round(same / counted, 4),
+    print(json.dumps({"model": args.model, "method": args.method, "n_best": options["n_best"], "augment": args.augment,
+                      "queries": counted, "first_answer_agreement": round(same / counted, 4),
                       "top1_float32": round(right["float32"] / counted, 4), "top1_int8": round(right["int8"] / counted, 4),
-                      "seconds": {k: round(v, 2) for k, v in seconds.items()}}, indent=2))
+                      "seconds": {k: round(v, 2) for k, v in seconds.items()},
+                      "int8_speedup": round(seconds["float32"] / seconds["int8"], 2)}, indent=2))
 
 
 if __name__ == "__main__":
