@@ -318,7 +318,7 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
     if predictor.task != "retro":
         raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
-    forward = Predictor.load(args.round_trip, args.device, args.engine, args.dtype)  # the same arithmetic as the answers
+    forward = Predictor.load(args.round_trip, args.device, args.engine, args.dtype)  # the answers' arithmetic
     return lambda result: check_round_trip(result, forward, args.round_trip_k)
 
 
@@ -363,7 +363,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
     report.update(model=str(predictor.path), engine=predictor.engine, dtype=predictor.dtype, src=args.src,
-                  tgt=args.tgt, index=args.index, augment=args.augment, queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
+                  tgt=args.tgt, index=args.index, augment=args.augment,
+                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if out:
@@ -426,10 +427,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.judge:
         fitted, ece, n = calibration.judge(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                                            augment=args.augment)
-        print(f"calibration of {predictor.path} for {calibration.kind_of(args.method)} answers{writings} (fitted with "
-              f"{fitted.method}, {fitted.n_best}-best; its own expected calibration error {fitted.ece:.4f}), judged on "
-              f"{n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} on the {predictor.engine} engine: "
-              f"expected calibration error {ece:.4f}")
+        print(f"calibration of {predictor.path} for {calibration.kind_of(args.method)} answers{writings} "
+              f"(fitted with {fitted.method}, {fitted.n_best}-best; its own expected calibration error "
+              f"{fitted.ece:.4f}), judged on {n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} "
+              f"on the {predictor.engine} engine: expected calibration error {ece:.4f}")
         return 0
     fitted = calibration.fit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                              augment=args.augment)
