@@ -38,10 +38,11 @@ DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
 SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product")
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
-# round_trip/forward_prob: roundtrip.py (empty where the query was not checked).
+# round_trip/forward_prob: roundtrip.py (empty where the query was not checked); dtype: service.Predictor.dtype
+# (empty on the row of a query that was not decoded).
 RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", "probability", "valid", "sane",
                   "concerns", "model_rank", "confidence", "writings", "spellings", "round_trip", "forward_prob", "method",
-                  "time_ms", "model_calls", "accepted_tokens", "error")
+                  "dtype", "time_ms", "model_calls", "accepted_tokens", "error")
 
 # The csv module refuses a field over 131,072 characters, and one long cell made the whole file
 # unreadable. No field can be longer than the file, so the file limit serves as the field limit: the
@@ -229,7 +230,7 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
     alone, as the app does)."""
     if not result.ok:
         return [[*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None, None,
-                 None, None, None, None, result.method, None, None, None, result.error]]
+                 None, None, None, None, result.method, None, None, None, None, result.error]]
     stats = result.stats
     if time_ms is None:
         time_ms = stats.wall_time_s * 1000
@@ -237,7 +238,7 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
              _significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
              None if p.confidence is None else round(p.confidence, 4), p.views, p.spellings, p.round_trip,
              None if p.forward_prob is None else _significant(p.forward_prob),
-             result.method, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
+             result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
             for p in result.predictions]
 
 

@@ -279,6 +279,7 @@ class QueryResult:
     stats: DecodeStats = field(default_factory=DecodeStats)
     method: str = ""
     error: str | None = None
+    dtype: str = ""  # what the decoder calls computed the answers with (Predictor.dtype); "" when none were decoded
 
     @property
     def ok(self) -> bool:
@@ -651,12 +652,12 @@ class Predictor:
                 confidence=calibration.confidence(score) if calibration and prediction.valid else None,
                 source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids)))
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
-                           rank_answers(predictions), stats, method)
+                           rank_answers(predictions), stats, method, dtype=self.dtype)
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
                            rank_answers(fold_repeats(self._predictions(query, result, self.calibration_for(method)))),
-                           result.stats, method)
+                           result.stats, method, dtype=self.dtype)
 
     def _predictions(self, query: _Query, result: DecodeResult, calibration: Calibration | None,
                      judged_against: str = "") -> list[Prediction]:

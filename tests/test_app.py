@@ -748,3 +748,4 @@ def test_predict_page_exports_hold_the_answers():
     supplier.SetData(answers_sdf(result))
     mols = list(supplier)
     assert [m.GetProp("rank") for m in mols] == [str(p.rank) for p in result.predictions if p.valid]
+    assert {m.GetProp("dtype") for m in mols} == {"float32"} and set(table["dtype"]) == {"float32"}  # what computed them

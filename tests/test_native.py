@@ -214,6 +214,21 @@ def test_int8_is_asked_for_by_name_and_only_of_the_native_engine():
         Predictor.load("retro", "cpu", dtype="float16")
 
 
+def test_every_answer_row_says_which_arithmetic_computed_it():
+    """The CSV's dtype column (io.RESULT_COLUMNS): the predictor's, on every answer of a query read once or in
+    several writings; empty on the row of a query that was never decoded."""
+    from molspec_core.io import RESULT_COLUMNS, result_rows
+
+    column = RESULT_COLUMNS.index("dtype")
+    for dtype in ("float32", "int8"):
+        predictor = Predictor.load("retro", "cpu", dtype=dtype)
+        for augment in (1, 2):
+            result = predictor.predict("CC(=O)Nc1ccc(O)cc1", method="beam", n_best=2, augment=augment)
+            assert result.dtype == dtype and [row[column] for row in result_rows(1, (), result)] == [dtype, dtype]
+        refused = predictor.predict("C1CC")
+        assert not refused.ok and result_rows(1, (), refused)[0][column] is None
+
+
 def test_int8_unavailable_says_why_int8_cannot_load(monkeypatch):
     """What the app asks before it offers int8: None exactly where Predictor.load takes it."""
     assert service.int8_unavailable("cpu") is None  # this module runs where the C step builds

@@ -25,7 +25,7 @@ PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 re
 # On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
 # (molspec_core.io.output_header), and both put the input's other columns in front.
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
-                "time_ms", "model_calls", "accepted_tokens", "method"]
+                "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,7 @@ def answers_sdf(result: QueryResult) -> str:
                                 "probability": f"{p.probability:.4g}", "confidence": p.confidence, "writings": p.views,
                                 "spellings": p.spellings, "sane": p.sane, "concerns": "; ".join(p.concerns) or None,
                                 "round_trip": p.round_trip, "forward_prob": p.forward_prob,
-                                "query": result.canonical_query, "method": result.method})
+                                "query": result.canonical_query, "method": result.method, "dtype": result.dtype})
                     for p in result.predictions if p.valid)
 
 
