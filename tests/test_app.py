@@ -246,6 +246,7 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     arithmetic = ", int8 arithmetic" if common.int8_offered() else ""  # what computed the answers, said with them
     assert re.search(f"tokens · Speculative, auto drafts, 5 writings{arithmetic}($| )", texts(at.caption))
+    assert at.session_state["shown"].result.dtype == ("int8" if arithmetic else "float32")  # and what did
     metrics = {m.label: m.value for m in at.metric}
     # the page opens on spec-auto, read in 5 writings: greedy's pooled answers have a fit of their own
     fitted = calibration.load(FORWARD_MODEL, common.APP_AUGMENT, calibration.kind_of(TASK_DEFAULTS["forward"][0]))
