@@ -111,8 +111,8 @@ def weights_fingerprint(folder: str | Path) -> str:
     without changing the weights' shapes or the answers' tokens, and are checked at load). Hashed once
     while the files keep their sizes and modification times: a model has up to four fits to check (kinds
     times writings), and the Models page checks them all on every rerun."""
-    files = sorted(Path(folder).glob("*.safetensors"))
-    return _fingerprint(tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files))
+    stats = [(path, path.stat()) for path in sorted(Path(folder).glob("*.safetensors"))]
+    return _fingerprint(tuple((str(path), stat.st_size, stat.st_mtime_ns) for path, stat in stats))
 
 
 @functools.lru_cache(maxsize=16)
@@ -176,9 +176,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
         n_best: int = 5, batch_size: int | None = None, progress: bool = True, augment: int = 1) -> Calibration:
     """Fit on the first FIT_SHARE of the queries, judge on the rest (each read in `augment` writings)."""
-    if len(sources) != len(targets) or len(sources) < 3:
-        raise ValueError(f"calibration needs at least 3 queries with targets; got {len(sources)} queries and "
-                         f"{len(targets)} targets")
+    require_pairs(sources, targets, "calibration")
     require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
     n_fit = check_share(len(answers))
@@ -198,6 +196,13 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
                           "reliability": tuple(tuple(row) for row in table)})
 
 
+def require_pairs(sources: Sequence[str], targets: Sequence[str], what: str) -> None:
+    """A ValueError unless every query has its target and there are enough to fit on and judge with."""
+    if len(sources) != len(targets) or len(sources) < 3:
+        raise ValueError(f"{what} needs at least 3 queries with targets; got {len(sources)} queries and "
+                         f"{len(targets)} targets")
+
+
 def check_share(n: int) -> int:
     """Of n queries, how many fit the map (the first ones; fit); the rest judge it."""
     return max(1, min(n - 1, round(n * FIT_SHARE)))
@@ -208,14 +213,13 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     """The model's saved fit for these answers, judged again on the queries that judged it when it was made
     (the last share of the same validation files and limit), decoded by this predictor: another dtype or
     engine, say. (fit, its expected calibration error on these answers, queries judged); nothing is written."""
-    if len(sources) != len(targets) or len(sources) < 3:
-        raise ValueError(f"judging a calibration needs at least 3 queries with targets; got {len(sources)} queries "
-                         f"and {len(targets)} targets")
+    require_pairs(sources, targets, "judging a calibration")
+    kind = require_kind(method)
     fitted = predictor.calibration_for(method, augment)
     if fitted is None:
         writings = f", {augment} writings" if augment > 1 else ""
-        raise ValueError(f"{predictor.path} has no calibration for {kind_of(method)} answers{writings} to judge "
-                         f"({file_name(augment, require_kind(method))}, fitted for these weights)")
+        raise ValueError(f"{predictor.path} has no calibration for {kind} answers{writings} to judge "
+                         f"({file_name(augment, kind)}, fitted for these weights)")
     n_fit = check_share(len(sources))
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
     flat = [a for query in answers for a in query]

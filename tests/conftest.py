@@ -67,6 +67,16 @@ def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
     return model
 
 
+def record_loads(monkeypatch) -> list:
+    """Record every Predictor that Predictor.load returns from here on, in order, into the returned list."""
+    from molspec_core.service import Predictor
+
+    loaded: list[Predictor] = []
+    load = Predictor.load
+    monkeypatch.setattr(Predictor, "load", lambda *args, **kwargs: loaded.append(load(*args, **kwargs)) or loaded[-1])
+    return loaded
+
+
 def count_device_reads(monkeypatch) -> list[str]:
     """Record every read of a tensor's value by the host (.item(), int(), bool(), float(), tolist())
     made from molspec_core's code, into the returned list. On a GPU each one makes the host wait for

@@ -9,9 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, ROOT, needs_native
+from conftest import FIXTURES, ROOT, needs_native, record_loads
 from molspec_core.cli import main
-from molspec_core.service import Predictor
 
 MODEL = str(FIXTURES / "copy_model")
 
@@ -647,9 +646,7 @@ def test_predict_retro_answers_round_trip_into_the_csv(tmp_path, capsys):
 
 @needs_native
 def test_round_trip_checks_in_the_arithmetic_of_the_answers(tmp_path, monkeypatch):
-    loaded: list[Predictor] = []
-    load = Predictor.load
-    monkeypatch.setattr(Predictor, "load", lambda *args, **kwargs: loaded.append(load(*args, **kwargs)) or loaded[-1])
+    loaded = record_loads(monkeypatch)
     assert main(["predict", "--model", "retro", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--method", "beam", "--n-best", "2",
                  "--round-trip", "forward", "--dtype", "int8"]) == 0
     assert [(p.task, p.dtype) for p in loaded] == [("retro", "int8"), ("forward", "int8")]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 
-from conftest import FIXTURES, ROOT, needs_native
+from conftest import FIXTURES, ROOT, needs_native, record_loads
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
@@ -303,9 +303,7 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
 @needs_native
 def test_cli_plan_computes_both_models_in_the_dtype_asked(tmp_path, monkeypatch):
     """--dtype int8 reaches the planning model and the forward model that checks its steps."""
-    loaded: list[Predictor] = []
-    load = Predictor.load
-    monkeypatch.setattr(Predictor, "load", lambda *args, **kwargs: loaded.append(load(*args, **kwargs)) or loaded[-1])
+    loaded = record_loads(monkeypatch)
     (tmp_path / "stock.smi").write_text("CC(=O)O\n")
     assert main(["plan", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--model", "retro", "--forward", "forward", "--dtype", "int8",
                  "--stock", str(tmp_path / "stock.smi"), "--time-limit", "1", "--out", str(tmp_path / "r.json")]) == 0

@@ -55,7 +55,7 @@ def is_stand_in(model: str) -> bool:
 
 
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
-           upload, augment: int = 1, dtype: str = "float32") -> None:
+           upload, augment: int, cfg: common.Settings) -> None:
     """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
@@ -64,10 +64,9 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     except ValueError as exc:
         ss["route_error"] = f"Cannot use the stock file: {exc}"
         return
-    predictor = common.predictor_for(str(common.models_dir() / model), dtype)
+    predictor = cfg.predictor(model)  # in the sidebar's arithmetic
     forward_models = common.models_for_task("forward")
-    forward = (common.predictor_for(str(common.models_dir() / forward_models[0]), dtype)
-               if round_trip and forward_models else None)
+    forward = cfg.predictor(forward_models[0]) if round_trip and forward_models else None
     bar = st.progress(0.0, text="Searching…")
 
     def progress(elapsed_s: float, molecules: int) -> None:
@@ -220,7 +219,7 @@ def main() -> None:
     st.caption(f"Model: {common.md_escape(model)} ({common.method_label(PlanSettings.method).lower()}, "
                f"{PlanSettings.n_best} answers per molecule{writings})")
     if submitted:
-        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment, cfg.dtype)
+        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment, cfg)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     shown = st.session_state.get("routes")
