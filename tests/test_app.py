@@ -245,10 +245,10 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "Predictions" in texts(at.subheader)
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     arithmetic = ", int8 arithmetic" if common.int8_offered() else ""  # what computed the answers, said with them
-    assert re.search(f"tokens · Speculative, auto drafts, 5 writings{arithmetic}($| )", texts(at.caption))
+    assert re.search(f"tokens · Beam search, 5-best, 5 writings{arithmetic}($| )", texts(at.caption))
     assert at.session_state["shown"].result.dtype == ("int8" if arithmetic else "float32")  # and what did
     metrics = {m.label: m.value for m in at.metric}
-    # the page opens on spec-auto, read in 5 writings: greedy's pooled answers have a fit of their own
+    # the page opens on beam search, read in 5 writings: its pooled answers have a fit of their own
     fitted = calibration.load(FORWARD_MODEL, common.APP_AUGMENT, calibration.kind_of(TASK_DEFAULTS["forward"][0]))
     chance = "Confidence" if fitted else "Probability"  # calibrated, or the raw one
     assert {"Score (log-prob)", chance, "Tokens"} <= set(metrics)
@@ -301,6 +301,7 @@ def test_a_model_that_cannot_take_int8_computes_in_float32_and_says_why(copy_mod
 
 def test_speedup_copied_tokens_and_3d_tabs(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-auto").run()
     predict(at, "Oc1ccncc1Cl")
     assert_clean(at)
     assert "Oc1ccncc1Cl" in texts(at.code)
@@ -393,8 +394,8 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     assert_clean(at)
     assert sum(m.value.startswith("**Rank ") for m in at.markdown) > 1
     assert "Predictions" in texts(at.subheader)
-    at.radio(key="task").set_value("forward").run()
-    assert at.selectbox(key="method").value == "spec-auto"
+    at.radio(key="task").set_value("forward").run()  # forward opens on a ranked list too, of 5
+    assert at.selectbox(key="method").value == EXACT_NBEST and at.slider(key="n_best").value == 5
 
 
 @needs_forward
@@ -469,12 +470,14 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     table = at.session_state["batch"].table
     exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
     assert list(exported.columns) == ["note", *RESULT_COLUMNS]  # the upload's other column in front
-    assert exported["note"].tolist() == ["good", "bad", "formula", "empty", "good"]
-    assert exported["query"].tolist()[2] == "'=HYPERLINK(\"http://x\")"  # neutralized
+    firsts = exported.drop_duplicates("row")  # each query's first row: its first answer, or why it was rejected
+    assert firsts["note"].tolist() == ["good", "bad", "formula", "empty", "good"]
+    assert firsts["query"].tolist()[2] == "'=HYPERLINK(\"http://x\")"  # neutralized
     assert exported.loc[exported["rank"] == "", "error"].str.len().gt(0).all()
-    good = exported[exported["rank"] != ""]
-    assert good["query"].tolist() == ["CCO.CC(=O)O", "CC(=O)Cl.NCc1ccccc1"]
-    assert (good["method"] == "spec-auto").all() and (good["error"] == "").all()
+    good = exported[exported["rank"] != ""]  # every answer of a ranked list keeps its query's note
+    assert good.loc[good["rank"] == "1", "query"].tolist() == ["CCO.CC(=O)O", "CC(=O)Cl.NCc1ccccc1"]
+    assert set(good["note"]) == {"good"} and len(good) > 2
+    assert (good["method"] == EXACT_NBEST).all() and (good["error"] == "").all()  # the sidebar's method
 
 
 def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
@@ -497,13 +500,15 @@ def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
 
     (tmp_path / "mixed.csv").write_bytes(data)
     assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "mixed.csv"),
-                 "--output", str(tmp_path / "cli.csv"), "--method", batch.settings.method, "--batch-size", "1"]) == 0
+                 "--output", str(tmp_path / "cli.csv"), "--method", batch.settings.method,
+                 "--n-best", str(batch.settings.n_best), "--batch-size", "1"]) == 0
     from_app = pd.read_csv(io.BytesIO(app_csv)).drop(columns="time_ms")
     from_cli = pd.read_csv(tmp_path / "cli.csv").drop(columns="time_ms")
     pd.testing.assert_frame_equal(from_app, from_cli)
     assert list(from_app.columns[:4]) == ["id", "input_score", "row", "query"]
-    assert from_app["id"].tolist() == [-7, 12, 13, 14, 15] and from_app["row"].tolist() == [1, 2, 3, 4, 5]
-    assert from_app["score"].dtype.kind == "f" and from_app["score"].notna().sum() == 2
+    firsts = from_app.drop_duplicates("row")  # each query's first answer, or why it was rejected
+    assert firsts["id"].tolist() == [-7, 12, 13, 14, 15] and firsts["row"].tolist() == [1, 2, 3, 4, 5]
+    assert from_app["score"].dtype.kind == "f" and firsts["score"].notna().sum() == 2
 
 
 def test_batch_rejects_unusable_files_with_a_message(copy_models, monkeypatch):
@@ -523,9 +528,9 @@ def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
     at.file_uploader[0].set_value(("queries.txt", b"Oc1ccncc1\n\nc1ccncc1Cl\n", "text/plain"))
     submit(at, "Run batch")
     assert_clean(at)
-    table = at.session_state["batch"].table
-    assert table["rank"].isna().tolist() == [False, True, False]
-    assert table["error"].tolist()[1].startswith("empty query")
+    firsts = at.session_state["batch"].table.drop_duplicates("row")  # each query's first answer, or its error
+    assert firsts["rank"].isna().tolist() == [False, True, False]
+    assert firsts["error"].tolist()[1].startswith("empty query")
 
 
 # ---- Benchmark page -------------------------------------------------------------------------------
@@ -669,8 +674,9 @@ def test_models_page_shows_every_model():
               for folder in (FORWARD_MODEL, ROOT / "models" / "retro") for kind in ("beam", "greedy")
               for augment in (1, 5) if calibration.load(folder, augment, kind)}
     assert {t.label for t in at.tabs} == fitted
-    if calibration.load(FORWARD_MODEL, 5, "greedy"):  # first, the fit of what the forward page opens on
-        assert at.tabs[0].label == "Greedy, 5 writings"
+    opens_on = calibration.kind_of(TASK_DEFAULTS["forward"][0])
+    if calibration.load(FORWARD_MODEL, 5, opens_on):  # first, the fit of what the forward page opens on
+        assert at.tabs[0].label == f"{opens_on.capitalize()}, 5 writings"
 
 
 def test_models_page_renders_a_model_card(copy_models, monkeypatch):
@@ -720,6 +726,7 @@ def test_markdown_escape_shows_text_verbatim():
 def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
     """The app's row limit, filled: 10,000 rows (every tenth bad) in, every row back in order."""
     at = batch_page(monkeypatch, copy_models)
+    at.selectbox(key="method").set_value("spec-auto").run()  # one answer a row: the fastest way through 10,000
     good, bad = ["CCO", "OCCc1ccccc1", "c1ccncc1", "CC(=O)N"], ["xyz", "C1CC", "CC[Na]"]
     rows = [bad[i % 3] if i % 10 == 3 else good[i % 4] for i in range(10_000)]
     at.file_uploader[0].set_value(("big.txt", "\n".join(rows).encode(), "text/plain"))

@@ -108,8 +108,10 @@ def show_calibration(folder: Path, task: str) -> None:
         st.caption(f"Confidence: not calibrated ({note}). The app shows the model's own probability instead.")
         return
     st.markdown("**Confidence** is calibrated on the validation split, on its own for each kind of answers and "
-                "for answers pooled over writings, whose scores map to right answers differently. Sampling and "
-                "lossy methods show the model's probability instead.")
+                "for answers pooled over writings, whose scores map to right answers differently. The fits were "
+                "made on float32 answers and, judged again on int8 answers (*Faster arithmetic*), they hold: the "
+                "cards' \"int8 arithmetic\" sections. Sampling and lossy methods show the model's probability "
+                "instead.")
     missing = [f"{KIND_LABELS[kind]}, {writings(augment)}" for kind, augment, cal in fits if cal is None]
     if missing:
         st.caption("Not calibrated (these show the model's probability): " + "; ".join(missing) + ".")

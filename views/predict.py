@@ -413,8 +413,9 @@ def main() -> None:
         st.caption("Single-step retrosynthesis: paste or draw a product, get ranked reactant sets.")
     else:
         st.title("Predict reaction products")
-        st.caption("Paste or draw reactants and reagents; the model writes the product SMILES, and speculative "
-                   "decoding copies the unchanged parts of the query into the answer.")
+        st.caption("Paste or draw reactants and reagents; the model writes the product SMILES and ranks its "
+                   "alternatives. The speculative methods (sidebar) copy the unchanged parts of the query into the "
+                   "answer.")
     if cfg.model_dir is None:
         if cfg.task == "retro":
             st.warning("Retrosynthesis is not available yet: no retrosynthesis model is installed (models/retro/ "
