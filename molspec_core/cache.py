@@ -51,6 +51,12 @@ def _compacted(slots: torch.Tensor, rows: np.ndarray, upto: int) -> torch.Tensor
     return new
 
 
+def _fresh_slots(like: torch.Tensor, shape: tuple[int, ...], zeroed: bool) -> torch.Tensor:
+    """A new slot tensor: zeros, or uninitialized memory for a cache whose calls never read a slot
+    they have not written (KVCache.lockstep)."""
+    return like.new_zeros(shape) if zeroed else like.new_empty(shape)
+
+
 def _copy_rows(new: torch.Tensor, old: torch.Tensor, rows: torch.Tensor, upto: int) -> None:
     """new[:, :, :, :upto] = old[:, rows, :, :upto] (slot tensors, rows on dim 1)."""
     if _numpy_ok(new):
@@ -93,6 +99,11 @@ class KVCache:
     # What an engine keeps for this cache between calls (native.py: the C call's pointer tables); the
     # engine checks it against the cache's tensors before each use.
     engine_state: object | None = None
+    # Every row holds as many tokens as every other at each call (beam search: its slots advance
+    # together), so no call reads a slot past the rows' common length, which every row has written:
+    # a reorder that needs new slots may leave them uninitialized. Zeroing the slots of 5 writings x
+    # 5 beams of a forward query cost some 12 ms of its 190 (int8, one CPU thread).
+    lockstep: bool = False
 
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
@@ -219,10 +230,11 @@ class KVCache:
             self.point_at(_compacted(slots, order, upto))
             self._spare = None
         else:
-            # Zeros, not empty: masked slots still meet the values matmul with weight 0, and 0 * NaN
-            # from uninitialized memory would poison the row. A spare holds old, finite keys.
+            # Zeros, not empty, unless in lockstep: masked slots still meet the values matmul with weight
+            # 0, and 0 * NaN from uninitialized memory would poison the row. A spare holds old, finite keys.
             spare = self._spare if same_batch else None
-            new = spare if spare is not None else slots.new_zeros((slots.shape[0], len(rows)) + slots.shape[2:])
+            shape = (slots.shape[0], len(rows)) + slots.shape[2:]
+            new = spare if spare is not None else _fresh_slots(slots, shape, zeroed=not self.lockstep)
             _copy_rows(new, slots, rows, upto)
             self._spare = slots if same_batch else None
             self.point_at(new)

@@ -5,6 +5,7 @@ import io
 import random
 from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 
 from rdkit import Chem, RDLogger
 
@@ -96,10 +97,15 @@ def missing_atoms(reactants: str, product: str) -> dict[str, int]:
     Every heavy atom of a product comes from a reactant (USPTO-50K lists as reactants exactly the
     molecules that give atoms to the product), so a proposed set that lacks some cannot make it:
     an undertrained retrosynthesis model writes such sets, dropping a ring or a carbon."""
-    def heavy_atoms(smiles: str) -> Counter[str]:
-        return Counter(atom.GetSymbol() for atom in mol_from_smiles(smiles).GetAtoms() if atom.GetAtomicNum() > 1)
+    return dict(_heavy_atoms(product) - _heavy_atoms(reactants))
 
-    return dict(heavy_atoms(product) - heavy_atoms(reactants))
+
+@lru_cache(maxsize=4096)
+def _heavy_atoms(smiles: str) -> Counter[str]:
+    """Heavy atoms of a SMILES by element; raises ChemError for an invalid one. Cached: a query's
+    answers are all checked against it, and its writings give many of the same answers. The Counter
+    is shared, so callers must not change it (subtraction makes a new one)."""
+    return Counter(atom.GetSymbol() for atom in mol_from_smiles(smiles).GetAtoms() if atom.GetAtomicNum() > 1)
 
 
 def sdf_text(records: Iterable[tuple[str, dict[str, object]]]) -> str:

@@ -181,6 +181,9 @@ class GraphStep:
 
     dtype = "float32"
     masks_itself = True  # model.decode need not build the InPlace mask: the call makes its own
+    # The call attends over every slot of its bank, masking those past each row's length with weight 0:
+    # a cache's slots must hold finite values everywhere (0 * NaN is NaN), so none runs in lockstep.
+    reads_every_slot = True
 
     def __init__(self, model: torch.nn.Module, capture: bool = True):
         if capture and model.device.type != "cuda":

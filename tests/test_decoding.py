@@ -201,6 +201,40 @@ def test_uncached_beam_equals_cached_beam(copy_model):
             assert [h.score for h in u.hypotheses] == pytest.approx([h.score for h in c.hypotheses], abs=1e-4)
 
 
+def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
+    """Beam search's cache runs in lockstep (cache.KVCache.lockstep), so the slots a reorder allocates
+    are not zeroed. Filled with NaN here, as uninitialized memory may be, they change nothing: the same
+    n-best lists and scores to the bit as with zeroed slots, over batches whose queries finish apart. A
+    slot read before it was written would turn its row's scores to NaN, as it does on the graphs engine,
+    which attends over every slot and so keeps zeroing them (graphs.GraphStep.reads_every_slot)."""
+    from molspec_core import cache as cache_module
+
+    plain = cache_module._fresh_slots
+    poisoned: list[tuple[int, ...]] = []
+
+    def zeroed(like, shape, zeroed):
+        return plain(like, shape, True)
+
+    def nan_filled(like, shape, zeroed):
+        new = plain(like, shape, zeroed)
+        if not zeroed:
+            new.fill_(float("nan"))
+            poisoned.append(shape)
+        return new
+
+    for seed in range(3):
+        model = random_model(seed, vocab_size=8, engine=engine)
+        sources = random_sources(seed, 12, 8)
+        monkeypatch.setattr(cache_module, "_fresh_slots", zeroed)
+        want = beam_search(model, sources, 4, max_len=20)
+        monkeypatch.setattr(cache_module, "_fresh_slots", nan_filled)
+        got = beam_search(model, sources, 4, max_len=20)
+        assert [[(h.tokens, h.score) for h in r.hypotheses] for r in got] == \
+            [[(h.tokens, h.score) for h in r.hypotheses] for r in want]
+    # the uninitialized slots were made and filled with NaN, except where the engine reads every slot
+    assert bool(poisoned) == (engine != "graphs")
+
+
 @pytest.mark.parametrize("width,n_best", [(5, 2), (10, 10), (10, 3)])
 def test_pruned_beam_equals_unpruned_beam(engine, width, n_best, monkeypatch):
     """Slots at or below a query's n_best-th finished score go dead (beam.py's floor) and the native

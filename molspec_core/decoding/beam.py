@@ -104,6 +104,9 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     cache = None
     if cached:  # the cross-attention keys/values once per query, then a row per beam slot
         cache = model.new_cache(memory, keep, cache_capacity(max(budgets)))
+        # Every row takes one token a step, so no call reads a slot no row has written: new slots need
+        # no zeroing, unless the engine reads every slot (graphs.GraphStep).
+        cache.lockstep = not getattr(model.numpy_step, "reads_every_slot", False)
         cache.reorder(torch.arange(n_queries, device=device).repeat_interleave(width))
     else:
         memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
