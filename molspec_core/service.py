@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import math
 import re
+import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -561,9 +562,11 @@ class Predictor:
         if augment > 1:  # one batch per query: its writings
             for i, query in good:
                 views = self._views(query, augment)
+                started = time.perf_counter()
                 decoded_views = self._decode_limited([v.ids for v in views], method, n_best, draft_len, n_drafts,
                                                      sampling, time_limit_s)
-                results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment)
+                results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
+                                          time.perf_counter() - started)
             good = []
         good.sort(key=lambda item: len(item[1].ids))  # stable: equal lengths keep their input order
         for start in range(0, len(good), max(1, batch_size)):
@@ -624,11 +627,12 @@ class Predictor:
         return self._calibrations[kind, augment]
 
     def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult | str], method: str,
-                n_best: int, augment: int) -> QueryResult:
+                n_best: int, augment: int, seconds: float) -> QueryResult:
         """One result from the answers to each writing of a query: each distinct answer scored by the log
         of the power mean of its probabilities over the writings read (absent: 0; pool_writings), best n_best kept. Its tokens and
         provenance are those of the first writing that gave it; its confidence comes from the calibration
-        fitted to this method's answers in `augment` writings, or is None without one."""
+        fitted to this method's answers in `augment` writings, or is None without one. `seconds`: the time
+        the writings took to decode, the result's wall time."""
         canonical = views[0]
         if not isinstance(decoded[0], DecodeResult):
             return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])
@@ -642,7 +646,9 @@ class Predictor:
             answers.append([(p.smiles, p.score) for p in given_here])
             for p in given_here:
                 first.setdefault(p.smiles, (p, view))
-        stats.wall_time_s = max(result.stats.wall_time_s for _, result in read)  # one batch: its rows share it
+        # The call's time: greedy and beam search decode the writings as one batch, each result holding the
+        # batch's time, but sbs and sampling decode them one after another, each holding its own.
+        stats.wall_time_s = seconds
         calibration = self.calibration_for(method, augment)
         predictions = []
         for rank, (smiles, score, count) in enumerate(pool_writings(answers)[:n_best], start=1):

@@ -361,6 +361,24 @@ def test_exact_speculative_beam_is_timed_against_beam_search(copy_models, monkey
     assert "Both decoders returned the same answer" in texts(at.caption)
 
 
+def test_the_speedup_tab_says_when_the_speculative_decoder_was_slower(copy_models, monkeypatch):
+    from molspec_core import bench
+
+    def slower(predictor, query, baseline, speculative, repeats=3):  # as sbs-exact can be on a CPU
+        return bench.Speedup(query, bench.Timing(baseline["method"], 30.0, 10, 0.0, 1.0, ("CC",)),
+                             bench.Timing(speculative["method"], 60.0, 9, 0.1, 1.1, ("CC",)))
+
+    monkeypatch.setattr(bench, "compare_pair", slower)
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    submit(at, "Measure speedup")
+    assert_clean(at)
+    assert {m.label: m.value for m in at.metric}["Speedup"] == "0.50×"
+    assert "the speculative decoder took longer" in texts(at.caption)
+
+
 def test_mentored_sampling_has_its_knobs_and_predicts(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("mentored").run()
