@@ -32,8 +32,10 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
     return Chem.MolToSmiles(mol)
 
 
+@lru_cache(maxsize=4096)
 def canonical_or_none(smiles: str) -> str | None:
-    """Canonical SMILES, or None for invalid (used to score predictions, where invalid is data)."""
+    """Canonical SMILES, or None for invalid (used to score predictions, where invalid is data). Cached:
+    a query read in several writings gets many of the same answers back."""
     if not smiles:
         return None
     mol = Chem.MolFromSmiles(smiles)
@@ -62,6 +64,7 @@ _OXYGEN_CHAIN = Chem.MolFromSmarts("[OX2]-[OX2]-[OX2]")
 LACKS_ATOMS = "lacks atoms of the product"  # the start of that concern (planning may let it pass)
 
 
+@lru_cache(maxsize=4096)  # the answers of a query's writings repeat one another
 def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
     """Why a valid (canonical) answer is not a sane answer to `query` (canonical), or () when none:
     it repeats the query, it is an unchanged reactant (forward), it contains the product (retro),
