@@ -168,6 +168,17 @@ def speedup_pair(name: str) -> tuple[str, str]:
     return row.reference, partner
 
 
+def same_answers_partner(name: str) -> str | None:
+    """The speculative method that returns exactly this standard method's answers (greedy's: spec-auto;
+    beam search's: sbs-exact), whose drafts show which tokens of those answers came from the query; None
+    for a speculative method itself and for sampling, whose speculative versions draw from the same
+    distribution but not the same samples."""
+    row = method(name)
+    if row.speculative or row.family == "sampling":
+        return None
+    return speedup_pair(name)[1]
+
+
 @dataclass(frozen=True)
 class Peer:
     """Another engine timed beside ours in `bench --peer` (molspec_core/peers.py): not a method of ours."""

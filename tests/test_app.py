@@ -253,7 +253,12 @@ def test_predict_page_predicts_with_the_shipped_model():
     chance = "Confidence" if fitted else "Probability"  # calibrated, or the raw one
     assert {"Score (log-prob)", chance, "Tokens"} <= set(metrics)
     assert re.search("Sane structure|Check: |Invalid SMILES", texts(at.markdown))
-    assert len(at.get("html")) == 1  # the coloured provenance tokens
+    # beam search copies nothing; its partner, which returns the same answers, shows what it copies
+    assert "Speculative beam, exact returns the same answers" in texts(at.info) and not at.get("html")
+    submit(at, "Decode with Speculative beam, exact")
+    assert_clean(at)
+    assert "returned this answer too, at rank 1" in texts(at.caption)
+    assert "output tokens" in texts(at.caption) and len(at.get("html")) == 1  # the coloured provenance tokens
     downloads = [b.proto.label for b in at.get("download_button")]
     assert downloads == ["Download answers (CSV)", "Download structures (SDF)"]
 
@@ -318,6 +323,20 @@ def test_speedup_copied_tokens_and_3d_tabs(copy_models, monkeypatch):
     at.run()
     assert_clean(at)
     assert at.selectbox(key="view3d_1").value == "Prediction, rank 1"
+
+
+def test_greedys_copied_tokens_come_from_spec_auto_on_request(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("greedy").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "Greedy writes every token itself" in texts(at.info) and not at.get("html")
+    submit(at, "Decode with Speculative, auto drafts")
+    assert_clean(at)
+    assert "Speculative, auto drafts returned this answer too, at rank 1" in texts(at.caption)
+    assert "were accepted from drafts copied out of the query" in texts(at.caption) and len(at.get("html")) == 1
+    at.run()  # kept for the session: a rerun shows it without decoding again
+    assert len(at.get("html")) == 1
 
 
 def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):

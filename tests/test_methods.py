@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES, ROOT
-from molspec_core.methods import KNOBS, METHODS, SamplingOptions, speedup_pair
+from molspec_core.methods import KNOBS, METHODS, SamplingOptions, same_answers_partner, speedup_pair
 from molspec_core.service import Predictor
 
 QUERY = "CCOc1ccccc1N"
@@ -51,6 +51,28 @@ def test_every_row_is_consistent():
         assert row.speculative == ("draft_len" in row.knobs) == (row.draft_len > 0), name
         baseline, speculative = speedup_pair(name)
         assert not METHODS[baseline].speculative and METHODS[speculative].speculative, name
+
+
+@pytest.mark.parametrize("name", [m for m in METHODS if same_answers_partner(m)])
+def test_a_standard_methods_partner_returns_its_very_answers(with_draft, name):
+    """The Predict page shows a standard method's copied tokens from its partner's decode of the query,
+    matched by answer (views.predict.partner_answer): the partner must give the same answers."""
+    partner = same_answers_partner(name)
+    row = METHODS[partner]
+    assert row.speculative and row.lossless and row.reference == METHODS[name].reference
+    queries = ["Oc1ccncc1Cl", "NC(=O)c1ccncc1", "CCOC(=O)c1ccccc1N", "ClCCBr"]
+    n_best = n_best_of(name)
+    for query in queries:
+        mine, its = (with_draft.predict(query, method=m, n_best=n_best) for m in (name, partner))
+        assert [p.smiles for p in its.predictions] == [p.smiles for p in mine.predictions], query
+        assert any(source >= 0 for p in its.predictions for source in p.provenance)  # it does copy
+
+
+def test_speculative_and_sampling_methods_have_no_partner():
+    assert same_answers_partner("greedy") == "spec-auto" and same_answers_partner("beam") == "sbs-exact"
+    for name, row in METHODS.items():
+        if row.speculative or row.family == "sampling":
+            assert same_answers_partner(name) is None, name
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -16,7 +16,7 @@ from molspec_core import depict
 from molspec_core.chem import canonical_or_none, sdf_text
 from molspec_core.io import csv_bytes, output_header, result_rows
 from molspec_core.bench import Speedup, compare_pair
-from molspec_core.methods import METHODS, speedup_pair
+from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Prediction, Predictor, QueryResult
 from views import common
@@ -247,15 +247,16 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                                   help="The forward model's probability of the query product from these reactants")
 
 
-def copied_tokens_text(shown: Shown, prediction: Prediction) -> str:
-    """What the copied-tokens view says, from where the method's drafts come from (methods.py)."""
-    method = METHODS[shown.settings.method]
+def copied_tokens_text(method_name: str, result: QueryResult, prediction: Prediction) -> str:
+    """What the copied-tokens view says of an answer `method_name` gave, from where its drafts come from
+    (methods.py)."""
+    method = METHODS[method_name]
     if method.drafts == "none":
         return (f"{method.label} writes every token itself. Choose a speculative method in the sidebar and "
                 "predict again to see which tokens are copied from the query.")
     if method.drafts == "model":
         return (f"{method.label} drafts with a small draft model, not from the query: "
-                f"{shown.result.stats.draft_tokens_accepted} draft-model tokens were accepted over every sample "
+                f"{result.stats.draft_tokens_accepted} draft-model tokens were accepted over every sample "
                 "drawn for this query, and no token is copied from the query, so all are shown as the model's.")
     n_copied = sum(source >= 0 for source in prediction.provenance)
     share = n_copied / max(len(prediction.tokens), 1)
@@ -264,16 +265,48 @@ def copied_tokens_text(shown: Shown, prediction: Prediction) -> str:
             "rest. Hover a token for its position.")
 
 
+def partner_answer(shown: Shown, prediction: Prediction, partner: str) -> tuple[QueryResult, Prediction] | None:
+    """For a standard method: this answer as its speculative partner gave it (methods.same_answers_partner),
+    whose provenance says which tokens were drafted from the query. The partner decodes the query when asked
+    (a button: it costs a second decode), and its answers are kept for the session."""
+    cfg = shown.settings
+    label, partner_label = common.method_label(cfg.method), common.method_label(partner)
+    st.info(f"{label} writes every token itself. {partner_label} returns the same answers, drafting parts of them "
+            "from the query: decode the query with it to see which tokens of this answer it copies.",
+            icon=":material/info:")
+    decodes: dict = st.session_state.setdefault("partner_decodes", {})
+    key = (cfg.model, cfg.dtype, shown.result.query, partner, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment)
+    if st.button(f"Decode with {partner_label}", key="decode_partner", icon=":material/content_copy:"):
+        with st.spinner(f"Decoding with {partner_label}…"):
+            decodes[key] = cfg.predictor().predict(shown.result.query, **cfg.options(partner))
+    result: QueryResult | None = decodes.get(key)
+    if result is None:
+        return None
+    same = next((p for p in result.predictions if p.smiles == prediction.smiles), None)
+    if same is None:  # the partner's answers are the method's (tests pin it); say so if they ever are not
+        st.warning(f"{partner_label} did not return this answer; please report it.", icon=":material/warning:")
+        return None
+    st.caption(f"{partner_label} returned this answer too, at rank {same.rank}:")
+    return result, same
+
+
 def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
-    text = copied_tokens_text(shown, prediction)
-    if METHODS[shown.settings.method].drafts == "query":
+    method, result = shown.settings.method, shown.result
+    partner = same_answers_partner(method)
+    if partner is not None:
+        found = partner_answer(shown, prediction, partner)
+        if found is None:
+            return
+        method, (result, prediction) = partner, found
+    text = copied_tokens_text(method, result, prediction)
+    if METHODS[method].drafts == "query":
         st.caption(text)
     else:
         st.info(text, icon=":material/info:")
     if prediction.source_tokens:
         st.caption("This answer came first from another writing of the query, shown here: its copied tokens point "
                    "into that writing.")
-    st.html(depict.provenance_html(prediction.source_tokens or shown.result.source_tokens, prediction.tokens,
+    st.html(depict.provenance_html(prediction.source_tokens or result.source_tokens, prediction.tokens,
                                    prediction.provenance))
     svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid else None
     if svg:
