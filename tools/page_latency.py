@@ -1,0 +1,79 @@
+"""Per-query time of the Predict page's call for several methods, side by side, and how often each first answer is right.
+
+python3 tools/page_latency.py --model forward --src src-test.mixed.txt.gz --tgt tgt-test.txt.gz \
+    --index ../shared/bench/uspto_mit_test_500.idx --limit 200 --methods spec-auto,beam,sbs-exact --n-best 5 \
+    --augment 5 --dtype int8
+
+One predictor, one thread; per query the whole `Predictor.predict` call the page makes (the query read in
+--augment writings and pooled). The methods take turns query by query, in an order that alternates, after
+--warmup queries each. Prints one JSON object: per method the total seconds, the mean, 95th percentile and
+slowest milliseconds a query, and the share of first answers equal to the target after canonicalization
+(the model's order, as `evaluate` counts top-1). tools/int8_agreement.py compares two dtypes of one method.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from molspec_core.chem import canonical_or_none
+from molspec_core.evaluate import read_pairs
+from molspec_core.methods import METHODS
+from molspec_core.service import Predictor
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="forward")
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--tgt", required=True)
+    parser.add_argument("--index")
+    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--methods", default="spec-auto,beam,sbs-exact", help="comma-separated")
+    parser.add_argument("--n-best", type=int, default=5, help="n-best of the methods that list several answers")
+    parser.add_argument("--augment", type=int, default=5, help="writings of each query read and pooled (the app: 5)")
+    parser.add_argument("--dtype", default="int8", choices=("float32", "int8"))
+    parser.add_argument("--warmup", type=int, default=3, help="queries each method decodes untimed first")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    methods = args.methods.split(",")
+    for name in methods:
+        METHODS[name]  # noqa: B018  (an unknown name fails here, before any decoding)
+    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    predictor = Predictor.load(args.model, "cpu", "native", dtype=args.dtype)
+    readable = []
+    for source, target in zip(sources, targets or []):
+        try:
+            predictor.prepare(source)
+        except ValueError:  # a query the model refuses is left out of every method
+            continue
+        readable.append((source, canonical_or_none(target)))
+
+    def options(name: str) -> dict:
+        return {"method": name, "n_best": args.n_best if METHODS[name].many else 1, "augment": args.augment}
+
+    for name in methods:
+        for source, _ in readable[:args.warmup]:
+            predictor.predict(source, **options(name))
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
+    right = dict.fromkeys(methods, 0)
+    for i, (source, target) in enumerate(readable):
+        for name in methods if i % 2 == 0 else methods[::-1]:
+            start = time.perf_counter()
+            result = predictor.predict(source, **options(name))
+            seconds[name].append(time.perf_counter() - start)
+            first = result.in_model_order()[0].smiles if result.ok and result.predictions else None
+            right[name] += first is not None and first == target
+    n = len(readable)
+    print(json.dumps({
+        "model": args.model, "dtype": args.dtype, "augment": args.augment, "n_best": args.n_best, "queries": n,
+        "methods": {name: {"seconds": round(sum(times), 2), "mean_ms": round(1000 * sum(times) / n, 1),
+                           "p95_ms": round(1000 * sorted(times)[int(0.95 * (n - 1))], 1),
+                           "max_ms": round(1000 * max(times), 1), "top1": round(right[name] / n, 3)}
+                    for name, times in seconds.items()}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
