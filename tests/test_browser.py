@@ -171,7 +171,7 @@ def test_draw_in_ketcher_and_apply(page):
     page.mouse.move(centre_x, centre_y - 92, steps=5)
     page.mouse.up()
     editor.get_by_role("button", name="Apply").click()
-    page.get_by_text("Rank 1", exact=True).wait_for()
+    page.locator('strong:text-is("Rank 1")').wait_for()  # the card title, not the rank picker
     shot(page, "browser_ketcher_apply")
     page.get_by_role("tab", name="Type SMILES").click()  # the drawing became the query
     sync_api.expect(page.get_by_role("textbox", name="SMILES")).to_have_value("Brc1ccccc1")
@@ -180,7 +180,7 @@ def test_draw_in_ketcher_and_apply(page):
 def test_3d_view_draws_on_its_canvas(page):
     predict_page(page)
     page.get_by_role("button", name="Esterification").click()
-    page.get_by_text("Rank 1", exact=True).wait_for()
+    page.locator('strong:text-is("Rank 1")').wait_for()  # the card title, not the rank picker
     page.get_by_role("tab", name="3D view").click()
     page.get_by_text("Drag to rotate").wait_for()
     viewer = page.frame_locator('iframe[title="st.iframe"]').first
