@@ -20,7 +20,7 @@ import torch
 
 from molspec_core.chem import canonical_or_none
 from molspec_core.evaluate import read_pairs
-from molspec_core.methods import METHODS
+from molspec_core.methods import METHODS, method
 from molspec_core.service import Predictor
 
 
@@ -40,7 +40,7 @@ def main() -> None:
     torch.set_num_threads(1)
     methods = args.methods.split(",")
     for name in methods:
-        METHODS[name]  # noqa: B018  (an unknown name fails here, before any decoding)
+        method(name)  # an unknown name fails here, naming the choices, before any decoding
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     predictor = Predictor.load(args.model, "cpu", "native", dtype=args.dtype)
     readable = []
