@@ -398,6 +398,29 @@ def test_the_speedup_tab_says_when_the_speculative_decoder_was_slower(copy_model
     assert "the speculative decoder took longer" in texts(at.caption)
 
 
+@needs_forward
+def test_a_measured_speedup_belongs_to_its_arithmetic(monkeypatch):
+    """A speedup timed on an int8 prediction is not shown beside the same query predicted in float32."""
+    from molspec_core.service import int8_unavailable
+
+    if int8_unavailable() is not None:
+        pytest.skip(f"int8 is not offered here: {int8_unavailable()}")
+    at = app(None, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-auto").run()
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    submit(at, "Measure speedup")
+    assert "Speedup" in {m.label for m in at.metric}
+    at.toggle(key="int8").set_value(False).run()
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    assert_clean(at)
+    assert at.session_state["shown"].result.dtype == "float32"
+    assert "Speedup" not in {m.label for m in at.metric}  # measure again for float32
+    submit(at, "Measure speedup")
+    assert "Speedup" in {m.label for m in at.metric}
+
+
 def test_mentored_sampling_has_its_knobs_and_predicts(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("mentored").run()

@@ -346,7 +346,7 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
                f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
                "medians of the decoding call.")
     records: dict = st.session_state.setdefault("speedups", {})
-    key = (cfg.model, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment)
+    key = (cfg.model, cfg.dtype, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment)
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
