@@ -245,7 +245,8 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "Predictions" in texts(at.subheader)
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     arithmetic = ", int8 arithmetic" if common.int8_offered() else ""  # what computed the answers, said with them
-    assert re.search(f"tokens · Beam search, 5-best, 5 writings{arithmetic}($| )", texts(at.caption))
+    assert re.search(f"tokens · Beam search, 5-best, 5 writings{arithmetic} · decoded in [0-9.]+ m?s($| )",
+                     texts(at.caption))
     assert at.session_state["shown"].result.dtype == ("int8" if arithmetic else "float32")  # and what did
     metrics = {m.label: m.value for m in at.metric}
     # the page opens on beam search, read in 5 writings: its pooled answers have a fit of their own

@@ -129,10 +129,16 @@ def show_query(shown: Shown) -> None:
     with right:
         st.caption("Canonical query (what the model reads)")
         st.code(result.canonical_query, language=None, wrap_lines=True)
-        line = f"{len(result.source_tokens)} tokens · {shown.settings.describe()}"
+        line = f"{len(result.source_tokens)} tokens · {shown.settings.describe()} · decoded in {decode_time(result)}"
         if shown.example:
             line += f" · example: {shown.example}"
         st.caption(common.md_escape(line))
+
+
+def decode_time(result: QueryResult) -> str:
+    """The decoding call's wall time (every writing read), as people read it."""
+    seconds = result.stats.wall_time_s
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def known_answer(shown: Shown) -> str | None:
