@@ -340,6 +340,26 @@ def test_greedys_copied_tokens_come_from_spec_auto_on_request(copy_models, monke
     assert len(at.get("html")) == 1
 
 
+def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monkeypatch):
+    from molspec_core.service import Predictor, QueryResult
+
+    plain = Predictor.predict
+
+    def timing_out(self, smiles, method="greedy", **options):
+        if method == "spec-auto":
+            return QueryResult(query=smiles, method=method, error="stopped after the 30 s time limit per query")
+        return plain(self, smiles, method=method, **options)
+
+    monkeypatch.setattr(Predictor, "predict", timing_out)
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("greedy").run()
+    predict(at, "Oc1ccncc1Cl")
+    submit(at, "Decode with Speculative, auto drafts")
+    assert_clean(at)
+    assert "could not decode this query: stopped after the 30 s time limit" in texts(at.warning)
+    assert rank_headings(at) == ["**Rank 1**"] and not at.get("html")
+
+
 def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("beam").run()

@@ -288,6 +288,10 @@ def partner_answer(shown: Shown, prediction: Prediction, partner: str) -> tuple[
     result: QueryResult | None = decodes.get(key)
     if result is None:
         return None
+    if not result.ok:  # a time limit, say: the answers above stand
+        st.warning(common.md_escape(f"{partner_label} could not decode this query: {result.error}"),
+                   icon=":material/warning:")
+        return None
     same = next((p for p in result.predictions if p.smiles == prediction.smiles), None)
     if same is None:  # the partner's answers are the method's (tests pin it); say so if they ever are not
         st.warning(f"{partner_label} did not return this answer; please report it.", icon=":material/warning:")
