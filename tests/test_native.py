@@ -202,6 +202,21 @@ def test_int8_speculative_greedy_equals_int8_greedy_to_the_bit():
         assert a.hypotheses[0].tokens == b.hypotheses[0].tokens and a.hypotheses[0].score == b.hypotheses[0].score
 
 
+def test_int8_exact_speculative_beam_equals_int8_beam_search():
+    """The app computes in int8 by default and shows beam search's copied tokens from sbs-exact's decode of
+    the same query (views.predict.partner_answer): in int8 too the n-best lists must be beam's, scores to
+    the bit (activations are rounded per token, so a drafted call gives each token what a step gives it)."""
+    model = random_model(13, vocab_size=8, engine="native-int8")
+    sources = random_sources(14, 6, 8, 4, 30)
+    for width in (3, 5):
+        plain = beam_search(model, sources, width, max_len=30)
+        fast = speculative_beam(model, sources, width, lambda s: make_drafter("pointer", s, 2, 1), exact=True,
+                                max_len=30)
+        for a, b in zip(plain, fast):
+            assert [h.tokens for h in b.hypotheses] == [h.tokens for h in a.hypotheses]
+            assert [h.score for h in b.hypotheses] == [h.score for h in a.hypotheses]
+
+
 def test_int8_is_asked_for_by_name_and_only_of_the_native_engine():
     one = Predictor.load("retro", "cpu", dtype="int8")
     assert (one.engine, one.dtype) == ("native", "int8") and one.products.startswith("c-int8")
