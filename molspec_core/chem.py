@@ -94,6 +94,13 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
     return tuple(concerns)
 
 
+def clear_caches() -> None:
+    """Forget the answers checked so far (canonical_or_none, answer_concerns, heavy atoms): for timings
+    in which several methods decode the same query, lest the later ones find its answers checked."""
+    for cached in (canonical_or_none, answer_concerns, _heavy_atoms):
+        cached.cache_clear()
+
+
 def missing_atoms(reactants: str, product: str) -> dict[str, int]:
     """Heavy atoms of `product` that `reactants` cannot supply, by element ({} when they can supply all).
 

@@ -41,3 +41,14 @@ def test_sdf_keeps_valid_structures_with_their_properties():
     assert mols[0].GetProp("rank") == "1" and mols[0].GetProp("note") == "two lines"
     assert not mols[0].HasProp("absent") and mols[1].GetProp("rank") == "3"
     assert mols[0].GetConformer().Is3D() is False
+
+
+def test_clear_caches_forgets_the_answers_checked():
+    """Timings that decode one query with several methods empty the caches between them (tools/page_latency.py)."""
+    from molspec_core.chem import _heavy_atoms, canonical_or_none, clear_caches
+
+    answer_concerns("CCO", "CC=O.[H][H]", "forward")
+    canonical_or_none("OCC")
+    assert canonical_or_none.cache_info().currsize and answer_concerns.cache_info().currsize
+    clear_caches()
+    assert not any(f.cache_info().currsize for f in (canonical_or_none, answer_concerns, _heavy_atoms))

@@ -6,9 +6,10 @@ python3 tools/int8_agreement.py --model retro --src products.txt --tgt reactants
 Both predictors run the native engine on the same queries, one thread, float32 and int8
 (`Predictor.load(..., dtype="int8")`), each query by the call the app makes (`Predictor.predict` of one
 query, read in --augment writings and pooled). The two take turns query by query, in an order that
-alternates, after --warmup queries each. For each query the first answers are compared, and each is
-checked against the target after canonicalization (the evaluate command's measure). Prints one JSON
-object: queries, agreement, top-1 accuracy of each, each side's total seconds and the ratio.
+alternates, after --warmup queries each, the answer checks' caches emptied before each call. For each
+query the first answers are compared, and each is checked against the target after canonicalization (the
+evaluate command's measure). Prints one JSON object: queries, agreement, top-1 accuracy of each, each
+side's total seconds and the ratio.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from molspec_core.chem import canonical_or_none
+from molspec_core.chem import canonical_or_none, clear_caches
 from molspec_core.evaluate import read_pairs
 from molspec_core.methods import METHODS
 from molspec_core.service import Predictor
@@ -62,6 +63,7 @@ def main() -> None:
     for i, (source, target) in enumerate(readable):
         firsts = {}
         for dtype in DTYPES if i % 2 == 0 else DTYPES[::-1]:
+            clear_caches()  # each side checks this query's answers afresh, as the app's one call does
             start = time.perf_counter()
             result = predictors[dtype].predict(source, **options)
             seconds[dtype] += time.perf_counter() - start

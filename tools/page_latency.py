@@ -1,4 +1,4 @@
-"""Per-query time of the Predict page's call for several methods, side by side, and how often each first answer is right.
+"""The Predict page's time per query for several methods, side by side, and how often each is right first.
 
 python3 tools/page_latency.py --model forward --src src-test.mixed.txt.gz --tgt tgt-test.txt.gz \
     --index ../shared/bench/uspto_mit_test_500.idx --limit 200 --methods spec-auto,beam,sbs-exact --n-best 5 \
@@ -6,7 +6,8 @@ python3 tools/page_latency.py --model forward --src src-test.mixed.txt.gz --tgt 
 
 One predictor, one thread; per query the whole `Predictor.predict` call the page makes (the query read in
 --augment writings and pooled). The methods take turns query by query, in an order that alternates, after
---warmup queries each. Prints one JSON object: per method the total seconds, the mean, 95th percentile and
+--warmup queries each; the answer checks' caches are emptied before each call, so no method finds the query's
+answers checked by another. Prints one JSON object: per method the total seconds, the mean, 95th percentile and
 slowest milliseconds a query, and the share of first answers equal to the target after canonicalization
 (the model's order, as `evaluate` counts top-1). tools/int8_agreement.py compares two dtypes of one method.
 """
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from molspec_core.chem import canonical_or_none
+from molspec_core.chem import canonical_or_none, clear_caches
 from molspec_core.evaluate import read_pairs
 from molspec_core.methods import METHODS, method
 from molspec_core.service import Predictor
@@ -61,6 +62,7 @@ def main() -> None:
     right = dict.fromkeys(methods, 0)
     for i, (source, target) in enumerate(readable):
         for name in methods if i % 2 == 0 else methods[::-1]:
+            clear_caches()  # each method checks this query's answers afresh, as the page's one call does
             start = time.perf_counter()
             result = predictor.predict(source, **options(name))
             seconds[name].append(time.perf_counter() - start)
