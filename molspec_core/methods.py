@@ -137,7 +137,7 @@ METHODS: dict[str, Method] = {row.name: row for row in _ROWS}
 EXACT_NBEST = "beam"
 # What the app opens on per task, (method, n_best): both pages open on a ranked list from EXACT_NBEST,
 # as other tools do. For forward prediction, beam search names the recorded product first more often
-# than spec-auto's one answer and lists alternatives, for some 0.15 s more a query on one CPU thread
+# than spec-auto's one answer and lists alternatives, for some 0.1 s more a query on one CPU thread
 # (the forward card, "Why the page opens on beam search"); spec-auto stays a click away.
 TASK_DEFAULTS: dict[str, tuple[str, int]] = {"forward": (EXACT_NBEST, 5), "retro": (EXACT_NBEST, 10)}
 

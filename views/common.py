@@ -29,7 +29,7 @@ APP_AUGMENT = 5  # writings read when the sidebar's augmentation is on: most of 
 # on the test sets, and faster (the figures: INT8_HELP's sources). The command line keeps float32 unless asked.
 INT8_BY_DEFAULT = True
 INT8_HELP = """The model's matrix products in 8-bit integers instead of 32-bit floats: with the pages' default
-methods 2.3x (forward) and 1.7x (retrosynthesis) as fast on one CPU thread (README, "Measured speed"). On the
+methods 1.8x (forward) and 1.7x (retrosynthesis) as fast on one CPU thread (README, "Measured speed"). On the
 test sets its first answer is right as often as float32's; retrosynthesis lists the recorded reactants among its
 ten a little less often (91.2% against 91.4%; the model cards on the Models page). Now and then an answer's score
 or place differs from float32's. Off: float32 arithmetic, what the command line computes with unless given
