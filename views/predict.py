@@ -387,8 +387,8 @@ def show_speedup_record(record: Speedup) -> None:
     st.dataframe(table, hide_index=True)
     if record.factor < 1:
         st.caption("On this query the speculative decoder took longer: its drafts spared too few model calls to "
-                   "pay for the tokens they add to each call, which on a CPU cost about as much as the call's own. "
-                   "The model cards measure each method over many queries.")
+                   "pay for the tokens they add to each call (on a CPU a drafted token costs a call about as much "
+                   "as its own). The model cards measure each method over many queries.")
     if record.identical:
         st.caption("Both decoders returned the same answer, as speculative decoding guarantees.")
     else:
