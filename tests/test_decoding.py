@@ -212,7 +212,7 @@ def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
     plain = cache_module._fresh_slots
     poisoned: list[tuple[int, ...]] = []
 
-    def zeroed(like, shape, zeroed):
+    def always_zeroed(like, shape, zeroed):
         return plain(like, shape, True)
 
     def nan_filled(like, shape, zeroed):
@@ -225,7 +225,7 @@ def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
     for seed in range(3):
         model = random_model(seed, vocab_size=8, engine=engine)
         sources = random_sources(seed, 12, 8)
-        monkeypatch.setattr(cache_module, "_fresh_slots", zeroed)
+        monkeypatch.setattr(cache_module, "_fresh_slots", always_zeroed)
         want = beam_search(model, sources, 4, max_len=20)
         monkeypatch.setattr(cache_module, "_fresh_slots", nan_filled)
         got = beam_search(model, sources, 4, max_len=20)
