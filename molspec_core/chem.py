@@ -47,6 +47,26 @@ def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]
 
 
+# Hydrides that PubChem and drawing programs write as one species and USPTO's reactions as ions. The
+# models' vocabularies lack the one-species token, so a query holding it is refused, and the refusal
+# offers the USPTO writing (Predictor.prepare). In USPTO-MIT's 30,000 validation rows lithium aluminium
+# hydride is [Al+3] with four [H-] in 290 rows, [AlH4-] in 3 (of the 70,000 validation and test rows);
+# [H-] stands beside [Na+] in 1,304 rows and [NaH] in none.
+ION_WRITINGS: dict[str, str] = {
+    "[AlH4-]": "[Al+3].[H-].[H-].[H-].[H-]",  # LiAlH4, NaAlH4
+    "[NaH]": "[H-].[Na+]",
+}
+
+
+def in_ion_writing(fragments: Iterable[str]) -> list[str] | None:
+    """Canonical fragments with each one ION_WRITINGS names written as USPTO writes it (its ions), or
+    None when the query holds none of them."""
+    fragments = list(fragments)
+    if not any(f in ION_WRITINGS for f in fragments):
+        return None
+    return [part for f in fragments for part in ION_WRITINGS.get(f, f).split(".")]
+
+
 def random_writing(smiles: str, rng: random.Random) -> str:
     """The same molecules in another valid SMILES: atoms visited in a random order (so the fragments
     come in a random order too), reproducible from `rng`. Training-data augmentation."""

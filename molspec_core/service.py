@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
-from .chem import ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none
+from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
+                   in_ion_writing)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -281,6 +282,7 @@ class QueryResult:
     method: str = ""
     error: str | None = None
     dtype: str = ""  # what the decoder calls computed the answers with (Predictor.dtype); "" when none were decoded
+    suggestion: str = ""  # with an error: the same molecules written so that the model can read them, if known
 
     @property
     def ok(self) -> bool:
@@ -289,6 +291,15 @@ class QueryResult:
     def in_model_order(self) -> list[Prediction]:
         """The answers in the decoder's own order (by score), before rank_answers moved flagged ones down."""
         return sorted(self.predictions, key=lambda p: p.model_rank)
+
+
+class QueryError(ValueError):
+    """A query the model cannot read. suggestion: the same molecules written so that it can
+    (chem.ION_WRITINGS), or "" when no such writing is known."""
+
+    def __init__(self, message: str, suggestion: str = ""):
+        super().__init__(message)
+        self.suggestion = suggestion
 
 
 @dataclass(frozen=True)
@@ -432,16 +443,36 @@ class Predictor:
             raise ValueError(f"not a valid SMILES: {exc}") from None
         if not fragments:
             raise ValueError("empty query: paste or draw a molecule")
-        # Forward sources are the training data's "mixed" form: sorted canonical fragments.
-        query = ".".join(sorted(fragments)) if self.task == "forward" else canonical(".".join(fragments))
         try:
-            ids = self.vocab.encode(query)
+            query, ids = self._encoded(fragments)
         except TokenizeError as exc:
-            raise ValueError(f"{exc}; this model cannot read it") from None
+            raise self._unreadable(exc, fragments) from None
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)  # the encoder has no positions beyond
         if len(ids) > limit:
             raise ValueError(f"query has {len(ids)} tokens; the limit is {limit}")
         return _Query(text, query, tuple(ids))
+
+    def _encoded(self, fragments: list[str]) -> tuple[str, list[int]]:
+        """The model's writing of a query's canonical fragments and its token ids; raises TokenizeError."""
+        # Forward sources are the training data's "mixed" form: sorted canonical fragments.
+        query = ".".join(sorted(fragments)) if self.task == "forward" else canonical(".".join(fragments))
+        return query, self.vocab.encode(query)
+
+    def _unreadable(self, exc: TokenizeError, fragments: list[str]) -> QueryError:
+        """The refusal of a query holding a token outside the vocabulary, offering the ions USPTO writes
+        for a hydride the model cannot read (chem.ION_WRITINGS) when that writing is readable."""
+        message = f"{exc}; this model cannot read it"
+        ions = in_ion_writing(fragments)
+        if ions is None:
+            return QueryError(message)
+        try:
+            self._encoded(ions)
+        except TokenizeError:
+            return QueryError(message)
+        suggestion = ".".join(ions)
+        named = "; ".join(f"{f} as {ION_WRITINGS[f]}" for f in dict.fromkeys(fragments) if f in ION_WRITINGS)
+        return QueryError(f"{message}. Its training data write {named}: the query so written is {suggestion}",
+                          suggestion)
 
     def _from_reaction(self, text: str) -> str:
         parts = text.split(">")
@@ -558,7 +589,8 @@ class Predictor:
             try:
                 good.append((i, self.prepare(text)))
             except ValueError as exc:
-                results[i] = QueryResult(query=str(text), method=method, error=str(exc))
+                results[i] = QueryResult(query=str(text), method=method, error=str(exc),
+                                         suggestion=getattr(exc, "suggestion", ""))
         if augment > 1:  # one batch per query: its writings
             for i, query in good:
                 views = self._views(query, augment)

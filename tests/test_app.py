@@ -291,6 +291,22 @@ def test_bad_input_shows_an_error_and_keeps_the_last_prediction(bad, message):
     assert at.text_input(key="query_text").value == bad  # and the typed text is kept
 
 
+@needs_forward
+def test_a_refused_hydride_is_predicted_in_the_ions_offered_with_one_click():
+    at = app().run()
+    predict(at, "CCOC(=O)c1ccccc1.[Li+].[AlH4-].C1CCOC1")
+    assert "'[AlH4-]' is not in the model's vocabulary" in texts(at.error)
+    assert "Predictions" not in texts(at.subheader)
+    submit(at, "Predict it with the reagent written as ions")
+    assert_clean(at)
+    assert not at.error
+    assert at.text_input(key="query_text").value == "CCOC(=O)c1ccccc1.[Li+].[Al+3].[H-].[H-].[H-].[H-].C1CCOC1"
+    assert "Predictions" in texts(at.subheader)
+    predict(at, "CC[U]")  # a token no ion writing mends: no button
+    assert "not in the model's vocabulary" in texts(at.error)
+    assert not [b for b in at.button if b.label == "Predict it with the reagent written as ions"]
+
+
 def test_a_model_that_cannot_take_int8_computes_in_float32_and_says_why(copy_models, monkeypatch):
     from molspec_core.service import int8_unavailable
 

@@ -1,7 +1,7 @@
 """Which valid answers a chemist must not be shown as sane (chem.answer_concerns)."""
 import pytest
 
-from molspec_core.chem import answer_concerns
+from molspec_core.chem import ION_WRITINGS, answer_concerns, canonical, in_ion_writing
 
 
 @pytest.mark.parametrize("answer, query, task, concerns", [
@@ -52,3 +52,21 @@ def test_clear_caches_forgets_the_answers_checked():
     assert canonical_or_none.cache_info().currsize and answer_concerns.cache_info().currsize
     clear_caches()
     assert not any(f.cache_info().currsize for f in (canonical_or_none, answer_concerns, _heavy_atoms))
+
+
+def test_a_hydride_in_one_species_is_written_as_the_ions_uspto_writes_and_nothing_else_changes():
+    fragments = ["CCOC(=O)c1ccccc1", "[Li+]", "[AlH4-]", "C1CCOC1"]
+    assert in_ion_writing(fragments) == ["CCOC(=O)c1ccccc1", "[Li+]", "[Al+3]", "[H-]", "[H-]", "[H-]", "[H-]",
+                                         "C1CCOC1"]
+    assert in_ion_writing(["[NaH]", "CI"]) == ["[H-]", "[Na+]", "CI"]
+    assert in_ion_writing(["CCO", "[Na+]", "[H-]"]) is None
+
+
+@pytest.mark.parametrize("species", sorted(ION_WRITINGS))
+def test_each_ion_writing_is_canonical_and_keeps_the_charge(species):
+    """The table's keys are canonical, as query fragments are, and the ions carry the species' charge."""
+    from rdkit import Chem
+
+    assert canonical(species) == species
+    charge = sum(Chem.GetFormalCharge(Chem.MolFromSmiles(f)) for f in ION_WRITINGS[species].split("."))
+    assert charge == Chem.GetFormalCharge(Chem.MolFromSmiles(species))

@@ -50,6 +50,29 @@ def test_bad_queries_give_clear_errors(copier, text, message):
     assert result.predictions == ()
 
 
+def test_a_hydride_written_as_one_species_is_refused_with_the_ions_the_model_reads(forward):
+    """LiAlH4 as PubChem writes it, [Li+].[AlH4-], holds a token the vocabulary lacks; the refusal offers
+    the ions USPTO writes (chem.ION_WRITINGS), and the model reads that query."""
+    result = forward.predict("CCOC(=O)c1ccccc1.[Li+].[AlH4-].C1CCOC1")
+    assert not result.ok and "'[AlH4-]' is not in the model's vocabulary" in result.error
+    assert result.suggestion == "CCOC(=O)c1ccccc1.[Li+].[Al+3].[H-].[H-].[H-].[H-].C1CCOC1"
+    assert result.suggestion in result.error
+    assert forward.predict(result.suggestion).predictions[0].smiles == "OCc1ccccc1"  # the ester reduced
+
+
+@pytest.mark.parametrize("query", ["CC(=O)c1ccccc1.[Ir]", "CCO.[Na+].[H-]"])
+def test_no_suggestion_where_no_ion_writing_applies(forward, query):
+    result = forward.predict(query)
+    assert result.suggestion == ""
+    assert result.ok == (query == "CCO.[Na+].[H-]")
+
+
+def test_no_suggestion_where_the_model_cannot_read_the_ions_either(copier):
+    result = copier.predict("[NaH]")  # the copy model has neither [H-] nor [Na+]
+    assert not result.ok and "'[NaH]' is not in the model's vocabulary" in result.error
+    assert result.suggestion == "" and "as ions" not in result.error and "[H-]" not in result.error
+
+
 def test_a_list_keeps_good_rows_beside_bad_ones(copier):
     results = copier.predict(["CCO", "xyz", "", "c1ccccc1N", "CC[Na]"], batch_size=2)
     assert [r.ok for r in results] == [True, False, False, True, False]

@@ -46,6 +46,13 @@ def use_example(example: common.Example, task: str) -> None:
     st.session_state["pending"] = True
 
 
+def use_suggestion() -> None:
+    """Button callback: predict the refused query in the writing its error offers (QueryResult.suggestion)."""
+    st.session_state["query_text"] = st.session_state["query_suggestion"]
+    st.session_state["example"] = None
+    st.session_state["pending"] = True
+
+
 def example_buttons(task: str) -> None:
     st.caption("Textbook examples: one click predicts them and checks the answer against the known one.")
     with st.container(horizontal=True):
@@ -87,6 +94,7 @@ def query_inputs(task: str) -> None:
 def run_query(cfg: Settings, predictor: Predictor) -> None:
     ss = st.session_state
     text = ss.get("query_text", "")
+    ss["query_suggestion"] = ""
     try:
         with st.spinner("Predicting…"):
             result = predictor.predict(text, **cfg.options())
@@ -94,6 +102,7 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         log.exception("prediction failed")
         ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
         return
+    ss["query_suggestion"] = result.suggestion
     if not result.ok:
         ss["query_error"] = f"Cannot predict this query: {result.error}"
         return
@@ -479,6 +488,9 @@ def main() -> None:
         run_query(cfg, predictor)
     if ss.get("query_error"):
         st.error(common.md_escape(ss["query_error"]), icon=":material/error:")
+        if ss.get("query_suggestion"):
+            st.button("Predict it with the reagent written as ions", key="use_suggestion", on_click=use_suggestion,
+                      help="The same molecules, the reagent written as ions, as the model's training data write it.")
 
     shown: Shown | None = ss.get("shown")
     if shown is None:
