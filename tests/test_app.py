@@ -202,12 +202,15 @@ def test_static_files_and_config_keep_the_app_offline():
 
 
 def test_examples_are_valid_reactions_with_known_products():
-    examples = json.loads((ROOT / "assets" / "examples.json").read_text())["examples"]
-    assert {e["name"] for e in examples} >= {"Amide coupling", "Esterification", "Suzuki coupling",
-                                             "Boc deprotection", "Reductive amination"}
+    examples = common.load_examples()
+    assert [e.name for e in examples if e.featured] == ["Amide coupling", "Esterification", "Suzuki coupling",
+                                                        "Boc deprotection", "Reductive amination"]
+    assert len({e.name for e in examples}) == len(examples) == 26
     for e in examples:
-        for smiles in (e["reactants"], e["product"]) + ((e["reagents"],) if e["reagents"] else ()):
+        assert e.kind and "→" in e.description, e.name
+        for smiles in (e.reactants, e.product) + ((e.reagents,) if e.reagents else ()):
             assert Chem.MolFromSmiles(smiles) is not None, smiles
+        assert e.known_answer("forward") and e.known_answer("retro")
 
 
 # ---- Predict page ---------------------------------------------------------------------------------
@@ -273,6 +276,21 @@ def test_example_button_predicts_and_checks_the_known_product():
     assert at.text_input(key="query_text").value == "CC(=O)Cl.NCc1ccccc1"
     verdict = texts(at.success) + texts(at.warning)
     assert "known product" in verdict
+
+
+@needs_forward
+def test_the_list_of_more_textbook_reactions_predicts_the_chosen_one_and_checks_it():
+    at = app().run()
+    listed = at.selectbox(key="more_examples")
+    assert listed.value is None and "Ester reduction" in listed.options[11]  # shown with its description
+    listed.set_value("Ester reduction").run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "CCOC(=O)c1ccccc1.[Al+3].[H-].[H-].[H-].[H-].[Li+].C1CCOC1"
+    assert "Rank 1 is the known product of this textbook reaction." in texts(at.success)
+    next(b for b in at.button if b.label == "Amide coupling").click()
+    at.run()  # a button's example clears the list's choice, so the list names no other reaction
+    assert at.selectbox(key="more_examples").value is None
+    assert at.text_input(key="query_text").value == "CC(=O)Cl.NCc1ccccc1"
 
 
 @needs_forward

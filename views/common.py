@@ -14,9 +14,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from molspec_core.chem import canonical_or_none
+from molspec_core import textbook
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
+from molspec_core.textbook import Example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_FILE = ROOT / "assets" / "examples.json"
@@ -294,29 +295,10 @@ def settings() -> Settings:
 # ---- examples ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Example:
-    name: str
-    description: str
-    reactants: str
-    reagents: str
-    product: str
-
-    def query(self, task: str) -> str:
-        if task == "retro":
-            return self.product
-        return ".".join(part for part in (self.reactants, self.reagents) if part)
-
-    def known_answer(self, task: str) -> str | None:
-        """Canonical known answer: the product (forward) or the reactants (retro)."""
-        return canonical_or_none(self.reactants if task == "retro" else self.product)
-
-
 @st.cache_data
 def load_examples() -> list[Example]:
-    data = json.loads(EXAMPLES_FILE.read_text())
-    return [Example(e["name"], e["description"], e["reactants"], e["reagents"], e["product"])
-            for e in data["examples"]]
+    """The textbook reactions of assets/examples.json (molspec_core/textbook.py)."""
+    return textbook.load_examples(EXAMPLES_FILE)
 
 
 # ---- formatting -------------------------------------------------------------------------------

@@ -44,6 +44,15 @@ def use_example(example: common.Example, task: str) -> None:
     st.session_state["query_text"] = example.query(task)
     st.session_state["example"] = example.name
     st.session_state["pending"] = True
+    if example.featured:
+        st.session_state["more_examples"] = None  # the list shows no example it did not start
+
+
+def use_listed_example(task: str) -> None:
+    """The list's callback: predict the example chosen in it."""
+    chosen = next((e for e in common.load_examples() if e.name == st.session_state.get("more_examples")), None)
+    if chosen is not None:
+        use_example(chosen, task)
 
 
 def use_suggestion() -> None:
@@ -55,10 +64,17 @@ def use_suggestion() -> None:
 
 def example_buttons(task: str) -> None:
     st.caption("Textbook examples: one click predicts them and checks the answer against the known one.")
+    examples = common.load_examples()
     with st.container(horizontal=True):
-        for i, example in enumerate(common.load_examples()):
-            st.button(example.name, key=f"example_{i}", help=example.description,
-                      on_click=use_example, args=(example, task))
+        for i, example in enumerate(examples):
+            if example.featured:
+                st.button(example.name, key=f"example_{i}", help=example.description,
+                          on_click=use_example, args=(example, task))
+    listed = {e.name: e.description for e in examples if not e.featured}
+    st.selectbox("More textbook reactions", list(listed), index=None, key="more_examples",
+                 format_func=lambda name: f"{name}: {listed[name]}",
+                 placeholder=f"{len(listed)} more: amide couplings, protections, reductions, cross-couplings …",
+                 on_change=use_listed_example, args=(task,))
 
 
 def query_inputs(task: str) -> None:
