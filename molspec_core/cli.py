@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input", help="TXT (one SMILES per line) or CSV with a smiles column")
     p.add_argument("--column", help="CSV column holding the queries")
     augment_arg(p)
+    p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
+                   "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
+                   "column shows them (without it such a query is an error that names that writing)")
     p.add_argument("--output", help="CSV to write (required with --input)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
@@ -278,7 +281,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                "float32" if cluster else args.dtype)
     check = round_trip_check(args, predictor)
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
-                   sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment)
+                   sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment,
+                   ion_writing=args.ion_writing)
     if args.smiles is not None:
         result = check(predictor.predict(args.smiles, **options))
         if not result.ok:

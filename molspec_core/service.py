@@ -419,8 +419,10 @@ class Predictor:
 
     # ---- input -------------------------------------------------------------------------------
 
-    def prepare(self, text: str) -> _Query:
-        """Validate and canonicalize a query; raises ValueError with a message for the user."""
+    def prepare(self, text: str, ion_writing: bool = False) -> _Query:
+        """Validate and canonicalize a query; raises ValueError with a message for the user. ion_writing: a
+        hydride written as one species (chem.ION_WRITINGS) is read as the ions USPTO writes, where the model
+        reads those; otherwise such a query is refused with that writing offered (QueryError.suggestion)."""
         if not isinstance(text, str):
             raise ValueError(f"a query must be text, got {type(text).__name__}")
         foreign = FOREIGN_CHARACTER.search(text)  # before .strip(), which would drop a no-break space
@@ -446,7 +448,10 @@ class Predictor:
         try:
             query, ids = self._encoded(fragments)
         except TokenizeError as exc:
-            raise self._unreadable(exc, fragments) from None
+            refusal = self._unreadable(exc, fragments)
+            if not (ion_writing and refusal.suggestion):
+                raise refusal from None
+            query, ids = self._encoded(in_ion_writing(fragments) or fragments)
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)  # the encoder has no positions beyond
         if len(ids) > limit:
             raise ValueError(f"query has {len(ids)} tokens; the limit is {limit}")
@@ -553,7 +558,8 @@ class Predictor:
     def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE, sampling: SamplingOptions | None = None,
-                time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, augment: int = 1) -> QueryResult | list[QueryResult]:
+                time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, augment: int = 1,
+                ion_writing: bool = False) -> QueryResult | list[QueryResult]:
         """Predictions for one SMILES (-> QueryResult) or a list (-> list, same order).
 
         Sampling methods take their knobs (temperature, top_k, beta, tau, delta, seed) from
@@ -565,6 +571,9 @@ class Predictor:
         Batches are cut from the queries in order of their token count, so that a batch's rows are of like
         length (a batch pays for padding to its longest source and runs until its longest answer ends);
         the results keep the input order. Callers that stream hand over `window_size(batch_size)` queries.
+        ion_writing: read a hydride written as one species, which the model cannot read, as the ions USPTO
+        writes (chem.ION_WRITINGS; canonical_query shows them); otherwise such a query gets an error that
+        offers that writing (QueryResult.suggestion).
         """
         row = method_row(method)
         if not 1 <= n_best <= 50:
@@ -587,7 +596,7 @@ class Predictor:
         good: list[tuple[int, _Query]] = []
         for i, text in enumerate(texts):
             try:
-                good.append((i, self.prepare(text)))
+                good.append((i, self.prepare(text, ion_writing)))
             except ValueError as exc:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc),
                                          suggestion=getattr(exc, "suggestion", ""))

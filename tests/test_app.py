@@ -595,6 +595,29 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     assert (good["method"] == EXACT_NBEST).all() and (good["error"] == "").all()  # the sidebar's method
 
 
+@needs_forward
+def test_batch_reads_hydrides_as_ions_only_when_asked_and_says_how_many_rows_wait_for_it(monkeypatch):
+    at = batch_page(monkeypatch)
+    data = b"smiles\nCCOC(=O)c1ccccc1.[Li+].[AlH4-].C1CCOC1\nc1ccc2[nH]ccc2c1.CI.[NaH]\nCC(=O)Cl.NCc1ccccc1\nCC.[Ir]\n"
+    at.selectbox(key="method").set_value("spec-auto").run()  # one row a query
+    at.file_uploader[0].set_value(("hydrides.csv", data, "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Predicted"], metrics["Rejected"]) == ("1", "3")
+    assert "2 of the rejected rows hold a hydride written as one species" in texts(at.info)
+    next(c for c in at.checkbox if c.label == "Read hydrides written as one species as ions").check()
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Predicted"], metrics["Rejected"]) == ("3", "1")  # [Ir] has no ion writing
+    assert "hydride written as one species" not in texts(at.info) and "hydrides read as ions" in texts(at.caption)
+    table = at.session_state["batch"].table
+    assert table["canonical_query"].tolist()[:2] == ["C1CCOC1.CCOC(=O)c1ccccc1.[Al+3].[H-].[H-].[H-].[H-].[Li+]",
+                                                     "CI.[H-].[Na+].c1ccc2[nH]ccc2c1"]
+    assert table["smiles"].tolist()[:2] == ["OCc1ccccc1", "Cn1ccc2ccccc21"]  # the ester reduced, indole methylated
+
+
 def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
     """One writer for both (issue 14 item 3, issue 18): the app's download used pandas, which left a
     cell of a lone carriage return unquoted, so a record began with =cmd; scores were text in the

@@ -99,6 +99,15 @@ def test_predict_bad_smiles_is_a_message_not_a_traceback(capsys):
     assert "not a valid SMILES" in err and "Traceback" not in err
 
 
+def test_predict_reads_a_hydride_as_ions_only_with_ion_writing(capsys):
+    query = "c1ccc2[nH]ccc2c1.CI.[NaH]"  # NaH as drawing programs write it; USPTO writes [H-].[Na+]
+    assert main(["predict", "--model", "forward", "--smiles", query]) == 1
+    assert "the query so written is c1ccc2[nH]ccc2c1.CI.[H-].[Na+]" in capsys.readouterr().err
+    assert main(["predict", "--model", "forward", "--smiles", query, "--ion-writing"]) == 0
+    out = capsys.readouterr().out
+    assert "query: CI.[H-].[Na+].c1ccc2[nH]ccc2c1" in out and "Cn1ccc2ccccc21" in out
+
+
 def test_predict_csv_keeps_good_rows_and_reports_bad_ones(tmp_path):
     (tmp_path / "in.csv").write_text("id,smiles\n1,CCO\n2,xyz\n3,\n4,=cmd|' /C calc'!A0\n5,c1ccncc1\n")
     out = tmp_path / "out.csv"

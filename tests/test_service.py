@@ -60,6 +60,16 @@ def test_a_hydride_written_as_one_species_is_refused_with_the_ions_the_model_rea
     assert forward.predict(result.suggestion).predictions[0].smiles == "OCc1ccccc1"  # the ester reduced
 
 
+def test_ion_writing_reads_the_hydride_as_the_ions_and_keeps_the_query_as_given(forward):
+    query = "CCOC(=O)c1ccccc1.[Li+].[AlH4-].C1CCOC1"
+    result = forward.predict(query, ion_writing=True)
+    assert result.ok and result.query == query and result.suggestion == ""
+    assert result.canonical_query == "C1CCOC1.CCOC(=O)c1ccccc1.[Al+3].[H-].[H-].[H-].[H-].[Li+]"
+    offered = forward.predict(forward.predict(query).suggestion)
+    assert [p.tokens for p in result.predictions] == [p.tokens for p in offered.predictions]
+    assert not forward.predict("CC.[Ir]", ion_writing=True).ok  # a token with no ion writing stays refused
+
+
 @pytest.mark.parametrize("query", ["CC(=O)c1ccccc1.[Ir]", "CCO.[Na+].[H-]"])
 def test_no_suggestion_where_no_ion_writing_applies(forward, query):
     result = forward.predict(query)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
                              output_header, parse_upload, result_rows)
 from molspec_core.service import QueryResult
@@ -26,6 +27,8 @@ APP_MAX_ROWS = 10_000
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
 # On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
 # (molspec_core.io.output_header), and both put the input's other columns in front.
+ION_WRITING_LABEL = "Read hydrides written as one species as ions"
+HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH]
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
                 "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
 
@@ -37,6 +40,8 @@ class BatchResult:
     table: pd.DataFrame  # one row per (query, rank); a rejected query has one row with `error`
     n_queries: int
     n_rejected: int
+    ion_writing: bool = False  # hydrides written as one species were read as USPTO's ions
+    n_ion_refused: int = 0  # rejected rows that ion_writing would have read
 
 
 def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
@@ -52,26 +57,30 @@ def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
     return queries
 
 
-def predict_all(queries: QueryFile, cfg: Settings) -> pd.DataFrame:
-    """The table of every prediction, in the shared output's columns (the CLI writes the same)."""
+def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False) -> tuple[pd.DataFrame, int]:
+    """The table of every prediction, in the shared output's columns (the CLI writes the same), and how
+    many rejected rows hold a hydride that ion_writing would have read (QueryResult.suggestion)."""
     predictor = cfg.predictor()
+    n_ion_refused = 0
     total = len(queries.queries)
     bar = st.progress(0.0, text=f"Predicting {total} queries…")
     rows: list[list[object]] = []
     drawn = time.monotonic()
     for i, query in enumerate(queries.queries):
         try:
-            result = predictor.predict(query, **cfg.options())
+            result = predictor.predict(query, **cfg.options(), ion_writing=ion_writing)
         except Exception as exc:  # noqa: BLE001  (bad input comes back in result.error; this is a bug)
             log.exception("batch row failed")
             result = QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__})")
+        n_ion_refused += bool(result.suggestion)
         rows.extend(result_rows(i + 1, queries.cells_of(i), result))
         if time.monotonic() - drawn > PROGRESS_EVERY_S or i + 1 == total:
             bar.progress((i + 1) / total, text=f"Predicted {i + 1} of {total} queries")
             drawn = time.monotonic()
     bar.empty()
-    table = pd.DataFrame(rows, columns=output_header(queries.columns))
-    return table.astype({"rank": "Int64", "model_rank": "Int64", "model_calls": "Int64", "accepted_tokens": "Int64"})
+    table = pd.DataFrame(rows, columns=output_header(queries.columns)).astype(
+        {"rank": "Int64", "model_rank": "Int64", "model_calls": "Int64", "accepted_tokens": "Int64"})
+    return table, n_ion_refused
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -85,7 +94,8 @@ def show(batch: BatchResult) -> None:
     table = batch.table
     n_good = batch.n_queries - batch.n_rejected
     st.subheader("Results")
-    st.caption(common.md_escape(f"{batch.file_name} · {batch.settings.describe()}"))
+    ions = " · hydrides read as ions" if batch.ion_writing else ""
+    st.caption(common.md_escape(f"{batch.file_name} · {batch.settings.describe()}{ions}"))
     queries, predicted, rejected = st.columns(3)
     queries.metric("Queries", batch.n_queries)
     predicted.metric("Predicted", n_good)
@@ -93,6 +103,10 @@ def show(batch: BatchResult) -> None:
     if batch.n_rejected:
         st.warning(f"{batch.n_rejected} of {batch.n_queries} rows were rejected; their reason is in the "
                    "`error` column. The other rows were predicted.", icon=":material/warning:")
+    if batch.n_ion_refused:
+        st.info(f"{batch.n_ion_refused} of the rejected rows hold a hydride written as one species ({HYDRIDES}), "
+                f"which the model cannot read: tick *{ION_WRITING_LABEL}* and run the batch again.",
+                icon=":material/lightbulb:")
     input_columns = [c for c in table.columns if c not in RESULT_COLUMNS]  # output_header keeps them distinct
     st.dataframe(table, hide_index=True, placeholder="", column_order=input_columns + SCREEN_ORDER, column_config={
         "row": st.column_config.NumberColumn("row", help="The query's record number in the uploaded file"),
@@ -126,6 +140,9 @@ def main() -> None:
         column = st.text_input("CSV column (optional)",
                                placeholder="automatic: smiles, SMILES, query, reactants or product",
                                help="The column that holds the SMILES, when it has another name.")
+        ion_writing = st.checkbox(ION_WRITING_LABEL, help=f"{HYDRIDES} are not in the model's vocabulary; its "
+                                  "training data write them as ions ([Al+3] and four [H-]; [H-] and [Na+]). The "
+                                  "`canonical query` column shows what the model read.")
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
     if submitted:
         if upload is None:
@@ -136,9 +153,10 @@ def main() -> None:
             except InputFileError as exc:
                 st.error(common.md_escape(f"Cannot read the file: {exc}"), icon=":material/error:")
             else:
-                table = predict_all(queries, cfg)
+                table, n_ion_refused = predict_all(queries, cfg, ion_writing)
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
-                st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected)
+                st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
+                                                        ion_writing, n_ion_refused)
     batch = st.session_state.get("batch")
     if batch is not None:
         show(batch)
