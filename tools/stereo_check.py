@@ -1,0 +1,95 @@
+"""Does the forward model keep stereochemistry? USPTO-50K test reactions, read forward, as the Predict page reads them.
+
+python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--out bench/accuracy/forward_50k_stereo.json]
+
+The USPTO-MIT test set holds no stereocentres, so the forward model's test figures say nothing about them.
+USPTO-50K's test reactions (GLN split, 5,007) do: here the reactants are the query and the product the known
+answer. A reaction whose product is among the model's training targets (--train-tgt: the `prepare-data --task
+forward` folder's train.tgt, the pool and the USPTO-MIT rows) is left out. The rest fall in three groups:
+
+  kept     the product has stereo (@, /, \\) and so do the reactants: the model has to carry it over
+  created  the product has stereo the reactants lack (an asymmetric step or a resolution the reaction
+           SMILES do not show): no model can know it from the query
+  none     no stereo in the product (the first --plain of them, in file order, as a reference)
+
+Per group: the first answer (the page's order) equal to the product, equal to it once stereo is removed from
+both (the right molecule, perhaps the wrong stereo), and the product within the answers. Beam search 5 and 5
+writings, as the page opens (methods.TASK_DEFAULTS). Prints one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from rdkit import Chem
+
+from molspec_core.chem import canonical_or_none
+from molspec_core.evaluate import read_pairs
+from molspec_core.methods import TASK_DEFAULTS
+from molspec_core.service import Predictor
+
+TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "uspto50k" / "gln_split_test_unmapped_faster_ml_casp"
+
+
+def has_stereo(smiles: str) -> bool:
+    return any(mark in smiles for mark in "@/\\")
+
+
+def without_stereo(smiles: str | None) -> str | None:
+    mol = Chem.MolFromSmiles(smiles) if smiles else None
+    if mol is None:
+        return None
+    Chem.RemoveStereochemistry(mol)
+    return Chem.MolToSmiles(mol)
+
+
+def training_targets(path: Path) -> set[str]:
+    with path.open() as lines:
+        return {c for c in (canonical_or_none(line.strip()) for line in lines) if c}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-tgt", required=True, help="the forward model's training targets, to leave out")
+    parser.add_argument("--test", default=str(TEST), help="folder of reactants.txt and products.txt")
+    parser.add_argument("--plain", type=int, default=900, help="reactions without stereo decoded as the reference")
+    parser.add_argument("--augment", type=int, default=5)
+    parser.add_argument("--dtype", default="int8", choices=("float32", "int8"))
+    parser.add_argument("--out", help="JSON report")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
+    seen = training_targets(Path(args.train_tgt))
+    groups: dict[str, list[int]] = {"kept": [], "created": [], "none": []}
+    for i, (query, product) in enumerate(zip(reactants, products)):
+        if canonical_or_none(product) in seen:
+            continue
+        group = "none" if not has_stereo(product) else "kept" if has_stereo(query) else "created"
+        groups[group].append(i)
+    report: dict = {"test": Path(args.test).name, "left_out_as_trained_on": len(products) - sum(map(len, groups.values())),
+                    "augment": args.augment, "dtype": args.dtype}
+    groups["none"] = groups["none"][:args.plain]
+    predictor = Predictor.load("forward", "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
+    method, n_best = TASK_DEFAULTS["forward"]
+    for name, lines in groups.items():
+        results = predictor.predict([reactants[i] for i in lines], method=method, n_best=n_best,
+                                    augment=args.augment)
+        exact = molecule = listed = 0
+        for i, result in zip(lines, results):
+            known = canonical_or_none(products[i])
+            answers = sorted(result.predictions, key=lambda p: p.rank)
+            first = answers[0].smiles if answers else None
+            exact += first == known
+            molecule += first is not None and without_stereo(first) == without_stereo(known)
+            listed += any(p.smiles == known for p in answers)
+        report[name] = {"n": len(lines), "first_exact": exact, "first_right_molecule": molecule,
+                        f"within_{n_best}": listed, "refused": sum(not r.ok for r in results)}
+    print(json.dumps(report, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
