@@ -1,6 +1,6 @@
 """Does the forward model keep stereochemistry? USPTO-50K test reactions, read forward, as the Predict page reads them.
 
-python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--out bench/accuracy/forward_50k_stereo.json]
+python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--out bench/accuracy/forward_50k_stereo_int8.json]
 
 The USPTO-MIT test set holds no stereocentres, so the forward model's test figures say nothing about them.
 USPTO-50K's test reactions (GLN split, 5,007) do: here the reactants are the query and the product the known
@@ -68,8 +68,9 @@ def main() -> None:
             continue
         group = "none" if not has_stereo(product) else "kept" if has_stereo(query) else "created"
         groups[group].append(i)
-    report: dict = {"test": Path(args.test).name, "left_out_as_trained_on": len(products) - sum(map(len, groups.values())),
-                    "augment": args.augment, "dtype": args.dtype}
+    left_out = len(products) - sum(map(len, groups.values()))
+    report: dict = {"test": Path(args.test).name, "left_out_as_trained_on": left_out, "augment": args.augment,
+                    "dtype": args.dtype}
     groups["none"] = groups["none"][:args.plain]
     predictor = Predictor.load("forward", "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
     method, n_best = TASK_DEFAULTS["forward"]

@@ -25,10 +25,10 @@ log = logging.getLogger(__name__)
 # about 9 minutes with spec-auto and 35 with beam search 5 (int8, one CPU thread: 56 and 205 ms a query).
 APP_MAX_ROWS = 10_000
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
-# On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
-# (molspec_core.io.output_header), and both put the input's other columns in front.
 ION_WRITING_LABEL = "Read hydrides written as one species as ions"
 HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH]
+# On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
+# (molspec_core.io.output_header), and both put the input's other columns in front.
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
                 "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
 
