@@ -39,6 +39,15 @@ class Shown:
 # ---- input ------------------------------------------------------------------------------------
 
 
+QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O)NCc1ccccc1"}
+QUERY_HELP = {
+    "forward": "The reactants, and the reagents if you know them, separated by '.' (or 'reactants>reagents>'). "
+               "Reagents are optional: on USPTO-MIT test reactions the model names the product first as often "
+               "without them (model card, \"Reagents are optional\").",
+    "retro": "The product to make: its SMILES.",
+}
+
+
 def use_example(example: common.Example, task: str) -> None:
     """Button callback: put the example in the SMILES field and predict it at once."""
     st.session_state["query_text"] = example.query(task)
@@ -97,9 +106,8 @@ def query_inputs(task: str) -> None:
                 ss["query_text"], ss["example"], ss["pending"] = canon, None, True
     with typed:
         with st.form("query_form", border=False):
-            st.text_input("SMILES", key="query_text", max_chars=5000,
-                          placeholder="e.g. CC(=O)Cl.NCc1ccccc1",
-                          help="Reactants and reagents separated by '.', or 'reactants>reagents>'.")
+            st.text_input("SMILES", key="query_text", max_chars=5000, placeholder=QUERY_PLACEHOLDER[task],
+                          help=QUERY_HELP[task])
             if st.form_submit_button("Predict", type="primary"):
                 ss["pending"] = True
                 chosen = next((e for e in common.load_examples() if e.name == ss.get("example")), None)
@@ -485,9 +493,9 @@ def main() -> None:
         st.caption("Single-step retrosynthesis: paste or draw a product, get ranked reactant sets.")
     else:
         st.title("Predict reaction products")
-        st.caption("Paste or draw reactants and reagents; the model writes the product SMILES and ranks its "
-                   "alternatives. The speculative methods (sidebar) copy the unchanged parts of the query into the "
-                   "answer.")
+        st.caption("Paste or draw the reactants, with the reagents if you know them (optional); the model writes the "
+                   "product SMILES and ranks its alternatives. The speculative methods (sidebar) copy the unchanged "
+                   "parts of the query into the answer.")
     if cfg.model_dir is None:
         if cfg.task == "retro":
             st.warning("Retrosynthesis is not available yet: no retrosynthesis model is installed (models/retro/ "
