@@ -51,10 +51,14 @@ def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
 # models' vocabularies lack the one-species token, so a query holding it is refused, and the refusal
 # offers the USPTO writing (Predictor.prepare). In USPTO-MIT's 30,000 validation rows lithium aluminium
 # hydride is [Al+3] with four [H-] in 290 rows, [AlH4-] in 3 (of the 70,000 validation and test rows);
-# [H-] stands beside [Na+] in 1,304 rows and [NaH] in none.
+# [H-] stands beside [Na+] in 1,304 rows and [NaH] in none; beside [Ca+2] in 2 and [CaH2] in none. Of 54
+# common reagents written as PubChem writes them, these three were the hydrides the forward model refused
+# (session 46); it also refuses MeLi as [Li+].[CH3-] (USPTO: [Li][CH3], one species, as RDKit writes C[Li])
+# and ceric ammonium nitrate ([Ce+4]), which no per-molecule rewriting mends.
 ION_WRITINGS: dict[str, str] = {
     "[AlH4-]": "[Al+3].[H-].[H-].[H-].[H-]",  # LiAlH4, NaAlH4
     "[NaH]": "[H-].[Na+]",
+    "[CaH2]": "[Ca+2].[H-].[H-]",
 }
 
 

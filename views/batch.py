@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 APP_MAX_ROWS = 10_000
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
 ION_WRITING_LABEL = "Read hydrides written as one species as ions"
-HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH]
+HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH], [CaH2]
+ION_LIST = "; ".join(f"{species} as {ions}" for species, ions in ION_WRITINGS.items())
 # On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
 # (molspec_core.io.output_header), and both put the input's other columns in front.
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
@@ -141,8 +142,8 @@ def main() -> None:
                                placeholder="automatic: smiles, SMILES, query, reactants or product",
                                help="The column that holds the SMILES, when it has another name.")
         ion_writing = st.checkbox(ION_WRITING_LABEL, help=f"{HYDRIDES} are not in the model's vocabulary; its "
-                                  "training data write them as ions ([Al+3] and four [H-]; [H-] and [Na+]). The "
-                                  "`canonical query` column shows what the model read.")
+                                  f"training data write them as ions ({ION_LIST}). The `canonical query` column "
+                                  "shows what the model read.")
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
     if submitted:
         if upload is None:
