@@ -1,5 +1,6 @@
 """Which valid answers a chemist must not be shown as sane (chem.answer_concerns)."""
 import pytest
+from rdkit import Chem
 
 from molspec_core.chem import ION_WRITINGS, answer_concerns, canonical, in_ion_writing
 
@@ -27,8 +28,6 @@ def test_a_retro_set_may_share_a_reactant_with_nothing_flagged():
 
 
 def test_sdf_keeps_valid_structures_with_their_properties():
-    from rdkit import Chem
-
     from molspec_core.chem import sdf_text
 
     text = sdf_text([("CCO", {"rank": 1, "score": -0.5, "note": "two\nlines", "absent": None}),
@@ -65,8 +64,6 @@ def test_a_hydride_in_one_species_is_written_as_the_ions_uspto_writes_and_nothin
 @pytest.mark.parametrize("species", sorted(ION_WRITINGS))
 def test_each_ion_writing_is_canonical_and_keeps_the_charge(species):
     """The table's keys are canonical, as query fragments are, and the ions carry the species' charge."""
-    from rdkit import Chem
-
     assert canonical(species) == species
     charge = sum(Chem.GetFormalCharge(Chem.MolFromSmiles(f)) for f in ION_WRITINGS[species].split("."))
     assert charge == Chem.GetFormalCharge(Chem.MolFromSmiles(species))
