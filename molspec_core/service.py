@@ -277,7 +277,7 @@ class QueryResult:
     query: str  # as given
     canonical_query: str = ""  # what the model saw
     source_tokens: tuple[str, ...] = ()
-    predictions: tuple[Prediction, ...] = ()
+    predictions: tuple[Prediction, ...] = ()  # in rank order (rank_answers): predictions[0] is rank 1
     stats: DecodeStats = field(default_factory=DecodeStats)
     method: str = ""
     error: str | None = None
@@ -451,7 +451,7 @@ class Predictor:
             refusal = self._unreadable(exc, fragments)
             if not (ion_writing and refusal.suggestion):
                 raise refusal from None
-            query, ids = self._encoded(in_ion_writing(fragments) or fragments)
+            query, ids = self._encoded(refusal.suggestion.split("."))
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)  # the encoder has no positions beyond
         if len(ids) > limit:
             raise ValueError(f"query has {len(ids)} tokens; the limit is {limit}")

@@ -3,11 +3,12 @@ page's live benchmark, and tools/textbook.py's check of the shipped models on ev
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .chem import canonical_or_none
-from .service import Predictor
+from .service import Prediction, Predictor
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ def load_examples(path: Path) -> list[Example]:
                     bool(e.get("featured", False))) for e in data["examples"]]
 
 
+def known_rank(predictions: Sequence[Prediction], known: str | None) -> int | None:
+    """The rank of the known answer (canonical) among valid predictions, or None when none is it."""
+    return next((p.rank for p in predictions if p.valid and p.smiles == known), None)
+
+
 def known_answer_ranks(predictor: Predictor, examples: list[Example], method: str, n_best: int,
                        augment: int) -> list[dict]:
     """Per example: the rank of its known answer among the predictor's (the page's order, sane answers
@@ -44,8 +50,7 @@ def known_answer_ranks(predictor: Predictor, examples: list[Example], method: st
     results = predictor.predict([e.query(task) for e in examples], method=method, n_best=n_best, augment=augment)
     rows = []
     for example, result in zip(examples, results):
-        known = example.known_answer(task)
-        rank = next((p.rank for p in result.predictions if p.valid and p.smiles == known), None)
-        first = min(result.predictions, key=lambda p: p.rank).smiles if result.predictions else None
+        rank = known_rank(result.predictions, example.known_answer(task))
+        first = result.predictions[0].smiles if result.predictions else None  # predictions come in rank order
         rows.append({"name": example.name, "kind": example.kind, "rank": rank, "first": first, "error": result.error})
     return rows

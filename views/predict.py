@@ -19,6 +19,7 @@ from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Prediction, Predictor, QueryResult
+from molspec_core.textbook import known_rank
 from views import common
 from views.common import Settings
 
@@ -181,11 +182,11 @@ def known_answer(shown: Shown) -> str | None:
 
 def show_known_check(shown: Shown, known: str) -> None:
     what = "product" if shown.settings.task == "forward" else "reactants"
-    hits = [p.rank for p in shown.result.predictions if p.valid and p.smiles == known]
-    if hits and hits[0] == 1:
+    rank = known_rank(shown.result.predictions, known)
+    if rank == 1:
         st.success(f"Rank 1 is the known {what} of this textbook reaction.", icon=":material/check_circle:")
-    elif hits:
-        st.warning(f"Rank 1 is not the known {what}; the known {what} is at rank {hits[0]}.",
+    elif rank is not None:
+        st.warning(f"Rank 1 is not the known {what}; the known {what} is at rank {rank}.",
                    icon=":material/info:")
     else:
         st.warning(f"Rank 1 is not the known {what} ({common.md_escape(known)}), and no other rank has it.",
