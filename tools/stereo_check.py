@@ -1,6 +1,7 @@
 """Does the forward model keep stereochemistry? USPTO-50K test reactions, read forward, as the Predict page reads them.
 
-python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--out bench/accuracy/forward_50k_stereo_int8.json]
+python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--model forward] [--out REPORT.json]
+    [--against bench/accuracy/forward_50k_stereo_int8.json]
 
 The USPTO-MIT test set holds no stereocentres, so the forward model's test figures say nothing about them.
 USPTO-50K's test reactions (GLN split, 5,007) do: here the reactants are the query and the product the known
@@ -14,7 +15,10 @@ forward` folder's train.tgt, the pool and the USPTO-MIT rows) is left out. The r
 
 Per group: the first answer (the page's order) equal to the product, equal to it once stereo is removed from
 both (the right molecule, perhaps the wrong stereo), and the product within the answers. Beam search 5 and 5
-writings, as the page opens (methods.TASK_DEFAULTS). Prints one JSON object.
+writings, as the page opens (methods.TASK_DEFAULTS). Prints one JSON object; the report also keeps each group's
+test lines and, per line, whether the first answer was the product, so that --against (another model's report)
+compares the two reaction by reaction: per group, the first answers exact with one model only, and the exact
+McNemar p, as `molspec compare` does for evaluate reports.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import torch
 from rdkit import Chem
 
 from molspec_core.chem import canonical_or_none
-from molspec_core.evaluate import read_pairs
+from molspec_core.evaluate import mcnemar_p, read_pairs
 from molspec_core.methods import TASK_DEFAULTS
 from molspec_core.service import Predictor
 
@@ -52,12 +56,14 @@ def training_targets(path: Path) -> set[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="forward", help="model folder, or the shipped model's name")
     parser.add_argument("--train-tgt", required=True, help="the forward model's training targets, to leave out")
     parser.add_argument("--test", default=str(TEST), help="folder of reactants.txt and products.txt")
     parser.add_argument("--plain", type=int, default=900, help="reactions without stereo decoded as the reference")
     parser.add_argument("--augment", type=int, default=5)
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"))
     parser.add_argument("--out", help="JSON report")
+    parser.add_argument("--against", help="another model's report (this tool's, same --test and --plain) to compare with")
     args = parser.parse_args()
     torch.set_num_threads(1)
     reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
@@ -69,27 +75,57 @@ def main() -> None:
         group = "none" if not has_stereo(product) else "kept" if has_stereo(query) else "created"
         groups[group].append(i)
     left_out = len(products) - sum(map(len, groups.values()))
-    report: dict = {"test": Path(args.test).name, "left_out_as_trained_on": left_out, "augment": args.augment,
-                    "dtype": args.dtype}
+    report: dict = {"model": args.model, "test": Path(args.test).name, "left_out_as_trained_on": left_out,
+                    "augment": args.augment, "dtype": args.dtype}
     groups["none"] = groups["none"][:args.plain]
-    predictor = Predictor.load("forward", "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
+    predictor = Predictor.load(args.model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
     method, n_best = TASK_DEFAULTS["forward"]
     for name, lines in groups.items():
         results = predictor.predict([reactants[i] for i in lines], method=method, n_best=n_best,
                                     augment=args.augment)
-        exact = molecule = listed = 0
+        exact_each: list[int] = []
+        molecule = listed = 0
         for i, result in zip(lines, results):
             known = canonical_or_none(products[i])
             answers = result.predictions  # in rank order: the page's
             first = answers[0].smiles if answers else None
-            exact += first == known
+            exact_each.append(int(first == known))
             molecule += first is not None and without_stereo(first) == without_stereo(known)
             listed += any(p.smiles == known for p in answers)
-        report[name] = {"n": len(lines), "first_exact": exact, "first_right_molecule": molecule,
-                        f"within_{n_best}": listed, "refused": sum(not r.ok for r in results)}
-    print(json.dumps(report, indent=1))
+        report[name] = {"n": len(lines), "first_exact": sum(exact_each), "first_right_molecule": molecule,
+                        f"within_{n_best}": listed, "refused": sum(not r.ok for r in results),
+                        "lines": lines, "first_exact_each": exact_each}
+    print(json.dumps({key: {k: v for k, v in value.items() if not isinstance(v, list)} if isinstance(value, dict)
+                      else value for key, value in report.items()}, indent=1))
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        Path(args.out).write_text(report_text(report))
+    if args.against:
+        print(json.dumps(paired(json.loads(Path(args.against).read_text()), report), indent=1))
+
+
+def paired(old: dict, new: dict) -> dict:
+    """Two reports on the same reactions, group by group: first answers exact with the old model only and with
+    the new one only, and the exact McNemar p of the difference."""
+    out = {}
+    for group in ("kept", "created", "none"):
+        if old[group]["lines"] != new[group]["lines"]:
+            raise ValueError(f"the reports decoded other reactions in group {group!r}")
+        pairs = list(zip(old[group]["first_exact_each"], new[group]["first_exact_each"]))
+        only_old = sum(a and not b for a, b in pairs)
+        only_new = sum(b and not a for a, b in pairs)
+        out[group] = {"only_old": only_old, "only_new": only_new, "p": mcnemar_p(only_old, only_new)}
+    return out
+
+
+def report_text(report: dict) -> str:
+    """The report as indented JSON, each per-reaction list on one line."""
+    def item(key: str, value: object) -> str:
+        if isinstance(value, dict):
+            inner = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items())
+            return f" {json.dumps(key)}: {{\n{inner}\n }}"
+        return f" {json.dumps(key)}: {json.dumps(value)}"
+
+    return "{\n" + ",\n".join(item(key, value) for key, value in report.items()) + "\n}\n"
 
 
 if __name__ == "__main__":

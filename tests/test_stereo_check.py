@@ -1,0 +1,47 @@
+"""tools/stereo_check.py's report: written compactly, read back the same, and two reports compared reaction by
+reaction (the decoding itself needs the shipped model and USPTO-50K: the tool's own run)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("stereo_check", ROOT / "tools" / "stereo_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def report(kept: list[int], created: list[int], none: list[int]) -> dict:
+    groups = {name: {"n": len(each), "first_exact": sum(each), "lines": list(range(len(each))),
+                     "first_exact_each": each} for name, each in (("kept", kept), ("created", created), ("none", none))}
+    return {"model": "forward", "augment": 5, **groups}
+
+
+def test_the_report_reads_back_the_same_with_each_list_on_one_line(tool):
+    r = report([1, 0, 1], [0], [1, 1])
+    text = tool.report_text(r)
+    assert json.loads(text) == r
+    assert '"first_exact_each": [1, 0, 1]' in text
+
+
+def test_two_reports_are_compared_reaction_by_reaction(tool):
+    old = report([1] * 10 + [0] * 5, [0, 0], [1, 1, 0])
+    new = report([0] * 8 + [1] * 2 + [0] * 5, [0, 1], [1, 1, 0])
+    got = tool.paired(old, new)
+    assert (got["kept"]["only_old"], got["kept"]["only_new"]) == (8, 0)
+    assert got["kept"]["p"] == pytest.approx(2 / 2 ** 8)
+    assert (got["created"]["only_old"], got["created"]["only_new"], got["created"]["p"]) == (0, 1, 1.0)
+    assert got["none"] == {"only_old": 0, "only_new": 0, "p": 1.0}
+
+
+def test_reports_on_other_reactions_are_refused(tool):
+    old, new = report([1, 0], [0], [1]), report([1, 0], [0], [1])
+    new["kept"]["lines"] = [0, 2]
+    with pytest.raises(ValueError, match="kept"):
+        tool.paired(old, new)
