@@ -45,3 +45,14 @@ def test_reports_on_other_reactions_are_refused(tool):
     new["kept"]["lines"] = [0, 2]
     with pytest.raises(ValueError, match="kept"):
         tool.paired(old, new)
+
+
+def test_reactions_fall_in_groups_by_the_stereo_of_the_known_answer_and_of_the_query(tool):
+    reactants = ["C[C@H](N)C(=O)O.CC(=O)Cl", "CC(=O)C=C", "CCO.CC(=O)O", "C[C@@H](O)CC.CC(=O)Cl"]
+    products = ["C[C@H](NC(C)=O)C(=O)O", "C[C@H](O)C=C", "CCOC(C)=O", "CC[C@@H](C)OC(C)=O"]
+    forward = tool.group_lines(reactants, products, seen=set())
+    assert forward == {"kept": [0, 3], "created": [1], "none": [2]}
+    assert tool.group_lines(reactants, products, seen={"CCOC(C)=O", "CC[C@@H](C)OC(C)=O"}) == {
+        "kept": [0], "created": [1], "none": []}
+    # retro: the product is the query, the reactants the answer
+    assert tool.group_lines(products, reactants, seen=set()) == {"kept": [0, 3], "created": [], "none": [1, 2]}

@@ -1,21 +1,24 @@
-"""Does the forward model keep stereochemistry? USPTO-50K test reactions, read forward, as the Predict page reads them.
+"""Does a model keep stereochemistry? USPTO-50K test reactions, read as the Predict page reads them.
 
 python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--model forward] [--out REPORT.json]
     [--against bench/accuracy/forward_50k_stereo_int8.json]
+python3 tools/stereo_check.py --task retro [--model retro] [--plain 300] [--out REPORT.json]
 
 The USPTO-MIT test set holds no stereocentres, so the forward model's test figures say nothing about them.
-USPTO-50K's test reactions (GLN split, 5,007) do: here the reactants are the query and the product the known
-answer. A reaction whose product is among the model's training targets (--train-tgt: the `prepare-data --task
-forward` folder's train.tgt, the pool and the USPTO-MIT rows) is left out. The rest fall in three groups:
+USPTO-50K's test reactions (GLN split, 5,007) do. Forward, the reactants are the query and the product the
+known answer; a reaction whose product is among the model's training targets (--train-tgt: the `prepare-data
+--task forward` folder's train.tgt, the pool and the USPTO-MIT rows) is left out. Retro (--task retro), the
+product is the query and the reactants the known answer; the split is the retro model's own, so nothing is
+left out. The reactions fall in three groups by the known answer:
 
-  kept     the product has stereo (@, /, \\) and so do the reactants: the model has to carry it over
-  created  the product has stereo the reactants lack (an asymmetric step or a resolution the reaction
-           SMILES do not show): no model can know it from the query
-  none     no stereo in the product (the first --plain of them, in file order, as a reference)
+  kept     the answer has stereo (@, /, \\) and so does the query: the model has to carry it over
+  created  the answer has stereo the query lacks (forward: an asymmetric step or a resolution the reaction
+           SMILES do not show): the query does not show it
+  none     no stereo in the answer (the first --plain of them, in file order, as a reference)
 
-Per group: the first answer (the page's order) equal to the product, equal to it once stereo is removed from
-both (the right molecule, perhaps the wrong stereo), and the product within the answers. Beam search 5 and 5
-writings, as the page opens (methods.TASK_DEFAULTS). Prints one JSON object; the report also keeps each group's
+Per group: the first answer (the page's order) equal to the known one, equal to it once stereo is removed from
+both (the right molecules, perhaps the wrong stereo), and the known answer within the answers. Beam search and
+5 writings, as the page opens (methods.TASK_DEFAULTS: 5 answers forward, 10 retro). Prints one JSON object; the report also keeps each group's
 test lines and, per line, whether the first answer was the product, so that --against (another model's report)
 compares the two reaction by reaction: per group, the first answers exact with one model only, and the exact
 McNemar p, as `molspec compare` does for evaluate reports.
@@ -54,10 +57,22 @@ def training_targets(path: Path) -> set[str]:
         return {c for c in (canonical_or_none(line.strip()) for line in lines) if c}
 
 
+def group_lines(queries: list[str], knowns: list[str], seen: set[str]) -> dict[str, list[int]]:
+    """The test lines of each group (module docstring), leaving out those whose known answer is in seen."""
+    groups: dict[str, list[int]] = {"kept": [], "created": [], "none": []}
+    for i, (query, known) in enumerate(zip(queries, knowns)):
+        if canonical_or_none(known) in seen:
+            continue
+        group = "none" if not has_stereo(known) else "kept" if has_stereo(query) else "created"
+        groups[group].append(i)
+    return groups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="forward", help="model folder, or the shipped model's name")
-    parser.add_argument("--train-tgt", required=True, help="the forward model's training targets, to leave out")
+    parser.add_argument("--task", default="forward", choices=tuple(TASK_DEFAULTS))
+    parser.add_argument("--model", help="model folder, or the shipped model's name (default: the task's)")
+    parser.add_argument("--train-tgt", help="forward: the model's training targets, to leave out (required)")
     parser.add_argument("--test", default=str(TEST), help="folder of reactants.txt and products.txt")
     parser.add_argument("--plain", type=int, default=900, help="reactions without stereo decoded as the reference")
     parser.add_argument("--augment", type=int, default=5)
@@ -65,28 +80,27 @@ def main() -> None:
     parser.add_argument("--out", help="JSON report")
     parser.add_argument("--against", help="another model's report (this tool's, same --test and --plain) to compare with")
     args = parser.parse_args()
+    if args.task == "forward" and not args.train_tgt:
+        parser.error("--train-tgt is required for the forward model")
+    model = args.model or args.task
     torch.set_num_threads(1)
     reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
-    seen = training_targets(Path(args.train_tgt))
-    groups: dict[str, list[int]] = {"kept": [], "created": [], "none": []}
-    for i, (query, product) in enumerate(zip(reactants, products)):
-        if canonical_or_none(product) in seen:
-            continue
-        group = "none" if not has_stereo(product) else "kept" if has_stereo(query) else "created"
-        groups[group].append(i)
-    left_out = len(products) - sum(map(len, groups.values()))
-    report: dict = {"model": args.model, "test": Path(args.test).name, "left_out_as_trained_on": left_out,
+    queries, knowns = (reactants, products) if args.task == "forward" else (products, reactants)
+    seen = training_targets(Path(args.train_tgt)) if args.train_tgt else set()
+    groups = group_lines(queries, knowns, seen)
+    left_out = len(knowns) - sum(map(len, groups.values()))
+    report: dict = {"task": args.task, "model": model, "test": Path(args.test).name, "left_out_as_trained_on": left_out,
                     "augment": args.augment, "dtype": args.dtype}
     groups["none"] = groups["none"][:args.plain]
-    predictor = Predictor.load(args.model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
-    method, n_best = TASK_DEFAULTS["forward"]
+    predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
+    method, n_best = TASK_DEFAULTS[args.task]
     for name, lines in groups.items():
-        results = predictor.predict([reactants[i] for i in lines], method=method, n_best=n_best,
+        results = predictor.predict([queries[i] for i in lines], method=method, n_best=n_best,
                                     augment=args.augment)
         exact_each: list[int] = []
         molecule = listed = 0
         for i, result in zip(lines, results):
-            known = canonical_or_none(products[i])
+            known = canonical_or_none(knowns[i])
             answers = result.predictions  # in rank order: the page's
             first = answers[0].smiles if answers else None
             exact_each.append(int(first == known))
