@@ -18,10 +18,10 @@ left out. The reactions fall in three groups by the known answer:
 
 Per group: the first answer (the page's order) equal to the known one, equal to it once stereo is removed from
 both (the right molecules, perhaps the wrong stereo), and the known answer within the answers. Beam search and
-5 writings, as the page opens (methods.TASK_DEFAULTS: 5 answers forward, 10 retro). Prints one JSON object; the report also keeps each group's
-test lines and, per line, whether the first answer was the product, so that --against (another model's report)
-compares the two reaction by reaction: per group, the first answers exact with one model only, and the exact
-McNemar p, as `molspec compare` does for evaluate reports.
+5 writings, as the page opens (methods.TASK_DEFAULTS: 5 answers forward, 10 retro). Prints one JSON object.
+The report also keeps each group's test lines and, per line, whether the first answer was the known one, so
+that --against (another model's report) compares the two reaction by reaction: per group, the first answers
+exact with one model only, and the exact McNemar p, as `molspec compare` does for evaluate reports.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--augment", type=int, default=5)
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"))
     parser.add_argument("--out", help="JSON report")
-    parser.add_argument("--against", help="another model's report (this tool's, same --test and --plain) to compare with")
+    parser.add_argument("--against", help="another model's report (this tool's, same --task, --test and --plain)")
     args = parser.parse_args()
     if args.task == "forward" and not args.train_tgt:
         parser.error("--train-tgt is required for the forward model")
@@ -89,8 +89,8 @@ def main() -> None:
     seen = training_targets(Path(args.train_tgt)) if args.train_tgt else set()
     groups = group_lines(queries, knowns, seen)
     left_out = len(knowns) - sum(map(len, groups.values()))
-    report: dict = {"task": args.task, "model": model, "test": Path(args.test).name, "left_out_as_trained_on": left_out,
-                    "augment": args.augment, "dtype": args.dtype}
+    report: dict = {"task": args.task, "model": model, "test": Path(args.test).name,
+                    "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
     groups["none"] = groups["none"][:args.plain]
     predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
     method, n_best = TASK_DEFAULTS[args.task]
