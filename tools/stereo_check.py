@@ -57,9 +57,12 @@ def training_targets(path: Path) -> set[str]:
         return {c for c in (canonical_or_none(line.strip()) for line in lines) if c}
 
 
+GROUPS = ("kept", "created", "none")  # the module docstring says which reactions each holds
+
+
 def group_lines(queries: list[str], knowns: list[str], seen: set[str]) -> dict[str, list[int]]:
     """The test lines of each group (module docstring), leaving out those whose known answer is in seen."""
-    groups: dict[str, list[int]] = {"kept": [], "created": [], "none": []}
+    groups: dict[str, list[int]] = {group: [] for group in GROUPS}
     for i, (query, known) in enumerate(zip(queries, knowns)):
         if canonical_or_none(known) in seen:
             continue
@@ -92,6 +95,9 @@ def main() -> None:
     report: dict = {"task": args.task, "model": model, "test": Path(args.test).name,
                     "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
     groups["none"] = groups["none"][:args.plain]
+    against = json.loads(Path(args.against).read_text()) if args.against else None
+    if against:
+        check_same_reactions(against, groups)  # before decoding, not after minutes of it
     predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
     method, n_best = TASK_DEFAULTS[args.task]
     for name, lines in groups.items():
@@ -113,17 +119,23 @@ def main() -> None:
                       else value for key, value in report.items()}, indent=1))
     if args.out:
         Path(args.out).write_text(report_text(report))
-    if args.against:
-        print(json.dumps(paired(json.loads(Path(args.against).read_text()), report), indent=1))
+    if against:
+        print(json.dumps(paired(against, report), indent=1))
+
+
+def check_same_reactions(old: dict, groups: dict[str, list[int]]) -> None:
+    """A ValueError unless the old report decoded these test lines in each group."""
+    for group in GROUPS:
+        if old[group]["lines"] != groups[group]:
+            raise ValueError(f"the reports decoded other reactions in group {group!r}")
 
 
 def paired(old: dict, new: dict) -> dict:
     """Two reports on the same reactions, group by group: first answers exact with the old model only and with
     the new one only, and the exact McNemar p of the difference."""
+    check_same_reactions(old, {group: new[group]["lines"] for group in GROUPS})
     out = {}
-    for group in ("kept", "created", "none"):
-        if old[group]["lines"] != new[group]["lines"]:
-            raise ValueError(f"the reports decoded other reactions in group {group!r}")
+    for group in GROUPS:
         pairs = list(zip(old[group]["first_exact_each"], new[group]["first_exact_each"]))
         only_old = sum(a and not b for a, b in pairs)
         only_new = sum(b and not a for a, b in pairs)
