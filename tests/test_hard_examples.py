@@ -1,0 +1,84 @@
+"""tools/hard_examples.py: which pairs the hard-example folder holds, on a tiny prepare-data folder (the mining
+itself is `evaluate --index`, tested with evaluate)."""
+import importlib.util
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from molspec_core.data import Pair, load_arrays, write_splits
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("hard_examples", ROOT / "tools" / "hard_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# three reactions in 4, 2 and 3 writings; the second and third share no product with the first
+REACTIONS = {"CCO": ["CC.O", "O.CC", "C(C).O", "O.C(C)"], "CCN": ["CC.N", "N.CC"], "CCCl": ["CC.Cl", "Cl.CC", "C(C).Cl"]}
+
+
+def folder(path: Path, train: list[Pair], augment: int = 4) -> Path:
+    write_splits(path, {"train": train, "val": train[:2], "test": train[:1]}, {"task": "forward", "augment": augment})
+    return path
+
+
+@pytest.fixture()
+def mit(tmp_path: Path) -> Path:
+    return folder(tmp_path / "mit", [Pair(s, t) for t, srcs in REACTIONS.items() for s in srcs])
+
+
+def mined(firsts: list[int | None]) -> dict:
+    return {"model": "m", "n_best": 1, "augment": 1, "first_right": {"model_order": firsts}}
+
+
+def test_starts_are_the_first_line_of_each_reaction(tool):
+    assert tool.reaction_starts(["a", "a", "b", "b", "b", "a"]) == [0, 2, 5]
+    assert tool.reaction_starts([]) == []
+
+
+def test_wrong_reactions_keep_every_writing_and_right_ones_a_few(tool, mit, tmp_path):
+    # reaction 1 right, 2 refused (counts as wrong), 3 right
+    stats = tool.build(mit, mined([1, None, 1]), tmp_path / "hard", right_writings=2)
+    got = Counter(Pair(s, t) for s, t in zip((tmp_path / "hard/train.src").read_text().split(),
+                                             (tmp_path / "hard/train.tgt").read_text().split()))
+    assert all(got[Pair(s, "CCN")] == 1 for s in REACTIONS["CCN"])
+    by_target = Counter(p.tgt for p in got.elements())
+    assert by_target == {"CCO": 2, "CCN": 2, "CCCl": 2}
+    assert all(p.src in REACTIONS[p.tgt] for p in got)
+    assert (stats["reactions"], stats["wrong_reactions"], stats["hard_pairs"], stats["replay_pairs"]) == (3, 1, 6, 0)
+    # the folder trains: the same vocabulary, arrays of every pair, the source's validation split
+    assert (tmp_path / "hard/vocab.json").read_text() == (mit / "vocab.json").read_text()
+    assert len(load_arrays(tmp_path / "hard/train.npz")[0]) == 6
+    assert (tmp_path / "hard/val.src").read_text() == (mit / "val.src").read_text()
+    assert json.loads((tmp_path / "hard/stats.json").read_text())["augment"] == 4
+
+
+def test_replay_adds_pool_pairs_in_the_given_ratio(tool, mit, tmp_path):
+    pool = folder(tmp_path / "pool", [Pair("C" * (i + 5) + ".O", "CCO") for i in range(40)], augment=5)
+    stats = tool.build(mit, mined([None, None, 1]), tmp_path / "hard", right_writings=1, replay=pool,
+                       replay_ratio=2.0, seed=3)
+    srcs = (tmp_path / "hard/train.src").read_text().split()
+    assert (stats["hard_pairs"], stats["replay_pairs"], stats["train"]) == (7, 14, 21)
+    replayed = [s for s in srcs if s.startswith("CCCCC")]  # the pool's sources, none of them the reactions'
+    assert len(replayed) == len(set(replayed)) == 14  # drawn without putting back
+    assert len(srcs) - len(replayed) == 7
+
+
+def test_a_report_of_other_queries_is_refused(tool, mit, tmp_path):
+    with pytest.raises(ValueError, match="holds 2 queries"):
+        tool.build(mit, mined([1, 1]), tmp_path / "hard")
+    with pytest.raises(ValueError, match="one answer from one writing"):
+        tool.build(mit, {**mined([1, 1, 1]), "augment": 5}, tmp_path / "hard")
+
+
+def test_the_same_seed_writes_the_same_folder(tool, mit, tmp_path):
+    for name in ("a", "b"):
+        tool.build(mit, mined([1, None, 1]), tmp_path / name, right_writings=2, seed=7)
+    assert (tmp_path / "a/train.src").read_text() == (tmp_path / "b/train.src").read_text()

@@ -1,0 +1,112 @@
+"""Fine-tune data from the training reactions a model still gets wrong, with the pool replayed beside them.
+
+python3 tools/hard_examples.py starts --data data/forward_mit_rooted10 --out starts.txt
+python3 -m molspec_core evaluate --model MODEL --src data/forward_mit_rooted10/train.src \
+    --tgt data/forward_mit_rooted10/train.tgt --index starts.txt --method spec-auto --out mined.json
+python3 tools/hard_examples.py build --data data/forward_mit_rooted10 --mined mined.json \
+    [--replay data/forward --replay-ratio 1] --out data/forward_mit_hard_replay
+
+A `prepare-data` folder writes each training reaction's writings on consecutive lines with one target, the
+reaction's product (`data.in_rooted_writings`). `starts` writes the first line of each reaction, the line
+`evaluate --index` mines from: one greedy answer per reaction, the model's own first writing. `build` reads the
+mined report (its per-query `first_right`) and writes a folder `molspec_core.train` reads:
+
+  wrong reactions  every writing (refused queries count as wrong: a token outside the vocabulary)
+  right reactions  --right-writings random writings each (3), so what the model knows stays in view
+  replay           --replay-ratio times as many pairs again drawn at random from --replay's train split
+                   (the whole pool, `prepare-data --task forward`), so that the pool's chemistry, most of all
+                   its stereo, stays in view (the USPTO-MIT rows carry none; forward card, CPU runs 36-39)
+
+The validation and test splits and the vocabulary are --data's, so the model's vocabulary does not change.
+Sessions 46-47 did this with scratch scripts (forward card, CPU runs 36, 38 and 39); this is their recipe.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from molspec_core.data import Pair, read_lines, write_splits
+from molspec_core.tokenizer import Vocab
+
+
+def reaction_starts(targets: list[str]) -> list[int]:
+    """First line of each run of equal targets: each reaction's writings, in a prepare-data folder."""
+    return [i for i, tgt in enumerate(targets) if i == 0 or tgt != targets[i - 1]]
+
+
+def wrong_reactions(mined: dict, n_reactions: int) -> list[bool]:
+    """Per reaction, whether the mined greedy answer missed (or the query was refused)."""
+    if mined.get("augment", 1) != 1 or mined.get("n_best", 1) != 1:
+        raise ValueError("mine with one answer from one writing (evaluate --method spec-auto, no --augment)")
+    firsts = mined["first_right"]["model_order"]
+    if len(firsts) != n_reactions:
+        raise ValueError(f"the report holds {len(firsts)} queries; the folder holds {n_reactions} reactions "
+                         "(mine with `starts`' index on the same folder)")
+    return [first != 1 for first in firsts]
+
+
+def split(folder: Path, name: str) -> list[Pair]:
+    return [Pair(s, t) for s, t in zip(read_lines(folder / f"{name}.src"), read_lines(folder / f"{name}.tgt"))]
+
+
+def hard_pairs(train: list[Pair], wrong: list[bool], right_writings: int, rng: random.Random) -> list[Pair]:
+    starts = reaction_starts([p.tgt for p in train]) + [len(train)]
+    out: list[Pair] = []
+    for r, missed in enumerate(wrong):
+        writings = train[starts[r]:starts[r + 1]]
+        out += writings if missed else rng.sample(writings, min(right_writings, len(writings)))
+    return out
+
+
+def build(data: Path, mined: dict, out: Path, right_writings: int = 3, replay: Path | None = None,
+          replay_ratio: float = 1.0, seed: int = 0) -> dict:
+    train = split(data, "train")
+    wrong = wrong_reactions(mined, len(reaction_starts([p.tgt for p in train])))
+    rng = random.Random(seed)
+    pairs = hard_pairs(train, wrong, right_writings, rng)
+    n_hard = len(pairs)
+    if replay is not None:
+        pool = split(replay, "train")
+        pairs += rng.sample(pool, min(len(pool), round(replay_ratio * n_hard)))
+    rng.shuffle(pairs)
+    source = json.loads((data / "stats.json").read_text())
+    stats = {"task": "forward", "data": f"hard examples of {data}" + (f", {replay} replayed" if replay else ""),
+             "mined_model": mined.get("model"), "mined_weights": mined.get("weights"),
+             "reactions": len(wrong), "wrong_reactions": sum(wrong), "right_writings": right_writings,
+             "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
+             "seed": seed, "augment": source.get("augment", 1), "train": len(pairs)}
+    splits = {"train": pairs, "val": split(data, "val"), "test": split(data, "test")}
+    stats.update(val=len(splits["val"]), test=len(splits["test"]))
+    write_splits(out, splits, stats, Vocab.load(data / "vocab.json"))
+    return stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("starts", help="write the first line of each training reaction (for evaluate --index)")
+    s.add_argument("--data", type=Path, required=True)
+    s.add_argument("--out", type=Path, required=True)
+    b = sub.add_parser("build", help="write the hard examples (and the replay) as a training folder")
+    b.add_argument("--data", type=Path, required=True, help="the prepare-data folder that was mined")
+    b.add_argument("--mined", type=Path, required=True, help="evaluate's report on `starts`' index")
+    b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--right-writings", type=int, default=3)
+    b.add_argument("--replay", type=Path, default=None, help="a prepare-data folder whose train pairs to replay")
+    b.add_argument("--replay-ratio", type=float, default=1.0, help="replayed pairs per hard pair")
+    b.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.command == "starts":
+        starts = reaction_starts(read_lines(args.data / "train.tgt"))
+        args.out.write_text("".join(f"{i}\n" for i in starts))
+        print(f"{len(starts)} reactions")
+    else:
+        stats = build(args.data, json.loads(args.mined.read_text()), args.out, args.right_writings, args.replay,
+                      args.replay_ratio, args.seed)
+        print(json.dumps(stats, indent=2))
+
+
+if __name__ == "__main__":
+    main()
