@@ -20,8 +20,9 @@ def tool():
     return module
 
 
-# three reactions in 4, 2 and 3 writings; the second and third share no product with the first
-REACTIONS = {"CCO": ["CC.O", "O.CC", "C(C).O", "O.C(C)"], "CCN": ["CC.N", "N.CC"], "CCCl": ["CC.Cl", "Cl.CC", "C(C).Cl"]}
+# three reactions (product: its writings) in 4, 2 and 3 writings
+REACTIONS = {"CCO": ["CC.O", "O.CC", "C(C).O", "O.C(C)"], "CCN": ["CC.N", "N.CC"],
+             "CCCl": ["CC.Cl", "Cl.CC", "C(C).Cl"]}
 
 
 def folder(path: Path, train: list[Pair], augment: int = 4) -> Path:
@@ -76,6 +77,9 @@ def test_a_report_of_other_queries_is_refused(tool, mit, tmp_path):
         tool.build(mit, mined([1, 1]), tmp_path / "hard")
     with pytest.raises(ValueError, match="one answer from one writing"):
         tool.build(mit, {**mined([1, 1, 1]), "augment": 5}, tmp_path / "hard")
+    with pytest.raises(ValueError, match="not .*train.src"):
+        tool.build(mit, {**mined([1, 1, 1]), "src": str(mit / "val.src")}, tmp_path / "hard")
+    tool.build(mit, {**mined([1, 1, 1]), "src": str(mit / "train.src")}, tmp_path / "hard")  # its own: accepted
 
 
 def test_the_same_seed_writes_the_same_folder(tool, mit, tmp_path):

@@ -36,8 +36,10 @@ def reaction_starts(targets: list[str]) -> list[int]:
     return [i for i, tgt in enumerate(targets) if i == 0 or tgt != targets[i - 1]]
 
 
-def wrong_reactions(mined: dict, n_reactions: int) -> list[bool]:
+def wrong_reactions(mined: dict, data: Path, n_reactions: int) -> list[bool]:
     """Per reaction, whether the mined greedy answer missed (or the query was refused)."""
+    if "src" in mined and Path(mined["src"]).resolve() != (data / "train.src").resolve():
+        raise ValueError(f"the report mined {mined['src']}, not {data / 'train.src'}")
     if mined.get("augment", 1) != 1 or mined.get("n_best", 1) != 1:
         raise ValueError("mine with one answer from one writing (evaluate --method spec-auto, no --augment)")
     firsts = mined["first_right"]["model_order"]
@@ -51,8 +53,9 @@ def split(folder: Path, name: str) -> list[Pair]:
     return [Pair(s, t) for s, t in zip(read_lines(folder / f"{name}.src"), read_lines(folder / f"{name}.tgt"))]
 
 
-def hard_pairs(train: list[Pair], wrong: list[bool], right_writings: int, rng: random.Random) -> list[Pair]:
-    starts = reaction_starts([p.tgt for p in train]) + [len(train)]
+def hard_pairs(train: list[Pair], starts: list[int], wrong: list[bool], right_writings: int,
+               rng: random.Random) -> list[Pair]:
+    starts = starts + [len(train)]
     out: list[Pair] = []
     for r, missed in enumerate(wrong):
         writings = train[starts[r]:starts[r + 1]]
@@ -63,9 +66,10 @@ def hard_pairs(train: list[Pair], wrong: list[bool], right_writings: int, rng: r
 def build(data: Path, mined: dict, out: Path, right_writings: int = 3, replay: Path | None = None,
           replay_ratio: float = 1.0, seed: int = 0) -> dict:
     train = split(data, "train")
-    wrong = wrong_reactions(mined, len(reaction_starts([p.tgt for p in train])))
+    starts = reaction_starts([p.tgt for p in train])
+    wrong = wrong_reactions(mined, data, len(starts))
     rng = random.Random(seed)
-    pairs = hard_pairs(train, wrong, right_writings, rng)
+    pairs = hard_pairs(train, starts, wrong, right_writings, rng)
     n_hard = len(pairs)
     if replay is not None:
         pool = split(replay, "train")
