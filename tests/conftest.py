@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 import random
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -21,6 +23,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 SHARED_BENCH = ROOT.parent / "shared" / "bench"
 FORWARD_MODEL = ROOT / "models" / "forward"
+
+def load_tool(name: str) -> ModuleType:
+    """A script of tools/ (not a package) loaded as a module, for its tests."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 needs_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"USPTO data not found at {SHARED_DATA}")
 

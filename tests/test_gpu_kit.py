@@ -1,7 +1,6 @@
 """tools/gpu_kit.py rehearsed on CPU: pack the data, train, collect an export into parts the device
 can return, unpack it here, decode the test ids without RDKit and score the n-best file."""
 import gzip
-import importlib.util
 import json
 import math
 import shutil
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import load_tool
 from molspec_core.chem import canonical
 from molspec_core.data import Pair, write_splits
 from molspec_core.tokenizer import Vocab
@@ -22,9 +22,7 @@ PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair
 
 @pytest.fixture
 def kit(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("gpu_kit", ROOT / "tools" / "gpu_kit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_tool("gpu_kit")
     monkeypatch.setattr(module, "GPU_DIR", tmp_path / "gpu")
     monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(module, "PART_BYTES", 20_000)  # several parts even for a tiny model

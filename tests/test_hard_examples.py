@@ -1,23 +1,18 @@
 """tools/hard_examples.py: which pairs the hard-example folder holds, on a tiny prepare-data folder (the mining
 itself is `evaluate --index`, tested with evaluate)."""
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from conftest import load_tool
 from molspec_core.data import Pair, load_arrays, write_splits
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("hard_examples", ROOT / "tools" / "hard_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("hard_examples")
 
 
 # three reactions (product: its writings) in 4, 2 and 3 writings

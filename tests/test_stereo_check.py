@@ -1,20 +1,15 @@
 """tools/stereo_check.py's report: written compactly, read back the same, and two reports compared reaction by
 reaction (the decoding itself needs the shipped model and USPTO-50K: the tool's own run)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_tool
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("stereo_check", ROOT / "tools" / "stereo_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("stereo_check")
 
 
 def report(kept: list[int], created: list[int], none: list[int]) -> dict:
