@@ -24,6 +24,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 SHARED_BENCH = ROOT.parent / "shared" / "bench"
 FORWARD_MODEL = ROOT / "models" / "forward"
 
+
 def load_tool(name: str) -> ModuleType:
     """A script of tools/ (not a package) loaded as a module, for its tests."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")

@@ -50,7 +50,8 @@ def wrong_reactions(mined: dict, data: Path, n_reactions: int) -> list[bool]:
 
 
 def split(folder: Path, name: str) -> list[Pair]:
-    return [Pair(s, t) for s, t in zip(read_lines(folder / f"{name}.src"), read_lines(folder / f"{name}.tgt"))]
+    sources, targets = read_lines(folder / f"{name}.src"), read_lines(folder / f"{name}.tgt")
+    return [Pair(s, t) for s, t in zip(sources, targets, strict=True)]  # files of unequal length: an error
 
 
 def hard_pairs(train: list[Pair], starts: list[int], wrong: list[bool], right_writings: int,
@@ -76,7 +77,7 @@ def build(data: Path, mined: dict, out: Path, right_writings: int = 3, replay: P
         pairs += rng.sample(pool, min(len(pool), round(replay_ratio * n_hard)))
     rng.shuffle(pairs)
     source = json.loads((data / "stats.json").read_text())
-    stats = {"task": "forward", "data": f"hard examples of {data}" + (f", {replay} replayed" if replay else ""),
+    stats = {"task": source["task"], "data": f"hard examples of {data}" + (f", {replay} replayed" if replay else ""),
              "mined_model": mined.get("model"), "mined_weights": mined.get("weights"),
              "reactions": len(wrong), "wrong_reactions": sum(wrong), "right_writings": right_writings,
              "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
