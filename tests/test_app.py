@@ -825,6 +825,17 @@ def test_models_page_renders_a_model_card(copy_models, monkeypatch):
     assert any("Copies its input" in m.value for m in at.markdown)
 
 
+def test_a_models_facts_say_when_its_weights_are_a_mean(tmp_path):
+    from views.models import facts
+
+    config = {"task": "forward", "data_stats": {"train": 1234}}
+    plain = dict(facts(tmp_path, config).values.tolist())
+    assert plain["Training pairs, last run (see the card)"] == "1,234" and "Weights averaged" not in plain
+    mean = dict(facts(tmp_path, {**config, "averaged_from": ["runs/a", "runs/b"]}).values.tolist())
+    assert mean["Training pairs, first averaged run (see the card)"] == "1,234"
+    assert mean["Weights averaged"] == "the mean of 2 models' weights (see the card)"
+
+
 def test_bar_labels_stand_on_end_only_when_bars_are_narrow():
     from views.benchmark import NARROW_BARS, _bars
 

@@ -50,8 +50,12 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
         ("Weights", f"{len(weights)} safetensors file(s), {sum(p.stat().st_size for p in weights) / 2**20:.1f} MB"),
     ]
     data = config.get("data_stats") or {}
+    averaged = config.get("averaged_from") or []  # checkpoint.average: the config is the first folder's
     if "train" in data:
-        rows.append(("Training pairs, last run (see the card)", f"{data['train']:,}"))
+        run = "first averaged run" if averaged else "last run"
+        rows.append((f"Training pairs, {run} (see the card)", f"{data['train']:,}"))
+    if averaged:
+        rows.append(("Weights averaged", f"the mean of {len(averaged)} models' weights (see the card)"))
     return pd.DataFrame(rows, columns=["fact", "value"])
 
 
