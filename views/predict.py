@@ -269,7 +269,9 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                 columns[1].metric("Confidence", f"{prediction.confidence:.0%}",
                                   help="The share of right answers among validation answers with a score like this "
                                        "one (the Models page shows how well it holds). The model's own probability "
-                                       f"of this answer{pooled} is {common.format_probability(prediction.score)}.")
+                                       f"of this answer{pooled} is {common.format_probability(prediction.score)}. "
+                                       "Each answer's confidence is judged on its own, so a list's can add up to "
+                                       "more than 100%.")
             elif writings > 1:
                 columns[1].metric("Probability", common.format_probability(prediction.score),
                                   help=f"The model's probability of this answer pooled over the {writings} writings "
