@@ -17,6 +17,13 @@ answer that some writings did not give scores 0 there, where beam search's lists
 down (session 43: the beam fit of the forward model's pooled answers judged greedy's with an ECE of
 0.105, its answers a fifth less sure than they were right). So each kind has its own files
 (`file_name`), and sampling and lossy methods, whose answers no fit was made for, get none.
+
+A score also maps to right answers differently at the top of a list than below it: one map for all answers
+made the forward model's first answers a little too unsure and its second ones too sure (session 50, beam 5 in
+5 writings: rank 1 said 0.755 where 0.767 were right, rank 2 0.088 for 0.062), and half its lists added up to
+more than 100%. So a fit holds two maps where it has enough answers for both (MIN_REST): one for the first
+valid answer in the model's order, one for the rest (`Calibration.confidence`'s rank). Files from before
+hold one map, used for every rank.
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ if TYPE_CHECKING:  # the service loads a model's calibration, so this module can
 FILE = "calibration.json"
 FIT_SHARE = 2 / 3  # of the validation queries fit the map; the rest judge it
 N_BINS = 10
+MIN_REST = 100  # fitted answers below rank 1 needed for a map of their own; with fewer, one map serves all
 
 
 @dataclass(frozen=True)
@@ -54,11 +62,17 @@ class Calibration:
     reliability: tuple[tuple[float, float, int], ...]  # per bin: (mean confidence, share right, answers)
     augment: int = 1  # writings of each query read (1: the query alone); files from before it hold 1
     pool_power: float = 1.0  # the pooling rule of those writings (service.POOL_POWER); before it: 1, the mean
+    # The map for answers below the first (rank 2 on); empty: edges/values serve every rank (files from before it).
+    rest_edges: tuple[float, ...] = ()
+    rest_values: tuple[float, ...] = ()
+    ece_by_rank: tuple[float | None, float | None] = (None, None)  # ECE of first answers and of the rest, checked
 
-    def confidence(self, score: float) -> float:
-        """The calibrated chance that an answer with this summed log-prob is right."""
-        i = bisect.bisect_right(self.edges, score) - 1
-        return self.values[max(i, 0)]
+    def confidence(self, score: float, rank: int = 1) -> float:
+        """The calibrated chance that an answer with this summed log-prob is right, where `rank` is its place
+        among the valid answers to its query in the model's order (1: the first; QueryResult.in_model_order)."""
+        edges, values = (self.rest_edges, self.rest_values) if rank > 1 and self.rest_edges else (self.edges, self.values)
+        i = bisect.bisect_right(edges, score) - 1
+        return values[max(i, 0)]
 
 
 def isotonic_steps(scores: Sequence[float], right: Sequence[bool], shrink: bool = False
@@ -180,20 +194,33 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
     require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
     n_fit = check_share(len(answers))
-    fitted = [a for query in answers[:n_fit] for a in query]
-    checked = [a for query in answers[n_fit:] for a in query]
+    fitted = [(rank, a) for query in answers[:n_fit] for rank, a in enumerate(query, start=1)]
+    checked = [(rank, a) for query in answers[n_fit:] for rank, a in enumerate(query, start=1)]
     if not fitted or not checked:
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
     from .service import POOL_POWER
 
-    edges, values = isotonic_steps([s for s, _ in fitted], [r for _, r in fitted], shrink=True)
+    rest = [a for rank, a in fitted if rank > 1]
+    two_maps = len(rest) >= MIN_REST
+    edges, values = steps([a for rank, a in fitted if rank == 1 or not two_maps])
+    rest_edges, rest_values = steps(rest) if two_maps else ((), ())
     draft = Calibration(weights_fingerprint(predictor.path), method, n_best, n_fit, len(answers) - n_fit,
-                        tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0)
-    right = [r for _, r in checked]
-    ece, table = reliability([draft.confidence(s) for s, _ in checked], right)
-    ece_raw, _ = reliability([math.exp(s) for s, _ in checked], right)
-    return Calibration(**{**asdict(draft), "ece": ece, "ece_raw": ece_raw,
+                        tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0,
+                        tuple(rest_edges), tuple(rest_values))
+    confidences = [draft.confidence(s, rank) for rank, (s, _) in checked]
+    right = [r for _, (_, r) in checked]
+    ece, table = reliability(confidences, right)
+    ece_raw, _ = reliability([math.exp(s) for _, (s, _) in checked], right)
+    firsts = [(c, r) for c, r, (rank, _) in zip(confidences, right, checked) if rank == 1]
+    below = [(c, r) for c, r, (rank, _) in zip(confidences, right, checked) if rank > 1]
+    by_rank = tuple(reliability([c for c, _ in rows], [r for _, r in rows])[0] if rows else None for rows in (firsts, below))
+    return Calibration(**{**asdict(draft), "ece": ece, "ece_raw": ece_raw, "ece_by_rank": by_rank,
                           "reliability": tuple(tuple(row) for row in table)})
+
+
+def steps(answers: Sequence[tuple[float, bool]]) -> tuple[list[float], list[float]]:
+    """The shrunk isotonic map (isotonic_steps) of (score, right) answers."""
+    return isotonic_steps([s for s, _ in answers], [r for _, r in answers], shrink=True)
 
 
 def require_pairs(sources: Sequence[str], targets: Sequence[str], what: str) -> None:
@@ -222,10 +249,10 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
                          f"({file_name(augment, kind)}, fitted for these weights)")
     n_fit = check_share(len(sources))
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
-    flat = [a for query in answers for a in query]
+    flat = [(rank, a) for query in answers for rank, a in enumerate(query, start=1)]
     if not flat:
         raise ValueError("the model gave no answer to judge its calibration with")
-    ece, _ = reliability([fitted.confidence(s) for s, _ in flat], [r for _, r in flat])
+    ece, _ = reliability([fitted.confidence(s, rank) for rank, (s, _) in flat], [r for _, (_, r) in flat])
     return fitted, ece, len(answers)
 
 
@@ -233,6 +260,9 @@ def save(calibration: Calibration, folder: str | Path) -> Path:
     path = Path(folder) / file_name(calibration.augment, require_kind(calibration.method))
     path.write_text(json.dumps(asdict(calibration), indent=1) + "\n")
     return path
+
+
+TUPLES = ("edges", "values", "rest_edges", "rest_values", "ece_by_rank")  # JSON lists read back as the tuples they were
 
 
 def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibration | None:
@@ -244,7 +274,7 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    calibration = Calibration(**{**data, "edges": tuple(data["edges"]), "values": tuple(data["values"]),
+    calibration = Calibration(**{**data, **{key: tuple(data[key]) for key in TUPLES if key in data},
                                  "reliability": tuple(tuple(row) for row in data["reliability"])})
     if calibration.fingerprint != weights_fingerprint(folder) or kind_of(calibration.method) != kind:
         return None

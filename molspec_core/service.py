@@ -265,6 +265,18 @@ def other_writings(canonical: str, n: int, vocab: Vocab, max_tokens: int) -> lis
     return writings
 
 
+def with_confidence(predictions: Sequence[Prediction], calibration: Calibration | None) -> list[Prediction]:
+    """Answers in the model's order (one per molecule set), each valid one given `calibration`'s confidence
+    for its score at its place among the valid ones (Calibration.confidence's rank, as calibration.collect
+    fits it); invalid ones, and all without a calibration, None."""
+    given, valid = [], 0
+    for prediction in predictions:
+        valid += prediction.valid
+        confidence = calibration.confidence(prediction.score, valid) if calibration and prediction.valid else None
+        given.append(dataclasses.replace(prediction, confidence=confidence))
+    return given
+
+
 def rank_answers(predictions: Sequence[Prediction]) -> tuple[Prediction, ...]:
     """A chemist reads the list top down: sane answers first, then flagged ones (they repeat the query,
     keep a reactant unchanged, ...), then unreadable ones; the model's order is kept within each."""
@@ -683,7 +695,7 @@ class Predictor:
         stats = DecodeStats()
         for view, result in read:
             stats.add(result.stats)
-            given_here = self._predictions(view, result, None, canonical.canonical)
+            given_here = self._predictions(view, result, canonical.canonical)
             answers.append([(p.smiles, p.score) for p in given_here])
             for p in given_here:
                 first.setdefault(p.smiles, (p, view))
@@ -696,27 +708,25 @@ class Predictor:
             prediction, where = first[smiles]
             predictions.append(dataclasses.replace(
                 prediction, rank=rank, model_rank=rank, score=score, views=count,
-                confidence=calibration.confidence(score) if calibration and prediction.valid else None,
                 source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids)))
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
-                           rank_answers(predictions), stats, method, dtype=self.dtype)
+                           rank_answers(with_confidence(predictions, calibration)), stats, method, dtype=self.dtype)
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
-                           rank_answers(fold_repeats(self._predictions(query, result, self.calibration_for(method)))),
+                           rank_answers(with_confidence(fold_repeats(self._predictions(query, result)),
+                                                        self.calibration_for(method))),
                            result.stats, method, dtype=self.dtype)
 
-    def _predictions(self, query: _Query, result: DecodeResult, calibration: Calibration | None,
-                     judged_against: str = "") -> list[Prediction]:
+    def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "") -> list[Prediction]:
         """A decode's hypotheses as answers, in the model's order, checked (against the canonical query,
-        `judged_against` when `query` is another writing of it) and given `calibration`'s confidence."""
+        `judged_against` when `query` is another writing of it); no confidence yet (with_confidence)."""
         predictions = []
         for rank, hyp in enumerate(result.hypotheses, start=1):
             tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
             concerns = answer_concerns(canon, judged_against or query.canonical, self.task) if canon else ()
-            confidence = calibration.confidence(hyp.score) if calibration and canon else None
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
-                                          hyp.provenance, hyp.finished, concerns, rank, confidence=confidence))
+                                          hyp.provenance, hyp.finished, concerns, rank))
         return predictions

@@ -46,6 +46,15 @@ def test_isotonic_fit_keeps_the_share_of_right_answers_and_never_decreases():
     assert cal.confidence(-99) == values[0] and cal.confidence(99) == values[-1]
 
 
+def test_first_answers_and_the_rest_take_their_own_map_and_old_files_one_map_for_all():
+    two = calibration.Calibration("", "beam", 5, 1, 1, (-9.0, -1.0), (0.2, 0.8), 0, 0, (),
+                                  rest_edges=(-9.0, -3.0), rest_values=(0.01, 0.1))
+    assert [two.confidence(-0.5, rank) for rank in (1, 2, 5)] == [0.8, 0.1, 0.1]
+    assert [two.confidence(-5.0, rank) for rank in (1, 2)] == [0.2, 0.01]
+    one = calibration.Calibration("", "beam", 5, 1, 1, (-9.0, -1.0), (0.2, 0.8), 0, 0, ())
+    assert [one.confidence(-0.5, rank) for rank in (1, 2, 5)] == [0.8, 0.8, 0.8]
+
+
 def test_reliability_bins_and_expected_calibration_error():
     ece, table = reliability([0.1, 0.9, 0.95, 0.05], [False, True, True, True])
     assert table == [(0.05, 1.0, 1), (0.1, 0.0, 1), (pytest.approx(0.925), 1.0, 2)]
@@ -71,6 +80,37 @@ def test_fit_save_load_and_stale_weights(tmp_path):
     weights = next(folder.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes() + b" ")  # other weights: the calibration no longer applies
     assert calibration.load(folder) is None
+
+
+def test_a_fit_with_enough_answers_below_the_first_maps_them_apart_and_predict_uses_each_answers_rank(
+        tmp_path, monkeypatch):
+    import json
+
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "data_stats": {"augment": 5}}))  # reads many writings
+    copier = Predictor.load(folder, device="cpu")
+    # the copy model gives these two a second, wrong answer (from one writing and pooled over two, in turn):
+    # both are fitted (first four) and judged (last two)
+    two_answers = {1: "CCOc1ccccc1", 2: "OCCOc1ccccc1"}
+    queries = [*two_answers.values(), "NC(=O)c1ccncc1", "Brc1cccnc1OCCO", *two_answers.values()]
+    targets = [q.replace("C", "") or "O" for q in queries]
+    one_map = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False)
+    assert one_map.rest_edges == () and one_map.ece_by_rank[0] is not None  # too few answers below rank 1
+    monkeypatch.setattr(calibration, "MIN_REST", 1)
+    for augment in (1, 2):  # one writing, and answers pooled over two
+        fitted = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False, augment=augment)
+        assert fitted.rest_edges and len(fitted.rest_edges) == len(fitted.rest_values)
+        assert all(e is not None and 0 <= e <= 1 for e in fitted.ece_by_rank)
+        calibration.save(fitted, folder)
+        reloaded = Predictor.load(folder, device="cpu")
+        assert reloaded.calibration_for("beam", augment) == fitted  # the second map survives the file
+        result = reloaded.predict(two_answers[augment], method="beam", n_best=3, augment=augment)
+        valid = [p for p in result.in_model_order() if p.valid]
+        assert len(valid) >= 2 and all(p.confidence is None for p in result.predictions if not p.valid)
+        assert [p.confidence for p in valid] == [fitted.confidence(p.score, rank) for rank, p in enumerate(valid, 1)]
+    assert fitted.confidence(valid[1].score, 2) != fitted.confidence(valid[1].score, 1)  # the maps differ here
 
 
 def test_too_few_queries_are_refused():

@@ -133,6 +133,11 @@ def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
     st.markdown(f"{opening}, fitted with {common.method_label(cal.method)} ({cal.n_best}-best) on {cal.n_fit} "
                 f"queries, judged on {cal.n_check} others: expected calibration error {cal.ece:.3f}, against "
                 f"{cal.ece_raw:.3f} for the model's own probability.")
+    first, rest = cal.ece_by_rank
+    if cal.rest_edges and first is not None and rest is not None:
+        st.markdown(f"The first answer to a query and the ones below it have a map each (their scores mean "
+                    f"different chances): expected calibration error {first:.3f} for first answers, {rest:.3f} "
+                    f"for the rest.")
     if cal.reliability:
         st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}_{calibration.kind_of(cal.method)}_"
                                                       f"{cal.augment}")
