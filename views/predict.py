@@ -268,7 +268,8 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
             if prediction.confidence is not None:
                 columns[1].metric("Confidence", f"{prediction.confidence:.0%}",
                                   help="The share of right answers among validation answers with a score like this "
-                                       "one (the Models page shows how well it holds). The model's own probability "
+                                       "one (first answers counted apart from the ones below them where that fits "
+                                       "better; the Models page shows how well it holds). The model's own probability "
                                        f"of this answer{pooled} is {common.format_probability(prediction.score)}. "
                                        "Each answer's confidence is judged on its own, so a list's can add up to "
                                        "more than 100%.")
