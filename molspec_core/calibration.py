@@ -199,10 +199,10 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
 
 
 def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: str, method: str, n_best: int,
-                augment: int = 1, min_rest: int | None = None) -> Calibration:
+                augment: int = 1) -> Calibration:
     """The fit of collected answers (collect: per query, (score, right) in the model's order): the first
     FIT_SHARE of the queries fit it, the rest judge it. Answers below the first get a map of their own where
-    at least `min_rest` (None: MIN_REST) of them fit it and it pays (second_map_pays)."""
+    it pays (second_map_pays)."""
     n_fit = check_share(len(answers))
     fitted = [(rank, a) for query in answers[:n_fit] for rank, a in enumerate(query, start=1)]
     checked = [(rank, a) for query in answers[n_fit:] for rank, a in enumerate(query, start=1)]
@@ -210,7 +210,7 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
     from .service import POOL_POWER
 
-    two_maps = second_map_pays(answers[:n_fit], MIN_REST if min_rest is None else min_rest)
+    two_maps = second_map_pays(answers[:n_fit], MIN_REST)
     edges, values, rest_edges, rest_values = maps(answers[:n_fit], two_maps)
     draft = Calibration(fingerprint, method, n_best, n_fit, len(answers) - n_fit,
                         tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0,
