@@ -815,7 +815,7 @@ def test_models_page_shows_every_model():
     opens_on = calibration.kind_of(TASK_DEFAULTS["forward"][0])
     if calibration.load(FORWARD_MODEL, 5, opens_on):  # first, the fit of what the forward page opens on
         assert at.tabs[0].label == f"{opens_on.capitalize()}, 5 writings"
-    # a fit with a map for first answers and one for the rest gives both errors (calibration.MIN_REST)
+    # a fit with a map for first answers and one for the rest gives both errors (calibration.second_map_pays)
     two_maps = [fit for folder in (FORWARD_MODEL, ROOT / "models" / "retro") for kind in ("beam", "greedy")
                 for augment in (1, 5) if (fit := calibration.load(folder, augment, kind)) and fit.rest_edges]
     assert sum("have a map each" in m.value for m in at.markdown) == len(two_maps)
