@@ -204,14 +204,13 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
     FIT_SHARE of the queries fit it, the rest judge it. Answers below the first get a map of their own where
     it pays (second_map_pays)."""
     n_fit = check_share(len(answers))
-    fitted = [(rank, a) for query in answers[:n_fit] for rank, a in enumerate(query, start=1)]
+    fitting = answers[:n_fit]
     checked = [(rank, a) for query in answers[n_fit:] for rank, a in enumerate(query, start=1)]
-    if not fitted or not checked:
+    if not any(fitting) or not checked:
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
     from .service import POOL_POWER
 
-    two_maps = second_map_pays(answers[:n_fit], MIN_REST)
-    edges, values, rest_edges, rest_values = maps(answers[:n_fit], two_maps)
+    edges, values, rest_edges, rest_values = maps(fitting, second_map_pays(fitting, MIN_REST))
     draft = Calibration(fingerprint, method, n_best, n_fit, len(answers) - n_fit,
                         tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0,
                         tuple(rest_edges), tuple(rest_values))
@@ -246,8 +245,8 @@ def maps(queries: Sequence[Sequence[tuple[float, bool]]], two: bool) -> Maps:
 def second_map_pays(queries: Sequence[Sequence[tuple[float, bool]]], min_rest: int) -> bool:
     """Whether answers below the first should get a map of their own: at least `min_rest` of them, and two
     maps predict held-out queries better than one (lower Brier score, FOLDS-fold cross-validation over these
-    queries, never the ones that judge the fit). Session 51, forward model: two maps won in 5 writings
-    (beam 5: ECE 0.0082 to 0.0072, first answers 0.028 to 0.023) and lost from one writing (0.0118 to 0.0142)."""
+    queries, never the ones that judge the fit). What it chose for the shipped fits, and why: the cards'
+    calibration sections."""
     if sum(max(len(query) - 1, 0) for query in queries) < min_rest:
         return False
     brier = {False: 0.0, True: 0.0}

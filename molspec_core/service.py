@@ -269,10 +269,12 @@ def with_confidence(predictions: Sequence[Prediction], calibration: Calibration 
     """Answers in the model's order (one per molecule set), each valid one given `calibration`'s confidence
     for its score at its place among the valid ones (Calibration.confidence's rank, as calibration.collect
     fits it); invalid ones, and all without a calibration, None."""
+    if calibration is None:
+        return list(predictions)  # made without a confidence (Predictor._predictions)
     given, valid = [], 0
     for prediction in predictions:
         valid += prediction.valid
-        confidence = calibration.confidence(prediction.score, valid) if calibration and prediction.valid else None
+        confidence = calibration.confidence(prediction.score, valid) if prediction.valid else None
         given.append(dataclasses.replace(prediction, confidence=confidence))
     return given
 
