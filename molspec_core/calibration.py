@@ -210,7 +210,7 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
     from .service import POOL_POWER
 
-    edges, values, rest_edges, rest_values = maps(fitting, second_map_pays(fitting, MIN_REST))
+    edges, values, rest_edges, rest_values = maps(fitting, second_map_pays(fitting))
     draft = Calibration(fingerprint, method, n_best, n_fit, len(answers) - n_fit,
                         tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0,
                         tuple(rest_edges), tuple(rest_values))
@@ -242,12 +242,12 @@ def maps(queries: Sequence[Sequence[tuple[float, bool]]], two: bool) -> Maps:
     return *steps([query[0] for query in queries if query]), *steps(rest)
 
 
-def second_map_pays(queries: Sequence[Sequence[tuple[float, bool]]], min_rest: int) -> bool:
-    """Whether answers below the first should get a map of their own: at least `min_rest` of them, and two
+def second_map_pays(queries: Sequence[Sequence[tuple[float, bool]]]) -> bool:
+    """Whether answers below the first should get a map of their own: at least MIN_REST of them, and two
     maps predict held-out queries better than one (lower Brier score, FOLDS-fold cross-validation over these
     queries, never the ones that judge the fit). What it chose for the shipped fits, and why: the cards'
     calibration sections."""
-    if sum(max(len(query) - 1, 0) for query in queries) < min_rest:
+    if sum(max(len(query) - 1, 0) for query in queries) < MIN_REST:
         return False
     brier = {False: 0.0, True: 0.0}
     for fold in range(FOLDS):

@@ -98,7 +98,7 @@ def test_a_fit_with_enough_answers_below_the_first_maps_them_apart_and_predict_u
     targets = [q.replace("C", "") or "O" for q in queries]
     one_map = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False)
     assert one_map.rest_edges == () and one_map.ece_by_rank[0] is not None  # too few answers below rank 1
-    monkeypatch.setattr(calibration, "second_map_pays", lambda queries, min_rest: True)  # too few to tell here
+    monkeypatch.setattr(calibration, "second_map_pays", lambda queries: True)  # too few to tell here
     for augment in (1, 2):  # one writing, and answers pooled over two
         fitted = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False, augment=augment)
         assert fitted.rest_edges and len(fitted.rest_edges) == len(fitted.rest_values)
@@ -126,9 +126,9 @@ def test_a_second_map_is_chosen_only_where_it_predicts_held_out_answers_better()
             queries.append([(s1, rng.random() < p1), (s2, rng.random() < p2)])
         return queries
 
-    assert calibration.second_map_pays(lists(True), calibration.MIN_REST)
-    assert not calibration.second_map_pays(lists(False), calibration.MIN_REST)
-    assert not calibration.second_map_pays(lists(True)[:50], calibration.MIN_REST)  # 50 below the first: too few
+    assert calibration.second_map_pays(lists(True))
+    assert not calibration.second_map_pays(lists(False))
+    assert not calibration.second_map_pays(lists(True)[:50])  # 50 below the first: too few
     fitted = calibration.fit_answers(lists(True), "", "beam", 2)
     assert fitted.rest_edges and fitted.confidence(-1.0, 1) > 0.6 > 0.4 > fitted.confidence(-1.0, 2)
 
