@@ -2,7 +2,9 @@
 at `max_minutes`, bf16 autocast on CUDA, periodic validation, float16 exports and resume.
 
 Any run ends annealed, however fast the machine: the learning rate follows the share of the time
-budget spent (or of `max_steps` when there is no budget). Every `export_every_minutes` the weights
+budget spent (or of `max_steps` when there is no budget). The exception is `schedule="constant"`, which
+holds the peak rate and is meant with `ema`: an exponential moving average of the weights, which the
+exports then hold, stands in for the annealing (stochastic weight averaging, Izmailov et al. 2018). Every `export_every_minutes` the weights
 are written as float16 safetensors shards of at most 15 MB (a loadable model folder plus
 `train_state.json`) into `export_dir`, and `resume` continues a run from such a folder. That is the
 whole contract with the GPU machine, whose only way back is its output folder (tools/gpu_train.md).
@@ -19,6 +21,7 @@ import math
 import random
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +51,7 @@ AUTO_TOKENS = {"cuda": 32768, "cpu": 4096}  # tokens per optimizer step when max
 # the forward data's shapes per epoch from 977 to 130 for 4.5 points more padding (session 36). A CPU
 # pays nothing per shape, so there the batches stay unpadded.
 AUTO_PAD = {"cuda": 8, "cpu": 1}
+SCHEDULES = ("cosine", "linear", "constant")
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class TrainConfig:
     preset: str = "forward"
     max_minutes: float = 0.0  # the time budget: the learning rate reaches zero exactly here (0: at max_steps)
     max_steps: int = 100_000
-    schedule: str = "cosine"  # decay after warm-up: cosine | linear
+    schedule: str = "cosine"  # after warm-up: cosine | linear (decay to zero at the end) | constant
     lr: float = 0.0  # peak learning rate (0: BASE_LR scaled by sqrt(tokens per step / REFERENCE_TOKENS))
     warmup: int = 500  # linear warm-up steps
     max_tokens: int = 0  # tokens (src + tgt, padded) per batch (0: AUTO_TOKENS for the device)
@@ -73,6 +77,9 @@ class TrainConfig:
     export_dir: str = ""  # float16 shards + train_state.json ('' = out/export)
     resume: str = ""  # continue from an export folder (weights and counters; fresh optimizer moments)
     init: str = ""  # start a new schedule from a model folder's weights (e.g. models/forward)
+    # Decay per optimizer step of an exponential moving average of the weights (0: off). When on, validation,
+    # out/best and the exports hold the average; out/last keeps the raw weights beside it (ema*.safetensors).
+    ema: float = 0.0
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # torch CPU threads (0 = torch's default)
@@ -108,11 +115,11 @@ def progress(cfg: TrainConfig, step: int, seconds: float) -> float:
 
 def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float, warm_from: int = 0) -> float:
     """Linear warm-up over `warmup` steps from step `warm_from`, then cosine or linear decay to zero at
-    the end of the run. A run resumed from an export starts with fresh optimizer moments, so it warms
+    the end of the run (or the peak held, for a constant schedule). A run resumed from an export starts with fresh optimizer moments, so it warms
     up again from its resume step (to the rate its schedule has reached) instead of jumping there."""
     warm = min(1.0, (step - warm_from) / cfg.warmup) if cfg.warmup else 1.0
     done = progress(cfg, step, seconds)
-    decay = 0.5 * (1 + math.cos(math.pi * done)) if cfg.schedule == "cosine" else 1.0 - done
+    decay = {"cosine": 0.5 * (1 + math.cos(math.pi * done)), "linear": 1.0 - done, "constant": 1.0}[cfg.schedule]
     return peak * warm * decay
 
 
@@ -198,6 +205,49 @@ def allocator_note(device: torch.device) -> str:
             f"reserved {torch.cuda.memory_reserved(device) / 2**30:.1f} GiB")
 
 
+class WeightAverage:
+    """An exponential moving average of a model's parameters, kept in float32 beside them: after each
+    optimizer step, average <- decay * average + (1 - decay) * weights. It starts from the weights it is
+    given (trained ones under --init or --resume, where the average then leans on them for its first
+    ~1 / (1 - decay) steps)."""
+
+    def __init__(self, model: Seq2SeqTransformer, decay: float) -> None:
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"ema must lie strictly between 0 and 1, not {decay}")
+        self.decay = decay
+        self.names = [name for name, _ in model.named_parameters()]
+        self.params = [p for _, p in model.named_parameters()]
+        self.shadow = [p.detach().float().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        for a, p in zip(self.shadow, self.params):
+            a.lerp_(p.detach().float(), 1.0 - self.decay)
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        """The model holds the average inside the block and its own weights again after it."""
+        with torch.no_grad():
+            raw = [p.detach().clone() for p in self.params]
+            for p, a in zip(self.params, self.shadow):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, r in zip(self.params, raw):
+                    p.copy_(r)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.names, self.shadow))
+
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        missing = [n for n in self.names if n not in tensors]
+        if missing:
+            raise ValueError(f"the saved weight average lacks {missing[:3]}")
+        self.shadow = [tensors[n].to(a) for n, a in zip(self.names, self.shadow)]
+
+
 def _replace_folder(tmp: Path, folder: Path) -> None:
     if folder.exists():
         for f in folder.iterdir():
@@ -223,8 +273,9 @@ def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str
 
 
 def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer: torch.optim.Optimizer,
-               state: dict, meta: dict) -> None:
-    """Model checkpoint + optimizer moments (safetensors) + counters (JSON), written atomically."""
+               state: dict, meta: dict, average: WeightAverage | None = None) -> None:
+    """Model checkpoint (raw weights) + optimizer moments + any weight average (safetensors) + counters
+    (JSON), written atomically."""
     tmp = folder.with_name(folder.name + ".tmp")
     checkpoint.save(model, vocab, tmp, meta=meta)
     moments = {}
@@ -234,6 +285,8 @@ def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer:
                 if torch.is_tensor(value):
                     moments[f"{i}.{j}.{key}"] = value
     checkpoint.save_tensors(moments, tmp, stem="optimizer")
+    if average is not None:
+        checkpoint.save_tensors(average.tensors(), tmp, stem="ema")
     (tmp / "train_state.json").write_text(json.dumps(state, indent=2))
     _replace_folder(tmp, folder)
 
@@ -283,8 +336,8 @@ def train(cfg: TrainConfig) -> dict:
     plan_free_attention(device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if cfg.schedule not in ("cosine", "linear"):
-        raise ValueError(f"schedule must be cosine or linear, not {cfg.schedule!r}")
+    if cfg.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {cfg.schedule!r}")
     torch.manual_seed(cfg.seed)
     data, out = Path(cfg.data), Path(cfg.out)
     export_dir = Path(cfg.export_dir) if cfg.export_dir else out / "export"
@@ -311,6 +364,10 @@ def train(cfg: TrainConfig) -> dict:
     elif cfg.init:
         added = init_from(model, vocab, Path(cfg.init))
         log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
+    average = WeightAverage(model, cfg.ema) if cfg.ema else None
+    if average is not None and any((out / "last").glob("ema*.safetensors")):
+        average.load(checkpoint.load_tensors(out / "last", stem="ema"))
+    averaged = average.applied if average is not None else nullcontext
     max_tokens, peak, multiple = tokens_per_batch(cfg, device), peak_lr(cfg, device), pad_multiple(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step, widths padded to "
@@ -355,6 +412,8 @@ def train(cfg: TrainConfig) -> dict:
             state["tokens"] += src.numel() + tgt_in.numel()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if average is not None:
+            average.update()
         state["step"] += 1
         state["seconds"] = time.time() - started
         bar.update(1)
@@ -367,19 +426,22 @@ def train(cfg: TrainConfig) -> dict:
             bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
         done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
         if state["step"] % cfg.eval_every == 0 or done:
-            metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
+            with averaged():
+                metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
             metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
                            loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
             state["history"].append(metrics)
             log.info("validation %s", metrics)
             if metrics["greedy_exact_match"] > state["best_exact"]:
                 state["best_exact"] = metrics["greedy_exact_match"]
-                checkpoint.save(model, vocab, out / "best", meta={**meta, "step": state["step"], "validation": metrics})
+                with averaged():
+                    checkpoint.save(model, vocab, out / "best", meta={**meta, "step": state["step"], "validation": metrics})
         if done or time.time() - last_export > cfg.export_every_minutes * 60:
-            export(export_dir, model, vocab, state, meta)
+            with averaged():
+                export(export_dir, model, vocab, state, meta)
             last_export = time.time()
         if done or time.time() - last_save > cfg.export_every_minutes * 60:
-            save_state(out / "last", model, vocab, optimizer, state, meta)
+            save_state(out / "last", model, vocab, optimizer, state, meta, average)
             last_save = time.time()
     bar.close()
     return state

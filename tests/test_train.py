@@ -1,5 +1,6 @@
 """The training kit, rehearsed on CPU so it cannot rot between GPU runs: the time-budget schedule,
 a few steps on tiny data, float16 exports, resume from an export, and loading the result."""
+import dataclasses
 import json
 import logging
 import math
@@ -18,8 +19,8 @@ from molspec_core.data import Pair, write_splits
 from molspec_core.service import Predictor
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
-from molspec_core.train import (TrainConfig, collate, init_from, learning_rate, pad_multiple, peak_lr,
-                                 row_widths, token_batches, train)
+from molspec_core.train import (TrainConfig, WeightAverage, collate, init_from, learning_rate, pad_multiple,
+                                 peak_lr, row_widths, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -45,6 +46,11 @@ def test_schedule_warms_up_then_reaches_zero_exactly_at_the_time_budget():
     assert learning_rate(cfg, peak, 5100, 300.0, warm_from=5000) == pytest.approx(peak / 2)
     linear = TrainConfig(data="", out="", max_steps=1000, warmup=0, schedule="linear")
     assert learning_rate(linear, peak, 250, 1e9) == pytest.approx(0.75 * peak)  # no budget: by steps
+    constant = dataclasses.replace(cfg, schedule="constant")  # for weight averaging (--ema)
+    assert [learning_rate(constant, peak, 5000, t) for t in (300.0, 599.0)] == pytest.approx([peak, peak])
+    assert learning_rate(constant, peak, 50, 0.0) == pytest.approx(peak / 2)
+    with pytest.raises(ValueError, match="cosine, linear, constant"):
+        train(dataclasses.replace(cfg, schedule="step"))
 
 
 def test_learning_rate_scales_with_the_square_root_of_the_batch_and_is_capped():
@@ -205,6 +211,57 @@ def test_kit_trains_exports_float16_shards_resumes_and_loads(tiny_data, tmp_path
             assert torch.equal(value, exported[name].float()), name
     result = predictor.predict("CC=O", method="greedy")
     assert result.ok and result.stats.model_calls > 0  # a tiny model may emit nonsense, but it decodes
+
+
+def test_weight_average_follows_its_recurrence_and_holds_the_model_only_inside_its_block():
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(preset("tiny", 20))
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    average = WeightAverage(model, 0.75)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    average.update()
+    raw = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for name, value in average.tensors().items():
+        assert torch.allclose(value, 0.75 * start[name] + 0.25 * raw[name]), name
+    with average.applied():
+        for name, p in model.named_parameters():
+            assert torch.equal(p, average.tensors()[name]), name
+    for name, p in model.named_parameters():
+        assert torch.equal(p, raw[name]), name
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        WeightAverage(model, 1.0)
+
+
+def test_kit_exports_the_weight_average_and_a_resumed_run_keeps_it(tiny_data, tmp_path):
+    """With --ema the export holds the average, out/last the raw weights beside it, and a run resumed from
+    out/last carries on from the saved average, not from the raw weights."""
+    cfg = TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_tokens=64, warmup=1,
+                      eval_every=10_000, val_greedy_rows=1, threads=1, max_steps=4, ema=1 - 1e-6, seed=3,
+                      lr=0.02)  # a rate at which 4 steps move the raw weights well past float16 rounding
+    torch.manual_seed(cfg.seed)  # the weights train() starts from, which an average this slow barely leaves
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    start = Seq2SeqTransformer(preset("tiny", len(vocab))).state_dict()
+
+    def close(folder, stem, reference) -> bool:
+        tensors = checkpoint.load_tensors(folder, stem=stem)
+        return all(torch.allclose(tensors[n].float(), reference[n], atol=2e-3) for n in tensors if n in reference)
+
+    train(cfg)
+    raw = checkpoint.load_tensors(tmp_path / "run" / "last")
+    assert close(tmp_path / "run" / "export", "model", start)
+    assert close(tmp_path / "run" / "last", "ema", start)
+    assert not close(tmp_path / "run" / "export", "model", raw)  # the raw weights moved; the export did not
+    # A quick average lags the raw weights but leaves the start: the run updates it every step.
+    train(dataclasses.replace(cfg, out=str(tmp_path / "quick"), ema=0.5))
+    quick_raw = checkpoint.load_tensors(tmp_path / "quick" / "last")
+    assert not close(tmp_path / "quick" / "export", "model", start)
+    assert not close(tmp_path / "quick" / "export", "model", quick_raw)
+    train(dataclasses.replace(cfg, max_steps=6))
+    assert json.loads((tmp_path / "run" / "export" / "train_state.json").read_text())["step"] == 6
+    assert close(tmp_path / "run" / "export", "model", start)  # an average restarted from raw would sit near raw
+    assert not close(tmp_path / "run" / "export", "model", raw)
 
 
 def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_data, tmp_path):
