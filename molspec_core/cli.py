@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(p)
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--smiles")
-    group.add_argument("--input", help="TXT (one SMILES per line) or CSV with a smiles column")
+    group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
+                       "optionally a name, per line) or CSV with a smiles column; .gz and .xz too")
     p.add_argument("--column", help="CSV column holding the queries")
     augment_arg(p)
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "

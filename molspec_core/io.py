@@ -36,6 +36,11 @@ READ_CHUNK_BYTES = 1024 * 1024  # a bomb is stopped within one chunk of the limi
 DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
     ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), ".xz": lzma.LZMAFile}
 SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product")
+# A SMILES file (Daylight's format, what RDKit, Open Babel and most vendors write): per line a SMILES, then
+# optionally whitespace and the molecule's name. Only these suffixes are read so: in a TXT file a space
+# is part of the query and rejected there, never taken as the start of a name.
+SMILES_FILE_SUFFIXES = (".smi", ".smiles")
+NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
 # round_trip/forward_prob: roundtrip.py (empty where the query was not checked); dtype: service.Predictor.dtype
@@ -74,14 +79,16 @@ class QueryFile:
 # ---- reading ------------------------------------------------------------------------------------
 
 
-def query_format(name: str) -> tuple[str | None, bool]:
-    """(compression suffix or None, whether the file is CSV), from its name and ignoring case:
-    q.CSV, q.csv.GZ and q.Csv.xz are all CSV."""
+def query_format(name: str) -> tuple[str | None, str]:
+    """(compression suffix or None, "csv", "smi" or "txt"), from the file's name and ignoring case:
+    q.CSV, q.csv.GZ and q.Csv.xz are all CSV, q.smi.gz a SMILES file; any other name is TXT."""
     lower = name.lower()
     compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
     if compression:
         lower = lower.removesuffix(compression)
-    return compression, lower.endswith(".csv")
+    if lower.endswith(".csv"):
+        return compression, "csv"
+    return compression, "smi" if lower.endswith(SMILES_FILE_SUFFIXES) else "txt"
 
 
 def read_queries(path: str | Path, column: str | None = None) -> QueryFile:
@@ -136,7 +143,7 @@ def read_text(path: str | Path) -> str:
 
 
 def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
-    return parse_queries(_decode_stream(raw, name), csv_format=query_format(name)[1], column=column)
+    return parse_queries(_decode_stream(raw, name), kind=query_format(name)[1], column=column)
 
 
 def _decode_stream(raw: IO[bytes], name: str) -> str:
@@ -154,17 +161,18 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
         raise InputFileError(f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
 
 
-def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> QueryFile:
+def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
-    characters stay inside their query and are rejected there), or a CSV record's SMILES column
-    (quoted cells may hold line breaks) with the record's other cells beside it. Blank records are kept
-    as empty queries, so that row numbers match the file's records."""
-    if not csv_format:
+    characters stay inside their query and are rejected there), a SMILES file's line (parse_smiles_file),
+    or a CSV record's SMILES column (quoted cells may hold line breaks) with the record's other cells
+    beside it. Blank records are kept as empty queries, so that row numbers match the file's records.
+    kind: "txt", "smi" or "csv" (query_format)."""
+    if kind != "csv":
         lines = re.split(r"\r\n|\r|\n", text)
         if lines and lines[-1] == "":
             lines.pop()  # the file's final line break ends the last line; it does not start a new one
         _check_rows(len(lines))
-        return QueryFile(lines)
+        return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         fields = next(reader, [])
@@ -187,6 +195,30 @@ def parse_queries(text: str, *, csv_format: bool, column: str | None = None) -> 
         queries.append(record[at])
         cells.append(tuple(record[i] for i in others))
     return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else ())
+
+
+def parse_smiles_file(lines: list[str]) -> QueryFile:
+    """A SMILES file's lines: each one's SMILES is its text up to the first space or tab, the rest (spaces
+    and tabs around it dropped) its name, carried in a column of its own. A first line whose first field
+    is "smiles" (any case) is a header, and names that column with its rest (RDKit's writer puts "SMILES
+    Name" there). A file with no header and no name reads like a TXT file."""
+    header = ""
+    first = _smiles_and_name(lines[0]) if lines else ("", "")
+    if first[0].lower() == "smiles":
+        header, lines = first[1] or NAME_COLUMN, lines[1:]
+    pairs = [_smiles_and_name(line) for line in lines]
+    if not header and not any(name for _, name in pairs):
+        return QueryFile([smiles for smiles, _ in pairs])
+    return QueryFile([smiles for smiles, _ in pairs], (header or NAME_COLUMN,), tuple((name,) for _, name in pairs))
+
+
+SMILES_FILE_LINE = re.compile(r"[ \t]*([^ \t]*)(?:[ \t]+(.*?))?[ \t]*", re.DOTALL)
+
+
+def _smiles_and_name(line: str) -> tuple[str, str]:
+    match = SMILES_FILE_LINE.fullmatch(line)
+    assert match is not None  # every string matches: each part may be empty
+    return match[1], match[2] or ""
 
 
 def _check_rows(n_rows: int) -> None:

@@ -671,6 +671,20 @@ def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
     assert firsts["error"].tolist()[1].startswith("empty query")
 
 
+
+def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, monkeypatch):
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("targets.smi", b"Oc1ccncc1 hydroxypyridine\nc1ccncc1Cl\tchloro pyridine\n",
+                                   "chemical/x-daylight-smiles"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    table = at.session_state["batch"].table
+    assert list(table.columns[:3]) == ["name", "row", "query"]
+    firsts = table.drop_duplicates("row")
+    assert firsts["name"].tolist() == ["hydroxypyridine", "chloro pyridine"]
+    assert firsts["query"].tolist() == ["Oc1ccncc1", "c1ccncc1Cl"] and firsts["error"].tolist() == ["", ""]
+
+
 # ---- Benchmark page -------------------------------------------------------------------------------
 
 

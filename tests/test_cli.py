@@ -335,9 +335,9 @@ def test_query_files_keep_one_query_per_record():
     (Found by the 10,000-row CLI fuzz: a lone carriage return in a cell once shifted later rows.)"""
     from molspec_core.io import parse_queries
 
-    assert parse_queries("CCO\r\nCCN\n\nC\x0cC\rCCC\n", csv_format=False).queries == ["CCO", "CCN", "", "C\x0cC", "CCC"]
+    assert parse_queries("CCO\r\nCCN\n\nC\x0cC\rCCC\n", kind="txt").queries == ["CCO", "CCN", "", "C\x0cC", "CCC"]
     text = 'id,smiles\n1,CCO\n\n2,"C\rC"\n3,""\n4\n5,CCN\n\n\n'
-    assert parse_queries(text, csv_format=True).queries == ["CCO", "", "C\rC", "", "", "CCN"]
+    assert parse_queries(text, kind="csv").queries == ["CCO", "", "C\rC", "", "", "CCN"]
 
 
 def test_crlf_csv_file_reads_like_lf(tmp_path):

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from molspec_core import io as molspec_io
-from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, InputFileError, OutputFileError, check_output,
-                             csv_bytes, csv_cell, neutralize, output_header, read_bounded, read_queries, write_csv)
+from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, InputFileError, OutputFileError, QueryFile,
+                             check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded, read_queries,
+                             write_csv)
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -234,3 +235,33 @@ def test_time_ms_is_each_querys_share_of_its_batch(monkeypatch):
     column = molspec_io.RESULT_COLUMNS.index("time_ms")
     assert molspec_io.result_rows(1, (), results[0], time_ms)[0][column] == 100.0
     assert molspec_io.result_rows(1, (), results[0])[0][column] == 800.0  # unset: the decoder's own time
+
+
+# ---- SMILES files --------------------------------------------------------------------------------------
+
+
+def test_a_smiles_file_keeps_each_name_beside_its_query(tmp_path):
+    """A .smi line is a SMILES, then optionally whitespace and a name (which may hold spaces); the names
+    come out in a column of their own, so results join back to them. Blank lines stay as empty queries."""
+    (tmp_path / "targets.smi").write_text("CCO ethanol\nc1ccncc1\tpyridine, dry\n\n  CCN  \nCC(=O)O acetic acid \n")
+    table = read_queries(tmp_path / "targets.smi")
+    assert table.queries == ["CCO", "c1ccncc1", "", "CCN", "CC(=O)O"]
+    assert table.columns == ("name",)
+    assert table.cells == (("ethanol",), ("pyridine, dry",), ("",), ("",), ("acetic acid",))
+
+
+@pytest.mark.parametrize("name", ["lib.SMI", "lib.smiles", "lib.smi.gz"])
+def test_a_smiles_file_header_names_its_column_and_is_no_query(tmp_path, name):
+    text = b"SMILES Name\nCCO ethanol\nCCN\n"
+    (tmp_path / name).write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    table = read_queries(tmp_path / name)
+    assert table.queries == ["CCO", "CCN"] and table.columns == ("Name",) and table.cells == (("ethanol",), ("",))
+
+
+def test_a_space_in_a_txt_query_stays_in_it_and_a_smiles_file_without_names_reads_as_txt(tmp_path):
+    """Only .smi and .smiles files take text after a space as a name: in a TXT file "CCO . CCN" is one
+    query, which the service then rejects, rather than CCO predicted under the name ". CCN"."""
+    (tmp_path / "q.txt").write_text("CCO . CCN\nCCN\n")
+    assert read_queries(tmp_path / "q.txt").queries == ["CCO . CCN", "CCN"]
+    (tmp_path / "q.smi").write_text("CCO\nCCN\n")
+    assert read_queries(tmp_path / "q.smi") == QueryFile(["CCO", "CCN"])

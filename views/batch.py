@@ -1,4 +1,4 @@
-"""Batch: a CSV or TXT file of queries in, every prediction out as a table and a safe CSV.
+"""Batch: a CSV, SMILES or TXT file of queries in, every prediction out as a table and a safe CSV.
 
 Each row is predicted on its own so that its time is its own and the progress bar moves per row;
 rows the engine rejects keep their place in the table with the reason, and the good rows go on.
@@ -128,16 +128,18 @@ def show(batch: BatchResult) -> None:
 def main() -> None:
     cfg = common.settings()
     st.title("Batch prediction")
-    st.caption("Upload a TXT file (one SMILES per line) or a CSV with a `smiles` column. Every row is "
-               "predicted with the sidebar settings; rejected rows are reported next to the good ones, and a CSV's "
-               "other columns (IDs, names) are kept in front of the results. A large file goes several times "
+    st.caption("Upload a TXT file (one SMILES per line), a SMILES file (`.smi`: a SMILES, then optionally a "
+               "name, per line) or a CSV with a `smiles` column; `.gz` and `.xz` archives of them are read too. "
+               "Every row is predicted with the sidebar settings; rejected rows are reported next to the good "
+               "ones, and the names of a SMILES file or a CSV's other columns (IDs, names) are kept in front of "
+               "the results. A large file goes several times "
                "faster with one answer a query (*Speculative, auto drafts* in the sidebar) than with beam search's "
                "ranked lists.")
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
     with st.form("batch_form"):
-        upload = st.file_uploader("Query file", type=["csv", "txt"])
+        upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "gz", "xz"])
         column = st.text_input("CSV column (optional)",
                                placeholder="automatic: smiles, SMILES, query, reactants or product",
                                help="The column that holds the SMILES, when it has another name.")
@@ -147,7 +149,7 @@ def main() -> None:
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
     if submitted:
         if upload is None:
-            st.error("Choose a CSV or TXT file first.", icon=":material/error:")
+            st.error("Choose a CSV, SMILES or TXT file first.", icon=":material/error:")
         else:
             try:
                 queries = read_upload(upload.name, upload.getvalue(), column.strip())
