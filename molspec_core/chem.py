@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import io
 import random
+import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from rdkit import Chem, RDLogger
@@ -161,3 +163,47 @@ def sdf_text(records: Iterable[tuple[str, dict[str, object]]]) -> str:
         writer.write(mol)
     writer.close()
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class SdRecord:
+    """One record of an SD file: its molecule as SMILES ("" when RDKit cannot read it, and `problem`
+    says why), its title line and its data fields as text, in the file's order."""
+    smiles: str
+    title: str
+    fields: dict[str, str]
+    problem: str = ""
+
+
+def sd_records(text: str) -> list[SdRecord]:
+    """An SD file's records in order. Each is read on its own, so one that RDKit cannot read (or whose
+    valences it refuses) costs only itself; its title and fields are kept when RDKit can read them.
+    The SMILES is RDKit's isomeric SMILES of the molblock, stereo taken from its wedges or coordinates."""
+    blocks = re.split(r"^\$\$\$\$[ \t]*\r?$\n?", text, flags=re.MULTILINE)
+    if blocks and not blocks[-1].strip():
+        blocks.pop()  # after the last record's $$$$
+    supplier = Chem.SDMolSupplier()
+    records = []
+    for number, block in enumerate(blocks, start=1):
+        title = block.splitlines()[0].strip() if block.strip() else ""
+        supplier.SetData(block + "\n\n$$$$\n", sanitize=False, removeHs=False)
+        raw = next(supplier, None)
+        if raw is None:
+            records.append(SdRecord("", title, {}, f"SD record {number}: RDKit cannot read its molblock"))
+            continue
+        fields = {name: raw.GetProp(name) for name in raw.GetPropNames()}
+        supplier.SetData(block + "\n\n$$$$\n")  # sanitized, hydrogens removed, stereo perceived
+        mol = next(supplier, None)
+        if mol is None:
+            records.append(SdRecord("", raw.GetProp("_Name"), fields, f"SD record {number}: {_sanitize_error(raw)}"))
+            continue
+        records.append(SdRecord(Chem.MolToSmiles(mol), mol.GetProp("_Name"), fields))
+    return records
+
+
+def _sanitize_error(mol) -> str:
+    try:
+        Chem.SanitizeMol(Chem.Mol(mol))
+    except Exception as exc:  # noqa: BLE001  (RDKit raises several kinds; only the message matters here)
+        return f"RDKit cannot sanitize it: {str(exc).strip()[:200]}"
+    return "RDKit cannot read it"

@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--smiles")
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
-                       "optionally a name, per line) or CSV with a smiles column; .gz and .xz too")
+                       "optionally a name, per line), SD file (.sdf) or CSV with a smiles column; .gz and .xz too")
     p.add_argument("--column", help="CSV column holding the queries")
     augment_arg(p)
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
@@ -344,7 +344,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
             for i, result in enumerate(results, start=window.start):
                 if not result.ok:
                     n_bad += 1
-                yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms)
+                yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
     write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     return n_bad

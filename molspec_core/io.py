@@ -41,6 +41,7 @@ SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product")
 # is part of the query and rejected there, never taken as the start of a name.
 SMILES_FILE_SUFFIXES = (".smi", ".smiles")
 NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
+SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a query, its title and data fields cells
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
 # round_trip/forward_prob: roundtrip.py (empty where the query was not checked); dtype: service.Predictor.dtype
@@ -71,23 +72,31 @@ class QueryFile:
     queries: list[str]
     columns: tuple[str, ...] = ()  # the input's other columns (a TXT file has none)
     cells: tuple[tuple[str, ...], ...] = ()  # per query, its cells in `columns`; empty when there are none
+    # per query, why its record gave none ("" where it did; the query is then ""), e.g. an SD record that
+    # RDKit cannot read; empty when every record gave one. result_rows reports it as the row's error.
+    problems: tuple[str, ...] = ()
 
     def cells_of(self, index: int) -> tuple[str, ...]:
         return self.cells[index] if self.cells else ()
+
+    def problem_of(self, index: int) -> str:
+        return self.problems[index] if self.problems else ""
 
 
 # ---- reading ------------------------------------------------------------------------------------
 
 
 def query_format(name: str) -> tuple[str | None, str]:
-    """(compression suffix or None, "csv", "smi" or "txt"), from the file's name and ignoring case:
-    q.CSV, q.csv.GZ and q.Csv.xz are all CSV, q.smi.gz a SMILES file; any other name is TXT."""
+    """(compression suffix or None, "csv", "smi", "sdf" or "txt"), from the file's name and ignoring case:
+    q.CSV, q.csv.GZ and q.Csv.xz are all CSV, q.smi.gz a SMILES file, q.SDF an SD file; any other name is TXT."""
     lower = name.lower()
     compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
     if compression:
         lower = lower.removesuffix(compression)
     if lower.endswith(".csv"):
         return compression, "csv"
+    if lower.endswith(SD_FILE_SUFFIXES):
+        return compression, "sdf"
     return compression, "smi" if lower.endswith(SMILES_FILE_SUFFIXES) else "txt"
 
 
@@ -165,8 +174,10 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
     characters stay inside their query and are rejected there), a SMILES file's line (parse_smiles_file),
     or a CSV record's SMILES column (quoted cells may hold line breaks) with the record's other cells
-    beside it. Blank records are kept as empty queries, so that row numbers match the file's records.
-    kind: "txt", "smi" or "csv" (query_format)."""
+    beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
+    numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format)."""
+    if kind == "sdf":
+        return parse_sd_file(text)
     if kind != "csv":
         lines = re.split(r"\r\n|\r|\n", text)
         if lines and lines[-1] == "":
@@ -221,6 +232,20 @@ def _smiles_and_name(line: str) -> tuple[str, str]:
     return match[1], match[2] or ""
 
 
+def parse_sd_file(text: str) -> QueryFile:
+    """An SD file's records (chem.sd_records, which needs RDKit): each molecule's SMILES is a query, its
+    title goes in a `name` column and its data fields in columns of their own, in the order the file
+    first gives them. A record RDKit cannot read gives an empty query and its reason (QueryFile.problems)."""
+    from .chem import sd_records
+
+    records = sd_records(text)
+    _check_rows(len(records))
+    fields = list(dict.fromkeys(name for record in records for name in record.fields))
+    return QueryFile([r.smiles for r in records], (NAME_COLUMN, *fields),
+                     tuple((r.title, *(r.fields.get(name, "") for name in fields)) for r in records),
+                     tuple(r.problem for r in records) if any(r.problem for r in records) else ())
+
+
 def _check_rows(n_rows: int) -> None:
     if n_rows > MAX_INPUT_ROWS:
         raise InputFileError(f"{n_rows} rows; the limit is {MAX_INPUT_ROWS} per file")
@@ -255,14 +280,15 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
 
 
 def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
-                time_ms: float | None = None) -> list[list[object]]:
+                time_ms: float | None = None, problem: str = "") -> list[list[object]]:
     """The output rows of one query, matching output_header: one per prediction, or one holding the
     error of a rejected query. `row` is the query's 1-based record number in the input; `time_ms` its
     time from predict_batch, or, unset, the decoder's own wall time (the query's when it was decoded
-    alone, as the app does)."""
-    if not result.ok:
+    alone, as the app does). `problem` (QueryFile.problem_of): why the record gave no query, which is
+    then its error rather than the empty query's."""
+    if problem or not result.ok:
         return [[*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None, None,
-                 None, None, None, None, result.method, None, None, None, None, result.error]]
+                 None, None, None, None, result.method, None, None, None, None, problem or result.error]]
     stats = result.stats
     if time_ms is None:
         time_ms = stats.wall_time_s * 1000

@@ -67,6 +67,8 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
         for row, found in tqdm(in_row_order(pairs, len(table.queries)), total=len(table.queries),
                                desc="predict (ray)", unit="query"):
             query_rows = json.loads(found)
+            if problem := table.problem_of(row - 1):  # its empty query's error, as result_rows writes it
+                query_rows[0][ERROR] = problem
             n_bad += bool(query_rows[0][ERROR])
             cells = table.cells_of(row - 1)
             for query_row in query_rows:

@@ -137,3 +137,24 @@ def decoded_answers(predictor, *answers: tuple[str, float], calls: int = 1, seco
         ids = tuple(predictor.vocab.encode(smiles))
         hypotheses.append(Hypothesis(ids, math.log(probability), (GENERATED,) * len(ids)))
     return DecodeResult(hypotheses, DecodeStats(model_calls=calls, wall_time_s=seconds))
+
+
+def sd_file_text() -> str:
+    """Four SD records as a drawing program writes them: L-alanine (a wedge bond, an ID field), a record
+    whose counts line is broken, one whose carbon has five bonds, and 4-chloropyridine (no fields)."""
+    from rdkit import Chem
+    from rdkit.Chem import AllChem
+
+    def block(smiles: str, title: str, fields: dict[str, str]) -> str:
+        mol = Chem.MolFromSmiles(smiles)
+        AllChem.Compute2DCoords(mol)
+        Chem.WedgeMolBonds(mol, mol.GetConformer())
+        mol.SetProp("_Name", title)
+        text = Chem.MolToMolBlock(mol)
+        return text + "".join(f">  <{name}>\n{value}\n\n" for name, value in fields.items()) + "$$$$\n"
+
+    alanine = block("C[C@H](N)C(=O)O", "L-alanine", {"ID": "A-1"})
+    broken = block("CCO", "broken", {"ID": "B-2"}).replace("  3  2  0", "  3  x  0")
+    five = block("CC(C)(C)C", "five bonds", {"ID": "C-3", "note": "drawn wrong"})
+    five = five.replace("  1  2  1  0", "  1  2  2  0", 1)
+    return alanine + broken + five + block("Clc1ccncc1", "4-chloropyridine", {})

@@ -32,6 +32,7 @@ from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
 from views.batch import safe_csv  # noqa: E402
+from conftest import sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_MODEL = ROOT / "models" / "forward"
@@ -683,6 +684,19 @@ def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, 
     firsts = table.drop_duplicates("row")
     assert firsts["name"].tolist() == ["hydroxypyridine", "chloro pyridine"]
     assert firsts["query"].tolist() == ["Oc1ccncc1", "c1ccncc1Cl"] and firsts["error"].tolist() == ["", ""]
+
+
+
+def test_batch_sd_file_reports_an_unreadable_record_on_its_row(copy_models, monkeypatch):
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("drawn.sdf", sd_file_text().encode(), "chemical/x-mdl-sdfile"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    firsts = at.session_state["batch"].table.drop_duplicates("row")
+    assert firsts["name"].tolist() == ["L-alanine", "broken", "five bonds", "4-chloropyridine"]
+    assert firsts["query"].tolist() == ["C[C@H](N)C(=O)O", "", "", "Clc1ccncc1"]
+    assert firsts["rank"].isna().tolist()[1:] == [True, True, False]  # (the copy model cannot read alanine's [C@H])
+    assert firsts["error"].tolist()[1] == "SD record 2: RDKit cannot read its molblock"
 
 
 # ---- Benchmark page -------------------------------------------------------------------------------

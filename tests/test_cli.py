@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, ROOT, needs_native, record_loads
+from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
 from molspec_core.cli import main
 
 MODEL = str(FIXTURES / "copy_model")
@@ -127,6 +127,19 @@ def test_predict_txt_file(tmp_path):
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(out)]) == 0
     with open(out) as f:
         assert [r["query"] for r in csv.DictReader(f)] == ["CCO", "CCN"]
+
+
+def test_predict_sd_file_keeps_titles_and_fields_and_says_why_a_record_gave_no_query(tmp_path):
+    (tmp_path / "drawn.sdf").write_text(sd_file_text())
+    out = tmp_path / "o.csv"
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "drawn.sdf"), "--output", str(out)]) == 0
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert list(table.columns[:5]) == ["name", "ID", "note", "row", "query"]
+    assert table["name"].tolist() == ["L-alanine", "broken", "five bonds", "4-chloropyridine"]
+    assert table["query"].tolist() == ["C[C@H](N)C(=O)O", "", "", "Clc1ccncc1"]
+    assert table["error"].tolist()[3] == ""  # (the copy model's vocabulary lacks alanine's [C@H])
+    assert table["error"].tolist()[1] == "SD record 2: RDKit cannot read its molblock"
+    assert table["error"].tolist()[2].startswith("SD record 3: RDKit cannot sanitize it: Explicit valence")
 
 
 def test_predict_csv_with_wrong_column_is_refused(tmp_path, capsys):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import sd_file_text
 from molspec_core import io as molspec_io
 from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, InputFileError, OutputFileError, QueryFile,
                              check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded, read_queries,
@@ -265,3 +266,28 @@ def test_a_space_in_a_txt_query_stays_in_it_and_a_smiles_file_without_names_read
     assert read_queries(tmp_path / "q.txt").queries == ["CCO . CCN", "CCN"]
     (tmp_path / "q.smi").write_text("CCO\nCCN\n")
     assert read_queries(tmp_path / "q.smi") == QueryFile(["CCO", "CCN"])
+
+
+# ---- SD files ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["drawn.sdf", "drawn.SD", "drawn.sdf.gz"])
+def test_an_sd_file_gives_each_records_molecule_title_and_fields_and_each_unreadable_records_reason(tmp_path, name):
+    text = sd_file_text().encode()
+    (tmp_path / name).write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    table = read_queries(tmp_path / name)
+    assert table.queries == ["C[C@H](N)C(=O)O", "", "", "Clc1ccncc1"]  # stereo from the wedge bond
+    assert table.columns == ("name", "ID", "note")
+    assert table.cells == (("L-alanine", "A-1", ""), ("broken", "", ""), ("five bonds", "C-3", "drawn wrong"),
+                           ("4-chloropyridine", "", ""))
+    assert [table.problem_of(i) for i in range(4)] == [
+        "", "SD record 2: RDKit cannot read its molblock",
+        "SD record 3: RDKit cannot sanitize it: Explicit valence for atom # 1 C, 5, is greater than permitted", ""]
+
+
+def test_an_sd_file_without_problems_carries_none_and_an_empty_one_no_record(tmp_path):
+    records = sd_file_text().split("$$$$\n")
+    (tmp_path / "good.sdf").write_text(records[0] + "$$$$\n" + records[3] + "$$$$\n")
+    assert read_queries(tmp_path / "good.sdf").problems == ()
+    (tmp_path / "empty.sdf").write_text("\n")
+    assert read_queries(tmp_path / "empty.sdf") == QueryFile([], ("name",), ())

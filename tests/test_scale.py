@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, sd_file_text
 from molspec_core.cli import main
 from molspec_core.scale import CRASH_FILE_ENV, PredictWorker, in_row_order
 
@@ -166,3 +166,13 @@ def test_a_killed_worker_loses_no_row_and_repeats_none(cluster, single_process, 
     firsts = [int(record[row]) for record in records[1:] if record[rank] in ("", "1")]  # a query's rank 1 or error
     assert firsts == list(range(1, N_ROWS + 1))
     assert records == records_without_time(expected)
+
+
+def test_ray_reports_an_sd_records_problem_as_the_single_process_does(cluster, tmp_path):
+    (tmp_path / "drawn.sdf").write_text(sd_file_text())
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "drawn.sdf"), "--output",
+                 str(tmp_path / "one.csv"), "--method", "beam", "--n-best", "2"]) == 0
+    assert predict_on_ray(tmp_path / "drawn.sdf", tmp_path / "ray.csv") == 0
+    records = records_without_time(tmp_path / "ray.csv")
+    assert records == records_without_time(tmp_path / "one.csv")
+    assert "SD record 2: RDKit cannot read its molblock" in records[2]

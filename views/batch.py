@@ -1,4 +1,4 @@
-"""Batch: a CSV, SMILES or TXT file of queries in, every prediction out as a table and a safe CSV.
+"""Batch: a CSV, SMILES, SD or TXT file of queries in, every prediction out as a table and a safe CSV.
 
 Each row is predicted on its own so that its time is its own and the progress bar moves per row;
 rows the engine rejects keep their place in the table with the reason, and the good rows go on.
@@ -74,7 +74,7 @@ def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False) ->
             log.exception("batch row failed")
             result = QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__})")
         n_ion_refused += bool(result.suggestion)
-        rows.extend(result_rows(i + 1, queries.cells_of(i), result))
+        rows.extend(result_rows(i + 1, queries.cells_of(i), result, problem=queries.problem_of(i)))
         if time.monotonic() - drawn > PROGRESS_EVERY_S or i + 1 == total:
             bar.progress((i + 1) / total, text=f"Predicted {i + 1} of {total} queries")
             drawn = time.monotonic()
@@ -129,17 +129,17 @@ def main() -> None:
     cfg = common.settings()
     st.title("Batch prediction")
     st.caption("Upload a TXT file (one SMILES per line), a SMILES file (`.smi`: a SMILES, then optionally a "
-               "name, per line) or a CSV with a `smiles` column; `.gz` and `.xz` archives of them are read too. "
-               "Every row is predicted with the sidebar settings; rejected rows are reported next to the good "
-               "ones, and the names of a SMILES file or a CSV's other columns (IDs, names) are kept in front of "
-               "the results. A large file goes several times "
+               "name, per line), an SD file (`.sdf`: one query per record) or a CSV with a `smiles` column; `.gz` "
+               "and `.xz` archives of them are read too. Every row is predicted with the sidebar settings; rejected "
+               "rows are reported next to the good ones, and the names, SD fields or a CSV's other columns (IDs, "
+               "names) are kept in front of the results. A large file goes several times "
                "faster with one answer a query (*Speculative, auto drafts* in the sidebar) than with beam search's "
                "ranked lists.")
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
     with st.form("batch_form"):
-        upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "gz", "xz"])
+        upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "sdf", "sd", "gz", "xz"])
         column = st.text_input("CSV column (optional)",
                                placeholder="automatic: smiles, SMILES, query, reactants or product",
                                help="The column that holds the SMILES, when it has another name.")
@@ -149,7 +149,7 @@ def main() -> None:
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
     if submitted:
         if upload is None:
-            st.error("Choose a CSV, SMILES or TXT file first.", icon=":material/error:")
+            st.error("Choose a CSV, SMILES, SD or TXT file first.", icon=":material/error:")
         else:
             try:
                 queries = read_upload(upload.name, upload.getvalue(), column.strip())
