@@ -61,8 +61,8 @@ class Stock(SmilesListInventory):
 
 
 def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
-    """The stock in a file: one SMILES per line (optionally followed by a name; '#' starts a comment line)
-    or a CSV with a smiles column; .gz and .xz are read too. ValueError when it cannot be read or holds
+    """The stock in a file: one SMILES per line (optionally followed by a name; '#' starts a comment line),
+    an SD file or a CSV with a smiles column; .gz and .xz are read too. ValueError when it cannot be read or holds
     no readable molecule."""
     path = Path(path)
     try:
@@ -78,11 +78,11 @@ def stock_from_upload(name: str, data: bytes, column: str | None = None) -> Stoc
 
 
 def stock_from_queries(table: QueryFile, source: str) -> Stock:
-    molecules, n_unreadable = set(), 0
+    molecules, n_unreadable = set(), len([p for p in table.problems if p])  # SD records RDKit cannot read
     for entry in table.queries:
         fields = entry.split()
         if not fields or fields[0].startswith("#"):
-            continue  # blank line or comment
+            continue  # blank line, comment, or an SD record counted above
         try:
             molecules.add(canonical(fields[0], strip_maps=True))  # a .smi line may carry a name after the SMILES
         except ChemError:
@@ -90,7 +90,7 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
     if not molecules:
         unreadable = f" ({n_unreadable} entries are not SMILES RDKit can read)" if n_unreadable else ""
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
-                         "or a CSV with a smiles column")
+                         "an SD file, or a CSV with a smiles column")
     return Stock(molecules, source, n_unreadable)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 
-from conftest import FIXTURES, ROOT, needs_native, record_loads
+from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
@@ -244,6 +244,13 @@ def test_stock_reads_smiles_lines_with_names_comments_and_maps(tmp_path):
     assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCO", "CO"]
     assert stock.n_unreadable == 1 and stock.source == "stock.smi"
     assert stock.is_purchasable(Molecule("OCC"))
+
+
+def test_stock_reads_an_sd_file_and_counts_the_records_rdkit_cannot_read(tmp_path):
+    (tmp_path / "shelf.sdf").write_text(sd_file_text())
+    stock = load_stock(tmp_path / "shelf.sdf")
+    assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["C[C@H](N)C(=O)O", "Clc1ccncc1"]
+    assert stock.n_unreadable == 2
 
 
 def test_stock_reads_a_gzipped_csv_with_a_smiles_column(tmp_path):
