@@ -139,7 +139,7 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     shipped.parent.mkdir()
     (tmp_path / "first" / "export").rename(shipped)
     kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models"),
-              "--lr", "5e-4", "--warmup", "7", "--label-smoothing", "0"])
+              "--lr", "5e-4", "--warmup", "7", "--label-smoothing", "0", "--ema", "0.99"])
     out = capsys.readouterr().out
     assert f"--init {shipped}" in out and "forward: inputs read" in out
     # `start` returns only once the weights are read: the next command may sync models/ away.
@@ -149,6 +149,7 @@ def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeyp
     assert f"initialized from {shipped}" in log and "peak lr 5.00e-04" in log
     config = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "config.json").read_text())
     assert config["train_config"]["warmup"] == 7 and config["train_config"]["label_smoothing"] == 0.0
+    assert config["train_config"]["ema"] == 0.99
     state = json.loads((tmp_path / "runs" / "gpu_forward" / "export" / "train_state.json").read_text())
     assert state["step"] > 0 and state["seconds"] >= 3
 

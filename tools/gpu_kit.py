@@ -216,6 +216,8 @@ def cmd_start(args: argparse.Namespace) -> None:
             cmd += ["--lr", str(args.lr)]
         if args.label_smoothing is not None:
             cmd += ["--label-smoothing", str(args.label_smoothing)]
+        if args.ema:
+            cmd += ["--ema", str(args.ema)]
         resume = GPU_DIR / "resume" / task
         if not (run / "last").exists() and (resume / "train_state.json").exists():
             cmd += ["--resume", str(resume)]
@@ -445,6 +447,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=1000, help="warm-up steps to the peak rate")
     p.add_argument("--label-smoothing", type=float, default=None, help="the trainer's default unless given "
                    "(forward without it: tools/gpu_train.md)")
+    p.add_argument("--ema", type=float, default=0.0, help="keep a moving average of the weights with this decay "
+                   "per step (0: none); exports then hold it, and a run resumed from one starts from it")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--init", default="", help="folder holding <task>/ model folders (e.g. models): a task with "
                    "nothing to resume starts a new schedule from those weights")
