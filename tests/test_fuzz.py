@@ -10,6 +10,7 @@ import io
 import lzma
 import os
 import random
+import re
 import string
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def compress(rng: random.Random, data: bytes, name: str) -> tuple[bytes, str]:
 
 def fuzz_files(seed: int, folder: Path, n: int) -> list[tuple[Path, list[str] | None]]:
     """n query files, each with the queries it must give, or None where it must be refused with a
-    clear message: TXT and CSV files (suffixes in any case, compressed or not, with or without a
+    clear message: TXT, SMILES and CSV files (suffixes in any case, compressed or not, with or without a
     byte-order mark, cells over csv's default field limit), archives that are not archives or are cut
     short, decompression bombs, text that is not UTF-8, and special files."""
     rng = random.Random(seed)
@@ -143,7 +144,11 @@ def fuzz_files(seed: int, folder: Path, n: int) -> list[tuple[Path, list[str] | 
         bom = "\ufeff" if rng.random() < 0.3 else ""
         if kind < 4:  # TXT: a query cannot hold a line break
             queries = [q.replace("\r", "").replace("\n", "") for q in queries]
-            text, name = bom + "".join(q + "\n" for q in queries), rng.choice([".txt", ".TXT", ".smi", ""])
+            text, name = bom + "".join(q + "\n" for q in queries), rng.choice([".txt", ".TXT", ".smi", ".SMI", ""])
+            if name.lower() == ".smi":  # a SMILES file: each line's SMILES ends at its first space or tab
+                queries = [re.split(r"[ \t]+", q.strip(" \t"), maxsplit=1)[0] for q in queries]
+                if queries and queries[0].lower() == "smiles":
+                    queries = queries[1:]  # a header line
         elif kind < 8:  # CSV, every cell quoted so that any character round-trips
             buffer = io.StringIO(newline="")
             records = [["id", "smiles"], *([j, q] for j, q in enumerate(queries))]
