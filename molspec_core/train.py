@@ -4,9 +4,9 @@ at `max_minutes`, bf16 autocast on CUDA, periodic validation, float16 exports an
 Any run ends annealed, however fast the machine: the learning rate follows the share of the time
 budget spent (or of `max_steps` when there is no budget). The exception is `schedule="constant"`, which
 holds the peak rate and is meant with `ema`: an exponential moving average of the weights, which the
-exports then hold, stands in for the annealing (stochastic weight averaging, Izmailov et al. 2018). Every `export_every_minutes` the weights
-are written as float16 safetensors shards of at most 15 MB (a loadable model folder plus
-`train_state.json`) into `export_dir`, and `resume` continues a run from such a folder. That is the
+exports then hold, stands in for the annealing (stochastic weight averaging, Izmailov et al. 2018).
+Every `export_every_minutes` the weights are written as float16 safetensors shards of at most 15 MB (a
+loadable model folder plus `train_state.json`) into `export_dir`, and `resume` continues a run from such a folder. That is the
 whole contract with the GPU machine, whose only way back is its output folder (tools/gpu_train.md).
 
 This module imports no RDKit: the GPU machine has none, and the data arrive tokenized.
@@ -115,8 +115,9 @@ def progress(cfg: TrainConfig, step: int, seconds: float) -> float:
 
 def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float, warm_from: int = 0) -> float:
     """Linear warm-up over `warmup` steps from step `warm_from`, then cosine or linear decay to zero at
-    the end of the run (or the peak held, for a constant schedule). A run resumed from an export starts with fresh optimizer moments, so it warms
-    up again from its resume step (to the rate its schedule has reached) instead of jumping there."""
+    the end of the run (or the peak held, for a constant schedule). A run resumed from an export starts
+    with fresh optimizer moments, so it warms up again from its resume step (to the rate its schedule has
+    reached) instead of jumping there."""
     warm = min(1.0, (step - warm_from) / cfg.warmup) if cfg.warmup else 1.0
     done = progress(cfg, step, seconds)
     decay = {"cosine": 0.5 * (1 + math.cos(math.pi * done)), "linear": 1.0 - done, "constant": 1.0}[cfg.schedule]
