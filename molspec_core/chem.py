@@ -185,7 +185,7 @@ def sd_records(text: str) -> list[SdRecord]:
     supplier = Chem.SDMolSupplier()
     records = []
     for number, block in enumerate(blocks, start=1):
-        title = block.splitlines()[0].strip() if block.strip() else ""
+        title = (block.splitlines() or [""])[0].strip()
         supplier.SetData(block + "\n\n$$$$\n", sanitize=False, removeHs=False)
         raw = next(supplier, None)
         if raw is None:
@@ -195,9 +195,9 @@ def sd_records(text: str) -> list[SdRecord]:
         supplier.SetData(block + "\n\n$$$$\n")  # sanitized, hydrogens removed, stereo perceived
         mol = next(supplier, None)
         if mol is None:
-            records.append(SdRecord("", raw.GetProp("_Name"), fields, f"SD record {number}: {_sanitize_error(raw)}"))
+            records.append(SdRecord("", title, fields, f"SD record {number}: {_sanitize_error(raw)}"))
             continue
-        records.append(SdRecord(Chem.MolToSmiles(mol), mol.GetProp("_Name"), fields))
+        records.append(SdRecord(Chem.MolToSmiles(mol), title, fields))
     return records
 
 

@@ -84,7 +84,7 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         if not fields or fields[0].startswith("#"):
             continue  # blank line, comment, or an SD record counted above
         try:
-            molecules.add(canonical(fields[0], strip_maps=True))  # a .smi line may carry a name after the SMILES
+            molecules.add(canonical(fields[0], strip_maps=True))  # a TXT line may carry a name (io splits .smi ones)
         except ChemError:
             n_unreadable += 1
     if not molecules:

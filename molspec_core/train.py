@@ -20,7 +20,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,7 +51,12 @@ AUTO_TOKENS = {"cuda": 32768, "cpu": 4096}  # tokens per optimizer step when max
 # the forward data's shapes per epoch from 977 to 130 for 4.5 points more padding (session 36). A CPU
 # pays nothing per shape, so there the batches stay unpadded.
 AUTO_PAD = {"cuda": 8, "cpu": 1}
-SCHEDULES = ("cosine", "linear", "constant")
+# The learning rate's factor after warm-up, by schedule, at `done` (the share of the run spent).
+SCHEDULES: dict[str, Callable[[float], float]] = {
+    "cosine": lambda done: 0.5 * (1 + math.cos(math.pi * done)),
+    "linear": lambda done: 1.0 - done,
+    "constant": lambda done: 1.0,  # meant with --ema: the average stands in for the annealing
+}
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,7 @@ def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float, warm
     reached) instead of jumping there."""
     warm = min(1.0, (step - warm_from) / cfg.warmup) if cfg.warmup else 1.0
     done = progress(cfg, step, seconds)
-    decay = {"cosine": 0.5 * (1 + math.cos(math.pi * done)), "linear": 1.0 - done, "constant": 1.0}[cfg.schedule]
-    return peak * warm * decay
+    return peak * warm * SCHEDULES[cfg.schedule](done)
 
 
 def padded_widths(src_len: int, tgt_len: int, multiple: int) -> tuple[int, int]:
