@@ -5,9 +5,10 @@ import io
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import IO
 
 from rdkit import Chem, RDLogger
 
@@ -144,24 +145,62 @@ def _heavy_atoms(smiles: str) -> Counter[str]:
     return Counter(atom.GetSymbol() for atom in mol_from_smiles(smiles).GetAtoms() if atom.GetAtomicNum() > 1)
 
 
-def sdf_text(records: Iterable[tuple[str, dict[str, object]]]) -> str:
-    """An SD file of (SMILES, properties) records with 2D coordinates; a SMILES RDKit cannot read is
-    left out (the caller's CSV keeps it). None properties are left out, the others written as text."""
+# A line that begins so ends the record in every SD reader, wherever it stands.
+SD_RECORD_END = "$$$$"
+
+
+def write_sd(stream: IO[str], records: Iterable[tuple[str, str, Mapping[str, object]]]) -> None:
+    """Write (SMILES, title, properties) records to `stream` as an SD file, one record each and in order.
+
+    The molecule gets 2D coordinates (stereo as wedges); a SMILES that RDKit cannot read, "" included,
+    gives a record without atoms, so that its title and properties keep their place. The title line is
+    `title`, or the SMILES where it is "". Properties that are None or "" are left out, the others written
+    as text on one line. A title or value that would begin with $$$$ gets a leading quote, lest a reader
+    end the record there. Names go on one line, without < or > (which would end the name early in most
+    readers), and stay distinct."""
+    writer = Chem.SDWriter(stream)
+    try:
+        for smiles, title, properties in records:
+            writer.write(_sd_molecule(smiles, title, properties))
+    finally:
+        writer.close()  # also when `records` fails: one left open was seen to close sys.stdout when collected
+
+
+def _sd_molecule(smiles: str, title: str, properties: Mapping[str, object]):
     from rdkit.Chem import AllChem
 
-    buffer = io.StringIO()
-    writer = Chem.SDWriter(buffer)
-    for smiles, properties in records:
-        mol = Chem.MolFromSmiles(smiles)
-        if mol is None:
-            continue
+    mol = Chem.MolFromSmiles(smiles) if smiles else None
+    if mol is None:
+        mol = Chem.Mol()
+    else:
         AllChem.Compute2DCoords(mol)
-        mol.SetProp("_Name", smiles)
-        for name, value in properties.items():
-            if value is not None:
-                mol.SetProp(name, " ".join(str(value).split()))  # one line per value, as SDF needs
-        writer.write(mol)
-    writer.close()
+    mol.SetProp("_Name", _sd_line(title or smiles))
+    taken: set[str] = set()
+    for name, value in properties.items():
+        text = "" if value is None else _sd_line(str(value))
+        if not text:
+            continue
+        name = _one_line(name).replace("<", "_").replace(">", "_") or "unnamed"
+        while name in taken:
+            name = "input_" + name
+        taken.add(name)
+        mol.SetProp(name, text)
+    return mol
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _sd_line(text: str) -> str:
+    line = _one_line(text)
+    return "'" + line if line.startswith(SD_RECORD_END) else line
+
+
+def sdf_text(records: Iterable[tuple[str, str, Mapping[str, object]]]) -> str:
+    """The SD file of write_sd's records, in memory (a download)."""
+    buffer = io.StringIO()
+    write_sd(buffer, records)
     return buffer.getvalue()
 
 
@@ -179,7 +218,7 @@ def sd_records(text: str) -> list[SdRecord]:
     """An SD file's records in order. Each is read on its own, so one that RDKit cannot read (or whose
     valences it refuses) costs only itself; its title and fields are kept when RDKit can read them.
     The SMILES is RDKit's isomeric SMILES of the molblock, stereo taken from its wedges or coordinates."""
-    blocks = re.split(r"^\$\$\$\$[ \t]*\r?$\n?", text, flags=re.MULTILINE)
+    blocks = re.split(rf"^{re.escape(SD_RECORD_END)}[ \t]*\r?$\n?", text, flags=re.MULTILINE)
     if blocks and not blocks[-1].strip():
         blocks.pop()  # after the last record's $$$$
     supplier = Chem.SDMolSupplier()

@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
                    "column shows them (without it such a query is an error that names that writing)")
-    p.add_argument("--output", help="CSV to write (required with --input)")
+    p.add_argument("--output", help="CSV to write (required with --input); a name ending .sdf writes an SD file "
+                   "instead: one record per CSV row, the answer's structure with every column as a field")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
@@ -263,7 +264,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import check_output, read_queries
+    from .io import check_output, is_sd_name, read_queries
     from .service import Predictor, QueryResult
 
     cluster = cluster_options(args)
@@ -310,7 +311,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                args.engine, args.dtype)
     else:
         n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
-    print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error column) -> {args.output}")
+    print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error "
+          f"{'field' if is_sd_name(args.output) else 'column'}) -> {args.output}")
     return 0
 
 
@@ -332,7 +334,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first. Returns the number of rejected queries."""
-    from .io import output_header, predict_batch, result_rows, write_csv
+    from .io import output_header, predict_batch, result_rows, write_results
 
     queries = table.queries
     n_bad = 0
@@ -346,7 +348,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                     n_bad += 1
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
-    write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
+    write_results(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     return n_bad
 
 

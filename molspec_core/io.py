@@ -1,5 +1,5 @@
-"""Query files in, result CSV out: the one reader and the one writer that the CLI and the app share,
-so that both refuse the same files and export the same, equally safe columns.
+"""Query files in, result CSV (or SD file) out: the one reader and the one writer that the CLI and the app
+share, so that both refuse the same files and export the same, equally safe columns.
 
 Reading is bounded: the size limit counts the bytes that come out of a file (after decompression), so
 a small archive of gigabytes, or a device that never ends, is refused instead of filling memory.
@@ -18,7 +18,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -357,9 +357,57 @@ def check_output(output: str | Path, input_path: str | Path | None = None) -> Pa
     return path
 
 
+def is_sd_name(path: str | Path) -> bool:
+    """Whether results written to `path` go out as an SD file (.sdf or .sd, any case) rather than CSV."""
+    return str(path).lower().endswith(SD_FILE_SUFFIXES)
+
+
+def answer_records(header: Sequence[str], rows: Iterable[Sequence[object]]
+                   ) -> Iterator[tuple[str, str, dict[str, object]]]:
+    """The SD records (chem.write_sd) of output rows in output_header's columns: one per row, so the SD
+    file holds what the CSV holds. The molecule is the row's answer (`smiles`); a rejected query's row, or
+    an answer RDKit cannot read, gives a record without atoms that keeps its fields (`error`, `valid`).
+    The title is the input's name (its first column called name, in any case) where it has one, else the
+    answer. Every cell is a field."""
+    answer = header.index("smiles")
+    name = next((i for i, column in enumerate(header) if column.lower() == NAME_COLUMN), None)
+    for row in rows:
+        smiles = str(row[answer] or "")
+        title = str(row[name] or "") if name is not None else ""
+        yield smiles, title, dict(zip(header, row))
+
+
+def write_sd_rows(f: IO[str], header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Output rows as an SD file (answer_records), written as they come: memory stays bounded."""
+    from .chem import write_sd
+
+    write_sd(f, answer_records(header, rows))
+
+
+def sd_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
+    """The SD file of output rows in memory, for a download."""
+    buffer = io.StringIO(newline="")
+    write_sd_rows(buffer, header, rows)
+    return buffer.getvalue().encode("utf-8")
+
+
+def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Output rows to `path` as write_csv writes them: an SD file where the name says so (is_sd_name),
+    else CSV."""
+    if is_sd_name(path):
+        _write_replacing(path, lambda f: write_sd_rows(f, header, rows))
+    else:
+        write_csv(path, header, rows)
+
+
 def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
     """Write the CSV to a new file beside `path`, renamed into place once every row is written: a run
     that fails leaves any earlier file at `path` as it was, never half a file."""
+    _write_replacing(path, lambda f: write_rows(f, header, rows))
+
+
+def _write_replacing(path: str | Path, write: Callable[[IO[str]], None]) -> None:
+    """Call `write` on a new file beside `path`, then rename it into place (write_csv's guarantee)."""
     target = check_output(path)
     while True:
         partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
@@ -371,7 +419,7 @@ def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterabl
             continue
     try:
         with f:
-            write_rows(f, header, rows)
+            write(f)
             f.flush()
             os.fsync(f.fileno())  # the rows are on disk before the name points at them
         os.replace(partial, target)

@@ -6,7 +6,7 @@ number of batches. `map_batches` runs on an actor pool: each actor loads one Pre
 predicts block after block, each in one `predict` call that cuts it into batches of like length, as the
 single-process path does with its (longer) windows (at batch size 1, the very same decoder calls). Each
 query comes back with its input row number and its output rows; the driver puts the user's cells in
-front and writes the rows in input order through io.write_csv, the single-process path's writer.
+front and writes the rows in input order through io.write_results, the single-process path's writer.
 
 Faults: Ray restarts an actor whose process dies and runs its blocks again. The driver keeps each row
 once and writes no output at all if a row never came back.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .io import RESULT_COLUMNS, QueryFile, output_header, predict_batch, result_rows, write_csv
+from .io import RESULT_COLUMNS, QueryFile, output_header, predict_batch, result_rows, write_results
 from .service import Predictor, QueryResult
 
 if TYPE_CHECKING:
@@ -75,10 +75,10 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
                 yield [*cells, *query_row]
 
     if not table.queries:  # nothing to predict: the header alone, as the single-process path writes
-        write_csv(output, output_header(table.columns), [])
+        write_results(output, output_header(table.columns), [])
         return 0
     with connected(cluster.address):
-        write_csv(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
+        write_results(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
     return n_bad
 
 

@@ -31,7 +31,7 @@ from molspec_core.io import RESULT_COLUMNS  # noqa: E402
 from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
-from views.batch import safe_csv  # noqa: E402
+from views.batch import results_sdf, safe_csv  # noqa: E402
 from conftest import sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -582,7 +582,7 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "2", "3")
     assert "3 of 5 rows were rejected" in texts(at.warning)
-    assert [b.label for b in at.get("download_button")] == ["Download CSV"]
+    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download SDF"]
     table = at.session_state["batch"].table
     exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
     assert list(exported.columns) == ["note", *RESULT_COLUMNS]  # the upload's other column in front
@@ -698,6 +698,29 @@ def test_batch_sd_file_reports_an_unreadable_record_on_its_row(copy_models, monk
     assert firsts["rank"].isna().tolist()[1:] == [True, True, False]  # (the copy model cannot read alanine's [C@H])
     assert firsts["error"].tolist()[1] == "SD record 2: RDKit cannot read its molblock"
 
+
+
+def test_batch_sdf_is_the_clis_sd_file(copy_models, monkeypatch, tmp_path):
+    """The Batch page's SDF download is what `molspec predict --output F.sdf` writes: a record per row."""
+    from molspec_core.cli import main
+    from molspec_core.io import read_queries
+
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("drawn.sdf", sd_file_text().encode(), "chemical/x-mdl-sdfile"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    batch = at.session_state["batch"]
+    (tmp_path / "app.sdf").write_bytes(results_sdf(batch.table))
+    (tmp_path / "drawn.sdf").write_text(sd_file_text())
+    assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "drawn.sdf"),
+                 "--output", str(tmp_path / "cli.sdf"), "--method", batch.settings.method,
+                 "--n-best", str(batch.settings.n_best), "--batch-size", "1"]) == 0
+    from_app, from_cli = read_queries(tmp_path / "app.sdf"), read_queries(tmp_path / "cli.sdf")
+    assert from_app.queries == from_cli.queries and len(from_app.queries) == len(batch.table)
+    assert from_app.columns == from_cli.columns
+    timing = from_app.columns.index("time_ms")
+    assert [c[:timing] + c[timing + 1:] for c in from_app.cells] == [c[:timing] + c[timing + 1:] for c in from_cli.cells]
+    assert "SD record 2: RDKit cannot read its molblock" in from_app.cells[1]
 
 # ---- Benchmark page -------------------------------------------------------------------------------
 

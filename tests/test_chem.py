@@ -27,19 +27,32 @@ def test_a_retro_set_may_share_a_reactant_with_nothing_flagged():
     assert answer_concerns("CC(=O)Cl.O", "CC(=O)O", "retro") == ()
 
 
-def test_sdf_keeps_valid_structures_with_their_properties():
+def test_sdf_keeps_every_record_in_order_with_its_title_and_properties():
     from molspec_core.chem import sdf_text
 
-    text = sdf_text([("CCO", {"rank": 1, "score": -0.5, "note": "two\nlines", "absent": None}),
-                     ("C1CC", {"rank": 2}),  # unreadable: left out
-                     ("c1ccccc1", {"rank": 3})])
+    text = sdf_text([("CCO", "ethanol", {"rank": 1, "score": -0.5, "note": "two\nlines", "absent": None, "empty": ""}),
+                     ("C1CC", "", {"rank": 2, "error": "unclosed ring"}),  # unreadable: a record without atoms
+                     ("c1ccccc1", "", {"rank": 3})])
     supplier = Chem.SDMolSupplier()
     supplier.SetData(text)
     mols = list(supplier)
-    assert [Chem.MolToSmiles(m) for m in mols] == ["CCO", "c1ccccc1"]
+    assert [Chem.MolToSmiles(m) for m in mols] == ["CCO", "", "c1ccccc1"]
+    assert [m.GetProp("_Name") for m in mols] == ["ethanol", "C1CC", "c1ccccc1"]  # no title: the SMILES
     assert mols[0].GetProp("rank") == "1" and mols[0].GetProp("note") == "two lines"
-    assert not mols[0].HasProp("absent") and mols[1].GetProp("rank") == "3"
+    assert not mols[0].HasProp("absent") and not mols[0].HasProp("empty")
+    assert mols[1].GetProp("error") == "unclosed ring" and mols[2].GetProp("rank") == "3"
     assert mols[0].GetConformer().Is3D() is False
+
+
+def test_sdf_keeps_stereo_and_no_name_or_value_can_end_a_record_early():
+    from molspec_core.chem import sd_records, sdf_text
+
+    text = sdf_text([("C[C@H](N)C(=O)O", "$$$$ title", {"IC50 <nM>": "$$$$", "IC50 >nM<": "> <x>", "a\nb": "v"}),
+                     ("CCO", "", {})])
+    records = sd_records(text)  # ours splits records at $$$$ lines, as most readers do
+    assert [r.smiles for r in records] == ["C[C@H](N)C(=O)O", "CCO"] and not any(r.problem for r in records)
+    assert records[0].title == "'$$$$ title"
+    assert records[0].fields == {"IC50 _nM_": "'$$$$", "input_IC50 _nM_": "> <x>", "a b": "v"}
 
 
 def test_clear_caches_forgets_the_answers_checked():

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
 from molspec_core.cli import main
+from molspec_core.io import read_queries
 
 MODEL = str(FIXTURES / "copy_model")
 
@@ -140,6 +141,22 @@ def test_predict_sd_file_keeps_titles_and_fields_and_says_why_a_record_gave_no_q
     assert table["error"].tolist()[3] == ""  # (the copy model's vocabulary lacks alanine's [C@H])
     assert table["error"].tolist()[1] == "SD record 2: RDKit cannot read its molblock"
     assert table["error"].tolist()[2].startswith("SD record 3: RDKit cannot sanitize it: Explicit valence")
+
+
+def test_predict_to_an_sd_name_writes_a_record_per_csv_row(tmp_path, capsys):
+    (tmp_path / "drawn.sdf").write_text(sd_file_text())
+    for out in ("o.csv", "o.sdf"):
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "drawn.sdf"), "--output",
+                     str(tmp_path / out), "--method", "beam", "--n-best", "2"]) == 0
+    assert capsys.readouterr().out.endswith("rejected (see the error field) -> " + str(tmp_path / "o.sdf") + "\n")
+    table = pd.read_csv(tmp_path / "o.csv", dtype=str, keep_default_na=False)
+    back = read_queries(tmp_path / "o.sdf")
+    assert back.queries == [s if v == "True" else "" for s, v in zip(table["smiles"], table["valid"])]
+    assert back.columns[0] == "name"  # the titles, then the fields
+    fields = pd.DataFrame(list(back.cells), columns=["title", *back.columns[1:]])
+    for column in ("ID", "row", "query", "rank", "score", "error"):  # every cell kept, "" where the CSV's is empty
+        assert fields[column].tolist() == table[column].tolist(), column
+    assert fields["title"].tolist() == fields["name"].tolist() == table["name"].tolist()  # the title: the name
 
 
 def test_predict_csv_with_wrong_column_is_refused(tmp_path, capsys):

@@ -13,9 +13,9 @@ import pytest
 
 from conftest import sd_file_text
 from molspec_core import io as molspec_io
-from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, InputFileError, OutputFileError, QueryFile,
-                             check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded, read_queries,
-                             write_csv)
+from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, RESULT_COLUMNS, InputFileError, OutputFileError,
+                             QueryFile, check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded,
+                             read_queries, write_csv)
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -291,3 +291,43 @@ def test_an_sd_file_without_problems_carries_none_and_an_empty_one_no_record(tmp
     assert read_queries(tmp_path / "good.sdf").problems == ()
     (tmp_path / "empty.sdf").write_text("\n")
     assert read_queries(tmp_path / "empty.sdf") == QueryFile([], ("name",), ())
+
+
+def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_as_queries(tmp_path):
+    header = output_header(["Name", "ID"])
+    cell = {column: i for i, column in enumerate(header)}
+
+    def row(**cells: object) -> list[object]:
+        values: list[object] = [None] * len(header)
+        for column, value in cells.items():
+            values[cell[column]] = value
+        return values
+
+    rows = [row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", rank=1, smiles="C[C@H](N)C(=O)O", valid=True),
+            row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", rank=2, smiles="C1CC", valid=False),
+            row(Name="", ID="B-2", row=2, query="xx", smiles="", error="RDKit cannot parse 'xx' as a molecule"),
+            row(Name="", ID="C-3", row=3, query="CC=O.[H][H]", rank=1, smiles="CCO", valid=True)]
+    molspec_io.write_results(tmp_path / "out.SDF", header, rows)
+    assert molspec_io.is_sd_name(tmp_path / "out.SDF") and not molspec_io.is_sd_name(tmp_path / "out.sdf.csv")
+    back = read_queries(tmp_path / "out.SDF")
+    assert back.queries == ["C[C@H](N)C(=O)O", "", "", "CCO"]  # the answers, with stereo; no atoms where none
+    assert back.problems == ()  # records without atoms are records, not unreadable ones
+    named = dict(zip(back.columns, zip(*back.cells)))
+    assert named["name"] == ("ala", "ala", "", "CCO")  # the title: the input's name, else the answer
+    assert named["ID"] == ("=1+1", "=1+1", "B-2", "C-3")  # an SD field is data, not a spreadsheet cell: as written
+    assert named["rank"] == ("1", "2", "", "1") and named["valid"] == ("True", "False", "", "True")
+    assert named["error"] == ("", "", "RDKit cannot parse 'xx' as a molecule", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.SDF"]
+
+
+def test_a_failed_sd_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
+    out = tmp_path / "out.sdf"
+    out.write_text("earlier results\n")
+
+    def rows():
+        yield [*[None] * 3, "CCO", *[None] * (len(RESULT_COLUMNS) - 4)]
+        raise RuntimeError("the run stopped")
+
+    with pytest.raises(RuntimeError):
+        molspec_io.write_results(out, list(RESULT_COLUMNS), rows())
+    assert out.read_text() == "earlier results\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.sdf"]

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import FIXTURES, sd_file_text
 from molspec_core.cli import main
+from molspec_core.io import read_queries
 from molspec_core.scale import CRASH_FILE_ENV, PredictWorker, in_row_order
 
 MODEL = str(FIXTURES / "copy_model")
@@ -176,3 +177,15 @@ def test_ray_reports_an_sd_records_problem_as_the_single_process_does(cluster, t
     records = records_without_time(tmp_path / "ray.csv")
     assert records == records_without_time(tmp_path / "one.csv")
     assert "SD record 2: RDKit cannot read its molblock" in records[2]
+
+
+def test_ray_writes_the_single_process_sd_file(cluster, tmp_path):
+    """--output F.sdf on Ray: the records the single-process path writes, in its order, time_ms aside."""
+    (tmp_path / "drawn.sdf").write_text(sd_file_text())
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "drawn.sdf"), "--output",
+                 str(tmp_path / "one.sdf"), "--method", "beam", "--n-best", "2"]) == 0
+    assert predict_on_ray(tmp_path / "drawn.sdf", tmp_path / "ray.sdf") == 0
+    one, ray = read_queries(tmp_path / "one.sdf"), read_queries(tmp_path / "ray.sdf")
+    assert ray.queries == one.queries and ray.columns == one.columns and len(one.queries) > 4
+    drop = one.columns.index("time_ms")
+    assert [c[:drop] + c[drop + 1:] for c in ray.cells] == [c[:drop] + c[drop + 1:] for c in one.cells]

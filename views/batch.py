@@ -1,4 +1,4 @@
-"""Batch: a CSV, SMILES, SD or TXT file of queries in, every prediction out as a table and a safe CSV.
+"""Batch: a CSV, SMILES, SD or TXT file of queries in, every prediction out as a table, a safe CSV and an SD file.
 
 Each row is predicted on its own so that its time is its own and the progress bar moves per row;
 rows the engine rejects keep their place in the table with the reason, and the good rows go on.
@@ -15,7 +15,7 @@ import streamlit as st
 
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
-                             output_header, parse_upload, result_rows)
+                             output_header, parse_upload, result_rows, sd_bytes)
 from molspec_core.service import QueryResult
 from views import common
 from views.common import Settings
@@ -30,6 +30,8 @@ HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH], [CaH2]
 ION_LIST = "; ".join(f"{species} as {ions}" for species, ions in ION_WRITINGS.items())
 # On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
 # (molspec_core.io.output_header), and both put the input's other columns in front.
+# Whole numbers that a rejected row leaves empty: pandas would make them floats (1.0 where the CLI writes 1).
+COUNT_COLUMNS = ("rank", "model_rank", "writings", "spellings", "model_calls", "accepted_tokens")
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
                 "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
 
@@ -79,16 +81,24 @@ def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False) ->
             bar.progress((i + 1) / total, text=f"Predicted {i + 1} of {total} queries")
             drawn = time.monotonic()
     bar.empty()
-    table = pd.DataFrame(rows, columns=output_header(queries.columns)).astype(
-        {"rank": "Int64", "model_rank": "Int64", "model_calls": "Int64", "accepted_tokens": "Int64"})
+    table = pd.DataFrame(rows, columns=output_header(queries.columns)).astype(dict.fromkeys(COUNT_COLUMNS, "Int64"))
     return table, n_ion_refused
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
     """The CSV the CLI would write for these rows: no cell can run as a spreadsheet formula, and
     numbers stay numbers."""
-    cells = table.astype(object).where(table.notna(), None)  # pandas' missing values -> empty cells
-    return csv_bytes(table.columns, cells.itertuples(index=False, name=None))
+    return csv_bytes(table.columns, _cells(table))
+
+
+def results_sdf(table: pd.DataFrame) -> bytes:
+    """The SD file the CLI would write for these rows (`--output F.sdf`): a record per row."""
+    return sd_bytes(list(table.columns), _cells(table))
+
+
+def _cells(table: pd.DataFrame) -> list[tuple[object, ...]]:
+    """The table's rows as Python values, pandas' missing values as None (empty cells, absent fields)."""
+    return list(table.astype(object).where(table.notna(), None).itertuples(index=False, name=None))
 
 
 def show(batch: BatchResult) -> None:
@@ -121,8 +131,15 @@ def show(batch: BatchResult) -> None:
         "accepted_tokens": st.column_config.NumberColumn("accepted draft tokens"),
         "model_calls": st.column_config.NumberColumn("model calls"),
     })
-    st.download_button("Download CSV", data=safe_csv(table), file_name=f"{Path(batch.file_name).stem}-predictions.csv",
-                       mime="text/csv", on_click="ignore", icon=":material/download:", type="primary")
+    stem = Path(batch.file_name).stem
+    with st.container(horizontal=True):
+        st.download_button("Download CSV", data=safe_csv(table), file_name=f"{stem}-predictions.csv", mime="text/csv",
+                           on_click="ignore", icon=":material/download:", type="primary")
+        # made on the click (the 2D coordinates of 50,000 answers take a while), not on every rerun
+        st.download_button("Download SDF", data=lambda: results_sdf(table), file_name=f"{stem}-predictions.sdf",
+                           mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
+                           help="A record per row of the table: the answer's structure with 2D coordinates and "
+                                "every column as a field; a rejected query's record has no atoms and says why.")
 
 
 def main() -> None:

@@ -365,12 +365,12 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 
 def answers_sdf(result: QueryResult) -> str:
     """The valid answers as an SD file, with what the page shows of each as properties."""
-    return sdf_text((p.smiles, {"rank": p.rank, "model_rank": p.model_rank, "score": round(p.score, 4),
-                                "probability": f"{p.probability:.4g}", "confidence": p.confidence, "writings": p.views,
-                                "spellings": p.spellings, "sane": p.sane, "concerns": "; ".join(p.concerns) or None,
-                                "round_trip": p.round_trip, "forward_prob": p.forward_prob,
-                                "query": result.canonical_query, "method": result.method, "dtype": result.dtype})
-                    for p in result.predictions if p.valid)
+    return sdf_text((p.smiles, "", {
+        "rank": p.rank, "model_rank": p.model_rank, "score": round(p.score, 4), "probability": f"{p.probability:.4g}",
+        "confidence": p.confidence, "writings": p.views, "spellings": p.spellings, "sane": p.sane,
+        "concerns": "; ".join(p.concerns), "round_trip": p.round_trip, "forward_prob": p.forward_prob,
+        "query": result.canonical_query, "method": result.method, "dtype": result.dtype,
+    }) for p in result.predictions if p.valid)
 
 
 def show_exports(shown: Shown) -> None:
