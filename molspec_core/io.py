@@ -42,6 +42,7 @@ SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product")
 SMILES_FILE_SUFFIXES = (".smi", ".smiles")
 NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
 SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a query, its title and data fields cells
+MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields, and is read as one
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
 # round_trip/forward_prob: roundtrip.py (empty where the query was not checked); dtype: service.Predictor.dtype
@@ -88,14 +89,15 @@ class QueryFile:
 
 def query_format(name: str) -> tuple[str | None, str]:
     """(compression suffix or None, "csv", "smi", "sdf" or "txt"), from the file's name and ignoring case:
-    q.CSV, q.csv.GZ and q.Csv.xz are all CSV, q.smi.gz a SMILES file, q.SDF an SD file; any other name is TXT."""
+    q.CSV, q.csv.GZ and q.Csv.xz are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files; any other name is
+    TXT."""
     lower = name.lower()
     compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
     if compression:
         lower = lower.removesuffix(compression)
     if lower.endswith(".csv"):
         return compression, "csv"
-    if lower.endswith(SD_FILE_SUFFIXES):
+    if lower.endswith((*SD_FILE_SUFFIXES, MOLFILE_SUFFIX)):
         return compression, "sdf"
     return compression, "smi" if lower.endswith(SMILES_FILE_SUFFIXES) else "txt"
 

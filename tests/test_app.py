@@ -395,6 +395,54 @@ def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monke
     assert rank_headings(at) == ["**Rank 1**"] and not at.get("html")
 
 
+
+def molfile(smiles: str, title: str = "") -> str:
+    from rdkit import Chem
+    from rdkit.Chem import AllChem
+
+    mol = Chem.MolFromSmiles(smiles)
+    AllChem.Compute2DCoords(mol)
+    mol.SetProp("_Name", title)
+    return Chem.MolToMolBlock(mol)
+
+
+def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    opened = ("pyridinol.mol", molfile("Oc1ccncc1").encode(), "chemical/x-mdl-molfile")
+    at.file_uploader(key="query_file").set_value(opened)
+    at.run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "Oc1ccncc1" and rank_headings(at)[0] == "**Rank 1**"
+    two = (molfile("Clc1ccncc1", "reactant") + "$$$$\n" + molfile("OCC", "reagent") + "$$$$\n").encode()
+    at.file_uploader(key="query_file").set_value(("reaction.sdf", two, "chemical/x-mdl-sdfile"))
+    at.run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "Clc1ccncc1.CCO"  # one query: both molecules
+    assert "token '.' is not in the model's vocabulary" in texts(at.error)  # (the copy model's; the file was read)
+    at.file_uploader(key="query_file").set_value(("drawn.sdf", sd_file_text().encode(), "chemical/x-mdl-sdfile"))
+    at.run()
+    assert_clean(at)
+    assert "Cannot read drawn.sdf: SD record 2: RDKit cannot read its molblock" in texts(at.error)
+    assert at.text_input(key="query_text").value == "Clc1ccncc1.CCO"  # the last query and its answers stay
+    assert "last successful prediction" in texts(at.caption)
+
+
+@pytest.mark.parametrize("task, records, message", [
+    ("retro", 2, "holds 2 molecules; retrosynthesis takes one product"),
+    ("forward", 21, "holds 21 molecules; one query takes at most 20"),
+    ("forward", 0, "holds no molecule"),
+])
+def test_a_file_that_cannot_be_one_query_is_refused_with_the_reason(task, records, message):
+    from molspec_core.io import InputFileError
+    from views.predict import MAX_FILE_BYTES, query_from_file
+
+    data = "".join(molfile("CCO") + "$$$$\n" for _ in range(records)).encode()
+    with pytest.raises(InputFileError, match=message):
+        query_from_file("q.sdf", data, task)
+    assert query_from_file("q.sdf", molfile("CCO").encode(), task) == "CCO"
+    with pytest.raises(InputFileError, match="larger than 1024 KB; the Batch page"):
+        query_from_file("q.sdf", b" " * (MAX_FILE_BYTES + 1), task)
+
 def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("beam").run()

@@ -293,6 +293,13 @@ def test_an_sd_file_without_problems_carries_none_and_an_empty_one_no_record(tmp
     assert read_queries(tmp_path / "empty.sdf") == QueryFile([], ("name",), ())
 
 
+
+@pytest.mark.parametrize("name", ["alanine.mol", "alanine.MOL", "alanine.mol.gz"])
+def test_a_molfile_is_read_as_an_sd_file_of_one_record(tmp_path, name):
+    molfile = sd_file_text().split("$$$$\n")[0].split(">  <ID>")[0]  # L-alanine's molblock, no field, no $$$$
+    (tmp_path / name).write_bytes(gzip.compress(molfile.encode()) if name.endswith(".gz") else molfile.encode())
+    assert read_queries(tmp_path / name) == QueryFile(["C[C@H](N)C(=O)O"], ("name",), (("L-alanine",),))
+
 def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_as_queries(tmp_path):
     header = output_header(["Name", "ID"])
     cell = {column: i for i, column in enumerate(header)}

@@ -14,7 +14,7 @@ from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none, sdf_text
-from molspec_core.io import csv_bytes, output_header, result_rows
+from molspec_core.io import InputFileError, csv_bytes, output_header, parse_upload, result_rows
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
@@ -72,6 +72,49 @@ def use_suggestion() -> None:
     st.session_state["pending"] = True
 
 
+# A file opened as one query: a reaction's molecules, not a library (the Batch page takes those, a query a record).
+MAX_FILE_BYTES = 1024 * 1024
+MAX_FILE_MOLECULES = 20
+FILE_TYPES = ["mol", "sdf", "sd"]
+
+
+def query_from_file(name: str, data: bytes, task: str) -> str:
+    """The query a molfile or SD file holds: its molecules joined by '.' (reactants and reagents; a
+    retrosynthesis query is one product). Raises InputFileError, with the reason, for a file that
+    cannot be one query."""
+    if len(data) > MAX_FILE_BYTES:
+        raise InputFileError(f"{name} is larger than {MAX_FILE_BYTES // 1024} KB; the Batch page predicts "
+                             "large files, a query per record")
+    records = parse_upload(name, data)
+    problem = next((p for p in records.problems if p), None)
+    if problem:
+        raise InputFileError(problem)
+    molecules = [q for q in records.queries if q]
+    if not molecules:
+        raise InputFileError(f"{name} holds no molecule")
+    if task == "retro" and len(molecules) > 1:
+        raise InputFileError(f"{name} holds {len(molecules)} molecules; retrosynthesis takes one product (the "
+                             "Batch page predicts each record of a file on its own)")
+    if len(molecules) > MAX_FILE_MOLECULES:
+        raise InputFileError(f"{name} holds {len(molecules)} molecules; one query takes at most "
+                             f"{MAX_FILE_MOLECULES} (the Batch page predicts each record of a file on its own)")
+    return ".".join(molecules)
+
+
+def use_file(task: str) -> None:
+    """The uploader's callback: predict the opened file's molecules, or say why they cannot be a query."""
+    ss = st.session_state
+    upload = ss.get("query_file")
+    if upload is None:  # the file was removed
+        return
+    try:
+        ss["query_text"] = query_from_file(upload.name, upload.getvalue(), task)
+    except InputFileError as exc:
+        ss["query_error"], ss["query_suggestion"] = f"Cannot read {upload.name}: {exc}", ""
+        return
+    ss["example"], ss["pending"] = None, True
+
+
 def example_buttons(task: str) -> None:
     st.caption("Textbook examples: one click predicts them and checks the answer against the known one.")
     examples = common.load_examples()
@@ -92,7 +135,7 @@ def query_inputs(task: str) -> None:
     editor's Apply start inference, so typing never reruns the model."""
     ss = st.session_state
     ss.setdefault("query_text", "")
-    typed, drawn_tab = st.tabs(["Type SMILES", "Draw structure"])
+    typed, drawn_tab, opened = st.tabs(["Type SMILES", "Draw structure", "Open file"])
     # The editor comes first in the code so that an Apply can still fill the SMILES field below.
     with drawn_tab:
         st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query.")
@@ -105,6 +148,11 @@ def query_inputs(task: str) -> None:
                 st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
             else:
                 ss["query_text"], ss["example"], ss["pending"] = canon, None, True
+    with opened:
+        what = "the product" if task == "retro" else "the reactants (and reagents)"
+        st.file_uploader(f"A molfile or SD file of {what}", type=FILE_TYPES, key="query_file", on_change=use_file,
+                         args=(task,), help="Its molecules become the query, stereo taken from the wedges; the SMILES "
+                                            "field shows what was read.")
     with typed:
         with st.form("query_form", border=False):
             st.text_input("SMILES", key="query_text", max_chars=5000, placeholder=QUERY_PLACEHOLDER[task],
@@ -494,12 +542,12 @@ def main() -> None:
     ss = st.session_state
     if cfg.task == "retro":
         st.title("Propose reactants")
-        st.caption("Single-step retrosynthesis: paste or draw a product, get ranked reactant sets.")
+        st.caption("Single-step retrosynthesis: paste, draw or open a product, get ranked reactant sets.")
     else:
         st.title("Predict reaction products")
-        st.caption("Paste or draw the reactants, with the reagents if you know them (optional); the model writes the "
-                   "product SMILES and ranks its alternatives. The speculative methods (sidebar) copy the unchanged "
-                   "parts of the query into the answer.")
+        st.caption("Paste, draw or open the reactants, with the reagents if you know them (optional); the model writes "
+                   "the product SMILES and ranks its alternatives. The speculative methods (sidebar) copy the "
+                   "unchanged parts of the query into the answer.")
     if cfg.model_dir is None:
         if cfg.task == "retro":
             st.warning("Retrosynthesis is not available yet: no retrosynthesis model is installed (models/retro/ "
@@ -522,7 +570,8 @@ def main() -> None:
 
     shown: Shown | None = ss.get("shown")
     if shown is None:
-        st.info("Pick an example, paste a SMILES and press **Predict**, or draw a structure and press **Apply**.",
+        st.info("Pick an example, paste a SMILES and press **Predict**, draw a structure and press **Apply**, or open "
+                "a molfile.",
                 icon=":material/lightbulb:")
         return
     if shown.settings.model != cfg.model or shown.settings.task != cfg.task:
