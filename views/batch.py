@@ -156,7 +156,7 @@ def main() -> None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
     with st.form("batch_form"):
-        upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "sdf", "sd", "gz", "xz"])
+        upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz", "xz"])
         column = st.text_input("CSV column (optional)",
                                placeholder="automatic: smiles, SMILES, query, reactants or product",
                                help="The column that holds the SMILES, when it has another name.")
