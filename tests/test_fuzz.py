@@ -104,6 +104,26 @@ def test_fuzzed_csv_through_the_cli(tmp_path):
     assert all(numbers[c].dtype.kind in "if" for c in ("row", "rank", "score", "probability", "time_ms"))
 
 
+
+def test_fuzzed_cells_written_as_an_sd_file_keep_one_record_per_row_in_order(tmp_path):
+    """Fuzzed queries, and fuzzed text in another column under a name holding < > and a line break,
+    through `--output F.sdf`: no cell or name ends a record early or merges two, so the file reads back
+    as exactly the CSV's rows, in order."""
+    inputs = fuzz_inputs(3, 2_000)
+    notes = fuzz_inputs(4, 2_000)
+    notes[:3] = ["$$$$", "x\n$$$$\ny", "> <smiles>"]
+    frame = pd.DataFrame({"smiles": inputs, "a>b\n<c>": notes})
+    frame.to_csv(tmp_path / "in.csv", index=False, quoting=csv.QUOTE_ALL)
+    for out in ("out.csv", "out.sdf"):
+        assert main(["predict", "--model", str(FIXTURES / "copy_model"), "--input", str(tmp_path / "in.csv"),
+                     "--output", str(tmp_path / out), "--method", "spec-lookup", "--batch-size", "32"]) == 0
+    table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    back = read_queries(tmp_path / "out.sdf")
+    assert len(back.queries) == len(table) and back.problems == ()
+    fields = dict(zip(back.columns, zip(*back.cells)))
+    assert list(fields["row"]) == table["row"].tolist() and list(fields["rank"]) == table["rank"].tolist()
+    assert fields["a_b _c_"][:3] == ("'$$$$", "x $$$$ y", "> <smiles>")
+
 # ---- input files of every kind (issue 14: compressed and special files) ------------------------------
 
 
