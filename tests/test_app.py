@@ -434,7 +434,7 @@ def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_m
 ])
 def test_a_file_that_cannot_be_one_query_is_refused_with_the_reason(task, records, message):
     from molspec_core.io import InputFileError
-    from views.predict import MAX_FILE_BYTES, query_from_file
+    from views.common import MAX_FILE_BYTES, query_from_file
 
     data = "".join(molfile("CCO") + "$$$$\n" for _ in range(records)).encode()
     with pytest.raises(InputFileError, match=message):

@@ -385,6 +385,27 @@ def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp
     assert not at.get("html")  # the typed text is never rendered as HTML
 
 
+
+def test_routes_page_opens_the_target_from_a_molfile_and_says_why_a_file_cannot_be_one(tmp_path, monkeypatch):
+    from rdkit import Chem
+    from rdkit.Chem import AllChem
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    mol = Chem.MolFromSmiles("OCCN")
+    AllChem.Compute2DCoords(mol)
+    molfile = Chem.MolToMolBlock(mol)
+    at.file_uploader(key="route_target_file").set_value(("target.mol", molfile.encode(), "chemical/x-mdl-molfile"))
+    at.run()
+    assert not at.exception and not at.error and at.text_input(key="route_target").value == "NCCO"
+    two = (molfile + "$$$$\n") * 2
+    at.file_uploader(key="route_target_file").set_value(("two.sdf", two.encode(), "chemical/x-mdl-sdfile"))
+    at.run()
+    assert "Cannot read two.sdf: the file holds 2 molecules; retrosynthesis takes one product" in shown_text(at)
+    assert at.text_input(key="route_target").value == "NCCO"  # the last target stays
+    at = find_routes(at, "NCCO")
+    assert not at.exception and not at.error and at.expander[0].label.startswith("Route 1")
+
 def test_routes_page_without_a_retro_model(tmp_path, monkeypatch):
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "forward")
     at = routes_page(tmp_path / "models", monkeypatch)

@@ -15,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from molspec_core import textbook
+from molspec_core.io import InputFileError, parse_upload
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
 from molspec_core.textbook import Example
@@ -321,3 +322,32 @@ def format_probability(score: float) -> str:
 
 def short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# A file opened as one query: a reaction's molecules, not a library (the Batch page takes those, a query a record).
+MAX_FILE_BYTES = 1024 * 1024
+MAX_FILE_MOLECULES = 20
+QUERY_FILE_TYPES = ["mol", "sdf", "sd"]
+
+
+def query_from_file(name: str, data: bytes, task: str) -> str:
+    """The query a molfile or SD file holds: its molecules joined by '.' (reactants and reagents; a
+    retrosynthesis query is one product). Raises InputFileError, with the reason, for a file that
+    cannot be one query; the caller names the file."""
+    if len(data) > MAX_FILE_BYTES:
+        raise InputFileError(f"the file is larger than {MAX_FILE_BYTES // 1024} KB; the Batch page predicts "
+                             "large files, a query per record")
+    records = parse_upload(name, data)
+    problem = next((p for p in records.problems if p), None)
+    if problem:
+        raise InputFileError(problem)
+    molecules = [q for q in records.queries if q]
+    if not molecules:
+        raise InputFileError("the file holds no molecule")
+    if task == "retro" and len(molecules) > 1:
+        raise InputFileError(f"the file holds {len(molecules)} molecules; retrosynthesis takes one product (the "
+                             "Batch page predicts each record of a file on its own)")
+    if len(molecules) > MAX_FILE_MOLECULES:
+        raise InputFileError(f"the file holds {len(molecules)} molecules; one query takes at most "
+                             f"{MAX_FILE_MOLECULES} (the Batch page predicts each record of a file on its own)")
+    return ".".join(molecules)

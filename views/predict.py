@@ -14,7 +14,7 @@ from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none, sdf_text
-from molspec_core.io import InputFileError, csv_bytes, output_header, parse_upload, result_rows
+from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
@@ -72,35 +72,6 @@ def use_suggestion() -> None:
     st.session_state["pending"] = True
 
 
-# A file opened as one query: a reaction's molecules, not a library (the Batch page takes those, a query a record).
-MAX_FILE_BYTES = 1024 * 1024
-MAX_FILE_MOLECULES = 20
-FILE_TYPES = ["mol", "sdf", "sd"]
-
-
-def query_from_file(name: str, data: bytes, task: str) -> str:
-    """The query a molfile or SD file holds: its molecules joined by '.' (reactants and reagents; a
-    retrosynthesis query is one product). Raises InputFileError, with the reason, for a file that
-    cannot be one query."""
-    if len(data) > MAX_FILE_BYTES:
-        raise InputFileError(f"{name} is larger than {MAX_FILE_BYTES // 1024} KB; the Batch page predicts "
-                             "large files, a query per record")
-    records = parse_upload(name, data)
-    problem = next((p for p in records.problems if p), None)
-    if problem:
-        raise InputFileError(problem)
-    molecules = [q for q in records.queries if q]
-    if not molecules:
-        raise InputFileError(f"{name} holds no molecule")
-    if task == "retro" and len(molecules) > 1:
-        raise InputFileError(f"{name} holds {len(molecules)} molecules; retrosynthesis takes one product (the "
-                             "Batch page predicts each record of a file on its own)")
-    if len(molecules) > MAX_FILE_MOLECULES:
-        raise InputFileError(f"{name} holds {len(molecules)} molecules; one query takes at most "
-                             f"{MAX_FILE_MOLECULES} (the Batch page predicts each record of a file on its own)")
-    return ".".join(molecules)
-
-
 def use_file(task: str) -> None:
     """The uploader's callback: predict the opened file's molecules, or say why they cannot be a query."""
     ss = st.session_state
@@ -108,7 +79,7 @@ def use_file(task: str) -> None:
     if upload is None:  # the file was removed
         return
     try:
-        ss["query_text"] = query_from_file(upload.name, upload.getvalue(), task)
+        ss["query_text"] = common.query_from_file(upload.name, upload.getvalue(), task)
     except InputFileError as exc:
         ss["query_error"], ss["query_suggestion"] = f"Cannot read {upload.name}: {exc}", ""
         return
@@ -150,9 +121,9 @@ def query_inputs(task: str) -> None:
                 ss["query_text"], ss["example"], ss["pending"] = canon, None, True
     with opened:
         what = "the product" if task == "retro" else "the reactants (and reagents)"
-        st.file_uploader(f"A molfile or SD file of {what}", type=FILE_TYPES, key="query_file", on_change=use_file,
-                         args=(task,), help="Its molecules become the query, stereo taken from the wedges; the SMILES "
-                                            "field shows what was read.")
+        st.file_uploader(f"A molfile or SD file of {what}", type=common.QUERY_FILE_TYPES, key="query_file",
+                         on_change=use_file, args=(task,), help="Its molecules become the query, stereo taken from the "
+                                                                "wedges; the SMILES field shows what was read.")
     with typed:
         with st.form("query_form", border=False):
             st.text_input("SMILES", key="query_text", max_chars=5000, placeholder=QUERY_PLACEHOLDER[task],

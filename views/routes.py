@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from molspec_core import depict
-from molspec_core.io import csv_bytes
+from molspec_core.io import InputFileError, csv_bytes
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep,
                                    Stock, load_stock, plan, route_rows, routes_json, stock_from_upload)
 from views import common
@@ -185,6 +185,20 @@ def show(shown: Shown) -> None:
         show_route(rank, route)
 
 
+def open_target() -> None:
+    """The target uploader's callback: its molecule becomes the target, or the page says why it cannot."""
+    ss = st.session_state
+    upload = ss.get("route_target_file")
+    if upload is None:  # the file was removed
+        return
+    try:
+        ss["route_target"] = common.query_from_file(upload.name, upload.getvalue(), "retro")
+    except InputFileError as exc:
+        ss["route_error"] = f"Cannot read {upload.name}: {exc}"
+    else:
+        ss["route_error"] = None
+
+
 def main() -> None:
     cfg = common.settings()
     st.title("Routes")
@@ -194,6 +208,9 @@ def main() -> None:
     if model is None:
         st.warning("No retrosynthesis model is installed (models/retro/ is missing).", icon=":material/warning:")
         return
+    st.file_uploader("Open the target from a molfile or SD file (optional)", type=common.QUERY_FILE_TYPES,
+                     key="route_target_file", on_change=open_target,
+                     help="Its molecule fills the target field below, stereo taken from the wedges.")
     with st.form("route_form"):
         target = st.text_input("Target SMILES", key="route_target", max_chars=2000,
                                placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
