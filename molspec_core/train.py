@@ -6,8 +6,9 @@ budget spent (or of `max_steps` when there is no budget). The exception is `sche
 holds the peak rate and is meant with `ema`: an exponential moving average of the weights, which the
 exports then hold, stands in for the annealing (stochastic weight averaging, Izmailov et al. 2018).
 Every `export_every_minutes` the weights are written as float16 safetensors shards of at most 15 MB (a
-loadable model folder plus `train_state.json`) into `export_dir`, and `resume` continues a run from such a folder. That is the
-whole contract with the GPU machine, whose only way back is its output folder (tools/gpu_train.md).
+loadable model folder plus `train_state.json`) into `export_dir`, and `resume` continues a run from such
+a folder. That is the whole contract with the GPU machine, whose only way back is its output folder
+(tools/gpu_train.md).
 
 This module imports no RDKit: the GPU machine has none, and the data arrive tokenized.
 """

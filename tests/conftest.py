@@ -139,18 +139,23 @@ def decoded_answers(predictor, *answers: tuple[str, float], calls: int = 1, seco
     return DecodeResult(hypotheses, DecodeStats(model_calls=calls, wall_time_s=seconds))
 
 
-def sd_file_text() -> str:
-    """Four SD records as a drawing program writes them: L-alanine (a wedge bond, an ID field), a record
-    whose counts line is broken, one whose carbon has five bonds, and 4-chloropyridine (no fields)."""
+def molfile(smiles: str, title: str = "") -> str:
+    """The molblock a drawing program writes for `smiles`: 2D coordinates, stereo as wedge bonds."""
     from rdkit import Chem
     from rdkit.Chem import AllChem
 
+    mol = Chem.MolFromSmiles(smiles)
+    AllChem.Compute2DCoords(mol)
+    Chem.WedgeMolBonds(mol, mol.GetConformer())
+    mol.SetProp("_Name", title)
+    return Chem.MolToMolBlock(mol)
+
+
+def sd_file_text() -> str:
+    """Four SD records as a drawing program writes them: L-alanine (a wedge bond, an ID field), a record
+    whose counts line is broken, one whose carbon has five bonds, and 4-chloropyridine (no fields)."""
     def block(smiles: str, title: str, fields: dict[str, str]) -> str:
-        mol = Chem.MolFromSmiles(smiles)
-        AllChem.Compute2DCoords(mol)
-        Chem.WedgeMolBonds(mol, mol.GetConformer())
-        mol.SetProp("_Name", title)
-        text = Chem.MolToMolBlock(mol)
+        text = molfile(smiles, title)
         return text + "".join(f">  <{name}>\n{value}\n\n" for name, value in fields.items()) + "$$$$\n"
 
     alanine = block("C[C@H](N)C(=O)O", "L-alanine", {"ID": "A-1"})

@@ -32,7 +32,7 @@ from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
 from views.batch import results_sdf, safe_csv  # noqa: E402
-from conftest import sd_file_text  # noqa: E402
+from conftest import molfile, sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_MODEL = ROOT / "models" / "forward"
@@ -393,17 +393,6 @@ def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monke
     assert_clean(at)
     assert "could not decode this query: stopped after the 30 s time limit" in texts(at.warning)
     assert rank_headings(at) == ["**Rank 1**"] and not at.get("html")
-
-
-
-def molfile(smiles: str, title: str = "") -> str:
-    from rdkit import Chem
-    from rdkit.Chem import AllChem
-
-    mol = Chem.MolFromSmiles(smiles)
-    AllChem.Compute2DCoords(mol)
-    mol.SetProp("_Name", title)
-    return Chem.MolToMolBlock(mol)
 
 
 def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_models, monkeypatch):

@@ -104,7 +104,6 @@ def test_fuzzed_csv_through_the_cli(tmp_path):
     assert all(numbers[c].dtype.kind in "if" for c in ("row", "rank", "score", "probability", "time_ms"))
 
 
-
 def test_fuzzed_cells_written_as_an_sd_file_keep_one_record_per_row_in_order(tmp_path):
     """Fuzzed queries, and fuzzed text in another column under a name holding < > and a line break,
     through `--output F.sdf`: no cell or name ends a record early or merges two, so the file reads back
@@ -123,6 +122,7 @@ def test_fuzzed_cells_written_as_an_sd_file_keep_one_record_per_row_in_order(tmp
     fields = dict(zip(back.columns, zip(*back.cells)))
     assert list(fields["row"]) == table["row"].tolist() and list(fields["rank"]) == table["rank"].tolist()
     assert fields["a_b _c_"][:3] == ("'$$$$", "x $$$$ y", "> <smiles>")
+
 
 # ---- input files of every kind (issue 14: compressed and special files) ------------------------------
 

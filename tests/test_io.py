@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import sd_file_text
+from conftest import molfile, sd_file_text
 from molspec_core import io as molspec_io
 from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, RESULT_COLUMNS, InputFileError, OutputFileError,
                              QueryFile, check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded,
@@ -296,8 +296,8 @@ def test_an_sd_file_without_problems_carries_none_and_an_empty_one_no_record(tmp
 
 @pytest.mark.parametrize("name", ["alanine.mol", "alanine.MOL", "alanine.mol.gz"])
 def test_a_molfile_is_read_as_an_sd_file_of_one_record(tmp_path, name):
-    molfile = sd_file_text().split("$$$$\n")[0].split(">  <ID>")[0]  # L-alanine's molblock, no field, no $$$$
-    (tmp_path / name).write_bytes(gzip.compress(molfile.encode()) if name.endswith(".gz") else molfile.encode())
+    text = molfile("C[C@H](N)C(=O)O", "L-alanine").encode()  # no field, no $$$$
+    (tmp_path / name).write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
     assert read_queries(tmp_path / name) == QueryFile(["C[C@H](N)C(=O)O"], ("name",), (("L-alanine",),))
 
 def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_as_queries(tmp_path):

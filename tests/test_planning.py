@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 
-from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
+from conftest import FIXTURES, ROOT, molfile, needs_native, record_loads, sd_file_text
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
@@ -387,18 +387,13 @@ def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp
 
 
 def test_routes_page_opens_the_target_from_a_molfile_and_says_why_a_file_cannot_be_one(tmp_path, monkeypatch):
-    from rdkit import Chem
-    from rdkit.Chem import AllChem
-
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
     at = routes_page(tmp_path / "models", monkeypatch)
-    mol = Chem.MolFromSmiles("OCCN")
-    AllChem.Compute2DCoords(mol)
-    molfile = Chem.MolToMolBlock(mol)
-    at.file_uploader(key="route_target_file").set_value(("target.mol", molfile.encode(), "chemical/x-mdl-molfile"))
+    target = molfile("OCCN")
+    at.file_uploader(key="route_target_file").set_value(("target.mol", target.encode(), "chemical/x-mdl-molfile"))
     at.run()
     assert not at.exception and not at.error and at.text_input(key="route_target").value == "NCCO"
-    two = (molfile + "$$$$\n") * 2
+    two = (target + "$$$$\n") * 2
     at.file_uploader(key="route_target_file").set_value(("two.sdf", two.encode(), "chemical/x-mdl-sdfile"))
     at.run()
     assert "Cannot read two.sdf: the file holds 2 molecules; retrosynthesis takes one product" in shown_text(at)
