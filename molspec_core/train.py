@@ -75,6 +75,7 @@ class TrainConfig:
     accum: int = 1  # batches per optimizer step
     weight_decay: float = 0.01
     label_smoothing: float = 0.1
+    dropout: float = -1.0  # dropout while training (-1: the preset's, 0.1 for the paper shapes)
     compile: bool = False  # torch.compile the training forward pass
     eval_every: int = 1000
     val_greedy_rows: int = 200  # greedy exact match is slow on CPU: a fixed subset
@@ -352,7 +353,10 @@ def train(cfg: TrainConfig) -> dict:
     stats = json.loads((data / "stats.json").read_text())
     train_src, train_tgt = load_arrays(data / "train.npz")
     val_src, val_tgt = load_arrays(data / "val.npz")
-    model = Seq2SeqTransformer(preset(cfg.preset, len(vocab))).to(device)
+    if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
+        raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
+    shape = {"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}
+    model = Seq2SeqTransformer(preset(cfg.preset, len(vocab), **shape)).to(device)
     fused = device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, betas=(0.9, 0.998), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=fused)

@@ -287,6 +287,25 @@ def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_da
         assert torch.equal(model.state_dict()[name], value), name
 
 
+def test_dropout_overrides_the_presets_while_training_and_is_checked(tiny_data, tmp_path, monkeypatch):
+    built = []
+    real = Seq2SeqTransformer.__init__
+
+    def spy(self, cfg):
+        built.append(cfg.dropout)
+        real(self, cfg)
+
+    monkeypatch.setattr(Seq2SeqTransformer, "__init__", spy)
+    common = dict(data=str(tiny_data), preset="forward", max_tokens=64, max_steps=1, eval_every=10, val_greedy_rows=1,
+                  threads=1)
+    train(TrainConfig(out=str(tmp_path / "off"), dropout=0.0, **common))
+    train(TrainConfig(out=str(tmp_path / "preset"), **common))
+    assert built == [0.0, preset("forward", 10).dropout] and built[1] == 0.1
+    assert json.loads((tmp_path / "off" / "export" / "config.json").read_text())["model"]["dropout"] == 0.0
+    with pytest.raises(ValueError, match="dropout"):
+        train(TrainConfig(out=str(tmp_path / "bad"), dropout=1.0, **common))
+
+
 def test_time_budget_run_stops_annealed(tiny_data, tmp_path):
     state = train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_tokens=64,
                               max_minutes=0.02, warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1))
