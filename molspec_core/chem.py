@@ -199,7 +199,7 @@ def _sd_line(text: str) -> str:
 
 def sdf_text(records: Iterable[tuple[str, str, Mapping[str, object]]]) -> str:
     """The SD file of write_sd's records, in memory (a download)."""
-    buffer = io.StringIO()
+    buffer = io.StringIO(newline="")
     write_sd(buffer, records)
     return buffer.getvalue()
 

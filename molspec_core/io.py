@@ -388,9 +388,9 @@ def write_sd_rows(f: IO[str], header: Sequence[str], rows: Iterable[Sequence[obj
 
 def sd_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
     """The SD file of output rows in memory, for a download."""
-    buffer = io.StringIO(newline="")
-    write_sd_rows(buffer, header, rows)
-    return buffer.getvalue().encode("utf-8")
+    from .chem import sdf_text
+
+    return sdf_text(answer_records(header, rows)).encode("utf-8")
 
 
 def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

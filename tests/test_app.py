@@ -987,18 +987,17 @@ def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
 
 @needs_forward
 def test_predict_page_exports_hold_the_answers():
-    """The Predict page's CSV has the Batch page's columns; its SDF holds the valid answers."""
-    from rdkit import Chem
-
-    from molspec_core.io import csv_bytes, output_header, result_rows
+    """The Predict page's CSV and SD file are the Batch page's: the same columns, a record per row in order."""
+    from molspec_core.chem import canonical_or_none, sd_records
+    from molspec_core.io import output_header
     from molspec_core.service import Predictor
-    from views.predict import answers_sdf
+    from views.predict import answer_exports
 
     result = Predictor.load("forward", device="cpu").predict("CC(=O)Cl.NCc1ccccc1", method="beam", n_best=3)
-    table = pd.read_csv(io.BytesIO(csv_bytes(output_header(()), result_rows(1, (), result))))
+    csv, sdf = answer_exports(result)
+    table = pd.read_csv(io.BytesIO(csv), keep_default_na=False, dtype=str)
     assert list(table.columns) == output_header(()) and list(table["smiles"]) == [p.smiles for p in result.predictions]
-    supplier = Chem.SDMolSupplier()
-    supplier.SetData(answers_sdf(result))
-    mols = list(supplier)
-    assert [m.GetProp("rank") for m in mols] == [str(p.rank) for p in result.predictions if p.valid]
-    assert {m.GetProp("dtype") for m in mols} == {"float32"} and set(table["dtype"]) == {"float32"}  # what computed them
+    records = sd_records(sdf.decode())
+    assert [r.fields for r in records] == [{k: v for k, v in row.items() if v} for row in table.to_dict("records")]
+    assert [r.smiles for r in records] == [canonical_or_none(p.smiles) or "" for p in result.predictions]
+    assert {r.fields["dtype"] for r in records} == {"float32"}  # what computed them

@@ -13,8 +13,8 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import canonical_or_none, sdf_text
-from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows
+from molspec_core.chem import canonical_or_none
+from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
@@ -382,24 +382,22 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 # ---- export -----------------------------------------------------------------------------------
 
 
-def answers_sdf(result: QueryResult) -> str:
-    """The valid answers as an SD file, with what the page shows of each as properties."""
-    return sdf_text((p.smiles, "", {
-        "rank": p.rank, "model_rank": p.model_rank, "score": round(p.score, 4), "probability": f"{p.probability:.4g}",
-        "confidence": p.confidence, "writings": p.views, "spellings": p.spellings, "sane": p.sane,
-        "concerns": "; ".join(p.concerns), "round_trip": p.round_trip, "forward_prob": p.forward_prob,
-        "query": result.canonical_query, "method": result.method, "dtype": result.dtype,
-    }) for p in result.predictions if p.valid)
+def answer_exports(result: QueryResult) -> tuple[bytes, bytes]:
+    """The answers as the Batch page (and `molspec predict`) exports one query: CSV and SD file, row for row."""
+    header = output_header(())
+    rows = list(result_rows(1, (), result))
+    return csv_bytes(header, rows), sd_bytes(header, rows)
 
 
 def show_exports(shown: Shown) -> None:
-    csv = csv_bytes(output_header(()), result_rows(1, (), shown.result))  # the Batch page's columns
+    csv, sdf = answer_exports(shown.result)
     with st.container(horizontal=True):
         st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
                            icon=":material/download:")
-        st.download_button("Download structures (SDF)", answers_sdf(shown.result), file_name="molspec-answers.sdf",
+        st.download_button("Download structures (SDF)", sdf, file_name="molspec-answers.sdf",
                            mime="chemical/x-mdl-sdfile", icon=":material/download:",
-                           help="Valid answers with 2D coordinates; rank, scores and checks as properties.")
+                           help="A record per answer, with 2D coordinates and the CSV's columns as fields "
+                                "(an unreadable answer keeps its fields without atoms).")
 
 
 # ---- speedup ----------------------------------------------------------------------------------
