@@ -265,7 +265,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import check_output, is_sd_name, read_queries
-    from .service import Predictor, QueryResult
+    from .service import Predictor
 
     cluster = cluster_options(args)
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
@@ -321,7 +321,7 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
     if not args.round_trip:
         return lambda result: result
     from .roundtrip import check_round_trip
-    from .service import Predictor, QueryResult
+    from .service import Predictor
 
     if predictor.task != "retro":
         raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
@@ -355,7 +355,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .calibration import weights_fingerprint
     from .evaluate import check_method, evaluate, queries_digest, read_pairs
-    from .service import Predictor, QueryResult
+    from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
     out = check_output_path(args.out) if args.out else None
@@ -422,7 +422,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibration
     from .evaluate import check_method, read_pairs
-    from .service import Predictor, QueryResult
+    from .service import Predictor
 
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     n_best = args.n_best or (5 if METHODS[args.method].many else 1)
@@ -506,7 +506,7 @@ PEER_THREADS_WARNING = (
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
     from .evaluate import read_pairs
-    from .service import Predictor, QueryResult
+    from .service import Predictor
 
     # everything that can be refused is refused before the model loads and the run starts
     out = check_output_path(args.out) if args.out else None
@@ -552,7 +552,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .io import check_output, write_csv
     from .planning import DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, load_stock, plan, route_rows, routes_json
-    from .service import Predictor, QueryResult
+    from .service import Predictor
 
     # outputs and the stock first: a refused one costs no model load and no search
     out = check_output(args.out)

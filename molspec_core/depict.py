@@ -310,4 +310,3 @@ def viewer_html(molblock: str, js_url: str, height: int = 400) -> str:
     body = view.write_html()
     return (f"<!doctype html><html><head><meta charset='utf-8'></head>"
             f"<body style='margin:0;overflow:hidden'>{body}</body></html>")
-

@@ -28,6 +28,7 @@ import torch
 from .cache import KVCache
 from .tokenizer import PAD_ID
 
+
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
 

@@ -55,6 +55,7 @@ MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_bes
 # and spaces inside get their own message.
 FOREIGN_CHARACTER = re.compile(r"[^\x21-\x7e \t\n\r\x0b\x0c]")
 
+
 def describe_character(ch: str) -> str:
     """'С' (U+0421 CYRILLIC CAPITAL LETTER ES): the character as Python writes it, its code and name."""
     return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'control character')})"

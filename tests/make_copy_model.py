@@ -31,6 +31,7 @@ def sample(rng: random.Random, vocab: Vocab) -> list[int]:
 def batch(rng: random.Random, vocab: Vocab, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     srcs = [sample(rng, vocab) for _ in range(size)]
     tgts = [[BOS_ID] + rule(s, vocab) + [EOS_ID] for s in srcs]
+
     def pad(rows):
         out = torch.full((len(rows), max(map(len, rows))), PAD_ID)
         for i, r in enumerate(rows):

@@ -47,8 +47,6 @@ def app(models_dir: Path | None = None, monkeypatch=None) -> AppTest:
     return AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
 
 
-
-
 @pytest.fixture()
 def copy_models(tmp_path: Path) -> Path:
     """A models folder whose `forward` model is the copy model (vocabulary: C N O c n ( ) = 1 2 Cl Br)."""
@@ -397,6 +395,7 @@ def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monke
 
 def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
+    assert at.file_uploader(key="query_file").proto.max_upload_size_mb == 1  # the browser refuses larger files
     opened = ("pyridinol.mol", molfile("Oc1ccncc1").encode(), "chemical/x-mdl-molfile")
     at.file_uploader(key="query_file").set_value(opened)
     at.run()
@@ -429,8 +428,9 @@ def test_a_file_that_cannot_be_one_query_is_refused_with_the_reason(task, record
     with pytest.raises(InputFileError, match=message):
         query_from_file("q.sdf", data, task)
     assert query_from_file("q.sdf", molfile("CCO").encode(), task) == "CCO"
-    with pytest.raises(InputFileError, match="larger than 1024 KB; the Batch page"):
+    with pytest.raises(InputFileError, match="larger than 1 MB; the Batch page"):
         query_from_file("q.sdf", b" " * (MAX_FILE_BYTES + 1), task)
+
 
 def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
@@ -709,7 +709,6 @@ def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
     assert firsts["error"].tolist()[1].startswith("empty query")
 
 
-
 def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, monkeypatch):
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("targets.smi", b"Oc1ccncc1 hydroxypyridine\nc1ccncc1Cl\tchloro pyridine\n",
@@ -723,7 +722,6 @@ def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, 
     assert firsts["query"].tolist() == ["Oc1ccncc1", "c1ccncc1Cl"] and firsts["error"].tolist() == ["", ""]
 
 
-
 def test_batch_sd_file_reports_an_unreadable_record_on_its_row(copy_models, monkeypatch):
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("drawn.sdf", sd_file_text().encode(), "chemical/x-mdl-sdfile"))
@@ -734,7 +732,6 @@ def test_batch_sd_file_reports_an_unreadable_record_on_its_row(copy_models, monk
     assert firsts["query"].tolist() == ["C[C@H](N)C(=O)O", "", "", "Clc1ccncc1"]
     assert firsts["rank"].isna().tolist()[1:] == [True, True, False]  # (the copy model cannot read alanine's [C@H])
     assert firsts["error"].tolist()[1] == "SD record 2: RDKit cannot read its molblock"
-
 
 
 def test_batch_sdf_is_the_clis_sd_file(copy_models, monkeypatch, tmp_path):
@@ -965,7 +962,6 @@ def test_markdown_escape_shows_text_verbatim():
     assert md_escape("[x](http://a) *b* $c$ :d:") == r"\[x\]\(http\://a\) \*b\* \$c\$ \:d\:"
     assert format_probability(0.0) == "100.0%"
     assert format_probability(-100.0) == "3.7e-44"
-
 
 
 def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):

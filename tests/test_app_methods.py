@@ -13,7 +13,6 @@ from test_app import FIXTURES, app, assert_clean, predict, texts
 from molspec_core.methods import METHODS
 
 
-
 @pytest.fixture()
 def draft_models(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURES / "copy_model", tmp_path / "models" / "forward")

@@ -52,7 +52,6 @@ def test_best_children_numpy_equals_torch(seed):
     assert got_scores.tolist() == expected_scores.tolist()
 
 
-
 @pytest.mark.parametrize("seed", range(20))
 def test_best_children_of_one_query_on_numpy_equals_torch(seed):
     """One query's NumPy selection (sbs-exact's: it sorts only the candidates at or above the width-th
@@ -68,6 +67,7 @@ def test_best_children_of_one_query_on_numpy_equals_torch(seed):
         got_scores, got_index = beam.best_children(scores.numpy(), log_probs.numpy(), width)
         assert got_index.tolist() == expected_index.tolist()
         assert got_scores.tolist() == expected_scores.tolist()
+
 
 def test_can_stop_and_ranked():
     assert beam.can_stop([], float("-inf"), 1)  # nothing live

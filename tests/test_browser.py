@@ -229,7 +229,6 @@ def test_other_pages_render(page):
         shot(page, f"browser{path.replace('/', '_')}")
 
 
-
 def test_four_sessions_at_once_each_get_their_own_answer(browser, server):
     """Four browser sessions press Predict together; the server runs their scripts side by side
     and every session shows the prediction for its own query, none of another's."""

@@ -317,6 +317,7 @@ def test_bench_engines_from_the_command_line(pair_files):
     assert set(report["methods"]) == {"greedy", "spec-lookup", "greedy@numpy", "spec-lookup@numpy"}
     assert report["methods"]["spec-lookup@numpy"]["identical_to_greedy"] == 1.0
 
+
 def test_bench_refuses_an_unknown_engine_before_loading(pair_files, capsys):
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--engines", "onnx"]) == 2
     assert "unknown engines ['onnx']" in capsys.readouterr().err

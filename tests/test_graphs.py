@@ -101,6 +101,7 @@ def test_greedy_on_the_graphs_engine_equals_the_torch_engine_on_many_batch_sizes
 
     plain, graphed = random_model(3, vocab_size=8), random_model(3, vocab_size=8)
     graphed.use_cuda_graphs(capture=False)
+
     def lookup(src):
         return make_drafter("lookup", src, 4, 2)
     for batch in range(1, 10):
@@ -164,6 +165,7 @@ def test_captured_graphs_decode_as_the_eager_torch_engine():
     plain, graphed = random_model(4).cuda(), random_model(4).cuda()
     graphed.use_cuda_graphs()
     sources = random_sources(4, 12, 14)
+
     def pointer(src):
         return make_drafter("pointer", src, 6, 1)
     assert [r.hypotheses[0].tokens for r in greedy(graphed, sources, pointer, max_len=25)] == \

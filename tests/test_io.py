@@ -293,12 +293,12 @@ def test_an_sd_file_without_problems_carries_none_and_an_empty_one_no_record(tmp
     assert read_queries(tmp_path / "empty.sdf") == QueryFile([], ("name",), ())
 
 
-
 @pytest.mark.parametrize("name", ["alanine.mol", "alanine.MOL", "alanine.mol.gz"])
 def test_a_molfile_is_read_as_an_sd_file_of_one_record(tmp_path, name):
     text = molfile("C[C@H](N)C(=O)O", "L-alanine").encode()  # no field, no $$$$
     (tmp_path / name).write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
     assert read_queries(tmp_path / name) == QueryFile(["C[C@H](N)C(=O)O"], ("name",), (("L-alanine",),))
+
 
 def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_as_queries(tmp_path):
     header = output_header(["Name", "ID"])

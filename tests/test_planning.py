@@ -335,8 +335,6 @@ def test_cli_plan_bad_target_or_stock_is_an_error_line(tmp_path, capsys):
 sys.path.insert(0, str(ROOT))  # `streamlit run app.py` puts the app folder on the path; so do we
 
 
-
-
 def routes_page(models: Path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
@@ -385,10 +383,10 @@ def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp
     assert not at.get("html")  # the typed text is never rendered as HTML
 
 
-
 def test_routes_page_opens_the_target_from_a_molfile_and_says_why_a_file_cannot_be_one(tmp_path, monkeypatch):
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
     at = routes_page(tmp_path / "models", monkeypatch)
+    assert at.file_uploader(key="route_target_file").proto.max_upload_size_mb == 1
     target = molfile("OCCN")
     at.file_uploader(key="route_target_file").set_value(("target.mol", target.encode(), "chemical/x-mdl-molfile"))
     at.run()
@@ -400,6 +398,7 @@ def test_routes_page_opens_the_target_from_a_molfile_and_says_why_a_file_cannot_
     assert at.text_input(key="route_target").value == "NCCO"  # the last target stays
     at = find_routes(at, "NCCO")
     assert not at.exception and not at.error and at.expander[0].label.startswith("Route 1")
+
 
 def test_routes_page_without_a_retro_model(tmp_path, monkeypatch):
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "forward")

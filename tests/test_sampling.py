@@ -1,7 +1,6 @@
 """Sampling family: speculative sampling is distributed exactly as sampling from p (chi-square,
 enough draws that a 1% error is caught: see the negative control), mentored decoding keeps
 KL(r || p) <= delta, relaxed verification with beta=1, tau=0 is greedy."""
-import pytest
 import torch
 
 from conftest import random_model, random_sources
@@ -146,6 +145,7 @@ def test_sequence_level_spec_sampling_matches_sampling():
     src = [4, 5, 4, 5, 4]
     factory = lambda s: make_drafter("lookup", s, 3, 1)  # noqa: E731
     n = 1500
+
     def pairs(mode, **kw):
         results = sample_decode(model, [src] * n, mode, factory, SamplingOptions(temperature=1.5, draft_len=2, seed=11),
                                 max_len=2, **kw)

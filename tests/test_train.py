@@ -73,7 +73,6 @@ def test_training_logs_its_speed_every_interval(tiny_data, tmp_path, caplog):
     assert [seen for _, seen in shapes] == sorted(seen for _, seen in shapes)
 
 
-
 def test_a_training_step_reads_nothing_back_from_the_device(tiny_data, tmp_path, monkeypatch):
     """On a GPU every read of a device value (.item(), int(), bool(), float()) makes the host wait for
     the queue, so the host cannot launch the next step while this one runs: the first GPU block ran

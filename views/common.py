@@ -325,9 +325,12 @@ def short(text: str, limit: int = 40) -> str:
 
 
 # A file opened as one query: a reaction's molecules, not a library (the Batch page takes those, a query a record).
-MAX_FILE_BYTES = 1024 * 1024
+MAX_FILE_MB = 1  # the uploader refuses larger files in the browser (max_upload_size); query_from_file checks too
+MAX_FILE_BYTES = MAX_FILE_MB * 1024 * 1024
 MAX_FILE_MOLECULES = 20
 QUERY_FILE_TYPES = ["mol", "sdf", "sd"]
+QUERY_FILE_LIMITS = (f"At most {MAX_FILE_MB} MB and {MAX_FILE_MOLECULES} molecules: the Batch page predicts larger "
+                     "files, a query per record.")
 
 
 def query_from_file(name: str, data: bytes, task: str) -> str:
@@ -335,7 +338,7 @@ def query_from_file(name: str, data: bytes, task: str) -> str:
     retrosynthesis query is one product). Raises InputFileError, with the reason, for a file that
     cannot be one query; the caller names the file."""
     if len(data) > MAX_FILE_BYTES:
-        raise InputFileError(f"the file is larger than {MAX_FILE_BYTES // 1024} KB; the Batch page predicts "
+        raise InputFileError(f"the file is larger than {MAX_FILE_MB} MB; the Batch page predicts "
                              "large files, a query per record")
     records = parse_upload(name, data)
     problem = next((p for p in records.problems if p), None)

@@ -122,8 +122,9 @@ def query_inputs(task: str) -> None:
     with opened:
         what = "the product" if task == "retro" else "the reactants (and reagents)"
         st.file_uploader(f"A molfile or SD file of {what}", type=common.QUERY_FILE_TYPES, key="query_file",
-                         on_change=use_file, args=(task,), help="Its molecules become the query, stereo taken from the "
-                                                                "wedges; the SMILES field shows what was read.")
+                         on_change=use_file, args=(task,), max_upload_size=common.MAX_FILE_MB,
+                         help="Its molecules become the query, stereo taken from the wedges; the SMILES field shows "
+                              "what was read. " + common.QUERY_FILE_LIMITS)
     with typed:
         with st.form("query_form", border=False):
             st.text_input("SMILES", key="query_text", max_chars=5000, placeholder=QUERY_PLACEHOLDER[task],

@@ -209,8 +209,9 @@ def main() -> None:
         st.warning("No retrosynthesis model is installed (models/retro/ is missing).", icon=":material/warning:")
         return
     st.file_uploader("Open the target from a molfile or SD file (optional)", type=common.QUERY_FILE_TYPES,
-                     key="route_target_file", on_change=open_target,
-                     help="Its molecule fills the target field below, stereo taken from the wedges.")
+                     key="route_target_file", on_change=open_target, max_upload_size=common.MAX_FILE_MB,
+                     help=f"Its molecule fills the target field below, stereo taken from the wedges. At most "
+                          f"{common.MAX_FILE_MB} MB.")
     with st.form("route_form"):
         target = st.text_input("Target SMILES", key="route_target", max_chars=2000,
                                placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
