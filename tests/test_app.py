@@ -393,6 +393,42 @@ def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monke
     assert rank_headings(at) == ["**Rank 1**"] and not at.get("html")
 
 
+def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_models, monkeypatch):
+    from views.predict import HISTORY_LIMIT
+
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    assert not at.expander  # one query: nothing to go back to
+    first = at.session_state["shown"]
+    predict(at, "Clc1ccncc1")
+    predict(at, "Clc1ccncc1")  # the same query and settings again: one entry
+    assert_clean(at)
+    assert [e.label for e in at.expander] == ["This session's queries (2)"]
+    assert at.dataframe[0].value["query"].tolist() == ["Clc1ccncc1", "Oc1ccncc1"]  # newest first
+    earlier = at.selectbox(key="earlier")
+    assert earlier.options == ["#3: Clc1ccncc1", "#1: Oc1ccncc1"] and earlier.value is None
+    earlier.set_value(1).run()
+    assert_clean(at)
+    assert at.session_state["shown"] is first and at.text_input(key="query_text").value == "Oc1ccncc1"
+    assert at.selectbox(key="earlier").value is None  # ready for the next pick
+    assert "Oc1ccncc1" in texts(at.code)  # the page shows the first query's answers again
+    exported = pd.read_csv(io.BytesIO(history_download(at)), keep_default_na=False, dtype=str)
+    assert exported.drop_duplicates("row")["query"].tolist() == ["Oc1ccncc1", "Clc1ccncc1"]  # oldest first
+    assert exported["row"].drop_duplicates().tolist() == ["1", "3"] and (exported["rank"] != "").all()
+    for n in range(HISTORY_LIMIT):
+        predict(at, "C" * (n + 1))
+    assert_clean(at)
+    assert [e.label for e in at.expander] == [f"This session's queries ({HISTORY_LIMIT})"]
+    assert at.dataframe[0].value["query"].tolist()[-1] == "C"  # the two oldest went
+
+
+def history_download(at: AppTest) -> bytes:
+    """The history's CSV as the page builds it for its download button (the forward entries)."""
+    from views.predict import history_csv
+
+    return history_csv([(n, s) for n, s in at.session_state["history"] if s.settings.task == "forward"])
+
+
 def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     assert at.file_uploader(key="query_file").proto.max_upload_size_mb == 1  # the browser refuses larger files

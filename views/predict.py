@@ -153,6 +153,7 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         return
     ss["query_error"] = None
     ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"))
+    remember(ss["shown"])
 
 
 def round_trip(cfg: Settings, result: QueryResult) -> QueryResult:
@@ -504,6 +505,71 @@ def show_3d(shown: Shown, rank: int) -> None:
     st.caption("RDKit conformer (ETKDG, then MMFF). Drag to rotate, scroll to zoom.")
 
 
+# ---- this session's queries --------------------------------------------------------------------
+
+
+HISTORY_LIMIT = 20  # predictions kept per session, newest first; each holds its answers, nothing is decoded again
+
+
+def remember(shown: Shown) -> None:
+    """Keep a prediction in the session's history (newest first), numbered in the order made; the same
+    query with the same settings again replaces its earlier entry."""
+    ss = st.session_state
+    ss["history_count"] = ss.get("history_count", 0) + 1
+    kept = [(n, s) for n, s in ss.get("history", [])
+            if (s.settings, s.result.canonical_query) != (shown.settings, shown.result.canonical_query)]
+    ss["history"] = [(ss["history_count"], shown), *kept][:HISTORY_LIMIT]
+
+
+def history_of(task: str) -> list[tuple[int, Shown]]:
+    return [(n, s) for n, s in st.session_state.get("history", []) if s.settings.task == task]
+
+
+def show_earlier(task: str) -> None:
+    """The history list's callback: show that prediction again, its query back in the SMILES field."""
+    ss = st.session_state
+    chosen = dict(history_of(task)).get(ss.get("earlier"))
+    ss["earlier"] = None
+    if chosen is not None:
+        ss["shown"], ss["query_text"], ss["example"] = chosen, chosen.result.query, chosen.example
+        ss["query_error"], ss["query_suggestion"] = None, ""
+
+
+def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
+    rows = []
+    for n, shown in entries:
+        first = shown.result.predictions[0] if shown.result.predictions else None
+        rows.append({"#": n, "query": shown.result.canonical_query, "first answer": first.smiles if first else "",
+                     "confidence": None if first is None or first.confidence is None else 100 * first.confidence,
+                     "settings": f"{shown.settings.model} · {shown.settings.describe()}"})
+    return pd.DataFrame(rows).astype({"confidence": "Float64"})
+
+
+def history_csv(entries: list[tuple[int, Shown]]) -> bytes:
+    """Every answer of the listed predictions, oldest first, in the Batch page's columns; `row` is the
+    prediction's number in the list."""
+    return csv_bytes(output_header(()), [r for n, s in reversed(entries) for r in result_rows(n, (), s.result)])
+
+
+def show_history(task: str) -> None:
+    entries = history_of(task)
+    if len(entries) < 2:
+        return
+    with st.expander(f"This session's queries ({len(entries)})", icon=":material/history:"):
+        st.dataframe(history_table(entries), hide_index=True, width="stretch",
+                     column_config={"query": st.column_config.TextColumn(width="medium"),
+                                    "first answer": st.column_config.TextColumn(width="medium"),
+                                    "confidence": st.column_config.ProgressColumn(
+                                        "confidence", format="%.0f%%", min_value=0.0, max_value=100.0)})
+        st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
+                     args=(task,), placeholder="Pick a query: its answers come back as they were",
+                     format_func=lambda n: f"#{n}: {common.short(dict(entries)[n].result.canonical_query, 70)}")
+        st.download_button("Download all answers (CSV)", history_csv(entries), file_name="molspec-session.csv",
+                           mime="text/csv", icon=":material/download:",
+                           help=f"The answers of these {len(entries)} queries, oldest first, in the Batch page's "
+                                f"columns (the session keeps the last {HISTORY_LIMIT}).")
+
+
 # ---- page -------------------------------------------------------------------------------------
 
 
@@ -538,6 +604,7 @@ def main() -> None:
             st.button("Predict it with the reagent written as ions", key="use_suggestion", on_click=use_suggestion,
                       help="The same molecules, the reagent written as ions, as the model's training data write it.")
 
+    show_history(cfg.task)
     shown: Shown | None = ss.get("shown")
     if shown is None:
         st.info("Pick an example, paste a SMILES and press **Predict**, draw a structure and press **Apply**, or open "
