@@ -490,7 +490,8 @@ def test_an_answer_the_model_spelled_more_than_once_is_listed_once(monkeypatch):
     predict(at, "Nc1ccc(F)cc1.O=C(O)c1ccccc1")
     assert_clean(at)
     assert len(rank_headings(at)) == 4
-    assert "The model's 5 strings hold 4 distinct answers: it wrote rank 1 in more than one atom order" in texts(at.caption)
+    assert ("The model's 5 strings hold 4 distinct answers: it wrote rank 1 in more than one atom order"
+            in texts(at.caption))
     assert "The model wrote these molecules in 2 atom orders" in texts(at.caption)
 
 
@@ -856,7 +857,8 @@ def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_m
     threads = "1 thread" if report["threads"] == 1 else f"{report['threads']} threads"
     assert f" · CTranslate2 in its own process, {threads} · " in texts(at.caption)
     speedup = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
-    assert [series["name"] for series in speedup] == ["vs CTranslate2 float32", "vs our cached greedy / beam"]  # no int8 peer timed
+    # no int8 peer timed
+    assert [series["name"] for series in speedup] == ["vs CTranslate2 float32", "vs our cached greedy / beam"]
     assert speedup[0]["x"][-1].startswith("CTranslate2 greedy") and speedup[0]["text"][-1] == ""  # not vs itself
 
 

@@ -312,8 +312,9 @@ def test_cli_plan_computes_both_models_in_the_dtype_asked(tmp_path, monkeypatch)
     """--dtype int8 reaches the planning model and the forward model that checks its steps."""
     loaded = record_loads(monkeypatch)
     (tmp_path / "stock.smi").write_text("CC(=O)O\n")
-    assert main(["plan", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--model", "retro", "--forward", "forward", "--dtype", "int8",
-                 "--stock", str(tmp_path / "stock.smi"), "--time-limit", "1", "--out", str(tmp_path / "r.json")]) == 0
+    assert main(["plan", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--model", "retro", "--forward", "forward",
+                 "--dtype", "int8", "--stock", str(tmp_path / "stock.smi"), "--time-limit", "1",
+                 "--out", str(tmp_path / "r.json")]) == 0
     assert [(p.task, p.dtype) for p in loaded] == [("retro", "int8"), ("forward", "int8")]
 
 

@@ -148,8 +148,8 @@ def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent:
     for label, values in series.items():
         text = [("" if v is None else f"{v:.0%}" if percent else f"{v:.2f}") for v in values]
         figure.add_bar(x=[chart_label(n) for n in names], y=values, name=label, text=text,
-                       textposition="outside", textangle=0 if upright else -90, textfont={"size": 11}, constraintext="none",
-                       cliponaxis=False)
+                       textposition="outside", textangle=0 if upright else -90, textfont={"size": 11},
+                       constraintext="none", cliponaxis=False)
     figure.update_layout(title={"text": title, "font": {"size": 15}}, yaxis_title=yaxis, height=400,
                          barmode="group", margin={"t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35})
     figure.update_xaxes(tickangle=-35, tickfont={"size": 11}, automargin=True)
@@ -190,7 +190,8 @@ def sweep_figure(sweep: dict) -> go.Figure:
         figure.add_scatter(x=x, y=[p.get(field) for p in points], name=label, mode="lines+markers")
     figure.add_scatter(x=x, y=[p.get("speedup_vs_greedy") for p in points], name="speedup vs greedy",
                        mode="lines+markers", yaxis="y2", line={"dash": "dash"})
-    figure.update_layout(title=html.escape(f"{common.method_label(str(sweep['method']))}: accuracy and speed vs {knob}"),
+    title = f"{common.method_label(str(sweep['method']))}: accuracy and speed vs {knob}"
+    figure.update_layout(title=html.escape(title),
                          xaxis_title=html.escape(knob), height=360, margin={"t": 50, "b": 10},
                          yaxis={"title": "share of queries", "tickformat": ".0%", "range": [0, 1.05]},
                          yaxis2={"title": "speedup (×)", "overlaying": "y", "side": "right", "rangemode": "tozero"},

@@ -281,7 +281,8 @@ def _sampling_knobs(method: str) -> SamplingOptions:
         knobs["tau"] = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, 1.0, 0.1, key="tau")
     if reads(method, "delta"):
         knobs["delta"] = sb.slider("Delta: KL budget per token", 0.0, 1.0, 0.1, 0.01, key="delta",
-                                   help="0 is exact speculative sampling; more accepts more drafts and moves the answers.")
+                                   help="0 is exact speculative sampling; more accepts more drafts and moves the "
+                                        "answers.")
     if reads(method, "seed"):
         knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, 0, key="seed"))
     return SamplingOptions(**knobs)

@@ -87,9 +87,9 @@ def reliability_chart(cal: calibration.Calibration) -> go.Figure:
                    name="confidence", customdata=count,
                    hovertemplate="confidence %{x:.0%}: %{y:.0%} right of %{customdata} answers<extra></extra>")])
     # A short title at 14 px: the chart sits in the narrow column, and a longer one was cut off.
-    figure.update_layout(title={"text": "Reliability (held-out queries)", "font": {"size": 14}}, xaxis_title="confidence",
-                         yaxis_title="share right", xaxis_range=[0, 1], yaxis_range=[0, 1], height=340,
-                         margin={"t": 50, "b": 10}, showlegend=False)
+    figure.update_layout(title={"text": "Reliability (held-out queries)", "font": {"size": 14}},
+                         xaxis_title="confidence", yaxis_title="share right", xaxis_range=[0, 1], yaxis_range=[0, 1],
+                         height=340, margin={"t": 50, "b": 10}, showlegend=False)
     return figure
 
 
