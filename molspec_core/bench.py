@@ -151,7 +151,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": speedup(method, reference),
         }
-        if base_method(method) in METHODS:  # the draft shape these figures were measured with (methods.py defaults unless set)
+        # the draft shape these figures were measured with (methods.py defaults unless set)
+        if base_method(method) in METHODS:
             entry["drafts"] = dict(zip(("drafter", "draft_len", "n_drafts"),
                                        runs_on(method).resolve(base_method(method), draft_len, n_drafts, batch_size)))
         top1_strings = [predictor.vocab.decode(outputs[method][i][0]) if outputs[method][i] else ""
@@ -191,12 +192,14 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "oracle_tokens_per_call": oracle,
         "model": str(predictor.path), "task": predictor.task, "device": str(predictor.device),
         "device_name": predictor.device_name, "engine": predictor.engine,
-        "other_engines": {name: p.engine for name, p in engines.items()}, "dtype": predictor.dtype, "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
+        "other_engines": {name: p.engine for name, p in engines.items()}, "dtype": predictor.dtype,
+        "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
         "peers": {m: {"process": "its own, stopped between requests", "threads": peer.threads,
                       "omp_wait_policy": peer.wait_policy} for m, peer in peers.items()},
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
-        "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "methods": report_methods,
     }
 
@@ -291,14 +294,16 @@ def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
 
 def markdown_table(report: dict) -> str:
-    lines = ["| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | identical to | top-k | speedup |",
+    lines = [("| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | "
+              "identical to | top-k | speedup |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in report["methods"].items():
         reference = "beam" if "identical_to_beam" in m else "greedy"
         tops = " / ".join(f"{m[k]:.3f}" for k in sorted((k for k in m if k.startswith("top") and k[3:].isdigit()),
                                                        key=lambda k: int(k[3:])))
         lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
-                     f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | {reference} {m[f'identical_to_{reference}']:.3f} | "
+                     f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | "
+                     f"{reference} {m[f'identical_to_{reference}']:.3f} | "
                      f"{tops or '-'} | {m[f'speedup_vs_{reference}']:.2f}x |")
     if report.get("sweep"):
         sweep = report["sweep"]
@@ -319,7 +324,8 @@ def write_html(report: dict, path: Path) -> None:
     import plotly.graph_objects as go
 
     names = list(report["methods"])
-    speedups = [report["methods"][n].get("speedup_vs_greedy", report["methods"][n].get("speedup_vs_beam")) for n in names]
+    speedups = [report["methods"][n].get("speedup_vs_greedy", report["methods"][n].get("speedup_vs_beam"))
+                for n in names]
     fig = go.Figure(go.Bar(x=names, y=speedups))
     fig.update_layout(title=f"Speedup vs cached greedy / beam ({report['n_queries']} queries, {report['device']})",
                       yaxis_title="total-time ratio")

@@ -72,7 +72,8 @@ class Calibration:
     def confidence(self, score: float, rank: int = 1) -> float:
         """The calibrated chance that an answer with this summed log-prob is right, where `rank` is its place
         among the valid answers to its query in the model's order (1: the first; QueryResult.in_model_order)."""
-        edges, values = (self.rest_edges, self.rest_values) if rank > 1 and self.rest_edges else (self.edges, self.values)
+        edges, values = ((self.rest_edges, self.rest_values) if rank > 1 and self.rest_edges
+                         else (self.edges, self.values))
         i = bisect.bisect_right(edges, score) - 1
         return values[max(i, 0)]
 
@@ -220,7 +221,8 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
     ece_raw, _ = reliability([math.exp(s) for _, (s, _) in checked], right)
     firsts = [(c, r) for c, r, (rank, _) in zip(confidences, right, checked) if rank == 1]
     below = [(c, r) for c, r, (rank, _) in zip(confidences, right, checked) if rank > 1]
-    by_rank = tuple(reliability([c for c, _ in rows], [r for _, r in rows])[0] if rows else None for rows in (firsts, below))
+    by_rank = tuple(reliability([c for c, _ in rows], [r for _, r in rows])[0] if rows else None
+                    for rows in (firsts, below))
     return Calibration(**{**asdict(draft), "ece": ece, "ece_raw": ece_raw, "ece_by_rank": by_rank,
                           "reliability": tuple(tuple(row) for row in table)})
 

@@ -306,7 +306,8 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     """(model in eval mode, vocab, config dict) from a model folder, checked before it is built."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise CheckpointError(f"{folder} is not a model folder" if folder.exists() else f"model folder {folder} does not exist")
+        raise CheckpointError(f"{folder} is not a model folder" if folder.exists()
+                              else f"model folder {folder} does not exist")
     check_safe(folder)
     config, cfg = read_config(folder)
     vocab = read_vocab(folder, cfg)

@@ -82,17 +82,20 @@ def describe(exc: BaseException) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="molspec", description="MolSpec: reaction prediction with speculative decoding")
+    parser = argparse.ArgumentParser(prog="molspec",
+                                     description="MolSpec: reaction prediction with speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def model_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
-                       "auto = C on CPU where it builds, else NumPy; torch elsewhere; torch = always torch (for comparison); "
+                       "auto = C on CPU where it builds, else NumPy; torch elsewhere; "
+                       "torch = always torch (for comparison); "
                        "graphs = torch's calls replayed from CUDA graphs (CUDA only)")
         p.add_argument("--dtype", default="float32", choices=DTYPES, help="what the decoder calls compute with: "
-                       "int8 = int8 weights and activations (native engine only; answers may differ, see the model cards)")
+                       "int8 = int8 weights and activations (native engine only; answers may differ, "
+                       "see the model cards)")
         p.add_argument("--method", default="greedy", choices=METHODS)
         p.add_argument("--n-best", type=at_least(1), default=1)
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
@@ -442,7 +445,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fitted = calibration.fit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                              augment=args.augment)
     path = calibration.save(fitted, predictor.path)
-    print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): fitted on {fitted.n_fit} queries, "
+    print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
+          f"fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
           f"{fitted.ece_raw:.4f}) -> {path}")
     return 0
@@ -609,7 +613,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_compare, "calibrate": cmd_calibrate,
-            "bench": cmd_bench, "plan": cmd_plan, "prepare-data": cmd_prepare, "average": cmd_average, "train": cmd_train}
+            "bench": cmd_bench, "plan": cmd_plan, "prepare-data": cmd_prepare, "average": cmd_average,
+            "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,7 +142,8 @@ class MitSplit:
 
 def mit_split(root: Path, n_val: int) -> MitSplit:
     mit = root / "uspto_mit" / "derived"
-    valid = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"), read_lines(mit / "tgt-valid.txt.gz")) if t]
+    valid = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"),
+                                        read_lines(mit / "tgt-valid.txt.gz")) if t]
     test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
     val = valid[:n_val]
     return MitSplit(val, valid[n_val:], test, {p.tgt for p in test if p.tgt} | {p.tgt for p in val})
@@ -181,7 +182,8 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
     pairs = dedupe(keep_short([p for p in candidates if p.tgt not in held_out]))
     reactions = len(pairs)
     pairs = in_rooted_writings(pairs, augment, workers)
-    stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed, "mit_valid_rows_for_training": len(mit_train),
+    stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed,
+             "mit_valid_rows_for_training": len(mit_train),
              "removed_leakage_mit_test_or_val_product": len(leaked), "train_reactions": reactions,
              "augment": augment, "train": len(pairs), "val": len(val), "test": len(test)}
     write_splits(out, {"train": pairs, "val": val, "test": test}, stats)

@@ -116,7 +116,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
                   repeated_rate=repeated / n, query_errors=errors,
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
-                  flagged_rate_counts="the model's top-1 answers that are valid but not sane (chem.answer_concerns) / n",
+                  flagged_rate_counts="the model's top-1 answers that are valid but not sane "
+                                      "(chem.answer_concerns) / n",
                   repeated_rate_counts="the queries whose answers include one the model spelled twice "
                                        "(service.fold_repeats) / n",
                   first_right={"model_order": first["top"], "app_order": first["ranked_top"]},

@@ -48,8 +48,8 @@ MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields,
 # round_trip/forward_prob: roundtrip.py (empty where the query was not checked); dtype: service.Predictor.dtype
 # (empty on the row of a query that was not decoded).
 RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", "probability", "valid", "sane",
-                  "concerns", "model_rank", "confidence", "writings", "spellings", "round_trip", "forward_prob", "method",
-                  "dtype", "time_ms", "model_calls", "accepted_tokens", "error")
+                  "concerns", "model_rank", "confidence", "writings", "spellings", "round_trip", "forward_prob",
+                  "method", "dtype", "time_ms", "model_calls", "accepted_tokens", "error")
 
 # The csv module refuses a field over 131,072 characters, and one long cell made the whole file
 # unreadable. No field can be longer than the file, so the file limit serves as the field limit: the

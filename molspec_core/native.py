@@ -8,9 +8,9 @@ keys/values of a new cache run in C too.
 
 The C file is compiled at first use with the machine's C compiler for this CPU (AVX2, FMA and F16C
 are required) into a per-user cache, keyed by the source's hash; with OpenMP where the compiler has
-it, so that a call's products and attention use torch's thread count (results do not depend on it). Where that cannot happen (no
-compiler, another CPU, weights not float16 values), `native_unavailable` says why and the engine
-"auto" takes the NumPy step.
+it, so that a call's products and attention use torch's thread count (results do not depend on it).
+Where that cannot happen (no compiler, another CPU, weights not float16 values), `native_unavailable`
+says why and the engine "auto" takes the NumPy step.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ from .tokenizer import PAD_ID
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.c"
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-Werror=implicit-function-declaration")  # native: AVX-512 where the CPU has it
+# native: AVX-512 where the CPU has it
+CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-Werror=implicit-function-declaration")
 # Threads: the C call splits its work among OpenMP threads where the compiler has OpenMP; a compiler
 # without it (clang without libomp, say) builds the single-threaded library instead.
 OPENMP = "-fopenmp"
@@ -164,7 +165,8 @@ def native_unavailable(isa: str = "native") -> str | None:
 class _CAffine(ctypes.Structure):
     _fields_ = [("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("gain", ctypes.c_void_p),
                 ("eps", ctypes.c_float), ("k", ctypes.c_int32), ("n", ctypes.c_int32), ("n_pad", ctypes.c_int32),
-                ("q", ctypes.c_void_p), ("q_scale", ctypes.c_void_p), ("q_sum", ctypes.c_void_p), ("k4", ctypes.c_int32)]
+                ("q", ctypes.c_void_p), ("q_scale", ctypes.c_void_p), ("q_sum", ctypes.c_void_p),
+                ("k4", ctypes.c_int32)]
 
 
 class _CLayer(ctypes.Structure):
@@ -202,7 +204,8 @@ class _CBeam(ctypes.Structure):
 
 
 class _CGreedy(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in ("drafts", "accepted", "argmax", "best_log_probs", "peaks", "lengths")]
+    _fields_ = [(name, ctypes.c_void_p)
+                for name in ("drafts", "accepted", "argmax", "best_log_probs", "peaks", "lengths")]
 
 
 class _Binding:
@@ -231,7 +234,8 @@ class _Binding:
         self.pending: dict[tuple[int, int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
         self.beam = _CBeam()
         self.greedy = _CGreedy()
-        self.beam_scratch: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}  # by (rows, vocab): see NativeStep.beam_step
+        # by (rows, vocab): see NativeStep.beam_step
+        self.beam_scratch: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
 
     def pending_of(self, n_layers: int, batch: int, heads: int, t_new: int, head_dim: int
                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
@@ -240,7 +244,8 @@ class _Binding:
         made = self.pending.get((batch, t_new))
         if made is None:
             buffer = torch.empty(2, n_layers, batch, heads, t_new, head_dim)
-            made = self.pending[batch, t_new] = (buffer, buffer.view(2 * n_layers, batch, heads, 1, t_new, head_dim).unbind(0))
+            made = self.pending[batch, t_new] = (buffer,
+                                                 buffer.view(2 * n_layers, batch, heads, 1, t_new, head_dim).unbind(0))
         return made
 
 
@@ -290,8 +295,9 @@ class NativeStep(NumpyStep):
     int32: a quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction
     lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block). The tied output
     projection and everything between products stay float32. The int32 sums are exact, so the result
-    is the same on every CPU and a token's logits still do not depend on the rest of the call. It computes another function than float32: its answers differ where the model
-    is nearly undecided (the model cards give the agreement measured)."""
+    is the same on every CPU and a token's logits still do not depend on the rest of the call. It
+    computes another function than float32: its answers differ where the model is nearly undecided
+    (the model cards give the agreement measured)."""
 
     masks_itself = True  # model.decode need not build the InPlace mask: the C call works it out from the lengths
 
@@ -341,7 +347,8 @@ class NativeStep(NumpyStep):
         if int8:
             q, scales, sums, k4 = _int8_panels(affine)
             self._keep += [q, scales, sums]
-            c_affine.q, c_affine.q_scale, c_affine.q_sum, c_affine.k4 = q.ctypes.data, scales.ctypes.data, sums.ctypes.data, k4
+            c_affine.q, c_affine.q_scale, c_affine.q_sum, c_affine.k4 = (q.ctypes.data, scales.ctypes.data,
+                                                                         sums.ctypes.data, k4)
         return c_affine
 
     def _c_model(self) -> object:
@@ -528,7 +535,8 @@ class NativeStep(NumpyStep):
         binding.call.rows = None if fed is None else fed.ctypes.data
         beam = binding.beam
         beam.queries, beam.width, beam.scores = queries, width, scores.ctypes.data
-        beam.log_probs, beam.top_scores, beam.top_index = scratch[1].ctypes.data, top_scores.ctypes.data, top_index.ctypes.data
+        beam.log_probs, beam.top_scores, beam.top_index = (scratch[1].ctypes.data, top_scores.ctypes.data,
+                                                           top_index.ctypes.data)
         beam.parents, beam.slots = scratch[2].ctypes.data, slots.data_ptr()
         if self._library.beam_step(self._c_model(), ctypes.byref(binding.call), ctypes.byref(beam)) != 0:
             raise MemoryError("the C beam step could not allocate its scratch memory")

@@ -206,7 +206,8 @@ class NumpyStep:
     def cross_keys_values_of(self, memory: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Attention.keys_values of decoder layer `layer`'s cross-attention: (B, H, S, hd) each, contiguous."""
         batch, length, d = memory.shape
-        kv = self.cross_keys_values[layer](memory.detach().reshape(batch * length, d).numpy()).reshape(batch, length, 2, d)
+        kv = self.cross_keys_values[layer](
+            memory.detach().reshape(batch * length, d).numpy()).reshape(batch, length, 2, d)
         return (torch.from_numpy(np.ascontiguousarray(self._heads(kv[:, :, 0], batch))),
                 torch.from_numpy(np.ascontiguousarray(self._heads(kv[:, :, 1], batch))))
 

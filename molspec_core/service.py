@@ -421,7 +421,8 @@ class Predictor:
         if (path / "draft").is_dir():  # the same checks as the model's, before anything is built
             draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)
             if draft_vocab.tokens != vocab.tokens:
-                raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'}: its vocabulary differs from the model's")
+                raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'}: "
+                                                 "its vocabulary differs from the model's")
             # Its steps run on the main model's engine (float32): a torch step beside a C main call
             # would cost about as much as the call it drafts for.
             if isinstance(model.numpy_step, NativeStep):
@@ -503,7 +504,8 @@ class Predictor:
 
     # ---- decoding ----------------------------------------------------------------------------
 
-    def resolve(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int) -> tuple[str, int, int]:
+    def resolve(self, method: str, draft_len: int | None, n_drafts: int | None,
+                batch_size: int) -> tuple[str, int, int]:
         """(drafter, draft_len, n_drafts) a method decodes with: its row's defaults unless set, spec-auto's
         chosen per device; ("none", 0, 0) for a method without drafts, or an explicit draft_len of 0."""
         row = method_row(method)
@@ -668,7 +670,8 @@ class Predictor:
     def _views(self, query: _Query, n: int) -> list[_Query]:
         """The query and up to n - 1 other writings of it that this model can read."""
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)
-        return [query, *(_Query(query.text, text, ids) for text, ids in other_writings(query.canonical, n, self.vocab, limit))]
+        return [query, *(_Query(query.text, text, ids)
+                         for text, ids in other_writings(query.canonical, n, self.vocab, limit))]
 
     def calibration_for(self, method: str, augment: int = 1) -> Calibration | None:
         """The calibration fitted to the answers `method` gives (calibration.kind_of: beam search's or
@@ -685,10 +688,10 @@ class Predictor:
     def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult | str], method: str,
                 n_best: int, augment: int, seconds: float) -> QueryResult:
         """One result from the answers to each writing of a query: each distinct answer scored by the log
-        of the power mean of its probabilities over the writings read (absent: 0; pool_writings), best n_best kept. Its tokens and
-        provenance are those of the first writing that gave it; its confidence comes from the calibration
-        fitted to this method's answers in `augment` writings, or is None without one. `seconds`: the time
-        the writings took to decode, the result's wall time."""
+        of the power mean of its probabilities over the writings read (absent: 0; pool_writings), best
+        n_best kept. Its tokens and provenance are those of the first writing that gave it; its
+        confidence comes from the calibration fitted to this method's answers in `augment` writings, or
+        is None without one. `seconds`: the time the writings took to decode, the result's wall time."""
         canonical = views[0]
         if not isinstance(decoded[0], DecodeResult):
             return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])

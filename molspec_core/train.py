@@ -208,7 +208,8 @@ def allocator_note(device: torch.device) -> str:
     if device.type != "cuda":
         return ""
     stats = torch.cuda.memory_stats(device)
-    return (f"; cudaMalloc calls {stats.get('num_device_alloc', -1)}, alloc retries {stats.get('num_alloc_retries', -1)}, "
+    return (f"; cudaMalloc calls {stats.get('num_device_alloc', -1)}, "
+            f"alloc retries {stats.get('num_alloc_retries', -1)}, "
             f"reserved {torch.cuda.memory_reserved(device) / 2**30:.1f} GiB")
 
 
@@ -273,7 +274,8 @@ def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str
     own = model.state_dict()
     shared = [t for t in vocab.tokens if t in trained_vocab.index]
     embed = own["embed.weight"].clone()
-    embed[[vocab.index[t] for t in shared]] = weights["embed.weight"][[trained_vocab.index[t] for t in shared]].to(embed)
+    embed[[vocab.index[t] for t in shared]] = weights["embed.weight"][[trained_vocab.index[t]
+                                                                      for t in shared]].to(embed)
     weights["embed.weight"] = embed
     model.load_state_dict(weights)
     return [t for t in vocab.tokens if t not in trained_vocab.index]
@@ -315,7 +317,8 @@ def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.O
         moments = checkpoint.load_tensors(folder, stem="optimizer")
         for i, group in enumerate(optimizer.param_groups):
             for j, param in enumerate(group["params"]):
-                entry = {k.split(".", 2)[2]: v.to(param.device) for k, v in moments.items() if k.startswith(f"{i}.{j}.")}
+                entry = {k.split(".", 2)[2]: v.to(param.device) for k, v in moments.items()
+                         if k.startswith(f"{i}.{j}.")}
                 if entry:
                     optimizer.state[param] = entry
     return json.loads((folder / "train_state.json").read_text())
@@ -430,7 +433,8 @@ def train(cfg: TrainConfig) -> dict:
         if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
             spent = time.time() - last_log
             log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s; batch shapes new %d (%d seen)%s",
-                     state["seconds"] / 60, (state["step"] - steps_then) / spent, (state["tokens"] - tokens_then) / spent,
+                     state["seconds"] / 60, (state["step"] - steps_then) / spent,
+                     (state["tokens"] - tokens_then) / spent,
                      new_shapes, len(shapes_seen), allocator_note(device))
             last_log, steps_then, tokens_then, new_shapes = time.time(), state["step"], state["tokens"], 0
             bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
@@ -445,7 +449,8 @@ def train(cfg: TrainConfig) -> dict:
             if metrics["greedy_exact_match"] > state["best_exact"]:
                 state["best_exact"] = metrics["greedy_exact_match"]
                 with averaged():
-                    checkpoint.save(model, vocab, out / "best", meta={**meta, "step": state["step"], "validation": metrics})
+                    checkpoint.save(model, vocab, out / "best",
+                                    meta={**meta, "step": state["step"], "validation": metrics})
         if done or time.time() - last_export > cfg.export_every_minutes * 60:
             with averaged():
                 export(export_dir, model, vocab, state, meta)

@@ -55,7 +55,8 @@ def main(steps: int = 2500) -> None:
         optimizer.step()
         if step % 500 == 0:
             print(step, round(loss.item(), 4))
-    checkpoint.save(model.eval(), vocab, OUT, meta={"task": "copy-test-fixture", "rule": "copy, drop 'C'", "steps": steps})
+    checkpoint.save(model.eval(), vocab, OUT,
+                    meta={"task": "copy-test-fixture", "rule": "copy, drop 'C'", "steps": steps})
     print("saved", OUT)
 
 

@@ -67,7 +67,8 @@ def test_answers_are_pooled_by_a_power_mean_of_their_probabilities_over_the_writ
     assert all(p.confidence is None for p in order)  # no calibration was fitted to pooled scores
     assert result.canonical_query == "NCCO" and result.source_tokens == ("N", "C", "C", "O")
     assert result.stats.model_calls == 9 and result.stats.wall_time_s == 0.25  # the decoding call's time
-    assert [p.smiles for p in reader._pooled("OCCN", views, decoded, "beam", 2, 2, 0.25).in_model_order()] == ["CCN", "CCO"]
+    assert ([p.smiles for p in reader._pooled("OCCN", views, decoded, "beam", 2, 2, 0.25).in_model_order()]
+            == ["CCN", "CCO"])
     rows = result_rows(1, (), result)  # the CSV says how many writings gave each answer
     assert [r[RESULT_COLUMNS.index("writings")] for r in rows] == [p.views for p in result.predictions]
 
@@ -107,7 +108,8 @@ def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader
 
 def test_augment_reads_several_writings_end_to_end(reader):
     result = reader.predict("OCCOc1ccccc1", method="beam", n_best=4, augment=5)
-    assert result.ok and result.stats.model_calls > reader.predict("OCCOc1ccccc1", method="beam", n_best=4).stats.model_calls
+    assert result.ok and (result.stats.model_calls
+                          > reader.predict("OCCOc1ccccc1", method="beam", n_best=4).stats.model_calls)
     probabilities = [p.probability for p in result.in_model_order()]
     assert probabilities == sorted(probabilities, reverse=True) and len(probabilities) <= 4
     for p in result.predictions:

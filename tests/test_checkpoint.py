@@ -124,7 +124,8 @@ def test_config_json_problems_name_the_file(tmp_path, no_model_built):
 def test_weights_are_checked_against_the_config_from_the_headers(tmp_path, no_model_built):
     folder = tiny_folder(tmp_path)
     edit_json(folder / "config.json", lambda c: c["model"].update(d_ff=128))  # the weights have d_ff 64
-    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors: tensor \S+ff\S+ has shape \[64(, 32)?\]"):
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=r"model\.safetensors: tensor \S+ff\S+ has shape \[64(, 32)?\]"):
         checkpoint.load(folder)
     edit_json(folder / "config.json", lambda c: c["model"].update(d_ff=64, n_decoder_layers=3))
     with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors lacks \d+ tensors .* decoder\.2\."):
@@ -136,7 +137,8 @@ def test_a_tensor_of_the_wrong_shape_or_type_in_the_file_is_refused(tmp_path, no
     tensors = checkpoint.load_tensors(folder)
     tensors["embed.weight"] = tensors["embed.weight"][:, :16].contiguous()
     save_file(tensors, str(folder / "model.safetensors"))
-    with pytest.raises(checkpoint.CheckpointError, match=r"model\.safetensors: tensor embed\.weight has shape \[14, 16\]"):
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=r"model\.safetensors: tensor embed\.weight has shape \[14, 16\]"):
         checkpoint.load(folder)
     tensors["embed.weight"] = torch.zeros(14, 32, dtype=torch.int64)
     save_file(tensors, str(folder / "model.safetensors"))
@@ -166,11 +168,13 @@ def test_shard_index_problems_name_the_file(tmp_path, monkeypatch, no_model_buil
         checkpoint.load(folder)
     index.write_text(good)
     edit_json(index, lambda i: i["weight_map"].update({"ghost": shards[0].name}))
-    with pytest.raises(checkpoint.CheckpointError, match=r"index\.json lists 1 tensors in shards that do not hold them"):
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=r"index\.json lists 1 tensors in shards that do not hold them"):
         checkpoint.load(folder)
     index.write_text(good)
     edit_json(index, lambda i: i["weight_map"].update({"embed.weight": shards[-1].name if
-                                                        i["weight_map"]["embed.weight"] != shards[-1].name else shards[0].name}))
+                                                        i["weight_map"]["embed.weight"] != shards[-1].name
+                                                        else shards[0].name}))
     with pytest.raises(checkpoint.CheckpointError, match=r"index\.json does not list tensor 'embed\.weight'"):
         checkpoint.load(folder)
     index.write_text('{"weight_map": []}')

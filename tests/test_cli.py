@@ -161,7 +161,8 @@ def test_predict_to_an_sd_name_writes_a_record_per_csv_row(tmp_path, capsys):
 
 def test_predict_csv_with_wrong_column_is_refused(tmp_path, capsys):
     (tmp_path / "in.csv").write_text("name,formula\nethanol,C2H6O\n")
-    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv")]) == 2
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"),
+                 "--output", str(tmp_path / "o.csv")]) == 2
     assert "needs a column named" in capsys.readouterr().err
     assert not (tmp_path / "o.csv").exists()
 
@@ -178,8 +179,8 @@ def pair_files(tmp_path):
 
 def test_evaluate_writes_topk_json(pair_files):
     out = pair_files / "eval.json"
-    assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
-                 "--n-best", "3", "--out", str(out)]) == 0
+    assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"),
+                 "--tgt", str(pair_files / "tgt.txt"), "--n-best", "3", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["n"] == 5 and {"top1", "top2", "top3", "invalid_smiles_rate", "flagged_rate"} <= set(report)
     assert report["top1"] <= report["top2"] <= report["top3"]
@@ -350,7 +351,8 @@ def test_expected_tokens_per_call_formula():
 def test_bench_sweep_of_a_lossy_knob(pair_files, capsys):
     out = pair_files / "sweep.json"
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
-                 "--methods", "relaxed", "--sweep", "tau=0,1,3", "--beta", "3", "--warmup", "0", "--out", str(out)]) == 0
+                 "--methods", "relaxed", "--sweep", "tau=0,1,3", "--beta", "3", "--warmup", "0",
+                 "--out", str(out)]) == 0
     sweep = json.loads(out.read_text())["sweep"]
     assert sweep["method"] == "relaxed" and [p["tau"] for p in sweep["points"]] == [0, 1, 3]
     assert sweep["points"][0]["identical_to_greedy"] == 1.0  # tau=0 stays exact even with beta=3

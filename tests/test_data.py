@@ -119,7 +119,8 @@ def test_root_aligned_pairs_keep_the_molecules_and_start_alike():
     from molspec_core.chem import canonical
     from molspec_core.rsmiles import augment
 
-    mapped = "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1>>[CH3:1][C:2](=[O:3])[NH:4][CH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1"
+    mapped = ("[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1"
+              ">>[CH3:1][C:2](=[O:3])[NH:4][CH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1")
     pairs = augment(mapped, 5, random.Random(0))
     assert len(pairs) == 5 and pairs[0][0] == canonical("CC(=O)NCc1ccccc1")
     for product, reactants in pairs:
@@ -134,9 +135,12 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
 
     root = tmp_path / "data"
     write_gz(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz", csv_text(
-        ["liu_split", "liu_index", "class", "reactants>reagents>production", "rxnmapper_mapped", "rxnmapper_confidence"],
-        [["train", 0, 1, "CC(=O)Cl.NC>>CNC(C)=O", "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", 0.9],
-         ["train", 1, 1, "CO.OC(C)=O>>COC(C)=O", "[CH3:1][OH:2].O[C:3](=[O:4])[CH3:5]>>[CH3:1][O:2][C:3](=[O:4])[CH3:9]", 0.2]]))
+        ["liu_split", "liu_index", "class", "reactants>reagents>production", "rxnmapper_mapped",
+         "rxnmapper_confidence"],
+        [["train", 0, 1, "CC(=O)Cl.NC>>CNC(C)=O",
+          "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", 0.9],
+         ["train", 1, 1, "CO.OC(C)=O>>COC(C)=O",
+          "[CH3:1][OH:2].O[C:3](=[O:4])[CH3:5]>>[CH3:1][O:2][C:3](=[O:4])[CH3:9]", 0.2]]))
     (root / "uspto50k/gln_split").mkdir(parents=True)
     (root / "uspto50k/gln_split/raw_val.csv").write_text(  # one unmapped row, one mapped
         "id,class,reactants>reagents>production\nX,1,CCO.CC(=O)O>>CCOC(C)=O\n"

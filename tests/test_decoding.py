@@ -13,7 +13,8 @@ from molspec_core.decoding.result import GENERATED
 from molspec_core.drafting import make_drafter
 from molspec_core.tokenizer import BOS_ID, EOS_ID
 
-DRAFTERS = [("paper", 10, 25), ("paper", 4, 3), ("lookup", 16, 1), ("lookup", 5, 4), ("pointer", 16, 1), ("pointer", 6, 3)]
+DRAFTERS = [("paper", 10, 25), ("paper", 4, 3), ("lookup", 16, 1), ("lookup", 5, 4), ("pointer", 16, 1),
+            ("pointer", 6, 3)]
 
 
 def factory(name, draft_len, n_drafts):
@@ -126,7 +127,8 @@ def test_settle_lists_equals_settle_tensors(seed):
     rows, branches, depth, vocab, src_len = rng.randint(1, 4), rng.randint(1, 3), rng.randint(1, 5), 11, 7
     logits = torch.randn(rows, branches, 1 + depth, vocab, generator=gen)
     argmax = logits.argmax(-1)
-    drafts, tokens, lengths = [], torch.full((rows, branches, 1 + depth), 0), torch.zeros(rows, branches, dtype=torch.long)
+    drafts, tokens, lengths = ([], torch.full((rows, branches, 1 + depth), 0),
+                               torch.zeros(rows, branches, dtype=torch.long))
     for r in range(rows):
         row = []
         for b in range(branches):

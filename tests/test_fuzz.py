@@ -258,7 +258,8 @@ def test_numeric_columns_stay_numeric(tmp_path):
 
 # ---- look-alike characters, hostile model folders, no traceback from the CLI (issue 14) -----------------
 
-LOOK_ALIKES = ["С", "Ｃ", "ⅼ", "é", "\u0301", "\u00a0", "\u200b", "\ufeff", "\u2028", "\u3000", "😀", "\x00", "\x1b", "\x7f"]
+LOOK_ALIKES = ["С", "Ｃ", "ⅼ", "é", "\u0301", "\u00a0", "\u200b", "\ufeff", "\u2028", "\u3000", "😀", "\x00", "\x1b",
+               "\x7f"]
 
 
 def test_non_ascii_at_every_position_is_named_never_dropped(predictor):
@@ -281,7 +282,8 @@ def test_non_ascii_at_every_position_is_named_never_dropped(predictor):
     results = predictor.predict([text for text, _, _ in cases])
     for (text, ch, position), result in zip(cases, results):
         assert not result.ok and result.predictions == (), ascii(text)
-        assert f"(U+{ord(ch):04X} " in result.error and f"at position {position} " in result.error, (ascii(text), result.error)
+        assert (f"(U+{ord(ch):04X} " in result.error
+                and f"at position {position} " in result.error), (ascii(text), result.error)
 
 
 # Not JSON, the wrong JSON, 5000-digit numbers, nesting past the recursion limit, over a megabyte.
@@ -302,7 +304,8 @@ def hostile_edits(rng: random.Random, shards: list[str]) -> list[tuple[str, obje
     def point_shard(name):
         return lambda i: i["weight_map"].__setitem__(rng.choice(sorted(i["weight_map"])), name)
 
-    keys = ["vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model", "n_heads", "d_ff", "dropout", "max_positions"]
+    keys = ["vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model", "n_heads", "d_ff", "dropout",
+            "max_positions"]
     return [
         ("config.json", set_model(rng.choice(keys), rng.choice(values))),
         ("config.json", lambda c: c["model"].pop(rng.choice(keys))),
@@ -325,7 +328,8 @@ def hostile_edits(rng: random.Random, shards: list[str]) -> list[tuple[str, obje
         ("shard", rng.choice([b"", b"\x00" * 8, b"x" * 1000,
                               (2**40).to_bytes(8, "little") + b"{}",  # a header of a terabyte
                               (80).to_bytes(8, "little")  # a tensor of 4 GB backed by 4 bytes
-                              + b'{"embed.weight": {"dtype": "F32", "shape": [999999999], "data_offsets": [0, 4]}}AAAA'])),
+                              + b'{"embed.weight": {"dtype": "F32", "shape": [999999999], '
+                                b'"data_offsets": [0, 4]}}AAAA'])),
         ("shard", "truncate"),
     ]
 
@@ -426,12 +430,14 @@ def cli_fuzz_cases(seed: int, folder: Path, n: int) -> list[list[str]]:
             argv += rng.choice([[], ["--time-limit", rng.choice(["0", "nan", "-1", "5"])]])
         else:
             argv += ["--src", rng.choice(files + [str(folder / "src.txt")] * 3), "--tgt", str(folder / "tgt.txt")]
-            argv += rng.choice([[], ["--index", str(folder / f"idx{rng.randrange(6)}")], ["--limit", rng.choice(["0", "-1", "2"])]])
+            argv += rng.choice([[], ["--index", str(folder / f"idx{rng.randrange(6)}")],
+                                ["--limit", rng.choice(["0", "-1", "2"])]])
             argv += rng.choice([[], ["--out", rng.choice(outs)]])
         if command == "bench":
             argv += ["--warmup", "0"]
             argv += rng.choice([["--methods", rng.choice(["", ",", "magic", "greedy,spec-lookup"])],
-                                ["--methods", "relaxed", "--sweep", rng.choice(["tau=", "tau=x", "=1", "delta=1", "tau=0,nan", "tau=0,1"])],
+                                ["--methods", "relaxed", "--sweep",
+                                 rng.choice(["tau=", "tau=x", "=1", "delta=1", "tau=0,nan", "tau=0,1"])],
                                 ["--threads", rng.choice(["-1", "1"])]])
         cases.append(argv)
     return cases

@@ -99,7 +99,8 @@ def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):
     with gzip.open(pred, "wt") as f:
         f.write("OCC\tCC\nCC\tOC(C)=O\n\n")  # hit at rank 1 (another SMILES of ethanol), hit at rank 2, refused
     kit.main(["score", "--task", "retro", "--pred", str(pred), "--data", str(tmp_path / "data")])
-    assert json.loads(capsys.readouterr().out) == {"top1": round(1 / 3, 4), "top2": round(2 / 3, 4), "n": 3, "refused": 1}
+    assert json.loads(capsys.readouterr().out) == {"top1": round(1 / 3, 4), "top2": round(2 / 3, 4), "n": 3,
+                                                   "refused": 1}
 
 
 def test_start_trains_detached_skips_a_running_task_and_resumes_on_a_fresh_machine(kit, tmp_path, monkeypatch, capsys):

@@ -164,7 +164,8 @@ def test_the_draft_model_method_builds_no_copy_drafter(with_draft):
     asked = []
     model = with_draft.model
     original = model.decode
-    model.decode = lambda *args, **kwargs: asked.append(kwargs.get("cross_attention", False)) or original(*args, **kwargs)
+    model.decode = lambda *args, **kwargs: (asked.append(kwargs.get("cross_attention", False))
+                                            or original(*args, **kwargs))
     try:
         result = with_draft.predict(QUERY, method="spec-sample-draft", n_best=2)
     finally:
@@ -191,7 +192,8 @@ def test_evaluate_refuses_what_it_cannot_honour_instead_of_swapping(tmp_path, ca
 
     (tmp_path / "src.txt").write_text("CCOc1ccccc1N\nNC(=O)c1ccncc1\n")
     (tmp_path / "tgt.txt").write_text("Oc1ccccc1N\nNC(=O)c1ccncc1\n")
-    files = ["--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt")]
+    files = ["--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"),
+             "--tgt", str(tmp_path / "tgt.txt")]
     out = tmp_path / "eval.json"
     assert main(["evaluate", *files, "--method", "sample", "--n-best", "3", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["method"] == "sample"

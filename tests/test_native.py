@@ -104,7 +104,8 @@ def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
     calls = []
     for name in ("__call__", "greedy_step", "beam_step"):
         original = getattr(NativeStep, name)
-        monkeypatch.setattr(NativeStep, name, lambda self, *a, original=original, **k: calls.append(1) or original(self, *a, **k))
+        monkeypatch.setattr(NativeStep, name,
+                            lambda self, *a, original=original, **k: calls.append(1) or original(self, *a, **k))
     model, vocab = copy_model
     fast = on_engine(model, "native")
     sources = random_sources(2, 5, len(vocab), 4, 12)
@@ -326,7 +327,8 @@ def test_fused_beam_step_equals_the_steps_it_fuses(seed, width, monkeypatch):
     monkeypatch.setattr(beam_module, "NativeStep", type("NotNative", (), {}))
     stepwise = beam_search(model, sources, width, max_len=14)
     for a, b in zip(fused, stepwise):
-        assert [(h.tokens, h.score, h.finished) for h in a.hypotheses] == [(h.tokens, h.score, h.finished) for h in b.hypotheses]
+        assert ([(h.tokens, h.score, h.finished) for h in a.hypotheses]
+                == [(h.tokens, h.score, h.finished) for h in b.hypotheses])
 
 
 def test_beam_selection_in_c_breaks_ties_as_best_children():

@@ -3,7 +3,8 @@ import pytest
 
 from conftest import FIXTURES, random_model
 
-ctranslate2 = pytest.importorskip("ctranslate2", reason="the CTranslate2 peer is an optional extra: pip install -e .[peers]")
+ctranslate2 = pytest.importorskip("ctranslate2",
+                                  reason="the CTranslate2 peer is an optional extra: pip install -e .[peers]")
 
 from molspec_core import checkpoint  # noqa: E402
 from molspec_core.bench import run_bench  # noqa: E402
@@ -52,8 +53,10 @@ def test_bench_times_the_peer_beside_our_methods_and_reports_agreement(tmp_path)
     assert 0.0 <= methods["ct2-int8-greedy"]["identical_to_greedy"] <= 1.0
     for name in ("greedy", "spec-lookup"):
         assert methods[name]["speedup_vs_ct2_greedy"] > 0 and methods[name]["speedup_vs_ct2_int8_greedy"] > 0
-    beams = run_bench(predictor, QUERIES, None, ["beam", "ct2-beam"], n_best=3, warmup=0, progress=False, ct2_dir=ct2_dir)
-    assert beams["methods"]["beam"]["speedup_vs_ct2_beam"] > 0 and "speedup_vs_ct2_greedy" not in beams["methods"]["beam"]
+    beams = run_bench(predictor, QUERIES, None, ["beam", "ct2-beam"], n_best=3, warmup=0, progress=False,
+                      ct2_dir=ct2_dir)
+    assert (beams["methods"]["beam"]["speedup_vs_ct2_beam"] > 0
+            and "speedup_vs_ct2_greedy" not in beams["methods"]["beam"])
 
 
 def test_peer_methods_without_a_conversion_are_refused():
@@ -68,8 +71,9 @@ def test_cli_bench_with_peer_adds_the_matching_ctranslate2_methods(tmp_path):
     src = tmp_path / "src.txt"
     src.write_text("\n".join(QUERIES) + "\n")
     out = tmp_path / "bench.json"
-    assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "spec-lookup,sbs-exact",
-                 "--beam-width", "3", "--warmup", "0", "--peer", "ctranslate2", "--out", str(out)]) == 0
+    assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src),
+                 "--methods", "spec-lookup,sbs-exact", "--beam-width", "3", "--warmup", "0", "--peer", "ctranslate2",
+                 "--out", str(out)]) == 0
     import json
 
     methods = json.loads(out.read_text())["methods"]

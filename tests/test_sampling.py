@@ -62,7 +62,8 @@ def test_draft_model_speculative_sampling_matches_p_at_every_position():
     vocab, depth = 7, 3
     target = torch.softmax(torch.randn(depth + 1, vocab, generator=g) * 1.5, -1)
     draft_probs = torch.softmax(torch.randn(depth, vocab, generator=g) * 1.5, -1)
-    drafts = torch.stack([torch.multinomial(draft_probs[i], DRAWS, replacement=True, generator=g) for i in range(depth)], 1)
+    drafts = torch.stack([torch.multinomial(draft_probs[i], DRAWS, replacement=True, generator=g)
+                          for i in range(depth)], 1)
     n_accepted, next_token = accept_sampled(drafts, draft_probs.expand(DRAWS, depth, vocab),
                                             target.expand(DRAWS, depth + 1, vocab), g)
     counts = torch.bincount(torch.where(n_accepted > 0, drafts[:, 0], next_token), minlength=vocab)
@@ -161,7 +162,8 @@ def test_sequence_level_spec_sampling_matches_sampling():
         # Two samples of n: the reference probabilities are themselves estimates, so compare with
         # the pooled homogeneity statistic rather than treating them as exact.
         pooled = (counts.double() + probs * n) / (2 * n)
-        stat = (((counts.double() - pooled * n) ** 2 + (probs * n - pooled * n) ** 2) / (pooled * n).clamp_min(1e-9)).sum()
+        stat = (((counts.double() - pooled * n) ** 2 + (probs * n - pooled * n) ** 2)
+                / (pooled * n).clamp_min(1e-9)).sum()
         df = len(cells) - 1
         assert float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2)) > 1e-3, mode
 
@@ -210,7 +212,8 @@ def test_the_mentored_copy_closed_form_equals_the_general_solver_within_the_kl_b
         torch.testing.assert_close(closed, general, atol=1e-6, rtol=0)
         for r in (closed, general):
             torch.testing.assert_close(r.sum(-1), torch.ones(len(tokens)))
-            kl = torch.where(r > 0, r.double() * (r.double().clamp_min(1e-300).log() - p.double().clamp_min(1e-300).log()),
+            kl = torch.where(r > 0,
+                             r.double() * (r.double().clamp_min(1e-300).log() - p.double().clamp_min(1e-300).log()),
                              torch.zeros((), dtype=torch.float64)).sum(-1)
             assert float(kl.max()) <= delta + 1e-5
     assert torch.equal(mentored_copy_target(p, tokens, 0.0), p)

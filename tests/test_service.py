@@ -263,7 +263,8 @@ def test_evaluate_counts_the_beams_places_in_model_order_and_the_listed_ones_in_
     assert found["repeated_rate"] == 1
     # each query's first right place, per order: what `compare` tests query by query
     assert found["first_right"] == {"model_order": [5, 3, 1], "app_order": [3, 2, 1]}
-    once = copier._to_result("OCCN", copier.prepare("OCCN"), decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3)), "beam")
+    once = copier._to_result("OCCN", copier.prepare("OCCN"), decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3)),
+                             "beam")
     assert evaluate(_Answers(once), ["OCCN"], ["CCO"], n_best=2, progress=False)["repeated_rate"] == 0
 
 
@@ -320,7 +321,8 @@ def test_sampling_methods_through_the_service(copier):
     from molspec_core.decoding.sampling import SamplingOptions
 
     for method in ("sample", "spec-sample", "mentored"):  # relaxed returns one answer: see test_methods.py
-        result = copier.predict("CCOc1ccccc1N", method=method, n_best=3, sampling=SamplingOptions(temperature=1.5, delta=0.1))
+        result = copier.predict("CCOc1ccccc1N", method=method, n_best=3,
+                                sampling=SamplingOptions(temperature=1.5, delta=0.1))
         assert result.ok and 1 <= len(result.predictions) <= 3
         assert len({p.smiles for p in result.predictions}) == len(result.predictions)
     with pytest.raises(ValueError, match="no draft model"):

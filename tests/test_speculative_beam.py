@@ -56,7 +56,8 @@ def test_exact_equals_beam_on_random_models(engine, width, look_ahead):
         model = random_model(seed, vocab_size=8, engine=engine)
         sources = random_sources(seed, 12, 8, 3, 15)
         ref = beam_search(model, sources, width, max_len=16)
-        got = speculative_beam(model, sources, width, drafts("lookup", 6), exact=True, max_len=16, look_ahead=look_ahead)
+        got = speculative_beam(model, sources, width, drafts("lookup", 6), exact=True, max_len=16,
+                               look_ahead=look_ahead)
         assert_same_nbest(got, ref)
 
 

@@ -278,7 +278,8 @@ def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_da
     assert init_from(model, vocab, tmp_path / "old" / "export") == ["[Pd]"]
     for token in vocab.tokens:
         row = model.embed.weight[vocab.index[token]]
-        expected = old_model.embed.weight[old_vocab.index[token]] if token in old_vocab.index else fresh[vocab.index[token]]
+        expected = (old_model.embed.weight[old_vocab.index[token]] if token in old_vocab.index
+                    else fresh[vocab.index[token]])
         assert torch.equal(row, expected), token
     assert any(vocab.index[t] != old_vocab.index[t] for t in vocab.tokens if t in old_vocab.index)  # ids moved
     old_rest = {k: v for k, v in old_model.state_dict().items() if k != "embed.weight"}

@@ -55,7 +55,8 @@ def main() -> None:
     def run(method: str, length: int, rest: int) -> tuple[float, int, list]:
         started = time.perf_counter()
         out = [greedy(predictor.model, [q], factories[(method, length)], rest=rest)[0] for q in queries]
-        return time.perf_counter() - started, sum(r.stats.model_calls for r in out), [r.hypotheses[0].tokens for r in out]
+        return (time.perf_counter() - started, sum(r.stats.model_calls for r in out),
+                [r.hypotheses[0].tokens for r in out])
 
     for method, length, rest in runs:  # warm-up
         for q in queries[:3]:

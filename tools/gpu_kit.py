@@ -182,7 +182,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     elif args.writings:  # the best n-best of the pool, as the app keeps them (n-best: the decode's beam width)
         width = max((len(writing) for writings in queries for writing in writings), default=1)
         rows = [[answer for answer, _, _ in pool_writings(
-                    [[(canonical_or_none(text) or text, score) for text, score in writing] for writing in writings])][:width]
+                    [[(canonical_or_none(text) or text, score) for text, score in writing]
+                     for writing in writings])][:width]
                 for writings in queries]
     rows = rows[: args.limit or None]
     n_best = max((len(r) for r in rows), default=1)
@@ -353,7 +354,8 @@ def cmd_decode(args: argparse.Namespace) -> None:
                 rows.append(w_flat[w_offsets[j]:w_offsets[j + 1]].tolist())
                 owner.append(i)
     answers: list[list[tuple[str, float]]] = [[] for _ in rows]
-    todo = sorted((r for r in range(len(rows)) if not refused[owner[r]]), key=lambda r: len(rows[r]))  # similar lengths batch well
+    # similar lengths batch well
+    todo = sorted((r for r in range(len(rows)) if not refused[owner[r]]), key=lambda r: len(rows[r]))
     started = time.time()
     with torch.inference_mode():
         for b in range(0, len(todo), args.batch_size):

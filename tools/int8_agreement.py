@@ -53,7 +53,8 @@ def main() -> None:
     predictors = {dtype: Predictor.load(args.model, "cpu", "native", dtype=dtype) for dtype in DTYPES}
     options = {"method": args.method, "n_best": args.beam_width if METHODS[args.method].many else 1,
                "augment": args.augment}
-    readable = [(source, target) for source, target in zip(sources, targets or []) if can_read(predictors["float32"], source)]
+    readable = [(source, target) for source, target in zip(sources, targets or [])
+                if can_read(predictors["float32"], source)]
     for predictor in predictors.values():
         for source, _ in readable[:args.warmup]:
             predictor.predict(source, **options)
@@ -73,7 +74,8 @@ def main() -> None:
         same += firsts["float32"] == firsts["int8"]
     print(json.dumps({"model": args.model, "method": args.method, "n_best": options["n_best"], "augment": args.augment,
                       "queries": counted, "first_answer_agreement": round(same / counted, 4),
-                      "top1_float32": round(right["float32"] / counted, 4), "top1_int8": round(right["int8"] / counted, 4),
+                      "top1_float32": round(right["float32"] / counted, 4),
+                      "top1_int8": round(right["int8"] / counted, 4),
                       "seconds": {k: round(v, 2) for k, v in seconds.items()},
                       "int8_speedup": round(seconds["float32"] / seconds["int8"], 2)}, indent=2))
 

@@ -30,8 +30,9 @@ def main() -> None:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                                "--server.address", "127.0.0.1", "--server.port", str(port),
-                               "--browser.gatherUsageStats", "false"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                               "--browser.gatherUsageStats", "false"], cwd=ROOT,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):

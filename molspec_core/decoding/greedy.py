@@ -47,9 +47,10 @@ Settled = tuple[list[int], list[int], list[list[int]], list[list[float]], list[i
 
 def settle_tensors(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor,
                    attention: torch.Tensor | None) -> Settled:
-    """One call's outcome per row, from tensors on the model's device: (accepted draft tokens, chosen branch, the branch's argmax at each fed position, the log-probability
-    of each, where the model attended after the accepted run (None without attention)). Position i's
-    argmax is the model's token after input i, so the first n_accepted + 1 of them are the output."""
+    """One call's outcome per row, from tensors on the model's device: (accepted draft tokens, chosen
+    branch, the branch's argmax at each fed position, the log-probability of each, where the model
+    attended after the accepted run (None without attention)). Position i's argmax is the model's
+    token after input i, so the first n_accepted + 1 of them are the output."""
     argmax = logits.argmax(dim=-1)  # (R, N, 1+D)
     n_accepted, branch = accept_greedy(tokens[:, :, 1:], lengths, argmax)
     rows = torch.arange(len(branch), device=logits.device)
@@ -60,8 +61,8 @@ def settle_tensors(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Te
 
 def settle_lists(logits: np.ndarray, draft_tokens: Sequence[Sequence[Sequence[int]]],
                  attention: np.ndarray | None) -> Settled:
-    """settle_tensors for logits on the CPU, in NumPy and lists; draft_tokens[r][b] are row r's branch b drafts, unpadded. tests/test_decoding.py pins it to
-    settle_tensors."""
+    """settle_tensors for logits on the CPU, in NumPy and lists; draft_tokens[r][b] are row r's branch b
+    drafts, unpadded. tests/test_decoding.py pins it to settle_tensors."""
     argmax = logits.argmax(axis=-1)  # (R, N, 1+D)
     n_accepted, branch = accept_greedy_lists(draft_tokens, argmax.tolist())
     rows = np.arange(len(branch))
