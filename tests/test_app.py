@@ -461,11 +461,15 @@ def test_a_file_that_cannot_be_one_query_is_refused_with_the_reason(task, record
     from views.common import MAX_FILE_BYTES, query_from_file
 
     data = "".join(molfile("CCO") + "$$$$\n" for _ in range(records)).encode()
-    with pytest.raises(InputFileError, match=message):
+    with pytest.raises(InputFileError, match=f"^q.sdf {message}"):
         query_from_file("q.sdf", data, task)
     assert query_from_file("q.sdf", molfile("CCO").encode(), task) == "CCO"
-    with pytest.raises(InputFileError, match="larger than 1 MB; the Batch page"):
+    with pytest.raises(InputFileError, match="^q.sdf is larger than 1 MB; the Batch page"):
         query_from_file("q.sdf", b" " * (MAX_FILE_BYTES + 1), task)
+    # Each reason names the file once, whether the reader or the rule found it.
+    with pytest.raises(InputFileError) as refused:
+        query_from_file("q.mol", b"\xff", task)
+    assert str(refused.value).startswith("q.mol is not UTF-8 text") and str(refused.value).count("q.mol") == 1
 
 
 def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):

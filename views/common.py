@@ -336,22 +336,22 @@ QUERY_FILE_LIMITS = (f"At most {MAX_FILE_MB} MB and {MAX_FILE_MOLECULES} molecul
 
 def query_from_file(name: str, data: bytes, task: str) -> str:
     """The query a molfile or SD file holds: its molecules joined by '.' (reactants and reagents; a
-    retrosynthesis query is one product). Raises InputFileError, with the reason, for a file that
-    cannot be one query; the caller names the file."""
+    retrosynthesis query is one product). Raises InputFileError for a file that cannot be one query,
+    its message a sentence that names the file and says why."""
     if len(data) > MAX_FILE_BYTES:
-        raise InputFileError(f"the file is larger than {MAX_FILE_MB} MB; the Batch page predicts "
-                             "large files, a query per record")
-    records = parse_upload(name, data)
+        raise InputFileError(f"{name} is larger than {MAX_FILE_MB} MB; the Batch page predicts large files, a query "
+                             "per record")
+    records = parse_upload(name, data)  # its own errors name the file
     problem = next((p for p in records.problems if p), None)
     if problem:
-        raise InputFileError(problem)
+        raise InputFileError(f"Cannot read {name}: {problem}")
     molecules = [q for q in records.queries if q]
     if not molecules:
-        raise InputFileError("the file holds no molecule")
+        raise InputFileError(f"{name} holds no molecule")
     if task == "retro" and len(molecules) > 1:
-        raise InputFileError(f"the file holds {len(molecules)} molecules; retrosynthesis takes one product (the "
+        raise InputFileError(f"{name} holds {len(molecules)} molecules; retrosynthesis takes one product (the "
                              "Batch page predicts each record of a file on its own)")
     if len(molecules) > MAX_FILE_MOLECULES:
-        raise InputFileError(f"the file holds {len(molecules)} molecules; one query takes at most "
+        raise InputFileError(f"{name} holds {len(molecules)} molecules; one query takes at most "
                              f"{MAX_FILE_MOLECULES} (the Batch page predicts each record of a file on its own)")
     return ".".join(molecules)

@@ -81,7 +81,7 @@ def use_file(task: str) -> None:
     try:
         ss["query_text"] = common.query_from_file(upload.name, upload.getvalue(), task)
     except InputFileError as exc:
-        ss["query_error"], ss["query_suggestion"] = f"Cannot read {upload.name}: {exc}", ""
+        ss["query_error"], ss["query_suggestion"] = str(exc), ""
         return
     ss["example"], ss["pending"] = None, True
 

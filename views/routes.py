@@ -194,7 +194,7 @@ def open_target() -> None:
     try:
         ss["route_target"] = common.query_from_file(upload.name, upload.getvalue(), "retro")
     except InputFileError as exc:
-        ss["route_error"] = f"Cannot read {upload.name}: {exc}"
+        ss["route_error"] = str(exc)
     else:
         ss["route_error"] = None
 
