@@ -54,6 +54,9 @@ MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_bes
 # 'Ｃｌ' would vanish from chlorobenzene. ASCII whitespace is allowed here: the ends are trimmed
 # and spaces inside get their own message.
 FOREIGN_CHARACTER = re.compile(r"[^\x21-\x7e \t\n\r\x0b\x0c]")
+# A molfile's counts-line version or its end line: text no SMILES can hold (V, vanadium, is written [V]).
+# A browser's one-line field drops a pasted molfile's line breaks, so the marks are sought anywhere.
+MOLFILE_MARK = re.compile(r"V[23]000|M  END")
 
 
 def describe_character(ch: str) -> str:
@@ -449,6 +452,9 @@ class Predictor:
         text = text.strip()
         if not text:
             raise ValueError("empty query: paste or draw a molecule")
+        if MOLFILE_MARK.search(text):  # before the length check: a molfile is often longer than a query may be
+            raise ValueError("this is a molfile, not a SMILES: open it as a file (the app's Open file tab; on the "
+                             "command line, molspec predict --input F.mol)")
         if len(text) > MAX_QUERY_CHARS:
             raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS}")
         if any(ch.isspace() for ch in text):

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from conftest import FIXTURES, FORWARD_MODEL, decoded_answers
+from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, result_rows
@@ -42,6 +42,8 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("C" * (MAX_QUERY_CHARS + 1), "limit is"),
     ("CC[Na]", "not in the model's vocabulary"),
     ("CC O", "no spaces"),
+    (molfile("CCO"), "this is a molfile, not a SMILES: open it as a file"),
+    (molfile("C" * 400).replace("\n", ""), "this is a molfile"),  # pasted in a browser's field: one long line
     ("CC>>CO", "reaction SMILES"),
 ])
 def test_bad_queries_give_clear_errors(copier, text, message):
