@@ -750,6 +750,34 @@ def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
     assert firsts["error"].tolist()[1].startswith("empty query")
 
 
+def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, monkeypatch):
+    at = batch_page(monkeypatch, copy_models)
+    data = (b"smiles,expected\nOc1ccncc1,Oc1ccncc1\nOc1ccncc1,OC1=CN=CC=C1\nClc1ccncc1,CCO\nxyz,CCO\nClc1ccncc1,\n"
+            b"Oc1ccncc1,not one\n")
+    at.file_uploader[0].set_value(("known.csv", data, "text/csv"))
+    at.text_input[1].input("product")  # the file has no such column: refused before anything is predicted
+    submit(at, "Run batch")
+    assert "known.csv has no column 'product' (its other columns: expected)" in texts(at.error)
+    assert "batch" not in at.session_state
+    at.text_input[1].input("expected")
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    # The copy model's answers to Oc1ccncc1: rank 1 Oc1cccnc1, rank 2 the query itself (flagged, so moved down).
+    # Known answers: rank 2; rank 1 written another way; not listed; then a rejected query, an empty known
+    # cell and an unreadable one, which are not counted.
+    assert (metrics["Known answer first"], metrics["Known answer listed"]) == ("33.3%", "66.7%")
+    assert ("first for 1 and listed for 2 of 3 queries (canonical SMILES, stereo kept); not counted: 1 known "
+            "answer RDKit cannot read, 1 query with no known answer.") in texts(at.caption)
+    table = at.session_state["batch"].table
+    assert list(table.columns[-2:]) == ["error", "matches_known"] and str(table["matches_known"].dtype) == "boolean"
+    assert table.loc[table["matches_known"].fillna(False), ["row", "rank"]].values.tolist() == [[1, 2], [2, 1]]
+    assert table.loc[table["row"] == 3, "matches_known"].eq(False).all()
+    assert table.loc[table["row"] > 3, "matches_known"].isna().all()
+    exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
+    assert exported["matches_known"].tolist() == ["" if pd.isna(v) else str(v) for v in table["matches_known"]]
+
+
 def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, monkeypatch):
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("targets.smi", b"Oc1ccncc1 hydroxypyridine\nc1ccncc1Cl\tchloro pyridine\n",

@@ -16,6 +16,7 @@ import streamlit as st
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
                              output_header, parse_upload, result_rows, sd_bytes)
+from molspec_core.known import MATCHES_KNOWN, KnownSummary, known_summary, mark_known
 from molspec_core.service import QueryResult
 from views import common
 from views.common import Settings
@@ -45,6 +46,7 @@ class BatchResult:
     n_rejected: int
     ion_writing: bool = False  # hydrides written as one species were read as USPTO's ions
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
+    known: KnownSummary | None = None  # how often the file's known answers came back, where it named a column
 
 
 def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
@@ -60,9 +62,23 @@ def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
     return queries
 
 
-def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False) -> tuple[pd.DataFrame, int]:
-    """The table of every prediction, in the shared output's columns (the CLI writes the same), and how
-    many rejected rows hold a hydride that ion_writing would have read (QueryResult.suggestion)."""
+def known_column_index(name: str, queries: QueryFile, column: str) -> int:
+    """Where the file's known answers are among its other columns; InputFileError if it has no such column."""
+    if column in queries.columns:
+        return queries.columns.index(column)
+    if not queries.columns:
+        raise InputFileError(f"{name} has no columns besides its queries, so no known answers; a CSV or SD file "
+                             "can hold them")
+    listed = ", ".join(common.short(c, 30) for c in queries.columns[:10])
+    raise InputFileError(f"{name} has no column {common.short(column, 40)!r} (its other columns: {listed})")
+
+
+def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False, known: str = ""
+                ) -> tuple[pd.DataFrame, int, KnownSummary | None]:
+    """The table of every prediction, in the shared output's columns (the CLI writes the same), how
+    many rejected rows hold a hydride that ion_writing would have read (QueryResult.suggestion), and,
+    where `known` names one of the file's columns (known_column_index), how often its answers came back:
+    the table then ends with MATCHES_KNOWN."""
     predictor = cfg.predictor()
     n_ion_refused = 0
     total = len(queries.queries)
@@ -81,8 +97,14 @@ def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False) ->
             bar.progress((i + 1) / total, text=f"Predicted {i + 1} of {total} queries")
             drawn = time.monotonic()
     bar.empty()
-    table = pd.DataFrame(rows, columns=output_header(queries.columns)).astype(dict.fromkeys(COUNT_COLUMNS, "Int64"))
-    return table, n_ion_refused
+    header = output_header(queries.columns)
+    summary = None
+    if known:
+        known_at = queries.columns.index(known)  # input columns come first in the header, in order
+        header, rows = mark_known(header, rows, known_at)
+        summary = known_summary(known, header, rows, known_at)
+    types = {**dict.fromkeys(COUNT_COLUMNS, "Int64"), **({MATCHES_KNOWN: "boolean"} if known else {})}
+    return pd.DataFrame(rows, columns=header).astype(types), n_ion_refused, summary
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -118,8 +140,13 @@ def show(batch: BatchResult) -> None:
         st.info(f"{batch.n_ion_refused} of the rejected rows hold a hydride written as one species ({HYDRIDES}), "
                 f"which the model cannot read: tick *{ION_WRITING_LABEL}* and run the batch again.",
                 icon=":material/lightbulb:")
-    input_columns = [c for c in table.columns if c not in RESULT_COLUMNS]  # output_header keeps them distinct
-    st.dataframe(table, hide_index=True, placeholder="", column_order=input_columns + SCREEN_ORDER, column_config={
+    if batch.known is not None:
+        show_known(batch.known)
+    input_columns = [c for c in table.columns if c not in (*RESULT_COLUMNS, MATCHES_KNOWN)]  # distinct names
+    order = SCREEN_ORDER if batch.known is None else [*SCREEN_ORDER[:3], MATCHES_KNOWN, *SCREEN_ORDER[3:]]
+    st.dataframe(table, hide_index=True, placeholder="", column_order=input_columns + order, column_config={
+        MATCHES_KNOWN: st.column_config.CheckboxColumn("known answer", help="This answer is the one in the file's "
+                                                       "known-answer column (empty: no answer, or none to compare)"),
         "row": st.column_config.NumberColumn("row", help="The query's record number in the uploaded file"),
         "query": st.column_config.TextColumn("query", width="medium"),
         "canonical_query": st.column_config.TextColumn("canonical query", width="medium",
@@ -142,6 +169,29 @@ def show(batch: BatchResult) -> None:
                                 "every column as a field; a rejected query's record has no atoms and says why.")
 
 
+def show_known(known: KnownSummary) -> None:
+    """How often the file's known answers came back: first, and anywhere in the list."""
+    column = common.md_escape(common.short(known.column, 40))
+    if not known.queries:
+        st.info(f"No predicted query has a known answer that RDKit reads in the column {column}.",
+                icon=":material/info:")
+        return
+    first, listed, _ = st.columns(3)
+    first.metric("Known answer first", f"{known.first / known.queries:.1%}",
+                 help="Of the predicted queries with a readable known answer, the share whose rank 1 is it")
+    listed.metric("Known answer listed", f"{known.listed / known.queries:.1%}",
+                  help="The share with the known answer at any rank of its list")
+    notes = [text for n, text in ((known.unreadable, f"{known.unreadable} known answer{'s' * (known.unreadable > 1)} "
+                                                      "RDKit cannot read"),
+                                  (known.empty, f"{known.empty} quer{'ies' if known.empty > 1 else 'y'} with no known "
+                                                "answer")) if n]
+    counted = (f"Known answers from the column {column}: first for {known.first} and listed for {known.listed} of "
+               f"{known.queries} queries (canonical SMILES, stereo kept)")
+    if notes:
+        counted += f"; not counted: {', '.join(notes)}"
+    st.caption(counted + ".")
+
+
 def main() -> None:
     cfg = common.settings()
     st.title("Batch prediction")
@@ -160,6 +210,11 @@ def main() -> None:
         column = st.text_input("CSV column (optional)",
                                placeholder="automatic: smiles, SMILES, query, reactants or product",
                                help="The column that holds the SMILES, when it has another name.")
+        known = st.text_input("Known-answer column (optional)", placeholder="e.g. product",
+                              help="A CSV column or SD field that holds each query's recorded answer (the product, "
+                                   "or the reactants for retrosynthesis): the results then say how often the model "
+                                   "gives it first or among its answers, and mark the row that matches (canonical "
+                                   "SMILES, stereo kept).")
         ion_writing = st.checkbox(ION_WRITING_LABEL, help=f"{HYDRIDES} are not in the model's vocabulary; its "
                                   f"training data write them as ions ({ION_LIST}). The `canonical query` column "
                                   "shows what the model read.")
@@ -170,13 +225,15 @@ def main() -> None:
         else:
             try:
                 queries = read_upload(upload.name, upload.getvalue(), column.strip())
+                if known.strip():
+                    known_column_index(upload.name, queries, known.strip())
             except InputFileError as exc:
                 st.error(common.md_escape(f"Cannot read the file: {exc}"), icon=":material/error:")
             else:
-                table, n_ion_refused = predict_all(queries, cfg, ion_writing)
+                table, n_ion_refused, summary = predict_all(queries, cfg, ion_writing, known.strip())
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
                 st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
-                                                        ion_writing, n_ion_refused)
+                                                        ion_writing, n_ion_refused, summary)
     batch = st.session_state.get("batch")
     if batch is not None:
         show(batch)
