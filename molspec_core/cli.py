@@ -22,6 +22,7 @@ from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, windows
 
 if TYPE_CHECKING:
     from .io import QueryFile
+    from .known import KnownMarks
     from .scale import Cluster
     from .service import Predictor, QueryResult
 
@@ -122,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
                        "optionally a name, per line), SD file (.sdf) or CSV with a smiles column; .gz and .xz too")
     p.add_argument("--column", help="CSV column holding the queries")
+    p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
+                   "answer (the recorded product, or reactants): a matches_known column marks the row that gives "
+                   "it, and a line says how often it comes first or among the answers")
     augment_arg(p)
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
@@ -271,6 +275,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .service import Predictor
 
     cluster = cluster_options(args)
+    marks = None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
             print("error: --input needs --output", file=sys.stderr)
@@ -278,6 +283,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
         check_output(args.output, args.input)
         table = read_queries(args.input, args.column)
+        marks = known_marks(table, args.input, args.known_column)
+    elif args.known_column:
+        raise ValueError("--known-column reads a file's column: give --input")
     # With --ray the workers load their own copies (on --device); this one checks the folder and the options
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
@@ -311,12 +319,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
         predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
         n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                               args.engine, args.dtype)
+                               args.engine, args.dtype, marks)
     else:
-        n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check)
+        n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks)
     print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error "
           f"{'field' if is_sd_name(args.output) else 'column'}) -> {args.output}")
+    if marks is not None:
+        print(marks.summary().describe())
     return 0
+
+
+def known_marks(table: QueryFile, name: str, column: str | None) -> KnownMarks | None:
+    """What marks the rows of `table` against its known answers in `column`; None without one."""
+    from .io import output_header
+    from .known import KnownMarks, column_index
+
+    if not column:
+        return None
+    return KnownMarks(output_header(table.columns), column_index(table.columns, Path(name).name, column), column)
 
 
 def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:
@@ -333,10 +353,12 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
 
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
-                 check: Callable[[QueryResult], QueryResult] = lambda result: result) -> int:
+                 check: Callable[[QueryResult], QueryResult] = lambda result: result,
+                 marks: KnownMarks | None = None) -> int:
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
-    round trip) first. Returns the number of rejected queries."""
+    round trip) first, and each row through `marks` (matches_known), where given. Returns the number of
+    rejected queries."""
     from .io import output_header, predict_batch, result_rows, write_results
 
     queries = table.queries
@@ -351,7 +373,8 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                     n_bad += 1
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
-    write_results(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
+    header, marked = (output_header(table.columns), rows()) if marks is None else (marks.header, marks.rows(rows()))
+    write_results(output, header, marked)  # a failed run keeps any earlier output
     return n_bad
 
 

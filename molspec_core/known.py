@@ -8,12 +8,23 @@ them. A summary counts the queries whose known answer comes first, or anywhere i
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .chem import canonical_or_none
+from .io import InputFileError
 
 MATCHES_KNOWN = "matches_known"
+
+
+def column_index(columns: Sequence[str], file_name: str, column: str) -> int:
+    """Where a file's known answers are among its other columns (QueryFile.columns); InputFileError,
+    naming the columns it has, where it has no such column."""
+    if column in columns:
+        return list(columns).index(column)
+    listed = ", ".join(c if len(c) <= 30 else c[:29] + "…" for c in columns[:10]) or "none besides its queries"
+    raise InputFileError(f"{file_name} has no column {column!r} of known answers (its other columns: {listed})")
 
 
 @dataclass(frozen=True)
@@ -25,43 +36,56 @@ class KnownSummary:
     unreadable: int  # predicted queries whose known cell is not a SMILES RDKit reads
     empty: int  # predicted queries with nothing in the known column
 
-
-def mark_known(header: Sequence[str], rows: Iterable[Sequence[object]], known_at: int
-               ) -> tuple[list[str], list[list[object]]]:
-    """The rows with MATCHES_KNOWN after their last column: True where the row's answer is the known
-    answer in column `known_at`, False where another, None (empty) where the row has no answer (a rejected
-    query) or the known cell is empty or not a SMILES."""
-    answer_at, rank_at = header.index("smiles"), header.index("rank")
-    wanted: dict[str, str | None] = {}  # known text -> its canonical SMILES: a query's rows share one
-    marked = []
-    for row in rows:
-        known = str(row[known_at] or "").strip()
-        if known not in wanted:
-            wanted[known] = canonical_or_none(known) if known else None
-        want = wanted[known]
-        match = None if want is None or row[rank_at] is None else canonical_or_none(str(row[answer_at])) == want
-        marked.append([*row, match])
-    return [*header, MATCHES_KNOWN], marked
+    def describe(self) -> str:
+        """One line for a person: the counts, and what was left out."""
+        if not self.queries:
+            return f"no predicted query has a known answer that RDKit reads in the column {self.column}"
+        text = (f"known answers from the column {self.column}: first for {self.first} ({self.first / self.queries:.1%})"
+                f" and listed for {self.listed} ({self.listed / self.queries:.1%}) of {self.queries} queries "
+                "(canonical SMILES, stereo kept)")
+        left_out = []
+        if self.unreadable:
+            left_out.append(f"{self.unreadable} known answer{'s' * (self.unreadable > 1)} RDKit cannot read")
+        if self.empty:
+            left_out.append(f"{self.empty} quer{'ies' if self.empty > 1 else 'y'} with no known answer")
+        return text + (f"; not counted: {', '.join(left_out)}" if left_out else "")
 
 
-def known_summary(column: str, header: Sequence[str], rows: Iterable[Sequence[object]], known_at: int
-                  ) -> KnownSummary:
-    """The counts of mark_known's rows (known answers in column `known_at`, named `column` in the input),
-    a query at a time (its rows share `row`)."""
-    row_at, rank_at, match_at = header.index("row"), header.index("rank"), header.index(MATCHES_KNOWN)
-    by_query: dict[object, list[Sequence[object]]] = {}
-    for row in rows:
-        by_query.setdefault(row[row_at], []).append(row)
-    queries = first = listed = unreadable = empty = 0
-    for answers in by_query.values():
-        if answers[0][rank_at] is None:  # rejected: no answers to judge
-            continue
-        if not str(answers[0][known_at] or "").strip():
-            empty += 1
-        elif answers[0][match_at] is None:
-            unreadable += 1
+class KnownMarks:
+    """Marks output rows as they stream past (a file of 100,000 queries is never held whole) and counts
+    the queries. A query's rows come together and share `row` (io.result_rows)."""
+
+    def __init__(self, header: Sequence[str], known_at: int, column: str) -> None:
+        self.header = [*header, MATCHES_KNOWN]
+        self.known_at, self.column = known_at, column  # the known cells' index in a row; their input name
+        self._row_at, self._rank_at, self._answer_at = header.index("row"), header.index("rank"), header.index("smiles")
+        self._counts = dict(queries=0, first=0, listed=0, unreadable=0, empty=0)
+
+    def rows(self, rows: Iterable[Sequence[object]]) -> Iterator[list[object]]:
+        """The rows with MATCHES_KNOWN after their last column: True where the row's answer is the known
+        answer, False where another, None (empty) where the row has no answer (a rejected query) or the
+        known cell is empty or not a SMILES."""
+        for _, group in itertools.groupby(rows, key=lambda row: row[self._row_at]):
+            answers = list(group)
+            known = str(answers[0][self.known_at] or "").strip()
+            want = canonical_or_none(known) if known else None
+            marked = [[*row, None if want is None or row[self._rank_at] is None
+                       else canonical_or_none(str(row[self._answer_at])) == want] for row in answers]
+            self._count(marked, known, want)
+            yield from marked
+
+    def _count(self, marked: list[list[object]], known: str, want: str | None) -> None:
+        if marked[0][self._rank_at] is None:  # rejected: no answers to judge
+            return
+        if not known:
+            self._counts["empty"] += 1
+        elif want is None:
+            self._counts["unreadable"] += 1
         else:
-            queries += 1
-            first += any(r[match_at] and r[rank_at] == 1 for r in answers)
-            listed += any(r[match_at] for r in answers)
-    return KnownSummary(column, queries, first, listed, unreadable, empty)
+            self._counts["queries"] += 1
+            self._counts["first"] += any(row[-1] and row[self._rank_at] == 1 for row in marked)
+            self._counts["listed"] += any(row[-1] for row in marked)
+
+    def summary(self) -> KnownSummary:
+        """The counts of the rows marked so far."""
+        return KnownSummary(self.column, **self._counts)

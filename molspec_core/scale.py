@@ -33,6 +33,8 @@ from .service import Predictor, QueryResult
 if TYPE_CHECKING:
     import ray.data
 
+    from .known import KnownMarks
+
 log = logging.getLogger(__name__)
 
 # A block is what Ray runs again when its worker dies: at most 16 batches keep that redo small, and a
@@ -54,9 +56,11 @@ class Cluster:
 
 
 def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model: str, device: str,
-                   batch_size: int, options: dict[str, Any], engine: str = "auto", dtype: str = "float32") -> int:
+                   batch_size: int, options: dict[str, Any], engine: str = "auto", dtype: str = "float32",
+                   marks: KnownMarks | None = None) -> int:
     """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
-    writes (the same columns and rows, in input order); returns the number of rejected queries."""
+    writes (the same columns and rows, in input order; with `marks`, matches_known last); returns the
+    number of rejected queries."""
     n_bad = 0
 
     def rows() -> Iterator[list[object]]:
@@ -74,11 +78,12 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
             for query_row in query_rows:
                 yield [*cells, *query_row]
 
+    header = output_header(table.columns) if marks is None else marks.header
     if not table.queries:  # nothing to predict: the header alone, as the single-process path writes
-        write_results(output, output_header(table.columns), [])
+        write_results(output, header, [])
         return 0
-    with connected(cluster.address):
-        write_results(output, output_header(table.columns), rows())  # a failed run keeps any earlier output
+    with connected(cluster.address):  # a failed run keeps any earlier output
+        write_results(output, header, rows() if marks is None else marks.rows(rows()))
     return n_bad
 
 

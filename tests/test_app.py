@@ -757,7 +757,7 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
     at.file_uploader[0].set_value(("known.csv", data, "text/csv"))
     at.text_input[1].input("product")  # the file has no such column: refused before anything is predicted
     submit(at, "Run batch")
-    assert "known.csv has no column 'product' (its other columns: expected)" in texts(at.error)
+    assert "known.csv has no column 'product' of known answers (its other columns: expected)" in texts(at.error)
     assert "batch" not in at.session_state
     at.text_input[1].input("expected")
     submit(at, "Run batch")
@@ -767,8 +767,9 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
     # Known answers: rank 2; rank 1 written another way; not listed; then a rejected query, an empty known
     # cell and an unreadable one, which are not counted.
     assert (metrics["Known answer first"], metrics["Known answer listed"]) == ("33.3%", "66.7%")
-    assert ("first for 1 and listed for 2 of 3 queries (canonical SMILES, stereo kept); not counted: 1 known "
-            "answer RDKit cannot read, 1 query with no known answer.") in texts(at.caption)
+    assert ("Known answers from the column expected: first for 1 (33.3%) and listed for 2 (66.7%) of 3 queries "
+            "(canonical SMILES, stereo kept); not counted: 1 known answer RDKit cannot read, 1 query with no known "
+            "answer.") in texts(at.caption)
     table = at.session_state["batch"].table
     assert list(table.columns[-2:]) == ["error", "matches_known"] and str(table["matches_known"].dtype) == "boolean"
     assert table.loc[table["matches_known"].fillna(False), ["row", "rank"]].values.tolist() == [[1, 2], [2, 1]]

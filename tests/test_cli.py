@@ -159,6 +159,35 @@ def test_predict_to_an_sd_name_writes_a_record_per_csv_row(tmp_path, capsys):
     assert fields["title"].tolist() == fields["name"].tolist() == table["name"].tolist()  # the title: the name
 
 
+KNOWN_CSV = ("smiles,expected\nOc1ccncc1,Oc1ccncc1\nOc1ccncc1,OC1=CN=CC=C1\nClc1ccncc1,CCO\nxyz,CCO\n"
+             "Clc1ccncc1,\nOc1ccncc1,not one\n")
+
+
+def test_predict_marks_the_files_known_answers_and_says_how_often_they_come_back(tmp_path, capsys):
+    (tmp_path / "in.csv").write_text(KNOWN_CSV)
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(out),
+                 "--method", "beam", "--n-best", "5", "--known-column", "expected"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "known answers from the column expected: first for 1 (33.3%) and listed for 2 (66.7%) of 3 queries "
+        "(canonical SMILES, stereo kept); not counted: 1 known answer RDKit cannot read, 1 query with no known answer")
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert table.columns[-1] == "matches_known"
+    assert table.loc[table["matches_known"] == "True", ["row", "rank"]].values.tolist() == [["1", "2"], ["2", "1"]]
+    assert set(table.loc[table["row"] == "3", "matches_known"]) == {"False"}
+    assert set(table.loc[table["row"].astype(int) > 3, "matches_known"]) == {""}
+
+
+def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
+    (tmp_path / "in.csv").write_text(KNOWN_CSV)
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.csv", "--output", tmp_path / "o.csv",
+                    "--known-column", "product"], capsys,
+                   "in.csv has no column 'product' of known answers (its other columns: expected)")
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--known-column", "x"], capsys,
+                   "--known-column reads a file's column: give --input")
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_predict_csv_with_wrong_column_is_refused(tmp_path, capsys):
     (tmp_path / "in.csv").write_text("name,formula\nethanol,C2H6O\n")
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"),

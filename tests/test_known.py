@@ -1,6 +1,6 @@
 """Known answers in a query file: which output row is the known answer, and how often it comes first."""
 from molspec_core.io import output_header, result_rows
-from molspec_core.known import MATCHES_KNOWN, KnownSummary, known_summary, mark_known
+from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -22,13 +22,24 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
     ]
     header = output_header(("id", "product"))
     rows = [r for i, (known, result) in enumerate(queries, start=1) for r in result_rows(i, (f"r{i}", known), result)]
-    marked_header, marked = mark_known(header, rows, known_at=1)
-    assert marked_header == [*header, MATCHES_KNOWN]
+    marks = KnownMarks(header, 1, "product")
+    marked = list(marks.rows(iter(rows)))  # a stream, as the CLI writes it
+    assert marks.header == [*header, MATCHES_KNOWN]
     assert [r[:-1] for r in marked] == rows  # nothing else changes
     by_query: dict[object, list[object]] = {}
     for row in marked:
         by_query.setdefault(row[0], []).append(row[-1])
     assert by_query == {"r1": [True, False], "r2": [False, True], "r3": [True], "r4": [False], "r5": [None],
                         "r6": [None], "r7": [None]}
-    summary = known_summary("product", marked_header, marked, known_at=1)
+    summary = marks.summary()
     assert summary == KnownSummary("product", queries=4, first=2, listed=3, unreadable=1, empty=1)
+    assert summary.describe() == ("known answers from the column product: first for 2 (50.0%) and listed for 3 "
+                                  "(75.0%) of 4 queries (canonical SMILES, stereo kept); not counted: 1 known answer "
+                                  "RDKit cannot read, 1 query with no known answer")
+
+
+def test_a_file_without_readable_known_answers_says_so():
+    header = output_header(("product",))
+    marks = KnownMarks(header, 0, "product")
+    list(marks.rows(result_rows(1, ("",), answers("q", "CCO"))))
+    assert marks.summary().describe() == "no predicted query has a known answer that RDKit reads in the column product"

@@ -179,6 +179,18 @@ def test_ray_reports_an_sd_records_problem_as_the_single_process_does(cluster, t
     assert "SD record 2: RDKit cannot read its molblock" in records[2]
 
 
+def test_ray_marks_known_answers_as_the_single_process_does(cluster, tmp_path):
+    (tmp_path / "in.csv").write_text("smiles,expected\n" + "".join(f"Oc1ccncc1,{known}\n" for known in
+                                                                     ("Oc1cccnc1", "Oc1ccncc1", "", "xyz") * 5))
+    outputs = []
+    for ray in ([], ["--ray", "local", "--workers", "2"]):
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output",
+                     str(tmp_path / f"out{len(ray)}.csv"), "--method", "beam", "--n-best", "2", "--known-column",
+                     "expected", *ray]) == 0
+        outputs.append(records_without_time(tmp_path / f"out{len(ray)}.csv"))
+    assert outputs[0] == outputs[1] and outputs[0][0][-1] == "matches_known"
+
+
 def test_ray_writes_the_single_process_sd_file(cluster, tmp_path):
     """--output F.sdf on Ray: the records the single-process path writes, in its order, time_ms aside."""
     (tmp_path / "drawn.sdf").write_text(sd_file_text())

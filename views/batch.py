@@ -16,7 +16,7 @@ import streamlit as st
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
                              output_header, parse_upload, result_rows, sd_bytes)
-from molspec_core.known import MATCHES_KNOWN, KnownSummary, known_summary, mark_known
+from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index
 from molspec_core.service import QueryResult
 from views import common
 from views.common import Settings
@@ -62,22 +62,11 @@ def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
     return queries
 
 
-def known_column_index(name: str, queries: QueryFile, column: str) -> int:
-    """Where the file's known answers are among its other columns; InputFileError if it has no such column."""
-    if column in queries.columns:
-        return queries.columns.index(column)
-    if not queries.columns:
-        raise InputFileError(f"{name} has no columns besides its queries, so no known answers; a CSV or SD file "
-                             "can hold them")
-    listed = ", ".join(common.short(c, 30) for c in queries.columns[:10])
-    raise InputFileError(f"{name} has no column {common.short(column, 40)!r} (its other columns: {listed})")
-
-
 def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False, known: str = ""
                 ) -> tuple[pd.DataFrame, int, KnownSummary | None]:
     """The table of every prediction, in the shared output's columns (the CLI writes the same), how
     many rejected rows hold a hydride that ion_writing would have read (QueryResult.suggestion), and,
-    where `known` names one of the file's columns (known_column_index), how often its answers came back:
+    where `known` names one of the file's columns (known.column_index), how often its answers came back:
     the table then ends with MATCHES_KNOWN."""
     predictor = cfg.predictor()
     n_ion_refused = 0
@@ -100,9 +89,8 @@ def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False, kn
     header = output_header(queries.columns)
     summary = None
     if known:
-        known_at = queries.columns.index(known)  # input columns come first in the header, in order
-        header, rows = mark_known(header, rows, known_at)
-        summary = known_summary(known, header, rows, known_at)
+        marks = KnownMarks(header, queries.columns.index(known), known)  # the input's columns lead the header
+        header, rows, summary = marks.header, list(marks.rows(rows)), marks.summary()
     types = {**dict.fromkeys(COUNT_COLUMNS, "Int64"), **({MATCHES_KNOWN: "boolean"} if known else {})}
     return pd.DataFrame(rows, columns=header).astype(types), n_ion_refused, summary
 
@@ -171,25 +159,17 @@ def show(batch: BatchResult) -> None:
 
 def show_known(known: KnownSummary) -> None:
     """How often the file's known answers came back: first, and anywhere in the list."""
-    column = common.md_escape(common.short(known.column, 40))
+    described = known.describe()
+    sentence = common.md_escape(described[0].upper() + described[1:] + ".")
     if not known.queries:
-        st.info(f"No predicted query has a known answer that RDKit reads in the column {column}.",
-                icon=":material/info:")
+        st.info(sentence, icon=":material/info:")
         return
     first, listed, _ = st.columns(3)
     first.metric("Known answer first", f"{known.first / known.queries:.1%}",
                  help="Of the predicted queries with a readable known answer, the share whose rank 1 is it")
     listed.metric("Known answer listed", f"{known.listed / known.queries:.1%}",
                   help="The share with the known answer at any rank of its list")
-    notes = [text for n, text in ((known.unreadable, f"{known.unreadable} known answer{'s' * (known.unreadable > 1)} "
-                                                      "RDKit cannot read"),
-                                  (known.empty, f"{known.empty} quer{'ies' if known.empty > 1 else 'y'} with no known "
-                                                "answer")) if n]
-    counted = (f"Known answers from the column {column}: first for {known.first} and listed for {known.listed} of "
-               f"{known.queries} queries (canonical SMILES, stereo kept)")
-    if notes:
-        counted += f"; not counted: {', '.join(notes)}"
-    st.caption(counted + ".")
+    st.caption(sentence)
 
 
 def main() -> None:
@@ -226,7 +206,7 @@ def main() -> None:
             try:
                 queries = read_upload(upload.name, upload.getvalue(), column.strip())
                 if known.strip():
-                    known_column_index(upload.name, queries, known.strip())
+                    column_index(queries.columns, upload.name, known.strip())
             except InputFileError as exc:
                 st.error(common.md_escape(f"Cannot read the file: {exc}"), icon=":material/error:")
             else:
