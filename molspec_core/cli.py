@@ -1,4 +1,4 @@
-"""python -m molspec_core {predict,evaluate,compare,calibrate,bench,plan,train,prepare-data} (also installed as
+"""python -m molspec_core {predict,evaluate,compare,calibrate,bench,plan,serve,train,prepare-data} (also installed as
 `molspec`)."""
 from __future__ import annotations
 
@@ -238,6 +238,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a model folder; give two or more, all fine-tuned from one parent")
     p.add_argument("--out", required=True, help="the new model folder")
     p.add_argument("--float16", action="store_true", help="write float16 shards (as the shipped models are)")
+
+    p = sub.add_parser("serve", help="answer predictions over HTTP as JSON (POST /predict; molspec_core/server.py)")
+    p.add_argument("--model", action="append", help="a model folder or shipped name to load; repeat for more "
+                   "(default: forward and retro); a request names one by its folder's name")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls (as predict)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="what the decoder calls compute with (as "
+                   "predict)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default loopback; the server has "
+                   "no authentication: listen elsewhere only on a network you trust)")
+    p.add_argument("--port", type=at_least(0), default=8000, help="default %(default)s; 0: any free port")
 
     from .train import add_arguments
 
@@ -629,6 +640,28 @@ def cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import serve
+    from .service import Predictor
+
+    if args.port > 65535:
+        raise ValueError(f"--port {args.port}: a port is at most 65535")
+    models = [Predictor.load(name, args.device, args.engine, args.dtype) for name in args.model or ("forward", "retro")]
+    server = serve(models, args.host, args.port)
+    host, port = server.server_address[:2]
+    if not server.loopback:
+        log.warning("listening on %s, beyond this machine, without authentication", host)
+    print(f"serving {', '.join(server.service.models)} on http://{host}:{port} (POST /predict, GET /models); "
+          "Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .train import run
 
@@ -637,7 +670,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_compare, "calibrate": cmd_calibrate,
             "bench": cmd_bench, "plan": cmd_plan, "prepare-data": cmd_prepare, "average": cmd_average,
-            "train": cmd_train}
+            "serve": cmd_serve, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

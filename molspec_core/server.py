@@ -1,0 +1,296 @@
+"""`molspec serve`: the service over HTTP, for programs in other processes and languages.
+
+A tree search (CASP) or a lab system asks one long-lived process that holds the models, instead of
+loading them for every call: `POST /predict` with a JSON body, the answers as JSON. The standard
+library's threading HTTP server, no framework: the API is three routes.
+
+    GET  /health    {"status": "ok"}
+    GET  /models    the loaded models: name, task, device, engine, dtype, whether they read several writings
+    POST /predict   {"smiles": "CC(=O)Cl.NCc1ccccc1" or a list, "model": "forward", "method": "beam",
+                     "n_best": 5, ...}  ->  {"results": [one per query, in order]}
+
+A request's options are `Predictor.predict`'s keyword arguments (`OPTIONS`, with the same defaults as
+`molspec predict`: greedy, one answer, one writing), the sampling knobs (`SAMPLING_KEYS`) and
+`round_trip`, the name of a loaded forward model that checks retrosynthesis answers (as `predict
+--round-trip`). A query the model cannot read gets its `error` in its own result and the others are
+answered; a request that cannot be answered at all (not JSON, an unknown option, a wrong type, a bad
+value) gets status 400 and `{"error": "..."}`.
+
+Safety: it listens on loopback unless told otherwise and has no authentication, so bind it elsewhere only
+on a network you trust. On loopback it answers only requests addressed to a loopback name (a web page
+cannot reach it through DNS rebinding), and it takes only `Content-Type: application/json` (which a web
+page cannot send across origins without a preflight this server never grants). Bodies, queries per
+request and the time to send a request are bounded; a query's decoding stops at its time limit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .methods import METHODS, SamplingOptions
+from .service import MAX_QUERY_CHARS, Predictor, QueryResult
+
+log = logging.getLogger(__name__)
+
+MAX_QUERIES = 1_000  # per request: retro beam 10, one writing, one CPU thread, about 4 minutes (README, Measured speed)
+MAX_BODY_BYTES = 2 * MAX_QUERIES * MAX_QUERY_CHARS  # room for that many of the longest queries, JSON escapes and all
+READ_TIMEOUT_S = 30.0  # a client that opens a connection and sends nothing holds a thread no longer than this
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+# Predictor.predict's options, by the JSON types a request may give them in (bool is not taken for a number).
+OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "draft_len": (int,), "n_drafts": (int,),
+                                        "batch_size": (int,), "augment": (int,), "ion_writing": (bool,),
+                                        "time_limit_s": (int, float)}
+SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingOptions) if f.name != "draft_len")  # draft_len above
+REQUEST_KEYS = ("smiles", "model", "round_trip", "round_trip_k", *OPTIONS, *SAMPLING_KEYS)
+
+
+class RequestError(ValueError):
+    """A request that cannot be answered; `status` is the HTTP status it gets."""
+
+    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    predictor: Predictor
+    smiles: list[str]
+    options: dict  # Predictor.predict's keyword arguments
+    round_trip: Predictor | None = None  # the forward model that checks the answers
+    round_trip_k: int = 1
+
+
+def _typed(body: Mapping, key: str, types: tuple[type, ...]) -> object:
+    value = body[key]
+    if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+        names = " or ".join({"str": "a string", "int": "a whole number", "float": "a number",
+                             "bool": "true or false"}[t.__name__] for t in types)
+        raise RequestError(f"{key!r} must be {names}, not {json.dumps(value)[:40]}")
+    return value
+
+
+def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
+    """A /predict body checked against the loaded models (by name); RequestError says what is wrong."""
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object, such as {\"smiles\": \"CCO\"}")
+    unknown = sorted(set(body) - set(REQUEST_KEYS))
+    if unknown:
+        raise RequestError(f"unknown option {unknown[0]!r}; the options are {', '.join(REQUEST_KEYS)}")
+    if "smiles" not in body:
+        raise RequestError("'smiles' is missing: give a SMILES or a list of them")
+    smiles = body["smiles"] if isinstance(body["smiles"], list) else [body["smiles"]]
+    if not smiles or not all(isinstance(s, str) for s in smiles):
+        raise RequestError("'smiles' must be a SMILES string or a non-empty list of them")
+    if len(smiles) > MAX_QUERIES:
+        raise RequestError(f"{len(smiles)} queries in one request; at most {MAX_QUERIES}: send them in parts, "
+                           "or use `molspec predict --input` for a file", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+    predictor = _model(body, "model", models, None)
+    options = {key: _typed(body, key, types) for key, types in OPTIONS.items() if key in body}
+    if options.get("method", "greedy") not in METHODS:
+        raise RequestError(f"unknown method {options['method']!r}; choose from {', '.join(METHODS)}")
+    knobs = {key: _typed(body, key, (int,) if key in ("top_k", "beta", "seed") else (int, float))
+             for key in SAMPLING_KEYS if key in body}
+    if knobs:
+        options["sampling"] = SamplingOptions(**knobs)
+    round_trip = _model(body, "round_trip", models, "forward") if "round_trip" in body else None
+    if round_trip is not None and predictor.task != "retro":
+        raise RequestError(f"'round_trip' checks retrosynthesis answers; {predictor.path.name} is a "
+                           f"{predictor.task} model")
+    round_trip_k = _typed(body, "round_trip_k", (int,)) if "round_trip_k" in body else 1
+    return Request(predictor, smiles, options, round_trip, round_trip_k)  # type: ignore[arg-type]
+
+
+def _model(body: Mapping, key: str, models: Mapping[str, Predictor], task: str | None) -> Predictor:
+    """The loaded model that body[key] names (or the only one, where `key` is "model" and not given), of
+    `task` where given."""
+    loaded = ", ".join(models)
+    if key not in body:
+        if len(models) > 1:
+            raise RequestError(f"'model' is missing: this server holds {loaded}")
+        return next(iter(models.values()))
+    name = _typed(body, key, (str,))
+    if name not in models:
+        raise RequestError(f"{key!r}: no model {str(name)[:40]!r} is loaded here; loaded: {loaded}")
+    predictor = models[name]  # type: ignore[index]
+    if task is not None and predictor.task != task:
+        raise RequestError(f"{key!r} names {name}, a {predictor.task} model; it needs a {task} model")
+    return predictor
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None  # JSON has no infinity
+
+
+def result_json(result: QueryResult) -> dict:
+    """One query's result as JSON: the answers in rank order with their checks, and the decoder's counts.
+    `copied_from` is each output token's source position in `source_tokens` (-1: written by the model),
+    the provenance the app draws."""
+    stats = result.stats
+    answers = [{"rank": p.rank, "smiles": p.smiles, "score": _finite(p.score), "probability": p.probability,
+                "valid": p.valid, "sane": p.sane, "concerns": list(p.concerns), "model_rank": p.model_rank,
+                "confidence": p.confidence, "writings": p.views, "spellings": p.spellings,
+                "round_trip": p.round_trip, "forward_prob": p.forward_prob, "tokens": list(p.tokens),
+                "copied_from": list(p.provenance), "source_tokens": list(p.source_tokens or result.source_tokens)}
+               for p in result.predictions]
+    return {"query": result.query, "canonical_query": result.canonical_query, "error": result.error,
+            "suggestion": result.suggestion, "method": result.method, "dtype": result.dtype,
+            "time_ms": round(stats.wall_time_s * 1000, 2), "model_calls": stats.model_calls,
+            "accepted_tokens": stats.draft_tokens_accepted, "predictions": answers}
+
+
+def model_json(name: str, predictor: Predictor) -> dict:
+    return {"name": name, "task": predictor.task, "device": predictor.device_name, "engine": predictor.engine,
+            "dtype": predictor.dtype, "augmentable": predictor.augmentable,
+            "methods": [m for m, row in METHODS.items() if row.drafts != "model" or predictor.draft_model is not None]}
+
+
+class Service:
+    """What the handlers share: the loaded models by name and the lock that lets one request decode at a time
+    (torch's threads are process-wide, so two decodes at once would only share the cores)."""
+
+    def __init__(self, models: Mapping[str, Predictor]):
+        if not models:
+            raise ValueError("serve needs at least one model")
+        self.models = dict(models)
+        self.decoding = threading.Lock()
+
+    def predict(self, body: object) -> dict:
+        request = parse_request(body, self.models)
+        with self.decoding:
+            try:
+                results = request.predictor.predict(request.smiles, **request.options)
+            except ValueError as exc:  # options the service refuses: n_best out of range, augment on a canonical model
+                raise RequestError(str(exc)) from None
+            if request.round_trip is not None:
+                from .roundtrip import check_round_trip
+
+                try:
+                    results = [check_round_trip(r, request.round_trip, request.round_trip_k) for r in results]
+                except ValueError as exc:
+                    raise RequestError(str(exc)) from None
+        return {"results": [result_json(r) for r in results]}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+    timeout = READ_TIMEOUT_S
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if not self._host_allowed():
+            return
+        service = self.server.service
+        if self.path == "/health":
+            self._send(HTTPStatus.OK, {"status": "ok"})
+        elif self.path == "/models":
+            self._send(HTTPStatus.OK, {"models": [model_json(n, p) for n, p in service.models.items()]})
+        elif self.path == "/predict":
+            self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST a JSON body to /predict"}, {"Allow": "POST"})
+        else:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path[:80]!r}; try /health, /models, /predict"})
+
+    def do_POST(self) -> None:
+        if not self._host_allowed():
+            return
+        if self.path != "/predict":
+            self.close_connection = True  # its body is left unread
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path[:80]!r}; POST to /predict"})
+            return
+        try:
+            body = self._body()
+            self._send(HTTPStatus.OK, self.server.service.predict(body))
+        except RequestError as exc:
+            self._send(exc.status, {"error": str(exc)})
+        except MemoryError:
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE,
+                       {"error": "out of memory; send fewer queries or a smaller n_best"})
+        except Exception:  # a bug: logged with its traceback here, and the client is not shown it
+            log.exception("POST /predict failed")
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; the server's log has the details"})
+
+    def do_OPTIONS(self) -> None:
+        """A browser's cross-origin preflight: never granted (no Access-Control-Allow-* header)."""
+        self.close_connection = True
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "this server takes no cross-origin requests"},
+                   {"Allow": "GET, POST"})
+
+    def _body(self) -> object:
+        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            self.close_connection = True  # the body is left unread
+            raise RequestError("send the body as JSON with Content-Type: application/json",
+                               HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self.close_connection = True
+            raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED) from None
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True
+            raise RequestError(f"a body of {length:,} bytes; at most {MAX_BODY_BYTES:,}",
+                               HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+        data = self.rfile.read(length)
+        try:
+            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+            raise RequestError(f"the body is not JSON: {exc}") from None
+
+    def _host_allowed(self) -> bool:
+        """On loopback, only requests addressed to a loopback name are answered (DNS rebinding)."""
+        if not self.server.loopback:
+            return True
+        host = self.headers.get("Host", "")
+        name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+        if name.lower() in LOOPBACK_NAMES:
+            return True
+        self.close_connection = True
+        self._send(HTTPStatus.FORBIDDEN, {"error": "this server answers requests to localhost only"})
+        return False
+
+    def _send(self, status: HTTPStatus, payload: dict, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload, allow_nan=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:  # the client learns it must open a new connection for its next request
+            self.send_header("Connection", "close")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.info("%s %s", self.address_string(), format % args)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True  # a client still connected does not keep the process from ending
+
+    def __init__(self, address: tuple[str, int], service: Service):
+        super().__init__(address, Handler)
+        self.service = service
+        self.loopback = address[0] in LOOPBACK_NAMES or address[0].startswith("127.")
+
+
+def serve(models: Sequence[Predictor], host: str = "127.0.0.1", port: int = 8000) -> Server:
+    """A server for `models` (named by their folders) bound to host:port (port 0: any free one); call its
+    serve_forever(). Refuses two models of one name."""
+    named: dict[str, Predictor] = {}
+    for predictor in models:
+        if predictor.path.name in named:
+            raise ValueError(f"two models named {predictor.path.name}; give folders of different names")
+        named[predictor.path.name] = predictor
+    return Server((host, port), Service(named))

@@ -1,0 +1,213 @@
+"""`molspec serve` (molspec_core/server.py): the service over HTTP answers what Predictor.predict answers, and a
+request it cannot answer gets a status and a reason while the server goes on."""
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+
+import pytest
+
+from molspec_core import cli, server
+from molspec_core.roundtrip import check_round_trip
+from molspec_core.service import Predictor
+
+PARACETAMOL = "CC(=O)Nc1ccc(O)cc1"
+AMIDE = "CC(=O)Cl.NCc1ccccc1"
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {"forward": Predictor.load("forward", device="cpu"), "retro": Predictor.load("retro", device="cpu")}
+
+
+@pytest.fixture(scope="module")
+def address(models):
+    running = server.serve(list(models.values()), "127.0.0.1", 0)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    yield running.server_address[:2]
+    running.shutdown()
+    running.server_close()
+
+
+def call(address, method: str, path: str, body: object = None, headers: dict | None = None,
+         raw: bytes | None = None) -> tuple[int, dict]:
+    connection = http.client.HTTPConnection(*address, timeout=60)
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json", **(headers or {})} if data is not None else dict(headers or {})
+    connection.request(method, path, body=data, headers=sent)
+    response = connection.getresponse()
+    status, payload = response.status, json.loads(response.read())
+    assert response.getheader("Content-Type") == "application/json"
+    connection.close()
+    return status, payload
+
+
+def answers(result) -> list[tuple]:
+    return [(p["rank"], p["smiles"], pytest.approx(p["score"], abs=1e-6), p["sane"], p["confidence"])
+            for p in result["predictions"]]
+
+
+def test_answers_are_the_services_in_the_order_asked_and_a_bad_query_costs_only_its_own(address, models):
+    queries = [AMIDE, "C1CC(", "CC(=O)O.OCC"]
+    status, payload = call(address, "POST", "/predict",
+                           {"model": "forward", "smiles": queries, "method": "beam", "n_best": 3})
+    assert status == 200
+    expected = models["forward"].predict(queries, method="beam", n_best=3)
+    results = payload["results"]
+    assert [r["query"] for r in results] == queries
+    for got, want in zip(results, expected):
+        assert got["error"] == want.error and got["canonical_query"] == want.canonical_query
+        assert answers(got) == [(p.rank, p.smiles, p.score, p.sane, p.confidence) for p in want.predictions]
+    assert "not a valid SMILES" in results[1]["error"] and results[1]["predictions"] == []
+    first = results[0]["predictions"][0]
+    assert first["smiles"] == "CC(=O)NCc1ccccc1" and len(first["tokens"]) == len(first["copied_from"])
+
+
+def test_speculative_answers_come_with_what_they_copied(address, models):
+    status, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": AMIDE, "method": "spec-auto"})
+    result, = payload["results"]
+    prediction = result["predictions"][0]
+    want = models["forward"].predict(AMIDE, method="spec-auto").predictions[0]
+    assert status == 200 and prediction["copied_from"] == list(want.provenance)
+    assert result["accepted_tokens"] > 0 and any(position >= 0 for position in prediction["copied_from"])
+    copied = [(prediction["tokens"][i], prediction["source_tokens"][at])
+              for i, at in enumerate(prediction["copied_from"]) if at >= 0]
+    assert all(token == source for token, source in copied)  # each copied token is the source's at its position
+
+
+def test_round_trip_names_the_forward_model_and_checks_as_the_cli_does(address, models):
+    status, payload = call(address, "POST", "/predict", {"model": "retro", "smiles": PARACETAMOL, "method": "beam",
+                                                         "n_best": 3, "round_trip": "forward"})
+    assert status == 200
+    want = check_round_trip(models["retro"].predict(PARACETAMOL, method="beam", n_best=3), models["forward"])
+    got = payload["results"][0]["predictions"]
+    assert [(p["round_trip"], p["forward_prob"]) for p in got] == [
+        (p.round_trip, pytest.approx(p.forward_prob) if p.forward_prob is not None else None)
+        for p in want.predictions]
+    assert any(p["round_trip"] is not None for p in got)
+
+
+def test_models_lists_what_is_loaded(address):
+    status, payload = call(address, "GET", "/models")
+    assert status == 200
+    assert [(m["name"], m["task"], m["dtype"]) for m in payload["models"]] == [("forward", "forward", "float32"),
+                                                                                ("retro", "retro", "float32")]
+    assert "beam" in payload["models"][0]["methods"]
+    assert call(address, "GET", "/health") == (200, {"status": "ok"})
+
+
+@pytest.mark.parametrize("body, status, says", [
+    ({"smiles": AMIDE}, 400, "'model' is missing: this server holds forward, retro"),
+    ({"model": "forward"}, 400, "'smiles' is missing"),
+    ({"model": "forward", "smiles": []}, 400, "non-empty list"),
+    ({"model": "forward", "smiles": [AMIDE, 3]}, 400, "a SMILES string or a non-empty list"),
+    ({"model": "nope", "smiles": AMIDE}, 400, "no model 'nope' is loaded here; loaded: forward, retro"),
+    ({"model": "forward", "smiles": AMIDE, "nbest": 3}, 400, "unknown option 'nbest'"),
+    ({"model": "forward", "smiles": AMIDE, "n_best": True}, 400, "'n_best' must be a whole number, not true"),
+    ({"model": "forward", "smiles": AMIDE, "n_best": 2.5}, 400, "'n_best' must be a whole number"),
+    ({"model": "forward", "smiles": AMIDE, "method": "fastest"}, 400, "unknown method 'fastest'"),
+    ({"model": "forward", "smiles": AMIDE, "method": "beam", "n_best": 99}, 400, "n_best must be between 1 and 50"),
+    ({"model": "forward", "smiles": AMIDE, "n_best": 3}, 400, "greedy returns one prediction"),
+    ({"model": "forward", "smiles": AMIDE, "method": "sample", "temperature": -1}, 400, "temperature must be"),
+    ({"model": "forward", "smiles": AMIDE, "round_trip": "forward"}, 400, "checks retrosynthesis answers"),
+    ({"model": "retro", "smiles": PARACETAMOL, "round_trip": "retro"}, 400, "it needs a forward model"),
+    ({"model": "retro", "smiles": PARACETAMOL, "round_trip": "forward", "round_trip_k": 0}, 400, "between 1 and 10"),
+    ([AMIDE], 400, "must be a JSON object"),
+    ({"model": "forward", "smiles": [AMIDE] * (server.MAX_QUERIES + 1)}, 413, f"at most {server.MAX_QUERIES}"),
+])
+def test_a_request_that_cannot_be_answered_says_why_and_the_server_goes_on(address, body, status, says):
+    got_status, payload = call(address, "POST", "/predict", body)
+    assert got_status == status and says in payload["error"]
+    assert call(address, "GET", "/health") == (200, {"status": "ok"})
+
+
+@pytest.mark.parametrize("raw, says", [(b'{"smiles": "CCO", "model": "forward"', "not JSON"),
+                                       (b'{"smiles": "CCO", "model": "forward", "temperature": NaN}',
+                                        "NaN is not a number JSON allows"),
+                                       (b"\xff\xfe", "not JSON")])
+def test_a_body_that_is_not_json_is_refused(address, raw, says):
+    status, payload = call(address, "POST", "/predict", raw=raw)
+    assert status == 400 and says in payload["error"]
+
+
+def test_the_transport_is_checked_before_any_work(address):
+    body = json.dumps({"model": "forward", "smiles": AMIDE}).encode()
+    # a web page can post text/plain across origins without asking first; JSON needs a preflight never granted
+    assert call(address, "POST", "/predict", raw=body, headers={"Content-Type": "text/plain"})[0] == 415
+    # a web page reaching loopback through a name it controls (DNS rebinding) sends that name as its Host
+    status, payload = call(address, "POST", "/predict", raw=body, headers={"Host": "evil.example:80"})
+    assert status == 403 and "localhost only" in payload["error"]
+    assert call(address, "GET", "/models", headers={"Host": "evil.example"})[0] == 403
+    assert call(address, "GET", "/health", headers={"Host": f"localhost:{address[1]}"})[0] == 200
+    assert call(address, "GET", "/health", headers={"Host": f"[::1]:{address[1]}"})[0] == 200
+    connection = http.client.HTTPConnection(*address, timeout=30)  # a page's preflight for a JSON post
+    connection.request("OPTIONS", "/predict", headers={"Origin": "https://evil.example",
+                                                       "Access-Control-Request-Method": "POST"})
+    response = connection.getresponse()
+    assert response.status == 405 and response.getheader("Access-Control-Allow-Origin") is None
+    connection.close()
+    assert call(address, "GET", "/predict")[0] == 405
+    assert call(address, "GET", "/nothing")[0] == 404
+    assert call(address, "POST", "/elsewhere", {"smiles": AMIDE})[0] == 404
+
+
+def test_a_body_left_unread_does_not_become_the_next_request(address):
+    connection = http.client.HTTPConnection(*address, timeout=30)  # one connection, kept alive where it can be
+    body = json.dumps({"model": "forward", "smiles": AMIDE}).encode()
+    for path, kind in (("/elsewhere", "application/json"), ("/predict", "text/plain")):
+        connection.request("POST", path, body=body, headers={"Content-Type": kind})
+        response = connection.getresponse()
+        assert response.status in (404, 415)
+        response.read()
+        connection.request("GET", "/health")  # the refused body must not be read as this request
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {"status": "ok"})
+    connection.close()
+
+
+def test_a_body_over_the_limit_is_refused_unread(address):
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    connection.putrequest("POST", "/predict")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(server.MAX_BODY_BYTES + 1))
+    connection.endheaders()  # nothing of the body is sent: the server answers from the headers
+    response = connection.getresponse()
+    assert response.status == 413 and "at most" in json.loads(response.read())["error"]
+    connection.close()
+    assert call(address, "GET", "/health")[0] == 200
+
+
+def test_requests_at_once_are_each_answered(address, models):
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    got: dict[str, dict] = {}
+
+    def ask(query: str) -> None:
+        got[query] = call(address, "POST", "/predict", {"model": "forward", "smiles": query})[1]
+
+    threads = [threading.Thread(target=ask, args=(q,)) for q in queries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for query in queries:
+        want = models["forward"].predict(query)
+        assert got[query]["results"][0]["predictions"][0]["smiles"] == want.predictions[0].smiles
+
+
+def test_two_models_of_one_name_are_refused(models):
+    with pytest.raises(ValueError, match="two models named forward"):
+        server.serve([models["forward"], models["forward"]], "127.0.0.1", 0)
+
+
+def test_only_a_loopback_server_checks_the_host(models):
+    for host, loopback in (("127.0.0.1", True), ("0.0.0.0", False)):
+        running = server.serve([models["forward"]], host, 0)
+        assert running.loopback is loopback
+        running.server_close()
+
+
+def test_the_command_refuses_a_port_out_of_range_before_loading(capsys):
+    assert cli.main(["serve", "--port", "70000"]) == 2
+    assert "a port is at most 65535" in capsys.readouterr().err
