@@ -1,5 +1,6 @@
 """Pictures for the app: 2D SVG depictions, 3D molblocks and viewer HTML, and the provenance view
-(which output tokens were copied from the query, and which atoms they became).
+(which output tokens were copied from the query, and which atoms they became), and the reaction centre marked on
+an answer (centre.py).
 
 Pure functions over RDKit and the standard library (py3Dmol is imported only by `viewer_html`);
 the engine never imports this module and this module never imports streamlit.
@@ -18,6 +19,7 @@ from rdkit.Chem.Draw import rdMolDraw2D
 from rdkit.Geometry import Point3D
 
 from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
+from .centre import reaction_centre
 
 # One SMILES token that is an atom: a bracket atom, an organic-subset atom (two-letter halogens
 # first), an aromatic atom or the wildcard. Everything else (bonds, branches, ring closures, dots)
@@ -29,6 +31,9 @@ ATOM_TOKEN = re.compile(r"\[[^\]]+\]|Br|Cl|B|C|N|O|P|S|F|I|b|c|n|o|s|p|\*")
 # its atoms in the depiction.
 SPAN_COLOURS = ("#f6c27a", "#8fd3f4", "#9be0b8", "#f5a3c7", "#c6b3f0", "#f2e58c", "#a9c8f0", "#f3b49a")
 GENERATED_COLOUR = "#eceff3"
+# The reaction centre on an answer (centre.py): atoms whose bonds change, and reactant atoms that leave.
+CENTRE_COLOUR = "#f4a29a"  # Okabe-Ito vermillion, lightened
+LEAVING_COLOUR = "#cfd4da"
 PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): small molecules are not blown up
 FRAGMENT_GAP = 2.0  # 2D units between the boxes of two molecules: room for atom labels
 MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
@@ -250,10 +255,25 @@ def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, st
     return drawer.GetDrawingText()
 
 
-def smiles_svg(smiles: str, width: int = 360, height: int = 240) -> str | None:
-    """SVG of a SMILES (several molecules apart, in rows: laid_out), or None when RDKit cannot read it."""
+def smiles_svg(smiles: str, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None
+               ) -> str | None:
+    """SVG of a SMILES (several molecules apart, in rows: laid_out), or None when RDKit cannot read it;
+    `atom_colours` as mol_svg's, by atom index as RDKit reads the SMILES."""
     mol = Chem.MolFromSmiles(smiles) if smiles else None
-    return mol_svg(mol, width, height) if mol is not None else None
+    return mol_svg(mol, width, height, atom_colours) if mol is not None else None
+
+
+def centre_colours(reactants: str, product: str, on: str) -> dict[int, str]:
+    """Atom index -> colour marking the reaction centre of reactants >> product (centre.reaction_centre) on
+    the product (`on` "product": its atoms whose bonds change) or on the reactants ("reactants": theirs,
+    and the atoms that leave); {} where no centre is traced."""
+    centre = reaction_centre(reactants, product)
+    if centre is None:
+        return {}
+    if on == "product":
+        return dict.fromkeys(centre.product_atoms, CENTRE_COLOUR)
+    leaving = dict.fromkeys(centre.leaving_atoms, LEAVING_COLOUR)
+    return {**leaving, **dict.fromkeys(centre.reactant_atoms, CENTRE_COLOUR)}
 
 
 def provenance_svg(tokens: Sequence[str], provenance: Sequence[int], width: int = 420,

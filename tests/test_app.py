@@ -278,6 +278,35 @@ def test_example_button_predicts_and_checks_the_known_product():
 
 
 @needs_forward
+@pytest.mark.parametrize("task, query, answer, marked", [
+    ("forward", "CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1", {1: depict.CENTRE_COLOUR, 3: depict.CENTRE_COLOUR}),
+    # retrosynthesis marks the reactants: the acyl carbon and the amine's nitrogen, and the chloride that leaves
+    ("retro", "CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1", {1: depict.CENTRE_COLOUR, 4: depict.CENTRE_COLOUR,
+                                                          3: depict.LEAVING_COLOUR}),
+])
+def test_answers_mark_where_bonds_change_until_the_toggle_is_off(monkeypatch, task, query, answer, marked):
+    drawn: list[tuple[str, dict]] = []
+    draw = depict.smiles_svg
+
+    def recording(smiles, width=360, height=240, atom_colours=None):
+        drawn.append((smiles, dict(atom_colours or {})))
+        return draw(smiles, width, height, atom_colours)
+
+    monkeypatch.setattr(depict, "smiles_svg", recording)
+    at = app().run()
+    if task == "retro":
+        at.radio(key="task").set_value("retro").run()
+    predict(at, query)
+    assert_clean(at)
+    assert at.toggle(key="mark_centre").value is True
+    assert any(smiles == answer and colours == marked for smiles, colours in drawn), drawn
+    drawn.clear()
+    at.toggle(key="mark_centre").set_value(False).run()
+    assert_clean(at)
+    assert any(smiles == answer for smiles, _ in drawn) and not any(colours for _, colours in drawn)
+
+
+@needs_forward
 def test_the_list_of_more_textbook_reactions_predicts_the_chosen_one_and_checks_it():
     at = app().run()
     listed = at.selectbox(key="more_examples")

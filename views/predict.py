@@ -256,10 +256,29 @@ def ordered(predictions: tuple[Prediction, ...], order: str) -> list[Prediction]
     return list(predictions)
 
 
-def show_prediction(prediction: Prediction, known: str | None, writings: int = 1) -> None:
+CENTRE_LABEL = "Mark where bonds change"
+CENTRE_HELP = ("Colours the atoms whose bonds change between the reactants and the product (red) and, on reactants, "
+               "the atoms that leave (grey). The model writes no atom map, so this is an estimate: each product atom "
+               "is traced to the reactant with which it shares the largest substructure (RDKit's maximum common "
+               "substructure); symmetric atoms can be traced to the wrong twin, and an answer whose atoms cannot "
+               "mostly be traced is left unmarked.")
+
+
+def centre_colours(task: str, query: str, prediction: Prediction) -> dict[int, str]:
+    """The reaction centre's colours on an answer's picture: the product's atoms whose bonds change (forward),
+    or the reactants' atoms that do and those that leave (retrosynthesis, whose query is the product)."""
+    if not prediction.valid:
+        return {}
+    if task == "retro":
+        return depict.centre_colours(prediction.smiles, query, on="reactants")
+    return depict.centre_colours(query, prediction.smiles, on="product")
+
+
+def show_prediction(prediction: Prediction, known: str | None, writings: int = 1,
+                    colours: dict[int, str] | None = None) -> None:
     with st.container(border=True):
         picture, facts = st.columns([2, 3], vertical_alignment="center")
-        svg = depict.smiles_svg(prediction.smiles, 440, 230) if prediction.valid else None
+        svg = depict.smiles_svg(prediction.smiles, 440, 230, colours) if prediction.valid else None
         if svg:
             picture.image(svg)
         else:
@@ -636,8 +655,10 @@ def main() -> None:
             "Order", ORDERS, default=ORDERS[0], key="round_trip_order", help=ORDER_HELP) or ORDERS[0])
         if not listed:
             st.info("No answer passes the round trip; choose another order to see them all.", icon=":material/info:")
+    mark = st.toggle(CENTRE_LABEL, value=True, key="mark_centre", help=CENTRE_HELP)
     for prediction in listed:
-        show_prediction(prediction, known, shown.settings.augment)
+        colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
+        show_prediction(prediction, known, shown.settings.augment, colours)
 
     if not shown.result.predictions:
         st.info("The model returned no answer for this query.", icon=":material/info:")

@@ -1,0 +1,74 @@
+"""The reaction centre estimated without an atom map (molspec_core/centre.py), on textbook reactions whose
+centre a chemist knows."""
+from __future__ import annotations
+
+import pytest
+from rdkit import Chem
+
+from molspec_core import depict
+from molspec_core.centre import reaction_centre
+
+
+def symbols(smiles: str, atoms) -> list[str]:
+    mol = Chem.MolFromSmiles(smiles)
+    return sorted(mol.GetAtomWithIdx(i).GetSymbol() for i in atoms)
+
+
+@pytest.mark.parametrize("reactants, product, centre, leaving", [
+    # amide from an acid chloride: the new C-N bond; the chloride leaves
+    ("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1", ["C", "N"], ["Cl"]),
+    # Suzuki coupling: the two ipso carbons; bromide and the boronic acid leave (the methyl sets which ring is which)
+    ("Brc1ccc(C)cc1.OB(O)c1ccccc1", "Cc1ccc(-c2ccccc2)cc1", ["C", "C"], ["B", "Br", "O", "O"]),
+    # Boc deprotection: the nitrogen gains a hydrogen; the whole Boc group leaves
+    ("CC(C)(C)OC(=O)NCc1ccccc1", "NCc1ccccc1", ["N"], ["C", "C", "C", "C", "C", "O", "O"]),
+    # nitro to amine: the nitrogen's charge and hydrogens change; both oxygens leave
+    ("O=[N+]([O-])c1ccccc1", "Nc1ccccc1", ["N"], ["O", "O"]),
+    # ketone reduction: the C=O becomes C-O, nothing leaves
+    ("CC(=O)c1ccccc1", "CC(O)c1ccccc1", ["C", "O"], []),
+    # esterification: the ester bond (which oxygen the water takes the molecules alone cannot tell)
+    ("CC(=O)O.OCC", "CCOC(C)=O", ["C", "O"], ["O"]),
+])
+def test_the_centre_is_where_bonds_change_and_the_rest_leaves(reactants, product, centre, leaving):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert symbols(product, found.product_atoms) == centre
+    assert symbols(reactants, found.reactant_atoms) == centre  # the same atoms, found in the reactants
+    assert symbols(reactants, found.leaving_atoms) == leaving
+
+
+def test_the_ipso_carbons_are_the_ones_marked_not_their_symmetric_twins():
+    found = reaction_centre("Brc1ccc(C)cc1.OB(O)c1ccccc1", "Cc1ccc(-c2ccccc2)cc1")
+    product = Chem.MolFromSmiles("Cc1ccc(-c2ccccc2)cc1")
+    biaryl = next(b for b in product.GetBonds() if not b.IsInRing() and b.GetBeginAtom().GetIsAromatic()
+                  and b.GetEndAtom().GetIsAromatic())
+    assert found.product_atoms == {biaryl.GetBeginAtomIdx(), biaryl.GetEndAtomIdx()}
+    reactants = Chem.MolFromSmiles("Brc1ccc(C)cc1.OB(O)c1ccccc1")
+    # in the reactants, the carbons that carried the bromine and the boron
+    assert {n.GetSymbol() for i in found.reactant_atoms for n in reactants.GetAtomWithIdx(i).GetNeighbors()} >= {
+        "Br", "B"}
+
+
+def test_solvents_bases_and_salts_are_left_out():
+    alone = reaction_centre("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1")
+    among_reagents = reaction_centre("CC(=O)Cl.NCc1ccccc1.ClCCl.CCN(CC)CC.[Na+].[OH-]", "CC(=O)NCc1ccccc1")
+    assert among_reagents is not None
+    assert symbols("CC(=O)NCc1ccccc1", among_reagents.product_atoms) == symbols("CC(=O)NCc1ccccc1",
+                                                                                   alone.product_atoms)
+    reactants = "CC(=O)Cl.NCc1ccccc1.ClCCl.CCN(CC)CC.[Na+].[OH-]"
+    assert symbols(reactants, among_reagents.leaving_atoms) == ["Cl"]  # the solvent's chlorines are no leaving group
+
+
+@pytest.mark.parametrize("reactants, product", [("CCO", "c1ccc2ccccc2c1"), ("C1CC(", "CC"), ("CC", "C1CC(")])
+def test_no_centre_where_the_product_cannot_mostly_be_traced_or_read(reactants, product):
+    assert reaction_centre(reactants, product) is None
+
+
+def test_the_pictures_colours_mark_the_product_or_the_reactants():
+    on_product = depict.centre_colours("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1", on="product")
+    assert set(on_product.values()) == {depict.CENTRE_COLOUR}
+    assert symbols("CC(=O)NCc1ccccc1", on_product) == ["C", "N"]
+    on_reactants = depict.centre_colours("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1", on="reactants")
+    assert {i: c for i, c in on_reactants.items() if c == depict.LEAVING_COLOUR}.keys() == {3}  # the Cl
+    assert depict.centre_colours("CCO", "c1ccc2ccccc2c1", on="product") == {}
+    svg = depict.smiles_svg("CC(=O)NCc1ccccc1", 300, 200, on_product)
+    assert svg is not None and svg != depict.smiles_svg("CC(=O)NCc1ccccc1", 300, 200)
