@@ -24,7 +24,7 @@ from rdkit.Chem import rdFMCS
 from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
 
 MCS_TIMEOUT_S = 1  # per pair of molecules (RDKit counts whole seconds); drug-sized pairs take about a millisecond
-DEADLINE_S = 2.0  # no new pair is started after this long for one reaction
+DEADLINE_S = 2.0  # no new pair is started after this long for one reaction (what is traced by then stands)
 MAX_PLACEMENTS = 256  # ways of laying a shared substructure on the product compared (a benzene ring has 12)
 MIN_TRACED = 0.5  # below this share of the product's atoms traced, no centre is given
 
@@ -95,6 +95,8 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
         part, kept = _untraced_part(product_mol, owner)
         best = None
         for k in sorted(unused):
+            if time.monotonic() - started > DEADLINE_S:
+                break
             shared = _shared(part, kept, product_mol, molecules[k])
             if shared and (best is None or len(shared[0]) > len(best[1][0])):
                 best = (k, shared)

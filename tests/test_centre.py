@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rdkit import Chem
 
-from molspec_core import depict
+from molspec_core import centre, depict
 from molspec_core.centre import reaction_centre
 
 
@@ -72,3 +72,8 @@ def test_the_pictures_colours_mark_the_product_or_the_reactants():
     assert depict.centre_colours("CCO", "c1ccc2ccccc2c1", on="product") == {}
     svg = depict.smiles_svg("CC(=O)NCc1ccccc1", 300, 200, on_product)
     assert svg is not None and svg != depict.smiles_svg("CC(=O)NCc1ccccc1", 300, 200)
+
+
+def test_a_reaction_out_of_time_gets_no_centre_rather_than_a_guess(monkeypatch):
+    monkeypatch.setattr(centre, "DEADLINE_S", 0.0)
+    assert centre.reaction_centre.__wrapped__("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1") is None
