@@ -276,6 +276,21 @@ def centre_colours(reactants: str, product: str, on: str) -> dict[int, str]:
     return {**leaving, **dict.fromkeys(centre.reactant_atoms, CENTRE_COLOUR)}
 
 
+def step_centre_colours(reactants: Sequence[str], product: str) -> tuple[dict[int, str], list[dict[int, str]]]:
+    """centre_colours for a reaction whose molecules are drawn one by one: the product's, and each reactant's
+    by its own atom indices."""
+    joined = ".".join(reactants)
+    on_product = centre_colours(joined, product, on="product")
+    on_reactants = centre_colours(joined, product, on="reactants")
+    each, start = [], 0
+    for smiles in reactants:
+        mol = Chem.MolFromSmiles(smiles)
+        atoms = mol.GetNumAtoms() if mol is not None else 0
+        each.append({i - start: c for i, c in on_reactants.items() if start <= i < start + atoms})
+        start += atoms
+    return on_product, each
+
+
 def provenance_svg(tokens: Sequence[str], provenance: Sequence[int], width: int = 420,
                    height: int = 300) -> str | None:
     """SVG of the raw predicted SMILES with its copied atoms in their span colours."""

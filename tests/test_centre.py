@@ -77,3 +77,11 @@ def test_the_pictures_colours_mark_the_product_or_the_reactants():
 def test_a_reaction_out_of_time_gets_no_centre_rather_than_a_guess(monkeypatch):
     monkeypatch.setattr(centre, "DEADLINE_S", 0.0)
     assert centre.reaction_centre.__wrapped__("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1") is None
+
+
+def test_a_steps_molecules_drawn_apart_each_get_their_own_atoms_marked():
+    on_product, on_reactants = depict.step_centre_colours(["CC(=O)Cl", "NCc1ccccc1"], "CC(=O)NCc1ccccc1")
+    assert on_product == {1: depict.CENTRE_COLOUR, 3: depict.CENTRE_COLOUR}  # the acyl carbon and the nitrogen
+    assert on_reactants == [{1: depict.CENTRE_COLOUR, 3: depict.LEAVING_COLOUR},  # acyl carbon; the chloride
+                            {0: depict.CENTRE_COLOUR}]  # the amine's nitrogen, by its own index
+    assert depict.step_centre_colours(["NO"], "NCCO") == ({}, [{}])  # nothing traced, nothing marked

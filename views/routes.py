@@ -98,8 +98,8 @@ def stock_badge(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
         st.badge("Not in stock", color="orange")
 
 
-def show_molecule(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
-    svg = depict.smiles_svg(molecule.smiles, *MOLECULE_SIZE)
+def show_molecule(molecule: RouteMolecule, step_of: dict[str, int], colours: dict[int, str] | None = None) -> None:
+    svg = depict.smiles_svg(molecule.smiles, *MOLECULE_SIZE, colours)
     if svg:
         st.image(svg)
     stock_badge(molecule, step_of)
@@ -123,19 +123,22 @@ def show_route(rank: int, route: Route) -> None:
     with st.expander(title, expanded=rank == 1):
         procure = route.starting_materials()
         st.markdown("**Compounds to procure:** " + ", ".join(common.md_escape(m.smiles) for m in procure))
-        st.caption("Steps are read backwards from the target: the synthesis runs from the deepest step up.")
+        st.caption("Steps are read backwards from the target: the synthesis runs from the deepest step up. Red: "
+                   "atoms whose bonds change in the step; grey: atoms that leave (estimated, README \"Reaction "
+                   "centre\").")
         for number, (depth, step) in enumerate(steps, start=1):
+            on_product, on_reactants = depict.step_centre_colours([r.smiles for r in step.reactants], step.product)
             st.caption(f"Step {number} · depth {depth} · {common.md_escape(step_facts(step))}")
             widths = ([0.35 * (depth - 1)] if depth > 1 else []) + [1, 0.3] + [1] * len(step.reactants)
             columns = st.columns(widths, vertical_alignment="center")
             columns = columns[1:] if depth > 1 else columns  # the first one only indents the step
             with columns[0]:
-                show_molecule(RouteMolecule(step.product, step.product_in_stock), {})
+                show_molecule(RouteMolecule(step.product, step.product_in_stock), {}, on_product)
             with columns[1]:
                 st.subheader("⇐", anchor=False)  # "is made from"
-            for column, reactant in zip(columns[2:], step.reactants):
+            for column, reactant, colours in zip(columns[2:], step.reactants, on_reactants):
                 with column:
-                    show_molecule(reactant, step_of)
+                    show_molecule(reactant, step_of, colours)
 
 
 def show_stats(result: PlanResult) -> None:
