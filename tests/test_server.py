@@ -211,3 +211,9 @@ def test_only_a_loopback_server_checks_the_host(models):
 def test_the_command_refuses_a_port_out_of_range_before_loading(capsys):
     assert cli.main(["serve", "--port", "70000"]) == 2
     assert "a port is at most 65535" in capsys.readouterr().err
+
+
+def test_answers_leave_without_waiting_for_the_clients_acknowledgement():
+    # Headers and body are two writes: with Nagle's algorithm on, each answer waited ~30 ms for the client's
+    # delayed ACK on loopback (tools/server_latency.py measured 31 ms added a query before, 1.3 ms after).
+    assert server.Handler.disable_nagle_algorithm is True
