@@ -20,7 +20,8 @@ Safety: it listens on loopback unless told otherwise and has no authentication, 
 on a network you trust. On loopback it answers only requests addressed to a loopback name (a web page
 cannot reach it through DNS rebinding), and it takes only `Content-Type: application/json` (which a web
 page cannot send across origins without a preflight this server never grants). Bodies, queries per
-request and the time to send a request are bounded; a query's decoding stops at its time limit.
+request, the time to send a request and the time a request decodes are bounded (MAX_REQUEST_S: the queries not
+begun by then come back with an error, the others with their answers); a query stops at its time limit.
 """
 from __future__ import annotations
 
@@ -29,17 +30,20 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .methods import METHODS, SamplingOptions
-from .service import MAX_QUERY_CHARS, Predictor, QueryResult
+from .roundtrip import check_round_trip
+from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Predictor, QueryResult, windows
 
 log = logging.getLogger(__name__)
 
 MAX_QUERIES = 1_000  # per request: retro beam 10, one writing, one CPU thread, about 4 minutes (README, Measured speed)
 MAX_BODY_BYTES = 2 * MAX_QUERIES * MAX_QUERY_CHARS  # room for that many of the longest queries, JSON escapes and all
+MAX_REQUEST_S = 600.0  # one request holds the models no longer (a query decodes for at most its time_limit_s more)
 READ_TIMEOUT_S = 30.0  # a client that opens a connection and sends nothing holds a thread no longer than this
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -156,26 +160,34 @@ class Service:
     """What the handlers share: the loaded models by name and the lock that lets one request decode at a time
     (torch's threads are process-wide, so two decodes at once would only share the cores)."""
 
-    def __init__(self, models: Mapping[str, Predictor]):
+    def __init__(self, models: Mapping[str, Predictor], budget_s: float = MAX_REQUEST_S):
         if not models:
             raise ValueError("serve needs at least one model")
         self.models = dict(models)
+        self.budget_s = budget_s
         self.decoding = threading.Lock()
 
     def predict(self, body: object) -> dict:
+        """The answers to a /predict body, a window of queries at a time (service.windows); once the request
+        has decoded for budget_s, the queries not begun get an error saying so, and the rest stand."""
         request = parse_request(body, self.models)
+        results: list[QueryResult] = []
         with self.decoding:
-            try:
-                results = request.predictor.predict(request.smiles, **request.options)
-            except ValueError as exc:  # options the service refuses: n_best out of range, augment on a canonical model
-                raise RequestError(str(exc)) from None
-            if request.round_trip is not None:
-                from .roundtrip import check_round_trip
-
+            started = time.monotonic()
+            for part in windows(len(request.smiles), request.options.get("batch_size", DEFAULT_BATCH_SIZE), "serve",
+                                progress=False):
+                if results and time.monotonic() - started > self.budget_s:
+                    results += [QueryResult(query=text, method=request.options.get("method", ""),
+                                            error=f"not decoded: the request ran past its {self.budget_s:g} s; send "
+                                                  "this query again") for text in request.smiles[part]]
+                    continue
                 try:
-                    results = [check_round_trip(r, request.round_trip, request.round_trip_k) for r in results]
-                except ValueError as exc:
+                    answered = request.predictor.predict(request.smiles[part], **request.options)
+                    if request.round_trip is not None:
+                        answered = [check_round_trip(r, request.round_trip, request.round_trip_k) for r in answered]
+                except ValueError as exc:  # options refused (n_best out of range, augment on a canonical model)
                     raise RequestError(str(exc)) from None
+                results += answered
         return {"results": [result_json(r) for r in results]}
 
 
@@ -288,12 +300,13 @@ class Server(ThreadingHTTPServer):
         self.loopback = address[0] in LOOPBACK_NAMES or address[0].startswith("127.")
 
 
-def serve(models: Sequence[Predictor], host: str = "127.0.0.1", port: int = 8000) -> Server:
+def serve(models: Sequence[Predictor], host: str = "127.0.0.1", port: int = 8000,
+          budget_s: float = MAX_REQUEST_S) -> Server:
     """A server for `models` (named by their folders) bound to host:port (port 0: any free one); call its
-    serve_forever(). Refuses two models of one name."""
+    serve_forever(). Refuses two models of one name. budget_s: Service's, per request."""
     named: dict[str, Predictor] = {}
     for predictor in models:
         if predictor.path.name in named:
             raise ValueError(f"two models named {predictor.path.name}; give folders of different names")
         named[predictor.path.name] = predictor
-    return Server((host, port), Service(named))
+    return Server((host, port), Service(named, budget_s))

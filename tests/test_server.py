@@ -196,6 +196,19 @@ def test_requests_at_once_are_each_answered(address, models):
         assert got[query]["results"][0]["predictions"][0]["smiles"] == want.predictions[0].smiles
 
 
+def test_a_request_past_its_budget_keeps_its_answers_and_says_which_queries_were_not_decoded(models):
+    running = server.serve([models["forward"]], "127.0.0.1", 0, budget_s=0.0)  # the first window only
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    status, payload = call(running.server_address[:2], "POST", "/predict", {"smiles": queries, "batch_size": 1})
+    running.shutdown()
+    running.server_close()
+    first, *rest = payload["results"]
+    assert status == 200 and [r["query"] for r in payload["results"]] == queries
+    assert first["error"] is None and first["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
+    assert all("ran past its 0 s; send this query again" in r["error"] and not r["predictions"] for r in rest)
+
+
 def test_two_models_of_one_name_are_refused(models):
     with pytest.raises(ValueError, match="two models named forward"):
         server.serve([models["forward"], models["forward"]], "127.0.0.1", 0)
