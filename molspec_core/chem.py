@@ -45,6 +45,15 @@ def canonical_or_none(smiles: str) -> str | None:
     return Chem.MolToSmiles(mol) if mol is not None else None
 
 
+def smiles_from_inchi(inchi: str) -> str:
+    """The isomeric SMILES of an InChI (stereo layers kept; an InChI's mobile hydrogens come back in one
+    tautomer); raises ChemError when RDKit cannot read it."""
+    mol = Chem.MolFromInchi(inchi, sanitize=True, removeHs=True)
+    if mol is None or mol.GetNumAtoms() == 0:
+        raise ChemError(f"RDKit cannot read {inchi[:80]!r} as an InChI")
+    return Chem.MolToSmiles(mol)
+
+
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
     return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]

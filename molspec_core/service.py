@@ -24,7 +24,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   in_ion_writing)
+                   in_ion_writing, smiles_from_inchi)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -57,6 +57,19 @@ FOREIGN_CHARACTER = re.compile(r"[^\x21-\x7e \t\n\r\x0b\x0c]")
 # A molfile's counts-line version or its end line: text no SMILES can hold (V, vanadium, is written [V]).
 # A browser's one-line field drops a pasted molfile's line breaks, so the marks are sought anywhere.
 MOLFILE_MARK = re.compile(r"V[23]000|M  END")
+# Four lowercase letters in a row are a word, not aromatic atoms, once one of them is outside SMILES's aromatic
+# set (b c n o p s): "aspirin", "benzene", "toluene" (but not "cccc"). Such a query gets a hint that names
+# are not looked up.
+WORD = re.compile(r"[a-z]{4,}")
+AROMATIC_LETTERS = frozenset("bcnops")
+
+
+def name_hint(text: str) -> str:
+    """A refusal's ending for a query that reads like a chemical name (WORD), else ""."""
+    if any(set(word) - AROMATIC_LETTERS for word in WORD.findall(text)):
+        return ("; it reads like a name, and names are not looked up here: paste a SMILES or an InChI, or draw "
+                "the structure")
+    return ""
 
 
 def describe_character(ch: str) -> str:
@@ -458,13 +471,18 @@ class Predictor:
         if len(text) > MAX_QUERY_CHARS:
             raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS}")
         if any(ch.isspace() for ch in text):
-            raise ValueError("a SMILES has no spaces: paste one query per line")
+            raise ValueError("a SMILES has no spaces: paste one query per line" + name_hint(text))
+        if text.startswith("InChI="):  # read as RDKit reads it; the result's canonical_query shows the SMILES
+            try:
+                text = smiles_from_inchi(text)
+            except ChemError as exc:
+                raise ValueError(str(exc)) from None
         if ">" in text:
             text = self._from_reaction(text)
         try:
             fragments = canonical_fragments(text, strip_maps=True)
         except ChemError as exc:
-            raise ValueError(f"not a valid SMILES: {exc}") from None
+            raise ValueError(f"not a valid SMILES: {exc}{name_hint(text)}") from None
         if not fragments:
             raise ValueError("empty query: paste or draw a molecule")
         try:

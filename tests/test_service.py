@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile
+from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, result_rows
@@ -45,11 +46,31 @@ def test_query_is_canonicalized_before_decoding(copier):
     (molfile("CCO"), "this is a molfile, not a SMILES: open it as a file"),
     (molfile("C" * 400).replace("\n", ""), "this is a molfile"),  # pasted in a browser's field: one long line
     ("CC>>CO", "reaction SMILES"),
+    ("aspirin", ("not a valid SMILES: RDKit cannot parse 'aspirin' as a molecule; it reads like a name, and names "
+                 "are not looked up here: paste a SMILES or an InChI, or draw the structure")),
+    ("acetic anhydride", "no spaces: paste one query per line; it reads like a name"),
+    ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
 ])
 def test_bad_queries_give_clear_errors(copier, text, message):
     result = copier.predict(text)
     assert not result.ok and message in result.error
     assert result.predictions == ()
+
+
+def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):
+    aspirin = "InChI=1S/C9H8O4/c1-6(10)13-8-5-3-2-4-7(8)9(11)12/h2-5H,1H3,(H,11,12)"
+    result = copier.predict(aspirin)
+    assert result.ok and result.query == aspirin and result.canonical_query == "CC(=O)Oc1ccccc1C(=O)O"
+    alanine = smiles_from_inchi("InChI=1S/C3H7NO2/c1-2(4)3(5)6/h2H,4H2,1H3,(H,5,6)/t2-/m0/s1")
+    assert alanine == "C[C@H](N)C(=O)O"  # its stereo layer kept: L-alanine (the copy model lacks [C@H])
+
+
+@pytest.mark.parametrize("text", ["cccc", "C1=CC=CC=C1Cl", "CCN(CC)CC"])  # aromatic atoms are no word
+def test_a_smiles_is_not_taken_for_a_name(copier, text):
+    try:
+        copier.prepare(text)
+    except ValueError as exc:
+        assert "name" not in str(exc)
 
 
 def test_a_hydride_written_as_one_species_is_refused_with_the_ions_the_model_reads(forward):

@@ -44,8 +44,8 @@ QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O
 QUERY_HELP = {
     "forward": "The reactants, and the reagents if you know them, separated by '.' (or 'reactants>reagents>'). "
                "Reagents are optional: on USPTO-MIT test reactions the model names the product first as often "
-               "without them (model card, \"Reagents are optional\").",
-    "retro": "The product to make: its SMILES.",
+               "without them (model card, \"Reagents are optional\"). An InChI is read too.",
+    "retro": "The product to make: its SMILES (or its InChI).",
 }
 
 
