@@ -64,6 +64,24 @@ WORD = re.compile(r"[a-z]{4,}")
 AROMATIC_LETTERS = frozenset("bcnops")
 
 
+def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
+    """A reaction SMILES with its outcome, 'reactants>reagents>products' (or 'reactants>>products'), as the query
+    to predict and the recorded answer (canonical, atom maps removed): forward predicts from the reactants and
+    reagents and knows the products; retrosynthesis predicts from the products and knows the reactants (the
+    reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
+    ValueError where the recorded side is not a SMILES."""
+    parts = text.strip().split(">")
+    if len(parts) != 3 or not parts[0] or not parts[2]:
+        return None
+    reactants, reagents, products = parts
+    side, recorded = ("products", products) if task == "forward" else ("reactants", reactants)
+    try:
+        known = canonical(recorded, strip_maps=True)
+    except ChemError as exc:
+        raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
+    return (f"{reactants}>{reagents}>" if task == "forward" else products), known
+
+
 def name_hint(text: str) -> str:
     """A refusal's ending for a query that reads like a chemical name (WORD), else ""."""
     if any(set(word) - AROMATIC_LETTERS for word in WORD.findall(text)):

@@ -307,6 +307,33 @@ def test_answers_mark_where_bonds_change_until_the_toggle_is_off(monkeypatch, ta
 
 
 @needs_forward
+@pytest.mark.parametrize("task, pasted, query, verdict", [
+    ("forward", "CC(=O)Cl.NCc1ccccc1>ClCCl>CC(=O)NCc1ccccc1", "CC(=O)Cl.ClCCl.NCc1ccccc1",
+     "Rank 1 is the known product recorded with the query."),
+    ("forward", "CC(=O)Cl.NCc1ccccc1>>CCCCCCCC", "CC(=O)Cl.NCc1ccccc1",  # a wrong record: said, not hidden
+     "Rank 1 is not the known product (CCCCCCCC), and no other rank has it."),
+    ("retro", "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1", "CC(=O)NCc1ccccc1", "the known reactants"),
+])
+def test_a_pasted_recorded_reaction_is_predicted_and_its_outcome_checked(task, pasted, query, verdict):
+    at = app().run()
+    if task == "retro":
+        at.radio(key="task").set_value("retro").run()
+    predict(at, pasted)
+    assert_clean(at)
+    assert at.session_state["shown"].result.canonical_query == query
+    assert verdict in texts(at.success) + texts(at.warning)
+
+
+@needs_forward
+def test_a_recorded_reaction_whose_product_is_no_smiles_is_refused_and_the_last_answers_stay():
+    at = predict(app().run(), "CC(=O)Cl.NCc1ccccc1")
+    predict(at, "CC(=O)Cl.NCc1ccccc1>>C1CC(")
+    assert_clean(at)
+    assert "Cannot predict this query: the recorded products are not a valid SMILES" in texts(at.error)
+    assert at.session_state["shown"].result.canonical_query == "CC(=O)Cl.NCc1ccccc1"
+
+
+@needs_forward
 def test_the_list_of_more_textbook_reactions_predicts_the_chosen_one_and_checks_it():
     at = app().run()
     listed = at.selectbox(key="more_examples")

@@ -18,7 +18,7 @@ from molspec_core.io import InputFileError, csv_bytes, output_header, result_row
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import Prediction, Predictor, QueryResult
+from molspec_core.service import Prediction, Predictor, QueryResult, recorded_reaction
 from molspec_core.textbook import known_rank
 from views import common
 from views.common import Settings
@@ -35,6 +35,7 @@ class Shown:
     settings: Settings
     result: QueryResult
     example: str | None
+    recorded: str | None = None  # the known answer of a recorded reaction pasted as the query (canonical)
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -44,8 +45,11 @@ QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O
 QUERY_HELP = {
     "forward": "The reactants, and the reagents if you know them, separated by '.' (or 'reactants>reagents>'). "
                "Reagents are optional: on USPTO-MIT test reactions the model names the product first as often "
-               "without them (model card, \"Reagents are optional\"). An InChI is read too.",
-    "retro": "The product to make: its SMILES (or its InChI).",
+               "without them (model card, \"Reagents are optional\"). An InChI is read too. A recorded reaction "
+               "(reactants>reagents>product) is predicted from its reactants, and its product checked against the "
+               "answers.",
+    "retro": "The product to make: its SMILES (or its InChI). A recorded reaction (reactants>>product) is predicted "
+             "from its product, and its reactants checked against the answers.",
 }
 
 
@@ -141,8 +145,13 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
     text = ss.get("query_text", "")
     ss["query_suggestion"] = ""
     try:
+        query, recorded = recorded_reaction(text, cfg.task) or (text, None)
+    except ValueError as exc:
+        ss["query_error"] = f"Cannot predict this query: {exc}"
+        return
+    try:
         with st.spinner("Predicting…"):
-            result = predictor.predict(text, **cfg.options())
+            result = predictor.predict(query, **cfg.options())
     except Exception as exc:  # noqa: BLE001  (bad input comes back in result.error; this is a bug)
         log.exception("prediction failed")
         ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
@@ -152,7 +161,7 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         ss["query_error"] = f"Cannot predict this query: {result.error}"
         return
     ss["query_error"] = None
-    ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"))
+    ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"), recorded)
     remember(ss["shown"])
 
 
@@ -197,15 +206,19 @@ def decode_time(result: QueryResult) -> str:
 
 
 def known_answer(shown: Shown) -> str | None:
+    """The answer known for the query: the one recorded with it, or its textbook example's."""
+    if shown.recorded:
+        return shown.recorded
     example = next((e for e in common.load_examples() if e.name == shown.example), None)
     return example.known_answer(shown.settings.task) if example else None
 
 
 def show_known_check(shown: Shown, known: str) -> None:
     what = "product" if shown.settings.task == "forward" else "reactants"
+    source = "recorded with the query" if shown.recorded else "of this textbook reaction"
     rank = known_rank(shown.result.predictions, known)
     if rank == 1:
-        st.success(f"Rank 1 is the known {what} of this textbook reaction.", icon=":material/check_circle:")
+        st.success(f"Rank 1 is the known {what} {source}.", icon=":material/check_circle:")
     elif rank is not None:
         st.warning(f"Rank 1 is not the known {what}; the known {what} is at rank {rank}.",
                    icon=":material/info:")
