@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 MAX_QUERIES = 1_000  # per request: retro beam 10, one writing, one CPU thread, about 4 minutes (README, Measured speed)
 MAX_BODY_BYTES = 2 * MAX_QUERIES * MAX_QUERY_CHARS  # room for that many of the longest queries, JSON escapes and all
 MAX_REQUEST_S = 600.0  # one request holds the models no longer (a query decodes for at most its time_limit_s more)
+MAX_BATCH_SIZE = 256  # a window of batches (service.window_size) stays a small part of a full request
 READ_TIMEOUT_S = 30.0  # a client that opens a connection and sends nothing holds a thread no longer than this
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -98,6 +99,10 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
                            "or use `molspec predict --input` for a file", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
     predictor = _model(body, "model", models, None)
     options = {key: _typed(body, key, types) for key, types in OPTIONS.items() if key in body}
+    if options.get("time_limit_s", 0) > MAX_REQUEST_S:
+        raise RequestError(f"'time_limit_s' is at most {MAX_REQUEST_S:g} here, the time one request may decode")
+    if options.get("batch_size", 1) > MAX_BATCH_SIZE:  # the request's budget is checked between windows of batches
+        raise RequestError(f"'batch_size' is at most {MAX_BATCH_SIZE} here")
     if options.get("method", "greedy") not in METHODS:
         raise RequestError(f"unknown method {options['method']!r}; choose from {', '.join(METHODS)}")
     knobs = {key: _typed(body, key, (int,) if key in ("top_k", "beta", "seed") else (int, float))
