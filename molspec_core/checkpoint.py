@@ -12,9 +12,10 @@ CheckpointError that names the file at fault.
 """
 from __future__ import annotations
 
+
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -335,7 +336,8 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
     total = {name: tensor.clone() for name, tensor in first_model.state_dict().items()}
     for folder in folders[1:]:
         model, other_vocab, _ = load(folder)
-        if model.cfg != first_model.cfg:
+        # Dropout is how a model was trained, not its shape: a run with --dropout 0 averages with its parent.
+        if replace(model.cfg, dropout=first_model.cfg.dropout) != first_model.cfg:
             raise CheckpointError(f"{folder}: model sizes {model.cfg.to_dict()} differ from {folders[0]}'s")
         if other_vocab.tokens != vocab.tokens:
             raise CheckpointError(f"{folder}: vocabulary differs from {folders[0]}'s")

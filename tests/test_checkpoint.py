@@ -218,6 +218,16 @@ def test_average_writes_the_mean_of_the_weights(tmp_path):
         assert torch.allclose(tensor, expected, atol=1e-6), name
 
 
+def test_a_model_trained_without_dropout_averages_with_its_parent(tmp_path):
+    """train --dropout 0 records dropout 0.0 in its config; that is how it trained, not a size (the mean of the
+    shipped forward weights and CPU run 50's was refused before)."""
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    checkpoint.save(random_model(1, vocab_size=14, dropout=0.1), vocab, tmp_path / "parent")
+    checkpoint.save(random_model(2, vocab_size=14, dropout=0.0), vocab, tmp_path / "no_dropout")
+    checkpoint.average([tmp_path / "parent", tmp_path / "no_dropout"], tmp_path / "mean")
+    assert checkpoint.load(tmp_path / "mean")[0].cfg == checkpoint.load(tmp_path / "parent")[0].cfg
+
+
 def test_average_refuses_models_that_do_not_match(tmp_path):
     vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
     checkpoint.save(random_model(1, vocab_size=14), vocab, tmp_path / "a")
