@@ -12,7 +12,6 @@ CheckpointError that names the file at fault.
 """
 from __future__ import annotations
 
-
 import json
 import math
 from dataclasses import dataclass, replace
