@@ -103,7 +103,7 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
         raise RequestError(f"'time_limit_s' is at most {MAX_REQUEST_S:g} here, the time one request may decode")
     if options.get("batch_size", 1) > MAX_BATCH_SIZE:  # the request's budget is checked between windows of batches
         raise RequestError(f"'batch_size' is at most {MAX_BATCH_SIZE} here")
-    if options.get("method", "greedy") not in METHODS:
+    if "method" in options and options["method"] not in METHODS:  # unset: Predictor.predict's default
         raise RequestError(f"unknown method {options['method']!r}; choose from {', '.join(METHODS)}")
     knobs = {key: _typed(body, key, (int,) if key in ("top_k", "beta", "seed") else (int, float))
              for key in SAMPLING_KEYS if key in body}
