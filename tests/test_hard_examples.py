@@ -81,3 +81,29 @@ def test_the_same_seed_writes_the_same_folder(tool, mit, tmp_path):
     for name in ("a", "b"):
         tool.build(mit, mined([1, None, 1]), tmp_path / name, right_writings=2, seed=7)
     assert (tmp_path / "a/train.src").read_text() == (tmp_path / "b/train.src").read_text()
+
+
+# retro: three reactions, each writing of the product with its own aligned target; the first writing is the
+# canonical product. The last two share a product (USPTO-50K has such reactions): the canonical writing
+# starts the second one.
+RETRO = [Pair("CCO", "CC.O"), Pair("OCC", "O.CC"), Pair("C(C)O", "C(C).O"),
+         Pair("c1ccncc1", "c1ccncc1.Cl"), Pair("C1=CC=NC=C1", "C1=CC=NC=C1.Cl"),
+         Pair("c1ccncc1", "c1cccnc1.Br"), Pair("n1ccccc1", "n1ccccc1.Br")]
+
+
+def test_retro_reactions_start_at_the_canonical_product_or_a_new_one(tool):
+    assert tool.retro_starts([p.src for p in RETRO]) == [0, 3, 5]
+    # a first writing that is not canonical still starts its reaction where the product changes
+    assert tool.retro_starts(["OCC", "CCO", "C1=CC=NC=C1", "c1ccncc1"]) == [0, 1, 2, 3]
+    assert tool.retro_starts(["OCC", "C(C)O", "C1=CC=NC=C1"]) == [0, 2]
+
+
+def test_a_retro_folder_keeps_every_writing_of_its_wrong_reactions(tool, tmp_path):
+    data = tmp_path / "retro"
+    write_splits(data, {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]}, {"task": "retro", "augment": 20})
+    stats = tool.build(data, mined([1, None, 1]), tmp_path / "hard", right_writings=1, seed=1)
+    got = list(zip((tmp_path / "hard/train.src").read_text().split(), (tmp_path / "hard/train.tgt").read_text().split()))
+    assert (stats["reactions"], stats["wrong_reactions"], stats["hard_pairs"]) == (3, 1, 4)
+    assert sorted(pair for pair in got if pair[1].endswith("Cl")) == sorted(
+        (p.src, p.tgt) for p in RETRO[3:5])  # the wrong one whole
+    assert sum(t.endswith(".O") for _, t in got) == sum(t.endswith(".Br") for _, t in got) == 1

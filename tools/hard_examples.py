@@ -6,9 +6,12 @@ python3 -m molspec_core evaluate --model MODEL --src data/forward_mit_rooted10/t
 python3 tools/hard_examples.py build --data data/forward_mit_rooted10 --mined mined.json \
     [--replay data/forward --replay-ratio 1] --out data/forward_mit_hard_replay
 
-A `prepare-data` folder writes each training reaction's writings on consecutive lines with one target, the
-reaction's product (`data.in_rooted_writings`). `starts` writes the first line of each reaction, the line
-`evaluate --index` mines from: one greedy answer per reaction, the model's own first writing. `build` reads the
+A `prepare-data` folder writes each training reaction's writings on consecutive lines. Forward's share one
+target, the reaction's product (`data.in_rooted_writings`); retro's root-aligned writings each have their own
+target (the reactants aligned to that writing of the product), and the first is the product's canonical SMILES
+(`rsmiles.augment`), so a retro reaction starts at a canonical source or where the product changes. `starts`
+writes the first line of each reaction, the line `evaluate --index` mines from: one greedy answer per reaction,
+the model's own first writing (retro: the canonical product, as the app reads a query). `build` reads the
 mined report (its per-query `first_right`) and writes a folder `molspec_core.train` reads:
 
   wrong reactions  every writing (refused queries count as wrong: a token outside the vocabulary)
@@ -34,6 +37,20 @@ from molspec_core.tokenizer import Vocab
 def reaction_starts(targets: list[str]) -> list[int]:
     """First line of each run of equal targets: each reaction's writings, in a prepare-data folder."""
     return [i for i, tgt in enumerate(targets) if i == 0 or tgt != targets[i - 1]]
+
+
+def retro_starts(sources: list[str]) -> list[int]:
+    """First line of each retro reaction: a canonical product, or a product other than the line before's."""
+    from molspec_core.chem import canonical_or_none  # RDKit: this runs where the data is prepared
+
+    keys = [canonical_or_none(s) for s in sources]
+    return [i for i, (src, key) in enumerate(zip(sources, keys))
+            if i == 0 or src == key or key != keys[i - 1]]
+
+
+def folder_starts(data: Path, train: list[Pair]) -> list[int]:
+    task = json.loads((data / "stats.json").read_text())["task"]
+    return retro_starts([p.src for p in train]) if task == "retro" else reaction_starts([p.tgt for p in train])
 
 
 def wrong_reactions(mined: dict, data: Path, n_reactions: int) -> list[bool]:
@@ -67,7 +84,7 @@ def hard_pairs(train: list[Pair], starts: list[int], wrong: list[bool], right_wr
 def build(data: Path, mined: dict, out: Path, right_writings: int = 3, replay: Path | None = None,
           replay_ratio: float = 1.0, seed: int = 0) -> dict:
     train = split(data, "train")
-    starts = reaction_starts([p.tgt for p in train])
+    starts = folder_starts(data, train)
     wrong = wrong_reactions(mined, data, len(starts))
     rng = random.Random(seed)
     pairs = hard_pairs(train, starts, wrong, right_writings, rng)
@@ -104,7 +121,7 @@ def main() -> None:
     b.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.command == "starts":
-        starts = reaction_starts(read_lines(args.data / "train.tgt"))
+        starts = folder_starts(args.data, split(args.data, "train"))
         args.out.write_text("".join(f"{i}\n" for i in starts))
         print(f"{len(starts)} reactions")
     else:
