@@ -125,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--column", help="CSV column holding the queries")
     p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
                    "answer (the recorded product, or reactants): a matches_known column marks the row that gives "
-                   "it, and a line says how often it comes first or among the answers")
+                   "it, and a line says how often it comes first or among the answers. Queries written as "
+                   "recorded reactions (reactants>reagents>products) bring their own: each is predicted from its "
+                   "reactants (retro: its products) and its recorded outcome marks the answers")
     augment_arg(p)
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
@@ -283,7 +285,9 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import check_output, is_sd_name, read_queries
-    from .service import Predictor
+    from .known import recorded_reaction, recorded_side, with_recorded
+    from .service import Predictor, model_task
+    from .textbook import known_rank
 
     cluster = cluster_options(args)
     marks = None
@@ -293,8 +297,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
             return 2
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
         check_output(args.output, args.input)
-        table = read_queries(args.input, args.column)
-        marks = known_marks(table, args.input, args.known_column)
+        task = model_task(args.model)
+        table, recorded = with_recorded(read_queries(args.input, args.column), task)
+        if recorded:
+            given = "reactants" if recorded_side(task) == "products" else "products"
+            print(f"the file holds recorded reactions: each is predicted from its {given}, and its recorded "
+                  f"{recorded_side(task)} (column {recorded}) "
+                  + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
+                     else "mark the answers"))
+        marks = known_marks(table, args.input, args.known_column or recorded)
     elif args.known_column:
         raise ValueError("--known-column reads a file's column: give --input")
     # With --ray the workers load their own copies (on --device); this one checks the folder and the options
@@ -308,7 +319,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                    sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment,
                    ion_writing=args.ion_writing)
     if args.smiles is not None:
-        result = check(predictor.predict(args.smiles, **options))
+        query, known = recorded_reaction(args.smiles, predictor.task) or (args.smiles, None)
+        result = check(predictor.predict(query, **options))
         if not result.ok:
             print(f"error: {result.error}", file=sys.stderr)
             return 1
@@ -324,6 +336,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if p.round_trip is not None:
                 note += f"   round trip {'yes' if p.round_trip else 'no'} (forward prob {p.forward_prob:.3g})"
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
+        if known is not None:
+            rank = known_rank(result.predictions, known)
+            print(f"recorded outcome {known}: " + (f"rank {rank}" if rank else
+                                                   f"not among the {len(result.predictions)} answers"))
         return 0
     if cluster:
         from .scale import predict_on_ray

@@ -5,6 +5,10 @@ column, say) wants to know how the model does on their own chemistry before trus
 (io.output_header's columns) get a last column, `matches_known`: whether the row's answer is the one
 in the input's known-answer column, both canonical with stereo kept, as `molspec evaluate` compares
 them. A summary counts the queries whose known answer comes first, or anywhere in the list.
+
+A query that is itself a recorded reaction (`reactants>reagents>products`, as USPTO and most ELNs export them)
+brings its known answer along: `recorded_reaction` splits one, `with_recorded` a whole file, whose recorded
+outcomes then mark the answers as a known-answer column would.
 """
 from __future__ import annotations
 
@@ -12,10 +16,71 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .chem import canonical_or_none
-from .io import InputFileError
+from .chem import ChemError, canonical, canonical_or_none
+from .io import InputFileError, QueryFile
 
 MATCHES_KNOWN = "matches_known"
+
+
+def recorded_side(task: str) -> str:
+    """The side of a recorded reaction a model of `task` predicts: its products (forward), else its reactants."""
+    return "products" if task == "forward" else "reactants"
+
+
+def recorded_column(task: str) -> str:
+    """The column with_recorded adds for `task`: each recorded reaction's outcome."""
+    return f"recorded_{recorded_side(task)}"
+
+
+def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
+    """A reaction SMILES with its outcome, 'reactants>reagents>products' (or 'reactants>>products'), as the query
+    to predict and the recorded answer (canonical, atom maps removed): forward predicts from the reactants and
+    reagents and knows the products; retrosynthesis predicts from the products and knows the reactants (the
+    reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
+    ValueError where the recorded side is not a SMILES."""
+    parts = text.strip().split(">")
+    if len(parts) != 3 or not parts[0] or not parts[2]:
+        return None
+    reactants, reagents, products = parts
+    side = recorded_side(task)
+    recorded = products if side == "products" else reactants
+    try:
+        known = canonical(recorded, strip_maps=True)
+    except ChemError as exc:
+        raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
+    return (f"{reactants}>{reagents}>" if side == "products" else products), known
+
+
+def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
+    """A file whose queries include recorded reactions: those queries become what `task` predicts from, their
+    recorded outcome goes in a column of its own (recorded_column, after the file's columns), and that column's
+    name comes back, for KnownMarks. Other queries keep their text and get an empty cell. A recorded outcome
+    that is no SMILES refuses that row alone (its problem, which io.result_rows reports; its text kept). The file unchanged, and
+    None, where no query holds an outcome."""
+    split: list[tuple[str, str] | str | None] = []  # per query: (query, known), a refusal, or None (as it was)
+    for text in table.queries:
+        try:
+            split.append(recorded_reaction(text, task))
+        except ValueError as exc:
+            split.append(str(exc))
+    if all(s is None for s in split):
+        return table, None
+    column = recorded_column(task)
+    if column in table.columns:
+        raise InputFileError(f"the file has a column {column!r} already, and its queries are recorded reactions; "
+                             "rename that column")
+    queries, cells, problems = [], [], []
+    for i, (text, s) in enumerate(zip(table.queries, split, strict=True)):
+        if isinstance(s, tuple):
+            (query, known), problem = s, ""
+        elif s is None:
+            query, known, problem = text, "", table.problem_of(i)
+        else:  # the refusal; the text stays in the output's query column, and its problem is the row's error
+            query, known, problem = text, "", s
+        queries.append(query)
+        cells.append((*table.cells_of(i), known))
+        problems.append(problem)
+    return QueryFile(queries, (*table.columns, column), tuple(cells), tuple(problems)), column
 
 
 def column_index(columns: Sequence[str], file_name: str, column: str) -> int:

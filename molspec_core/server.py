@@ -35,9 +35,12 @@ from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from .io import QueryFile
+from .known import with_recorded
 from .methods import METHODS, SamplingOptions
 from .roundtrip import check_round_trip
 from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Predictor, QueryResult, windows
+from .textbook import known_rank
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +141,11 @@ def _finite(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else None  # JSON has no infinity
 
 
-def result_json(result: QueryResult) -> dict:
+def result_json(result: QueryResult, recorded: str | None = None) -> dict:
     """One query's result as JSON: the answers in rank order with their checks, and the decoder's counts.
     `copied_from` is each output token's source position in `source_tokens` (-1: written by the model),
-    the provenance the app draws."""
+    the provenance the app draws. A query sent as a recorded reaction has its `recorded` outcome (canonical)
+    and the rank of the answer that is it (`recorded_rank`, null where none is); other queries null in both."""
     stats = result.stats
     answers = [{"rank": p.rank, "smiles": p.smiles, "score": _finite(p.score), "probability": p.probability,
                 "valid": p.valid, "sane": p.sane, "concerns": list(p.concerns), "model_rank": p.model_rank,
@@ -152,7 +156,8 @@ def result_json(result: QueryResult) -> dict:
     return {"query": result.query, "canonical_query": result.canonical_query, "error": result.error,
             "suggestion": result.suggestion, "method": result.method, "dtype": result.dtype,
             "time_ms": round(stats.wall_time_s * 1000, 2), "model_calls": stats.model_calls,
-            "accepted_tokens": stats.draft_tokens_accepted, "predictions": answers}
+            "accepted_tokens": stats.draft_tokens_accepted, "predictions": answers,
+            "recorded": recorded, "recorded_rank": known_rank(result.predictions, recorded) if recorded else None}
 
 
 def model_json(name: str, predictor: Predictor) -> dict:
@@ -176,6 +181,9 @@ class Service:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
         has decoded for budget_s, the queries not begun get an error saying so, and the rest stand."""
         request = parse_request(body, self.models)
+        # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
+        table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
+        queries = table.queries
         results: list[QueryResult] = []
         with self.decoding:
             started = time.monotonic()
@@ -184,16 +192,19 @@ class Service:
                 if results and time.monotonic() - started > self.budget_s:
                     results += [QueryResult(query=text, method=request.options.get("method", ""),
                                             error=f"not decoded: the request ran past its {self.budget_s:g} s; send "
-                                                  "this query again") for text in request.smiles[part]]
+                                                  "this query again") for text in queries[part]]
                     continue
                 try:
-                    answered = request.predictor.predict(request.smiles[part], **request.options)
+                    answered = request.predictor.predict(queries[part], **request.options)
                     if request.round_trip is not None:
                         answered = [check_round_trip(r, request.round_trip, request.round_trip_k) for r in answered]
                 except ValueError as exc:  # options refused (n_best out of range, augment on a canonical model)
                     raise RequestError(str(exc)) from None
                 results += answered
-        return {"results": [result_json(r) for r in results]}
+        results = [dataclasses.replace(r, error=table.problem_of(i), predictions=()) if table.problem_of(i) else r
+                   for i, r in enumerate(results)]  # a recorded outcome that is no SMILES: that query's error
+        return {"results": [result_json(r, (table.cells_of(i)[-1] or None) if column else None)
+                            for i, r in enumerate(results)]}
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -64,22 +64,18 @@ WORD = re.compile(r"[a-z]{4,}")
 AROMATIC_LETTERS = frozenset("bcnops")
 
 
-def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
-    """A reaction SMILES with its outcome, 'reactants>reagents>products' (or 'reactants>>products'), as the query
-    to predict and the recorded answer (canonical, atom maps removed): forward predicts from the reactants and
-    reagents and knows the products; retrosynthesis predicts from the products and knows the reactants (the
-    reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
-    ValueError where the recorded side is not a SMILES."""
-    parts = text.strip().split(">")
-    if len(parts) != 3 or not parts[0] or not parts[2]:
-        return None
-    reactants, reagents, products = parts
-    side, recorded = ("products", products) if task == "forward" else ("reactants", reactants)
-    try:
-        known = canonical(recorded, strip_maps=True)
-    except ChemError as exc:
-        raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
-    return (f"{reactants}>{reagents}>" if task == "forward" else products), known
+def model_folder(name_or_path: str | Path) -> Path:
+    """The folder of a shipped model named by its task ("forward", "retro"), else the path as given."""
+    path = Path(name_or_path)
+    if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
+        return MODELS_DIR / str(name_or_path)
+    return path
+
+
+def model_task(name_or_path: str | Path) -> str:
+    """What a model predicts ("forward" or "retro"), from its config alone: a file can be read for that task
+    before the weights load."""
+    return str(checkpoint.read_config(model_folder(name_or_path))[0].get("task", "forward"))
 
 
 def name_hint(text: str) -> str:
@@ -429,9 +425,7 @@ class Predictor:
             raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
-        path = Path(name_or_path)
-        if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
-            path = MODELS_DIR / str(name_or_path)
+        path = model_folder(name_or_path)
         resolved = resolve_device(device)
         if engine in ("native", "numpy") and resolved.type != "cpu":
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")

@@ -835,6 +835,26 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
     assert exported["matches_known"].tolist() == ["" if pd.isna(v) else str(v) for v in table["matches_known"]]
 
 
+def test_batch_reads_recorded_reactions_and_checks_their_recorded_outcome(copy_models, monkeypatch):
+    # The copy fixture is no forward model: it is asked for a recorded reaction's reactants, from its products.
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("reactions.txt", b"Oc1cccnc1>>Oc1ccncc1\nCCO>O>Oc1ccncc1\nOc1ccncc1\nC1C(>>Oc1ccncc1\n",
+                                   "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    # its answers to Oc1ccncc1: rank 1 Oc1cccnc1 (the first file's recorded reactants), never ethanol
+    assert (metrics["Known answer first"], metrics["Known answer listed"]) == ("50.0%", "50.0%")
+    assert ("Known answers from the column recorded_reactants: first for 1 (50.0%) and listed for 1 (50.0%) of 2 "
+            "queries (canonical SMILES, stereo kept); not counted: 1 query with no known answer.") in texts(at.caption)
+    table = at.session_state["batch"].table
+    firsts = table.drop_duplicates("row")
+    assert firsts["recorded_reactants"].tolist() == ["Oc1cccnc1", "CCO", "", ""]
+    assert firsts["query"].tolist() == ["Oc1ccncc1", "Oc1ccncc1", "Oc1ccncc1", "C1C(>>Oc1ccncc1"]  # nothing lost
+    assert "the recorded reactants are not a valid SMILES" in firsts["error"].tolist()[3]
+    assert table.loc[table["matches_known"].fillna(False), ["row", "rank"]].values.tolist() == [[1, 1]]
+
+
 def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, monkeypatch):
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("targets.smi", b"Oc1ccncc1 hydroxypyridine\nc1ccncc1Cl\tchloro pyridine\n",

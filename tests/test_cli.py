@@ -178,6 +178,32 @@ def test_predict_marks_the_files_known_answers_and_says_how_often_they_come_back
     assert set(table.loc[table["row"].astype(int) > 3, "matches_known"]) == {""}
 
 
+def test_predict_reads_a_file_of_recorded_reactions_and_marks_their_recorded_outcome(tmp_path, capsys):
+    # the copy fixture is no forward model: it predicts from a recorded reaction's products and knows its reactants
+    (tmp_path / "in.txt").write_text("Oc1ccncc1>>Oc1ccncc1\nCCO>>Clc1ccncc1\nOc1ccncc1\nC1CC(>>CCO\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                 "--method", "beam", "--n-best", "5"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == ("the file holds recorded reactions: each is predicted from its products, and its recorded "
+                          "reactants (column recorded_reactants) mark the answers")
+    assert printed[-1].startswith("known answers from the column recorded_reactants: first for ")
+    assert printed[-1].endswith("of 2 queries (canonical SMILES, stereo kept); not counted: 1 query with no known answer")
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert table.columns[0] == "recorded_reactants" and table.columns[-1] == "matches_known"
+    first = table.groupby("row").first()
+    assert first["query"].tolist() == ["Oc1ccncc1", "Clc1ccncc1", "Oc1ccncc1", "C1CC(>>CCO"]  # nothing lost
+    assert first["recorded_reactants"].tolist() == ["Oc1ccncc1", "CCO", "", ""]
+    assert "recorded reactants are not a valid SMILES" in first.loc["4", "error"]
+    assert set(table.loc[table["row"] == "2", "matches_known"]) == {"False"}  # a copier never writes ethanol
+
+
+def test_predict_one_recorded_reaction_says_where_its_outcome_ranks(capsys):
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO>>c1ccccc1", "--method", "beam", "--n-best", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("query: c1ccccc1") and out.splitlines()[-1] == "recorded outcome CCO: not among the 3 answers"
+
+
 def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
     (tmp_path / "in.csv").write_text(KNOWN_CSV)
     expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.csv", "--output", tmp_path / "o.csv",

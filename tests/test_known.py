@@ -1,6 +1,8 @@
 """Known answers in a query file: which output row is the known answer, and how often it comes first."""
-from molspec_core.io import output_header, result_rows
-from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary
+import pytest
+
+from molspec_core.io import InputFileError, QueryFile, output_header, result_rows
+from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, recorded_column, recorded_reaction, with_recorded
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -43,3 +45,50 @@ def test_a_file_without_readable_known_answers_says_so():
     marks = KnownMarks(header, 0, "product")
     list(marks.rows(result_rows(1, ("",), answers("q", "CCO"))))
     assert marks.summary().describe() == "no predicted query has a known answer that RDKit reads in the column product"
+
+
+@pytest.mark.parametrize("text, task, expected", [
+    ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
+    ("CC(=O)Cl.NCc1ccccc1>ClCCl>O=C(C)NCc1ccccc1", "forward", ("CC(=O)Cl.NCc1ccccc1>ClCCl>", "CC(=O)NCc1ccccc1")),
+    ("CC(=O)Cl.NCc1ccccc1>ClCCl>CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
+    ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>[CH3:1][C:2](=[O:3])[NH:4]C", "forward",  # USPTO's atom maps are dropped
+     ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>", "CNC(C)=O")),
+    ("CC(=O)Cl.NCc1ccccc1>>", "forward", None),  # no outcome: an ordinary query, Predictor.prepare's to read
+    ("CC(=O)Cl", "forward", None),
+    ("a>b>c>d", "forward", None),
+])
+def test_a_recorded_reaction_splits_into_the_query_and_its_known_answer(text, task, expected):
+    assert recorded_reaction(text, task) == expected
+
+
+def test_a_recorded_reaction_whose_outcome_is_no_smiles_is_refused():
+    with pytest.raises(ValueError, match="the recorded products are not a valid SMILES"):
+        recorded_reaction("CC(=O)Cl.NC>>C1CC(", "forward")
+    with pytest.raises(ValueError, match="the recorded reactants are not a valid SMILES"):
+        recorded_reaction("C1CC(>>CC(=O)NC", "retro")
+
+
+def test_a_file_of_recorded_reactions_is_read_as_its_queries_with_their_outcomes_beside():
+    table = QueryFile(["CC(=O)Cl.NC>ClCCl>CNC(C)=O", "CC(=O)Cl.OC", "CC(=O)Cl.N>>C1CC(", "", "CC(=O)Cl>O>[CH3:1]C(=O)O"],
+                      ("id",), (("a",), ("b",), ("c",), ("d",), ("e",)), ("", "", "", "no atoms", ""))
+    read, column = with_recorded(table, "forward")
+    assert column == recorded_column("forward") == "recorded_products"
+    assert read.queries == ["CC(=O)Cl.NC>ClCCl>", "CC(=O)Cl.OC", "CC(=O)Cl.N>>C1CC(", "", "CC(=O)Cl>O>"]
+    assert read.columns == ("id", "recorded_products")
+    assert read.cells == (("a", "CNC(C)=O"), ("b", ""), ("c", ""), ("d", ""), ("e", "CC(=O)O"))
+    # the unreadable outcome refuses its own row only; the file's own problem stays
+    assert read.problems[0] == read.problems[1] == read.problems[4] == ""
+    assert "recorded products are not a valid SMILES" in read.problems[2] and read.problems[3] == "no atoms"
+
+
+def test_retro_reads_the_products_and_knows_the_reactants_and_a_plain_file_is_left_alone():
+    read, column = with_recorded(QueryFile(["CC(=O)Cl.NC>ClCCl>CNC(C)=O"]), "retro")
+    assert (read.queries, read.columns, read.cells, column) == (["CNC(C)=O"], ("recorded_reactants",),
+                                                                (("CC(=O)Cl.CN",),), "recorded_reactants")
+    plain = QueryFile(["CCO", "CC(=O)Cl.NC>>"], ("id",), (("a",), ("b",)))
+    assert with_recorded(plain, "forward") == (plain, None)
+
+
+def test_a_file_that_has_the_recorded_column_already_is_refused():
+    with pytest.raises(InputFileError, match="column 'recorded_products' already"):
+        with_recorded(QueryFile(["CC>>CC"], ("recorded_products",), (("x",),)), "forward")

@@ -10,7 +10,7 @@ from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.methods import of_family
-from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, rank_answers, recorded_reaction
+from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
 
@@ -55,27 +55,6 @@ def test_bad_queries_give_clear_errors(copier, text, message):
     result = copier.predict(text)
     assert not result.ok and message in result.error
     assert result.predictions == ()
-
-
-@pytest.mark.parametrize("text, task, expected", [
-    ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
-    ("CC(=O)Cl.NCc1ccccc1>ClCCl>O=C(C)NCc1ccccc1", "forward", ("CC(=O)Cl.NCc1ccccc1>ClCCl>", "CC(=O)NCc1ccccc1")),
-    ("CC(=O)Cl.NCc1ccccc1>ClCCl>CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
-    ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>[CH3:1][C:2](=[O:3])[NH:4]C", "forward",  # USPTO's atom maps are dropped
-     ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>", "CNC(C)=O")),
-    ("CC(=O)Cl.NCc1ccccc1>>", "forward", None),  # no outcome: an ordinary query, Predictor.prepare's to read
-    ("CC(=O)Cl", "forward", None),
-    ("a>b>c>d", "forward", None),
-])
-def test_a_recorded_reaction_splits_into_the_query_and_its_known_answer(text, task, expected):
-    assert recorded_reaction(text, task) == expected
-
-
-def test_a_recorded_reaction_whose_outcome_is_no_smiles_is_refused():
-    with pytest.raises(ValueError, match="the recorded products are not a valid SMILES"):
-        recorded_reaction("CC(=O)Cl.NC>>C1CC(", "forward")
-    with pytest.raises(ValueError, match="the recorded reactants are not a valid SMILES"):
-        recorded_reaction("C1CC(>>CC(=O)NC", "retro")
 
 
 def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):

@@ -16,7 +16,7 @@ import streamlit as st
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
                              output_header, parse_upload, result_rows, sd_bytes)
-from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index
+from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, with_recorded
 from molspec_core.service import QueryResult
 from views import common
 from views.common import Settings
@@ -179,7 +179,9 @@ def main() -> None:
                "name, per line), an SD file (`.sdf`: one query per record) or a CSV with a `smiles` column; `.gz` "
                "and `.xz` archives of them are read too. Every row is predicted with the sidebar settings; rejected "
                "rows are reported next to the good ones, and the names, SD fields or a CSV's other columns (IDs, "
-               "names) are kept in front of the results. A large file goes several times "
+               "names) are kept in front of the results. Queries written as recorded reactions "
+               "(`reactants>reagents>products`) are predicted from their reactants (retrosynthesis: their products), "
+               "and their recorded outcome is checked against the answers. A large file goes several times "
                "faster with one answer a query (*Speculative, auto drafts* in the sidebar) than with beam search's "
                "ranked lists.")
     if cfg.model_dir is None:
@@ -194,7 +196,7 @@ def main() -> None:
                               help="A CSV column or SD field that holds each query's recorded answer (the product, "
                                    "or the reactants for retrosynthesis): the results then say how often the model "
                                    "gives it first or among its answers, and mark the row that matches (canonical "
-                                   "SMILES, stereo kept).")
+                                   "SMILES, stereo kept). Recorded reactions in the file bring their own.")
         ion_writing = st.checkbox(ION_WRITING_LABEL, help=f"{HYDRIDES} are not in the model's vocabulary; its "
                                   f"training data write them as ions ({ION_LIST}). The `canonical query` column "
                                   "shows what the model read.")
@@ -204,13 +206,14 @@ def main() -> None:
             st.error("Choose a CSV, SMILES, SD or TXT file first.", icon=":material/error:")
         else:
             try:
-                queries = read_upload(upload.name, upload.getvalue(), column.strip())
+                queries, recorded = with_recorded(read_upload(upload.name, upload.getvalue(), column.strip()),
+                                                  cfg.predictor().task)  # how the model reads: its own task
                 if known.strip():
                     column_index(queries.columns, upload.name, known.strip())
             except InputFileError as exc:
                 st.error(common.md_escape(f"Cannot read the file: {exc}"), icon=":material/error:")
             else:
-                table, n_ion_refused, summary = predict_all(queries, cfg, ion_writing, known.strip())
+                table, n_ion_refused, summary = predict_all(queries, cfg, ion_writing, known.strip() or recorded or "")
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
                 st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
                                                         ion_writing, n_ion_refused, summary)
