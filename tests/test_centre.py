@@ -58,6 +58,13 @@ def test_solvents_bases_and_salts_are_left_out():
     assert symbols(reactants, among_reagents.leaving_atoms) == ["Cl"]  # the solvent's chlorines are no leaving group
 
 
+def test_a_reagent_that_shares_one_atom_with_the_product_is_not_traced_into_it():
+    # ethanol left out of the query: water (atom 4) could stand in for the ester's oxygen, one atom alone
+    found = reaction_centre("CC(=O)Cl.O", "CC(=O)OCC")
+    assert found is not None and found.traced == 3  # the acetyl only
+    assert symbols("CC(=O)Cl.O", found.reactant_atoms) == ["C"] and 4 not in found.reactant_atoms
+
+
 @pytest.mark.parametrize("reactants, product", [("CCO", "c1ccc2ccccc2c1"), ("C1CC(", "CC"), ("CC", "C1CC(")])
 def test_no_centre_where_the_product_cannot_mostly_be_traced_or_read(reactants, product):
     assert reaction_centre(reactants, product) is None
