@@ -35,7 +35,10 @@ MAX_INPUT_BYTES = 50 * 1024 * 1024  # text per file, counted after decompression
 READ_CHUNK_BYTES = 1024 * 1024  # a bomb is stopped within one chunk of the limit
 DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
     ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), ".xz": lzma.LZMAFile}
-SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product")
+# a CSV's query column when none is named, the first of these it has; the last four hold recorded reactions
+# (known.with_recorded), the very last as USPTO-50K's files name it
+SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product", "rxn_smiles", "reaction_smiles", "reaction",
+                  "reactants>reagents>production")
 # A SMILES file (Daylight's format, what RDKit, Open Babel and most vendors write): per line a SMILES, then
 # optionally whitespace and the molecule's name. Only these suffixes are read so: in a TXT file a space
 # is part of the query and rejected there, never taken as the start of a name.

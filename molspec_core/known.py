@@ -55,8 +55,8 @@ def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
     """A file whose queries include recorded reactions: those queries become what `task` predicts from, their
     recorded outcome goes in a column of its own (recorded_column, after the file's columns), and that column's
     name comes back, for KnownMarks. Other queries keep their text and get an empty cell. A recorded outcome
-    that is no SMILES refuses that row alone (its problem, which io.result_rows reports; its text kept). The file unchanged, and
-    None, where no query holds an outcome."""
+    that is no SMILES refuses that row alone (its problem, which io.result_rows reports; its text kept). The
+    file unchanged, and None, where no query holds an outcome."""
     split: list[tuple[str, str] | str | None] = []  # per query: (query, known), a refusal, or None (as it was)
     for text in table.queries:
         try:

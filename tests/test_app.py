@@ -838,8 +838,8 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
 def test_batch_reads_recorded_reactions_and_checks_their_recorded_outcome(copy_models, monkeypatch):
     # The copy fixture is no forward model: it is asked for a recorded reaction's reactants, from its products.
     at = batch_page(monkeypatch, copy_models)
-    at.file_uploader[0].set_value(("reactions.txt", b"Oc1cccnc1>>Oc1ccncc1\nCCO>O>Oc1ccncc1\nOc1ccncc1\nC1C(>>Oc1ccncc1\n",
-                                   "text/plain"))
+    at.file_uploader[0].set_value(("reactions.txt", b"Oc1cccnc1>>Oc1ccncc1\nCCO>O>Oc1ccncc1\nOc1ccncc1\n"
+                                                    b"C1C(>>Oc1ccncc1\n", "text/plain"))
     submit(at, "Run batch")
     assert_clean(at)
     metrics = {m.label: m.value for m in at.metric}

@@ -188,7 +188,8 @@ def test_predict_reads_a_file_of_recorded_reactions_and_marks_their_recorded_out
     assert printed[0] == ("the file holds recorded reactions: each is predicted from its products, and its recorded "
                           "reactants (column recorded_reactants) mark the answers")
     assert printed[-1].startswith("known answers from the column recorded_reactants: first for ")
-    assert printed[-1].endswith("of 2 queries (canonical SMILES, stereo kept); not counted: 1 query with no known answer")
+    assert printed[-1].endswith("of 2 queries (canonical SMILES, stereo kept); not counted: 1 query with no known "
+                                "answer")
     table = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert table.columns[0] == "recorded_reactants" and table.columns[-1] == "matches_known"
     first = table.groupby("row").first()

@@ -102,7 +102,8 @@ def test_a_retro_folder_keeps_every_writing_of_its_wrong_reactions(tool, tmp_pat
     data = tmp_path / "retro"
     write_splits(data, {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]}, {"task": "retro", "augment": 20})
     stats = tool.build(data, mined([1, None, 1]), tmp_path / "hard", right_writings=1, seed=1)
-    got = list(zip((tmp_path / "hard/train.src").read_text().split(), (tmp_path / "hard/train.tgt").read_text().split()))
+    hard = tmp_path / "hard"
+    got = list(zip((hard / "train.src").read_text().split(), (hard / "train.tgt").read_text().split()))
     assert (stats["reactions"], stats["wrong_reactions"], stats["hard_pairs"]) == (3, 1, 4)
     assert sorted(pair for pair in got if pair[1].endswith("Cl")) == sorted(
         (p.src, p.tgt) for p in RETRO[3:5])  # the wrong one whole

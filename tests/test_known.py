@@ -1,8 +1,9 @@
 """Known answers in a query file: which output row is the known answer, and how often it comes first."""
 import pytest
 
-from molspec_core.io import InputFileError, QueryFile, output_header, result_rows
-from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, recorded_column, recorded_reaction, with_recorded
+from molspec_core.io import InputFileError, QueryFile, output_header, parse_upload, result_rows
+from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, recorded_column, recorded_reaction,
+                                with_recorded)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -69,7 +70,8 @@ def test_a_recorded_reaction_whose_outcome_is_no_smiles_is_refused():
 
 
 def test_a_file_of_recorded_reactions_is_read_as_its_queries_with_their_outcomes_beside():
-    table = QueryFile(["CC(=O)Cl.NC>ClCCl>CNC(C)=O", "CC(=O)Cl.OC", "CC(=O)Cl.N>>C1CC(", "", "CC(=O)Cl>O>[CH3:1]C(=O)O"],
+    table = QueryFile(["CC(=O)Cl.NC>ClCCl>CNC(C)=O", "CC(=O)Cl.OC", "CC(=O)Cl.N>>C1CC(", "",
+                       "CC(=O)Cl>O>[CH3:1]C(=O)O"],
                       ("id",), (("a",), ("b",), ("c",), ("d",), ("e",)), ("", "", "", "no atoms", ""))
     read, column = with_recorded(table, "forward")
     assert column == recorded_column("forward") == "recorded_products"
@@ -92,3 +94,10 @@ def test_retro_reads_the_products_and_knows_the_reactants_and_a_plain_file_is_le
 def test_a_file_that_has_the_recorded_column_already_is_refused():
     with pytest.raises(InputFileError, match="column 'recorded_products' already"):
         with_recorded(QueryFile(["CC>>CC"], ("recorded_products",), (("x",),)), "forward")
+
+
+def test_a_uspto_csv_of_reactions_is_read_by_its_own_column_name():
+    data = b"id,reactants>reagents>production\nUS1,CC(=O)Cl.NC>>CNC(C)=O\n"
+    read, column = with_recorded(parse_upload("50k.csv", data), "retro")
+    assert (read.queries, read.columns, read.cells, column) == (["CNC(C)=O"], ("id", "recorded_reactants"),
+                                                                (("US1", "CC(=O)Cl.CN"),), "recorded_reactants")

@@ -14,8 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from molspec_core.chem import ION_WRITINGS
-from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
-                             output_header, parse_upload, result_rows, sd_bytes)
+from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, SMILES_COLUMNS, InputFileError, QueryFile,
+                             csv_bytes, output_header, parse_upload, result_rows, sd_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, with_recorded
 from molspec_core.service import QueryResult
 from views import common
@@ -190,7 +190,7 @@ def main() -> None:
     with st.form("batch_form"):
         upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz", "xz"])
         column = st.text_input("CSV column (optional)",
-                               placeholder="automatic: smiles, SMILES, query, reactants or product",
+                               placeholder=f"automatic: {', '.join(SMILES_COLUMNS[:-1])} or {SMILES_COLUMNS[-1]}",
                                help="The column that holds the SMILES, when it has another name.")
         known = st.text_input("Known-answer column (optional)", placeholder="e.g. product",
                               help="A CSV column or SD field that holds each query's recorded answer (the product, "
