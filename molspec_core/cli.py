@@ -285,9 +285,8 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import check_output, is_sd_name, read_queries
-    from .known import recorded_reaction, recorded_side, with_recorded
+    from .known import known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
-    from .textbook import known_rank
 
     cluster = cluster_options(args)
     marks = None

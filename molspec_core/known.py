@@ -15,9 +15,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .chem import ChemError, canonical, canonical_or_none
 from .io import InputFileError, QueryFile
+
+if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
+    from .service import Prediction
 
 MATCHES_KNOWN = "matches_known"
 
@@ -49,6 +53,11 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     except ChemError as exc:
         raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
     return (f"{reactants}>{reagents}>" if side == "products" else products), known
+
+
+def known_rank(predictions: Sequence[Prediction], known: str | None) -> int | None:
+    """The rank of the known answer (canonical) among valid predictions, or None when none is it."""
+    return next((p.rank for p in predictions if p.valid and p.smiles == known), None)
 
 
 def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:

@@ -36,11 +36,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .io import QueryFile
-from .known import with_recorded
+from .known import known_rank, with_recorded
 from .methods import METHODS, SamplingOptions
 from .roundtrip import check_round_trip
 from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Predictor, QueryResult, windows
-from .textbook import known_rank
 
 log = logging.getLogger(__name__)
 

@@ -3,12 +3,12 @@ page's live benchmark, and tools/textbook.py's check of the shipped models on ev
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .chem import canonical_or_none
-from .service import Prediction, Predictor
+from .known import known_rank
+from .service import Predictor
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,6 @@ def load_examples(path: Path) -> list[Example]:
     data = json.loads(Path(path).read_text())
     return [Example(e["name"], e["kind"], e["description"], e["reactants"], e["reagents"], e["product"],
                     bool(e.get("featured", False))) for e in data["examples"]]
-
-
-def known_rank(predictions: Sequence[Prediction], known: str | None) -> int | None:
-    """The rank of the known answer (canonical) among valid predictions, or None when none is it."""
-    return next((p.rank for p in predictions if p.valid and p.smiles == known), None)
 
 
 def known_answer_ranks(predictor: Predictor, examples: list[Example], method: str, n_best: int,

@@ -15,12 +15,11 @@ from streamlit_ketcher import st_ketcher
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes
-from molspec_core.known import recorded_reaction
+from molspec_core.known import known_rank, recorded_reaction
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Prediction, Predictor, QueryResult
-from molspec_core.textbook import known_rank
 from views import common
 from views.common import Settings
 
