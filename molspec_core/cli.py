@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .data import DEFAULT_AUGMENT, TASKS
+from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
 from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, windows
@@ -232,8 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rooted", action="store_true",
                    help="forward-mit: the other writings rooted as the app reads a query, not random (a model "
                         "trained so reads a query in several writings; the shipped forward model's fine-tune data)")
-    p.add_argument("--vocab", default=None,
-                   help="forward-mit: encode with this vocabulary.json (the model to fine-tune), not a new one")
+    p.add_argument("--vocab", default=None, help="forward-mit, retro: encode with this vocabulary.json (the model "
+                   "to fine-tune), not a new one")
+    p.add_argument("--val-rest", choices=VAL_REST, default="",
+                   help="retro: the GLN val reactions after the first --n-val (3,001 of 5,001 by default) join the "
+                   "training reactions (add) or are the training split alone (only: fine-tune data, with --vocab)")
 
     p = sub.add_parser("average", help="the mean of fine-tuned models' weights, written as a new model folder")
     p.add_argument("--model", action="append", required=True, dest="models",
@@ -642,7 +645,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     vocab = Vocab.load(Path(args.vocab)) if args.vocab else None
     stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val,
-                    args.workers, args.augment, vocab, args.rooted)
+                    args.workers, args.augment, vocab, args.rooted, args.val_rest)
     print(json.dumps(stats, indent=2))
     return 0
 

@@ -17,7 +17,9 @@ reads a query); encoded with the vocabulary of the model to be fine-tuned. The s
 are removed.
 
 Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-mapped by RXNMapper)
-with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products.
+with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products. With
+val_rest, the GLN val reactions after the first n_val are training reactions too ("add"), or alone ("only": a
+fine-tune folder in the model's vocabulary), leakage filtered as forward's.
 """
 from __future__ import annotations
 
@@ -253,27 +255,63 @@ def root_aligned(stats: dict) -> bool:
     return int(stats.get("augment", 0)) > 1
 
 
-def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int) -> dict:
-    """USPTO-50K (GLN split): train pairs root-aligned x`augment` (0: canonical pairs only)."""
+VAL_REST = ("add", "only")  # prepare_retro: the GLN val reactions after the first n_val join training, or alone
+
+
+def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int, val_rest: str = "",
+                  vocab: Vocab | None = None) -> dict:
+    """USPTO-50K (GLN split): train pairs root-aligned x`augment` (0: canonical pairs only). Validation is the
+    first n_val GLN val reactions; `val_rest` "add" trains on the others too (as forward trains on the USPTO-MIT
+    valid rows after its first n_val), "only" on them alone (a fine-tune folder: give the model's `vocab`). Any
+    whose product is a test or validation product is left out (leakage)."""
     with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
-    jobs = [(mapped, unmapped, augment, i) for i, (mapped, unmapped) in enumerate(rows)]
-    done = parallel_map(_retro_augmented, jobs, workers, 500)
-    train = dedupe(keep_short([pair for pairs, _ in done for pair in pairs]))
+    train: list[Pair] = []
+    done: list[tuple[list[Pair], bool]] = []
+    if val_rest != "only":
+        jobs = [(mapped, unmapped, augment, i) for i, (mapped, unmapped) in enumerate(rows)]
+        done = parallel_map(_retro_augmented, jobs, workers, 500)
+        train = [pair for pairs, _ in done for pair in pairs]
     # Validation: the product as the service writes a query (canonical), the reactants aligned to it
     # where the maps allow, as the model is trained to write them; so the trainer's token-level exact
     # match (it has no RDKit) measures what the model is asked to do. Canonical pairs otherwise.
-    val_done = [(pairs[0], ok) for pairs, ok in (_retro_augmented((f"{r}>>{p}", f"{r}>>{p}", min(augment, 1), i))
-                for i, (r, p) in enumerate(gln_reactions(root / "uspto50k/gln_split/raw_val.csv"))) if pairs][:n_val]
-    val = [pair for pair, _ in val_done]
+    val_rows = [f"{r}>>{p}" for r, p in gln_reactions(root / "uspto50k/gln_split/raw_val.csv")]
+    val_done = [(i, pairs[0], ok) for i, (pairs, ok) in enumerate(
+        _retro_augmented((rxn, rxn, min(augment, 1), i)) for i, rxn in enumerate(val_rows)) if pairs][:n_val]
+    val = [pair for _, pair, _ in val_done]
     test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
     test = [Pair(s, t) for s, t in zip(read_lines(test_dir / "products.txt"), read_lines(test_dir / "reactants.txt"))]
-    stats = {"task": "retro", "reactions": len(rows), "augment": augment,
+    stats = {"task": "retro", "reactions": len(rows) if val_rest != "only" else 0, "augment": augment,
              "aligned_reactions": sum(ok for _, ok in done), "canonical_fallback": sum(not ok for _, ok in done),
-             "val_aligned": sum(ok for _, ok in val_done),
-             "train": len(train), "val": len(val), "test": len(test)}
-    write_splits(out, {"train": train, "val": val, "test": test}, stats)
+             "val_aligned": sum(ok for _, _, ok in val_done)}
+    if val_rest:
+        first_rest = val_done[-1][0] + 1 if val_done else 0
+        rest, removed = _val_rest(val_rows[first_rest:], augment, len(rows), workers,
+                                  {p.src for p in test} | {p.src for p in val})
+        train += [pair for pairs, _ in rest for pair in pairs]
+        stats.update(val_rest=val_rest, val_rest_reactions=len(rest), val_rest_aligned=sum(ok for _, ok in rest),
+                     removed_leakage_test_or_val_product=removed)
+    train = dedupe(keep_short(train))
+    stats.update(train=len(train), val=len(val), test=len(test))
+    write_splits(out, {"train": train, "val": val, "test": test}, stats, vocab)
     return stats
+
+
+def _val_rest(reactions: list[str], augment: int, seed0: int, workers: int,
+              held_out: set[str]) -> tuple[list[tuple[list[Pair], bool]], int]:
+    """Root-aligned pairs of GLN val reactions (atom-mapped) whose canonical product is not in `held_out`
+    (canonical SMILES), and how many were left out for it."""
+    from .chem import canonical_or_none
+
+    held = {canonical_or_none(s) for s in held_out}
+    kept = []
+    for rxn in reactions:
+        reactants, _, product = rxn.split(">")
+        pair = _retro_pair((reactants, product))
+        if pair is not None and pair.src not in held:
+            kept.append(rxn)
+    jobs = [(rxn, rxn, augment, seed0 + i) for i, rxn in enumerate(kept)]
+    return parallel_map(_retro_augmented, jobs, workers, 500), len(reactions) - len(kept)
 
 
 def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: Vocab | None = None) -> None:
@@ -323,13 +361,17 @@ DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "retro": 20}  # writings of e
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
-            vocab: Vocab | None = None, rooted: bool = False) -> dict:
+            vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "") -> dict:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
     if augment is not None and task not in DEFAULT_AUGMENT:
         raise ValueError(f"{task}: augment is for {' and '.join(DEFAULT_AUGMENT)}")
-    if vocab is not None and task != "forward-mit":
-        raise ValueError(f"{task}: a given vocabulary is for forward-mit (fine-tuning data)")
+    if vocab is not None and task == "forward":
+        raise ValueError(f"{task}: a given vocabulary is for fine-tuning data (forward-mit, retro)")
+    if val_rest and val_rest not in VAL_REST:
+        raise ValueError(f"val_rest {val_rest!r}: one of {', '.join(VAL_REST)}")
+    if val_rest and task != "retro":
+        raise ValueError(f"{task}: val_rest is for retro (forward always trains on the MIT valid rows after n_val)")
     if rooted and task != "forward-mit":
         raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, "
                          "retro's root-aligned)")
@@ -338,4 +380,4 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
         return prepare_forward(root, out, n_val, workers, augment)
     if task == "forward-mit":
         return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers)
-    return prepare_retro(root, out, n_val, workers, augment)
+    return prepare_retro(root, out, n_val, workers, augment, val_rest, vocab)

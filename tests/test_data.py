@@ -164,6 +164,54 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
     assert product[0] == reactants[0] == "C" and reactants != canonical(reactants)  # aligned: both start at a methyl
 
 
+def retro_tree(root):
+    """One mapped GLN train reaction; four GLN val reactions: the first is validation (n_val=1), the second
+    and third are left over, the fourth's product is the test product (leakage)."""
+    write_gz(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz", csv_text(
+        ["liu_split", "liu_index", "class", "reactants>reagents>production", "rxnmapper_mapped",
+         "rxnmapper_confidence"],
+        [["train", 0, 1, "CC(=O)Cl.NC>>CNC(C)=O",
+          "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", 0.9]]))
+    (root / "uspto50k/gln_split").mkdir(parents=True)
+    (root / "uspto50k/gln_split/raw_val.csv").write_text(
+        "id,class,reactants>reagents>production\n"
+        "V,1,[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH2:5][CH3:6]>>[CH3:1][C:2](=[O:3])[NH:4][CH2:5][CH3:6]\n"
+        "A,1,[CH3:1][CH2:2][C:3](=[O:4])Cl.[NH2:5][CH3:6]>>[CH3:1][CH2:2][C:3](=[O:4])[NH:5][CH3:6]\n"
+        "B,2,[CH3:1][CH2:2][OH:3].[CH3:4][C:5](=[O:6])Cl>>[CH3:4][C:5](=[O:6])[O:3][CH2:2][CH3:1]\n"
+        "L,2,[CH3:1][OH:2].[CH3:3][C:4](=[O:5])Cl>>[CH3:3][C:4](=[O:5])[O:2][CH3:1]\n")
+    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
+    test_dir.mkdir(parents=True)
+    (test_dir / "products.txt").write_text("O=C(C)OC")  # the leaked reaction's product, written otherwise
+    (test_dir / "reactants.txt").write_text("CC(=O)Cl.CO")
+    return root
+
+
+def test_prepare_retro_val_rest_trains_on_the_val_reactions_after_n_val_without_leaks(tmp_path):
+    from molspec_core.chem import canonical
+
+    root = retro_tree(tmp_path / "data")
+
+    def products(folder):
+        return {canonical(s) for s in (tmp_path / folder / "train.src").read_text().split()}
+
+    plain = prepare("retro", root, tmp_path / "plain", n_val=1, workers=1, augment=3)
+    assert products("plain") == {"CNC(C)=O"} and "val_rest" not in plain
+    added = prepare("retro", root, tmp_path / "add", n_val=1, workers=1, augment=3, val_rest="add")
+    # the validation reaction stays out, as does the one whose product is the test product
+    assert products("add") == {"CNC(C)=O", "CCC(=O)NC", "CCOC(C)=O"}
+    assert added["val_rest_reactions"] == 2 and added["removed_leakage_test_or_val_product"] == 1
+    assert added["val"] == 1 and added["reactions"] == 1 and added["val_rest_aligned"] == 2
+    vocab = Vocab.load(tmp_path / "add/vocab.json")
+    only = prepare("retro", root, tmp_path / "only", n_val=1, workers=1, augment=3, val_rest="only", vocab=vocab)
+    assert products("only") == {"CCC(=O)NC", "CCOC(C)=O"} and only["reactions"] == 0
+    assert Vocab.load(tmp_path / "only/vocab.json").tokens == vocab.tokens  # the given vocabulary, kept
+    assert (tmp_path / "only/val.src").read_text() == (tmp_path / "plain/val.src").read_text()
+    for src, tgt in zip((tmp_path / "only/train.src").read_text().split(), (tmp_path / "only/train.tgt").read_text().split()):
+        assert src[0] == tgt[0]  # root-aligned, as the GLN train reactions are
+    # all validation rows are validation: nothing is left over
+    assert prepare("retro", root, tmp_path / "all", n_val=10, workers=1, augment=3, val_rest="only")["train"] == 0
+
+
 def test_prepare_forward_mit_fine_tune_data_is_the_mit_rows_in_several_writings(tmp_path):
     from molspec_core.chem import canonical
 
@@ -213,8 +261,12 @@ def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     make_tree(tmp_path / "data")
     with pytest.raises(ValueError, match="at least 1"):
         prepare("forward", tmp_path / "data", tmp_path / "out", augment=0)
-    with pytest.raises(ValueError, match="vocabulary is for forward-mit"):
-        prepare("retro", tmp_path / "data", tmp_path / "out", vocab=Vocab.build(["CC"]))
+    with pytest.raises(ValueError, match="vocabulary is for fine-tuning data"):
+        prepare("forward", tmp_path / "data", tmp_path / "out", vocab=Vocab.build(["CC"]))
+    with pytest.raises(ValueError, match="val_rest is for retro"):
+        prepare("forward-mit", tmp_path / "data", tmp_path / "out", val_rest="add")
+    with pytest.raises(ValueError, match="one of add, only"):
+        prepare("retro", retro_tree(tmp_path / "retro"), tmp_path / "out", workers=1, val_rest="all")
     with pytest.raises(ValueError, match="at least 1"):
         prepare("forward-mit", tmp_path / "data", tmp_path / "out", augment=0)
     for task in ("forward", "retro"):

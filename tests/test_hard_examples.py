@@ -108,3 +108,16 @@ def test_a_retro_folder_keeps_every_writing_of_its_wrong_reactions(tool, tmp_pat
     assert sorted(pair for pair in got if pair[1].endswith("Cl")) == sorted(
         (p.src, p.tgt) for p in RETRO[3:5])  # the wrong one whole
     assert sum(t.endswith(".O") for _, t in got) == sum(t.endswith(".Br") for _, t in got) == 1
+
+
+def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
+    # `prepare-data --task retro --val-rest only`: reactions the model never saw, so none is known to be right
+    data = tmp_path / "new"
+    write_splits(data, {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]},
+                 {"task": "retro", "augment": 20, "val_rest_reactions": 3})
+    pool = folder(tmp_path / "pool", [Pair("C" * (i + 5) + ".O", "CCO") for i in range(40)], augment=5)
+    stats = tool.build(data, None, tmp_path / "mix", replay=pool, replay_ratio=1.0, seed=2)
+    got = list(zip((tmp_path / "mix/train.src").read_text().split(), (tmp_path / "mix/train.tgt").read_text().split()))
+    assert sorted(pair for pair in got if not pair[0].startswith("CCCCC")) == sorted((p.src, p.tgt) for p in RETRO)
+    assert (stats["hard_pairs"], stats["replay_pairs"], stats["reactions"]) == (len(RETRO), len(RETRO), 3)
+    assert stats["wrong_reactions"] is None and stats["data"].startswith("every pair of")

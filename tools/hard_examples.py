@@ -5,6 +5,8 @@ python3 -m molspec_core evaluate --model MODEL --src data/forward_mit_rooted10/t
     --tgt data/forward_mit_rooted10/train.tgt --index starts.txt --method spec-auto --out mined.json
 python3 tools/hard_examples.py build --data data/forward_mit_rooted10 --mined mined.json \
     [--replay data/forward --replay-ratio 1] --out data/forward_mit_hard_replay
+python3 -m molspec_core prepare-data --task retro --val-rest only --vocab models/retro/vocab.json --out data/retro_valrest
+python3 tools/hard_examples.py build --data data/retro_valrest --replay data/retro --out data/retro_valrest_replay
 
 A `prepare-data` folder writes each training reaction's writings on consecutive lines. Forward's share one
 target, the reaction's product (`data.in_rooted_writings`); retro's root-aligned writings each have their own
@@ -12,7 +14,8 @@ target (the reactants aligned to that writing of the product), and the first is 
 (`rsmiles.augment`), so a retro reaction starts at a canonical source or where the product changes. `starts`
 writes the first line of each reaction, the line `evaluate --index` mines from: one greedy answer per reaction,
 the model's own first writing (retro: the canonical product, as the app reads a query). `build` reads the
-mined report (its per-query `first_right`) and writes a folder `molspec_core.train` reads:
+mined report (its per-query `first_right`) and writes a folder `molspec_core.train` reads (without --mined, every
+pair of --data: reactions new to the model, such as the GLN val reactions the retro model never saw):
 
   wrong reactions  every writing (refused queries count as wrong: a token outside the vocabulary)
   right reactions  --right-writings random writings each (3), so what the model knows stays in view
@@ -81,22 +84,29 @@ def hard_pairs(train: list[Pair], starts: list[int], wrong: list[bool], right_wr
     return out
 
 
-def build(data: Path, mined: dict, out: Path, right_writings: int = 3, replay: Path | None = None,
+def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, replay: Path | None = None,
           replay_ratio: float = 1.0, seed: int = 0) -> dict:
+    """`mined` None: every reaction of `data` is new to the model (`prepare-data --task retro --val-rest only`),
+    so all its writings are kept, as a wrong one's."""
     train = split(data, "train")
-    starts = folder_starts(data, train)
-    wrong = wrong_reactions(mined, data, len(starts))
     rng = random.Random(seed)
-    pairs = hard_pairs(train, starts, wrong, right_writings, rng)
+    if mined is None:
+        wrong, pairs = None, list(train)
+    else:
+        starts = folder_starts(data, train)
+        wrong = wrong_reactions(mined, data, len(starts))
+        pairs = hard_pairs(train, starts, wrong, right_writings, rng)
     n_hard = len(pairs)
     if replay is not None:
         pool = split(replay, "train")
         pairs += rng.sample(pool, min(len(pool), round(replay_ratio * n_hard)))
     rng.shuffle(pairs)
     source = json.loads((data / "stats.json").read_text())
-    stats = {"task": source["task"], "data": f"hard examples of {data}" + (f", {replay} replayed" if replay else ""),
-             "mined_model": mined.get("model"), "mined_weights": mined.get("weights"),
-             "reactions": len(wrong), "wrong_reactions": sum(wrong), "right_writings": right_writings,
+    what = "hard examples" if mined is not None else "every pair"
+    stats = {"task": source["task"], "data": f"{what} of {data}" + (f", {replay} replayed" if replay else ""),
+             "mined_model": mined and mined.get("model"), "mined_weights": mined and mined.get("weights"),
+             "reactions": source.get("val_rest_reactions", source.get("reactions")) if wrong is None else len(wrong),
+             "wrong_reactions": None if wrong is None else sum(wrong), "right_writings": right_writings,
              "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
              "seed": seed, "augment": source.get("augment", 1), "train": len(pairs)}
     splits = {"train": pairs, "val": split(data, "val"), "test": split(data, "test")}
@@ -113,7 +123,8 @@ def main() -> None:
     s.add_argument("--out", type=Path, required=True)
     b = sub.add_parser("build", help="write the hard examples (and the replay) as a training folder")
     b.add_argument("--data", type=Path, required=True, help="the prepare-data folder that was mined")
-    b.add_argument("--mined", type=Path, required=True, help="evaluate's report on `starts`' index")
+    b.add_argument("--mined", type=Path, default=None, help="evaluate's report on `starts`' index; without it "
+                   "every pair of --data is kept (reactions new to the model)")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--right-writings", type=int, default=3)
     b.add_argument("--replay", type=Path, default=None, help="a prepare-data folder whose train pairs to replay")
@@ -125,7 +136,8 @@ def main() -> None:
         args.out.write_text("".join(f"{i}\n" for i in starts))
         print(f"{len(starts)} reactions")
     else:
-        stats = build(args.data, json.loads(args.mined.read_text()), args.out, args.right_writings, args.replay,
+        mined = json.loads(args.mined.read_text()) if args.mined else None
+        stats = build(args.data, mined, args.out, args.right_writings, args.replay,
                       args.replay_ratio, args.seed)
         print(json.dumps(stats, indent=2))
 
