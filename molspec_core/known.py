@@ -109,6 +109,7 @@ class KnownSummary:
     listed: int  # ... is among the answers at any rank
     unreadable: int  # predicted queries whose known cell is not a SMILES RDKit reads
     empty: int  # predicted queries with nothing in the known column
+    output_column: str = ""  # that column's name in the output (io.output_header may prefix a taken name)
 
     def describe(self) -> str:
         """One line for a person: the counts, and what was left out."""
@@ -162,4 +163,4 @@ class KnownMarks:
 
     def summary(self) -> KnownSummary:
         """The counts of the rows marked so far."""
-        return KnownSummary(self.column, **self._counts)
+        return KnownSummary(self.column, **self._counts, output_column=self.header[self.known_at])

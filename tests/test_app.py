@@ -818,6 +818,7 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
     at.text_input[1].input("expected")
     submit(at, "Run batch")
     assert_clean(at)
+    assert "queries are recorded reactions" not in texts(at.caption)  # none in this file
     metrics = {m.label: m.value for m in at.metric}
     # The copy model's answers to Oc1ccncc1: rank 1 Oc1cccnc1, rank 2 the query itself (flagged, so moved down).
     # Known answers: rank 2; rank 1 written another way; not listed; then a rejected query, an empty known
@@ -847,6 +848,8 @@ def test_batch_reads_recorded_reactions_and_checks_their_recorded_outcome(copy_m
     assert (metrics["Known answer first"], metrics["Known answer listed"]) == ("50.0%", "50.0%")
     assert ("Known answers from the column recorded_reactants: first for 1 (50.0%) and listed for 1 (50.0%) of 2 "
             "queries (canonical SMILES, stereo kept); not counted: 1 query with no known answer.") in texts(at.caption)
+    assert ("2 of 4 queries are recorded reactions (reactants>reagents>products): the model was asked for their "
+            "reactants, and the recorded reactants are in the column recorded_reactants.") in texts(at.caption)
     table = at.session_state["batch"].table
     firsts = table.drop_duplicates("row")
     assert firsts["recorded_reactants"].tolist() == ["Oc1cccnc1", "CCO", "", ""]
@@ -1144,3 +1147,19 @@ def test_predict_page_exports_hold_the_answers():
     assert [r.fields for r in records] == [{k: v for k, v in row.items() if v} for row in table.to_dict("records")]
     assert [r.smiles for r in records] == [canonical_or_none(p.smiles) or "" for p in result.predictions]
     assert {r.fields["dtype"] for r in records} == {"float32"}  # what computed them
+
+
+def test_batch_shows_the_known_answer_beside_the_predicted_one(copy_models, monkeypatch):
+    # a file's other columns lead the table, but the known answers sit next to the answers they are checked with
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("known.csv", b"id,smiles,expected\nA,Oc1ccncc1,Oc1cccnc1\n", "text/csv"))
+    at.text_input[1].input("expected")
+    submit(at, "Run batch")
+    assert_clean(at)
+    order = list(at.dataframe[0].proto.column_order)
+    assert order[:7] == ["id", "row", "query", "rank", "matches_known", "smiles", "expected"]
+    assert "expected" not in order[7:]  # shown once
+    at.file_uploader[0].set_value(("plain.csv", b"id,smiles,expected\nA,Oc1ccncc1,Oc1cccnc1\n", "text/csv"))
+    at.text_input[1].input("")
+    submit(at, "Run batch")
+    assert list(at.dataframe[0].proto.column_order)[:6] == ["id", "expected", "row", "query", "rank", "smiles"]

@@ -35,7 +35,10 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
     assert by_query == {"r1": [True, False], "r2": [False, True], "r3": [True], "r4": [False], "r5": [None],
                         "r6": [None], "r7": [None]}
     summary = marks.summary()
-    assert summary == KnownSummary("product", queries=4, first=2, listed=3, unreadable=1, empty=1)
+    assert summary == KnownSummary("product", queries=4, first=2, listed=3, unreadable=1, empty=1,
+                                   output_column="product")
+    # a known column whose name the output takes for itself is found under the output's name for it
+    assert KnownMarks(output_header(("smiles",)), 0, "smiles").summary().output_column == "input_smiles"
     assert summary.describe() == ("known answers from the column product: first for 2 (50.0%) and listed for 3 "
                                   "(75.0%) of 4 queries (canonical SMILES, stereo kept); not counted: 1 known answer "
                                   "RDKit cannot read, 1 query with no known answer")

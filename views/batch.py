@@ -47,6 +47,8 @@ class BatchResult:
     ion_writing: bool = False  # hydrides written as one species were read as USPTO's ions
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     known: KnownSummary | None = None  # how often the file's known answers came back, where it named a column
+    recorded: str = ""  # the column with_recorded added (the recorded reactions' outcomes), where it added one
+    n_recorded: int = 0  # queries read as recorded reactions whose outcome is a SMILES
 
 
 def read_upload(name: str, data: bytes, column: str | None) -> QueryFile:
@@ -128,10 +130,20 @@ def show(batch: BatchResult) -> None:
         st.info(f"{batch.n_ion_refused} of the rejected rows hold a hydride written as one species ({HYDRIDES}), "
                 f"which the model cannot read: tick *{ION_WRITING_LABEL}* and run the batch again.",
                 icon=":material/lightbulb:")
+    if batch.recorded:
+        side = batch.recorded.removeprefix("recorded_")  # known.recorded_column: recorded_products / _reactants
+        st.caption(common.md_escape(
+            f"{batch.n_recorded} of {batch.n_queries} queries are recorded reactions (reactants>reagents>products): "
+            f"the model was asked for their {side}, and the recorded {side} are in the column {batch.recorded}."))
     if batch.known is not None:
         show_known(batch.known)
     input_columns = [c for c in table.columns if c not in (*RESULT_COLUMNS, MATCHES_KNOWN)]  # distinct names
-    order = SCREEN_ORDER if batch.known is None else [*SCREEN_ORDER[:3], MATCHES_KNOWN, *SCREEN_ORDER[3:]]
+    order = SCREEN_ORDER
+    if batch.known is not None:  # the known answer beside the predicted one, where the eye compares them
+        known_at = SCREEN_ORDER.index("smiles") + 1
+        order = [*SCREEN_ORDER[:3], MATCHES_KNOWN, *SCREEN_ORDER[3:known_at], batch.known.output_column,
+                 *SCREEN_ORDER[known_at:]]
+        input_columns.remove(batch.known.output_column)
     st.dataframe(table, hide_index=True, placeholder="", column_order=input_columns + order, column_config={
         MATCHES_KNOWN: st.column_config.CheckboxColumn("known answer", help="This answer is the one in the file's "
                                                        "known-answer column (empty: no answer, or none to compare)"),
@@ -215,8 +227,9 @@ def main() -> None:
             else:
                 table, n_ion_refused, summary = predict_all(queries, cfg, ion_writing, known.strip() or recorded or "")
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
+                n_recorded = sum(bool(cells[-1]) for cells in queries.cells) if recorded else 0
                 st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
-                                                        ion_writing, n_ion_refused, summary)
+                                                        ion_writing, n_ion_refused, summary, recorded or "", n_recorded)
     batch = st.session_state.get("batch")
     if batch is not None:
         show(batch)
