@@ -206,7 +206,8 @@ def test_prepare_retro_val_rest_trains_on_the_val_reactions_after_n_val_without_
     assert products("only") == {"CCC(=O)NC", "CCOC(C)=O"} and only["reactions"] == 0
     assert Vocab.load(tmp_path / "only/vocab.json").tokens == vocab.tokens  # the given vocabulary, kept
     assert (tmp_path / "only/val.src").read_text() == (tmp_path / "plain/val.src").read_text()
-    for src, tgt in zip((tmp_path / "only/train.src").read_text().split(), (tmp_path / "only/train.tgt").read_text().split()):
+    only_src, only_tgt = ((tmp_path / f"only/train.{end}").read_text().split() for end in ("src", "tgt"))
+    for src, tgt in zip(only_src, only_tgt, strict=True):
         assert src[0] == tgt[0]  # root-aligned, as the GLN train reactions are
     # all validation rows are validation: nothing is left over
     assert prepare("retro", root, tmp_path / "all", n_val=10, workers=1, augment=3, val_rest="only")["train"] == 0

@@ -5,7 +5,8 @@ python3 -m molspec_core evaluate --model MODEL --src data/forward_mit_rooted10/t
     --tgt data/forward_mit_rooted10/train.tgt --index starts.txt --method spec-auto --out mined.json
 python3 tools/hard_examples.py build --data data/forward_mit_rooted10 --mined mined.json \
     [--replay data/forward --replay-ratio 1] --out data/forward_mit_hard_replay
-python3 -m molspec_core prepare-data --task retro --val-rest only --vocab models/retro/vocab.json --out data/retro_valrest
+python3 -m molspec_core prepare-data --task retro --val-rest only --vocab models/retro/vocab.json \
+    --out data/retro_valrest
 python3 tools/hard_examples.py build --data data/retro_valrest --replay data/retro --out data/retro_valrest_replay
 
 A `prepare-data` folder writes each training reaction's writings on consecutive lines. Forward's share one
