@@ -299,19 +299,21 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
 
 def _val_rest(reactions: list[str], augment: int, seed0: int, workers: int,
               held_out: set[str]) -> tuple[list[tuple[list[Pair], bool]], int]:
-    """Root-aligned pairs of GLN val reactions (atom-mapped) whose canonical product is not in `held_out`
-    (canonical SMILES), and how many were left out for it."""
+    """Root-aligned pairs of the GLN val reactions (atom-mapped) RDKit reads whose canonical product is not in
+    `held_out` (SMILES), and how many were left out for that product."""
     from .chem import canonical_or_none
 
     held = {canonical_or_none(s) for s in held_out}
-    kept = []
+    kept, leaked = [], 0
     for rxn in reactions:
         reactants, _, product = rxn.split(">")
         pair = _retro_pair((reactants, product))
-        if pair is not None and pair.src not in held:
+        if pair is not None and pair.src in held:
+            leaked += 1
+        elif pair is not None:
             kept.append(rxn)
     jobs = [(rxn, rxn, augment, seed0 + i) for i, rxn in enumerate(kept)]
-    return parallel_map(_retro_augmented, jobs, workers, 500), len(reactions) - len(kept)
+    return parallel_map(_retro_augmented, jobs, workers, 500), leaked
 
 
 def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: Vocab | None = None) -> None:
