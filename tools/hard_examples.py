@@ -106,7 +106,8 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
     what = "hard examples" if mined is not None else "every pair"
     stats = {"task": source["task"], "data": f"{what} of {data}" + (f", {replay} replayed" if replay else ""),
              "mined_model": mined and mined.get("model"), "mined_weights": mined and mined.get("weights"),
-             "reactions": source.get("val_rest_reactions", source.get("reactions")) if wrong is None else len(wrong),
+             "reactions": len(wrong) if wrong is not None else  # prepare-data's count, its GLN val ones too
+             source.get("reactions", 0) + source.get("val_rest_reactions", 0),
              "wrong_reactions": None if wrong is None else sum(wrong), "right_writings": right_writings,
              "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
              "seed": seed, "augment": source.get("augment", 1), "train": len(pairs)}
