@@ -237,6 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-rest", choices=VAL_REST, default="",
                    help="retro: the GLN val reactions after the first --n-val (3,001 of 5,001 by default) join the "
                    "training reactions (add) or are the training split alone (only: fine-tune data, with --vocab)")
+    p.add_argument("--rows-before", type=int, default=0,
+                   help="forward-mit: train only on the USPTO-MIT valid rows from --n-val up to this row: with "
+                   "--n-val 500 --rows-before 2000, the 1,500 rows a model split by default validated on and never "
+                   "trained on (fine-tune data, with --vocab)")
 
     p = sub.add_parser("average", help="the mean of fine-tuned models' weights, written as a new model folder")
     p.add_argument("--model", action="append", required=True, dest="models",
@@ -645,7 +649,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     vocab = Vocab.load(Path(args.vocab)) if args.vocab else None
     stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val,
-                    args.workers, args.augment, vocab, args.rooted, args.val_rest)
+                    args.workers, args.augment, vocab, args.rooted, args.val_rest, args.rows_before)
     print(json.dumps(stats, indent=2))
     return 0
 

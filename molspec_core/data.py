@@ -14,7 +14,8 @@ writings and pool the answers, as the retro model does (root_aligned).
 Forward fine-tuning ("forward-mit"): only the USPTO-MIT valid rows after the first n_val, as the test
 set writes its queries, optionally with other writings of each source (random, or rooted as the app
 reads a query); encoded with the vocabulary of the model to be fine-tuned. The same held-out products
-are removed.
+are removed. With rows_before N, only the rows from n_val up to row N train: with n_val below the default,
+the validation rows of a model split by default, which it never trained on.
 
 Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-mapped by RXNMapper)
 with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products. With
@@ -193,21 +194,27 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
 
 
 def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: Vocab | None, rooted: bool = False,
-                        workers: int = 2) -> dict:
+                        workers: int = 2, rows_before: int = 0) -> dict:
     """Fine-tune data: the USPTO-MIT valid rows after the first n_val only (the test set's own writing,
     reagents included), each source in up to `augment` writings, MIT's own first; the product stays
     canonical. The other writings are random ones (chem.random_writing, seeded per row), or with `rooted`
     the rooted writings the app reads a query in (as prepare_forward writes them): the data the shipped
-    forward model was fine-tuned on since session 32 (its card, CPU runs 18-30)."""
+    forward model was fine-tuned on since session 32 (its card, CPU runs 18-30). `rows_before` N > n_val: only
+    the rows n_val..N-1 (rows a model validated on the first N never trained on)."""
     from .chem import ChemError, random_writing
 
     if augment < 1:
         raise ValueError("forward-mit: augment is the writings of each source, at least 1")
+    if rows_before and rows_before <= n_val:
+        raise ValueError(f"forward-mit: rows_before {rows_before} must lie past n_val {n_val}")
     mit = mit_split(root, n_val)
-    kept = [p for p in mit.train if p.tgt not in mit.held_out]
+    rows = mit.train[:rows_before - n_val] if rows_before else mit.train
+    kept = [p for p in rows if p.tgt not in mit.held_out]
     stats: dict = {"task": "forward", "data": "forward-mit, rooted writings" if rooted else "forward-mit",
-                   "mit_valid_rows_for_training": len(mit.train),
-                   "removed_leakage_mit_test_or_val_product": len(mit.train) - len(kept)}
+                   "mit_valid_rows_for_training": len(rows),
+                   "removed_leakage_mit_test_or_val_product": len(rows) - len(kept)}
+    if rows_before:
+        stats["mit_valid_rows"] = f"{n_val}-{n_val + len(rows) - 1}"
     if rooted:
         reactions = dedupe(keep_short(kept))
         train = in_rooted_writings(reactions, augment, workers)
@@ -363,7 +370,7 @@ DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "retro": 20}  # writings of e
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
-            vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "") -> dict:
+            vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "", rows_before: int = 0) -> dict:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
     if augment is not None and task not in DEFAULT_AUGMENT:
@@ -374,6 +381,8 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
         raise ValueError(f"val_rest {val_rest!r}: one of {', '.join(VAL_REST)}")
     if val_rest and task != "retro":
         raise ValueError(f"{task}: val_rest is for retro (forward always trains on the MIT valid rows after n_val)")
+    if rows_before and task != "forward-mit":
+        raise ValueError(f"{task}: rows_before is for forward-mit (retro's unused validation rows: val_rest)")
     if rooted and task != "forward-mit":
         raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, "
                          "retro's root-aligned)")
@@ -381,5 +390,5 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment)
     if task == "forward-mit":
-        return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers)
+        return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers, rows_before)
     return prepare_retro(root, out, n_val, workers, augment, val_rest, vocab)

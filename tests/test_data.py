@@ -256,6 +256,30 @@ def test_prepare_forward_mit_rooted_writes_the_writings_the_app_reads_and_marks_
     assert (tmp_path / "one/train.src").read_text() == source + "\n" and not root_aligned(one)
 
 
+def test_prepare_forward_mit_rows_before_trains_on_the_validation_rows_a_default_split_held_back(tmp_path):
+    # four MIT valid rows: validation with n_val=1; rows 1 and 2 are validation rows of a split at 3 (a test
+    # product, then a new reaction); row 3 a training row of both
+    root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.Nc1ccccc1", "CC(=O)Nc1ccccc1")
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\nCC(=O)Cl.Nc1ccccc1\nCC=O.[BH4-].[Na+]\n")
+    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCOC(C)=O\nCC(=O)Nc1ccccc1\nCCO\n")
+    vocab = Vocab.build(["CC(=O)Cl.Nc1ccccc1.CCN.O=CC.CCNCC", "[H-].[Na+].[BH4-]"])
+    stats = prepare("forward-mit", root, tmp_path / "new", n_val=1, augment=1, vocab=vocab, rows_before=3)
+    assert (tmp_path / "new/train.tgt").read_text().splitlines() == ["CC(=O)Nc1ccccc1"]  # not row 3's CCO
+    assert (stats["mit_valid_rows"], stats["mit_valid_rows_for_training"]) == ("1-2", 2)
+    assert stats["removed_leakage_mit_test_or_val_product"] == 1  # row 1 still makes a test product
+    assert (tmp_path / "new/val.tgt").read_text().splitlines() == ["CCNCC"]
+    everything = prepare("forward-mit", root, tmp_path / "all", n_val=1, augment=1, vocab=vocab)
+    assert (tmp_path / "all/train.tgt").read_text().splitlines() == ["CC(=O)Nc1ccccc1", "CCO"]
+    assert "mit_valid_rows" not in everything
+    import pytest
+
+    with pytest.raises(ValueError, match="must lie past n_val"):
+        prepare("forward-mit", root, tmp_path / "none", n_val=3, vocab=vocab, rows_before=3)
+    with pytest.raises(ValueError, match="rows_before is for forward-mit"):
+        prepare("retro", root, tmp_path / "retro", rows_before=3)
+
+
 def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     import pytest
 

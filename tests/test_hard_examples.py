@@ -121,3 +121,7 @@ def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
     assert sorted(pair for pair in got if not pair[0].startswith("CCCCC")) == sorted((p.src, p.tgt) for p in RETRO)
     assert (stats["hard_pairs"], stats["replay_pairs"], stats["reactions"]) == (len(RETRO), len(RETRO), 3)
     assert stats["wrong_reactions"] is None and stats["data"].startswith("every pair of")
+    # forward's stats name the count train_reactions (`prepare-data --task forward-mit --rows-before`)
+    write_splits(tmp_path / "fwd", {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]},
+                 {"task": "forward", "augment": 10, "train_reactions": 4})
+    assert tool.build(tmp_path / "fwd", None, tmp_path / "fwd_mix")["reactions"] == 4

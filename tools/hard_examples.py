@@ -85,10 +85,16 @@ def hard_pairs(train: list[Pair], starts: list[int], wrong: list[bool], right_wr
     return out
 
 
+def folder_reactions(stats: dict) -> int:
+    """A prepare-data folder's training reactions: forward's stats call them train_reactions, retro's reactions
+    (its GLN val reactions apart, as val_rest_reactions)."""
+    return stats.get("train_reactions", stats.get("reactions", 0)) + stats.get("val_rest_reactions", 0)
+
+
 def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, replay: Path | None = None,
           replay_ratio: float = 1.0, seed: int = 0) -> dict:
-    """`mined` None: every reaction of `data` is new to the model (`prepare-data --task retro --val-rest only`),
-    so all its writings are kept, as a wrong one's."""
+    """`mined` None: every reaction of `data` is new to the model (`prepare-data --task retro --val-rest only`,
+    `--task forward-mit --rows-before`), so all its writings are kept, as a wrong one's."""
     train = split(data, "train")
     rng = random.Random(seed)
     if mined is None:
@@ -106,8 +112,7 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
     what = "hard examples" if mined is not None else "every pair"
     stats = {"task": source["task"], "data": f"{what} of {data}" + (f", {replay} replayed" if replay else ""),
              "mined_model": mined and mined.get("model"), "mined_weights": mined and mined.get("weights"),
-             "reactions": len(wrong) if wrong is not None else  # prepare-data's count, its GLN val ones too
-             source.get("reactions", 0) + source.get("val_rest_reactions", 0),
+             "reactions": len(wrong) if wrong is not None else folder_reactions(source),
              "wrong_reactions": None if wrong is None else sum(wrong), "right_writings": right_writings,
              "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
              "seed": seed, "augment": source.get("augment", 1), "train": len(pairs)}
