@@ -8,6 +8,10 @@ python3 tools/hard_examples.py build --data data/forward_mit_rooted10 --mined mi
 python3 -m molspec_core prepare-data --task retro --val-rest only --vocab models/retro/vocab.json \
     --out data/retro_valrest
 python3 tools/hard_examples.py build --data data/retro_valrest --replay data/retro --out data/retro_valrest_replay
+python3 -m molspec_core prepare-data --task forward-mit --n-val 500 --rows-before 2000 --augment 10 --rooted \
+    --vocab models/forward/vocab.json --out data/forward_mit_new500
+python3 tools/hard_examples.py build --data data/forward_mit_new500 --replay data/forward --replay-ratio 2 \
+    --out data/forward_new500_replay
 
 A `prepare-data` folder writes each training reaction's writings on consecutive lines. Forward's share one
 target, the reaction's product (`data.in_rooted_writings`); retro's root-aligned writings each have their own
