@@ -259,7 +259,8 @@ def test_prepare_forward_mit_rooted_writes_the_writings_the_app_reads_and_marks_
 def test_prepare_forward_mit_rows_before_trains_on_the_validation_rows_a_default_split_held_back(tmp_path):
     # four MIT valid rows: validation with n_val=1; rows 1 and 2 are validation rows of a split at 3 (a test
     # product, then a new reaction); row 3 a training row of both
-    root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.Nc1ccccc1", "CC(=O)Nc1ccccc1")
+    root = tmp_path / "data"
+    make_tree(root)
     mit = root / "uspto_mit/derived"
     write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC(=O)O.CO.[H-].[Na+]\nCC(=O)Cl.Nc1ccccc1\nCC=O.[BH4-].[Na+]\n")
     write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCOC(C)=O\nCC(=O)Nc1ccccc1\nCCO\n")
