@@ -43,9 +43,8 @@ def records_without_time(path) -> list[list[str]]:
 
 # Cells computed in float32 whose last printed digit may differ between the two paths: a Ray worker cuts
 # its block into other batches than the single-process window (other padding, other batch-mates) and runs
-# its own thread count, and BLAS kernels sum in an order that follows the shapes and threads. On an AMD
-# EPYC host 75 of 3,287 rows differed so (-7.2662 printed as probability 0.0006987 or 0.0006988), never
-# in an answer. Printed as 4 decimals (score, confidence) or 4 significant digits (the probabilities).
+# its own thread count, and BLAS kernels sum in an order that follows the shapes and threads (README,
+# "Many queries: Ray"). Printed as 4 decimals (score, confidence) or 4 significant digits (probabilities).
 FLOAT_CELLS = {"score", "probability", "confidence", "forward_prob"}
 
 
@@ -54,9 +53,9 @@ def assert_same_predictions(got: list[list[str]], expected: list[list[str]]) -> 
     the float cells equal to a unit of their last printed digit (FLOAT_CELLS)."""
     assert got[0] == expected[0] and len(got) == len(expected)
     floats = [i for i, name in enumerate(expected[0]) if name in FLOAT_CELLS]
+    exact = [i for i in range(len(expected[0])) if i not in floats]
     assert "score" in expected[0]  # the names are ours (an SD file's records hold fewer of them)
     for n, (row, want) in enumerate(zip(got[1:], expected[1:]), start=1):
-        exact = [i for i in range(len(want)) if i not in floats]
         assert [row[i] for i in exact] == [want[i] for i in exact], n
         for i in floats:
             a, b = row[i], want[i]
