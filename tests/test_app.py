@@ -247,7 +247,7 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "Predictions" in texts(at.subheader)
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     arithmetic = ", int8 arithmetic" if common.int8_offered() else ""  # what computed the answers, said with them
-    assert re.search(f"tokens · Beam search, 5-best, 5 writings{arithmetic} · decoded in [0-9.]+ m?s($| )",
+    assert re.search(f"11 tokens · Beam search, 5-best, 5 writings{arithmetic} · decoded in [0-9.]+ m?s($| )",
                      texts(at.caption))
     assert at.session_state["shown"].result.dtype == ("int8" if arithmetic else "float32")  # and what did
     metrics = {m.label: m.value for m in at.metric}
@@ -392,6 +392,15 @@ def test_a_model_that_cannot_take_int8_computes_in_float32_and_says_why(copy_mod
     predict(at, "Oc1ccncc1Cl")
     assert_clean(at)
     assert "Oc1ccncc1Cl" in texts(at.code) and "int8" not in texts(at.caption)  # the query's line names none
+
+
+def test_the_query_line_counts_its_tokens_in_words(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "C")
+    assert_clean(at)
+    assert re.search(r"(^| )1 token · ", texts(at.caption))
+    predict(at, "CO")
+    assert re.search(r"(^| )2 tokens · ", texts(at.caption))
 
 
 def test_speedup_copied_tokens_and_3d_tabs(copy_models, monkeypatch):
