@@ -327,12 +327,18 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: V
     """Text and uint8 token arrays of each split. `vocab`: encode with this one (fine-tuning a model,
     whose vocabulary must not change) instead of building one from the training rows."""
     out.mkdir(parents=True, exist_ok=True)
-    for name, pairs in splits.items():
-        (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
-        (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
     # uint8 token arrays: the rarest tokens are left out (read as unknown) when there are more
     if vocab is None:
         vocab = Vocab.build((s for p in splits["train"] for s in (p.src, p.tgt)), max_size=UINT8_TOKENS)
+    # A training target with a token outside the vocabulary would teach the model to write <unk>: such
+    # pairs are dropped (an unknown source token only blurs what the model reads, and is kept).
+    writable = [p for p in splits["train"] if UNK_ID not in vocab.encode(p.tgt, strict=False)]
+    stats["train_dropped_unknown_target"] = len(splits["train"]) - len(writable)
+    splits = {**splits, "train": writable}
+    stats["train"] = len(writable)
+    for name, pairs in splits.items():
+        (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
+        (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
     vocab.save(out / "vocab.json")
     unknown = {name: save_arrays(out / f"{name}.npz", splits[name], vocab) for name in ("train", "val")}
     stats["vocab_size"] = len(vocab)

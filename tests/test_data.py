@@ -281,6 +281,28 @@ def test_prepare_forward_mit_rows_before_trains_on_the_validation_rows_a_default
         prepare("retro", root, tmp_path / "retro", rows_before=3)
 
 
+def test_prepare_drops_training_pairs_whose_target_the_vocabulary_cannot_write(tmp_path):
+    # MIT valid rows: validation (n_val=1); a source with a token the model's vocabulary lacks ([Pd]); a
+    # product with one ([Si], through its reactant); a plain one
+    root = tmp_path / "data"
+    make_tree(root)
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz",
+             "CCN.O=CC\nCC(=O)Cl.Nc1ccccc1.[Pd]\nC[Si](C)(C)Cl.OCC\nCC=O.[BH4-].[Na+]\n")
+    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCC(=O)Nc1ccccc1\nCCO[Si](C)(C)C\nCCO\n")
+    vocab = Vocab.build(["CC(=O)Cl.Nc1ccccc1.CCN.O=CC.CCNCC", "[H-].[Na+].[BH4-]"])
+    stats = prepare("forward-mit", root, tmp_path / "out", n_val=1, augment=1, vocab=vocab)
+    src = (tmp_path / "out/train.src").read_text().splitlines()
+    tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
+    # the silyl ether would teach the model to write <unk>: dropped; the unknown reagent is only read, and kept
+    assert tgt == ["CC(=O)Nc1ccccc1", "CCO"] and src[0] == "CC(=O)Cl.Nc1ccccc1.[Pd]"
+    assert stats["train_dropped_unknown_target"] == 1 and stats["train"] == 2
+    assert stats["train_tokens_unknown"] == 1  # [Pd], in the kept source
+    arrays_src, arrays_tgt = load_arrays(tmp_path / "out/train.npz")
+    assert [vocab.decode(a) for a in arrays_tgt] == tgt and len(arrays_src) == 2
+    assert json.loads((tmp_path / "out/stats.json").read_text())["train"] == 2
+
+
 def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     import pytest
 
