@@ -50,7 +50,7 @@ def test_relaxed_gets_no_sampling_sliders(draft_models, monkeypatch):
     assert once.stats.model_calls <= len(once.predictions[0].tokens) + 1  # one decode, not five
 
 
-@pytest.mark.parametrize("name, shape", [("sbs", "1 × 4 tokens"), ("sbs-exact", "1 × 1 tokens")])
+@pytest.mark.parametrize("name, shape", [("sbs", "1 draft of 4 tokens"), ("sbs-exact", "1 draft of 1 token")])
 def test_speculative_beam_shows_its_own_default_drafts(draft_models, monkeypatch, name, shape):
     """The sidebar got no default for sbs and sbs-exact (resolve raised KeyError): no caption, and
     the hand-set slider started at 16 while they ran at 4 and 2 (on this CPU sbs-exact drafts 1)."""

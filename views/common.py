@@ -168,7 +168,7 @@ class Settings:
         if reads(self.method, "n_best"):
             text += f", {self.n_best}-best"
         if reads(self.method, "draft_len") and self.draft_len is not None:
-            text += f", drafts {self.n_drafts or 1}×{self.draft_len}"
+            text += f", {counted(self.n_drafts or 1, 'draft')} of {counted(self.draft_len, 'token')}"
         if self.augment > 1:
             text += f", {self.augment} writings"
         if self.dtype != "float32":
@@ -224,9 +224,9 @@ def render_sidebar() -> Settings:
             if reads(method, "n_drafts"):
                 n_drafts = sb.slider("Number of drafts", 1, 32, default_n, key="n_drafts")
         elif METHODS[method].drafts == "model":
-            sb.caption(f"Drafts: {default_len} tokens from the draft model")
+            sb.caption(f"Drafts: {counted(default_len, 'token')} from the draft model")
         else:
-            sb.caption(f"Drafts: {default_n} × {default_len} tokens ({drafter} drafter)")
+            sb.caption(f"Drafts: {counted(default_n, 'draft')} of {counted(default_len, 'token')} ({drafter} drafter)")
     augment = APP_AUGMENT if predictor is not None and predictor.augmentable and sb.toggle(
         f"Read the query in {APP_AUGMENT} writings", value=True, key=f"augment_{task}",
         help=f"The model reads the query written from {APP_AUGMENT} different atoms and pools its answers, "
@@ -306,6 +306,11 @@ def load_examples() -> list[Example]:
 # ---- formatting -------------------------------------------------------------------------------
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:])")
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 token', '2 tokens': a count with its noun in the right number."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def md_escape(text: str) -> str:

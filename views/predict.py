@@ -193,8 +193,8 @@ def show_query(shown: Shown) -> None:
     with right:
         st.caption("Canonical query (what the model reads)")
         st.code(result.canonical_query, language=None, wrap_lines=True)
-        count = len(result.source_tokens)
-        line = f"{count} token{'' if count == 1 else 's'} · {shown.settings.describe()} · decoded in {decode_time(result)}"
+        line = (f"{common.counted(len(result.source_tokens), 'token')} · {shown.settings.describe()} · "
+                f"decoded in {decode_time(result)}")
         if shown.example:
             line += f" · example: {shown.example}"
         st.caption(common.md_escape(line))

@@ -118,7 +118,7 @@ def step_facts(step: RouteStep) -> str:
 def show_route(rank: int, route: Route) -> None:
     steps = route.steps()
     step_of = {step.product: number for number, (_, step) in enumerate(steps, start=1)}
-    title = (f"Route {rank}: {route.n_steps} step{'s' if route.n_steps > 1 else ''}, "
+    title = (f"Route {rank}: {common.counted(route.n_steps, 'step')}, "
              f"probability {common.format_probability(route.score)}")
     with st.expander(title, expanded=rank == 1):
         procure = route.starting_materials()
@@ -169,7 +169,7 @@ def show(shown: Shown) -> None:
     if result.stats.target_in_stock:
         st.info("The target itself is in the stock; the routes below make it anyway.", icon=":material/inventory_2:")
     if result.routes:
-        st.success(f"{len(result.routes)} route{'s' if len(result.routes) > 1 else ''} to the stock found, best "
+        st.success(f"{common.counted(len(result.routes), 'route')} to the stock found, best "
                    "first (the highest product of the steps' probabilities).", icon=":material/route:")
     else:
         st.warning(f"No route to the stock was found within {result.stats.time_limit_s:g} s. Try a longer time, "
