@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare-data", help="tokenized train/val/test files from the USPTO data")
     p.add_argument("--task", choices=TASKS, required=True,
-                   help="forward-mit: fine-tune data, the USPTO-MIT valid rows alone (use with --vocab)")
+                   help="forward-mit: fine-tune data, the USPTO-MIT valid rows alone; forward-gln: fine-tune "
+                   "data, USPTO-50K's GLN val reactions read forward (use both with --vocab)")
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
     p.add_argument("--out", required=True)
     p.add_argument("--n-val", type=int, default=2000)
@@ -228,12 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "
                         f"app reads a query (default {DEFAULT_AUGMENT['forward']}); forward-mit: writings of each "
-                        f"source, the others random or --rooted (default {DEFAULT_AUGMENT['forward-mit']})")
+                        f"source, the others random or --rooted (default {DEFAULT_AUGMENT['forward-mit']}); "
+                        f"forward-gln: the same, the others rooted (default {DEFAULT_AUGMENT['forward-gln']})")
     p.add_argument("--rooted", action="store_true",
                    help="forward-mit: the other writings rooted as the app reads a query, not random (a model "
                         "trained so reads a query in several writings; the shipped forward model's fine-tune data)")
-    p.add_argument("--vocab", default=None, help="forward-mit, retro: encode with this vocabulary.json (the model "
-                   "to fine-tune), not a new one")
+    p.add_argument("--vocab", default=None, help="forward-mit, forward-gln, retro: encode with this vocabulary.json "
+                   "(the model to fine-tune), not a new one")
     p.add_argument("--val-rest", choices=VAL_REST, default="",
                    help="retro: the GLN val reactions after the first --n-val (3,001 of 5,001 by default) join the "
                    "training reactions (add) or are the training split alone (only: fine-tune data, with --vocab)")

@@ -21,6 +21,11 @@ Retro (product -> reactants): USPTO-50K, GLN-compatible train (derived, atom-map
 with root-aligned SMILES augmentation (rsmiles.py), GLN val and test with canonical products. With
 val_rest, the GLN val reactions after the first n_val are training reactions too ("add"), or alone ("only": a
 fine-tune folder in the model's vocabulary), leakage filtered as forward's.
+
+Forward fine-tuning on USPTO-50K ("forward-gln"): the GLN val reactions read forward, which the forward pool
+lacks (it holds 50K's train reactions only), each source in up to `augment` rooted writings; validation and
+test as forward's. Left out: any whose product is a USPTO-MIT test or validation product, or a USPTO-50K test
+product (the stereo check reads those reactions forward).
 """
 from __future__ import annotations
 
@@ -239,6 +244,31 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
     return stats
 
 
+def prepare_forward_gln(root: Path, out: Path, n_val: int, augment: int, vocab: Vocab | None,
+                        workers: int = 2) -> dict:
+    """Fine-tune data: the 5,001 GLN val reactions of USPTO-50K read forward (reactants -> product, as the pool's
+    50K train reactions are; no reagents), each source in up to `augment` writings, its canonical writing first,
+    then the rooted ones the app reads a query in; validation and test as prepare_forward's (USPTO-MIT)."""
+    from .chem import canonical_or_none
+
+    if augment < 1:
+        raise ValueError("forward-gln: augment is the writings of each source, at least 1")
+    mit = mit_split(root, n_val)
+    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
+    held_out = mit.held_out | {canonical_or_none(s) for s in read_lines(test_dir / "products.txt")}
+    reactions = list(gln_reactions(root / "uspto50k/gln_split/raw_val.csv"))
+    pairs = [p for p in convert(reactions, "forward", workers) if p is not None]
+    kept = dedupe(keep_short([p for p in pairs if p.tgt not in held_out]))
+    train = in_rooted_writings(kept, augment, workers)
+    stats = {"task": "forward", "data": "forward-gln: USPTO-50K GLN val reactions, rooted writings",
+             "gln_val_reactions": len(reactions), "parsed": len(pairs),
+             "removed_leakage_test_or_val_product": sum(p.tgt in held_out for p in pairs),
+             "train_reactions": len(kept), "augment": augment, "train": len(train), "val": len(mit.val),
+             "test": len(mit.test)}
+    write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)
+    return stats
+
+
 def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]:
     """Root-aligned pairs of one mapped reaction; falls back to the canonical pair (False)."""
     from .rsmiles import MappingError, augment
@@ -371,8 +401,8 @@ def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
             [tgt[to[i]:to[i + 1]] for i in range(len(to) - 1)])
 
 
-TASKS = ("forward", "forward-mit", "retro")
-DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "retro": 20}  # writings of each training reaction
+TASKS = ("forward", "forward-mit", "forward-gln", "retro")
+DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "forward-gln": 1, "retro": 20}  # writings of each training reaction
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
@@ -397,4 +427,6 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
         return prepare_forward(root, out, n_val, workers, augment)
     if task == "forward-mit":
         return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers, rows_before)
+    if task == "forward-gln":
+        return prepare_forward_gln(root, out, n_val, augment, vocab, workers)
     return prepare_retro(root, out, n_val, workers, augment, val_rest, vocab)

@@ -281,6 +281,33 @@ def test_prepare_forward_mit_rows_before_trains_on_the_validation_rows_a_default
         prepare("retro", root, tmp_path / "retro", rows_before=3)
 
 
+def test_prepare_forward_gln_reads_the_50k_val_reactions_forward_without_test_products(tmp_path):
+    from molspec_core.data import root_aligned
+    from molspec_core.rsmiles import root_views
+
+    # GLN val (retro_tree's four and a reductive amination): two new reactions (V, A); one making the USPTO-50K
+    # test product (B: ethyl acetate, written otherwise), one the USPTO-MIT test product (L: methyl acetate),
+    # one the USPTO-MIT validation product (M: diethylamine); forward validates on USPTO-MIT, not on GLN val
+    root = retro_tree(tmp_path / "data")
+    make_tree(root)
+    (root / "uspto50k/gln_split_test_unmapped_faster_ml_casp/products.txt").write_text("O=C(C)OCC")
+    raw_val = root / "uspto50k/gln_split/raw_val.csv"
+    raw_val.write_text(raw_val.read_text()
+                       + "M,1,[CH3:1][CH:2]=[O:3].[NH2:4][CH2:5][CH3:6]>>[CH3:1][CH2:2][NH:4][CH2:5][CH3:6]\n")
+    vocab = Vocab.build(["CC(=O)Cl.CCN.CCC(=O)Cl.CN.CCO.CC=O.C(=O)N.CCNCC.O=CC.CC(=O)NCC", "COC(C)=O"])
+    stats = prepare("forward-gln", root, tmp_path / "out", n_val=1, workers=1, augment=3, vocab=vocab)
+    src = (tmp_path / "out/train.src").read_text().splitlines()
+    tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
+    assert set(tgt) == {"CCNC(C)=O", "CCC(=O)NC"}
+    assert stats["gln_val_reactions"] == 5 and stats["removed_leakage_test_or_val_product"] == 3
+    assert stats["train_reactions"] == 2 and stats["task"] == "forward" and root_aligned(stats)
+    # each source canonical (fragments sorted, as the pool's), then its rooted writings
+    first = src[:tgt.count(tgt[0])]
+    assert first == root_views("CC(=O)Cl.CCN", 3) and len(first) > 1
+    assert (tmp_path / "out/val.tgt").read_text().splitlines() == ["CCNCC"]  # USPTO-MIT's first valid row
+    assert Vocab.load(tmp_path / "out/vocab.json").tokens == vocab.tokens
+
+
 def test_prepare_drops_training_pairs_whose_target_the_vocabulary_cannot_write(tmp_path):
     # MIT valid rows: validation (n_val=1); a source with a token the model's vocabulary lacks ([Pd]); a
     # product with one ([Si], through its reactant); a plain one
