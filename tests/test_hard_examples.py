@@ -125,3 +125,33 @@ def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
     write_splits(tmp_path / "fwd", {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]},
                  {"task": "forward", "augment": 10, "train_reactions": 4})
     assert tool.build(tmp_path / "fwd", None, tmp_path / "fwd_mix")["reactions"] == 4
+
+
+def test_also_adds_every_pair_of_more_new_reactions_keeping_the_first_folders_validation(tool, tmp_path):
+    # two folders of reactions new to the model (`--task forward-mit --rows-before`, `--task forward-gln`), written
+    # in the model's vocabulary, mixed with replay as one
+    from molspec_core.tokenizer import Vocab
+
+    vocab = Vocab.build(["CC.O.N.Cl.Br"])
+    stats = {"task": "forward", "augment": 10, "train_reactions": 1}
+    new500, gln = tmp_path / "new500", tmp_path / "gln"
+    amine, bromide = [Pair("CC.N", "CCN")], [Pair("CC.Br", "CCBr")]
+    write_splits(new500, {"train": [Pair("CC.O", "CCO"), Pair("O.CC", "CCO")], "val": amine, "test": amine},
+                 dict(stats), vocab)
+    write_splits(gln, {"train": [Pair("CC.Cl", "CCCl")], "val": bromide, "test": bromide}, dict(stats), vocab)
+    pool = folder(tmp_path / "pool", [Pair("C" * (i + 5) + ".O", "CCO") for i in range(40)], augment=5)
+    stats = tool.build(new500, None, tmp_path / "mix", replay=pool, replay_ratio=2.0, seed=3, also=(gln,))
+    mix = tmp_path / "mix"
+    got = list(zip((mix / "train.src").read_text().split(), (mix / "train.tgt").read_text().split()))
+    assert sorted(pair for pair in got if not pair[0].startswith("CCCCC")) == [
+        ("CC.Cl", "CCCl"), ("CC.O", "CCO"), ("O.CC", "CCO")]
+    assert (stats["hard_pairs"], stats["replay_pairs"], stats["reactions"]) == (3, 6, 2)
+    assert str(gln) in stats["data"] and (mix / "val.tgt").read_text().split() == ["CCN"]  # the first folder's
+    other_vocab = folder(tmp_path / "other", [Pair("CC.S", "CCS")])
+    with pytest.raises(ValueError, match="another vocabulary"):
+        tool.build(new500, None, tmp_path / "bad", also=(other_vocab,))
+    write_splits(tmp_path / "retro", {"train": [Pair("CCO", "CC.O")], "val": [], "test": []}, {"task": "retro"}, vocab)
+    with pytest.raises(ValueError, match="not a forward folder"):
+        tool.build(new500, None, tmp_path / "bad", also=(tmp_path / "retro",))
+    with pytest.raises(ValueError, match="without --mined"):
+        tool.build(new500, mined([1]), tmp_path / "bad", also=(gln,))

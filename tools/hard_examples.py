@@ -12,6 +12,8 @@ python3 -m molspec_core prepare-data --task forward-mit --n-val 500 --rows-befor
     --vocab models/forward/vocab.json --out data/forward_mit_new500
 python3 tools/hard_examples.py build --data data/forward_mit_new500 --replay data/forward --replay-ratio 2 \
     --out data/forward_new500_replay
+python3 tools/hard_examples.py build --data data/forward_mit_new500 --also data/forward_gln10 \
+    --replay data/forward_mit_rooted10 --replay-ratio 2 --out data/forward_new_mitreplay
 
 A `prepare-data` folder writes each training reaction's writings on consecutive lines. Forward's share one
 target, the reaction's product (`data.in_rooted_writings`); retro's root-aligned writings each have their own
@@ -96,13 +98,22 @@ def folder_reactions(stats: dict) -> int:
 
 
 def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, replay: Path | None = None,
-          replay_ratio: float = 1.0, seed: int = 0) -> dict:
+          replay_ratio: float = 1.0, seed: int = 0, also: tuple[Path, ...] = ()) -> dict:
     """`mined` None: every reaction of `data` is new to the model (`prepare-data --task retro --val-rest only`,
-    `--task forward-mit --rows-before`), so all its writings are kept, as a wrong one's."""
+    `--task forward-mit --rows-before`), so all its writings are kept, as a wrong one's; so are those of each
+    folder in `also` (more new reactions for the same model: its task and vocabulary; `data`'s validation)."""
     train = split(data, "train")
     rng = random.Random(seed)
+    source = json.loads((data / "stats.json").read_text())
+    if also and mined is not None:
+        raise ValueError("--also adds new reactions: give it without --mined")
+    for folder in also:
+        if json.loads((folder / "stats.json").read_text())["task"] != source["task"]:
+            raise ValueError(f"{folder}: not a {source['task']} folder, as {data} is")
+        if Vocab.load(folder / "vocab.json").tokens != Vocab.load(data / "vocab.json").tokens:
+            raise ValueError(f"{folder}: another vocabulary than {data}'s (prepare both with the model's --vocab)")
     if mined is None:
-        wrong, pairs = None, list(train)
+        wrong, pairs = None, list(train) + [pair for folder in also for pair in split(folder, "train")]
     else:
         starts = folder_starts(data, train)
         wrong = wrong_reactions(mined, data, len(starts))
@@ -112,11 +123,12 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
         pool = split(replay, "train")
         pairs += rng.sample(pool, min(len(pool), round(replay_ratio * n_hard)))
     rng.shuffle(pairs)
-    source = json.loads((data / "stats.json").read_text())
     what = "hard examples" if mined is not None else "every pair"
-    stats = {"task": source["task"], "data": f"{what} of {data}" + (f", {replay} replayed" if replay else ""),
+    of = " and ".join(str(folder) for folder in (data, *also))
+    stats = {"task": source["task"], "data": f"{what} of {of}" + (f", {replay} replayed" if replay else ""),
              "mined_model": mined and mined.get("model"), "mined_weights": mined and mined.get("weights"),
-             "reactions": len(wrong) if wrong is not None else folder_reactions(source),
+             "reactions": len(wrong) if wrong is not None else sum(
+                 folder_reactions(json.loads((folder / "stats.json").read_text())) for folder in (data, *also)),
              "wrong_reactions": None if wrong is None else sum(wrong), "right_writings": right_writings,
              "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
              "seed": seed, "augment": source.get("augment", 1), "train": len(pairs)}
@@ -136,6 +148,9 @@ def main() -> None:
     b.add_argument("--data", type=Path, required=True, help="the prepare-data folder that was mined")
     b.add_argument("--mined", type=Path, default=None, help="evaluate's report on `starts`' index; without it "
                    "every pair of --data is kept (reactions new to the model)")
+    b.add_argument("--also", type=Path, action="append", default=[], help="without --mined: another prepare-data "
+                   "folder of new reactions in --data's vocabulary whose every pair joins (repeatable; the validation "
+                   "split stays --data's)")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--right-writings", type=int, default=3)
     b.add_argument("--replay", type=Path, default=None, help="a prepare-data folder whose train pairs to replay")
@@ -149,7 +164,7 @@ def main() -> None:
     else:
         mined = json.loads(args.mined.read_text()) if args.mined else None
         stats = build(args.data, mined, args.out, args.right_writings, args.replay,
-                      args.replay_ratio, args.seed)
+                      args.replay_ratio, args.seed, tuple(args.also))
         print(json.dumps(stats, indent=2))
 
 
