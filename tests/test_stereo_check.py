@@ -51,3 +51,12 @@ def test_reactions_fall_in_groups_by_the_stereo_of_the_known_answer_and_of_the_q
         "kept": [0], "created": [1], "none": []}
     # retro: the product is the query, the reactants the answer
     assert tool.group_lines(products, reactants, seen=set()) == {"kept": [0, 3], "created": [], "none": [1, 2]}
+
+
+def test_an_earlier_reports_reactions_are_decoded_again_unless_a_fine_tune_trained_on_them(tool):
+    earlier = report([1, 0], [0], [1])  # lines 0 and 1 kept, 0 created, 0 none
+    earlier["created"]["lines"], earlier["none"]["lines"] = [2], [3]
+    knowns = ["C[C@H](O)CC", "CC[C@@H](C)O", "C[C@H](O)C=C", "CCO"]
+    assert tool.lines_of(earlier, knowns, seen={"CCC"}) == {"kept": [0, 1], "created": [2], "none": [3]}
+    with pytest.raises(ValueError, match="1 of the reactions"):
+        tool.lines_of(earlier, knowns, seen={"CCO"})

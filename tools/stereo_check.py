@@ -2,6 +2,8 @@
 
 python3 tools/stereo_check.py --train-tgt data/forward/train.tgt [--model forward] [--out REPORT.json]
     [--against bench/accuracy/forward_50k_stereo_int8.json]
+python3 tools/stereo_check.py --lines-from bench/accuracy/forward_50k_stereo_int8.json --model runs/X/export \
+    --train-tgt data/FINE_TUNE/train.tgt --against bench/accuracy/forward_50k_stereo_int8.json
 python3 tools/stereo_check.py --task retro [--model retro] [--plain 300] [--out REPORT.json]
 
 The USPTO-MIT test set holds no stereocentres, so the forward model's test figures say nothing about them.
@@ -9,7 +11,9 @@ USPTO-50K's test reactions (GLN split, 5,007) do. Forward, the reactants are the
 known answer; a reaction whose product is among the model's training targets (--train-tgt: the `prepare-data
 --task forward` folder's train.tgt, the pool and the USPTO-MIT rows) is left out. Retro (--task retro), the
 product is the query and the reactants the known answer; the split is the retro model's own, so nothing is
-left out. The reactions fall in three groups by the known answer:
+left out. With --lines-from (an earlier report) the reactions that report decoded are decoded again, without
+the pool's folder: for a fine-tune of that model, whose --train-tgt (its fine-tune folder's) must then make
+none of their known answers. The reactions fall in three groups by the known answer:
 
   kept     the answer has stereo (@, /, \\) and so does the query: the model has to carry it over
   created  the answer has stereo the query lacks (forward: an asymmetric step or a resolution the reaction
@@ -71,11 +75,25 @@ def group_lines(queries: list[str], knowns: list[str], seen: set[str]) -> dict[s
     return groups
 
 
+def lines_of(earlier: dict, knowns: list[str], seen: set[str]) -> dict[str, list[int]]:
+    """The test lines of each group an earlier report decoded; a ValueError where the known answer of any is in
+    seen (a fine-tune trained on it: the comparison would not be fair)."""
+    groups = {group: list(earlier[group]["lines"]) for group in GROUPS}
+    trained = [i for lines in groups.values() for i in lines if canonical_or_none(knowns[i]) in seen]
+    if trained:
+        raise ValueError(f"{len(trained)} of the reactions to decode (test lines {trained[:5]}...) have a known "
+                         "answer among the training targets")
+    return groups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="forward", choices=tuple(TASK_DEFAULTS))
     parser.add_argument("--model", help="model folder, or the shipped model's name (default: the task's)")
-    parser.add_argument("--train-tgt", help="forward: the model's training targets, to leave out (required)")
+    parser.add_argument("--train-tgt", help="forward: the model's training targets, to leave out (required "
+                        "without --lines-from; with it, a fine-tune's targets, which none of those reactions may make)")
+    parser.add_argument("--lines-from", help="an earlier report (this tool's, same --task and --test): decode the "
+                        "reactions it decoded")
     parser.add_argument("--test", default=str(TEST), help="folder of reactants.txt and products.txt")
     parser.add_argument("--plain", type=int, default=900, help="reactions without stereo decoded as the reference")
     parser.add_argument("--augment", type=int, default=5)
@@ -83,18 +101,26 @@ def main() -> None:
     parser.add_argument("--out", help="JSON report")
     parser.add_argument("--against", help="another model's report (this tool's, same --task, --test and --plain)")
     args = parser.parse_args()
-    if args.task == "forward" and not args.train_tgt:
-        parser.error("--train-tgt is required for the forward model")
+    if args.task == "forward" and not (args.train_tgt or args.lines_from):
+        parser.error("--train-tgt (or --lines-from) is required for the forward model")
     model = args.model or args.task
     torch.set_num_threads(1)
     reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
     queries, knowns = (reactants, products) if args.task == "forward" else (products, reactants)
     seen = training_targets(Path(args.train_tgt)) if args.train_tgt else set()
-    groups = group_lines(queries, knowns, seen)
-    left_out = len(knowns) - sum(map(len, groups.values()))
+    if args.lines_from:
+        earlier = json.loads(Path(args.lines_from).read_text())
+        try:
+            groups = lines_of(earlier, knowns, seen)
+        except ValueError as exc:
+            parser.error(str(exc))
+        left_out = earlier["left_out_as_trained_on"]
+    else:
+        groups = group_lines(queries, knowns, seen)
+        left_out = len(knowns) - sum(map(len, groups.values()))
+        groups["none"] = groups["none"][:args.plain]
     report: dict = {"task": args.task, "model": model, "test": Path(args.test).name,
                     "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
-    groups["none"] = groups["none"][:args.plain]
     against = json.loads(Path(args.against).read_text()) if args.against else None
     if against:
         check_same_reactions(against, groups)  # before decoding, not after minutes of it
