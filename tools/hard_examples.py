@@ -104,13 +104,14 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
     folder in `also` (more new reactions for the same model: its task and vocabulary; `data`'s validation)."""
     train = split(data, "train")
     rng = random.Random(seed)
-    source = json.loads((data / "stats.json").read_text())
+    folders = {folder: json.loads((folder / "stats.json").read_text()) for folder in (data, *also)}
+    source, vocab = folders[data], Vocab.load(data / "vocab.json")
     if also and mined is not None:
         raise ValueError("--also adds new reactions: give it without --mined")
     for folder in also:
-        if json.loads((folder / "stats.json").read_text())["task"] != source["task"]:
+        if folders[folder]["task"] != source["task"]:
             raise ValueError(f"{folder}: not a {source['task']} folder, as {data} is")
-        if Vocab.load(folder / "vocab.json").tokens != Vocab.load(data / "vocab.json").tokens:
+        if Vocab.load(folder / "vocab.json").tokens != vocab.tokens:
             raise ValueError(f"{folder}: another vocabulary than {data}'s (prepare both with the model's --vocab)")
     if mined is None:
         wrong, pairs = None, list(train) + [pair for folder in also for pair in split(folder, "train")]
@@ -124,17 +125,16 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
         pairs += rng.sample(pool, min(len(pool), round(replay_ratio * n_hard)))
     rng.shuffle(pairs)
     what = "hard examples" if mined is not None else "every pair"
-    of = " and ".join(str(folder) for folder in (data, *also))
+    of = " and ".join(map(str, folders))
     stats = {"task": source["task"], "data": f"{what} of {of}" + (f", {replay} replayed" if replay else ""),
              "mined_model": mined and mined.get("model"), "mined_weights": mined and mined.get("weights"),
-             "reactions": len(wrong) if wrong is not None else sum(
-                 folder_reactions(json.loads((folder / "stats.json").read_text())) for folder in (data, *also)),
+             "reactions": len(wrong) if wrong is not None else sum(map(folder_reactions, folders.values())),
              "wrong_reactions": None if wrong is None else sum(wrong), "right_writings": right_writings,
              "hard_pairs": n_hard, "replay": str(replay) if replay else None, "replay_pairs": len(pairs) - n_hard,
              "seed": seed, "augment": source.get("augment", 1), "train": len(pairs)}
     splits = {"train": pairs, "val": split(data, "val"), "test": split(data, "test")}
     stats.update(val=len(splits["val"]), test=len(splits["test"]))
-    write_splits(out, splits, stats, Vocab.load(data / "vocab.json"))
+    write_splits(out, splits, stats, vocab)
     return stats
 
 
