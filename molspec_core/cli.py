@@ -97,10 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", default="float32", choices=DTYPES, help="what the decoder calls compute with: "
                        "int8 = int8 weights and activations (native engine only; answers may differ, "
                        "see the model cards)")
-        p.add_argument("--method", default="greedy", choices=METHODS)
-        p.add_argument("--n-best", type=at_least(1), default=1)
+        p.add_argument("--method", default="greedy", choices=METHODS, metavar="METHOD",
+                       help=f"decoding method: {', '.join(METHODS)} (molspec_core/methods.py; predict: greedy "
+                       "unless given; evaluate: beam with --n-best over 1, else greedy; calibrate: beam; bench "
+                       "times --methods instead)")
+        p.add_argument("--n-best", type=at_least(1), default=1, help="answers per query (beam, sbs, sbs-exact and "
+                       "the sampling methods; calibrate: 5 for those, else 1, unless given)")
         p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
-        p.add_argument("--n-drafts", type=at_least(1), default=None)
+        p.add_argument("--n-drafts", type=at_least(1), default=None, help="drafts verified per call (the spec-* "
+                       "and sbs methods; default: the method's)")
         p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE, help="queries decoded "
                        "together, cut from queries of like length")
         p.add_argument("--temperature", type=float, default=SamplingOptions.temperature, help="sampling methods")
@@ -119,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--smiles")
+    group.add_argument("--smiles", help="one query: reactants (forward) or a product (retro), or a recorded "
+                       "reaction reactants>reagents>products")
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
                        "optionally a name, per line), SD file (.sdf) or CSV with a smiles column; .gz and .xz too")
     p.add_argument("--column", help="CSV column holding the queries")
@@ -150,10 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="top-k accuracy on parallel source/target files")
     model_args(p)
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt", required=True)
+    p.add_argument("--src", required=True, help="queries, one SMILES a line (.gz too)")
+    p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
-    p.add_argument("--limit", type=at_least(1))
+    p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
     p.add_argument("--out", help="JSON report")
     augment_arg(p)
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
@@ -166,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "greedy's answers, --method greedy or spec-auto: calibration.greedy.json)")
     model_args(p)
     p.add_argument("--src", required=True, help="validation queries (never test)")
-    p.add_argument("--tgt", required=True)
-    p.add_argument("--limit", type=at_least(3), default=600)
+    p.add_argument("--tgt", required=True, help="their known answers, line by line")
+    p.add_argument("--limit", type=at_least(3), default=600, help="the first N queries (default %(default)s)")
     augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
     p.add_argument("--judge", action="store_true", help="fit nothing: judge the model's saved fit for these answers "
                    "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
@@ -176,13 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
     model_args(p)
-    p.add_argument("--src", required=True)
-    p.add_argument("--tgt")
+    p.add_argument("--src", required=True, help="queries, one SMILES a line (.gz too)")
+    p.add_argument("--tgt", help="their known answers: adds each method's accuracy to its row")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
-    p.add_argument("--limit", type=at_least(1))
-    p.add_argument("--methods", default="greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto")
+    p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
+    p.add_argument("--methods", default="greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto",
+                   help="comma-separated, timed interleaved on the same queries (default %(default)s)")
     p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--warmup", type=at_least(0), default=3)
+    p.add_argument("--warmup", type=at_least(0), default=3, help="batches each method decodes untimed first "
+                   "(default %(default)s)")
     p.add_argument("--beam-width", type=at_least(1), default=None, help="beam width = n-best for beam, sbs, sbs-exact")
     p.add_argument("--sweep", help="a lossy method's knob over values, e.g. tau=0,0.5,1,2 (with --methods relaxed) "
                    "or delta=0,0.1,0.5 (with --methods mentored)")
@@ -202,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds of search (default %(default)s)")
     p.add_argument("--stock", help="building blocks: one SMILES per line, or a CSV with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
-    p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*")
+    p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*", help="search (syntheseus's; "
+                   "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
     p.add_argument("--forward", default="forward", help="forward model that checks each step round trip, or none")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
@@ -210,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")
     p.add_argument("--n-best", type=at_least(1), default=10, help="answers per expansion (sbs-exact)")
     p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
-    p.add_argument("--max-routes", type=at_least(1), default=10)
+    p.add_argument("--max-routes", type=at_least(1), default=10, help="routes kept, best first (default "
+                   "%(default)s)")
     augment_arg(p)
     p.add_argument("--allow-missing-atoms", action="store_true",
                    help="keep steps whose reactants lack heavy atoms of the product (skipped by default)")
@@ -222,9 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forward-mit: fine-tune data, the USPTO-MIT valid rows alone; forward-gln: fine-tune "
                    "data, USPTO-50K's GLN val reactions read forward (use both with --vocab)")
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--n-val", type=int, default=2000)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", required=True, help="the folder to write (train/val/test, vocab.json, stats.json)")
+    p.add_argument("--n-val", type=int, default=2000, help="validation reactions (default %(default)s)")
+    p.add_argument("--workers", type=int, default=2, help="processes that write the SMILES (default %(default)s)")
     p.add_argument("--augment", type=int, default=None,
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "

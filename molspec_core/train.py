@@ -35,7 +35,7 @@ from . import checkpoint
 from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
-from .model import Seq2SeqTransformer, plan_free_attention, preset
+from .model import PRESETS, Seq2SeqTransformer, plan_free_attention, preset
 from .tokenizer import EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)
@@ -60,36 +60,44 @@ SCHEDULES: dict[str, Callable[[float], float]] = {
 }
 
 
+def option(default: object, help: str) -> object:
+    """A TrainConfig field and its description, which is also its flag's --help."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    data: str  # folder written by prepare-data
-    out: str  # run folder: out/last (full state), out/best (best greedy exact match), out/export
-    preset: str = "forward"
-    max_minutes: float = 0.0  # the time budget: the learning rate reaches zero exactly here (0: at max_steps)
-    max_steps: int = 100_000
-    schedule: str = "cosine"  # after warm-up: cosine | linear (decay to zero at the end) | constant
-    lr: float = 0.0  # peak learning rate (0: BASE_LR scaled by sqrt(tokens per step / REFERENCE_TOKENS))
-    warmup: int = 500  # linear warm-up steps
-    max_tokens: int = 0  # tokens (src + tgt, padded) per batch (0: AUTO_TOKENS for the device)
-    pad_to: int = 0  # pad source and decoder-input widths to a multiple of this (0: AUTO_PAD for the device)
-    accum: int = 1  # batches per optimizer step
-    weight_decay: float = 0.01
-    label_smoothing: float = 0.1
-    dropout: float = -1.0  # dropout while training (-1: the preset's, 0.1 for the paper shapes)
-    compile: bool = False  # torch.compile the training forward pass
-    eval_every: int = 1000
-    val_greedy_rows: int = 200  # greedy exact match is slow on CPU: a fixed subset
-    export_every_minutes: float = 5.0
-    log_every_seconds: float = 60.0  # a "speed" log line: steps and tokens a second since the last one
-    export_dir: str = ""  # float16 shards + train_state.json ('' = out/export)
-    resume: str = ""  # continue from an export folder (weights and counters; fresh optimizer moments)
-    init: str = ""  # start a new schedule from a model folder's weights (e.g. models/forward)
-    # Decay per optimizer step of an exponential moving average of the weights (0: off). When on, validation,
-    # out/best and the exports hold the average; out/last keeps the raw weights beside it (ema*.safetensors).
-    ema: float = 0.0
-    seed: int = 0
-    device: str = "auto"
-    threads: int = 0  # torch CPU threads (0 = torch's default)
+    data: str = dataclasses.field(metadata={"help": "folder written by prepare-data"})
+    out: str = dataclasses.field(metadata={"help": "run folder: out/last (full state, resumed when present), "
+                                                   "out/best (best greedy exact match), out/export"})
+    preset: str = option("forward", f"model shape: one of {', '.join(PRESETS)}")
+    max_minutes: float = option(0.0, "the time budget: the learning rate reaches zero exactly here (0: at max-steps)")
+    max_steps: int = option(100_000, "optimizer steps at most")
+    schedule: str = option("cosine", "after warm-up: cosine | linear (decay to zero at the end) | constant")
+    lr: float = option(0.0, f"peak learning rate (0: {BASE_LR:g} scaled by sqrt(tokens per step / "
+                                  f"{REFERENCE_TOKENS}), capped at {MAX_AUTO_LR:g})")
+    warmup: int = option(500, "linear warm-up steps")
+    max_tokens: int = option(0, f"tokens (source + target, padded) per batch (0: by device, {AUTO_TOKENS})")
+    pad_to: int = option(0, f"pad source and decoder-input widths to a multiple of this (0: by device, {AUTO_PAD})")
+    accum: int = option(1, "batches per optimizer step")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
+    dropout: float = option(-1.0, "dropout while training (-1: the preset's, 0.1 for the paper shapes)")
+    freeze_encoder: bool = option(False, "train the decoder alone: the encoder runs without gradients and keeps "
+                                         "its weights; the shared embedding learns from the decoder's side")
+    compile: bool = option(False, "torch.compile the training forward pass")
+    eval_every: int = option(1000, "validate every this many steps (and at the end)")
+    val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset)")
+    export_every_minutes: float = option(5.0, "write float16 shards and the full state this often")
+    log_every_seconds: float = option(60.0, "a 'speed' log line this often: steps and tokens a second since the last")
+    export_dir: str = option("", "float16 shards + train_state.json ('': out/export)")
+    resume: str = option("", "continue from an export folder (weights and counters; fresh optimizer moments)")
+    init: str = option("", "start a new schedule from a model folder's weights (e.g. models/forward)")
+    ema: float = option(0.0, "decay per optimizer step of a moving average of the weights (0: off); when on, "
+                             "validation, out/best and the exports hold the average, out/last keeps both")
+    seed: int = option(0, "random seed (weights, batch order, dropout)")
+    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
+    threads: int = option(0, "torch CPU threads (0: torch's default)")
 
 
 def pick_device(name: str) -> torch.device:
@@ -387,7 +395,18 @@ def train(cfg: TrainConfig) -> dict:
              "multiples of %d; peak lr %.2e", cfg.preset, n_params / 1e6, device, len(train_src), max_tokens,
              cfg.accum, multiple, peak)
     log.info(INPUTS_READ)
-    forward = torch.compile(model, dynamic=True) if cfg.compile else model
+    if cfg.freeze_encoder:  # AdamW skips parameters without gradients: no update, no weight decay
+        for param in [*model.encoder.parameters(), *model.encoder_norm.parameters()]:
+            param.requires_grad_(False)
+
+    def logits_of(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        if not cfg.freeze_encoder:
+            return model(src, tgt_in)
+        with torch.no_grad():  # no graph through the encoder, so no backward pass through it either
+            memory = model.encode_torch(src)
+        return model.decode_full(tgt_in, memory, src != PAD_ID)
+
+    forward = torch.compile(logits_of, dynamic=True) if cfg.compile else logits_of
 
     model.train()
     started = time.time() - state["seconds"]
@@ -463,15 +482,16 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (shared by `molspec train` and `python -m molspec_core.train`)."""
+    """One flag per TrainConfig field, with its help (shared by `molspec train` and `python -m molspec_core.train`)."""
     for spec in dataclasses.fields(TrainConfig):
-        flag = "--" + spec.name.replace("_", "-")
+        flag, help = "--" + spec.name.replace("_", "-"), spec.metadata["help"]
         if spec.default is dataclasses.MISSING:  # required fields: data, out
-            parser.add_argument(flag, required=True)
+            parser.add_argument(flag, required=True, help=help)
         elif isinstance(spec.default, bool):  # --compile / --no-compile
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=help)
         else:
-            parser.add_argument(flag, type=type(spec.default), default=spec.default)
+            parser.add_argument(flag, type=type(spec.default), default=spec.default,
+                                help=f"{help} (default {spec.default})")
 
 
 def run(args: argparse.Namespace) -> int:

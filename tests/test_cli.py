@@ -1,4 +1,5 @@
 """The CLI end to end on the copy fixture: predict (one SMILES, files), evaluate, bench."""
+import argparse
 import csv
 import gzip
 import json
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
-from molspec_core.cli import main
+from molspec_core.cli import build_parser, main
 from molspec_core.io import read_queries
 
 MODEL = str(FIXTURES / "copy_model")
@@ -335,6 +336,17 @@ def test_bench_reports_every_method_with_index_file(pair_files):
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and "predict" in done.stdout
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`molspec COMMAND --help` is the reference a user reads: no flag may be a bare name."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [f"{name} {action.option_strings[0] if action.option_strings else action.dest}"
+            for name, command in commands.items() for action in command._actions if not action.help]
+    assert bare == []
+    train_help = commands["train"].format_help()  # TrainConfig's descriptions reach the flags
+    assert "--freeze-encoder" in train_help and "peak learning rate" in train_help
 
 
 def test_bench_reports_progress_per_batch(pair_files):

@@ -306,6 +306,21 @@ def test_dropout_overrides_the_presets_while_training_and_is_checked(tiny_data, 
         train(TrainConfig(out=str(tmp_path / "bad"), dropout=1.0, **common))
 
 
+def test_freeze_encoder_trains_the_decoder_and_the_shared_embedding_and_keeps_the_encoder(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, max_steps=3, eval_every=10,
+                  val_greedy_rows=1, threads=1, label_smoothing=0.0)
+    torch.manual_seed(0)  # as train() seeds (seed 0) before it builds the model: both runs start here
+    start = Seq2SeqTransformer(preset("tiny", len(Vocab.load(tiny_data / "vocab.json")))).state_dict()
+    for frozen in (True, False):
+        out = tmp_path / f"frozen_{frozen}"
+        train(TrainConfig(out=str(out), freeze_encoder=frozen, **common))
+        trained = checkpoint.load_tensors(out / "last")
+        moved = {name for name, value in trained.items() if not torch.equal(value, start[name])}
+        encoder = {name for name in start if name.startswith(("encoder.", "encoder_norm."))}
+        assert "embed.weight" in moved and any(name.startswith("decoder.") for name in moved)
+        assert (moved & encoder == set()) if frozen else encoder <= moved
+
+
 def test_time_budget_run_stops_annealed(tiny_data, tmp_path):
     state = train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_tokens=64,
                               max_minutes=0.02, warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1))
