@@ -25,7 +25,7 @@ from conftest import FIXTURES, ROOT, molfile, needs_native, record_loads, sd_fil
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
-from molspec_core.methods import EXACT_NBEST
+from molspec_core.methods import EXACT_NBEST, METHODS
 from molspec_core.io import InputFileError, csv_bytes
 from molspec_core.planning import ROUTE_COLUMNS, PlanSettings, PredictorModel, Stock, load_stock, plan
 from molspec_core.service import Predictor
@@ -420,4 +420,16 @@ def test_routes_page_follows_the_sidebars_writings(tmp_path, monkeypatch):
     at = find_routes(at, "NCCO")
     assert not at.exception and at.expander[0].label.startswith("Route 1")
     at.toggle(key="augment_retro").set_value(False).run()
-    assert "writings" not in shown_text(at).split("Model:")[1].split("|")[0]
+    assert "writings" not in shown_text(at).split("Each step asks")[1].split("|")[0]
+
+
+def test_routes_page_says_its_decoding_is_its_own_whatever_the_sidebar_shows(tmp_path, monkeypatch):
+    """The sidebar may show the forward model's beam 5; the search still asks the retro model for 10."""
+    for task in ("forward", "retro"):
+        shutil.copytree(COPY_MODEL, tmp_path / "models" / task)
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert at.radio(key="task").value == "forward"
+    caption = shown_text(at).split("Each step asks the retrosynthesis model ")[1].split("|")[0]
+    assert f"{PlanSettings.n_best} answers per molecule" in caption
+    assert METHODS[PlanSettings.method].label.lower() in caption  # speculative beam, exact
+    assert "whatever task and method the sidebar shows" in caption

@@ -237,8 +237,10 @@ def main() -> None:
     writings = f", each read in {augment} writings (sidebar)" if augment > 1 else ""
     if cfg.dtype != "float32":
         writings += f", {cfg.dtype} arithmetic (sidebar)"
-    st.caption(f"Model: {common.md_escape(model)} ({common.method_label(PlanSettings.method).lower()}, "
-               f"{PlanSettings.n_best} answers per molecule{writings})")
+    # Fixed for planning: the sidebar's method (and the forward model's beam width) belongs to the Predict page.
+    st.caption(f"Each step asks the retrosynthesis model {common.md_escape(model)}: "
+               f"{common.method_label(PlanSettings.method).lower()}, {PlanSettings.n_best} answers per "
+               f"molecule{writings}. The search always decodes this way, whatever task and method the sidebar shows.")
     if submitted:
         search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment, cfg)
     if st.session_state.get("route_error"):
