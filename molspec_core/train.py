@@ -22,6 +22,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from .model import PRESETS, Seq2SeqTransformer, plan_free_attention, preset
 from .tokenizer import EOS_ID, PAD_ID, Vocab
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # Logged once the data and any --init/--resume weights are read: from then on the run needs no file
 # but its own run folder (tools/gpu_kit.py `start` waits for it before the next command may sync the tree).
 INPUTS_READ = "inputs read: data and initial weights in memory"
@@ -60,9 +62,9 @@ SCHEDULES: dict[str, Callable[[float], float]] = {
 }
 
 
-def option(default: object, help: str) -> object:
+def option(default: T, text: str) -> T:
     """A TrainConfig field and its description, which is also its flag's --help."""
-    return dataclasses.field(default=default, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": text})
 
 
 @dataclass(frozen=True)
@@ -484,14 +486,14 @@ def train(cfg: TrainConfig) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per TrainConfig field, with its help (shared by `molspec train` and `python -m molspec_core.train`)."""
     for spec in dataclasses.fields(TrainConfig):
-        flag, help = "--" + spec.name.replace("_", "-"), spec.metadata["help"]
+        flag, text = "--" + spec.name.replace("_", "-"), spec.metadata["help"]
         if spec.default is dataclasses.MISSING:  # required fields: data, out
-            parser.add_argument(flag, required=True, help=help)
+            parser.add_argument(flag, required=True, help=text)
         elif isinstance(spec.default, bool):  # --compile / --no-compile
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=help)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
         else:
             parser.add_argument(flag, type=type(spec.default), default=spec.default,
-                                help=f"{help} (default {spec.default})")
+                                help=f"{text} (default {spec.default})")
 
 
 def run(args: argparse.Namespace) -> int:
