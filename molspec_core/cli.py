@@ -234,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
     p.add_argument("--out", required=True, help="the folder to write (train/val/test, vocab.json, stats.json)")
     p.add_argument("--n-val", type=int, default=2000, help="validation reactions (default %(default)s)")
-    p.add_argument("--workers", type=int, default=2, help="processes that write the SMILES (default %(default)s)")
+    p.add_argument("--workers", type=int, default=2, help="processes for the RDKit work of reading the reactions "
+                   "(default %(default)s)")
     p.add_argument("--augment", type=int, default=None,
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "
