@@ -88,7 +88,8 @@ def lines_of(earlier: dict, knowns: list[str], seen: set[str]) -> dict[str, list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="forward", choices=tuple(TASK_DEFAULTS))
+    parser.add_argument("--task", default="forward", choices=tuple(TASK_DEFAULTS), help="forward: reactants to "
+                        "product; retro: product to reactants (default %(default)s)")
     parser.add_argument("--model", help="model folder, or the shipped model's name (default: the task's)")
     parser.add_argument("--train-tgt", help="forward: the model's training targets, to leave out (required "
                         "without --lines-from; with it, a fine-tune's targets, which none of those reactions may make)")
@@ -96,8 +97,10 @@ def main() -> None:
                         "reactions it decoded")
     parser.add_argument("--test", default=str(TEST), help="folder of reactants.txt and products.txt")
     parser.add_argument("--plain", type=int, default=900, help="reactions without stereo decoded as the reference")
-    parser.add_argument("--augment", type=int, default=5)
-    parser.add_argument("--dtype", default="int8", choices=("float32", "int8"))
+    parser.add_argument("--augment", type=int, default=5, help="writings of each query, pooled, as the Predict "
+                        "page reads it (default %(default)s)")
+    parser.add_argument("--dtype", default="int8", choices=("float32", "int8"), help="what the decoder calls compute "
+                        "with (default %(default)s, as the app on a CPU)")
     parser.add_argument("--out", help="JSON report")
     parser.add_argument("--against", help="another model's report (this tool's, same --task, --test and --plain)")
     args = parser.parse_args()
