@@ -431,5 +431,5 @@ def test_routes_page_says_its_decoding_is_its_own_whatever_the_sidebar_shows(tmp
     assert at.radio(key="task").value == "forward"
     caption = shown_text(at).split("Each step asks the retrosynthesis model ")[1].split("|")[0]
     assert f"{PlanSettings.n_best} answers per molecule" in caption
-    assert METHODS[PlanSettings.method].label.lower() in caption  # speculative beam, exact
+    assert METHODS[PlanSettings.method].label.lower() in caption
     assert "whatever task and method the sidebar shows" in caption

@@ -311,12 +311,12 @@ def test_freeze_encoder_trains_the_decoder_and_the_shared_embedding_and_keeps_th
                   val_greedy_rows=1, threads=1, label_smoothing=0.0)
     torch.manual_seed(0)  # as train() seeds (seed 0) before it builds the model: both runs start here
     start = Seq2SeqTransformer(preset("tiny", len(Vocab.load(tiny_data / "vocab.json")))).state_dict()
+    encoder = {name for name in start if name.startswith(("encoder.", "encoder_norm."))}
     for frozen in (True, False):
         out = tmp_path / f"frozen_{frozen}"
         train(TrainConfig(out=str(out), freeze_encoder=frozen, **common))
         trained = checkpoint.load_tensors(out / "last")
         moved = {name for name, value in trained.items() if not torch.equal(value, start[name])}
-        encoder = {name for name in start if name.startswith(("encoder.", "encoder_norm."))}
         assert "embed.weight" in moved and any(name.startswith("decoder.") for name in moved)
         assert (moved & encoder == set()) if frozen else encoder <= moved
 
