@@ -262,23 +262,26 @@ def fold_repeats(predictions: Sequence[Prediction]) -> list[Prediction]:
 POOL_POWER = 0.25
 
 
-def pool_writings(answers: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float, int]]:
+def pool_writings(answers: Sequence[Sequence[tuple[str, float]]],
+                  power: float = POOL_POWER) -> list[tuple[str, float, int]]:
     """Answers to several writings of one query, pooled (test-time augmentation): each writing's answers
     as (answer, log-probability) in its beam's order -> each distinct answer with the log of the power
-    mean (POOL_POWER) of its probabilities over the writings (a writing that did not give it counts 0)
-    and how many writings gave it, best first (ties keep the order in which the answers were first
-    met). A beam that spells one answer twice gives it the sum of both probabilities. Predictor._pooled
-    and the GPU kit's scoring both rank with this."""
-    powered: dict[str, tuple[float, int]] = {}  # answer -> (sum of probability ** POOL_POWER, writings)
+    mean (exponent `power`, POOL_POWER unless given) of its probabilities over the writings (a writing
+    that did not give it counts 0) and how many writings gave it, best first (ties keep the order in
+    which the answers were first met). A beam that spells one answer twice gives it the sum of both
+    probabilities. Predictor._pooled and the GPU kit's scoring both rank with this."""
+    if not power > 0:
+        raise ValueError(f"the pooling exponent must be positive, not {power}")
+    powered: dict[str, tuple[float, int]] = {}  # answer -> (sum of probability ** power, writings)
     for writing in answers:
         here: dict[str, float] = {}  # this writing's probability of each answer, its spellings added
         for answer, score in writing:
             here[answer] = here.get(answer, 0.0) + math.exp(score)
         for answer, probability in here.items():
             total, count = powered.get(answer, (0.0, 0))
-            powered[answer] = (total + probability ** POOL_POWER, count + 1)
+            powered[answer] = (total + probability ** power, count + 1)
     best = sorted(powered.items(), key=lambda item: -item[1][0])
-    return [(answer, math.log(total / len(answers)) / POOL_POWER if total > 0 else -math.inf, count)
+    return [(answer, math.log(total / len(answers)) / power if total > 0 else -math.inf, count)
             for answer, (total, count) in best]
 
 

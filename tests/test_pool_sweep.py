@@ -1,0 +1,62 @@
+"""tools/pool_sweep.py: the answers it saves, pooled with the app's exponent, are the app's answers, and its
+counts follow from them (the sweep itself needs the shipped model and USPTO-MIT: the tool's own run)."""
+import math
+
+import pytest
+
+from conftest import FIXTURES, load_tool
+from molspec_core.service import POOL_POWER, Predictor, pool_writings
+
+
+@pytest.fixture(scope="module")
+def tool():
+    return load_tool("pool_sweep")
+
+
+@pytest.fixture(scope="module")
+def reader():
+    """The copy model, marked as trained on many writings of each query, so that predict allows augment."""
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    predictor.config = {**predictor.config, "data_stats": {"augment": 20}}
+    return predictor
+
+
+def test_saved_answers_pooled_with_the_apps_exponent_are_the_apps_answers(tool, reader):
+    queries = ["OCCOc1ccccc1", "CC(=O)Nc1ccc(O)cc1", "NCCO", "Xx"]
+    rows = list(tool.decode_rows(reader, queries, ["OCCOc1ccccc1", "CC(=O)Nc1ccc(O)cc1", "OCCN", "C"], augment=4,
+                                 n_best=3))
+    assert [row["line"] for row in rows] == [0, 1, 2, 3] and "error" in rows[3]
+    assert len(rows[0]["writings"]) == 4
+    assert rows[2]["target"] == "NCCO"  # canonical
+    for query, row in zip(queries[:3], rows):
+        app = reader.predict(query, method="beam", n_best=3, augment=4)
+        assert 1 <= len(row["writings"]) <= 4
+        pooled = tool.pooled(row["writings"], POOL_POWER)[:3]
+        assert [answer for answer, _ in pooled] == [p.smiles for p in app.in_model_order()]
+        assert [sane for _, sane in pooled] == [p.sane for p in app.in_model_order()]
+
+
+def test_counts_follow_the_pooled_order_and_the_apps_sane_first_order(tool):
+    log = math.log
+    rows = [  # right first; right second but the first is flagged; wrong; refused
+        {"line": 0, "target": "A", "writings": [[("A", log(0.6), True), ("B", log(0.3), True)]] * 2},
+        {"line": 1, "target": "B", "writings": [[("C", log(0.7), False), ("B", log(0.2), True)],
+                                                [("B", log(0.5), True), ("C", log(0.4), False)]]},
+        {"line": 2, "target": "Z", "writings": [[("A", log(0.9), True)]]},
+        {"line": 3, "target": "A", "error": "unknown token"},
+    ]
+    got = tool.score_rows(rows, POOL_POWER, n_best=2)
+    assert got["n"] == 4
+    assert got["top"] == [1, 2] and got["app"] == [2, 2]
+    assert got["flagged"] == 1
+    assert got["writings"] == [3, 2] and got["flagged_each"] == [1, 0]
+
+
+def test_the_pooling_exponent_is_a_parameter_and_must_be_positive():
+    answers = [[("A", math.log(0.9))], [("B", math.log(0.4))], [("B", math.log(0.4))]]
+    # the mean puts A (0.3) above B (0.27); the app's power mean weighs that two writings agree on B
+    assert [a for a, _, _ in pool_writings(answers, 1.0)] == ["A", "B"]
+    assert [a for a, _, _ in pool_writings(answers)] == ["B", "A"]
+    assert pool_writings(answers, 1.0)[0][1] == pytest.approx(math.log(0.3))
+    with pytest.raises(ValueError, match="positive"):
+        pool_writings(answers, 0.0)

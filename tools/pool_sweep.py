@@ -1,0 +1,133 @@
+"""How the pooling exponent of test-time augmentation ranks a model's answers.
+
+`decode` reads each query in N writings the way the app does (Predictor._views, then one decode per query),
+and saves every writing's answers, as the model gave them, to a JSON-lines file. `score` pools those answers
+offline with each exponent asked for (service.pool_writings' rule, its exponent a parameter here) and prints
+top-k in the model's order and in the app's (sane answers first), and how often the first answer is flagged.
+Decoding once and pooling many ways keeps the comparison exact: every exponent ranks the same answers.
+
+    python3 tools/pool_sweep.py decode --model forward --src S --tgt T --limit 1000 --augment 5 --dtype int8 \
+        --out runs/pool_valid1000.jsonl
+    python3 tools/pool_sweep.py score runs/pool_valid1000.jsonl --powers 1,0.5,0.25,0.1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from molspec_core.chem import canonical_or_none  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.service import Predictor, pool_writings  # noqa: E402
+
+Answer = tuple[str, float, bool]  # (canonical answer or raw text, log-probability, sane)
+
+
+def pooled(writings: Sequence[Sequence[Answer]], power: float) -> list[tuple[str, bool]]:
+    """The writings' answers pooled as the app pools them (service.pool_writings) but with exponent
+    `power`, as (answer, sane), best first."""
+    # sane is judged against the canonical query (Predictor._predictions), so every writing agrees on it
+    sane = {answer: is_sane for writing in writings for answer, _, is_sane in writing}
+    ranked = pool_writings([[(answer, score) for answer, score, _ in writing] for writing in writings], power)
+    return [(answer, sane[answer]) for answer, _, _ in ranked]
+
+
+def decode_rows(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], augment: int,
+                method: str = "beam", n_best: int = 5) -> Iterator[dict]:
+    """Per query: its line, its canonical target, and each writing's answers as (answer, log-probability,
+    sane) in the model's order, decoded as Predictor.predict decodes a query read in `augment` writings
+    (one batch of its writings); or the error that refused it."""
+    for i, (src, tgt) in enumerate(zip(sources, targets)):
+        row: dict = {"line": i, "target": canonical_or_none(tgt)}
+        try:
+            query = predictor.prepare(src)
+        except ValueError as exc:
+            yield {**row, "error": str(exc)}
+            continue
+        views = predictor._views(query, augment)
+        decoded = predictor._decode_limited([v.ids for v in views], method, n_best, None, None, None, None)
+        yield {**row, "writings": [[(p.smiles, p.score, p.sane)
+                                    for p in predictor._predictions(view, result, query.canonical)]
+                                   for view, result in zip(views, decoded) if not isinstance(result, str)]}
+
+
+def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
+    """Top-1..n_best in the model's order (`top`) and the app's (`app`, sane answers first, as
+    service.rank_answers orders them) after pooling with `power`, as counts over all rows (refused ones
+    count as wrong), how many pooled first answers are flagged (valid but not sane), and per writing
+    (the first is the canonical one) how many queries it was read for and how many of its own first
+    answers are flagged (`writings`, `flagged_each`)."""
+    top, app, flagged = [0] * n_best, [0] * n_best, 0
+    read: list[int] = []
+    flagged_each: list[int] = []
+    for row in rows:
+        if "error" in row:
+            continue
+        for w, writing in enumerate(row["writings"]):
+            if w == len(read):
+                read.append(0)
+                flagged_each.append(0)
+            read[w] += 1
+            flagged_each[w] += bool(writing) and not writing[0][2]
+        answers = pooled(row["writings"], power)[:n_best]
+        flagged += bool(answers) and not answers[0][1]
+        ranked = sorted(answers, key=lambda answer: not answer[1])  # stable: the model's order within each
+        for counts, listed in ((top, answers), (app, ranked)):
+            found = [k for k, (answer, _) in enumerate(listed) if answer == row["target"]]
+            for k in range(min(found, default=n_best), n_best):
+                counts[k] += 1
+    return {"n": len(rows), "top": top, "app": app, "flagged": flagged, "writings": read,
+            "flagged_each": flagged_each}
+
+
+def decode(args: argparse.Namespace) -> None:
+    predictor = Predictor.load(args.model, dtype=args.dtype)
+    sources, targets = read_pairs(args.src, args.tgt, limit=args.limit)
+    with open(args.out, "w") as out:
+        for row in decode_rows(predictor, sources, targets or [], args.augment, args.method, args.n_best):
+            out.write(json.dumps(row) + "\n")
+            if row["line"] % 100 == 0:
+                print(f"{row['line'] + 1} / {len(sources)}", file=sys.stderr, flush=True)
+
+
+def score(args: argparse.Namespace) -> None:
+    rows = [json.loads(line) for line in open(args.file)]
+    k = args.n_best
+    print(f"{len(rows)} queries, {sum('error' in r for r in rows)} refused (counted wrong); the best {k} kept")
+    print("power   " + "  ".join(f"top{j + 1:<3}" for j in range(k)) + f"  app1   app{k:<3} flagged1 (%)")
+    for power in (float(p) for p in args.powers.split(",")):
+        got = score_rows(rows, power, k)
+        share = [100 * c / got["n"] for c in (*got["top"], got["app"][0], got["app"][-1], got["flagged"])]
+        print(f"{power:<7g} " + "  ".join(f"{x:5.1f}" for x in share))
+    each = ", ".join(f"{100 * f / r:.1f}% of {r}" for f, r in zip(got["flagged_each"], got["writings"]))
+    print(f"each writing's own first answer flagged (the canonical writing first): {each}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    d = commands.add_parser("decode", help="read queries in N writings; save each writing's answers")
+    d.add_argument("--model", default="forward", help="a shipped model's name or a model folder")
+    d.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
+    d.add_argument("--tgt", required=True, help="the recorded answers, line by line")
+    d.add_argument("--limit", type=int, default=None, help="the first this many lines (default: all)")
+    d.add_argument("--augment", type=int, default=5, help="writings per query, the first the canonical one")
+    d.add_argument("--method", default="beam", help="decoding method of each writing (default beam)")
+    d.add_argument("--n-best", type=int, default=5, help="answers per writing (default 5, as the page opens)")
+    d.add_argument("--dtype", default="int8", help="float32 or int8 (default int8, as the app on a CPU)")
+    d.add_argument("--out", required=True, help="the JSON-lines file to write")
+    s = commands.add_parser("score", help="pool saved answers with each exponent and print top-k")
+    s.add_argument("file", help="a file `decode` wrote")
+    s.add_argument("--powers", default="1,0.75,0.5,0.35,0.25,0.15,0.1,0.05",
+                   help="exponents to pool with, comma-separated (1: the mean of the probabilities)")
+    s.add_argument("--n-best", type=int, default=5, help="answers kept after pooling (default 5)")
+    args = parser.parse_args(argv)
+    decode(args) if args.command == "decode" else score(args)
+
+
+if __name__ == "__main__":
+    main()
