@@ -48,8 +48,8 @@ def test_counts_follow_the_pooled_order_and_the_apps_sane_first_order(tool):
     got = tool.score_rows(rows, POOL_POWER, n_best=2)
     assert got["n"] == 4
     assert got["top"] == [1, 2] and got["app"] == [2, 2]
-    assert got["flagged"] == 1
-    assert got["writings"] == [3, 2] and got["flagged_each"] == [1, 0]
+    assert got["not_sane"] == 1
+    assert got["writings"] == [3, 2] and got["not_sane_each"] == [1, 0]
 
 
 def test_the_pooling_exponent_is_a_parameter_and_must_be_positive():

@@ -3,7 +3,7 @@
 `decode` reads each query in N writings the way the app does (Predictor._views, then one decode per query),
 and saves every writing's answers, as the model gave them, to a JSON-lines file. `score` pools those answers
 offline with each exponent asked for (service.pool_writings' rule, its exponent a parameter here) and prints
-top-k in the model's order and in the app's (sane answers first), and how often the first answer is flagged.
+top-k in the model's order and in the app's (sane answers first), and how often the first answer is not sane.
 Decoding once and pooling many ways keeps the comparison exact: every exponent ranks the same answers.
 
     python3 tools/pool_sweep.py decode --model forward --src S --tgt T --limit 1000 --augment 5 --dtype int8 \
@@ -58,30 +58,31 @@ def decode_rows(predictor: Predictor, sources: Sequence[str], targets: Sequence[
 def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
     """Top-1..n_best in the model's order (`top`) and the app's (`app`, sane answers first, as
     service.rank_answers orders them) after pooling with `power`, as counts over all rows (refused ones
-    count as wrong), how many pooled first answers are flagged (valid but not sane), and per writing
-    (the first is the canonical one) how many queries it was read for and how many of its own first
-    answers are flagged (`writings`, `flagged_each`)."""
-    top, app, flagged = [0] * n_best, [0] * n_best, 0
+    count as wrong), how many pooled first answers are not sane (flagged or not valid SMILES; evaluate's
+    flagged_rate counts the valid ones only), and per writing (the first is the canonical one) how many
+    queries it was read for and how many of its own first answers are not sane (`writings`,
+    `not_sane_each`)."""
+    top, app, not_sane = [0] * n_best, [0] * n_best, 0
     read: list[int] = []
-    flagged_each: list[int] = []
+    not_sane_each: list[int] = []
     for row in rows:
         if "error" in row:
             continue
         for w, writing in enumerate(row["writings"]):
             if w == len(read):
                 read.append(0)
-                flagged_each.append(0)
+                not_sane_each.append(0)
             read[w] += 1
-            flagged_each[w] += bool(writing) and not writing[0][2]
+            not_sane_each[w] += bool(writing) and not writing[0][2]
         answers = pooled(row["writings"], power)[:n_best]
-        flagged += bool(answers) and not answers[0][1]
+        not_sane += bool(answers) and not answers[0][1]
         ranked = sorted(answers, key=lambda answer: not answer[1])  # stable: the model's order within each
         for counts, listed in ((top, answers), (app, ranked)):
             found = [k for k, (answer, _) in enumerate(listed) if answer == row["target"]]
             for k in range(min(found, default=n_best), n_best):
                 counts[k] += 1
-    return {"n": len(rows), "top": top, "app": app, "flagged": flagged, "writings": read,
-            "flagged_each": flagged_each}
+    return {"n": len(rows), "top": top, "app": app, "not_sane": not_sane, "writings": read,
+            "not_sane_each": not_sane_each}
 
 
 def decode(args: argparse.Namespace) -> None:
@@ -98,13 +99,13 @@ def score(args: argparse.Namespace) -> None:
     rows = [json.loads(line) for line in open(args.file)]
     k = args.n_best
     print(f"{len(rows)} queries, {sum('error' in r for r in rows)} refused (counted wrong); the best {k} kept")
-    print("power   " + "  ".join(f"top{j + 1:<3}" for j in range(k)) + f"  app1   app{k:<3} flagged1 (%)")
+    print("power   " + "  ".join(f"top{j + 1:<3}" for j in range(k)) + f"  app1   app{k:<3} not-sane1 (%)")
     for power in (float(p) for p in args.powers.split(",")):
         got = score_rows(rows, power, k)
-        share = [100 * c / got["n"] for c in (*got["top"], got["app"][0], got["app"][-1], got["flagged"])]
+        share = [100 * c / got["n"] for c in (*got["top"], got["app"][0], got["app"][-1], got["not_sane"])]
         print(f"{power:<7g} " + "  ".join(f"{x:5.1f}" for x in share))
-    each = ", ".join(f"{100 * f / r:.1f}% of {r}" for f, r in zip(got["flagged_each"], got["writings"]))
-    print(f"each writing's own first answer flagged (the canonical writing first): {each}")
+    each = ", ".join(f"{100 * f / r:.1f}% of {r}" for f, r in zip(got["not_sane_each"], got["writings"]))
+    print(f"each writing's own first answer not sane (the canonical writing first): {each}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
