@@ -104,9 +104,11 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             repeated += any(p.spellings > 1 for p in result.predictions)
             right = hits([p.smiles for p in result.predictions], target)
             # In the model's order a place is one in its beam (a folded repeat kept its first spelling's
-            # model_rank: service.fold_repeats); in the app's order, one in the list it shows.
-            places = {"top": [p.model_rank - 1 for p, hit in zip(result.predictions, right) if hit],
-                      "ranked_top": [k for k, hit in enumerate(right) if hit]}
+            # model_rank: service.fold_repeats), among its own first answers (those set aside included);
+            # in the app's order, one in the list it shows.
+            own = [p.model_rank - 1 for p, hit in zip(model_order, hits([p.smiles for p in model_order], target))
+                   if hit]
+            places = {"top": own, "ranked_top": [k for k, hit in enumerate(right) if hit]}
             for name, found in places.items():
                 for k in range(min(found, default=n_best), n_best):
                     correct[name][k] += 1

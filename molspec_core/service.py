@@ -315,7 +315,9 @@ def with_confidence(predictions: Sequence[Prediction], calibration: Calibration 
 
 def rank_answers(predictions: Sequence[Prediction]) -> tuple[Prediction, ...]:
     """A chemist reads the list top down: sane answers first, then flagged ones (they repeat the query,
-    keep a reactant unchanged, ...), then unreadable ones; the model's order is kept within each."""
+    keep a reactant unchanged, ...), then unreadable ones; the model's order is kept within each. Given
+    more answers than it lists (pooled writings: Predictor._pooled), the caller cuts after ranking, so
+    that sane answers further down take the places of flagged ones."""
     ranked = sorted(predictions, key=lambda p: (not p.valid, bool(p.concerns)))
     return tuple(dataclasses.replace(p, rank=i) for i, p in enumerate(ranked, start=1))
 
@@ -331,14 +333,22 @@ class QueryResult:
     error: str | None = None
     dtype: str = ""  # what the decoder calls computed the answers with (Predictor.dtype); "" when none were decoded
     suggestion: str = ""  # with an error: the same molecules written so that the model can read them, if known
+    # Pooled writings only: answers among the model's first n_best that the list leaves out, flagged or invalid
+    # ones whose places went to sane answers from further down the pool (Predictor._pooled)
+    set_aside: tuple[Prediction, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     def in_model_order(self) -> list[Prediction]:
-        """The answers in the decoder's own order (by score), before rank_answers moved flagged ones down."""
-        return sorted(self.predictions, key=lambda p: p.model_rank)
+        """The model's own first answers in its order (by score), before rank_answers moved flagged ones
+        down: the papers' top-k. With answers set aside, the list is full (n_best) and the sane answers
+        that took their places, from beyond the model's first n_best, are not among these."""
+        listed = self.predictions
+        if self.set_aside:
+            listed = tuple(p for p in listed if p.model_rank <= len(self.predictions))
+        return sorted((*listed, *self.set_aside), key=lambda p: p.model_rank)
 
 
 class QueryError(ValueError):
@@ -749,13 +759,18 @@ class Predictor:
         stats.wall_time_s = seconds
         calibration = self.calibration_for(method, augment)
         predictions = []
-        for rank, (smiles, score, count) in enumerate(pool_writings(answers)[:n_best], start=1):
+        for rank, (smiles, score, count) in enumerate(pool_writings(answers), start=1):
             prediction, where = first[smiles]
             predictions.append(dataclasses.replace(
                 prediction, rank=rank, model_rank=rank, score=score, views=count,
                 source_tokens=() if where is canonical else tuple(self.vocab.tokens[i] for i in where.ids)))
+        # The writings give up to augment x n_best answers: rank them all, then list n_best, so that sane
+        # answers from beyond the model's first n_best take the places of flagged ones (measured on the
+        # forward model: the model card, "Flagged answers give their places to sane ones").
+        ranked = rank_answers(with_confidence(predictions, calibration))
+        set_aside = tuple(p for p in ranked[n_best:] if p.model_rank <= n_best)
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
-                           rank_answers(with_confidence(predictions, calibration)), stats, method, dtype=self.dtype)
+                           ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside)
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),

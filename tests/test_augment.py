@@ -10,6 +10,7 @@ from rdkit import Chem
 from conftest import FIXTURES, decoded_answers
 from molspec_core.chem import canonical
 from molspec_core.cli import main
+from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.rsmiles import root_views
 from molspec_core.service import MAX_AUGMENT, POOL_POWER, Predictor, _Query, pool_writings
@@ -94,6 +95,43 @@ def test_two_strings_of_one_answer_from_one_writing_count_that_writing_once(read
     assert [p.score for p in order] == pytest.approx([math.log(power_mean(0.4 + 0.2, 0.3)),
                                                       math.log(power_mean(0.1, 0.5))])
     assert [p.views for p in order] == [2, 2]
+
+
+def test_a_flagged_answer_gives_its_place_to_a_sane_one_further_down_the_pool(reader):
+    # The writings give more answers than the list holds: ranked first, then cut, the flagged answer (the
+    # query given back) makes way for the pool's next sane one. The model's own first answers (the papers'
+    # top-k) still hold it, and not the answer that took its place.
+    views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
+    decoded = [decoded_answers(reader, ("NCCO", 0.5), ("CCO", 0.3)),
+               decoded_answers(reader, ("NCCO", 0.4), ("CCN", 0.2), ("CCCl", 0.1))]
+    result = reader._pooled("OCCN", views, decoded, "beam", 2, 2, 0.1)
+    assert [(p.smiles, p.rank, p.model_rank, p.sane) for p in result.predictions] == [
+        ("CCO", 1, 2, True), ("CCN", 2, 3, True)]
+    assert [(p.smiles, p.sane) for p in result.set_aside] == [("NCCO", False)]
+    assert [p.smiles for p in result.in_model_order()] == ["NCCO", "CCO"]
+    # with room for every sane answer and more, nothing is set aside and the flagged one is listed last
+    roomy = reader._pooled("OCCN", views, decoded, "beam", 5, 2, 0.1)
+    assert [p.smiles for p in roomy.predictions] == ["CCO", "CCN", "CCCl", "NCCO"] and roomy.set_aside == ()
+    assert [p.smiles for p in roomy.in_model_order()] == ["NCCO", "CCO", "CCN", "CCCl"]
+    # one answer (greedy's n_best): the first sane one of the pool
+    single = reader._pooled("OCCN", views, decoded, "beam", 1, 2, 0.1)
+    assert [p.smiles for p in single.predictions] == ["CCO"] and [p.smiles for p in single.in_model_order()] == ["NCCO"]
+
+
+def test_evaluate_scores_the_models_order_on_its_own_first_answers_and_the_apps_on_the_list(reader, monkeypatch):
+    views = [_query(reader, "NCCO"), _query(reader, "OCCN")]
+    decoded = [decoded_answers(reader, ("NCCO", 0.5), ("CCO", 0.3)),
+               decoded_answers(reader, ("NCCO", 0.4), ("CCN", 0.2), ("CCCl", 0.1))]
+    pooled = reader._pooled("OCCN", views, decoded, "beam", 2, 2, 0.1)
+    monkeypatch.setattr(reader, "predict", lambda sources, **options: [pooled] * len(sources))
+    # right: the answer that took the flagged one's place (third in the model's order)
+    report = evaluate(reader, ["OCCN"], ["CCN"], n_best=2, progress=False)
+    assert (report["top2"], report["ranked_top2"], report["ranked_top1"]) == (0.0, 1.0, 0.0)
+    assert report["first_right"] == {"model_order": [None], "app_order": [2]}
+    assert report["flagged_rate"] == 1.0  # the model's own first answer is flagged, listed or not
+    # right: the flagged answer, set aside: first in the model's order, not in the list
+    report = evaluate(reader, ["OCCN"], ["NCCO"], n_best=2, progress=False)
+    assert report["first_right"] == {"model_order": [1], "app_order": [None]}
 
 
 def test_a_writing_that_failed_is_left_out_and_a_failed_query_is_an_error(reader):

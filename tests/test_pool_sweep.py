@@ -38,18 +38,20 @@ def test_saved_answers_pooled_with_the_apps_exponent_are_the_apps_answers(tool, 
 
 def test_counts_follow_the_pooled_order_and_the_apps_sane_first_order(tool):
     log = math.log
-    rows = [  # right first; right second but the first is flagged; wrong; refused
+    rows = [  # right first; right second but the first is flagged; wrong; refused; right only beyond the cut
         {"line": 0, "target": "A", "writings": [[("A", log(0.6), True), ("B", log(0.3), True)]] * 2},
         {"line": 1, "target": "B", "writings": [[("C", log(0.7), False), ("B", log(0.2), True)],
                                                 [("B", log(0.5), True), ("C", log(0.4), False)]]},
         {"line": 2, "target": "Z", "writings": [[("A", log(0.9), True)]]},
         {"line": 3, "target": "A", "error": "unknown token"},
+        {"line": 4, "target": "D", "writings": [[("C", log(0.5), False), ("E", log(0.3), True),
+                                                 ("D", log(0.1), True)]]},
     ]
     got = tool.score_rows(rows, POOL_POWER, n_best=2)
-    assert got["n"] == 4
-    assert got["top"] == [1, 2] and got["app"] == [2, 2]
-    assert got["not_sane"] == 1
-    assert got["writings"] == [3, 2] and got["not_sane_each"] == [1, 0]
+    assert got["n"] == 5
+    assert got["top"] == [1, 2] and got["app"] == [2, 3]  # D takes flagged C's place in the list
+    assert got["not_sane"] == 2
+    assert got["writings"] == [4, 2] and got["not_sane_each"] == [2, 0]
 
 
 def test_the_pooling_exponent_is_a_parameter_and_must_be_positive():

@@ -56,8 +56,8 @@ def decode_rows(predictor: Predictor, sources: Sequence[str], targets: Sequence[
 
 
 def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
-    """Top-1..n_best in the model's order (`top`) and the app's (`app`, sane answers first, as
-    service.rank_answers orders them) after pooling with `power`, as counts over all rows (refused ones
+    """Top-1..n_best in the model's order (`top`) and the app's (`app`: the pool's sane answers first, then
+    the best n_best, as Predictor._pooled lists them) after pooling with `power`, as counts over all rows (refused ones
     count as wrong), how many pooled first answers are not sane (flagged or not valid SMILES; evaluate's
     flagged_rate counts the valid ones only), and per writing (the first is the canonical one) how many
     queries it was read for and how many of its own first answers are not sane (`writings`,
@@ -74,9 +74,12 @@ def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
                 not_sane_each.append(0)
             read[w] += 1
             not_sane_each[w] += bool(writing) and not writing[0][2]
-        answers = pooled(row["writings"], power)[:n_best]
+        every = pooled(row["writings"], power)
+        answers = every[:n_best]
         not_sane += bool(answers) and not answers[0][1]
-        ranked = sorted(answers, key=lambda answer: not answer[1])  # stable: the model's order within each
+        # as Predictor._pooled lists them: the whole pool sane first (stable: the model's order within
+        # each), then cut, so that sane answers from further down take flagged ones' places
+        ranked = sorted(every, key=lambda answer: not answer[1])[:n_best]
         for counts, listed in ((top, answers), (app, ranked)):
             found = [k for k, (answer, _) in enumerate(listed) if answer == row["target"]]
             for k in range(min(found, default=n_best), n_best):

@@ -310,7 +310,8 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
             st.code(prediction.smiles, language=None, wrap_lines=True)
             if prediction.rank != prediction.model_rank:
                 st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
-                           "after sane ones, and an answer the model wrote twice is listed once).")
+                           "after sane ones, or give their places to sane answers further down the pooled "
+                           "writings' list, and an answer the model wrote twice is listed once).")
             if prediction.spellings > 1:
                 st.caption(f"The model wrote these molecules in {prediction.spellings} atom orders; this is its "
                            "best-scored string, and its score is that string's.")
