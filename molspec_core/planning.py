@@ -199,7 +199,7 @@ class RouteStep:
     product: str
     reactants: tuple[RouteMolecule, ...]
     score: float  # the single-step model's log-probability of these reactants
-    model_rank: int  # the answer's rank in the model's n-best list
+    model_rank: int  # its rank in the model's own order (Prediction.model_rank; can pass n_best, pooled)
     product_in_stock: bool = False  # only a target can be: a molecule in stock is not expanded
     confidence: float | None = None
     round_trip: bool | None = None
