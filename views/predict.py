@@ -289,7 +289,9 @@ def centre_colours(task: str, query: str, prediction: Prediction) -> dict[int, s
 
 
 def show_prediction(prediction: Prediction, known: str | None, writings: int = 1,
-                    colours: dict[int, str] | None = None) -> None:
+                    colours: dict[int, str] | None = None, listed: int = 0) -> None:
+    """One answer's card; `listed`: how many answers the list holds (an answer the model ranked below
+    them took a set-aside one's place: QueryResult.set_aside)."""
     with st.container(border=True):
         picture, facts = st.columns([2, 3], vertical_alignment="center")
         svg = depict.smiles_svg(prediction.smiles, 440, 230, colours) if prediction.valid else None
@@ -308,10 +310,13 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                 if not prediction.finished:
                     st.badge("Stopped at the length limit", color="orange")
             st.code(prediction.smiles, language=None, wrap_lines=True)
-            if prediction.rank != prediction.model_rank:
+            if listed and prediction.model_rank > listed:
+                st.caption(f"The model's rank: {prediction.model_rank}, below the list's {listed}: this sane "
+                           "answer takes the place of a flagged or invalid one the model ranked higher.")
+            elif prediction.rank != prediction.model_rank:
                 st.caption(f"The model's rank: {prediction.model_rank} (flagged and invalid answers are listed "
-                           "after sane ones, or give their places to sane answers further down the pooled "
-                           "writings' list, and an answer the model wrote twice is listed once).")
+                           "after sane ones or give their places to sane ones, and an answer the model wrote "
+                           "twice is listed once).")
             if prediction.spellings > 1:
                 st.caption(f"The model wrote these molecules in {prediction.spellings} atom orders; this is its "
                            "best-scored string, and its score is that string's.")
@@ -670,10 +675,16 @@ def main() -> None:
             "Order", ORDERS, default=ORDERS[0], key="round_trip_order", help=ORDER_HELP) or ORDERS[0])
         if not listed:
             st.info("No answer passes the round trip; choose another order to see them all.", icon=":material/info:")
+    if shown.result.set_aside:
+        aside, n = len(shown.result.set_aside), len(shown.result.predictions)
+        st.caption(f"The writings gave more answers than the list holds, so {aside} flagged or invalid "
+                   f"{'answer' if aside == 1 else 'answers'} among the model's first {n} "
+                   f"{'gives its place to a sane answer' if aside == 1 else 'give their places to sane answers'} "
+                   "from further down the pooled list.")
     mark = st.toggle(CENTRE_LABEL, value=True, key="mark_centre", help=CENTRE_HELP)
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
-        show_prediction(prediction, known, shown.settings.augment, colours)
+        show_prediction(prediction, known, shown.settings.augment, colours, len(shown.result.predictions))
 
     if not shown.result.predictions:
         st.info("The model returned no answer for this query.", icon=":material/info:")
