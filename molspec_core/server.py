@@ -39,7 +39,7 @@ from .io import QueryFile
 from .known import known_rank, with_recorded
 from .methods import METHODS, SamplingOptions
 from .roundtrip import check_round_trip
-from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Predictor, QueryResult, windows
+from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult, windows
 
 log = logging.getLogger(__name__)
 
@@ -143,19 +143,24 @@ def _finite(value: float | None) -> float | None:
 def result_json(result: QueryResult, recorded: str | None = None) -> dict:
     """One query's result as JSON: the answers in rank order with their checks, and the decoder's counts.
     `copied_from` is each output token's source position in `source_tokens` (-1: written by the model),
-    the provenance the app draws. A query sent as a recorded reaction has its `recorded` outcome (canonical)
-    and the rank of the answer that is it (`recorded_rank`, null where none is); other queries null in both."""
+    the provenance the app draws; `set_aside`, the model's own first answers that pooled writings left out
+    of the list for sane ones (QueryResult.set_aside), in the same form. A query sent as a recorded reaction
+    has its `recorded` outcome (canonical) and the rank of the answer that is it (`recorded_rank`, null where
+    none is); other queries null in both."""
     stats = result.stats
-    answers = [{"rank": p.rank, "smiles": p.smiles, "score": _finite(p.score), "probability": p.probability,
+
+    def answer(p: Prediction) -> dict:
+        return {"rank": p.rank, "smiles": p.smiles, "score": _finite(p.score), "probability": p.probability,
                 "valid": p.valid, "sane": p.sane, "concerns": list(p.concerns), "model_rank": p.model_rank,
                 "confidence": p.confidence, "writings": p.views, "spellings": p.spellings,
                 "round_trip": p.round_trip, "forward_prob": p.forward_prob, "tokens": list(p.tokens),
                 "copied_from": list(p.provenance), "source_tokens": list(p.source_tokens or result.source_tokens)}
-               for p in result.predictions]
+
     return {"query": result.query, "canonical_query": result.canonical_query, "error": result.error,
             "suggestion": result.suggestion, "method": result.method, "dtype": result.dtype,
             "time_ms": round(stats.wall_time_s * 1000, 2), "model_calls": stats.model_calls,
-            "accepted_tokens": stats.draft_tokens_accepted, "predictions": answers,
+            "accepted_tokens": stats.draft_tokens_accepted, "predictions": [answer(p) for p in result.predictions],
+            "set_aside": [answer(p) for p in result.set_aside],
             "recorded": recorded, "recorded_rank": known_rank(result.predictions, recorded) if recorded else None}
 
 

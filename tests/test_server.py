@@ -65,6 +65,23 @@ def test_answers_are_the_services_in_the_order_asked_and_a_bad_query_costs_only_
     assert first["smiles"] == "CC(=O)NCc1ccccc1" and len(first["tokens"]) == len(first["copied_from"])
 
 
+def test_answers_pooled_writings_set_aside_come_in_their_own_list(address, models):
+    # The shipped forward model's pool for this cyclodehydration (the Predict page's test, tests/test_app.py)
+    # ranks the unchanged serine ester fourth; the list gives its place to the oxazoline, sixth.
+    query = "C1CCOC1.CCOC(=O)C(CO)NC(=O)C(CCCC1CCCCC1)CC(=O)OC(C)(C)C"
+    status, payload = call(address, "POST", "/predict",
+                           {"model": "forward", "smiles": [query], "method": "beam", "n_best": 5, "augment": 5})
+    assert status == 200
+    want = models["forward"].predict(query, method="beam", n_best=5, augment=5)
+    got = payload["results"][0]
+    assert want.set_aside and answers({"predictions": got["set_aside"]}) == [
+        (p.rank, p.smiles, p.score, p.sane, p.confidence) for p in want.set_aside]
+    assert [p["model_rank"] for p in got["set_aside"]] == [4] and got["set_aside"][0]["concerns"]
+    assert max(p["model_rank"] for p in got["predictions"]) == 6
+    assert all(r["set_aside"] == [] for r in call(address, "POST", "/predict", {"model": "forward",
+                                                                                 "smiles": [AMIDE]})[1]["results"])
+
+
 def test_speculative_answers_come_with_what_they_copied(address, models):
     status, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": AMIDE, "method": "spec-auto"})
     result, = payload["results"]
