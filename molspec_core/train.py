@@ -85,8 +85,9 @@ class TrainConfig:
     weight_decay: float = option(0.01, "AdamW weight decay")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
     dropout: float = option(-1.0, "dropout while training (-1: the preset's, 0.1 for the paper shapes)")
-    freeze_encoder: bool = option(False, "train the decoder alone: the encoder runs without gradients and keeps "
-                                         "its weights; the shared embedding learns from the decoder's side")
+    freeze_encoder: bool = option(False, "train the decoder alone: the encoder keeps its weights and runs as at "
+                                         "inference (no gradients, no dropout); the shared embedding learns from "
+                                         "the decoder's side")
     compile: bool = option(False, "torch.compile the training forward pass")
     eval_every: int = option(1000, "validate every this many steps (and at the end)")
     val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset)")
@@ -210,6 +211,19 @@ def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndar
             exact += list(res.hypotheses[0].tokens) == ref
     model.train()
     return {"token_accuracy": correct / max(total, 1), "greedy_exact_match": exact / max(n, 1), "greedy_rows": n}
+
+
+def frozen_memory(model: Seq2SeqTransformer, src: torch.Tensor) -> torch.Tensor:
+    """A frozen encoder's output, computed as inference computes it: no graph (so no backward pass through
+    the encoder) and no dropout (in its layers or the source embedding), so the decoder trains on the memory
+    it will read. Before session 65 the frozen encoder ran with dropout on (CPU runs 65-67)."""
+    was_training = model.training
+    model.train(False)
+    try:
+        with torch.no_grad():
+            return model.encode_torch(src)
+    finally:
+        model.train(was_training)
 
 
 def allocator_note(device: torch.device) -> str:
@@ -404,9 +418,7 @@ def train(cfg: TrainConfig) -> dict:
     def logits_of(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         if not cfg.freeze_encoder:
             return model(src, tgt_in)
-        with torch.no_grad():  # no graph through the encoder, so no backward pass through it either
-            memory = model.encode_torch(src)
-        return model.decode_full(tgt_in, memory, src != PAD_ID)
+        return model.decode_full(tgt_in, frozen_memory(model, src), src != PAD_ID)
 
     forward = torch.compile(logits_of, dynamic=True) if cfg.compile else logits_of
 

@@ -321,6 +321,33 @@ def test_freeze_encoder_trains_the_decoder_and_the_shared_embedding_and_keeps_th
         assert (moved & encoder == set()) if frozen else encoder <= moved
 
 
+def test_a_frozen_encoder_runs_as_at_inference_while_the_decoder_trains(tiny_data, tmp_path, monkeypatch):
+    """With dropout on, a frozen encoder still computes its memory in eval mode (the memory inference reads),
+    while an encoder that trains runs in training mode; the decoder trains with dropout either way."""
+    seen: dict[str, list[tuple[bool, bool]]] = {"encoder": [], "decoder": []}
+    encode, decode = Seq2SeqTransformer.encode_torch, Seq2SeqTransformer.decode_full
+
+    def encode_spy(self, src):
+        seen["encoder"].append((self.training, torch.is_grad_enabled()))
+        return encode(self, src)
+
+    def decode_spy(self, tgt_in, memory, src_keep):
+        seen["decoder"].append((self.training, torch.is_grad_enabled()))
+        return decode(self, tgt_in, memory, src_keep)
+
+    monkeypatch.setattr(Seq2SeqTransformer, "encode_torch", encode_spy)
+    monkeypatch.setattr(Seq2SeqTransformer, "decode_full", decode_spy)
+    common = dict(data=str(tiny_data), preset="tiny", dropout=0.3, max_tokens=64, warmup=1, max_steps=2,
+                  eval_every=10, val_greedy_rows=0, threads=1)
+    for frozen in (True, False):
+        seen["encoder"].clear(), seen["decoder"].clear()
+        train(TrainConfig(out=str(tmp_path / f"frozen_{frozen}"), freeze_encoder=frozen, **common))
+        training_steps = [mode for mode in seen["decoder"] if mode == (True, True)]
+        assert len(training_steps) == 2  # one batch a step; the end's validation runs in eval mode
+        encoder_modes = set(seen["encoder"]) - {(False, False)}  # validation encodes in eval mode, no grad
+        assert encoder_modes == (set() if frozen else {(True, True)})
+
+
 def test_time_budget_run_stops_annealed(tiny_data, tmp_path):
     state = train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_tokens=64,
                               max_minutes=0.02, warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1))
