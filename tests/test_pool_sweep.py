@@ -1,5 +1,6 @@
 """tools/pool_sweep.py: the answers it saves, pooled with the app's exponent, are the app's answers, and its
 counts follow from them (the sweep itself needs the shipped model and USPTO-MIT: the tool's own run)."""
+import json
 import math
 
 import pytest
@@ -62,3 +63,17 @@ def test_the_pooling_exponent_is_a_parameter_and_must_be_positive():
     assert pool_writings(answers, 1.0)[0][1] == pytest.approx(math.log(0.3))
     with pytest.raises(ValueError, match="positive"):
         pool_writings(answers, 0.0)
+
+
+def test_score_prints_one_column_per_cut_off_and_one_app_column_when_one_answer_is_kept(tool, tmp_path, capsys):
+    log = math.log
+    rows = [{"line": 0, "target": "B", "writings": [[("C", log(0.7), False), ("B", log(0.2), True)]]},
+            {"line": 1, "target": "A", "writings": [[("A", log(0.9), True)]]}]
+    saved = tmp_path / "rows.jsonl"
+    saved.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    for n_best, header, figures in ((1, ["top1", "app1"], ["50.0", "100.0", "50.0"]),
+                                    (2, ["top1", "top2", "app1", "app2"], ["50.0", "100.0", "100.0", "100.0", "50.0"])):
+        tool.main(["score", str(saved), "--n-best", str(n_best), "--powers", "0.25"])
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[1].split()[1:-2] == header  # after "power", before "not-sane1 (%)"
+        assert lines[2].split() == ["0.25", *figures]

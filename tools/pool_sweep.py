@@ -102,10 +102,13 @@ def score(args: argparse.Namespace) -> None:
     rows = [json.loads(line) for line in open(args.file)]
     k = args.n_best
     print(f"{len(rows)} queries, {sum('error' in r for r in rows)} refused (counted wrong); the best {k} kept")
-    print("power   " + "  ".join(f"top{j + 1:<3}" for j in range(k)) + f"  app1   app{k:<3} not-sane1 (%)")
+    app_k = sorted({1, k})  # the app's top-1 and top-k: one column when k is 1
+    print("power   " + "  ".join(f"{name}{j:<3}" for name, ks in (("top", range(1, k + 1)), ("app", app_k))
+                                 for j in ks) + "  not-sane1 (%)")
     for power in (float(p) for p in args.powers.split(",")):
         got = score_rows(rows, power, k)
-        share = [100 * c / got["n"] for c in (*got["top"], got["app"][0], got["app"][-1], got["not_sane"])]
+        counts = (*got["top"], *(got["app"][j - 1] for j in app_k), got["not_sane"])
+        share = [100 * c / got["n"] for c in counts]
         print(f"{power:<7g} " + "  ".join(f"{x:5.1f}" for x in share))
     each = ", ".join(f"{100 * f / r:.1f}% of {r}" for f, r in zip(got["not_sane_each"], got["writings"]))
     print(f"each writing's own first answer not sane (the canonical writing first): {each}")
