@@ -51,8 +51,9 @@ def mapped_centre(reactants: str, product: str) -> set[int] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="data folder holding uspto50k/gln_split/raw_test.csv (default ../shared/data)")
+    parser.add_argument("--limit", type=int, default=None, help="the first this many test reactions (default: all)")
     args = parser.parse_args()
     with open(args.data / "uspto50k" / "gln_split" / "raw_test.csv", newline="") as handle:
         rows = [row["reactants>reagents>production"] for row in csv.DictReader(handle)][:args.limit]

@@ -142,8 +142,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("starts", help="write the first line of each training reaction (for evaluate --index)")
-    s.add_argument("--data", type=Path, required=True)
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--data", type=Path, required=True, help="the prepare-data folder whose train split to read")
+    s.add_argument("--out", type=Path, required=True, help="the index file to write, one 0-based line number a line")
     b = sub.add_parser("build", help="write the hard examples (and the replay) as a training folder")
     b.add_argument("--data", type=Path, required=True, help="the prepare-data folder that was mined")
     b.add_argument("--mined", type=Path, default=None, help="evaluate's report on `starts`' index; without it "
@@ -151,11 +151,12 @@ def main() -> None:
     b.add_argument("--also", type=Path, action="append", default=[], help="without --mined: another prepare-data "
                    "folder of new reactions in --data's vocabulary whose every pair joins (repeatable; the validation "
                    "split stays --data's)")
-    b.add_argument("--out", type=Path, required=True)
-    b.add_argument("--right-writings", type=int, default=3)
+    b.add_argument("--out", type=Path, required=True, help="the training folder to write")
+    b.add_argument("--right-writings", type=int, default=3,
+                   help="random writings kept of each reaction the model got right (default 3)")
     b.add_argument("--replay", type=Path, default=None, help="a prepare-data folder whose train pairs to replay")
     b.add_argument("--replay-ratio", type=float, default=1.0, help="replayed pairs per hard pair")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0, help="seed of the random writings and replay draw (default 0)")
     args = parser.parse_args()
     if args.command == "starts":
         starts = folder_starts(args.data, split(args.data, "train"))

@@ -46,9 +46,12 @@ def reactant_counts(path: Path) -> tuple[Counter[str], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--min-uses", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models" / "stock.smi.gz")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="data folder holding uspto50k/derived/ (default ../shared/data)")
+    parser.add_argument("--min-uses", type=int, default=2,
+                        help="keep reactants of at least this many training reactions (default 2)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models" / "stock.smi.gz",
+                        help="gzipped SMILES file to write (default models/stock.smi.gz)")
     args = parser.parse_args()
     counts, n_reactions = reactant_counts(args.data / TRAIN)
     stock = sorted(smiles for smiles, uses in counts.items() if uses >= args.min_uses)

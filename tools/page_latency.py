@@ -27,15 +27,16 @@ from molspec_core.service import Predictor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="forward")
-    parser.add_argument("--src", required=True)
-    parser.add_argument("--tgt", required=True)
-    parser.add_argument("--index")
-    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--model", default="forward", help="a shipped model's name or a model folder (default forward)")
+    parser.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
+    parser.add_argument("--tgt", required=True, help="the recorded answers, line by line")
+    parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
+    parser.add_argument("--limit", type=int, default=200, help="the first this many queries (default 200)")
     parser.add_argument("--methods", default="spec-auto,beam,sbs-exact", help="comma-separated")
     parser.add_argument("--n-best", type=int, default=5, help="n-best of the methods that list several answers")
     parser.add_argument("--augment", type=int, default=5, help="writings of each query read and pooled (the app: 5)")
-    parser.add_argument("--dtype", default="int8", choices=("float32", "int8"))
+    parser.add_argument("--dtype", default="int8", choices=("float32", "int8"),
+                        help="what the native engine's decoder calls compute (default int8)")
     parser.add_argument("--warmup", type=int, default=3, help="queries each method decodes untimed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
