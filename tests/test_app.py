@@ -674,6 +674,23 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     assert at.selectbox(key="method").value == EXACT_NBEST and at.slider(key="n_best").value == 5
 
 
+def test_the_beam_width_outlives_a_method_without_one(copy_models, monkeypatch):
+    """The width a chemist set comes back with beam search after greedy ran a query (the browser lost it:
+    tests/test_browser.py), and the task switch still opens each task on its own width."""
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("beam").run()
+    at.slider(key="n_best").set_value(3).run()
+    at.selectbox(key="method").set_value("greedy").run()
+    predict(at, "OCCOc1ccccc1")
+    at.selectbox(key="method").set_value("beam").run()
+    assert at.slider(key="n_best").value == 3
+    predict(at, "OCCOc1ccccc1")
+    assert "Beam search, 3-best" in texts(at.caption)
+    at.radio(key="task").set_value("retro").run()  # no retro model here: the width is still the task's own
+    at.radio(key="task").set_value("forward").run()
+    assert at.slider(key="n_best").value == TASK_DEFAULTS["forward"][1]
+
+
 @needs_forward
 def test_retrosynthesis_answers_are_checked_round_trip(monkeypatch):
     at = app(None, monkeypatch).run()

@@ -154,6 +154,27 @@ def test_paste_smiles_and_get_ranked_predictions(page):
     shot(page, "browser_ranked_predictions")
 
 
+def choose_method(page, label: str) -> None:
+    page.locator('input[role="combobox"][aria-label="Decoding method"]').click()
+    page.get_by_role("option", name=label, exact=True).click()
+    settle(page)
+
+
+def test_the_beam_width_comes_back_after_a_query_with_greedy(page):
+    # Session 65: after one prediction with a method without a width, beam search came back at width 1 (the
+    # slider's minimum) and listed one answer; AppTest never showed it (views/common.kept).
+    predict_page(page)
+    width = page.locator('input[aria-label="Beam width (n-best)"]')
+    sync_api.expect(width).to_have_attribute("aria-valuetext", "5")
+    choose_method(page, "Greedy")
+    page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
+    page.get_by_role("button", name="Predict").click()
+    page.locator('strong:text-is("Rank 1")').wait_for()
+    settle(page)
+    choose_method(page, "Beam search")
+    sync_api.expect(width).to_have_attribute("aria-valuetext", "5")
+
+
 def test_draw_in_ketcher_and_apply(page):
     predict_page(page)
     page.get_by_role("tab", name="Draw structure").click()

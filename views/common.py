@@ -181,6 +181,9 @@ class Settings:
         return predictor_for(str(models_dir() / (model or self.model)), self.dtype)
 
 
+BEAM_WIDTH = "beam_width"  # the session's beam width (n-best), kept while the method shown has none
+
+
 def render_sidebar() -> Settings:
     """The shared settings, drawn in the sidebar on every page."""
     sb = st.sidebar
@@ -204,14 +207,14 @@ def render_sidebar() -> Settings:
     # Defaults go through the session state, not the widgets' arguments: the task switch sets them there.
     default_method, default_n_best = TASK_DEFAULTS[task]
     st.session_state.setdefault("method", default_method)
-    st.session_state.setdefault("n_best", default_n_best)
+    st.session_state.setdefault(BEAM_WIDTH, default_n_best)
     method = sb.selectbox("Decoding method", methods, format_func=method_label, key="method", help=METHOD_HELP)
     n_best = 1
     if reads(method, "n_best") and METHODS[method].family == "sampling":
         n_best = sb.slider("Samples", 1, 10, 5, key="n_samples",
                            help="How many answers to draw; repeated answers are merged and ranked by score.")
     elif reads(method, "n_best"):
-        n_best = sb.slider("Beam width (n-best)", 1, 10, key="n_best",
+        n_best = sb.slider("Beam width (n-best)", 1, 10, **kept(BEAM_WIDTH, "n_best"),
                            help="How many ranked answers beam search keeps and returns.")
     sampling = _sampling_knobs(method) if any(reads(method, knob) for knob in SAMPLING_KNOBS) else None
     draft_len = n_drafts = None
@@ -263,7 +266,21 @@ def _round_trip_settings(task: str) -> tuple[str | None, int]:
 
 def _open_task_on_its_defaults() -> None:
     """Task switch callback: the other task opens on its own method and n-best (methods.TASK_DEFAULTS)."""
-    st.session_state["method"], st.session_state["n_best"] = TASK_DEFAULTS[st.session_state["task"]]
+    st.session_state["method"], st.session_state[BEAM_WIDTH] = TASK_DEFAULTS[st.session_state["task"]]
+
+
+def kept(value_key: str, widget_key: str) -> dict:
+    """A widget's key and callback that keep its value under value_key through runs that do not draw it.
+    Streamlit forgets a widget's state when a run leaves it out, and a widget drawn again over a value set
+    through the session state in an earlier run opens on its own minimum: in the browser the beam width read
+    1 after one prediction with a method that has none (session 65; AppTest does not show it). So the value
+    lives under value_key, is written into the widget's key before each draw, and a change goes back."""
+    st.session_state[widget_key] = st.session_state[value_key]
+    return {"key": widget_key, "on_change": _keep, "args": (widget_key, value_key)}
+
+
+def _keep(widget_key: str, value_key: str) -> None:
+    st.session_state[value_key] = st.session_state[widget_key]
 
 
 def _sampling_knobs(method: str) -> SamplingOptions:
