@@ -567,6 +567,11 @@ class Predictor:
             return "none", 0, 0
         return drafter, length, count
 
+    def several_drafts(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int = 1) -> bool:
+        """Whether the method, so set, verifies several drafts per call (the paper's 25 windows, or n_drafts > 1),
+        which the native int8 call cannot: it verifies one draft per row (model.py), so only float32 decodes it."""
+        return self.resolve(method, draft_len, n_drafts, batch_size)[2] > 1
+
     def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
                draft_len: int | None = None, n_drafts: int | None = None,
                sampling: SamplingOptions | None = None) -> list[DecodeResult]:
@@ -653,6 +658,11 @@ class Predictor:
             raise ValueError("n_drafts must be between 1 and 64")
         if time_limit_s is not None and not time_limit_s > 0:
             raise ValueError("time_limit_s must be positive (or None for no limit)")
+        if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):
+            count = self.resolve(method, draft_len, n_drafts, batch_size)[2]
+            raise ValueError(f"{method} verifies {count} drafts per call here, and {self.dtype} arithmetic verifies "
+                             "one: load the model in float32 (--dtype float32; in the app, Faster arithmetic off) "
+                             "or one draft a call (n_drafts=1, --n-drafts 1)")
         if sampling is not None:
             check_sampling(sampling)
         self.check_augment(augment)

@@ -380,6 +380,26 @@ def test_a_refused_hydride_is_predicted_in_the_ions_offered_with_one_click():
     assert not [b for b in at.button if b.label == "Predict it with the reagent written as ions"]
 
 
+@needs_forward
+def test_a_method_of_several_drafts_per_call_computes_in_float32_under_the_int8_switch():
+    from molspec_core.service import int8_unavailable
+
+    if int8_unavailable() is not None:
+        pytest.skip(f"int8 is not offered on this machine: {int8_unavailable()}")
+    at = app().run()
+    assert at.toggle(key="int8").value is True
+    at.selectbox(key="method").set_value("spec-paper").run()  # 25 drafts per call: it failed as a model error
+    assert "verifies several drafts per call, which only float32 arithmetic does" in texts(at.sidebar.caption)
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    assert_clean(at)
+    assert not at.error and "Predictions" in texts(at.subheader)
+    assert "Speculative, paper drafts" in texts(at.caption) and "int8 arithmetic" not in texts(at.caption)
+    at.selectbox(key="method").set_value("spec-auto").run()  # one draft a call: int8 again
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    assert "int8 arithmetic" in texts(at.caption)
+    assert "several drafts per call" not in texts(at.sidebar.caption)
+
+
 def test_a_model_that_cannot_take_int8_computes_in_float32_and_says_why(copy_models, monkeypatch):
     from molspec_core.service import int8_unavailable
 

@@ -280,6 +280,19 @@ def test_int8_refuses_calls_of_several_drafts(copy_model):
         greedy(model, random_sources(7, 3, len(vocab), 5, 20), lambda s: make_drafter("paper", s, 4, 3))
 
 
+def test_an_int8_predictor_refuses_several_drafts_per_call_before_it_decodes():
+    """The service says so in words a user can act on (not the model's ValueError from inside a decode), for the
+    paper's drafts and for n_drafts > 1; one draft per call decodes."""
+    predictor = Predictor.load("forward", "cpu", dtype="int8")
+    assert predictor.several_drafts("spec-paper", None, None) and not predictor.several_drafts("spec-auto", None, None)
+    for method, n_drafts in (("spec-paper", None), ("spec-lookup", 3)):
+        with pytest.raises(ValueError, match=r"verifies \d+ drafts per call here, and int8 arithmetic verifies one: "
+                                             r"load the model in float32"):
+            predictor.predict("CCO.CC(=O)O", method=method, n_drafts=n_drafts)
+    assert predictor.predict("CCO.CC(=O)O", method="spec-lookup", n_drafts=1).ok
+    assert Predictor.load("forward", "cpu").predict("CCO.CC(=O)O", method="spec-paper").ok  # float32 decodes it
+
+
 def test_cache_slots_that_are_not_contiguous_take_the_numpy_path_with_its_mask():
     """The C call reads slots as contiguous (B, H, capacity, hd) blocks; other slots go through the NumPy
     step, which needs the attention mask the native call does without."""
