@@ -293,6 +293,19 @@ def test_an_int8_predictor_refuses_several_drafts_per_call_before_it_decodes():
     assert Predictor.load("forward", "cpu").predict("CCO.CC(=O)O", method="spec-paper").ok  # float32 decodes it
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_the_time_limit_stops_every_method_on_the_native_engine(dtype):
+    """The C step's whole-step calls (greedy_step, beam_step) bypass the model's decoder call, where the deadline
+    was checked: a limit of a microsecond let every query finish (session 65's audit)."""
+    predictor = Predictor.load("forward", "cpu", dtype=dtype)
+    assert predictor.engine_description.startswith("C ")
+    for method in ("greedy", "spec-lookup", "beam", "sbs-exact"):
+        n_best = 3 if method in ("beam", "sbs-exact") else 1
+        stopped = predictor.predict("CC(=O)Cl.NCc1ccccc1", method=method, n_best=n_best, time_limit_s=1e-6)
+        assert not stopped.ok and "time limit" in stopped.error, method
+        assert predictor.predict("CC(=O)Cl.NCc1ccccc1", method=method, n_best=n_best, time_limit_s=60).ok
+
+
 def test_cache_slots_that_are_not_contiguous_take_the_numpy_path_with_its_mask():
     """The C call reads slots as contiguous (B, H, capacity, hd) blocks; other slots go through the NumPy
     step, which needs the attention mask the native call does without."""
