@@ -32,6 +32,7 @@ import bisect
 import functools
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -43,6 +44,7 @@ from .methods import method as method_row
 if TYPE_CHECKING:  # the service loads a model's calibration, so this module cannot import it at run time
     from .service import Predictor
 
+log = logging.getLogger(__name__)
 FILE = "calibration.json"
 FIT_SHARE = 2 / 3  # of the validation queries fit the map; the rest judge it
 N_BINS = 10
@@ -315,9 +317,14 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
     path = Path(folder) / file_name(augment, kind)
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    calibration = Calibration(**{**data, **{key: tuple(data[key]) for key in TUPLES if key in data},
-                                 "reliability": tuple(tuple(row) for row in data["reliability"])})
+    try:  # an optional file: a damaged one costs the answers their confidence, not the queries their answers
+        data = json.loads(path.read_text())
+        calibration = Calibration(**{**data, **{key: tuple(data[key]) for key in TUPLES if key in data},
+                                     "reliability": tuple(tuple(row) for row in data["reliability"])})
+    except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        log.warning("%s is not a calibration this version reads (%s: %s); answers get no calibrated confidence",
+                    path, type(exc).__name__, exc)
+        return None
     if calibration.fingerprint != weights_fingerprint(folder) or kind_of(calibration.method) != kind:
         return None
     if augment > 1 and calibration.pool_power != POOL_POWER:

@@ -82,6 +82,19 @@ def test_fit_save_load_and_stale_weights(tmp_path):
     assert calibration.load(folder) is None
 
 
+def test_a_damaged_calibration_file_costs_the_answers_their_confidence_and_is_named(tmp_path, caplog):
+    """An optional file: predict still answers (it raised a KeyError traceback before session 65), and the log
+    names the file."""
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    for damaged in ('{"x": 1}', "not JSON", '{"fingerprint": "f", "reliability": 3}', "\udcff"):
+        (folder / calibration.FILE).write_text(damaged, errors="surrogateescape")
+        caplog.clear()
+        answers = Predictor.load(folder, device="cpu").predict("CCOc1ccccc1", method="beam", n_best=2)
+        assert answers.ok and all(p.confidence is None for p in answers.predictions)
+        assert str(folder / calibration.FILE) in caplog.text and "no calibrated confidence" in caplog.text
+
+
 def test_a_fit_with_enough_answers_below_the_first_maps_them_apart_and_predict_uses_each_answers_rank(
         tmp_path, monkeypatch):
     import json
