@@ -711,6 +711,27 @@ def test_the_beam_width_outlives_a_method_without_one(copy_models, monkeypatch):
     assert at.slider(key="n_best").value == TASK_DEFAULTS["forward"][1]
 
 
+def test_each_task_keeps_its_own_query_and_answers_across_a_task_switch(copy_models, monkeypatch):
+    """The retrosynthesis page listed the forward model's products under its heading, with the reactants in its
+    SMILES field (session 65's audit); now each task opens on its own last query and answers."""
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.radio(key="task").set_value("retro").run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "" and "Predictions" not in texts(at.subheader)
+    predict(at, "CCOc1ccccc1")
+    assert at.session_state["shown"].settings.task == "retro"
+    predict(at, "C1CC")  # an error stays with its task
+    at.radio(key="task").set_value("forward").run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "Oc1ccncc1Cl" and not at.error
+    assert at.session_state["shown"].result.query == "Oc1ccncc1Cl" and "Predictions" in texts(at.subheader)
+    at.radio(key="task").set_value("retro").run()
+    assert at.text_input(key="query_text").value == "C1CC" and "not a valid SMILES" in texts(at.error)
+    assert at.session_state["shown"].result.query == "CCOc1ccccc1"
+
+
 @needs_forward
 def test_retrosynthesis_answers_are_checked_round_trip(monkeypatch):
     at = app(None, monkeypatch).run()

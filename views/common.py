@@ -269,9 +269,23 @@ def _round_trip_settings(task: str) -> tuple[str | None, int]:
     return forward_models[0], int(k)
 
 
+# What the Predict page shows of a task's last query: each task keeps its own (a forward query's reactants are no
+# product to take apart, and products listed under the retrosynthesis heading read as reactants).
+PER_TASK = ("query_text", "shown", "example", "query_error", "query_suggestion")
+
+
 def _open_task_on_its_defaults() -> None:
-    """Task switch callback: the other task opens on its own method and n-best (methods.TASK_DEFAULTS)."""
-    st.session_state["method"], st.session_state[BEAM_WIDTH] = TASK_DEFAULTS[st.session_state["task"]]
+    """Task switch callback: the other task opens on its own method and n-best (methods.TASK_DEFAULTS), and on
+    its own last query, answers and error (PER_TASK); the task left keeps its own for when it comes back."""
+    ss = st.session_state
+    task = ss["task"]
+    ss["method"], ss[BEAM_WIDTH] = TASK_DEFAULTS[task]
+    for key in PER_TASK:
+        for other in TASKS:
+            if other != task:
+                ss[f"{key}_{other}"] = ss.get(key)
+        ss[key] = ss.get(f"{key}_{task}")
+    ss["query_text"] = ss["query_text"] or ""
 
 
 def kept(value_key: str, widget_key: str) -> dict:

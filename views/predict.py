@@ -41,6 +41,7 @@ class Shown:
 # ---- input ------------------------------------------------------------------------------------
 
 
+TASK_NOUN = {"forward": "forward prediction", "retro": "retrosynthesis"}  # "the last ... is kept"
 QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O)NCc1ccccc1"}
 QUERY_HELP = {
     "forward": "The reactants, and the reagents if you know them, separated by '.' (or 'reactants>reagents>'). "
@@ -650,8 +651,12 @@ def main() -> None:
                 "a molfile.",
                 icon=":material/lightbulb:")
         return
-    if shown.settings.model != cfg.model or shown.settings.task != cfg.task:
-        st.caption("Showing the last prediction, made with another model.")
+    if shown.settings.task != cfg.task:  # products under a retrosynthesis heading read as reactants, or the reverse
+        st.info(f"The last {TASK_NOUN[shown.settings.task]} ({common.md_escape(common.short(shown.result.query, 60))}) "
+                "is kept: switch the task back to see it.", icon=":material/info:")
+        return
+    if shown.settings.model != cfg.model:
+        st.caption(f"Showing the last prediction, made with the model {common.md_escape(shown.settings.model)}.")
     elif ss.get("query_error"):
         st.caption("Below: the last successful prediction.")
 
