@@ -1233,6 +1233,30 @@ def test_predict_page_exports_hold_the_answers():
     assert {r.fields["dtype"] for r in records} == {"float32"}  # what computed them
 
 
+@needs_forward
+def test_a_recorded_reactions_exports_keep_its_recorded_outcome_and_mark_it():
+    """The page says whether the recorded product is among the answers; its CSV and SD file say so too (they lost
+    the product, the query column reading `reactants>>`: session 65's audit)."""
+    from molspec_core.chem import sd_records
+    from views.predict import answer_exports, known_column
+
+    at = app().run()
+    predict(at, "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1")
+    assert_clean(at)
+    assert "Rank 1 is the known product recorded with the query." in texts(at.success)
+    shown = at.session_state["shown"]
+    assert known_column(shown) == ("recorded_products", "CC(=O)NCc1ccccc1")
+    csv, sdf = answer_exports(shown.result, known_column(shown))
+    table = pd.read_csv(io.BytesIO(csv), keep_default_na=False, dtype=str)
+    assert list(table.columns)[:2] == ["recorded_products", "row"] and list(table.columns)[-1] == "matches_known"
+    assert set(table["recorded_products"]) == {"CC(=O)NCc1ccccc1"} and table["query"][0] == "CC(=O)Cl.NCc1ccccc1>>"
+    assert table["matches_known"].tolist() == ["True"] + ["False"] * (len(table) - 1)
+    assert sd_records(sdf.decode())[0].fields["matches_known"] == "True"
+    assert list(pd.read_csv(io.BytesIO(answer_exports(shown.result)[0])).columns)[0] == "row"  # no known answer
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    assert known_column(at.session_state["shown"]) is None
+
+
 def test_batch_shows_the_known_answer_beside_the_predicted_one(copy_models, monkeypatch):
     # a file's other columns lead the table, but the known answers sit next to the answers they are checked with
     at = batch_page(monkeypatch, copy_models)

@@ -15,7 +15,7 @@ from streamlit_ketcher import st_ketcher
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes
-from molspec_core.known import known_rank, recorded_reaction
+from molspec_core.known import KnownMarks, known_rank, recorded_column, recorded_reaction, recorded_side
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
@@ -424,15 +424,30 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 # ---- export -----------------------------------------------------------------------------------
 
 
-def answer_exports(result: QueryResult) -> tuple[bytes, bytes]:
-    """The answers as the Batch page (and `molspec predict`) exports one query: CSV and SD file, row for row."""
-    header = output_header(())
-    rows = list(result_rows(1, (), result))
+def answer_exports(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
+    """The answers as the Batch page (and `molspec predict`) exports one query: CSV and SD file, row for row. With
+    a known answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the
+    Batch page exports a file of recorded reactions."""
+    header = output_header(known[:1] if known else ())
+    rows = list(result_rows(1, known[1:] if known else (), result))
+    if known:
+        marks = KnownMarks(header, 0, known[0])
+        header, rows = marks.header, list(marks.rows(rows))
     return csv_bytes(header, rows), sd_bytes(header, rows)
 
 
+def known_column(shown: Shown) -> tuple[str, str] | None:
+    """The exports' known-answer column for this query, (name, SMILES): the recorded outcome of a recorded
+    reaction (named as the Batch page names it), or the textbook example's answer; None without either."""
+    known = known_answer(shown)
+    if known is None:
+        return None
+    task = shown.settings.task
+    return (recorded_column(task) if shown.recorded else f"textbook_{recorded_side(task)}"), known
+
+
 def show_exports(shown: Shown) -> None:
-    csv, sdf = answer_exports(shown.result)
+    csv, sdf = answer_exports(shown.result, known_column(shown))
     with st.container(horizontal=True):
         st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
                            icon=":material/download:")
