@@ -502,12 +502,15 @@ class Predictor:
                 text = smiles_from_inchi(text)
             except ChemError as exc:
                 raise ValueError(str(exc)) from None
-        if ">" in text:
+        reaction = text if ">" in text else ""
+        if reaction:
             text = self._from_reaction(text)
         try:
             fragments = canonical_fragments(text, strip_maps=True)
         except ChemError as exc:
-            raise ValueError(f"not a valid SMILES: {exc}{name_hint(text)}") from None
+            read_as = (f" (the query holds '>', so it was read as a reaction SMILES, 'reactants>reagents>', whose "
+                       f"molecules are {text!r})") if reaction else ""
+            raise ValueError(f"not a valid SMILES: {exc}{read_as}{name_hint(reaction or text)}") from None
         if not fragments:
             raise ValueError("empty query: paste or draw a molecule")
         try:
@@ -546,6 +549,9 @@ class Predictor:
 
     def _from_reaction(self, text: str) -> str:
         parts = text.split(">")
+        if self.task == "retro":
+            raise ValueError("the retrosynthesis model reads a product, not a reaction SMILES: paste the product "
+                             "alone")
         if self.task != "forward" or len(parts) != 3 or parts[2] or not parts[0]:
             raise ValueError("reaction SMILES are accepted only as 'reactants>reagents>' for forward "
                              "prediction; paste the molecule(s) alone")

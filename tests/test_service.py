@@ -57,6 +57,21 @@ def test_bad_queries_give_clear_errors(copier, text, message):
     assert result.predictions == ()
 
 
+def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_product(forward):
+    """'<b>bold</b>' was refused as "cannot parse '<b'", a piece the user never typed alone: the '>' made it a
+    reaction SMILES, and the error now says so. A retrosynthesis model given a reaction was told of forward
+    prediction's form."""
+    refused = forward.predict("<b>bold</b>")
+    assert not refused.ok and "RDKit cannot parse '<b'" in refused.error
+    assert "the query holds '>', so it was read as a reaction SMILES, 'reactants>reagents>', whose molecules are " \
+        "'<b.bold</b'" in refused.error
+    assert forward.predict("CC(=O)O.OCC>>").ok
+    retro = Predictor.load("retro", device="cpu")
+    for text in (">>CC(=O)Nc1ccc(O)cc1", "CC(=O)Cl.Nc1ccc(O)cc1>>CC(=O)Nc1ccc(O)cc1"):
+        assert retro.predict(text).error == ("the retrosynthesis model reads a product, not a reaction SMILES: "
+                                             "paste the product alone")
+
+
 def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):
     aspirin = "InChI=1S/C9H8O4/c1-6(10)13-8-5-3-2-4-7(8)9(11)12/h2-5H,1H3,(H,11,12)"
     result = copier.predict(aspirin)
