@@ -192,6 +192,9 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         fields = next(reader, [])
+        if not any(field.strip() for field in fields):
+            raise InputFileError("the CSV is empty: its first line should name its columns, one of them "
+                                 + (repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)))
         wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
         if not wanted or wanted[0] not in fields:
             expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)

@@ -109,6 +109,17 @@ def test_excel_csv_utf8_with_a_byte_order_mark(tmp_path):
     assert table.queries == ["CCO"] and table.columns == ("name",)
 
 
+@pytest.mark.parametrize("text", [b"", b"\n", b"\r\n\r\n", b",,\n"])
+def test_an_empty_csv_is_called_empty(tmp_path, text):
+    """It was refused as a CSV without a SMILES column, "it has []" (session 65's audit)."""
+    (tmp_path / "empty.csv").write_bytes(text)
+    with pytest.raises(InputFileError, match="^the CSV is empty: its first line should name its columns, one of "
+                                             "them 'smiles'"):
+        read_queries(tmp_path / "empty.csv")
+    with pytest.raises(InputFileError, match="one of them 'reactants'$"):
+        read_queries(tmp_path / "empty.csv", column="reactants")
+
+
 def test_one_long_cell_leaves_the_rest_of_the_file_readable(tmp_path):
     """Issue 14 item 9: a cell over csv's 131,072 characters made the whole file unreadable; now it is
     a query of its own (the service rejects it as too long, on its row)."""
