@@ -53,6 +53,12 @@ def beam_like(method: str) -> bool:
     return METHODS[method].reference == BEAM_REFERENCE
 
 
+# What a report's tokens_per_call counts (decoding.result.longest_answer_tokens): its answer's tokens, for n-best
+# methods the longest answer's. Reports without this key (before session 65) counted every live beam's token for
+# beam search, which put it at its width per call beside about 1 for speculative beam search.
+TOKENS_COUNTED = "answer tokens"
+
+
 def expected_tokens_per_call(alpha: float, gamma: float) -> float:
     """Tokens per model call when each of gamma drafted tokens is accepted independently with
     probability alpha (Leviathan et al. 2023): (1 - alpha^(gamma+1)) / (1 - alpha)."""
@@ -200,6 +206,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "tokens_counted": TOKENS_COUNTED,
         "methods": report_methods,
     }
 

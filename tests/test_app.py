@@ -1070,6 +1070,27 @@ def test_benchmark_headline_sets_int8_beside_int8():
     int8 = headline(report("int8"))
     assert "3.00x as fast as CTranslate2 float32 greedy" in int8
     assert "computes in int8" in int8 and "1.25x as fast as CTranslate2 int8 greedy" in int8
+    slower = with_display_fields({"dtype": "float32", "methods": {"beam": {
+        "speedup_vs_beam": 1.0, "speedup_vs_ct2_beam": 1.63, "speedup_vs_ct2_int8_beam": 0.64}}})
+    assert ("1.63x as fast as CTranslate2 float32 beam search" in headline(slower)
+            and "CTranslate2 int8 beam search is faster still: this float32 run is 1.56x slower than it"
+            in headline(slower))
+
+
+def test_beam_searchs_tokens_per_call_is_left_out_of_reports_that_counted_every_beams_token():
+    """Before session 65 beam search counted every live beam's token (5.00 a call at width 5, beside about 1 for
+    speculative beam search and CTranslate2); reports that say what they count keep the figure."""
+    from molspec_core.bench import TOKENS_COUNTED
+    from views.benchmark import table, with_display_fields
+
+    def report(**extra) -> dict:
+        row = {"median_ms": 1.0, "p90_ms": 1.0, "total_s": 1.0, "model_calls": 10, "tokens_per_call": 5.0,
+               "accepted_per_call": 0.0, "speedup_vs_beam": 1.0, "identical_to_beam": 1.0}
+        sbs = {**row, "tokens_per_call": 1.04}
+        return with_display_fields({**extra, "methods": {"beam": dict(row), "sbs-exact": sbs}})
+
+    assert table(report())["tokens/call"].isna().tolist() == [True, False]  # shown as the table's placeholder, –
+    assert table(report(tokens_counted=TOKENS_COUNTED))["tokens/call"].tolist() == [5.0, 1.04]
 
 
 def test_benchmark_page_charts_a_lossy_sweep(tmp_path, copy_models, monkeypatch):

@@ -23,6 +23,9 @@ def assert_same_nbest(got, ref):
     assert lists(got) == lists(ref)
     for g, r in zip(got, ref):
         assert [h.score for h in g.hypotheses] == pytest.approx([h.score for h in r.hypotheses], rel=1e-4, abs=1e-4)
+        # tokens per call reads alike: both count their longest answer's tokens (beam counted every beam's before)
+        longest = max((len(h.tokens) + h.finished for h in r.hypotheses), default=0)
+        assert g.stats.tokens_generated == r.stats.tokens_generated == longest
 
 
 @pytest.mark.parametrize("width", [1, 3, 5, 10])

@@ -35,7 +35,7 @@ from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import cache_capacity, encode_sources
-from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 
 Array = torch.Tensor | np.ndarray
 
@@ -160,10 +160,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
             for a in set(done_queries.tolist()):  # a floor moves only when its query finishes something
                 floors[a] = floor_of([h.score for h in finished[active[a]]], n_best)
             scores = np.where(scores <= floors[:, None], np.float32(-np.inf), scores)
-        emitted, best_live = kept.sum(axis=1).tolist(), scores.max(axis=1).tolist()
+        best_live = scores.max(axis=1).tolist()
         still = []
         for a, q in enumerate(active):
-            stats[q].record_call(emitted=emitted[a])
+            stats[q].record_call(emitted=0)  # the tokens of its answers are counted once they are ranked, below
             if can_stop([h.score for h in finished[q]], best_live[a], n_best):
                 continue
             if step >= budgets[q]:
@@ -185,6 +185,11 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
             active = [active[a] for a in still]
 
     elapsed = time.perf_counter() - start_time
-    for s in stats:
-        s.wall_time_s = elapsed
-    return [DecodeResult(ranked(finished[q], n_best), stats[q]) for q in range(n_queries)]
+    results = []
+    for q in range(n_queries):
+        best = ranked(finished[q], n_best)
+        stats[q].wall_time_s = elapsed
+        # Every live beam's token, counted before session 65, put beam search at its width per call.
+        stats[q].tokens_generated = longest_answer_tokens(best)
+        results.append(DecodeResult(best, stats[q]))
+    return results

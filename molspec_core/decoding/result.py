@@ -1,6 +1,7 @@
 """What every decoder returns: ranked hypotheses with per-token provenance, and call statistics."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 GENERATED = -1  # provenance of a token the model produced itself (not accepted from a draft)
@@ -59,3 +60,10 @@ class DecodeStats:
 class DecodeResult:
     hypotheses: list[Hypothesis]  # best first
     stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+def longest_answer_tokens(hypotheses: Sequence[Hypothesis]) -> int:
+    """An n-best method's tokens_generated: the longest answer's output tokens, eos included where it ended (not
+    every beam's token at every step), so that tokens per call reads alike for beam search, speculative beam
+    search and the CTranslate2 peer."""
+    return max((len(h.tokens) + h.finished for h in hypotheses), default=0)

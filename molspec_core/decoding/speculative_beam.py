@@ -57,7 +57,7 @@ from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import fit_drafts, pack_drafts, start
 from .beam import best_children, can_stop, floor_of, ranked
-from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .verify import accept_greedy
 
 DrafterFactory = Callable[[Sequence[int]], Drafter]
@@ -244,7 +244,7 @@ class _Search:
         self.stats.wall_time_s = time.perf_counter() - started
         best = ranked(self.finished, self.n_best)
         if best:
-            self.stats.tokens_generated = max(len(h.tokens) for h in best) + 1
+            self.stats.tokens_generated = longest_answer_tokens(best)
             self.stats.draft_tokens_accepted = sum(p >= 0 for p in best[0].provenance)
         return DecodeResult(best, self.stats)
 
