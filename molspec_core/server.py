@@ -49,6 +49,7 @@ MAX_REQUEST_S = 600.0  # one request holds the models no longer (a query decodes
 MAX_BATCH_SIZE = 256  # a window of batches (service.window_size) stays a small part of a full request
 READ_TIMEOUT_S = 30.0  # a client that opens a connection and sends nothing holds a thread no longer than this
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+ROUTES = {"/health": "GET", "/models": "GET", "/predict": "POST"}  # each path and the method it takes (Allow)
 
 # Predictor.predict's options, by the JSON types a request may give them in (bool is not taken for a number).
 OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "draft_len": (int,), "n_drafts": (int,),
@@ -80,7 +81,11 @@ def _typed(body: Mapping, key: str, types: tuple[type, ...]) -> object:
     if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
         names = " or ".join({"str": "a string", "int": "a whole number", "float": "a number",
                              "bool": "true or false"}[t.__name__] for t in types)
-        raise RequestError(f"{key!r} must be {names}, not {json.dumps(value)[:40]}")
+        try:
+            shown = json.dumps(value)[:40]
+        except RecursionError:  # nested nearly as deep as the body's parser reads: writing it back recurses deeper
+            shown = "a value nested too deeply"
+        raise RequestError(f"{key!r} must be {names}, not {shown}")
     return value
 
 
@@ -105,6 +110,8 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
         raise RequestError(f"'time_limit_s' is at most {MAX_REQUEST_S:g} here, the time one request may decode")
     if options.get("batch_size", 1) > MAX_BATCH_SIZE:  # the request's budget is checked between windows of batches
         raise RequestError(f"'batch_size' is at most {MAX_BATCH_SIZE} here")
+    if options.get("batch_size", 1) < 1:  # as `predict --batch-size` refuses it
+        raise RequestError(f"'batch_size' must be 1 or more, not {options['batch_size']}")
     if "method" in options and options["method"] not in METHODS:  # unset: Predictor.predict's default
         raise RequestError(f"unknown method {options['method']!r}; choose from {', '.join(METHODS)}")
     knobs = {key: _typed(body, key, (int,) if key in ("top_k", "beta", "seed") else (int, float))
@@ -213,29 +220,34 @@ class Service:
 
 class Handler(BaseHTTPRequestHandler):
     server: Server
-    timeout = READ_TIMEOUT_S
+    timeout = READ_TIMEOUT_S  # the default; setup() takes the server's
     protocol_version = "HTTP/1.1"
     # The headers and the body leave in two writes; with Nagle's algorithm the second waits for the client's
     # delayed acknowledgement of the first, which added about 30 ms to every answer on loopback.
     disable_nagle_algorithm = True
 
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout_s  # StreamRequestHandler.setup sets it on the socket
+        super().setup()
+
     def do_GET(self) -> None:
         if not self._host_allowed():
             return
         service = self.server.service
-        if self.path == "/health":
+        path = self._route()
+        if path == "/health":
             self._send(HTTPStatus.OK, {"status": "ok"})
-        elif self.path == "/models":
+        elif path == "/models":
             self._send(HTTPStatus.OK, {"models": [model_json(n, p) for n, p in service.models.items()]})
-        elif self.path == "/predict":
+        elif path == "/predict":
             self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST a JSON body to /predict"}, {"Allow": "POST"})
         else:
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path[:80]!r}; try /health, /models, /predict"})
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
 
     def do_POST(self) -> None:
         if not self._host_allowed():
             return
-        if self.path != "/predict":
+        if self._route() != "/predict":
             self.close_connection = True  # its body is left unread
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path[:80]!r}; POST to /predict"})
             return
@@ -257,6 +269,24 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "this server takes no cross-origin requests"},
                    {"Allow": "GET, POST"})
 
+    def _not_allowed(self) -> None:
+        """A method no route takes: 405 in JSON with the path's method, not the standard library's HTML 501."""
+        if not self._host_allowed():
+            return
+        self.close_connection = True  # a body it carries is left unread
+        path = self._route()
+        if path not in ROUTES:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
+            return
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes {ROUTES[path]}, not {self.command}"},
+                   {"Allow": ROUTES[path]})
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = _not_allowed
+
+    def _route(self) -> str:
+        """The path asked for, without its query string (routes take none)."""
+        return self.path.split("?", 1)[0]
+
     def _body(self) -> object:
         kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind != "application/json":
@@ -268,15 +298,25 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.close_connection = True
             raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED) from None
-        if not 0 <= length <= MAX_BODY_BYTES:
+        if length < 0:  # no size at all, not one too big (413)
+            self.close_connection = True
+            raise RequestError(f"Content-Length {length} is not a number of bytes")
+        if length > MAX_BODY_BYTES:
             self.close_connection = True
             raise RequestError(f"a body of {length:,} bytes; at most {MAX_BODY_BYTES:,}",
                                HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-        data = self.rfile.read(length)
+        try:
+            data = self.rfile.read(length)
+        except (TimeoutError, ConnectionError) as exc:  # the client stalled or went away mid-body: no bug of ours
+            self.close_connection = True  # the socket reads no more once timed out; the rest must not be a request
+            raise RequestError(f"the body stopped short of its {length:,} bytes ({exc})",
+                               HTTPStatus.REQUEST_TIMEOUT) from None
         try:
             return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
             raise RequestError(f"the body is not JSON: {exc}") from None
+        except RecursionError:  # json reads arrays and objects within each other recursively
+            raise RequestError("the body's JSON is nested too deeply") from None
 
     def _host_allowed(self) -> bool:
         """On loopback, only requests addressed to a loopback name are answered (DNS rebinding)."""
@@ -300,8 +340,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.end_headers()
+            if self.command != "HEAD":  # an answer to HEAD has headers alone
+                self.wfile.write(data)
+        except ConnectionError as exc:  # the client went away (closed, reset) before its answer: no bug of ours
+            self.close_connection = True
+            log.info("%s %s %s: the client went away before its answer (%s)", self.address_string(), self.command,
+                     self.path[:80], exc)
 
     def log_message(self, format: str, *args: object) -> None:
         log.info("%s %s", self.address_string(), format % args)
@@ -314,19 +360,21 @@ def _no_constant(name: str) -> None:
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # a client still connected does not keep the process from ending
 
-    def __init__(self, address: tuple[str, int], service: Service):
+    def __init__(self, address: tuple[str, int], service: Service, read_timeout_s: float = READ_TIMEOUT_S):
         super().__init__(address, Handler)
         self.service = service
+        self.read_timeout_s = read_timeout_s
         self.loopback = address[0] in LOOPBACK_NAMES or address[0].startswith("127.")
 
 
 def serve(models: Sequence[Predictor], host: str = "127.0.0.1", port: int = 8000,
-          budget_s: float = MAX_REQUEST_S) -> Server:
+          budget_s: float = MAX_REQUEST_S, read_timeout_s: float = READ_TIMEOUT_S) -> Server:
     """A server for `models` (named by their folders) bound to host:port (port 0: any free one); call its
-    serve_forever(). Refuses two models of one name. budget_s: Service's, per request."""
+    serve_forever(). Refuses two models of one name. budget_s: Service's, per request; read_timeout_s: how long
+    a client may leave its connection silent (before and within a request; tests make it short)."""
     named: dict[str, Predictor] = {}
     for predictor in models:
         if predictor.path.name in named:
             raise ValueError(f"two models named {predictor.path.name}; give folders of different names")
         named[predictor.path.name] = predictor
-    return Server((host, port), Service(named, budget_s))
+    return Server((host, port), Service(named, budget_s), read_timeout_s)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
+import socket
+import struct
 import threading
+import time
 
 import pytest
 
@@ -156,6 +160,8 @@ def test_models_lists_what_is_loaded(address):
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": 1e9}, 400, "'time_limit_s' is at most 600"),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": None}, 400, "'time_limit_s' must be a whole number or"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": 10_000}, 400, "'batch_size' is at most 256"),
+    ({"model": "forward", "smiles": AMIDE, "batch_size": 0}, 400, "'batch_size' must be 1 or more, not 0"),
+    ({"model": "forward", "smiles": AMIDE, "batch_size": -5}, 400, "'batch_size' must be 1 or more, not -5"),
     ([AMIDE], 400, "must be a JSON object"),
     ({"model": "forward", "smiles": [AMIDE] * (server.MAX_QUERIES + 1)}, 413, f"at most {server.MAX_QUERIES}"),
 ])
@@ -168,10 +174,21 @@ def test_a_request_that_cannot_be_answered_says_why_and_the_server_goes_on(addre
 @pytest.mark.parametrize("raw, says", [(b'{"smiles": "CCO", "model": "forward"', "not JSON"),
                                        (b'{"smiles": "CCO", "model": "forward", "temperature": NaN}',
                                         "NaN is not a number JSON allows"),
-                                       (b"\xff\xfe", "not JSON")])
+                                       (b"\xff\xfe", "not JSON"),
+                                       # json reads nesting recursively: 100,000 levels raised RecursionError (500)
+                                       (b'{"smiles": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                                        "nested too deeply")])
 def test_a_body_that_is_not_json_is_refused(address, raw, says):
     status, payload = call(address, "POST", "/predict", raw=raw)
     assert status == 400 and says in payload["error"]
+
+
+def test_a_value_nested_too_deeply_to_quote_is_refused(models):
+    deep: list = []  # a body nested just under the parser's limit reads, and quoting it back recursed past it (500)
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(server.RequestError, match="'n_best' must be a whole number, not a value nested too deeply"):
+        server.parse_request({"smiles": AMIDE, "model": "forward", "n_best": deep}, models)
 
 
 def test_the_transport_is_checked_before_any_work(address):
@@ -193,6 +210,31 @@ def test_the_transport_is_checked_before_any_work(address):
     assert call(address, "GET", "/predict")[0] == 405
     assert call(address, "GET", "/nothing")[0] == 404
     assert call(address, "POST", "/elsewhere", {"smiles": AMIDE})[0] == 404
+
+
+@pytest.mark.parametrize("method, path, allow", [("PUT", "/predict", "POST"), ("DELETE", "/predict", "POST"),
+                                                 ("PATCH", "/predict", "POST"), ("HEAD", "/models", "GET")])
+def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_takes(address, method, path, allow):
+    connection = http.client.HTTPConnection(*address, timeout=30)  # these got the standard library's HTML 501
+    connection.request(method, path)
+    response = connection.getresponse()
+    data = response.read()  # none for HEAD
+    assert (response.status, response.getheader("Allow"), response.getheader("Content-Type")) == (
+        405, allow, "application/json")
+    assert (data == b"") if method == "HEAD" else (f"{path} takes {allow}, not {method}" in json.loads(data)["error"])
+    connection.close()
+    if method == "HEAD":  # http.client reads no body after HEAD: read what the server sent (it then closes)
+        with socket.create_connection(address, timeout=30) as raw:
+            raw.sendall(f"HEAD {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            received = b"".join(iter(lambda: raw.recv(65536), b""))
+        assert received.startswith(b"HTTP/1.1 405") and received.endswith(b"\r\n\r\n")  # headers alone
+    assert call(address, "PUT", "/nothing", {"smiles": AMIDE})[0] == 404
+
+
+def test_a_query_string_does_not_change_the_route(address):
+    assert call(address, "GET", "/models?x=1") == call(address, "GET", "/models")
+    assert call(address, "GET", "/health?x") == (200, {"status": "ok"})
+    assert call(address, "GET", "/predict?x=1")[0] == 405
 
 
 def test_a_body_left_unread_does_not_become_the_next_request(address):
@@ -219,6 +261,68 @@ def test_a_body_over_the_limit_is_refused_unread(address):
     assert response.status == 413 and "at most" in json.loads(response.read())["error"]
     connection.close()
     assert call(address, "GET", "/health")[0] == 200
+
+
+def test_a_negative_content_length_is_a_bad_request_not_one_too_large(address):
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    connection.putrequest("POST", "/predict")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", "-5")
+    connection.endheaders()
+    response = connection.getresponse()
+    status, payload = response.status, json.loads(response.read())
+    assert status == 400 and "Content-Length -5 is not a number of bytes" in payload["error"]  # was 413, "too large"
+    connection.close()
+
+
+def test_a_body_that_stops_short_gets_408_and_closes_without_a_traceback(models, caplog):
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=0.5)  # not 30 s: the test waits it
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        connection = http.client.HTTPConnection(*running.server_address[:2], timeout=30)
+        connection.putrequest("POST", "/predict")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", "100")
+        connection.endheaders(b"{")  # 1 byte of the 100, then silence
+        response = connection.getresponse()
+        status, payload, closing = response.status, json.loads(response.read()), response.getheader("Connection")
+        connection.close()
+    running.shutdown()
+    running.server_close()
+    assert status == 408 and "stopped short of its 100 bytes" in payload["error"] and closing == "close"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]  # was a 500 and two tracebacks
+
+
+def test_a_client_that_goes_away_before_its_answer_is_logged_quietly(models, caplog):
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    asked, answer = threading.Event(), threading.Event()
+    decode = running.service.predict
+
+    def predict(body: object) -> dict:  # holds the request in decoding until the client has gone
+        asked.set()
+        answer.wait(30)
+        return decode(body)
+
+    running.service.predict = predict  # type: ignore[method-assign]
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"smiles": AMIDE}).encode()
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        client = socket.create_connection(running.server_address[:2], timeout=30)
+        client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert asked.wait(30)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        client.close()
+        answer.set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not [r for r in caplog.records
+                                                    if "went away" in r.getMessage() or r.levelno >= logging.ERROR]:
+            time.sleep(0.02)
+    running.shutdown()
+    running.server_close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]  # was "POST /predict failed"
+    assert [r.levelno for r in caplog.records if "the client went away before its answer" in r.getMessage()] == [
+        logging.INFO]
 
 
 def test_requests_at_once_are_each_answered(address, models):
