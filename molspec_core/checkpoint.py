@@ -318,19 +318,39 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     return model.to(device).eval(), vocab, config
 
 
+def check_new_folder(out: Path) -> None:
+    """Refuse a folder to write a new model into unless it is new or empty, before any work: `save` replaces
+    only the weights, config and vocabulary, so a model folder written into would keep its own card,
+    calibration and draft model beside another model's weights, and no longer load. Its parent must
+    exist, as the folder of every other command's output must: a mistyped path is not created."""
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"{out} is a file; give a new folder for the model")
+    if out.is_dir() and any(out.iterdir()):
+        raise CheckpointError(f"{out} already holds files; give a new or empty folder (writing into it would "
+                              "mix the new model with what is there)")
+    if not out.parent.is_dir():
+        raise CheckpointError(f"cannot write {out}: the folder {out.parent} does not exist")
+
+
 def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = torch.float32) -> dict:
     """Write the mean of several models' weights (a uniform "model soup") as a model folder.
 
     The models must share their sizes and vocabulary, and should be fine-tuned from one parent: the
     mean of unrelated models is not a model. Each folder is checked by `load` before it is read; the
     mean is taken in float32 and written in dtype. config.json is the first folder's, with
-    "averaged_from" listing the folders. Returns that config.
+    "averaged_from" listing the folders. `out` must be a new or empty folder (check_new_folder), and each
+    model folder is given once. Returns that config.
     """
     if len(folders) < 2:
         raise CheckpointError("averaging needs at least two model folders")
     out = Path(out)
-    if any(out.resolve() == Path(folder).resolve() for folder in folders):
+    resolved = [Path(folder).resolve() for folder in folders]
+    if out.resolve() in resolved:
         raise CheckpointError(f"{out} is one of the folders being averaged; write the mean elsewhere")
+    twice = next((folder for folder, path in zip(folders, resolved) if resolved.count(path) > 1), None)
+    if twice is not None:  # the mean would weigh that model double
+        raise CheckpointError(f"{twice} is given twice; give each model folder once")
+    check_new_folder(out)
     first_model, vocab, config = load(folders[0])
     total = {name: tensor.clone() for name, tensor in first_model.state_dict().items()}
     for folder in folders[1:]:

@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
                    "column shows them (without it such a query is an error that names that writing)")
-    p.add_argument("--output", help="CSV to write (required with --input); a name ending .sdf writes an SD file "
-                   "instead: one record per CSV row, the answer's structure with every column as a field")
+    p.add_argument("--output", help="CSV to write, a name ending .csv (required with --input); a name ending .sdf "
+                   "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
+                   "column as a field; other names (.csv.gz, .xlsx) are refused")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
@@ -233,9 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "data, USPTO-50K's GLN val reactions read forward (use both with --vocab)")
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
     p.add_argument("--out", required=True, help="the folder to write (train/val/test, vocab.json, stats.json)")
-    p.add_argument("--n-val", type=int, default=2000, help="validation reactions (default %(default)s)")
-    p.add_argument("--workers", type=int, default=2, help="processes for the RDKit work of reading the reactions "
-                   "(default %(default)s)")
+    # at least 1: --n-val -5 made all but 5 of the USPTO-MIT valid rows validation rows (data.mit_split)
+    p.add_argument("--n-val", type=at_least(1), default=2000, help="validation reactions (default %(default)s)")
+    p.add_argument("--workers", type=at_least(1), default=2, help="processes for the RDKit work of reading the "
+                   "reactions (default %(default)s)")
     p.add_argument("--augment", type=int, default=None,
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "
@@ -304,7 +306,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import check_output, is_sd_name, read_queries
+    from .io import check_output, check_results_name, is_sd_name, read_queries
     from .known import known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
@@ -316,6 +318,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             return 2
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
         check_output(args.output, args.input)
+        check_results_name(args.output)
         task = model_task(args.model)
         table, recorded = with_recorded(read_queries(args.input, args.column), task)
         if recorded:
@@ -463,6 +466,7 @@ def report_json(report: dict) -> str:
 
 
 def read_report(path: str) -> dict:
+    from .evaluate import report_problem
     from .io import read_text
 
     try:
@@ -471,6 +475,9 @@ def read_report(path: str) -> dict:
         raise ValueError(f"{path} is not a JSON report: {exc}") from None
     if not isinstance(report, dict):
         raise ValueError(f"{path} is not an evaluate report")
+    problem = report_problem(report)  # an edited or old report: its name and what is wrong, not a KeyError
+    if problem:
+        raise ValueError(f"{path} is not an evaluate report ({problem})")
     return report
 
 

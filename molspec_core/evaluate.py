@@ -146,12 +146,45 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail / 2 ** n)
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def report_problem(report: dict) -> str | None:
+    """What keeps a JSON object from being an evaluate report that compare_reports can read (one edited by
+    hand, or of an older format), or None: n and n_best whole numbers from 1, and first_right, where
+    given, a list of places per order, each null or a whole number from 1 (compare_reports counts them
+    against n once it knows the two reports are on the same queries). A report without first_right is
+    one from before it was kept: compare_reports asks for it to be evaluated again."""
+    for key in ("n", "n_best"):
+        if key not in report:
+            return f"missing {key!r}"
+        if not _is_count(report[key]):
+            return f"{key!r} is {report[key]!r:.40}, not a whole number from 1"
+    if "first_right" not in report:
+        return None
+    places = report["first_right"]
+    if not isinstance(places, dict):
+        return f"'first_right' is {places!r:.40}, not the per-query places of each order"
+    for order in ORDERS:
+        ranks = places.get(order)
+        if not isinstance(ranks, list):
+            return f"first_right {order!r} is {ranks!r:.40}, not a list of per-query places"
+        wrong = next((rank for rank in ranks if rank is not None and not _is_count(rank)), None)
+        if wrong is not None:
+            return f"first_right {order!r} holds {wrong!r:.40}, not a place (a whole number from 1, or null)"
+    return None
+
+
 def compare_reports(a: dict, b: dict) -> dict:
     """Two evaluation reports (evaluate's, with first_right) on the same queries, query by query: per
     order and k, each one's top-k, the queries right only with a and only with b, and McNemar's p."""
     for name, report in (("first", a), ("second", b)):
         if "first_right" not in report:
             raise ValueError(f"the {name} report has no per-query results (first_right): evaluate it again")
+        problem = report_problem(report)
+        if problem:
+            raise ValueError(f"the {name} report is not an evaluate report ({problem})")
     # the same queries: by their digest where both reports have one (files may move), else by file names
     same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", "src", "tgt", "index")
     differ = [key for key in same if a.get(key) != b.get(key)]

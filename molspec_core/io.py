@@ -45,6 +45,7 @@ SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product", "rxn_smil
 SMILES_FILE_SUFFIXES = (".smi", ".smiles")
 NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
 SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a query, its title and data fields cells
+RESULT_SUFFIXES = (".csv", *SD_FILE_SUFFIXES)  # what write_results writes (any case): CSV, else an SD file
 MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields, and is read as one
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
@@ -363,6 +364,14 @@ def check_output(output: str | Path, input_path: str | Path | None = None) -> Pa
             raise OutputFileError(f"{output} is the input file; writing it would destroy the queries. "
                                   "Choose another output name")
     return path
+
+
+def check_results_name(output: str | Path) -> None:
+    """Refuse a results name whose suffix promises what write_results does not write: .sdf.gz, .csv.gz
+    and .xlsx were written as plain CSV without a word."""
+    if not str(output).lower().endswith(RESULT_SUFFIXES):
+        raise OutputFileError(f"{output}: predict writes CSV (.csv) or an SD file ({', '.join(SD_FILE_SUFFIXES)}), "
+                              "uncompressed; give a name ending in one of those")
 
 
 def is_sd_name(path: str | Path) -> bool:

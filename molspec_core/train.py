@@ -62,9 +62,24 @@ SCHEDULES: dict[str, Callable[[float], float]] = {
 }
 
 
-def option(default: T, text: str) -> T:
-    """A TrainConfig field and its description, which is also its flag's --help."""
-    return dataclasses.field(default=default, metadata={"help": text})
+def option(default: T, text: str, minimum: int | None = None) -> T:
+    """A TrainConfig field and its description, which is also its flag's --help; a flag with a `minimum`
+    refuses a number below it."""
+    return dataclasses.field(default=default, metadata={"help": text, "minimum": minimum})
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an int >= minimum, refused as a usage error (cli.at_least's twin: this module
+    cannot import the CLI, which needs RDKit)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
+        return value
+    return parse
 
 
 @dataclass(frozen=True)
@@ -100,7 +115,7 @@ class TrainConfig:
                              "validation, out/best and the exports hold the average, out/last keeps both")
     seed: int = option(0, "random seed (weights, batch order, dropout)")
     device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
-    threads: int = option(0, "torch CPU threads (0: torch's default)")
+    threads: int = option(0, "torch CPU threads (0: torch's default)", minimum=0)
 
 
 def pick_device(name: str) -> torch.device:
@@ -375,13 +390,13 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     data, out = Path(cfg.data), Path(cfg.out)
     export_dir = Path(cfg.export_dir) if cfg.export_dir else out / "export"
-    out.mkdir(parents=True, exist_ok=True)
     vocab = Vocab.load(data / "vocab.json")
     stats = json.loads((data / "stats.json").read_text())
     train_src, train_tgt = load_arrays(data / "train.npz")
     val_src, val_tgt = load_arrays(data / "val.npz")
     if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
         raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
+    out.mkdir(parents=True, exist_ok=True)  # once the data are read: a mistyped --data leaves no empty run folder
     shape = {"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}
     model = Seq2SeqTransformer(preset(cfg.preset, len(vocab), **shape)).to(device)
     fused = device.type == "cuda"
@@ -504,8 +519,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif isinstance(spec.default, bool):  # --compile / --no-compile
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
         else:
-            parser.add_argument(flag, type=type(spec.default), default=spec.default,
-                                help=f"{text} (default {spec.default})")
+            minimum = spec.metadata.get("minimum")  # --threads -1 was a RuntimeError traceback from torch
+            parser.add_argument(flag, type=type(spec.default) if minimum is None else whole_number(minimum),
+                                default=spec.default, help=f"{text} (default {spec.default})")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -245,6 +245,39 @@ def test_average_refuses_models_that_do_not_match(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_average_refuses_a_folder_holding_files_a_missing_parent_and_a_model_given_twice(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """Audit finding 1: --out an existing model folder replaced its weights, config and vocabulary and kept its
+    card, calibration and draft/, so the folder no longer loaded; a missing parent folder was created; the
+    same model given twice was weighed double. All refused before any model is read."""
+    from molspec_core.cli import main
+
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for seed in (1, 2):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}", meta={"task": "forward"})
+    victim = tmp_path / "victim"
+    checkpoint.save(random_model(3, vocab_size=14), vocab, victim, meta={"task": "retro"})
+    (victim / "MODEL_CARD.md").write_text("the shipped model\n")
+    before = {path.name: path.read_bytes() for path in victim.iterdir()}
+    models = ["--model", str(tmp_path / "m1"), "--model", str(tmp_path / "m2")]
+    with monkeypatch.context() as refused_first:
+        refused_first.setattr(checkpoint, "load", lambda *args, **kwargs: pytest.fail("a model was read"))
+        for argv, message in [
+                ([*models, "--out", str(victim)], f"{victim} already holds files; give a new or empty folder"),
+                ([*models, "--out", str(tmp_path / "missing" / "soup")], f"the folder {tmp_path / 'missing'} does "
+                                                                         "not exist"),
+                (["--model", str(tmp_path / "m1"), "--model", str(tmp_path / "." / "m1"), "--out",
+                  str(tmp_path / "soup")], "is given twice")]:
+            assert main(["average", *argv]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: ") and message in err, err
+    assert {path.name: path.read_bytes() for path in victim.iterdir()} == before
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "soup").exists()
+    (tmp_path / "empty").mkdir()  # a new folder made for it is written into
+    assert main(["average", *models, "--out", str(tmp_path / "empty")]) == 0
+    assert checkpoint.load(tmp_path / "empty")[2]["task"] == "forward"
+
+
 def test_cli_average_writes_float16_shards(tmp_path, capsys):
     from molspec_core.cli import main
 

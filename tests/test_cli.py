@@ -778,3 +778,61 @@ def test_the_cli_samples_at_the_libraries_default_temperature():
 
     for command in (["predict", "--smiles", "CCO"], ["bench", "--src", "q.txt"]):
         assert build_parser().parse_args(command).temperature == SamplingOptions().temperature == DEFAULT_TEMPERATURE
+
+
+# ---- the CLI audit (findings 4, 5, 10, 11): refused input is an error line, before any work ----------
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_best": None}, "missing 'n_best'"),
+    ({"n": "6"}, "'n' is '6', not a whole number from 1"),
+    ({"first_right": {"model_order": None, "app_order": None}}, "first_right 'model_order' is None, not a list"),
+    ({"first_right": {"model_order": ["1"] * 6, "app_order": [1] * 6}}, "first_right 'model_order' holds '1'"),
+    ({"first_right": [1] * 6}, "'first_right' is [1, 1"),
+])
+def test_compare_names_a_report_it_cannot_read_and_what_is_wrong(tmp_path, capsys, change, message):
+    """Finding 4: an edited or old-format report was a KeyError or TypeError traceback."""
+    report = {"n": 6, "n_best": 1, "src": "s", "tgt": "t", "index": None,
+              "first_right": {"model_order": [1] * 6, "app_order": [1] * 6}}
+    edited = {key: value for key, value in dict(report, **change).items() if value is not None}
+    (tmp_path / "a.json").write_text(json.dumps(report))
+    (tmp_path / "b.json").write_text(json.dumps(edited))
+    expect_refused(["compare", tmp_path / "a.json", tmp_path / "b.json"], capsys,
+                   f"{tmp_path / 'b.json'} is not an evaluate report ({message}")
+
+
+def test_train_refuses_negative_threads_and_a_missing_data_folder_before_making_its_run_folder(tmp_path, capsys):
+    """Finding 5: --threads -1 was torch's RuntimeError traceback, and a missing --data left an empty --out."""
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run"), "--threads", "-1"])
+    assert done.value.code == 2 and "--threads: must be 0 or more, not -1" in capsys.readouterr().err
+    expect_refused(["train", "--data", tmp_path / "nowhere", "--out", tmp_path / "run"], capsys,
+                   str(tmp_path / "nowhere"))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["o.sdf.gz", "o.csv.gz", "o.xlsx", "o.tsv", "o"])
+def test_predict_refuses_an_output_suffix_it_does_not_write_before_loading_the_model(tmp_path, capsys,
+                                                                                     no_model_load, name):
+    """Finding 10: .sdf.gz, .csv.gz and .xlsx were written as plain CSV without a word."""
+    (tmp_path / "q.txt").write_text("CCO\n")
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "q.txt", "--output", tmp_path / name], capsys,
+                   "predict writes CSV (.csv) or an SD file (.sdf, .sd), uncompressed")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["q.txt"]
+
+
+@pytest.mark.parametrize("extra, message", [(["--n-val", "-5"], "--n-val: must be 1 or more, not -5"),
+                                            (["--n-val", "0"], "--n-val: must be 1 or more, not 0"),
+                                            (["--workers", "0"], "--workers: must be 1 or more, not 0")])
+def test_prepare_data_counts_are_bounded(tmp_path, capsys, extra, message):
+    """Finding 11: --n-val -5 would have made all but 5 of the USPTO-MIT valid rows validation rows."""
+    with pytest.raises(SystemExit) as done:  # an empty --data: were the count taken, no long run on the real data
+        main(["prepare-data", "--task", "forward", "--data", str(tmp_path), "--out", str(tmp_path / "out"), *extra])
+    assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_prepare_data_names_a_vocabulary_that_is_not_json(tmp_path, capsys):
+    """Finding 11: the JSON error named no file."""
+    (tmp_path / "bad.json").write_text("{tokens: []}")
+    expect_refused(["prepare-data", "--task", "retro", "--out", tmp_path / "out", "--vocab", tmp_path / "bad.json"],
+                   capsys, f"{tmp_path / 'bad.json'} is not a JSON vocabulary: Expecting property name")
+    assert not (tmp_path / "out").exists()
