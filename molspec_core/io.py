@@ -173,7 +173,9 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
     try:
         return data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:
-        raise InputFileError(f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputFileError(f"{name} is not UTF-8 text: line {line:,} (byte {exc.start:,}) cannot be decoded; save "
+                             "the file as UTF-8 (in Excel: CSV UTF-8)") from None
 
 
 def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFile:

@@ -120,6 +120,14 @@ def test_an_empty_csv_is_called_empty(tmp_path, text):
         read_queries(tmp_path / "empty.csv", column="reactants")
 
 
+def test_a_file_that_is_not_utf8_is_refused_with_the_line_to_mend(tmp_path):
+    """A Latin-1 CSV from Excel: the error gave a byte offset alone (session 65's audit)."""
+    (tmp_path / "latin1.csv").write_bytes("smiles,name\nCCO,ethanol\nCCN,\u00e9thylamine\n".encode("latin-1"))
+    with pytest.raises(InputFileError, match=r"^latin1\.csv is not UTF-8 text: line 3 \(byte 28\) cannot be decoded; "
+                                             r"save the file as UTF-8 \(in Excel: CSV UTF-8\)$"):
+        read_queries(tmp_path / "latin1.csv")
+
+
 def test_one_long_cell_leaves_the_rest_of_the_file_readable(tmp_path):
     """Issue 14 item 9: a cell over csv's 131,072 characters made the whole file unreadable; now it is
     a query of its own (the service rejects it as too long, on its row)."""
