@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .argtypes import at_least
 from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
@@ -32,19 +33,6 @@ log = logging.getLogger(__name__)
 # Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
 # UnicodeDecodeError are ValueErrors; a full disk or a missing folder is an OSError.)
 EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= minimum (argparse reports anything else as a usage error)."""
-    def whole_number(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
-        return value
-    return whole_number
 
 
 def number_at_least(minimum: float, above: bool = False) -> Callable[[str], float]:

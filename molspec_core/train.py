@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .argtypes import at_least
 from . import checkpoint
 from .data import load_arrays
 from .decoding.greedy import greedy
@@ -66,20 +67,6 @@ def option(default: T, text: str, minimum: int | None = None) -> T:
     """A TrainConfig field and its description, which is also its flag's --help; a flag with a `minimum`
     refuses a number below it."""
     return dataclasses.field(default=default, metadata={"help": text, "minimum": minimum})
-
-
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an int >= minimum, refused as a usage error (cli.at_least's twin: this module
-    cannot import the CLI, which needs RDKit)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
-        return value
-    return parse
 
 
 @dataclass(frozen=True)
@@ -520,7 +507,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
         else:
             minimum = spec.metadata.get("minimum")  # --threads -1 was a RuntimeError traceback from torch
-            parser.add_argument(flag, type=type(spec.default) if minimum is None else whole_number(minimum),
+            parser.add_argument(flag, type=type(spec.default) if minimum is None else at_least(minimum),
                                 default=spec.default, help=f"{text} (default {spec.default})")
 
 

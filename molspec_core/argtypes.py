@@ -1,0 +1,19 @@
+"""argparse types shared by the command line (cli.py) and the training entry point (train.py), which runs on the
+GPU machine without RDKit and so cannot import the command line."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum (argparse reports anything else as a usage error)."""
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
+        return value
+    return whole_number
