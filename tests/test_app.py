@@ -1171,6 +1171,10 @@ def test_models_page_renders_a_model_card(copy_models, monkeypatch):
     at.switch_page("views/models.py").run()
     assert_clean(at)
     assert any("Copies its input" in m.value for m in at.markdown)
+    # its long code spans may break, so that its tables stay inside the card's box (checked in Chromium)
+    from views.models import CARD_STYLE
+
+    assert [h.proto.body for h in at.get("html")] == [CARD_STYLE]
 
 
 def test_a_models_facts_say_when_its_weights_are_a_mean(tmp_path):

@@ -62,6 +62,11 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
 CARD_HEADING_SHIFT = 2  # a card's "# Title" shows as a level-3 heading in its narrow box
 
 
+# A card's long file names (bench/accuracy/...json) in its tables' cells would not wrap, and the table ran past the
+# card's box, its right column cut off (session 65's audit): let code in the cards break anywhere.
+CARD_STYLE = "<style>[class*='st-key-card_'] code { overflow-wrap: anywhere; }</style>"
+
+
 def demoted(markdown: str, by: int = CARD_HEADING_SHIFT) -> str:
     """Markdown with every heading `by` levels down (at most level 6), code blocks untouched: a
     model card's title is written for a page of its own, and at level 1 it filled the card's box."""
@@ -162,7 +167,8 @@ def main() -> None:
         with right:
             card = folder / "MODEL_CARD.md"
             if card.is_file():
-                with st.container(border=True, height=520):
+                with st.container(border=True, height=520, key=f"card_{folder.name}"):
+                    st.html(CARD_STYLE)
                     st.markdown(demoted(card.read_text()))  # our own file, shipped with the model
             else:
                 st.info("This model has no model card yet (MODEL_CARD.md is missing from its folder).",
