@@ -677,7 +677,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port > 65535:
         raise ValueError(f"--port {args.port}: a port is at most 65535")
     models = [Predictor.load(name, args.device, args.engine, args.dtype) for name in args.model or ("forward", "retro")]
-    server = serve(models, args.host, args.port)
+    try:
+        server = serve(models, args.host, args.port)
+    except OSError as exc:  # a port in use, a host name that does not resolve: the message named neither
+        raise OSError(exc.errno, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     host, port = server.server_address[:2]
     if not server.loopback:
         log.warning("listening on %s, beyond this machine, without authentication", host)

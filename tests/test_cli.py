@@ -836,3 +836,16 @@ def test_prepare_data_names_a_vocabulary_that_is_not_json(tmp_path, capsys):
     expect_refused(["prepare-data", "--task", "retro", "--out", tmp_path / "out", "--vocab", tmp_path / "bad.json"],
                    capsys, f"{tmp_path / 'bad.json'} is not a JSON vocabulary: Expecting property name")
     assert not (tmp_path / "out").exists()
+
+
+def test_serve_on_a_port_in_use_names_the_host_and_port(capsys):
+    """"error: Address already in use" named neither (session 65's audit)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_cli(["serve", "--model", FIXTURES / "copy_model", "--host", "127.0.0.1", "--port", port],
+                            capsys)
+    assert code == 2 and f"error: cannot listen on 127.0.0.1:{port}: " in err
