@@ -365,7 +365,7 @@ class NativeStep(NumpyStep):
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         """Seq2SeqTransformer.encode in C: src (B, S) padded with PAD_ID -> memory (B, S, d)."""
-        check_deadline()  # a per-query time limit holds on this engine too (limits.py)
+        check_deadline()  # the per-query time limit (limits.py): model.encode hands over without a check
         batch, length = src.shape
         if length > self.max_positions:
             raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
@@ -433,7 +433,6 @@ class NativeStep(NumpyStep):
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """NumpyStep.__call__'s contract, in one C call."""
-        check_deadline()  # a per-query time limit holds on this engine too (limits.py)
         batch, _, t_new = tokens.shape
         binding = self._binding(cache)
         rows = cache.slot_rows
@@ -468,7 +467,7 @@ class NativeStep(NumpyStep):
         drafts, the argmax at every position, its log-probability, and the cross-attention peaks
         after the accepted runs (None unless want_peaks). The cache then holds the accepted run and
         the next token's input slot, as commit(accepted + 1) leaves it."""
-        check_deadline()  # a per-query time limit holds on this engine too (limits.py)
+        check_deadline()  # the per-query time limit (limits.py): this call bypasses model.decode
         rows, branches, t_new = tokens.shape
         lengths = cache.lengths
         if branches != 1 or drafts.shape != (rows,) or cache.batch_size != rows:
@@ -510,7 +509,7 @@ class NativeStep(NumpyStep):
 
         Between two decoder calls beam search does a few dozen NumPy and torch calls, and right after a
         call they run several times slower than warm (its weights have gone through the caches)."""
-        check_deadline()  # a per-query time limit holds on this engine too (limits.py)
+        check_deadline()  # the per-query time limit (limits.py): this call bypasses model.decode
         queries, width = scores.shape
         rows, slots, vocab = queries * width, cache.slots, int(self.embed.shape[0])
         if tokens.shape != (rows,) or cache.batch_size != rows:

@@ -575,7 +575,8 @@ class Predictor:
 
     def several_drafts(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int = 1) -> bool:
         """Whether the method, so set, verifies several drafts per call (the paper's 25 windows, or n_drafts > 1),
-        which the native int8 call cannot: it verifies one draft per row (model.py), so only float32 decodes it."""
+        which the native int8 call cannot: it verifies one draft per row (model.py), so only float32 decodes it
+        (predict refuses it under int8; the app's sidebar turns to float32 for it)."""
         return self.resolve(method, draft_len, n_drafts, batch_size)[2] > 1
 
     def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
@@ -665,7 +666,7 @@ class Predictor:
         if time_limit_s is not None and not time_limit_s > 0:
             raise ValueError("time_limit_s must be positive (or None for no limit)")
         if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):
-            count = self.resolve(method, draft_len, n_drafts, batch_size)[2]
+            count = self.resolve(method, draft_len, n_drafts, batch_size)[2]  # for the message only
             raise ValueError(f"{method} verifies {count} drafts per call here, and {self.dtype} arithmetic verifies "
                              "one: load the model in float32 (--dtype float32; in the app, Faster arithmetic off) "
                              "or one draft a call (n_drafts=1, --n-drafts 1)")

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .argtypes import at_least
 from . import checkpoint
+from .argtypes import at_least
 from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
