@@ -38,7 +38,7 @@ from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
 from .model import PRESETS, Seq2SeqTransformer, plan_free_attention, preset
-from .tokenizer import EOS_ID, PAD_ID, Vocab
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizeError, Vocab
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,6 +98,13 @@ class TrainConfig:
     export_dir: str = option("", "float16 shards + train_state.json ('': out/export)")
     resume: str = option("", "continue from an export folder (weights and counters; fresh optimizer moments)")
     init: str = option("", "start a new schedule from a model folder's weights (e.g. models/forward)")
+    pairs: str = option("", "ranking pairs (tools/rank_pairs.py mine: source, recorded product and an answer the "
+                             "model ranked above it, tab-separated); each step adds a hinge on their summed "
+                             "log-probabilities so that the product outscores the answer by --pair-margin")
+    pair_weight: float = option(0.5, "weight of the ranking hinge (a mean over the step's pairs) beside the "
+                                     "cross-entropy (a mean over the step's target tokens)")
+    pair_margin: float = option(1.0, "nats of summed log-probability by which the product should outscore a negative")
+    pair_rows: int = option(16, "ranking pairs per optimizer step", minimum=1)
     ema: float = option(0.0, "decay per optimizer step of a moving average of the weights (0: off); when on, "
                              "validation, out/best and the exports hold the average, out/last keeps both")
     seed: int = option(0, "random seed (weights, batch order, dropout)")
@@ -213,6 +220,46 @@ def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndar
             exact += list(res.hypotheses[0].tokens) == ref
     model.train()
     return {"token_accuracy": correct / max(total, 1), "greedy_exact_match": exact / max(n, 1), "greedy_rows": n}
+
+
+def load_pairs(path: Path, vocab: Vocab) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Ranking pairs as token ids: sources, products and negatives (the last two with bos and eos). A line
+    holding a token outside the vocabulary is left out, as `prepare-data` leaves out such targets."""
+    sources, products, negatives = [], [], []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise ValueError(f"{path}:{number}: a ranking pair is source, product and negative, tab-separated")
+        try:
+            src, pos, neg = (vocab.encode(f) for f in fields)
+        except TokenizeError:
+            continue
+        sources.append(np.array(src, dtype=np.uint8))
+        products.append(np.array([BOS_ID, *pos, EOS_ID], dtype=np.uint8))
+        negatives.append(np.array([BOS_ID, *neg, EOS_ID], dtype=np.uint8))
+    if not sources:
+        raise ValueError(f"{path}: no ranking pair in the model's vocabulary")
+    return sources, products, negatives
+
+
+def sequence_log_probs(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+    """Each row's summed token log-probability, eos included (beam search's score of a finished answer)."""
+    picked = torch.log_softmax(logits.float(), -1).gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)
+    return (picked * (tgt_out != PAD_ID)).sum(-1)
+
+
+def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], rows: list[int],
+                  pairs: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]], margin: float,
+                  device: torch.device, multiple: int = 1) -> tuple[torch.Tensor, int]:
+    """The mean over `rows` of max(0, margin - (score(product) - score(negative))), both read in one call,
+    and the tokens that call read."""
+    sources, products, negatives = pairs
+    src = [sources[i] for i in rows] * 2
+    tgt = [products[i] for i in rows] + [negatives[i] for i in rows]
+    s, t_in, t_out = collate(list(range(len(src))), src, tgt, device, multiple)
+    scores = sequence_log_probs(logits_of(s, t_in), t_out)
+    gap = scores[: len(rows)] - scores[len(rows):]
+    return torch.relu(margin - gap).mean(), s.numel() + t_in.numel()
 
 
 def frozen_memory(model: Seq2SeqTransformer, src: torch.Tensor) -> torch.Tensor:
@@ -383,6 +430,9 @@ def train(cfg: TrainConfig) -> dict:
     val_src, val_tgt = load_arrays(data / "val.npz")
     if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
         raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
+    if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
+        raise ValueError(f"ranking pairs need --pair-weight > 0 and --pair-margin >= 0, not "
+                         f"{cfg.pair_weight} and {cfg.pair_margin}")
     out.mkdir(parents=True, exist_ok=True)  # once the data are read: a mistyped --data leaves no empty run folder
     shape = {"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}
     model = Seq2SeqTransformer(preset(cfg.preset, len(vocab), **shape)).to(device)
@@ -403,6 +453,10 @@ def train(cfg: TrainConfig) -> dict:
     elif cfg.init:
         added = init_from(model, vocab, Path(cfg.init))
         log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
+    pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
+    if pairs is not None:
+        log.info("ranking pairs: %d from %s, %d a step, weight %g, margin %g", len(pairs[0]), cfg.pairs,
+                 cfg.pair_rows, cfg.pair_weight, cfg.pair_margin)
     average = WeightAverage(model, cfg.ema) if cfg.ema else None
     if average is not None and any((out / "last").glob("ema*.safetensors")):
         average.load(checkpoint.load_tensors(out / "last", stem="ema"))
@@ -433,6 +487,7 @@ def train(cfg: TrainConfig) -> dict:
     # suspect; the speed line says how many of its steps met a new one.
     shapes_seen: set[tuple[int, ...]] = set()
     new_shapes = 0
+    hinge_sum, hinge_steps = torch.zeros((), device=device), 0  # the ranking hinge since the last validation
     bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state, multiple)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
@@ -458,6 +513,15 @@ def train(cfg: TrainConfig) -> dict:
             (loss / n_target).backward()
             loss_sum += loss.detach()
             state["tokens"] += src.numel() + tgt_in.numel()
+        if pairs is not None:  # drawn by step, so a resumed run draws what it would have
+            rows = random.Random(cfg.seed * 1_000_003 + state["step"]).sample(range(len(pairs[0])),
+                                                                             min(cfg.pair_rows, len(pairs[0])))
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+                hinge, read = ranking_hinge(forward, rows, pairs, cfg.pair_margin, device, multiple)
+            (cfg.pair_weight * hinge).backward()
+            hinge_sum += hinge.detach()
+            hinge_steps += 1
+            state["tokens"] += read
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if average is not None:
@@ -479,6 +543,9 @@ def train(cfg: TrainConfig) -> dict:
                 metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
             metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
                            loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
+            if hinge_steps:
+                metrics["pair_hinge"] = round(float(hinge_sum) / hinge_steps, 4)
+                hinge_sum, hinge_steps = torch.zeros((), device=device), 0
             state["history"].append(metrics)
             log.info("validation %s", metrics)
             if metrics["greedy_exact_match"] > state["best_exact"]:

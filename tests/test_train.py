@@ -19,8 +19,9 @@ from molspec_core.data import Pair, write_splits
 from molspec_core.service import Predictor
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
-from molspec_core.train import (TrainConfig, WeightAverage, collate, init_from, learning_rate, pad_multiple,
-                                 peak_lr, row_widths, token_batches, train)
+from molspec_core.decoding.beam import beam_search
+from molspec_core.train import (TrainConfig, WeightAverage, collate, init_from, learning_rate, load_pairs,
+                                 pad_multiple, peak_lr, row_widths, sequence_log_probs, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -369,3 +370,66 @@ def test_training_entry_point_runs_without_rdkit(tiny_data, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "run" / "export" / "train_state.json").read_text())["step"] == 2
+
+
+def test_the_ranking_score_is_the_score_beam_search_ranks_answers_by(tiny_data):
+    """The hinge of `--pairs` compares what beam search compares: a finished answer's summed log-probability."""
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    torch.manual_seed(3)
+    model = Seq2SeqTransformer(preset("tiny", len(vocab))).eval()
+    source = vocab.encode(PAIRS[0].src)
+    hypotheses = [h for h in beam_search(model, [source], 4, max_len=12)[0].hypotheses if h.finished]
+    assert hypotheses
+    src = torch.tensor([source] * len(hypotheses))
+    tgt = [np.array([BOS_ID, *h.tokens, EOS_ID]) for h in hypotheses]
+    s, t_in, t_out = collate(list(range(len(tgt))), [src[0].numpy()] * len(tgt), tgt, torch.device("cpu"))
+    with torch.no_grad():
+        scores = sequence_log_probs(model(s, t_in), t_out)
+    assert scores.tolist() == pytest.approx([h.score for h in hypotheses], abs=1e-4)
+
+
+def write_ranking_pairs(path, pairs):
+    path.write_text("".join(f"{p.src}\t{p.tgt}\t{p.src.split('.')[0]}\n" for p in pairs))
+
+
+def product_margins(model_folder, pairs) -> list[float]:
+    predictor = Predictor.load(str(model_folder), device="cpu", engine="torch")
+    vocab = predictor.vocab
+    src = [np.array(vocab.encode(p.src)) for p in pairs] * 2
+    tgt = ([np.array([BOS_ID, *vocab.encode(p.tgt), EOS_ID]) for p in pairs]
+           + [np.array([BOS_ID, *vocab.encode(p.src.split(".")[0]), EOS_ID]) for p in pairs])
+    s, t_in, t_out = collate(list(range(len(src))), src, tgt, torch.device("cpu"))
+    with torch.no_grad():
+        scores = sequence_log_probs(predictor.model.eval()(s, t_in), t_out)
+    return (scores[: len(pairs)] - scores[len(pairs):]).tolist()
+
+
+def test_ranking_pairs_lift_the_recorded_product_above_the_negatives(tiny_data, tmp_path):
+    """The same run with and without `--pairs` (negative: the first reactant copied, an answer a young model
+    prefers): the hinge leaves the product ahead of its negative by more, and says how it went."""
+    write_ranking_pairs(tmp_path / "pairs.tsv", PAIRS)
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, max_steps=40, eval_every=20,
+                  val_greedy_rows=0, threads=1, lr=3e-3, label_smoothing=0.0)
+    train(TrainConfig(out=str(tmp_path / "plain"), **common))
+    state = train(TrainConfig(out=str(tmp_path / "ranked"), pairs=str(tmp_path / "pairs.tsv"), pair_weight=1.0,
+                              pair_margin=5.0, pair_rows=4, **common))
+    plain = product_margins(tmp_path / "plain" / "export", PAIRS)
+    ranked = product_margins(tmp_path / "ranked" / "export", PAIRS)
+    assert all(r > p for r, p in zip(ranked, plain)) and sum(ranked) - sum(plain) > 5.0 * len(PAIRS)
+    hinges = [metrics["pair_hinge"] for metrics in state["history"]]
+    assert len(hinges) == 2 and hinges[1] < hinges[0]
+
+
+def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    good = tmp_path / "pairs.tsv"
+    good.write_text("CC=O\tCCO\tCC=O\nCC=O\tCCO\t[Rh]\n")  # the second line holds a token the model lacks
+    sources, products, negatives = load_pairs(good, vocab)
+    assert len(sources) == 1 and products[0].tolist() == [BOS_ID, *vocab.encode("CCO"), EOS_ID]
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("CC=O\tCCO\n")
+    with pytest.raises(ValueError, match="bad.tsv:1: a ranking pair is source, product and negative"):
+        load_pairs(bad, vocab)
+    with pytest.raises(ValueError, match="--pair-weight > 0"):
+        train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", pairs=str(good),
+                          pair_weight=0.0))

@@ -1,0 +1,51 @@
+"""tools/rank_pairs.py: which answers become a training reaction's negatives, and the pairs file `train --pairs`
+reads, mined with a tiny untrained model on a tiny prepare-data folder."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import load_tool
+from molspec_core import checkpoint
+from molspec_core.chem import canonical_or_none
+from molspec_core.data import Pair, write_splits
+from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.tokenizer import Vocab
+from molspec_core.train import load_pairs
+
+
+@pytest.fixture(scope="module")
+def tool():
+    return load_tool("rank_pairs")
+
+
+def test_the_answers_above_the_product_are_its_negatives_never_the_product_written_otherwise(tool):
+    answers = ["CCCl", "ClCC", "CCO", "CCN", "CCBr"]  # ClCC is the first answer written otherwise
+    assert tool.negatives_of(answers, "CCO", most=5) == (2, ["CCCl", "ClCC"])
+    assert tool.negatives_of(answers, "OCC", most=1) == (2, ["CCCl"])  # the product in another writing
+    assert tool.negatives_of(answers, "CCCl", most=2) == (0, [])  # first already (ClCC is the same molecule)
+    assert tool.negatives_of(answers, "CCI", most=2) == (None, ["CCCl", "ClCC"])  # absent: the first answers
+    assert tool.negatives_of(["CC(", "CCO"], "OCC", most=2) == (1, ["CC("])  # an invalid answer is a negative
+
+
+def test_mined_pairs_hold_every_writing_of_each_missed_reaction_and_train_reads_them(tool, tmp_path: Path):
+    reactions = {"CCO": ["CC.O", "O.CC", "C(C).O"], "CCN": ["CC.N", "N.CC"]}
+    train = [Pair(s, t) for t, sources in reactions.items() for s in sources]
+    data = tmp_path / "data"
+    write_splits(data, {"train": train, "val": train[:1], "test": train[:1]}, {"task": "forward", "augment": 3})
+    vocab = Vocab.load(data / "vocab.json")
+    torch.manual_seed(0)
+    checkpoint.save(Seq2SeqTransformer(preset("tiny", len(vocab))), vocab, tmp_path / "model",
+                    meta={"task": "forward", "preset": "tiny"})
+    summary = tool.mine(str(tmp_path / "model"), data, tmp_path / "pairs.tsv", width=3, most=2)
+    ranks = summary["product_rank"]
+    assert summary["reactions"] == 2 and sum(ranks.values()) == 2 and ranks["refused"] == 0
+    lines = [line.split("\t") for line in (tmp_path / "pairs.tsv").read_text().splitlines()]
+    assert len(lines) == summary["pairs"] > 0  # an untrained model misses
+    for product, sources in reactions.items():
+        mine = [line for line in lines if line[1] == product]
+        if mine:  # each missed reaction: all its writings, each with the same negatives
+            negatives = {line[2] for line in mine}
+            assert sorted(line[0] for line in mine) == sorted(sources * len(negatives))
+            assert all(canonical_or_none(n) != canonical_or_none(product) for n in negatives)
+    assert len(load_pairs(tmp_path / "pairs.tsv", vocab)[0]) == len(lines)
