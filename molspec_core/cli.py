@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-val", type=at_least(1), default=2000, help="validation reactions (default %(default)s)")
     p.add_argument("--workers", type=at_least(1), default=2, help="processes for the RDKit work of reading the "
                    "reactions (default %(default)s)")
-    p.add_argument("--augment", type=int, default=None,
+    # at least 0, not 1: retro's 0 (canonical pairs only) is a mode; the forward tasks refuse 0 (data.py)
+    p.add_argument("--augment", type=at_least(0), default=None,
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "
                         f"app reads a query (default {DEFAULT_AUGMENT['forward']}); forward-mit: writings of each "
@@ -240,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-rest", choices=VAL_REST, default="",
                    help="retro: the GLN val reactions after the first --n-val (3,001 of 5,001 by default) join the "
                    "training reactions (add) or are the training split alone (only: fine-tune data, with --vocab)")
-    p.add_argument("--rows-before", type=int, default=0,
+    p.add_argument("--rows-before", type=at_least(0), default=0,
                    help="forward-mit: train only on the USPTO-MIT valid rows from --n-val up to this row: with "
                    "--n-val 500 --rows-before 2000, the 1,500 rows a model split by default validated on and never "
                    "trained on (fine-tune data, with --vocab)")
@@ -331,9 +332,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.smiles is not None:
         query, known = recorded_reaction(args.smiles, predictor.task) or (args.smiles, None)
         result = check(predictor.predict(query, **options))
-        if not result.ok:
-            print(f"error: {result.error}", file=sys.stderr)
-            return 1
+        if not result.ok:  # a refused query is the user's input: main's boundary, an `error:` line and exit 2,
+            raise ValueError(result.error)  # as a recorded outcome that is no SMILES is (recorded_reaction)
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
         print(f"{'rank':>4}  {'score':>8}  {'prob':>6}  {'conf':>5}  {'check':<8}  smiles")
@@ -437,6 +437,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
+    if report["unreadable_targets"]:  # on stderr: stdout stays one JSON object
+        log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
+                    report["unreadable_targets"], report["n"], args.tgt)
     if out:
         out.write_text(report_json(report))
     return 0
@@ -707,7 +710,9 @@ COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_com
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The one boundary: every expected failure of any command becomes an `error:` line and exit 2."""
+    """The one boundary: every expected failure of any command becomes an `error:` line and exit 2; Ctrl-C,
+    an `interrupted` line and exit 130 (128 + SIGINT, as shells report it). What a command wrote stays: its
+    lines on stdout, and an output file it was replacing (io.write_csv renames a finished file into place)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
@@ -715,3 +720,6 @@ def main(argv: list[str] | None = None) -> int:
     except EXPECTED_FAILURES as exc:
         print(f"error: {describe(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -89,6 +89,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     # what compare_reports tests two models on, query by query
     first = {"top": [], "ranked_top": []}
     invalid = flagged = repeated = errors = 0
+    # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
+    # are told apart from the model's
+    unreadable = sum(canonical_or_none(target) is None for target in targets)
     for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length
         results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size, **options)
         for result, target in zip(results, targets[window]):
@@ -116,12 +119,14 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     n = len(sources)
     report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
-                  repeated_rate=repeated / n, query_errors=errors,
+                  repeated_rate=repeated / n, query_errors=errors, unreadable_targets=unreadable,
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
                   flagged_rate_counts="the model's top-1 answers that are valid but not sane "
                                       "(chem.answer_concerns) / n",
                   repeated_rate_counts="the queries whose answers include one the model spelled twice "
                                        "(service.fold_repeats) / n",
+                  unreadable_targets_counts="the queries whose recorded target RDKit cannot read (each a miss "
+                                            "in every top-k)",
                   first_right={"model_order": first["top"], "app_order": first["ranked_top"]},
                   first_right_counts="per query, in order: the first place (1-based) holding the right answer, "
                                      "null where none of the n_best does or the query was refused")

@@ -270,7 +270,8 @@ class Handler(BaseHTTPRequestHandler):
                    {"Allow": "GET, POST"})
 
     def _not_allowed(self) -> None:
-        """A method no route takes: 405 in JSON with the path's method, not the standard library's HTML 501."""
+        """A method no route takes (any without a do_<METHOD>: PUT, DELETE, HEAD, TRACE, ...): 405 in JSON with
+        the path's method, not the standard library's HTML 501."""
         if not self._host_allowed():
             return
         self.close_connection = True  # a body it carries is left unread
@@ -281,7 +282,13 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes {ROUTES[path]}, not {self.command}"},
                    {"Allow": ROUTES[path]})
 
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = _not_allowed
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's HTML error page, except for its 501, which handle_one_request sends for a
+        method without a do_<METHOD> (and nothing else sends): that one is _not_allowed's JSON 405."""
+        if code == HTTPStatus.NOT_IMPLEMENTED:
+            self._not_allowed()
+            return
+        super().send_error(code, message, explain)
 
     def _route(self) -> str:
         """The path asked for, without its query string (routes take none)."""

@@ -3,6 +3,7 @@ import argparse
 import csv
 import gzip
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -95,15 +96,20 @@ def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys
     assert "sampled or lossy" in capsys.readouterr().err
 
 
-def test_predict_bad_smiles_is_a_message_not_a_traceback(capsys):
-    assert main(["predict", "--model", MODEL, "--smiles", "C1CC"]) == 1
-    err = capsys.readouterr().err
-    assert "not a valid SMILES" in err and "Traceback" not in err
+@pytest.mark.parametrize("query, message", [
+    ("C1CC", "not a valid SMILES: RDKit cannot parse 'C1CC'"),
+    ("[Xe]", "token '[Xe]' is not in the model's vocabulary"),
+    ("", "empty query"),
+    ("C" * 2001, "query is 2001 characters long"),
+    ("C1CC(>>CC", "the recorded reactants are not a valid SMILES"),  # this one was exit 2, the others 1
+])
+def test_predict_bad_smiles_is_an_error_line_and_exit_2_whatever_is_wrong(capsys, query, message):
+    expect_refused(["predict", "--model", MODEL, "--smiles", query], capsys, message)
 
 
 def test_predict_reads_a_hydride_as_ions_only_with_ion_writing(capsys):
     query = "c1ccc2[nH]ccc2c1.CI.[NaH]"  # NaH as drawing programs write it; USPTO writes [H-].[Na+]
-    assert main(["predict", "--model", "forward", "--smiles", query]) == 1
+    assert main(["predict", "--model", "forward", "--smiles", query]) == 2
     assert "the query so written is c1ccc2[nH]ccc2c1.CI.[H-].[Na+]" in capsys.readouterr().err
     assert main(["predict", "--model", "forward", "--smiles", query, "--ion-writing"]) == 0
     out = capsys.readouterr().out
@@ -258,6 +264,24 @@ def test_evaluate_keeps_each_querys_place_for_compare(pair_files, capsys):
         assert len(places) == 5
         for k in (1, 2, 3):  # the places add up to the top-k figures
             assert sum(p is not None and p <= k for p in places) / 5 == pytest.approx(report[f"{key}{k}"])
+
+
+def test_evaluate_counts_the_targets_rdkit_cannot_read(pair_files, capsys, caplog):
+    """They were misses without a word: the report counts them, and a warning says how many."""
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, *files, "--limit", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["unreadable_targets"] == 0 and not caplog.records
+    targets = (pair_files / "tgt.txt").read_text().splitlines()
+    assert targets[2] == "ON1N1"  # the copy model's answer to OCCN1CCNCC1 closes a ring on a bond it has
+    targets[3] = ""  # a line left empty
+    (pair_files / "tgt.txt").write_text("\n".join(targets) + "\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, *files, "--out", str(pair_files / "eval.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["unreadable_targets"] == 2  # stdout is still one JSON object
+    assert json.loads((pair_files / "eval.json").read_text())["unreadable_targets"] == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"2 of 5 targets in {pair_files / 'tgt.txt'} are SMILES RDKit cannot read: those queries count as misses"]
 
 
 def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsys):
@@ -569,6 +593,35 @@ def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
 
 
+def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during predict over a file printed a traceback."""
+    from molspec_core.service import Predictor
+
+    (tmp_path / "q.txt").write_text("CCO>>CCO\n" * 20)  # recorded reactions: predict says so on stdout first
+    out = tmp_path / "out.csv"
+    out.write_text("yesterday's results\n")
+    calls = []
+    predict = Predictor.predict
+
+    def interrupt_the_second_call(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", interrupt_the_second_call)
+    try:
+        code = predict_file(tmp_path / "q.txt", out, "--batch-size", "1")
+    except KeyboardInterrupt:  # not let through to pytest, which would stop the whole run
+        pytest.fail("Ctrl-C escaped main")
+    assert code == 130
+    written = capsys.readouterr()
+    assert written.err.splitlines()[-1] == "interrupted" and "Traceback" not in written.err
+    assert "the file holds recorded reactions" in written.out
+    assert out.read_text() == "yesterday's results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
+
+
 @pytest.mark.parametrize("output,message", [("missing/o.csv", "does not exist"), (".", "is a folder"),
                                             ("/dev/full", "is a device")])
 def test_unusable_output_paths_are_refused_before_predicting(tmp_path, output, message, capsys, monkeypatch):
@@ -822,12 +875,20 @@ def test_predict_refuses_an_output_suffix_it_does_not_write_before_loading_the_m
 
 @pytest.mark.parametrize("extra, message", [(["--n-val", "-5"], "--n-val: must be 1 or more, not -5"),
                                             (["--n-val", "0"], "--n-val: must be 1 or more, not 0"),
-                                            (["--workers", "0"], "--workers: must be 1 or more, not 0")])
+                                            (["--workers", "0"], "--workers: must be 1 or more, not 0"),
+                                            # these two took any int; retro's --augment 0 is canonical pairs only
+                                            (["--augment", "-1"], "--augment: must be 0 or more, not -1"),
+                                            (["--rows-before", "-3"], "--rows-before: must be 0 or more, not -3")])
 def test_prepare_data_counts_are_bounded(tmp_path, capsys, extra, message):
     """Finding 11: --n-val -5 would have made all but 5 of the USPTO-MIT valid rows validation rows."""
     with pytest.raises(SystemExit) as done:  # an empty --data: were the count taken, no long run on the real data
         main(["prepare-data", "--task", "forward", "--data", str(tmp_path), "--out", str(tmp_path / "out"), *extra])
     assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_prepare_data_takes_retros_augment_0_canonical_pairs_only():
+    args = build_parser().parse_args(["prepare-data", "--task", "retro", "--out", "o", "--augment", "0"])
+    assert (args.augment, args.rows_before) == (0, 0)
 
 
 def test_prepare_data_names_a_vocabulary_that_is_not_json(tmp_path, capsys):

@@ -213,7 +213,10 @@ def test_the_transport_is_checked_before_any_work(address):
 
 
 @pytest.mark.parametrize("method, path, allow", [("PUT", "/predict", "POST"), ("DELETE", "/predict", "POST"),
-                                                 ("PATCH", "/predict", "POST"), ("HEAD", "/models", "GET")])
+                                                 ("PATCH", "/predict", "POST"), ("HEAD", "/models", "GET"),
+                                                 # these three still did, after the four above had handlers
+                                                 ("TRACE", "/health", "GET"), ("CONNECT", "/predict", "POST"),
+                                                 ("BREW", "/models", "GET")])
 def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_takes(address, method, path, allow):
     connection = http.client.HTTPConnection(*address, timeout=30)  # these got the standard library's HTML 501
     connection.request(method, path)
