@@ -1296,3 +1296,19 @@ def test_batch_shows_the_known_answer_beside_the_predicted_one(copy_models, monk
     at.text_input[1].input("")
     submit(at, "Run batch")
     assert list(at.dataframe[0].proto.column_order)[:6] == ["id", "expected", "row", "query", "rank", "smiles"]
+
+
+def test_the_benchmark_table_leads_with_the_ratios_against_ctranslate2():
+    """At 1,400 px the table's last columns need a sideways scroll (seen in Chromium, session 66): the ratios
+    against CTranslate2 come right after the method, each figure under its own column, call counts last."""
+    from views.benchmark import table, with_display_fields
+
+    row = {"median_ms": 56.4, "p90_ms": 94.5, "total_s": 12.2, "model_calls": 9096, "tokens_per_call": 1.0,
+           "accepted_per_call": 0.0, "speedup_vs_beam": 1.0, "speedup_vs_ct2_beam": 1.63,
+           "speedup_vs_ct2_int8_beam": 0.64, "identical_to_beam": 1.0, "top1": 0.78, "validity": 0.99}
+    shown = table(with_display_fields({"methods": {"beam": row}}))
+    assert list(shown.columns[:4]) == ["method", "speedup", "vs CT2", "vs CT2 int8"]
+    assert list(shown.columns[-3:]) == ["model calls", "tokens/call", "accepted/call"]
+    first = shown.iloc[0]
+    assert (first["vs CT2"], first["vs CT2 int8"], first["median ms"], first["top-1"], first["model calls"]) == (
+        1.63, 0.64, 56.4, 0.78, 9096)
