@@ -209,7 +209,10 @@ def sweep_figure(sweep: dict) -> go.Figure:
 COLUMNS = (("speedup", "speedup", "total time of our cached greedy (or beam) / this method's, on the same queries"),
            ("vs CT2", "speedup_ct2", "CTranslate2 float32's total time / this method's (above 1: faster than it)"),
            ("vs CT2 int8", "speedup_ct2_int8", "CTranslate2 int8's total time / this method's"),
-           ("identical", "identical", "share of answers identical to the plain method's"),
+           ("identical", "identical", "share of queries answered token for token as our cached greedy answers (beam "
+                                       "methods: the whole ranked list as our beam search's; CTranslate2's beam search "
+                                       "stops once as many answers as its width have finished, so its lower ranks "
+                                       "may differ)"),
            ("top-1", "top1", "share of first answers that are the reference product"),
            ("valid", "validity", "share of first answers that are valid SMILES"),
            ("median ms", "median_ms", "median time of one query (one batch at batch size > 1)"),
