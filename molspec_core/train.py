@@ -105,6 +105,9 @@ class TrainConfig:
                                      "cross-entropy (a mean over the step's target tokens)")
     pair_margin: float = option(1.0, "nats of summed log-probability by which the product should outscore a negative")
     pair_rows: int = option(16, "ranking pairs per optimizer step", minimum=1)
+    pair_at: str = option("sequence", "where the hinge compares product and negative: sequence (their summed "
+                                      "log-probabilities, beam search's score; CPU run 69) or branch (the two "
+                                      "tokens where they first part)")
     ema: float = option(0.0, "decay per optimizer step of a moving average of the weights (0: off); when on, "
                              "validation, out/best and the exports hold the average, out/last keeps both")
     seed: int = option(0, "random seed (weights, batch order, dropout)")
@@ -250,16 +253,27 @@ def sequence_log_probs(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Ten
 
 def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], rows: list[int],
                   pairs: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]], margin: float,
-                  device: torch.device, multiple: int = 1) -> tuple[torch.Tensor, int]:
-    """The mean over `rows` of max(0, margin - (score(product) - score(negative))), both read in one call,
-    and the tokens that call read."""
+                  device: torch.device, multiple: int = 1, at: str = "sequence") -> tuple[torch.Tensor, int]:
+    """The mean over `rows` of max(0, margin - gap) and the tokens read. at="sequence": the gap is
+    score(product) - score(negative), both read in one call. at="branch": the gap is the two tokens' log-probability
+    difference where product and negative first part (their prefix is shared, so one distribution holds both),
+    read from the products alone: it moves the choice that decides the ranking and nothing after it."""
     sources, products, negatives = pairs
+    n = len(rows)
     src = [sources[i] for i in rows] * 2
     tgt = [products[i] for i in rows] + [negatives[i] for i in rows]
     s, t_in, t_out = collate(list(range(len(src))), src, tgt, device, multiple)
-    scores = sequence_log_probs(logits_of(s, t_in), t_out)
-    gap = scores[: len(rows)] - scores[len(rows):]
-    return torch.relu(margin - gap).mean(), s.numel() + t_in.numel()
+    if at == "sequence":
+        scores = sequence_log_probs(logits_of(s, t_in), t_out)
+        return torch.relu(margin - (scores[:n] - scores[n:])).mean(), s.numel() + t_in.numel()
+    if at != "branch":
+        raise ValueError(f"pair_at must be sequence or branch, not {at!r}")
+    pos, neg = t_out[:n], t_out[n:]
+    part = (pos != neg).int().argmax(-1)  # the first position they differ at (distinct sequences, each with eos)
+    log_probs = torch.log_softmax(logits_of(s[:n], t_in[:n]).float(), -1)
+    index = torch.arange(n, device=log_probs.device)
+    gap = log_probs[index, part, pos[index, part]] - log_probs[index, part, neg[index, part]]
+    return torch.relu(margin - gap).mean(), s[:n].numel() + t_in[:n].numel()
 
 
 def frozen_memory(model: Seq2SeqTransformer, src: torch.Tensor) -> torch.Tensor:
@@ -430,6 +444,8 @@ def train(cfg: TrainConfig) -> dict:
     val_src, val_tgt = load_arrays(data / "val.npz")
     if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
         raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
+    if cfg.pair_at not in ("sequence", "branch"):
+        raise ValueError(f"--pair-at must be sequence or branch, not {cfg.pair_at!r}")
     if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
         raise ValueError(f"ranking pairs need --pair-weight > 0 and --pair-margin >= 0, not "
                          f"{cfg.pair_weight} and {cfg.pair_margin}")
@@ -455,8 +471,8 @@ def train(cfg: TrainConfig) -> dict:
         log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
     pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
     if pairs is not None:
-        log.info("ranking pairs: %d from %s, %d a step, weight %g, margin %g", len(pairs[0]), cfg.pairs,
-                 cfg.pair_rows, cfg.pair_weight, cfg.pair_margin)
+        log.info("ranking pairs: %d from %s, %d a step, weight %g, margin %g at the %s", len(pairs[0]), cfg.pairs,
+                 cfg.pair_rows, cfg.pair_weight, cfg.pair_margin, cfg.pair_at)
     average = WeightAverage(model, cfg.ema) if cfg.ema else None
     if average is not None and any((out / "last").glob("ema*.safetensors")):
         average.load(checkpoint.load_tensors(out / "last", stem="ema"))
@@ -517,7 +533,7 @@ def train(cfg: TrainConfig) -> dict:
             rows = random.Random(cfg.seed * 1_000_003 + state["step"]).sample(range(len(pairs[0])),
                                                                              min(cfg.pair_rows, len(pairs[0])))
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                hinge, read = ranking_hinge(forward, rows, pairs, cfg.pair_margin, device, multiple)
+                hinge, read = ranking_hinge(forward, rows, pairs, cfg.pair_margin, device, multiple, cfg.pair_at)
             (cfg.pair_weight * hinge).backward()
             hinge_sum += hinge.detach()
             hinge_steps += 1

@@ -21,7 +21,8 @@ from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
 from molspec_core.decoding.beam import beam_search
 from molspec_core.train import (TrainConfig, WeightAverage, collate, init_from, learning_rate, load_pairs,
-                                 pad_multiple, peak_lr, row_widths, sequence_log_probs, token_batches, train)
+                                 pad_multiple, peak_lr, ranking_hinge, row_widths, sequence_log_probs,
+                                 token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -392,19 +393,19 @@ def write_ranking_pairs(path, pairs):
     path.write_text("".join(f"{p.src}\t{p.tgt}\t{p.src.split('.')[0]}\n" for p in pairs))
 
 
-def product_margins(model_folder, pairs) -> list[float]:
+def product_margins(model_folder, pairs, at: str) -> list[float]:
+    """Per pair, by how much the product outscores its negative where the hinge compares them."""
     predictor = Predictor.load(str(model_folder), device="cpu", engine="torch")
-    vocab = predictor.vocab
-    src = [np.array(vocab.encode(p.src)) for p in pairs] * 2
-    tgt = ([np.array([BOS_ID, *vocab.encode(p.tgt), EOS_ID]) for p in pairs]
-           + [np.array([BOS_ID, *vocab.encode(p.src.split(".")[0]), EOS_ID]) for p in pairs])
-    s, t_in, t_out = collate(list(range(len(src))), src, tgt, torch.device("cpu"))
-    with torch.no_grad():
-        scores = sequence_log_probs(predictor.model.eval()(s, t_in), t_out)
-    return (scores[: len(pairs)] - scores[len(pairs):]).tolist()
+    vocab, model = predictor.vocab, predictor.model.eval()
+    tokens = ([np.array(vocab.encode(p.src)) for p in pairs], [np.array([BOS_ID, *vocab.encode(p.tgt), EOS_ID])
+              for p in pairs], [np.array([BOS_ID, *vocab.encode(p.src.split(".")[0]), EOS_ID]) for p in pairs])
+    with torch.no_grad():  # the hinge below a margin no gap reaches is that margin less the gap
+        return [1e4 - float(ranking_hinge(model, [i], tokens, 1e4, torch.device("cpu"), at=at)[0])
+                for i in range(len(pairs))]
 
 
-def test_ranking_pairs_lift_the_recorded_product_above_the_negatives(tiny_data, tmp_path):
+@pytest.mark.parametrize("at", ["sequence", "branch"])
+def test_ranking_pairs_lift_the_recorded_product_above_the_negatives(tiny_data, tmp_path, at):
     """The same run with and without `--pairs` (negative: the first reactant copied, an answer a young model
     prefers): the hinge leaves the product ahead of its negative by more, and says how it went."""
     write_ranking_pairs(tmp_path / "pairs.tsv", PAIRS)
@@ -412,12 +413,26 @@ def test_ranking_pairs_lift_the_recorded_product_above_the_negatives(tiny_data, 
                   val_greedy_rows=0, threads=1, lr=3e-3, label_smoothing=0.0)
     train(TrainConfig(out=str(tmp_path / "plain"), **common))
     state = train(TrainConfig(out=str(tmp_path / "ranked"), pairs=str(tmp_path / "pairs.tsv"), pair_weight=1.0,
-                              pair_margin=5.0, pair_rows=4, **common))
-    plain = product_margins(tmp_path / "plain" / "export", PAIRS)
-    ranked = product_margins(tmp_path / "ranked" / "export", PAIRS)
-    assert all(r > p for r, p in zip(ranked, plain)) and sum(ranked) - sum(plain) > 5.0 * len(PAIRS)
+                              pair_margin=5.0, pair_rows=4, pair_at=at, **common))
+    plain = product_margins(tmp_path / "plain" / "export", PAIRS, at)
+    ranked = product_margins(tmp_path / "ranked" / "export", PAIRS, at)
+    assert all(r > p for r, p in zip(ranked, plain)) and sum(ranked) - sum(plain) > 3.0 * len(PAIRS)
     hinges = [metrics["pair_hinge"] for metrics in state["history"]]
     assert len(hinges) == 2 and hinges[1] < hinges[0]
+
+
+def test_the_branch_hinge_compares_the_two_tokens_where_product_and_negative_part(tiny_data):
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    torch.manual_seed(5)
+    model = Seq2SeqTransformer(preset("tiny", len(vocab))).eval()
+    source, product, negative = vocab.encode("CC=O"), vocab.encode("CCO"), vocab.encode("CC=O")  # part at index 2
+    pairs = ([np.array(source)], [np.array([BOS_ID, *product, EOS_ID])], [np.array([BOS_ID, *negative, EOS_ID])])
+    with torch.no_grad():
+        hinge, _ = ranking_hinge(model, [0], pairs, 100.0, torch.device("cpu"), at="branch")
+        log_probs = torch.log_softmax(model(torch.tensor([source]), torch.tensor([[BOS_ID, *product[:2]]])), -1)[0, -1]
+    assert float(hinge) == pytest.approx(100.0 - float(log_probs[product[2]] - log_probs[negative[2]]), abs=1e-4)
+    with pytest.raises(ValueError, match="sequence or branch"):
+        ranking_hinge(model, [0], pairs, 1.0, torch.device("cpu"), at="token")
 
 
 def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):

@@ -78,6 +78,50 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
     return summary
 
 
+def gaps(model: str, lines: list[tuple[str, str, str]], batch: int = 32, threads: int = 1) -> list[float]:
+    """Per line, the model's summed log-probability of the product minus that of the negative (teacher-forced)."""
+    import numpy as np
+    import torch
+
+    from molspec_core.tokenizer import BOS_ID, EOS_ID
+    from molspec_core.train import collate, sequence_log_probs
+
+    torch.set_num_threads(threads)
+    predictor = Predictor.load(model, device="cpu", engine="torch")
+    vocab, net = predictor.vocab, predictor.model.eval()
+    out: list[float] = []
+    for b in range(0, len(lines), batch):
+        chunk = lines[b:b + batch]
+        src = [np.array(vocab.encode(s)) for s, _, _ in chunk] * 2
+        tgt = ([np.array([BOS_ID, *vocab.encode(p), EOS_ID]) for _, p, _ in chunk]
+               + [np.array([BOS_ID, *vocab.encode(n), EOS_ID]) for _, _, n in chunk])
+        s, t_in, t_out = collate(list(range(len(src))), src, tgt, torch.device("cpu"))
+        with torch.inference_mode():
+            scores = sequence_log_probs(net(s, t_in), t_out)
+        out += (scores[: len(chunk)] - scores[len(chunk):]).tolist()
+    return out
+
+
+def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -> dict:
+    """The pairs whose product the model scores at most `max_gap` nats below the negative, judged on each
+    (product, negative)'s first line (its mined writing): near misses, which a small change of the weights
+    turns, rather than products the model finds far less likely than its answer (often noisy records)."""
+    lines = [tuple(line.split("\t")) for line in pairs.read_text().splitlines()]
+    first: dict[tuple[str, str], int] = {}
+    for i, (_, product, negative) in enumerate(lines):
+        first.setdefault((product, negative), i)
+    keys = list(first)
+    scored = dict(zip(keys, gaps(model, [lines[first[k]] for k in keys], threads=threads)))
+    kept = [line for line in lines if scored[line[1], line[2]] >= -max_gap]
+    out.write_text("".join("\t".join(line) + "\n" for line in kept))
+    values = sorted(scored.values())
+    summary = {"model": model, "pairs": str(pairs), "max_gap": max_gap, "negatives": len(keys),
+               "negatives_kept": sum(v >= -max_gap for v in values), "lines": len(lines), "lines_kept": len(kept),
+               "gap_quartiles": [round(values[int(q * (len(values) - 1))], 2) for q in (0.25, 0.5, 0.75)]}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,7 +134,17 @@ def main() -> None:
     m.add_argument("--limit", type=int, default=0, help="mine the first this many reactions (0: all)")
     m.add_argument("--batch", type=int, default=8, help="queries per beam search call (default 8)")
     m.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    n = sub.add_parser("near", help="keep the near misses of a pairs file: products scored close below their negative")
+    n.add_argument("--model", required=True, help="model folder that scores the pairs (the one mined)")
+    n.add_argument("--pairs", type=Path, required=True, help="a pairs file written by mine")
+    n.add_argument("--out", type=Path, required=True, help="the TSV of kept pairs (a summary beside it, .json)")
+    n.add_argument("--max-gap", type=float, default=2.5,
+                   help="keep a negative the product trails by at most this many nats (default 2.5)")
+    n.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args()
+    if args.command == "near":
+        print(json.dumps(near(args.model, args.pairs, args.out, args.max_gap, args.threads), indent=2))
+        return
     print(json.dumps(mine(args.model, args.data, args.out, args.width, args.negatives, args.limit,
                           args.batch, args.threads), indent=2))
 
