@@ -55,6 +55,7 @@ AUTO_TOKENS = {"cuda": 32768, "cpu": 4096}  # tokens per optimizer step when max
 # the forward data's shapes per epoch from 977 to 130 for 4.5 points more padding (session 36). A CPU
 # pays nothing per shape, so there the batches stay unpadded.
 AUTO_PAD = {"cuda": 8, "cpu": 1}
+PAIR_AT = ("sequence", "branch")  # where the ranking hinge compares a product and its negative (ranking_hinge)
 # The learning rate's factor after warm-up, by schedule, at `done` (the share of the run spent).
 SCHEDULES: dict[str, Callable[[float], float]] = {
     "cosine": lambda done: 0.5 * (1 + math.cos(math.pi * done)),
@@ -99,8 +100,8 @@ class TrainConfig:
     resume: str = option("", "continue from an export folder (weights and counters; fresh optimizer moments)")
     init: str = option("", "start a new schedule from a model folder's weights (e.g. models/forward)")
     pairs: str = option("", "ranking pairs (tools/rank_pairs.py mine: source, recorded product and an answer the "
-                             "model ranked above it, tab-separated); each step adds a hinge on their summed "
-                             "log-probabilities so that the product outscores the answer by --pair-margin")
+                             "model ranked above it, tab-separated); each step adds a hinge (--pair-at) so that the "
+                             "product outscores the answer by --pair-margin")
     pair_weight: float = option(0.5, "weight of the ranking hinge (a mean over the step's pairs) beside the "
                                      "cross-entropy (a mean over the step's target tokens)")
     pair_margin: float = option(1.0, "nats of summed log-probability by which the product should outscore a negative")
@@ -266,8 +267,8 @@ def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     if at == "sequence":
         scores = sequence_log_probs(logits_of(s, t_in), t_out)
         return torch.relu(margin - (scores[:n] - scores[n:])).mean(), s.numel() + t_in.numel()
-    if at != "branch":
-        raise ValueError(f"pair_at must be sequence or branch, not {at!r}")
+    if at not in PAIR_AT:
+        raise ValueError(f"pair_at must be one of {', '.join(PAIR_AT)}, not {at!r}")
     pos, neg = t_out[:n], t_out[n:]
     part = (pos != neg).int().argmax(-1)  # the first position they differ at (distinct sequences, each with eos)
     log_probs = torch.log_softmax(logits_of(s[:n], t_in[:n]).float(), -1)
@@ -444,8 +445,8 @@ def train(cfg: TrainConfig) -> dict:
     val_src, val_tgt = load_arrays(data / "val.npz")
     if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
         raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
-    if cfg.pair_at not in ("sequence", "branch"):
-        raise ValueError(f"--pair-at must be sequence or branch, not {cfg.pair_at!r}")
+    if cfg.pair_at not in PAIR_AT:
+        raise ValueError(f"--pair-at must be one of {', '.join(PAIR_AT)}, not {cfg.pair_at!r}")
     if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
         raise ValueError(f"ranking pairs need --pair-weight > 0 and --pair-margin >= 0, not "
                          f"{cfg.pair_weight} and {cfg.pair_margin}")

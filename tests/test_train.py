@@ -431,7 +431,7 @@ def test_the_branch_hinge_compares_the_two_tokens_where_product_and_negative_par
         hinge, _ = ranking_hinge(model, [0], pairs, 100.0, torch.device("cpu"), at="branch")
         log_probs = torch.log_softmax(model(torch.tensor([source]), torch.tensor([[BOS_ID, *product[:2]]])), -1)[0, -1]
     assert float(hinge) == pytest.approx(100.0 - float(log_probs[product[2]] - log_probs[negative[2]]), abs=1e-4)
-    with pytest.raises(ValueError, match="sequence or branch"):
+    with pytest.raises(ValueError, match="one of sequence, branch"):
         ranking_hinge(model, [0], pairs, 1.0, torch.device("cpu"), at="token")
 
 
