@@ -104,7 +104,7 @@ class TrainConfig:
                              "product outscores the answer by --pair-margin")
     pair_weight: float = option(0.5, "weight of the ranking hinge (a mean over the step's pairs) beside the "
                                      "cross-entropy (a mean over the step's target tokens)")
-    pair_margin: float = option(1.0, "nats of summed log-probability by which the product should outscore a negative")
+    pair_margin: float = option(1.0, "nats by which the product should outscore a negative where --pair-at compares")
     pair_rows: int = option(16, "ranking pairs per optimizer step", minimum=1)
     pair_at: str = option("sequence", "where the hinge compares product and negative: sequence (their summed "
                                       "log-probabilities, beam search's score; CPU run 69) or branch (the two "

@@ -570,23 +570,28 @@ def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
     assert "is the input file" in capsys.readouterr().err and source.read_text() == "smiles\nCCO\n"
 
 
-def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
-    """Issue 14 item 4: a run that stopped left the output as a header line."""
+def stop_on_the_second_call(monkeypatch, stop: BaseException) -> None:
+    """Predictor.predict answers its first call and raises `stop` at its second (one query a call)."""
     from molspec_core.service import Predictor
 
-    (tmp_path / "q.txt").write_text("CCO\n" * 20)
-    out = tmp_path / "out.csv"
-    out.write_text("yesterday's results\n")
     calls = []
     predict = Predictor.predict
 
-    def fail_on_the_second_call(self, *args, **kwargs):
+    def stopping(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
-            raise RuntimeError("the run stopped")
+            raise stop
         return predict(self, *args, **kwargs)
 
-    monkeypatch.setattr(Predictor, "predict", fail_on_the_second_call)
+    monkeypatch.setattr(Predictor, "predict", stopping)
+
+
+def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
+    """Issue 14 item 4: a run that stopped left the output as a header line."""
+    (tmp_path / "q.txt").write_text("CCO\n" * 20)
+    out = tmp_path / "out.csv"
+    out.write_text("yesterday's results\n")
+    stop_on_the_second_call(monkeypatch, RuntimeError("the run stopped"))
     with pytest.raises(RuntimeError):
         predict_file(tmp_path / "q.txt", out, "--batch-size", "1")  # one query a call
     assert out.read_text() == "yesterday's results\n"
@@ -595,21 +600,10 @@ def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
 
 def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, monkeypatch, capsys):
     """Ctrl-C during predict over a file printed a traceback."""
-    from molspec_core.service import Predictor
-
     (tmp_path / "q.txt").write_text("CCO>>CCO\n" * 20)  # recorded reactions: predict says so on stdout first
     out = tmp_path / "out.csv"
     out.write_text("yesterday's results\n")
-    calls = []
-    predict = Predictor.predict
-
-    def interrupt_the_second_call(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return predict(self, *args, **kwargs)
-
-    monkeypatch.setattr(Predictor, "predict", interrupt_the_second_call)
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt())
     try:
         code = predict_file(tmp_path / "q.txt", out, "--batch-size", "1")
     except KeyboardInterrupt:  # not let through to pytest, which would stop the whole run
