@@ -226,24 +226,35 @@ def validate(model: Seq2SeqTransformer, src: list[np.ndarray], tgt: list[np.ndar
     return {"token_accuracy": correct / max(total, 1), "greedy_exact_match": exact / max(n, 1), "greedy_rows": n}
 
 
-def load_pairs(path: Path, vocab: Vocab) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """Ranking pairs as token ids: sources, products and negatives (the last two with bos and eos). A line
-    holding a token outside the vocabulary is left out, as `prepare-data` leaves out such targets."""
-    sources, products, negatives = [], [], []
+Pairs = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]  # sources, products, negatives (token ids)
+
+
+def encode_pairs(lines: list[tuple[str, str, str]], vocab: Vocab) -> Pairs:
+    """Ranking pairs (source, product, negative) as token ids, the product and negative with bos and eos."""
+    def target(smiles: str) -> np.ndarray:
+        return np.array([BOS_ID, *vocab.encode(smiles), EOS_ID], dtype=np.uint8)
+
+    return ([np.array(vocab.encode(src), dtype=np.uint8) for src, _, _ in lines],
+            [target(pos) for _, pos, _ in lines], [target(neg) for _, _, neg in lines])
+
+
+def load_pairs(path: Path, vocab: Vocab) -> Pairs:
+    """A pairs file (tools/rank_pairs.py) as token ids. A line holding a token outside the vocabulary is left out,
+    as `prepare-data` leaves out such targets."""
+    kept: list[tuple[str, str, str]] = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
-        fields = line.split("\t")
+        fields = tuple(line.split("\t"))
         if len(fields) != 3:
             raise ValueError(f"{path}:{number}: a ranking pair is source, product and negative, tab-separated")
         try:
-            src, pos, neg = (vocab.encode(f) for f in fields)
+            for smiles in fields:
+                vocab.encode(smiles)
         except TokenizeError:
             continue
-        sources.append(np.array(src, dtype=np.uint8))
-        products.append(np.array([BOS_ID, *pos, EOS_ID], dtype=np.uint8))
-        negatives.append(np.array([BOS_ID, *neg, EOS_ID], dtype=np.uint8))
-    if not sources:
+        kept.append(fields)
+    if not kept:
         raise ValueError(f"{path}: no ranking pair in the model's vocabulary")
-    return sources, products, negatives
+    return encode_pairs(kept, vocab)
 
 
 def sequence_log_probs(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
@@ -252,13 +263,14 @@ def sequence_log_probs(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Ten
     return (picked * (tgt_out != PAD_ID)).sum(-1)
 
 
-def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], rows: list[int],
-                  pairs: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]], margin: float,
-                  device: torch.device, multiple: int = 1, at: str = "sequence") -> tuple[torch.Tensor, int]:
-    """The mean over `rows` of max(0, margin - gap) and the tokens read. at="sequence": the gap is
-    score(product) - score(negative), both read in one call. at="branch": the gap is the two tokens' log-probability
-    difference where product and negative first part (their prefix is shared, so one distribution holds both),
-    read from the products alone: it moves the choice that decides the ranking and nothing after it."""
+def pair_gaps(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], rows: list[int], pairs: Pairs,
+              device: torch.device, multiple: int = 1, at: str = "sequence") -> tuple[torch.Tensor, int]:
+    """Per row, by how much the product outscores its negative, and the tokens read. at="sequence": score(product)
+    - score(negative), both read in one call. at="branch": the two tokens' log-probability difference where product
+    and negative first part (their prefix is shared, so one distribution holds both), read from the products alone:
+    a hinge on it moves the choice that decides the ranking and nothing after it."""
+    if at not in PAIR_AT:
+        raise ValueError(f"pair_at must be one of {', '.join(PAIR_AT)}, not {at!r}")
     sources, products, negatives = pairs
     n = len(rows)
     src = [sources[i] for i in rows] * 2
@@ -266,15 +278,21 @@ def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     s, t_in, t_out = collate(list(range(len(src))), src, tgt, device, multiple)
     if at == "sequence":
         scores = sequence_log_probs(logits_of(s, t_in), t_out)
-        return torch.relu(margin - (scores[:n] - scores[n:])).mean(), s.numel() + t_in.numel()
-    if at not in PAIR_AT:
-        raise ValueError(f"pair_at must be one of {', '.join(PAIR_AT)}, not {at!r}")
+        return scores[:n] - scores[n:], s.numel() + t_in.numel()
     pos, neg = t_out[:n], t_out[n:]
     part = (pos != neg).int().argmax(-1)  # the first position they differ at (distinct sequences, each with eos)
     log_probs = torch.log_softmax(logits_of(s[:n], t_in[:n]).float(), -1)
     index = torch.arange(n, device=log_probs.device)
     gap = log_probs[index, part, pos[index, part]] - log_probs[index, part, neg[index, part]]
-    return torch.relu(margin - gap).mean(), s[:n].numel() + t_in[:n].numel()
+    return gap, s[:n].numel() + t_in[:n].numel()
+
+
+def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], rows: list[int], pairs: Pairs,
+                  margin: float, device: torch.device, multiple: int = 1,
+                  at: str = "sequence") -> tuple[torch.Tensor, int]:
+    """The mean over `rows` of max(0, margin - gap) (`pair_gaps`), and the tokens read."""
+    gap, read = pair_gaps(logits_of, rows, pairs, device, multiple, at)
+    return torch.relu(margin - gap).mean(), read
 
 
 def frozen_memory(model: Seq2SeqTransformer, src: torch.Tensor) -> torch.Tensor:

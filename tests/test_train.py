@@ -20,9 +20,9 @@ from molspec_core.service import Predictor
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
 from molspec_core.decoding.beam import beam_search
-from molspec_core.train import (TrainConfig, WeightAverage, collate, init_from, learning_rate, load_pairs,
-                                 pad_multiple, peak_lr, ranking_hinge, row_widths, sequence_log_probs,
-                                 token_batches, train)
+from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, learning_rate,
+                                 load_pairs, pad_multiple, pair_gaps, peak_lr, ranking_hinge, row_widths,
+                                 sequence_log_probs, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -396,12 +396,10 @@ def write_ranking_pairs(path, pairs):
 def product_margins(model_folder, pairs, at: str) -> list[float]:
     """Per pair, by how much the product outscores its negative where the hinge compares them."""
     predictor = Predictor.load(str(model_folder), device="cpu", engine="torch")
-    vocab, model = predictor.vocab, predictor.model.eval()
-    tokens = ([np.array(vocab.encode(p.src)) for p in pairs], [np.array([BOS_ID, *vocab.encode(p.tgt), EOS_ID])
-              for p in pairs], [np.array([BOS_ID, *vocab.encode(p.src.split(".")[0]), EOS_ID]) for p in pairs])
-    with torch.no_grad():  # the hinge below a margin no gap reaches is that margin less the gap
-        return [1e4 - float(ranking_hinge(model, [i], tokens, 1e4, torch.device("cpu"), at=at)[0])
-                for i in range(len(pairs))]
+    lines = [(p.src, p.tgt, p.src.split(".")[0]) for p in pairs]
+    with torch.no_grad():
+        return pair_gaps(predictor.model.eval(), list(range(len(pairs))), encode_pairs(lines, predictor.vocab),
+                         torch.device("cpu"), at=at)[0].tolist()
 
 
 @pytest.mark.parametrize("at", ["sequence", "branch"])

@@ -80,25 +80,17 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
 
 def gaps(model: str, lines: list[tuple[str, str, str]], batch: int = 32, threads: int = 1) -> list[float]:
     """Per line, the model's summed log-probability of the product minus that of the negative (teacher-forced)."""
-    import numpy as np
     import torch
 
-    from molspec_core.tokenizer import BOS_ID, EOS_ID
-    from molspec_core.train import collate, sequence_log_probs
+    from molspec_core.train import encode_pairs, pair_gaps
 
     torch.set_num_threads(threads)
     predictor = Predictor.load(model, device="cpu", engine="torch")
-    vocab, net = predictor.vocab, predictor.model.eval()
+    net, pairs = predictor.model.eval(), encode_pairs(lines, predictor.vocab)
     out: list[float] = []
-    for b in range(0, len(lines), batch):
-        chunk = lines[b:b + batch]
-        src = [np.array(vocab.encode(s)) for s, _, _ in chunk] * 2
-        tgt = ([np.array([BOS_ID, *vocab.encode(p), EOS_ID]) for _, p, _ in chunk]
-               + [np.array([BOS_ID, *vocab.encode(n), EOS_ID]) for _, _, n in chunk])
-        s, t_in, t_out = collate(list(range(len(src))), src, tgt, torch.device("cpu"))
-        with torch.inference_mode():
-            scores = sequence_log_probs(net(s, t_in), t_out)
-        out += (scores[: len(chunk)] - scores[len(chunk):]).tolist()
+    with torch.inference_mode():
+        for b in range(0, len(lines), batch):
+            out += pair_gaps(net, list(range(b, min(b + batch, len(lines)))), pairs, torch.device("cpu"))[0].tolist()
     return out
 
 
