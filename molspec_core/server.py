@@ -283,12 +283,19 @@ class Handler(BaseHTTPRequestHandler):
                    {"Allow": ROUTES[path]})
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The standard library's HTML error page, except for its 501, which handle_one_request sends for a
-        method without a do_<METHOD> (and nothing else sends): that one is _not_allowed's JSON 405."""
+        """What the standard library answers itself, in JSON like every other answer here, never its HTML page:
+        a request line or headers it cannot read (400, 414, 431, 505), and its 501 for a method without a
+        do_<METHOD> (handle_one_request; nothing else sends 501), which is _not_allowed's 405. The connection
+        closes: after such a request the stream cannot be trusted to hold the next one where it seems to."""
         if code == HTTPStatus.NOT_IMPLEMENTED:
             self._not_allowed()
             return
-        super().send_error(code, message, explain)
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # still the default: the version was never read, and HTTP/0.9's
+            self.request_version = self.protocol_version  # answer is a bare body, with no status a client can read
+        status = HTTPStatus(code)
+        self._send(status, {"error": message or status.phrase})
 
     def _route(self) -> str:
         """The path asked for, without its query string (routes take none)."""
@@ -354,7 +361,7 @@ class Handler(BaseHTTPRequestHandler):
         except ConnectionError as exc:  # the client went away (closed, reset) before its answer: no bug of ours
             self.close_connection = True
             log.info("%s %s %s: the client went away before its answer (%s)", self.address_string(), self.command,
-                     self.path[:80], exc)
+                     getattr(self, "path", "")[:80], exc)  # no path where the request line could not be read
 
     def log_message(self, format: str, *args: object) -> None:
         log.info("%s %s", self.address_string(), format % args)

@@ -234,6 +234,28 @@ def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_take
     assert call(address, "PUT", "/nothing", {"smiles": AMIDE})[0] == 404
 
 
+@pytest.mark.parametrize("request_head, status", [
+    (b"NONSENSE\r\n\r\n", 400),  # a request line of one word
+    (b"GET /health HTTP/1.1x\r\nHost: localhost\r\n\r\n", 400),
+    (b"GET /health HTTP/2.0\r\nHost: localhost\r\n\r\n", 505),
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n", 414),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431)],
+    ids=["one-word", "bad-version", "http2", "long-path", "many-headers"])
+def test_a_request_the_server_cannot_read_gets_its_error_in_json_and_the_connection_closes(address, request_head,
+                                                                                          status):
+    with socket.create_connection(address, timeout=30) as raw:  # these got the standard library's HTML page
+        raw.sendall(request_head)
+        received = b"".join(iter(lambda: raw.recv(65536), b""))  # the server closes when it has answered
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert lines[0].startswith(f"HTTP/1.1 {status} ") or lines[0].startswith(f"HTTP/1.0 {status} ")
+    assert (fields["content-type"], fields["connection"], int(fields["content-length"])) == (
+        "application/json", "close", len(body))
+    assert json.loads(body)["error"] and b"<" not in body
+    assert call(address, "GET", "/health") == (200, {"status": "ok"})
+
+
 def test_a_query_string_does_not_change_the_route(address):
     assert call(address, "GET", "/models?x=1") == call(address, "GET", "/models")
     assert call(address, "GET", "/health?x") == (200, {"status": "ok"})
