@@ -301,6 +301,8 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     first n_val GLN val reactions; `val_rest` "add" trains on the others too (as forward trains on the USPTO-MIT
     valid rows after its first n_val), "only" on them alone (a fine-tune folder: give the model's `vocab`). Any
     whose product is a test or validation product is left out (leakage)."""
+    if augment < 0:
+        raise ValueError("retro: augment is the root-aligned writings of each reaction, at least 0 (0: canonical only)")
     with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
     train: list[Pair] = []
@@ -409,8 +411,6 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
             vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "", rows_before: int = 0) -> dict:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
-    if augment is not None and task not in DEFAULT_AUGMENT:
-        raise ValueError(f"{task}: augment is for {' and '.join(DEFAULT_AUGMENT)}")
     if vocab is not None and task == "forward":
         raise ValueError(f"{task}: a given vocabulary is for fine-tuning data (forward-mit, retro)")
     if val_rest and val_rest not in VAL_REST:

@@ -344,6 +344,8 @@ def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
         prepare("retro", retro_tree(tmp_path / "retro"), tmp_path / "out", workers=1, val_rest="all")
     with pytest.raises(ValueError, match="at least 1"):
         prepare("forward-mit", tmp_path / "data", tmp_path / "out", augment=0)
+    with pytest.raises(ValueError, match="at least 0"):  # the CLI refuses it; prepare() once wrote canonical pairs
+        prepare("retro", tmp_path / "retro", tmp_path / "out", workers=1, augment=-1)
     for task in ("forward", "retro"):
         with pytest.raises(ValueError, match="rooted is for forward-mit"):
             prepare(task, tmp_path / "data", tmp_path / "out", rooted=True)
