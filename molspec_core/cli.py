@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="MolSpec: reaction prediction with speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def threads_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads of this process (0: "
+                       "torch's default, every core); beside other busy work, fewer threads than cores run far "
+                       "faster than the default (README, \"Command line\")")
+
     def model_args(p: argparse.ArgumentParser) -> None:
+        threads_arg(p)
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
@@ -177,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
     p.add_argument("--methods", default="greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto",
                    help="comma-separated, timed interleaved on the same queries (default %(default)s)")
-    p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--warmup", type=at_least(0), default=3, help="batches each method decodes untimed first "
                    "(default %(default)s)")
     p.add_argument("--beam-width", type=at_least(1), default=None, help="beam width = n-best for beam, sbs, sbs-exact")
@@ -215,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep steps whose reactants lack heavy atoms of the product (skipped by default)")
     p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics")
     p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv)")
+    threads_arg(p)
 
     p = sub.add_parser("prepare-data", help="tokenized train/val/test files from the USPTO data")
     p.add_argument("--task", choices=TASKS, required=True,
@@ -262,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default loopback; the server has "
                    "no authentication: listen elsewhere only on a network you trust)")
     p.add_argument("--port", type=at_least(0), default=8000, help="default %(default)s; 0: any free port")
+    threads_arg(p)
 
     from .train import add_arguments
 
@@ -595,8 +602,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if other_engines and sweep:
         raise ValueError("--engines and --sweep do not go together: a sweep compares a method with itself")
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     engines = {name: Predictor.load(args.model, args.device, name, args.dtype) for name in other_engines}
     methods = on_engines(methods, list(engines))
@@ -715,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
     lines on stdout, and an output file it was replacing (io.write_csv renames a finished file into place)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    if getattr(args, "threads", 0):  # before any model loads: the C engine takes its thread count at load
+        torch.set_num_threads(args.threads)
     try:
         return COMMANDS[args.command](args)
     except EXPECTED_FAILURES as exc:

@@ -10,6 +10,7 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 
 from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
 from molspec_core.cli import build_parser, main
@@ -360,6 +361,31 @@ def test_bench_reports_every_method_with_index_file(pair_files):
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and "predict" in done.stdout
+
+
+def test_threads_sets_torchs_thread_count_before_the_model_loads(monkeypatch, capsys):
+    """--threads reaches torch before Predictor.load (the C engine takes its count at load). Every command that
+    computes with a model takes it (the README's "Command line" says why: beside other busy work the default,
+    every core, runs far slower than one thread)."""
+    from molspec_core.service import Predictor
+
+    threads_at_load = []
+    load = Predictor.load
+    monkeypatch.setattr(Predictor, "load",
+                        lambda *a, **k: threads_at_load.append(torch.get_num_threads()) or load(*a, **k))
+    before = torch.get_num_threads()
+    try:
+        assert main(["predict", "--model", MODEL, "--smiles", "OCCc1ccccc1", "--threads", "2"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert threads_at_load == [2] and before != 2
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    takes = {name for name, command in commands.items()
+             if any("--threads" in action.option_strings for action in command._actions)}
+    assert {"predict", "evaluate", "calibrate", "bench", "plan", "serve", "train"} <= takes
+    with pytest.raises(SystemExit):
+        main(["predict", "--model", MODEL, "--smiles", "CCO", "--threads", "-1"])
+    assert "--threads" in capsys.readouterr().err
 
 
 def test_every_option_of_every_command_says_what_it_does():

@@ -26,7 +26,8 @@ def test_ten_thousand_rows_through_the_cli(tmp_path):
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
         child = subprocess.Popen([sys.executable, "-m", "molspec_core", "predict", "--model",
                                   str(FIXTURES / "copy_model"), "--input", str(tmp_path / "big.csv"), "--output",
-                                  str(out), "--method", "spec-auto", "--batch-size", "32"],
+                                  str(out), "--method", "spec-auto", "--batch-size", "32",
+                                  "--threads", "1"],  # as conftest: beside other work, every core ran 10x slower
                                  cwd=ROOT, stdout=stdout, stderr=stderr, text=True)
         _, status, usage = os.wait4(child.pid, 0)  # this child's own resource use
     peak_mb = usage.ru_maxrss / 1024  # Linux reports kB
