@@ -20,6 +20,7 @@ from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
 from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, windows
+from .threads import use_threads
 
 if TYPE_CHECKING:
     from .io import QueryFile
@@ -76,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def threads_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads of this process (0: "
-                       "torch's default, every core); beside other busy work, fewer threads than cores run far "
-                       "faster than the default (README, \"Command line\")")
+        p.add_argument("--threads", type=at_least(0), default=0, help="CPU threads of this process (0: one fewer "
+                       "than its CPUs, at least 1, or OMP_NUM_THREADS where set); beside other busy work, fewer "
+                       "threads than free cores run far faster (README, \"Command line\")")
 
     def model_args(p: argparse.ArgumentParser) -> None:
         threads_arg(p)
@@ -720,8 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     lines on stdout, and an output file it was replacing (io.write_csv renames a finished file into place)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    if getattr(args, "threads", 0):  # before any model loads: the C engine takes its thread count at load
-        torch.set_num_threads(args.threads)
+    use_threads(getattr(args, "threads", 0))  # before any model loads
     try:
         return COMMANDS[args.command](args)
     except EXPECTED_FAILURES as exc:

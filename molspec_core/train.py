@@ -38,6 +38,7 @@ from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
 from .model import PRESETS, Seq2SeqTransformer, plan_free_attention, preset
+from .threads import use_threads
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizeError, Vocab
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,8 @@ class TrainConfig:
                              "validation, out/best and the exports hold the average, out/last keeps both")
     seed: int = option(0, "random seed (weights, batch order, dropout)")
     device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
-    threads: int = option(0, "torch CPU threads (0: torch's default)", minimum=0)
+    threads: int = option(0, "CPU threads (0: one fewer than the CPUs, at least 1; molspec_core/threads.py)",
+                         minimum=0)
 
 
 def pick_device(name: str) -> torch.device:
@@ -450,8 +452,7 @@ def new_state() -> dict:
 def train(cfg: TrainConfig) -> dict:
     device = pick_device(cfg.device)
     plan_free_attention(device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {cfg.schedule!r}")
     torch.manual_seed(cfg.seed)

@@ -364,21 +364,24 @@ def test_module_entry_point_runs():
 
 
 def test_threads_sets_torchs_thread_count_before_the_model_loads(monkeypatch, capsys):
-    """--threads reaches torch before Predictor.load (the C engine takes its count at load). Every command that
-    computes with a model takes it (the README's "Command line" says why: beside other busy work the default,
-    every core, runs far slower than one thread)."""
+    """--threads reaches torch before Predictor.load, and without it the default (one core left free,
+    molspec_core/threads.py) does. Every command that computes with a model takes it."""
     from molspec_core.service import Predictor
 
     threads_at_load = []
     load = Predictor.load
     monkeypatch.setattr(Predictor, "load",
                         lambda *a, **k: threads_at_load.append(torch.get_num_threads()) or load(*a, **k))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("molspec_core.threads.usable_cpus", lambda: 4)
     before = torch.get_num_threads()
     try:
         assert main(["predict", "--model", MODEL, "--smiles", "OCCc1ccccc1", "--threads", "2"]) == 0
+        torch.set_num_threads(4)  # as torch starts on 4 CPUs
+        assert main(["predict", "--model", MODEL, "--smiles", "OCCc1ccccc1"]) == 0
     finally:
         torch.set_num_threads(before)
-    assert threads_at_load == [2] and before != 2
+    assert threads_at_load == [2, 3] and before != 2  # asked; then one core left free
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     takes = {name for name, command in commands.items()
              if any("--threads" in action.option_strings for action in command._actions)}

@@ -27,7 +27,7 @@ def test_ten_thousand_rows_through_the_cli(tmp_path):
         child = subprocess.Popen([sys.executable, "-m", "molspec_core", "predict", "--model",
                                   str(FIXTURES / "copy_model"), "--input", str(tmp_path / "big.csv"), "--output",
                                   str(out), "--method", "spec-auto", "--batch-size", "32",
-                                  "--threads", "1"],  # as conftest: beside other work, every core ran 10x slower
+                                  "--threads", "1"],  # as conftest (beside other work: 203 s on 2, 4 s on 1)
                                  cwd=ROOT, stdout=stdout, stderr=stderr, text=True)
         _, status, usage = os.wait4(child.pid, 0)  # this child's own resource use
     peak_mb = usage.ru_maxrss / 1024  # Linux reports kB

@@ -1,0 +1,38 @@
+"""How many CPU threads torch (and the native engine's C calls, which take torch's count) compute with.
+
+Unless told otherwise, one core is left to the rest of the machine: the app's own server, a browser, a
+training run. OpenMP threads that wait for each other at every barrier lose badly to one other busy thread:
+on 2 cores beside a one-thread training run (session 68; 50 USPTO-MIT queries, the forward page's decoding:
+beam 5, 5 writings, int8, one query at a time), every core took 597 s and one thread 7.0 s; idle, the two
+threads were 1.4x as fast as one (4.5 against 6.3 s). No OpenMP wait policy kept both: a passive one made
+the idle run 2.5x slower, shorter spins still left it 1.5-5x slower than one thread when busy.
+Imports nothing but torch: the training path (no RDKit) uses it too.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+
+
+def default_threads(cpus: int, torch_default: int, env: Mapping[str, str]) -> int:
+    """The thread count when none is asked for: torch's own, at most one fewer than the CPUs this process
+    may run on, at least 1; torch's own where OMP_NUM_THREADS says what it should be."""
+    if env.get("OMP_NUM_THREADS"):
+        return torch_default
+    return max(1, min(torch_default, cpus - 1))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS has one, else every CPU)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def use_threads(threads: int = 0) -> int:
+    """Set torch's CPU threads to `threads`, or with 0 to default_threads for this process; the count set."""
+    count = threads or default_threads(usable_cpus(), torch.get_num_threads(), os.environ)
+    torch.set_num_threads(count)
+    return count

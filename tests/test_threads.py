@@ -1,0 +1,30 @@
+"""molspec_core.threads: unless told, one core is left to the rest of the machine (the module's docstring
+has the measurement that made this the default); OMP_NUM_THREADS, where set, is the user's word."""
+import torch
+
+from molspec_core.threads import default_threads, use_threads
+
+
+def test_one_core_is_left_to_the_rest_of_the_machine():
+    assert default_threads(cpus=2, torch_default=2, env={}) == 1
+    assert default_threads(cpus=16, torch_default=16, env={}) == 15
+    assert default_threads(cpus=1, torch_default=1, env={}) == 1  # never 0
+    assert default_threads(cpus=8, torch_default=4, env={}) == 4  # torch's own count (physical cores) when lower
+
+
+def test_omp_num_threads_where_set_is_kept():
+    assert default_threads(cpus=2, torch_default=2, env={"OMP_NUM_THREADS": "2"}) == 2
+    assert default_threads(cpus=2, torch_default=2, env={"OMP_NUM_THREADS": ""}) == 1  # set but empty: not a word
+
+
+def test_use_threads_sets_torchs_count_asked_or_the_default(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("molspec_core.threads.usable_cpus", lambda: 4)
+    try:
+        assert use_threads(4) == 4 == torch.get_num_threads()  # asked: every CPU, if the user wants
+        assert use_threads() == 3 == torch.get_num_threads()  # torch's 4, one left free
+        assert use_threads() == 3  # again (the app calls it on every rerun): the same count, not one fewer
+        assert use_threads(1) == 1 and use_threads() == 1  # below the default, torch's count stands
+    finally:
+        torch.set_num_threads(before)
