@@ -1,19 +1,23 @@
 """How many CPU threads torch (and the native engine's C calls, which take torch's count) compute with.
 
 Unless told otherwise, one core is left to the rest of the machine: the app's own server, a browser, a
-training run. OpenMP threads that wait for each other at every barrier lose badly to one other busy thread:
-on 2 cores beside a one-thread training run (session 68; 50 USPTO-MIT queries, the forward page's decoding:
-beam 5, 5 writings, int8, one query at a time), every core took 597 s and one thread 7.0 s; idle, the two
-threads were 1.4x as fast as one (4.5 against 6.3 s). No OpenMP wait policy kept both: a passive one made
-the idle run 2.5x slower, shorter spins still left it 1.5-5x slower than one thread when busy.
+training run. OpenMP threads that wait for each other at every barrier lose badly to one other busy thread.
+Session 68, a 2-core Intel Xeon with AVX-512, 50 USPTO-MIT queries decoded as the forward page does (beam 5,
+5 writings, int8, one query at a time): beside a one-thread training run, both cores took 597 s and one
+thread 7.0 s; idle, the two threads were 1.4x as fast as one (4.5 against 6.3 s). No OpenMP wait policy kept
+both: a passive one made the idle run 2.5x slower, and spin counts of 1,000 and 10,000 (GOMP_SPINCOUNT) still
+left it 1.5x and 5x slower than one thread beside the training run.
 Imports nothing but torch: the training path (no RDKit) uses it too.
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 def default_threads(cpus: int, torch_default: int, env: Mapping[str, str]) -> int:
@@ -32,7 +36,12 @@ def usable_cpus() -> int:
 
 
 def use_threads(threads: int = 0) -> int:
-    """Set torch's CPU threads to `threads`, or with 0 to default_threads for this process; the count set."""
-    count = threads or default_threads(usable_cpus(), torch.get_num_threads(), os.environ)
+    """Set torch's CPU threads to `threads`, or with 0 to default_threads for this process; the count set.
+    More threads than CPUs are set as asked, with a warning: they can only wait for each other."""
+    cpus = usable_cpus()
+    if threads > cpus:
+        log.warning("%d threads on %d CPU%s: threads that outnumber the cores wait for each other at every step "
+                    "(far slower); fewer would be faster", threads, cpus, "" if cpus == 1 else "s")
+    count = threads or default_threads(cpus, torch.get_num_threads(), os.environ)
     torch.set_num_threads(count)
     return count

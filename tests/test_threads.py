@@ -1,5 +1,7 @@
 """molspec_core.threads: unless told, one core is left to the rest of the machine (the module's docstring
 has the measurement that made this the default); OMP_NUM_THREADS, where set, is the user's word."""
+import logging
+
 import torch
 
 from molspec_core.threads import default_threads, use_threads
@@ -28,3 +30,16 @@ def test_use_threads_sets_torchs_count_asked_or_the_default(monkeypatch):
         assert use_threads(1) == 1 and use_threads() == 1  # below the default, torch's count stands
     finally:
         torch.set_num_threads(before)
+
+
+def test_more_threads_than_cpus_are_set_with_a_warning(monkeypatch, caplog):
+    before = torch.get_num_threads()
+    monkeypatch.setattr("molspec_core.threads.usable_cpus", lambda: 2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="molspec_core.threads"):
+            assert use_threads(2) == 2 and caplog.messages == []
+            assert use_threads(3) == 3 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert caplog.messages == ["3 threads on 2 CPUs: threads that outnumber the cores wait for each other at every "
+                               "step (far slower); fewer would be faster"]
