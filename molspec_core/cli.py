@@ -82,7 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "threads than free cores run far faster (README, \"Command line\")")
 
     def model_args(p: argparse.ArgumentParser) -> None:
-        threads_arg(p)
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
@@ -109,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tau", type=float, default=0.0, help="relaxed: and within tau nats of the top token")
         p.add_argument("--delta", type=float, default=0.0, help="mentored: KL budget per token")
         p.add_argument("--seed", type=at_least(0), default=0, help="sampling methods")
+        threads_arg(p)
 
     def augment_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
