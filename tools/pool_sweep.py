@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.service import Predictor, pool_writings  # noqa: E402
+from molspec_core.threads import use_threads  # noqa: E402
 
 Answer = tuple[str, float, bool]  # (canonical answer or raw text, log-probability, sane)
 
@@ -89,6 +90,7 @@ def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
 
 
 def decode(args: argparse.Namespace) -> None:
+    use_threads()  # the CLI's default: one core left free
     predictor = Predictor.load(args.model, dtype=args.dtype)
     sources, targets = read_pairs(args.src, args.tgt, limit=args.limit)
     with open(args.out, "w") as out:
