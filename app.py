@@ -5,12 +5,10 @@ user picked; each page in views/ reads the settings and calls the engine's Predi
 """
 import streamlit as st
 
-from molspec_core.threads import use_threads
 from views import common
 
 st.set_page_config(page_title="MolSpec", page_icon=str(common.ROOT / "assets" / "favicon.png"), layout="wide")
 
-use_threads()  # one core left to the server, the browser and any other work (molspec_core/threads.py)
 navigation = st.navigation([
     st.Page("views/predict.py", title="Predict", icon=":material/science:", default=True),
     st.Page("views/batch.py", title="Batch", icon=":material/table_view:"),

@@ -19,6 +19,7 @@ from molspec_core.io import InputFileError, parse_upload
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
 from molspec_core.textbook import Example
+from molspec_core.threads import use_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_FILE = ROOT / "assets" / "examples.json"
@@ -100,6 +101,7 @@ def models_for_task(task: str) -> list[str]:
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def load_predictor(model_dir: str, dtype: str = "float32") -> Predictor:
+    use_threads()  # before a model loads, as the CLI: one core left to the server, the browser, other work
     return Predictor.load(model_dir, dtype=dtype)
 
 
