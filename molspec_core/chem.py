@@ -54,6 +54,32 @@ def smiles_from_inchi(inchi: str) -> str:
     return Chem.MolToSmiles(mol)
 
 
+# ChemAxon's extended SMILES (CXSMILES), as Marvin, ChemDraw's "Copy As CXSMILES" and RDKit write it: a SMILES, a
+# space, then one |...| part holding coordinates, radicals, atom labels, enhanced-stereo groups and the like.
+CXSMILES = re.compile(r"[^\s|]+[ \t]+\|[^|\r\n]*\|")
+
+
+def smiles_from_cxsmiles(text: str) -> str:
+    """A CXSMILES (CXSMILES.fullmatch) as the plain SMILES the models read: RDKit reads its |...| part (radicals
+    and the like change the atoms) and writes isomeric SMILES, which hold no coordinates, atom labels or
+    enhanced-stereo groups (as a molfile's SMILES, sd_records, holds none); a reaction keeps its three parts,
+    'reactants>agents>products'. Raises ChemError when RDKit cannot read it."""
+    if ">" in text.split()[0]:
+        from rdkit.Chem import rdChemReactions
+        try:
+            reaction = rdChemReactions.ReactionFromSmarts(text, useSmiles=True)
+            sides = [reaction.GetReactants(), reaction.GetAgents(), reaction.GetProducts()]
+            for mol in (m for side in sides for m in side):
+                Chem.SanitizeMol(mol)
+        except Exception as exc:  # noqa: BLE001  (RDKit raises several kinds; the caller names the query)
+            raise ChemError(f"RDKit cannot read {text[:80]!r} as a CXSMILES reaction") from exc
+        return ">".join(".".join(Chem.MolToSmiles(m) for m in side) for side in sides)
+    mol = Chem.MolFromSmiles(text)  # RDKit's SMILES parser reads the |...| part too
+    if mol is None:
+        raise ChemError(f"RDKit cannot read {text[:80]!r} as a CXSMILES")
+    return Chem.MolToSmiles(mol)
+
+
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
     return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]

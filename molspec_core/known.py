@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .chem import ChemError, canonical, canonical_or_none
+from .chem import CXSMILES, ChemError, canonical, canonical_or_none, smiles_from_cxsmiles
 from .io import InputFileError, QueryFile
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
@@ -42,7 +42,13 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     reagents and knows the products; retrosynthesis predicts from the products and knows the reactants (the
     reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
     ValueError where the recorded side is not a SMILES."""
-    parts = text.strip().split(">")
+    text = text.strip()
+    if CXSMILES.fullmatch(text):
+        try:
+            text = smiles_from_cxsmiles(text)
+        except ChemError:
+            return None  # Predictor.prepare refuses it, saying why
+    parts = text.split(">")
     if len(parts) != 3 or not parts[0] or not parts[2]:
         return None
     reactants, reagents, products = parts

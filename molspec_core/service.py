@@ -24,7 +24,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   in_ion_writing, smiles_from_inchi)
+                   CXSMILES, in_ion_writing, smiles_from_cxsmiles, smiles_from_inchi)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -495,6 +495,11 @@ class Predictor:
                              "command line, molspec predict --input F.mol)")
         if len(text) > MAX_QUERY_CHARS:
             raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS}")
+        if CXSMILES.fullmatch(text):  # read as RDKit reads it; the result's canonical_query shows the SMILES
+            try:
+                text = smiles_from_cxsmiles(text)
+            except ChemError as exc:
+                raise ValueError(str(exc)) from None
         if any(ch.isspace() for ch in text):
             raise ValueError("a SMILES has no spaces: paste one query per line" + name_hint(text))
         if text.startswith("InChI="):  # read as RDKit reads it; the result's canonical_query shows the SMILES

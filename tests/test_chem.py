@@ -2,7 +2,8 @@
 import pytest
 from rdkit import Chem
 
-from molspec_core.chem import ION_WRITINGS, answer_concerns, canonical, in_ion_writing
+from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concerns, canonical, in_ion_writing,
+                               smiles_from_cxsmiles)
 
 
 @pytest.mark.parametrize("answer, query, task, concerns", [
@@ -80,3 +81,26 @@ def test_each_ion_writing_is_canonical_and_keeps_the_charge(species):
     assert canonical(species) == species
     charge = sum(Chem.GetFormalCharge(Chem.MolFromSmiles(f)) for f in ION_WRITINGS[species].split("."))
     assert charge == Chem.GetFormalCharge(Chem.MolFromSmiles(species))
+
+
+@pytest.mark.parametrize("text, smiles", [
+    ("CCO |(0,0,;1.3,0.75,;2.6,0,)|", "CCO"),  # coordinates, as Marvin copies a drawing
+    ("C1=CC=CC=C1Cl |c:0,2,4|", "Clc1ccccc1"),  # ring double bonds marked cis
+    ("C[CH2] |^1:1|", "[CH2]C"),  # a radical: the |...| part changes the atom, so it is read, not cut off
+    ("C[C@H](N)C(=O)O |&1:1|", "C[C@H](N)C(=O)O"),  # an enhanced-stereo group: dropped, the stereo as drawn kept
+    ("CC(=O)Cl.NC>ClCCl>CC(=O)NC |c:0|", "CC(=O)Cl.CN>ClCCl>CNC(C)=O"),  # a reaction keeps its three parts
+    ("C[CH2].O>>CCO |^1:1|", "[CH2]C.O>>CCO"),
+])
+def test_a_cxsmiles_is_read_as_rdkit_reads_it_and_written_as_plain_smiles(text, smiles):
+    assert CXSMILES.fullmatch(text) and smiles_from_cxsmiles(text) == smiles
+
+
+@pytest.mark.parametrize("text", ["CCO", "CC O", "CCO |c:1| ethanol", "CCO ||x", "CC|c:1|", "| |"])
+def test_text_that_is_no_cxsmiles_is_not_taken_for_one(text):
+    assert CXSMILES.fullmatch(text) is None
+
+
+@pytest.mark.parametrize("text", ["C1CC |c:1|", "CC |^9:0|", "C1CC>>CC |c:0|"])
+def test_a_cxsmiles_rdkit_cannot_read_is_refused(text):
+    with pytest.raises(ChemError, match="RDKit cannot read .* as a CXSMILES"):
+        smiles_from_cxsmiles(text)

@@ -57,6 +57,9 @@ def test_a_file_without_readable_known_answers_says_so():
     ("CC(=O)Cl.NCc1ccccc1>ClCCl>CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
     ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>[CH3:1][C:2](=[O:3])[NH:4]C", "forward",  # USPTO's atom maps are dropped
      ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>", "CNC(C)=O")),
+    ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1 |c:0|", "forward",  # a CXSMILES, as Marvin copies a reaction
+     ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
+    ("C1CC>>CC |c:0|", "forward", None),  # a CXSMILES RDKit cannot read: Predictor.prepare refuses it, saying why
     ("CC(=O)Cl.NCc1ccccc1>>", "forward", None),  # no outcome: an ordinary query, Predictor.prepare's to read
     ("CC(=O)Cl", "forward", None),
     ("a>b>c>d", "forward", None),

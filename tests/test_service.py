@@ -50,6 +50,7 @@ def test_query_is_canonicalized_before_decoding(copier):
                  "are not looked up here: paste a SMILES or an InChI, or draw the structure")),
     ("acetic anhydride", "no spaces: paste one query per line; it reads like a name"),
     ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
+    ("C1CC |c:1|", "RDKit cannot read 'C1CC |c:1|' as a CXSMILES"),
 ])
 def test_bad_queries_give_clear_errors(copier, text, message):
     result = copier.predict(text)
@@ -78,6 +79,15 @@ def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):
     assert result.ok and result.query == aspirin and result.canonical_query == "CC(=O)Oc1ccccc1C(=O)O"
     alanine = smiles_from_inchi("InChI=1S/C3H7NO2/c1-2(4)3(5)6/h2H,4H2,1H3,(H,5,6)/t2-/m0/s1")
     assert alanine == "C[C@H](N)C(=O)O"  # its stereo layer kept: L-alanine (the copy model lacks [C@H])
+
+
+def test_a_cxsmiles_is_read_as_its_smiles_and_kept_as_given(forward):
+    """Marvin and ChemDraw copy a drawing as a CXSMILES, 'SMILES |...|'; it was refused for its space."""
+    cx = "CC(=O)Cl.NCc1ccccc1 |(0,0,;1,0,;1,1,;2,0,;3,0,;4,0,;5,0,;6,0,;7,0,;8,0,;9,0,;10,0,)|"
+    result = forward.predict(cx)
+    assert result.ok and result.query == cx and result.canonical_query == "CC(=O)Cl.NCc1ccccc1"
+    plain = forward.predict("CC(=O)Cl.NCc1ccccc1")
+    assert [p.tokens for p in result.predictions] == [p.tokens for p in plain.predictions]
 
 
 @pytest.mark.parametrize("text", ["cccc", "C1=CC=CC=C1Cl", "CCN(CC)CC"])  # aromatic atoms are no word

@@ -46,11 +46,11 @@ QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O
 QUERY_HELP = {
     "forward": "The reactants, and the reagents if you know them, separated by '.' (or 'reactants>reagents>'). "
                "Reagents are optional: on USPTO-MIT test reactions the model names the product first as often "
-               "without them (model card, \"Reagents are optional\"). An InChI is read too. A recorded reaction "
-               "(reactants>reagents>product) is predicted from its reactants, and its product checked against the "
-               "answers.",
-    "retro": "The product to make: its SMILES (or its InChI). A recorded reaction (reactants>>product) is predicted "
-             "from its product, and its reactants checked against the answers.",
+               "without them (model card, \"Reagents are optional\"). An InChI or a CXSMILES is read too. A recorded "
+               "reaction (reactants>reagents>product) is predicted from its reactants, and its product checked "
+               "against the answers.",
+    "retro": "The product to make: its SMILES (or its InChI or CXSMILES). A recorded reaction (reactants>>product) "
+             "is predicted from its product, and its reactants checked against the answers.",
 }
 
 
