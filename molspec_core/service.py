@@ -501,7 +501,8 @@ class Predictor:
             except ChemError as exc:
                 raise ValueError(str(exc)) from None
         if any(ch.isspace() for ch in text):
-            raise ValueError("a SMILES has no spaces: paste one query per line" + name_hint(text))
+            raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
+                             "and give several queries one per line (a file; the app's Batch page)" + name_hint(text))
         if text.startswith("InChI="):  # read as RDKit reads it; the result's canonical_query shows the SMILES
             try:
                 text = smiles_from_inchi(text)

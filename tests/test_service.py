@@ -48,7 +48,8 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("CC>>CO", "reaction SMILES"),
     ("aspirin", ("not a valid SMILES: RDKit cannot parse 'aspirin' as a molecule; it reads like a name, and names "
                  "are not looked up here: paste a SMILES or an InChI, or draw the structure")),
-    ("acetic anhydride", "no spaces: paste one query per line; it reads like a name"),
+    ("acetic anhydride", "several queries one per line (a file; the app's Batch page); it reads like a name"),
+    ("CC(=O)Cl NCc1ccccc1", "no spaces: join the molecules of one query with '.'"),  # two lines pasted into one box
     ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
     ("C1CC |c:1|", "RDKit cannot read 'C1CC |c:1|' as a CXSMILES"),
 ])
