@@ -87,7 +87,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         methods = [GREEDY_REFERENCE] + methods
     if BEAM_REFERENCE not in methods and any(beam_like(m) for m in methods):
         methods = [BEAM_REFERENCE] + methods
-    peers = _load_peers(methods, ct2_dir, predictor, batch_size, peer_threads or torch.get_num_threads())
+    peers = _load_peers(methods, ct2_dir, predictor, peer_threads or torch.get_num_threads())
     queries, kept_targets, skipped = [], [], []
     for i, text in enumerate(sources):
         try:
@@ -211,15 +211,14 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     }
 
 
-def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, batch_size: int,
-                threads: int) -> dict:
+def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, threads: int) -> dict:
     wanted = [m for m in methods if m in PEERS]
     if not wanted:
         return {}
     if ct2_dir is None:
         raise ValueError(f"{', '.join(wanted)} need a CTranslate2 conversion of the model (bench --peer ctranslate2)")
-    if batch_size != 1 or predictor.device.type != "cpu":
-        raise ValueError("the CTranslate2 peer runs on the CPU at batch size 1")
+    if predictor.device.type != "cpu":
+        raise ValueError("the CTranslate2 peer runs on the CPU")
     from .peers import CTranslate2Peer
 
     return {m: CTranslate2Peer(ct2_dir, PEERS[m].compute_type, threads, predictor.model.cfg.max_positions)
@@ -227,14 +226,16 @@ def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predi
 
 
 def _peer_decode(peer, vocab, ids: list[list[int]], n_best: int) -> tuple[list[DecodeResult], float]:
-    """One query through CTranslate2, timed in its own process around its decode (as ours is timed
-    around our decode call), returned as our result type."""
-    src = [vocab.tokens[i] for i in ids[0]]
-    hypotheses, seconds = peer.decode_timed(src, width=n_best, n_best=n_best)
-    ranked = [Hypothesis(tuple(vocab.index.get(t, UNK_ID) for t in h.tokens), h.score, (GENERATED,) * len(h.tokens))
-              for h in hypotheses]
-    steps = max(len(h.tokens) for h in ranked) + 1  # one decoder step per token, eos included
-    return [DecodeResult(ranked, DecodeStats(model_calls=steps, tokens_generated=len(ranked[0].tokens) + 1))], seconds
+    """A batch of queries through CTranslate2 as one batch, timed in its own process around its decode (as ours
+    is timed around our decode call), returned as our result type."""
+    batch, seconds = peer.decode_timed([[vocab.tokens[i] for i in row] for row in ids], width=n_best, n_best=n_best)
+    results = []
+    for hypotheses in batch:
+        ranked = [Hypothesis(tuple(vocab.index.get(t, UNK_ID) for t in h.tokens), h.score,
+                             (GENERATED,) * len(h.tokens)) for h in hypotheses]
+        steps = max(len(h.tokens) for h in ranked) + 1  # one decoder step per token, eos included
+        results.append(DecodeResult(ranked, DecodeStats(model_calls=steps, tokens_generated=len(ranked[0].tokens) + 1)))
+    return results, seconds
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ process of its own"). So this module imports neither torch nor numpy, only the s
 ctranslate2, and the parent stops this process (SIGSTOP) between requests so that its idle threads
 take nothing from ours.
 
-Request: {"src": [tokens], "width": k, "n_best": n, "max_len": m}. Answer: {"hypotheses": [[tokens]],
-"scores": [float], "seconds": float}, or {"error": text}.
+Request: {"src": [[tokens], ...], "width": k, "n_best": n, "max_len": m}: a batch of queries, decoded as one
+batch in the order given (no re-batching). Answer: {"hypotheses": [[[tokens]], ...], "scores": [[float], ...],
+"seconds": float}, one list per query, or {"error": text}.
 """
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ def serve(ct2_dir: str, compute_type: str, threads: int) -> None:
             started = time.perf_counter()
             # min_decoding_length=0: CTranslate2's default of 1 forbids eos at the first step and
             # renormalizes, which changes that step's log-probability (our decoders allow an empty answer).
-            result = translator.translate_batch(
-                [request["src"]], beam_size=request["width"], num_hypotheses=request["n_best"], length_penalty=0.0,
-                return_scores=True, min_decoding_length=0, max_decoding_length=request["max_len"])[0]
+            # max_batch_size=0 (the default): the batch as given, neither sorted nor split.
+            results = translator.translate_batch(
+                request["src"], beam_size=request["width"], num_hypotheses=request["n_best"], length_penalty=0.0,
+                return_scores=True, min_decoding_length=0, max_decoding_length=request["max_len"])
             seconds = time.perf_counter() - started
-            answer = {"hypotheses": result.hypotheses, "scores": result.scores, "seconds": seconds}
+            answer = {"hypotheses": [r.hypotheses for r in results], "scores": [r.scores for r in results],
+                      "seconds": seconds}
         except Exception as exc:  # noqa: BLE001  (reported to the parent, which raises it)
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(answer), flush=True)

@@ -104,8 +104,8 @@ PEER_WAIT_POLICY: dict[str, str | None] = {"float32": None, "int8": "active"}
 
 
 class CTranslate2Peer:
-    """A converted model decoded by CTranslate2 on CPU, one query at a time (batch size 1), in a process of
-    its own (peer_worker.py says why), stopped between requests; each decode is timed in that process."""
+    """A converted model decoded by CTranslate2 on CPU, a batch of queries a request (as our decoders get it), in a
+    process of its own (peer_worker.py says why), stopped between requests; each decode is timed in that process."""
 
     def __init__(self, ct2_dir: str | Path, compute_type: str = "float32", threads: int = 1,
                  max_positions: int = 1024):
@@ -147,12 +147,14 @@ class CTranslate2Peer:
             raise RuntimeError(f"CTranslate2: {answer['error']}")
         return answer
 
-    def decode_timed(self, src_tokens: list[str], width: int = 1, n_best: int = 1
-                     ) -> tuple[list[PeerHypothesis], float]:
-        """Greedy (width 1) or beam search with our length budget and ranking by summed log-probs, and the
-        seconds CTranslate2 took, timed in its process (the pipe and the signals are not counted)."""
-        request = {"src": list(src_tokens), "width": width, "n_best": n_best,
-                   "max_len": target_budget(len(src_tokens), self.max_positions)}
+    def decode_timed(self, sources: list[list[str]], width: int = 1, n_best: int = 1
+                     ) -> tuple[list[list[PeerHypothesis]], float]:
+        """Greedy (width 1) or beam search of a batch, as one CTranslate2 batch, with our length budget and
+        ranking by summed log-probs: each query's hypotheses, and the seconds CTranslate2 took, timed in its
+        process (the pipe and the signals are not counted). CTranslate2 takes one length budget for a batch: the
+        longest query's, so a shorter query's answer that never ends may run past its own (ours stop it there)."""
+        request = {"src": [list(src) for src in sources], "width": width, "n_best": n_best,
+                   "max_len": max(target_budget(len(src), self.max_positions) for src in sources)}
         self._resume()
         try:
             assert self._process.stdin is not None
@@ -161,11 +163,13 @@ class CTranslate2Peer:
             answer = self._receive()
         finally:
             self._pause()
-        hypotheses = [PeerHypothesis(tuple(h), float(s)) for h, s in zip(answer["hypotheses"], answer["scores"])]
-        return hypotheses, float(answer["seconds"])
+        batch = [[PeerHypothesis(tuple(h), float(s)) for h, s in zip(hypotheses, scores)]
+                 for hypotheses, scores in zip(answer["hypotheses"], answer["scores"], strict=True)]
+        return batch, float(answer["seconds"])
 
     def decode(self, src_tokens: list[str], width: int = 1, n_best: int = 1) -> list[PeerHypothesis]:
-        return self.decode_timed(src_tokens, width, n_best)[0]
+        """One query's hypotheses (a batch of one)."""
+        return self.decode_timed([src_tokens], width, n_best)[0][0]
 
     def close(self) -> None:
         self._finalizer()

@@ -43,6 +43,26 @@ def test_converted_model_decodes_greedy_and_beam_like_ours(folder, random_checkp
         assert top.tokens == tuple(vocab.tokens[i] for i in best.tokens)
 
 
+@pytest.mark.parametrize("folder", ["copy", "random"])
+def test_a_batch_decodes_as_each_of_its_queries_alone(folder, random_checkpoint, tmp_path):
+    """A batch (bench --batch-size) goes to CTranslate2 as one batch, in order; each query's answers are those it
+    gets alone (the copy model's end at their query's length; the random model's run to the length budget, alike
+    here for queries of one length: decode_timed takes the longest query's budget for the whole batch)."""
+    model_dir = FIXTURES / "copy_model" if folder == "copy" else random_checkpoint
+    model, _, _ = checkpoint.load(model_dir)
+    peer = CTranslate2Peer(convert_to_ctranslate2(model_dir, tmp_path / "ct2"), max_positions=model.cfg.max_positions)
+    varied = [["C", "C", "O"], ["c", "1", "c", "c", "c", "c", "c", "1", "Br"], ["N", "C", "=", "O"]]
+    alike = [["C", "O", "N", "C", "C"], ["c", "c", "Cl", "(", "C"], ["Br", "C", "C", "N", "O"]]
+    sources = varied if folder == "copy" else alike
+    for width in (1, 3):
+        batch, seconds = peer.decode_timed(sources, width=width, n_best=width)
+        assert len(batch) == len(sources) and seconds > 0
+        assert [[(h.tokens, round(h.score, 3)) for h in hypotheses] for hypotheses in batch] == \
+            [[(h.tokens, round(h.score, 3)) for h in peer.decode(src, width, width)] for src in sources]
+        if folder == "copy":  # answers of several lengths, each its own query's
+            assert len({len(hypotheses[0].tokens) for hypotheses in batch}) == len(sources)
+
+
 def test_bench_times_the_peer_beside_our_methods_and_reports_agreement(tmp_path):
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
     ct2_dir = convert_to_ctranslate2(predictor.path, tmp_path / "ct2")
@@ -57,6 +77,11 @@ def test_bench_times_the_peer_beside_our_methods_and_reports_agreement(tmp_path)
                       ct2_dir=ct2_dir)
     assert (beams["methods"]["beam"]["speedup_vs_ct2_beam"] > 0
             and "speedup_vs_ct2_greedy" not in beams["methods"]["beam"])
+    batched = run_bench(predictor, QUERIES, None, ["spec-lookup", "ct2-greedy", "beam", "ct2-beam"], batch_size=3,
+                        n_best=3, warmup=0, progress=False, ct2_dir=ct2_dir)  # batches of 3 and 1, on both engines
+    assert batched["batch_size"] == 3 and batched["n_queries"] == report["n_queries"] == 3
+    assert batched["methods"]["ct2-greedy"]["identical_to_greedy"] == 1.0
+    assert batched["methods"]["ct2-beam"]["identical_to_beam"] == 1.0
 
 
 def test_peer_methods_without_a_conversion_are_refused():
@@ -125,7 +150,7 @@ def test_the_peer_decodes_in_a_process_of_its_own_without_torch_and_stopped_betw
     peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"), "int8", 2)
     pid = peer._process.pid
     try:
-        hypotheses, seconds = peer.decode_timed(["C", "C", "O"], width=2, n_best=2)
+        (hypotheses,), seconds = peer.decode_timed([["C", "C", "O"]], width=2, n_best=2)
         assert len(hypotheses) == 2 and 0 < seconds < 60
         if hasattr(signal, "SIGSTOP"):
             assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"  # stopped
