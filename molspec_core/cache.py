@@ -96,6 +96,9 @@ class KVCache:
     # (B,) int64: the row of the slot tensors each cache row reads and writes, for a view of a row pool
     # (RowPool.view: the native engine reads the pool in place); None: row b is row b of the slots.
     slot_rows: torch.Tensor | None = None
+    # (B,) int64: the row of the cross-attention keys/values and of src_pad_mask each cache row reads, which
+    # stay one row per query (share_memory: beam search's slots on the native engine); None: row b.
+    cross_rows: torch.Tensor | None = None
     # What an engine keeps for this cache between calls (native.py: the C call's pointer tables); the
     # engine checks it against the cache's tensors before each use.
     engine_state: object | None = None
@@ -206,6 +209,15 @@ class KVCache:
         for i, layer in enumerate(self.layers):
             layer.keys, layer.values = slots[2 * i], slots[2 * i + 1]
 
+    def share_memory(self, rows: torch.Tensor) -> None:
+        """Row i becomes old row rows[i], as reorder does, reading old row rows[i]'s cross-attention keys and
+        values in place (cross_rows) rather than a copy of them: beam search's slots share their query's. Only
+        the native engine reads cross_rows (model.decode refuses such a cache on the others). A copy per slot
+        (reorder) read width times the source memory each call: the retro model at width 10 holds megabytes."""
+        shared = rows if self.cross_rows is None else self.cross_rows.index_select(0, rows)
+        self.reorder(rows, cross=False)
+        self.cross_rows = shared.contiguous()
+
     def reorder(self, rows: torch.Tensor, *, cross: bool = True) -> None:
         """Row i becomes old row rows[i] (beams, or dropping finished rows).
 
@@ -238,14 +250,17 @@ class KVCache:
             _copy_rows(new, slots, rows, upto)
             self._spare = slots if same_batch else None
             self.point_at(new)
+        shared = self.cross_rows is not None  # the memory stays in place: only the rows' pointers into it move
         for layer in self.layers:
-            if cross and layer.cross_keys is not None and layer.cross_values is not None:
+            if cross and not shared and layer.cross_keys is not None and layer.cross_values is not None:
                 layer.cross_keys = layer.cross_keys.index_select(0, rows)
                 layer.cross_values = layer.cross_values.index_select(0, rows)
             layer.pending_keys = layer.pending_values = None
         self.written_in_place = False
         self.lengths = self.lengths.index_select(0, rows)
-        if cross and self.src_pad_mask is not None:
+        if shared and self.cross_rows is not None:
+            self.cross_rows = self.cross_rows.index_select(0, rows)
+        elif cross and self.src_pad_mask is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
 
 

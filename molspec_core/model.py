@@ -380,6 +380,9 @@ class Seq2SeqTransformer(nn.Module):
         in_place = self._in_place(cache, n_branches, t_new, not getattr(step, "masks_itself", False)) if lean else None
         if cache.slot_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
             raise ValueError("a row pool's view (RowPool.view) is read by the native engine's lean call only")
+        if cache.cross_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
+            raise ValueError("a cache whose rows share their memory (KVCache.share_memory) is read by the native "
+                             "engine's lean call only")
         if in_place is not None and step is not None:
             return step(tokens, cache, in_place, cross_attention)
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function

@@ -195,7 +195,8 @@ class _CCall(ctypes.Structure):
                 ("pad_batch", ctypes.c_int32), ("tokens", ctypes.c_void_p), ("lengths", ctypes.c_void_p),
                 ("keys", ctypes.c_void_p), ("values", ctypes.c_void_p), ("cross_keys", ctypes.c_void_p),
                 ("cross_values", ctypes.c_void_p), ("src_pad", ctypes.c_void_p), ("pending", ctypes.c_void_p),
-                ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p), ("rows", ctypes.c_void_p)]
+                ("logits", ctypes.c_void_p), ("weights", ctypes.c_void_p), ("rows", ctypes.c_void_p),
+                ("cross_rows", ctypes.c_void_p)]
 
 
 class _CBeam(ctypes.Structure):
@@ -415,19 +416,24 @@ class NativeStep(NumpyStep):
         binding = cache.engine_state = _Binding(cache)
         return binding
 
-    def _set_call(self, binding: _Binding, ids: int, lengths: torch.Tensor, batch: int, t_new: int, upto: int,
-                  logits: int, weights: int | None) -> tuple[torch.Tensor, ...]:
+    def _set_call(self, binding: _Binding, cache: KVCache, ids: int, lengths: torch.Tensor, batch: int, t_new: int,
+                  upto: int, logits: int, weights: int | None) -> tuple[torch.Tensor, ...]:
         """Fill the binding's call for `batch` rows of t_new tokens (ids and logits: addresses) and return
         the pending keys/values views it writes."""
         if upto > self.max_positions:
             raise ValueError(f"sequence longer than the model's {self.max_positions} positions")
         if lengths.dtype != torch.int64 or not lengths.is_contiguous():
             raise TypeError("cache lengths must be contiguous int64")
+        shared = cache.cross_rows
+        if shared is not None and (shared.dtype != torch.int64 or not shared.is_contiguous()
+                                   or shared.shape != (cache.batch_size,)):
+            raise TypeError("the cache's cross_rows must be contiguous int64, one per row")
         pending, views = binding.pending_of(len(self.layers), batch, self.n_heads, t_new, self.head_dim)
         call = binding.call
         call.batch, call.t_new, call.upto = batch, t_new, upto
         call.tokens, call.lengths, call.pending = ids, lengths.data_ptr(), pending.data_ptr()
         call.logits, call.weights, call.rows = logits, weights, None
+        call.cross_rows = None if shared is None else shared.data_ptr()
         return views
 
     def __call__(self, tokens: torch.Tensor, cache: KVCache, where, want_weights: bool = False
@@ -439,6 +445,8 @@ class NativeStep(NumpyStep):
         if rows is not None and (binding is None or rows.dtype != torch.int64 or not rows.is_contiguous()
                                  or rows.shape != (batch,)):
             raise ValueError("a row pool's view needs contiguous slots and one int64 pool row per call row")
+        if binding is None and cache.cross_rows is not None:
+            raise ValueError("a cache whose rows share their memory (KVCache.share_memory) needs contiguous slots")
         if binding is None:
             where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
             return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
@@ -447,7 +455,7 @@ class NativeStep(NumpyStep):
             raise TypeError("token ids must be int64")
         logits = torch.empty(batch * t_new, self.embed.shape[0])
         weights = torch.empty(batch, t_new, binding.call.src_len) if want_weights else None
-        views = self._set_call(binding, ids.data_ptr(), where.lengths.contiguous(), batch, t_new, where.upto,
+        views = self._set_call(binding, cache, ids.data_ptr(), where.lengths.contiguous(), batch, t_new, where.upto,
                                logits.data_ptr(), None if weights is None else weights.data_ptr())
         binding.call.rows = None if rows is None else rows.data_ptr()
         if self._library.decoder_step(self._c_model(), ctypes.byref(binding.call)) != 0:
@@ -482,7 +490,7 @@ class NativeStep(NumpyStep):
         vocab = int(self.embed.shape[0])
         logits = np.empty((rows * t_new, vocab), dtype=np.float32)
         weights = np.empty((rows, t_new, binding.call.src_len), dtype=np.float32) if want_peaks else None
-        self._set_call(binding, ids.data_ptr(), lengths, rows, t_new, upto, logits.ctypes.data,
+        self._set_call(binding, cache, ids.data_ptr(), lengths, rows, t_new, upto, logits.ctypes.data,
                        None if weights is None else weights.ctypes.data)
         drafts = np.ascontiguousarray(drafts, dtype=np.int64)
         accepted, new_lengths = np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int64)
@@ -535,7 +543,8 @@ class NativeStep(NumpyStep):
                                                            np.empty(rows, dtype=np.int64))
         top_scores = np.empty((queries, width), dtype=np.float32)
         top_index = np.empty((queries, width), dtype=np.int64)
-        self._set_call(binding, ids.ctypes.data, lengths, len(ids), 1, length + 1, scratch[0].ctypes.data, None)
+        self._set_call(binding, cache, ids.ctypes.data, lengths, len(ids), 1, length + 1, scratch[0].ctypes.data,
+                       None)
         binding.call.rows = None if fed is None else fed.ctypes.data
         beam = binding.beam
         beam.queries, beam.width, beam.scores = queries, width, scores.ctypes.data

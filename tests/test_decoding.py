@@ -247,9 +247,9 @@ def test_pruned_beam_equals_unpruned_beam(engine, width, n_best, monkeypatch):
     fed: list[int] = []
     plain_set_call = NativeStep._set_call
 
-    def counted(self, binding, ids, lengths, batch, *args):
+    def counted(self, binding, cache, ids, lengths, batch, *args):
         fed.append(batch)
-        return plain_set_call(self, binding, ids, lengths, batch, *args)
+        return plain_set_call(self, binding, cache, ids, lengths, batch, *args)
 
     monkeypatch.setattr(NativeStep, "_set_call", counted)
     rows = {True: 0, False: 0}
@@ -266,6 +266,41 @@ def test_pruned_beam_equals_unpruned_beam(engine, width, n_best, monkeypatch):
                 [(h.tokens, h.score, h.finished) for h in b.hypotheses]
     if engine == "native":
         assert rows[True] < rows[False]  # the floor did drop live slots
+
+
+def test_native_beam_slots_read_their_querys_memory_in_place(monkeypatch):
+    """Session 69: beam search gave each slot its own copy of its query's cross-attention keys and values,
+    and copied the kept ones again whenever a query of the batch finished: a call read width times the
+    memory. On the native engine the slots now read their query's in place (KVCache.share_memory): one
+    row per query for the whole search, as queries finish too, and the same n-best lists, scores to the
+    bit, as with a copy per slot."""
+    from molspec_core.cache import KVCache
+    from molspec_core.native import NativeStep
+
+    seen: list[tuple[int, int, int]] = []  # per step: cross rows held, cache rows, distinct rows read
+    plain_step = NativeStep.beam_step
+
+    def watched(self, tokens, cache, scores, length):
+        rows = cache.cross_rows
+        seen.append((cache.layers[0].cross_keys.shape[0], cache.batch_size,
+                     -1 if rows is None else len(set(rows.tolist()))))
+        return plain_step(self, tokens, cache, scores, length)
+
+    monkeypatch.setattr(NativeStep, "beam_step", watched)
+    for seed in range(3):
+        model = random_model(seed, vocab_size=7, engine="native")
+        sources = random_sources(seed + 40, 6, 7, 2, 12)
+        seen.clear()
+        shared = beam_search(model, sources, 5, 2)
+        assert seen[0] == (6, 30, 6) and all(held == 6 and read == cache_rows // 5 for held, cache_rows, read in seen)
+        assert seen[-1][1] < 30  # queries finished and left the batch
+        with monkeypatch.context() as m:
+            m.setattr(KVCache, "share_memory", lambda self, rows: self.reorder(rows))  # a copy per slot
+            seen.clear()
+            copied = beam_search(model, sources, 5, 2)
+            assert seen[0] == (30, 30, -1)
+        assert [[(h.tokens, h.score, h.finished) for h in r.hypotheses] for r in shared] == \
+            [[(h.tokens, h.score, h.finished) for h in r.hypotheses] for r in copied]
 
 
 def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model, engine):

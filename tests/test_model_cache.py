@@ -145,6 +145,26 @@ def test_reorder_rows_moves_prefix_and_memory():
 
 
 @torch.no_grad()
+def test_rows_that_share_their_memory_keep_it_in_place_and_only_the_native_engine_reads_them():
+    """KVCache.share_memory (beam search's slots on the native engine): reorders move the rows' pointers
+    into the memory (cross_rows), never the memory; the native engine decodes such a cache as one whose
+    rows hold copies, and the torch engine, which cannot read the pointers, refuses it."""
+    from conftest import on_engine
+
+    model, _, tgt, reference, cache = setup(4)
+    native = on_engine(model, "native")
+    cache.share_memory(torch.tensor([2, 0, 0, 1]))  # 4 rows over the 3 queries' memory, as beam slots
+    keys = cache.layers[0].cross_keys
+    cache.reorder(torch.tensor([0, 1, 3]))  # a row leaves: the memory stays
+    assert cache.layers[0].cross_keys is keys and cache.cross_rows.tolist() == [2, 0, 1]
+    order = torch.tensor([2, 0, 1])
+    logits, _ = native.decode(tgt[order][:, None, :4], cache)
+    torch.testing.assert_close(logits[:, 0], reference[order][:, :4], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="share their memory"):
+        model.decode(tgt[order][:, None, 4:5], cache)
+
+
+@torch.no_grad()
 def test_dropping_finished_rows_moves_the_rest_down_in_the_same_memory():
     """Queries leaving a batch (beam and greedy search drop finished rows): on CPU the kept rows move
     down in the slots' own memory, which stay one contiguous tensor; decoding goes on as before."""

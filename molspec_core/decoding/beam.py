@@ -101,19 +101,23 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     device = model.device
     n_queries = len(sources)
     memory, keep, budgets = encode_sources(model, sources, max_len)
+    # On the native engine a whole step (call, log-probs, best children, row moves) is one C call.
+    engine = model.numpy_step
+    native = engine if isinstance(engine, NativeStep) and cached and not model.training else None
     cache = None
     if cached:  # the cross-attention keys/values once per query, then a row per beam slot
         cache = model.new_cache(memory, keep, cache_capacity(max(budgets)))
         # Every row takes one token a step, so no call reads a slot no row has written: new slots need
         # no zeroing, unless the engine reads every slot (graphs.GraphStep).
         cache.lockstep = not getattr(model.numpy_step, "reads_every_slot", False)
-        cache.reorder(torch.arange(n_queries, device=device).repeat_interleave(width))
+        slots = torch.arange(n_queries, device=device).repeat_interleave(width)
+        if native is not None:  # the native engine reads each query's memory in place from all its slots
+            cache.share_memory(slots)
+        else:
+            cache.reorder(slots)
     else:
         memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     vocab = model.cfg.vocab_size
-    # On the native engine a whole step (call, log-probs, best children, row moves) is one C call.
-    engine = model.numpy_step
-    native = engine if isinstance(engine, NativeStep) and cache is not None and not model.training else None
 
     # The bookkeeping is NumPy on the host; only the decoder calls run on the device. It runs right
     # after each call has streamed the weights through the caches, so it is kept to few operations.
