@@ -567,39 +567,23 @@ static void softmax_(float *scores, int n) {
     for (j = 0; j < n; j++) scores[j] *= inv;
 }
 
-/* out (hd) = sum_j probs[j] * values[j], the values' rows `stride` apart: the even j summed in order, the odd j
- * summed in order, then the two added (j = 0 alone for n = 1), a fixed order for a given n. Two sums of 4
- * registers each are 8 independent FMA chains, which hide the FMA's latency; one sum of 4 waited on it. */
+/* out (hd) = sum_j probs[j] * values[j] (values rows hd apart) */
+/* out (hd) = sum_j probs[j] * values[j], the values' rows `stride` apart, summed over j in order. */
 static void weighted_sum(const float *probs, const float *values, int64_t stride, int n, int hd, float *out) {
     int c0 = 0;
-    for (; c0 + 32 <= hd; c0 += 32) { /* 32 columns in 4 registers at a time, per sum */
-        __m256 even[4], odd[4];
-        for (int i = 0; i < 4; i++) even[i] = odd[i] = _mm256_setzero_ps();
-        int j = 0;
-        for (; j + 2 <= n; j += 2) {
-            const __m256 p = _mm256_set1_ps(probs[j]), p1 = _mm256_set1_ps(probs[j + 1]);
-            const float *v = values + (int64_t)j * stride + c0, *v1 = v + stride;
-            for (int i = 0; i < 4; i++) {
-                even[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), even[i]);
-                odd[i] = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v1 + 8 * i), odd[i]);
-            }
-        }
-        if (j < n) {
+    for (; c0 + 32 <= hd; c0 += 32) { /* 32 columns in 4 registers at a time */
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int j = 0; j < n; j++) {
             const __m256 p = _mm256_set1_ps(probs[j]);
             const float *v = values + (int64_t)j * stride + c0;
-            for (int i = 0; i < 4; i++) even[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), even[i]);
+            for (int i = 0; i < 4; i++) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
         }
-        for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + c0 + 8 * i, _mm256_add_ps(even[i], odd[i]));
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
     }
     for (int i = c0; i < hd; i++) {
-        float even = 0.0f, odd = 0.0f;
-        int j = 0;
-        for (; j + 2 <= n; j += 2) {
-            even = fmaf(probs[j], values[(int64_t)j * stride + i], even);
-            odd = fmaf(probs[j + 1], values[(int64_t)(j + 1) * stride + i], odd);
-        }
-        if (j < n) even = fmaf(probs[j], values[(int64_t)j * stride + i], even);
-        out[i] = even + odd;
+        float acc = 0.0f;
+        for (int j = 0; j < n; j++) acc = fmaf(probs[j], values[(int64_t)j * stride + i], acc);
+        out[i] = acc;
     }
 }
 
