@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.c"
 # native: AVX-512 where the CPU has it
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-Werror=implicit-function-declaration")
+CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-pthread", "-Werror=implicit-function-declaration")
 # Threads: the C call splits its work among OpenMP threads where the compiler has OpenMP; a compiler
 # without it (clang without libomp, say) builds the single-threaded library instead.
 OPENMP = "-fopenmp"

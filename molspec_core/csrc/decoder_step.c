@@ -25,6 +25,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,49 @@
 static _Thread_local int team = 1;
 #define PARALLEL_WORK 65536
 #define PARALLEL_IF(work) num_threads(team) if (team > 1 && (work) >= PARALLEL_WORK) schedule(static)
+
+/* Scratch memory, kept by each thread from call to call and grown when a call needs more. A malloc and
+ * free of each product's few hundred kB per call went to the kernel for fresh zeroed pages every time
+ * (glibc hands large blocks back on free): 7% of a forward beam search at batch 8 (measured). One buffer
+ * per use, since a product runs inside a decoder call; a thread's buffers are freed when it ends (the app
+ * runs each page in a thread of its own). */
+enum { SCRATCH_CALL, SCRATCH_QUANTIZED, SCRATCH_ROW_SCALES, SCRATCH_SUMS, SCRATCH_KEYS_VALUES, SCRATCH_MOVES,
+       SCRATCH_USES };
+typedef struct {
+    void *buffer[SCRATCH_USES];
+    size_t size[SCRATCH_USES];
+} Scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *held) {
+    Scratch *s = held;
+    for (int i = 0; i < SCRATCH_USES; i++) free(s->buffer[i]);
+    free(s);
+}
+
+static void scratch_key_make(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+/* At least `bytes` of this thread's scratch for `use` (its old contents not kept); NULL when memory is short. */
+static void *scratch(int use, size_t bytes) {
+    pthread_once(&scratch_once, scratch_key_make);
+    Scratch *s = pthread_getspecific(scratch_key);
+    if (s == NULL) {
+        s = calloc(1, sizeof(Scratch));
+        if (s == NULL || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (bytes > s->size[use]) {
+        void *grown = malloc(bytes);
+        if (grown == NULL) return NULL;
+        free(s->buffer[use]);
+        s->buffer[use] = grown;
+        s->size[use] = bytes;
+    }
+    return s->buffer[use];
+}
 
 /* Whether the library was built with OpenMP (native.py reports it). */
 int has_threads(void) {
@@ -295,15 +339,10 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
     if (m <= 0) return 0;
     const int k = a->k, k4 = a->k4, n_pad = a->n_pad, n_panels = n_pad / 16;
     const int64_t panel_size = (int64_t)k4 * 16;
-    uint8_t *xu = malloc((size_t)m * k4 + 64);
-    float *row_scale = malloc(sizeof(float) * (size_t)m);
-    int32_t *sums = malloc(sizeof(int32_t) * (size_t)m * n_pad);
-    if (xu == NULL || row_scale == NULL || sums == NULL) {
-        free(xu);
-        free(row_scale);
-        free(sums);
-        return 1;
-    }
+    uint8_t *xu = scratch(SCRATCH_QUANTIZED, (size_t)m * k4 + 64);
+    float *row_scale = scratch(SCRATCH_ROW_SCALES, sizeof(float) * (size_t)m);
+    int32_t *sums = scratch(SCRATCH_SUMS, sizeof(int32_t) * (size_t)m * n_pad);
+    if (xu == NULL || row_scale == NULL || sums == NULL) return 1;
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * k * 8)
     for (int r = 0; r < m; r++) { /* the rounding of the plain path, 16 at a time: nearest, ties to even */
@@ -343,9 +382,6 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             _mm512_storeu_ps(out + (int64_t)r * n_pad + n, v);
         }
     }
-    free(xu);
-    free(row_scale);
-    free(sums);
     return 0;
 }
 #elif defined(__AVX2__) && !defined(INT8_PLAIN)
@@ -394,15 +430,10 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
     if (m <= 0) return 0;
     const int k = a->k, k4 = a->k4, n_pad = a->n_pad, n_panels = n_pad / 16;
     const int64_t panel_size = (int64_t)k4 * 16;
-    int8_t *xq = malloc((size_t)m * k4 + 64);
-    float *row_scale = malloc(sizeof(float) * (size_t)m);
-    int32_t *sums = malloc(sizeof(int32_t) * (size_t)m * n_pad);
-    if (xq == NULL || row_scale == NULL || sums == NULL) {
-        free(xq);
-        free(row_scale);
-        free(sums);
-        return 1;
-    }
+    int8_t *xq = scratch(SCRATCH_QUANTIZED, (size_t)m * k4 + 64);
+    float *row_scale = scratch(SCRATCH_ROW_SCALES, sizeof(float) * (size_t)m);
+    int32_t *sums = scratch(SCRATCH_SUMS, sizeof(int32_t) * (size_t)m * n_pad);
+    if (xq == NULL || row_scale == NULL || sums == NULL) return 1;
     for (int r = 0; r < m; r++) quantize_row(x + r * ldx, k, k4, xq + (int64_t)r * k4, row_scale + r);
     const int items = tile_count(m, n_panels, I8_ROWS_MAX, i8_panels_for);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
@@ -425,9 +456,6 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             _mm256_storeu_ps(out + (int64_t)r * n_pad + n, v);
         }
     }
-    free(xq);
-    free(row_scale);
-    free(sums);
     return 0;
 }
 #else
@@ -495,11 +523,11 @@ static int product(const Affine *a, const float *x, int64_t ldx, int m, float *o
     return 0;
 }
 
-/* out = [norm](x) @ W + bias; `scratch` holds the normalized rows (m, k). */
-static int affine(const Affine *a, const float *x, int m, float *scratch, float *out, int relu) {
+/* out = [norm](x) @ W + bias; `normed` holds the normalized rows (m, k). */
+static int affine(const Affine *a, const float *x, int m, float *normed, float *out, int relu) {
     if (a->gain == NULL) return product(a, x, a->k, m, out, relu);
-    normalized(x, m, a->k, a->gain, a->eps, scratch);
-    return product(a, scratch, a->k, m, out, relu);
+    normalized(x, m, a->k, a->gain, a->eps, normed);
+    return product(a, normed, a->k, m, out, relu);
 }
 
 /* x (m, d) += y (m, n_pad == d's padded width) */
@@ -633,7 +661,7 @@ int decoder_step(const Model *model, const Call *call) {
     int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
     if (model->vocab > widest) widest = model->vocab;
     size_t floats = (size_t)M * d * 3 + (size_t)M * pad16(widest);
-    float *block = malloc(floats * sizeof(float));
+    float *block = scratch(SCRATCH_CALL, floats * sizeof(float));
     if (block == NULL) return 1;
     float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
 
@@ -719,20 +747,13 @@ int decoder_step(const Model *model, const Call *call) {
         /* feed-forward */
         failed |= affine(&layer->up, x, M, h, wide, 1);
         failed |= product(&layer->down, wide, layer->up.n_pad, M, attn, 0);
-        if (failed) {
-            free(block);
-            return 1;
-        }
+        if (failed) return 1;
         add_rows(x, attn, M, d, layer->down.n_pad);
     }
-    if (affine(model->output, x, M, h, wide, 0)) {
-        free(block);
-        return 1;
-    }
+    if (affine(model->output, x, M, h, wide, 0)) return 1;
     for (int r = 0; r < M; r++)
         memcpy(call->logits + (int64_t)r * model->vocab, wide + (int64_t)r * model->output->n_pad,
                sizeof(float) * model->vocab);
-    free(block);
     return 0;
 }
 
@@ -745,7 +766,7 @@ int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens
     const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
     team = model->threads;
     int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
-    float *block = malloc(sizeof(float) * ((size_t)M * d * 3 + (size_t)M * pad16(widest)));
+    float *block = scratch(SCRATCH_CALL, sizeof(float) * ((size_t)M * d * 3 + (size_t)M * pad16(widest)));
     if (block == NULL) return 1;
     float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
     for (int r = 0; r < M; r++) {
@@ -784,7 +805,6 @@ int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens
         for (int r = 0; r < M; r++)
             for (int i = 0; i < d; i++) memory[(int64_t)r * d + i] += model->encoder_shift[i];
     }
-    free(block);
     return failed;
 }
 
@@ -795,7 +815,7 @@ int cross_keys_values(const Model *model, int32_t layer, int32_t batch, int32_t 
     const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
     const Affine *a = model->cross_keys_values + layer;
     team = model->threads;
-    float *kv = malloc(sizeof(float) * (size_t)M * a->n_pad);
+    float *kv = scratch(SCRATCH_KEYS_VALUES, sizeof(float) * (size_t)M * a->n_pad);
     if (kv == NULL) return 1;
     int failed = product(a, memory, d, M, kv, 0);
     for (int b = 0; b < batch && !failed; b++)
@@ -806,7 +826,6 @@ int cross_keys_values(const Model *model, int32_t layer, int32_t batch, int32_t 
                 memcpy(keys + at, row, sizeof(float) * hd);
                 memcpy(values + at, row + d, sizeof(float) * hd);
             }
-    free(kv);
     return failed;
 }
 
@@ -879,11 +898,11 @@ static int move_rows(float *slots, int32_t outer, int32_t batch, int32_t groups,
     int moved = 0;
     for (int b = 0; b < batch; b++) moved += order[b] != b;
     if (moved == 0) return 0;
-    float *scratch = malloc(sizeof(float) * (size_t)moved * outer * groups * used);
-    if (scratch == NULL) return 1;
+    float *staged = scratch(SCRATCH_MOVES, sizeof(float) * (size_t)moved * outer * groups * used);
+    if (staged == NULL) return 1;
     const int64_t row = groups * stride;
     for (int pass = 0; pass < 2; pass++) {
-        float *at = scratch;
+        float *at = staged;
         for (int b = 0; b < batch; b++) {
             if (order[b] == b) continue;
             for (int o = 0; o < outer; o++)
@@ -894,7 +913,6 @@ static int move_rows(float *slots, int32_t outer, int32_t batch, int32_t groups,
                 }
         }
     }
-    free(scratch);
     return 0;
 }
 
