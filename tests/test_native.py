@@ -511,3 +511,29 @@ def test_a_pool_view_is_refused_off_the_native_lean_call(copy_model):
     view = pool.view(torch.tensor([1]), torch.tensor([0]))
     with pytest.raises(ValueError, match="row pool"):
         model.decode(torch.tensor([[[4]]]), view)
+
+
+@pytest.mark.parametrize("order", [
+    [0, 0, 1, 2, 3],  # a beam's rows shift down behind its best slot's two children
+    [1, 0, 2, 4, 3],  # two pairs trading places: cycles, each staged once
+    [2, 0, 1, 1, 4, 4],  # a cycle of three beside a row read twice
+    [3, 3, 3, 3],  # every row from one
+    [0, 1, 2],  # nothing moves
+])
+def test_beam_steps_move_rows_each_from_its_parent_whatever_the_order(order):
+    """beam_step's row moves (csrc move_rows, tested through reorder_rows) copy each moved row once, straight
+    from its source where no other move still reads the row they overwrite, staging only for cycles: every
+    order gives what indexing gives, the slots past `used` untouched."""
+    import ctypes
+
+    library = native._library()
+    rng = np.random.default_rng(len(order))
+    outer, groups, capacity, head_dim, used = 3, 2, 6, 4, 5  # stride = capacity * head_dim, 5 of its 24 floats used
+    slots = rng.standard_normal((outer, len(order), groups, capacity * head_dim)).astype(np.float32)
+    want = slots.copy()
+    want[:, :, :, :used] = slots[:, order, :, :used]
+    rows = np.array(order, dtype=np.int64)
+    assert library.reorder_rows(slots.ctypes.data_as(ctypes.c_void_p), outer, len(order), groups,
+                                ctypes.c_int64(capacity * head_dim), ctypes.c_int64(used),
+                                rows.ctypes.data_as(ctypes.c_void_p)) == 0
+    assert np.array_equal(slots, want)

@@ -45,7 +45,7 @@ static _Thread_local int team = 1;
  * per use, since a product runs inside a decoder call; a thread's buffers are freed when it ends (the app
  * runs each page in a thread of its own). */
 enum { SCRATCH_CALL, SCRATCH_QUANTIZED, SCRATCH_ROW_SCALES, SCRATCH_SUMS, SCRATCH_KEYS_VALUES, SCRATCH_MOVES,
-       SCRATCH_USES };
+       SCRATCH_MOVE_READERS, SCRATCH_MOVE_SOURCES, SCRATCH_USES };
 typedef struct {
     void *buffer[SCRATCH_USES];
     size_t size[SCRATCH_USES];
@@ -889,31 +889,75 @@ void beam_select(int32_t queries, int32_t slots, int32_t vocab, int32_t width, c
     }
 }
 
+/* One row's first `used` floats of each group, from row `from` of slots (or of a staged copy: from < 0,
+ * staged row -1 - from, laid out (outer, groups, used)) to row `to`. */
+static void copy_row(float *slots, const float *staged, int32_t outer, int32_t batch, int32_t groups,
+                     int64_t stride, int64_t used, int64_t from, int64_t to) {
+    const int64_t row = groups * stride;
+    for (int o = 0; o < outer; o++)
+        for (int g = 0; g < groups; g++) {
+            const float *source = from >= 0 ? slots + ((int64_t)o * batch + from) * row + g * stride
+                                            : staged + ((-1 - from) * outer * groups + (int64_t)o * groups + g) * used;
+            memcpy(slots + ((int64_t)o * batch + to) * row + g * stride, source, sizeof(float) * used);
+        }
+}
+
 /* KVCache.reorder's move: slots (outer, batch, groups, stride) float32; row b becomes old row
  * order[b], copying the first `used` floats of each group. Rows that keep their place are not
- * touched; the moved ones go through a scratch copy (order may permute them). Returns 1 when
- * scratch memory is short. */
+ * touched. A row is written once no move still reads it, so each moved row is copied once, straight
+ * from its source; only a cycle of moves (rows trading places) stages one of its rows first. Returns 1
+ * when scratch memory is short. */
 static int move_rows(float *slots, int32_t outer, int32_t batch, int32_t groups, int64_t stride, int64_t used,
                      const int64_t *order) {
     int moved = 0;
     for (int b = 0; b < batch; b++) moved += order[b] != b;
     if (moved == 0) return 0;
-    float *staged = scratch(SCRATCH_MOVES, sizeof(float) * (size_t)moved * outer * groups * used);
-    if (staged == NULL) return 1;
-    const int64_t row = groups * stride;
-    for (int pass = 0; pass < 2; pass++) {
-        float *at = staged;
-        for (int b = 0; b < batch; b++) {
-            if (order[b] == b) continue;
-            for (int o = 0; o < outer; o++)
-                for (int g = 0; g < groups; g++, at += used) {
-                    float *slot = slots + ((int64_t)o * batch + (pass ? b : order[b])) * row + g * stride;
-                    if (pass) memcpy(slot, at, sizeof(float) * used);
-                    else memcpy(at, slot, sizeof(float) * used);
-                }
+    int32_t *readers = scratch(SCRATCH_MOVE_READERS, sizeof(int32_t) * (size_t)batch);
+    int64_t *source = scratch(SCRATCH_MOVE_SOURCES, sizeof(int64_t) * (size_t)batch);
+    if (readers == NULL || source == NULL) return 1;
+    for (int b = 0; b < batch; b++) readers[b] = 0;
+    for (int b = 0; b < batch; b++) {
+        source[b] = order[b];
+        if (order[b] != b) readers[order[b]]++; /* moves still to read row order[b] */
+    }
+    float *staged = NULL;
+    int64_t n_staged = 0;
+    for (int left = moved; left > 0;) {
+        int progress = 0;
+        for (int b = batch - 1; b >= 0; b--) { /* from the end: a beam's rows shift down, b from b - 1 */
+            if (source[b] == b || readers[b] > 0) continue; /* in place, or still read by a pending move */
+            copy_row(slots, staged, outer, batch, groups, stride, used, source[b], b);
+            if (source[b] >= 0) readers[source[b]]--;
+            source[b] = b;
+            left--;
+            progress = 1;
         }
+        if (progress || left == 0) continue;
+        /* every pending row is read by another pending move: cycles; stage one row and let its readers read that */
+        int b = 0;
+        while (source[b] == b) b++;
+        if (staged == NULL) {
+            staged = scratch(SCRATCH_MOVES, sizeof(float) * (size_t)left * outer * groups * used);
+            if (staged == NULL) return 1;
+        }
+        for (int o = 0; o < outer; o++)
+            for (int g = 0; g < groups; g++)
+                memcpy(staged + (n_staged * outer * groups + (int64_t)o * groups + g) * used,
+                       slots + ((int64_t)o * batch + b) * groups * stride + g * stride, sizeof(float) * used);
+        for (int r = 0; r < batch; r++)
+            if (r != b && source[r] == b) {
+                source[r] = -1 - n_staged;
+                readers[b]--;
+            }
+        n_staged++;
     }
     return 0;
+}
+
+/* move_rows for the tests (tests/test_native.py): every order, cycles and repeats included. */
+int reorder_rows(float *slots, int32_t outer, int32_t batch, int32_t groups, int64_t stride, int64_t used,
+                 const int64_t *order) {
+    return move_rows(slots, outer, batch, groups, stride, used, order);
 }
 
 typedef struct {
