@@ -571,10 +571,17 @@ static inline __m256 exp_nonpositive(__m256 x) {
 
 /* scores[0..n) -> softmax in place; entries at -INFINITY (masked) become 0. */
 static void softmax_(float *scores, int n) {
-    float top = -INFINITY;
-    for (int j = 0; j < n; j++) top = scores[j] > top ? scores[j] : top;
-    __m256 shift = _mm256_set1_ps(top), acc = _mm256_setzero_ps();
+    /* the maximum, 8 lanes at a time (a maximum is the same in any order; one compare after another waited on
+     * each) */
+    __m256 tops = _mm256_set1_ps(-INFINITY);
     int j = 0;
+    for (; j + 8 <= n; j += 8) tops = _mm256_max_ps(tops, _mm256_loadu_ps(scores + j));
+    float top = -INFINITY, lanes_top[8];
+    _mm256_storeu_ps(lanes_top, tops);
+    for (int i = 0; i < 8; i++) top = lanes_top[i] > top ? lanes_top[i] : top;
+    for (; j < n; j++) top = scores[j] > top ? scores[j] : top;
+    __m256 shift = _mm256_set1_ps(top), acc = _mm256_setzero_ps();
+    j = 0;
     for (; j + 8 <= n; j += 8) {
         __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + j), shift));
         _mm256_storeu_ps(scores + j, e);
@@ -591,8 +598,10 @@ static void softmax_(float *scores, int n) {
     float lanes[8], total = 0.0f;
     _mm256_storeu_ps(lanes, acc);
     for (int i = 0; i < 8; i++) total += lanes[i];
-    float inv = 1.0f / total;
-    for (j = 0; j < n; j++) scores[j] *= inv;
+    const float inv = 1.0f / total;
+    const __m256 invs = _mm256_set1_ps(inv);
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, _mm256_mul_ps(_mm256_loadu_ps(scores + j), invs));
+    for (; j < n; j++) scores[j] *= inv;
 }
 
 /* out (hd) = sum_j probs[j] * values[j] (values rows hd apart) */
@@ -615,14 +624,45 @@ static void weighted_sum(const float *probs, const float *values, int64_t stride
     }
 }
 
-/* The dot products of q (hd, a multiple of 8) with 8 keys `stride` apart, as one vector: 8 keys'
- * partial sums in 8 registers, reduced together by a tree of horizontal adds. */
-static inline __m256 dot8(const float *q, const float *keys, int64_t stride, int hd) {
+/* weighted_sum of two heads at once, of the same n and stride: each head summed as weighted_sum sums it, to the
+ * same bits, in 8 independent FMA chains where one head has 4, which wait on the FMA's latency. */
+static void weighted_sum2(const float *probs_a, const float *values_a, const float *probs_b, const float *values_b,
+                          int64_t stride, int n, int hd, float *out_a, float *out_b) {
+    int c0 = 0;
+    for (; c0 + 32 <= hd; c0 += 32) {
+        __m256 acc_a[4], acc_b[4];
+        for (int i = 0; i < 4; i++) acc_a[i] = acc_b[i] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const __m256 pa = _mm256_set1_ps(probs_a[j]), pb = _mm256_set1_ps(probs_b[j]);
+            const float *va = values_a + (int64_t)j * stride + c0, *vb = values_b + (int64_t)j * stride + c0;
+            for (int i = 0; i < 4; i++) {
+                acc_a[i] = _mm256_fmadd_ps(pa, _mm256_loadu_ps(va + 8 * i), acc_a[i]);
+                acc_b[i] = _mm256_fmadd_ps(pb, _mm256_loadu_ps(vb + 8 * i), acc_b[i]);
+            }
+        }
+        for (int i = 0; i < 4; i++) {
+            _mm256_storeu_ps(out_a + c0 + 8 * i, acc_a[i]);
+            _mm256_storeu_ps(out_b + c0 + 8 * i, acc_b[i]);
+        }
+    }
+    if (c0 < hd) { /* the columns past the last 32, as weighted_sum takes them */
+        weighted_sum(probs_a, values_a + c0, stride, n, hd - c0, out_a + c0);
+        weighted_sum(probs_b, values_b + c0, stride, n, hd - c0, out_b + c0);
+    }
+}
+
+/* The dot products of q (hd, a multiple of 8) with the first m of 8 keys `stride` apart (m <= 8), as one
+ * vector: 8 keys' partial sums in 8 registers (those past m left at zero, their keys not read), reduced
+ * together by a tree of horizontal adds in which each key's lanes meet only each other: a key's score is
+ * the same whatever m. */
+static inline __attribute__((always_inline)) __m256 dot8(const float *q, const float *keys, int64_t stride,
+                                                         int hd, int m) {
     __m256 a[8];
     for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
     for (int c = 0; c < hd; c += 8) {
         const __m256 qv = _mm256_loadu_ps(q + c);
-        for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + i * stride + c), a[i]);
+        for (int i = 0; i < 8; i++)
+            if (i < m) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + i * stride + c), a[i]);
     }
     __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
     __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
@@ -630,19 +670,17 @@ static inline __m256 dot8(const float *q, const float *keys, int64_t stride, int
 }
 
 /* scores[j] = q . keys[j] for j < n, keys `stride` apart. Every key's score is computed the same way
- * (a last group of fewer than 8 goes through a zero-padded copy), whatever n. */
+ * (dot8: a last group of fewer than 8 keys leaves the rest of its registers at zero), whatever n. */
 static void scores_of(const float *q, const float *keys, int64_t stride, int n, int hd, float *scores) {
     if (hd % 8 != 0) {
         for (int j = 0; j < n; j++) scores[j] = dot(q, keys + (int64_t)j * stride, hd);
         return;
     }
     int j = 0;
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, dot8(q, keys + (int64_t)j * stride, stride, hd));
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, dot8(q, keys + (int64_t)j * stride, stride, hd, 8));
     if (j < n) {
-        float tail[8 * hd], out[8];
-        memset(tail, 0, sizeof(tail));
-        for (int i = 0; j + i < n; i++) memcpy(tail + i * hd, keys + (int64_t)(j + i) * stride, sizeof(float) * hd);
-        _mm256_storeu_ps(out, dot8(q, tail, hd, hd));
+        float out[8];
+        _mm256_storeu_ps(out, dot8(q, keys + (int64_t)j * stride, stride, hd, n - j));
         for (int i = 0; j + i < n; i++) scores[j + i] = out[i];
     }
 }
@@ -701,15 +739,20 @@ int decoder_step(const Model *model, const Call *call) {
             const int b = bt / T, t = bt % T;
             const float *row = wide + (int64_t)bt * ldq;
             int n = (int)(call->lengths[b] + t + 1);
-            float scores[n];
-            for (int hh = 0; hh < H; hh++) {
-                const float *k = keys + ((int64_t)slot_row(call, b) * H + hh) * cap * hd;
+            float scores[2][n];
+            for (int hh = 0; hh < H; hh += 2) { /* heads in pairs: weighted_sum2 */
+                const int pair = hh + 1 < H;
+                for (int e = 0; e <= pair; e++) {
+                    const float *k = keys + ((int64_t)slot_row(call, b) * H + hh + e) * cap * hd;
+                    float q[hd];
+                    for (int i = 0; i < hd; i++) q[i] = row[(hh + e) * hd + i] * model->query_scale;
+                    scores_of(q, k, hd, n, hd, scores[e]);
+                    softmax_(scores[e], n);
+                }
                 const float *v = values + ((int64_t)slot_row(call, b) * H + hh) * cap * hd;
-                float q[hd];
-                for (int i = 0; i < hd; i++) q[i] = row[hh * hd + i] * model->query_scale;
-                scores_of(q, k, hd, n, hd, scores);
-                softmax_(scores, n);
-                weighted_sum(scores, v, hd, n, hd, attn + (int64_t)bt * d + hh * hd);
+                float *out = attn + (int64_t)bt * d + hh * hd;
+                if (pair) weighted_sum2(scores[0], v, scores[1], v + cap * hd, hd, n, hd, out, out + hd);
+                else weighted_sum(scores[0], v, hd, n, hd, out);
             }
         }
         failed |= product(&layer->self_out, attn, d, M, wide, 0);
@@ -725,20 +768,26 @@ int decoder_step(const Model *model, const Call *call) {
             const int64_t row = slot_row(call, b), own = call->cross_rows == NULL ? row : call->cross_rows[row];
             const int64_t cb = call->cross_batch == 1 ? 0 : own;
             const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + (call->pad_batch == 1 ? 0 : own) * S;
-            float scores[S];
-            for (int hh = 0; hh < H; hh++) {
-                const float *q = wide + (int64_t)bt * ldc + hh * hd;
-                const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh) * S * hd;
-                const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
-                scores_of(q, k, hd, S, hd, scores);
-                if (pad != NULL)
-                    for (int j = 0; j < S; j++) scores[j] = pad[j] ? -INFINITY : scores[j];
-                softmax_(scores, S);
-                if (last) {
-                    float *w = call->weights + (int64_t)bt * S;
-                    for (int j = 0; j < S; j++) w[j] += scores[j] / (float)H;
+            float scores[2][S];
+            for (int hh = 0; hh < H; hh += 2) { /* heads in pairs: weighted_sum2 */
+                const int pair = hh + 1 < H;
+                for (int e = 0; e <= pair; e++) {
+                    const float *q = wide + (int64_t)bt * ldc + (hh + e) * hd;
+                    const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh + e) * S * hd;
+                    float *score = scores[e];
+                    scores_of(q, k, hd, S, hd, score);
+                    if (pad != NULL)
+                        for (int j = 0; j < S; j++) score[j] = pad[j] ? -INFINITY : score[j];
+                    softmax_(score, S);
+                    if (last) {
+                        float *w = call->weights + (int64_t)bt * S;
+                        for (int j = 0; j < S; j++) w[j] += score[j] / (float)H;
+                    }
                 }
-                weighted_sum(scores, v, hd, S, hd, attn + (int64_t)bt * d + hh * hd);
+                const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
+                float *out = attn + (int64_t)bt * d + hh * hd;
+                if (pair) weighted_sum2(scores[0], v, scores[1], v + S * hd, hd, S, hd, out, out + hd);
+                else weighted_sum(scores[0], v, hd, S, hd, out);
             }
         }
         failed |= product(&layer->cross_out, attn, d, M, wide, 0);
