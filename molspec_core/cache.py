@@ -211,12 +211,29 @@ class KVCache:
 
     def share_memory(self, rows: torch.Tensor) -> None:
         """Row i becomes old row rows[i], as reorder does, reading old row rows[i]'s cross-attention keys and
-        values in place (cross_rows) rather than a copy of them: beam search's slots share their query's. Only
-        the native engine reads cross_rows (model.decode refuses such a cache on the others). A copy per slot
-        (reorder) read width times the source memory each call: the retro model at width 10 holds megabytes."""
+        values in place (cross_rows) rather than a copy of them: beam search's slots share their query's, and
+        greedy search's rows keep theirs in place as finished rows leave. Only the native engine's lean call
+        reads cross_rows (model.decode gives the rows copies, own_memory, before any other call). A copy per
+        slot (reorder) read width times the source memory each call: the retro model at width 10 holds
+        megabytes."""
         shared = rows if self.cross_rows is None else self.cross_rows.index_select(0, rows)
         self.reorder(rows, cross=False)
         self.cross_rows = shared.contiguous()
+
+    def own_memory(self) -> None:
+        """Give each row its own copy of the memory it shares (cross_rows), for an engine that reads rows of
+        the memory as rows of the cache: model.decode, before a call the native engine's lean path does not
+        take. Nothing where no row shares."""
+        if self.cross_rows is None:
+            return
+        rows = self.cross_rows
+        for layer in self.layers:
+            if layer.cross_keys is not None and layer.cross_values is not None:
+                layer.cross_keys = layer.cross_keys.index_select(0, rows)
+                layer.cross_values = layer.cross_values.index_select(0, rows)
+        if self.src_pad_mask is not None:
+            self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
+        self.cross_rows = None
 
     def reorder(self, rows: torch.Tensor, *, cross: bool = True) -> None:
         """Row i becomes old row rows[i] (beams, or dropping finished rows).

@@ -381,8 +381,7 @@ class Seq2SeqTransformer(nn.Module):
         if cache.slot_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
             raise ValueError("a row pool's view (RowPool.view) is read by the native engine's lean call only")
         if cache.cross_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
-            raise ValueError("a cache whose rows share their memory (KVCache.share_memory) is read by the native "
-                             "engine's lean call only")
+            cache.own_memory()  # rows sharing their memory are read by the native engine's lean call only
         if in_place is not None and step is not None:
             return step(tokens, cache, in_place, cross_attention)
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function

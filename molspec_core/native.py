@@ -445,9 +445,8 @@ class NativeStep(NumpyStep):
         if rows is not None and (binding is None or rows.dtype != torch.int64 or not rows.is_contiguous()
                                  or rows.shape != (batch,)):
             raise ValueError("a row pool's view needs contiguous slots and one int64 pool row per call row")
-        if binding is None and cache.cross_rows is not None:
-            raise ValueError("a cache whose rows share their memory (KVCache.share_memory) needs contiguous slots")
         if binding is None:
+            cache.own_memory()  # the NumPy step reads rows of the memory as rows of the cache
             where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
             return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
         ids = tokens.reshape(batch * t_new).contiguous()

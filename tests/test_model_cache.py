@@ -146,9 +146,10 @@ def test_reorder_rows_moves_prefix_and_memory():
 
 @torch.no_grad()
 def test_rows_that_share_their_memory_keep_it_in_place_and_only_the_native_engine_reads_them():
-    """KVCache.share_memory (beam search's slots on the native engine): reorders move the rows' pointers
+    """KVCache.share_memory (beam and greedy search on the native engine): reorders move the rows' pointers
     into the memory (cross_rows), never the memory; the native engine decodes such a cache as one whose
-    rows hold copies, and the torch engine, which cannot read the pointers, refuses it."""
+    rows hold copies, and the torch engine, which cannot read the pointers, gives the rows copies first
+    (KVCache.own_memory) and decodes the same."""
     from conftest import on_engine
 
     model, _, tgt, reference, cache = setup(4)
@@ -160,8 +161,10 @@ def test_rows_that_share_their_memory_keep_it_in_place_and_only_the_native_engin
     order = torch.tensor([2, 0, 1])
     logits, _ = native.decode(tgt[order][:, None, :4], cache)
     torch.testing.assert_close(logits[:, 0], reference[order][:, :4], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="share their memory"):
-        model.decode(tgt[order][:, None, 4:5], cache)
+    cache.commit(torch.full((3,), 4))
+    logits, _ = model.decode(tgt[order][:, None, 4:6], cache)  # torch: copies first
+    assert cache.cross_rows is None and cache.layers[0].cross_keys.shape[0] == 3
+    torch.testing.assert_close(logits[:, 0], reference[order][:, 4:6], atol=1e-5, rtol=1e-5)
 
 
 @torch.no_grad()

@@ -95,6 +95,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     # On the native engine a call with one draft a row and its settling are one C call (greedy_step).
     engine = model.numpy_step
     native = engine if isinstance(engine, NativeStep) and on_cpu and not model.training else None
+    if native is not None:  # finished rows leave the batch without copying the others' memory
+        cache.share_memory(torch.arange(len(sources), device=device))
     pending = [BOS_ID] * len(sources)  # each active row's next input token
 
     while active:
