@@ -76,12 +76,13 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
               warmup: int = 3, progress: bool = True, sampling=None,
               on_progress: Callable[[int, int], None] | None = None, ct2_dir: str | Path | None = None,
-              peer_threads: int = 0, engines: dict[str, Predictor] | None = None) -> dict:
+              peer_threads: int = 0, engines: dict[str, Predictor] | None = None, by_length: bool = False) -> dict:
     """on_progress(done, total) is called after each measured batch (the app's progress bar).
     ct2_dir: a CTranslate2 conversion of the model (peers.convert_to_ctranslate2), for the ct2-* methods;
     peer_threads: their process's threads (0: torch's, as ours). engines: the same model on other
     engines (Predictor.load's engine), by name: method "greedy@graphs" runs greedy on engines["graphs"],
-    interleaved with the rest and compared with `predictor`'s references."""
+    interleaved with the rest and compared with `predictor`'s references. by_length: the batches are cut from the
+    queries in order of token count (stable), as Predictor.predict cuts its own, not in the order given."""
     engines = engines or {}
     if GREEDY_REFERENCE not in methods and any(not beam_like(m) for m in methods):
         methods = [GREEDY_REFERENCE] + methods
@@ -95,6 +96,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             kept_targets.append(targets[i] if targets else None)
         except ValueError as exc:
             skipped.append({"line": i, "error": str(exc)})
+    if by_length:
+        order = sorted(range(len(queries)), key=lambda i: len(queries[i].ids))
+        queries, kept_targets = [queries[i] for i in order], [kept_targets[i] for i in order]
     batches = [list(range(i, min(i + batch_size, len(queries)))) for i in range(0, len(queries), batch_size)]
 
     def runs_on(method: str) -> Predictor:
@@ -201,6 +205,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "other_engines": {name: p.engine for name, p in engines.items()}, "dtype": predictor.dtype,
         "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
+        "batch_order": "by length" if by_length else "as given",
         "peers": {m: {"process": "its own, stopped between requests", "threads": peer.threads,
                       "omp_wait_policy": peer.wait_policy} for m, peer in peers.items()},
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),

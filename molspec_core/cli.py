@@ -197,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", default="", help="also run every method with the same model on these engines "
                    "(comma-separated, from --engine's choices; graphs needs CUDA), interleaved: rows method@engine, "
                    "compared with --engine's greedy and beam")
+    p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
+                   "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
     p.set_defaults(batch_size=1)
 
@@ -618,7 +620,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
                                args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir,
-                               peer_threads=args.peer_threads, engines=engines)
+                               peer_threads=args.peer_threads, engines=engines, by_length=args.by_length)
     report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
     print(markdown_table(report))
     if out:

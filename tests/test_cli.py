@@ -412,6 +412,28 @@ def test_bench_reports_progress_per_batch(pair_files):
     assert seen == [(1, 3), (2, 3), (3, 3)] and report["n_queries"] == 3
 
 
+def test_bench_by_length_cuts_its_batches_as_predict_does(pair_files, monkeypatch):
+    """--by-length: the batches hold queries of like token count, as Predictor.predict cuts them, so that a
+    batched comparison (bench --peer ctranslate2 --batch-size 8) times the batches predict decodes."""
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+
+    predictor = Predictor.load(MODEL)
+    fed: list[list[int]] = []
+    decode = Predictor.decode
+    monkeypatch.setattr(Predictor, "decode", lambda self, sources, *a, **k: fed.append([len(s) for s in sources])
+                        or decode(self, sources, *a, **k))
+    queries = ["c1ccccc1CCCCO", "CO", "CCCCCN", "CCO", "c1ccncc1CC", "CCN"]
+    report = run_bench(predictor, queries, None, ["greedy"], batch_size=2, warmup=0, progress=False, by_length=True)
+    assert fed == [[2, 3], [3, 6], [10, 13]] and report["batch_order"] == "by length"
+    fed.clear()
+    assert run_bench(predictor, queries, None, ["greedy"], batch_size=2, warmup=0, progress=False)["batch_order"] \
+        == "as given" and fed == [[13, 2], [6, 3], [10, 3]]
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                 "--batch-size", "2", "--by-length", "--warmup", "0", "--out", str(pair_files / "b.json")]) == 0
+    assert json.loads((pair_files / "b.json").read_text())["batch_order"] == "by length"
+
+
 def test_bench_runs_methods_on_other_engines_beside_the_first(pair_files):
     """"greedy@numpy": the same model on another engine (here the NumPy step beside the torch one; on
     a GPU, CUDA graphs beside eager torch: tools/gpu_kit.py speed --engines graphs), interleaved and

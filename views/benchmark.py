@@ -241,7 +241,8 @@ def show_report(report: dict, key: str) -> None:
         engine += f" ({report['products']} products)"
     facts = [f"{report.get('n_queries', '?')} queries", f"task {report.get('task', '?')}",
              f"device {report.get('device', '?')} ({report.get('device_name', '')})",
-             f"batch size {report.get('batch_size', '?')}", engine,
+             f"batch size {report.get('batch_size', '?')}"
+             + (", batches cut by query length" if report.get("batch_order") == "by length" else ""), engine,
              f"torch {report.get('torch', '?')}",
              _threads(report.get("threads", "?"))]
     if report.get("omp_wait_policy"):
