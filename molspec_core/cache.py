@@ -110,8 +110,11 @@ class KVCache:
 
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
-              device: torch.device, dtype: torch.dtype) -> "KVCache":
-        slots = torch.zeros(2 * n_layers, batch, n_heads, capacity, head_dim, device=device, dtype=dtype)
+              device: torch.device, dtype: torch.dtype, zeroed: bool = True) -> "KVCache":
+        """zeroed=False: the slots are left uninitialized, for a cache whose calls never read a slot no row has
+        written (lockstep)."""
+        slots = _fresh_slots(torch.empty(0, device=device, dtype=dtype),
+                             (2 * n_layers, batch, n_heads, capacity, head_dim), zeroed)
         layers = [LayerCache(slots[2 * i], slots[2 * i + 1]) for i in range(n_layers)]
         lengths = torch.zeros(batch, dtype=torch.long, device=device)
         return cls(layers, lengths, capacity=capacity, _arange=torch.arange(capacity, device=device), slots=slots)

@@ -342,11 +342,14 @@ class Seq2SeqTransformer(nn.Module):
             return None
         return InPlace(cache.lengths, start, upto, cache.in_place_mask(start, upto, t_new) if masked else None)
 
-    def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int) -> KVCache:
-        """A cache for len(memory) rows with the cross-attention keys/values computed once."""
+    def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int, lockstep: bool = False
+                  ) -> KVCache:
+        """A cache for len(memory) rows with the cross-attention keys/values computed once. lockstep: every
+        call reads only slots every row has written (KVCache.lockstep), so the slots need no zeroing."""
         cfg = self.cfg
         cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
-                              capacity, memory.device, memory.dtype)
+                              capacity, memory.device, memory.dtype, zeroed=not lockstep)
+        cache.lockstep = lockstep
         step = self.numpy_step if not self.training else None
         for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
             keys, values = step.cross_keys_values_of(memory, i) if step else block.cross_attn.keys_values(memory)

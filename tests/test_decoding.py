@@ -204,11 +204,11 @@ def test_uncached_beam_equals_cached_beam(copy_model):
 
 
 def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
-    """Beam search's cache runs in lockstep (cache.KVCache.lockstep), so the slots a reorder allocates
-    are not zeroed. Filled with NaN here, as uninitialized memory may be, they change nothing: the same
-    n-best lists and scores to the bit as with zeroed slots, over batches whose queries finish apart. A
-    slot read before it was written would turn its row's scores to NaN, as it does on the graphs engine,
-    which attends over every slot and so keeps zeroing them (graphs.GraphStep.reads_every_slot)."""
+    """Beam search's cache runs in lockstep (cache.KVCache.lockstep), so the slots it starts with and those a
+    reorder allocates are not zeroed. Filled with NaN here, as uninitialized memory may be, they change
+    nothing: the same n-best lists and scores to the bit as with zeroed slots, over batches whose queries
+    finish apart. A slot read before it was written would turn its row's scores to NaN, as it does on the
+    graphs engine, which attends over every slot and so keeps zeroing them (graphs.GraphStep.reads_every_slot)."""
     from molspec_core import cache as cache_module
 
     plain = cache_module._fresh_slots

@@ -106,10 +106,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     native = engine if isinstance(engine, NativeStep) and cached and not model.training else None
     cache = None
     if cached:  # the cross-attention keys/values once per query, then a row per beam slot
-        cache = model.new_cache(memory, keep, cache_capacity(max(budgets)))
         # Every row takes one token a step, so no call reads a slot no row has written: new slots need
         # no zeroing, unless the engine reads every slot (graphs.GraphStep).
-        cache.lockstep = not getattr(model.numpy_step, "reads_every_slot", False)
+        cache = model.new_cache(memory, keep, cache_capacity(max(budgets)),
+                                lockstep=not getattr(model.numpy_step, "reads_every_slot", False))
         slots = torch.arange(n_queries, device=device).repeat_interleave(width)
         if native is not None:  # the native engine reads each query's memory in place from all its slots
             cache.share_memory(slots)
