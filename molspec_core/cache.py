@@ -97,7 +97,7 @@ class KVCache:
     # (RowPool.view: the native engine reads the pool in place); None: row b is row b of the slots.
     slot_rows: torch.Tensor | None = None
     # (B,) int64: the row of the cross-attention keys/values and of src_pad_mask each cache row reads, which
-    # stay one row per query (share_memory: beam search's slots on the native engine); None: row b.
+    # stay in place, one row per query (share_memory: beam and greedy search on the native engine); None: row b.
     cross_rows: torch.Tensor | None = None
     # What an engine keeps for this cache between calls (native.py: the C call's pointer tables); the
     # engine checks it against the cache's tensors before each use.
