@@ -110,6 +110,9 @@ class TrainConfig:
     pair_at: str = option("sequence", "where the hinge compares product and negative: sequence (their summed "
                                       "log-probabilities, beam search's score; CPU run 69) or branch (the two "
                                       "tokens where they first part)")
+    rdrop: float = option(0.0, "R-Drop (Liang et al. 2021; 0: off): each batch runs twice under independent "
+                               "dropout, and the loss adds this weight times half the symmetric KL between the "
+                               "two passes' token distributions to their mean cross-entropy; a step costs twice")
     ema: float = option(0.0, "decay per optimizer step of a moving average of the weights (0: off); when on, "
                              "validation, out/best and the exports hold the average, out/last keeps both")
     seed: int = option(0, "random seed (weights, batch order, dropout)")
@@ -297,6 +300,22 @@ def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     return torch.relu(margin - gap).mean(), read
 
 
+def rdrop_loss(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], src: torch.Tensor,
+               tgt_in: torch.Tensor, tgt_out: torch.Tensor,
+               label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """R-Drop's two terms, summed over the batch's target tokens: the two passes' mean cross-entropy, and
+    the symmetric KL between their distributions, KL(p1||p2) + KL(p2||p1) per token. Both passes run as
+    one call on the batch stacked twice, so their dropout masks are independent draws."""
+    logits = logits_of(torch.cat([src, src]), torch.cat([tgt_in, tgt_in])).float()
+    log_p = torch.log_softmax(logits, -1)
+    target = torch.cat([tgt_out, tgt_out])
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD_ID,
+                         label_smoothing=label_smoothing, reduction="sum") / 2
+    first, second = log_p.chunk(2)
+    per_token = ((first.exp() - second.exp()) * (first - second)).sum(-1)  # the two KLs summed
+    return ce, (per_token * (tgt_out != PAD_ID)).sum()
+
+
 def frozen_memory(model: Seq2SeqTransformer, src: torch.Tensor) -> torch.Tensor:
     """A frozen encoder's output, computed as inference computes it: no graph (so no backward pass through
     the encoder) and no dropout (in its layers or the source embedding), so the decoder trains on the memory
@@ -464,6 +483,8 @@ def train(cfg: TrainConfig) -> dict:
     val_src, val_tgt = load_arrays(data / "val.npz")
     if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
         raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
+    if cfg.rdrop < 0:
+        raise ValueError(f"--rdrop is a weight, at least 0, not {cfg.rdrop}")
     if cfg.pair_at not in PAIR_AT:
         raise ValueError(f"--pair-at must be one of {', '.join(PAIR_AT)}, not {cfg.pair_at!r}")
     if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
@@ -541,14 +562,22 @@ def train(cfg: TrainConfig) -> dict:
         n_target = sum((t_out != PAD_ID).sum() for _, _, t_out in micro)
         optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=device)
+        kl_sum = torch.zeros((), device=device)
         for src, tgt_in, tgt_out in micro:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                logits = forward(src, tgt_in)
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                                   ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing, reduction="sum")
-            (loss / n_target).backward()
+                if cfg.rdrop:
+                    loss, kl = rdrop_loss(forward, src, tgt_in, tgt_out, cfg.label_smoothing)
+                else:
+                    logits = forward(src, tgt_in)
+            if cfg.rdrop:
+                ((loss + cfg.rdrop / 2 * kl) / n_target).backward()
+                kl_sum += kl.detach()
+            else:
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+                                       ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing, reduction="sum")
+                (loss / n_target).backward()
             loss_sum += loss.detach()
-            state["tokens"] += src.numel() + tgt_in.numel()
+            state["tokens"] += (1 + (cfg.rdrop > 0)) * (src.numel() + tgt_in.numel())
         if pairs is not None:  # drawn by step, so a resumed run draws what it would have
             rows = random.Random(cfg.seed * 1_000_003 + state["step"]).sample(range(len(pairs[0])),
                                                                              min(cfg.pair_rows, len(pairs[0])))
@@ -579,6 +608,8 @@ def train(cfg: TrainConfig) -> dict:
                 metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
             metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
                            loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
+            if cfg.rdrop:  # the last step's, as "loss" is
+                metrics["rdrop_kl"] = round(float(kl_sum / n_target), 4)
             if hinge_steps:
                 metrics["pair_hinge"] = round(float(hinge_sum) / hinge_steps, 4)
                 hinge_sum, hinge_steps = torch.zeros((), device=device), 0

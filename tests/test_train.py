@@ -21,7 +21,7 @@ from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
 from molspec_core.decoding.beam import beam_search
 from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, learning_rate,
-                                 load_pairs, pad_multiple, pair_gaps, peak_lr, ranking_hinge, row_widths,
+                                 load_pairs, pad_multiple, pair_gaps, peak_lr, ranking_hinge, rdrop_loss, row_widths,
                                  sequence_log_probs, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
@@ -306,6 +306,41 @@ def test_dropout_overrides_the_presets_while_training_and_is_checked(tiny_data, 
     assert json.loads((tmp_path / "off" / "export" / "config.json").read_text())["model"]["dropout"] == 0.0
     with pytest.raises(ValueError, match="dropout"):
         train(TrainConfig(out=str(tmp_path / "bad"), dropout=1.0, **common))
+
+
+def test_rdrop_reads_the_batch_twice_under_independent_dropout_and_adds_their_symmetric_kl(tiny_data):
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(dataclasses.replace(preset("tiny", len(vocab)), dropout=0.3))
+    src_rows = [np.array(vocab.encode(p.src), dtype=np.int64) for p in PAIRS]
+    tgt_rows = [np.array([BOS_ID, *vocab.encode(p.tgt), EOS_ID], dtype=np.int64) for p in PAIRS]
+    src, tgt_in, tgt_out = collate(list(range(len(PAIRS))), src_rows, tgt_rows, torch.device("cpu"))
+    model.eval()  # no dropout: the two passes agree, and the loss is the plain cross-entropy
+    ce, kl = rdrop_loss(model, src, tgt_in, tgt_out, 0.1)
+    logits = model(src, tgt_in)
+    plain = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+                                              ignore_index=PAD_ID, label_smoothing=0.1, reduction="sum")
+    assert ce.item() == pytest.approx(plain.item(), rel=1e-5) and kl.item() == pytest.approx(0.0, abs=1e-4)
+    model.train()
+    torch.manual_seed(1)
+    ce, kl = rdrop_loss(model, src, tgt_in, tgt_out, 0.0)
+    torch.manual_seed(1)  # the same masks, passes written out: KL(p1||p2) + KL(p2||p1) over target tokens
+    first, second = torch.log_softmax(model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in])), -1).chunk(2)
+    mask = (tgt_out != PAD_ID).unsqueeze(-1)
+    expected = ((first.exp() * (first - second) + second.exp() * (second - first)) * mask).sum()
+    assert kl.item() > 0.01 and kl.item() == pytest.approx(expected.item(), rel=1e-4)
+    with pytest.raises(ValueError, match="rdrop"):
+        train(TrainConfig(data=str(tiny_data), out=str(tiny_data.parent / "bad"), rdrop=-1.0, max_steps=1))
+
+
+def test_an_rdrop_run_trains_and_logs_the_kl(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, max_steps=4, eval_every=2,
+                  val_greedy_rows=1, threads=1, dropout=0.2)
+    state = train(TrainConfig(out=str(tmp_path / "rdrop"), rdrop=1.0, **common))
+    plain = train(TrainConfig(out=str(tmp_path / "plain"), **common))
+    assert all(entry["rdrop_kl"] > 0 for entry in state["history"])
+    assert "rdrop_kl" not in plain["history"][-1]
+    assert state["tokens"] == 2 * plain["tokens"]  # each batch read twice
 
 
 def test_freeze_encoder_trains_the_decoder_and_the_shared_embedding_and_keeps_the_encoder(tiny_data, tmp_path):
