@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--smiles", help="one query: reactants (forward) or a product (retro), or a recorded "
                        "reaction reactants>reagents>products")
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
-                       "optionally a name, per line), SD file (.sdf) or CSV with a smiles column; .gz and .xz too")
+                       "optionally a name, per line), SD file (.sdf) or CSV with a smiles column (cells split at "
+                       "commas, or at semicolons or tabs where the header shows them; .tsv too); .gz and .xz too")
     p.add_argument("--column", help="CSV column holding the queries")
     p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
                    "answer (the recorded product, or reactants): a matches_known column marks the row that gives "

@@ -39,6 +39,10 @@ DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
 # (known.with_recorded), the very last as USPTO-50K's files name it
 SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product", "rxn_smiles", "reaction_smiles", "reaction",
                   "reactants>reagents>production")
+# Between a CSV's cells: a comma, else what its header line shows. Excel writes ';' where the decimal mark is a
+# comma (most of Europe), and a tab-separated file (.tsv) is read as a CSV of tabs.
+CSV_DELIMITERS = (",", ";", "\t")
+CSV_SUFFIXES = (".csv", ".tsv")
 # A SMILES file (Daylight's format, what RDKit, Open Babel and most vendors write): per line a SMILES, then
 # optionally whitespace and the molecule's name. Only these suffixes are read so: in a TXT file a space
 # is part of the query and rejected there, never taken as the start of a name.
@@ -93,13 +97,13 @@ class QueryFile:
 
 def query_format(name: str) -> tuple[str | None, str]:
     """(compression suffix or None, "csv", "smi", "sdf" or "txt"), from the file's name and ignoring case:
-    q.CSV, q.csv.GZ and q.Csv.xz are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files; any other name is
-    TXT."""
+    q.CSV, q.csv.GZ, q.Csv.xz and q.tsv are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files; any other
+    name is TXT."""
     lower = name.lower()
     compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
     if compression:
         lower = lower.removesuffix(compression)
-    if lower.endswith(".csv"):
+    if lower.endswith(CSV_SUFFIXES):
         return compression, "csv"
     if lower.endswith((*SD_FILE_SUFFIXES, MOLFILE_SUFFIX)):
         return compression, "sdf"
@@ -181,8 +185,9 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
 def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
     characters stay inside their query and are rejected there), a SMILES file's line (parse_smiles_file),
-    or a CSV record's SMILES column (quoted cells may hold line breaks) with the record's other cells
-    beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
+    or a CSV record's SMILES column (quoted cells may hold line breaks; cells split at commas, or at the
+    semicolons or tabs of a header that names the column only so, csv_delimiter) with the record's other
+    cells beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
     numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format)."""
     if kind == "sdf":
         return parse_sd_file(text)
@@ -192,16 +197,16 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
             lines.pop()  # the file's final line break ends the last line; it does not start a new one
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
-    reader = csv.reader(io.StringIO(text, newline=""))
+    expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
     try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=csv_delimiter(text, column))
         fields = next(reader, [])
         if not any(field.strip() for field in fields):
-            raise InputFileError("the CSV is empty: its first line should name its columns, one of them "
-                                 + (repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)))
+            raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them {expect}")
         wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
         if not wanted or wanted[0] not in fields:
-            expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
-            raise InputFileError(f"the CSV needs a column named {expect}; it has {fields}")
+            raise InputFileError(f"the CSV needs a column named {expect}; it has {fields} (cells split at commas; "
+                                 "semicolons and tabs were tried too)")
         records = list(reader)
     except csv.Error as exc:
         raise InputFileError(f"malformed CSV: {exc}") from None
@@ -217,6 +222,19 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
         queries.append(record[at])
         cells.append(tuple(record[i] for i in others))
     return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else ())
+
+
+def csv_delimiter(text: str, column: str | None = None) -> str:
+    """What separates a CSV's cells: the first of CSV_DELIMITERS whose split of the header line names the query
+    column (`column`, else one of SMILES_COLUMNS); a comma where none does, so that the error shows the header as
+    a comma-separated file reads. A SMILES holds no comma, semicolon or tab outside a quoted cell, and a header is
+    read whole before any record, so no query decides how its own line is split."""
+    wanted = [column] if column else SMILES_COLUMNS
+    for delimiter in CSV_DELIMITERS:
+        header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+        if any(name in header for name in wanted):
+            return delimiter
+    return CSV_DELIMITERS[0]
 
 
 def parse_smiles_file(lines: list[str]) -> QueryFile:

@@ -136,6 +136,32 @@ def test_one_long_cell_leaves_the_rest_of_the_file_readable(tmp_path):
     assert read_queries(tmp_path / "long.csv").queries == ["CCO", long_cell, "CCN"]
 
 
+@pytest.mark.parametrize("name, text", [
+    ("excel-de.csv", 'Name;SMILES;Ausbeute\r\nAcetylierung;CC(=O)Cl.Nc1ccccc1;85,5\r\n"a; b";CCO;\r\n'),
+    ("tabs.tsv", "Name\tSMILES\tAusbeute\nAcetylierung\tCC(=O)Cl.Nc1ccccc1\t85,5\na; b\tCCO\t\n"),
+    ("tabs.TSV.gz", "Name\tSMILES\tAusbeute\nAcetylierung\tCC(=O)Cl.Nc1ccccc1\t85,5\na; b\tCCO\t\n"),
+])
+def test_a_csv_of_semicolons_or_tabs_is_read_by_its_header(tmp_path, name, text):
+    """Excel saves "CSV" with semicolons where the decimal mark is a comma; it was refused, "it has
+    ['Name;SMILES;Ausbeute']" (session 70). A .tsv file was read as TXT, each line one query."""
+    data = text.encode()
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    table = read_queries(tmp_path / name)
+    assert table.queries == ["CC(=O)Cl.Nc1ccccc1", "CCO"] and table.columns == ("Name", "Ausbeute")
+    assert table.cells == (("Acetylierung", "85,5"), ("a; b", ""))
+
+
+def test_a_comma_wins_and_a_named_column_decides_the_split(tmp_path):
+    (tmp_path / "q.csv").write_text("id,smiles;note\n1,CCO;x\n")  # commas name 'smiles;note' only: semicolons
+    assert read_queries(tmp_path / "q.csv", column="smiles;note").queries == ["CCO;x"]
+    assert read_queries(tmp_path / "q.csv", column="note").queries == ["x"]
+    (tmp_path / "r.csv").write_text("Smiles;x,name\nCCO;1,ethanol\n")  # no query column whatever the split
+    with pytest.raises(InputFileError, match=r"it has \['Smiles;x', 'name'\] \(cells split at commas; semicolons "
+                                             r"and tabs were tried too\)$"):
+        read_queries(tmp_path / "r.csv")
+    assert read_queries(tmp_path / "r.csv", column="Smiles").queries == ["CCO"]
+
+
 def test_other_columns_are_read_beside_the_query(tmp_path):
     (tmp_path / "q.csv").write_text("id,smiles,note\n1,CCO,first\n2,CCN\n\n3,C,x,extra\n")
     table = read_queries(tmp_path / "q.csv")

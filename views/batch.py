@@ -188,7 +188,8 @@ def main() -> None:
     cfg = common.settings()
     st.title("Batch prediction")
     st.caption("Upload a TXT file (one SMILES per line), a SMILES file (`.smi`: a SMILES, then optionally a "
-               "name, per line), an SD file (`.sdf`: one query per record) or a CSV with a `smiles` column; `.gz` "
+               "name, per line), an SD file (`.sdf`: one query per record) or a CSV with a `smiles` column (cells "
+               "split at commas, semicolons as Excel writes them in much of Europe, or tabs: `.tsv`); `.gz` "
                "and `.xz` archives of them are read too. Every row is predicted with the sidebar settings; rejected "
                "rows are reported next to the good ones, and the names, SD fields or a CSV's other columns (IDs, "
                "names) are kept in front of the results. Queries written as recorded reactions "
@@ -200,7 +201,8 @@ def main() -> None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
     with st.form("batch_form"):
-        upload = st.file_uploader("Query file", type=["csv", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz", "xz"])
+        upload = st.file_uploader("Query file",
+                                  type=["csv", "tsv", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz", "xz"])
         column = st.text_input("CSV column (optional)",
                                placeholder=f"automatic: {', '.join(SMILES_COLUMNS[:-1])} or {SMILES_COLUMNS[-1]}",
                                help="The column that holds the SMILES, when it has another name.")
