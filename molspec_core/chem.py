@@ -22,8 +22,54 @@ class ChemError(ValueError):
 def mol_from_smiles(smiles: str):
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
-        raise ChemError(f"RDKit cannot parse {smiles[:80]!r} as a molecule")
+        reason = why_unreadable(smiles)
+        raise ChemError(f"RDKit cannot parse {smiles[:80]!r} as a molecule" + (f": {reason}" if reason else ""))
     return mol
+
+
+# Outside brackets, a ring bond's label: one digit, or '%' and two digits, or '%(' digits ')' (RDKit reads all three).
+RING_LABEL = re.compile(r"%\(\d+\)|%\d\d|\d")
+
+
+def why_unreadable(smiles: str) -> str:
+    """What to mend in a SMILES that RDKit refuses, in a chemist's words: the first parenthesis, bracket or ring
+    bond left open, or closed where none is open (positions count characters from 1), else RDKit's own account of
+    a molecule it reads but cannot accept (an atom's valence, an aromatic ring it cannot kekulize); "" when it is
+    none of these (the SMILES' text is wrong elsewhere)."""
+    opened: list[int] = []  # positions of the unclosed "("
+    rings: dict[str, int] = {}  # each open ring bond label: its position
+    i = 0
+    while i < len(smiles):
+        char = smiles[i]
+        if char == "[":
+            end = smiles.find("]", i)
+            if end < 0:
+                return f"the '[' at position {i + 1} is never closed"
+            i = end + 1
+            continue
+        if char == "]":
+            return f"the ']' at position {i + 1} closes no '['"
+        if char == "(":
+            opened.append(i + 1)
+        elif char == ")":
+            if not opened:
+                return f"the ')' at position {i + 1} closes no '('"
+            opened.pop()
+        elif (label := RING_LABEL.match(smiles, i)) is not None:
+            name = label[0]
+            if rings.pop(name, None) is None:
+                rings[name] = i + 1
+            i = label.end()
+            continue
+        i += 1
+    if opened:
+        return f"the '(' at position {opened[0]} is never closed"
+    if rings:
+        name, at = min(rings.items(), key=lambda item: item[1])
+        return f"ring bond {name} opened at position {at} is never closed"
+    mol = Chem.MolFromSmiles(smiles, sanitize=False)
+    problems = Chem.DetectChemistryProblems(mol) if mol is not None else ()
+    return f"{' '.join(problems[0].Message().split())} (RDKit counts atoms from 0)" if problems else ""
 
 
 def canonical(smiles: str, *, strip_maps: bool = False) -> str:

@@ -3,7 +3,7 @@ import pytest
 from rdkit import Chem
 
 from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concerns, canonical, in_ion_writing,
-                               smiles_from_cxsmiles)
+                               mol_from_smiles, smiles_from_cxsmiles, why_unreadable)
 
 
 @pytest.mark.parametrize("answer, query, task, concerns", [
@@ -104,3 +104,29 @@ def test_text_that_is_no_cxsmiles_is_not_taken_for_one(text):
 def test_a_cxsmiles_rdkit_cannot_read_is_refused(text):
     with pytest.raises(ChemError, match="RDKit cannot read .* as a CXSMILES"):
         smiles_from_cxsmiles(text)
+
+
+@pytest.mark.parametrize("smiles, reason", [
+    ("C1CC", "ring bond 1 opened at position 2 is never closed"),
+    ("C%12CC.C1CC1", "ring bond %12 opened at position 2 is never closed"),
+    ("CC(C(C)C", "the '(' at position 3 is never closed"),
+    ("CC)C", "the ')' at position 3 closes no '('"),
+    ("C[NH3", "the '[' at position 2 is never closed"),
+    ("CC]", "the ']' at position 3 closes no '['"),
+    ("c1cccc1", "Can't kekulize mol. Unkekulized atoms: 0 1 2 3 4 (RDKit counts atoms from 0)"),
+    ("[13CH3]1CC1", "Explicit valence for atom # 0 C, 5, is greater than permitted (RDKit counts atoms from 0)"),
+    ("C==C", ""),  # wrong text elsewhere: RDKit's generic refusal stands alone
+    ("aspirin", ""),
+])
+def test_a_refused_smiles_says_what_to_mend(smiles, reason):
+    """A chemist's typo was refused as "RDKit cannot parse 'C1CC' as a molecule" alone (session 70)."""
+    assert why_unreadable(smiles) == reason
+    with pytest.raises(ChemError) as refused:
+        mol_from_smiles(smiles)
+    assert str(refused.value) == f"RDKit cannot parse {smiles!r} as a molecule" + (f": {reason}" if reason else "")
+
+
+@pytest.mark.parametrize("smiles", ["C1CC1", "C%(123)CC%(123)", "[13CH3]C1CC1", "[NH3+]CC(=O)[O-]", "C1CC.C1",
+                                    "c1ccccc1N(=O)=O", "C12CC1C2"])
+def test_every_smiles_rdkit_reads_has_no_reason_to_mend(smiles):
+    assert mol_from_smiles(smiles) is not None and why_unreadable(smiles) == ""
