@@ -41,7 +41,7 @@ def _compacted(slots: torch.Tensor, rows: np.ndarray, upto: int) -> torch.Tensor
 
     Moves overlap safely: group g's kept rows are read into a copy before they are written, and its
     new place ends before group g + 1's old one begins (len(rows) <= B). Slots past `upto` hold old,
-    finite keys and values, as a spare's do."""
+    keys and values, finite unless the cache is raw_past_lengths, as a spare's are."""
     groups, row_shape = slots.shape[0], slots.shape[2:]
     size = groups * len(rows) * int(np.prod(row_shape))
     new = slots.view(-1)[:size].view((groups, len(rows)) + row_shape)
@@ -107,6 +107,12 @@ class KVCache:
     # a reorder that needs new slots may leave them uninitialized. Zeroing them made a forward query's
     # beam search in 5 writings 4% slower (README, "Measured speed").
     lockstep: bool = False
+    # Slots past a row's length may hold uninitialized memory: the cache was made unzeroed for the native
+    # engine, whose lean call reads no slot past its row's length (Model.new_cache). Any other reader attends
+    # over masked slots too (0 * NaN is NaN), so it calls zero_past_lengths first (Model.decode does). Zeroing
+    # a greedy search's slots, sized for outputs twice a source's length, took 8% of a forward greedy search of
+    # 200 queries at batch 8 and 32 (0.16 of 2.0 s, int8, one thread; session 70).
+    raw_past_lengths: bool = False
 
     @classmethod
     def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
@@ -142,6 +148,15 @@ class KVCache:
             mask = ~self.src_pad_mask[:, None, None, :] if bool(self.src_pad_mask.any()) else None
             self._src_mask = (self.src_pad_mask, mask)
         return self._src_mask[1]
+
+    def zero_past_lengths(self) -> None:
+        """Zeros in every slot past its row's length, once, where those may hold uninitialized memory
+        (raw_past_lengths); the rows' prefixes, which calls wrote, are kept."""
+        if not self.raw_past_lengths or self.slots is None:
+            return
+        past = self._arange >= self.lengths.unsqueeze(1)  # (B, capacity)
+        self.slots.masked_fill_(past[None, :, None, :, None], 0.0)
+        self.raw_past_lengths = False
 
     def slot_indices(self, upto: int) -> torch.Tensor:
         """0..upto-1 on the cache's device (made once per cache)."""
@@ -262,11 +277,13 @@ class KVCache:
             self.point_at(_compacted(slots, order, upto))
             self._spare = None
         else:
-            # Zeros, not empty, unless in lockstep: masked slots still meet the values matmul with weight
-            # 0, and 0 * NaN from uninitialized memory would poison the row. A spare holds old, finite keys.
+            # Zeros, not empty, unless in lockstep or raw past the lengths: masked slots still meet the values
+            # matmul with weight 0, and 0 * NaN from uninitialized memory would poison the row. A spare holds old
+            # keys, finite unless raw.
             spare = self._spare if same_batch else None
             shape = (slots.shape[0], len(rows)) + slots.shape[2:]
-            new = spare if spare is not None else _fresh_slots(slots, shape, zeroed=not self.lockstep)
+            new = spare if spare is not None else _fresh_slots(slots, shape,
+                                                                zeroed=not (self.lockstep or self.raw_past_lengths))
             _copy_rows(new, slots, rows, upto)
             self._spare = slots if same_batch else None
             self.point_at(new)

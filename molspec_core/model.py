@@ -345,12 +345,15 @@ class Seq2SeqTransformer(nn.Module):
     def new_cache(self, memory: torch.Tensor, src_keep: torch.Tensor, capacity: int, lockstep: bool = False
                   ) -> KVCache:
         """A cache for len(memory) rows with the cross-attention keys/values computed once. lockstep: every
-        call reads only slots every row has written (KVCache.lockstep), so the slots need no zeroing."""
+        call reads only slots every row has written (KVCache.lockstep), so the slots need no zeroing. On the
+        native engine they are not zeroed either: its lean call reads no slot past a row's length, and decode
+        zeroes those before any other reader (KVCache.raw_past_lengths)."""
         cfg = self.cfg
-        cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
-                              capacity, memory.device, memory.dtype, zeroed=not lockstep)
-        cache.lockstep = lockstep
         step = self.numpy_step if not self.training else None
+        raw = not lockstep and isinstance(step, NativeStep)
+        cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
+                              capacity, memory.device, memory.dtype, zeroed=not (lockstep or raw))
+        cache.lockstep, cache.raw_past_lengths = lockstep, raw
         for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
             keys, values = step.cross_keys_values_of(memory, i) if step else block.cross_attn.keys_values(memory)
             layer.cross_keys, layer.cross_values = keys.contiguous(), values.contiguous()
@@ -385,6 +388,9 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError("a row pool's view (RowPool.view) is read by the native engine's lean call only")
         if cache.cross_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
             cache.own_memory()  # rows sharing their memory are read by the native engine's lean call only
+        if in_place is not None and isinstance(step, NativeStep):
+            return step(tokens, cache, in_place, cross_attention)  # reads no slot past a row's length
+        cache.zero_past_lengths()  # every other reader meets masked slots
         if in_place is not None and step is not None:
             return step(tokens, cache, in_place, cross_attention)
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function

@@ -447,6 +447,7 @@ class NativeStep(NumpyStep):
             raise ValueError("a row pool's view needs contiguous slots and one int64 pool row per call row")
         if binding is None:
             cache.own_memory()  # the NumPy step reads rows of the memory as rows of the cache
+            cache.zero_past_lengths()  # and masked slots
             where = dataclasses.replace(where, mask=cache.in_place_mask(where.start, where.upto, t_new))
             return super().__call__(tokens, cache, where, want_weights)  # the NumPy step reads the mask
         ids = tokens.reshape(batch * t_new).contiguous()

@@ -237,6 +237,41 @@ def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
     assert bool(poisoned) == (engine != "graphs")
 
 
+@pytest.mark.parametrize("drafter,draft_len,n_drafts", [("none", 0, 0), ("lookup", 4, 1), ("paper", 3, 4)])
+def test_greedy_search_reads_no_slot_it_left_uninitialized(copy_model, engine, drafter, draft_len, n_drafts,
+                                                           monkeypatch):
+    """On the native engine greedy search's cache starts unzeroed (KVCache.raw_past_lengths): its lean calls read
+    no slot past a row's length. Filled with NaN here, as uninitialized memory may be, those slots change nothing:
+    the same tokens and scores to the bit as with zeroed slots, plain and speculative, over a batch whose queries
+    finish apart; several drafts a call go through torch's attention, which meets masked slots, and decode zeroes
+    them first. On the other engines the slots start zeroed, as before."""
+    from molspec_core import cache as cache_module
+
+    plain = cache_module._fresh_slots
+    poisoned: list[tuple[int, ...]] = []
+
+    def always_zeroed(like, shape, zeroed):
+        return plain(like, shape, True)
+
+    def nan_filled(like, shape, zeroed):
+        new = plain(like, shape, zeroed)
+        if not zeroed:
+            new.fill_(float("nan"))
+            poisoned.append(shape)
+        return new
+
+    model, vocab = on_engine(copy_model[0], engine), copy_model[1]
+    sources = random_sources(11, 12, len(vocab), 1, 30)
+    monkeypatch.setattr(cache_module, "_fresh_slots", always_zeroed)
+    want = greedy(model, sources, factory(drafter, draft_len, n_drafts))
+    monkeypatch.setattr(cache_module, "_fresh_slots", nan_filled)
+    got = greedy(model, sources, factory(drafter, draft_len, n_drafts))
+    assert [(r.hypotheses[0].tokens, r.hypotheses[0].score) for r in got] == \
+        [(r.hypotheses[0].tokens, r.hypotheses[0].score) for r in want]
+    assert all(r.hypotheses[0].finished for r in want) and len({len(t) for t in tokens(want)}) > 1  # apart
+    assert bool(poisoned) == (engine == "native")
+
+
 @pytest.mark.parametrize("width,n_best", [(5, 2), (10, 10), (10, 3)])
 def test_pruned_beam_equals_unpruned_beam(engine, width, n_best, monkeypatch):
     """Slots at or below a query's n_best-th finished score go dead (beam.py's floor) and the native
