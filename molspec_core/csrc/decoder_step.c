@@ -45,7 +45,7 @@ static _Thread_local int team = 1;
  * per use, since a product runs inside a decoder call; a thread's buffers are freed when it ends (the app
  * runs each page in a thread of its own). */
 enum { SCRATCH_CALL, SCRATCH_QUANTIZED, SCRATCH_ROW_SCALES, SCRATCH_SUMS, SCRATCH_KEYS_VALUES, SCRATCH_MOVES,
-       SCRATCH_MOVE_READERS, SCRATCH_MOVE_SOURCES, SCRATCH_USES };
+       SCRATCH_MOVE_READERS, SCRATCH_MOVE_SOURCES, SCRATCH_SOURCE_ROWS, SCRATCH_USES };
 typedef struct {
     void *buffer[SCRATCH_USES];
     size_t size[SCRATCH_USES];
@@ -516,10 +516,21 @@ static void normalized(const float *x, int m, int d, const float *gain, float ep
     }
 }
 
+/* Rows an int8 product takes at a time: its quantized rows and int32 sums then stay in the core's cache. The
+ * encoder's products of a batch of 32 queries span some 2,000 rows, and their sums (8 MB for the feed-forward's
+ * first product) went out to memory and back. Each row's result is the same in any block. */
+#define PRODUCT_ROWS 96
+
 /* Returns nonzero where scratch memory could not be had (int8 only). */
 static int product(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
-    if (a->q != NULL) return product_int8(a, x, ldx, m, out, relu);
-    product_fp16(a, x, ldx, m, out, relu);
+    if (a->q == NULL) {
+        product_fp16(a, x, ldx, m, out, relu);
+        return 0;
+    }
+    for (int r = 0; r < m; r += PRODUCT_ROWS)
+        if (product_int8(a, x + (int64_t)r * ldx, ldx, m - r < PRODUCT_ROWS ? m - r : PRODUCT_ROWS,
+                         out + (int64_t)r * a->n_pad, relu))
+            return 1;
     return 0;
 }
 
@@ -808,53 +819,86 @@ int decoder_step(const Model *model, const Call *call) {
 
 /* ---- the encoder, and the cross-attention keys/values of a new cache ----------------------------- */
 
-/* memory (batch, len, d) of tokens (batch, len), padding (keep == 0) masked as a key; padded rows are
- * computed too and never read. Returns nonzero where scratch memory could not be had. */
+/* memory (batch, len, d) of tokens (batch, len), padding (keep == 0) masked as a key. Each source is computed up to
+ * its last kept token only, its rows packed after the previous source's: the keys past it are all masked, so its
+ * rows come out the same to the bit as over the padded width (a masked key adds an exact 0 to the softmax's sums
+ * and to the weighted values), and a batch of sources of unlike lengths costs what they do, not what its longest
+ * does. Memory rows past a source's last kept token, which no reader weighs (they are masked in every
+ * cross-attention), get the final norm's shift, the output of a row of zeros. Returns nonzero where scratch memory
+ * could not be had. */
 int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens, const uint8_t *keep,
            float *memory) {
-    const int M = batch * len, d = model->d, H = model->heads, hd = model->head_dim;
+    const int d = model->d, H = model->heads, hd = model->head_dim;
     team = model->threads;
+    int32_t used[batch > 0 ? batch : 1], start[batch + 1]; /* kept width and first packed row of each source */
+    start[0] = 0;
+    for (int b = 0; b < batch; b++) {
+        int n = len;
+        if (keep != NULL)
+            while (n > 0 && !keep[(int64_t)b * len + n - 1]) n--;
+        used[b] = n;
+        start[b + 1] = start[b] + n;
+    }
+    const int M = start[batch];
+    for (int b = 0; b < batch; b++) /* the rows no reader weighs */
+        for (int j = used[b]; j < len; j++) memcpy(memory + ((int64_t)b * len + j) * d, model->encoder_shift,
+                                                   sizeof(float) * d);
+    if (M == 0) return 0;
     int widest = 3 * d > model->d_ff ? 3 * d : model->d_ff;
     float *block = scratch(SCRATCH_CALL, sizeof(float) * ((size_t)M * d * 3 + (size_t)M * pad16(widest)));
-    if (block == NULL) return 1;
+    int32_t *source_of = scratch(SCRATCH_SOURCE_ROWS, sizeof(int32_t) * (size_t)M);
+    if (block == NULL || source_of == NULL) return 1;
     float *x = block, *h = x + (size_t)M * d, *attn = h + (size_t)M * d, *wide = attn + (size_t)M * d;
-    for (int r = 0; r < M; r++) {
-        const float *e = model->embed + tokens[r] * d, *pos = model->positions + (int64_t)(r % len) * d;
-        for (int i = 0; i < d; i++) x[(int64_t)r * d + i] = e[i] + pos[i];
-    }
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < used[b]; j++) {
+            const int64_t r = start[b] + j;
+            const float *e = model->embed + tokens[(int64_t)b * len + j] * d, *pos = model->positions + (int64_t)j * d;
+            for (int i = 0; i < d; i++) x[r * d + i] = e[i] + pos[i];
+            source_of[r] = b;
+        }
     int failed = 0;
     for (int l = 0; l < model->n_encoder_layers && !failed; l++) {
         const EncoderLayer *layer = model->encoder_layers + l;
         const int ldq = layer->qkv.n_pad;
         failed |= affine(&layer->qkv, x, M, h, wide, 0);
 #pragma omp parallel for PARALLEL_IF((int64_t)M * len * d * 2)
-        for (int bi = 0; bi < M; bi++) {
-            const int b = bi / len;
-            const float *row = wide + (int64_t)bi * ldq;
-            float scores[len];
+        for (int r = 0; r < M; r++) {
+            const int b = source_of[r], n = used[b];
+            const uint8_t *kept = keep == NULL ? NULL : keep + (int64_t)b * len;
+            const float *row = wide + (int64_t)r * ldq;
+            float scores[n];
             for (int hh = 0; hh < H; hh++) {
                 float q[hd];
                 for (int c = 0; c < hd; c++) q[c] = row[hh * hd + c] * model->query_scale;
-                const float *keys = wide + (int64_t)b * len * ldq + d + hh * hd;
-                scores_of(q, keys, ldq, len, hd, scores);
-                if (keep != NULL)
-                    for (int j = 0; j < len; j++) scores[j] = keep[(int64_t)b * len + j] ? scores[j] : -INFINITY;
-                softmax_(scores, len);
-                weighted_sum(scores, keys + d, ldq, len, hd, attn + (int64_t)bi * d + hh * hd);
+                const float *keys = wide + (int64_t)start[b] * ldq + d + hh * hd;
+                scores_of(q, keys, ldq, n, hd, scores);
+                if (kept != NULL)
+                    for (int j = 0; j < n; j++) scores[j] = kept[j] ? scores[j] : -INFINITY;
+                softmax_(scores, n);
+                weighted_sum(scores, keys + d, ldq, n, hd, attn + (int64_t)r * d + hh * hd);
             }
         }
-        failed |= product(&layer->out, attn, d, M, wide, 0);
-        add_rows(x, wide, M, d, layer->out.n_pad);
-        failed |= affine(&layer->up, x, M, h, wide, 1);
-        failed |= product(&layer->down, wide, layer->up.n_pad, M, attn, 0);
-        add_rows(x, attn, M, d, layer->down.n_pad);
+        /* the rest of the layer a block of rows at a time, so that the feed-forward's wide rows stay in the
+         * core's cache (every row is computed alone: the same in any block) */
+        for (int r = 0; r < M && !failed; r += PRODUCT_ROWS) {
+            const int m = M - r < PRODUCT_ROWS ? M - r : PRODUCT_ROWS;
+            float *xr = x + (int64_t)r * d, *ar = attn + (int64_t)r * d;
+            failed |= product(&layer->out, ar, d, m, wide, 0);
+            add_rows(xr, wide, m, d, layer->out.n_pad);
+            failed |= affine(&layer->up, xr, m, h + (int64_t)r * d, wide, 1);
+            failed |= product(&layer->down, wide, layer->up.n_pad, m, ar, 0);
+            add_rows(xr, ar, m, d, layer->down.n_pad);
+        }
     }
-    if (!failed) {
-        normalized(x, M, d, model->encoder_gain, model->encoder_eps, memory);
-        for (int r = 0; r < M; r++)
-            for (int i = 0; i < d; i++) memory[(int64_t)r * d + i] += model->encoder_shift[i];
-    }
-    return failed;
+    if (failed) return failed;
+    normalized(x, M, d, model->encoder_gain, model->encoder_eps, h);
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < used[b]; j++) {
+            const float *from = h + (int64_t)(start[b] + j) * d;
+            float *to = memory + ((int64_t)b * len + j) * d;
+            for (int i = 0; i < d; i++) to[i] = from[i] + model->encoder_shift[i];
+        }
+    return 0;
 }
 
 /* Decoder layer `layer`'s cross-attention keys and values of memory (batch, len, d), each written as
