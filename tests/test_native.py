@@ -20,6 +20,7 @@ from molspec_core.model import Seq2SeqTransformer
 from molspec_core.native import NativeStep, NativeUnavailable
 from molspec_core.npstep import _Affine
 from molspec_core.service import Predictor
+from molspec_core.tokenizer import PAD_ID
 from test_npstep import assert_same_encoder, one_call
 
 pytestmark = needs_native
@@ -58,6 +59,25 @@ def test_native_step_equals_the_numpy_step(lengths, t_new, isa):
 @pytest.mark.parametrize("n_sources", [1, 3])  # 3: padded rows, masked
 def test_native_encoder_and_cross_keys_equal_numpy(n_sources, isa):
     assert_same_encoder(random_model(3, engine="numpy"), native_model(3, isa), random_sources(8, n_sources, 14, 3, 60))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_a_source_in_a_padded_batch_encodes_as_it_does_alone(isa, dtype):
+    """The C encoder computes each source up to its last kept token, its rows packed after the previous
+    source's, 96 rows at a time (session 70): each source's memory rows are the same to the bit as when it is
+    encoded alone, over batches of 40 to 300 rows, and rows past a source hold the final norm's shift."""
+    model = random_model(3, engine="numpy")
+    model.numpy_step = NativeStep(model, isa, dtype)
+    sources = random_sources(12, 6, 14, 2, 50)
+    assert len({len(s) for s in sources}) > 2
+    width = max(map(len, sources))
+    with torch.inference_mode():
+        memory = model.encode(torch.tensor([s + [PAD_ID] * (width - len(s)) for s in sources]))
+        for row, source in enumerate(sources):
+            alone = model.encode(torch.tensor([source]))[0]
+            assert torch.equal(memory[row, :len(source)], alone)
+            shift = model.encoder_norm.bias.detach().float().expand(width - len(source), -1)
+            assert torch.equal(memory[row, len(source):], shift)
 
 
 @pytest.mark.parametrize("width", [32, 64])  # widths 32 and 64: output panels that do and do not fill a block
