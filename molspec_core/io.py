@@ -238,8 +238,9 @@ def csv_delimiter(text: str, column: str | None = None) -> str:
 
 
 def parse_smiles_file(lines: list[str]) -> QueryFile:
-    """A SMILES file's lines: each one's SMILES is its text up to the first space or tab, the rest (spaces
-    and tabs around it dropped) its name, carried in a column of its own. A first line whose first field
+    """A SMILES file's lines: each one's SMILES is its text up to the first space or tab (a CXSMILES's up to the
+    end of its |...| extension), the rest (spaces and tabs around it dropped) its name, carried in a column of its
+    own. A first line whose first field
     is "smiles" (any case) is a header, and names that column with its rest (RDKit's writer puts "SMILES
     Name" there). A file with no header and no name reads like a TXT file."""
     header = ""
@@ -256,6 +257,12 @@ SMILES_FILE_LINE = re.compile(r"[ \t]*([^ \t]*)(?:[ \t]+(.*?))?[ \t]*", re.DOTAL
 
 
 def _smiles_and_name(line: str) -> tuple[str, str]:
+    from .chem import CXSMILES  # RDKit only where a SMILES file is read
+
+    start = len(line) - len(line.lstrip(" \t"))
+    extended = CXSMILES.match(line, start)  # a CXSMILES: the SMILES, a space and |...|, then the name
+    if extended is not None:
+        return extended[0], line[extended.end():].strip(" \t")
     match = SMILES_FILE_LINE.fullmatch(line)
     assert match is not None  # every string matches: each part may be empty
     return match[1], match[2] or ""

@@ -296,6 +296,15 @@ def test_a_smiles_file_keeps_each_name_beside_its_query(tmp_path):
     assert table.cells == (("ethanol",), ("pyridine, dry",), ("",), ("",), ("acetic acid",))
 
 
+def test_a_cxsmiles_line_of_a_smiles_file_keeps_its_extension_in_the_query(tmp_path):
+    """ChemAxon writes a CXSMILES, a space, its |...| extension and the name on one line; the extension went to
+    the name column (session 69's note), and the query lost its radicals or labels."""
+    (tmp_path / "cx.smi").write_text("C[CH2] |^1:1| ethyl radical\n  CCO\tethanol\nCC(=O)Cl |$;;;_R1$|\n")
+    table = read_queries(tmp_path / "cx.smi")
+    assert table.queries == ["C[CH2] |^1:1|", "CCO", "CC(=O)Cl |$;;;_R1$|"]
+    assert table.cells == (("ethyl radical",), ("ethanol",), ("",))
+
+
 @pytest.mark.parametrize("name", ["lib.SMI", "lib.smiles", "lib.smi.gz"])
 def test_a_smiles_file_header_names_its_column_and_is_no_query(tmp_path, name):
     text = b"SMILES Name\nCCO ethanol\nCCN\n"
