@@ -203,19 +203,13 @@ def test_uncached_beam_equals_cached_beam(copy_model):
             assert [h.score for h in u.hypotheses] == pytest.approx([h.score for h in c.hypotheses], abs=1e-4)
 
 
-def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
-    """Beam search's cache runs in lockstep (cache.KVCache.lockstep), so the slots it starts with and those a
-    reorder allocates are not zeroed. Filled with NaN here, as uninitialized memory may be, they change
-    nothing: the same n-best lists and scores to the bit as with zeroed slots, over batches whose queries
-    finish apart. A slot read before it was written would turn its row's scores to NaN, as it does on the
-    graphs engine, which attends over every slot and so keeps zeroing them (graphs.GraphStep.reads_every_slot)."""
+def zeroed_then_nan_filled(monkeypatch, run):
+    """run() with every new cache slot tensor zeroed, then again with those a cache leaves unzeroed filled with
+    NaN, as uninitialized memory may be: (first result, second result, whether any unzeroed slots were made)."""
     from molspec_core import cache as cache_module
 
     plain = cache_module._fresh_slots
     poisoned: list[tuple[int, ...]] = []
-
-    def always_zeroed(like, shape, zeroed):
-        return plain(like, shape, True)
 
     def nan_filled(like, shape, zeroed):
         new = plain(like, shape, zeroed)
@@ -224,17 +218,28 @@ def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
             poisoned.append(shape)
         return new
 
+    monkeypatch.setattr(cache_module, "_fresh_slots", lambda like, shape, zeroed: plain(like, shape, True))
+    want = run()
+    monkeypatch.setattr(cache_module, "_fresh_slots", nan_filled)
+    return want, run(), bool(poisoned)
+
+
+def test_beam_search_reads_no_slot_it_left_uninitialized(engine, monkeypatch):
+    """Beam search's cache runs in lockstep (cache.KVCache.lockstep), so the slots it starts with and those a
+    reorder allocates are not zeroed. Filled with NaN here, as uninitialized memory may be, they change
+    nothing: the same n-best lists and scores to the bit as with zeroed slots, over batches whose queries
+    finish apart. A slot read before it was written would turn its row's scores to NaN, as it does on the
+    graphs engine, which attends over every slot and so keeps zeroing them (graphs.GraphStep.reads_every_slot)."""
+    poisoned = False
     for seed in range(3):
         model = random_model(seed, vocab_size=8, engine=engine)
         sources = random_sources(seed, 12, 8)
-        monkeypatch.setattr(cache_module, "_fresh_slots", always_zeroed)
-        want = beam_search(model, sources, 4, max_len=20)
-        monkeypatch.setattr(cache_module, "_fresh_slots", nan_filled)
-        got = beam_search(model, sources, 4, max_len=20)
+        want, got, made = zeroed_then_nan_filled(monkeypatch, lambda: beam_search(model, sources, 4, max_len=20))
         assert [[(h.tokens, h.score) for h in r.hypotheses] for r in got] == \
             [[(h.tokens, h.score) for h in r.hypotheses] for r in want]
+        poisoned |= made
     # the uninitialized slots were made and filled with NaN, except where the engine reads every slot
-    assert bool(poisoned) == (engine != "graphs")
+    assert poisoned == (engine != "graphs")
 
 
 @pytest.mark.parametrize("drafter,draft_len,n_drafts", [("none", 0, 0), ("lookup", 4, 1), ("paper", 3, 4)])
@@ -245,31 +250,14 @@ def test_greedy_search_reads_no_slot_it_left_uninitialized(copy_model, engine, d
     the same tokens and scores to the bit as with zeroed slots, plain and speculative, over a batch whose queries
     finish apart; several drafts a call go through torch's attention, which meets masked slots, and decode zeroes
     them first. On the other engines the slots start zeroed, as before."""
-    from molspec_core import cache as cache_module
-
-    plain = cache_module._fresh_slots
-    poisoned: list[tuple[int, ...]] = []
-
-    def always_zeroed(like, shape, zeroed):
-        return plain(like, shape, True)
-
-    def nan_filled(like, shape, zeroed):
-        new = plain(like, shape, zeroed)
-        if not zeroed:
-            new.fill_(float("nan"))
-            poisoned.append(shape)
-        return new
-
     model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(11, 12, len(vocab), 1, 30)
-    monkeypatch.setattr(cache_module, "_fresh_slots", always_zeroed)
-    want = greedy(model, sources, factory(drafter, draft_len, n_drafts))
-    monkeypatch.setattr(cache_module, "_fresh_slots", nan_filled)
-    got = greedy(model, sources, factory(drafter, draft_len, n_drafts))
+    want, got, poisoned = zeroed_then_nan_filled(
+        monkeypatch, lambda: greedy(model, sources, factory(drafter, draft_len, n_drafts)))
     assert [(r.hypotheses[0].tokens, r.hypotheses[0].score) for r in got] == \
         [(r.hypotheses[0].tokens, r.hypotheses[0].score) for r in want]
     assert all(r.hypotheses[0].finished for r in want) and len({len(t) for t in tokens(want)}) > 1  # apart
-    assert bool(poisoned) == (engine == "native")
+    assert poisoned == (engine == "native")
 
 
 @pytest.mark.parametrize("width,n_best", [(5, 2), (10, 10), (10, 3)])
