@@ -300,6 +300,13 @@ def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     return torch.relu(margin - gap).mean(), read
 
 
+def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """The cross-entropy of logits (..., V) against tgt_out, in float32, summed over the target tokens (padding
+    left out)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=PAD_ID,
+                           label_smoothing=label_smoothing, reduction="sum")
+
+
 def rdrop_loss(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], src: torch.Tensor,
                tgt_in: torch.Tensor, tgt_out: torch.Tensor,
                label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -307,11 +314,8 @@ def rdrop_loss(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], 
     the symmetric KL between their distributions, KL(p1||p2) + KL(p2||p1) per token. Both passes run as
     one call on the batch stacked twice, so their dropout masks are independent draws."""
     logits = logits_of(torch.cat([src, src]), torch.cat([tgt_in, tgt_in])).float()
-    log_p = torch.log_softmax(logits, -1)
-    target = torch.cat([tgt_out, tgt_out])
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD_ID,
-                         label_smoothing=label_smoothing, reduction="sum") / 2
-    first, second = log_p.chunk(2)
+    ce = summed_cross_entropy(logits, torch.cat([tgt_out, tgt_out]), label_smoothing) / 2
+    first, second = torch.log_softmax(logits, -1).chunk(2)
     per_token = ((first.exp() - second.exp()) * (first - second)).sum(-1)  # the two KLs summed
     return ce, (per_token * (tgt_out != PAD_ID)).sum()
 
@@ -568,14 +572,10 @@ def train(cfg: TrainConfig) -> dict:
                 if cfg.rdrop:
                     loss, kl = rdrop_loss(forward, src, tgt_in, tgt_out, cfg.label_smoothing)
                 else:
-                    logits = forward(src, tgt_in)
-            if cfg.rdrop:
-                ((loss + cfg.rdrop / 2 * kl) / n_target).backward()
+                    loss, kl = summed_cross_entropy(forward(src, tgt_in), tgt_out, cfg.label_smoothing), None
+            ((loss if kl is None else loss + cfg.rdrop / 2 * kl) / n_target).backward()
+            if kl is not None:
                 kl_sum += kl.detach()
-            else:
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                                       ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing, reduction="sum")
-                (loss / n_target).backward()
             loss_sum += loss.detach()
             state["tokens"] += (1 + (cfg.rdrop > 0)) * (src.numel() + tgt_in.numel())
         if pairs is not None:  # drawn by step, so a resumed run draws what it would have
