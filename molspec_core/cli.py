@@ -122,9 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--smiles", help="one query: reactants (forward) or a product (retro), or a recorded "
                        "reaction reactants>reagents>products")
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
-                       "optionally a name, per line), SD file (.sdf) or CSV with a smiles column (cells split at "
-                       "commas, or at semicolons or tabs where the header shows them; .tsv too); .gz and .xz too")
-    p.add_argument("--column", help="CSV column holding the queries")
+                       "optionally a name, per line), SD file (.sdf), CSV with a smiles column (cells split at "
+                       "commas, or at semicolons or tabs where the header shows them; .tsv too) or Excel workbook "
+                       "(.xlsx: the first sheet whose first row names the column); .gz and .xz too")
+    p.add_argument("--column", help="CSV or workbook column holding the queries")
     p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
                    "answer (the recorded product, or reactants): a matches_known column marks the row that gives "
                    "it, and a line says how often it comes first or among the answers. Queries written as "
@@ -136,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "column shows them (without it such a query is an error that names that writing)")
     p.add_argument("--output", help="CSV to write, a name ending .csv (required with --input); a name ending .sdf "
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
-                   "column as a field; other names (.csv.gz, .xlsx) are refused")
+                   "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
+                   "text); other names (.csv.gz) are refused")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
@@ -321,6 +323,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         check_results_name(args.output)
         task = model_task(args.model)
         table, recorded = with_recorded(read_queries(args.input, args.column), task)
+        check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
             print(f"the file holds recorded reactions: each is predicted from its {given}, and its recorded "

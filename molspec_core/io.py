@@ -1,23 +1,26 @@
-"""Query files in, result CSV (or SD file) out: the one reader and the one writer that the CLI and the app
-share, so that both refuse the same files and export the same, equally safe columns.
+"""Query files in, result CSV (or SD file, or Excel workbook) out: the one reader and the one writer that the CLI
+and the app share, so that both refuse the same files and export the same, equally safe columns.
 
 Reading is bounded: the size limit counts the bytes that come out of a file (after decompression), so
 a small archive of gigabytes, or a device that never ends, is refused instead of filling memory.
-Writing neutralizes spreadsheet formulas in text cells, keeps numbers numbers, and replaces the
-output file only once every row is written.
+Writing neutralizes spreadsheet formulas in text cells (a workbook types them as text), keeps numbers numbers,
+and replaces the output file only once every row is written.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import lzma
+import math
 import numbers
 import os
 import re
 import secrets
 import stat
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +52,16 @@ CSV_SUFFIXES = (".csv", ".tsv")
 SMILES_FILE_SUFFIXES = (".smi", ".smiles")
 NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
 SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a query, its title and data fields cells
-RESULT_SUFFIXES = (".csv", *SD_FILE_SUFFIXES)  # what write_results writes (any case): CSV, else an SD file
+# An Excel workbook (openpyxl): read from the first sheet whose first row names the query column, as a CSV is read;
+# results written to one sheet with numbers as numbers and text as text. Excel's own limits: a sheet's rows,
+# a cell's characters. The old binary format (.xls) is refused with what to do instead.
+WORKBOOK_SUFFIX = ".xlsx"
+OLD_WORKBOOK_SUFFIX = ".xls"
+WORKBOOK_MAX_ROWS = 1_048_576  # the header included
+WORKBOOK_MAX_CELL = 32_767  # characters
+# A workbook is a zip of XML, several times its cells' text: its members may hold this much once decompressed.
+WORKBOOK_MAX_XML_BYTES = 4 * MAX_INPUT_BYTES
+RESULT_SUFFIXES = (".csv", *SD_FILE_SUFFIXES, WORKBOOK_SUFFIX)  # what write_results writes (any case)
 MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields, and is read as one
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
@@ -96,9 +108,9 @@ class QueryFile:
 
 
 def query_format(name: str) -> tuple[str | None, str]:
-    """(compression suffix or None, "csv", "smi", "sdf" or "txt"), from the file's name and ignoring case:
-    q.CSV, q.csv.GZ, q.Csv.xz and q.tsv are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files; any other
-    name is TXT."""
+    """(compression suffix or None, "csv", "smi", "sdf", "xlsx", "xls" or "txt"), from the file's name and ignoring
+    case: q.CSV, q.csv.GZ, q.Csv.xz and q.tsv are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files,
+    q.XLSX an Excel workbook (q.xls the old format, refused); any other name is TXT."""
     lower = name.lower()
     compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
     if compression:
@@ -107,12 +119,15 @@ def query_format(name: str) -> tuple[str | None, str]:
         return compression, "csv"
     if lower.endswith((*SD_FILE_SUFFIXES, MOLFILE_SUFFIX)):
         return compression, "sdf"
+    if lower.endswith((WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX)):
+        return compression, lower.rsplit(".", 1)[1]
     return compression, "smi" if lower.endswith(SMILES_FILE_SUFFIXES) else "txt"
 
 
 def read_queries(path: str | Path, column: str | None = None) -> QueryFile:
-    """Queries from a TXT (one per line) or CSV file (a SMILES column), optionally .gz or .xz; blank
-    records are kept as empty queries so that row numbers stay aligned with the file."""
+    """Queries from a TXT (one per line), SMILES, SD or CSV file (a SMILES column) or an Excel workbook (a SMILES
+    column, parse_workbook), optionally .gz or .xz; blank records are kept as empty queries so that row numbers
+    stay aligned with the file."""
     path = Path(path)
     with open_regular(path) as raw:
         return _parse_stream(raw, path.name, column)
@@ -162,18 +177,28 @@ def read_text(path: str | Path) -> str:
 
 
 def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
-    return parse_queries(_decode_stream(raw, name), kind=query_format(name)[1], column=column)
+    kind = query_format(name)[1]
+    if kind == "xls":
+        raise InputFileError(f"{name} is in Excel's old binary format (.xls), which is not read here: in Excel, "
+                             "save it as an Excel workbook (.xlsx) or as CSV UTF-8 (.csv)")
+    if kind == "xlsx":
+        return parse_workbook(_read_stream(raw, name), name, column)
+    return parse_queries(_decode_stream(raw, name), kind=kind, column=column)
+
+
+def _read_stream(raw: IO[bytes], name: str) -> bytearray:
+    """A file's bytes, decompressed where its name says so, bounded like every input file."""
+    compression = query_format(name)[0]
+    if compression is None:
+        return read_bounded(raw, name)
+    try:
+        return read_bounded(DECOMPRESSORS[compression](raw), name, decompressed=True)
+    except (OSError, EOFError, lzma.LZMAError) as exc:  # not an archive, or a truncated one
+        raise InputFileError(f"{name} cannot be decompressed as {compression}: {exc}") from None
 
 
 def _decode_stream(raw: IO[bytes], name: str) -> str:
-    compression = query_format(name)[0]
-    if compression is None:
-        data = read_bounded(raw, name)
-    else:
-        try:
-            data = read_bounded(DECOMPRESSORS[compression](raw), name, decompressed=True)
-        except (OSError, EOFError, lzma.LZMAError) as exc:  # not an archive, or a truncated one
-            raise InputFileError(f"{name} cannot be decompressed as {compression}: {exc}") from None
+    data = _read_stream(raw, name)
     try:
         return data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:
@@ -197,31 +222,105 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
             lines.pop()  # the file's final line break ends the last line; it does not start a new one
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
-    expect = repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
     try:
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=csv_delimiter(text, column))
         fields = next(reader, [])
         if not any(field.strip() for field in fields):
-            raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them {expect}")
-        wanted = [column] if column else [c for c in SMILES_COLUMNS if c in fields]
-        if not wanted or wanted[0] not in fields:
-            raise InputFileError(f"the CSV needs a column named {expect}; it has {fields} (cells split at commas; "
-                                 "semicolons and tabs were tried too)")
+            raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them "
+                                 f"{_expected(column)}")
+        at = query_column(fields, column)
+        if at is None:
+            raise InputFileError(f"the CSV needs a column named {_expected(column)}; it has {fields} (cells split at "
+                                 "commas; semicolons and tabs were tried too)")
         records = list(reader)
     except csv.Error as exc:
         raise InputFileError(f"malformed CSV: {exc}") from None
-    while records and not records[-1]:
-        records.pop()  # blank lines after the last record
+    return table_queries(fields, at, records)
+
+
+def query_column(fields: Sequence[str], column: str | None) -> int | None:
+    """Where a header names the query column: `column`, else the first of SMILES_COLUMNS it holds; None if nowhere."""
+    wanted = column if column else next((c for c in SMILES_COLUMNS if c in fields), None)
+    return fields.index(wanted) if wanted in fields else None
+
+
+def _expected(column: str | None) -> str:
+    return repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
+
+
+def table_queries(fields: Sequence[str], at: int, records: list[list[str]]) -> QueryFile:
+    """A table's records under its header `fields` (a CSV's, a worksheet's): the cells in column `at` are the queries,
+    the others carried beside them; blank records after the last are dropped, a short record's missing cells are
+    empty and a long one's extra cells (under no name) dropped."""
+    while records and not any(records[-1]):
+        records.pop()  # blank lines (or rows) after the last record
     _check_rows(len(records))
-    at = fields.index(wanted[0])
     others = [i for i in range(len(fields)) if i != at]
     padding = [""] * len(fields)
     queries, cells = [], []
     for record in records:
-        record = record + padding[len(record):]  # a short record's missing cells are empty
+        record = record + padding[len(record):]
         queries.append(record[at])
         cells.append(tuple(record[i] for i in others))
     return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else ())
+
+
+def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None) -> QueryFile:
+    """The queries of an Excel workbook (.xlsx), read as a CSV is (table_queries): the first sheet whose first row
+    names the query column (`column`, else one of SMILES_COLUMNS) is the table, the rows under it its records. Each
+    cell is read as the text Excel shows for its value (stored values only: a formula gives the value Excel last
+    saved with it, and nothing is computed here); a number that is a whole number reads without a decimal point
+    (compound IDs), a date as ISO 8601. Bounded: the zip's members may hold WORKBOOK_MAX_XML_BYTES once
+    decompressed, read as their headers declare (Python's zipfile stops at the declared size)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(member.file_size for member in archive.infolist())
+    except zipfile.BadZipFile:
+        raise InputFileError(f"{name} is not an Excel workbook (.xlsx): it is not the zip archive one is") from None
+    if unpacked > WORKBOOK_MAX_XML_BYTES:
+        raise InputFileError(f"{name} holds more than {WORKBOOK_MAX_XML_BYTES // 2**20} MB once decompressed")
+    import openpyxl  # only where a workbook is read
+
+    headers = []
+    try:
+        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
+        try:
+            for sheet in book.worksheets:
+                rows = sheet.iter_rows(values_only=True)
+                fields = [_cell_text(value) for value in next(rows, ())]
+                while fields and not fields[-1]:
+                    fields.pop()  # a sheet's rows reach its widest row; a header ends at its last name
+                at = query_column(fields, column)
+                if at is None:
+                    headers.append(f"{sheet.title!r}: {[f for f in fields if f]}")
+                    continue
+                records = []
+                for values in rows:
+                    records.append([_cell_text(value) for value in values])
+                    if len(records) > MAX_INPUT_ROWS:
+                        _check_rows(len(records))  # a sheet of a million rows is refused before all are read
+                return table_queries(fields, at, records)
+        finally:
+            book.close()
+    except InputFileError:
+        raise
+    except Exception as exc:  # openpyxl's account of a damaged or foreign file: KeyError, ValueError, XML errors
+        raise InputFileError(f"{name} cannot be read as an Excel workbook: {type(exc).__name__}: {exc}") from None
+    raise InputFileError(f"{name} needs a sheet whose first row names a column {_expected(column)}; its sheets' first "
+                         f"rows hold {'; '.join(headers) or 'nothing'}")
+
+
+def _cell_text(value: object) -> str:
+    """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, TRUE / FALSE, ISO 8601 dates."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if hasattr(value, "isoformat"):
+        return value.isoformat()  # type: ignore[no-any-return, attr-defined]
+    return str(value)
 
 
 def csv_delimiter(text: str, column: str | None = None) -> str:
@@ -393,12 +492,22 @@ def check_output(output: str | Path, input_path: str | Path | None = None) -> Pa
     return path
 
 
-def check_results_name(output: str | Path) -> None:
-    """Refuse a results name whose suffix promises what write_results does not write: .sdf.gz, .csv.gz
-    and .xlsx were written as plain CSV without a word."""
+def check_results_name(output: str | Path, max_rows: int | None = None) -> None:
+    """Refuse a results name whose suffix promises what write_results does not write (.sdf.gz and .csv.gz were
+    written as plain CSV without a word), and a workbook that may need more rows than a sheet holds: `max_rows`,
+    the most data rows the run can give (queries x answers a query), checked before any query is predicted."""
     if not str(output).lower().endswith(RESULT_SUFFIXES):
-        raise OutputFileError(f"{output}: predict writes CSV (.csv) or an SD file ({', '.join(SD_FILE_SUFFIXES)}), "
-                              "uncompressed; give a name ending in one of those")
+        raise OutputFileError(f"{output}: predict writes CSV (.csv), an SD file ({', '.join(SD_FILE_SUFFIXES)}) or an "
+                              f"Excel workbook ({WORKBOOK_SUFFIX}), uncompressed; give a name ending in one of those")
+    if is_workbook_name(output) and max_rows is not None and max_rows + 1 > WORKBOOK_MAX_ROWS:
+        raise OutputFileError(f"{output}: up to {max_rows:,} rows of answers, more than an Excel sheet holds "
+                              f"({WORKBOOK_MAX_ROWS - 1:,} under its header); write CSV (.csv) or fewer answers "
+                              "a query")
+
+
+def is_workbook_name(path: str | Path) -> bool:
+    """Whether results written to `path` go out as an Excel workbook (.xlsx, any case)."""
+    return str(path).lower().endswith(WORKBOOK_SUFFIX)
 
 
 def is_sd_name(path: str | Path) -> bool:
@@ -435,11 +544,86 @@ def sd_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
     return sdf_text(answer_records(header, rows)).encode("utf-8")
 
 
+# ---- Excel workbooks ----------------------------------------------------------------------------
+
+WORKBOOK_SHEET = "predictions"
+# Excel's error values: text equal to one would be stored as that error, not as the text
+WORKBOOK_ERROR_TEXT = ("#NULL!", "#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#N/A")
+# characters XML 1.0 cannot hold, which a worksheet therefore cannot (written as \x01 and the like)
+WORKBOOK_UNWRITABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
+    """Output rows as an Excel workbook of one sheet, header row frozen, written as they come (openpyxl's
+    write-only mode: memory stays bounded). Numbers stay numbers (a NaN or infinity, which a sheet cannot hold, as
+    its text); text stays text, typed so that none is taken for a formula or an error value and shown as given,
+    without the CSV's quote; see workbook_text for what Excel cannot hold. Refuses a row past the sheet's last
+    (check_results_name refuses such a run before it starts)."""
+    import openpyxl  # only where a workbook is written
+
+    book = openpyxl.Workbook(write_only=True)
+    sheet = book.create_sheet(WORKBOOK_SHEET)
+    sheet.freeze_panes = "A2"
+    try:
+        for n, row in enumerate(_with_header(header, rows), start=1):
+            if n > WORKBOOK_MAX_ROWS:
+                raise OutputFileError(f"more than {WORKBOOK_MAX_ROWS:,} rows, the most an Excel sheet holds; write CSV")
+            sheet.append([_workbook_cell(sheet, cell) for cell in row])
+    except BaseException:
+        # end the sheet's stream to its temporary file now (openpyxl deletes the file at exit), not at garbage
+        # collection, where it fails writing to the file it already closed
+        with contextlib.suppress(Exception):
+            sheet.close()
+        raise
+    book.save(f)
+
+
+def _with_header(header: Iterable[object], rows: Iterable[Iterable[object]]) -> Iterator[Iterable[object]]:
+    yield header
+    yield from rows
+
+
+def _workbook_cell(sheet: object, cell: object) -> object:
+    from openpyxl.cell import WriteOnlyCell
+
+    if cell is None or isinstance(cell, bool):
+        return cell
+    if isinstance(cell, numbers.Real):
+        return cell if math.isfinite(cell) else str(cell)
+    text = workbook_text(str(cell))
+    if text.startswith("=") or text in WORKBOOK_ERROR_TEXT:  # what openpyxl would type as a formula or an error
+        typed = WriteOnlyCell(sheet, value=text)
+        typed.data_type = "s"
+        return typed
+    return text
+
+
+def workbook_text(text: str) -> str:
+    """Text as a worksheet cell can hold it: a character XML cannot hold written as \\x01 and the like, and a text
+    longer than Excel's 32,767 characters cut there, ending in a note of how many characters were cut (the whole
+    text is in the CSV)."""
+    text = WORKBOOK_UNWRITABLE.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+    if len(text) <= WORKBOOK_MAX_CELL:
+        return text
+    note = f" [... {{}} characters cut: an Excel cell holds {WORKBOOK_MAX_CELL:,}]"
+    kept = WORKBOOK_MAX_CELL - len(note.format(len(text)))
+    return text[:kept] + note.format(f"{len(text) - kept:,}")
+
+
+def workbook_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -> bytes:
+    """The workbook in memory, for a download."""
+    buffer = io.BytesIO()
+    write_workbook_rows(buffer, header, rows)
+    return buffer.getvalue()
+
+
 def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """Output rows to `path` as write_csv writes them: an SD file where the name says so (is_sd_name),
-    else CSV."""
+    """Output rows to `path` as write_csv writes them: an SD file or an Excel workbook where the name says so
+    (is_sd_name, is_workbook_name), else CSV."""
     if is_sd_name(path):
         _write_replacing(path, lambda f: write_sd_rows(f, header, rows))
+    elif is_workbook_name(path):
+        _write_replacing(path, lambda f: write_workbook_rows(f, header, rows), binary=True)
     else:
         write_csv(path, header, rows)
 
@@ -450,14 +634,15 @@ def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterabl
     _write_replacing(path, lambda f: write_rows(f, header, rows))
 
 
-def _write_replacing(path: str | Path, write: Callable[[IO[str]], None]) -> None:
-    """Call `write` on a new file beside `path`, then rename it into place (write_csv's guarantee)."""
+def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Call `write` on a new file (text, or `binary`) beside `path`, then rename it into place (write_csv's
+    guarantee)."""
     target = check_output(path)
     while True:
         partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
         try:
             # mode "x" creates the file with the permissions a plain open would give (tempfile: 0o600)
-            f = open(partial, "x", encoding="utf-8", newline="")
+            f = open(partial, "xb") if binary else open(partial, "x", encoding="utf-8", newline="")
             break
         except FileExistsError:  # another run drew the same 16 hex digits: draw again
             continue

@@ -31,7 +31,7 @@ from molspec_core.io import RESULT_COLUMNS  # noqa: E402
 from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
-from views.batch import results_sdf, safe_csv  # noqa: E402
+from views.batch import results_sdf, results_workbook, safe_csv  # noqa: E402
 from conftest import molfile, sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -800,7 +800,7 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "2", "3")
     assert "3 of 5 rows were rejected" in texts(at.warning)
-    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download SDF"]
+    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download SDF", "Download Excel"]
     table = at.session_state["batch"].table
     exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
     assert list(exported.columns) == ["note", *RESULT_COLUMNS]  # the upload's other column in front
@@ -835,6 +835,38 @@ def test_batch_reads_hydrides_as_ions_only_when_asked_and_says_how_many_rows_wai
     assert table["canonical_query"].tolist()[:2] == ["C1CCOC1.CCOC(=O)c1ccccc1.[Al+3].[H-].[H-].[H-].[H-].[Li+]",
                                                      "CI.[H-].[Na+].c1ccc2[nH]ccc2c1"]
     assert table["smiles"].tolist()[:2] == ["OCc1ccccc1", "Cn1ccc2ccccc21"]  # the ester reduced, indole methylated
+
+
+def test_batch_reads_a_workbook_and_its_excel_download_is_the_clis(copy_models, monkeypatch, tmp_path):
+    """An Excel list of compounds in, an Excel table out, as `molspec predict --output F.xlsx` writes it."""
+    import openpyxl
+
+    from molspec_core.cli import main
+
+    book = openpyxl.Workbook()
+    book.active.title = "to make"
+    for row in (["compound", "smiles", "mg"], ["A-1", "OCC", 25], ["A-2", "xyz", 10.5], ["A-3", "c1ccncc1", None]):
+        book.active.append(row)
+    upload = io.BytesIO()
+    book.save(upload)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("list.xlsx", upload.getvalue(), "application/octet-stream"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    batch = at.session_state["batch"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Queries"], metrics["Rejected"]) == ("3", "1")
+    from_app = pd.read_excel(io.BytesIO(results_workbook(batch.table))).drop(columns="time_ms")
+    (tmp_path / "list.xlsx").write_bytes(upload.getvalue())
+    assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "list.xlsx"),
+                 "--output", str(tmp_path / "cli.xlsx"), "--method", batch.settings.method,
+                 "--n-best", str(batch.settings.n_best), "--batch-size", "1"]) == 0
+    pd.testing.assert_frame_equal(from_app, pd.read_excel(tmp_path / "cli.xlsx").drop(columns="time_ms"))
+    assert from_app.drop_duplicates("row")["compound"].tolist() == ["A-1", "A-2", "A-3"]
+    assert from_app["score"].dtype.kind == "f"
+    sheet = openpyxl.load_workbook(io.BytesIO(results_workbook(batch.table))).active
+    masses = {row[2]: row[1] for row in sheet.iter_rows(min_row=2, max_col=3, values_only=True)}  # row -> mg
+    assert masses == {1: "25", 2: "10.5", 3: None}  # the input's cells as read: text (an ID keeps its leading 0s)
 
 
 def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):

@@ -167,6 +167,37 @@ def test_predict_to_an_sd_name_writes_a_record_per_csv_row(tmp_path, capsys):
     assert fields["title"].tolist() == fields["name"].tolist() == table["name"].tolist()  # the title: the name
 
 
+def test_predict_reads_and_writes_excel_workbooks_row_for_row_as_csv(tmp_path, capsys, monkeypatch):
+    import openpyxl
+
+    from molspec_core import io as molspec_io
+
+    book = openpyxl.Workbook()
+    book.active.append(["ID", "smiles"])
+    for row in ([101, "Clc1ccncc1"], [102, "xyz"], [103, "Oc1ccncc1"]):
+        book.active.append(row)
+    book.save(tmp_path / "in.xlsx")
+    for out in ("o.csv", "o.xlsx"):
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.xlsx"), "--output",
+                     str(tmp_path / out), "--method", "beam", "--n-best", "2"]) == 0
+    assert capsys.readouterr().out.endswith("2 queries predicted, 1 rejected (see the error column) -> "
+                                            + str(tmp_path / "o.xlsx") + "\n")
+    from_csv = pd.read_csv(tmp_path / "o.csv", dtype=str, keep_default_na=False)
+    from_book = pd.read_excel(tmp_path / "o.xlsx", dtype=str, keep_default_na=False)
+    numbers = ["time_ms"]  # each run's own timing
+    assert from_book.drop(columns=numbers).equals(from_csv.drop(columns=numbers))
+    assert from_csv["ID"].tolist()[0] == "101" and from_csv["error"].str.len().gt(0).sum() == 1
+    assert pd.read_excel(tmp_path / "o.xlsx")["score"].dtype == float  # a number, where Excel can sum it
+    # a run that may need more rows than a sheet holds is refused before any query is predicted
+    monkeypatch.setattr(molspec_io, "WORKBOOK_MAX_ROWS", 6)  # the header and 5: three queries x 2 answers is 6
+    written = (tmp_path / "o.xlsx").read_bytes()
+    monkeypatch.setattr("molspec_core.service.Predictor.load", lambda *a, **k: pytest.fail("the model loaded"))
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.xlsx"), "--output",
+                 str(tmp_path / "o.xlsx"), "--method", "beam", "--n-best", "2"]) == 2
+    assert "up to 6 rows of answers, more than an Excel sheet holds" in capsys.readouterr().err
+    assert (tmp_path / "o.xlsx").read_bytes() == written
+
+
 KNOWN_CSV = ("smiles,expected\nOc1ccncc1,Oc1ccncc1\nOc1ccncc1,OC1=CN=CC=C1\nClc1ccncc1,CCO\nxyz,CCO\n"
              "Clc1ccncc1,\nOc1ccncc1,not one\n")
 
@@ -908,13 +939,13 @@ def test_train_refuses_negative_threads_and_a_missing_data_folder_before_making_
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("name", ["o.sdf.gz", "o.csv.gz", "o.xlsx", "o.tsv", "o"])
+@pytest.mark.parametrize("name", ["o.sdf.gz", "o.csv.gz", "o.xlsx.gz", "o.xls", "o.tsv", "o"])
 def test_predict_refuses_an_output_suffix_it_does_not_write_before_loading_the_model(tmp_path, capsys,
                                                                                      no_model_load, name):
-    """Finding 10: .sdf.gz, .csv.gz and .xlsx were written as plain CSV without a word."""
+    """Finding 10: .sdf.gz, .csv.gz and .xlsx were written as plain CSV without a word (.xlsx is a workbook now)."""
     (tmp_path / "q.txt").write_text("CCO\n")
     expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "q.txt", "--output", tmp_path / name], capsys,
-                   "predict writes CSV (.csv) or an SD file (.sdf, .sd), uncompressed")
+                   "predict writes CSV (.csv), an SD file (.sdf, .sd) or an Excel workbook (.xlsx), uncompressed")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["q.txt"]
 
 

@@ -6,6 +6,7 @@ import io
 import lzma
 import os
 import signal
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -392,3 +393,130 @@ def test_a_failed_sd_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
     with pytest.raises(RuntimeError):
         molspec_io.write_results(out, list(RESULT_COLUMNS), rows())
     assert out.read_text() == "earlier results\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.sdf"]
+
+
+# ---- Excel workbooks ----------------------------------------------------------------------------
+
+
+def workbook(path: Path, sheets: dict[str, list[list[object]]]) -> Path:
+    """A workbook as a chemist's Excel file holds one: sheets of rows (openpyxl writes it, as Excel would)."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    for title, rows in sheets.items():
+        sheet = book.create_sheet(title)
+        for row in rows:
+            sheet.append(row)
+    book.save(path)
+    return path
+
+
+def test_a_workbook_is_read_from_its_first_sheet_naming_the_column_as_a_csv_is(tmp_path):
+    import datetime
+
+    path = workbook(tmp_path / "Compounds.XLSX", {
+        "notes": [["made by", "A. Chemist"], ["smiles in the next sheet"]],  # no query column: passed over
+        "list": [["ID", "smiles", "yield", "made"],
+                 [1001, "CCO.CC(=O)O", 0.5, datetime.date(2026, 12, 5)],
+                 [1002.0, "C1CC1", None],  # a short row: its missing cells are empty
+                 ["B-7", "Oc1ccncc1", True, None, "past the header"],  # under no name: dropped
+                 [None, None, None, None], [None]],  # blank rows after the last record
+        "later": [["smiles"], ["CCN"]]})
+    table = read_queries(path)
+    assert table.queries == ["CCO.CC(=O)O", "C1CC1", "Oc1ccncc1"]
+    assert table.columns == ("ID", "yield", "made")
+    assert table.cells == (("1001", "0.5", "2026-12-05T00:00:00"), ("1002", "", ""), ("B-7", "TRUE", ""))
+    assert read_queries(path, column="ID").queries == ["1001", "1002", "B-7"]  # a named column decides
+    gzipped = tmp_path / "compounds.xlsx.gz"
+    gzipped.write_bytes(gzip.compress(path.read_bytes()))
+    assert read_queries(gzipped) == table
+
+
+def test_a_workbook_formula_gives_the_value_excel_saved_and_nothing_is_computed(tmp_path):
+    path = workbook(tmp_path / "f.xlsx", {"s": [["smiles"], ['=CONCAT("CC","O")'], ["CCO"]]})
+    assert read_queries(path).queries == ["", "CCO"]  # openpyxl saves no value with a formula; Excel would
+
+
+def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
+    path = workbook(tmp_path / "w.xlsx", {"Sheet A": [["name", "structure"], ["x", "CCO"]], "B": []})
+    with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet whose first row names a column 'smiles' or .*"
+                                             r"its sheets' first rows hold 'Sheet A': \['name', 'structure'\]; "
+                                             r"'B': \[\]"):
+        read_queries(path)
+    (tmp_path / "text.xlsx").write_text("smiles\nCCO\n")
+    with pytest.raises(InputFileError, match="text.xlsx is not an Excel workbook"):
+        read_queries(tmp_path / "text.xlsx")
+    (tmp_path / "Old.XLS").write_bytes(b"\xd0\xcf\x11\xe0" + bytes(100))
+    with pytest.raises(InputFileError, match=r"old binary format \(\.xls\).*save it as an Excel workbook \(\.xlsx\)"):
+        read_queries(tmp_path / "Old.XLS")
+    broken = io.BytesIO()
+    with zipfile.ZipFile(broken, "w") as archive:
+        archive.writestr("[Content_Types].xml", "<not a workbook")
+    (tmp_path / "zip.xlsx").write_bytes(broken.getvalue())
+    with pytest.raises(InputFileError, match="zip.xlsx cannot be read as an Excel workbook: "):
+        read_queries(tmp_path / "zip.xlsx")
+
+
+def test_a_workbook_is_bounded_by_what_its_zip_unpacks_to_and_by_its_rows(tmp_path, monkeypatch):
+    path = workbook(tmp_path / "w.xlsx", {"s": [["smiles"], *[["CCO"]] * 5]})
+    with zipfile.ZipFile(path) as archive:
+        unpacked = sum(member.file_size for member in archive.infolist())
+    monkeypatch.setattr(molspec_io, "WORKBOOK_MAX_XML_BYTES", unpacked - 1)
+    with pytest.raises(InputFileError, match="w.xlsx holds more than 0 MB once decompressed"):
+        read_queries(path)
+    monkeypatch.setattr(molspec_io, "WORKBOOK_MAX_XML_BYTES", unpacked)
+    assert len(read_queries(path).queries) == 5
+    monkeypatch.setattr(molspec_io, "MAX_INPUT_ROWS", 4)
+    with pytest.raises(InputFileError, match="5 rows; the limit is 4 per file"):
+        read_queries(path)
+
+
+def test_results_written_to_a_workbook_keep_numbers_numbers_and_text_exactly_as_text(tmp_path):
+    import openpyxl
+
+    header = output_header(["ID"])
+    rows = [["=HYPERLINK(\"http://x\")", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.78, True, True, "", 1, 0.9, 5, 1,
+             None, None, "beam", "int8", 12.5, 7, 3, ""],
+            ["#N/A", 2, "x\x01y", "", None, "", None, None, None, None, "", None, None, None, None, None, None,
+             "beam", None, None, None, None, "-unreadable"],
+            ["long", 3, "C" * 40_000, "", 1, "CCO", float("-inf"), float("nan"), False, False, "", 1, None, 1, 1,
+             None, None, "greedy", "float32", 1.0, 1, 0, ""]]
+    molspec_io.write_results(tmp_path / "out.XLSX", header, rows)
+    assert molspec_io.is_workbook_name(tmp_path / "out.XLSX") and not molspec_io.is_workbook_name("o.xlsx.csv")
+    book = openpyxl.load_workbook(tmp_path / "out.XLSX")
+    sheet = book["predictions"]
+    assert book.sheetnames == ["predictions"] and sheet.freeze_panes == "A2"
+    back = [[cell.value for cell in row] for row in sheet.iter_rows()]
+    assert back[0] == header
+    # text as given (no quote in front: it is typed as text), numbers and booleans kept; "" an empty cell
+    assert back[1] == [None if cell == "" else cell for cell in rows[0]]
+    text = {"s", "inlineStr"}  # a formula would be "f", an error value "e"
+    assert sheet["A2"].data_type in text and {cell.data_type for cell in sheet[2]} <= {*text, "n", "b"}
+    assert sheet["A3"].data_type in text and back[2][0] == "#N/A"  # text, not Excel's error value
+    assert back[2][2] == "x\\x01y" and back[2][-1] == "-unreadable"  # what XML cannot hold, written out
+    assert back[3][6:8] == ["-inf", "nan"]  # a number a sheet cannot hold, as its text
+    long = back[3][2]
+    assert len(long) == 32_767 and long.endswith(" characters cut: an Excel cell holds 32,767]")
+    assert long.startswith("C" * 32_000) and f"[... {40_000 - long.index(' ['):,} characters cut" in long
+    assert read_queries(tmp_path / "out.XLSX", column="smiles").queries == ["CC=O", "", "CCO"]  # reads back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.XLSX"]
+
+
+def test_a_workbook_run_that_may_pass_the_sheets_last_row_is_refused_before_it_starts(tmp_path, monkeypatch):
+    molspec_io.check_results_name(tmp_path / "o.xlsx", 1_048_575)
+    with pytest.raises(OutputFileError, match=r"up to 1,048,576 rows of answers, more than an Excel sheet holds "
+                                              r"\(1,048,575 under its header\); write CSV"):
+        molspec_io.check_results_name(tmp_path / "o.xlsx", 1_048_576)
+    molspec_io.check_results_name(tmp_path / "o.csv", 10**8)  # CSV has no such limit
+    with pytest.raises(OutputFileError, match=r"o\.xls: predict writes CSV \(\.csv\), an SD file .* or an Excel "
+                                              r"workbook \(\.xlsx\)"):
+        molspec_io.check_results_name(tmp_path / "o.xls")
+    out = tmp_path / "o.xlsx"
+    out.write_bytes(b"earlier results")
+    monkeypatch.setattr(molspec_io, "WORKBOOK_MAX_ROWS", 3)  # the writer's own check, and a failed write
+    with pytest.raises(OutputFileError, match="more than 3 rows, the most an Excel sheet holds"):
+        molspec_io.write_results(out, ["smiles"], [["C"], ["CC"], ["CCC"]])
+    assert out.read_bytes() == b"earlier results" and sorted(p.name for p in tmp_path.iterdir()) == ["o.xlsx"]
+    molspec_io.write_results(out, ["smiles"], [["C"], ["CC"]])
+    assert read_queries(out).queries == ["C", "CC"]

@@ -15,7 +15,7 @@ import streamlit as st
 
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, SMILES_COLUMNS, InputFileError, QueryFile,
-                             csv_bytes, output_header, parse_upload, result_rows, sd_bytes)
+                             csv_bytes, output_header, parse_upload, result_rows, sd_bytes, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, with_recorded
 from molspec_core.service import QueryResult
 from views import common
@@ -108,6 +108,11 @@ def results_sdf(table: pd.DataFrame) -> bytes:
     return sd_bytes(list(table.columns), _cells(table))
 
 
+def results_workbook(table: pd.DataFrame) -> bytes:
+    """The Excel workbook the CLI would write for these rows (`--output F.xlsx`)."""
+    return workbook_bytes(table.columns, _cells(table))
+
+
 def _cells(table: pd.DataFrame) -> list[tuple[object, ...]]:
     """The table's rows as Python values, pandas' missing values as None (empty cells, absent fields)."""
     return list(table.astype(object).where(table.notna(), None).itertuples(index=False, name=None))
@@ -167,6 +172,11 @@ def show(batch: BatchResult) -> None:
                            mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
                            help="A record per row of the table: the answer's structure with 2D coordinates and "
                                 "every column as a field; a rejected query's record has no atoms and says why.")
+        st.download_button("Download Excel", data=lambda: results_workbook(table),
+                           file_name=f"{stem}-predictions.xlsx", on_click="ignore", icon=":material/download:",
+                           mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                           help="The table as an Excel workbook: it opens in columns whatever Excel's language, "
+                                "numbers as numbers and every SMILES as text.")
 
 
 def show_known(known: KnownSummary) -> None:
@@ -189,8 +199,9 @@ def main() -> None:
     st.title("Batch prediction")
     st.caption("Upload a TXT file (one SMILES per line), a SMILES file (`.smi`: a SMILES, then optionally a "
                "name, per line), an SD file (`.sdf`: one query per record) or a CSV with a `smiles` column (cells "
-               "split at commas, semicolons as Excel writes them in much of Europe, or tabs: `.tsv`); `.gz` "
-               "and `.xz` archives of them are read too. Every row is predicted with the sidebar settings; rejected "
+               "split at commas, semicolons as Excel writes them in much of Europe, or tabs: `.tsv`) or an Excel "
+               "workbook (`.xlsx`: the first sheet whose first row names a `smiles` column); `.gz` and `.xz` archives "
+               "of them are read too. Every row is predicted with the sidebar settings; rejected "
                "rows are reported next to the good ones, and the names, SD fields or a CSV's other columns (IDs, "
                "names) are kept in front of the results. Queries written as recorded reactions "
                "(`reactants>reagents>products`) are predicted from their reactants (retrosynthesis: their products), "
@@ -202,8 +213,9 @@ def main() -> None:
         return
     with st.form("batch_form"):
         upload = st.file_uploader("Query file",
-                                  type=["csv", "tsv", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz", "xz"])
-        column = st.text_input("CSV column (optional)",
+                                  type=["csv", "tsv", "xlsx", "xls", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz",
+                                        "xz"])
+        column = st.text_input("CSV or workbook column (optional)",
                                placeholder=f"automatic: {', '.join(SMILES_COLUMNS[:-1])} or {SMILES_COLUMNS[-1]}",
                                help="The column that holds the SMILES, when it has another name.")
         known = st.text_input("Known-answer column (optional)", placeholder="e.g. product",
