@@ -171,6 +171,14 @@ def test_other_columns_are_read_beside_the_query(tmp_path):
     assert table.cells == (("1", "first"), ("2", ""), ("", ""), ("3", "x"))
 
 
+def test_records_of_empty_cells_after_the_last_are_no_queries_and_those_before_it_stay(tmp_path):
+    """Excel saves a sheet's formatted empty rows as lines of separators (';;' in Europe): after the last record
+    they are not queries, and were each reported as an empty query; before it they keep the row numbers."""
+    (tmp_path / "q.csv").write_text("id;smiles;note\n1;CCO;a\n;;\n2;CCN;b\n;;\n;;\n\n")
+    table = read_queries(tmp_path / "q.csv")
+    assert table.queries == ["CCO", "", "CCN"] and table.cells == (("1", "a"), ("", ""), ("2", "b"))
+
+
 # ---- writing ------------------------------------------------------------------------------------------
 
 
