@@ -57,10 +57,13 @@ SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a quer
 # a cell's characters. The old binary format (.xls) is refused with what to do instead.
 WORKBOOK_SUFFIX = ".xlsx"
 OLD_WORKBOOK_SUFFIX = ".xls"
+OLE_MAGIC = b"\xd0\xcf\x11\xe0"  # the first bytes of an .xls file, and of an .xlsx encrypted with a password
 WORKBOOK_MAX_ROWS = 1_048_576  # the header included
 WORKBOOK_MAX_CELL = 32_767  # characters
 # A workbook is a zip of XML, several times its cells' text: its members may hold this much once decompressed.
 WORKBOOK_MAX_XML_BYTES = 4 * MAX_INPUT_BYTES
+# and its table may hold this many cells (rows x named columns): a sparse sheet's XML is small, its rows are not
+WORKBOOK_MAX_CELLS = 10_000_000
 RESULT_SUFFIXES = (".csv", *SD_FILE_SUFFIXES, WORKBOOK_SUFFIX)  # what write_results writes (any case)
 MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields, and is read as one
 # Every output row: the input's other columns come first (see output_header), then these.
@@ -271,11 +274,16 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
     cell is read as the text Excel shows for its value (stored values only: a formula gives the value Excel last
     saved with it, and nothing is computed here); a number that is a whole number reads without a decimal point
     (compound IDs), a date as ISO 8601. Bounded: the zip's members may hold WORKBOOK_MAX_XML_BYTES once
-    decompressed, read as their headers declare (Python's zipfile stops at the declared size)."""
+    decompressed, read as their headers declare (Python's zipfile stops at the declared size), and the table
+    WORKBOOK_MAX_CELLS cells and MAX_INPUT_ROWS rows."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             unpacked = sum(member.file_size for member in archive.infolist())
     except zipfile.BadZipFile:
+        if bytes(data[:4]) == OLE_MAGIC:  # Excel writes a workbook with a password (and .xls) in this container
+            raise InputFileError(f"{name} is protected by a password (or is an .xls file renamed), which is not read "
+                                 "here: in Excel, remove the password or save it as an Excel workbook (.xlsx) or as "
+                                 "CSV UTF-8 (.csv)") from None
         raise InputFileError(f"{name} is not an Excel workbook (.xlsx): it is not the zip archive one is") from None
     if unpacked > WORKBOOK_MAX_XML_BYTES:
         raise InputFileError(f"{name} holds more than {WORKBOOK_MAX_XML_BYTES // 2**20} MB once decompressed")
@@ -286,8 +294,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
         try:
             for sheet in book.worksheets:
-                rows = sheet.iter_rows(values_only=True)
-                fields = [_cell_text(value) for value in next(rows, ())]
+                fields = [_cell_text(value) for value in next(sheet.iter_rows(max_row=1, values_only=True), ())]
                 while fields and not fields[-1]:
                     fields.pop()  # a sheet's rows reach its widest row; a header ends at its last name
                 at = query_column(fields, column)
@@ -295,10 +302,15 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                     headers.append(f"{sheet.title!r}: {[f for f in fields if f]}")
                     continue
                 records = []
-                for values in rows:
+                # cells past the header's last name are not read: a row is as wide as the sheet's widest
+                for values in sheet.iter_rows(min_row=2, max_col=len(fields), values_only=True):
                     records.append([_cell_text(value) for value in values])
                     if len(records) > MAX_INPUT_ROWS:
                         _check_rows(len(records))  # a sheet of a million rows is refused before all are read
+                    if len(records) * len(fields) > WORKBOOK_MAX_CELLS:
+                        raise InputFileError(f"{name}: sheet {sheet.title!r} holds more than {WORKBOOK_MAX_CELLS:,} "
+                                             f"cells under its header, which names {len(fields):,} columns; delete "
+                                             "the columns the queries do not need")
                 return table_queries(fields, at, records)
         finally:
             book.close()
