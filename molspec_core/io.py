@@ -279,12 +279,13 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             unpacked = sum(member.file_size for member in archive.infolist())
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, NotImplementedError, ValueError, OSError, EOFError) as exc:  # no zip, or damaged
         if bytes(data[:4]) == OLE_MAGIC:  # Excel writes a workbook with a password (and .xls) in this container
             raise InputFileError(f"{name} is protected by a password (or is an .xls file renamed), which is not read "
                                  "here: in Excel, remove the password or save it as an Excel workbook (.xlsx) or as "
                                  "CSV UTF-8 (.csv)") from None
-        raise InputFileError(f"{name} is not an Excel workbook (.xlsx): it is not the zip archive one is") from None
+        raise InputFileError(f"{name} is not an Excel workbook (.xlsx): it is not the zip archive one is "
+                             f"({exc})") from None
     if unpacked > WORKBOOK_MAX_XML_BYTES:
         raise InputFileError(f"{name} holds more than {WORKBOOK_MAX_XML_BYTES // 2**20} MB once decompressed")
     import openpyxl  # only where a workbook is read
@@ -611,10 +612,10 @@ def _workbook_cell(sheet: object, cell: object) -> object:
 
 
 def workbook_text(text: str) -> str:
-    """Text as a worksheet cell can hold it: a character XML cannot hold written as \\x01 and the like, and a text
-    longer than Excel's 32,767 characters cut there, ending in a note of how many characters were cut (the whole
-    text is in the CSV)."""
-    text = WORKBOOK_UNWRITABLE.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+    """Text as a worksheet cell can hold it: a character XML cannot hold written as \\x01 and the like, a line break
+    as Excel writes one (\\n; XML would read \\r\\n and a lone \\r so anyway), and a text longer than Excel's
+    32,767 characters cut there, ending in a note of how many characters were cut (the whole text is in the CSV)."""
+    text = WORKBOOK_UNWRITABLE.sub(lambda m: f"\\x{ord(m[0]):02x}", text.replace("\r\n", "\n").replace("\r", "\n"))
     if len(text) <= WORKBOOK_MAX_CELL:
         return text
     note = f" [... {{}} characters cut: an Excel cell holds {WORKBOOK_MAX_CELL:,}]"

@@ -124,6 +124,49 @@ def test_fuzzed_cells_written_as_an_sd_file_keep_one_record_per_row_in_order(tmp
     assert fields["a_b _c_"][:3] == ("'$$$$", "x $$$$ y", "> <smiles>")
 
 
+def test_fuzzed_cells_through_an_excel_workbook_come_back_as_written_and_none_runs(tmp_path):
+    """Fuzzed queries and notes through `--input F.xlsx --output F.xlsx`: every query and note comes back in the
+    results as written (workbook_text: only what XML cannot hold is spelled out, a cell past Excel's length cut),
+    row for row with the CSV, and no cell is a formula or an error value."""
+    import openpyxl
+
+    from molspec_core.io import workbook_bytes, workbook_text
+
+    inputs = [q.replace(">", "") for q in fuzz_inputs(9, 1_500)]  # no recorded reaction: each query is predicted
+    notes = fuzz_inputs(10, 1_500)
+    notes[:4] = ["=1+1", "#N/A", "@SUM(A1)", "-2+3"]
+    (tmp_path / "in.xlsx").write_bytes(workbook_bytes(["smiles", "note"], zip(inputs, notes)))
+    for out in ("out.csv", "out.xlsx"):
+        assert main(["predict", "--model", str(FIXTURES / "copy_model"), "--input", str(tmp_path / "in.xlsx"),
+                     "--output", str(tmp_path / out), "--method", "spec-lookup", "--batch-size", "32"]) == 0
+    table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    sheet = openpyxl.load_workbook(tmp_path / "out.xlsx", read_only=True).active
+    header, *rows = [[cell.value for cell in row] for row in sheet.iter_rows()]
+    assert header == list(table.columns) and len(rows) == len(table)
+    book = dict(zip(header, zip(*rows)))
+    assert [int(r) for r in book["row"]] == table["row"].astype(int).tolist()
+    as_written = [workbook_text(workbook_text(q)) for q in inputs]  # in, then out: escaped twice
+    assert [q or "" for q in book["query"]] == [as_written[int(r) - 1] for r in table["row"]]
+    assert [n or "" for n in book["note"]] == [workbook_text(workbook_text(notes[int(r) - 1])) for r in table["row"]]
+    typed = {cell.data_type for row in openpyxl.load_workbook(tmp_path / "out.xlsx").active.iter_rows() for cell in row}
+    assert not typed & {"f", "e"}, typed
+
+
+def test_fuzzed_bytes_named_as_a_workbook_are_refused_with_a_clear_error(tmp_path):
+    from molspec_core.io import workbook_bytes
+
+    rng = random.Random(11)
+    whole = workbook_bytes(["smiles"], [[q] for q in fuzz_inputs(12, 50)])
+    for i in range(60):
+        data = rng.choice([whole[:rng.randint(0, len(whole) - 1)], rng.randbytes(rng.randint(0, 3_000)),
+                           bytes(b ^ (rng.random() < 0.01) * rng.randint(1, 255) for b in whole)])
+        (tmp_path / f"w{i}.xlsx").write_bytes(data)
+        try:
+            read_queries(tmp_path / f"w{i}.xlsx")  # a flipped byte may leave it readable: then it reads
+        except InputFileError as error:
+            assert str(error).startswith(f"w{i}.xlsx "), error
+
+
 # ---- input files of every kind (issue 14: compressed and special files) ------------------------------
 
 
