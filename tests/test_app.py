@@ -263,7 +263,7 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert "returned this answer too, at rank 1" in texts(at.caption)
     assert "output tokens" in texts(at.caption) and len(at.get("html")) == 1  # the coloured provenance tokens
     downloads = [b.proto.label for b in at.get("download_button")]
-    assert downloads == ["Download answers (CSV)", "Download structures (SDF)"]
+    assert downloads == ["Download answers (CSV)", "Download structures (SDF)", "Download answers (Excel)"]
 
 
 @needs_forward
@@ -500,6 +500,10 @@ def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_mo
     exported = pd.read_csv(io.BytesIO(history_download(at)), keep_default_na=False, dtype=str)
     assert exported.drop_duplicates("row")["query"].tolist() == ["Oc1ccncc1", "Clc1ccncc1"]  # oldest first
     assert exported["row"].drop_duplicates().tolist() == ["1", "3"] and (exported["rank"] != "").all()
+    assert {"Download all answers (CSV)", "Download all answers (Excel)"} <= {b.proto.label for b in
+                                                                             at.get("download_button")}
+    pd.testing.assert_frame_equal(pd.read_excel(io.BytesIO(history_download(at, excel=True)), dtype=str,
+                                                keep_default_na=False), exported)  # the same rows
     for n in range(HISTORY_LIMIT):
         predict(at, "C" * (n + 1))
     assert_clean(at)
@@ -507,11 +511,13 @@ def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_mo
     assert at.dataframe[0].value["query"].tolist()[-1] == "C"  # the two oldest went
 
 
-def history_download(at: AppTest) -> bytes:
-    """The history's CSV as the page builds it for its download button (the forward entries)."""
-    from views.predict import history_csv
+def history_download(at: AppTest, excel: bool = False) -> bytes:
+    """The history's CSV (or Excel workbook) as the page builds it for its download button (the forward entries)."""
+    from molspec_core.io import output_header, workbook_bytes
+    from views.predict import history_csv, history_rows
 
-    return history_csv([(n, s) for n, s in at.session_state["history"] if s.settings.task == "forward"])
+    entries = [(n, s) for n, s in at.session_state["history"] if s.settings.task == "forward"]
+    return workbook_bytes(output_header(()), history_rows(entries)) if excel else history_csv(entries)
 
 
 def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_models, monkeypatch):
@@ -1274,15 +1280,19 @@ def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
 
 @needs_forward
 def test_predict_page_exports_hold_the_answers():
-    """The Predict page's CSV and SD file are the Batch page's: the same columns, a record per row in order."""
+    """The Predict page's CSV, SD file and workbook are the Batch page's: the same columns, a record per row in
+    order."""
     from molspec_core.chem import canonical_or_none, sd_records
     from molspec_core.io import output_header
     from molspec_core.service import Predictor
-    from views.predict import answer_exports
+    from molspec_core.io import workbook_bytes
+    from views.predict import answer_exports, answer_table
 
     result = Predictor.load("forward", device="cpu").predict("CC(=O)Cl.NCc1ccccc1", method="beam", n_best=3)
     csv, sdf = answer_exports(result)
     table = pd.read_csv(io.BytesIO(csv), keep_default_na=False, dtype=str)
+    workbook = workbook_bytes(*answer_table(result))  # the Excel download's
+    pd.testing.assert_frame_equal(pd.read_excel(io.BytesIO(workbook), keep_default_na=False, dtype=str), table)
     assert list(table.columns) == output_header(()) and list(table["smiles"]) == [p.smiles for p in result.predictions]
     records = sd_records(sdf.decode())
     assert [r.fields for r in records] == [{k: v for k, v in row.items() if v} for row in table.to_dict("records")]

@@ -174,9 +174,7 @@ def show(batch: BatchResult) -> None:
                                 "every column as a field; a rejected query's record has no atoms and says why.")
         st.download_button("Download Excel", data=lambda: results_workbook(table),
                            file_name=f"{stem}-predictions.xlsx", on_click="ignore", icon=":material/download:",
-                           mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                           help="The table as an Excel workbook: it opens in columns whatever Excel's language, "
-                                "numbers as numbers and every SMILES as text.")
+                           mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
 
 
 def show_known(known: KnownSummary) -> None:

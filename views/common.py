@@ -373,6 +373,9 @@ MAX_FILE_MB = 1  # the uploader refuses larger files in the browser (max_upload_
 MAX_FILE_BYTES = MAX_FILE_MB * 1024 * 1024
 MAX_FILE_MOLECULES = 20
 QUERY_FILE_TYPES = ["mol", "sdf", "sd"]
+WORKBOOK_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+WORKBOOK_HELP = ("It opens in columns whatever Excel's language (a CSV opens in one column where Excel separates "
+                 "cells with semicolons), with numbers as numbers and every SMILES as text.")
 QUERY_FILE_LIMITS = (f"At most {MAX_FILE_MB} MB and {MAX_FILE_MOLECULES} molecules: the Batch page predicts larger "
                      "files, a query per record.")
 

@@ -14,7 +14,7 @@ from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none
-from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes
+from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import KnownMarks, known_rank, recorded_column, recorded_reaction, recorded_side
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
@@ -424,15 +424,21 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 # ---- export -----------------------------------------------------------------------------------
 
 
-def answer_exports(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
-    """The answers as the Batch page (and `molspec predict`) exports one query: CSV and SD file, row for row. With
-    a known answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the
-    Batch page exports a file of recorded reactions."""
+def answer_table(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[list[str], list[list[object]]]:
+    """The answers as the Batch page (and `molspec predict`) exports one query: its header and rows. With a known
+    answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the Batch page
+    exports a file of recorded reactions."""
     header = output_header(known[:1] if known else ())
     rows = list(result_rows(1, known[1:] if known else (), result))
     if known:
         marks = KnownMarks(header, 0, known[0])
         header, rows = marks.header, list(marks.rows(rows))
+    return header, rows
+
+
+def answer_exports(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
+    """answer_table as CSV and SD file, row for row."""
+    header, rows = answer_table(result, known)
     return csv_bytes(header, rows), sd_bytes(header, rows)
 
 
@@ -447,7 +453,8 @@ def known_column(shown: Shown) -> tuple[str, str] | None:
 
 
 def show_exports(shown: Shown) -> None:
-    csv, sdf = answer_exports(shown.result, known_column(shown))
+    known = known_column(shown)
+    csv, sdf = answer_exports(shown.result, known)
     with st.container(horizontal=True):
         st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
                            icon=":material/download:")
@@ -455,6 +462,9 @@ def show_exports(shown: Shown) -> None:
                            mime="chemical/x-mdl-sdfile", icon=":material/download:",
                            help="A record per answer, with 2D coordinates and the CSV's columns as fields "
                                 "(an unreadable answer keeps its fields without atoms).")
+        st.download_button("Download answers (Excel)", lambda: workbook_bytes(*answer_table(shown.result, known)),
+                           file_name="molspec-answers.xlsx", mime=common.WORKBOOK_MIME, icon=":material/download:",
+                           on_click="ignore", help=common.WORKBOOK_HELP)
 
 
 # ---- speedup ----------------------------------------------------------------------------------
@@ -600,10 +610,15 @@ def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"confidence": "Float64"})
 
 
+def history_rows(entries: list[tuple[int, Shown]]) -> list[list[object]]:
+    """Every answer of the listed predictions, oldest first, in the Batch page's columns (output_header(()));
+    `row` is the prediction's number in the list."""
+    return [r for n, s in reversed(entries) for r in result_rows(n, (), s.result)]
+
+
 def history_csv(entries: list[tuple[int, Shown]]) -> bytes:
-    """Every answer of the listed predictions, oldest first, in the Batch page's columns; `row` is the
-    prediction's number in the list."""
-    return csv_bytes(output_header(()), [r for n, s in reversed(entries) for r in result_rows(n, (), s.result)])
+    """history_rows as CSV."""
+    return csv_bytes(output_header(()), history_rows(entries))
 
 
 def show_history(task: str) -> None:
@@ -619,10 +634,15 @@ def show_history(task: str) -> None:
         st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
                      args=(task,), placeholder="Pick a query: its answers come back as they were",
                      format_func=lambda n: f"#{n}: {common.short(dict(entries)[n].result.canonical_query, 70)}")
-        st.download_button("Download all answers (CSV)", history_csv(entries), file_name="molspec-session.csv",
-                           mime="text/csv", icon=":material/download:",
-                           help=f"The answers of these {len(entries)} queries, oldest first, in the Batch page's "
-                                f"columns (the session keeps the last {HISTORY_LIMIT}).")
+        described = (f"The answers of these {len(entries)} queries, oldest first, in the Batch page's columns (the "
+                     f"session keeps the last {HISTORY_LIMIT}).")
+        with st.container(horizontal=True):
+            st.download_button("Download all answers (CSV)", history_csv(entries), file_name="molspec-session.csv",
+                               mime="text/csv", icon=":material/download:", help=described)
+            st.download_button("Download all answers (Excel)",
+                               lambda: workbook_bytes(output_header(()), history_rows(entries)),
+                               file_name="molspec-session.xlsx", mime=common.WORKBOOK_MIME, on_click="ignore",
+                               icon=":material/download:", help=f"{described} {common.WORKBOOK_HELP}")
 
 
 # ---- page -------------------------------------------------------------------------------------
