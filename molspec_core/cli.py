@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
     p.add_argument("--smiles", required=True, help="the target molecule")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds of search (default %(default)s)")
-    p.add_argument("--stock", help="building blocks: one SMILES per line, or a CSV with a smiles column "
+    p.add_argument("--stock", help="building blocks: one SMILES per line, an SD file, or a CSV or Excel workbook "
+                   "(.xlsx) with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
     p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*", help="search (syntheseus's; "
                    "default %(default)s)")

@@ -62,8 +62,8 @@ class Stock(SmilesListInventory):
 
 def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
     """The stock in a file: one SMILES per line (optionally followed by a name; '#' starts a comment line),
-    an SD file or a CSV with a smiles column; .gz and .xz are read too. ValueError when it cannot be read or holds
-    no readable molecule."""
+    an SD file, or a CSV or an Excel workbook (.xlsx) with a smiles column; .gz and .xz are read too. ValueError
+    when it cannot be read or holds no readable molecule."""
     path = Path(path)
     try:
         table = read_queries(path, column)
@@ -90,7 +90,7 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
     if not molecules:
         unreadable = f" ({n_unreadable} entries are not SMILES RDKit can read)" if n_unreadable else ""
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
-                         "an SD file, or a CSV with a smiles column")
+                         "an SD file, or a CSV or Excel workbook with a smiles column")
     return Stock(molecules, source, n_unreadable)
 
 

@@ -259,6 +259,16 @@ def test_stock_reads_a_gzipped_csv_with_a_smiles_column(tmp_path):
     assert sorted(m.smiles for m in load_stock(path).to_purchasable_mols()) == ["CC(=O)O", "Nc1ccccc1"]
 
 
+def test_stock_reads_an_excel_inventory_and_an_uploaded_one(tmp_path):
+    from molspec_core.io import workbook_bytes
+    from molspec_core.planning import stock_from_upload
+
+    data = workbook_bytes(["Catalogue no.", "SMILES", "Price (EUR)"], [["A1", "c1ccccc1N", 3], ["A2", "OC(=O)C", 1.5]])
+    (tmp_path / "inventory.xlsx").write_bytes(data)
+    for stock in (load_stock(tmp_path / "inventory.xlsx"), stock_from_upload("inventory.xlsx", data)):
+        assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CC(=O)O", "Nc1ccccc1"]
+
+
 @pytest.mark.parametrize("content, message", [
     ("", "holds no molecules"), ("# only a comment\n\n", "holds no molecules"),
     ("C1CC\nxyz\n", r"holds no molecules \(2 entries are not SMILES"),

@@ -228,9 +228,11 @@ def main() -> None:
         check_atoms = st.toggle("Skip steps whose reactants lack atoms of the product", value=True,
                                 key="route_check_atoms", help="Every heavy atom of a product comes from a reactant; "
                                 "today's model often proposes sets that drop a ring or a carbon.")
-        upload = st.file_uploader("Your own stock (optional)", type=["smi", "txt", "sdf", "csv", "tsv", "gz", "xz"],
-                                  help="One SMILES per line, an SD file, or a CSV with a smiles column. Without it: "
-                                       "the default stock, reactants of at least 2 USPTO-50K training reactions.")
+        upload = st.file_uploader("Your own stock (optional)",
+                                  type=["smi", "txt", "sdf", "csv", "tsv", "xlsx", "xls", "gz", "xz"],
+                                  help="One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles "
+                                       "column. Without it: the default stock, reactants of at least 2 USPTO-50K "
+                                       "training reactions.")
         submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
     # The sidebar's "read the query in N writings" applies here too when its model is the one planning.
     augment = cfg.augment if cfg.task == "retro" and cfg.model == model else 1
