@@ -126,6 +126,32 @@ def smiles_from_cxsmiles(text: str) -> str:
     return Chem.MolToSmiles(mol)
 
 
+def unread_stereo_groups(text: str) -> str:
+    """What a CXSMILES's enhanced stereo says that the models do not read, as a sentence; "" where it says nothing
+    more than the SMILES (no |...| part, no AND or OR group, or a reaction). An AND group (&n) marks centres of a
+    mixture of both configurations (a racemate), an OR group (orn) centres of one configuration not known; the
+    SMILES the models read (smiles_from_cxsmiles) draws each centre as one configuration, and USPTO's reactions
+    hold nothing else."""
+    if not CXSMILES.fullmatch(text.strip()) or ">" in text.split()[0]:
+        return ""
+    mol = Chem.MolFromSmiles(text.strip())
+    if mol is None:
+        return ""
+    kinds = {Chem.StereoGroupType.STEREO_AND: ("&", "both configurations, a mixture"),
+             Chem.StereoGroupType.STEREO_OR: ("or", "one configuration, not known which")}
+    said = []
+    for group in mol.GetStereoGroups():
+        if group.GetGroupType() in kinds:
+            mark, meaning = kinds[group.GetGroupType()]
+            atoms = sorted(atom.GetIdx() for atom in group.GetAtoms())
+            said.append(f"{mark}{group.GetReadId() or ''} ({meaning}) at atom{'s' if len(atoms) > 1 else ''} "
+                        f"{', '.join(map(str, atoms))}")
+    if not said:
+        return ""
+    return (f"Enhanced stereo is not read: {'; '.join(said)} (atoms counted from 0, as in the CXSMILES). The model "
+            "reads each of these centres as drawn, as one configuration, and its answers carry that configuration.")
+
+
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
     return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]

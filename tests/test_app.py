@@ -267,6 +267,18 @@ def test_predict_page_predicts_with_the_shipped_model():
 
 
 @needs_forward
+def test_a_cxsmiles_with_enhanced_stereo_says_the_model_reads_its_centres_as_drawn():
+    at = app().run()
+    predict(at, "C[C@H](N)C(=O)O.CC(=O)Cl |&1:1|")  # racemic alanine, as ChemDraw copies it
+    assert_clean(at)
+    assert at.session_state["shown"].result.canonical_query == "CC(=O)Cl.C[C@H](N)C(=O)O"
+    assert "Enhanced stereo is not read: &1 (both configurations, a mixture) at atom 1" in texts(at.info)
+    predict(at, "C[C@H](N)C(=O)O.CC(=O)Cl |a:1|")  # absolute: nothing unread
+    assert_clean(at)
+    assert "Enhanced stereo" not in texts(at.info)
+
+
+@needs_forward
 def test_example_button_predicts_and_checks_the_known_product():
     at = app().run()
     next(b for b in at.button if b.label == "Amide coupling").click()

@@ -95,6 +95,21 @@ def test_a_cxsmiles_is_read_as_rdkit_reads_it_and_written_as_plain_smiles(text, 
     assert CXSMILES.fullmatch(text) and smiles_from_cxsmiles(text) == smiles
 
 
+@pytest.mark.parametrize("text, said", [
+    ("C[C@H](N)C(=O)O |&1:1|", "&1 (both configurations, a mixture) at atom 1 (atoms counted from 0"),
+    ("C[C@H](O)[C@@H](N)C.OC[C@@H]1CCCN1 |o1:1,3,&2:8|",
+     "or1 (one configuration, not known which) at atoms 1, 3; &2 (both configurations, a mixture) at atom 8"),
+    ("C[C@H](N)C(=O)O |a:1|", ""),  # absolute: as drawn, which is what the model reads
+    ("C[C@H](N)C(=O)O", ""), ("CCO |(0,0,;1.3,0.75,;2.6,0,)|", ""),
+    ("C[C@H](N)C>>C[C@H](N)C |&1:1|", ""),  # a reaction's groups are not looked at
+])
+def test_a_cxsmiles_says_which_enhanced_stereo_the_model_does_not_read(text, said):
+    from molspec_core.chem import unread_stereo_groups
+
+    note = unread_stereo_groups(text)
+    assert (said in note and note.startswith("Enhanced stereo is not read: ")) if said else note == ""
+
+
 @pytest.mark.parametrize("text", ["CCO", "CC O", "CCO |c:1| ethanol", "CCO ||x", "CC|c:1|", "| |"])
 def test_text_that_is_no_cxsmiles_is_not_taken_for_one(text):
     assert CXSMILES.fullmatch(text) is None

@@ -42,6 +42,14 @@ def test_predict_one_smiles_says_which_answer_the_model_wrote_several_ways(capsy
     assert len(rows) == 4 and rows[0].endswith("O=C(Nc1ccc(F)cc1)c1ccccc1   (written 2 ways)")
 
 
+@pytest.mark.skipif(not (ROOT / "models" / "forward" / "config.json").is_file(), reason="no shipped forward model")
+def test_predict_one_cxsmiles_notes_the_enhanced_stereo_it_does_not_read(capsys):
+    assert main(["predict", "--model", "forward", "--smiles", "C[C@H](N)C(=O)O.CC(=O)Cl |o1:1|"]) == 0
+    out = capsys.readouterr().out
+    assert "query: CC(=O)Cl.C[C@H](N)C(=O)O" in out
+    assert "\nnote: Enhanced stereo is not read: or1 (one configuration, not known which) at atom 1" in out
+
+
 def calibration_case(tmp_path) -> tuple:
     """A copy of the copy model and the calibrate arguments of six validation pairs it gets right."""
     import shutil

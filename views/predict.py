@@ -13,7 +13,7 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import canonical_or_none
+from molspec_core.chem import canonical_or_none, unread_stereo_groups
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import KnownMarks, known_rank, recorded_column, recorded_reaction, recorded_side
 from molspec_core.bench import Speedup, compare_pair
@@ -199,6 +199,9 @@ def show_query(shown: Shown) -> None:
         if shown.example:
             line += f" · example: {shown.example}"
         st.caption(common.md_escape(line))
+    unread = unread_stereo_groups(result.query)
+    if unread:
+        st.info(common.md_escape(unread), icon=":material/info:")
 
 
 def decode_time(result: QueryResult) -> str:
