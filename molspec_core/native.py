@@ -467,18 +467,25 @@ class NativeStep(NumpyStep):
         out_weights = weights.view(batch, 1, t_new, -1) if weights is not None else None
         return logits.view(batch, 1, t_new, -1), out_weights
 
-    def greedy_step(self, tokens: torch.Tensor, drafts: np.ndarray, cache: KVCache, want_peaks: bool
+    def greedy_step(self, tokens: torch.Tensor, drafts: np.ndarray, cache: KVCache, want_peaks: bool,
+                    slot_rows: np.ndarray | None = None
                     ) -> tuple[list[int], list[list[int]], list[list[float]], list[int] | None]:
         """One call of greedy.greedy in one C call (csrc greedy_step), one branch a row: feed tokens
         (R, 1, 1+D), each row's pending token and drafts[r] draft tokens (padded past them), and keep
         what it accepts. Returns greedy.settle_lists's outcome less the branch (always 0): accepted
         drafts, the argmax at every position, its log-probability, and the cross-attention peaks
         after the accepted runs (None unless want_peaks). The cache then holds the accepted run and
-        the next token's input slot, as commit(accepted + 1) leaves it."""
+        the next token's input slot, as commit(accepted + 1) leaves it. slot_rows (R,) int64, distinct:
+        the cache row each call row reads and writes (the rows of finished queries are left where they are,
+        not fed); None: call row r is cache row r, every row fed."""
         check_deadline()  # the per-query time limit (limits.py): this call bypasses model.decode
         rows, branches, t_new = tokens.shape
-        lengths = cache.lengths
-        if branches != 1 or drafts.shape != (rows,) or cache.batch_size != rows:
+        if slot_rows is not None:
+            slot_rows = np.ascontiguousarray(slot_rows, dtype=np.int64)
+            if slot_rows.shape != (rows,) or (rows and not 0 <= slot_rows.min() <= slot_rows.max() < cache.batch_size):
+                raise ValueError("greedy_step needs one cache row, in range, for each call row")
+        lengths = cache.lengths if slot_rows is None else cache.lengths[torch.from_numpy(slot_rows)]
+        if branches != 1 or drafts.shape != (rows,) or (slot_rows is None and cache.batch_size != rows):
             raise ValueError("greedy_step feeds one branch to each row of the cache")
         binding = self._binding(cache)
         upto = int(lengths.numpy().max()) + t_new if rows else t_new
@@ -492,6 +499,7 @@ class NativeStep(NumpyStep):
         weights = np.empty((rows, t_new, binding.call.src_len), dtype=np.float32) if want_peaks else None
         self._set_call(binding, cache, ids.data_ptr(), lengths, rows, t_new, upto, logits.ctypes.data,
                        None if weights is None else weights.ctypes.data)
+        binding.call.rows = None if slot_rows is None else slot_rows.ctypes.data
         drafts = np.ascontiguousarray(drafts, dtype=np.int64)
         accepted, new_lengths = np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int64)
         argmax, best = np.empty((rows, t_new), dtype=np.int64), np.empty((rows, t_new), dtype=np.float32)
@@ -502,7 +510,10 @@ class NativeStep(NumpyStep):
         out.peaks = None if peaks is None else peaks.ctypes.data
         if self._library.greedy_step(self._c_model(), ctypes.byref(binding.call), ctypes.byref(out)) != 0:
             raise MemoryError("the C greedy step could not allocate its scratch memory")
-        cache.lengths = torch.from_numpy(new_lengths)
+        if slot_rows is None:
+            cache.lengths = torch.from_numpy(new_lengths)
+        else:
+            cache.lengths[torch.from_numpy(slot_rows)] = torch.from_numpy(new_lengths)
         return accepted.tolist(), argmax.tolist(), best.tolist(), None if peaks is None else peaks.tolist()
 
     def beam_step(self, tokens: np.ndarray, cache: KVCache, scores: np.ndarray, length: int

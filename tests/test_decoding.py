@@ -326,6 +326,36 @@ def test_native_beam_slots_read_their_querys_memory_in_place(monkeypatch):
             [[(h.tokens, h.score, h.finished) for h in r.hypotheses] for r in copied]
 
 
+@pytest.mark.parametrize("drafter,draft_len,n_drafts", [("none", 0, 0), ("lookup", 4, 1), ("paper", 3, 4)])
+def test_native_greedy_leaves_finished_rows_in_place(copy_model, drafter, draft_len, n_drafts, monkeypatch):
+    """Session 71: on the native engine a query that finishes leaves its cache row where it is and the calls name
+    the active rows (greedy_step's slot_rows) instead of moving every other row's slots down. One draft a call
+    never moves a row; several drafts a call (torch's attention) move them down first. Either way each query's
+    tokens equal its own search alone, and with one draft a call its score too, to the bit."""
+    from molspec_core.cache import KVCache
+
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = random_sources(12, 12, len(vocab), 1, 30)
+    moves: list[int] = []
+    plain_reorder = KVCache.reorder
+
+    def counted(self, rows, *, cross=True):
+        if len(rows) < self.batch_size:  # rows leaving the batch
+            moves.append(len(rows))
+        return plain_reorder(self, rows, cross=cross)
+
+    monkeypatch.setattr(KVCache, "reorder", counted)
+    together = greedy(model, sources, factory(drafter, draft_len, n_drafts))
+    assert len({len(t) for t in tokens(together)}) > 1  # the queries finished apart
+    assert (moves == []) == (n_drafts <= 1)
+    alone = [greedy(model, [source], factory(drafter, draft_len, n_drafts))[0] for source in sources]
+    assert tokens(together) == tokens(alone)
+    scores = [r.hypotheses[0].score for r in together]
+    # the C call computes each row alone; torch's attention (several drafts) pads rows to the batch's drafts
+    assert scores == ([r.hypotheses[0].score for r in alone] if n_drafts <= 1 else
+                      pytest.approx([r.hypotheses[0].score for r in alone], abs=1e-5))
+
+
 def test_beam_width_one_is_greedy_and_batch_equals_single(copy_model, engine):
     model, vocab = on_engine(copy_model[0], engine), copy_model[1]
     sources = random_sources(9, 20, len(vocab), 2, 25)

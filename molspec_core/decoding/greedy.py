@@ -97,6 +97,11 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     native = engine if isinstance(engine, NativeStep) and on_cpu and not model.training else None
     if native is not None:  # finished rows leave the batch without copying the others' memory
         cache.share_memory(torch.arange(len(sources), device=device))
+    # On the native engine a finished row's slots stay where they are, and each call names the cache rows of the
+    # active ones (NativeStep.greedy_step's slot_rows): moving the others' slots down each time a query finished
+    # took 4% of a forward greedy search at batch 32 (cache._compacted, session 71). None: active row r is cache
+    # row r; the rows are moved down (cache.reorder) before any other call reads the cache.
+    slot_rows: np.ndarray | None = None
     pending = [BOS_ID] * len(sources)  # each active row's next input token
 
     while active:
@@ -106,9 +111,12 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
         tokens, lengths = pack_drafts(pending, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
         if native is not None and tokens.shape[1] == 1:
             n_acc_list, chosen_list, log_prob_list, peaks = native.greedy_step(tokens, lengths.numpy()[:, 0], cache,
-                                                                               want_attention)
+                                                                               want_attention, slot_rows)
             branch_list = [0] * len(active)
         else:
+            if slot_rows is not None:
+                cache.reorder(torch.from_numpy(slot_rows).to(device))
+                slot_rows = None
             tokens = tokens.to(device)
             logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
             if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops
@@ -144,7 +152,10 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
         if not still:
             break
         if len(still) < len(active):
-            cache.reorder(torch.tensor(still, dtype=torch.long, device=device))
+            if native is not None:
+                slot_rows = (np.arange(len(active)) if slot_rows is None else slot_rows)[still]
+            else:
+                cache.reorder(torch.tensor(still, dtype=torch.long, device=device))
             active = [active[row] for row in still]
         pending = [chosen_list[row][n_acc_list[row]] for row in still]
 
