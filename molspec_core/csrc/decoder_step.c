@@ -721,6 +721,17 @@ int decoder_step(const Model *model, const Call *call) {
             for (int i = 0; i < d; i++) x[((int64_t)b * T + t) * d + i] = e[i] + pos[i];
         }
     if (call->weights != NULL) memset(call->weights, 0, sizeof(float) * (size_t)M * S);
+    /* each source's width up to its last kept token: the keys past it are masked, so cross-attention reads no
+     * further (a masked key adds an exact 0 to the softmax's sums and to the weighted values, and its weight
+     * stays 0: the same to the bit as over the padded width). A source with no kept token keeps the full width. */
+    const int n_pads = call->src_pad == NULL ? 1 : call->pad_batch;
+    int32_t src_used[n_pads];
+    for (int p = 0; p < n_pads; p++) {
+        int n = S;
+        if (call->src_pad != NULL)
+            while (n > 0 && call->src_pad[(int64_t)p * S + n - 1]) n--;
+        src_used[p] = n > 0 ? n : S;
+    }
 
     for (int l = 0; l < model->n_layers; l++) {
         const Layer *layer = model->layers + l;
@@ -778,7 +789,9 @@ int decoder_step(const Model *model, const Call *call) {
             const int b = bt / T;
             const int64_t row = slot_row(call, b), own = call->cross_rows == NULL ? row : call->cross_rows[row];
             const int64_t cb = call->cross_batch == 1 ? 0 : own;
-            const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + (call->pad_batch == 1 ? 0 : own) * S;
+            const int64_t p = call->src_pad == NULL || call->pad_batch == 1 ? 0 : own;
+            const uint8_t *pad = call->src_pad == NULL ? NULL : call->src_pad + p * S;
+            const int n = src_used[p];
             float scores[2][S];
             for (int hh = 0; hh < H; hh += 2) { /* heads in pairs: weighted_sum2 */
                 const int pair = hh + 1 < H;
@@ -786,19 +799,19 @@ int decoder_step(const Model *model, const Call *call) {
                     const float *q = wide + (int64_t)bt * ldc + (hh + e) * hd;
                     const float *k = call->cross_keys[l] + ((int64_t)cb * H + hh + e) * S * hd;
                     float *score = scores[e];
-                    scores_of(q, k, hd, S, hd, score);
+                    scores_of(q, k, hd, n, hd, score);
                     if (pad != NULL)
-                        for (int j = 0; j < S; j++) score[j] = pad[j] ? -INFINITY : score[j];
-                    softmax_(score, S);
+                        for (int j = 0; j < n; j++) score[j] = pad[j] ? -INFINITY : score[j];
+                    softmax_(score, n);
                     if (last) {
                         float *w = call->weights + (int64_t)bt * S;
-                        for (int j = 0; j < S; j++) w[j] += score[j] / (float)H;
+                        for (int j = 0; j < n; j++) w[j] += score[j] / (float)H;
                     }
                 }
                 const float *v = call->cross_values[l] + ((int64_t)cb * H + hh) * S * hd;
                 float *out = attn + (int64_t)bt * d + hh * hd;
-                if (pair) weighted_sum2(scores[0], v, scores[1], v + S * hd, hd, S, hd, out, out + hd);
-                else weighted_sum(scores[0], v, hd, S, hd, out);
+                if (pair) weighted_sum2(scores[0], v, scores[1], v + S * hd, hd, n, hd, out, out + hd);
+                else weighted_sum(scores[0], v, hd, n, hd, out);
             }
         }
         failed |= product(&layer->cross_out, attn, d, M, wide, 0);
