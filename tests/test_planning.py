@@ -379,7 +379,16 @@ def test_routes_page_shows_routes_and_downloads(tmp_path, monkeypatch):
     assert {m.label for m in at.metric} >= {"Search time", "Molecules expanded", "Routes"}
     used = next(m for m in at.metric if m.label == "Answers used")  # a share that fits its column; counts on hover
     assert used.value.endswith("%") and " reactant sets the model proposed could be used" in used.proto.help
-    assert [b.proto.label for b in at.get("download_button")] == ["Download JSON", "Download CSV"]
+    assert [b.proto.label for b in at.get("download_button")] == ["Download JSON", "Download CSV", "Download Excel"]
+    import pandas as pd
+
+    from molspec_core.io import workbook_bytes
+
+    rows = list(planning.route_rows(at.session_state["routes"].result))  # what both downloads are made of
+    assert rows  # the workbook holds the CSV's rows
+    pd.testing.assert_frame_equal(
+        pd.read_excel(io.BytesIO(workbook_bytes(ROUTE_COLUMNS, rows)), dtype=str, keep_default_na=False),
+        pd.read_csv(io.BytesIO(csv_bytes(ROUTE_COLUMNS, rows)), dtype=str, keep_default_na=False))
 
 
 def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp_path, monkeypatch):

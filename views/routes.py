@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from molspec_core import depict
-from molspec_core.io import InputFileError, csv_bytes
+from molspec_core.io import InputFileError, csv_bytes, workbook_bytes
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep,
                                    Stock, load_stock, plan, route_rows, routes_json, stock_from_upload)
 from views import common
@@ -184,6 +184,10 @@ def show(shown: Shown) -> None:
                            mime="application/json", on_click="ignore", icon=":material/download:")
         st.download_button("Download CSV", data=csv_bytes(ROUTE_COLUMNS, route_rows(result)),
                            file_name=f"{stem}.csv", mime="text/csv", on_click="ignore", icon=":material/download:")
+        st.download_button("Download Excel", data=lambda: workbook_bytes(ROUTE_COLUMNS, route_rows(result)),
+                           file_name=f"{stem}.xlsx", mime=common.WORKBOOK_MIME, on_click="ignore",
+                           icon=":material/download:",
+                           help=f"The CSV's rows as an Excel workbook. {common.WORKBOOK_HELP}")
     for rank, route in enumerate(result.routes, start=1):
         show_route(rank, route)
 
