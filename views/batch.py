@@ -196,7 +196,7 @@ def main() -> None:
     cfg = common.settings()
     st.title("Batch prediction")
     st.caption("Upload a TXT file (one SMILES per line), a SMILES file (`.smi`: a SMILES, then optionally a "
-               "name, per line), an SD file (`.sdf`: one query per record) or a CSV with a `smiles` column (cells "
+               "name, per line), an SD file (`.sdf`: one query per record), a CSV with a `smiles` column (cells "
                "split at commas, semicolons as Excel writes them in much of Europe, or tabs: `.tsv`) or an Excel "
                "workbook (`.xlsx`: the first sheet whose first row names a `smiles` column); `.gz` and `.xz` archives "
                "of them are read too. Every row is predicted with the sidebar settings; rejected "
