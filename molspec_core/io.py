@@ -12,6 +12,7 @@ import contextlib
 import csv
 import gzip
 import io
+import itertools
 import lzma
 import math
 import numbers
@@ -560,8 +561,6 @@ def sd_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
 # ---- Excel workbooks ----------------------------------------------------------------------------
 
 WORKBOOK_SHEET = "predictions"
-# Excel's error values: text equal to one would be stored as that error, not as the text
-WORKBOOK_ERROR_TEXT = ("#NULL!", "#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#N/A")
 # characters XML 1.0 cannot hold, which a worksheet therefore cannot (written as \x01 and the like)
 WORKBOOK_UNWRITABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -573,15 +572,30 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
     without the CSV's quote; see workbook_text for what Excel cannot hold. Refuses a row past the sheet's last
     (check_results_name refuses such a run before it starts)."""
     import openpyxl  # only where a workbook is written
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.cell.cell import ERROR_CODES  # text openpyxl would store as Excel's error value
 
     book = openpyxl.Workbook(write_only=True)
     sheet = book.create_sheet(WORKBOOK_SHEET)
     sheet.freeze_panes = "A2"
+
+    def cell_of(value: object) -> object:
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, numbers.Real):
+            return value if math.isfinite(value) else str(value)
+        text = workbook_text(str(value))
+        if text.startswith("=") or text in ERROR_CODES:  # what openpyxl would type as a formula or an error
+            typed = WriteOnlyCell(sheet, value=text)
+            typed.data_type = "s"
+            return typed
+        return text
+
     try:
-        for n, row in enumerate(_with_header(header, rows), start=1):
+        for n, row in enumerate(itertools.chain([header], rows), start=1):
             if n > WORKBOOK_MAX_ROWS:
                 raise OutputFileError(f"more than {WORKBOOK_MAX_ROWS:,} rows, the most an Excel sheet holds; write CSV")
-            sheet.append([_workbook_cell(sheet, cell) for cell in row])
+            sheet.append([cell_of(value) for value in row])
     except BaseException:
         # end the sheet's stream to its temporary file now (openpyxl deletes the file at exit), not at garbage
         # collection, where it fails writing to the file it already closed
@@ -589,26 +603,6 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
             sheet.close()
         raise
     book.save(f)
-
-
-def _with_header(header: Iterable[object], rows: Iterable[Iterable[object]]) -> Iterator[Iterable[object]]:
-    yield header
-    yield from rows
-
-
-def _workbook_cell(sheet: object, cell: object) -> object:
-    from openpyxl.cell import WriteOnlyCell
-
-    if cell is None or isinstance(cell, bool):
-        return cell
-    if isinstance(cell, numbers.Real):
-        return cell if math.isfinite(cell) else str(cell)
-    text = workbook_text(str(cell))
-    if text.startswith("=") or text in WORKBOOK_ERROR_TEXT:  # what openpyxl would type as a formula or an error
-        typed = WriteOnlyCell(sheet, value=text)
-        typed.data_type = "s"
-        return typed
-    return text
 
 
 def workbook_text(text: str) -> str:
