@@ -163,3 +163,25 @@ def sd_file_text() -> str:
     five = block("CC(C)(C)C", "five bonds", {"ID": "C-3", "note": "drawn wrong"})
     five = five.replace("  1  2  1  0", "  1  2  2  0", 1)
     return alanine + broken + five + block("Clc1ccncc1", "4-chloropyridine", {})
+
+
+def excel_and_csv(workbook: bytes | Path, csv_file: bytes | Path) -> tuple:
+    """The same table read from an Excel workbook and from a CSV (bytes or a path), every cell as text with each
+    number as Excel holds it: 15 significant digits, and a whole number without its decimal point (the CSV's 94.0
+    is the workbook's 94; a time_ms can be one). The two then compare cell for cell."""
+    import io
+
+    import pandas as pd
+
+    def as_excel_holds(text: str) -> str:
+        try:
+            return f"{float(text):.15g}"
+        except ValueError:
+            return text
+
+    def source(data: bytes | Path):
+        return io.BytesIO(data) if isinstance(data, bytes) else data
+
+    book = pd.read_excel(source(workbook), dtype=str, keep_default_na=False)
+    table = pd.read_csv(source(csv_file), dtype=str, keep_default_na=False)
+    return book.map(as_excel_holds), table.map(as_excel_holds)

@@ -32,7 +32,7 @@ from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
 from views.batch import results_sdf, results_workbook, safe_csv  # noqa: E402
-from conftest import molfile, sd_file_text  # noqa: E402
+from conftest import excel_and_csv, molfile, sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_MODEL = ROOT / "models" / "forward"
@@ -514,8 +514,7 @@ def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_mo
     assert exported["row"].drop_duplicates().tolist() == ["1", "3"] and (exported["rank"] != "").all()
     assert {"Download all answers (CSV)", "Download all answers (Excel)"} <= {b.proto.label for b in
                                                                              at.get("download_button")}
-    pd.testing.assert_frame_equal(pd.read_excel(io.BytesIO(history_download(at, excel=True)), dtype=str,
-                                                keep_default_na=False), exported)  # the same rows
+    pd.testing.assert_frame_equal(*excel_and_csv(history_download(at, excel=True), history_download(at)))  # same rows
     for n in range(HISTORY_LIMIT):
         predict(at, "C" * (n + 1))
     assert_clean(at)
@@ -1304,7 +1303,7 @@ def test_predict_page_exports_hold_the_answers():
     csv, sdf = answer_exports(result)
     table = pd.read_csv(io.BytesIO(csv), keep_default_na=False, dtype=str)
     workbook = workbook_bytes(*answer_table(result))  # the Excel download's
-    pd.testing.assert_frame_equal(pd.read_excel(io.BytesIO(workbook), keep_default_na=False, dtype=str), table)
+    pd.testing.assert_frame_equal(*excel_and_csv(workbook, csv))
     assert list(table.columns) == output_header(()) and list(table["smiles"]) == [p.smiles for p in result.predictions]
     records = sd_records(sdf.decode())
     assert [r.fields for r in records] == [{k: v for k, v in row.items() if v} for row in table.to_dict("records")]

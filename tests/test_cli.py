@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import FIXTURES, ROOT, needs_native, record_loads, sd_file_text
+from conftest import FIXTURES, ROOT, excel_and_csv, needs_native, record_loads, sd_file_text
 from molspec_core.cli import build_parser, main
 from molspec_core.io import read_queries
 
@@ -190,8 +190,7 @@ def test_predict_reads_and_writes_excel_workbooks_row_for_row_as_csv(tmp_path, c
                      str(tmp_path / out), "--method", "beam", "--n-best", "2"]) == 0
     assert capsys.readouterr().out.endswith("2 queries predicted, 1 rejected (see the error column) -> "
                                             + str(tmp_path / "o.xlsx") + "\n")
-    from_csv = pd.read_csv(tmp_path / "o.csv", dtype=str, keep_default_na=False)
-    from_book = pd.read_excel(tmp_path / "o.xlsx", dtype=str, keep_default_na=False)
+    from_book, from_csv = excel_and_csv(tmp_path / "o.xlsx", tmp_path / "o.csv")
     numbers = ["time_ms"]  # each run's own timing
     assert from_book.drop(columns=numbers).equals(from_csv.drop(columns=numbers))
     assert from_csv["ID"].tolist()[0] == "101" and from_csv["error"].str.len().gt(0).sum() == 1

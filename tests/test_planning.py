@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 
-from conftest import FIXTURES, ROOT, molfile, needs_native, record_loads, sd_file_text
+from conftest import FIXTURES, ROOT, excel_and_csv, molfile, needs_native, record_loads, sd_file_text
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
@@ -386,9 +386,7 @@ def test_routes_page_shows_routes_and_downloads(tmp_path, monkeypatch):
 
     rows = list(planning.route_rows(at.session_state["routes"].result))  # what both downloads are made of
     assert rows  # the workbook holds the CSV's rows
-    pd.testing.assert_frame_equal(
-        pd.read_excel(io.BytesIO(workbook_bytes(ROUTE_COLUMNS, rows)), dtype=str, keep_default_na=False),
-        pd.read_csv(io.BytesIO(csv_bytes(ROUTE_COLUMNS, rows)), dtype=str, keep_default_na=False))
+    pd.testing.assert_frame_equal(*excel_and_csv(workbook_bytes(ROUTE_COLUMNS, rows), csv_bytes(ROUTE_COLUMNS, rows)))
 
 
 def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp_path, monkeypatch):
