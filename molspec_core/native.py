@@ -44,8 +44,10 @@ CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-pthread", "-
 OPENMP = "-fopenmp"
 # Instruction sets the C step can be built for: "native" is this CPU's best (AVX-512 or AVX2); "avx2"
 # leaves AVX-512 out, so that a machine with it also builds and tests the AVX2 code other CPUs run.
-# "plain-int8" also leaves out the int8 kernels (VNNI, AVX2) for the plain loop they must equal (tests).
-ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",), "plain-int8": ("-mno-avx512f", "-DINT8_PLAIN")}
+# "plain-int8" also leaves out the int8 kernels (VNNI, AVX2) for the plain loop they must equal (tests);
+# "no-amx" leaves out AMX's tiles, for the VNNI kernel an AVX-512 CPU without them runs (tests, benchmarks).
+ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",), "plain-int8": ("-mno-avx512f", "-DINT8_PLAIN"),
+             "no-amx": ("-mno-amx-tile", "-mno-amx-int8")}
 CPU_FLAGS = ("avx2", "fma", "f16c")
 
 
@@ -74,11 +76,15 @@ def _cpu_flags() -> set[str]:
 
 def cpu_description() -> str:
     """This CPU for people: its model name and its widest vector instructions, which the C step is
-    built for and every CPU speed figure depends on ("AMD EPYC with AVX-512 and VNNI", "AMD EPYC with AVX2")."""
+    built for and every CPU speed figure depends on ("AMD EPYC with AVX-512 and VNNI", "AMD EPYC with AVX2",
+    "Intel Xeon with AVX-512, VNNI and AMX": int8 products run on AMX's tiles where the AVX-512 build has them)."""
     name = _cpuinfo("model name") or platform.processor() or platform.machine()
     flags = _cpu_flags()
     vector = ["AVX-512"] if "avx512f" in flags else ["AVX2"] if "avx2" in flags else []
     vector += ["VNNI"] if vector and {"avx512_vnni", "avx_vnni"} & flags else []
+    vector += ["AMX"] if "AVX-512" in vector and {"amx_tile", "amx_int8"} <= flags else []
+    if len(vector) > 2:
+        return f"{name} with {', '.join(vector[:-1])} and {vector[-1]}"
     return f"{name} with {' and '.join(vector)}" if vector else name
 
 
@@ -139,6 +145,7 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     library.log_softmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p]
     library.log_softmax_rows.restype = None
     library.int8_vnni.restype = ctypes.c_int
+    library.int8_amx.restype = ctypes.c_int
     library.has_threads.restype = ctypes.c_int
     return library
 
@@ -295,7 +302,8 @@ class NativeStep(NumpyStep):
     dtype "int8" (issue 16's option): the products of the encoder and decoder layers take int8 weights
     (per output column scales) and int8 activations (per row, quantized at each product), summed in
     int32: a quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction
-    lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block). The tied output
+    lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block); on AMX's tiles a block of
+    16 rows by 16 columns by 64 of k per instruction (csrc: amx_sums; products of 8 rows or more). The tied output
     projection and everything between products stay float32. The int32 sums are exact, so the result
     is the same on every CPU and a token's logits still do not depend on the rest of the call. It
     computes another function than float32: its answers differ where the model is nearly undecided
@@ -395,6 +403,12 @@ class NativeStep(NumpyStep):
     def int8_vnni(self) -> bool:
         """Whether int8 products run on VNNI here (else on the AVX2 kernel: the same results, slower)."""
         return bool(self._library.int8_vnni())
+
+    @property
+    def int8_amx(self) -> bool:
+        """Whether int8 products whose k is a multiple of 64 run on AMX's tiles here (csrc: amx_sums; the same
+        results as VNNI): the CPU has them, the C step was built for them and Linux lent them to this process."""
+        return bool(self._library.int8_amx())
 
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         """Log-softmax over the last dimension in C (log_softmax_rows: each row alone, alike in any call),

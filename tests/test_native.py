@@ -213,6 +213,31 @@ def test_int8_is_the_same_function_on_every_path_and_close_to_float32():
     assert 0 < float((logits_int8 - logits_float32).abs().max()) < 0.05 * float(logits_float32.abs().max())
 
 
+@pytest.mark.parametrize("t_new", [1, 9, 50])  # rows of the call: 3 (VNNI), 27 (AMX), 150 (AMX, two blocks of 96)
+def test_int8_on_amx_tiles_equals_vnni_to_the_bit(t_new):
+    """Where the CPU has AMX, the native build's int8 products with k a multiple of 64 and 8 rows or more run
+    on its tiles (csrc: amx_sums): the same int32 sums as the VNNI kernel (the no-amx build) and the plain
+    loop, so the same bits. Widths 64 and 192 make every product's k a multiple of 64; 14 tokens give the
+    output projection one panel, the qkv product 12 (pairs of panels and a lone one)."""
+    if not {"amx_tile", "amx_int8", "avx512_vnni"} <= native._cpu_flags():
+        pytest.skip("this CPU has no AMX tiles: its native build is the VNNI or AVX2 one, tested above")
+    sources = random_sources(4, 3, 14, 3, 40)  # the encoder's products: 3 sources, up to 120 rows
+    tokens = torch.tensor(random_sources(5, 3, 14, t_new, t_new)).unsqueeze(1)
+    runs, steps = [], []
+    for isa in ("native", "no-amx", "plain-int8"):
+        model = random_model(3, engine="numpy", d_model=64, d_ff=192)
+        model.numpy_step = NativeStep(model, isa, "int8")
+        steps.append(model.numpy_step)
+        runs.append(one_call(model, sources, [2, 5, 4], tokens, [t_new, 1, max(t_new - 1, 0)], fill_lean=True))
+    assert steps[0].int8_amx and not steps[1].int8_amx and steps[1].int8_vnni
+    for other in runs[1:]:
+        for a, b in zip(runs[0][:4], other[:4]):
+            assert torch.equal(a, b)
+        assert torch.equal(runs[0][5], other[5])
+        for a, b in zip(runs[0][4], other[4]):  # the slots each row has; others are never read
+            assert all(torch.equal(a[row, :, :n], b[row, :, :n]) for row, n in enumerate(runs[0][5].tolist()))
+
+
 def test_int8_speculative_greedy_equals_int8_greedy_to_the_bit():
     model = random_model(11, vocab_size=8, engine="native-int8")
     assert model.numpy_step.dtype == "int8"
@@ -444,12 +469,14 @@ def test_fused_greedy_step_equals_the_steps_it_fuses(copy_model, drafter, monkey
     assert fused_seen == seen
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int8"])
-def test_results_do_not_depend_on_the_thread_count(dtype):
+@pytest.mark.parametrize("dtype, widths", [("float32", {}), ("int8", {}), ("int8", {"d_model": 64, "d_ff": 192})],
+                         ids=["float32", "int8", "int8-widths-of-64"])
+def test_results_do_not_depend_on_the_thread_count(dtype, widths):
     """With OpenMP the C call splits products, attention and the encoder among torch's thread count;
     each output is still computed alike, so one thread and three give the same bits (150-row calls,
-    past every loop's parallel threshold)."""
-    model = random_model(3, engine="numpy")
+    past every loop's parallel threshold). Widths that are multiples of 64 take AMX's tiles where the CPU
+    has them (each thread configures its own)."""
+    model = random_model(3, engine="numpy", **widths)
     model.numpy_step = NativeStep(model, "native", dtype)
     if not model.numpy_step.threaded:
         pytest.skip("the C step was built without OpenMP here (the compiler has none)")

@@ -502,7 +502,9 @@ def test_cpu_description_names_the_vector_instructions(monkeypatch):
     info = {"model name": "AMD EPYC 9B14", "flags": "fpu avx avx2 fma f16c avx512f avx512_vnni"}
     monkeypatch.setattr(native, "_cpuinfo", lambda field: info.get(field, ""))
     assert native.cpu_description() == "AMD EPYC 9B14 with AVX-512 and VNNI"
-    info["flags"] = "fpu avx avx2 fma f16c"
+    info.update({"model name": "Intel(R) Xeon(R) Processor", "flags": info["flags"] + " amx_tile amx_int8 amx_bf16"})
+    assert native.cpu_description() == "Intel(R) Xeon(R) Processor with AVX-512, VNNI and AMX"
+    info.update({"model name": "AMD EPYC 9B14", "flags": "fpu avx avx2 fma f16c"})
     assert native.cpu_description() == "AMD EPYC 9B14 with AVX2"
     info.clear()
     assert native.cpu_description()  # no /proc/cpuinfo: the platform's name
