@@ -303,7 +303,7 @@ class NativeStep(NumpyStep):
     (per output column scales) and int8 activations (per row, quantized at each product), summed in
     int32: a quarter of float32's weight bytes, and with VNNI (AVX-512) four products per instruction
     lane, with AVX2 alone the same sums through 16-bit pairs (csrc: int8_block); on AMX's tiles a block of
-    16 rows by 16 columns by 64 of k per instruction (csrc: amx_sums; products of 8 rows or more). The tied output
+    16 rows by 16 columns by 64 of k per instruction (csrc: amx_sums; products of 3 rows or more). The tied output
     projection and everything between products stay float32. The int32 sums are exact, so the result
     is the same on every CPU and a token's logits still do not depend on the rest of the call. It
     computes another function than float32: its answers differ where the model is nearly undecided
@@ -406,8 +406,9 @@ class NativeStep(NumpyStep):
 
     @property
     def int8_amx(self) -> bool:
-        """Whether int8 products whose k is a multiple of 64 run on AMX's tiles here (csrc: amx_sums; the same
-        results as VNNI): the CPU has them, the C step was built for them and Linux lent them to this process."""
+        """Whether int8 products of 3 rows or more whose k is a multiple of 64 run on AMX's tiles here (csrc:
+        amx_sums; the same results as VNNI): the CPU has them, the C step was built for them and Linux lent them
+        to this process."""
         return bool(self._library.int8_amx())
 
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:

@@ -213,9 +213,10 @@ def test_int8_is_the_same_function_on_every_path_and_close_to_float32():
     assert 0 < float((logits_int8 - logits_float32).abs().max()) < 0.05 * float(logits_float32.abs().max())
 
 
-@pytest.mark.parametrize("t_new", [1, 9, 50])  # rows of the call: 3 (VNNI), 27 (AMX), 150 (AMX, two blocks of 96)
+# rows of the call: 3 (a tile of 3 rows), 27 (16 + 11), 150 (products of 96 rows: 6 blocks of 16; then 3 + 6)
+@pytest.mark.parametrize("t_new", [1, 9, 50])
 def test_int8_on_amx_tiles_equals_vnni_to_the_bit(t_new):
-    """Where the CPU has AMX, the native build's int8 products with k a multiple of 64 and 8 rows or more run
+    """Where the CPU has AMX, the native build's int8 products with k a multiple of 64 and 3 rows or more run
     on its tiles (csrc: amx_sums): the same int32 sums as the VNNI kernel (the no-amx build) and the plain
     loop, so the same bits. Widths 64 and 192 make every product's k a multiple of 64; 14 tokens give the
     output projection one panel, the qkv product 12 (pairs of panels and a lone one)."""

@@ -9,7 +9,7 @@
  * output columns, (n_pad / 16, k, 16), and widened to float32 in registers: products are float32
  * products read at half the bytes. With dtype int8 (native.py) the products of the layers take int8
  * weights and per-row int8 activations instead, summed exactly in int32 (on AMX's tiles where the CPU
- * has them and a product has 8 rows or more, else on VNNI or AVX2: the same integers).
+ * has them and a product has 3 rows or more, else on VNNI or AVX2: the same integers).
  *
  * Each row's result is computed by the same instructions in the same order whatever the other rows
  * of the call are (products sum over k in order, one accumulator per output column; attention and
@@ -328,75 +328,91 @@ int int8_amx(void) {
     return amx_granted;
 }
 
-/* Every tile 16 rows of 64 bytes: tmm0-3 the sums of 2 x 2 blocks, tmm4-5 two row blocks of activations,
- * tmm6-7 two panels of weights. The configuration is the thread's own. */
+/* Tiles of 64-byte rows: tmm0-3 the sums of 2 x 2 blocks, tmm4-5 two row blocks of activations, tmm6-7 two
+ * panels of weights (16 rows of 4 bytes of k by 16 columns). `rows` rows of activations and sums: 16, or fewer
+ * for the product's last rows (an instruction takes time by its rows: 8 of them take 0.7 of 16's time, 4 0.6).
+ * The configuration is the thread's own. */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t bytes[16];
     uint8_t rows[16];
 } TileConfig;
 
-static void amx_configure(void) {
+static void amx_configure(int rows) {
     TileConfig config = {0};
     config.palette = 1;
     for (int t = 0; t < 8; t++) {
         config.bytes[t] = 64;
-        config.rows[t] = 16;
+        config.rows[t] = t < 6 ? rows : 16;
     }
     _tile_loadconfig(&config);
 }
 
-/* sums (m16, n_pad) = xu (m16, k4) x the panels; m16 a multiple of 16, k4 of 64. Items of 2 row blocks by 2
- * panels (fewer at the edges), each summed over k in one pass of 4 tiles. */
-static void amx_sums(const Affine *a, const uint8_t *xu, int m16, int32_t *sums) {
-    const int k4 = a->k4, n_pad = a->n_pad, blocks = m16 / 16, n_panels = n_pad / 16;
+/* Sums of `rows` rows (16 or fewer) from block's first row, two when two_rows (two_rows: 16 each), by panel
+ * p and p + 1 (two_cols), over k in one pass. */
+static inline void amx_item(const Affine *a, const uint8_t *xu, int block, int two_rows, int p, int two_cols,
+                            int32_t *sums) {
+    const int64_t k4 = a->k4, panel_size = k4 * 16, ld = (int64_t)a->n_pad * sizeof(int32_t);
+    const uint8_t *x = xu + (int64_t)block * 16 * k4;
+    const int8_t *w = a->q + p * panel_size;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t s = 0; s < k4; s += 64) { /* k from s to s + 64 */
+        _tile_loadd(4, x + s, k4);
+        _tile_loadd(6, w + 16 * s, 64);
+        _tile_dpbusd(0, 4, 6);
+        if (two_cols) {
+            _tile_loadd(7, w + panel_size + 16 * s, 64);
+            _tile_dpbusd(1, 4, 7);
+        }
+        if (two_rows) {
+            _tile_loadd(5, x + 16 * k4 + s, k4);
+            _tile_dpbusd(2, 5, 6);
+            if (two_cols) _tile_dpbusd(3, 5, 7);
+        }
+    }
+    int32_t *out = sums + (int64_t)block * 16 * a->n_pad + 16 * p;
+    _tile_stored(0, out, ld);
+    if (two_cols) _tile_stored(1, out + 16, ld);
+    if (two_rows) _tile_stored(2, out + 16 * a->n_pad, ld);
+    if (two_rows && two_cols) _tile_stored(3, out + 16 * a->n_pad + 16, ld);
+}
+
+/* sums (m, n_pad) = xu (m, k4) x the panels; k4 a multiple of 64. Items of 2 blocks of 16 rows by 2 panels
+ * (fewer at the edges), then the last m % 16 rows by 2 panels in tiles of as many rows. */
+static void amx_sums(const Affine *a, const uint8_t *xu, int m, int32_t *sums) {
+    const int n_panels = a->n_pad / 16, blocks = m / 16, tail = m % 16;
     const int col_pairs = (n_panels + 1) / 2, items = (blocks + 1) / 2 * col_pairs;
-    const int64_t panel_size = (int64_t)k4 * 16, ld = (int64_t)n_pad * sizeof(int32_t);
-#pragma omp parallel num_threads(team) if (team > 1 && (int64_t)m16 * n_pad * k4 / 4 >= PARALLEL_WORK)
+#pragma omp parallel num_threads(team) if (team > 1 && (int64_t)m * a->n_pad * a->k4 / 4 >= PARALLEL_WORK)
     {
-        amx_configure();
-#pragma omp for schedule(static)
-        for (int item = 0; item < items; item++) {
-            const int block = item / col_pairs * 2, p = item % col_pairs * 2;
-            const int two_rows = block + 1 < blocks, two_cols = p + 1 < n_panels;
-            const uint8_t *x = xu + (int64_t)block * 16 * k4;
-            const int8_t *w = a->q + p * panel_size;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t s = 0; s < k4; s += 64) { /* k from s to s + 64: 16 rows of 4 bytes in a panel */
-                _tile_loadd(4, x + s, k4);
-                _tile_loadd(6, w + 16 * s, 64);
-                _tile_dpbusd(0, 4, 6);
-                if (two_cols) {
-                    _tile_loadd(7, w + panel_size + 16 * s, 64);
-                    _tile_dpbusd(1, 4, 7);
-                }
-                if (two_rows) {
-                    _tile_loadd(5, x + 16 * k4 + s, k4);
-                    _tile_dpbusd(2, 5, 6);
-                    if (two_cols) _tile_dpbusd(3, 5, 7);
-                }
+        if (items > 0) {
+            amx_configure(16);
+#pragma omp for schedule(static) nowait
+            for (int item = 0; item < items; item++) {
+                const int block = item / col_pairs * 2, p = item % col_pairs * 2;
+                amx_item(a, xu, block, block + 1 < blocks, p, p + 1 < n_panels, sums);
             }
-            int32_t *out = sums + (int64_t)block * 16 * n_pad + 16 * p;
-            _tile_stored(0, out, ld);
-            if (two_cols) _tile_stored(1, out + 16, ld);
-            if (two_rows) _tile_stored(2, out + 16 * n_pad, ld);
-            if (two_rows && two_cols) _tile_stored(3, out + 16 * n_pad + 16, ld);
+        }
+        if (tail > 0) {
+            amx_configure(tail);
+#pragma omp for schedule(static) nowait
+            for (int pair = 0; pair < col_pairs; pair++)
+                amx_item(a, xu, blocks, 0, 2 * pair, 2 * pair + 1 < n_panels, sums);
         }
         _tile_release();
     }
 }
-/* From 8 rows on: below, the tiles' 16 rows are mostly padding and VNNI is faster (whole products of the
- * forward model's shapes, VNNI's time over AMX's, one thread: 0.3-0.5 at 1 row, 0.8-1.2 at 6, 1.0-1.5 at 8,
- * 1.6-2.0 at 16; AMX also idles at 24 or 40 rows, padded to 32 and 48). */
-#define AMX_ROWS_MIN 8
+/* From 3 rows on: below, VNNI is as fast or faster (whole int8 products of the forward model's four shapes,
+ * VNNI's time over AMX's on one thread of a Xeon: 0.75-0.92 at 1 row, 0.89-1.13 at 2, 1.07-1.19 at 3, 1.2-1.5
+ * at 4, 1.2-1.9 from 8 to 96 rows). */
+#define AMX_ROWS_MIN 3
 #define AMX_FITS(a, m) ((a)->k4 % 64 == 0 && (m) >= AMX_ROWS_MIN && int8_amx())
 #else
 int int8_amx(void) { return 0; }
 #define AMX_FITS(a, m) 0
-#define amx_sums(a, xu, m16, sums) ((void)0)
+#define amx_sums(a, xu, m, sums) ((void)0)
 #endif
 
 /* VNNI multiplies unsigned by signed bytes: the activations go in as xq + 128, in [1, 255], and
@@ -431,10 +447,10 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
     if (m <= 0) return 0;
     const int k = a->k, k4 = a->k4, n_pad = a->n_pad, n_panels = n_pad / 16;
     const int64_t panel_size = (int64_t)k4 * 16;
-    const int amx = AMX_FITS(a, m), m16 = amx ? (m + 15) / 16 * 16 : m; /* AMX takes rows 16 at a time */
-    uint8_t *xu = scratch(SCRATCH_QUANTIZED, (size_t)m16 * k4 + 64);
+    const int amx = AMX_FITS(a, m);
+    uint8_t *xu = scratch(SCRATCH_QUANTIZED, (size_t)m * k4 + 64);
     float *row_scale = scratch(SCRATCH_ROW_SCALES, sizeof(float) * (size_t)m);
-    int32_t *sums = scratch(SCRATCH_SUMS, sizeof(int32_t) * (size_t)m16 * n_pad);
+    int32_t *sums = scratch(SCRATCH_SUMS, sizeof(int32_t) * (size_t)m * n_pad);
     if (xu == NULL || row_scale == NULL || sums == NULL) return 1;
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * k * 8)
@@ -452,10 +468,7 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             _mm512_mask_cvtepi32_storeu_epi8(xu + (int64_t)r * k4 + i, keep, u);
         }
     }
-    if (amx) { /* the rows past m are zeros; their sums are not read */
-        memset(xu + (int64_t)m * k4, 0, (size_t)(m16 - m) * k4);
-        amx_sums(a, xu, m16, sums);
-    }
+    if (amx) amx_sums(a, xu, m, sums);
     const int items = amx ? 0 : tile_count(m, n_panels, ROWS_MAX, panels_for);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
     for (int item = 0; item < items; item++) { /* as product_fp16 */
