@@ -402,12 +402,13 @@ class Predictor:
     def products(self) -> str:
         """Who computes the matrix products of the NumPy step: "fbgemm-fp16" (FBGEMM's fp16-weight
         kernel, for weights that are float16 values) or "openblas"; "torch" with the torch engine; "c-fp16"
-        or "c-int8" with the native engine (its own products, in C, on float16 or int8 weights)."""
+        or "c-int8" with the native engine (its own products, in C, on float16 or int8 weights), "c-int8-amx"
+        where its int8 products run on AMX's tiles (the same results, faster)."""
         step = self.model.numpy_step
         if step is None or isinstance(step, GraphStep):
             return "torch"
         if isinstance(step, NativeStep):
-            return f"c-{'int8' if step.dtype == 'int8' else 'fp16'}"
+            return "c-fp16" if step.dtype != "int8" else "c-int8-amx" if step.int8_amx else "c-int8"
         return "fbgemm-fp16" if step.packed else "openblas"
 
     @property
@@ -426,7 +427,7 @@ class Predictor:
             return "torch, CUDA graphs"
         if isinstance(step, NativeStep):
             weights = "int8 weights and activations" if step.dtype == "int8" else "fp16 weights"
-            return f"C decoder and encoder, {weights}"
+            return f"C decoder and encoder, {weights}" + (" (AMX)" if step.dtype == "int8" and step.int8_amx else "")
         return f"NumPy step, {kernels['fbgemm-fp16' if step.packed else 'openblas']}"
 
     @classmethod

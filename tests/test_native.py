@@ -239,6 +239,15 @@ def test_int8_on_amx_tiles_equals_vnni_to_the_bit(t_new):
             assert all(torch.equal(a[row, :, :n], b[row, :, :n]) for row, n in enumerate(runs[0][5].tolist()))
 
 
+def test_reports_and_the_sidebar_say_where_int8_runs_on_amx():
+    """A speed figure depends on AMX: a bench report's products field and the sidebar's engine say so."""
+    amx = {"amx_tile", "amx_int8", "avx512_vnni"} <= native._cpu_flags()
+    int8 = Predictor.load("forward", "cpu", dtype="int8")
+    assert int8.products == ("c-int8-amx" if amx else "c-int8")
+    assert int8.engine_description.endswith(" (AMX)") == amx
+    assert Predictor.load("forward", "cpu").products == "c-fp16"
+
+
 def test_int8_speculative_greedy_equals_int8_greedy_to_the_bit():
     model = random_model(11, vocab_size=8, engine="native-int8")
     assert model.numpy_step.dtype == "int8"
