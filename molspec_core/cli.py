@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
                        "optionally a name, per line), SD file (.sdf), CSV with a smiles column (cells split at "
                        "commas, or at semicolons or tabs where the header shows them; .tsv too) or Excel workbook "
-                       "(.xlsx: the first sheet whose first row names the column); .gz and .xz too")
+                       "(.xlsx: the first sheet naming the column); a header may sit under titles; .gz and .xz too")
     p.add_argument("--column", help="CSV or workbook column holding the queries")
     p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
                    "answer (the recorded product, or reactants): a matches_known column marks the row that gives "

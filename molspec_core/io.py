@@ -46,6 +46,10 @@ SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product", "rxn_smil
 # Between a CSV's cells: a comma, else what its header line shows. Excel writes ';' where the decimal mark is a
 # comma (most of Europe), and a tab-separated file (.tsv) is read as a CSV of tabs.
 CSV_DELIMITERS = (",", ";", "\t")
+# A table's header is the first of its first HEADER_ROWS rows (a CSV's records, a sheet's rows) that names the query
+# column: a report exported from Excel often has a title, a date or a blank row above its header. Rows above it are
+# not read as queries.
+HEADER_ROWS = 10
 CSV_SUFFIXES = (".csv", ".tsv")
 # A SMILES file (Daylight's format, what RDKit, Open Babel and most vendors write): per line a SMILES, then
 # optionally whitespace and the molecule's name. Only these suffixes are read so: in a TXT file a space
@@ -53,7 +57,7 @@ CSV_SUFFIXES = (".csv", ".tsv")
 SMILES_FILE_SUFFIXES = (".smi", ".smiles")
 NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
 SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a query, its title and data fields cells
-# An Excel workbook (openpyxl): read from the first sheet whose first row names the query column, as a CSV is read;
+# An Excel workbook (openpyxl): read from the first sheet with a header row naming the query column, as a CSV is read;
 # results written to one sheet with numbers as numbers and text as text. Excel's own limits: a sheet's rows,
 # a cell's characters. The old binary format (.xls) is refused with what to do instead.
 WORKBOOK_SUFFIX = ".xlsx"
@@ -215,7 +219,8 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
     characters stay inside their query and are rejected there), a SMILES file's line (parse_smiles_file),
     or a CSV record's SMILES column (quoted cells may hold line breaks; cells split at commas, or at the
-    semicolons or tabs of a header that names the column only so, csv_delimiter) with the record's other
+    semicolons or tabs of a header that names the column only so, csv_delimiter; lines above the header, titles,
+    are not read: header_of) with the record's other
     cells beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
     numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format)."""
     if kind == "sdf":
@@ -228,18 +233,30 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     try:
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=csv_delimiter(text, column))
-        fields = next(reader, [])
-        if not any(field.strip() for field in fields):
+        top = list(itertools.islice(reader, HEADER_ROWS))
+        if not any(field.strip() for record in top for field in record):
             raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them "
                                  f"{_expected(column)}")
-        at = query_column(fields, column)
-        if at is None:
-            raise InputFileError(f"the CSV needs a column named {_expected(column)}; it has {fields} (cells split at "
-                                 "commas; semicolons and tabs were tried too)")
-        records = list(reader)
+        found = header_of(top, column)
+        if found is None:
+            raise InputFileError(f"the CSV needs a column named {_expected(column)} in a header line (the first line, "
+                                 f"or one of the first {HEADER_ROWS} under titles); its first line has {top[0]} (cells "
+                                 "split at commas; semicolons and tabs were tried too)")
+        line, at = found
+        records = top[line + 1:] + list(reader)
     except csv.Error as exc:
         raise InputFileError(f"malformed CSV: {exc}") from None
-    return table_queries(fields, at, records)
+    return table_queries(top[line], at, records)
+
+
+def header_of(rows: Sequence[Sequence[str]], column: str | None) -> tuple[int, int] | None:
+    """The header among a table's first rows: (its index, the query column's index in it) for the first of the
+    first HEADER_ROWS rows that names the query column (query_column); None where none does."""
+    for index, fields in enumerate(rows[:HEADER_ROWS]):
+        at = query_column(fields, column)
+        if at is not None:
+            return index, at
+    return None
 
 
 def query_column(fields: Sequence[str], column: str | None) -> int | None:
@@ -270,8 +287,9 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]]) -> Q
 
 
 def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None) -> QueryFile:
-    """The queries of an Excel workbook (.xlsx), read as a CSV is (table_queries): the first sheet whose first row
-    names the query column (`column`, else one of SMILES_COLUMNS) is the table, the rows under it its records. Each
+    """The queries of an Excel workbook (.xlsx), read as a CSV is (table_queries): the first sheet with a header
+    row naming the query column (`column`, else one of SMILES_COLUMNS; header_of: among its first HEADER_ROWS rows)
+    is the table, the rows under the header its records. Each
     cell is read as the text Excel shows for its value (stored values only: a formula gives the value Excel last
     saved with it, and nothing is computed here); a number that is a whole number reads without a decimal point
     (compound IDs), a date as ISO 8601. Bounded: the zip's members may hold WORKBOOK_MAX_XML_BYTES once
@@ -296,16 +314,19 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
         try:
             for sheet in book.worksheets:
-                fields = [_cell_text(value) for value in next(sheet.iter_rows(max_row=1, values_only=True), ())]
+                top = [[_cell_text(value) for value in values]
+                       for values in sheet.iter_rows(max_row=HEADER_ROWS, values_only=True)]
+                found = header_of(top, column)
+                if found is None:
+                    headers.append(f"{sheet.title!r}: {[f for f in top[0] if f] if top else []}")
+                    continue
+                line, at = found
+                fields = top[line]
                 while fields and not fields[-1]:
                     fields.pop()  # a sheet's rows reach its widest row; a header ends at its last name
-                at = query_column(fields, column)
-                if at is None:
-                    headers.append(f"{sheet.title!r}: {[f for f in fields if f]}")
-                    continue
                 records = []
                 # cells past the header's last name are not read: a row is as wide as the sheet's widest
-                for values in sheet.iter_rows(min_row=2, max_col=len(fields), values_only=True):
+                for values in sheet.iter_rows(min_row=line + 2, max_col=len(fields), values_only=True):
                     records.append([_cell_text(value) for value in values])
                     if len(records) > MAX_INPUT_ROWS:
                         _check_rows(len(records))  # a sheet of a million rows is refused before all are read
@@ -320,8 +341,9 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         raise
     except Exception as exc:  # openpyxl's account of a damaged or foreign file: KeyError, ValueError, XML errors
         raise InputFileError(f"{name} cannot be read as an Excel workbook: {type(exc).__name__}: {exc}") from None
-    raise InputFileError(f"{name} needs a sheet whose first row names a column {_expected(column)}; its sheets' first "
-                         f"rows hold {'; '.join(headers) or 'nothing'}")
+    raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column)} (its first row, "
+                         f"or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
+                         f"{'; '.join(headers) or 'nothing'}")
 
 
 def _cell_text(value: object) -> str:
@@ -341,11 +363,14 @@ def csv_delimiter(text: str, column: str | None = None) -> str:
     """What separates a CSV's cells: the first of CSV_DELIMITERS whose split of the header line names the query
     column (`column`, else one of SMILES_COLUMNS); a comma where none does, so that the error shows the header as
     a comma-separated file reads. A SMILES holds no comma, semicolon or tab outside a quoted cell, and a header is
-    read whole before any record, so no query decides how its own line is split."""
-    wanted = [column] if column else SMILES_COLUMNS
+    read whole before any record, so no query decides how its own line is split. The header is the first of the first
+    HEADER_ROWS lines that names the column (header_of)."""
     for delimiter in CSV_DELIMITERS:
-        header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
-        if any(name in header for name in wanted):
+        try:
+            top = list(itertools.islice(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), HEADER_ROWS))
+        except csv.Error:
+            continue  # malformed so split; the reader at the delimiter chosen says where
+        if header_of(top, column) is not None:
             return delimiter
     return CSV_DELIMITERS[0]
 

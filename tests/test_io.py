@@ -157,8 +157,8 @@ def test_a_comma_wins_and_a_named_column_decides_the_split(tmp_path):
     assert read_queries(tmp_path / "q.csv", column="smiles;note").queries == ["CCO;x"]
     assert read_queries(tmp_path / "q.csv", column="note").queries == ["x"]
     (tmp_path / "r.csv").write_text("Smiles;x,name\nCCO;1,ethanol\n")  # no query column whatever the split
-    with pytest.raises(InputFileError, match=r"it has \['Smiles;x', 'name'\] \(cells split at commas; semicolons "
-                                             r"and tabs were tried too\)$"):
+    with pytest.raises(InputFileError, match=r"its first line has \['Smiles;x', 'name'\] \(cells split at commas; "
+                                             r"semicolons and tabs were tried too\)$"):
         read_queries(tmp_path / "r.csv")
     assert read_queries(tmp_path / "r.csv", column="Smiles").queries == ["CCO"]
 
@@ -441,6 +441,36 @@ def test_a_workbook_is_read_from_its_first_sheet_naming_the_column_as_a_csv_is(t
     assert read_queries(gzipped) == table
 
 
+@pytest.mark.parametrize("delimiter", [",", ";"])
+def test_a_csv_header_under_titles_is_found_and_the_titles_are_not_queries(tmp_path, delimiter):
+    """An Excel report saved as CSV: a title, a date and a blank line above the header (HEADER_ROWS)."""
+    lines = ["Amide couplings, batch 7", "2026-12-05", "", "id,smiles,mass", "A1,CCO,46", "A2,c1ccccc1,78"]
+    (tmp_path / "report.csv").write_text("\n".join(line.replace(",", delimiter) for line in lines) + "\n")
+    table = read_queries(tmp_path / "report.csv")
+    assert table.queries == ["CCO", "c1ccccc1"] and table.columns == ("id", "mass")
+    assert table.cells == (("A1", "46"), ("A2", "78"))
+    deep = ["title"] * 10 + ["smiles", "CCO"]  # a header under 10 lines is past HEADER_ROWS: refused, not guessed
+    (tmp_path / "deep.csv").write_text("\n".join(deep) + "\n")
+    with pytest.raises(InputFileError, match=r"in a header line \(the first line, or one of the first 10 under "
+                                             r"titles\); its first line has \['title'\]"):
+        read_queries(tmp_path / "deep.csv")
+
+
+def test_a_workbook_header_under_titles_is_found_and_rows_above_it_are_not_read(tmp_path):
+    title = [["Compounds for the Suzuki screen"], [], ["made by", "A. Chemist"]]
+    path = workbook(tmp_path / "t.xlsx", {"notes": [["no table here"]],
+                                          "list": title + [["ID", "SMILES", "MW"], ["X-1", "CCO", 46.07],
+                                                           [None, None, None], ["X-3", "CCN", 45.08]]})
+    table = read_queries(path)
+    assert table.queries == ["CCO", "", "CCN"] and table.columns == ("ID", "MW")
+    assert table.cells == (("X-1", "46.07"), ("", ""), ("X-3", "45.08"))
+    assert read_queries(path, column="MW").queries == ["46.07", "", "45.08"]
+    deep = workbook(tmp_path / "deep.xlsx", {"s": [["t"]] * 10 + [["smiles"], ["CCO"]]})
+    with pytest.raises(InputFileError, match=r"one of its first 10 under titles\); its sheets' first rows hold "
+                                             r"'s': \['t'\]"):
+        read_queries(deep)
+
+
 def test_a_workbook_formula_gives_the_value_excel_saved_and_nothing_is_computed(tmp_path):
     path = workbook(tmp_path / "f.xlsx", {"s": [["smiles"], ['=CONCAT("CC","O")'], ["CCO"]]})
     assert read_queries(path).queries == ["", "CCO"]  # openpyxl saves no value with a formula; Excel would
@@ -448,9 +478,9 @@ def test_a_workbook_formula_gives_the_value_excel_saved_and_nothing_is_computed(
 
 def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
     path = workbook(tmp_path / "w.xlsx", {"Sheet A": [["name", "structure"], ["x", "CCO"]], "B": []})
-    with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet whose first row names a column 'smiles' or .*"
-                                             r"its sheets' first rows hold 'Sheet A': \['name', 'structure'\]; "
-                                             r"'B': \[\]"):
+    with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet with a header row naming a column 'smiles' or "
+                                             r".*one of its first 10 under titles\); its sheets' first rows hold "
+                                             r"'Sheet A': \['name', 'structure'\]; 'B': \[\]"):
         read_queries(path)
     (tmp_path / "text.xlsx").write_text("smiles\nCCO\n")
     with pytest.raises(InputFileError, match="text.xlsx is not an Excel workbook"):
