@@ -269,11 +269,14 @@ def _expected(column: str | None) -> str:
     return repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
 
 
-def table_queries(fields: Sequence[str], at: int, records: list[list[str]]) -> QueryFile:
+def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
+                  problems: dict[int, str] | None = None) -> QueryFile:
     """A table's records under its header `fields` (a CSV's, a worksheet's): the cells in column `at` are the queries,
     the others carried beside them; blank records after the last are dropped, a short record's missing cells are
-    empty and a long one's extra cells (under no name) dropped."""
-    while records and not any(records[-1]):
+    empty and a long one's extra cells (under no name) dropped. `problems`: why a record's empty query cell gave
+    none, by record index (QueryFile.problems); such a record is no blank one."""
+    problems = problems or {}
+    while records and not any(records[-1]) and len(records) - 1 not in problems:
         records.pop()  # blank lines (or rows) after the last record
     _check_rows(len(records))
     others = [i for i in range(len(fields)) if i != at]
@@ -283,7 +286,8 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]]) -> Q
         record = record + padding[len(record):]
         queries.append(record[at])
         cells.append(tuple(record[i] for i in others))
-    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else ())
+    reasons = tuple(problems.get(i, "") for i in range(len(records))) if problems else ()
+    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else (), reasons)
 
 
 def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None) -> QueryFile:
@@ -334,7 +338,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                         raise InputFileError(f"{name}: sheet {sheet.title!r} holds more than {WORKBOOK_MAX_CELLS:,} "
                                              f"cells under its header, which names {len(fields):,} columns; delete "
                                              "the columns the queries do not need")
-                return table_queries(fields, at, records)
+                return table_queries(fields, at, records, _unsaved_formulas(data, sheet.title, line, at, records))
         finally:
             book.close()
     except InputFileError:
@@ -344,6 +348,28 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
     raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column)} (its first row, "
                          f"or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
                          f"{'; '.join(headers) or 'nothing'}")
+
+
+def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]
+                      ) -> dict[int, str]:
+    """Which empty query cells of a sheet hold a formula saved without its value, with why they give no query:
+    a workbook written by a program (openpyxl, pandas) stores formulas that only Excel computes, and read as
+    values they are empty. Read again (formulas, not values) only where a query cell is empty."""
+    empty = {i for i, record in enumerate(records) if not (record[at] if at < len(record) else "")}
+    if not empty:
+        return {}
+    import openpyxl
+
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False, keep_links=False)
+    try:
+        column = book[title].iter_rows(min_row=line + 2, max_row=line + 1 + len(records), min_col=at + 1,
+                                       max_col=at + 1, values_only=True)
+        formulas = {i: cells[0] for i, cells in enumerate(column) if i in empty and cells}
+    finally:
+        book.close()
+    return {i: (f"the cell holds a formula, {formula[:80]}, saved without its value (a program wrote the workbook, "
+                "and only Excel computes formulas): open and save it in Excel, or paste the values")
+            for i, formula in formulas.items() if isinstance(formula, str) and formula.startswith("=")}
 
 
 def _cell_text(value: object) -> str:

@@ -472,8 +472,17 @@ def test_a_workbook_header_under_titles_is_found_and_rows_above_it_are_not_read(
 
 
 def test_a_workbook_formula_gives_the_value_excel_saved_and_nothing_is_computed(tmp_path):
-    path = workbook(tmp_path / "f.xlsx", {"s": [["smiles"], ['=CONCAT("CC","O")'], ["CCO"]]})
-    assert read_queries(path).queries == ["", "CCO"]  # openpyxl saves no value with a formula; Excel would
+    """openpyxl saves no value with a formula (Excel would): such a query cell is empty, and its record says why,
+    the last one too (it is no blank record); an empty cell says nothing."""
+    path = workbook(tmp_path / "f.xlsx", {"s": [["id", "smiles"], ["a", '=CONCAT("CC","O")'], ["b", "CCO"], ["c"],
+                                                ["d", "=B3"]]})
+    table = read_queries(path)
+    assert table.queries == ["", "CCO", "", ""]
+    first, second, third, last = table.problems
+    assert first.startswith('the cell holds a formula, =CONCAT("CC","O"), saved without its value')
+    assert second == third == "" and last.startswith("the cell holds a formula, =B3, saved without its value")
+    assert "open and save it in Excel, or paste the values" in table.problems[0]
+    assert read_queries(workbook(tmp_path / "v.xlsx", {"s": [["smiles"], ["CCO"], []]})).problems == ()
 
 
 def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
