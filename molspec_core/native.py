@@ -49,6 +49,18 @@ OPENMP = "-fopenmp"
 ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",), "plain-int8": ("-mno-avx512f", "-DINT8_PLAIN"),
              "no-amx": ("-mno-amx-tile", "-mno-amx-int8")}
 CPU_FLAGS = ("avx2", "fma", "f16c")
+# The build the native engine loads: "native", unless this environment variable names another of ISA_FLAGS
+# (MOLSPEC_NATIVE_BUILD=no-amx times the VNNI kernel beside AMX on one machine; the README's figures do so).
+BUILD_VARIABLE = "MOLSPEC_NATIVE_BUILD"
+
+
+def chosen_build() -> str:
+    """The instruction set the native engine is built for here: "native" or BUILD_VARIABLE's choice."""
+    isa = os.environ.get(BUILD_VARIABLE) or "native"
+    if isa not in ISA_FLAGS:
+        raise NativeUnavailable(f"{BUILD_VARIABLE}={isa!r} names no build of the C step; choose from "
+                                f"{', '.join(ISA_FLAGS)}")
+    return isa
 
 
 @functools.lru_cache(maxsize=1)
@@ -161,10 +173,10 @@ def _build(compiler: str, flags: tuple[str, ...], target: Path) -> None:
         built.replace(target)
 
 
-def native_unavailable(isa: str = "native") -> str | None:
-    """Why the C step cannot run on this machine, or None when it can."""
+def native_unavailable(isa: str | None = None) -> str | None:
+    """Why the C step cannot run on this machine, or None when it can (isa None: chosen_build())."""
     try:
-        _library(isa)
+        _library(isa or chosen_build())
     except NativeUnavailable as exc:
         return str(exc)
     return None
@@ -311,7 +323,7 @@ class NativeStep(NumpyStep):
 
     masks_itself = True  # model.decode need not build the InPlace mask: the C call works it out from the lengths
 
-    def __init__(self, model: torch.nn.Module, isa: str = "native", dtype: str = "float32"):
+    def __init__(self, model: torch.nn.Module, isa: str | None = None, dtype: str = "float32"):
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
         self.dtype = dtype
@@ -324,7 +336,7 @@ class NativeStep(NumpyStep):
         if model.cfg.d_model % 16:
             raise NativeUnavailable(f"the C step needs a model width that is a multiple of 16, not {model.cfg.d_model}")
         super().__init__(model)
-        self._library = _library(isa)
+        self._library = _library(isa or chosen_build())
         self._keep: list[object] = []  # every array the C structures point into
         n_layers = len(self.layers)
         c_layers = (_CLayer * n_layers)()

@@ -249,6 +249,18 @@ def test_reports_and_the_sidebar_say_where_int8_runs_on_amx():
     assert Predictor.load("forward", "cpu").products == "c-fp16"
 
 
+def test_an_environment_variable_chooses_the_build_for_timings(monkeypatch):
+    """MOLSPEC_NATIVE_BUILD=no-amx loads the VNNI build (the README's AMX figures compare the two); a name that is
+    no build makes the native engine unavailable, with the names to choose from, and auto takes NumPy."""
+    monkeypatch.setenv(native.BUILD_VARIABLE, "no-amx")
+    int8 = Predictor.load("forward", "cpu", dtype="int8")
+    assert int8.products == "c-int8" and not int8.model.numpy_step.int8_amx
+    monkeypatch.setenv(native.BUILD_VARIABLE, "avx-1024")
+    assert native.native_unavailable() == ("MOLSPEC_NATIVE_BUILD='avx-1024' names no build of the C step; choose "
+                                           "from native, avx2, plain-int8, no-amx")
+    assert Predictor.load("retro", "cpu").engine == "numpy"
+
+
 def test_int8_speculative_greedy_equals_int8_greedy_to_the_bit():
     model = random_model(11, vocab_size=8, engine="native-int8")
     assert model.numpy_step.dtype == "int8"
