@@ -309,7 +309,7 @@ static inline void quantize_row(const float *row, int k, int k4, int8_t *xq, flo
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
 int int8_vnni(void) { return 1; }
 
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__) /* arch_prctl: Linux only */
 #include <sys/syscall.h>
 #include <unistd.h>
 
