@@ -284,8 +284,14 @@ static void product_fp16(const Affine *a, const float *x, int64_t ldx, int m, fl
 
 /* Row r's scale: its largest magnitude over 127 (0 for a zero row), and the factor that maps it to 127. */
 static inline void row_range(const float *row, int k, float *scale, float *inv) {
-    __m256 lanes = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    /* four maxima at a time: one chain waited 4 cycles on each maximum (half of a quantization's time, perf) */
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 part[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int i = 0;
+    for (; i + 32 <= k; i += 32)
+        for (int c = 0; c < 4; c++)
+            part[c] = _mm256_max_ps(part[c], _mm256_andnot_ps(sign, _mm256_loadu_ps(row + i + 8 * c)));
+    __m256 lanes = _mm256_max_ps(_mm256_max_ps(part[0], part[1]), _mm256_max_ps(part[2], part[3]));
     for (; i + 8 <= k; i += 8) lanes = _mm256_max_ps(lanes, _mm256_andnot_ps(sign, _mm256_loadu_ps(row + i)));
     float top = 0.0f, all[8];
     _mm256_storeu_ps(all, lanes);
