@@ -354,8 +354,8 @@ static void amx_configure(int rows) {
     _tile_loadconfig(&config);
 }
 
-/* Sums of `rows` rows (16 or fewer) from block's first row, two when two_rows (two_rows: 16 each), by panel
- * p and p + 1 (two_cols), over k in one pass. */
+/* The sums of one block of rows from row 16 * block (as many rows as the tiles are configured for), or of two
+ * blocks of 16 when two_rows, by panel p, and p + 1 too when two_cols: all of k in one pass. */
 static inline void amx_item(const Affine *a, const uint8_t *xu, int block, int two_rows, int p, int two_cols,
                             int32_t *sums) {
     const int64_t k4 = a->k4, panel_size = k4 * 16, ld = (int64_t)a->n_pad * sizeof(int32_t);
