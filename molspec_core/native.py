@@ -7,8 +7,9 @@ one C function, called through ctypes, on the same folded weights; the encoder a
 keys/values of a new cache run in C too.
 
 The C file is compiled at first use with the machine's C compiler for this CPU (AVX2, FMA and F16C
-are required) into a per-user cache, keyed by the source's hash; with OpenMP where the compiler has
-it, so that a call's products and attention use torch's thread count (results do not depend on it).
+are required; AVX-512, VNNI and AMX used where it has them) into a per-user cache, keyed by the source's
+hash; with OpenMP where the compiler has it, so that a call's products and attention use torch's thread
+count (results do not depend on it). MOLSPEC_NATIVE_BUILD picks another build (chosen_build).
 Where that cannot happen (no compiler, another CPU, weights not float16 values), `native_unavailable`
 says why and the engine "auto" takes the NumPy step.
 """
