@@ -474,16 +474,19 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             _mm512_mask_cvtepi32_storeu_epi8(xu + (int64_t)r * k4 + i, keep, u);
         }
     }
-    if (amx) amx_sums(a, xu, m, sums);
-    const int items = amx ? 0 : tile_count(m, n_panels, ROWS_MAX, panels_for);
+    if (amx) { /* else VNNI, whose parallel region would otherwise wake the threads for no block */
+        amx_sums(a, xu, m, sums);
+    } else {
+        const int items = tile_count(m, n_panels, ROWS_MAX, panels_for);
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
-    for (int item = 0; item < items; item++) { /* as product_fp16 */
-        const Tile t = tile_of(item, m, n_panels, ROWS_MAX, panels_for);
-        const int rows = t.rows, cols = t.cols;
-        const uint8_t *xr = xu + (int64_t)t.r * k4;
-        const int8_t *panel = a->q + t.p * panel_size;
-        int32_t *sr = sums + (int64_t)t.r * n_pad + 16 * t.p;
-        switch (rows * 16 + cols) { ISHAPES }
+        for (int item = 0; item < items; item++) { /* as product_fp16 */
+            const Tile t = tile_of(item, m, n_panels, ROWS_MAX, panels_for);
+            const int rows = t.rows, cols = t.cols;
+            const uint8_t *xr = xu + (int64_t)t.r * k4;
+            const int8_t *panel = a->q + t.p * panel_size;
+            int32_t *sr = sums + (int64_t)t.r * n_pad + 16 * t.p;
+            switch (rows * 16 + cols) { ISHAPES }
+        }
     }
     const __m512 zero = _mm512_setzero_ps();
 #pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * 8)
