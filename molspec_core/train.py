@@ -113,6 +113,10 @@ class TrainConfig:
     rdrop: float = option(0.0, "R-Drop (Liang et al. 2021; 0: off): each batch runs twice under independent "
                                "dropout, and the loss adds this weight times half the symmetric KL between the "
                                "two passes' token distributions to their mean cross-entropy; a step costs twice")
+    sam: float = option(0.0, "sharpness-aware minimization (Foret et al. 2021; 0: off): the radius rho; each step "
+                             "takes its gradient where the weights, moved rho along their gradient's direction, "
+                             "lose most, and applies it to the weights where they were (a --pairs hinge is taken at "
+                             "the weights themselves); a step costs twice")
     ema: float = option(0.0, "decay per optimizer step of a moving average of the weights (0: off); when on, "
                              "validation, out/best and the exports hold the average, out/last keeps both")
     seed: int = option(0, "random seed (weights, batch order, dropout)")
@@ -320,6 +324,23 @@ def rdrop_loss(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], 
     return ce, (per_token * (tgt_out != PAD_ID)).sum()
 
 
+@contextmanager
+def sharpness_probe(params: list[torch.nn.Parameter], rho: float) -> Iterator[None]:
+    """SAM's ascent step: inside the block each parameter is moved by rho * g / ||g||, g its present gradient
+    and ||g|| the norm of all of them together (the worst nearby point, to first order); after it, by the
+    same tensors back, so the optimizer steps from where the weights were. No value leaves the device."""
+    with torch.no_grad():
+        grads = [param.grad for param in params]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        moves = [g * (rho / (norm + 1e-12)) for g in grads]
+        torch._foreach_add_(params, moves)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            torch._foreach_sub_(params, moves)
+
+
 def frozen_memory(model: Seq2SeqTransformer, src: torch.Tensor) -> torch.Tensor:
     """A frozen encoder's output, computed as inference computes it: no graph (so no backward pass through
     the encoder) and no dropout (in its layers or the source embedding), so the decoder trains on the memory
@@ -489,6 +510,8 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
     if cfg.rdrop < 0:
         raise ValueError(f"--rdrop is a weight, at least 0, not {cfg.rdrop}")
+    if cfg.sam < 0:
+        raise ValueError(f"--sam is a radius, at least 0, not {cfg.sam}")
     if cfg.pair_at not in PAIR_AT:
         raise ValueError(f"--pair-at must be one of {', '.join(PAIR_AT)}, not {cfg.pair_at!r}")
     if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
@@ -539,6 +562,24 @@ def train(cfg: TrainConfig) -> dict:
 
     forward = torch.compile(logits_of, dynamic=True) if cfg.compile else logits_of
 
+    def passes(micro: list[tuple[torch.Tensor, ...]], n_target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's batches, forward and backward, gradients summed into .grad: their summed cross-entropy
+        and R-Drop KL (detached), and the tokens they read counted into the state."""
+        loss_sum = torch.zeros((), device=device)
+        kl_sum = torch.zeros((), device=device)
+        for src, tgt_in, tgt_out in micro:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+                if cfg.rdrop:
+                    loss, kl = rdrop_loss(forward, src, tgt_in, tgt_out, cfg.label_smoothing)
+                else:
+                    loss, kl = summed_cross_entropy(forward(src, tgt_in), tgt_out, cfg.label_smoothing), None
+            ((loss if kl is None else loss + cfg.rdrop / 2 * kl) / n_target).backward()
+            if kl is not None:
+                kl_sum += kl.detach()
+            loss_sum += loss.detach()
+            state["tokens"] += (1 + (cfg.rdrop > 0)) * (src.numel() + tgt_in.numel())
+        return loss_sum, kl_sum
+
     model.train()
     started = time.time() - state["seconds"]
     last_save = last_export = time.time()
@@ -565,19 +606,11 @@ def train(cfg: TrainConfig) -> dict:
                 new_shapes += 1
         n_target = sum((t_out != PAD_ID).sum() for _, _, t_out in micro)
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=device)
-        kl_sum = torch.zeros((), device=device)
-        for src, tgt_in, tgt_out in micro:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                if cfg.rdrop:
-                    loss, kl = rdrop_loss(forward, src, tgt_in, tgt_out, cfg.label_smoothing)
-                else:
-                    loss, kl = summed_cross_entropy(forward(src, tgt_in), tgt_out, cfg.label_smoothing), None
-            ((loss if kl is None else loss + cfg.rdrop / 2 * kl) / n_target).backward()
-            if kl is not None:
-                kl_sum += kl.detach()
-            loss_sum += loss.detach()
-            state["tokens"] += (1 + (cfg.rdrop > 0)) * (src.numel() + tgt_in.numel())
+        loss_sum, kl_sum = passes(micro, n_target)  # logged: the loss where the weights are
+        if cfg.sam:  # the same batches again at the probed point; their gradient is the one applied
+            with sharpness_probe([p for p in model.parameters() if p.grad is not None], cfg.sam):
+                optimizer.zero_grad(set_to_none=True)
+                passes(micro, n_target)
         if pairs is not None:  # drawn by step, so a resumed run draws what it would have
             rows = random.Random(cfg.seed * 1_000_003 + state["step"]).sample(range(len(pairs[0])),
                                                                              min(cfg.pair_rows, len(pairs[0])))

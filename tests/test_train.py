@@ -22,7 +22,7 @@ from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
 from molspec_core.decoding.beam import beam_search
 from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, learning_rate,
                                  load_pairs, pad_multiple, pair_gaps, peak_lr, ranking_hinge, rdrop_loss, row_widths,
-                                 sequence_log_probs, token_batches, train)
+                                 sequence_log_probs, sharpness_probe, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -341,6 +341,71 @@ def test_an_rdrop_run_trains_and_logs_the_kl(tiny_data, tmp_path):
     assert all(entry["rdrop_kl"] > 0 for entry in state["history"])
     assert "rdrop_kl" not in plain["history"][-1]
     assert state["tokens"] == 2 * plain["tokens"]  # each batch read twice
+
+
+def test_the_sharpness_probe_moves_the_weights_rho_along_the_unit_gradient_and_back_exactly():
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    before = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    norm = torch.cat([p.grad.reshape(-1) for p in params]).norm()
+    with sharpness_probe(params, 0.05):
+        for p, old in zip(params, before):
+            assert torch.allclose(p.detach(), old + 0.05 * p.grad / norm, atol=1e-7)
+        moved = torch.cat([(p.detach() - old).reshape(-1) for p, old in zip(params, before)])
+        assert moved.norm().item() == pytest.approx(0.05, rel=1e-5)
+        for p in params:
+            p.grad = torch.randn_like(p)  # the second pass's gradients replace the first's
+    for p, old in zip(params, before):
+        assert torch.allclose(p.detach(), old, atol=1e-7)
+
+
+def test_a_sam_step_applies_the_gradient_taken_at_the_probed_point(tiny_data, tmp_path, monkeypatch):
+    """One SAM step of the trainer (no dropout, so both passes are deterministic) against the step written
+    out: the gradient at w, the probe, the gradient there; the optimizer must get that gradient, at w."""
+    seen = []
+    real = torch.nn.utils.clip_grad_norm_
+
+    def spy(params, max_norm):  # called just before the optimizer steps
+        params = list(params)
+        seen.append({id(p): (p.detach().clone(), None if p.grad is None else p.grad.clone()) for p in params})
+        return real(params, max_norm)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=4096, warmup=1, max_steps=1, eval_every=10,
+                  val_greedy_rows=1, threads=1, dropout=0.0, seed=3, label_smoothing=0.0)
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: None)  # the weights stay at w
+    state = train(TrainConfig(out=str(tmp_path / "sam"), sam=0.5, **common))
+    plain = train(TrainConfig(out=str(tmp_path / "plain"), **common))
+    assert state["tokens"] == 2 * plain["tokens"]  # each batch read twice
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    torch.manual_seed(3)
+    model = Seq2SeqTransformer(dataclasses.replace(preset("tiny", len(vocab)), dropout=0.0))
+    src_rows = [np.array(vocab.encode(p.src), dtype=np.int64) for p in PAIRS * 4]
+    tgt_rows = [np.array([BOS_ID, *vocab.encode(p.tgt), EOS_ID], dtype=np.int64) for p in PAIRS * 4]
+    src, tgt_in, tgt_out = collate(list(range(len(src_rows))), src_rows, tgt_rows, torch.device("cpu"))
+
+    def gradients() -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        logits = model(src, tgt_in)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+                                                 ignore_index=PAD_ID, reduction="sum")
+        (loss / (tgt_out != PAD_ID).sum()).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    at_w = gradients()
+    with sharpness_probe(list(model.parameters()), 0.5):
+        probed = gradients()
+    weights = [p.detach() for p in model.parameters()]
+    sam_step, plain_step = list(seen[0].values()), list(seen[1].values())
+    for (value, grad), (plain_value, plain_grad), w, g_w, g_probe in zip(sam_step, plain_step, weights, at_w,
+                                                                         probed):
+        assert torch.allclose(value, w) and torch.allclose(plain_value, w)  # stepped from w, not the probe
+        assert torch.allclose(grad, g_probe, atol=1e-6) and torch.allclose(plain_grad, g_w, atol=1e-6)
+    assert max((g - h).abs().max().item() for g, h in zip(at_w, probed)) > 1e-3  # the probe mattered
+    with pytest.raises(ValueError, match="sam"):
+        train(TrainConfig(out=str(tmp_path / "bad"), sam=-0.1, **common))
 
 
 def test_freeze_encoder_trains_the_decoder_and_the_shared_embedding_and_keeps_the_encoder(tiny_data, tmp_path):
