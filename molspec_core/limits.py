@@ -2,9 +2,9 @@
 
 `Predictor.predict` runs each decode inside `time_limit(seconds)`; the model's decoder calls
 `check_deadline()` before each step, and so do the native engine's encoder and whole-step calls
-(greedy_step, beam_step), which the decoding loops make without the model's decoder, so any decoding
-method (greedy, beam, speculative, sampling) stops with `QueryTimeout` once the limit has passed. The
-deadline lives in a context variable, so threads sharing one model each keep their own.
+(greedy_step; beam_search between its C runs of steps), which the decoding loops make without the model's
+decoder, so any decoding method (greedy, beam, speculative, sampling) stops with `QueryTimeout` once the
+limit has passed. The deadline lives in a context variable, so threads sharing one model each keep their own.
 """
 from __future__ import annotations
 

@@ -362,7 +362,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
         """log_softmax of logits over the vocabulary, float32: in C on the native engine (the function of
-        its fused beam step, NativeStep.beam_step), else torch's. Beam search and sbs-exact both take
+        its beam search, NativeStep.beam_search), else torch's. Beam search and sbs-exact both take
         their log-probs from here, so on one engine they see the same values for the same logits."""
         step = self.numpy_step if not self.training else None
         if isinstance(step, NativeStep) and logits.device.type == "cpu":

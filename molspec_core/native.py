@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ import torch
 from .cache import KVCache
 from .limits import check_deadline
 from .npstep import NumpyStep, _Affine, _np, fp16_exact
-from .tokenizer import PAD_ID
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +150,8 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     library.cross_keys_values.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     library.decoder_step.restype = ctypes.c_int
-    library.beam_step.argtypes = [ctypes.c_void_p] * 3
-    library.beam_step.restype = ctypes.c_int
+    library.beam_run.argtypes = [ctypes.c_void_p] * 3
+    library.beam_run.restype = ctypes.c_int
     library.greedy_step.argtypes = [ctypes.c_void_p] * 3
     library.greedy_step.restype = ctypes.c_int
     library.beam_select.argtypes = [ctypes.c_int32] * 4 + [ctypes.c_void_p] * 4
@@ -219,10 +220,26 @@ class _CCall(ctypes.Structure):
                 ("cross_rows", ctypes.c_void_p)]
 
 
-class _CBeam(ctypes.Structure):
-    _fields_ = [("queries", ctypes.c_int32), ("width", ctypes.c_int32), ("scores", ctypes.c_void_p),
-                ("log_probs", ctypes.c_void_p), ("top_scores", ctypes.c_void_p), ("top_index", ctypes.c_void_p),
-                ("parents", ctypes.c_void_p), ("slots", ctypes.c_void_p)]
+class BeamFound(NamedTuple):
+    """What NativeStep.beam_search found: per query, its hypotheses in the order found (tokens, score,
+    finished), the unfinished ones being its live slots when it stopped at its step budget; the steps
+    (decoder calls) each query took part in; the rows the calls were fed, all queries together."""
+    found: list[list[tuple[tuple[int, ...], float, bool]]]
+    calls: list[int]
+    rows_fed: int
+
+
+class _CBeamRun(ctypes.Structure):
+    _fields_ = ([(name, ctypes.c_int32) for name in ("queries", "width", "n_best", "prune", "eos", "steps", "step",
+                                                     "history_width")]
+                + [(name, ctypes.c_void_p) for name in (
+                    "budgets", "active", "scores", "finished_top", "finished_count", "calls")]
+                + [("rows_fed", ctypes.c_int64)]
+                + [(name, ctypes.c_void_p) for name in ("history", "logits",
+                    "log_probs", "top_scores", "top_index", "parents", "fed", "fed_tokens", "fed_lengths", "moved",
+                    "slots")]
+                + [("n_found", ctypes.c_int64), ("n_found_tokens", ctypes.c_int64)]
+                + [(name, ctypes.c_void_p) for name in ("found", "found_scores", "found_tokens")])
 
 
 class _CGreedy(ctypes.Structure):
@@ -254,10 +271,7 @@ class _Binding:
         # The pending keys/values buffer and its per-layer views, by (batch, t_new): each call overwrites
         # them, and pending means "of the last call", so making them once per shape saves ~8 view ops a call.
         self.pending: dict[tuple[int, int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
-        self.beam = _CBeam()
         self.greedy = _CGreedy()
-        # by (rows, vocab): see NativeStep.beam_step
-        self.beam_scratch: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
 
     def pending_of(self, n_layers: int, batch: int, heads: int, t_new: int, head_dim: int
                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
@@ -277,6 +291,7 @@ def _tensors_of(cache: KVCache) -> list[torch.Tensor | None]:
 
 
 DTYPES = ("float32", "int8")  # what the decoder call computes with (see NativeStep)
+STEPS_PER_RUN = 16  # beam search's steps per C call (NativeStep.beam_search): the time limit is checked between
 
 
 def _panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, int]:
@@ -544,53 +559,59 @@ class NativeStep(NumpyStep):
             cache.lengths[torch.from_numpy(slot_rows)] = torch.from_numpy(new_lengths)
         return accepted.tolist(), argmax.tolist(), best.tolist(), None if peaks is None else peaks.tolist()
 
-    def beam_step(self, tokens: np.ndarray, cache: KVCache, scores: np.ndarray, length: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """One step of beam.beam_search in one C call (csrc beam_step), for a cache whose rows are the
-        beam slots of `queries` queries, every row holding `length` tokens: feed tokens (rows,), one to
-        each live slot (a dead one, score -inf, is not fed: its children score -inf whatever its
-        log-probs), and commit them; take each query's best children of the slot scores (queries, width)
-        as beam.best_children does, on Seq2SeqTransformer.log_probs of the logits; move every live row
-        to its parent's, as cache.reorder would (a dead row's contents are never read again). Returns
-        best_children's (top_scores, top_index).
+    def beam_search(self, cache: KVCache, budgets: list[int], width: int, n_best: int, prune: bool) -> BeamFound:
+        """beam.beam_search's loop in C (csrc beam_run), over a new cache whose rows are the beam slots of
+        len(budgets) queries, `width` each, holding nothing yet (bos is the first token fed). The C code runs
+        STEPS_PER_RUN steps a call: the time limit is checked between calls.
 
-        Between two decoder calls beam search does a few dozen NumPy and torch calls, and right after a
-        call they run several times slower than warm (its weights have gone through the caches)."""
-        check_deadline()  # the per-query time limit (limits.py): this call bypasses model.decode
-        queries, width = scores.shape
-        rows, slots, vocab = queries * width, cache.slots, int(self.embed.shape[0])
-        if tokens.shape != (rows,) or cache.batch_size != rows:
-            raise ValueError(f"beam_step feeds one token to each of the cache's {cache.batch_size} rows, "
-                             f"{queries} queries x {width} slots; got {tokens.shape[0]} tokens")
-        if length + 1 > cache.capacity:
-            raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
-        binding = self._binding(cache)
+        In Python the loop did a few dozen NumPy calls a step, each slowed several times by running
+        right after the decoder call had streamed the weights through the caches: at one query, width 5,
+        30% of a forward search (session 73)."""
+        queries, vocab = len(budgets), int(self.embed.shape[0])
+        rows = queries * width
+        if cache.batch_size != rows or int(cache.lengths.max()) != 0:
+            raise ValueError(f"beam_search needs a new cache of {queries} queries x {width} slots, "
+                             f"not {cache.batch_size} rows holding tokens")
+        binding, slots = self._binding(cache), cache.slots
         if binding is None or slots is None or slots.dtype != torch.float32 or not slots.is_contiguous() \
                 or slots.data_ptr() != cache.layers[0].keys.data_ptr():
-            raise ValueError("beam_step needs the cache's keys and values in one contiguous float32 slots tensor")
-        scores = np.ascontiguousarray(scores, dtype=np.float32)
-        live = np.flatnonzero(scores.reshape(-1) > -np.inf)
-        if len(live) == 0:
-            raise ValueError("beam_step needs a live slot")
-        fed = None if len(live) == rows else live.astype(np.int64)  # the cache row of each call row; None: every row
-        ids = np.ascontiguousarray(tokens if fed is None else tokens[fed], dtype=np.int64)
-        lengths = cache.lengths if fed is None else cache.lengths[torch.from_numpy(fed)]
-        scratch = binding.beam_scratch.get((rows, vocab))
-        if scratch is None:  # logits, log-probs, parents: made once per shape and cache
-            scratch = binding.beam_scratch[rows, vocab] = (np.empty((rows, vocab), dtype=np.float32),
-                                                           np.empty((rows, vocab), dtype=np.float32),
-                                                           np.empty(rows, dtype=np.int64))
-        top_scores = np.empty((queries, width), dtype=np.float32)
-        top_index = np.empty((queries, width), dtype=np.int64)
-        self._set_call(binding, cache, ids.ctypes.data, lengths, len(ids), 1, length + 1, scratch[0].ctypes.data,
-                       None)
-        binding.call.rows = None if fed is None else fed.ctypes.data
-        beam = binding.beam
-        beam.queries, beam.width, beam.scores = queries, width, scores.ctypes.data
-        beam.log_probs, beam.top_scores, beam.top_index = (scratch[1].ctypes.data, top_scores.ctypes.data,
-                                                           top_index.ctypes.data)
-        beam.parents, beam.slots = scratch[2].ctypes.data, slots.data_ptr()
-        if self._library.beam_step(self._c_model(), ctypes.byref(binding.call), ctypes.byref(beam)) != 0:
-            raise MemoryError("the C beam step could not allocate its scratch memory")
-        cache.lengths = cache.lengths + 1  # the rows moved among rows of one length
-        return top_scores, top_index
+            raise ValueError("beam_search needs the cache's keys and values in one contiguous float32 slots tensor")
+        history_width = max(budgets) + 1
+        scores = np.full((queries, width), -np.inf, dtype=np.float32)
+        scores[:, 0] = 0.0
+        history = np.zeros((rows, history_width), dtype=np.int64)
+        history[:, 0] = BOS_ID
+        active, calls = np.ones(queries, dtype=np.uint8), np.zeros(queries, dtype=np.int64)
+        finished_top, finished_count = np.empty((queries, n_best), dtype=np.float32), np.zeros(queries, dtype=np.int32)
+        budget_array = np.ascontiguousarray(budgets, dtype=np.int32)
+        room = STEPS_PER_RUN * rows  # a step finds at most one hypothesis a slot
+        found_meta, found_scores = np.empty((room, 4), dtype=np.int64), np.empty(room, dtype=np.float32)
+        found_tokens = np.empty(room * history_width, dtype=np.int64)
+        scratch = dict(logits=np.empty((rows, vocab), dtype=np.float32),
+                       log_probs=np.empty((rows, vocab), dtype=np.float32),
+                       top_scores=np.empty(rows, dtype=np.float32), moved=np.empty((width, history_width), np.int64),
+                       **{name: np.empty(rows, dtype=np.int64)
+                          for name in ("top_index", "parents", "fed", "fed_tokens", "fed_lengths")})
+        run = _CBeamRun(queries=queries, width=width, n_best=n_best, prune=int(prune), eos=EOS_ID,
+                        steps=STEPS_PER_RUN, step=0, history_width=history_width, slots=slots.data_ptr(),
+                        **{name: array.ctypes.data for name, array in (
+                            ("budgets", budget_array), ("active", active), ("scores", scores),
+                            ("finished_top", finished_top), ("finished_count", finished_count), ("calls", calls),
+                            ("history", history), ("found", found_meta), ("found_scores", found_scores),
+                            ("found_tokens", found_tokens), *scratch.items())})
+        # The call's cache tables and pending buffer (for every row); beam_run sets its rows, tokens and lengths.
+        self._set_call(binding, cache, 0, cache.lengths, rows, 1, 1, scratch["logits"].ctypes.data, None)
+        found: list[list[tuple[tuple[int, ...], float, bool]]] = [[] for _ in range(queries)]
+        while active.any():
+            check_deadline()  # the per-query time limit (limits.py): these calls bypass model.decode
+            run.n_found = run.n_found_tokens = 0
+            failed = self._library.beam_run(self._c_model(), ctypes.byref(binding.call), ctypes.byref(run))
+            if failed == 4:
+                raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
+            if failed:
+                raise MemoryError("the C beam search could not allocate its scratch memory")
+            tokens = found_tokens[:run.n_found_tokens].tolist()
+            for (query, finished, start, length), score in zip(found_meta[:run.n_found].tolist(),
+                                                               found_scores[:run.n_found].tolist()):
+                found[query].append((tuple(tokens[start:start + length]), score, bool(finished)))
+        return BeamFound(found, calls.tolist(), run.rows_fed)

@@ -268,13 +268,14 @@ def test_pruned_beam_equals_unpruned_beam(engine, width, n_best, monkeypatch):
     from molspec_core.native import NativeStep
 
     fed: list[int] = []
-    plain_set_call = NativeStep._set_call
+    plain_search = NativeStep.beam_search
 
-    def counted(self, binding, cache, ids, lengths, batch, *args):
-        fed.append(batch)
-        return plain_set_call(self, binding, cache, ids, lengths, batch, *args)
+    def counted(self, *args):
+        run = plain_search(self, *args)
+        fed.append(run.rows_fed)
+        return run
 
-    monkeypatch.setattr(NativeStep, "_set_call", counted)
+    monkeypatch.setattr(NativeStep, "beam_search", counted)
     rows = {True: 0, False: 0}
     for seed in range(3):
         model = random_model(seed, vocab_size=7, engine=engine)
@@ -295,33 +296,32 @@ def test_native_beam_slots_read_their_querys_memory_in_place(monkeypatch):
     """Session 69: beam search gave each slot its own copy of its query's cross-attention keys and values,
     and copied the kept ones again whenever a query of the batch finished: a call read width times the
     memory. On the native engine the slots now read their query's in place (KVCache.share_memory): one
-    row per query for the whole search, as queries finish too, and the same n-best lists, scores to the
-    bit, as with a copy per slot."""
+    row per query for the whole search (which since session 73 runs in C and leaves a finished query's rows
+    where they are), and the same n-best lists, scores to the bit, as with a copy per slot."""
     from molspec_core.cache import KVCache
     from molspec_core.native import NativeStep
 
-    seen: list[tuple[int, int, int]] = []  # per step: cross rows held, cache rows, distinct rows read
-    plain_step = NativeStep.beam_step
+    seen: list[tuple[int, int, int]] = []  # per search: cross rows held, cache rows, distinct rows read
+    plain_search = NativeStep.beam_search
 
-    def watched(self, tokens, cache, scores, length):
+    def watched(self, cache, *args):
         rows = cache.cross_rows
         seen.append((cache.layers[0].cross_keys.shape[0], cache.batch_size,
                      -1 if rows is None else len(set(rows.tolist()))))
-        return plain_step(self, tokens, cache, scores, length)
+        return plain_search(self, cache, *args)
 
-    monkeypatch.setattr(NativeStep, "beam_step", watched)
+    monkeypatch.setattr(NativeStep, "beam_search", watched)
     for seed in range(3):
         model = random_model(seed, vocab_size=7, engine="native")
         sources = random_sources(seed + 40, 6, 7, 2, 12)
         seen.clear()
         shared = beam_search(model, sources, 5, 2)
-        assert seen[0] == (6, 30, 6) and all(held == 6 and read == cache_rows // 5 for held, cache_rows, read in seen)
-        assert seen[-1][1] < 30  # queries finished and left the batch
+        assert seen == [(6, 30, 6)]  # the C search keeps every row in place to the end (session 73)
         with monkeypatch.context() as m:
             m.setattr(KVCache, "share_memory", lambda self, rows: self.reorder(rows))  # a copy per slot
             seen.clear()
             copied = beam_search(model, sources, 5, 2)
-            assert seen[0] == (30, 30, -1)
+            assert seen == [(30, 30, -1)]
         assert [[(h.tokens, h.score, h.finished) for h in r.hypotheses] for r in shared] == \
             [[(h.tokens, h.score, h.finished) for h in r.hypotheses] for r in copied]
 

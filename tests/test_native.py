@@ -120,9 +120,10 @@ def test_speculative_greedy_equals_greedy_to_the_bit():
 
 
 def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
-    """Every decoder call of greedy (and of beam search) is a C call: the plain one or a fused step."""
+    """Every decoder call of greedy is a C call: the plain one or a fused step; beam search is one C search
+    (NativeStep.beam_search, whose steps are C calls to decoder_step), no step of it a call from Python."""
     calls = []
-    for name in ("__call__", "greedy_step", "beam_step"):
+    for name in ("__call__", "greedy_step", "beam_search"):
         original = getattr(NativeStep, name)
         monkeypatch.setattr(NativeStep, name,
                             lambda self, *a, original=original, **k: calls.append(1) or original(self, *a, **k))
@@ -133,7 +134,7 @@ def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
     assert len(calls) == sum(r.stats.model_calls for r in results) > 0
     calls.clear()
     results = beam_search(fast, sources, 3)
-    assert len(calls) == max(r.stats.model_calls for r in results) > 0  # one call a step for the whole batch
+    assert len(calls) == 1 and max(r.stats.model_calls for r in results) > 1
 
 
 def test_weights_not_float16_values_are_refused_with_the_reason():
@@ -363,8 +364,8 @@ def test_an_int8_predictor_refuses_several_drafts_per_call_before_it_decodes():
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_the_time_limit_stops_every_method_on_the_native_engine(dtype):
-    """The C step's whole-step calls (greedy_step, beam_step) bypass the model's decoder call, where the deadline
-    was checked: a limit of a microsecond let every query finish (session 65's audit)."""
+    """The C step's whole-step calls (greedy_step, beam_search's runs) bypass the model's decoder call, where the
+    deadline was checked: a limit of a microsecond let every query finish (session 65's audit)."""
     predictor = Predictor.load("forward", "cpu", dtype=dtype)
     assert predictor.engine_description.startswith("C ")
     for method in ("greedy", "spec-lookup", "beam", "sbs-exact"):
@@ -403,26 +404,49 @@ def test_token_ids_outside_the_vocabulary_are_refused_before_the_c_code_reads_th
         model.encode(torch.tensor([[5, 6, 14]]))  # vocabulary of 14: ids 0..13
 
 
-# ---- beam search's fused step (NativeStep.beam_step) ---------------------------------------------
+# ---- beam search in C (NativeStep.beam_search) ---------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("width", [1, 3, 5])
-def test_fused_beam_step_equals_the_steps_it_fuses(seed, width, monkeypatch):
-    """beam_search on the native engine runs each step as one C call; with it switched off the same
-    engine runs the step piece by piece (decoder call, commit, log_probs, best_children, reorder).
-    Both give the same n-best lists with the same scores to the bit, over queries of different
-    lengths (queries finish at different steps, so rows are dropped and the cache rebound)."""
+def c_and_python_beams_agree(seed: int, width: int, n_best: int, prune: bool, steps_per_run: int, monkeypatch) -> list:
+    """beam_search on the native engine, its loop in C (NativeStep.beam_search, steps_per_run steps a C
+    call), against the same engine with the loop in Python, step by step (decoder call, commit, log_probs,
+    best_children, reorder): the same n-best lists with the same scores to the bit and the same calls per
+    query. Returns the C loop's results."""
     from molspec_core.decoding import beam as beam_module
 
-    model = native_model(seed, "native", vocab_size=9)
-    sources = random_sources(seed + 20, 4, 9, 2, 12)
-    fused = beam_search(model, sources, width, max_len=14)
-    monkeypatch.setattr(beam_module, "NativeStep", type("NotNative", (), {}))
-    stepwise = beam_search(model, sources, width, max_len=14)
+    with monkeypatch.context() as m:
+        m.setattr(native, "STEPS_PER_RUN", steps_per_run)
+        model = native_model(seed, "native", vocab_size=9)
+        sources = random_sources(seed + 20, 4, 9, 2, 12)
+        fused = beam_search(model, sources, width, n_best, max_len=14, prune=prune)
+        m.setattr(beam_module, "NativeStep", type("NotNative", (), {}))
+        stepwise = beam_search(model, sources, width, n_best, max_len=14, prune=prune)
     for a, b in zip(fused, stepwise):
         assert ([(h.tokens, h.score, h.finished) for h in a.hypotheses]
                 == [(h.tokens, h.score, h.finished) for h in b.hypotheses])
+        assert a.stats.model_calls == b.stats.model_calls
+    return fused
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("width,n_best,prune", [(1, 1, True), (3, 3, True), (5, 5, True), (5, 2, True), (5, 2, False)])
+@pytest.mark.parametrize("steps_per_run", [3, 16])
+def test_beam_search_in_c_equals_the_steps_it_runs(seed, width, n_best, prune, steps_per_run, monkeypatch):
+    """Over queries of different lengths (they finish at different steps: Python drops their rows, C leaves
+    them), searches of several C calls (3 steps a call) and of one (16)."""
+    c_and_python_beams_agree(seed, width, n_best, prune, steps_per_run, monkeypatch)
+
+
+def test_beam_search_in_c_meets_both_stops_and_both_kinds_of_answer(monkeypatch):
+    """What the test above covers: queries stopped by the floor and at their budget (14 steps here),
+    finished answers and unfinished ones, searches of several C calls."""
+    kinds, calls = set(), set()
+    for seed in range(3):
+        for width, n_best in ((1, 1), (5, 2)):
+            found = c_and_python_beams_agree(seed, width, n_best, True, 3, monkeypatch)
+            kinds |= {h.finished for r in found for h in r.hypotheses}
+            calls |= {r.stats.model_calls for r in found}
+    assert kinds == {True, False} and 14 in calls and min(calls) < 14
 
 
 def test_beam_selection_in_c_breaks_ties_as_best_children():
@@ -440,7 +464,7 @@ def test_beam_selection_in_c_breaks_ties_as_best_children():
         scores[rng.random(scores.shape) < 0.3] = -np.inf
         top_scores = np.empty((queries, width), dtype=np.float32)
         top_index = np.empty((queries, width), dtype=np.int64)
-        stale = log_probs.copy()  # beam_step does not feed a dead slot: its row holds anything
+        stale = log_probs.copy()  # beam_run does not feed a dead slot: its row holds anything
         stale[scores == -np.inf] = np.nan
         library.beam_select(queries, slots, vocab, width, scores.ctypes.data, stale.ctypes.data,
                             top_scores.ctypes.data, top_index.ctypes.data)
@@ -594,7 +618,7 @@ def test_a_pool_view_is_refused_off_the_native_lean_call(copy_model):
     [0, 1, 2],  # nothing moves
 ])
 def test_beam_steps_move_rows_each_from_its_parent_whatever_the_order(order):
-    """beam_step's row moves (csrc move_rows, tested through reorder_rows) copy each moved row once, straight
+    """beam_run's row moves (csrc move_rows, tested through reorder_rows) copy each moved row once, straight
     from its source where no other move still reads the row they overwrite, staging only for cycles: every
     order gives what indexing gives, the slots past `used` untouched."""
     import ctypes

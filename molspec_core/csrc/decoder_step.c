@@ -1057,8 +1057,8 @@ int cross_keys_values(const Model *model, int32_t layer, int32_t batch, int32_t 
 }
 
 /* ---- Beam search's host side -------------------------------------------------------------------
- * What beam.py does between two decoder calls, for the native engine (NativeStep.beam_step): in
- * NumPy it is a few dozen calls, each slowed several times by running right after the decoder call
+ * What beam.py does between two decoder calls, for the native engine (NativeStep.beam_search, beam_run):
+ * in NumPy it is a few dozen calls, each slowed several times by running right after the decoder call
  * has streamed the weights through the caches (measured: best_children took 7x its warm time there). */
 
 /* Row-wise log-softmax of x (rows, n) into out: (x - max) - log(sum exp(x - max)). Each row is
@@ -1087,7 +1087,7 @@ void log_softmax_rows(const float *x, int64_t rows, int32_t n, float *out) {
  * i = slot * vocab + token scores scores[slot] + log_probs[slot][token] (a float32 sum); the first
  * `width` of each query's candidates in descending order, ties to the lower i (a stable sort), into
  * out_scores and out_index (queries, width). width <= slots * vocab; values are finite or -inf. A dead
- * slot (score -inf) scores -inf for every token whatever its log-probs hold (beam_step does not feed
+ * slot (score -inf) scores -inf for every token whatever its log-probs hold (beam_run does not feed
  * it, so they are stale). */
 void beam_select(int32_t queries, int32_t slots, int32_t vocab, int32_t width, const float *scores,
                  const float *log_probs, float *out_scores, int64_t *out_index) {
@@ -1187,37 +1187,142 @@ int reorder_rows(float *slots, int32_t outer, int32_t batch, int32_t groups, int
     return move_rows(slots, outer, batch, groups, stride, used, order);
 }
 
+/* A whole beam search (beam.py's definition) over a cache whose rows are the beam slots of `queries`
+ * queries, `width` each, query by query; every live row holds `step` + 1 tokens. The run takes up to
+ * `steps` steps, then returns, its state in these arrays, so that Python can check the time limit
+ * between runs and read what was found. Each step: the decoder call (one token for each live slot of
+ * an active query), the log-softmax, each active query's `width` best children (beam_select), the cache
+ * rows and histories moved to their parents', the finished hypotheses recorded, the slots at or below
+ * their query's floor (the n_best-th finished score) dropped when `prune`, and the queries that stop
+ * (no live slot above the floor, or at their step budget, recording their live slots unfinished)
+ * made inactive. A finished query's rows stay in the cache, unread. */
 typedef struct {
-    int32_t queries, width;  /* queries * width beam slots, query by query: the cache's rows; the call feeds
-                              * the live ones (call->rows, or every row when NULL) */
-    const float *scores;     /* (queries, width): each slot's score, -INFINITY for a dead slot */
-    float *log_probs;        /* (queries * width, vocab): scratch, a fed slot's row written */
-    float *top_scores;       /* (queries, width) out */
-    int64_t *top_index;      /* (queries, width) out: slot * vocab + token */
-    int64_t *parents;        /* (queries * width): scratch, the row each new slot continues */
-    float *slots;            /* (2 * n_layers, batch, heads, capacity, head_dim): the call's keys, values */
-} Beam;
+    int32_t queries, width, n_best, prune, eos;
+    int32_t steps;           /* at most this many steps in this run */
+    int32_t step;            /* in/out: steps taken since the search began */
+    int32_t history_width;   /* columns of history: the largest budget + 1 */
+    const int32_t *budgets;  /* (queries): the step at which a query stops, finished or not */
+    uint8_t *active;         /* (queries) in/out */
+    float *scores;           /* (queries, width) in/out: each slot's score, -INFINITY for a dead slot */
+    float *finished_top;     /* (queries, n_best) in/out: each query's best finished scores, descending */
+    int32_t *finished_count; /* (queries) in/out: finished hypotheses so far */
+    int64_t *calls;          /* (queries) in/out: the steps each query took part in */
+    int64_t rows_fed;        /* in/out: rows the decoder calls were fed, summed over the search */
+    int64_t *history;        /* (queries * width, history_width) in/out: each slot's tokens, bos first */
+    /* scratch: */
+    float *logits, *log_probs, *top_scores;  /* (rows, vocab), (rows, vocab), (rows) */
+    int64_t *top_index, *parents, *fed, *fed_tokens, *fed_lengths, *moved;  /* (rows) each; moved (width, history_width) */
+    float *slots;            /* (2 * n_layers, rows, heads, capacity, head_dim): the cache's keys, values */
+    /* out, what this run found, in order (by step, then query, then slot); room for (steps + 1) * rows: */
+    int64_t n_found, n_found_tokens;
+    int64_t *found;          /* (n_found, 4): query, finished (1) or stopped at the budget (0), first token, length */
+    float *found_scores;     /* (n_found) */
+    int64_t *found_tokens;   /* the hypotheses' tokens, back to back (bos and eos left out) */
+} BeamRun;
 
-/* One beam step: the decoder call (one token per live slot, every row of one length), the log-softmax,
- * each query's `width` best children (beam_select, dead slots not read), and the cache rows moved to
- * their parents' (the new token's keys and values included); a dead new slot keeps its row, whose
- * contents nobody reads again. Returns decoder_step's or move_rows's failure. */
-int beam_step(const Model *model, const Call *call, const Beam *beam) {
-    int failed = decoder_step(model, call);
-    if (failed) return failed;
-    const int32_t rows = beam->queries * beam->width, vocab = model->vocab, width = beam->width;
-    for (int32_t b = 0; b < call->batch; b++)
-        log_softmax_rows(call->logits + (int64_t)b * vocab, 1, vocab, beam->log_probs + slot_row(call, b) * vocab);
-    beam_select(beam->queries, width, vocab, width, beam->scores, beam->log_probs, beam->top_scores, beam->top_index);
-    for (int32_t r = 0; r < rows; r++)
-        beam->parents[r] = beam->top_scores[r] == -INFINITY ? r : r / width * width + beam->top_index[r] / vocab;
-    return move_rows(beam->slots, 2 * model->n_layers, rows, model->heads, (int64_t)call->capacity * model->head_dim,
-                     (int64_t)call->upto * model->head_dim, beam->parents);
+static float floor_of(const BeamRun *run, int q) {
+    return run->finished_count[q] < run->n_best ? -INFINITY : run->finished_top[(int64_t)q * run->n_best + run->n_best - 1];
+}
+
+static void found(BeamRun *run, int q, int finished, float score, const int64_t *tokens, int64_t length) {
+    int64_t *record = run->found + 4 * run->n_found;
+    record[0] = q, record[1] = finished, record[2] = run->n_found_tokens, record[3] = length;
+    run->found_scores[run->n_found++] = score;
+    memcpy(run->found_tokens + run->n_found_tokens, tokens, sizeof(int64_t) * (size_t)length);
+    run->n_found_tokens += length;
+    if (!finished) return;
+    float *top = run->finished_top + (int64_t)q * run->n_best; /* insert after every equal score */
+    int at = run->finished_count[q] < run->n_best ? run->finished_count[q] : run->n_best;
+    run->finished_count[q]++;
+    if (at == run->n_best && !(score > top[at - 1])) return;
+    if (at == run->n_best) at--;
+    while (at > 0 && top[at - 1] < score) {
+        top[at] = top[at - 1];
+        at--;
+    }
+    top[at] = score;
+}
+
+/* Returns decoder_step's or move_rows's failure, or 4 when the cache's capacity is reached. */
+int beam_run(const Model *model, const Call *call_in, BeamRun *run) {
+    const int32_t W = run->width, V = model->vocab, HW = run->history_width;
+    const int32_t rows = run->queries * W;
+    Call call = *call_in;
+    for (int it = 0; it < run->steps; it++) {
+        int32_t n_fed = 0;
+        for (int q = 0; q < run->queries; q++)
+            if (run->active[q])
+                for (int s = 0; s < W; s++) {
+                    const int64_t r = (int64_t)q * W + s;
+                    if (run->scores[r] == -INFINITY) continue;
+                    run->fed[n_fed] = r;
+                    run->fed_tokens[n_fed] = run->history[r * HW + run->step];
+                    run->fed_lengths[n_fed++] = run->step;
+                }
+        if (n_fed == 0) return 0; /* no active query: the search is over */
+        run->rows_fed += n_fed;
+        if (run->step + 1 > call.capacity || run->step + 1 >= HW) return 4;
+        call.batch = n_fed, call.t_new = 1, call.upto = run->step + 1;
+        call.tokens = run->fed_tokens, call.lengths = run->fed_lengths, call.rows = run->fed;
+        call.logits = run->logits, call.weights = NULL;
+        int failed = decoder_step(model, &call);
+        if (failed) return failed;
+        for (int32_t b = 0; b < n_fed; b++)
+            log_softmax_rows(run->logits + (int64_t)b * V, 1, V, run->log_probs + run->fed[b] * V);
+        for (int64_t r = 0; r < rows; r++) run->parents[r] = r;
+        for (int q = 0; q < run->queries; q++) {
+            if (!run->active[q]) continue;
+            const int64_t first = (int64_t)q * W;
+            beam_select(1, W, V, W, run->scores + first, run->log_probs + first * V, run->top_scores + first,
+                        run->top_index + first);
+            for (int s = 0; s < W; s++)
+                if (run->top_scores[first + s] != -INFINITY) run->parents[first + s] = first + run->top_index[first + s] / V;
+        }
+        failed = move_rows(run->slots, 2 * model->n_layers, rows, model->heads, (int64_t)call.capacity * model->head_dim,
+                           (int64_t)call.upto * model->head_dim, run->parents);
+        if (failed) return failed;
+        const int32_t step = ++run->step; /* every live row now holds step + 1 tokens */
+        for (int q = 0; q < run->queries; q++) {
+            if (!run->active[q]) continue;
+            const int64_t first = (int64_t)q * W;
+            for (int s = 0; s < W; s++) /* the `step` tokens each slot held */
+                memcpy(run->moved + (int64_t)s * HW, run->history + (first + s) * HW, sizeof(int64_t) * (size_t)step);
+            for (int s = 0; s < W; s++) {
+                const int64_t r = first + s, parent = run->top_index[r] / V, token = run->top_index[r] % V;
+                int64_t *h = run->history + r * HW;
+                memcpy(h, run->moved + parent * HW, sizeof(int64_t) * (size_t)step);
+                h[step] = token;
+                const float score = run->top_scores[r];
+                if (token == run->eos && score > -INFINITY) found(run, q, 1, score, h + 1, step - 1);
+                run->scores[r] = token == run->eos ? -INFINITY : score;
+            }
+        }
+        for (int q = 0; q < run->queries; q++) {
+            if (!run->active[q]) continue;
+            const int64_t first = (int64_t)q * W;
+            const float floor = floor_of(run, q);
+            float best_live = -INFINITY;
+            for (int s = 0; s < W; s++) {
+                if (run->prune && run->scores[first + s] <= floor) run->scores[first + s] = -INFINITY;
+                best_live = run->scores[first + s] > best_live ? run->scores[first + s] : best_live;
+            }
+            run->calls[q]++;
+            if (best_live == -INFINITY || best_live <= floor) {
+                run->active[q] = 0;
+            } else if (step >= run->budgets[q]) {
+                for (int s = 0; s < W; s++)
+                    if (run->scores[first + s] > -INFINITY)
+                        found(run, q, 0, run->scores[first + s], run->history + (first + s) * HW + 1, step);
+                run->active[q] = 0;
+            }
+        }
+    }
+    return 0;
 }
 
 /* ---- Greedy decoding's host side ----------------------------------------------------------------
  * What greedy.py does with a call's logits (settle_lists), for the native engine: the same reason as
- * beam_step's. */
+ * beam_run's. */
 
 typedef struct {
     const int64_t *drafts;  /* (batch): draft tokens fed after each row's pending token, at most t_new - 1 */

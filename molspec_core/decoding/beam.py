@@ -101,7 +101,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     device = model.device
     n_queries = len(sources)
     memory, keep, budgets = encode_sources(model, sources, max_len)
-    # On the native engine a whole step (call, log-probs, best children, row moves) is one C call.
+    # On the native engine the whole search below runs in C (NativeStep.beam_search), STEPS_PER_RUN steps a call.
     engine = model.numpy_step
     native = engine if isinstance(engine, NativeStep) and cached and not model.training else None
     cache = None
@@ -119,7 +119,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         memory, keep = memory.repeat_interleave(width, dim=0), keep.repeat_interleave(width, dim=0)  # (Q*k, S, ...)
     vocab = model.cfg.vocab_size
 
-    # The bookkeeping is NumPy on the host; only the decoder calls run on the device. It runs right
+    # Elsewhere the bookkeeping is NumPy on the host; only the decoder calls run on the device. It runs right
     # after each call has streamed the weights through the caches, so it is kept to few operations.
     active = list(range(n_queries))
     scores = np.full((n_queries, width), -np.inf, dtype=np.float32)
@@ -130,25 +130,29 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     stats = [DecodeStats() for _ in range(n_queries)]
     step = 0
     ones = first_slot = torch.empty(0)
+    if native is not None and cache is not None:  # the loop below, in C
+        run = native.beam_search(cache, budgets, width, n_best, prune)
+        for q, (hypotheses, n_calls) in enumerate(zip(run.found, run.calls)):
+            finished[q] = [Hypothesis(tokens, score, (GENERATED,) * len(tokens), done)
+                           for tokens, score, done in hypotheses]
+            stats[q].model_calls += n_calls
+        active = []
     while active:
         n_act = len(active)
         if len(ones) != n_act * width:  # made again only when queries finish
             ones = torch.ones(n_act * width, dtype=torch.long, device=device)
             first_slot = np.arange(n_act)[:, None] * width  # (A, 1): each query's first row
-        if native is not None and cache is not None:
-            top_scores, top_index = native.beam_step(history[:, -1], cache, scores, step)  # rows moved too
+        if cache is not None:
+            logits, _ = model.decode(torch.from_numpy(history[:, -1]).to(device).view(-1, 1, 1), cache)
+            cache.commit(ones)
+            last = logits.reshape(n_act * width, vocab)
         else:
-            if cache is not None:
-                logits, _ = model.decode(torch.from_numpy(history[:, -1]).to(device).view(-1, 1, 1), cache)
-                cache.commit(ones)
-                last = logits.reshape(n_act * width, vocab)
-            else:
-                last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
-            log_probs = model.log_probs(last).cpu().numpy().reshape(n_act, width, vocab)
-            top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
+            last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
+        log_probs = model.log_probs(last).cpu().numpy().reshape(n_act, width, vocab)
+        top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
         parent, token = np.divmod(top_index, vocab)  # (A, k): slot within the query, token
         rows = (first_slot + parent).reshape(-1)
-        if cache is not None and native is None:
+        if cache is not None:
             cache.reorder(torch.from_numpy(rows).to(device), cross=False)
         history = np.concatenate([history[rows], token.reshape(-1, 1)], axis=1)
         step += 1
