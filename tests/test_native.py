@@ -513,7 +513,33 @@ def test_fused_greedy_step_equals_the_steps_it_fuses(copy_model, drafter, monkey
         assert (x.tokens, x.provenance, x.finished) == (y.tokens, y.provenance, y.finished)
         assert x.score == pytest.approx(y.score, abs=1e-5)
         assert a.stats.model_calls == b.stats.model_calls
-    assert fused_seen == seen
+    assert fused_seen == (seen if drafter != "none" else [])  # without drafts the loop ran in C, asking none
+
+
+@pytest.mark.parametrize("steps_per_run", [3, 16])
+def test_greedy_search_in_c_equals_the_steps_it_runs(copy_model, steps_per_run, monkeypatch):
+    """Greedy without drafts on the native engine runs its whole loop in C (NativeStep.greedy_search,
+    steps_per_run calls a C call); a drafter that is not the NullDrafter but proposes nothing keeps the loop in
+    Python, one C call (greedy_step) a step. The same tokens, scores to the bit, finished flags and call and
+    token counts, over queries that finish apart and queries stopped at their budget (9 tokens)."""
+
+    class ProposesNothing:
+        needs_attention = False
+
+        def propose(self, generated, peak):
+            return []
+
+    monkeypatch.setattr(native, "STEPS_PER_RUN", steps_per_run)
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = random_sources(31, 12, len(vocab), 3, 14)
+    in_c = greedy(model, sources, lambda s: make_drafter("none", s, 0, 1), max_len=9)
+    stepwise = greedy(model, sources, lambda s: ProposesNothing(), max_len=9)
+    for a, b in zip(in_c, stepwise):
+        (x,), (y,) = a.hypotheses, b.hypotheses
+        assert (x.tokens, x.score, x.finished, x.provenance) == (y.tokens, y.score, y.finished, y.provenance)
+        assert (a.stats.model_calls, a.stats.tokens_generated) == (b.stats.model_calls, b.stats.tokens_generated)
+    assert {r.hypotheses[0].finished for r in in_c} == {True, False}  # both kinds of stop
+    assert len({r.stats.model_calls for r in in_c}) > 2  # rows finishing apart
 
 
 @pytest.mark.parametrize("dtype, widths", [("float32", {}), ("int8", {}), ("int8", {"d_model": 64, "d_ff": 192})],

@@ -1372,3 +1372,63 @@ int greedy_step(const Model *model, const Call *call, const Greedy *out) {
     }
     return 0;
 }
+
+/* Plain greedy decoding (greedy.py without drafts) over a cache of `rows` rows, one query a row: up to
+ * `steps` calls, each feeding every active row its pending token (greedy_step with no drafts), then
+ * keeping the argmax: a row stops at eos (finished) or once it has written its budget of tokens. As
+ * beam_run, it returns after `steps` calls so that Python can check the time limit. */
+typedef struct {
+    int32_t rows, eos, steps;
+    int32_t history_width;   /* columns of tokens: the largest budget */
+    const int32_t *budgets;  /* (rows) */
+    uint8_t *active;         /* (rows) in/out */
+    uint8_t *finished;       /* (rows) in/out */
+    int64_t *pending;        /* (rows) in/out: each active row's next input token */
+    int64_t *lengths;        /* (rows) in/out: the tokens each row's cache holds */
+    int64_t *tokens;         /* (rows, history_width) in/out: each row's output so far (eos left out) */
+    int64_t *written;        /* (rows) in/out: how many */
+    double *scores;          /* (rows) in/out: the summed log-probs, in float64 as greedy.py sums them */
+    int64_t *calls;          /* (rows) in/out */
+    /* scratch, (rows) each: */
+    int64_t *fed, *fed_tokens, *fed_lengths, *no_drafts, *accepted, *argmax, *new_lengths;
+    float *best, *logits;    /* (rows), (rows, vocab) */
+} GreedyRun;
+
+int greedy_run(const Model *model, const Call *call_in, GreedyRun *run) {
+    Call call = *call_in;
+    Greedy out = {run->no_drafts, run->accepted, run->argmax, run->best, NULL, run->new_lengths};
+    for (int it = 0; it < run->steps; it++) {
+        int32_t n_fed = 0;
+        int64_t longest = 0;
+        for (int r = 0; r < run->rows; r++) {
+            if (!run->active[r]) continue;
+            run->fed[n_fed] = r;
+            run->fed_tokens[n_fed] = run->pending[r];
+            run->no_drafts[n_fed] = 0;
+            run->fed_lengths[n_fed++] = run->lengths[r];
+            longest = run->lengths[r] > longest ? run->lengths[r] : longest;
+        }
+        if (n_fed == 0) return 0;
+        if (longest + 1 > call.capacity) return 4;
+        call.batch = n_fed, call.t_new = 1, call.upto = (int32_t)longest + 1;
+        call.tokens = run->fed_tokens, call.lengths = run->fed_lengths, call.rows = run->fed;
+        call.logits = run->logits, call.weights = NULL;
+        int failed = greedy_step(model, &call, &out);
+        if (failed) return failed;
+        for (int32_t b = 0; b < n_fed; b++) {
+            const int64_t r = run->fed[b], token = run->argmax[b];
+            run->calls[r]++;
+            run->scores[r] += (double)run->best[b];
+            run->lengths[r] = run->new_lengths[b];
+            if (token == run->eos) {
+                run->finished[r] = 1;
+                run->active[r] = 0;
+                continue;
+            }
+            run->tokens[r * run->history_width + run->written[r]++] = token;
+            run->pending[r] = token;
+            if (run->written[r] >= run->budgets[r]) run->active[r] = 0;
+        }
+    }
+    return 0;
+}

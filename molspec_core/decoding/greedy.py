@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..drafting import Drafter
+from ..drafting import Drafter, NullDrafter
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
@@ -103,6 +103,13 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     # row r; the rows are moved down (cache.reorder) before any other call reads the cache.
     slot_rows: np.ndarray | None = None
     pending = [BOS_ID] * len(sources)  # each active row's next input token
+    if native is not None and all(isinstance(d, NullDrafter) for d in drafters):  # no drafts: the loop in C
+        for state, (tokens, score, finished, calls) in zip(out, native.greedy_search(cache, budgets)):
+            state.tokens, state.provenance, state.score, state.finished = list(tokens), [GENERATED] * len(tokens), \
+                score, finished
+            state.stats.model_calls += calls
+            state.stats.tokens_generated += calls  # each call's token, eos included, as record_call counts them
+        active = []
 
     while active:
         drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) if not out[i].resting else []
