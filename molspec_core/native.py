@@ -25,6 +25,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from .cache import KVCache
+from .decoding.result import GENERATED, DecodeStats
 from .limits import check_deadline
 from .npstep import NumpyStep, _Affine, _np, fp16_exact
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -222,6 +224,17 @@ class _CCall(ctypes.Structure):
                 ("cross_rows", ctypes.c_void_p)]
 
 
+class GreedyFound(NamedTuple):
+    """What NativeStep.greedy_search found for a query: its tokens (eos left out), where each came from (a
+    source position, or GENERATED), its score, whether it finished (else it stopped at its budget), and the
+    calls' counts."""
+    tokens: tuple[int, ...]
+    provenance: tuple[int, ...]
+    score: float
+    finished: bool
+    stats: DecodeStats
+
+
 class BeamFound(NamedTuple):
     """What NativeStep.beam_search found: per query, its hypotheses in the order found (tokens, score,
     finished), the unfinished ones being its live slots when it stopped at its step budget; the steps
@@ -250,11 +263,13 @@ class _CGreedy(ctypes.Structure):
 
 
 class _CGreedyRun(ctypes.Structure):
-    _fields_ = ([(name, ctypes.c_int32) for name in ("rows", "eos", "steps", "history_width")]
+    _fields_ = ([(name, ctypes.c_int32) for name in ("rows", "bos", "eos", "pad", "generated", "steps", "history_width",
+                                                     "draft_len", "max_suffix", "slots", "src_width")]
                 + [(name, ctypes.c_void_p) for name in (
-                    "budgets", "active", "finished", "pending", "lengths", "tokens", "written", "scores", "calls",
-                    "fed", "fed_tokens", "fed_lengths", "no_drafts", "accepted", "argmax", "new_lengths", "best",
-                    "logits")])
+                    "sources", "source_lengths", "budgets", "active", "finished", "pending", "lengths", "tokens",
+                    "origins", "written", "scores", "calls", "proposed", "accepted_total", "rejections", "emitted",
+                    "fed", "fed_lengths", "draft_counts", "accepted", "new_lengths", "draft_starts", "fed_tokens",
+                    "argmax", "best", "logits")])
 
 
 class _Binding:
@@ -570,35 +585,46 @@ class NativeStep(NumpyStep):
             cache.lengths[torch.from_numpy(slot_rows)] = torch.from_numpy(new_lengths)
         return accepted.tolist(), argmax.tolist(), best.tolist(), None if peaks is None else peaks.tolist()
 
-    def greedy_search(self, cache: KVCache, budgets: list[int]) -> list[tuple[tuple[int, ...], float, bool, int]]:
-        """greedy.greedy's loop without drafts in C (csrc greedy_run), over a new cache of one row a query,
-        holding nothing yet (bos is the first token fed). Returns per query its tokens (eos left out), its
-        score (the log-probs summed in float64, as greedy.py sums them), whether it finished (else it stopped
-        at its budget) and its decoder calls. STEPS_PER_RUN calls a C call: the time limit is checked between.
+    def greedy_search(self, cache: KVCache, sources: Sequence[Sequence[int]], budgets: list[int], slots: int,
+                      draft_len: int = 0, max_suffix: int = 0) -> list[GreedyFound]:
+        """greedy.greedy's loop in C (csrc greedy_run) without drafts (draft_len 0) or with one lookup draft of
+        at most draft_len tokens a call (drafting.LookupDrafter, max_suffix its longest suffix), over a new
+        cache of one row a query, holding nothing yet (bos is the first token fed); slots: the positions a row
+        may fill (greedy.fit_drafts). STEPS_PER_RUN calls a C call: the time limit is checked between them.
         At one query the Python loop's bookkeeping was 30% of a forward greedy search (session 73)."""
-        rows, vocab = len(budgets), int(self.embed.shape[0])
-        if cache.batch_size != rows or int(cache.lengths.max()) != 0:
+        rows, vocab, depth = len(budgets), int(self.embed.shape[0]), 1 + draft_len
+        if cache.batch_size != rows or len(sources) != rows or int(cache.lengths.max()) != 0:
             raise ValueError(f"greedy_search needs a new cache of {rows} rows, not {cache.batch_size} holding tokens")
         binding = self._binding(cache)
         if binding is None:
             raise ValueError("greedy_search needs contiguous cache slots")
-        history_width = max(budgets) + 1
+        history_width, src_width = max(budgets) + 1, max(1, max(len(s) for s in sources))
+        source_array = np.full((rows, src_width), PAD_ID, dtype=np.int64)
+        for row, source in zip(source_array, sources):
+            row[:len(source)] = source
+        source_lengths = np.array([len(s) for s in sources], dtype=np.int64)
         budget_array = np.ascontiguousarray(budgets, dtype=np.int32)
         active, finished = np.ones(rows, dtype=np.uint8), np.zeros(rows, dtype=np.uint8)
         pending = np.full(rows, BOS_ID, dtype=np.int64)
-        lengths, written, calls = (np.zeros(rows, dtype=np.int64) for _ in range(3))
-        tokens = np.zeros((rows, history_width), dtype=np.int64)
+        counts = {name: np.zeros(rows, dtype=np.int64) for name in (
+            "lengths", "written", "calls", "proposed", "accepted_total", "rejections", "emitted")}
+        tokens, origins = (np.zeros((rows, history_width), dtype=np.int64) for _ in range(2))
         scores = np.zeros(rows, dtype=np.float64)
-        scratch = dict(best=np.empty(rows, dtype=np.float32), logits=np.empty((rows, vocab), dtype=np.float32),
+        scratch = dict(best=np.empty((rows, depth), dtype=np.float32),
+                       logits=np.empty((rows * depth, vocab), dtype=np.float32),
+                       fed_tokens=np.empty((rows, depth), dtype=np.int64), argmax=np.empty((rows, depth), np.int64),
                        **{name: np.empty(rows, dtype=np.int64) for name in (
-                           "fed", "fed_tokens", "fed_lengths", "no_drafts", "accepted", "argmax", "new_lengths")})
-        run = _CGreedyRun(rows=rows, eos=EOS_ID, steps=STEPS_PER_RUN, history_width=history_width,
+                           "fed", "fed_lengths", "draft_counts", "accepted", "new_lengths", "draft_starts")})
+        run = _CGreedyRun(rows=rows, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID, generated=GENERATED, steps=STEPS_PER_RUN,
+                          history_width=history_width, draft_len=draft_len, max_suffix=max_suffix, slots=slots,
+                          src_width=src_width,
                           **{name: array.ctypes.data for name, array in (
+                              ("sources", source_array), ("source_lengths", source_lengths),
                               ("budgets", budget_array), ("active", active), ("finished", finished),
-                              ("pending", pending), ("lengths", lengths), ("tokens", tokens), ("written", written),
-                              ("scores", scores), ("calls", calls), *scratch.items())})
-        # The call's cache tables and pending buffer (for every row); greedy_run sets its rows, tokens and lengths.
-        self._set_call(binding, cache, 0, cache.lengths, rows, 1, 1, scratch["logits"].ctypes.data, None)
+                              ("pending", pending), ("tokens", tokens), ("origins", origins), ("scores", scores),
+                              *counts.items(), *scratch.items())})
+        # The call's cache tables and pending buffer (for the widest call); greedy_run sets its rows, tokens, lengths.
+        self._set_call(binding, cache, 0, cache.lengths, rows, depth, depth, scratch["logits"].ctypes.data, None)
         while active.any():
             check_deadline()  # the per-query time limit (limits.py): these calls bypass model.decode
             failed = self._library.greedy_run(self._c_model(), ctypes.byref(binding.call), ctypes.byref(run))
@@ -606,8 +632,11 @@ class NativeStep(NumpyStep):
                 raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
             if failed:
                 raise MemoryError("the C greedy search could not allocate its scratch memory")
-        return [(tuple(row[:n]), score, bool(done), n_calls) for row, n, score, done, n_calls in zip(
-            tokens.tolist(), written.tolist(), scores.tolist(), finished.tolist(), calls.tolist())]
+        stats = zip(*(counts[name].tolist() for name in ("calls", "proposed", "accepted_total", "rejections",
+                                                          "emitted")))
+        return [GreedyFound(tuple(t[:n]), tuple(o[:n]), score, bool(done), DecodeStats(*counted))
+                for t, o, n, score, done, counted in zip(tokens.tolist(), origins.tolist(), counts["written"].tolist(),
+                                                          scores.tolist(), finished.tolist(), stats)]
 
     def beam_search(self, cache: KVCache, budgets: list[int], width: int, n_best: int, prune: bool) -> BeamFound:
         """beam.beam_search's loop in C (csrc beam_run), over a new cache whose rows are the beam slots of

@@ -5,6 +5,8 @@ here the call itself is pinned: logits, cross-attention, the keys/values it leav
 the property that makes speculative decoding equal greedy to the bit on it: a token's logits do not
 depend on the other tokens or rows of the call.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -513,33 +515,35 @@ def test_fused_greedy_step_equals_the_steps_it_fuses(copy_model, drafter, monkey
         assert (x.tokens, x.provenance, x.finished) == (y.tokens, y.provenance, y.finished)
         assert x.score == pytest.approx(y.score, abs=1e-5)
         assert a.stats.model_calls == b.stats.model_calls
-    assert fused_seen == (seen if drafter != "none" else [])  # without drafts the loop ran in C, asking none
+    assert fused_seen == (seen if drafter == "pointer" else [])  # without drafts or with lookup ones: the loop in C
 
 
 @pytest.mark.parametrize("steps_per_run", [3, 16])
-def test_greedy_search_in_c_equals_the_steps_it_runs(copy_model, steps_per_run, monkeypatch):
-    """Greedy without drafts on the native engine runs its whole loop in C (NativeStep.greedy_search,
-    steps_per_run calls a C call); a drafter that is not the NullDrafter but proposes nothing keeps the loop in
-    Python, one C call (greedy_step) a step. The same tokens, scores to the bit, finished flags and call and
-    token counts, over queries that finish apart and queries stopped at their budget (9 tokens)."""
+@pytest.mark.parametrize("draft_len", [0, 2, 4])
+def test_greedy_search_in_c_equals_the_steps_it_runs(copy_model, steps_per_run, draft_len, monkeypatch):
+    """Greedy without drafts or with one lookup draft (draft_len 0: the NullDrafter) runs its whole loop in C on
+    the native engine (NativeStep.greedy_search, steps_per_run calls a C call); the same drafters as classes
+    the C code does not know keep the loop in Python, one C call (greedy_step) a step. The same tokens,
+    provenance, scores to the bit, finished flags and DecodeStats counts, over queries that finish apart and
+    queries stopped at their budget (9 tokens)."""
+    from molspec_core.drafting import LookupDrafter, NullDrafter
 
-    class ProposesNothing:
-        needs_attention = False
-
-        def propose(self, generated, peak):
-            return []
+    class InPython(LookupDrafter if draft_len else NullDrafter):
+        pass
 
     monkeypatch.setattr(native, "STEPS_PER_RUN", steps_per_run)
     model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
     sources = random_sources(31, 12, len(vocab), 3, 14)
-    in_c = greedy(model, sources, lambda s: make_drafter("none", s, 0, 1), max_len=9)
-    stepwise = greedy(model, sources, lambda s: ProposesNothing(), max_len=9)
+    name = "lookup" if draft_len else "none"
+    in_c = greedy(model, sources, lambda s: make_drafter(name, s, draft_len, 1), max_len=9)
+    stepwise = greedy(model, sources, lambda s: InPython(s, draft_len, 1), max_len=9)
     for a, b in zip(in_c, stepwise):
         (x,), (y,) = a.hypotheses, b.hypotheses
         assert (x.tokens, x.score, x.finished, x.provenance) == (y.tokens, y.score, y.finished, y.provenance)
-        assert (a.stats.model_calls, a.stats.tokens_generated) == (b.stats.model_calls, b.stats.tokens_generated)
+        assert dataclasses.replace(a.stats, wall_time_s=0) == dataclasses.replace(b.stats, wall_time_s=0)
     assert {r.hypotheses[0].finished for r in in_c} == {True, False}  # both kinds of stop
     assert len({r.stats.model_calls for r in in_c}) > 2  # rows finishing apart
+    assert (sum(r.stats.draft_tokens_accepted for r in in_c) > 0) == (draft_len > 0)
 
 
 @pytest.mark.parametrize("dtype, widths", [("float32", {}), ("int8", {}), ("int8", {"d_model": 64, "d_ff": 192})],

@@ -1373,60 +1373,122 @@ int greedy_step(const Model *model, const Call *call, const Greedy *out) {
     return 0;
 }
 
-/* Plain greedy decoding (greedy.py without drafts) over a cache of `rows` rows, one query a row: up to
- * `steps` calls, each feeding every active row its pending token (greedy_step with no drafts), then
- * keeping the argmax: a row stops at eos (finished) or once it has written its budget of tokens. As
- * beam_run, it returns after `steps` calls so that Python can check the time limit. */
+/* Greedy decoding (greedy.py) over a cache of `rows` rows, one query a row, without drafts or with one
+ * lookup draft a call (drafting.LookupDrafter, spec-lookup and spec-auto on a CPU): up to `steps` calls,
+ * each feeding every active row its pending token and its draft (padded to the call's longest), then
+ * keeping the accepted draft tokens and the model's next one (greedy_step): a row stops at eos
+ * (finished) or once it has written its budget of tokens. As beam_run, it returns after `steps` calls so
+ * that Python can check the time limit. */
 typedef struct {
-    int32_t rows, eos, steps;
-    int32_t history_width;   /* columns of tokens: the largest budget */
+    int32_t rows, bos, eos, pad, generated; /* token ids; `generated`: the origin of a token the model wrote */
+    int32_t steps;
+    int32_t history_width;   /* columns of tokens and origins: the largest budget + 1 */
+    int32_t draft_len;       /* the lookup draft's length at most (0: no drafts) */
+    int32_t max_suffix;      /* LookupDrafter.max_suffix */
+    int32_t slots;           /* positions a row may fill: the model's, or the cache's capacity when smaller */
+    int32_t src_width;       /* columns of sources */
+    const int64_t *sources;  /* (rows, src_width): each query's source tokens */
+    const int64_t *source_lengths; /* (rows) */
     const int32_t *budgets;  /* (rows) */
     uint8_t *active;         /* (rows) in/out */
     uint8_t *finished;       /* (rows) in/out */
     int64_t *pending;        /* (rows) in/out: each active row's next input token */
     int64_t *lengths;        /* (rows) in/out: the tokens each row's cache holds */
     int64_t *tokens;         /* (rows, history_width) in/out: each row's output so far (eos left out) */
+    int64_t *origins;        /* (rows, history_width) in/out: the source position each copied, or `generated` */
     int64_t *written;        /* (rows) in/out: how many */
     double *scores;          /* (rows) in/out: the summed log-probs, in float64 as greedy.py sums them */
-    int64_t *calls;          /* (rows) in/out */
-    /* scratch, (rows) each: */
-    int64_t *fed, *fed_tokens, *fed_lengths, *no_drafts, *accepted, *argmax, *new_lengths;
-    float *best, *logits;    /* (rows), (rows, vocab) */
+    int64_t *calls, *proposed, *accepted_total, *rejections, *emitted; /* (rows) in/out: DecodeStats' counts */
+    /* scratch: */
+    int64_t *fed, *fed_lengths, *draft_counts, *accepted, *new_lengths, *draft_starts; /* (rows) */
+    int64_t *fed_tokens, *argmax;  /* (rows, 1 + draft_len) */
+    float *best;             /* (rows, 1 + draft_len) */
+    float *logits;           /* (rows * (1 + draft_len), vocab) */
 } GreedyRun;
+
+/* LookupDrafter.starts(...)[0]: where row r's draft starts, after the first source place (in source
+ * order) that matches the longest suffix of bos + its output, at most max_suffix tokens; -1: no draft. */
+static int64_t lookup_start(const GreedyRun *run, int64_t r) {
+    const int64_t *src = run->sources + r * run->src_width, *out = run->tokens + r * run->history_width;
+    const int64_t n_src = run->source_lengths[r], n = run->written[r]; /* the context: bos, out[0..n-1] */
+    if (n == 0) return n_src > 0 ? 0 : -1;
+    const int64_t last = out[n - 1], context = n + 1;
+    const int64_t reach = run->max_suffix < context ? run->max_suffix : context;
+    int64_t longest = 0, start = -1;
+    for (int64_t end = 0; end < n_src; end++) {
+        if (src[end] != last) continue;
+        int64_t k = 1;
+        while (k < reach && k <= end && src[end - k] == (n - 1 - k >= 0 ? out[n - 1 - k] : run->bos)) k++;
+        if (k > longest) longest = k, start = end + 1 < n_src ? end + 1 : -1;
+        else if (k == longest && start < 0 && end + 1 < n_src) start = end + 1;
+    }
+    return start;
+}
 
 int greedy_run(const Model *model, const Call *call_in, GreedyRun *run) {
     Call call = *call_in;
-    Greedy out = {run->no_drafts, run->accepted, run->argmax, run->best, NULL, run->new_lengths};
+    const int32_t HW = run->history_width;
     for (int it = 0; it < run->steps; it++) {
         int32_t n_fed = 0;
-        int64_t longest = 0;
+        int64_t longest = 0, furthest = 0, depth = 0;
+        for (int r = 0; r < run->rows; r++)
+            if (run->active[r]) furthest = run->written[r] > furthest ? run->written[r] : furthest;
         for (int r = 0; r < run->rows; r++) {
             if (!run->active[r]) continue;
+            int64_t count = 0, begin = -1;
+            if (run->draft_len > 0 && (begin = lookup_start(run, r)) >= 0) { /* greedy.fit_drafts' room */
+                const int64_t own = run->budgets[r] - run->written[r] - 1, shared = run->slots - furthest - 1;
+                int64_t room = own > 0 ? own : 0;
+                room = shared < room ? shared : room;
+                count = run->source_lengths[r] - begin < run->draft_len ? run->source_lengths[r] - begin : run->draft_len;
+                count = room > 0 ? (count < room ? count : room) : 0;
+            }
             run->fed[n_fed] = r;
-            run->fed_tokens[n_fed] = run->pending[r];
-            run->no_drafts[n_fed] = 0;
+            run->draft_starts[n_fed] = begin;
+            run->draft_counts[n_fed] = count;
             run->fed_lengths[n_fed++] = run->lengths[r];
             longest = run->lengths[r] > longest ? run->lengths[r] : longest;
+            depth = count > depth ? count : depth;
         }
         if (n_fed == 0) return 0;
-        if (longest + 1 > call.capacity) return 4;
-        call.batch = n_fed, call.t_new = 1, call.upto = (int32_t)longest + 1;
+        const int32_t T = (int32_t)depth + 1;
+        if (longest + T > call.capacity) return 4;
+        for (int32_t b = 0; b < n_fed; b++) { /* pending token, draft, padding */
+            const int64_t r = run->fed[b], *src = run->sources + r * run->src_width;
+            int64_t *fed = run->fed_tokens + (int64_t)b * T;
+            fed[0] = run->pending[r];
+            for (int t = 1; t < T; t++) fed[t] = t <= run->draft_counts[b] ? src[run->draft_starts[b] + t - 1] : run->pad;
+        }
+        call.batch = n_fed, call.t_new = T, call.upto = (int32_t)longest + T;
         call.tokens = run->fed_tokens, call.lengths = run->fed_lengths, call.rows = run->fed;
         call.logits = run->logits, call.weights = NULL;
+        Greedy out = {run->draft_counts, run->accepted, run->argmax, run->best, NULL, run->new_lengths};
         int failed = greedy_step(model, &call, &out);
         if (failed) return failed;
         for (int32_t b = 0; b < n_fed; b++) {
-            const int64_t r = run->fed[b], token = run->argmax[b];
+            const int64_t r = run->fed[b], n = run->accepted[b], drafted = run->draft_counts[b];
+            const int64_t *argmax = run->argmax + (int64_t)b * T;
+            const float *best = run->best + (int64_t)b * T;
+            double call_score = 0.0; /* greedy.py: score += sum(this call's log-probs) */
+            for (int64_t t = 0; t <= n; t++) call_score += (double)best[t];
+            run->scores[r] += call_score;
             run->calls[r]++;
-            run->scores[r] += (double)run->best[b];
+            run->proposed[r] += drafted;
+            run->accepted_total[r] += n;
+            run->rejections[r] += drafted > 0 && n < drafted;
+            run->emitted[r] += n + 1;
             run->lengths[r] = run->new_lengths[b];
-            if (token == run->eos) {
+            const int64_t kept = argmax[n] == run->eos ? n : n + 1; /* eos is not written */
+            for (int64_t t = 0; t < kept; t++) {
+                run->tokens[r * HW + run->written[r]] = argmax[t];
+                run->origins[r * HW + run->written[r]++] = t < n ? run->draft_starts[b] + t : run->generated;
+            }
+            if (argmax[n] == run->eos) {
                 run->finished[r] = 1;
                 run->active[r] = 0;
                 continue;
             }
-            run->tokens[r * run->history_width + run->written[r]++] = token;
-            run->pending[r] = token;
+            run->pending[r] = argmax[n];
             if (run->written[r] >= run->budgets[r]) run->active[r] = 0;
         }
     }

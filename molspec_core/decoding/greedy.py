@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..drafting import Drafter, NullDrafter
+from ..drafting import Drafter, LookupDrafter, NullDrafter
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
@@ -103,12 +103,16 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     # row r; the rows are moved down (cache.reorder) before any other call reads the cache.
     slot_rows: np.ndarray | None = None
     pending = [BOS_ID] * len(sources)  # each active row's next input token
-    if native is not None and all(isinstance(d, NullDrafter) for d in drafters):  # no drafts: the loop in C
-        for state, (tokens, score, finished, calls) in zip(out, native.greedy_search(cache, budgets)):
-            state.tokens, state.provenance, state.score, state.finished = list(tokens), [GENERATED] * len(tokens), \
-                score, finished
-            state.stats.model_calls += calls
-            state.stats.tokens_generated += calls  # each call's token, eos included, as record_call counts them
+    # The loop below in C where every row drafts as the C code can: no drafts, or one lookup draft (spec-lookup,
+    # and spec-auto on a CPU) with no rest after a miss.
+    lookup = rest == 0 and all(type(d) is LookupDrafter and d.n_drafts == 1 for d in drafters) and \
+        len({(d.draft_len, d.max_suffix) for d in drafters}) == 1
+    if native is not None and (lookup or all(type(d) is NullDrafter for d in drafters)):
+        shape = dict(draft_len=drafters[0].draft_len, max_suffix=drafters[0].max_suffix) if lookup else {}
+        for state, found in zip(out, native.greedy_search(cache, sources, budgets, slots, **shape)):
+            state.tokens, state.provenance = list(found.tokens), list(found.provenance)
+            state.score, state.finished = found.score, found.finished
+            state.stats.add(found.stats)
         active = []
 
     while active:
