@@ -632,9 +632,10 @@ class NativeStep(NumpyStep):
                 raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
             if failed:
                 raise MemoryError("the C greedy search could not allocate its scratch memory")
-        stats = zip(*(counts[name].tolist() for name in ("calls", "proposed", "accepted_total", "rejections",
-                                                          "emitted")))
-        return [GreedyFound(tuple(t[:n]), tuple(o[:n]), score, bool(done), DecodeStats(*counted))
+        stats = [DecodeStats(model_calls=c, draft_tokens_proposed=p, draft_tokens_accepted=a, draft_rejections=r,
+                             tokens_generated=e) for c, p, a, r, e in zip(*(counts[name].tolist() for name in (
+                                 "calls", "proposed", "accepted_total", "rejections", "emitted")))]
+        return [GreedyFound(tuple(t[:n]), tuple(o[:n]), score, bool(done), counted)
                 for t, o, n, score, done, counted in zip(tokens.tolist(), origins.tolist(), counts["written"].tolist(),
                                                           scores.tolist(), finished.tolist(), stats)]
 
