@@ -25,7 +25,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -318,6 +318,7 @@ def _tensors_of(cache: KVCache) -> list[torch.Tensor | None]:
 DTYPES = ("float32", "int8")  # what the decoder call computes with (see NativeStep)
 STEPS_PER_RUN = 16  # steps per C call of a search in C (NativeStep.beam_search, greedy_search): the time limit
 # is checked between them
+CAPACITY_REACHED = 4  # what a search run in C returns when the cache is full (csrc: CAPACITY_REACHED)
 
 
 def _panels(affine: _Affine) -> tuple[np.ndarray, np.ndarray, int]:
@@ -585,6 +586,19 @@ class NativeStep(NumpyStep):
             cache.lengths[torch.from_numpy(slot_rows)] = torch.from_numpy(new_lengths)
         return accepted.tolist(), argmax.tolist(), best.tolist(), None if peaks is None else peaks.tolist()
 
+    def _runs(self, entry: Callable[..., int], binding: _Binding, run: ctypes.Structure, active: np.ndarray,
+              cache: KVCache) -> Iterator[None]:
+        """Call a search run in C (beam_run, greedy_run) until no query is active, the time limit checked before
+        each call (limits.py: these calls bypass model.decode); yields after each, for what it found to be read."""
+        while active.any():
+            check_deadline()
+            failed = entry(self._c_model(), ctypes.byref(binding.call), ctypes.byref(run))
+            if failed == CAPACITY_REACHED:
+                raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
+            if failed:
+                raise MemoryError("the C search could not allocate its scratch memory")
+            yield
+
     def greedy_search(self, cache: KVCache, sources: Sequence[Sequence[int]], budgets: list[int], slots: int,
                       draft_len: int = 0, max_suffix: int = 0) -> list[GreedyFound]:
         """greedy.greedy's loop in C (csrc greedy_run) without drafts (draft_len 0) or with one lookup draft of
@@ -625,13 +639,8 @@ class NativeStep(NumpyStep):
                               *counts.items(), *scratch.items())})
         # The call's cache tables and pending buffer (for the widest call); greedy_run sets its rows, tokens, lengths.
         self._set_call(binding, cache, 0, cache.lengths, rows, depth, depth, scratch["logits"].ctypes.data, None)
-        while active.any():
-            check_deadline()  # the per-query time limit (limits.py): these calls bypass model.decode
-            failed = self._library.greedy_run(self._c_model(), ctypes.byref(binding.call), ctypes.byref(run))
-            if failed == 4:
-                raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
-            if failed:
-                raise MemoryError("the C greedy search could not allocate its scratch memory")
+        for _ in self._runs(self._library.greedy_run, binding, run, active, cache):
+            pass
         stats = [DecodeStats(model_calls=c, draft_tokens_proposed=p, draft_tokens_accepted=a, draft_rejections=r,
                              tokens_generated=e) for c, p, a, r, e in zip(*(counts[name].tolist() for name in (
                                  "calls", "proposed", "accepted_total", "rejections", "emitted")))]
@@ -682,14 +691,7 @@ class NativeStep(NumpyStep):
         # The call's cache tables and pending buffer (for every row); beam_run sets its rows, tokens and lengths.
         self._set_call(binding, cache, 0, cache.lengths, rows, 1, 1, scratch["logits"].ctypes.data, None)
         found: list[list[tuple[tuple[int, ...], float, bool]]] = [[] for _ in range(queries)]
-        while active.any():
-            check_deadline()  # the per-query time limit (limits.py): these calls bypass model.decode
-            run.n_found = run.n_found_tokens = 0
-            failed = self._library.beam_run(self._c_model(), ctypes.byref(binding.call), ctypes.byref(run))
-            if failed == 4:
-                raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
-            if failed:
-                raise MemoryError("the C beam search could not allocate its scratch memory")
+        for _ in self._runs(self._library.beam_run, binding, run, active, cache):
             tokens = found_tokens[:run.n_found_tokens].tolist()
             for (query, finished, start, length), score in zip(found_meta[:run.n_found].tolist(),
                                                                found_scores[:run.n_found].tolist()):

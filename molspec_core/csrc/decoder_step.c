@@ -1213,7 +1213,8 @@ typedef struct {
     float *logits, *log_probs, *top_scores;  /* (rows, vocab), (rows, vocab), (rows) */
     int64_t *top_index, *parents, *fed, *fed_tokens, *fed_lengths, *moved;  /* (rows) each; moved (width, history_width) */
     float *slots;            /* (2 * n_layers, rows, heads, capacity, head_dim): the cache's keys, values */
-    /* out, what this run found, in order (by step, then query, then slot); room for (steps + 1) * rows: */
+    /* out, what this run found, in order (by step, then query, then slot); room for steps * rows (a step finds at
+     * most one hypothesis a slot): */
     int64_t n_found, n_found_tokens;
     int64_t *found;          /* (n_found, 4): query, finished (1) or stopped at the budget (0), first token, length */
     float *found_scores;     /* (n_found) */
@@ -1243,11 +1244,15 @@ static void found(BeamRun *run, int q, int finished, float score, const int64_t 
     top[at] = score;
 }
 
-/* Returns decoder_step's or move_rows's failure, or 4 when the cache's capacity is reached. */
+/* A search run's return when the cache's capacity is reached (native.py: CAPACITY_REACHED); else 0, or
+ * decoder_step's or move_rows's failure. */
+#define CAPACITY_REACHED 4
+
 int beam_run(const Model *model, const Call *call_in, BeamRun *run) {
     const int32_t W = run->width, V = model->vocab, HW = run->history_width;
     const int32_t rows = run->queries * W;
     Call call = *call_in;
+    run->n_found = run->n_found_tokens = 0;
     for (int it = 0; it < run->steps; it++) {
         int32_t n_fed = 0;
         for (int q = 0; q < run->queries; q++)
@@ -1261,7 +1266,7 @@ int beam_run(const Model *model, const Call *call_in, BeamRun *run) {
                 }
         if (n_fed == 0) return 0; /* no active query: the search is over */
         run->rows_fed += n_fed;
-        if (run->step + 1 > call.capacity || run->step + 1 >= HW) return 4;
+        if (run->step + 1 > call.capacity || run->step + 1 >= HW) return CAPACITY_REACHED;
         call.batch = n_fed, call.t_new = 1, call.upto = run->step + 1;
         call.tokens = run->fed_tokens, call.lengths = run->fed_lengths, call.rows = run->fed;
         call.logits = run->logits, call.weights = NULL;
@@ -1452,7 +1457,7 @@ int greedy_run(const Model *model, const Call *call_in, GreedyRun *run) {
         }
         if (n_fed == 0) return 0;
         const int32_t T = (int32_t)depth + 1;
-        if (longest + T > call.capacity) return 4;
+        if (longest + T > call.capacity) return CAPACITY_REACHED;
         for (int32_t b = 0; b < n_fed; b++) { /* pending token, draft, padding */
             const int64_t r = run->fed[b], *src = run->sources + r * run->src_width;
             int64_t *fed = run->fed_tokens + (int64_t)b * T;
