@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import IO
 
 from rdkit import Chem, RDLogger
+from rdkit.Chem.MolStandardize import rdMolStandardize
 
 RDLogger.DisableLog("rdApp.*")  # RDKit prints parse errors to stderr; we report them ourselves
 
@@ -92,12 +93,43 @@ def canonical_or_none(smiles: str) -> str | None:
 
 
 def smiles_from_inchi(inchi: str) -> str:
-    """The isomeric SMILES of an InChI (stereo layers kept; an InChI's mobile hydrogens come back in one
-    tautomer); raises ChemError when RDKit cannot read it."""
+    """The isomeric SMILES of an InChI (stereo layers kept); raises ChemError when RDKit cannot read it.
+
+    A standard InChI ("InChI=1S/") does not say where its mobile hydrogens sit, and RDKit puts them where
+    its reader lands: paracetamol's InChI comes back as the imidic acid CC(O)=Nc1ccc(O)cc1, and so does
+    every amide's, which the models (trained on SMILES as chemists write them) read as another molecule.
+    So of the tautomers with the same standard InChI, the one RDKit's tautomer scoring prefers is taken
+    (amides, ketones, pyridones). A non-standard InChI with a fixed-hydrogen layer says where they sit,
+    and is kept as read."""
     mol = Chem.MolFromInchi(inchi, sanitize=True, removeHs=True)
     if mol is None or mol.GetNumAtoms() == 0:
         raise ChemError(f"RDKit cannot read {inchi[:80]!r} as an InChI")
+    if inchi.startswith("InChI=1S/"):
+        mol = _preferred_tautomer(mol)
     return Chem.MolToSmiles(mol)
+
+
+TAUTOMERS_TRIED = 200  # a peptide of 5 residues has more; reading one InChI stays under 0.1 s
+
+
+@lru_cache(maxsize=1)
+def _tautomer_enumerator():
+    params = rdMolStandardize.CleanupParameters()
+    params.maxTautomers = TAUTOMERS_TRIED
+    # a hydrogen's move must not lose the InChI's stereo layers (RDKit drops them near a moved H by default)
+    params.tautomerRemoveSp3Stereo = False
+    params.tautomerRemoveBondStereo = False
+    params.tautomerReassignStereo = False
+    return rdMolStandardize.TautomerEnumerator(params)
+
+
+def _preferred_tautomer(mol):
+    """Of the tautomers of `mol` with its standard InChI, the best by RDKit's tautomer score (`mol` itself
+    first among equals)."""
+    key = Chem.MolToInchi(mol)
+    enumerator = _tautomer_enumerator()
+    same = [mol] + [t for t in enumerator.Enumerate(mol) if Chem.MolToInchi(t) == key]
+    return max(same, key=enumerator.ScoreTautomer)
 
 
 # ChemAxon's extended SMILES (CXSMILES), as Marvin, ChemDraw's "Copy As CXSMILES" and RDKit write it: a SMILES, a

@@ -3,7 +3,7 @@ import pytest
 from rdkit import Chem
 
 from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concerns, canonical, in_ion_writing,
-                               mol_from_smiles, smiles_from_cxsmiles, why_unreadable)
+                               mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, why_unreadable)
 
 
 @pytest.mark.parametrize("answer, query, task, concerns", [
@@ -119,6 +119,36 @@ def test_text_that_is_no_cxsmiles_is_not_taken_for_one(text):
 def test_a_cxsmiles_rdkit_cannot_read_is_refused(text):
     with pytest.raises(ChemError, match="RDKit cannot read .* as a CXSMILES"):
         smiles_from_cxsmiles(text)
+
+
+PARACETAMOL_INCHI = "InChI=1S/C8H9NO2/c1-6(10)9-7-2-4-8(11)5-3-7/h2-5,11H,1H3,(H,9,10)"
+
+
+@pytest.mark.parametrize("smiles", [
+    "CC(=O)Nc1ccc(O)cc1",  # paracetamol: RDKit alone reads its InChI as the imidic acid CC(O)=Nc1ccc(O)cc1
+    "NC(N)=O", "NC(=O)c1ccccc1",
+    "CC(=O)N[C@@H](C)C(=O)N[C@@H](Cc1ccccc1)C(=O)O",  # two amides beside stereocentres, which stay
+    "C/C=C\\NC(C)=O",  # an amide on a double bond, whose geometry stays
+    "O=c1cccc[nH]1",  # 2-pyridone (the same InChI as 2-hydroxypyridine)
+    "C[C@H](N)C(=O)O", "CC(=O)Oc1ccccc1C(=O)O", "CC(=O)CC(C)=O",  # no mobile hydrogen between forms to choose
+])
+def test_a_standard_inchi_is_read_as_the_tautomer_chemists_write(smiles):
+    """A standard InChI leaves its mobile hydrogens unplaced: of its tautomers the preferred one is read, not
+    the one RDKit's reader lands on (for every amide, its imidic acid, which the models read as another molecule)."""
+    inchi = Chem.MolToInchi(Chem.MolFromSmiles(smiles))
+    assert inchi.startswith("InChI=1S/") and smiles_from_inchi(inchi) == canonical(smiles)
+
+
+def test_rdkit_alone_reads_an_amide_inchi_as_its_imidic_acid():
+    """Why smiles_from_inchi chooses a tautomer (were RDKit to change, the choice could go)."""
+    assert Chem.MolToSmiles(Chem.MolFromInchi(PARACETAMOL_INCHI)) == "CC(O)=Nc1ccc(O)cc1"
+    assert smiles_from_inchi(PARACETAMOL_INCHI) == "CC(=O)Nc1ccc(O)cc1"
+
+
+def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
+    imidic = Chem.MolToInchi(Chem.MolFromSmiles("CC(O)=Nc1ccc(O)cc1"), options="/FixedH")
+    assert imidic.startswith("InChI=1/") and "/f" in imidic
+    assert smiles_from_inchi(imidic) == "CC(O)=Nc1ccc(O)cc1"
 
 
 @pytest.mark.parametrize("smiles, reason", [
