@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
                    "column shows them (without it such a query is an error that names that writing)")
-    p.add_argument("--output", help="CSV to write, a name ending .csv (required with --input); a name ending .sdf "
+    p.add_argument("--output", help="CSV to write, a name ending .csv (required with --input; with --smiles the "
+                   "answers are printed and written); a name ending .sdf "
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
                    "text); other names (.csv.gz) are refused")
@@ -332,8 +333,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
         marks = known_marks(table, args.input, args.known_column or recorded)
-    elif args.known_column:
-        raise ValueError("--known-column reads a file's column: give --input")
+    else:
+        if args.known_column:
+            raise ValueError("--known-column reads a file's column: give --input")
+        if args.output:  # the one query's answers are written too, as --input writes a file's
+            check_output(args.output)
+            check_results_name(args.output, args.n_best)
     # With --ray the workers load their own copies (on --device); this one checks the folder and the options
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
@@ -369,6 +374,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
             rank = known_rank(result.predictions, known)
             print(f"recorded outcome {known}: " + (f"rank {rank}" if rank else
                                                    f"not among the {len(result.predictions)} answers"))
+        if args.output:
+            from .io import QueryFile, result_rows
+
+            table, recorded = with_recorded(QueryFile([args.smiles]), predictor.task)
+            write_marked(args.output, table, result_rows(1, table.cells_of(0), result),
+                         known_marks(table, "--smiles", recorded))
+            print(f"-> {args.output}")
         return 0
     if cluster:
         from .scale import predict_on_ray
@@ -415,7 +427,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first, and each row through `marks` (matches_known), where given. Returns the number of
     rejected queries."""
-    from .io import output_header, predict_batch, result_rows, write_results
+    from .io import predict_batch, result_rows
 
     queries = table.queries
     n_bad = 0
@@ -429,9 +441,16 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                     n_bad += 1
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
-    header, marked = (output_header(table.columns), rows()) if marks is None else (marks.header, marks.rows(rows()))
-    write_results(output, header, marked)  # a failed run keeps any earlier output
+    write_marked(output, table, rows(), marks)
     return n_bad
+
+
+def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], marks: KnownMarks | None) -> None:
+    """`table`'s output rows to `output`, each marked against its known answer where `marks` is given."""
+    from .io import output_header, write_results
+
+    header, marked = (output_header(table.columns), rows) if marks is None else (marks.header, marks.rows(rows))
+    write_results(output, header, marked)  # a failed run keeps any earlier output
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -251,6 +251,33 @@ def test_predict_one_recorded_reaction_says_where_its_outcome_ranks(capsys):
     assert out.startswith("query: c1ccccc1") and out.splitlines()[-1] == "recorded outcome CCO: not among the 3 answers"
 
 
+def test_predict_one_smiles_writes_its_answers_to_the_output_as_a_file_query_would(tmp_path, capsys):
+    """--output with --smiles was ignored (the table printed, exit 0, no file): the answers are written too, in
+    --input's columns, with the recorded outcome marked where the query is a recorded reaction."""
+    out = tmp_path / "one.csv"
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO>>c1ccccc1", "--method", "beam", "--n-best", "3",
+                 "--output", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"-> {out}"
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert table.columns[0] == "recorded_reactants" and table.columns[-1] == "matches_known"
+    assert table["rank"].tolist() == ["1", "2", "3"] and set(table["query"]) == {"c1ccccc1"}
+    assert set(table["recorded_reactants"]) == {"CCO"} and set(table["matches_known"]) == {"False"}
+    files = tmp_path / "files.csv"
+    (tmp_path / "in.smi").write_text("CCO>>c1ccccc1\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.smi"), "--method", "beam",
+                 "--n-best", "3", "--output", str(files)]) == 0
+    from_file = pd.read_csv(files, dtype=str, keep_default_na=False)
+    assert table.drop(columns="time_ms").equals(from_file.drop(columns="time_ms"))
+
+
+def test_predict_one_smiles_refuses_an_output_it_cannot_write_before_loading_the_model(tmp_path, capsys,
+                                                                                       no_model_load):
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--output", tmp_path / "none" / "o.csv"],
+                   capsys, "does not exist")
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--output", tmp_path / "o.csv.gz"], capsys,
+                   "uncompressed")
+
+
 def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
     (tmp_path / "in.csv").write_text(KNOWN_CSV)
     expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.csv", "--output", tmp_path / "o.csv",
