@@ -1267,7 +1267,7 @@ def test_a_bench_row_on_another_engine_is_labelled_with_it():
 def test_markdown_escape_shows_text_verbatim():
     from views.common import format_probability, md_escape
 
-    assert md_escape("[x](http://a) *b* $c$ :d:") == r"\[x\]\(http\://a\) \*b\* \$c\$ \:d\:"
+    assert md_escape("[x](http://a) *b* $c$ :d:") == r"\[x\]\(http\:\/\/a\) \*b\* \$c\$ \:d\:"
     assert format_probability(0.0) == "100.0%"
     assert format_probability(-100.0) == "3.7e-44"
 

@@ -154,6 +154,15 @@ def test_paste_smiles_and_get_ranked_predictions(page):
     shot(page, "browser_ranked_predictions")
 
 
+def test_a_refused_query_is_shown_as_typed_not_as_markup(page):
+    """md_escape escaped both colons of ':material/home:' and Streamlit still drew a house icon in the error."""
+    predict_page(page)
+    page.get_by_role("textbox", name="SMILES").fill("C:material/home:C**b**")
+    page.get_by_role("button", name="Predict").click()
+    alert = page.get_by_test_id("stAlert").filter(has_text="cannot parse")
+    sync_api.expect(alert).to_contain_text("'C:material/home:C**b**'")
+
+
 def choose_method(page, label: str) -> None:
     page.locator('input[role="combobox"][aria-label="Decoding method"]').click()
     page.get_by_role("option", name=label, exact=True).click()

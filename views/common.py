@@ -343,7 +343,8 @@ def load_examples() -> list[Example]:
 
 # ---- formatting -------------------------------------------------------------------------------
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:])")
+# "/" too: Streamlit draws ":material/home:" as an icon even with both colons escaped
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:/])")
 
 
 def counted(n: int, noun: str) -> str:
