@@ -522,13 +522,39 @@ def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_mo
     assert at.dataframe[0].value["query"].tolist()[-1] == "C"  # the two oldest went
 
 
+@needs_forward
+def test_a_recorded_reaction_comes_back_whole_from_the_history_and_its_outcome_is_exported():
+    """Show again put back only the reactants (the recorded product was lost, and with it the check), the same
+    reactants with another recorded product replaced the first entry, and the session's file had no known
+    answers, where one query's file has them."""
+    at = app().run()
+    predict(at, "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1")
+    predict(at, "CC(=O)Cl.NCc1ccccc1>>CCCCCCCC")  # the same reactants, another recorded product: its own entry
+    predict(at, "CC(=O)Cl.OCC")
+    assert_clean(at)
+    assert at.dataframe[0].value["query"].tolist() == ["CC(=O)Cl.CCO", "CC(=O)Cl.NCc1ccccc1>>CCCCCCCC",
+                                                      "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1"]
+    at.selectbox(key="earlier").set_value(1).run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1"
+    assert "Rank 1 is the known product recorded with the query." in texts(at.success)
+    for excel in (False, True):
+        data = history_download(at, excel)
+        exported = (pd.read_excel(io.BytesIO(data), dtype=str).fillna("") if excel else
+                    pd.read_csv(io.BytesIO(data), keep_default_na=False, dtype=str))
+        assert exported.columns[0] == "recorded_products" and exported.columns[-1] == "matches_known"
+        firsts = exported.drop_duplicates("row")
+        assert firsts["recorded_products"].tolist() == ["CC(=O)NCc1ccccc1", "CCCCCCCC", ""]
+        assert firsts["matches_known"].tolist() == ["True", "False", ""]  # the third has no known answer: no mark
+
+
 def history_download(at: AppTest, excel: bool = False) -> bytes:
     """The history's CSV (or Excel workbook) as the page builds it for its download button (the forward entries)."""
-    from molspec_core.io import output_header, workbook_bytes
-    from views.predict import history_csv, history_rows
+    from molspec_core.io import csv_bytes, workbook_bytes
+    from views.predict import history_export
 
     entries = [(n, s) for n, s in at.session_state["history"] if s.settings.task == "forward"]
-    return workbook_bytes(output_header(()), history_rows(entries)) if excel else history_csv(entries)
+    return (workbook_bytes if excel else csv_bytes)(*history_export(entries))
 
 
 def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_models, monkeypatch):

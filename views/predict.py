@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -36,6 +37,7 @@ class Shown:
     result: QueryResult
     example: str | None
     recorded: str | None = None  # the known answer of a recorded reaction pasted as the query (canonical)
+    typed: str = ""  # the query as typed (a recorded reaction whole), which "Show again" puts back
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -162,7 +164,7 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         ss["query_error"] = f"Cannot predict this query: {result.error}"
         return
     ss["query_error"] = None
-    ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"), recorded)
+    ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"), recorded, text)
     remember(ss["shown"])
 
 
@@ -225,7 +227,8 @@ def show_known_check(shown: Shown, known: str) -> None:
     if rank == 1:
         st.success(f"Rank 1 is the known {what} {source}.", icon=":material/check_circle:")
     elif rank is not None:
-        st.warning(f"Rank 1 is not the known {what}; the known {what} is at rank {rank}.",
+        st.warning(f"Rank 1 is not the known {what}; the known {what} {'is' if what == 'product' else 'are'} at "
+                   f"rank {rank}.",
                    icon=":material/info:")
     else:
         st.warning(f"Rank 1 is not the known {what} ({common.md_escape(known)}), and no other rank has it.",
@@ -431,12 +434,15 @@ def answer_table(result: QueryResult, known: tuple[str, str] | None = None) -> t
     """The answers as the Batch page (and `molspec predict`) exports one query: its header and rows. With a known
     answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the Batch page
     exports a file of recorded reactions."""
-    header = output_header(known[:1] if known else ())
-    rows = list(result_rows(1, known[1:] if known else (), result))
-    if known:
-        marks = KnownMarks(header, 0, known[0])
-        header, rows = marks.header, list(marks.rows(rows))
-    return header, rows
+    if not known:
+        return output_header(()), list(result_rows(1, (), result))
+    return known_marked(known[0], result_rows(1, known[1:], result))
+
+
+def known_marked(name: str, rows: Iterable[list[object]]) -> tuple[list[str], list[list[object]]]:
+    """Rows whose first cell is a known answer (column `name`, then output_header's), with `matches_known` added."""
+    marks = KnownMarks(output_header((name,)), 0, name)
+    return marks.header, list(marks.rows(rows))
 
 
 def answer_exports(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
@@ -581,11 +587,14 @@ HISTORY_LIMIT = 20  # predictions kept per session, newest first; each holds its
 
 def remember(shown: Shown) -> None:
     """Keep a prediction in the session's history (newest first), numbered in the order made; the same
-    query with the same settings again replaces its earlier entry."""
+    query with the same settings (and the same recorded outcome) again replaces its earlier entry."""
     ss = st.session_state
     ss["history_count"] = ss.get("history_count", 0) + 1
-    kept = [(n, s) for n, s in ss.get("history", [])
-            if (s.settings, s.result.canonical_query) != (shown.settings, shown.result.canonical_query)]
+
+    def key(s: Shown) -> tuple:
+        return s.settings, s.result.canonical_query, s.recorded
+
+    kept = [(n, s) for n, s in ss.get("history", []) if key(s) != key(shown)]
     ss["history"] = [(ss["history_count"], shown), *kept][:HISTORY_LIMIT]
 
 
@@ -599,29 +608,41 @@ def show_earlier(task: str) -> None:
     chosen = dict(history_of(task)).get(ss.get("earlier"))
     ss["earlier"] = None
     if chosen is not None:
-        ss["shown"], ss["query_text"], ss["example"] = chosen, chosen.result.query, chosen.example
+        ss["shown"], ss["query_text"], ss["example"] = chosen, chosen.typed or chosen.result.query, chosen.example
         ss["query_error"], ss["query_suggestion"] = None, ""
+
+
+def entry_label(shown: Shown) -> str:
+    """The query as the history lists it: what the model read, and the outcome recorded with it where one was."""
+    query, recorded = shown.result.canonical_query, shown.recorded
+    if not recorded:
+        return query
+    return f"{query}>>{recorded}" if shown.settings.task == "forward" else f"{recorded}>>{query}"
 
 
 def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
     rows = []
     for n, shown in entries:
         first = shown.result.predictions[0] if shown.result.predictions else None
-        rows.append({"#": n, "query": shown.result.canonical_query, "first answer": first.smiles if first else "",
+        rows.append({"#": n, "query": entry_label(shown), "first answer": first.smiles if first else "",
                      "confidence": None if first is None or first.confidence is None else 100 * first.confidence,
                      "settings": f"{shown.settings.model} · {shown.settings.describe()}"})
     return pd.DataFrame(rows).astype({"confidence": "Float64"})
 
 
-def history_rows(entries: list[tuple[int, Shown]]) -> list[list[object]]:
-    """Every answer of the listed predictions, oldest first, in the Batch page's columns (output_header(()));
-    `row` is the prediction's number in the list."""
-    return [r for n, s in reversed(entries) for r in result_rows(n, (), s.result)]
-
-
-def history_csv(entries: list[tuple[int, Shown]]) -> bytes:
-    """history_rows as CSV."""
-    return csv_bytes(output_header(()), history_rows(entries))
+def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[list[object]]]:
+    """Every answer of the listed predictions, oldest first, in the Batch page's columns: its header and rows;
+    `row` is the prediction's number in the list. Where any has a known answer (known_column: recorded with
+    it, or its textbook example's), that column leads, empty for the others, and `matches_known` ends each
+    row, as in answer_table; named as there, or known_<side> where the entries' names differ."""
+    oldest = list(reversed(entries))
+    knowns = [known_column(s) for _, s in oldest]
+    names = {k[0] for k in knowns if k}
+    if not names:
+        return output_header(()), [r for n, s in oldest for r in result_rows(n, (), s.result)]
+    name = names.pop() if len(names) == 1 else f"known_{recorded_side(oldest[0][1].settings.task)}"
+    rows = (r for (n, s), k in zip(oldest, knowns) for r in result_rows(n, (k[1] if k else "",), s.result))
+    return known_marked(name, rows)
 
 
 def show_history(task: str) -> None:
@@ -636,14 +657,15 @@ def show_history(task: str) -> None:
                                         "confidence", format="%.0f%%", min_value=0.0, max_value=100.0)})
         st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
                      args=(task,), placeholder="Pick a query: its answers come back as they were",
-                     format_func=lambda n: f"#{n}: {common.short(dict(entries)[n].result.canonical_query, 70)}")
+                     format_func=lambda n: f"#{n}: {common.short(entry_label(dict(entries)[n]), 70)}")
         described = (f"The answers of these {len(entries)} queries, oldest first, in the Batch page's columns (the "
                      f"session keeps the last {HISTORY_LIMIT}).")
         with st.container(horizontal=True):
-            st.download_button("Download all answers (CSV)", history_csv(entries), file_name="molspec-session.csv",
+            st.download_button("Download all answers (CSV)", csv_bytes(*history_export(entries)),
+                               file_name="molspec-session.csv",
                                mime="text/csv", icon=":material/download:", help=described)
             st.download_button("Download all answers (Excel)",
-                               lambda: workbook_bytes(output_header(()), history_rows(entries)),
+                               lambda: workbook_bytes(*history_export(entries)),
                                file_name="molspec-session.xlsx", mime=common.WORKBOOK_MIME, on_click="ignore",
                                icon=":material/download:", help=f"{described} {common.WORKBOOK_HELP}")
 
