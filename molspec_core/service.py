@@ -559,6 +559,9 @@ class Predictor:
         if self.task == "retro":
             raise ValueError("the retrosynthesis model reads a product, not a reaction SMILES: paste the product "
                              "alone")
+        if self.task == "forward" and len(parts) > 3:  # 'CCO>>C<b>x</b>' was told only 'reactants>reagents>' is read
+            raise ValueError(f"a reaction SMILES has three parts, reactants>reagents>products, and this one has "
+                             f"{len(parts)}: no '>' belongs inside a molecule's SMILES")
         if self.task != "forward" or len(parts) != 3 or parts[2] or not parts[0]:
             raise ValueError("reaction SMILES are accepted only as 'reactants>reagents>' for forward "
                              "prediction; paste the molecule(s) alone")
