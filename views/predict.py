@@ -329,32 +329,35 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                            "best-scored string, and its score is that string's.")
             if writings > 1:
                 st.caption(f"Given for {prediction.views} of the {writings} writings of the query the model read.")
-            columns = st.columns(4 if prediction.forward_prob is not None else 3)
-            columns[0].metric("Score (log-prob)", f"{prediction.score:.2f}")
+            # side by side, wrapping where the card is narrow (in columns a value was cut: -10.58 showed as "-1…")
+            figures = st.container(horizontal=True, wrap=True, gap="medium")
+            figures.metric("Score (log-prob)", f"{prediction.score:.2f}", width="content")
             pooled = f", pooled over the {writings} writings (a power mean)," if writings > 1 else ""
             if prediction.confidence is not None:
-                columns[1].metric("Confidence", f"{prediction.confidence:.0%}",
-                                  help="The share of right answers among validation answers with a score like this "
-                                       "one (first answers counted apart from the ones below them where that fits "
-                                       "better; the Models page shows how well it holds). The model's own probability "
-                                       f"of this answer{pooled} is {common.format_probability(prediction.score)}. "
-                                       "Each answer's confidence is judged on its own, so a list's can add up to "
-                                       "more than 100%.")
+                figures.metric("Confidence", f"{prediction.confidence:.0%}",
+                               help="The share of right answers among validation answers with a score like this "
+                                    "one (first answers counted apart from the ones below them where that fits "
+                                    "better; the Models page shows how well it holds). The model's own probability "
+                                    f"of this answer{pooled} is {common.format_probability(prediction.score)}. "
+                                    "Each answer's confidence is judged on its own, so a list's can add up to "
+                                    "more than 100%.", width="content")
             elif writings > 1:
-                columns[1].metric("Probability", common.format_probability(prediction.score),
-                                  help=f"The model's probability of this answer pooled over the {writings} writings "
-                                       "of the query (a power mean, which favours answers many writings give); no "
-                                       "calibration was fitted to this method's pooled answers, so no confidence is "
-                                       "shown. It is not the chance that the answer is right.")
+                figures.metric("Probability", common.format_probability(prediction.score),
+                               help=f"The model's probability of this answer pooled over the {writings} writings "
+                                    "of the query (a power mean, which favours answers many writings give); no "
+                                    "calibration was fitted to this method's pooled answers, so no confidence is "
+                                    "shown. It is not the chance that the answer is right.", width="content")
             else:
-                columns[1].metric("Probability", common.format_probability(prediction.score),
-                                  help="The model's own probability of this answer; no calibration was fitted to "
-                                       "this method's answers, so it is not the chance that the answer is right.")
-            columns[2].metric("Tokens", len(prediction.tokens))
+                figures.metric("Probability", common.format_probability(prediction.score),
+                               help="The model's own probability of this answer; no calibration was fitted to "
+                                    "this method's answers, so it is not the chance that the answer is right.",
+                               width="content")
+            figures.metric("Tokens", len(prediction.tokens), width="content")
             if prediction.forward_prob is not None:
-                columns[3].metric("Forward prob.", common.format_probability(math.log(prediction.forward_prob))
-                                  if prediction.forward_prob > 0 else "0",
-                                  help="The forward model's probability of the query product from these reactants")
+                figures.metric("Forward prob.", common.format_probability(math.log(prediction.forward_prob))
+                               if prediction.forward_prob > 0 else "0",
+                               help="The forward model's probability of the query product from these reactants",
+                               width="content")
 
 
 def copied_tokens_text(method_name: str, result: QueryResult, prediction: Prediction) -> str:
