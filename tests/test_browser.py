@@ -184,6 +184,22 @@ def test_the_beam_width_comes_back_after_a_query_with_greedy(page):
     sync_api.expect(width).to_have_attribute("aria-valuetext", "5")
 
 
+def test_the_editor_opens_on_the_query_predicted(page):
+    """The editor read its molecule once, when it first mounted (in its hidden tab, with the page's empty query):
+    after a prediction an opened editor showed nothing; it now mounts when its tab opens, on the query."""
+    predict_page(page)
+    page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
+    page.get_by_role("button", name="Predict").click()
+    page.locator('strong:text-is("Rank 1")').wait_for()
+    settle(page)
+    page.get_by_role("tab", name="Draw structure").click()
+    editor = page.frame_locator('iframe[title="streamlit_ketcher.streamlit_ketcher"]')
+    drawing = editor.locator('[class*="StructEditor-module_canvas"] svg').first
+    sync_api.expect(drawing).to_contain_text("Cl")  # acetyl chloride's label, drawn (not empty, not misplaced)
+    sync_api.expect(drawing).to_contain_text("NH2")
+    shot(page, "browser_editor_opens_on_query")
+
+
 def test_draw_in_ketcher_and_apply(page):
     predict_page(page)
     page.get_by_role("tab", name="Draw structure").click()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import logging
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -108,24 +109,36 @@ def example_buttons(task: str) -> None:
                  on_change=use_listed_example, args=(task,))
 
 
+def draw_query() -> None:
+    """The molecule editor, opened on the query; its Apply makes the drawing the query."""
+    ss = st.session_state
+    st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query.")
+    opened_with = ss.get("query_text", "")
+    # The editor reads its molecule once, when it mounts: keyed by the query, it mounts again with each new one
+    # (keyed by a constant it kept the query it first mounted with: after a prediction it showed nothing)
+    drawn = st_ketcher(opened_with, key=f"ketcher-{zlib.crc32(opened_with.encode()):08x}", height=460)
+    if drawn and drawn != opened_with and drawn != ss.get("ketcher_seen"):
+        ss["ketcher_seen"] = drawn
+        canon = canonical_or_none(drawn)
+        if canon is None:
+            st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
+        else:
+            ss["query_text"], ss["example"], ss["pending"] = canon, None, True
+
+
 def query_inputs(task: str) -> None:
     """The SMILES form and the molecule editor. Only the form's Predict button, an example or the
     editor's Apply start inference, so typing never reruns the model."""
     ss = st.session_state
     ss.setdefault("query_text", "")
-    typed, drawn_tab, opened = st.tabs(["Type SMILES", "Draw structure", "Open file"])
+    # Lazy tabs: the editor mounts only when its tab is open (mounted in a hidden tab, it drew atom labels
+    # misplaced or not at all, and it cost the browser its load whether or not anyone drew).
+    typed, drawn_tab, opened = st.tabs(["Type SMILES", "Draw structure", "Open file"], key="query_tab",
+                                       on_change="rerun")
     # The editor comes first in the code so that an Apply can still fill the SMILES field below.
-    with drawn_tab:
-        st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query.")
-        opened_with = ss.get("query_text", "")
-        drawn = st_ketcher(opened_with, key="ketcher", height=460)
-        if drawn and drawn != opened_with and drawn != ss.get("ketcher_seen"):
-            ss["ketcher_seen"] = drawn
-            canon = canonical_or_none(drawn)
-            if canon is None:
-                st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
-            else:
-                ss["query_text"], ss["example"], ss["pending"] = canon, None, True
+    if drawn_tab.open:
+        with drawn_tab:
+            draw_query()
     with opened:
         what = "the product" if task == "retro" else "the reactants (and reagents)"
         st.file_uploader(f"A molfile or SD file of {what}", type=common.QUERY_FILE_TYPES, key="query_file",
