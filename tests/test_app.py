@@ -783,7 +783,14 @@ def test_retrosynthesis_answers_are_checked_round_trip(monkeypatch):
     predict(at, "CC(=O)Nc1ccc(O)cc1")
     assert_clean(at)
     assert re.search("Round trip [✓✗]", texts(at.markdown))
-    assert re.search(r"the forward model gives the product back from \d+ of \d+ answers", texts(at.caption))
+    passed, total = map(int, re.search(r"the forward model gives the product back from (\d+) of (\d+) answers",
+                                       texts(at.caption)).groups())
+    assert passed < total  # paracetamol: 9 of 10 with the shipped models, so the filter below hides one
+    at.button_group(key="round_trip_order").set_value("Only round trip ✓").run()
+    assert_clean(at)
+    assert len(rank_headings(at)) == passed
+    assert (f"The downloads hold all {total} answers, the {total - passed} not shown here too: their round_trip "
+            "column says which pass.") in texts(at.caption)
     at.toggle(key="round_trip").set_value(False).run()
     predict(at, "CC(=O)Nc1ccc(O)cc1")
     assert not re.search("Round trip [✓✗]", texts(at.markdown))

@@ -770,6 +770,10 @@ def main() -> None:
     if not shown.result.predictions:
         st.info("The model returned no answer for this query.", icon=":material/info:")
         return
+    if len(listed) < len(shown.result.predictions):
+        hidden = len(shown.result.predictions) - len(listed)
+        st.caption(f"The downloads hold all {len(shown.result.predictions)} answers, the {hidden} not shown here "
+                   "too: their round_trip column says which pass.")
     show_exports(shown)
 
     st.subheader("Inspect")
