@@ -171,7 +171,7 @@ def figures(report: dict) -> list[go.Figure]:
                              "speedup": "vs our cached greedy / beam"},
                     "Speedup (total time)", "speedup (×)")
     if speedup is not None:
-        speedup.add_hline(y=1, line_dash="dot", line_color="#888")
+        speedup.add_hline(y=1, line_dash="dot", line_color="#888", layer="below")  # under the bars' labels
     charts = [
         speedup,
         _bars(report, {"top1": "top-1 accuracy", "identical": "identical to greedy / beam", "validity": "valid SMILES"},

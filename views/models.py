@@ -93,8 +93,12 @@ def reliability_chart(cal: calibration.Calibration) -> go.Figure:
                    hovertemplate="confidence %{x:.0%}: %{y:.0%} right of %{customdata} answers<extra></extra>")])
     # A short title at 14 px: the chart sits in the narrow column, and a longer one was cut off.
     figure.update_layout(title={"text": "Reliability (held-out queries)", "font": {"size": 14}},
-                         xaxis_title="confidence", yaxis_title="share right", xaxis_range=[0, 1], yaxis_range=[0, 1],
+                         xaxis_title="confidence", yaxis_title="share right",
                          height=340, margin={"t": 50, "b": 10}, showlegend=False)
+    # ticks every 0.2 on both axes, each range a little past 1 so that its last tick is drawn (in the narrow column
+    # plotly ticked the x axis at 0 and 0.5 only)
+    figure.update_xaxes(dtick=0.2, range=[0, 1.03])
+    figure.update_yaxes(dtick=0.2, range=[0, 1.03])
     return figure
 
 

@@ -551,7 +551,7 @@ def session_chart(records: list[Speedup]) -> go.Figure:
         customdata=[[html.escape(r.query), common.method_label(r.speculative.method),
                      common.method_label(r.baseline.method)] for r in records],
         hovertemplate="%{customdata[0]}<br>%{customdata[1]} vs %{customdata[2]}: %{y:.2f}×<extra></extra>"))
-    figure.add_hline(y=1, line_dash="dot", line_color="#888")
+    figure.add_hline(y=1, line_dash="dot", line_color="#888", layer="below")  # under the bars' labels
     figure.update_layout(title="Speedup of every measured query in this session", yaxis_title="speedup (×)",
                          yaxis_range=[0, max(factors + [1.0]) * 1.2], height=340, margin={"t": 50, "b": 10})
     return figure
