@@ -232,7 +232,7 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     try:
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter=csv_delimiter(text, column))
+        reader = iter(csv_records(text, csv_delimiter(text, column)))
         top = list(itertools.islice(reader, HEADER_ROWS))
         if not any(field.strip() for record in top for field in record):
             raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them "
@@ -247,6 +247,26 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
     except csv.Error as exc:
         raise InputFileError(f"malformed CSV: {exc}") from None
     return table_queries(top[line], at, records)
+
+
+def csv_records(text: str, delimiter: str) -> list[list[str]]:
+    """A CSV's records, read strictly first: where a quote opens a cell and is never closed, a lenient reader reads
+    every line after it into that cell and the queries on them are lost without a word (refused, saying where).
+    Other departures from strict CSV, such as a quote inside an unquoted cell, are read leniently, as Excel does."""
+    strict = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    records: list[list[str]] = []
+    ended = 0  # the line the last whole record ended on
+    try:
+        for record in strict:
+            records.append(record)
+            ended = strict.line_num
+        return records
+    except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise InputFileError(f"malformed CSV: a quoted cell on line {ended + 1:,} is never closed, so every line "
+                                 "after it would be read into that cell: close the quote (a quote inside a quoted "
+                                 'cell is written twice, "")') from None
+    return list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
 
 
 def header_of(rows: Sequence[Sequence[str]], column: str | None) -> tuple[int, int] | None:

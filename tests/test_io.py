@@ -110,6 +110,16 @@ def test_excel_csv_utf8_with_a_byte_order_mark(tmp_path):
     assert table.queries == ["CCO"] and table.columns == ("name",)
 
 
+def test_a_quote_never_closed_is_refused_where_it_opens_not_read_as_one_cell_to_the_end(tmp_path):
+    """The lenient reader read every line after an unclosed quote into its cell: 1 query predicted of 2, no word."""
+    (tmp_path / "open.csv").write_text('smiles,note\nCCO,ok\nCCN,"unclosed\nCC(=O)Cl.NCc1ccccc1,ok\n')
+    with pytest.raises(InputFileError, match="^malformed CSV: a quoted cell on line 3 is never closed"):
+        read_queries(tmp_path / "open.csv")
+    (tmp_path / "stray.csv").write_text('smiles;note\nCCO;a"b"c\nCCN;"x"y\n')  # stray quotes: read as Excel reads them
+    table = read_queries(tmp_path / "stray.csv")
+    assert table.queries == ["CCO", "CCN"] and table.cells == (('a"b"c',), ("xy",))
+
+
 @pytest.mark.parametrize("text", [b"", b"\n", b"\r\n\r\n", b",,\n"])
 def test_an_empty_csv_is_called_empty(tmp_path, text):
     """It was refused as a CSV without a SMILES column, "it has []" (session 65's audit)."""
