@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # service imports torch; this module is read before a model l
     from .service import Prediction
 
 MATCHES_KNOWN = "matches_known"
+REACTION_COLUMN = "recorded_reaction"  # a recorded reaction as written (with_recorded)
 
 
 def recorded_side(task: str) -> str:
@@ -69,9 +70,11 @@ def known_rank(predictions: Sequence[Prediction], known: str | None) -> int | No
 def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
     """A file whose queries include recorded reactions: those queries become what `task` predicts from, their
     recorded outcome goes in a column of its own (recorded_column, after the file's columns), and that column's
-    name comes back, for KnownMarks. Other queries keep their text and get an empty cell. A recorded outcome
-    that is no SMILES refuses that row alone (its problem, which io.result_rows reports; its text kept). The
-    file unchanged, and None, where no query holds an outcome."""
+    name comes back, for KnownMarks; the reaction as written goes in the column after it (REACTION_COLUMN: the
+    query and the outcome hold only what the model reads and the outcome canonical, so the reagents of a
+    retrosynthesis query, say, would be lost). Other queries keep their text and get empty cells. A recorded
+    outcome that is no SMILES refuses that row alone (its problem, which io.result_rows reports; its text kept).
+    The file unchanged, and None, where no query holds an outcome."""
     split: list[tuple[str, str] | str | None] = []  # per query: (query, known), a refusal, or None (as it was)
     for text in table.queries:
         try:
@@ -81,21 +84,22 @@ def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
     if all(s is None for s in split):
         return table, None
     column = recorded_column(task)
-    if column in table.columns:
-        raise InputFileError(f"the file has a column {column!r} already, and its queries are recorded reactions; "
-                             "rename that column")
+    for taken in (column, REACTION_COLUMN):
+        if taken in table.columns:
+            raise InputFileError(f"the file has a column {taken!r} already, and its queries are recorded reactions; "
+                                 "rename that column")
     queries, cells, problems = [], [], []
     for i, (text, s) in enumerate(zip(table.queries, split, strict=True)):
         if isinstance(s, tuple):
-            (query, known), problem = s, ""
+            (query, known), problem, written = s, "", text
         elif s is None:
-            query, known, problem = text, "", table.problem_of(i)
+            query, known, problem, written = text, "", table.problem_of(i), ""
         else:  # the refusal; the text stays in the output's query column, and its problem is the row's error
-            query, known, problem = text, "", s
+            query, known, problem, written = text, "", s, ""
         queries.append(query)
-        cells.append((*table.cells_of(i), known))
+        cells.append((*table.cells_of(i), known, written))
         problems.append(problem)
-    return QueryFile(queries, (*table.columns, column), tuple(cells), tuple(problems)), column
+    return QueryFile(queries, (*table.columns, column, REACTION_COLUMN), tuple(cells), tuple(problems)), column
 
 
 def column_index(columns: Sequence[str], file_name: str, column: str) -> int:

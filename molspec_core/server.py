@@ -214,7 +214,8 @@ class Service:
                 results += answered
         results = [dataclasses.replace(r, error=table.problem_of(i), predictions=()) if table.problem_of(i) else r
                    for i, r in enumerate(results)]  # a recorded outcome that is no SMILES: that query's error
-        return {"results": [result_json(r, (table.cells_of(i)[-1] or None) if column else None)
+        at = table.columns.index(column) if column else None  # the recorded outcome's cell
+        return {"results": [result_json(r, (table.cells_of(i)[at] or None) if at is not None else None)
                             for i, r in enumerate(results)]}
 
 

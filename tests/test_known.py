@@ -82,8 +82,9 @@ def test_a_file_of_recorded_reactions_is_read_as_its_queries_with_their_outcomes
     read, column = with_recorded(table, "forward")
     assert column == recorded_column("forward") == "recorded_products"
     assert read.queries == ["CC(=O)Cl.NC>ClCCl>", "CC(=O)Cl.OC", "CC(=O)Cl.N>>C1CC(", "", "CC(=O)Cl>O>"]
-    assert read.columns == ("id", "recorded_products")
-    assert read.cells == (("a", "CNC(C)=O"), ("b", ""), ("c", ""), ("d", ""), ("e", "CC(=O)O"))
+    assert read.columns == ("id", "recorded_products", "recorded_reaction")  # the reaction as written kept too
+    assert read.cells == (("a", "CNC(C)=O", "CC(=O)Cl.NC>ClCCl>CNC(C)=O"), ("b", "", ""), ("c", "", ""),
+                          ("d", "", ""), ("e", "CC(=O)O", "CC(=O)Cl>O>[CH3:1]C(=O)O"))
     # the unreadable outcome refuses its own row only; the file's own problem stays
     assert read.problems[0] == read.problems[1] == read.problems[4] == ""
     assert "recorded products are not a valid SMILES" in read.problems[2] and read.problems[3] == "no atoms"
@@ -91,8 +92,9 @@ def test_a_file_of_recorded_reactions_is_read_as_its_queries_with_their_outcomes
 
 def test_retro_reads_the_products_and_knows_the_reactants_and_a_plain_file_is_left_alone():
     read, column = with_recorded(QueryFile(["CC(=O)Cl.NC>ClCCl>CNC(C)=O"]), "retro")
-    assert (read.queries, read.columns, read.cells, column) == (["CNC(C)=O"], ("recorded_reactants",),
-                                                                (("CC(=O)Cl.CN",),), "recorded_reactants")
+    assert (read.queries, read.columns, read.cells, column) == (
+        ["CNC(C)=O"], ("recorded_reactants", "recorded_reaction"),
+        (("CC(=O)Cl.CN", "CC(=O)Cl.NC>ClCCl>CNC(C)=O"),), "recorded_reactants")  # the reagents, ClCCl, kept
     plain = QueryFile(["CCO", "CC(=O)Cl.NC>>"], ("id",), (("a",), ("b",)))
     assert with_recorded(plain, "forward") == (plain, None)
 
@@ -100,10 +102,13 @@ def test_retro_reads_the_products_and_knows_the_reactants_and_a_plain_file_is_le
 def test_a_file_that_has_the_recorded_column_already_is_refused():
     with pytest.raises(InputFileError, match="column 'recorded_products' already"):
         with_recorded(QueryFile(["CC>>CC"], ("recorded_products",), (("x",),)), "forward")
+    with pytest.raises(InputFileError, match="column 'recorded_reaction' already"):
+        with_recorded(QueryFile(["CC>>CC"], ("recorded_reaction",), (("x",),)), "forward")
 
 
 def test_a_uspto_csv_of_reactions_is_read_by_its_own_column_name():
     data = b"id,reactants>reagents>production\nUS1,CC(=O)Cl.NC>>CNC(C)=O\n"
     read, column = with_recorded(parse_upload("50k.csv", data), "retro")
-    assert (read.queries, read.columns, read.cells, column) == (["CNC(C)=O"], ("id", "recorded_reactants"),
-                                                                (("US1", "CC(=O)Cl.CN"),), "recorded_reactants")
+    assert (read.queries, read.columns, read.cells, column) == (
+        ["CNC(C)=O"], ("id", "recorded_reactants", "recorded_reaction"),
+        (("US1", "CC(=O)Cl.CN", "CC(=O)Cl.NC>>CNC(C)=O"),), "recorded_reactants")

@@ -239,7 +239,8 @@ def main() -> None:
             else:
                 table, n_ion_refused, summary = predict_all(queries, cfg, ion_writing, known.strip() or recorded or "")
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
-                n_recorded = sum(bool(cells[-1]) for cells in queries.cells) if recorded else 0
+                at = queries.columns.index(recorded) if recorded else None
+                n_recorded = sum(bool(cells[at]) for cells in queries.cells) if at is not None else 0
                 st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
                                                         ion_writing, n_ion_refused, summary, recorded or "", n_recorded)
     batch = st.session_state.get("batch")
