@@ -7,8 +7,10 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -745,13 +747,26 @@ COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_com
             "serve": cmd_serve, "train": cmd_train}
 
 
+class Terminated(BaseException):
+    """SIGTERM (`kill`, a scheduler's stop), raised where the command was, as Ctrl-C raises KeyboardInterrupt: the
+    file being written is removed on its way out (io._write_replacing) and the one it was replacing kept. Without
+    it the process died at once and left its partial file behind."""
+
+
+def terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     """The one boundary: every expected failure of any command becomes an `error:` line and exit 2; Ctrl-C,
-    an `interrupted` line and exit 130 (128 + SIGINT, as shells report it). What a command wrote stays: its
-    lines on stdout, and an output file it was replacing (io.write_csv renames a finished file into place)."""
+    an `interrupted` line and exit 130 (128 + SIGINT, as shells report it); SIGTERM, a `terminated` line and exit
+    143. What a command wrote stays: its lines on stdout, and an output file it was replacing (io.write_csv renames
+    a finished file into place)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     use_threads(getattr(args, "threads", 0))  # before any model loads
+    in_main = threading.current_thread() is threading.main_thread()  # where signal handlers can be set
+    previous = signal.signal(signal.SIGTERM, terminate) if in_main else None
     try:
         return COMMANDS[args.command](args)
     except EXPECTED_FAILURES as exc:
@@ -760,3 +775,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)

@@ -732,6 +732,32 @@ def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
 
 
+def test_sigterm_is_one_line_and_exit_143_and_leaves_no_partial_file(tmp_path, monkeypatch, capsys):
+    """SIGTERM killed the run where it stood and left the partial output file beside the one it replaced."""
+    import signal
+
+    from molspec_core.service import Predictor
+
+    (tmp_path / "q.txt").write_text("CCO\n" * 20)
+    out = tmp_path / "out.csv"
+    out.write_text("yesterday's results\n")
+    calls, predict = [], Predictor.predict
+
+    def terminated(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # what SIGTERM runs in the main thread; the default action would be no function
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        return predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 143
+    assert capsys.readouterr().err.splitlines()[-1] == "terminated"
+    assert out.read_text() == "yesterday's results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
 @pytest.mark.parametrize("output,message", [("missing/o.csv", "does not exist"), (".", "is a folder"),
                                             ("/dev/full", "is a device")])
 def test_unusable_output_paths_are_refused_before_predicting(tmp_path, output, message, capsys, monkeypatch):
