@@ -248,9 +248,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self._host_allowed():
             return
-        if self._route() != "/predict":
-            self.close_connection = True  # its body is left unread
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path[:80]!r}; POST to /predict"})
+        if self._route() != "/predict":  # 405 for /health and /models (they take GET), 404 elsewhere
+            self._not_allowed()
             return
         try:
             body = self._body()
@@ -308,11 +307,18 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the body is left unread
             raise RequestError("send the body as JSON with Content-Type: application/json",
                                HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:  # chunked bodies included: none is read here
+            self.close_connection = True
+            raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
+        if len(set(lengths)) > 1:  # which one frames the body? (request smuggling's way in)
+            self.close_connection = True
+            raise RequestError(f"{len(lengths)} different Content-Length headers; send one")
         try:
-            length = int(self.headers.get("Content-Length", ""))
+            length = int(lengths[0])
         except ValueError:
             self.close_connection = True
-            raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED) from None
+            raise RequestError(f"Content-Length {lengths[0][:40]!r} is not a number of bytes") from None
         if length < 0:  # no size at all, not one too big (413)
             self.close_connection = True
             raise RequestError(f"Content-Length {length} is not a number of bytes")

@@ -216,7 +216,8 @@ def test_the_transport_is_checked_before_any_work(address):
                                                  ("PATCH", "/predict", "POST"), ("HEAD", "/models", "GET"),
                                                  # these three still did, after the four above had handlers
                                                  ("TRACE", "/health", "GET"), ("CONNECT", "/predict", "POST"),
-                                                 ("BREW", "/models", "GET")])
+                                                 ("BREW", "/models", "GET"),
+                                                 ("POST", "/health", "GET"), ("POST", "/models", "GET")])  # were 404
 def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_takes(address, method, path, allow):
     connection = http.client.HTTPConnection(*address, timeout=30)  # these got the standard library's HTML 501
     connection.request(method, path)
@@ -288,16 +289,21 @@ def test_a_body_over_the_limit_is_refused_unread(address):
     assert call(address, "GET", "/health")[0] == 200
 
 
-def test_a_negative_content_length_is_a_bad_request_not_one_too_large(address):
-    connection = http.client.HTTPConnection(*address, timeout=30)
-    connection.putrequest("POST", "/predict")
-    connection.putheader("Content-Type", "application/json")
-    connection.putheader("Content-Length", "-5")
-    connection.endheaders()
-    response = connection.getresponse()
-    status, payload = response.status, json.loads(response.read())
-    assert status == 400 and "Content-Length -5 is not a number of bytes" in payload["error"]  # was 413, "too large"
-    connection.close()
+@pytest.mark.parametrize("lengths, status, message", [
+    (["-5"], 400, "Content-Length -5 is not a number of bytes"),  # was 413, "too large"
+    (["abc"], 400, "Content-Length 'abc' is not a number of bytes"),  # was 411, "a body needs a Content-Length"
+    (["5", "17"], 400, "2 different Content-Length headers; send one"),  # the first framed the body, read as JSON
+    ([], 411, "a body needs a Content-Length"),
+])
+def test_a_content_length_that_frames_no_body_is_refused_saying_why(address, lengths, status, message):
+    body = json.dumps({"smiles": "CCO"}).encode()
+    with socket.create_connection(address, timeout=30) as raw:
+        headers = "".join(f"Content-Length: {n}\r\n" for n in lengths)
+        raw.sendall(f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}"
+                    "\r\n".encode() + body)
+        received = b"".join(iter(lambda: raw.recv(65536), b""))  # the server closes after a refusal
+    head, _, payload = received.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status}".encode()) and message in json.loads(payload)["error"]
 
 
 def test_a_body_that_stops_short_gets_408_and_closes_without_a_traceback(models, caplog):
