@@ -146,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per query before it is reported as an error (default %(default)s)")
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
-    p.add_argument("--round-trip-k", type=at_least(1), default=1, help="the product must come back within the "
-                   "forward model's top-k (default 1)")
+    p.add_argument("--round-trip-k", type=at_least(1), help="with --round-trip: the product must come back within "
+                   "the forward model's top-k (default 1)")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="predict --input on a Ray cluster (pip install -e .[scale]): 'auto' (the default: the "
                    "cluster this machine joined with `ray start`), its host:port, or 'local' to start one here")
@@ -317,6 +317,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .service import Predictor, model_task
 
     cluster = cluster_options(args)
+    if args.round_trip_k is not None and not args.round_trip:
+        raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
     marks = None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
@@ -336,8 +338,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                      else "mark the answers"))
         marks = known_marks(table, args.input, args.known_column or recorded)
     else:
-        if args.known_column:
-            raise ValueError("--known-column reads a file's column: give --input")
+        if args.known_column or args.column:
+            raise ValueError(f"--{'known-' if args.known_column else ''}column reads a file's column: give --input")
         if args.output:  # the one query's answers are written too, as --input writes a file's
             check_output(args.output)
             check_results_name(args.output, args.n_best)
@@ -419,7 +421,7 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
     if predictor.task != "retro":
         raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
     forward = Predictor.load(args.round_trip, args.device, args.engine, args.dtype)  # the answers' arithmetic
-    return lambda result: check_round_trip(result, forward, args.round_trip_k)
+    return lambda result: check_round_trip(result, forward, args.round_trip_k or 1)
 
 
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
@@ -624,6 +626,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if out:
         check_output_path(str(out.with_suffix(".html")))  # the plotly page written beside it
     methods = bench_methods(args.methods)
+    if args.beam_width and args.n_best not in (1, args.beam_width):  # one of them was used, the other ignored
+        raise ValueError(f"--beam-width {args.beam_width} and --n-best {args.n_best}: the bench's beam searches list "
+                         "as many answers as their width; give one of the two")
     sampling = sampling_options(args)
     sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
     if args.peer and sweep:

@@ -184,11 +184,19 @@ def read_text(path: str | Path) -> str:
         return _decode_stream(raw, path.name)
 
 
+# Where a file without columns holds its queries (a query column named for one is refused, not ignored).
+QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line", "sdf": "its records' molecules"}
+
+
 def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
     kind = query_format(name)[1]
     if kind == "xls":
         raise InputFileError(f"{name} is in Excel's old binary format (.xls), which is not read here: in Excel, "
                              "save it as an Excel workbook (.xlsx) or as CSV UTF-8 (.csv)")
+    if column and kind in QUERIES_OF:
+        raise InputFileError(f"a query column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} "
+                             f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv) "
+                             "or an Excel workbook (.xlsx)")
     if kind == "xlsx":
         return parse_workbook(_read_stream(raw, name), name, column)
     return parse_queries(_decode_stream(raw, name), kind=kind, column=column)

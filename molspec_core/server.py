@@ -122,6 +122,8 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
     if round_trip is not None and predictor.task != "retro":
         raise RequestError(f"'round_trip' checks retrosynthesis answers; {predictor.path.name} is a "
                            f"{predictor.task} model")
+    if "round_trip_k" in body and round_trip is None:
+        raise RequestError("'round_trip_k' goes with 'round_trip', the forward model that checks the answers")
     round_trip_k = _typed(body, "round_trip_k", (int,)) if "round_trip_k" in body else 1
     return Request(predictor, smiles, options, round_trip, round_trip_k)  # type: ignore[arg-type]
 

@@ -278,6 +278,21 @@ def test_predict_one_smiles_refuses_an_output_it_cannot_write_before_loading_the
                    "uncompressed")
 
 
+def test_predict_refuses_options_it_would_ignore_before_loading_the_model(tmp_path, capsys, no_model_load):
+    """They were ignored without a word: --round-trip-k without --round-trip, --column with --smiles or with a
+    file that has no columns."""
+    expect_refused(["predict", "--model", "retro", "--smiles", "CCO", "--round-trip-k", "3"], capsys,
+                   "--round-trip-k goes with --round-trip FORWARD_MODEL")
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--column", "smiles"], capsys,
+                   "--column reads a file's column: give --input")
+    (tmp_path / "in.smi").write_text("CCO ethanol\n")
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.smi", "--output", tmp_path / "o.csv",
+                    "--column", "lab_id"], capsys,
+                   "a query column, 'lab_id', was named, but in.smi is read as a SMI file, whose queries are the first "
+                   "field of each line")
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
     (tmp_path / "in.csv").write_text(KNOWN_CSV)
     expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.csv", "--output", tmp_path / "o.csv",
@@ -835,6 +850,7 @@ def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files
     (["--methods", "relaxed", "--sweep", "tau="], "has no values"),
     (["--methods", "relaxed", "--sweep", "tau=0,nan"], "tau must be"),
     (["--methods", "greedy,magic"], "unknown methods"),
+    (["--methods", "beam", "--beam-width", "2", "--n-best", "5"], "--beam-width 2 and --n-best 5"),  # 5 was ignored
 ])
 def test_bench_option_mistakes_are_refused_before_the_run(pair_files, capsys, no_model_load, extra, message):
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", *extra], capsys, message)

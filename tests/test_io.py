@@ -110,6 +110,17 @@ def test_excel_csv_utf8_with_a_byte_order_mark(tmp_path):
     assert table.queries == ["CCO"] and table.columns == ("name",)
 
 
+@pytest.mark.parametrize("name, text, queries", [("q.txt", "CCO\n", "its lines"),
+                                                 ("q.smi", "CCO ethanol\n", "the first field of each line"),
+                                                 ("q.sdf", "", "its records' molecules")])
+def test_a_column_named_for_a_file_without_columns_is_refused_not_ignored(tmp_path, name, text, queries):
+    (tmp_path / name).write_text(text or molfile("CCO") + "$$$$\n")
+    with pytest.raises(InputFileError, match=f"^a query column, 'id', was named, but {name} is read as a "
+                                             f"{name[2:].upper()} file, whose queries are {queries}: "):
+        read_queries(tmp_path / name, column="id")
+    assert read_queries(tmp_path / name).queries == ["CCO"]
+
+
 def test_a_quote_never_closed_is_refused_where_it_opens_not_read_as_one_cell_to_the_end(tmp_path):
     """The lenient reader read every line after an unclosed quote into its cell: 1 query predicted of 2, no word."""
     (tmp_path / "open.csv").write_text('smiles,note\nCCO,ok\nCCN,"unclosed\nCC(=O)Cl.NCc1ccccc1,ok\n')

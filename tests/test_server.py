@@ -157,6 +157,8 @@ def test_models_lists_what_is_loaded(address):
     ({"model": "forward", "smiles": AMIDE, "round_trip": "forward"}, 400, "checks retrosynthesis answers"),
     ({"model": "retro", "smiles": PARACETAMOL, "round_trip": "retro"}, 400, "it needs a forward model"),
     ({"model": "retro", "smiles": PARACETAMOL, "round_trip": "forward", "round_trip_k": 0}, 400, "between 1 and 10"),
+    # round_trip_k without round_trip was ignored
+    ({"model": "retro", "smiles": PARACETAMOL, "round_trip_k": 3}, 400, "'round_trip_k' goes with 'round_trip'"),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": 1e9}, 400, "'time_limit_s' is at most 600"),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": None}, 400, "'time_limit_s' must be a whole number or"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": 10_000}, 400, "'batch_size' is at most 256"),
