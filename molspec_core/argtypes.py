@@ -17,3 +17,14 @@ def at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
         return value
     return whole_number
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (a time limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .argtypes import at_least
+from .argtypes import at_least, positive_seconds
 from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
                    "text); other names (.csv.gz) are refused")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
+    p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds per query before it is reported as an error (default %(default)s)")
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
     p.add_argument("--smiles", required=True, help="the target molecule")
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds of search (default %(default)s)")
+    p.add_argument("--time-limit", type=positive_seconds, default=30.0, help="seconds of search (default %(default)s)")
     p.add_argument("--stock", help="building blocks: one SMILES per line, an SD file, or a CSV or Excel workbook "
                    "(.xlsx) with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")

@@ -106,6 +106,9 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
                            "or use `molspec predict --input` for a file", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
     predictor = _model(body, "model", models, None)
     options = {key: _typed(body, key, types) for key, types in OPTIONS.items() if key in body}
+    if options.get("time_limit_s", 1) <= 0:  # the library's own message offers None, which JSON's null is not here
+        raise RequestError(f"'time_limit_s' must be above 0 (and at most {MAX_REQUEST_S:g}), not "
+                           f"{options['time_limit_s']}")
     if options.get("time_limit_s", 0) > MAX_REQUEST_S:
         raise RequestError(f"'time_limit_s' is at most {MAX_REQUEST_S:g} here, the time one request may decode")
     if options.get("batch_size", 1) > MAX_BATCH_SIZE:  # the request's budget is checked between windows of batches

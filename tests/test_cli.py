@@ -924,6 +924,15 @@ def test_negative_counts_are_usage_errors(capsys):
     assert done.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["predict", "--model", MODEL, "--smiles", "CCO"], ["plan", "--smiles", "CCO"]])
+@pytest.mark.parametrize("limit", ["0", "-1", "nan", "inf", "soon"])
+def test_a_time_limit_is_seconds_above_0(capsys, command, limit):
+    """--time-limit -1 was told 'positive (or None for no limit)', the library's words, which no option can give."""
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--time-limit", limit])
+    assert done.value.code == 2 and "argument --time-limit: must be a number of seconds" in capsys.readouterr().err
+
+
 def test_read_pairs_limit_and_selection(pair_files):
     from molspec_core.evaluate import read_pairs
 

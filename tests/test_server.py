@@ -161,6 +161,7 @@ def test_models_lists_what_is_loaded(address):
     ({"model": "retro", "smiles": PARACETAMOL, "round_trip_k": 3}, 400, "'round_trip_k' goes with 'round_trip'"),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": 1e9}, 400, "'time_limit_s' is at most 600"),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": None}, 400, "'time_limit_s' must be a whole number or"),
+    ({"model": "forward", "smiles": AMIDE, "time_limit_s": 0}, 400, "'time_limit_s' must be above 0 (and at most 600)"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": 10_000}, 400, "'batch_size' is at most 256"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": 0}, 400, "'batch_size' must be 1 or more, not 0"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": -5}, 400, "'batch_size' must be 1 or more, not -5"),
