@@ -398,7 +398,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
           f"{'field' if is_sd_name(args.output) else 'column'}) -> {args.output}")
     if marks is not None:
         print(marks.summary().describe())
+    if table.queries and n_bad == len(table.queries):  # a pipeline must not take a file of errors for answers
+        print(f"error: none of the {len(table.queries)} queries could be predicted{read_as_hint(args.input, table)}",
+              file=sys.stderr)
+        return 2
     return 0
+
+
+def read_as_hint(name: str, table: QueryFile) -> str:
+    """Why a file may have given no query that can be predicted: a CSV read as lines of text, for its name."""
+    from .io import query_format
+
+    if query_format(name)[1] == "txt" and any(mark in table.queries[0] for mark in ",;\t"):
+        return (f"; {Path(name).name} was read as TXT, one query a line, and its first line holds commas, "
+                "semicolons or tabs: if it is a CSV, name it .csv (or .tsv)")
+    return ""
 
 
 def known_marks(table: QueryFile, name: str, column: str | None) -> KnownMarks | None:

@@ -610,6 +610,20 @@ def predict_file(source, out, *extra) -> int:
     return main(["predict", "--model", MODEL, "--input", str(source), "--output", str(out), *extra])
 
 
+def test_a_file_whose_every_query_is_refused_ends_with_an_error_and_exit_2(tmp_path, capsys):
+    """It ended '0 queries predicted, 3 rejected' with exit 0, a CSV named .dat read as lines without a hint."""
+    (tmp_path / "table.dat").write_text("smiles,id\nCCO,1\nc1ccncc1,2\n")
+    assert predict_file(tmp_path / "table.dat", tmp_path / "out.csv") == 2
+    written = capsys.readouterr()
+    assert "0 queries predicted, 3 rejected" in written.out  # the file of errors is still written, row for row
+    assert written.err.splitlines()[-1] == (
+        "error: none of the 3 queries could be predicted; table.dat was read as TXT, one query a line, and its first "
+        "line holds commas, semicolons or tabs: if it is a CSV, name it .csv (or .tsv)")
+    assert len(pd.read_csv(tmp_path / "out.csv")) == 3
+    (tmp_path / "table.csv").write_text("smiles,id\nCCO,1\nc1ccncc1,2\n")
+    assert predict_file(tmp_path / "table.csv", tmp_path / "out.csv") == 0
+
+
 def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path):
     """Issue 18: scores were text ('-4.6486) and the user's columns were dropped; issue 14 item 5:
     the output did not show the canonical query the model read."""
