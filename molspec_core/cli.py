@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     def augment_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
                        "the answers (models trained on root-aligned data: both shipped ones); a query's writings "
-                       "are decoded as one batch, whatever --batch-size says: about N times one writing's time "
+                       "are decoded as one batch (whatever a --batch-size says): about N times one writing's time "
                        "(5 writings, one query at a time on a CPU: 4.4-4.6x, tools/decode_cost.py)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
@@ -313,7 +313,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import check_output, check_results_name, is_sd_name, read_queries
-    from .known import known_rank, recorded_reaction, recorded_side, with_recorded
+    from .known import REACTION_COLUMN, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
     cluster = cluster_options(args)
@@ -332,7 +332,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
-            print(f"the file holds recorded reactions: each is predicted from its {given}, and its recorded "
+            at = table.columns.index(REACTION_COLUMN)
+            n = sum(bool(cells[at]) for cells in table.cells)
+            print(f"{n} of the file's {len(table.queries)} queries are recorded reactions: each is predicted from its "
+                  f"{given}, and its recorded "
                   f"{recorded_side(task)} (column {recorded}) "
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))

@@ -562,6 +562,10 @@ class Predictor:
         if self.task == "forward" and len(parts) > 3:  # 'CCO>>C<b>x</b>' was told only 'reactants>reagents>' is read
             raise ValueError(f"a reaction SMILES has three parts, reactants>reagents>products, and this one has "
                              f"{len(parts)}: no '>' belongs inside a molecule's SMILES")
+        if self.task == "forward" and len(parts) == 3 and not parts[0]:  # '>>CC(=O)N...' was told of the form only
+            raise ValueError("the reaction SMILES has no reactants before its first '>': forward prediction reads "
+                             "'reactants>reagents>' (the app and `molspec predict` also take a recorded reaction, "
+                             "'reactants>reagents>product')")
         if self.task != "forward" or len(parts) != 3 or parts[2] or not parts[0]:
             raise ValueError("reaction SMILES are accepted only as 'reactants>reagents>' for forward "
                              "prediction; paste the molecule(s) alone")

@@ -231,8 +231,9 @@ def test_predict_reads_a_file_of_recorded_reactions_and_marks_their_recorded_out
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.txt"), "--output", str(out),
                  "--method", "beam", "--n-best", "5"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == ("the file holds recorded reactions: each is predicted from its products, and its recorded "
-                          "reactants (column recorded_reactants) mark the answers")
+    # 2 of 4: the third is no reaction, the fourth's recorded reactants are no SMILES
+    assert printed[0] == ("2 of the file's 4 queries are recorded reactions: each is predicted from its products, and "
+                          "its recorded reactants (column recorded_reactants) mark the answers")
     assert printed[-1].startswith("known answers from the column recorded_reactants: first for ")
     assert printed[-1].endswith("of 2 queries (canonical SMILES, stereo kept); not counted: 1 query with no known "
                                 "answer")
@@ -756,7 +757,7 @@ def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, mo
     assert code == 130
     written = capsys.readouterr()
     assert written.err.splitlines()[-1] == "interrupted" and "Traceback" not in written.err
-    assert "the file holds recorded reactions" in written.out
+    assert "20 of the file's 20 queries are recorded reactions" in written.out
     assert out.read_text() == "yesterday's results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
 

@@ -71,6 +71,8 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
     assert "the query holds '>', so it was read as a reaction SMILES, 'reactants>reagents>', whose molecules are " \
         "'<b.bold</b'" in refused.error
     assert forward.predict("CC(=O)O.OCC>>").ok
+    assert forward.predict(">>CC(=O)NCc1ccccc1").error.startswith("the reaction SMILES has no reactants before its "
+                                                                  "first '>'")
     assert forward.predict("CCO>>C<b>x</b>").error == (
         "a reaction SMILES has three parts, reactants>reagents>products, and this one has 5: no '>' belongs inside a "
         "molecule's SMILES")
