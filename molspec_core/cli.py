@@ -727,8 +727,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_average(args: argparse.Namespace) -> int:
     from .checkpoint import average
+    from .service import model_folder
 
-    config = average(args.models, args.out, torch.float16 if args.float16 else torch.float32)
+    folders = [model_folder(name) for name in args.models]  # a shipped model by its name too, as --model elsewhere
+    config = average(folders, args.out, torch.float16 if args.float16 else torch.float32)
     print(f"wrote the mean of {len(args.models)} models ({config.get('task', 'task unknown')}) to {args.out}")
     return 0
 

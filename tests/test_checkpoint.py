@@ -292,3 +292,17 @@ def test_cli_average_writes_float16_shards(tmp_path, capsys):
     assert main(["average", "--model", str(tmp_path / "m1"), "--model", str(tmp_path / "nowhere"),
                  "--out", str(tmp_path / "bad")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_average_takes_shipped_models_by_name_as_every_other_command_does(tmp_path, capsys, monkeypatch):
+    """'average --model forward' was 'model folder forward does not exist' where predict takes the name."""
+    from molspec_core import service
+    from molspec_core.cli import main
+
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for name, seed in (("one", 1), ("two", 2)):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / "models" / name, meta={"task": "forward"})
+    monkeypatch.setattr(service, "MODELS_DIR", tmp_path / "models")
+    monkeypatch.chdir(tmp_path)  # no folder named one or two here: the names are the shipped models'
+    assert main(["average", "--model", "one", "--model", "two", "--out", str(tmp_path / "mean")]) == 0
+    assert "mean of 2 models (forward)" in capsys.readouterr().out
