@@ -520,16 +520,22 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
     stats = result.stats
     if time_ms is None:
         time_ms = stats.wall_time_s * 1000
-    return [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, round(p.score, 4),
-             _significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
-             None if p.confidence is None else round(p.confidence, 4), p.views, p.spellings, p.round_trip,
-             None if p.forward_prob is None else _significant(p.forward_prob),
+    return [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, rounded(p.score),
+             significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
+             rounded(p.confidence), p.views, p.spellings, p.round_trip,
+             None if p.forward_prob is None else significant(p.forward_prob),
              result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
             for p in result.predictions]
 
 
-def _significant(probability: float) -> float:
-    return float(f"{probability:.4g}")  # significant digits: a small probability stays visible
+def significant(probability: float) -> float:
+    """A probability as the exports write it: 4 significant digits, so that a small one stays visible."""
+    return float(f"{probability:.4g}")
+
+
+def rounded(value: float | None) -> float | None:
+    """A confidence (or a score) as the exports write it: 4 decimals; None stays None (an empty cell)."""
+    return None if value is None else round(value, 4)
 
 
 def neutralize(cell: object) -> object:

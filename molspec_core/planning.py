@@ -32,7 +32,7 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
 from .chem import LACKS_ATOMS, ChemError, canonical, missing_atoms
-from .io import QueryFile, parse_upload, read_queries
+from .io import QueryFile, parse_upload, read_queries, rounded, significant
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, Prediction, Predictor, QueryResult
@@ -434,11 +434,11 @@ def route_rows(result: PlanResult) -> Iterator[list[object]]:
     """One row per reaction step, in ROUTE_COLUMNS: routes best first, each from the target's step down."""
     for rank, route in enumerate(result.routes, start=1):
         for number, (depth, step) in enumerate(route.steps(), start=1):
-            yield [rank, round(route.score, 4), route.n_steps, number, depth, step.product,
+            yield [rank, rounded(route.score), route.n_steps, number, depth, step.product,
                    _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
-                   ";".join(_yes_no(r.in_stock) for r in step.reactants), round(step.score, 4),
-                   float(f"{step.probability:.4g}"), step.confidence, step.round_trip, step.forward_prob,
-                   step.model_rank]
+                   ";".join(_yes_no(r.in_stock) for r in step.reactants), rounded(step.score),
+                   significant(step.probability), rounded(step.confidence), step.round_trip,
+                   None if step.forward_prob is None else significant(step.forward_prob), step.model_rank]
 
 
 def _yes_no(flag: bool) -> str:
