@@ -225,7 +225,7 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
 
 def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
-    characters stay inside their query and are rejected there), a SMILES file's line (parse_smiles_file),
+    characters stay inside their query and are rejected there; a first line "smiles", any case, is a header), a SMILES file's line (parse_smiles_file),
     or a CSV record's SMILES column (quoted cells may hold line breaks; cells split at commas, or at the
     semicolons or tabs of a header that names the column only so, csv_delimiter; lines above the header, titles,
     are not read: header_of) with the record's other
@@ -237,6 +237,8 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
         lines = re.split(r"\r\n|\r|\n", text)
         if lines and lines[-1] == "":
             lines.pop()  # the file's final line break ends the last line; it does not start a new one
+        if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
+            lines = lines[1:]  # a header, as a SMILES file's (parse_smiles_file); it was refused as a query
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     try:

@@ -121,6 +121,14 @@ def test_a_column_named_for_a_file_without_columns_is_refused_not_ignored(tmp_pa
     assert read_queries(tmp_path / name).queries == ["CCO"]
 
 
+def test_a_txt_file_headed_smiles_reads_its_queries_below_as_a_smiles_file_does(tmp_path):
+    """The header line 'smiles' was a query of its own, refused as no SMILES."""
+    (tmp_path / "q.txt").write_text("SMILES\nCCO\nc1ccncc1\n")
+    (tmp_path / "plain.txt").write_text("CCO\nsmiles\n")  # a later line is a query like any other
+    assert read_queries(tmp_path / "q.txt").queries == ["CCO", "c1ccncc1"]
+    assert read_queries(tmp_path / "plain.txt").queries == ["CCO", "smiles"]
+
+
 def test_a_quote_never_closed_is_refused_where_it_opens_not_read_as_one_cell_to_the_end(tmp_path):
     """The lenient reader read every line after an unclosed quote into its cell: 1 query predicted of 2, no word."""
     (tmp_path / "open.csv").write_text('smiles,note\nCCO,ok\nCCN,"unclosed\nCC(=O)Cl.NCc1ccccc1,ok\n')
