@@ -292,6 +292,10 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
         raise ValueError(f"{predictor.path} has no calibration for {kind} answers{writings} to judge "
                          f"({file_name(augment, kind)}, fitted for these weights)")
     n_fit = check_share(len(sources))
+    if len(sources) - n_fit != fitted.n_check:  # other queries: an error not comparable with the fit's own
+        raise ValueError(f"the saved fit was judged on {fitted.n_check} queries, the last of those it was made from; "
+                         f"these {len(sources)} give {len(sources) - n_fit}: judge it on the files and --limit it was "
+                         "made with")
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
     flat = [(rank, a) for query in answers for rank, a in enumerate(query, start=1)]
     if not flat:

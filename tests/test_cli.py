@@ -89,6 +89,9 @@ def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_wri
     assert f"its own expected calibration error {own:.4f}), judged on 2 queries decoded by beam, 2-best, float32" in out
     assert out.rstrip().endswith(f"expected calibration error {own:.4f}")
     assert (model / "calibration.json").read_text() == saved and sorted(p.name for p in model.iterdir()) == before
+    # other queries (a --limit other than the fit's) gave an error not comparable with the fit's own, without a word
+    assert main(["calibrate", *files, "--n-best", "2", "--judge", "--limit", "3"]) == 2
+    assert "the saved fit was judged on 2 queries" in capsys.readouterr().err
 
 
 def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
