@@ -789,8 +789,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     use_threads(getattr(args, "threads", 0))  # before any model loads
-    in_main = threading.current_thread() is threading.main_thread()  # where signal handlers can be set
-    previous = signal.signal(signal.SIGTERM, terminate) if in_main else None
+    # signal handlers are set in the main thread only, and one set outside Python (None) could not be put back
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if previous is not None:
+        signal.signal(signal.SIGTERM, terminate)
     try:
         return COMMANDS[args.command](args)
     except EXPECTED_FAILURES as exc:
@@ -803,5 +805,5 @@ def main(argv: list[str] | None = None) -> int:
         print("terminated", file=sys.stderr)
         return 128 + signal.SIGTERM
     finally:
-        if in_main:
+        if previous is not None:
             signal.signal(signal.SIGTERM, previous)
