@@ -109,7 +109,7 @@ def smiles_from_inchi(inchi: str) -> str:
     return Chem.MolToSmiles(mol)
 
 
-TAUTOMERS_TRIED = 200  # a peptide of 5 residues has more; reading one InChI stays under 0.1 s
+TAUTOMERS_TRIED = 200  # a tetrapeptide has more; reading one InChI stays under 0.1 s (92 ms for that one)
 
 
 @lru_cache(maxsize=1)
