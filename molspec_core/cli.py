@@ -313,7 +313,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .io import check_output, check_results_name, is_sd_name, read_queries
-    from .known import REACTION_COLUMN, known_rank, recorded_reaction, recorded_side, with_recorded
+    from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
     cluster = cluster_options(args)
@@ -332,11 +332,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
-            at = table.columns.index(REACTION_COLUMN)
-            n = sum(bool(cells[at]) for cells in table.cells)
-            print(f"{n} of the file's {len(table.queries)} queries are recorded reactions: each is predicted from its "
-                  f"{given}, and its recorded "
-                  f"{recorded_side(task)} (column {recorded}) "
+            print(f"{count_recorded(table, recorded)} of the file's {len(table.queries)} queries are recorded "
+                  f"reactions: each is predicted from its {given}, and its recorded {recorded_side(task)} (column "
+                  f"{recorded}) "
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
         marks = known_marks(table, args.input, args.known_column or recorded)

@@ -102,6 +102,15 @@ def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
     return QueryFile(queries, (*table.columns, column, REACTION_COLUMN), tuple(cells), tuple(problems)), column
 
 
+def count_recorded(table: QueryFile, column: str | None) -> int:
+    """How many of with_recorded's queries are recorded reactions whose outcome is a SMILES: the filled cells of
+    `column`, the name it gave back (0 where it gave None)."""
+    if column is None:
+        return 0
+    at = table.columns.index(column)
+    return sum(bool(cells[at]) for cells in table.cells)
+
+
 def column_index(columns: Sequence[str], file_name: str, column: str) -> int:
     """Where a file's known answers are among its other columns (QueryFile.columns); InputFileError,
     naming the columns it has, where it has no such column."""

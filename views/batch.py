@@ -16,7 +16,7 @@ import streamlit as st
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, SMILES_COLUMNS, InputFileError, QueryFile,
                              csv_bytes, output_header, parse_upload, result_rows, sd_bytes, workbook_bytes)
-from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, with_recorded
+from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.service import QueryResult
 from views import common
 from views.common import Settings
@@ -239,8 +239,7 @@ def main() -> None:
             else:
                 table, n_ion_refused, summary = predict_all(queries, cfg, ion_writing, known.strip() or recorded or "")
                 n_rejected = int(table.loc[table["rank"].isna()].shape[0])
-                at = queries.columns.index(recorded) if recorded else None
-                n_recorded = sum(bool(cells[at]) for cells in queries.cells) if at is not None else 0
+                n_recorded = count_recorded(queries, recorded)
                 st.session_state["batch"] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
                                                         ion_writing, n_ion_refused, summary, recorded or "", n_recorded)
     batch = st.session_state.get("batch")
