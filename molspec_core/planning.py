@@ -402,7 +402,7 @@ def _molecule_json(molecule: RouteMolecule) -> dict:
     out: dict = {"smiles": molecule.smiles, "in_stock": molecule.in_stock}
     step = molecule.made_by
     if step is not None:
-        out["reaction"] = {"score": round(step.score, 4), "probability": float(f"{step.probability:.4g}"),
+        out["reaction"] = {"score": rounded(step.score), "probability": significant(step.probability),
                            "model_rank": step.model_rank, "confidence": step.confidence,
                            "round_trip": step.round_trip, "forward_prob": step.forward_prob,
                            "reactants": [_molecule_json(r) for r in step.reactants]}
@@ -423,7 +423,7 @@ def routes_json(result: PlanResult) -> dict:
                    "answers_missing_atoms": stats.counts.missing_atoms, "answers_kept": stats.counts.kept,
                    "round_trips": stats.counts.round_trips,
                    "failed_expansions": stats.counts.failed, "target_in_stock": stats.target_in_stock},
-        "routes": [{"rank": rank, "score": round(route.score, 4), "n_steps": route.n_steps, "depth": route.depth,
+        "routes": [{"rank": rank, "score": rounded(route.score), "n_steps": route.n_steps, "depth": route.depth,
                     "starting_materials": [m.smiles for m in route.starting_materials()],
                     "tree": _molecule_json(route.target)}
                    for rank, route in enumerate(result.routes, start=1)],
