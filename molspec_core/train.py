@@ -88,6 +88,9 @@ class TrainConfig:
     accum: int = option(1, "batches per optimizer step")
     weight_decay: float = option(0.01, "AdamW weight decay")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
+    focal: float = option(0.0, "focal loss (Lin et al. 2017; 0: off): the exponent gamma; each target token's "
+                               "cross-entropy is weighted by (1 - p) ** gamma, p the probability the model gives the "
+                               "recorded token, so the tokens it already gets right carry less of each step")
     dropout: float = option(-1.0, "dropout while training (-1: the preset's, 0.1 for the paper shapes)")
     freeze_encoder: bool = option(False, "train the decoder alone: the encoder keeps its weights and runs as at "
                                          "inference (no gradients, no dropout); the shared embedding learns from "
@@ -304,21 +307,28 @@ def ranking_hinge(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     return torch.relu(margin - gap).mean(), read
 
 
-def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float,
+                         focal: float = 0.0) -> torch.Tensor:
     """The cross-entropy of logits (..., V) against tgt_out, in float32, summed over the target tokens (padding
-    left out)."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=PAD_ID,
-                           label_smoothing=label_smoothing, reduction="sum")
+    left out). With `focal` (gamma) above 0 each token's term is weighted by (1 - p) ** gamma, p the softmax
+    probability of its target; the weight is part of the graph, as in Lin et al. 2017."""
+    flat, targets = logits.float().reshape(-1, logits.shape[-1]), tgt_out.reshape(-1)
+    if not focal:
+        return F.cross_entropy(flat, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
+    per_token = F.cross_entropy(flat, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing,
+                                reduction="none")  # 0 at padding
+    p = torch.log_softmax(flat, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1).exp()
+    return ((1 - p).pow(focal) * per_token).sum()
 
 
 def rdrop_loss(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], src: torch.Tensor,
                tgt_in: torch.Tensor, tgt_out: torch.Tensor,
-               label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+               label_smoothing: float, focal: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """R-Drop's two terms, summed over the batch's target tokens: the two passes' mean cross-entropy, and
     the symmetric KL between their distributions, KL(p1||p2) + KL(p2||p1) per token. Both passes run as
     one call on the batch stacked twice, so their dropout masks are independent draws."""
     logits = logits_of(torch.cat([src, src]), torch.cat([tgt_in, tgt_in])).float()
-    ce = summed_cross_entropy(logits, torch.cat([tgt_out, tgt_out]), label_smoothing) / 2
+    ce = summed_cross_entropy(logits, torch.cat([tgt_out, tgt_out]), label_smoothing, focal) / 2
     first, second = torch.log_softmax(logits, -1).chunk(2)
     per_token = ((first.exp() - second.exp()) * (first - second)).sum(-1)  # the two KLs summed
     return ce, (per_token * (tgt_out != PAD_ID)).sum()
@@ -512,6 +522,8 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--rdrop is a weight, at least 0, not {cfg.rdrop}")
     if cfg.sam < 0:
         raise ValueError(f"--sam is a radius, at least 0, not {cfg.sam}")
+    if cfg.focal < 0:
+        raise ValueError(f"--focal is an exponent, at least 0, not {cfg.focal}")
     if cfg.pair_at not in PAIR_AT:
         raise ValueError(f"--pair-at must be one of {', '.join(PAIR_AT)}, not {cfg.pair_at!r}")
     if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
@@ -570,9 +582,10 @@ def train(cfg: TrainConfig) -> dict:
         for src, tgt_in, tgt_out in micro:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
                 if cfg.rdrop:
-                    loss, kl = rdrop_loss(forward, src, tgt_in, tgt_out, cfg.label_smoothing)
+                    loss, kl = rdrop_loss(forward, src, tgt_in, tgt_out, cfg.label_smoothing, cfg.focal)
                 else:
-                    loss, kl = summed_cross_entropy(forward(src, tgt_in), tgt_out, cfg.label_smoothing), None
+                    loss, kl = summed_cross_entropy(forward(src, tgt_in), tgt_out, cfg.label_smoothing,
+                                                    cfg.focal), None
             ((loss if kl is None else loss + cfg.rdrop / 2 * kl) / n_target).backward()
             if kl is not None:
                 kl_sum += kl.detach()

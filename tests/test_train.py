@@ -22,7 +22,8 @@ from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
 from molspec_core.decoding.beam import beam_search
 from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, learning_rate,
                                  load_pairs, pad_multiple, pair_gaps, peak_lr, ranking_hinge, rdrop_loss, row_widths,
-                                 sequence_log_probs, sharpness_probe, token_batches, train)
+                                 sequence_log_probs, sharpness_probe, summed_cross_entropy, token_batches,
+                                 train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -341,6 +342,41 @@ def test_an_rdrop_run_trains_and_logs_the_kl(tiny_data, tmp_path):
     assert all(entry["rdrop_kl"] > 0 for entry in state["history"])
     assert "rdrop_kl" not in plain["history"][-1]
     assert state["tokens"] == 2 * plain["tokens"]  # each batch read twice
+
+
+def test_focal_loss_weights_each_target_token_by_one_minus_its_probability_to_the_gamma():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7, requires_grad=True)
+    tgt_out = torch.tensor([[4, 5, EOS_ID], [6, EOS_ID, PAD_ID]])
+    plain = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), tgt_out.reshape(-1), ignore_index=PAD_ID,
+                                              reduction="sum")
+    assert summed_cross_entropy(logits, tgt_out, 0.0, focal=0.0).item() == pytest.approx(plain.item(), rel=1e-6)
+    log_p = torch.log_softmax(logits, -1)
+    expected = logits.new_zeros(())
+    for row, col in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]:  # by hand, padding left out
+        lp = log_p[row, col, tgt_out[row, col]]
+        expected = expected + (1 - lp.exp()) ** 2 * -lp
+    focal = summed_cross_entropy(logits, tgt_out, 0.0, focal=2.0)
+    assert focal.item() == pytest.approx(expected.item(), rel=1e-5) and focal.item() < plain.item()
+    grad, = torch.autograd.grad(focal, logits)  # the weight is differentiated, not held constant
+    grad_expected, = torch.autograd.grad(expected, logits)
+    assert torch.allclose(grad, grad_expected, atol=1e-6)
+    smoothed = summed_cross_entropy(logits, tgt_out, 0.1, focal=1.0)  # the weight multiplies the smoothed term
+    per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), tgt_out.reshape(-1), ignore_index=PAD_ID,
+                                                  label_smoothing=0.1, reduction="none")
+    p_target = log_p.reshape(-1, 7).gather(-1, tgt_out.reshape(-1, 1).clamp(min=0)).squeeze(-1).exp()
+    assert smoothed.item() == pytest.approx(((1 - p_target) * per_token).sum().item(), rel=1e-5)
+
+
+def test_a_focal_run_trains_and_a_negative_gamma_is_refused(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, max_steps=3, eval_every=3,
+                  val_greedy_rows=1, threads=1, seed=3)
+    focal = train(TrainConfig(out=str(tmp_path / "focal"), focal=2.0, **common))
+    plain = train(TrainConfig(out=str(tmp_path / "plain"), **common))
+    assert focal["step"] == plain["step"] == 3 and focal["tokens"] == plain["tokens"]
+    assert focal["history"][-1]["loss"] < plain["history"][-1]["loss"]  # the same batches, each token down-weighted
+    with pytest.raises(ValueError, match="focal"):
+        train(TrainConfig(out=str(tmp_path / "bad"), focal=-1.0, **common))
 
 
 def test_the_sharpness_probe_moves_the_weights_rho_along_the_unit_gradient_and_back_exactly():
