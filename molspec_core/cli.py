@@ -21,7 +21,8 @@ from .argtypes import at_least, positive_seconds
 from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
 from .methods import METHODS, SamplingOptions
 from .native import DTYPES
-from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, windows
+from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
+                      MAX_N_DRAFTS, windows)
 from .threads import use_threads
 
 if TYPE_CHECKING:
@@ -97,11 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"decoding method: {', '.join(METHODS)} (molspec_core/methods.py; predict: greedy "
                        "unless given; evaluate: beam with --n-best over 1, else greedy; calibrate: beam; bench "
                        "times --methods instead)")
-        p.add_argument("--n-best", type=at_least(1), default=1, help="answers per query (beam, sbs, sbs-exact and "
-                       "the sampling methods; calibrate: 5 for those, else 1, unless given)")
-        p.add_argument("--draft-len", type=at_least(0), default=None, help="0: no drafts")
-        p.add_argument("--n-drafts", type=at_least(1), default=None, help="drafts verified per call (the spec-* "
-                       "and sbs methods; default: the method's)")
+        p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=1, help="answers per query (beam, sbs, "
+                       "sbs-exact and the sampling methods; calibrate: 5 for those, else 1, unless given)")
+        p.add_argument("--draft-len", type=at_least(0, MAX_DRAFT_LEN), default=None, help="0: no drafts")
+        p.add_argument("--n-drafts", type=at_least(1, MAX_N_DRAFTS), default=None, help="drafts verified per call "
+                       "(the spec-* and sbs methods; default: the method's)")
         p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE, help="queries decoded "
                        "together, cut from queries of like length")
         p.add_argument("--temperature", type=float, default=SamplingOptions.temperature, help="sampling methods")
@@ -113,10 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         threads_arg(p)
 
     def augment_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--augment", type=at_least(1), default=1, help="read each query in up to N writings and pool "
-                       "the answers (models trained on root-aligned data: both shipped ones); a query's writings "
-                       "are decoded as one batch (whatever a --batch-size says): about N times one writing's time "
-                       "(5 writings, one query at a time on a CPU: 4.4-4.6x, tools/decode_cost.py)")
+        p.add_argument("--augment", type=at_least(1, MAX_AUGMENT), default=1,
+                       help="read each query in up to N writings and pool the answers (models trained on "
+                       "root-aligned data: both shipped ones); a query's writings are decoded as one batch (whatever "
+                       "a --batch-size says): about N times one writing's time (5 writings, one query at a time on "
+                       "a CPU: 4.4-4.6x, tools/decode_cost.py)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
@@ -192,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, timed interleaved on the same queries (default %(default)s)")
     p.add_argument("--warmup", type=at_least(0), default=3, help="batches each method decodes untimed first "
                    "(default %(default)s)")
-    p.add_argument("--beam-width", type=at_least(1), default=None, help="beam width = n-best for beam, sbs, sbs-exact")
+    p.add_argument("--beam-width", type=at_least(1, MAX_N_BEST), default=None,
+                   help="beam width = n-best for beam, sbs, sbs-exact")
     p.add_argument("--sweep", help="a lossy method's knob over values, e.g. tau=0,0.5,1,2 (with --methods relaxed) "
                    "or delta=0,0.1,0.5 (with --methods mentored)")
     p.add_argument("--peer", choices=("ctranslate2",), help="also time CTranslate2 (float32 and int8) on the same "
@@ -221,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="what both models' decoder calls compute with: "
                    "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")
-    p.add_argument("--n-best", type=at_least(1), default=10, help="answers per expansion (sbs-exact)")
+    p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=10, help="answers per expansion (sbs-exact)")
     p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
     p.add_argument("--max-routes", type=at_least(1), default=10, help="routes kept, best first (default "
                    "%(default)s)")

@@ -46,6 +46,9 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the retro model was trained on 20
+MAX_N_BEST = 50  # answers per query (the beam width of beam search and its kin)
+MAX_DRAFT_LEN = 64  # tokens in one draft
+MAX_N_DRAFTS = 64  # drafts verified in one decoder call
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
 MAX_TEMPERATURE = 100.0  # sampling; far past the point where the output is noise
 MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_best - 1 are used
@@ -103,10 +106,10 @@ def check_sampling(options: SamplingOptions) -> None:
         value = getattr(options, name)
         if not 0 <= value < math.inf:
             raise ValueError(f"{name} must be a finite number of 0 or more, not {value}")
-    if not 0 <= options.draft_len <= 64:
-        raise ValueError(f"draft_len must be between 0 and 64, not {options.draft_len}")
-    if not 0 <= options.seed <= MAX_SEED - 50:  # room for seed + k, k < n_best <= 50
-        raise ValueError(f"seed must be between 0 and {MAX_SEED - 50}, not {options.seed}")
+    if not 0 <= options.draft_len <= MAX_DRAFT_LEN:
+        raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {options.draft_len}")
+    if not 0 <= options.seed <= MAX_SEED - MAX_N_BEST:  # room for seed + k, k < n_best
+        raise ValueError(f"seed must be between 0 and {MAX_SEED - MAX_N_BEST}, not {options.seed}")
 
 
 # Who runs a model's lean decoder calls: "auto" is C on CPU where it builds (native.py), else NumPy
@@ -668,15 +671,15 @@ class Predictor:
         offers that writing (QueryResult.suggestion).
         """
         row = method_row(method)
-        if not 1 <= n_best <= 50:
-            raise ValueError("n_best must be between 1 and 50")
-        if not row.many and n_best != 1:
-            raise ValueError(f"{method} returns one prediction; use method='beam' (or another of "
-                             f"{', '.join(m for m, r in METHODS.items() if r.many)}) for n_best={n_best}")
-        if draft_len is not None and not 0 <= draft_len <= 64:
-            raise ValueError("draft_len must be between 0 and 64")
-        if n_drafts is not None and not 1 <= n_drafts <= 64:
-            raise ValueError("n_drafts must be between 1 and 64")
+        if not 1 <= n_best <= MAX_N_BEST:
+            raise ValueError(f"n_best must be between 1 and {MAX_N_BEST}, not {n_best}")
+        if not row.many and n_best != 1:  # in words that fit the API, the command line, HTTP and the app alike
+            raise ValueError(f"{method} returns one prediction; for {n_best} use beam or another method that returns "
+                             f"several: {', '.join(m for m, r in METHODS.items() if r.many)}")
+        if draft_len is not None and not 0 <= draft_len <= MAX_DRAFT_LEN:
+            raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {draft_len}")
+        if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:
+            raise ValueError(f"n_drafts must be between 1 and {MAX_N_DRAFTS}, not {n_drafts}")
         if time_limit_s is not None and not time_limit_s > 0:
             raise ValueError("time_limit_s must be positive (or None for no limit)")
         if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):

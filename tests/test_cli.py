@@ -942,6 +942,28 @@ def test_negative_counts_are_usage_errors(capsys):
     assert done.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "--model", MODEL, "--smiles", "CCO", "--method", "beam", "--n-best", "60"],
+     "--n-best: must be between 1 and 50, not 60"),
+    (["predict", "--model", MODEL, "--smiles", "CCO", "--draft-len", "100"], "--draft-len: must be between 0 and 64"),
+    (["predict", "--model", MODEL, "--smiles", "CCO", "--n-drafts", "65"], "--n-drafts: must be between 1 and 64"),
+    (["predict", "--model", MODEL, "--smiles", "CCO", "--augment", "21"], "--augment: must be between 1 and 20"),
+    (["bench", "--model", MODEL, "--src", "s.txt", "--beam-width", "51"], "--beam-width: must be between 1 and 50"),
+    (["plan", "--smiles", "CCO", "--n-best", "51"], "--n-best: must be between 1 and 50")])
+def test_bounded_counts_are_usage_errors_in_the_flags_words(argv, message, capsys, no_model_load):
+    """They were refused only once the model had loaded, in the Python API's words ("draft_len must be ...")."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_one_answer_method_asked_for_several_is_told_so_in_words_of_no_one_interface(capsys):
+    code, err = run_cli(["predict", "--model", MODEL, "--smiles", "CCO", "--n-best", "5"], capsys)
+    assert code == 2 and "error: greedy returns one prediction; for 5 use beam or another method that returns " \
+                         "several: beam, " in err
+    assert "method=" not in err and "n_best=" not in err  # it said "use method='beam' ... for n_best=5"
+
+
 @pytest.mark.parametrize("command", [["predict", "--model", MODEL, "--smiles", "CCO"], ["plan", "--smiles", "CCO"]])
 @pytest.mark.parametrize("limit", ["0", "-1", "nan", "inf", "soon"])
 def test_a_time_limit_is_seconds_above_0(capsys, command, limit):
