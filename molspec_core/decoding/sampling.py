@@ -74,13 +74,17 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         new_origin = [*draft.origin[:n_accepted], GENERATED]
         if attention is not None:
             peak = int(attention[0, 0, n_accepted].argmax())
-        stats.record_call(len(draft.tokens), n_accepted, n_accepted < len(draft.tokens), len(new))
+        # A draft model's draft may hold eos: the output ends there, and what the call accepted after it
+        # (draft tokens and the bonus token) is neither output nor score.
+        ends = EOS_ID in new
+        if ends:
+            del new[new.index(EOS_ID) + 1:]
+        stats.record_call(len(draft.tokens), min(n_accepted, len(new)), n_accepted < len(draft.tokens), len(new))
         log_probs = logits.log_softmax(dim=-1)  # scores use the model's own log-probs, whatever the mode
-        score += float(sum(log_probs[i, t] for i, t in enumerate(new)))
-        if EOS_ID in new:
-            cut = new.index(EOS_ID)
-            tokens += new[:cut]
-            provenance += new_origin[:cut]
+        score += float(sum(log_probs[i, t] for i, t in enumerate(new)))  # eos's included, as beam search's
+        if ends:
+            tokens += new[:-1]
+            provenance += new_origin[:len(new) - 1]
             finished = True
             break
         tokens += new
