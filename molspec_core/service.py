@@ -208,6 +208,11 @@ def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Draft
     return lambda src: make_drafter(drafter, src, length, count)
 
 
+# The concern of an answer the decoder cut off at its length budget (DecodeResult's unfinished hypothesis):
+# the model never ended it, so however it reads, it is not a sane answer.
+STOPPED = "stopped at the length limit"
+
+
 @dataclass(frozen=True)
 class Prediction:
     rank: int  # 1 = best: sane answers first, then flagged ones, then invalid ones, each in model order
@@ -821,6 +826,8 @@ class Predictor:
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
             concerns = answer_concerns(canon, judged_against or query.canonical, self.task) if canon else ()
+            if canon and not hyp.finished:
+                concerns = (*concerns, STOPPED)
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
                                           hyp.provenance, hyp.finished, concerns, rank))
         return predictions

@@ -8,7 +8,7 @@ from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile
 from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
-from molspec_core.io import RESULT_COLUMNS, result_rows
+from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
 from molspec_core.methods import of_family
 from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, rank_answers
 
@@ -80,6 +80,18 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
     for text in (">>CC(=O)Nc1ccc(O)cc1", "CC(=O)Cl.Nc1ccc(O)cc1>>CC(=O)Nc1ccc(O)cc1"):
         assert retro.predict(text).error == ("the retrosynthesis model reads a product, not a reaction SMILES: "
                                              "paste the product alone")
+
+
+def test_an_answer_cut_off_at_the_length_limit_is_flagged_and_says_so_in_the_export():
+    """It counted as valid and sane, with a calibrated confidence, and the CSV had nothing to mark it (only the
+    app showed a badge); planning took it as a reaction."""
+    retro = Predictor.load("retro", device="cpu")
+    result = retro.predict("C" * 100)  # greedy runs to its budget, writing carbons
+    answer = result.predictions[0]
+    assert not answer.finished and answer.valid and not answer.sane
+    assert answer.concerns == ("stopped at the length limit",)
+    row = dict(zip(output_header(["smiles"]), result_rows(1, ("C" * 100,), result)[0]))
+    assert (row["sane"], row["concerns"]) == (False, "stopped at the length limit")
 
 
 def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):
@@ -243,7 +255,7 @@ def test_batches_hold_queries_of_like_length_and_results_keep_the_input_order(co
 def test_wrong_options_raise(copier):
     with pytest.raises(ValueError, match="unknown method"):
         copier.predict("CCO", method="magic")
-    with pytest.raises(ValueError, match="use method='beam'"):
+    with pytest.raises(ValueError, match="greedy returns one prediction; for 3 use beam"):
         copier.predict("CCO", method="greedy", n_best=3)
 
 

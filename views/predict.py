@@ -21,7 +21,7 @@ from molspec_core.known import KnownMarks, known_rank, recorded_column, recorded
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import Prediction, Predictor, QueryResult
+from molspec_core.service import STOPPED, Prediction, Predictor, QueryResult
 from views import common
 from views.common import Settings
 
@@ -250,8 +250,8 @@ def show_known_check(shown: Shown, known: str) -> None:
 
 SANE_HELP = ("RDKit reads and sanitizes it, it is not the query itself, not an unchanged reactant (forward) "
              "and does not contain the product (retrosynthesis), every heavy atom of the product has a source "
-             "among the reactants, and no molecule in it has unpaired electrons or an O-O-O chain. Sane is not "
-             "the same as correct.")
+             "among the reactants, no molecule in it has unpaired electrons or an O-O-O chain, and the model "
+             "ended it (not cut off at the length limit). Sane is not the same as correct.")
 
 
 def sanity_badge(prediction: Prediction) -> None:
@@ -327,8 +327,8 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
                     round_trip_badge(prediction)
                 if known and prediction.smiles == known:
                     st.badge("Known answer", color="blue", icon=":material/verified:")
-                if not prediction.finished:
-                    st.badge("Stopped at the length limit", color="orange")
+                if not (prediction.finished or prediction.valid):  # a valid one's concerns say it
+                    st.badge(STOPPED.capitalize(), color="orange")
             st.code(prediction.smiles, language=None, wrap_lines=True)
             if listed and prediction.model_rank > listed:
                 st.caption(f"The model's rank: {prediction.model_rank}, below the list's {listed}: this sane "
