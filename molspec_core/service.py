@@ -202,6 +202,14 @@ def rest_after_miss(model: Seq2SeqTransformer) -> int:
     return 2 if slow_verify else 0
 
 
+def stopped_message(limit_s: float | None, writings: int = 1) -> str:
+    """The error of a query still decoding at its time limit (`writings`: the writings it was read in)."""
+    if writings > 1:
+        return (f"stopped after the {limit_s:g} s time limit per query (its {writings} writings together); try "
+                "greedy, a smaller n_best or fewer writings")
+    return f"stopped after the {limit_s:g} s time limit per query; try greedy or a smaller n_best"
+
+
 def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Drafter]:
     """A factory of one query's copy drafter from resolved (drafter, draft_len, n_drafts)."""
     drafter, length, count = drafts
@@ -664,7 +672,8 @@ class Predictor:
 
         Sampling methods take their knobs (temperature, top_k, beta, tau, delta, seed) from
         `sampling`; their n_best is the number of samples drawn (duplicates merged).
-        A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs.
+        A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs. Read in
+        several writings (augment), a query's writings share its one limit, and all of them or none are read.
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
         the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by a power
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.
@@ -705,12 +714,18 @@ class Predictor:
             except ValueError as exc:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc),
                                          suggestion=getattr(exc, "suggestion", ""))
-        if augment > 1:  # one batch per query: its writings
+        if augment > 1:  # one batch per query: its writings, under the query's one time limit
             for i, query in good:
                 views = self._views(query, augment)
                 started = time.perf_counter()
-                decoded_views = self._decode_limited([v.ids for v in views], method, n_best, draft_len, n_drafts,
-                                                     sampling, time_limit_s)
+                try:
+                    with time_limit(time_limit_s):
+                        decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
+                                                         n_drafts, sampling))
+                except QueryTimeout:
+                    results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
+                                             error=stopped_message(time_limit_s, len(views)))
+                    continue
                 results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
                                           time.perf_counter() - started)
             good = []
@@ -735,7 +750,7 @@ class Predictor:
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
         except QueryTimeout:
             if len(sources) == 1:
-                return [f"stopped after the {limit_s:g} s time limit per query; try greedy or a smaller n_best"]
+                return [stopped_message(limit_s)]
         return [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
                 for src in sources]
 
@@ -773,7 +788,7 @@ class Predictor:
             self._calibrations[kind, augment] = load_calibration(self.path, augment, kind)
         return self._calibrations[kind, augment]
 
-    def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult | str], method: str,
+    def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult], method: str,
                 n_best: int, augment: int, seconds: float) -> QueryResult:
         """One result from the answers to each writing of a query: each distinct answer scored by the log
         of the power mean of its probabilities over the writings read (absent: 0; pool_writings), best
@@ -781,9 +796,7 @@ class Predictor:
         confidence comes from the calibration fitted to this method's answers in `augment` writings, or
         is None without one. `seconds`: the time the writings took to decode, the result's wall time."""
         canonical = views[0]
-        if not isinstance(decoded[0], DecodeResult):
-            return QueryResult(query=given, canonical_query=canonical.canonical, method=method, error=decoded[0])
-        read = [(view, result) for view, result in zip(views, decoded) if isinstance(result, DecodeResult)]
+        read = list(zip(views, decoded))
         first: dict[str, tuple[Prediction, _Query]] = {}  # answer -> its first prediction and that one's writing
         answers: list[list[tuple[str, float]]] = []  # per writing read, in its beam's order
         stats = DecodeStats()
