@@ -225,11 +225,11 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
 
 def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
-    characters stay inside their query and are rejected there; a first line "smiles", any case, is a header), a SMILES file's line (parse_smiles_file),
-    or a CSV record's SMILES column (quoted cells may hold line breaks; cells split at commas, or at the
-    semicolons or tabs of a header that names the column only so, csv_delimiter; lines above the header, titles,
-    are not read: header_of) with the record's other
-    cells beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
+    characters stay inside their query and are rejected there; a first line "smiles", any case, is a header),
+    a SMILES file's line (parse_smiles_file), or a CSV record's SMILES column (quoted cells may hold line
+    breaks; cells split at commas, or at the semicolons or tabs of a header that names the column only so,
+    csv_delimiter; lines above the header, titles, are not read: header_of) with the record's other cells
+    beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
     numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format)."""
     if kind == "sdf":
         return parse_sd_file(text)
@@ -504,6 +504,9 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
     together (each model call advances all of them), so no query has a time of its own beyond this
     share; alone in a call, the share is its whole time. (The decoders' wall_time_s is the whole batch's
     time for greedy and beam search.)"""
+    if isinstance(queries, (str, bytes)):  # a str is a Sequence[str]: its characters were predicted
+        raise ValueError("predict_batch takes a list of queries; for one SMILES pass [smiles] or call "
+                         "Predictor.predict")
     started = time.perf_counter()
     results = predictor.predict(list(queries), batch_size=batch_size or max(1, len(queries)), **options)
     return results, (time.perf_counter() - started) * 1000 / max(1, len(queries))
@@ -623,6 +626,9 @@ def answer_records(header: Sequence[str], rows: Iterable[Sequence[object]]
     an answer RDKit cannot read, gives a record without atoms that keeps its fields (`error`, `valid`).
     The title is the input's name (its first column called name, in any case) where it has one, else the
     answer. Every cell is a field."""
+    if "smiles" not in header:
+        raise ValueError(f"an SD file holds each row's answer as its molecule: the header needs a smiles column "
+                         f"(output_header gives one), and it has {', '.join(map(str, header)) or 'none'}")
     answer = header.index("smiles")
     name = next((i for i, column in enumerate(header) if column.lower() == NAME_COLUMN), None)
     for row in rows:
@@ -713,7 +719,9 @@ def workbook_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -
 
 def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     """Output rows to `path` as write_csv writes them: an SD file or an Excel workbook where the name says so
-    (is_sd_name, is_workbook_name), else CSV."""
+    (is_sd_name, is_workbook_name), else CSV; a name promising anything else (.csv.gz) is refused
+    (check_results_name)."""
+    check_results_name(path)
     if is_sd_name(path):
         _write_replacing(path, lambda f: write_sd_rows(f, header, rows))
     elif is_workbook_name(path):

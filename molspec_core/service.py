@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import re
 import time
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,6 +201,11 @@ def rest_after_miss(model: Seq2SeqTransformer) -> int:
     step = model.numpy_step
     slow_verify = model.device.type == "cpu" and (step is None or not step.packed)
     return 2 if slow_verify else 0
+
+
+def is_whole(value: object) -> bool:
+    """An int that is not a bool (NumPy's integers too): what a count option takes."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def stopped_message(limit_s: float | None, writings: int = 1) -> str:
@@ -685,6 +691,14 @@ class Predictor:
         offers that writing (QueryResult.suggestion).
         """
         row = method_row(method)
+        for name, value in (("n_best", n_best), ("batch_size", batch_size), ("augment", augment),
+                            ("draft_len", draft_len), ("n_drafts", n_drafts)):
+            if value is not None and not is_whole(value):  # 2.5 or True reached torch as a size
+                raise ValueError(f"{name} must be a whole number, not {value!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
+        if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))):
+            raise ValueError(f"time_limit_s must be a number of seconds (or None for no limit), not {time_limit_s!r}")
         if not 1 <= n_best <= MAX_N_BEST:
             raise ValueError(f"n_best must be between 1 and {MAX_N_BEST}, not {n_best}")
         if not row.many and n_best != 1:  # in words that fit the API, the command line, HTTP and the app alike
@@ -704,7 +718,8 @@ class Predictor:
         if sampling is not None:
             check_sampling(sampling)
         self.check_augment(augment)
-        single = isinstance(smiles, str)
+        # One query unless a list of them: None, a number or bytes is one query, refused as not text.
+        single = isinstance(smiles, (str, bytes, bytearray)) or not isinstance(smiles, Iterable)
         texts = [smiles] if single else list(smiles)
         results: list[QueryResult | None] = [None] * len(texts)
         good: list[tuple[int, _Query]] = []
@@ -730,8 +745,8 @@ class Predictor:
                                           time.perf_counter() - started)
             good = []
         good.sort(key=lambda item: len(item[1].ids))  # stable: equal lengths keep their input order
-        for start in range(0, len(good), max(1, batch_size)):
-            chunk = good[start:start + max(1, batch_size)]
+        for start in range(0, len(good), batch_size):
+            chunk = good[start:start + batch_size]
             decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
                                            sampling, time_limit_s)
             for (i, query), result in zip(chunk, decoded):

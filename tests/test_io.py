@@ -619,3 +619,19 @@ def test_a_workbook_run_that_may_pass_the_sheets_last_row_is_refused_before_it_s
     assert out.read_bytes() == b"earlier results" and sorted(p.name for p in tmp_path.iterdir()) == ["o.xlsx"]
     molspec_io.write_results(out, ["smiles"], [["C"], ["CC"]])
     assert read_queries(out).queries == ["C", "CC"]
+
+
+def test_write_results_refuses_a_name_it_would_not_honour_and_an_sd_file_without_answers(tmp_path):
+    """A library caller's out.csv.gz came out as plain CSV under that name (check_results_name guarded the
+    command line only), and an SD file of columns without `smiles` failed with "'smiles' is not in list"."""
+    with pytest.raises(OutputFileError, match=r"out\.csv\.gz: predict writes CSV \(\.csv\)"):
+        molspec_io.write_results(tmp_path / "out.csv.gz", ["smiles"], [["C"]])
+    with pytest.raises(ValueError, match="the header needs a smiles column .* and it has a, b"):
+        molspec_io.write_results(tmp_path / "out.sdf", ["a", "b"], [["C", "D"]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_predict_batch_refuses_one_string_for_a_list():
+    """predict_batch(p, "CCO") predicted three queries: C, C and O. Refused before the predictor is used."""
+    with pytest.raises(ValueError, match=r"predict_batch takes a list of queries; for one SMILES pass \[smiles\]"):
+        molspec_io.predict_batch(None, "CCO")

@@ -1,5 +1,6 @@
 """Predictor: validation, canonicalization, ranked results, provenance, errors, threads."""
 import math
+import re
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
 from molspec_core.methods import of_family
-from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, rank_answers
+from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, QueryResult, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
 
@@ -257,6 +258,29 @@ def test_wrong_options_raise(copier):
         copier.predict("CCO", method="magic")
     with pytest.raises(ValueError, match="greedy returns one prediction; for 3 use beam"):
         copier.predict("CCO", method="greedy", n_best=3)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"method": "beam", "n_best": 1.5}, "n_best must be a whole number, not 1.5"),
+    ({"method": "beam", "n_best": True}, "n_best must be a whole number, not True"),
+    ({"batch_size": 2.5}, "batch_size must be a whole number, not 2.5"),
+    ({"batch_size": 0}, "batch_size must be 1 or more, not 0"),
+    ({"draft_len": 2.5}, "draft_len must be a whole number"),
+    ({"n_drafts": 1.5}, "n_drafts must be a whole number"),
+    ({"augment": 2.5}, "augment must be a whole number, not 2.5"),
+    ({"time_limit_s": "5"}, "time_limit_s must be a number of seconds (or None for no limit), not '5'")])
+def test_options_of_the_wrong_type_raise_a_clear_value_error(copier, options, message):
+    """They reached torch (repeat_interleave's TypeError), or ran: batch_size 0 as 1, augment 2.5 with a
+    calibration 'augment2.5' looked for."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        copier.predict("CCO", **options)
+
+
+@pytest.mark.parametrize("query, kind", [(None, "NoneType"), (123, "int"), (b"CCO", "bytes")])
+def test_one_query_that_is_not_text_comes_back_as_an_error(copier, query, kind):
+    """None and 123 raised TypeError from list(); b"CCO" was read as a list of three queries (its bytes)."""
+    result = copier.predict(query)
+    assert isinstance(result, QueryResult) and result.error == f"a query must be text, got {kind}"
 
 
 def test_every_greedy_method_gives_the_same_prediction(copier):
