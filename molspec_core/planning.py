@@ -2,7 +2,7 @@
 
 The search is syntheseus's (Retro* or MCTS); MolSpec supplies the single-step model and the stock.
 `PredictorModel` wraps a retrosynthesis `Predictor` as a syntheseus backward reaction model: each
-molecule the search expands is one query, its sane n-best answers (sbs-exact by default) become
+molecule the search expands is one query, its sane n-best answers (beam search's by default) become
 reactions whose metadata carry the model's score and probability, its calibrated confidence and,
 with a forward model, the round-trip check. `plan` runs the search under a time limit and returns
 the solved routes best first (the highest product of step probabilities), each a tree of steps with
@@ -116,7 +116,7 @@ class PredictorModel(BackwardReactionModel):
     radicals, ...) are skipped, and so are sets that lack heavy atoms of the product unless
     `check_atoms` is off. Metadata: score (log-prob) and probability, model_rank, confidence when
     the model is calibrated, and round_trip / forward_prob when a forward model is given (a flag for
-    people: the search does not filter on it, since today's forward stand-in rarely gives a product back).
+    people: the search does not filter on it, so a step the forward model does not give back stays open).
     """
 
     def __init__(self, predictor: Predictor, forward: Predictor | None = None, method: str = EXACT_NBEST,
