@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import math
 import numbers
+import os
 import re
 import time
 import unicodedata
@@ -69,10 +70,18 @@ AROMATIC_LETTERS = frozenset("bcnops")
 
 
 def model_folder(name_or_path: str | Path) -> Path:
-    """The folder of a shipped model named by its task ("forward", "retro"), else the path as given."""
+    """The folder of a shipped model named by its task ("forward", "retro"), else the path as given; a name
+    that is neither is refused with the shipped models' names (checkpoint.CheckpointError)."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise checkpoint.CheckpointError(f"a model is a folder's path or a shipped model's name, not "
+                                         f"{type(name_or_path).__name__}")
     path = Path(name_or_path)
     if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
         return MODELS_DIR / str(name_or_path)
+    if not path.exists():
+        shipped = sorted(folder.name for folder in MODELS_DIR.glob("*") if (folder / "config.json").is_file())
+        raise checkpoint.CheckpointError(f"model folder {path} does not exist, and no shipped model has that name "
+                                         f"(shipped: {', '.join(shipped) or 'none'})")
     return path
 
 

@@ -38,6 +38,8 @@ def usable_cpus() -> int:
 def use_threads(threads: int = 0) -> int:
     """Set torch's CPU threads to `threads`, or with 0 to default_threads for this process; the count set.
     More threads than CPUs are set as asked, with a warning: they can only wait for each other."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"threads must be a whole number, 0 (the default) or more, not {threads!r}")
     cpus = usable_cpus()
     if threads > cpus:
         log.warning("%d threads on %d CPU%s: threads that outnumber the cores wait for each other at every step "

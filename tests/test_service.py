@@ -95,6 +95,15 @@ def test_an_answer_cut_off_at_the_length_limit_is_flagged_and_says_so_in_the_exp
     assert (row["sane"], row["concerns"]) == (False, "stopped at the length limit")
 
 
+def test_a_model_name_that_is_neither_a_folder_nor_shipped_lists_the_shipped_ones():
+    """Predictor.load("Forward") said only that the folder did not exist; Predictor.load(None) raised TypeError."""
+    with pytest.raises(CheckpointError, match=r"model folder Forward does not exist, and no shipped model has that "
+                                              r"name \(shipped: forward, retro\)"):
+        Predictor.load("Forward")
+    with pytest.raises(CheckpointError, match="a folder's path or a shipped model's name, not NoneType"):
+        Predictor.load(None)
+
+
 def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):
     aspirin = "InChI=1S/C9H8O4/c1-6(10)13-8-5-3-2-4-7(8)9(11)12/h2-5H,1H3,(H,11,12)"
     result = copier.predict(aspirin)

@@ -43,3 +43,12 @@ def test_more_threads_than_cpus_are_set_with_a_warning(monkeypatch, caplog):
         torch.set_num_threads(before)
     assert caplog.messages == ["3 threads on 2 CPUs: threads that outnumber the cores wait for each other at every "
                                "step (far slower); fewer would be faster"]
+
+
+def test_a_negative_or_fractional_thread_count_is_refused_in_words():
+    """use_threads(-1) raised torch's RuntimeError from set_num_threads."""
+    import pytest
+
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be a whole number, 0 \\(the default\\) or more"):
+            use_threads(bad)
