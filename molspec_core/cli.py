@@ -322,6 +322,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cluster = cluster_options(args)
     if args.round_trip_k is not None and not args.round_trip:
         raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
+    for flag, value, knob in (("--draft-len", args.draft_len, "draft_len"), ("--n-drafts", args.n_drafts, "n_drafts")):
+        if value is not None and knob not in METHODS[args.method].knobs:
+            readers = ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
+            raise ValueError(f"{args.method} does not read {flag}; the methods that do: {readers}")
     marks = None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:

@@ -295,6 +295,11 @@ def test_predict_refuses_options_it_would_ignore_before_loading_the_model(tmp_pa
                    "a query column, 'lab_id', was named, but in.smi is read as a SMI file, whose queries are the first "
                    "field of each line")
     assert not (tmp_path / "o.csv").exists()
+    # --draft-len and --n-drafts with a method that drafts nothing (or one draft only) were ignored
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "greedy", "--draft-len", "4"], capsys,
+                   "greedy does not read --draft-len; the methods that do: spec-auto, spec-pointer")
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "spec-sample", "--n-drafts", "3"],
+                   capsys, "spec-sample does not read --n-drafts; the methods that do: spec-auto,")
 
 
 def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
