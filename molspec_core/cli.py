@@ -19,7 +19,7 @@ import torch
 
 from .argtypes import at_least, positive_seconds
 from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
-from .methods import METHODS, SamplingOptions
+from .methods import EXACT_NBEST, METHODS, SamplingOptions
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, windows)
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="what both models' decoder calls compute with: "
                    "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")
-    p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=10, help="answers per expansion (sbs-exact)")
+    p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=10, help=f"answers per expansion ({EXACT_NBEST})")
     p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
     p.add_argument("--max-routes", type=at_least(1), default=10, help="routes kept, best first (default "
                    "%(default)s)")
