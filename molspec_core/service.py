@@ -217,6 +217,32 @@ def is_whole(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_options(method: str, n_best: int, batch_size: int, augment: int, draft_len: int | None,
+                  n_drafts: int | None, time_limit_s: float | None) -> None:
+    """Raise ValueError, in words that fit the API, the command line, HTTP and the app alike, for an option
+    Predictor.predict cannot take (whatever the model; augment's fit with the model: Predictor.check_augment)."""
+    row = method_row(method)
+    for name, value in (("n_best", n_best), ("batch_size", batch_size), ("augment", augment),
+                        ("draft_len", draft_len), ("n_drafts", n_drafts)):
+        if value is not None and not is_whole(value):  # 2.5 or True reached torch as a size
+            raise ValueError(f"{name} must be a whole number, not {value!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
+    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))):
+        raise ValueError(f"time_limit_s must be a number of seconds (or None for no limit), not {time_limit_s!r}")
+    if not 1 <= n_best <= MAX_N_BEST:
+        raise ValueError(f"n_best must be between 1 and {MAX_N_BEST}, not {n_best}")
+    if not row.many and n_best != 1:
+        raise ValueError(f"{method} returns one prediction; for {n_best} use beam or another method that returns "
+                         f"several: {', '.join(m for m, r in METHODS.items() if r.many)}")
+    if draft_len is not None and not 0 <= draft_len <= MAX_DRAFT_LEN:
+        raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {draft_len}")
+    if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:
+        raise ValueError(f"n_drafts must be between 1 and {MAX_N_DRAFTS}, not {n_drafts}")
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise ValueError("time_limit_s must be positive (or None for no limit)")
+
+
 def stopped_message(limit_s: float | None, writings: int = 1) -> str:
     """The error of a query still decoding at its time limit (`writings`: the writings it was read in)."""
     if writings > 1:
@@ -699,26 +725,7 @@ class Predictor:
         writes (chem.ION_WRITINGS; canonical_query shows them); otherwise such a query gets an error that
         offers that writing (QueryResult.suggestion).
         """
-        row = method_row(method)
-        for name, value in (("n_best", n_best), ("batch_size", batch_size), ("augment", augment),
-                            ("draft_len", draft_len), ("n_drafts", n_drafts)):
-            if value is not None and not is_whole(value):  # 2.5 or True reached torch as a size
-                raise ValueError(f"{name} must be a whole number, not {value!r}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
-        if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))):
-            raise ValueError(f"time_limit_s must be a number of seconds (or None for no limit), not {time_limit_s!r}")
-        if not 1 <= n_best <= MAX_N_BEST:
-            raise ValueError(f"n_best must be between 1 and {MAX_N_BEST}, not {n_best}")
-        if not row.many and n_best != 1:  # in words that fit the API, the command line, HTTP and the app alike
-            raise ValueError(f"{method} returns one prediction; for {n_best} use beam or another method that returns "
-                             f"several: {', '.join(m for m, r in METHODS.items() if r.many)}")
-        if draft_len is not None and not 0 <= draft_len <= MAX_DRAFT_LEN:
-            raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {draft_len}")
-        if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:
-            raise ValueError(f"n_drafts must be between 1 and {MAX_N_DRAFTS}, not {n_drafts}")
-        if time_limit_s is not None and not time_limit_s > 0:
-            raise ValueError("time_limit_s must be positive (or None for no limit)")
+        check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s)
         if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):
             count = self.resolve(method, draft_len, n_drafts, batch_size)[2]  # for the message only
             raise ValueError(f"{method} verifies {count} drafts per call here, and {self.dtype} arithmetic verifies "
