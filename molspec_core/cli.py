@@ -19,6 +19,7 @@ import torch
 
 from .argtypes import at_least, positive_seconds
 from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
+from .io import READ_AS, STDIN
 from .methods import EXACT_NBEST, METHODS, SamplingOptions
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
@@ -128,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
                        "optionally a name, per line), SD file (.sdf), CSV with a smiles column (cells split at "
                        "commas, or at semicolons or tabs where the header shows them; .tsv too) or Excel workbook "
-                       "(.xlsx: the first sheet naming the column); a header may sit under titles; .gz and .xz too")
+                       "(.xlsx: the first sheet naming the column), by its name's ending unless --input-format "
+                       "says; a header may sit under titles; .gz and .xz too; - reads standard input (TXT unless "
+                       "--input-format says)")
+    p.add_argument("--input-format", choices=READ_AS, help="read --input as this, whatever its name says (a CSV "
+                   "named .dat, or standard input)")
     p.add_argument("--column", help="CSV or workbook column holding the queries")
     p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
                    "answer (the recorded product, or reactants): a matches_known column marks the row that gives "
@@ -332,10 +337,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print("error: --input needs --output", file=sys.stderr)
             return 2
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
-        check_output(args.output, args.input)
+        check_output(args.output, None if args.input == STDIN else args.input)
         check_results_name(args.output)
         task = model_task(args.model)
-        table, recorded = with_recorded(read_queries(args.input, args.column), task)
+        table, recorded = with_recorded(read_queries(args.input, args.column, args.input_format), task)
         check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
@@ -344,10 +349,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   f"{recorded}) "
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
-        marks = known_marks(table, args.input, args.known_column or recorded)
+        marks = known_marks(table, input_name(args.input), args.known_column or recorded)
     else:
         if args.known_column or args.column:
             raise ValueError(f"--{'known-' if args.known_column else ''}column reads a file's column: give --input")
+        if args.input_format:
+            raise ValueError("--input-format says how to read --input: give --input")
         if args.output:  # the one query's answers are written too, as --input writes a file's
             check_output(args.output)
             check_results_name(args.output, args.n_best)
@@ -407,19 +414,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if marks is not None:
         print(marks.summary().describe())
     if table.queries and n_bad == len(table.queries):  # a pipeline must not take a file of errors for answers
-        print(f"error: none of the {len(table.queries)} queries could be predicted{read_as_hint(args.input, table)}",
-              file=sys.stderr)
+        print(f"error: none of the {len(table.queries)} queries could be predicted"
+              f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
         return 2
     return 0
 
 
-def read_as_hint(name: str, table: QueryFile) -> str:
-    """Why a file may have given no query that can be predicted: a CSV read as lines of text, for its name."""
+def input_name(path: str) -> str:
+    """How messages name an --input: its file name, or standard input."""
+    return "standard input" if path == STDIN else Path(path).name
+
+
+def read_as_hint(path: str, read_as: str | None, table: QueryFile) -> str:
+    """Why a file may have given no query that can be predicted: a CSV read as lines of text."""
     from .io import query_format
 
-    if query_format(name)[1] == "txt" and any(mark in table.queries[0] for mark in ",;\t"):
-        return (f"; {Path(name).name} was read as TXT, one query a line, and its first line holds commas, "
-                "semicolons or tabs: if it is a CSV, name it .csv (or .tsv)")
+    kind = read_as or ("txt" if path == STDIN else query_format(path)[1])
+    if kind == "txt" and any(mark in table.queries[0] for mark in ",;\t"):
+        return (f"; {input_name(path)} was read as TXT, one query a line, and its first line holds commas, "
+                "semicolons or tabs: if it is a CSV, give --input-format csv (or name the file .csv or .tsv)")
     return ""
 
 

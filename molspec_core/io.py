@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -132,13 +133,23 @@ def query_format(name: str) -> tuple[str | None, str]:
     return compression, "smi" if lower.endswith(SMILES_FILE_SUFFIXES) else "txt"
 
 
-def read_queries(path: str | Path, column: str | None = None) -> QueryFile:
+# What `read_as` may name: the kinds query_format gives a file by its name, less the old workbook format.
+READ_AS = ("txt", "smi", "sdf", "csv", "xlsx")
+STDIN = "-"  # read_queries' path for standard input
+
+
+def read_queries(path: str | Path, column: str | None = None, read_as: str | None = None) -> QueryFile:
     """Queries from a TXT (one per line), SMILES, SD or CSV file (a SMILES column) or an Excel workbook (a SMILES
     column, parse_workbook), optionally .gz or .xz; blank records are kept as empty queries so that row numbers
-    stay aligned with the file."""
+    stay aligned with the file. The kind is the name's (query_format) unless `read_as` names one (READ_AS);
+    compression is always the name's. `path` "-" (STDIN) reads standard input, as TXT unless `read_as` says."""
+    if read_as is not None and read_as not in READ_AS:
+        raise InputFileError(f"an input is read as one of {', '.join(READ_AS)}, not {read_as!r}")
+    if str(path) == STDIN:
+        return _parse_stream(sys.stdin.buffer, "standard input", column, read_as or "txt")
     path = Path(path)
     with open_regular(path) as raw:
-        return _parse_stream(raw, path.name, column)
+        return _parse_stream(raw, path.name, column, read_as)
 
 
 def parse_upload(name: str, data: bytes, column: str | None = None) -> QueryFile:
@@ -188,8 +199,9 @@ def read_text(path: str | Path) -> str:
 QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line", "sdf": "its records' molecules"}
 
 
-def _parse_stream(raw: IO[bytes], name: str, column: str | None) -> QueryFile:
-    kind = query_format(name)[1]
+def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | None = None) -> QueryFile:
+    """The queries of a stream, read as `kind` (READ_AS), else as its name says (query_format)."""
+    kind = kind or query_format(name)[1]
     if kind == "xls":
         raise InputFileError(f"{name} is in Excel's old binary format (.xls), which is not read here: in Excel, "
                              "save it as an Excel workbook (.xlsx) or as CSV UTF-8 (.csv)")

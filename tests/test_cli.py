@@ -627,10 +627,36 @@ def test_a_file_whose_every_query_is_refused_ends_with_an_error_and_exit_2(tmp_p
     assert "0 queries predicted, 3 rejected" in written.out  # the file of errors is still written, row for row
     assert written.err.splitlines()[-1] == (
         "error: none of the 3 queries could be predicted; table.dat was read as TXT, one query a line, and its first "
-        "line holds commas, semicolons or tabs: if it is a CSV, name it .csv (or .tsv)")
+        "line holds commas, semicolons or tabs: if it is a CSV, give --input-format csv (or name the file .csv or "
+        ".tsv)")
     assert len(pd.read_csv(tmp_path / "out.csv")) == 3
     (tmp_path / "table.csv").write_text("smiles,id\nCCO,1\nc1ccncc1,2\n")
     assert predict_file(tmp_path / "table.csv", tmp_path / "out.csv") == 0
+    assert predict_file(tmp_path / "table.dat", tmp_path / "out.csv", "--input-format", "csv") == 0
+    assert list(pd.read_csv(tmp_path / "out.csv")["id"]) == [1, 2]
+
+
+def test_predict_reads_standard_input_as_txt_or_as_input_format_says(tmp_path, capsys, monkeypatch):
+    """`--input -` was taken as a file named '-': a pipeline could not feed its queries through a pipe."""
+    import io as stdlib_io
+
+    def feed(text: str) -> None:
+        monkeypatch.setattr(sys, "stdin", stdlib_io.TextIOWrapper(stdlib_io.BytesIO(text.encode())))
+
+    feed("CCO\nnot_a_smiles\nc1ccncc1\n")
+    assert predict_file("-", tmp_path / "out.csv") == 0
+    out = pd.read_csv(tmp_path / "out.csv")
+    assert list(out["row"]) == [1, 2, 3] and list(out["query"]) == ["CCO", "not_a_smiles", "c1ccncc1"]
+    assert out["error"].notna().tolist() == [False, True, False]
+    feed("id;smiles\n7;CCO\n")
+    assert predict_file("-", tmp_path / "out.csv", "--input-format", "csv") == 0
+    assert pd.read_csv(tmp_path / "out.csv")[["id", "query"]].values.tolist() == [[7, "CCO"]]
+    capsys.readouterr()
+    feed("id,smiles\n7,CCO\n")
+    assert predict_file("-", tmp_path / "out.csv") == 2  # read as TXT: the hint names --input-format
+    assert "standard input was read as TXT" in capsys.readouterr().err
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--input-format", "csv"], capsys,
+                   "--input-format says how to read --input: give --input")
 
 
 def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path):
