@@ -243,7 +243,7 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
         concerns.append("same as the query")
     elif task == "forward" and parts <= query_parts:
         concerns.append("an unchanged reactant")
-    elif task == "retro" and query in parts:
+    elif task == "retro" and query_parts <= parts:  # every molecule of the product (a salt has several)
         concerns.append("contains the product itself")
     if task in ("forward", "retro"):
         reactants, product = (answer, query) if task == "retro" else (query, answer)

@@ -13,6 +13,9 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CC(=O)O.CCO", "CCOC(C)=O", "retro", ()),  # real reactants
     ("CCOC(C)=O", "CCOC(C)=O", "retro", ("same as the query",)),
     ("CCOC(C)=O.O", "CCOC(C)=O", "retro", ("contains the product itself",)),
+    # a salt: every molecule of the product among the answer's (the whole product was never one of them)
+    ("CO.O=C([O-])c1ccccc1.[Na+]", "O=C([O-])c1ccccc1.[Na+]", "retro", ("contains the product itself",)),
+    ("O=C(O)c1ccccc1.[Na+].[OH-]", "O=C([O-])c1ccccc1.[Na+]", "retro", ()),  # the counter-ion alone is no repeat
     ("OOO", "CCOC(C)=O", "retro", ("lacks atoms of the product (4 C)", "an O-O-O chain")),
     ("CC(=O)OO", "CC(=O)O.OO", "forward", ()),  # a peroxy acid is a real product: one O-O bond is fine
     ("CC(=O)O.N", "CC(=O)Nc1ccccc1", "retro", ("lacks atoms of the product (6 C)",)),  # the ring from nowhere
