@@ -25,7 +25,7 @@ from .decoding.result import GENERATED
 from .decoding.verify import adjust_probs
 from .methods import SamplingOptions
 from .model import Seq2SeqTransformer
-from .tokenizer import BOS_ID
+from .tokenizer import BOS_ID, EOS_ID
 
 Window = list[int]  # source positions
 
@@ -204,7 +204,8 @@ class ModelDrafter:
         self.pending = [BOS_ID]  # accepted tokens not yet fed to the draft model
 
     def draft(self, generated: Sequence[int], attention_peak: int | None, room: int) -> Draft:
-        """Sample min(draft_len, room) tokens from q (temperature and top-k as for the target)."""
+        """Sample min(draft_len, room) tokens from q (temperature and top-k as for the target), fewer where one is
+        eos: an output ends there, so tokens after it would be proposed and counted for nothing."""
         device = self.model.device
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
@@ -216,6 +217,8 @@ class ModelDrafter:
             token = int(torch.multinomial(draft_probs, 1, generator=self.generator))
             tokens.append(token)
             probs.append(draft_probs)
+            if token == EOS_ID:
+                break
             feed = [token]
         return Draft(tuple(tokens), (GENERATED,) * len(tokens), torch.stack(probs) if probs else None)
 

@@ -269,3 +269,17 @@ def test_a_sampled_answer_counts_and_scores_nothing_past_its_eos(copy_model):
             assert result.stats.tokens_generated == len(answer.tokens) + 1, mode  # eos counted, nothing past it
             ended_in_a_draft += mode == "spec-sample-draft" and result.stats.draft_tokens_accepted > 0
     assert ended_in_a_draft  # the case that went wrong was met
+
+
+def test_a_draft_model_stops_its_draft_at_eos(copy_model):
+    """It drafted on past its eos: those tokens counted as proposed, and one rejected after the output had
+    ended counted as a rejection (27 of 142 calls on the shipped forward model), so the acceptance rate read low."""
+    model, vocab = copy_model
+    sources = random_sources(23, 12, len(vocab), 4, 20)
+    options = SamplingOptions(temperature=0.8, draft_len=8, seed=2)
+    ended = 0
+    for result in sample_decode(model, sources, "spec-sample-draft", None, options, draft_model=model):
+        stats = result.stats  # q = p: every drafted token is accepted, up to and with a drafted eos
+        assert stats.draft_rejections == 0 and stats.acceptance_rate == 1.0
+        ended += stats.draft_tokens_proposed < 8 * stats.model_calls
+    assert ended

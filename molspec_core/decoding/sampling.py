@@ -74,12 +74,12 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
         new_origin = [*draft.origin[:n_accepted], GENERATED]
         if attention is not None:
             peak = int(attention[0, 0, n_accepted].argmax())
-        # A draft model's draft may hold eos: the output ends there, and what the call accepted after it
-        # (draft tokens and the bonus token) is neither output nor score.
+        # A draft model's draft may end in eos (ModelDrafter.draft stops there): accepted, it ends the output,
+        # and the call's bonus token after it is neither output nor score.
         ends = EOS_ID in new
         if ends:
             del new[new.index(EOS_ID) + 1:]
-        stats.record_call(len(draft.tokens), min(n_accepted, len(new)), n_accepted < len(draft.tokens), len(new))
+        stats.record_call(len(draft.tokens), n_accepted, n_accepted < len(draft.tokens), len(new))
         log_probs = logits.log_softmax(dim=-1)  # scores use the model's own log-probs, whatever the mode
         score += float(sum(log_probs[i, t] for i, t in enumerate(new)))  # eos's included, as beam search's
         if ends:
