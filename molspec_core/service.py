@@ -655,6 +655,9 @@ class Predictor:
                sampling: SamplingOptions | None = None) -> list[DecodeResult]:
         """Decode token-id sources with a method; the engine-level call the benchmark times."""
         row = method_row(method)
+        if self.dtype != "float32" and row.benchmark_only:  # it ran, float32 decoder calls labelled int8
+            raise ValueError(f"{method} is the uncached baseline: its decoder calls recompute every prefix in torch, "
+                             f"in float32, so they cannot compute in {self.dtype}; time it with the model in float32")
         drafts = self.resolve(method, draft_len, n_drafts, len(sources))
         decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs, "sampling": self._sample}
         return decoders[row.family](sources, row, n_best, drafts, sampling or SamplingOptions())

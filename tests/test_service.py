@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile
+from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile, needs_native
 from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
@@ -290,6 +290,15 @@ def test_one_query_that_is_not_text_comes_back_as_an_error(copier, query, kind):
     """None and 123 raised TypeError from list(); b"CCO" was read as a list of three queries (its bytes)."""
     result = copier.predict(query)
     assert isinstance(result, QueryResult) and result.error == f"a query must be text, got {kind}"
+
+
+@needs_native
+def test_the_uncached_baselines_are_refused_in_int8():
+    """Their decoder calls ran in torch float32 while the result said int8 (only the encoder was int8)."""
+    int8 = Predictor.load(FORWARD_MODEL, dtype="int8")
+    for method in ("greedy-uncached", "beam-uncached"):
+        with pytest.raises(ValueError, match=f"{method} is the uncached baseline: .* cannot compute in int8"):
+            int8.predict("CCO", method=method)
 
 
 def test_every_greedy_method_gives_the_same_prediction(copier):
