@@ -1218,6 +1218,20 @@ def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
     assert [b.label for b in at.get("download_button")] == ["Download live report (JSON)"]
 
 
+@needs_forward
+def test_a_live_benchmark_method_that_cannot_run_in_int8_says_why(tmp_path, monkeypatch):
+    """The uncached baselines are refused in int8 (the app's default on a CPU); the page said only that the
+    benchmark failed."""
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app().run()
+    at.switch_page("views/benchmark.py").run()
+    at.slider[0].set_value(1)
+    at.multiselect[0].set_value(["greedy-uncached"])
+    submit(at, "Run live benchmark")
+    assert "live_report" not in at.session_state
+    assert "The live benchmark cannot run: greedy-uncached is the uncached baseline" in texts(at.error)
+
+
 # ---- Models page ----------------------------------------------------------------------------------
 
 

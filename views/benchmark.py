@@ -313,6 +313,8 @@ def main() -> None:
     if submitted:
         try:
             live = run_live(cfg, n_queries, ["greedy"] + [m for m in methods if m in METHODS])
+        except ValueError as exc:  # a method this model, so loaded, cannot run (int8 and the uncached baselines)
+            st.error(common.md_escape(f"The live benchmark cannot run: {exc}. Saved results above are unaffected."))
         except Exception:  # noqa: BLE001
             log.exception("live benchmark failed")
             st.error("The live benchmark failed; saved results above are unaffected.")
