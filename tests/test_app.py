@@ -1201,14 +1201,20 @@ def test_benchmark_page_without_reports_says_how_to_make_one(tmp_path, copy_mode
     assert "molspec bench" in texts(at.info)
 
 
-@needs_forward
-def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
+def live_benchmark(tmp_path, monkeypatch, methods: list[str]):
+    """The Benchmark page's live run on one example query with these methods beside greedy."""
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
     at = app().run()
     at.switch_page("views/benchmark.py").run()
     at.slider[0].set_value(1)
-    at.multiselect[0].set_value(["spec-auto"])
+    at.multiselect[0].set_value(methods)
     submit(at, "Run live benchmark")
+    return at
+
+
+@needs_forward
+def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
+    at = live_benchmark(tmp_path, monkeypatch, ["spec-auto"])
     assert_clean(at)
     report = at.session_state["live_report"]
     assert report["n_queries"] == 1 and set(report["methods"]) == {"greedy", "spec-auto"}
@@ -1222,12 +1228,7 @@ def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
 def test_a_live_benchmark_method_that_cannot_run_in_int8_says_why(tmp_path, monkeypatch):
     """The uncached baselines are refused in int8 (the app's default on a CPU); the page said only that the
     benchmark failed."""
-    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
-    at = app().run()
-    at.switch_page("views/benchmark.py").run()
-    at.slider[0].set_value(1)
-    at.multiselect[0].set_value(["greedy-uncached"])
-    submit(at, "Run live benchmark")
+    at = live_benchmark(tmp_path, monkeypatch, ["greedy-uncached"])
     assert "live_report" not in at.session_state
     assert "The live benchmark cannot run: greedy-uncached is the uncached baseline" in texts(at.error)
 
