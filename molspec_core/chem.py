@@ -20,7 +20,15 @@ class ChemError(ValueError):
     """A SMILES that RDKit cannot read."""
 
 
+# The longest SMILES read here. RDKit writes a long chain's SMILES by recursion: a 20,000-atom chain (a line of a
+# stock file) crashed the process with a segfault and a 10,000-atom one took 4 s (5,000: 0.7 s). Queries stop at
+# service.MAX_QUERY_CHARS; answers at the decoder's length budget, far below this.
+MAX_SMILES_CHARS = 5000
+
+
 def mol_from_smiles(smiles: str):
+    if len(smiles) > MAX_SMILES_CHARS:
+        raise ChemError(f"a SMILES of {len(smiles):,} characters is longer than the {MAX_SMILES_CHARS:,} read here")
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         reason = why_unreadable(smiles)
@@ -86,7 +94,7 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
 def canonical_or_none(smiles: str) -> str | None:
     """Canonical SMILES, or None for invalid (used to score predictions, where invalid is data). Cached:
     a query read in several writings gets many of the same answers back."""
-    if not smiles:
+    if not smiles or len(smiles) > MAX_SMILES_CHARS:
         return None
     mol = Chem.MolFromSmiles(smiles)
     return Chem.MolToSmiles(mol) if mol is not None else None

@@ -26,6 +26,15 @@ def test_answer_concerns(answer, query, task, concerns):
     assert answer_concerns(answer, query, task) == concerns
 
 
+def test_a_smiles_longer_than_rdkit_writes_safely_is_refused_in_words():
+    from molspec_core.chem import MAX_SMILES_CHARS, ChemError, canonical, canonical_or_none
+
+    assert canonical("C" * MAX_SMILES_CHARS) == "C" * MAX_SMILES_CHARS
+    with pytest.raises(ChemError, match="a SMILES of 5,001 characters is longer than the 5,000 read here"):
+        canonical("C" * (MAX_SMILES_CHARS + 1))
+    assert canonical_or_none("C" * (MAX_SMILES_CHARS + 1)) is None
+
+
 def test_a_retro_set_may_share_a_reactant_with_nothing_flagged():
     # Reactant sets that merely contain a common reagent (water) are not trivial.
     assert answer_concerns("CC(=O)Cl.O", "CC(=O)O", "retro") == ()

@@ -246,6 +246,14 @@ def test_stock_reads_smiles_lines_with_names_comments_and_maps(tmp_path):
     assert stock.is_purchasable(Molecule("OCC"))
 
 
+def test_a_stock_line_too_long_to_read_is_counted_unreadable_not_a_crash(tmp_path):
+    """A 30,000-character line crashed the process (a segfault in RDKit's SMILES writer), the app's server with
+    it when the stock was uploaded; 200,000 characters ran for minutes."""
+    (tmp_path / "stock.smi").write_text("C" * 30_000 + "\nCCO\n")
+    stock = load_stock(tmp_path / "stock.smi")
+    assert stock.n_unreadable == 1 and stock.is_purchasable(Molecule("CCO"))
+
+
 def test_stock_reads_an_sd_file_and_counts_the_records_rdkit_cannot_read(tmp_path):
     (tmp_path / "shelf.sdf").write_text(sd_file_text())
     stock = load_stock(tmp_path / "shelf.sdf")
