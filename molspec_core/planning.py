@@ -216,13 +216,18 @@ class Route:
     score: float  # the sum of its steps' scores: the log of the product of their probabilities
 
     def steps(self) -> list[tuple[int, RouteStep]]:
-        """(depth, step) depth first from the target's step (depth 1): the synthesis read backwards."""
+        """(depth, step) depth first from the target's step (depth 1): the synthesis read backwards. A step two
+        branches share (one intermediate, made once, used twice) is listed once, where it is first met, as the
+        route's score counts it once."""
         found: list[tuple[int, RouteStep]] = []
+        seen: set[RouteStep] = set()
 
         def visit(molecule: RouteMolecule, depth: int) -> None:
-            if molecule.made_by is not None:
-                found.append((depth, molecule.made_by))
-                for reactant in molecule.made_by.reactants:
+            step = molecule.made_by
+            if step is not None and step not in seen:
+                seen.add(step)
+                found.append((depth, step))
+                for reactant in step.reactants:
                     visit(reactant, depth + 1)
 
         visit(self.target, 1)
@@ -378,21 +383,24 @@ def _score_into(node, graph) -> float:
 
 
 def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:
-    made_by = {rxn.product: rxn for rxn in synthesis.nodes()}
+    """The route a solved synthesis graph holds, as a tree read from the target. Each reactant is made by the
+    reaction the graph links to its own parent (graph edges, not one reaction per molecule: two branches may
+    make one intermediate two ways); a reaction two parents share appears under both, and Route.steps lists it
+    once."""
 
-    def molecule(mol: Molecule, path: frozenset[Molecule]) -> RouteMolecule:
-        rxn = made_by.get(mol)
+    def molecule(mol: Molecule, rxn: SingleProductReaction | None, path: frozenset[Molecule]) -> RouteMolecule:
         if rxn is None or mol in path:  # the guard against a loop, which a solved route cannot have
             return RouteMolecule(mol.smiles, stock.is_purchasable(mol))
         meta = rxn.metadata
-        reactants = tuple(molecule(r, path | {mol}) for r in sorted(rxn.unique_reactants))
+        made_by = {child.product: child for child in synthesis.successors(rxn)}
+        reactants = tuple(molecule(r, made_by.get(r), path | {mol}) for r in sorted(rxn.unique_reactants))
         in_stock = stock.is_purchasable(mol)
         step = RouteStep(mol.smiles, reactants, meta["score"], meta["model_rank"], in_stock, meta.get("confidence"),
                          meta.get("round_trip"), meta.get("forward_prob"))
         return RouteMolecule(mol.smiles, in_stock, step)
 
-    root = synthesis.root_node.product
-    return Route(molecule(root, frozenset()), sum(rxn.metadata["score"] for rxn in synthesis.nodes()))
+    root = synthesis.root_node
+    return Route(molecule(root.product, root, frozenset()), sum(rxn.metadata["score"] for rxn in synthesis.nodes()))
 
 
 # ---- export -------------------------------------------------------------------------------------
