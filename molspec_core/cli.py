@@ -722,7 +722,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
     print(f"{stats.algorithm}, {stats.time_s:.1f} s: {stats.model_calls} molecules expanded "
           f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets used "
-          f"({counts.missing_atoms} sane ones lacked atoms of their product), {stats.nodes} search nodes")
+          f"({counts.missing_atoms} sane ones lacked atoms of their product: "
+          f"{'used, --allow-missing-atoms' if args.allow_missing_atoms else 'skipped'}), {stats.nodes} search nodes")
     if not result.routes:
         print(f"no route to the stock found within {stats.time_limit_s:g} s")
     for rank, route in enumerate(result.routes, start=1):

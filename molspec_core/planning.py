@@ -158,9 +158,9 @@ class PredictorModel(BackwardReactionModel):
         # Sane answers, and ones whose only concern is lacking product atoms (answer_concerns flags that for
         # a retrosynthesis model): those go when the atoms are checked, and are let through when not.
         candidates = [p for p in result.predictions if p.valid and all(c.startswith(LACKS_ATOMS) for c in p.concerns)]
-        usable = [p for p in candidates
-                  if not (self.check_atoms and (p.concerns or missing_atoms(p.smiles, product.smiles)))]
-        counts.missing_atoms += len(candidates) - len(usable)
+        lacking = [bool(p.concerns or missing_atoms(p.smiles, product.smiles)) for p in candidates]
+        usable = [p for p, lacks in zip(candidates, lacking) if not (self.check_atoms and lacks)]
+        counts.missing_atoms += sum(lacking)  # counted whether or not they are skipped
         counts.kept += len(usable)
         if self.forward is not None and usable:  # only the answers kept cost a forward decode
             usable = list(check_round_trip(dataclasses.replace(result, predictions=tuple(usable)), self.forward,
@@ -411,8 +411,9 @@ def _molecule_json(molecule: RouteMolecule) -> dict:
     step = molecule.made_by
     if step is not None:
         out["reaction"] = {"score": rounded(step.score), "probability": significant(step.probability),
-                           "model_rank": step.model_rank, "confidence": step.confidence,
-                           "round_trip": step.round_trip, "forward_prob": step.forward_prob,
+                           "model_rank": step.model_rank, "confidence": rounded(step.confidence),
+                           "round_trip": step.round_trip,
+                           "forward_prob": None if step.forward_prob is None else significant(step.forward_prob),
                            "reactants": [_molecule_json(r) for r in step.reactants]}
     return out
 

@@ -169,6 +169,20 @@ def test_wrapper_skips_answers_that_lack_atoms_of_the_product(copy_predictor):
     [reactions] = model([Molecule("NCCO")])
     assert reactions == [] and model.counts.missing_atoms == 2 and model.counts.kept == 0
     assert not plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=2.0).solved
+    # Let through (--allow-missing-atoms), they are still counted: the count read 0 and the search used them
+    model = PredictorModel(copy_predictor, n_best=3, check_atoms=False)
+    [reactions] = model([Molecule("NCCO")])
+    assert len(reactions) == model.counts.kept == model.counts.missing_atoms == 2
+
+
+def test_a_routes_json_rounds_every_steps_figures_as_its_csv_does():
+    """confidence and forward_prob came out unrounded (0.6296296296296297) beside the CSV's 0.6296."""
+    from molspec_core.planning import RouteMolecule, RouteStep, _molecule_json
+
+    step = RouteStep("NCCO", (RouteMolecule("NO", True),), -0.123456789, 1, confidence=0.6296296296296297,
+                     round_trip=True, forward_prob=0.9472731093021304)
+    reaction = _molecule_json(RouteMolecule("NCCO", False, step))["reaction"]
+    assert (reaction["score"], reaction["confidence"], reaction["forward_prob"]) == (-0.1235, 0.6296, 0.9473)
 
 
 # ---- plan and its exports --------------------------------------------------------------------------

@@ -149,8 +149,9 @@ def show_stats(result: PlanResult) -> None:
     # a share, not "1081 of 1320": a metric's value is cut at its column's width
     columns[2].metric("Answers used", f"{counts.kept / counts.answers:.0%}" if counts.answers else "none",
                       help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
-                           "used: invalid and flagged answers are skipped, and so were "
-                           f"{counts.missing_atoms:,} sane ones that lacked atoms of their product")
+                           f"used: invalid and flagged answers are skipped; {counts.missing_atoms:,} sane ones lacked "
+                           "atoms of their product, skipped while *Skip steps whose reactants lack atoms of the "
+                           "product* is on")
     columns[3].metric("Search nodes", stats.nodes)
     columns[4].metric("Routes", len(result.routes))
     round_trips = f"; {counts.round_trips} of them round trip ✓" if result.forward_model else ""
