@@ -421,6 +421,10 @@ def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp
     assert not at.exception
     assert "Cannot plan for this target: not a valid SMILES: RDKit cannot parse 'C1CC<i'" in shown_text(at)
     assert not at.get("html")  # the typed text is never rendered as HTML
+    at = find_routes(at, "NCCO")
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+    at = find_routes(at, "C1CC")  # the routes above belong to another target: they went on showing
+    assert "Cannot plan for this target" in shown_text(at) and not at.expander and not at.get("download_button")
 
 
 def test_routes_page_opens_the_target_from_a_molfile_and_says_why_a_file_cannot_be_one(tmp_path, monkeypatch):
@@ -454,11 +458,15 @@ def test_routes_page_follows_the_sidebars_writings(tmp_path, monkeypatch):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "data_stats": {"augment": 20}}))
     at = routes_page(tmp_path / "models", monkeypatch)
+    assert at.radio(key="task").value == "forward"  # the retro toggle's default holds on any task: it read 1
+    assert "each read in 5 writings (sidebar)" in shown_text(at)
     at.radio(key="task").set_value("retro").run()
     assert "each read in 5 writings (sidebar)" in shown_text(at)
     at = find_routes(at, "NCCO")
     assert not at.exception and at.expander[0].label.startswith("Route 1")
     at.toggle(key="augment_retro").set_value(False).run()
+    assert "writings" not in shown_text(at).split("Each step asks")[1].split("|")[0]
+    at.radio(key="task").set_value("forward").run()  # off on the retro task stays off on another
     assert "writings" not in shown_text(at).split("Each step asks")[1].split("|")[0]
 
 

@@ -233,7 +233,7 @@ def render_sidebar() -> Settings:
         else:
             sb.caption(f"Drafts: {counted(default_n, 'draft')} of {counted(default_len, 'token')} ({drafter} drafter)")
     augment = APP_AUGMENT if predictor is not None and predictor.augmentable and sb.toggle(
-        f"Read the query in {APP_AUGMENT} writings", value=True, key=f"augment_{task}",
+        f"Read the query in {APP_AUGMENT} writings", value=True, key=writings_key(task),
         help=f"The model reads the query written from {APP_AUGMENT} different atoms and pools its answers, "
              "favouring those many writings agree on: more often right (on the test sets in the model's card), "
              f"for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
@@ -324,6 +324,11 @@ def _sampling_knobs(method: str) -> SamplingOptions:
     if reads(method, "seed"):
         knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, 0, key="seed"))
     return SamplingOptions(**knobs)
+
+
+def writings_key(task: str) -> str:
+    """The session key of the sidebar's "read the query in N writings" toggle for a task (on by default)."""
+    return f"augment_{task}"
 
 
 def settings() -> Settings:

@@ -59,6 +59,7 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
+    ss.pop("routes", None)  # a search that fails shows no other target's routes under its error
     try:
         stock = stock_from_upload(upload.name, upload.getvalue()) if upload is not None else default_stock()
     except ValueError as exc:
@@ -239,8 +240,10 @@ def main() -> None:
                                        "column. Without it: the default stock, reactants of at least 2 USPTO-50K "
                                        "training reactions.")
         submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
-    # The sidebar's "read the query in N writings" applies here too when its model is the one planning.
-    augment = cfg.augment if cfg.task == "retro" and cfg.model == model else 1
+    # The sidebar's retrosynthesis "read the query in N writings" (on unless turned off there) applies here
+    # whatever task the sidebar shows now: the toggle keeps its state per task.
+    reads_writings = st.session_state.get(common.writings_key("retro"), True) and cfg.predictor(model).augmentable
+    augment = common.APP_AUGMENT if reads_writings else 1
     writings = f", each read in {augment} writings (sidebar)" if augment > 1 else ""
     if cfg.dtype != "float32":
         writings += f", {cfg.dtype} arithmetic (sidebar)"
