@@ -699,11 +699,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .io import check_output, write_csv
-    from .planning import DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, load_stock, plan, route_rows, routes_json
+    from .io import check_output, write_csv, write_text_file
+    from .planning import (DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, check_time_limit, load_stock, plan, route_rows,
+                           routes_json)
     from .service import Predictor
 
-    # outputs and the stock first: a refused one costs no model load and no search
+    # the time limit, outputs and the stock first: a refused one costs no model load and no search
+    check_time_limit(args.time_limit)
     out = check_output(args.out)
     csv_out = check_output(args.csv or out.with_suffix(".csv"))
     if csv_out == out:
@@ -714,7 +716,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes, forward=forward,
                   settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
                                         check_atoms=not args.allow_missing_atoms, augment=args.augment))
-    out.write_text(json.dumps(routes_json(result), indent=2))
+    write_text_file(out, json.dumps(routes_json(result), indent=2))
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
     stats, counts = result.stats, result.stats.counts
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""

@@ -742,6 +742,11 @@ def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequen
         write_csv(path, header, rows)
 
 
+def write_text_file(path: str | Path, text: str) -> None:
+    """Write text as write_csv writes a CSV: to a new file renamed into place, never half a file at `path`."""
+    _write_replacing(path, lambda f: f.write(text))
+
+
 def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
     """Write the CSV to a new file beside `path`, renamed into place once every row is written: a run
     that fails leaves any earlier file at `path` as it was, never half a file."""

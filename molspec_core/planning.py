@@ -83,8 +83,10 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         fields = entry.split()
         if not fields or fields[0].startswith("#"):
             continue  # blank line, comment, or an SD record counted above
-        try:
-            molecules.add(canonical(fields[0], strip_maps=True))  # a TXT line may carry a name (io splits .smi ones)
+        try:  # a TXT line may carry a name (io splits .smi ones)
+            # An entry of several molecules (a salt, CCN(CC)CCO.Cl) gives each: a route's reactants are single
+            # molecules, so the whole entry could never match one.
+            molecules.update(canonical(part, strip_maps=True) for part in canonical(fields[0]).split("."))
         except ChemError:
             n_unreadable += 1
     if not molecules:
@@ -328,6 +330,13 @@ def check_target(target: str, predictor: Predictor) -> str:
     return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
 
 
+def check_time_limit(time_limit_s: float) -> None:
+    """ValueError unless a search's time limit is above 0 and at most MAX_TIME_LIMIT_S (the CLI asks before it
+    loads the models)."""
+    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:  # also false for NaN
+        raise ValueError(f"the time limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} s, not {time_limit_s}")
+
+
 def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 30.0, algorithm: str = "retro*",
          max_routes: int = 10, *, forward: Predictor | None = None, settings: PlanSettings = PlanSettings(),
          progress: Progress | None = None) -> PlanResult:
@@ -336,8 +345,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
         raise ValueError(f"planning needs a retrosynthesis model; {predictor.path.name} predicts forward")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; choose {' or '.join(ALGORITHMS)}")
-    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:  # also false for NaN
-        raise ValueError(f"the time limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} s, not {time_limit_s}")
+    check_time_limit(time_limit_s)
     if max_routes < 1 or settings.max_steps < 1:
         raise ValueError("max_routes and max_steps must be 1 or more")
     predictor.check_augment(settings.augment)

@@ -887,6 +887,13 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(Predictor, "load", refuse)
 
 
+def test_a_plan_time_limit_over_an_hour_is_refused_before_the_models_load(tmp_path, capsys, no_model_load):
+    """It was refused only once both models had loaded."""
+    expect_refused(["plan", "--smiles", "CCO", "--time-limit", "4000", "--out", tmp_path / "r.json"], capsys,
+                   "the time limit must be above 0 and at most 3600 s, not 4000.0")
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files, capsys, no_model_load):
     """It once failed after the whole run, and the run's JSON was lost."""
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--methods", "greedy",

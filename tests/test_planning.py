@@ -268,6 +268,13 @@ def test_a_stock_line_too_long_to_read_is_counted_unreadable_not_a_crash(tmp_pat
     assert stock.n_unreadable == 1 and stock.is_purchasable(Molecule("CCO"))
 
 
+def test_a_stock_entry_of_several_molecules_gives_each(tmp_path):
+    """A salt was kept whole, so its base never matched a reactant and procaine found no route, without a word."""
+    (tmp_path / "stock.smi").write_text("CCN(CC)CCO.Cl diethylaminoethanol hydrochloride\n")
+    stock = load_stock(tmp_path / "stock.smi")
+    assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCN(CC)CCO", "Cl"]
+
+
 def test_stock_reads_an_sd_file_and_counts_the_records_rdkit_cannot_read(tmp_path):
     (tmp_path / "shelf.sdf").write_text(sd_file_text())
     stock = load_stock(tmp_path / "shelf.sdf")
