@@ -117,9 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     def augment_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--augment", type=at_least(1, MAX_AUGMENT), default=1,
                        help="read each query in up to N writings and pool the answers (models trained on "
-                       "root-aligned data: both shipped ones); a query's writings are decoded as one batch (whatever "
-                       "a --batch-size says): about N times one writing's time (5 writings, one query at a time on "
-                       "a CPU: 4.4-4.6x, tools/decode_cost.py)")
+                       "root-aligned data: both shipped ones); a query's writings are decoded as one batch: about N "
+                       "times one writing's time (5 writings, one query at a time on a CPU: 4.4-4.6x, "
+                       "tools/decode_cost.py)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
@@ -229,8 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="what both models' decoder calls compute with: "
                    "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")
-    p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=10, help=f"answers per expansion ({EXACT_NBEST})")
-    p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all")
+    p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=10,
+                   help=f"answers per expansion ({EXACT_NBEST}; default %(default)s)")
+    p.add_argument("--max-steps", type=at_least(1), default=5, help="Retro*: reactions on a path; MCTS: in all "
+                   "(default %(default)s)")
     p.add_argument("--max-routes", type=at_least(1), default=10, help="routes kept, best first (default "
                    "%(default)s)")
     augment_arg(p)
