@@ -3,7 +3,7 @@
 Here (RDKit available):
   python3 tools/gpu_kit.py pack                 # data/<task>/ -> gpu/<task>/ (compressed arrays, test ids)
   python3 tools/gpu_kit.py stage | unstage      # keep models/ from travelling with device commands, and back
-  python3 tools/gpu_kit.py unpack DIR           # <task>.tar.NN parts from the device -> runs/gpu/<task>/export
+  python3 tools/gpu_kit.py unpack DIR           # <task>.tar.NN parts from the device -> runs/gpu_<task>/export
   python3 tools/gpu_kit.py score --task forward --pred DIR/forward_test_nbest.tsv.gz [--limit N]
   python3 tools/gpu_kit.py score --task retro --pred DIR/retro_test_writings.jsonl.gz --writings 5
 On the GPU machine (no RDKit; run from the repository root):
