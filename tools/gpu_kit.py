@@ -131,8 +131,9 @@ def _git(*args: str) -> str:
 def cmd_stage(_: argparse.Namespace) -> None:
     """Take models/ out of the index and ignore it, so it does not travel (gpu/ travels as `carry`)."""
     lines = EXCLUDE.read_text().splitlines() if EXCLUDE.exists() else []
+    EXCLUDE.parent.mkdir(exist_ok=True)  # a checkout may lack .git/info
     EXCLUDE.write_text("\n".join(lines + ["/models/"] * ("/models/" not in lines)) + "\n")
-    _git("rm", "-r", "-q", "--cached", "models")
+    _git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "models")  # a second stage finds nothing to take out
     print("models/ is out of the index until `unstage`; do not commit meanwhile.")
 
 
