@@ -540,14 +540,15 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
     return [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, rounded(p.score),
              significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
              rounded(p.confidence), p.views, p.spellings, p.round_trip,
-             None if p.forward_prob is None else significant(p.forward_prob),
+             significant(p.forward_prob),
              result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
             for p in result.predictions]
 
 
-def significant(probability: float) -> float:
-    """A probability as the exports write it: 4 significant digits, so that a small one stays visible."""
-    return float(f"{probability:.4g}")
+def significant(probability: float | None) -> float | None:
+    """A probability as the exports write it: 4 significant digits, so that a small one stays visible; None stays
+    None (an empty cell)."""
+    return None if probability is None else float(f"{probability:.4g}")
 
 
 def rounded(value: float | None) -> float | None:

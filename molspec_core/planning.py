@@ -420,8 +420,7 @@ def _molecule_json(molecule: RouteMolecule) -> dict:
     if step is not None:
         out["reaction"] = {"score": rounded(step.score), "probability": significant(step.probability),
                            "model_rank": step.model_rank, "confidence": rounded(step.confidence),
-                           "round_trip": step.round_trip,
-                           "forward_prob": None if step.forward_prob is None else significant(step.forward_prob),
+                           "round_trip": step.round_trip, "forward_prob": significant(step.forward_prob),
                            "reactants": [_molecule_json(r) for r in step.reactants]}
     return out
 
@@ -455,7 +454,7 @@ def route_rows(result: PlanResult) -> Iterator[list[object]]:
                    _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
                    ";".join(_yes_no(r.in_stock) for r in step.reactants), rounded(step.score),
                    significant(step.probability), rounded(step.confidence), step.round_trip,
-                   None if step.forward_prob is None else significant(step.forward_prob), step.model_rank]
+                   significant(step.forward_prob), step.model_rank]
 
 
 def _yes_no(flag: bool) -> str:
