@@ -424,15 +424,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def input_name(path: str) -> str:
     """How messages name an --input: its file name, or standard input."""
-    return "standard input" if path == STDIN else Path(path).name
+    from .io import STDIN_NAME
+
+    return STDIN_NAME if path == STDIN else Path(path).name
 
 
 def read_as_hint(path: str, read_as: str | None, table: QueryFile) -> str:
     """Why a file may have given no query that can be predicted: a CSV read as lines of text."""
-    from .io import query_format
+    from .io import input_kind
 
-    kind = read_as or ("txt" if path == STDIN else query_format(path)[1])
-    if kind == "txt" and any(mark in table.queries[0] for mark in ",;\t"):
+    if input_kind(path, read_as) == "txt" and any(mark in table.queries[0] for mark in ",;\t"):
         return (f"; {input_name(path)} was read as TXT, one query a line, and its first line holds commas, "
                 "semicolons or tabs: if it is a CSV, give --input-format csv (or name the file .csv or .tsv)")
     return ""

@@ -136,6 +136,12 @@ def query_format(name: str) -> tuple[str | None, str]:
 # What `read_as` may name: the kinds query_format gives a file by its name, less the old workbook format.
 READ_AS = ("txt", "smi", "sdf", "csv", "xlsx")
 STDIN = "-"  # read_queries' path for standard input
+STDIN_NAME = "standard input"  # how messages name it
+
+
+def input_kind(path: str | Path, read_as: str | None = None) -> str:
+    """What read_queries reads `path` as: `read_as` where given, else TXT for standard input, else its name's."""
+    return read_as or ("txt" if str(path) == STDIN else query_format(Path(path).name)[1])
 
 
 def read_queries(path: str | Path, column: str | None = None, read_as: str | None = None) -> QueryFile:
@@ -146,7 +152,7 @@ def read_queries(path: str | Path, column: str | None = None, read_as: str | Non
     if read_as is not None and read_as not in READ_AS:
         raise InputFileError(f"an input is read as one of {', '.join(READ_AS)}, not {read_as!r}")
     if str(path) == STDIN:
-        return _parse_stream(sys.stdin.buffer, "standard input", column, read_as or "txt")
+        return _parse_stream(sys.stdin.buffer, STDIN_NAME, column, input_kind(path, read_as))
     path = Path(path)
     with open_regular(path) as raw:
         return _parse_stream(raw, path.name, column, read_as)
