@@ -91,6 +91,10 @@ class TrainConfig:
     focal: float = option(0.0, "focal loss (Lin et al. 2017; 0: off): the exponent gamma; each target token's "
                                "cross-entropy is weighted by (1 - p) ** gamma, p the probability the model gives the "
                                "recorded token, so the tokens it already gets right carry less of each step")
+    layer_decay: float = option(1.0, "layer-wise rate decay (Howard & Ruder 2018; 1: off): the output end (the "
+                                     "decoder's last layer and norm, and the shared embedding, which is also the "
+                                     "output projection) learns at the full rate, each layer below at this times the "
+                                     "one above, the decoder's first layer above the encoder's last")
     dropout: float = option(-1.0, "dropout while training (-1: the preset's, 0.1 for the paper shapes)")
     freeze_encoder: bool = option(False, "train the decoder alone: the encoder keeps its weights and runs as at "
                                          "inference (no gradients, no dropout); the shared embedding learns from "
@@ -126,6 +130,21 @@ class TrainConfig:
     device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
     threads: int = option(0, "CPU threads (0: one fewer than the CPUs, at least 1; molspec_core/threads.py)",
                          minimum=0)
+
+
+def layer_groups(model: Seq2SeqTransformer, decay: float) -> list[dict]:
+    """AdamW parameter groups for --layer-decay, each with its "scale" of the step's learning rate: the
+    output end at 1, then decay ** k for the k-th layer below it (decoder layers from the last, then the
+    encoder's norm with its last layer, down to its first). Every parameter is in exactly one group."""
+    decoder, encoder = list(model.decoder)[::-1], list(model.encoder)[::-1]
+    top = [model.embed, model.decoder_norm, decoder[0]] if decoder else [model.embed, model.decoder_norm]
+    stack: list[list[torch.nn.Module]] = [top, *([layer] for layer in decoder[1:])]
+    stack += [[model.encoder_norm, *encoder[:1]], *([layer] for layer in encoder[1:])]
+    groups = [{"params": [p for module in modules for p in module.parameters()], "scale": decay ** k}
+              for k, modules in enumerate(stack)]
+    if sum(len(g["params"]) for g in groups) != len(list(model.parameters())):
+        raise ValueError("layer_groups: the model has parameters outside its embedding, layers and norms")
+    return groups
 
 
 def pick_device(name: str) -> torch.device:
@@ -524,6 +543,8 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--sam is a radius, at least 0, not {cfg.sam}")
     if cfg.focal < 0:
         raise ValueError(f"--focal is an exponent, at least 0, not {cfg.focal}")
+    if not 0 < cfg.layer_decay <= 1:
+        raise ValueError(f"--layer-decay is a factor in (0, 1], not {cfg.layer_decay}")
     if cfg.pair_at not in PAIR_AT:
         raise ValueError(f"--pair-at must be one of {', '.join(PAIR_AT)}, not {cfg.pair_at!r}")
     if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
@@ -533,7 +554,8 @@ def train(cfg: TrainConfig) -> dict:
     shape = {"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}
     model = Seq2SeqTransformer(preset(cfg.preset, len(vocab), **shape)).to(device)
     fused = device.type == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, betas=(0.9, 0.998), eps=1e-8,
+    params = model.parameters() if cfg.layer_decay == 1 else layer_groups(model, cfg.layer_decay)
+    optimizer = torch.optim.AdamW(params, lr=0.0, betas=(0.9, 0.998), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=fused)
     use_amp = device.type == "cuda"
     meta = {"task": stats["task"], "preset": cfg.preset, "train_config": asdict(cfg), "data_stats": stats}
@@ -609,7 +631,7 @@ def train(cfg: TrainConfig) -> dict:
     while not done:
         lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("scale", 1.0)
         # No host sync in a step (no .item(), int() or bool() of a device value): on a GPU the host
         # then queues the next step's kernels while this one runs. The loss is read only when logged.
         micro = [collate(next(batches), train_src, train_tgt, device, multiple) for _ in range(cfg.accum)]

@@ -20,10 +20,10 @@ from molspec_core.service import Predictor
 from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Vocab
 from molspec_core.decoding.beam import beam_search
-from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, learning_rate,
-                                 load_pairs, pad_multiple, pair_gaps, peak_lr, ranking_hinge, rdrop_loss, row_widths,
-                                 sequence_log_probs, sharpness_probe, summed_cross_entropy, token_batches,
-                                 train)
+from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, layer_groups,
+                                 learning_rate, load_pairs, load_state, pad_multiple, pair_gaps, peak_lr,
+                                 ranking_hinge, rdrop_loss, row_widths, sequence_log_probs, sharpness_probe,
+                                 summed_cross_entropy, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -377,6 +377,38 @@ def test_a_focal_run_trains_and_a_negative_gamma_is_refused(tiny_data, tmp_path)
     assert focal["history"][-1]["loss"] < plain["history"][-1]["loss"]  # the same batches, each token down-weighted
     with pytest.raises(ValueError, match="focal"):
         train(TrainConfig(out=str(tmp_path / "bad"), focal=-1.0, **common))
+
+
+def test_layer_groups_hold_every_parameter_once_scaled_down_from_the_output_end():
+    model = Seq2SeqTransformer(preset("forward", 40))  # 4 + 4 layers
+    groups = layer_groups(model, 0.5)
+    assert [g["scale"] for g in groups] == [0.5 ** k for k in range(8)]
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    first = {id(p) for p in groups[0]["params"]}
+    assert {id(p) for p in [model.embed.weight, *model.decoder[-1].parameters()]} <= first
+    assert {id(p) for p in model.encoder[0].parameters()} == {id(p) for p in groups[-1]["params"]}
+    assert {id(p) for p in model.encoder_norm.parameters()} <= {id(p) for p in groups[4]["params"]}
+
+
+def test_a_layer_decay_run_moves_the_lower_layers_less_and_a_factor_outside_0_1_is_refused(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, max_steps=1, eval_every=1, lr=1e-2,
+                  schedule="constant", val_greedy_rows=1, threads=1, seed=5)
+    torch.manual_seed(5)  # train() seeds before it builds the model: the same starting weights
+    start = Seq2SeqTransformer(preset("tiny", len(Vocab.load(tiny_data / "vocab.json"))))
+    moved = {}
+    for name, decay in (("plain", 1.0), ("decay", 0.1)):
+        train(TrainConfig(out=str(tmp_path / name), layer_decay=decay, **common))
+        model = Seq2SeqTransformer(start.cfg)
+        load_state(tmp_path / name / "last", model, None)
+        moved[name] = {part: max((a - b).abs().max().item() for a, b in zip(getattr(model, part)[i].parameters(),
+                                                                            getattr(start, part)[i].parameters()))
+                       for part, i in (("decoder", -1), ("encoder", 0))}
+    assert moved["decay"]["decoder"] == pytest.approx(moved["plain"]["decoder"], rel=1e-4)  # the full rate
+    assert 0 < moved["decay"]["encoder"] < moved["plain"]["encoder"] / 50  # 0.1 ** 3: three layers above it
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="layer-decay"):
+            train(TrainConfig(out=str(tmp_path / "bad"), layer_decay=bad, **common))
 
 
 def test_the_sharpness_probe_moves_the_weights_rho_along_the_unit_gradient_and_back_exactly():
