@@ -437,7 +437,8 @@ def routes_json(result: PlanResult) -> dict:
                    "iterations": stats.iterations, "nodes": stats.nodes, "model_calls": stats.model_calls,
                    "decoder_calls": stats.counts.decoder_calls, "answers": stats.counts.answers,
                    "answers_missing_atoms": stats.counts.missing_atoms, "answers_kept": stats.counts.kept,
-                   "round_trips": stats.counts.round_trips,
+                   # null without a forward model: no step was checked, where 0 would say none came back
+                   "round_trips": stats.counts.round_trips if result.forward_model else None,
                    "failed_expansions": stats.counts.failed, "target_in_stock": stats.target_in_stock},
         "routes": [{"rank": rank, "score": rounded(route.score), "n_steps": route.n_steps, "depth": route.depth,
                     "starting_materials": [m.smiles for m in route.starting_materials()],

@@ -146,6 +146,8 @@ def test_wrapper_carries_the_round_trip_flag(copy_predictor, copy_forward):
     [reactions] = model([Molecule("NCCO")])
     assert reactions and all(r.metadata["round_trip"] is False for r in reactions)  # NO does not give NCCO back
     assert all(0 <= r.metadata["forward_prob"] < 1 for r in reactions)
+    result = plan("OCCN", copy_predictor, Stock(["NO"]), time_limit_s=2.0, forward=copy_forward, settings=COPY)
+    assert planning.routes_json(result)["search"]["round_trips"] == result.stats.counts.round_trips > 0  # counted
 
 
 def test_wrapper_skips_flagged_answers(copy_predictor):
@@ -205,6 +207,7 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     assert tree["smiles"] == "NCCO" and not tree["in_stock"]
     assert tree["reaction"]["reactants"] == [{"smiles": "NO", "in_stock": True}]
     assert exported["search"]["model_calls"] == stats.model_calls
+    assert exported["search"]["round_trips"] is None  # no forward model checked a step (it read 0)
     rows = list(csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode())))
     assert rows[0]["route"] == "1" and rows[0]["product"] == "NCCO" and rows[0]["reactants"] == "NO"
     assert rows[0]["reactants_in_stock"] == "yes" and rows[0]["product_in_stock"] == "no"
