@@ -92,12 +92,18 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
 
 @lru_cache(maxsize=4096)
 def canonical_or_none(smiles: str) -> str | None:
-    """Canonical SMILES, or None for invalid (used to score predictions, where invalid is data). Cached:
+    """Canonical SMILES without atom-map numbers, or None for invalid (used to score predictions, where
+    invalid is data, against recorded answers, which USPTO's raw files write with their atom maps). Cached:
     a query read in several writings gets many of the same answers back."""
     if not smiles or len(smiles) > MAX_SMILES_CHARS:
         return None
     mol = Chem.MolFromSmiles(smiles)
-    return Chem.MolToSmiles(mol) if mol is not None else None
+    if mol is None:
+        return None
+    if ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one
+        for atom in mol.GetAtoms():
+            atom.SetAtomMapNum(0)
+    return Chem.MolToSmiles(mol)
 
 
 def smiles_from_inchi(inchi: str) -> str:

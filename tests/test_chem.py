@@ -35,6 +35,14 @@ def test_a_smiles_longer_than_rdkit_writes_safely_is_refused_in_words():
     assert canonical_or_none("C" * (MAX_SMILES_CHARS + 1)) is None
 
 
+def test_canonical_or_none_leaves_out_atom_maps_as_recorded_answers_carry_them():
+    from molspec_core.chem import canonical_or_none
+
+    assert canonical_or_none("[CH3:1][CH2:2][OH:3]") == canonical_or_none("OCC") == "CCO"
+    assert canonical_or_none("[C@@H:4](F)(Cl)Br") == canonical_or_none("[C@@H](F)(Cl)Br")  # stereo is kept
+    assert canonical_or_none("[2H:1]C") == "[2H]C" and canonical_or_none("c1:c:c:c:c:c:1") == "c1ccccc1"
+
+
 def test_a_retro_set_may_share_a_reactant_with_nothing_flagged():
     # Reactant sets that merely contain a common reagent (water) are not trivial.
     assert answer_concerns("CC(=O)Cl.O", "CC(=O)O", "retro") == ()

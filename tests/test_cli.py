@@ -932,6 +932,27 @@ def test_evaluate_an_empty_or_missing_file(pair_files, capsys, no_model_load):
                    capsys, "No such file")
 
 
+def test_evaluate_reads_targets_written_with_atom_maps(pair_files, capsys):
+    """USPTO's raw files write the recorded answers with their atom maps: each was scored a miss, without a word."""
+    from rdkit import Chem
+
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
+    assert main(["evaluate", "--model", MODEL, *files]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    mapped = []
+    for target in (pair_files / "tgt.txt").read_text().splitlines():
+        mol = Chem.MolFromSmiles(target)
+        for number, atom in enumerate(mol.GetAtoms() if mol is not None else (), start=1):
+            atom.SetAtomMapNum(number)
+        mapped.append(Chem.MolToSmiles(mol) if mol is not None else target)
+    assert sum(":" in t for t in mapped) == 4
+    (pair_files / "mapped.txt").write_text("\n".join(mapped) + "\n")
+    assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"),
+                 "--tgt", str(pair_files / "mapped.txt")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["top1"] == plain["top1"] > 0 and report["unreadable_targets"] == plain["unreadable_targets"]
+
+
 @pytest.mark.parametrize("out,message", [("missing/e.json", "does not exist"), (".", "is a folder")])
 def test_evaluate_output_paths_are_checked_first(pair_files, capsys, no_model_load, out, message):
     expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
