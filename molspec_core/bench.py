@@ -23,6 +23,7 @@ from tqdm import tqdm
 from .chem import canonical_or_none
 from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .evaluate import hits
+from .io import write_text_file
 from .oracle import oracle_tokens_per_call
 from .methods import METHODS, PEERS
 from .service import Predictor
@@ -342,10 +343,11 @@ def write_html(report: dict, path: Path) -> None:
     fig = go.Figure(go.Bar(x=names, y=speedups))
     fig.update_layout(title=f"Speedup vs cached greedy / beam ({report['n_queries']} queries, {report['device']})",
                       yaxis_title="total-time ratio")
-    fig.write_html(str(path), include_plotlyjs=True)
+    write_text_file(path, fig.to_html(include_plotlyjs=True))
 
 
 def save_report(report: dict, out: Path, html: bool = True) -> None:
-    out.write_text(json.dumps(report, indent=2))
+    """The JSON report at `out` and its chart beside it (.html), each written whole or not at all."""
+    write_text_file(out, json.dumps(report, indent=2))
     if html:
         write_html(report, out.with_suffix(".html"))

@@ -305,8 +305,10 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
 
 
 def save(calibration: Calibration, folder: str | Path) -> Path:
+    from .io import write_text_file
+
     path = Path(folder) / file_name(calibration.augment, require_kind(calibration.method))
-    path.write_text(json.dumps(asdict(calibration), indent=1) + "\n")
+    write_text_file(path, json.dumps(asdict(calibration), indent=1) + "\n")  # a failed write keeps the old fit
     return path
 
 

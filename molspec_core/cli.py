@@ -19,7 +19,7 @@ import torch
 
 from .argtypes import at_least, positive_seconds
 from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
-from .io import READ_AS, STDIN
+from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
 from .methods import EXACT_NBEST, METHODS, SamplingOptions
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
@@ -53,18 +53,16 @@ def number_at_least(minimum: float, above: bool = False) -> Callable[[str], floa
     return number
 
 
-def check_output_path(path: str) -> Path:
-    """Refuse an output path that cannot be written before any work is done (a bench run once
-    finished, then lost its report to a missing folder)."""
-    out = Path(path)
-    folder = out.parent
-    if not folder.is_dir():
-        raise ValueError(f"cannot write {path}: the folder {folder} does not exist")
-    if out.is_dir():
-        raise ValueError(f"cannot write {path}: it is a folder; give a file name")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"cannot write {path}: no permission to write in {folder}")
-    return out
+def check_report_path(path: str, *inputs: str | None) -> Path:
+    """Refuse, before any work is done, a report's --out that io.check_output refuses (a missing folder, a
+    folder, a device, one of the run's own input files: `inputs`) or whose name promises a compression the
+    plain JSON written there does not have (a bench run once finished, then lost its report to a missing folder)."""
+    if path.lower().endswith(tuple(DECOMPRESSORS)):
+        raise ValueError(f"{path}: the report is written as plain JSON; give a name without {Path(path).suffix}")
+    for given in inputs:
+        if given:
+            check_output(path, given)
+    return check_output(path)
 
 
 def describe(exc: BaseException) -> str:
@@ -322,7 +320,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import check_output, check_results_name, is_sd_name, read_queries
+    from .io import check_results_name, is_sd_name, read_queries
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
@@ -501,7 +499,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
-    out = check_output_path(args.out) if args.out else None
+    out = check_report_path(args.out, args.src, args.tgt, args.index) if args.out else None
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
@@ -521,7 +519,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
                     report["unreadable_targets"], report["n"], args.tgt)
     if out:
-        out.write_text(report_json(report))
+        write_text_file(out, report_json(report))
     return 0
 
 
@@ -660,9 +658,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .service import Predictor
 
     # everything that can be refused is refused before the model loads and the run starts
-    out = check_output_path(args.out) if args.out else None
+    out = check_report_path(args.out, args.src, args.tgt, args.index) if args.out else None
     if out:
-        check_output_path(str(out.with_suffix(".html")))  # the plotly page written beside it
+        if out.suffix.lower() == ".html":
+            raise ValueError(f"--out {args.out}: the JSON report, whose chart is written beside it as .html; give the "
+                             "report a name of its own, such as bench.json")
+        check_report_path(str(out.with_suffix(".html")), args.src, args.tgt, args.index)  # the chart beside it
     methods = bench_methods(args.methods)
     if args.beam_width and args.n_best not in (1, args.beam_width):  # one of them was used, the other ignored
         raise ValueError(f"--beam-width {args.beam_width} and --n-best {args.n_best}: the bench's beam searches list "

@@ -778,6 +778,8 @@ def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool
             f.flush()
             os.fsync(f.fileno())  # the rows are on disk before the name points at them
         os.replace(partial, target)
-    except BaseException:
+    except BaseException as exc:
         partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # "File too large" said which file of the run's
+            exc.filename = str(path)
         raise

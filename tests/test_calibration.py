@@ -1,5 +1,6 @@
 """Calibrated confidence (molspec_core.calibration): the isotonic fit, the reliability figures, and a
 calibration stored with a model and dropped when the weights change."""
+import dataclasses
 import random
 import shutil
 
@@ -71,9 +72,16 @@ def test_fit_save_load_and_stale_weights(tmp_path):
     targets = [q.replace("C", "") or "O" for q in queries]  # the copy model drops every C
     fitted = calibration.fit(copier, queries, targets, method="beam", n_best=3, progress=False)
     assert fitted.n_fit == 4 and fitted.n_check == 2 and 0 <= fitted.ece <= 1
-    calibration.save(fitted, folder)
+    path = calibration.save(fitted, folder)
     reloaded = Predictor.load(folder, device="cpu")
     assert reloaded.calibration_for("beam") == fitted
+    # a write that fails (a full disk) keeps the fit there was: it left half a file, which no model could read
+    kept = path.read_text()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("molspec_core.io.os.replace", lambda partial, target: (_ for _ in ()).throw(OSError(28, "full")))
+        with pytest.raises(OSError):
+            calibration.save(dataclasses.replace(fitted, ece=0.5), folder)
+    assert path.read_text() == kept and not list(folder.glob(".*partial"))
     answers = reloaded.predict("CCOc1ccccc1", method="beam", n_best=3).predictions
     assert all((p.confidence is None) == (not p.valid) for p in answers)
     assert all(0 <= p.confidence <= 1 for p in answers if p.valid)

@@ -959,10 +959,60 @@ def test_evaluate_output_paths_are_checked_first(pair_files, capsys, no_model_lo
                     "--out", pair_files / out], capsys, message)
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
-def test_a_full_disk_is_an_error_line(pair_files, capsys):
+def disk_full(monkeypatch) -> None:
+    """Every file written through io's renaming fails at its rename, as on a disk that filled up."""
+    import errno
+
+    def full(partial, target):  # as a write() fails: without a file name, which the error line adds
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("molspec_core.io.os.replace", full)
+
+
+def test_a_full_disk_is_an_error_line_and_the_earlier_report_stays_whole(pair_files, capsys, monkeypatch):
+    """evaluate wrote its report in place: a write that failed left half a file where the last report was."""
+    out = pair_files / "e.json"
+    out.write_text("the earlier report\n")
+    disk_full(monkeypatch)
     expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
-                    "--limit", "1", "--out", "/dev/full"], capsys, "No space left on device")
+                    "--limit", "1", "--out", out], capsys, f"No space left on device: {out}")
+    assert out.read_text() == "the earlier report\n" and not list(pair_files.glob(".*partial"))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_device_for_a_report_is_refused_before_the_run(pair_files, capsys, no_model_load):
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--limit", "1", "--out", "/dev/full"], capsys, "is a device")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+@pytest.mark.parametrize("given,message", [("tgt.txt", "is the input file"), ("src.txt", "is the input file"),
+                                           ("idx", "is the input file"), ("e.json.gz", "plain JSON")])
+def test_a_report_may_not_overwrite_its_own_inputs_nor_promise_compression(pair_files, capsys, no_model_load,
+                                                                           command, given, message):
+    """evaluate --out tgt.txt replaced the targets with the report, without a word; bench did the same."""
+    before = {name: (pair_files / name).read_text() for name in ("src.txt", "tgt.txt", "idx")}
+    expect_refused([command, "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--index", pair_files / "idx", "--out", pair_files / given], capsys, message)
+    assert {name: (pair_files / name).read_text() for name in before} == before
+
+
+def test_a_bench_report_and_its_chart_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from molspec_core.bench import save_report
+
+    report = {"methods": {"greedy": {"speedup_vs_greedy": 1.0}}, "n_queries": 1, "device": "cpu"}
+    save_report(report, tmp_path / "b.json")
+    kept = {name: (tmp_path / name).read_text() for name in ("b.json", "b.html")}
+    disk_full(monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        save_report({**report, "n_queries": 2}, tmp_path / "b.json")
+    assert {name: (tmp_path / name).read_text() for name in kept} == kept and len(list(tmp_path.iterdir())) == 2
+
+
+def test_bench_refuses_a_report_named_as_its_chart(pair_files, capsys, no_model_load):
+    """bench --out r.html wrote the JSON there, then the chart over it: the report was lost."""
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--out", pair_files / "r.html"],
+                   capsys, "give the report a name of its own")
 
 
 @pytest.mark.parametrize("extra,message", [
