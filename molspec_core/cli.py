@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "times one writing's time (5 writings, one query at a time on a CPU: 4.4-4.6x, "
                        "tools/decode_cost.py)")
 
+    def time_limit_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S,
+                       help="seconds per query before it is reported as an error (default %(default)s)")
+
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
     group = p.add_mutually_exclusive_group(required=True)
@@ -147,8 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
                    "text); other names (.csv.gz) are refused")
-    p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S,
-                   help="seconds per query before it is reported as an error (default %(default)s)")
+    time_limit_arg(p)
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
     p.add_argument("--round-trip-k", type=at_least(1), help="with --round-trip: the product must come back within "
@@ -169,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
     p.add_argument("--out", help="JSON report")
     augment_arg(p)
+    time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
     p = sub.add_parser("compare", help="two evaluate --out reports on the same queries, query by query (McNemar)")
@@ -509,13 +513,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
-                      draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment)
+                      draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment,
+                      time_limit_s=args.time_limit)
+    # what reproduces the run: every option it was decoded with (the sampling knobs only for a method reading them)
+    knobs = METHODS[method].knobs
     report.update(model=str(predictor.path), engine=predictor.engine, dtype=predictor.dtype, src=args.src,
-                  tgt=args.tgt, index=args.index, augment=args.augment,
+                  tgt=args.tgt, index=args.index, limit=args.limit, augment=args.augment, batch_size=args.batch_size,
+                  draft_len=args.draft_len, n_drafts=args.n_drafts, time_limit_s=args.time_limit,
+                  sampling={k: v for k, v in dataclasses.asdict(sampling).items() if k in knobs and k != "draft_len"}
+                  or None,
                   queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
-    if report["unreadable_targets"]:  # on stderr: stdout stays one JSON object
+    if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
+        first = report["query_error_examples"][0]
+        log.warning("%d of %d queries were refused, each a miss in every top-k (the first, query %d of those "
+                    "evaluated: %s)%s", report["query_errors"], report["n"], first["query"], first["error"],
+                    "; the report lists the first ten" if args.out else "")
+    if report["unreadable_targets"]:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
                     report["unreadable_targets"], report["n"], args.tgt)
     if out:

@@ -88,15 +88,16 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     # each query's first right place (1-based; None: not among the answers, or refused), in both orders:
     # what compare_reports tests two models on, query by query
     first = {"top": [], "ranked_top": []}
-    invalid = flagged = repeated = errors = 0
+    invalid = flagged = repeated = 0
+    refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
     unreadable = sum(canonical_or_none(target) is None for target in targets)
     for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length
         results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size, **options)
-        for result, target in zip(results, targets[window]):
+        for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
             if not result.ok:
-                errors += 1
+                refused.append({"query": number, "error": result.error})
                 for name in first:
                     first[name].append(None)
                 continue
@@ -119,7 +120,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     n = len(sources)
     report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
-                  repeated_rate=repeated / n, query_errors=errors, unreadable_targets=unreadable,
+                  repeated_rate=repeated / n, query_errors=len(refused), query_error_examples=refused[:10],
+                  unreadable_targets=unreadable,
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
                   flagged_rate_counts="the model's top-1 answers that are valid but not sane "
                                       "(chem.answer_concerns) / n",
@@ -127,6 +129,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
                                        "(service.fold_repeats) / n",
                   unreadable_targets_counts="the queries whose recorded target RDKit cannot read (each a miss "
                                             "in every top-k)",
+                  query_error_examples_counts="the first ten refused queries (each a miss in every top-k): its place "
+                                              "among those evaluated (1-based, after --index and --limit) and why",
                   first_right={"model_order": first["top"], "app_order": first["ranked_top"]},
                   first_right_counts="per query, in order: the first place (1-based) holding the right answer, "
                                      "null where none of the n_best does or the query was refused")

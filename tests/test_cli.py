@@ -932,6 +932,32 @@ def test_evaluate_an_empty_or_missing_file(pair_files, capsys, no_model_load):
                    capsys, "No such file")
 
 
+def test_evaluate_names_the_queries_it_refused_and_records_how_it_decoded(pair_files, capsys, caplog):
+    """A refused query (a token the model lacks, a time limit run out) was a miss without a word: a count in the
+    report, nothing on the screen; and the report did not record --limit, --batch-size or the time limit."""
+    sources = (pair_files / "src.txt").read_text().splitlines()
+    sources[1] = "C[Xe]"
+    (pair_files / "src.txt").write_text("\n".join(sources) + "\n")
+    out = pair_files / "e.json"
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                     str(pair_files / "tgt.txt"), "--limit", "4", "--batch-size", "2", "--time-limit", "30",
+                     "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["query_errors"] == 1 and report["first_right"]["model_order"][1] is None
+    assert report["query_error_examples"] == [{"query": 2, "error": "token '[Xe]' is not in the model's vocabulary; "
+                                                                   "this model cannot read it"}]
+    assert caplog.records[0].getMessage() == (  # the next warns of the target RDKit cannot read
+        "1 of 4 queries were refused, each a miss in every top-k (the first, query 2 of those evaluated: token '[Xe]' "
+        "is not in the model's vocabulary; this model cannot read it); the report lists the first ten")
+    assert (report["limit"], report["batch_size"], report["time_limit_s"], report["sampling"]) == (4, 2, 30.0, None)
+    capsys.readouterr()
+    targets = str(pair_files / "tgt.txt")
+    assert main(["evaluate", "--model", MODEL, "--src", targets, "--tgt", targets, "--method", "sample",
+                 "--n-best", "2", "--temperature", "1.5", "--seed", "3", "--limit", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["sampling"] == {"temperature": 1.5, "top_k": 0, "seed": 3}
+
+
 def test_evaluate_reads_targets_written_with_atom_maps(pair_files, capsys):
     """USPTO's raw files write the recorded answers with their atom maps: each was scored a miss, without a word."""
     from rdkit import Chem
