@@ -95,8 +95,11 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         try:
             queries.append(predictor.prepare(text))
             kept_targets.append(targets[i] if targets else None)
-        except ValueError as exc:
-            skipped.append({"line": i, "error": str(exc)})
+        except ValueError as exc:  # its place among the queries given (1-based, after --index and --limit)
+            skipped.append({"query": i + 1, "error": str(exc)})
+    if not queries:
+        raise ValueError(f"the model reads none of the {len(sources)} queries (the first, query 1: "
+                         f"{skipped[0]['error'] if skipped else 'none given'})")
     if by_length:
         order = sorted(range(len(queries)), key=lambda i: len(queries[i].ids))
         queries, kept_targets = [queries[i] for i in order], [kept_targets[i] for i in order]
@@ -122,6 +125,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     times: dict[str, list[float]] = {m: [] for m in methods}
     outputs: dict[str, list[tuple]] = {m: [None] * len(queries) for m in methods}
     totals = {m: DecodeStats() for m in methods}
+    row_calls = dict.fromkeys(methods, 0)  # each query's own decoder calls, summed (a call serves a whole batch)
     for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
         order = methods[b % len(methods):] + methods[: b % len(methods)]
         for method in order:
@@ -132,6 +136,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                 outputs[method][r] = tuple(h.tokens for h in res.hypotheses)
                 batch.add(res.stats)
             # One decoder call serves every row of a batch: count calls once per batch.
+            row_calls[method] += batch.model_calls
             batch.model_calls = max(r.stats.model_calls for r in results)
             totals[method].add(batch)
         if on_progress is not None:
@@ -158,6 +163,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             "accepted_per_call": total.draft_tokens_accepted / calls,
             "tokens_per_call": total.tokens_generated / calls,
             "draft_tokens_proposed_per_call": total.draft_tokens_proposed / calls,
+            "query_calls": row_calls[method],
+            "tokens_per_query_call": total.tokens_generated / max(row_calls[method], 1),  # what the formula predicts
             "accepted_share_of_proposed": total.draft_tokens_accepted / max(total.draft_tokens_proposed, 1),
             f"identical_to_{reference}": same / max(len(queries), 1),
             f"speedup_vs_{reference}": speedup(method, reference),
@@ -173,22 +180,23 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             if peer.name in times and peer.beam == beamy and method != peer.name:
                 entry[f"speedup_vs_{peer.name.replace('-', '_')}"] = speedup(method, peer.name)
         if total.draft_tokens_proposed and not beamy:
-            # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft)
+            # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft); gamma: draft
+            # tokens a query's call verifies, per query as the formula reads it (at batch size 1 the same as per call)
             entry["acceptance_rate"] = total.acceptance_rate
-            gamma = total.draft_tokens_proposed / calls
+            gamma = total.draft_tokens_proposed / max(row_calls[method], 1)
             entry["expected_tokens_per_call"] = expected_tokens_per_call(entry["acceptance_rate"], gamma)
         if base_method(method) in SAMPLING_FAMILY and SAMPLE_REFERENCE in times:
             entry["speedup_vs_sample"] = speedup(method, SAMPLE_REFERENCE)
         uncached = "beam-uncached" if beamy else "greedy-uncached"
         if uncached in times and method != uncached:
             entry[f"speedup_vs_{uncached}"] = speedup(method, uncached)
-        if targets:
+        if targets:  # of every query given, as evaluate counts: one the model cannot read is a miss
             k_max = n_best if beamy else 1
             found = [hits([predictor.vocab.decode(t) for t in outputs[method][i]] or [""], tgt)
                      for i, tgt in enumerate(kept_targets)]
-            for k in (1, 2, 3, 5, 10, 25, 50):
+            for k in sorted({1, 2, 3, 5, 10, 25, 50, k_max}):
                 if k <= k_max:
-                    entry[f"top{k}"] = sum(any(f[:k]) for f in found) / max(len(found), 1)
+                    entry[f"top{k}"] = sum(any(f[:k]) for f in found) / len(sources)
         report_methods[method] = entry
     oracle = {}
     if targets:
@@ -213,6 +221,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "tokens_counted": TOKENS_COUNTED,
+        "calls_counted": "model_calls and the *_per_call figures: decoder calls, one per batch (a call serves every "
+                         "query of its batch); query_calls: each query's own calls, summed; tokens_per_query_call and "
+                         "expected_tokens_per_call: per query's call",
+        "topk_counts": "of all queries given, the skipped ones (the model cannot read them) counted as misses",
         "methods": report_methods,
     }
 
@@ -287,7 +299,8 @@ def compare_pair(predictor: Predictor, query: str, baseline: dict, speculative: 
 
 
 def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | None, method: str, values: list[float],
-              sampling, warmup: int = 3, progress: bool = True) -> dict:
+              sampling, warmup: int = 3, progress: bool = True, batch_size: int = 1, draft_len: int | None = None,
+              n_drafts: int | None = None, by_length: bool = False) -> dict:
     """A lossy method at several settings of its knob (relaxed: tau, mentored: delta), each run side by
     side with cached greedy (and, for mentored, plain sampling): accuracy, validity and speed per value."""
     if method not in SWEEPS:
@@ -297,8 +310,8 @@ def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | Non
     points, report = [], {}
     for value in values:
         options = dataclasses.replace(sampling, **{knob: value})
-        report = run_bench(predictor, sources, targets, references + [method], warmup=warmup, progress=progress,
-                           sampling=options)
+        report = run_bench(predictor, sources, targets, references + [method], batch_size, draft_len=draft_len,
+                           n_drafts=n_drafts, warmup=warmup, progress=progress, sampling=options, by_length=by_length)
         entry = report["methods"][method]
         points.append({knob: value, **{k: entry.get(k) for k in (
             "top1", "validity", "speedup_vs_greedy", "speedup_vs_sample", "acceptance_rate", "tokens_per_call",
@@ -309,16 +322,21 @@ def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
 def markdown_table(report: dict) -> str:
     lines = [("| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | "
-              "identical to | top-k | speedup |"),
+              "identical to | top-k (k: share) | speedup |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in report["methods"].items():
         reference = "beam" if "identical_to_beam" in m else "greedy"
-        tops = " / ".join(f"{m[k]:.3f}" for k in sorted((k for k in m if k.startswith("top") and k[3:].isdigit()),
-                                                       key=lambda k: int(k[3:])))
+        ks = sorted((int(k[3:]) for k in m if k.startswith("top") and k[3:].isdigit()))
+        tops = ", ".join(f"{k}: {m[f'top{k}']:.3f}" for k in ks)
         lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | "
                      f"{reference} {m[f'identical_to_{reference}']:.3f} | "
                      f"{tops or '-'} | {m[f'speedup_vs_{reference}']:.2f}x |")
+    if report.get("skipped_queries"):
+        skipped = report["skipped_queries"]
+        lines.append(f"\n{len(skipped)} of the {report['n_queries'] + len(skipped)} queries given were skipped (the "
+                     f"model cannot read them; misses in top-k): the first, query {skipped[0]['query']}: "
+                     f"{skipped[0]['error']}")
     if report.get("sweep"):
         sweep = report["sweep"]
         knob = sweep["knob"]

@@ -705,7 +705,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             methods = methods + peer_methods([m for m in methods if "@" not in m])
             ct2_dir = convert_peer(predictor.path, Path(tmp) / "ct2")
         if sweep:
-            report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup)
+            report = run_sweep(predictor, sources, targets, sweep[0], sweep[1], sampling, args.warmup,
+                               batch_size=args.batch_size, draft_len=args.draft_len, n_drafts=args.n_drafts,
+                               by_length=args.by_length)
         else:
             report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
                                args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir,

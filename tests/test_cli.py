@@ -572,6 +572,46 @@ def test_bench_sampling_family_reports_acceptance_formula_and_validity(pair_file
     assert methods["relaxed"]["identical_to_greedy"] == 1.0  # beta=1, tau=0 is exact
 
 
+def test_bench_per_query_figures_at_a_batch_size_above_one(pair_files):
+    """A decoder call serves a whole batch, so calls were counted once a batch while tokens and draft tokens were
+    summed over its queries: plain greedy read 3.1 tokens a call at batch 4, and the expected tokens per call, fed
+    the batch's draft tokens as one query's, did not predict what it was set beside."""
+    from molspec_core.bench import expected_tokens_per_call, run_bench
+    from molspec_core.methods import SamplingOptions
+    from molspec_core.service import Predictor
+
+    sources = (pair_files / "src.txt").read_text().split()
+    report = run_bench(Predictor.load(MODEL), sources, None, ["greedy", "spec-sample"], batch_size=4, warmup=0,
+                       progress=False, sampling=SamplingOptions(seed=3))
+    greedy, spec = report["methods"]["greedy"], report["methods"]["spec-sample"]
+    assert greedy["tokens_per_call"] > 1.5  # per batch call: 4, then 1 query's tokens a call
+    assert greedy["tokens_per_query_call"] == pytest.approx(1.0)  # each query's own call writes one token
+    assert spec["query_calls"] > spec["model_calls"]
+    gamma = spec["draft_tokens_proposed_per_call"] * spec["model_calls"] / spec["query_calls"]
+    assert gamma <= 4  # spec-sample's draft length: what a query's call verifies at most
+    assert spec["expected_tokens_per_call"] == pytest.approx(expected_tokens_per_call(spec["acceptance_rate"], gamma))
+
+
+def test_bench_counts_a_query_it_cannot_read_as_evaluate_does_and_says_so(pair_files, capsys):
+    """bench left it out of its top-k (8 of 9 where evaluate said 8 of 10) and its table said nothing."""
+    sources = (pair_files / "src.txt").read_text().splitlines()
+    sources[1] = "C[Xe]"
+    (pair_files / "src.txt").write_text("\n".join(sources) + "\n")
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
+    assert main(["evaluate", "--model", MODEL, *files]) == 0
+    evaluated = json.loads(capsys.readouterr().out)["top1"]
+    out = pair_files / "b.json"
+    assert main(["bench", "--model", MODEL, *files, "--methods", "greedy", "--warmup", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["methods"]["greedy"]["top1"] == evaluated and report["n_queries"] == 4
+    assert report["skipped_queries"] == [{"query": 2, "error": "token '[Xe]' is not in the model's vocabulary; this "
+                                                               "model cannot read it"}]
+    assert "1 of the 5 queries given were skipped" in capsys.readouterr().out
+    (pair_files / "bad.txt").write_text("C[Xe]\nC1CC\n")
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "bad.txt", "--methods", "greedy"], capsys,
+                   "the model reads none of the 2 queries (the first, query 1: token '[Xe]'")
+
+
 def test_expected_tokens_per_call_formula():
     from molspec_core.bench import expected_tokens_per_call
 
@@ -590,6 +630,12 @@ def test_bench_sweep_of_a_lossy_knob(pair_files, capsys):
     assert sweep["points"][0]["identical_to_greedy"] == 1.0  # tau=0 stays exact even with beta=3
     assert all({"top1", "validity", "speedup_vs_greedy", "acceptance_rate"} <= set(p) for p in sweep["points"])
     assert "Sweep of relaxed over tau" in capsys.readouterr().out
+    # the sweep ran at batch size 1 and the method's own draft length whatever the command said
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "relaxed", "--sweep",
+                 "tau=0", "--draft-len", "7", "--batch-size", "2", "--warmup", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["batch_size"] == 2 and report["draft_len"] == 7 and report["methods"]["relaxed"]["drafts"][
+        "draft_len"] == 7
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
                  "--sweep", "tau=0,1"]) == 2
 
