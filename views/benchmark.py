@@ -120,10 +120,13 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
         bar.progress(done / total, text=f"Benchmarked {done} of {total} queries")
 
     targets = [target for _, target in pairs]
-    report = run_bench(predictor, [query for query, _ in pairs], targets if all(targets) else None, list(methods),
-                       n_best=cfg.n_best if cfg.n_best > 1 else 5, draft_len=cfg.draft_len, n_drafts=cfg.n_drafts,
-                       warmup=1, progress=False, sampling=cfg.sampling, on_progress=advance)
-    bar.empty()
+    try:
+        report = run_bench(predictor, [query for query, _ in pairs], targets if all(targets) else None, list(methods),
+                           n_best=cfg.n_best if cfg.n_best > 1 else 5, draft_len=cfg.draft_len,
+                           n_drafts=cfg.n_drafts, warmup=1, progress=False, sampling=cfg.sampling,
+                           on_progress=advance)
+    finally:  # a refused or failed run's error stands alone, without an empty bar above it
+        bar.empty()
     report["live"] = True
     return with_display_fields(report)
 
