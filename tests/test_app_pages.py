@@ -4,7 +4,12 @@ Page tests drive the app with Streamlit's AppTest through the helpers and fixtur
 """
 from __future__ import annotations
 
-from test_app import live_benchmark, needs_forward, texts
+import json
+
+import test_app
+from test_app import FIXTURES, app, assert_clean, live_benchmark, needs_forward, texts
+
+copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 
 
 @needs_forward
@@ -28,3 +33,33 @@ def test_a_live_benchmark_that_fails_leaves_no_progress_bar(tmp_path, monkeypatc
     at = live_benchmark(tmp_path, monkeypatch, ["spec-auto"])
     assert "The live benchmark failed" in texts(at.error)
     assert not at.get("progress")
+
+
+def test_a_saved_run_of_one_query_says_so_and_names_its_oracle_bounds_in_words(copy_models, monkeypatch, tmp_path):
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    report = run_bench(predictor, ["Oc1ccncc1Cl"], ["Oc1ccncc1Cl"], ["greedy", "spec-lookup"], warmup=1,
+                       progress=False)
+    assert "best-window-16" in report["oracle_tokens_per_call"]
+    (tmp_path / "one.json").write_text(json.dumps(report))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    captions = texts(at.caption)
+    assert captions.count("| 1 query · task ") == 1 and "1 queries" not in captions
+    assert "Speculative, lookup drafts " in captions and "best query window of up to 16 tokens " in captions
+    assert "best-window" not in captions
+
+
+def test_the_headline_says_fastest_only_among_several_of_our_methods():
+    from views.benchmark import headline, with_display_fields
+
+    entry = {"speedup_vs_beam": 1.0, "speedup_vs_ct2_beam": 2.95}
+    alone = with_display_fields({"methods": {"beam": dict(entry), "ct2-beam": {"speedup_vs_beam": 0.34}}})
+    assert headline(alone).startswith("Our exact method here, Beam search, is 2.95x as fast as CTranslate2 float32 "
+                                      "beam search")
+    two = with_display_fields({"methods": {"beam": dict(entry), "sbs-exact": {**entry, "speedup_vs_ct2_beam": 2.5}}})
+    assert headline(two).startswith("Our fastest exact method here, Beam search, is 2.95x as fast as")

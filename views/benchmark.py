@@ -10,6 +10,7 @@ import html
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -83,13 +84,14 @@ def headline(report: dict) -> str | None:
     if not ours:
         return None
     ratio, name = max(ours)
+    lead = "Our fastest exact method here" if len(ours) > 1 else "Our exact method here"  # one method is no "fastest"
     family = "beam search" if "speedup_vs_ct2_beam" in report["methods"][name] else "greedy"
 
     def verdict(value: float) -> str:
         return f"{value:.2f}x as fast as" if value >= 1 else f"{1 / value:.2f}x slower than"
 
-    sentence = (f"Our fastest exact method here, {common.method_label(name)}, is {verdict(ratio)} CTranslate2 "
-                f"float32 {family} (total time, same queries, interleaved).")
+    sentence = (f"{lead}, {common.method_label(name)}, is {verdict(ratio)} CTranslate2 float32 {family} "
+                "(total time, same queries, interleaved).")
     int8_ratio = report["methods"][name].get("speedup_ct2_int8")
     if report.get("dtype") == "int8" and int8_ratio:  # like against like: int8 beside int8
         sentence += (f" This run computes in int8, as CTranslate2 int8 does: {verdict(int8_ratio)} CTranslate2 int8 "
@@ -232,8 +234,20 @@ def table(report: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _count(n: object, one: str, many: str) -> str:
+    """"1 query", "3 queries", "? queries": a count with its noun."""
+    return f"1 {one}" if n == 1 else f"{n} {many}"
+
+
 def _threads(n: object) -> str:
-    return "1 thread" if n == 1 else f"{n} threads"
+    return _count(n, "thread", "threads")
+
+
+def oracle_label(key: str) -> str:
+    """An oracle bound's name (bench.py's keys): a copy method's label, or "best-window-16" in words, oracle.py's
+    ideal single draft: at each step the query window of up to 16 tokens that matches the reference longest."""
+    window = re.fullmatch(r"best-window-(\d+)", key)
+    return f"best query window of up to {window[1]} tokens" if window else common.method_label(key)
 
 
 def show_report(report: dict, key: str) -> None:
@@ -242,7 +256,7 @@ def show_report(report: dict, key: str) -> None:
         engine += f" in {report['dtype']}"
     if report.get("products"):
         engine += f" ({report['products']} products)"
-    facts = [f"{report.get('n_queries', '?')} queries", f"task {report.get('task', '?')}",
+    facts = [_count(report.get("n_queries", "?"), "query", "queries"), f"task {report.get('task', '?')}",
              f"device {report.get('device', '?')} ({report.get('device_name', '')})",
              f"batch size {report.get('batch_size', '?')}"
              + (", batches cut by query length" if report.get("batch_order") == "by length" else ""), engine,
@@ -278,7 +292,7 @@ def show_report(report: dict, key: str) -> None:
                    "beam's token (its width per call); every other method counts its answer's tokens.")
     oracle = report.get("oracle_tokens_per_call") or {}
     if oracle:
-        bounds = ", ".join(f"{common.method_label(k)} {v:.2f}" for k, v in oracle.items())
+        bounds = ", ".join(f"{oracle_label(k)} {v:.2f}" for k, v in oracle.items())
         st.caption(common.md_escape(f"Oracle tokens per call (if the model wrote the reference): {bounds}"))
 
 
