@@ -5,6 +5,9 @@ Page tests drive the app with Streamlit's AppTest through the helpers and fixtur
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 import test_app
 from test_app import FIXTURES, app, assert_clean, live_benchmark, needs_forward, texts
@@ -63,3 +66,29 @@ def test_the_headline_says_fastest_only_among_several_of_our_methods():
                                       "beam search")
     two = with_display_fields({"methods": {"beam": dict(entry), "sbs-exact": {**entry, "speedup_vs_ct2_beam": 2.5}}})
     assert headline(two).startswith("Our fastest exact method here, Beam search, is 2.95x as fast as")
+
+
+def test_a_models_weights_are_sized_in_megabytes_of_a_million_bytes(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from views.models import facts
+
+    save_file({"w": np.zeros(1_250_000, dtype=np.float16)}, str(tmp_path / "model.safetensors"))
+    size = (tmp_path / "model.safetensors").stat().st_size  # 2.5 million bytes and a header: 2.4 MiB
+    assert 2_500_000 < size < 2_550_000
+    shown = dict(facts(tmp_path, {}).values.tolist())
+    assert shown["Weights"] == "1 safetensors file(s), 2.5 MB"
+
+
+@pytest.mark.parametrize("task", ["forward", "retro"])
+def test_the_models_page_gives_a_shipped_models_size_as_its_card_does(task):
+    from views.models import facts
+
+    folder = test_app.ROOT / "models" / task
+    card = folder / "MODEL_CARD.md"
+    stated = re.search(r"float16 shards \((\d+) MB\)", card.read_text()) if card.is_file() else None
+    if stated is None:
+        pytest.skip(f"no shipped {task} model whose card states its size")
+    shown = dict(facts(folder, {}).values.tolist())["Weights"]
+    assert round(float(re.search(r"([\d.]+) MB$", shown)[1])) == int(stated[1]), shown

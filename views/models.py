@@ -13,6 +13,7 @@ from views import common
 
 TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, product out.",
                  "retro": "Single-step retrosynthesis: product in, reactant sets out."}
+MB = 10**6  # bytes, the model cards' unit (2**20 showed models/forward's 23 MB as 22.2)
 
 
 @st.cache_data(max_entries=16)
@@ -47,7 +48,7 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
         ("Vocabulary", f"{model.get('vocab_size', '?')} tokens"),
         ("Longest sequence", f"{model.get('max_positions', '?')} tokens"),
         ("Parameters", f"{params / 1e6:.1f} M" if params else "unknown"),
-        ("Weights", f"{len(weights)} safetensors file(s), {sum(p.stat().st_size for p in weights) / 2**20:.1f} MB"),
+        ("Weights", f"{len(weights)} safetensors file(s), {sum(p.stat().st_size for p in weights) / MB:.1f} MB"),
     ]
     data = config.get("data_stats") or {}
     averaged = config.get("averaged_from") or []  # checkpoint.average: the config is the first folder's
