@@ -92,3 +92,14 @@ def test_the_models_page_gives_a_shipped_models_size_as_its_card_does(task):
         pytest.skip(f"no shipped {task} model whose card states its size")
     shown = dict(facts(folder, {}).values.tolist())["Weights"]
     assert round(float(re.search(r"([\d.]+) MB$", shown)[1])) == int(stated[1]), shown
+
+
+def test_the_sweep_charts_speedup_axis_has_round_ticks_of_its_own():
+    """plotly.js ticks an overlaying axis on the primary axis's grid unless told otherwise (tickmode "sync"), which
+    put the speedups at 0.196, 0.391, ... beside the accuracy's 0%, 20%, ..."""
+    from views.benchmark import sweep_figure
+
+    points = [{"tau": tau, "top1": 0.8, "validity": 0.95, "speedup_vs_greedy": 1.23} for tau in (0.0, 1.0, 2.0)]
+    right = sweep_figure({"method": "relaxed", "knob": "tau", "points": points}).layout.yaxis2
+    assert right.overlaying == "y" and right.side == "right"
+    assert right.tickmode == "auto" and right.showgrid is False
