@@ -344,7 +344,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         check_output(args.output, None if args.input == STDIN else args.input)
         check_results_name(args.output)
         task = model_task(args.model)
-        table, recorded = with_recorded(read_queries(args.input, args.column, args.input_format), task)
+        table, recorded = with_recorded(read_queries(args.input, args.column, args.input_format, task=task), task)
         check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"

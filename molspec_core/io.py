@@ -44,6 +44,10 @@ DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
 # (known.with_recorded), the very last as USPTO-50K's files name it
 SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product", "rxn_smiles", "reaction_smiles", "reaction",
                   "reactants>reagents>production")
+# Retrosynthesis reads products: where a header names both, the product column holds its queries, not the reactants
+# (a retro batch of a reactants,product file once took the reactants apart without a word).
+RETRO_SMILES_COLUMNS = tuple("product" if c == "reactants" else "reactants" if c == "product" else c
+                             for c in SMILES_COLUMNS)
 # Between a CSV's cells: a comma, else what its header line shows. Excel writes ';' where the decimal mark is a
 # comma (most of Europe), and a tab-separated file (.tsv) is read as a CSV of tabs.
 CSV_DELIMITERS = (",", ";", "\t")
@@ -144,23 +148,25 @@ def input_kind(path: str | Path, read_as: str | None = None) -> str:
     return read_as or ("txt" if str(path) == STDIN else query_format(Path(path).name)[1])
 
 
-def read_queries(path: str | Path, column: str | None = None, read_as: str | None = None) -> QueryFile:
+def read_queries(path: str | Path, column: str | None = None, read_as: str | None = None, *,
+                 task: str | None = None) -> QueryFile:
     """Queries from a TXT (one per line), SMILES, SD or CSV file (a SMILES column) or an Excel workbook (a SMILES
     column, parse_workbook), optionally .gz or .xz; blank records are kept as empty queries so that row numbers
     stay aligned with the file. The kind is the name's (query_format) unless `read_as` names one (READ_AS);
-    compression is always the name's. `path` "-" (STDIN) reads standard input, as TXT unless `read_as` says."""
+    compression is always the name's. `path` "-" (STDIN) reads standard input, as TXT unless `read_as` says.
+    `task` (forward, retro) chooses among a table's query columns where none is named (query_columns)."""
     if read_as is not None and read_as not in READ_AS:
         raise InputFileError(f"an input is read as one of {', '.join(READ_AS)}, not {read_as!r}")
     if str(path) == STDIN:
-        return _parse_stream(sys.stdin.buffer, STDIN_NAME, column, input_kind(path, read_as))
+        return _parse_stream(sys.stdin.buffer, STDIN_NAME, column, input_kind(path, read_as), task)
     path = Path(path)
     with open_regular(path) as raw:
-        return _parse_stream(raw, path.name, column, read_as)
+        return _parse_stream(raw, path.name, column, read_as, task)
 
 
-def parse_upload(name: str, data: bytes, column: str | None = None) -> QueryFile:
+def parse_upload(name: str, data: bytes, column: str | None = None, *, task: str | None = None) -> QueryFile:
     """The queries of a file already in memory (an upload), by the same rules as read_queries."""
-    return _parse_stream(io.BytesIO(data), name, column)
+    return _parse_stream(io.BytesIO(data), name, column, task=task)
 
 
 def open_regular(path: Path) -> IO[bytes]:
@@ -205,7 +211,8 @@ def read_text(path: str | Path) -> str:
 QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line", "sdf": "its records' molecules"}
 
 
-def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | None = None) -> QueryFile:
+def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | None = None,
+                  task: str | None = None) -> QueryFile:
     """The queries of a stream, read as `kind` (READ_AS), else as its name says (query_format)."""
     kind = kind or query_format(name)[1]
     if kind == "xls":
@@ -216,8 +223,8 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
                              f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv) "
                              "or an Excel workbook (.xlsx)")
     if kind == "xlsx":
-        return parse_workbook(_read_stream(raw, name), name, column)
-    return parse_queries(_decode_stream(raw, name), kind=kind, column=column)
+        return parse_workbook(_read_stream(raw, name), name, column, task=task)
+    return parse_queries(_decode_stream(raw, name), kind=kind, column=column, task=task)
 
 
 def _read_stream(raw: IO[bytes], name: str) -> bytearray:
@@ -241,7 +248,7 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
                              "the file as UTF-8 (in Excel: CSV UTF-8)") from None
 
 
-def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFile:
+def parse_queries(text: str, *, kind: str, column: str | None = None, task: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
     characters stay inside their query and are rejected there; a first line "smiles", any case, is a header),
     a SMILES file's line (parse_smiles_file), or a CSV record's SMILES column (quoted cells may hold line
@@ -253,19 +260,19 @@ def parse_queries(text: str, *, kind: str, column: str | None = None) -> QueryFi
         return parse_sd_file(text)
     if kind != "csv":
         lines = re.split(r"\r\n|\r|\n", text)
-        if lines and lines[-1] == "":
-            lines.pop()  # the file's final line break ends the last line; it does not start a new one
+        while lines and not lines[-1].strip():  # blank lines after the last query, as a CSV's after its last record
+            lines.pop()  # (the file's final line break ends the last line; it does not start a new one)
         if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
             lines = lines[1:]  # a header, as a SMILES file's (parse_smiles_file); it was refused as a query
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     try:
-        reader = iter(csv_records(text, csv_delimiter(text, column)))
+        reader = iter(csv_records(text, csv_delimiter(text, column, task)))
         top = list(itertools.islice(reader, HEADER_ROWS))
         if not any(field.strip() for record in top for field in record):
             raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them "
                                  f"{_expected(column)}")
-        found = header_of(top, column)
+        found = header_of(top, column, task)
         if found is None:
             raise InputFileError(f"the CSV needs a column named {_expected(column)} in a header line (the first line, "
                                  f"or one of the first {HEADER_ROWS} under titles); its first line has {top[0]} (cells "
@@ -297,20 +304,34 @@ def csv_records(text: str, delimiter: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
 
 
-def header_of(rows: Sequence[Sequence[str]], column: str | None) -> tuple[int, int] | None:
+def header_of(rows: Sequence[Sequence[str]], column: str | None, task: str | None = None) -> tuple[int, int] | None:
     """The header among a table's first rows: (its index, the query column's index in it) for the first of the
     first HEADER_ROWS rows that names the query column (query_column); None where none does."""
     for index, fields in enumerate(rows[:HEADER_ROWS]):
-        at = query_column(fields, column)
+        at = query_column(fields, column, task)
         if at is not None:
             return index, at
     return None
 
 
-def query_column(fields: Sequence[str], column: str | None) -> int | None:
-    """Where a header names the query column: `column`, else the first of SMILES_COLUMNS it holds; None if nowhere."""
-    wanted = column if column else next((c for c in SMILES_COLUMNS if c in fields), None)
-    return fields.index(wanted) if wanted in fields else None
+def query_columns(column: str | None, task: str | None = None) -> tuple[str, ...]:
+    """The names a header may give the query column, preferred first: `column` where one is named, else
+    SMILES_COLUMNS (RETRO_SMILES_COLUMNS for retrosynthesis)."""
+    if column:
+        return (column,)
+    return RETRO_SMILES_COLUMNS if task == "retro" else SMILES_COLUMNS
+
+
+def query_column(fields: Sequence[str], column: str | None, task: str | None = None) -> int | None:
+    """Where a header names the query column: the first of query_columns it holds, as written, else in any case and
+    without spaces around it (a ChEMBL export's "Smiles"); None if nowhere."""
+    if column and column in fields:
+        return fields.index(column)
+    folded = [field.strip().casefold() for field in fields]
+    for wanted in query_columns(column, task):
+        if wanted.strip().casefold() in folded:
+            return folded.index(wanted.strip().casefold())
+    return None
 
 
 def _expected(column: str | None) -> str:
@@ -338,7 +359,8 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
     return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else (), reasons)
 
 
-def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None) -> QueryFile:
+def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None, *,
+                   task: str | None = None) -> QueryFile:
     """The queries of an Excel workbook (.xlsx), read as a CSV is (table_queries): the first sheet with a header
     row naming the query column (`column`, else one of SMILES_COLUMNS; header_of: among its first HEADER_ROWS rows)
     is the table, the rows under the header its records. Each
@@ -368,7 +390,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
             for sheet in book.worksheets:
                 top = [[_cell_text(value) for value in values]
                        for values in sheet.iter_rows(max_row=HEADER_ROWS, values_only=True)]
-                found = header_of(top, column)
+                found = header_of(top, column, task)
                 if found is None:
                     headers.append(f"{sheet.title!r}: {[f for f in top[0] if f] if top else []}")
                     continue
@@ -433,7 +455,7 @@ def _cell_text(value: object) -> str:
     return str(value)
 
 
-def csv_delimiter(text: str, column: str | None = None) -> str:
+def csv_delimiter(text: str, column: str | None = None, task: str | None = None) -> str:
     """What separates a CSV's cells: the first of CSV_DELIMITERS whose split of the header line names the query
     column (`column`, else one of SMILES_COLUMNS); a comma where none does, so that the error shows the header as
     a comma-separated file reads. A SMILES holds no comma, semicolon or tab outside a quoted cell, and a header is
@@ -444,7 +466,7 @@ def csv_delimiter(text: str, column: str | None = None) -> str:
             top = list(itertools.islice(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), HEADER_ROWS))
         except csv.Error:
             continue  # malformed so split; the reader at the delimiter chosen says where
-        if header_of(top, column) is not None:
+        if header_of(top, column, task) is not None:
             return delimiter
     return CSV_DELIMITERS[0]
 

@@ -208,6 +208,8 @@ def fuzz_files(seed: int, folder: Path, n: int) -> list[tuple[Path, list[str] | 
         if kind < 4:  # TXT: a query cannot hold a line break
             queries = [q.replace("\r", "").replace("\n", "") for q in queries]
             text, name = bom + "".join(q + "\n" for q in queries), rng.choice([".txt", ".TXT", ".smi", ".SMI", ""])
+            while queries and not queries[-1].strip():
+                queries.pop()  # blank lines after the last query are no queries (a CSV's blank records neither)
             if name.lower() == ".smi":  # a SMILES file: each line's SMILES ends at its first space or tab
                 queries = [re.split(r"[ \t]+", q.strip(" \t"), maxsplit=1)[0] for q in queries]
                 if queries and queries[0].lower() == "smiles":

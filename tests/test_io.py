@@ -16,7 +16,7 @@ from conftest import molfile, sd_file_text
 from molspec_core import io as molspec_io
 from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, RESULT_COLUMNS, InputFileError, OutputFileError,
                              QueryFile, check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded,
-                             read_queries, write_csv)
+                             parse_upload, read_queries, write_csv)
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -185,11 +185,31 @@ def test_a_comma_wins_and_a_named_column_decides_the_split(tmp_path):
     (tmp_path / "q.csv").write_text("id,smiles;note\n1,CCO;x\n")  # commas name 'smiles;note' only: semicolons
     assert read_queries(tmp_path / "q.csv", column="smiles;note").queries == ["CCO;x"]
     assert read_queries(tmp_path / "q.csv", column="note").queries == ["x"]
-    (tmp_path / "r.csv").write_text("Smiles;x,name\nCCO;1,ethanol\n")  # no query column whatever the split
-    with pytest.raises(InputFileError, match=r"its first line has \['Smiles;x', 'name'\] \(cells split at commas; "
-                                             r"semicolons and tabs were tried too\)$"):
+    (tmp_path / "r.csv").write_text("Structure;x,name\nCCO;1,ethanol\n")  # no query column whatever the split
+    with pytest.raises(InputFileError, match=r"its first line has \['Structure;x', 'name'\] \(cells split at "
+                                             r"commas; semicolons and tabs were tried too\)$"):
         read_queries(tmp_path / "r.csv")
-    assert read_queries(tmp_path / "r.csv", column="Smiles").queries == ["CCO"]
+    assert read_queries(tmp_path / "r.csv", column="Structure").queries == ["CCO"]
+
+
+@pytest.mark.parametrize("header", ['"ChEMBL ID";"Name";"Smiles"', "id;Smiles", "id; SMILES ", "id;Query"])
+def test_a_query_column_is_found_in_any_case_and_without_spaces_around_its_name(tmp_path, header):
+    """A ChEMBL export names its column "Smiles": it was refused until the name was typed in."""
+    fields = header.count(";") + 1
+    (tmp_path / "c.csv").write_text(f"{header}\n" + ";" * (fields - 1) + "CCO\n")
+    table = read_queries(tmp_path / "c.csv")
+    assert table.queries == ["CCO"] and len(table.columns) == fields - 1
+
+
+def test_a_retro_read_takes_the_product_column_where_a_table_names_reactants_too(tmp_path):
+    """The Batch page's retrosynthesis read a reactants,product file's reactants as its queries, without a word."""
+    (tmp_path / "rp.csv").write_text("reactants,product\nCC(=O)Cl.Nc1ccccc1,CC(=O)Nc1ccccc1\n")
+    assert read_queries(tmp_path / "rp.csv", task="retro").queries == ["CC(=O)Nc1ccccc1"]
+    assert read_queries(tmp_path / "rp.csv", task="forward").queries == ["CC(=O)Cl.Nc1ccccc1"]
+    assert read_queries(tmp_path / "rp.csv").queries == ["CC(=O)Cl.Nc1ccccc1"]
+    assert read_queries(tmp_path / "rp.csv", column="reactants", task="retro").queries == ["CC(=O)Cl.Nc1ccccc1"]
+    with open(tmp_path / "rp.csv", "rb") as f:
+        assert parse_upload("rp.csv", f.read(), task="retro").columns == ("reactants",)
 
 
 def test_other_columns_are_read_beside_the_query(tmp_path):
