@@ -31,11 +31,12 @@ from molspec_core.io import RESULT_COLUMNS  # noqa: E402
 from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
-from views.batch import results_sdf, results_workbook, safe_csv  # noqa: E402
+from views.batch import results_key, results_sdf, results_workbook, safe_csv  # noqa: E402
 from conftest import excel_and_csv, molfile, sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_MODEL = ROOT / "models" / "forward"
+BATCH = results_key("forward")  # the session key of the forward task's last batch
 needs_forward = pytest.mark.skipif(not (FORWARD_MODEL / "config.json").is_file(),
                                    reason=f"shipped forward model not found at {FORWARD_MODEL}")
 TIMEOUT = 120  # seconds per AppTest run: a cold start loads torch, RDKit and the model
@@ -851,7 +852,7 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "2", "3")
     assert "3 of 5 rows were rejected" in texts(at.warning)
     assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download SDF", "Download Excel"]
-    table = at.session_state["batch"].table
+    table = at.session_state[BATCH].table
     exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
     assert list(exported.columns) == ["note", *RESULT_COLUMNS]  # the upload's other column in front
     firsts = exported.drop_duplicates("row")  # each query's first row: its first answer, or why it was rejected
@@ -881,7 +882,7 @@ def test_batch_reads_hydrides_as_ions_only_when_asked_and_says_how_many_rows_wai
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Predicted"], metrics["Rejected"]) == ("3", "1")  # [Ir] has no ion writing
     assert "hydride written as one species" not in texts(at.info) and "hydrides read as ions" in texts(at.caption)
-    table = at.session_state["batch"].table
+    table = at.session_state[BATCH].table
     assert table["canonical_query"].tolist()[:2] == ["C1CCOC1.CCOC(=O)c1ccccc1.[Al+3].[H-].[H-].[H-].[H-].[Li+]",
                                                      "CI.[H-].[Na+].c1ccc2[nH]ccc2c1"]
     assert table["smiles"].tolist()[:2] == ["OCc1ccccc1", "Cn1ccc2ccccc21"]  # the ester reduced, indole methylated
@@ -903,7 +904,7 @@ def test_batch_reads_a_workbook_and_its_excel_download_is_the_clis(copy_models, 
     at.file_uploader[0].set_value(("list.xlsx", upload.getvalue(), "application/octet-stream"))
     submit(at, "Run batch")
     assert_clean(at)
-    batch = at.session_state["batch"]
+    batch = at.session_state[BATCH]
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Queries"], metrics["Rejected"]) == ("3", "1")
     from_app = pd.read_excel(io.BytesIO(results_workbook(batch.table))).drop(columns="time_ms")
@@ -931,7 +932,7 @@ def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
     at.file_uploader[0].set_value(("mixed.csv", data, "text/csv"))
     submit(at, "Run batch")
     assert_clean(at)
-    batch = at.session_state["batch"]
+    batch = at.session_state[BATCH]
     app_csv = safe_csv(batch.table)
     records = list(csv.reader(io.StringIO(app_csv.decode(), newline="")))
     assert len(records) == 1 + len(batch.table)  # no cell broke into a record of its own
@@ -962,13 +963,71 @@ def test_batch_rejects_unusable_files_with_a_message(copy_models, monkeypatch):
         assert message in texts(at.error), texts(at.error)
 
 
-def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
+def test_batch_retrosynthesis_reads_the_product_column_and_checks_each_answer_round_trip(copy_models, monkeypatch):
+    """A reactants,product file under retrosynthesis took its reactants apart, without a word; and the sidebar's
+    round-trip check (on) never ran on the Batch page: its columns were empty in every export."""
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
+        config = json.loads((copy_models / task / "config.json").read_text())
+        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
     at = batch_page(monkeypatch, copy_models)
-    at.file_uploader[0].set_value(("queries.txt", b"Oc1ccncc1\n\nc1ccncc1Cl\n", "text/plain"))
+    at.radio(key="task").set_value("retro").run()
+    assert at.toggle(key="round_trip").value
+    assert "automatic: smiles, SMILES, query, product, reactants" in at.text_input[0].placeholder
+    data = b"reactants,product\nClC(=O)c1ccccc1.N,Oc1ccncc1\nCC(=O)Cl.N,c1ccncc1Cl\n"
+    at.file_uploader[0].set_value(("rp.csv", data, "text/csv"))
     submit(at, "Run batch")
     assert_clean(at)
-    firsts = at.session_state["batch"].table.drop_duplicates("row")  # each query's first answer, or its error
-    assert firsts["rank"].isna().tolist() == [False, True, False]
+    table = at.session_state[results_key("retro")].table
+    assert table.drop_duplicates("row")["query"].tolist() == ["Oc1ccncc1", "c1ccncc1Cl"]
+    assert table["reactants"].iloc[0] == "ClC(=O)c1ccccc1.N"  # the other column, carried in front
+    sane = table[table["sane"].fillna(False).astype(bool)]
+    assert len(sane) and sane["round_trip"].notna().all() and sane["forward_prob"].between(0, 1).all()
+    assert re.search(r"rp\.csv · Retrosynthesis with retro · .* · each sane answer checked round trip with forward "
+                     r"\(within its top 1\)", texts(at.caption))
+    assert results_key("forward") not in at.session_state  # each task keeps its own last batch
+    at.radio(key="task").set_value("forward").run()
+    assert "Results" not in texts(at.subheader)
+    at.radio(key="task").set_value("retro").run()
+    assert "Results" in texts(at.subheader)
+
+
+def test_a_file_that_cannot_be_read_clears_the_last_results(copy_models, monkeypatch):
+    """The last file's table and downloads stayed under the new file's error, as if they were its results."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert "Results" in texts(at.subheader) and at.get("download_button")
+    at.file_uploader[0].set_value(("odd.csv", b"id,Reactant SMILES\n1,CCO\n", "text/csv"))
+    submit(at, "Run batch")
+    assert "needs a column" in texts(at.error)
+    assert "Results" not in texts(at.subheader) and not at.get("download_button") and BATCH not in at.session_state
+
+
+@needs_forward
+def test_the_uncached_baselines_run_in_float32_where_int8_is_on(monkeypatch):
+    """In int8 every row of a batch failed, "the model failed (ValueError)": Predictor.decode refuses them there."""
+    at = batch_page(monkeypatch)
+    if not common.int8_offered():
+        pytest.skip("int8 is not offered on this machine (no C compiler)")
+    at.selectbox(key="method").set_value("greedy-uncached").run()
+    assert "recomputes every prefix in torch" in texts(at.sidebar.caption)
+    at.file_uploader[0].set_value(("q.txt", b"CC(=O)Cl.NC\nC1CC\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    table = at.session_state[BATCH].table
+    assert table["rank"].notna().tolist() == [True, False] and table["dtype"].iloc[0] == "float32"
+    assert "1 of 2 rows were rejected; their reason is in the `error` column. The other row was predicted." in texts(
+        at.warning)
+
+
+def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("queries.txt", b"Oc1ccncc1\n\nc1ccncc1Cl\n\n \n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    firsts = at.session_state[BATCH].table.drop_duplicates("row")  # each query's first answer, or its error
+    assert firsts["rank"].isna().tolist() == [False, True, False]  # blank lines after the last are no rows
     assert firsts["error"].tolist()[1].startswith("empty query")
 
 
@@ -980,7 +1039,7 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
     at.text_input[1].input("product")  # the file has no such column: refused before anything is predicted
     submit(at, "Run batch")
     assert "known.csv has no column 'product' of known answers (its other columns: expected)" in texts(at.error)
-    assert "batch" not in at.session_state
+    assert BATCH not in at.session_state
     at.text_input[1].input("expected")
     submit(at, "Run batch")
     assert_clean(at)
@@ -993,7 +1052,7 @@ def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, mon
     assert ("Known answers from the column expected: first for 1 (33.3%) and listed for 2 (66.7%) of 3 queries "
             "(canonical SMILES, stereo kept); not counted: 1 known answer RDKit cannot read, 1 query with no known "
             "answer.") in texts(at.caption)
-    table = at.session_state["batch"].table
+    table = at.session_state[BATCH].table
     assert list(table.columns[-2:]) == ["error", "matches_known"] and str(table["matches_known"].dtype) == "boolean"
     assert table.loc[table["matches_known"].fillna(False), ["row", "rank"]].values.tolist() == [[1, 2], [2, 1]]
     assert table.loc[table["row"] == 3, "matches_known"].eq(False).all()
@@ -1016,7 +1075,7 @@ def test_batch_reads_recorded_reactions_and_checks_their_recorded_outcome(copy_m
             "queries (canonical SMILES, stereo kept); not counted: 1 query with no known answer.") in texts(at.caption)
     assert ("2 of 4 queries are recorded reactions (reactants>reagents>products): the model was asked for their "
             "reactants, and the recorded reactants are in the column recorded_reactants.") in texts(at.caption)
-    table = at.session_state["batch"].table
+    table = at.session_state[BATCH].table
     firsts = table.drop_duplicates("row")
     assert firsts["recorded_reactants"].tolist() == ["Oc1cccnc1", "CCO", "", ""]
     assert firsts["query"].tolist() == ["Oc1ccncc1", "Oc1ccncc1", "Oc1ccncc1", "C1C(>>Oc1ccncc1"]  # nothing lost
@@ -1030,7 +1089,7 @@ def test_batch_smiles_file_keeps_its_names_in_front_of_the_results(copy_models, 
                                    "chemical/x-daylight-smiles"))
     submit(at, "Run batch")
     assert_clean(at)
-    table = at.session_state["batch"].table
+    table = at.session_state[BATCH].table
     assert list(table.columns[:3]) == ["name", "row", "query"]
     firsts = table.drop_duplicates("row")
     assert firsts["name"].tolist() == ["hydroxypyridine", "chloro pyridine"]
@@ -1042,7 +1101,7 @@ def test_batch_sd_file_reports_an_unreadable_record_on_its_row(copy_models, monk
     at.file_uploader[0].set_value(("drawn.sdf", sd_file_text().encode(), "chemical/x-mdl-sdfile"))
     submit(at, "Run batch")
     assert_clean(at)
-    firsts = at.session_state["batch"].table.drop_duplicates("row")
+    firsts = at.session_state[BATCH].table.drop_duplicates("row")
     assert firsts["name"].tolist() == ["L-alanine", "broken", "five bonds", "4-chloropyridine"]
     assert firsts["query"].tolist() == ["C[C@H](N)C(=O)O", "", "", "Clc1ccncc1"]
     assert firsts["rank"].isna().tolist()[1:] == [True, True, False]  # (the copy model cannot read alanine's [C@H])
@@ -1058,7 +1117,7 @@ def test_batch_sdf_is_the_clis_sd_file(copy_models, monkeypatch, tmp_path):
     at.file_uploader[0].set_value(("drawn.sdf", sd_file_text().encode(), "chemical/x-mdl-sdfile"))
     submit(at, "Run batch")
     assert_clean(at)
-    batch = at.session_state["batch"]
+    batch = at.session_state[BATCH]
     (tmp_path / "app.sdf").write_bytes(results_sdf(batch.table))
     (tmp_path / "drawn.sdf").write_text(sd_file_text())
     assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "drawn.sdf"),
@@ -1332,7 +1391,7 @@ def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
     assert_clean(at)
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("10000", "9000", "1000")
-    exported = pd.read_csv(io.BytesIO(safe_csv(at.session_state["batch"].table)), keep_default_na=False, dtype=str)
+    exported = pd.read_csv(io.BytesIO(safe_csv(at.session_state[BATCH].table)), keep_default_na=False, dtype=str)
     assert exported["query"].tolist() == rows
     assert (exported["error"] != "").tolist() == [i % 10 == 3 for i in range(10_000)]
 

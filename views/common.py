@@ -167,8 +167,9 @@ class Settings:
 
     def describe(self) -> str:
         text = method_label(self.method)
-        if reads(self.method, "n_best"):
-            text += f", {self.n_best}-best"
+        if reads(self.method, "n_best"):  # the sidebar's "Samples" for a sampling method, its beam width otherwise
+            text += (f", {counted(self.n_best, 'sample')}" if METHODS[self.method].family == "sampling"
+                     else f", {self.n_best}-best")
         if reads(self.method, "draft_len") and self.draft_len is not None:
             text += f", {counted(self.n_drafts or 1, 'draft')} of {counted(self.draft_len, 'token')}"
         if self.augment > 1:
@@ -241,6 +242,11 @@ def render_sidebar() -> Settings:
         sb.toggle("Faster arithmetic (int8)", value=INT8_BY_DEFAULT, key="int8", help=INT8_HELP)
         if want_int8 and predictor is not None and dtype != "int8":
             sb.caption(md_escape(f"This model computes in float32: {int8_refusal(str(models_dir() / model))}"))
+        elif dtype == "int8" and predictor is not None and METHODS[method].benchmark_only:
+            dtype = "float32"  # Predictor.decode refuses it in int8: every row of a batch failed
+            predictor = predictor_for(str(models_dir() / model), dtype)
+            sb.caption("This baseline recomputes every prefix in torch, in float32 arithmetic: it computes in "
+                       "float32.")
         elif dtype == "int8" and predictor is not None and predictor.several_drafts(method, draft_len, n_drafts):
             dtype = "float32"  # the int8 call verifies one draft per row (Predictor.several_drafts)
             predictor = predictor_for(str(models_dir() / model), dtype)  # the engine line below names it
