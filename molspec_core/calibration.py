@@ -29,6 +29,7 @@ before hold one map, used for every rank.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import hashlib
 import json
@@ -70,6 +71,9 @@ class Calibration:
     rest_edges: tuple[float, ...] = ()
     rest_values: tuple[float, ...] = ()
     ece_by_rank: tuple[float | None, float | None] = (None, None)  # ECE of first answers and of the rest, checked
+    # What identifies the queries that judged it (evaluate.queries_digest of theirs and their answers), so that judge
+    # re-judges it on those alone; "" in files from before it, which judge tells by their count only.
+    check_sha256: str = ""
 
     def confidence(self, score: float, rank: int = 1) -> float:
         """The calibrated chance that an answer with this summed log-prob is right, where `rank` is its place
@@ -195,10 +199,14 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
         n_best: int = 5, batch_size: int | None = None, progress: bool = True, augment: int = 1) -> Calibration:
     """Fit on the first FIT_SHARE of the queries, judge on the rest (each read in `augment` writings)."""
+    from .evaluate import queries_digest
+
     require_pairs(sources, targets, "calibration")
     require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
-    return fit_answers(answers, weights_fingerprint(predictor.path), method, n_best, augment)
+    fitted = fit_answers(answers, weights_fingerprint(predictor.path), method, n_best, augment)
+    checks = slice(fitted.n_fit, None)
+    return dataclasses.replace(fitted, check_sha256=queries_digest(list(sources[checks]), list(targets[checks])))
 
 
 def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: str, method: str, n_best: int,
@@ -211,6 +219,10 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
     checked = [(rank, a) for query in answers[n_fit:] for rank, a in enumerate(query, start=1)]
     if not any(fitting) or not checked:
         raise ValueError("the model gave no answer to fit or to judge a calibration with")
+    if not any(right for query in fitting for _, right in query):  # every step would read (near) 0%
+        raise ValueError(f"none of the answers to the {n_fit} fitting queries is right, so a fit would call every "
+                         "answer wrong: check that --tgt holds the answers of --src, line by line, and that the "
+                         "model reads these queries")
     from .service import POOL_POWER
 
     edges, values, rest_edges, rest_values = maps(fitting, second_map_pays(fitting))
@@ -291,11 +303,16 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
         writings = f", {augment} writings" if augment > 1 else ""
         raise ValueError(f"{predictor.path} has no calibration for {kind} answers{writings} to judge "
                          f"({file_name(augment, kind)}, fitted for these weights)")
+    from .evaluate import queries_digest
+
     n_fit = check_share(len(sources))
     if len(sources) - n_fit != fitted.n_check:  # other queries: an error not comparable with the fit's own
         raise ValueError(f"the saved fit was judged on {fitted.n_check} queries, the last of those it was made from; "
                          f"these {len(sources)} give {len(sources) - n_fit}: judge it on the files and --limit it was "
                          "made with")
+    if fitted.check_sha256 and queries_digest(list(sources[n_fit:]), list(targets[n_fit:])) != fitted.check_sha256:
+        raise ValueError(f"these are not the {fitted.n_check} queries the saved fit was judged on (their SMILES or "
+                         "answers differ): judge it on the files and --limit it was made with")
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
     flat = [(rank, a) for query in answers for rank, a in enumerate(query, start=1)]
     if not flat:

@@ -53,6 +53,10 @@ def number_at_least(minimum: float, above: bool = False) -> Callable[[str], floa
     return number
 
 
+FEW_FIT_QUERIES = 100  # calibrate warns below this many fitting queries
+CALIBRATE_LIMIT = 600  # calibrate's default --limit
+
+
 def check_report_path(path: str, *inputs: str | None) -> Path:
     """Refuse, before any work is done, a report's --out that io.check_output refuses (a missing folder, a
     folder, a device, one of the run's own input files: `inputs`) or whose name promises a compression the
@@ -184,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(p)
     p.add_argument("--src", required=True, help="validation queries (never test)")
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
-    p.add_argument("--limit", type=at_least(3), default=600, help="the first N queries (default %(default)s)")
+    p.add_argument("--limit", type=at_least(3), default=CALIBRATE_LIMIT, help="the first N queries (default "
+                   "%(default)s)")
     augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
     p.add_argument("--judge", action="store_true", help="fit nothing: judge the model's saved fit for these answers "
                    "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
@@ -604,11 +609,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     fitted = calibration.fit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                              augment=args.augment)
+    earlier = predictor.calibration_for(args.method, args.augment)
     path = calibration.save(fitted, predictor.path)
+    replaced = (f" (it replaces a fit on {earlier.n_fit} queries, judged on {earlier.n_check} with error "
+                f"{earlier.ece:.4f})" if earlier is not None else "")
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
           f"fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
-          f"{fitted.ece_raw:.4f}) -> {path}")
+          f"{fitted.ece_raw:.4f}) -> {path}{replaced}")
+    if fitted.n_fit < FEW_FIT_QUERIES:
+        log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
+                    "%d)", fitted.n_fit, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
     return 0
 
 

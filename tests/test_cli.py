@@ -94,6 +94,37 @@ def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_wri
     assert "the saved fit was judged on 2 queries" in capsys.readouterr().err
 
 
+def test_calibrate_judges_on_the_very_queries_that_judged_the_fit(tmp_path, capsys):
+    """Files shifted by a line (or another --limit of the same size) were judged as if they were the fit's own."""
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    assert json.loads((model / "calibration.json").read_text())["check_sha256"]
+    lines = (tmp_path / "val.src").read_text().splitlines()
+    (tmp_path / "val.src").write_text("\n".join(lines[:-1] + ["CCCOc1ccccc1"]) + "\n")  # a check query changed
+    capsys.readouterr()
+    assert main(["calibrate", *files, "--n-best", "2", "--judge"]) == 2
+    assert "these are not the 2 queries the saved fit was judged on" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_a_fit_without_one_right_answer_and_says_what_it_replaces(tmp_path, capsys, caplog):
+    """Targets that were not the queries' answers fitted every answer to 12%, over the model's fit, without a word."""
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    saved = (model / "calibration.json").read_text()
+    capsys.readouterr()
+    targets = (tmp_path / "val.tgt").read_text()
+    (tmp_path / "val.tgt").write_text("CC\n" * 6)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 2
+    assert "none of the answers to the 4 fitting queries is right" in capsys.readouterr().err
+    assert (model / "calibration.json").read_text() == saved
+    (tmp_path / "val.tgt").write_text(targets)  # the right answers again
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    assert "(it replaces a fit on 4 queries, judged on 2 with error" in capsys.readouterr().out
+    assert caplog.records[-1].getMessage() == (
+        "the fit rests on 4 queries: its confidences are coarse steps (the default --limit, 600, fits on 400)")
+
+
 def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
     from molspec_core import calibration
 
