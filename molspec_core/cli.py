@@ -578,7 +578,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
         print(f"{name}: {path} (model {report.get('model')}, {report.get('augment', 1)} writing(s), "
               f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')})")
-    print(f"{table['n']} queries ({a.get('src')}); right only with a / only with b, exact McNemar p")
+    source = f" ({a['src']})" if a.get("src") else ""
+    print(f"{table['n']} queries{source}; right only with a / only with b, exact McNemar p")
     for order in ORDERS:
         print(f"{order.replace('_', ' ')}:")
         for row in table[order]:

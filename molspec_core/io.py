@@ -179,7 +179,7 @@ def open_regular(path: Path) -> IO[bytes]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
-            raise InputFileError(f"{path} is {kind}, not a file of queries")
+            raise InputFileError(f"{path} is {kind}, not a file to read")  # queries, targets, a report, a stock
         if info.st_size > MAX_INPUT_BYTES:  # the cheap check first; the bounded read below is the real one
             raise InputFileError(f"{path.name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
         os.set_blocking(fd, True)

@@ -3,6 +3,7 @@ import argparse
 import csv
 import gzip
 import json
+import math
 import logging
 import os
 import subprocess
@@ -421,9 +422,12 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     assert table["app_order"][0]["p"] == 1.0
     # exact McNemar: 10 against 0 is 2 x (1/2)^10; one-sided counts are symmetric
     assert mcnemar_p(10, 0) == pytest.approx(2 / 1024) and mcnemar_p(3, 7) == mcnemar_p(7, 3) == pytest.approx(0.34375)
+    exact = 2 * sum(math.comb(2200, i) for i in range(1001)) / 2 ** 2200  # computed in logs, as exact as this
+    assert mcnemar_p(1000, 1200) == pytest.approx(exact, rel=1e-9) and 0 < mcnemar_p(17_000, 20_000) < 1e-50
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "top-1: a 66.7%  b 50.0%  only a 3  only b 2" in out
+    assert "6 queries; right only" in out  # these reports name no --src file: it read "6 queries (None)"
     assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 
@@ -916,7 +920,7 @@ def test_special_input_files_are_refused(tmp_path, source, capsys):
         os.mkfifo(tmp_path / "fifo")
         source = tmp_path / "fifo"
     assert predict_file(source, tmp_path / "o.csv") == 2
-    assert "not a file of queries" in capsys.readouterr().err and not (tmp_path / "o.csv").exists()
+    assert "not a file to read" in capsys.readouterr().err and not (tmp_path / "o.csv").exists()
 
 
 def test_compressed_upper_case_csv_with_a_byte_order_mark(tmp_path):
