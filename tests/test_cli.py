@@ -427,7 +427,13 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "top-1: a 66.7%  b 50.0%  only a 3  only b 2" in out
-    assert "6 queries; right only" in out  # these reports name no --src file: it read "6 queries (None)"
+    assert "6 queries (s); right only" in out
+    for report in (a, b):  # reports that name no --src file: the header read "6 queries (None)"
+        report.pop("src")
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "6 queries; right only" in capsys.readouterr().out
     assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 
