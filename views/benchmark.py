@@ -119,7 +119,7 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
     bar = st.progress(0.0, text="Warming up…")
 
     def advance(done: int, total: int) -> None:
-        bar.progress(done / total, text=f"Benchmarked {done} of {total} queries")
+        bar.progress(done / total, text=f"Benchmarked {done} of {_count(total, 'query', 'queries')}")
 
     targets = [target for _, target in pairs]
     try:
