@@ -179,7 +179,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         for peer in PEERS.values():
             if peer.name in times and peer.beam == beamy and method != peer.name:
                 entry[f"speedup_vs_{peer.name.replace('-', '_')}"] = speedup(method, peer.name)
-        if total.draft_tokens_proposed and not beamy:
+        if total.draft_tokens_proposed and total.acceptance_rate is not None and not beamy:
             # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft); gamma: draft
             # tokens a query's call verifies, per query as the formula reads it (at batch size 1 the same as per call)
             entry["acceptance_rate"] = total.acceptance_rate

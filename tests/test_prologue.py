@@ -25,6 +25,12 @@ def test_record_call_is_the_one_definition_of_a_call():
     assert (stats.model_calls, stats.draft_tokens_proposed, stats.draft_tokens_accepted, stats.draft_rejections,
             stats.tokens_generated) == (2, 8, 3, 1, 5)
     assert stats.acceptance_rate == 3 / 4 and stats.tokens_per_call == 2.5
+    assert DecodeStats(model_calls=3, tokens_generated=3).acceptance_rate is None  # no draft: no rate (it read 0.0)
+    unrecorded = DecodeStats(rejections_recorded=False)
+    unrecorded.record_call(proposed=8, accepted=3)
+    assert unrecorded.acceptance_rate is None  # speculative beam search's (it read 1.0)
+    stats.add(unrecorded)
+    assert stats.acceptance_rate is None and stats.draft_tokens_accepted == 6 and not stats.rejections_recorded
 
 
 def test_pack_drafts_pads_branches_to_the_longest_draft():

@@ -80,6 +80,8 @@ def test_paper_sbs_top1_and_calls_on_copy_model(copy_model):
     got = speculative_beam(model, sources, 5, drafts("pointer", 10), exact=False)
     assert [r.hypotheses[0].tokens for r in got] == [r.hypotheses[0].tokens for r in ref]
     assert sum(r.stats.model_calls for r in got) < sum(r.stats.model_calls for r in ref)
+    # it records no rejection, so it gives no acceptance rate (1.0 was read as "every draft token accepted")
+    assert any(r.stats.draft_tokens_accepted for r in got) and all(r.stats.acceptance_rate is None for r in got)
 
 
 def test_batched_equals_single(copy_model, engine):

@@ -26,6 +26,9 @@ class DecodeStats:
     draft_rejections: int = 0
     tokens_generated: int = 0  # output tokens, eos included
     wall_time_s: float = 0.0
+    # False for speculative beam search: its accepted tokens are the best answer's copied ones, counted once the
+    # search ends, and no rejection is recorded, so there is no acceptance rate to give (it read 1.0)
+    rejections_recorded: bool = True
 
     def record_call(self, proposed: int = 0, accepted: int = 0, rejected: bool = False, emitted: int = 1) -> None:
         """One decoder call for this output: draft tokens fed, how many were accepted, whether the
@@ -39,17 +42,21 @@ class DecodeStats:
     def add(self, other: "DecodeStats") -> None:
         """Add another decode's counts and time to these (several samples of one query)."""
         for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+            if f.name == "rejections_recorded":  # a rate only where every decode added recorded them
+                self.rejections_recorded = self.rejections_recorded and other.rejections_recorded
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @property
     def accepted_per_call(self) -> float:
         return self.draft_tokens_accepted / self.model_calls if self.model_calls else 0.0
 
     @property
-    def acceptance_rate(self) -> float:
-        """Share of verified draft tokens that were accepted (tokens after a rejection are not verified)."""
+    def acceptance_rate(self) -> float | None:
+        """Share of verified draft tokens that were accepted (tokens after a rejection are not verified); None where
+        no draft token was verified (a method without drafts) or rejections are not recorded (rejections_recorded)."""
         verified = self.draft_tokens_accepted + self.draft_rejections
-        return self.draft_tokens_accepted / verified if verified else 0.0
+        return self.draft_tokens_accepted / verified if verified and self.rejections_recorded else None
 
     @property
     def tokens_per_call(self) -> float:

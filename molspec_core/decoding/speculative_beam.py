@@ -137,7 +137,7 @@ class _Search:
         self.free: list[int] = []  # free pool rows, the lowest last (taken first)
         self.live = [_Hyp([BOS_ID], [], np.float32(0.0), row=self.take_row())]
         self.finished: list[Hypothesis] = []
-        self.stats = DecodeStats()
+        self.stats = DecodeStats(rejections_recorded=False)  # see result(): no rate of acceptance to give
 
     # -- the row pool ------------------------------------------------------------------------------
 
