@@ -50,6 +50,8 @@ def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) ->
     the forward model can read; None on the others (invalid or flagged ones, unknown tokens)."""
     if forward.task != "forward":
         raise ValueError(f"the round-trip check needs a forward model; {forward.path} is a {forward.task} model")
+    if result.task == "forward":  # its answers are products: the forward model would read them as reactants
+        raise ValueError("the round-trip check takes a retrosynthesis model's answers; these are a forward model's")
     if not 1 <= top_k <= 10:
         raise ValueError("round-trip top-k must be between 1 and 10")
     if not result.ok or not result.predictions:

@@ -393,6 +393,7 @@ class QueryResult:
     # Pooled writings only: answers among the model's first n_best that the list leaves out, flagged or invalid
     # ones whose places went to sane answers from further down the pool (Predictor._pooled)
     set_aside: tuple[Prediction, ...] = ()
+    task: str = ""  # the task of the model that answered (Predictor.task; check_round_trip takes retro's); "" unknown
 
     @property
     def ok(self) -> bool:
@@ -772,6 +773,7 @@ class Predictor:
                 results[i] = (self._to_result(texts[i], query, result, method) if isinstance(result, DecodeResult)
                               else QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
                                                error=result))
+        results = [dataclasses.replace(result, task=self.task) for result in results]  # type: ignore[type-var]
         return results[0] if single else results  # type: ignore[return-value]
 
     def _decode_limited(self, sources: list[tuple[int, ...]], method: str, n_best: int, draft_len: int | None,

@@ -69,3 +69,8 @@ def test_bad_arguments_and_failed_queries(forward):
         check_round_trip(result, forward, top_k=0)
     failed = QueryResult("xyz", error="not a valid SMILES")
     assert check_round_trip(failed, forward) is failed
+    # a forward model's answers are products: checked, they were read as reactants and marked without a word
+    products = forward.predict("CC(=O)Cl.Nc1ccc(O)cc1", method="beam", n_best=2)
+    assert products.task == "forward" and retro.predict(PARACETAMOL).task == "retro"
+    with pytest.raises(ValueError, match="takes a retrosynthesis model's answers; these are a forward model's"):
+        check_round_trip(products, forward)
