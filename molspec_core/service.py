@@ -357,15 +357,16 @@ def other_writings(canonical: str, n: int, vocab: Vocab, max_tokens: int) -> lis
 
 
 def with_confidence(predictions: Sequence[Prediction], calibration: Calibration | None) -> list[Prediction]:
-    """Answers in the model's order (one per molecule set), each valid one given `calibration`'s confidence
-    for its score at its place among the valid ones (Calibration.confidence's rank, as calibration.collect
-    fits it); invalid ones, and all without a calibration, None."""
+    """Answers in the model's order (one per molecule set), each valid and sane one given `calibration`'s
+    confidence for its score at its place among the valid ones (Calibration.confidence's rank, as
+    calibration.collect fits it); invalid and flagged ones, and all without a calibration, None: a flagged answer
+    cannot be right as written (atoms no reactant has, the query itself, cut off), yet its score read as 29%."""
     if calibration is None:
         return list(predictions)  # made without a confidence (Predictor._predictions)
     given, valid = [], 0
     for prediction in predictions:
         valid += prediction.valid
-        confidence = calibration.confidence(prediction.score, valid) if prediction.valid else None
+        confidence = calibration.confidence(prediction.score, valid) if prediction.valid and prediction.sane else None
         given.append(dataclasses.replace(prediction, confidence=confidence))
     return given
 

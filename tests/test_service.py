@@ -568,3 +568,16 @@ def test_cpu_description_names_the_vector_instructions(monkeypatch):
     info.clear()
     assert native.cpu_description()  # no /proc/cpuinfo: the platform's name
     assert Predictor.load(FORWARD_MODEL, device="cpu").device_name == native.cpu_description()
+
+
+def test_a_flagged_answer_gets_no_confidence():
+    """Carbon tetrachloride from [Na+].[Cl-] (atoms no reactant has) read 29% on the Predict page: a flagged answer
+    cannot be right as written, so its score says nothing a calibration could turn into a chance."""
+    from molspec_core.calibration import Calibration
+    from molspec_core.service import Prediction, with_confidence
+
+    fit = Calibration("w", "beam", 2, 10, 5, (-50.0, -1.0), (0.1, 0.6), 0.0, 0.0, ())
+    answers = [Prediction(1, "ClC(Cl)(Cl)Cl", -0.5, True, (), (), concerns=("atoms no reactant has (1 C)",),
+                          model_rank=1),
+               Prediction(2, "CCO", -2.0, True, (), (), model_rank=2), Prediction(3, "C1CC", -3.0, False, (), ())]
+    assert [p.confidence for p in with_confidence(answers, fit)] == [None, 0.1, None]
