@@ -145,7 +145,7 @@ class MitSplit:
     val: list[Pair]  # the first n_val USPTO-MIT valid rows
     train: list[Pair]  # the valid rows after them (before the leakage filter)
     test: list[Pair]
-    held_out: set[str]  # products of test and validation rows: no training row may make one
+    held_out: set[str]  # products of test and validation rows (chem.leakage_key): no training row may make one
 
 
 def mit_split(root: Path, n_val: int) -> MitSplit:
@@ -154,7 +154,18 @@ def mit_split(root: Path, n_val: int) -> MitSplit:
                                         read_lines(mit / "tgt-valid.txt.gz")) if t]
     test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
     val = valid[:n_val]
-    return MitSplit(val, valid[n_val:], test, {p.tgt for p in test if p.tgt} | {p.tgt for p in val})
+    return MitSplit(val, valid[n_val:], test, {key for p in [*test, *val] if (key := _leakage_key(p.tgt))})
+
+
+def _leakage_key(smiles: str) -> str | None:
+    from .chem import leakage_key
+
+    return leakage_key(smiles)
+
+
+def made_held_out(pairs: list[Pair], held_out: set[str], workers: int) -> list[bool]:
+    """Per pair, whether its product is a held-out one (held_out: chem.leakage_key's)."""
+    return [key in held_out for key in parallel_map(_leakage_key, [p.tgt for p in pairs], workers, 5000)]
 
 
 def _rooted_writings(job: tuple[str, int]) -> list[str]:
@@ -186,8 +197,9 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
     pairs = [p for p in convert(pool, "forward", workers) if p is not None]
     n_parsed = len(pairs)
     candidates = pairs + mit_train
-    leaked = [p for p in candidates if p.tgt in held_out]
-    pairs = dedupe(keep_short([p for p in candidates if p.tgt not in held_out]))
+    leaks = made_held_out(candidates, held_out, workers)
+    leaked = [p for p, leak in zip(candidates, leaks) if leak]
+    pairs = dedupe(keep_short([p for p, leak in zip(candidates, leaks) if not leak]))
     reactions = len(pairs)
     pairs = in_rooted_writings(pairs, augment, workers)
     stats = {"task": "forward", "pool_reactions": len(pool), "parsed": n_parsed,
@@ -214,7 +226,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
         raise ValueError(f"forward-mit: rows_before {rows_before} must lie past n_val {n_val}")
     mit = mit_split(root, n_val)
     rows = mit.train[:rows_before - n_val] if rows_before else mit.train
-    kept = [p for p in rows if p.tgt not in mit.held_out]
+    kept = [p for p, leak in zip(rows, made_held_out(rows, mit.held_out, workers)) if not leak]
     stats: dict = {"task": "forward", "data": "forward-mit, rooted writings" if rooted else "forward-mit",
                    "mit_valid_rows_for_training": len(rows),
                    "removed_leakage_mit_test_or_val_product": len(rows) - len(kept)}
@@ -249,20 +261,19 @@ def prepare_forward_gln(root: Path, out: Path, n_val: int, augment: int, vocab: 
     """Fine-tune data: the 5,001 GLN val reactions of USPTO-50K read forward (reactants -> product, as the pool's
     50K train reactions are; no reagents), each source in up to `augment` writings, its canonical writing first,
     then the rooted ones the app reads a query in; validation and test as prepare_forward's (USPTO-MIT)."""
-    from .chem import canonical_or_none
-
     if augment < 1:
         raise ValueError("forward-gln: augment is the writings of each source, at least 1")
     mit = mit_split(root, n_val)
     test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
-    held_out = mit.held_out | {canonical_or_none(s) for s in read_lines(test_dir / "products.txt")}
+    held_out = mit.held_out | {key for s in read_lines(test_dir / "products.txt") if (key := _leakage_key(s))}
     reactions = list(gln_reactions(root / "uspto50k/gln_split/raw_val.csv"))
     pairs = [p for p in convert(reactions, "forward", workers) if p is not None]
-    kept = dedupe(keep_short([p for p in pairs if p.tgt not in held_out]))
+    leaks = made_held_out(pairs, held_out, workers)
+    kept = dedupe(keep_short([p for p, leak in zip(pairs, leaks) if not leak]))
     train = in_rooted_writings(kept, augment, workers)
     stats = {"task": "forward", "data": "forward-gln: USPTO-50K GLN val reactions, rooted writings",
              "gln_val_reactions": len(reactions), "parsed": len(pairs),
-             "removed_leakage_test_or_val_product": sum(p.tgt in held_out for p in pairs),
+             "removed_leakage_test_or_val_product": sum(leaks),
              "train_reactions": len(kept), "augment": augment, "train": len(train), "val": len(mit.val),
              "test": len(mit.test)}
     write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)
@@ -340,14 +351,12 @@ def _val_rest(reactions: list[str], augment: int, seed0: int, workers: int,
               held_out: set[str]) -> tuple[list[tuple[list[Pair], bool]], int]:
     """Root-aligned pairs of the GLN val reactions (atom-mapped) RDKit reads whose canonical product is not in
     `held_out` (SMILES), and how many were left out for that product."""
-    from .chem import canonical_or_none
-
-    held = {canonical_or_none(s) for s in held_out}
+    held = {key for s in held_out if (key := _leakage_key(s))}
     kept, leaked = [], 0
     for rxn in reactions:
         reactants, _, product = rxn.split(">")
         pair = _retro_pair((reactants, product))
-        if pair is not None and pair.src in held:
+        if pair is not None and _leakage_key(pair.src) in held:
             leaked += 1
         elif pair is not None:
             kept.append(rxn)

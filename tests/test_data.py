@@ -72,6 +72,20 @@ def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
     assert json.loads((tmp_path / "out/stats.json").read_text())["train"] == 3
 
 
+def test_the_leakage_filter_reads_a_held_out_product_through_stereo_marks_and_atom_maps(tmp_path):
+    """USPTO-MIT writes no stereo and the pool does: a pool product with its marks passed the filter, which compared
+    strings (1,813 of the 40,000 test products were in the pool so, session 76's audit)."""
+    root = tree_with_mit_valid(tmp_path, "C[C@H](N)C(=O)OC.O", "C[C@H](N)C(=O)O")  # a training row: its product...
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-test.mixed.txt.gz", "CC(=O)O.CO\nCC(N)C(=O)OC.O\n")
+    write_gz(mit / "tgt-test.txt.gz", "COC(C)=O\nCC(N)C(=O)O\n")  # ... is this test product, written without stereo
+    stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    targets = (tmp_path / "out/train.tgt").read_text().splitlines()
+    assert "C[C@H](N)C(=O)O" not in targets and stats["removed_leakage_mit_test_or_val_product"] == 3
+    stats = prepare("forward-mit", root, tmp_path / "mit", n_val=1, workers=1)
+    assert stats["removed_leakage_mit_test_or_val_product"] == 2 and stats["train"] == 0
+
+
 def test_prepare_forward_trains_on_mit_valid_rows_after_the_validation_rows(tmp_path):
     root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.CN.[Pd]", "CNC(C)=O")
     stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
