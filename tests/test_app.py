@@ -657,7 +657,20 @@ def test_exact_speculative_beam_is_timed_against_beam_search(copy_models, monkey
     assert "Beam search and Speculative beam, exact" in texts(at.caption)
     submit(at, "Measure speedup")
     assert_clean(at)
-    assert "Both decoders returned the same answer" in texts(at.caption)
+    assert "Both decoders returned the same answer, as this exact speculative decoder guarantees." in texts(at.caption)
+
+
+def test_the_speedup_tab_claims_no_guarantee_for_a_lossy_pair(copy_models, monkeypatch):
+    """Relaxed greedy (lossy) and the sampling methods were told to return 'the same answer, as speculative decoding
+    guarantees', which they do not."""
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("relaxed").run()
+    predict(at, "Oc1ccncc1Cl")
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    submit(at, "Measure speedup")
+    assert_clean(at)
+    assert "this pair does not guarantee it" in texts(at.caption) and "guarantees." not in texts(at.caption)
 
 
 def test_the_speedup_tab_says_when_the_speculative_decoder_was_slower(copy_models, monkeypatch):
@@ -1472,3 +1485,9 @@ def test_the_benchmark_table_leads_with_the_ratios_against_ctranslate2():
     first = shown.iloc[0]
     assert (first["vs CT2"], first["vs CT2 int8"], first["median ms"], first["top-1"], first["model calls"]) == (
         1.63, 0.64, 56.4, 0.78, 9096)
+
+
+def test_a_chance_is_never_shown_as_an_impossible_0_or_100_percent():
+    """A calibrated confidence of 0.25% read "0%" on an answer card."""
+    assert [common.percent(x) for x in (0.0025, 0.005, 0.0051, 0.42, 0.994, 0.996, 1.0, 0.0)] == [
+        "<1%", "<1%", "1%", "42%", "99%", ">99%", "100%", "0%"]

@@ -358,6 +358,17 @@ def load_examples() -> list[Example]:
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:/])")
 
 
+def percent(share: float) -> str:
+    """A chance in whole percent, never rounded to an impossible 0% or 100% (a calibrated confidence never is:
+    0.25% read "0%")."""
+    shown = f"{share:.0%}"
+    if shown == "0%" and share > 0:
+        return "<1%"
+    if shown == "100%" and share < 1:
+        return ">99%"
+    return shown
+
+
 def counted(n: int, noun: str) -> str:
     """'1 token', '2 tokens': a count with its noun in the right number."""
     return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -347,7 +347,7 @@ def show_prediction(prediction: Prediction, known: str | None, writings: int = 1
             figures.metric("Score (log-prob)", f"{prediction.score:.2f}", width="content")
             pooled = f", pooled over the {writings} writings (a power mean)," if writings > 1 else ""
             if prediction.confidence is not None:
-                figures.metric("Confidence", f"{prediction.confidence:.0%}",
+                figures.metric("Confidence", common.percent(prediction.confidence),
                                help="The share of right answers among validation answers with a score like this "
                                     "one (first answers counted apart from the ones below them where that fits "
                                     "better; the Models page shows how well it holds). The model's own probability "
@@ -535,8 +535,12 @@ def show_speedup_record(record: Speedup) -> None:
         st.caption("On this query the speculative decoder took longer: its drafts spared too few model calls to "
                    "pay for the tokens they add to each call (on a CPU a drafted token costs a call about as much "
                    "as its own). The model cards measure each method over many queries.")
-    if record.identical:
-        st.caption("Both decoders returned the same answer, as speculative decoding guarantees.")
+    row = METHODS.get(record.speculative.method)
+    if record.identical and row is not None and row.lossless and row.family != "sampling":
+        st.caption("Both decoders returned the same answer, as this exact speculative decoder guarantees.")
+    elif record.identical:  # a lossy method, or a sampled answer, that happened to agree here
+        st.caption("Both decoders returned the same answer here; this pair does not guarantee it (a lossy method, "
+                   "or sampling, whose exact variants keep the distribution, not each answer).")
     else:
         st.warning("The two decoders returned different answers (expected only for lossy or non-greedy pairs).")
 

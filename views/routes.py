@@ -110,7 +110,7 @@ def show_molecule(molecule: RouteMolecule, step_of: dict[str, int], colours: dic
 def step_facts(step: RouteStep) -> str:
     facts = [f"model rank {step.model_rank}", f"probability {common.format_probability(step.score)}"]
     if step.confidence is not None:
-        facts.append(f"confidence {step.confidence:.0%}")
+        facts.append(f"confidence {common.percent(step.confidence)}")
     if step.round_trip is not None:
         facts.append("round trip ✓" if step.round_trip else "round trip ✗")
     return " · ".join(facts)
