@@ -306,6 +306,12 @@ def missing_atoms(reactants: str, product: str) -> dict[str, int]:
     return dict(_heavy_atoms(product) - _heavy_atoms(reactants))
 
 
+def main_molecule(smiles: str) -> str:
+    """The molecule of a valid SMILES with the most heavy atoms (the first of equals): a reaction's main product
+    beside its by-products (HCl, water, a salt's counter-ion), or a salt's organic ion."""
+    return max(smiles.split("."), key=lambda part: sum(_heavy_atoms(part).values()))
+
+
 @lru_cache(maxsize=4096)
 def _heavy_atoms(smiles: str) -> Counter[str]:
     """Heavy atoms of a SMILES by element; raises ChemError for an invalid one. Cached: a query's

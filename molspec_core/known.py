@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .chem import CXSMILES, ChemError, canonical, canonical_or_none, smiles_from_cxsmiles
+from .chem import CXSMILES, ChemError, canonical, canonical_or_none, main_molecule, smiles_from_cxsmiles
 from .io import InputFileError, QueryFile
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
@@ -40,9 +40,11 @@ def recorded_column(task: str) -> str:
 def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     """A reaction SMILES with its outcome, 'reactants>reagents>products' (or 'reactants>>products'), as the query
     to predict and the recorded answer (canonical, atom maps removed): forward predicts from the reactants and
-    reagents and knows the products; retrosynthesis predicts from the products and knows the reactants (the
-    reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
-    ValueError where the recorded side is not a SMILES."""
+    reagents and knows the main product (chem.main_molecule: a record listing HCl or water beside it was never
+    matched, the model writing the main product alone, as USPTO-MIT records it); retrosynthesis predicts from the
+    main product (its by-products were read as part of it) and knows the reactants (the reagents left out, as
+    USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it); ValueError where the recorded
+    side is not a SMILES."""
     text = text.strip()
     if CXSMILES.fullmatch(text):
         try:
@@ -59,7 +61,14 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
         known = canonical(recorded, strip_maps=True)
     except ChemError as exc:
         raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
-    return (f"{reactants}>{reagents}>" if side == "products" else products), known
+    if side == "products":
+        return f"{reactants}>{reagents}>", main_molecule(known)
+    if "." in products:  # retrosynthesis takes one product: the main one, as USPTO-50K lists its products
+        try:
+            products = main_molecule(canonical(products, strip_maps=True))
+        except ChemError:
+            pass  # Predictor.prepare refuses it, saying why
+    return products, known
 
 
 def known_rank(predictions: Sequence[Prediction], known: str | None) -> int | None:

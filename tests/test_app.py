@@ -751,6 +751,22 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     assert at.selectbox(key="method").value == EXACT_NBEST and at.slider(key="n_best").value == 5
 
 
+@needs_forward
+def test_retrosynthesis_of_several_molecules_says_it_takes_one_product(monkeypatch):
+    """A typed salt or product-with-solvent was taken apart as one, without a word (every answer wrong, all sane);
+    the Open file tab refuses the same."""
+    at = app(None, monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    at.selectbox(key="method").set_value("greedy").run()
+    at.toggle(key="round_trip").set_value(False).run()
+    predict(at, "CC(=O)NCc1ccccc1.Cl")
+    assert_clean(at)
+    assert ("The query holds 2 molecules, and retrosynthesis takes one product" in texts(at.warning)
+            and "predict CC(=O)NCc1ccccc1." in texts(at.warning))
+    predict(at, "CC(=O)NCc1ccccc1")
+    assert "retrosynthesis takes one product" not in texts(at.warning)
+
+
 def test_the_beam_width_outlives_a_method_without_one(copy_models, monkeypatch):
     """The width a chemist set comes back with beam search after greedy ran a query (the browser lost it:
     tests/test_browser.py), and the task switch still opens each task on its own width."""

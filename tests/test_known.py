@@ -59,6 +59,12 @@ def test_a_file_without_readable_known_answers_says_so():
      ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>", "CNC(C)=O")),
     ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1 |c:0|", "forward",  # a CXSMILES, as Marvin copies a reaction
      ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
+    # a record listing a by-product beside the main product: forward knows the main product (it was matched by no
+    # rank, the model writing the main product alone), and retrosynthesis takes the main product apart (the HCl
+    # was read as part of it)
+    ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1.Cl", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
+    ("CC(=O)Cl.NCc1ccccc1>>Cl.CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
+    ("CC(=O)Cl.N>>C1CC.Cl", "retro", ("C1CC.Cl", "CC(=O)Cl.N")),  # left for Predictor.prepare to refuse
     ("C1CC>>CC |c:0|", "forward", None),  # a CXSMILES RDKit cannot read: Predictor.prepare refuses it, saying why
     ("CC(=O)Cl.NCc1ccccc1>>", "forward", None),  # no outcome: an ordinary query, Predictor.prepare's to read
     ("CC(=O)Cl", "forward", None),

@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import canonical_or_none, unread_stereo_groups
+from molspec_core.chem import canonical_or_none, main_molecule, unread_stereo_groups
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import KnownMarks, known_rank, recorded_column, recorded_reaction, recorded_side
 from molspec_core.bench import Speedup, compare_pair
@@ -217,6 +217,13 @@ def show_query(shown: Shown) -> None:
     unread = unread_stereo_groups(result.query)
     if unread:
         st.info(common.md_escape(unread), icon=":material/info:")
+    molecules = result.canonical_query.split(".")
+    if shown.settings.task == "retro" and len(molecules) > 1:  # opened from a file it is refused; typed it was not
+        st.warning(common.md_escape(
+            f"The query holds {len(molecules)} molecules, and retrosynthesis takes one product: the model reads "
+            "them as one and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into "
+            f"its answers. To take apart the main product alone, predict {main_molecule(result.canonical_query)}."),
+            icon=":material/warning:")
 
 
 def decode_time(result: QueryResult) -> str:
