@@ -1507,3 +1507,12 @@ def test_a_chance_is_never_shown_as_an_impossible_0_or_100_percent():
     """A calibrated confidence of 0.25% read "0%" on an answer card."""
     assert [common.percent(x) for x in (0.0025, 0.005, 0.0051, 0.42, 0.994, 0.996, 1.0, 0.0)] == [
         "<1%", "<1%", "1%", "42%", "99%", ">99%", "100%", "0%"]
+
+
+def test_a_drawn_reaction_is_read_as_the_typed_one_is():
+    """A reaction drawn in the editor (benzene, an arrow, cyclohexane) was refused: "RDKit cannot read the drawn
+    structure: C1C=CC=CC=1>>C1CCCCC1", where the same text typed is a recorded reaction."""
+    from views.predict import drawn_query
+
+    assert drawn_query("C1C=CC=CC=1>>C1CCCCC1") == "C1C=CC=CC=1>>C1CCCCC1"
+    assert drawn_query("OC1=CC=CC=C1") == "Oc1ccccc1" and drawn_query("C1CC") is None

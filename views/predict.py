@@ -119,11 +119,20 @@ def draw_query() -> None:
     drawn = st_ketcher(opened_with, key=f"ketcher-{zlib.crc32(opened_with.encode()):08x}", height=460)
     if drawn and drawn != opened_with and drawn != ss.get("ketcher_seen"):
         ss["ketcher_seen"] = drawn
-        canon = canonical_or_none(drawn)
-        if canon is None:
+        query = drawn_query(drawn)
+        if query is None:
             st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
         else:
-            ss["query_text"], ss["example"], ss["pending"] = canon, None, True
+            ss["query_text"], ss["example"], ss["pending"] = query, None, True
+
+
+def drawn_query(drawn: str) -> str | None:
+    """The query a drawing gives: its molecules canonical, or a drawn reaction (an arrow: 'A>>B') as the editor
+    writes it, which the SMILES field reads as a recorded reaction (it was refused: RDKit reads no reaction as a
+    molecule); None where it is neither."""
+    if ">" in drawn:
+        return drawn.strip()
+    return canonical_or_none(drawn)
 
 
 def query_inputs(task: str) -> None:
