@@ -504,7 +504,9 @@ def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_mo
     assert [e.label for e in at.expander] == ["This session's queries (2)"]
     assert at.dataframe[0].value["query"].tolist() == ["Clc1ccncc1", "Oc1ccncc1"]  # newest first
     earlier = at.selectbox(key="earlier")
-    assert earlier.options == ["#3: Clc1ccncc1", "#1: Oc1ccncc1"] and earlier.value is None
+    described = first.settings.describe()  # each choice says how it was decoded: the same query under other
+    assert earlier.options == [f"#3: Clc1ccncc1 · {described}", f"#1: Oc1ccncc1 · {described}"]  # settings read alike
+    assert earlier.value is None
     earlier.set_value(1).run()
     assert_clean(at)
     assert at.session_state["shown"] is first and at.text_input(key="query_text").value == "Oc1ccncc1"

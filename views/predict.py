@@ -656,6 +656,11 @@ def entry_label(shown: Shown) -> str:
     return f"{query}>>{recorded}" if shown.settings.task == "forward" else f"{recorded}>>{query}"
 
 
+def history_option(n: int, shown: Shown) -> str:
+    """A "Show again" choice: the query and how it was decoded (the same query under other settings read alike)."""
+    return f"#{n}: {common.short(entry_label(shown), 60)} · {shown.settings.describe()}"
+
+
 def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
     rows = []
     for n, shown in entries:
@@ -693,7 +698,7 @@ def show_history(task: str) -> None:
                                         "confidence", format="%.0f%%", min_value=0.0, max_value=100.0)})
         st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
                      args=(task,), placeholder="Pick a query: its answers come back as they were",
-                     format_func=lambda n: f"#{n}: {common.short(entry_label(dict(entries)[n]), 70)}")
+                     format_func=lambda n: history_option(n, dict(entries)[n]))
         described = (f"The answers of these {len(entries)} queries, oldest first, in the Batch page's columns (the "
                      f"session keeps the last {HISTORY_LIMIT}).")
         with st.container(horizontal=True):
