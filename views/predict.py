@@ -799,6 +799,8 @@ def main() -> None:
         hidden = len(shown.result.predictions) - len(listed)
         st.caption(f"The downloads hold all {len(shown.result.predictions)} answers, the {hidden} not shown here "
                    "too: their round_trip column says which pass.")
+    elif [p.rank for p in listed] != [p.rank for p in shown.result.predictions]:
+        st.caption("The downloads list the answers by rank, as ranked: their round_trip column says which pass.")
     show_exports(shown)
 
     st.subheader("Inspect")
