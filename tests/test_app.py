@@ -471,6 +471,21 @@ def test_greedys_copied_tokens_come_from_spec_auto_on_request(copy_models, monke
     assert len(at.get("html")) == 1
 
 
+def test_an_answer_that_copied_nothing_gets_no_picture_of_copied_atoms(copy_models, monkeypatch):
+    """Sampling copies nothing, yet its tab showed the product captioned "Product atoms written by copied tokens",
+    nothing coloured."""
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sample").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "writes every token itself" in texts(at.info) or "copies nothing" in texts(at.info), texts(at.info)
+    picture = "Product atoms written by copied tokens, in the colour of their run"
+    assert picture not in [caption for image in at.get("image") for caption in image.captions]
+    at.selectbox(key="method").set_value("spec-auto").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert picture in [caption for image in at.get("image") for caption in image.captions]
+
+
 def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monkeypatch):
     from molspec_core.service import Predictor, QueryResult
 

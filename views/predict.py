@@ -454,7 +454,9 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
                    "into that writing.")
     st.html(depict.provenance_html(prediction.source_tokens or result.source_tokens, prediction.tokens,
                                    prediction.provenance))
-    svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid else None
+    copied = any(origin >= 0 for origin in prediction.provenance)  # a picture of nothing coloured said nothing
+    svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid and copied \
+        else None
     if svg:
         st.image(svg, caption="Product atoms written by copied tokens, in the colour of their run")
 
