@@ -65,6 +65,13 @@ def submit(at: AppTest, label: str) -> AppTest:
     return at.run()
 
 
+def measure_speedup(at: AppTest) -> AppTest:
+    """Open the shown answer's "Speedup of this query" tab and press its button."""
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    return submit(at, "Measure speedup")
+
+
 def texts(elements) -> str:
     """The text of elements as a person reads it (markdown escapes removed)."""
     return " | ".join(re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements)
@@ -443,9 +450,7 @@ def test_speedup_copied_tokens_and_3d_tabs(copy_models, monkeypatch):
     assert_clean(at)
     assert "Oc1ccncc1Cl" in texts(at.code)
     assert "copied" in texts(at.caption)
-    at.session_state["inspect_tab"] = "Speedup of this query"
-    at.run()
-    submit(at, "Measure speedup")
+    measure_speedup(at)
     assert_clean(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Speedup"].endswith("×")
@@ -683,9 +688,7 @@ def test_the_speedup_tab_claims_no_guarantee_for_a_lossy_pair(copy_models, monke
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("relaxed").run()
     predict(at, "Oc1ccncc1Cl")
-    at.session_state["inspect_tab"] = "Speedup of this query"
-    at.run()
-    submit(at, "Measure speedup")
+    measure_speedup(at)
     assert_clean(at)
     assert "this pair does not guarantee it" in texts(at.caption) and "guarantees." not in texts(at.caption)
 
@@ -700,9 +703,7 @@ def test_the_speedup_tab_says_when_the_speculative_decoder_was_slower(copy_model
     monkeypatch.setattr(bench, "compare_pair", slower)
     at = app(copy_models, monkeypatch).run()
     predict(at, "Oc1ccncc1Cl")
-    at.session_state["inspect_tab"] = "Speedup of this query"
-    at.run()
-    submit(at, "Measure speedup")
+    measure_speedup(at)
     assert_clean(at)
     assert {m.label: m.value for m in at.metric}["Speedup"] == "0.50×"
     assert "the speculative decoder took longer" in texts(at.caption)
@@ -718,9 +719,7 @@ def test_a_measured_speedup_belongs_to_its_arithmetic(monkeypatch):
     at = app(None, monkeypatch).run()
     at.selectbox(key="method").set_value("spec-auto").run()
     predict(at, "CC(=O)Cl.NCc1ccccc1")
-    at.session_state["inspect_tab"] = "Speedup of this query"
-    at.run()
-    submit(at, "Measure speedup")
+    measure_speedup(at)
     assert "Speedup" in {m.label for m in at.metric}
     at.toggle(key="int8").set_value(False).run()
     predict(at, "CC(=O)Cl.NCc1ccccc1")
