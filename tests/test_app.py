@@ -1536,3 +1536,17 @@ def test_a_drawn_reaction_is_read_as_the_typed_one_is():
 
     assert drawn_query("C1C=CC=CC=1>>C1CCCCC1") == "C1C=CC=CC=1>>C1CCCCC1"
     assert drawn_query("OC1=CC=CC=C1") == "Oc1ccccc1" and drawn_query("C1CC") is None
+
+
+def test_the_session_chart_names_each_bars_method_under_its_query():
+    """The same query measured with two methods gave two bars told apart only on hover."""
+    from molspec_core.bench import Speedup, Timing
+    from views.predict import session_chart
+
+    def record(method: str) -> Speedup:
+        return Speedup("<b>CCO</b>", Timing("greedy", 20.0, 9, 0.0, 1.0, ("C",)),
+                       Timing(method, 10.0, 4, 1.0, 2.0, ("C",)))
+
+    labels = list(session_chart([record("spec-auto"), record("spec-lookup")]).data[0].x)
+    assert labels == ["1. &lt;b&gt;CCO&lt;/b&gt;<br>Speculative, auto drafts",
+                      "2. &lt;b&gt;CCO&lt;/b&gt;<br>Speculative, lookup drafts"]

@@ -565,7 +565,9 @@ def show_speedup_record(record: Speedup) -> None:
 
 def session_chart(records: list[Speedup]) -> go.Figure:
     # Plotly reads a few HTML tags in labels and hover text: escape what came from the user.
-    labels = [html.escape(f"{i}. {common.short(r.query, 28)}") for i, r in enumerate(records, start=1)]
+    # each bar names its method under its query: the same query measured with two methods read alike
+    labels = [html.escape(f"{i}. {common.short(r.query, 28)}") + "<br>" + html.escape(
+        common.short(common.method_label(r.speculative.method), 28)) for i, r in enumerate(records, start=1)]
     factors = [r.factor for r in records]
     figure = go.Figure(go.Bar(
         x=labels, y=factors, text=[f"{f:.2f}×" for f in factors], textposition="outside",
