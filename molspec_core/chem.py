@@ -95,15 +95,20 @@ def canonical_or_none(smiles: str) -> str | None:
     """Canonical SMILES without atom-map numbers, or None for invalid (used to score predictions, where
     invalid is data, against recorded answers, which USPTO's raw files write with their atom maps). Cached:
     a query read in several writings gets many of the same answers back."""
+    mol = _unmapped_mol(smiles)
+    return Chem.MolToSmiles(mol) if mol is not None else None
+
+
+def _unmapped_mol(smiles: str):
+    """The molecule of a SMILES RDKit reads, its atom maps cleared, or None (also for one longer than it writes
+    safely): what canonical_or_none and leakage_key write out."""
     if not smiles or len(smiles) > MAX_SMILES_CHARS:
         return None
     mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        return None
-    if ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one
+    if mol is not None and ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one
         for atom in mol.GetAtoms():
             atom.SetAtomMapNum(0)
-    return Chem.MolToSmiles(mol)
+    return mol
 
 
 def leakage_key(smiles: str) -> str | None:
@@ -112,14 +117,8 @@ def leakage_key(smiles: str) -> str | None:
     does: with its marks kept, 1,813 of the 40,000 USPTO-MIT test products were in the pool (session 76's audit).
     Written from the parsed molecule, so it does not depend on how the string was first written (a mark RDKit
     drops on a second reading, on an atom that is no stereocentre, let one reaction through)."""
-    if not smiles or len(smiles) > MAX_SMILES_CHARS:
-        return None
-    mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        return None
-    for atom in mol.GetAtoms():
-        atom.SetAtomMapNum(0)
-    return Chem.MolToSmiles(mol, isomericSmiles=False)
+    mol = _unmapped_mol(smiles)
+    return Chem.MolToSmiles(mol, isomericSmiles=False) if mol is not None else None
 
 
 def smiles_from_inchi(inchi: str) -> str:
