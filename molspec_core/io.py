@@ -42,8 +42,8 @@ DECOMPRESSORS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
     ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), ".xz": lzma.LZMAFile}
 # a CSV's query column when none is named, the first of these it has; the last four hold recorded reactions
 # (known.with_recorded), the very last as USPTO-50K's files name it
-SMILES_COLUMNS = ("smiles", "SMILES", "query", "reactants", "product", "rxn_smiles", "reaction_smiles", "reaction",
-                  "reactants>reagents>production")
+SMILES_COLUMNS = ("smiles", "query", "reactants", "product", "rxn_smiles", "reaction_smiles", "reaction",
+                  "reactants>reagents>production")  # matched in any case (query_column): "SMILES" too
 # Retrosynthesis reads products: where a header names both, the product column holds its queries, not the reactants
 # (a retro batch of a reactants,product file once took the reactants apart without a word).
 RETRO_SMILES_COLUMNS = tuple("product" if c == "reactants" else "reactants" if c == "product" else c
@@ -328,9 +328,9 @@ def query_column(fields: Sequence[str], column: str | None, task: str | None = N
     if column and column in fields:
         return fields.index(column)
     folded = [field.strip().casefold() for field in fields]
-    for wanted in query_columns(column, task):
-        if wanted.strip().casefold() in folded:
-            return folded.index(wanted.strip().casefold())
+    for wanted in (name.strip().casefold() for name in query_columns(column, task)):
+        if wanted in folded:
+            return folded.index(wanted)
     return None
 
 

@@ -250,7 +250,7 @@ def main() -> None:
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
-    automatic = list(dict.fromkeys(name.casefold() for name in query_columns(None, cfg.task)))  # read in any case
+    automatic = query_columns(None, cfg.task)
     key = results_key(cfg.task)
     with st.form("batch_form"):
         upload = st.file_uploader("Query file",
