@@ -185,3 +185,14 @@ def excel_and_csv(workbook: bytes | Path, csv_file: bytes | Path) -> tuple:
     book = pd.read_excel(source(workbook), dtype=str, keep_default_na=False)
     table = pd.read_csv(source(csv_file), dtype=str, keep_default_na=False)
     return book.map(as_excel_holds), table.map(as_excel_holds)
+
+
+def disk_full(monkeypatch) -> None:
+    """Every file written through io's renaming fails at its rename, as on a disk that filled up."""
+    import errno
+    import os
+
+    def full(partial, target):  # as a write() fails: without a file name, which the error line adds
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("molspec_core.io.os.replace", full)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, disk_full
 from molspec_core import calibration
 from molspec_core.calibration import isotonic_steps, reliability
 from molspec_core.service import Predictor
@@ -78,7 +78,7 @@ def test_fit_save_load_and_stale_weights(tmp_path):
     # a write that fails (a full disk) keeps the fit there was: it left half a file, which no model could read
     kept = path.read_text()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("molspec_core.io.os.replace", lambda partial, target: (_ for _ in ()).throw(OSError(28, "full")))
+        disk_full(patch)
         with pytest.raises(OSError):
             calibration.save(dataclasses.replace(fitted, ece=0.5), folder)
     assert path.read_text() == kept and not list(folder.glob(".*partial"))

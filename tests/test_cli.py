@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import FIXTURES, ROOT, excel_and_csv, needs_native, record_loads, sd_file_text
+from conftest import FIXTURES, ROOT, disk_full, excel_and_csv, needs_native, record_loads, sd_file_text
 from molspec_core.cli import build_parser, main
 from molspec_core.io import read_queries
 
@@ -1070,16 +1070,6 @@ def test_evaluate_reads_targets_written_with_atom_maps(pair_files, capsys):
 def test_evaluate_output_paths_are_checked_first(pair_files, capsys, no_model_load, out, message):
     expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
                     "--out", pair_files / out], capsys, message)
-
-
-def disk_full(monkeypatch) -> None:
-    """Every file written through io's renaming fails at its rename, as on a disk that filled up."""
-    import errno
-
-    def full(partial, target):  # as a write() fails: without a file name, which the error line adds
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr("molspec_core.io.os.replace", full)
 
 
 def test_a_full_disk_is_an_error_line_and_the_earlier_report_stays_whole(pair_files, capsys, monkeypatch):
