@@ -517,6 +517,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_method(method, args.n_best)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
+    warn_task_mismatch(args.src, predictor.task)
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment,
                       time_limit_s=args.time_limit)
@@ -541,6 +542,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if out:
         write_text_file(out, report_json(report))
     return 0
+
+
+def warn_task_mismatch(src: str, model_task: str) -> None:
+    """A warning, before the run, where src lies in a prepare-data folder made for the other task: a
+    retrosynthesis model read forward queries (or the reverse) and every answer would be a miss."""
+    from .evaluate import prepared_task
+
+    task = prepared_task(src)
+    if task is not None and task != model_task:
+        log.warning("%s was prepared for the %s task (its folder's stats.json) but the model is a %s model: "
+                    "expect every answer to miss", src, task, model_task)
 
 
 def report_json(report: dict) -> str:
@@ -599,6 +611,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     calibration.require_kind(args.method)  # refused before the model loads
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
+    warn_task_mismatch(args.src, predictor.task)
     writings = f", {args.augment} writings" if args.augment > 1 else ""
     if args.judge:
         fitted, ece, n = calibration.judge(predictor, sources, targets or [], args.method, n_best, args.batch_size,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,19 @@ def read_pairs(src: str, tgt: str | None, index: str | None = None,
         sources = sources[:limit]
         targets = targets[:limit] if targets is not None else None
     return sources, targets
+
+
+def prepared_task(src: str) -> str | None:
+    """The task a prepare-data folder's stats.json says its files are for ('forward', 'retro'), where src
+    lies in such a folder; None for other files (and a stats.json that says no task)."""
+    if src == "-":
+        return None
+    try:
+        stats = json.loads((Path(src).parent / "stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    task = stats.get("task") if isinstance(stats, dict) else None
+    return task if isinstance(task, str) else None
 
 
 def hits(predicted: Sequence[str], target: str) -> list[bool]:

@@ -406,6 +406,24 @@ def test_evaluate_counts_the_targets_rdkit_cannot_read(pair_files, capsys, caplo
         f"2 of 5 targets in {pair_files / 'tgt.txt'} are SMILES RDKit cannot read: those queries count as misses"]
 
 
+def test_evaluate_warns_when_the_data_folder_was_prepared_for_the_other_task(pair_files, capsys, caplog):
+    """A retrosynthesis model read a forward folder's queries without a word (every answer a miss): a
+    prepare-data folder's stats.json names its task, and a mismatch is told before the run."""
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--limit", "1"]
+    task = json.loads((FIXTURES / "copy_model" / "config.json").read_text()).get("task", "forward")
+    for stats, warned in (('{"task": "%s"}' % task, False), ("not json", False), ('["task"]', False),
+                          ('{"task": "%s"}' % ("retro" if task == "forward" else "forward"), True)):
+        (pair_files / "stats.json").write_text(stats)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+            assert main(["evaluate", "--model", MODEL, *files]) == 0
+        capsys.readouterr()
+        messages = [r.getMessage() for r in caplog.records]
+        assert (messages == [f"{pair_files / 'src.txt'} was prepared for the "
+                             f"{'retro' if task == 'forward' else 'forward'} task (its folder's stats.json) but "
+                             f"the model is a {task} model: expect every answer to miss"]) if warned else not messages
+
+
 def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsys):
     base = {"n": 6, "n_best": 2, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "beam"}
     a = dict(base, first_right={"model_order": [1, 1, 1, 1, 2, None], "app_order": [1, 1, 1, 1, 1, None]})
