@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "unless given; evaluate: beam with --n-best over 1, else greedy; calibrate: beam; bench "
                        "times --methods instead)")
         p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=1, help="answers per query (beam, sbs, "
-                       "sbs-exact and the sampling methods; calibrate: 5 for those, else 1, unless given)")
+                       "sbs-exact and the sampling methods; calibrate: 5 for those, else 1, unless given; bench: "
+                       "beam, sbs and sbs-exact only, its sampling methods are timed on one sample a query)")
         p.add_argument("--draft-len", type=at_least(0, MAX_DRAFT_LEN), default=None, help="0: no drafts")
         p.add_argument("--n-drafts", type=at_least(1, MAX_N_DRAFTS), default=None, help="drafts verified per call "
                        "(the spec-* and sbs methods; default: the method's)")
