@@ -53,6 +53,11 @@ MAX_DRAFT_LEN = 64  # tokens in one draft
 MAX_N_DRAFTS = 64  # drafts verified in one decoder call
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
 MAX_TEMPERATURE = 100.0  # sampling; far past the point where the output is noise
+# At 1e-40 the logits over the temperature overflow float32 and torch draws from NaNs; at 0.01 a sample is
+# greedy's answer nearly always (greedy is the method for temperature 0).
+MIN_TEMPERATURE = 0.01
+MAX_TOKENS_KNOB = 10_000  # top_k and beta: past any vocabulary (an int this big or more overflowed torch's int64)
+MAX_NATS = 1_000.0  # tau and delta: past any log-probability gap a model writes
 MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_best - 1 are used
 # A SMILES is printable ASCII. Anything else is refused by name, never dropped: RDKit skips some
 # characters it cannot read, so a Cyrillic 'ССO' would silently become water and a full-width
@@ -106,16 +111,18 @@ def describe_character(ch: str) -> str:
 
 def check_sampling(options: SamplingOptions) -> None:
     """Raise ValueError for a knob that torch would turn into NaNs or a crash mid-decode."""
-    if not 0 < options.temperature <= MAX_TEMPERATURE:  # also false for NaN
-        raise ValueError(f"temperature must be above 0 and at most {MAX_TEMPERATURE:g}, not {options.temperature}")
-    if options.top_k < 0:
-        raise ValueError(f"top_k must be 0 (no cut) or more, not {options.top_k}")
-    if options.beta < 1:
-        raise ValueError(f"beta must be 1 or more (the draft token among the top-beta), not {options.beta}")
+    if not MIN_TEMPERATURE <= options.temperature <= MAX_TEMPERATURE:  # also false for NaN
+        raise ValueError(f"temperature must be between {MIN_TEMPERATURE:g} and {MAX_TEMPERATURE:g} (greedy is the "
+                         f"method for temperature 0), not {options.temperature}")
+    if not 0 <= options.top_k <= MAX_TOKENS_KNOB:
+        raise ValueError(f"top_k must be 0 (no cut) or more, at most {MAX_TOKENS_KNOB:,}, not {options.top_k}")
+    if not 1 <= options.beta <= MAX_TOKENS_KNOB:
+        raise ValueError(f"beta must be 1 or more (the draft token among the top-beta), at most {MAX_TOKENS_KNOB:,}, "
+                         f"not {options.beta}")
     for name in ("tau", "delta"):
         value = getattr(options, name)
-        if not 0 <= value < math.inf:
-            raise ValueError(f"{name} must be a finite number of 0 or more, not {value}")
+        if not 0 <= value <= MAX_NATS:  # also false for NaN and infinity
+            raise ValueError(f"{name} must be a number of 0 or more, at most {MAX_NATS:g}, not {value}")
     if not 0 <= options.draft_len <= MAX_DRAFT_LEN:
         raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {options.draft_len}")
     if not 0 <= options.seed <= MAX_SEED - MAX_N_BEST:  # room for seed + k, k < n_best

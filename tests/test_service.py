@@ -500,6 +500,11 @@ def test_surrounding_ascii_whitespace_is_still_trimmed(copier):
     (dict(tau=-1.0), "tau"),
     (dict(delta=-0.5), "delta"),
     (dict(seed=2**64), "seed"),  # torch: "Overflow when unpacking long long"
+    (dict(temperature=1e-40), "temperature"),  # the logits over it overflowed float32: torch drew from NaNs
+    (dict(beta=2**64), "beta"),  # "int too big to convert" mid-decode
+    (dict(top_k=2**64), "top_k"),
+    (dict(tau=10**309), "tau"),  # a JSON integer: finite, and no float
+    (dict(delta=1e300), "delta"),
 ])
 def test_bad_sampling_options_raise_a_clear_value_error(copier, options, message):
     from molspec_core.decoding.sampling import SamplingOptions
