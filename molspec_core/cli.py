@@ -817,7 +817,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = server.server_address[:2]
     if not server.loopback:
         log.warning("listening on %s, beyond this machine, without authentication", host)
-    print(f"serving {', '.join(server.service.models)} on http://{host}:{port} (POST /predict, GET /models); "
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    print(f"serving {', '.join(server.service.models)} on http://{shown}:{port} (POST /predict, GET /models); "
           "Ctrl-C stops", flush=True)
     try:
         server.serve_forever()

@@ -20,20 +20,26 @@ Safety: it listens on loopback unless told otherwise and has no authentication, 
 on a network you trust. On loopback it answers only requests addressed to a loopback name (a web page
 cannot reach it through DNS rebinding), and it takes only `Content-Type: application/json` (which a web
 page cannot send across origins without a preflight this server never grants). Bodies, queries per
-request, the time to send a request and the time a request decodes are bounded (MAX_REQUEST_S: the queries not
-begun by then come back with an error, the others with their answers); a query stops at its time limit.
+request, open connections (MAX_CONNECTIONS), the time to send a whole request (READ_TIMEOUT_S) and the time a
+request decodes are bounded (MAX_REQUEST_S: the queries not begun by then come back with an error, the others
+with their answers); a query stops at its time limit. A body is framed by one Content-Length alone, and a
+connection whose request left a body unread closes after its answer (none is read as the next request).
 """
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import math
+import re
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 from .io import QueryFile
 from .known import known_rank, with_recorded
@@ -47,8 +53,14 @@ MAX_QUERIES = 1_000  # per request: retro beam 10, one writing, one CPU thread, 
 MAX_BODY_BYTES = 2 * MAX_QUERIES * MAX_QUERY_CHARS  # room for that many of the longest queries, JSON escapes and all
 MAX_REQUEST_S = 600.0  # one request holds the models no longer (a query decodes for at most its time_limit_s more)
 MAX_BATCH_SIZE = 256  # a window of batches (service.window_size) stays a small part of a full request
-READ_TIMEOUT_S = 30.0  # a client that opens a connection and sends nothing holds a thread no longer than this
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+# A connection's whole next request (its request line, headers and body, and the wait for them) arrives within
+# this, or its reading is stopped: a client dripping a byte at a time holds a thread no longer.
+READ_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
+LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
+LINGER_BYTES = 2 * MAX_BODY_BYTES
+LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
+DIGITS = re.compile(r"[0-9]{1,20}")
 ROUTES = {"/health": "GET", "/models": "GET", "/predict": "POST"}  # each path and the method it takes (Allow)
 
 # Predictor.predict's options, by the JSON types a request may give them in (bool is not taken for a number).
@@ -178,8 +190,18 @@ def result_json(result: QueryResult, recorded: str | None = None) -> dict:
 
 def model_json(name: str, predictor: Predictor) -> dict:
     return {"name": name, "task": predictor.task, "device": predictor.device_name, "engine": predictor.engine,
-            "dtype": predictor.dtype, "augmentable": predictor.augmentable,
-            "methods": [m for m, row in METHODS.items() if row.drafts != "model" or predictor.draft_model is not None]}
+            "dtype": predictor.dtype, "augmentable": predictor.augmentable, "methods": predictor.methods()}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address (IPv6 in brackets or not) is this machine's loopback."""
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 class Service:
@@ -234,11 +256,56 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout_s  # StreamRequestHandler.setup sets it on the socket
+        self.read_stopped = False  # set once the request took past its time to arrive (stop_reading)
+        self.unread_body = False  # a body left unread when the answer went: finish() reads and drops it
         super().setup()
+
+    def handle_one_request(self) -> None:
+        """One request, which must arrive whole (its line, headers and body) within read_timeout_s: the socket's
+        own timeout bounds each read alone, so a client sending a byte every few seconds held a thread for as
+        long as it liked. Past the deadline, reading stops (stop_reading) and the request is refused."""
+        self.reading = threading.Timer(self.server.read_timeout_s, self.stop_reading)
+        self.reading.daemon = True
+        self.reading.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self.reading.cancel()
+
+    def stop_reading(self) -> None:
+        self.read_stopped = True
+        try:
+            self.connection.shutdown(socket.SHUT_RD)  # a read blocked on the socket returns at once, empty
+        except OSError:
+            pass  # already closed
+
+    def finish(self) -> None:
+        if self.unread_body:
+            self._linger()
+        super().finish()
+
+    def _linger(self) -> None:
+        """After an answer that left the request's body unread, the body's rest is read and dropped for a short
+        while before the connection closes: closed at once, a client still sending it (Python's http.client)
+        hit a broken pipe and never read its 413."""
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(LINGER_S)
+            deadline, dropped = time.monotonic() + LINGER_S, 0
+            while time.monotonic() < deadline and dropped < LINGER_BYTES:
+                chunk = self.connection.recv(65536)
+                if not chunk:
+                    break
+                dropped += len(chunk)
+        except OSError:
+            pass  # the client has gone: nothing left to save
 
     def do_GET(self) -> None:
         if not self._host_allowed():
             return
+        if self._carries_body():  # left unread: it must not be read as the next request on this connection
+            self.close_connection = True
         service = self.server.service
         path = self._route()
         if path == "/health":
@@ -250,6 +317,20 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
 
+    def handle_expect_100(self) -> bool:
+        """`Expect: 100-continue`: the client sends its body only when told to go on, so the head is checked
+        first; a request refused from its head is answered at once, not invited to send a body to no purpose."""
+        if self.command != "POST" or self._route() != "/predict":
+            return True  # do_<METHOD> answers without reading a body: the client is not invited to send one
+        if not self._host_allowed():
+            return False  # answered
+        try:
+            self._check_head()
+        except RequestError as exc:
+            self._send(exc.status, {"error": str(exc)})
+            return False
+        return super().handle_expect_100()
+
     def do_POST(self) -> None:
         if not self._host_allowed():
             return
@@ -257,6 +338,7 @@ class Handler(BaseHTTPRequestHandler):
             self._not_allowed()
             return
         try:
+            self._check_head()
             body = self._body()
             self._send(HTTPStatus.OK, self.server.service.predict(body))
         except RequestError as exc:
@@ -280,6 +362,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._host_allowed():
             return
         self.close_connection = True  # a body it carries is left unread
+        self.unread_body = self._carries_body()
         path = self._route()
         if path not in ROUTES:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
@@ -303,40 +386,63 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": message or status.phrase})
 
     def _route(self) -> str:
-        """The path asked for, without its query string (routes take none)."""
+        """The path asked for, without its query string (routes take none); of an absolute target
+        (`GET http://localhost:8000/health`, which a server must take) its path."""
+        if self.path.lower().startswith(("http://", "https://")):
+            return urlsplit(self.path).path or "/"
         return self.path.split("?", 1)[0]
 
-    def _body(self) -> object:
-        kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if kind != "application/json":
-            self.close_connection = True  # the body is left unread
-            raise RequestError("send the body as JSON with Content-Type: application/json",
-                               HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
-        lengths = self.headers.get_all("Content-Length") or []
-        if not lengths:  # chunked bodies included: none is read here
-            self.close_connection = True
-            raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
-        if len(set(lengths)) > 1:  # which one frames the body? (request smuggling's way in)
-            self.close_connection = True
-            raise RequestError(f"{len(lengths)} different Content-Length headers; send one")
+    def _carries_body(self) -> bool:
+        return self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers
+
+    def _check_head(self) -> int:
+        """A /predict request's Content-Length, once its headers show a JSON body this server reads; a
+        RequestError (the connection to close, the body unread) where they do not."""
         try:
+            kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                raise RequestError("send the body as JSON with Content-Type: application/json",
+                                   HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
+            lengths = self.headers.get_all("Content-Length") or []
+            if "Transfer-Encoding" in self.headers:  # chunked bodies are not read; with a Content-Length beside
+                if lengths:                          # it, which one frames the body? (request smuggling's way in)
+                    raise RequestError("Transfer-Encoding and Content-Length together; send the body with a "
+                                       "Content-Length alone")
+                raise RequestError("a body needs a Content-Length (chunked bodies are not read)",
+                                   HTTPStatus.LENGTH_REQUIRED)
+            if not lengths:
+                raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
+            if len(set(lengths)) > 1:
+                raise RequestError(f"{len(lengths)} different Content-Length headers; send one")
+            if not DIGITS.fullmatch(lengths[0].strip()):  # int() took '+34', '3_4' and '-5'
+                raise RequestError(f"Content-Length {lengths[0][:40]!r} is not a number of bytes")
             length = int(lengths[0])
-        except ValueError:
+            if length > MAX_BODY_BYTES:
+                raise RequestError(f"a body of {length:,} bytes; at most {MAX_BODY_BYTES:,}",
+                                   HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+            return length
+        except RequestError:
             self.close_connection = True
-            raise RequestError(f"Content-Length {lengths[0][:40]!r} is not a number of bytes") from None
-        if length < 0:  # no size at all, not one too big (413)
-            self.close_connection = True
-            raise RequestError(f"Content-Length {length} is not a number of bytes")
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True
-            raise RequestError(f"a body of {length:,} bytes; at most {MAX_BODY_BYTES:,}",
-                               HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+            self.unread_body = self._carries_body()
+            raise
+
+    def _body(self) -> object:
+        length = self._check_head()
         try:
             data = self.rfile.read(length)
         except (TimeoutError, ConnectionError) as exc:  # the client stalled or went away mid-body: no bug of ours
             self.close_connection = True  # the socket reads no more once timed out; the rest must not be a request
             raise RequestError(f"the body stopped short of its {length:,} bytes ({exc})",
                                HTTPStatus.REQUEST_TIMEOUT) from None
+        finally:
+            self.reading.cancel()  # the request is in: its decode is no part of its time to arrive
+        if len(data) < length:  # the client closed its side, or took past its time to send the rest
+            self.close_connection = True
+            if self.read_stopped:
+                raise RequestError(f"the body stopped short of its {length:,} bytes: the request did not arrive "
+                                   f"within {self.server.read_timeout_s:g} s", HTTPStatus.REQUEST_TIMEOUT)
+            raise RequestError(f"the body stopped short of its {length:,} bytes ({len(data):,} came before the "
+                               "client stopped sending)")
         try:
             return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
@@ -345,12 +451,24 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError("the body's JSON is nested too deeply") from None
 
     def _host_allowed(self) -> bool:
-        """On loopback, only requests addressed to a loopback name are answered (DNS rebinding)."""
+        """An HTTP/1.1 request names one Host (400 otherwise, as RFC 9112 asks); on loopback, only requests
+        addressed to a loopback name or address are answered (DNS rebinding). An absolute target's host is
+        the one addressed."""
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1 or (not hosts and self.request_version != "HTTP/1.0"):
+            self.close_connection = True
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "a request names its Host, once"})
+            return False
         if not self.server.loopback:
             return True
-        host = self.headers.get("Host", "")
-        name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
-        if name.lower() in LOOPBACK_NAMES:
+        if self.path.lower().startswith(("http://", "https://")):
+            name = urlsplit(self.path).hostname or ""
+        elif hosts:
+            host = hosts[0].strip()
+            name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+        else:
+            return True  # HTTP/1.0 without a Host: no browser's request, which always names one
+        if is_loopback(name):
             return True
         self.close_connection = True
         self._send(HTTPStatus.FORBIDDEN, {"error": "this server answers requests to localhost only"})
@@ -383,14 +501,41 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def busy_answer(limit: int) -> bytes:
+    """The 503 a connection past the limit gets, whole, before it closes (no handler reads its request)."""
+    body = json.dumps({"error": f"the server holds {limit} connections; try again shortly"}).encode()
+    return (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+            "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode() + body
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # a client still connected does not keep the process from ending
 
     def __init__(self, address: tuple[str, int], service: Service, read_timeout_s: float = READ_TIMEOUT_S):
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET  # '::1' was refused
         super().__init__(address, Handler)
         self.service = service
         self.read_timeout_s = read_timeout_s
-        self.loopback = address[0] in LOOPBACK_NAMES or address[0].startswith("127.")
+        self.loopback = is_loopback(address[0])
+        self.max_connections = MAX_CONNECTIONS
+        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        """A thread for the connection, while fewer than MAX_CONNECTIONS are open; else a 503 and it closes."""
+        if not self.connections.acquire(blocking=False):
+            try:
+                request.sendall(busy_answer(self.max_connections))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
 
 
 def serve(models: Sequence[Predictor], host: str = "127.0.0.1", port: int = 8000,

@@ -653,6 +653,14 @@ class Predictor:
             return "none", 0, 0
         return drafter, length, count
 
+    def methods(self) -> list[str]:
+        """The methods this model decodes with their default settings: those of a draft model only where it has
+        one; under int8 neither the uncached baselines nor a method verifying several drafts a call, which
+        decode refuses there."""
+        return [name for name, row in METHODS.items()
+                if (row.drafts != "model" or self.draft_model is not None)
+                and (self.dtype == "float32" or not (row.benchmark_only or self.several_drafts(name, None, None)))]
+
     def several_drafts(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int = 1) -> bool:
         """Whether the method, so set, verifies several drafts per call (the paper's 25 windows, or n_drafts > 1),
         which the native int8 call cannot: it verifies one draft per row (model.py), so only float32 decodes it

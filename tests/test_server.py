@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from conftest import FIXTURES, needs_native
 from molspec_core import cli, server
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Predictor
@@ -293,7 +294,9 @@ def test_a_body_over_the_limit_is_refused_unread(address):
 
 
 @pytest.mark.parametrize("lengths, status, message", [
-    (["-5"], 400, "Content-Length -5 is not a number of bytes"),  # was 413, "too large"
+    (["-5"], 400, "Content-Length '-5' is not a number of bytes"),  # was 413, "too large"
+    (["+34"], 400, "Content-Length '+34' is not a number of bytes"),  # int() read it as 34
+    (["3_4"], 400, "Content-Length '3_4' is not a number of bytes"),
     (["abc"], 400, "Content-Length 'abc' is not a number of bytes"),  # was 411, "a body needs a Content-Length"
     (["5", "17"], 400, "2 different Content-Length headers; send one"),  # the first framed the body, read as JSON
     ([], 411, "a body needs a Content-Length"),
@@ -410,3 +413,165 @@ def test_answers_leave_without_waiting_for_the_clients_acknowledgement():
     # Headers and body are two writes: with Nagle's algorithm on, each answer waited ~30 ms for the client's
     # delayed ACK on loopback (tools/server_latency.py measured 31 ms added a query before, 1.3 ms after).
     assert server.Handler.disable_nagle_algorithm is True
+
+
+def exchange(address, data: bytes, half_close: bool = False) -> list[tuple[str, dict, bytes]]:
+    """Raw bytes sent on one connection, and every answer read back until the server closes it: (status
+    line, headers, body) each."""
+    with socket.create_connection(address, timeout=30) as raw:
+        raw.sendall(data)
+        if half_close:
+            raw.shutdown(socket.SHUT_WR)
+        received = b"".join(iter(lambda: raw.recv(65536), b""))
+    answers = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(fields.get("content-length", 0))
+        answers.append((lines[0], fields, rest[:length]))
+        received = rest[length:]
+    return answers
+
+
+def test_a_body_sent_with_a_get_never_becomes_a_request_of_its_own(address):
+    """GET /predict with a JSON body (a common slip) left the body unread, read next as a request: it broke the
+    next request on the connection, and a request hidden in it was answered."""
+    hidden = b"GET /models HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    answers = exchange(address, b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n"
+                       % len(hidden) + hidden)
+    assert [(line.split()[1], fields.get("connection")) for line, fields, _ in answers] == [("200", "close")]
+
+
+def test_transfer_encoding_beside_a_content_length_is_refused_and_closes(address):
+    """The Content-Length framed the body while Transfer-Encoding was ignored: a request after it was answered."""
+    body = json.dumps({"model": "forward", "smiles": "CCO"}).encode()
+    head = (f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: "
+            f"chunked\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    answers = exchange(address, head + body + b"GET /models HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert len(answers) == 1 and answers[0][0].startswith("HTTP/1.1 400")
+    assert "Transfer-Encoding and Content-Length together" in json.loads(answers[0][2])["error"]
+
+
+def test_a_body_shorter_than_its_content_length_is_refused(address):
+    """A client that closed its side after 34 of 1,000 bytes was answered as if the 34 were the body."""
+    body = json.dumps({"smiles": "CCO", "model": "forward"}).encode()
+    answers = exchange(address, b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 1000\r\n\r\n" + body, half_close=True)
+    assert len(answers) == 1 and answers[0][0].startswith("HTTP/1.1 400")
+    assert json.loads(answers[0][2])["error"] == (f"the body stopped short of its 1,000 bytes ({len(body)} came "
+                                                  "before the client stopped sending)")
+
+
+def test_a_request_must_name_one_host_and_any_loopback_name_will_do(address):
+    assert exchange(address, b"GET /health HTTP/1.1\r\n\r\n")[0][0].startswith("HTTP/1.1 400")  # was 403
+    two = exchange(address, b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n")
+    assert two[0][0].startswith("HTTP/1.1 400") and "Host, once" in json.loads(two[0][2])["error"]  # was 200
+    assert exchange(address, b"GET /health HTTP/1.0\r\n\r\n")[0][0].split()[1] == "200"  # 1.0 needs none
+    assert call(address, "GET", "/health", headers={"Host": f"127.0.0.2:{address[1]}"})[0] == 200  # was 403
+    absolute = exchange(address, f"GET http://localhost:{address[1]}/health HTTP/1.1\r\nHost: localhost\r\n"
+                        "Connection: close\r\n\r\n".encode())
+    assert absolute[0][0].split()[1] == "200"  # was 404: a server takes an absolute target
+    elsewhere = exchange(address, b"GET http://evil.example/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert elsewhere[0][0].split()[1] == "403"
+
+
+def test_a_client_still_sending_a_refused_body_reads_its_answer(address):
+    """The server closed on a 413 without reading on: Python's http.client, still sending, hit a broken pipe and
+    never saw the answer."""
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    connection.request("POST", "/predict", body=b" " * (server.MAX_BODY_BYTES + 1),
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 413 and "at most" in json.loads(response.read())["error"]
+    connection.close()
+
+
+def test_a_request_expecting_100_continue_is_refused_from_its_head(address):
+    """It was invited to send the body (100 Continue) that the answer then refused."""
+    with socket.create_connection(address, timeout=30) as raw:
+        raw.sendall(f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: "
+                    f"{server.MAX_BODY_BYTES + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
+        first = raw.recv(65536)
+    assert first.startswith(b"HTTP/1.1 413")
+    body = json.dumps({"model": "forward", "smiles": "CCO"}).encode()
+    with socket.create_connection(address, timeout=30) as raw:  # a request it takes is told to go on
+        raw.sendall(f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: "
+                    f"{len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n".encode())
+        assert raw.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        raw.sendall(body)
+        assert b"".join(iter(lambda: raw.recv(65536), b"")).startswith(b"HTTP/1.1 200")
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_the_read_timeout(models):
+    """The read timeout bounded each read alone: a byte every half second held the connection for as long as the
+    client liked. Now the whole request arrives within it, or the connection is answered 408 and closed."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=1.0)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"model": "forward", "smiles": "CCO"}).encode()
+    request = (f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: "
+               f"{len(body)}\r\n\r\n").encode() + body
+    started = time.monotonic()
+    with socket.create_connection(running.server_address[:2], timeout=30) as raw:
+        raw.sendall(request[:-len(body) + 2])  # the head and two bytes of the body, then a byte every 0.3 s
+        received = b""
+        for byte in request[-len(body) + 2:]:
+            time.sleep(0.3)
+            try:
+                raw.sendall(bytes([byte]))
+            except OSError:
+                break
+            if time.monotonic() - started > 3:
+                break
+        received = b"".join(iter(lambda: raw.recv(65536), b""))
+    running.shutdown()
+    running.server_close()
+    assert received.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in received
+    assert time.monotonic() - started < 4  # the drip would have taken 0.3 s x 30 bytes
+
+
+def test_connections_past_the_limit_are_answered_503(models, monkeypatch):
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 2)
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    address = running.server_address[:2]
+    idle = [socket.create_connection(address, timeout=30) for _ in range(2)]  # each holds a thread, sending nothing
+    time.sleep(0.2)
+    answers = exchange(address, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert answers[0][0].startswith("HTTP/1.1 503") and "2 connections" in json.loads(answers[0][2])["error"]
+    for connection in idle:
+        connection.close()
+    time.sleep(0.2)
+    assert call(address, "GET", "/health") == (200, {"status": "ok"})
+    running.shutdown()
+    running.server_close()
+
+
+def test_the_server_listens_on_ipv6_loopback():
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        running = server.serve([Predictor.load(FIXTURES / "copy_model", device="cpu")], "::1", 0)
+    except OSError as exc:  # was refused: "Address family for hostname not supported"
+        pytest.skip(f"IPv6 loopback cannot be bound here: {exc}")
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    assert running.loopback
+    connection = http.client.HTTPConnection("::1", running.server_address[1], timeout=30)
+    connection.request("GET", "/health")
+    response = connection.getresponse()
+    assert (response.status, json.loads(response.read())) == (200, {"status": "ok"})
+    connection.close()
+    running.shutdown()
+    running.server_close()
+
+
+@needs_native
+def test_models_lists_only_the_methods_an_int8_model_decodes():
+    """Under int8 /models listed the uncached baselines and spec-paper (25 drafts a call), which it refused."""
+    int8 = Predictor.load("forward", device="cpu", dtype="int8")
+    listed = server.model_json("forward", int8)["methods"]
+    assert not {"greedy-uncached", "beam-uncached", "spec-paper"} & set(listed)
+    service = server.Service({"forward": int8})
+    for method in listed:
+        result = service.predict({"smiles": AMIDE, "method": method})["results"][0]
+        assert result["error"] is None and result["predictions"], method
