@@ -28,6 +28,7 @@ MAX_SHARD_BYTES = 15 * 1000 * 1000  # per file, header included
 HEADER_ROOM = 64 * 1024  # the safetensors JSON header (names, shapes, offsets) sits in the same file
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
+MODEL_TASKS = ("forward", "retro")  # what a model folder's config.json may name as its task (forward when unset)
 
 # Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
 # 8 heads, d_ff 2048, 232 tokens, 1024 positions, 11.6 M parameters) and the paper's retro model
@@ -145,6 +146,12 @@ def read_config(folder: Path) -> tuple[dict, ModelConfig]:
         raise CheckpointError(f"{path}: n_heads ({cfg.n_heads}) must divide d_model ({cfg.d_model})")
     if cfg.d_model % 2:  # the sinusoidal table pairs a sine and a cosine column per frequency
         raise CheckpointError(f"{path}: d_model must be even, not {cfg.d_model}")
+    # "Forward" loaded as a task of its own, and every answer check (which reads the task) was skipped
+    if config.get("task", "forward") not in MODEL_TASKS:
+        raise CheckpointError(f"{path}: task must be one of {', '.join(MODEL_TASKS)}, not {_short(config['task'])}")
+    if not isinstance(config.get("data_stats", {}), dict):
+        raise CheckpointError(f"{path}: data_stats must be an object (the data's stats.json), not "
+                              f"{_short(config['data_stats'])}")
     return config, cfg
 
 
@@ -312,8 +319,13 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     config, cfg = read_config(folder)
     vocab = read_vocab(folder, cfg)
     check_weights(folder, cfg, read_headers(folder))
+    tensors = {k: v.float() for k, v in load_tensors(folder).items()}
+    broken = next((name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()), None)
+    if broken is not None:  # greedy wrote '<pad>' answers, beam none, sampling raised from torch
+        raise CheckpointError(f"{folder}: tensor {broken} holds values that are not finite (NaN or infinity); "
+                              "the weights are damaged")
     model = Seq2SeqTransformer(cfg)
-    model.load_state_dict({k: v.float() for k, v in load_tensors(folder).items()})
+    model.load_state_dict(tensors)
     plan_free_attention(torch.device(device))
     return model.to(device).eval(), vocab, config
 

@@ -121,6 +121,30 @@ def test_config_json_problems_name_the_file(tmp_path, no_model_built):
         checkpoint.load(folder)
 
 
+def test_a_task_or_data_stats_the_engine_does_not_know_is_refused(tmp_path, no_model_built):
+    """'Forward' loaded as a task of its own, and every answer check, which reads the task, was skipped."""
+    folder = tiny_folder(tmp_path)
+    for key, value, message in (("task", "Forward", r"config\.json: task must be one of forward, retro, not "
+                                 "'Forward'"),
+                                ("data_stats", "x", r"config\.json: data_stats must be an object")):
+        edit_json(folder / "config.json", lambda c: c.update({key: value}))
+        with pytest.raises(checkpoint.CheckpointError, match=message):
+            checkpoint.load(folder)
+        edit_json(folder / "config.json", lambda c: c.pop(key))
+
+
+def test_weights_that_are_not_finite_are_refused(tmp_path):
+    """A NaN in the weights loaded: greedy answered '<pad><pad>...', beam nothing, sampling raised from torch."""
+    folder = tiny_folder(tmp_path)
+    tensors = checkpoint.load_tensors(folder)
+    name = sorted(tensors)[3]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(checkpoint.CheckpointError, match=f"tensor {name} holds values that are not finite"):
+        checkpoint.load(folder)
+
+
 def test_weights_are_checked_against_the_config_from_the_headers(tmp_path, no_model_built):
     folder = tiny_folder(tmp_path)
     edit_json(folder / "config.json", lambda c: c["model"].update(d_ff=128))  # the weights have d_ff 64
