@@ -144,7 +144,7 @@ TASK_DEFAULTS: dict[str, tuple[str, int]] = {"forward": (EXACT_NBEST, 5), "retro
 
 def method(name: str) -> Method:
     """The row of a method; a ValueError naming the choices for any other name."""
-    if name not in METHODS:
+    if not isinstance(name, str) or name not in METHODS:  # ["beam"] was "unhashable type"
         raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
     return METHODS[name]
 

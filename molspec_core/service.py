@@ -109,8 +109,22 @@ def describe_character(ch: str) -> str:
     return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'control character')})"
 
 
-def check_sampling(options: SamplingOptions) -> None:
-    """Raise ValueError for a knob that torch would turn into NaNs or a crash mid-decode."""
+def is_real(value: object) -> bool:
+    """A real number that is not a bool (NumPy's floats and integers too): what a continuous knob takes."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_sampling(options: SamplingOptions) -> SamplingOptions:
+    """The knobs as plain Python numbers, or a ValueError naming one that is no number of its kind or that torch
+    would turn into NaNs or a crash mid-decode."""
+    if not isinstance(options, SamplingOptions):  # a dict reached an AttributeError
+        raise ValueError(f"sampling must be a SamplingOptions, not {type(options).__name__}")
+    for name in ("top_k", "beta", "seed", "draft_len"):
+        if not is_whole(getattr(options, name)):  # 2.5 and 1.5 reached torch as sizes and seeds
+            raise ValueError(f"{name} must be a whole number, not {getattr(options, name)!r}")
+    for name in ("temperature", "tau", "delta"):
+        if not is_real(getattr(options, name)):
+            raise ValueError(f"{name} must be a number, not {getattr(options, name)!r}")
     if not MIN_TEMPERATURE <= options.temperature <= MAX_TEMPERATURE:  # also false for NaN
         raise ValueError(f"temperature must be between {MIN_TEMPERATURE:g} and {MAX_TEMPERATURE:g} (greedy is the "
                          f"method for temperature 0), not {options.temperature}")
@@ -127,6 +141,10 @@ def check_sampling(options: SamplingOptions) -> None:
         raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {options.draft_len}")
     if not 0 <= options.seed <= MAX_SEED - MAX_N_BEST:  # room for seed + k, k < n_best
         raise ValueError(f"seed must be between 0 and {MAX_SEED - MAX_N_BEST}, not {options.seed}")
+    # NumPy's numbers as Python's: torch's generator refused numpy.int64 as a seed
+    return dataclasses.replace(options, **{name: int(getattr(options, name))
+                                           for name in ("top_k", "beta", "seed", "draft_len")},
+                               **{name: float(getattr(options, name)) for name in ("temperature", "tau", "delta")})
 
 
 # Who runs a model's lean decoder calls: "auto" is C on CPU where it builds (native.py), else NumPy
@@ -231,11 +249,12 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
     row = method_row(method)
     for name, value in (("n_best", n_best), ("batch_size", batch_size), ("augment", augment),
                         ("draft_len", draft_len), ("n_drafts", n_drafts)):
-        if value is not None and not is_whole(value):  # 2.5 or True reached torch as a size
+        # 2.5 or True reached torch as a size; None, where no default stands for it, a comparison's TypeError
+        if not is_whole(value) and (value is not None or name in ("n_best", "batch_size", "augment")):
             raise ValueError(f"{name} must be a whole number, not {value!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}")
-    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))):
+    if time_limit_s is not None and not is_real(time_limit_s):  # numpy.float32 was refused, float64 taken
         raise ValueError(f"time_limit_s must be a number of seconds (or None for no limit), not {time_limit_s!r}")
     if not 1 <= n_best <= MAX_N_BEST:
         raise ValueError(f"n_best must be between 1 and {MAX_N_BEST}, not {n_best}")
@@ -648,7 +667,9 @@ class Predictor:
         if drafter == "auto":
             drafter, default_len, default_n = auto_drafter(self.device, batch_size)
         length = draft_len if draft_len is not None else default_len
-        count = n_drafts if n_drafts is not None else default_n
+        # the sampling loop verifies one draft a call whatever n_drafts says (not among its knobs): counted as
+        # asked, int8 refused relaxed and spec-sample at n_drafts 3 that float32 decoded with one
+        count = n_drafts if n_drafts is not None and "n_drafts" in row.knobs else default_n
         if not row.speculative or length == 0:
             return "none", 0, 0
         return drafter, length, count
@@ -752,7 +773,7 @@ class Predictor:
                              "one: load the model in float32 (--dtype float32; in the app, Faster arithmetic off) "
                              "or one draft a call (n_drafts=1, --n-drafts 1)")
         if sampling is not None:
-            check_sampling(sampling)
+            sampling = check_sampling(sampling)
         self.check_augment(augment)
         # One query unless a list of them: None, a number or bytes is one query, refused as not text.
         single = isinstance(smiles, (str, bytes, bytearray)) or not isinstance(smiles, Iterable)

@@ -513,6 +513,52 @@ def test_bad_sampling_options_raise_a_clear_value_error(copier, options, message
         copier.predict("CCO", method="sample", sampling=SamplingOptions(**options))
 
 
+@pytest.mark.parametrize("options,message", [
+    (dict(top_k=2.5), "top_k must be a whole number, not 2.5"),  # a TypeError inside verify
+    (dict(seed=1.5), "seed must be a whole number, not 1.5"),  # a RuntimeError from torch's generator
+    (dict(temperature="1"), "temperature must be a number, not '1'"),
+    (dict(beta=True), "beta must be a whole number, not True"),
+])
+def test_sampling_knobs_of_the_wrong_type_are_named(copier, options, message):
+    from molspec_core.decoding.sampling import SamplingOptions
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        copier.predict("CCO", method="sample", sampling=SamplingOptions(**options))
+    with pytest.raises(ValueError, match="sampling must be a SamplingOptions, not dict"):  # an AttributeError
+        copier.predict("CCO", method="sample", sampling={"temperature": 0.5})
+
+
+def test_numpy_numbers_are_taken_wherever_python_numbers_are(copier):
+    """numpy.int64 seeds raised "an integer is required" in torch; a numpy.float32 time limit was refused."""
+    import numpy as np
+
+    from molspec_core.decoding.sampling import SamplingOptions
+
+    plain = copier.predict("CCO", method="sample", n_best=2, sampling=SamplingOptions(seed=3, temperature=0.7))
+    numpy = copier.predict("CCO", method="sample", n_best=np.int64(2), time_limit_s=np.float32(5),
+                           sampling=SamplingOptions(seed=np.int64(3), temperature=np.float32(0.7)))
+    assert numpy.ok and [p.smiles for p in numpy.predictions] == [p.smiles for p in plain.predictions]
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(n_best=None), "n_best must be a whole number, not None"),  # comparison TypeErrors
+    (dict(batch_size=None), "batch_size must be a whole number, not None"),
+    (dict(augment=None), "augment must be a whole number, not None"),
+    (dict(method=["beam"]), "unknown method ['beam']"),  # "unhashable type"
+])
+def test_options_of_the_wrong_type_are_named(copier, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        copier.predict("CCO", **options)
+
+
+def test_n_drafts_is_read_only_by_the_methods_that_verify_several():
+    """The sampling loop verifies one draft a call: n_drafts=3 changed nothing in float32, and int8 refused it."""
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    for method in ("relaxed", "spec-sample", "mentored"):
+        assert predictor.resolve(method, None, 3, 1)[2] == 1 and not predictor.several_drafts(method, None, 3)
+    assert predictor.resolve("spec-pointer", None, 3, 1)[2] == 3 and predictor.several_drafts("spec-pointer", None, 3)
+
+
 def test_an_unavailable_device_is_a_clear_error():
     import torch
 
