@@ -674,6 +674,12 @@ class Predictor:
             return "none", 0, 0
         return drafter, length, count
 
+    def __reduce__(self) -> tuple:
+        """Refused, whatever the engine: the C engine's loaded library cannot be pickled, and a copy of the NumPy
+        engine's packed weights unpickled but failed inside torch on its first call."""
+        raise TypeError(f"a Predictor cannot be pickled; load the model in each process with "
+                        f"Predictor.load({str(self.path)!r}), as `molspec predict --ray` does")
+
     def methods(self) -> list[str]:
         """The methods this model decodes with their default settings: those of a draft model only where it has
         one; under int8 neither the uncached baselines nor a method verifying several drafts a call, which

@@ -559,6 +559,16 @@ def test_n_drafts_is_read_only_by_the_methods_that_verify_several():
     assert predictor.resolve("spec-pointer", None, 3, 1)[2] == 3 and predictor.several_drafts("spec-pointer", None, 3)
 
 
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
+def test_a_predictor_refuses_pickling_saying_how_to_share_it(engine):
+    """The NumPy engine's copy unpickled and then failed inside torch on its first predict."""
+    import pickle
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu", engine=engine)
+    with pytest.raises(TypeError, match=r"a Predictor cannot be pickled; load the model in each process"):
+        pickle.dumps(predictor)
+
+
 def test_an_unavailable_device_is_a_clear_error():
     import torch
 
