@@ -81,8 +81,14 @@ def model_folder(name_or_path: str | Path) -> Path:
         raise checkpoint.CheckpointError(f"a model is a folder's path or a shipped model's name, not "
                                          f"{type(name_or_path).__name__}")
     path = Path(name_or_path)
-    if not path.is_dir() and (MODELS_DIR / str(name_or_path)).is_dir():
-        return MODELS_DIR / str(name_or_path)
+    shipped_folder = MODELS_DIR / str(name_or_path)
+    if not path.is_dir() and shipped_folder.is_dir():
+        return shipped_folder
+    if path.is_dir() and not (path / "config.json").exists() and shipped_folder.is_dir() and not path.is_absolute():
+        # a folder of the shipped model's name in the working directory was read instead, "config.json is missing"
+        raise checkpoint.CheckpointError(f"{path} is a folder here that holds no model (no config.json); the shipped "
+                                         f"model {name_or_path} is {shipped_folder}: give that path, or run from "
+                                         "another folder")
     if not path.exists():
         shipped = sorted(folder.name for folder in MODELS_DIR.glob("*") if (folder / "config.json").is_file())
         raise checkpoint.CheckpointError(f"model folder {path} does not exist, and no shipped model has that name "
@@ -548,8 +554,9 @@ class Predictor:
         if (path / "draft").is_dir():  # the same checks as the model's, before anything is built
             draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)
             if draft_vocab.tokens != vocab.tokens:
-                raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'}: "
-                                                 "its vocabulary differs from the model's")
+                raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'} and {path / 'vocab.json'} differ; "
+                                                 "a draft model reads its model's vocabulary (one of the two was "
+                                                 "edited, or comes from another model)")
             # Its steps run on the main model's engine (float32): a torch step beside a C main call
             # would cost about as much as the call it drafts for.
             if isinstance(model.numpy_step, NativeStep):

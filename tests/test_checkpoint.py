@@ -97,7 +97,12 @@ def test_n_heads_must_divide_d_model(tmp_path, no_model_built):
     (json.dumps({"tokens": [f"[X{i}]" for i in range(200_000)]}), r"vocab\.json is larger than"),
     (json.dumps({"tokens": list(SPECIALS) + ["C"] * 10}), r"vocab\.json: vocabulary has duplicate"),
     (json.dumps({"tokens": list(SPECIALS) + ["C"]}), r"vocab\.json has 5 tokens, config\.json says vocab_size 14"),
-], ids=["missing", "not-json", "not-a-list", "deep-nesting", "too-large", "duplicates", "wrong-count"])
+    (json.dumps({"tokens": list(SPECIALS) + [f"[X{i}]" for i in range(9)] + ["CC"]}),
+     r"vocab\.json: token 13, 'CC', is not one SMILES token"),  # loaded; the tokenizer never writes it
+    (json.dumps({"tokens": list(SPECIALS) + [""] + [f"[X{i}]" for i in range(9)]}),
+     r"vocab\.json: token 4, '', is not one SMILES token"),
+], ids=["missing", "not-json", "not-a-list", "deep-nesting", "too-large", "duplicates", "wrong-count", "two-atoms",
+        "empty"])
 def test_vocab_json_problems_name_the_file(tmp_path, no_model_built, content, message):
     folder = tiny_folder(tmp_path)
     if content is None:

@@ -569,6 +569,31 @@ def test_a_predictor_refuses_pickling_saying_how_to_share_it(engine):
         pickle.dumps(predictor)
 
 
+def test_a_draft_vocabulary_that_differs_names_both_files(tmp_path):
+    """An edited main vocab.json was blamed on draft/vocab.json alone."""
+    import json
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    shutil.copytree(FIXTURES / "copy_model", folder / "draft")
+    vocab = json.loads((folder / "vocab.json").read_text())
+    vocab["tokens"][4], vocab["tokens"][5] = vocab["tokens"][5], vocab["tokens"][4]
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(CheckpointError, match=re.escape(f"{folder / 'draft' / 'vocab.json'} and "
+                                                        f"{folder / 'vocab.json'} differ")):
+        Predictor.load(folder, device="cpu")
+
+
+def test_a_folder_of_a_shipped_models_name_here_is_named_as_the_cause(tmp_path, monkeypatch):
+    """A folder called forward in the working directory shadowed the shipped model: "config.json is missing"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forward").mkdir()
+    with pytest.raises(CheckpointError, match=r"forward is a folder here that holds no model .* the shipped model "
+                                              r"forward is \S+models/forward"):
+        Predictor.load("forward", device="cpu")
+
+
 def test_an_unavailable_device_is_a_clear_error():
     import torch
 
