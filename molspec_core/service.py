@@ -38,7 +38,7 @@ from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row
 from .model import Seq2SeqTransformer
-from .native import DTYPES, NativeStep, NativeUnavailable, cpu_description, native_unavailable
+from .native import BUILD_VARIABLE, DTYPES, NativeStep, NativeUnavailable, cpu_description, native_unavailable
 from .rsmiles import root_views
 from .tokenizer import TokenizeError, Vocab
 
@@ -548,7 +548,9 @@ class Predictor:
         except NativeUnavailable as exc:
             if engine == "native" or dtype != "float32":
                 raise ValueError(f"engine native cannot run here: {exc}") from None
-            log.info("C decoder step unavailable (%s); the NumPy step runs the decoder calls", exc)
+            # a mistyped MOLSPEC_NATIVE_BUILD is the user's own setting gone wrong: said aloud, not at info level
+            (log.warning if os.environ.get(BUILD_VARIABLE) else log.info)(
+                "C decoder step unavailable (%s); the NumPy step runs the decoder calls", exc)
             model.use_numpy_step(cpu)
         draft_model = None
         if (path / "draft").is_dir():  # the same checks as the model's, before anything is built

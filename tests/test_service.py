@@ -594,6 +594,17 @@ def test_a_folder_of_a_shipped_models_name_here_is_named_as_the_cause(tmp_path, 
         Predictor.load("forward", device="cpu")
 
 
+def test_a_mistyped_native_build_is_warned_of_when_the_numpy_step_stands_in(monkeypatch, caplog):
+    """MOLSPEC_NATIVE_BUILD=foo dropped float32 to the NumPy step with a line at info level only."""
+    import logging
+
+    monkeypatch.setenv("MOLSPEC_NATIVE_BUILD", "foo")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.service"):
+        predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    assert predictor.engine == "numpy"
+    assert any("MOLSPEC_NATIVE_BUILD='foo' names no build" in r.getMessage() for r in caplog.records)
+
+
 def test_an_unavailable_device_is_a_clear_error():
     import torch
 
