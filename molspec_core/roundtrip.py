@@ -48,6 +48,9 @@ def sequence_log_probs(predictor: Predictor, sources: Sequence[Sequence[int]],
 def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) -> QueryResult:
     """`result` (a retrosynthesis answer list) with round_trip and forward_prob set on every sane answer
     the forward model can read; None on the others (invalid or flagged ones, unknown tokens)."""
+    if not isinstance(forward, Predictor):  # None reached an AttributeError
+        raise ValueError(f"the round-trip check needs a loaded forward model (Predictor.load('forward')), not "
+                         f"{type(forward).__name__}")
     if forward.task != "forward":
         raise ValueError(f"the round-trip check needs a forward model; {forward.path} is a {forward.task} model")
     if result.task == "forward":  # its answers are products: the forward model would read them as reactants

@@ -65,6 +65,8 @@ def test_bad_arguments_and_failed_queries(forward):
     result = QueryResult(PARACETAMOL, PARACETAMOL, predictions=(answer(1, "CC(=O)Cl.Nc1ccc(O)cc1"),))
     with pytest.raises(ValueError, match="needs a forward model"):
         check_round_trip(result, retro)
+    with pytest.raises(ValueError, match=r"needs a loaded forward model \(Predictor.load\('forward'\)\), not NoneType"):
+        check_round_trip(result, None)  # an AttributeError
     with pytest.raises(ValueError, match="top-k"):
         check_round_trip(result, forward, top_k=0)
     failed = QueryResult("xyz", error="not a valid SMILES")
