@@ -22,6 +22,7 @@ from pathlib import Path
 from rdkit import Chem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.centre import reaction_centre  # noqa: E402
 from molspec_core.data import DEFAULT_DATA  # noqa: E402
 
@@ -53,7 +54,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="data folder holding uspto50k/gln_split/raw_test.csv (default ../shared/data)")
-    parser.add_argument("--limit", type=int, default=None, help="the first this many test reactions (default: all)")
+    parser.add_argument("--limit", type=at_least(1), default=None,
+                        help="the first this many test reactions, 1 or more (default: all)")
     args = parser.parse_args()
     with open(args.data / "uspto50k" / "gln_split" / "raw_test.csv", newline="") as handle:
         rows = [row["reactants>reagents>production"] for row in csv.DictReader(handle)][:args.limit]
@@ -78,6 +80,9 @@ def main() -> None:
         overlap += len(found & truth) / len(found | truth) if found | truth else 1.0
     seconds.sort()
     n = counts["reactions"]
+    if not n:
+        raise SystemExit(f"centre_check.py: none of the {len(rows)} reactions read has an atom map covering its "
+                         f"product: no centre to compare ({counts['no_map']} without one)")
     print(json.dumps({**counts, "same_share": round(counts["same"] / n, 4),
                       "holds_mapped_share": round(counts["holds_mapped"] / n, 4),
                       "mean_jaccard": round(overlap / n, 4),

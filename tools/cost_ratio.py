@@ -1,17 +1,18 @@
-"""Cost ratio c of issue 7: one decoder step (1 token, cached) of the draft model over one of the main model."""
-import sys
+"""Cost ratio c of issue 7: one decoder step (1 token, cached) of the draft model over one of the main model.
+
+python3 tools/cost_ratio.py MODEL [SMILES]
+"""
+import argparse
 import time
 
 import torch
 
 from molspec_core.service import Predictor
 
-torch.set_num_threads(1)
-predictor = Predictor.load(sys.argv[1], device="cpu")
-query = predictor.prepare(sys.argv[2] if len(sys.argv) > 2 else "CC(=O)Cl.NCc1ccccc1")
+QUERY = "CC(=O)Cl.NCc1ccccc1"
 
 
-def step_ms(model, n_steps=40, repeats=5):
+def step_ms(model, query, n_steps=40, repeats=5):
     src = torch.tensor([query.ids])
     best = float("inf")
     with torch.inference_mode():
@@ -27,7 +28,24 @@ def step_ms(model, n_steps=40, repeats=5):
     return best
 
 
-main_ms, draft_ms = step_ms(predictor.model), step_ms(predictor.draft_model)
-params = lambda m: sum(p.numel() for p in m.parameters()) / 1e6
-print(f"main {params(predictor.model):.2f}M params {main_ms:.2f} ms/step; draft {params(predictor.draft_model):.2f}M "
-      f"params {draft_ms:.2f} ms/step; c = {draft_ms / main_ms:.3f}")
+def params(model) -> float:
+    return sum(p.numel() for p in model.parameters()) / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a shipped model's name or a model folder, with a draft model")
+    parser.add_argument("smiles", nargs="?", default=QUERY, help=f"the query whose steps are timed (default {QUERY})")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    predictor = Predictor.load(args.model, device="cpu")
+    if predictor.draft_model is None:
+        parser.error(f"{args.model} has no draft model: nothing to compare its steps with")
+    query = predictor.prepare(args.smiles)
+    main_ms, draft_ms = step_ms(predictor.model, query), step_ms(predictor.draft_model, query)
+    print(f"main {params(predictor.model):.2f}M params {main_ms:.2f} ms/step; "
+          f"draft {params(predictor.draft_model):.2f}M params {draft_ms:.2f} ms/step; c = {draft_ms / main_ms:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from molspec_core.argtypes import at_least
 from molspec_core.evaluate import read_pairs
 from molspec_core.service import Predictor, window_size
 
@@ -53,7 +54,8 @@ def main() -> None:
     p.add_argument("--configs", default="1x1,8x1,32x1",
                    help="BxW or BxWf (file order), comma-separated; the first is the baseline")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--rounds", type=int, default=2, help="timed rounds over all configurations (default 2)")
+    p.add_argument("--rounds", type=at_least(1), default=2,
+                   help="timed rounds over all configurations, 1 or more (default 2)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, device="cpu")

@@ -38,10 +38,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
-from molspec_core.data import Pair, read_lines, write_splits
-from molspec_core.tokenizer import Vocab
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import check_output_folder, check_outputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.data import Pair, read_lines, write_splits  # noqa: E402
+from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
+from molspec_core.tokenizer import Vocab  # noqa: E402
+
+# what `starts` reads of a prepare-data folder (folder_starts)
+STARTS_READS = ("train.src", "train.tgt", "stats.json")
 
 
 def reaction_starts(targets: list[str]) -> list[int]:
@@ -102,6 +110,8 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
     """`mined` None: every reaction of `data` is new to the model (`prepare-data --task retro --val-rest only`,
     `--task forward-mit --rows-before`), so all its writings are kept, as a wrong one's; so are those of each
     folder in `also` (more new reactions for the same model: its task and vocabulary; `data`'s validation)."""
+    check_output_folder("--out", out, [("--data", data), ("--replay", replay),
+                                       *(("--also", folder) for folder in also)])
     train = split(data, "train")
     rng = random.Random(seed)
     folders = {folder: json.loads((folder / "stats.json").read_text()) for folder in (data, *also)}
@@ -143,7 +153,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("starts", help="write the first line of each training reaction (for evaluate --index)")
     s.add_argument("--data", type=Path, required=True, help="the prepare-data folder whose train split to read")
-    s.add_argument("--out", type=Path, required=True, help="the index file to write, one 0-based line number a line")
+    s.add_argument("--out", type=Path, required=True, help="the index file to write, one 0-based line number a line "
+                   "(not a file of --data it reads)")
     b = sub.add_parser("build", help="write the hard examples (and the replay) as a training folder")
     b.add_argument("--data", type=Path, required=True, help="the prepare-data folder that was mined")
     b.add_argument("--mined", type=Path, default=None, help="evaluate's report on `starts`' index; without it "
@@ -151,16 +162,25 @@ def main() -> None:
     b.add_argument("--also", type=Path, action="append", default=[], help="without --mined: another prepare-data "
                    "folder of new reactions in --data's vocabulary whose every pair joins (repeatable; the validation "
                    "split stays --data's)")
-    b.add_argument("--out", type=Path, required=True, help="the training folder to write")
+    b.add_argument("--out", type=Path, required=True, help="the training folder to write (neither an input "
+                   "folder nor inside one)")
     b.add_argument("--right-writings", type=int, default=3,
                    help="random writings kept of each reaction the model got right (default 3)")
     b.add_argument("--replay", type=Path, default=None, help="a prepare-data folder whose train pairs to replay")
     b.add_argument("--replay-ratio", type=float, default=1.0, help="replayed pairs per hard pair")
     b.add_argument("--seed", type=int, default=0, help="seed of the random writings and replay draw (default 0)")
     args = parser.parse_args()
+    try:  # before any reading: the output must not be (or be written into) what the run reads
+        if args.command == "starts":
+            check_outputs([("--out", args.out)], [(f"--data's {name}", args.data / name) for name in STARTS_READS])
+        else:
+            check_output_folder("--out", args.out, [("--data", args.data), ("--mined", args.mined),
+                                                    ("--replay", args.replay), *(("--also", f) for f in args.also)])
+    except OutputFileError as exc:
+        parser.error(str(exc))
     if args.command == "starts":
         starts = folder_starts(args.data, split(args.data, "train"))
-        args.out.write_text("".join(f"{i}\n" for i in starts))
+        write_text_file(args.out, "".join(f"{i}\n" for i in starts))
         print(f"{len(starts)} reactions")
     else:
         mined = json.loads(args.mined.read_text()) if args.mined else None

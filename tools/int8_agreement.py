@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--tgt", required=True, help="the recorded answers, line by line")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
     parser.add_argument("--limit", type=int, default=500, help="the first this many queries (default 500)")
-    parser.add_argument("--method", default="greedy", help="decoding method (default greedy)")
+    parser.add_argument("--method", default="greedy", choices=tuple(METHODS), help="decoding method (default greedy)")
     parser.add_argument("--beam-width", type=int, default=5, help="n-best of beam-family methods")
     parser.add_argument("--augment", type=int, default=1, help="writings of each query read and pooled (the app: 5)")
     parser.add_argument("--warmup", type=int, default=3, help="queries each predictor decodes untimed first")

@@ -16,11 +16,16 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import sys
 from collections import Counter
 from pathlib import Path
 
-from molspec_core.chem import ChemError, canonical
-from molspec_core.data import DEFAULT_DATA
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.chem import ChemError, canonical  # noqa: E402
+from molspec_core.data import DEFAULT_DATA  # noqa: E402
+from molspec_core.io import OutputFileError  # noqa: E402
 
 TRAIN = Path("uspto50k/derived/train_liu_minus_gln_valtest.csv.gz")
 REACTION_COLUMN = "reactants>reagents>production"
@@ -53,6 +58,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models" / "stock.smi.gz",
                         help="gzipped SMILES file to write (default models/stock.smi.gz)")
     args = parser.parse_args()
+    try:
+        check_outputs([("--out", args.out)], [("the training reactions", args.data / TRAIN)])
+    except OutputFileError as exc:
+        parser.error(str(exc))
     counts, n_reactions = reactant_counts(args.data / TRAIN)
     stock = sorted(smiles for smiles, uses in counts.items() if uses >= args.min_uses)
     header = [f"# MolSpec default stock: {len(stock)} building blocks, one canonical SMILES per line.",

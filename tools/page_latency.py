@@ -7,22 +7,36 @@ python3 tools/page_latency.py --model forward --src src-test.mixed.txt.gz --tgt 
 One predictor, one thread; per query the whole `Predictor.predict` call the page makes (the query read in
 --augment writings and pooled). The methods take turns query by query, in an order that alternates, after
 --warmup queries each; the answer checks' caches are emptied before each call, so no method finds the query's
-answers checked by another. Prints one JSON object: per method the total seconds, the mean, 95th percentile and
-slowest milliseconds a query, and the share of first answers equal to the target after canonicalization
-(the model's order, as `evaluate` counts top-1). tools/int8_agreement.py compares two dtypes of one method.
+answers checked by another. Prints one JSON object: per method the total seconds, the mean, 95th percentile
+(nearest rank) and slowest milliseconds a query, and the share of first answers equal to the target after
+canonicalization (the model's order, as `evaluate` counts top-1). tools/int8_agreement.py compares two dtypes of
+one method.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.chem import canonical_or_none, clear_caches
-from molspec_core.evaluate import read_pairs
-from molspec_core.methods import METHODS, method
-from molspec_core.service import Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import percentile  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.chem import canonical_or_none, clear_caches  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.methods import METHODS, method  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
+
+
+def method_summary(times: list[float], right: int) -> dict:
+    """One method's line of the report: its queries' `times` (seconds) and how many first answers were `right`."""
+    n = len(times)
+    return {"seconds": round(sum(times), 2), "mean_ms": round(1000 * sum(times) / n, 1),
+            "p95_ms": round(1000 * percentile(times, 0.95), 1), "max_ms": round(1000 * max(times), 1),
+            "top1": round(right / n, 3)}
 
 
 def main() -> None:
@@ -52,6 +66,8 @@ def main() -> None:
         except ValueError:  # a query the model refuses is left out of every method
             continue
         readable.append((source, canonical_or_none(target)))
+    if not readable:
+        raise SystemExit("page_latency.py: the model reads none of the queries: nothing to time")
 
     def options(name: str) -> dict:
         return {"method": name, "n_best": args.n_best if METHODS[name].many else 1, "augment": args.augment}
@@ -69,13 +85,10 @@ def main() -> None:
             seconds[name].append(time.perf_counter() - start)
             first = result.in_model_order()[0].smiles if result.ok and result.predictions else None
             right[name] += first is not None and first == target
-    n = len(readable)
     print(json.dumps({
-        "model": args.model, "dtype": args.dtype, "augment": args.augment, "n_best": args.n_best, "queries": n,
-        "methods": {name: {"seconds": round(sum(times), 2), "mean_ms": round(1000 * sum(times) / n, 1),
-                           "p95_ms": round(1000 * sorted(times)[int(0.95 * (n - 1))], 1),
-                           "max_ms": round(1000 * max(times), 1), "top1": round(right[name] / n, 3)}
-                    for name, times in seconds.items()}}, indent=2))
+        "model": args.model, "dtype": args.dtype, "augment": args.augment, "n_best": args.n_best,
+        "queries": len(readable),
+        "methods": {name: method_summary(times, right[name]) for name, times in seconds.items()}}, indent=2))
 
 
 if __name__ == "__main__":

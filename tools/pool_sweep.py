@@ -19,9 +19,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.io import OutputFileError  # noqa: E402
 from molspec_core.service import Predictor, pool_writings  # noqa: E402
 from molspec_core.threads import use_threads  # noqa: E402
 
@@ -101,7 +105,11 @@ def decode(args: argparse.Namespace) -> None:
 
 
 def score(args: argparse.Namespace) -> None:
-    rows = [json.loads(line) for line in open(args.file)]
+    with open(args.file) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if not rows:
+        raise SystemExit(f"pool_sweep.py score: {args.file} holds no queries (decode writes one line a query): "
+                         "nothing to score")
     k = args.n_best
     print(f"{len(rows)} queries, {sum('error' in r for r in rows)} refused (counted wrong); the best {k} kept")
     app_k = sorted({1, k})  # the app's top-1 and top-k: one column when k is 1
@@ -135,6 +143,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                    help="exponents to pool with, comma-separated (1: the mean of the probabilities)")
     s.add_argument("--n-best", type=int, default=5, help="answers kept after pooling (default 5)")
     args = parser.parse_args(argv)
+    if args.command == "decode":
+        try:  # before the model loads: the answers must not replace the queries or targets they are read from
+            check_outputs([("--out", args.out)], [("--src", args.src), ("--tgt", args.tgt)])
+        except OutputFileError as exc:
+            parser.error(str(exc))
     decode(args) if args.command == "decode" else score(args)
 
 

@@ -22,10 +22,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
+from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.decoding.beam import beam_search  # noqa: E402
 from molspec_core.service import Predictor  # noqa: E402
 
@@ -40,10 +42,26 @@ def negatives_of(answers: list[str], product: str, most: int) -> tuple[int | Non
     return rank, [a for a, k in zip(above, keys) if k != key][:most]
 
 
+class NoPairs(ValueError):
+    """A pairs file that holds no pairs."""
+
+
+def summary_path(out: Path) -> Path:
+    """Where `mine` and `near` write their summary: beside the pairs, named as they are but for the suffix .json."""
+    return out.with_suffix(".json")
+
+
+def check_paths(out: Path, inputs: list[tuple[str, Path]]) -> None:
+    """OutputFileError, before any work, where the pairs or their summary would replace an input, or each other
+    (pairs named *.json)."""
+    check_outputs([("--out", out), ("the summary (--out with the suffix .json)", summary_path(out))], inputs)
+
+
 def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit: int = 0,
          batch: int = 8, threads: int = 1) -> dict:
     import torch
 
+    check_paths(out, [("--data's train.src", data / "train.src"), ("--data's train.tgt", data / "train.tgt")])
     torch.set_num_threads(threads)
     predictor = Predictor.load(model, device="cpu", dtype="float32")
     sources, targets = read_lines(data / "train.src"), read_lines(data / "train.tgt")
@@ -70,11 +88,11 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
                 lines += [f"{sources[line]}\t{targets[line]}\t{neg}\n" for neg in negatives]
         if b % (batch * 100) == 0:
             print(f"{b + len(chunk)} / {len(starts)} reactions, {time.time() - began:.0f} s, {ranks}", flush=True)
-    out.write_text("".join(lines))
+    write_text_file(out, "".join(lines))
     summary = {"model": model, "data": str(data), "width": width, "negatives_at_most": most,
                "reactions": len(starts), "product_rank": ranks, "pairs": len(lines),
                "minutes": round((time.time() - began) / 60, 1)}
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_file(summary_path(out), json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -97,20 +115,26 @@ def gaps(model: str, lines: list[tuple[str, str, str]], batch: int = 32, threads
 def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -> dict:
     """The pairs whose product the model scores at most `max_gap` nats below the negative, judged on each
     (product, negative)'s first line (its mined writing): near misses, which a small change of the weights
-    turns, rather than products the model finds far less likely than its answer (often noisy records)."""
+    turns, rather than products the model finds far less likely than its answer (often noisy records).
+    NoPairs, before anything is written, for a file of no pairs (mine writes one where the model already ranks
+    every recorded product first)."""
+    check_paths(out, [("--pairs", pairs)])
     lines = [tuple(line.split("\t")) for line in pairs.read_text().splitlines()]
+    if not lines:
+        raise NoPairs(f"{pairs} holds no pairs (mine writes none where the model ranks every recorded product "
+                      "first): no near misses to keep, nothing written")
     first: dict[tuple[str, str], int] = {}
     for i, (_, product, negative) in enumerate(lines):
         first.setdefault((product, negative), i)
     keys = list(first)
     scored = dict(zip(keys, gaps(model, [lines[first[k]] for k in keys], threads=threads)))
     kept = [line for line in lines if scored[line[1], line[2]] >= -max_gap]
-    out.write_text("".join("\t".join(line) + "\n" for line in kept))
     values = sorted(scored.values())
     summary = {"model": model, "pairs": str(pairs), "max_gap": max_gap, "negatives": len(keys),
                "negatives_kept": sum(v >= -max_gap for v in values), "lines": len(lines), "lines_kept": len(kept),
                "gap_quartiles": [round(values[int(q * (len(values) - 1))], 2) for q in (0.25, 0.5, 0.75)]}
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_file(out, "".join("\t".join(line) + "\n" for line in kept))
+    write_text_file(summary_path(out), json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -120,7 +144,8 @@ def main() -> None:
     m = sub.add_parser("mine", help="decode each training reaction and write its ranking pairs")
     m.add_argument("--model", required=True, help="model folder to mine (its answers become the negatives)")
     m.add_argument("--data", type=Path, required=True, help="a forward prepare-data folder whose train split to read")
-    m.add_argument("--out", type=Path, required=True, help="the TSV of pairs to write (a summary beside it, .json)")
+    m.add_argument("--out", type=Path, required=True, help="the TSV of pairs to write, not named .json (a summary "
+                   "beside it, .json)")
     m.add_argument("--width", type=int, default=5, help="beam width of the mining search (default 5)")
     m.add_argument("--negatives", type=int, default=2, help="negatives per reaction at most (default 2)")
     m.add_argument("--limit", type=int, default=0, help="mine the first this many reactions (0: all)")
@@ -129,16 +154,23 @@ def main() -> None:
     n = sub.add_parser("near", help="keep the near misses of a pairs file: products scored close below their negative")
     n.add_argument("--model", required=True, help="model folder that scores the pairs (the one mined)")
     n.add_argument("--pairs", type=Path, required=True, help="a pairs file written by mine")
-    n.add_argument("--out", type=Path, required=True, help="the TSV of kept pairs (a summary beside it, .json)")
+    n.add_argument("--out", type=Path, required=True, help="the TSV of kept pairs, neither --pairs nor named .json (a "
+                   "summary beside it, .json)")
     n.add_argument("--max-gap", type=float, default=2.5,
                    help="keep a negative the product trails by at most this many nats (default 2.5)")
     n.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args()
-    if args.command == "near":
-        print(json.dumps(near(args.model, args.pairs, args.out, args.max_gap, args.threads), indent=2))
-        return
-    print(json.dumps(mine(args.model, args.data, args.out, args.width, args.negatives, args.limit,
-                          args.batch, args.threads), indent=2))
+    try:
+        if args.command == "near":
+            summary = near(args.model, args.pairs, args.out, args.max_gap, args.threads)
+        else:
+            summary = mine(args.model, args.data, args.out, args.width, args.negatives, args.limit,
+                           args.batch, args.threads)
+    except OutputFileError as exc:  # refused before any work
+        parser.error(str(exc))
+    except NoPairs as exc:
+        raise SystemExit(f"rank_pairs.py near: {exc}") from None
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

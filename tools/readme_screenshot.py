@@ -1,8 +1,9 @@
 """The README's screenshot: the Predict page after one query, taken in headless Chromium.
 
-python3 tools/readme_screenshot.py [SMILES]  ->  assets/predict_page.png
+python3 tools/readme_screenshot.py [SMILES] [--out PNG]  ->  assets/predict_page.png (tracked: the README shows it)
 Needs /usr/bin/chromium and the playwright package (no browser download).
 """
+import argparse
 import os
 import socket
 import subprocess
@@ -11,10 +12,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.io import OutputFileError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "assets" / "predict_page.png"
+QUERY = "CC(=O)Cl.NCc1ccccc1"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 
@@ -26,7 +31,18 @@ def free_port() -> int:
 
 
 def main() -> None:
-    query = sys.argv[1] if len(sys.argv) > 1 else "CC(=O)Cl.NCc1ccccc1"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("smiles", nargs="?", default=QUERY,
+                        help=f"the query typed into the Predict page (default {QUERY}, the README's)")
+    parser.add_argument("--out", type=Path, default=OUT, help="the PNG to write (default assets/predict_page.png, "
+                        "the README's screenshot, tracked by git: it is replaced)")
+    args = parser.parse_args()
+    try:
+        check_outputs([("--out", args.out)])  # a folder, or a missing one: refused before the server starts
+    except OutputFileError as exc:
+        parser.error(str(exc))
+    from playwright.sync_api import sync_playwright  # only where a screenshot is taken
+
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                                "--server.address", "127.0.0.1", "--server.port", str(port),
@@ -46,18 +62,18 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1500})
             page.set_default_timeout(120_000)
             page.goto(url + "/")
-            page.get_by_role("textbox", name="SMILES").fill(query)
+            page.get_by_role("textbox", name="SMILES").fill(args.smiles)
             page.get_by_role("button", name="Predict").click()
             page.locator('strong:text-is("Rank 1")').wait_for()
             page.wait_for_function("""() => !document.querySelector(
                 '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]')""")
             time.sleep(2)  # structure images paint after their elements arrive
-            page.screenshot(path=str(OUT))
+            page.screenshot(path=str(args.out))
             browser.close()
     finally:
         server.terminate()
         server.wait(timeout=15)
-    print(f"wrote {OUT}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ python3 tools/server_latency.py --model forward --src src-test.mixed.txt.gz \
 One predictor on one thread, served on loopback from this process (molspec_core.server.serve, a thread of its
 own); per query, `Predictor.predict` called directly and the same query POSTed to /predict on a kept-alive
 connection, in an order that alternates, after --warmup queries each. Prints one JSON object: per way, total
-seconds, median and 95th percentile milliseconds a query, and the median of the per-query differences (HTTP
-minus direct), which is what the server adds. Every HTTP answer is checked to equal the direct one.
+seconds, median and 95th percentile (nearest rank) milliseconds a query, and the median of the per-query
+differences (HTTP minus direct), which is what the server adds. Every HTTP answer is checked to equal the direct one.
 """
 from __future__ import annotations
 
@@ -15,16 +15,27 @@ import argparse
 import http.client
 import json
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.chem import clear_caches
-from molspec_core.evaluate import read_pairs
-from molspec_core.methods import METHODS
-from molspec_core.server import serve
-from molspec_core.service import Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import percentile  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.chem import clear_caches  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.methods import METHODS  # noqa: E402
+from molspec_core.server import serve  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
+
+
+def way_summary(times: list[float]) -> dict:
+    """One way's line of the report, from its queries' `times` (seconds)."""
+    return {"seconds": round(sum(times), 2), "median_ms": round(1000 * statistics.median(times), 2),
+            "p95_ms": round(1000 * percentile(times, 0.95), 2)}
 
 
 def main() -> None:
@@ -73,10 +84,7 @@ def main() -> None:
     n = len(sources)
     added = [h - d for h, d in zip(seconds["http"], seconds["direct"])]
     print(json.dumps({"model": args.model, "method": args.method, "n_best": args.n_best, "queries": n,
-                      "ways": {name: {"seconds": round(sum(times), 2),
-                                      "median_ms": round(1000 * statistics.median(times), 2),
-                                      "p95_ms": round(1000 * sorted(times)[int(0.95 * (n - 1))], 2)}
-                               for name, times in seconds.items()},
+                      "ways": {name: way_summary(times) for name, times in seconds.items()},
                       "added_median_ms": round(1000 * statistics.median(added), 2)}, indent=2))
 
 

@@ -31,15 +31,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 from rdkit import Chem
 
-from molspec_core.chem import canonical_or_none
-from molspec_core.evaluate import mcnemar_p, read_pairs
-from molspec_core.methods import TASK_DEFAULTS
-from molspec_core.service import Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.chem import canonical_or_none  # noqa: E402
+from molspec_core.evaluate import mcnemar_p, read_pairs  # noqa: E402
+from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
+from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
 
 TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "uspto50k" / "gln_split_test_unmapped_faster_ml_casp"
 
@@ -101,11 +106,18 @@ def main() -> None:
                         "page reads it (default %(default)s)")
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"), help="what the decoder calls compute "
                         "with (default %(default)s, as the app on a CPU)")
-    parser.add_argument("--out", help="JSON report")
+    parser.add_argument("--out", help="JSON report (none of the files it reads)")
     parser.add_argument("--against", help="another model's report (this tool's, same --task, --test and --plain)")
     args = parser.parse_args()
     if args.task == "forward" and not (args.train_tgt or args.lines_from):
         parser.error("--train-tgt (or --lines-from) is required for the forward model")
+    try:  # before any reading or decoding: the report must not replace a report (or a file) it reads
+        check_outputs([("--out", args.out)], [("--lines-from", args.lines_from), ("--against", args.against),
+                                              ("--train-tgt", args.train_tgt),
+                                              ("--test's reactants", Path(args.test) / "reactants.txt"),
+                                              ("--test's products", Path(args.test) / "products.txt")])
+    except OutputFileError as exc:
+        parser.error(str(exc))
     model = args.model or args.task
     torch.set_num_threads(1)
     reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
@@ -147,7 +159,7 @@ def main() -> None:
     print(json.dumps({key: {k: v for k, v in value.items() if not isinstance(v, list)} if isinstance(value, dict)
                       else value for key, value in report.items()}, indent=1))
     if args.out:
-        Path(args.out).write_text(report_text(report))
+        write_text_file(args.out, report_text(report))
     if against:
         print(json.dumps(paired(against, report), indent=1))
 

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 
-from molspec_core.methods import TASK_DEFAULTS
-from molspec_core.service import Predictor
-from molspec_core.textbook import known_answer_ranks, load_examples
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
+from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.textbook import known_answer_ranks, load_examples  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples.json"
 
@@ -31,8 +36,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"), help="the app's arithmetic: int8")
     parser.add_argument("--augment", type=int, default=5, help="writings of each query read and pooled (the app: 5)")
-    parser.add_argument("--out", help="JSON report")
+    parser.add_argument("--out", help="JSON report (not the examples file it reads)")
     args = parser.parse_args()
+    try:
+        check_outputs([("--out", args.out)], [("the examples file", EXAMPLES)])
+    except OutputFileError as exc:  # before minutes of decoding, not after
+        parser.error(str(exc))
     torch.set_num_threads(1)
     examples = load_examples(EXAMPLES)
     report: dict = {"examples": "assets/examples.json", "dtype": args.dtype, "augment": args.augment}
@@ -48,7 +57,7 @@ def main() -> None:
         for r in rows:
             print(f"| {r['name']} | {r['rank'] or '-'} | {r['error'] or r['first']} |")
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        write_text_file(args.out, json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,321 @@
+"""The scripts of tools/ refuse, before any work, what would destroy their inputs or divide by nothing: an output
+that is one of the run's inputs (or, for an output folder, an input folder, a folder inside one, or one holding an
+input), two outputs at one path, an argument or input file that leaves nothing to count. Each script's main runs
+in this process with a command line as a user types it; where a check is missing, the stand-in Predictor stops
+the run at the model's loading, so no test decodes or writes over anything it did not make."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import FIXTURES, ROOT, load_tool
+from molspec_core.data import Pair, write_splits
+from molspec_core.io import OutputFileError
+
+sys.path.insert(0, str(ROOT / "tools"))
+from _toolbox import check_output_folder, check_outputs, percentile  # noqa: E402
+
+
+class NoModel:
+    """A Predictor that cannot load: a run that gets this far went past the check under test."""
+
+    @staticmethod
+    def load(*args, **kwargs):
+        raise AssertionError("a model was loaded: the run went past its checks")
+
+
+def run_main(tool, monkeypatch, capsys, *argv: object) -> tuple[object, str]:
+    """(exit code or message, stderr) of the script's main on this command line; it must exit."""
+    monkeypatch.setattr(sys, "argv", [f"{tool.__name__}.py", *map(str, argv)])
+    with pytest.raises(SystemExit) as stop:
+        tool.main()
+    return stop.value.code, capsys.readouterr().err
+
+
+def text_of(path: Path) -> str:
+    return path.read_text()
+
+
+REACTIONS = {"CCO": ["CC.O", "O.CC"], "CCN": ["CC.N", "N.CC"]}
+
+
+@pytest.fixture()
+def data(tmp_path: Path) -> Path:
+    """A tiny forward prepare-data folder."""
+    train = [Pair(s, t) for t, sources in REACTIONS.items() for s in sources]
+    folder = tmp_path / "tiny"
+    write_splits(folder, {"train": train, "val": train[:1], "test": train[:1]}, {"task": "forward", "augment": 2})
+    return folder
+
+
+# ---- the shared checks --------------------------------------------------------------------------
+
+
+def test_an_output_that_is_an_input_is_refused_naming_both_through_links_too(tmp_path: Path):
+    source = tmp_path / "in.txt"
+    source.write_text("C\n")
+    (tmp_path / "link.txt").symlink_to(source)
+    os.link(source, tmp_path / "hard.txt")
+    for output in (source, tmp_path / "link.txt", tmp_path / "hard.txt", tmp_path / "." / "in.txt"):
+        with pytest.raises(OutputFileError, match=r"--out .* is --src .*in\.txt, which this run reads"):
+            check_outputs([("--out", output)], [("--src", source)])
+    check_outputs([("--out", tmp_path / "out.txt"), ("--log", None)], [("--src", source), ("--tgt", None)])
+
+
+def test_two_outputs_at_one_path_and_what_check_output_refuses_are_refused(tmp_path: Path):
+    with pytest.raises(OutputFileError, match="--out .*a.json and the summary .*a.json are one file"):
+        check_outputs([("--out", tmp_path / "a.json"), ("the summary", tmp_path / "a.json")])
+    with pytest.raises(OutputFileError, match="^--out: .* is a folder"):
+        check_outputs([("--out", tmp_path)])
+    with pytest.raises(OutputFileError, match="^--out: the folder of .* does not exist"):
+        check_outputs([("--out", tmp_path / "no" / "such.txt")])
+
+
+def test_an_output_folder_is_neither_an_input_folder_nor_inside_one_nor_holding_an_input(tmp_path: Path):
+    data, mined = tmp_path / "data", tmp_path / "out" / "mined.json"
+    data.mkdir()
+    mined.parent.mkdir()
+    mined.write_text("{}")
+    with pytest.raises(OutputFileError, match=r"--out .*data is --data .*data, which this run reads"):
+        check_output_folder("--out", data, [("--data", data)])
+    with pytest.raises(OutputFileError, match=r"--out .*sub lies inside --data .*data"):
+        check_output_folder("--out", data / "sub", [("--data", data)])
+    with pytest.raises(OutputFileError, match=r"--out .*out holds --mined .*mined.json"):
+        check_output_folder("--out", tmp_path / "out", [("--data", data), ("--mined", mined)])
+    with pytest.raises(OutputFileError, match="is a file, not a folder"):
+        check_output_folder("--out", mined, [])
+    check_output_folder("--out", tmp_path / "new", [("--data", data), ("--replay", None)])
+
+
+def test_the_95th_percentile_is_a_value_at_least_95_percent_of_the_values_do_not_exceed():
+    assert percentile([0.3, 0.1], 0.95) == 0.3  # int(0.95 * (n - 1)) took the faster of two
+    assert percentile([5.0], 0.95) == 5.0
+    assert percentile(list(range(1, 21)), 0.95) == 19
+    assert percentile(list(range(1, 61)), 0.95) == 57  # 0.95 * 60 is a hair above 57 in floating point
+    assert percentile(list(range(100, 0, -1)), 0.5) == 50
+    with pytest.raises(ValueError):
+        percentile([], 0.95)
+
+
+# ---- outputs over inputs ----------------------------------------------------------------------------
+
+
+def test_textbook_refuses_to_write_its_report_over_the_examples(tmp_path, monkeypatch, capsys):
+    tool = load_tool("textbook")
+    examples = tmp_path / "examples.json"
+    shutil.copy(ROOT / "assets" / "examples.json", examples)
+    before = text_of(examples)
+    monkeypatch.setattr(tool, "EXAMPLES", examples)
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    code, err = run_main(tool, monkeypatch, capsys, "--out", examples)
+    assert code == 2 and "--out" in err and "is the examples file" in err
+    assert text_of(examples) == before
+
+
+def test_stereo_check_refuses_to_write_its_report_over_the_report_it_reads(tmp_path, monkeypatch, capsys):
+    tool = load_tool("stereo_check")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    report = tmp_path / "r.json"
+    report.write_text('{"kept": {"lines": []}}\n')
+    code, err = run_main(tool, monkeypatch, capsys, "--lines-from", report, "--against", report, "--out", report,
+                         "--test", tmp_path / "test")  # refused before the test set is read
+    assert code == 2 and f"--out {report} is --lines-from {report}" in err
+    assert text_of(report) == '{"kept": {"lines": []}}\n'
+    code, err = run_main(tool, monkeypatch, capsys, "--lines-from", tmp_path / "old.json", "--against", report,
+                         "--out", report, "--test", tmp_path / "test")
+    assert code == 2 and f"is --against {report}" in err
+
+
+def test_hard_examples_build_refuses_to_write_into_the_folders_it_reads(data, tmp_path, monkeypatch, capsys):
+    tool = load_tool("hard_examples")
+    before = text_of(data / "train.src")
+    code, err = run_main(tool, monkeypatch, capsys, "build", "--data", data, "--replay", data, "--out", data)
+    assert code == 2 and f"--out {data} is --data {data}" in err
+    code, err = run_main(tool, monkeypatch, capsys, "build", "--data", data, "--out", data / "hard")
+    assert code == 2 and "lies inside --data" in err
+    mined = tmp_path / "hard" / "stats.json"  # a report where the folder's stats would go
+    mined.parent.mkdir()
+    mined.write_text("{}")
+    code, err = run_main(tool, monkeypatch, capsys, "build", "--data", data, "--mined", mined, "--out", mined.parent)
+    assert code == 2 and "holds --mined" in err and text_of(mined) == "{}"
+    with pytest.raises(OutputFileError):  # the function refuses too, for a caller without the command line
+        tool.build(tmp_path / "other", None, data, replay=data)
+    assert text_of(data / "train.src") == before
+
+
+def test_hard_examples_starts_refuses_to_write_over_the_training_sources(data, monkeypatch, capsys):
+    tool = load_tool("hard_examples")
+    before = text_of(data / "train.src")
+    code, err = run_main(tool, monkeypatch, capsys, "starts", "--data", data, "--out", data / "train.src")
+    assert code == 2 and f"is --data's train.src {data / 'train.src'}" in err
+    assert text_of(data / "train.src") == before
+
+
+def test_rank_pairs_mine_never_writes_its_summary_over_its_pairs(data, tmp_path, monkeypatch, capsys):
+    tool = load_tool("rank_pairs")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    with pytest.raises(OutputFileError, match=r"--out .*p\.json and the summary .*p\.json are one file"):
+        tool.mine("no-model", data, tmp_path / "p.json")
+    code, err = run_main(tool, monkeypatch, capsys, "mine", "--model", "m", "--data", data, "--out",
+                         tmp_path / "p.json")
+    assert code == 2 and "are one file" in err
+    code, err = run_main(tool, monkeypatch, capsys, "mine", "--model", "m", "--data", data, "--out",
+                         data / "train.tgt")
+    assert code == 2 and "is --data's train.tgt" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_rank_pairs_near_refuses_to_write_over_its_pairs(tmp_path, monkeypatch, capsys):
+    tool = load_tool("rank_pairs")
+    monkeypatch.setattr(tool, "gaps", NoModel.load)
+    pairs = tmp_path / "p.tsv"
+    pairs.write_text("CC.O\tCCO\tCCC\n")
+    code, err = run_main(tool, monkeypatch, capsys, "near", "--model", "m", "--pairs", pairs, "--out", pairs)
+    assert code == 2 and f"--out {pairs} is --pairs {pairs}" in err
+    named_json = tmp_path / "p.json"  # pairs named as --out p.tsv's summary would be
+    named_json.write_text("CC.O\tCCO\tCCC\n")
+    code, err = run_main(tool, monkeypatch, capsys, "near", "--model", "m", "--pairs", named_json, "--out", pairs)
+    assert code == 2 and f"the summary (--out with the suffix .json) {named_json} is --pairs {named_json}" in err
+    assert text_of(pairs) == text_of(named_json) == "CC.O\tCCO\tCCC\n"
+
+
+def test_pool_sweep_decode_and_make_stock_and_make_10k_refuse_their_input_as_output(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "src.txt"
+    src.write_text("CCO\n")
+    tool = load_tool("pool_sweep")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    code, err = run_main(tool, monkeypatch, capsys, "decode", "--src", src, "--tgt", src, "--out", src)
+    assert code == 2 and f"is --src {src}" in err
+    stock = load_tool("make_stock")
+    train = tmp_path / stock.TRAIN
+    train.parent.mkdir(parents=True)
+    train.write_bytes(b"")
+    code, err = run_main(stock, monkeypatch, capsys, "--data", tmp_path, "--out", train)
+    assert code == 2 and "is the training reactions" in err
+    code, err = run_main(load_tool("make_10k"), monkeypatch, capsys, "--src", src, "--out", src)
+    assert code == 2 and f"is --src {src}" in err
+    assert text_of(src) == "CCO\n" and train.read_bytes() == b""
+
+
+# ---- the scripts that had no parser -------------------------------------------------------------------------
+
+
+class NoServer:
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("a server was started")
+
+
+def test_screenshot_and_batch_page_check_their_paths_before_a_server_starts(tmp_path, monkeypatch, capsys):
+    shot = load_tool("readme_screenshot")
+    monkeypatch.setattr(shot.subprocess, "Popen", NoServer)
+    code, err = run_main(shot, monkeypatch, capsys, "CCO", "--out", tmp_path / "no" / "such.png")
+    assert code == 2 and "does not exist" in err
+    page = load_tool("measure_batch_page")
+    code, err = run_main(page, monkeypatch, capsys, tmp_path / "missing.csv")
+    assert code == 2 and "missing.csv is not a file" in err
+
+
+def test_cost_ratio_names_a_model_without_a_draft(monkeypatch, capsys):
+    code, err = run_main(load_tool("cost_ratio"), monkeypatch, capsys, FIXTURES / "copy_model")
+    assert code == 2 and "has no draft model" in err
+
+
+# ---- arguments and inputs that left nothing to count -------------------------------------------------------
+
+
+def test_rank_pairs_near_on_no_pairs_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    tool = load_tool("rank_pairs")
+    monkeypatch.setattr(tool, "gaps", lambda model, lines, **kwargs: [0.0] * len(lines))
+    pairs, out = tmp_path / "pairs.tsv", tmp_path / "near.tsv"
+    pairs.write_text("")  # what mine writes where every recorded product is first
+    code, _ = run_main(tool, monkeypatch, capsys, "near", "--model", "m", "--pairs", pairs, "--out", out)
+    assert "holds no pairs" in str(code)
+    assert not out.exists() and not out.with_suffix(".json").exists()
+    with pytest.raises(tool.NoPairs):
+        tool.near("m", pairs, out, 2.5)
+
+
+def test_pool_sweep_score_on_an_empty_file_says_so(tmp_path, monkeypatch, capsys):
+    tool = load_tool("pool_sweep")
+    empty = tmp_path / "empty.jsonl"
+    for text in ("", "\n"):  # a blank line is no query either
+        empty.write_text(text)
+        with pytest.raises(SystemExit, match="holds no queries"):
+            tool.main(["score", str(empty)])
+
+
+def test_decode_cost_refuses_no_rounds(monkeypatch, capsys):
+    tool = load_tool("decode_cost")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    code, err = run_main(tool, monkeypatch, capsys, "--src", "q.txt", "--rounds", "0")
+    assert code == 2 and "--rounds: must be 1 or more, not 0" in err
+
+
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_centre_check_refuses_a_limit_below_one(limit, tmp_path, monkeypatch, capsys):
+    code, err = run_main(load_tool("centre_check"), monkeypatch, capsys, "--data", tmp_path, "--limit", limit)
+    assert code == 2 and f"--limit: must be 1 or more, not {limit}" in err
+
+
+def test_centre_check_says_so_when_no_reaction_is_mapped(tmp_path, monkeypatch, capsys):
+    raw = tmp_path / "uspto50k" / "gln_split" / "raw_test.csv"
+    raw.parent.mkdir(parents=True)
+    raw.write_text("id,reactants>reagents>production\n1,CC(=O)O.OCC>>CC(=O)OCC\n")
+    code, _ = run_main(load_tool("centre_check"), monkeypatch, capsys, "--data", tmp_path)
+    assert "none of the 1 reactions read has an atom map" in str(code)
+
+
+def test_int8_agreement_names_the_methods_it_knows(tmp_path, monkeypatch, capsys):
+    tool = load_tool("int8_agreement")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--method", "grredy")
+    assert code == 2 and "invalid choice: 'grredy'" in err and "greedy" in err
+
+
+class Timed:
+    """A Predictor that reads every query (or none, `refuses`) and answers none, for the timing tools' counts."""
+
+    refuses = False
+
+    @classmethod
+    def load(cls, *args, **kwargs):
+        return cls()
+
+    def prepare(self, source):
+        if self.refuses:
+            raise ValueError("unreadable")
+
+    def predict(self, source, **options):
+        return SimpleNamespace(ok=False, predictions=[])
+
+
+def test_page_latency_reports_a_true_95th_percentile(tmp_path, monkeypatch, capsys):
+    tool = load_tool("page_latency")
+    monkeypatch.setattr(tool, "Predictor", Timed)
+    clock = iter([0.0, 0.1, 1.0, 1.3])  # two queries: 100 ms, then 300 ms
+    monkeypatch.setattr(tool, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\nCCN\n")
+    monkeypatch.setattr(sys, "argv", ["page_latency.py", "--src", str(queries), "--tgt", str(queries),
+                                      "--methods", "greedy", "--warmup", "0"])
+    tool.main()
+    got = json.loads(capsys.readouterr().out)["methods"]["greedy"]
+    assert got["p95_ms"] == got["max_ms"] == 300.0  # int(0.95 * (n - 1)) reported the faster of the two
+    assert load_tool("server_latency").way_summary([0.3, 0.1])["p95_ms"] == 300.0  # the same percentile
+
+
+def test_page_latency_says_so_when_the_model_reads_no_query(tmp_path, monkeypatch, capsys):
+    tool = load_tool("page_latency")
+    monkeypatch.setattr(tool, "Predictor", type("Refusing", (Timed,), {"refuses": True}))
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    code, _ = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--methods", "greedy")
+    assert "reads none of the queries" in str(code)

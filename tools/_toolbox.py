@@ -1,0 +1,84 @@
+"""What the scripts of tools/ share: the checks that keep a run from writing over what it reads (the CLI's
+molspec_core.io.check_output, for several inputs and outputs at once), and the percentile the timing tools report.
+
+A module, not a script: tests/test_tools_help.py leaves out tools/_*.py. A script imports it after putting its own
+folder on sys.path (a script run as `python3 tools/NAME.py` has it there; tests load the scripts by path).
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from molspec_core.io import OutputFileError, check_output
+
+# (what the command line calls a path, the path); a path of None (an option not given) is skipped
+Named = tuple[str, "str | Path | None"]
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two resolved paths are one file or folder (hard links and bind mounts included)."""
+    try:
+        return a == b or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named] = ()) -> None:
+    """Refuse (OutputFileError, naming both paths) before any work: an output file that is one of the run's
+    inputs (check_output's test: the same file, through a link too), two outputs that are one file (one would
+    replace the other), and an output check_output refuses on its own (a folder, a device, a missing folder)."""
+    inputs = [(name, path) for name, path in inputs if path is not None]
+    written: list[tuple[str, str | Path, Path]] = []
+    for name, output in outputs:
+        if output is None:
+            continue
+        try:
+            target = check_output(output)
+        except OutputFileError as exc:
+            raise OutputFileError(f"{name}: {exc}") from None
+        for other_name, other, other_target in written:
+            if _same(target, other_target):
+                raise OutputFileError(f"{other_name} {other} and {name} {output} are one file, and the run writes "
+                                      f"both: one would replace the other; choose another name for {other_name}")
+        for input_name, source in inputs:
+            try:
+                check_output(output, source)  # passed once without the input: this refuses the input only
+            except OutputFileError:
+                raise OutputFileError(f"{name} {output} is {input_name} {source}, which this run reads: writing "
+                                      f"it would replace that input; choose another name for {name}") from None
+        written.append((name, output, target))
+
+
+def check_output_folder(name: str, folder: str | Path, inputs: Iterable[Named]) -> None:
+    """Refuse (OutputFileError, naming both paths) before any work: an output folder that is one of the run's
+    input folders or lies inside one, one that holds an input (file or folder), and an existing file."""
+    target = Path(os.path.realpath(folder))
+    if target.exists() and not target.is_dir():
+        raise OutputFileError(f"{name} {folder} is a file, not a folder; give a folder for the output")
+    for input_name, source in inputs:
+        if source is None:
+            continue
+        path = Path(os.path.realpath(source))
+        if _same(target, path):
+            raise OutputFileError(f"{name} {folder} is {input_name} {source}, which this run reads: writing it would "
+                                  f"replace the files it reads; choose another folder for {name}")
+        if any(_same(parent, path) for parent in target.parents):
+            raise OutputFileError(f"{name} {folder} lies inside {input_name} {source}, a folder this run reads; "
+                                  f"choose a folder for {name} outside it")
+        if any(_same(parent, target) for parent in path.parents):
+            raise OutputFileError(f"{name} {folder} holds {input_name} {source}, which this run reads; choose a "
+                                  f"folder for {name} that holds none of the inputs")
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile: the smallest of `values` that at least `share` (0 to 1) of them do not exceed.
+    The 95th of 2 values is the larger; of 20, the 19th smallest. A ValueError for no values."""
+    if not values:
+        raise ValueError("a percentile of no values")
+    if not 0 < share <= 1:
+        raise ValueError(f"a percentile's share is above 0 and at most 1, not {share}")
+    ordered = sorted(values)
+    rank = math.ceil(round(share * len(ordered), 9))  # round: 0.95 * 60 is 57.00000000000001 in floating point
+    return ordered[max(rank, 1) - 1]
