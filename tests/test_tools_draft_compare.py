@@ -1,0 +1,32 @@
+"""tools/draft_compare.py: two draft models for spec-sample-draft, timed in bench's loop on the same queries, each
+run on the model it names (the model folder's own draft/, and a copy of the model whose draft/ is the other one)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import FIXTURES, load_tool
+
+
+def test_each_draft_model_runs_and_the_report_names_it(tmp_path, capsys):
+    tool = load_tool("draft_compare")
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    shutil.copytree(FIXTURES / "copy_model", model / "draft")  # the copy model drafting for itself
+    other = tmp_path / "other_draft"
+    shutil.copytree(FIXTURES / "copy_model", other)
+    (tmp_path / "src.txt").write_text("CCOc1ccccc1\nNC(=O)c1ccncc1\nc1ccncc1\n")
+    out = tmp_path / "report.json"
+    assert tool.main(["--model", str(model), "--draft", str(other), "--src", str(tmp_path / "src.txt"),
+                      "--warmup", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["draft_models"] == {"spec-sample-draft": str(model / "draft"),
+                                      "spec-sample-draft@new": str(other)}
+    for method in ("sample", "spec-sample-draft", "spec-sample-draft@new"):
+        assert report["methods"][method]["model_calls"] > 0, method
+    assert "spec-sample-draft@new: acceptance" in capsys.readouterr().out
+    with pytest.raises(Exception, match="--out"):  # its own input is refused before any work
+        tool.main(["--model", str(model), "--draft", str(other), "--src", str(tmp_path / "src.txt"),
+                   "--out", str(tmp_path / "src.txt")])
