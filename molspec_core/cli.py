@@ -747,8 +747,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from .io import check_output, write_csv, write_text_file
-    from .planning import (DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, check_time_limit, load_stock, plan, route_rows,
-                           routes_json)
+    from .planning import (DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, check_time_limit, load_stock, no_route, plan,
+                           route_rows, routes_json)
     from .service import Predictor
 
     # the time limit, outputs and the stock first: a refused one costs no model load and no search
@@ -769,12 +769,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""
     left_out = f", {stock.n_unreadable} unreadable entries left out" if stock.n_unreadable else ""
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
-    print(f"{stats.algorithm}, {stats.time_s:.1f} s: {stats.model_calls} molecules expanded "
+    print(f"{stats.algorithm}, {stats.time_s:.1f} s: {counts.molecules} molecules expanded "
           f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets used "
           f"({counts.missing_atoms} sane ones lacked atoms of their product: "
           f"{'used, --allow-missing-atoms' if args.allow_missing_atoms else 'skipped'}), {stats.nodes} search nodes")
+    if counts.failed:  # not expanded: the model gave no answers for them
+        print(f"{counts.failed} molecule(s) could not be expanded; the first, {counts.first_failure}")
     if not result.routes:
-        print(f"no route to the stock found within {stats.time_limit_s:g} s")
+        print(no_route(stats))
     for rank, route in enumerate(result.routes, start=1):
         starting = ", ".join(m.smiles for m in route.starting_materials())
         print(f"route {rank}: {route.n_steps} step(s), score {route.score:.2f}; from {starting}")

@@ -31,7 +31,7 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
-from .chem import LACKS_ATOMS, ChemError, canonical, missing_atoms
+from .chem import LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms
 from .io import QueryFile, parse_upload, read_queries, rounded, significant
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
@@ -102,13 +102,15 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
 @dataclass
 class ExpansionCounts:
     """What the single-step model did during one search (mutable: counted as the search runs)."""
-    molecules: int = 0  # products expanded (each once: syntheseus caches the reactions)
+    molecules: int = 0  # products expanded (each once: syntheseus caches the reactions); failed ones are not
     decoder_calls: int = 0  # the decoder's forward passes, summed over those molecules (a batch's pass counts per row)
     answers: int = 0  # reactant sets proposed
     missing_atoms: int = 0  # answers whose reactants lack heavy atoms of the product (skipped when checked)
     kept: int = 0  # the reactions the search could use: sane, and with every product atom when checked
     round_trips: int = 0  # of those kept, ones the forward model gave the product back for
-    failed: int = 0  # products the model could not read, or cut at the time limit
+    failed: int = 0  # products the model could not read, or cut at the time limit: never expanded
+    cut: int = 0  # of those, ones whose expansion was under way when the search's time ran out (the last, mostly)
+    first_failure: str = ""  # the first of those and why it failed, for people
 
 
 class PredictorModel(BackwardReactionModel):
@@ -137,7 +139,7 @@ class PredictorModel(BackwardReactionModel):
                                          batch_size=self.batch_size, time_limit_s=self._time_left(len(inputs)),
                                          augment=self.augment)
         reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
-        self.counts.molecules += len(inputs)
+        self.counts.molecules += sum(result.ok for result in results)  # a failed one expanded nothing
         if self.progress:
             self.progress(time.monotonic() - self.started, self.counts.molecules)
         return reactions
@@ -155,6 +157,12 @@ class PredictorModel(BackwardReactionModel):
         counts.decoder_calls += result.stats.model_calls
         if not result.ok:
             counts.failed += 1
+            # The last expansion of a search that runs to its limit stops there (_time_left): its per-query
+            # limit is a slice of the search's, and the user set none, so it is named for what it is
+            cut = self.deadline is not None and time.monotonic() >= self.deadline
+            counts.cut += cut
+            reason = "its expansion was cut short when the search's time ran out" if cut else result.error
+            counts.first_failure = counts.first_failure or f"{product.smiles}: {reason}"
             return ()
         counts.answers += len(result.predictions)
         # Sane answers, and ones whose only concern is lacking product atoms (answer_concerns flags that for
@@ -263,11 +271,31 @@ class SearchStats:
     nodes: int  # in the search graph
     counts: ExpansionCounts = field(default_factory=ExpansionCounts)
     target_in_stock: bool = False
+    search_s: float = math.inf  # the search alone, before its routes were read (unknown: taken as the whole limit)
 
     @property
     def model_calls(self) -> int:
-        """Calls of the single-step model: one per molecule expanded."""
-        return self.counts.molecules
+        """Calls of the single-step model: one per molecule it was asked to expand, failed ones included."""
+        return self.counts.molecules + self.counts.failed
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the search stopped before its time limit. Neither search stops early for any other reason,
+        so it had no molecule left to expand: each one it reached was expanded (the model's usable answers
+        taken), in the stock, or at the step limit. More time would have found nothing more."""
+        return self.search_s < self.time_limit_s
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """How the single-step model is asked and the search bounded; each PlanResult records its own."""
+    method: str = EXACT_NBEST  # the fastest exact n-best method (methods.py)
+    n_best: int = 10  # answers per expansion: a wider tree, at the cost of a longer expansion
+    max_steps: int = 5  # Retro*: reactions on a path; MCTS: reactions in all. Longer routes are rarely made
+    round_trip_k: int = 1  # the forward model's top-k that must give the product back
+    check_atoms: bool = True  # skip reactant sets that lack heavy atoms of the product: they cannot make it
+    batch_size: int = 8  # molecules per decoder batch (MCTS expands several at once)
+    augment: int = 1  # writings of each molecule the model reads (Predictor.predict's augment): N times the work
 
 
 @dataclass(frozen=True)
@@ -279,6 +307,11 @@ class PlanResult:
     forward_model: str | None  # the round-trip checker's folder; None: no check
     stock: str  # the stock's source
     stock_size: int
+    stock_unreadable: int = 0  # entries of the stock file RDKit could not read, left out
+    # How the routes were made, recorded with them: a page whose settings change later must not relabel them
+    settings: PlanSettings = PlanSettings()
+    dtype: str = "float32"  # what the models' decoder calls computed with (Predictor.dtype)
+    max_routes: int = 10
 
     @property
     def solved(self) -> bool:
@@ -286,17 +319,6 @@ class PlanResult:
 
 
 # ---- the search ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlanSettings:
-    method: str = EXACT_NBEST  # the fastest exact n-best method (methods.py)
-    n_best: int = 10  # answers per expansion: a wider tree, at the cost of a longer expansion
-    max_steps: int = 5  # Retro*: reactions on a path; MCTS: reactions in all. Longer routes are rarely made
-    round_trip_k: int = 1  # the forward model's top-k that must give the product back
-    check_atoms: bool = True  # skip reactant sets that lack heavy atoms of the product: they cannot make it
-    batch_size: int = 8  # molecules per decoder batch (MCTS expands several at once)
-    augment: int = 1  # writings of each molecule the model reads (Predictor.predict's augment): N times the work
 
 
 class _MCTS(MolSetMCTS):
@@ -325,9 +347,21 @@ def check_target(target: str, predictor: Predictor) -> str:
     """The canonical target, or ValueError saying why it cannot be planned for."""
     if not isinstance(target, str) or not target.strip():
         raise ValueError("empty target: give the SMILES of the molecule to make")
-    if "." in target:  # in a SMILES a dot only ever separates molecules
-        raise ValueError(f"the target {target.strip()[:80]!r} has several molecules; plan a route to one at a time")
+    # A reaction SMILES first: its dots separate reactants, and what it needs to hear is that it is a reaction
+    if "." in target and ">" not in target:  # in a SMILES a dot only ever separates molecules
+        raise ValueError(several_molecules(target.strip()))
     return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
+
+
+def several_molecules(target: str) -> str:
+    """Why a target of several molecules (a salt, a solvate, a mixture) is refused, naming its main molecule
+    where RDKit reads it: that is nearly always the one to make (sodium benzoate's benzoate)."""
+    refusal = f"the target {target[:80]!r} has several molecules; plan a route to one at a time"
+    try:
+        main = canonical(main_molecule(target))
+    except ChemError:
+        return refusal
+    return f"{refusal}: its main molecule (the most heavy atoms) is {main}"
 
 
 def check_time_limit(time_limit_s: float) -> None:
@@ -357,11 +391,23 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
     model.started = time.monotonic()
     model.deadline = model.started + time_limit_s
     graph, iterations = search.run_from_mol(target_mol)
+    search_s = time.monotonic() - model.started
     routes = extract_routes(graph, stock, max_routes)
     stats = SearchStats(algorithm, time.monotonic() - model.started, time_limit_s, iterations, len(graph),
-                        dataclasses.replace(model.counts), stock.is_purchasable(target_mol))  # a copy
+                        dataclasses.replace(model.counts), stock.is_purchasable(target_mol), search_s)  # a copy
     return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
-                      forward.path.name if forward else None, stock.source, len(stock))
+                      forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
+                      settings, predictor.dtype, max_routes)
+
+
+def no_route(stats: SearchStats) -> str:
+    """Why a search found no route, for people: its time ran out, or (well before) its molecules to expand did,
+    and then more time cannot help."""
+    if not stats.ran_out:
+        return f"no route to the stock was found within {stats.time_limit_s:g} s"
+    return (f"no route to the stock was found, and the search stopped after {stats.search_s:.1f} s of its "
+            f"{stats.time_limit_s:g} s: it ran out of molecules to expand (the model proposed no usable reactants "
+            "that lead to the stock within the step limit), so more time would not help")
 
 
 def extract_routes(graph: AndOrGraph | MolSetGraph, stock: Stock, max_routes: int) -> list[Route]:
@@ -432,19 +478,36 @@ def routes_json(result: PlanResult) -> dict:
     return {
         "target": result.target, "solved": result.solved,
         "model": result.model, "forward_model": result.forward_model,
-        "stock": {"source": result.stock, "size": result.stock_size},
+        "settings": settings_json(result),
+        "stock": {"source": result.stock, "size": result.stock_size, "unreadable": result.stock_unreadable},
         "search": {"algorithm": stats.algorithm, "time_s": round(stats.time_s, 2), "time_limit_s": stats.time_limit_s,
+                   "search_s": round(stats.search_s, 2) if math.isfinite(stats.search_s) else None,
+                   "ran_out_of_molecules": stats.ran_out,
                    "iterations": stats.iterations, "nodes": stats.nodes, "model_calls": stats.model_calls,
+                   "molecules_expanded": stats.counts.molecules,
                    "decoder_calls": stats.counts.decoder_calls, "answers": stats.counts.answers,
                    "answers_missing_atoms": stats.counts.missing_atoms, "answers_kept": stats.counts.kept,
                    # null without a forward model: no step was checked, where 0 would say none came back
                    "round_trips": stats.counts.round_trips if result.forward_model else None,
-                   "failed_expansions": stats.counts.failed, "target_in_stock": stats.target_in_stock},
+                   "failed_expansions": stats.counts.failed, "cut_at_time_limit": stats.counts.cut,
+                   "first_failure": stats.counts.first_failure or None,
+                   "target_in_stock": stats.target_in_stock},
         "routes": [{"rank": rank, "score": rounded(route.score), "n_steps": route.n_steps, "depth": route.depth,
                     "starting_materials": [m.smiles for m in route.starting_materials()],
                     "tree": _molecule_json(route.target)}
                    for rank, route in enumerate(result.routes, start=1)],
     }
+
+
+def settings_json(result: PlanResult) -> dict:
+    """What made the routes: enough to run the same search again (`plan` on the command line takes each)."""
+    settings = result.settings
+    return {"model": result.model, "forward_model": result.forward_model, "algorithm": result.stats.algorithm,
+            "time_limit_s": result.stats.time_limit_s, "max_routes": result.max_routes, "method": settings.method,
+            "n_best": settings.n_best, "max_steps": settings.max_steps, "check_atoms": settings.check_atoms,
+            "augment": settings.augment, "batch_size": settings.batch_size, "dtype": result.dtype,
+            # null without a forward model: no step was checked, at any k
+            "round_trip_k": settings.round_trip_k if result.forward_model else None}
 
 
 def route_rows(result: PlanResult) -> Iterator[list[object]]:
@@ -454,9 +517,11 @@ def route_rows(result: PlanResult) -> Iterator[list[object]]:
             yield [rank, rounded(route.score), route.n_steps, number, depth, step.product,
                    _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
                    ";".join(_yes_no(r.in_stock) for r in step.reactants), rounded(step.score),
-                   significant(step.probability), rounded(step.confidence), step.round_trip,
+                   significant(step.probability), rounded(step.confidence), _yes_no(step.round_trip),
                    significant(step.forward_prob), step.model_rank]
 
 
-def _yes_no(flag: bool) -> str:
-    return "yes" if flag else "no"
+def _yes_no(flag: bool | None) -> str:
+    """A flag as the CSV writes every flag: yes or no, and empty where it was not checked (round trip without a
+    forward model)."""
+    return "" if flag is None else "yes" if flag else "no"

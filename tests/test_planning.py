@@ -8,6 +8,7 @@ whose best route is known by hand.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import json
@@ -28,7 +29,7 @@ from molspec_core.cli import main
 from molspec_core.methods import EXACT_NBEST, METHODS
 from molspec_core.io import InputFileError, csv_bytes
 from molspec_core.planning import ROUTE_COLUMNS, PlanSettings, PredictorModel, Stock, load_stock, plan
-from molspec_core.service import Predictor
+from molspec_core.service import Predictor, QueryResult
 
 COPY_MODEL = FIXTURES / "copy_model"
 # The copy model drops every carbon, so none of its answers keeps the atoms of its product: with the
@@ -202,7 +203,7 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     assert stats.algorithm == algorithm and stats.model_calls >= 1 and stats.nodes > 1
     assert stats.time_s < 2.0 + 5.0 and calls and calls[-1] == stats.model_calls
     exported = json.loads(json.dumps(planning.routes_json(result)))
-    assert exported["solved"] and exported["stock"] == {"source": "mine", "size": 1}
+    assert exported["solved"] and exported["stock"] == {"source": "mine", "size": 1, "unreadable": 0}
     tree = exported["routes"][0]["tree"]
     assert tree["smiles"] == "NCCO" and not tree["in_stock"]
     assert tree["reaction"]["reactants"] == [{"smiles": "NO", "in_stock": True}]
@@ -219,6 +220,92 @@ def test_plan_without_a_route_says_so(copy_predictor):
     assert not result.solved and result.routes == ()
     assert result.stats.model_calls >= 1
     assert planning.routes_json(result)["routes"] == [] and list(planning.route_rows(result)) == []
+
+
+def test_a_search_that_runs_out_of_molecules_says_so_not_that_its_time_ran_out(copy_predictor):
+    """ClCCCl: the copy model's answers lead nowhere, and the search stops long before its 20 s. It was told
+    'no route within 20 s, try a longer time' (QA: a 40-unit peptide stopped at 11 s of 30)."""
+    result = plan("ClCCCl", copy_predictor, Stock(["NO"]), time_limit_s=20.0, settings=COPY)
+    stats = result.stats
+    assert not result.solved and stats.ran_out and stats.search_s < 20.0
+    message = planning.no_route(stats)
+    assert "ran out of molecules to expand" in message and "more time would not help" in message
+    assert "within 20 s" not in message
+    assert planning.routes_json(result)["search"]["ran_out_of_molecules"] is True
+    timed_out = dataclasses.replace(stats, search_s=20.01)  # a search its time limit stopped
+    assert not timed_out.ran_out and planning.no_route(timed_out) == "no route to the stock was found within 20 s"
+
+
+def failing_predict(error: str):
+    """Predictor.predict as it answers when every query fails (cut at the time limit per query)."""
+    def predict(self, queries, **options):
+        return [QueryResult(query, error=error) for query in ([queries] if isinstance(queries, str) else queries)]
+    return predict
+
+
+STOPPED = "stopped after the 0.1 s time limit per query; try greedy or a smaller n_best"
+
+
+def test_a_failed_expansion_is_not_counted_as_expanded_and_keeps_its_reason(copy_predictor, monkeypatch):
+    """A target the model failed on counted as a molecule expanded, and the reason was dropped."""
+    monkeypatch.setattr(Predictor, "predict", failing_predict(STOPPED))
+    model = PredictorModel(copy_predictor, n_best=3, check_atoms=False)
+    assert model([Molecule("NCCO")]) == [[]]
+    counts = model.counts
+    assert (counts.molecules, counts.failed, counts.first_failure) == (0, 1, f"NCCO: {STOPPED}")
+    result = plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=2.0, settings=COPY)
+    assert result.stats.counts.molecules == 0 and result.stats.model_calls == 1  # asked once, expanded never
+    search = planning.routes_json(result)["search"]
+    assert (search["molecules_expanded"], search["failed_expansions"], search["first_failure"]) == (
+        0, 1, f"NCCO: {STOPPED}")
+
+
+def test_an_expansion_the_searchs_time_cut_short_is_named_so_not_by_a_per_query_limit(copy_predictor, monkeypatch):
+    """The last expansion of a search run to its limit failed with 'stopped after the 0.122207 s time limit per
+    query', a limit no one set: it is the search's own time running out."""
+    import time
+
+    monkeypatch.setattr(Predictor, "predict", failing_predict("stopped after the 0.122207 s time limit per query"))
+    model = PredictorModel(copy_predictor, n_best=3, check_atoms=False)
+    model.deadline = time.monotonic() - 0.01  # the search's time has run out
+    model([Molecule("NCCO")])
+    counts = model.counts
+    assert (counts.molecules, counts.failed, counts.cut) == (0, 1, 1)
+    assert counts.first_failure == "NCCO: its expansion was cut short when the search's time ran out"
+
+
+def test_the_export_records_the_settings_that_made_the_routes(copy_predictor, copy_forward):
+    """routes_json's docstring promised settings; it held the model's name and the search's alone."""
+    settings = PlanSettings(n_best=3, max_steps=2, round_trip_k=2, check_atoms=False)
+    result = plan("OCCN", copy_predictor, Stock(["NO", "xyz"]), time_limit_s=2.0, algorithm="mcts", max_routes=4,
+                  forward=copy_forward, settings=settings)
+    exported = planning.routes_json(result)
+    assert exported["settings"] == {
+        "model": "copy_model", "forward_model": "forward", "algorithm": "mcts", "time_limit_s": 2.0, "max_routes": 4,
+        "method": EXACT_NBEST, "n_best": 3, "max_steps": 2, "check_atoms": False, "augment": 1, "batch_size": 8,
+        "dtype": "float32", "round_trip_k": 2}
+    alone = planning.routes_json(plan("OCCN", copy_predictor, Stock(["NO"]), time_limit_s=1.0, settings=COPY))
+    assert alone["settings"]["round_trip_k"] is None  # no forward model: no step checked, at any k
+
+
+def test_the_export_counts_the_stocks_unreadable_entries(copy_predictor, tmp_path):
+    """The CLI printed '2 unreadable entries left out'; the JSON kept the stock's name and size alone."""
+    (tmp_path / "shelf.smi").write_text("NO\nC1CC\nxyz\n")
+    result = plan("NCCO", copy_predictor, load_stock(tmp_path / "shelf.smi"), time_limit_s=1.0, settings=COPY)
+    assert result.stock_unreadable == 2
+    assert planning.routes_json(result)["stock"] == {"source": "shelf.smi", "size": 1, "unreadable": 2}
+
+
+def test_the_csv_writes_every_flag_as_yes_or_no_and_an_unchecked_one_empty(copy_predictor, copy_forward):
+    """round_trip came out True/False beside the stock columns' yes/no."""
+    def column(result, name: str) -> set[str]:
+        rows = csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode()))
+        return {row[name] for row in rows}
+
+    checked = plan("OCCN", copy_predictor, Stock(["NO"]), time_limit_s=2.0, forward=copy_forward, settings=COPY)
+    assert column(checked, "round_trip") <= {"yes", "no"} and column(checked, "round_trip")
+    unchecked = plan("OCCN", copy_predictor, Stock(["NO"]), time_limit_s=2.0, settings=COPY)
+    assert column(unchecked, "round_trip") == {""}  # not checked: neither yes nor no
 
 
 def test_a_target_in_stock_still_gets_its_routes(copy_predictor):
@@ -244,6 +331,26 @@ def test_bad_targets_get_clear_errors(copy_predictor, target, message):
 def test_bad_options_get_clear_errors(copy_predictor, options, message):
     with pytest.raises(ValueError, match=message):
         plan("NCCO", copy_predictor, Stock(["NO"]), **options)
+
+
+@pytest.mark.parametrize("reaction", ["CC(=O)O.OCC>>CC(=O)OCC", "CC(=O)O.OCC>>", "NCCO>>NCCO.O"])
+def test_a_reaction_smiles_is_told_it_is_one_dots_or_not(tmp_path, reaction):
+    """A reaction SMILES with a dot was told it had several molecules, not that the model reads a product."""
+    folder = tmp_path / "retro"
+    shutil.copytree(COPY_MODEL, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "task": "retro"}))
+    with pytest.raises(ValueError, match="reads a product, not a reaction SMILES"):
+        plan(reaction, Predictor.load(folder, "cpu"), Stock(["NO"]), time_limit_s=1.0)
+
+
+@pytest.mark.parametrize("salt, main", [("O=C([O-])c1ccccc1.[Na+]", "O=C([O-])c1ccccc1"),
+                                        ("[Na+].O=C([O-])c1ccccc1", "O=C([O-])c1ccccc1"), ("OCCN.Cl", "NCCO")])
+def test_a_salt_target_is_told_its_main_molecule(copy_predictor, salt, main):
+    """Sodium benzoate (typed, or from its molfile) was refused with no hint of what to plan for instead."""
+    with pytest.raises(ValueError, match="several molecules") as refused:
+        plan(salt, copy_predictor, Stock(["NO"]), time_limit_s=1.0)
+    assert str(refused.value).endswith(f"its main molecule (the most heavy atoms) is {main}")
 
 
 def test_plan_refuses_a_forward_model(copy_forward):
@@ -349,6 +456,22 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
     assert rows[0]["reactants"] == "NO" and list(rows[0]) == list(ROUTE_COLUMNS)
 
 
+def test_cli_plan_says_when_the_search_ran_out_of_molecules_or_failed(tmp_path, capsys, monkeypatch):
+    """It said 'no route to the stock found within 20 s' after 4.3 s, and nothing of expansions that failed."""
+    (tmp_path / "stock.smi").write_text("NO\n")
+    base = ["plan", "--model", str(COPY_MODEL), "--forward", "none", "--stock", str(tmp_path / "stock.smi"),
+            "--allow-missing-atoms", "--out", str(tmp_path / "r.json")]
+    assert main(base + ["--smiles", "ClCCCl", "--time-limit", "20"]) == 0
+    printed = capsys.readouterr().out
+    assert "ran out of molecules to expand" in printed and "within 20 s" not in printed
+    assert "could not be expanded" not in printed
+    monkeypatch.setattr(Predictor, "predict", failing_predict(STOPPED))
+    assert main(base + ["--smiles", "NCCO", "--time-limit", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "0 molecules expanded" in printed
+    assert f"1 molecule(s) could not be expanded; the first, NCCO: {STOPPED}" in printed
+
+
 @needs_native
 def test_cli_plan_computes_both_models_in_the_dtype_asked(tmp_path, monkeypatch):
     """--dtype int8 reaches the planning model and the forward model that checks its steps."""
@@ -425,7 +548,8 @@ def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
     at = find_routes(routes_page(tmp_path / "models", monkeypatch), "ClCCCl")
     assert not at.exception
-    assert "No route to the stock was found within 5 s" in shown_text(at)
+    assert "No route to the stock was found, and the search stopped after" in shown_text(at)  # long before 5 s
+    assert "ran out of molecules to expand" in shown_text(at) and "Try a longer time" not in shown_text(at)
     assert "Molecules expanded" in {m.label for m in at.metric}  # the stats stay on screen
     at = find_routes(at, "C1CC<i")
     assert not at.exception

@@ -310,6 +310,21 @@ def _keep(widget_key: str, value_key: str) -> None:
     st.session_state[value_key] = st.session_state[widget_key]
 
 
+def kept_in_form(widget_key: str, default: object) -> str:
+    """The key of a widget inside a form, its value kept through runs that do not draw it (another page's):
+    Streamlit forgets it there, and the Routes form came back empty under the routes it had made. kept() cannot
+    serve: a widget in a form takes no on_change callback. Its value changes only with the form's submit (or a
+    callback's write), before a run that draws it; so each run saves the value Streamlit holds, and where
+    Streamlit has forgotten it, writes the saved one back before the widget is drawn. Draw the widget without a
+    value argument: its default is given here."""
+    ss, saved = st.session_state, f"{widget_key}__kept"
+    if widget_key in ss:
+        ss[saved] = ss[widget_key]
+    else:
+        ss[widget_key] = ss.get(saved, default)
+    return widget_key
+
+
 def _sampling_knobs(method: str) -> SamplingOptions:
     """The sliders of the sampling knobs this method reads; the others keep their defaults."""
     sb, knobs = st.sidebar, {}
@@ -356,6 +371,13 @@ def load_examples() -> list[Example]:
 
 # "/" too: Streamlit draws ":material/home:" as an icon even with both colons escaped
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:/])")
+# GFM's autolink literals (remark-gfm, in Streamlit's markdown) make www.x.y, http://x and a@b.c links, and read
+# them after the escapes are taken out, so a backslash does not stop them: an uploaded file named
+# www.evil.example.smi became a link. A word joiner (U+2060: no width, no line break) inside each pattern does;
+# where none is (SMILES: '[C@@H]' is no address), the text is left as it was.
+WORD_JOINER = "\u2060"
+# (a scheme's address is linked only where its host has a dot: http://a is not)
+_AUTOLINK_START = re.compile(r"(?i)www(?=\.)|[a-z](?=://[-\w.]*\.)|[\w.+-](?=@[\w-]+(?:\.[\w-]+)+)")
 
 
 def percent(share: float) -> str:
@@ -375,8 +397,11 @@ def counted(n: int, noun: str) -> str:
 
 
 def md_escape(text: str) -> str:
-    """Text shown through a markdown element (st.error, st.caption) exactly as typed."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))
+    """Text shown through a markdown element (st.error, st.caption) exactly as typed, and never as a link: a
+    file name or a message may hold an address (www..., https://..., name@host.org), and the page must not
+    offer it to be clicked."""
+    unlinked = _AUTOLINK_START.sub(lambda match: match.group() + WORD_JOINER, str(text))
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", unlinked)
 
 
 def format_probability(score: float) -> str:

@@ -14,18 +14,22 @@ import streamlit as st
 
 from molspec_core import depict
 from molspec_core.io import InputFileError, csv_bytes, workbook_bytes
-from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep,
-                                   Stock, load_stock, plan, route_rows, routes_json, stock_from_upload)
+from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
+                                   RouteMolecule, RouteStep, SearchStats, Stock, load_stock, no_route, plan, route_rows,
+                                   routes_json, stock_from_upload)
 from views import common
 
 log = logging.getLogger(__name__)
 ALGORITHM_LABELS = {"retro*": "Retro* (best first)", "mcts": "MCTS (Monte Carlo tree search)"}
 MOLECULE_SIZE = (220, 150)  # pixels of each structure in a route
+# The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
+FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
+                 "route_check_atoms": True}
 
 
 @dataclass(frozen=True)
 class Shown:
-    """The search on screen: its result and the model that made it."""
+    """The search on screen: its result (which records how it was made, PlanResult.settings) and the model."""
     result: PlanResult
     model: str
 
@@ -33,6 +37,14 @@ class Shown:
 @st.cache_resource(show_spinner="Reading the stock…")
 def default_stock() -> Stock:
     return load_stock()
+
+
+@st.cache_resource(show_spinner="Reading the stock file…", max_entries=4)
+def uploaded_stock(name: str, data: bytes) -> Stock:
+    """An uploaded stock, read once per file content: a 1.3 MB file took 15 s to read, again on every search,
+    under a greyed page with no word of what it was doing. Keyed by the bytes (Streamlit hashes them), so
+    another file of the same name is read afresh; never changed after, so sessions may share it."""
+    return stock_from_upload(name, data)
 
 
 def retro_model(cfg: common.Settings) -> str | None:
@@ -54,6 +66,37 @@ def is_stand_in(model: str) -> bool:
 # ---- search -------------------------------------------------------------------------------------
 
 
+def forward_model() -> str | None:
+    """The forward model that checks each step round trip: the sidebar's (the first installed), or None."""
+    names = common.models_for_task("forward")
+    return names[0] if names else None
+
+
+def round_trip_note(cfg: common.Settings, on: bool) -> str:
+    """What the round-trip check of the next search will be, for the caption under the form. The toggle is the
+    page's own (the sidebar shows its round-trip settings on the retrosynthesis task only); its top-k is the
+    sidebar's, 1 where the sidebar shows none."""
+    forward = forward_model()
+    if not on:
+        return "No round-trip check."
+    if forward is None:
+        return "No round-trip check: no forward model is installed (models/forward/)."
+    k = cfg.round_trip_k
+    within = "as its first answer" if k == 1 else f"within its top {k}"
+    source = " (the sidebar's top-k)" if cfg.task == "retro" and cfg.round_trip_model else ""
+    return (f"Each step is checked round trip with the forward model {common.md_escape(forward)}: ✓ when it gives "
+            f"the product back {within}{source}.")
+
+
+def progress_text(elapsed_s: float, molecules: int, time_limit_s: float) -> str:
+    """The progress bar's line. Before the first expansion returns (the slowest: the target is the largest
+    molecule, and the model loads its caches) it said "Searching…" and nothing more for many seconds."""
+    if molecules == 0:
+        return f"Expanding the target: asking the model for its reactants… (time limit {time_limit_s:g} s)"
+    return (f"Searching… {common.counted(molecules, 'molecule')} expanded, {elapsed_s:.0f} of "
+            f"{time_limit_s:g} s")
+
+
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
            upload, augment: int, cfg: common.Settings) -> None:
     """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
@@ -61,23 +104,22 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     ss["route_error"] = None
     ss.pop("routes", None)  # a search that fails shows no other target's routes under its error
     try:
-        stock = stock_from_upload(upload.name, upload.getvalue()) if upload is not None else default_stock()
+        stock = uploaded_stock(upload.name, upload.getvalue()) if upload is not None else default_stock()
     except ValueError as exc:
         ss["route_error"] = f"Cannot use the stock file: {exc}"
         return
     predictor = cfg.predictor(model)  # in the sidebar's arithmetic
-    forward_models = common.models_for_task("forward")
-    forward = cfg.predictor(forward_models[0]) if round_trip and forward_models else None
-    bar = st.progress(0.0, text="Searching…")
+    forward_name = forward_model() if round_trip else None
+    forward = cfg.predictor(forward_name) if forward_name else None
+    bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
 
     def progress(elapsed_s: float, molecules: int) -> None:
-        bar.progress(min(1.0, elapsed_s / time_limit_s),
-                     text=f"Searching… {molecules} molecules expanded, {elapsed_s:.0f} of {time_limit_s:.0f} s")
+        bar.progress(min(1.0, elapsed_s / time_limit_s), text=progress_text(elapsed_s, molecules, time_limit_s))
 
+    settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k)
     try:
         ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
-                                  settings=PlanSettings(check_atoms=check_atoms, augment=augment), progress=progress),
-                             model)
+                                  settings=settings, progress=progress), model)
     except ValueError as exc:
         ss["route_error"] = f"Cannot plan for this target: {exc}"
     except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
@@ -142,11 +184,39 @@ def show_route(rank: int, route: Route) -> None:
                     show_molecule(reactant, step_of, colours)
 
 
+def amount(n: int, noun: str) -> str:
+    """'1 molecule', '12,345 molecules': common.counted with thousands separated, for counts that run large."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def made_with(result: PlanResult) -> str:
+    """How the routes on screen were made, from the result itself: the sidebar and the form may have changed
+    since, and the page must not label old routes with new settings."""
+    settings, stats = result.settings, result.stats
+    reading = f"{common.method_label(settings.method).lower()}, {settings.n_best} answers per molecule"
+    if settings.augment > 1:
+        reading += f", each read in {settings.augment} writings"
+    if result.dtype != "float32":
+        reading += f", {result.dtype} arithmetic"
+    if result.forward_model is None:
+        checked = "no round-trip check"
+    else:
+        within = "as its first answer" if settings.round_trip_k == 1 else f"within its top {settings.round_trip_k}"
+        checked = f"round trip checked by {result.forward_model} (✓: the product back {within})"
+    atoms = "steps whose reactants lack atoms of the product skipped" if settings.check_atoms else \
+        "steps whose reactants lack atoms of the product kept"
+    return common.md_escape(f"This search: {ALGORITHM_LABELS[stats.algorithm]}, time limit {stats.time_limit_s:g} s, "
+                            f"step limit {settings.max_steps}; model {result.model} "
+                            f"({reading}); {checked}; {atoms}; stock {result.stock}.")
+
+
 def show_stats(result: PlanResult) -> None:
     stats, counts = result.stats, result.stats.counts
     columns = st.columns(5)
     columns[0].metric("Search time", f"{stats.time_s:.1f} s", help=f"Time limit {stats.time_limit_s:g} s")
-    columns[1].metric("Molecules expanded", stats.model_calls, help="Calls of the single-step model, one per molecule")
+    failed = f"; {counts.failed:,} more could not be expanded" if counts.failed else ""
+    columns[1].metric("Molecules expanded", counts.molecules,
+                      help=f"Molecules the single-step model gave answers for, one call each{failed}")
     # a share, not "1081 of 1320": a metric's value is cut at its column's width
     columns[2].metric("Answers used", f"{counts.kept / counts.answers:.0%}" if counts.answers else "none",
                       help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
@@ -155,10 +225,55 @@ def show_stats(result: PlanResult) -> None:
                            "product* is on")
     columns[3].metric("Search nodes", stats.nodes)
     columns[4].metric("Routes", len(result.routes))
-    round_trips = f"; {counts.round_trips} of them round trip ✓" if result.forward_model else ""
-    st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {stats.iterations} iterations · {counts.decoder_calls} "
-               f"decoder calls{round_trips} · stock {common.md_escape(result.stock)} "
-               f"({result.stock_size:,} molecules)")
+    # round trips count steps (reactant sets the search could use), not decoder calls
+    round_trips = (f" · round trip ✓ for {counts.round_trips:,} of the {amount(counts.kept, 'usable step')}"
+                   if result.forward_model else "")
+    unreadable = result.stock_unreadable
+    left_out = f"; {unreadable:,} unreadable {'entry' if unreadable == 1 else 'entries'} left out" if unreadable else ""
+    st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {amount(stats.iterations, 'iteration')} · "
+               f"{amount(counts.decoder_calls, 'decoder call')}{round_trips} · stock {common.md_escape(result.stock)} "
+               f"({amount(result.stock_size, 'molecule')}{left_out})")
+
+
+def no_route_message(stats: SearchStats) -> str:
+    """Why no route was found, with what might help: a longer time where the time ran out, and not where the
+    search ran out of molecules to expand (it stopped at 11 s of 30 and was told to try a longer time)."""
+    reason = no_route(stats)
+    advice = ("A larger stock might help." if stats.ran_out
+              else "Try a longer time, the other search, or a larger stock.")
+    return f"{reason[0].upper()}{reason[1:]}. {advice}"
+
+
+def show_outcome(result: PlanResult) -> None:
+    """Routes found, none, the target in stock, and molecules the model could not expand: one message each."""
+    stats, counts = result.stats, result.stats.counts
+    if result.routes:
+        in_stock = " The target itself is in the stock; these routes make it anyway." if stats.target_in_stock else ""
+        st.success(f"{common.counted(len(result.routes), 'route')} to the stock found, best "
+                   f"first (the highest product of the steps' probabilities).{in_stock}", icon=":material/route:")
+    elif stats.target_in_stock:
+        st.info(f"The target itself is in the stock: procure it as it is. {no_route_message(stats)}",
+                icon=":material/inventory_2:")
+    else:
+        st.warning(no_route_message(stats), icon=":material/search_off:")
+    if counts.failed:
+        text, alarming = failure_message(counts)
+        if alarming:
+            st.warning(text, icon=":material/warning:")
+        else:
+            st.caption(text)
+
+
+def failure_message(counts: ExpansionCounts) -> tuple[str, bool]:
+    """What to say of the molecules the model gave no answers for, and whether it is a warning. The last
+    expansion of a search that runs to its time limit is cut short there (a routine end, said in a caption);
+    any other failure, or the target's own expansion cut short, leaves routes unexplored: a warning."""
+    first = common.md_escape(counts.first_failure)
+    if counts.failed == counts.cut == 1 and counts.molecules > 0:
+        return f"{first} (not counted among the molecules expanded).", False
+    them = "it" if counts.failed == 1 else "them"
+    return (f"{common.counted(counts.failed, 'molecule')} could not be expanded (the model gave no answers for "
+            f"{them}); the first, {first}.", True)
 
 
 def show(shown: Shown) -> None:
@@ -168,14 +283,8 @@ def show(shown: Shown) -> None:
     if svg:
         st.image(svg)
     st.code(result.target, language=None, wrap_lines=True)
-    if result.stats.target_in_stock:
-        st.info("The target itself is in the stock; the routes below make it anyway.", icon=":material/inventory_2:")
-    if result.routes:
-        st.success(f"{common.counted(len(result.routes), 'route')} to the stock found, best "
-                   "first (the highest product of the steps' probabilities).", icon=":material/route:")
-    else:
-        st.warning(f"No route to the stock was found within {result.stats.time_limit_s:g} s. Try a longer time, "
-                   "the other search, or a larger stock.", icon=":material/search_off:")
+    show_outcome(result)
+    st.caption(made_with(result))
     if is_stand_in(shown.model):
         st.caption("The retrosynthesis model is a stand-in trained on a CPU, far below published accuracy (its card "
                    "on the Models page gives the figures): expect few routes, and check every step as a chemist.")
@@ -221,20 +330,24 @@ def main() -> None:
                      key="route_target_file", on_change=open_target, max_upload_size=common.MAX_FILE_MB,
                      help=f"Its molecule fills the target field below, stereo taken from the wedges. At most "
                           f"{common.MAX_FILE_MB} MB.")
+    # Kept across page switches: they came back on their defaults under the routes they had made
+    key = {name: common.kept_in_form(name, default) for name, default in FORM_DEFAULTS.items()}
     with st.form("route_form"):
-        target = st.text_input("Target SMILES", key="route_target", max_chars=2000,
+        target = st.text_input("Target SMILES", key=key["route_target"], max_chars=2000,
                                placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
         left, right = st.columns(2)
-        time_limit = left.slider("Time budget (s)", 5, 300, 30, step=5, key="route_time")
-        algorithm = right.radio("Search", ALGORITHMS, format_func=ALGORITHM_LABELS.get, key="route_algorithm",
+        time_limit = left.slider("Time budget (s)", 5, 300, step=5, key=key["route_time"])
+        algorithm = right.radio("Search", ALGORITHMS, format_func=ALGORITHM_LABELS.get, key=key["route_algorithm"],
                                 horizontal=True)
-        round_trip = st.toggle("Round-trip check of each step with the forward model", value=True,
-                               key="route_round_trip", help="Marks each step ✓ when the forward model gives its "
-                               "product back; it costs time, and the search does not drop steps that fail it.")
-        check_atoms = st.toggle("Skip steps whose reactants lack atoms of the product", value=True,
-                                key="route_check_atoms", help="Every heavy atom of a product comes from a reactant; "
-                                "today's model often proposes sets that drop a ring or a carbon.")
-        upload = st.file_uploader("Your own stock (optional)",
+        round_trip = st.toggle("Round-trip check of each step with the forward model", key=key["route_round_trip"],
+                               help="Marks each step ✓ when the forward model gives its product back within its "
+                                    "top-k (the sidebar's *Round trip within forward top-k* on the retrosynthesis "
+                                    "task; 1 on the forward task); it costs time, and the search does not drop "
+                                    "steps that fail it.")
+        check_atoms = st.toggle("Skip steps whose reactants lack atoms of the product", key=key["route_check_atoms"],
+                                help="Every heavy atom of a product comes from a reactant; today's model often "
+                                     "proposes sets that drop a ring or a carbon.")
+        upload = st.file_uploader("Your own stock (optional)", key="route_stock",
                                   type=["smi", "txt", "sdf", "csv", "tsv", "xlsx", "xls", "gz", "xz"],
                                   help="One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles "
                                        "column. Without it: the default stock, reactants of at least 2 USPTO-50K "
@@ -250,7 +363,8 @@ def main() -> None:
     # Fixed for planning: the sidebar's method (and the forward model's beam width) belongs to the Predict page.
     st.caption(f"Each step asks the retrosynthesis model {common.md_escape(model)}: "
                f"{common.method_label(PlanSettings.method).lower()}, {PlanSettings.n_best} answers per "
-               f"molecule{writings}. The search always decodes this way, whatever task and method the sidebar shows.")
+               f"molecule{writings}. The search always decodes this way, whatever task and method the sidebar shows. "
+               + round_trip_note(cfg, bool(round_trip)))
     if submitted:
         search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment, cfg)
     if st.session_state.get("route_error"):

@@ -1,0 +1,170 @@
+"""The Routes page (views/routes.py) beyond tests/test_planning.py's: what it keeps across page switches, how it
+reads an uploaded stock, and what it says of a search (how it was made, why it found nothing, what failed); and
+md_escape, which keeps the names it shows (an uploaded file's) from becoming links."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from molspec_core import planning
+from test_planning import COPY_MODEL, find_routes, routes_page, shown_text
+from views import common
+
+
+def models_with_forward(tmp_path):
+    """A models folder of the copy model as the retrosynthesis model and, dressed as one, the forward model."""
+    models = tmp_path / "models"
+    shutil.copytree(COPY_MODEL, models / "retro")
+    shutil.copytree(COPY_MODEL, models / "forward")
+    config = json.loads((models / "forward" / "config.json").read_text())
+    (models / "forward" / "config.json").write_text(json.dumps({**config, "task": "forward"}))
+    return models
+
+
+def test_routes_page_keeps_its_form_across_a_page_switch(tmp_path, monkeypatch):
+    """Back from another page the form was empty under the routes it had made, and Find routes then refused the
+    empty target and wiped them."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    at.radio(key="route_algorithm").set_value("mcts")
+    at = find_routes(at, "NCCO")
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+    at = at.switch_page("views/predict.py").run()
+    at = at.switch_page("views/routes.py").run()
+    assert not at.exception
+    assert at.text_input(key="route_target").value == "NCCO" and at.slider(key="route_time").value == 5
+    assert at.radio(key="route_algorithm").value == "mcts" and at.toggle(key="route_check_atoms").value is False
+    assert at.expander and at.expander[0].label.startswith("Route 1")  # the routes they made, still shown
+    next(b for b in at.button if b.label == "Find routes").click()
+    at.run()
+    assert not at.exception and not at.error and at.expander[0].label.startswith("Route 1")
+
+
+def upload_stock(at, name: str, data: bytes):
+    at.file_uploader(key="route_stock").set_value((name, data, "text/plain"))
+    return at
+
+
+def test_routes_page_reads_an_uploaded_stock_once_and_counts_what_it_left_out(tmp_path, monkeypatch):
+    """A 1.3 MB stock file was read again on every search (15 s of a greyed page each), and the entries RDKit
+    could not read were left out without a word (the command line counts them)."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    reads = []
+    real = planning.stock_from_upload
+    monkeypatch.setattr(planning, "stock_from_upload", lambda name, data: reads.append(name) or real(name, data))
+    data = f"# {tmp_path.name}: a file no other test uploads\nNO\nC1CC\nxyz\n".encode()
+    at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "shelf.smi", data)
+    at = find_routes(at, "NCCO")
+    assert not at.exception and at.expander[0].label.startswith("Route 1")
+    assert "stock shelf.smi (1 molecule; 2 unreadable entries left out)" in shown_text(at)
+    at = find_routes(at, "NCCO")  # the same file again
+    assert not at.exception and at.expander and reads == ["shelf.smi"]
+    exported = planning.routes_json(at.session_state["routes"].result)
+    assert exported["stock"] == {"source": "shelf.smi", "size": 1, "unreadable": 2}
+
+
+def test_routes_page_uses_the_sidebars_round_trip_top_k_and_labels_the_routes_by_their_own(tmp_path, monkeypatch):
+    """The sidebar's round-trip top-k was ignored (every search checked top 1), the caption counted steps
+    with round trip ✓ as decoder calls, and the routes shown were labelled with the sidebar of the moment."""
+    at = routes_page(models_with_forward(tmp_path), monkeypatch)
+    assert "gives the product back as its first answer." in shown_text(at)  # the forward task: no top-k shown
+    at.radio(key="task").set_value("retro").run()
+    at.select_slider(key="round_trip_k").set_value(3).run()
+    assert "within its top 3 (the sidebar's top-k)" in shown_text(at)
+    at = find_routes(at, "NCCO")
+    assert not at.exception and at.expander
+    result = at.session_state["routes"].result
+    assert result.settings.round_trip_k == 3 and result.forward_model == "forward"
+    counts = result.stats.counts
+    text = shown_text(at)
+    assert f"round trip ✓ for {counts.round_trips} of the {counts.kept} usable steps" in text
+    assert "of them round trip" not in text
+    made = next(c.value for c in at.caption if c.value.startswith("This search"))
+    assert "time limit 5 s" in made.replace("\\", "") and "the product back within its top 3" in made.replace("\\", "")
+    at.select_slider(key="round_trip_k").set_value(1).run()  # the sidebar changes; the routes on screen do not
+    at.slider(key="route_time").set_value(60).run()
+    assert next(c.value for c in at.caption if c.value.startswith("This search")) == made
+
+
+def test_routes_page_says_the_target_is_in_the_stock_when_no_route_makes_it(tmp_path, monkeypatch):
+    """It said both 'the routes below make it anyway' and 'No route…', over no routes; and '(1 molecules)'."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "mine.smi", f"ClCCCl {tmp_path.name}\n".encode())
+    at = find_routes(at, "ClCCCl")
+    assert not at.exception and not at.expander
+    text = shown_text(at)
+    assert [i.value for i in at.info][0].startswith("The target itself is in the stock: procure it as it is.")
+    assert "make it anyway" not in text and not [w for w in at.warning if "route" in w.value]  # one message
+    assert "(1 molecule)" in text and "1 molecules" not in text and " 1 iterations" not in text
+
+
+def test_routes_page_shows_the_expansions_that_failed_and_why(tmp_path, monkeypatch):
+    """A target the model failed on counted as expanded, and the reason was in the JSON alone."""
+    from molspec_core.service import Predictor
+    from test_planning import STOPPED, failing_predict
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    monkeypatch.setattr(Predictor, "predict", failing_predict(STOPPED))
+    at = find_routes(at, "NCCO")
+    assert not at.exception
+    assert next(m for m in at.metric if m.label == "Molecules expanded").value == "0"
+    failed = [w.value.replace("\\", "") for w in at.warning if "could not be expanded" in w.value]
+    assert failed == [f"1 molecule could not be expanded (the model gave no answers for it); the first, NCCO: "
+                      f"{STOPPED}."]
+
+
+def test_a_search_whose_last_expansion_its_time_cut_short_is_told_so_calmly():
+    """Every search that ran to its limit warned of 'a molecule that could not be expanded: stopped after the
+    0.122207 s time limit per query': the last expansion, cut at the search's end, which no one had set."""
+    from molspec_core.planning import ExpansionCounts
+    from views import routes
+
+    cut = "Ic1ccc(OCc2ccccc2)cc1: its expansion was cut short when the search's time ran out"
+    text, alarming = routes.failure_message(ExpansionCounts(molecules=88, failed=1, cut=1, first_failure=cut))
+    assert not alarming and text.replace("\\", "").startswith(cut)
+    # the target's own expansion cut short: nothing was expanded, and that is worth a warning
+    text, alarming = routes.failure_message(ExpansionCounts(molecules=0, failed=1, cut=1, first_failure=cut))
+    assert alarming and "1 molecule could not be expanded" in text
+
+
+def test_the_progress_bar_says_what_the_search_does_before_its_first_expansion_returns():
+    from views import routes
+
+    assert routes.progress_text(0.0, 0, 30.0).startswith("Expanding the target: asking the model for its reactants")
+    assert routes.progress_text(12.4, 1, 30.0) == "Searching… 1 molecule expanded, 12 of 30 s"
+
+
+# ---- md_escape: nothing a user gave becomes a link ---------------------------------------------------
+
+# GFM's autolink literals as remark-gfm (Streamlit's markdown) finds them in text, escapes already read; \w is
+# ASCII in JavaScript
+_GFM_WWW_OR_URL = re.compile(r"(https?://|www(?=\.))[-.\w]+", re.IGNORECASE | re.ASCII)
+_GFM_EMAIL = re.compile(r"[-.\w+]+@[-\w]+(?:\.[-\w]+)+", re.ASCII)
+
+
+def as_rendered(markdown: str) -> str:
+    """The text markdown shows for md_escape's output: each backslash escape read."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+@pytest.mark.parametrize("text", [
+    "www.evil.example.smi", "WWW.Evil.Example", "see https://evil.example/x.smi", "http://evil.example",
+    "ftp://files.example/stock.smi", "stock from chemist@evil.example.org", "mailto:a.b+c@evil-example.co.uk",
+    "Cannot read www.evil.example.smi: see https://evil.example/help",
+])
+def test_md_escape_never_makes_an_address_a_link(text):
+    """An uploaded stock named www.evil.example.smi was drawn as a link: GFM autolinks survive backslashes."""
+    rendered = as_rendered(common.md_escape(text))
+    assert not _GFM_WWW_OR_URL.search(rendered) and not _GFM_EMAIL.search(rendered)
+    assert rendered.replace(common.WORD_JOINER, "") == text  # shown as typed: the joiner has no width
+
+
+@pytest.mark.parametrize("text", ["C[C@@H](N)C(=O)O", "N[C@H](C)C(=O)O.[Na+]", "stock.smi", "a:b/c", "wwwx.smi"])
+def test_md_escape_leaves_text_without_an_address_as_it_was(text):
+    """SMILES (chirality is written with @) are shown, and copied, without a hidden character."""
+    escaped = common.md_escape(text)
+    assert common.WORD_JOINER not in escaped and as_rendered(escaped) == text
