@@ -3,7 +3,10 @@ GPU machine without RDKit and so cannot import the command line."""
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
@@ -31,3 +34,80 @@ def positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
     return value
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number option takes: finite, a whole number where `whole`, from `low` to `high` (either end
+    left out where None, open where `low_open` / `high_open`), or one of `also` (dropout's -1: the preset's). Its
+    `check` raises a ValueError that says so (a training run called from Python), and `argtype` makes it an argparse
+    type (a usage error at parse time: `--lr nan` once trained and wrote NaN weights over every export)."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    whole: bool = False
+    also: tuple[float, ...] = ()
+
+    def describe(self) -> str:
+        if self.whole and self.high is None and self.low is not None:  # at_least's wording
+            text = f"{self.low + self.low_open:g} or more"
+        elif self.low is not None and self.high is not None:
+            text = (f"{'a whole number' if self.whole else 'a number'} in {'(' if self.low_open else '['}"
+                    f"{self.low:g}, {self.high:g}{')' if self.high_open else ']'}")
+        else:
+            text = "a whole number" if self.whole else "a finite number"
+            if self.low is not None:
+                text += f" {'above' if self.low_open else 'at least'} {self.low:g}"
+            if self.high is not None:
+                text += f" {'below' if self.high_open else 'at most'} {self.high:g}"
+        if self.also:
+            text += ", or " + " or ".join(f"{value:g}" for value in self.also)
+        return text
+
+    def parse(self, text: str) -> int | float:
+        try:
+            return int(text) if self.whole else float(text)
+        except ValueError:
+            raise ValueError(f"must be {'a whole number' if self.whole else 'a number'}, not {text!r}") from None
+
+    def check(self, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else (int, float)):
+            raise ValueError(f"must be {self.describe()}, not {value!r}")
+        if value in self.also:
+            return
+        fits = math.isfinite(value)
+        if fits and self.low is not None:
+            fits = value > self.low if self.low_open else value >= self.low
+        if fits and self.high is not None:
+            fits = value < self.high if self.high_open else value <= self.high
+        if not fits:
+            raise ValueError(f"must be {self.describe()}, not {value}")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The names a text option takes, and any that match `pattern` in full (`cuda:N`), shown as `shown`."""
+    names: tuple[str, ...]
+    pattern: str = ""
+    shown: str = ""
+
+    def parse(self, text: str) -> str:
+        return text
+
+    def check(self, value: object) -> None:
+        if not isinstance(value, str) or not (value in self.names or (self.pattern and re.fullmatch(self.pattern,
+                                                                                                        value))):
+            raise ValueError(f"must be one of {', '.join(self.names)}{self.shown}, not {value!r}")
+
+
+def argtype(rule: Bounds | Choice) -> Callable[[str], object]:
+    """An argparse type that parses a flag's text as `rule` says and refuses what its check refuses."""
+    def parse(text: str) -> object:
+        try:
+            value = rule.parse(text)
+            rule.check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+    return parse

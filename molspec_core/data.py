@@ -366,17 +366,28 @@ def _val_rest(reactions: list[str], augment: int, seed0: int, workers: int,
 
 def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: Vocab | None = None) -> None:
     """Text and uint8 token arrays of each split. `vocab`: encode with this one (fine-tuning a model,
-    whose vocabulary must not change) instead of building one from the training rows."""
-    out.mkdir(parents=True, exist_ok=True)
+    whose vocabulary must not change) instead of building one from the training rows. A vocabulary the
+    uint8 arrays cannot hold is refused before anything is written; an empty split is warned of (a trainer
+    given an empty training split once looped over empty epochs until it was killed; it refuses one now)."""
+    if vocab is not None:
+        check_uint8_vocab(vocab)
     # uint8 token arrays: the rarest tokens are left out (read as unknown) when there are more
     if vocab is None:
         vocab = Vocab.build((s for p in splits["train"] for s in (p.src, p.tgt)), max_size=UINT8_TOKENS)
     # A training target with a token outside the vocabulary would teach the model to write <unk>: such
     # pairs are dropped (an unknown source token only blurs what the model reads, and is kept).
     writable = [p for p in splits["train"] if UNK_ID not in vocab.encode(p.tgt, strict=False)]
+    if not writable:  # written (its stats say why), but loudly: `train` refuses such a folder
+        log.warning("%s: the training split is empty%s; no model can train on this folder", out,
+                    f" (all {len(splits['train'])} training pairs have a target token outside the {len(vocab)}-token "
+                    "vocabulary)" if splits["train"] else "")
+    for name, pairs in splits.items():
+        if name != "train" and not pairs:
+            log.warning("%s: the %s split is empty", out, name)
     stats["train_dropped_unknown_target"] = len(splits["train"]) - len(writable)
     splits = {**splits, "train": writable}
     stats["train"] = len(writable)
+    out.mkdir(parents=True, exist_ok=True)
     for name, pairs in splits.items():
         (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
         (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
@@ -386,6 +397,11 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: V
     stats["train_tokens_unknown"] = unknown["train"]  # occurrences of tokens too rare for the vocabulary
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     log.info("wrote %s: %s", out, stats)
+
+
+def check_uint8_vocab(vocab: Vocab, what: str = "the vocabulary") -> None:
+    if len(vocab) > UINT8_TOKENS:
+        raise ValueError(f"{what} has {len(vocab)} tokens; the uint8 token arrays hold at most {UINT8_TOKENS}")
 
 
 def pack_ids(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -398,28 +414,91 @@ def pack_ids(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 def save_arrays(path: Path, pairs: list[Pair], vocab: Vocab) -> int:
     """Flat uint8 token arrays with offsets, zip-compressed (they travel to the GPU machine), loadable
     without pickle. Returns how many tokens were outside the vocabulary (stored as unknown)."""
-    assert len(vocab) <= UINT8_TOKENS, "uint8 arrays need a vocabulary of at most 256 tokens"
+    check_uint8_vocab(vocab)
     src, src_off = pack_ids([vocab.encode(p.src, strict=False) for p in pairs])
     tgt, tgt_off = pack_ids([[BOS_ID] + vocab.encode(p.tgt, strict=False) + [EOS_ID] for p in pairs])
     np.savez_compressed(path, src=src, src_offsets=src_off, tgt=tgt, tgt_offsets=tgt_off)
     return int((src == UNK_ID).sum() + (tgt == UNK_ID).sum())
 
 
-def load_arrays(path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    with np.load(path, allow_pickle=False) as z:
-        src, so, tgt, to = z["src"], z["src_offsets"], z["tgt"], z["tgt_offsets"]
+ARRAY_NAMES = ("src", "src_offsets", "tgt", "tgt_offsets")
+
+
+def load_arrays(path: Path, vocab_size: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each row's source and target token ids from a file `save_arrays` wrote, checked first: any failure is a
+    ValueError naming the file (a truncated file, a file of another kind, missing arrays, offsets that do not
+    cut the flat arrays, and with `vocab_size` a token id the vocabulary lacks, which failed mid-run)."""
+    import zipfile
+    import zlib
+
+    try:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError(f"{path} holds a single array, not the .npz archive prepare-data writes")
+        with z:
+            missing = [name for name in ARRAY_NAMES if name not in z.files]
+            if missing:
+                raise ValueError(f"{path} lacks the arrays {', '.join(missing)} (prepare-data writes "
+                                 f"{', '.join(ARRAY_NAMES)})")
+            src, so, tgt, to = (z[name] for name in ARRAY_NAMES)
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a folder, not a token-array file") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, OSError) as exc:
+        raise ValueError(f"{path} is not a readable token-array file (truncated or of another kind): "
+                         f"{str(exc)[:200]}") from None
+    except ValueError as exc:
+        if str(exc).startswith(str(path)):
+            raise
+        raise ValueError(f"{path} is not a token-array file prepare-data writes: "
+                         f"{str(exc).split('. ')[0][:200]}") from None
+    for name, flat, offsets in (("src", src, so), ("tgt", tgt, to)):
+        if flat.ndim != 1 or offsets.ndim != 1 or flat.dtype.kind not in "iu" or offsets.dtype.kind not in "iu":
+            raise ValueError(f"{path}: {name} and {name}_offsets must be one-dimensional whole-number arrays")
+        if (len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(flat)
+                or (len(offsets) > 1 and (np.diff(offsets) < 0).any())):
+            raise ValueError(f"{path}: {name}_offsets do not cut {name} into rows (they must rise from 0 to its "
+                             f"length, {len(flat)})")
+        if len(flat) and flat.min() < 0:
+            raise ValueError(f"{path}: {name} holds negative token ids")
+        if vocab_size is not None and len(flat) and int(flat.max()) >= vocab_size:
+            raise ValueError(f"{path}: {name} holds token id {int(flat.max())}, but the vocabulary has "
+                             f"{vocab_size} tokens (ids 0-{vocab_size - 1}): the arrays were written with "
+                             "another vocab.json")
+    if len(so) != len(to):
+        raise ValueError(f"{path}: {len(so) - 1} sources but {len(to) - 1} targets")
     return ([src[so[i]:so[i + 1]] for i in range(len(so) - 1)],
             [tgt[to[i]:to[i + 1]] for i in range(len(to) - 1)])
 
 
 TASKS = ("forward", "forward-mit", "forward-gln", "retro")
 DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "forward-gln": 1, "retro": 20}  # writings of each training reaction
+# At most this many: the retro data's 20 are the most any shipped model trained on, and its x20 arrays (15 MB) are
+# already a quarter of what a GPU command may carry; forward's x5 are 23 MB.
+MAX_AUGMENT = 50
+
+
+def check_new_out(out: Path) -> None:
+    """Refuse, before any work, an --out that is a file or a folder already holding files: the data's files
+    would be written among what is there (a model folder's vocab.json was replaced, and the model no longer
+    loaded). Missing parent folders are made, as a fresh checkout has no data/."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file; give a new folder for the data")
+    if out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"{out} already holds files; give a new or empty folder (prepare-data would write its "
+                         "train/val/test files, vocab.json and stats.json among them)")
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
             vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "", rows_before: int = 0) -> dict:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
+    if augment is not None and augment > MAX_AUGMENT:  # --augment 100000000 ran until it was killed
+        raise ValueError(f"augment {augment}: at most {MAX_AUGMENT} writings of each reaction (the shipped models "
+                         f"trained on up to {DEFAULT_AUGMENT['retro']})")
+    if vocab is not None:
+        check_uint8_vocab(vocab, "the given vocabulary (--vocab)")
     if vocab is not None and task == "forward":
         raise ValueError(f"{task}: a given vocabulary is for fine-tuning data (forward-mit, retro)")
     if val_rest and val_rest not in VAL_REST:
@@ -431,6 +510,7 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
     if rooted and task != "forward-mit":
         raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, "
                          "retro's root-aligned)")
+    check_new_out(out)
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment)

@@ -20,6 +20,11 @@ import json
 import logging
 import math
 import random
+import re
+import shutil
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -33,11 +38,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .argtypes import at_least
+from .argtypes import Bounds, Choice, argtype
 from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
-from .model import PRESETS, Seq2SeqTransformer, plan_free_attention, preset
+from .model import PRESETS, ModelConfig, Seq2SeqTransformer, plan_free_attention, preset
 from .threads import use_threads
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizeError, Vocab
 
@@ -65,10 +70,16 @@ SCHEDULES: dict[str, Callable[[float], float]] = {
 }
 
 
-def option(default: T, text: str, minimum: int | None = None) -> T:
-    """A TrainConfig field and its description, which is also its flag's --help; a flag with a `minimum`
-    refuses a number below it."""
-    return dataclasses.field(default=default, metadata={"help": text, "minimum": minimum})
+def option(default: T, text: str, rule: Bounds | Choice | None = None) -> T:
+    """A TrainConfig field and its description, which is also its flag's --help; its `rule` (argtypes.Bounds or
+    Choice) is the flag's argparse type and is checked again when `train` is called from Python."""
+    return dataclasses.field(default=default, metadata={"help": text, "rule": rule})
+
+
+AT_LEAST_0 = Bounds(low=0)  # a finite number, 0 or more: NaN and infinity are refused with the negatives
+WHOLE_0, WHOLE_1 = Bounds(low=0, whole=True), Bounds(low=1, whole=True)
+SHARE = Bounds(0, 1, high_open=True)  # label smoothing, an average's decay: [0, 1)
+DEVICES = Choice(("auto", "cpu", "cuda", "mps"), pattern=r"cuda:\d+", shown=" or cuda:N")
 
 
 @dataclass(frozen=True)
@@ -76,60 +87,86 @@ class TrainConfig:
     data: str = dataclasses.field(metadata={"help": "folder written by prepare-data"})
     out: str = dataclasses.field(metadata={"help": "run folder: out/last (full state, resumed when present), "
                                                    "out/best (best greedy exact match), out/export"})
-    preset: str = option("forward", f"model shape: one of {', '.join(PRESETS)}")
-    max_minutes: float = option(0.0, "the time budget: the learning rate reaches zero exactly here (0: at max-steps)")
-    max_steps: int = option(100_000, "optimizer steps at most")
-    schedule: str = option("cosine", "after warm-up: cosine | linear (decay to zero at the end) | constant")
+    preset: str = option("forward", f"model shape: one of {', '.join(PRESETS)}", Choice(tuple(PRESETS)))
+    max_minutes: float = option(0.0, "the time budget: the learning rate reaches zero exactly here (0: at max-steps); "
+                                     "a resumed run's whole budget, its minutes trained included", AT_LEAST_0)
+    max_steps: int = option(100_000, "optimizer steps at most", WHOLE_1)
+    schedule: str = option("cosine", "after warm-up: cosine | linear (decay to zero at the end) | constant",
+                           Choice(tuple(SCHEDULES)))
     lr: float = option(0.0, f"peak learning rate (0: {BASE_LR:g} scaled by sqrt(tokens per step / "
-                                  f"{REFERENCE_TOKENS}), capped at {MAX_AUTO_LR:g})")
-    warmup: int = option(500, "linear warm-up steps")
-    max_tokens: int = option(0, f"tokens (source + target, padded) per batch (0: by device, {AUTO_TOKENS})")
-    pad_to: int = option(0, f"pad source and decoder-input widths to a multiple of this (0: by device, {AUTO_PAD})")
-    accum: int = option(1, "batches per optimizer step")
-    weight_decay: float = option(0.01, "AdamW weight decay")
-    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy")
+                                  f"{REFERENCE_TOKENS}), capped at {MAX_AUTO_LR:g})", AT_LEAST_0)
+    warmup: int = option(500, "linear warm-up steps", WHOLE_0)
+    max_tokens: int = option(0, f"tokens (source + target, padded) per batch (0: by device, {AUTO_TOKENS})", WHOLE_0)
+    pad_to: int = option(0, f"pad source and decoder-input widths to a multiple of this (0: by device, {AUTO_PAD})",
+                         WHOLE_0)
+    accum: int = option(1, "batches per optimizer step", WHOLE_1)
+    weight_decay: float = option(0.01, "AdamW weight decay", AT_LEAST_0)
+    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy, in [0, 1)", SHARE)
     focal: float = option(0.0, "focal loss (Lin et al. 2017; 0: off): the exponent gamma; each target token's "
                                "cross-entropy is weighted by (1 - p) ** gamma, p the probability the model gives the "
-                               "recorded token, so the tokens it already gets right carry less of each step")
+                               "recorded token, so the tokens it already gets right carry less of each step",
+                          AT_LEAST_0)
     layer_decay: float = option(1.0, "layer-wise rate decay (Howard & Ruder 2018; 1: off): the output end (the "
                                      "decoder's last layer and norm, and the shared embedding, which is also the "
                                      "output projection) learns at the full rate, each layer below at this times the "
-                                     "one above, the decoder's first layer above the encoder's last")
-    dropout: float = option(-1.0, "dropout while training (-1: the preset's, 0.1 for the paper shapes)")
+                                     "one above, the decoder's first layer above the encoder's last",
+                                Bounds(0, 1, low_open=True))
+    dropout: float = option(-1.0, "dropout while training (-1: the preset's, 0.1 for the paper shapes)",
+                            Bounds(0, 1, high_open=True, also=(-1.0,)))
     freeze_encoder: bool = option(False, "train the decoder alone: the encoder keeps its weights and runs as at "
                                          "inference (no gradients, no dropout); the shared embedding learns from "
                                          "the decoder's side")
     compile: bool = option(False, "torch.compile the training forward pass")
-    eval_every: int = option(1000, "validate every this many steps (and at the end)")
-    val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset)")
-    export_every_minutes: float = option(5.0, "write float16 shards and the full state this often")
-    log_every_seconds: float = option(60.0, "a 'speed' log line this often: steps and tokens a second since the last")
-    export_dir: str = option("", "float16 shards + train_state.json ('': out/export)")
+    eval_every: int = option(1000, "validate every this many steps (and at the end)", WHOLE_1)
+    val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset)",
+                                  WHOLE_0)
+    export_every_minutes: float = option(5.0, "write float16 shards and the full state this often", AT_LEAST_0)
+    log_every_seconds: float = option(60.0, "a 'speed' log line this often: steps and tokens a second since the last",
+                                      AT_LEAST_0)
+    export_dir: str = option("", "float16 shards + train_state.json ('': out/export); an existing folder must be "
+                                 "empty or an export train wrote (each export replaces it whole)")
     resume: str = option("", "continue from an export folder (weights and counters; fresh optimizer moments)")
     init: str = option("", "start a new schedule from a model folder's weights (e.g. models/forward)")
     pairs: str = option("", "ranking pairs (tools/rank_pairs.py mine: source, recorded product and an answer the "
                              "model ranked above it, tab-separated); each step adds a hinge (--pair-at) so that the "
                              "product outscores the answer by --pair-margin")
     pair_weight: float = option(0.5, "weight of the ranking hinge (a mean over the step's pairs) beside the "
-                                     "cross-entropy (a mean over the step's target tokens)")
-    pair_margin: float = option(1.0, "nats by which the product should outscore a negative where --pair-at compares")
-    pair_rows: int = option(16, "ranking pairs per optimizer step", minimum=1)
+                                     "cross-entropy (a mean over the step's target tokens)", AT_LEAST_0)
+    pair_margin: float = option(1.0, "nats by which the product should outscore a negative where --pair-at compares",
+                                AT_LEAST_0)
+    pair_rows: int = option(16, "ranking pairs per optimizer step", WHOLE_1)
     pair_at: str = option("sequence", "where the hinge compares product and negative: sequence (their summed "
                                       "log-probabilities, beam search's score; CPU run 69) or branch (the two "
-                                      "tokens where they first part)")
+                                      "tokens where they first part)", Choice(PAIR_AT))
     rdrop: float = option(0.0, "R-Drop (Liang et al. 2021; 0: off): each batch runs twice under independent "
                                "dropout, and the loss adds this weight times half the symmetric KL between the "
-                               "two passes' token distributions to their mean cross-entropy; a step costs twice")
+                               "two passes' token distributions to their mean cross-entropy; a step costs twice",
+                          AT_LEAST_0)
     sam: float = option(0.0, "sharpness-aware minimization (Foret et al. 2021; 0: off): the radius rho; each step "
                              "takes its gradient where the weights, moved rho along their gradient's direction, "
                              "lose most, and applies it to the weights where they were (a --pairs hinge is taken at "
-                             "the weights themselves); a step costs twice")
+                             "the weights themselves); a step costs twice", AT_LEAST_0)
     ema: float = option(0.0, "decay per optimizer step of a moving average of the weights (0: off); when on, "
-                             "validation, out/best and the exports hold the average, out/last keeps both")
-    seed: int = option(0, "random seed (weights, batch order, dropout)")
-    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
+                             "validation, out/best and the exports hold the average, out/last keeps both", SHARE)
+    seed: int = option(0, "random seed (weights, batch order, dropout)", Bounds(0, 2**63 - 1, whole=True))
+    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps", DEVICES)
     threads: int = option(0, "CPU threads (0: one fewer than the CPUs, at least 1; molspec_core/threads.py)",
-                         minimum=0)
+                          WHOLE_0)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Every option's rule (the flags' argparse types), for a TrainConfig built in Python: a NaN rate or budget
+    trained and wrote NaN weights over every export, --eval-every 0 failed at the first step."""
+    for spec in dataclasses.fields(TrainConfig):
+        rule = spec.metadata.get("rule")
+        if rule is not None:
+            try:
+                rule.check(getattr(cfg, spec.name))
+            except ValueError as exc:
+                raise ValueError(f"--{spec.name.replace('_', '-')} {exc}") from None
+    if cfg.pairs and not cfg.pair_weight > 0:
+        raise ValueError(f"ranking pairs need --pair-weight > 0 and --pair-margin >= 0, not "
+                         f"{cfg.pair_weight} and {cfg.pair_margin}")
 
 
 def layer_groups(model: Seq2SeqTransformer, decay: float) -> list[dict]:
@@ -150,7 +187,14 @@ def layer_groups(model: Seq2SeqTransformer, decay: float) -> list[dict]:
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available on this machine")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA devices")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: MPS is not available on this machine")
+    return device
 
 
 def tokens_per_batch(cfg: TrainConfig, device: torch.device) -> int:
@@ -437,13 +481,282 @@ class WeightAverage:
         self.shadow = [tensors[n].to(a) for n, a in zip(self.names, self.shadow)]
 
 
-def _replace_folder(tmp: Path, folder: Path) -> None:
-    if folder.exists():
-        for f in folder.iterdir():
-            f.unlink()
-        folder.rmdir()
-    tmp.rename(folder)
+# ---- run and export folders --------------------------------------------------------------------------------
+# The shipped models (their weights, cards and calibrations): never a run's --out or --export-dir.
+MODELS = Path(__file__).resolve().parent.parent / "models"
+# The files a save (out/last) or an export writes, and nothing else: a folder holding only these, with
+# train_state.json (written last), is one a run wrote and may replace whole.
+RUN_FILE = re.compile(r"(config|vocab|train_state)\.json|(model|optimizer|ema)(-\d{5}-of-\d{5})?\.safetensors"
+                      r"|(model|optimizer|ema)\.safetensors\.index\.json")
+STATE_MARK = "train_state.json"
 
+
+class TrainingDiverged(ValueError):
+    """The loss or the weights are no longer finite: nothing more is written, so the last exports stand."""
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies inside it (both resolved: links and `..` cannot hide it)."""
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return _within(a, b) or _within(b, a)
+
+
+def run_written(folder: Path) -> bool:
+    """Whether a folder holds only the files a save or an export writes (complete or not)."""
+    return folder.is_dir() and all(f.is_file() and not f.is_symlink() and RUN_FILE.fullmatch(f.name)
+                                   for f in folder.iterdir())
+
+
+def _tmp(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".tmp")
+
+
+def _old(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".old")
+
+
+def _replace_folder(tmp: Path, folder: Path) -> None:
+    """Put the finished `tmp` in `folder`'s place: the old folder is renamed aside, `tmp` renamed in, and only
+    then the old one deleted, so an interrupt at any point leaves a complete folder under one of the three
+    names, which `recover_folder` puts back (files were unlinked before, and an interrupt at the rename left
+    only last.tmp: the next run restarted from step 0)."""
+    old = _old(folder)
+    if old.exists():
+        shutil.rmtree(old)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fresh(tmp: Path) -> Path:
+    """An empty `tmp` to write a save into (a leftover of an interrupted save is the run's own: recover_folder
+    checked it)."""
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def recover_folder(folder: Path) -> None:
+    """After an interrupted save or export: put a complete folder back under `folder`'s name from its .tmp (a
+    finished write, holding train_state.json) or .old (the one it replaced), and remove the leftovers. A
+    leftover that holds files a run does not write is not touched: refused."""
+    leftovers = [path for path in (_tmp(folder), _old(folder)) if path.exists() or path.is_symlink()]
+    for path in leftovers:
+        if not run_written(path):
+            raise ValueError(f"{path} holds files a training run does not write; a run uses that name for its "
+                             f"saves of {folder}: move it away")
+    if folder.exists() or not leftovers:
+        for path in leftovers:
+            shutil.rmtree(path)
+        return
+    tmp, old = _tmp(folder), _old(folder)
+    pick = tmp if (tmp / STATE_MARK).is_file() else old if (old / STATE_MARK).is_file() else None
+    if pick is not None:
+        pick.rename(folder)
+        log.warning("%s was missing (a save was interrupted): recovered it from %s", folder, pick)
+    else:
+        log.warning("%s: an interrupted save left only an incomplete %s; it is removed", folder,
+                    " and ".join(p.name for p in leftovers))
+    for path in (tmp, old):
+        if path.exists():
+            shutil.rmtree(path)
+
+
+def check_out(out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
+    """Refuse a run folder that is a model folder, lies among the shipped models or in the data or an --init or
+    --resume folder: a run writes last/, best/ and export/ into it."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a run folder (e.g. runs/NAME)")
+    if (out / "config.json").exists():
+        raise ValueError(f"--out {out} is a model folder (it holds config.json); a run writes last/, best/ and "
+                         "export/ into its --out: give a run folder (e.g. runs/NAME)")
+    if _within(out, MODELS):
+        raise ValueError(f"--out {out} lies in {MODELS}, the shipped models' folder; give a run folder "
+                         "(e.g. runs/NAME)")
+    for flag, folder in [("--data", data), *sources]:
+        if _within(out, folder):
+            raise ValueError(f"--out {out} lies in the {flag} folder {folder}; give a run folder of its own")
+
+
+def check_export_dir(export_dir: Path, out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
+    """Each export replaces its folder whole: refuse one that holds anything an export did not write (a model
+    folder lost its card and calibrations, the data folder was replaced by an export), or that is or holds the
+    data, an --init or --resume folder, the run's last/ or best/, or lies among the shipped models."""
+    if _within(export_dir, MODELS):
+        raise ValueError(f"--export-dir {export_dir} lies in {MODELS}, the shipped models' folder; export "
+                         "elsewhere (the default is OUT/export)")
+    if _within(out, export_dir):
+        raise ValueError(f"--export-dir {export_dir} is or holds the run folder {out}, and each export replaces its "
+                         "folder whole; give a folder of its own (the default is OUT/export)")
+    for flag, folder in [("the --data", data), *((f"the {flag}", path) for flag, path in sources),
+                         ("the run's", out / "last"), ("the run's", out / "best")]:
+        if _overlap(export_dir, folder):
+            raise ValueError(f"--export-dir {export_dir} is, holds or lies in {flag} folder {folder}, and each "
+                             "export replaces its folder whole; give a folder of its own (the default is OUT/export)")
+    if export_dir.exists() and not export_dir.is_dir():
+        raise ValueError(f"--export-dir {export_dir} is a file; give a folder")
+    if export_dir.is_dir() and any(export_dir.iterdir()) and not (run_written(export_dir)
+                                                                  and (export_dir / STATE_MARK).is_file()):
+        others = sorted(f.name for f in export_dir.iterdir() if not RUN_FILE.fullmatch(f.name))
+        held = f"holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}" if others else f"lacks {STATE_MARK}"
+        raise ValueError(f"--export-dir {export_dir} is not an export this trainer wrote (it {held}); each export "
+                         "replaces the folder whole: give a new or empty folder")
+
+
+# ---- where a run starts from -------------------------------------------------------------------------------
+
+def read_json_file(path: Path, what: str, max_bytes: int = checkpoint.MAX_JSON_BYTES) -> dict:
+    """A JSON object from `path`, any failure a ValueError that names the file."""
+    if not path.is_file():
+        raise ValueError(f"{path} is missing ({what})" if not path.exists() else f"{path} is not a file")
+    value = checkpoint.read_json(path, max_bytes)
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object ({what}), not {type(value).__name__}")
+    return value
+
+
+STATE_FIELDS = {"step": int, "epoch": int, "batch_in_epoch": int, "tokens": int, "seconds": (int, float),
+                "best_exact": (int, float), "history": list}
+
+
+def read_state(folder: Path) -> dict:
+    """A save's or an export's counters (train_state.json), checked."""
+    path = folder / STATE_MARK
+    state = read_json_file(path, "a training run's counters", max_bytes=64_000_000)
+    for key, kind in STATE_FIELDS.items():
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ValueError(f"{path}: not a training state ({key} is {value!r})")
+        if kind is not list and not (math.isfinite(value) and (value >= 0 or key == "best_exact")):
+            raise ValueError(f"{path}: not a training state ({key} is {value!r})")
+    if "warm_from" in state and (isinstance(state["warm_from"], bool) or not isinstance(state["warm_from"], int)):
+        raise ValueError(f"{path}: not a training state (warm_from is {state['warm_from']!r})")
+    return state
+
+
+def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelConfig, preset_name: str, task: str,
+                same_vocab: bool) -> dict:
+    """Refuse, in one line naming both folders, weights that cannot start this run: a model of the other task
+    (its weights learned the other direction), of another shape than --preset builds, or (to resume, where the
+    weights keep their token ids) with another vocabulary than the data's. Returns the folder's config.json."""
+    if not folder.is_dir():
+        raise ValueError(f"{role} {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
+    config, saved = checkpoint.read_config(folder)
+    theirs = config.get("task")
+    if theirs is not None and theirs != task:
+        raise ValueError(f"{role} {folder} holds a {theirs} model, but {data} holds {task} data (its stats.json): "
+                         f"its weights learned the other direction; give a {task} model")
+    if same_vocab:
+        tokens = checkpoint.read_vocab(folder, saved).tokens
+        if tokens != vocab.tokens:
+            only = next((t for t in tokens if t not in vocab.index), None) or next(
+                (t for t in vocab.tokens if t not in set(tokens)), None)
+            detail = f"{len(tokens)} tokens against {len(vocab)}" + (f", {only!r} in one only" if only else
+                                                                      ", in another order")
+            raise ValueError(f"{folder / 'vocab.json'} differs from {data / 'vocab.json'} ({detail}): its weights "
+                             "belong to another vocabulary, so they cannot be resumed on these data; start a new "
+                             f"schedule from them with --init {folder} (each token keeps its embedding)")
+    differ = [f"{name} {getattr(saved, name)} there, {getattr(shape, name)} here"
+              for name in ("vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model", "n_heads", "d_ff",
+                           "max_positions") if getattr(saved, name) != getattr(shape, name)
+              and (same_vocab or name != "vocab_size")]
+    if differ:
+        raise ValueError(f"{role} {folder} holds a model of another shape than --preset {preset_name} builds on "
+                         f"{data} ({'; '.join(differ)}); give the --preset it was trained with")
+    return config
+
+
+@dataclass
+class Start:
+    """Where a run's weights come from: `kind` "last" (this run folder's own save, optimizer included),
+    "resume" (an export), "init" (a model folder) or "new"; `origin`, the init and resume the run's config
+    records (what it was started from, whatever this call was given)."""
+    kind: str
+    folder: Path | None
+    origin: dict
+
+
+def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: ModelConfig, task: str) -> Start:
+    last = out / "last"
+    check = {"data": data, "vocab": vocab, "shape": shape, "preset_name": cfg.preset, "task": task}
+    if (last / STATE_MARK).exists():
+        config = check_start(last, "the run folder's saved state", same_vocab=True, **check)
+        recorded = config.get("train_config") if isinstance(config.get("train_config"), dict) else {}
+        origin = {key: str(recorded.get(key) or "") for key in ("init", "resume")}
+        for key, given in (("init", cfg.init), ("resume", cfg.resume)):
+            if given and not (origin[key] and Path(given).resolve() == Path(origin[key]).resolve()):
+                started = f"from --{key} {origin[key]}" if origin[key] else f"without --{key}"
+                raise ValueError(f"{out} holds a run ({last}) started {started}: it continues from {last}, and "
+                                 f"--{key} {given} would not be read; leave --{key} out to continue that run, or "
+                                 f"give a new --out to start from {given}")
+        return Start("last", last, origin)
+    if cfg.init and cfg.resume:
+        raise ValueError("give --init (a model's weights, a new schedule) or --resume (an export's weights and "
+                         "counters), not both")
+    if cfg.resume:
+        check_start(Path(cfg.resume), "--resume", same_vocab=True, **check)
+        return Start("resume", Path(cfg.resume), {"init": "", "resume": cfg.resume})
+    if cfg.init:
+        check_start(Path(cfg.init), "--init", same_vocab=False, **check)
+        return Start("init", Path(cfg.init), {"init": cfg.init, "resume": ""})
+    return Start("new", None, {"init": "", "resume": ""})
+
+
+def check_budget(cfg: TrainConfig, folder: Path, state: dict) -> None:
+    """A run resumed where its budget is already spent would make no step and write nothing: refuse, with the
+    numbers (--max-minutes is the run's whole budget, the minutes trained included: tools/gpu_train.md)."""
+    trained = state["seconds"] / 60
+    if cfg.max_minutes and trained >= cfg.max_minutes:
+        raise ValueError(f"nothing to train: {folder} has trained {trained:.2f} minutes, and --max-minutes "
+                         f"{cfg.max_minutes:g} is the run's whole budget, the minutes trained included: give "
+                         f"--max-minutes {trained:.2f} + the minutes to add (e.g. {math.ceil(trained) + 5} for "
+                         "about 5 more)")
+    if state["step"] >= cfg.max_steps:
+        raise ValueError(f"nothing to train: {folder} is at step {state['step']}, and --max-steps {cfg.max_steps} "
+                         "counts from the run's first step: give more")
+
+
+def load_data(data: Path) -> tuple[Vocab, dict, tuple[list[np.ndarray], list[np.ndarray]],
+                                   tuple[list[np.ndarray], list[np.ndarray]]]:
+    """A prepare-data folder's vocabulary, stats and train and val arrays, each checked: any fault is one
+    ValueError naming its file (they were KeyErrors, zip errors or an IndexError mid-run)."""
+    if not data.is_dir():
+        raise ValueError(f"--data {data}: " + ("not a folder" if data.exists() else "no such data folder")
+                         + " (prepare-data writes one)")
+    if not (data / "vocab.json").is_file():
+        raise ValueError(f"{data / 'vocab.json'} is missing (--data takes a folder prepare-data wrote)")
+    vocab = Vocab.load(data / "vocab.json")
+    stats = read_json_file(data / "stats.json", "the data's stats, written by prepare-data")
+    if not isinstance(stats.get("task"), str) or not stats["task"]:
+        raise ValueError(f"{data / 'stats.json'}: expected the data's \"task\" (forward or retro), not "
+                         f"{stats.get('task')!r}")
+    train_rows = load_arrays(data / "train.npz", len(vocab))
+    if not train_rows[0]:  # batch_stream looped over empty epochs until the process was killed
+        raise ValueError(f"{data / 'train.npz'} holds no training pairs; prepare the data again")
+    val_rows = load_arrays(data / "val.npz", len(vocab))
+    if not val_rows[0]:
+        log.warning("%s holds no validation pairs: validation will measure nothing", data / "val.npz")
+    return vocab, stats, train_rows, val_rows
+
+
+def check_finite(model: Seq2SeqTransformer, loss: float, step: int, kept: str) -> None:
+    """Before anything is written: the loss and every weight finite (one device read for the weights), else
+    TrainingDiverged, so NaN weights never replace an export, out/best or out/last."""
+    finite = bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+    if finite and math.isfinite(loss):
+        return
+    bad = "" if finite else next(name for name, p in model.named_parameters() if not torch.isfinite(p).all())
+    raise TrainingDiverged(f"training diverged at step {step}: the loss is {loss:g}"
+                           + (f" and weights are not finite (e.g. {bad})" if bad else "")
+                           + f"; stopped without writing, so {kept}; try a lower --lr")
+
+
+# ---- saves and exports ---------------------------------------------------------------------------------------
 
 def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str]:
     """Copy a trained model's weights into `model`, whose vocabulary may differ (new data brought new
@@ -453,6 +766,11 @@ def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str
     trained, trained_vocab, _ = checkpoint.load(folder)
     weights = trained.state_dict()
     own = model.state_dict()
+    mismatched = [name for name, value in weights.items()
+                  if name != "embed.weight" and name in own and value.shape != own[name].shape]
+    if mismatched or trained.cfg.d_model != model.cfg.d_model:
+        raise ValueError(f"--init {folder} holds a model of another shape (e.g. {(mismatched or ['d_model'])[0]}); "
+                         "give the --preset it was trained with")
     shared = [t for t in vocab.tokens if t in trained_vocab.index]
     embed = own["embed.weight"].clone()
     embed[[vocab.index[t] for t in shared]] = weights["embed.weight"][[trained_vocab.index[t]
@@ -465,8 +783,8 @@ def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str
 def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer: torch.optim.Optimizer,
                state: dict, meta: dict, average: WeightAverage | None = None) -> None:
     """Model checkpoint (raw weights) + optimizer moments + any weight average (safetensors) + counters
-    (JSON), written atomically."""
-    tmp = folder.with_name(folder.name + ".tmp")
+    (JSON, written last: its presence marks a complete save), written atomically."""
+    tmp = _fresh(_tmp(folder))
     checkpoint.save(model, vocab, tmp, meta=meta)
     moments = {}
     for i, group in enumerate(optimizer.param_groups):
@@ -477,20 +795,21 @@ def save_state(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, optimizer:
     checkpoint.save_tensors(moments, tmp, stem="optimizer")
     if average is not None:
         checkpoint.save_tensors(average.tensors(), tmp, stem="ema")
-    (tmp / "train_state.json").write_text(json.dumps(state, indent=2))
+    (tmp / STATE_MARK).write_text(json.dumps(state, indent=2))
     _replace_folder(tmp, folder)
 
 
 def export(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, state: dict, meta: dict) -> None:
     """A loadable float16 model folder (shards of at most 15 MB) plus the run's counters, atomically."""
-    tmp = folder.with_name(folder.name + ".tmp")
+    tmp = _fresh(_tmp(folder))
     checkpoint.save(model, vocab, tmp, meta={**meta, "step": state["step"]}, dtype=torch.float16)
-    (tmp / "train_state.json").write_text(json.dumps(state, indent=2))
+    (tmp / STATE_MARK).write_text(json.dumps(state, indent=2))
     _replace_folder(tmp, folder)
 
 
 def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer | None) -> dict:
     """Weights (and optimizer moments, if the folder has them and an optimizer is given) + counters."""
+    state = read_state(folder)
     trained, _, _ = checkpoint.load(folder)
     model.load_state_dict(trained.state_dict())
     has_moments = any(folder.glob("optimizer*.safetensors"))
@@ -502,12 +821,14 @@ def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.O
                          if k.startswith(f"{i}.{j}.")}
                 if entry:
                     optimizer.state[param] = entry
-    return json.loads((folder / "train_state.json").read_text())
+    return state
 
 
 def batch_stream(cfg: TrainConfig, src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int,
                  state: dict, multiple: int = 1) -> Iterator[list[int]]:
     """Batches forever, epoch after epoch, starting where `state` says; keeps state's position current."""
+    if not src:  # every epoch would be empty, and the loop below would never yield
+        raise ValueError("no training pairs to batch")
     widths = row_widths(src, tgt, multiple)
     while True:
         batches = token_batches(widths, max_tokens, random.Random(cfg.seed + state["epoch"]))
@@ -523,68 +844,82 @@ def new_state() -> dict:
 
 
 def train(cfg: TrainConfig) -> dict:
+    """Check everything a run needs before any work or any write (options, data files, the run and export
+    folders, the weights it starts from and their fit to the data), then train. A run that fails leaves no
+    empty run folder behind."""
+    check_config(cfg)
     device = pick_device(cfg.device)
-    plan_free_attention(device)
-    use_threads(cfg.threads)
-    if cfg.schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {cfg.schedule!r}")
-    torch.manual_seed(cfg.seed)
     data, out = Path(cfg.data), Path(cfg.out)
     export_dir = Path(cfg.export_dir) if cfg.export_dir else out / "export"
-    vocab = Vocab.load(data / "vocab.json")
-    stats = json.loads((data / "stats.json").read_text())
-    train_src, train_tgt = load_arrays(data / "train.npz")
-    val_src, val_tgt = load_arrays(data / "val.npz")
-    if not (cfg.dropout == -1.0 or 0.0 <= cfg.dropout < 1.0):
-        raise ValueError(f"dropout must be in [0, 1), or -1 for the preset's, not {cfg.dropout}")
-    if cfg.rdrop < 0:
-        raise ValueError(f"--rdrop is a weight, at least 0, not {cfg.rdrop}")
-    if cfg.sam < 0:
-        raise ValueError(f"--sam is a radius, at least 0, not {cfg.sam}")
-    if cfg.focal < 0:
-        raise ValueError(f"--focal is an exponent, at least 0, not {cfg.focal}")
-    if not 0 < cfg.layer_decay <= 1:
-        raise ValueError(f"--layer-decay is a factor in (0, 1], not {cfg.layer_decay}")
-    if cfg.pair_at not in PAIR_AT:
-        raise ValueError(f"--pair-at must be one of {', '.join(PAIR_AT)}, not {cfg.pair_at!r}")
-    if cfg.pairs and not (cfg.pair_weight > 0 and cfg.pair_margin >= 0):
-        raise ValueError(f"ranking pairs need --pair-weight > 0 and --pair-margin >= 0, not "
-                         f"{cfg.pair_weight} and {cfg.pair_margin}")
-    out.mkdir(parents=True, exist_ok=True)  # once the data are read: a mistyped --data leaves no empty run folder
-    shape = {"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}
-    model = Seq2SeqTransformer(preset(cfg.preset, len(vocab), **shape)).to(device)
+    vocab, stats, train_rows, val_rows = load_data(data)
+    sources = [(flag, Path(value)) for flag, value in (("--resume", cfg.resume), ("--init", cfg.init)) if value]
+    check_out(out, data, sources)
+    check_export_dir(export_dir, out, data, sources)
+    recover_folder(out / "last")
+    recover_folder(export_dir)
+    shape = preset(cfg.preset, len(vocab), **({"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}))
+    start = pick_start(cfg, out, data, vocab, shape, stats["task"])
+    if start.kind in ("last", "resume"):
+        check_budget(cfg, start.folder, read_state(start.folder))
+    if start.kind == "last" and (cfg.init or cfg.resume):
+        log.info("%s holds this run's saved state: it continues from there (--init/--resume started it)", out / "last")
+    plan_free_attention(device)
+    use_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    created = not out.exists()
+    try:
+        return _fit(cfg, device, out, export_dir, vocab, stats, train_rows, val_rows, shape, start)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):  # a failed run leaves no empty run folder
+            out.rmdir()
+        raise
+
+
+def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vocab: Vocab, stats: dict,
+         train_rows: tuple[list[np.ndarray], list[np.ndarray]], val_rows: tuple[list[np.ndarray], list[np.ndarray]],
+         shape: ModelConfig, start: Start) -> dict:
+    (train_src, train_tgt), (val_src, val_tgt) = train_rows, val_rows
+    model = Seq2SeqTransformer(shape).to(device)
     fused = device.type == "cuda"
     params = model.parameters() if cfg.layer_decay == 1 else layer_groups(model, cfg.layer_decay)
     optimizer = torch.optim.AdamW(params, lr=0.0, betas=(0.9, 0.998), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=fused)
     use_amp = device.type == "cuda"
-    meta = {"task": stats["task"], "preset": cfg.preset, "train_config": asdict(cfg), "data_stats": stats}
+    # the config records what the run started from, also when it continues from out/last without the flags
+    meta = {"task": stats["task"], "preset": cfg.preset, "train_config": {**asdict(cfg), **start.origin},
+            "data_stats": stats}
     state = new_state()
-    if (out / "last" / "train_state.json").exists():
-        state = load_state(out / "last", model, optimizer)
-        log.info("resumed from %s at step %d", out / "last", state["step"])
-    elif cfg.resume:
-        state = load_state(Path(cfg.resume), model, None)
+    if start.kind == "last":
+        state = load_state(start.folder, model, optimizer)
+        log.info("resumed from %s at step %d", start.folder, state["step"])
+    elif start.kind == "resume":
+        state = load_state(start.folder, model, None)
         state["warm_from"] = state["step"]
         log.info("resumed from export %s at step %d (fresh optimizer moments: warm-up again over %d steps)",
-                 cfg.resume, state["step"], cfg.warmup)
-    elif cfg.init:
-        added = init_from(model, vocab, Path(cfg.init))
-        log.info("initialized from %s; %d tokens new to it start from random embeddings", cfg.init, len(added))
+                 start.folder, state["step"], cfg.warmup)
+    elif start.kind == "init":
+        added = init_from(model, vocab, start.folder)
+        log.info("initialized from %s; %d tokens new to it start from random embeddings", start.folder, len(added))
     pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
     if pairs is not None:
         log.info("ranking pairs: %d from %s, %d a step, weight %g, margin %g at the %s", len(pairs[0]), cfg.pairs,
                  cfg.pair_rows, cfg.pair_weight, cfg.pair_margin, cfg.pair_at)
     average = WeightAverage(model, cfg.ema) if cfg.ema else None
-    if average is not None and any((out / "last").glob("ema*.safetensors")):
-        average.load(checkpoint.load_tensors(out / "last", stem="ema"))
+    if average is not None and start.kind == "last" and any(start.folder.glob("ema*.safetensors")):
+        average.load(checkpoint.load_tensors(start.folder, stem="ema"))
     averaged = average.applied if average is not None else nullcontext
     max_tokens, peak, multiple = tokens_per_batch(cfg, device), peak_lr(cfg, device), pad_multiple(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step, widths padded to "
              "multiples of %d; peak lr %.2e", cfg.preset, n_params / 1e6, device, len(train_src), max_tokens,
              cfg.accum, multiple, peak)
+    if cfg.max_minutes:
+        log.info("budget: %.2f minutes in all, %.2f of them trained before (or %d steps at most)", cfg.max_minutes,
+                 state["seconds"] / 60, cfg.max_steps)
+    else:
+        log.info("budget: %d steps in all, %d of them made before (no time budget)", cfg.max_steps, state["step"])
     log.info(INPUTS_READ)
+    out.mkdir(parents=True, exist_ok=True)
     if cfg.freeze_encoder:  # AdamW skips parameters without gradients: no update, no weight decay
         for param in [*model.encoder.parameters(), *model.encoder_norm.parameters()]:
             param.requires_grad_(False)
@@ -616,6 +951,7 @@ def train(cfg: TrainConfig) -> dict:
         return loss_sum, kl_sum
 
     model.train()
+    kept = f"{export_dir}, {out / 'best'} and {out / 'last'} keep what they held"
     started = time.time() - state["seconds"]
     last_save = last_export = time.time()
     last_log, steps_then, tokens_then = time.time(), state["step"], state["tokens"]
@@ -671,7 +1007,12 @@ def train(cfg: TrainConfig) -> dict:
             last_log, steps_then, tokens_then, new_shapes = time.time(), state["step"], state["tokens"], 0
             bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
         done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
-        if state["step"] % cfg.eval_every == 0 or done:
+        validating = state["step"] % cfg.eval_every == 0 or done
+        exporting = done or time.time() - last_export > cfg.export_every_minutes * 60
+        saving = done or time.time() - last_save > cfg.export_every_minutes * 60
+        if validating or exporting or saving:  # NaN weights once went into every export, best/ and last/
+            check_finite(model, float(loss_sum / n_target), state["step"], kept)
+        if validating:
             with averaged():
                 metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
             metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
@@ -688,11 +1029,11 @@ def train(cfg: TrainConfig) -> dict:
                 with averaged():
                     checkpoint.save(model, vocab, out / "best",
                                     meta={**meta, "step": state["step"], "validation": metrics})
-        if done or time.time() - last_export > cfg.export_every_minutes * 60:
+        if exporting:
             with averaged():
                 export(export_dir, model, vocab, state, meta)
             last_export = time.time()
-        if done or time.time() - last_save > cfg.export_every_minutes * 60:
+        if saving:
             save_state(out / "last", model, vocab, optimizer, state, meta, average)
             last_save = time.time()
     bar.close()
@@ -700,7 +1041,8 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field, with its help (shared by `molspec train` and `python -m molspec_core.train`)."""
+    """One flag per TrainConfig field, with its help (shared by `molspec train` and `python -m molspec_core.train`);
+    a field's rule is its flag's type, so a value it refuses is a usage error before anything is read."""
     for spec in dataclasses.fields(TrainConfig):
         flag, text = "--" + spec.name.replace("_", "-"), spec.metadata["help"]
         if spec.default is dataclasses.MISSING:  # required fields: data, out
@@ -708,8 +1050,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif isinstance(spec.default, bool):  # --compile / --no-compile
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
         else:
-            minimum = spec.metadata.get("minimum")  # --threads -1 was a RuntimeError traceback from torch
-            parser.add_argument(flag, type=type(spec.default) if minimum is None else at_least(minimum),
+            rule = spec.metadata.get("rule")  # --threads -1 was a RuntimeError traceback from torch
+            parser.add_argument(flag, type=type(spec.default) if rule is None else argtype(rule),
                                 default=spec.default, help=f"{text} (default {spec.default})")
 
 
@@ -719,13 +1061,53 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# What the user's options, files, disk or machine can cause: an `error:` line and exit code 2, as the molspec
+# command line does (cli.main, which this module cannot import: the GPU machine has no RDKit). Anything else
+# is a bug and keeps its traceback.
+EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the run was (as Ctrl-C raises KeyboardInterrupt), so it ends as a Ctrl-C does."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return "out of memory; try a smaller --max-tokens"
+    if isinstance(exc, OSError) and exc.strerror:  # "No space left on device: runs/x", not "[Errno 28] ..."
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m molspec_core.train`: the entry the GPU machine uses, since it has no RDKit and the
-    full CLI imports the service, which needs it."""
+    full CLI imports the service, which needs it. Its boundary is the molspec command line's: an expected
+    failure is one `error:` line and exit 2, Ctrl-C `interrupted` and 130, SIGTERM `terminated` and 143."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m molspec_core.train", description="train a model on prepared data")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if previous is not None:
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return run(args)
+    except EXPECTED_FAILURES as exc:
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

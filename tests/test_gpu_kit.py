@@ -166,7 +166,7 @@ def test_start_reports_a_trainer_that_dies_before_reading_its_inputs(kit, tmp_pa
     with pytest.raises(SystemExit) as failed:
         kit.main(["start", "--minutes", "0.05", "--tasks", "forward", "--init", str(tmp_path / "models")])
     message = str(failed.value)
-    assert "forward: the trainer exited (code 1) before reading its inputs" in message
+    assert "forward: the trainer exited (code 2) before reading its inputs" in message
     assert "config.json is missing" in message
 
 

@@ -1,0 +1,49 @@
+"""What prepare-data refuses before any work, and what it warns of (QA pass on the commands that make data)."""
+import json
+import logging
+
+import pytest
+
+from molspec_core.data import MAX_AUGMENT, UINT8_TOKENS, Pair, load_arrays, prepare, save_arrays, write_splits
+from molspec_core.tokenizer import SPECIALS, Vocab
+
+PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CC=O", "CCO"), Pair("CCN.O=CC", "CCNCC")]
+
+
+@pytest.mark.parametrize("task", ["forward", "forward-mit", "retro"])
+def test_prepare_refuses_an_out_that_holds_files_before_any_work(task, tmp_path):
+    model = tmp_path / "model"  # a model folder: its vocab.json was replaced, and the model no longer loaded
+    model.mkdir()
+    (model / "vocab.json").write_text('{"tokens": ["<pad>"]}')
+    (model / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="already holds files; give a new or empty folder"):
+        prepare(task, tmp_path / "no_shared_data", model, n_val=1, workers=1)  # refused before the data are read
+    assert (model / "vocab.json").read_text() == '{"tokens": ["<pad>"]}'
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        prepare(task, tmp_path / "no_shared_data", tmp_path / "file", n_val=1, workers=1)
+
+
+def test_prepare_refuses_a_vocabulary_over_256_tokens_and_an_augment_past_the_cap_before_writing(tmp_path):
+    big = Vocab([*SPECIALS, *(f"[{n}Xe]" for n in range(UINT8_TOKENS))])
+    with pytest.raises(ValueError, match=r"the given vocabulary \(--vocab\) has 260 tokens; the uint8 token arrays "
+                                         r"hold at most 256"):
+        prepare("forward-mit", tmp_path / "no_shared_data", tmp_path / "out", n_val=1, workers=1, vocab=big)
+    with pytest.raises(ValueError, match=f"augment {MAX_AUGMENT + 1}: at most {MAX_AUGMENT} writings"):
+        prepare("retro", tmp_path / "no_shared_data", tmp_path / "out", n_val=1, workers=1, augment=MAX_AUGMENT + 1)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="has 260 tokens"):  # an assertion before, and a half-written folder
+        write_splits(tmp_path / "out", {"train": PAIRS, "val": PAIRS, "test": PAIRS}, {"task": "forward"}, big)
+    with pytest.raises(ValueError, match="has 260 tokens"):
+        save_arrays(tmp_path / "x.npz", PAIRS, big)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_training_split_is_warned_of(tmp_path, caplog):
+    small = Vocab([*SPECIALS, "C", "="])  # no target here is written with these tokens alone
+    caplog.set_level(logging.WARNING, logger="molspec_core.data")
+    write_splits(tmp_path / "out", {"train": PAIRS, "val": PAIRS[:1], "test": []}, {"task": "forward"}, small)
+    assert "the training split is empty (all 3 training pairs have a target token outside the 6-token vocabulary)" \
+        in caplog.text and "the test split is empty" in caplog.text
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["train"] == 0
+    assert load_arrays(tmp_path / "out" / "train.npz") == ([], [])

@@ -1,0 +1,360 @@
+"""What `train` refuses, and what it never overwrites (QA pass on the commands that make data and models):
+options out of range, corrupt data files, folders it did not write, weights that do not fit the data, a
+spent budget, a run that diverged, and an interrupted save. Tiny data and a few steps of the tiny preset."""
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import molspec_core.train as train_module
+from molspec_core import checkpoint
+from molspec_core.data import Pair, write_splits
+from molspec_core.train import TrainConfig, TrainingDiverged, add_arguments, main, train
+
+PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
+         Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
+QUICK = dict(preset="tiny", max_tokens=64, warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1)
+
+
+@pytest.fixture
+def data(tmp_path):
+    folder = tmp_path / "data"
+    write_splits(folder, {"train": PAIRS * 2, "val": PAIRS[:2], "test": PAIRS[:1]}, {"task": "forward"})
+    return folder
+
+
+def run(data, out, **options) -> dict:
+    return train(TrainConfig(data=str(data), out=str(out), **{**QUICK, **options}))
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+# ---- options (items 7 and 8) --------------------------------------------------------------------------------
+
+BAD_FLAGS = [("--lr", "nan"), ("--lr", "inf"), ("--lr", "-1"), ("--warmup", "-5"), ("--max-minutes", "nan"),
+             ("--max-minutes", "-1"), ("--rdrop", "nan"), ("--sam", "nan"), ("--focal", "nan"), ("--max-steps", "0"),
+             ("--max-steps", "-3"), ("--eval-every", "0"), ("--eval-every", "-1"), ("--label-smoothing", "1.5"),
+             ("--label-smoothing", "1"), ("--label-smoothing", "-0.1"), ("--device", "gpu"), ("--accum", "-1"),
+             ("--accum", "0"), ("--max-tokens", "-5"), ("--pad-to", "-8"), ("--val-greedy-rows", "-1"),
+             ("--weight-decay", "nan"), ("--ema", "1"), ("--dropout", "1"), ("--preset", "huge")]
+
+
+@pytest.mark.parametrize("flag,value", BAD_FLAGS)
+def test_an_option_out_of_range_is_a_usage_error_at_parse_time(flag, value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--data", str(tmp_path / "d"), "--out", str(tmp_path / "run"), flag, value])
+    assert done.value.code == 2 and f"argument {flag}: must be" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("field,value", [("lr", float("nan")), ("max_minutes", float("inf")), ("eval_every", 0),
+                                         ("label_smoothing", 1.0), ("device", "gpu"), ("accum", 0),
+                                         ("max_steps", 0), ("warmup", -5)])
+def test_a_config_built_in_python_is_checked_by_the_same_rules(field, value, data, tmp_path):
+    with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be"):
+        run(data, tmp_path / "run", **{field: value})
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_good_values_still_parse():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--data", "d", "--out", "o", "--lr", "0", "--dropout", "-1", "--device", "cuda:1",
+                              "--label-smoothing", "0", "--max-minutes", "0", "--ema", "0.99", "--layer-decay", "1"])
+    assert (args.lr, args.dropout, args.device, args.max_minutes, args.ema) == (0.0, -1.0, "cuda:1", 0.0, 0.99)
+
+
+# ---- the error boundary of python -m molspec_core.train (item 10) ------------------------------------------
+
+def test_the_training_entry_point_answers_an_error_line_and_exit_2(tmp_path, capsys):
+    assert main(["--data", str(tmp_path / "nope"), "--out", str(tmp_path / "run"), "--preset", "tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --data {tmp_path / 'nope'}: no such data folder (prepare-data writes one)"]
+    assert not (tmp_path / "run").exists()
+
+
+# ---- corrupt data folders (items 4 and 9) --------------------------------------------------------------------
+
+def corrupt(folder: Path, how: str) -> str:
+    """Damage a data folder as the QA pass did; returns the file the error must name."""
+    if how == "stats {}":
+        (folder / "stats.json").write_text("{}")
+        return "stats.json"
+    if how == "stats [1]":
+        (folder / "stats.json").write_text("[1]")
+        return "stats.json"
+    if how == "stats not JSON":
+        (folder / "stats.json").write_text("{'task': 1")
+        return "stats.json"
+    if how == "truncated npz":
+        (folder / "train.npz").write_bytes((folder / "train.npz").read_bytes()[:100])
+        return "train.npz"
+    if how == "npz without the arrays":
+        np.savez(folder / "train.npz", other=np.zeros(3))
+        return "train.npz"
+    if how == "text as npz":
+        (folder / "train.npz").write_text("not an archive\n" * 50)
+        return "train.npz"
+    if how == "offsets past the end":
+        with np.load(folder / "train.npz") as z:
+            arrays = {name: z[name] for name in z.files}
+        arrays["src_offsets"][-1] += 5
+        np.savez_compressed(folder / "train.npz", **arrays)
+        return "train.npz"
+    if how == "vocab too small":
+        tokens = json.loads((folder / "vocab.json").read_text())["tokens"]
+        (folder / "vocab.json").write_text(json.dumps({"tokens": tokens[:6]}))
+        return "train.npz"
+    if how == "empty train split":
+        np.savez_compressed(folder / "train.npz", src=np.zeros(0, np.uint8), src_offsets=np.zeros(1, np.int64),
+                            tgt=np.zeros(0, np.uint8), tgt_offsets=np.zeros(1, np.int64))
+        return "train.npz"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["stats {}", "stats [1]", "stats not JSON", "truncated npz", "npz without the arrays",
+                                 "text as npz", "offsets past the end", "vocab too small", "empty train split"])
+def test_a_corrupt_data_folder_is_one_error_naming_its_file(how, data, tmp_path, capsys):
+    name = corrupt(data, how)
+    assert main(["--data", str(data), "--out", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "2",
+                 "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(data / name) in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_malformed_train_state_is_named(data, tmp_path):
+    run(data, tmp_path / "first", max_steps=2)
+    (tmp_path / "first" / "export" / "train_state.json").write_text('{"step": "two"}')
+    with pytest.raises(ValueError, match=r"export/train_state.json: not a training state \(step is 'two'\)"):
+        run(data, tmp_path / "second", max_steps=4, resume=str(tmp_path / "first" / "export"))
+    (tmp_path / "first" / "export" / "train_state.json").write_text("{")
+    with pytest.raises(ValueError, match="export/train_state.json is not valid JSON"):
+        run(data, tmp_path / "second", max_steps=4, resume=str(tmp_path / "first" / "export"))
+    assert not (tmp_path / "second").exists()
+
+
+# ---- folders train writes into (items 1, 11, 14) ----------------------------------------------------------
+
+def test_an_export_dir_train_did_not_write_is_refused_and_left_as_it_was(data, tmp_path, monkeypatch):
+    run(data, tmp_path / "first", max_steps=2)
+    model = tmp_path / "model"  # a model folder: weights, card, calibration
+    shutil.copytree(tmp_path / "first" / "export", model)
+    (model / "MODEL_CARD.md").write_text("card")
+    (model / "calibration.json").write_text("{}")
+    before = files(model)
+    with pytest.raises(ValueError, match="is not an export this trainer wrote .*MODEL_CARD.md"):
+        run(data, tmp_path / "run", max_steps=2, export_dir=str(model))
+    assert files(model) == before and not (tmp_path / "run").exists()
+    before = files(data)
+    with pytest.raises(ValueError, match="the --data folder"):
+        run(data, tmp_path / "run", max_steps=2, export_dir=str(data))
+    assert files(data) == before
+    with pytest.raises(ValueError, match="the --init folder"):
+        run(data, tmp_path / "run", max_steps=2, init=str(tmp_path / "first" / "export"),
+            export_dir=str(tmp_path / "first" / "export"))
+    with pytest.raises(ValueError, match="is or holds the run folder"):
+        run(data, tmp_path / "run", max_steps=2, export_dir=str(tmp_path))
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr(train_module, "MODELS", shipped)
+    with pytest.raises(ValueError, match="shipped models' folder"):
+        run(data, tmp_path / "run", max_steps=2, export_dir=str(shipped / "forward" / "new"))
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds notes.txt"):
+        run(data, tmp_path / "run", max_steps=2, export_dir=str(tmp_path / "plain"))
+    # An export this trainer wrote is replaced, and an empty folder is written into.
+    run(data, tmp_path / "run", max_steps=2, export_dir=str(tmp_path / "first" / "export"))
+    (tmp_path / "empty").mkdir()
+    run(data, tmp_path / "run2", max_steps=2, export_dir=str(tmp_path / "empty"))
+    assert json.loads((tmp_path / "empty" / "train_state.json").read_text())["step"] == 2
+
+
+def test_an_out_that_is_a_model_folder_or_among_the_shipped_models_is_refused(data, tmp_path, monkeypatch):
+    run(data, tmp_path / "first", max_steps=2)
+    model = tmp_path / "first" / "export"
+    before = files(model)
+    with pytest.raises(ValueError, match="is a model folder"):
+        run(data, model, max_steps=2)
+    assert files(model) == before
+    monkeypatch.setattr(train_module, "MODELS", tmp_path / "models")
+    with pytest.raises(ValueError, match="shipped models' folder"):
+        run(data, tmp_path / "models" / "run", max_steps=2)
+    with pytest.raises(ValueError, match="lies in the --data folder"):
+        run(data, data / "run", max_steps=2)
+    assert not (tmp_path / "models").exists() and not (data / "run").exists()
+
+
+# ---- weights that do not fit (items 3, 11, 12) ---------------------------------------------------------------
+
+def other_vocabulary_data(tmp_path) -> Path:
+    pairs = [Pair("CCO.[Pd]", "CCO"), *PAIRS]  # [Pd]: one token more, so every id after it moves
+    write_splits(tmp_path / "other", {"train": pairs * 2, "val": pairs[:2], "test": pairs[:1]}, {"task": "forward"})
+    return tmp_path / "other"
+
+
+def test_resuming_with_another_vocabulary_or_shape_is_refused_in_one_line(data, tmp_path):
+    run(data, tmp_path / "first", max_steps=2)
+    export = tmp_path / "first" / "export"
+    other = other_vocabulary_data(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        run(other, tmp_path / "run", max_steps=4, resume=str(export))
+    assert str(refused.value).startswith(f"{export / 'vocab.json'} differs from {other / 'vocab.json'}")
+    assert f"--init {export}" in str(refused.value)
+    for options, where in ((dict(resume=str(export)), f"--resume {export}"),
+                           (dict(init=str(export)), f"--init {export}")):
+        with pytest.raises(ValueError) as refused:
+            run(data, tmp_path / "run", max_steps=4, preset="draft", **options)
+        assert str(refused.value).startswith(f"{where} holds a model of another shape than --preset draft")
+        assert "d_model 32 there, 128 here" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match="the run folder's saved state .*first/last holds a model of another shape"):
+        run(data, tmp_path / "first", max_steps=4, preset="draft")
+    with pytest.raises(ValueError, match="first/last/vocab.json differs from"):
+        run(other, tmp_path / "first", max_steps=4)
+    assert not (tmp_path / "run").exists()
+    run(other, tmp_path / "run", max_steps=3, init=str(export))  # --init carries the tokens: allowed
+
+
+def test_init_from_a_model_of_the_other_task_is_refused(data, tmp_path):
+    retro = tmp_path / "retro"
+    write_splits(retro, {"train": [Pair(p.tgt, p.src) for p in PAIRS] * 2, "val": PAIRS[:2], "test": PAIRS[:1]},
+                 {"task": "retro"})
+    run(retro, tmp_path / "retro_run", max_steps=2)
+    with pytest.raises(ValueError, match="holds a retro model, but .*data holds forward data"):
+        run(data, tmp_path / "run", max_steps=2, init=str(tmp_path / "retro_run" / "export"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_folder_with_a_saved_state_refuses_another_start_and_records_the_real_one(data, tmp_path):
+    run(data, tmp_path / "first", max_steps=2)
+    init = tmp_path / "first" / "export"
+    run(data, tmp_path / "run", max_steps=2, init=str(init))
+    with pytest.raises(ValueError, match=r"started from --init .*first/export: .*--init .*other would not be read"):
+        run(data, tmp_path / "run", max_steps=4, init=str(tmp_path / "other"))
+    with pytest.raises(ValueError, match="started without --resume"):
+        run(data, tmp_path / "run", max_steps=4, resume=str(init))
+    state = run(data, tmp_path / "run", max_steps=4)  # continues; the config still says where the run started
+    assert state["step"] == 4
+    assert json.loads((tmp_path / "run" / "export" / "config.json").read_text())["train_config"]["init"] == str(init)
+    state = run(data, tmp_path / "run", max_steps=5, init=str(init))  # the same start: continues
+    assert state["step"] == 5
+
+
+def test_a_spent_budget_is_refused_with_the_numbers_not_run_for_0_steps(data, tmp_path):
+    run(data, tmp_path / "first", max_steps=3)
+    with pytest.raises(ValueError, match="nothing to train: .*first/last is at step 3, and --max-steps 3"):
+        run(data, tmp_path / "first", max_steps=3)
+    state = json.loads((tmp_path / "first" / "export" / "train_state.json").read_text())
+    state["seconds"] = 120.0
+    (tmp_path / "first" / "export" / "train_state.json").write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=r"has trained 2.00 minutes, and --max-minutes 1.5 is the run's whole budget"):
+        run(data, tmp_path / "second", max_minutes=1.5, resume=str(tmp_path / "first" / "export"))
+    assert not (tmp_path / "second").exists()
+
+
+def test_a_failed_run_leaves_no_empty_run_folder(data, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train_module, "validate", broken)
+    with pytest.raises(OSError):
+        run(data, tmp_path / "run", max_steps=1)
+    assert not (tmp_path / "run").exists()
+
+
+# ---- non-finite training (item 7) ----------------------------------------------------------------------------
+
+def test_a_diverged_run_stops_before_writing_and_keeps_the_last_good_export(data, tmp_path, monkeypatch):
+    run(data, tmp_path / "run", max_steps=2, eval_every=1)
+    kept = {name: files(tmp_path / "run" / name) for name in ("export", "best", "last")}
+    real = train_module.summed_cross_entropy
+    monkeypatch.setattr(train_module, "summed_cross_entropy", lambda *a, **k: real(*a, **k) * float("nan"))
+    with pytest.raises(TrainingDiverged, match=r"training diverged at step 3: the loss is nan and weights are not "
+                                               r"finite .*stopped without writing"):
+        run(data, tmp_path / "run", max_steps=4, eval_every=1)
+    assert {name: files(tmp_path / "run" / name) for name in kept} == kept
+    checkpoint.load(tmp_path / "run" / "export")  # still finite, still loads
+    with pytest.raises(TrainingDiverged):  # a new run: nothing was written, so no run folder is left
+        run(data, tmp_path / "new", max_steps=4)
+    assert not (tmp_path / "new").exists()
+
+
+# ---- interrupted saves (item 13) -----------------------------------------------------------------------------
+
+def test_a_save_interrupted_between_its_renames_is_recovered_not_restarted(data, tmp_path, monkeypatch, caplog):
+    run(data, tmp_path / "run", max_steps=3)
+    real = Path.rename
+
+    def interrupted(self, target):
+        if Path(target).name == "last":
+            raise KeyboardInterrupt
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(data, tmp_path / "run", max_steps=6)
+    monkeypatch.setattr(Path, "rename", real)
+    assert not (tmp_path / "run" / "last").exists()
+    assert {"last.old", "last.tmp"} <= {p.name for p in (tmp_path / "run").iterdir()}
+    caplog.set_level(logging.INFO, logger="molspec_core.train")
+    state = run(data, tmp_path / "run", max_steps=8)
+    assert "recovered it from" in caplog.text and "resumed from" in caplog.text
+    assert state["step"] == 8 and json.loads((tmp_path / "run" / "last" / "train_state.json").read_text())["step"] == 8
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["best", "export", "last"]
+
+
+def test_recovery_prefers_a_complete_tmp_then_the_old_folder(tmp_path):
+    def folder(name: str, step: int | None) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "config.json").write_text("{}")
+        if step is not None:
+            (path / "train_state.json").write_text(json.dumps({"step": step}))
+        return path
+
+    folder("last.old", 3)
+    folder("last.tmp", None)  # interrupted while written: no train_state.json yet
+    train_module.recover_folder(tmp_path / "last")
+    assert json.loads((tmp_path / "last" / "train_state.json").read_text())["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+    folder("last.tmp", 6)  # a finished write beside a complete folder: the folder stands
+    train_module.recover_folder(tmp_path / "last")
+    assert json.loads((tmp_path / "last" / "train_state.json").read_text())["step"] == 3
+    (tmp_path / "last.old").mkdir()
+    (tmp_path / "last.old" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="last.old holds files a training run does not write"):
+        train_module.recover_folder(tmp_path / "last")
+    assert (tmp_path / "last.old" / "notes.txt").read_text() == "mine"
+
+
+def test_replacing_a_folder_keeps_a_complete_one_under_some_name_at_every_step(tmp_path):
+    for name, step in (("export", 1), ("export.tmp", 2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train_state.json").write_text(json.dumps({"step": step}))
+    train_module._replace_folder(tmp_path / "export.tmp", tmp_path / "export")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert json.loads((tmp_path / "export" / "train_state.json").read_text())["step"] == 2
+
+
+def test_a_float16_export_still_resumes_past_the_new_checks(data, tmp_path):
+    """The checks read config.json and vocab.json only: a float16 export still resumes and trains on."""
+    run(data, tmp_path / "first", max_steps=2)
+    assert all(t.dtype == torch.float16 for t in checkpoint.load_tensors(tmp_path / "first" / "export").values())
+    state = run(data, tmp_path / "second", max_steps=3, resume=str(tmp_path / "first" / "export"))
+    assert state["step"] == 3 and state["warm_from"] == 2
+
+
+def test_dataclass_rules_cover_every_number_option():
+    numbers = [spec.name for spec in dataclasses.fields(TrainConfig)
+               if isinstance(spec.default, (int, float)) and not isinstance(spec.default, bool)]
+    assert numbers and all(spec.metadata.get("rule") is not None for spec in dataclasses.fields(TrainConfig)
+                           if spec.name in numbers)
