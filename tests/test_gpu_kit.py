@@ -122,7 +122,12 @@ def test_start_trains_detached_skips_a_running_task_and_resumes_on_a_fresh_machi
     for leftover in (tmp_path / "runs").iterdir():
         shutil.rmtree(leftover)
     kit.main(["start", "--minutes", "0.1", "--tasks", "forward", "--init", str(tmp_path / "unused")])
-    assert "--resume" in capsys.readouterr().out  # an export to resume wins over --init
+    out = capsys.readouterr().out
+    assert "--resume" in out and "--init" not in out.split("started:")[1]  # an export to resume wins over --init
+    resume = tmp_path / "gpu" / "resume" / "forward"
+    assert (f"forward: resumes the export {resume} (step {first['step']}, {first['seconds'] / 60:.2f} min trained); "
+            f"--init {tmp_path / 'unused'} is not read (remove {resume} to start from it); trains "
+            f"{0.1 - first['seconds'] / 60:.2f} minutes more, to 0.1 in all") in out
     kit.main(["watch", "--seconds", "120"])
     second = json.loads((export / "train_state.json").read_text())
     assert second["step"] > first["step"] and second["seconds"] > first["seconds"]
@@ -223,3 +228,106 @@ def test_score_pools_writings_as_the_app_does(kit, tmp_path, capsys):
         kit.main(["score", "--task", "retro", "--pred", str(pred), "--data", str(tmp_path / "data"),
                   "--writings", str(writings)])
         assert json.loads(capsys.readouterr().out) == {**expected, "n": 1, "refused": 0, "writings": writings}
+
+
+def test_start_refuses_a_budget_the_export_to_resume_has_spent_and_a_budget_of_0(kit, tmp_path, monkeypatch, capsys):
+    """After `unpack`, a fresh machine's `start --minutes 0.1 --init models` resumed the export, whose minutes were
+    already past 0.1: it trained 0 steps, wrote no export and reported only "inputs read". --minutes 0 started an
+    unbounded 100,000-step run."""
+    monkeypatch.setattr(kit, "PRESET", {"forward": "tiny", "retro": "tiny"})
+    write_splits(tmp_path / "gpu" / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:1]},
+                 {"task": "forward"})
+    train(TrainConfig(data=str(tmp_path / "gpu" / "forward"), out=str(tmp_path / "first"), preset="tiny",
+                      max_steps=2, max_tokens=64, val_greedy_rows=1, threads=1))
+    resume = tmp_path / "gpu" / "resume" / "forward"
+    (tmp_path / "first" / "export").rename(resume.parent.mkdir(parents=True) or resume)
+    state = json.loads((resume / "train_state.json").read_text())
+    (resume / "train_state.json").write_text(json.dumps({**state, "seconds": 9.0}))  # 0.15 minutes trained
+    with pytest.raises(SystemExit) as refused:
+        kit.main(["start", "--minutes", "0.1", "--tasks", "forward", "--init", str(tmp_path / "models")])
+    assert str(refused.value) == (
+        f"forward: {resume} has trained 0.15 minutes, and --minutes 0.1 is the run's whole budget, the minutes trained "
+        "included (tools/gpu_train.md): it would make no step; give --minutes 0.15 + the minutes to add (e.g. 6 for "
+        "about 5 more); nothing was started")
+    assert not (tmp_path / "runs").exists()
+    for minutes in ("0", "-1", "nan"):
+        with pytest.raises(SystemExit) as usage:
+            kit.main(["start", "--minutes", minutes, "--tasks", "forward"])
+        assert usage.value.code == 2 and "--minutes: must be a finite number above 0" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_pack_and_start_refuse_an_unknown_task_and_collect_a_missing_out(kit, tmp_path, capsys):
+    for command in (["pack", "--data", str(tmp_path / "data")], ["start", "--minutes", "1"]):
+        with pytest.raises(SystemExit) as usage:
+            kit.main([*command, "--tasks", "forwrd"])
+        err = capsys.readouterr().err
+        assert usage.value.code == 2 and "unknown task 'forwrd'; the tasks are forward, retro" in err
+    with pytest.raises(SystemExit, match="forward: .*data/forward lacks train.npz, val.npz, vocab.json, stats.json, "
+                                         "test.src"):
+        kit.main(["pack", "--data", str(tmp_path / "data"), "--tasks", "forward"])
+    assert not (tmp_path / "gpu").exists()
+    with pytest.raises(SystemExit, match="collect --out .*nowhere: no such folder"):
+        kit.main(["collect", "--out", str(tmp_path / "nowhere")])
+
+
+def write_parts(folder, task: str, members: dict[str, bytes], part_bytes: int) -> list:
+    """A tar of `members` (name: content) cut into <task>.tar.NN parts, as `collect` writes them."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    data = buf.getvalue()
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for i in range(0, len(data), part_bytes):
+        parts.append(folder / f"{task}.tar.{i // part_bytes:02d}")
+        parts[-1].write_bytes(data[i:i + part_bytes])
+    return parts
+
+
+def test_unpack_checks_every_part_before_it_replaces_the_previous_export(kit, tmp_path):
+    previous = tmp_path / "runs" / "gpu_forward" / "export"
+    previous.mkdir(parents=True)
+    (previous / "train_state.json").write_text('{"step": 7}')
+    write_splits(tmp_path / "data", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:1]}, {"task": "forward"})
+    train(TrainConfig(data=str(tmp_path / "data"), out=str(tmp_path / "run"), preset="tiny", max_steps=1,
+                      max_tokens=64, val_greedy_rows=1, threads=1))
+    export = {f"export/{f.name}": f.read_bytes() for f in sorted((tmp_path / "run" / "export").iterdir())}
+    # no export/ in the tar: the previous export was deleted first, then a FileNotFoundError traceback
+    write_parts(tmp_path / "noexport", "forward", {k.replace("export/", "other/"): v for k, v in export.items()},
+                20_000)
+    with pytest.raises(SystemExit, match="forward: the parts in .*noexport hold no export/ with a readable "
+                                         "train_state.json .*nothing was replaced"):
+        kit.main(["unpack", str(tmp_path / "noexport")])
+    parts = write_parts(tmp_path / "gap", "forward", export, 20_000)
+    assert len(parts) >= 3
+    parts[1].unlink()  # a middle part missing: a tarfile.ReadError traceback before
+    with pytest.raises(SystemExit, match="forward: forward.tar.01 missing from .*gap; nothing was replaced"):
+        kit.main(["unpack", str(tmp_path / "gap")])
+    for name in ("cut", "lost"):  # a middle part cut short; every part after the first missing
+        parts = write_parts(tmp_path / name, "forward", export, 20_000)
+        if name == "cut":
+            parts[1].write_bytes(parts[1].read_bytes()[:100])
+        else:
+            for later in parts[1:]:
+                later.unlink()
+        with pytest.raises(SystemExit, match="nothing was replaced"):
+            kit.main(["unpack", str(tmp_path / name)])
+    assert (previous / "train_state.json").read_text() == '{"step": 7}'
+    assert not (tmp_path / "gpu" / "resume").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="holds no <task>.tar.NN parts"):  # did nothing, exit 0, before
+        kit.main(["unpack", str(tmp_path / "empty")])
+    with pytest.raises(SystemExit, match="no such folder"):
+        kit.main(["unpack", str(tmp_path / "nowhere")])
+    write_parts(tmp_path / "good", "forward", export, 20_000)
+    kit.main(["unpack", str(tmp_path / "good")])
+    for folder in (previous, tmp_path / "gpu" / "resume" / "forward"):
+        assert {f"export/{f.name}": f.read_bytes() for f in sorted(folder.iterdir())} == export
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["export"]

@@ -23,6 +23,7 @@ import argparse
 import gzip
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -35,6 +36,8 @@ from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from molspec_core.argtypes import Bounds, argtype  # noqa: E402  (plain Python: the device has what it needs)
 
 if TYPE_CHECKING:  # annotations only: each command imports what it uses when it runs (the device has no RDKit)
     import numpy as np
@@ -67,6 +70,17 @@ def gpu_run(task: str) -> Path:
     return RUNS / f"gpu_{task}"
 
 
+def task_list(text: str) -> list[str]:
+    """An argparse type: comma-separated task names, each one of TASKS (`pack --tasks forwrd` made an empty
+    gpu/forwrd before it failed)."""
+    tasks = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise argparse.ArgumentTypeError(f"unknown task {', '.join(map(repr, unknown)) or repr(text)}; the tasks "
+                                         f"are {', '.join(TASKS)}")
+    return tasks
+
+
 # ---- here -----------------------------------------------------------------------------------------
 
 def cmd_pack(args: argparse.Namespace) -> None:
@@ -77,7 +91,13 @@ def cmd_pack(args: argparse.Namespace) -> None:
     from molspec_core.evaluate import read_pairs
     from molspec_core.tokenizer import UNK_ID, Vocab
 
-    for task in args.tasks.split(","):
+    needed = ("train.npz", "val.npz", "vocab.json", "stats.json", "test.src")
+    for task in args.tasks:  # every task's data checked before anything is written
+        lacking = [name for name in needed if not (Path(args.data) / task / name).is_file()]
+        if lacking:
+            raise SystemExit(f"{task}: {Path(args.data) / task} lacks {', '.join(lacking)} (prepare-data --task "
+                             f"{task} --out {Path(args.data) / task} writes them); nothing was packed")
+    for task in args.tasks:
         src_dir, dst = Path(args.data) / task, GPU_DIR / task
         dst.mkdir(parents=True, exist_ok=True)
         for name in ("train.npz", "val.npz", "vocab.json", "stats.json"):
@@ -145,22 +165,67 @@ def cmd_unstage(_: argparse.Namespace) -> None:
 
 
 def cmd_unpack(args: argparse.Namespace) -> None:
-    """Rejoin <task>.tar.NN parts into runs/gpu_<task>/export and gpu/resume/<task> (the next command's start)."""
+    """Rejoin <task>.tar.NN parts into runs/gpu_<task>/export and gpu/resume/<task> (the next command's start).
+    Every task's parts are checked first (all numbers present, one whole tar, an export with its counters in
+    it); only then are the old folders replaced, each by a rename, so a bad download replaces nothing."""
     import tempfile
 
+    from molspec_core import checkpoint
+
     folder = Path(args.dir)
-    for task in TASKS:
-        parts = sorted(folder.glob(f"{task}.tar.[0-9][0-9]"))
-        if not parts:
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
-                tar.extractall(tmp, filter="data")
+    if not folder.is_dir():
+        raise SystemExit(f"unpack {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
+    found = {task: sorted(folder.glob(f"{task}.tar.[0-9][0-9]")) for task in TASKS}
+    if not any(found.values()):
+        raise SystemExit(f"{folder} holds no <task>.tar.NN parts ({', '.join(f'{t}.tar.00' for t in TASKS)}, ...): "
+                         "nothing to unpack")
+    with tempfile.TemporaryDirectory() as tmp:
+        staged: dict[str, tuple[Path, dict]] = {}
+        for task, parts in found.items():
+            if not parts:
+                continue
+            numbers = {int(p.name.rsplit(".", 1)[1]) for p in parts}
+            missing = sorted(set(range(max(numbers) + 1)) - numbers)
+            if missing:
+                raise SystemExit(f"{task}: {', '.join(f'{task}.tar.{n:02d}' for n in missing)} missing from "
+                                 f"{folder}; nothing was replaced")
+            try:
+                with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
+                    tar.extractall(Path(tmp) / task, filter="data")
+            except (tarfile.TarError, EOFError, OSError) as exc:
+                raise SystemExit(f"{task}: {len(parts)} parts in {folder} do not make a whole tar ({exc}): a part "
+                                 "is missing or cut short (the last one, if the numbers run on); nothing was "
+                                 "replaced") from None
+            export = Path(tmp) / task / "export"
+            try:
+                state = json.loads((export / "train_state.json").read_text())
+                summary = (f"step {state['step']}, {state['seconds'] / 60:.1f} min, last validation "
+                           f"{state['history'][-1:]}")
+            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+                raise SystemExit(f"{task}: the parts in {folder} hold no export/ with a readable train_state.json "
+                                 f"({type(exc).__name__}: {exc}); nothing was replaced") from None
+            try:  # a tar cut short may still list its first members: the weights must load, every one finite
+                checkpoint.load(export)
+            except ValueError as exc:
+                raise SystemExit(f"{task}: the export in the parts in {folder} does not load ({exc}): a part is "
+                                 "missing or damaged; nothing was replaced") from None
+            staged[task] = (export, summary)
+        for task, (export, summary) in staged.items():
             for dest in (gpu_run(task) / "export", GPU_DIR / "resume" / task):
-                shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(Path(tmp) / "export", dest)
-        state = json.loads((gpu_run(task) / "export" / "train_state.json").read_text())
-        print(f"{task}: step {state['step']}, {state['seconds'] / 60:.1f} min, last validation {state['history'][-1:]}")
+                _replace_with_copy(export, dest)
+            print(f"{task}: {summary}")
+
+
+def _replace_with_copy(source: Path, dest: Path) -> None:
+    """Copy `source` to dest.new, then swap it in by renames (the old folder deleted last)."""
+    new, old = dest.with_name(dest.name + ".new"), dest.with_name(dest.name + ".old")
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    shutil.copytree(source, new)
+    if dest.exists():
+        dest.rename(old)
+    new.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -202,14 +267,60 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 # ---- on the GPU machine ---------------------------------------------------------------------------
 
+def _trained(folder: Path) -> tuple[int, float]:
+    """(step, minutes) a save or export has trained, from its train_state.json."""
+    path = folder / "train_state.json"
+    try:
+        state = json.loads(path.read_text())
+        return int(state["step"]), float(state["seconds"]) / 60
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"{path} is not a readable training state ({type(exc).__name__}: {exc})") from None
+
+
+def start_plan(task: str, args: argparse.Namespace) -> tuple[list[str], str]:
+    """The trainer's flags for where `task` starts (its own run folder's last/, an export to resume, --init
+    weights or nothing), and a line saying what it will train. --minutes is each run's whole budget, the minutes
+    already trained included (tools/gpu_train.md): a budget they have spent is refused with the numbers (it
+    trained 0 steps and wrote no export)."""
+    run, resume = gpu_run(task), GPU_DIR / "resume" / task
+    if (run / "last" / "train_state.json").exists():
+        flags, source = [], run / "last"
+        origin = f"continues its own run in {source}"
+    elif (resume / "train_state.json").exists():
+        flags, source = ["--resume", str(resume)], resume
+        origin = f"resumes the export {resume}"
+    elif args.init:  # a new schedule from trained weights (models/<task>)
+        flags, source = ["--init", str(Path(args.init) / task)], None
+        origin = f"starts a new schedule from {Path(args.init) / task}"
+    else:
+        flags, source = [], None
+        origin = "starts from random weights"
+    step, done = _trained(source) if source is not None else (0, 0.0)
+    if source is not None:
+        origin += f" (step {step}, {done:.2f} min trained)"
+        if args.init:
+            origin += f"; --init {args.init} is not read (remove {source} to start from it)"
+    if done >= args.minutes:
+        raise SystemExit(f"{task}: {source} has trained {done:.2f} minutes, and --minutes {args.minutes:g} is the "
+                         f"run's whole budget, the minutes trained included (tools/gpu_train.md): it would make no "
+                         f"step; give --minutes {done:.2f} + the minutes to add (e.g. {math.ceil(done) + 5} for "
+                         "about 5 more); nothing was started")
+    plan = (f"{task}: {origin}; trains {args.minutes - done:.2f} minutes more, to {args.minutes:g} in all "
+            f"(the learning rate reaches 0 there), from step {step}")
+    return flags, plan
+
+
 def cmd_start(args: argparse.Namespace) -> None:
-    """Both trainings as detached processes (they outlive this command), resumed where possible."""
-    for task in args.tasks.split(","):
+    """Both trainings as detached processes (they outlive this command), resumed where possible. Every task's
+    start is planned (and refused, should its budget be spent) before any trainer starts."""
+    plans = {task: start_plan(task, args) for task in args.tasks if not _running(gpu_run(task))}
+    for task in args.tasks:
         run = gpu_run(task)
-        run.mkdir(parents=True, exist_ok=True)
-        if _running(run):
+        if task not in plans:
             print(f"{task}: already training (pid {(run / 'train.pid').read_text()})", flush=True)
             continue
+        flags, plan = plans[task]
+        run.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "molspec_core.train", "--data", str(GPU_DIR / task), "--out", str(run),
                "--preset", PRESET[task], "--max-minutes", str(args.minutes), "--export-every-minutes", "3",
                "--eval-every", str(args.eval_every), "--val-greedy-rows", "500", "--warmup", str(args.warmup),
@@ -220,11 +331,7 @@ def cmd_start(args: argparse.Namespace) -> None:
             cmd += ["--label-smoothing", str(args.label_smoothing)]
         if args.ema:
             cmd += ["--ema", str(args.ema)]
-        resume = GPU_DIR / "resume" / task
-        if not (run / "last").exists() and (resume / "train_state.json").exists():
-            cmd += ["--resume", str(resume)]
-        elif not (run / "last").exists() and args.init:  # a new schedule from trained weights (models/<task>)
-            cmd += ["--init", str(Path(args.init) / task)]
+        cmd += flags
         if args.compile:
             cmd.append("--compile")
         log_path = run / "train.log"
@@ -236,6 +343,7 @@ def cmd_start(args: argparse.Namespace) -> None:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env)
         (run / "train.pid").write_text(str(proc.pid))
+        print(plan, flush=True)
         print("started:", " ".join(cmd), flush=True)
         _wait_inputs_read(task, proc, log_path, offset, args.ready_seconds)
 
@@ -308,6 +416,8 @@ def cmd_collect(args: argparse.Namespace) -> None:
     """Each task's latest export as <task>.tar.NN parts in the device's output folder, and one
     train_logs.txt.gz with both tasks' log lines (speed, validation, errors) for the model cards."""
     out = Path(args.out)
+    if not out.is_dir():
+        raise SystemExit(f"collect --out {out}: " + ("not a folder" if out.exists() else "no such folder"))
     logs = [f"== {task}: {line}" for task in TASKS if (gpu_run(task) / "train.log").exists()
             for line in _log_lines(gpu_run(task) / "train.log")]
     if logs:  # one file for both: a command may return only 8 (forward 2 parts, retro 3, two n-best files)
@@ -424,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pack", help="copy data/<task>/ arrays to gpu/<task>/ and tokenize the test queries")
     p.add_argument("--data", default=str(ROOT / "data"), help="folder of prepared <task>/ data (default <repo>/data)")
-    p.add_argument("--tasks", default=",".join(TASKS), help="tasks to pack, comma-separated (default forward,retro)")
+    p.add_argument("--tasks", type=task_list, default=list(TASKS),
+                   help="tasks to pack, comma-separated (default forward,retro)")
     p.add_argument("--test-limit", type=int, default=0, help="first N test queries (0: all)")
     p.add_argument("--bench", default=str(ROOT.parent / "shared" / "bench"), help="the benchmark index files")
     p.add_argument("--writings", type=int, default=1, help="also the other root writings of each test query, up "
@@ -441,8 +552,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--writings", type=int, default=0, help="a writings file (decode --writings): pool each "
                    "query's first N writings")
     p = sub.add_parser("start", help="start the trainings as detached processes, resumed where possible")
-    p.add_argument("--minutes", type=float, required=True, help="each run's time budget (its lr reaches 0 there)")
-    p.add_argument("--tasks", default=",".join(TASKS), help="tasks to train, comma-separated (default forward,retro)")
+    p.add_argument("--minutes", type=argtype(Bounds(0, low_open=True)), required=True,
+                   help="each run's whole time budget, above 0 (its lr reaches 0 there); a resumed run's includes "
+                   "the minutes it has trained: minutes trained + minutes to add")
+    p.add_argument("--tasks", type=task_list, default=list(TASKS),
+                   help="tasks to train, comma-separated (default forward,retro)")
     p.add_argument("--eval-every", type=int, default=2000, help="validate every this many steps (default 2000)")
     p.add_argument("--tokens", type=int, default=GPU_TOKENS, help="tokens per optimizer step")
     p.add_argument("--lr", type=float, default=0.0, help="peak learning rate (0: the trainer's rule, 4e-3 at "
