@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .argtypes import at_least, positive_seconds
-from .data import DEFAULT_AUGMENT, TASKS, VAL_REST
+from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
 from .methods import EXACT_NBEST, METHODS, SamplingOptions
 from .native import DTYPES
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=at_least(1), default=2, help="processes for the RDKit work of reading the "
                    "reactions (default %(default)s)")
     # at least 0, not 1: retro's 0 (canonical pairs only) is a mode; the forward tasks refuse 0 (data.py)
-    p.add_argument("--augment", type=at_least(0), default=None,
+    p.add_argument("--augment", type=at_least(0, DATA_MAX_AUGMENT), default=None,
                    help=f"retro: root-aligned SMILES per reaction (default {DEFAULT_AUGMENT['retro']}; 0: canonical "
                         f"only); forward: writings of each source, the first as given, the others rooted as the "
                         f"app reads a query (default {DEFAULT_AUGMENT['forward']}); forward-mit: writings of each "

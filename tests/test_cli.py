@@ -1308,7 +1308,9 @@ def test_predict_refuses_an_output_suffix_it_does_not_write_before_loading_the_m
                                             (["--n-val", "0"], "--n-val: must be 1 or more, not 0"),
                                             (["--workers", "0"], "--workers: must be 1 or more, not 0"),
                                             # these two took any int; retro's --augment 0 is canonical pairs only
-                                            (["--augment", "-1"], "--augment: must be 0 or more, not -1"),
+                                            (["--augment", "-1"], "--augment: must be between 0 and 50, not -1"),
+                                            # 100000000 ran until it was killed
+                                            (["--augment", "51"], "--augment: must be between 0 and 50, not 51"),
                                             (["--rows-before", "-3"], "--rows-before: must be 0 or more, not -3")])
 def test_prepare_data_counts_are_bounded(tmp_path, capsys, extra, message):
     """Finding 11: --n-val -5 would have made all but 5 of the USPTO-MIT valid rows validation rows."""
