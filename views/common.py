@@ -398,7 +398,7 @@ def counted(n: int, noun: str) -> str:
 
 def md_escape(text: str) -> str:
     """Text shown through a markdown element (st.error, st.caption) exactly as typed, and never as a link: a
-    file name or a message may hold an address (www..., https://..., name@host.org), and the page must not
+    file name or a message may hold an address (www..., a scheme and host, name@host.org), and the page must not
     offer it to be clicked."""
     unlinked = _AUTOLINK_START.sub(lambda match: match.group() + WORD_JOINER, str(text))
     return _MARKDOWN_SPECIAL.sub(r"\\\1", unlinked)
