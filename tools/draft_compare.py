@@ -27,7 +27,7 @@ from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import markdown_table, run_bench, save_report  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.methods import SamplingOptions  # noqa: E402
-from molspec_core.service import Predictor, model_folder  # noqa: E402
+from molspec_core.service import MAX_DRAFT_LEN, Predictor, model_folder  # noqa: E402
 
 NEW = "new"  # the engine name run_bench gives the model with the other draft: spec-sample-draft@new
 
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=SamplingOptions.temperature,
                         help="sampling temperature, the same for every method (default %(default)s)")
     parser.add_argument("--seed", type=at_least(0), default=0, help="the sampling seed of every query (default 0)")
+    parser.add_argument("--draft-len", type=at_least(1, MAX_DRAFT_LEN), default=None,
+                        help="draft-model tokens per call (default: the method's, methods.py)")
     parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--out", required=True, help="bench's JSON report")
     args = parser.parse_args(argv)
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         shipped = Predictor.load(model, device="cpu")
         other = Predictor.load(with_draft(model, draft, Path(tmp)), device="cpu")
         report = run_bench(shipped, sources, targets, ["sample", "spec-sample-draft", f"spec-sample-draft@{NEW}"],
-                           warmup=args.warmup, sampling=sampling, engines={NEW: other})
+                           draft_len=args.draft_len, warmup=args.warmup, sampling=sampling, engines={NEW: other})
     report["draft_models"] = {"spec-sample-draft": str(model / "draft"), f"spec-sample-draft@{NEW}": str(draft)}
     save_report(report, Path(args.out), html=False)
     print(markdown_table(report))
