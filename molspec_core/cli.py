@@ -7,10 +7,8 @@ import dataclasses
 import json
 import logging
 import os
-import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .argtypes import at_least, positive_seconds
+from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
 from .methods import EXACT_NBEST, METHODS, SamplingOptions
@@ -37,9 +36,6 @@ log = logging.getLogger(__name__)
 # What a user's input, files, disk or machine can cause: an `error:` line and exit code 2.
 # Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
 # UnicodeDecodeError are ValueErrors; a full disk or a missing folder is an OSError.)
-EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
-
-
 def number_at_least(minimum: float, above: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number >= minimum (> minimum when `above`)."""
     def number(text: str) -> float:
@@ -67,14 +63,6 @@ def check_report_path(path: str, *inputs: str | None) -> Path:
         if given:
             check_output(path, given)
     return check_output(path)
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-        return "out of memory; try a smaller --batch-size or --n-best, or fewer queries"
-    if isinstance(exc, OSError) and exc.strerror:  # "No space left on device: /dev/full", not "[Errno 28] ..."
-        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-    return str(exc) or type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -842,39 +830,11 @@ COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_com
             "serve": cmd_serve, "train": cmd_train}
 
 
-class Terminated(BaseException):
-    """SIGTERM (`kill`, a scheduler's stop), raised where the command was, as Ctrl-C raises KeyboardInterrupt: the
-    file being written is removed on its way out (io._write_replacing) and the one it was replacing kept. Without
-    it the process died at once and left its partial file behind."""
-
-
-def terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
 def main(argv: list[str] | None = None) -> int:
-    """The one boundary: every expected failure of any command becomes an `error:` line and exit 2; Ctrl-C,
-    an `interrupted` line and exit 130 (128 + SIGINT, as shells report it); SIGTERM, a `terminated` line and exit
-    143. What a command wrote stays: its lines on stdout, and an output file it was replacing (io.write_csv renames
-    a finished file into place)."""
+    """Every command behind the one boundary (boundary.guarded): an expected failure is an `error:` line and exit
+    2, Ctrl-C exit 130, SIGTERM exit 143."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     use_threads(getattr(args, "threads", 0))  # before any model loads
-    # signal handlers are set in the main thread only, and one set outside Python (None) could not be put back
-    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if previous is not None:
-        signal.signal(signal.SIGTERM, terminate)
-    try:
-        return COMMANDS[args.command](args)
-    except EXPECTED_FAILURES as exc:
-        print(f"error: {describe(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    return guarded(lambda: COMMANDS[args.command](args),
+                   "try a smaller --batch-size or --n-best, or fewer queries")

@@ -22,9 +22,6 @@ import math
 import random
 import re
 import shutil
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -39,6 +36,7 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .argtypes import Bounds, Choice, argtype
+from .boundary import guarded
 from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
@@ -1064,50 +1062,15 @@ def run(args: argparse.Namespace) -> int:
 # What the user's options, files, disk or machine can cause: an `error:` line and exit code 2, as the molspec
 # command line does (cli.main, which this module cannot import: the GPU machine has no RDKit). Anything else
 # is a bug and keeps its traceback.
-EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised where the run was (as Ctrl-C raises KeyboardInterrupt), so it ends as a Ctrl-C does."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-        return "out of memory; try a smaller --max-tokens"
-    if isinstance(exc, OSError) and exc.strerror:  # "No space left on device: runs/x", not "[Errno 28] ..."
-        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-    return str(exc) or type(exc).__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m molspec_core.train`: the entry the GPU machine uses, since it has no RDKit and the
-    full CLI imports the service, which needs it. Its boundary is the molspec command line's: an expected
-    failure is one `error:` line and exit 2, Ctrl-C `interrupted` and 130, SIGTERM `terminated` and 143."""
+    full CLI imports the service, which needs it. Its boundary is the molspec command line's (boundary.py): an
+    expected failure is one `error:` line and exit 2, Ctrl-C `interrupted` and 130, SIGTERM `terminated` and 143."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m molspec_core.train", description="train a model on prepared data")
     add_arguments(parser)
     args = parser.parse_args(argv)
-    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if previous is not None:
-        signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return run(args)
-    except EXPECTED_FAILURES as exc:
-        print(f"error: {describe(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Terminated:
-        print("terminated", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    return guarded(lambda: run(args), "try a smaller --max-tokens")
 
 
 if __name__ == "__main__":
