@@ -28,6 +28,7 @@ MAX_SHARD_BYTES = 15 * 1000 * 1000  # per file, header included
 HEADER_ROOM = 64 * 1024  # the safetensors JSON header (names, shapes, offsets) sits in the same file
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # the shipped models, by task name
 MODEL_TASKS = ("forward", "retro")  # the tasks whose answers are checked (config.json's task; forward when unset)
 
 # Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
@@ -336,16 +337,21 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     return model.to(device).eval(), vocab, config
 
 
+def refuse_filled_folder(out: Path, what: str, why: str) -> None:
+    """Refuse, before any work, an output folder for `what` ("the model", "the data") that is a file or already
+    holds files; `why` says what writing among them would do."""
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"{out} is a file; give a new folder for {what}")
+    if out.is_dir() and any(out.iterdir()):
+        raise CheckpointError(f"{out} already holds files; give a new or empty folder ({why})")
+
+
 def check_new_folder(out: Path) -> None:
     """Refuse a folder to write a new model into unless it is new or empty, before any work: `save` replaces
     only the weights, config and vocabulary, so a model folder written into would keep its own card,
     calibration and draft model beside another model's weights, and no longer load. Its parent must
     exist, as the folder of every other command's output must: a mistyped path is not created."""
-    if out.exists() and not out.is_dir():
-        raise CheckpointError(f"{out} is a file; give a new folder for the model")
-    if out.is_dir() and any(out.iterdir()):
-        raise CheckpointError(f"{out} already holds files; give a new or empty folder (writing into it would "
-                              "mix the new model with what is there)")
+    refuse_filled_folder(out, "the model", "writing into it would mix the new model with what is there")
     if not out.parent.is_dir():
         raise CheckpointError(f"cannot write {out}: the folder {out.parent} does not exist")
 

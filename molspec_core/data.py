@@ -482,12 +482,12 @@ MAX_AUGMENT = 50
 def check_new_out(out: Path) -> None:
     """Refuse, before any work, an --out that is a file or a folder already holding files: the data's files
     would be written among what is there (a model folder's vocab.json was replaced, and the model no longer
-    loaded). Missing parent folders are made, as a fresh checkout has no data/."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} is a file; give a new folder for the data")
-    if out.is_dir() and any(out.iterdir()):
-        raise ValueError(f"{out} already holds files; give a new or empty folder (prepare-data would write its "
-                         "train/val/test files, vocab.json and stats.json among them)")
+    loaded). Missing parent folders are made, as a fresh checkout has no data/ (checkpoint.check_new_folder's
+    model folder must have its parent)."""
+    from .checkpoint import refuse_filled_folder
+
+    refuse_filled_folder(out, "the data", "prepare-data would write its train/val/test files, vocab.json and "
+                         "stats.json among them")
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,

@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from .io import QueryFile
 from .known import known_rank, with_recorded
@@ -388,9 +388,14 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self) -> str:
         """The path asked for, without its query string (routes take none); of an absolute target
         (`GET http://localhost:8000/health`, which a server must take) its path."""
-        if self.path.lower().startswith(("http://", "https://")):
-            return urlsplit(self.path).path or "/"
+        absolute = self._absolute_target()
+        if absolute is not None:
+            return absolute.path or "/"
         return self.path.split("?", 1)[0]
+
+    def _absolute_target(self) -> SplitResult | None:
+        """The request target split, where it is absolute (scheme and host); None for a path."""
+        return urlsplit(self.path) if self.path.lower().startswith(("http://", "https://")) else None
 
     def _carries_body(self) -> bool:
         return self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers
@@ -461,8 +466,9 @@ class Handler(BaseHTTPRequestHandler):
             return False
         if not self.server.loopback:
             return True
-        if self.path.lower().startswith(("http://", "https://")):
-            name = urlsplit(self.path).hostname or ""
+        absolute = self._absolute_target()
+        if absolute is not None:
+            name = absolute.hostname or ""
         elif hosts:
             host = hosts[0].strip()
             name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]

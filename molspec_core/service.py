@@ -44,7 +44,7 @@ from .tokenizer import TokenizeError, Vocab
 
 log = logging.getLogger(__name__)
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODELS_DIR = checkpoint.MODELS_DIR
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the retro model was trained on 20

@@ -481,7 +481,7 @@ class WeightAverage:
 
 # ---- run and export folders --------------------------------------------------------------------------------
 # The shipped models (their weights, cards and calibrations): never a run's --out or --export-dir.
-MODELS = Path(__file__).resolve().parent.parent / "models"
+MODELS = checkpoint.MODELS_DIR
 # The files a save (out/last) or an export writes, and nothing else: a folder holding only these, with
 # train_state.json (written last), is one a run wrote and may replace whole.
 RUN_FILE = re.compile(r"(config|vocab|train_state)\.json|(model|optimizer|ema)(-\d{5}-of-\d{5})?\.safetensors"
@@ -1059,9 +1059,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# What the user's options, files, disk or machine can cause: an `error:` line and exit code 2, as the molspec
-# command line does (cli.main, which this module cannot import: the GPU machine has no RDKit). Anything else
-# is a bug and keeps its traceback.
 def main(argv: list[str] | None = None) -> int:
     """`python -m molspec_core.train`: the entry the GPU machine uses, since it has no RDKit and the
     full CLI imports the service, which needs it. Its boundary is the molspec command line's (boundary.py): an

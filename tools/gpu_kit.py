@@ -171,6 +171,7 @@ def cmd_unpack(args: argparse.Namespace) -> None:
     import tempfile
 
     from molspec_core import checkpoint
+    from molspec_core.train import read_state
 
     folder = Path(args.dir)
     if not folder.is_dir():
@@ -198,12 +199,11 @@ def cmd_unpack(args: argparse.Namespace) -> None:
                                  "replaced") from None
             export = Path(tmp) / task / "export"
             try:
-                state = json.loads((export / "train_state.json").read_text())
-                summary = (f"step {state['step']}, {state['seconds'] / 60:.1f} min, last validation "
-                           f"{state['history'][-1:]}")
-            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+                state = read_state(export)
+            except ValueError as exc:
                 raise SystemExit(f"{task}: the parts in {folder} hold no export/ with a readable train_state.json "
-                                 f"({type(exc).__name__}: {exc}); nothing was replaced") from None
+                                 f"({exc}); nothing was replaced") from None
+            summary = f"step {state['step']}, {state['seconds'] / 60:.1f} min, last validation {state['history'][-1:]}"
             try:  # a tar cut short may still list its first members: the weights must load, every one finite
                 checkpoint.load(export)
             except ValueError as exc:
@@ -269,12 +269,13 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 def _trained(folder: Path) -> tuple[int, float]:
     """(step, minutes) a save or export has trained, from its train_state.json."""
-    path = folder / "train_state.json"
+    from molspec_core.train import read_state
+
     try:
-        state = json.loads(path.read_text())
-        return int(state["step"]), float(state["seconds"]) / 60
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"{path} is not a readable training state ({type(exc).__name__}: {exc})") from None
+        state = read_state(folder)
+    except ValueError as exc:  # read_state's message names the file
+        raise SystemExit(str(exc)) from None
+    return state["step"], state["seconds"] / 60
 
 
 def start_plan(task: str, args: argparse.Namespace) -> tuple[list[str], str]:
