@@ -61,7 +61,8 @@ LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dro
 LINGER_BYTES = 2 * MAX_BODY_BYTES
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
-ROUTES = {"/health": "GET", "/models": "GET", "/predict": "POST"}  # each path and the method it takes (Allow)
+# each path and the methods it takes (the Allow header)
+ROUTES = {"/health": "GET, HEAD", "/models": "GET, HEAD", "/predict": "POST"}
 
 # Predictor.predict's options, by the JSON types a request may give them in (bool is not taken for a number).
 OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "draft_len": (int,), "n_drafts": (int,),
@@ -317,6 +318,11 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
 
+    def do_HEAD(self) -> None:
+        """GET's answer without its body (HTTP requires HEAD wherever GET is taken): a monitor's probe of
+        /health. _send writes no body after HEAD."""
+        self.do_GET()
+
     def handle_expect_100(self) -> bool:
         """`Expect: 100-continue`: the client sends its body only when told to go on, so the head is checked
         first; a request refused from its head is answered at once, not invited to send a body to no purpose."""
@@ -354,10 +360,10 @@ class Handler(BaseHTTPRequestHandler):
         """A browser's cross-origin preflight: never granted (no Access-Control-Allow-* header)."""
         self.close_connection = True
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "this server takes no cross-origin requests"},
-                   {"Allow": "GET, POST"})
+                   {"Allow": "GET, HEAD, POST"})
 
     def _not_allowed(self) -> None:
-        """A method no route takes (any without a do_<METHOD>: PUT, DELETE, HEAD, TRACE, ...): 405 in JSON with
+        """A method no route takes (any without a do_<METHOD>: PUT, DELETE, TRACE, ...): 405 in JSON with
         the path's method, not the standard library's HTML 501."""
         if not self._host_allowed():
             return

@@ -217,11 +217,11 @@ def test_the_transport_is_checked_before_any_work(address):
 
 
 @pytest.mark.parametrize("method, path, allow", [("PUT", "/predict", "POST"), ("DELETE", "/predict", "POST"),
-                                                 ("PATCH", "/predict", "POST"), ("HEAD", "/models", "GET"),
+                                                 ("PATCH", "/predict", "POST"), ("HEAD", "/predict", "POST"),
                                                  # these three still did, after the four above had handlers
-                                                 ("TRACE", "/health", "GET"), ("CONNECT", "/predict", "POST"),
-                                                 ("BREW", "/models", "GET"),
-                                                 ("POST", "/health", "GET"), ("POST", "/models", "GET")])  # were 404
+                                                 ("TRACE", "/health", "GET, HEAD"), ("CONNECT", "/predict", "POST"),
+                                                 ("BREW", "/models", "GET, HEAD"),
+                                                 ("POST", "/health", "GET, HEAD"), ("POST", "/models", "GET, HEAD")])
 def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_takes(address, method, path, allow):
     connection = http.client.HTTPConnection(*address, timeout=30)  # these got the standard library's HTML 501
     connection.request(method, path)
@@ -237,6 +237,21 @@ def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_take
             received = b"".join(iter(lambda: raw.recv(65536), b""))
         assert received.startswith(b"HTTP/1.1 405") and received.endswith(b"\r\n\r\n")  # headers alone
     assert call(address, "PUT", "/nothing", {"smiles": AMIDE})[0] == 404
+
+
+@pytest.mark.parametrize("path", ["/health", "/models"])
+def test_head_answers_what_get_answers_without_the_body(address, path):
+    """A monitor's HEAD /health got 405 (HTTP wants HEAD wherever GET is taken)."""
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    connection.request("GET", path)
+    got = connection.getresponse()
+    body = got.read()
+    connection.request("HEAD", path)  # the same connection: HEAD must leave it in step for the next request
+    head = connection.getresponse()
+    assert (head.status, head.read(), head.getheader("Content-Length")) == (200, b"", str(len(body)))
+    connection.request("GET", "/health")
+    assert connection.getresponse().status == 200
+    connection.close()
 
 
 @pytest.mark.parametrize("request_head, status", [
