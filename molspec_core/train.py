@@ -805,6 +805,15 @@ def export(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, state: dict, m
     _replace_folder(tmp, folder)
 
 
+def save_best(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, state: dict, meta: dict) -> None:
+    """The best validation's weights (float32) plus the run's counters, atomically as export's (written in
+    place, a kill mid-write left best/ without weights: the run's best model lost)."""
+    tmp = _fresh(_tmp(folder))
+    checkpoint.save(model, vocab, tmp, meta=meta)
+    (tmp / STATE_MARK).write_text(json.dumps(state, indent=2))
+    _replace_folder(tmp, folder)
+
+
 def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer | None) -> dict:
     """Weights (and optimizer moments, if the folder has them and an optimizer is given) + counters."""
     state = read_state(folder)
@@ -853,8 +862,8 @@ def train(cfg: TrainConfig) -> dict:
     sources = [(flag, Path(value)) for flag, value in (("--resume", cfg.resume), ("--init", cfg.init)) if value]
     check_out(out, data, sources)
     check_export_dir(export_dir, out, data, sources)
-    recover_folder(out / "last")
-    recover_folder(export_dir)
+    for folder in (out / "last", out / "best", export_dir):
+        recover_folder(folder)
     shape = preset(cfg.preset, len(vocab), **({"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}))
     start = pick_start(cfg, out, data, vocab, shape, stats["task"])
     if start.kind in ("last", "resume"):
@@ -1025,8 +1034,8 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
             if metrics["greedy_exact_match"] > state["best_exact"]:
                 state["best_exact"] = metrics["greedy_exact_match"]
                 with averaged():
-                    checkpoint.save(model, vocab, out / "best",
-                                    meta={**meta, "step": state["step"], "validation": metrics})
+                    save_best(out / "best", model, vocab, state,
+                              {**meta, "step": state["step"], "validation": metrics})
         if exporting:
             with averaged():
                 export(export_dir, model, vocab, state, meta)

@@ -312,6 +312,31 @@ def test_a_save_interrupted_between_its_renames_is_recovered_not_restarted(data,
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["best", "export", "last"]
 
 
+def test_best_is_replaced_whole_or_not_at_all(data, tmp_path, monkeypatch, caplog):
+    """best/ was written in place: its weights were unlinked first, so a kill mid-write lost the run's best."""
+    run(data, tmp_path / "run", max_steps=3)
+    best = tmp_path / "run" / "best"
+    model, vocab, config = checkpoint.load(best)
+    real = checkpoint.save_tensors
+
+    def killed(tensors, folder, **options):
+        if Path(folder).name == "best.tmp":
+            raise KeyboardInterrupt
+        return real(tensors, folder, **options)
+
+    monkeypatch.setattr(checkpoint, "save_tensors", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_module.save_best(best, model, vocab, {"step": 99}, {**config, "step": 99})
+    monkeypatch.setattr(checkpoint, "save_tensors", real)
+    assert checkpoint.load(best)[2]["step"] == config["step"]  # the old best, whole
+    train_module.save_best(best, model, vocab, {"step": 99}, {**config, "step": 99})
+    best.rename(best.parent / "best.tmp")  # a finished write the last rename never moved in: best/ gone
+    caplog.set_level(logging.INFO, logger="molspec_core.train")
+    run(data, tmp_path / "run", max_steps=5)  # the next run puts it back before it trains on
+    assert "best was missing" in caplog.text
+    assert (best / "train_state.json").is_file() and not (best.parent / "best.tmp").exists()
+
+
 def test_recovery_prefers_a_complete_tmp_then_the_old_folder(tmp_path):
     def folder(name: str, step: int | None) -> Path:
         path = tmp_path / name
