@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,9 +69,17 @@ def expected_tokens_per_call(alpha: float, gamma: float) -> float:
     return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile: the smallest of `values` that at least `share` (0 to 1) of them do not exceed.
+    The 95th of 2 values is the larger; of 20, the 19th smallest. A ValueError for no values. (bench's p90 and
+    the timing tools' p95 share it; bench rounded share * (n - 1) until session 78, a rank lower for some n.)"""
+    if not values:
+        raise ValueError("a percentile of no values")
+    if not 0 < share <= 1:
+        raise ValueError(f"a percentile's share is above 0 and at most 1, not {share}")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    rank = math.ceil(round(share * len(ordered), 9))  # round: 0.95 * 60 is 57.00000000000001 in floating point
+    return ordered[max(rank, 1) - 1]
 
 
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
@@ -157,7 +166,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                    outputs[method][i][:1] == outputs[reference][i][:1] for i in range(len(queries)))
         entry = {
             "median_ms": 1000 * statistics.median(times[method]),
-            "p90_ms": 1000 * _percentile(times[method], 0.9),
+            "p90_ms": 1000 * percentile(times[method], 0.9),
             "total_s": sum(times[method]),
             "model_calls": total.model_calls,
             "accepted_per_call": total.draft_tokens_accepted / calls,

@@ -15,11 +15,12 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import FIXTURES, ROOT, load_tool
+from molspec_core.bench import percentile
 from molspec_core.data import Pair, write_splits
 from molspec_core.io import OutputFileError
 
 sys.path.insert(0, str(ROOT / "tools"))
-from _toolbox import check_output_folder, check_outputs, percentile  # noqa: E402
+from _toolbox import check_output_folder, check_outputs  # noqa: E402
 
 
 class NoModel:

@@ -1,14 +1,13 @@
 """What the scripts of tools/ share: the checks that keep a run from writing over what it reads (the CLI's
-molspec_core.io.check_output, for several inputs and outputs at once), and the percentile the timing tools report.
+molspec_core.io.check_output, for several inputs and outputs at once).
 
 A module, not a script: tests/test_tools_help.py leaves out tools/_*.py. A script imports it after putting its own
 folder on sys.path (a script run as `python3 tools/NAME.py` has it there; tests load the scripts by path).
 """
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from molspec_core.io import OutputFileError, check_output
@@ -70,15 +69,3 @@ def check_output_folder(name: str, folder: str | Path, inputs: Iterable[Named]) 
         if any(_same(parent, target) for parent in path.parents):
             raise OutputFileError(f"{name} {folder} holds {input_name} {source}, which this run reads; choose a "
                                   f"folder for {name} that holds none of the inputs")
-
-
-def percentile(values: Sequence[float], share: float) -> float:
-    """The nearest-rank percentile: the smallest of `values` that at least `share` (0 to 1) of them do not exceed.
-    The 95th of 2 values is the larger; of 20, the 19th smallest. A ValueError for no values."""
-    if not values:
-        raise ValueError("a percentile of no values")
-    if not 0 < share <= 1:
-        raise ValueError(f"a percentile's share is above 0 and at most 1, not {share}")
-    ordered = sorted(values)
-    rank = math.ceil(round(share * len(ordered), 9))  # round: 0.95 * 60 is 57.00000000000001 in floating point
-    return ordered[max(rank, 1) - 1]

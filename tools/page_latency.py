@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import percentile  # noqa: E402  (tools/_toolbox.py)
-
-from molspec_core.chem import canonical_or_none, clear_caches  # noqa: E402
-from molspec_core.evaluate import read_pairs  # noqa: E402
-from molspec_core.methods import METHODS, method  # noqa: E402
-from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.bench import percentile
+from molspec_core.chem import canonical_or_none, clear_caches
+from molspec_core.evaluate import read_pairs
+from molspec_core.methods import METHODS, method
+from molspec_core.service import Predictor
 
 
 def method_summary(times: list[float], right: int) -> dict:

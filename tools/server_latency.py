@@ -15,21 +15,17 @@ import argparse
 import http.client
 import json
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import percentile  # noqa: E402  (tools/_toolbox.py)
-
-from molspec_core.chem import clear_caches  # noqa: E402
-from molspec_core.evaluate import read_pairs  # noqa: E402
-from molspec_core.methods import METHODS  # noqa: E402
-from molspec_core.server import serve  # noqa: E402
-from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.bench import percentile
+from molspec_core.chem import clear_caches
+from molspec_core.evaluate import read_pairs
+from molspec_core.methods import METHODS
+from molspec_core.server import serve
+from molspec_core.service import Predictor
 
 
 def way_summary(times: list[float]) -> dict:
