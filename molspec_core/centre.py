@@ -15,6 +15,7 @@ untraced gets no centre at all (None) rather than a misleading one. The app mark
 from __future__ import annotations
 
 import functools
+import re
 import time
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit 
 MCS_TIMEOUT_S = 1  # per pair of molecules (RDKit counts whole seconds); drug-sized pairs take about a millisecond
 DEADLINE_S = 2.0  # no new pair is started after this long for one reaction (what is traced by then stands)
 MAX_PLACEMENTS = 256  # ways of laying a shared substructure on the product compared (a benzene ring has 12)
+MAX_FITS = 8  # places a shared substructure fits in the reactant compared (an ester's C-C-O: acyl or alkoxy)
 MIN_TRACED = 0.5  # below this share of the product's atoms traced, no centre is given
 
 
@@ -50,34 +52,54 @@ def _untraced_part(product: Chem.Mol, owner: dict[int, tuple[int, int]]) -> tupl
     return mol, kept
 
 
+def _any_order(smarts: str) -> str:
+    """An MCS SMARTS with every bond of any order, its ring or chain rule kept. FindMCS compares any order but
+    writes the orders of the one pairing it found (`-` where a product's C-O met an ester's C-O), so the other
+    fits (the ester's C=O) did not match its query."""
+    def bond(run: re.Match) -> str:
+        return "~&!@" if "!@" in run[0] else "~&@" if "@" in run[0] else "~"
+    return "".join(piece if piece.startswith("[") else re.sub(r"[-=#:~,;&!@/\\]+", bond, piece)
+                   for piece in re.split(r"(\[[^\]]*\])", smarts))
+
+
 def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol
             ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The product atoms (indices in `product`) and the reactant atoms of the largest substructure that
     `part` (the product's untraced atoms, `kept`) and `reactant` share, pair by pair. Of the ways to lay
-    it on the product (a ring can be turned, an acid's two oxygens swapped), the one that changes the
-    fewest hydrogen counts, charges and bond orders."""
+    it on the product (a ring can be turned, an acid's two oxygens swapped) and the places it fits in the
+    reactant (an ester's C-C-O is its acyl group or its alkoxy), the pair that changes the fewest atoms
+    (hydrogens, charge, a bond's order), then the one that keeps more of the reactant's double bonds (an
+    ester reduced to an alcohol keeps its carbonyl oxygen, as the atom maps have it, not its ether oxygen).
+    (The reactant's first fit was taken as it came: an aminolysis of ethyl acetate marked the ethoxy as the
+    centre and the acyl carbon as leaving.)"""
     found = rdFMCS.FindMCS([part, reactant], timeout=MCS_TIMEOUT_S, ringMatchesRingOnly=True,
                            atomCompare=rdFMCS.AtomCompare.CompareElements, bondCompare=rdFMCS.BondCompare.CompareAny)
     if found.numAtoms < 2:
         return None
-    query = Chem.MolFromSmarts(found.smartsString)
-    in_reactant = reactant.GetSubstructMatch(query)
+    query = Chem.MolFromSmarts(_any_order(found.smartsString))
+    # Every turn of a fit is among the product's placements, so the reactant's fits need one per atom set.
+    fits = reactant.GetSubstructMatches(query, maxMatches=MAX_FITS)
     placements = part.GetSubstructMatches(query, uniquify=False, maxMatches=MAX_PLACEMENTS)
-    if not in_reactant or not placements:
+    if not fits or not placements:
         return None
+    bonds = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in query.GetBonds()]
 
-    def changes(placement: tuple[int, ...]) -> int:
-        atoms = [product.GetAtomWithIdx(kept[i]) for i in placement]
-        count = sum(_atom_changed(atom, reactant.GetAtomWithIdx(r)) for atom, r in zip(atoms, in_reactant))
-        for bond in query.GetBonds():
-            a, b = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+    def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int]:
+        """(atoms changed: hydrogens, charge or a bond's order; the reactant's multiple bonds not kept)."""
+        placement, fit = pair
+        changed = {i for i, (p, r) in enumerate(zip(placement, fit))
+                   if _atom_changed(product.GetAtomWithIdx(kept[p]), reactant.GetAtomWithIdx(r))}
+        for a, b in bonds:
             after = product.GetBondBetweenAtoms(kept[placement[a]], kept[placement[b]])
-            before = reactant.GetBondBetweenAtoms(in_reactant[a], in_reactant[b])
-            count += after.GetBondType() != before.GetBondType()
-        return count
+            before = reactant.GetBondBetweenAtoms(fit[a], fit[b])
+            if after.GetBondType() != before.GetBondType():
+                changed.update((a, b))
+        return len(changed), -sum(multiple[r] for r in fit)
 
-    best = min(placements, key=changes)
-    return tuple(kept[i] for i in best), in_reactant
+    multiple = [sum(bond.GetBondTypeAsDouble() > 1 and not bond.GetIsAromatic() for bond in atom.GetBonds())
+                for atom in reactant.GetAtoms()]
+    placement, fit = min(((p, f) for f in fits for p in placements), key=cost)
+    return tuple(kept[i] for i in placement), fit
 
 
 @functools.lru_cache(maxsize=4096)

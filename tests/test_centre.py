@@ -25,6 +25,10 @@ def symbols(smiles: str, atoms) -> list[str]:
     ("O=[N+]([O-])c1ccccc1", "Nc1ccccc1", ["N"], ["O", "O"]),
     # ketone reduction: the C=O becomes C-O, nothing leaves
     ("CC(=O)c1ccccc1", "CC(O)c1ccccc1", ["C", "O"], []),
+    # aminolysis of an ester: the new C-N bond, and the alkoxy leaves (the ester's first fit of the shared C-C-O
+    # was its ethoxy, marked as the centre with the acyl carbon and the carbonyl oxygen leaving)
+    ("CCOC(C)=O.NCc1ccccc1", "CC(=O)NCc1ccccc1", ["C", "N"], ["C", "C", "O"]),
+    ("CCOC(=O)c1ccccc1.NCC", "CCNC(=O)c1ccccc1", ["C", "N"], ["C", "C", "O"]),
     # esterification: the ester bond (which oxygen the water takes the molecules alone cannot tell)
     ("CC(=O)O.OCC", "CCOC(C)=O", ["C", "O"], ["O"]),
 ])
@@ -34,6 +38,18 @@ def test_the_centre_is_where_bonds_change_and_the_rest_leaves(reactants, product
     assert symbols(product, found.product_atoms) == centre
     assert symbols(reactants, found.reactant_atoms) == centre  # the same atoms, found in the reactants
     assert symbols(reactants, found.leaving_atoms) == leaving
+
+
+@pytest.mark.parametrize("reactants, product", [
+    ("CCOC(=O)c1ccccc1.NCC", "CCNC(=O)c1ccccc1"),  # aminolysis
+    ("CCOC(=O)c1ccccc1", "OCc1ccccc1"),  # reduction to the alcohol: its oxygen is the carbonyl's, as the atom maps
+])                                      # of USPTO-50K have it (the fewest changes alone kept the ether oxygen)
+def test_of_an_ester_the_alkoxy_leaves_and_the_carbonyl_oxygen_stays(reactants, product):
+    found = reaction_centre(reactants, product)
+    mol = Chem.MolFromSmiles(reactants)
+    carbonyl = next(b.GetEndAtomIdx() for b in mol.GetBonds() if b.GetBondType() == Chem.BondType.DOUBLE)
+    assert found is not None and carbonyl not in found.leaving_atoms
+    assert found.leaving_atoms == {0, 1, 2}  # C, C and O of the ethoxy
 
 
 def test_the_ipso_carbons_are_the_ones_marked_not_their_symmetric_twins():
