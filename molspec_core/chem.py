@@ -13,6 +13,8 @@ from typing import IO
 from rdkit import Chem, RDLogger
 from rdkit.Chem.MolStandardize import rdMolStandardize
 
+from .io import visible_controls
+
 RDLogger.DisableLog("rdApp.*")  # RDKit prints parse errors to stderr; we report them ourselves
 
 
@@ -367,7 +369,7 @@ def _one_line(text: str) -> str:
 
 
 def _sd_line(text: str) -> str:
-    line = _one_line(text)
+    line = visible_controls(_one_line(text))  # a NUL went into the file raw
     return "'" + line if line.startswith(SD_RECORD_END) else line
 
 

@@ -584,6 +584,16 @@ def rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+# control characters other than tab and line breaks: XML 1.0 cannot hold them, so a worksheet cannot, and a NUL cuts
+# a line short in many tools that read a CSV or an SD file; every export writes them as \x00 and the like
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def visible_controls(text: str) -> str:
+    """Text with its control characters (CONTROL_CHARACTERS) written out as \\x00 and the like."""
+    return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
 def neutralize(cell: object) -> object:
     """Prefix text that a spreadsheet would run as a formula with a quote (OWASP CSV injection)."""
     if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) and not PLAIN_NUMBER.fullmatch(cell):
@@ -592,12 +602,13 @@ def neutralize(cell: object) -> object:
 
 
 def csv_cell(cell: object) -> object:
-    """A cell as it goes to the CSV: None empty, numbers as numbers, anything else text, neutralized."""
+    """A cell as it goes to the CSV: None empty, numbers as numbers, anything else text, its control characters
+    written out (a NUL went into the file raw) and neutralized."""
     if cell is None:
         return ""
     if isinstance(cell, numbers.Number):  # bool included: written True / False
         return cell
-    return neutralize(str(cell))
+    return neutralize(visible_controls(str(cell)))
 
 
 def write_rows(f: IO[str], header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
@@ -610,10 +621,12 @@ def write_rows(f: IO[str], header: Iterable[object], rows: Iterable[Iterable[obj
 
 
 def csv_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -> bytes:
-    """The CSV in memory, for a download."""
+    """The CSV in memory, for a download from the app: UTF-8 with a byte-order mark, which Excel needs to read a
+    double-clicked CSV as UTF-8 (without it, its ANSI code page garbled names and ids outside ASCII); the app's
+    readers and pandas take it. (The command line's files have none: programs read them.)"""
     buffer = io.StringIO(newline="")
     write_rows(buffer, header, rows)
-    return buffer.getvalue().encode("utf-8")
+    return buffer.getvalue().encode("utf-8-sig")
 
 
 def check_output(output: str | Path, input_path: str | Path | None = None) -> Path:
@@ -695,8 +708,6 @@ def sd_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
 # ---- Excel workbooks ----------------------------------------------------------------------------
 
 WORKBOOK_SHEET = "predictions"
-# characters XML 1.0 cannot hold, which a worksheet therefore cannot (written as \x01 and the like)
-WORKBOOK_UNWRITABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
@@ -743,7 +754,7 @@ def workbook_text(text: str) -> str:
     """Text as a worksheet cell can hold it: a character XML cannot hold written as \\x01 and the like, a line break
     as Excel writes one (\\n; XML would read \\r\\n and a lone \\r so anyway), and a text longer than Excel's
     32,767 characters cut there, ending in a note of how many characters were cut (the whole text is in the CSV)."""
-    text = WORKBOOK_UNWRITABLE.sub(lambda m: f"\\x{ord(m[0]):02x}", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = visible_controls(text.replace("\r\n", "\n").replace("\r", "\n"))
     if len(text) <= WORKBOOK_MAX_CELL:
         return text
     note = f" [... {{}} characters cut: an Excel cell holds {WORKBOOK_MAX_CELL:,}]"

@@ -983,7 +983,7 @@ def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
     assert_clean(at)
     batch = at.session_state[BATCH]
     app_csv = safe_csv(batch.table)
-    records = list(csv.reader(io.StringIO(app_csv.decode(), newline="")))
+    records = list(csv.reader(io.StringIO(app_csv.decode("utf-8-sig"), newline="")))
     assert len(records) == 1 + len(batch.table)  # no cell broke into a record of its own
     assert not any(re.match(r"[=+@\t\r]|-(?![\d.])", cell) for record in records for cell in record)
 

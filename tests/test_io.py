@@ -16,7 +16,7 @@ from conftest import molfile, sd_file_text
 from molspec_core import io as molspec_io
 from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, RESULT_COLUMNS, InputFileError, OutputFileError,
                              QueryFile, check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded,
-                             parse_upload, read_queries, write_csv)
+                             parse_upload, read_queries, sd_bytes, workbook_text, write_csv)
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -245,11 +245,30 @@ def test_a_lone_carriage_return_cannot_start_a_record():
     """Issue 14 item 3: pandas left a cell of "\\r=cmd..." unquoted, so a record began with =cmd."""
     cells = ["\r=cmd|' /C calc'!A0", "a\r=b", "\r\n@x", "\n+y"]
     data = csv_bytes(["=header", "v"], [[cell, -1.5] for cell in cells])
-    records = list(csv.reader(io.StringIO(data.decode(), newline="")))
+    records = list(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")))
     assert len(records) == 1 + len(cells)
     assert not any(cell.startswith(FORMULA_START) for record in records for cell in record if cell != "-1.5")
     assert [r[0] for r in records[1:]] == ["'" + cells[0], cells[1], "'" + cells[2], cells[3]]
     assert pd.read_csv(io.BytesIO(data))["v"].dtype.kind == "f"
+
+
+def test_a_download_csv_opens_in_excel_as_utf8_and_reads_back():
+    """Without a byte-order mark, Excel read a double-clicked CSV in its ANSI code page: ids outside ASCII garbled."""
+    data = csv_bytes(["id", "query"], [["ünïcødé 化合物", "CCO"]])
+    assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1
+    assert pd.read_csv(io.BytesIO(data)).columns.tolist() == ["id", "query"]  # pandas drops the mark
+    assert list(csv.reader(io.StringIO(data.decode("utf-8-sig"))))[1] == ["ünïcødé 化合物", "CCO"]
+
+
+def test_control_characters_are_written_out_alike_in_every_export():
+    """A NUL went raw into the CSV and the SD file (many tools cut a line there) and as \\x00 into the workbook."""
+    text = "CC\x00O\x1b.CC(=O)O"
+    shown = "CC\\x00O\\x1b.CC(=O)O"
+    data = csv_bytes(["query", "note"], [[text, "a\tb"]])
+    assert b"\x00" not in data and list(csv.reader(io.StringIO(data.decode("utf-8-sig"))))[1] == [shown, "a\tb"]
+    assert workbook_text(text) == shown
+    sdf = sd_bytes(["query", "rank", "smiles"], [[text, 1, "CCO"]])
+    assert b"\x00" not in sdf and shown.encode() in sdf
 
 
 def test_output_header_keeps_every_name_distinct():

@@ -209,7 +209,7 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     assert tree["reaction"]["reactants"] == [{"smiles": "NO", "in_stock": True}]
     assert exported["search"]["model_calls"] == stats.model_calls
     assert exported["search"]["round_trips"] is None  # no forward model checked a step (it read 0)
-    rows = list(csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode())))
+    rows = list(csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode("utf-8-sig"))))
     assert rows[0]["route"] == "1" and rows[0]["product"] == "NCCO" and rows[0]["reactants"] == "NO"
     assert rows[0]["reactants_in_stock"] == "yes" and rows[0]["product_in_stock"] == "no"
     assert len(rows) == sum(route.n_steps for route in result.routes)
@@ -299,7 +299,7 @@ def test_the_export_counts_the_stocks_unreadable_entries(copy_predictor, tmp_pat
 def test_the_csv_writes_every_flag_as_yes_or_no_and_an_unchecked_one_empty(copy_predictor, copy_forward):
     """round_trip came out True/False beside the stock columns' yes/no."""
     def column(result, name: str) -> set[str]:
-        rows = csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode()))
+        rows = csv.DictReader(io.StringIO(csv_bytes(ROUTE_COLUMNS, planning.route_rows(result)).decode("utf-8-sig")))
         return {row[name] for row in rows}
 
     checked = plan("OCCN", copy_predictor, Stock(["NO"]), time_limit_s=2.0, forward=copy_forward, settings=COPY)
