@@ -651,8 +651,10 @@ class Predictor:
     def _from_reaction(self, text: str) -> str:
         parts = text.split(">")
         if self.task == "retro":
+            if len(parts) == 3 and not parts[0] and not parts[1] and parts[2]:
+                return parts[2]  # '>>product': a reaction drawn with its product alone (was refused)
             raise ValueError("the retrosynthesis model reads a product, not a reaction SMILES: paste the product "
-                             "alone")
+                             "alone (or '>>product')")
         if self.task == "forward" and len(parts) > 3:  # 'CCO>>C<b>x</b>' was told only 'reactants>reagents>' is read
             raise ValueError(f"a reaction SMILES has three parts, reactants>reagents>products, and this one has "
                              f"{len(parts)}: no '>' belongs inside a molecule's SMILES")

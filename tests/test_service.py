@@ -78,9 +78,11 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
         "a reaction SMILES has three parts, reactants>reagents>products, and this one has 5: no '>' belongs inside a "
         "molecule's SMILES")
     retro = Predictor.load("retro", device="cpu")
-    for text in (">>CC(=O)Nc1ccc(O)cc1", "CC(=O)Cl.Nc1ccc(O)cc1>>CC(=O)Nc1ccc(O)cc1"):
+    for text in (">CCN(CC)CC>CC(=O)Nc1ccc(O)cc1", "CC(=O)Cl.Nc1ccc(O)cc1>>CC(=O)Nc1ccc(O)cc1", "CCO>>"):
         assert retro.predict(text).error == ("the retrosynthesis model reads a product, not a reaction SMILES: "
-                                             "paste the product alone")
+                                             "paste the product alone (or '>>product')")
+    alone = retro.predict(">>CC(=O)Nc1ccc(O)cc1")  # a reaction drawn with its product alone: that product
+    assert alone.ok and alone.predictions == retro.predict("CC(=O)Nc1ccc(O)cc1").predictions
 
 
 def test_an_answer_cut_off_at_the_length_limit_is_flagged_and_says_so_in_the_export():
