@@ -103,8 +103,10 @@ def canonical_or_none(smiles: str) -> str | None:
 
 def _unmapped_mol(smiles: str):
     """The molecule of a SMILES RDKit reads, its atom maps cleared, or None (also for one longer than it writes
-    safely): what canonical_or_none and leakage_key write out."""
-    if not smiles or len(smiles) > MAX_SMILES_CHARS:
+    safely): what canonical_or_none and leakage_key write out. A text with whitespace inside is None too: RDKit
+    reads what follows the first space as the molecule's name, so a tokenized answer 'C C ( = O ) O' read as
+    methane, and evaluate scored a model's 'C' right against it."""
+    if not smiles or len(smiles) > MAX_SMILES_CHARS or any(ch.isspace() for ch in smiles.strip()):
         return None
     mol = Chem.MolFromSmiles(smiles)
     if mol is not None and ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one

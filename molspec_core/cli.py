@@ -53,16 +53,41 @@ FEW_FIT_QUERIES = 100  # calibrate warns below this many fitting queries
 CALIBRATE_LIMIT = 600  # calibrate's default --limit
 
 
-def check_report_path(path: str, *inputs: str | None) -> Path:
+def check_report_path(path: str, *inputs: str | None, model: str | None = None) -> Path:
     """Refuse, before any work is done, a report's --out that io.check_output refuses (a missing folder, a
-    folder, a device, one of the run's own input files: `inputs`) or whose name promises a compression the
-    plain JSON written there does not have (a bench run once finished, then lost its report to a missing folder)."""
+    folder, a device, one of the run's own input files: `inputs`), that lies in the folder of the `model` run
+    (outside_model), or whose name promises a compression the plain JSON written there does not have (a bench
+    run once finished, then lost its report to a missing folder)."""
     if path.lower().endswith(tuple(DECOMPRESSORS)):
         raise ValueError(f"{path}: the report is written as plain JSON; give a name without {Path(path).suffix}")
     for given in inputs:
         if given:
             check_output(path, given)
-    return check_output(path)
+    out = check_output(path)
+    if model is not None:
+        outside_model(path, out, model)
+    return out
+
+
+def outside_model(given: str, out: Path, model: str) -> None:
+    """Refuse a report path (`out`, resolved by io.check_output) inside the folder of the model run, a shipped one
+    named by its task too: evaluate --out <model>/config.json replaced the config with the report, and the model no
+    longer loaded (its weights, vocabulary and calibration files were as open to it)."""
+    from .service import model_folder
+
+    folder = Path(os.path.realpath(model_folder(model)))
+    if out == folder or folder in out.parents:
+        raise ValueError(f"{given} lies in the folder of the model being run, {folder}: the report could replace its "
+                         "config, weights, vocabulary or calibration; write it outside the model folder")
+
+
+def check_draft_knobs(method: str, draft_len: int | None, n_drafts: int | None) -> None:
+    """Refuse --draft-len or --n-drafts for a method that does not read it, naming those that do: a setting that
+    played no part would be taken for one that did (evaluate's report recorded it)."""
+    for flag, value, knob in (("--draft-len", draft_len, "draft_len"), ("--n-drafts", n_drafts, "n_drafts")):
+        if value is not None and knob not in METHODS[method].knobs:
+            readers = ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
+            raise ValueError(f"{method} does not read {flag}; the methods that do: {readers}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -325,10 +350,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cluster = cluster_options(args)
     if args.round_trip_k is not None and not args.round_trip:
         raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
-    for flag, value, knob in (("--draft-len", args.draft_len, "draft_len"), ("--n-drafts", args.n_drafts, "n_drafts")):
-        if value is not None and knob not in METHODS[args.method].knobs:
-            readers = ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
-            raise ValueError(f"{args.method} does not read {flag}; the methods that do: {readers}")
+    check_draft_knobs(args.method, args.draft_len, args.n_drafts)
     marks = None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
@@ -493,31 +515,39 @@ def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], ma
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .calibration import weights_fingerprint
-    from .evaluate import check_method, evaluate, queries_digest, read_pairs
+    from .evaluate import check_method, evaluate, queries_digest, read_pairs, software
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
-    out = check_report_path(args.out, args.src, args.tgt, args.index) if args.out else None
+    out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
     # as asked, or refused, never swapped for another.
     method = args.method or ("beam" if args.n_best > 1 else "greedy")
     check_method(method, args.n_best)
+    check_draft_knobs(method, args.draft_len, args.n_drafts)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
     warn_task_mismatch(args.src, predictor.task)
     report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
                       draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment,
                       time_limit_s=args.time_limit)
-    # what reproduces the run: every option it was decoded with (the sampling knobs only for a method reading them)
+    # What reproduces the run, from any folder: every option it was decoded with (the sampling knobs and the drafts
+    # only for a method reading them, the drafts as decoded with, defaults included: those of a full batch, the
+    # shape spec-auto picks by batch size), absolute paths, the device and the code.
     knobs = METHODS[method].knobs
-    report.update(model=str(predictor.path), engine=predictor.engine, dtype=predictor.dtype, src=args.src,
-                  tgt=args.tgt, index=args.index, limit=args.limit, augment=args.augment, batch_size=args.batch_size,
-                  draft_len=args.draft_len, n_drafts=args.n_drafts, time_limit_s=args.time_limit,
+    drafter, draft_len, n_drafts = predictor.resolve(method, args.draft_len, args.n_drafts, args.batch_size)
+    report.update(model=os.path.realpath(predictor.path), device=str(predictor.device),
+                  device_name=predictor.device_name, engine=predictor.engine, dtype=predictor.dtype,
+                  src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
+                  index=os.path.abspath(args.index) if args.index else None, limit=args.limit, augment=args.augment,
+                  batch_size=args.batch_size, drafter=drafter, draft_len=draft_len if "draft_len" in knobs else None,
+                  n_drafts=n_drafts if "n_drafts" in knobs else None, time_limit_s=args.time_limit,
                   sampling={k: v for k, v in dataclasses.asdict(sampling).items() if k in knobs and k != "draft_len"}
                   or None,
-                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path))
+                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path),
+                  **software())
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
@@ -572,13 +602,17 @@ def read_report(path: str) -> dict:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .evaluate import ORDERS, compare_reports
+    from .evaluate import ORDERS, compare_reports, setting_differences
 
     a, b = read_report(args.first), read_report(args.second)
     table = compare_reports(a, b)
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
+        device = f" on {report['device']}" if "device" in report else ""  # not in reports from before it
         print(f"{name}: {path} (model {report.get('model')}, {report.get('augment', 1)} writing(s), "
-              f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')})")
+              f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')}{device})")
+    differ = setting_differences(a, b)
+    if differ:  # on stderr: a difference that was not meant is read beside the figures, not lost in them
+        log.warning("the reports differ in %s", "; ".join(differ))
     source = f" ({a['src']})" if a.get("src") else ""
     print(f"{table['n']} queries{source}; right only with a / only with b, exact McNemar p")
     for order in ORDERS:
@@ -687,7 +721,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .service import Predictor
 
     # everything that can be refused is refused before the model loads and the run starts
-    out = check_report_path(args.out, args.src, args.tgt, args.index) if args.out else None
+    out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
     if out:
         if out.suffix.lower() == ".html":
             raise ValueError(f"--out {args.out}: the JSON report, whose chart is written beside it as .html; give the "

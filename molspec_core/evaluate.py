@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import math
+import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,21 +15,34 @@ from .methods import METHODS, method as method_row
 from .service import DEFAULT_BATCH_SIZE, Predictor, windows
 
 
+# Where a file of lines breaks, as io.parse_queries splits predict's TXT files: str.splitlines also broke at a form
+# feed, \x1c-\x1e, \x85, U+2028 and U+2029, so a line holding one became two and the files' counts disagreed with
+# wc -l. (parse_queries itself is not called: it stops at io.MAX_INPUT_ROWS, and a prepare-data train file of
+# 272,552 lines is evaluated to mine hard examples, tools/hard_examples.py.)
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def _read_lines(path: Path) -> list[str]:
-    """A text file's lines (.gz and .xz too, in any case), read within the input limits of io.py; a
-    file that cannot be read is a ValueError naming it."""
+    """A text file's lines (.gz and .xz too, in any case), read within the input limits of io.py, split as predict
+    splits a TXT file: at line breaks only, blank lines after the last one dropped (a final line break ends the last
+    line, and an extra one is not one more query). A file that cannot be read is a ValueError naming it."""
     from .io import read_text
 
     try:
-        return read_text(path).splitlines()
+        lines = LINE_BREAK.split(read_text(path))
     except OSError as exc:  # missing, unreadable
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
 
 
 def read_index(path: Path, n_lines: int, src: Path) -> list[int]:
     """0-based line numbers of src from an index file, each one checked: a -1 would otherwise pick the
-    last line without a word, as Python's negative indexing does."""
+    last line without a word, as Python's negative indexing does, and a number given twice would count its
+    query twice in every top-k (and in compare's McNemar counts)."""
     numbers = []
+    first_on: dict[int, int] = {}  # each number: the index line that gave it first
     for line_no, line in enumerate(_read_lines(path), start=1):
         for word in line.split():
             try:
@@ -36,6 +52,10 @@ def read_index(path: Path, n_lines: int, src: Path) -> list[int]:
             if not 0 <= number < n_lines:
                 raise ValueError(f"{path}, line {line_no}: line number {number} is not among the 0-based "
                                  f"lines 0..{n_lines - 1} of {src}")
+            if number in first_on:
+                raise ValueError(f"{path}, line {line_no}: line number {number} is given again (first on line "
+                                 f"{first_on[number]}); each query is evaluated once, so give each number once")
+            first_on[number] = line_no
             numbers.append(number)
     if not numbers:
         raise ValueError(f"{path} selects no lines: it holds no line numbers")
@@ -44,7 +64,8 @@ def read_index(path: Path, n_lines: int, src: Path) -> list[int]:
 
 def read_pairs(src: str, tgt: str | None, index: str | None = None,
                limit: int | None = None) -> tuple[list[str], list[str] | None]:
-    """Sources (and targets), optionally selected by a 0-based line-number index file, first `limit`."""
+    """Sources (and targets), optionally selected by a 0-based line-number index file, first `limit`. A selected
+    target with whitespace inside is refused (check_target)."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be 1 or more, not {limit}")
     sources = _read_lines(Path(src))
@@ -53,14 +74,24 @@ def read_pairs(src: str, tgt: str | None, index: str | None = None,
     targets = _read_lines(Path(tgt)) if tgt else None
     if targets is not None and len(targets) != len(sources):
         raise ValueError(f"{src} has {len(sources)} lines but {tgt} has {len(targets)}")
-    if index:
-        lines = read_index(Path(index), len(sources), Path(src))
-        sources = [sources[i] for i in lines]
-        targets = [targets[i] for i in lines] if targets is not None else None
-    if limit is not None:
-        sources = sources[:limit]
-        targets = targets[:limit] if targets is not None else None
-    return sources, targets
+    lines = read_index(Path(index), len(sources), Path(src)) if index else range(len(sources))
+    lines = lines[:limit] if limit is not None else lines
+    if targets is not None:
+        for i in lines:
+            check_target(targets[i], tgt, i + 1)
+        targets = [targets[i] for i in lines]
+    return [sources[i] for i in lines], targets
+
+
+def check_target(target: str, tgt: str, line_no: int) -> None:
+    """Refuse a recorded answer with whitespace inside, as a query with one is refused (service): RDKit would read
+    its first token alone, the rest as a name, so a tokenized file's 'C C ( = O ) O' was scored as methane, and a
+    file of them as 0% with every target readable. Its tokens are not joined here, since its query would need the
+    same, and a query is never rewritten."""
+    if any(ch.isspace() for ch in target.strip()):
+        raise ValueError(f"{tgt}, line {line_no}: {target.strip()[:60]!r} holds a space, and a SMILES has none; a "
+                         "tokenized file (the Molecular Transformer's, tokens split by spaces) needs its tokens joined "
+                         "first, in the queries' file too (e.g. sed 's/ //g')")
 
 
 def prepared_task(src: str) -> str | None:
@@ -93,7 +124,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
              batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, **options) -> dict:
     """Top-1..n_best accuracy in the model's own order (comparable with the papers), and as the app ranks
     the answers (`ranked_top*`: sane answers first, see service.rank_answers); options (draft_len, n_drafts,
-    sampling) go to Predictor.predict."""
+    sampling) go to Predictor.predict. A ValueError, and no report, where nothing could be scored: every target
+    unreadable (before decoding) or every query refused, as predict fails a file whose every query is refused."""
     check_method(method, n_best)
     if not sources or len(targets) != len(sources):
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
@@ -107,6 +139,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
     unreadable = sum(canonical_or_none(target) is None for target in targets)
+    if unreadable == len(targets):
+        raise ValueError(f"none of the {len(targets)} targets is a SMILES RDKit reads (the first: "
+                         f"{targets[0][:60]!r}), so every query would be a miss: check the targets' file")
     for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length
         results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size, **options)
         for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
@@ -132,6 +167,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
                     correct[name][k] += 1
                 first[name].append(min(found) + 1 if found and min(found) < n_best else None)
     n = len(sources)
+    if len(refused) == n:  # a report of 0% would read as the model's accuracy
+        raise ValueError(f"none of the {n} queries could be evaluated: each was refused (the first: "
+                         f"{refused[0]['error']})")
     report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
                   repeated_rate=repeated / n, query_errors=len(refused), query_error_examples=refused[:10],
@@ -152,6 +190,40 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
 
 
 ORDERS = ("model_order", "app_order")  # first_right's orders: the report's top* and ranked_top* figures
+# What a report records of how, and by what code, its answers were decoded (cmd_evaluate), beside n_best: what compare
+# names where two reports differ. The model is left out: two models are what compare is for.
+SETTINGS = ("method", "augment", "engine", "dtype", "device", "drafter", "draft_len", "n_drafts", "sampling",
+            "time_limit_s", "batch_size", "version", "commit")
+
+
+def software() -> dict[str, str | None]:
+    """What code wrote a report: the molspec package's version, and the commit of the git checkout this module runs
+    from (ending -dirty where files differ from it); None where either cannot be told (no installed metadata, no
+    git or no checkout)."""
+    try:
+        version: str | None = importlib.metadata.version("molspec")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    try:
+        described = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True,
+                                   text=True, timeout=10, cwd=Path(__file__).resolve().parent)
+        commit = described.stdout.strip() if described.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"version": version, "commit": commit or None}
+
+
+def setting_differences(a: dict, b: dict) -> list[str]:
+    """How two reports' runs differ, in words: n_best first (compare_reports reads both up to the smaller one, so the
+    longer list's last places are left out), then each of SETTINGS that both record."""
+    differ = []
+    if a.get("n_best") != b.get("n_best"):
+        low, high = sorted((a["n_best"], b["n_best"]))
+        left_out = f"top-{high}" if high == low + 1 else f"top-{low + 1} to top-{high}"
+        differ.append(f"n_best {a['n_best']} against {b['n_best']} (compared up to top-{low}; {left_out} left out)")
+    differ += [f"{key} {a[key]!r} against {b[key]!r}" for key in SETTINGS
+               if key in a and key in b and a[key] != b[key]]
+    return differ
 
 
 def queries_digest(sources: list[str], targets: list[str]) -> str:

@@ -43,6 +43,16 @@ def test_canonical_or_none_leaves_out_atom_maps_as_recorded_answers_carry_them()
     assert canonical_or_none("[2H:1]C") == "[2H]C" and canonical_or_none("c1:c:c:c:c:c:1") == "c1ccccc1"
 
 
+def test_a_text_with_whitespace_inside_is_no_smiles_however_rdkit_reads_its_first_token():
+    """RDKit reads what follows a space as a name: a tokenized answer 'C C ( = O ) O' was methane, and scored
+    methane right (evaluate.hits, calibration.collect, known.KnownMarks)."""
+    from molspec_core.chem import canonical_or_none, leakage_key
+
+    for text in ("C C ( = O ) O", "CC(=O)O acetic acid", "CC(=O)O\tCCO", "CC(=O)\x0cO"):
+        assert canonical_or_none(text) is None and leakage_key(text) is None
+    assert canonical_or_none(" CC(=O)O\t") == canonical_or_none("OC(C)=O") == "CC(=O)O"  # around it: one SMILES
+
+
 def test_the_leakage_key_leaves_out_stereo_and_atom_maps():
     from molspec_core.chem import leakage_key
 

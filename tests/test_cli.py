@@ -1022,6 +1022,7 @@ def test_bench_option_mistakes_are_refused_before_the_run(pair_files, capsys, no
     ("0\n99\n", "line 2: line number 99"),
     ("0\nthree\n", "'three' is not a line number"),
     ("\n", "selects no lines"),
+    ("0\n1\n1\n", "line 3: line number 1 is given again (first on line 2)"),  # once counted three times
 ])
 def test_evaluate_index_files_are_checked(pair_files, capsys, no_model_load, index, message):
     (pair_files / "idx").write_text(index)
@@ -1116,6 +1117,105 @@ def test_a_report_may_not_overwrite_its_own_inputs_nor_promise_compression(pair_
     expect_refused([command, "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
                     "--index", pair_files / "idx", "--out", pair_files / given], capsys, message)
     assert {name: (pair_files / name).read_text() for name in before} == before
+
+
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "calibration.json", "new.json"])
+def test_a_report_may_not_be_written_into_the_model_folder(pair_files, capsys, no_model_load, command, name):
+    """evaluate --out <model>/config.json replaced the config with the report, and the model no longer loaded."""
+    import shutil
+
+    model = pair_files / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    (pair_files / "link").symlink_to(model)  # the same folder by another path
+    before = {path.name: path.read_bytes() for path in model.iterdir() if path.is_file()}
+    for out in (model / name, pair_files / "link" / name):
+        expect_refused([command, "--model", model, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                        "--out", out], capsys, f"{out} lies in the folder of the model being run, {model}: the "
+                       "report could replace its config, weights, vocabulary or calibration; write it outside the "
+                       "model folder")
+    assert {path.name: path.read_bytes() for path in model.iterdir() if path.is_file()} == before
+
+
+def test_evaluate_refuses_a_tokenized_target_file_before_the_model_loads(pair_files, capsys, no_model_load):
+    """Tokenized targets (the published USPTO-MIT form) were scored on their first token: 0% and no warning."""
+    targets = (pair_files / "tgt.txt").read_text().splitlines()
+    (pair_files / "tok.txt").write_text("\n".join(" ".join(t) for t in targets) + "\n")
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tok.txt"],
+                   capsys, f"{pair_files / 'tok.txt'}, line 1: 'O c 1 c c c c c 1' holds a space, and a SMILES has "
+                   "none")
+
+
+def test_predict_counts_a_known_answer_with_a_space_as_unreadable_not_as_its_first_token(tmp_path, capsys):
+    (tmp_path / "in.csv").write_text("smiles,expected\nOc1ccncc1,Oc1ccncc1 pyridinol\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output", str(out),
+                 "--known-column", "expected"]) == 0  # the copy model's answer is Oc1ccncc1, the cell's first token
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "no predicted query has a known answer that RDKit reads in the column expected")
+    assert set(pd.read_csv(out, dtype=str, keep_default_na=False)["matches_known"]) == {""}
+
+
+def test_evaluate_fails_and_writes_no_report_when_nothing_could_be_scored(pair_files, capsys):
+    """Every query refused (time-outs, tokenized queries, the wrong model) gave exit 0 and a report of 0% that
+    compare took for a result, where predict fails such a file."""
+    out = pair_files / "e.json"
+    n = len((pair_files / "src.txt").read_text().splitlines())
+    (pair_files / "xe.txt").write_text("C[Xe]\n" * n)
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "xe.txt", "--tgt", pair_files / "tgt.txt",
+                    "--out", out], capsys, f"none of the {n} queries could be evaluated: each was refused (the first: "
+                   "token '[Xe]' is not in the model's vocabulary; this model cannot read it)")
+    (pair_files / "bad.txt").write_text("C1CC\n" * n)
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "bad.txt",
+                    "--out", out], capsys, f"none of the {n} targets is a SMILES RDKit reads (the first: 'C1CC')")
+    assert not out.exists()
+
+
+def test_evaluate_refuses_drafts_its_method_ignores_and_records_the_drafts_it_used(pair_files, capsys, monkeypatch):
+    """--method greedy --draft-len 3 was recorded as draft_len 3; a spec method left at its defaults as null."""
+    files = ["--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--limit",
+             "1"]
+    with monkeypatch.context() as patch:
+        patch.setattr("molspec_core.service.Predictor.load", lambda *a, **k: pytest.fail("loaded before the check"))
+        expect_refused(["evaluate", *files, "--method", "greedy", "--draft-len", "3"], capsys,
+                       "greedy does not read --draft-len; the methods that do: spec-auto,")
+        expect_refused(["evaluate", *files, "--n-best", "2", "--n-drafts", "2"], capsys,
+                       "beam does not read --n-drafts")
+    from molspec_core.service import Predictor
+
+    assert main(["evaluate", *files, "--method", "spec-pointer"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    shape = Predictor.load(MODEL, "cpu").resolve("spec-pointer", None, None, 8)
+    assert (report["drafter"], report["draft_len"], report["n_drafts"]) == shape and shape[1] > 0
+    assert main(["evaluate", *files, "--method", "spec-pointer", "--draft-len", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["draft_len"] == 3
+    assert main(["evaluate", *files]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["drafter"], report["draft_len"], report["n_drafts"]) == ("none", None, None)
+
+
+def test_evaluate_records_where_and_with_what_it_ran_and_compare_says_what_differs(pair_files, capsys, caplog,
+                                                                                    monkeypatch):
+    """The report kept the model and files as typed (relative), and no device or version; compare compared up to
+    the smaller n_best without a word."""
+    import os.path
+
+    monkeypatch.chdir(pair_files)
+    (pair_files / "model").symlink_to(FIXTURES / "copy_model")
+    files = ["--model", "model", "--src", "src.txt", "--tgt", "tgt.txt", "--index", "idx", "--method", "beam"]
+    assert main(["evaluate", *files, "--n-best", "3", "--out", "a.json"]) == 0
+    report = json.loads((pair_files / "a.json").read_text())
+    assert report["model"] == os.path.realpath(FIXTURES / "copy_model")
+    assert (report["src"], report["tgt"], report["index"]) == tuple(str(pair_files / f) for f in ("src.txt", "tgt.txt",
+                                                                                                  "idx"))
+    assert report["device"] == "cpu" and report["device_name"] and report["version"] and "commit" in report
+    assert main(["evaluate", *files, "--n-best", "2", "--out", "b.json"]) == 0
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["compare", "a.json", "b.json"]) == 0
+    assert "method beam, float32 on cpu)" in capsys.readouterr().out
+    assert [r.getMessage() for r in caplog.records] == [
+        "the reports differ in n_best 3 against 2 (compared up to top-2; top-3 left out)"]
 
 
 def test_a_bench_report_and_its_chart_are_written_whole_or_not_at_all(tmp_path, monkeypatch):

@@ -1,0 +1,75 @@
+"""molspec_core.evaluate without a model: how its files are read (lines, index, targets), how an answer is scored,
+and what compare is told of two reports' settings."""
+import pytest
+
+from molspec_core.evaluate import hits, read_pairs, setting_differences, software
+
+
+def write(path, text: str) -> str:
+    path.write_text(text, encoding="utf-8", newline="")
+    return str(path)
+
+
+def test_a_tokenized_target_is_no_hit_for_its_first_token():
+    """hits(['C', 'CC(=O)O'], 'C C ( = O ) O') was [True, False]: methane right, acetic acid wrong."""
+    assert hits(["C", "CC(=O)O"], "C C ( = O ) O") == [False, False]
+    assert hits(["C", "CC(=O)O"], "OC(C)=O") == [False, True]
+
+
+def test_a_target_with_a_space_inside_is_refused_naming_its_line(tmp_path):
+    """A tokenized target file was scored 0% with every target 'readable'; the error names the line and the fix."""
+    src = write(tmp_path / "src", "CCO\nCCN\nCCC\n")
+    tgt = write(tmp_path / "tgt", "CCO\nC C N\nCCC\n")
+    with pytest.raises(ValueError, match=r"tgt, line 2: 'C C N' holds a space, and a SMILES has none; a tokenized "):
+        read_pairs(src, tgt)
+    assert read_pairs(src, tgt, limit=1) == (["CCO"], ["CCO"])  # lines not selected are not judged
+    write(tmp_path / "idx", "2\n0\n")
+    assert read_pairs(src, tgt, str(tmp_path / "idx")) == (["CCC", "CCO"], ["CCC", "CCO"])
+    write(tmp_path / "tgt", " CCO\t\nCCN \nCCC\n")  # around a SMILES, as RDKit reads it: no refusal
+    assert read_pairs(src, tgt)[1] == [" CCO\t", "CCN ", "CCC"]
+
+
+def test_an_index_that_gives_a_line_twice_is_refused(tmp_path):
+    """0 1 1 1 evaluated 4 queries, one of them three times (top-1 0.75 from 2 distinct queries)."""
+    src = write(tmp_path / "src", "CCO\nCCN\nCCC\n")
+    write(tmp_path / "idx", "0\n1\n2 1\n")
+    with pytest.raises(ValueError, match=r"idx, line 3: line number 1 is given again \(first on line 2\)"):
+        read_pairs(src, None, str(tmp_path / "idx"))
+
+
+@pytest.mark.parametrize("inside", ["\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_lines_break_where_predict_breaks_them(tmp_path, inside):
+    """str.splitlines broke a line at a form feed or U+2028 too: 'has 7 lines but ... has 6' where wc -l said 6."""
+    src = write(tmp_path / "src", f"CCO{inside}\nCCN\r\nCCC\rCCCC\n")
+    tgt = write(tmp_path / "tgt", "CCO\nCCN\nCCC\nCCCC\n")
+    assert read_pairs(src, tgt)[0] == [f"CCO{inside}", "CCN", "CCC", "CCCC"]
+
+
+def test_blank_lines_after_the_last_query_are_no_queries(tmp_path):
+    """As predict reads a TXT file: an extra line break at the end was one more (refused) query, and a file of
+    blank lines was evaluated as n = 2."""
+    src = write(tmp_path / "src", "CCO\nCCN\n\n \n")
+    tgt = write(tmp_path / "tgt", "CCO\nCCN\n")
+    assert read_pairs(src, tgt) == (["CCO", "CCN"], ["CCO", "CCN"])
+    write(tmp_path / "src", "CCO\n\nCCN\n")  # a blank line among them stays a query (a miss), its row kept
+    with pytest.raises(ValueError, match="has 3 lines but"):
+        read_pairs(src, tgt)
+    write(tmp_path / "src", "\n\n")
+    with pytest.raises(ValueError, match="is empty"):
+        read_pairs(src, tgt)
+
+
+def test_compare_is_told_where_two_reports_settings_differ():
+    a = {"n_best": 5, "method": "beam", "dtype": "float32", "device": "cpu", "time_limit_s": 60.0, "model": "x"}
+    b = {"n_best": 3, "method": "beam", "dtype": "int8", "time_limit_s": 60.0, "model": "y"}
+    assert setting_differences(a, b) == ["n_best 5 against 3 (compared up to top-3; top-4 to top-5 left out)",
+                                         "dtype 'float32' against 'int8'"]  # device: not in b; model: compared
+    assert setting_differences(a, dict(a, n_best=4))[0].endswith("(compared up to top-4; top-5 left out)")
+    assert setting_differences(a, dict(a)) == []
+
+
+def test_software_names_the_package_version():
+    import importlib.metadata
+
+    found = software()
+    assert found["version"] == importlib.metadata.version("molspec") and set(found) == {"version", "commit"}
