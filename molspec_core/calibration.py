@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import math
+import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -199,6 +200,15 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
         n_best: int = 5, batch_size: int | None = None, progress: bool = True, augment: int = 1) -> Calibration:
     """Fit on the first FIT_SHARE of the queries, judge on the rest (each read in `augment` writings)."""
+    return refit(predictor, sources, targets, method, n_best, batch_size, progress, augment)[0]
+
+
+def refit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
+          n_best: int = 5, batch_size: int | None = None, progress: bool = True, augment: int = 1,
+          earlier: Calibration | None = None) -> tuple[Calibration, float | None]:
+    """fit, and the expected calibration error of `earlier` (the fit it would replace) on the new fit's check
+    answers, None without one: the two judged on the same answers, where each fit's own ece was judged on its
+    own check queries, which may be other ones or fewer."""
     from .evaluate import queries_digest
 
     require_pairs(sources, targets, "calibration")
@@ -206,7 +216,17 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
     fitted = fit_answers(answers, weights_fingerprint(predictor.path), method, n_best, augment)
     checks = slice(fitted.n_fit, None)
-    return dataclasses.replace(fitted, check_sha256=queries_digest(list(sources[checks]), list(targets[checks])))
+    fitted = dataclasses.replace(fitted, check_sha256=queries_digest(list(sources[checks]), list(targets[checks])))
+    return fitted, ece_on(earlier, answers[checks]) if earlier is not None else None
+
+
+def ece_on(calibration: Calibration, answers: Sequence[Sequence[tuple[float, bool]]]) -> float:
+    """A fit's expected calibration error on collected answers (collect: per query, (score, right) in the model's
+    order), each answer given the confidence of its rank."""
+    flat = [(rank, a) for query in answers for rank, a in enumerate(query, start=1)]
+    if not flat:
+        raise ValueError("the model gave no answer to judge a calibration with")
+    return reliability([calibration.confidence(s, rank) for rank, (s, _) in flat], [r for _, (_, r) in flat])[0]
 
 
 def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: str, method: str, n_best: int,
@@ -314,17 +334,28 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
         raise ValueError(f"these are not the {fitted.n_check} queries the saved fit was judged on (their SMILES or "
                          "answers differ): judge it on the files and --limit it was made with")
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
-    flat = [(rank, a) for query in answers for rank, a in enumerate(query, start=1)]
-    if not flat:
-        raise ValueError("the model gave no answer to judge its calibration with")
-    ece, _ = reliability([fitted.confidence(s, rank) for rank, (s, _) in flat], [r for _, (_, r) in flat])
-    return fitted, ece, len(answers)
+    return fitted, ece_on(fitted, answers), len(answers)
+
+
+def path_of(folder: str | Path, augment: int, method: str) -> Path:
+    """Where a model folder keeps its fit for `method`'s answers read in `augment` writings (file_name)."""
+    return Path(folder) / file_name(augment, require_kind(method))
+
+
+def backup_of(path: Path) -> Path:
+    """Where save keeps the fit it replaces: beside it, '.bak' added (calibration.json.bak). One backup: the fit
+    before the last one saved; load never reads it."""
+    return path.with_name(path.name + ".bak")
 
 
 def save(calibration: Calibration, folder: str | Path) -> Path:
+    """Write the fit into the model folder, the fit it replaces (if any) kept first at backup_of(path): a fit is
+    minutes of decoding, and a user's model has no other copy of it."""
     from .io import write_text_file
 
-    path = Path(folder) / file_name(calibration.augment, require_kind(calibration.method))
+    path = path_of(folder, calibration.augment, calibration.method)
+    if path.is_file():  # copied as bytes, with its time: a damaged fit is kept as it was, and when it was made
+        shutil.copy2(path, backup_of(path))
     write_text_file(path, json.dumps(asdict(calibration), indent=1) + "\n")  # a failed write keeps the old fit
     return path
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUG
 from .threads import use_threads
 
 if TYPE_CHECKING:
+    from .calibration import Calibration
     from .io import QueryFile
     from .known import KnownMarks
     from .scale import Cluster
@@ -49,7 +51,9 @@ def number_at_least(minimum: float, above: bool = False) -> Callable[[str], floa
     return number
 
 
-FEW_FIT_QUERIES = 100  # calibrate warns below this many fitting queries
+# calibrate refuses, without --force, a fit on fewer fitting queries: its confidences would be a few coarse steps
+# (2 fitting queries once replaced the shipped forward fit's 1,333, with 13 times its calibration error)
+MIN_FIT_QUERIES = 100
 CALIBRATE_LIMIT = 600  # calibrate's default --limit
 
 
@@ -208,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", action="store_true", help="fit nothing: judge the model's saved fit for these answers "
                    "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
                    "--dtype int8; writes nothing")
+    p.add_argument("--force", action="store_true", help=f"write the fit even where it rests on fewer than "
+                   f"{MIN_FIT_QUERIES} fitting queries (two thirds of --limit) or than the fit it replaces, or judges "
+                   "worse than that fit on its own check queries; without it such a fit is refused (the replaced file "
+                   "is kept as <file>.bak either way)")
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
@@ -626,12 +634,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibration
     from .evaluate import check_method, read_pairs
-    from .service import Predictor
+    from .service import Predictor, model_folder
 
+    if args.draft_len is not None or args.n_drafts is not None:  # fit() decodes with the method's own drafts
+        raise ValueError("calibrate decodes with each method's own drafts, which change no answer of the exact "
+                         "methods a fit is made for: leave out --draft-len and --n-drafts")
+    if args.force and args.judge:
+        raise ValueError("--judge writes nothing, so --force has nothing to force: give one of the two")
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     n_best = args.n_best or (5 if METHODS[args.method].many else 1)
     check_method(args.method, n_best)
-    calibration.require_kind(args.method)  # refused before the model loads
+    kind = calibration.require_kind(args.method)  # refused before the model loads
+    folder = model_folder(args.model)
+    path = calibration.path_of(folder, args.augment, args.method)
+    # the fit a new one replaces (for these weights), if any
+    earlier = None if args.judge else calibration.load(folder, args.augment, kind)
+    if not args.judge:  # what would refuse the fit's writing, before minutes of decoding
+        check_fit_size(len(sources), earlier, args.force)
+        check_output(path)
+        check_output(calibration.backup_of(path))
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
     warn_task_mismatch(args.src, predictor.task)
@@ -644,20 +665,47 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               f"{fitted.ece:.4f}), judged on {n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} "
               f"on the {predictor.engine} engine: expected calibration error {ece:.4f}")
         return 0
-    fitted = calibration.fit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
-                             augment=args.augment)
-    earlier = predictor.calibration_for(args.method, args.augment)
-    path = calibration.save(fitted, predictor.path)
-    replaced = (f" (it replaces a fit on {earlier.n_fit} queries, judged on {earlier.n_check} with error "
-                f"{earlier.ece:.4f})" if earlier is not None else "")
+    fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
+                                            augment=args.augment, earlier=earlier)
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
           f"fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
-          f"{fitted.ece_raw:.4f}) -> {path}{replaced}")
-    if fitted.n_fit < FEW_FIT_QUERIES:
+          f"{fitted.ece_raw:.4f})")
+    if earlier is not None:
+        print(f"the fit in the folder (fitted on {earlier.n_fit} queries, judged on {earlier.n_check} with error "
+              f"{earlier.ece:.4f}) judged on the same {fitted.n_check} queries: error {earlier_ece:.4f}")
+        if earlier_ece is not None and fitted.ece > earlier_ece and not args.force:
+            raise ValueError(f"the new fit judges worse than the fit in the folder on its own check queries "
+                             f"({fitted.ece:.4f} against {earlier_ece:.4f}), so {path} is kept; --force writes the new "
+                             "one (the earlier fit may have been fitted on some of these queries, which favours it)")
+    replaced = path.is_file()  # a fit for these weights or not: save keeps it either way
+    saved = calibration.save(fitted, predictor.path)
+    print(f"-> {saved}" + (f" (the file it replaces is kept as {calibration.backup_of(saved)})" if replaced else ""))
+    if fitted.n_fit < MIN_FIT_QUERIES:  # written with --force
         log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
                     "%d)", fitted.n_fit, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
     return 0
+
+
+def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool) -> None:
+    """Refuse, unless forced, before any decoding, a fit on fewer than MIN_FIT_QUERIES fitting queries (of n_queries,
+    calibration.check_share fit it), or on fewer than the `earlier` fit it would replace rests on: judged on a few
+    dozen check queries, a fit on 100 queries came out better than the shipped one on 1,333 by chance alone."""
+    from .calibration import check_share
+
+    n_fit = check_share(n_queries)
+    wanted = max(MIN_FIT_QUERIES, earlier.n_fit if earlier is not None else 0)
+    if n_fit >= wanted or force:
+        return
+    needed = next(n for n in itertools.count(n_queries) if check_share(n) >= wanted)
+    why = []
+    if n_fit < MIN_FIT_QUERIES:
+        why.append(f"below {MIN_FIT_QUERIES} its confidences are a few coarse steps, and every answer would get one")
+    if earlier is not None and n_fit < earlier.n_fit:
+        why.append(f"the fit it would replace rests on {earlier.n_fit}")
+    raise ValueError(f"{n_queries} validation queries would fit the calibration on {n_fit} (the rest judge it): "
+                     f"{'; '.join(why)}; give at least {needed} queries (--limit, default {CALIBRATE_LIMIT}), or "
+                     "--force to fit on these")
 
 
 def bench_methods(text: str) -> list[str]:

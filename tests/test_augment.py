@@ -230,7 +230,7 @@ def test_calibrate_with_augment_fits_its_own_file_which_only_pooled_answers_use(
     (tmp_path / "val.src").write_text("\n".join(queries) + "\n")
     (tmp_path / "val.tgt").write_text("\n".join(q.replace("C", "") or "O" for q in queries) + "\n")
     assert main(["calibrate", "--model", str(model), "--src", str(tmp_path / "val.src"), "--tgt",
-                 str(tmp_path / "val.tgt"), "--n-best", "2", "--augment", "3"]) == 0
+                 str(tmp_path / "val.tgt"), "--n-best", "2", "--augment", "3", "--force"]) == 0  # 4 fitting queries
     assert "2-best, 3 writings" in capsys.readouterr().out
     assert json.loads((model / "calibration.augment3.json").read_text())["augment"] == 3
     assert not (model / "calibration.json").exists()

@@ -65,7 +65,7 @@ def calibration_case(tmp_path) -> tuple:
 
 def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     model, files = calibration_case(tmp_path)
-    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
     assert "fitted on 4 queries, judged on 2" in capsys.readouterr().out
     saved = json.loads((model / "calibration.json").read_text())
     assert saved["method"] == "beam" and saved["n_best"] == 2
@@ -79,7 +79,7 @@ def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_wri
     model, files = calibration_case(tmp_path)
     assert main(["calibrate", *files, "--method", "spec-auto", "--judge"]) == 2  # nothing fitted yet
     assert "has no calibration for greedy answers to judge (calibration.greedy.json" in capsys.readouterr().err
-    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
     capsys.readouterr()
     saved = (model / "calibration.json").read_text()
     before = sorted(path.name for path in model.iterdir())
@@ -98,7 +98,7 @@ def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_wri
 def test_calibrate_judges_on_the_very_queries_that_judged_the_fit(tmp_path, capsys):
     """Files shifted by a line (or another --limit of the same size) were judged as if they were the fit's own."""
     model, files = calibration_case(tmp_path)
-    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
     assert json.loads((model / "calibration.json").read_text())["check_sha256"]
     lines = (tmp_path / "val.src").read_text().splitlines()
     (tmp_path / "val.src").write_text("\n".join(lines[:-1] + ["CCCOc1ccccc1"]) + "\n")  # a check query changed
@@ -110,18 +110,20 @@ def test_calibrate_judges_on_the_very_queries_that_judged_the_fit(tmp_path, caps
 def test_calibrate_refuses_a_fit_without_one_right_answer_and_says_what_it_replaces(tmp_path, capsys, caplog):
     """Targets that were not the queries' answers fitted every answer to 12%, over the model's fit, without a word."""
     model, files = calibration_case(tmp_path)
-    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
     saved = (model / "calibration.json").read_text()
     capsys.readouterr()
     targets = (tmp_path / "val.tgt").read_text()
     (tmp_path / "val.tgt").write_text("CC\n" * 6)
-    assert main(["calibrate", *files, "--n-best", "2"]) == 2
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 2
     assert "none of the answers to the 4 fitting queries is right" in capsys.readouterr().err
     assert (model / "calibration.json").read_text() == saved
     (tmp_path / "val.tgt").write_text(targets)  # the right answers again
     with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
-        assert main(["calibrate", *files, "--n-best", "2"]) == 0
-    assert "(it replaces a fit on 4 queries, judged on 2 with error" in capsys.readouterr().out
+        assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "the fit in the folder (fitted on 4 queries, judged on 2 with error" in out
+    assert f"(the file it replaces is kept as {model / 'calibration.json.bak'})" in out
     assert caplog.records[-1].getMessage() == (
         "the fit rests on 4 queries: its confidences are coarse steps (the default --limit, 600, fits on 400)")
 
@@ -130,7 +132,7 @@ def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys
     from molspec_core import calibration
 
     model, files = calibration_case(tmp_path)
-    assert main(["calibrate", "--method", "spec-auto", *files]) == 0  # one answer: n-best 1 without asking
+    assert main(["calibrate", "--method", "spec-auto", *files, "--force"]) == 0  # one answer: n-best 1 without asking
     assert "(spec-auto, 1-best)" in capsys.readouterr().out
     assert calibration.load(model, 1, "greedy").method == "spec-auto"
     assert not (model / "calibration.json").exists()
@@ -138,6 +140,60 @@ def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys
     assert " - " not in capsys.readouterr().out.splitlines()[2]
     assert main(["calibrate", "--method", "sample", *files]) == 2
     assert "sampled or lossy" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_before_decoding_a_fit_on_few_queries_a_folder_it_cannot_write_and_ignored_drafts(
+        tmp_path, capsys, monkeypatch, no_model_load):
+    """A fit on 2 queries replaced the shipped fit on 1,333 (13 times its error), told only after the fact; and a
+    folder it could not write lost the whole decode when the fit was saved."""
+    model, files = calibration_case(tmp_path)
+    expect_refused(["calibrate", *files], capsys, "6 validation queries would fit the calibration on 4 (the rest judge "
+                   "it): below 100 its confidences are a few coarse steps, and every answer would get one; give at "
+                   "least 150 queries (--limit, default 600), or --force to fit on these")
+    real_access = os.access
+    monkeypatch.setattr("molspec_core.io.os.access", lambda path, mode: str(path) != str(model) and real_access(
+        path, mode))
+    expect_refused(["calibrate", *files, "--force"], capsys, "no permission to write in the folder of")
+    expect_refused(["calibrate", *files, "--force", "--method", "spec-auto", "--draft-len", "3"], capsys,
+                   "calibrate decodes with each method's own drafts")
+    expect_refused(["calibrate", *files, "--force", "--judge"], capsys, "--judge writes nothing")
+    assert sorted(path.name for path in model.iterdir()) == sorted(p.name for p in (FIXTURES / "copy_model").iterdir())
+
+
+def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(tmp_path, capsys, monkeypatch):
+    """Every fit replaced the one before, however much worse, and kept no copy of it."""
+    monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 3)  # this case's 6 queries fit on 4, and 5 on 3
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    first = (model / "calibration.json").read_text()
+    assert not (model / "calibration.json.bak").exists()  # nothing was replaced
+    capsys.readouterr()
+    # a fit on fewer queries than the one in the folder: refused before decoding (a fit on 100 queries judged better
+    # than the shipped one on 1,333, on its 50 check queries, by chance)
+    with monkeypatch.context() as patch:
+        patch.setattr("molspec_core.service.Predictor.load", lambda *a, **k: pytest.fail("loaded before the check"))
+        expect_refused(["calibrate", *files, "--n-best", "2", "--limit", "5"], capsys, "5 validation queries would fit "
+                       "the calibration on 3 (the rest judge it): the fit it would replace rests on 4; give at least 6 "
+                       "queries")
+    # the four fitting queries' targets mostly wrong, the two check queries' right: the new fit says "rarely right"
+    # of answers its check queries get right, where the fit in the folder says "right"
+    targets = (tmp_path / "val.tgt").read_text().splitlines()
+    (tmp_path / "val.tgt").write_text("\n".join(["CC", "CC", "CC", *targets[3:]]) + "\n")
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0  # forced: written, the first fit kept
+    assert (model / "calibration.json.bak").read_text() == first and (model / "calibration.json").read_text() != first
+    worse = (model / "calibration.json").read_text()
+    (model / "calibration.json").write_text(first)
+    (model / "calibration.json.bak").unlink()
+    capsys.readouterr()
+    assert main(["calibrate", *files, "--n-best", "2"]) == 2
+    written = capsys.readouterr()
+    new_ece, old_ece = json.loads(worse)["ece"], json.loads(first)["ece"]
+    assert f"judged on the same 2 queries: error {old_ece:.4f}" in written.out and old_ece < new_ece
+    assert written.err.strip().splitlines()[-1] == (
+        f"error: the new fit judges worse than the fit in the folder on its own check queries ({new_ece:.4f} against "
+        f"{old_ece:.4f}), so {model / 'calibration.json'} is kept; --force writes the new one (the earlier fit may "
+        "have been fitted on some of these queries, which favours it)")
+    assert (model / "calibration.json").read_text() == first and not (model / "calibration.json.bak").exists()
 
 
 @pytest.mark.parametrize("query, message", [
