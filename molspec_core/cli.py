@@ -54,7 +54,7 @@ def number_at_least(minimum: float, above: bool = False) -> Callable[[str], floa
 # calibrate refuses, without --force, a fit on fewer fitting queries: its confidences would be a few coarse steps
 # (2 fitting queries once replaced the shipped forward fit's 1,333, with 13 times its calibration error)
 MIN_FIT_QUERIES = 100
-CALIBRATE_LIMIT = 600  # calibrate's default --limit
+CALIBRATE_LIMIT = 2000  # calibrate's default --limit: the whole val split prepare-data writes, as the shipped fits took
 
 
 def check_report_path(path: str, *inputs: str | None, model: str | None = None) -> Path:

@@ -125,7 +125,7 @@ def test_calibrate_refuses_a_fit_without_one_right_answer_and_says_what_it_repla
     assert "the fit in the folder (fitted on 4 queries, judged on 2 with error" in out
     assert f"(the file it replaces is kept as {model / 'calibration.json.bak'})" in out
     assert caplog.records[-1].getMessage() == (
-        "the fit rests on 4 queries: its confidences are coarse steps (the default --limit, 600, fits on 400)")
+        "the fit rests on 4 queries: its confidences are coarse steps (the default --limit, 2000, fits on 1333)")
 
 
 def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
@@ -149,7 +149,7 @@ def test_calibrate_refuses_before_decoding_a_fit_on_few_queries_a_folder_it_cann
     model, files = calibration_case(tmp_path)
     expect_refused(["calibrate", *files], capsys, "6 validation queries would fit the calibration on 4 (the rest judge "
                    "it): below 100 its confidences are a few coarse steps, and every answer would get one; give at "
-                   "least 150 queries (--limit, default 600), or --force to fit on these")
+                   "least 150 queries (--limit, default 2000), or --force to fit on these")
     real_access = os.access
     monkeypatch.setattr("molspec_core.io.os.access", lambda path, mode: str(path) != str(model) and real_access(
         path, mode))
