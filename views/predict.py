@@ -139,7 +139,8 @@ def query_inputs(task: str) -> None:
     """The SMILES form and the molecule editor. Only the form's Predict button, an example or the
     editor's Apply start inference, so typing never reruns the model."""
     ss = st.session_state
-    ss.setdefault("query_text", "")
+    # The field's text outlives a visit to another page (which forgets it): the editor below opens on it
+    common.kept_in_form("query_text", "")
     # Lazy tabs: the editor mounts only when its tab is open (mounted in a hidden tab, it drew atom labels
     # misplaced or not at all, and it cost the browser its load whether or not anyone drew).
     typed, drawn_tab, opened = st.tabs(["Type SMILES", "Draw structure", "Open file"], key="query_tab",
@@ -156,7 +157,10 @@ def query_inputs(task: str) -> None:
                               "what was read. " + common.QUERY_FILE_LIMITS)
     with typed:
         with st.form("query_form", border=False):
-            st.text_input("SMILES", key="query_text", max_chars=5000, placeholder=QUERY_PLACEHOLDER[task],
+            # Kept again here: an Apply in the editor above may have written a new query since. No max_chars:
+            # the browser drops a paste over it whole, without a word, and Predict then ran the text before it;
+            # the engine refuses an over-long query itself, saying how long it is (service.MAX_QUERY_CHARS).
+            st.text_input("SMILES", key=common.kept_in_form("query_text", ""), placeholder=QUERY_PLACEHOLDER[task],
                           help=QUERY_HELP[task])
             if st.form_submit_button("Predict", type="primary"):
                 ss["pending"] = True

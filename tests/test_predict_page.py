@@ -1,0 +1,61 @@
+"""The Predict page (views/predict.py): what a QA pass in a browser found wrong (the field emptied by
+a page switch, a long paste dropped), each pinned by a test, with Streamlit's AppTest and the tiny copy model
+through test_app.py's helpers."""
+from __future__ import annotations
+
+import test_app
+from molspec_core.service import MAX_QUERY_CHARS
+from test_app import app, assert_clean, predict, submit, texts
+
+copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
+
+
+def test_the_smiles_field_comes_back_after_another_page(copy_models, monkeypatch):
+    """Back from another page the field was empty under the error about its refused query, and Predict then said
+    "empty query": Streamlit forgets a widget's state in a run that does not draw it (common.kept_in_form)."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    predict(at, "C1CC")
+    assert "not a valid SMILES" in texts(at.error)
+    at = at.switch_page("views/batch.py").run()
+    at = at.switch_page("views/predict.py").run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "C1CC"
+    submit(at, "Predict")
+    assert "not a valid SMILES" in texts(at.error) and "empty query" not in texts(at.error)
+    predict(at, "Clc1ccncc1")  # and the last predicted query, where that was the last
+    at = at.switch_page("views/models.py").run()
+    at = at.switch_page("views/predict.py").run()
+    assert at.text_input(key="query_text").value == "Clc1ccncc1"
+
+
+def test_a_query_longer_than_the_field_once_took_reaches_the_engine_and_is_refused_by_length(copy_models,
+                                                                                             monkeypatch):
+    """The field took at most 5,000 characters and dropped a longer paste whole, without a word; Predict then
+    predicted the text that was there before. Now the engine's own limit speaks."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    long = "C" * 5200
+    predict(at, long)
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == long
+    assert f"query is 5200 characters long; the limit is {MAX_QUERY_CHARS}" in texts(at.error)
+    assert at.session_state["shown"].result.query == "Oc1ccncc1"  # the answers below are the last good query's
+    assert "Below: the last successful prediction." in texts(at.caption)
+
+
+def test_a_drawn_query_comes_back_after_another_page(copy_models, monkeypatch):
+    """The editor's Apply writes the field during the run, after the field's value was saved for the next page
+    switch: it came back with the query typed before the drawing."""
+    import streamlit_ketcher
+
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher", lambda molecule, **kwargs: "Clc1ccncc1")  # drawn, applied
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    at.session_state["query_tab"] = "Draw structure"
+    at.run()
+    assert at.session_state["shown"].result.query == "Clc1ccncc1"  # the drawing was predicted
+    at = at.switch_page("views/batch.py").run()
+    at = at.switch_page("views/predict.py").run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "Clc1ccncc1"
