@@ -1,7 +1,13 @@
 """The Predict page (views/predict.py): what a QA pass in a browser found wrong (the field emptied by
-a page switch, a long paste dropped), each pinned by a test, with Streamlit's AppTest and the tiny copy model
-through test_app.py's helpers."""
+a page switch, a long paste dropped, a recorded reaction's exports), each pinned by a test, with Streamlit's AppTest
+and the tiny copy model through test_app.py's helpers."""
 from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import streamlit as st
 
 import test_app
 from molspec_core.service import MAX_QUERY_CHARS
@@ -42,6 +48,35 @@ def test_a_query_longer_than_the_field_once_took_reaches_the_engine_and_is_refus
     assert f"query is 5200 characters long; the limit is {MAX_QUERY_CHARS}" in texts(at.error)
     assert at.session_state["shown"].result.query == "Oc1ccncc1"  # the answers below are the last good query's
     assert "Below: the last successful prediction." in texts(at.caption)
+
+
+def test_a_recorded_reactions_exports_keep_it_as_typed(copy_models, monkeypatch):
+    """The Predict page's CSV had the recorded reaction's reactants in `query` and its product only canonical; the
+    Batch page keeps the reaction as written in `recorded_reaction`, and so do this page's exports now."""
+    offered: dict[str, object] = {}
+    real = st.download_button
+
+    def download_button(label, data, *args, **kwargs):
+        offered[label] = data
+        return real(label, data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", download_button)  # what the page offers, read as it offers it
+    config = copy_models / "forward" / "config.json"  # the copy model, dressed as a forward model: it reads 'A>>'
+    config.write_text(json.dumps({**json.loads(config.read_text()), "task": "forward"}))
+    typed = " Oc1ccncc1>>OC1=CC=NC=C1 "  # spaces, and the product in another writing
+    at = app(copy_models, monkeypatch).run()
+    predict(at, typed)
+    assert_clean(at)
+    table = pd.read_csv(io.BytesIO(offered["Download answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert list(table.columns[:3]) == ["recorded_products", "recorded_reaction", "row"]
+    assert set(table["recorded_reaction"]) == {typed} and set(table["recorded_products"]) == {"Oc1ccncc1"}
+    workbook = pd.read_excel(io.BytesIO(offered["Download answers (Excel)"]()), dtype=str)
+    assert set(workbook["recorded_reaction"]) == {typed}
+    predict(at, "Clc1ccncc1")  # the session's file too: the typed reaction, empty for a plain query
+    exported = pd.read_csv(io.BytesIO(offered["Download all answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert exported.drop_duplicates("row")["recorded_reaction"].tolist() == [typed, ""]
+    predict(at, "Oc1ccncc1")  # a plain query: no such column
+    assert "recorded_reaction" not in pd.read_csv(io.BytesIO(offered["Download answers (CSV)"])).columns
 
 
 def test_a_drawn_query_comes_back_after_another_page(copy_models, monkeypatch):

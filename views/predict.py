@@ -17,7 +17,8 @@ from streamlit_ketcher import st_ketcher
 from molspec_core import depict
 from molspec_core.chem import canonical_or_none, main_molecule, unread_stereo_groups
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
-from molspec_core.known import KnownMarks, known_rank, recorded_column, recorded_reaction, recorded_side
+from molspec_core.known import (REACTION_COLUMN, KnownMarks, known_rank, recorded_column, recorded_reaction,
+                                recorded_side)
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
@@ -468,24 +469,29 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 # ---- export -----------------------------------------------------------------------------------
 
 
-def answer_table(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[list[str], list[list[object]]]:
+def answer_table(result: QueryResult, known: tuple[str, str] | None = None,
+                 written: str = "") -> tuple[list[str], list[list[object]]]:
     """The answers as the Batch page (and `molspec predict`) exports one query: its header and rows. With a known
     answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the Batch page
-    exports a file of recorded reactions."""
+    exports a file of recorded reactions; `written`, a recorded reaction as typed (typed_reaction), follows it in
+    REACTION_COLUMN, as there."""
     if not known:
         return output_header(()), list(result_rows(1, (), result))
-    return known_marked(known[0], result_rows(1, known[1:], result))
+    if written:
+        return known_marked((known[0], REACTION_COLUMN), result_rows(1, (known[1], written), result))
+    return known_marked(known[:1], result_rows(1, known[1:], result))
 
 
-def known_marked(name: str, rows: Iterable[list[object]]) -> tuple[list[str], list[list[object]]]:
-    """Rows whose first cell is a known answer (column `name`, then output_header's), with `matches_known` added."""
-    marks = KnownMarks(output_header((name,)), 0, name)
+def known_marked(names: tuple[str, ...], rows: Iterable[list[object]]) -> tuple[list[str], list[list[object]]]:
+    """Rows whose first cells are `names`' (the known answer first), then output_header's, with `matches_known`
+    added."""
+    marks = KnownMarks(output_header(names), 0, names[0])
     return marks.header, list(marks.rows(rows))
 
 
-def answer_exports(result: QueryResult, known: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
+def answer_exports(result: QueryResult, known: tuple[str, str] | None = None, written: str = "") -> tuple[bytes, bytes]:
     """answer_table as CSV and SD file, row for row."""
-    header, rows = answer_table(result, known)
+    header, rows = answer_table(result, known, written)
     return csv_bytes(header, rows), sd_bytes(header, rows)
 
 
@@ -499,9 +505,16 @@ def known_column(shown: Shown) -> tuple[str, str] | None:
     return (recorded_column(task) if shown.recorded else f"textbook_{recorded_side(task)}"), known
 
 
+def typed_reaction(shown: Shown) -> str:
+    """A recorded reaction as the user typed it, for the exports ("" for any other query): the query column holds
+    only what the model read, and the recorded outcome only canonical, so the typed text was lost (the Batch page
+    keeps it in REACTION_COLUMN)."""
+    return shown.typed if shown.recorded else ""
+
+
 def show_exports(shown: Shown) -> None:
-    known = known_column(shown)
-    csv, sdf = answer_exports(shown.result, known)
+    known, written = known_column(shown), typed_reaction(shown)
+    csv, sdf = answer_exports(shown.result, known, written)
     with st.container(horizontal=True):
         st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
                            icon=":material/download:")
@@ -509,7 +522,8 @@ def show_exports(shown: Shown) -> None:
                            mime="chemical/x-mdl-sdfile", icon=":material/download:",
                            help="A record per answer, with 2D coordinates and the CSV's columns as fields "
                                 "(an unreadable answer keeps its fields without atoms).")
-        st.download_button("Download answers (Excel)", lambda: workbook_bytes(*answer_table(shown.result, known)),
+        st.download_button("Download answers (Excel)",
+                           lambda: workbook_bytes(*answer_table(shown.result, known, written)),
                            file_name="molspec-answers.xlsx", mime=common.WORKBOOK_MIME, icon=":material/download:",
                            on_click="ignore", help=common.WORKBOOK_HELP)
 
@@ -683,15 +697,19 @@ def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[li
     """Every answer of the listed predictions, oldest first, in the Batch page's columns: its header and rows;
     `row` is the prediction's number in the list. Where any has a known answer (known_column: recorded with
     it, or its textbook example's), that column leads, empty for the others, and `matches_known` ends each
-    row, as in answer_table; named as there, or known_<side> where the entries' names differ."""
+    row, as in answer_table; named as there, or known_<side> where the entries' names differ. Where any is a
+    recorded reaction, REACTION_COLUMN follows, each reaction as typed (typed_reaction)."""
     oldest = list(reversed(entries))
     knowns = [known_column(s) for _, s in oldest]
     names = {k[0] for k in knowns if k}
     if not names:
         return output_header(()), [r for n, s in oldest for r in result_rows(n, (), s.result)]
     name = names.pop() if len(names) == 1 else f"known_{recorded_side(oldest[0][1].settings.task)}"
-    rows = (r for (n, s), k in zip(oldest, knowns) for r in result_rows(n, (k[1] if k else "",), s.result))
-    return known_marked(name, rows)
+    written = [typed_reaction(s) for _, s in oldest]
+    columns = (name, REACTION_COLUMN) if any(written) else (name,)
+    rows = (r for (n, s), k, w in zip(oldest, knowns, written)
+            for r in result_rows(n, ((k[1] if k else ""), w)[:len(columns)], s.result))
+    return known_marked(columns, rows)
 
 
 def show_history(task: str) -> None:
