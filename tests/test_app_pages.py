@@ -52,7 +52,7 @@ def test_a_saved_run_of_one_query_says_so_and_names_its_oracle_bounds_in_words(c
     at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     captions = texts(at.caption)
-    assert captions.count("| 1 query · task ") == 1 and "1 queries" not in captions
+    assert captions.count("| 1 query: query set not recorded · task ") == 1 and "1 queries" not in captions
     assert "Speculative, lookup drafts " in captions and "best query window of up to 16 tokens " in captions
     assert "best-window" not in captions
 

@@ -11,13 +11,14 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from molspec_core.bench import TOKENS_COUNTED, run_bench
+from molspec_core.bench import TOKENS_COUNTED, beam_like, run_bench
 from molspec_core.methods import METHODS, PEERS
 from views import common
 
@@ -55,16 +56,15 @@ def load_reports(folder: Path) -> tuple[dict[str, dict], list[str]]:
 
 
 def with_display_fields(report: dict) -> dict:
-    """Greedy-family methods are measured against greedy, beam-family ones against beam search (and,
-    where the run timed it, CTranslate2 float32 of the same family): give every entry one `speedup`,
-    one `speedup_ct2` and one `identical` field for the charts and the table."""
+    """A run times CTranslate2 greedy or beam search, not both: give every entry one `speedup_ct2` and one
+    `speedup_ct2_int8` field, whichever family it is (the ratios against our own references stay apart: greedy,
+    plain sampling and beam search are three baselines). Beam search's tokens per call is left out of reports
+    that counted every live beam's token."""
     for name, entry in report["methods"].items():
         if report.get("tokens_counted") != TOKENS_COUNTED and name in METHODS and METHODS[name].family == "beam":
             entry["tokens_per_call"] = None  # every live beam's token, not comparable with the others' (bench.py)
-        entry["speedup"] = entry.get("speedup_vs_greedy", entry.get("speedup_vs_beam"))
         entry["speedup_ct2"] = entry.get("speedup_vs_ct2_greedy", entry.get("speedup_vs_ct2_beam"))
         entry["speedup_ct2_int8"] = entry.get("speedup_vs_ct2_int8_greedy", entry.get("speedup_vs_ct2_int8_beam"))
-        entry["identical"] = entry.get("identical_to_greedy", entry.get("identical_to_beam"))
     return report
 
 
@@ -77,27 +77,196 @@ def headline_first(reports: dict[str, dict]) -> list[str]:
     return sorted(reports, key=lambda name: (not has_peer(reports[name]), bool(reports[name].get("sweep")), name))
 
 
-def headline(report: dict) -> str | None:
-    """One plain sentence: our fastest lossless method against CTranslate2 float32 of its family."""
-    ours = [(m.get("speedup_ct2"), name) for name, m in report["methods"].items()
-            if name in METHODS and METHODS[name].lossless and m.get("speedup_ct2")]
-    if not ours:
+# ---- what a report records, in words -----------------------------------------------------------------
+
+DATASETS = {"uspto_mit": "USPTO-MIT", "uspto50k": "USPTO-50K"}  # as the bench's --src and --index paths name them
+UNNAMED_MACHINES = {"", "x86_64", "amd64", "aarch64", "arm64"}  # platform.machine(): an architecture, not a model
+INSTRUCTION_SETS = ("AMX", "AVX-512", "AVX2")  # the best one a CPU's name lists tells its runs apart
+
+
+def query_set(report: dict) -> str:
+    """Which queries a run timed, from the paths it records: "USPTO-MIT test, the first 200 of the 500-query
+    sample (uspto_mit_test_500.idx)"."""
+    if report.get("query_set"):  # a live run says it itself
+        return str(report["query_set"])
+    index = str(report.get("index") or report.get("quick_set") or "")
+    where = f"{report.get('src') or ''} {index}"
+    data = next((name for key, name in DATASETS.items() if key in where), None)
+    if data is None:
+        return "query set not recorded"
+    data += " test" if "test" in where else ""
+    sample = re.search(r"_(\d+)\.idx$", index)
+    n = report.get("limit")
+    if sample is None:
+        return f"{data}, the first {n}" if n else data
+    if not n or int(n) >= int(sample[1]):
+        return f"{data}, the {sample[1]}-query sample ({Path(index).name})"
+    return f"{data}, the first {n} of the {sample[1]}-query sample ({Path(index).name})"
+
+
+def machine(report: dict) -> str:
+    """The processor a run timed on, or that the report does not name it (early reports kept only x86_64)."""
+    name = str(report.get("device_name") or "")
+    if name.lower() in UNNAMED_MACHINES:
+        device = str(report.get("device", "cpu"))
+        return f"{'CPU' if device == 'cpu' else device} model not recorded" + (f" ({name})" if name else "")
+    return name
+
+
+def machine_short(report: dict) -> str:
+    """A few words that tell the saved runs' machines apart: "Intel Xeon AMX", "AMD EPYC AVX2", "NVIDIA H100"."""
+    name = str(report.get("device_name") or "").replace("(R)", "")
+    if name.lower() in UNNAMED_MACHINES:
+        return "CPU not recorded" if report.get("device", "cpu") == "cpu" else "device not recorded"
+    best = next((isa for isa in INSTRUCTION_SETS if isa in name), None)
+    return " ".join(name.split()[:2] + ([best] if best else []))
+
+
+def _beam_like(method: str) -> bool:
+    base = method.partition("@")[0]
+    return (base in METHODS or base in PEERS) and beam_like(base)
+
+
+def beam_width(report: dict) -> int | None:
+    """The run's beam width: recorded by a live run; in a saved one its beam methods' deepest top-k, which bench
+    counts up to the width (run_bench's k_max). None where it has no beam method or no references."""
+    if report.get("n_best"):
+        return int(report["n_best"])
+    depths = [int(key[3:]) for name, entry in report["methods"].items() if _beam_like(name)
+              for key in entry if re.fullmatch(r"top\d+", key)]
+    return max(depths, default=None)
+
+
+def drafts_text(entry: dict) -> str | None:
+    """A method's drafts a call: "6 tokens", "4 × 16 tokens" (4 drafts); None for a method that drafts nothing."""
+    drafts = entry.get("drafts") or {}
+    length, count = drafts.get("draft_len") or 0, drafts.get("n_drafts") or 1
+    if not length:
         return None
+    tokens = common.counted(length, "token")
+    return f"{count} × {tokens}" if count > 1 else tokens
+
+
+def _draft_lengths(report: dict) -> list[int]:
+    """The draft lengths a run's methods used, each once, smallest first."""
+    return sorted({(entry.get("drafts") or {}).get("draft_len") or 0 for entry in report["methods"].values()} - {0})
+
+
+def _repo_path(path: str) -> str:
+    """A draft model's folder as the repository names it: "/work/main/models/retro/draft" -> "models/retro/draft"."""
+    inside = re.search(r"(?:^|/)((?:models|runs)/.+)$", path)
+    return inside[1] if inside else path
+
+
+def method_names(report: dict) -> dict[str, str]:
+    """Each method's name for people. A second draft model's column ("spec-sample-draft@new") is named by the
+    draft model the report records; where two columns ran the same model, they are numbered."""
+    draft_models = report.get("draft_models") or {}
+    names = {}
+    for method in report["methods"]:
+        if method in draft_models:
+            names[method] = f"{common.method_label(method.partition('@')[0])} ({_repo_path(draft_models[method])})"
+        else:
+            names[method] = common.method_label(method)
+    counts = Counter(names.values())
+    seen: Counter[str] = Counter()
+    for method, name in names.items():
+        if counts[name] > 1:
+            seen[name] += 1
+            names[method] = f"{name} #{seen[name]}"
+    return names
+
+
+def peer_family(report: dict) -> str:
+    """What the CTranslate2 peer ran: beam search or greedy (a run times one of them)."""
+    beam = any(key in entry for entry in report["methods"].values()
+               for key in ("speedup_vs_ct2_beam", "speedup_vs_ct2_int8_beam"))
+    return "beam search" if beam or any(_beam_like(name) for name in report["methods"] if name in PEERS) else "greedy"
+
+
+def what_ran(report: dict) -> list[str]:
+    """The facts that tell one run from another: its queries, task, beam width, drafts and writings."""
+    facts = [f"{_count(report.get('n_queries', '?'), 'query', 'queries')}: {query_set(report)}",
+             f"task {report.get('task', '?')}"]
+    if any(_beam_like(name) for name in report["methods"]):
+        width = beam_width(report)
+        facts.append(f"beam width {width}" if width else "beam width not recorded")
+    lengths = _draft_lengths(report)
+    if lengths:
+        facts.append(f"drafts of {common.counted(lengths[0], 'token')} a call" if len(lengths) == 1 else
+                     f"drafts of {lengths[0]} to {lengths[-1]} tokens a call (per method: the table)")
+    writings = int(report.get("augment") or 1)  # run_bench reads one writing of each query
+    facts.append(f"each query read in {'1 writing' if writings == 1 else f'{writings} writings'}")
+    return facts
+
+
+def report_title(report: dict) -> str:
+    """A saved run's name in the picker, most telling first: "forward · beam 5 vs CTranslate2 · int8 · Intel Xeon
+    AMX · 1 thread · batch 1 · 200 queries"."""
+    if report.get("sweep"):
+        sweep = report["sweep"]
+        what = f"sweep of {common.method_label(str(sweep['method']))} over {sweep['knob']}"
+    else:
+        width = beam_width(report)
+        beam = f"beam {width}" if width else "beam"
+        families = [beam if _beam_like(name) else METHODS[name.partition("@")[0]].family
+                    for name in report["methods"] if name.partition("@")[0] in METHODS]
+        families = list(dict.fromkeys(families))  # their first order, each once
+        if has_peer(report):
+            what = f"{beam if peer_family(report) == 'beam search' else 'greedy'} vs CTranslate2"
+        elif report.get("draft_models"):
+            lengths = _draft_lengths(report)
+            what = "draft models" + (f", drafts of {lengths[0]}" if len(lengths) == 1 else "")
+        else:
+            what = " and ".join(families)
+    batch = f"batch {report.get('batch_size', '?')}"
+    batch += " by length" if report.get("batch_order") == "by length" else ""
+    return " · ".join([str(report.get("task", "?")), what, str(report.get("dtype", "float32")), machine_short(report),
+                       _threads(report.get("threads", "?")), batch,
+                       _count(report.get("n_queries", "?"), "query", "queries")])
+
+
+def report_titles(reports: dict[str, dict]) -> dict[str, str]:
+    """{file name: title}; runs whose titles would be the same carry their file name too."""
+    titles = {name: report_title(report) for name, report in reports.items()}
+    counts = Counter(titles.values())
+    return {name: f"{title} · {name}" if counts[title] > 1 else title for name, title in titles.items()}
+
+
+def headline(report: dict) -> str | None:
+    """One plain sentence on our fastest lossless method against CTranslate2 of its family, leading with the
+    like-for-like comparison: int8 against CTranslate2 int8 where the run computes in int8, float32 against float32
+    otherwise; the other arithmetic's ratio follows, named as such."""
+    int8 = report.get("dtype") == "int8"
+    keys = ("speedup_ct2_int8", "speedup_ct2") if int8 else ("speedup_ct2", "speedup_ct2_int8")
+    lossless = {name: m for name, m in report["methods"].items() if name in METHODS and METHODS[name].lossless}
+    key = next((k for k in keys if any(m.get(k) for m in lossless.values())), None)
+    if key is None:
+        return None
+    ours = [(m[key], name) for name, m in lossless.items() if m.get(key)]
     ratio, name = max(ours)
-    lead = "Our fastest exact method here" if len(ours) > 1 else "Our exact method here"  # one method is no "fastest"
-    family = "beam search" if "speedup_vs_ct2_beam" in report["methods"][name] else "greedy"
+    lead = "our fastest exact method here" if len(ours) > 1 else "our exact method here"  # one method is no "fastest"
+    family = peer_family(report)
+    width = beam_width(report) if family == "beam search" else None
+    how = f"{f'beam width {width}; ' if width else ''}total time, same queries, interleaved"
+    label = method_names(report)[name]
 
     def verdict(value: float) -> str:
         return f"{value:.2f}x as fast as" if value >= 1 else f"{1 / value:.2f}x slower than"
 
-    sentence = (f"{lead}, {common.method_label(name)}, is {verdict(ratio)} CTranslate2 float32 {family} "
-                "(total time, same queries, interleaved).")
-    int8_ratio = report["methods"][name].get("speedup_ct2_int8")
-    if report.get("dtype") == "int8" and int8_ratio:  # like against like: int8 beside int8
-        sentence += (f" This run computes in int8, as CTranslate2 int8 does: {verdict(int8_ratio)} CTranslate2 int8 "
-                     f"{family} (int8 answers may differ from float32's: see the model cards).")
-    elif int8_ratio and int8_ratio < 1:  # the chart beside it shows a faster bar: the sentence says so too
-        sentence += (f" CTranslate2 int8 {family} is faster still: this float32 run is {verdict(int8_ratio)} it (our "
+    other = report["methods"][name].get(keys[1] if key == keys[0] else keys[0])
+    if int8 and key == "speedup_ct2_int8":  # like against like: int8 beside int8, then float32 named as the other
+        sentence = (f"This run computes in int8, as CTranslate2 int8 does: {lead}, {label}, is {verdict(ratio)} "
+                    f"CTranslate2 int8 {family} ({how}).")
+        if other:
+            sentence += (f" Against float32 arithmetic, not like for like, it is {verdict(other)} CTranslate2 float32 "
+                         f"{family} (int8 answers may differ from float32's: see the model cards).")
+        return sentence
+    arithmetic = "int8 against float32 arithmetic, " if int8 else ""  # an int8 run without an int8 peer timed
+    sentence = (f"{lead[0].upper()}{lead[1:]}, {label}, is {verdict(ratio)} CTranslate2 float32 {family} "
+                f"({arithmetic}{how}).")
+    if not int8 and other and other < 1:  # the chart beside it shows a faster bar: the sentence says so too
+        sentence += (f" CTranslate2 int8 {family} is faster still: this float32 run is {verdict(other)} it (our "
                      "int8 arithmetic, the app's default on a CPU, is the like-for-like comparison: the README).")
     return sentence
 
@@ -122,46 +291,77 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
         bar.progress(done / total, text=f"Benchmarked {done} of {_count(total, 'query', 'queries')}")
 
     targets = [target for _, target in pairs]
+    width = cfg.n_best if cfg.n_best > 1 else 5
     try:
         report = run_bench(predictor, [query for query, _ in pairs], targets if all(targets) else None, list(methods),
-                           n_best=cfg.n_best if cfg.n_best > 1 else 5, draft_len=cfg.draft_len,
-                           n_drafts=cfg.n_drafts, warmup=1, progress=False, sampling=cfg.sampling,
-                           on_progress=advance)
+                           n_best=width, draft_len=cfg.draft_len, n_drafts=cfg.n_drafts, warmup=1, progress=False,
+                           sampling=cfg.sampling, on_progress=advance)
     finally:  # a refused or failed run's error stands alone, without an empty bar above it
         bar.empty()
-    report["live"] = True
+    # What the page knows and run_bench does not record: the beam width, the queries, one writing of each
+    report.update(live=True, n_best=width, augment=1,
+                  query_set=f"the first {len(pairs)} of the app's textbook examples this model can read")
     return with_display_fields(report)
 
 
-# ---- charts -----------------------------------------------------------------------------------
+# ---- charts and table: one rounding for both -------------------------------------------------------
 
 
-def chart_label(method: str) -> str:
+def share_text(share: float) -> str:
+    """A share of queries in percent to one decimal where it has one (200 queries go in steps of 0.5%: "78.5%",
+    "26%"), never an impossible 100% or 0%: 199 of 200 valid is 99.5%, where a whole percent showed "100%" beside
+    the table's 0.99."""
+    shown = f"{share:.1%}"
+    if shown == "100.0%" and share < 1:
+        return ">99.9%"
+    if shown == "0.0%" and share > 0:
+        return "<0.1%"
+    return shown.replace(".0%", "%")
+
+
+def value_text(value: object, unit: str) -> str:
+    """A chart's or the table's figure: "share" in percent, "count" whole, "text" as it is, others to 2 decimals;
+    "–" for none."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    if unit == "share":
+        return share_text(float(value))
+    if unit == "count":
+        return f"{int(value):,}"
+    return str(value) if unit == "text" else f"{float(value):.2f}"
+
+
+def chart_label(name: str) -> str:
     """A method's name for a chart axis, escaped (Plotly reads a few HTML tags) and wrapped in two lines."""
-    return html.escape(common.method_label(method)).replace(", ", ",<br>").replace(" (", "<br>(")
+    return html.escape(name).replace(", ", ",<br>").replace(" (", "<br>(")
 
 
 NARROW_BARS = 9  # bars in one chart beyond which their value labels stand on end
+LABEL_CHARS = 40  # nor upright where bars x their longest label pass this: a chart is 358 px wide on a 390 px phone
 
 
 def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent: bool = False) -> go.Figure | None:
-    """Grouped bars, one group per method. Titles are short (a chart gets half the page's width)."""
-    names = list(report["methods"])
+    """Grouped bars, one group per method and one series per field. Titles are short (a chart may get half the
+    page's width). The legend always shows: it says what each bar is measured against."""
+    names, labels = list(report["methods"]), method_names(report)
     series = {label: [report["methods"][n].get(field) for n in names] for field, label in fields.items()}
     series = {label: values for label, values in series.items() if any(v is not None for v in values)}
     if not series:
         return None
+    texts = {label: [value_text(v, "share" if percent else "ratio") if v is not None else "" for v in values]
+             for label, values in series.items()}
     # In half the page's width a bar is about 20 px wide once there are a dozen: upright labels of
-    # neighbouring bars ran into each other ("1.291.30"), so then they stand on end.
-    upright = len(names) * len(series) <= NARROW_BARS
+    # neighbouring bars ran into each other ("1.291.30", on a phone "100%99.5%"), so then they stand on end.
+    bars, longest = len(names) * len(series), max(len(t) for text in texts.values() for t in text)
+    upright = bars <= NARROW_BARS and bars * longest <= LABEL_CHARS
     figure = go.Figure()
     for label, values in series.items():
-        text = [("" if v is None else f"{v:.0%}" if percent else f"{v:.2f}") for v in values]
-        figure.add_bar(x=[chart_label(n) for n in names], y=values, name=label, text=text,
+        figure.add_bar(x=[chart_label(labels[n]) for n in names], y=values, name=label, text=texts[label],
                        textposition="outside", textangle=0 if upright else -90, textfont={"size": 11},
                        constraintext="none", cliponaxis=False)
     figure.update_layout(title={"text": title, "font": {"size": 15}}, yaxis_title=yaxis, height=400,
-                         barmode="group", margin={"t": 50, "b": 10}, legend={"orientation": "h", "y": -0.35})
+                         barmode="group", margin={"t": 50, "b": 10}, showlegend=True,
+                         legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"})
     figure.update_xaxes(tickangle=-35, tickfont={"size": 11}, automargin=True)
     top = max(v for values in series.values() for v in values if v is not None)
     if percent:
@@ -171,19 +371,36 @@ def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent:
     return figure
 
 
+def speed_step(top: float) -> float | None:
+    """A tick step for the speedup axis that puts a grid line at 1 (as fast as the reference); None: too tall."""
+    return next((step for step, most in ((0.25, 6), (0.5, 8), (1.0, 12)) if top / step <= most), None)
+
+
+def speedup_fields(report: dict) -> dict[str, str]:
+    """The speedup chart's series, each against one reference: our greedy for the greedy family, plain sampling for
+    the sampling methods, our beam search for the beam family, and CTranslate2 of the run's family."""
+    peer, width = peer_family(report), beam_width(report)
+    beam = f"our beam search (width {width})" if width else "our beam search"
+    return {"speedup_vs_greedy": "vs our greedy", "speedup_vs_sample": "vs our plain sampling",
+            "speedup_vs_beam": f"vs {beam}", "speedup_ct2": f"vs CTranslate2 float32 {peer}",
+            "speedup_ct2_int8": f"vs CTranslate2 int8 {peer}"}
+
+
 def figures(report: dict) -> list[go.Figure]:
-    speedup = _bars(report, {"speedup_ct2": "vs CTranslate2 float32", "speedup_ct2_int8": "vs CTranslate2 int8",
-                             "speedup": "vs our cached greedy / beam"},
-                    "Speedup (total time)", "speedup (×)")
-    if speedup is not None:
-        speedup.add_hline(y=1, line_dash="dot", line_color="#888", layer="below")  # under the bars' labels
+    speedup = _bars(report, speedup_fields(report), "Speedup (total time)", "speedup (×, 1 = as fast)")
+    if speedup is not None:  # a grid line at 1 marks "as fast"; a dotted line of its own crossed the bars' labels
+        top = max(y for bar in speedup.data for y in bar.y if y is not None)
+        step = speed_step(top)
+        if step:
+            speedup.update_yaxes(tick0=0, dtick=step)
     charts = [
         speedup,
-        _bars(report, {"top1": "top-1 accuracy", "identical": "identical to greedy / beam", "validity": "valid SMILES"},
+        _bars(report, {"top1": "top-1 accuracy", "identical_to_greedy": "identical to our greedy",
+                       "identical_to_beam": "identical to our beam search", "validity": "valid SMILES"},
               "Accuracy and agreement", "share of queries", percent=True),
         _bars(report, {"median_ms": "median", "p90_ms": "p90"}, "Latency per query", "ms"),
         _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call",
-                       "expected_tokens_per_call": "(1 − α^(γ+1)) / (1 − α)"},
+                       "expected_tokens_per_call": "expected from the acceptance rate"},
               "Tokens per model call", "tokens"),
     ]
     if report.get("sweep"):
@@ -212,29 +429,67 @@ def sweep_figure(sweep: dict) -> go.Figure:
     return figure
 
 
-# The table's columns: the speed ratios and the answers' quality first, the call counts last (at 1,400 px the last
-# columns need a sideways scroll; the ratio against CTranslate2 is the figure a reader comes for). (column, key, help)
-COLUMNS = (("speedup", "speedup", "total time of our cached greedy (or beam) / this method's, on the same queries"),
-           ("vs CT2", "speedup_ct2", "CTranslate2 float32's total time / this method's (above 1: faster than it)"),
-           ("vs CT2 int8", "speedup_ct2_int8", "CTranslate2 int8's total time / this method's"),
-           ("identical", "identical", "share of queries answered token for token as our cached greedy answers (beam "
-                                       "methods: the whole ranked list as our beam search's; CTranslate2's beam search "
-                                       "stops once as many answers as its width have finished, so its lower ranks "
-                                       "may differ)"),
-           ("top-1", "top1", "share of first answers that are the reference product"),
-           ("valid", "validity", "share of first answers that are valid SMILES"),
-           ("median ms", "median_ms", "median time of one query (one batch at batch size > 1)"),
-           ("p90 ms", "p90_ms", "90th percentile time of one query"),
-           ("total s", "total_s", "all queries, in seconds"),
-           ("model calls", "model_calls", "decoder calls, all queries"),
-           ("tokens/call", "tokens_per_call", "output tokens per decoder call (n-best methods: the longest answer's)"),
-           ("accepted/call", "accepted_per_call", "draft tokens accepted per call"))
+def sweep_table(sweep: dict) -> pd.DataFrame:
+    """The sweep chart's points in words, rounded as the chart's axes and the table below read."""
+    knob = str(sweep["knob"])
+    return pd.DataFrame([{knob: str(p.get(knob)), "top-1": value_text(p.get("top1"), "share"),
+                          "valid": value_text(p.get("validity"), "share"),
+                          "speedup vs greedy": value_text(p.get("speedup_vs_greedy"), "ratio")}
+                         for p in sweep["points"]])
+
+
+# The table's columns, which hold every figure the charts show: the ratios against CTranslate2 first (the figure a
+# reader comes for), then against our own references, the answers' quality, times, and the call counts last (at
+# 1,400 px the last columns may need a sideways scroll). (column, key, unit, meaning)
+COLUMNS = (("vs CTranslate2 float32", "speedup_ct2", "ratio", "CTranslate2 float32's total time / this method's, on "
+                                                               "the same queries (above 1: faster than it)"),
+           ("vs CTranslate2 int8", "speedup_ct2_int8", "ratio", "CTranslate2 int8's total time / this method's"),
+           ("vs greedy", "speedup_vs_greedy", "ratio", "our cached greedy's total time / this method's (greedy-family "
+                                                       "methods)"),
+           ("vs sampling", "speedup_vs_sample", "ratio", "plain sampling's total time / this method's (sampling "
+                                                         "methods)"),
+           ("vs beam", "speedup_vs_beam", "ratio", "our beam search's total time / this method's (beam-family "
+                                                   "methods, at the run's beam width)"),
+           ("identical to greedy", "identical_to_greedy", "share", "share of queries answered token for token as our "
+                                                                   "cached greedy answers them"),
+           ("identical to beam", "identical_to_beam", "share", "share of queries whose whole ranked list is our beam "
+                                                               "search's (CTranslate2's beam search stops once as "
+                                                               "many answers as its width have finished, so its "
+                                                               "lower ranks may differ)"),
+           ("top-1", "top1", "share", "share of first answers that are the reference answer"),
+           ("valid", "validity", "share", "share of first answers that are valid SMILES"),
+           ("median ms", "median_ms", "ratio", "median time of one query (one batch at batch size > 1)"),
+           ("p90 ms", "p90_ms", "ratio", "90th percentile time of one query"),
+           ("total s", "total_s", "ratio", "all queries, in seconds"),
+           ("model calls", "model_calls", "count", "decoder calls, all queries"),
+           ("drafts", "drafts", "text", "tokens drafted a call (drafts × tokens where it proposes several)"),
+           ("tokens/call", "tokens_per_call", "ratio", "output tokens per decoder call (n-best methods: the longest "
+                                                       "answer's)"),
+           ("accepted/call", "accepted_per_call", "ratio", "draft tokens accepted per call"),
+           ("expected/call", "expected_tokens_per_call", "ratio", "tokens a call expected from the acceptance rate: "
+                                                                  "(1 − α^(γ+1)) / (1 − α), where α is the share of "
+                                                                  "drafted tokens accepted and γ the tokens drafted "
+                                                                  "a call"))
 
 
 def table(report: dict) -> pd.DataFrame:
-    rows = [{"method": common.method_label(name), **{column: m.get(key) for column, key, _ in COLUMNS}}
+    """The run's figures, one row per method, unrounded."""
+    names = method_names(report)
+    rows = [{"method": names[name], **{column: drafts_text(m) if key == "drafts" else m.get(key)
+                                       for column, key, _, _ in COLUMNS}}
             for name, m in report["methods"].items()]
     return pd.DataFrame(rows)
+
+
+def shown_table(report: dict) -> pd.DataFrame:
+    """The table as the page shows it: each figure rounded as the charts round it, the columns no method has left
+    out. Text, so a screen reader reads what the screen shows ("78.5%", not 0.785)."""
+    numbers = table(report)
+    shown = {"method": numbers["method"].tolist()}
+    for column, _, unit, _ in COLUMNS:
+        if numbers[column].notna().any():
+            shown[column] = [value_text(v, unit) for v in numbers[column]]
+    return pd.DataFrame(shown)
 
 
 def _count(n: object, one: str, many: str) -> str:
@@ -253,28 +508,48 @@ def oracle_label(key: str) -> str:
     return f"best query window of up to {window[1]} tokens" if window else common.method_label(key)
 
 
-def show_report(report: dict, key: str) -> None:
+def where_ran(report: dict) -> list[str]:
+    """The facts of the machine and the engine a run timed on."""
     engine = f"engine {report.get('engine', 'torch')}"
     if report.get("dtype", "float32") != "float32":
         engine += f" in {report['dtype']}"
     if report.get("products"):
         engine += f" ({report['products']} products)"
-    facts = [_count(report.get("n_queries", "?"), "query", "queries"), f"task {report.get('task', '?')}",
-             f"device {report.get('device', '?')} ({report.get('device_name', '')})",
+    facts = [f"machine: {machine(report)}",
              f"batch size {report.get('batch_size', '?')}"
              + (", batches cut by query length" if report.get("batch_order") == "by length" else ""), engine,
-             f"torch {report.get('torch', '?')}",
-             _threads(report.get("threads", "?"))]
+             f"torch {report.get('torch', '?')}", _threads(report.get("threads", "?"))]
     if report.get("omp_wait_policy"):
         facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
     peer_threads = sorted({peer.get("threads") for peer in report.get("peers", {}).values()})
     if peer_threads:
-        facts.append("CTranslate2 in its own process, " + " or ".join(_threads(n) for n in peer_threads))
+        facts.append("CTranslate2 (version not recorded) in its own process, "
+                     + " or ".join(_threads(n) for n in peer_threads))
     facts.append(str(report.get("date", "")))
-    st.caption(common.md_escape(" · ".join(facts)))
+    return facts
+
+
+# Two charts share a row where the page is wide; a column narrower than this takes a row of its own (at 640-1,000 px
+# of window, 200% zoom of a laptop's, two charts of about 260 px ran their labels into each other).
+CHART_MIN_WIDTH = "26rem"
+
+
+def chart_rows_style(key: str) -> str:
+    return (f"<style>.st-key-{key} [data-testid='stHorizontalBlock'] {{ flex-wrap: wrap; }} "
+            f".st-key-{key} [data-testid='stColumn'] {{ min-width: min(100%, {CHART_MIN_WIDTH}); }}</style>")
+
+
+def show_report(report: dict, key: str, source: str | None = None) -> None:
+    st.caption(common.md_escape(" · ".join(what_ran(report))))
+    st.caption(common.md_escape(" · ".join(where_ran(report) + ([f"file {source}"] if source else []))))
     sentence = headline(report)
     if sentence:
         st.markdown(f"**{common.md_escape(sentence)}**")
+    names = method_names(report)
+    repeated = sorted({name.rpartition(" #")[0] for name in names.values() if re.search(r" #\d+$", name)})
+    if repeated:
+        st.caption(common.md_escape(f"{', '.join(repeated)}: the same draft model timed in two columns of one run; "
+                                    "their difference is the run's noise."))
     charts = figures(report)
     if report.get("sweep"):
         sweep = report["sweep"]
@@ -283,20 +558,31 @@ def show_report(report: dict, key: str) -> None:
                                     f"the first chart shows every value; the other charts and the table show the "
                                     f"last run ({sweep['knob']} = {last}) beside greedy."))
     per_row = 2 if len(report["methods"]) <= 6 else 1  # more bars than half a page can label
-    for i in range(0, len(charts), per_row):
-        for j, (column, chart) in enumerate(zip(st.columns(per_row), charts[i:i + per_row])):
-            column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
-    st.dataframe(table(report), hide_index=True, placeholder="–", column_config={
-        column: st.column_config.NumberColumn(column, help=text, format="%d" if column == "model calls" else "%.2f",
-                                              width="small")
-        for column, _, text in COLUMNS})
+    with st.container(key=f"{key}_charts"):
+        st.html(chart_rows_style(f"{key}_charts"))
+        for i in range(0, len(charts), per_row):
+            for j, (column, chart) in enumerate(zip(st.columns(per_row), charts[i:i + per_row])):
+                column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
+    if report.get("sweep"):
+        with st.expander("The sweep chart's points as a table"):
+            st.table(sweep_table(report["sweep"]), hide_index=True)
+    st.caption("The table holds every figure the charts show, rounded as they are; – where a method has none.")
+    shown = shown_table(report)
+    st.table(shown, hide_index=True)
+    with st.expander("What the columns mean"):
+        st.markdown("\n".join(f"- **{column}**: {meaning}" for column, _, _, meaning in COLUMNS
+                               if column in shown.columns))
     if any(m.get("tokens_per_call") is None for m in report["methods"].values()):
-        st.caption("Tokens per call: left out for beam search in runs before session 65, which counted every "
-                   "beam's token (its width per call); every other method counts its answer's tokens.")
+        st.caption("Tokens per call: left out for beam search in this older run, which counted every live beam's "
+                   "token (its width a call) rather than its answer's; every other method counts its answer's "
+                   "tokens.")
     oracle = report.get("oracle_tokens_per_call") or {}
     if oracle:
         bounds = ", ".join(f"{oracle_label(k)} {v:.2f}" for k, v in oracle.items())
-        st.caption(common.md_escape(f"Oracle tokens per call (if the model wrote the reference): {bounds}"))
+        st.caption(common.md_escape(f"Tokens a call if the model wrote the reference answer and each drafter "
+                                    f"drafted for it (an upper bound on tokens per call): {bounds}. The best query "
+                                    f"window is an ideal drafter that copies, at each step, the stretch of the query "
+                                    f"that matches the reference longest."))
 
 
 def main() -> None:
@@ -314,16 +600,20 @@ def main() -> None:
         st.info("No benchmark results yet. Save one with `molspec bench ... --out bench/NAME.json` "
                 "and it appears here.", icon=":material/info:")
     else:
-        name = st.selectbox("Benchmark file", headline_first(reports), key="bench_file")
-        show_report(reports[name], key="saved")
+        titles = report_titles(reports)  # a file name was cut off on a phone before its telling end
+        name = st.selectbox("Benchmark run", headline_first(reports), key="bench_file", format_func=titles.get)
+        show_report(reports[name], key="saved", source=name)
 
     st.subheader("Live benchmark")
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
     with st.form("live_bench"):
-        st.caption("Runs the textbook examples on this machine with the sidebar's model. A handful of queries "
-                   "gives a rough picture only; saved runs use hundreds.")
+        st.caption("Runs the textbook examples on this machine with the sidebar's model, method settings and "
+                   "arithmetic. A handful of queries gives a rough picture only; saved runs use hundreds.")
+        if cfg.augment > 1:  # run_bench reads the one writing it is given
+            st.caption(f"It reads each query in one writing: the sidebar's \"Read the query in {cfg.augment} "
+                       "writings\" does not apply to benchmarks, saved or live.")
         n_queries = st.slider("Example queries", 1, len(common.load_examples()), 3)
         choices = [m for m in common.method_order() if m != "greedy"]
         methods = st.multiselect("Methods (greedy always runs as the reference)", choices,

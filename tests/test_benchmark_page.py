@@ -1,0 +1,270 @@
+"""The Benchmark page after the accessibility and clarity QA pass (A5-A7, A12, A14, B3-B6): what a saved run records is
+named, charts and table round alike, each speedup says what it is measured against, and the page reads without
+the project's jargon. AppTest drives the page through test_app.py's helpers; the saved runs in bench/ are read
+where the checks are about real reports."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import test_app
+from test_app import ROOT, app, assert_clean, live_benchmark, needs_forward, texts
+
+copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
+BENCH = ROOT / "bench"
+
+
+def saved(name: str) -> dict:
+    from views.benchmark import with_display_fields
+
+    path = BENCH / name
+    if not path.is_file():
+        pytest.skip(f"{name} is not in bench/")
+    return with_display_fields(json.loads(path.read_text()))
+
+
+def entry(**figures) -> dict:
+    return {"median_ms": 10.0, "p90_ms": 12.0, "total_s": 2.0, "model_calls": 100, "tokens_per_call": 1.0,
+            "accepted_per_call": 0.0, **figures}
+
+
+def beam_and_greedy() -> dict:
+    """A run of greedy and beam search on 200 USPTO-MIT queries, each against its own reference, as the GPU runs are."""
+    from views.benchmark import with_display_fields
+
+    return with_display_fields({
+        "task": "forward", "n_queries": 200, "limit": 200, "tokens_counted": "answer tokens",
+        "src": "../shared/data/uspto_mit/derived/src-test.mixed.txt.gz",
+        "index": "../shared/bench/uspto_mit_test_500.idx", "device": "cpu", "device_name": "x86_64",
+        "methods": {"greedy": entry(speedup_vs_greedy=1.0, identical_to_greedy=1.0, top1=0.785, validity=0.995,
+                                    drafts={"drafter": "none", "draft_len": 0, "n_drafts": 0}),
+                    "spec-auto": entry(speedup_vs_greedy=2.04, identical_to_greedy=1.0, top1=0.785, validity=0.995,
+                                       drafts={"drafter": "lookup", "draft_len": 16, "n_drafts": 4}),
+                    "beam": entry(speedup_vs_beam=1.0, identical_to_beam=1.0, top1=0.79, top2=0.86, top5=0.885,
+                                  validity=1.0)}})
+
+
+# ---- A5: the query set, beam width, draft length, draft models and machine are named --------------------------
+
+
+def test_a_run_names_its_queries_beam_width_and_draft_length():
+    from views.benchmark import what_ran
+
+    facts = " · ".join(what_ran(beam_and_greedy()))
+    assert facts.startswith("200 queries: USPTO-MIT test, the first 200 of the 500-query sample "
+                            "(uspto_mit_test_500.idx) · task forward")
+    assert "beam width 5" in facts  # beam search's deepest top-k, which bench counts up to its width
+    assert "drafts of 16 tokens a call" in facts and "each query read in 1 writing" in facts
+    unrecorded = " · ".join(what_ran({"n_queries": 3, "methods": {"beam": entry()}}))
+    assert "3 queries: query set not recorded" in unrecorded and "beam width not recorded" in unrecorded
+
+
+@pytest.mark.parametrize("name, width", [("forward_cpu_ct2_beam5_mit200_b1_native_int8_avx512.json", 5),
+                                         ("retro_cpu_ct2_beam10_50k200_b1_native_int8_avx512.json", 10)])
+def test_the_saved_beam_runs_read_their_width_from_their_own_figures(name, width):
+    """The file name says beam5 or beam10; the JSON keeps no n_best, but its beam rows count top-k up to the width."""
+    from views.benchmark import beam_width, what_ran
+
+    report = saved(name)
+    assert beam_width(report) == width and f"beam width {width}" in what_ran(report)
+
+
+def test_the_draft_length_runs_differ_in_their_names_and_captions():
+    """forward_cpu_draft80_mit200_len2 ... len8 differ only in draft length, which the page did not show."""
+    from views.benchmark import report_titles, what_ran
+
+    reports = {f"len{n}.json": saved(f"forward_cpu_draft80_mit200_len{n}.json") for n in (2, 3, 4, 6, 8)}
+    assert len(set(report_titles(reports).values())) == 5
+    assert all(f"drafts of {n} tokens a call" in what_ran(reports[f"len{n}.json"]) for n in (2, 3, 4, 6, 8))
+
+
+def test_a_second_draft_models_column_is_named_by_the_model_it_ran():
+    """"spec-sample-draft@new" read "Speculative sampling, draft model (new)"; in the retro files both columns are
+    the same model."""
+    from views.benchmark import method_names
+
+    forward = method_names(saved("forward_cpu_draft80_mit200_len6.json"))
+    assert forward["spec-sample-draft"] == "Speculative sampling, draft model (models/forward/draft)"
+    assert forward["spec-sample-draft@new"] == "Speculative sampling, draft model (runs/fwd_draft80/export)"
+    retro = method_names(saved("retro_cpu_draftlen6_50k200.json"))
+    assert retro["spec-sample-draft"] == "Speculative sampling, draft model (models/retro/draft) #1"
+    assert retro["spec-sample-draft@new"] == "Speculative sampling, draft model (models/retro/draft) #2"
+    assert not any("(new)" in name for name in [*forward.values(), *retro.values()])
+
+
+def test_a_machine_the_report_does_not_name_is_said_to_be_unrecorded_and_so_is_the_peers_version():
+    from views.benchmark import machine, where_ran
+
+    assert machine({"device": "cpu", "device_name": "x86_64"}) == "CPU model not recorded (x86_64)"
+    assert machine({"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}) == "NVIDIA H100 80GB HBM3"
+    peer = {"device": "cpu", "device_name": "x86_64", "threads": 1, "date": "2026-11-25",
+            "peers": {"ct2-greedy": {"threads": 1}}, "methods": {}}
+    assert "CTranslate2 (version not recorded) in its own process, 1 thread" in where_ran(peer)
+
+
+# ---- A6 and A12: one rounding for charts and table; the table is text a screen reader reads as shown -----------
+
+
+def test_a_share_is_shown_to_one_decimal_and_never_as_an_impossible_100_or_0_percent():
+    from views.benchmark import share_text
+
+    assert [share_text(x) for x in (0.785, 0.995, 1.0, 0.26, 0.0, 0.9996, 0.0004)] == [
+        "78.5%", "99.5%", "100%", "26%", "0%", ">99.9%", "<0.1%"]
+
+
+def bar_texts(figure) -> list[tuple[str, str]]:
+    return [(x, t) for bar in figure.data for x, t in zip(bar.x, bar.text) if t]
+
+
+def test_every_chart_label_is_the_tables_figure_for_that_method_in_every_saved_run():
+    """Top-1 0.785 read "78%" on the chart and "0.79" in the table; validity 0.995 "100%" and "0.99"."""
+    from views.benchmark import chart_label, figures, load_reports, shown_table
+
+    reports, _ = load_reports(BENCH)
+    if not reports:
+        pytest.skip("no saved runs in bench/")
+    for name, report in reports.items():
+        rows = {chart_label(row["method"]): set(row.values) for _, row in shown_table(report).iterrows()}
+        for figure in figures(report)[1 if report.get("sweep") else 0:]:
+            for x, text in bar_texts(figure):
+                assert text in rows[x], (name, x, text)
+    shown = shown_table(beam_and_greedy())
+    assert shown.loc[0, "top-1"] == "78.5%" and shown.loc[0, "valid"] == "99.5%" and shown.loc[2, "valid"] == "100%"
+
+
+def test_the_page_shows_the_table_as_text_with_the_charts_rounding(copy_models, monkeypatch, tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps(beam_and_greedy()))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    assert not at.dataframe  # the grid's cells read 0.785 to a screen reader where the screen showed 0.79
+    table = at.table[0].value
+    assert table["top-1"].tolist() == ["78.5%", "78.5%", "79%"] and table["vs beam"].tolist() == ["–", "–", "1.00"]
+    assert "The table holds every figure the charts show, rounded as they are" in texts(at.caption)
+    assert [e.label for e in at.expander] == ["What the columns mean"]
+
+
+# ---- A7: each speedup says what it is measured against ------------------------------------------------------------
+
+
+def test_the_speedup_chart_keeps_greedys_and_beams_references_apart_and_always_shows_its_legend():
+    """Beam search stood at 1.00 beside greedy's 1.00 though it is slower than greedy: its 1.00 is against itself, and
+    the one series' legend, the only word saying so, was hidden."""
+    from views.benchmark import figures
+
+    speedup = figures(beam_and_greedy())[0]
+    assert speedup.layout.showlegend is True
+    assert [(bar.name, list(bar.y)) for bar in speedup.data] == [
+        ("vs our greedy", [1.0, 2.04, None]), ("vs our beam search (width 5)", [None, None, 1.0])]
+    assert not speedup.layout.shapes and speedup.layout.yaxis.dtick == 0.5  # a grid line at 1, not a dotted line
+    accuracy = figures(beam_and_greedy())[1]
+    assert [bar.name for bar in accuracy.data] == ["top-1 accuracy", "identical to our greedy",
+                                                   "identical to our beam search", "valid SMILES"]
+
+
+def test_a_draft_model_run_shows_its_speedup_over_plain_sampling():
+    """The cards quote the draft model's speedup over plain sampling (1.52x at 6 tokens); the chart showed greedy's."""
+    from views.benchmark import figures
+
+    speedup = figures(saved("forward_cpu_draft80_mit200_len6.json"))[0]
+    against_sampling = next(bar for bar in speedup.data if bar.name == "vs our plain sampling")
+    assert "1.52" in against_sampling.text
+
+
+# ---- A14: the headline leads with int8 against int8 -----------------------------------------------------------
+
+
+def test_the_headline_of_an_int8_run_leads_with_ctranslate2_int8():
+    from views.benchmark import headline
+
+    sentence = headline(saved("forward_cpu_ct2_beam5_mit200_b1_native_int8_avx512.json"))
+    assert sentence.startswith("This run computes in int8, as CTranslate2 int8 does: our exact method here, Beam "
+                               "search, is 1.24x as fast as CTranslate2 int8 beam search (beam width 5;")
+    assert sentence.index("1.24x") < sentence.index("2.95x")
+    assert "Against float32 arithmetic, not like for like, it is 2.95x as fast as CTranslate2 float32" in sentence
+
+
+def test_the_fastest_method_of_an_int8_run_is_chosen_by_the_like_for_like_ratio():
+    from views.benchmark import headline, with_display_fields
+
+    report = with_display_fields({"dtype": "int8", "methods": {
+        "spec-pointer": {"speedup_vs_greedy": 2.0, "speedup_vs_ct2_greedy": 6.0, "speedup_vs_ct2_int8_greedy": 1.5},
+        "spec-lookup": {"speedup_vs_greedy": 2.1, "speedup_vs_ct2_greedy": 5.0, "speedup_vs_ct2_int8_greedy": 1.8}}})
+    assert "Speculative, lookup drafts, is 1.80x as fast as CTranslate2 int8 greedy" in headline(report)
+
+
+# ---- B3: labels that do not run together ------------------------------------------------------------------------
+
+
+def test_two_charts_share_a_row_only_where_each_has_room():
+    from views.benchmark import CHART_MIN_WIDTH, chart_rows_style
+
+    style = chart_rows_style("saved_charts")
+    assert ".st-key-saved_charts [data-testid='stHorizontalBlock'] { flex-wrap: wrap; }" in style
+    assert f"min-width: min(100%, {CHART_MIN_WIDTH})" in style
+
+
+def test_long_percent_labels_stand_on_end_sooner_than_short_ratios():
+    """Nine bars of "100%" and "99.5%" ran together on a 390 px phone ("100%99.5%"); nine of "1.00" fit."""
+    from views.benchmark import _bars
+
+    def report(value: float) -> dict:
+        return {"methods": {f"m{i}": {"a": value, "b": value, "c": value} for i in range(3)}}
+
+    shares = _bars(report(0.995), {"a": "A", "b": "B", "c": "C"}, "t", "y", percent=True)
+    ratios = _bars(report(1.0), {"a": "A", "b": "B", "c": "C"}, "t", "y")
+    assert {bar.textangle for bar in shares.data} == {-90} and {bar.textangle for bar in ratios.data} == {0}
+
+
+# ---- B4 and B5: readable names, no jargon -----------------------------------------------------------------------
+
+
+def test_the_picker_names_a_run_by_what_tells_it_apart(copy_models, monkeypatch):
+    from views.benchmark import report_title, report_titles
+
+    title = report_title(saved("forward_cpu_ct2_greedy_mit200_native_int8_2threads_avx2.json"))
+    assert title == "forward · greedy vs CTranslate2 · int8 · AMD EPYC AVX2 · 2 threads · batch 1 · 200 queries"
+    twins = report_titles({"a.json": beam_and_greedy(), "b.json": beam_and_greedy()})
+    assert twins["a.json"].endswith(" · a.json") and twins["b.json"].endswith(" · b.json")
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(BENCH))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert not any(option.endswith(".json") and "·" not in option for option in at.selectbox(key="bench_file").options)
+    assert " · file " in texts(at.caption)  # the file name stays on the page, beside the machine
+
+
+def test_the_page_explains_its_notation_and_speaks_of_no_session(copy_models, monkeypatch, tmp_path):
+    report = beam_and_greedy()
+    del report["tokens_counted"]  # an older run: beam search's tokens per call left out
+    report["methods"]["spec-auto"].update(acceptance_rate=0.7, expected_tokens_per_call=3.1)
+    report["oracle_tokens_per_call"] = {"best-window-16": 7.2}
+    (tmp_path / "old.json").write_text(json.dumps(report))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    shown = texts(at.caption) + texts(at.markdown)
+    assert not re.search(r"session \d", shown)
+    assert "left out for beam search in this older run" in shown
+    assert "an upper bound on tokens per call" in shown and "ideal drafter" in shown
+    legends = [bar["name"] for chart in at.get("plotly_chart") for bar in json.loads(chart.proto.spec)["data"]]
+    assert "expected from the acceptance rate" in legends and not any("α" in name for name in legends)
+    assert "where α is the share of drafted tokens accepted and γ the tokens drafted a call" in texts(at.markdown)
+
+
+# ---- B6: the live run says it reads one writing ----------------------------------------------------------------
+
+
+@needs_forward
+def test_the_live_benchmark_says_it_reads_one_writing_where_the_sidebar_reads_five(tmp_path, monkeypatch):
+    at = live_benchmark(tmp_path, monkeypatch, ["spec-auto"])
+    assert_clean(at)
+    captions = texts(at.caption)
+    assert "does not apply to benchmarks, saved or live" in captions  # the sidebar reads 5 writings by default
+    report = at.session_state["live_report"]
+    assert report["augment"] == 1 and report["n_best"] == 5
+    assert "1 query: the first 1 of the app's textbook examples this model can read" in captions
+    assert "each query read in 1 writing" in captions
