@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core import calibration
-from molspec_core.methods import TASK_DEFAULTS
+from molspec_core.methods import METHODS, TASK_DEFAULTS
+from molspec_core.service import MAX_QUERY_TOKENS
 from views import common
 
 TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, product out.",
@@ -36,20 +37,48 @@ def parameter_count(folder: str) -> int | None:
     return total or None
 
 
+def _layers(model: dict) -> str:
+    return f"{model.get('n_encoder_layers', '?')} + {model.get('n_decoder_layers', '?')}"
+
+
+def query_limit(model: dict) -> str:
+    """The longest query the app gives this model: its own limit (service.MAX_QUERY_TOKENS), or the model's
+    position table where that is smaller (the encoder has no positions beyond it)."""
+    positions = model.get("max_positions")
+    limit = min(MAX_QUERY_TOKENS, positions) if isinstance(positions, int) else MAX_QUERY_TOKENS
+    return f"{limit} tokens; longer queries are refused"
+
+
+def draft_facts(folder: Path) -> str | None:
+    """The draft model in `folder`/draft, which the draft-model methods draft with; None where there is none."""
+    draft = folder / "draft"
+    if not (draft / "config.json").is_file():
+        return None
+    model = common.read_config(draft).get("model", {})
+    params = parameter_count(str(draft))
+    users = ", ".join(common.method_label(name) for name, row in METHODS.items() if row.drafts == "model")
+    size = f", {params / 1e6:.1f} M parameters" if params else ""
+    return f"{_layers(model)} layers, width {model.get('d_model', '?')}{size}; drafts for {users} (see the card)"
+
+
 def facts(folder: Path, config: dict) -> pd.DataFrame:
     model = config.get("model", {})
     weights = sorted(folder.glob("*.safetensors"))
     params = parameter_count(str(folder))
     rows = [
         ("Task", config.get("task", "unknown")),
-        ("Layers (encoder + decoder)", f"{model.get('n_encoder_layers', '?')} + {model.get('n_decoder_layers', '?')}"),
+        ("Layers (encoder + decoder)", _layers(model)),
         ("Model width / heads / feed-forward", f"{model.get('d_model', '?')} / {model.get('n_heads', '?')} / "
                                                 f"{model.get('d_ff', '?')}"),
         ("Vocabulary", f"{model.get('vocab_size', '?')} tokens"),
-        ("Longest sequence", f"{model.get('max_positions', '?')} tokens"),
+        ("Longest query", query_limit(model)),
+        ("Position table (model size)", f"{model.get('max_positions', '?')} positions"),
         ("Parameters", f"{params / 1e6:.1f} M" if params else "unknown"),
         ("Weights", f"{len(weights)} safetensors file(s), {sum(p.stat().st_size for p in weights) / MB:.1f} MB"),
     ]
+    draft = draft_facts(folder)
+    if draft:
+        rows.append(("Draft model (draft/)", draft))
     data = config.get("data_stats") or {}
     averaged = config.get("averaged_from") or []  # checkpoint.average: the config is the first folder's
     if "train" in data:
@@ -60,12 +89,40 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["fact", "value"])
 
 
-CARD_HEADING_SHIFT = 2  # a card's "# Title" shows as a level-3 heading in its narrow box
+CARD_HEADING_SHIFT = 2  # a card's "# Title" shows as a level-3 heading under the model's own header
 
 
 # A card's long file names (bench/accuracy/...json) in its tables' cells would not wrap, and the table ran past the
-# card's box, its right column cut off (session 65's audit): let code in the cards break anywhere.
+# card's column, its right column cut off (session 65's audit): let code in the cards break anywhere.
 CARD_STYLE = "<style>[class*='st-key-card_'] code { overflow-wrap: anywhere; }</style>"
+SUMMARY_SECTIONS = ("At a glance", "Limitations")  # the card's opening sections, shown whole; the rest folds away
+
+
+def split_card(markdown: str) -> tuple[str, str]:
+    """A card's summary (its title and opening sections, SUMMARY_SECTIONS) and the rest, from its first other
+    level-2 heading on (headings inside code blocks are no headings)."""
+    lines, fenced = markdown.splitlines(), False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("## ") and line[3:].strip() not in SUMMARY_SECTIONS:
+            return "\n".join(lines[:i]), "\n".join(lines[i:])
+    return markdown, ""
+
+
+def show_card(folder: Path, card: Path) -> None:
+    """The card's summary on the page, the rest (measurements, speed, data, the training log) in an expander:
+    no box of its own to scroll, which at 200% zoom showed two table rows and on a phone one cell."""
+    summary, rest = split_card(card.read_text())  # our own file, shipped with the model
+    with st.container(key=f"card_{folder.name}"):
+        st.html(CARD_STYLE)
+        st.markdown(demoted(summary))
+        if rest.strip():
+            sections = sum(1 for line in rest.splitlines() if line.startswith("## "))
+            lines = len(rest.splitlines())
+            label = f"The rest of the model card ({common.counted(sections, 'section')}, {lines:,} lines)"
+            with st.expander(label):
+                st.markdown(demoted(rest))
 
 
 def demoted(markdown: str, by: int = CARD_HEADING_SHIFT) -> str:
@@ -83,20 +140,27 @@ def demoted(markdown: str, by: int = CARD_HEADING_SHIFT) -> str:
     return "\n".join(lines)
 
 
+def reliability_rows(cal: calibration.Calibration) -> pd.DataFrame:
+    """The reliability chart's points in words, the chart's hover text and this table rounded alike."""
+    return pd.DataFrame([{"confidence (mean of the bin)": common.percent(mean), "share right": common.percent(share),
+                          "answers": f"{count:,}"} for mean, share, count in cal.reliability])
+
+
 def reliability_chart(cal: calibration.Calibration) -> go.Figure:
     """Confidence against the share of right answers, per bin of the check queries: on the diagonal
     when the confidence means what it says."""
     mean, share, count = zip(*cal.reliability)
+    rows = reliability_rows(cal)
     figure = go.Figure([
         go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line={"dash": "dot", "color": "#888"}, name="perfect"),
         go.Scatter(x=mean, y=share, mode="lines+markers", marker={"size": [6 + 14 * c / max(count) for c in count]},
-                   name="confidence", customdata=count,
-                   hovertemplate="confidence %{x:.0%}: %{y:.0%} right of %{customdata} answers<extra></extra>")])
-    # A short title at 14 px: the chart sits in the narrow column, and a longer one was cut off.
+                   name="confidence", customdata=rows.values.tolist(),
+                   hovertemplate="confidence %{customdata[0]}: %{customdata[1]} right of %{customdata[2]} answers"
+                                 "<extra></extra>")])
     figure.update_layout(title={"text": "Reliability (held-out queries)", "font": {"size": 14}},
                          xaxis_title="confidence", yaxis_title="share right",
                          height=340, margin={"t": 50, "b": 10}, showlegend=False)
-    # ticks every 0.2 on both axes, each range a little past 1 so that its last tick is drawn (in the narrow column
+    # ticks every 0.2 on both axes, each range a little past 1 so that its last tick is drawn (in a narrow column
     # plotly ticked the x axis at 0 and 0.5 only)
     figure.update_xaxes(dtick=0.2, range=[0, 1.03])
     figure.update_yaxes(dtick=0.2, range=[0, 1.03])
@@ -107,9 +171,23 @@ KIND_LABELS = {"greedy": "greedy's answer (greedy and the exact speculative meth
                "beam": "beam search's answers (beam, sbs-exact)"}
 
 
+def fit_label(kind: str, augment: int) -> str:
+    return f"{kind.capitalize()}, {writings(augment)}"
+
+
+def fits_table(found: list[tuple[str, int, calibration.Calibration]]) -> pd.DataFrame:
+    """Every fit's errors side by side, so that none hides behind a tab: the calibrated confidence's and the model's
+    own probability's, and which is lower."""
+    return pd.DataFrame([{"answers, writings": fit_label(kind, augment), "calibrated": f"{cal.ece:.3f}",
+                          "model's own probability": f"{cal.ece_raw:.3f}",
+                          "lower error": "calibrated" if cal.ece < cal.ece_raw else
+                          "model's own" if cal.ece > cal.ece_raw else "the same"}
+                         for kind, augment, cal in found])
+
+
 def show_calibration(folder: Path, task: str) -> None:
-    """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its figures
-    and reliability chart in a tab of its own, the one the Predict page opens on for `task` first."""
+    """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its errors in one table
+    and its figures and reliability chart in a tab of its own, the one the Predict page opens on for `task` first."""
     fits = [(kind, augment, calibration.load(folder, augment, kind))
             for kind in calibration.KINDS for augment in (1, common.APP_AUGMENT)]
     found = [(kind, augment, cal) for kind, augment, cal in fits if cal is not None]
@@ -126,10 +204,18 @@ def show_calibration(folder: Path, task: str) -> None:
                 "made on float32 answers and, judged again on int8 answers (*Faster arithmetic*), they hold: the "
                 "cards' \"int8 arithmetic\" sections. Sampling and lossy methods show the model's probability "
                 "instead.")
+    worse = [(kind, augment, cal) for kind, augment, cal in found if cal.ece > cal.ece_raw]
+    if worse:
+        which = "; ".join(f"{fit_label(kind, augment).lower()}: {cal.ece:.3f} against {cal.ece_raw:.3f}"
+                          for kind, augment, cal in worse)
+        st.markdown(f"Calibration does not always help: where the model's own probability already fits, the "
+                    f"calibrated confidence judged on other queries can be a little further off ({which}).")
+    st.caption("Expected calibration error of each fit, judged on held-out queries (lower is better):")
+    st.table(fits_table(found), hide_index=True)
     missing = [f"{KIND_LABELS[kind]}, {writings(augment)}" for kind, augment, cal in fits if cal is None]
     if missing:
         st.caption("Not calibrated (these show the model's probability): " + "; ".join(missing) + ".")
-    tabs = st.tabs([f"{kind.capitalize()}, {writings(augment)}" for kind, augment, _ in found])
+    tabs = st.tabs([fit_label(kind, augment) for kind, augment, _ in found])
     for tab, (kind, augment, cal) in zip(tabs, found):
         with tab:
             show_fit(folder, cal, f"For {KIND_LABELS[kind]} read in {writings(augment)}")
@@ -151,6 +237,8 @@ def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
     if cal.reliability:
         st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}_{calibration.kind_of(cal.method)}_"
                                                       f"{cal.augment}")
+        with st.expander("The chart's points as a table"):
+            st.table(reliability_rows(cal), hide_index=True)
 
 
 def main() -> None:
@@ -165,19 +253,16 @@ def main() -> None:
         st.header(folder.name, divider="gray")
         task = config.get("task", "")
         st.caption(TASK_CAPTIONS.get(task, f"Task: {common.md_escape(task or 'unknown')}"))
-        left, right = st.columns([2, 3])
-        with left:
-            st.table(facts(folder, config), hide_index=True, hide_header=True, border="horizontal")
-            show_calibration(folder, task)
-        with right:
-            card = folder / "MODEL_CARD.md"
-            if card.is_file():
-                with st.container(border=True, height=520, key=f"card_{folder.name}"):
-                    st.html(CARD_STYLE)
-                    st.markdown(demoted(card.read_text()))  # our own file, shipped with the model
-            else:
-                st.info("This model has no model card yet (MODEL_CARD.md is missing from its folder).",
-                        icon=":material/info:")
+        # One column: the card's summary beside the facts left the facts' column empty for a screen's height, and
+        # the calibration's four tabs did not fit in a column of their own
+        st.table(facts(folder, config), hide_index=True, hide_header=True, border="horizontal")
+        card = folder / "MODEL_CARD.md"
+        if card.is_file():
+            show_card(folder, card)
+        else:
+            st.info("This model has no model card yet (MODEL_CARD.md is missing from its folder).",
+                    icon=":material/info:")
+        show_calibration(folder, task)
     if not common.models_for_task("retro"):
         st.info("No retrosynthesis model is shipped yet; the task switch shows it as unavailable until "
                 "models/retro/ appears.", icon=":material/hourglass_empty:")

@@ -1,0 +1,144 @@
+"""The Models page after the accessibility and clarity QA pass (A8-A10, A12, B11): the query limit the app enforces,
+the cards' facts checked against the bench files, a card readable without its own scroll box, the reliability
+charts' points as text, every calibration fit's errors in view, and the draft models in the facts."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import test_app
+from test_app import FORWARD_MODEL, ROOT, app, assert_clean, needs_forward, texts
+
+copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
+
+
+# ---- A8: the longest query is the app's limit, not the position table's size -----------------------------------
+
+
+def test_the_longest_query_is_the_services_limit_or_the_position_table_where_that_is_smaller(tmp_path):
+    from molspec_core.service import MAX_QUERY_TOKENS
+    from views.models import facts
+
+    shown = dict(facts(tmp_path, {"model": {"max_positions": 1024}}).values.tolist())
+    assert shown["Longest query"] == f"{MAX_QUERY_TOKENS} tokens; longer queries are refused"
+    assert shown["Position table (model size)"] == "1024 positions" and "Longest sequence" not in shown
+    small = dict(facts(tmp_path, {"model": {"max_positions": 256}}).values.tolist())
+    assert small["Longest query"].startswith("256 tokens")
+
+
+@pytest.mark.parametrize("task", ["forward", "retro"])
+def test_the_page_and_the_card_give_a_shipped_model_the_same_query_limit(task):
+    from views.models import facts
+
+    folder = ROOT / "models" / task
+    card = folder / "MODEL_CARD.md"
+    stated = re.search(r"or longer than (\d+) tokens", card.read_text()) if card.is_file() else None
+    if stated is None:
+        pytest.skip(f"no shipped {task} model whose card states its limit")
+    shown = dict(facts(folder, json.loads((folder / "config.json").read_text())).values.tolist())
+    assert shown["Longest query"].startswith(f"{stated[1]} tokens")
+
+
+# ---- A9: the cards name the machine the draft-length files record ----------------------------------------------
+
+
+@pytest.mark.parametrize("task, pattern", [("forward", "forward_cpu_draft80_mit200_len*.json"),
+                                           ("retro", "retro_cpu_draftlen*_50k200.json")])
+def test_the_cards_name_the_machine_their_draft_length_timings_ran_on(task, pattern):
+    files = sorted((ROOT / "bench").glob(pattern))
+    card = ROOT / "models" / task / "MODEL_CARD.md"
+    if not files or not card.is_file():
+        pytest.skip(f"no {pattern} or no {task} card")
+    machines = {json.loads(path.read_text())["device_name"] for path in files}
+    assert machines == {"Intel(R) Xeon(R) Processor with AVX-512, VNNI and AMX"}
+    paragraph = next(p for p in card.read_text().split("\n\n") if "draft_compare.py" in p and "--draft-len L" in p)
+    assert "an Intel Xeon with AVX-512, VNNI and AMX" in paragraph and "EPYC" not in paragraph
+
+
+def test_the_forward_card_no_longer_says_the_page_opens_on_spec_auto():
+    card = FORWARD_MODEL / "MODEL_CARD.md"
+    if not card.is_file():
+        pytest.skip("no forward card")
+    assert "spec-auto among them, which the app's forward page opens on" not in card.read_text()
+
+
+# ---- A10: the card's summary on the page, the rest folded away, one home for its text ---------------------------
+
+
+def test_a_card_splits_after_its_summary_sections_and_not_at_a_heading_in_code():
+    from views.models import split_card
+
+    card = ("# Title\n\n## At a glance\n| a | b |\n```\n## not a heading\n```\n## Limitations\n- x\n"
+            "## Data\nrows\n## Log\n")
+    summary, rest = split_card(card)
+    assert summary.endswith("## Limitations\n- x") and rest.startswith("## Data") and f"{summary}\n{rest}" == card[:-1]
+    assert split_card("# Title\n\nshort") == ("# Title\n\nshort", "")
+
+
+def test_the_page_shows_a_cards_summary_and_folds_the_rest_without_a_box_of_its_own(copy_models, monkeypatch):
+    card = "# Copy model\n\n## At a glance\nCopies its input.\n\n## Limitations\n- none\n\n## Training log\nrun 1\n"
+    (copy_models / "forward" / "MODEL_CARD.md").write_text(card)
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    summary = next(m.value for m in at.markdown if "Copies its input" in m.value)
+    assert "Training log" not in summary and "#### Limitations" in summary
+    folded = next(e for e in at.expander if e.label.startswith("The rest of the model card"))
+    assert folded.label == "The rest of the model card (1 section, 2 lines)"
+    assert any("run 1" in m.value for m in folded.markdown)
+    assert not [c for c in at.get("vertical_block") if c.proto.height_config.pixel_height]  # no 520 px box
+
+
+# ---- A12 and B11: the reliability points as text, every fit's errors in view, the draft model in the facts -------
+
+
+def test_the_reliability_charts_hover_and_table_read_the_same_rounded_figures():
+    from molspec_core import calibration
+    from views.models import reliability_chart, reliability_rows
+
+    fit = calibration.load(FORWARD_MODEL, 1, "greedy") if FORWARD_MODEL.is_dir() else None
+    if fit is None or not fit.reliability:
+        pytest.skip("no shipped forward calibration")
+    rows = reliability_rows(fit)
+    assert list(rows.columns) == ["confidence (mean of the bin)", "share right", "answers"]
+    assert all(re.fullmatch(r"(<|>)?\d+%", cell) for cell in rows.iloc[:, 0].tolist() + rows.iloc[:, 1].tolist())
+    points = reliability_chart(fit).data[1]
+    assert [list(row) for row in points.customdata] == rows.values.tolist()
+    assert "%{customdata[0]}" in points.hovertemplate and "%{x" not in points.hovertemplate
+
+
+@needs_forward
+def test_every_calibration_fit_is_in_one_table_and_a_fit_worse_than_the_raw_probability_is_named():
+    """The fourth tab, "Beam, 1 writing", hid behind the tab bar's scroll: the one fit whose calibrated error is worse
+    than the model's own probability's (forward: 0.012 against 0.009)."""
+    from molspec_core import calibration
+
+    at = app().run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    fits = [(kind, augment, fit) for kind in calibration.KINDS for augment in (1, 5)
+            if (fit := calibration.load(FORWARD_MODEL, augment, kind))]
+    table = next(t.value for t in at.table if "answers, writings" in t.value.columns)  # the forward model's
+    assert len(table) == len(fits)
+    worse = [f"{kind}, {augment} writing{'s' if augment > 1 else ''}: {fit.ece:.3f} against {fit.ece_raw:.3f}"
+             for kind, augment, fit in fits if fit.ece > fit.ece_raw]
+    shown = texts(at.markdown)
+    for fit in worse:
+        assert fit in shown
+    assert ("Calibration does not always help" in shown) == bool(worse)
+    assert sum(e.label == "The chart's points as a table" for e in at.expander) >= len(fits)
+
+
+@needs_forward
+def test_the_facts_describe_the_draft_model_the_draft_methods_use():
+    from views.models import facts
+
+    if not (FORWARD_MODEL / "draft" / "config.json").is_file():
+        pytest.skip("no shipped forward draft model")
+    config = json.loads((FORWARD_MODEL / "draft" / "config.json").read_text())["model"]
+    shown = dict(facts(FORWARD_MODEL, {}).values.tolist())["Draft model (draft/)"]
+    assert shown.startswith(f"{config['n_encoder_layers']} + {config['n_decoder_layers']} layers, width "
+                            f"{config['d_model']}, ")
+    assert "drafts for Speculative sampling, draft model" in shown
