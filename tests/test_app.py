@@ -898,8 +898,8 @@ def test_batch_keeps_good_rows_and_reports_bad_ones(monkeypatch):
     submit(at, "Run batch")
     assert_clean(at)
     metrics = {m.label: m.value for m in at.metric}
-    assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "2", "3")
-    assert "3 of 5 rows were rejected" in texts(at.warning)
+    assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("4", "2", "2")  # row 4: no query
+    assert "2 of 4 queries were rejected" in texts(at.warning) and "1 blank row skipped (row 4)" in texts(at.info)
     assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download SDF", "Download Excel"]
     table = at.session_state[BATCH].table
     exported = pd.read_csv(io.BytesIO(safe_csv(table)), keep_default_na=False, dtype=str)
@@ -1066,7 +1066,7 @@ def test_the_uncached_baselines_run_in_float32_where_int8_is_on(monkeypatch):
     assert_clean(at)
     table = at.session_state[BATCH].table
     assert table["rank"].notna().tolist() == [True, False] and table["dtype"].iloc[0] == "float32"
-    assert "1 of 2 rows were rejected; their reason is in the `error` column. The other row was predicted." in texts(
+    assert "1 of 2 queries was rejected; its reason is in the `error` column. The other query was predicted." in texts(
         at.warning)
 
 
@@ -1077,7 +1077,7 @@ def test_batch_txt_file_with_the_copy_model(copy_models, monkeypatch):
     assert_clean(at)
     firsts = at.session_state[BATCH].table.drop_duplicates("row")  # each query's first answer, or its error
     assert firsts["rank"].isna().tolist() == [False, True, False]  # blank lines after the last are no rows
-    assert firsts["error"].tolist()[1].startswith("empty query")
+    assert firsts["error"].tolist()[1].startswith("blank: this record holds no query")
 
 
 def test_batch_says_how_often_the_files_known_answers_come_back(copy_models, monkeypatch):

@@ -1,24 +1,32 @@
 """Batch: a CSV, SMILES, SD or TXT file of queries in, every prediction out as a table, a safe CSV and an SD file.
 
 Each row is predicted on its own so that its time is its own and the progress bar moves per row;
-rows the engine rejects keep their place in the table with the reason, and the good rows go on.
+rows the engine rejects keep their place in the table with the reason, and the good rows go on. The rows are kept
+in the session as they are made (Run), so that a run cut short keeps them and can go on; blank records are skipped
+and counted apart from the queries.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
+from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from molspec_core.chem import ION_WRITINGS
-from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, query_columns,
-                             csv_bytes, output_header, parse_upload, result_rows, sd_bytes, workbook_bytes)
+from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
+                             output_header, parse_upload, query_columns, query_format, result_rows, sd_bytes,
+                             workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import QueryResult
+from molspec_core.service import Predictor, QueryResult
 from views import common
 from views.common import TASK_LABELS, Settings
 
@@ -44,12 +52,68 @@ def results_key(task: str) -> str:
     return f"batch_{task}"
 
 
+def run_key(task: str) -> str:
+    """The session key of a task's batch run while it is not finished (Run)."""
+    return f"batch_run_{task}"
+
+
+def continue_key(task: str) -> str:
+    """The session key the Continue button sets for the next script run, which takes the run up."""
+    return f"batch_continue_{task}"
+
+
+# A record with no query (a blank line, an empty cell) is skipped: the model is not asked, and it is counted apart
+# from the queries; its row stays, so that the rows match the file's records as the command line's do.
+BLANK_ERROR = "blank: this record holds no query (skipped, not counted as a query)"
+
+
+@dataclass
+class Run:
+    """A batch run, kept in the session while its rows are made: a run cut short (the toolbar's Stop, the page's
+    Stop button, another page opened, Run batch pressed again) keeps the rows it made, and continues from the next
+    record (Continue, or Run batch on the same file and settings). predict_rows changes it in place, so that no
+    session write stands between a row and its counts: Streamlit ends a stopped run inside its next st call.
+
+    With fast reruns (Streamlit's default) a click starts the next script run on a thread of its own at once, while
+    the last one runs on to its next st call, a prediction later: two threads hold the run. Whichever script run
+    touched it last owns it (claim); the other's rows are not written, under the lock, so a row is never written
+    twice nor a table built from rows half written."""
+    source: tuple[object, ...]  # what the run was asked for: the file (name, content digest), the form, the settings
+    file_name: str
+    settings: Settings
+    queries: QueryFile
+    ion_writing: bool = False
+    known: str = ""  # the column of known answers: the form's, or the recorded outcomes' (with_recorded)
+    recorded: str = ""  # the column with_recorded added, where it added one
+    table_hint: str = ""  # why the file looks like a table under a TXT name (table_hint), or ""
+    rows: list[list[object]] = field(default_factory=list)  # result_rows of every record done, in order
+    done: int = 0  # records done: predicted, rejected or blank
+    blank: list[int] = field(default_factory=list)  # the record numbers of the blank ones among them
+    n_rejected: int = 0  # queries the engine refused (blank records are not queries)
+    n_ion_refused: int = 0  # rejected rows that ion_writing would have read
+    round_trip_failed: str = ""
+    owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total(self) -> int:
+        return len(self.queries.queries)
+
+    def claim(self) -> object:
+        """Make the calling script run the run's only writer (an earlier one still running writes no more rows);
+        its token, which predict_rows checks before each row."""
+        token = object()
+        with self.lock:
+            self.owner = token
+        return token
+
+
 @dataclass(frozen=True)
 class BatchResult:
     file_name: str
     settings: Settings
     table: pd.DataFrame  # one row per (query, rank); a rejected query has one row with `error`
-    n_queries: int
+    n_queries: int  # the queries among the records done (blank records are not queries)
     n_rejected: int
     ion_writing: bool = False  # hydrides written as one species were read as USPTO's ions
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
@@ -57,6 +121,10 @@ class BatchResult:
     recorded: str = ""  # the column with_recorded added (the recorded reactions' outcomes), where it added one
     n_recorded: int = 0  # queries read as recorded reactions whose outcome is a SMILES
     round_trip_failed: str = ""  # why the round-trip check could not run, where the settings asked for it
+    blank: tuple[int, ...] = ()  # the record numbers of blank records, skipped
+    done: int = 0  # the file's records done
+    total: int = 0  # the file's records: more than `done` where the run was cut short
+    table_hint: str = ""
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -73,53 +141,115 @@ def read_upload(name: str, data: bytes, column: str | None, task: str | None = N
     return queries
 
 
-def predict_all(queries: QueryFile, cfg: Settings, ion_writing: bool = False, known: str = ""
-                ) -> tuple[pd.DataFrame, int, KnownSummary | None, str]:
-    """The table of every prediction, in the shared output's columns (the CLI writes the same), how
-    many rejected rows hold a hydride that ion_writing would have read (QueryResult.suggestion), and,
-    where `known` names one of the file's columns (known.column_index), how often its answers came back:
-    the table then ends with MATCHES_KNOWN. Retrosynthesis answers are checked round trip where the sidebar
-    asks (Settings.round_trip_model), as on the Predict page; the last item says why the check could not run
-    ("" where it ran or was not asked for), and the answers then stand without it."""
+def table_hint(name: str, queries: QueryFile, task: str) -> str:
+    """Why a file read as TXT (a whole line a query) looks like a table, or "": a CSV saved as .txt had every line
+    rejected, its header too, with no word of why."""
+    lines = [line for line in queries.queries if line.strip()]
+    if query_format(name)[1] != "txt" or not lines:
+        return ""
+    names = {n.casefold() for n in query_columns(None, task)}
+    for separator, called in ((",", "a comma"), (";", "a semicolon"), ("\t", "a tab")):
+        header = {cell.strip().strip('"').casefold() for cell in lines[0].split(separator)}
+        if all(separator in line for line in lines) or (separator in lines[0] and header & names):
+            suffix = ".tsv" if separator == "\t" else ".csv"
+            return (f"{name} is read as a TXT file, a whole line a query, but its lines look like a table's (they "
+                    f"hold {called}): save it with a {suffix} name and run it again, so that its query column is "
+                    "read.")
+    return ""
+
+
+def predict_rows(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
+    """Predict the run's records from the first not done, each on its own, into the run (its bar in `area`, its
+    Stop button in `stop`); whether this script run did them all (False: a later one claimed the run meanwhile).
+    A blank record is skipped (BLANK_ERROR); rows the engine rejects keep their place with the reason.
+    Retrosynthesis answers are checked round trip where the settings ask (Settings.round_trip_model), as on the
+    Predict page; where the check cannot run, run.round_trip_failed says why, and the answers stand without it."""
+    token = run.claim()
+    cfg, queries = run.settings, run.queries
     predictor = cfg.predictor()
-    forward, round_trip_failed = None, ""
+    forward = None
     if cfg.round_trip_model is not None:
         try:
             forward = cfg.predictor(cfg.round_trip_model)
         except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
             log.exception("round-trip model failed to load")
-            round_trip_failed = common.short(str(exc), 160)
-    n_ion_refused = 0
-    total = len(queries.queries)
-    bar = st.progress(0.0, text=f"Predicting {total} queries…")
-    rows: list[list[object]] = []
+            run.round_trip_failed = common.short(str(exc), 160)
+    bar = area.progress(run.done / run.total, text=progress_text(run))
+    # A click reruns the script, which ends this run at its next st call; the next run shows the rows done.
+    stop.button("Stop the batch", key=f"batch_stop_{cfg.task}", icon=":material/stop:",
+                help="Stops after the row being predicted: the rows done are kept, and Continue takes up the rest.")
     drawn = time.monotonic()
-    for i, query in enumerate(queries.queries):
-        try:
-            result = predictor.predict(query, **cfg.options(), ion_writing=ion_writing)
-        except Exception as exc:  # noqa: BLE001  (bad input comes back in result.error; this is a bug)
-            log.exception("batch row failed")
-            result = QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__}: "
-                                                                      f"{common.short(str(exc), 160)})")
-        if forward is not None and result.ok:
-            try:
-                result = check_round_trip(result, forward, cfg.round_trip_k)
-            except Exception as exc:  # noqa: BLE001  (this row's answers stand without the check)
-                log.exception("round-trip check failed")
-                round_trip_failed = round_trip_failed or common.short(str(exc), 160)
-        n_ion_refused += bool(result.suggestion)
-        rows.extend(result_rows(i + 1, queries.cells_of(i), result, problem=queries.problem_of(i)))
-        if time.monotonic() - drawn > PROGRESS_EVERY_S or i + 1 == total:
-            bar.progress((i + 1) / total, text=f"Predicted {i + 1} of {total} queries")
+    for i in range(run.done, run.total):
+        query, problem = queries.queries[i], queries.problem_of(i)
+        blank = not query.strip() and not problem
+        if blank:
+            result = QueryResult(query=query, method=cfg.method, error=BLANK_ERROR)
+        else:
+            result = predict_one(predictor, forward, run, query)
+        rows = result_rows(i + 1, queries.cells_of(i), result, problem=problem)
+        # The row and its counts go in together, before the next st call (where a Stop ends the run)
+        with run.lock:
+            if run.owner is not token:
+                return False
+            run.rows.extend(rows)
+            if blank:
+                run.blank.append(i + 1)
+            else:
+                run.n_rejected += bool(problem) or not result.ok
+            run.n_ion_refused += bool(result.suggestion)
+            run.done = i + 1
+        if time.monotonic() - drawn > PROGRESS_EVERY_S or run.done == run.total:
+            bar.progress(run.done / run.total, text=progress_text(run))
             drawn = time.monotonic()
-    bar.empty()
-    header = output_header(queries.columns)
-    summary = None
-    if known:
-        marks = KnownMarks(header, queries.columns.index(known), known)  # the input's columns lead the header
+    stop.empty()
+    return True
+
+
+def predict_one(predictor: Predictor, forward: Predictor | None, run: Run, query: str) -> QueryResult:
+    """One query's result, checked round trip where `forward` is given; a failure of the model is the row's error
+    (bad input comes back in result.error; an exception is a bug), a failure of the check leaves the answers."""
+    cfg = run.settings
+    try:
+        result = predictor.predict(query, **cfg.options(), ion_writing=run.ion_writing)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("batch row failed")
+        return QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__}: "
+                                                                  f"{common.short(str(exc), 160)})")
+    if forward is not None and result.ok:
+        try:
+            result = check_round_trip(result, forward, cfg.round_trip_k)
+        except Exception as exc:  # noqa: BLE001  (this row's answers stand without the check)
+            log.exception("round-trip check failed")
+            run.round_trip_failed = run.round_trip_failed or common.short(str(exc), 160)
+    return result
+
+
+def progress_text(run: Run) -> str:
+    """The bar's line: records, not predictions (a rejected or blank row is done, not predicted)."""
+    rejected = f" ({run.n_rejected:,} rejected)" if run.n_rejected else ""
+    return (f"{common.md_escape(run.file_name)}: {run.done:,} of {run.total:,} rows done{rejected}. Stopping, or "
+            "leaving the page, keeps the rows done.")
+
+
+def summarize(run: Run) -> BatchResult:
+    """What the page shows of a run, finished or cut short: the table of the rows done, in the shared output's
+    columns (the CLI writes the same), and their counts; where the run names a known-answer column
+    (known.column_index), how often its answers came back, the table then ending with MATCHES_KNOWN."""
+    with run.lock:  # the rows and counts of the same records
+        rows, done, blank = list(run.rows), run.done, tuple(run.blank)
+        n_rejected, n_ion_refused, round_trip_failed = run.n_rejected, run.n_ion_refused, run.round_trip_failed
+    queries = run.queries
+    header, summary = output_header(queries.columns), None
+    if run.known:
+        marks = KnownMarks(header, queries.columns.index(run.known), run.known)  # the input's columns lead
         header, rows, summary = marks.header, list(marks.rows(rows)), marks.summary()
-    types = {**dict.fromkeys(COUNT_COLUMNS, "Int64"), **({MATCHES_KNOWN: "boolean"} if known else {})}
-    return pd.DataFrame(rows, columns=header).astype(types), n_ion_refused, summary, round_trip_failed
+    types = {**dict.fromkeys(COUNT_COLUMNS, "Int64"), **({MATCHES_KNOWN: "boolean"} if run.known else {})}
+    table = pd.DataFrame(rows, columns=header).astype(types)
+    n_recorded = count_recorded(QueryFile(queries.queries[:done], queries.columns, queries.cells[:done]),
+                                run.recorded or None)
+    return BatchResult(run.file_name, run.settings, table, done - len(blank), n_rejected, run.ion_writing,
+                       n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
+                       run.table_hint)
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -158,11 +288,20 @@ def show(batch: BatchResult) -> None:
     queries.metric("Queries", batch.n_queries)
     predicted.metric("Predicted", n_good)
     rejected.metric("Rejected", batch.n_rejected)
+    if batch.blank:
+        stay = "Its row stays" if len(batch.blank) == 1 else "Their rows stay"
+        st.info(f"{common.counted(len(batch.blank), 'blank row')} skipped ({row_list(batch.blank)}): a blank line "
+                f"or an empty query cell is no query, and is not counted as one. {stay} in the table, marked in the "
+                "`error` column.", icon=":material/info:")
     if batch.n_rejected:
-        others = (" None was predicted." if not n_good else " The other row was predicted." if n_good == 1
-                  else " The other rows were predicted.")
-        st.warning(f"{batch.n_rejected} of {batch.n_queries} rows were rejected; their reason is in the "
-                   f"`error` column.{others}", icon=":material/warning:")
+        one = batch.n_rejected == 1
+        others = (" None was predicted." if not n_good else " The other query was predicted." if n_good == 1
+                  else " The other queries were predicted.")
+        st.warning(f"{batch.n_rejected} of {common.counted(batch.n_queries, 'query', 'queries')} "
+                   f"{'was' if one else 'were'} rejected; {'its' if one else 'their'} reason is in the `error` "
+                   f"column.{others}", icon=":material/warning:")
+        if batch.table_hint:
+            st.info(common.md_escape(batch.table_hint), icon=":material/lightbulb:")
     if batch.round_trip_failed:
         st.warning(common.md_escape(f"The round-trip check could not run ({batch.round_trip_failed}); the answers "
                                     "stand without it."), icon=":material/warning:")
@@ -172,11 +311,14 @@ def show(batch: BatchResult) -> None:
                 icon=":material/lightbulb:")
     if batch.recorded:
         side = batch.recorded.removeprefix("recorded_")  # known.recorded_column: recorded_products / _reactants
+        are = ("is a recorded reaction" if batch.n_recorded == 1 else "are recorded reactions")
+        their = "its" if batch.n_recorded == 1 else "their"
         st.caption(common.md_escape(
-            f"{batch.n_recorded} of {batch.n_queries} queries are recorded reactions (reactants>reagents>products): "
-            f"the model was asked for their {side}, and the recorded {side} are in the column {batch.recorded}."))
+            f"{batch.n_recorded} of {common.counted(batch.n_queries, 'query', 'queries')} {are} "
+            f"(reactants>reagents>products): the model was asked for {their} {side}, and the recorded {side} are in "
+            f"the column {batch.recorded}."))
     if batch.known is not None:
-        show_known(batch.known)
+        show_known(batch.known, n_good)
     input_columns = [c for c in table.columns if c not in (*RESULT_COLUMNS, MATCHES_KNOWN)]  # distinct names
     order = SCREEN_ORDER
     if settings.round_trip_model and not batch.round_trip_failed:
@@ -218,19 +360,33 @@ def show(batch: BatchResult) -> None:
                            mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
 
 
-def show_known(known: KnownSummary) -> None:
-    """How often the file's known answers came back: first, and anywhere in the list."""
-    described = known.describe()
+def show_known(known: KnownSummary, n_predicted: int) -> None:
+    """How often the file's known answers came back: first, and anywhere in the list, beside how many queries
+    that share is of (100% of 1 query is no file-wide figure)."""
+    # KnownSummary.describe says "of 1 queries"; mended here until molspec_core/known.py counts its noun
+    described = re.sub(r"\bof 1 queries\b", "of 1 query", known.describe())
     sentence = common.md_escape(described[0].upper() + described[1:] + ".")
     if not known.queries:
         st.info(sentence, icon=":material/info:")
         return
-    first, listed, _ = st.columns(3)
+    first, listed, compared = st.columns(3)
     first.metric("Known answer first", f"{known.first / known.queries:.1%}",
                  help="Of the predicted queries with a readable known answer, the share whose rank 1 is it")
     listed.metric("Known answer listed", f"{known.listed / known.queries:.1%}",
                   help="The share with the known answer at any rank of its list")
+    compared.metric("Queries compared", f"{known.queries:,} of {n_predicted:,}",
+                    help="The predicted queries with a readable known answer: the two shares are of these")
     st.caption(sentence)
+
+
+def row_list(rows: tuple[int, ...], shown: int = 5) -> str:
+    """'row 3', 'rows 3 and 5', 'rows 3, 5, 7, 9, 11 and 4 more': record numbers as a person reads them."""
+    if len(rows) == 1:
+        return f"row {rows[0]}"
+    listed = [f"{n:,}" for n in rows[:shown]]
+    if len(rows) > shown:
+        return f"rows {', '.join(listed)} and {len(rows) - shown:,} more"
+    return f"rows {', '.join(listed[:-1])} and {listed[-1]}"
 
 
 def main() -> None:
@@ -251,7 +407,6 @@ def main() -> None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
     automatic = query_columns(None, cfg.task)
-    key = results_key(cfg.task)
     with st.form("batch_form"):
         upload = st.file_uploader("Query file",
                                   type=["csv", "tsv", "xlsx", "xls", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz",
@@ -268,30 +423,90 @@ def main() -> None:
                                   f"training data write them as ions ({ION_LIST}). The `canonical query` column "
                                   "shows what the model read.")
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
-    if submitted:
-        if upload is None:
-            st.error("Choose a query file first: CSV, Excel workbook, SMILES, SD or TXT.", icon=":material/error:")
-        else:
-            task = cfg.predictor().task  # how the model reads: its own task
-            try:
-                queries, recorded = with_recorded(read_upload(upload.name, upload.getvalue(), column.strip(), task),
-                                                  task)
-                if known.strip():
-                    column_index(queries.columns, upload.name, known.strip())
-            except InputFileError as exc:
-                st.session_state.pop(key, None)  # the last file's results under this file's error read as its own
-                st.error(common.md_escape(f"Cannot read the file: {exc}"), icon=":material/error:")
-            else:
-                table, n_ion_refused, summary, failed = predict_all(queries, cfg, ion_writing,
-                                                                    known.strip() or recorded or "")
-                n_rejected = int(table.loc[table["rank"].isna()].shape[0])
-                n_recorded = count_recorded(queries, recorded)
-                st.session_state[key] = BatchResult(upload.name, cfg, table, len(queries.queries), n_rejected,
-                                                    ion_writing, n_ion_refused, summary, recorded or "", n_recorded,
-                                                    failed)
-    batch = st.session_state.get(key)
-    if batch is not None:
+    # The run's bar, then its results, in one element: a new run's bar replaces the results on screen at once (they
+    # stayed under it, faded, until the run ended, and read as the new run's). The run's Stop button has the next.
+    area, stop = st.empty(), st.empty()
+    error = run_if_asked(cfg, submitted, upload, column.strip(), known.strip(), ion_writing, area, stop)
+    with area.container():
+        if error:
+            st.error(common.md_escape(error), icon=":material/error:")
+        show_last(cfg.task)
+
+
+def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, column: str, known: str,
+                 ion_writing: bool, area: DeltaGenerator, stop: DeltaGenerator) -> str:
+    """Run the form's file where it was submitted, or take up the run cut short where Continue was pressed; why
+    the file cannot be run, or ""."""
+    ss = st.session_state
+    run: Run | None = ss.get(run_key(cfg.task))
+    if not submitted:
+        if ss.pop(continue_key(cfg.task), False) and run is not None:
+            finish(run, area, stop)
+        return ""
+    if upload is None:
+        return "Choose a query file first: CSV, Excel workbook, SMILES, SD or TXT."
+    task = cfg.predictor().task  # how the model reads: its own task
+    data = upload.getvalue()
+    try:
+        queries, recorded = with_recorded(read_upload(upload.name, data, column, task), task)
+        if known:
+            column_index(queries.columns, upload.name, known)
+    except InputFileError as exc:
+        ss.pop(results_key(cfg.task), None)  # the last file's results under this file's error read as its own
+        return f"Cannot read the file: {exc}"
+    source = (upload.name, hashlib.sha256(data).hexdigest(), column, known, ion_writing, cfg)
+    # The same file and settings again (Run batch pressed during its run, or after a stop) take the run up where it
+    # stopped; anything else starts a run of its own.
+    if run is None or run.source != source:
+        run = Run(source, upload.name, cfg, queries, ion_writing, known or recorded or "", recorded or "",
+                  table_hint(upload.name, queries, task))
+        ss[run_key(cfg.task)] = run
+    finish(run, area, stop)
+    return ""
+
+
+def finish(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> None:
+    """Predict the run's records not done yet; once all are done, its results replace the run in the session."""
+    ss, task = st.session_state, run.settings.task
+    ss.pop(results_key(task), None)  # the results on screen become this run's, whenever it ends
+    if predict_rows(run, area, stop):
+        ss[results_key(task)] = summarize(run)
+        ss.pop(run_key(task), None)
+
+
+def show_last(task: str) -> None:
+    """The task's last results: a finished run's, or the rows so far of a run cut short, with a way to go on."""
+    ss, key = st.session_state, results_key(task)
+    run: Run | None = ss.get(run_key(task))
+    if run is not None and key not in ss:  # a run cut short: its rows so far, tabled once
+        run.claim()  # the script run cut short may still be predicting a row: it writes no more
+        ss[key] = summarize(run)
+        if run.done == run.total:  # cut short after its last row: finished
+            ss.pop(run_key(task))
+            run = None
+    batch = ss.get(key)
+    if batch is None:
+        return
+    if batch.done < batch.total:
+        show_stopped(batch, can_continue=run is not None)
+    if batch.done:
         show(batch)
+
+
+def show_stopped(batch: BatchResult, can_continue: bool) -> None:
+    """Where a run was cut short: how far it got, and a button that takes it up."""
+    left, task = batch.total - batch.done, batch.settings.task
+    st.warning(common.md_escape(f"{batch.file_name}: stopped after {batch.done:,} of {batch.total:,} rows; the "
+                                "table and downloads hold those rows."), icon=":material/pause_circle:")
+    if can_continue:
+        st.button(f"Continue: {left:,} {'row' if left == 1 else 'rows'} left", key=f"batch_continue_button_{task}",
+                  type="primary", icon=":material/play_arrow:", on_click=_continue, args=(task,),
+                  help="Predicts the rest of the file with the settings the run started with (the caption under "
+                       "Results names them), and adds the rows to these.")
+
+
+def _continue(task: str) -> None:
+    st.session_state[continue_key(task)] = True
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions

@@ -391,9 +391,10 @@ def percent(share: float) -> str:
     return shown
 
 
-def counted(n: int, noun: str) -> str:
-    """'1 token', '2 tokens': a count with its noun in the right number."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """'1 token', '2 tokens': a count with its noun in the right number (`plural` where adding an s is wrong:
+    'queries')."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def md_escape(text: str) -> str:

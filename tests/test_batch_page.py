@@ -1,0 +1,202 @@
+"""The Batch page (views/batch.py): what a QA pass in a browser found wrong, each pinned by a test. A run cut short
+kept none of its rows; blank records counted as rejected queries; some counts read wrong or ungrammatical.
+
+Pages are driven with Streamlit's AppTest and the tiny copy model, through test_app.py's helpers. A Stop, or a click
+during a run (Streamlit's fast reruns stop the running script and start the next), ends the script run inside its
+next Streamlit call with a StopException; the tests raise one from the model's predict, which ends the run the same
+way, mid-file.
+"""
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+import test_app
+from molspec_core.io import QueryFile
+from molspec_core.service import Predictor
+from test_app import BATCH, assert_clean, batch_page, submit, texts
+from views.batch import safe_csv
+
+copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
+
+BLANK = "blank: this record holds no query (skipped, not counted as a query)"  # a blank row's error
+# Rows 2 and 6 are blank, row 4 is no SMILES: 7 records, 5 queries (the copy model reads these)
+QUERIES = b"Oc1ccncc1\n\nc1ccncc1Cl\nxyz\nOCC\n  \nOc1ccncc1\n"
+
+
+class Asked(list):
+    """The queries the model is asked, in order; at the query numbered stop_at (1-based; 0: never) it ends the
+    script run as a Stop or a click on another page does at the page's next Streamlit call."""
+    stop_at = 0
+
+
+@pytest.fixture()
+def asked(monkeypatch) -> Asked:
+    calls = Asked()
+    real = Predictor.predict
+
+    def predict(self, query: str, **options):
+        calls.append(query)
+        if len(calls) == calls.stop_at:
+            raise StopException()
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    return calls
+
+
+def untimed(table: pd.DataFrame) -> pd.DataFrame:
+    return table.drop(columns="time_ms").reset_index(drop=True)
+
+
+def whole_run(copy_models, monkeypatch) -> pd.DataFrame:
+    """QUERIES' table from a run nobody stopped."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    return at.session_state[BATCH].table
+
+
+def test_a_stopped_run_keeps_its_rows_and_continue_predicts_the_rest(copy_models, monkeypatch, asked):
+    """Stop, another page opened, or Run batch pressed again threw away every row predicted: the rows lived in a
+    local variable until the loop ended. The rows done now stay in the session, the page says how far the run got
+    and offers Continue, also after a visit to another page (whose return empties the uploader)."""
+    expected = whole_run(copy_models, monkeypatch)
+    asked.clear()
+    at = batch_page(monkeypatch, copy_models)
+    asked.stop_at = 3  # the run stops in row 4 (the third query; row 2 is blank)
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    at.run()  # the page drawn again, as any click after a Stop does
+    assert_clean(at)
+    assert "q.txt: stopped after 3 of 7 rows; the table and downloads hold those rows." in texts(at.warning)
+    assert not at.get("progress")
+    assert at.session_state[BATCH].table["row"].drop_duplicates().tolist() == [1, 2, 3]
+    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download SDF", "Download Excel"]
+    assert {m.label: m.value for m in at.metric}["Queries"] == "2"
+    at = at.switch_page("views/predict.py").run()
+    at = at.switch_page("views/batch.py").run()
+    assert_clean(at)
+    assert "stopped after 3 of 7 rows" in texts(at.warning)
+    asked.stop_at = 0
+    asked.clear()
+    next(b for b in at.button if b.label == "Continue: 4 rows left").click()
+    at.run()
+    assert_clean(at)
+    assert asked == ["xyz", "OCC", "Oc1ccncc1"]  # from where it stopped; the blank row 6 is not asked
+    assert "stopped after" not in texts(at.warning) and not [b for b in at.button if b.label.startswith("Continue")]
+    pd.testing.assert_frame_equal(untimed(at.session_state[BATCH].table), untimed(expected))
+
+
+def test_run_batch_pressed_again_on_the_same_file_takes_the_run_up(copy_models, monkeypatch, asked):
+    """Pressing Run batch during a run started it over from row 1; the same file with the same settings now goes
+    on from the row where the run stopped, and another file or other settings start a run of their own."""
+    at = batch_page(monkeypatch, copy_models)
+    asked.stop_at = 2
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    asked.stop_at = 0
+    asked.clear()
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert asked == ["c1ccncc1Cl", "xyz", "OCC", "Oc1ccncc1"]
+    assert at.session_state[BATCH].table["row"].drop_duplicates().tolist() == list(range(1, 8))
+    asked.clear()
+    at.checkbox[0].check()  # another form: a run of its own, from row 1
+    submit(at, "Run batch")
+    assert asked == ["Oc1ccncc1", "c1ccncc1Cl", "xyz", "OCC", "Oc1ccncc1"]
+
+
+def test_the_progress_line_counts_rows_done_not_predicted():
+    """The bar read "Predicted 4 of 7 queries" with a rejected row among the 4."""
+    from views.batch import Run, progress_text
+
+    run = Run((), "q.txt", None, QueryFile(["CCO", "", "xyz", "CCN"] + [""] * 3), done=4, n_rejected=1)
+    assert progress_text(run) == ("q\\.txt: 4 of 7 rows done (1 rejected). Stopping, or leaving the page, keeps the "
+                                  "rows done.")
+
+
+def test_blank_rows_are_skipped_and_counted_apart_from_rejected_queries(copy_models, monkeypatch, asked):
+    """Blank lines and empty cells counted as rejected queries, with the Predict page's "empty query: paste or draw
+    a molecule"."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "4", "1")
+    assert "1 of 5 queries was rejected; its reason is in the `error` column." in texts(at.warning)
+    assert ("2 blank rows skipped (rows 2 and 6): a blank line or an empty query cell is no query, and is not counted "
+            "as one. Their rows stay in the table") in texts(at.info)
+    assert "" not in asked and "  " not in asked  # the model is not asked about them
+    firsts = at.session_state[BATCH].table.drop_duplicates("row")
+    assert firsts["row"].tolist() == list(range(1, 8))  # every record keeps its number
+    assert firsts["error"].tolist()[1] == firsts["error"].tolist()[5] == BLANK
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles\nA,Oc1ccncc1\nB,\nC,xyz\n", "text/csv"))  # an empty cell
+    submit(at, "Run batch")
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Queries"], metrics["Rejected"]) == ("2", "1")
+    assert "1 blank row skipped (row 2): " in texts(at.info) and "Its row stays in the table" in texts(at.info)
+    exported = pd.read_csv(io.BytesIO(safe_csv(at.session_state[BATCH].table)), keep_default_na=False,
+                           dtype=str).drop_duplicates("row")
+    assert exported["id"].tolist() == ["A", "B", "C"] and exported["error"].tolist()[1] == BLANK
+
+
+def test_counts_of_one_read_as_one(copy_models, monkeypatch):
+    """ "1 of 1 rows were rejected", "1 of 2 queries are recorded reactions", "of 1 queries"; and a known-answer
+    share of one query stood as a headline figure with nothing beside it to say so."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("bad.txt", b"xyz\n", "text/plain"))
+    submit(at, "Run batch")
+    assert "1 of 1 query was rejected; its reason is in the `error` column. None was predicted." in texts(at.warning)
+    # The copy fixture is no forward model: it is asked for a recorded reaction's reactants, from its products
+    at.file_uploader[0].set_value(("one.txt", b"Oc1cccnc1>>Oc1ccncc1\nOc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    captions = texts(at.caption)
+    assert ("1 of 2 queries is a recorded reaction (reactants>reagents>products): the model was asked for its "
+            "reactants") in captions
+    assert "of 1 query (canonical SMILES" in captions and "1 queries" not in captions
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Known answer first"], metrics["Queries compared"]) == ("100.0%", "1 of 2")
+
+
+def test_a_csv_saved_as_txt_is_named_as_one(copy_models, monkeypatch):
+    """Every line of a CSV named .txt was rejected, its header too, with no word of why."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("list.txt", b"smiles,name\nOc1ccncc1,hydroxypyridine\nOCC,ethanol\n",
+                                   "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert ("list.txt is read as a TXT file, a whole line a query, but its lines look like a table's (they hold a "
+            "comma): save it with a .csv name and run it again") in texts(at.info)
+    at.file_uploader[0].set_value(("plain.txt", b"Oc1ccncc1\nxyz\n", "text/plain"))  # no table: no hint
+    submit(at, "Run batch")
+    assert "look like a table" not in texts(at.info)
+
+
+def test_a_script_run_that_a_later_one_took_over_writes_no_more_rows(copy_models, monkeypatch):
+    """Streamlit's fast reruns start the next script run on a thread of its own while the last one runs on to its
+    next st call: both held the rows, and the page built its table from rows still being written (pandas: "Length
+    of values (394) does not match length of index (395)"). The later run claims the run; the earlier one's row in
+    flight is not written, nor are its results."""
+    from views.batch import run_key
+
+    real = Predictor.predict
+
+    def taken_over(self, query: str, **options):
+        if query == "xyz":  # row 4: a later script run claims the run while this one predicts it
+            st.session_state[run_key("forward")].claim()
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", taken_over)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "q.txt: stopped after 3 of 7 rows" in texts(at.warning)
+    assert at.session_state[BATCH].table["row"].drop_duplicates().tolist() == [1, 2, 3]
