@@ -144,7 +144,8 @@ class KnownSummary:
         if not self.queries:
             return f"no predicted query has a known answer that RDKit reads in the column {self.column}"
         text = (f"known answers from the column {self.column}: first for {self.first} ({self.first / self.queries:.1%})"
-                f" and listed for {self.listed} ({self.listed / self.queries:.1%}) of {self.queries} queries "
+                f" and listed for {self.listed} ({self.listed / self.queries:.1%}) of {self.queries} "
+                f"{'query' if self.queries == 1 else 'queries'} "
                 "(canonical SMILES, stereo kept)")
         left_out = []
         if self.unreadable:

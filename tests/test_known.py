@@ -42,6 +42,8 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
     assert summary.describe() == ("known answers from the column product: first for 2 (50.0%) and listed for 3 "
                                   "(75.0%) of 4 queries (canonical SMILES, stereo kept); not counted: 1 known answer "
                                   "RDKit cannot read, 1 query with no known answer")
+    one = KnownSummary("product", queries=1, first=1, listed=1, unreadable=0, empty=0, output_column="product")
+    assert "first for 1 (100.0%) and listed for 1 (100.0%) of 1 query (canonical" in one.describe()  # was "queries"
 
 
 def test_a_file_without_readable_known_answers_says_so():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -363,8 +362,7 @@ def show(batch: BatchResult) -> None:
 def show_known(known: KnownSummary, n_predicted: int) -> None:
     """How often the file's known answers came back: first, and anywhere in the list, beside how many queries
     that share is of (100% of 1 query is no file-wide figure)."""
-    # KnownSummary.describe says "of 1 queries"; mended here until molspec_core/known.py counts its noun
-    described = re.sub(r"\bof 1 queries\b", "of 1 query", known.describe())
+    described = known.describe()
     sentence = common.md_escape(described[0].upper() + described[1:] + ".")
     if not known.queries:
         st.info(sentence, icon=":material/info:")
