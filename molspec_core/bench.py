@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib.metadata
 import json
 import math
 import os
@@ -225,7 +226,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
         "batch_order": "by length" if by_length else "as given",
         "peers": {m: {"process": "its own, stopped between requests", "threads": peer.threads,
-                      "omp_wait_policy": peer.wait_policy} for m, peer in peers.items()},
+                      "omp_wait_policy": peer.wait_policy, "version": _peer_version()} for m, peer in peers.items()},
+        "n_best": n_best,  # the beam width of beam-like methods (and the peer's), the answers compared for top-k
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -236,6 +238,14 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "topk_counts": "of all queries given, the skipped ones (the model cannot read them) counted as misses",
         "methods": report_methods,
     }
+
+
+def _peer_version() -> str | None:
+    """The installed CTranslate2's version, read from its package metadata (the peer runs in a process of its own)."""
+    try:
+        return importlib.metadata.version("ctranslate2")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predictor, threads: int) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import importlib.metadata
 import itertools
 import json
 import re
@@ -1242,7 +1243,9 @@ def test_benchmark_page_opens_on_the_ctranslate2_comparison(bench_folder, copy_m
     assert at.selectbox(key="bench_file").value == "zz_peer.json" and len(at.selectbox(key="bench_file").options) == 2
     assert any("CTranslate2 float32 greedy" in m.value for m in at.markdown)
     threads = "1 thread" if report["threads"] == 1 else f"{report['threads']} threads"
-    assert f" · CTranslate2 (version not recorded) in its own process, {threads} · " in texts(at.caption)
+    version = importlib.metadata.version("ctranslate2")  # recorded by bench since session 78
+    assert f" · CTranslate2 {version} in its own process, {threads} · " in texts(at.caption)
+    assert report["n_best"] == 1 and report["peers"]["ct2-greedy"]["version"] == version
     speedup = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
     # no int8 peer timed
     assert [series["name"] for series in speedup] == ["vs our greedy", "vs CTranslate2 float32 greedy"]

@@ -102,6 +102,15 @@ def test_a_machine_the_report_does_not_name_is_said_to_be_unrecorded_and_so_is_t
     peer = {"device": "cpu", "device_name": "x86_64", "threads": 1, "date": "2026-11-25",
             "peers": {"ct2-greedy": {"threads": 1}}, "methods": {}}
     assert "CTranslate2 (version not recorded) in its own process, 1 thread" in where_ran(peer)
+    recorded = {**peer, "peers": {"ct2-greedy": {"threads": 1, "version": "4.8.5"}}}  # bench records it now
+    assert "CTranslate2 4.8.5 in its own process, 1 thread" in where_ran(recorded)
+
+
+def test_a_recorded_n_best_is_the_beam_width_only_where_a_beam_method_ran():
+    from views.benchmark import beam_width
+
+    assert beam_width({"n_best": 5, "methods": {"beam": entry(), "greedy": entry()}}) == 5
+    assert beam_width({"n_best": 1, "methods": {"greedy": entry()}}) is None  # a greedy run has no beam width
 
 
 # ---- A6 and A12: one rounding for charts and table; the table is text a screen reader reads as shown -----------

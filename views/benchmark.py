@@ -130,10 +130,10 @@ def _beam_like(method: str) -> bool:
 def beam_width(report: dict) -> int | None:
     """The run's beam width: recorded by a live run; in a saved one its beam methods' deepest top-k, which bench
     counts up to the width (run_bench's k_max). None where it has no beam method or no references."""
-    if report.get("n_best"):
+    beams = [entry for name, entry in report["methods"].items() if _beam_like(name)]
+    if beams and report.get("n_best"):  # recorded since session 78 (and by a live run)
         return int(report["n_best"])
-    depths = [int(key[3:]) for name, entry in report["methods"].items() if _beam_like(name)
-              for key in entry if re.fullmatch(r"top\d+", key)]
+    depths = [int(key[3:]) for entry in beams for key in entry if re.fullmatch(r"top\d+", key)]
     return max(depths, default=None)
 
 
@@ -521,9 +521,11 @@ def where_ran(report: dict) -> list[str]:
              f"torch {report.get('torch', '?')}", _threads(report.get("threads", "?"))]
     if report.get("omp_wait_policy"):
         facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
-    peer_threads = sorted({peer.get("threads") for peer in report.get("peers", {}).values()})
+    peers = report.get("peers", {}).values()
+    peer_threads = sorted({peer.get("threads") for peer in peers})
     if peer_threads:
-        facts.append("CTranslate2 (version not recorded) in its own process, "
+        version = next((peer["version"] for peer in peers if peer.get("version")), None)
+        facts.append(f"CTranslate2 {version or '(version not recorded)'} in its own process, "
                      + " or ".join(_threads(n) for n in peer_threads))
     facts.append(str(report.get("date", "")))
     return facts
