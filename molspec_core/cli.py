@@ -437,13 +437,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                args.engine, args.dtype, marks)
     else:
         n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks)
-    print(f"{len(table.queries) - n_bad} queries predicted, {n_bad} rejected (see the error "
-          f"{'field' if is_sd_name(args.output) else 'column'}) -> {args.output}")
+    n_blank = table.n_blank()  # blank lines and empty cells: no queries, neither predicted nor rejected
+    n_queries = len(table.queries) - n_blank
+    print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted, {n_bad} rejected (see "
+          f"the error {'field' if is_sd_name(args.output) else 'column'})"
+          + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "") + f" -> {args.output}")
     if marks is not None:
         print(marks.summary().describe())
-    if table.queries and n_bad == len(table.queries):  # a pipeline must not take a file of errors for answers
-        print(f"error: none of the {len(table.queries)} queries could be predicted"
-              f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
+    if table.queries and n_bad == n_queries:  # a pipeline must not take a file of errors for answers
+        print(f"error: none of the {n_queries} queries could be predicted"
+              + (f" ({n_blank} blank records hold none)" if n_blank else "")
+              + f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
         return 2
     return 0
 
@@ -505,7 +509,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
         for window in windows(len(queries), batch_size, "predict"):  # predict batches a window by length
             results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
             for i, result in enumerate(results, start=window.start):
-                if not result.ok:
+                if not result.ok and not table.is_blank(i):
                     n_bad += 1
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 

@@ -99,6 +99,11 @@ class OutputFileError(ValueError):
     """An output path that must not be written (the input itself, a folder, a device)."""
 
 
+# A record with no query (a blank line, an empty cell): its row stays, so that the rows match the file's records,
+# with this error, and it is counted apart from the queries, predicted and rejected (the app and the command line)
+BLANK_RECORD = "blank: this record holds no query (skipped, not counted as a query)"
+
+
 @dataclass(frozen=True)
 class QueryFile:
     """A query file's records in order: the queries, and each record's other cells, which the output
@@ -113,8 +118,20 @@ class QueryFile:
     def cells_of(self, index: int) -> tuple[str, ...]:
         return self.cells[index] if self.cells else ()
 
-    def problem_of(self, index: int) -> str:
+    def _given_problem(self, index: int) -> str:
         return self.problems[index] if self.problems else ""
+
+    def is_blank(self, index: int) -> bool:
+        """A record with no query and no reason for none (a blank line, an empty cell): no query at all. (A file
+        made from another's records, known.with_recorded, carries its BLANK_RECORD as given.)"""
+        return not self.queries[index].strip() and self._given_problem(index) in ("", BLANK_RECORD)
+
+    def problem_of(self, index: int) -> str:
+        """Why the record gave no query: its reader's reason, BLANK_RECORD for a blank one, "" where it gave one."""
+        return self._given_problem(index) or (BLANK_RECORD if self.is_blank(index) else "")
+
+    def n_blank(self) -> int:
+        return sum(map(self.is_blank, range(len(self.queries))))
 
 
 # ---- reading ------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
                    marks: KnownMarks | None = None) -> int:
     """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
     writes (the same columns and rows, in input order; with `marks`, matches_known last); returns the
-    number of rejected queries."""
+    number of rejected queries (blank records are none)."""
     n_bad = 0
 
     def rows() -> Iterator[list[object]]:
@@ -73,7 +73,7 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
             query_rows = json.loads(found)
             if problem := table.problem_of(row - 1):  # its empty query's error, as result_rows writes it
                 query_rows[0][ERROR] = problem
-            n_bad += bool(query_rows[0][ERROR])
+            n_bad += bool(query_rows[0][ERROR]) and not table.is_blank(row - 1)
             cells = table.cells_of(row - 1)
             for query_row in query_rows:
                 yield [*cells, *query_row]

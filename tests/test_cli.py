@@ -797,6 +797,22 @@ def test_a_file_whose_every_query_is_refused_ends_with_an_error_and_exit_2(tmp_p
     assert list(pd.read_csv(tmp_path / "out.csv")["id"]) == [1, 2]
 
 
+def test_blank_records_keep_their_rows_but_are_no_queries_neither_predicted_nor_rejected(tmp_path, capsys):
+    """A blank line or empty cell counted as a rejected query ('empty query: paste or draw a molecule'), while the
+    Batch page skipped it: both write io.BLANK_RECORD now and count it apart."""
+    from molspec_core.io import BLANK_RECORD
+
+    (tmp_path / "q.csv").write_text("smiles,id\nClc1ccncc1,1\n,2\nxyz,3\n  ,4\n")
+    assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv") == 0
+    assert capsys.readouterr().out.endswith(
+        f"1 query predicted, 1 rejected (see the error column), 2 blank records skipped -> {tmp_path / 'out.csv'}\n")
+    errors = pd.read_csv(tmp_path / "out.csv", keep_default_na=False).drop_duplicates("row")["error"].tolist()
+    assert errors[0] == "" and errors[1] == errors[3] == BLANK_RECORD and errors[2].startswith("not a valid SMILES")
+    (tmp_path / "blank.csv").write_text("smiles,id\n,1\n ,2\n")
+    assert predict_file(tmp_path / "blank.csv", tmp_path / "out.csv") == 2  # records, but no query: an error
+    assert "error: none of the 0 queries could be predicted (2 blank records hold none)" in capsys.readouterr().err
+
+
 def test_predict_reads_standard_input_as_txt_or_as_input_format_says(tmp_path, capsys, monkeypatch):
     """`--input -` was taken as a file named '-': a pipeline could not feed its queries through a pipe."""
     import io as stdlib_io

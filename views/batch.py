@@ -61,11 +61,6 @@ def continue_key(task: str) -> str:
     return f"batch_continue_{task}"
 
 
-# A record with no query (a blank line, an empty cell) is skipped: the model is not asked, and it is counted apart
-# from the queries; its row stays, so that the rows match the file's records as the command line's do.
-BLANK_ERROR = "blank: this record holds no query (skipped, not counted as a query)"
-
-
 @dataclass
 class Run:
     """A batch run, kept in the session while its rows are made: a run cut short (the toolbar's Stop, the page's
@@ -160,7 +155,8 @@ def table_hint(name: str, queries: QueryFile, task: str) -> str:
 def predict_rows(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
     """Predict the run's records from the first not done, each on its own, into the run (its bar in `area`, its
     Stop button in `stop`); whether this script run did them all (False: a later one claimed the run meanwhile).
-    A blank record is skipped (BLANK_ERROR); rows the engine rejects keep their place with the reason.
+    A blank record is skipped (io.BLANK_RECORD: the model is not asked); rows the engine rejects keep their place
+    with the reason.
     Retrosynthesis answers are checked round trip where the settings ask (Settings.round_trip_model), as on the
     Predict page; where the check cannot run, run.round_trip_failed says why, and the answers stand without it."""
     token = run.claim()
@@ -180,9 +176,9 @@ def predict_rows(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
     drawn = time.monotonic()
     for i in range(run.done, run.total):
         query, problem = queries.queries[i], queries.problem_of(i)
-        blank = not query.strip() and not problem
+        blank = queries.is_blank(i)
         if blank:
-            result = QueryResult(query=query, method=cfg.method, error=BLANK_ERROR)
+            result = QueryResult(query=query, method=cfg.method, error=problem)
         else:
             result = predict_one(predictor, forward, run, query)
         rows = result_rows(i + 1, queries.cells_of(i), result, problem=problem)
