@@ -1,6 +1,6 @@
 """Pictures for the app: 2D SVG depictions, 3D molblocks and viewer HTML, and the provenance view
 (which output tokens were copied from the query, and which atoms they became), and the reaction centre marked on
-an answer (centre.py).
+an answer (centre.py); and each picture in words, for a screen reader and anyone who cannot tell its colours apart.
 
 Pure functions over RDKit and the standard library (py3Dmol is imported only by `viewer_html`);
 the engine never imports this module and this module never imports streamlit.
@@ -11,12 +11,12 @@ import html
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from rdkit import Chem
 from rdkit.Chem import AllChem, rdDepictor
 from rdkit.Chem.Draw import rdMolDraw2D
-from rdkit.Geometry import Point3D
+from rdkit.Geometry import Point2D, Point3D
 
 from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
 from .centre import reaction_centre
@@ -34,6 +34,11 @@ GENERATED_COLOUR = "#eceff3"
 # The reaction centre on an answer (centre.py): atoms whose bonds change, and reactant atoms that leave.
 CENTRE_COLOUR = "#f4a29a"  # Okabe-Ito vermillion, lightened
 LEAVING_COLOUR = "#cfd4da"
+# The light fills above are 2.0:1 and 1.5:1 on white and 1.3:1 apart: each mark also gets a ring that is at least
+# 3:1 on white (WCAG 1.4.11), solid around an atom whose bonds change, dashed around one that leaves, so that the
+# two read apart without their colours. Fill colour -> (ring colour, SVG dash pattern; "" for a solid ring).
+RINGS = {CENTRE_COLOUR: ("#c0392b", ""), LEAVING_COLOUR: ("#5b6770", "3,2")}
+RING_RADIUS = 0.45  # 2D units (a bond is 1.5): just outside RDKit's highlight (0.3), clear of the next atom's
 PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): small molecules are not blown up
 FRAGMENT_GAP = 2.0  # 2D units between the boxes of two molecules: room for atom labels
 MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
@@ -106,13 +111,24 @@ def span_colour(k: int) -> str:
     return SPAN_COLOURS[k % len(SPAN_COLOURS)]
 
 
-def copied_atom_colours(tokens: Sequence[str], provenance: Sequence[int]) -> dict[int, str]:
-    """Atom index -> span colour for the atoms written by copied tokens ({} when unmappable)."""
+def copied_atom_runs(tokens: Sequence[str], provenance: Sequence[int]) -> dict[int, int]:
+    """Atom index -> the number (from 1) of the copied run that wrote it ({} when unmappable)."""
     atoms = token_atom_indices(tokens)
     if atoms is None:
         return {}
     owner = span_of_tokens(provenance)
-    return {atom: span_colour(k) for atom, k in zip(atoms, owner) if atom is not None and k is not None}
+    return {atom: k + 1 for atom, k in zip(atoms, owner) if atom is not None and k is not None}
+
+
+def copied_atom_colours(tokens: Sequence[str], provenance: Sequence[int]) -> dict[int, str]:
+    """Atom index -> span colour for the atoms written by copied tokens ({} when unmappable)."""
+    return {atom: span_colour(run - 1) for atom, run in copied_atom_runs(tokens, provenance).items()}
+
+
+# Text that a screen reader reads and the screen does not show (the usual clip pattern)
+VISUALLY_HIDDEN = ("position:absolute;width:1px;height:1px;margin:-1px;padding:0;border:0;overflow:hidden;"
+                   "clip:rect(0,0,0,0);white-space:nowrap")
+RUN_BORDER = "#4a5560"  # 7.6:1 on white: a copied run's box reads without its colour (in greyscale, say)
 
 
 def _token_box(token: str, background: str, title: str) -> str:
@@ -121,17 +137,63 @@ def _token_box(token: str, background: str, title: str) -> str:
             f"{html.escape(token)}</span>")
 
 
+def _run_box(run: int | None, boxes: Sequence[str], unowned: str) -> str:
+    """Consecutive token boxes of one copied run (numbered from 1), boxed and led by the run's number, or tokens of
+    no run (None), led by the words `unowned` for a screen reader alone."""
+    if run is None:
+        return f'<span style="{VISUALLY_HIDDEN}">{unowned}: </span>' + "".join(boxes)
+    number = (f'<span style="font-size:0.7rem;font-weight:600;vertical-align:top;margin:0 2px 0 1px">'
+              f'<span style="{VISUALLY_HIDDEN}">run </span>{run}</span>')
+    return (f'<span style="display:inline-block;border:1.5px solid {RUN_BORDER};border-radius:4px;'
+            f'padding:0 1px;margin:1px 2px">{number}{"".join(boxes)}</span>')
+
+
+def _row(boxes: Sequence[str], runs: Sequence[int | None], unowned: str) -> str:
+    """A row of token boxes, each stretch of the same run (or of none) grouped by _run_box."""
+    grouped = itertools.groupby(zip(runs, boxes), key=lambda pair: pair[0])
+    return "".join(_run_box(run, [box for _, box in pairs], unowned) for run, pairs in grouped)
+
+
+def _positions(first: int, end: int) -> str:
+    """Positions first..end-1 (from 0) as people count them: 'token 3', 'tokens 1–2'."""
+    return f"token {first + 1}" if end - first == 1 else f"tokens {first + 1}–{end}"
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def provenance_lines(tokens: Sequence[str], provenance: Sequence[int]) -> list[str]:
+    """The copied runs and the generated tokens in words, positions counted from 1 (plain text, not escaped):
+    'Run 1: tokens 1–2 (C C), copied from query tokens 1–2', then 'Generated by the model: tokens 3 and 6–7'."""
+    lines = [f"Run {k}: {_positions(start, end)} ({' '.join(tokens[start:end])}), copied from query "
+             f"{_positions(source, source + end - start)}"
+             for k, (start, end, source) in enumerate(copy_spans(provenance), start=1)]
+    generated = [i for i, source in enumerate(provenance) if source < 0]
+    stretches = []  # '3', '6–7': consecutive positions, from 1
+    for _, group in itertools.groupby(enumerate(generated), key=lambda pair: pair[1] - pair[0]):
+        positions = [i + 1 for _, i in group]
+        stretches.append(str(positions[0]) if len(positions) == 1 else f"{positions[0]}–{positions[-1]}")
+    if stretches:
+        lines.append(f"Generated by the model: {'token' if len(generated) == 1 else 'tokens'} {_listed(stretches)}")
+    return lines
+
+
 def provenance_html(source_tokens: Sequence[str], tokens: Sequence[str], provenance: Sequence[int]) -> str:
-    """An HTML block: the query tokens and the prediction tokens, each copied span in its own colour
-    in both rows, generated tokens in grey. Every token is escaped; only our own markup is raw."""
+    """An HTML block: the query tokens and the prediction tokens, each copied run in its own colour and, for a
+    reader who cannot tell colours apart, boxed and numbered alike in both rows; generated tokens grey and unboxed.
+    A screen reader hears each run's number and 'generated' before the others; the positions every token's hover
+    gives are also listed in words (provenance_lines) under a disclosure that a keyboard opens. Every token is
+    escaped; only our own markup is raw."""
     owner = span_of_tokens(provenance)
     source_owner: dict[int, int] = {}
     for i, k in enumerate(owner):
         if k is not None and 0 <= provenance[i] < len(source_tokens):
             source_owner.setdefault(provenance[i], k)
-    query_boxes = []
+    query_boxes, query_runs = [], []
     for j, token in enumerate(source_tokens):
         k = source_owner.get(j)
+        query_runs.append(None if k is None else k + 1)
         if k is None:
             query_boxes.append(_token_box(token, "transparent", f"query token {j + 1}"))
         else:
@@ -144,11 +206,16 @@ def provenance_html(source_tokens: Sequence[str], tokens: Sequence[str], provena
         else:
             output_boxes.append(_token_box(token, span_colour(k),
                                            f"token {i + 1}: copied from query token {provenance[i] + 1}"))
+    output_runs = [None if k is None else k + 1 for k in owner]
     label = 'style="font-size:0.8rem;color:#555;margin:0.4rem 0 0.1rem 0"'
-    return (f'<div><div {label}>Query tokens (copied sources highlighted)</div>'
-            f'<div style="line-height:1.9">{"".join(query_boxes)}</div>'
-            f'<div {label}>Prediction tokens (coloured: copied from the query; grey: generated)</div>'
-            f'<div style="line-height:1.9">{"".join(output_boxes)}</div></div>')
+    listed = "".join(f"<li>{html.escape(line)}</li>" for line in provenance_lines(tokens, provenance))
+    return (f'<div><div {label}>Query tokens (copied runs boxed and numbered)</div>'
+            f'<div style="line-height:2.1">{_row(query_boxes, query_runs, "not copied")}</div>'
+            f'<div {label}>Prediction tokens (boxed and numbered: copied from the query, run by run; grey, unboxed: '
+            f'generated)</div>'
+            f'<div style="line-height:2.1">{_row(output_boxes, output_runs, "generated")}</div>'
+            f'<details style="font-size:0.85rem;margin-top:0.4rem"><summary>Every run and generated token in '
+            f'words</summary><ul style="margin:0.2rem 0">{listed}</ul></details></div>')
 
 
 # ---- 2D -------------------------------------------------------------------------------------------
@@ -251,8 +318,26 @@ def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, st
             bonds[bond.GetIdx()] = atoms[a]
     rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, highlightAtoms=list(atoms), highlightAtomColors=atoms,
                                        highlightBonds=list(bonds), highlightBondColors=bonds)
+    rings = _rings(drawer, atom_colours)
     drawer.FinishDrawing()
-    return drawer.GetDrawingText()
+    text = drawer.GetDrawingText()
+    return text.replace("</svg>", rings + "</svg>") if rings else text
+
+
+def _rings(drawer: rdMolDraw2D.MolDraw2DSVG, atom_colours: dict[int, str]) -> str:
+    """SVG circles around the drawn atoms whose colour is a reaction-centre colour (RINGS), "" for none."""
+    marked = sorted((i, RINGS[colour]) for i, colour in atom_colours.items() if colour in RINGS)
+    if not marked:
+        return ""
+    origin, unit = drawer.GetDrawCoords(Point2D(0, 0)), drawer.GetDrawCoords(Point2D(1, 0))
+    radius = RING_RADIUS * math.hypot(unit.x - origin.x, unit.y - origin.y)  # the drawing's scale, in pixels
+    circles = []
+    for atom, (stroke, dashes) in marked:
+        centre = drawer.GetDrawCoords(atom)
+        dashed = f";stroke-dasharray:{dashes}" if dashes else ""
+        circles.append(f"<circle class='centre-ring' cx='{centre.x:.1f}' cy='{centre.y:.1f}' r='{radius:.1f}' "
+                       f"style='fill:none;stroke:{stroke};stroke-width:2px{dashed}'/>")
+    return "\n".join(circles) + "\n"
 
 
 def smiles_svg(smiles: str, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None
@@ -293,11 +378,59 @@ def step_centre_colours(reactants: Sequence[str], product: str) -> tuple[dict[in
 
 def provenance_svg(tokens: Sequence[str], provenance: Sequence[int], width: int = 420,
                    height: int = 300) -> str | None:
-    """SVG of the raw predicted SMILES with its copied atoms in their span colours."""
+    """SVG of the raw predicted SMILES with its copied atoms in their span colours, each labelled with its run's
+    number (the token boxes' numbers)."""
     mol = parse_in_order("".join(tokens))
     if mol is None:
         return None
+    for atom, run in copied_atom_runs(tokens, provenance).items():  # the run's number, as the token boxes show it
+        mol.GetAtomWithIdx(atom).SetProp("atomNote", str(run))
     return mol_svg(mol, width, height, copied_atom_colours(tokens, provenance))
+
+
+# ---- text alternatives ----------------------------------------------------------------------------
+
+
+def atoms_in_words(mol: Chem.Mol, atoms: Iterable[int]) -> str:
+    """'atom 2 (C)', 'atoms 2 (C) and 4 (N)': atoms numbered from 1 in the order the SMILES writes them (RDKit's),
+    each with its element."""
+    named = [f"{i + 1} ({mol.GetAtomWithIdx(i).GetSymbol()})" for i in sorted(atoms)]
+    return f"atom {named[0]}" if len(named) == 1 else f"atoms {_listed(named)}"
+
+
+def centre_in_words(smiles: str, atom_colours: dict[int, str]) -> str:
+    """The reaction-centre marks of centre_colours in words, for a picture's text alternative: 'reaction centre
+    (estimated): bonds change at atoms 2 (C) and 4 (N), and atom 3 (Cl) leaves'; "" where none is marked."""
+    mol = Chem.MolFromSmiles(smiles) if smiles else None
+    if mol is None:
+        return ""
+    change = [i for i, c in atom_colours.items() if c == CENTRE_COLOUR and i < mol.GetNumAtoms()]
+    leave = [i for i, c in atom_colours.items() if c == LEAVING_COLOUR and i < mol.GetNumAtoms()]
+    parts = [f"bonds change at {atoms_in_words(mol, change)}"] if change else []
+    if leave:
+        parts.append(f"{atoms_in_words(mol, leave)} {'leaves' if len(leave) == 1 else 'leave'}")
+    return f"reaction centre (estimated): {', and '.join(parts)}" if parts else ""
+
+
+def structure_alt(smiles: str, atom_colours: dict[int, str] | None = None) -> str:
+    """The text alternative of smiles_svg's picture: the SMILES it draws, and the reaction centre marked on it in
+    words ('Structure of CCOC(C)=O; reaction centre (estimated): ...'; no full stop, which a SMILES could be read to
+    end with). Plain text: the page hands it to the image as an attribute value, never as markup."""
+    marks = centre_in_words(smiles, atom_colours or {})
+    return f"Structure of {smiles}" + (f"; {marks}" if marks else "")
+
+
+def provenance_alt(tokens: Sequence[str], provenance: Sequence[int]) -> str:
+    """The text alternative of provenance_svg's picture: the answer as written, and which atoms each copied run
+    wrote (by the runs' numbers, as the token boxes and the picture's labels show them)."""
+    smiles = "".join(tokens)
+    mol = parse_in_order(smiles)
+    runs = copied_atom_runs(tokens, provenance)
+    if mol is None or not runs:
+        return f"Structure of {smiles}"
+    by_run = [f"run {run}, {atoms_in_words(mol, [a for a, r in runs.items() if r == run])}"
+              for run in sorted(set(runs.values()))]
+    return f"Structure of {smiles} as written; atoms written by copied tokens, by run: {'; '.join(by_run)}"
 
 
 # ---- 3D -------------------------------------------------------------------------------------------
