@@ -1,14 +1,25 @@
 """What the accessibility QA pass (scratch/qa_a11y.md) found, each fix pinned: text alternatives of the structure
-pictures (A3), the copied tokens told apart without colour and listed in words (A2) and reaction-centre rings (A4).
+pictures (A3), the copied tokens told apart without colour and listed in words (A2), reaction-centre rings (A4) and
+the pages' titles (B1).
+
+The pages run in Streamlit's AppTest with the tiny copy model (through test_app.py's helpers); what only a browser
+shows (the collapsed sidebar out of the Tab order, focus rings) is checked in test_browser.py.
 """
 from __future__ import annotations
 
 import re
 
 import pytest
+import streamlit as st
 
+import test_app
 from molspec_core import depict
 from molspec_core.tokenizer import tokenize
+from test_app import app
+
+copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
+PAGES = {"views/predict.py": "Predict", "views/batch.py": "Batch", "views/routes.py": "Routes",
+         "views/benchmark.py": "Benchmark", "views/models.py": "Models"}
 
 
 def contrast(colour: str, background: str = "#ffffff") -> float:
@@ -92,3 +103,21 @@ def test_the_picture_of_copied_atoms_numbers_them_by_run_and_says_so_in_words():
     assert depict.provenance_alt(tokens, provenance) == (
         "Structure of CC(=O)NC as written; atoms written by copied tokens, by run: run 1, atoms 1 (C) and 2 (C); "
         "run 2, atom 3 (O); run 3, atom 5 (C)")
+
+
+def test_every_page_has_a_title_of_its_own(copy_models, monkeypatch):
+    """The browser's tab and a screen reader's page title read "MolSpec" on every page."""
+    titles: list[str] = []
+    real = st.set_page_config
+
+    def recording(*args, **kwargs):
+        titles.append(kwargs.get("page_title"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(st, "set_page_config", recording)
+    at = app(copy_models, monkeypatch).run()
+    seen = {}
+    for page, name in PAGES.items():
+        at = at.switch_page(page).run()
+        seen[name] = titles[-1]
+    assert seen == {name: f"{name} · MolSpec" for name in PAGES.values()}

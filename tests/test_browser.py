@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -301,6 +302,63 @@ def test_a_stopped_batch_keeps_its_rows_and_continues_without_doubling_one(page,
     info.value.save_as(saved)
     rows = pd.read_csv(saved, keep_default_na=False, dtype=str, encoding="utf-8-sig")["row"].astype(int).tolist()
     assert rows == list(range(1, 1601))  # greedy: one row a query, each once
+
+
+FOCUSED = """() => { const e = document.activeElement, r = e.getBoundingClientRect();
+    return {name: e.getAttribute('aria-label') || e.innerText.slice(0, 40), left: r.left, right: r.right}; }"""
+
+
+@pytest.mark.parametrize("width, height", [(700, 500), (390, 844)])  # 200% zoom of a 1,400 px window; a phone
+def test_a_collapsed_sidebar_keeps_its_controls_out_of_the_tab_order(page, width, height):
+    """The collapsed sidebar's 17 controls sat at x = -298 in the Tab order: focus went where nothing showed it, and
+    an arrow key on the hidden Task radio switched the app to retrosynthesis (accessibility QA A1)."""
+    page.set_viewport_size({"width": width, "height": height})
+    predict_page(page)
+    settle(page)
+    assert page.get_by_test_id("stSidebar").get_attribute("data-collapsed") == "true"
+    time.sleep(0.5)  # the sidebar hides when its slide-out ends
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(FOCUSED)
+        assert focused["right"] > 0 and focused["left"] < width, focused
+    page.get_by_test_id("stExpandSidebarButton").click()  # opened, its controls take focus again
+    routes = page.get_by_test_id("stSidebar").get_by_role("link", name="Routes")
+    routes.focus()
+    assert page.evaluate(FOCUSED)["name"].endswith("Routes")
+
+
+def contrast(foreground: str, background: str) -> float:
+    """WCAG's contrast ratio of two CSS colours given as 'rgb(r, g, b)' or 'rgba(r, g, b, a)' (alpha ignored)."""
+    def luminance(colour: str) -> float:
+        channels = [int(c) / 255 for c in re.findall(r"\d+", colour)[:3]]
+        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_keyboard_focus_in_the_sidebar_shows_a_ring(page):
+    """Focus on a page link, a radio option or a switch showed as a faint grey (1.15:1), and on the current page's
+    link as nothing at all (accessibility QA A11)."""
+    predict_page(page)
+    settle(page)
+    sidebar = page.get_by_test_id("stSidebar")
+    background = sidebar.evaluate("e => getComputedStyle(e).backgroundColor")
+    targets = {"the current page's link": (sidebar.get_by_role("link", name="Predict"), "self"),
+               "a radio option": (sidebar.get_by_role("radio").first, "label"),
+               "a switch": (sidebar.get_by_role("switch").first, "label")}
+    for what, (control, ringed) in targets.items():
+        control.focus()
+        page.keyboard.press("Shift+Tab")  # focus by keyboard: what :focus-visible answers
+        page.keyboard.press("Tab")
+        assert control.evaluate("e => e === document.activeElement"), what
+        style = control.evaluate("(e, ringed) => { const r = ringed === 'self' ? e : e.closest('label'); "
+                                 "const c = getComputedStyle(r); return [c.outlineStyle, c.outlineWidth, "
+                                 "c.outlineColor]; }", ringed)
+        assert style[0] == "solid" and float(style[1].removesuffix("px")) >= 2, (what, style)
+        assert contrast(style[2], background) >= 3, (what, style, background)
+    shot(page, "browser_focus_ring_switch")
 
 
 def test_other_pages_render(page):
