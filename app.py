@@ -7,7 +7,7 @@ import streamlit as st
 
 from views import common
 
-# Our own style, a few rules for what Streamlit's defaults leave out (the accessibility QA pass's A1 and A11).
+# Our own style, a few rules for what Streamlit's defaults leave out (the accessibility QA pass's A1, A11, B2, B10).
 STYLE = """<style>
 /* A collapsed sidebar sits off screen, yet its links and settings stayed in the Tab order: a key press changed a
    setting no one could see. Hidden, they leave the Tab order and the accessibility tree (after the slide-out).
@@ -18,6 +18,15 @@ STYLE = """<style>
 [data-testid="stSidebarNavLink"]:focus-visible,
 [data-testid="stRadioOption"]:has(input:focus-visible),
 [data-testid="stCheckbox"] label:has(input:focus-visible) { outline: 2px solid #1f6f8b; outline-offset: 1px; }
+/* The app's name in the sidebar, no heading, at the size the sidebar's title had (common.render_sidebar) */
+.st-key-app_name p { font-size: 1.5rem; font-weight: 600; line-height: 1.2; }
+/* Level-2 section headings at the size of level 3, and each answer's "Rank k" heading at the size of bold text:
+   the headings' levels changed, their look did not (common.section, predict.show_prediction) */
+[class*="st-key-section_"] h2 { font-size: 1.75rem; }
+[class*="st-key-answer_"] h3 { font-size: 1rem; padding: 0; }
+/* A route step's arrow (routes.show_route); where a phone stacks the product over its reactants, it points up */
+[class*="st-key-made_from_"] p { font-size: 1.75rem; text-align: center; }
+@media (max-width: 640px) { [class*="st-key-made_from_"] p { transform: rotate(90deg); } }
 </style>"""
 
 # Before the navigation: given none, it shows the page's material icon as the favicon, fetched from Google's fonts

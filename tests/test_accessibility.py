@@ -1,13 +1,15 @@
 """What the accessibility QA pass (scratch/qa_a11y.md) found, each fix pinned: text alternatives of the structure
-pictures (A3), the copied tokens told apart without colour and listed in words (A2), reaction-centre rings (A4) and
-the pages' titles (B1).
+pictures (A3), the copied tokens told apart without colour and listed in words (A2), reaction-centre rings (A4), the
+pages' titles (B1), their headings (B2) and the Routes step in words (B10).
 
 The pages run in Streamlit's AppTest with the tiny copy model (through test_app.py's helpers); what only a browser
-shows (the collapsed sidebar out of the Tab order, focus rings) is checked in test_browser.py.
+shows (the collapsed sidebar out of the Tab order, focus rings, the headings' levels in the page) is checked in
+test_browser.py.
 """
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import streamlit as st
@@ -15,7 +17,8 @@ import streamlit as st
 import test_app
 from molspec_core import depict
 from molspec_core.tokenizer import tokenize
-from test_app import app
+from test_app import app, assert_clean, predict, texts
+from test_planning import COPY_MODEL, find_routes, routes_page
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 PAGES = {"views/predict.py": "Predict", "views/batch.py": "Batch", "views/routes.py": "Routes",
@@ -33,6 +36,30 @@ def contrast(colour: str, background: str = "#ffffff") -> float:
     return (high + 0.05) / (low + 0.05)
 
 
+def alts(at) -> list[str]:
+    """The text alternative of every picture st.image draws on the page."""
+    return [img.alt for image in at.get("image") for img in image.proto.imgs]
+
+
+# ---- A3: text alternatives ------------------------------------------------------------------------
+
+
+def test_every_structure_picture_on_the_predict_page_has_a_text_alternative(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-auto").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    shown = at.session_state["shown"]
+    described = alts(at)
+    # the query, each valid answer, and the copied atoms of the answer inspected
+    assert len(described) == 2 + sum(p.valid for p in shown.result.predictions), described
+    assert all(alt.startswith("Structure of ") for alt in described), described
+    assert f"Structure of {shown.result.canonical_query}" in described
+    written = "".join(shown.result.predictions[0].tokens)  # the answer inspected, as the model wrote it
+    assert any(alt.startswith(f"Structure of {written} as written; atoms written by copied tokens, by run: run 1, ")
+               for alt in described), described
+
+
 def test_a_pictures_text_alternative_names_the_atoms_the_reaction_centre_marks():
     marks = {1: depict.CENTRE_COLOUR, 3: depict.CENTRE_COLOUR}
     assert depict.structure_alt("CC(=O)NCc1ccccc1", marks) == (
@@ -42,6 +69,26 @@ def test_a_pictures_text_alternative_names_the_atoms_the_reaction_centre_marks()
         "Structure of CC(=O)Cl; reaction centre (estimated): bonds change at atom 2 (C), and atom 4 (Cl) leaves")
     assert depict.structure_alt("CCO") == "Structure of CCO"
     assert depict.structure_alt("CCO", {0: depict.span_colour(0)}) == "Structure of CCO"  # no centre, no words
+
+
+def test_the_routes_pictures_have_text_alternatives_and_each_step_reads_in_words(tmp_path, monkeypatch):
+    """B2, B10: each step's arrow was a level-3 heading ("left double arrow, heading level 3" per step), and on a
+    phone, where the columns stack, nothing said which molecules a step makes from which."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert not at.exception and at.expander
+    described = alts(at)
+    assert described and all(alt.startswith("Structure of ") for alt in described), described
+    assert "Structure of NCCO" in described  # the target
+    assert "⇐" not in texts(at.subheader) + texts(at.header) and "Target" in texts(at.header)
+    step = at.session_state["routes"].result.routes[0].steps()[0][1]
+    made = f"{step.product} is made from {' + '.join(r.smiles for r in step.reactants)}"
+    assert made in texts(at.caption)
+    key = texts(at.caption)
+    assert "solid red ring" in key and "dashed grey ring" in key and "README" not in key
+
+
+# ---- A4: reaction-centre marks ---------------------------------------------------------------------
 
 
 def test_the_reaction_centre_is_ringed_solid_or_dashed_at_3_to_1_on_white():
@@ -56,6 +103,21 @@ def test_the_reaction_centre_is_ringed_solid_or_dashed_at_3_to_1_on_white():
         assert contrast(stroke) >= 3, stroke
     assert "centre-ring" not in depict.smiles_svg("CC(=O)Cl", 220, 150, {1: depict.span_colour(0)})  # copied atoms
     assert "centre-ring" not in depict.smiles_svg("CC(=O)Cl", 220, 150)
+
+
+def test_the_predict_page_says_what_its_rings_mean_beside_them(copy_models, monkeypatch):
+    """The meaning of the marks was only in the toggle's help, behind a hover or a focus, and read "red", "grey"."""
+    from views.predict import CENTRE_HELP, CENTRE_KEY
+
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert CENTRE_KEY["forward"] in texts(at.caption)
+    at.toggle(key="mark_centre").set_value(False).run()
+    assert CENTRE_KEY["forward"] not in texts(at.caption)
+    assert "ring" in CENTRE_HELP and "(red)" not in CENTRE_HELP
+
+
+# ---- A2: copied tokens -------------------------------------------------------------------------------
 
 
 def test_copied_runs_are_boxed_and_numbered_and_listed_in_words():
@@ -105,6 +167,19 @@ def test_the_picture_of_copied_atoms_numbers_them_by_run_and_says_so_in_words():
         "run 2, atom 3 (O); run 3, atom 5 (C)")
 
 
+def test_the_copied_tokens_tab_says_how_to_reach_the_positions_without_a_mouse(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-auto").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert "or open the list under the tokens" in texts(at.caption)
+    assert re.search(r"in \d+ numbered runs?;", texts(at.caption))
+    [block] = [h.proto.body for h in at.get("html")]
+    assert "Every run and generated token in words" in block
+
+
+# ---- B1, B2: titles and headings ------------------------------------------------------------------------
+
+
 def test_every_page_has_a_title_of_its_own(copy_models, monkeypatch):
     """The browser's tab and a screen reader's page title read "MolSpec" on every page."""
     titles: list[str] = []
@@ -121,3 +196,18 @@ def test_every_page_has_a_title_of_its_own(copy_models, monkeypatch):
         at = at.switch_page(page).run()
         seen[name] = titles[-1]
     assert seen == {name: f"{name} · MolSpec" for name in PAGES.values()}
+
+
+def test_the_sidebar_names_the_app_without_a_heading_and_sections_are_level_2(copy_models, monkeypatch):
+    """Two level-1 headings on every page (the sidebar's "MolSpec" first); Predict went from level 1 to level 3;
+    its answers' "Rank k" were bold text, which a screen reader cannot move between."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    sidebar = at.sidebar
+    assert not sidebar.title and not sidebar.header and not sidebar.subheader
+    assert "MolSpec" in texts(sidebar.markdown)
+    assert [t.value for t in at.title] == ["Predict reaction products"]
+    assert [h.value for h in at.header] == ["Query", "Predictions", "Inspect"]
+    ranks = [p.rank for p in at.session_state["shown"].result.predictions]
+    assert [h.value for h in at.subheader] == [f"Rank {rank}" for rank in ranks]

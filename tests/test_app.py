@@ -80,7 +80,7 @@ def texts(elements) -> str:
 
 def rank_headings(at: AppTest) -> list[str]:
     """The "Rank k" heading of each answer card on the page."""
-    return [m for m in texts(at.markdown).split(" | ") if re.fullmatch(r"\*\*Rank \d+\*\*", m)]
+    return [h.value for h in at.subheader if re.fullmatch(r"Rank \d+", h.value)]
 
 
 def assert_clean(at: AppTest) -> None:
@@ -250,10 +250,10 @@ def test_predict_page_predicts_with_the_shipped_model():
     assert [t.label for t in at.text_input] == ["SMILES"]
     at.text_input(key="query_text").input("CCO.CC(=O)O")
     at.run()  # typed but not submitted: inside the form, typing does not run the model
-    assert "Predictions" not in texts(at.subheader)
+    assert "Predictions" not in texts(at.header)
     predict(at, "CCO.CC(=O)O")  # (AppTest drops unsubmitted form values, so type again)
     assert_clean(at)
-    assert "Predictions" in texts(at.subheader)
+    assert "Predictions" in texts(at.header)
     assert "CC(=O)O.CCO" in texts(at.code)  # the canonical query, drawn and shown
     arithmetic = ", int8 arithmetic" if common.int8_offered() else ""  # what computed the answers, said with them
     assert re.search(f"11 tokens · Beam search, 5-best, 5 writings{arithmetic} · decoded in [0-9.]+ m?s($| )",
@@ -380,7 +380,7 @@ def test_bad_input_shows_an_error_and_keeps_the_last_prediction(bad, message):
     predict(at, bad)
     assert_clean(at)
     assert message in texts(at.error)
-    assert "Predictions" in texts(at.subheader)  # the last good result is still on screen
+    assert "Predictions" in texts(at.header)  # the last good result is still on screen
     assert "last successful prediction" in texts(at.caption)
     assert at.text_input(key="query_text").value == bad  # and the typed text is kept
 
@@ -390,12 +390,12 @@ def test_a_refused_hydride_is_predicted_in_the_ions_offered_with_one_click():
     at = app().run()
     predict(at, "CCOC(=O)c1ccccc1.[Li+].[AlH4-].C1CCOC1")
     assert "'[AlH4-]' is not in the model's vocabulary" in texts(at.error)
-    assert "Predictions" not in texts(at.subheader)
+    assert "Predictions" not in texts(at.header)
     submit(at, "Predict it with the reagent written as ions")
     assert_clean(at)
     assert not at.error
     assert at.text_input(key="query_text").value == "CCOC(=O)c1ccccc1.[Li+].[Al+3].[H-].[H-].[H-].[H-].C1CCOC1"
-    assert "Predictions" in texts(at.subheader)
+    assert "Predictions" in texts(at.header)
     predict(at, "CC[U]")  # a token no ion writing mends: no button
     assert "not in the model's vocabulary" in texts(at.error)
     assert not [b for b in at.button if b.label == "Predict it with the reagent written as ions"]
@@ -413,7 +413,7 @@ def test_a_method_of_several_drafts_per_call_computes_in_float32_under_the_int8_
     assert "verifies several drafts per call, which only float32 arithmetic does" in texts(at.sidebar.caption)
     predict(at, "CC(=O)Cl.NCc1ccccc1")
     assert_clean(at)
-    assert not at.error and "Predictions" in texts(at.subheader)
+    assert not at.error and "Predictions" in texts(at.header)
     assert "Speculative, paper drafts" in texts(at.caption) and "int8 arithmetic" not in texts(at.caption)
     at.selectbox(key="method").set_value("spec-auto").run()  # one draft a call: int8 again
     predict(at, "CC(=O)Cl.NCc1ccccc1")
@@ -485,7 +485,7 @@ def test_an_answer_that_copied_nothing_gets_no_picture_of_copied_atoms(copy_mode
     predict(at, "Oc1ccncc1Cl")
     assert_clean(at)
     assert "writes every token itself" in texts(at.info) or "copies nothing" in texts(at.info), texts(at.info)
-    picture = "Product atoms written by copied tokens, in the colour of their run"
+    from views.predict import COPIED_ATOMS_CAPTION as picture
     assert picture not in [caption for image in at.get("image") for caption in image.captions]
     at.selectbox(key="method").set_value("spec-auto").run()
     predict(at, "Oc1ccncc1Cl")
@@ -509,7 +509,7 @@ def test_a_partner_that_fails_leaves_the_answers_and_says_why(copy_models, monke
     submit(at, "Decode with Speculative, auto drafts")
     assert_clean(at)
     assert "could not decode this query: stopped after the 30 s time limit" in texts(at.warning)
-    assert rank_headings(at) == ["**Rank 1**"] and not at.get("html")
+    assert rank_headings(at) == ["Rank 1"] and not at.get("html")
 
 
 def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_models, monkeypatch):
@@ -588,7 +588,7 @@ def test_an_opened_molfile_or_sd_file_is_predicted_and_a_bad_one_says_why(copy_m
     at.file_uploader(key="query_file").set_value(opened)
     at.run()
     assert_clean(at)
-    assert at.text_input(key="query_text").value == "Oc1ccncc1" and rank_headings(at)[0] == "**Rank 1**"
+    assert at.text_input(key="query_text").value == "Oc1ccncc1" and rank_headings(at)[0] == "Rank 1"
     two = (molfile("Clc1ccncc1", "reactant") + "$$$$\n" + molfile("OCC", "reagent") + "$$$$\n").encode()
     at.file_uploader(key="query_file").set_value(("reaction.sdf", two, "chemical/x-mdl-sdfile"))
     at.run()
@@ -630,7 +630,7 @@ def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     at.slider(key="n_best").set_value(3).run()
     predict(at, "Oc1ccncc1")
     assert_clean(at)
-    assert rank_headings(at) == ["**Rank 1**", "**Rank 2**", "**Rank 3**"]
+    assert rank_headings(at) == ["Rank 1", "Rank 2", "Rank 3"]
     assert at.radio(key="inspect_rank").options == ["Rank 1", "Rank 2", "Rank 3"]
 
 
@@ -739,7 +739,7 @@ def test_mentored_sampling_has_its_knobs_and_predicts(copy_models, monkeypatch):
     at.slider(key="temperature").set_value(1.5).run()
     predict(at, "Oc1ccncc1Cl")
     assert_clean(at)
-    assert "**Rank 1**" in texts(at.markdown)  # the copy model's samples agree: merged into one answer
+    assert "Rank 1" in rank_headings(at)  # the copy model's samples agree: merged into one answer
     options = at.selectbox(key="method").options
     assert "Mentored sampling (lossy)" in options
     assert "Speculative sampling, draft model" not in options  # no draft model is shipped
@@ -762,8 +762,8 @@ def test_retrosynthesis_works_when_its_model_appears(copy_models, monkeypatch):
     assert at.selectbox(key="method").value == EXACT_NBEST and at.slider(key="n_best").value == 10
     predict(at, "Oc1ccncc1")
     assert_clean(at)
-    assert sum(m.value.startswith("**Rank ") for m in at.markdown) > 1
-    assert "Predictions" in texts(at.subheader)
+    assert len(rank_headings(at)) > 1
+    assert "Predictions" in texts(at.header)
     at.radio(key="task").set_value("forward").run()  # forward opens on a ranked list too, of 5
     assert at.selectbox(key="method").value == EXACT_NBEST and at.slider(key="n_best").value == 5
 
@@ -809,14 +809,14 @@ def test_each_task_keeps_its_own_query_and_answers_across_a_task_switch(copy_mod
     predict(at, "Oc1ccncc1Cl")
     at.radio(key="task").set_value("retro").run()
     assert_clean(at)
-    assert at.text_input(key="query_text").value == "" and "Predictions" not in texts(at.subheader)
+    assert at.text_input(key="query_text").value == "" and "Predictions" not in texts(at.header)
     predict(at, "CCOc1ccccc1")
     assert at.session_state["shown"].settings.task == "retro"
     predict(at, "C1CC")  # an error stays with its task
     at.radio(key="task").set_value("forward").run()
     assert_clean(at)
     assert at.text_input(key="query_text").value == "Oc1ccncc1Cl" and not at.error
-    assert at.session_state["shown"].result.query == "Oc1ccncc1Cl" and "Predictions" in texts(at.subheader)
+    assert at.session_state["shown"].result.query == "Oc1ccncc1Cl" and "Predictions" in texts(at.header)
     at.radio(key="task").set_value("retro").run()
     assert at.text_input(key="query_text").value == "C1CC" and "not a valid SMILES" in texts(at.error)
     assert at.session_state["shown"].result.query == "CCOc1ccccc1"

@@ -149,7 +149,7 @@ def test_paste_smiles_and_get_ranked_predictions(page):
     page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
     page.get_by_role("button", name="Predict").click()
     for rank in range(1, 6):  # beam width 5 by default: five ranked answers
-        page.locator(f'strong:text-is("Rank {rank}")').wait_for()  # the card title, not the rank picker
+        page.get_by_role("heading", name=f"Rank {rank}", exact=True).wait_for()  # the card heading, not the rank picker
     sync_api.expect(page.get_by_text("Score (log-prob)")).to_have_count(5)
     page.set_viewport_size({"width": 1400, "height": 3000})
     shot(page, "browser_ranked_predictions")
@@ -179,7 +179,7 @@ def test_the_beam_width_comes_back_after_a_query_with_greedy(page):
     choose_method(page, "Greedy")
     page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
     page.get_by_role("button", name="Predict").click()
-    page.locator('strong:text-is("Rank 1")').wait_for()
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()
     settle(page)
     choose_method(page, "Beam search")
     sync_api.expect(width).to_have_attribute("aria-valuetext", "5")
@@ -191,7 +191,7 @@ def test_the_editor_opens_on_the_query_predicted(page):
     predict_page(page)
     page.get_by_role("textbox", name="SMILES").fill("CC(=O)Cl.NCc1ccccc1")
     page.get_by_role("button", name="Predict").click()
-    page.locator('strong:text-is("Rank 1")').wait_for()
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()
     settle(page)
     page.get_by_role("tab", name="Draw structure").click()
     editor = page.frame_locator('iframe[title="streamlit_ketcher.streamlit_ketcher"]')
@@ -218,7 +218,7 @@ def test_draw_in_ketcher_and_apply(page):
     page.mouse.move(centre_x, centre_y - 92, steps=5)
     page.mouse.up()
     editor.get_by_role("button", name="Apply").click()
-    page.locator('strong:text-is("Rank 1")').wait_for()  # the card title, not the rank picker
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()  # the card heading, not the rank picker
     shot(page, "browser_ketcher_apply")
     page.get_by_role("tab", name="Type SMILES").click()  # the drawing became the query
     sync_api.expect(page.get_by_role("textbox", name="SMILES")).to_have_value("Brc1ccccc1")
@@ -227,7 +227,7 @@ def test_draw_in_ketcher_and_apply(page):
 def test_3d_view_draws_on_its_canvas(page):
     predict_page(page)
     page.get_by_role("button", name="Esterification").click()
-    page.locator('strong:text-is("Rank 1")').wait_for()  # the card title, not the rank picker
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()  # the card heading, not the rank picker
     page.get_by_role("tab", name="3D view").click()
     page.get_by_text("Drag to rotate").wait_for()
     viewer = page.frame_locator('iframe[title="st.iframe"]').first
@@ -361,6 +361,33 @@ def test_keyboard_focus_in_the_sidebar_shows_a_ring(page):
     shot(page, "browser_focus_ring_switch")
 
 
+def test_each_page_has_its_own_title_one_level_1_heading_and_described_pictures(page):
+    """Every page was titled "MolSpec"; every page had two level-1 headings (the sidebar's first); Predict went from
+    level 1 to 3; no structure picture had a text alternative (accessibility QA B1, B2, A3)."""
+    levels = "() => [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => Number(h.tagName[1]))"
+    for path, name, heading in (("/", "Predict", "Predict reaction products"), ("/batch", "Batch", "Batch prediction"),
+                                ("/routes", "Routes", "Routes"), ("/benchmark", "Benchmark", "Benchmarks"),
+                                ("/models", "Models", "Models")):
+        page.goto(page.base_url + path)
+        page.get_by_role("heading", name=heading, exact=True).wait_for()
+        settle(page)
+        sync_api.expect(page).to_have_title(f"{name} · MolSpec")
+        assert page.evaluate(levels).count(1) == 1, path
+    predict_page(page)
+    page.get_by_role("button", name="Esterification").click()
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()
+    settle(page)
+    shown = page.evaluate(levels)
+    assert shown[0] == 1 and all(b <= a + 1 for a, b in zip(shown, shown[1:])), shown  # no level skipped
+    main = page.get_by_test_id("stMain")
+    snapshot = main.aria_snapshot()
+    assert "heading \"Predictions\" [level=2]" in snapshot and "heading \"Rank 1\" [level=3]" in snapshot
+    pictures = main.locator("img")
+    assert pictures.count() >= 2
+    for alt in pictures.evaluate_all("images => images.map(i => i.getAttribute('alt'))"):
+        assert alt and alt.startswith("Structure of "), alt
+
+
 def test_other_pages_render(page):
     for path, heading in (("/benchmark", "Benchmarks"), ("/models", "Models")):
         page.goto(page.base_url + path)
@@ -390,7 +417,7 @@ def test_four_sessions_at_once_each_get_their_own_answer(browser, server):
         for tab in pages:  # all four clicks before any answer is awaited
             tab.get_by_role("button", name="Predict").click()
         for i, (tab, answer) in enumerate(zip(pages, expected)):
-            tab.locator('strong:text-is("Rank 1")').wait_for()  # the card title, not the rank picker
+            tab.get_by_role("heading", name="Rank 1", exact=True).wait_for()  # the card heading, not the rank picker
             settle(tab)
             shown = tab.locator('[data-testid="stCode"] code').all_inner_texts()
             assert answer in [text.strip() for text in shown], f"session {i}: {answer} not in {shown}"

@@ -190,7 +190,9 @@ BEAM_WIDTH = "beam_width"  # the session's beam width (n-best), kept while the m
 def render_sidebar() -> Settings:
     """The shared settings, drawn in the sidebar on every page."""
     sb = st.sidebar
-    sb.title("MolSpec")
+    # The app's name, drawn as a title was but not a heading: the page's own title is its one level-1 heading, and a
+    # screen reader listed two (app.py's style sizes the name: .st-key-app_name)
+    sb.container(key="app_name").markdown("MolSpec")
     sb.caption("Reaction prediction with a Molecular Transformer, sped up by speculative decoding.")
     task = sb.radio("Task", TASKS, format_func=TASK_LABELS.get, key="task", on_change=_open_task_on_its_defaults)
     names = models_for_task(task)
@@ -368,6 +370,13 @@ def load_examples() -> list[Example]:
 
 
 # ---- formatting -------------------------------------------------------------------------------
+
+
+def section(title: str) -> None:
+    """A section's heading under the page's title: level 2 (st.header), so that no level is skipped, drawn at the
+    size of level 3 (app.py's style: .st-key-section_*), as the pages drew their sections before."""
+    st.container(key="section_" + re.sub(r"\W+", "_", title.lower())).header(title)
+
 
 # "/" too: Streamlit draws ":material/home:" as an icon even with both colons escaped
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:/])")

@@ -215,11 +215,11 @@ def round_trip(cfg: Settings, result: QueryResult) -> QueryResult:
 
 def show_query(shown: Shown) -> None:
     result = shown.result
-    st.subheader("Query")
+    common.section("Query")
     left, right = st.columns([3, 2], vertical_alignment="center")
     svg = depict.smiles_svg(result.canonical_query, 560, 220)
     if svg:
-        left.image(svg)
+        left.image(svg, alt=depict.structure_alt(result.canonical_query))
     with right:
         st.caption("Canonical query (what the model reads)")
         st.code(result.canonical_query, language=None, wrap_lines=True)
@@ -312,11 +312,18 @@ def ordered(predictions: tuple[Prediction, ...], order: str) -> list[Prediction]
 
 
 CENTRE_LABEL = "Mark where bonds change"
-CENTRE_HELP = ("Colours the atoms whose bonds change between the reactants and the product (red) and, on reactants, "
-               "the atoms that leave (grey). The model writes no atom map, so this is an estimate: each product atom "
+CENTRE_HELP = ("Marks the atoms whose bonds change between the reactants and the product (a solid red ring) and, on "
+               "reactants, the atoms that leave (a dashed grey ring); each picture's text alternative lists them. "
+               "The model writes no atom map, so this is an estimate: each product atom "
                "is traced to the reactant with which it shares the largest substructure (RDKit's maximum common "
                "substructure); symmetric atoms can be traced to the wrong twin, and an answer whose atoms cannot "
                "mostly be traced is left unmarked.")
+
+
+# What the marks are, beside them (the help above is behind a hover or a focus): forward answers are products, on
+# which no atom leaves
+CENTRE_KEY = {"forward": "Solid red ring: an atom whose bonds change (estimated).",
+              "retro": "Solid red ring: an atom whose bonds change; dashed grey ring: an atom that leaves (estimated)."}
 
 
 def centre_colours(task: str, query: str, prediction: Prediction) -> dict[int, str]:
@@ -331,25 +338,27 @@ def centre_colours(task: str, query: str, prediction: Prediction) -> dict[int, s
 
 def show_prediction(prediction: Prediction, known: str | None, writings: int = 1,
                     colours: dict[int, str] | None = None, listed: int = 0) -> None:
-    """One answer's card; `listed`: how many answers the list holds (an answer the model ranked below
+    """One answer's card, headed "Rank k" with its badges: a heading, so that a screen reader moves from answer to
+    answer (app.py's style draws it at the size of bold text, as it was), and above the picture, which followed the
+    heading of the answer before; `listed`: how many answers the list holds (an answer the model ranked below
     them took a set-aside one's place: QueryResult.set_aside)."""
-    with st.container(border=True):
+    with st.container(border=True, key=f"answer_{prediction.rank}"):
+        with st.container(horizontal=True, vertical_alignment="center"):
+            st.subheader(f"Rank {prediction.rank}", anchor=False, width="content")
+            sanity_badge(prediction)
+            if prediction.round_trip is not None:
+                round_trip_badge(prediction)
+            if known and prediction.smiles == known:
+                st.badge("Known answer", color="blue", icon=":material/verified:")
+            if not (prediction.finished or prediction.valid):  # a valid one's concerns say it
+                st.badge(STOPPED.capitalize(), color="orange")
         picture, facts = st.columns([2, 3], vertical_alignment="center")
         svg = depict.smiles_svg(prediction.smiles, 440, 230, colours) if prediction.valid else None
         if svg:
-            picture.image(svg)
+            picture.image(svg, alt=depict.structure_alt(prediction.smiles, colours))
         else:
             picture.info("No structure: RDKit cannot read this SMILES.", icon=":material/block:")
         with facts:
-            with st.container(horizontal=True, vertical_alignment="center"):
-                st.markdown(f"**Rank {prediction.rank}**")
-                sanity_badge(prediction)
-                if prediction.round_trip is not None:
-                    round_trip_badge(prediction)
-                if known and prediction.smiles == known:
-                    st.badge("Known answer", color="blue", icon=":material/verified:")
-                if not (prediction.finished or prediction.valid):  # a valid one's concerns say it
-                    st.badge(STOPPED.capitalize(), color="orange")
             st.code(prediction.smiles, language=None, wrap_lines=True)
             if listed and prediction.model_rank > listed:
                 st.caption(f"The model's rank: {prediction.model_rank}, below the list's {listed}: this sane "
@@ -408,8 +417,8 @@ def copied_tokens_text(method_name: str, result: QueryResult, prediction: Predic
     n_copied = sum(source >= 0 for source in prediction.provenance)
     share = n_copied / max(len(prediction.tokens), 1)
     return (f"{n_copied} of {len(prediction.tokens)} output tokens ({share:.0%}) were accepted from drafts copied "
-            f"out of the query, in {len(depict.copy_spans(prediction.provenance))} runs; the model generated the "
-            "rest. Hover a token for its position.")
+            f"out of the query, in {common.counted(len(depict.copy_spans(prediction.provenance)), 'numbered run')}; "
+            "the model generated the rest. Hover a token for its position, or open the list under the tokens.")
 
 
 def partner_answer(shown: Shown, prediction: Prediction, partner: str) -> tuple[QueryResult, Prediction] | None:
@@ -441,6 +450,9 @@ def partner_answer(shown: Shown, prediction: Prediction, partner: str) -> tuple[
     return result, same
 
 
+COPIED_ATOMS_CAPTION = "Product atoms written by copied tokens, in the colour and with the number of their run"
+
+
 def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
     method, result = shown.settings.method, shown.result
     partner = same_answers_partner(method)
@@ -463,7 +475,7 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
     svg = depict.provenance_svg(prediction.tokens, prediction.provenance, 520, 300) if prediction.valid and copied \
         else None
     if svg:
-        st.image(svg, caption="Product atoms written by copied tokens, in the colour of their run")
+        st.image(svg, caption=COPIED_ATOMS_CAPTION, alt=depict.provenance_alt(prediction.tokens, prediction.provenance))
 
 
 # ---- export -----------------------------------------------------------------------------------
@@ -788,7 +800,7 @@ def main() -> None:
         st.caption("Below: the last successful prediction.")
 
     show_query(shown)
-    st.subheader("Predictions")
+    common.section("Predictions")
     known = known_answer(shown)
     if known:
         show_known_check(shown, known)
@@ -814,6 +826,8 @@ def main() -> None:
                    f"{'gives its place to a sane answer' if aside == 1 else 'give their places to sane answers'} "
                    "from further down the pooled list.")
     mark = st.toggle(CENTRE_LABEL, value=True, key="mark_centre", help=CENTRE_HELP)
+    if mark:
+        st.caption(CENTRE_KEY[shown.settings.task])
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
         show_prediction(prediction, known, shown.settings.augment, colours, len(shown.result.predictions))
@@ -829,7 +843,7 @@ def main() -> None:
         st.caption("The downloads list the answers by rank, as ranked: their round_trip column says which pass.")
     show_exports(shown)
 
-    st.subheader("Inspect")
+    common.section("Inspect")
     ranks = [p.rank for p in shown.result.predictions]
     if ss.get("inspect_rank") not in ranks:
         ss["inspect_rank"] = ranks[0]

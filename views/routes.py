@@ -144,7 +144,7 @@ def stock_badge(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
 def show_molecule(molecule: RouteMolecule, step_of: dict[str, int], colours: dict[int, str] | None = None) -> None:
     svg = depict.smiles_svg(molecule.smiles, *MOLECULE_SIZE, colours)
     if svg:
-        st.image(svg)
+        st.image(svg, alt=depict.structure_alt(molecule.smiles, colours))
     stock_badge(molecule, step_of)
     st.caption(common.md_escape(common.short(molecule.smiles, 60)))
 
@@ -158,6 +158,18 @@ def step_facts(step: RouteStep) -> str:
     return " · ".join(facts)
 
 
+CENTRE_KEY = ("Steps are read backwards from the target: the synthesis runs from the deepest step up. A solid red "
+              "ring marks an atom whose bonds change in the step, a dashed grey ring an atom that leaves; both are "
+              "estimated (the model writes no atom map: each product atom is traced to the reactant it shares the "
+              "largest substructure with).")
+
+
+def made_from(step: RouteStep) -> str:
+    """A step in a line of text: where a phone stacks its pictures, the arrow between them no longer says which
+    molecules are made from which."""
+    return f"{step.product} is made from {' + '.join(r.smiles for r in step.reactants)}"
+
+
 def show_route(rank: int, route: Route) -> None:
     steps = route.steps()
     step_of = {step.product: number for number, (_, step) in enumerate(steps, start=1)}
@@ -166,19 +178,19 @@ def show_route(rank: int, route: Route) -> None:
     with st.expander(title, expanded=rank == 1):
         procure = route.starting_materials()
         st.markdown("**Compounds to procure:** " + ", ".join(common.md_escape(m.smiles) for m in procure))
-        st.caption("Steps are read backwards from the target: the synthesis runs from the deepest step up. Red: "
-                   "atoms whose bonds change in the step; grey: atoms that leave (estimated, README \"Reaction "
-                   "centre\").")
+        st.caption(CENTRE_KEY)
         for number, (depth, step) in enumerate(steps, start=1):
             on_product, on_reactants = depict.step_centre_colours([r.smiles for r in step.reactants], step.product)
-            st.caption(f"Step {number} · depth {depth} · {common.md_escape(step_facts(step))}")
+            st.caption(f"Step {number} · depth {depth} · {common.md_escape(step_facts(step))}  \n"
+                       + common.md_escape(made_from(step)))
             widths = ([0.35 * (depth - 1)] if depth > 1 else []) + [1, 0.3] + [1] * len(step.reactants)
             columns = st.columns(widths, vertical_alignment="center")
             columns = columns[1:] if depth > 1 else columns  # the first one only indents the step
             with columns[0]:
                 show_molecule(RouteMolecule(step.product, step.product_in_stock), {}, on_product)
-            with columns[1]:
-                st.subheader("⇐", anchor=False)  # "is made from"
+            with columns[1]:  # no heading (a screen reader listed each arrow as one); app.py's style sizes it, and
+                # turns it to point up where the columns stack on a phone
+                st.container(key=f"made_from_{rank}_{number}").markdown("⇐")
             for column, reactant, colours in zip(columns[2:], step.reactants, on_reactants):
                 with column:
                     show_molecule(reactant, step_of, colours)
@@ -278,10 +290,10 @@ def failure_message(counts: ExpansionCounts) -> tuple[str, bool]:
 
 def show(shown: Shown) -> None:
     result = shown.result
-    st.subheader("Target")
+    common.section("Target")
     svg = depict.smiles_svg(result.target, 420, 200)
     if svg:
-        st.image(svg)
+        st.image(svg, alt=depict.structure_alt(result.target))
     st.code(result.target, language=None, wrap_lines=True)
     show_outcome(result)
     st.caption(made_with(result))
