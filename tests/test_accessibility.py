@@ -1,6 +1,6 @@
 """What the accessibility QA pass (scratch/qa_a11y.md) found, each fix pinned: text alternatives of the structure
 pictures (A3), the copied tokens told apart without colour and listed in words (A2), reaction-centre rings (A4), the
-pages' titles (B1), their headings (B2) and the Routes step in words (B10).
+pages' titles (B1), their headings (B2), the Routes step in words (B10) and the Batch page's error column (B12).
 
 The pages run in Streamlit's AppTest with the tiny copy model (through test_app.py's helpers); what only a browser
 shows (the collapsed sidebar out of the Tab order, focus rings, the headings' levels in the page) is checked in
@@ -17,7 +17,7 @@ import streamlit as st
 import test_app
 from molspec_core import depict
 from molspec_core.tokenizer import tokenize
-from test_app import app, assert_clean, predict, texts
+from test_app import app, assert_clean, batch_page, predict, submit, texts
 from test_planning import COPY_MODEL, find_routes, routes_page
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
@@ -211,3 +211,20 @@ def test_the_sidebar_names_the_app_without_a_heading_and_sections_are_level_2(co
     assert [h.value for h in at.header] == ["Query", "Predictions", "Inspect"]
     ranks = [p.rank for p in at.session_state["shown"].result.predictions]
     assert [h.value for h in at.subheader] == [f"Rank {rank}" for rank in ranks]
+
+
+# ---- B12: the Batch page's error column -----------------------------------------------------------------
+
+
+def test_a_rejected_rows_reason_stands_beside_its_query(copy_models, monkeypatch):
+    """At 1,400 px the error column was past the grid's right edge: only a sideways scroll reached it."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\nxyz\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    order = list(at.dataframe[0].proto.column_order)
+    assert order[:3] == ["row", "query", "error"]
+    at.file_uploader[0].set_value(("good.txt", b"Oc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    order = list(at.dataframe[0].proto.column_order)
+    assert order[:3] == ["row", "query", "rank"] and "error" in order  # where nothing was rejected, at the end

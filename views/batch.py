@@ -323,6 +323,10 @@ def show(batch: BatchResult) -> None:
         known_at = SCREEN_ORDER.index("smiles") + 1
         order = [*order[:3], MATCHES_KNOWN, *order[3:known_at], batch.known.output_column, *order[known_at:]]
         input_columns.remove(batch.known.output_column)
+    rejected_any = bool(batch.n_rejected or batch.blank)
+    if rejected_any:  # the reasons beside their queries: at the end they were past the grid's right edge at 1,400 px
+        order = [c for c in order if c != "error"]
+        order.insert(order.index("query") + 1, "error")
     st.dataframe(table, hide_index=True, placeholder="", column_order=input_columns + order, column_config={
         MATCHES_KNOWN: st.column_config.CheckboxColumn("known answer", help="This answer is the one in the file's "
                                                        "known-answer column (empty: no answer, or none to compare)"),
@@ -336,7 +340,7 @@ def show(batch: BatchResult) -> None:
                                                       "from this answer (empty: not checked, a flagged answer)"),
         "forward_prob": st.column_config.NumberColumn("forward prob", format="%.3f", help="The forward model's "
                                                       "probability of the product from this answer"),
-        "error": st.column_config.TextColumn("error", width="large"),
+        "error": st.column_config.TextColumn("error", width="medium" if rejected_any else "large"),
         "time_ms": st.column_config.NumberColumn("time (ms)", format="%.1f"),
         "accepted_tokens": st.column_config.NumberColumn("accepted draft tokens"),
         "model_calls": st.column_config.NumberColumn("model calls"),
