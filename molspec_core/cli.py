@@ -20,7 +20,7 @@ from .argtypes import at_least, positive_seconds
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
-from .methods import EXACT_NBEST, METHODS, SamplingOptions
+from .methods import EXACT_NBEST, METHODS, SAMPLING_KNOBS, SamplingOptions
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, windows)
@@ -85,11 +85,17 @@ def outside_model(given: str, out: Path, model: str) -> None:
                          "config, weights, vocabulary or calibration; write it outside the model folder")
 
 
-def check_draft_knobs(method: str, draft_len: int | None, n_drafts: int | None) -> None:
-    """Refuse --draft-len or --n-drafts for a method that does not read it, naming those that do: a setting that
-    played no part would be taken for one that did (evaluate's report recorded it)."""
-    for flag, value, knob in (("--draft-len", draft_len, "draft_len"), ("--n-drafts", n_drafts, "n_drafts")):
-        if value is not None and knob not in METHODS[method].knobs:
+def check_draft_knobs(method: str, draft_len: int | None, n_drafts: int | None,
+                      sampling: SamplingOptions | None = None) -> None:
+    """Refuse --draft-len or --n-drafts, or a sampling knob set off its default (--temperature 0.8 for beam
+    search), for a method that does not read it, naming those that do: a setting that played no part would be
+    taken for one that did (evaluate's report recorded it)."""
+    given = [("--draft-len", "draft_len", draft_len is not None), ("--n-drafts", "n_drafts", n_drafts is not None)]
+    if sampling is not None:
+        given += [(f"--{knob.replace('_', '-')}", knob, getattr(sampling, knob) != getattr(SamplingOptions(), knob))
+                  for knob in SAMPLING_KNOBS]
+    for flag, knob, set_ in given:
+        if set_ and knob not in METHODS[method].knobs:
             readers = ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
             raise ValueError(f"{method} does not read {flag}; the methods that do: {readers}")
 
@@ -358,7 +364,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cluster = cluster_options(args)
     if args.round_trip_k is not None and not args.round_trip:
         raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
-    check_draft_knobs(args.method, args.draft_len, args.n_drafts)
+    check_draft_knobs(args.method, args.draft_len, args.n_drafts, sampling_options(args))
     marks = None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
@@ -538,7 +544,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # as asked, or refused, never swapped for another.
     method = args.method or ("beam" if args.n_best > 1 else "greedy")
     check_method(method, args.n_best)
-    check_draft_knobs(method, args.draft_len, args.n_drafts)
+    check_draft_knobs(method, args.draft_len, args.n_drafts, sampling)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
     warn_task_mismatch(args.src, predictor.task)
@@ -643,6 +649,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.draft_len is not None or args.n_drafts is not None:  # fit() decodes with the method's own drafts
         raise ValueError("calibrate decodes with each method's own drafts, which change no answer of the exact "
                          "methods a fit is made for: leave out --draft-len and --n-drafts")
+    check_draft_knobs(args.method, None, None, sampling_options(args))  # its methods are exact: no sampling knob
     if args.force and args.judge:
         raise ValueError("--judge writes nothing, so --force has nothing to force: give one of the two")
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)

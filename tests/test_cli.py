@@ -388,6 +388,11 @@ def test_predict_refuses_options_it_would_ignore_before_loading_the_model(tmp_pa
                    "greedy does not read --draft-len; the methods that do: spec-auto, spec-pointer")
     expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "spec-sample", "--n-drafts", "3"],
                    capsys, "spec-sample does not read --n-drafts; the methods that do: spec-auto,")
+    # and so were the sampling knobs, set off their defaults for a method that samples nothing
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "beam", "--temperature", "0.8"],
+                   capsys, "beam does not read --temperature; the methods that do: sample, spec-sample,")
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "sample", "--tau", "0.5"],
+                   capsys, "sample does not read --tau; the methods that do: relaxed")
 
 
 def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
@@ -1253,6 +1258,10 @@ def test_evaluate_refuses_drafts_its_method_ignores_and_records_the_drafts_it_us
                        "greedy does not read --draft-len; the methods that do: spec-auto,")
         expect_refused(["evaluate", *files, "--n-best", "2", "--n-drafts", "2"], capsys,
                        "beam does not read --n-drafts")
+        expect_refused(["evaluate", *files, "--method", "greedy", "--seed", "3"], capsys,
+                       "greedy does not read --seed")
+        expect_refused(["calibrate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                        str(pair_files / "tgt.txt"), "--top-k", "5"], capsys, "beam does not read --top-k")
     from molspec_core.service import Predictor
 
     assert main(["evaluate", *files, "--method", "spec-pointer"]) == 0

@@ -506,7 +506,9 @@ def test_cli_fuzz_prints_no_traceback(tmp_path, capsys):
         if code:
             assert "error: " in err.strip().splitlines()[-1], (argv, err)
         codes[code] += 1
-    assert codes[2] > 50 and codes[0] > 5
+    # some cases must run through to a decode (4 of these 150 since session 78, when a sampling knob set for a
+    # method that samples nothing came to be refused; 7 before)
+    assert codes[2] > 50 and codes[0] >= 3
     print(f"fuzz CLI options: {codes}")
 
 
