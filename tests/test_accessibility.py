@@ -21,6 +21,7 @@ from test_app import app, assert_clean, batch_page, predict, submit, texts
 from test_planning import COPY_MODEL, find_routes, routes_page
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
+bench_folder = test_app.bench_folder  # the fixture: a folder of saved bench reports
 PAGES = {"views/predict.py": "Predict", "views/batch.py": "Batch", "views/routes.py": "Routes",
          "views/benchmark.py": "Benchmark", "views/models.py": "Models"}
 
@@ -211,6 +212,14 @@ def test_the_sidebar_names_the_app_without_a_heading_and_sections_are_level_2(co
     assert [h.value for h in at.header] == ["Query", "Predictions", "Inspect"]
     ranks = [p.rank for p in at.session_state["shown"].result.predictions]
     assert [h.value for h in at.subheader] == [f"Rank {rank}" for rank in ranks]
+
+
+def test_the_batch_and_benchmark_sections_are_level_2_under_the_title(copy_models, monkeypatch, bench_folder):
+    """Batch's 'Results' and Benchmark's 'Saved runs' and 'Live benchmark' were level 3 under a level-1 title."""
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(bench_folder))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert [h.value for h in at.header] == ["Saved runs", "Live benchmark"] and not at.subheader
 
 
 # ---- B12: the Batch page's error column -----------------------------------------------------------------

@@ -1037,9 +1037,9 @@ def test_batch_retrosynthesis_reads_the_product_column_and_checks_each_answer_ro
                      r"\(within its top 1\)", texts(at.caption))
     assert results_key("forward") not in at.session_state  # each task keeps its own last batch
     at.radio(key="task").set_value("forward").run()
-    assert "Results" not in texts(at.subheader)
+    assert "Results" not in texts(at.header)
     at.radio(key="task").set_value("retro").run()
-    assert "Results" in texts(at.subheader)
+    assert "Results" in texts(at.header)
 
 
 def test_a_file_that_cannot_be_read_clears_the_last_results(copy_models, monkeypatch):
@@ -1047,11 +1047,11 @@ def test_a_file_that_cannot_be_read_clears_the_last_results(copy_models, monkeyp
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\n", "text/plain"))
     submit(at, "Run batch")
-    assert "Results" in texts(at.subheader) and at.get("download_button")
+    assert "Results" in texts(at.header) and at.get("download_button")
     at.file_uploader[0].set_value(("odd.csv", b"id,Reactant SMILES\n1,CCO\n", "text/csv"))
     submit(at, "Run batch")
     assert "needs a column" in texts(at.error)
-    assert "Results" not in texts(at.subheader) and not at.get("download_button") and BATCH not in at.session_state
+    assert "Results" not in texts(at.header) and not at.get("download_button") and BATCH not in at.session_state
 
 
 @needs_forward

@@ -271,7 +271,7 @@ def _cells(table: pd.DataFrame) -> list[tuple[object, ...]]:
 def show(batch: BatchResult) -> None:
     table = batch.table
     n_good = batch.n_queries - batch.n_rejected
-    st.subheader("Results")
+    common.section("Results")
     ions = " · hydrides read as ions" if batch.ion_writing else ""
     settings = batch.settings
     checked = (f" · each sane answer checked round trip with {settings.round_trip_model} (within its top "

@@ -593,7 +593,7 @@ def main() -> None:
     st.caption("Every method on the same queries in one process, interleaved after warm-up: speed is the "
                "ratio of total times measured side by side, accuracy is top-1 against the reference.")
 
-    st.subheader("Saved runs")
+    common.section("Saved runs")
     folder = bench_dir()
     reports, problems = load_reports(folder)
     for problem in problems:
@@ -606,7 +606,7 @@ def main() -> None:
         name = st.selectbox("Benchmark run", headline_first(reports), key="bench_file", format_func=titles.get)
         show_report(reports[name], key="saved", source=name)
 
-    st.subheader("Live benchmark")
+    common.section("Live benchmark")
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
