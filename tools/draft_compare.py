@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run_bench(shipped, sources, targets, ["sample", "spec-sample-draft", f"spec-sample-draft@{NEW}"],
                            draft_len=args.draft_len, warmup=args.warmup, sampling=sampling, engines={NEW: other})
     report["draft_models"] = {"spec-sample-draft": str(model / "draft"), f"spec-sample-draft@{NEW}": str(draft)}
+    report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)  # the query set, as bench records it
     save_report(report, Path(args.out), html=False)
     print(markdown_table(report))
     for name, entry in report["methods"].items():
