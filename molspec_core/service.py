@@ -110,6 +110,16 @@ def name_hint(text: str) -> str:
     return ""
 
 
+def tokenized_hint(text: str) -> str:
+    """A refusal's ending for a query written as SMILES tokens with spaces between them (the Molecular Transformer's
+    files: 'C C ( = O ) O'), which reads as one SMILES once joined; else ""."""
+    parts = text.split()
+    joined = "".join(parts)
+    if len(parts) >= 3 and any(canonical_or_none(part) is None for part in parts) and canonical_or_none(joined):
+        return f"; it reads as tokenized SMILES (a token a space): joined, it is {joined}"
+    return ""
+
+
 def describe_character(ch: str) -> str:
     """'С' (U+0421 CYRILLIC CAPITAL LETTER ES): the character as Python writes it, its code and name."""
     return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'control character')})"
@@ -597,7 +607,8 @@ class Predictor:
                 raise ValueError(str(exc)) from None
         if any(ch.isspace() for ch in text):
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
-                             "and give several queries one per line (a file; the app's Batch page)" + name_hint(text))
+                             "and give several queries one per line (a file; the app's Batch page)"
+                             + (tokenized_hint(text) or name_hint(text)))
         if text.startswith("InChI="):  # read as RDKit reads it; the result's canonical_query shows the SMILES
             try:
                 text = smiles_from_inchi(text)

@@ -54,6 +54,9 @@ def test_query_is_canonicalized_before_decoding(copier):
                  "are not looked up here: paste a SMILES or an InChI, or draw the structure")),
     ("acetic anhydride", "several queries one per line (a file; the app's Batch page); it reads like a name"),
     ("CC(=O)Cl NCc1ccccc1", "no spaces: join the molecules of one query with '.'"),  # two lines pasted into one box
+    # a line of the Molecular Transformer's tokenized files: told it reads as tokens, and what they join to
+    ("C C ( = O ) Cl . N c 1 c c n c c 1", "; it reads as tokenized SMILES (a token a space): joined, it is "
+                                            "CC(=O)Cl.Nc1ccncc1"),
     ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
     ("C1CC |c:1|", "RDKit cannot read 'C1CC |c:1|' as a CXSMILES"),
 ])
