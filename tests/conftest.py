@@ -125,6 +125,25 @@ def random_model(seed: int, vocab_size: int = 14, engine: str = "torch", **overr
     return model
 
 
+def copying_model(seed: int, engine: str = "torch", noise: float = 0.2) -> Seq2SeqTransformer:
+    """The copy model fixture (vocabulary of 16) with seeded random noise added to every weight (`noise` times
+    each tensor's spread), rounded to float16 values like random_model's. Unlike a random model, whose greedy
+    output is its start token over and over (never a source token, never eos, so no draft is ever accepted),
+    it mostly copies its source and finishes, but not always: drafts are accepted, rejected and cut short, so
+    the equality tests built on it run the drafted paths. Its tests assert that drafts were accepted."""
+    model, _, _ = checkpoint.load(FIXTURES / "copy_model")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * noise * param.std().clamp_min(1e-3))
+            param.copy_(param.half().float())
+    use_engine(model, engine)
+    return model
+
+
+COPYING_VOCAB = 16  # copying_model's vocabulary: random_sources(seed, n, COPYING_VOCAB) are its sources
+
+
 def random_sources(seed: int, n: int, vocab_size: int, lo: int = 3, hi: int = 24) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(4, vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(n)]

@@ -4,6 +4,7 @@ import re
 import threading
 
 import pytest
+import torch
 
 from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile, needs_native
 from molspec_core.chem import smiles_from_inchi
@@ -683,3 +684,56 @@ def test_a_flagged_answer_gets_no_confidence():
                           model_rank=1),
                Prediction(2, "CCO", -2.0, True, (), (), model_rank=2), Prediction(3, "C1CC", -3.0, False, (), ())]
     assert [p.confidence for p in with_confidence(answers, fit)] == [None, 0.1, None]
+
+
+@pytest.fixture(scope="module")
+def copier_float16(tmp_path_factory):
+    """The copy model saved as float16, as shipped checkpoints are: Predictor.load gives it the C engine (the
+    `copier` fixture's weights are not float16 values, so it falls back to the NumPy step)."""
+    from molspec_core import checkpoint
+
+    model, vocab, _ = checkpoint.load(FIXTURES / "copy_model")
+    folder = tmp_path_factory.mktemp("copy_model_float16")
+    checkpoint.save(model, vocab, folder, meta={"task": "copy-test-fixture"}, dtype=torch.float16)
+    return folder
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_partner_methods_equal_their_plain_method_to_the_bit_on_the_c_engine(copier_float16, dtype):
+    """What users get on a CPU: the C engine, float32 or int8 (the app's default). One draft a call equals the
+    plain decoder to the bit (README): spec-* greedy's answers, sbs-exact beam's n-best list, scores included,
+    with drafts accepted; and a batch gives each query what it gets alone."""
+    predictor = Predictor.load(copier_float16, "cpu", dtype=dtype)
+    assert (predictor.engine, predictor.dtype) == ("native", dtype)
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "O=C(O)c1ccc(N)cc1"]
+
+    def answers(results):
+        return [[(p.smiles, p.tokens, p.score) for p in r.predictions] for r in results]
+    for plain, partners, n_best in (("greedy", ("spec-auto", "spec-pointer", "spec-lookup"), 1),
+                                    ("beam", ("sbs-exact",), 3)):
+        reference = predictor.predict(queries, method=plain, n_best=n_best, batch_size=1)
+        assert all(r.ok for r in reference)
+        for method in partners:
+            got = predictor.predict(queries, method=method, n_best=n_best, batch_size=3)
+            assert answers(got) == answers(reference), method
+            assert sum(r.stats.draft_tokens_accepted for r in got) > 0, method
+
+
+@pytest.mark.parametrize("method", ["sample", "spec-sample"])
+def test_a_querys_samples_do_not_depend_on_its_batch_mates(copier, method):
+    """Seeds are per query: the same query and seed give the same samples whatever list it is in, wherever
+    in it, and at any batch size."""
+    from molspec_core.decoding.sampling import SamplingOptions
+
+    queries = ["CCOc1ccccc1N", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO"]
+    options = SamplingOptions(seed=7, temperature=1.5)
+
+    def samples(results):
+        return [[(p.smiles, p.score) for p in r.predictions] for r in results]
+    alone = [samples(copier.predict([q], method=method, n_best=3, sampling=options))[0] for q in queries]
+    assert len({tuple(a) for a in alone}) == len(queries)
+    for order, batch_size in ((queries, 4), (queries[::-1], 3), (queries[1:] + queries[:1], 2)):
+        got = dict(zip(order, samples(copier.predict(order, method=method, n_best=3, sampling=options,
+                                                     batch_size=batch_size))))
+        assert [got[q] for q in queries] == alone, batch_size
