@@ -5,7 +5,6 @@ import hashlib
 import importlib.metadata
 import json
 import math
-import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,26 +14,18 @@ from .methods import METHODS, method as method_row
 from .service import DEFAULT_BATCH_SIZE, Predictor, windows
 
 
-# Where a file of lines breaks, as io.parse_queries splits predict's TXT files: str.splitlines also broke at a form
-# feed, \x1c-\x1e, \x85, U+2028 and U+2029, so a line holding one became two and the files' counts disagreed with
-# wc -l. (parse_queries itself is not called: it stops at io.MAX_INPUT_ROWS, and a prepare-data train file of
-# 272,552 lines is evaluated to mine hard examples, tools/hard_examples.py.)
-LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
 def _read_lines(path: Path) -> list[str]:
     """A text file's lines (.gz and .xz too, in any case), read within the input limits of io.py, split as predict
     splits a TXT file: at line breaks only, blank lines after the last one dropped (a final line break ends the last
     line, and an extra one is not one more query). A file that cannot be read is a ValueError naming it."""
-    from .io import read_text
+    from .io import read_text, text_lines
 
+    # io.text_lines, not io.parse_queries: that stops at io.MAX_INPUT_ROWS, and a prepare-data train file of
+    # 272,552 lines is evaluated to mine hard examples (tools/hard_examples.py)
     try:
-        lines = LINE_BREAK.split(read_text(path))
+        return text_lines(read_text(path))
     except OSError as exc:  # missing, unreadable
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines
 
 
 def read_index(path: Path, n_lines: int, src: Path) -> list[int]:

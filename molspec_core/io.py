@@ -265,6 +265,16 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
                              "the file as UTF-8 (in Excel: CSV UTF-8)") from None
 
 
+def text_lines(text: str) -> list[str]:
+    """A file's lines, split at \n, \r\n or \r only (str.splitlines also breaks at a form feed, \x1c-\x1e, \x85,
+    U+2028 and U+2029, so a line holding one became two), without the blank lines after the last one, as a CSV's
+    after its last record (the file's final line break ends the last line; it does not start a new one)."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
 def parse_queries(text: str, *, kind: str, column: str | None = None, task: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
     characters stay inside their query and are rejected there; a first line "smiles", any case, is a header),
@@ -276,9 +286,7 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
     if kind == "sdf":
         return parse_sd_file(text)
     if kind != "csv":
-        lines = re.split(r"\r\n|\r|\n", text)
-        while lines and not lines[-1].strip():  # blank lines after the last query, as a CSV's after its last record
-            lines.pop()  # (the file's final line break ends the last line; it does not start a new one)
+        lines = text_lines(text)
         if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
             lines = lines[1:]  # a header, as a SMILES file's (parse_smiles_file); it was refused as a query
         _check_rows(len(lines))
