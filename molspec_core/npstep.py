@@ -244,6 +244,12 @@ class NumpyStep:
             else:
                 keys_all[rows, :, slots] = keys.transpose(0, 2, 1, 3)  # (B, T, H, hd)
                 values_all[rows, :, slots] = values.transpose(0, 2, 1, 3)
+                # A shorter row's slots past its new tokens, up to `upto`, were never written (the cache's slots are
+                # not zeroed); masked, they weigh 0, but 0 times a NaN or infinity there (an old -inf mask's memory)
+                # is NaN: the whole row's answer went NaN. Zeroed here; no row reads them as its own.
+                for row, end in enumerate(lengths + t_new):
+                    keys_all[row, :, end:where.upto] = 0.0
+                    values_all[row, :, end:where.upto] = 0.0
             new_keys.append(keys)
             new_values.append(values)
             scores = query @ keys_all[:, :, :where.upto].transpose(0, 1, 3, 2)  # (B, H, T, upto)
