@@ -87,9 +87,20 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
     """RDKit canonical isomeric SMILES; raises ChemError when the SMILES is invalid."""
     mol = mol_from_smiles(smiles)
     if strip_maps:
+        _clear_maps(mol)
+    return Chem.MolToSmiles(mol)
+
+
+def _clear_maps(mol) -> None:
+    """Remove `mol`'s atom-map numbers, and its stereo marks where only they made an atom a stereocentre. RDKit
+    perceives stereo as it reads a SMILES, and map numbers tell otherwise alike neighbours apart: a recorded
+    [CH3:1][C@H:2]([CH3:3])[OH:4] kept its mark (C[C@H](C)O, which no model answer CC(C)O equals), and a mapped
+    trans-1,4-cyclohexane came out as N[C@@H]1CC[C@@H](O)CC1 where its unmapped writings give N[C@H]1CC[C@H](O)CC1
+    (47 of USPTO-50K's 10,014 test molecules). Perceived again without the maps, it writes as its unmapped SMILES."""
+    if any(atom.GetAtomMapNum() for atom in mol.GetAtoms()):
         for atom in mol.GetAtoms():
             atom.SetAtomMapNum(0)
-    return Chem.MolToSmiles(mol)
+        Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
 
 
 @lru_cache(maxsize=4096)
@@ -110,8 +121,7 @@ def _unmapped_mol(smiles: str):
         return None
     mol = Chem.MolFromSmiles(smiles)
     if mol is not None and ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one
-        for atom in mol.GetAtoms():
-            atom.SetAtomMapNum(0)
+        _clear_maps(mol)
     return mol
 
 

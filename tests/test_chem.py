@@ -43,6 +43,24 @@ def test_canonical_or_none_leaves_out_atom_maps_as_recorded_answers_carry_them()
     assert canonical_or_none("[2H:1]C") == "[2H]C" and canonical_or_none("c1:c:c:c:c:c:1") == "c1ccccc1"
 
 
+@pytest.mark.parametrize("mapped, unmapped", [
+    ("[CH3:1][C@H:2]([CH3:3])[OH:4]", "CC(C)O"),  # the maps alone told the two methyls apart
+    # a trans-1,4-cyclohexane (USPTO-50K test): RDKit writes it one way mapped, another way unmapped
+    ("[CH2:1]([C:2](=[O:3])[NH:4][C@H:5]1[CH2:6][CH2:7][C@H:8]([OH:9])[CH2:10][CH2:11]1)[NH2:12]",
+     "O[C@H]1CC[C@H](NC(=O)CN)CC1"),
+    ("[CH3:1][C@H:2]([NH2:3])[C:4](=[O:5])[OH:6]", "N[C@@H](C)C(=O)O"),  # a real stereocentre keeps its mark
+    ("[CH3:1]/[CH:2]=[CH:3]/[CH3:4]", "C/C=C/C"),
+])
+def test_a_mapped_smiles_is_canonical_as_its_unmapped_writing_is(mapped, unmapped):
+    """A recorded answer (atom-mapped, as USPTO's files write it) and a model's answer (unmapped) of one molecule
+    must be one string, or the hit is missed."""
+    from molspec_core.chem import canonical_fragments, canonical_or_none
+
+    assert canonical_or_none(mapped) == canonical_or_none(unmapped) == canonical(unmapped)
+    assert canonical(mapped, strip_maps=True) == canonical(unmapped)
+    assert canonical_fragments(mapped) == [canonical(unmapped)]
+
+
 def test_a_text_with_whitespace_inside_is_no_smiles_however_rdkit_reads_its_first_token():
     """RDKit reads what follows a space as a name: a tokenized answer 'C C ( = O ) O' was methane, and scored
     methane right (evaluate.hits, calibration.collect, known.KnownMarks)."""
