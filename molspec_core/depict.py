@@ -436,14 +436,38 @@ def provenance_alt(tokens: Sequence[str], provenance: Sequence[int]) -> str:
 # ---- 3D -------------------------------------------------------------------------------------------
 
 
+MOLECULE_GAP_3D = 3.0  # Å between the boxes of two molecules in 3D: clear of each other's hydrogens
+
+
 def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
     """MDL molblock with 3D coordinates (hydrogens added, ETKDG then MMFF), or None when the
-    molecule cannot be read, is too large, or cannot be embedded."""
+    molecule cannot be read, is too large, or cannot be embedded. The molecules of a SMILES with dots (a
+    reactant set, a salt) are embedded one by one and set side by side along x: embedded together, RDKit
+    laid them over one another (two ethanols' atoms on the same points)."""
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     if mol is None or mol.GetNumHeavyAtoms() > MAX_3D_HEAVY_ATOMS:
         return None
-    large = mol.GetNumHeavyAtoms() > 50
     mol = Chem.AddHs(mol)
+    fragments: list[tuple[int, ...]] = []
+    pieces = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False, fragsMolAtomMapping=fragments)
+    conf = Chem.Conformer(mol.GetNumAtoms())
+    left = 0.0
+    for piece, atoms in zip(pieces, fragments):
+        positions = _embedded(piece, seed)
+        if positions is None:
+            return None
+        x0 = min(p.x for p in positions)
+        for atom, p in zip(atoms, positions):
+            conf.SetAtomPosition(atom, Point3D(p.x - x0 + left, p.y, p.z))
+        left += max(p.x for p in positions) - x0 + MOLECULE_GAP_3D
+    mol.AddConformer(conf, assignId=True)
+    return Chem.MolToMolBlock(mol)
+
+
+def _embedded(mol: Chem.Mol, seed: int) -> list[Point3D] | None:
+    """3D positions of one molecule's atoms (hydrogens included), centred on the origin, or None when it
+    cannot be embedded."""
+    large = mol.GetNumHeavyAtoms() > 50
     params = AllChem.ETKDGv3()
     params.randomSeed = seed
     # Random starting coordinates embed large molecules faster and more reliably than the default
@@ -458,7 +482,9 @@ def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
         AllChem.MMFFOptimizeMolecule(mol, maxIters=200)
     except Exception:  # noqa: BLE001  (no MMFF parameters for an atom type: keep ETKDG geometry)
         pass
-    return Chem.MolToMolBlock(mol)
+    positions = list(mol.GetConformer().GetPositions())
+    centre = [sum(axis) / len(positions) for axis in zip(*positions)]
+    return [Point3D(*(float(v - c) for v, c in zip(p, centre))) for p in positions]
 
 
 def viewer_html(molblock: str, js_url: str, height: int = 400) -> str:

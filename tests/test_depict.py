@@ -1,0 +1,22 @@
+"""Pictures a chemist reads (depict.py): 3D models of several molecules, and atoms named in the text alternatives."""
+import itertools
+
+import pytest
+from rdkit import Chem
+
+from molspec_core import depict
+
+
+@pytest.mark.parametrize("smiles", ["CCO.CCO", "CC(=O)[O-].[Na+]", "[K+].[K+].[O-]C([O-])=O",
+                                    "CC(=O)Cl.NCc1ccccc1.CCN(CC)CC", "C[C@H](N)C(=O)O.C/C=C/C"])
+def test_the_molecules_of_a_3d_model_stand_apart_and_keep_their_stereo(smiles):
+    """A reactant set or a salt in 3D: embedded together, RDKit laid the molecules over one another."""
+    mol = Chem.MolFromMolBlock(depict.molblock_3d(smiles), removeHs=False)
+    positions = mol.GetConformer().GetPositions()
+    molecules = Chem.GetMolFrags(mol)
+    assert len(molecules) == smiles.count(".") + 1
+    closest = min(((positions[i] - positions[j]) ** 2).sum() ** 0.5
+                  for a, b in itertools.combinations(molecules, 2) for i in a for j in b)
+    assert closest > 2.0  # Å: farther than any bond, hydrogens included
+    Chem.AssignStereochemistryFrom3D(mol)
+    assert Chem.MolToSmiles(Chem.RemoveHs(mol)) == Chem.MolToSmiles(Chem.MolFromSmiles(smiles))
