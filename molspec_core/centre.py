@@ -127,6 +127,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
         k, (in_part, in_reactant) = best
         owner.update((p, (k, r)) for p, r in zip(in_part, in_reactant))
         unused.discard(k)
+    _trace_lone_atoms(product_mol, molecules, owner, unused)
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
         return None
     centre = {a.GetIdx() for a in product_mol.GetAtoms() if a.GetIdx() not in owner or _atom_changed(
@@ -140,6 +141,26 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     return ReactionCentre(frozenset(centre), frozenset(whole[k][r] for i, (k, r) in owner.items() if i in centre),
                           frozenset(i for k in used for i in whole[k] if i not in reached), len(owner),
                           product_mol.GetNumAtoms())
+
+
+def _trace_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
+                      unused: set[int]) -> None:
+    """Trace each untraced molecule of one atom in the product (a counter-ion, water) to an unused one-atom reactant
+    alike (element, isotope, charge, hydrogens), which no shared substructure of two atoms can find: a sodium ion
+    that stood beside hydroxide and stands beside acetate was marked as an atom whose bonds change."""
+    for atom in product.GetAtoms():
+        if atom.GetDegree() or atom.GetIdx() in owner:
+            continue
+        twin = next((k for k in sorted(unused) if molecules[k].GetNumAtoms() == 1
+                     and _alike(atom, molecules[k].GetAtomWithIdx(0))), None)
+        if twin is not None:
+            owner[atom.GetIdx()] = (twin, 0)
+            unused.discard(twin)
+
+
+def _alike(atom: Chem.Atom, other: Chem.Atom) -> bool:
+    return (atom.GetAtomicNum(), atom.GetIsotope()) == (other.GetAtomicNum(), other.GetIsotope()) and not _atom_changed(
+        atom, other)
 
 
 def _atom_changed(atom: Chem.Atom, before: Chem.Atom) -> bool:

@@ -393,9 +393,17 @@ def provenance_svg(tokens: Sequence[str], provenance: Sequence[int], width: int 
 
 def atoms_in_words(mol: Chem.Mol, atoms: Iterable[int]) -> str:
     """'atom 2 (C)', 'atoms 2 (C) and 4 (N)': atoms numbered from 1 in the order the SMILES writes them (RDKit's),
-    each with its element."""
-    named = [f"{i + 1} ({mol.GetAtomWithIdx(i).GetSymbol()})" for i in sorted(atoms)]
+    each with its element as the picture labels it (atom_label: 2H, Na+)."""
+    named = [f"{i + 1} ({atom_label(mol.GetAtomWithIdx(i))})" for i in sorted(atoms)]
     return f"atom {named[0]}" if len(named) == 1 else f"atoms {_listed(named)}"
+
+
+def atom_label(atom: Chem.Atom) -> str:
+    """An atom's element with its mass number and charge as chemists write them: C, 2H, 13C, Na+, O-, Mg2+. The
+    element alone named a deuterium that leaves 'H' and a sodium ion 'Na'."""
+    charge = atom.GetFormalCharge()
+    sign = "" if not charge else f"{abs(charge) if abs(charge) > 1 else ''}{'+' if charge > 0 else '-'}"
+    return f"{atom.GetIsotope() or ''}{atom.GetSymbol()}{sign}"
 
 
 def centre_in_words(smiles: str, atom_colours: dict[int, str]) -> str:

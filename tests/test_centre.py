@@ -40,6 +40,22 @@ def test_the_centre_is_where_bonds_change_and_the_rest_leaves(reactants, product
     assert symbols(reactants, found.leaving_atoms) == leaving
 
 
+@pytest.mark.parametrize("reactants, product, centre", [
+    ("CC(=O)O.[Na+].[OH-]", "CC(=O)[O-].[Na+]", ["O"]),  # the sodium ion stands beside acetate as beside hydroxide
+    ("CC(=O)Cl.O.O", "CC(=O)O.O", ["C", "O"]),  # the water that does not react
+    ("[Cl-].C[N+](C)(C)C", "C[N+](C)(C)C.[Cl-]", []),
+])
+def test_a_counter_ion_or_water_that_comes_through_unchanged_is_no_part_of_the_centre(reactants, product, centre):
+    found = reaction_centre(reactants, product)
+    assert found is not None
+    assert symbols(product, found.product_atoms) == centre  # (the acid's new oxygen, from a water, is untraced)
+
+
+def test_a_lone_atom_that_changes_stays_in_the_centre():
+    found = reaction_centre("CC(=O)O.[Na]", "CC(=O)[O-].[Na+]")  # sodium metal: its charge changes
+    assert symbols("CC(=O)[O-].[Na+]", found.product_atoms) == ["Na", "O"]
+
+
 @pytest.mark.parametrize("reactants, product", [
     ("CCOC(=O)c1ccccc1.NCC", "CCNC(=O)c1ccccc1"),  # aminolysis
     ("CCOC(=O)c1ccccc1", "OCc1ccccc1"),  # reduction to the alcohol: its oxygen is the carbonyl's, as the atom maps

@@ -20,3 +20,13 @@ def test_the_molecules_of_a_3d_model_stand_apart_and_keep_their_stereo(smiles):
     assert closest > 2.0  # Å: farther than any bond, hydrogens included
     Chem.AssignStereochemistryFrom3D(mol)
     assert Chem.MolToSmiles(Chem.RemoveHs(mol)) == Chem.MolToSmiles(Chem.MolFromSmiles(smiles))
+
+
+@pytest.mark.parametrize("smiles, atoms, words", [
+    ("[2H]OC(C)=O", [0], "atom 1 (2H)"),  # deuterium, not hydrogen
+    ("[13CH3]C(=O)O", [0, 1], "atoms 1 (13C) and 2 (C)"),
+    ("CC(=O)[O-].[Na+]", [3, 4], "atoms 4 (O-) and 5 (Na+)"),
+    ("[Mg+2].[Cl-].[Cl-]", [0], "atom 1 (Mg2+)"),
+])
+def test_atoms_are_named_with_their_mass_number_and_charge_as_the_picture_labels_them(smiles, atoms, words):
+    assert depict.atoms_in_words(Chem.MolFromSmiles(smiles), atoms) == words
