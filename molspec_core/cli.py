@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .argtypes import at_least, positive_seconds
-from .boundary import guarded
+from .boundary import Terminated, guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
 from .methods import EXACT_NBEST, METHODS, SAMPLING_KNOBS, SamplingOptions
@@ -28,7 +28,7 @@ from .threads import use_threads
 
 if TYPE_CHECKING:
     from .calibration import Calibration
-    from .io import QueryFile
+    from .io import Kept, QueryFile
     from .known import KnownMarks
     from .scale import Cluster
     from .service import Predictor, QueryResult
@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
                    "text); other names (.csv.gz) are refused")
+    p.add_argument("--resume", action="store_true", help="go on from the rows an interrupted run (Ctrl-C, SIGTERM) "
+                   "of the same command kept beside a CSV output (out.interrupted.csv for out.csv): their records "
+                   "are not predicted again; without such a file the run starts at the first record")
     time_limit_arg(p)
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
@@ -365,7 +368,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.round_trip_k is not None and not args.round_trip:
         raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
     check_draft_knobs(args.method, args.draft_len, args.n_drafts, sampling_options(args))
-    marks = None
+    marks, keep, kept = None, None, []
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
             print("error: --input needs --output", file=sys.stderr)
@@ -384,7 +387,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
         marks = known_marks(table, input_name(args.input), args.known_column or recorded)
+        keep, kept = kept_rows(args, table, marks)
     else:
+        if args.resume:
+            raise ValueError("--resume goes on from an interrupted --input run: give --input")
         if args.known_column or args.column:
             raise ValueError(f"--{'known-' if args.known_column else ''}column reads a file's column: give --input")
         if args.input_format:
@@ -396,6 +402,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
         raise ValueError("--round-trip runs in this process only; leave out --ray")
+    if kept and cluster:
+        raise ValueError(f"--resume goes on in this process only, from record {keep.held + 1:,}; leave out --ray")
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
                                "float32" if cluster else args.dtype)
     check = round_trip_check(args, predictor)
@@ -435,14 +443,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
                          known_marks(table, "--smiles", recorded))
             print(f"-> {args.output}")
         return 0
-    if cluster:
-        from .scale import predict_on_ray
+    try:
+        if cluster:
+            from .scale import predict_on_ray
 
-        predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
-        n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                               args.engine, args.dtype, marks)
-    else:
-        n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks)
+            predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
+            n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
+                                   args.engine, args.dtype, marks, keep)
+        else:
+            n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep, kept)
+    except (KeyboardInterrupt, Terminated):
+        print(f"stopped: {stopped(args.output, len(table.queries), keep)}", file=sys.stderr)
+        raise
+    if keep is not None and keep.held:  # its rows are in the output now
+        keep.path.unlink(missing_ok=True)
     n_blank = table.n_blank()  # blank lines and empty cells: no queries, neither predicted nor rejected
     n_queries = len(table.queries) - n_blank
     print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted, {n_bad} rejected (see "
@@ -456,6 +470,43 @@ def cmd_predict(args: argparse.Namespace) -> int:
               + f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
         return 2
     return 0
+
+
+def kept_rows(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
+              ) -> tuple[Kept | None, list[list[object]]]:
+    """Where a CSV output's run keeps its finished rows if interrupted (io.write_csv), and with --resume the rows
+    kept there by the run that was; both checked before the model loads. A file of kept rows is refused without
+    --resume: this run, interrupted in turn, would replace it with fewer."""
+    from .io import Kept, interrupted_name, is_sd_name, is_workbook_name, output_header, read_kept
+
+    if is_sd_name(args.output) or is_workbook_name(args.output):
+        if args.resume:
+            raise ValueError("--resume goes on from the rows kept beside a CSV output; an SD file or workbook is "
+                             "written only once every record is done")
+        return None, []
+    keep = Kept(check_output(interrupted_name(args.output), None if args.input == STDIN else args.input))
+    if not keep.path.exists():
+        if args.resume:
+            print(f"nothing to resume ({keep.path.name} does not exist): starting at the first record")
+        return keep, []
+    if not args.resume:
+        raise ValueError(f"{keep.path} holds the rows of an interrupted run: give --resume to go on from them, or "
+                         "delete it to start again")
+    kept = read_kept(keep, output_header(table.columns) if marks is None else marks.header, table.queries,
+                     args.method)
+    print(f"resuming: records 1-{keep.held:,} of {len(table.queries):,} come from {keep.path.name}")
+    return keep, kept
+
+
+def stopped(output: str, n_records: int, keep: Kept | None) -> str:
+    """What an interrupted file run did with its work (the line before the boundary's `interrupted`)."""
+    if keep is None:
+        return f"{output} is written only once every record is done (a .csv output keeps finished rows)"
+    if keep.last_row <= keep.held:
+        return (f"no further record finished; {keep.path} holds records 1-{keep.held:,} of {n_records:,} as before"
+                if keep.held else f"no record finished; {output} was not written")
+    return (f"the rows of records 1-{keep.last_row:,} of {n_records:,} are kept in {keep.path}; run the same command "
+            f"with --resume to go on from there ({output} is written once every record is done)")
 
 
 def input_name(path: str) -> str:
@@ -500,35 +551,45 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
                  check: Callable[[QueryResult], QueryResult] = lambda result: result,
-                 marks: KnownMarks | None = None) -> int:
+                 marks: KnownMarks | None = None, keep: Kept | None = None, kept: list[list[object]] = ()) -> int:
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
-    round trip) first, and each row through `marks` (matches_known), where given. Returns the number of
-    rejected queries."""
-    from .io import predict_batch, result_rows
+    round trip) first, and each row through `marks` (matches_known), where given. An interrupted CSV keeps its
+    rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
+    (io.read_kept), come first, and those records are not predicted again. Returns the number of rejected queries."""
+    from .io import RESULT_COLUMNS, predict_batch, result_rows
 
     queries = table.queries
+    start = keep.held if kept and keep is not None else 0
     n_bad = 0
 
     def rows() -> Iterator[list[object]]:
         nonlocal n_bad
-        for window in windows(len(queries), batch_size, "predict"):  # predict batches a window by length
+        at, error = (len(table.columns) + RESULT_COLUMNS.index(column) for column in ("row", "error"))
+        for i, row in enumerate(kept):
+            if (i == 0 or row[at] != kept[i - 1][at]) and row[error] and not table.is_blank(int(row[at]) - 1):
+                n_bad += 1
+            yield row if marks is None else row[:-1]  # marked again, and counted in the summary
+        for shifted in windows(len(queries) - start, batch_size, "predict"):  # predict batches a window by length
+            window = slice(shifted.start + start, shifted.stop + start)
             results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
             for i, result in enumerate(results, start=window.start):
                 if not result.ok and not table.is_blank(i):
                     n_bad += 1
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
-    write_marked(output, table, rows(), marks)
+    write_marked(output, table, rows(), marks, keep)
     return n_bad
 
 
-def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], marks: KnownMarks | None) -> None:
-    """`table`'s output rows to `output`, each marked against its known answer where `marks` is given."""
+def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], marks: KnownMarks | None,
+                 keep: Kept | None = None) -> None:
+    """`table`'s output rows to `output`, each marked against its known answer where `marks` is given; interrupted,
+    a CSV keeps its rows at `keep` (io.write_csv)."""
     from .io import output_header, write_results
 
     header, marked = (output_header(table.columns), rows) if marks is None else (marks.header, marks.rows(rows))
-    write_results(output, header, marked)  # a failed run keeps any earlier output
+    write_results(output, header, marked, keep)  # a failed run keeps any earlier output
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -794,17 +794,18 @@ def workbook_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -
     return buffer.getvalue()
 
 
-def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]],
+                  keep: Kept | None = None) -> None:
     """Output rows to `path` as write_csv writes them: an SD file or an Excel workbook where the name says so
-    (is_sd_name, is_workbook_name), else CSV; a name promising anything else (.csv.gz) is refused
-    (check_results_name)."""
+    (is_sd_name, is_workbook_name), else CSV, which an interrupted run keeps at `keep` (write_csv); a name promising
+    anything else (.csv.gz) is refused (check_results_name)."""
     check_results_name(path)
     if is_sd_name(path):
         _write_replacing(path, lambda f: write_sd_rows(f, header, rows))
     elif is_workbook_name(path):
         _write_replacing(path, lambda f: write_workbook_rows(f, header, rows), binary=True)
     else:
-        write_csv(path, header, rows)
+        write_csv(path, header, rows, keep)
 
 
 def write_text_file(path: str | Path, text: str) -> None:
@@ -812,15 +813,103 @@ def write_text_file(path: str | Path, text: str) -> None:
     _write_replacing(path, lambda f: f.write(text))
 
 
-def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
+def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterable[object]],
+              keep: Kept | None = None) -> None:
     """Write the CSV to a new file beside `path`, renamed into place once every row is written: a run
-    that fails leaves any earlier file at `path` as it was, never half a file."""
-    _write_replacing(path, lambda f: write_rows(f, header, rows))
+    that fails leaves any earlier file at `path` as it was, never half a file. With `keep` (rows of output_header,
+    in record order), a run interrupted (Ctrl-C, SIGTERM) keeps the rows of its whole queries at keep.path instead
+    (write_kept_rows), where it holds more records than keep.held."""
+    if keep is None:
+        _write_replacing(path, lambda f: write_rows(f, header, rows))
+    else:
+        _write_replacing(path, lambda f: write_kept_rows(f, list(header), rows, keep), keep=keep)
 
 
-def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool = False) -> None:
+@dataclass
+class Kept:
+    """Where an interrupted predict keeps the CSV rows it wrote (write_csv), and how far they go: the rows of records
+    1 to last_row (0: none). `held`: the records the file there already holds (a run resumed from it), which an
+    interruption keeps only by writing more."""
+    path: Path
+    held: int = 0
+    last_row: int = 0
+
+
+def interrupted_name(output: str | Path) -> Path:
+    """Where an interrupted predict keeps the rows it wrote to `output`: out.csv -> out.interrupted.csv."""
+    path = Path(output)
+    return path.with_name(f"{path.stem}.interrupted{path.suffix}")
+
+
+class _CountingWriter:
+    """A text file's write, counting the UTF-8 bytes written (write_kept_rows cuts the file at a count)."""
+
+    def __init__(self, f: IO[str]) -> None:
+        self.f, self.size = f, 0
+
+    def write(self, text: str) -> int:
+        self.size += len(text.encode("utf-8"))
+        return self.f.write(text)
+
+
+def write_kept_rows(f: IO[str], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept) -> None:
+    """write_rows, minding where each record's rows begin (the `row` column): interrupted, the file is cut where the
+    last record's rows begin, as not all of them may have come, and keep.last_row is the record before it."""
+    at = header.index("row")
+    counted = _CountingWriter(f)
+    writer = csv.writer(counted)
+    writer.writerow([csv_cell(c) for c in header])
+    start, current = counted.size, None
+    try:
+        for row in rows:
+            if row[at] != current:
+                if current is not None:
+                    keep.last_row = int(current)  # type: ignore[call-overload]
+                start, current = counted.size, row[at]
+            writer.writerow([csv_cell(c) for c in row])
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM (boundary.Terminated)
+            f.truncate(start)  # flushes first
+        raise
+
+
+def read_kept(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> list[list[object]]:
+    """The rows an interrupted predict kept at keep.path (write_kept_rows), to go on from, as that run wrote them
+    (an empty cell None, `row` and `rank` whole numbers); sets keep.held to the last record they hold. Refused unless
+    they are rows of `header` for records 1, 2, ... in order, each holding its record's query (`queries`) and, where
+    predicted, `method`: rows of another file or other options would be joined to this run's without a word."""
+    name = keep.path.name
+    try:
+        with open_regular(keep.path) as raw:
+            records = list(csv.reader(io.StringIO(_decode_stream(raw, name), newline="")))
+    except FileNotFoundError:
+        raise InputFileError(f"nothing to resume: {keep.path} does not exist (an interrupted run keeps the rows it "
+                             "finished there)") from None
+    if not records or records[0] != [str(csv_cell(c)) for c in header]:
+        raise InputFileError(f"{name} was written with other columns than this run writes (another input file, "
+                             "--column or --known-column): resume with the command that was interrupted")
+    at, rank, query, by = (header.index(column) for column in ("row", "rank", "query", "method"))
+    rows: list[list[object]] = []
+    for line, record in enumerate(records[1:], start=2):
+        if len(record) != len(header) or not record[at].isdigit() or int(record[at]) not in (keep.held or 1,
+                                                                                           keep.held + 1):
+            raise InputFileError(f"{name}, line {line:,}: not the next record's row as predict writes it; resume "
+                                 "with the command that was interrupted, or delete the file to start again")
+        keep.held = int(record[at])
+        if keep.held > len(queries) or record[query] != str(csv_cell(queries[keep.held - 1])):
+            raise InputFileError(f"{name}, line {line:,}: record {keep.held:,} holds another query than the input's; "
+                                 "resume with the input that was interrupted, or delete the file to start again")
+        if record[by] and record[by] != method:
+            raise InputFileError(f"{name}, line {line:,}: predicted with --method {record[by]}, not {method}: resume "
+                                 "with the options that were interrupted")
+        rows.append([int(cell) if i in (at, rank) and cell else cell or None for i, cell in enumerate(record)])
+    return rows
+
+
+def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool = False,
+                     keep: Kept | None = None) -> None:
     """Call `write` on a new file (text, or `binary`) beside `path`, then rename it into place (write_csv's
-    guarantee)."""
+    guarantee); interrupted, renamed to keep.path instead where it holds more records than that file (write_csv)."""
     target = check_output(path)
     while True:
         partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
@@ -837,7 +926,10 @@ def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool
             os.fsync(f.fileno())  # the rows are on disk before the name points at them
         os.replace(partial, target)
     except BaseException as exc:
-        partial.unlink(missing_ok=True)
+        if keep is not None and not isinstance(exc, Exception) and keep.last_row > keep.held:
+            os.replace(partial, keep.path)
+        else:
+            partial.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.filename is None:  # "File too large" said which file of the run's
             exc.filename = str(path)
         raise

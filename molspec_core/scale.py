@@ -33,6 +33,7 @@ from .service import Predictor, QueryResult
 if TYPE_CHECKING:
     import ray.data
 
+    from .io import Kept
     from .known import KnownMarks
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ class Cluster:
 
 def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model: str, device: str,
                    batch_size: int, options: dict[str, Any], engine: str = "auto", dtype: str = "float32",
-                   marks: KnownMarks | None = None) -> int:
+                   marks: KnownMarks | None = None, keep: Kept | None = None) -> int:
     """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
-    writes (the same columns and rows, in input order; with `marks`, matches_known last); returns the
-    number of rejected queries (blank records are none)."""
+    writes (the same columns and rows, in input order; with `marks`, matches_known last; interrupted, the rows
+    written so far kept at `keep`, io.write_csv); returns the number of rejected queries (blank records are none)."""
     n_bad = 0
 
     def rows() -> Iterator[list[object]]:
@@ -83,7 +84,7 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
         write_results(output, header, [])
         return 0
     with connected(cluster.address):  # a failed run keeps any earlier output
-        write_results(output, header, rows() if marks is None else marks.rows(rows()))
+        write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
     return n_bad
 
 

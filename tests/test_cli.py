@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES, ROOT, disk_full, excel_and_csv, needs_native, record_loads, sd_file_text
+from molspec_core.boundary import Terminated
 from molspec_core.cli import build_parser, main
 from molspec_core.io import read_queries
 
@@ -932,20 +933,22 @@ def test_predict_refuses_to_overwrite_its_input(tmp_path, capsys):
     assert "is the input file" in capsys.readouterr().err and source.read_text() == "smiles\nCCO\n"
 
 
-def stop_on_the_second_call(monkeypatch, stop: BaseException) -> None:
-    """Predictor.predict answers its first call and raises `stop` at its second (one query a call)."""
+def stop_on_the_second_call(monkeypatch, stop: BaseException | None, at: int = 2) -> list:
+    """Predictor.predict answers its first call and raises `stop` at its second (one query a call), or at call `at`;
+    the calls' queries, a list a call."""
     from molspec_core.service import Predictor
 
     calls = []
     predict = Predictor.predict
 
-    def stopping(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
+    def stopping(self, queries, *args, **kwargs):
+        calls.append(list(queries))
+        if len(calls) == at and stop is not None:
             raise stop
-        return predict(self, *args, **kwargs)
+        return predict(self, queries, *args, **kwargs)
 
     monkeypatch.setattr(Predictor, "predict", stopping)
+    return calls
 
 
 def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
@@ -1002,6 +1005,90 @@ def test_sigterm_is_one_line_and_exit_143_and_leaves_no_partial_file(tmp_path, m
     assert out.read_text() == "yesterday's results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+@pytest.mark.parametrize("stop,code", [(KeyboardInterrupt(), 130), (Terminated(), 143)])
+def test_an_interrupted_file_run_keeps_its_finished_records_and_resume_goes_on_from_them(tmp_path, monkeypatch,
+                                                                                       capsys, stop, code):
+    """Ctrl-C or SIGTERM (a scheduler's stop) during a long predict lost every finished row and said nothing of how
+    far it had come; a rerun started again at the first record."""
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "", "OCCN1CCNCC1", "c1ccncc1", "CCN(CC)CC"]
+    (tmp_path / "q.txt").write_text("\n".join(queries) + "\n")
+    out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
+    out.write_text("yesterday's results\n")
+    options = ("--batch-size", "1", "--method", "beam", "--n-best", "2")  # one query a call, two rows a query
+    stop_on_the_second_call(monkeypatch, stop, at=5)  # in record 5: records 1-4 written, the last maybe not whole
+    assert predict_file(tmp_path / "q.txt", out, *options) == code
+    assert capsys.readouterr().err.splitlines()[-2] == (
+        f"stopped: the rows of records 1-3 of 6 are kept in {kept}; run the same command with --resume to go on from "
+        f"there ({out} is written once every record is done)")
+    assert out.read_text() == "yesterday's results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv", "q.txt"]
+    assert pd.read_csv(kept)["row"].tolist() == [1, 1, 2, 2, 3]  # record 3 is blank: one row
+
+    assert predict_file(tmp_path / "q.txt", out, *options) == 2  # a run that would replace them with fewer
+    assert "give --resume to go on from them" in capsys.readouterr().err
+    calls = stop_on_the_second_call(monkeypatch, None)
+    assert predict_file(tmp_path / "q.txt", out, *options, "--resume") == 0
+    assert calls == [[query] for query in queries[3:]]  # records 1-3 were not predicted again
+    printed = capsys.readouterr().out
+    assert "resuming: records 1-3 of 6 come from out.interrupted.csv" in printed
+    assert "5 queries predicted, 0 rejected (see the error column), 1 blank record skipped" in printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]
+    resumed = pd.read_csv(out).drop(columns="time_ms")
+    assert predict_file(tmp_path / "q.txt", tmp_path / "whole.csv", *options) == 0
+    pd.testing.assert_frame_equal(resumed, pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
+
+
+def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(tmp_path, monkeypatch, capsys):
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
+    out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=4)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
+    rows = kept.read_bytes()
+    capsys.readouterr()
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=1)  # interrupted again before a record finished
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 130
+    assert f"stopped: no further record finished; {kept} holds records 1-2 of 4 as before" in capsys.readouterr().err
+    assert kept.read_bytes() == rows and not out.exists()
+    (tmp_path / "other.txt").write_text("CCO\nCCS\nCCCl\nCCBr\n")
+    assert predict_file(tmp_path / "other.txt", out, "--batch-size", "1", "--resume") == 2
+    assert "out.interrupted.csv, line 3: record 2 holds another query than the input's" in capsys.readouterr().err
+    assert predict_file(tmp_path / "q.txt", out, "--method", "spec-lookup", "--resume") == 2
+    assert "predicted with --method greedy, not spec-lookup" in capsys.readouterr().err
+    assert kept.read_bytes() == rows and not out.exists()
+
+
+def test_a_resumed_run_of_recorded_reactions_marks_and_counts_the_kept_records_too(tmp_path, monkeypatch, capsys):
+    (tmp_path / "q.txt").write_text("CCOc1ccccc1>>CCOc1ccccc1\nc1ccncc1>>c1ccncc1\nCCN(CC)CC>>CCNCC\nCCO>>CC\n")
+    out = tmp_path / "out.csv"
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=4)  # the marks hold record 3 until record 4 comes
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
+    assert "the rows of records 1-1 of 4 are kept" in capsys.readouterr().err
+    stop_on_the_second_call(monkeypatch, None)
+    assert predict_file(tmp_path / "q.txt", out, "--resume") == 0
+    resumed = capsys.readouterr().out.splitlines()[-1]
+    assert predict_file(tmp_path / "q.txt", tmp_path / "whole.csv") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == resumed  # the known answers of all 4 queries counted
+    pd.testing.assert_frame_equal(pd.read_csv(out).drop(columns="time_ms"),
+                                  pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
+
+
+def test_resume_without_kept_rows_starts_at_the_first_record_and_an_sd_output_keeps_none(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A job script that always says --resume runs from the start the first time; an SD file or workbook is written
+    only at the end, and the line says so."""
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\n")
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--resume") == 0
+    assert "nothing to resume (out.interrupted.csv does not exist): starting at the first record" in (
+        capsys.readouterr().out)
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=3)
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.sdf", "--batch-size", "1") == 130
+    assert (f"stopped: {tmp_path / 'out.sdf'} is written only once every record is done (a .csv output keeps finished "
+            "rows)") in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.sdf", "--resume") == 2
+    assert "--resume goes on from the rows kept beside a CSV output" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("output,message", [("missing/o.csv", "does not exist"), (".", "is a folder"),

@@ -309,6 +309,66 @@ def test_a_failed_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), RuntimeError("the run stopped")])
+def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_path, stop):
+    """A predict interrupted (Ctrl-C, SIGTERM) lost every row it had finished: the rows of its records up to the one
+    it was writing are kept at keep.path, cut where that one's rows begin (not all of them may have come); a run
+    that fails otherwise keeps nothing, as before."""
+    out = tmp_path / "out.csv"
+    out.write_text("earlier results\n")
+    keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
+
+    def rows():
+        yield from ([1, "CCO", 1], [1, "CCO", 2], [2, "CCN", 1], [2, "CCN", 2], [3, "CCCl", 1])
+        raise stop
+
+    with pytest.raises(type(stop)):
+        write_csv(out, ["row", "query", "rank"], rows(), keep)
+    assert out.read_text() == "earlier results\n"
+    if isinstance(stop, RuntimeError):
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+        return
+    assert keep.last_row == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv"]
+    assert keep.path.read_bytes() == b"row,query,rank\r\n1,CCO,1\r\n1,CCO,2\r\n2,CCN,1\r\n2,CCN,2\r\n"
+    held = keep.path.read_bytes()
+
+    def resumed():  # a run resumed from those rows, interrupted before it finished a record of its own
+        yield from ([1, "CCO", 1], [1, "CCO", 2], [2, "CCN", 1], [2, "CCN", 2])
+        raise KeyboardInterrupt
+
+    again = molspec_io.Kept(keep.path, held=2)
+    with pytest.raises(KeyboardInterrupt):
+        write_csv(out, ["row", "query", "rank"], resumed(), again)
+    assert keep.path.read_bytes() == held and sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.csv", "out.interrupted.csv"]
+
+
+def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path):
+    header = output_header(["id"])
+    keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
+    first = ["7", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.7788, True, True, "", 1, None, 1, 1, None, None, "beam",
+             "float32", 1.5, 12, 0, ""]
+    rows = [first, ["7", *first[1:4], 2, "CCO", -1.5, *first[7:]],
+            ["8", 2, "=1", "", None, "", None, None, None, None, "", None, None, None, None, None, None, "beam", None,
+             None, None, None, "the query is no SMILES"]]
+    write_csv(keep.path, header, rows)
+    back = molspec_io.read_kept(keep, header, ["CCO", "=1", "CCN"], "beam")
+    assert keep.held == 2 and [row[1] for row in back] == [1, 1, 2] and [row[4] for row in back] == [1, 2, None]
+    write_csv(tmp_path / "again.csv", header, back)  # the resumed run writes them as they were
+    assert (tmp_path / "again.csv").read_bytes() == keep.path.read_bytes()
+    for queries, method, message in [(["CCO", "=2", "CCN"], "beam", "line 4: record 2 holds another query"),
+                                     (["CCO"], "beam", "line 4: record 2 holds another query"),
+                                     (["CCO", "=1"], "greedy", "line 2: predicted with --method beam, not greedy")]:
+        with pytest.raises(InputFileError, match=message):
+            molspec_io.read_kept(molspec_io.Kept(keep.path), header, queries, method)
+    with pytest.raises(InputFileError, match="other columns"):
+        molspec_io.read_kept(molspec_io.Kept(keep.path), output_header(["name"]), ["CCO", "=1"], "beam")
+    write_csv(keep.path, header, [rows[0], rows[2]])  # record 1's rows, then record 2's: the second answer was cut?
+    keep.path.write_text(keep.path.read_text().replace("\n7,1,", "\n7,3,"))
+    with pytest.raises(InputFileError, match="line 2: not the next record's row"):
+        molspec_io.read_kept(molspec_io.Kept(keep.path), header, ["CCO", "=1"], "beam")
+
+
 def test_a_written_file_gets_the_usual_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
