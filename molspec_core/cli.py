@@ -360,7 +360,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .io import check_results_name, is_sd_name, read_queries
+    from .io import InputFileError, check_results_name, is_sd_name, read_queries
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
@@ -374,10 +374,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print("error: --input needs --output", file=sys.stderr)
             return 2
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
-        check_output(args.output, None if args.input == STDIN else args.input)
+        outside_model(args.output, check_output(args.output, None if args.input == STDIN else args.input), args.model)
         check_results_name(args.output)
         task = model_task(args.model)
         table, recorded = with_recorded(read_queries(args.input, args.column, args.input_format, task=task), task)
+        if not table.queries:  # as a file of blank lines is, and evaluate's empty --src: no run of nothing
+            raise InputFileError(f"{input_name(args.input)} holds no records to predict: it is empty, or holds a "
+                                 "header and nothing under it")
         check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
@@ -396,7 +399,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.input_format:
             raise ValueError("--input-format says how to read --input: give --input")
         if args.output:  # the one query's answers are written too, as --input writes a file's
-            check_output(args.output)
+            outside_model(args.output, check_output(args.output), args.model)
             check_results_name(args.output, args.n_best)
     # With --ray the workers load their own copies (on --device); this one checks the folder and the options
     # here, before a cluster starts, on a machine that may have no GPU.

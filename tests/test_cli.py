@@ -1301,6 +1301,31 @@ def test_a_report_may_not_be_written_into_the_model_folder(pair_files, capsys, n
     assert {path.name: path.read_bytes() for path in model.iterdir() if path.is_file()} == before
 
 
+def test_predict_output_may_not_be_written_into_the_model_folder(tmp_path, capsys, no_model_load):
+    """predict --output <model>/answers.csv (or .sdf) wrote into the model's folder, as evaluate's --out once did."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    for source in (["--input", tmp_path / "q.txt"], ["--smiles", "CCO"]):
+        expect_refused(["predict", "--model", model, *source, "--output", model / "answers.csv"], capsys,
+                       f"{model / 'answers.csv'} lies in the folder of the model being run, {model}")
+    assert sorted(path.name for path in model.iterdir()) == sorted(
+        path.name for path in (FIXTURES / "copy_model").iterdir())
+
+
+@pytest.mark.parametrize("name,text", [("q.txt", ""), ("q.txt", "\n\n"), ("q.txt", "smiles\n"),
+                                       ("q.csv", "smiles,id\n")])
+def test_predict_refuses_a_file_without_records_before_the_model_loads(tmp_path, capsys, no_model_load, name, text):
+    """An empty file ended '0 queries predicted, 0 rejected' with exit 0 and a CSV of a header, while a file of blank
+    lines among records exits 2 (none could be predicted) and evaluate refuses an empty --src."""
+    (tmp_path / name).write_text(text)
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / name, "--output", tmp_path / "o.csv"], capsys,
+                   f"{name} holds no records to predict: it is empty, or holds a header and nothing under it")
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_evaluate_refuses_a_tokenized_target_file_before_the_model_loads(pair_files, capsys, no_model_load):
     """Tokenized targets (the published USPTO-MIT form) were scored on their first token: 0% and no warning."""
     targets = (pair_files / "tgt.txt").read_text().splitlines()
