@@ -40,39 +40,76 @@ def mol_from_smiles(smiles: str):
 
 # Outside brackets, a ring bond's label: one digit, or '%' and two digits, or '%(' digits ')' (RDKit reads all three).
 RING_LABEL = re.compile(r"%\(\d+\)|%\d\d|\d")
+# Outside brackets, an atom: the organic subset (two-letter halogens first), aromatic or not, or the wildcard.
+ORGANIC_ATOM = re.compile(r"Cl|Br|[BCNOPSFIbcnops*]")
+BOND_SYMBOLS = "-=#$:/\\~"
 
 
 def why_unreadable(smiles: str) -> str:
-    """What to mend in a SMILES that RDKit refuses, in a chemist's words: the first parenthesis, bracket or ring
-    bond left open, or closed where none is open (positions count characters from 1), else RDKit's own account of
-    a molecule it reads but cannot accept (an atom's valence, an aromatic ring it cannot kekulize); "" when it is
-    none of these (the SMILES' text is wrong elsewhere)."""
+    """What to mend in a SMILES that RDKit refuses, in a chemist's words: the first character that no SMILES holds
+    there (a letter that is no atom outside brackets, a charge outside brackets, a bracket atom RDKit cannot read, a
+    bond or '.' with nothing to join, an empty branch), or the first parenthesis, bracket or ring bond left open, or
+    closed where none is open (positions count characters from 1), else RDKit's own account of a molecule it reads
+    but cannot accept (an atom's valence, an aromatic ring it cannot kekulize); "" when it is none of these."""
     opened: list[int] = []  # positions of the unclosed "("
     rings: dict[str, int] = {}  # each open ring bond label: its position
+    last, last_at = "start", 0  # what the previous token was (start, atom, bond, dot, open, close, ring), its position
     i = 0
     while i < len(smiles):
-        char = smiles[i]
+        char, at = smiles[i], i + 1
+        kind = "atom"
         if char == "[":
             end = smiles.find("]", i)
             if end < 0:
-                return f"the '[' at position {i + 1} is never closed"
+                return f"the '[' at position {at} is never closed"
+            if Chem.MolFromSmiles(smiles[i:end + 1], sanitize=False) is None:
+                return (f"the bracket atom {smiles[i:end + 1]} at position {at} is not one RDKit reads: an element "
+                        "symbol, then its hydrogens and charge, as [Na+], [NH4+] or [13CH3]")
             i = end + 1
-            continue
-        if char == "]":
-            return f"the ']' at position {i + 1} closes no '['"
-        if char == "(":
-            opened.append(i + 1)
-        elif char == ")":
-            if not opened:
-                return f"the ')' at position {i + 1} closes no '('"
-            opened.pop()
+        elif char == "]":
+            return f"the ']' at position {at} closes no '['"
+        elif (atom := ORGANIC_ATOM.match(smiles, i)) is not None:
+            i = atom.end()
+        elif char in BOND_SYMBOLS or smiles.startswith("<-", i):
+            if last in ("start", "dot"):
+                return f"the bond '{char}' at position {at} has no atom before it"
+            if last == "bond" and not (char == smiles[i - 1] == "\\"):
+                return f"the bond '{char}' at position {at} follows another bond"
+            kind, i = "bond", i + (2 if smiles.startswith(("->", "<-"), i) else 1)  # a dative bond is two characters
+        elif char in ".()":
+            if last == "bond":
+                return f"the bond '{smiles[last_at - 1]}' at position {last_at} has no atom after it"
+            if char == "." and last in ("start", "dot", "open"):
+                return f"the '.' at position {at} has no molecule before it"
+            if char == ")" and last == "dot":
+                return f"the '.' at position {last_at} has no molecule after it"
+            if char == "(" and last in ("start", "dot"):
+                return f"the '(' at position {at} opens a branch with no atom before it"
+            if char == ")" and last == "open":
+                return f"the branch '()' at position {at - 1} is empty"
+            if char == "(":
+                opened.append(at)
+            elif char == ")":
+                if not opened:
+                    return f"the ')' at position {at} closes no '('"
+                opened.pop()
+            kind, i = {".": "dot", "(": "open", ")": "close"}[char], i + 1
         elif (label := RING_LABEL.match(smiles, i)) is not None:
             name = label[0]
+            if last in ("start", "dot", "open"):
+                return f"ring bond {name} at position {at} has no atom before it"
             if rings.pop(name, None) is None:
-                rings[name] = i + 1
-            i = label.end()
-            continue
-        i += 1
+                rings[name] = at
+            kind, i = "ring", label.end()
+        elif char.isalpha() and _in_word(smiles, i):
+            return ""  # a name ("aspirin", "Cyclohexane"): the caller says that names are not read
+        else:
+            return f"the {char!r} at position {at} {_not_smiles(char)}"
+        last, last_at = kind, at
+    if last == "bond":
+        return f"the bond '{smiles[last_at - 1]}' at position {last_at} has no atom after it"
+    if last == "dot":
+        return f"the '.' at position {last_at} has no molecule after it"
     if opened:
         return f"the '(' at position {opened[0]} is never closed"
     if rings:
@@ -81,6 +118,31 @@ def why_unreadable(smiles: str) -> str:
     mol = Chem.MolFromSmiles(smiles, sanitize=False)
     problems = Chem.DetectChemistryProblems(mol) if mol is not None else ()
     return f"{' '.join(problems[0].Message().split())} (RDKit counts atoms from 0)" if problems else ""
+
+
+def _in_word(text: str, i: int) -> bool:
+    """Whether text[i] is among four lowercase letters or more in a row, one of them no aromatic atom's: a word, as
+    a chemical name has ("aspirin", not "cccc"; the service's name hint reads words so)."""
+    start, end = i, i + 1
+    while start > 0 and "a" <= text[start - 1] <= "z":
+        start -= 1
+    while end < len(text) and "a" <= text[end] <= "z":
+        end += 1
+    return end - start >= 4 and bool(set(text[start:end]) - set("bcnops"))
+
+
+def _not_smiles(char: str) -> str:
+    """Why a character outside brackets is no part of a SMILES (why_unreadable), to follow "the 'X' at position N"."""
+    if char == "H":
+        return "is a hydrogen outside brackets: hydrogens are left implicit, or written in an atom's brackets, as [CH3]"
+    if char.isalpha():
+        return ("is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I (aromatic: b, c, n, o, "
+                "p, s), and every other element in brackets, as [Na] or [Si]")
+    if char == "+":
+        return "is a charge outside brackets: a charge goes in its atom's brackets, as [NH4+]"
+    if char == "%":
+        return "starts no ring bond label: '%' takes two digits, as %12, or digits in parentheses, as %(123)"
+    return "is not part of a SMILES"
 
 
 def canonical(smiles: str, *, strip_maps: bool = False) -> str:

@@ -218,8 +218,24 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CC]", "the ']' at position 3 closes no '['"),
     ("c1cccc1", "Can't kekulize mol. Unkekulized atoms: 0 1 2 3 4 (RDKit counts atoms from 0)"),
     ("[13CH3]1CC1", "Explicit valence for atom # 0 C, 5, is greater than permitted (RDKit counts atoms from 0)"),
-    ("C==C", ""),  # wrong text elsewhere: RDKit's generic refusal stands alone
-    ("aspirin", ""),
+    # each of these was "RDKit cannot parse ... as a molecule" alone
+    ("C==C", "the bond '=' at position 3 follows another bond"),
+    ("CC(=O)O.", "the '.' at position 8 has no molecule after it"),
+    ("CCO..CC", "the '.' at position 5 has no molecule before it"),
+    ("C(=)C", "the bond '=' at position 3 has no atom after it"),
+    ("C()C", "the branch '()' at position 2 is empty"),
+    ("1CC1", "ring bond 1 at position 1 has no atom before it"),
+    ("[Xx]", "the bracket atom [Xx] at position 1 is not one RDKit reads: an element symbol, then its hydrogens and "
+             "charge, as [Na+], [NH4+] or [13CH3]"),
+    ("[NH4]+", "the '+' at position 6 is a charge outside brackets: a charge goes in its atom's brackets, as [NH4+]"),
+    ("CH3CH2OH", "the 'H' at position 2 is a hydrogen outside brackets: hydrogens are left implicit, or written in an "
+                 "atom's brackets, as [CH3]"),  # was told of ring bond 3, which the text never meant
+    ("C%1CC%1", "the '%' at position 2 starts no ring bond label: '%' takes two digits, as %12, or digits in "
+                "parentheses, as %(123)"),  # was told ring bond 1 is never closed
+    ("CNa", "the 'a' at position 3 is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I "
+            "(aromatic: b, c, n, o, p, s), and every other element in brackets, as [Na] or [Si]"),
+    ("C{C}", "the '{' at position 2 is not part of a SMILES"),
+    ("aspirin", ""),  # a name: the service says names are not read
 ])
 def test_a_refused_smiles_says_what_to_mend(smiles, reason):
     """A chemist's typo was refused as "RDKit cannot parse 'C1CC' as a molecule" alone (session 70)."""
@@ -230,6 +246,7 @@ def test_a_refused_smiles_says_what_to_mend(smiles, reason):
 
 
 @pytest.mark.parametrize("smiles", ["C1CC1", "C%(123)CC%(123)", "[13CH3]C1CC1", "[NH3+]CC(=O)[O-]", "C1CC.C1",
-                                    "c1ccccc1N(=O)=O", "C12CC1C2"])
+                                    "c1ccccc1N(=O)=O", "C12CC1C2", "C(C.C)", "C\\\\C", "C=1CC=1", "C$C", "C~C",
+                                    "Cl[Pd](Cl)(<-N)<-N", "[NH3]->[Pt](Cl)Cl", "C(C)1CC1", "*C"])
 def test_every_smiles_rdkit_reads_has_no_reason_to_mend(smiles):
     assert mol_from_smiles(smiles) is not None and why_unreadable(smiles) == ""
