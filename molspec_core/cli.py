@@ -898,10 +898,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     # the time limit, outputs and the stock first: a refused one costs no model load and no search
     check_time_limit(args.time_limit)
-    out = check_output(args.out)
-    csv_out = check_output(args.csv or out.with_suffix(".csv"))
+    out = check_output(args.out, args.stock)  # neither may replace the stock file, nor a file of either model
+    csv_given = args.csv or str(out.with_suffix(".csv"))
+    csv_out = check_output(csv_given, args.stock)
     if csv_out == out:
         raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")
+    for model in (args.model, None if args.forward.lower() == "none" else args.forward):
+        if model is not None:
+            outside_model(args.out, out, model)
+            outside_model(csv_given, csv_out, model)
     stock = load_stock(args.stock or DEFAULT_STOCK)
     predictor = Predictor.load(args.model, args.device, dtype=args.dtype)
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device, dtype=args.dtype)

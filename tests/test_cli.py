@@ -1163,6 +1163,24 @@ def test_a_plan_time_limit_over_an_hour_is_refused_before_the_models_load(tmp_pa
     assert not list(tmp_path.iterdir())
 
 
+def test_plan_outputs_may_not_replace_the_stock_or_a_models_files(tmp_path, capsys, no_model_load):
+    """plan --out <retro model>/config.json (or --csv onto the stock) replaced that file once the search was done."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    (tmp_path / "stock.csv").write_text("smiles\nNO\n")
+    before = {path: path.read_bytes() for path in (*model.iterdir(), tmp_path / "stock.csv")}
+    plan = ["plan", "--smiles", "NCCO", "--stock", tmp_path / "stock.csv", "--time-limit", "2"]
+    for extra, message in [(["--model", model, "--out", model / "config.json"], "lies in the folder of the model"),
+                           (["--forward", model, "--out", tmp_path / "r.json", "--csv", model / "routes.csv"],
+                            "lies in the folder of the model"),
+                           (["--out", tmp_path / "stock.json"], "stock.csv is the input file"),
+                           (["--out", tmp_path / "r.json", "--csv", tmp_path / "stock.csv"], "is the input file")]:
+        expect_refused([*plan, *extra], capsys, message)
+    assert {path: path.read_bytes() for path in (*model.iterdir(), tmp_path / "stock.csv")} == before
+
+
 def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files, capsys, no_model_load):
     """It once failed after the whole run, and the run's JSON was lost."""
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--methods", "greedy",
