@@ -239,9 +239,12 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
         raise InputFileError(f"a query column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} "
                              f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv) "
                              "or an Excel workbook (.xlsx)")
-    if kind == "xlsx":
-        return parse_workbook(_read_stream(raw, name), name, column, task=task)
-    return parse_queries(_decode_stream(raw, name), kind=kind, column=column, task=task)
+    try:
+        if kind == "xlsx":
+            return parse_workbook(_read_stream(raw, name), name, column, task=task)
+        return parse_queries(_decode_stream(raw, name), kind=kind, column=column, task=task)
+    except TooManyRecords as exc:
+        raise TooManyRecords(f"{name} holds {exc}") from None
 
 
 def _read_stream(raw: IO[bytes], name: str) -> bytearray:
@@ -541,9 +544,14 @@ def parse_sd_file(text: str) -> QueryFile:
                      tuple(r.problem for r in records) if any(r.problem for r in records) else ())
 
 
+class TooManyRecords(InputFileError):
+    """A file of more records than MAX_INPUT_ROWS (_parse_stream names the file)."""
+
+
 def _check_rows(n_rows: int) -> None:
     if n_rows > MAX_INPUT_ROWS:
-        raise InputFileError(f"{n_rows} rows; the limit is {MAX_INPUT_ROWS} per file")
+        raise TooManyRecords(f"more than {MAX_INPUT_ROWS:,} records, the limit per file: split it into files of at "
+                             f"most {MAX_INPUT_ROWS:,} records")
 
 
 # ---- writing ------------------------------------------------------------------------------------

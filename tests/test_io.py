@@ -646,8 +646,22 @@ def test_a_workbook_is_bounded_by_what_its_zip_unpacks_to_and_by_its_rows(tmp_pa
     monkeypatch.setattr(molspec_io, "WORKBOOK_MAX_XML_BYTES", unpacked)
     assert len(read_queries(path).queries) == 5
     monkeypatch.setattr(molspec_io, "MAX_INPUT_ROWS", 4)
-    with pytest.raises(InputFileError, match="5 rows; the limit is 4 per file"):
+    with pytest.raises(InputFileError, match="^w.xlsx holds more than 4 records, the limit per file: split it into "
+                       "files of at most 4 records$"):
         read_queries(path)
+
+
+@pytest.mark.parametrize("name,text", [("q.txt", "CCO\n" * 5), ("q.smi", "CCO x\n" * 5),
+                                       ("q.csv", "title\nsmiles\n" + "CCO\n" * 5)])
+def test_a_file_past_the_row_limit_is_named_and_told_what_to_do(tmp_path, monkeypatch, name, text):
+    """It said '5 rows; the limit is 4 per file': which file, and what then?"""
+    monkeypatch.setattr(molspec_io, "MAX_INPUT_ROWS", 4)
+    (tmp_path / name).write_text(text)
+    with pytest.raises(InputFileError, match=f"^{name} holds more than 4 records, the limit per file: split it into "
+                       "files of at most 4 records$"):
+        read_queries(tmp_path / name)
+    monkeypatch.setattr(molspec_io, "MAX_INPUT_ROWS", 5)
+    assert len(read_queries(tmp_path / name).queries) == 5
 
 
 def test_a_sparse_wide_sheet_is_read_to_its_headers_last_name_and_bounded_by_cells(tmp_path, monkeypatch):
