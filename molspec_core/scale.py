@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import signal
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -238,10 +239,17 @@ def connected(address: str) -> Iterator[None]:
         yield
         return
     local = {"include_dashboard": False} if address == "local" else {}
+    # ray.init sets a SIGTERM handler of its own (sys.exit): the command line's (boundary.Terminated) is put back, or
+    # a stopped run exited 15 or 1 without a word of the rows it kept
+    main_thread = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         ray.init(address=address, logging_level=logging.WARNING, **local)
     except ConnectionError as exc:
         raise ConnectionError(f"{exc} (start a cluster with `ray start --head`, or use --ray local)") from None
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     try:
         yield
     finally:

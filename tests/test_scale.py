@@ -140,6 +140,39 @@ def test_without_ray_installed_the_message_says_how_to_get_it(tmp_path, capsys, 
     assert "pip install -e .[scale]" in capsys.readouterr().err
 
 
+def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_path, capsys, monkeypatch):
+    """ray.init put its own SIGTERM handler (sys.exit) in place of the command line's: a stopped --ray run exited 15
+    (or 1) without the `terminated` line or a word of its rows."""
+    import json
+    import signal
+    import types
+
+    from molspec_core import scale
+    from molspec_core.io import result_rows
+    from molspec_core.service import QueryResult
+
+    def init(**_):  # what ray.init does to the driver's SIGTERM
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+    def predicted(queries, *_):
+        for row, query in enumerate(queries, start=1):
+            if row == 4:  # what SIGTERM runs in the main thread
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+            yield row, json.dumps(result_rows(row, (), QueryResult(query=query, method="greedy", error="refused")))
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: False, init=init,
+                                                                  shutdown=lambda: None))
+    monkeypatch.setattr(scale, "predicted", predicted)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", "local"]) == 143
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ") and err[-1] == "terminated"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.interrupted.csv", "q.txt"]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # ---- on a local Ray cluster ---------------------------------------------------------------------------
 
 
