@@ -43,6 +43,9 @@ PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): 
 FRAGMENT_GAP = 2.0  # 2D units between the boxes of two molecules: room for atom labels
 MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
+# A molecule ETKDG cannot embed took it long to give up (C60: 17 s from random coordinates, then 12 s from the
+# eigenvalue start, all for no picture); each start is cut off after this long.
+EMBED_TIMEOUT_S = 2
 
 
 def is_atom_token(token: str) -> bool:
@@ -478,6 +481,7 @@ def _embedded(mol: Chem.Mol, seed: int) -> list[Point3D] | None:
     large = mol.GetNumHeavyAtoms() > 50
     params = AllChem.ETKDGv3()
     params.randomSeed = seed
+    params.timeout = EMBED_TIMEOUT_S
     # Random starting coordinates embed large molecules faster and more reliably than the default
     # eigenvalue start; each start is the fallback of the other.
     for random_start in (large, not large):

@@ -30,3 +30,14 @@ def test_the_molecules_of_a_3d_model_stand_apart_and_keep_their_stereo(smiles):
 ])
 def test_atoms_are_named_with_their_mass_number_and_charge_as_the_picture_labels_them(smiles, atoms, words):
     assert depict.atoms_in_words(Chem.MolFromSmiles(smiles), atoms) == words
+
+
+def test_a_molecule_etkdg_cannot_embed_gives_up_soon():
+    """C60 took about 30 s (two starts) to come back without a model, the page's spinner turning all that while."""
+    import time
+
+    fullerene = ("c12c3c4c5c1c1c6c7c2c2c8c3c3c9c4c4c%10c5c5c1c1c6c6c%11c7c2c2c7c8c3c3c8c9c4c4c9c%10c5c5c1c1c6c6c%11"
+                 "c2c2c7c3c3c8c4c4c9c5c1c1c6c2c3c41")
+    started = time.perf_counter()
+    assert depict.molblock_3d(fullerene) is None
+    assert time.perf_counter() - started < 4 * depict.EMBED_TIMEOUT_S + 5  # two starts, each cut off, and slack
