@@ -8,6 +8,7 @@ and replaces the output file only once every row is written.
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import gzip
@@ -260,6 +261,14 @@ def _read_stream(raw: IO[bytes], name: str) -> bytearray:
 
 def _decode_stream(raw: IO[bytes], name: str) -> str:
     data = _read_stream(raw, name)
+    # Text that starts with UTF-16's byte-order mark is UTF-16 (Excel's "Unicode Text", Notepad's "Unicode"): it was
+    # refused as "not UTF-8 text: line 1 (byte 0)". UTF-32's little-endian mark starts with UTF-16's and stays refused.
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not data.startswith(codecs.BOM_UTF32_LE):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise InputFileError(f"{name} starts as UTF-16 text, and its byte {exc.start:,} cannot be decoded as "
+                                 "UTF-16; save the file as UTF-8 (in Excel: CSV UTF-8)") from None
     try:
         return data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:

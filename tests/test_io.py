@@ -1,5 +1,6 @@
 """The shared reader and writer (molspec_core/io.py): bounded reads, file kinds, suffixes, encodings,
 and a CSV where text cannot run as a formula while numbers stay numbers."""
+import codecs
 import csv
 import gzip
 import io
@@ -108,6 +109,24 @@ def test_excel_csv_utf8_with_a_byte_order_mark(tmp_path):
     (tmp_path / "excel.csv").write_bytes("smiles,name\r\nCCO,ethanol\r\n".encode("utf-8-sig"))
     table = read_queries(tmp_path / "excel.csv")
     assert table.queries == ["CCO"] and table.columns == ("name",)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_with_a_byte_order_mark_is_read(tmp_path, encoding):
+    """Excel's "Unicode Text" and Notepad's "Unicode" are UTF-16 with a byte-order mark: refused as 'not UTF-8
+    text: line 1 (byte 0)'. Tabs between the cells, as Excel writes them."""
+    text = "smiles\tname\r\nCCO\t\u00e9thanol\r\nCCN\tamine\r\n"
+    mark = {"utf-16": b"", "utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}[encoding]
+    data = mark + text.encode(encoding)  # Python's utf-16 writes the mark itself
+    (tmp_path / "unicode.tsv").write_bytes(data)
+    table = read_queries(tmp_path / "unicode.tsv")
+    assert table.queries == ["CCO", "CCN"] and table.cells == (("\u00e9thanol",), ("amine",))
+    (tmp_path / "odd.txt").write_bytes(codecs.BOM_UTF16_LE + "CCO\n".encode("utf-16-le") + b"\x00")  # an odd byte
+    with pytest.raises(InputFileError, match="^odd.txt starts as UTF-16 text, and its byte 10 cannot be decoded"):
+        read_queries(tmp_path / "odd.txt")
+    (tmp_path / "utf32.txt").write_bytes("CCO\n".encode("utf-32"))
+    with pytest.raises(InputFileError, match="^utf32.txt is not UTF-8 text"):
+        read_queries(tmp_path / "utf32.txt")
 
 
 @pytest.mark.parametrize("name, text, queries", [("q.txt", "CCO\n", "its lines"),
