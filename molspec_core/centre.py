@@ -58,7 +58,8 @@ def _any_order(smarts: str) -> str:
     fits (the ester's C=O) did not match its query."""
     def bond(run: re.Match) -> str:
         return "~&!@" if "!@" in run[0] else "~&@" if "@" in run[0] else "~"
-    return "".join(piece if piece.startswith("[") else re.sub(r"[-=#:~,;&!@/\\]+", bond, piece)
+    # a dative bond is two characters, -> or <- (a metal's ligand): its arrow alone left a SMARTS RDKit cannot read
+    return "".join(piece if piece.startswith("[") else re.sub(r"(?:->|<-|[-=#:~,;&!@/\\])+", bond, piece)
                    for piece in re.split(r"(\[[^\]]*\])", smarts))
 
 

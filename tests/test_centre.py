@@ -124,3 +124,12 @@ def test_a_steps_molecules_drawn_apart_each_get_their_own_atoms_marked():
     assert on_reactants == [{1: depict.CENTRE_COLOUR, 3: depict.LEAVING_COLOUR},  # acyl carbon; the chloride
                             {0: depict.CENTRE_COLOUR}]  # the amine's nitrogen, by its own index
     assert depict.step_centre_colours(["NO"], "NCCO") == ({}, [{}])  # nothing traced, nothing marked
+
+
+def test_a_metal_complex_with_dative_bonds_is_traced():
+    """A ligand's dative bond (-> or <-) shared by reactant and product crashed the trace: its arrow went into the
+    shared substructure's SMARTS, which RDKit could not read (ArgumentError on every answer's picture)."""
+    found = reaction_centre("[NH3]->[Pt](Cl)(Cl)<-[NH3].O", "[NH3]->[Pt](Cl)(O)<-[NH3]")  # cisplatin's aquation
+    assert found is not None and found.traced == 4
+    assert symbols("[NH3]->[Pt](Cl)(O)<-[NH3]", found.product_atoms) == ["O", "Pt"]
+    assert symbols("[NH3]->[Pt](Cl)(Cl)<-[NH3].O", found.leaving_atoms) == ["Cl"]
