@@ -368,7 +368,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.round_trip_k is not None and not args.round_trip:
         raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
     check_draft_knobs(args.method, args.draft_len, args.n_drafts, sampling_options(args))
-    marks, keep, kept = None, None, []
+    marks, keep = None, None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
             print("error: --input needs --output", file=sys.stderr)
@@ -390,7 +390,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
         marks = known_marks(table, input_name(args.input), args.known_column or recorded)
-        keep, kept = kept_rows(args, table, marks)
+        keep = interrupted_keep(args, table, marks)
     else:
         if args.resume:
             raise ValueError("--resume goes on from an interrupted --input run: give --input")
@@ -405,7 +405,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
         raise ValueError("--round-trip runs in this process only; leave out --ray")
-    if kept and cluster:
+    if keep is not None and keep.held and cluster:
         raise ValueError(f"--resume goes on in this process only, from record {keep.held + 1:,}; leave out --ray")
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
                                "float32" if cluster else args.dtype)
@@ -454,7 +454,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
                                    args.engine, args.dtype, marks, keep)
         else:
-            n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep, kept)
+            n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
+                                 resumed(args, table, marks, keep))
     except (KeyboardInterrupt, Terminated):
         print(f"stopped: {stopped(args.output, len(table.queries), keep)}", file=sys.stderr)
         raise
@@ -475,30 +476,40 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def kept_rows(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
-              ) -> tuple[Kept | None, list[list[object]]]:
-    """Where a CSV output's run keeps its finished rows if interrupted (io.write_csv), and with --resume the rows
-    kept there by the run that was; both checked before the model loads. A file of kept rows is refused without
-    --resume: this run, interrupted in turn, would replace it with fewer."""
-    from .io import Kept, interrupted_name, is_sd_name, is_workbook_name, output_header, read_kept
+def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None) -> Kept | None:
+    """Where a CSV output's run keeps its finished rows if interrupted (io.write_csv), with --resume the records
+    kept there by the run that was (Kept.held; io.check_kept), checked before the model loads. A file of kept rows
+    is refused without --resume: this run, interrupted in turn, would replace it with fewer."""
+    from .io import Kept, check_kept, interrupted_name, is_sd_name, is_workbook_name, output_header
 
     if is_sd_name(args.output) or is_workbook_name(args.output):
         if args.resume:
             raise ValueError("--resume goes on from the rows kept beside a CSV output; an SD file or workbook is "
                              "written only once every record is done")
-        return None, []
+        return None
     keep = Kept(check_output(interrupted_name(args.output), None if args.input == STDIN else args.input))
     if not keep.path.exists():
         if args.resume:
             print(f"nothing to resume ({keep.path.name} does not exist): starting at the first record")
-        return keep, []
+        return keep
     if not args.resume:
         raise ValueError(f"{keep.path} holds the rows of an interrupted run: give --resume to go on from them, or "
                          "delete it to start again")
-    kept = read_kept(keep, output_header(table.columns) if marks is None else marks.header, table.queries,
-                     args.method)
+    check_kept(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method)
     print(f"resuming: records 1-{keep.held:,} of {len(table.queries):,} come from {keep.path.name}")
-    return keep, kept
+    return keep
+
+
+def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None, keep: Kept | None
+            ) -> Iterable[list[object]]:
+    """The rows of the records an interrupted run kept (io.kept_rows), read as the output is written; none where
+    this run starts at the first record."""
+    from .io import kept_rows, output_header
+
+    if keep is None or not keep.held:
+        return ()
+    return kept_rows(keep.path, output_header(table.columns) if marks is None else marks.header, table.queries,
+                     args.method)
 
 
 def stopped(output: str, n_records: int, keep: Kept | None) -> str:
@@ -554,24 +565,26 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
                  check: Callable[[QueryResult], QueryResult] = lambda result: result,
-                 marks: KnownMarks | None = None, keep: Kept | None = None, kept: list[list[object]] = ()) -> int:
+                 marks: KnownMarks | None = None, keep: Kept | None = None, kept: Iterable[list[object]] = ()) -> int:
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first, and each row through `marks` (matches_known), where given. An interrupted CSV keeps its
     rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
-    (io.read_kept), come first, and those records are not predicted again. Returns the number of rejected queries."""
+    (io.kept_rows), come first, and those records are not predicted again. Returns the number of rejected queries."""
     from .io import RESULT_COLUMNS, predict_batch, result_rows
 
     queries = table.queries
-    start = keep.held if kept and keep is not None else 0
+    start = keep.held if keep is not None else 0
     n_bad = 0
 
     def rows() -> Iterator[list[object]]:
         nonlocal n_bad
         at, error = (len(table.columns) + RESULT_COLUMNS.index(column) for column in ("row", "error"))
-        for i, row in enumerate(kept):
-            if (i == 0 or row[at] != kept[i - 1][at]) and row[error] and not table.is_blank(int(row[at]) - 1):
+        last = 0  # the record of the last kept row
+        for row in kept:
+            if row[at] != last and row[error] and not table.is_blank(int(row[at]) - 1):
                 n_bad += 1
+            last = row[at]
             yield row if marks is None else row[:-1]  # marked again, and counted in the summary
         for shifted in windows(len(queries) - start, batch_size, "predict"):  # predict batches a window by length
             window = slice(shifted.start + start, shifted.stop + start)

@@ -187,18 +187,18 @@ def parse_upload(name: str, data: bytes, column: str | None = None, *, task: str
     return _parse_stream(io.BytesIO(data), name, column, task=task)
 
 
-def open_regular(path: Path) -> IO[bytes]:
+def open_regular(path: Path, bounded: bool = True) -> IO[bytes]:
     """Open a file for reading, refusing anything but a regular file: a device (/dev/zero) or a FIFO
     reports size 0 and may never end, and a folder holds no queries. O_NONBLOCK lets opening a FIFO
     return at once instead of waiting for a writer; fstat then checks what was opened, not what the
-    name pointed to a moment earlier."""
+    name pointed to a moment earlier. `bounded`: a file larger than MAX_INPUT_BYTES is refused at once."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
             raise InputFileError(f"{path} is {kind}, not a file to read")  # queries, targets, a report, a stock
-        if info.st_size > MAX_INPUT_BYTES:  # the cheap check first; the bounded read below is the real one
+        if bounded and info.st_size > MAX_INPUT_BYTES:  # the cheap check first; the bounded read is the real one
             raise InputFileError(f"{path.name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -890,37 +890,39 @@ def write_kept_rows(f: IO[str], header: Sequence[object], rows: Iterable[Sequenc
         raise
 
 
-def read_kept(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> list[list[object]]:
-    """The rows an interrupted predict kept at keep.path (write_kept_rows), to go on from, as that run wrote them
-    (an empty cell None, `row` and `rank` whole numbers); sets keep.held to the last record they hold. Refused unless
+def check_kept(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> None:
+    """Check the rows an interrupted predict kept at keep.path (kept_rows) before a run goes on from them, and set
+    keep.held to the last record they hold."""
+    at = header.index("row")
+    for row in kept_rows(keep.path, header, queries, method):
+        keep.held = int(row[at])  # type: ignore[call-overload]
+
+
+def kept_rows(path: Path, header: Sequence[str], queries: Sequence[str], method: str) -> Iterator[list[object]]:
+    """The rows an interrupted predict kept at `path` (write_kept_rows), read as they come (the file may be far
+    larger than an input), as that run wrote them (an empty cell None, `row` and `rank` whole numbers). Refused unless
     they are rows of `header` for records 1, 2, ... in order, each holding its record's query (`queries`) and, where
     predicted, `method`: rows of another file or other options would be joined to this run's without a word."""
-    name = keep.path.name
-    try:
-        with open_regular(keep.path) as raw:
-            records = list(csv.reader(io.StringIO(_decode_stream(raw, name), newline="")))
-    except FileNotFoundError:
-        raise InputFileError(f"nothing to resume: {keep.path} does not exist (an interrupted run keeps the rows it "
-                             "finished there)") from None
-    if not records or records[0] != [str(csv_cell(c)) for c in header]:
-        raise InputFileError(f"{name} was written with other columns than this run writes (another input file, "
-                             "--column or --known-column): resume with the command that was interrupted")
-    at, rank, query, by = (header.index(column) for column in ("row", "rank", "query", "method"))
-    rows: list[list[object]] = []
-    for line, record in enumerate(records[1:], start=2):
-        if len(record) != len(header) or not record[at].isdigit() or int(record[at]) not in (keep.held or 1,
-                                                                                           keep.held + 1):
-            raise InputFileError(f"{name}, line {line:,}: not the next record's row as predict writes it; resume "
-                                 "with the command that was interrupted, or delete the file to start again")
-        keep.held = int(record[at])
-        if keep.held > len(queries) or record[query] != str(csv_cell(queries[keep.held - 1])):
-            raise InputFileError(f"{name}, line {line:,}: record {keep.held:,} holds another query than the input's; "
-                                 "resume with the input that was interrupted, or delete the file to start again")
-        if record[by] and record[by] != method:
-            raise InputFileError(f"{name}, line {line:,}: predicted with --method {record[by]}, not {method}: resume "
-                                 "with the options that were interrupted")
-        rows.append([int(cell) if i in (at, rank) and cell else cell or None for i, cell in enumerate(record)])
-    return rows
+    with open_regular(path, bounded=False) as raw:  # read row by row: memory stays bounded
+        reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
+        if next(reader, None) != [str(csv_cell(c)) for c in header]:
+            raise InputFileError(f"{path.name} was written with other columns than this run writes (another input "
+                                 "file, --column or --known-column): resume with the command that was interrupted")
+        at, rank, query, by = (header.index(column) for column in ("row", "rank", "query", "method"))
+        held = 0
+        for record in reader:
+            where = f"{path.name}, line {reader.line_num:,}"
+            if len(record) != len(header) or not record[at].isdigit() or int(record[at]) not in (held or 1, held + 1):
+                raise InputFileError(f"{where}: not the next record's row as predict writes it; resume with the "
+                                     "command that was interrupted, or delete the file to start again")
+            held = int(record[at])
+            if held > len(queries) or record[query] != str(csv_cell(queries[held - 1])):
+                raise InputFileError(f"{where}: record {held:,} holds another query than the input's; resume with the "
+                                     "input that was interrupted, or delete the file to start again")
+            if record[by] and record[by] != method:
+                raise InputFileError(f"{where}: predicted with --method {record[by]}, not {method}: resume with the "
+                                     "options that were interrupted")
+            yield [int(cell) if i in (at, rank) and cell else cell or None for i, cell in enumerate(record)]
 
 
 def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool = False,

@@ -362,7 +362,7 @@ def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_pa
         "out.csv", "out.interrupted.csv"]
 
 
-def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path):
+def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path, monkeypatch):
     header = output_header(["id"])
     keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
     first = ["7", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.7788, True, True, "", 1, None, 1, 1, None, None, "beam",
@@ -371,7 +371,9 @@ def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_pat
             ["8", 2, "=1", "", None, "", None, None, None, None, "", None, None, None, None, None, None, "beam", None,
              None, None, None, "the query is no SMILES"]]
     write_csv(keep.path, header, rows)
-    back = molspec_io.read_kept(keep, header, ["CCO", "=1", "CCN"], "beam")
+    monkeypatch.setattr(molspec_io, "MAX_INPUT_BYTES", 10)  # not an input: as large as the run made it
+    molspec_io.check_kept(keep, header, ["CCO", "=1", "CCN"], "beam")
+    back = list(molspec_io.kept_rows(keep.path, header, ["CCO", "=1", "CCN"], "beam"))
     assert keep.held == 2 and [row[1] for row in back] == [1, 1, 2] and [row[4] for row in back] == [1, 2, None]
     write_csv(tmp_path / "again.csv", header, back)  # the resumed run writes them as they were
     assert (tmp_path / "again.csv").read_bytes() == keep.path.read_bytes()
@@ -379,13 +381,13 @@ def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_pat
                                      (["CCO"], "beam", "line 4: record 2 holds another query"),
                                      (["CCO", "=1"], "greedy", "line 2: predicted with --method beam, not greedy")]:
         with pytest.raises(InputFileError, match=message):
-            molspec_io.read_kept(molspec_io.Kept(keep.path), header, queries, method)
+            molspec_io.check_kept(molspec_io.Kept(keep.path), header, queries, method)
     with pytest.raises(InputFileError, match="other columns"):
-        molspec_io.read_kept(molspec_io.Kept(keep.path), output_header(["name"]), ["CCO", "=1"], "beam")
-    write_csv(keep.path, header, [rows[0], rows[2]])  # record 1's rows, then record 2's: the second answer was cut?
+        molspec_io.check_kept(molspec_io.Kept(keep.path), output_header(["name"]), ["CCO", "=1"], "beam")
+    write_csv(keep.path, header, [rows[0], rows[2]])
     keep.path.write_text(keep.path.read_text().replace("\n7,1,", "\n7,3,"))
     with pytest.raises(InputFileError, match="line 2: not the next record's row"):
-        molspec_io.read_kept(molspec_io.Kept(keep.path), header, ["CCO", "=1"], "beam")
+        molspec_io.check_kept(molspec_io.Kept(keep.path), header, ["CCO", "=1"], "beam")
 
 
 def test_a_written_file_gets_the_usual_permissions(tmp_path):
