@@ -200,3 +200,32 @@ def test_a_script_run_that_a_later_one_took_over_writes_no_more_rows(copy_models
     assert_clean(at)
     assert "q.txt: stopped after 3 of 7 rows" in texts(at.warning)
     assert at.session_state[BATCH].table["row"].drop_duplicates().tolist() == [1, 2, 3]
+
+
+def test_a_run_ended_by_the_toolbar_stop_draws_its_stopped_state_unclicked(copy_models, monkeypatch, asked):
+    """The toolbar's Stop ends the script run and starts none after it: the bar and the page's Stop button stood
+    there, frozen, until the next click. A run now draws a watcher with its bar, a fragment Streamlit reruns on a
+    timer; once the script run predicting has ended, the watcher redraws the whole page, which shows the stopped
+    state. AppTest runs no timers: the fragment decorator is recorded, and the watcher called as the timer would."""
+    watchers = []
+
+    def fragment(func=None, *, run_every=None, **kwargs):
+        def decorate(body):
+            def watcher(*args):
+                watchers.append((run_every, body, args, cut_short(*args)))
+                return body(*args)
+            return watcher
+        return decorate if func is None else decorate(func)
+
+    from views.batch import cut_short
+    monkeypatch.setattr(st, "fragment", fragment)
+    at = batch_page(monkeypatch, copy_models)
+    asked.stop_at = 3
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")  # ended as a Stop ends it, and no script run after it
+    [(run_every, body, args, at_start)] = watchers
+    assert run_every and not at_start  # drawn with the bar, on a timer; while the rows are predicted, it waits
+    reruns = []
+    monkeypatch.setattr(st, "rerun", lambda **kwargs: reruns.append(kwargs))
+    body(*args)  # the timer's next tick
+    assert reruns == [{"scope": "app"}]

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # about 9 minutes with spec-auto and 35 with beam search 5 (int8, one CPU thread: 56 and 205 ms a query).
 APP_MAX_ROWS = 10_000
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
+WATCH_EVERY_S = 1.0  # how often a run's watcher looks whether the script run predicting it has ended (watch_run)
 ION_WRITING_LABEL = "Read hydrides written as one species as ions"
 HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH], [CaH2]
 ION_LIST = "; ".join(f"{species} as {ions}" for species, ions in ION_WRITINGS.items())
@@ -87,6 +88,7 @@ class Run:
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     round_trip_failed: str = ""
     owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
+    running: object = None  # the token of the script run predicting its rows now (predict_rows), or None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -154,13 +156,27 @@ def table_hint(name: str, queries: QueryFile, task: str) -> str:
 
 def predict_rows(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
     """Predict the run's records from the first not done, each on its own, into the run (its bar in `area`, its
-    Stop button in `stop`); whether this script run did them all (False: a later one claimed the run meanwhile).
+    Stop button and watcher in the container `stop`); whether this script run did them all (False: a later one
+    claimed the run meanwhile).
     A blank record is skipped (io.BLANK_RECORD: the model is not asked); rows the engine rejects keep their place
     with the reason.
     Retrosynthesis answers are checked round trip where the settings ask (Settings.round_trip_model), as on the
     Predict page; where the check cannot run, run.round_trip_failed says why, and the answers stand without it."""
     token = run.claim()
+    run.running = token
+    try:
+        return _predict_rows(run, token, area, stop)
+    finally:  # however it ends: Streamlit ends a stopped script run with a StopException at its next st call
+        with run.lock:
+            if run.running is token:
+                run.running = None
+
+
+def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
     cfg, queries = run.settings, run.queries
+    button = stop.empty()  # the run's Stop button, gone when the run ends
+    with stop:  # its watcher beside it, in a block of its own: a fragment's block replaced by an element (the
+        watch_run(run, token)  # emptied button) broke the page on the watcher's next run ("'setIn' cannot be called")
     predictor = cfg.predictor()
     forward = None
     if cfg.round_trip_model is not None:
@@ -171,7 +187,7 @@ def predict_rows(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
             run.round_trip_failed = common.short(str(exc), 160)
     bar = area.progress(run.done / run.total, text=progress_text(run))
     # A click reruns the script, which ends this run at its next st call; the next run shows the rows done.
-    stop.button("Stop the batch", key=f"batch_stop_{cfg.task}", icon=":material/stop:",
+    button.button("Stop the batch", key=f"batch_stop_{cfg.task}", icon=":material/stop:",
                 help="Stops after the row being predicted: the rows done are kept, and Continue takes up the rest.")
     drawn = time.monotonic()
     for i in range(run.done, run.total):
@@ -196,8 +212,24 @@ def predict_rows(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> bool:
         if time.monotonic() - drawn > PROGRESS_EVERY_S or run.done == run.total:
             bar.progress(run.done / run.total, text=progress_text(run))
             drawn = time.monotonic()
-    stop.empty()
+    button.empty()
     return True
+
+
+def cut_short(run: Run, token: object) -> bool:
+    """Whether the script run that `token` names no longer predicts the run's rows: it ended without drawing its
+    end (the toolbar's Stop ends it with no next script run), or a later script run took the run over."""
+    return run.running is not token
+
+
+@st.fragment(run_every=WATCH_EVERY_S)
+def watch_run(run: Run, token: object) -> None:
+    """A run's watcher, drawn with its progress bar: once the script run predicting it has ended, the whole page is
+    drawn again, which shows where the run stopped and offers Continue. The toolbar's Stop ends a script run and
+    starts none after it, and Streamlit calls no code of the page on a stop: the bar and the Stop button stood
+    there, frozen, until the next click. Its timer ends with the next full script run (which draws no watcher)."""
+    if cut_short(run, token):
+        st.rerun(scope="app")
 
 
 def predict_one(predictor: Predictor, forward: Predictor | None, run: Run, query: str) -> QueryResult:
@@ -423,7 +455,7 @@ def main() -> None:
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
     # The run's bar, then its results, in one element: a new run's bar replaces the results on screen at once (they
     # stayed under it, faded, until the run ended, and read as the new run's). The run's Stop button has the next.
-    area, stop = st.empty(), st.empty()
+    area, stop = st.empty(), st.container()
     error = run_if_asked(cfg, submitted, upload, column.strip(), known.strip(), ion_writing, area, stop)
     with area.container():
         if error:
