@@ -21,6 +21,13 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CC(=O)O.N", "CC(=O)Nc1ccccc1", "retro", ("lacks atoms of the product (6 C)",)),  # the ring from nowhere
     ("Brc1ccccc1", "c1ccccc1", "forward", ("atoms no reactant has (1 Br)",)),
     ("[CH3]", "C", "forward", ("unpaired electrons (a radical)",)),
+    # a reactant whose stereo alone changed is no product, and the product's enantiomer no precursor of it
+    ("CC(N)C(=O)O", "CC(=O)Cl.C[C@H](N)C(=O)O", "forward", ("an unchanged reactant but for its stereo",)),
+    ("C/C=C\\C", "C/C=C/C.[H][H]", "forward", ("an unchanged reactant but for its stereo",)),
+    ("N[C@@H](CF)c1ccccc1", "N[C@H](CF)c1ccccc1", "retro", ("contains the product itself but for its stereo",)),
+    ("CI.CC1CCCCC1N", "C[C@@H]1CCCC[C@H]1N", "retro", ("contains the product itself but for its stereo",)),
+    ("CC(=O)N[C@@H](C)C(=O)O", "CC(=O)Cl.C[C@H](N)C(=O)O", "forward", ()),  # a new molecule, whatever its stereo
+    ("C[C@H](N)C(=O)O.CC(=O)O", "C[C@H](NC(C)=O)C(=O)O", "retro", ()),
 ])
 def test_answer_concerns(answer, query, task, concerns):
     assert answer_concerns(answer, query, task) == concerns
