@@ -66,6 +66,36 @@ def test_routes_page_reads_an_uploaded_stock_once_and_counts_what_it_left_out(tm
     assert exported["stock"] == {"source": "shelf.smi", "size": 1, "unreadable": 2}
 
 
+def stock_line(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("**Stock:**")).replace("\\", "")
+
+
+def test_routes_page_keeps_an_uploaded_stock_across_a_page_switch_and_says_which_is_in_use(tmp_path, monkeypatch):
+    """Back from another page the stock uploader was empty (Streamlit cannot put a file back in one), the page said
+    nothing of a stock, and Find routes searched the default stock in silence. The file chosen is kept and named
+    as the stock in use, until another is chosen, it is removed, or the default stock is asked for."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert stock_line(at).startswith("**Stock:** the default stock")
+    at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\n".encode()).run()
+    assert stock_line(at) == "**Stock:** your file shelf.smi (1 molecule)."
+    at = at.switch_page("views/predict.py").run()
+    at = at.switch_page("views/routes.py").run()
+    assert at.file_uploader(key="route_stock").value is None  # what Streamlit gives back
+    assert stock_line(at).startswith("**Stock:** your file shelf.smi (1 molecule), chosen before you left this page.")
+    at = find_routes(at, "NCCO")
+    assert not at.exception and at.session_state["routes"].result.stock == "shelf.smi"
+    next(b for b in at.button if b.label == "Use the default stock instead").click()
+    at = find_routes(at.run(), "NCCO")
+    assert stock_line(at).startswith("**Stock:** the default stock")
+    assert at.session_state["routes"].result.stock == planning.DEFAULT_STOCK.name
+    at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\n".encode()).run()
+    at.file_uploader(key="route_stock").set_value(None)  # its ×: the default stock again
+    at = find_routes(at.run(), "NCCO")
+    assert stock_line(at).startswith("**Stock:** the default stock")
+    assert at.session_state["routes"].result.stock == planning.DEFAULT_STOCK.name
+
+
 def test_routes_page_uses_the_sidebars_round_trip_top_k_and_labels_the_routes_by_their_own(tmp_path, monkeypatch):
     """The sidebar's round-trip top-k was ignored (every search checked top 1), the caption counted steps
     with round trip ✓ as decoder calls, and the routes shown were labelled with the sidebar of the moment."""

@@ -22,6 +22,10 @@ from views import common
 log = logging.getLogger(__name__)
 ALGORITHM_LABELS = {"retro*": "Retro* (best first)", "mcts": "MCTS (Monte Carlo tree search)"}
 MOLECULE_SIZE = (220, 150)  # pixels of each structure in a route
+# The stock file chosen, (name, content), kept in the session for the searches to come: Streamlit cannot put a file
+# back in an uploader, which comes back empty after a page switch, and Find routes then used the default stock
+KEPT_STOCK = "route_stock_kept"
+DEFAULT_STOCK_TEXT = "the default stock, reactants of at least 2 USPTO-50K training reactions"
 # The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
 FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
                  "route_check_atoms": True}
@@ -98,13 +102,14 @@ def progress_text(elapsed_s: float, molecules: int, time_limit_s: float) -> str:
 
 
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
-           upload, augment: int, cfg: common.Settings) -> None:
-    """Run the search with a progress bar; the result (or the reason there is none) goes to the session."""
+           stock_file: tuple[str, bytes] | None, augment: int, cfg: common.Settings) -> None:
+    """Run the search with a progress bar, in the stock file given (name, content) or the default stock; the
+    result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
     ss.pop("routes", None)  # a search that fails shows no other target's routes under its error
     try:
-        stock = uploaded_stock(upload.name, upload.getvalue()) if upload is not None else default_stock()
+        stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
     except ValueError as exc:
         ss["route_error"] = f"Cannot use the stock file: {exc}"
         return
@@ -329,6 +334,47 @@ def open_target() -> None:
         ss["route_error"] = None
 
 
+def keep_stock() -> None:
+    """The stock uploader's callback: the file chosen is kept for the searches to come, also after a page switch
+    empties the uploader; the file removed (its ×) leaves the default stock."""
+    ss = st.session_state
+    upload = ss.get("route_stock")
+    if upload is None:
+        ss.pop(KEPT_STOCK, None)
+    else:
+        ss[KEPT_STOCK] = (upload.name, upload.getvalue())
+
+
+def use_default_stock() -> None:
+    st.session_state.pop(KEPT_STOCK, None)
+
+
+def show_stock() -> None:
+    """Which stock the next search uses, said plainly under the uploader: the file it holds, the file chosen before
+    a page switch emptied it (with a way back to the default stock), or the default stock. A file that cannot be
+    read is reported here at once (the search refuses it too), never swapped for the default stock unsaid."""
+    ss = st.session_state
+    kept: tuple[str, bytes] | None = ss.get(KEPT_STOCK)
+    if kept is None:
+        st.markdown(f"**Stock:** {DEFAULT_STOCK_TEXT}.")
+        return
+    name, shown = common.md_escape(kept[0]), ss.get("route_stock") is not None
+    try:
+        size = amount(len(uploaded_stock(*kept)), "molecule")
+    except ValueError as exc:
+        st.error(common.md_escape(f"Cannot use the stock file {kept[0]}: {exc}. Choose another file, or "
+                                  + ("remove this one to search the default stock." if shown else
+                                     "use the default stock (the button below).")), icon=":material/error:")
+    else:
+        before = ("" if shown else ", chosen before you left this page. The file box above cannot show it again, "
+                  "but searches use it until you choose another file")
+        st.markdown(f"**Stock:** your file {name} ({size}){before}.")
+    if shown:
+        return
+    st.button("Use the default stock instead", key="route_default_stock", on_click=use_default_stock,
+              icon=":material/inventory_2:")
+
+
 def main() -> None:
     cfg = common.settings()
     st.title("Routes")
@@ -342,6 +388,12 @@ def main() -> None:
                      key="route_target_file", on_change=open_target, max_upload_size=common.MAX_FILE_MB,
                      help=f"Its molecule fills the target field below, stereo taken from the wedges. At most "
                           f"{common.MAX_FILE_MB} MB.")
+    # Outside the form, so that its callback tells a file removed from one a page switch emptied (keep_stock)
+    st.file_uploader("Your own stock (optional)", key="route_stock", on_change=keep_stock,
+                     type=["smi", "txt", "sdf", "csv", "tsv", "xlsx", "xls", "gz", "xz"],
+                     help=f"One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles column. "
+                          f"Without it: {DEFAULT_STOCK_TEXT}.")
+    show_stock()
     # Kept across page switches: they came back on their defaults under the routes they had made
     key = {name: common.kept_in_form(name, default) for name, default in FORM_DEFAULTS.items()}
     with st.form("route_form"):
@@ -359,11 +411,6 @@ def main() -> None:
         check_atoms = st.toggle("Skip steps whose reactants lack atoms of the product", key=key["route_check_atoms"],
                                 help="Every heavy atom of a product comes from a reactant; today's model often "
                                      "proposes sets that drop a ring or a carbon.")
-        upload = st.file_uploader("Your own stock (optional)", key="route_stock",
-                                  type=["smi", "txt", "sdf", "csv", "tsv", "xlsx", "xls", "gz", "xz"],
-                                  help="One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles "
-                                       "column. Without it: the default stock, reactants of at least 2 USPTO-50K "
-                                       "training reactions.")
         submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
     # The sidebar's retrosynthesis "read the query in N writings" (on unless turned off there) applies here
     # whatever task the sidebar shows now: the toggle keeps its state per task.
@@ -378,7 +425,8 @@ def main() -> None:
                f"molecule{writings}. The search always decodes this way, whatever task and method the sidebar shows. "
                + round_trip_note(cfg, bool(round_trip)))
     if submitted:
-        search(target, model, float(time_limit), algorithm, round_trip, check_atoms, upload, augment, cfg)
+        search(target, model, float(time_limit), algorithm, round_trip, check_atoms,
+               st.session_state.get(KEPT_STOCK), augment, cfg)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     shown = st.session_state.get("routes")
