@@ -348,15 +348,32 @@ def backup_of(path: Path) -> Path:
     return path.with_name(path.name + ".bak")
 
 
+def refused_of(path: Path) -> Path:
+    """Where calibrate keeps a new fit it refused as worse than the one at `path` (calibration.json.refused):
+    minutes of decoding, which renaming it over `path` takes without decoding again; load never reads it."""
+    return path.with_name(path.name + ".refused")
+
+
+def keep_refused(calibration: Calibration, path: Path) -> Path:
+    """Write a fit refused in favour of the one at `path` beside it (refused_of), not over it."""
+    kept = refused_of(path)
+    _write(calibration, kept)
+    return kept
+
+
+def _write(calibration: Calibration, path: Path) -> None:
+    from .io import write_text_file
+
+    write_text_file(path, json.dumps(asdict(calibration), indent=1) + "\n")  # a failed write keeps the old file
+
+
 def save(calibration: Calibration, folder: str | Path) -> Path:
     """Write the fit into the model folder, the fit it replaces (if any) kept first at backup_of(path): a fit is
     minutes of decoding, and a user's model has no other copy of it."""
-    from .io import write_text_file
-
     path = path_of(folder, calibration.augment, calibration.method)
     if path.is_file():  # copied as bytes, with its time: a damaged fit is kept as it was, and when it was made
         shutil.copy2(path, backup_of(path))
-    write_text_file(path, json.dumps(asdict(calibration), indent=1) + "\n")  # a failed write keeps the old fit
+    _write(calibration, path)
     return path
 
 

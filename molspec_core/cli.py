@@ -223,8 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--dtype int8; writes nothing")
     p.add_argument("--force", action="store_true", help=f"write the fit even where it rests on fewer than "
                    f"{MIN_FIT_QUERIES} fitting queries (two thirds of --limit) or than the fit it replaces, or judges "
-                   "worse than that fit on its own check queries; without it such a fit is refused (the replaced file "
-                   "is kept as <file>.bak either way)")
+                   "worse than that fit on its own check queries; without it such a fit is refused (one refused as "
+                   "worse is written to <file>.refused; a replaced file is kept as <file>.bak)")
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
@@ -741,6 +741,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_fit_size(len(sources), earlier, args.force)
         check_output(path)
         check_output(calibration.backup_of(path))
+        check_output(calibration.refused_of(path))
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
     warn_task_mismatch(args.src, predictor.task)
@@ -763,9 +764,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"the fit in the folder (fitted on {earlier.n_fit} queries, judged on {earlier.n_check} with error "
               f"{earlier.ece:.4f}) judged on the same {fitted.n_check} queries: error {earlier_ece:.4f}")
         if earlier_ece is not None and fitted.ece > earlier_ece and not args.force:
+            kept = calibration.keep_refused(fitted, path)  # the decoding is not thrown away: renamed, it is the fit
             raise ValueError(f"the new fit judges worse than the fit in the folder on its own check queries "
-                             f"({fitted.ece:.4f} against {earlier_ece:.4f}), so {path} is kept; --force writes the new "
-                             "one (the earlier fit may have been fitted on some of these queries, which favours it)")
+                             f"({fitted.ece:.4f} against {earlier_ece:.4f}), so {path} is kept and the new fit is "
+                             f"written to {kept}: rename it to {path.name} to use it anyway (the earlier fit may have "
+                             "been fitted on some of these queries, which favours it)")
     replaced = path.is_file()  # a fit for these weights or not: save keeps it either way
     saved = calibration.save(fitted, predictor.path)
     print(f"-> {saved}" + (f" (the file it replaces is kept as {calibration.backup_of(saved)})" if replaced else ""))

@@ -192,9 +192,12 @@ def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(t
     assert f"judged on the same 2 queries: error {old_ece:.4f}" in written.out and old_ece < new_ece
     assert written.err.strip().splitlines()[-1] == (
         f"error: the new fit judges worse than the fit in the folder on its own check queries ({new_ece:.4f} against "
-        f"{old_ece:.4f}), so {model / 'calibration.json'} is kept; --force writes the new one (the earlier fit may "
+        f"{old_ece:.4f}), so {model / 'calibration.json'} is kept and the new fit is written to "
+        f"{model / 'calibration.json.refused'}: rename it to calibration.json to use it anyway (the earlier fit may "
         "have been fitted on some of these queries, which favours it)")
     assert (model / "calibration.json").read_text() == first and not (model / "calibration.json.bak").exists()
+    # the refused fit's decoding is not lost: it is the fit --force wrote, which load never reads under that name
+    assert (model / "calibration.json.refused").read_text() == worse
 
 
 @pytest.mark.parametrize("query, message", [
