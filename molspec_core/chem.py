@@ -290,8 +290,19 @@ def unread_stereo_groups(text: str) -> str:
 
 
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
-    """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order."""
-    return [canonical(part, strip_maps=strip_maps) for part in smiles.split(".") if part]
+    """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order. A ring bond may join
+    atoms across a '.' (C1CC.C1 is butane): where a piece alone is no SMILES and the whole is one, each of the
+    whole's molecules, in the order their first atoms are written (C1CC.C1 was refused: 'ring bond 1 ... is never
+    closed')."""
+    parts = [part for part in smiles.split(".") if part]
+    try:
+        return [canonical(part, strip_maps=strip_maps) for part in parts]
+    except ChemError:
+        whole = Chem.MolFromSmiles(".".join(parts)) if len(parts) > 1 else None
+        if whole is None:
+            raise
+    return [canonical(Chem.MolToSmiles(molecule), strip_maps=strip_maps)
+            for molecule in Chem.GetMolFrags(whole, asMols=True)]
 
 
 # Hydrides that PubChem and drawing programs write as one species and USPTO's reactions as ions. The

@@ -257,3 +257,23 @@ def test_a_refused_smiles_says_what_to_mend(smiles, reason):
                                     "Cl[Pd](Cl)(<-N)<-N", "[NH3]->[Pt](Cl)Cl", "C(C)1CC1", "*C"])
 def test_every_smiles_rdkit_reads_has_no_reason_to_mend(smiles):
     assert mol_from_smiles(smiles) is not None and why_unreadable(smiles) == ""
+
+
+@pytest.mark.parametrize("smiles, fragments", [
+    ("C1CC.C1", ["CCCC"]),  # butane, its ring bond across the '.'
+    ("CCO.C1CC.C1N", ["CCO", "CCCCN"]),
+    ("[CH3:1][CH2:2]1.[CH2:3]1[OH:4]", ["CCCO"]),
+    ("CCO.CCO", ["CCO", "CCO"]),  # a duplicate stays, as written
+])
+def test_a_ring_bond_across_a_dot_joins_the_molecules_as_rdkit_reads_them(smiles, fragments):
+    from molspec_core.chem import canonical_fragments
+
+    assert canonical_fragments(smiles) == fragments
+    assert canonical(".".join(fragments)) == canonical(smiles, strip_maps=True)  # the same molecules
+
+
+def test_a_piece_that_is_no_smiles_alone_nor_with_the_others_is_refused():
+    from molspec_core.chem import canonical_fragments
+
+    with pytest.raises(ChemError, match="ring bond 1 opened at position 2 is never closed"):
+        canonical_fragments("C1CC.CC")
