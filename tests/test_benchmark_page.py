@@ -277,3 +277,40 @@ def test_the_live_benchmark_says_it_reads_one_writing_where_the_sidebar_reads_fi
     assert report["augment"] == 1 and report["n_best"] == 5
     assert "1 query: the first 1 of the app's textbook examples this model can read" in captions
     assert "each query read in 1 writing" in captions
+
+
+# ---- charts are named for a screen reader ------------------------------------------------------------------------
+
+
+def chart_columns(at) -> list[list]:
+    """The elements of each column that holds a chart, in order."""
+    columns = [[column.children[k] for k in sorted(column.children)] for column in at.columns]
+    return [kids for kids in columns if any(kid.type == "plotly_chart" for kid in kids)]
+
+
+def test_every_chart_is_named_by_the_caption_right_above_it(copy_models, monkeypatch, tmp_path):
+    """A screen reader met each Plotly chart as unnamed images (Plotly's title is text in an SVG, not a name): a
+    caption right above each now names the chart and its series, and says which table holds every value."""
+    (tmp_path / "run.json").write_text(json.dumps(beam_and_greedy()))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    columns = chart_columns(at)
+    assert len(columns) == 4 and all([kid.type for kid in kids] == ["caption", "plotly_chart"] for kids in columns)
+    captions = [re.sub(r"\\(.)", r"\1", kids[0].value) for kids in columns]
+    titles = [json.loads(kids[1].proto.spec)["layout"]["title"]["text"] for kids in columns]
+    assert [c.split(". ")[0] for c in captions] == [f"Chart: {title}" for title in titles]
+    assert captions[2] == ("Chart: Latency per query. Bars for each method: median and p90. The table below the "
+                           "charts holds every value.")
+    assert "vs our greedy and vs our beam search (width 5)" in captions[0]
+
+
+def test_a_sweep_charts_caption_names_its_lines_and_the_table_of_its_points():
+    from views.benchmark import chart_caption, figures
+
+    report = saved("forward_cpu_relaxed_sweep_mit100.json")
+    caption = re.sub(r"\\(.)", r"\1", chart_caption(figures(report)[0], "The sweep's table"))
+    assert caption.startswith("Chart: ") and ": accuracy and speed vs " in caption
+    assert "Lines against " in caption and "top-1 accuracy, valid SMILES and speedup vs greedy" in caption
+    assert caption.endswith("The sweep's table holds every value.")

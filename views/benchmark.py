@@ -534,6 +534,26 @@ def where_ran(report: dict) -> list[str]:
 # Two charts share a row where the page is wide; a column narrower than this takes a row of its own (at 640-1,000 px
 # of window, 200% zoom of a laptop's, two charts of about 260 px ran their labels into each other).
 CHART_MIN_WIDTH = "26rem"
+TABLE_BELOW = "The table below the charts"
+SWEEP_TABLE = "The table under the charts, \"The sweep chart's points as a table\","
+
+
+def _in_words(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def chart_caption(figure: go.Figure, values_at: str = TABLE_BELOW) -> str:
+    """What a chart plots, in words, for the caption right above it: a screen reader met each Plotly chart as
+    unnamed images (its title is text in an SVG, no name), so the caption names the chart and its series and says
+    which table holds every value. Plain text, escaped (a method's name comes from the report file)."""
+    title = html.unescape(figure.layout.title.text or "")
+    series = [html.unescape(trace.name) for trace in figure.data if trace.name]
+    if all(trace.type == "scatter" for trace in figure.data):
+        plotted = f"Lines against {html.unescape(figure.layout.xaxis.title.text or 'the knob')}"
+    else:
+        plotted = "Bars for each method"
+    return common.md_escape(f"Chart: {title}. {plotted}: {_in_words(series)}. {values_at} holds every value.")
 
 
 def chart_rows_style(key: str) -> str:
@@ -564,6 +584,8 @@ def show_report(report: dict, key: str, source: str | None = None) -> None:
         st.html(chart_rows_style(f"{key}_charts"))
         for i in range(0, len(charts), per_row):
             for j, (column, chart) in enumerate(zip(st.columns(per_row), charts[i:i + per_row])):
+                sweep_chart = report.get("sweep") and i + j == 0  # figures puts the sweep's first
+                column.caption(chart_caption(chart, SWEEP_TABLE if sweep_chart else TABLE_BELOW))
                 column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
     if report.get("sweep"):
         with st.expander("The sweep chart's points as a table"):
