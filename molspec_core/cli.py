@@ -74,14 +74,14 @@ def check_report_path(path: str, *inputs: str | None, model: str | None = None) 
 
 
 def outside_model(given: str, out: Path, model: str) -> None:
-    """Refuse a report path (`out`, resolved by io.check_output) inside the folder of the model run, a shipped one
-    named by its task too: evaluate --out <model>/config.json replaced the config with the report, and the model no
-    longer loaded (its weights, vocabulary and calibration files were as open to it)."""
+    """Refuse an output path (`out`, resolved by io.check_output: a report, predictions, routes) inside the folder of
+    the model run, a shipped one named by its task too: evaluate --out <model>/config.json replaced the config with
+    the report, and the model no longer loaded (its weights, vocabulary and calibration files were as open to it)."""
     from .service import model_folder
 
     folder = Path(os.path.realpath(model_folder(model)))
     if out == folder or folder in out.parents:
-        raise ValueError(f"{given} lies in the folder of the model being run, {folder}: the report could replace its "
+        raise ValueError(f"{given} lies in the folder of the model being run, {folder}: it could replace the model's "
                          "config, weights, vocabulary or calibration; write it outside the model folder")
 
 

@@ -1316,8 +1316,8 @@ def test_a_report_may_not_be_written_into_the_model_folder(pair_files, capsys, n
     before = {path.name: path.read_bytes() for path in model.iterdir() if path.is_file()}
     for out in (model / name, pair_files / "link" / name):
         expect_refused([command, "--model", model, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
-                        "--out", out], capsys, f"{out} lies in the folder of the model being run, {model}: the "
-                       "report could replace its config, weights, vocabulary or calibration; write it outside the "
+                        "--out", out], capsys, f"{out} lies in the folder of the model being run, {model}: "
+                       "it could replace the model's config, weights, vocabulary or calibration; write it outside the "
                        "model folder")
     assert {path.name: path.read_bytes() for path in model.iterdir() if path.is_file()} == before
 
