@@ -84,11 +84,37 @@ def test_the_page_shows_a_cards_summary_and_folds_the_rest_without_a_box_of_its_
     at.switch_page("views/models.py").run()
     assert_clean(at)
     summary = next(m.value for m in at.markdown if "Copies its input" in m.value)
-    assert "Training log" not in summary and "#### Limitations" in summary
+    assert "Training log" not in summary
+    assert '<h4 data-anchor="forward-limitations">Limitations</h4>' in [m.value for m in at.markdown]
     folded = next(e for e in at.expander if e.label.startswith("The rest of the model card"))
     assert folded.label == "The rest of the model card (1 section, 2 lines)"
     assert any("run 1" in m.value for m in folded.markdown)
     assert not [c for c in at.get("vertical_block") if c.proto.height_config.pixel_height]  # no 520 px box
+
+
+def test_the_two_cards_headings_have_anchors_of_their_own(copy_models, monkeypatch):
+    """Streamlit makes a heading's id of its words alone: both cards' "At a glance", "Limitations", "Training" (...)
+    shared one, so a link to the second card's landed on the first's. Each heading's anchor now starts with its
+    model's name, a heading met twice in a card is numbered, and a heading's text is escaped (its code spans
+    shown as code)."""
+    import shutil
+
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    card = ("# Copy model\n\n## At a glance\nCopies.\n```\n## not a heading\n```\n## Limitations\n- none\n\n"
+            "## Training (`train --lr 1e-3`, <b>run</b> 1)\nrun 1\n\n## Training (`train --lr 1e-3`, <b>run</b> 1)\n")
+    for model in ("forward", "retro"):
+        (copy_models / model / "MODEL_CARD.md").write_text(card)
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    headings = [m.value for m in at.markdown if m.value.startswith("<h")]
+    anchors = [re.search(r'data-anchor="([^"]+)"', h).group(1) for h in headings]
+    training = "training-train-lr-1e-3-b-run-b-1"
+    assert anchors == [f"{model}-{anchor}" for model in ("forward", "retro") for anchor in
+                       ("copy-model", "at-a-glance", "limitations", training, f"{training}-2")]
+    assert headings[3] == (f'<h4 data-anchor="forward-{training}">Training (<code>train --lr 1e-3</code>, '
+                           '&lt;b&gt;run&lt;/b&gt; 1)</h4>')
+    assert any("## not a heading" in m.value for m in at.markdown)  # a heading in code stays in its block
 
 
 # ---- A12 and B11: the reliability points as text, every fit's errors in view, the draft model in the facts -------

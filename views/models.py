@@ -1,6 +1,8 @@
 """Models: the model card and the configuration facts of every installed model."""
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -114,15 +116,71 @@ def show_card(folder: Path, card: Path) -> None:
     """The card's summary on the page, the rest (measurements, speed, data, the training log) in an expander:
     no box of its own to scroll, which at 200% zoom showed two table rows and on a phone one cell."""
     summary, rest = split_card(card.read_text())  # our own file, shipped with the model
+    anchors: set[str] = set()
     with st.container(key=f"card_{folder.name}"):
         st.html(CARD_STYLE)
-        st.markdown(demoted(summary))
+        show_card_text(demoted(summary), folder.name, anchors)
         if rest.strip():
             sections = sum(1 for line in rest.splitlines() if line.startswith("## "))
             lines = len(rest.splitlines())
             label = f"The rest of the model card ({common.counted(sections, 'section')}, {lines:,} lines)"
             with st.expander(label):
-                st.markdown(demoted(rest))
+                show_card_text(demoted(rest), folder.name, anchors)
+
+
+HEADING = re.compile(r"(#{1,6}) (.+)")
+
+
+def card_parts(markdown: str) -> list[tuple[int, str]]:
+    """A card cut at its headings (headings inside code blocks are no headings): (level, text) for a heading,
+    (0, markdown) for what stands between two."""
+    parts: list[tuple[int, str]] = []
+    text: list[str] = []
+    fenced = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else HEADING.fullmatch(line.rstrip())
+        if heading is None:
+            text.append(line)
+            continue
+        if "".join(text).strip():
+            parts.append((0, "\n".join(text)))
+        text = []
+        parts.append((len(heading.group(1)), heading.group(2).strip().rstrip("#").strip()))
+    if "".join(text).strip():
+        parts.append((0, "\n".join(text)))
+    return parts
+
+
+def card_anchor(model: str, heading: str, taken: set[str]) -> str:
+    """A heading's anchor, the model's name in front: Streamlit makes one of a heading's words alone, and the two
+    cards' "At a glance", "Limitations", "Model" (...) had one id each for both, so a link to the second card's
+    landed on the first's. A heading met twice in one card gets -2, -3."""
+    slug = "-".join(re.findall(r"[a-z0-9]+", f"{model} {heading}".lower()))
+    anchor, n = slug, 1
+    while anchor in taken:
+        n += 1
+        anchor = f"{slug}-{n}"
+    taken.add(anchor)
+    return anchor
+
+
+def heading_html(level: int, text: str, anchor: str) -> str:
+    """A card's heading as HTML, with its anchor (data-anchor: the id Streamlit gives it), the text escaped and
+    its code spans as code (the only markdown the cards' headings hold)."""
+    inner = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return f'<h{level} data-anchor="{html.escape(anchor)}">{inner}</h{level}>'
+
+
+def show_card_text(markdown: str, model: str, anchors: set[str]) -> None:
+    """A card's markdown: each heading drawn on its own with an anchor unique on the page (card_anchor), the text
+    between as markdown (no HTML)."""
+    for level, text in card_parts(markdown):
+        if level:
+            st.markdown(heading_html(level, text, card_anchor(model, text, anchors)), unsafe_allow_html=True)
+        else:
+            st.markdown(text)
 
 
 def demoted(markdown: str, by: int = CARD_HEADING_SHIFT) -> str:
