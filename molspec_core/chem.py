@@ -263,6 +263,36 @@ def smiles_from_cxsmiles(text: str) -> str:
     return Chem.MolToSmiles(mol)
 
 
+_TETRAHEDRAL_MARK = re.compile(r"\[[^\]]*@")  # a bracket atom marked @ or @@
+
+
+def dropped_stereo(text: str) -> str:
+    """A sentence where stereo marks of a query's SMILES (or reaction SMILES) are not in what the model reads, ""
+    where none is lost. RDKit drops an @ on an atom it does not take for a stereocentre (two like groups, as
+    isopropanol's CH; an allene's ends, whose axial stereo it cannot represent) and / or \\ around a double bond
+    it does not take for a stereo bond (two like groups on one end): the canonical query, and the answers, lack
+    them without a word."""
+    smiles = ".".join(part for part in text.strip().split(" ")[0].split(">") if part)
+    mol = Chem.MolFromSmiles(smiles) if smiles else None
+    if mol is None:
+        return ""
+    raw = Chem.MolFromSmiles(smiles, sanitize=False)
+    directed = (Chem.BondDir.ENDUPRIGHT, Chem.BondDir.ENDDOWNRIGHT)
+    marked_bonds = sum(bond.GetBondType() == Chem.BondType.DOUBLE and all(
+        any(b.GetBondDir() in directed for b in end.GetBonds()) for end in (bond.GetBeginAtom(), bond.GetEndAtom()))
+        for bond in raw.GetBonds())
+    lost = [(len(_TETRAHEDRAL_MARK.findall(smiles)) - sum(
+                atom.GetChiralTag() != Chem.ChiralType.CHI_UNSPECIFIED for atom in mol.GetAtoms()), "atom", "@"),
+            (marked_bonds - sum(bond.GetStereo() != Chem.BondStereo.STEREONONE for bond in mol.GetBonds()),
+             "double bond", "/ or \\")]
+    said = [f"{n} {what}{'s' if n > 1 else ''} marked {mark}" for n, what, mark in lost if n > 0]
+    if not said:
+        return ""
+    return (f"Stereo marks dropped: {' and '.join(said)} that RDKit does not read as stereo (two like groups, or an "
+            "allene's or a biaryl's axial stereo, which SMILES as RDKit reads it cannot hold). The model reads the "
+            "query without them, and its answers carry none of that stereo.")
+
+
 def unread_stereo_groups(text: str) -> str:
     """What a CXSMILES's enhanced stereo says that the models do not read, as a sentence; "" where it says nothing
     more than the SMILES (no |...| part, no AND or OR group, or a reaction). An AND group (&n) marks centres of a

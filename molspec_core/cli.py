@@ -420,10 +420,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise ValueError(result.error)  # as a recorded outcome that is no SMILES is (recorded_reaction)
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
-        from .chem import unread_stereo_groups
+        from .chem import dropped_stereo, unread_stereo_groups
 
-        if unread := unread_stereo_groups(args.smiles):
-            print(f"note: {unread}")
+        for note in (unread_stereo_groups(args.smiles), dropped_stereo(query)):
+            if note:
+                print(f"note: {note}")
         print(f"{'rank':>4}  {'score':>8}  {'prob':>6}  {'conf':>5}  {'check':<8}  smiles")
         for p in result.predictions:
             confidence = f"{p.confidence:>5.2f}" if p.confidence is not None else f"{'-':>5}"

@@ -175,6 +175,22 @@ def test_a_cxsmiles_says_which_enhanced_stereo_the_model_does_not_read(text, sai
     assert (said in note and note.startswith("Enhanced stereo is not read: ")) if said else note == ""
 
 
+@pytest.mark.parametrize("text, said", [
+    ("C[C@H]=C=[C@H]C", "2 atoms marked @"),  # an allene's axial stereo: RDKit writes CC=C=CC
+    ("C[C@H](C)O", "1 atom marked @"),  # isopropanol's CH is no stereocentre
+    ("CC/C(C)=C(/C)C", "1 double bond marked / or \\"),  # two methyls on one end
+    ("C[C@H](C)O.CC/C(C)=C(/C)C>CCO>", "1 atom marked @ and 1 double bond marked / or \\"),
+    ("N[C@H]1CC[C@H](O)CC1", ""), ("F/C=C/F.C[C@@H](N)O", ""), ("C[C@H](N)C(=O)O |&1:1|", ""),  # all kept
+    ("CCO", ""), ("C1CC", ""), ("", ""),
+])
+def test_stereo_marks_rdkit_drops_are_said(text, said):
+    """An allene's stereo vanished from the query (C[C@H]=C=[C@H]C read as CC=C=CC) without a word."""
+    from molspec_core.chem import dropped_stereo
+
+    note = dropped_stereo(text)
+    assert (note.startswith(f"Stereo marks dropped: {said} that RDKit") if said else note == ""), note
+
+
 @pytest.mark.parametrize("text", ["CCO", "CC O", "CCO |c:1| ethanol", "CCO ||x", "CC|c:1|", "| |"])
 def test_text_that_is_no_cxsmiles_is_not_taken_for_one(text):
     assert CXSMILES.fullmatch(text) is None

@@ -211,6 +211,11 @@ def test_predict_bad_smiles_is_an_error_line_and_exit_2_whatever_is_wrong(capsys
     expect_refused(["predict", "--model", MODEL, "--smiles", query], capsys, message)
 
 
+def test_the_command_line_says_which_stereo_marks_were_dropped(capsys):
+    assert main(["predict", "--model", "forward", "--smiles", "C[C@H]=C=[C@H]C.Br"]) == 0
+    assert "note: Stereo marks dropped: 2 atoms marked @" in capsys.readouterr().out
+
+
 def test_predict_reads_a_hydride_as_ions_only_with_ion_writing(capsys):
     query = "c1ccc2[nH]ccc2c1.CI.[NaH]"  # NaH as drawing programs write it; USPTO writes [H-].[Na+]
     assert main(["predict", "--model", "forward", "--smiles", query]) == 2
