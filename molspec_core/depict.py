@@ -423,25 +423,53 @@ def centre_in_words(smiles: str, atom_colours: dict[int, str]) -> str:
     return f"reaction centre (estimated): {', and '.join(parts)}" if parts else ""
 
 
+ALT_SMILES_CHARS = 80  # a SMILES longer than this is not read out whole in a picture's text alternative
+ALT_SMILES_START = 40  # characters of it read out, then its formula and size
+ALT_RUN_ATOMS = 8  # a copied run of more atoms is read as its size and its first and last atoms
+
+
+def smiles_in_words(smiles: str) -> str:
+    """A SMILES for a text alternative: itself where short; a long one (a 300-character peptide was read out whole)
+    as its molecular formula, its heavy atoms and its first characters, cut after a bracket atom, not inside."""
+    if len(smiles) <= ALT_SMILES_CHARS:
+        return smiles
+    start = smiles[:ALT_SMILES_START]
+    if start.rfind("[") > start.rfind("]"):
+        start = smiles[:smiles.index("]", ALT_SMILES_START) + 1] if "]" in smiles[ALT_SMILES_START:] else start
+    mol = Chem.MolFromSmiles(smiles)
+    size = (f"{AllChem.CalcMolFormula(mol)}, {mol.GetNumHeavyAtoms()} heavy atoms" if mol is not None
+            else "a SMILES RDKit cannot read")
+    return f"{size} (SMILES of {len(smiles)} characters, starting {start}…)"
+
+
 def structure_alt(smiles: str, atom_colours: dict[int, str] | None = None) -> str:
-    """The text alternative of smiles_svg's picture: the SMILES it draws, and the reaction centre marked on it in
-    words ('Structure of CCOC(C)=O; reaction centre (estimated): ...'; no full stop, which a SMILES could be read to
-    end with). Plain text: the page hands it to the image as an attribute value, never as markup."""
+    """The text alternative of smiles_svg's picture: the SMILES it draws (smiles_in_words: a long one as its
+    formula), and the reaction centre marked on it in words ('Structure of CCOC(C)=O; reaction centre (estimated):
+    ...'; no full stop, which a SMILES could be read to end with). Plain text: the page hands it to the image as an
+    attribute value, never as markup."""
     marks = centre_in_words(smiles, atom_colours or {})
-    return f"Structure of {smiles}" + (f"; {marks}" if marks else "")
+    return f"Structure of {smiles_in_words(smiles)}" + (f"; {marks}" if marks else "")
 
 
 def provenance_alt(tokens: Sequence[str], provenance: Sequence[int]) -> str:
     """The text alternative of provenance_svg's picture: the answer as written, and which atoms each copied run
-    wrote (by the runs' numbers, as the token boxes and the picture's labels show them)."""
+    wrote (by the runs' numbers, as the token boxes and the picture's labels show them); a long answer as its
+    formula (smiles_in_words), a run of many atoms as its size and its first and last atoms."""
     smiles = "".join(tokens)
     mol = parse_in_order(smiles)
     runs = copied_atom_runs(tokens, provenance)
     if mol is None or not runs:
-        return f"Structure of {smiles}"
-    by_run = [f"run {run}, {atoms_in_words(mol, [a for a, r in runs.items() if r == run])}"
-              for run in sorted(set(runs.values()))]
-    return f"Structure of {smiles} as written; atoms written by copied tokens, by run: {'; '.join(by_run)}"
+        return f"Structure of {smiles_in_words(smiles)}"
+    by_run = []
+    for run in sorted(set(runs.values())):
+        atoms = sorted(a for a, r in runs.items() if r == run)
+        if len(atoms) > ALT_RUN_ATOMS:
+            first, last = (f"{a + 1} ({atom_label(mol.GetAtomWithIdx(a))})" for a in (atoms[0], atoms[-1]))
+            by_run.append(f"run {run}, {len(atoms)} atoms from atom {first} to atom {last}")
+        else:
+            by_run.append(f"run {run}, {atoms_in_words(mol, atoms)}")
+    return (f"Structure of {smiles_in_words(smiles)} as written; atoms written by copied tokens, by run: "
+            f"{'; '.join(by_run)}")
 
 
 # ---- 3D -------------------------------------------------------------------------------------------

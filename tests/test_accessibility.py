@@ -72,6 +72,35 @@ def test_a_pictures_text_alternative_names_the_atoms_the_reaction_centre_marks()
     assert depict.structure_alt("CCO", {0: depict.span_colour(0)}) == "Structure of CCO"  # no centre, no words
 
 
+PEPTIDE = ("CC(C)C[C@H](NC(=O)[C@H](CC(=O)O)NC(=O)[C@@H](N)Cc1ccccc1)C(=O)N[C@@H](CCCNC(=N)N)C(=O)N[C@@H]"
+           "(Cc1c[nH]c2ccccc12)C(=O)N[C@@H](CO)C(=O)N[C@@H](CC(N)=O)C(=O)N[C@@H](CCSC)C(=O)N[C@@H](C(C)C)C(=O)O")
+
+
+def test_a_long_smiles_is_read_as_its_formula_and_first_characters_a_short_one_whole():
+    """A picture of a peptide had its whole SMILES (192 characters here, 300 and more for larger ones) as its text
+    alternative, read out character by character; it is now its formula, size and first characters."""
+    marks = {0: depict.CENTRE_COLOUR}
+    assert depict.structure_alt(PEPTIDE, marks) == (
+        "Structure of C53H78N14O14S, 82 heavy atoms (SMILES of 192 characters, starting "
+        "CC(C)C[C@H](NC(=O)[C@H](CC(=O)O)NC(=O)[C@@H]…); reaction centre (estimated): bonds change at atom 1 (C)")
+    cut_in_a_bracket = "C" * 38 + "[C@@H](N)" + "C" * 60
+    assert depict.structure_alt(cut_in_a_bracket).endswith(f"starting {'C' * 38}[C@@H]…)")
+    assert "a SMILES RDKit cannot read (SMILES of 100 characters" in depict.structure_alt("C1" + "C" * 98)
+    short = "CC(C)C[C@H](NC(=O)[C@H](CC(=O)O)NC(=O)[C@@H](N)Cc1ccccc1)C(=O)O"
+    assert depict.structure_alt(short) == f"Structure of {short}"
+
+
+def test_a_long_copied_run_is_read_as_its_size_and_ends():
+    from molspec_core.tokenizer import tokenize
+
+    tokens = tokenize(PEPTIDE)
+    provenance = list(range(40)) + [-1] * 10 + list(range(100, 100 + len(tokens) - 50))
+    assert depict.provenance_alt(tokens, provenance) == (
+        "Structure of C53H78N14O14S, 82 heavy atoms (SMILES of 192 characters, starting "
+        "CC(C)C[C@H](NC(=O)[C@H](CC(=O)O)NC(=O)[C@@H]…) as written; atoms written by copied tokens, by run: "
+        "run 1, 23 atoms from atom 1 (C) to atom 23 (C); run 2, 54 atoms from atom 29 (C) to atom 82 (O)")
+
+
 def test_the_routes_pictures_have_text_alternatives_and_each_step_reads_in_words(tmp_path, monkeypatch):
     """B2, B10: each step's arrow was a level-3 heading ("left double arrow, heading level 3" per step), and on a
     phone, where the columns stack, nothing said which molecules a step makes from which."""
