@@ -288,6 +288,19 @@ def test_a_cxsmiles_with_enhanced_stereo_says_the_model_reads_its_centres_as_dra
 
 
 @needs_forward
+def test_stereo_marks_rdkit_drops_are_said_on_the_page():
+    """An allene's stereo vanished from the query without a word (chem.dropped_stereo)."""
+    at = app().run()
+    predict(at, "C[C@H]=C=[C@H]C.Br")
+    assert_clean(at)
+    assert at.session_state["shown"].result.canonical_query == "Br.CC=C=CC"
+    assert "Stereo marks dropped: 2 atoms marked @ that RDKit does not read as stereo" in texts(at.info)
+    predict(at, "C/C=C/C.Br")  # kept: nothing said
+    assert_clean(at)
+    assert "Stereo marks dropped" not in texts(at.info)
+
+
+@needs_forward
 def test_example_button_predicts_and_checks_the_known_product():
     at = app().run()
     next(b for b in at.button if b.label == "Amide coupling").click()

@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import canonical_or_none, main_molecule, unread_stereo_groups
+from molspec_core.chem import canonical_or_none, dropped_stereo, main_molecule, unread_stereo_groups
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
@@ -228,9 +228,9 @@ def show_query(shown: Shown) -> None:
         if shown.example:
             line += f" · example: {shown.example}"
         st.caption(common.md_escape(line))
-    unread = unread_stereo_groups(result.query)
-    if unread:
-        st.info(common.md_escape(unread), icon=":material/info:")
+    for note in (unread_stereo_groups(result.query), dropped_stereo(result.query)):
+        if note:
+            st.info(common.md_escape(note), icon=":material/info:")
     molecules = result.canonical_query.split(".")
     if shown.settings.task == "retro" and len(molecules) > 1:  # opened from a file it is refused; typed it was not
         st.warning(common.md_escape(
@@ -269,8 +269,9 @@ def show_known_check(shown: Shown, known: str) -> None:
                    icon=":material/info:")
 
 
-SANE_HELP = ("RDKit reads and sanitizes it, it is not the query itself, not an unchanged reactant (forward) "
-             "and does not contain the product (retrosynthesis), every heavy atom of the product has a source "
+SANE_HELP = ("RDKit reads and sanitizes it, it is not the query itself, not a reactant unchanged or with only its "
+             "stereo changed (forward), and does not contain the product, as it is or with only its stereo "
+             "changed (retrosynthesis), every heavy atom of the product has a source "
              "among the reactants, no molecule in it has unpaired electrons or an O-O-O chain, and the model "
              "ended it (not cut off at the length limit). Sane is not the same as correct.")
 
@@ -623,7 +624,8 @@ def viewer_page(smiles: str) -> str | None:
 
 def molecules_3d(shown: Shown) -> dict[str, str]:
     """{label: SMILES} of what the 3D view offers: valid predictions, then each query molecule
-    apart (fragments embedded together would overlap); lone ions are left out."""
+    apart (a closer look than the whole query, whose molecules depict.molblock_3d sets side by side); lone
+    ions are left out."""
     choices = {f"Prediction, rank {p.rank}": p.smiles for p in shown.result.predictions if p.valid}
     for fragment in dict.fromkeys(shown.result.canonical_query.split(".")):
         if len(depict.ATOM_TOKEN.findall(fragment)) > 1:
