@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "text); other names (.csv.gz) are refused")
     p.add_argument("--resume", action="store_true", help="go on from the rows an interrupted run (Ctrl-C, SIGTERM) "
                    "of the same command kept beside a CSV output (out.interrupted.csv for out.csv): their records "
-                   "are not predicted again; without such a file the run starts at the first record")
+                   "are not predicted again, and a run with other options that shape answers (out.interrupted.json) "
+                   "is refused; without such a file the run starts at the first record")
     time_limit_arg(p)
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
@@ -458,10 +459,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
             n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
                                  resumed(args, table, marks, keep))
     except (KeyboardInterrupt, Terminated):
+        if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
+            write_text_file(settings_name(keep), json.dumps(answer_settings(args), indent=1) + "\n")
         print(f"stopped: {stopped(args.output, len(table.queries), keep)}", file=sys.stderr)
         raise
     if keep is not None and keep.held:  # its rows are in the output now
         keep.path.unlink(missing_ok=True)
+        settings_name(keep).unlink(missing_ok=True)
     n_blank = table.n_blank()  # blank lines and empty cells: no queries, neither predicted nor rejected
     n_queries = len(table.queries) - n_blank
     print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted, {n_bad} rejected (see "
@@ -496,9 +500,53 @@ def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMar
     if not args.resume:
         raise ValueError(f"{keep.path} holds the rows of an interrupted run: give --resume to go on from them, or "
                          "delete it to start again")
+    check_settings(args, keep)
     check_kept(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method)
     print(f"resuming: records 1-{keep.held:,} of {len(table.queries):,} come from {keep.path.name}")
     return keep
+
+
+# predict's options that shape its answers: a run resumed with another of these would join its rows to rows it
+# did not make (the batch size, threads, device and engine change no answer; the columns are checked in the rows)
+ANSWER_OPTIONS = ("model", "dtype", "method", "n_best", "augment", "draft_len", "n_drafts", "temperature", "top_k",
+                  "beta", "tau", "delta", "seed", "ion_writing", "time_limit", "round_trip", "round_trip_k")
+
+
+def answer_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The options of ANSWER_OPTIONS as this run was given them, models by the folder they name."""
+    from .service import model_folder
+
+    settings: dict[str, object] = {name: getattr(args, name) for name in ANSWER_OPTIONS}
+    for name in ("model", "round_trip"):
+        if settings[name] is not None:
+            settings[name] = os.path.realpath(model_folder(str(settings[name])))
+    return settings
+
+
+def settings_name(keep: Kept) -> Path:
+    """Where an interrupted run records its answer_settings beside its kept rows: out.interrupted.json."""
+    return keep.path.with_suffix(".json")
+
+
+def check_settings(args: argparse.Namespace, keep: Kept) -> None:
+    """Refuse --resume where the kept rows were made with other answer_settings than this run's (--n-best 5 rows
+    followed by --n-best 10 rows, float32 by int8, one model's by another's); rows kept before the settings were
+    recorded are checked for --method alone (io.kept_rows)."""
+    from .io import read_text
+
+    path = settings_name(keep)
+    if not path.is_file():
+        return
+    try:
+        kept = json.loads(read_text(path))
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}): delete it to resume checking --method alone") from None
+    now = answer_settings(args)
+    differ = [f"--{name.replace('_', '-')} {kept.get(name)!r} there, {now[name]!r} here" for name in ANSWER_OPTIONS
+              if kept.get(name) != now[name]]
+    if differ:
+        raise ValueError(f"the rows kept in {keep.path.name} were made with other options ({'; '.join(differ)}): "
+                         "resume with the options that were interrupted")
 
 
 def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None, keep: Kept | None

@@ -1031,7 +1031,8 @@ def test_an_interrupted_file_run_keeps_its_finished_records_and_resume_goes_on_f
         f"stopped: the rows of records 1-3 of 6 are kept in {kept}; run the same command with --resume to go on from "
         f"there ({out} is written once every record is done)")
     assert out.read_text() == "yesterday's results\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv", "q.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv", "out.interrupted.json",
+                                                          "q.txt"]  # the rows, and the options they were made with
     assert pd.read_csv(kept)["row"].tolist() == [1, 1, 2, 2, 3]  # record 3 is blank: one row
 
     assert predict_file(tmp_path / "q.txt", out, *options) == 2  # a run that would replace them with fewer
@@ -1062,9 +1063,20 @@ def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(
     (tmp_path / "other.txt").write_text("CCO\nCCS\nCCCl\nCCBr\n")
     assert predict_file(tmp_path / "other.txt", out, "--batch-size", "1", "--resume") == 2
     assert "out.interrupted.csv, line 3: record 2 holds another query than the input's" in capsys.readouterr().err
+    # the options the rows were made with are recorded beside them: a resumed run with others would join their rows
+    assert json.loads((tmp_path / "out.interrupted.json").read_text())["time_limit"] == 60.0
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--time-limit", "30", "--resume") == 2
+    assert ("the rows kept in out.interrupted.csv were made with other options (--time-limit 60.0 there, 30.0 here)"
+            in capsys.readouterr().err)
+    assert predict_file(tmp_path / "q.txt", out, "--method", "spec-lookup", "--resume") == 2
+    assert "--method 'greedy' there, 'spec-lookup' here" in capsys.readouterr().err
+    (tmp_path / "out.interrupted.json").unlink()  # rows kept before settings were recorded: --method checked alone
     assert predict_file(tmp_path / "q.txt", out, "--method", "spec-lookup", "--resume") == 2
     assert "predicted with --method greedy, not spec-lookup" in capsys.readouterr().err
     assert kept.read_bytes() == rows and not out.exists()
+    stop_on_the_second_call(monkeypatch, None)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt", "out.csv", "q.txt"]
 
 
 def test_a_resumed_run_of_recorded_reactions_marks_and_counts_the_kept_records_too(tmp_path, monkeypatch, capsys):

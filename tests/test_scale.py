@@ -169,7 +169,7 @@ def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_pat
                  "--ray", "local"]) == 143
     err = capsys.readouterr().err.splitlines()
     assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ") and err[-1] == "terminated"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.interrupted.csv", "q.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.interrupted.csv", "o.interrupted.json", "q.txt"]
     assert signal.getsignal(signal.SIGTERM) is before
 
 
