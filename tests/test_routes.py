@@ -43,6 +43,30 @@ def test_routes_page_keeps_its_form_across_a_page_switch(tmp_path, monkeypatch):
     assert not at.exception and not at.error and at.expander[0].label.startswith("Route 1")
 
 
+def test_a_search_stopped_by_a_page_visit_is_told_and_keeps_the_routes_before_it(tmp_path, monkeypatch):
+    """Leaving the page mid-search (or Stop) ended it without a word, and the routes shown before it were gone."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+
+    def stopped(*args, **kwargs):  # what Streamlit raises in the search's progress call once the user has left
+        raise StopException()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(planning, "plan", stopped)
+        at = find_routes(at, "NCCCO")
+    at = at.switch_page("views/predict.py").run()
+    at = at.switch_page("views/routes.py").run()
+    assert not at.exception and not at.error
+    assert "The search for NCCCO was stopped before it ended" in shown_text(at)
+    assert "The routes below are from the search before it." in shown_text(at)
+    assert at.expander and at.expander[0].label.startswith("Route 1")  # NCCO's, kept
+    at = find_routes(at, "NCCO")  # a search that ends says no more of the one that did not
+    assert not at.exception and "was stopped before it ended" not in shown_text(at)
+
+
 def upload_stock(at, name: str, data: bytes):
     at.file_uploader(key="route_stock").set_value((name, data, "text/plain"))
     return at

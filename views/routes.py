@@ -25,6 +25,9 @@ MOLECULE_SIZE = (220, 150)  # pixels of each structure in a route
 # The stock file chosen, (name, content), kept in the session for the searches to come: Streamlit cannot put a file
 # back in an uploader, which comes back empty after a page switch, and Find routes then used the default stock
 KEPT_STOCK = "route_stock_kept"
+# the target of a search under way; still set on a later run, the search never ended: a page visit or Stop ended the
+# script run that searched (Streamlit raises no Exception there), and its routes were never made
+UNFINISHED = "route_unfinished"
 DEFAULT_STOCK_TEXT = "the default stock, reactants of at least 2 USPTO-50K training reactions"
 # The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
 FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
@@ -107,10 +110,11 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
-    ss.pop("routes", None)  # a search that fails shows no other target's routes under its error
+    ss.pop(UNFINISHED, None)
     try:
         stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
     except ValueError as exc:
+        ss.pop("routes", None)  # a search that fails shows no other target's routes under its error
         ss["route_error"] = f"Cannot use the stock file: {exc}"
         return
     predictor = cfg.predictor(model)  # in the sidebar's arithmetic
@@ -122,16 +126,28 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         bar.progress(min(1.0, elapsed_s / time_limit_s), text=progress_text(elapsed_s, molecules, time_limit_s))
 
     settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k)
+    ss[UNFINISHED] = target  # the routes shown before stay until this search ends (a stopped one leaves them)
     try:
         ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
                                   settings=settings, progress=progress), model)
     except ValueError as exc:
+        ss.pop("routes", None)
         ss["route_error"] = f"Cannot plan for this target: {exc}"
     except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
         log.exception("route search failed")
+        ss.pop("routes", None)
         ss["route_error"] = f"The search failed ({type(exc).__name__}); please report it."
     finally:
         bar.empty()
+    ss.pop(UNFINISHED, None)  # not reached where the script run was stopped
+
+
+def unfinished_message(target: str, routes_shown: bool) -> str:
+    """What the page says where a search was stopped before it ended (UNFINISHED): it had said nothing, and the
+    routes shown before it were gone."""
+    return (f"The search for {target} was stopped before it ended (leaving the page or Stop ends it), so it made no "
+            "routes; press Find routes to search again. "
+            + ("The routes below are from the search before it." if routes_shown else ""))
 
 
 # ---- results ------------------------------------------------------------------------------------
@@ -430,6 +446,9 @@ def main() -> None:
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     shown = st.session_state.get("routes")
+    if st.session_state.get(UNFINISHED):
+        st.warning(common.md_escape(unfinished_message(st.session_state[UNFINISHED], shown is not None)),
+                   icon=":material/warning:")
     if shown is not None:
         show(shown)
 
