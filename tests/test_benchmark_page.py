@@ -143,6 +143,20 @@ def test_every_chart_label_is_the_tables_figure_for_that_method_in_every_saved_r
     assert shown.loc[0, "top-1"] == "78.5%" and shown.loc[0, "valid"] == "99.5%" and shown.loc[2, "valid"] == "100%"
 
 
+def test_a_method_that_drafts_nothing_has_no_accepted_draft_tokens_to_show():
+    """Beam search and CTranslate2 stood as rows of 0.00 bars in the tokens-per-call chart's accepted series."""
+    from views.benchmark import figures, shown_table
+
+    report = saved("forward_cpu_ct2_beam5_mit200_native_int8_avx512.json")  # beam, sbs-exact, CTranslate2
+    accepted = next(bar for bar in figures(report)[-1].data if bar.name == "accepted draft tokens per call")
+    listed = dict(zip(accepted.x, accepted.y))
+    assert all(listed[x] is None for x in listed if "CTranslate2" in x or x == "Beam search")
+    drafting = [x for x in listed if "exact" in x]
+    assert drafting and all(listed[x] is not None and listed[x] > 0 for x in drafting)
+    table = shown_table(report).set_index("method")
+    assert table.loc["Beam search", "accepted/call"] == "–"
+
+
 def test_the_page_shows_the_table_as_text_with_the_charts_rounding(copy_models, monkeypatch, tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(beam_and_greedy()))
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))

@@ -340,11 +340,19 @@ NARROW_BARS = 9  # bars in one chart beyond which their value labels stand on en
 LABEL_CHARS = 40  # nor upright where bars x their longest label pass this: a chart is 358 px wide on a 390 px phone
 
 
+def figure_of(method: dict, key: str) -> object:
+    """A method's figure under `key`, None where it has none to give: accepted draft tokens of a method that drafted
+    nothing (beam search, CTranslate2) were a row of 0.00 bars beside the drafting methods'."""
+    if key == "accepted_per_call" and not method.get("draft_tokens_proposed_per_call"):
+        return None
+    return method.get(key)
+
+
 def _bars(report: dict, fields: dict[str, str], title: str, yaxis: str, percent: bool = False) -> go.Figure | None:
     """Grouped bars, one group per method and one series per field. Titles are short (a chart may get half the
     page's width). The legend always shows: it says what each bar is measured against."""
     names, labels = list(report["methods"]), method_names(report)
-    series = {label: [report["methods"][n].get(field) for n in names] for field, label in fields.items()}
+    series = {label: [figure_of(report["methods"][n], field) for n in names] for field, label in fields.items()}
     series = {label: values for label, values in series.items() if any(v is not None for v in values)}
     if not series:
         return None
@@ -475,7 +483,7 @@ COLUMNS = (("vs CTranslate2 float32", "speedup_ct2", "ratio", "CTranslate2 float
 def table(report: dict) -> pd.DataFrame:
     """The run's figures, one row per method, unrounded."""
     names = method_names(report)
-    rows = [{"method": names[name], **{column: drafts_text(m) if key == "drafts" else m.get(key)
+    rows = [{"method": names[name], **{column: drafts_text(m) if key == "drafts" else figure_of(m, key)
                                        for column, key, _, _ in COLUMNS}}
             for name, m in report["methods"].items()]
     return pd.DataFrame(rows)
