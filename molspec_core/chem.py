@@ -457,18 +457,17 @@ def write_sd(stream: IO[str], records: Iterable[tuple[str, str, Mapping[str, obj
     The molecule gets 2D coordinates (stereo as wedges); a SMILES that RDKit cannot read, "" included,
     gives a record without atoms, so that its title and properties keep their place. The title line is
     `title`, or the SMILES where it is "". Properties that are None or "" are left out, the others written
-    as text on one line. A title or value that would begin with $$$$ gets a leading quote, lest a reader
-    end the record there. Names go on one line, without < or > (which would end the name early in most
-    readers), and stay distinct."""
-    writer = Chem.SDWriter(stream)
-    try:
-        for smiles, title, properties in records:
-            writer.write(_sd_molecule(smiles, title, properties))
-    finally:
-        writer.close()  # also when `records` fails: one left open was seen to close sys.stdout when collected
+    as text on one line (a line break as a space; spaces and tabs inside kept). A title or value that would
+    begin with $$$$ gets a leading quote, lest a reader end the record there. Names go on one line, without
+    < or > (which would end the name early in most readers), and stay distinct; a name that begins with _ gets
+    an input_ prefix, as RDKit reads such a field as its own: _Name replaced the title, _id was hidden and
+    __computedProps made the record unreadable. The data items are written here, not by RDKit's SDWriter,
+    which stored such names among the molecule's own properties (and failed on some)."""
+    for number, (smiles, title, properties) in enumerate(records, start=1):
+        stream.write(_sd_record(number, smiles, title, properties))
 
 
-def _sd_molecule(smiles: str, title: str, properties: Mapping[str, object]):
+def _sd_record(number: int, smiles: str, title: str, properties: Mapping[str, object]) -> str:
     from rdkit.Chem import AllChem
 
     mol = Chem.MolFromSmiles(smiles) if smiles else None
@@ -477,21 +476,24 @@ def _sd_molecule(smiles: str, title: str, properties: Mapping[str, object]):
     else:
         AllChem.Compute2DCoords(mol)
     mol.SetProp("_Name", _sd_line(title or smiles))
+    lines = [Chem.MolToMolBlock(mol).rstrip("\n")]  # the header, the atoms and bonds, up to M  END
     taken: set[str] = set()
     for name, value in properties.items():
         text = "" if value is None else _sd_line(str(value))
         if not text:
             continue
-        name = _one_line(name).replace("<", "_").replace(">", "_") or "unnamed"
-        while name in taken:
+        name = visible_controls(_one_line(name)).replace("<", "_").replace(">", "_") or "unnamed"
+        while name in taken or name.startswith("_"):
             name = "input_" + name
         taken.add(name)
-        mol.SetProp(name, text)
-    return mol
+        lines += [f">  <{name}>  ({number}) ", text, ""]
+    return "\n".join([*lines, SD_RECORD_END]) + "\n"
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """Text on one line: its line breaks spaces, the spaces at its ends dropped (a value of spaces would be a blank
+    line, which ends a data item)."""
+    return " ".join(text.splitlines()).strip()
 
 
 def _sd_line(text: str) -> str:

@@ -121,6 +121,23 @@ def test_sdf_keeps_stereo_and_no_name_or_value_can_end_a_record_early():
     assert records[0].fields == {"IC50 _nM_": "'$$$$", "input_IC50 _nM_": "> <x>", "a b": "v"}
 
 
+def test_sdf_field_names_rdkit_keeps_for_itself_are_written_as_input_fields_and_every_record_reads_back():
+    """A column named _Name replaced the record's title, _id was hidden from RDKit's readers, and __computedProps or
+    _MolFileChiralFlag stopped the export with RDKit's 'bad any_cast'."""
+    from molspec_core.chem import sdf_text
+
+    fields = {"_Name": "over", "_id": "A1", "__computedProps": "q", "_MolFileChiralFlag": "x", "id\x00": "B  2\tc"}
+    text = sdf_text([("CCO", "ethanol", fields), ("", "refused", {"_id": "A2", "error": "no query"})])
+    supplier = Chem.SDMolSupplier()
+    supplier.SetData(text)
+    mols = list(supplier)
+    assert all(m is not None for m in mols) and [m.GetNumAtoms() for m in mols] == [3, 0]
+    assert [m.GetProp("_Name") for m in mols] == ["ethanol", "refused"]
+    assert mols[0].GetPropsAsDict() == {"input__Name": "over", "input__id": "A1", "input___computedProps": "q",
+                                        "input__MolFileChiralFlag": "x", "id\\x00": "B  2\tc"}
+    assert mols[1].GetPropsAsDict() == {"input__id": "A2", "error": "no query"}
+
+
 def test_clear_caches_forgets_the_answers_checked():
     """Timings that decode one query with several methods empty the caches between them (tools/page_latency.py)."""
     from molspec_core.chem import _heavy_atoms, canonical_or_none, clear_caches
