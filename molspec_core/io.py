@@ -566,17 +566,27 @@ def _check_rows(n_rows: int) -> None:
 # ---- writing ------------------------------------------------------------------------------------
 
 
+# the column a run with known answers adds after RESULT_COLUMNS (known.MATCHES_KNOWN)
+ADDED_COLUMNS = ("matches_known",)
+
+
 def output_header(input_columns: Iterable[str]) -> list[str]:
-    """The input's other columns in front, then RESULT_COLUMNS. A name already taken (one of ours, or
-    a repeat) gets an `input_` prefix, so that every output column has a name of its own."""
-    taken = set(RESULT_COLUMNS)
+    """The input's other columns in front, then RESULT_COLUMNS. A name already taken (one of ours, ADDED_COLUMNS, or
+    a repeat), in any case and with spaces around it as query_column reads a header, gets an `input_` prefix, so that
+    every output column has a name of its own: an input's Smiles beside our smiles was read back as the query
+    column, and its matches_known was written twice."""
+    taken = {_header_key(name) for name in (*RESULT_COLUMNS, *ADDED_COLUMNS)}
     header = []
     for name in input_columns:
-        while name in taken:
+        while _header_key(name) in taken:
             name = "input_" + name
-        taken.add(name)
+        taken.add(_header_key(name))
         header.append(name)
     return header + list(RESULT_COLUMNS)
+
+
+def _header_key(name: str) -> str:
+    return name.strip().casefold()
 
 
 def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int | None = None,

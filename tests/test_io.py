@@ -296,6 +296,19 @@ def test_output_header_keeps_every_name_distinct():
     assert header[5:] == list(molspec_io.RESULT_COLUMNS) and len(set(header)) == len(header)
 
 
+def test_output_header_keeps_names_distinct_in_any_case_and_from_matches_known(tmp_path):
+    """An input's Smiles beside our smiles was read back as the query column (the answers were not read), and an
+    input's matches_known was written twice beside the one a run with known answers adds."""
+    from molspec_core.known import MATCHES_KNOWN
+
+    header = output_header(["Smiles", " ERROR ", "ID", "id", "matches_known", "name"])
+    assert header[:6] == ["input_Smiles", "input_ ERROR ", "ID", "input_id", "input_matches_known", "name"]
+    assert MATCHES_KNOWN in molspec_io.ADDED_COLUMNS and len({h.strip().casefold() for h in header}) == len(header)
+    out = tmp_path / "out.csv"
+    write_csv(out, header, [["not-this", "", "", "", "", "", 1, "CCO", "CCO", 1, "CC=O", *[None] * 17]])
+    assert read_queries(out).queries == ["CC=O"]  # our answers, not the input's Smiles
+
+
 def test_output_refuses_the_input_and_special_paths(tmp_path):
     """Issue 14 item 4: --output equal to --input overwrote the queries."""
     source = tmp_path / "in.csv"
