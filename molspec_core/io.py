@@ -459,24 +459,45 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
 
 def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]
                       ) -> dict[int, str]:
-    """Which empty query cells of a sheet hold a formula saved without its value, with why they give no query:
-    a workbook written by a program (openpyxl, pandas) stores formulas that only Excel computes, and read as
-    values they are empty. Read again (formulas, not values) only where a query cell is empty."""
-    empty = {i for i, record in enumerate(records) if not (record[at] if at < len(record) else "")}
-    if not empty:
+    """Where a sheet's empty cells hold a formula saved without its value: a workbook written by a program (openpyxl,
+    pandas) stores formulas that only Excel computes, and read as values they are empty. An empty query cell so gives
+    its record a reason for no query (returned, by record index); another cell (an ID, a note) is given its formula as
+    text, as Excel's formula bar shows it, in `records`: it was read as empty, and an ID made by a formula was lost
+    without a word (the exports write it as text, never as a formula). Read again (formulas, not values) only where
+    a cell is empty and the workbook holds a formula."""
+    if not any("" in record for record in records) or not _holds_formulas(data):
         return {}
     import openpyxl
 
+    problems = {}
     book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False, keep_links=False)
     try:
-        column = book[title].iter_rows(min_row=line + 2, max_row=line + 1 + len(records), min_col=at + 1,
-                                       max_col=at + 1, values_only=True)
-        formulas = {i: cells[0] for i, cells in enumerate(column) if i in empty and cells}
+        rows = book[title].iter_rows(min_row=line + 2, max_row=line + 1 + len(records),
+                                     max_col=max(map(len, records)), values_only=True)
+        for i, (record, formulas) in enumerate(zip(records, rows)):
+            for j, formula in enumerate(formulas[:len(record)]):
+                if record[j] or not (isinstance(formula, str) and formula.startswith("=")):
+                    continue
+                if j == at:
+                    problems[i] = (f"the cell holds a formula, {formula[:80]}, saved without its value (a program "
+                                   "wrote the workbook, and only Excel computes formulas): open and save it in Excel, "
+                                   "or paste the values")
+                else:
+                    record[j] = formula
     finally:
         book.close()
-    return {i: (f"the cell holds a formula, {formula[:80]}, saved without its value (a program wrote the workbook, "
-                "and only Excel computes formulas): open and save it in Excel, or paste the values")
-            for i, formula in formulas.items() if isinstance(formula, str) and formula.startswith("=")}
+    return problems
+
+
+# a cell's formula in a worksheet's XML: <f>, <f t="shared" .../>, or with a namespace prefix (<x:f>)
+FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
+
+
+def _holds_formulas(data: bytes | bytearray) -> bool:
+    """Whether any worksheet of a workbook holds a formula (its members are bounded: parse_workbook)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return any(FORMULA_TAG.search(archive.read(member)) for member in archive.namelist()
+                   if member.startswith("xl/worksheets/") and member.endswith(".xml"))
 
 
 def _cell_text(value: object) -> str:

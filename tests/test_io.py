@@ -647,6 +647,24 @@ def test_a_workbook_formula_gives_the_value_excel_saved_and_nothing_is_computed(
     assert read_queries(workbook(tmp_path / "v.xlsx", {"s": [["smiles"], ["CCO"], []]})).problems == ()
 
 
+def test_a_workbook_formula_saved_without_its_value_in_another_column_is_carried_as_text_never_as_a_formula(tmp_path):
+    """An ID or note made by a formula that a program saved without its value was read as an empty cell: the output
+    lost it without a word. It is carried as its formula's text, which the exports write as text."""
+    import openpyxl
+
+    path = workbook(tmp_path / "f.xlsx", {"s": [["id", "smiles", "note"], ['="CMP-"&"1"', "CCO", "=1+1"],
+                                                ["CMP-2", "CCN", None]]})
+    table = read_queries(path)
+    assert table.queries == ["CCO", "CCN"] and table.problems == ()
+    assert table.cells == (('="CMP-"&"1"', "=1+1"), ("CMP-2", ""))
+    header = output_header(table.columns)
+    rows = [[*table.cells[0], 1, "CCO", "CCO", 1, "CC=O", *[None] * 17]]
+    assert list(csv.reader(io.StringIO(csv_bytes(header, rows).decode("utf-8-sig"))))[1][:2] == ["'=\"CMP-\"&\"1\"",
+                                                                                          "'=1+1"]
+    sheet = openpyxl.load_workbook(io.BytesIO(molspec_io.workbook_bytes(header, rows))).active
+    assert [(c.value, c.data_type) for c in sheet[2][:2]] == [('="CMP-"&"1"', "s"), ("=1+1", "s")]
+
+
 def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
     path = workbook(tmp_path / "w.xlsx", {"Sheet A": [["name", "structure"], ["x", "CCO"]], "B": []})
     with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet with a header row naming a column 'smiles' or "
