@@ -803,6 +803,8 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
         if isinstance(value, numbers.Real):
             return value if math.isfinite(value) else str(value)
         text = workbook_text(str(value))
+        if not text:  # an empty cell: openpyxl wrote <c t="inlineStr"/>, a text cell without its text, which some
+            return None  # readers refuse (R's openxlsx2: a SAS export so)
         if text.startswith("=") or text in ERROR_CODES:  # what openpyxl would type as a formula or an error
             typed = WriteOnlyCell(sheet, value=text)
             typed.data_type = "s"

@@ -665,6 +665,15 @@ def test_a_workbook_formula_saved_without_its_value_in_another_column_is_carried
     assert [(c.value, c.data_type) for c in sheet[2][:2]] == [('="CMP-"&"1"', "s"), ("=1+1", "s")]
 
 
+def test_an_empty_text_cell_goes_into_a_workbook_as_no_cell():
+    """openpyxl wrote "" as <c t="inlineStr"/>, a text cell without its text, which some readers refuse."""
+    data = molspec_io.workbook_bytes(["id", "smiles", "concerns"], [["", "CCO", ""], ["a", "", None]])
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        sheet = archive.read("xl/worksheets/sheet1.xml").decode()
+    assert sheet.count("<c ") == 3 + 1 + 1  # the header, then CCO and a
+    assert molspec_io.parse_workbook(data, "w.xlsx").queries == ["CCO", ""]
+
+
 def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
     path = workbook(tmp_path / "w.xlsx", {"Sheet A": [["name", "structure"], ["x", "CCO"]], "B": []})
     with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet with a header row naming a column 'smiles' or "
