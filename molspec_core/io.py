@@ -501,13 +501,14 @@ def _holds_formulas(data: bytes | bytearray) -> bool:
 
 
 def _cell_text(value: object) -> str:
-    """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, TRUE / FALSE, ISO 8601 dates."""
+    """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, a number to the 15 significant digits Excel
+    shows and keeps (0.3 for a formula's 0.30000000000000004), TRUE / FALSE, ISO 8601 dates."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.15g}"
     if hasattr(value, "isoformat"):
         return value.isoformat()  # type: ignore[no-any-return, attr-defined]
     return str(value)

@@ -684,6 +684,17 @@ def test_an_empty_text_cell_goes_into_a_workbook_as_no_cell():
     assert molspec_io.parse_workbook(data, "w.xlsx").queries == ["CCO", ""]
 
 
+def test_a_workbook_number_reads_as_excel_shows_it():
+    """Excel saves a formula's value to 17 digits: a MW of 46.069 computed in Excel read as 46.068999999999996."""
+    data = molspec_io.workbook_bytes(["smiles", "MW", "ratio", "small", "n"], [["CCO", 46.069, 0.3, 1e-7, 12.0]])
+    saved = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(saved, "w") as target:
+        for member in source.namelist():  # the values as Excel writes them
+            xml = source.read(member).replace(b"<v>46.069<", b"<v>46.068999999999996<")
+            target.writestr(member, xml.replace(b"<v>0.3<", b"<v>0.30000000000000004<"))
+    assert molspec_io.parse_workbook(saved.getvalue(), "w.xlsx").cells == (("46.069", "0.3", "1e-07", "12"),)
+
+
 def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
     path = workbook(tmp_path / "w.xlsx", {"Sheet A": [["name", "structure"], ["x", "CCO"]], "B": []})
     with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet with a header row naming a column 'smiles' or "
