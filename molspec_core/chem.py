@@ -475,7 +475,7 @@ def _sd_record(number: int, smiles: str, title: str, properties: Mapping[str, ob
         mol = Chem.Mol()
     else:
         AllChem.Compute2DCoords(mol)
-    mol.SetProp("_Name", _sd_line(title or smiles))
+    mol.SetProp("_Name", _sd_line(title) or _sd_line(smiles))  # a title of spaces is none
     lines = [Chem.MolToMolBlock(mol).rstrip("\n")]  # the header, the atoms and bonds, up to M  END
     taken: set[str] = set()
     for name, value in properties.items():

@@ -136,6 +136,9 @@ def test_sdf_field_names_rdkit_keeps_for_itself_are_written_as_input_fields_and_
     assert mols[0].GetPropsAsDict() == {"input__Name": "over", "input__id": "A1", "input___computedProps": "q",
                                         "input__MolFileChiralFlag": "x", "id\\x00": "B  2\tc"}
     assert mols[1].GetPropsAsDict() == {"input__id": "A2", "error": "no query"}
+    untitled = Chem.SDMolSupplier()
+    untitled.SetData(sdf_text([("CCO", " \t", {}), ("CCN", "\n", {})]))
+    assert [m.GetProp("_Name") for m in untitled] == ["CCO", "CCN"]  # a title of spaces is none: the SMILES
 
 
 def test_clear_caches_forgets_the_answers_checked():
