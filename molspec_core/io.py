@@ -463,21 +463,25 @@ def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, r
     pandas) stores formulas that only Excel computes, and read as values they are empty. An empty query cell so gives
     its record a reason for no query (returned, by record index); another cell (an ID, a note) is given its formula as
     text, as Excel's formula bar shows it, in `records`: it was read as empty, and an ID made by a formula was lost
-    without a word (the exports write it as text, never as a formula). Read again (formulas, not values) only where
-    a cell is empty and the workbook holds a formula."""
+    without a word (the exports write it as text, never as a formula). A formula whose saved value is empty text
+    (Excel's =IF(B2="","",...)) stays empty. Read again (values with their types, and formulas) only where a cell is
+    empty and the workbook holds a formula."""
     if not any("" in record for record in records) or not _holds_formulas(data):
         return {}
     import openpyxl
 
     problems = {}
-    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False, keep_links=False)
+    opened = [openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=data_only, keep_links=False)
+              for data_only in (True, False)]
     try:
-        rows = book[title].iter_rows(min_row=line + 2, max_row=line + 1 + len(records),
-                                     max_col=max(map(len, records)), values_only=True)
-        for i, (record, formulas) in enumerate(zip(records, rows)):
-            for j, formula in enumerate(formulas[:len(record)]):
-                if record[j] or not (isinstance(formula, str) and formula.startswith("=")):
-                    continue
+        saved, written = opened
+        rows = dict(min_row=line + 2, max_row=line + 1 + len(records), max_col=max(map(len, records)))
+        cells = saved[title].iter_rows(**rows)  # the saved values with their types
+        formulas = written[title].iter_rows(**rows, values_only=True)
+        for i, (record, typed, texts) in enumerate(zip(records, cells, formulas)):
+            for j, (cell, formula) in enumerate(zip(typed, texts[:len(record)])):
+                if record[j] or cell.data_type == "str" or not (isinstance(formula, str) and formula.startswith("=")):
+                    continue  # a value, a formula's saved empty text ("str"), or no formula
                 if j == at:
                     problems[i] = (f"the cell holds a formula, {formula[:80]}, saved without its value (a program "
                                    "wrote the workbook, and only Excel computes formulas): open and save it in Excel, "
@@ -485,7 +489,8 @@ def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, r
                 else:
                     record[j] = formula
     finally:
-        book.close()
+        for book in opened:
+            book.close()
     return problems
 
 

@@ -6,6 +6,7 @@ import gzip
 import io
 import lzma
 import os
+import re
 import signal
 import zipfile
 from pathlib import Path
@@ -673,6 +674,13 @@ def test_a_workbook_formula_saved_without_its_value_in_another_column_is_carried
                                                                                           "'=1+1"]
     sheet = openpyxl.load_workbook(io.BytesIO(molspec_io.workbook_bytes(header, rows))).active
     assert [(c.value, c.data_type) for c in sheet[2][:2]] == [('="CMP-"&"1"', "s"), ("=1+1", "s")]
+    # Excel saves a formula's empty text as such (t="str", an empty value): it stays empty, in every column
+    data = path.read_bytes()
+    saved = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(saved, "w") as target:
+        for member in source.namelist():
+            target.writestr(member, re.sub(rb'<c r="([AC]2)"><f>', rb'<c r="\1" t="str"><f>', source.read(member)))
+    assert molspec_io.parse_workbook(saved.getvalue(), "f.xlsx").cells == (("", ""), ("CMP-2", ""))
 
 
 def test_an_empty_text_cell_goes_into_a_workbook_as_no_cell():
