@@ -569,19 +569,13 @@ def _smiles_and_name(line: str) -> tuple[str, str]:
 def parse_sd_file(text: str) -> QueryFile:
     """An SD file's records (chem.sd_records, which needs RDKit): each molecule's SMILES is a query, its
     title goes in a `name` column and its data fields in columns of their own, in the order the file
-    first gives them; a field called name (as our own SD files hold, beside the title) is input_name, so that no two
-    columns share a name. A record RDKit cannot read gives an empty query and its reason (QueryFile.problems)."""
+    first gives them. A record RDKit cannot read gives an empty query and its reason (QueryFile.problems)."""
     from .chem import sd_records
 
     records = sd_records(text)
     _check_rows(len(records))
     fields = list(dict.fromkeys(name for record in records for name in record.fields))
-    columns: list[str] = []
-    for column in (NAME_COLUMN, *fields):
-        while column in columns:
-            column = "input_" + column
-        columns.append(column)
-    return QueryFile([r.smiles for r in records], tuple(columns),
+    return QueryFile([r.smiles for r in records], (NAME_COLUMN, *fields),
                      tuple((r.title, *(r.fields.get(name, "") for name in fields)) for r in records),
                      tuple(r.problem for r in records) if any(r.problem for r in records) else ())
 

@@ -553,16 +553,6 @@ def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.SDF"]
 
 
-def test_our_sd_file_reads_back_with_its_name_field_beside_the_title_under_a_name_of_its_own(tmp_path):
-    """Our SD file holds the input's name twice, as the title and as a field: read back, both were columns named
-    name."""
-    header = output_header(["name", "input_name"])
-    molspec_io.write_results(tmp_path / "out.sdf", header, [["ala", "x", 1, "CC", "CC", 1, "CCO", *[None] * 17]])
-    back = read_queries(tmp_path / "out.sdf")
-    assert back.columns[:4] == ("name", "input_name", "input_input_name", "row")
-    assert back.cells[0][:3] == ("ala", "ala", "x")
-
-
 def test_a_failed_sd_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
     out = tmp_path / "out.sdf"
     out.write_text("earlier results\n")
