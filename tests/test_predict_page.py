@@ -94,3 +94,56 @@ def test_a_drawn_query_comes_back_after_another_page(copy_models, monkeypatch):
     at = at.switch_page("views/predict.py").run()
     assert_clean(at)
     assert at.text_input(key="query_text").value == "Clc1ccncc1"
+
+
+def test_the_same_drawing_applied_in_a_new_editor_is_predicted(copy_models, monkeypatch):
+    """A drawing applied once was remembered as seen for the session: drawn and applied again in the editor a new
+    query or a reopened tab mounts, it was ignored without a word, and the answers of the query before stayed."""
+    import streamlit_ketcher
+
+    applied: dict[str, str | None] = {"drawing": None}  # what the editor hands back: its Apply, else its molecule
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher",
+                        lambda molecule, **kwargs: applied["drawing"] or molecule)
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+
+    def apply_drawing() -> None:
+        at.session_state["query_tab"] = "Draw structure"
+        applied["drawing"] = "Clc1ccncc1"
+        at.run()
+        applied["drawing"] = None  # the new query mounts a new editor, which opens on it
+        assert_clean(at)
+        assert at.session_state["shown"].result.query == "Clc1ccncc1"
+
+    apply_drawing()
+    at.session_state["query_tab"] = "Type SMILES"  # the tab closed: its editor is gone
+    at.run()
+    predict(at, "Oc1ccncc1")
+    apply_drawing()  # the tab opened again, on the same query as the first time
+    submit(at, "Amide coupling")  # the tab left open: a new query (an example's), a new editor
+    assert at.text_input(key="query_text").value == "CC(=O)Cl.NCc1ccccc1"
+    apply_drawing()
+
+
+def test_the_editor_says_a_drawing_not_applied_is_lost(copy_models, monkeypatch):
+    """The editor unmounts with its tab (and with the page): what was drawn and not applied is gone on return."""
+    at = app(copy_models, monkeypatch)
+    at.session_state["query_tab"] = "Draw structure"
+    at.run()
+    assert "A drawing not applied is lost when you leave this tab or the page" in texts(at.caption)
+
+
+def test_a_listed_example_chosen_again_is_predicted_again(copy_models, monkeypatch):
+    """The list of more textbook reactions stayed on its choice: chosen again after another query (or after the
+    other task), the reaction changed nothing in the list, so nothing was predicted and nothing was said."""
+    at = app(copy_models, monkeypatch).run()
+    ester_reduction = "CCOC(=O)c1ccccc1.[Al+3].[H-].[H-].[H-].[H-].[Li+].C1CCOC1"
+    at.selectbox(key="more_examples").set_value("Ester reduction").run()
+    assert at.text_input(key="query_text").value == ester_reduction
+    predict(at, "Oc1ccncc1")
+    assert at.session_state["shown"].result.query == "Oc1ccncc1"
+    at.selectbox(key="more_examples").set_value("Ester reduction").run()
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == ester_reduction
+    assert at.session_state["example"] == "Ester reduction"
+

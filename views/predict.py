@@ -72,6 +72,10 @@ def use_listed_example(task: str) -> None:
     chosen = next((e for e in common.load_examples() if e.name == st.session_state.get("more_examples")), None)
     if chosen is not None:
         use_example(chosen, task)
+    # The list starts a prediction, it holds none: left on its choice, choosing that reaction again (after another
+    # query, or back from the other task) changed nothing, so nothing was predicted and nothing said. The query's
+    # line names the example ("example: ..."), and the check against its known answer follows.
+    st.session_state["more_examples"] = None
 
 
 def use_suggestion() -> None:
@@ -113,12 +117,19 @@ def example_buttons(task: str) -> None:
 def draw_query() -> None:
     """The molecule editor, opened on the query; its Apply makes the drawing the query."""
     ss = st.session_state
-    st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query.")
+    st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query. A drawing "
+               "not applied is lost when you leave this tab or the page: the editor opens again on the query.")
     opened_with = ss.get("query_text", "")
     # The editor reads its molecule once, when it mounts: keyed by the query, it mounts again with each new one
     # (keyed by a constant it kept the query it first mounted with: after a prediction it showed nothing)
-    drawn = st_ketcher(opened_with, key=f"ketcher-{zlib.crc32(opened_with.encode()):08x}", height=460)
-    if drawn and drawn != opened_with and drawn != ss.get("ketcher_seen"):
+    key = f"ketcher-{zlib.crc32(opened_with.encode()):08x}"
+    # A mounted editor hands back its last Apply on every run: a drawing is new once per editor. Remembered for the
+    # session, the same drawing applied again in a new editor (after another query, or in the tab opened again:
+    # query_inputs forgets the editor when the tab closes) was ignored without a word.
+    if ss.get("ketcher_key") != key:
+        ss["ketcher_key"], ss["ketcher_seen"] = key, None
+    drawn = st_ketcher(opened_with, key=key, height=460)
+    if drawn and drawn != opened_with and drawn != ss["ketcher_seen"]:
         ss["ketcher_seen"] = drawn
         query = drawn_query(drawn)
         if query is None:
@@ -150,6 +161,8 @@ def query_inputs(task: str) -> None:
     if drawn_tab.open:
         with drawn_tab:
             draw_query()
+    else:  # the editor is gone: the one the tab opens next hands back only its own Apply
+        ss.pop("ketcher_key", None)
     with opened:
         what = "the product" if task == "retro" else "the reactants (and reagents)"
         st.file_uploader(f"A molfile or SD file of {what}", type=common.QUERY_FILE_TYPES, key="query_file",
