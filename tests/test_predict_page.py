@@ -7,9 +7,11 @@ import io
 import json
 
 import pandas as pd
+import pytest
 import streamlit as st
 
 import test_app
+from molspec_core.io import InputFileError
 from molspec_core.service import MAX_QUERY_CHARS
 from test_app import app, assert_clean, predict, submit, texts
 
@@ -147,3 +149,18 @@ def test_a_listed_example_chosen_again_is_predicted_again(copy_models, monkeypat
     assert at.text_input(key="query_text").value == ester_reduction
     assert at.session_state["example"] == "Ester reduction"
 
+
+def test_a_molfile_of_molblocks_without_record_ends_is_refused():
+    """Two molblocks one after the other in a .mol, no '$$$$' between them: RDKit read the first and the query
+    went without the second, without a word. An SD file of the same two, and one molblock of two molecules, read
+    both."""
+    from rdkit import Chem
+
+    from views.common import query_from_file
+
+    blocks = [Chem.MolToMolBlock(Chem.MolFromSmiles(s)) for s in ("CC(=O)Cl", "NCc1ccccc1")]
+    with pytest.raises(InputFileError, match=r"two\.mol holds 2 molblocks, not separated by the '\$\$\$\$' line"):
+        query_from_file("two.mol", "".join(blocks).encode(), "forward")
+    assert query_from_file("two.sdf", "$$$$\n".join([*blocks, ""]).encode(), "forward") == "CC(=O)Cl.NCc1ccccc1"
+    both = Chem.MolToMolBlock(Chem.MolFromSmiles("CC(=O)Cl.NCc1ccccc1"))
+    assert query_from_file("both.mol", both.encode(), "forward") == "CC(=O)Cl.NCc1ccccc1"

@@ -449,6 +449,13 @@ def query_from_file(name: str, data: bytes, task: str) -> str:
     problem = next((p for p in records.problems if p), None)
     if problem:
         raise InputFileError(f"Cannot read {name}: {problem}")
+    # RDKit splits records at '$$$$' lines: molblocks one after another without them read as the first alone, and
+    # the molecules after it were dropped without a word
+    blocks = sum(line.strip() == b"M  END" for line in data.splitlines())
+    if blocks > len(records.queries):
+        raise InputFileError(f"{name} holds {blocks} molblocks, not separated by the '$$$$' line that ends each "
+                             f"record of an SD file: RDKit reads {len(records.queries)} of them and would drop the "
+                             "rest; save them as an SD file, or draw them in one molfile")
     molecules = [q for q in records.queries if q]
     if not molecules:
         raise InputFileError(f"{name} holds no molecule")
