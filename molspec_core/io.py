@@ -70,6 +70,7 @@ WORKBOOK_SUFFIX = ".xlsx"
 OLD_WORKBOOK_SUFFIX = ".xls"
 OLE_MAGIC = b"\xd0\xcf\x11\xe0"  # the first bytes of an .xls file, and of an .xlsx encrypted with a password
 WORKBOOK_MAX_ROWS = 1_048_576  # the header included
+WORKBOOK_MAX_COLUMNS = 16_384  # A to XFD
 WORKBOOK_MAX_CELL = 32_767  # characters
 # A workbook is a zip of XML, several times its cells' text: its members may hold this much once decompressed.
 WORKBOOK_MAX_XML_BYTES = 4 * MAX_INPUT_BYTES
@@ -794,7 +795,8 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
     write-only mode: memory stays bounded). Numbers stay numbers (a NaN or infinity, which a sheet cannot hold, as
     its text); text stays text, typed so that none is taken for a formula or an error value and shown as given,
     without the CSV's quote; see workbook_text for what Excel cannot hold. Refuses a row past the sheet's last
-    (check_results_name refuses such a run before it starts)."""
+    (check_results_name refuses such a run before it starts), and a row wider than a sheet (the header is the first
+    row written, before any answer is asked for)."""
     import openpyxl  # only where a workbook is written
     from openpyxl.cell import WriteOnlyCell
     from openpyxl.cell.cell import ERROR_CODES  # text openpyxl would store as Excel's error value
@@ -821,7 +823,11 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
         for n, row in enumerate(itertools.chain([header], rows), start=1):
             if n > WORKBOOK_MAX_ROWS:
                 raise OutputFileError(f"more than {WORKBOOK_MAX_ROWS:,} rows, the most an Excel sheet holds; write CSV")
-            sheet.append([cell_of(value) for value in row])
+            cells = [cell_of(value) for value in row]
+            if len(cells) > WORKBOOK_MAX_COLUMNS:  # openpyxl wrote cells past XFD, which Excel drops as damaged
+                raise OutputFileError(f"{len(cells):,} columns, more than the {WORKBOOK_MAX_COLUMNS:,} an Excel sheet "
+                                      "holds; write CSV")
+            sheet.append(cells)
     except BaseException:
         # end the sheet's stream to its temporary file now (openpyxl deletes the file at exit), not at garbage
         # collection, where it fails writing to the file it already closed

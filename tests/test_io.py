@@ -693,6 +693,15 @@ def test_a_workbook_number_reads_as_excel_shows_it():
     assert molspec_io.parse_workbook(saved.getvalue(), "w.xlsx").cells == (("46.069", "0.3", "1e-07", "12"),)
 
 
+def test_a_workbook_wider_than_a_sheet_is_refused(tmp_path):
+    """An input of more columns than a sheet holds (16,384 with ours) gave cells past XFD, which Excel drops."""
+    molspec_io.workbook_bytes([f"c{i}" for i in range(16_384)], [])
+    out = tmp_path / "o.xlsx"
+    with pytest.raises(OutputFileError, match=r"16,385 columns, more than the 16,384 an Excel sheet holds; write CSV"):
+        molspec_io.write_results(out, [f"c{i}" for i in range(16_385)], [])
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
 def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
     path = workbook(tmp_path / "w.xlsx", {"Sheet A": [["name", "structure"], ["x", "CCO"]], "B": []})
     with pytest.raises(InputFileError, match=r"w\.xlsx needs a sheet with a header row naming a column 'smiles' or "
