@@ -665,13 +665,15 @@ def rounded(value: float | None) -> float | None:
 
 
 # control characters other than tab and line breaks: XML 1.0 cannot hold them, so a worksheet cannot, and a NUL cuts
-# a line short in many tools that read a CSV or an SD file; every export writes them as \x00 and the like
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# a line short in many tools that read a CSV or an SD file; every export writes them as \x00 and the like. XML cannot
+# hold the noncharacters U+FFFE and U+FFFF either (a UTF-8 file may hold them: a workbook with one would not open),
+# nor UTF-8 a lone surrogate (the CSV's write failed on one): written as \ufffe and the like.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def visible_controls(text: str) -> str:
-    """Text with its control characters (CONTROL_CHARACTERS) written out as \\x00 and the like."""
-    return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+    """Text with its control characters (CONTROL_CHARACTERS) written out as \\x00, \\ufffe and the like."""
+    return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m[0]):02x}" if m[0] < "\x80" else f"\\u{ord(m[0]):04x}", text)
 
 
 def neutralize(cell: object) -> object:

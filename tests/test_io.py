@@ -291,6 +291,20 @@ def test_control_characters_are_written_out_alike_in_every_export():
     assert b"\x00" not in sdf and shown.encode() in sdf
 
 
+def test_noncharacters_and_lone_surrogates_are_written_out_in_every_export():
+    """A UTF-8 file may hold U+FFFE or U+FFFF, which XML cannot: the workbook did not open (not well-formed); a lone
+    surrogate (the library's caller) stopped the CSV's and the SD file's write with UnicodeEncodeError."""
+    import openpyxl
+
+    text = "A\ufffe1\uffff\ud800"
+    shown = "A\\ufffe1\\uffff\\ud800"
+    data = csv_bytes(["id"], [[text]])
+    assert list(csv.reader(io.StringIO(data.decode("utf-8-sig"))))[1] == [shown]
+    book = openpyxl.load_workbook(io.BytesIO(molspec_io.workbook_bytes(["id"], [[text]])))
+    assert book.active["A2"].value == shown
+    assert shown.encode() in sd_bytes(["id", "smiles"], [[text, "CCO"]])
+
+
 def test_output_header_keeps_every_name_distinct():
     header = output_header(["id", "score", "row", "id", "smiles"])
     assert header[:5] == ["id", "input_score", "input_row", "input_id", "input_smiles"]
