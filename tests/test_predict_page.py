@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -127,11 +128,18 @@ def test_the_same_drawing_applied_in_a_new_editor_is_predicted(copy_models, monk
     apply_drawing()
 
 
-def test_the_editor_says_a_drawing_not_applied_is_lost(copy_models, monkeypatch):
-    """The editor unmounts with its tab (and with the page): what was drawn and not applied is gone on return."""
-    at = app(copy_models, monkeypatch)
+@pytest.mark.parametrize("task, what", [("forward", "Draw the reactants (and reagents), then"),
+                                        ("retro", "Draw the product, then")])
+def test_the_editor_says_what_to_draw_and_that_a_drawing_not_applied_is_lost(copy_models, monkeypatch, task, what):
+    """The editor unmounts with its tab (and with the page): what was drawn and not applied is gone on return. And
+    retrosynthesis asked for a drawing of the reactants, where its file uploader asks for the product."""
+    shutil.copytree(copy_models / "forward", copy_models / "retro")  # the copy model serves either task
+    at = app(copy_models, monkeypatch).run()
+    at.radio(key="task").set_value(task).run()
     at.session_state["query_tab"] = "Draw structure"
     at.run()
+    assert_clean(at)
+    assert what in texts(at.caption)
     assert "A drawing not applied is lost when you leave this tab or the page" in texts(at.caption)
 
 

@@ -46,6 +46,7 @@ class Shown:
 
 
 TASK_NOUN = {"forward": "forward prediction", "retro": "retrosynthesis"}  # "the last ... is kept"
+QUERY_WHAT = {"forward": "the reactants (and reagents)", "retro": "the product"}  # what a query holds
 QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O)NCc1ccccc1"}
 QUERY_HELP = {
     "forward": "The reactants, and the reagents if you know them, separated by '.' (or 'reactants>reagents>'). "
@@ -114,11 +115,12 @@ def example_buttons(task: str) -> None:
                  on_change=use_listed_example, args=(task,))
 
 
-def draw_query() -> None:
+def draw_query(task: str) -> None:
     """The molecule editor, opened on the query; its Apply makes the drawing the query."""
     ss = st.session_state
-    st.caption("Draw the reactants (and reagents), then press **Apply**: the drawing becomes the query. A drawing "
-               "not applied is lost when you leave this tab or the page: the editor opens again on the query.")
+    # what to draw, by task, as the file uploader's label says what to open (retrosynthesis asked for reactants)
+    st.caption(f"Draw {QUERY_WHAT[task]}, then press **Apply**: the drawing becomes the query. A drawing not applied "
+               "is lost when you leave this tab or the page: the editor opens again on the query.")
     opened_with = ss.get("query_text", "")
     # The editor reads its molecule once, when it mounts: keyed by the query, it mounts again with each new one
     # (keyed by a constant it kept the query it first mounted with: after a prediction it showed nothing)
@@ -160,12 +162,11 @@ def query_inputs(task: str) -> None:
     # The editor comes first in the code so that an Apply can still fill the SMILES field below.
     if drawn_tab.open:
         with drawn_tab:
-            draw_query()
+            draw_query(task)
     else:  # the editor is gone: the one the tab opens next hands back only its own Apply
         ss.pop("ketcher_key", None)
     with opened:
-        what = "the product" if task == "retro" else "the reactants (and reagents)"
-        st.file_uploader(f"A molfile or SD file of {what}", type=common.QUERY_FILE_TYPES, key="query_file",
+        st.file_uploader(f"A molfile or SD file of {QUERY_WHAT[task]}", type=common.QUERY_FILE_TYPES, key="query_file",
                          on_change=use_file, args=(task,), max_upload_size=common.MAX_FILE_MB,
                          help="Its molecules become the query, stereo taken from the wedges; the SMILES field shows "
                               "what was read. " + common.QUERY_FILE_LIMITS)
