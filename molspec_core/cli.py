@@ -965,6 +965,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_time_limit(args.time_limit)
     out = check_output(args.out, args.stock)  # neither may replace the stock file, nor a file of either model
     csv_given = args.csv or str(out.with_suffix(".csv"))
+    if not csv_given.lower().endswith(".csv"):  # routes.xlsx was CSV text under a workbook's name
+        raise ValueError(f"{csv_given}: plan writes its steps as CSV; give --csv a name ending in .csv")
     csv_out = check_output(csv_given, args.stock)
     if csv_out == out:
         raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")

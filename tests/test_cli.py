@@ -1196,7 +1196,11 @@ def test_plan_outputs_may_not_replace_the_stock_or_a_models_files(tmp_path, caps
                            (["--forward", model, "--out", tmp_path / "r.json", "--csv", model / "routes.csv"],
                             "lies in the folder of the model"),
                            (["--out", tmp_path / "stock.json"], "stock.csv is the input file"),
-                           (["--out", tmp_path / "r.json", "--csv", tmp_path / "stock.csv"], "is the input file")]:
+                           (["--out", tmp_path / "r.json", "--csv", tmp_path / "stock.csv"], "is the input file"),
+                           # CSV text under a workbook's or an SD file's name
+                           (["--out", tmp_path / "r.json", "--csv", tmp_path / "routes.xlsx"],
+                            "routes.xlsx: plan writes its steps as CSV; give --csv a name ending in .csv"),
+                           (["--out", tmp_path / "r.json", "--csv", tmp_path / "routes.sdf"], "ending in .csv")]:
         expect_refused([*plan, *extra], capsys, message)
     assert {path: path.read_bytes() for path in (*model.iterdir(), tmp_path / "stock.csv")} == before
 
