@@ -172,3 +172,5 @@ def test_a_molfile_of_molblocks_without_record_ends_is_refused():
     assert query_from_file("two.sdf", "$$$$\n".join([*blocks, ""]).encode(), "forward") == "CC(=O)Cl.NCc1ccccc1"
     both = Chem.MolToMolBlock(Chem.MolFromSmiles("CC(=O)Cl.NCc1ccccc1"))
     assert query_from_file("both.mol", both.encode(), "forward") == "CC(=O)Cl.NCc1ccccc1"
+    fields = "> <note>\nM  END\n\n$$$$\n"  # a data field's line is no molblock's end
+    assert query_from_file("noted.sdf", (blocks[0] + fields).encode(), "forward") == "CC(=O)Cl"

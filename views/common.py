@@ -438,6 +438,21 @@ QUERY_FILE_LIMITS = (f"At most {MAX_FILE_MB} MB and {MAX_FILE_MOLECULES} molecul
                      "files, a query per record.")
 
 
+def molblock_count(data: bytes) -> int:
+    """How many molblocks a molfile or SD file holds: its 'M  END' lines, less those in a record's data fields
+    (which follow its molblock, each headed by a line that starts with '>')."""
+    count, ended, in_fields = 0, False, False
+    for line in data.splitlines():
+        line = line.strip()
+        if line == b"$$$$":
+            ended = in_fields = False
+        elif ended and line.startswith(b">"):
+            in_fields = True
+        elif line == b"M  END" and not in_fields:
+            count, ended = count + 1, True
+    return count
+
+
 def query_from_file(name: str, data: bytes, task: str) -> str:
     """The query a molfile or SD file holds: its molecules joined by '.' (reactants and reagents; a
     retrosynthesis query is one product). Raises InputFileError for a file that cannot be one query,
@@ -451,7 +466,7 @@ def query_from_file(name: str, data: bytes, task: str) -> str:
         raise InputFileError(f"Cannot read {name}: {problem}")
     # RDKit splits records at '$$$$' lines: molblocks one after another without them read as the first alone, and
     # the molecules after it were dropped without a word
-    blocks = sum(line.strip() == b"M  END" for line in data.splitlines())
+    blocks = molblock_count(data)
     if blocks > len(records.queries):
         raise InputFileError(f"{name} holds {blocks} molblocks, not separated by the '$$$$' line that ends each "
                              f"record of an SD file: RDKit reads {len(records.queries)} of them and would drop the "
