@@ -128,6 +128,21 @@ def test_the_same_drawing_applied_in_a_new_editor_is_predicted(copy_models, monk
     apply_drawing()
 
 
+def test_an_empty_drawing_applied_says_so_and_the_query_stays(copy_models, monkeypatch):
+    """Apply on a cleared canvas did nothing, without a word: the answers below were still the query's before."""
+    import streamlit_ketcher
+
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher", lambda molecule, **kwargs: "")  # cleared, applied
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    at.session_state["query_tab"] = "Draw structure"
+    at.run()
+    assert_clean(at)
+    assert "The editor is empty: draw a structure, then press **Apply**. The query stays as it was." in texts(at.info)
+    assert at.session_state["query_text"] == "Oc1ccncc1"
+    assert at.session_state["shown"].result.query == "Oc1ccncc1"
+
+
 @pytest.mark.parametrize("task, what", [("forward", "Draw the reactants (and reagents), then"),
                                         ("retro", "Draw the product, then")])
 def test_the_editor_says_what_to_draw_and_that_a_drawing_not_applied_is_lost(copy_models, monkeypatch, task, what):

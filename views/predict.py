@@ -131,7 +131,11 @@ def draw_query(task: str) -> None:
     if ss.get("ketcher_key") != key:
         ss["ketcher_key"], ss["ketcher_seen"] = key, None
     drawn = st_ketcher(opened_with, key=key, height=460)
-    if drawn and drawn != opened_with and drawn != ss["ketcher_seen"]:
+    if drawn == "" and opened_with and ss["ketcher_seen"] != "":  # Apply on an empty canvas: it did nothing, silently
+        ss["ketcher_seen"] = ""
+        st.info("The editor is empty: draw a structure, then press **Apply**. The query stays as it was.",
+                icon=":material/info:")
+    elif drawn and drawn != opened_with and drawn != ss["ketcher_seen"]:
         ss["ketcher_seen"] = drawn
         query = drawn_query(drawn)
         if query is None:
