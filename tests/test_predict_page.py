@@ -143,6 +143,28 @@ def test_an_empty_drawing_applied_says_so_and_the_query_stays(copy_models, monke
     assert at.session_state["shown"].result.query == "Oc1ccncc1"
 
 
+@test_app.needs_forward
+@pytest.mark.parametrize("drawn, read, note", [
+    ("C[C@@H](CC)O |&1:1,r|", "CC[C@H](C)O", "Enhanced stereo is not read"),  # a stereo group ("And" or "Or")
+    ("[2H]C(OC(c1ccccc1)=O)([2H])[2H].[CH2]C |^1:13|", "[2H]C([2H])([2H])OC(=O)c1ccccc1.[CH2]C", None),  # a radical
+], ids=["stereo-group", "radical"])
+def test_a_drawing_the_editor_writes_as_cxsmiles_is_predicted(monkeypatch, drawn, read, note):
+    """The editor writes a drawn radical or stereo group as a CXSMILES ('... |^1:13|'), which the page refused as
+    "RDKit cannot read the drawn structure"; typed, the same text was predicted."""
+    import streamlit_ketcher
+
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher", lambda molecule, **kwargs: drawn)  # drawn, applied
+    at = app()
+    at.session_state["query_tab"] = "Draw structure"
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    assert at.session_state["query_text"] == drawn
+    assert at.session_state["shown"].result.canonical_query == read
+    if note:
+        assert note in texts(at.info)
+
+
 @pytest.mark.parametrize("task, what", [("forward", "Draw the reactants (and reagents), then"),
                                         ("retro", "Draw the product, then")])
 def test_the_editor_says_what_to_draw_and_that_a_drawing_not_applied_is_lost(copy_models, monkeypatch, task, what):

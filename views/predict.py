@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import canonical_or_none, dropped_stereo, main_molecule, unread_stereo_groups
+from molspec_core.chem import CXSMILES, canonical_or_none, dropped_stereo, main_molecule, unread_stereo_groups
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
@@ -147,10 +147,13 @@ def draw_query(task: str) -> None:
 def drawn_query(drawn: str) -> str | None:
     """The query a drawing gives: its molecules canonical, or a drawn reaction (an arrow: 'A>>B') as the editor
     writes it, which the SMILES field reads as a recorded reaction (it was refused: RDKit reads no reaction as a
-    molecule); None where it is neither."""
-    if ">" in drawn:
-        return drawn.strip()
-    return canonical_or_none(drawn)
+    molecule), or a CXSMILES as the editor writes it for a drawn radical or stereo group ('... |^1:3|', '|&1:1|'),
+    which the SMILES field reads as typed and whose unread stereo groups the page names (it was refused as
+    unreadable); None where it is none of these."""
+    text = drawn.strip()
+    if ">" in text or CXSMILES.fullmatch(text):
+        return text
+    return canonical_or_none(text)
 
 
 def query_inputs(task: str) -> None:
