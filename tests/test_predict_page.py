@@ -12,6 +12,7 @@ import pytest
 import streamlit as st
 
 import test_app
+from molspec_core.chem import canonical_or_none
 from molspec_core.io import InputFileError
 from molspec_core.service import MAX_QUERY_CHARS
 from test_app import app, assert_clean, predict, submit, texts
@@ -99,22 +100,56 @@ def test_a_drawn_query_comes_back_after_another_page(copy_models, monkeypatch):
     assert at.text_input(key="query_text").value == "Clc1ccncc1"
 
 
+class FakeEditor:
+    """st_ketcher as the browser runs it: each key an editor, which hands back the molecule it opened on until an
+    Apply, then its last Apply; `apply` presses Apply in the editor last drawn (the one on screen)."""
+
+    def __init__(self) -> None:
+        self.applied: dict[str, str] = {}
+        self.on_screen = ""
+
+    def __call__(self, molecule: str, *, key: str, **kwargs) -> str:
+        self.on_screen = key
+        return self.applied.get(key, molecule)
+
+    def apply(self, drawing: str) -> None:
+        self.applied[self.on_screen] = drawing
+
+
+def test_a_drawing_edited_and_applied_again_is_predicted(copy_models, monkeypatch):
+    """The editor was keyed by the query, so its Apply mounted a new one in the next run, and the next Apply, sent
+    by the editor still on screen under the old key, was lost: the drawing edited and applied again (a base added)
+    was not predicted, without a word, and the answers stayed the first drawing's."""
+    import streamlit_ketcher
+
+    editor = FakeEditor()
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher", editor)
+    at = app(copy_models, monkeypatch)
+    at.session_state["query_tab"] = "Draw structure"
+    at.run()
+    for drawing in ("Oc1ccncc1", "Oc1cc(Cl)ncc1", "Oc1ccncc1"):  # drawn, edited, edited back
+        editor.apply(drawing)
+        at.run()
+        assert_clean(at)
+        assert at.session_state["shown"].result.query == canonical_or_none(drawing)
+        assert at.text_input(key="query_text").value == canonical_or_none(drawing)
+
+
 def test_the_same_drawing_applied_in_a_new_editor_is_predicted(copy_models, monkeypatch):
     """A drawing applied once was remembered as seen for the session: drawn and applied again in the editor a new
     query or a reopened tab mounts, it was ignored without a word, and the answers of the query before stayed."""
     import streamlit_ketcher
 
-    applied: dict[str, str | None] = {"drawing": None}  # what the editor hands back: its Apply, else its molecule
-    monkeypatch.setattr(streamlit_ketcher, "st_ketcher",
-                        lambda molecule, **kwargs: applied["drawing"] or molecule)
+    editor = FakeEditor()
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher", editor)
     at = app(copy_models, monkeypatch).run()
     predict(at, "Oc1ccncc1")
 
     def apply_drawing() -> None:
         at.session_state["query_tab"] = "Draw structure"
-        applied["drawing"] = "Clc1ccncc1"
         at.run()
-        applied["drawing"] = None  # the new query mounts a new editor, which opens on it
+        editor.apply("Clc1ccncc1")
+        at.run()
         assert_clean(at)
         assert at.session_state["shown"].result.query == "Clc1ccncc1"
 

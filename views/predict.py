@@ -5,9 +5,8 @@ from __future__ import annotations
 import html
 import logging
 import math
-import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -115,33 +114,47 @@ def example_buttons(task: str) -> None:
                  on_change=use_listed_example, args=(task,))
 
 
+@dataclass(frozen=True)
+class Editor:
+    """The molecule editor on screen: its key (a new key mounts a new editor), the query it opened on, the query
+    the page had when it last drew it (the one it opened on, or its own Apply's), and the last Apply it handed back
+    (a mounted editor hands it back on every run)."""
+
+    key: str
+    opened: str
+    query: str
+    seen: str | None = None
+
+
 def draw_query(task: str) -> None:
     """The molecule editor, opened on the query; its Apply makes the drawing the query."""
     ss = st.session_state
     # what to draw, by task, as the file uploader's label says what to open (retrosynthesis asked for reactants)
     st.caption(f"Draw {QUERY_WHAT[task]}, then press **Apply**: the drawing becomes the query. A drawing not applied "
                "is lost when you leave this tab or the page: the editor opens again on the query.")
-    opened_with = ss.get("query_text", "")
-    # The editor reads its molecule once, when it mounts: keyed by the query, it mounts again with each new one
-    # (keyed by a constant it kept the query it first mounted with: after a prediction it showed nothing)
-    key = f"ketcher-{zlib.crc32(opened_with.encode()):08x}"
-    # A mounted editor hands back its last Apply on every run: a drawing is new once per editor. Remembered for the
-    # session, the same drawing applied again in a new editor (after another query, or in the tab opened again:
-    # query_inputs forgets the editor when the tab closes) was ignored without a word.
-    if ss.get("ketcher_key") != key:
-        ss["ketcher_key"], ss["ketcher_seen"] = key, None
-    drawn = st_ketcher(opened_with, key=key, height=460)
-    if drawn == "" and opened_with and ss["ketcher_seen"] != "":  # Apply on an empty canvas: it did nothing, silently
-        ss["ketcher_seen"] = ""
+    query = ss.get("query_text", "")
+    # The editor reads its molecule once, when it mounts: a new query from elsewhere (typed, an example, a file, the
+    # other task) mounts a new one, and so does opening the tab (query_inputs forgets it when the tab closes); its
+    # own Apply keeps it. Keyed by the query, it mounted again after each Apply, and the next Apply, sent by the
+    # editor still on screen under the old key, was lost: a drawing edited and applied again was not predicted.
+    editor: Editor | None = ss.get("editor")
+    if editor is None or editor.query != query:
+        mounts = ss["editor_mounts"] = ss.get("editor_mounts", 0) + 1
+        editor = ss["editor"] = Editor(f"ketcher-{mounts}", query, query)
+    drawn = st_ketcher(editor.opened, key=editor.key, height=460)
+    if drawn is None or drawn == (editor.opened if editor.seen is None else editor.seen):
+        return  # no Apply since the last one seen (or since it opened)
+    ss["editor"] = editor = replace(editor, seen=drawn)
+    if not drawn.strip():  # Apply on an empty canvas did nothing, without a word
         st.info("The editor is empty: draw a structure, then press **Apply**. The query stays as it was.",
                 icon=":material/info:")
-    elif drawn and drawn != opened_with and drawn != ss["ketcher_seen"]:
-        ss["ketcher_seen"] = drawn
-        query = drawn_query(drawn)
-        if query is None:
-            st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
-        else:
-            ss["query_text"], ss["example"], ss["pending"] = query, None, True
+        return
+    applied = drawn_query(drawn)
+    if applied is None:
+        st.error(f"RDKit cannot read the drawn structure: {common.md_escape(common.short(drawn, 80))}")
+    else:
+        ss["query_text"], ss["example"], ss["pending"] = applied, None, True
+        ss["editor"] = replace(editor, query=applied)
 
 
 def drawn_query(drawn: str) -> str | None:
@@ -170,8 +183,8 @@ def query_inputs(task: str) -> None:
     if drawn_tab.open:
         with drawn_tab:
             draw_query(task)
-    else:  # the editor is gone: the one the tab opens next hands back only its own Apply
-        ss.pop("ketcher_key", None)
+    else:  # the editor is gone: the tab opens a new one, which hands back only its own Apply
+        ss.pop("editor", None)
     with opened:
         st.file_uploader(f"A molfile or SD file of {QUERY_WHAT[task]}", type=common.QUERY_FILE_TYPES, key="query_file",
                          on_change=use_file, args=(task,), max_upload_size=common.MAX_FILE_MB,
