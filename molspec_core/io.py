@@ -244,7 +244,7 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
     try:
         if kind == "xlsx":
             return parse_workbook(_read_stream(raw, name), name, column, task=task)
-        return parse_queries(_decode_stream(raw, name), kind=kind, column=column, task=task)
+        return parse_queries(_decode_stream(raw, name, structures=kind == "sdf"), kind=kind, column=column, task=task)
     except TooManyRecords as exc:
         raise TooManyRecords(f"{name} holds {exc}") from None
 
@@ -260,7 +260,10 @@ def _read_stream(raw: IO[bytes], name: str) -> bytearray:
         raise InputFileError(f"{name} cannot be decompressed as {compression}: {exc}") from None
 
 
-def _decode_stream(raw: IO[bytes], name: str) -> str:
+def _decode_stream(raw: IO[bytes], name: str, structures: bool = False) -> str:
+    """A stream's text: UTF-8 (a byte-order mark dropped) or UTF-16 with its mark; for `structures` (an SD file or
+    molfile) text that is not UTF-8 is read in Windows' code page 1252, where drawing programs write a title or
+    field (ChemDraw's "Café"): its molblocks are ASCII, and the whole file was refused for one accent."""
     data = _read_stream(raw, name)
     # Text that starts with UTF-16's byte-order mark is UTF-16 (Excel's "Unicode Text", Notepad's "Unicode"): it was
     # refused as "not UTF-8 text: line 1 (byte 0)". UTF-32's little-endian mark starts with UTF-16's and stays refused.
@@ -273,6 +276,8 @@ def _decode_stream(raw: IO[bytes], name: str) -> str:
     try:
         return data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:
+        if structures:
+            return data.decode("cp1252", errors="replace")  # its 5 undefined bytes read as U+FFFD
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputFileError(f"{name} is not UTF-8 text: line {line:,} (byte {exc.start:,}) cannot be decoded; save "
                              "the file as UTF-8 (in Excel: CSV UTF-8)") from None

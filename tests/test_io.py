@@ -178,6 +178,22 @@ def test_a_file_that_is_not_utf8_is_refused_with_the_line_to_mend(tmp_path):
         read_queries(tmp_path / "latin1.csv")
 
 
+def test_an_sd_file_or_molfile_with_a_windows_1252_title_is_read(tmp_path):
+    """ChemDraw writes a title in Windows' code page: a molfile titled Café was refused whole as 'not UTF-8 text'."""
+    from rdkit import Chem
+
+    block = Chem.MolToMolBlock(Chem.MolFromSmiles("CC(=O)O")).split("\n", 1)[1]  # without its (empty) title line
+    (tmp_path / "cafe.mol").write_bytes(("Caf\u00e9\n" + block).encode("cp1252"))
+    record = "Caf\u00e9 \u20ac\n" + block + "> <note>\nna\u00efve\n\n$$$$\n"
+    (tmp_path / "cafe.sdf").write_bytes(record.encode("cp1252"))
+    assert read_queries(tmp_path / "cafe.mol").queries == ["CC(=O)O"]
+    table = read_queries(tmp_path / "cafe.sdf")
+    assert table.queries == ["CC(=O)O"] and table.cells == (("Caf\u00e9 \u20ac", "na\u00efve"),)
+    (tmp_path / "cafe.csv").write_bytes("smiles,name\nCC(=O)O,Caf\u00e9\n".encode("cp1252"))  # text files still say
+    with pytest.raises(InputFileError, match="^cafe.csv is not UTF-8 text"):
+        read_queries(tmp_path / "cafe.csv")
+
+
 def test_one_long_cell_leaves_the_rest_of_the_file_readable(tmp_path):
     """Issue 14 item 9: a cell over csv's 131,072 characters made the whole file unreadable; now it is
     a query of its own (the service rejects it as too long, on its row)."""
