@@ -532,7 +532,10 @@ def sd_records(text: str) -> list[SdRecord]:
         supplier.SetData(block + "\n\n$$$$\n", sanitize=False, removeHs=False)
         raw = next(supplier, None)
         if raw is None:
-            records.append(SdRecord("", title, {}, f"SD record {number}: RDKit cannot read its molblock"))
+            why = (" is a reaction (an RXN file's $RXN block), not a molecule: paste the reaction as SMILES, "
+                   "reactants>>product" if block.lstrip().startswith(("$RXN", "$RDFILE")) else
+                   ": RDKit cannot read its molblock")
+            records.append(SdRecord("", title, {}, f"SD record {number}{why}"))
             continue
         fields = {name: raw.GetProp(name) for name in raw.GetPropNames()}
         supplier.SetData(block + "\n\n$$$$\n")  # sanitized, hydrogens removed, stereo perceived

@@ -194,6 +194,16 @@ def test_an_sd_file_or_molfile_with_a_windows_1252_title_is_read(tmp_path):
         read_queries(tmp_path / "cafe.csv")
 
 
+def test_a_reaction_file_saved_as_a_molfile_is_said_to_be_a_reaction(tmp_path):
+    """An RXN block saved as .mol got 'RDKit cannot read its molblock'."""
+    from rdkit.Chem import rdChemReactions
+
+    rxn = rdChemReactions.ReactionFromSmarts("CC(=O)Cl.NC>>CC(=O)NC", useSmiles=True)
+    (tmp_path / "amide.mol").write_text(rdChemReactions.ReactionToRxnBlock(rxn))
+    table = read_queries(tmp_path / "amide.mol")
+    assert table.problems[0].startswith("SD record 1 is a reaction (an RXN file's $RXN block), not a molecule")
+
+
 def test_one_long_cell_leaves_the_rest_of_the_file_readable(tmp_path):
     """Issue 14 item 9: a cell over csv's 131,072 characters made the whole file unreadable; now it is
     a query of its own (the service rejects it as too long, on its row)."""
