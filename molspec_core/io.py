@@ -262,8 +262,9 @@ def _read_stream(raw: IO[bytes], name: str) -> bytearray:
 
 def _decode_stream(raw: IO[bytes], name: str, structures: bool = False) -> str:
     """A stream's text: UTF-8 (a byte-order mark dropped) or UTF-16 with its mark; for `structures` (an SD file or
-    molfile) text that is not UTF-8 is read in Windows' code page 1252, where drawing programs write a title or
-    field (ChemDraw's "Café"): its molblocks are ASCII, and the whole file was refused for one accent."""
+    molfile) holding a molblock, text that is not UTF-8 is read in Windows' code page 1252, where drawing programs
+    write a title or field (ChemDraw's "Café"): its molblocks are ASCII, and the whole file was refused for one
+    accent. Bytes with no molblock in them (a binary file named .mol) are still refused as not text."""
     data = _read_stream(raw, name)
     # Text that starts with UTF-16's byte-order mark is UTF-16 (Excel's "Unicode Text", Notepad's "Unicode"): it was
     # refused as "not UTF-8 text: line 1 (byte 0)". UTF-32's little-endian mark starts with UTF-16's and stays refused.
@@ -276,11 +277,12 @@ def _decode_stream(raw: IO[bytes], name: str, structures: bool = False) -> str:
     try:
         return data.decode("utf-8-sig")  # -sig: Excel's "CSV UTF-8" starts with a byte-order mark
     except UnicodeDecodeError as exc:
-        if structures:
+        if structures and b"M  END" in data:  # a molblock in it: text, whose title or a field is in a code page
             return data.decode("cp1252", errors="replace")  # its 5 undefined bytes read as U+FFFD
         line = data.count(b"\n", 0, exc.start) + 1
+        advice = "" if structures else " (in Excel: CSV UTF-8)"
         raise InputFileError(f"{name} is not UTF-8 text: line {line:,} (byte {exc.start:,}) cannot be decoded; save "
-                             "the file as UTF-8 (in Excel: CSV UTF-8)") from None
+                             f"the file as UTF-8{advice}") from None
 
 
 def text_lines(text: str) -> list[str]:

@@ -189,6 +189,9 @@ def test_an_sd_file_or_molfile_with_a_windows_1252_title_is_read(tmp_path):
     assert read_queries(tmp_path / "cafe.mol").queries == ["CC(=O)O"]
     table = read_queries(tmp_path / "cafe.sdf")
     assert table.queries == ["CC(=O)O"] and table.cells == (("Caf\u00e9 \u20ac", "na\u00efve"),)
+    (tmp_path / "drawing.mol").write_bytes(b"\x89PNG\r\n\x1a\n\xff")  # bytes without a molblock: no text
+    with pytest.raises(InputFileError, match=r"^drawing.mol is not UTF-8 text: .* save the file as UTF-8$"):
+        read_queries(tmp_path / "drawing.mol")
     (tmp_path / "cafe.csv").write_bytes("smiles,name\nCC(=O)O,Caf\u00e9\n".encode("cp1252"))  # text files still say
     with pytest.raises(InputFileError, match="^cafe.csv is not UTF-8 text"):
         read_queries(tmp_path / "cafe.csv")
