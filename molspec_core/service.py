@@ -26,7 +26,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, smiles_from_cxsmiles, smiles_from_inchi)
+                   CXSMILES, in_ion_writing, main_molecule, smiles_from_cxsmiles, smiles_from_inchi)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -649,7 +649,7 @@ class Predictor:
         message = f"{exc}; this model cannot read it"
         ions = in_ion_writing(fragments)
         if ions is None:
-            return QueryError(message)
+            return QueryError(message + self._main_product_hint(fragments))
         try:
             self._encoded(ions)
         except TokenizeError:
@@ -658,6 +658,19 @@ class Predictor:
         named = "; ".join(f"{f} as {ION_WRITINGS[f]}" for f in dict.fromkeys(fragments) if f in ION_WRITINGS)
         return QueryError(f"{message}. Its training data write {named}: the query so written is {suggestion}",
                           suggestion)
+
+    def _main_product_hint(self, fragments: list[str]) -> str:
+        """For retrosynthesis of several molecules (a salt: CC(=O)[O-].[Na+]), where the main one alone is
+        readable, a sentence naming it: the counter-ion's token was refused with nothing to do instead."""
+        if self.task != "retro" or len(fragments) < 2:
+            return ""
+        main = main_molecule(".".join(fragments))
+        try:
+            self._encoded([main])
+        except TokenizeError:
+            return ""
+        return (f". Retrosynthesis takes one product, and this query holds {len(fragments)} molecules: its main "
+                f"molecule alone, {main}, can be read")
 
     def _from_reaction(self, text: str) -> str:
         parts = text.split(">")

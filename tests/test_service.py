@@ -89,6 +89,17 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
     assert alone.ok and alone.predictions == retro.predict("CC(=O)Nc1ccc(O)cc1").predictions
 
 
+def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_its_readable_main_molecule():
+    """Sodium acetate got the vocabulary error for [Na+] with nothing to do instead (the chemistry QA)."""
+    retro = Predictor.load("retro", device="cpu")
+    assert retro.predict("CC(=O)[O-].[Na+]").error == (
+        "token '[Na+]' is not in the model's vocabulary; this model cannot read it. Retrosynthesis takes one product, "
+        "and this query holds 2 molecules: its main molecule alone, CC(=O)[O-], can be read")
+    assert retro.predict("CC(=O)[O-]").ok
+    unreadable = "token '[Cl-]' is not in the model's vocabulary; this model cannot read it"
+    assert retro.predict("[Na+].[Cl-]").error == unreadable  # no molecule of it readable alone: nothing named
+
+
 def test_an_answer_cut_off_at_the_length_limit_is_flagged_and_says_so_in_the_export():
     """It counted as valid and sane, with a calibrated confidence, and the CSV had nothing to mark it (only the
     app showed a badge); planning took it as a reaction."""
