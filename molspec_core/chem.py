@@ -293,6 +293,12 @@ def dropped_stereo(text: str) -> str:
             "query without them, and its answers carry none of that stereo.")
 
 
+def stereo_notes(text: str) -> list[str]:
+    """What a query's stereo says that the model does not read, a sentence each: enhanced stereo
+    (unread_stereo_groups) and marks RDKit drops (dropped_stereo)."""
+    return [note for note in (unread_stereo_groups(text), dropped_stereo(text)) if note]
+
+
 def unread_stereo_groups(text: str) -> str:
     """What a CXSMILES's enhanced stereo says that the models do not read, as a sentence; "" where it says nothing
     more than the SMILES (no |...| part, no AND or OR group, or a reaction). An AND group (&n) marks centres of a

@@ -20,7 +20,7 @@ from .argtypes import at_least, positive_seconds
 from .boundary import Terminated, guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
-from .methods import EXACT_NBEST, METHODS, SAMPLING_KNOBS, SamplingOptions
+from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, windows)
@@ -421,11 +421,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise ValueError(result.error)  # as a recorded outcome that is no SMILES is (recorded_reaction)
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
-        from .chem import dropped_stereo, unread_stereo_groups
+        from .chem import stereo_notes
 
-        for note in (unread_stereo_groups(args.smiles), dropped_stereo(query)):
-            if note:
-                print(f"note: {note}")
+        for note in stereo_notes(query):
+            print(f"note: {note}")
         print(f"{'rank':>4}  {'score':>8}  {'prob':>6}  {'conf':>5}  {'check':<8}  smiles")
         for p in result.predictions:
             confidence = f"{p.confidence:>5.2f}" if p.confidence is not None else f"{'-':>5}"
@@ -508,8 +507,8 @@ def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMar
 
 # predict's options that shape its answers: a run resumed with another of these would join its rows to rows it
 # did not make (the batch size, threads, device and engine change no answer; the columns are checked in the rows)
-ANSWER_OPTIONS = ("model", "dtype", "method", "n_best", "augment", "draft_len", "n_drafts", "temperature", "top_k",
-                  "beta", "tau", "delta", "seed", "ion_writing", "time_limit", "round_trip", "round_trip_k")
+ANSWER_OPTIONS = ("model", "dtype", "method", *KNOBS, "augment", "ion_writing", "time_limit", "round_trip",
+                  "round_trip_k")
 
 
 def answer_settings(args: argparse.Namespace) -> dict[str, object]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from molspec_core import textbook
+from molspec_core.chem import SD_RECORD_END
 from molspec_core.io import InputFileError, parse_upload
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
@@ -444,7 +445,7 @@ def molblock_count(data: bytes) -> int:
     count, ended, in_fields = 0, False, False
     for line in data.splitlines():
         line = line.strip()
-        if line == b"$$$$":
+        if line == SD_RECORD_END.encode():
             ended = in_fields = False
         elif ended and line.startswith(b">"):
             in_fields = True

@@ -14,7 +14,7 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import CXSMILES, canonical_or_none, dropped_stereo, main_molecule, unread_stereo_groups
+from molspec_core.chem import CXSMILES, canonical_or_none, main_molecule, stereo_notes
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
@@ -262,9 +262,8 @@ def show_query(shown: Shown) -> None:
         if shown.example:
             line += f" · example: {shown.example}"
         st.caption(common.md_escape(line))
-    for note in (unread_stereo_groups(result.query), dropped_stereo(result.query)):
-        if note:
-            st.info(common.md_escape(note), icon=":material/info:")
+    for note in stereo_notes(result.query):
+        st.info(common.md_escape(note), icon=":material/info:")
     molecules = result.canonical_query.split(".")
     if shown.settings.task == "retro" and len(molecules) > 1:  # opened from a file it is refused; typed it was not
         st.warning(common.md_escape(
