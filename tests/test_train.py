@@ -23,7 +23,7 @@ from molspec_core.decoding.beam import beam_search
 from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, layer_groups,
                                  learning_rate, load_pairs, load_state, pad_multiple, pair_gaps, peak_lr,
                                  ranking_hinge, rdrop_loss, row_widths, sequence_log_probs, sharpness_probe,
-                                 summed_cross_entropy, token_batches, train)
+                                 summed_cross_entropy, teacher_kl, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -332,6 +332,47 @@ def test_rdrop_reads_the_batch_twice_under_independent_dropout_and_adds_their_sy
     assert kl.item() > 0.01 and kl.item() == pytest.approx(expected.item(), rel=1e-4)
     with pytest.raises(ValueError, match="rdrop"):
         train(TrainConfig(data=str(tiny_data), out=str(tiny_data.parent / "bad"), rdrop=-1.0, max_steps=1))
+
+
+def test_the_teacher_kl_is_the_kl_of_the_teachers_distribution_to_the_models_over_target_tokens():
+    torch.manual_seed(0)
+    own, theirs = torch.randn(2, 3, 7), torch.randn(2, 3, 7)
+    tgt_out = torch.tensor([[5, 6, EOS_ID], [5, EOS_ID, PAD_ID]])
+    p, q = torch.softmax(theirs, -1), torch.softmax(own, -1)
+    expected = sum(float((p[i, j] * (p[i, j] / q[i, j]).log()).sum()) for i, j in [(0, 0), (0, 1), (0, 2), (1, 0),
+                                                                                  (1, 1)])
+    assert teacher_kl(own, theirs, tgt_out).item() == pytest.approx(expected, rel=1e-5)
+    assert teacher_kl(theirs, theirs, tgt_out).item() == pytest.approx(0.0, abs=1e-5)
+
+
+def test_a_distilled_run_moves_toward_its_teacher_and_leaves_the_teacher_alone(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, val_greedy_rows=1, threads=1, lr=3e-3)
+    train(TrainConfig(out=str(tmp_path / "teacher"), max_steps=40, **common))
+    teacher_dir = tmp_path / "teacher" / "export"
+    before = checkpoint.load_tensors(teacher_dir)
+    state = train(TrainConfig(out=str(tmp_path / "student"), max_steps=30, eval_every=10, seed=1,
+                              teacher=str(teacher_dir), teacher_weight=1.0, **common))
+    kl = [entry["teacher_kl"] for entry in state["history"]]
+    assert kl[-1] < kl[0] and all(entry["train_teacher_kl"] > 0 for entry in state["history"])
+    assert 0 <= state["history"][-1]["teacher_top1_agreement"] <= 1
+    after = checkpoint.load_tensors(teacher_dir)
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    plain = train(TrainConfig(out=str(tmp_path / "plain"), max_steps=2, eval_every=2, **common))
+    assert "teacher_kl" not in plain["history"][-1]
+
+
+def test_a_teacher_of_another_vocabulary_or_beside_rdrop_is_refused_before_any_write(tiny_data, tmp_path):
+    other = tmp_path / "other"
+    write_splits(other, {"train": PAIRS[:2] * 4, "val": PAIRS[:1], "test": PAIRS[:1]}, {"task": "forward"})
+    common = dict(preset="tiny", max_tokens=64, max_steps=1, val_greedy_rows=1, threads=1)
+    train(TrainConfig(data=str(other), out=str(tmp_path / "small"), **common))
+    with pytest.raises(ValueError, match="another vocabulary"):
+        train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "bad"), teacher=str(tmp_path / "small" / "export"),
+                          **common))
+    with pytest.raises(ValueError, match="--teacher and --rdrop"):
+        train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "bad"), teacher=str(tmp_path / "small" / "export"),
+                          rdrop=1.0, **common))
+    assert not (tmp_path / "bad").exists()
 
 
 def test_an_rdrop_run_trains_and_logs_the_kl(tiny_data, tmp_path):

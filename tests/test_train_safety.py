@@ -43,7 +43,8 @@ BAD_FLAGS = [("--lr", "nan"), ("--lr", "inf"), ("--lr", "-1"), ("--warmup", "-5"
              ("--max-steps", "-3"), ("--eval-every", "0"), ("--eval-every", "-1"), ("--label-smoothing", "1.5"),
              ("--label-smoothing", "1"), ("--label-smoothing", "-0.1"), ("--device", "gpu"), ("--accum", "-1"),
              ("--accum", "0"), ("--max-tokens", "-5"), ("--pad-to", "-8"), ("--val-greedy-rows", "-1"),
-             ("--weight-decay", "nan"), ("--ema", "1"), ("--dropout", "1"), ("--preset", "huge")]
+             ("--weight-decay", "nan"), ("--ema", "1"), ("--dropout", "1"), ("--preset", "huge"),
+             ("--teacher-weight", "1.5"), ("--teacher-weight", "nan")]
 
 
 @pytest.mark.parametrize("flag,value", BAD_FLAGS)
