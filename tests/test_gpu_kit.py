@@ -271,6 +271,47 @@ def test_pack_and_start_refuse_an_unknown_task_and_collect_a_missing_out(kit, tm
         kit.main(["collect", "--out", str(tmp_path / "nowhere")])
 
 
+def test_collect_takes_one_whole_export_while_the_training_replaces_it(kit, tmp_path, monkeypatch, capsys):
+    """train writes each export beside the last and renames it in (train._replace_folder); a collect that
+    read across the swap took files of two exports, or found no folder and skipped the task in silence."""
+    import io
+    import tarfile
+
+    from molspec_core.train import _replace_folder
+
+    run = tmp_path / "runs" / "gpu_forward"
+    export = run / "export"
+    for folder, step in ((export, 1), (run / "export.tmp", 2)):
+        folder.mkdir(parents=True)
+        (folder / "model-00001-of-00002.safetensors").write_bytes(b"shard one of step %d" % step)
+        (folder / "model-00002-of-00002.safetensors").write_bytes(b"shard two of step %d" % step)
+        (folder / "train_state.json").write_text(json.dumps({"step": step}))
+    reads = []
+    real_read = Path.read_bytes
+
+    def read_bytes(self):  # the run's next export lands right after collect's first read of a file in it
+        reads.append(self.name)
+        if len(reads) == 1:
+            _replace_folder(run / "export.tmp", export)
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    out = tmp_path / "out"
+    out.mkdir()
+    kit.main(["collect", "--out", str(out)])
+    monkeypatch.setattr(Path, "read_bytes", real_read)
+    data = b"".join(part.read_bytes() for part in sorted(out.glob("forward.tar.*")))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    assert members == {"export/model-00001-of-00002.safetensors": b"shard one of step 2",
+                       "export/model-00002-of-00002.safetensors": b"shard two of step 2",
+                       "export/train_state.json": b'{"step": 2}'}
+    assert len(reads) > 3  # the mixed read was thrown away and the folder read again
+    shutil.rmtree(export)  # a run that has not exported yet is named, not skipped in silence
+    kit.main(["collect", "--out", str(tmp_path / "out")])
+    assert "forward: no complete export yet" in capsys.readouterr().out
+
+
 def write_parts(folder, task: str, members: dict[str, bytes], part_bytes: int) -> list:
     """A tar of `members` (name: content) cut into <task>.tar.NN parts, as `collect` writes them."""
     import io

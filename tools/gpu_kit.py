@@ -413,6 +413,32 @@ def _log_lines(log: Path, offset: int = 0) -> list[str]:
     return lines
 
 
+def export_tar(export: Path, tries: int = 20) -> bytes | None:
+    """The export folder as a tar of one export, read while the training may replace it: train writes each
+    export into export.tmp and renames it in place of the last (train._replace_folder), so a read that
+    overlaps the swap may find no folder, or take files of two exports (shards of different steps, a model
+    that loads and is wrong). The folder's inode before and after the read tells a whole read from a mixed
+    one; a mixed or failed read is retried. None where no complete export is found."""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.25)
+        try:
+            before = export.stat().st_ino
+            files = {f.name: f.read_bytes() for f in sorted(export.iterdir())}
+            if export.stat().st_ino != before or "train_state.json" not in files:
+                continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, content in files.items():
+                info = tarfile.TarInfo(f"export/{name}")
+                info.size, info.mtime, info.mode = len(content), int(time.time()), 0o644
+                tar.addfile(info, io.BytesIO(content))
+        return buf.getvalue()
+    return None
+
+
 def cmd_collect(args: argparse.Namespace) -> None:
     """Each task's latest export as <task>.tar.NN parts in the device's output folder, and one
     train_logs.txt.gz with both tasks' log lines (speed, validation, errors) for the model cards."""
@@ -424,13 +450,13 @@ def cmd_collect(args: argparse.Namespace) -> None:
     if logs:  # one file for both: a command may return only 8 (forward 2 parts, retro 3, two n-best files)
         (out / "train_logs.txt.gz").write_bytes(gzip.compress("".join(x + "\n" for x in logs).encode()))
     for task in TASKS:
-        export = gpu_run(task) / "export"
-        if not (export / "train_state.json").exists():
+        if not gpu_run(task).is_dir():
             continue
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(export, arcname="export")
-        data = buf.getvalue()
+        data = export_tar(gpu_run(task) / "export")
+        if data is None:
+            print(f"{task}: no complete export yet (the run writes its first after --export-every-minutes)",
+                  flush=True)
+            continue
         for i in range(0, len(data), PART_BYTES):
             (out / f"{task}.tar.{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
         print(f"{task}: {len(data) / 1e6:.1f} MB in {-(-len(data) // PART_BYTES)} parts", flush=True)
