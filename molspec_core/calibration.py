@@ -377,6 +377,27 @@ def save(calibration: Calibration, folder: str | Path) -> Path:
     return path
 
 
+def check_maps(calibration: Calibration) -> None:
+    """A ValueError naming what is wrong with a fit read back from a file (hand-edited, damaged), unless its method
+    is known and each map is what isotonic_steps makes: scores that rise, chances within [0, 1] that never fall, as
+    many of one as of the other. Any other map would show a chemist 170% or "nan%", stop a query at an index out of
+    range, or make a higher score less sure."""
+    method_row(calibration.method)
+    for name, edges, values in (("", calibration.edges, calibration.values),
+                                ("rest_", calibration.rest_edges, calibration.rest_values)):
+        if name and not edges and not values:  # one map for every rank (rest_ empty)
+            continue
+        if not edges or len(edges) != len(values):
+            raise ValueError(f"{name}edges and {name}values need as many steps as each other, at least one: "
+                             f"{len(edges)} and {len(values)}")
+        if not all(isinstance(x, int | float) for x in (*edges, *values)):
+            raise ValueError(f"{name}edges and {name}values must be numbers")
+        if any(math.isnan(edge) for edge in edges) or any(a >= b for a, b in zip(edges, edges[1:])):
+            raise ValueError(f"{name}edges must rise from step to step")
+        if not all(0.0 <= value <= 1.0 for value in values) or any(a > b for a, b in zip(values, values[1:])):
+            raise ValueError(f"{name}values must be chances between 0 and 1 that never fall from step to step")
+
+
 TUPLES = ("edges", "values", "rest_edges", "rest_values", "ece_by_rank")  # JSON lists read back as the tuples they were
 
 
@@ -392,11 +413,16 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
         data = json.loads(path.read_text())
         calibration = Calibration(**{**data, **{key: tuple(data[key]) for key in TUPLES if key in data},
                                      "reliability": tuple(tuple(row) for row in data["reliability"])})
+        check_maps(calibration)
     except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         log.warning("%s is not a calibration this version reads (%s: %s); answers get no calibrated confidence",
                     path, type(exc).__name__, exc)
         return None
-    if calibration.fingerprint != weights_fingerprint(folder) or kind_of(calibration.method) != kind:
+    if kind_of(calibration.method) != kind or calibration.augment != augment:  # a fit copied under another name
+        log.warning("%s holds a fit for %s answers in %d writing(s), not %s answers in %d; answers get no calibrated "
+                    "confidence", path, kind_of(calibration.method), calibration.augment, kind, augment)
+        return None
+    if calibration.fingerprint != weights_fingerprint(folder):
         return None
     if augment > 1 and calibration.pool_power != POOL_POWER:
         return None

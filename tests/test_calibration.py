@@ -103,6 +103,36 @@ def test_a_damaged_calibration_file_costs_the_answers_their_confidence_and_is_na
         assert str(folder / calibration.FILE) in caplog.text and "no calibrated confidence" in caplog.text
 
 
+@pytest.mark.parametrize("edit, reason", [
+    ({"values": [0.2, float("nan")]}, "values must be chances"),  # showed "nan%"
+    ({"values": [0.2, 1.7]}, "values must be chances"),  # showed 170%
+    ({"values": [0.9, 0.1]}, "never fall"),  # a higher score read as less sure
+    ({"values": [0.2, "0.8"]}, "must be numbers"),  # a string where the page formats a number
+    ({"values": [0.2]}, "as many steps"),  # stopped the query: IndexError
+    ({"edges": [], "values": []}, "at least one"),  # stopped the query: IndexError
+    ({"edges": [-1.0, -5.0]}, "edges must rise"),
+    ({"rest_edges": [-3.0], "rest_values": []}, "rest_edges"),  # stopped the query below rank 1
+    ({"method": "foo"}, "unknown method"),  # stopped the query: a ValueError outside the damaged-file check
+    ({"augment": 5, "pool_power": 0.25}, "in 5 writing"),  # a pooled fit named as one writing's was used for it
+])
+def test_a_hand_edited_calibration_is_set_aside_and_named_and_the_query_still_answered(tmp_path, caplog, edit,
+                                                                                       reason):
+    import json
+
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    fit = {"fingerprint": calibration.weights_fingerprint(folder), "method": "beam", "n_best": 3, "n_fit": 4,
+           "n_check": 2, "edges": [-5.0, -1.0], "values": [0.2, 0.8], "ece": 0.1, "ece_raw": 0.2,
+           "reliability": [[0.5, 0.5, 2]]}
+    (folder / calibration.FILE).write_text(json.dumps(fit))
+    assert calibration.load(folder) is not None  # the fit as written is read
+    (folder / calibration.FILE).write_text(json.dumps({**fit, **edit}))
+    caplog.clear()
+    answers = Predictor.load(folder, device="cpu").predict("CCOc1ccccc1", method="beam", n_best=2)
+    assert answers.ok and answers.predictions and all(p.confidence is None for p in answers.predictions)
+    assert str(folder / calibration.FILE) in caplog.text and reason in caplog.text
+
+
 def test_a_fit_with_enough_answers_below_the_first_maps_them_apart_and_predict_uses_each_answers_rank(
         tmp_path, monkeypatch):
     import json
