@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -411,18 +412,23 @@ def no_route(stats: SearchStats) -> str:
 
 
 def extract_routes(graph: AndOrGraph | MolSetGraph, stock: Stock, max_routes: int) -> list[Route]:
-    """The solved routes of a search graph, cheapest first (cost: minus the sum of step log-probs)."""
+    """The solved routes of a search graph, cheapest first (cost: minus the sum of step log-probs), each once."""
     for node in graph.nodes():
         node.data["route_cost"] = -_score_into(node, graph)
-    routes, seen = [], set()
-    for nodes in iter_routes_cost_order(graph, max_routes, max_time_s=ROUTE_EXTRACTION_S):
+    routes: list[Route] = []
+    seen: set[frozenset[str]] = set()
+    # MCTS's molecule-set tree holds one route once per order its reactions can be made in: the iterator is asked
+    # for every route (bounded by time), not for max_routes, which those copies used up (4 routes found, 2 given)
+    for nodes in iter_routes_cost_order(graph, sys.maxsize, max_time_s=ROUTE_EXTRACTION_S):
         if len(nodes) == 1:
             continue  # the target alone: in stock, but no reaction was found for it
         synthesis = graph.to_synthesis_graph(nodes)
         key = frozenset(r.reaction_smiles for r in synthesis.nodes())
-        if key not in seen:  # MCTS reaches one set of reactions in several orders
+        if key not in seen:
             seen.add(key)
             routes.append(to_route(synthesis, stock))
+            if len(routes) == max_routes:
+                break
     return routes
 
 

@@ -67,15 +67,17 @@ TABLE_STOCK = Stock(["CC(=O)Cl", "O=[N+]([O-])c1ccccc1", "N", "Oc1ccccc1"], "tab
 
 
 class TableModel(BackwardReactionModel):
-    """A backward reaction model that answers from TABLE, with the metadata PredictorModel gives."""
+    """A backward reaction model that answers from a table (TABLE unless told), with the metadata PredictorModel
+    gives."""
 
-    def __init__(self):
+    def __init__(self, table: dict[str, list[tuple[str, float]]] = TABLE):
         super().__init__(use_cache=True)
+        self.table = table
 
     def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
         return [[SingleProductReaction(reactants=Bag(Molecule(s) for s in reactants.split(".")), product=mol,
                                        metadata={"score": math.log(prob), "probability": prob, "model_rank": rank})
-                 for rank, (reactants, prob) in enumerate(TABLE.get(mol.smiles, []), start=1)]
+                 for rank, (reactants, prob) in enumerate(self.table.get(mol.smiles, []), start=1)]
                 for mol in inputs]
 
 
@@ -101,6 +103,29 @@ def test_retro_star_respects_the_step_limit():
     search = planning.search_algorithm("retro*", TableModel(), TABLE_STOCK, time_limit_s=2.0, max_steps=1)
     graph, _ = search.run_from_mol(Molecule(TARGET))
     assert planning.extract_routes(graph, TABLE_STOCK, max_routes=10) == []  # every route needs two steps
+
+
+# Paracetamol from acetyl chloride and 4-aminophenol, each made two ways: four routes, 0.6 x (0.5 or 0.4) x (0.7 or 0.2)
+PARACETAMOL = "CC(=O)Nc1ccc(O)cc1"
+TWO_BRANCHES = {
+    PARACETAMOL: [("CC(=O)Cl.Nc1ccc(O)cc1", 0.6)],
+    "CC(=O)Cl": [("CC(=O)O", 0.5), ("CC(=O)OC(C)=O", 0.4)],
+    "Nc1ccc(O)cc1": [("O=[N+]([O-])c1ccc(O)cc1", 0.7), ("COc1ccc(N)cc1", 0.2)],
+}
+TWO_BRANCHES_STOCK = Stock(["CC(=O)O", "CC(=O)OC(C)=O", "O=[N+]([O-])c1ccc(O)cc1", "COc1ccc(N)cc1"], "table")
+
+
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+@pytest.mark.parametrize("max_routes", [2, 4])
+def test_as_many_routes_as_asked_each_once_when_mcts_reaches_one_in_several_orders(algorithm, max_routes):
+    """MCTS's molecule-set tree holds each two-branch route twice (acid chloride first or aminophenol first), and
+    those copies used up max_routes: 2 asked, 1 given; 4 asked, 2 given."""
+    search = planning.search_algorithm(algorithm, TableModel(TWO_BRANCHES), TWO_BRANCHES_STOCK, time_limit_s=5.0,
+                                       max_steps=3)
+    graph, _ = search.run_from_mol(Molecule(PARACETAMOL))
+    routes = planning.extract_routes(graph, TWO_BRANCHES_STOCK, max_routes=max_routes)
+    assert [round(math.exp(r.score), 6) for r in routes] == [0.21, 0.168, 0.06, 0.048][:max_routes]
+    assert len({frozenset(m.smiles for m in r.starting_materials()) for r in routes}) == max_routes
 
 
 # ---- the Predictor as a reaction model ------------------------------------------------------------
