@@ -453,7 +453,9 @@ def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:
             return RouteMolecule(mol.smiles, stock.is_purchasable(mol))
         meta = rxn.metadata
         made_by = {child.product: child for child in synthesis.successors(rxn)}
-        reactants = tuple(molecule(r, made_by.get(r), path | {mol}) for r in sorted(rxn.unique_reactants))
+        # Each reactant as the model wrote it, twice where it is used twice (two anisic acids make the anhydride):
+        # unique_reactants showed one, a step lacking half the product's atoms, which the search had not checked
+        reactants = tuple(molecule(r, made_by.get(r), path | {mol}) for r in rxn.reactants)  # a Bag: sorted
         in_stock = stock.is_purchasable(mol)
         step = RouteStep(mol.smiles, reactants, meta["score"], meta["model_rank"], in_stock, meta.get("confidence"),
                          meta.get("round_trip"), meta.get("forward_prob"))

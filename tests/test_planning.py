@@ -128,6 +128,28 @@ def test_as_many_routes_as_asked_each_once_when_mcts_reaches_one_in_several_orde
     assert len({frozenset(m.smiles for m in r.starting_materials()) for r in routes}) == max_routes
 
 
+def test_a_step_that_uses_one_reactant_twice_shows_it_twice_as_the_model_wrote_it():
+    """The model's fifth answer for 4-anisic anhydride is two anisic acids; the route's step read 'made from
+    COc1ccc(C(=O)O)cc1' alone (syntheseus's unique_reactants): half the product's atoms, in the CSV and on the page."""
+    anhydride, acid, chloride = "COc1ccc(C(=O)OC(=O)c2ccc(OC)cc2)cc1", "COc1ccc(C(=O)O)cc1", "COc1ccc(C(=O)Cl)cc1"
+    table = {anhydride: [(f"{chloride}.{acid}", 0.5), (f"{acid}.{acid}", 0.3)]}
+    stock = Stock([acid, chloride], "table")
+    search = planning.search_algorithm("retro*", TableModel(table), stock, time_limit_s=2.0, max_steps=2)
+    graph, _ = search.run_from_mol(Molecule(anhydride))
+    routes = planning.extract_routes(graph, stock, max_routes=10)
+    twice = routes[1].target.made_by
+    assert [r.smiles for r in twice.reactants] == [acid, acid] and all(r.in_stock for r in twice.reactants)
+    assert [m.smiles for m in routes[1].starting_materials()] == [acid]  # ordered once
+    result = planning.PlanResult(anhydride, tuple(routes), planning.SearchStats("retro*", 1.0, 2.0, 1, len(graph)),
+                                 "table", None, "table", len(stock))
+    row = list(planning.route_rows(result))[1]
+    reactants = row[ROUTE_COLUMNS.index("reactants")]
+    assert reactants == f"{acid}.{acid}" and row[ROUTE_COLUMNS.index("reactants_in_stock")] == "yes;yes"
+    assert missing_atoms(reactants, anhydride) == {}
+    tree = planning.routes_json(result)["routes"][1]["tree"]
+    assert [r["smiles"] for r in tree["reaction"]["reactants"]] == [acid, acid]
+
+
 # ---- the Predictor as a reaction model ------------------------------------------------------------
 
 
