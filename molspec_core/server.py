@@ -28,6 +28,7 @@ connection whose request left a body unread closes after its answer (none is rea
 from __future__ import annotations
 
 import dataclasses
+import io
 import ipaddress
 import json
 import logging
@@ -247,6 +248,33 @@ class Service:
                             for i, r in enumerate(results)]}
 
 
+class DeadlineReader(io.RawIOBase):
+    """A handler's connection read up to its deadline: each read waits no longer than the time left, and past
+    it the stream ends (the handler's read_stopped says why), as if the client had stopped sending."""
+
+    def __init__(self, handler: Handler):
+        super().__init__()
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+        handler, connection = self.handler, self.handler.connection
+        left = handler.deadline - time.monotonic()
+        if left <= 0:
+            handler.read_stopped = True
+            return 0
+        connection.settimeout(left)
+        try:
+            return connection.recv_into(buffer)
+        except TimeoutError:
+            handler.read_stopped = True
+            return 0
+        finally:
+            connection.settimeout(handler.timeout)  # writes keep the whole timeout
+
+
 class Handler(BaseHTTPRequestHandler):
     server: Server
     timeout = READ_TIMEOUT_S  # the default; setup() takes the server's
@@ -257,28 +285,22 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout_s  # StreamRequestHandler.setup sets it on the socket
-        self.read_stopped = False  # set once the request took past its time to arrive (stop_reading)
+        self.deadline = math.inf  # when the request being read must have arrived whole (handle_one_request)
+        self.read_stopped = False  # set once the request took past its time to arrive (DeadlineReader)
         self.unread_body = False  # a body left unread when the answer went: finish() reads and drops it
         super().setup()
+        self.rfile.close()  # the socket's own reader, whose reads the socket's timeout bounds each alone
+        self.rfile = io.BufferedReader(DeadlineReader(self))
 
     def handle_one_request(self) -> None:
         """One request, which must arrive whole (its line, headers and body) within read_timeout_s: the socket's
         own timeout bounds each read alone, so a client sending a byte every few seconds held a thread for as
-        long as it liked. Past the deadline, reading stops (stop_reading) and the request is refused."""
-        self.reading = threading.Timer(self.server.read_timeout_s, self.stop_reading)
-        self.reading.daemon = True
-        self.reading.start()
-        try:
-            super().handle_one_request()
-        finally:
-            self.reading.cancel()
-
-    def stop_reading(self) -> None:
-        self.read_stopped = True
-        try:
-            self.connection.shutdown(socket.SHUT_RD)  # a read blocked on the socket returns at once, empty
-        except OSError:
-            pass  # already closed
+        long as it liked. Past the deadline, reading stops (DeadlineReader) and the request is refused. (A timer
+        thread stopped the reading before: two threads a connection, and one more started for every request.)"""
+        self.deadline = time.monotonic() + self.server.read_timeout_s
+        super().handle_one_request()
+        if self.read_stopped:  # the rest of the stream is not read: no next request can be found in it
+            self.close_connection = True
 
     def finish(self) -> None:
         if self.unread_body:
@@ -441,12 +463,10 @@ class Handler(BaseHTTPRequestHandler):
         length = self._check_head()
         try:
             data = self.rfile.read(length)
-        except (TimeoutError, ConnectionError) as exc:  # the client stalled or went away mid-body: no bug of ours
-            self.close_connection = True  # the socket reads no more once timed out; the rest must not be a request
+        except ConnectionError as exc:  # the client went away mid-body: no bug of ours
+            self.close_connection = True
             raise RequestError(f"the body stopped short of its {length:,} bytes ({exc})",
                                HTTPStatus.REQUEST_TIMEOUT) from None
-        finally:
-            self.reading.cancel()  # the request is in: its decode is no part of its time to arrive
         if len(data) < length:  # the client closed its side, or took past its time to send the rest
             self.close_connection = True
             if self.read_stopped:

@@ -552,6 +552,26 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_the_read_timeout(models):
     assert time.monotonic() - started < 4  # the drip would have taken 0.3 s x 30 bytes
 
 
+def test_a_kept_alive_connection_holds_one_thread_however_many_requests_it_sends(address, monkeypatch):
+    """Each request started a timer thread of its own to cut its reading off at the read timeout: two threads a
+    connection, and a thread started and ended for every request."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    for _ in range(20):
+        connection.request("GET", "/health")
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {"status": "ok"})
+    connection.close()
+    assert len(started) == 1, started  # the connection's own
+
+
 def test_connections_past_the_limit_are_answered_503(models, monkeypatch):
     monkeypatch.setattr(server, "MAX_CONNECTIONS", 2)
     running = server.serve([models["forward"]], "127.0.0.1", 0)
