@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .argtypes import at_least, positive_seconds
-from .boundary import Terminated, guarded
+from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions
@@ -390,7 +391,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   f"{recorded}) "
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
-        marks = known_marks(table, input_name(args.input), args.known_column or recorded)
+        marks = known_marks(table, input_name(args.input), args.known_column or recorded, task)
         keep = interrupted_keep(args, table, marks)
     else:
         if args.resume:
@@ -436,7 +437,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 note += f"   round trip {'yes' if p.round_trip else 'no'} (forward prob {p.forward_prob:.3g})"
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
         if known is not None:
-            rank = known_rank(result.predictions, known)
+            rank = known_rank(result.predictions, known, predictor.task)
             print(f"recorded outcome {known}: " + (f"rank {rank}" if rank else
                                                    f"not among the {len(result.predictions)} answers"))
         if args.output:
@@ -444,7 +445,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
             table, recorded = with_recorded(QueryFile([args.smiles]), predictor.task)
             write_marked(args.output, table, result_rows(1, table.cells_of(0), result),
-                         known_marks(table, "--smiles", recorded))
+                         known_marks(table, "--smiles", recorded, predictor.task))
             print(f"-> {args.output}")
         return 0
     try:
@@ -457,9 +458,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         else:
             n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
                                  resumed(args, table, marks, keep))
-    except (KeyboardInterrupt, Terminated):
+    except BaseException:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows this one
         if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
-            write_text_file(settings_name(keep), json.dumps(answer_settings(args), indent=1) + "\n")
+            with contextlib.suppress(OSError):  # on a full disk too; without it --resume checks --method alone
+                write_text_file(settings_name(keep), json.dumps(answer_settings(args), indent=1) + "\n")
         print(f"stopped: {stopped(args.output, len(table.queries), keep)}", file=sys.stderr)
         raise
     if keep is not None and keep.held:  # its rows are in the output now
@@ -561,14 +563,21 @@ def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
 
 
 def stopped(output: str, n_records: int, keep: Kept | None) -> str:
-    """What an interrupted file run did with its work (the line before the boundary's `interrupted`)."""
+    """What a file run that stopped before its output was written did with its work (the line before the
+    boundary's `interrupted`, `terminated` or `error:` line)."""
+    from .io import interrupted_name
+
     if keep is None:
         return f"{output} is written only once every record is done (a .csv output keeps finished rows)"
     if keep.last_row <= keep.held:
+        if keep.moved:
+            return f"the rows this run finished could not be kept: {keep.moved}"
         return (f"no further record finished; {keep.path} holds records 1-{keep.held:,} of {n_records:,} as before"
                 if keep.held else f"no record finished; {output} was not written")
-    return (f"the rows of records 1-{keep.last_row:,} of {n_records:,} are kept in {keep.path}; run the same command "
-            f"with --resume to go on from there ({output} is written once every record is done)")
+    where = (f"{keep.path.parent} ({keep.moved}); move the files there to {interrupted_name(output).parent} and run "
+             if keep.moved else f"{keep.path}; run ")
+    return (f"the rows of records 1-{keep.last_row:,} of {n_records:,} are kept in {where}the same command with "
+            f"--resume to go on from there ({output} is written once every record is done)")
 
 
 def input_name(path: str) -> str:
@@ -588,14 +597,16 @@ def read_as_hint(path: str, read_as: str | None, table: QueryFile) -> str:
     return ""
 
 
-def known_marks(table: QueryFile, name: str, column: str | None) -> KnownMarks | None:
-    """What marks the rows of `table` against its known answers in `column`; None without one."""
+def known_marks(table: QueryFile, name: str, column: str | None, task: str) -> KnownMarks | None:
+    """What marks the rows of `table` against its known answers in `column`, as a `task` model's answers are
+    matched (known.known_answers); None without one."""
     from .io import output_header
     from .known import KnownMarks, column_index
 
     if not column:
         return None
-    return KnownMarks(output_header(table.columns), column_index(table.columns, Path(name).name, column), column)
+    return KnownMarks(output_header(table.columns), column_index(table.columns, Path(name).name, column), column,
+                      task)
 
 
 def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import errno
 import gzip
 import io
 import itertools
@@ -888,8 +889,9 @@ def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterabl
               keep: Kept | None = None) -> None:
     """Write the CSV to a new file beside `path`, renamed into place once every row is written: a run
     that fails leaves any earlier file at `path` as it was, never half a file. With `keep` (rows of output_header,
-    in record order), a run interrupted (Ctrl-C, SIGTERM) keeps the rows of its whole queries at keep.path instead
-    (write_kept_rows), where it holds more records than keep.held."""
+    in record order), a run that stops before its file is in place (Ctrl-C, SIGTERM, a full disk, a failed rename, a
+    failed prediction) keeps the rows of its whole records at keep.path instead (write_kept_rows, _keep_partial),
+    where they are more records than keep.held."""
     if keep is None:
         _write_replacing(path, lambda f: write_rows(f, header, rows))
     else:
@@ -898,49 +900,61 @@ def write_csv(path: str | Path, header: Iterable[object], rows: Iterable[Iterabl
 
 @dataclass
 class Kept:
-    """Where an interrupted predict keeps the CSV rows it wrote (write_csv), and how far they go: the rows of records
-    1 to last_row (0: none). `held`: the records the file there already holds (a run resumed from it), which an
-    interruption keeps only by writing more."""
+    """Where a predict that stops keeps the CSV rows it wrote (write_csv), and how far they go: the rows of records
+    1 to last_row (0: none). `held`: the records the file there already holds (a run resumed from it), which a run
+    that stops keeps only by writing more. `moved`: why the rows are not where path first said (its folder could not
+    be written, _keep_partial), "" where they are."""
     path: Path
     held: int = 0
     last_row: int = 0
+    moved: str = ""
 
 
 def interrupted_name(output: str | Path) -> Path:
-    """Where an interrupted predict keeps the rows it wrote to `output`: out.csv -> out.interrupted.csv."""
+    """Where a predict that stops keeps the rows it wrote to `output`: out.csv -> out.interrupted.csv."""
     path = Path(output)
     return path.with_name(f"{path.stem}.interrupted{path.suffix}")
 
 
-class _CountingWriter:
-    """A text file's write, counting the UTF-8 bytes written (write_kept_rows cuts the file at a count)."""
-
-    def __init__(self, f: IO[str]) -> None:
-        self.f, self.size = f, 0
-
-    def write(self, text: str) -> int:
-        self.size += len(text.encode("utf-8"))
-        return self.f.write(text)
-
-
-def write_kept_rows(f: IO[str], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept) -> None:
-    """write_rows, minding where each record's rows begin (the `row` column): interrupted, the file is cut where the
-    last record's rows begin, as not all of them may have come, and keep.last_row is the record before it."""
+def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept) -> None:
+    """write_rows to an unbuffered binary file, a record's rows at a time (the `row` column): a record's rows go to
+    the file once the next record's first row comes (or the rows end), so that whatever stops the run (an error
+    raised by `rows`, or by a write on a full disk) the file is cut back to its last whole record, keep.last_row.
+    (A buffered file could not be cut so: the cut flushed its buffer first, and failed again on a full disk.)"""
     at = header.index("row")
-    counted = _CountingWriter(f)
-    writer = csv.writer(counted)
-    writer.writerow([csv_cell(c) for c in header])
-    start, current = counted.size, None
+    pending = io.StringIO(newline="")  # the rows not yet in the file
+    writer = csv.writer(pending)
+    whole = 0  # the bytes of the file that are whole records (the header first)
+
+    def write_pending() -> None:
+        nonlocal whole
+        data = memoryview(pending.getvalue().encode("utf-8"))
+        pending.seek(0)
+        pending.truncate()
+        while data:  # a write on a filling disk may take part of its bytes, and fails at the next
+            written = f.write(data)
+            if not written:
+                raise OSError(errno.EIO, "a write took none of its bytes")
+            data = data[written:]
+        whole = f.tell()
+
     try:
+        writer.writerow([csv_cell(c) for c in header])
+        write_pending()
+        current = None
         for row in rows:
             if row[at] != current:
                 if current is not None:
+                    write_pending()
                     keep.last_row = int(current)  # type: ignore[call-overload]
-                start, current = counted.size, row[at]
+                current = row[at]
             writer.writerow([csv_cell(c) for c in row])
-    except BaseException as exc:
-        if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM (boundary.Terminated)
-            f.truncate(start)  # flushes first
+        write_pending()
+        if current is not None:
+            keep.last_row = int(current)  # type: ignore[call-overload]
+    except BaseException:
+        with contextlib.suppress(OSError):  # what stopped the run is the error to report
+            f.truncate(whole)  # an unbuffered file: nothing is written on the way
         raise
 
 
@@ -982,27 +996,59 @@ def kept_rows(path: Path, header: Sequence[str], queries: Sequence[str], method:
 def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool = False,
                      keep: Kept | None = None) -> None:
     """Call `write` on a new file (text, or `binary`) beside `path`, then rename it into place (write_csv's
-    guarantee); interrupted, renamed to keep.path instead where it holds more records than that file (write_csv)."""
+    guarantee). With `keep` the file is binary and unbuffered (write_kept_rows), and where anything stops it before
+    it is in place its rows are kept (_keep_partial) if they are more records than keep.held; it is renamed while
+    still open, as a folder removed under it leaves the rows only in the open file."""
     target = check_output(path)
     while True:
         partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
         try:
             # mode "x" creates the file with the permissions a plain open would give (tempfile: 0o600)
-            f = open(partial, "xb") if binary else open(partial, "x", encoding="utf-8", newline="")
+            if keep is not None:
+                f = open(partial, "xb+", buffering=0)  # read too: _keep_partial may copy it elsewhere
+            else:
+                f = open(partial, "xb") if binary else open(partial, "x", encoding="utf-8", newline="")
             break
         except FileExistsError:  # another run drew the same 16 hex digits: draw again
             continue
-    try:
-        with f:
+    with f:
+        try:
             write(f)
             f.flush()
             os.fsync(f.fileno())  # the rows are on disk before the name points at them
-        os.replace(partial, target)
-    except BaseException as exc:
-        if keep is not None and not isinstance(exc, Exception) and keep.last_row > keep.held:
-            os.replace(partial, keep.path)
-        else:
-            partial.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.filename is None:  # "File too large" said which file of the run's
-            exc.filename = str(path)
-        raise
+            os.replace(partial, target)
+        except BaseException as exc:
+            if keep is not None and keep.last_row > keep.held:
+                _keep_partial(f, partial, keep)
+            else:
+                partial.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.filename is None:  # "File too large" said which file of the run's
+                exc.filename = str(path)
+            raise
+
+
+def _keep_partial(f: IO[bytes], partial: Path, keep: Kept) -> None:
+    """Keep a stopped run's rows (the open file `f`, named `partial`) at keep.path; where that folder cannot be
+    written (removed, or its permission taken away, while the run went on), copy them to a new folder in the system's
+    temporary folder under keep.path's name, set keep.path there and say why in keep.moved. The rows are lost only
+    where neither can be written."""
+    try:
+        os.replace(partial, keep.path)
+        return
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    with contextlib.suppress(OSError):
+        partial.unlink()
+    import shutil
+    import tempfile
+
+    moved = f"its folder, {keep.path.parent}, could not be written: {reason}"
+    try:
+        elsewhere = Path(tempfile.mkdtemp(prefix="molspec-")) / keep.path.name
+        f.seek(0)
+        with open(elsewhere, "xb") as copy:
+            shutil.copyfileobj(f, copy)
+    except OSError as exc:  # what stopped the run is the error to report; this one is said beside it
+        keep.moved, keep.last_row = f"{moved}, nor the temporary folder: {exc.strerror or exc}", keep.held
+        return
+    keep.moved, keep.path = moved, elsewhere

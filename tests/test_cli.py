@@ -1049,6 +1049,32 @@ def test_an_interrupted_file_run_keeps_its_finished_records_and_resume_goes_on_f
     pd.testing.assert_frame_equal(resumed, pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
 
 
+def test_a_disk_that_fills_mid_run_keeps_the_finished_records_and_resume_goes_on_from_them(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """A write error in a long predict (the disk filled up) lost every finished row, which only Ctrl-C and SIGTERM
+    kept: the records written whole are kept, the error line says why it stopped, and --resume goes on."""
+    from test_io import filling_disk
+
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "c1ccncc1", "CCN(CC)CC"]
+    (tmp_path / "q.txt").write_text("\n".join(queries) + "\n")
+    out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
+    options = ("--batch-size", "1", "--method", "beam", "--n-best", "2")
+    with monkeypatch.context() as patch:
+        filling_disk(patch, writes=4)  # the header, records 1 and 2, then half of record 3
+        assert predict_file(tmp_path / "q.txt", out, *options) == 2
+    err = capsys.readouterr().err
+    assert (f"stopped: the rows of records 1-2 of 5 are kept in {kept}; run the same command with --resume to go on "
+            f"from there ({out} is written once every record is done)\nerror: No space left on device: {out}\n") in err
+    assert pd.read_csv(kept)["row"].tolist() == [1, 1, 2, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.interrupted.csv", "out.interrupted.json", "q.txt"]
+    calls = stop_on_the_second_call(monkeypatch, None)
+    assert predict_file(tmp_path / "q.txt", out, *options, "--resume") == 0
+    assert calls == [[query] for query in queries[2:]]
+    assert predict_file(tmp_path / "q.txt", tmp_path / "whole.csv", *options) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out).drop(columns="time_ms"),
+                                  pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
+
+
 def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(tmp_path, monkeypatch, capsys):
     (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
     out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"

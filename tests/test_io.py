@@ -388,8 +388,8 @@ def test_a_failed_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
 @pytest.mark.parametrize("stop", [KeyboardInterrupt(), RuntimeError("the run stopped")])
 def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_path, stop):
     """A predict interrupted (Ctrl-C, SIGTERM) lost every row it had finished: the rows of its records up to the one
-    it was writing are kept at keep.path, cut where that one's rows begin (not all of them may have come); a run
-    that fails otherwise keeps nothing, as before."""
+    it was writing are kept at keep.path, cut where that one's rows begin (not all of them may have come); so are a
+    failed run's (a prediction that ran out of memory at record 9,000 lost the 8,999 before it)."""
     out = tmp_path / "out.csv"
     out.write_text("earlier results\n")
     keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
@@ -401,9 +401,6 @@ def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_pa
     with pytest.raises(type(stop)):
         write_csv(out, ["row", "query", "rank"], rows(), keep)
     assert out.read_text() == "earlier results\n"
-    if isinstance(stop, RuntimeError):
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
-        return
     assert keep.last_row == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv"]
     assert keep.path.read_bytes() == b"row,query,rank\r\n1,CCO,1\r\n1,CCO,2\r\n2,CCN,1\r\n2,CCN,2\r\n"
     held = keep.path.read_bytes()
@@ -417,6 +414,92 @@ def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_pa
         write_csv(out, ["row", "query", "rank"], resumed(), again)
     assert keep.path.read_bytes() == held and sorted(p.name for p in tmp_path.iterdir()) == [
         "out.csv", "out.interrupted.csv"]
+
+
+def filling_disk(monkeypatch, room: int | None = None, writes: int | None = None) -> None:
+    """Files that io opens binary and unbuffered (a kept CSV) fill up after `room` bytes, or in their `writes`-th
+    write: a write takes what fits (half its bytes for `writes`) and the next fails with ENOSPC, as on a disk that
+    filled up; every other open is left as it is."""
+    import errno
+
+    class Filling(io.FileIO):
+        calls = 0
+
+        def write(self, data):
+            self.calls += 1
+            left = room - self.tell() if room is not None else len(data) // 2 if self.calls == writes else len(data)
+            if left <= 0 or (writes is not None and self.calls > writes):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(bytes(data)[:left])
+
+    def opening(file, mode="r", buffering=-1, **kwargs):
+        if "b" in mode and buffering == 0:
+            return Filling(file, mode.replace("b", ""))
+        return open(file, mode, buffering, **kwargs)
+
+    monkeypatch.setattr(molspec_io, "open", opening, raising=False)
+
+
+RECORDS = ([1, "CCO", 1], [1, "CCO", 2], [2, "CCN", 1], [2, "CCN", 2], [3, "CCCl", 1])
+
+
+@pytest.mark.parametrize("room", [len("row,query,rank\r\n1,CCO,1\r\n1,CCO,2\r\n2,CC"), 10_000])
+def test_a_disk_that_fills_keeps_the_whole_records_written_before_it(tmp_path, monkeypatch, room):
+    """A write that failed on a full disk lost every finished row (only Ctrl-C and SIGTERM kept them): the rows of the
+    records that reached the disk whole are kept, the file cut where the record that did not fit begins; a disk that
+    fills at the very end (the rename) keeps them all."""
+    out = tmp_path / "out.csv"
+    out.write_text("earlier results\n")
+    keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
+    filling_disk(monkeypatch, room)
+    if room == 10_000:  # every row fits; the rename into place fails (keep's rename does not)
+        monkeypatch.setattr(molspec_io.os, "replace", lambda partial, target: (
+            os.rename(partial, target) if Path(target) == keep.path else no_space()))
+    with pytest.raises(OSError, match="No space left") as raised:
+        write_csv(out, ["row", "query", "rank"], RECORDS, keep)
+    assert raised.value.filename == str(out) and out.read_text() == "earlier results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv"]
+    whole = [b"row,query,rank", b"1,CCO,1", b"1,CCO,2", b"2,CCN,1", b"2,CCN,2", b"3,CCCl,1"]
+    written = whole[:3] if room < 10_000 else whole
+    assert keep.last_row == len(written) // 2 and keep.path.read_bytes() == b"\r\n".join(written) + b"\r\n"
+    assert not keep.moved
+
+
+def no_space():
+    import errno
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_rows_are_kept_in_a_temporary_folder_where_the_outputs_folder_is_removed_under_the_run(tmp_path, monkeypatch):
+    """The output's folder removed while the run went on (a clean-up script): the rows lived only in the open partial
+    file, and were lost with it. They are copied to a new folder in the temporary folder, and keep says where and
+    why; a run that cannot keep them there either says so."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    keep = molspec_io.Kept(folder / "out.interrupted.csv")
+
+    def rows():
+        yield from RECORDS[:3]
+        for name in os.listdir(folder):
+            os.unlink(folder / name)
+        folder.rmdir()
+        yield from RECORDS[3:]
+
+    with pytest.raises(FileNotFoundError):
+        write_csv(folder / "out.csv", ["row", "query", "rank"], rows(), keep)
+    assert keep.path.parent.parent == tmp_path / "tmp" and keep.path.name == "out.interrupted.csv"
+    assert keep.moved == f"its folder, {folder}, could not be written: No such file or directory"
+    assert pd.read_csv(keep.path)["row"].tolist() == [1, 1, 2, 2, 3] and keep.last_row == 3
+
+    folder.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "gone"))  # nor can the temporary folder be written
+    keep = molspec_io.Kept(folder / "out.interrupted.csv")
+    with pytest.raises(FileNotFoundError):
+        write_csv(folder / "out.csv", ["row", "query", "rank"], rows(), keep)
+    assert keep.last_row == 0 and keep.moved.endswith("nor the temporary folder: No such file or directory")
 
 
 def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path, monkeypatch):
