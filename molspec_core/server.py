@@ -37,7 +37,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import SplitResult, urlsplit
@@ -71,6 +71,10 @@ OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "dra
                                         "time_limit_s": (int, float)}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingOptions) if f.name != "draft_len")  # draft_len above
 REQUEST_KEYS = ("smiles", "model", "round_trip", "round_trip_k", *OPTIONS, *SAMPLING_KEYS)
+
+
+class ClientGone(Exception):
+    """The client closed its connection while its request waited or decoded: no one is left to answer."""
 
 
 class RequestError(ValueError):
@@ -217,9 +221,11 @@ class Service:
         self.budget_s = budget_s
         self.decoding = threading.Lock()
 
-    def predict(self, body: object) -> dict:
+    def predict(self, body: object, gone: Callable[[], bool] = lambda: False) -> dict:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
-        has decoded for budget_s, the queries not begun get an error saying so, and the rest stand."""
+        has decoded for budget_s, the queries not begun get an error saying so, and the rest stand. Before each
+        window, `gone` says whether the client has left: then ClientGone, and the rest is not decoded (a client
+        that gave up, and perhaps sent its request again, held the models for minutes to no one)."""
         request = parse_request(body, self.models)
         # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
         table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
@@ -229,6 +235,8 @@ class Service:
             started = time.monotonic()
             for part in windows(len(request.smiles), request.options.get("batch_size", DEFAULT_BATCH_SIZE), "serve",
                                 progress=False):
+                if gone():
+                    raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded")
                 if results and time.monotonic() - started > self.budget_s:
                     results += [QueryResult(query=text, method=request.options.get("method", ""),
                                             error=f"not decoded: the request ran past its {self.budget_s:g} s; send "
@@ -368,15 +376,32 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self._check_head()
             body = self._body()
-            self._send(HTTPStatus.OK, self.server.service.predict(body))
+            self._send(HTTPStatus.OK, self.server.service.predict(body, self._client_gone))
         except RequestError as exc:
             self._send(exc.status, {"error": str(exc)})
+        except ClientGone as exc:
+            self.close_connection = True
+            log.info("%s POST /predict: the client went away before its answer (%s)", self.address_string(), exc)
         except MemoryError:
             self._send(HTTPStatus.SERVICE_UNAVAILABLE,
                        {"error": "out of memory; send fewer queries or a smaller n_best"})
         except Exception:  # a bug: logged with its traceback here, and the client is not shown it
             log.exception("POST /predict failed")
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; the server's log has the details"})
+
+    def _client_gone(self) -> bool:
+        """Whether the client has closed (or reset) its connection since its request arrived, looked at without
+        waiting or taking anything from the stream. A client that only stops sending (half-closed) is taken to
+        have gone too, as most servers take it: HTTP clients close only to leave."""
+        try:
+            self.connection.settimeout(0)
+            return self.connection.recv(1, socket.MSG_PEEK) == b""  # data: a next request, sent ahead
+        except BlockingIOError:
+            return False  # nothing to read: the client is waiting for its answer
+        except OSError:
+            return True  # reset
+        finally:
+            self.connection.settimeout(self.timeout)
 
     def do_OPTIONS(self) -> None:
         """A browser's cross-origin preflight: never granted (no Access-Control-Allow-* header)."""

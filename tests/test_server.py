@@ -384,6 +384,48 @@ def test_a_client_that_goes_away_before_its_answer_is_logged_quietly(models, cap
         logging.INFO]
 
 
+def test_a_request_whose_client_has_gone_is_not_decoded(models, monkeypatch, caplog):
+    """A client that gave up waiting (its own timeout, a Ctrl-C) left its request to decode in full: minutes of
+    the models held for no one, ahead of the requests still waited for."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    decoded: list[list[str]] = []
+    decode = models["forward"].predict
+
+    def predict(queries, **options):  # type: ignore[no-untyped-def]
+        decoded.append(list(queries))
+        return decode(queries, **options)
+
+    monkeypatch.setattr(models["forward"], "predict", predict)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"smiles": [AMIDE, "CC(=O)O.OCC"], "batch_size": 1}).encode()
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        with running.service.decoding:  # another request decodes: this one waits its turn
+            with socket.create_connection(running.server_address[:2], timeout=30) as client:
+                client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.monotonic() + 30  # its turn comes: it finds the client gone
+        while time.monotonic() < deadline and not [r for r in caplog.records if "went away" in r.getMessage()]:
+            time.sleep(0.02)
+    assert call(running.server_address[:2], "POST", "/predict", {"smiles": AMIDE})[0] == 200  # the next is answered
+    running.shutdown()
+    running.server_close()
+    assert decoded == [[AMIDE]]  # the next request's alone
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "went away" in r.getMessage()] == [
+        "the client went away before its answer (2 of 2 queries not decoded)"]
+
+
+def test_a_client_still_waiting_is_not_taken_for_gone(models):
+    service = server.Service({"forward": models["forward"]})
+    looked: list[int] = []
+
+    def gone() -> bool:
+        looked.append(1)
+        return False
+
+    result = service.predict({"smiles": [AMIDE, "CC(=O)O.OCC"], "batch_size": 1}, gone)["results"]
+    assert [r["error"] for r in result] == [None, None] and len(looked) == 2  # before each window
+
+
 def test_requests_at_once_are_each_answered(address, models):
     queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
     got: dict[str, dict] = {}
