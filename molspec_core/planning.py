@@ -24,7 +24,7 @@ from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReacti
 from syntheseus.search.algorithms.best_first.retro_star import RetroStarSearch
 from syntheseus.search.algorithms.mcts.base import pucb_bound
 from syntheseus.search.algorithms.mcts.molset import MolSetMCTS
-from syntheseus.search.analysis.route_extraction import iter_routes_cost_order
+from syntheseus.search.analysis.route_extraction import _iter_top_routes, _route_has_solution
 from syntheseus.search.graph.and_or import AndNode, AndOrGraph
 from syntheseus.search.graph.molset import MolSetGraph
 from syntheseus.search.graph.route import SynthesisGraph
@@ -412,14 +412,17 @@ def no_route(stats: SearchStats) -> str:
 
 
 def extract_routes(graph: AndOrGraph | MolSetGraph, stock: Stock, max_routes: int) -> list[Route]:
-    """The solved routes of a search graph, cheapest first (cost: minus the sum of step log-probs), each once."""
+    """The solved routes of a search graph, cheapest first, each once. A route's cost is minus the sum of its
+    reactions' log-probs, a reaction two branches share counted once, as Route.score counts it: syntheseus's own
+    order counted it once per branch of Retro*'s tree, and put a 2% route above a 2.5% one."""
     for node in graph.nodes():
-        node.data["route_cost"] = -_score_into(node, graph)
+        node.data["route_reaction"] = _reaction_into(node, graph)
     routes: list[Route] = []
     seen: set[frozenset[str]] = set()
     # MCTS's molecule-set tree holds one route once per order its reactions can be made in: the iterator is asked
     # for every route (bounded by time), not for max_routes, which those copies used up (4 routes found, 2 given)
-    for nodes in iter_routes_cost_order(graph, sys.maxsize, max_time_s=ROUTE_EXTRACTION_S):
+    for _, nodes in _iter_top_routes(graph, _route_cost, _partial_route_cost, sys.maxsize,
+                                     max_time_s=ROUTE_EXTRACTION_S):
         if len(nodes) == 1:
             continue  # the target alone: in stock, but no reaction was found for it
         synthesis = graph.to_synthesis_graph(nodes)
@@ -432,14 +435,31 @@ def extract_routes(graph: AndOrGraph | MolSetGraph, stock: Stock, max_routes: in
     return routes
 
 
-def _score_into(node, graph) -> float:
-    """The log-prob of the reaction a node stands for (AND/OR graph) or was reached by (molecule-set graph)."""
+def _reaction_into(node, graph) -> SingleProductReaction | None:
+    """The reaction a node stands for (AND/OR graph) or was reached by (molecule-set graph); None for a molecule."""
     if isinstance(node, AndNode):
-        return node.reaction.metadata["score"]
+        return node.reaction
     if isinstance(graph, MolSetGraph) and node is not graph.root_node:
         parent = next(iter(graph.predecessors(node)))
-        return graph._graph.edges[parent, node]["reaction"].metadata["score"]  # syntheseus keeps it on the edge
-    return 0.0
+        return graph._graph.edges[parent, node]["reaction"]  # syntheseus keeps it on the edge
+    return None
+
+
+def _reactions_cost(nodes) -> float:
+    """Minus the summed log-probs of the nodes' reactions, each distinct reaction once. fsum rounds exactly, so
+    adding a node never lowers it: the partial cost stays a lower bound, as the route iterator asserts."""
+    reactions = {node.data["route_reaction"] for node in nodes} - {None}
+    return -math.fsum(reaction.metadata["score"] for reaction in reactions)
+
+
+def _route_cost(nodes, graph) -> float:
+    """A whole route's cost; infinite unless it is solved."""
+    return _reactions_cost(nodes) if _route_has_solution(nodes, graph) else math.inf
+
+
+def _partial_route_cost(nodes, graph) -> float:
+    """A lower bound on the cost of every route that holds these nodes (steps' log-probs are at most 0)."""
+    return _reactions_cost(nodes) if all(node.has_solution for node in nodes) else math.inf
 
 
 def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:

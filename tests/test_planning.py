@@ -128,6 +128,23 @@ def test_as_many_routes_as_asked_each_once_when_mcts_reaches_one_in_several_orde
     assert len({frozenset(m.smiles for m in r.starting_materials()) for r in routes}) == max_routes
 
 
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+def test_routes_are_ranked_by_the_score_they_show_a_step_two_branches_share_counted_once(algorithm):
+    """Diethyl succinate from ethanol twice (ethanol made from acetaldehyde, 0.1), at 0.5 x 0.5 x 0.1 = 2.5%, or in
+    one step from diethyl fumarate at 2%. Retro*'s tree holds ethanol's step once per branch, and syntheseus's order
+    counted it twice (0.25%): route 1 showed 2%, route 2 2.5%, and max_routes=1 gave the 2% one."""
+    diester, monoester, acid, ethanol = "CCOC(=O)CCC(=O)OCC", "CCOC(=O)CCC(=O)O", "O=C(O)CCC(=O)O", "CCO"
+    fumarate = "CCOC(=O)C=CC(=O)OCC"
+    table = {diester: [(f"{ethanol}.{monoester}", 0.5), (fumarate, 0.02)], monoester: [(f"{ethanol}.{acid}", 0.5)],
+             ethanol: [("CC=O", 0.1)]}
+    stock = Stock([acid, "CC=O", fumarate], "table")
+    search = planning.search_algorithm(algorithm, TableModel(table), stock, time_limit_s=5.0, max_steps=4)
+    graph, _ = search.run_from_mol(Molecule(diester))
+    routes = planning.extract_routes(graph, stock, max_routes=10)
+    assert [(round(math.exp(r.score), 6), r.n_steps) for r in routes] == [(0.025, 3), (0.02, 1)]
+    assert [r.n_steps for r in planning.extract_routes(graph, stock, max_routes=1)] == [3]
+
+
 def test_a_step_that_uses_one_reactant_twice_shows_it_twice_as_the_model_wrote_it():
     """The model's fifth answer for 4-anisic anhydride is two anisic acids; the route's step read 'made from
     COc1ccc(C(=O)O)cc1' alone (syntheseus's unique_reactants): half the product's atoms, in the CSV and on the page."""
