@@ -357,10 +357,10 @@ def test_a_client_that_goes_away_before_its_answer_is_logged_quietly(models, cap
     asked, answer = threading.Event(), threading.Event()
     decode = running.service.predict
 
-    def predict(body: object) -> dict:  # holds the request in decoding until the client has gone
+    def predict(body: object, gone) -> dict:  # type: ignore[no-untyped-def]  # held until the client has gone
         asked.set()
         answer.wait(30)
-        return decode(body)
+        return decode(body, gone)
 
     running.service.predict = predict  # type: ignore[method-assign]
     threading.Thread(target=running.serve_forever, daemon=True).start()
