@@ -75,6 +75,14 @@ class Pair:
     tgt: str
 
 
+def forward_target(sources: list[str], products: list[str]) -> str:
+    """The products as the forward model is trained to write them (the Molecular Transformer's rule, which
+    USPTO-MIT's targets follow): the molecules of `products` that are not among `sources` (both canonical
+    fragments, chem.canonical_fragments), sorted and joined by '.'; a salt's counter-ion or HCl is kept. ""
+    where every product is a source. known.recorded_reaction reads a recorded reaction's outcome by it."""
+    return ".".join(sorted(f for f in products if f not in sources))
+
+
 def _forward_pair(reaction: tuple[str, str]) -> Pair | None:
     """(reactant side, product side) with atom maps -> mixed source and canonical product."""
     from .chem import ChemError, canonical_fragments
@@ -82,12 +90,12 @@ def _forward_pair(reaction: tuple[str, str]) -> Pair | None:
     reactants, products = reaction
     try:
         src_frags = canonical_fragments(reactants)
-        tgt_frags = [f for f in canonical_fragments(products) if f not in src_frags]  # MT rule
+        target = forward_target(src_frags, canonical_fragments(products))
     except ChemError:
         return None
-    if not src_frags or not tgt_frags:
+    if not src_frags or not target:
         return None
-    return Pair(".".join(sorted(src_frags)), ".".join(sorted(tgt_frags)))
+    return Pair(".".join(sorted(src_frags)), target)
 
 
 def _retro_pair(reaction: tuple[str, str]) -> Pair | None:

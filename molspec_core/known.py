@@ -4,7 +4,8 @@ A chemist who uploads reactions with their recorded outcome (a CSV with a reacta
 column, say) wants to know how the model does on their own chemistry before trusting it. Output rows
 (io.output_header's columns) get a last column, `matches_known`: whether the row's answer is the one
 in the input's known-answer column, both canonical with stereo kept, as `molspec evaluate` compares
-them. A summary counts the queries whose known answer comes first, or anywhere in the list.
+them; a forward answer that is the known product's main molecule alone counts too (known_answers). A summary
+counts the queries whose known answer comes first, or anywhere in the list.
 
 A query that is itself a recorded reaction (`reactants>reagents>products`, as USPTO and most ELNs export them)
 brings its known answer along: `recorded_reaction` splits one, `with_recorded` a whole file, whose recorded
@@ -17,7 +18,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .chem import CXSMILES, ChemError, canonical, canonical_or_none, main_molecule, smiles_from_cxsmiles
+from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
+                   smiles_from_cxsmiles)
+from .data import forward_target
 from .io import InputFileError, QueryFile
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
@@ -39,12 +42,13 @@ def recorded_column(task: str) -> str:
 
 def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     """A reaction SMILES with its outcome, 'reactants>reagents>products' (or 'reactants>>products'), as the query
-    to predict and the recorded answer (canonical, atom maps removed): forward predicts from the reactants and
-    reagents and knows the main product (chem.main_molecule: a record listing HCl or water beside it was never
-    matched, the model writing the main product alone, as USPTO-MIT records it); retrosynthesis predicts from the
-    main product (its by-products were read as part of it) and knows the reactants (the reagents left out, as
-    USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it); ValueError where the recorded
-    side is not a SMILES."""
+    to predict and the recorded answer (canonical, atom maps removed). Forward predicts from the reactants and
+    reagents and knows the products as the model was trained to write them (data.forward_target: those not among
+    the reactants and reagents, an HCl salt's Cl or a counter-ion kept, as USPTO-MIT's targets keep them;
+    known_answers also takes the main product alone). Retrosynthesis predicts from the main product (the largest
+    product that is not a reactant or reagent: its by-products were read as part of it) and knows the reactants
+    (the reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
+    ValueError where the recorded side is not a SMILES."""
     text = text.strip()
     if CXSMILES.fullmatch(text):
         try:
@@ -56,24 +60,50 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
         return None
     reactants, reagents, products = parts
     side = recorded_side(task)
-    recorded = products if side == "products" else reactants
     try:
-        known = canonical(recorded, strip_maps=True)
+        recorded = canonical_fragments(products if side == "products" else reactants)
     except ChemError as exc:
         raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
-    if side == "products":
-        return f"{reactants}>{reagents}>", main_molecule(known)
-    if "." in products:  # retrosynthesis takes one product: the main one, as USPTO-50K lists its products
-        try:
-            products = main_molecule(canonical(products, strip_maps=True))
-        except ChemError:
-            pass  # Predictor.prepare refuses it, saying why
-    return products, known
+    if not recorded:
+        raise ValueError(f"the recorded {side} hold no molecule")
+    sources = _readable_fragments(f"{reactants}.{reagents}")  # what the forward model reads
+    if side == "products":  # a record whose every product is a reactant or reagent keeps them all
+        return f"{reactants}>{reagents}>", canonical(forward_target(sources, recorded) or ".".join(recorded))
+    made = _readable_fragments(products)  # none: Predictor.prepare refuses the products as written, saying why
+    if len(made) > 1:  # retrosynthesis takes one product: the main one, as USPTO-50K lists its products
+        products = main_molecule(forward_target(sources, made) or ".".join(made))
+    return products, canonical(".".join(recorded))
 
 
-def known_rank(predictions: Sequence[Prediction], known: str | None) -> int | None:
-    """The rank of the known answer (canonical) among valid predictions, or None when none is it."""
-    return next((p.rank for p in predictions if p.valid and p.smiles == known), None)
+def _readable_fragments(smiles: str) -> list[str]:
+    """chem.canonical_fragments of a SMILES, or none where RDKit cannot read it."""
+    try:
+        return canonical_fragments(smiles)
+    except ChemError:
+        return []
+
+
+def known_answers(known: str | None, task: str) -> frozenset[str]:
+    """The canonical answers (atom maps removed, stereo kept) that are a known answer: the known answer itself and,
+    for forward, where it lists several molecules, its main molecule alone (chem.main_molecule). A chemist asks
+    whether the model made the product: one recorded as its HCl salt or beside its by-product is made by an answer
+    that names the product alone, and the model, trained on USPTO-MIT's targets, writes either form. An answer
+    with a molecule the record lacks is not the recorded product, and a retrosynthesis answer lacking a recorded
+    reactant is not the recorded route (any task but forward is compared so). Empty where `known` is None, empty
+    or not a SMILES RDKit reads."""
+    want = canonical_or_none(known.strip()) if known else None
+    if want is None:
+        return frozenset()
+    if task == "forward" and "." in want:
+        main = canonical_or_none(main_molecule(want))
+        return frozenset({want, main} - {None})
+    return frozenset({want})
+
+
+def known_rank(predictions: Sequence[Prediction], known: str | None, task: str) -> int | None:
+    """The rank of the first valid prediction that is the known answer (known_answers), or None when none is it."""
+    wanted = known_answers(known, task)
+    return next((p.rank for p in predictions if p.valid and canonical_or_none(p.smiles) in wanted), None)
 
 
 def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
@@ -138,6 +168,7 @@ class KnownSummary:
     unreadable: int  # predicted queries whose known cell is not a SMILES RDKit reads
     empty: int  # predicted queries with nothing in the known column
     output_column: str = ""  # that column's name in the output (io.output_header may prefix a taken name)
+    task: str = ""  # the model's: forward also takes the known product's main molecule alone (known_answers)
 
     def describe(self) -> str:
         """One line for a person: the counts, and what was left out."""
@@ -146,7 +177,9 @@ class KnownSummary:
         text = (f"known answers from the column {self.column}: first for {self.first} ({self.first / self.queries:.1%})"
                 f" and listed for {self.listed} ({self.listed / self.queries:.1%}) of {self.queries} "
                 f"{'query' if self.queries == 1 else 'queries'} "
-                "(canonical SMILES, stereo kept)")
+                "(canonical SMILES, stereo kept"
+                + ("; a product recorded with a salt or by-product also matches alone)" if self.task == "forward"
+                   else ")"))
         left_out = []
         if self.unreadable:
             left_out.append(f"{self.unreadable} known answer{'s' * (self.unreadable > 1)} RDKit cannot read")
@@ -159,31 +192,32 @@ class KnownMarks:
     """Marks output rows as they stream past (a file of 100,000 queries is never held whole) and counts
     the queries. A query's rows come together and share `row` (io.result_rows)."""
 
-    def __init__(self, header: Sequence[str], known_at: int, column: str) -> None:
+    def __init__(self, header: Sequence[str], known_at: int, column: str, task: str) -> None:
         self.header = [*header, MATCHES_KNOWN]
         self.known_at, self.column = known_at, column  # the known cells' index in a row; their input name
+        self.task = task  # the model's, which says what matches (known_answers)
         self._row_at, self._rank_at, self._answer_at = header.index("row"), header.index("rank"), header.index("smiles")
         self._counts = dict(queries=0, first=0, listed=0, unreadable=0, empty=0)
 
     def rows(self, rows: Iterable[Sequence[object]]) -> Iterator[list[object]]:
         """The rows with MATCHES_KNOWN after their last column: True where the row's answer is the known
-        answer, False where another, None (empty) where the row has no answer (a rejected query) or the
-        known cell is empty or not a SMILES."""
+        answer (known_answers), False where another, None (empty) where the row has no answer (a rejected query)
+        or the known cell is empty or not a SMILES."""
         for _, group in itertools.groupby(rows, key=lambda row: row[self._row_at]):
             answers = list(group)
             known = str(answers[0][self.known_at] or "").strip()
-            want = canonical_or_none(known) if known else None
-            marked = [[*row, None if want is None or row[self._rank_at] is None
-                       else canonical_or_none(str(row[self._answer_at])) == want] for row in answers]
-            self._count(marked, known, want)
+            wanted = known_answers(known, self.task)
+            marked = [[*row, None if not wanted or row[self._rank_at] is None
+                       else canonical_or_none(str(row[self._answer_at])) in wanted] for row in answers]
+            self._count(marked, known, bool(wanted))
             yield from marked
 
-    def _count(self, marked: list[list[object]], known: str, want: str | None) -> None:
+    def _count(self, marked: list[list[object]], known: str, readable: bool) -> None:
         if marked[0][self._rank_at] is None:  # rejected: no answers to judge
             return
         if not known:
             self._counts["empty"] += 1
-        elif want is None:
+        elif not readable:
             self._counts["unreadable"] += 1
         else:
             self._counts["queries"] += 1
@@ -192,4 +226,4 @@ class KnownMarks:
 
     def summary(self) -> KnownSummary:
         """The counts of the rows marked so far."""
-        return KnownSummary(self.column, **self._counts, output_column=self.header[self.known_at])
+        return KnownSummary(self.column, **self._counts, output_column=self.header[self.known_at], task=self.task)

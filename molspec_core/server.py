@@ -191,7 +191,8 @@ def result_json(result: QueryResult, recorded: str | None = None) -> dict:
             "time_ms": round(stats.wall_time_s * 1000, 2), "model_calls": stats.model_calls,
             "accepted_tokens": stats.draft_tokens_accepted, "predictions": [answer(p) for p in result.predictions],
             "set_aside": [answer(p) for p in result.set_aside],
-            "recorded": recorded, "recorded_rank": known_rank(result.predictions, recorded) if recorded else None}
+            "recorded": recorded,
+            "recorded_rank": known_rank(result.predictions, recorded, result.task) if recorded else None}
 
 
 def model_json(name: str, predictor: Predictor) -> dict:

@@ -2,8 +2,9 @@
 import pytest
 
 from molspec_core.io import InputFileError, QueryFile, output_header, parse_upload, result_rows
-from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, recorded_column, recorded_reaction,
-                                with_recorded)
+from molspec_core.data import _forward_pair
+from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, known_rank, recorded_column,
+                                recorded_reaction, with_recorded)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -25,7 +26,7 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
     ]
     header = output_header(("id", "product"))
     rows = [r for i, (known, result) in enumerate(queries, start=1) for r in result_rows(i, (f"r{i}", known), result)]
-    marks = KnownMarks(header, 1, "product")
+    marks = KnownMarks(header, 1, "product", "retro")
     marked = list(marks.rows(iter(rows)))  # a stream, as the CLI writes it
     assert marks.header == [*header, MATCHES_KNOWN]
     assert [r[:-1] for r in marked] == rows  # nothing else changes
@@ -36,9 +37,9 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
                         "r6": [None], "r7": [None]}
     summary = marks.summary()
     assert summary == KnownSummary("product", queries=4, first=2, listed=3, unreadable=1, empty=1,
-                                   output_column="product")
+                                   output_column="product", task="retro")
     # a known column whose name the output takes for itself is found under the output's name for it
-    assert KnownMarks(output_header(("smiles",)), 0, "smiles").summary().output_column == "input_smiles"
+    assert KnownMarks(output_header(("smiles",)), 0, "smiles", "retro").summary().output_column == "input_smiles"
     assert summary.describe() == ("known answers from the column product: first for 2 (50.0%) and listed for 3 "
                                   "(75.0%) of 4 queries (canonical SMILES, stereo kept); not counted: 1 known answer "
                                   "RDKit cannot read, 1 query with no known answer")
@@ -48,7 +49,7 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
 
 def test_a_file_without_readable_known_answers_says_so():
     header = output_header(("product",))
-    marks = KnownMarks(header, 0, "product")
+    marks = KnownMarks(header, 0, "product", "forward")
     list(marks.rows(result_rows(1, ("",), answers("q", "CCO"))))
     assert marks.summary().describe() == "no predicted query has a known answer that RDKit reads in the column product"
 
@@ -61,10 +62,13 @@ def test_a_file_without_readable_known_answers_says_so():
      ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C>>", "CNC(C)=O")),
     ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1 |c:0|", "forward",  # a CXSMILES, as Marvin copies a reaction
      ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
-    # a record listing a by-product beside the main product: forward knows the main product (it was matched by no
-    # rank, the model writing the main product alone), and retrosynthesis takes the main product apart (the HCl
-    # was read as part of it)
-    ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1.Cl", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
+    # a record listing HCl beside the main product: forward knows both, as the model was trained to write products
+    # (USPTO-MIT's 375 'X.Cl'-like targets; known_answers takes the main product alone too: it knew that alone, so
+    # the model's 'X.Cl' matched no record), and retrosynthesis takes the main product apart (the HCl was read as
+    # part of it)
+    ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1.Cl", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1.Cl")),
+    # a product that is also a reagent (the model reads it) is none of the outcome: data.forward_target's rule
+    ("CC(=O)Cl.NC>ClCCl>CNC(C)=O.ClCCl", "forward", ("CC(=O)Cl.NC>ClCCl>", "CNC(C)=O")),
     ("CC(=O)Cl.NCc1ccccc1>>Cl.CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
     ("CC(=O)Cl.N>>C1CC.Cl", "retro", ("C1CC.Cl", "CC(=O)Cl.N")),  # left for Predictor.prepare to refuse
     ("C1CC>>CC |c:0|", "forward", None),  # a CXSMILES RDKit cannot read: Predictor.prepare refuses it, saying why
@@ -120,3 +124,36 @@ def test_a_uspto_csv_of_reactions_is_read_by_its_own_column_name():
     assert (read.queries, read.columns, read.cells, column) == (
         ["CNC(C)=O"], ("id", "recorded_reactants", "recorded_reaction"),
         (("US1", "CC(=O)Cl.CN", "CC(=O)Cl.NC>>CNC(C)=O"),), "recorded_reactants")
+
+
+def test_a_forward_answer_matches_a_product_recorded_as_its_salt_written_as_trained_or_alone():
+    """USPTO-MIT keeps an HCl salt's Cl and a counter-ion in its targets, so the model writes 'X.Cl': the record's
+    outcome is so written, and the main product alone matches too; retrosynthesis answers match whole only."""
+    # a USPTO-MIT test reaction: the aminopyrimidine comes as its HCl salt
+    query, known = recorded_reaction("C#Cc1cccc(N)c1.Clc1ncnc2[nH]ccc12>c1ccncc1>C#Cc1cccc(Nc2ncnc3[nH]ccc23)c1.Cl",
+                                     "forward")
+    assert known == "C#Cc1cccc(Nc2ncnc3[nH]ccc23)c1.Cl"
+    made = "C#Cc1cccc(Nc2ncnc3[nH]ccc23)c1"
+    salt = answers("q", f"Cl.{made}", made, f"{made}.Br", "Cl")
+    base = answers("q", "CCO", made)
+    assert known_rank(salt.predictions, known, "forward") == 1  # was None: the record knew C1CNCCN1 alone
+    assert known_rank(base.predictions, known, "forward") == 2
+    assert known_rank(base.predictions, known, "retro") is None  # a route lacking a reactant is not the route
+    header = output_header(("known",))
+    marks = KnownMarks(header, 0, "known", "forward")
+    marked = list(marks.rows(result_rows(1, (known,), salt)))
+    assert [row[-1] for row in marked] == [True, True, False, False]  # another salt, or the HCl alone: not it
+    assert "a product recorded with a salt or by-product also matches alone" in marks.summary().describe()
+    retro = KnownMarks(header, 0, "known", "retro")
+    assert [row[-1] for row in retro.rows(result_rows(1, ("CC(=O)Cl.CN",), answers("q", "CC(=O)Cl", "CN.CC(=O)Cl")))
+            ] == [False, True]
+
+
+@pytest.mark.parametrize("reactants, products", [
+    ("CC(C)(C)OC(=O)N1CCNCC1.Cl", "C1CNCCN1.Cl.Cl"),  # HCl given: the model reads it, and writes the amine alone
+    ("C#Cc1cccc(N)c1.Clc1ncnc2[nH]ccc12", "C#Cc1cccc(Nc2ncnc3[nH]ccc23)c1.Cl"),
+    ("[CH3:1][C:2](=[O:3])Cl.[NH2:4]C", "[CH3:1][C:2](=[O:3])[NH:4]C.Cl"),
+    ("CC(=O)Cl.NC.ClCCl", "CNC(C)=O.ClCCl"),
+])
+def test_a_recorded_outcome_is_written_as_the_forward_model_was_trained_to_write_products(reactants, products):
+    assert recorded_reaction(f"{reactants}>>{products}", "forward")[1] == _forward_pair((reactants, products)).tgt

@@ -268,7 +268,8 @@ def summarize(run: Run) -> BatchResult:
     queries = run.queries
     header, summary = output_header(queries.columns), None
     if run.known:
-        marks = KnownMarks(header, queries.columns.index(run.known), run.known)  # the input's columns lead
+        # the input's columns lead; the answers matched as the model writes them (its own task, as with_recorded)
+        marks = KnownMarks(header, queries.columns.index(run.known), run.known, run.settings.predictor().task)
         header, rows, summary = marks.header, list(marks.rows(rows)), marks.summary()
     types = {**dict.fromkeys(COUNT_COLUMNS, "Int64"), **({MATCHES_KNOWN: "boolean"} if run.known else {})}
     table = pd.DataFrame(rows, columns=header).astype(types)

@@ -290,7 +290,7 @@ def known_answer(shown: Shown) -> str | None:
 def show_known_check(shown: Shown, known: str) -> None:
     what = "product" if shown.settings.task == "forward" else "reactants"
     source = "recorded with the query" if shown.recorded else "of this textbook reaction"
-    rank = known_rank(shown.result.predictions, known)
+    rank = known_rank(shown.result.predictions, known, shown.result.task)
     if rank == 1:
         st.success(f"Rank 1 is the known {what} {source}.", icon=":material/check_circle:")
     elif rank is not None:
@@ -524,14 +524,15 @@ def answer_table(result: QueryResult, known: tuple[str, str] | None = None,
     if not known:
         return output_header(()), list(result_rows(1, (), result))
     if written:
-        return known_marked((known[0], REACTION_COLUMN), result_rows(1, (known[1], written), result))
-    return known_marked(known[:1], result_rows(1, known[1:], result))
+        return known_marked((known[0], REACTION_COLUMN), result_rows(1, (known[1], written), result), result.task)
+    return known_marked(known[:1], result_rows(1, known[1:], result), result.task)
 
 
-def known_marked(names: tuple[str, ...], rows: Iterable[list[object]]) -> tuple[list[str], list[list[object]]]:
+def known_marked(names: tuple[str, ...], rows: Iterable[list[object]],
+                 task: str) -> tuple[list[str], list[list[object]]]:
     """Rows whose first cells are `names`' (the known answer first), then output_header's, with `matches_known`
-    added."""
-    marks = KnownMarks(output_header(names), 0, names[0])
+    added as a `task` model's answers are matched (known.known_answers)."""
+    marks = KnownMarks(output_header(names), 0, names[0], task)
     return marks.header, list(marks.rows(rows))
 
 
@@ -756,7 +757,7 @@ def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[li
     columns = (name, REACTION_COLUMN) if any(written) else (name,)
     rows = (r for (n, s), k, w in zip(oldest, knowns, written)
             for r in result_rows(n, ((k[1] if k else ""), w)[:len(columns)], s.result))
-    return known_marked(columns, rows)
+    return known_marked(columns, rows, oldest[0][1].result.task)
 
 
 def show_history(task: str) -> None:
