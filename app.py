@@ -18,6 +18,10 @@ STYLE = """<style>
 [data-testid="stSidebarNavLink"]:focus-visible,
 [data-testid="stRadioOption"]:has(input:focus-visible),
 [data-testid="stCheckbox"] label:has(input:focus-visible) { outline: 2px solid #1f6f8b; outline-offset: 1px; }
+/* The toolbar over a picture or a table (Fullscreen; the table's Download, Search) showed on hover alone: Tab put the
+   focus on its buttons unseen, one stop for each answer's picture. It shows while it holds the focus, ringed. */
+[data-testid="stElementToolbar"]:focus-within { opacity: 1; }
+[data-testid="stBaseButton-elementToolbar"]:focus-visible { outline: 2px solid #1f6f8b; outline-offset: 1px; }
 /* The app's name in the sidebar, no heading, at the size the sidebar's title had (common.render_sidebar) */
 .st-key-app_name p { font-size: 1.5rem; font-weight: 600; line-height: 1.2; }
 /* Level-2 section headings at the size of level 3, and each answer's "Rank k" heading at the size of bold text:

@@ -4,7 +4,7 @@ pages' titles (B1), their headings (B2), the Routes step in words (B10) and the 
 
 The pages run in Streamlit's AppTest with the tiny copy model (through test_app.py's helpers); what only a browser
 shows (the collapsed sidebar out of the Tab order, focus rings, the headings' levels in the page) is checked in
-test_browser.py.
+test_browser.py, and what the keyboard reaches among the answers at the end of this file, with its fixtures.
 """
 from __future__ import annotations
 
@@ -266,3 +266,60 @@ def test_a_rejected_rows_reason_stands_beside_its_query(copy_models, monkeypatch
     submit(at, "Run batch")
     order = list(at.dataframe[0].proto.column_order)
     assert order[:3] == ["row", "query", "rank"] and "error" in order  # where nothing was rejected, at the end
+
+
+# ---- in a browser: what the keyboard reaches ----------------------------------------------------------------------
+# test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
+# model), these tests are skipped for its reason, and the ones above still run.
+
+try:
+    from test_browser import browser, page, predict_page, server, settle  # noqa: F401  (fixtures)
+    BROWSER_MISSING = ""
+except pytest.skip.Exception as missing:
+    BROWSER_MISSING = str(missing)
+needs_browser = pytest.mark.skipif(bool(BROWSER_MISSING), reason=BROWSER_MISSING)
+
+# Whether the focused element and everything around it is drawn (a faded-in toolbar may take a moment)
+FOCUS_SHOWN = """() => { let e = document.activeElement;
+    for (; e && e !== document.body; e = e.parentElement) if (getComputedStyle(e).opacity !== '1') return false;
+    return true; }"""
+FOCUS_RING = """() => { const c = getComputedStyle(document.activeElement);
+    return [c.outlineStyle, parseFloat(c.outlineWidth), c.outlineColor]; }"""
+
+
+def tab_to(page, name: str, presses: int = 40) -> None:
+    """Press Tab until the focused element's accessible label starts with `name`."""
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        if (page.evaluate("() => document.activeElement.getAttribute('aria-label') || ''")).startswith(name):
+            return
+    pytest.fail(f"Tab never reached {name!r}")
+
+
+@needs_browser
+def test_the_toolbars_over_pictures_and_tables_show_while_the_keyboard_is_on_them(page, tmp_path):
+    """Each answer's picture and the Batch table have a toolbar (Fullscreen; the table's Download, Search) that shows
+    on hover: Tab put the focus on its buttons while they were drawn at opacity 0, one unseen stop per answer."""
+    from test_browser import contrast
+
+    predict_page(page)
+    page.get_by_role("button", name="Esterification").click()
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()
+    settle(page)
+    page.get_by_role("switch", name="Mark where bonds change").focus()
+    tab_to(page, "Fullscreen: Structure of ")
+    page.wait_for_function(FOCUS_SHOWN, timeout=3000)
+    style, width, colour = page.evaluate(FOCUS_RING)
+    assert style == "solid" and width >= 2 and contrast(colour, "rgb(255, 255, 255)") >= 3, (style, width, colour)
+
+    queries = tmp_path / "one.txt"
+    queries.write_text("CCO.CC(=O)O\n")
+    page.goto(page.base_url + "/batch")
+    page.locator('input[type="file"]').set_input_files(str(queries))
+    page.get_by_text("one.txt").wait_for()
+    page.get_by_role("button", name="Run batch").click()
+    page.get_by_role("button", name="Download CSV").wait_for()
+    settle(page)
+    page.get_by_role("button", name="Run batch").focus()
+    tab_to(page, "Download as CSV")  # the table's own toolbar
+    page.wait_for_function(FOCUS_SHOWN, timeout=3000)
