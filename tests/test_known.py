@@ -54,6 +54,9 @@ def test_a_file_without_readable_known_answers_says_so():
     assert marks.summary().describe() == "no predicted query has a known answer that RDKit reads in the column product"
 
 
+PPH3 = "c1ccc(P(c2ccccc2)c2ccccc2)cc1"
+
+
 @pytest.mark.parametrize("text, task, expected", [
     ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1")),
     ("CC(=O)Cl.NCc1ccccc1>ClCCl>O=C(C)NCc1ccccc1", "forward", ("CC(=O)Cl.NCc1ccccc1>ClCCl>", "CC(=O)NCc1ccccc1")),
@@ -69,6 +72,9 @@ def test_a_file_without_readable_known_answers_says_so():
     ("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1.Cl", "forward", ("CC(=O)Cl.NCc1ccccc1>>", "CC(=O)NCc1ccccc1.Cl")),
     # a product that is also a reagent (the model reads it) is none of the outcome: data.forward_target's rule
     ("CC(=O)Cl.NC>ClCCl>CNC(C)=O.ClCCl", "forward", ("CC(=O)Cl.NC>ClCCl>", "CNC(C)=O")),
+    # ... nor, for either task, the product: a catalyst listed among the products was the 'main' one, larger
+    (f"CC(=O)Cl.NC>{PPH3}>CNC(C)=O.{PPH3}", "forward", (f"CC(=O)Cl.NC>{PPH3}>", "CNC(C)=O")),
+    (f"CC(=O)Cl.NC>{PPH3}>{PPH3}.CNC(C)=O", "retro", ("CNC(C)=O", "CC(=O)Cl.CN")),
     ("CC(=O)Cl.NCc1ccccc1>>Cl.CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
     ("CC(=O)Cl.N>>C1CC.Cl", "retro", ("C1CC.Cl", "CC(=O)Cl.N")),  # left for Predictor.prepare to refuse
     ("C1CC>>CC |c:0|", "forward", None),  # a CXSMILES RDKit cannot read: Predictor.prepare refuses it, saying why
