@@ -13,14 +13,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import torch
 
 from .argtypes import at_least, positive_seconds
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
-from .io import DECOMPRESSORS, READ_AS, STDIN, check_output, write_text_file
+from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
@@ -179,8 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "answers are printed and written); a name ending .sdf "
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
-                   "text); other names (.csv.gz) are refused")
-    p.add_argument("--resume", action="store_true", help="go on from the rows an interrupted run (Ctrl-C, SIGTERM) "
+                   "text); - writes the CSV to standard output, row by row, and every other line to standard error; "
+                   "other names (.csv.gz) are refused")
+    p.add_argument("--resume", action="store_true", help="go on from the rows a run that stopped (Ctrl-C, SIGTERM, "
+                   "an error such as a full disk) "
                    "of the same command kept beside a CSV output (out.interrupted.csv for out.csv): their records "
                    "are not predicted again, and a run with other options that shape answers (out.interrupted.json) "
                    "is refused; without such a file the run starts at the first record")
@@ -362,6 +364,39 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    """predict_command, with --output - (STDOUT): the CSV rows go to standard output as they come, and every line
+    that is no row (progress, counts, notes) to standard error, so that a pipeline reads the rows alone."""
+    if args.output != STDOUT:
+        return predict_command(args)
+    if args.resume:
+        raise ValueError("--resume goes on from the rows kept beside an output file; standard output keeps none")
+    if args.ray is not None:
+        raise ValueError("--ray writes its rows to a file: give --output out.csv")
+    rows_out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            return predict_command(args, rows_out)
+        except BrokenPipeError:  # the reader stopped reading (| head): no error of the run's, said on one line
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # no flush to the closed pipe at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), rows_out.fileno())
+            print("stopped: standard output was closed by its reader before every row was written", file=sys.stderr)
+            return 128 + 13  # SIGPIPE's, as a shell reports a writer its reader left
+
+
+def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) -> None:
+    """predict's --output checked before the model loads (io.check_output, io.check_results_name, outside_model);
+    standard output (STDOUT) needs no check."""
+    from .io import check_results_name
+
+    if args.output == STDOUT:
+        return
+    given = None if args.input in (None, STDIN) else args.input
+    outside_model(args.output, check_output(args.output, given), args.model)
+    check_results_name(args.output, max_rows)
+
+
+def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -> int:
+    """predict; `rows_out`: the stream the CSV rows go to where --output is STDOUT (cmd_predict)."""
     from .io import InputFileError, check_results_name, is_sd_name, read_queries
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
@@ -376,14 +411,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print("error: --input needs --output", file=sys.stderr)
             return 2
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
-        outside_model(args.output, check_output(args.output, None if args.input == STDIN else args.input), args.model)
-        check_results_name(args.output)
+        check_predict_output(args)
         task = model_task(args.model)
         table, recorded = with_recorded(read_queries(args.input, args.column, args.input_format, task=task), task)
         if not table.queries:  # as a file of blank lines is, and evaluate's empty --src: no run of nothing
             raise InputFileError(f"{input_name(args.input)} holds no records to predict: it is empty, or holds a "
                                  "header and nothing under it")
-        check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
+        if args.output != STDOUT:
+            check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
             print(f"{count_recorded(table, recorded)} of the file's {len(table.queries)} queries are recorded "
@@ -401,8 +436,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.input_format:
             raise ValueError("--input-format says how to read --input: give --input")
         if args.output:  # the one query's answers are written too, as --input writes a file's
-            outside_model(args.output, check_output(args.output), args.model)
-            check_results_name(args.output, args.n_best)
+            check_predict_output(args, args.n_best)
     # With --ray the workers load their own copies (on --device); this one checks the folder and the options
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
@@ -445,8 +479,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
             table, recorded = with_recorded(QueryFile([args.smiles]), predictor.task)
             write_marked(args.output, table, result_rows(1, table.cells_of(0), result),
-                         known_marks(table, "--smiles", recorded, predictor.task))
-            print(f"-> {args.output}")
+                         known_marks(table, "--smiles", recorded, predictor.task), stream=rows_out)
+            print(f"-> {output_name(args.output)}")
         return 0
     try:
         if cluster:
@@ -457,7 +491,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                    args.engine, args.dtype, marks, keep)
         else:
             n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
-                                 resumed(args, table, marks, keep))
+                                 resumed(args, table, marks, keep), rows_out)
     except BaseException:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows this one
         if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
             with contextlib.suppress(OSError):  # on a full disk too; without it --resume checks --method alone
@@ -471,7 +505,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     n_queries = len(table.queries) - n_blank
     print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted, {n_bad} rejected (see "
           f"the error {'field' if is_sd_name(args.output) else 'column'})"
-          + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "") + f" -> {args.output}")
+          + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "")
+          + f" -> {output_name(args.output)}")
     if marks is not None:
         print(marks.summary().describe())
     if table.queries and n_bad == n_queries:  # a pipeline must not take a file of errors for answers
@@ -488,6 +523,8 @@ def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMar
     is refused without --resume: this run, interrupted in turn, would replace it with fewer."""
     from .io import Kept, check_kept, interrupted_name, is_sd_name, is_workbook_name, output_header
 
+    if args.output == STDOUT:  # its rows are out as they come (cmd_predict)
+        return None
     if is_sd_name(args.output) or is_workbook_name(args.output):
         if args.resume:
             raise ValueError("--resume goes on from the rows kept beside a CSV output; an SD file or workbook is "
@@ -567,6 +604,8 @@ def stopped(output: str, n_records: int, keep: Kept | None) -> str:
     boundary's `interrupted`, `terminated` or `error:` line)."""
     from .io import interrupted_name
 
+    if output == STDOUT:
+        return "standard output holds the rows of the records done before this, not every record's"
     if keep is None:
         return f"{output} is written only once every record is done (a .csv output keeps finished rows)"
     if keep.last_row <= keep.held:
@@ -578,6 +617,11 @@ def stopped(output: str, n_records: int, keep: Kept | None) -> str:
              if keep.moved else f"{keep.path}; run ")
     return (f"the rows of records 1-{keep.last_row:,} of {n_records:,} are kept in {where}the same command with "
             f"--resume to go on from there ({output} is written once every record is done)")
+
+
+def output_name(path: str) -> str:
+    """How messages name an --output: its path, or standard output."""
+    return "standard output" if path == STDOUT else path
 
 
 def input_name(path: str) -> str:
@@ -624,12 +668,14 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
                  check: Callable[[QueryResult], QueryResult] = lambda result: result,
-                 marks: KnownMarks | None = None, keep: Kept | None = None, kept: Iterable[list[object]] = ()) -> int:
+                 marks: KnownMarks | None = None, keep: Kept | None = None, kept: Iterable[list[object]] = (),
+                 stream: IO[str] | None = None) -> int:
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first, and each row through `marks` (matches_known), where given. An interrupted CSV keeps its
     rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
-    (io.kept_rows), come first, and those records are not predicted again. Returns the number of rejected queries."""
+    (io.kept_rows), come first, and those records are not predicted again. `stream`: where the CSV goes instead of
+    `output` (write_marked). Returns the number of rejected queries."""
     from .io import RESULT_COLUMNS, predict_batch, result_rows
 
     queries = table.queries
@@ -653,18 +699,23 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                     n_bad += 1
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
-    write_marked(output, table, rows(), marks, keep)
+    write_marked(output, table, rows(), marks, keep, stream)
     return n_bad
 
 
 def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], marks: KnownMarks | None,
-                 keep: Kept | None = None) -> None:
+                 keep: Kept | None = None, stream: IO[str] | None = None) -> None:
     """`table`'s output rows to `output`, each marked against its known answer where `marks` is given; interrupted,
-    a CSV keeps its rows at `keep` (io.write_csv)."""
-    from .io import output_header, write_results
+    a CSV keeps its rows at `keep` (io.write_csv). With `stream` (standard output) the CSV goes there instead, each row
+    as it comes."""
+    from .io import output_header, write_results, write_rows
 
     header, marked = (output_header(table.columns), rows) if marks is None else (marks.header, marks.rows(rows))
-    write_results(output, header, marked, keep)  # a failed run keeps any earlier output
+    if stream is not None:
+        write_rows(stream, header, marked)
+        stream.flush()
+    else:
+        write_results(output, header, marked, keep)  # a failed run keeps any earlier output
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

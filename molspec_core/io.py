@@ -160,6 +160,7 @@ def query_format(name: str) -> tuple[str | None, str]:
 # What `read_as` may name: the kinds query_format gives a file by its name, less the old workbook format.
 READ_AS = ("txt", "smi", "sdf", "csv", "xlsx")
 STDIN = "-"  # read_queries' path for standard input
+STDOUT = "-"  # predict's --output for its CSV on standard output (cli.cmd_predict)
 STDIN_NAME = "standard input"  # how messages name it
 
 
@@ -746,7 +747,8 @@ def check_results_name(output: str | Path, max_rows: int | None = None) -> None:
     the most data rows the run can give (queries x answers a query), checked before any query is predicted."""
     if not str(output).lower().endswith(RESULT_SUFFIXES):
         raise OutputFileError(f"{output}: predict writes CSV (.csv), an SD file ({', '.join(SD_FILE_SUFFIXES)}) or an "
-                              f"Excel workbook ({WORKBOOK_SUFFIX}), uncompressed; give a name ending in one of those")
+                              f"Excel workbook ({WORKBOOK_SUFFIX}), uncompressed; give a name ending in one of those, "
+                              f"or {STDOUT} for CSV on standard output")
     if is_workbook_name(output) and max_rows is not None and max_rows + 1 > WORKBOOK_MAX_ROWS:
         raise OutputFileError(f"{output}: up to {max_rows:,} rows of answers, more than an Excel sheet holds "
                               f"({WORKBOOK_MAX_ROWS - 1:,} under its header); write CSV (.csv) or fewer answers "

@@ -850,6 +850,42 @@ def test_predict_reads_standard_input_as_txt_or_as_input_format_says(tmp_path, c
                    "--input-format says how to read --input: give --input")
 
 
+def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_standard_error(tmp_path, capsys):
+    """--output - was refused as a name without .csv: a pipeline (| sort, | tee) had to go through a file. The rows
+    go to standard output alone, as a file gets them; the counts, notes and the --smiles table to standard error."""
+    import io
+
+    (tmp_path / "q.csv").write_text("smiles,id\nCCO>>CCO,a1\nc1ccncc1,a2\nnot a smiles,a3\n")
+    options = ("--method", "beam", "--n-best", "2")
+    assert predict_file(tmp_path / "q.csv", "-", *options) == 0
+    written = capsys.readouterr()
+    assert "1 of the file's 3 queries are recorded reactions" in written.err
+    assert "2 queries predicted, 1 rejected (see the error column) -> standard output" in written.err
+    assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv", *options) == 0
+    capsys.readouterr()
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(written.out)).drop(columns="time_ms"),
+                                  pd.read_csv(tmp_path / "out.csv").drop(columns="time_ms"))
+
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO", "--output", "-"]) == 0
+    written = capsys.readouterr()
+    assert "query: CCO" in written.err and "-> standard output" in written.err
+    assert pd.read_csv(io.StringIO(written.out))["query"].tolist() == ["CCO"]
+    for extra, message in [(["--resume"], "standard output keeps none"), (["--ray"], "--ray writes its rows to")]:
+        assert predict_file(tmp_path / "q.csv", "-", *extra) == 2
+        written = capsys.readouterr()
+        assert message in written.err and not written.out
+
+    class Closed(io.StringIO):  # a reader that stopped reading (| head)
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", Closed())
+        assert predict_file(tmp_path / "q.csv", "-") == 141  # as a shell reports a writer whose reader left
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "stopped: standard output was closed by its reader before every row was written")
+
+
 def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path):
     """Issue 18: scores were text ('-4.6486) and the user's columns were dropped; issue 14 item 5:
     the output did not show the canonical query the model read."""
