@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
-                   smiles_from_cxsmiles)
+                   mol_from_smiles, smiles_from_cxsmiles)
 from .data import forward_target
 from .io import InputFileError, QueryFile
 
@@ -47,8 +47,9 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     the reactants and reagents, an HCl salt's Cl or a counter-ion kept, as USPTO-MIT's targets keep them;
     known_answers also takes the main product alone). Retrosynthesis predicts from the main product (the largest
     product that is not a reactant or reagent: its by-products were read as part of it) and knows the reactants
-    (the reagents left out, as USPTO-50K lists reactants). None for any other text (Predictor.prepare reads it);
-    ValueError where the recorded side is not a SMILES."""
+    (the reagents left out, as USPTO-50K lists reactants; in an atom-mapped record, only the molecules that give
+    the product an atom: contributing). None for any other text (Predictor.prepare reads it); ValueError where the
+    recorded side is not a SMILES."""
     text = text.strip()
     if CXSMILES.fullmatch(text):
         try:
@@ -61,7 +62,7 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     reactants, reagents, products = parts
     side = recorded_side(task)
     try:
-        recorded = canonical_fragments(products if side == "products" else reactants)
+        recorded = canonical_fragments(products if side == "products" else contributing(reactants, products))
     except ChemError as exc:
         raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
     if not recorded:
@@ -81,6 +82,26 @@ def _readable_fragments(smiles: str) -> list[str]:
         return canonical_fragments(smiles)
     except ChemError:
         return []
+
+
+def contributing(reactants: str, products: str) -> str:
+    """The molecules of a recorded reaction's reactant side that give the product an atom, where the record is
+    atom-mapped: those with an atom whose map number a product atom carries. USPTO's records often list a base,
+    catalyst or solvent among the reactants, unmapped; USPTO-50K, which the retrosynthesis model learned from,
+    lists the reactants alone. The reactant side as written where nothing tells (no maps, none shared, a side
+    RDKit cannot read: canonical_fragments then says why)."""
+    try:
+        made = _map_numbers(products)
+        molecules = [(part, _map_numbers(part)) for part in reactants.split(".") if part]
+    except ChemError:
+        return reactants
+    kept = [part for part, maps in molecules if maps & made]
+    return ".".join(kept) if kept else reactants
+
+
+def _map_numbers(smiles: str) -> set[int]:
+    """The atom-map numbers of a SMILES's atoms (0, unmapped, left out); ChemError where RDKit cannot read it."""
+    return {atom.GetAtomMapNum() for atom in mol_from_smiles(smiles).GetAtoms()} - {0}
 
 
 def known_answers(known: str | None, task: str) -> frozenset[str]:

@@ -77,6 +77,14 @@ PPH3 = "c1ccc(P(c2ccccc2)c2ccccc2)cc1"
     (f"CC(=O)Cl.NC>{PPH3}>{PPH3}.CNC(C)=O", "retro", ("CNC(C)=O", "CC(=O)Cl.CN")),
     ("CC(=O)Cl.NCc1ccccc1>>Cl.CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
     ("CC(=O)Cl.N>>C1CC.Cl", "retro", ("C1CC.Cl", "CC(=O)Cl.N")),  # left for Predictor.prepare to refuse
+    # an atom-mapped record (RXNMapper's, USPTO's) that lists its base among the reactants, unmapped: the reactants
+    # are those that give the product an atom, as USPTO-50K lists them (the base was a reactant no answer names);
+    # forward reads the base as the model reads reagents; unmapped, nothing tells a reactant from a base
+    ("[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5].CCN(CC)CC>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", "retro",
+     ("[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", "CC(=O)Cl.CN")),
+    ("CCN(CC)CC.[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", "forward",
+     ("CCN(CC)CC.[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>", "CNC(C)=O")),
+    ("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O", "retro", ("CNC(C)=O", "CC(=O)Cl.CCN(CC)CC.CN")),
     ("C1CC>>CC |c:0|", "forward", None),  # a CXSMILES RDKit cannot read: Predictor.prepare refuses it, saying why
     ("CC(=O)Cl.NCc1ccccc1>>", "forward", None),  # no outcome: an ordinary query, Predictor.prepare's to read
     ("CC(=O)Cl", "forward", None),
