@@ -631,6 +631,23 @@ def test_connections_past_the_limit_are_answered_503(models, monkeypatch):
     running.server_close()
 
 
+def test_clients_connecting_at_once_wait_to_be_accepted_rather_than_being_refused(models):
+    """The listening socket's backlog was the standard library's 5: clients that connected while the server was
+    busy accepting others (40 at once, a request decoding) were reset, or waited seconds for a retried handshake."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0)  # not accepting yet: all wait in the backlog
+    address = running.server_address[:2]
+    clients = [socket.create_connection(address, timeout=5) for _ in range(20)]  # the 7th waited past 5 s
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    for client in clients:
+        client.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    answers = [b"".join(iter(lambda: client.recv(65536), b"")) for client in clients]
+    for client in clients:
+        client.close()
+    running.shutdown()
+    running.server_close()
+    assert all(answer.startswith(b"HTTP/1.1 200") for answer in answers)
+
+
 def test_the_server_listens_on_ipv6_loopback():
     if not socket.has_ipv6:
         pytest.skip("no IPv6 on this machine")
