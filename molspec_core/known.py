@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
-                   mol_from_smiles, smiles_from_cxsmiles)
+                   mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi)
 from .data import forward_target
 from .io import InputFileError, QueryFile
 
@@ -111,14 +111,29 @@ def known_answers(known: str | None, task: str) -> frozenset[str]:
     that names the product alone, and the model, trained on USPTO-MIT's targets, writes either form. An answer
     with a molecule the record lacks is not the recorded product, and a retrosynthesis answer lacking a recorded
     reactant is not the recorded route (any task but forward is compared so). Empty where `known` is None, empty
-    or not a SMILES RDKit reads."""
-    want = canonical_or_none(known.strip()) if known else None
+    or no molecule RDKit reads (read_known)."""
+    want = read_known(known) if known else None
     if want is None:
         return frozenset()
     if task == "forward" and "." in want:
         main = canonical_or_none(main_molecule(want))
         return frozenset({want, main} - {None})
     return frozenset({want})
+
+
+def read_known(text: str) -> str | None:
+    """A known answer as a query is read (Predictor.prepare): a SMILES, a CXSMILES (as Marvin and ChemDraw copy
+    one) or an InChI (as registration systems export one), canonical without atom maps; None where RDKit reads no
+    molecule in it (a tokenized 'C C O' included: chem.canonical_or_none)."""
+    text = text.strip()
+    try:
+        if CXSMILES.fullmatch(text):
+            text = smiles_from_cxsmiles(text)
+        elif text.startswith("InChI="):
+            text = smiles_from_inchi(text)
+    except ChemError:
+        return None
+    return canonical_or_none(text)
 
 
 def known_rank(predictions: Sequence[Prediction], known: str | None, task: str) -> int | None:

@@ -171,3 +171,17 @@ def test_a_forward_answer_matches_a_product_recorded_as_its_salt_written_as_trai
 ])
 def test_a_recorded_outcome_is_written_as_the_forward_model_was_trained_to_write_products(reactants, products):
     assert recorded_reaction(f"{reactants}>>{products}", "forward")[1] == _forward_pair((reactants, products)).tgt
+
+
+def test_a_known_answer_written_as_a_cxsmiles_or_an_inchi_is_read_as_a_query_is():
+    """A product column exported as InChI (paracetamol's: RDKit reads the standard InChI as the imidic acid, the
+    amide preferred as a query's is) or copied from Marvin as a CXSMILES was counted as one RDKit cannot read."""
+    header = output_header(("known",))
+    marks = KnownMarks(header, 0, "known", "forward")
+    cells = ["InChI=1S/C8H9NO2/c1-6(10)9-7-2-4-8(11)5-3-7/h2-5,11H,1H3,(H,9,10)", "CC(=O)Nc1ccc(O)cc1 |(0,0,;1,0,;"
+             "2,0,;3,0,;4,0,;5,0,;6,0,;7,0,;8,0,;9,0,;10,0,)|", "C C ( = O ) N c 1 c c c ( O ) c c 1", "InChI=1S/x"]
+    rows = [r for i, cell in enumerate(cells, start=1)
+            for r in result_rows(i, (cell,), answers("q", "CC(=O)Nc1ccc(O)cc1", "CCO"))]
+    assert [row[-1] for row in marks.rows(rows)] == [True, False, True, False, None, None, None, None]
+    summary = marks.summary()
+    assert (summary.queries, summary.first, summary.unreadable) == (2, 2, 2)  # tokenized: still not a SMILES
