@@ -579,14 +579,26 @@ def _smiles_and_name(line: str) -> tuple[str, str]:
 def parse_sd_file(text: str) -> QueryFile:
     """An SD file's records (chem.sd_records, which needs RDKit): each molecule's SMILES is a query, its
     title goes in a `name` column and its data fields in columns of their own, in the order the file
-    first gives them. A record RDKit cannot read gives an empty query and its reason (QueryFile.problems)."""
+    first gives them. A record RDKit cannot read gives an empty query and its reason (QueryFile.problems).
+    Where a field is itself called name (any case), as in predict's SD output (answer_records: the title is the
+    name field, or the answer's SMILES where there is none), the title is left out where every record's title says
+    no more than that field or its `smiles` field, and is called `title` otherwise: reading such a file gave two
+    columns called name."""
     from .chem import sd_records
 
     records = sd_records(text)
     _check_rows(len(records))
     fields = list(dict.fromkeys(name for record in records for name in record.fields))
-    return QueryFile([r.smiles for r in records], (NAME_COLUMN, *fields),
-                     tuple((r.title, *(r.fields.get(name, "") for name in fields)) for r in records),
+    named = next((name for name in fields if _header_key(name) == NAME_COLUMN), None)
+    if named is None:
+        titled: tuple[str, ...] = (NAME_COLUMN,)
+    elif all(r.title in ("", r.fields.get(named, ""), r.fields.get("smiles", "")) for r in records):
+        titled = ()
+    else:
+        titled = ("title",)
+    return QueryFile([r.smiles for r in records], (*titled, *fields),
+                     tuple((*(r.title for _ in titled), *(r.fields.get(name, "") for name in fields))
+                           for r in records),
                      tuple(r.problem for r in records) if any(r.problem for r in records) else ())
 
 

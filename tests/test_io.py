@@ -672,11 +672,23 @@ def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_a
     assert back.queries == ["C[C@H](N)C(=O)O", "", "", "CCO"]  # the answers, with stereo; no atoms where none
     assert back.problems == ()  # records without atoms are records, not unreadable ones
     named = dict(zip(back.columns, zip(*back.cells)))
-    assert named["name"] == ("ala", "ala", "", "CCO")  # the title: the input's name, else the answer
+    # the title (the input's name, else the answer) repeats the fields: read back, the input's Name is its one column
+    # (it was read beside a `name` column of the titles, which the next output called input_Name)
+    assert back.columns[:2] == ("Name", "ID") and named["Name"] == ("ala", "ala", "", "")
+    assert output_header(back.columns)[:2] == ["Name", "ID"]
     assert named["ID"] == ("=1+1", "=1+1", "B-2", "C-3")  # an SD field is data, not a spreadsheet cell: as written
     assert named["rank"] == ("1", "2", "", "1") and named["valid"] == ("True", "False", "", "True")
     assert named["error"] == ("", "", "RDKit cannot parse 'xx' as a molecule", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.SDF"]
+
+
+def test_an_sd_file_whose_name_field_is_not_its_title_keeps_both_under_names_of_their_own():
+    """A drawing program's file with a `name` field beside titles that say something else: both are kept, the titles
+    as `title`, as neither may be lost nor two columns share a name."""
+    text = (molfile("CCO", "ethanol, batch 7") + ">  <name>\nethanol\n\n$$$$\n"
+            + molfile("CCN", "") + ">  <name>\nethylamine\n\n$$$$\n")
+    back = parse_upload("drawn.sdf", text.encode())
+    assert back.columns == ("title", "name") and back.cells == (("ethanol, batch 7", "ethanol"), ("", "ethylamine"))
 
 
 def test_a_failed_sd_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
