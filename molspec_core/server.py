@@ -307,7 +307,11 @@ class Handler(BaseHTTPRequestHandler):
         long as it liked. Past the deadline, reading stops (DeadlineReader) and the request is refused. (A timer
         thread stopped the reading before: two threads a connection, and one more started for every request.)"""
         self.deadline = time.monotonic() + self.server.read_timeout_s
-        super().handle_one_request()
+        try:
+            super().handle_one_request()
+        except ConnectionError as exc:  # reset while its request line or headers were read (a pool closing an
+            self.close_connection = True  # idle connection): the socketserver printed a traceback
+            log.info("%s: the client reset the connection before a whole request (%s)", self.address_string(), exc)
         if self.read_stopped:  # the rest of the stream is not read: no next request can be found in it
             self.close_connection = True
 

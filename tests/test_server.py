@@ -426,6 +426,29 @@ def test_a_client_still_waiting_is_not_taken_for_gone(models):
     assert [r["error"] for r in result] == [None, None] and len(looked) == 2  # before each window
 
 
+def test_a_kept_alive_connection_reset_by_its_client_is_logged_quietly(models, monkeypatch, caplog):
+    """A client (a connection pool) resetting a kept-alive connection between requests printed a traceback to the
+    server's console: the read of its next request line raised ConnectionResetError."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    failures: list[object] = []
+    monkeypatch.setattr(running, "handle_error", lambda request, address: failures.append(address))
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        client = socket.create_connection(running.server_address[:2], timeout=30)
+        client.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        client.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not failures and not [r for r in caplog.records
+                                                                    if "reset" in r.getMessage()]:
+            time.sleep(0.02)
+    running.shutdown()
+    running.server_close()
+    assert failures == []
+    assert [r.levelno for r in caplog.records if "the client reset the connection" in r.getMessage()] == [logging.INFO]
+
+
 def test_requests_at_once_are_each_answered(address, models):
     queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
     got: dict[str, dict] = {}
