@@ -105,20 +105,34 @@ def _map_numbers(smiles: str) -> set[int]:
 
 
 def known_answers(known: str | None, task: str) -> frozenset[str]:
-    """The canonical answers (atom maps removed, stereo kept) that are a known answer: the known answer itself and,
-    for forward, where it lists several molecules, its main molecule alone (chem.main_molecule). A chemist asks
-    whether the model made the product: one recorded as its HCl salt or beside its by-product is made by an answer
-    that names the product alone, and the model, trained on USPTO-MIT's targets, writes either form. An answer
-    with a molecule the record lacks is not the recorded product, and a retrosynthesis answer lacking a recorded
-    reactant is not the recorded route (any task but forward is compared so). Empty where `known` is None, empty
-    or no molecule RDKit reads (read_known)."""
-    want = read_known(known) if known else None
+    """The answers (answer_key's) that are a known answer: the known answer itself and, for forward, where it
+    lists several molecules, its main molecule alone (chem.main_molecule). A chemist asks whether the model made
+    the product: one recorded as its HCl salt or beside its by-product is made by an answer that names the product
+    alone, and the model, trained on USPTO-MIT's targets, writes either form. An answer with a molecule the record
+    lacks is not the recorded product, and a retrosynthesis answer lacking a recorded reactant is not the recorded
+    route (any task but forward is compared so). Empty where `known` is None, empty or no molecule RDKit reads
+    (read_known)."""
+    want = _molecules(read_known(known) if known else None)
     if want is None:
         return frozenset()
     if task == "forward" and "." in want:
-        main = canonical_or_none(main_molecule(want))
-        return frozenset({want, main} - {None})
+        return frozenset({want, _molecules(main_molecule(want))})
     return frozenset({want})
+
+
+def answer_key(answer: str) -> str | None:
+    """An answer as known answers are compared with it: canonical (atom maps removed, stereo kept), each molecule
+    once; None for one RDKit cannot read. A reaction SMILES repeats a molecule for its equivalents (a
+    dihydrochloride's 'X.Cl.Cl', two of a reagent as 'A.A.B'), which neither model's training targets do
+    (USPTO-MIT's products and USPTO-50K's reactants list each molecule once), so the models write each once."""
+    return _molecules(canonical_or_none(answer))
+
+
+def _molecules(smiles: str | None) -> str | None:
+    """A canonical SMILES's molecules, each once, canonical and sorted (None stays None)."""
+    if smiles is None:
+        return None
+    return ".".join(sorted({canonical_or_none(part) or part for part in smiles.split(".")}))  # each part reads
 
 
 def read_known(text: str) -> str | None:
@@ -139,7 +153,7 @@ def read_known(text: str) -> str | None:
 def known_rank(predictions: Sequence[Prediction], known: str | None, task: str) -> int | None:
     """The rank of the first valid prediction that is the known answer (known_answers), or None when none is it."""
     wanted = known_answers(known, task)
-    return next((p.rank for p in predictions if p.valid and canonical_or_none(p.smiles) in wanted), None)
+    return next((p.rank for p in predictions if p.valid and answer_key(p.smiles) in wanted), None)
 
 
 def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
@@ -244,7 +258,7 @@ class KnownMarks:
             known = str(answers[0][self.known_at] or "").strip()
             wanted = known_answers(known, self.task)
             marked = [[*row, None if not wanted or row[self._rank_at] is None
-                       else canonical_or_none(str(row[self._answer_at])) in wanted] for row in answers]
+                       else answer_key(str(row[self._answer_at])) in wanted] for row in answers]
             self._count(marked, known, bool(wanted))
             yield from marked
 

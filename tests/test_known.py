@@ -185,3 +185,14 @@ def test_a_known_answer_written_as_a_cxsmiles_or_an_inchi_is_read_as_a_query_is(
     assert [row[-1] for row in marks.rows(rows)] == [True, False, True, False, None, None, None, None]
     summary = marks.summary()
     assert (summary.queries, summary.first, summary.unreadable) == (2, 2, 2)  # tokenized: still not a SMILES
+
+
+@pytest.mark.parametrize("task, known, answer", [
+    ("forward", "C1CNCCN1.Cl.Cl", "Cl.C1CNCCN1"),  # a dihydrochloride: the model writes each molecule once
+    ("retro", "CC(=O)Cl.CC(=O)Cl.NCCN", "NCCN.CC(=O)Cl"),  # two equivalents of the acid chloride
+    ("retro", "CC(=O)Cl.NCCN", "CC(=O)Cl.CC(=O)Cl.NCCN"),
+])
+def test_a_molecule_recorded_twice_for_its_equivalents_matches_an_answer_that_names_it_once(task, known, answer):
+    assert known_rank(answers("q", "CCO", answer).predictions, known, task) == 2
+    marks = KnownMarks(output_header(("known",)), 0, "known", task)
+    assert [row[-1] for row in marks.rows(result_rows(1, (known,), answers("q", answer)))] == [True]
