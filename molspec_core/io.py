@@ -435,8 +435,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
         try:
             for sheet in book.worksheets:
-                top = [[_cell_text(value) for value in values]
-                       for values in sheet.iter_rows(max_row=HEADER_ROWS, values_only=True)]
+                top = [[_cell_text(cell) for cell in cells] for cells in sheet.iter_rows(max_row=HEADER_ROWS)]
                 found = header_of(top, column, task)
                 if found is None:
                     headers.append(f"{sheet.title!r}: {[f for f in top[0] if f] if top else []}")
@@ -447,8 +446,8 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                     fields.pop()  # a sheet's rows reach its widest row; a header ends at its last name
                 records = []
                 # cells past the header's last name are not read: a row is as wide as the sheet's widest
-                for values in sheet.iter_rows(min_row=line + 2, max_col=len(fields), values_only=True):
-                    records.append([_cell_text(value) for value in values])
+                for cells in sheet.iter_rows(min_row=line + 2, max_col=len(fields)):
+                    records.append([_cell_text(cell) for cell in cells])
                     if len(records) > MAX_INPUT_ROWS:
                         _check_rows(len(records))  # a sheet of a million rows is refused before all are read
                     if len(records) * len(fields) > WORKBOOK_MAX_CELLS:
@@ -515,18 +514,42 @@ def _holds_formulas(data: bytes | bytearray) -> bool:
                    if member.startswith("xl/worksheets/") and member.endswith(".xml"))
 
 
-def _cell_text(value: object) -> str:
+def _cell_text(cell: object) -> str:
     """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, a number to the 15 significant digits Excel
-    shows and keeps (0.3 for a formula's 0.30000000000000004), TRUE / FALSE, ISO 8601 dates."""
+    shows and keeps (0.3 for a formula's 0.30000000000000004), a whole number in a format of leading zeros as it is
+    shown (padded_number: an ID 007), TRUE / FALSE, ISO 8601 dates."""
+    value = getattr(cell, "value", None)
     if value is None:
         return ""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        padded = padded_number(int(value), getattr(cell, "number_format", None) or "General")
+        if padded is not None:
+            return padded
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:.15g}"
     if hasattr(value, "isoformat"):
         return value.isoformat()  # type: ignore[no-any-return, attr-defined]
     return str(value)
+
+
+# A number format that shows a whole number with leading zeros, as a compound ID is kept in a workbook (000 shows 7 as
+# 007; "CPD-"0000 as CPD-0007): in its first section, zeros between literal text (quoted, or a character after a
+# backslash). Read as a number, the ID lost its zeros (and its prefix) and joined no other table.
+PADDED_FORMAT = re.compile(r'((?:"[^"]*"|\\.)*)(0{2,})((?:"[^"]*"|\\.)*)')
+FORMAT_LITERAL = re.compile(r'"([^"]*)"|\\(.)')
+
+
+def padded_number(value: int, number_format: str) -> str | None:
+    """A whole number as a format of leading zeros (PADDED_FORMAT) shows it, or None for any other format."""
+    match = PADDED_FORMAT.fullmatch(number_format.split(";")[0])
+    if match is None:
+        return None
+    prefix, zeros, suffix = (FORMAT_LITERAL.sub(lambda m: m[1] if m[1] is not None else m[2], part)
+                             for part in match.groups())
+    sign = "-" if value < 0 else ""
+    return f"{sign}{prefix}{abs(value):0{len(zeros)}d}{suffix}"
 
 
 def csv_delimiter(text: str, column: str | None = None, task: str | None = None) -> str:

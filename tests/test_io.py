@@ -831,6 +831,25 @@ def test_a_workbook_number_reads_as_excel_shows_it():
     assert molspec_io.parse_workbook(saved.getvalue(), "w.xlsx").cells == (("46.069", "0.3", "1e-07", "12"),)
 
 
+def test_a_workbook_id_shown_with_leading_zeros_reads_as_shown(tmp_path):
+    """A compound ID 007, kept as the number 7 in a format of leading zeros (000), read as 7: it joined nothing in the
+    chemist's other tables. A whole number in such a format reads as Excel shows it, literal text included; a
+    fraction, whose rounding would lose digits, and other formats read as before."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(["ID", "smiles", "code", "mass", "step"])
+    sheet.append([7, "CCO", 42, 12.5, -3])
+    sheet.append([1234567, "CCN", 42.0, 12, 5])
+    for cell, shown in [("A2", "000"), ("A3", "00000"), ("C2", '"CPD-"0000'), ("C3", "\\A000;[Red]-000"),
+                        ("D2", "000"), ("D3", "0.00"), ("E2", "00")]:
+        sheet[cell].number_format = shown
+    book.save(tmp_path / "ids.xlsx")
+    table = read_queries(tmp_path / "ids.xlsx")
+    assert table.cells == (("007", "CPD-0042", "12.5", "-03"), ("1234567", "A042", "12", "5"))
+
+
 def test_a_workbook_wider_than_a_sheet_is_refused(tmp_path):
     """An input of more columns than a sheet holds (16,384 with ours) gave cells past XFD, which Excel drops."""
     molspec_io.workbook_bytes([f"c{i}" for i in range(16_384)], [])
