@@ -174,6 +174,15 @@ def canonical_or_none(smiles: str) -> str | None:
     return Chem.MolToSmiles(mol) if mol is not None else None
 
 
+@lru_cache(maxsize=4096)
+def uncharged(molecule: str) -> str:
+    """A molecule's canonical SMILES with the charges that a proton given or taken explains removed (RDKit's
+    Uncharger): CC[NH3+] is CCN, CC(=O)[O-] is CC(=O)O, [Cl-] is Cl, a zwitterion its neutral form; a charge no
+    proton explains stays (a quaternary ammonium, [Na+], a nitro group). ChemError where RDKit cannot read it.
+    known.answer_key compares the forms of a salt so."""
+    return Chem.MolToSmiles(rdMolStandardize.Uncharger().uncharge(mol_from_smiles(molecule)))
+
+
 def _unmapped_mol(smiles: str):
     """The molecule of a SMILES RDKit reads, its atom maps cleared, or None (also for one longer than it writes
     safely): what canonical_or_none and leakage_key write out. A text with whitespace inside is None too: RDKit

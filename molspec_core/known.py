@@ -4,8 +4,9 @@ A chemist who uploads reactions with their recorded outcome (a CSV with a reacta
 column, say) wants to know how the model does on their own chemistry before trusting it. Output rows
 (io.output_header's columns) get a last column, `matches_known`: whether the row's answer is the one
 in the input's known-answer column, both canonical with stereo kept, as `molspec evaluate` compares
-them; a forward answer that is the known product's main molecule alone counts too (known_answers). A summary
-counts the queries whose known answer comes first, or anywhere in the list.
+them, each molecule once and a salt ionic or not alike (answer_key); a forward answer that is the known product's
+main molecule alone counts too (known_answers). A summary counts the queries whose known answer comes first, or
+anywhere in the list.
 
 A query that is itself a recorded reaction (`reactants>reagents>products`, as USPTO and most ELNs export them)
 brings its known answer along: `recorded_reaction` splits one, `with_recorded` a whole file, whose recorded
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
-                   mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi)
+                   mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, QueryFile
 
@@ -122,17 +123,19 @@ def known_answers(known: str | None, task: str) -> frozenset[str]:
 
 def answer_key(answer: str) -> str | None:
     """An answer as known answers are compared with it: canonical (atom maps removed, stereo kept), each molecule
-    once; None for one RDKit cannot read. A reaction SMILES repeats a molecule for its equivalents (a
-    dihydrochloride's 'X.Cl.Cl', two of a reagent as 'A.A.B'), which neither model's training targets do
-    (USPTO-MIT's products and USPTO-50K's reactants list each molecule once), so the models write each once."""
+    once and without the charges a proton explains (chem.uncharged); None for one RDKit cannot read. A reaction
+    SMILES repeats a molecule for its equivalents (a dihydrochloride's 'X.Cl.Cl', two of a reagent as 'A.A.B'),
+    which neither model's training targets do (USPTO-MIT's products and USPTO-50K's reactants list each molecule
+    once), so the models write each once; and a salt is written ionic or not (an amine's HCl salt as
+    'CC[NH3+].[Cl-]' or 'CCN.Cl': USPTO-MIT's targets hold both), the same compound either way."""
     return _molecules(canonical_or_none(answer))
 
 
 def _molecules(smiles: str | None) -> str | None:
-    """A canonical SMILES's molecules, each once, canonical and sorted (None stays None)."""
+    """A canonical SMILES's molecules, each uncharged (chem.uncharged) and once, sorted (None stays None)."""
     if smiles is None:
         return None
-    return ".".join(sorted({canonical_or_none(part) or part for part in smiles.split(".")}))  # each part reads
+    return ".".join(sorted({uncharged(part) for part in smiles.split(".")}))  # each part of a canonical SMILES reads
 
 
 def read_known(text: str) -> str | None:

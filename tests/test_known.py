@@ -196,3 +196,18 @@ def test_a_molecule_recorded_twice_for_its_equivalents_matches_an_answer_that_na
     assert known_rank(answers("q", "CCO", answer).predictions, known, task) == 2
     marks = KnownMarks(output_header(("known",)), 0, "known", task)
     assert [row[-1] for row in marks.rows(result_rows(1, (known,), answers("q", answer)))] == [True]
+
+
+@pytest.mark.parametrize("task, known, answer, matches", [
+    ("forward", "CC[NH3+].[Cl-]", "CCN.Cl", True),  # an amine's HCl salt, written ionic or not
+    ("forward", "CCN.Cl", "CC[NH3+].[Cl-]", True),
+    ("forward", "CC[NH3+].[Cl-]", "CCN", True),  # the free base: the main product alone, as for 'CCN.Cl'
+    ("forward", "CC(=O)[O-].[Na+]", "CC(=O)O", True),  # the sodium salt's acid
+    ("forward", "NCC(=O)O", "[NH3+]CC(=O)[O-]", True),  # a zwitterion
+    ("forward", "C[N+](C)(C)Cc1ccccc1.[Br-]", "C[N+](C)(C)Cc1ccccc1", True),  # no proton makes the N+ neutral
+    ("forward", "C[N+](C)(C)Cc1ccccc1.[Br-]", "CN(C)Cc1ccccc1", False),  # ... so the amine is another molecule
+    ("retro", "CC(=O)[O-].[Na+].CCBr", "CC(=O)O.CCBr", False),  # a route lacking the sodium is not the route
+    ("retro", "C[NH3+].[Cl-].CC(=O)Cl", "CN.Cl.CC(=O)Cl", True),
+])
+def test_a_salt_written_ionic_or_not_is_the_same_answer(task, known, answer, matches):
+    assert (known_rank(answers("q", answer).predictions, known, task) == 1) is matches
