@@ -8,6 +8,7 @@ test_browser.py, and what the keyboard reaches among the answers at the end of t
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -145,6 +146,30 @@ def test_the_predict_page_says_what_its_rings_mean_beside_them(copy_models, monk
     at.toggle(key="mark_centre").set_value(False).run()
     assert CENTRE_KEY["forward"] not in texts(at.caption)
     assert "ring" in CENTRE_HELP and "(red)" not in CENTRE_HELP
+
+
+def test_what_the_answers_badges_mean_is_on_the_page_not_on_hover_alone(copy_models, monkeypatch):
+    """A badge's help shows on hover alone: no Tab stop leads to it, so what "Sane structure" checks (and that it is
+    not "correct") and what a round trip holds reached neither a keyboard nor a screen reader."""
+    from views.predict import BADGES_LABEL, ROUND_TRIP_RULE, SANE_HELP
+
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
+        config = json.loads((copy_models / task / "config.json").read_text())
+        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    [key] = [e for e in at.expander if e.label == BADGES_LABEL]
+    assert SANE_HELP in texts(key.markdown) and ROUND_TRIP_RULE not in texts(key.markdown)
+    at.radio(key="task").set_value("retro").run()
+    assert at.toggle(key="round_trip").value
+    predict(at, "Oc1ccncc1")
+    assert_clean(at)
+    assert any(p.round_trip is not None for p in at.session_state["shown"].result.predictions)
+    [key] = [e for e in at.expander if e.label == BADGES_LABEL]
+    assert SANE_HELP in texts(key.markdown) and ROUND_TRIP_RULE in texts(key.markdown)
+    assert "within its top 1;" in texts(key.markdown)
 
 
 # ---- A2: copied tokens -------------------------------------------------------------------------------

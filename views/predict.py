@@ -320,14 +320,37 @@ def sanity_badge(prediction: Prediction) -> None:
                  help="RDKit cannot read or sanitize this SMILES.")
 
 
+ROUND_TRIP_RULE = "IBM RXN keeps a retrosynthesis step when this round trip holds with at least 0.6."
+
+
 def round_trip_badge(prediction: Prediction) -> None:
     probability = f"{prediction.forward_prob:.2g}" if prediction.forward_prob is not None else "?"
     help_text = (f"The forward model, given these reactants, gives the product a probability of {probability}. "
-                 "IBM RXN keeps a retrosynthesis step when this round trip holds with at least 0.6.")
+                 f"{ROUND_TRIP_RULE}")
     if prediction.round_trip:
         st.badge("Round trip ✓", color="green", icon=":material/sync:", help=help_text)
     else:
         st.badge("Round trip ✗", color="gray", icon=":material/sync_problem:", help=help_text)
+
+
+BADGES_LABEL = "What the marks on each answer mean"
+
+
+def badges_key(round_trip_k: int | None, known: bool) -> None:
+    """What the answers' badges say, where a keyboard and a screen reader reach it: a badge's help shows on hover
+    alone (no Tab stop leads to it), so what 'Sane structure' checks, and that it is not 'correct', was mouse-only.
+    `round_trip_k`: the forward model's top-k of the round-trip check, where it ran; `known`: a known answer is
+    compared."""
+    with st.expander(BADGES_LABEL):
+        st.markdown(f"**Sane structure**: {SANE_HELP} **Check**: the answer fails one of these, named on its badge. "
+                    "**Invalid SMILES**: RDKit cannot read or sanitize it.")
+        if round_trip_k is not None:
+            st.markdown(f"**Round trip ✓**: the forward model, given the answer's reactants, gives the product back "
+                        f"within its top {round_trip_k}; its probability of the product is the answer's *Forward "
+                        f"prob.* {ROUND_TRIP_RULE} **Round trip ✗**: it does not. A flagged answer is not checked.")
+        if known:
+            st.markdown("**Known answer**: this answer is the known one, recorded with the query or of the textbook "
+                        "reaction.")
 
 
 ORDERS = ("As ranked", "Round trip ✓ first", "Only round trip ✓")
@@ -864,6 +887,9 @@ def main() -> None:
     mark = st.toggle(CENTRE_LABEL, value=True, key="mark_centre", help=CENTRE_HELP)
     if mark:
         st.caption(CENTRE_KEY[shown.settings.task])
+    if listed:
+        checked = any(p.round_trip is not None for p in shown.result.predictions)
+        badges_key(shown.settings.round_trip_k if checked else None, bool(known))
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
         show_prediction(prediction, known, shown.settings.augment, colours, len(shown.result.predictions))
