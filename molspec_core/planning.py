@@ -250,8 +250,14 @@ class Route:
 
     @property
     def depth(self) -> int:
-        """Reactions on the longest path from a starting material to the target."""
-        return max(depth for depth, _ in self.steps())
+        """Reactions on the longest path from a starting material to the target. Not the deepest step of steps(),
+        which lists a step two branches share where it is first met, perhaps on the shorter branch."""
+
+        def longest(molecule: RouteMolecule) -> int:
+            step = molecule.made_by
+            return 0 if step is None else 1 + max(longest(reactant) for reactant in step.reactants)
+
+        return longest(self.target)
 
     def starting_materials(self) -> list[RouteMolecule]:
         """The molecules a chemist would order (each once), in the order the steps list them."""

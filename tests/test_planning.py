@@ -143,6 +143,9 @@ def test_routes_are_ranked_by_the_score_they_show_a_step_two_branches_share_coun
     routes = planning.extract_routes(graph, stock, max_routes=10)
     assert [(round(math.exp(r.score), 6), r.n_steps) for r in routes] == [(0.025, 3), (0.02, 1)]
     assert [r.n_steps for r in planning.extract_routes(graph, stock, max_routes=1)] == [3]
+    # Ethanol's step is listed under the diester, where it is met first; its longest path runs through the monoester
+    assert [(depth, step.product) for depth, step in routes[0].steps()] == [(1, diester), (2, ethanol), (2, monoester)]
+    assert routes[0].depth == 3  # acetaldehyde -> ethanol -> monoester -> diester: it read 2
 
 
 def test_a_step_that_uses_one_reactant_twice_shows_it_twice_as_the_model_wrote_it():
