@@ -91,6 +91,20 @@ def test_a_long_smiles_is_read_as_its_formula_and_first_characters_a_short_one_w
     assert depict.structure_alt(short) == f"Structure of {short}"
 
 
+def test_a_large_reaction_centre_is_read_as_its_count_numbers_and_elements():
+    """A peptide answer's 17 marked atoms were each named ('atoms 39 (C), 40 (C), 41 (C), ...'): its text alternative
+    ran past 300 characters, heard at every answer and again on its Fullscreen button."""
+    mol_atoms = [38, 39, 40, 46, 47, 48, 49, 50, 51, 64, 65, 72, 73, 74, 75, 76, 77]  # from 0, as RDKit counts
+    marks = dict.fromkeys(mol_atoms, depict.CENTRE_COLOUR) | {0: depict.LEAVING_COLOUR}
+    alt = depict.structure_alt(PEPTIDE, marks)
+    centre = alt.split("; reaction centre (estimated): ")[1]
+    assert centre == ("bonds change at 17 atoms, numbers 39–41, 47–52, 65–66 and 73–78 (12 C, 3 O, 2 N), and atom 1 "
+                      "(C) leaves")
+    few = dict.fromkeys(mol_atoms[:depict.ALT_CENTRE_ATOMS], depict.CENTRE_COLOUR)
+    assert depict.structure_alt(PEPTIDE, few).endswith("bonds change at atoms 39 (N), 40 (C), 41 (C), 47 (C), 48 (C) "
+                                                       "and 49 (C)")  # six or fewer: each named
+
+
 def test_a_long_copied_run_is_read_as_its_size_and_ends():
     from molspec_core.tokenizer import tokenize
 
