@@ -3,8 +3,8 @@
 A chemist who uploads reactions with their recorded outcome (a CSV with a reactants and a product
 column, say) wants to know how the model does on their own chemistry before trusting it. Output rows
 (io.output_header's columns) get a last column, `matches_known`: whether the row's answer is the one
-in the input's known-answer column, both canonical with stereo kept, as `molspec evaluate` compares
-them, each molecule once and a salt ionic or not alike (answer_key); a forward answer that is the known product's
+in the input's known-answer column, both canonical with stereo kept as `molspec evaluate` compares them, and
+here each molecule once and a salt ionic or not alike (answer_key); a forward answer that is the known product's
 main molecule alone counts too (known_answers). A summary counts the queries whose known answer comes first, or
 anywhere in the list.
 
@@ -135,7 +135,16 @@ def _molecules(smiles: str | None) -> str | None:
     """A canonical SMILES's molecules, each uncharged (chem.uncharged) and once, sorted (None stays None)."""
     if smiles is None:
         return None
-    return ".".join(sorted({uncharged(part) for part in smiles.split(".")}))  # each part of a canonical SMILES reads
+    return ".".join(sorted({_uncharged(part) for part in smiles.split(".")}))
+
+
+def _uncharged(molecule: str) -> str:
+    """chem.uncharged, or the molecule as it is where RDKit cannot read it alone (a part of a SMILES it read whole:
+    never seen, but a marked file of 100,000 queries is not lost for it)."""
+    try:
+        return uncharged(molecule)
+    except ChemError:
+        return molecule
 
 
 def read_known(text: str) -> str | None:
