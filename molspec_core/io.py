@@ -33,7 +33,11 @@ from typing import IO, TYPE_CHECKING
 if TYPE_CHECKING:
     from .service import Predictor, QueryResult
 
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\n")
+# The signs a spreadsheet also takes for the start of a formula where only white space comes before them (" =1+1" ran
+# in spreadsheets that trim a cell), and in their full-width forms, which an East Asian input method types and Excel
+# reads as the ASCII sign ("＝1+1").
+FORMULA_SIGNS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 # A plain decimal number cannot run in a spreadsheet, so text that is one ("-3", "-4.6486") is left as
 # it is and reads back as a number; anything else starting with '-' is quoted.
 PLAIN_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
@@ -721,8 +725,12 @@ def visible_controls(text: str) -> str:
 
 
 def neutralize(cell: object) -> object:
-    """Prefix text that a spreadsheet would run as a formula with a quote (OWASP CSV injection)."""
-    if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) and not PLAIN_NUMBER.fullmatch(cell):
+    """Prefix text that a spreadsheet would run as a formula with a quote (OWASP CSV injection): text that starts with
+    one of FORMULA_PREFIXES, or with one of FORMULA_SIGNS after white space, unless it is a plain number."""
+    if not isinstance(cell, str) or PLAIN_NUMBER.fullmatch(cell):
+        return cell
+    lead = cell.lstrip()
+    if cell.startswith(FORMULA_PREFIXES) or (lead.startswith(FORMULA_SIGNS) and not PLAIN_NUMBER.fullmatch(lead)):
         return "'" + cell
     return cell
 

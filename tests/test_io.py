@@ -20,7 +20,7 @@ from molspec_core.io import (MAX_INPUT_BYTES, READ_CHUNK_BYTES, RESULT_COLUMNS, 
                              QueryFile, check_output, csv_bytes, csv_cell, neutralize, output_header, read_bounded,
                              parse_upload, read_queries, sd_bytes, workbook_text, write_csv)
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
 @pytest.fixture(autouse=True)
@@ -290,6 +290,24 @@ def test_text_is_neutralized_and_numbers_are_not():
     assert neutralize("CCO") == "CCO"
 
 
+def test_a_formula_after_white_space_or_in_full_width_signs_is_neutralized_too(tmp_path):
+    """A cell of " =1+1" (spreadsheets that trim a cell run it), "\n=cmd" or "＝1+1" (the full-width sign of an East
+    Asian input, which Excel reads as =) went into the CSV as it was. A workbook types every such cell as text (no
+    formula, shown as given); a plain number after white space stays a number."""
+    import openpyxl
+
+    formulas = [" =1+1", "\n=cmd|' /C calc'!A0", "\u3000=1+1", "\xa0@SUM(A1)", "\uff1d1+1", "\uff0bx", " \uff0d1",
+                "\uff20x", "  -1+1", "\nCCO"]
+    for formula in formulas:
+        assert neutralize(formula) == "'" + formula, formula
+    for text in (" -3", "a =b", "CC(=O)O", "1-2", "\uff41=b"):
+        assert neutralize(text) == text, text
+    molspec_io.write_results(tmp_path / "out.xlsx", ["smiles", "note"], [["CCO", text] for text in formulas])
+    sheet = openpyxl.load_workbook(tmp_path / "out.xlsx").active
+    assert [(cell.value, cell.data_type) for cell in sheet["B"][1:]] == [(molspec_io.workbook_text(text), "s")
+                                                                         for text in formulas]
+
+
 def test_a_lone_carriage_return_cannot_start_a_record():
     """Issue 14 item 3: pandas left a cell of "\\r=cmd..." unquoted, so a record began with =cmd."""
     cells = ["\r=cmd|' /C calc'!A0", "a\r=b", "\r\n@x", "\n+y"]
@@ -297,7 +315,7 @@ def test_a_lone_carriage_return_cannot_start_a_record():
     records = list(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")))
     assert len(records) == 1 + len(cells)
     assert not any(cell.startswith(FORMULA_START) for record in records for cell in record if cell != "-1.5")
-    assert [r[0] for r in records[1:]] == ["'" + cells[0], cells[1], "'" + cells[2], cells[3]]
+    assert [r[0] for r in records[1:]] == ["'" + cells[0], cells[1], "'" + cells[2], "'" + cells[3]]
     assert pd.read_csv(io.BytesIO(data))["v"].dtype.kind == "f"
 
 
