@@ -1047,6 +1047,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""
     left_out = f", {stock.n_unreadable} unreadable entries left out" if stock.n_unreadable else ""
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
+    for note in result.target_notes:
+        print(f"note: {note}")
     print(f"{stats.algorithm}, {stats.time_s:.1f} s: {counts.molecules} molecules expanded "
           f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets used "
           f"({counts.missing_atoms} sane ones lacked atoms of their product: "

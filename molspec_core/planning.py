@@ -32,7 +32,7 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
-from .chem import LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms
+from .chem import LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, stereo_notes
 from .io import QueryFile, parse_upload, read_queries, rounded, significant
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
@@ -319,6 +319,9 @@ class PlanResult:
     settings: PlanSettings = PlanSettings()
     dtype: str = "float32"  # what the models' decoder calls computed with (Predictor.dtype)
     max_routes: int = 10
+    # What the target's stereo says that the model does not read (chem.stereo_notes: a CXSMILES's racemate, an @ RDKit
+    # drops): the routes are to the molecule as read, which the Predict page says and the Routes page did not
+    target_notes: tuple[str, ...] = ()
 
     @property
     def solved(self) -> bool:
@@ -404,7 +407,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                         dataclasses.replace(model.counts), stock.is_purchasable(target_mol), search_s)  # a copy
     return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
                       forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
-                      settings, predictor.dtype, max_routes)
+                      settings, predictor.dtype, max_routes, tuple(stereo_notes(target)))
 
 
 def no_route(stats: SearchStats) -> str:
@@ -510,7 +513,7 @@ def routes_json(result: PlanResult) -> dict:
     reactant molecules ...)."""
     stats = result.stats
     return {
-        "target": result.target, "solved": result.solved,
+        "target": result.target, "target_notes": list(result.target_notes), "solved": result.solved,
         "model": result.model, "forward_model": result.forward_model,
         "settings": settings_json(result),
         "stock": {"source": result.stock, "size": result.stock_size, "unreadable": result.stock_unreadable},

@@ -523,6 +523,21 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
     assert rows[0]["reactants"] == "NO" and list(rows[0]) == list(ROUTE_COLUMNS)
 
 
+def test_a_targets_stereo_the_model_does_not_read_is_told_in_the_json_and_by_the_cli(copy_predictor, tmp_path, capsys):
+    """The Predict page and predict --smiles say where a query's stereo is not read (an @ RDKit drops, a CXSMILES's
+    racemate); plan said nothing and planned for the molecule as read."""
+    result = plan("NC[C@H](C)C", copy_predictor, Stock(["NO"]), time_limit_s=1.0, settings=COPY)
+    assert result.target == "CC(C)CN" and len(result.target_notes) == 1
+    assert result.target_notes[0].startswith("Stereo marks dropped: 1 atom marked @")
+    assert planning.routes_json(result)["target_notes"] == list(result.target_notes)
+    assert planning.routes_json(plan("NCCO", copy_predictor, Stock(["NO"]), 1.0, settings=COPY))["target_notes"] == []
+    (tmp_path / "stock.smi").write_text("NO\n")
+    assert main(["plan", "--smiles", "NC[C@H](C)C", "--model", str(COPY_MODEL), "--forward", "none", "--stock",
+                 str(tmp_path / "stock.smi"), "--time-limit", "1", "--allow-missing-atoms",
+                 "--out", str(tmp_path / "routes.json")]) == 0
+    assert f"note: {result.target_notes[0]}" in capsys.readouterr().out
+
+
 def test_cli_plan_says_when_the_search_ran_out_of_molecules_or_failed(tmp_path, capsys, monkeypatch):
     """It said 'no route to the stock found within 20 s' after 4.3 s, and nothing of expansions that failed."""
     (tmp_path / "stock.smi").write_text("NO\n")

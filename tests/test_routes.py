@@ -143,6 +143,19 @@ def test_routes_page_uses_the_sidebars_round_trip_top_k_and_labels_the_routes_by
     assert next(c.value for c in at.caption if c.value.startswith("This search")) == made
 
 
+def test_routes_page_says_where_the_targets_stereo_is_not_read(tmp_path, monkeypatch):
+    """The Predict page says so; the Routes page showed the target without its @ and said nothing."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NC[C@H](C)C")
+    assert not at.exception
+    assert [str(i.value).replace("\\", "") for i in at.info][:1] == [  # then: the target is in the default stock
+        "Stereo marks dropped: 1 atom marked @ that RDKit does not read as stereo (two like groups, or an allene's "
+        "or a biaryl's axial stereo, which SMILES as RDKit reads it cannot hold). The model reads the query without "
+        "them, and its answers carry none of that stereo."]
+    at = find_routes(at, "NCCO")
+    assert not any("Stereo" in str(i.value) for i in at.info)
+
+
 def test_routes_page_says_the_target_is_in_the_stock_when_no_route_makes_it(tmp_path, monkeypatch):
     """It said both 'the routes below make it anyway' and 'No route…', over no routes; and '(1 molecules)'."""
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")

@@ -316,6 +316,8 @@ def show(shown: Shown) -> None:
     if svg:
         st.image(svg, alt=depict.structure_alt(result.target))
     st.code(result.target, language=None, wrap_lines=True)
+    for note in result.target_notes:
+        st.info(common.md_escape(note), icon=":material/info:")
     show_outcome(result)
     st.caption(made_with(result))
     if is_stand_in(shown.model):
