@@ -162,6 +162,12 @@ def read_known(text: str) -> str | None:
     return canonical_or_none(text)
 
 
+def is_known(answer: str, known: str | None, task: str) -> bool:
+    """Whether an answer is the known one (known_answers), as known_rank ranks it and KnownMarks marks it: the
+    Predict page's badge on each answer."""
+    return answer_key(answer) in known_answers(known, task)
+
+
 def known_rank(predictions: Sequence[Prediction], known: str | None, task: str) -> int | None:
     """The rank of the first valid prediction that is the known answer (known_answers), or None when none is it."""
     wanted = known_answers(known, task)

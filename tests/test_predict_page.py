@@ -246,3 +246,15 @@ def test_a_molfile_of_molblocks_without_record_ends_is_refused():
     assert query_from_file("both.mol", both.encode(), "forward") == "CC(=O)Cl.NCc1ccccc1"
     fields = "> <note>\nM  END\n\n$$$$\n"  # a data field's line is no molblock's end
     assert query_from_file("noted.sdf", (blocks[0] + fields).encode(), "forward") == "CC(=O)Cl"
+
+
+def test_the_known_answer_badge_marks_the_answer_the_check_names(copy_models, monkeypatch):
+    """A product recorded as its HCl salt: the check said rank 1 was the known product (the main product alone,
+    known.known_answers) while no answer had the Known answer badge, which compared the SMILES strings."""
+    config = copy_models / "forward" / "config.json"  # the copy model, dressed as a forward model: it reads 'A>>'
+    config.write_text(json.dumps({**json.loads(config.read_text()), "task": "forward"}))
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1>>Oc1cccnc1.Cl")  # the copy model's rank 1: Oc1cccnc1
+    assert_clean(at)
+    assert "Rank 1 is the known product recorded with the query." in texts(at.success)
+    assert sum("Known answer" in m.value for m in at.markdown if "badge" in m.value) == 1

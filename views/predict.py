@@ -16,7 +16,7 @@ from streamlit_ketcher import st_ketcher
 from molspec_core import depict
 from molspec_core.chem import CXSMILES, canonical_or_none, main_molecule, stereo_notes
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
-from molspec_core.known import (REACTION_COLUMN, KnownMarks, known_rank, recorded_column, recorded_reaction,
+from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
@@ -393,19 +393,20 @@ def centre_colours(task: str, query: str, prediction: Prediction) -> dict[int, s
     return depict.centre_colours(query, prediction.smiles, on="product")
 
 
-def show_prediction(prediction: Prediction, known: str | None, writings: int = 1,
+def show_prediction(prediction: Prediction, known: bool, writings: int = 1,
                     colours: dict[int, str] | None = None, listed: int = 0) -> None:
     """One answer's card, headed "Rank k" with its badges: a heading, so that a screen reader moves from answer to
     answer (app.py's style draws it at the size of bold text, as it was), and above the picture, which followed the
-    heading of the answer before; `listed`: how many answers the list holds (an answer the model ranked below
-    them took a set-aside one's place: QueryResult.set_aside)."""
+    heading of the answer before; `known`: whether it is the known answer (known.is_known); `listed`: how many
+    answers the list holds (an answer the model ranked below them took a set-aside one's place:
+    QueryResult.set_aside)."""
     with st.container(border=True, key=f"answer_{prediction.rank}"):
         with st.container(horizontal=True, vertical_alignment="center"):
             st.subheader(f"Rank {prediction.rank}", anchor=False, width="content")
             sanity_badge(prediction)
             if prediction.round_trip is not None:
                 round_trip_badge(prediction)
-            if known and prediction.smiles == known:
+            if known:
                 st.badge("Known answer", color="blue", icon=":material/verified:")
             if not (prediction.finished or prediction.valid):  # a valid one's concerns say it
                 st.badge(STOPPED.capitalize(), color="orange")
@@ -892,7 +893,8 @@ def main() -> None:
         badges_key(shown.settings.round_trip_k if checked else None, bool(known))
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
-        show_prediction(prediction, known, shown.settings.augment, colours, len(shown.result.predictions))
+        show_prediction(prediction, is_known(prediction.smiles, known, shown.result.task), shown.settings.augment,
+                        colours, len(shown.result.predictions))
 
     if not shown.result.predictions:
         st.info("The model returned no answer for this query.", icon=":material/info:")
