@@ -18,7 +18,7 @@ import streamlit as st
 import test_app
 from molspec_core import depict
 from molspec_core.tokenizer import tokenize
-from test_app import app, assert_clean, batch_page, predict, submit, texts
+from test_app import app, assert_clean, batch_page, measure_speedup, predict, submit, texts
 from test_planning import COPY_MODEL, find_routes, routes_page
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
@@ -244,6 +244,28 @@ def test_the_copied_tokens_tab_says_how_to_reach_the_positions_without_a_mouse(c
     assert re.search(r"in \d+ numbered runs?;", texts(at.caption))
     [block] = [h.proto.body for h in at.get("html")]
     assert "Every run and generated token in words" in block
+
+
+# ---- charts -------------------------------------------------------------------------------------------------------
+
+
+def test_the_session_speedup_charts_bars_are_listed_in_words(copy_models, monkeypatch):
+    """A screen reader read the chart of this session's speedups as its labels run together ('0.33× 1. CC(=O)O.CCO
+    Speculative beam, exact 0 0.2 0.4'), and the queries measured before the one on screen were in the chart alone."""
+    from views.predict import SESSION_TABLE_LABEL
+
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-auto").run()
+    for query in ("Oc1ccncc1Cl", "Clc1ccncc1"):
+        predict(at, query)
+        measure_speedup(at)
+    assert_clean(at)
+    [listed] = [e for e in at.expander if e.label == SESSION_TABLE_LABEL]
+    table = listed.dataframe[0].value
+    factors = [f"{r.factor:.2f}×" for r in at.session_state["speedups"].values()]
+    assert table.to_dict("list") == {"#": [1, 2], "query": ["Oc1ccncc1Cl", "Clc1ccncc1"],
+                                     "speculative": ["Speculative, auto drafts"] * 2,
+                                     "standard": ["Greedy"] * 2, "speedup": factors}
 
 
 # ---- B1, B2: titles and headings ------------------------------------------------------------------------

@@ -290,7 +290,7 @@ def known_answer(shown: Shown) -> str | None:
 def show_known_check(shown: Shown, known: str) -> None:
     what = "product" if shown.settings.task == "forward" else "reactants"
     source = "recorded with the query" if shown.recorded else "of this textbook reaction"
-    rank = known_rank(shown.result.predictions, known, shown.result.task)
+    rank = known_rank(shown.result, known)
     if rank == 1:
         st.success(f"Rank 1 is the known {what} {source}.", icon=":material/check_circle:")
     elif rank is not None:
@@ -622,7 +622,10 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
     if record is not None:
         show_speedup_record(record)
     if records:
-        st.plotly_chart(session_chart(list(records.values())), key="session_speedups")
+        measured = list(records.values())
+        st.plotly_chart(session_chart(measured), key="session_speedups")
+        with st.expander(SESSION_TABLE_LABEL):  # a chart's bars are no text a screen reader reads
+            st.dataframe(session_table(measured), hide_index=True)
 
 
 def show_speedup_record(record: Speedup) -> None:
@@ -650,6 +653,18 @@ def show_speedup_record(record: Speedup) -> None:
                    "or sampling, whose exact variants keep the distribution, not each answer).")
     else:
         st.warning("The two decoders returned different answers (expected only for lossy or non-greedy pairs).")
+
+
+SESSION_TABLE_LABEL = "The chart's bars as a table"
+
+
+def session_table(records: list[Speedup]) -> pd.DataFrame:
+    """The session chart's bars in words, numbered as the chart numbers them: a screen reader read the chart as its
+    labels run together ('0.33× 1. CC(=O)O.CCOSpeculative beam, exact 0 0.2 0.4'), and the speedups of the queries
+    measured before this one were in the chart alone."""
+    return pd.DataFrame([{"#": i, "query": r.query, "speculative": common.method_label(r.speculative.method),
+                          "standard": common.method_label(r.baseline.method), "speedup": f"{r.factor:.2f}×"}
+                         for i, r in enumerate(records, start=1)])
 
 
 def session_chart(records: list[Speedup]) -> go.Figure:
@@ -893,7 +908,7 @@ def main() -> None:
         badges_key(shown.settings.round_trip_k if checked else None, bool(known))
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
-        show_prediction(prediction, is_known(prediction.smiles, known, shown.result.task), shown.settings.augment,
+        show_prediction(prediction, is_known(prediction.smiles, known, shown.result), shown.settings.augment,
                         colours, len(shown.result.predictions))
 
     if not shown.result.predictions:
