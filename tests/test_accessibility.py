@@ -62,6 +62,20 @@ def test_every_structure_picture_on_the_predict_page_has_a_text_alternative(copy
                for alt in described), described
 
 
+def test_the_3d_view_is_named_by_what_it_shows(copy_models, monkeypatch):
+    """A screen reader named the 3D view's frame "st.iframe"."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.session_state["inspect_tab"] = "3D view"
+    at.run()
+    assert_clean(at)
+    answer = at.session_state["shown"].result.predictions[0].smiles
+    [frame] = at.get("iframe")
+    assert frame.proto.alt == f"3D model of {answer}, as sticks: a mouse rotates and zooms it"
+    at.selectbox(key="view3d_1").set_value("Query molecule: Oc1ccncc1Cl").run()
+    assert at.get("iframe")[0].proto.alt.startswith("3D model of Oc1ccncc1Cl,")
+
+
 def test_a_pictures_text_alternative_names_the_atoms_the_reaction_centre_marks():
     marks = {1: depict.CENTRE_COLOUR, 3: depict.CENTRE_COLOUR}
     assert depict.structure_alt("CC(=O)NCc1ccccc1", marks) == (

@@ -720,8 +720,14 @@ def show_3d(shown: Shown, rank: int) -> None:
         st.info("RDKit could not build 3D coordinates for this molecule (too large or unusual).",
                 icon=":material/info:")
         return
-    st.iframe(page, height=430)
+    # its title, what a screen reader names the frame by, was "st.iframe"
+    st.iframe(page, height=430, alt=viewer_title(choices[name]))
     st.caption("RDKit conformer (ETKDG, then MMFF). Drag to rotate, scroll to zoom.")
+
+
+def viewer_title(smiles: str) -> str:
+    """The 3D view's accessible name: what it shows (a long SMILES as its formula, depict.smiles_in_words)."""
+    return f"3D model of {depict.smiles_in_words(smiles)}, as sticks: a mouse rotates and zooms it"
 
 
 # ---- this session's queries --------------------------------------------------------------------
