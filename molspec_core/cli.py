@@ -471,7 +471,7 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
                 note += f"   round trip {'yes' if p.round_trip else 'no'} (forward prob {p.forward_prob:.3g})"
             print(f"{p.rank:>4}  {p.score:>8.3f}  {p.probability:>6.3f}  {confidence}  {check:<8}  {p.smiles}{note}")
         if known is not None:
-            rank = known_rank(result.predictions, known, predictor.task)
+            rank = known_rank(result, known)
             print(f"recorded outcome {known}: " + (f"rank {rank}" if rank else
                                                    f"not among the {len(result.predictions)} answers"))
         if args.output:

@@ -25,7 +25,7 @@ from .data import forward_target
 from .io import InputFileError, QueryFile
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
-    from .service import Prediction
+    from .service import QueryResult
 
 MATCHES_KNOWN = "matches_known"
 REACTION_COLUMN = "recorded_reaction"  # a recorded reaction as written (with_recorded)
@@ -105,15 +105,15 @@ def _map_numbers(smiles: str) -> set[int]:
     return {atom.GetAtomMapNum() for atom in mol_from_smiles(smiles).GetAtoms()} - {0}
 
 
-def known_answers(known: str | None, task: str) -> frozenset[str]:
-    """The answers (answer_key's) that are a known answer: the known answer itself and, for forward, where it
-    lists several molecules, its main molecule alone (chem.main_molecule). A chemist asks whether the model made
-    the product: one recorded as its HCl salt or beside its by-product is made by an answer that names the product
-    alone, and the model, trained on USPTO-MIT's targets, writes either form. An answer with a molecule the record
-    lacks is not the recorded product, and a retrosynthesis answer lacking a recorded reactant is not the recorded
-    route (any task but forward is compared so). Empty where `known` is None, empty or no molecule RDKit reads
-    (read_known)."""
-    want = _molecules(read_known(known) if known else None)
+def known_answers(known: str | None, task: str, query: str = "") -> frozenset[str]:
+    """The answers (answer_key's, for the same query) that are a known answer: the known answer itself and, for
+    forward, where it lists several molecules, its main molecule alone (chem.main_molecule). A chemist asks
+    whether the model made the product: one recorded as its HCl salt or beside its by-product is made by an answer
+    that names the product alone, and the model, trained on USPTO-MIT's targets, writes either form. An answer
+    with a molecule the record lacks is not the recorded product, and a retrosynthesis answer lacking a recorded
+    reactant is not the recorded route (any task but forward is compared so). Empty where `known` is None, empty
+    or no molecule RDKit reads (read_known)."""
+    want = _key(read_known(known) if known else None, task, query)
     if want is None:
         return frozenset()
     if task == "forward" and "." in want:
@@ -121,14 +121,25 @@ def known_answers(known: str | None, task: str) -> frozenset[str]:
     return frozenset({want})
 
 
-def answer_key(answer: str) -> str | None:
-    """An answer as known answers are compared with it: canonical (atom maps removed, stereo kept), each molecule
-    once and without the charges a proton explains (chem.uncharged); None for one RDKit cannot read. A reaction
-    SMILES repeats a molecule for its equivalents (a dihydrochloride's 'X.Cl.Cl', two of a reagent as 'A.A.B'),
-    which neither model's training targets do (USPTO-MIT's products and USPTO-50K's reactants list each molecule
-    once), so the models write each once; and a salt is written ionic or not (an amine's HCl salt as
-    'CC[NH3+].[Cl-]' or 'CCN.Cl': USPTO-MIT's targets hold both), the same compound either way."""
-    return _molecules(canonical_or_none(answer))
+def answer_key(answer: str, task: str, query: str = "") -> str | None:
+    """An answer to `query` (the canonical query the model read) as known answers are compared with it: canonical
+    (atom maps removed, stereo kept), each molecule once and without the charges a proton explains (chem.uncharged),
+    and for forward without the molecules the model read (data.forward_target's rule, by which its training
+    products were written; all of them where each is one); None for one RDKit cannot read. A reaction SMILES
+    repeats a molecule for its equivalents (a dihydrochloride's 'X.Cl.Cl', two of a reagent as 'A.A.B'), which
+    neither model's training targets do (USPTO-MIT's products and USPTO-50K's reactants list each molecule once),
+    so the models write each once; a salt is written ionic or not (an amine's HCl salt as 'CC[NH3+].[Cl-]' or
+    'CCN.Cl': USPTO-MIT's targets hold both), the same compound either way; and an HCl salt made with HCl among
+    the reagents is recorded 'X.Cl' or, by the training rule, 'X', which the model may write either way."""
+    return _key(canonical_or_none(answer), task, query)
+
+
+def _key(smiles: str | None, task: str, query: str) -> str | None:
+    molecules = _molecules(smiles)
+    if molecules is None or task != "forward":
+        return molecules
+    sources = (_molecules(canonical_or_none(query)) or "").split(".")
+    return forward_target(sources, molecules.split(".")) or molecules
 
 
 def _molecules(smiles: str | None) -> str | None:
@@ -162,16 +173,19 @@ def read_known(text: str) -> str | None:
     return canonical_or_none(text)
 
 
-def is_known(answer: str, known: str | None, task: str) -> bool:
-    """Whether an answer is the known one (known_answers), as known_rank ranks it and KnownMarks marks it: the
-    Predict page's badge on each answer."""
-    return answer_key(answer) in known_answers(known, task)
+def is_known(answer: str, known: str | None, result: QueryResult) -> bool:
+    """Whether an answer in `result` is the known one (known_answers, for the model's task and its query), as
+    known_rank ranks it and KnownMarks marks it: the Predict page's badge on each answer."""
+    return answer_key(answer, result.task, result.canonical_query) in known_answers(known, result.task,
+                                                                                    result.canonical_query)
 
 
-def known_rank(predictions: Sequence[Prediction], known: str | None, task: str) -> int | None:
-    """The rank of the first valid prediction that is the known answer (known_answers), or None when none is it."""
-    wanted = known_answers(known, task)
-    return next((p.rank for p in predictions if p.valid and answer_key(p.smiles) in wanted), None)
+def known_rank(result: QueryResult, known: str | None) -> int | None:
+    """The rank of the first valid answer in `result` that is the known answer (known_answers, for the model's
+    task, QueryResult.task, and its query), or None when none is it."""
+    wanted = known_answers(known, result.task, result.canonical_query)
+    return next((p.rank for p in result.predictions
+                 if p.valid and answer_key(p.smiles, result.task, result.canonical_query) in wanted), None)
 
 
 def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
@@ -265,6 +279,7 @@ class KnownMarks:
         self.known_at, self.column = known_at, column  # the known cells' index in a row; their input name
         self.task = task  # the model's, which says what matches (known_answers)
         self._row_at, self._rank_at, self._answer_at = header.index("row"), header.index("rank"), header.index("smiles")
+        self._query_at = header.index("canonical_query")
         self._counts = dict(queries=0, first=0, listed=0, unreadable=0, empty=0)
 
     def rows(self, rows: Iterable[Sequence[object]]) -> Iterator[list[object]]:
@@ -273,10 +288,10 @@ class KnownMarks:
         or the known cell is empty or not a SMILES."""
         for _, group in itertools.groupby(rows, key=lambda row: row[self._row_at]):
             answers = list(group)
-            known = str(answers[0][self.known_at] or "").strip()
-            wanted = known_answers(known, self.task)
+            known, query = str(answers[0][self.known_at] or "").strip(), str(answers[0][self._query_at] or "")
+            wanted = known_answers(known, self.task, query)
             marked = [[*row, None if not wanted or row[self._rank_at] is None
-                       else answer_key(str(row[self._answer_at])) in wanted] for row in answers]
+                       else answer_key(str(row[self._answer_at]), self.task, query) in wanted] for row in answers]
             self._count(marked, known, bool(wanted))
             yield from marked
 

@@ -192,7 +192,7 @@ def result_json(result: QueryResult, recorded: str | None = None) -> dict:
             "accepted_tokens": stats.draft_tokens_accepted, "predictions": [answer(p) for p in result.predictions],
             "set_aside": [answer(p) for p in result.set_aside],
             "recorded": recorded,
-            "recorded_rank": known_rank(result.predictions, recorded, result.task) if recorded else None}
+            "recorded_rank": known_rank(result, recorded) if recorded else None}
 
 
 def model_json(name: str, predictor: Predictor) -> dict:

@@ -45,7 +45,7 @@ def known_answer_ranks(predictor: Predictor, examples: list[Example], method: st
     results = predictor.predict([e.query(task) for e in examples], method=method, n_best=n_best, augment=augment)
     rows = []
     for example, result in zip(examples, results):
-        rank = known_rank(result.predictions, example.known_answer(task), task)
+        rank = known_rank(result, example.known_answer(task))
         first = result.predictions[0].smiles if result.predictions else None  # predictions come in rank order
         rows.append({"name": example.name, "kind": example.kind, "rank": rank, "first": first, "error": result.error})
     return rows

@@ -290,7 +290,7 @@ def known_answer(shown: Shown) -> str | None:
 def show_known_check(shown: Shown, known: str) -> None:
     what = "product" if shown.settings.task == "forward" else "reactants"
     source = "recorded with the query" if shown.recorded else "of this textbook reaction"
-    rank = known_rank(shown.result.predictions, known, shown.result.task)
+    rank = known_rank(shown.result, known)
     if rank == 1:
         st.success(f"Rank 1 is the known {what} {source}.", icon=":material/check_circle:")
     elif rank is not None:
@@ -914,7 +914,7 @@ def main() -> None:
         badges_key(shown.settings.round_trip_k if checked else None, bool(known))
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
-        show_prediction(prediction, is_known(prediction.smiles, known, shown.result.task), shown.settings.augment,
+        show_prediction(prediction, is_known(prediction.smiles, known, shown.result), shown.settings.augment,
                         colours, len(shown.result.predictions))
 
     if not shown.result.predictions:
