@@ -4,8 +4,9 @@ A chemist who uploads reactions with their recorded outcome (a CSV with a reacta
 column, say) wants to know how the model does on their own chemistry before trusting it. Output rows
 (io.output_header's columns) get a last column, `matches_known`: whether the row's answer is the one
 in the input's known-answer column, both canonical with stereo kept as `molspec evaluate` compares them, and
-here each molecule once and a salt ionic or not alike (answer_key); a forward answer that is the known product's
-main molecule alone counts too (known_answers). A summary counts the queries whose known answer comes first, or
+here each molecule once, a salt ionic or not alike and, for forward, both read by the rule the training products
+were written by (answer_key); a forward answer that is the known product's main molecule alone counts too
+(known_answers). A summary counts the queries whose known answer comes first, or
 anywhere in the list.
 
 A query that is itself a recorded reaction (`reactants>reagents>products`, as USPTO and most ELNs export them)
@@ -135,6 +136,7 @@ def answer_key(answer: str, task: str, query: str = "") -> str | None:
 
 
 def _key(smiles: str | None, task: str, query: str) -> str | None:
+    """answer_key of a canonical SMILES (None stays None): a known answer is read so too."""
     molecules = _molecules(smiles)
     if molecules is None or task != "forward":
         return molecules
