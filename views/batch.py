@@ -448,8 +448,9 @@ def main() -> None:
         known = st.text_input("Known-answer column (optional)", placeholder="e.g. product",
                               help="A CSV column or SD field that holds each query's recorded answer (the product, "
                                    "or the reactants for retrosynthesis): the results then say how often the model "
-                                   "gives it first or among its answers, and mark the row that matches (canonical "
-                                   "SMILES, stereo kept). Recorded reactions in the file bring their own.")
+                                   "gives it first or among its answers, and mark the row that matches (stereo kept, "
+                                   "each molecule once, a salt ionic or neutral alike; forward: the products whole "
+                                   "or their main molecule alone). Recorded reactions in the file bring their own.")
         ion_writing = st.checkbox(ION_WRITING_LABEL, help=f"{HYDRIDES} are not in the model's vocabulary; its "
                                   f"training data write them as ions ({ION_LIST}). The `canonical query` column "
                                   "shows what the model read.")
