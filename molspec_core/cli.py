@@ -182,10 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "text); - writes the CSV to standard output, row by row, and every other line to standard error; "
                    "other names (.csv.gz) are refused")
     p.add_argument("--resume", action="store_true", help="go on from the rows a run that stopped (Ctrl-C, SIGTERM, "
-                   "an error such as a full disk) "
-                   "of the same command kept beside a CSV output (out.interrupted.csv for out.csv): their records "
-                   "are not predicted again, and a run with other options that shape answers (out.interrupted.json) "
-                   "is refused; without such a file the run starts at the first record")
+                   "an error such as a full disk) of the same command kept beside its output (out.interrupted.csv "
+                   "for out.csv; out.interrupted.xlsx.csv for out.xlsx, out.interrupted.sdf.csv for out.sdf): their "
+                   "records are not predicted again, and a run with other options that shape answers "
+                   "(out.interrupted.json) is refused; without such a file the run starts at the first record")
     time_limit_arg(p)
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
@@ -518,19 +518,17 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
 
 
 def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None) -> Kept | None:
-    """Where a CSV output's run keeps its finished rows if interrupted (io.write_csv), with --resume the records
-    kept there by the run that was (Kept.held; io.check_kept), checked before the model loads. A file of kept rows
-    is refused without --resume: this run, interrupted in turn, would replace it with fewer."""
+    """Where an output's run keeps its finished rows if it stops (io.write_results: out.interrupted.csv, or for an SD
+    file or workbook out.interrupted.sdf.csv, out.interrupted.xlsx.csv), with --resume the records kept there by the
+    run that was (Kept.held; io.check_kept), checked before the model loads. A file of kept rows is refused without
+    --resume: this run, stopped in turn, would replace it with fewer. None for standard output."""
     from .io import Kept, check_kept, interrupted_name, is_sd_name, is_workbook_name, output_header
 
     if args.output == STDOUT:  # its rows are out as they come (cmd_predict)
         return None
-    if is_sd_name(args.output) or is_workbook_name(args.output):
-        if args.resume:
-            raise ValueError("--resume goes on from the rows kept beside a CSV output; an SD file or workbook is "
-                             "written only once every record is done")
-        return None
-    keep = Kept(check_output(interrupted_name(args.output), None if args.input == STDIN else args.input))
+    journal = is_sd_name(args.output) or is_workbook_name(args.output)
+    keep = Kept(check_output(interrupted_name(args.output), None if args.input == STDIN else args.input),
+                journal=journal)
     if not keep.path.exists():
         if args.resume:
             print(f"nothing to resume ({keep.path.name} does not exist): starting at the first record")
@@ -595,8 +593,7 @@ def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
 
     if keep is None or not keep.held:
         return ()
-    return kept_rows(keep.path, output_header(table.columns) if marks is None else marks.header, table.queries,
-                     args.method)
+    return kept_rows(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method)
 
 
 def stopped(output: str, n_records: int, keep: Kept | None) -> str:
@@ -604,10 +601,8 @@ def stopped(output: str, n_records: int, keep: Kept | None) -> str:
     boundary's `interrupted`, `terminated` or `error:` line)."""
     from .io import interrupted_name
 
-    if output == STDOUT:
+    if output == STDOUT or keep is None:
         return "standard output holds the rows of the records done before this, not every record's"
-    if keep is None:
-        return f"{output} is written only once every record is done (a .csv output keeps finished rows)"
     if keep.last_row <= keep.held:
         if keep.moved:
             return f"the rows this run finished could not be kept: {keep.moved}"

@@ -914,15 +914,37 @@ def workbook_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -
 def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[object]],
                   keep: Kept | None = None) -> None:
     """Output rows to `path` as write_csv writes them: an SD file or an Excel workbook where the name says so
-    (is_sd_name, is_workbook_name), else CSV, which an interrupted run keeps at `keep` (write_csv); a name promising
-    anything else (.csv.gz) is refused (check_results_name)."""
+    (is_sd_name, is_workbook_name), else CSV; a name promising anything else (.csv.gz) is refused
+    (check_results_name). With `keep`, a run that stops before the file is in place keeps its whole records' rows at
+    keep.path as CSV: the CSV itself (write_csv), or a copy of an SD file's or workbook's rows made as they pass."""
     check_results_name(path)
-    if is_sd_name(path):
-        _write_replacing(path, lambda f: write_sd_rows(f, header, rows))
-    elif is_workbook_name(path):
-        _write_replacing(path, lambda f: write_workbook_rows(f, header, rows), binary=True)
-    else:
+    sd, workbook = is_sd_name(path), is_workbook_name(path)
+    if not (sd or workbook):
         write_csv(path, header, rows, keep)
+        return
+
+    def write(f: IO, rows: Iterable[Sequence[object]]) -> None:
+        if sd:
+            write_sd_rows(f, header, rows)
+        else:
+            write_workbook_rows(f, header, rows)
+
+    if keep is None:
+        _write_replacing(path, lambda f: write(f, rows), binary=workbook)
+        return
+    # An SD file or workbook is whole only at its end: its rows go to a kept CSV too as they pass (kept_through),
+    # which is dropped once the file is in place and kept (_keep_partial) where anything stops it before.
+    journal, kept_csv = _new_partial(check_output(keep.path), binary=True, keep=True)
+    with kept_csv:
+        try:
+            _write_replacing(path, lambda f: write(f, kept_through(kept_csv, list(header), rows, keep)), workbook)
+        except BaseException:
+            if keep.last_row > keep.held:
+                _keep_partial(kept_csv, journal, keep)
+            else:
+                journal.unlink(missing_ok=True)
+            raise
+        journal.unlink()
 
 
 def write_text_file(path: str | Path, text: str) -> None:
@@ -948,25 +970,38 @@ class Kept:
     """Where a predict that stops keeps the CSV rows it wrote (write_csv), and how far they go: the rows of records
     1 to last_row (0: none). `held`: the records the file there already holds (a run resumed from it), which a run
     that stops keeps only by writing more. `moved`: why the rows are not where path first said (its folder could not
-    be written, _keep_partial), "" where they are."""
+    be written, _keep_partial), "" where they are. `journal`: the rows are kept apart from their output, an SD file or
+    workbook, which gets them back as they were given (journal_cell), not as a CSV shows them."""
     path: Path
     held: int = 0
     last_row: int = 0
     moved: str = ""
+    journal: bool = False
 
 
 def interrupted_name(output: str | Path) -> Path:
-    """Where a predict that stops keeps the rows it wrote to `output`: out.csv -> out.interrupted.csv."""
+    """Where a predict that stops keeps the rows it wrote to `output`, as CSV: out.csv -> out.interrupted.csv,
+    out.xlsx -> out.interrupted.xlsx.csv (and out.sdf so), which no other output's run shares."""
     path = Path(output)
-    return path.with_name(f"{path.stem}.interrupted{path.suffix}")
+    kept = path.with_name(f"{path.stem}.interrupted{path.suffix}")
+    return kept if path.suffix.lower() == ".csv" else kept.with_name(kept.name + ".csv")
 
 
 def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept) -> None:
-    """write_rows to an unbuffered binary file, a record's rows at a time (the `row` column): a record's rows go to
-    the file once the next record's first row comes (or the rows end), so that whatever stops the run (an error
-    raised by `rows`, or by a write on a full disk) the file is cut back to its last whole record, keep.last_row.
-    (A buffered file could not be cut so: the cut flushed its buffer first, and failed again on a full disk.)"""
+    """The rows to the kept CSV `f` (kept_through), the output file itself where it is a CSV."""
+    for _ in kept_through(f, header, rows, keep):
+        pass
+
+
+def kept_through(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept
+                 ) -> Iterator[Sequence[object]]:
+    """The rows as they come, each written (as write_rows writes it) to an unbuffered binary file as it passes, a
+    record's rows at a time (the `row` column): a record's rows go to the file once the next record's first row comes
+    (or the rows end), so that whatever stops the run (an error raised by `rows`, or by a write on a full disk) the
+    file is cut back to its last whole record, keep.last_row. (A buffered file could not be cut so: the cut flushed
+    its buffer first, and failed again on a full disk.)"""
     at = header.index("row")
+    cell_of = journal_cell if keep.journal else csv_cell
     pending = io.StringIO(newline="")  # the rows not yet in the file
     writer = csv.writer(pending)
     whole = 0  # the bytes of the file that are whole records (the header first)
@@ -984,7 +1019,7 @@ def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Seque
         whole = f.tell()
 
     try:
-        writer.writerow([csv_cell(c) for c in header])
+        writer.writerow([cell_of(c) for c in header])
         write_pending()
         current = None
         for row in rows:
@@ -993,7 +1028,8 @@ def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Seque
                     write_pending()
                     keep.last_row = int(current)  # type: ignore[call-overload]
                 current = row[at]
-            writer.writerow([csv_cell(c) for c in row])
+            writer.writerow([cell_of(c) for c in row])
+            yield row
         write_pending()
         if current is not None:
             keep.last_row = int(current)  # type: ignore[call-overload]
@@ -1003,25 +1039,46 @@ def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Seque
         raise
 
 
+# The result columns that hold numbers or TRUE/FALSE (result_rows): typed again where kept rows are read back
+# (kept_rows), as a workbook resumed from them holds them as numbers; every other cell is text.
+RESULT_TYPES: dict[str, Callable[[str], object]] = {
+    **dict.fromkeys(("row", "rank", "model_rank", "writings", "spellings", "model_calls", "accepted_tokens"), int),
+    **dict.fromkeys(("score", "probability", "confidence", "forward_prob", "time_ms"), float),
+    **dict.fromkeys(("valid", "sane", "round_trip"), lambda text: {"True": True, "False": False}[text])}
+
+
+def journal_cell(cell: object) -> object:
+    """A cell as the kept rows of an SD file or workbook hold it: as csv_cell writes it (a spreadsheet runs none of
+    it), and a quote more in front of text that begins with one, so that kept_rows can take off the quote that
+    neutralize adds and give the text back as it was ("=1" and "'=1" both read "'=1" from the output's CSV)."""
+    text = csv_cell(cell)
+    return "'" + text if isinstance(text, str) and text.startswith("'") and text == visible_controls(str(cell)) \
+        else text
+
+
 def check_kept(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> None:
     """Check the rows an interrupted predict kept at keep.path (kept_rows) before a run goes on from them, and set
     keep.held to the last record they hold."""
     at = header.index("row")
-    for row in kept_rows(keep.path, header, queries, method):
-        keep.held = int(row[at])  # type: ignore[call-overload]
+    for row in kept_rows(keep, header, queries, method):
+        keep.held = row[at]  # type: ignore[assignment]
 
 
-def kept_rows(path: Path, header: Sequence[str], queries: Sequence[str], method: str) -> Iterator[list[object]]:
-    """The rows an interrupted predict kept at `path` (write_kept_rows), read as they come (the file may be far
-    larger than an input), as that run wrote them (an empty cell None, `row` and `rank` whole numbers). Refused unless
-    they are rows of `header` for records 1, 2, ... in order, each holding its record's query (`queries`) and, where
-    predicted, `method`: rows of another file or other options would be joined to this run's without a word."""
+def kept_rows(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> Iterator[list[object]]:
+    """The rows an interrupted predict kept at keep.path (kept_through), read as they come (the file may be far larger
+    than an input), as that run gave them (an empty cell None, RESULT_TYPES typed; text as given where keep.journal).
+    Refused unless they are rows of `header` for records 1, 2, ... in order, each holding its record's query
+    (`queries`) and, where predicted, `method`: rows of another file or other options would be joined to this run's
+    without a word."""
+    path = keep.path
+    written = journal_cell if keep.journal else csv_cell
     with open_regular(path, bounded=False) as raw:  # read row by row: memory stays bounded
         reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
-        if next(reader, None) != [str(csv_cell(c)) for c in header]:
+        if next(reader, None) != [str(written(c)) for c in header]:
             raise InputFileError(f"{path.name} was written with other columns than this run writes (another input "
                                  "file, --column or --known-column): resume with the command that was interrupted")
-        at, rank, query, by = (header.index(column) for column in ("row", "rank", "query", "method"))
+        at, query, by = (header.index(column) for column in ("row", "query", "method"))
+        types = {at + i: RESULT_TYPES[column] for i, column in enumerate(RESULT_COLUMNS) if column in RESULT_TYPES}
         held = 0
         for record in reader:
             where = f"{path.name}, line {reader.line_num:,}"
@@ -1029,13 +1086,23 @@ def kept_rows(path: Path, header: Sequence[str], queries: Sequence[str], method:
                 raise InputFileError(f"{where}: not the next record's row as predict writes it; resume with the "
                                      "command that was interrupted, or delete the file to start again")
             held = int(record[at])
-            if held > len(queries) or record[query] != str(csv_cell(queries[held - 1])):
+            if held > len(queries) or record[query] != str(written(queries[held - 1])):
                 raise InputFileError(f"{where}: record {held:,} holds another query than the input's; resume with the "
                                      "input that was interrupted, or delete the file to start again")
             if record[by] and record[by] != method:
                 raise InputFileError(f"{where}: predicted with --method {record[by]}, not {method}: resume with the "
                                      "options that were interrupted")
-            yield [int(cell) if i in (at, rank) and cell else cell or None for i, cell in enumerate(record)]
+            try:
+                yield [None if not cell else types[i](cell) if i in types else _given_text(cell, keep.journal)
+                       for i, cell in enumerate(record)]
+            except (KeyError, ValueError):
+                raise InputFileError(f"{where}: a number or TRUE/FALSE column holds other text; resume with the file "
+                                     "as predict wrote it, or delete the file to start again") from None
+
+
+def _given_text(cell: str, journal: bool) -> str:
+    """A kept text cell as it was given: a journal's quote in front taken off (journal_cell)."""
+    return cell[1:] if journal and cell.startswith("'") else cell
 
 
 def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool = False,
@@ -1045,17 +1112,7 @@ def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool
     it is in place its rows are kept (_keep_partial) if they are more records than keep.held; it is renamed while
     still open, as a folder removed under it leaves the rows only in the open file."""
     target = check_output(path)
-    while True:
-        partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
-        try:
-            # mode "x" creates the file with the permissions a plain open would give (tempfile: 0o600)
-            if keep is not None:
-                f = open(partial, "xb+", buffering=0)  # read too: _keep_partial may copy it elsewhere
-            else:
-                f = open(partial, "xb") if binary else open(partial, "x", encoding="utf-8", newline="")
-            break
-        except FileExistsError:  # another run drew the same 16 hex digits: draw again
-            continue
+    partial, f = _new_partial(target, binary, keep is not None)
     with f:
         try:
             write(f)
@@ -1070,6 +1127,20 @@ def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool
             if isinstance(exc, OSError) and exc.filename is None:  # "File too large" said which file of the run's
                 exc.filename = str(path)
             raise
+
+
+def _new_partial(target: Path, binary: bool = False, keep: bool = False) -> tuple[Path, IO]:
+    """A new file beside `target`, under a name of its own, open for writing: text, or `binary`, or for `keep` binary,
+    unbuffered and readable (kept_through, _keep_partial)."""
+    while True:
+        partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
+        try:
+            # mode "x" creates the file with the permissions a plain open would give (tempfile: 0o600)
+            if keep:
+                return partial, open(partial, "xb+", buffering=0)  # read too: _keep_partial may copy it elsewhere
+            return partial, open(partial, "xb") if binary else open(partial, "x", encoding="utf-8", newline="")
+        except FileExistsError:  # another run drew the same 16 hex digits: draw again
+            continue
 
 
 def _keep_partial(f: IO[bytes], partial: Path, keep: Kept) -> None:

@@ -6,6 +6,7 @@ import json
 import math
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -1158,21 +1159,40 @@ def test_a_resumed_run_of_recorded_reactions_marks_and_counts_the_kept_records_t
                                   pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
 
 
-def test_resume_without_kept_rows_starts_at_the_first_record_and_an_sd_output_keeps_none(tmp_path, monkeypatch,
-                                                                                        capsys):
-    """A job script that always says --resume runs from the start the first time; an SD file or workbook is written
-    only at the end, and the line says so."""
+def test_resume_without_kept_rows_starts_at_the_first_record(tmp_path, capsys):
+    """A job script that always says --resume runs from the start the first time."""
     (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\n")
     assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--resume") == 0
     assert "nothing to resume (out.interrupted.csv does not exist): starting at the first record" in (
         capsys.readouterr().out)
-    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=3)
-    assert predict_file(tmp_path / "q.txt", tmp_path / "out.sdf", "--batch-size", "1") == 130
-    assert (f"stopped: {tmp_path / 'out.sdf'} is written only once every record is done (a .csv output keeps finished "
-            "rows)") in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]
-    assert predict_file(tmp_path / "q.txt", tmp_path / "out.sdf", "--resume") == 2
-    assert "--resume goes on from the rows kept beside a CSV output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["out.sdf", "out.xlsx"])
+def test_an_sd_file_or_workbook_run_that_stops_keeps_its_finished_records_and_resume_goes_on(tmp_path, monkeypatch,
+                                                                                            capsys, name):
+    """An SD file or workbook is written only at its end, and a run to one that stopped lost every finished row
+    (--resume was refused for them): their rows are kept as CSV beside it, and a resumed run writes the whole run's
+    file."""
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nc1ccncc1\n")
+    out, kept = tmp_path / name, tmp_path / f"out.interrupted.{name[4:]}.csv"
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=4)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
+    assert (f"stopped: the rows of records 1-2 of 4 are kept in {kept}; run the same command with --resume to go on "
+            f"from there ({out} is written once every record is done)") in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name, kept.with_suffix(".json").name, "q.txt"]
+    calls = stop_on_the_second_call(monkeypatch, None)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 0
+    assert calls == [["CCCl"], ["c1ccncc1"]]
+    assert f"resuming: records 1-2 of 4 come from {kept.name}" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, "q.txt"]
+    assert predict_file(tmp_path / "q.txt", tmp_path / f"whole{out.suffix}") == 0
+    if name.endswith(".sdf"):
+        def untimed(path):
+            return re.sub(r"<time_ms>.*\n.*\n", "", path.read_text())
+        assert untimed(out) == untimed(tmp_path / "whole.sdf")
+    else:  # numbers as numbers, as the whole run's
+        pd.testing.assert_frame_equal(pd.read_excel(out).drop(columns="time_ms"),
+                                      pd.read_excel(tmp_path / "whole.xlsx").drop(columns="time_ms"))
 
 
 @pytest.mark.parametrize("output,message", [("missing/o.csv", "does not exist"), (".", "is a folder"),

@@ -520,6 +520,54 @@ def test_rows_are_kept_in_a_temporary_folder_where_the_outputs_folder_is_removed
     assert keep.last_row == 0 and keep.moved.endswith("nor the temporary folder: No such file or directory")
 
 
+@pytest.mark.parametrize("name", ["out.xlsx", "out.sdf"])
+def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_the_whole_runs(tmp_path, name):
+    """An SD file or workbook is written only at its end, and a run to one that stopped (Ctrl-C, a full disk) lost
+    every row: its rows go to a kept CSV as they pass, which gives them back as they were given, text and numbers."""
+    import openpyxl
+
+    header = output_header(["id", "note"])
+    cell = {column: i for i, column in enumerate(header)}
+
+    def row(**cells: object) -> list[object]:
+        values: list[object] = [None] * len(header)
+        for column, value in cells.items():
+            values[cell[column]] = value
+        return values
+
+    rows = [row(id="007", note="=1+1", row=1, query="CCO", rank=1, smiles="CC=O", score=-0.25, valid=True),
+            row(id="007", note="=1+1", row=1, query="CCO", rank=2, smiles="CCO", score=-1.5, valid=False),
+            row(id="'=x", note="'quoted", row=2, query="CCN", rank=1, smiles="CC=N", score=-0.5, valid=True,
+                time_ms=1.25),
+            row(id="9", note="\x01", row=3, query="=1", error="the query is no SMILES")]
+
+    def stopping():
+        yield from rows[:3]
+        raise KeyboardInterrupt
+
+    out = tmp_path / name
+    keep = molspec_io.Kept(molspec_io.interrupted_name(out), journal=True)
+    assert keep.path.name == f"out.interrupted.{out.suffix[1:]}.csv"
+    with pytest.raises(KeyboardInterrupt):
+        molspec_io.write_results(out, header, stopping(), keep)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [keep.path.name] and keep.last_row == 1
+    again = molspec_io.Kept(keep.path, journal=True)
+    molspec_io.check_kept(again, header, ["CCO", "CCN", "=1"], "")
+    assert again.held == 1
+    resumed = [*molspec_io.kept_rows(again, header, ["CCO", "CCN", "=1"], ""), *rows[2:]]
+    molspec_io.write_results(out, header, resumed, again)
+    molspec_io.write_results(tmp_path / f"whole{out.suffix}", header, rows)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, f"whole{out.suffix}", keep.path.name])
+    if name.endswith(".sdf"):  # the kept file, which the command line deletes, is left to it
+        assert out.read_text() == (tmp_path / "whole.sdf").read_text()
+        return
+
+    def cells(path):
+        return [[(c.value, c.data_type) for c in r] for r in openpyxl.load_workbook(path).active.iter_rows()]
+
+    assert cells(out) == cells(tmp_path / "whole.xlsx")
+
+
 def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path, monkeypatch):
     header = output_header(["id"])
     keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
@@ -531,8 +579,10 @@ def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_pat
     write_csv(keep.path, header, rows)
     monkeypatch.setattr(molspec_io, "MAX_INPUT_BYTES", 10)  # not an input: as large as the run made it
     molspec_io.check_kept(keep, header, ["CCO", "=1", "CCN"], "beam")
-    back = list(molspec_io.kept_rows(keep.path, header, ["CCO", "=1", "CCN"], "beam"))
-    assert keep.held == 2 and [row[1] for row in back] == [1, 1, 2] and [row[4] for row in back] == [1, 2, None]
+    back = list(molspec_io.kept_rows(keep, header, ["CCO", "=1", "CCN"], "beam"))
+    given = [[None if cell == "" else cell for cell in row] for row in rows]  # an empty cell None
+    assert keep.held == 2 and back[:2] == given[:2]  # numbers and TRUE/FALSE typed as they were given
+    assert back[2] == ["8", 2, "'=1", *given[2][3:]]  # text as the CSV shows it, which a resumed CSV writes again
     write_csv(tmp_path / "again.csv", header, back)  # the resumed run writes them as they were
     assert (tmp_path / "again.csv").read_bytes() == keep.path.read_bytes()
     for queries, method, message in [(["CCO", "=2", "CCN"], "beam", "line 4: record 2 holds another query"),
@@ -546,6 +596,10 @@ def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_pat
     keep.path.write_text(keep.path.read_text().replace("\n7,1,", "\n7,3,"))
     with pytest.raises(InputFileError, match="line 2: not the next record's row"):
         molspec_io.check_kept(molspec_io.Kept(keep.path), header, ["CCO", "=1"], "beam")
+    write_csv(keep.path, header, [rows[0]])
+    keep.path.write_text(keep.path.read_text().replace(",True,", ",yes,", 1))
+    with pytest.raises(InputFileError, match="line 2: a number or TRUE/FALSE column holds other text"):
+        molspec_io.check_kept(molspec_io.Kept(keep.path), header, ["CCO"], "beam")
 
 
 def test_a_written_file_gets_the_usual_permissions(tmp_path):
