@@ -837,9 +837,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     n_best = args.n_best or (5 if METHODS[args.method].many else 1)
     check_method(args.method, n_best)
-    kind = calibration.require_kind(args.method)  # refused before the model loads
+    kind = calibration.require_kind(args.method, n_best)  # refused before the model loads; width 1: greedy's
     folder = model_folder(args.model)
-    path = calibration.path_of(folder, args.augment, args.method)
+    path = calibration.path_of(folder, args.augment, args.method, n_best)
     # the fit a new one replaces (for these weights), if any
     earlier = None if args.judge else calibration.load(folder, args.augment, kind)
     if not args.judge:  # what would refuse the fit's writing, before minutes of decoding
@@ -854,7 +854,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.judge:
         fitted, ece, n = calibration.judge(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                                            augment=args.augment)
-        print(f"calibration of {predictor.path} for {calibration.kind_of(args.method)} answers{writings} "
+        print(f"calibration of {predictor.path} for {kind} answers{writings} "
               f"(fitted with {fitted.method}, {fitted.n_best}-best; its own expected calibration error "
               f"{fitted.ece:.4f}), judged on {n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} "
               f"on the {predictor.engine} engine: expected calibration error {ece:.4f}")

@@ -848,7 +848,8 @@ class Predictor:
             decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
                                            sampling, time_limit_s)
             for (i, query), result in zip(chunk, decoded):
-                results[i] = (self._to_result(texts[i], query, result, method) if isinstance(result, DecodeResult)
+                results[i] = (self._to_result(texts[i], query, result, method, n_best)
+                              if isinstance(result, DecodeResult)
                               else QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
                                                error=result))
         results = [dataclasses.replace(result, task=self.task) for result in results]  # type: ignore[type-var]
@@ -890,12 +891,12 @@ class Predictor:
         return [query, *(_Query(query.text, text, ids)
                          for text, ids in other_writings(query.canonical, n, self.vocab, limit))]
 
-    def calibration_for(self, method: str, augment: int = 1) -> Calibration | None:
-        """The calibration fitted to the answers `method` gives (calibration.kind_of: beam search's or
-        greedy's) read in `augment` writings (calibrate --method --augment), if any: pooled scores, and
-        greedy's against beam search's, map to right answers differently. None for sampling and lossy
-        methods, and where no fit for these weights exists."""
-        kind = kind_of(method)
+    def calibration_for(self, method: str, augment: int = 1, n_best: int | None = None) -> Calibration | None:
+        """The calibration fitted to the answers `method` gives, `n_best` of them (calibration.kind_of: beam
+        search's or greedy's, which a beam of width 1 gives) read in `augment` writings (calibrate --method
+        --augment), if any: pooled scores, and greedy's against beam search's, map to right answers differently.
+        None for sampling and lossy methods, and where no fit for these weights exists."""
+        kind = kind_of(method, n_best)
         if kind is None:
             return None
         if (kind, augment) not in self._calibrations:
@@ -923,7 +924,7 @@ class Predictor:
         # The call's time: greedy and beam search decode the writings as one batch, each result holding the
         # batch's time, but sbs and sampling decode them one after another, each holding its own.
         stats.wall_time_s = seconds
-        calibration = self.calibration_for(method, augment)
+        calibration = self.calibration_for(method, augment, n_best)
         predictions = []
         for rank, (smiles, score, count) in enumerate(pool_writings(answers), start=1):
             prediction, where = first[smiles]
@@ -938,10 +939,10 @@ class Predictor:
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
                            ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside)
 
-    def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str) -> QueryResult:
+    def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str, n_best: int) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
                            rank_answers(with_confidence(fold_repeats(self._predictions(query, result)),
-                                                        self.calibration_for(method))),
+                                                        self.calibration_for(method, 1, n_best))),
                            result.stats, method, dtype=self.dtype)
 
     def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "") -> list[Prediction]:
