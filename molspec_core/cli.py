@@ -413,7 +413,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
         check_predict_output(args)
         task = model_task(args.model)
-        table, recorded = with_recorded(read_queries(args.input, args.column, args.input_format, task=task), task)
+        read = read_queries(args.input, args.column, args.input_format, task=task)
+        for note in read.notes:
+            print(f"note: {input_name(args.input)}: {note}")
+        table, recorded = with_recorded(read, task)
         if not table.queries:  # as a file of blank lines is, and evaluate's empty --src: no run of nothing
             raise InputFileError(f"{input_name(args.input)} holds no records to predict: it is empty, or holds a "
                                  "header and nothing under it")

@@ -121,6 +121,8 @@ class QueryFile:
     # per query, why its record gave none ("" where it did; the query is then ""), e.g. an SD record that
     # RDKit cannot read; empty when every record gave one. result_rows reports it as the row's error.
     problems: tuple[str, ...] = ()
+    # what reading left out of the file that its user should know (a record's cells past the header's last name)
+    notes: tuple[str, ...] = ()
 
     def cells_of(self, index: int) -> tuple[str, ...]:
         return self.cells[index] if self.cells else ()
@@ -393,12 +395,14 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
                   problems: dict[int, str] | None = None) -> QueryFile:
     """A table's records under its header `fields` (a CSV's, a worksheet's): the cells in column `at` are the queries,
     the others carried beside them; blank records after the last are dropped, a short record's missing cells are
-    empty and a long one's extra cells (under no name) dropped. `problems`: why a record's empty query cell gave
-    none, by record index (QueryFile.problems); such a record is no blank one."""
+    empty and a long one's extra cells (under no name) dropped, which a note says where any is not empty (a cell
+    with an unquoted comma split in two, whose second half was lost without a word). `problems`: why a record's empty
+    query cell gave none, by record index (QueryFile.problems); such a record is no blank one."""
     problems = problems or {}
     while records and not any(records[-1]) and len(records) - 1 not in problems:
         records.pop()  # blank lines (or rows) after the last record
     _check_rows(len(records))
+    longer = [i for i, record in enumerate(records, start=1) if any(record[len(fields):])]
     others = [i for i in range(len(fields)) if i != at]
     padding = [""] * len(fields)
     queries, cells = [], []
@@ -407,7 +411,12 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
         queries.append(record[at])
         cells.append(tuple(record[i] for i in others))
     reasons = tuple(problems.get(i, "") for i in range(len(records))) if problems else ()
-    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else (), reasons)
+    several = len(longer) != 1
+    notes = (f"{len(longer):,} record{'s' * several} (row{'s' * several} {', '.join(map(str, longer[:5]))}"
+             f"{', ...' if len(longer) > 5 else ''}) hold{'s' * (not several)} cells past the "
+             f"header's {len(fields)} names, which are not read: a cell that holds the delimiter (a comma, say) "
+             "must be quoted, or the cells after it move one column on",) if longer else ()
+    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else (), reasons, notes)
 
 
 def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None, *,

@@ -853,6 +853,12 @@ def test_predict_reads_standard_input_as_txt_or_as_input_format_says(tmp_path, c
                    "--input-format says how to read --input: give --input")
 
 
+def test_predict_says_which_records_hold_cells_past_the_header(tmp_path, capsys):
+    (tmp_path / "q.csv").write_text("smiles,id,note\nCCO,A1,ok\nCCN,A2,made, then washed\n")
+    assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv") == 0
+    assert "note: q.csv: 1 record (row 2) holds cells past the header's 3 names" in capsys.readouterr().out
+
+
 def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_standard_error(tmp_path, capsys):
     """--output - was refused as a name without .csv: a pipeline (| sort, | tee) had to go through a file. The rows
     go to standard output alone, as a file gets them; the counts, notes and the --smiles table to standard error."""

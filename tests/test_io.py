@@ -814,6 +814,19 @@ def test_a_workbook_is_read_from_its_first_sheet_naming_the_column_as_a_csv_is(t
     assert read_queries(gzipped) == table
 
 
+def test_cells_past_the_headers_last_name_are_said_not_read():
+    """A note with an unquoted comma split in two, and its second half was dropped without a word (an empty cell
+    past the header, as Excel writes a ragged row, says nothing)."""
+    text = "smiles,id,note\nCCO,A1,ok,\nCCN,A2,made, then washed\n" + "".join(f"C,B{i},x,y\n" for i in range(6))
+    table = parse_upload("q.csv", text.encode())
+    assert table.cells[1] == ("A2", "made") and len(table.notes) == 1
+    assert table.notes[0] == ("7 records (rows 2, 3, 4, 5, 6, ...) hold cells past the header's 3 names, which are "
+                              "not read: a cell that holds the delimiter (a comma, say) must be quoted, or the cells "
+                              "after it move one column on")
+    assert parse_upload("q.csv", b"smiles,id\nCCO,A1,,\n").notes == ()
+    assert parse_upload("q.csv", b"smiles,id\nCCO,A1,x\n").notes[0].startswith("1 record (row 1) holds cells")
+
+
 @pytest.mark.parametrize("delimiter", [",", ";"])
 def test_a_csv_header_under_titles_is_found_and_the_titles_are_not_queries(tmp_path, delimiter):
     """An Excel report saved as CSV: a title, a date and a blank line above the header (HEADER_ROWS)."""
