@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import io
 import itertools
 import json
 import logging
@@ -373,6 +374,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.ray is not None:
         raise ValueError("--ray writes its rows to a file: give --output out.csv")
     rows_out = sys.stdout
+    if isinstance(rows_out, io.TextIOWrapper):  # UTF-8, as every output file is, whatever the terminal's locale
+        rows_out.reconfigure(encoding="utf-8")
     with contextlib.redirect_stdout(sys.stderr):
         try:
             return predict_command(args, rows_out)

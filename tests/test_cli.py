@@ -895,6 +895,19 @@ def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_s
         "stopped: standard output was closed by its reader before every row was written")
 
 
+def test_output_dash_writes_utf8_whatever_the_terminals_encoding(tmp_path, monkeypatch):
+    """Under a Latin-1 locale a name outside it ended the run half written ('latin-1' codec can't encode): the CSV on
+    standard output is UTF-8, as every output file is."""
+    import io
+
+    (tmp_path / "q.csv").write_text("smiles,name\nCCO,\u5316\u5408\u7269\n", encoding="utf-8")
+    terminal = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert predict_file(tmp_path / "q.csv", "-") == 0
+    terminal.flush()
+    assert terminal.buffer.getvalue().decode("utf-8").splitlines()[1].startswith("\u5316\u5408\u7269,1,CCO,")
+
+
 def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path):
     """Issue 18: scores were text ('-4.6486) and the user's columns were dropped; issue 14 item 5:
     the output did not show the canonical query the model read."""
