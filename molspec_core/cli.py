@@ -1087,7 +1087,7 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .server import serve
+    from .server import run, serve
     from .service import Predictor
 
     if args.port > 65535:
@@ -1103,12 +1103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
     print(f"serving {', '.join(server.service.models)} on http://{shown}:{port} (POST /predict, GET /models); "
           "Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    run(server)  # until Ctrl-C or SIGTERM; the requests in hand are answered first
     return 0
 
 

@@ -27,6 +27,7 @@ connection whose request left a body unread closes after its answer (none is rea
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import ipaddress
@@ -34,10 +35,12 @@ import json
 import logging
 import math
 import re
+import signal
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import SplitResult, urlsplit
@@ -60,6 +63,7 @@ READ_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
+STOPPING = "the server is stopping; send the request again once it is back"
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
 # each path and the methods it takes (the Allow header)
@@ -221,27 +225,33 @@ class Service:
         self.models = dict(models)
         self.budget_s = budget_s
         self.decoding = threading.Lock()
+        self.stopping = threading.Event()  # set as the server stops: no request begins, the one decoding ends early
 
     def predict(self, body: object, gone: Callable[[], bool] = lambda: False) -> dict:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
-        has decoded for budget_s, the queries not begun get an error saying so, and the rest stand. Before each
-        window, `gone` says whether the client has left: then ClientGone, and the rest is not decoded (a client
-        that gave up, and perhaps sent its request again, held the models for minutes to no one)."""
+        has decoded for budget_s or the server is stopping, the queries not begun get an error saying so, and the
+        rest stand (a request whose turn comes once the server is stopping gets 503). Before each window, `gone`
+        says whether the client has left: then ClientGone, and the rest is not decoded (a client that gave up,
+        and perhaps sent its request again, held the models for minutes to no one)."""
         request = parse_request(body, self.models)
         # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
         table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
         queries = table.queries
         results: list[QueryResult] = []
         with self.decoding:
+            if self.stopping.is_set():
+                raise RequestError(STOPPING, HTTPStatus.SERVICE_UNAVAILABLE)
             started = time.monotonic()
             for part in windows(len(request.smiles), request.options.get("batch_size", DEFAULT_BATCH_SIZE), "serve",
                                 progress=False):
                 if gone():
                     raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded")
-                if results and time.monotonic() - started > self.budget_s:
+                late = time.monotonic() - started > self.budget_s
+                if results and (late or self.stopping.is_set()):
+                    why = f"the request ran past its {self.budget_s:g} s" if late else "the server is stopping"
                     results += [QueryResult(query=text, method=request.options.get("method", ""),
-                                            error=f"not decoded: the request ran past its {self.budget_s:g} s; send "
-                                                  "this query again") for text in queries[part]]
+                                            error=f"not decoded: {why}; send this query again")
+                                for text in queries[part]]
                     continue
                 try:
                     answered = request.predictor.predict(queries[part], **request.options)
@@ -381,7 +391,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self._check_head()
             body = self._body()
-            self._send(HTTPStatus.OK, self.server.service.predict(body, self._client_gone))
+            with self.server.in_hand():
+                self._send(HTTPStatus.OK, self.server.service.predict(body, self._client_gone))
         except RequestError as exc:
             self._send(exc.status, {"error": str(exc)})
         except ClientGone as exc:
@@ -538,6 +549,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: HTTPStatus, payload: dict, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload, allow_nan=False).encode("utf-8")
+        if self.server.service.stopping.is_set():  # no next request will be answered on this connection
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("X-Content-Type-Options", "nosniff")
@@ -584,6 +597,20 @@ class Server(ThreadingHTTPServer):
         self.loopback = is_loopback(address[0])
         self.max_connections = MAX_CONNECTIONS
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.requests = 0  # /predict requests in hand: read whole, not yet answered (waiting their turn or decoding)
+        self.settled = threading.Condition()  # notified as each is answered
+
+    @contextlib.contextmanager
+    def in_hand(self) -> Iterator[None]:
+        """A /predict request from its arrival to its answer, counted so that a stopping server answers it first."""
+        with self.settled:
+            self.requests += 1
+        try:
+            yield
+        finally:
+            with self.settled:
+                self.requests -= 1
+                self.settled.notify_all()
 
     def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
         """A thread for the connection, while fewer than MAX_CONNECTIONS are open; else a 503 and it closes."""
@@ -601,6 +628,42 @@ class Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.connections.release()
+
+    def stop_taking(self) -> None:
+        """No request begins from now on: the listening socket closes, the request decoding stops at its next
+        window (the rest of its queries: 'not decoded: the server is stopping'), and every request whose turn
+        comes after, or that a kept-alive connection sends, gets 503. Call it once serve_forever has returned."""
+        self.service.stopping.set()
+        self.server_close()
+
+
+def run(server: Server) -> None:
+    """Serves until Ctrl-C or SIGTERM (a service manager's stop), then answers the requests in hand before it
+    returns: the one decoding with the queries it has decoded, those waiting their turn with 503 (they lost their
+    connections without an answer when the process ended at once). A second Ctrl-C or SIGTERM returns at once.
+    The main thread's call: the signals are taken there, and only set an event (an exception raised wherever
+    the accepting loop happened to be could close a connection a handler had begun on)."""
+    signalled = threading.Event()
+    before = {number: signal.signal(number, lambda *_: signalled.set()) for number in (signal.SIGINT, signal.SIGTERM)
+              if signal.getsignal(number) != signal.SIG_IGN}  # one ignored (a background job's Ctrl-C) stays so
+    threading.Thread(target=server.serve_forever, name="accepting", daemon=True).start()
+    try:
+        while not signalled.wait(0.5):  # in steps: the handlers run between them
+            pass
+        signalled.clear()
+        server.shutdown()  # the accepting loop ends
+        server.stop_taking()
+        with server.settled:
+            if server.requests:
+                print(f"stopping: answering the {server.requests} request{'s' if server.requests > 1 else ''} in "
+                      "hand (the one decoding with what it has decoded); Ctrl-C again stops at once",
+                      file=sys.stderr, flush=True)
+            while server.requests and not signalled.is_set():
+                server.settled.wait(0.5)
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        server.server_close()
 
 
 def serve(models: Sequence[Predictor], host: str = "127.0.0.1", port: int = 8000,

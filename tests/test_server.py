@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
+import signal
 import socket
 import struct
 import threading
@@ -479,6 +481,90 @@ def test_a_request_past_its_budget_keeps_its_answers_and_says_which_queries_were
     assert status == 200 and [r["query"] for r in payload["results"]] == queries
     assert first["error"] is None and first["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
     assert all("ran past its 0 s; send this query again" in r["error"] and not r["predictions"] for r in rest)
+
+
+def test_sigterm_answers_the_requests_in_hand_before_the_server_stops(models, monkeypatch):
+    """SIGTERM (a service manager's stop) ended the process at once and Ctrl-C closed it: the request decoding
+    and those waiting their turn lost their connections without an answer. Now the one decoding answers what it
+    has decoded, the ones waiting get 503, and run() returns."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    address = running.server_address[:2]
+    decoding, go = threading.Event(), threading.Event()
+    decode = models["forward"].predict
+
+    def predict(queries, **options):  # type: ignore[no-untyped-def]  # the first window waits for the signal
+        decoding.set()
+        go.wait(30)
+        return decode(queries, **options)
+
+    monkeypatch.setattr(models["forward"], "predict", predict)
+    got: dict[str, tuple[int, dict]] = {}
+
+    def ask(name: str, queries: list[str]) -> None:
+        got[name] = call(address, "POST", "/predict", {"smiles": queries, "batch_size": 1})
+
+    clients = [threading.Thread(target=ask, args=("decoding", [AMIDE, "CC(=O)O.OCC"])),
+               threading.Thread(target=ask, args=("waiting", [AMIDE]))]
+
+    def stop() -> None:  # once one request decodes and another waits its turn: SIGTERM, and the decode goes on
+        clients[0].start()
+        decoding.wait(30)
+        clients[1].start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and running.requests < 2:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+        while time.monotonic() < deadline and not running.service.stopping.is_set():
+            time.sleep(0.02)
+        go.set()
+
+    threading.Thread(target=stop, daemon=True).start()
+    server.run(running)  # in the main thread, where signals are taken; returns once both are answered
+    for client in clients:
+        client.join(30)
+    status, payload = got["decoding"]
+    first, second = payload["results"]
+    assert status == 200 and first["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
+    assert second["error"] == "not decoded: the server is stopping; send this query again"
+    assert got["waiting"] == (503, {"error": server.STOPPING})
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == (
+        signal.SIG_DFL, signal.default_int_handler)  # run() leaves the handlers as it found them
+    with pytest.raises(OSError):
+        socket.create_connection(address, timeout=5)  # no longer listening
+
+
+def test_a_second_sigterm_stops_the_server_at_once(models, monkeypatch):
+    """While it answers the requests in hand, a second Ctrl-C or SIGTERM does not wait for them."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    decoding, go = threading.Event(), threading.Event()
+    decode = models["forward"].predict
+
+    def predict(queries, **options):  # type: ignore[no-untyped-def]
+        decoding.set()
+        go.wait(30)
+        return decode(queries, **options)
+
+    monkeypatch.setattr(models["forward"], "predict", predict)
+
+    def stop() -> None:
+        try:
+            call(running.server_address[:2], "POST", "/predict", {"smiles": AMIDE})
+        except OSError:
+            pass  # this process may end before the answer: not this test's concern
+
+    def signal_twice() -> None:
+        threading.Thread(target=stop, daemon=True).start()
+        decoding.wait(30)
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not running.service.stopping.is_set():
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_twice, daemon=True).start()
+    server.run(running)
+    assert running.requests == 1  # still decoding: run() did not wait for it
+    go.set()
 
 
 def test_two_models_of_one_name_are_refused(models):
