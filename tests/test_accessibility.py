@@ -147,6 +147,27 @@ def test_the_routes_pictures_have_text_alternatives_and_each_step_reads_in_words
     assert "solid red ring" in key and "dashed grey ring" in key and "README" not in key
 
 
+def test_each_answers_badge_icon_is_read_as_a_word_not_a_control_or_code(monkeypatch):
+    """A screen reader reads a badge's icon by its name: "close icon, Invalid SMILES" sounded like a close button, and
+    "sync_problem icon, Round trip ✗" like code."""
+    from molspec_core.service import Prediction
+    from views import predict as page
+
+    icons: dict[str, str] = {}
+    monkeypatch.setattr(page.st, "badge", lambda label, icon=None, **_: icons.__setitem__(label, icon))
+    answers = [Prediction(1, "CCO", -1.0, True, (), (), round_trip=True),
+               Prediction(2, "CC=O", -2.0, True, (), (), concerns=("the query itself",), round_trip=False),
+               Prediction(3, "C1CC", -3.0, False, (), ())]
+    for answer in answers:
+        page.sanity_badge(answer)
+        if answer.round_trip is not None:
+            page.round_trip_badge(answer)
+    assert set(icons) == {"Sane structure", "Check: the query itself", "Invalid SMILES", "Round trip ✓", "Round trip ✗"}
+    for label, icon in icons.items():
+        assert re.fullmatch(r":material/[a-z]+:", icon) and icon not in (":material/close:", ":material/cancel:"), \
+            (label, icon)
+
+
 # ---- A4: reaction-centre marks ---------------------------------------------------------------------
 
 

@@ -309,6 +309,8 @@ SANE_HELP = ("RDKit reads and sanitizes it, it is not the query itself, not a re
              "ended it (not cut off at the length limit). Sane is not the same as correct.")
 
 
+# A badge's icon is read out by its name ("check icon, Sane structure"): names that read as words, none that reads as
+# a control ("close icon, Invalid SMILES") or as code ("sync_problem icon, Round trip ✗", whose ✗ already says it).
 def sanity_badge(prediction: Prediction) -> None:
     if prediction.sane:
         st.badge("Sane structure", color="green", icon=":material/check:", help=SANE_HELP)
@@ -316,7 +318,7 @@ def sanity_badge(prediction: Prediction) -> None:
         st.badge("Check: " + "; ".join(prediction.concerns), color="orange", icon=":material/warning:",
                  help=SANE_HELP)
     else:
-        st.badge("Invalid SMILES", color="red", icon=":material/close:",
+        st.badge("Invalid SMILES", color="red", icon=":material/error:",
                  help="RDKit cannot read or sanitize this SMILES.")
 
 
@@ -330,7 +332,7 @@ def round_trip_badge(prediction: Prediction) -> None:
     if prediction.round_trip:
         st.badge("Round trip ✓", color="green", icon=":material/sync:", help=help_text)
     else:
-        st.badge("Round trip ✗", color="gray", icon=":material/sync_problem:", help=help_text)
+        st.badge("Round trip ✗", color="gray", icon=":material/sync:", help=help_text)
 
 
 BADGES_LABEL = "What the marks on each answer mean"
