@@ -563,10 +563,12 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":  # an answer to HEAD has headers alone
                 self.wfile.write(data)
-        except ConnectionError as exc:  # the client went away (closed, reset) before its answer: no bug of ours
-            self.close_connection = True
-            log.info("%s %s %s: the client went away before its answer (%s)", self.address_string(), self.command,
-                     getattr(self, "path", "")[:80], exc)  # no path where the request line could not be read
+        except (ConnectionError, TimeoutError) as exc:  # the client went away (closed, reset) before its answer, or
+            self.close_connection = True                  # stopped reading it (the buffers full): no bug of ours
+            why = (f"did not read its answer within {self.timeout:g} s" if isinstance(exc, TimeoutError)
+                   else f"went away before its answer ({exc})")
+            log.info("%s %s %s: the client %s", self.address_string(), self.command, getattr(self, "path", "")[:80],
+                     why)  # no path where the request line could not be read
 
     def log_message(self, format: str, *args: object) -> None:
         log.info("%s %s", self.address_string(), format % args)

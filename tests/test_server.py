@@ -453,6 +453,32 @@ def test_a_kept_alive_connection_reset_by_its_client_is_logged_quietly(models, m
     assert [r.levelno for r in caplog.records if "the client reset the connection" in r.getMessage()] == [logging.INFO]
 
 
+def test_a_client_that_does_not_read_its_answer_is_logged_quietly(models, caplog):
+    """A client that stopped reading (its answer filling the socket's buffers) was logged as a bug, 'POST /predict
+    failed' with a traceback, and a 500 was written into the middle of the 200's body."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=0.5)
+    running.service.predict = lambda body, gone: {"results": ["x" * 30_000_000]}  # type: ignore[method-assign]
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"smiles": AMIDE}).encode()
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(running.server_address[:2])
+        client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # and reads nothing
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not [r for r in caplog.records
+                                                    if "its answer" in r.getMessage() or r.levelno >= logging.ERROR]:
+            time.sleep(0.02)
+        client.close()
+    running.shutdown()
+    running.server_close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert [(r.levelno, r.getMessage().split(": ", 1)[1]) for r in caplog.records if "its answer" in r.getMessage()] \
+        == [(logging.INFO, "the client did not read its answer within 0.5 s")]
+    assert not [r for r in caplog.records if '" 500 ' in r.getMessage()]
+
+
 def test_requests_at_once_are_each_answered(address, models):
     queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
     got: dict[str, dict] = {}
