@@ -1042,6 +1042,8 @@ def kept_through(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence
         write_pending()
         if current is not None:
             keep.last_row = int(current)  # type: ignore[call-overload]
+    except GeneratorExit:  # its reader stopped (an SD file's or workbook's write failed): no record is half written
+        raise
     except BaseException:
         with contextlib.suppress(OSError):  # what stopped the run is the error to report
             f.truncate(whole)  # an unbuffered file: nothing is written on the way

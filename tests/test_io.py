@@ -2,8 +2,10 @@
 and a CSV where text cannot run as a formula while numbers stay numbers."""
 import codecs
 import csv
+import gc
 import gzip
 import io
+import itertools
 import lzma
 import os
 import re
@@ -520,8 +522,10 @@ def test_rows_are_kept_in_a_temporary_folder_where_the_outputs_folder_is_removed
     assert keep.last_row == 0 and keep.moved.endswith("nor the temporary folder: No such file or directory")
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # a generator failing as it closes
 @pytest.mark.parametrize("name", ["out.xlsx", "out.sdf"])
-def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_the_whole_runs(tmp_path, name):
+def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_the_whole_runs(tmp_path, monkeypatch,
+                                                                                              name):
     """An SD file or workbook is written only at its end, and a run to one that stopped (Ctrl-C, a full disk) lost
     every row: its rows go to a kept CSV as they pass, which gives them back as they were given, text and numbers."""
     import openpyxl
@@ -560,12 +564,24 @@ def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_th
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, f"whole{out.suffix}", keep.path.name])
     if name.endswith(".sdf"):  # the kept file, which the command line deletes, is left to it
         assert out.read_text() == (tmp_path / "whole.sdf").read_text()
-        return
+    else:
+        def cells(path):
+            return [[(c.value, c.data_type) for c in r] for r in openpyxl.load_workbook(path).active.iter_rows()]
 
-    def cells(path):
-        return [[(c.value, c.data_type) for c in r] for r in openpyxl.load_workbook(path).active.iter_rows()]
+        assert cells(out) == cells(tmp_path / "whole.xlsx")
 
-    assert cells(out) == cells(tmp_path / "whole.xlsx")
+    # the file's own write fails (a full disk as the workbook is saved): the rows that passed are kept as well
+    def full(f, header, rows):
+        list(itertools.islice(rows, 3))
+        raise no_space()
+
+    monkeypatch.setattr(molspec_io, "write_sd_rows" if name.endswith(".sdf") else "write_workbook_rows", full)
+    keep.path.unlink()
+    keep = molspec_io.Kept(keep.path, journal=True)
+    with pytest.raises(OSError, match="No space left"):
+        molspec_io.write_results(out, header, rows, keep)
+    gc.collect()  # the rows' generator, closed now, wrote nothing more (it failed writing to its closed file)
+    assert keep.last_row == 1 and list(molspec_io.kept_rows(keep, header, ["CCO"], "")) == rows[:2]
 
 
 def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path, monkeypatch):
@@ -651,6 +667,21 @@ def test_time_ms_is_each_querys_share_of_its_batch(monkeypatch):
     column = molspec_io.RESULT_COLUMNS.index("time_ms")
     assert molspec_io.result_rows(1, (), results[0], time_ms)[0][column] == 100.0
     assert molspec_io.result_rows(1, (), results[0])[0][column] == 800.0  # unset: the decoder's own time
+
+
+def test_result_types_name_every_column_result_rows_writes_as_a_number_or_truth_value():
+    """Kept rows are typed again by RESULT_TYPES (a resumed workbook holds numbers as numbers): a column result_rows
+    writes as a number or bool that it left out would come back as text."""
+    from molspec_core.decoding.result import DecodeStats
+    from molspec_core.service import Prediction, QueryResult
+
+    answer = Prediction(1, "CO", -0.5, True, ("C", "O"), (-1, -1), model_rank=1, round_trip=True, forward_prob=0.25,
+                        confidence=0.75)
+    result = QueryResult("CCO", "CCO", predictions=(answer,), stats=DecodeStats(wall_time_s=0.8), method="beam",
+                         dtype="float32")
+    row = molspec_io.result_rows(1, (), result, 12.5)[0]
+    typed = {column for column, cell in zip(RESULT_COLUMNS, row) if isinstance(cell, (int, float))}
+    assert None not in row[:-1] and typed == set(molspec_io.RESULT_TYPES)
 
 
 # ---- SMILES files --------------------------------------------------------------------------------------
