@@ -1133,6 +1133,38 @@ def test_a_disk_that_fills_mid_run_keeps_the_finished_records_and_resume_goes_on
                                   pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
 
 
+def test_rows_of_a_run_whose_output_folder_is_removed_are_kept_elsewhere_and_the_line_says_where(tmp_path,
+                                                                                                 monkeypatch, capsys):
+    """A clean-up script removed the output's folder mid-run: the finished rows lived only in the open partial file.
+    They are kept in a new temporary folder, and the stopped line says where and what to do to go on."""
+    import shutil
+
+    from molspec_core.service import Predictor
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
+    calls, predict = [], Predictor.predict
+
+    def removing(self, queries, *args, **kwargs):
+        calls.append(queries)
+        if len(calls) == 4:
+            shutil.rmtree(folder)
+        return predict(self, queries, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", removing)
+    assert predict_file(tmp_path / "q.txt", folder / "out.csv", "--batch-size", "1") == 2
+    [elsewhere] = tmp_path.glob("molspec-*")
+    assert (f"stopped: the rows of records 1-4 of 4 are kept in {elsewhere} (its folder, {folder}, could not be "
+            f"written: No such file or directory); move the files there to {folder} and run the same command with "
+            "--resume") in capsys.readouterr().err
+    shutil.move(elsewhere, folder)
+    assert predict_file(tmp_path / "q.txt", folder / "out.csv", "--resume") == 0
+    assert pd.read_csv(folder / "out.csv")["query"].tolist() == ["CCO", "CCN", "CCCl", "CCBr"]
+    assert sorted(p.name for p in folder.iterdir()) == ["out.csv"]
+
+
 def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(tmp_path, monkeypatch, capsys):
     (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
     out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
