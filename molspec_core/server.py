@@ -27,6 +27,7 @@ connection whose request left a body unread closes after its answer (none is rea
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import io
@@ -515,9 +516,16 @@ class Handler(BaseHTTPRequestHandler):
                                    f"within {self.server.read_timeout_s:g} s", HTTPStatus.REQUEST_TIMEOUT)
             raise RequestError(f"the body stopped short of its {length:,} bytes ({len(data):,} came before the "
                                "client stopped sending)")
+        start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0  # a Windows editor's byte order
+        try:                                                                      # mark, which RFC 8259 lets go
+            text = data[start:].decode("utf-8")
+        except UnicodeDecodeError as exc:  # Latin-1, UTF-16: the codec's own words named no way out
+            at = start + exc.start
+            raise RequestError(f"the body is not UTF-8 (byte 0x{data[at]:02x} at position {at}); send the JSON as "
+                               "UTF-8") from None
         try:
-            return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+            return json.loads(text, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as exc:
             raise RequestError(f"the body is not JSON: {exc}") from None
         except RecursionError:  # json reads arrays and objects within each other recursively
             raise RequestError("the body's JSON is nested too deeply") from None

@@ -180,13 +180,28 @@ def test_a_request_that_cannot_be_answered_says_why_and_the_server_goes_on(addre
 @pytest.mark.parametrize("raw, says", [(b'{"smiles": "CCO", "model": "forward"', "not JSON"),
                                        (b'{"smiles": "CCO", "model": "forward", "temperature": NaN}',
                                         "NaN is not a number JSON allows"),
-                                       (b"\xff\xfe", "not JSON"),
+                                       # a Windows editor's or .NET's UTF-16 ('utf-8' codec can't decode byte 0xff)
+                                       (b"\xff\xfe{\x00}\x00", "the body is not UTF-8 (byte 0xff at position 0); "
+                                                               "send the JSON as UTF-8"),
+                                       ('{"smiles": "caf\xe9"}'.encode("latin-1"),
+                                        "the body is not UTF-8 (byte 0xe9 at position 15)"),
+                                       (b"\xef\xbb\xbf" + '{"smiles": "caf\xe9"}'.encode("latin-1"),
+                                        "the body is not UTF-8 (byte 0xe9 at position 18)"),
                                        # json reads nesting recursively: 100,000 levels raised RecursionError (500)
                                        (b'{"smiles": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
                                         "nested too deeply")])
 def test_a_body_that_is_not_json_is_refused(address, raw, says):
     status, payload = call(address, "POST", "/predict", raw=raw)
     assert status == 400 and says in payload["error"]
+
+
+def test_a_body_that_begins_with_a_byte_order_mark_is_read(address):
+    """JSON saved by a Windows editor begins with a UTF-8 byte order mark, which JSON's RFC lets a reader ignore:
+    it was refused, 'Unexpected UTF-8 BOM (decode using utf-8-sig)'."""
+    body = json.dumps({"model": "forward", "smiles": AMIDE}).encode()
+    status, payload = call(address, "POST", "/predict", raw=b"\xef\xbb\xbf" + body)
+    assert status == 200 and answers(payload["results"][0]) == answers(call(address, "POST", "/predict",
+                                                                           raw=body)[1]["results"][0])
 
 
 def test_a_value_nested_too_deeply_to_quote_is_refused(models):
