@@ -400,7 +400,7 @@ def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) 
 
 def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -> int:
     """predict; `rows_out`: the stream the CSV rows go to where --output is STDOUT (cmd_predict)."""
-    from .io import InputFileError, check_results_name, is_sd_name, read_queries
+    from .io import InputFileError, check_results_name, check_room, is_sd_name, least_output_bytes, read_queries
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
@@ -434,6 +434,8 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
                      else "mark the answers"))
         marks = known_marks(table, input_name(args.input), args.known_column or recorded, task)
         keep = interrupted_keep(args, table, marks)
+        if args.output != STDOUT:  # an SD file's rows go to a kept CSV too as they pass (a workbook's zip is less)
+            check_room(args.output, least_output_bytes(table) * (2 if is_sd_name(args.output) else 1))
     else:
         if args.resume:
             raise ValueError("--resume goes on from an interrupted --input run: give --input")

@@ -772,6 +772,31 @@ def csv_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -> byt
     return buffer.getvalue().encode("utf-8-sig")
 
 
+# Each output row holds, besides its record's cells and query, at least a row number, a method and a comma between
+# each two of RESULT_COLUMNS: what a record's rows take at the least (least_output_bytes).
+LEAST_ROW_BYTES = len(RESULT_COLUMNS) + len("1,greedy\r\n")
+
+
+def least_output_bytes(table: QueryFile) -> int:
+    """The fewest bytes the output of `table` can take (one row a record, with no answer): a disk with less room
+    cannot hold it whatever the answers (check_room)."""
+    return sum(len(query.encode("utf-8", "replace")) + sum(len(cell.encode("utf-8", "replace"))
+                                                           for cell in table.cells_of(i)) + LEAST_ROW_BYTES
+               for i, query in enumerate(table.queries))
+
+
+def check_room(output: str | Path, needed: int) -> None:
+    """Refuse an output whose disk has less free room than `needed` bytes, before any query is predicted: a run
+    that fills the disk stops at it after hours (its rows are kept, write_csv, but no answer comes)."""
+    import shutil
+
+    folder = Path(os.path.realpath(output)).parent
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise OutputFileError(f"the disk of {output} has {free / 2**20:,.1f} MB free, and the output needs at least "
+                              f"{needed / 2**20:,.1f} MB: free some room, or write it elsewhere")
+
+
 def check_output(output: str | Path, input_path: str | Path | None = None) -> Path:
     """The output path to write, or OutputFileError: it must not be the input (hard and symbolic links
     included), a folder, or a device (renaming onto /dev/null would replace the device itself), and its

@@ -1165,6 +1165,28 @@ def test_rows_of_a_run_whose_output_folder_is_removed_are_kept_elsewhere_and_the
     assert sorted(p.name for p in folder.iterdir()) == ["out.csv"]
 
 
+def test_a_disk_without_room_for_the_output_is_refused_before_predicting(tmp_path, monkeypatch, capsys):
+    """A disk too full for even the rows of the queries' errors was found only when the run filled it. The fewest
+    bytes an output can take (io.least_output_bytes, which a file of rejected queries reaches) are checked first."""
+    import collections
+    import shutil
+
+    from molspec_core.io import least_output_bytes
+
+    (tmp_path / "q.csv").write_text("smiles,id,note\n" + "".join(f"xyz{i},A-{i},made on day {i}\n" for i in range(50)))
+    assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv") == 2  # every query refused: the least rows
+    least = least_output_bytes(read_queries(tmp_path / "q.csv"))
+    assert 0 < least <= (tmp_path / "out.csv").stat().st_size
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: usage(10**9, 10**9 - least + 1, least - 1))
+    calls = stop_on_the_second_call(monkeypatch, None)
+    for out in ("again.csv", "again.sdf"):
+        assert predict_file(tmp_path / "q.csv", tmp_path / out) == 2
+        assert f"error: the disk of {tmp_path / out} has 0.0 MB free, and the output needs at least" in (
+            capsys.readouterr().err)
+    assert calls == [] and not (tmp_path / "again.csv").exists()
+
+
 def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(tmp_path, monkeypatch, capsys):
     (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
     out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
