@@ -351,8 +351,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if not self._host_allowed():
             return
-        if self._carries_body():  # left unread: it must not be read as the next request on this connection
-            self.close_connection = True
+        if self._carries_body():  # left unread: it must not be read as the next request on this connection, and
+            self.close_connection = self.unread_body = True  # its rest is read and dropped (finish) before closing
         service = self.server.service
         path = self._route()
         if path == "/health":
@@ -423,6 +423,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         """A browser's cross-origin preflight: never granted (no Access-Control-Allow-* header)."""
         self.close_connection = True
+        self.unread_body = self._carries_body()
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "this server takes no cross-origin requests"},
                    {"Allow": "GET, HEAD, POST"})
 
@@ -537,6 +538,7 @@ class Handler(BaseHTTPRequestHandler):
         hosts = self.headers.get_all("Host") or []
         if len(hosts) > 1 or (not hosts and self.request_version != "HTTP/1.0"):
             self.close_connection = True
+            self.unread_body = self._carries_body()
             self._send(HTTPStatus.BAD_REQUEST, {"error": "a request names its Host, once"})
             return False
         if not self.server.loopback:
@@ -552,6 +554,7 @@ class Handler(BaseHTTPRequestHandler):
         if is_loopback(name):
             return True
         self.close_connection = True
+        self.unread_body = self._carries_body()
         self._send(HTTPStatus.FORBIDDEN, {"error": "this server answers requests to localhost only"})
         return False
 

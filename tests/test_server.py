@@ -703,6 +703,24 @@ def test_a_client_still_sending_a_refused_body_reads_its_answer(address):
     connection.close()
 
 
+@pytest.mark.parametrize("method, path, host, status", [("GET", "/predict", "localhost", 405),
+                                                        ("GET", "/health", "localhost", 200),
+                                                        ("HEAD", "/models", "localhost", 200),
+                                                        ("OPTIONS", "/predict", "localhost", 405),
+                                                        ("POST", "/predict", "evil.example", 403)])
+def test_a_client_still_sending_a_body_the_server_does_not_read_reads_its_answer(address, method, path, host, status):
+    """A body sent with GET (requests.get(url, json=...), a common slip), HEAD or OPTIONS, or to a Host refused,
+    was left unread and the connection closed at once: a client still sending a large one hit a broken pipe and
+    never saw the answer ('POST a JSON body to /predict')."""
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    connection.request(method, path, body=b" " * server.MAX_BODY_BYTES,
+                       headers={"Content-Type": "application/json", "Host": host})
+    response = connection.getresponse()
+    assert (response.status, response.getheader("Connection")) == (status, "close")
+    response.read()
+    connection.close()
+
+
 def test_a_request_expecting_100_continue_is_refused_from_its_head(address):
     """It was invited to send the body (100 Continue) that the answer then refused."""
     with socket.create_connection(address, timeout=30) as raw:
