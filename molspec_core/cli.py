@@ -374,6 +374,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.ray is not None:
         raise ValueError("--ray writes its rows to a file: give --output out.csv")
     rows_out = sys.stdout
+    if rows_out is None:  # started with standard output closed (>&-)
+        raise ValueError("--output - writes to standard output, which is closed: give --output out.csv")
     if isinstance(rows_out, io.TextIOWrapper):  # UTF-8, as every output file is, whatever the terminal's locale
         rows_out.reconfigure(encoding="utf-8")
     with contextlib.redirect_stdout(sys.stderr):

@@ -893,6 +893,10 @@ def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_s
         assert predict_file(tmp_path / "q.csv", "-") == 141  # as a shell reports a writer whose reader left
     assert capsys.readouterr().err.splitlines()[-1] == (
         "stopped: standard output was closed by its reader before every row was written")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", None)  # started with it closed (>&-): refused, not read as a file named -
+        assert predict_file(tmp_path / "q.csv", "-") == 2
+    assert "error: --output - writes to standard output, which is closed" in capsys.readouterr().err
 
 
 def test_output_dash_writes_utf8_whatever_the_terminals_encoding(tmp_path, monkeypatch):
