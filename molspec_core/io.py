@@ -1088,8 +1088,9 @@ def journal_cell(cell: object) -> object:
     it), and a quote more in front of text that begins with one, so that kept_rows can take off the quote that
     neutralize adds and give the text back as it was ("=1" and "'=1" both read "'=1" from the output's CSV)."""
     text = csv_cell(cell)
-    return "'" + text if isinstance(text, str) and text.startswith("'") and text == visible_controls(str(cell)) \
-        else text
+    if isinstance(text, str) and text.startswith("'") and text == visible_controls(str(cell)):
+        return "'" + text  # the text's own quote, told apart from one neutralize adds
+    return text
 
 
 def check_kept(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> None:
