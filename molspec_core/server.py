@@ -524,6 +524,8 @@ class Handler(BaseHTTPRequestHandler):
             at = start + exc.start
             raise RequestError(f"the body is not UTF-8 (byte 0x{data[at]:02x} at position {at}); send the JSON as "
                                "UTF-8") from None
+        if not text.strip():
+            raise RequestError('the body is empty: send a JSON object, such as {"smiles": "CCO"}')
         try:
             return json.loads(text, parse_constant=_no_constant)
         except (json.JSONDecodeError, ValueError) as exc:

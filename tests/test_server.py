@@ -178,6 +178,9 @@ def test_a_request_that_cannot_be_answered_says_why_and_the_server_goes_on(addre
 
 
 @pytest.mark.parametrize("raw, says", [(b'{"smiles": "CCO", "model": "forward"', "not JSON"),
+                                       # curl -d '' (or a client that lost its body): 'Expecting value: line 1 ...'
+                                       (b"", 'the body is empty: send a JSON object, such as {"smiles": "CCO"}'),
+                                       (b" \r\n", "the body is empty"),
                                        (b'{"smiles": "CCO", "model": "forward", "temperature": NaN}',
                                         "NaN is not a number JSON allows"),
                                        # a Windows editor's or .NET's UTF-16 ('utf-8' codec can't decode byte 0xff)
