@@ -457,16 +457,25 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                 fields = top[line]
                 while fields and not fields[-1]:
                     fields.pop()  # a sheet's rows reach its widest row; a header ends at its last name
-                records = []
+                records: list[list[str]] = []
+                blank = 0  # blank rows since the last record: kept only where a record comes after them
                 # cells past the header's last name are not read: a row is as wide as the sheet's widest
                 for cells in sheet.iter_rows(min_row=line + 2, max_col=len(fields)):
-                    records.append([_cell_text(cell) for cell in cells])
+                    record = [_cell_text(cell) for cell in cells]
+                    if not any(record):  # a sheet's rows reach its last formatted cell (a border, bold, far down):
+                        blank += 1  # such rows under the last record were counted against the limit, and refused
+                        continue
+                    records += [[""] * len(fields) for _ in range(blank)] + [record]
+                    blank = 0
                     if len(records) > MAX_INPUT_ROWS:
                         _check_rows(len(records))  # a sheet of a million rows is refused before all are read
                     if len(records) * len(fields) > WORKBOOK_MAX_CELLS:
                         raise InputFileError(f"{name}: sheet {sheet.title!r} holds more than {WORKBOOK_MAX_CELLS:,} "
                                              f"cells under its header, which names {len(fields):,} columns; delete "
                                              "the columns the queries do not need")
+                if blank and _holds_formulas(data):  # a row under the last record may hold only formulas saved
+                    held = _formula_rows(data, sheet.title, line + 2 + len(records), blank, len(fields))
+                    records += [[""] * len(fields) for _ in range(held)]  # without their values: said why, as ever
                 return table_queries(fields, at, records, _unsaved_formulas(data, sheet.title, line, at, records))
         finally:
             book.close()
@@ -514,6 +523,20 @@ def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, r
         for book in opened:
             book.close()
     return problems
+
+
+def _formula_rows(data: bytes | bytearray, title: str, first: int, count: int, width: int) -> int:
+    """How many of the `count` rows from row `first` of a sheet reach the last of them holding a formula in its first
+    `width` columns (0: none does)."""
+    import openpyxl
+
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, keep_links=False)
+    try:
+        rows = book[title].iter_rows(min_row=first, max_row=first + count - 1, max_col=width, values_only=True)
+        return max((n for n, values in enumerate(rows, start=1)
+                    if any(isinstance(value, str) and value.startswith("=") for value in values)), default=0)
+    finally:
+        book.close()
 
 
 # a cell's formula in a worksheet's XML: <f>, <f t="shared" .../>, or with a namespace prefix (<x:f>)

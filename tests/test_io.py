@@ -902,6 +902,27 @@ def test_a_workbook_formula_gives_the_value_excel_saved_and_nothing_is_computed(
     assert read_queries(workbook(tmp_path / "v.xlsx", {"s": [["smiles"], ["CCO"], []]})).problems == ()
 
 
+def test_a_workbook_formatted_far_below_its_records_is_read_as_its_records(tmp_path):
+    """A sheet of 3 queries with one formatted empty cell at row 200,000 (bold, a border: a sheet's rows reach it)
+    was refused as 'more than 100,000 records'. Blank rows under the last record are none; blank rows between records
+    stay, and a row under them holding only formulas saved without their values still says why it gave no query."""
+    import openpyxl
+    from openpyxl.styles import Font
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    for row in (["smiles", "id"], ["CCO", "A1"], [None, None], ["CCN", "A3"], [None, None], ["=B4", None]):
+        sheet.append(row)
+    sheet["B200000"].font = Font(bold=True)
+    book.save(tmp_path / "far.xlsx")
+    table = read_queries(tmp_path / "far.xlsx")
+    assert table.queries == ["CCO", "", "CCN", "", ""] and table.n_blank() == 2
+    assert table.problems[4].startswith("the cell holds a formula, =B4, saved without its value")
+    sheet["A6"] = None
+    book.save(tmp_path / "far.xlsx")
+    assert read_queries(tmp_path / "far.xlsx").queries == ["CCO", "", "CCN"]
+
+
 def test_a_workbook_formula_saved_without_its_value_in_another_column_is_carried_as_text_never_as_a_formula(tmp_path):
     """An ID or note made by a formula that a program saved without its value was read as an empty cell: the output
     lost it without a word. It is carried as its formula's text, which the exports write as text."""
