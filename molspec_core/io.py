@@ -814,7 +814,10 @@ def check_room(output: str | Path, needed: int) -> None:
     import shutil
 
     folder = Path(os.path.realpath(output)).parent
-    free = shutil.disk_usage(folder).free
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:  # a file system that does not say (some network and FUSE mounts): the run finds out
+        return
     if free < needed:
         raise OutputFileError(f"the disk of {output} has {free / 2**20:,.1f} MB free, and the output needs at least "
                               f"{needed / 2**20:,.1f} MB: free some room, or write it elsewhere")

@@ -1175,7 +1175,7 @@ def test_a_disk_without_room_for_the_output_is_refused_before_predicting(tmp_pat
     import collections
     import shutil
 
-    from molspec_core.io import least_output_bytes
+    from molspec_core.io import check_room, least_output_bytes
 
     (tmp_path / "q.csv").write_text("smiles,id,note\n" + "".join(f"xyz{i},A-{i},made on day {i}\n" for i in range(50)))
     assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv") == 2  # every query refused: the least rows
@@ -1189,6 +1189,12 @@ def test_a_disk_without_room_for_the_output_is_refused_before_predicting(tmp_pat
         assert f"error: the disk of {tmp_path / out} has 0.0 MB free, and the output needs at least" in (
             capsys.readouterr().err)
     assert calls == [] and not (tmp_path / "again.csv").exists()
+
+    def unsaid(folder):  # some network and FUSE mounts
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(shutil, "disk_usage", unsaid)
+    check_room(tmp_path / "again.csv", 10**15)  # not refused: the run finds out
 
 
 def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(tmp_path, monkeypatch, capsys):
