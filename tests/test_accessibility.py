@@ -419,3 +419,27 @@ def test_the_toolbars_over_pictures_and_tables_show_while_the_keyboard_is_on_the
     page.get_by_role("button", name="Run batch").focus()
     tab_to(page, "Download as CSV")  # the table's own toolbar
     page.wait_for_function(FOCUS_SHOWN, timeout=3000)
+
+
+@needs_browser
+def test_keyboard_focus_among_the_answers_shows_a_ring_of_3_to_1(page):
+    """Focus on a download, a tab, an expander's title or an answer's SMILES box showed as a halo of half the ring's
+    colour, 2.1:1 on white (the sidebar's controls were given a ring of their own, accessibility QA A11)."""
+    from test_browser import contrast
+
+    predict_page(page)
+    page.get_by_role("button", name="Esterification").click()
+    page.get_by_role("heading", name="Rank 1", exact=True).wait_for()
+    settle(page)
+    main = page.get_by_test_id("stMain")
+    targets = {"a download": main.get_by_role("button", name="Download answers (CSV)"),
+               "a tab": main.get_by_role("tab", name="Copied tokens"),
+               "an expander's title": main.locator("summary").first,
+               "an answer's SMILES box": page.locator(".st-key-answer_1 [data-testid='stCode']").first}
+    for what, control in targets.items():
+        control.focus()
+        page.keyboard.press("Shift+Tab")  # focus by keyboard: what :focus-visible answers
+        page.keyboard.press("Tab")
+        assert control.evaluate("e => e === document.activeElement"), what
+        style, width, colour = page.evaluate(FOCUS_RING)
+        assert style == "solid" and width >= 2 and contrast(colour, "rgb(255, 255, 255)") >= 3, (what, style, colour)
