@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import datetime
 import errno
 import gzip
 import io
@@ -565,6 +566,8 @@ def _cell_text(cell: object) -> str:
             return padded
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:.15g}"
+    if isinstance(value, datetime.datetime) and value.time() == datetime.time():
+        return value.date().isoformat()  # a date (a workbook holds every date as a date and time)
     if hasattr(value, "isoformat"):
         return value.isoformat()  # type: ignore[no-any-return, attr-defined]
     return str(value)

@@ -833,13 +833,16 @@ def test_a_workbook_is_read_from_its_first_sheet_naming_the_column_as_a_csv_is(t
                  [1001, "CCO.CC(=O)O", 0.5, datetime.date(2026, 12, 5)],
                  [1002.0, "C1CC1", None],  # a short row: its missing cells are empty
                  ["B-7", "Oc1ccncc1", True, None, "past the header"],  # under no name: dropped
+                 ["B-8", "CCN", None, datetime.datetime(2026, 12, 5, 14, 30)],  # a time of day is kept
                  [None, None, None, None], [None]],  # blank rows after the last record
         "later": [["smiles"], ["CCN"]]})
     table = read_queries(path)
-    assert table.queries == ["CCO.CC(=O)O", "C1CC1", "Oc1ccncc1"]
+    assert table.queries == ["CCO.CC(=O)O", "C1CC1", "Oc1ccncc1", "CCN"]
     assert table.columns == ("ID", "yield", "made")
-    assert table.cells == (("1001", "0.5", "2026-12-05T00:00:00"), ("1002", "", ""), ("B-7", "TRUE", ""))
-    assert read_queries(path, column="ID").queries == ["1001", "1002", "B-7"]  # a named column decides
+    # a date alone (it read as 2026-12-05T00:00:00, which a spreadsheet takes for text, not for a date)
+    assert table.cells == (("1001", "0.5", "2026-12-05"), ("1002", "", ""), ("B-7", "TRUE", ""),
+                           ("B-8", "", "2026-12-05T14:30:00"))
+    assert read_queries(path, column="ID").queries == ["1001", "1002", "B-7", "B-8"]  # a named column decides
     gzipped = tmp_path / "compounds.xlsx.gz"
     gzipped.write_bytes(gzip.compress(path.read_bytes()))
     assert read_queries(gzipped) == table
