@@ -876,13 +876,13 @@ def answer_records(header: Sequence[str], rows: Iterable[Sequence[object]]
     """The SD records (chem.write_sd) of output rows in output_header's columns: one per row, so the SD
     file holds what the CSV holds. The molecule is the row's answer (`smiles`); a rejected query's row, or
     an answer RDKit cannot read, gives a record without atoms that keeps its fields (`error`, `valid`).
-    The title is the input's name (its first column called name, in any case) where it has one, else the
-    answer. Every cell is a field."""
+    The title is the input's name (its first column called name, in any case and with spaces around it, as
+    query_column reads a header) where it has one, else the answer. Every cell is a field."""
     if "smiles" not in header:
         raise ValueError(f"an SD file holds each row's answer as its molecule: the header needs a smiles column "
                          f"(output_header gives one), and it has {', '.join(map(str, header)) or 'none'}")
     answer = header.index("smiles")
-    name = next((i for i, column in enumerate(header) if column.lower() == NAME_COLUMN), None)
+    name = next((i for i, column in enumerate(header) if _header_key(column) == NAME_COLUMN), None)
     for row in rows:
         smiles = str(row[answer] or "")
         title = str(row[name] or "") if name is not None else ""

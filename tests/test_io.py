@@ -785,6 +785,14 @@ def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.SDF"]
 
 
+def test_an_sd_files_titles_are_the_names_of_a_column_called_name_with_spaces_around_it():
+    """A workbook's header "Name " (a space typed after it) gave the SD output the answers as titles."""
+    header = output_header(["Name ", "id"])
+    row = [None] * len(header)
+    row[:2], row[header.index("smiles")] = ["aspirin", "A-1"], "CC(=O)Oc1ccccc1C(=O)O"
+    assert sd_bytes(header, [row]).decode().splitlines()[0] == "aspirin"
+
+
 def test_an_sd_file_whose_name_field_is_not_its_title_keeps_both_under_names_of_their_own():
     """A drawing program's file with a `name` field beside titles that say something else: both are kept, the titles
     as `title`, as neither may be lost nor two columns share a name."""
