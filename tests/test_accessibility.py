@@ -168,6 +168,17 @@ def test_each_answers_badge_icon_is_read_as_a_word_not_a_control_or_code(monkeyp
             (label, icon)
 
 
+def test_the_in_stock_badge_icon_is_read_as_a_word(monkeypatch):
+    """The Routes page's "In stock" badge was read "inventory_2 icon, In stock"."""
+    from molspec_core.planning import RouteMolecule
+    from views import routes as page
+
+    icons: dict[str, str] = {}
+    monkeypatch.setattr(page.st, "badge", lambda label, icon=None, **_: icons.__setitem__(label, icon))
+    page.stock_badge(RouteMolecule("CCO", True), {})
+    assert re.fullmatch(r":material/[a-z]+:", icons["In stock"]), icons
+
+
 # ---- A4: reaction-centre marks ---------------------------------------------------------------------
 
 

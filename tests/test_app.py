@@ -1572,3 +1572,16 @@ def test_the_session_chart_names_each_bars_method_under_its_query():
     labels = list(session_chart([record("spec-auto"), record("spec-lookup")]).data[0].x)
     assert labels == ["1. &lt;b&gt;CCO&lt;/b&gt;<br>Speculative, auto drafts",
                       "2. &lt;b&gt;CCO&lt;/b&gt;<br>Speculative, lookup drafts"]
+
+
+@needs_forward
+def test_a_flagged_answers_probability_says_why_it_has_no_confidence():
+    """A flagged answer gets no confidence though a fit exists; its help said no calibration was fitted."""
+    at = app().run()
+    predict(at, "[Na+].[Cl-]")  # the answers' first: carbon tetrachloride, flagged (session 76)
+    assert_clean(at)
+    flagged = [p for p in at.session_state["shown"].result.predictions if not p.sane]
+    assert flagged, "the query no longer gives a flagged answer: pick another"
+    helps = [m.proto.help for m in at.metric if m.label == "Probability"]
+    assert sum("A flagged answer gets no confidence" in h for h in helps) == len(flagged)
+    assert not any("no calibration was fitted" in h for h in helps)  # the page's default method has a fit

@@ -225,7 +225,8 @@ def reliability_chart(cal: calibration.Calibration) -> go.Figure:
     return figure
 
 
-KIND_LABELS = {"greedy": "greedy's answer (greedy and the exact speculative methods)",  # calibration.KINDS
+# calibration.KINDS, as the Models page names them
+KIND_LABELS = {"greedy": "greedy's answer (greedy, the exact speculative methods and a beam of width 1)",
                "beam": "beam search's answers (beam, sbs-exact)"}
 
 

@@ -444,6 +444,11 @@ def show_prediction(prediction: Prediction, known: bool, writings: int = 1,
                                     f"of this answer{pooled} is {common.format_probability(prediction.score)}. "
                                     "Each answer's confidence is judged on its own, so a list's can add up to "
                                     "more than 100%.", width="content")
+            elif not prediction.sane:  # given none whatever the fits (service.with_confidence)
+                figures.metric("Probability", common.format_probability(prediction.score),
+                               help=f"The model's probability of this answer{pooled}. A flagged answer gets no "
+                                    "confidence, calibrated or not: it cannot be right as written.",
+                               width="content")
             elif writings > 1:
                 figures.metric("Probability", common.format_probability(prediction.score),
                                help=f"The model's probability of this answer pooled over the {writings} writings "

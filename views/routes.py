@@ -155,7 +155,7 @@ def unfinished_message(target: str, routes_shown: bool) -> str:
 
 def stock_badge(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
     if molecule.in_stock:
-        st.badge("In stock", color="green", icon=":material/inventory_2:")
+        st.badge("In stock", color="green", icon=":material/check:")
     elif molecule.smiles in step_of:
         st.badge(f"Not in stock: made in step {step_of[molecule.smiles]}", color="orange")
     else:
@@ -286,7 +286,7 @@ def show_outcome(result: PlanResult) -> None:
                    f"first (the highest product of the steps' probabilities).{in_stock}", icon=":material/route:")
     elif stats.target_in_stock:
         st.info(f"The target itself is in the stock: procure it as it is. {no_route_message(stats)}",
-                icon=":material/inventory_2:")
+                icon=":material/check:")
     else:
         st.warning(no_route_message(stats), icon=":material/search_off:")
     if counts.failed:
@@ -390,7 +390,7 @@ def show_stock() -> None:
     if shown:
         return
     st.button("Use the default stock instead", key="route_default_stock", on_click=use_default_stock,
-              icon=":material/inventory_2:")
+              icon=":material/undo:")
 
 
 def main() -> None:
