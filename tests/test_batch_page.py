@@ -179,6 +179,20 @@ def test_a_csv_saved_as_txt_is_named_as_one(copy_models, monkeypatch):
     assert "look like a table" not in texts(at.info)
 
 
+def test_cells_past_the_header_are_named_on_the_page_as_the_cli_names_them(copy_models, monkeypatch):
+    """A note with an unquoted comma moved its rest past the header's last column, which is not read: `molspec
+    predict` said so (io.QueryFile.notes), the page dropped it in silence."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"smiles,note\nOc1ccncc1,dry, then cool\nOCC,ok\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert ("ids.csv: 1 record (row 1) holds cells past the header's 2 names, which are not read: a cell that holds "
+            "the delimiter (a comma, say) must be quoted") in texts(at.warning)
+    at.file_uploader[0].set_value(("fine.csv", b"smiles,note\nOc1ccncc1,\"dry, then cool\"\n", "text/csv"))
+    submit(at, "Run batch")
+    assert "past the header" not in texts(at.warning)
+
+
 def test_a_script_run_that_a_later_one_took_over_writes_no_more_rows(copy_models, monkeypatch):
     """Streamlit's fast reruns start the next script run on a thread of its own while the last one runs on to its
     next st call: both held the rows, and the page built its table from rows still being written (pandas: "Length

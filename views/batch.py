@@ -121,6 +121,7 @@ class BatchResult:
     done: int = 0  # the file's records done
     total: int = 0  # the file's records: more than `done` where the run was cut short
     table_hint: str = ""
+    file_notes: tuple[str, ...] = ()  # what reading the file left out (io.QueryFile.notes: cells past the header)
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -277,7 +278,7 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), n_rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint)
+                       run.table_hint, queries.notes)
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -321,6 +322,8 @@ def show(batch: BatchResult) -> None:
         st.info(f"{common.counted(len(batch.blank), 'blank row')} skipped ({row_list(batch.blank)}): a blank line "
                 f"or an empty query cell is no query, and is not counted as one. {stay} in the table, marked in the "
                 "`error` column.", icon=":material/info:")
+    for note in batch.file_notes:  # `molspec predict` prints them as notes
+        st.warning(common.md_escape(f"{batch.file_name}: {note}."), icon=":material/warning:")
     if batch.n_rejected:
         one = batch.n_rejected == 1
         others = (" None was predicted." if not n_good else " The other query was predicted." if n_good == 1
