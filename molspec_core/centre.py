@@ -3,11 +3,13 @@
 The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone: each
 product atom is traced to a reactant by the largest substructure the two share (RDKit's maximum common
 substructure, elements matched, any bond order), the reactant with the largest share first, then the
-next on the product atoms still untraced. A product atom is in the centre where one of its bonds joins
-atoms of two reactants, joins a traced atom to an untraced one, or has no bond of the same order between
-the reactant's atoms; or where its hydrogen count or charge differs from its reactant atom's. Reactant
-atoms that do not reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants
-that share fewer than two atoms with the product (solvents, bases, catalysts) are left out.
+next on the product atoms still untraced; then bond by bond from traced atoms into their reactants' untraced
+neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined
+or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A product atom is in
+the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no
+bond of the same order between the reactant's atoms; or where its hydrogen count or charge differs from its
+reactant atom's. Reactant atoms that do not reach the product leave (a chloride, a Boc group, a boronic acid's
+boron). Reactants that share fewer than two atoms with the product (solvents, bases, catalysts) are left out.
 
 It is an estimate: symmetric atoms can be traced to the wrong twin, and a product whose atoms are mostly
 untraced gets no centre at all (None) rather than a misleading one. The app marks it on the answers.
@@ -63,7 +65,7 @@ def _any_order(smarts: str) -> str:
                    for piece in re.split(r"(\[[^\]]*\])", smarts))
 
 
-def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol
+def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol, rings_apart: bool = True
             ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The product atoms (indices in `product`) and the reactant atoms of the largest substructure that
     `part` (the product's untraced atoms, `kept`) and `reactant` share, pair by pair. Of the ways to lay
@@ -73,7 +75,7 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
     ester reduced to an alcohol keeps its carbonyl oxygen, as the atom maps have it, not its ether oxygen).
     (The reactant's first fit was taken as it came: an aminolysis of ethyl acetate marked the ethoxy as the
     centre and the acyl carbon as leaving.)"""
-    found = rdFMCS.FindMCS([part, reactant], timeout=MCS_TIMEOUT_S, ringMatchesRingOnly=True,
+    found = rdFMCS.FindMCS([part, reactant], timeout=MCS_TIMEOUT_S, ringMatchesRingOnly=rings_apart,
                            atomCompare=rdFMCS.AtomCompare.CompareElements, bondCompare=rdFMCS.BondCompare.CompareAny)
     if found.numAtoms < 2:
         return None
@@ -114,20 +116,11 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     molecules = Chem.GetMolFrags(reactants_mol, asMols=True, fragsMolAtomMapping=whole)
     owner: dict[int, tuple[int, int]] = {}  # product atom -> (reactant, its atom there)
     unused, started = set(range(len(molecules))), time.monotonic()
-    while unused and product_mol.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
-        part, kept = _untraced_part(product_mol, owner)
-        best = None
-        for k in sorted(unused):
-            if time.monotonic() - started > DEADLINE_S:
-                break
-            shared = _shared(part, kept, product_mol, molecules[k])
-            if shared and (best is None or len(shared[0]) > len(best[1][0])):
-                best = (k, shared)
-        if best is None:
-            break
-        k, (in_part, in_reactant) = best
-        owner.update((p, (k, r)) for p, r in zip(in_part, in_reactant))
-        unused.discard(k)
+    _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=True)
+    _grow(product_mol, molecules, owner)
+    # A ring made or broken: a diene whose chain became a ring's atoms shares none with the product, ring for ring.
+    _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=False)
+    _grow(product_mol, molecules, owner)
     _trace_lone_atoms(product_mol, molecules, owner, unused)
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
         return None
@@ -142,6 +135,49 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     return ReactionCentre(frozenset(centre), frozenset(whole[k][r] for i, (k, r) in owner.items() if i in centre),
                           frozenset(i for k in used for i in whole[k] if i not in reached), len(owner),
                           product_mol.GetNumAtoms())
+
+
+def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
+                  unused: set[int], started: float, rings_apart: bool) -> None:
+    """Trace the product's untraced atoms to the unused reactants by their largest shared substructures, the largest
+    first, until none shares two atoms, or time is up. `rings_apart`: ring atoms and bonds match only ring ones."""
+    while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
+        part, kept = _untraced_part(product, owner)
+        best = None
+        for k in sorted(unused):
+            if time.monotonic() - started > DEADLINE_S:
+                break
+            shared = _shared(part, kept, product, molecules[k], rings_apart)
+            if shared and (best is None or len(shared[0]) > len(best[1][0])):
+                best = (k, shared)
+        if best is None:
+            break
+        k, (in_part, in_reactant) = best
+        owner.update((p, (k, r)) for p, r in zip(in_part, in_reactant))
+        unused.discard(k)
+
+
+def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]]) -> None:
+    """Trace an untraced product atom bonded to a traced one to the traced atom's untraced neighbour of its element in
+    the reactant, bond by bond, the pair that keeps its bond's order and its atom's hydrogens and charge first. A
+    shared substructure keeps ring atoms to ring atoms, so an atom that joined or left a ring stayed untraced: a
+    phthalimide's nitrogen, freed as an amine, was marked as leaving and the carbon that kept it as a new bond's end.
+    (Best pair first, not atom by atom: a lactam's new ring took its carbonyl carbon for the amine's CH2 neighbour.)"""
+    reached = set(owner.values())
+    while True:
+        candidates = [(bond.GetBondType() != product.GetBondBetweenAtoms(atom.GetIdx(), q.GetIdx()).GetBondType(),
+                       _atom_changed(atom, n), atom.GetIdx(), k, n.GetIdx())
+                      for atom in product.GetAtoms() if atom.GetIdx() not in owner
+                      for q in atom.GetNeighbors() if q.GetIdx() in owner
+                      for k, r in [owner[q.GetIdx()]]
+                      for bond in molecules[k].GetAtomWithIdx(r).GetBonds()
+                      for n in [bond.GetOtherAtom(molecules[k].GetAtomWithIdx(r))]
+                      if n.GetAtomicNum() == atom.GetAtomicNum() and (k, n.GetIdx()) not in reached]
+        if not candidates:
+            return
+        *_, atom, k, r = min(candidates)
+        owner[atom] = (k, r)
+        reached.add((k, r))
 
 
 def _trace_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],

@@ -133,3 +133,38 @@ def test_a_metal_complex_with_dative_bonds_is_traced():
     assert found is not None and found.traced == 4
     assert symbols("[NH3]->[Pt](Cl)(O)<-[NH3]", found.product_atoms) == ["O", "Pt"]
     assert symbols("[NH3]->[Pt](Cl)(Cl)<-[NH3].O", found.leaving_atoms) == ["Cl"]
+
+
+def test_an_atom_that_leaves_a_ring_is_traced_and_the_ring_that_holds_it_leaves():
+    """USPTO-50K (Gabriel deprotection): shared substructures keep ring atoms to ring atoms, so the phthalimide's ring
+    nitrogen, freed as the amine, stayed untraced: it was marked as leaving, and its carbon as a new bond's end."""
+    reactants, product = "O=C1c2ccccc2C(=O)N1[C@H](CF)c1ccccc1", "N[C@H](CF)c1ccccc1"
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert symbols(product, found.product_atoms) == ["N"]
+    assert symbols(reactants, found.reactant_atoms) == ["N"]
+    assert symbols(reactants, found.leaving_atoms) == ["C"] * 8 + ["O"] * 2  # the phthaloyl, not the nitrogen
+
+
+@pytest.mark.parametrize("reactants, product, centre, leaving", [
+    # USPTO-50K, a lactam closed: no centre at all, its new ring's atoms untraced
+    ("CCOC(=O)CN(CCNN1C(=O)c2ccccc2C1=O)C(=O)OCc1ccccc1", "O=C(OCc1ccccc1)N1CCN(N2C(=O)c3ccccc3C2=O)C(=O)C1",
+     ["C", "N"], ["C", "C", "O"]),
+    # an epoxide opened by an amine: the epoxide shared no two atoms, ring for ring, and was left out
+    ("CC1CO1.NCc1ccccc1", "CC(O)CNCc1ccccc1", ["C", "N", "O"], []),
+])
+def test_a_ring_made_or_opened_is_traced(reactants, product, centre, leaving):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert symbols(product, found.product_atoms) == centre
+    assert symbols(reactants, found.leaving_atoms) == leaving
+
+
+def test_a_diels_alder_adduct_keeps_its_nitro_group():
+    """USPTO-50K: the diene's chain became ring atoms, so it shared none with the product; the nitroalkene's nitro
+    group, its carbon now in the ring, was marked as leaving, and the nitro group's atoms as the centre."""
+    reactants, product = "C=CC=C.COc1cc(C=C[N+](=O)[O-])ccc1O", "COc1cc([C@@H]2CC=CC[C@H]2[N+](=O)[O-])ccc1O"
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms and not found.leaving_atoms
+    assert {"N", "O"}.isdisjoint(symbols(product, found.product_atoms))
+    assert symbols(reactants, found.reactant_atoms).count("C") >= 4
