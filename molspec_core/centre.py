@@ -122,6 +122,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=False)
     _grow(product_mol, molecules, owner)
     _trace_lone_atoms(product_mol, molecules, owner, unused)
+    _trace_bonded_lone_atoms(product_mol, molecules, owner, unused)
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
         return None
     centre = {a.GetIdx() for a in product_mol.GetAtoms() if a.GetIdx() not in owner or _atom_changed(
@@ -178,6 +179,25 @@ def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, t
         *_, atom, k, r = min(candidates)
         owner[atom] = (k, r)
         reached.add((k, r))
+
+
+def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
+                             unused: set[int]) -> None:
+    """Trace an untraced product atom whose neighbours are all traced to the one unused reactant that holds its
+    element (the methyl of methyl iodide, the nitrogen of ammonia, the carbon of formaldehyde), which shares one atom
+    with the product and so no substructure of two: a retrosynthesis answer's methyl iodide was drawn unmarked. Where
+    two unused reactants hold the element (methyl iodide in methanol), which gave the atom is not guessed."""
+    for atom in product.GetAtoms():
+        if atom.GetIdx() in owner or not atom.GetDegree() or any(n.GetIdx() not in owner for n in atom.GetNeighbors()):
+            continue
+        holders = [k for k in sorted(unused) if any(a.GetAtomicNum() == atom.GetAtomicNum()
+                                                    for a in molecules[k].GetAtoms())]
+        if len(holders) != 1:
+            continue
+        k = holders[0]
+        same = [a for a in molecules[k].GetAtoms() if a.GetAtomicNum() == atom.GetAtomicNum()]
+        owner[atom.GetIdx()] = (k, min(same, key=lambda a: _atom_changed(atom, a)).GetIdx())
+        unused.discard(k)
 
 
 def _trace_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
