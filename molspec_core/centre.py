@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from rdkit import Chem
@@ -117,10 +118,8 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     owner: dict[int, tuple[int, int]] = {}  # product atom -> (reactant, its atom there)
     unused, started = set(range(len(molecules))), time.monotonic()
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=True)
-    _grow(product_mol, molecules, owner)
     # A ring made or broken: a diene whose chain became a ring's atoms shares none with the product, ring for ring.
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=False)
-    _grow(product_mol, molecules, owner)
     _trace_lone_atoms(product_mol, molecules, owner, unused)
     _trace_bonded_lone_atoms(product_mol, molecules, owner, unused)
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
@@ -156,6 +155,7 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
         k, (in_part, in_reactant) = best
         owner.update((p, (k, r)) for p, r in zip(in_part, in_reactant))
         unused.discard(k)
+        _grow(product, molecules, owner)  # what this reactant gave, before the next one is laid on the rest
 
 
 def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]]) -> None:
@@ -167,7 +167,7 @@ def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, t
     reached = set(owner.values())
     while True:
         candidates = [(bond.GetBondType() != product.GetBondBetweenAtoms(atom.GetIdx(), q.GetIdx()).GetBondType(),
-                       _atom_changed(atom, n), atom.GetIdx(), k, n.GetIdx())
+                       _atom_changed(atom, n), -_neighbours_alike(atom, n), atom.GetIdx(), k, n.GetIdx())
                       for atom in product.GetAtoms() if atom.GetIdx() not in owner
                       for q in atom.GetNeighbors() if q.GetIdx() in owner
                       for k, r in [owner[q.GetIdx()]]
@@ -179,6 +179,13 @@ def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, t
         *_, atom, k, r = min(candidates)
         owner[atom] = (k, r)
         reached.add((k, r))
+
+
+def _neighbours_alike(atom: Chem.Atom, other: Chem.Atom) -> int:
+    """How many of two atoms' neighbours pair off by element: a benzimidazolone's ring-fusion carbon, not its urea
+    carbon, is the aniline's ring carbon beside the nitrogen (the urea carbon took it, and the ring was marked)."""
+    return sum((Counter(n.GetAtomicNum() for n in atom.GetNeighbors())
+                & Counter(n.GetAtomicNum() for n in other.GetNeighbors())).values())
 
 
 def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],

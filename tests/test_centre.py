@@ -189,3 +189,16 @@ def test_a_one_atom_gift_two_reactants_could_give_is_not_guessed():
     found = reaction_centre("CI.CO.Oc1ccccc1", "COc1ccccc1")  # methyl iodide in methanol: which gave the methyl?
     assert found is not None and found.traced == found.atoms - 1
     assert symbols("CI.CO.Oc1ccccc1", found.reactant_atoms) == ["O"] and not found.leaving_atoms
+
+
+def test_a_ring_closed_onto_an_aniline_keeps_the_aniline_ring_unmarked():
+    """USPTO-50K, a benzimidazolone from a diamine and CDI: CDI's imidazole was laid on the product's ring before the
+    diamine's traced atoms grew into it, and growing, the urea carbon took the aniline's ring carbon: the whole
+    benzene ring and its CF3 were marked, and the diamine's ring said to leave."""
+    reactants = "CC(C)(CCNc1ccc(C(F)(F)F)cc1N)NC(=O)OC(C)(C)C.O=C(n1ccnc1)n1ccnc1"
+    product = "CC(C)(CCn1c(=O)[nH]c2cc(C(F)(F)F)ccc21)NC(=O)OC(C)(C)C"
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    # the urea carbon, the two nitrogens and the two carbons whose bonds to them turned aromatic, as the maps have it
+    assert symbols(product, found.product_atoms) == ["C", "C", "C", "N", "N"]
+    assert symbols(reactants, found.leaving_atoms) == ["C"] * 6 + ["N"] * 4  # two imidazoles; CDI's C=O stays
