@@ -9,7 +9,9 @@ query comes back with its input row number and its output rows; the driver puts 
 front and writes the rows in input order through io.write_results, the single-process path's writer.
 
 Faults: Ray restarts an actor whose process dies and runs its blocks again. The driver keeps each row
-once and writes no output at all if a row never came back.
+once and writes no output at all if a row never came back. A worker that cannot load the model, or meets
+wrong options, says why in its block's rows (WorkerFailure) instead of raising: raised, Ray printed the
+worker's traceback and its own to the user's terminal, and the run exited 1 without a word of its own.
 
 Ray is an optional extra (`pip install -e .[scale]`), imported only when --ray is given.
 """
@@ -46,6 +48,12 @@ BLOCKS_PER_WORKER = 4
 # The fault test's trigger (see crash_if_asked); unset outside tests/test_scale.py.
 CRASH_FILE_ENV = "MOLSPEC_TEST_CRASH_FILE"
 ERROR = RESULT_COLUMNS.index("error")
+FAILED = "failed"  # the key of a WorkerFailure's JSON, in place of a query's output rows
+
+
+class WorkerFailure(Exception):
+    """What stops the whole run, found on a worker: the model does not load there (a folder missing on that node,
+    a device or engine it lacks), or the options are wrong. Sent to the driver in the block's rows."""
 
 
 @dataclass(frozen=True)
@@ -70,15 +78,20 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
         from tqdm import tqdm
 
         pairs = predicted(table.queries, cluster, portable(model), device, batch_size, options, engine, dtype)
-        for row, found in tqdm(in_row_order(pairs, len(table.queries)), total=len(table.queries),
-                               desc="predict (ray)", unit="query"):
-            query_rows = json.loads(found)
-            if problem := table.problem_of(row - 1):  # its empty query's error, as result_rows writes it
-                query_rows[0][ERROR] = problem
-            n_bad += bool(query_rows[0][ERROR]) and not table.is_blank(row - 1)
-            cells = table.cells_of(row - 1)
-            for query_row in query_rows:
-                yield [*cells, *query_row]
+        try:
+            for row, found in tqdm(in_row_order(pairs, len(table.queries)), total=len(table.queries),
+                                   desc="predict (ray)", unit="query"):
+                query_rows = json.loads(found)
+                if isinstance(query_rows, dict):  # the worker's WorkerFailure: the run stops, keeping the rows before
+                    raise ValueError(query_rows[FAILED])
+                if problem := table.problem_of(row - 1):  # its empty query's error, as result_rows writes it
+                    query_rows[0][ERROR] = problem
+                n_bad += bool(query_rows[0][ERROR]) and not table.is_blank(row - 1)
+                cells = table.cells_of(row - 1)
+                for query_row in query_rows:
+                    yield [*cells, *query_row]
+        finally:  # stopped (an error, Ctrl-C), Ray Data's iterator is closed while the cluster is still up (predicted)
+            pairs.close()
 
     header = output_header(table.columns) if marks is None else marks.header
     if not table.queries:  # nothing to predict: the header alone, as the single-process path writes
@@ -109,8 +122,12 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
         num_gpus=cluster.gpus_per_worker)  # Ray Data's defaults restart a dead actor and rerun its blocks
     dataset.context.execution_options.preserve_order = True  # rows come in input order; in_row_order checks
     dataset.context.enable_progress_bars = False  # one bar, ours, counting the queries written
-    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-        yield from zip(batch["row"].tolist(), batch["rows"].tolist())
+    batches = iter(dataset.iter_batches(batch_size=None, batch_format="numpy"))
+    try:
+        for batch in batches:
+            yield from zip(batch["row"].tolist(), batch["rows"].tolist())
+    finally:  # left open, it was collected after ray.shutdown: it reached for the cluster that was gone, printed
+        batches.close()  # tracebacks and waited a minute for it
 
 
 def query_blocks(queries: list[str], rows_per_block: int) -> ray.data.Dataset:
@@ -137,40 +154,70 @@ class PredictWorker:
         import torch
 
         torch.set_num_threads(threads)  # the CPUs Ray gave this actor, not every core of its node
-        self.predictor = Predictor.load(model, device, engine, dtype)
+        self.predictor: Predictor | None = None
+        self.failure = ""  # why the model did not load here, said by every block (__call__)
+        try:
+            self.predictor = Predictor.load(model, device, engine, dtype)
+        except Exception as exc:  # noqa: BLE001 - raised here, Ray printed the worker's traceback, restarted it
+            self.failure = f"the Ray worker on {node_name()} could not load the model: {reason(exc)}"
         self.options = options
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = [int(row) for row in batch["row"]]
         crash_if_asked(rows)
-        timed = self.predict([str(query) for query in batch["query"]])
-        found = [json.dumps(result_rows(row, (), result, time_ms)) for row, (result, time_ms) in zip(rows, timed)]
+        try:
+            timed = self.predict([str(query) for query in batch["query"]])
+        except WorkerFailure as failure:
+            found = [json.dumps({FAILED: str(failure)})] * len(rows)
+        else:
+            found = [json.dumps(result_rows(row, (), result, time_ms)) for row, (result, time_ms) in zip(rows, timed)]
         return {"row": np.asarray(rows, dtype=np.int64), "rows": np.asarray(found, dtype=object)}
 
     def predict(self, queries: list[str]) -> list[tuple[QueryResult, float | None]]:
         """Each query's result and time_ms: the block in one call, as the single-process path predicts a
         window; if that call raises (a bug, memory running out), each query alone, so that a bad query is
-        one error row and never fails its block."""
+        one error row and never fails its block. WorkerFailure where the model did not load or the options
+        are wrong (a ValueError, the service's contract): the run stops, as it does without Ray."""
+        if self.predictor is None:
+            raise WorkerFailure(self.failure)
         try:
             results, time_ms = predict_batch(self.predictor, queries, self.batch_size, **self.options)
             return [(result, time_ms) for result in results]
-        except ValueError:
-            raise  # wrong options (the service's contract): the run stops, as it does without Ray
+        except ValueError as exc:
+            raise WorkerFailure(reason(exc)) from None
         except Exception:  # noqa: BLE001
             log.exception("a batch of %d queries failed; predicting them one by one", len(queries))
             return [self.predict_alone(query) for query in queries]
 
     def predict_alone(self, query: str) -> tuple[QueryResult, float | None]:
+        assert self.predictor is not None  # predict checked
         try:
             results, time_ms = predict_batch(self.predictor, [query], **self.options)
             return results[0], time_ms
-        except ValueError:
-            raise
+        except ValueError as exc:
+            raise WorkerFailure(reason(exc)) from None
         except Exception as exc:  # noqa: BLE001
             log.exception("query %r failed", query[:100])
             error = f"the model failed ({type(exc).__name__})"  # the app's words for the same failure
             return QueryResult(query=query, method=str(self.options.get("method", "")), error=error), None
+
+
+def reason(exc: BaseException) -> str:
+    """An exception in the words of the command line's `error:` line (boundary.describe)."""
+    from .boundary import describe
+
+    return describe(exc, "each Ray worker holds a model and its batch: use fewer --workers or a smaller --batch-size")
+
+
+def node_name() -> str:
+    """The address of the node this worker runs on, which a message on a cluster must name."""
+    try:
+        import ray.util
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside Ray (a test), or its address unknown
+        return "this node"
 
 
 def crash_if_asked(rows: list[int]) -> None:

@@ -115,6 +115,74 @@ def test_a_worker_predicts_its_block_in_one_call_cut_into_batches(monkeypatch):
     assert calls == [(5, 2)] and out["row"].tolist() == [1, 2, 3, 4, 5]
 
 
+def test_a_worker_that_cannot_load_the_model_says_why_in_its_rows():
+    """Raised in the actor's constructor, the load's error reached the user as Ray's traceback of the worker and one
+    of the driver, exit 1 (the Ray worker dump); now every block the worker gets carries the reason, and the driver
+    stops the run with it (next test)."""
+    import json
+
+    worker = PredictWorker(MODEL, "cpu", threads=1, options={"method": "greedy"}, engine="graphs")  # CUDA only
+    out = worker({"row": np.array([3, 4]), "query": np.array(["CCO", "OCC"], dtype=object)})
+    assert out["row"].tolist() == [3, 4]
+    failures = [json.loads(found) for found in out["rows"]]
+    assert failures[0] == failures[1] and "could not load the model: engine graphs" in failures[0]["failed"]
+
+
+def test_wrong_options_met_on_a_worker_stop_the_run_with_their_message(monkeypatch):
+    """A ValueError from predict (the service's word for wrong options) ends the run, as without Ray: the worker
+    sends its message, not Ray's dump of its traceback."""
+    import json
+
+    from molspec_core.service import Predictor
+
+    def refuses(self, *args, **kwargs):
+        raise ValueError("n_best must be at least 1")
+
+    monkeypatch.setattr(Predictor, "predict", refuses)
+    worker = PredictWorker(MODEL, "cpu", threads=1, options={"method": "greedy"})
+    out = worker({"row": np.array([1]), "query": np.array(["CCO"], dtype=object)})
+    assert json.loads(out["rows"][0]) == {"failed": "n_best must be at least 1"}
+
+
+def fake_ray(monkeypatch, events: list[str], init=lambda **_: None) -> None:
+    """`import ray` gives a stand-in that starts no cluster and notes its shutdown in `events`."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: False, init=init,
+                                                                  shutdown=lambda: events.append("shutdown")))
+
+
+def test_a_worker_failure_is_one_error_line_and_keeps_the_rows_before_it(tmp_path, capsys, monkeypatch):
+    """The driver stops at the first row a WorkerFailure took, with the reason as the boundary's `error:` line (exit
+    2), the rows before it kept as a stopped run keeps them; Ray Data's iterator is closed before Ray shuts down:
+    left to the garbage collector after ray.shutdown, it printed tracebacks and waited a minute for the cluster."""
+    import json
+
+    from molspec_core import scale
+    from molspec_core.io import result_rows
+    from molspec_core.service import QueryResult
+
+    events: list[str] = []
+
+    def predicted(queries, *_):
+        try:
+            for row, query in enumerate(queries, start=1):
+                found = result_rows(row, (), QueryResult(query=query, method="greedy", error="refused"))
+                yield row, json.dumps(found if row < 4 else {scale.FAILED: "the Ray worker on n2 could not load it"})
+        finally:
+            events.append("closed")
+
+    fake_ray(monkeypatch, events)
+    monkeypatch.setattr(scale, "predicted", predicted)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", "local"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ")
+    assert err[-1] == "error: the Ray worker on n2 could not load it"
+    assert events == ["closed", "shutdown"] and not (tmp_path / "o.csv").exists()
+
+
 def test_workers_load_the_engine_asked_for():
     """--engine reaches the Ray workers (each loads its own copy of the model)."""
     assert PredictWorker(MODEL, "cpu", threads=1, options={}, engine="torch").predictor.engine == "torch"
@@ -224,6 +292,17 @@ def test_a_killed_worker_loses_no_row_and_repeats_none(cluster, single_process, 
     firsts = [int(record[row]) for record in records[1:] if record[rank] in ("", "1")]  # a query's rank 1 or error
     assert firsts == list(range(1, N_ROWS + 1))
     assert_same_predictions(records, records_without_time(expected))
+
+
+def test_a_model_the_workers_cannot_load_is_one_error_line(cluster, tmp_path, capsys):
+    """The driver loads the model on its CPU with the default engine; a worker's load can still fail (here CUDA
+    graphs on a CPU worker; on a cluster, a folder missing on a node): exit 2 and one `error:` line, no traceback."""
+    write_queries(tmp_path / "q.csv", 40)
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.csv"), "--output", str(tmp_path / "o.csv"),
+                 "--engine", "graphs", "--ray", "local", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "could not load the model: engine graphs (CUDA graphs) runs on CUDA only" in err.splitlines()[-1]
+    assert "Traceback" not in err and not (tmp_path / "o.csv").exists()
 
 
 def test_ray_reports_an_sd_records_problem_as_the_single_process_does(cluster, tmp_path):
