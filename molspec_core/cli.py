@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -451,8 +451,6 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
         raise ValueError("--round-trip runs in this process only; leave out --ray")
-    if keep is not None and keep.held and cluster:
-        raise ValueError(f"--resume goes on in this process only, from record {keep.held + 1:,}; leave out --ray")
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
                                "float32" if cluster else args.dtype)
     check = round_trip_check(args, predictor)
@@ -498,7 +496,8 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
 
             predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
             n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                                   args.engine, args.dtype, marks, keep)
+                                   args.engine, args.dtype, marks, keep, kept_part(resumed(args, table, marks, keep),
+                                                                                  table, marks))
         else:
             n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
                                  resumed(args, table, marks, keep), rows_out)
@@ -681,7 +680,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
     (io.kept_rows), come first, and those records are not predicted again. `stream`: where the CSV goes instead of
     `output` (write_marked). Returns the number of rejected queries."""
-    from .io import RESULT_COLUMNS, predict_batch, result_rows
+    from .io import predict_batch, result_rows
 
     queries = table.queries
     start = keep.held if keep is not None else 0
@@ -689,13 +688,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 
     def rows() -> Iterator[list[object]]:
         nonlocal n_bad
-        at, error = (len(table.columns) + RESULT_COLUMNS.index(column) for column in ("row", "error"))
-        last = 0  # the record of the last kept row
-        for row in kept:
-            if row[at] != last and row[error] and not table.is_blank(int(row[at]) - 1):
-                n_bad += 1
-            last = row[at]
-            yield row if marks is None else row[:-1]  # marked again, and counted in the summary
+        n_bad += yield from kept_part(kept, table, marks)
         for shifted in windows(len(queries) - start, batch_size, "predict"):  # predict batches a window by length
             window = slice(shifted.start + start, shifted.stop + start)
             results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
@@ -705,6 +698,22 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                 yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
 
     write_marked(output, table, rows(), marks, keep, stream)
+    return n_bad
+
+
+def kept_part(kept: Iterable[list[object]], table: QueryFile, marks: KnownMarks | None
+              ) -> Generator[list[object], None, int]:
+    """The rows an interrupted run kept (resumed) as this run writes them, matches_known left off (marked again, and
+    counted in the summary); returns how many of their records are rejected queries (blank records are none)."""
+    from .io import RESULT_COLUMNS
+
+    at, error = (len(table.columns) + RESULT_COLUMNS.index(column) for column in ("row", "error"))
+    n_bad, last = 0, 0  # last: the record of the last kept row
+    for row in kept:
+        if row[at] != last and row[error] and not table.is_blank(int(row[at]) - 1):
+            n_bad += 1
+        last = row[at]
+        yield row if marks is None else row[:-1]
     return n_bad
 
 

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +48,7 @@ BLOCKS_PER_WORKER = 4
 # The fault test's trigger (see crash_if_asked); unset outside tests/test_scale.py.
 CRASH_FILE_ENV = "MOLSPEC_TEST_CRASH_FILE"
 ERROR = RESULT_COLUMNS.index("error")
+ROW = RESULT_COLUMNS.index("row")
 FAILED = "failed"  # the key of a WorkerFailure's JSON, in place of a query's output rows
 
 
@@ -67,20 +68,29 @@ class Cluster:
 
 def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model: str, device: str,
                    batch_size: int, options: dict[str, Any], engine: str = "auto", dtype: str = "float32",
-                   marks: KnownMarks | None = None, keep: Kept | None = None) -> int:
+                   marks: KnownMarks | None = None, keep: Kept | None = None,
+                   kept: Generator[list[object], None, int] | None = None) -> int:
     """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
     writes (the same columns and rows, in input order; with `marks`, matches_known last; interrupted, the rows
-    written so far kept at `keep`, io.write_csv); returns the number of rejected queries (blank records are none)."""
+    written so far kept at `keep`, io.write_csv). Resumed, `kept` gives the rows of records 1 to keep.held that an
+    interrupted run kept and returns how many of those are rejected queries (cli.kept_part); those records are not
+    predicted again. Returns the number of rejected queries (blank records are none)."""
+    start = keep.held if keep is not None else 0
     n_bad = 0
 
     def rows() -> Iterator[list[object]]:
         nonlocal n_bad
         from tqdm import tqdm
 
-        pairs = predicted(table.queries, cluster, portable(model), device, batch_size, options, engine, dtype)
+        if kept is not None:
+            n_bad += yield from kept
+        if start == len(table.queries):
+            return
+        pairs = predicted(table.queries[start:], cluster, portable(model), device, batch_size, options, engine, dtype)
         try:
-            for row, found in tqdm(in_row_order(pairs, len(table.queries)), total=len(table.queries),
-                                   desc="predict (ray)", unit="query"):
+            for shifted, found in tqdm(in_row_order(pairs, len(table.queries) - start), total=len(table.queries),
+                                       initial=start, desc="predict (ray)", unit="query"):
+                row = shifted + start
                 query_rows = json.loads(found)
                 if isinstance(query_rows, dict):  # the worker's WorkerFailure: the run stops, keeping the rows before
                     raise ValueError(query_rows[FAILED])
@@ -89,14 +99,15 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
                 n_bad += bool(query_rows[0][ERROR]) and not table.is_blank(row - 1)
                 cells = table.cells_of(row - 1)
                 for query_row in query_rows:
+                    query_row[ROW] = row  # the worker numbered the queries it was given from 1
                     yield [*cells, *query_row]
         finally:  # stopped (an error, Ctrl-C), Ray Data's iterator is closed while the cluster is still up (predicted)
             pairs.close()
 
     header = output_header(table.columns) if marks is None else marks.header
-    if not table.queries:  # nothing to predict: the header alone, as the single-process path writes
-        write_results(output, header, [])
-        return 0
+    if start == len(table.queries):  # nothing to predict (an empty file; every record kept): no cluster
+        write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
+        return n_bad
     with connected(cluster.address):  # a failed run keeps any earlier output
         write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
     return n_bad

@@ -183,6 +183,40 @@ def test_a_worker_failure_is_one_error_line_and_keeps_the_rows_before_it(tmp_pat
     assert events == ["closed", "shutdown"] and not (tmp_path / "o.csv").exists()
 
 
+def test_a_stopped_ray_run_resumes_on_ray_from_the_rows_it_kept(tmp_path, capsys, monkeypatch):
+    """Its last line says to run the same command with --resume, which was refused with --ray: the rest of a file
+    had to be finished in one process. Now the cluster predicts the records not kept (its workers number them
+    from 1) and the output is the single-process run's."""
+    from molspec_core import scale
+
+    given: list[list[str]] = []
+
+    def in_process(queries, cluster, model, device, batch_size, options, engine, dtype, stop_at=0):
+        """Ray's part played by one PredictWorker here; Ctrl-C when it hands over row `stop_at`."""
+        given.append(list(queries))
+        worker = PredictWorker(model, device, 1, options, engine, dtype, batch_size)
+        out = worker({"row": np.arange(1, len(queries) + 1), "query": np.array(queries, dtype=object)})
+        for pair in zip(out["row"].tolist(), out["rows"].tolist()):
+            if pair[0] == stop_at:
+                raise KeyboardInterrupt
+            yield pair
+
+    fake_ray(monkeypatch, [])
+    write_queries(tmp_path / "q.csv", 30)
+    run = ["predict", "--model", MODEL, "--input", str(tmp_path / "q.csv"), "--method", "beam", "--n-best", "2"]
+    assert main([*run, "--output", str(tmp_path / "one.csv")]) == 0
+    counts = capsys.readouterr().out.splitlines()[-1].split(" -> ")[0]  # 8 of the 28 queries rejected, 2 blank
+    monkeypatch.setattr(scale, "predicted", lambda *args: in_process(*args, stop_at=12))
+    assert main([*run, "--output", str(tmp_path / "ray.csv"), "--ray", "local"]) == 130
+    assert "records 1-10 of 30 are kept" in capsys.readouterr().err
+    monkeypatch.setattr(scale, "predicted", in_process)
+    assert main([*run, "--output", str(tmp_path / "ray.csv"), "--ray", "local", "--resume"]) == 0
+    assert given[-1] == read_queries(tmp_path / "q.csv").queries[10:]
+    assert capsys.readouterr().out.splitlines()[-1].split(" -> ")[0] == counts
+    assert_same_predictions(records_without_time(tmp_path / "ray.csv"), records_without_time(tmp_path / "one.csv"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["one.csv", "q.csv", "ray.csv"]
+
+
 def test_workers_load_the_engine_asked_for():
     """--engine reaches the Ray workers (each loads its own copy of the model)."""
     assert PredictWorker(MODEL, "cpu", threads=1, options={}, engine="torch").predictor.engine == "torch"
