@@ -301,13 +301,21 @@ def connected(address: str) -> Iterator[None]:
     # a stopped run exited 15 or 1 without a word of the rows it kept
     main_thread = threading.current_thread() is threading.main_thread()
     sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
+    stopped = False
     try:
         ray.init(address=address, logging_level=logging.WARNING, **local)
     except ConnectionError as exc:
         raise ConnectionError(f"{exc} (start a cluster with `ray start --head`, or use --ray local)") from None
+    except SystemExit as exc:  # SIGTERM met Ray's handler while ray.init ran (it may wait minutes for a cluster)
+        if sigterm is None or exc.code != signal.SIGTERM:
+            raise
+        stopped = True
     finally:
         if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
+    if stopped:  # the handler put back takes it: the command line's says 'terminated' and exits 143, not 15
+        ray.shutdown()
+        signal.raise_signal(signal.SIGTERM)
     try:
         yield
     finally:

@@ -275,6 +275,27 @@ def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_pat
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_sigterm_while_ray_starts_is_reported_as_terminated(tmp_path, capsys, monkeypatch):
+    """ray.init can wait minutes for a cluster that does not answer; SIGTERM then met Ray's own handler, and the run
+    exited 15 without the `terminated` line."""
+    import signal
+
+    events: list[str] = []
+
+    def init(**_):  # what ray.init does: its handler first, then the wait, during which SIGTERM comes
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        signal.raise_signal(signal.SIGTERM)
+
+    fake_ray(monkeypatch, events, init)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", "10.0.0.9:6379"]) == 143
+    assert capsys.readouterr().err.splitlines()[-2:] == ["stopped: no record finished; " + str(tmp_path / "o.csv")
+                                                         + " was not written", "terminated"]
+    assert events == ["shutdown"] and signal.getsignal(signal.SIGTERM) is before
+
+
 # ---- on a local Ray cluster ---------------------------------------------------------------------------
 
 
