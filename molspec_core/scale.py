@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
@@ -285,6 +286,19 @@ def portable(model: str) -> str:
     return str(Path(model).resolve()) if Path(model).is_dir() else model
 
 
+def answers(address: str, timeout_s: float = 10.0) -> None:
+    """Refuse a host:port where nothing listens: ray.init waited minutes for it, printing a warning every half minute.
+    Other addresses ('auto', 'local', ray://...) are left to Ray."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or "/" in host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"no Ray cluster answers at {address} ({exc.strerror or 'no answer'}): start one there "
+                              f"with `ray start --head --port={port}`, or use --ray local") from None
+
+
 @contextmanager
 def connected(address: str) -> Iterator[None]:
     """Connect to a Ray cluster ('auto', host:port) or start one on this machine ('local'), and leave
@@ -296,6 +310,7 @@ def connected(address: str) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    answers(address)
     local = {"include_dashboard": False} if address == "local" else {}
     # ray.init sets a SIGTERM handler of its own (sys.exit): the command line's (boundary.Terminated) is put back, or
     # a stopped run exited 15 or 1 without a word of the rows it kept

@@ -290,10 +290,28 @@ def test_sigterm_while_ray_starts_is_reported_as_terminated(tmp_path, capsys, mo
     (tmp_path / "q.txt").write_text("CCO\n")
     before = signal.getsignal(signal.SIGTERM)
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
-                 "--ray", "10.0.0.9:6379"]) == 143
+                 "--ray", "auto"]) == 143
     assert capsys.readouterr().err.splitlines()[-2:] == ["stopped: no record finished; " + str(tmp_path / "o.csv")
                                                          + " was not written", "terminated"]
     assert events == ["shutdown"] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_an_address_where_no_cluster_listens_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """ray.init waited minutes for it (a warning every half minute) before it failed."""
+    import socket
+
+    events: list[str] = []
+    fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    (tmp_path / "q.txt").write_text("CCO\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", f"127.0.0.1:{port}"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused): start one there with "
+        f"`ray start --head --port={port}`, or use --ray local")
+    assert events == []
 
 
 # ---- on a local Ray cluster ---------------------------------------------------------------------------
