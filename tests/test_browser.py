@@ -260,7 +260,7 @@ def test_3d_view_draws_on_its_canvas(page):
     page.get_by_role("heading", name="Rank 1", exact=True).wait_for()  # the card heading, not the rank picker
     page.get_by_role("tab", name="3D view").click()
     page.get_by_text("Drag to rotate").wait_for()
-    viewer = page.frame_locator('iframe[title="st.iframe"]').first
+    viewer = page.frame_locator('iframe[title^="3D model of"]').first  # named by what it shows (587c448)
     canvas = viewer.locator("canvas").first
     canvas.wait_for()
     time.sleep(1.5)  # let 3Dmol.js draw its first frame

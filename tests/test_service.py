@@ -359,7 +359,7 @@ def test_an_answer_the_beam_spells_twice_is_listed_once_in_its_first_place(copie
     # queries had one in their top 5); a chemist should not read one product as ranks 1 and 2.
     query = copier.prepare("OCCN")
     beam = decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3), ("OCC", 0.1), ("NCC", 0.05), ("ClCC", 0.01))
-    result = copier._to_result("OCCN", query, beam, "beam")
+    result = copier._to_result("OCCN", query, beam, "beam", 5)
     assert [p.smiles for p in result.predictions] == ["CCO", "CCN", "CCCl"]
     assert [p.model_rank for p in result.predictions] == [1, 2, 5]  # places in the beam
     assert [p.rank for p in result.predictions] == [1, 2, 3]
@@ -384,7 +384,7 @@ def test_evaluate_counts_the_beams_places_in_model_order_and_the_listed_ones_in_
     # In the model's order top-k stays the papers' (places in the beam, repeats included); the app's order
     # counts the distinct answers it lists.
     beam = decoded_answers(copier, ("CCO", 0.5), ("OCC", 0.3), ("CCN", 0.1), ("NCC", 0.05), ("ClCC", 0.01))
-    result = copier._to_result("OCCN", copier.prepare("OCCN"), beam, "beam")
+    result = copier._to_result("OCCN", copier.prepare("OCCN"), beam, "beam", 5)
     found = evaluate(_Answers(result), ["OCCN"] * 3, ["ClCC", "NCC", "OCC"], n_best=5, progress=False)
     assert [found[f"top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 1])
     assert [found[f"ranked_top{k}"] for k in range(1, 6)] == pytest.approx([1 / 3, 2 / 3, 1, 1, 1])
@@ -392,7 +392,7 @@ def test_evaluate_counts_the_beams_places_in_model_order_and_the_listed_ones_in_
     # each query's first right place, per order: what `compare` tests query by query
     assert found["first_right"] == {"model_order": [5, 3, 1], "app_order": [3, 2, 1]}
     once = copier._to_result("OCCN", copier.prepare("OCCN"), decoded_answers(copier, ("CCO", 0.5), ("CCN", 0.3)),
-                             "beam")
+                             "beam", 2)
     assert evaluate(_Answers(once), ["OCCN"], ["CCO"], n_best=2, progress=False)["repeated_rate"] == 0
 
 
