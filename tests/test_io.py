@@ -1,6 +1,7 @@
 """The shared reader and writer (molspec_core/io.py): bounded reads, file kinds, suffixes, encodings,
 and a CSV where text cannot run as a formula while numbers stay numbers."""
 import codecs
+import functools
 import csv
 import gc
 import gzip
@@ -522,6 +523,14 @@ def test_rows_are_kept_in_a_temporary_folder_where_the_outputs_folder_is_removed
     assert keep.last_row == 0 and keep.moved.endswith("nor the temporary folder: No such file or directory")
 
 
+def result_row(header: list[str], **cells: object) -> list[object]:
+    """A result row of `header`'s columns holding `cells` by name, None elsewhere."""
+    values: list[object] = [None] * len(header)
+    for column, value in cells.items():
+        values[header.index(column)] = value
+    return values
+
+
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # a generator failing as it closes
 @pytest.mark.parametrize("name", ["out.xlsx", "out.sdf"])
 def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_the_whole_runs(tmp_path, monkeypatch,
@@ -531,13 +540,7 @@ def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_th
     import openpyxl
 
     header = output_header(["id", "note"])
-    cell = {column: i for i, column in enumerate(header)}
-
-    def row(**cells: object) -> list[object]:
-        values: list[object] = [None] * len(header)
-        for column, value in cells.items():
-            values[cell[column]] = value
-        return values
+    row = functools.partial(result_row, header)
 
     rows = [row(id="007", note="=1+1", row=1, query="CCO", rank=1, smiles="CC=O", score=-0.25, valid=True),
             row(id="007", note="=1+1", row=1, query="CCO", rank=2, smiles="CCO", score=-1.5, valid=False),
@@ -757,13 +760,7 @@ def test_a_molfile_is_read_as_an_sd_file_of_one_record(tmp_path, name):
 
 def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_as_queries(tmp_path):
     header = output_header(["Name", "ID"])
-    cell = {column: i for i, column in enumerate(header)}
-
-    def row(**cells: object) -> list[object]:
-        values: list[object] = [None] * len(header)
-        for column, value in cells.items():
-            values[cell[column]] = value
-        return values
+    row = functools.partial(result_row, header)
 
     rows = [row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", rank=1, smiles="C[C@H](N)C(=O)O", valid=True),
             row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", rank=2, smiles="C1CC", valid=False),
