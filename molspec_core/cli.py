@@ -863,6 +863,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     earlier = None if args.judge else calibration.load(folder, args.augment, kind)
     if not args.judge:  # what would refuse the fit's writing, before minutes of decoding
         check_fit_size(len(sources), earlier, args.force)
+        if earlier is not None and earlier.n_best != n_best and not args.force:
+            raise ValueError(f"the fit in the folder ({path.name}) was made on {earlier.n_best}-best lists, and one "
+                             f"fit serves every beam width: a fit on {n_best}-best lists would replace it for all of "
+                             f"them; give --n-best {earlier.n_best}, or --force to replace it")
         check_output(path)
         check_output(calibration.backup_of(path))
         check_output(calibration.refused_of(path))

@@ -162,6 +162,23 @@ def test_calibrate_refuses_before_decoding_a_fit_on_few_queries_a_folder_it_cann
     assert sorted(path.name for path in model.iterdir()) == sorted(p.name for p in (FIXTURES / "copy_model").iterdir())
 
 
+def test_calibrate_refuses_to_replace_a_fit_of_another_beam_width_unforced(tmp_path, capsys, monkeypatch):
+    """One fit serves every beam width: `calibrate --n-best 3` replaced the shipped 10-best fit, which the app's
+    default (10-best) then used, without a word."""
+    monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 3)
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    first = (model / "calibration.json").read_text()
+    with monkeypatch.context() as patch:
+        patch.setattr("molspec_core.service.Predictor.load", lambda *a, **k: pytest.fail("loaded before the check"))
+        expect_refused(["calibrate", *files, "--n-best", "3"], capsys, "the fit in the folder (calibration.json) was "
+                       "made on 2-best lists, and one fit serves every beam width: a fit on 3-best lists would "
+                       "replace it for all of them; give --n-best 2, or --force to replace it")
+    assert (model / "calibration.json").read_text() == first
+    assert main(["calibrate", *files, "--n-best", "3", "--force"]) == 0
+    assert json.loads((model / "calibration.json").read_text())["n_best"] == 3
+
+
 def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(tmp_path, capsys, monkeypatch):
     """Every fit replaced the one before, however much worse, and kept no copy of it."""
     monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 3)  # this case's 6 queries fit on 4, and 5 on 3
