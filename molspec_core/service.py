@@ -607,7 +607,8 @@ class Predictor:
                 raise ValueError(str(exc)) from None
         if any(ch.isspace() for ch in text):
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
-                             "and give several queries one per line (a file; the app's Batch page)"
+                             "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
+                             "the app's Batch page)"
                              + (tokenized_hint(text) or name_hint(text)))
         if text.startswith("InChI="):  # read as RDKit reads it; the result's canonical_query shows the SMILES
             try:

@@ -53,7 +53,8 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("CC>>CO", "reaction SMILES"),
     ("aspirin", ("not a valid SMILES: RDKit cannot parse 'aspirin' as a molecule; it reads like a name, and names "
                  "are not looked up here: paste a SMILES or an InChI, or draw the structure")),
-    ("acetic anhydride", "several queries one per line (a file; the app's Batch page); it reads like a name"),
+    ("acetic anhydride", "several queries apart (a list in Python or over HTTP; a line each in a file, the "
+                         "app's Batch page); it reads like a name"),
     ("CC(=O)Cl NCc1ccccc1", "no spaces: join the molecules of one query with '.'"),  # two lines pasted into one box
     # a line of the Molecular Transformer's tokenized files: told it reads as tokens, and what they join to
     ("C C ( = O ) Cl . N c 1 c c n c c 1", "; it reads as tokenized SMILES (a token a space): joined, it is "
