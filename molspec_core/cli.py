@@ -454,6 +454,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
                                "float32" if cluster else args.dtype)
     check = round_trip_check(args, predictor)
+    if args.smiles is None and predictor.calibration_for(args.method, args.augment, args.n_best) is None:
+        pooled = f" pooled over {args.augment} writings" if args.augment > 1 else ""
+        print(f"note: {args.method}'s answers{pooled} have no calibration in {predictor.path} (sampling and lossy "
+              "methods never do; molspec calibrate fits the others): the confidence column stays empty")
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
                    sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment,
                    ion_writing=args.ion_writing)

@@ -77,6 +77,22 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     assert " - " in capsys.readouterr().out.splitlines()[2]
 
 
+def test_predict_says_when_its_confidence_column_stays_empty(tmp_path, capsys):
+    """An empty confidence column was left for the user to puzzle out (no fit for the method, or a sampled one)."""
+    model, files = calibration_case(tmp_path)
+    run = ["predict", "--model", str(model), "--input", str(tmp_path / "val.src"), "--output",
+           str(tmp_path / "out.csv"), "--method", "beam", "--n-best", "2"]
+    note = f"note: beam's answers have no calibration in {model} (sampling and lossy methods never do"
+    assert main(run) == 0 and note in capsys.readouterr().out
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
+    capsys.readouterr()
+    (tmp_path / "out.csv").unlink()
+    assert main(run) == 0 and "have no calibration" not in capsys.readouterr().out
+    (tmp_path / "out.csv").unlink()
+    assert main([*run[:-4], "--method", "sample"]) == 0
+    assert "note: sample's answers have no calibration" in capsys.readouterr().out
+
+
 def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_writes_nothing(tmp_path, capsys):
     model, files = calibration_case(tmp_path)
     assert main(["calibrate", *files, "--method", "spec-auto", "--judge"]) == 2  # nothing fitted yet
