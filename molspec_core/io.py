@@ -1002,10 +1002,7 @@ def write_results(path: str | Path, header: Sequence[str], rows: Iterable[Sequen
         try:
             _write_replacing(path, lambda f: write(f, kept_through(kept_csv, list(header), rows, keep)), workbook)
         except BaseException:
-            if keep.last_row > keep.held:
-                _keep_partial(kept_csv, journal, keep)
-            else:
-                journal.unlink(missing_ok=True)
+            _keep_or_drop(kept_csv, journal, keep)
             raise
         journal.unlink()
 
@@ -1186,10 +1183,7 @@ def _write_replacing(path: str | Path, write: Callable[[IO], None], binary: bool
             os.fsync(f.fileno())  # the rows are on disk before the name points at them
             os.replace(partial, target)
         except BaseException as exc:
-            if keep is not None and keep.last_row > keep.held:
-                _keep_partial(f, partial, keep)
-            else:
-                partial.unlink(missing_ok=True)
+            _keep_or_drop(f, partial, keep)
             if isinstance(exc, OSError) and exc.filename is None:  # "File too large" said which file of the run's
                 exc.filename = str(path)
             raise
@@ -1207,6 +1201,15 @@ def _new_partial(target: Path, binary: bool = False, keep: bool = False) -> tupl
             return partial, open(partial, "xb") if binary else open(partial, "x", encoding="utf-8", newline="")
         except FileExistsError:  # another run drew the same 16 hex digits: draw again
             continue
+
+
+def _keep_or_drop(f: IO, partial: Path, keep: Kept | None) -> None:
+    """A stopped run's file `f`, named `partial`: its rows kept (_keep_partial) where they are more records than
+    keep.held, else the file removed."""
+    if keep is not None and keep.last_row > keep.held:
+        _keep_partial(f, partial, keep)
+    else:
+        partial.unlink(missing_ok=True)
 
 
 def _keep_partial(f: IO[bytes], partial: Path, keep: Kept) -> None:
