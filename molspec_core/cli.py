@@ -606,7 +606,8 @@ def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
 
     if keep is None or not keep.held:
         return ()
-    return kept_rows(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method)
+    return kept_rows(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method,
+                     table.cells)
 
 
 def stopped(output: str, n_records: int, keep: Kept | None) -> str:

@@ -409,7 +409,7 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
     queries, cells = [], []
     for record in records:
         record = record + padding[len(record):]
-        queries.append(record[at])
+        queries.append(str(record[at]))  # a query is text (a workbook's number in the column named too)
         cells.append(tuple(record[i] for i in others))
     reasons = tuple(problems.get(i, "") for i in range(len(records))) if problems else ()
     several = len(longer) != 1
@@ -455,7 +455,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                     headers.append(f"{sheet.title!r}: {[f for f in top[0] if f] if top else []}")
                     continue
                 line, at = found
-                fields = top[line]
+                fields = [str(name) for name in top[line]]  # a header's names are text (a column called 2026 too)
                 while fields and not fields[-1]:
                     fields.pop()  # a sheet's rows reach its widest row; a header ends at its last name
                 records: list[list[str]] = []
@@ -551,23 +551,46 @@ def _holds_formulas(data: bytes | bytearray) -> bool:
                    if member.startswith("xl/worksheets/") and member.endswith(".xml"))
 
 
+class TypedCell(str):
+    """A workbook cell's text, as every reader of a QueryFile sees it (the CSV writes it so), that keeps the cell's
+    typed value and number format: an Excel output writes it back as the number, TRUE/FALSE, date or time it was, not
+    as text (a yield 87.5 or an ID 7 became a text cell that Excel flags)."""
+    value: object
+    number_format: str
+
+    def __new__(cls, text: str, value: object, number_format: str = "General") -> TypedCell:
+        cell = super().__new__(cls, text)
+        cell.value, cell.number_format = value, number_format
+        return cell
+
+    def __reduce__(self) -> tuple[type, tuple[str, object, str]]:  # pickled (Ray's workers) with its value
+        return TypedCell, (str(self), self.value, self.number_format)
+
+
 def _cell_text(cell: object) -> str:
     """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, a number to the 15 significant digits Excel
     shows and keeps (0.3 for a formula's 0.30000000000000004), a whole number in a format of leading zeros as it is
-    shown (padded_number: an ID 007), TRUE / FALSE, ISO 8601 dates."""
+    shown (padded_number: an ID 007, plain text from then on), TRUE / FALSE, ISO 8601 dates. A number, truth value,
+    date or time is a TypedCell, which a workbook output writes as it was."""
     value = getattr(cell, "value", None)
+    number_format = getattr(cell, "number_format", None) or "General"
     if value is None:
         return ""
     if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
+        return TypedCell("TRUE" if value else "FALSE", value)
     if isinstance(value, (int, float)) and float(value).is_integer():
-        padded = padded_number(int(value), getattr(cell, "number_format", None) or "General")
+        padded = padded_number(int(value), number_format)
         if padded is not None:
             return padded
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:.15g}"
+        return TypedCell(str(int(value)) if value.is_integer() else f"{value:.15g}", value, number_format)
+    if isinstance(value, int):
+        return TypedCell(str(value), value, number_format)
     if isinstance(value, datetime.datetime) and value.time() == datetime.time():
-        return value.date().isoformat()  # a date (a workbook holds every date as a date and time)
+        # a date (a workbook holds every date as a date and time)
+        return TypedCell(value.date().isoformat(), value, number_format)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return TypedCell(value.isoformat(), value, number_format)
     if hasattr(value, "isoformat"):
         return value.isoformat()  # type: ignore[no-any-return, attr-defined]
     return str(value)
@@ -924,6 +947,10 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
     sheet.freeze_panes = "A2"
 
     def cell_of(value: object) -> object:
+        if isinstance(value, TypedCell):  # an input workbook's number, date or truth value, as it was
+            typed = WriteOnlyCell(sheet, value=value.value)
+            typed.number_format = value.number_format
+            return typed
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, numbers.Real):
@@ -1127,12 +1154,14 @@ def check_kept(keep: Kept, header: Sequence[str], queries: Sequence[str], method
         keep.held = row[at]  # type: ignore[assignment]
 
 
-def kept_rows(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str) -> Iterator[list[object]]:
+def kept_rows(keep: Kept, header: Sequence[str], queries: Sequence[str], method: str,
+              cells: Sequence[Sequence[str]] = ()) -> Iterator[list[object]]:
     """The rows an interrupted predict kept at keep.path (kept_through), read as they come (the file may be far larger
-    than an input), as that run gave them (an empty cell None, RESULT_TYPES typed; text as given where keep.journal).
-    Refused unless they are rows of `header` for records 1, 2, ... in order, each holding its record's query
-    (`queries`) and, where predicted, `method`: rows of another file or other options would be joined to this run's
-    without a word."""
+    than an input), as that run gave them (an empty cell None, RESULT_TYPES typed; text as given where keep.journal;
+    an input cell that reads as the record's cell in `cells`, QueryFile.cells, as that cell: a workbook's number stays
+    a number in a resumed workbook). Refused unless they are rows of `header` for records 1, 2, ... in order, each
+    holding its record's query (`queries`) and, where predicted, `method`: rows of another file or other options would
+    be joined to this run's without a word."""
     path = keep.path
     written = journal_cell if keep.journal else csv_cell
     with open_regular(path, bounded=False) as raw:  # read row by row: memory stays bounded
@@ -1155,9 +1184,11 @@ def kept_rows(keep: Kept, header: Sequence[str], queries: Sequence[str], method:
             if record[by] and record[by] != method:
                 raise InputFileError(f"{where}: predicted with --method {record[by]}, not {method}: resume with the "
                                      "options that were interrupted")
+            given = cells[held - 1] if cells else ()
             try:
-                yield [None if not cell else types[i](cell) if i in types else _given_text(cell, keep.journal)
-                       for i, cell in enumerate(record)]
+                yield [None if not cell else types[i](cell) if i in types
+                       else given[i] if i < len(given) and cell == str(written(given[i]))
+                       else _given_text(cell, keep.journal) for i, cell in enumerate(record)]
             except (KeyError, ValueError):
                 raise InputFileError(f"{where}: a number or TRUE/FALSE column holds other text; resume with the file "
                                      "as predict wrote it, or delete the file to start again") from None

@@ -995,6 +995,63 @@ def test_a_workbook_id_shown_with_leading_zeros_reads_as_shown(tmp_path):
     assert table.cells == (("007", "CPD-0042", "12.5", "-03"), ("1234567", "A042", "12", "5"))
 
 
+def test_a_workbooks_numbers_dates_and_truth_values_go_out_to_a_workbook_as_they_came_in(tmp_path):
+    """A chemist's yield 87.5 or ID 7 went from an input workbook to the output workbook as text (a cell Excel flags
+    as a number stored as text): each goes out as the value it was, in its number format; an ID shown with leading
+    zeros stays the text it reads as, and the CSV writes every cell as the text it reads as, as before."""
+    import datetime
+
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(["ID", "smiles", "yield", "made", "at", "pure", "code", "note"])
+    sheet.append([7, "CCO", 87.5, datetime.datetime(2026, 12, 5), datetime.time(14, 30), True, 42, "x"])
+    sheet["C2"].number_format = "0.0"
+    sheet["G2"].number_format = "000"
+    book.save(tmp_path / "in.xlsx")
+    table = read_queries(tmp_path / "in.xlsx")
+    assert table.cells == (("7", "87.5", "2026-12-05", "14:30:00", "TRUE", "042", "x"),)
+    header = output_header(table.columns)
+    rows = [result_row(header, **dict(zip(table.columns, table.cells_of(0))), row=1, query="CCO", rank=1)]
+    molspec_io.write_results(tmp_path / "out.xlsx", header, rows)
+    written = openpyxl.load_workbook(tmp_path / "out.xlsx").active
+    assert [c.value for c in written[2]][:7] == [7, 87.5, datetime.datetime(2026, 12, 5), datetime.time(14, 30),
+                                                 True, "042", "x"]
+    assert [c.data_type for c in written[2]][:7] == ["n", "n", "d", "d", "b", "s", "s"]
+    assert written["B2"].number_format == "0.0" and written["C2"].is_date
+    assert [c.value for c in written[1]][:7] == list(table.columns)  # a header stays text
+    molspec_io.write_results(tmp_path / "out.csv", header, rows)
+    assert (tmp_path / "out.csv").read_text().splitlines()[1].startswith("7,87.5,2026-12-05,14:30:00,TRUE,042,x,1,")
+
+
+def test_a_resumed_workbook_run_writes_the_kept_records_numbers_as_numbers_too(tmp_path):
+    """A workbook run resumed from its kept rows wrote the input's numbers of the kept records as text (read back from
+    the kept CSV) and those of the records after as numbers."""
+    import openpyxl
+
+    workbook(tmp_path / "in.xlsx", {"q": [["ID", "smiles", "yield"], [7, "CCO", 87.5], [8, "CCN", 90]]})
+    table = read_queries(tmp_path / "in.xlsx")
+    header = output_header(table.columns)
+    rows = [result_row(header, **dict(zip(table.columns, table.cells_of(i))), row=i + 1, query=query, rank=1)
+            for i, query in enumerate(table.queries)]
+
+    def stopping():
+        yield from rows
+        raise KeyboardInterrupt
+
+    out = tmp_path / "out.xlsx"
+    keep = molspec_io.Kept(molspec_io.interrupted_name(out), journal=True)
+    with pytest.raises(KeyboardInterrupt):
+        molspec_io.write_results(out, header, stopping(), keep)
+    again = molspec_io.Kept(keep.path, journal=True)
+    molspec_io.check_kept(again, header, table.queries, "")
+    kept = list(molspec_io.kept_rows(again, header, table.queries, "", table.cells))
+    molspec_io.write_results(out, header, [*kept, *rows[again.held:]], again)
+    assert [[c.value for c in row][:2] for row in openpyxl.load_workbook(out).active.iter_rows(min_row=2)] == [
+        [7, 87.5], [8, 90]]
+
+
 def test_a_workbook_wider_than_a_sheet_is_refused(tmp_path):
     """An input of more columns than a sheet holds (16,384 with ours) gave cells past XFD, which Excel drops."""
     molspec_io.workbook_bytes([f"c{i}" for i in range(16_384)], [])
