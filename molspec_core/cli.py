@@ -1042,7 +1042,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .io import check_output, write_csv, write_text_file
     from .planning import (DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, check_time_limit, load_stock, no_route, plan,
-                           route_rows, routes_json)
+                           route_rows, route_stereo, routes_json)
     from .service import Predictor
 
     # the time limit, outputs and the stock first: a refused one costs no model load and no search
@@ -1083,6 +1083,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for rank, route in enumerate(result.routes, start=1):
         starting = ", ".join(m.smiles for m in route.starting_materials())
         print(f"route {rank}: {route.n_steps} step(s), score {route.score:.2f}; from {starting}")
+        for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a chemist checks it
+            print(f"  stereo: {line}")
     print(f"-> {out}, {csv_out}")
     return 0
 

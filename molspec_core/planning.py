@@ -6,12 +6,14 @@ molecule the search expands is one query, its sane n-best answers (beam search's
 reactions whose metadata carry the model's score and probability, its calibrated confidence and,
 with a forward model, the round-trip check. `plan` runs the search under a time limit and returns
 the solved routes best first (the highest product of step probabilities), each a tree of steps with
-the molecules in stock marked, plus the search's statistics. Routes export as JSON (the trees) and
-CSV (one row per step).
+the molecules in stock marked and each step that sets or inverts a stereocentre flagged (stereo_flags), plus the
+search's statistics. Routes export as JSON (the trees) and CSV (one row per step).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 import random
 import sys
@@ -20,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rdkit import Chem
+from rdkit.Chem import rdCIPLabeler, rdFMCS
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 from syntheseus.search.algorithms.best_first.retro_star import RetroStarSearch
 from syntheseus.search.algorithms.mcts.base import pucb_bound
@@ -43,7 +47,8 @@ ALGORITHMS = ("retro*", "mcts")
 MAX_TIME_LIMIT_S = 3600.0  # an hour: past any interactive use; a bigger budget is a batch job
 ROUTE_EXTRACTION_S = 5.0  # cap on reading the routes out of the search graph after the search
 ROUTE_COLUMNS = ("route", "route_score", "route_steps", "step", "depth", "product", "product_in_stock", "reactants",
-                 "reactants_in_stock", "score", "probability", "confidence", "round_trip", "forward_prob", "model_rank")
+                 "reactants_in_stock", "score", "probability", "confidence", "round_trip", "forward_prob", "model_rank",
+                 "stereo")
 
 # Called after each expansion with (seconds since the search started, molecules expanded so far).
 Progress = Callable[[float, int], None]
@@ -215,6 +220,7 @@ class RouteStep:
     confidence: float | None = None
     round_trip: bool | None = None
     forward_prob: float | None = None
+    stereo: tuple[str, ...] = ()  # stereo_flags: centres the step sets or inverts, a sentence each
 
     @property
     def probability(self) -> float:
@@ -487,11 +493,152 @@ def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:
         reactants = tuple(molecule(r, made_by.get(r), path | {mol}) for r in rxn.reactants)  # a Bag: sorted
         in_stock = stock.is_purchasable(mol)
         step = RouteStep(mol.smiles, reactants, meta["score"], meta["model_rank"], in_stock, meta.get("confidence"),
-                         meta.get("round_trip"), meta.get("forward_prob"))
+                         meta.get("round_trip"), meta.get("forward_prob"),
+                         stereo_flags(mol.smiles, tuple(r.smiles for r in reactants)))
         return RouteMolecule(mol.smiles, in_stock, step)
 
     root = synthesis.root_node
     return Route(molecule(root.product, root, frozenset()), sum(rxn.metadata["score"] for rxn in synthesis.nodes()))
+
+
+# ---- the stereo of a step ------------------------------------------------------------------------
+
+TETRAHEDRAL = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
+STEREO_MCS_TIMEOUT_S = 1  # per product and reactant (RDKit counts whole seconds); drug-sized pairs take milliseconds
+MAX_PLACEMENTS = 256  # ways of laying the shared substructure on the product compared (a benzene ring has 12)
+MAX_FITS = 8  # places it fits in the reactant compared
+MAX_ORDERS = 6  # orders of the reactants tried: every order of three
+STEREO_DEADLINE_S = 5.0  # per step: past it the step's stereo is said to be unchecked, never half checked
+KEPT, INVERTED, UNDECIDED = "kept", "inverted", "undecided"  # a product centre traced to a reactant centre
+
+
+@functools.lru_cache(maxsize=4096)
+def stereo_flags(product: str, reactants: tuple[str, ...]) -> tuple[str, ...]:
+    """What a step does to stereo that a chemist must check, a sentence per kind; () where it does nothing of note.
+
+    The rule: the product's atoms are traced to the reactants, one reactant after another, each by the largest
+    substructure it shares with the product's atoms still untraced (elements matched, any bond order). A specified
+    tetrahedral centre of the product (@ or @@) is *set in the step* where it is not traced to a specified centre
+    of a reactant (a chiral product from reactants written without that stereo: it needs a stereoselective
+    reaction or a separation), and *inverted* where the reactant centre it is traced to has the opposite
+    arrangement of the neighbours the two share (D-alanine proposed for Boc-L-alanine; an SN2 step). Of the orders
+    the reactants can be taken in and the ways a substructure can be laid on the product (symmetric atoms swap),
+    the trace that sets, then inverts, the fewest centres counts: a flag means no such reading spares it. A centre
+    whose neighbours cannot be paired up is not flagged. It is an estimate, as the reaction centre is: the model
+    writes no atom map."""
+    product_mol = Chem.MolFromSmiles(product)
+    if product_mol is None:
+        return ()
+    centres = [atom.GetIdx() for atom in product_mol.GetAtoms() if atom.GetChiralTag() in TETRAHEDRAL]
+    reactant_mols = [Chem.MolFromSmiles(smiles) for smiles in reactants]
+    if not centres or any(mol is None for mol in reactant_mols):
+        return ()
+    deadline = time.monotonic() + STEREO_DEADLINE_S
+    best: dict[int, str] | None = None
+    orders = list(dict.fromkeys(itertools.permutations(range(len(reactants)))))  # identical reactants: one order
+    for order in orders[:MAX_ORDERS]:
+        traced = _trace_centres(product_mol, [reactant_mols[i] for i in order], centres, deadline)
+        if traced is None:  # out of time: a partial trace would flag centres it never reached
+            return ("was not checked for stereo: tracing its atoms to the reactants took too long",)
+        if best is None or _flag_count(traced, centres) < _flag_count(best, centres):
+            best = traced
+        if _flag_count(best, centres) == (0, 0):
+            break
+    assert best is not None
+    rdCIPLabeler.AssignCIPLabels(product_mol)
+    set_here = [c for c in centres if c not in best]
+    inverted = [c for c in centres if best.get(c) == INVERTED]
+    flags = []
+    if set_here:
+        flags.append(f"sets {_centres_text(product_mol, set_here)}: traced to no specified stereocentre of the "
+                     "reactants (a stereoselective step or a separation)")
+    if inverted:
+        flags.append(f"inverts {_centres_text(product_mol, inverted)}: traced to a reactant stereocentre arranged "
+                     "the other way")
+    return tuple(flags)
+
+
+def _flag_count(traced: dict[int, str], centres: list[int]) -> tuple[int, int]:
+    """(centres set in the step, centres inverted) by a trace."""
+    return len(centres) - len(traced), sum(verdict == INVERTED for verdict in traced.values())
+
+
+def _centres_text(mol: Chem.Mol, centres: list[int]) -> str:
+    """'the stereocentre at atom 2 (S)' or 'the stereocentres at atoms 2 (S), 5 (R)', atoms counted from 1 along the
+    product's SMILES."""
+    many = len(centres) > 1
+    labels = ", ".join(f"{c + 1} ({mol.GetAtomWithIdx(c).GetPropsAsDict().get('_CIPCode', '?')})" for c in centres)
+    return f"the stereocentre{'s' if many else ''} at atom{'s' if many else ''} {labels}"
+
+
+def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[int],
+                   deadline: float) -> dict[int, str] | None:
+    """Each product centre traced to a specified reactant centre, KEPT, INVERTED or UNDECIDED, the reactants taken in
+    the order given, each on the product atoms the ones before left untraced; None once past the deadline."""
+    traced: dict[int, str] = {}
+    untraced = list(range(product.GetNumAtoms()))
+    product_h = Chem.AddHs(product)  # heavy atoms keep their indices
+    for reactant in reactants:
+        if time.monotonic() > deadline:
+            return None
+        part = Chem.RWMol(product)
+        for index in reversed(range(product.GetNumAtoms())):
+            if index not in untraced:
+                part.RemoveAtom(index)
+        part.UpdatePropertyCache(strict=False)
+        Chem.FastFindRings(part)
+        found = rdFMCS.FindMCS([part, reactant], timeout=STEREO_MCS_TIMEOUT_S, ringMatchesRingOnly=True,
+                               atomCompare=rdFMCS.AtomCompare.CompareElements,
+                               bondCompare=rdFMCS.BondCompare.CompareAny)
+        query = Chem.MolFromSmarts(found.smartsString) if found.numAtoms >= 2 else None
+        if query is None:
+            continue
+        reactant_h = Chem.AddHs(reactant)
+        reactant_centres = {atom.GetIdx() for atom in reactant.GetAtoms() if atom.GetChiralTag() in TETRAHEDRAL}
+        best: tuple[dict[int, str], tuple[int, ...]] | None = None
+        for fit in reactant.GetSubstructMatches(query, maxMatches=MAX_FITS):
+            for placement in part.GetSubstructMatches(query, uniquify=False, maxMatches=MAX_PLACEMENTS):
+                to_reactant = {untraced[p]: r for p, r in zip(placement, fit)}
+                verdicts = {c: _arrangement(product_h, c, reactant_h, to_reactant[c], to_reactant)
+                            for c in centres if to_reactant.get(c) in reactant_centres}
+                if best is None or _flag_count(verdicts, centres) < _flag_count(best[0], centres):
+                    best = verdicts, tuple(untraced[p] for p in placement)
+        if best is not None:
+            traced.update(best[0])
+            untraced = [i for i in untraced if i not in best[1]]
+    return traced
+
+
+def _arrangement(product: Chem.Mol, centre: int, reactant: Chem.Mol, reactant_centre: int,
+                 to_reactant: dict[int, int]) -> str:
+    """KEPT where the product centre's neighbours stand around it as their reactant atoms stand around the reactant
+    centre, INVERTED where mirrored, UNDECIDED where the neighbours do not pair up. Both molecules carry explicit
+    hydrogens: a chiral tag orders a centre's bonds, and an implicit hydrogen has none. A neighbour outside the
+    shared substructure on each side is taken as the one that replaced the other (a bromide by an azide)."""
+    mapped = set(to_reactant.values())
+
+    def neighbours(mol: Chem.Mol, atom: int, name) -> list[str]:
+        out = []
+        for bond in mol.GetAtomWithIdx(atom).GetBonds():
+            other = bond.GetOtherAtom(mol.GetAtomWithIdx(atom))
+            out.append("H" if other.GetAtomicNum() == 1 else name(other.GetIdx()))
+        return out
+
+    in_product = neighbours(product, centre, lambda i: str(to_reactant.get(i, "new")))
+    in_reactant = neighbours(reactant, reactant_centre, lambda i: str(i) if i in mapped else "new")
+    if sorted(in_product) != sorted(in_reactant) or len(set(in_product)) != len(in_product):
+        return UNDECIDED
+    order = [in_reactant.index(name) for name in in_product]
+    odd = sum(a > b for i, a in enumerate(order) for b in order[i + 1:]) % 2 == 1
+    same_tag = product.GetAtomWithIdx(centre).GetChiralTag() == reactant.GetAtomWithIdx(reactant_centre).GetChiralTag()
+    return KEPT if same_tag != odd else INVERTED
+
+
+def route_stereo(route: Route) -> list[str]:
+    """The route's stereo flags, a line each, named by step number as steps() lists them (the page's and the CSV's
+    numbers)."""
+    return [f"step {number} ({step.product}) {flag}" for number, (_, step) in enumerate(route.steps(), start=1)
+            for flag in step.stereo]
 
 
 # ---- export -------------------------------------------------------------------------------------
@@ -504,7 +651,7 @@ def _molecule_json(molecule: RouteMolecule) -> dict:
         out["reaction"] = {"score": rounded(step.score), "probability": significant(step.probability),
                            "model_rank": step.model_rank, "confidence": rounded(step.confidence),
                            "round_trip": step.round_trip, "forward_prob": significant(step.forward_prob),
-                           "reactants": [_molecule_json(r) for r in step.reactants]}
+                           "stereo": list(step.stereo), "reactants": [_molecule_json(r) for r in step.reactants]}
     return out
 
 
@@ -555,7 +702,7 @@ def route_rows(result: PlanResult) -> Iterator[list[object]]:
                    _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
                    ";".join(_yes_no(r.in_stock) for r in step.reactants), rounded(step.score),
                    significant(step.probability), rounded(step.confidence), _yes_no(step.round_trip),
-                   significant(step.forward_prob), step.model_rank]
+                   significant(step.forward_prob), step.model_rank, "; ".join(step.stereo)]
 
 
 def _yes_no(flag: bool | None) -> str:

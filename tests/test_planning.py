@@ -170,6 +170,82 @@ def test_a_step_that_uses_one_reactant_twice_shows_it_twice_as_the_model_wrote_i
     assert [r["smiles"] for r in tree["reaction"]["reactants"]] == [acid, acid]
 
 
+# ---- the stereo of a step --------------------------------------------------------------------------
+
+BOC_L_ALA, BOC2O = "C[C@H](NC(=O)OC(C)(C)C)C(=O)O", "CC(C)(C)OC(=O)OC(=O)OC(C)(C)C"
+L_ALA, D_ALA = "C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O"
+INVERTS_ALA = "inverts the stereocentre at atom 2 (S): traced to a reactant stereocentre arranged the other way"
+
+
+@pytest.mark.parametrize("reactant, flag", [
+    (L_ALA, None), ("OC(=O)[C@@H](N)C", None),  # L-alanine in another writing
+    (D_ALA, INVERTS_ALA), ("OC(=O)[C@H](N)C", INVERTS_ALA),
+    ("CC(N)C(=O)O", "sets the stereocentre at atom 2 (S): traced to no specified stereocentre of the reactants (a "
+                    "stereoselective step or a separation)")])
+def test_a_step_that_sets_or_inverts_a_stereocentre_is_flagged(reactant, flag):
+    """Boc-L-alanine proposed from D-alanine, or from alanine written without stereo, was shown without a word."""
+    assert planning.stereo_flags(BOC_L_ALA, (reactant, BOC2O)) == ((flag,) if flag else ())
+
+
+@pytest.mark.parametrize("product, reactants, flagged", [
+    ("C[C@H](N)C(=O)N[C@@H](C)C(=O)O", (L_ALA, L_ALA), ""),  # L-Ala-L-Ala: each alanine traced to its own half
+    ("C[C@H](N)C(=O)N[C@H](C)C(=O)O", (L_ALA, D_ALA), ""),  # L-Ala-D-Ala, the reactants in either order
+    ("C[C@H](N)C(=O)N[C@H](C)C(=O)O", (D_ALA, L_ALA), ""),
+    ("C[C@H](N)C(=O)N[C@H](C)C(=O)O", (L_ALA, L_ALA), "inverts the stereocentre at atom 7 (R)"),
+    ("CC[C@@H](C)N=[N+]=[N-]", ("CC[C@H](C)Br", "[N-]=[N+]=[N-]"), "inverts the stereocentre at atom 3 (R)"),  # SN2
+    ("CC[C@@H](C)N=[N+]=[N-]", ("CC[C@@H](C)Br", "[N-]=[N+]=[N-]"), ""),  # the azide where the bromide stood
+    ("C[C@H](O)c1ccccc1", ("CC(=O)c1ccccc1",), "sets the stereocentre at atom 2 (S)"),  # a ketone reduced
+    ("CCO", ("CC=O",), ""),
+])
+def test_the_stereo_trace_gives_each_reactant_its_own_atoms_and_compares_arrangements(product, reactants, flagged):
+    assert [flag.split(":")[0] for flag in planning.stereo_flags(product, reactants)] == ([flagged] if flagged else [])
+
+
+def test_the_stereo_trace_does_not_depend_on_how_the_smiles_are_written():
+    """The arrangement is compared around the atoms, not by the order a SMILES writes them in."""
+    from rdkit import Chem
+
+    glucose = "OC[C@H]1O[C@H](O)[C@H](O)[C@@H](O)[C@@H]1O"
+    mirror = glucose.replace("@@", "!").replace("@", "@@").replace("!", "@")
+    for root in (0, 4, 9):  # three writings, each from another atom
+        written = Chem.MolToSmiles(Chem.MolFromSmiles(glucose), rootedAtAtom=root)
+        assert planning.stereo_flags(glucose, (written,)) == ()
+        mirrored = Chem.MolToSmiles(Chem.MolFromSmiles(mirror), rootedAtAtom=root)
+        assert planning.stereo_flags(glucose, (mirrored,))[0].startswith("inverts the stereocentres at atoms ")
+
+
+def stereo_plan_result() -> planning.PlanResult:
+    """Boc-L-alanine from D-alanine (0.5, its centre inverted) or from L-alanine (0.3)."""
+    table = {BOC_L_ALA: [(f"{D_ALA}.{BOC2O}", 0.5), (f"{L_ALA}.{BOC2O}", 0.3)]}
+    stock = Stock([D_ALA, L_ALA, BOC2O], "table")
+    graph, _ = planning.search_algorithm("retro*", TableModel(table), stock, 2.0, 2).run_from_mol(Molecule(BOC_L_ALA))
+    routes = planning.extract_routes(graph, stock, max_routes=10)
+    return planning.PlanResult(BOC_L_ALA, tuple(routes), planning.SearchStats("retro*", 1.0, 2.0, 1, len(graph)),
+                               "table", None, "table", len(stock))
+
+
+def test_a_routes_stereo_flags_reach_its_json_and_csv():
+    result = stereo_plan_result()
+    inverted, kept = result.routes
+    assert inverted.target.made_by.stereo == (INVERTS_ALA,) and kept.target.made_by.stereo == ()
+    assert planning.route_stereo(inverted) == [f"step 1 ({BOC_L_ALA}) {INVERTS_ALA}"]
+    trees = [route["tree"]["reaction"] for route in planning.routes_json(result)["routes"]]
+    assert [tree["stereo"] for tree in trees] == [[INVERTS_ALA], []]
+    rows = list(planning.route_rows(result))
+    assert [row[ROUTE_COLUMNS.index("stereo")] for row in rows] == [INVERTS_ALA, ""]
+
+
+def test_cli_plan_prints_the_stereo_flags_under_their_route(tmp_path, capsys, monkeypatch):
+    (tmp_path / "stock.smi").write_text("NO\n")
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: stereo_plan_result())
+    assert main(["plan", "--smiles", BOC_L_ALA, "--model", str(COPY_MODEL), "--forward", "none", "--stock",
+                 str(tmp_path / "stock.smi"), "--time-limit", "1", "--out", str(tmp_path / "routes.json")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    first = next(i for i, line in enumerate(printed) if line.startswith("route 1:"))
+    assert printed[first + 1] == f"  stereo: step 1 ({BOC_L_ALA}) {INVERTS_ALA}"
+    assert printed[first + 2].startswith("route 2:")
+
+
 # ---- the Predictor as a reaction model ------------------------------------------------------------
 
 

@@ -235,3 +235,21 @@ def test_md_escape_leaves_text_without_an_address_as_it_was(text):
     """SMILES (chirality is written with @) are shown, and copied, without a hidden character."""
     escaped = common.md_escape(text)
     assert common.WORD_JOINER not in escaped and as_rendered(escaped) == text
+
+
+def test_routes_page_flags_a_step_that_inverts_a_stereocentre_and_says_what_the_flag_means(tmp_path, monkeypatch):
+    """Boc-L-alanine from D-alanine was shown as a route like any other."""
+    from test_planning import BOC_L_ALA, INVERTS_ALA, stereo_plan_result
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: stereo_plan_result())
+    at = find_routes(at, BOC_L_ALA)
+    assert not at.exception
+    assert [e.label.split(", ")[-1] for e in at.expander] == ["probability 50.0% · stereo ⚠ in 1 step",
+                                                               "probability 30.0%"]
+    warned = [w.value.replace("\\", "") for w in at.expander[0].warning]
+    assert warned == [f"Stereo: this step {INVERTS_ALA}."]
+    assert not at.expander[1].warning
+    assert any(c.value.startswith("Stereo ⚠ marks a step that sets a stereocentre") for c in at.expander[0].caption)
+    assert any("stereo ⚠" in c.value for c in at.expander[0].caption if c.value.startswith("Step 1"))

@@ -176,6 +176,8 @@ def step_facts(step: RouteStep) -> str:
         facts.append(f"confidence {common.percent(step.confidence)}")
     if step.round_trip is not None:
         facts.append("round trip ✓" if step.round_trip else "round trip ✗")
+    if step.stereo:
+        facts.append("stereo ⚠")
     return " · ".join(facts)
 
 
@@ -183,6 +185,12 @@ CENTRE_KEY = ("Steps are read backwards from the target: the synthesis runs from
               "ring marks an atom whose bonds change in the step, a dashed grey ring an atom that leaves; both are "
               "estimated (the model writes no atom map: each product atom is traced to the reactant it shares the "
               "largest substructure with).")
+
+
+STEREO_KEY = ("Stereo ⚠ marks a step that sets a stereocentre of its product (one its reactants do not carry "
+              "specified: it needs a stereoselective reaction or a separation) or inverts one (a reactant carries it "
+              "the other way). Both are estimated by tracing the product's atoms to the reactants by the largest "
+              "substructure they share; check the step's stereochemistry as a chemist.")
 
 
 def made_from(step: RouteStep) -> str:
@@ -194,16 +202,22 @@ def made_from(step: RouteStep) -> str:
 def show_route(rank: int, route: Route) -> None:
     steps = route.steps()
     step_of = {step.product: number for number, (_, step) in enumerate(steps, start=1)}
+    flagged = sum(bool(step.stereo) for _, step in steps)
     title = (f"Route {rank}: {common.counted(route.n_steps, 'step')}, "
-             f"probability {common.format_probability(route.score)}")
+             f"probability {common.format_probability(route.score)}"
+             + (f" · stereo ⚠ in {common.counted(flagged, 'step')}" if flagged else ""))
     with st.expander(title, expanded=rank == 1):
         procure = route.starting_materials()
         st.markdown("**Compounds to procure:** " + ", ".join(common.md_escape(m.smiles) for m in procure))
         st.caption(CENTRE_KEY)
+        if flagged:
+            st.caption(STEREO_KEY)
         for number, (depth, step) in enumerate(steps, start=1):
             on_product, on_reactants = depict.step_centre_colours([r.smiles for r in step.reactants], step.product)
             st.caption(f"Step {number} · depth {depth} · {common.md_escape(step_facts(step))}  \n"
                        + common.md_escape(made_from(step)))
+            for flag in step.stereo:
+                st.warning(common.md_escape(f"Stereo: this step {flag}."), icon=":material/warning:")
             widths = ([0.35 * (depth - 1)] if depth > 1 else []) + [1, 0.3] + [1] * len(step.reactants)
             columns = st.columns(widths, vertical_alignment="center")
             columns = columns[1:] if depth > 1 else columns  # the first one only indents the step
