@@ -738,25 +738,31 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
     return results, (time.perf_counter() - started) * 1000 / max(1, len(queries))
 
 
+class LastRow(list):
+    """The last output row of a record (result_rows marks it so): a run that stops after it keeps the record
+    (kept_through), where a row without the mark waits for the next record's first row to say its record is whole."""
+
+
 def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
                 time_ms: float | None = None, problem: str = "") -> list[list[object]]:
     """The output rows of one query, matching output_header: one per prediction, or one holding the
-    error of a rejected query. `row` is the query's 1-based record number in the input; `time_ms` its
-    time from predict_batch, or, unset, the decoder's own wall time (the query's when it was decoded
+    error of a rejected query; the last is a LastRow. `row` is the query's 1-based record number in the input;
+    `time_ms` its time from predict_batch, or, unset, the decoder's own wall time (the query's when it was decoded
     alone, as the app does). `problem` (QueryFile.problem_of): why the record gave no query, which is
     then its error rather than the empty query's."""
     if problem or not result.ok:
-        return [[*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None, None,
-                 None, None, None, None, result.method, None, None, None, None, problem or result.error]]
+        return [LastRow([*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None,
+                         None, None, None, None, None, result.method, None, None, None, None, problem or result.error])]
     stats = result.stats
     if time_ms is None:
         time_ms = stats.wall_time_s * 1000
-    return [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, rounded(p.score),
+    rows = [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, rounded(p.score),
              significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
              rounded(p.confidence), p.views, p.spellings, p.round_trip,
              significant(p.forward_prob),
              result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
             for p in result.predictions]
+    return [*rows[:-1], LastRow(rows[-1])] if rows else rows
 
 
 def significant(probability: float | None) -> float | None:
@@ -1083,10 +1089,10 @@ def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Seque
 def kept_through(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept
                  ) -> Iterator[Sequence[object]]:
     """The rows as they come, each written (as write_rows writes it) to an unbuffered binary file as it passes, a
-    record's rows at a time (the `row` column): a record's rows go to the file once the next record's first row comes
-    (or the rows end), so that whatever stops the run (an error raised by `rows`, or by a write on a full disk) the
-    file is cut back to its last whole record, keep.last_row. (A buffered file could not be cut so: the cut flushed
-    its buffer first, and failed again on a full disk.)"""
+    record's rows at a time (the `row` column): a record's rows go to the file once its LastRow passes, else once the
+    next record's first row comes (or the rows end), so that whatever stops the run (an error raised by `rows`, or by
+    a write on a full disk) the file is cut back to its last whole record, keep.last_row. (A buffered file could not be
+    cut so: the cut flushed its buffer first, and failed again on a full disk.)"""
     at = header.index("row")
     cell_of = journal_cell if keep.journal else csv_cell
     pending = io.StringIO(newline="")  # the rows not yet in the file
@@ -1116,6 +1122,9 @@ def kept_through(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence
                     keep.last_row = int(current)  # type: ignore[call-overload]
                 current = row[at]
             writer.writerow([cell_of(c) for c in row])
+            if isinstance(row, LastRow):  # the record is whole: a run stopped while the next is predicted keeps it
+                write_pending()
+                keep.last_row = int(current)  # type: ignore[call-overload]
             yield row
         write_pending()
         if current is not None:

@@ -1120,23 +1120,23 @@ def test_an_interrupted_file_run_keeps_its_finished_records_and_resume_goes_on_f
     out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
     out.write_text("yesterday's results\n")
     options = ("--batch-size", "1", "--method", "beam", "--n-best", "2")  # one query a call, two rows a query
-    stop_on_the_second_call(monkeypatch, stop, at=5)  # in record 5: records 1-4 written, the last maybe not whole
+    stop_on_the_second_call(monkeypatch, stop, at=5)  # in record 5: records 1-4 written whole
     assert predict_file(tmp_path / "q.txt", out, *options) == code
     assert capsys.readouterr().err.splitlines()[-2] == (
-        f"stopped: the rows of records 1-3 of 6 are kept in {kept}; run the same command with --resume to go on from "
+        f"stopped: the rows of records 1-4 of 6 are kept in {kept}; run the same command with --resume to go on from "
         f"there ({out} is written once every record is done)")
     assert out.read_text() == "yesterday's results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv", "out.interrupted.json",
                                                           "q.txt"]  # the rows, and the options they were made with
-    assert pd.read_csv(kept)["row"].tolist() == [1, 1, 2, 2, 3]  # record 3 is blank: one row
+    assert pd.read_csv(kept)["row"].tolist() == [1, 1, 2, 2, 3, 4, 4]  # record 3 is blank: one row
 
     assert predict_file(tmp_path / "q.txt", out, *options) == 2  # a run that would replace them with fewer
     assert "give --resume to go on from them" in capsys.readouterr().err
     calls = stop_on_the_second_call(monkeypatch, None)
     assert predict_file(tmp_path / "q.txt", out, *options, "--resume") == 0
-    assert calls == [[query] for query in queries[3:]]  # records 1-3 were not predicted again
+    assert calls == [[query] for query in queries[4:]]  # records 1-4 were not predicted again
     printed = capsys.readouterr().out
-    assert "resuming: records 1-3 of 6 come from out.interrupted.csv" in printed
+    assert "resuming: records 1-4 of 6 come from out.interrupted.csv" in printed
     assert "5 queries predicted, 0 rejected (see the error column), 1 blank record skipped" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]
     resumed = pd.read_csv(out).drop(columns="time_ms")
@@ -1239,7 +1239,7 @@ def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(
     capsys.readouterr()
     stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=1)  # interrupted again before a record finished
     assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 130
-    assert f"stopped: no further record finished; {kept} holds records 1-2 of 4 as before" in capsys.readouterr().err
+    assert f"stopped: no further record finished; {kept} holds records 1-3 of 4 as before" in capsys.readouterr().err
     assert kept.read_bytes() == rows and not out.exists()
     (tmp_path / "other.txt").write_text("CCO\nCCS\nCCCl\nCCBr\n")
     assert predict_file(tmp_path / "other.txt", out, "--batch-size", "1", "--resume") == 2
@@ -1293,13 +1293,13 @@ def test_an_sd_file_or_workbook_run_that_stops_keeps_its_finished_records_and_re
     out, kept = tmp_path / name, tmp_path / f"out.interrupted.{name[4:]}.csv"
     stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=4)
     assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
-    assert (f"stopped: the rows of records 1-2 of 4 are kept in {kept}; run the same command with --resume to go on "
+    assert (f"stopped: the rows of records 1-3 of 4 are kept in {kept}; run the same command with --resume to go on "
             f"from there ({out} is written once every record is done)") in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name, kept.with_suffix(".json").name, "q.txt"]
     calls = stop_on_the_second_call(monkeypatch, None)
     assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 0
-    assert calls == [["CCCl"], ["c1ccncc1"]]
-    assert f"resuming: records 1-2 of 4 come from {kept.name}" in capsys.readouterr().out
+    assert calls == [["c1ccncc1"]]
+    assert f"resuming: records 1-3 of 4 come from {kept.name}" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == [name, "q.txt"]
     assert predict_file(tmp_path / "q.txt", tmp_path / f"whole{out.suffix}") == 0
     if name.endswith(".sdf"):

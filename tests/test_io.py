@@ -437,6 +437,28 @@ def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_pa
         "out.csv", "out.interrupted.csv"]
 
 
+def test_a_run_stopped_while_the_next_record_is_predicted_keeps_the_record_it_finished(tmp_path):
+    """The record whose rows were all written when a run stopped (Ctrl-C while the next was predicted) was held back
+    for the next record's first row, lost, and predicted again on --resume: result_rows marks a record's last row
+    (LastRow), and the record is kept as that row passes."""
+    from molspec_core.service import Prediction, QueryResult
+
+    answers = tuple(Prediction(rank, smiles, -rank, True, (), ()) for rank, smiles in ((1, "CC=O"), (2, "CCO")))
+    header = output_header([])
+    first = molspec_io.result_rows(1, (), QueryResult("CCO", "CCO", predictions=answers, method="beam"))
+    rejected = molspec_io.result_rows(2, (), QueryResult("x", error="no SMILES", method="beam"))
+    assert [isinstance(row, molspec_io.LastRow) for row in first + rejected] == [False, True, True]
+
+    def rows():
+        yield from first + rejected
+        raise KeyboardInterrupt  # while record 3 is predicted
+
+    keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
+    with pytest.raises(KeyboardInterrupt):
+        write_csv(tmp_path / "out.csv", header, rows(), keep)
+    assert keep.last_row == 2 and len(keep.path.read_text().splitlines()) == 1 + 3
+
+
 def filling_disk(monkeypatch, room: int | None = None, writes: int | None = None) -> None:
     """Files that io opens binary and unbuffered (a kept CSV) fill up after `room` bytes, or in their `writes`-th
     write: a write takes what fits (half its bytes for `writes`) and the next fails with ENOSPC, as on a disk that
