@@ -48,6 +48,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from .io import QueryFile
 from .known import known_rank, with_recorded
+from .limits import Abandoned, abandon_when
 from .methods import METHODS, SamplingOptions
 from .roundtrip import check_round_trip
 from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult, windows
@@ -64,7 +65,11 @@ READ_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
+# Once the server is stopping, the window of queries decoding has this long to end before it is stopped where it is
+# (its queries lost); a service manager waits longer before it kills the process (Kubernetes 30 s, systemd 90 s).
+STOP_GRACE_S = 10.0
 STOPPING = "the server is stopping; send the request again once it is back"
+CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
 # each path and the methods it takes (the Allow header)
@@ -225,20 +230,40 @@ class Service:
             raise ValueError("serve needs at least one model")
         self.models = dict(models)
         self.budget_s = budget_s
+        self.stop_grace_s = STOP_GRACE_S
         self.decoding = threading.Lock()
         self.stopping = threading.Event()  # set as the server stops: no request begins, the one decoding ends early
 
     def predict(self, body: object, gone: Callable[[], bool] = lambda: False) -> dict:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
-        has decoded for budget_s or the server is stopping, the queries not begun get an error saying so, and the
-        rest stand (a request whose turn comes once the server is stopping gets 503). Before each window, `gone`
-        says whether the client has left: then ClientGone, and the rest is not decoded (a client that gave up,
-        and perhaps sent its request again, held the models for minutes to no one)."""
+        has decoded for budget_s, the queries not begun get an error saying so, and the rest stand. Once the server
+        is stopping, the window decoding has stop_grace_s to end; past it, it stops at its next decoder step
+        (limits.abandon_when) and its queries get an error saying so, as do those after; the windows before stand
+        (a request whose turn comes once the server is stopping gets 503). `gone` says whether the client has left,
+        looked at before each window and each decoder step: then ClientGone, and the rest is not decoded (a client
+        that gave up, and perhaps sent its request again, held the models for minutes to no one)."""
         request = parse_request(body, self.models)
         # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
         table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
         queries = table.queries
         results: list[QueryResult] = []
+        method = request.options.get("method", "")
+
+        def not_decoded(part: slice, why: str) -> list[QueryResult]:
+            return [QueryResult(query=text, method=method, error=f"not decoded: {why}; send this query again")
+                    for text in queries[part]]
+
+        stop_seen: list[float] = []  # when the window decoding first saw the server stopping
+
+        def abandon() -> str | None:  # why the window decoding ends now, if it does
+            if gone():
+                return CLIENT_GONE
+            if self.stopping.is_set():
+                stop_seen[:] = stop_seen or [time.monotonic()]
+                if time.monotonic() - stop_seen[0] >= self.stop_grace_s:
+                    return "the server is stopping"
+            return None
+
         with self.decoding:
             if self.stopping.is_set():
                 raise RequestError(STOPPING, HTTPStatus.SERVICE_UNAVAILABLE)
@@ -249,17 +274,22 @@ class Service:
                     raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded")
                 late = time.monotonic() - started > self.budget_s
                 if results and (late or self.stopping.is_set()):
-                    why = f"the request ran past its {self.budget_s:g} s" if late else "the server is stopping"
-                    results += [QueryResult(query=text, method=request.options.get("method", ""),
-                                            error=f"not decoded: {why}; send this query again")
-                                for text in queries[part]]
+                    results += not_decoded(part, f"the request ran past its {self.budget_s:g} s" if late
+                                           else "the server is stopping")
                     continue
                 try:
-                    answered = request.predictor.predict(queries[part], **request.options)
-                    if request.round_trip is not None:
-                        answered = [check_round_trip(r, request.round_trip, request.round_trip_k) for r in answered]
+                    with abandon_when(abandon):
+                        answered = request.predictor.predict(queries[part], **request.options)
+                        if request.round_trip is not None:
+                            answered = [check_round_trip(r, request.round_trip, request.round_trip_k)
+                                        for r in answered]
                 except ValueError as exc:  # options refused (n_best out of range, augment on a canonical model)
                     raise RequestError(str(exc)) from None
+                except Abandoned as exc:
+                    if str(exc) == CLIENT_GONE:
+                        raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded "
+                                         "(it left while they decoded)") from None
+                    answered = not_decoded(part, str(exc))
                 results += answered
         results = [dataclasses.replace(r, error=table.problem_of(i), predictions=()) if table.problem_of(i) else r
                    for i, r in enumerate(results)]  # a recorded outcome that is no SMILES: that query's error

@@ -443,7 +443,42 @@ def test_a_client_still_waiting_is_not_taken_for_gone(models):
         return False
 
     result = service.predict({"smiles": [AMIDE, "CC(=O)O.OCC"], "batch_size": 1}, gone)["results"]
-    assert [r["error"] for r in result] == [None, None] and len(looked) == 2  # before each window
+    assert [r["error"] for r in result] == [None, None] and len(looked) > 2  # before each window and decoder step
+
+
+def test_a_client_that_leaves_while_a_window_decodes_stops_it_at_the_next_step(models):
+    """'gone' was looked at between windows of queries alone, and a window (256 queries at batch size 8; a minute
+    and more for retro beam search) decoded in full for a client that had left."""
+    service = server.Service({"forward": models["forward"]})
+    looked: list[int] = []
+
+    def gone() -> bool:  # still there as the window begins, gone from its first decoder step
+        looked.append(1)
+        return len(looked) > 1
+
+    with pytest.raises(server.ClientGone, match="3 of 3 queries not decoded"):
+        service.predict({"smiles": [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]}, gone)
+    assert len(looked) == 2
+
+
+def test_a_server_stopping_while_a_window_decodes_stops_it_and_says_so(models):
+    """The stop was looked at between windows alone: a SIGTERM waited for the whole window (a minute and more
+    for retro beam search) before the server could stop. Now the window has stop_grace_s (0 here) to end."""
+    service = server.Service({"forward": models["forward"]})
+    service.stop_grace_s = 0.0
+    looked: list[int] = []
+
+    def gone() -> bool:  # the server is told to stop once the window has begun
+        looked.append(1)
+        if len(looked) > 1:
+            service.stopping.set()
+        return False
+
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    result = service.predict({"smiles": queries, "batch_size": 2}, gone)["results"]
+    assert [r["query"] for r in result] == queries and len(looked) == 2
+    assert all(r["error"] == "not decoded: the server is stopping; send this query again" and not r["predictions"]
+               for r in result)
 
 
 def test_a_kept_alive_connection_reset_by_its_client_is_logged_quietly(models, monkeypatch, caplog):
