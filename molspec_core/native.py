@@ -606,6 +606,9 @@ class NativeStep(NumpyStep):
         cache of one row a query, holding nothing yet (bos is the first token fed); slots: the positions a row
         may fill (greedy.fit_drafts). STEPS_PER_RUN calls a C call: the time limit is checked between them.
         At one query the Python loop's bookkeeping was 30% of a forward greedy search (session 73)."""
+        # No draft is longer than its source or than a row's room (fit_drafts: slots less the pending token): a
+        # longer draft_len would only widen the scratch, and past the model's positions be refused as a sequence.
+        draft_len = max(0, min(draft_len, max(len(s) for s in sources), slots - 1))
         rows, vocab, depth = len(budgets), int(self.embed.shape[0]), 1 + draft_len
         if cache.batch_size != rows or len(sources) != rows or int(cache.lengths.max()) != 0:
             raise ValueError(f"greedy_search needs a new cache of {rows} rows, not {cache.batch_size} holding tokens")

@@ -698,3 +698,17 @@ def test_beam_steps_move_rows_each_from_its_parent_whatever_the_order(order):
                                 ctypes.c_int64(capacity * head_dim), ctypes.c_int64(used),
                                 rows.ctypes.data_as(ctypes.c_void_p)) == 0
     assert np.array_equal(slots, want)
+
+
+def test_a_lookup_draft_len_past_the_models_positions_is_cut_as_on_the_other_engines(copy_model):
+    """A lookup draft is cut to its source and its row's room on every engine (fit_drafts), so a draft_len above the
+    model's positions (the copy model has 128) drafts as one of the source's length. The loop in C took the call's
+    width from draft_len and refused it as a sequence longer than the model's positions."""
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = random_sources(41, 6, len(vocab), 3, 20)
+    plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 0))
+    for draft_len in (model.cfg.max_positions, 200):
+        drafted = greedy(model, sources, lambda s: make_drafter("lookup", s, draft_len, 1))
+        assert [(r.hypotheses[0].tokens, r.hypotheses[0].score, r.hypotheses[0].finished) for r in drafted] == \
+            [(r.hypotheses[0].tokens, r.hypotheses[0].score, r.hypotheses[0].finished) for r in plain]
+        assert sum(r.stats.draft_tokens_accepted for r in drafted) > 0
