@@ -65,6 +65,11 @@ READ_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
+# A client that has stopped sending is sent a 100 Continue at most this often while its request decodes; one that
+# has closed answers it with a reset, awaited this long (loopback and a LAN: well within it; a slower one is seen
+# at the next look, a decoder step later).
+PROBE_EVERY_S = 5.0
+PROBE_WAIT_S = 0.05
 # Once the server is stopping, the window of queries decoding has this long to end before it is stopped where it is
 # (its queries lost); a service manager waits longer before it kills the process (Kubernetes 30 s, systemd 90 s).
 STOP_GRACE_S = 10.0
@@ -338,6 +343,7 @@ class Handler(BaseHTTPRequestHandler):
         self.deadline = math.inf  # when the request being read must have arrived whole (handle_one_request)
         self.read_stopped = False  # set once the request took past its time to arrive (DeadlineReader)
         self.unread_body = False  # a body left unread when the answer went: finish() reads and drops it
+        self.probed = -math.inf  # when a half-closed client was last sent a 100 Continue (_client_gone)
         super().setup()
         self.rfile.close()  # the socket's own reader, whose reads the socket's timeout bounds each alone
         self.rfile = io.BufferedReader(DeadlineReader(self))
@@ -438,15 +444,45 @@ class Handler(BaseHTTPRequestHandler):
 
     def _client_gone(self) -> bool:
         """Whether the client has closed (or reset) its connection since its request arrived, looked at without
-        waiting or taking anything from the stream. A client that only stops sending (half-closed) is taken to
-        have gone too, as most servers take it: HTTP clients close only to leave."""
+        taking anything from the stream. A client that has only stopped sending (shut its side for writing, as
+        `curl` with a body read from a pipe, `nc -N` or a script's shutdown(SHUT_WR) do) looks the same until a
+        byte is sent it: an HTTP/1.1 client is then sent an interim `100 Continue`, which every HTTP/1.1 client
+        reads past (RFC 9110, 15.2), at most every PROBE_EVERY_S: one that has closed resets the connection and
+        has gone; one still reading waits on for its answer. An HTTP/1.0 client, which may be sent no interim
+        answer, is taken to have gone when it stops sending, as before."""
+        state = self._peer()
+        if state != "closed":
+            return state == "reset"
+        if self.request_version != "HTTP/1.1":
+            return True
+        if time.monotonic() - self.probed < PROBE_EVERY_S:
+            return False  # sent a probe lately, and no reset since
+        self.probed = time.monotonic()
+        try:
+            self.connection.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        except OSError:
+            return True
+        deadline = time.monotonic() + PROBE_WAIT_S  # the reset of a client that has closed, on its way back
+        while time.monotonic() < deadline:
+            if self._peer() == "reset":
+                return True
+            time.sleep(0.005)
+        return False
+
+    def _peer(self) -> str:
+        """The connection's state as the client left it, without waiting or taking anything from the stream:
+        'waiting' (nothing to read: it waits for its answer), 'sent' (data ahead: a next request), 'closed' (it
+        stopped sending: gone, or only half-closed) or 'reset'."""
         try:
             self.connection.settimeout(0)
-            return self.connection.recv(1, socket.MSG_PEEK) == b""  # data: a next request, sent ahead
+            if self.connection.recv(1, socket.MSG_PEEK):
+                return "sent"
+            # after the client's FIN a read finds the end of the stream, not a reset that came since (our probe's)
+            return "reset" if self.connection.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) else "closed"
         except BlockingIOError:
-            return False  # nothing to read: the client is waiting for its answer
+            return "waiting"
         except OSError:
-            return True  # reset
+            return "reset"
         finally:
             self.connection.settimeout(self.timeout)
 

@@ -481,6 +481,17 @@ def test_a_server_stopping_while_a_window_decodes_stops_it_and_says_so(models):
                for r in result)
 
 
+def test_a_client_that_stops_sending_but_reads_on_gets_its_answer(address):
+    """A client that shut its side for writing once its request was sent (curl with a body from a pipe, nc -N, a
+    script's shutdown(SHUT_WR)) was taken for gone and got no answer: it is sent an interim 100 Continue, which a
+    client that has closed resets and one still reading reads past."""
+    body = json.dumps({"model": "forward", "smiles": AMIDE}).encode()
+    answers = exchange(address, b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body), half_close=True)
+    assert [line.split()[1] for line, _, _ in answers] == ["100", "200"]
+    assert json.loads(answers[-1][2])["results"][0]["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
+
+
 def test_a_kept_alive_connection_reset_by_its_client_is_logged_quietly(models, monkeypatch, caplog):
     """A client (a connection pool) resetting a kept-alive connection between requests printed a traceback to the
     server's console: the read of its next request line raised ConnectionResetError."""
