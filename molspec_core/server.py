@@ -62,6 +62,9 @@ MAX_BATCH_SIZE = 256  # a window of batches (service.window_size) stays a small 
 # A connection's whole next request (its request line, headers and body, and the wait for them) arrives within
 # this, or its reading is stopped: a client dripping a byte at a time holds a thread no longer.
 READ_TIMEOUT_S = 30.0
+# An answer leaves in parts of this size, each within READ_TIMEOUT_S: a client reading at least this much in that
+# time (2 KiB/s) reads the largest answer whole however long it takes; one that stops reading is cut.
+WRITE_PART_BYTES = 64 * 1024
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
@@ -641,10 +644,15 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.end_headers()
             if self.command != "HEAD":  # an answer to HEAD has headers alone
-                self.wfile.write(data)
+                # in parts, each sent within the timeout (one send's timeout bounds it whole): a client reading a
+                # large answer slowly but steadily reads it all, one that stops reading is left after the timeout
+                view = memoryview(data)
+                for start in range(0, len(view), WRITE_PART_BYTES):
+                    self.wfile.write(view[start:start + WRITE_PART_BYTES])
         except (ConnectionError, TimeoutError) as exc:  # the client went away (closed, reset) before its answer, or
             self.close_connection = True                  # stopped reading it (the buffers full): no bug of ours
-            why = (f"did not read its answer within {self.timeout:g} s" if isinstance(exc, TimeoutError)
+            why = (f"read none of its answer's next {WRITE_PART_BYTES // 1024} KiB within {self.timeout:g} s"
+                   if isinstance(exc, TimeoutError)
                    else f"went away before its answer ({exc})")
             log.info("%s %s %s: the client %s", self.address_string(), self.command, getattr(self, "path", "")[:80],
                      why)  # no path where the request line could not be read
