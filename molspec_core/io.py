@@ -449,6 +449,9 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
         try:
             for sheet in book.worksheets:
+                # read to its last row and cell, not to the extent its <dimension> claims: a program that wrote "A1"
+                # there (an exporter's sheet) gave a header and no record, and its queries were lost without a word
+                sheet.reset_dimensions()
                 top = [[_cell_text(cell) for cell in cells] for cells in sheet.iter_rows(max_row=HEADER_ROWS)]
                 found = header_of(top, column, task)
                 if found is None:

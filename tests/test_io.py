@@ -1074,6 +1074,23 @@ def test_a_resumed_workbook_run_writes_the_kept_records_numbers_as_numbers_too(t
         [7, 87.5], [8, 90]]
 
 
+@pytest.mark.parametrize("dimension", [b'<dimension ref="A1"/>', b'<dimension ref="A1:B2"/>', b""])
+def test_a_workbook_whose_sheet_misstates_its_extent_is_read_to_its_last_row(tmp_path, dimension):
+    """A sheet's <dimension> says how far its cells reach, and programs that export workbooks write "A1" there (or
+    nothing): read as far as it claimed, such a file gave its header and no record, and its queries were lost
+    without a word."""
+    workbook(tmp_path / "in.xlsx", {"q": [["from the LIMS"], ["smiles", "id"], ["CCO", "A1"], ["CCN"], ["CCCl", 3]]})
+    with zipfile.ZipFile(tmp_path / "in.xlsx") as source, zipfile.ZipFile(tmp_path / "out.xlsx", "w") as target:
+        for member in source.namelist():
+            xml = source.read(member)
+            if member.startswith("xl/worksheets/"):
+                xml, n = re.subn(rb'<dimension ref="A1:B5"\s*/>', dimension, xml)
+                assert n == 1
+            target.writestr(member, xml)
+    table = read_queries(tmp_path / "out.xlsx")
+    assert (table.queries, table.columns, table.cells) == (["CCO", "CCN", "CCCl"], ("id",), (("A1",), ("",), ("3",)))
+
+
 def test_a_workbook_wider_than_a_sheet_is_refused(tmp_path):
     """An input of more columns than a sheet holds (16,384 with ours) gave cells past XFD, which Excel drops."""
     molspec_io.workbook_bytes([f"c{i}" for i in range(16_384)], [])
