@@ -5,7 +5,9 @@ product atom is traced to a reactant by the largest substructure the two share (
 substructure, elements matched, any bond order), the reactant with the largest share first, then the
 next on the product atoms still untraced; then bond by bond from traced atoms into their reactants' untraced
 neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined
-or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A product atom is in
+or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between
+two carbons is then the one whose carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the
+phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A product atom is in
 the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no
 bond of the same order between the reactant's atoms; or where its hydrogen count or charge differs from its
 reactant atom's. Reactant atoms that do not reach the product leave (a chloride, a Boc group, a boronic acid's
@@ -122,6 +124,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=False)
     _trace_lone_atoms(product_mol, molecules, owner, unused)
     _trace_bonded_lone_atoms(product_mol, molecules, owner, unused)
+    _keep_the_nucleophiles_heteroatom(product_mol, molecules, owner)
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
         return None
     centre = {a.GetIdx() for a in product_mol.GetAtoms() if a.GetIdx() not in owner or _atom_changed(
@@ -179,6 +182,70 @@ def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, t
         *_, atom, k, r = min(candidates)
         owner[atom] = (k, r)
         reached.add((k, r))
+
+
+HETEROATOMS = (7, 8, 16)  # N, O, S: the atoms a nucleophile joins by
+
+
+def _holds_on(atom: Chem.Atom) -> int:
+    """How firmly a reactant's carbon (or sulfur, phosphorus) keeps its bond to a heteroatom: 0 at an acyl-like
+    centre, an atom with a double bond to N, O or S (a carbonyl, imine, sulfonyl), where substitution goes by
+    addition, then elimination, and an aldehyde's oxygen leaves as water when it becomes an acetal; 2 on an aromatic
+    ring, whose bond to a phenol's oxygen no esterification, Mitsunobu reaction or hydrolysis breaks; 1 otherwise."""
+    if atom.GetIsAromatic():
+        return 2
+    return 0 if any(bond.GetBondType() == Chem.BondType.DOUBLE and bond.GetOtherAtom(atom).GetAtomicNum() in HETEROATOMS
+                    for bond in atom.GetBonds()) else 1
+
+
+def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
+                                      owner: dict[int, tuple[int, int]]) -> None:
+    """Retrace a product heteroatom (N, O, S) between two carbons to the reactant whose carbon keeps it.
+
+    Where a heteroatom joins two carbons and both carbons' reactants hold one of its element there, the largest
+    shared substructure says which bond was made, often wrongly: an acid's C(=O)O, laid whole on an ester, said the
+    acid's oxygen stayed and the phenol's or alcohol's left. Chemistry says the bond is made and broken at the carbon
+    that holds its heteroatom less firmly (_holds_on): an acid and an alcohol, phenol, amine or thiol join by the
+    nucleophile's heteroatom and the acid's OH leaves as water (Fischer esterification, the coupling reagents; shown
+    with oxygen-18 by Roberts and Urey, 1938); an aldehyde and a diol make an acetal with both of the diol's oxygens;
+    a phenol and an alcohol make an aryl ether with the phenol's oxygen (the Mitsunobu reaction). So the heteroatom,
+    traced to one carbon's reactant, is retraced to the other carbon's untraced heteroatom where that carbon holds on
+    more firmly. (Where both hold on alike, as two alcohols, nothing is changed: the molecules alone cannot tell. Nor
+    where the other heteroatom is bonded to an acyl-like atom: a mesylate's oxygen leaves with its sulfonyl, and an
+    acid takes the alkyl by its own oxygen.)
+
+    Read back as hydrolysis (a retrosynthesis answer's aryl ester for an acid): the aryl carbon keeps its oxygen, so
+    the acid's OH is not the phenol's (it comes from the water, which the answer does not show) and the phenol leaves
+    whole. Of an alkyl ester, which bond breaks depends on the ester and the reagents (a methyl ester's acyl C-O bond
+    in a saponification, a tert-butyl or benzyl ester's alkyl C-O bond), which the answer does not show: its oxygen
+    stays with the acid, as USPTO-50K's atom maps have it."""
+    reached = set(owner.values())
+
+    def reactant_atom(index: int) -> Chem.Atom:
+        k, r = owner[index]
+        return molecules[k].GetAtomWithIdx(r)
+
+    for atom in product.GetAtoms():
+        if atom.GetAtomicNum() not in HETEROATOMS or atom.GetIdx() not in owner:
+            continue
+        k, x = owner[atom.GetIdx()]
+        traced = [n.GetIdx() for n in atom.GetNeighbors() if n.GetIdx() in owner]
+        kept = [n for n in traced if owner[n][0] == k and molecules[k].GetBondBetweenAtoms(owner[n][1], x)]
+        made = [n for n in traced if n not in kept]
+        own = [(owner[n][0], y.GetIdx()) for c in kept for n in made
+               if _holds_on(reactant_atom(n)) > _holds_on(reactant_atom(c))
+               for y in reactant_atom(n).GetNeighbors()
+               if y.GetAtomicNum() == atom.GetAtomicNum() and (owner[n][0], y.GetIdx()) not in reached
+               and all(_holds_on(z) for z in y.GetNeighbors())]
+        aryl_leaves = (atom.GetDegree() == 1 and any(_holds_on(reactant_atom(c)) == 0 for c in kept)
+                       and any(n.GetIsAromatic() and (k, n.GetIdx()) not in reached
+                               for n in molecules[k].GetAtomWithIdx(x).GetNeighbors()))
+        if own or aryl_leaves:
+            reached.discard((k, x))
+            del owner[atom.GetIdx()]
+        if own:
+            owner[atom.GetIdx()] = own[0]
+            reached.add(own[0])
 
 
 def _neighbours_alike(atom: Chem.Atom, other: Chem.Atom) -> int:

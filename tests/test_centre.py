@@ -29,7 +29,7 @@ def symbols(smiles: str, atoms) -> list[str]:
     # was its ethoxy, marked as the centre with the acyl carbon and the carbonyl oxygen leaving)
     ("CCOC(C)=O.NCc1ccccc1", "CC(=O)NCc1ccccc1", ["C", "N"], ["C", "C", "O"]),
     ("CCOC(=O)c1ccccc1.NCC", "CCNC(=O)c1ccccc1", ["C", "N"], ["C", "C", "O"]),
-    # esterification: the ester bond (which oxygen the water takes the molecules alone cannot tell)
+    # esterification: the ester bond; the acid's OH leaves (which oxygen: the test below)
     ("CC(=O)O.OCC", "CCOC(C)=O", ["C", "O"], ["O"]),
 ])
 def test_the_centre_is_where_bonds_change_and_the_rest_leaves(reactants, product, centre, leaving):
@@ -202,3 +202,55 @@ def test_a_ring_closed_onto_an_aniline_keeps_the_aniline_ring_unmarked():
     # the urea carbon, the two nitrogens and the two carbons whose bonds to them turned aromatic, as the maps have it
     assert symbols(product, found.product_atoms) == ["C", "C", "C", "N", "N"]
     assert symbols(reactants, found.leaving_atoms) == ["C"] * 6 + ["N"] * 4  # two imidazoles; CDI's C=O stays
+
+
+@pytest.mark.parametrize("reactants, product, centre, leaving", [
+    # an acid and a phenol: the phenol's oxygen joins the acyl carbon and the acid's OH leaves (the acid, the larger
+    # share, gave the ester its C(=O)O whole: the phenol's oxygen was said to leave, its ring carbon to bond)
+    ("OC(=O)c1ccccc1.Oc1ccccc1", "O=C(Oc1ccccc1)c1ccccc1", {1, 9}, {0}),
+    ("CC(=O)O.Oc1ccccc1", "CC(=O)Oc1ccccc1", {1, 4}, {3}),
+    ("OC(=O)c1ccccc1.OCC", "O=C(OCC)c1ccccc1", {1, 9}, {0}),  # and an alcohol
+    ("CC(=O)O.OCC", "CCOC(C)=O", {1, 4}, {3}),
+    ("OCCCC(=O)O", "O=C1CCCO1", {0, 4}, {6}),  # a lactone: the alcohol's oxygen closes the ring
+    ("CC(=O)OC.OCc1ccccc1", "CC(=O)OCc1ccccc1", {1, 5}, {3, 4}),  # transesterification: the methoxy leaves
+    ("OC(=O)c1ccccc1.SCC", "O=C(SCC)c1ccccc1", {1, 9}, {0}),  # a thioester
+    ("CC(=O)O.NCc1ccccc1", "CC(=O)NCc1ccccc1", {1, 4}, {3}),  # an amide from the acid
+    ("CC(=O)Cl.NCc1ccccc1", "CC(=O)NCc1ccccc1", {1, 4}, {3}),  # and from the acid chloride
+    ("OCCO.O=Cc1ccccc1", "C1COC(c2ccccc2)O1", {0, 3, 5}, {4}),  # an acetal: both oxygens the diol's
+    ("OC1CCCCC1.Oc1ccc(Br)cc1", "Brc1ccc(OC2CCCCC2)cc1", {1, 7}, {0}),  # Mitsunobu: the phenol keeps its oxygen
+    ("OC(=O)c1ccccc1.CI", "COC(=O)c1ccccc1", {0, 9}, {10}),  # but methyl iodide: the acid's oxygen takes the methyl
+    ("OC(=O)c1ccccc1.CCCOS(C)(=O)=O", "CCCOC(=O)c1ccccc1", {0, 11}, {12, 13, 14, 15, 16}),  # and a mesylate's alkyl
+])
+def test_a_nucleophile_keeps_its_heteroatom_and_the_acids_oh_leaves(reactants, product, centre, leaving):
+    """Substitution at an acyl carbon makes and breaks bonds at that carbon (oxygen-18 in the alcohol ends in the
+    ester, Roberts and Urey 1938), and an aryl carbon keeps its oxygen."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert found.reactant_atoms == centre
+    assert found.leaving_atoms == leaving
+
+
+@pytest.mark.parametrize("reactants, product, centre, leaving", [
+    # a retrosynthesis answer's aryl ester for an acid: the acyl C-O bond breaks and the phenol leaves whole (its
+    # oxygen was said to stay as the acid's OH and its ring carbon to lose the bond); the OH's oxygen, from the water
+    # the answer does not show, stays untraced
+    ("CC(=O)Oc1ccccc1", "CC(=O)O", {1}, {3, 4, 5, 6, 7, 8, 9}),
+    ("O=C(Oc1ccccc1)c1ccccc1", "OC(=O)c1ccccc1", {1}, {2, 3, 4, 5, 6, 7, 8}),
+    ("CC(=O)Oc1ccccc1", "Oc1ccccc1", {3}, {0, 1, 2}),  # for the phenol: it keeps its oxygen; the acetyl leaves
+    ("CC(=O)NCc1ccccc1", "NCc1ccccc1", {3}, {0, 1, 2}),  # an amide's hydrolysis, for the amine
+    ("CC(=O)NCc1ccccc1", "CC(=O)O", {1}, set(range(3, 11))),  # and for the acid
+    # an alkyl ester for the acid: which C-O bond breaks depends on the ester and reagents the answer does not show;
+    # the oxygen stays with the acid, as USPTO-50K's atom maps have it
+    ("CC(=O)OC", "CC(=O)O", {3}, {4}),
+])
+def test_hydrolysis_read_as_a_retrosynthesis_answer_breaks_the_acyl_bond(reactants, product, centre, leaving):
+    found = reaction_centre(reactants, product)
+    assert found is not None
+    assert found.reactant_atoms == centre
+    assert found.leaving_atoms == leaving
+
+
+def test_a_retrosynthesis_answers_acid_and_phenol_are_marked_the_right_way_round():
+    """The app's picture of the answer: the acid's OH in the leaving colour, the phenol's oxygen in the centre's."""
+    colours = depict.centre_colours("OC(=O)c1ccccc1.Oc1ccccc1", "O=C(Oc1ccccc1)c1ccccc1", on="reactants")
+    assert colours == {0: depict.LEAVING_COLOUR, 1: depict.CENTRE_COLOUR, 9: depict.CENTRE_COLOUR}
