@@ -90,9 +90,13 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
         return None
     bonds = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in query.GetBonds()]
 
-    def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int]:
-        """(atoms changed: hydrogens, charge or a bond's order; the reactant's multiple bonds not kept)."""
+    def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int, int]:
+        """(atoms changed: hydrogens, charge or a bond's order; the reactant's multiple bonds not kept; atoms changed
+        that have no bond out of the substructure). The last: an azole's NH alkylated, its ring laid either way round
+        on a symmetric product, changed one nitrogen's hydrogens either way; the one that took the new bond is the
+        centre anyway, but the turn that changed its twin marked both."""
         placement, fit = pair
+        inside = {kept[p] for p in placement}
         changed = {i for i, (p, r) in enumerate(zip(placement, fit))
                    if _atom_changed(product.GetAtomWithIdx(kept[p]), reactant.GetAtomWithIdx(r))}
         for a, b in bonds:
@@ -100,7 +104,9 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
             before = reactant.GetBondBetweenAtoms(fit[a], fit[b])
             if after.GetBondType() != before.GetBondType():
                 changed.update((a, b))
-        return len(changed), -sum(multiple[r] for r in fit)
+        enclosed = sum(all(n.GetIdx() in inside for n in product.GetAtomWithIdx(kept[placement[i]]).GetNeighbors())
+                       for i in changed)
+        return len(changed), -sum(multiple[r] for r in fit), enclosed
 
     multiple = [sum(bond.GetBondTypeAsDouble() > 1 and not bond.GetIsAromatic() for bond in atom.GetBonds())
                 for atom in reactant.GetAtoms()]

@@ -254,3 +254,14 @@ def test_a_retrosynthesis_answers_acid_and_phenol_are_marked_the_right_way_round
     """The app's picture of the answer: the acid's OH in the leaving colour, the phenol's oxygen in the centre's."""
     colours = depict.centre_colours("OC(=O)c1ccccc1.Oc1ccccc1", "O=C(Oc1ccccc1)c1ccccc1", on="reactants")
     assert colours == {0: depict.LEAVING_COLOUR, 1: depict.CENTRE_COLOUR, 9: depict.CENTRE_COLOUR}
+
+
+@pytest.mark.parametrize("reactants, product, centre", [
+    ("CI.Cc1nc2cc(Cl)c(Cl)cc2[nH]1", "Cn1c(C)nc2cc(Cl)c(Cl)cc21", {0, 1}),  # USPTO-50K: N-methylation
+    ("CCCCCCBr.c1ccc(-c2nnn[nH]2)cc1", "CCCCCCn1nnnc1-c1ccccc1", {5, 6}),
+])
+def test_an_alkylated_azole_marks_the_nitrogen_that_took_the_bond_not_its_twin(reactants, product, centre):
+    """The azole laid either way round changed one nitrogen's hydrogen either way; the turn that changed the other
+    nitrogen marked both, though only one bond was made."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.product_atoms == centre
