@@ -266,7 +266,11 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
     """Trace an untraced product atom whose neighbours are all traced to the one unused reactant that holds its
     element (the methyl of methyl iodide, the nitrogen of ammonia, the carbon of formaldehyde), which shares one atom
     with the product and so no substructure of two: a retrosynthesis answer's methyl iodide was drawn unmarked. Where
-    two unused reactants hold the element (methyl iodide in methanol), which gave the atom is not guessed."""
+    two unused reactants hold the element (methyl iodide in methanol), which gave the atom is not guessed. Of the
+    reactant's atoms of that element, the one with the fewest bonds to break goes (a peracid's or Oxone's terminal
+    OH oxygen, not the carbonyl's or the sulfonyl's, which was taken for having no hydrogen to lose, the peroxide's
+    O-O bond said to stay and the peracid to leave without its acid group); then one bonded to its own element (the
+    peroxide's O-O, the weak bond), then one whose hydrogens and charge change least."""
     for atom in product.GetAtoms():
         if atom.GetIdx() in owner or not atom.GetDegree() or any(n.GetIdx() not in owner for n in atom.GetNeighbors()):
             continue
@@ -276,7 +280,9 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
             continue
         k = holders[0]
         same = [a for a in molecules[k].GetAtoms() if a.GetAtomicNum() == atom.GetAtomicNum()]
-        owner[atom.GetIdx()] = (k, min(same, key=lambda a: _atom_changed(atom, a)).GetIdx())
+        owner[atom.GetIdx()] = (k, min(same, key=lambda a: (
+            sum(bond.GetBondTypeAsDouble() for bond in a.GetBonds()),
+            all(n.GetAtomicNum() != a.GetAtomicNum() for n in a.GetNeighbors()), _atom_changed(atom, a))).GetIdx())
         unused.discard(k)
 
 

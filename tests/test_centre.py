@@ -265,3 +265,16 @@ def test_an_alkylated_azole_marks_the_nitrogen_that_took_the_bond_not_its_twin(r
     nitrogen marked both, though only one bond was made."""
     found = reaction_centre(reactants, product)
     assert found is not None and found.product_atoms == centre
+
+
+@pytest.mark.parametrize("reactants, product, given", [
+    ("CSc1ccccc1.O=C(OO)c1cccc(Cl)c1", "CS(=O)c1ccccc1", 11),  # USPTO-50K: mCPBA oxidises a sulfide
+    ("C=CCc1ccccc1.O=C(OO)c1cccc(Cl)c1", "c1ccc(CC2CO2)cc1", 12),  # and epoxidises an alkene
+    ("CSc1ccccc1.OOS(=O)(=O)[O-].[K+]", "CS(=O)c1ccccc1", 8),  # Oxone
+])
+def test_an_oxidant_gives_its_peroxides_terminal_oxygen(reactants, product, given):
+    """The oxygen a peracid gives is its OH's, whose O-O bond breaks; the carbonyl's (or sulfonyl's) oxygen was
+    taken, for having no hydrogen to lose, and the peroxide marked as staying whole in the acid that leaves."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert given in found.reactant_atoms and given not in found.leaving_atoms
