@@ -639,6 +639,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if self.close_connection:  # the client learns it must open a new connection for its next request
             self.send_header("Connection", "close")
+        elif self.request_version == "HTTP/1.0":  # kept open as it asked (keep-alive): without this header an
+            self.send_header("Connection", "keep-alive")  # HTTP/1.0 client waits for the close that ends an answer
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         try:

@@ -752,6 +752,14 @@ def test_a_body_shorter_than_its_content_length_is_refused(address):
                                                   "before the client stopped sending)")
 
 
+def test_an_http_1_0_client_that_asks_to_keep_its_connection_is_told_it_is_kept(address):
+    """The connection was kept open without saying so: an HTTP/1.0 client (ab -k) takes an answer without
+    'Connection: keep-alive' to end at the close, and waited the 30 s read timeout for it."""
+    answers = exchange(address, b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /models HTTP/1.0\r\n\r\n")
+    assert [(line.split()[1], fields.get("connection")) for line, fields, _ in answers] == [("200", "keep-alive"),
+                                                                                            ("200", "close")]
+
+
 def test_a_request_must_name_one_host_and_any_loopback_name_will_do(address):
     assert exchange(address, b"GET /health HTTP/1.1\r\n\r\n")[0][0].startswith("HTTP/1.1 400")  # was 403
     two = exchange(address, b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n")
