@@ -7,7 +7,8 @@ import torch
 from conftest import random_model, random_sources
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.sampling import SamplingOptions, sample_decode
-from molspec_core.decoding.verify import accept_sampled, adjust_probs, mentored_copy_target, mentored_target
+from molspec_core.decoding.verify import (accept_relaxed, accept_sampled, adjust_probs, mentored_copy_target,
+                                          mentored_target)
 from molspec_core.drafting import make_drafter
 from molspec_core.tokenizer import BOS_ID, EOS_ID
 
@@ -129,6 +130,28 @@ def test_relaxed_with_beta_1_tau_0_is_greedy(copy_model):
         relaxed = sample_decode(model, sources, "relaxed", factory, SamplingOptions(beta=1, tau=0.0), max_len=25)
         plain = greedy(model, sources, lambda s: make_drafter("none", s, 0, 0), max_len=25)
         assert [r.hypotheses[0].tokens for r in relaxed] == [r.hypotheses[0].tokens for r in plain]
+
+
+def test_relaxed_with_beta_1_tau_0_takes_greedys_token_at_ties_and_near_ties():
+    """Greedy's argmax takes the first of equal logits; relaxed with beta=1, tau=0 accepts that token alone. It
+    accepted a draft token tied with a lower one, and it compared log-probs, in which logits 1e-8 apart round
+    equal (0 and 1e-8 beside 0.69): greedy writes token 1 there, and relaxed accepted a draft of token 0."""
+    from molspec_core.decoding.sampling import _accept
+    from molspec_core.decoding.verify import accept_greedy
+    from molspec_core.drafting import Draft
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randint(0, 3, (400, 4, 6), generator=generator).float()  # (B, 1+D, V) whole numbers: many ties
+    drafts = torch.randint(0, 6, (400, 3), generator=generator)
+    n_accepted, next_token = accept_relaxed(drafts, logits, beta=1, tau=0.0)
+    greedy_accepted, _ = accept_greedy(drafts.unsqueeze(1), torch.full((400, 1), 3), logits.argmax(-1).unsqueeze(1))
+    assert torch.equal(n_accepted, greedy_accepted)
+    assert torch.equal(next_token, logits.argmax(-1)[torch.arange(400), n_accepted])
+    assert 0 < int(n_accepted.count_nonzero()) < 400
+
+    near = torch.tensor([[0.0, 1e-8, -5.0, -5.0], [0.0, 1e-8, -5.0, -5.0]])  # pending token, one draft token
+    assert _accept(near, Draft((0,), (0,)), "relaxed", SamplingOptions(beta=1, tau=0.0), generator) == (0, 1)
+    assert _accept(near, Draft((1,), (1,)), "relaxed", SamplingOptions(beta=1, tau=0.0), generator) == (1, 1)
 
 
 def test_loose_relaxed_accepts_more():

@@ -35,8 +35,7 @@ def _accept(logits: torch.Tensor, draft: Draft, mode: str, options: SamplingOpti
     """The acceptance rule of `mode` on one call's logits (1+D, V): (n_accepted, next_token)."""
     draft_tokens = torch.tensor([draft.tokens], dtype=torch.long)  # (1, D)
     if mode == "relaxed":
-        n_accepted, next_token = accept_relaxed(draft_tokens, logits.log_softmax(dim=-1).unsqueeze(0),
-                                                options.beta, options.tau)
+        n_accepted, next_token = accept_relaxed(draft_tokens, logits.unsqueeze(0), options.beta, options.tau)
         return int(n_accepted[0]), int(next_token[0])
     target_probs = adjust_probs(logits, options.temperature, options.top_k)  # (1+D, V)
     draft_probs = draft.draft_probs(target_probs.shape[-1])  # (D, V)

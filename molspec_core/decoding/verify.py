@@ -94,22 +94,28 @@ def accept_sampled(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None,
     return n_accepted, next_token
 
 
-def accept_relaxed(draft_tokens: torch.Tensor, log_probs: torch.Tensor, beta: int = 1,
+def accept_relaxed(draft_tokens: torch.Tensor, logits: torch.Tensor, beta: int = 1,
                    tau: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """SpecDec++-style relaxed verification for greedy decoding (Xia et al. 2023), lossy.
 
-    Draft token i passes if it is among the model's top-beta tokens at i and
-    log p(top-1) - log p(draft) <= tau; the next token after the accepted run is the argmax there.
-    beta=1, tau=0 accepts exactly the argmax: plain greedy. draft_tokens (B, D), log_probs (B, D+1, V).
+    Draft token i passes if it is among the model's top-beta tokens at i in greedy's order (higher
+    logit first, equal logits the lower token first) and log p(top-1) - log p(draft) <= tau; the next
+    token after the accepted run is the argmax there. beta=1, tau=0 accepts exactly the argmax: plain
+    greedy, ties included. draft_tokens (B, D), logits (B, D+1, V): the model's raw logits, whose
+    differences are those of the log-probs; a log_softmax first would round nearly equal logits into
+    ties that greedy's argmax does not see.
     """
     depth = draft_tokens.shape[1]
-    top = log_probs[:, :depth].max(dim=-1).values
-    drafted = log_probs[:, :depth].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
-    rank = (log_probs[:, :depth] > drafted.unsqueeze(-1)).sum(dim=-1)  # tokens strictly better
+    scores = logits[:, :depth]
+    top = scores.max(dim=-1).values
+    drafted = scores.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
+    lower = torch.arange(scores.shape[-1], device=scores.device) < draft_tokens.unsqueeze(-1)  # (B, D, V)
+    ahead = (scores > drafted.unsqueeze(-1)) | ((scores == drafted.unsqueeze(-1)) & lower)
+    rank = ahead.sum(dim=-1)  # tokens greedy's argmax would take before the draft token
     ok = (rank < beta) & (top - drafted <= tau)
     n_accepted = ok.long().cumprod(dim=-1).sum(dim=-1)
     rows = torch.arange(draft_tokens.shape[0], device=draft_tokens.device)
-    return n_accepted, log_probs[rows, n_accepted].argmax(dim=-1)
+    return n_accepted, logits[rows, n_accepted].argmax(dim=-1)
 
 
 def _kl(r: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
