@@ -679,7 +679,9 @@ def parse_sd_file(text: str) -> QueryFile:
     columns called name."""
     from .chem import sd_records
 
-    records = sd_records(text)
+    # line breaks as \n: an SD file or molfile saved with a carriage return alone (a classic Mac program's) read as one
+    # record that RDKit cannot read, and every molecule in it was lost
+    records = sd_records(re.sub(r"\r\n?", "\n", text))
     _check_rows(len(records))
     fields = list(dict.fromkeys(name for record in records for name in record.fields))
     named = next((name for name in fields if _header_key(name) == NAME_COLUMN), None)

@@ -775,6 +775,15 @@ def test_an_sd_file_gives_each_records_molecule_title_and_fields_and_each_unread
         "SD record 3: RDKit cannot sanitize it: Explicit valence for atom # 1 C, 5, is greater than permitted", ""]
 
 
+@pytest.mark.parametrize("name", ["drawn.sdf", "drawn.mol"])
+@pytest.mark.parametrize("line_break", ["\r", "\r\n"])
+def test_an_sd_file_or_molfile_with_carriage_returns_for_line_breaks_reads_as_one_with_line_feeds(name, line_break):
+    """An SD file saved with a carriage return alone between lines (a classic Mac program's) read as one record that
+    RDKit could not read: every molecule in it was lost."""
+    text = sd_file_text() if name.endswith(".sdf") else molfile("C[C@H](N)C(=O)O", "L-alanine")
+    assert parse_upload(name, text.replace("\n", line_break).encode()) == parse_upload(name, text.encode())
+
+
 def test_an_sd_file_without_problems_carries_none_and_an_empty_one_no_record(tmp_path):
     records = sd_file_text().split("$$$$\n")
     (tmp_path / "good.sdf").write_text(records[0] + "$$$$\n" + records[3] + "$$$$\n")
