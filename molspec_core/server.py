@@ -80,6 +80,7 @@ STOPPING = "the server is stopping; send the request again once it is back"
 CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
+MAX_DIGITS = 100  # in a JSON whole number (a seed takes 19); Python reads no more than 4,300
 # each path and the methods it takes (the Allow header)
 ROUTES = {"/health": "GET, HEAD", "/models": "GET, HEAD", "/predict": "POST"}
 
@@ -596,7 +597,9 @@ class Handler(BaseHTTPRequestHandler):
         if not text.strip():
             raise RequestError('the body is empty: send a JSON object, such as {"smiles": "CCO"}')
         try:
-            return json.loads(text, parse_constant=_no_constant)
+            return json.loads(text, parse_constant=_no_constant, parse_int=_whole_number)
+        except RequestError:
+            raise
         except (json.JSONDecodeError, ValueError) as exc:
             raise RequestError(f"the body is not JSON: {exc}") from None
         except RecursionError:  # json reads arrays and objects within each other recursively
@@ -665,6 +668,14 @@ class Handler(BaseHTTPRequestHandler):
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _whole_number(digits: str) -> int:
+    """A JSON whole number; one too long for Python to read was 'not JSON', with advice for the server's code."""
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise RequestError(f"a whole number of {len(digits.lstrip('-')):,} digits in the body; no option takes one "
+                           f"of more than {MAX_DIGITS}")
+    return int(digits)
 
 
 def busy_answer(limit: int) -> bytes:

@@ -198,6 +198,15 @@ def test_a_body_that_is_not_json_is_refused(address, raw, says):
     assert status == 400 and says in payload["error"]
 
 
+def test_a_number_too_long_to_read_is_refused_without_advice_for_the_servers_code(address):
+    """It was 'not JSON: Exceeds the limit (4300 digits) ...; use sys.set_int_max_str_digits() to increase the
+    limit'."""
+    status, payload = call(address, "POST", "/predict", raw=b'{"model": "forward", "smiles": "CCO", "seed": %s}'
+                           % (b"9" * 5000))
+    assert (status, payload) == (400, {"error": "a whole number of 5,000 digits in the body; no option takes one of "
+                                                "more than 100"})
+
+
 def test_a_body_that_begins_with_a_byte_order_mark_is_read(address):
     """JSON saved by a Windows editor begins with a UTF-8 byte order mark, which JSON's RFC lets a reader ignore:
     it was refused, 'Unexpected UTF-8 BOM (decode using utf-8-sig)'."""
