@@ -398,18 +398,16 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
     the others carried beside them; blank records after the last are dropped, a short record's missing cells are
     empty and a long one's extra cells (under no name) dropped, which a note says where any is not empty (a cell
     with an unquoted comma split in two, whose second half was lost without a word); empty columns under no name
-    after the header's last name are no columns (they gave the output columns called "" and "input_"). `problems`:
-    why a record's empty query cell gave none, by record index (QueryFile.problems); such a record is no blank one."""
+    are no columns (they gave the output columns called "" and "input_"). `problems`: why a record's empty query cell
+    gave none, by record index (QueryFile.problems); such a record is no blank one."""
     problems = problems or {}
     while records and not any(records[-1]) and len(records) - 1 not in problems:
         records.pop()  # blank lines (or rows) after the last record
-    fields = list(fields)
-    while fields and not fields[-1].strip() and not any(len(fields) <= len(record) and record[len(fields) - 1].strip()
-                                                         for record in records):
-        fields.pop()  # an empty column under no name after the last named one (Excel's CSV ends its lines ";;")
     _check_rows(len(records))
     longer = [i for i, record in enumerate(records, start=1) if any(cell.strip() for cell in record[len(fields):])]
-    others = [i for i in range(len(fields)) if i != at]
+    # an empty column under no name is none (Excel's CSV ends its lines ";;"; a sheet's table starts at column B)
+    others = [i for i in range(len(fields)) if i != at and (fields[i].strip() or any(
+        i < len(record) and record[i].strip() for record in records))]
     padding = [""] * len(fields)
     queries, cells = [], []
     for record in records:

@@ -272,14 +272,17 @@ def test_other_columns_are_read_beside_the_query(tmp_path):
     assert table.cells == (("1", "first"), ("2", ""), ("", ""), ("3", "x"))
 
 
-def test_empty_columns_under_no_name_after_the_last_named_one_are_no_columns():
-    """Excel saves a CSV of a sheet once formatted further right with empty cells at the end of each line (";;"): they
-    went to the output as columns called "" and "input_". An unnamed column that holds a cell stays."""
+def test_empty_columns_under_no_name_are_no_columns(tmp_path):
+    """Excel saves a CSV of a sheet once formatted further right with empty cells at the end of each line (";;"), and a
+    sheet's table may start at column B: those columns went to the output as columns called "" and "input_". An
+    unnamed column that holds a cell stays."""
     table = parse_upload("q.csv", b"smiles;id;;\r\nCCO;1;; \r\nCCN;2;;\r\n")
     assert (table.columns, table.cells, table.notes) == (("id",), (("1",), ("2",)), ())
     assert output_header(table.columns)[:2] == ["id", "row"]
     table = parse_upload("q.csv", b"smiles,id,,\nCCO,1,,x\n")
-    assert (table.columns, table.cells) == (("id", "", ""), (("1", "", "x"),))
+    assert (table.columns, table.cells) == (("id", ""), (("1", "x"),))
+    workbook(tmp_path / "b.xlsx", {"q": [[None, "smiles", None, "id"], [None, "CCO", None, 7]]})
+    assert read_queries(tmp_path / "b.xlsx").columns == ("id",)
 
 
 def test_records_of_empty_cells_after_the_last_are_no_queries_and_those_before_it_stay(tmp_path):
