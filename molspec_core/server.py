@@ -22,7 +22,8 @@ cannot reach it through DNS rebinding), and it takes only `Content-Type: applica
 page cannot send across origins without a preflight this server never grants). Bodies, queries per
 request, open connections (MAX_CONNECTIONS), the time to send a whole request (READ_TIMEOUT_S) and the time a
 request decodes are bounded (MAX_REQUEST_S: the queries not begun by then come back with an error, the others
-with their answers); a query stops at its time limit. A body is framed by one Content-Length alone, and a
+with their answers); a query stops at its time limit. A body is framed by one Content-Length or comes in chunks
+(Transfer-Encoding: chunked), never both, and a
 connection whose request left a body unread closes after its answer (none is read as the next request).
 """
 from __future__ import annotations
@@ -80,6 +81,9 @@ STOPPING = "the server is stopping; send the request again once it is back"
 CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
+HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk's size
+MAX_CHUNK_LINE = 4096  # bytes in a chunk's size line (with its extensions) or a trailer field
+MAX_TRAILER_LINES = 100
 MAX_DIGITS = 100  # in a JSON whole number (a seed takes 19); Python reads no more than 4,300
 # each path and the methods it takes (the Allow header)
 ROUTES = {"/health": "GET, HEAD", "/models": "GET, HEAD", "/predict": "POST"}
@@ -541,21 +545,28 @@ class Handler(BaseHTTPRequestHandler):
     def _carries_body(self) -> bool:
         return self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers
 
-    def _check_head(self) -> int:
-        """A /predict request's Content-Length, once its headers show a JSON body this server reads; a
-        RequestError (the connection to close, the body unread) where they do not."""
+    def _check_head(self) -> int | None:
+        """A /predict request's Content-Length (None: its body comes in chunks), once its headers show a JSON body
+        this server reads; a RequestError (the connection to close, the body unread) where they do not."""
         try:
             kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 raise RequestError("send the body as JSON with Content-Type: application/json",
                                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
             lengths = self.headers.get_all("Content-Length") or []
-            if "Transfer-Encoding" in self.headers:  # chunked bodies are not read; with a Content-Length beside
-                if lengths:                          # it, which one frames the body? (request smuggling's way in)
-                    raise RequestError("Transfer-Encoding and Content-Length together; send the body with a "
-                                       "Content-Length alone")
-                raise RequestError("a body needs a Content-Length (chunked bodies are not read)",
-                                   HTTPStatus.LENGTH_REQUIRED)
+            if "Transfer-Encoding" in self.headers:  # with a Content-Length beside it, which one frames the body?
+                if lengths:                          # (request smuggling's way in)
+                    raise RequestError("Transfer-Encoding and Content-Length together; send the body with one "
+                                       "of them")
+                codings = [c.strip().lower() for v in self.headers.get_all("Transfer-Encoding") or [] for c in
+                           v.split(",")]
+                if codings != ["chunked"]:
+                    raise RequestError(f"Transfer-Encoding {', '.join(codings)[:60]!r}: only chunked is read",
+                                       HTTPStatus.NOT_IMPLEMENTED)
+                if self.request_version != "HTTP/1.1":  # HTTP/1.0 has no chunked bodies (RFC 9112, 6.1)
+                    raise RequestError(f"a chunked body in an {self.request_version} request; send it with a "
+                                       "Content-Length")
+                return None
             if not lengths:
                 raise RequestError("a body needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
             if len(set(lengths)) > 1:
@@ -574,19 +585,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> object:
         length = self._check_head()
-        try:
-            data = self.rfile.read(length)
-        except ConnectionError as exc:  # the client went away mid-body: no bug of ours
-            self.close_connection = True
-            raise RequestError(f"the body stopped short of its {length:,} bytes ({exc})",
-                               HTTPStatus.REQUEST_TIMEOUT) from None
-        if len(data) < length:  # the client closed its side, or took past its time to send the rest
-            self.close_connection = True
-            if self.read_stopped:
-                raise RequestError(f"the body stopped short of its {length:,} bytes: the request did not arrive "
-                                   f"within {self.server.read_timeout_s:g} s", HTTPStatus.REQUEST_TIMEOUT)
-            raise RequestError(f"the body stopped short of its {length:,} bytes ({len(data):,} came before the "
-                               "client stopped sending)")
+        data = self._chunked() if length is None else self._framed(length)
         start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0  # a Windows editor's byte order
         try:                                                                      # mark, which RFC 8259 lets go
             text = data[start:].decode("utf-8")
@@ -604,6 +603,75 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(f"the body is not JSON: {exc}") from None
         except RecursionError:  # json reads arrays and objects within each other recursively
             raise RequestError("the body's JSON is nested too deeply") from None
+
+    def _framed(self, length: int) -> bytes:
+        """A body of `length` bytes (its Content-Length)."""
+        try:
+            data = self.rfile.read(length)
+        except ConnectionError as exc:  # the client went away mid-body: no bug of ours
+            self.close_connection = True
+            raise RequestError(f"the body stopped short of its {length:,} bytes ({exc})",
+                               HTTPStatus.REQUEST_TIMEOUT) from None
+        if len(data) < length:  # the client closed its side, or took past its time to send the rest
+            self.close_connection = True
+            raise self._stopped_short(f"the body stopped short of its {length:,} bytes", len(data))
+        return data
+
+    def _stopped_short(self, what: str, came: int) -> RequestError:
+        """The error for a body whose sending stopped: its client closed its side, or took past its time."""
+        if self.read_stopped:
+            return RequestError(f"{what}: the request did not arrive within {self.server.read_timeout_s:g} s",
+                                HTTPStatus.REQUEST_TIMEOUT)
+        return RequestError(f"{what} ({came:,} came before the client stopped sending)")
+
+    def _chunked(self) -> bytes:
+        """A body sent in chunks (Transfer-Encoding: chunked, RFC 9112, 7.1: what a client sends for a body whose
+        length it does not know beforehand), whole: its chunks' data in order, at most MAX_BODY_BYTES. Chunk
+        extensions and trailer fields are read past. A body that breaks off or breaks the format is refused and
+        the connection closes (where the next request would begin is unknown)."""
+        parts: list[bytes] = []
+        size = 0
+
+        def line(what: str) -> bytes:
+            read = self.rfile.readline(MAX_CHUNK_LINE + 1)
+            if read.endswith(b"\n"):
+                return read
+            if len(read) > MAX_CHUNK_LINE:
+                raise RequestError(f"{what} is a line of more than {MAX_CHUNK_LINE} bytes")
+            raise self._stopped_short("the chunked body stopped short of its last chunk", size)
+
+        try:
+            while True:
+                digits = line("a chunk's size").split(b";", 1)[0].strip()
+                if not HEX_DIGITS.fullmatch(digits):
+                    raise RequestError(f"a chunk's size {digits[:20].decode('latin-1')!r} is not a hexadecimal "
+                                       "number of bytes")
+                count = int(digits, 16)
+                if count == 0:
+                    break
+                size += count
+                if size > MAX_BODY_BYTES:
+                    raise RequestError(f"a chunked body of more than {MAX_BODY_BYTES:,} bytes; at most "
+                                       f"{MAX_BODY_BYTES:,}", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+                data = self.rfile.read(count)
+                parts.append(data)
+                if len(data) < count:
+                    raise self._stopped_short("the chunked body stopped short of its last chunk",
+                                              size - count + len(data))
+                if line("a chunk's end").strip(b"\r\n"):
+                    raise RequestError(f"a chunk ran past the {count:,} bytes its size gave")
+            for _ in range(MAX_TRAILER_LINES):  # the trailer: fields, up to an empty line
+                if not line("a trailer field").strip(b"\r\n"):
+                    return b"".join(parts)
+            raise RequestError(f"a chunked body's trailer of more than {MAX_TRAILER_LINES} fields")
+        except ConnectionError as exc:  # the client went away mid-body: no bug of ours
+            self.close_connection = True
+            raise RequestError(f"the chunked body stopped short of its last chunk ({exc})",
+                               HTTPStatus.REQUEST_TIMEOUT) from None
+        except RequestError:
+            self.close_connection = True
+            self.unread_body = not self.read_stopped  # a client still sending reads its answer (finish)
+            raise
 
     def _host_allowed(self) -> bool:
         """An HTTP/1.1 request names one Host (400 otherwise, as RFC 9112 asks); on loopback, only requests

@@ -751,6 +751,40 @@ def test_transfer_encoding_beside_a_content_length_is_refused_and_closes(address
     assert "Transfer-Encoding and Content-Length together" in json.loads(answers[0][2])["error"]
 
 
+def test_a_body_sent_in_chunks_is_read(address):
+    """A body of a length not known beforehand comes in chunks (http.client and requests for a generator, Go and
+    Java clients for a stream): it was refused, 411 'chunked bodies are not read'."""
+    connection = http.client.HTTPConnection(*address, timeout=60)
+    connection.request("POST", "/predict", body=iter([b'{"model": "forward", ', b'"smiles": "CC(=O)Cl.NCc1ccccc1"}']),
+                       headers={"Content-Type": "application/json"})  # http.client sends a generator in chunks
+    response = connection.getresponse()
+    payload = json.loads(response.read())
+    assert response.status == 200 and payload["results"][0]["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
+    assert call(address, "GET", "/health")[0] == 200
+    body = b'{"model": "forward", "smiles": "CCO"}'
+    chunks = b"10;name=value\r\n%s\r\n%x\r\n%s\r\n0\r\nChecksum: none\r\n\r\n" % (body[:16], len(body) - 16, body[16:])
+    answers = exchange(address, b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"GET /health HTTP/1.1\r\nHost: localhost\r\n"
+                       b"Connection: close\r\n\r\n")  # the next request on the connection is read where it begins
+    assert [line.split()[1] for line, _, _ in answers] == ["200", "200"]
+    assert json.loads(answers[0][2])["results"][0]["canonical_query"] == "CCO" and answers[1][2] == b'{"status": "ok"}'
+
+
+@pytest.mark.parametrize("encoding, chunks, status, says", [
+    ("chunked", b"zz\r\n{}\r\n0\r\n\r\n", 400, "a chunk's size 'zz' is not a hexadecimal number of bytes"),
+    ("chunked", b"2\r\n{}}\r\n0\r\n\r\n", 400, "a chunk ran past the 2 bytes its size gave"),
+    ("chunked", b"%x\r\n" % (server.MAX_BODY_BYTES + 1), 413, "a chunked body of more than"),
+    ("chunked", b"9" * 5000, 400, "a chunk's size is a line of more than 4096 bytes"),
+    ("chunked", b"40\r\n{}", 400, "the chunked body stopped short of its last chunk (2 came before the client"),
+    ("gzip, chunked", b"", 501, "Transfer-Encoding 'gzip, chunked': only chunked is read"),
+], ids=["not hexadecimal", "longer than its size", "too large", "size line too long", "stops short", "gzip"])
+def test_a_chunked_body_that_breaks_the_format_is_refused_saying_why(address, encoding, chunks, status, says):
+    answers = exchange(address, b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Transfer-Encoding: %s\r\n\r\n%s" % (encoding.encode(), chunks), half_close=True)
+    assert [(line.split()[1], fields["connection"]) for line, fields, _ in answers] == [(str(status), "close")]
+    assert says in json.loads(answers[0][2])["error"]
+
+
 def test_a_body_shorter_than_its_content_length_is_refused(address):
     """A client that closed its side after 34 of 1,000 bytes was answered as if the 34 were the body."""
     body = json.dumps({"smiles": "CCO", "model": "forward"}).encode()
