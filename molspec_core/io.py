@@ -316,6 +316,10 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
         return parse_sd_file(text)
     if kind != "csv":
         lines = text_lines(text)
+        if kind == "txt" and lines and "\t" in lines[0] and query_column(lines[0].split("\t"), None, task) is not None:
+            # Excel saves a sheet as .txt of tabs ("Text (Tab delimited)", "Unicode Text"): its first line, a header
+            # naming the query column, and every record were refused as queries holding tabs
+            return parse_queries(text, kind="csv", task=task)
         if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
             lines = lines[1:]  # a header, as a SMILES file's (parse_smiles_file); it was refused as a query
         _check_rows(len(lines))

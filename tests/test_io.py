@@ -132,6 +132,18 @@ def test_utf16_text_with_a_byte_order_mark_is_read(tmp_path, encoding):
     with pytest.raises(InputFileError, match="^utf32.txt is not UTF-8 text"):
         read_queries(tmp_path / "utf32.txt")
 
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_a_txt_file_of_tabs_headed_by_a_query_column_is_read_as_the_table_excel_saved(tmp_path, encoding):
+    """Excel saves a sheet as .txt, its cells split at tabs ("Text (Tab delimited)"; "Unicode Text" in UTF-16): read
+    one query a line, its header and every record were refused as queries holding tabs, and its IDs were lost."""
+    (tmp_path / "sheet.txt").write_text("SMILES\tID\tnote\nCCO\tA-1\t\"dry, 2\tL\"\nCCN\tA-2\t\n", encoding=encoding)
+    table = read_queries(tmp_path / "sheet.txt")
+    assert (table.queries, table.columns, table.cells) == (["CCO", "CCN"], ("ID", "note"),
+                                                           (("A-1", "dry, 2\tL"), ("A-2", "")))
+    (tmp_path / "lines.txt").write_text("CCO\tA-1\nCCN\n")  # no header: lines, as ever (the tab is refused there)
+    assert read_queries(tmp_path / "lines.txt").queries == ["CCO\tA-1", "CCN"]
+
+
 
 @pytest.mark.parametrize("name, text, queries", [("q.txt", "CCO\n", "its lines"),
                                                  ("q.smi", "CCO ethanol\n", "the first field of each line"),
