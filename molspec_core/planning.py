@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import itertools
 import math
 import random
@@ -37,7 +38,8 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
 from .chem import LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, stereo_notes
-from .io import QueryFile, parse_upload, read_queries, rounded, significant
+from .io import (MAX_INPUT_BYTES, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file, parse_upload,
+                 query_format, read_queries, read_text, rounded, significant, text_lines)
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, Prediction, Predictor, QueryResult
@@ -72,7 +74,10 @@ def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> S
     when it cannot be read or holds no readable molecule."""
     path = Path(path)
     try:
-        table = read_queries(path, column)
+        try:
+            table = read_queries(path, column)
+        except TooManyRecords as exc:
+            table = _one_per_line(path.name, column, exc, lambda: read_text(path))
     except OSError as exc:  # InputFileError (too large, no smiles column, not text) is a ValueError already
         raise ValueError(f"cannot read the stock {path}: {exc.strerror or exc}") from None
     return stock_from_queries(table, path.name)
@@ -80,7 +85,26 @@ def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> S
 
 def stock_from_upload(name: str, data: bytes, column: str | None = None) -> Stock:
     """The stock in an uploaded file, by the same rules as load_stock."""
-    return stock_from_queries(parse_upload(name, data, column), name)
+    try:
+        table = parse_upload(name, data, column)
+    except TooManyRecords as exc:
+        table = _one_per_line(name, column, exc, lambda: _decode_stream(io.BytesIO(data), name))
+    return stock_from_queries(table, name)
+
+
+def _one_per_line(name: str, column: str | None, too_many: TooManyRecords, text: Callable[[], str]) -> QueryFile:
+    """A stock of more molecules than a batch file may hold records (io.MAX_INPUT_ROWS: a vendor's catalogue of
+    building blocks holds several hundred thousand), read line by line as io reads a SMILES or TXT file, within
+    the same bound on its text. A table or SD file that large is refused, saying how to give it: 'split it into
+    files' was no advice for a stock, which is one file."""
+    kind = query_format(name)[1]
+    if kind not in ("smi", "txt") or column:
+        raise ValueError(f"{too_many}. A larger stock is read as SMILES, one per line (.smi or .txt, .gz or .xz "
+                         f"too), up to {MAX_INPUT_BYTES // 2**20} MB of text") from None
+    lines = text_lines(text())
+    if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
+        lines = lines[1:]  # a header, as io.parse_queries reads one
+    return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
 
 
 def stock_from_queries(table: QueryFile, source: str) -> Stock:

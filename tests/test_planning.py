@@ -521,6 +521,29 @@ def test_a_stock_line_too_long_to_read_is_counted_unreadable_not_a_crash(tmp_pat
     assert stock.n_unreadable == 1 and stock.is_purchasable(Molecule("CCO"))
 
 
+@pytest.mark.parametrize("name", ["stock.smi", "stock.txt", "stock.smi.gz"])
+def test_a_stock_of_more_molecules_than_a_batch_file_holds_is_read(tmp_path, name):
+    """A vendor's catalogue of building blocks (several hundred thousand) was refused with 'split it into files of
+    at most 100,000 records', which no stock can follow: plan and the page take one stock file. (Blank lines make
+    the file long here; each is a record, as a molecule's line is.)"""
+    from molspec_core.io import MAX_INPUT_ROWS
+
+    text = "smiles\nNO\n" + "\n" * MAX_INPUT_ROWS + "OCC ethanol\n"
+    data = gzip.compress(text.encode()) if name.endswith(".gz") else text.encode()
+    (tmp_path / name).write_bytes(data)
+    for stock in (load_stock(tmp_path / name), planning.stock_from_upload(name, data)):
+        assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCO", "NO"]
+        assert stock.n_unreadable == 0 and stock.source == name
+
+
+def test_a_stock_table_of_more_rows_than_a_batch_file_holds_says_how_to_give_it(tmp_path):
+    from molspec_core.io import MAX_INPUT_ROWS
+
+    (tmp_path / "stock.csv").write_text("smiles\n" + "CCO\n" * (MAX_INPUT_ROWS + 1))
+    with pytest.raises(ValueError, match=r"more than 100,000 records.*A larger stock is read as SMILES, one per line"):
+        load_stock(tmp_path / "stock.csv")
+
+
 def test_a_stock_entry_of_several_molecules_gives_each(tmp_path):
     """A salt was kept whole, so its base never matched a reactant and procaine found no route, without a word."""
     (tmp_path / "stock.smi").write_text("CCN(CC)CCO.Cl diethylaminoethanol hydrochloride\n")
