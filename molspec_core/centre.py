@@ -33,6 +33,7 @@ MCS_TIMEOUT_S = 1  # per pair of molecules (RDKit counts whole seconds); drug-si
 DEADLINE_S = 2.0  # no new pair is started after this long for one reaction (what is traced by then stands)
 MAX_PLACEMENTS = 256  # ways of laying a shared substructure on the product compared (a benzene ring has 12)
 MAX_FITS = 8  # places a shared substructure fits in the reactant compared (an ester's C-C-O: acyl or alkoxy)
+RING_FREE_GAIN = 2  # atoms more that a substructure shared with ring atoms free must hold, where a ring was made
 MIN_TRACED = 0.5  # below this share of the product's atoms traced, no centre is given
 
 
@@ -149,7 +150,14 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
 def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
                   unused: set[int], started: float, rings_apart: bool) -> None:
     """Trace the product's untraced atoms to the unused reactants by their largest shared substructures, the largest
-    first, until none shares two atoms, or time is up. `rings_apart`: ring atoms and bonds match only ring ones."""
+    first, until none shares two atoms, or time is up. `rings_apart`: ring atoms and bonds match only ring ones.
+
+    Where the product has more rings than the reactants together (a ring was made), a reactant's substructure shared
+    with ring atoms free is taken instead where it is RING_FREE_GAIN atoms larger: a 1,3-diketone and hydrazine make a
+    pyrazole whose carbons were chain atoms, and rings apart, the diketone's ring and chain were laid on the product
+    one atom along (its CH2 on the pyrazole's carbon, the CF3's carbon on the CH2), so the CF3 was marked as leaving
+    and as the centre. (Not for every reaction: it costs a second search per reactant.)"""
+    ring_made = rings_apart and product.GetRingInfo().NumRings() > sum(m.GetRingInfo().NumRings() for m in molecules)
     while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
         part, kept = _untraced_part(product, owner)
         best = None
@@ -157,6 +165,10 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
             if time.monotonic() - started > DEADLINE_S:
                 break
             shared = _shared(part, kept, product, molecules[k], rings_apart)
+            if rings_apart and ring_made:
+                free = _shared(part, kept, product, molecules[k], rings_apart=False)
+                if free and len(free[0]) >= (len(shared[0]) if shared else 0) + RING_FREE_GAIN:
+                    shared = free
             if shared and (best is None or len(shared[0]) > len(best[1][0])):
                 best = (k, shared)
         if best is None:

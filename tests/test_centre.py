@@ -278,3 +278,18 @@ def test_an_oxidant_gives_its_peroxides_terminal_oxygen(reactants, product, give
     found = reaction_centre(reactants, product)
     assert found is not None and found.traced == found.atoms
     assert given in found.reactant_atoms and given not in found.leaving_atoms
+
+
+@pytest.mark.parametrize("reactants, product, leaving", [
+    # USPTO-50K: a pyrazole from a 1,3-diketone and hydrazine; the diketone laid on the product one atom along
+    ("O=C1CCCCC1C(=O)CC(F)(F)F.NN", "FC(F)(F)Cc1n[nH]c2c1CCCC2", {0, 8}),
+    # a Friedlander quinoline: the aniline's nitrogen and the aldehyde's carbon were said to leave
+    ("Nc1ccccc1C=O.CC(=O)c1ccccc1", "c1ccc(-c2ccc3ccccc3n2)cc1", {8, 11}),
+])
+def test_a_ring_made_from_chain_atoms_is_traced_whole(reactants, product, leaving):
+    """Ring atoms matched only ring atoms in the first search, so a ring made of a reactant's chain was traced in
+    pieces, or shifted: a CF3 group that came through untouched was marked as the centre and as leaving."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert found.leaving_atoms == leaving  # the two carbonyl oxygens, as water
+    assert "F" not in symbols(product, found.product_atoms)
