@@ -37,7 +37,8 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
-from .chem import LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, stereo_notes
+from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, mol_from_smiles,
+                   stereo_notes)
 from .io import (MAX_INPUT_BYTES, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file, parse_upload,
                  query_format, read_queries, read_text, rounded, significant, text_lines)
 from .methods import EXACT_NBEST
@@ -116,7 +117,7 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         try:  # a TXT line may carry a name (io splits .smi ones)
             # An entry of several molecules (a salt, CCN(CC)CCO.Cl) gives each: a route's reactants are single
             # molecules, so the whole entry could never match one.
-            molecules.update(canonical(part, strip_maps=True) for part in canonical(fields[0]).split("."))
+            molecules.update(canonical(part, strip_maps=True) for part in _stock_smiles(entry).split("."))
         except ChemError:
             n_unreadable += 1
     if not molecules:
@@ -124,6 +125,21 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
                          "an SD file, or a CSV or Excel workbook with a smiles column")
     return Stock(molecules, source, n_unreadable)
+
+
+def _stock_smiles(entry: str) -> str:
+    """The canonical SMILES of a stock entry (its first field: a name may follow). A CXSMILES's centres in an AND
+    group (a racemate) or an OR group (one configuration, not known which) are left unspecified: the stock holds no
+    one configuration of them, and the SMILES alone, C[C@H](N)C(=O)O of racemic alanine, put L-alanine in stock."""
+    cxsmiles = CXSMILES.match(entry.strip())
+    if cxsmiles is None:
+        return canonical(entry.split()[0])
+    mol = mol_from_smiles(cxsmiles[0])
+    for group in mol.GetStereoGroups():
+        if group.GetGroupType() != Chem.StereoGroupType.STEREO_ABSOLUTE:
+            for atom in group.GetAtoms():
+                atom.SetChiralTag(Chem.ChiralType.CHI_UNSPECIFIED)
+    return canonical(Chem.MolToSmiles(mol))
 
 
 # ---- the single-step model --------------------------------------------------------------------

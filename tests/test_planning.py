@@ -544,6 +544,20 @@ def test_a_stock_table_of_more_rows_than_a_batch_file_holds_says_how_to_give_it(
         load_stock(tmp_path / "stock.csv")
 
 
+def test_a_racemate_in_the_stock_is_no_single_enantiomer(tmp_path):
+    """A CXSMILES's enhanced stereo was cut off with the name: racemic alanine, C[C@H](N)C(=O)O |&1:1|, put
+    L-alanine in stock, and a route to a single enantiomer started from it, marked in stock."""
+    lines = ["C[C@H](N)C(=O)O |&1:1| racemic alanine", "C[C@@H](O)C(=O)O |o1:1|", "C[C@H](N)CC(=O)O |a:1|",
+             "CC[C@H](C)O"]
+    (tmp_path / "stock.smi").write_text("\n".join(lines) + "\n")
+    (tmp_path / "stock.csv").write_text("smiles\n" + "\n".join(f'"{line.split(" racemic")[0]}"' for line in lines))
+    for name in ("stock.smi", "stock.csv"):
+        stock = load_stock(tmp_path / name)
+        assert sorted(m.smiles for m in stock.to_purchasable_mols()) == [  # the absolute centres keep their stereo
+            "CC(N)C(=O)O", "CC(O)C(=O)O", "CC[C@H](C)O", "C[C@H](N)CC(=O)O"]
+        assert not stock.is_purchasable(Molecule(L_ALA))
+
+
 def test_a_stock_entry_of_several_molecules_gives_each(tmp_path):
     """A salt was kept whole, so its base never matched a reactant and procaine found no route, without a word."""
     (tmp_path / "stock.smi").write_text("CCN(CC)CCO.Cl diethylaminoethanol hydrochloride\n")
