@@ -73,7 +73,10 @@ SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a quer
 # results written to one sheet with numbers as numbers and text as text. Excel's own limits: a sheet's rows,
 # a cell's characters. The old binary format (.xls) is refused with what to do instead.
 WORKBOOK_SUFFIX = ".xlsx"
+MACRO_WORKBOOK_SUFFIX = ".xlsm"  # a workbook with macros: read as one (its macros are not run, nor read)
 OLD_WORKBOOK_SUFFIX = ".xls"
+# LibreOffice's spreadsheets (OpenDocument), refused with what to do instead
+OPEN_DOCUMENT_SUFFIX = ".ods"
 OLE_MAGIC = b"\xd0\xcf\x11\xe0"  # the first bytes of an .xls file, and of an .xlsx encrypted with a password
 WORKBOOK_MAX_ROWS = 1_048_576  # the header included
 WORKBOOK_MAX_COLUMNS = 16_384  # A to XFD
@@ -148,9 +151,10 @@ class QueryFile:
 
 
 def query_format(name: str) -> tuple[str | None, str]:
-    """(compression suffix or None, "csv", "smi", "sdf", "xlsx", "xls" or "txt"), from the file's name and ignoring
-    case: q.CSV, q.csv.GZ, q.Csv.xz and q.tsv are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files,
-    q.XLSX an Excel workbook (q.xls the old format, refused); any other name is TXT."""
+    """(compression suffix or None, "csv", "smi", "sdf", "xlsx", "xls", "ods" or "txt"), from the file's name and
+    ignoring case: q.CSV, q.csv.GZ, q.Csv.xz and q.tsv are all CSV, q.smi.gz a SMILES file, q.SDF and q.mol SD files,
+    q.XLSX and q.xlsm Excel workbooks (q.xls the old format and q.ods LibreOffice's, refused: they were read as TXT
+    and refused as "not UTF-8 text"); any other name is TXT."""
     lower = name.lower()
     compression = next((suffix for suffix in DECOMPRESSORS if lower.endswith(suffix)), None)
     if compression:
@@ -159,12 +163,14 @@ def query_format(name: str) -> tuple[str | None, str]:
         return compression, "csv"
     if lower.endswith((*SD_FILE_SUFFIXES, MOLFILE_SUFFIX)):
         return compression, "sdf"
-    if lower.endswith((WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX)):
+    if lower.endswith((WORKBOOK_SUFFIX, MACRO_WORKBOOK_SUFFIX)):
+        return compression, "xlsx"
+    if lower.endswith((OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX)):
         return compression, lower.rsplit(".", 1)[1]
     return compression, "smi" if lower.endswith(SMILES_FILE_SUFFIXES) else "txt"
 
 
-# What `read_as` may name: the kinds query_format gives a file by its name, less the old workbook format.
+# What `read_as` may name: the kinds query_format gives a file by its name, less the formats refused (xls, ods).
 READ_AS = ("txt", "smi", "sdf", "csv", "xlsx")
 STDIN = "-"  # read_queries' path for standard input
 STDOUT = "-"  # predict's --output for its CSV on standard output (cli.cmd_predict)
@@ -246,6 +252,9 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
     if kind == "xls":
         raise InputFileError(f"{name} is in Excel's old binary format (.xls), which is not read here: in Excel, "
                              "save it as an Excel workbook (.xlsx) or as CSV UTF-8 (.csv)")
+    if kind == "ods":
+        raise InputFileError(f"{name} is an OpenDocument spreadsheet (.ods), which is not read here: in LibreOffice, "
+                             "save it as an Excel workbook (.xlsx) or as CSV (.csv, UTF-8)")
     if column and kind in QUERIES_OF:
         raise InputFileError(f"a query column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} "
                              f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv) "

@@ -1157,6 +1157,22 @@ def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
         read_queries(tmp_path / "zip.xlsx")
 
 
+def test_a_macro_workbook_is_read_as_a_workbook_and_an_opendocument_sheet_is_refused_with_what_to_do(tmp_path):
+    """A workbook with macros (.xlsm) and LibreOffice's spreadsheet (.ods) were read as TXT, and refused as text that
+    is not UTF-8, to be saved "as UTF-8"."""
+    path = workbook(tmp_path / "w.xlsx", {"s": [["smiles", "id"], ["CCO", 7]]})
+    macros = tmp_path / "Macros.XLSM"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(macros, "w") as target:
+        for member in source.namelist():  # the content type Excel gives a workbook with macros
+            target.writestr(member, source.read(member).replace(
+                b"openxmlformats-officedocument.spreadsheetml.sheet.main+xml", b"ms-excel.sheet.macroEnabled.main+xml"))
+    table = read_queries(macros)
+    assert (table.queries, table.columns, table.cells) == (["CCO"], ("id",), (("7",),))
+    (tmp_path / "sheet.ods").write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(InputFileError, match=r"sheet\.ods is an OpenDocument spreadsheet .* save it as an Excel "):
+        read_queries(tmp_path / "sheet.ods")
+
+
 def test_a_workbook_is_bounded_by_what_its_zip_unpacks_to_and_by_its_rows(tmp_path, monkeypatch):
     path = workbook(tmp_path / "w.xlsx", {"s": [["smiles"], *[["CCO"]] * 5]})
     with zipfile.ZipFile(path) as archive:
