@@ -63,9 +63,11 @@ MAX_BATCH_SIZE = 256  # a window of batches (service.window_size) stays a small 
 # A connection's whole next request (its request line, headers and body, and the wait for them) arrives within
 # this, or its reading is stopped: a client dripping a byte at a time holds a thread no longer.
 READ_TIMEOUT_S = 30.0
-# An answer leaves in parts of this size, each within READ_TIMEOUT_S: a client reading at least this much in that
-# time (2 KiB/s) reads the largest answer whole however long it takes; one that stops reading is cut.
+# An answer leaves in parts of this size, each within READ_TIMEOUT_S, and at this rate in all (or within
+# READ_TIMEOUT_S, whichever is longer): a live client on a slow link reads a large answer whole (20 MB in 5 minutes);
+# one that stops reading, or reads a trickle, is cut.
 WRITE_PART_BYTES = 64 * 1024
+WRITE_MIN_RATE = 64 * 1024  # bytes a second
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
@@ -717,18 +719,30 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.end_headers()
             if self.command != "HEAD":  # an answer to HEAD has headers alone
-                # in parts, each sent within the timeout (one send's timeout bounds it whole): a client reading a
-                # large answer slowly but steadily reads it all, one that stops reading is left after the timeout
-                view = memoryview(data)
-                for start in range(0, len(view), WRITE_PART_BYTES):
-                    self.wfile.write(view[start:start + WRITE_PART_BYTES])
+                self._write(data)
         except (ConnectionError, TimeoutError) as exc:  # the client went away (closed, reset) before its answer, or
             self.close_connection = True                  # stopped reading it (the buffers full): no bug of ours
-            why = (f"read none of its answer's next {WRITE_PART_BYTES // 1024} KiB within {self.timeout:g} s"
-                   if isinstance(exc, TimeoutError)
+            why = (f"did not read its answer of {len(data):,} bytes (a part every {self.timeout:g} s, "
+                   f"{WRITE_MIN_RATE // 1024} KiB/s in all)" if isinstance(exc, TimeoutError)
                    else f"went away before its answer ({exc})")
             log.info("%s %s %s: the client %s", self.address_string(), self.command, getattr(self, "path", "")[:80],
                      why)  # no path where the request line could not be read
+
+    def _write(self, data: bytes) -> None:
+        """An answer's body, in parts, each sent within the timeout (one send's timeout bounded it whole, and cut a
+        slow but steady reader of a large answer), and all of it at WRITE_MIN_RATE or within the timeout, whichever
+        is longer (a reader taking a part every timeout held its thread for hours); TimeoutError past either."""
+        deadline = time.monotonic() + max(self.timeout, len(data) / WRITE_MIN_RATE)
+        view = memoryview(data)
+        try:
+            for start in range(0, len(view), WRITE_PART_BYTES):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the answer's time is up")
+                self.connection.settimeout(min(self.timeout, left))
+                self.wfile.write(view[start:start + WRITE_PART_BYTES])
+        finally:
+            self.connection.settimeout(self.timeout)
 
     def log_message(self, format: str, *args: object) -> None:
         log.info("%s %s", self.address_string(), format % args)

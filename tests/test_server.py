@@ -548,7 +548,8 @@ def test_a_client_that_does_not_read_its_answer_is_logged_quietly(models, caplog
     running.server_close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert [(r.levelno, r.getMessage().split(": ", 1)[1]) for r in caplog.records if "its answer" in r.getMessage()] \
-        == [(logging.INFO, "the client read none of its answer's next 64 KiB within 0.5 s")]
+        == [(logging.INFO, "the client did not read its answer of 30,000,017 bytes (a part every 0.5 s, 64 KiB/s in "
+                           "all)")]
     assert not [r for r in caplog.records if '" 500 ' in r.getMessage()]
 
 
@@ -574,6 +575,32 @@ def test_a_client_reading_a_large_answer_slowly_but_steadily_reads_it_whole(mode
     running.shutdown()
     running.server_close()
     assert json.loads(received.partition(b"\r\n\r\n")[2]) == answer
+
+
+def test_a_client_reading_an_answer_in_a_trickle_is_cut_at_the_rate_the_answer_needs(models, monkeypatch, caplog):
+    """A part every timeout (64 KiB in 30 s) kept a large answer's connection, and its thread, for hours."""
+    monkeypatch.setattr(server, "WRITE_MIN_RATE", 4_000_000)  # bytes a second: 2 s for this answer
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=1.0)
+    running.service.predict = lambda body, gone: {"results": ["x" * 8_000_000]}  # type: ignore[method-assign]
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"smiles": AMIDE}).encode()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    client.connect(running.server_address[:2])
+    client.settimeout(30)
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        received = 0
+        while chunk := client.recv(65536):  # at most 64 KiB in 0.05 s, a part well within the timeout: 6 s in all
+            received += len(chunk)
+            time.sleep(0.05)
+    client.close()
+    running.shutdown()
+    running.server_close()
+    assert received < 8_000_000
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "its answer" in r.getMessage()] == [
+        "the client did not read its answer of 8,000,017 bytes (a part every 1 s, 3906 KiB/s in all)"]
 
 
 def test_requests_at_once_are_each_answered(address, models):
