@@ -320,7 +320,10 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
     breaks; cells split at commas, or at the semicolons or tabs of a header that names the column only so,
     csv_delimiter; lines above the header, titles, are not read: header_of) with the record's other cells
     beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
-    numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format)."""
+    numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format). A line that ends in \r\r\n
+    (Python's csv module on Windows writes \r\n through a file that writes \n as \r\n) ends once: it read as a
+    blank record after every record."""
+    text = text.replace("\r\r\n", "\r\n")
     if kind == "sdf":
         return parse_sd_file(text)
     if kind != "csv":

@@ -336,6 +336,14 @@ def test_a_formula_after_white_space_or_in_full_width_signs_is_neutralized_too(t
                                                                          for text in formulas]
 
 
+@pytest.mark.parametrize("name", ["q.csv", "q.txt", "q.smi"])
+def test_lines_ending_in_two_carriage_returns_end_once(name):
+    """Python's csv module writes \r\n, which a file opened without newline="" on Windows writes as \r\r\n: such a
+    file read as a blank record after every record, each a row of the output."""
+    text = "smiles,id\nCCO,1\nCCN,2\n" if name.endswith(".csv") else "CCO a\nCCN b\n"
+    assert parse_upload(name, text.replace("\n", "\r\r\n").encode()) == parse_upload(name, text.encode())
+
+
 def test_a_lone_carriage_return_cannot_start_a_record():
     """Issue 14 item 3: pandas left a cell of "\\r=cmd..." unquoted, so a record began with =cmd."""
     cells = ["\r=cmd|' /C calc'!A0", "a\r=b", "\r\n@x", "\n+y"]
