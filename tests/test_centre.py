@@ -3,6 +3,7 @@ centre a chemist knows."""
 from __future__ import annotations
 
 import pytest
+from conftest import load_tool
 from rdkit import Chem
 
 from molspec_core import centre, depict
@@ -293,3 +294,15 @@ def test_a_ring_made_from_chain_atoms_is_traced_whole(reactants, product, leavin
     assert found is not None and found.traced == found.atoms
     assert found.leaving_atoms == leaving  # the two carbonyl oxygens, as water
     assert "F" not in symbols(product, found.product_atoms)
+
+
+@pytest.mark.parametrize("reactants, product, keeps", [
+    # USPTO-50K's map of an esterification: the acid's oxygen joins the alcohol's carbon, the alcohol's OH leaves
+    ("[CH3:2][CH2:1][OH:11].[CH3:4][C:5](=[O:9])[OH:10]", "[CH3:2][CH2:1][O:10][C:5]([CH3:4])=[O:9]", True),
+    ("[CH3:2][CH2:1][OH:10].[CH3:4][C:5](=[O:9])[OH:11]", "[CH3:2][CH2:1][O:10][C:5]([CH3:4])=[O:9]", False),
+    ("[CH3:4][C:5](=[O:9])[OH:10].[CH3:1][O:6][S:7]([CH3:8])(=[O:11])=[O:12]", "[CH3:1][O:10][C:5]([CH3:4])=[O:9]",
+     False),  # a mesylate's alkyl: the acid's oxygen does take it
+])
+def test_the_check_counts_maps_that_make_an_ester_with_the_acids_oxygen(reactants, product, keeps):
+    """tools/centre_check.py says how many of its differences are this convention of the maps, not the estimate's."""
+    assert load_tool("centre_check").map_keeps_acid_oxygen(reactants, product) is keeps
