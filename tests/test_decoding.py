@@ -173,6 +173,32 @@ def test_length_budget_stops_unfinished():
     assert len(res.hypotheses[0].tokens) <= 7
 
 
+def test_a_source_without_tokens_is_refused_by_every_decoder_before_any_query_is_decoded(copy_model, engine,
+                                                                                          monkeypatch):
+    """An empty source has nothing for the cross-attention to read. Engines disagreed on it: in a batch torch
+    answered, NumPy and the C step wrote pad tokens for it and their beam search failed on an IndexError; alone, the
+    C step said it 'could not allocate its scratch memory'. Speculative beam search and sampling decoded the queries
+    before it first."""
+    from molspec_core.decoding.sampling import SamplingOptions, sample_decode
+    from molspec_core.decoding.speculative_beam import speculative_beam
+
+    model = on_engine(copy_model[0], engine)
+    encoded = []
+    encode = model.encode
+    monkeypatch.setattr(model, "encode", lambda src: encoded.append(src) or encode(src))
+    decoders = [lambda s: greedy(model, s, factory("none", 0, 0)), lambda s: greedy(model, s, factory("lookup", 4, 1)),
+                lambda s: greedy(model, s, factory("pointer", 4, 1)), lambda s: greedy_uncached(model, s),
+                lambda s: beam_search(model, s, 3),
+                lambda s: speculative_beam(model, s, 3, factory("lookup", 4, 1), exact=True),
+                lambda s: speculative_beam(model, s, 3, factory("lookup", 4, 1), exact=False),
+                lambda s: sample_decode(model, s, "spec-sample", factory("lookup", 4, 1), SamplingOptions())]
+    for decode in decoders:
+        with pytest.raises(ValueError, match="source 1 has no tokens"):
+            decode([[5, 6, 7], [], [8]])
+    assert encoded == []
+    assert greedy(model, [[5, 6, 7]], factory("none", 0, 0))[0].hypotheses[0].tokens  # a batch without one decodes
+
+
 def brute_force_beam(model, src, width, max_len):
     """Beam search written directly from the definition in beam.py, with full recomputation."""
     live = [((BOS_ID,), 0.0)]

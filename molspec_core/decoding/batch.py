@@ -72,10 +72,20 @@ def fit_drafts(drafts: Sequence[Sequence[Sequence[Item]]], n_generated: Sequence
     return fitted
 
 
+def check_sources(sources: Sequence[Sequence[int]]) -> None:
+    """Refuse a batch holding a source without tokens, before any query of it is decoded: its cross-attention
+    has nothing to attend to, and the engines disagreed on it (an answer, pad tokens, or an error naming
+    something else), some spoiling the other rows of its batch."""
+    for i, src in enumerate(sources):
+        if len(src) == 0:
+            raise ValueError(f"source {i} has no tokens: every query needs at least one")
+
+
 def encode_sources(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], max_len: int | None = None,
                    max_positions: int | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """The prologue of every decoder: (memory (B, S, d), keep (B, S): true on source tokens, budgets).
     max_positions: the positions every model fed alongside has (a draft model's may be fewer)."""
+    check_sources(sources)
     src = pad_sources(sources, model.device)
     positions = max_positions if max_positions is not None else model.cfg.max_positions
     return model.encode(src), src != PAD_ID, [target_budget(len(s), positions, max_len) for s in sources]

@@ -23,7 +23,7 @@ from ..drafting import CopyDrafts, Draft, Drafter, ModelDrafter, NullDrafter, St
 from ..methods import SamplingOptions, of_family
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID
-from .batch import draft_room, start
+from .batch import check_sources, draft_room, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_relaxed, accept_sampled, adjust_probs, mentored_copy_target, mentored_target
 
@@ -106,6 +106,7 @@ def sample_decode(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], m
     drafts_from_model = mode == "spec-sample-draft" or (mode == "mentored" and draft_model is not None)
     if drafts_from_model and draft_model is None:
         raise ValueError(f"{mode} needs a draft model")
+    check_sources(sources)  # all before the first query is decoded
     # A draft model is fed the same positions as the target, so the budget must suit both.
     fed_models = (model, draft_model) if draft_model is not None and drafts_from_model else (model,)
     max_positions = min(m.cfg.max_positions for m in fed_models)

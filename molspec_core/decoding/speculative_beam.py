@@ -55,7 +55,7 @@ from ..drafting import Drafter
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
-from .batch import fit_drafts, pack_drafts, start
+from .batch import check_sources, fit_drafts, pack_drafts, start
 from .beam import best_children, can_stop, floor_of, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .verify import accept_greedy
@@ -363,6 +363,7 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
                      max_len: int | None = None, look_ahead: bool = True) -> list[DecodeResult]:
     """Speculative beam search per query (queries run one after another). look_ahead (sbs-exact
     only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks."""
+    check_sources(sources)  # all before the first query is decoded
     results = []
     for src in sources:
         started = time.perf_counter()
