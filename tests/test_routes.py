@@ -253,3 +253,12 @@ def test_routes_page_flags_a_step_that_inverts_a_stereocentre_and_says_what_the_
     assert not at.expander[1].warning
     assert any(c.value.startswith("Stereo ⚠ marks a step that sets a stereocentre") for c in at.expander[0].caption)
     assert any("stereo ⚠" in c.value for c in at.expander[0].caption if c.value.startswith("Step 1"))
+
+
+@pytest.mark.parametrize("name", ["stock.smiles", "stock.sd", "stock.xlsm", "stock.smi.gz", "stock.TSV"])
+def test_routes_page_takes_every_stock_file_the_command_line_reads(tmp_path, monkeypatch, name):
+    """The uploader refused stock.smiles, stock.sd and a macro workbook, which load_stock (plan --stock) reads."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    accepted = at.file_uploader(key="route_stock").proto.type
+    assert any(name.lower().endswith(suffix) for suffix in accepted)

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 from molspec_core import depict
-from molspec_core.io import InputFileError, csv_bytes, workbook_bytes
+from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX,
+                             OPEN_DOCUMENT_SUFFIX, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX,
+                             InputFileError, csv_bytes, workbook_bytes)
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
                                    RouteMolecule, RouteStep, SearchStats, Stock, load_stock, no_route, plan, route_rows,
                                    routes_json, stock_from_upload)
@@ -29,6 +31,11 @@ KEPT_STOCK = "route_stock_kept"
 # script run that searched (Streamlit raises no Exception there), and its routes were never made
 UNFINISHED = "route_unfinished"
 DEFAULT_STOCK_TEXT = "the default stock, reactants of at least 2 USPTO-50K training reactions"
+# What a stock may be named, as load_stock reads it (io's suffixes: the uploader refused stock.smiles and stock.sd,
+# which the command line reads); .xls and .ods are let through to be told how to save them (io refuses them, saying so)
+STOCK_FILE_TYPES = [suffix.lstrip(".") for suffix in (*SMILES_FILE_SUFFIXES, ".txt", *SD_FILE_SUFFIXES, *CSV_SUFFIXES,
+                                                      WORKBOOK_SUFFIX, MACRO_WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX,
+                                                      OPEN_DOCUMENT_SUFFIX, *DECOMPRESSORS)]
 # The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
 FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
                  "route_check_atoms": True}
@@ -421,8 +428,7 @@ def main() -> None:
                      help=f"Its molecule fills the target field below, stereo taken from the wedges. At most "
                           f"{common.MAX_FILE_MB} MB.")
     # Outside the form, so that its callback tells a file removed from one a page switch emptied (keep_stock)
-    st.file_uploader("Your own stock (optional)", key="route_stock", on_change=keep_stock,
-                     type=["smi", "txt", "sdf", "csv", "tsv", "xlsx", "xls", "gz", "xz"],
+    st.file_uploader("Your own stock (optional)", key="route_stock", on_change=keep_stock, type=STOCK_FILE_TYPES,
                      help=f"One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles column. "
                           f"Without it: {DEFAULT_STOCK_TEXT}.")
     show_stock()
