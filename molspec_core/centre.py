@@ -93,11 +93,12 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
 
     def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int, int]:
         """(atoms changed: hydrogens, charge or a bond's order; the reactant's multiple bonds not kept; atoms changed
-        that have no bond out of the substructure). The last: an azole's NH alkylated, its ring laid either way round
-        on a symmetric product, changed one nitrogen's hydrogens either way; the one that took the new bond is the
-        centre anyway, but the turn that changed its twin marked both."""
+        that have no bond out of the substructure, in the product and in the reactant). The last: an azole's NH
+        alkylated, its ring laid either way round on a symmetric product, changed one nitrogen's hydrogens either way;
+        the one that took the new bond is the centre anyway, but the turn that changed its twin marked both. So too a
+        trityl imidazole freed: the nitrogen that kept no bond to the trityl was marked, not the one that lost it."""
         placement, fit = pair
-        inside = {kept[p] for p in placement}
+        inside, fitted = {kept[p] for p in placement}, set(fit)
         changed = {i for i, (p, r) in enumerate(zip(placement, fit))
                    if _atom_changed(product.GetAtomWithIdx(kept[p]), reactant.GetAtomWithIdx(r))}
         for a, b in bonds:
@@ -106,6 +107,7 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
             if after.GetBondType() != before.GetBondType():
                 changed.update((a, b))
         enclosed = sum(all(n.GetIdx() in inside for n in product.GetAtomWithIdx(kept[placement[i]]).GetNeighbors())
+                       + all(n.GetIdx() in fitted for n in reactant.GetAtomWithIdx(fit[i]).GetNeighbors())
                        for i in changed)
         return len(changed), -sum(multiple[r] for r in fit), enclosed
 

@@ -268,6 +268,18 @@ def test_an_alkylated_azole_marks_the_nitrogen_that_took_the_bond_not_its_twin(r
     assert found is not None and found.product_atoms == centre
 
 
+@pytest.mark.parametrize("reactants, product, freed", [
+    ("c1ccc(C(c2ccccc2)(c2ccccc2)n2ccnc2)cc1", "c1c[nH]cn1", 17),  # a trityl imidazole
+    ("CC(C)(C)OC(=O)n1ccnc1", "c1c[nH]cn1", 7),  # a Boc imidazole
+    ("Cc1ccc(S(=O)(=O)n2ccnc2)cc1", "c1c[nH]cn1", 8),  # a tosyl imidazole
+])
+def test_a_freed_azole_marks_the_nitrogen_that_lost_the_protecting_group(reactants, product, freed):
+    """The imidazole fits the product either way round with one nitrogen's hydrogen changed; the nitrogen the
+    trityl left was drawn unmarked and its twin, which kept no bond to it, marked."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.reactant_atoms == {freed}
+
+
 @pytest.mark.parametrize("reactants, product, given", [
     ("CSc1ccccc1.O=C(OO)c1cccc(Cl)c1", "CS(=O)c1ccccc1", 11),  # USPTO-50K: mCPBA oxidises a sulfide
     ("C=CCc1ccccc1.O=C(OO)c1cccc(Cl)c1", "c1ccc(CC2CO2)cc1", 12),  # and epoxidises an alkene
