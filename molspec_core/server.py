@@ -31,6 +31,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import inspect
 import io
 import ipaddress
 import json
@@ -95,6 +96,7 @@ OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "dra
                                         "batch_size": (int,), "augment": (int,), "ion_writing": (bool,),
                                         "time_limit_s": (int, float)}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingOptions) if f.name != "draft_len")  # draft_len above
+DEFAULT_METHOD = inspect.signature(Predictor.predict).parameters["method"].default  # a request that names none
 REQUEST_KEYS = ("smiles", "model", "round_trip", "round_trip_k", *OPTIONS, *SAMPLING_KEYS)
 
 
@@ -164,6 +166,7 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
              for key in SAMPLING_KEYS if key in body}
     if knobs:
         options["sampling"] = SamplingOptions(**knobs)
+    _refuse_unread(body, options.get("method", DEFAULT_METHOD))
     round_trip = _model(body, "round_trip", models, "forward") if "round_trip" in body else None
     if round_trip is not None and predictor.task != "retro":
         raise RequestError(f"'round_trip' checks retrosynthesis answers; {predictor.path.name} is a "
@@ -172,6 +175,18 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
         raise RequestError("'round_trip_k' goes with 'round_trip', the forward model that checks the answers")
     round_trip_k = _typed(body, "round_trip_k", (int,)) if "round_trip_k" in body else 1
     return Request(predictor, smiles, options, round_trip, round_trip_k)  # type: ignore[arg-type]
+
+
+def _refuse_unread(body: Mapping, method: str) -> None:
+    """Refuse draft_len or n_drafts, or a sampling knob off its default (temperature 0.8 for beam search), that
+    `method` does not read, naming the methods that do, as `molspec predict` refuses its flags: a setting that
+    played no part was taken for one that did."""
+    defaults = SamplingOptions()
+    for key in ("draft_len", "n_drafts", *SAMPLING_KEYS):
+        given = key in body and (key not in SAMPLING_KEYS or body[key] != getattr(defaults, key))
+        if given and key not in METHODS[method].knobs:
+            readers = ", ".join(name for name, row in METHODS.items() if key in row.knobs)
+            raise RequestError(f"{method} does not read {key!r}; the methods that do: {readers}")
 
 
 def _model(body: Mapping, key: str, models: Mapping[str, Predictor], task: str | None) -> Predictor:

@@ -157,6 +157,11 @@ def test_models_lists_what_is_loaded(address):
     ({"model": "forward", "smiles": AMIDE, "method": "beam", "n_best": 99}, 400, "n_best must be between 1 and 50"),
     ({"model": "forward", "smiles": AMIDE, "n_best": 3}, 400, "greedy returns one prediction"),
     ({"model": "forward", "smiles": AMIDE, "method": "sample", "temperature": -1}, 400, "temperature must be"),
+    # knobs the method does not read were ignored, as `molspec predict` refuses them
+    ({"model": "forward", "smiles": AMIDE, "method": "beam", "temperature": 0.8}, 400,
+     "beam does not read 'temperature'; the methods that do: sample, spec-sample, spec-sample-draft, mentored"),
+    ({"model": "forward", "smiles": AMIDE, "draft_len": 4}, 400, "greedy does not read 'draft_len'; the methods"),
+    ({"model": "forward", "smiles": AMIDE, "method": "spec-lookup", "tau": 1}, 400, "does not read 'tau'"),
     ({"model": "forward", "smiles": AMIDE, "round_trip": "forward"}, 400, "checks retrosynthesis answers"),
     ({"model": "retro", "smiles": PARACETAMOL, "round_trip": "retro"}, 400, "it needs a forward model"),
     ({"model": "retro", "smiles": PARACETAMOL, "round_trip": "forward", "round_trip_k": 0}, 400, "between 1 and 10"),
