@@ -121,7 +121,8 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         except ChemError:
             n_unreadable += 1
     if not molecules:
-        unreadable = f" ({n_unreadable} entries are not SMILES RDKit can read)" if n_unreadable else ""
+        unreadable = (f" ({n_unreadable} {'entry is' if n_unreadable == 1 else 'entries are'} not SMILES RDKit can "
+                      "read)" if n_unreadable else "")
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
                          "an SD file, or a CSV or Excel workbook with a smiles column")
     return Stock(molecules, source, n_unreadable)
@@ -548,7 +549,7 @@ STEREO_MCS_TIMEOUT_S = 1  # per product and reactant (RDKit counts whole seconds
 MAX_PLACEMENTS = 256  # ways of laying the shared substructure on the product compared (a benzene ring has 12)
 MAX_FITS = 8  # places it fits in the reactant compared
 MAX_ORDERS = 6  # orders of the reactants tried: every order of three
-STEREO_DEADLINE_S = 5.0  # per step: past it the step's stereo is said to be unchecked, never half checked
+STEREO_DEADLINE_S = 2.0  # per step (as centre.DEADLINE_S): past it the step says its stereo is unchecked
 KEPT, INVERTED, UNDECIDED = "kept", "inverted", "undecided"  # a product centre traced to a reactant centre
 
 

@@ -214,6 +214,13 @@ def test_the_stereo_trace_does_not_depend_on_how_the_smiles_are_written():
         assert planning.stereo_flags(glucose, (mirrored,))[0].startswith("inverts the stereocentres at atoms ")
 
 
+def test_a_step_too_large_to_trace_in_time_says_its_stereo_was_not_checked(monkeypatch):
+    """Past its deadline a step's centres would be flagged as set for want of a trace: it says so instead."""
+    monkeypatch.setattr(planning, "STEREO_DEADLINE_S", -1.0)
+    assert planning.stereo_flags("C[C@H](NC(C)=O)C(=O)O", (L_ALA, "CC(=O)Cl")) == (
+        "was not checked for stereo: tracing its atoms to the reactants took too long",)
+
+
 def stereo_plan_result() -> planning.PlanResult:
     """Boc-L-alanine from D-alanine (0.5, its centre inverted) or from L-alanine (0.3)."""
     table = {BOC_L_ALA: [(f"{D_ALA}.{BOC2O}", 0.5), (f"{L_ALA}.{BOC2O}", 0.3)]}
@@ -591,6 +598,7 @@ def test_stock_reads_an_excel_inventory_and_an_uploaded_one(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("", "holds no molecules"), ("# only a comment\n\n", "holds no molecules"),
     ("C1CC\nxyz\n", r"holds no molecules \(2 entries are not SMILES"),
+    ("C1CC\n", r"holds no molecules \(1 entry is not SMILES"),  # it said '1 entries are'
 ])
 def test_an_empty_or_unreadable_stock_is_refused(tmp_path, content, message):
     path = tmp_path / "stock.txt"
