@@ -613,7 +613,7 @@ class Handler(BaseHTTPRequestHandler):
         if not text.strip():
             raise RequestError('the body is empty: send a JSON object, such as {"smiles": "CCO"}')
         try:
-            return json.loads(text, parse_constant=_no_constant, parse_int=_whole_number)
+            return json.loads(text, parse_constant=_no_constant, parse_int=_whole_number, object_pairs_hook=_once)
         except RequestError:
             raise
         except (json.JSONDecodeError, ValueError) as exc:
@@ -765,6 +765,17 @@ class Handler(BaseHTTPRequestHandler):
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _once(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are each given once: of {"smiles": "CCO", "smiles": "CCN"} the last was taken
+    without a word (which one a sender meant, and which one a proxy or another reader takes, is anyone's guess)."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise RequestError(f"{key[:40]!r} is given twice in one object; give it once")
+        seen[key] = value
+    return seen
 
 
 def _whole_number(digits: str) -> int:

@@ -212,6 +212,12 @@ def test_a_number_too_long_to_read_is_refused_without_advice_for_the_servers_cod
                                                 "more than 100"})
 
 
+def test_an_option_given_twice_is_refused(address):
+    """The last was taken without a word: {"smiles": "CCO", "smiles": "CCN"} answered CCN alone."""
+    status, payload = call(address, "POST", "/predict", raw=b'{"model": "forward", "smiles": "CCO", "smiles": "CCN"}')
+    assert (status, payload) == (400, {"error": "'smiles' is given twice in one object; give it once"})
+
+
 def test_a_body_that_begins_with_a_byte_order_mark_is_read(address):
     """JSON saved by a Windows editor begins with a UTF-8 byte order mark, which JSON's RFC lets a reader ignore:
     it was refused, 'Unexpected UTF-8 BOM (decode using utf-8-sig)'."""
