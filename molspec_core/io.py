@@ -592,7 +592,8 @@ class TypedCell(str):
 def _cell_text(cell: object) -> str:
     """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, a number to the 15 significant digits Excel
     shows and keeps (0.3 for a formula's 0.30000000000000004), a whole number in a format of leading zeros as it is
-    shown (padded_number: an ID 007, plain text from then on), TRUE / FALSE, ISO 8601 dates. A number, truth value,
+    shown (padded_number: an ID 007, plain text from then on), TRUE / FALSE, ISO 8601 dates, a duration in hours
+    (26:30:00). A number, truth value,
     date or time is a TypedCell, which a workbook output writes as it was."""
     value = getattr(cell, "value", None)
     number_format = getattr(cell, "number_format", None) or "General"
@@ -613,6 +614,10 @@ def _cell_text(cell: object) -> str:
         return TypedCell(value.date().isoformat(), value, number_format)
     if isinstance(value, (datetime.date, datetime.time)):
         return TypedCell(value.isoformat(), value, number_format)
+    if isinstance(value, datetime.timedelta):  # a duration ([h]:mm, a reaction's time): read as "1 day, 2:30:00"
+        seconds = round(value.total_seconds())
+        hours, rest = divmod(abs(seconds), 3600)
+        return TypedCell(f"{'-' * (seconds < 0)}{hours}:{rest // 60:02d}:{rest % 60:02d}", value, number_format)
     if hasattr(value, "isoformat"):
         return value.isoformat()  # type: ignore[no-any-return, attr-defined]
     return str(value)

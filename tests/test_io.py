@@ -1089,6 +1089,22 @@ def test_a_workbooks_numbers_dates_and_truth_values_go_out_to_a_workbook_as_they
     assert (tmp_path / "out.csv").read_text().splitlines()[1].startswith("7,87.5,2026-12-05,14:30:00,TRUE,042,x,1,")
 
 
+def test_a_workbook_duration_reads_in_hours_and_goes_out_as_a_duration(tmp_path):
+    """A reaction time kept as a duration ([h]:mm, 26:30) read as "1 day, 2:30:00", and went out as that text."""
+    import datetime
+
+    import openpyxl
+
+    time = datetime.timedelta(hours=26, minutes=30)
+    workbook(tmp_path / "in.xlsx", {"q": [["smiles", "time"], ["CCO", time], ["CCN", -datetime.timedelta(seconds=5)]]})
+    table = read_queries(tmp_path / "in.xlsx")
+    assert table.cells == (("26:30:00",), ("-0:00:05",))
+    header = output_header(table.columns)
+    molspec_io.write_results(tmp_path / "out.xlsx", header, [
+        result_row(header, time=table.cells_of(0)[0], row=1, query="CCO")])
+    assert openpyxl.load_workbook(tmp_path / "out.xlsx").active["A2"].value == time
+
+
 def test_a_resumed_workbook_run_writes_the_kept_records_numbers_as_numbers_too(tmp_path):
     """A workbook run resumed from its kept rows wrote the input's numbers of the kept records as text (read back from
     the kept CSV) and those of the records after as numbers."""
