@@ -9,6 +9,7 @@ way, mid-file.
 from __future__ import annotations
 
 import io
+import re
 
 import pandas as pd
 import pytest
@@ -243,3 +244,45 @@ def test_a_run_ended_by_the_toolbar_stop_draws_its_stopped_state_unclicked(copy_
     monkeypatch.setattr(st, "rerun", lambda **kwargs: reruns.append(kwargs))
     body(*args)  # the timer's next tick
     assert reruns == [{"scope": "app"}]
+
+
+# ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
+# test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
+# model), these tests are skipped for its reason, and the ones above still run.
+
+try:
+    from test_browser import browser, choose_method, page, server, settle  # noqa: F401  (fixtures)
+    BROWSER_MISSING = ""
+except pytest.skip.Exception as missing:
+    BROWSER_MISSING = str(missing)
+needs_browser = pytest.mark.skipif(bool(BROWSER_MISSING), reason=BROWSER_MISSING)
+# The focused button's text ("" where no button has the focus: the page's body, whose text holds every button's)
+FOCUSED = "() => document.activeElement.tagName === 'BUTTON' ? document.activeElement.innerText : ''"
+
+
+@needs_browser
+def test_the_bar_is_named_by_its_text_and_stop_and_continue_keep_the_focus(page, tmp_path):
+    """Streamlit names every progress bar "progress", whatever its text says; and a press on Stop the batch (or on
+    Continue) dropped the keyboard's focus to the top of the page, as Streamlit removes the button pressed. The bar
+    is named by its line, Stop hands the focus to Continue, and Continue to the run's Stop button."""
+    from playwright.sync_api import expect
+
+    queries = tmp_path / "many.txt"
+    queries.write_text("\n".join(["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "xyz", "CN.O=C(O)c1ccccc1"] * 400) + "\n")
+    page.goto(page.base_url + "/batch")
+    choose_method(page, "Greedy")
+    page.get_by_text("Read the query in 5 writings").click()
+    settle(page)
+    page.locator('input[type="file"]').set_input_files(str(queries))
+    page.get_by_text("many.txt").wait_for()
+    page.get_by_role("button", name="Run batch").click()
+    expect(page.get_by_role("progressbar", name=re.compile(r"^many\.txt: [\d,]+ of 1,600 rows done"))).to_have_count(1)
+    page.get_by_role("button", name="Stop the batch").focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name=re.compile("^Continue")).wait_for()
+    page.wait_for_function(f"() => ({FOCUSED})().includes('Continue:')", timeout=10_000)
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name="Stop the batch").wait_for()
+    page.wait_for_function(f"() => ({FOCUSED})().includes('Stop the batch')", timeout=10_000)
+    page.keyboard.press("Enter")  # and the next Stop hands it to Continue again
+    page.wait_for_function(f"() => ({FOCUSED})().includes('Continue:')", timeout=10_000)
