@@ -246,6 +246,29 @@ def test_a_run_ended_by_the_toolbar_stop_draws_its_stopped_state_unclicked(copy_
     assert reruns == [{"scope": "app"}]
 
 
+def test_a_batch_that_ends_without_rejections_says_so(copy_models, monkeypatch, asked):
+    """A batch's end was read out only where a row was rejected (its warning is an alert): a clean one ended in
+    silence for a screen reader. It now ends with a status line; a run with rejections keeps its warning alone, and a
+    stopped run its own."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles\nA,Oc1ccncc1\nB,\nC,OCC\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert texts(at.success) == "ids.csv: done, 2 queries predicted, none rejected."
+    at.file_uploader[0].set_value(("one.txt", b"OCC\n", "text/plain"))
+    submit(at, "Run batch")
+    assert texts(at.success) == "one.txt: done, 1 query predicted, none rejected."
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))  # one row rejected: its warning says so
+    submit(at, "Run batch")
+    assert not at.success and "was rejected" in texts(at.warning)
+    asked.clear()
+    asked.stop_at = 2
+    at.file_uploader[0].set_value(("good.txt", b"OCC\nOc1ccncc1\nOCC\n", "text/plain"))
+    submit(at, "Run batch")
+    at.run()
+    assert not at.success and "good.txt: stopped after 1 of 3 rows" in texts(at.warning)
+
+
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
 # test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
 # model), these tests are skipped for its reason, and the ones above still run.

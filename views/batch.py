@@ -352,6 +352,10 @@ def show(batch: BatchResult) -> None:
     queries.metric("Queries", batch.n_queries)
     predicted.metric("Predicted", n_good)
     rejected.metric("Rejected", batch.n_rejected)
+    # A run's end is read out (a status; a rejection's warning is an alert, and a stopped run has its own warning)
+    if batch.done == batch.total and not batch.n_rejected:
+        done = f"{batch.file_name}: done, {common.counted(n_good, 'query', 'queries')} predicted, none rejected."
+        st.success(common.md_escape(done), icon=":material/check_circle:")
     if batch.blank:
         stay = "Its row stays" if len(batch.blank) == 1 else "Their rows stay"
         st.info(f"{common.counted(len(batch.blank), 'blank row')} skipped ({row_list(batch.blank)}): a blank line "
