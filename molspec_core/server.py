@@ -70,6 +70,7 @@ READ_TIMEOUT_S = 30.0
 WRITE_PART_BYTES = 64 * 1024
 WRITE_MIN_RATE = 64 * 1024  # bytes a second
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
+MAX_REFUSING = 16  # connections past MAX_CONNECTIONS whose 503 waits, on a thread, for their request to be read
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
 # A client that has stopped sending is sent a 100 Continue at most this often while its request decodes; one that
@@ -393,21 +394,12 @@ class Handler(BaseHTTPRequestHandler):
         super().finish()
 
     def _linger(self) -> None:
-        """After an answer that left the request's body unread, the body's rest is read and dropped for a short
-        while before the connection closes: closed at once, a client still sending it (Python's http.client)
-        hit a broken pipe and never read its 413."""
+        """After an answer that left the request's body unread, the body's rest is read and dropped (drain)."""
         try:
             self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_WR)
-            self.connection.settimeout(LINGER_S)
-            deadline, dropped = time.monotonic() + LINGER_S, 0
-            while time.monotonic() < deadline and dropped < LINGER_BYTES:
-                chunk = self.connection.recv(65536)
-                if not chunk:
-                    break
-                dropped += len(chunk)
         except OSError:
-            pass  # the client has gone: nothing left to save
+            return  # the client has gone: nothing left to save
+        drain(self.connection)
 
     def do_GET(self) -> None:
         if not self._host_allowed():
@@ -786,6 +778,23 @@ def _whole_number(digits: str) -> int:
     return int(digits)
 
 
+def drain(connection: socket.socket) -> None:
+    """Shut a connection for writing once its answer has gone, then read and drop what the client still sends,
+    for LINGER_S (LINGER_BYTES) at most, before it closes: closed at once with a request unread, the connection
+    was reset, and a client still sending (Python's http.client) hit a broken pipe and never read its answer."""
+    try:
+        connection.shutdown(socket.SHUT_WR)
+        connection.settimeout(LINGER_S)
+        deadline, dropped = time.monotonic() + LINGER_S, 0
+        while time.monotonic() < deadline and dropped < LINGER_BYTES:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except OSError:
+        pass  # the client has gone: nothing left to save
+
+
 def busy_answer(limit: int) -> bytes:
     """The 503 a connection past the limit gets, whole, before it closes (no handler reads its request)."""
     body = json.dumps({"error": f"the server holds {limit} connections; try again shortly"}).encode()
@@ -807,6 +816,7 @@ class Server(ThreadingHTTPServer):
         self.loopback = is_loopback(address[0])
         self.max_connections = MAX_CONNECTIONS
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refusing = threading.BoundedSemaphore(MAX_REFUSING)  # 503s reading their requests' rest (drain)
         self.requests = 0  # /predict requests in hand: read whole, not yet answered (waiting their turn or decoding)
         self.settled = threading.Condition()  # notified as each is answered
 
@@ -823,15 +833,29 @@ class Server(ThreadingHTTPServer):
                 self.settled.notify_all()
 
     def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
-        """A thread for the connection, while fewer than MAX_CONNECTIONS are open; else a 503 and it closes."""
+        """A thread for the connection, while fewer than MAX_CONNECTIONS are open; else a 503 and it closes, once
+        the request it sends meanwhile is read and dropped (drain, on a thread of its own while fewer than
+        MAX_REFUSING are; past that at once): closed at once, Python's http.client, still sending its request,
+        hit a broken pipe and never read the 503."""
         if not self.connections.acquire(blocking=False):
-            try:
-                request.sendall(busy_answer(self.max_connections))
-            except OSError:
-                pass
-            self.shutdown_request(request)
+            if self.refusing.acquire(blocking=False):
+                threading.Thread(target=self._refuse, args=(request, True), name="refusing", daemon=True).start()
+            else:
+                self._refuse(request, False)
             return
         super().process_request(request, client_address)
+
+    def _refuse(self, request: socket.socket, drained: bool) -> None:
+        try:
+            request.sendall(busy_answer(self.max_connections))
+            if drained:
+                drain(request)
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
+            if drained:
+                self.refusing.release()
 
     def process_request_thread(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
         try:

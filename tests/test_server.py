@@ -963,6 +963,26 @@ def test_connections_past_the_limit_are_answered_503(models, monkeypatch):
     running.server_close()
 
 
+def test_a_client_past_the_limit_reads_its_503_while_still_sending_its_request(models, monkeypatch):
+    """The connection closed as the 503 left: Python's http.client, still sending its request, hit a broken pipe
+    and never read it (nor its Retry-After), a body of 100 bytes or of a megabyte alike."""
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 1)
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    address = running.server_address[:2]
+    with socket.create_connection(address, timeout=30):  # holds the one thread, sending nothing
+        time.sleep(0.2)
+        for size in (100, 1_000_000):
+            connection = http.client.HTTPConnection(*address, timeout=30)
+            connection.request("POST", "/predict", body=b" " * size, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert (response.status, response.getheader("Retry-After")) == (503, "1")
+            assert "1 connections" in json.loads(response.read())["error"]
+            connection.close()
+    running.shutdown()
+    running.server_close()
+
+
 def test_clients_connecting_at_once_wait_to_be_accepted_rather_than_being_refused(models):
     """The listening socket's backlog was the standard library's 5: clients that connected while the server was
     busy accepting others (40 at once, a request decoding) were reset, or waited seconds for a retried handshake."""
