@@ -278,7 +278,7 @@ class Service:
         table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
         queries = table.queries
         results: list[QueryResult] = []
-        method = request.options.get("method", "")
+        method = request.options.get("method", DEFAULT_METHOD)
 
         def not_decoded(part: slice, why: str) -> list[QueryResult]:
             return [QueryResult(query=text, method=method, error=f"not decoded: {why}; send this query again")

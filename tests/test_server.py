@@ -642,6 +642,7 @@ def test_a_request_past_its_budget_keeps_its_answers_and_says_which_queries_were
     assert status == 200 and [r["query"] for r in payload["results"]] == queries
     assert first["error"] is None and first["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
     assert all("ran past its 0 s; send this query again" in r["error"] and not r["predictions"] for r in rest)
+    assert [r["method"] for r in payload["results"]] == ["greedy"] * 3  # the queries not decoded said ""
 
 
 def test_sigterm_answers_the_requests_in_hand_before_the_server_stops(models, monkeypatch):
