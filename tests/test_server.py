@@ -807,6 +807,10 @@ def test_a_body_sent_in_chunks_is_read(address):
                        b"Connection: close\r\n\r\n")  # the next request on the connection is read where it begins
     assert [line.split()[1] for line, _, _ in answers] == ["200", "200"]
     assert json.loads(answers[0][2])["results"][0]["canonical_query"] == "CCO" and answers[1][2] == b'{"status": "ok"}'
+    old = exchange(address, b"POST /predict HTTP/1.0\r\nContent-Type: application/json\r\nTransfer-Encoding: "
+                   b"chunked\r\n\r\n" + chunks)  # HTTP/1.0 has no chunked bodies: its framing is not to be trusted
+    assert [line.split()[1] for line, _, _ in old] == ["400"]
+    assert json.loads(old[0][2])["error"] == "a chunked body in an HTTP/1.0 request; send it with a Content-Length"
 
 
 @pytest.mark.parametrize("encoding, chunks, status, says", [
