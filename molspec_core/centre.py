@@ -167,7 +167,7 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
             if time.monotonic() - started > DEADLINE_S:
                 break
             shared = _shared(part, kept, product, molecules[k], rings_apart)
-            if rings_apart and ring_made:
+            if ring_made and time.monotonic() - started < DEADLINE_S:  # a second search, not started past the deadline
                 free = _shared(part, kept, product, molecules[k], rings_apart=False)
                 if free and len(free[0]) >= (len(shared[0]) if shared else 0) + RING_FREE_GAIN:
                     shared = free

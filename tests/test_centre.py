@@ -318,3 +318,20 @@ def test_a_ring_made_from_chain_atoms_is_traced_whole(reactants, product, leavin
 def test_the_check_counts_maps_that_make_an_ester_with_the_acids_oxygen(reactants, product, keeps):
     """tools/centre_check.py says how many of its differences are this convention of the maps, not the estimate's."""
     assert load_tool("centre_check").map_keeps_acid_oxygen(reactants, product) is keeps
+
+
+def test_the_second_search_for_a_ring_made_is_not_started_past_the_deadline(monkeypatch):
+    """Where a ring is made, each reactant is searched twice; the second search started though the first had
+    used the reaction's time, so a slow pair could hold a picture back twice the deadline."""
+    clock, searches = [0.0], []
+    shared = centre._shared
+
+    def slow(*args, **kwargs):
+        searches.append(args[4] if len(args) > 4 else kwargs.get("rings_apart", True))
+        clock[0] += centre.DEADLINE_S + 1  # this search used all the reaction's time
+        return shared(*args, **kwargs)
+
+    monkeypatch.setattr(centre.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(centre, "_shared", slow)
+    centre.reaction_centre.__wrapped__("O=C1CCCCC1C(=O)CC(F)(F)F.NN", "FC(F)(F)Cc1n[nH]c2c1CCCC2")
+    assert searches == [True]  # the first search only, rings apart
