@@ -1063,7 +1063,8 @@ def test_a_failed_run_keeps_the_earlier_output(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         predict_file(tmp_path / "q.txt", out, "--batch-size", "1")  # one query a call
     assert out.read_text() == "yesterday's results\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [  # no partial file left; the record finished is kept
+        "out.csv", "out.interrupted.csv", "out.interrupted.json", "q.txt"]
 
 
 def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, monkeypatch, capsys):
@@ -1106,7 +1107,8 @@ def test_sigterm_is_one_line_and_exit_143_and_leaves_no_partial_file(tmp_path, m
     assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 143
     assert capsys.readouterr().err.splitlines()[-1] == "terminated"
     assert out.read_text() == "yesterday's results\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [  # no partial file left; the record finished is kept
+        "out.csv", "out.interrupted.csv", "out.interrupted.json", "q.txt"]
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
 
 
