@@ -1060,18 +1060,6 @@ def test_batch_retrosynthesis_reads_the_product_column_and_checks_each_answer_ro
     assert "Results" in texts(at.header)
 
 
-def test_a_file_that_cannot_be_read_clears_the_last_results(copy_models, monkeypatch):
-    """The last file's table and downloads stayed under the new file's error, as if they were its results."""
-    at = batch_page(monkeypatch, copy_models)
-    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\n", "text/plain"))
-    submit(at, "Run batch")
-    assert "Results" in texts(at.header) and at.get("download_button")
-    at.file_uploader[0].set_value(("odd.csv", b"id,Reactant SMILES\n1,CCO\n", "text/csv"))
-    submit(at, "Run batch")
-    assert "needs a column" in texts(at.error)
-    assert "Results" not in texts(at.header) and not at.get("download_button") and BATCH not in at.session_state
-
-
 @needs_forward
 def test_the_uncached_baselines_run_in_float32_where_int8_is_on(monkeypatch):
     """In int8 every row of a batch failed, "the model failed (ValueError)": Predictor.decode refuses them there."""

@@ -269,6 +269,25 @@ def test_a_batch_that_ends_without_rejections_says_so(copy_models, monkeypatch, 
     assert not at.success and "good.txt: stopped after 1 of 3 rows" in texts(at.warning)
 
 
+def test_a_file_that_cannot_be_read_keeps_the_last_results_and_says_whose_they_are(copy_models, monkeypatch):
+    """A typo in the known-answer or query column's name threw the last run's results away (a 10,000-row file
+    takes half an hour); before that, they stayed under the new file's error as if they were its results. They stay,
+    and the error says whose they are; a file with no last run says nothing of results."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("odd.csv", b"id,Reactant SMILES\n1,CCO\n", "text/csv"))
+    submit(at, "Run batch")
+    assert "needs a column" in texts(at.error) and "results" not in texts(at.error)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles,product\nA,Oc1ccncc1,Oc1ccncc1\nB,OCC,OCC\n", "text/csv"))
+    submit(at, "Run batch")
+    at.text_input[1].input("prodcut")
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert ("Cannot read the file: ids.csv has no column 'prodcut' of known answers (its other columns: id, product). "
+            "The results below are still the last run's, of ids.csv.") in texts(at.error)
+    assert {m.label: m.value for m in at.metric}["Queries"] == "2" and at.get("download_button")
+    assert at.session_state[BATCH].table["id"].drop_duplicates().tolist() == ["A", "B"]
+
+
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
 # test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
 # model), these tests are skipped for its reason, and the ones above still run.

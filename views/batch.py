@@ -526,9 +526,10 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
         queries, recorded = with_recorded(read_upload(upload.name, data, column, task), task)
         if known:
             column_index(queries.columns, upload.name, known)
-    except InputFileError as exc:
-        ss.pop(results_key(cfg.task), None)  # the last file's results under this file's error read as its own
-        return f"Cannot read the file: {exc}"
+    except InputFileError as exc:  # a typo in a column's name loses no run: the last results stay, named as such
+        last: BatchResult | Run | None = ss.get(results_key(cfg.task)) or run
+        kept = f" The results below are still the last run's, of {last.file_name}." if last is not None else ""
+        return f"Cannot read the file: {str(exc).rstrip('.')}.{kept}"
     source = (upload.name, hashlib.sha256(data).hexdigest(), column, known, ion_writing, cfg)
     # The same file and settings again (Run batch pressed during its run, or after a stop) take the run up where it
     # stopped; anything else starts a run of its own.
