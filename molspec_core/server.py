@@ -53,7 +53,8 @@ from .known import known_rank, with_recorded
 from .limits import Abandoned, abandon_when
 from .methods import METHODS, SamplingOptions
 from .roundtrip import check_round_trip
-from .service import DEFAULT_BATCH_SIZE, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult, windows
+from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult,
+                      windows)
 
 log = logging.getLogger(__name__)
 
@@ -262,12 +263,16 @@ class Service:
         self.models = dict(models)
         self.budget_s = budget_s
         self.stop_grace_s = STOP_GRACE_S
+        self.clock: Callable[[], float] = time.monotonic  # the budget's and the stop's (tests give their own)
         self.decoding = threading.Lock()
         self.stopping = threading.Event()  # set as the server stops: no request begins, the one decoding ends early
 
     def predict(self, body: object, gone: Callable[[], bool] = lambda: False) -> dict:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
-        has decoded for budget_s, the queries not begun get an error saying so, and the rest stand. Once the server
+        has decoded for budget_s, the windows not begun get an error saying so, and the rest stand; a window still
+        decoding once the request has decoded for budget_s and a query's time limit more stops at its next decoder
+        step, its queries with that error (a window of 256 queries, each with its time limit, ran for hours past
+        the budget). Once the server
         is stopping, the window decoding has stop_grace_s to end; past it, it stops at its next decoder step
         (limits.abandon_when) and its queries get an error saying so, as do those after; the windows before stand
         (a request whose turn comes once the server is stopping gets 503). `gone` says whether the client has left,
@@ -284,29 +289,33 @@ class Service:
             return [QueryResult(query=text, method=method, error=f"not decoded: {why}; send this query again")
                     for text in queries[part]]
 
+        past_budget = f"the request ran past its {self.budget_s:g} s"
+        overrun_s = self.budget_s + request.options.get("time_limit_s", DEFAULT_TIME_LIMIT_S)
         stop_seen: list[float] = []  # when the window decoding first saw the server stopping
 
         def abandon() -> str | None:  # why the window decoding ends now, if it does
             if gone():
                 return CLIENT_GONE
+            now = self.clock()
+            if now - started > overrun_s:
+                return past_budget
             if self.stopping.is_set():
-                stop_seen[:] = stop_seen or [time.monotonic()]
-                if time.monotonic() - stop_seen[0] >= self.stop_grace_s:
+                stop_seen[:] = stop_seen or [now]
+                if now - stop_seen[0] >= self.stop_grace_s:
                     return "the server is stopping"
             return None
 
         with self.decoding:
             if self.stopping.is_set():
                 raise RequestError(STOPPING, HTTPStatus.SERVICE_UNAVAILABLE)
-            started = time.monotonic()
+            started = self.clock()
             for part in windows(len(request.smiles), request.options.get("batch_size", DEFAULT_BATCH_SIZE), "serve",
                                 progress=False):
                 if gone():
                     raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded")
-                late = time.monotonic() - started > self.budget_s
+                late = self.clock() - started > self.budget_s
                 if results and (late or self.stopping.is_set()):
-                    results += not_decoded(part, f"the request ran past its {self.budget_s:g} s" if late
-                                           else "the server is stopping")
+                    results += not_decoded(part, past_budget if late else "the server is stopping")
                     continue
                 try:
                     with abandon_when(abandon):

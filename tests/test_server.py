@@ -645,6 +645,18 @@ def test_a_request_past_its_budget_keeps_its_answers_and_says_which_queries_were
     assert [r["method"] for r in payload["results"]] == ["greedy"] * 3  # the queries not decoded said ""
 
 
+def test_a_window_still_decoding_past_the_budget_and_a_time_limit_stops_there(models):
+    """The budget was looked at between windows alone: a window of 256 queries, each within its own time limit,
+    held the models for hours past the request's 600 s."""
+    service = server.Service({"forward": models["forward"]}, budget_s=0.0)
+    ticks = iter(range(1000))
+    service.clock = lambda: float(next(ticks))  # a second a look: past 0 + 5 s within the window's first steps
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    result = service.predict({"smiles": queries, "batch_size": 2, "time_limit_s": 5})["results"]
+    assert [r["query"] for r in result] == queries
+    assert all(r["error"] == "not decoded: the request ran past its 0 s; send this query again" for r in result)
+
+
 def test_sigterm_answers_the_requests_in_hand_before_the_server_stops(models, monkeypatch):
     """SIGTERM (a service manager's stop) ended the process at once and Ctrl-C closed it: the request decoding
     and those waiting their turn lost their connections without an answer. Now the one decoding answers what it
