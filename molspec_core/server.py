@@ -327,8 +327,8 @@ class Service:
                     raise RequestError(str(exc)) from None
                 except Abandoned as exc:
                     if str(exc) == CLIENT_GONE:
-                        raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded "
-                                         "(it left while they decoded)") from None
+                        raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded, "
+                                         "some begun") from None
                     answered = not_decoded(part, str(exc))
                 results += answered
         results = [dataclasses.replace(r, error=table.problem_of(i), predictions=()) if table.problem_of(i) else r
