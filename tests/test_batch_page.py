@@ -288,6 +288,33 @@ def test_a_file_that_cannot_be_read_keeps_the_last_results_and_says_whose_they_a
     assert at.session_state[BATCH].table["id"].drop_duplicates().tolist() == ["A", "B"]
 
 
+def test_a_stopped_runs_downloads_say_which_rows_they_hold(copy_models, monkeypatch, asked):
+    """A stopped run's files were named as the whole file's (q-predictions.csv), and its rows filed away as the
+    results; they now name the rows they hold, as `molspec predict` keeps a stopped run's rows in .interrupted.csv,
+    and a finished run's keep the plain name."""
+    names: list[str] = []
+    real = st.download_button
+
+    def recording(*args, **kwargs):
+        names.append(kwargs["file_name"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", recording)
+    at = batch_page(monkeypatch, copy_models)
+    asked.stop_at = 3
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    names.clear()
+    at.run()
+    assert names == ["q-predictions-rows-1-3-of-7.csv", "q-predictions-rows-1-3-of-7.sdf",
+                     "q-predictions-rows-1-3-of-7.xlsx"]
+    asked.stop_at = 0
+    names.clear()
+    next(b for b in at.button if b.label == "Continue: 4 rows left").click()
+    at.run()
+    assert names == ["q-predictions.csv", "q-predictions.sdf", "q-predictions.xlsx"]
+
+
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
 # test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
 # model), these tests are skipped for its reason, and the ones above still run.

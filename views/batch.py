@@ -420,17 +420,19 @@ def show(batch: BatchResult) -> None:
         "accepted_tokens": st.column_config.NumberColumn("accepted draft tokens"),
         "model_calls": st.column_config.NumberColumn("model calls"),
     })
-    stem = Path(batch.file_name).stem
+    stem = f"{Path(batch.file_name).stem}-predictions"
+    if batch.done < batch.total:  # a stopped run's files say which rows they hold, as the CLI's .interrupted.csv does
+        stem += f"-rows-1-{batch.done}-of-{batch.total}"
     with st.container(horizontal=True):
-        st.download_button("Download CSV", data=safe_csv(table), file_name=f"{stem}-predictions.csv", mime="text/csv",
+        st.download_button("Download CSV", data=safe_csv(table), file_name=f"{stem}.csv", mime="text/csv",
                            on_click="ignore", icon=":material/download:", type="primary")
         # made on the click (the 2D coordinates of 50,000 answers take a while), not on every rerun
-        st.download_button("Download SDF", data=lambda: results_sdf(table), file_name=f"{stem}-predictions.sdf",
+        st.download_button("Download SDF", data=lambda: results_sdf(table), file_name=f"{stem}.sdf",
                            mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
                            help="A record per row of the table: the answer's structure with 2D coordinates and "
                                 "every column as a field; a rejected query's record has no atoms and says why.")
         st.download_button("Download Excel", data=lambda: results_workbook(table),
-                           file_name=f"{stem}-predictions.xlsx", on_click="ignore", icon=":material/download:",
+                           file_name=f"{stem}.xlsx", on_click="ignore", icon=":material/download:",
                            mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
 
 
