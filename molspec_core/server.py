@@ -271,13 +271,12 @@ class Service:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
         has decoded for budget_s, the windows not begun get an error saying so, and the rest stand; a window still
         decoding once the request has decoded for budget_s and a query's time limit more stops at its next decoder
-        step, its queries with that error (a window of 256 queries, each with its time limit, ran for hours past
-        the budget). Once the server
-        is stopping, the window decoding has stop_grace_s to end; past it, it stops at its next decoder step
-        (limits.abandon_when) and its queries get an error saying so, as do those after; the windows before stand
-        (a request whose turn comes once the server is stopping gets 503). `gone` says whether the client has left,
-        looked at before each window and each decoder step: then ClientGone, and the rest is not decoded (a client
-        that gave up, and perhaps sent its request again, held the models for minutes to no one)."""
+        step (limits.abandon_when), its queries with that error (a window of 256 queries, each within its time
+        limit, ran for hours past the budget). Once the server is stopping, the window decoding has stop_grace_s
+        to end, then stops so, and the windows after get an error too; the windows before stand (a request whose
+        turn comes once the server is stopping gets 503). `gone` says whether the client has left, looked at
+        before each window and each decoder step: then ClientGone, and the rest is not decoded (a client that
+        gave up, and perhaps sent its request again, held the models for minutes to no one)."""
         request = parse_request(body, self.models)
         # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
         table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
@@ -805,7 +804,8 @@ def drain(connection: socket.socket) -> None:
 
 
 def busy_answer(limit: int) -> bytes:
-    """The 503 a connection past the limit gets, whole, before it closes (no handler reads its request)."""
+    """The 503 a connection past the limit gets, whole, before it closes (no handler reads its request: drain
+    drops it)."""
     body = json.dumps({"error": f"the server holds {limit} connections; try again shortly"}).encode()
     return (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
             "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode() + body
