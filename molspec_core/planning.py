@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rdkit import Chem
 from rdkit.Chem import rdCIPLabeler, rdFMCS
+from rdkit.Chem.MolStandardize import rdMolStandardize
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 from syntheseus.search.algorithms.best_first.retro_star import RetroStarSearch
 from syntheseus.search.algorithms.mcts.base import pucb_bound
@@ -117,7 +118,12 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         try:  # a TXT line may carry a name (io splits .smi ones)
             # An entry of several molecules (a salt, CCN(CC)CCO.Cl) gives each: a route's reactants are single
             # molecules, so the whole entry could never match one.
-            molecules.update(canonical(part, strip_maps=True) for part in _stock_smiles(entry).split("."))
+            for part in _stock_smiles(entry).split("."):
+                molecule = canonical(part, strip_maps=True)
+                molecules.add(molecule)
+                parent = _neutral_parent(molecule) if "+" in molecule or "-" in molecule else None  # charged ones
+                if parent:
+                    molecules.add(parent)
         except ChemError:
             n_unreadable += 1
     if not molecules:
@@ -141,6 +147,22 @@ def _stock_smiles(entry: str) -> str:
             for atom in group.GetAtoms():
                 atom.SetChiralTag(Chem.ChiralType.CHI_UNSPECIFIED)
     return canonical(Chem.MolToSmiles(mol))
+
+
+def _neutral_parent(molecule: str) -> str | None:
+    """The acid or base an organic ion is the salt of, which a work-up gives (RDKit's Uncharger, as chem.uncharged):
+    a hydrochloride written CC[NH3+].[Cl-] gave no ethylamine where CCN.Cl gave it, and sodium benzoate no benzoic
+    acid. None where a proton on N, O or S does not explain its charge (a quaternary ammonium, a nitro group, the
+    hydride of a borohydride: NaBH(OAc)3 is no B(OAc)3) or where it holds no carbon ([Cl-] gives no HCl)."""
+    mol = mol_from_smiles(molecule)
+    if not any(atom.GetAtomicNum() == 6 for atom in mol.GetAtoms()):
+        return None
+    parent = rdMolStandardize.Uncharger().uncharge(mol)  # its atoms keep their indices
+    moved = [atom.GetAtomicNum() for atom, neutral in zip(mol.GetAtoms(), parent.GetAtoms())
+             if atom.GetFormalCharge() != neutral.GetFormalCharge()]
+    if not moved or any(number not in (7, 8, 16) for number in moved):
+        return None
+    return canonical(Chem.MolToSmiles(parent))
 
 
 # ---- the single-step model --------------------------------------------------------------------

@@ -551,6 +551,19 @@ def test_a_stock_table_of_more_rows_than_a_batch_file_holds_says_how_to_give_it(
         load_stock(tmp_path / "stock.csv")
 
 
+def test_a_salt_written_with_its_charges_gives_its_acid_or_base_as_its_neutral_writing_does(tmp_path):
+    """CCN(CC)CCO.Cl put the amine in stock; CC[NH+](CC)CCO.[Cl-], the same hydrochloride, did not, nor did sodium
+    benzoate its acid. An ion no proton explains stays as it is, and an inorganic one gives no parent."""
+    lines = ["CC[NH+](CC)CCO.[Cl-]", "[Na+].[O-]C(=O)c1ccccc1", "[NH3+]CC(=O)[O-]", "[Na+].[BH4-]",
+             "C[N+](C)(C)C.[Br-]", "O=[N+]([O-])c1ccccc1", "CC(=O)O[BH-](OC(C)=O)OC(C)=O.[Na+]"]
+    (tmp_path / "stock.smi").write_text("\n".join(lines) + "\n")
+    stock = load_stock(tmp_path / "stock.smi")
+    assert sorted(m.smiles for m in stock.to_purchasable_mols()) == sorted([
+        "CC[NH+](CC)CCO", "[Cl-]", "CCN(CC)CCO", "[Na+]", "O=C([O-])c1ccccc1", "O=C(O)c1ccccc1",
+        "NCC(=O)O", "[NH3+]CC(=O)[O-]", "[BH4-]", "C[N+](C)(C)C", "[Br-]", "O=[N+]([O-])c1ccccc1",
+        "CC(=O)O[BH-](OC(C)=O)OC(C)=O"])  # sodium triacetoxyborohydride: its charge is its hydride's
+
+
 def test_a_racemate_in_the_stock_is_no_single_enantiomer(tmp_path):
     """A CXSMILES's enhanced stereo was cut off with the name: racemic alanine, C[C@H](N)C(=O)O |&1:1|, put
     L-alanine in stock, and a route to a single enantiomer started from it, marked in stock."""
