@@ -315,6 +315,20 @@ def test_a_stopped_runs_downloads_say_which_rows_they_hold(copy_models, monkeypa
     assert names == ["q-predictions.csv", "q-predictions.sdf", "q-predictions.xlsx"]
 
 
+def test_the_known_answer_column_is_named_in_any_case_as_the_query_column_is(copy_models, monkeypatch):
+    """The field's own example, "product", was refused for a file whose header says "Product" ("has no column
+    'product' of known answers (its other columns: id, Product)"), where the query column is found in any case."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,SMILES,Product\nA,Oc1ccncc1,Oc1ccncc1\nB,OCC,CCO\n", "text/csv"))
+    at.text_input[1].input(" product ")
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert not at.error
+    assert {m.label: m.value for m in at.metric}["Queries compared"] == "2 of 2"
+    assert "Known answers from the column Product: " in texts(at.caption)
+    assert at.session_state[BATCH].table.columns[:2].tolist() == ["id", "Product"]
+
+
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
 # test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
 # model), these tests are skipped for its reason, and the ones above still run.

@@ -21,8 +21,8 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
-                             output_header, parse_upload, query_columns, query_format, result_rows, sd_bytes,
-                             workbook_bytes)
+                             output_header, parse_upload, query_column, query_columns, query_format, result_rows,
+                             sd_bytes, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Predictor, QueryResult
@@ -489,7 +489,7 @@ def main() -> None:
         column = st.text_input("CSV or workbook column (optional)",
                                placeholder=f"automatic: {', '.join(automatic[:-1])} or {automatic[-1]}, any case",
                                help="The column that holds the SMILES, when it has another name.")
-        known = st.text_input("Known-answer column (optional)", placeholder="e.g. product",
+        known = st.text_input("Known-answer column (optional)", placeholder="e.g. product, any case",
                               help="A CSV column or SD field that holds each query's recorded answer (the product, "
                                    "or the reactants for retrosynthesis): the results then say how often the model "
                                    "gives it first or among its answers, and mark the row that matches (stereo kept, "
@@ -526,7 +526,9 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
     data = upload.getvalue()
     try:
         queries, recorded = with_recorded(read_upload(upload.name, data, column, task), task)
-        if known:
+        if known:  # named as the query column is, in any case ("product" for a file's "Product")
+            at = query_column(queries.columns, known)
+            known = queries.columns[at] if at is not None else known
             column_index(queries.columns, upload.name, known)
     except InputFileError as exc:  # a typo in a column's name loses no run: the last results stay, named as such
         last: BatchResult | Run | None = ss.get(results_key(cfg.task)) or run
