@@ -512,11 +512,16 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.timeout)
 
     def do_OPTIONS(self) -> None:
-        """A browser's cross-origin preflight: never granted (no Access-Control-Allow-* header)."""
+        """A browser's cross-origin preflight: never granted (no Access-Control-Allow-* header). Allow names the
+        methods the path takes (`*`, the server's: all of them); a path that is no route gets 404."""
         self.close_connection = True
         self.unread_body = self._carries_body()
+        path = self._route()
+        if path != "*" and path not in ROUTES:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
+            return
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "this server takes no cross-origin requests"},
-                   {"Allow": "GET, HEAD, POST"})
+                   {"Allow": ROUTES.get(path, "GET, HEAD, POST")})
 
     def _not_allowed(self) -> None:
         """A method no route takes (any without a do_<METHOD>: PUT, DELETE, TRACE, ...): 405 in JSON with

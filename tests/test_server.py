@@ -286,6 +286,14 @@ def test_a_method_a_route_does_not_take_gets_405_in_json_with_the_method_it_take
     assert call(address, "PUT", "/nothing", {"smiles": AMIDE})[0] == 404
 
 
+@pytest.mark.parametrize("path, status, allow", [("/health", 405, "GET, HEAD"), ("/predict", 405, "POST"),
+                                                 ("*", 405, "GET, HEAD, POST"), ("/nothing", 404, None)])
+def test_options_names_the_methods_the_path_takes(address, path, status, allow):
+    """Allow said GET, HEAD, POST for every path, /health (which refuses POST) and paths that are no route alike."""
+    answers = exchange(address, f"OPTIONS {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    assert [(line.split()[1], fields.get("allow")) for line, fields, _ in answers] == [(str(status), allow)]
+
+
 @pytest.mark.parametrize("path", ["/health", "/models"])
 def test_head_answers_what_get_answers_without_the_body(address, path):
     """A monitor's HEAD /health got 405 (HTTP wants HEAD wherever GET is taken)."""
