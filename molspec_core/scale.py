@@ -22,9 +22,12 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
-from collections.abc import Generator, Iterable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -302,7 +305,13 @@ def answers(address: str, timeout_s: float = 10.0) -> None:
 @contextmanager
 def connected(address: str) -> Iterator[None]:
     """Connect to a Ray cluster ('auto', host:port) or start one on this machine ('local'), and leave
-    it after the run. A process already connected (a notebook, a test) keeps its cluster as it is."""
+    it after the run. A process already connected (a notebook, a test) keeps its cluster as it is.
+
+    Ray starts and stops whole (unbroken): Ctrl-C or SIGTERM in ray.init's first seconds cut it half-way, and the
+    run exited leaving Ray's dashboard and runtime-env agents running (they ignore SIGTERM), or crashed as it exited
+    (SIGSEGV, not exit 130); a second Ctrl-C cut ray.shutdown so. Both run in one thread of their own, which lives
+    until Ray is shut down: Ray's processes die with the thread that started them (PR_SET_PDEATHSIG), and there
+    ray.init sets no SIGTERM handler of its own (it set sys.exit in place of the command line's)."""
     try:
         import ray
     except ImportError:
@@ -312,26 +321,100 @@ def connected(address: str) -> Iterator[None]:
         return
     answers(address)
     local = {"include_dashboard": False} if address == "local" else {}
-    # ray.init sets a SIGTERM handler of its own (sys.exit): the command line's (boundary.Terminated) is put back, or
-    # a stopped run exited 15 or 1 without a word of the rows it kept
-    main_thread = threading.current_thread() is threading.main_thread()
-    sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
-    stopped = False
-    try:
-        ray.init(address=address, logging_level=logging.WARNING, **local)
-    except ConnectionError as exc:
-        raise ConnectionError(f"{exc} (start a cluster with `ray start --head`, or use --ray local)") from None
-    except SystemExit as exc:  # SIGTERM met Ray's handler while ray.init ran (it may wait minutes for a cluster)
-        if sigterm is None or exc.code != signal.SIGTERM:
+    before = set(descendants(os.getpid()))  # processes of this one that are not Ray's
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="molspec-ray") as ray_thread:
+        try:
+            unbroken(ray_thread, lambda: ray.init(address=address, logging_level=logging.WARNING, **local))
+        except ConnectionError as exc:
+            raise ConnectionError(f"{exc} (start a cluster with `ray start --head`, or use --ray local)") from None
+        except BaseException:  # stopped while Ray started: what it started is stopped before the run stops
+            unbroken(ray_thread, lambda: shut_down(before))
             raise
-        stopped = True
-    finally:
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
-    if stopped:  # the handler put back takes it: the command line's says 'terminated' and exits 143, not 15
-        ray.shutdown()
-        signal.raise_signal(signal.SIGTERM)
+        try:
+            yield
+        finally:
+            unbroken(ray_thread, lambda: shut_down(before))
+
+
+def unbroken(thread: Executor, step: Callable[[], object]) -> None:
+    """Run `step` (ray.init, ray.shutdown) to its end on `thread`, whatever signals come meanwhile. Ctrl-C and SIGTERM
+    that come are noted, not raised, and raised after it as their handlers raise them (KeyboardInterrupt; the command
+    line's Terminated), before what `step` raised. Only handlers set in Python are held: an ignored Ctrl-C (a job
+    started with nohup) stays ignored."""
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        if not noted:
+            print("stopping once Ray has started or stopped, so that none of its processes stay behind", file=sys.stderr)
+        noted.append(signum)
+
+    in_main = threading.current_thread() is threading.main_thread()  # where signals' handlers run, and are set
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    held = {signum: handler for signum, handler in handlers.items() if callable(handler)}
+    for signum in held:
+        signal.signal(signum, note)
     try:
-        yield
+        done = thread.submit(step)
+        failure = done.exception()
     finally:
-        ray.shutdown()
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+    if noted:
+        signal.raise_signal(noted[0])
+    if failure is not None:
+        raise failure
+
+
+def shut_down(before: set[tuple[int, str]]) -> None:
+    """ray.shutdown, and then the end of every Ray process started here (a process below this one, not one of
+    `before`, that names Ray) that outlives it: the agents of a raylet stopped in its first seconds went on running
+    for a minute or more, ignoring SIGTERM, after the run ended."""
+    import ray
+
+    started = [process for process in descendants(os.getpid()) if process not in before and names_ray(process[0])]
+    ray.shutdown()  # the raylet's children are not below this process once it is gone: they were listed before
+    for _ in range(20):  # a second or two to exit on their own, as they do after a whole run
+        started = [process for process in started if alive(process)]
+        if not started:
+            return
+        time.sleep(0.1)
+    for pid, _start in started:
+        with suppress(OSError):  # it exited meanwhile
+            os.kill(pid, signal.SIGKILL)
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every process below `root`, from /proc (none where there is no /proc)."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # the name, in brackets, may hold spaces
+        except OSError:  # it exited meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[19]))
+    found: list[tuple[int, str]] = []
+    below = [root]
+    while below:
+        for child in children.get(below.pop(), []):
+            found.append(child)
+            below.append(child[0])
+    return found
+
+
+def names_ray(pid: int) -> bool:
+    """Whether the process's command line names Ray (ray::DashboardAgent, .../ray/core/src/ray/raylet/raylet)."""
+    try:
+        return b"ray" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def alive(process: tuple[int, str]) -> bool:
+    """Whether that process (pid, start time) still runs: not exited, not a zombie, its pid not taken since."""
+    pid, start = process
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and fields[19] == start
+

@@ -244,17 +244,19 @@ def test_without_ray_installed_the_message_says_how_to_get_it(tmp_path, capsys, 
 
 def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_path, capsys, monkeypatch):
     """ray.init put its own SIGTERM handler (sys.exit) in place of the command line's: a stopped --ray run exited 15
-    (or 1) without the `terminated` line or a word of its rows."""
+    (or 1) without the `terminated` line or a word of its rows. It runs in a thread now, where it sets none."""
     import json
     import signal
+    import threading
     import types
 
     from molspec_core import scale
     from molspec_core.io import result_rows
     from molspec_core.service import QueryResult
 
-    def init(**_):  # what ray.init does to the driver's SIGTERM
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+    def init(**_):  # what ray.init does to the driver's SIGTERM, in the main thread only
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
 
     def predicted(queries, *_):
         for row, query in enumerate(queries, start=1):
@@ -275,25 +277,97 @@ def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_pat
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_sigterm_while_ray_starts_is_reported_as_terminated(tmp_path, capsys, monkeypatch):
-    """ray.init can wait minutes for a cluster that does not answer; SIGTERM then met Ray's own handler, and the run
-    exited 15 without the `terminated` line."""
+def starting_ray(events: list[str], signum: int):
+    """A stand-in for ray.init that gets `signum` half-way, as a run stopped in Ray's first seconds does, and goes on
+    to its end only if that does not stop it (it sets Ray's SIGTERM handler, sys.exit, where it runs in the main
+    thread)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    def init(**_):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        events.append("starting")
+        os.kill(os.getpid(), signum)
+        time.sleep(0.5)  # the signal's handler runs meanwhile (in the main thread)
+        events.append("started")
+
+    return init
+
+
+@pytest.mark.parametrize("signame,code,line", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_a_run_stopped_while_ray_starts_stops_the_ray_it_started(tmp_path, capsys, monkeypatch, signame, code, line):
+    """Ctrl-C or SIGTERM in ray.init's first seconds cut it half-way, and Ray's dashboard and runtime-env agents stayed
+    running after the run (they ignore SIGTERM), or the run crashed as it exited (SIGSEGV); with SIGTERM Ray's own
+    handler took it and the run exited 15 without the `terminated` line. Now Ray finishes starting, is shut down, and
+    the run stops as a stopped run does."""
     import signal
 
     events: list[str] = []
-
-    def init(**_):  # what ray.init does: its handler first, then the wait, during which SIGTERM comes
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
-        signal.raise_signal(signal.SIGTERM)
-
-    fake_ray(monkeypatch, events, init)
+    fake_ray(monkeypatch, events, starting_ray(events, getattr(signal, signame)))
     (tmp_path / "q.txt").write_text("CCO\n")
     before = signal.getsignal(signal.SIGTERM)
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
-                 "--ray", "auto"]) == 143
-    assert capsys.readouterr().err.splitlines()[-2:] == ["stopped: no record finished; " + str(tmp_path / "o.csv")
-                                                         + " was not written", "terminated"]
-    assert events == ["shutdown"] and signal.getsignal(signal.SIGTERM) is before
+                 "--ray", "local"]) == code
+    assert capsys.readouterr().err.splitlines()[-3:] == [
+        "stopping once Ray has started or stopped, so that none of its processes stay behind",
+        f"stopped: no record finished; {tmp_path / 'o.csv'} was not written", line]
+    assert events == ["starting", "started", "shutdown"] and signal.getsignal(signal.SIGTERM) is before
+
+
+def refused(queries, *_):
+    """Ray's part played here: each query comes back refused."""
+    import json
+
+    from molspec_core.io import result_rows
+    from molspec_core.service import QueryResult
+
+    for row, query in enumerate(queries, start=1):
+        yield row, json.dumps(result_rows(row, (), QueryResult(query=query, method="greedy", error="refused")))
+
+
+def test_ray_starts_and_stops_in_one_thread_that_outlives_it(tmp_path, monkeypatch):
+    """Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): started in a thread that ended, the
+    local cluster died under the run. The thread that starts it stops it, and is not the main thread, where ray.init
+    puts its own SIGTERM handler in place of the command line's."""
+    import threading
+
+    events: list[str] = []
+    threads: list[threading.Thread] = []
+    fake_ray(monkeypatch, events, init=lambda **_: threads.append(threading.current_thread()))
+    monkeypatch.setitem(sys.modules["ray"].__dict__, "shutdown", lambda: threads.append(threading.current_thread()))
+    from molspec_core import scale
+    monkeypatch.setattr(scale, "predicted", refused)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output",
+                 str(tmp_path / "o.csv"), "--ray", "local"]) == 2  # every query refused
+    assert len(threads) == 2 and threads[0] is threads[1] and threads[0] is not threading.main_thread()
+
+
+def test_ray_processes_that_outlive_its_shutdown_are_ended(tmp_path, monkeypatch):
+    """A raylet stopped in its first seconds left its agents running for a minute or more after the run (they ignore
+    SIGTERM); what Ray started below this process and still runs after ray.shutdown is ended."""
+    import subprocess
+
+    agents: list[subprocess.Popen] = []
+    ignores_sigterm = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+
+    def init(**_):
+        agents.append(subprocess.Popen([sys.executable, "-c", ignores_sigterm, "ray::RuntimeEnvAgent"]))
+
+    fake_ray(monkeypatch, [], init)
+    from molspec_core import scale
+    monkeypatch.setattr(scale, "predicted", refused)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    try:
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output",
+                     str(tmp_path / "o.csv"), "--ray", "local"]) == 2  # every query refused
+        assert agents[0].poll() is not None
+    finally:
+        agents[0].kill()
+        agents[0].wait()
 
 
 def test_an_address_where_no_cluster_listens_is_refused_at_once(tmp_path, capsys, monkeypatch):
