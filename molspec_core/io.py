@@ -576,14 +576,32 @@ def _holds_formulas(data: bytes | bytearray) -> bool:
 class TypedCell(str):
     """A workbook cell's text, as every reader of a QueryFile sees it (the CSV writes it so), that keeps the cell's
     typed value and number format: an Excel output writes it back as the number, TRUE/FALSE, date or time it was, not
-    as text (a yield 87.5 or an ID 7 became a text cell that Excel flags)."""
-    value: object
-    number_format: str
+    as text (a yield 87.5 or an ID 7 became a text cell that Excel flags). Where its text gives its value back (TRUE,
+    a whole number, a number to 15 digits) and its format is General, the cell holds no more than its text: a sheet
+    of numbers took 7 times the memory of its text."""
+    number_format = "General"  # the cell's own, where it has another
 
     def __new__(cls, text: str, value: object, number_format: str = "General") -> TypedCell:
         cell = super().__new__(cls, text)
-        cell.value, cell.number_format = value, number_format
+        if number_format != "General":
+            cell.number_format = number_format
+        read = cell._read_back()
+        if read is None or read != value or isinstance(read, bool) != isinstance(value, bool):
+            cell.given = value
         return cell
+
+    @property
+    def value(self) -> object:
+        return self.__dict__["given"] if "given" in self.__dict__ else self._read_back()
+
+    def _read_back(self) -> object:
+        """The value the text gives (TRUE, FALSE, a number), or None."""
+        if self in ("TRUE", "FALSE"):
+            return self == "TRUE"
+        for number in (int, float):
+            with contextlib.suppress(ValueError):
+                return number(self)
+        return None
 
     def __reduce__(self) -> tuple[type, tuple[str, object, str]]:  # pickled (Ray's workers) with its value
         return TypedCell, (str(self), self.value, self.number_format)
