@@ -611,8 +611,8 @@ def _cell_text(cell: object) -> str:
     """A worksheet cell's value as text: "" for an empty cell, 12 for 12.0, a number to the 15 significant digits Excel
     shows and keeps (0.3 for a formula's 0.30000000000000004), a whole number in a format of leading zeros as it is
     shown (padded_number: an ID 007, plain text from then on), TRUE / FALSE, ISO 8601 dates, a duration in hours
-    (26:30:00). A number, truth value,
-    date or time is a TypedCell, which a workbook output writes as it was."""
+    (26:30:00). A number, truth value, date, time or duration is a TypedCell, which a workbook output writes as it
+    was."""
     value = getattr(cell, "value", None)
     number_format = getattr(cell, "number_format", None) or "General"
     if value is None:
