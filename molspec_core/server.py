@@ -142,7 +142,7 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
         raise RequestError("the body must be a JSON object, such as {\"smiles\": \"CCO\"}")
     unknown = sorted(set(body) - set(REQUEST_KEYS))
     if unknown:
-        raise RequestError(f"unknown option {unknown[0]!r}; the options are {', '.join(REQUEST_KEYS)}")
+        raise RequestError(f"unknown option {unknown[0][:40]!r}; the options are {', '.join(REQUEST_KEYS)}")
     if "smiles" not in body:
         raise RequestError("'smiles' is missing: give a SMILES or a list of them")
     smiles = body["smiles"] if isinstance(body["smiles"], list) else [body["smiles"]]
@@ -163,7 +163,7 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
     if options.get("batch_size", 1) < 1:  # as `predict --batch-size` refuses it
         raise RequestError(f"'batch_size' must be 1 or more, not {options['batch_size']}")
     if "method" in options and options["method"] not in METHODS:  # unset: Predictor.predict's default
-        raise RequestError(f"unknown method {options['method']!r}; choose from {', '.join(METHODS)}")
+        raise RequestError(f"unknown method {options['method'][:40]!r}; choose from {', '.join(METHODS)}")
     knobs = {key: _typed(body, key, (int,) if key in ("top_k", "beta", "seed") else (int, float))
              for key in SAMPLING_KEYS if key in body}
     if knobs:

@@ -212,6 +212,14 @@ def test_a_number_too_long_to_read_is_refused_without_advice_for_the_servers_cod
                                                 "more than 100"})
 
 
+@pytest.mark.parametrize("body", [{"model": "forward", "smiles": AMIDE, "x" * 100_000: 1},
+                                  {"model": "forward", "smiles": AMIDE, "method": "x" * 100_000}])
+def test_a_long_unknown_name_is_not_sent_back_whole(address, body):
+    """An unknown option or method was quoted whole in the error: a 100,000-character one came back in full."""
+    status, payload = call(address, "POST", "/predict", body)
+    assert status == 400 and "'xxxxxxxxxx" in payload["error"] and len(payload["error"]) < 400
+
+
 def test_an_option_given_twice_is_refused(address):
     """The last was taken without a word: {"smiles": "CCO", "smiles": "CCN"} answered CCN alone."""
     status, payload = call(address, "POST", "/predict", raw=b'{"model": "forward", "smiles": "CCO", "smiles": "CCN"}')
