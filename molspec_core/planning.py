@@ -593,14 +593,14 @@ def stereo_flags(product: str, reactants: tuple[str, ...]) -> tuple[str, ...]:
     if product_mol is None:
         return ()
     centres = [atom.GetIdx() for atom in product_mol.GetAtoms() if atom.GetChiralTag() in TETRAHEDRAL]
-    reactant_mols = [Chem.MolFromSmiles(smiles) for smiles in reactants]
-    if not centres or any(mol is None for mol in reactant_mols):
+    reactant_mols = {smiles: Chem.MolFromSmiles(smiles) for smiles in reactants}
+    if not centres or any(mol is None for mol in reactant_mols.values()):
         return ()
     deadline = time.monotonic() + STEREO_DEADLINE_S
     best: dict[int, str] | None = None
-    orders = list(dict.fromkeys(itertools.permutations(range(len(reactants)))))  # identical reactants: one order
+    orders = list(dict.fromkeys(itertools.permutations(reactants)))  # a reactant used twice: its swap is no new order
     for order in orders[:MAX_ORDERS]:
-        traced = _trace_centres(product_mol, [reactant_mols[i] for i in order], centres, deadline)
+        traced = _trace_centres(product_mol, [reactant_mols[smiles] for smiles in order], centres, deadline)
         if traced is None:  # out of time: a partial trace would flag centres it never reached
             return ("was not checked for stereo: tracing its atoms to the reactants took too long",)
         if best is None or _flag_count(traced, centres) < _flag_count(best, centres):
@@ -644,9 +644,9 @@ def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[i
     for reactant in reactants:
         if time.monotonic() > deadline:
             return None
-        part = Chem.RWMol(product)
+        part, left = Chem.RWMol(product), set(untraced)
         for index in reversed(range(product.GetNumAtoms())):
-            if index not in untraced:
+            if index not in left:
                 part.RemoveAtom(index)
         part.UpdatePropertyCache(strict=False)
         Chem.FastFindRings(part)
@@ -668,7 +668,8 @@ def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[i
                     best = verdicts, tuple(untraced[p] for p in placement)
         if best is not None:
             traced.update(best[0])
-            untraced = [i for i in untraced if i not in best[1]]
+            taken = set(best[1])
+            untraced = [i for i in untraced if i not in taken]
     return traced
 
 
@@ -680,7 +681,7 @@ def _arrangement(product: Chem.Mol, centre: int, reactant: Chem.Mol, reactant_ce
     shared substructure on each side is taken as the one that replaced the other (a bromide by an azide)."""
     mapped = set(to_reactant.values())
 
-    def neighbours(mol: Chem.Mol, atom: int, name) -> list[str]:
+    def neighbours(mol: Chem.Mol, atom: int, name: Callable[[int], str]) -> list[str]:
         out = []
         for bond in mol.GetAtomWithIdx(atom).GetBonds():
             other = bond.GetOtherAtom(mol.GetAtomWithIdx(atom))
