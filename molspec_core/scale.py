@@ -54,6 +54,9 @@ CRASH_FILE_ENV = "MOLSPEC_TEST_CRASH_FILE"
 ERROR = RESULT_COLUMNS.index("error")
 ROW = RESULT_COLUMNS.index("row")
 FAILED = "failed"  # the key of a WorkerFailure's JSON, in place of a query's output rows
+# How long a host:port given to --ray has to answer (answers), and what it is sent: the opening of HTTP/2 (gRPC).
+ANSWER_S = 10.0
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 class WorkerFailure(Exception):
@@ -289,17 +292,24 @@ def portable(model: str) -> str:
     return str(Path(model).resolve()) if Path(model).is_dir() else model
 
 
-def answers(address: str, timeout_s: float = 10.0) -> None:
-    """Refuse a host:port where nothing listens: ray.init waited minutes for it, printing a warning every half minute.
-    Other addresses ('auto', 'local', ray://...) are left to Ray."""
+def answers(address: str) -> None:
+    """Refuse a host:port where no Ray cluster answers: ray.init waited minutes for it, printing a warning every half
+    minute. Nothing may listen there, or a firewall may take the connection and drop what is sent: a Ray head's GCS,
+    a gRPC server, answers HTTP/2's opening at once (with its settings; a TLS server with an alert), so silence for
+    ANSWER_S seconds is no cluster. Other addresses ('auto', 'local', ray://...) are left to Ray."""
     host, colon, port = address.rpartition(":")
     if not colon or not port.isdigit() or "/" in host:
         return
+    deadline = time.monotonic() + ANSWER_S
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_S) as connection:
+            connection.settimeout(max(0.1, deadline - time.monotonic()))
+            connection.sendall(HTTP2_PREFACE)
+            connection.recv(1)  # any answer, or the connection closed (b""): someone is there; Ray says who
     except OSError as exc:
-        raise ConnectionError(f"no Ray cluster answers at {address} ({exc.strerror or 'no answer'}): start one there "
-                              f"with `ray start --head --port={port}`, or use --ray local") from None
+        why = f"no answer in {ANSWER_S:g} s" if isinstance(exc, TimeoutError) else exc.strerror or "no answer"
+        raise ConnectionError(f"no Ray cluster answers at {address} ({why}): start one there with "
+                              f"`ray start --head --port={port}`, or use --ray local") from None
 
 
 @contextmanager
@@ -345,7 +355,8 @@ def unbroken(thread: Executor, step: Callable[[], object]) -> None:
 
     def note(signum: int, frame: object) -> None:
         if not noted:
-            print("stopping once Ray has started or stopped, so that none of its processes stay behind", file=sys.stderr)
+            print("stopping once Ray has started or stopped, so that none of its processes stay behind",
+                  file=sys.stderr)
         noted.append(signum)
 
     in_main = threading.current_thread() is threading.main_thread()  # where signals' handlers run, and are set
@@ -373,14 +384,21 @@ def shut_down(before: set[tuple[int, str]]) -> None:
 
     started = [process for process in descendants(os.getpid()) if process not in before and names_ray(process[0])]
     ray.shutdown()  # the raylet's children are not below this process once it is gone: they were listed before
-    for _ in range(20):  # a second or two to exit on their own, as they do after a whole run
-        started = [process for process in started if alive(process)]
-        if not started:
-            return
+    if outlived(started):  # a second or two to exit on their own, as they do after a whole run
+        for pid, _start in started:
+            with suppress(OSError):  # it exited meanwhile
+                os.kill(pid, signal.SIGKILL)
+        outlived(started)  # gone when the command ends
+
+
+def outlived(processes: list[tuple[int, str]], wait_s: float = 2.0) -> bool:
+    """Whether any of the processes still runs after up to wait_s seconds."""
+    deadline = time.monotonic() + wait_s
+    while any(alive(process) for process in processes):
+        if time.monotonic() > deadline:
+            return True
         time.sleep(0.1)
-    for pid, _start in started:
-        with suppress(OSError):  # it exited meanwhile
-            os.kill(pid, signal.SIGKILL)
+    return False
 
 
 def descendants(root: int) -> list[tuple[int, str]]:

@@ -388,6 +388,58 @@ def test_an_address_where_no_cluster_listens_is_refused_at_once(tmp_path, capsys
     assert events == []
 
 
+def test_an_address_that_takes_the_connection_and_never_answers_is_refused(tmp_path, capsys, monkeypatch):
+    """A firewall (or any server but Ray's) that accepts the connection and drops what is sent passed the check that
+    something listens, and ray.init then waited minutes, a warning every half minute. Here a port that listens and
+    never reads: the kernel takes the connection, nobody answers."""
+    import socket
+
+    from molspec_core import scale
+
+    events: list[str] = []
+    fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    monkeypatch.setattr(scale, "ANSWER_S", 0.5)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output",
+                     str(tmp_path / "o.csv"), "--ray", f"127.0.0.1:{port}"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: no Ray cluster answers at 127.0.0.1:{port} (no answer in 0.5 s): start one there with "
+        f"`ray start --head --port={port}`, or use --ray local")
+    assert events == []
+
+
+def test_an_address_that_answers_is_left_to_ray(tmp_path, monkeypatch):
+    """What a Ray head's GCS does on a connection: it sends its HTTP/2 settings at once."""
+    import socket
+    import threading
+
+    events: list[str] = []
+    fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    from molspec_core import scale
+    monkeypatch.setattr(scale, "predicted", refused)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+
+        def settings() -> None:
+            connection, _ = head.accept()
+            with connection:
+                connection.sendall(bytes.fromhex("000000040000000000"))  # an empty SETTINGS frame
+                connection.recv(64)
+
+        answering = threading.Thread(target=settings)
+        answering.start()
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output",
+                     str(tmp_path / "o.csv"), "--ray", f"127.0.0.1:{head.getsockname()[1]}"]) == 2  # all refused
+        answering.join()
+    assert events == ["init", "shutdown"] and (tmp_path / "o.csv").exists()
+
+
 # ---- on a local Ray cluster ---------------------------------------------------------------------------
 
 
