@@ -329,6 +329,42 @@ def test_the_known_answer_column_is_named_in_any_case_as_the_query_column_is(cop
     assert at.session_state[BATCH].table.columns[:2].tolist() == ["id", "Product"]
 
 
+def test_a_known_answer_column_named_after_the_run_marks_its_rows_without_predicting_them_again(
+        copy_models, monkeypatch, asked):
+    """Naming the known-answer column after a run (forgotten at first) predicted the whole file again, half an hour
+    for 10,000 rows, and after a stop started it over from row 1: the answers do not depend on it. The rows done are
+    marked with it; a stopped run goes on from where it stopped; the same form again is still a run of its own."""
+    data = b"id,smiles,product\nA,Oc1ccncc1,Oc1ccncc1\nB,xyz,CCO\nC,OCC,OCC\nD,Oc1ccncc1,CCO\n"
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", data, "text/csv"))
+    submit(at, "Run batch")
+    assert "Known answer first" not in [m.label for m in at.metric]
+    asked.clear()
+    at.text_input[1].input("product")
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert asked == []  # nothing predicted again
+    assert {m.label: m.value for m in at.metric}["Queries compared"] == "3 of 3"
+    marked = untimed(at.session_state[BATCH].table)
+    submit(at, "Run batch")  # the same form again: a run of its own, as before, whose marks are the same
+    assert asked == ["Oc1ccncc1", "xyz", "OCC", "Oc1ccncc1"]
+    pd.testing.assert_frame_equal(untimed(at.session_state[BATCH].table), marked)
+    asked.clear()
+    asked.stop_at = 2  # a stopped run (of another file), then the column named: it goes on from row 2 with it
+    at.file_uploader[0].set_value(("more.csv", data, "text/csv"))
+    at.text_input[1].input("")
+    submit(at, "Run batch")
+    at.run()
+    assert "more.csv: stopped after 1 of 4 rows" in texts(at.warning)
+    asked.clear()
+    asked.stop_at = 0
+    at.text_input[1].input("product")
+    submit(at, "Run batch")
+    assert asked == ["xyz", "OCC", "Oc1ccncc1"]
+    assert {m.label: m.value for m in at.metric}["Queries compared"] == "3 of 3"
+    assert at.session_state[BATCH].table["id"].drop_duplicates().tolist() == ["A", "B", "C", "D"]
+
+
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
 # test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
 # model), these tests are skipped for its reason, and the ones above still run.

@@ -113,7 +113,8 @@ class Run:
     settings: Settings
     queries: QueryFile
     ion_writing: bool = False
-    known: str = ""  # the column of known answers: the form's, or the recorded outcomes' (with_recorded)
+    known: str = ""  # the column of known answers: the form's, or the recorded outcomes' (with_recorded); not in
+    # `source`: a column named after the run (or its stop) marks the rows done again, and they are not predicted again
     recorded: str = ""  # the column with_recorded added, where it added one
     table_hint: str = ""  # why the file looks like a table under a TXT name (table_hint), or ""
     rows: list[list[object]] = field(default_factory=list)  # result_rows of every record done, in order
@@ -157,6 +158,8 @@ class BatchResult:
     total: int = 0  # the file's records: more than `done` where the run was cut short
     table_hint: str = ""
     file_notes: tuple[str, ...] = ()  # what reading the file left out (io.QueryFile.notes: cells past the header)
+    run: Run | None = field(default=None, repr=False, compare=False)  # the run it shows: a known-answer column
+    # named after it marks its rows again (run_if_asked)
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -313,7 +316,7 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), n_rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint, queries.notes)
+                       run.table_hint, queries.notes, run)
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -531,16 +534,23 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
             known = queries.columns[at] if at is not None else known
             column_index(queries.columns, upload.name, known)
     except InputFileError as exc:  # a typo in a column's name loses no run: the last results stay, named as such
-        last: BatchResult | Run | None = ss.get(results_key(cfg.task)) or run
-        kept = f" The results below are still the last run's, of {last.file_name}." if last is not None else ""
+        shown: BatchResult | Run | None = ss.get(results_key(cfg.task)) or run
+        kept = f" The results below are still the last run's, of {shown.file_name}." if shown is not None else ""
         return f"Cannot read the file: {str(exc).rstrip('.')}.{kept}"
-    source = (upload.name, hashlib.sha256(data).hexdigest(), column, known, ion_writing, cfg)
+    source = (upload.name, hashlib.sha256(data).hexdigest(), column, ion_writing, cfg)
+    known = known or recorded or ""
+    last: BatchResult | None = ss.get(results_key(cfg.task))
+    if run is None and last is not None and last.run is not None and last.run.source == source and (
+            last.run.known != known):  # the known-answer column named after the run: its rows marked, not predicted
+        run = last.run
     # The same file and settings again (Run batch pressed during its run, or after a stop) take the run up where it
-    # stopped; anything else starts a run of its own.
+    # stopped, with the known-answer column named now (the answers do not depend on it); anything else starts a run
+    # of its own.
     if run is None or run.source != source:
-        run = Run(source, upload.name, cfg, queries, ion_writing, known or recorded or "", recorded or "",
+        run = Run(source, upload.name, cfg, queries, ion_writing, known, recorded or "",
                   table_hint(upload.name, queries, task))
-        ss[run_key(cfg.task)] = run
+    run.known = known
+    ss[run_key(cfg.task)] = run
     finish(run, area, stop)
     return ""
 
