@@ -15,7 +15,6 @@ outcomes then mark the answers as a known-answer column would.
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
                    mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
-from .io import InputFileError, QueryFile
+from .io import InputFileError, LastRow, QueryFile
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
     from .service import QueryResult
@@ -287,15 +286,29 @@ class KnownMarks:
     def rows(self, rows: Iterable[Sequence[object]]) -> Iterator[list[object]]:
         """The rows with MATCHES_KNOWN after their last column: True where the row's answer is the known
         answer (known_answers), False where another, None (empty) where the row has no answer (a rejected query)
-        or the known cell is empty or not a SMILES."""
-        for _, group in itertools.groupby(rows, key=lambda row: row[self._row_at]):
-            answers = list(group)
-            known, query = str(answers[0][self.known_at] or "").strip(), str(answers[0][self._query_at] or "")
-            wanted = known_answers(known, self.task, query)
-            marked = [[*row, None if not wanted or row[self._rank_at] is None
-                       else answer_key(str(row[self._answer_at]), self.task, query) in wanted] for row in answers]
-            self._count(marked, known, bool(wanted))
-            yield from marked
+        or the known cell is empty or not a SMILES. A record's rows go out as its LastRow (io.result_rows) passes,
+        the mark kept, so a run stopped while the next record is predicted keeps the record; rows without the mark
+        go out once the next record's first row comes."""
+        group: list[Sequence[object]] = []
+        for row in rows:
+            if group and row[self._row_at] != group[0][self._row_at]:
+                yield from self._marked(group)
+                group = []
+            group.append(row)
+            if isinstance(row, LastRow):
+                yield from self._marked(group)
+                group = []
+        if group:
+            yield from self._marked(group)
+
+    def _marked(self, answers: list[Sequence[object]]) -> list[list[object]]:
+        known, query = str(answers[0][self.known_at] or "").strip(), str(answers[0][self._query_at] or "")
+        wanted = known_answers(known, self.task, query)
+        marked = [(LastRow if isinstance(row, LastRow) else list)(
+            [*row, None if not wanted or row[self._rank_at] is None
+             else answer_key(str(row[self._answer_at]), self.task, query) in wanted]) for row in answers]
+        self._count(marked, known, bool(wanted))
+        return marked
 
     def _count(self, marked: list[list[object]], known: str, readable: bool) -> None:
         if marked[0][self._rank_at] is None:  # rejected: no answers to judge

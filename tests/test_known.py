@@ -49,6 +49,31 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
     assert "first for 1 (100.0%) and listed for 1 (100.0%) of 1 query (canonical" in one.describe()  # was "queries"
 
 
+def test_a_record_goes_out_marked_as_its_last_row_passes_so_a_stopped_run_keeps_it():
+    """KnownMarks held a record's rows back until the next record's first row and rebuilt them as plain lists, so a
+    run with a known-answer column stopped while the next record was predicted lost the record it had finished (and
+    predicted it again on --resume): the record leaves as its LastRow passes, the mark kept."""
+    from molspec_core.io import LastRow
+
+    header = output_header(("product",))
+    marks = KnownMarks(header, 0, "product", "forward")
+    seen: list[list[object]] = []
+
+    def stream():
+        yield from result_rows(1, ("CCO",), answers("q1", "CCO", "CCCO"))
+        yield from result_rows(2, ("CCO",), answers("q2", "CCO"))
+        raise KeyboardInterrupt  # while record 3 is predicted
+
+    with pytest.raises(KeyboardInterrupt):
+        for row in marks.rows(stream()):
+            seen.append(row)
+    assert [(row[1], row[-1], isinstance(row, LastRow)) for row in seen] == [
+        (1, True, False), (1, False, True), (2, True, True)]
+    # rows without the mark (as a Ray run's come back) still go out record by record
+    plain = [list(row) for i in (1, 2) for row in result_rows(i, ("CCO",), answers(f"q{i}", "CCO"))]
+    assert [row[-1] for row in KnownMarks(header, 0, "product", "forward").rows(iter(plain))] == [True, True]
+
+
 def test_a_file_without_readable_known_answers_says_so():
     header = output_header(("product",))
     marks = KnownMarks(header, 0, "product", "forward")
