@@ -405,3 +405,21 @@ def test_the_bar_is_named_by_its_text_and_stop_and_continue_keep_the_focus(page,
     page.wait_for_function(f"() => ({FOCUSED})().includes('Stop the batch')", timeout=10_000)
     page.keyboard.press("Enter")  # and the next Stop hands it to Continue again
     page.wait_for_function(f"() => ({FOCUSED})().includes('Continue:')", timeout=10_000)
+
+
+@needs_browser
+def test_the_focus_on_stop_goes_to_the_results_when_the_run_ends(page, tmp_path):
+    """Where the run ended with the keyboard's focus on Stop the batch, the button went and the focus fell to the top
+    of the page; it goes to the results' Download CSV."""
+    queries = tmp_path / "some.txt"
+    queries.write_text("\n".join(["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "xyz", "CN.O=C(O)c1ccccc1"] * 50) + "\n")
+    page.goto(page.base_url + "/batch")
+    choose_method(page, "Greedy")
+    page.get_by_text("Read the query in 5 writings").click()
+    settle(page)
+    page.locator('input[type="file"]').set_input_files(str(queries))
+    page.get_by_text("some.txt").wait_for()
+    page.get_by_role("button", name="Run batch").click()
+    page.get_by_role("button", name="Stop the batch").focus()
+    page.get_by_role("button", name="Download CSV").wait_for()
+    page.wait_for_function(f"() => ({FOCUSED})().includes('Download CSV')", timeout=10_000)
