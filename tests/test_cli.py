@@ -1265,9 +1265,9 @@ def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(
 def test_a_resumed_run_of_recorded_reactions_marks_and_counts_the_kept_records_too(tmp_path, monkeypatch, capsys):
     (tmp_path / "q.txt").write_text("CCOc1ccccc1>>CCOc1ccccc1\nc1ccncc1>>c1ccncc1\nCCN(CC)CC>>CCNCC\nCCO>>CC\n")
     out = tmp_path / "out.csv"
-    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=4)  # the marks hold record 3 until record 4 comes
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=4)  # the marks keep record 3 (was 1)
     assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
-    assert "the rows of records 1-1 of 4 are kept" in capsys.readouterr().err
+    assert "the rows of records 1-3 of 4 are kept" in capsys.readouterr().err
     stop_on_the_second_call(monkeypatch, None)
     assert predict_file(tmp_path / "q.txt", out, "--resume") == 0
     resumed = capsys.readouterr().out.splitlines()[-1]
