@@ -57,6 +57,10 @@ FAILED = "failed"  # the key of a WorkerFailure's JSON, in place of a query's ou
 # How long a host:port given to --ray has to answer (answers), and what it is sent: the opening of HTTP/2 (gRPC).
 ANSWER_S = 10.0
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# Ray's notes that tell the user of a run nothing, by the logger that writes each (hidden by quiet_ray).
+RAY_NOISE = {"ray._private.worker": "SIGTERM handler is not set",  # ray.init runs in a thread on purpose (connected)
+             "ray._private.authentication.authentication_token_setup": "Token authentication is enabled",
+             "ray.data._internal.progress": "Progress bars disabled"}  # the run's one bar, ours, counts the queries
 
 
 class WorkerFailure(Exception):
@@ -128,10 +132,7 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
     with gaps (the rank of a rejected query) into floats, and rank 1 would come back as 1.0."""
     import ray
 
-    workers = cluster.workers or fit_workers(cluster)
-    n_batches = -(-len(queries) // batch_size)
-    batches_per_block = max(1, min(BLOCK_BATCHES, n_batches // (BLOCKS_PER_WORKER * workers)))
-    rows_per_block = batch_size * batches_per_block
+    workers, rows_per_block = pool_shape(len(queries), batch_size, cluster.workers or fit_workers(cluster))
     dataset = query_blocks(queries, rows_per_block).map_batches(
         PredictWorker, batch_size=rows_per_block, batch_format="numpy",  # a block per call, cut into batches there
         fn_constructor_kwargs=dict(model=model, device=device, threads=max(1, round(cluster.cpus_per_worker)),
@@ -146,6 +147,15 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
             yield from zip(batch["row"].tolist(), batch["rows"].tolist())
     finally:  # left open, it was collected after ray.shutdown: it reached for the cluster that was gone, printed
         batches.close()  # tracebacks and waited a minute for it
+
+
+def pool_shape(n_queries: int, batch_size: int, workers: int) -> tuple[int, int]:
+    """(actors, rows per block) for n_queries: blocks of whole batches, at most BLOCK_BATCHES, at least
+    BLOCKS_PER_WORKER per actor where the file is long enough, and no more actors than blocks (one with no block only
+    loaded the model, and Ray Data warned that it could not use them all)."""
+    n_batches = -(-n_queries // batch_size)
+    rows_per_block = batch_size * max(1, min(BLOCK_BATCHES, n_batches // (BLOCKS_PER_WORKER * workers)))
+    return max(1, min(workers, -(-n_queries // rows_per_block))), rows_per_block
 
 
 def query_blocks(queries: list[str], rows_per_block: int) -> ray.data.Dataset:
@@ -332,9 +342,9 @@ def connected(address: str) -> Iterator[None]:
     answers(address)
     local = {"include_dashboard": False} if address == "local" else {}
     before = set(descendants(os.getpid()))  # processes of this one that are not Ray's
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="molspec-ray") as ray_thread:
+    with quiet_ray() as level, ThreadPoolExecutor(max_workers=1, thread_name_prefix="molspec-ray") as ray_thread:
         try:
-            unbroken(ray_thread, lambda: ray.init(address=address, logging_level=logging.WARNING, **local))
+            unbroken(ray_thread, lambda: ray.init(address=address, logging_level=level, **local))
         except ConnectionError as exc:
             raise ConnectionError(f"{exc} (start a cluster with `ray start --head`, or use --ray local)") from None
         except BaseException:  # stopped while Ray started: what it started is stopped before the run stops
@@ -344,6 +354,47 @@ def connected(address: str) -> Iterator[None]:
             yield
         finally:
             unbroken(ray_thread, lambda: shut_down(before))
+
+
+@contextmanager
+def quiet_ray() -> Iterator[str]:
+    """Ray's own log lines below WARNING, and its notes in RAY_NOISE, kept off the terminal for the run (every run
+    printed Ray Data's plan, start and end, and Ray's notes on tokens and threads, among the run's own lines); yields
+    the level of ray.init's logger. Asked for, they show: RAY_LOGGER_LEVEL (Ray's setting) is ray.init's level and
+    hides nothing; RAY_DATA_LOGGING_CONFIG (Ray Data's) leaves Ray Data's logging as it says. Put back after the run,
+    for a process that goes on (a notebook)."""
+    with suppress(ImportError):  # its import sets up its logging, changed here (without it, --ray fails later)
+        import ray.data  # noqa: F401
+
+    if asked := os.environ.get("RAY_LOGGER_LEVEL"):
+        yield asked
+        return
+    noise = [(logging.getLogger(name), NoteFilter(note)) for name, note in RAY_NOISE.items()]
+    consoles = [] if os.environ.get("RAY_DATA_LOGGING_CONFIG") else [
+        (handler, handler.level) for handler in logging.getLogger("ray.data").handlers
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)]
+    for logger, hidden in noise:
+        logger.addFilter(hidden)
+    for handler, _level in consoles:  # its files (Ray's session folder) keep every line
+        handler.setLevel(max(handler.level, logging.WARNING))
+    try:
+        yield "warning"
+    finally:
+        for logger, hidden in noise:
+            logger.removeFilter(hidden)
+        for handler, level in consoles:
+            handler.setLevel(level)
+
+
+class NoteFilter(logging.Filter):
+    """Drops the records whose message starts with `note`."""
+
+    def __init__(self, note: str) -> None:
+        super().__init__()
+        self.note = note
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.note)
 
 
 def unbroken(thread: Executor, step: Callable[[], object]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from conftest import FIXTURES, sd_file_text
 from molspec_core.cli import main
 from molspec_core.io import read_queries
-from molspec_core.scale import CRASH_FILE_ENV, PredictWorker, in_row_order
+from molspec_core.scale import CRASH_FILE_ENV, PredictWorker, in_row_order, pool_shape
 
 MODEL = str(FIXTURES / "copy_model")
 N_ROWS = 2000
@@ -74,6 +74,45 @@ def test_rows_come_out_in_order_once_each():
 def test_a_missing_row_writes_no_output():
     with pytest.raises(RuntimeError, match="3 of 4 rows; row 3 is missing"):
         list(in_row_order([(1, "a"), (2, "b"), (4, "d")], 4))
+
+
+@pytest.mark.parametrize("n_queries,batch_size,workers,shape", [
+    (4, 32, 2, (1, 32)),  # one block: one actor (the second loaded the model for nothing, and Ray Data warned)
+    (40, 8, 4, (4, 8)),  # 5 blocks of a batch each
+    (100_000, 32, 2, (2, 16 * 32)),  # blocks of at most 16 batches
+])
+def test_the_pool_has_no_more_actors_than_blocks(n_queries, batch_size, workers, shape):
+    assert pool_shape(n_queries, batch_size, workers) == shape
+
+
+def test_rays_own_log_lines_are_kept_off_the_terminal_unless_asked(capsys, monkeypatch):
+    """Every --ray run printed Ray Data's plan, start and end of the run and Ray's notes on tokens and threads among
+    its own lines. RAY_LOGGER_LEVEL (Ray's setting) asks for them."""
+    import logging
+
+    pytest.importorskip("ray.data", reason="Ray is the optional extra 'scale': pip install -e .[scale]")
+    from molspec_core.scale import quiet_ray
+
+    def log_as_ray() -> None:
+        logging.getLogger("ray.data._internal.execution.streaming_executor").info("Starting execution of Dataset")
+        logging.getLogger("ray.data._internal.execution.streaming_executor").warning("Ray Data ran out of memory")
+        logging.getLogger("ray._private.authentication.authentication_token_setup").warning(
+            "Token authentication is enabled for this Ray cluster")
+
+    monkeypatch.delenv("RAY_LOGGER_LEVEL", raising=False)
+    monkeypatch.delenv("RAY_DATA_LOGGING_CONFIG", raising=False)
+    with quiet_ray() as level:
+        log_as_ray()
+    err = capsys.readouterr().err
+    assert level == "warning" and "Ray Data ran out of memory" in err
+    assert "Starting execution" not in err and "Token authentication" not in err
+    log_as_ray()  # put back after the run
+    err = capsys.readouterr().err
+    assert "Starting execution" in err and "Token authentication" in err
+    monkeypatch.setenv("RAY_LOGGER_LEVEL", "info")
+    with quiet_ray() as level:
+        logging.getLogger("ray._private.authentication.authentication_token_setup").warning("Token authentication")
+    assert level == "info" and "Token authentication" in capsys.readouterr().err
 
 
 def test_a_query_that_breaks_its_batch_is_one_error_row(monkeypatch):
