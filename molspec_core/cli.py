@@ -1111,16 +1111,24 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .server import run, serve
+    from .server import check_can_listen, run, serve
     from .service import Predictor
 
     if args.port > 65535:
         raise ValueError(f"--port {args.port}: a port is at most 65535")
+
+    @contextlib.contextmanager
+    def listening() -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:  # a port in use, a host name that does not resolve: the message named neither
+            raise OSError(exc.errno, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+
+    with listening():  # before the models' load (minutes on a CPU), not after it
+        check_can_listen(args.host, args.port)
     models = [Predictor.load(name, args.device, args.engine, args.dtype) for name in args.model or ("forward", "retro")]
-    try:
+    with listening():
         server = serve(models, args.host, args.port)
-    except OSError as exc:  # a port in use, a host name that does not resolve: the message named neither
-        raise OSError(exc.errno, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     host, port = server.server_address[:2]
     if not server.loopback:
         log.warning("listening on %s, beyond this machine, without authentication", host)

@@ -816,6 +816,20 @@ def busy_answer(limit: int) -> bytes:
             "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode() + body
 
 
+def address_family(host: str) -> socket.AddressFamily:
+    """IPv6 for an address written with colons ('::1' was refused as IPv4), else IPv4."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Binds host:port as Server does (address reuse on, as HTTPServer sets it) and lets it go, raising the OSError
+    that Server would: `molspec serve` says a port in use or a host that does not resolve before it spends its
+    minutes loading the models."""
+    with socket.socket(address_family(host)) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # a client still connected does not keep the process from ending
     # Connections the system completes while the server is busy accepting (listen's backlog): the standard
@@ -823,7 +837,7 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 2 * MAX_CONNECTIONS
 
     def __init__(self, address: tuple[str, int], service: Service, read_timeout_s: float = READ_TIMEOUT_S):
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET  # '::1' was refused
+        self.address_family = address_family(address[0])
         super().__init__(address, Handler)
         self.service = service
         self.read_timeout_s = read_timeout_s

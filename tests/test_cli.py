@@ -1869,10 +1869,16 @@ def test_prepare_data_names_a_vocabulary_that_is_not_json(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_serve_on_a_port_in_use_names_the_host_and_port(capsys):
-    """"error: Address already in use" named neither (session 65's audit)."""
+def test_serve_on_a_port_in_use_names_the_host_and_port_before_loading_the_models(capsys, monkeypatch):
+    """"error: Address already in use" named neither (session 65's audit), and came only after the models had loaded
+    (minutes for the shipped two on a CPU)."""
     import socket
 
+    from molspec_core.service import Predictor
+
+    loaded = []
+    load = Predictor.load
+    monkeypatch.setattr(Predictor, "load", lambda *a, **k: loaded.append(a) or load(*a, **k))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -1880,3 +1886,4 @@ def test_serve_on_a_port_in_use_names_the_host_and_port(capsys):
         code, err = run_cli(["serve", "--model", FIXTURES / "copy_model", "--host", "127.0.0.1", "--port", port],
                             capsys)
     assert code == 2 and f"error: cannot listen on 127.0.0.1:{port}: " in err
+    assert loaded == []
