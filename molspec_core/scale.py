@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -283,6 +284,29 @@ def in_row_order(pairs: Iterable[tuple[int, str]], n_rows: int) -> Iterator[tupl
     if next_row <= n_rows or waiting:
         raise RuntimeError(f"Ray returned {next_row - 1 + len(waiting)} of {n_rows} rows; row {next_row} is missing, "
                            "so no output was written")
+
+
+# Cells computed in float32 whose last printed digit may differ between a Ray run and the single-process run: a
+# worker cuts its block into other batches (other padding, other batch-mates) and runs its own thread count, and BLAS
+# sums in an order that follows the shapes and threads. Printed as 4 decimals (score, confidence) or 4 significant
+# digits (probabilities): equal to a unit of that digit, within these tolerances.
+FLOAT_CELLS = frozenset({"score", "probability", "confidence", "forward_prob"})
+FLOAT_REL, FLOAT_ABS = 2e-3, 2e-4
+
+
+def first_difference(got: list[list[str]], expected: list[list[str]]) -> str | None:
+    """Where two outputs, as records of text cells with the header first and time_ms left out, differ as predictions:
+    a header, a record count, a cell (FLOAT_CELLS beyond their last printed digit); None where they agree."""
+    if got[:1] != expected[:1] or len(got) != len(expected):
+        return f"headers {got[:1]} and {expected[:1]}, {len(got)} and {len(expected)} records"
+    header = expected[0]
+    for n, (record, want) in enumerate(zip(got[1:], expected[1:]), start=1):
+        for name, a, b in zip(header, record, want):
+            same = a == b or (name in FLOAT_CELLS and a != "" and b != ""
+                              and math.isclose(float(a), float(b), rel_tol=FLOAT_REL, abs_tol=FLOAT_ABS))
+            if not same:
+                return f"record {n}, {name}: {a!r} and {b!r}"
+    return None
 
 
 def fit_workers(cluster: Cluster) -> int:

@@ -6,7 +6,8 @@ as a user sees it. Each mode also runs on the first --small-rows queries: the di
 two runs is the cost of the extra rows alone, so Ray's overhead per row is not blurred by the fixed
 start-up (process, model load, cluster). The single-process run gets --threads torch threads; a Ray
 worker always gets one per CPU it is given (one here), so 1 worker against --threads 1 is like for like.
-The script also checks that every Ray output equals the single-process one (time_ms left out).
+The script also checks that every Ray output equals the single-process one (time_ms left out; a
+score or probability to a unit of its last printed digit, scale.first_difference).
 
     python3 tools/ray_throughput.py                      # forward model, 2,000 USPTO-MIT test queries
     python3 tools/ray_throughput.py --rows 64 --small-rows 16   # a quick check that it runs
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from molspec_core.scale import first_difference
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SRC = ROOT.parent / "shared" / "data" / "uspto_mit" / "derived" / "src-test.mixed.txt.gz"
@@ -87,8 +90,9 @@ def main() -> None:
             small = run(folder / "small.txt", folder / f"small-{tag}.csv", args, workers)
             full = run(folder / "all.txt", folder / f"all-{tag}.csv", args, workers)
             timings[name] = (small, full)
-            if workers and without_time(folder / f"all-{tag}.csv") != without_time(folder / "all-w0.csv"):
-                raise SystemExit(f"{name}: the output differs from the single-process output")
+            if workers and (where := first_difference(without_time(folder / f"all-{tag}.csv"),
+                                                      without_time(folder / "all-w0.csv"))):
+                raise SystemExit(f"{name}: the output differs from the single-process output ({where})")
             print(f"{name:<16} {args.rows} rows {full:7.1f} s ({args.rows / full:6.1f} rows/s); "
                   f"{args.small_rows} rows {small:6.1f} s", flush=True)
 
