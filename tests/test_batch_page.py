@@ -116,7 +116,7 @@ def test_the_progress_line_counts_rows_done_not_predicted():
     """The bar read "Predicted 4 of 7 queries" with a rejected row among the 4."""
     from views.batch import Run, progress_text
 
-    run = Run((), "q.txt", None, QueryFile(["CCO", "", "xyz", "CCN"] + [""] * 3), done=4, n_rejected=1)
+    run = Run((), "q.txt", None, QueryFile(["CCO", "", "xyz", "CCN"] + [""] * 3), done=4, rejected=[3])
     assert progress_text(run) == ("q\\.txt: 4 of 7 rows done (1 rejected). Stopping, or leaving the page, keeps the "
                                   "rows done.")
 
@@ -131,6 +131,7 @@ def test_blank_rows_are_skipped_and_counted_apart_from_rejected_queries(copy_mod
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("5", "4", "1")
     assert "1 of 5 queries was rejected; its reason is in the `error` column." in texts(at.warning)
+    assert "The other queries were predicted. Rejected: row 4." in texts(at.warning)  # found without scrolling
     assert ("2 blank rows skipped (rows 2 and 6): a blank line or an empty query cell is no query, and is not counted "
             "as one. Their rows stay in the table") in texts(at.info)
     assert "" not in asked and "  " not in asked  # the model is not asked about them
@@ -153,7 +154,8 @@ def test_counts_of_one_read_as_one(copy_models, monkeypatch):
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("bad.txt", b"xyz\n", "text/plain"))
     submit(at, "Run batch")
-    assert "1 of 1 query was rejected; its reason is in the `error` column. None was predicted." in texts(at.warning)
+    assert ("1 of 1 query was rejected; its reason is in the `error` column. None was predicted. Rejected: row 1."
+            in texts(at.warning))
     # The copy fixture is no forward model: it is asked for a recorded reaction's reactants, from its products
     at.file_uploader[0].set_value(("one.txt", b"Oc1cccnc1>>Oc1ccncc1\nOc1ccncc1\n", "text/plain"))
     submit(at, "Run batch")
@@ -363,6 +365,21 @@ def test_a_known_answer_column_named_after_the_run_marks_its_rows_without_predic
     assert asked == ["xyz", "OCC", "Oc1ccncc1"]
     assert {m.label: m.value for m in at.metric}["Queries compared"] == "3 of 3"
     assert at.session_state[BATCH].table["id"].drop_duplicates().tolist() == ["A", "B", "C", "D"]
+
+
+def test_the_rejected_rows_are_named_where_their_count_is(copy_models, monkeypatch):
+    """ "3 of 59 queries were rejected; their reason is in the `error` column" sent a chemist down a table of 280
+    rows (five answers a query) to find them; the warning names them, as the blank rows' note names those."""
+    at = batch_page(monkeypatch, copy_models)
+    data = "\n".join(["OCC", "xyz", "Oc1ccncc1", "", "C1CC", "OCC", "xyz", "OCC", "=C=", "xyz", "xyz", "OCC"]) + "\n"
+    at.file_uploader[0].set_value(("q.txt", data.encode(), "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert ("6 of 11 queries were rejected; their reason is in the `error` column. The other queries were predicted. "
+            "Rejected: rows 2, 5, 7, 9, 10 and 11.") in texts(at.warning)
+    at.file_uploader[0].set_value(("more.txt", data.encode() + b"xyz\n", "text/plain"))
+    submit(at, "Run batch")
+    assert "Rejected: rows 2, 5, 7, 9, 10 and 2 more." in texts(at.warning)
 
 
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------

@@ -120,7 +120,8 @@ class Run:
     rows: list[list[object]] = field(default_factory=list)  # result_rows of every record done, in order
     done: int = 0  # records done: predicted, rejected or blank
     blank: list[int] = field(default_factory=list)  # the record numbers of the blank ones among them
-    n_rejected: int = 0  # queries the engine refused (blank records are not queries)
+    rejected: list[int] = field(default_factory=list)  # the record numbers of the queries the engine refused (blank
+    # records are not queries)
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     round_trip_failed: str = ""
     owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
@@ -130,6 +131,10 @@ class Run:
     @property
     def total(self) -> int:
         return len(self.queries.queries)
+
+    @property
+    def n_rejected(self) -> int:
+        return len(self.rejected)
 
     def claim(self) -> object:
         """Make the calling script run the run's only writer (an earlier one still running writes no more rows);
@@ -146,7 +151,7 @@ class BatchResult:
     settings: Settings
     table: pd.DataFrame  # one row per (query, rank); a rejected query has one row with `error`
     n_queries: int  # the queries among the records done (blank records are not queries)
-    n_rejected: int
+    rejected: tuple[int, ...]  # the record numbers of the rejected queries
     ion_writing: bool = False  # hydrides written as one species were read as USPTO's ions
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     known: KnownSummary | None = None  # how often the file's known answers came back, where it named a column
@@ -160,6 +165,10 @@ class BatchResult:
     file_notes: tuple[str, ...] = ()  # what reading the file left out (io.QueryFile.notes: cells past the header)
     run: Run | None = field(default=None, repr=False, compare=False)  # the run it shows: a known-answer column
     # named after it marks its rows again (run_if_asked)
+
+    @property
+    def n_rejected(self) -> int:
+        return len(self.rejected)
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -244,8 +253,8 @@ def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGene
             run.rows.extend(rows)
             if blank:
                 run.blank.append(i + 1)
-            else:
-                run.n_rejected += bool(problem) or not result.ok
+            elif problem or not result.ok:
+                run.rejected.append(i + 1)
             run.n_ion_refused += bool(result.suggestion)
             run.done = i + 1
         if time.monotonic() - drawn > PROGRESS_EVERY_S or run.done == run.total:
@@ -303,7 +312,7 @@ def summarize(run: Run) -> BatchResult:
     (known.column_index), how often its answers came back, the table then ending with MATCHES_KNOWN."""
     with run.lock:  # the rows and counts of the same records
         rows, done, blank = list(run.rows), run.done, tuple(run.blank)
-        n_rejected, n_ion_refused, round_trip_failed = run.n_rejected, run.n_ion_refused, run.round_trip_failed
+        rejected, n_ion_refused, round_trip_failed = tuple(run.rejected), run.n_ion_refused, run.round_trip_failed
     queries = run.queries
     header, summary = output_header(queries.columns), None
     if run.known:
@@ -314,7 +323,7 @@ def summarize(run: Run) -> BatchResult:
     table = pd.DataFrame(rows, columns=header).astype(types)
     n_recorded = count_recorded(QueryFile(queries.queries[:done], queries.columns, queries.cells[:done]),
                                 run.recorded or None)
-    return BatchResult(run.file_name, run.settings, table, done - len(blank), n_rejected, run.ion_writing,
+    return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
                        run.table_hint, queries.notes, run)
 
@@ -372,7 +381,7 @@ def show(batch: BatchResult) -> None:
                   else " The other queries were predicted.")
         st.warning(f"{batch.n_rejected} of {common.counted(batch.n_queries, 'query', 'queries')} "
                    f"{'was' if one else 'were'} rejected; {'its' if one else 'their'} reason is in the `error` "
-                   f"column.{others}", icon=":material/warning:")
+                   f"column.{others} Rejected: {row_list(batch.rejected)}.", icon=":material/warning:")
         if batch.table_hint:
             st.info(common.md_escape(batch.table_hint), icon=":material/lightbulb:")
     if batch.round_trip_failed:
@@ -461,9 +470,9 @@ def row_list(rows: tuple[int, ...], shown: int = 5) -> str:
     """'row 3', 'rows 3 and 5', 'rows 3, 5, 7, 9, 11 and 4 more': record numbers as a person reads them."""
     if len(rows) == 1:
         return f"row {rows[0]}"
-    listed = [f"{n:,}" for n in rows[:shown]]
-    if len(rows) > shown:
-        return f"rows {', '.join(listed)} and {len(rows) - shown:,} more"
+    listed = [f"{n:,}" for n in rows[:shown + 1]]
+    if len(rows) > shown + 1:  # "and 1 more" would take the room of the row it hides
+        return f"rows {', '.join(listed[:shown])} and {len(rows) - shown:,} more"
     return f"rows {', '.join(listed[:-1])} and {listed[-1]}"
 
 
