@@ -382,6 +382,18 @@ def test_the_rejected_rows_are_named_where_their_count_is(copy_models, monkeypat
     assert "Rejected: rows 2, 5, 7, 9, 10 and 2 more." in texts(at.warning)
 
 
+def test_a_table_whose_query_cells_are_all_empty_is_refused_as_a_file_of_no_queries(copy_models, monkeypatch):
+    """A TXT file of blank lines was refused ("holds no queries"), but a CSV whose query column is empty ran, and
+    ended "done, 0 queries predicted, none rejected", with an empty table to download."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles,name\nA,,x\nB, ,y\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert ("Cannot read the file: ids.csv holds no queries: the query cell of each of its 2 records is empty."
+            == texts(at.error))
+    assert BATCH not in at.session_state and not at.get("download_button")
+
+
 # ---- in a browser: what the keyboard and a screen reader meet ------------------------------------------------------
 # test_browser's server, browser and page fixtures; where it cannot run (no Chromium, no playwright, no shipped
 # model), these tests are skipped for its reason, and the ones above still run.

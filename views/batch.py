@@ -179,6 +179,9 @@ def read_upload(name: str, data: bytes, column: str | None, task: str | None = N
     queries = parse_upload(name, data, column or None, task=task)
     if not queries.queries:
         raise InputFileError(f"{name} holds no queries")
+    if queries.n_blank() == len(queries.queries):  # a CSV whose query column is empty: nothing to predict
+        raise InputFileError(f"{name} holds no queries: the query cell of each of its "
+                             f"{len(queries.queries):,} records is empty")
     if len(queries.queries) > APP_MAX_ROWS:
         raise InputFileError(f"{name} has {len(queries.queries)} rows; the app predicts at most {APP_MAX_ROWS} "
                              f"(the command line `molspec predict --input` takes up to {MAX_INPUT_ROWS})")
