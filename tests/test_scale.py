@@ -83,13 +83,34 @@ def test_the_pool_has_no_more_actors_than_blocks(n_queries, batch_size, workers,
     assert pool_shape(n_queries, batch_size, workers) == shape
 
 
-def test_rays_own_log_lines_are_kept_off_the_terminal_unless_asked(capsys, monkeypatch):
-    """Every --ray run printed Ray Data's plan, start and end of the run and Ray's notes on tokens and threads among
-    its own lines. RAY_LOGGER_LEVEL (Ray's setting) asks for them."""
+@pytest.fixture(scope="module")
+def ray_consoles():
+    """Ray imported before any test's capsys: its console handlers keep the stream that was stderr when they were
+    made (ray._private.log.PlainRayHandler), and one closed with a test's capture broke the later tests' logging."""
+    pytest.importorskip("ray.data", reason="Ray is the optional extra 'scale': pip install -e .[scale]")
     import logging
 
-    pytest.importorskip("ray.data", reason="Ray is the optional extra 'scale': pip install -e .[scale]")
+    return [handler for name in ("ray", "ray.data") for handler in logging.getLogger(name).handlers
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)]
+
+
+def test_rays_own_log_lines_are_kept_off_the_terminal_unless_asked(ray_consoles, monkeypatch):
+    """Every --ray run printed Ray Data's plan, start and end of the run and Ray's notes on tokens and threads among
+    its own lines. RAY_LOGGER_LEVEL (Ray's setting) asks for them."""
+    import io
+    import logging
+
     from molspec_core.scale import quiet_ray
+
+    terminal = io.StringIO()
+    for handler in ray_consoles:
+        monkeypatch.setattr(handler, "stream", terminal)
+
+    def shown() -> str:
+        text = terminal.getvalue()
+        terminal.seek(0)
+        terminal.truncate()
+        return text
 
     def log_as_ray() -> None:
         logging.getLogger("ray.data._internal.execution.streaming_executor").info("Starting execution of Dataset")
@@ -101,16 +122,16 @@ def test_rays_own_log_lines_are_kept_off_the_terminal_unless_asked(capsys, monke
     monkeypatch.delenv("RAY_DATA_LOGGING_CONFIG", raising=False)
     with quiet_ray() as level:
         log_as_ray()
-    err = capsys.readouterr().err
+    err = shown()
     assert level == "warning" and "Ray Data ran out of memory" in err
     assert "Starting execution" not in err and "Token authentication" not in err
     log_as_ray()  # put back after the run
-    err = capsys.readouterr().err
+    err = shown()
     assert "Starting execution" in err and "Token authentication" in err
     monkeypatch.setenv("RAY_LOGGER_LEVEL", "info")
     with quiet_ray() as level:
         logging.getLogger("ray._private.authentication.authentication_token_setup").warning("Token authentication")
-    assert level == "info" and "Token authentication" in capsys.readouterr().err
+    assert level == "info" and "Token authentication" in shown()
 
 
 def test_a_query_that_breaks_its_batch_is_one_error_row(monkeypatch):
