@@ -330,7 +330,11 @@ def answers(address: str) -> None:
     """Refuse a host:port where no Ray cluster answers: ray.init waited minutes for it, printing a warning every half
     minute. Nothing may listen there, or a firewall may take the connection and drop what is sent: a Ray head's GCS,
     a gRPC server, answers HTTP/2's opening at once (with its settings; a TLS server with an alert), so silence for
-    ANSWER_S seconds is no cluster. Other addresses ('auto', 'local', ray://...) are left to Ray."""
+    ANSWER_S seconds is no cluster. 'auto' is checked where RAY_ADDRESS sends ray.init; other addresses ('auto' alone,
+    'local', ray://...) are left to Ray."""
+    given = ""
+    if address == "auto" and os.environ.get("RAY_ADDRESS"):
+        address, given = os.environ["RAY_ADDRESS"], "RAY_ADDRESS, "
     host, colon, port = address.rpartition(":")
     if not colon or not port.isdigit() or "/" in host:
         return
@@ -342,7 +346,7 @@ def answers(address: str) -> None:
             connection.recv(1)  # any answer, or the connection closed (b""): someone is there; Ray says who
     except OSError as exc:
         why = f"no answer in {ANSWER_S:g} s" if isinstance(exc, TimeoutError) else exc.strerror or "no answer"
-        raise ConnectionError(f"no Ray cluster answers at {address} ({why}): start one there with "
+        raise ConnectionError(f"no Ray cluster answers at {address} ({given}{why}): start one there with "
                               f"`ray start --head --port={port}`, or use --ray local") from None
 
 

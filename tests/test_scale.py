@@ -470,6 +470,28 @@ def test_an_address_that_takes_the_connection_and_never_answers_is_refused(tmp_p
     assert events == []
 
 
+def test_auto_is_checked_where_ray_address_sends_it(tmp_path, capsys, monkeypatch):
+    """ray.init('auto') connects to RAY_ADDRESS where it is set: one that never answered waited minutes too."""
+    import socket
+
+    from molspec_core import scale
+
+    events: list[str] = []
+    fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    monkeypatch.setattr(scale, "ANSWER_S", 0.5)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output",
+                     str(tmp_path / "o.csv"), "--ray"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        f"error: no Ray cluster answers at {address} (RAY_ADDRESS, no answer in 0.5 s)")
+    assert events == []
+
+
 def test_an_address_that_answers_is_left_to_ray(tmp_path, monkeypatch):
     """What a Ray head's GCS does on a connection: it sends its HTTP/2 settings at once."""
     import socket
