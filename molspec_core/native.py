@@ -34,7 +34,8 @@ import torch
 
 from .cache import KVCache
 from .decoding.result import GENERATED, DecodeStats
-from .limits import check_deadline
+from . import limits
+from .limits import QueryTimeout, check_deadline
 from .npstep import NumpyStep, _Affine, _np, fp16_exact
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -237,11 +238,13 @@ class GreedyFound(NamedTuple):
 
 class BeamFound(NamedTuple):
     """What NativeStep.beam_search found: per query, its hypotheses in the order found (tokens, score,
-    finished), the unfinished ones being its live slots when it stopped at its step budget; the steps
-    (decoder calls) each query took part in; the rows the calls were fed, all queries together."""
+    finished), the unfinished ones being its live slots when it stopped at its step budget or at the time
+    limit; the steps (decoder calls) each query took part in; the rows the calls were fed, all queries
+    together; per query, whether the time limit stopped its search (None: no query was stopped)."""
     found: list[list[tuple[tuple[int, ...], float, bool]]]
     calls: list[int]
     rows_fed: int
+    stopped: list[bool] | None = None
 
 
 class _CBeamRun(ctypes.Structure):
@@ -316,8 +319,8 @@ def _tensors_of(cache: KVCache) -> list[torch.Tensor | None]:
 
 
 DTYPES = ("float32", "int8")  # what the decoder call computes with (see NativeStep)
-STEPS_PER_RUN = 16  # steps per C call of a search in C (NativeStep.beam_search, greedy_search): the time limit
-# is checked between them
+STEPS_PER_RUN = 16  # steps per C call of a search in C (NativeStep.beam_search, greedy_search), at most: the time
+# limit is checked between them, and under a limit a call takes no more steps than fit in the time left
 CAPACITY_REACHED = 4  # what a search run in C returns when the cache is full (csrc: CAPACITY_REACHED)
 
 
@@ -589,14 +592,23 @@ class NativeStep(NumpyStep):
     def _runs(self, entry: Callable[..., int], binding: _Binding, run: ctypes.Structure, active: np.ndarray,
               cache: KVCache) -> Iterator[None]:
         """Call a search run in C (beam_run, greedy_run) until no query is active, the time limit checked before
-        each call (limits.py: these calls bypass model.decode); yields after each, for what it found to be read."""
+        each call (limits.py: these calls bypass model.decode); yields after each, for what it found to be read.
+        Under a time limit a run takes as many steps as fit in the time left at the slowest pace seen so far, and
+        at most twice the steps of the run before (one first), so that the limit is passed by about a step: 16
+        steps of a retro beam on a loaded CPU took seconds past a 1 s limit. The pace is learnt as it goes: a
+        beam's first step feeds one row a query, its next ones `width` (on a loaded CPU, 0.001 s and 0.2 s)."""
+        seconds_per_step: float | None = None
         while active.any():
             check_deadline()
+            run.steps = limits.steps_before_check(seconds_per_step, run.steps, STEPS_PER_RUN)
+            started = limits.now()
             failed = entry(self._c_model(), ctypes.byref(binding.call), ctypes.byref(run))
             if failed == CAPACITY_REACHED:
                 raise RuntimeError(f"KV cache capacity {cache.capacity} exceeded")
             if failed:
                 raise MemoryError("the C search could not allocate its scratch memory")
+            pace = (limits.now() - started) / run.steps
+            seconds_per_step = pace if seconds_per_step is None else max(seconds_per_step, pace)
             yield
 
     def greedy_search(self, cache: KVCache, sources: Sequence[Sequence[int]], budgets: list[int], slots: int,
@@ -654,7 +666,8 @@ class NativeStep(NumpyStep):
     def beam_search(self, cache: KVCache, budgets: list[int], width: int, n_best: int, prune: bool) -> BeamFound:
         """beam.beam_search's loop in C (csrc beam_run), over a new cache whose rows are the beam slots of
         len(budgets) queries, `width` each, holding nothing yet (bos is the first token fed). The C code runs
-        STEPS_PER_RUN steps a call: the time limit is checked between calls.
+        STEPS_PER_RUN steps a call: the time limit is checked between calls. At the limit it returns what it found
+        with each stopped query's live slots as unfinished hypotheses (BeamFound.stopped), rather than raising.
 
         In Python the loop did a few dozen NumPy calls a step, each slowed several times by running
         right after the decoder call had streamed the weights through the caches: at one query, width 5,
@@ -694,9 +707,18 @@ class NativeStep(NumpyStep):
         # The call's cache tables and pending buffer (for every row); beam_run sets its rows, tokens and lengths.
         self._set_call(binding, cache, 0, cache.lengths, rows, 1, 1, scratch["logits"].ctypes.data, None)
         found: list[list[tuple[tuple[int, ...], float, bool]]] = [[] for _ in range(queries)]
-        for _ in self._runs(self._library.beam_run, binding, run, active, cache):
-            tokens = found_tokens[:run.n_found_tokens].tolist()
-            for (query, finished, start, length), score in zip(found_meta[:run.n_found].tolist(),
-                                                               found_scores[:run.n_found].tolist()):
-                found[query].append((tuple(tokens[start:start + length]), score, bool(finished)))
+        try:
+            for _ in self._runs(self._library.beam_run, binding, run, active, cache):
+                tokens = found_tokens[:run.n_found_tokens].tolist()
+                for (query, finished, start, length), score in zip(found_meta[:run.n_found].tolist(),
+                                                                   found_scores[:run.n_found].tolist()):
+                    found[query].append((tuple(tokens[start:start + length]), score, bool(finished)))
+        except QueryTimeout:  # checked between runs: the arrays hold the state after the last one
+            stopped = active.astype(bool).tolist()
+            for query in np.flatnonzero(active).tolist():  # its live slots, each holding bos and run.step tokens
+                for slot, score in enumerate(scores[query].tolist()):
+                    if score > float("-inf"):
+                        found[query].append((tuple(history[query * width + slot, 1:run.step + 1].tolist()), score,
+                                             False))
+            return BeamFound(found, calls.tolist(), run.rows_fed, stopped)
         return BeamFound(found, calls.tolist(), run.rows_fed)

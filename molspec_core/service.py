@@ -302,6 +302,17 @@ def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Draft
 # The concern of an answer the decoder cut off at its length budget (DecodeResult's unfinished hypothesis):
 # the model never ended it, so however it reads, it is not a sane answer.
 STOPPED = "stopped at the length limit"
+# The concern of an answer still being written when the query's time limit stopped the search (beam search
+# hands on its best live hypotheses then): not an answer the model gave, only how far it had got.
+TIMED_OUT = "stopped at the time limit"
+
+
+@dataclass(frozen=True)
+class _Stopped:
+    """A query the time limit stopped: its error, and what its decoder had found by then (None: nothing it
+    could say), the answers finished and the best unfinished ones, with the calls they cost."""
+    error: str
+    found: DecodeResult | None
 
 
 @dataclass(frozen=True)
@@ -796,8 +807,10 @@ class Predictor:
 
         Sampling methods take their knobs (temperature, top_k, beta, tau, delta, seed) from
         `sampling`; their n_best is the number of samples drawn (duplicates merged).
-        A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs. Read in
-        several writings (augment), a query's writings share its one limit, and all of them or none are read.
+        A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs. Beam search
+        is stopped within a step of the limit and its row keeps, besides the error, the answers it had finished and
+        its best unfinished ones (concern TIMED_OUT), with the calls they cost. Read in several writings (augment),
+        a query's writings share its one limit.
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
         the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by a power
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.
@@ -836,9 +849,13 @@ class Predictor:
                     with time_limit(time_limit_s):
                         decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
                                                          n_drafts, sampling))
-                except QueryTimeout:
-                    results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
-                                             error=stopped_message(time_limit_s, len(views)))
+                except QueryTimeout as timeout:
+                    error = stopped_message(time_limit_s, len(views))
+                    results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
+                                              error=error) if len(timeout.found) != len(views) else
+                                  dataclasses.replace(self._pooled(texts[i], views, list(timeout.found), method,
+                                                                   n_best, augment, time.perf_counter() - started,
+                                                                   TIMED_OUT), error=error))
                     continue
                 results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
                                           time.perf_counter() - started)
@@ -849,26 +866,36 @@ class Predictor:
             decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
                                            sampling, time_limit_s)
             for (i, query), result in zip(chunk, decoded):
-                results[i] = (self._to_result(texts[i], query, result, method, n_best)
-                              if isinstance(result, DecodeResult)
-                              else QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
-                                               error=result))
+                if isinstance(result, DecodeResult):
+                    results[i] = self._to_result(texts[i], query, result, method, n_best)
+                elif result.found is None:
+                    results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
+                                             error=result.error)
+                else:
+                    results[i] = dataclasses.replace(self._to_result(texts[i], query, result.found, method, n_best,
+                                                                     TIMED_OUT), error=result.error)
         results = [dataclasses.replace(result, task=self.task) for result in results]  # type: ignore[type-var]
         return results[0] if single else results  # type: ignore[return-value]
 
     def _decode_limited(self, sources: list[tuple[int, ...]], method: str, n_best: int, draft_len: int | None,
                         n_drafts: int | None, sampling: SamplingOptions | None,
-                        limit_s: float | None) -> list[DecodeResult | str]:
-        """`decode` under a time limit of limit_s per query; on a timeout, each query of the batch
-        is retried alone so that only the slow ones end in an error message."""
+                        limit_s: float | None) -> list[DecodeResult | _Stopped]:
+        """`decode` under a time limit of limit_s per query; on a timeout, the queries of the batch whose
+        search had ended keep their results (beam search says which) and the others are retried alone, so
+        that only the slow ones end stopped."""
         try:
             with time_limit(None if limit_s is None else limit_s * len(sources)):
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
-        except QueryTimeout:
+        except QueryTimeout as timeout:
             if len(sources) == 1:
-                return [stopped_message(limit_s)]
-        return [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
-                for src in sources]
+                return [_Stopped(stopped_message(limit_s), timeout.found[0] if timeout.found else None)]
+            found, searched = timeout.found, timeout.searched or (False,) * len(sources)
+        results: list[DecodeResult | _Stopped] = []
+        for k, src in enumerate(sources):
+            ended = searched[k] and isinstance(found[k], DecodeResult)
+            results.append(found[k] if ended else  # type: ignore[arg-type]
+                           self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0])
+        return results
 
     @property
     def augmentable(self) -> bool:
@@ -905,12 +932,13 @@ class Predictor:
         return self._calibrations[kind, augment]
 
     def _pooled(self, given: str, views: list[_Query], decoded: list[DecodeResult], method: str,
-                n_best: int, augment: int, seconds: float) -> QueryResult:
+                n_best: int, augment: int, seconds: float, unfinished: str = STOPPED) -> QueryResult:
         """One result from the answers to each writing of a query: each distinct answer scored by the log
         of the power mean of its probabilities over the writings read (absent: 0; pool_writings), best
         n_best kept. Its tokens and provenance are those of the first writing that gave it; its
         confidence comes from the calibration fitted to this method's answers in `augment` writings, or
-        is None without one. `seconds`: the time the writings took to decode, the result's wall time."""
+        is None without one. `seconds`: the time the writings took to decode, the result's wall time.
+        `unfinished`: the concern of a hypothesis the decoder had not ended (why it stopped)."""
         canonical = views[0]
         read = list(zip(views, decoded))
         first: dict[str, tuple[Prediction, _Query]] = {}  # answer -> its first prediction and that one's writing
@@ -918,7 +946,7 @@ class Predictor:
         stats = DecodeStats()
         for view, result in read:
             stats.add(result.stats)
-            given_here = self._predictions(view, result, canonical.canonical)
+            given_here = self._predictions(view, result, canonical.canonical, unfinished)
             answers.append([(p.smiles, p.score) for p in given_here])
             for p in given_here:
                 first.setdefault(p.smiles, (p, view))
@@ -940,15 +968,18 @@ class Predictor:
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
                            ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside)
 
-    def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str, n_best: int) -> QueryResult:
+    def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str, n_best: int,
+                   unfinished: str = STOPPED) -> QueryResult:
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
-                           rank_answers(with_confidence(fold_repeats(self._predictions(query, result)),
+                           rank_answers(with_confidence(fold_repeats(self._predictions(query, result, "", unfinished)),
                                                         self.calibration_for(method, 1, n_best))),
                            result.stats, method, dtype=self.dtype)
 
-    def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "") -> list[Prediction]:
+    def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "",
+                     unfinished: str = STOPPED) -> list[Prediction]:
         """A decode's hypotheses as answers, in the model's order, checked (against the canonical query,
-        `judged_against` when `query` is another writing of it); no confidence yet (with_confidence)."""
+        `judged_against` when `query` is another writing of it); no confidence yet (with_confidence).
+        `unfinished`: the concern of a hypothesis the decoder had not ended (STOPPED, or TIMED_OUT)."""
         predictions = []
         for rank, hyp in enumerate(result.hypotheses, start=1):
             tokens = tuple(self.vocab.tokens[t] for t in hyp.tokens)
@@ -956,7 +987,7 @@ class Predictor:
             canon = canonical_or_none(raw)
             concerns = answer_concerns(canon, judged_against or query.canonical, self.task) if canon else ()
             if canon and not hyp.finished:
-                concerns = (*concerns, STOPPED)
+                concerns = (*concerns, unfinished)
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
                                           hyp.provenance, hyp.finished, concerns, rank))
         return predictions

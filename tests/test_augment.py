@@ -13,7 +13,8 @@ from molspec_core.cli import main
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.rsmiles import root_views
-from molspec_core.service import MAX_AUGMENT, POOL_POWER, Predictor, _Query, pool_writings
+from molspec_core import limits
+from molspec_core.service import MAX_AUGMENT, POOL_POWER, TIMED_OUT, Predictor, _Query, pool_writings
 
 
 def test_root_views_are_every_distinct_writing_with_the_query_first():
@@ -154,6 +155,26 @@ def test_a_query_read_in_several_writings_has_one_time_limit_for_them_all(reader
     result = reader.predict("OCCOc1ccccc1", method="beam", n_best=2, augment=5, time_limit_s=0.3)
     assert not result.ok and result.predictions == ()
     assert result.error.startswith("stopped after the 0.3 s time limit per query (its 5 writings together)")
+
+
+def test_writings_stopped_by_the_time_limit_keep_their_pooled_beams_and_calls(reader, monkeypatch):
+    """A beam search of a query's writings past its limit gave an error row with no answers and 0 model calls.
+    The row keeps its error and now the pooled answers of the writings' beams as they stood, those not yet
+    ended marked as stopped at the time limit, and the calls made. A fake clock: each decoder call takes 1 s."""
+    clock = {"seconds": 0.0}
+    real_decode = reader.model.decode
+
+    def decode(*args, **kwargs):
+        clock["seconds"] += 1
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(reader.model, "decode", decode)
+    monkeypatch.setattr(limits, "now", lambda: clock["seconds"])
+    result = reader.predict("OCCOc1ccccc1", method="beam", n_best=3, augment=5, time_limit_s=3.5)
+    assert result.error.startswith("stopped after the 3.5 s time limit per query (its 5 writings together)")
+    assert result.stats.model_calls == 3 * 5  # the writings decode as one batch: 3 calls each, the 4th stopped
+    assert result.predictions and any(not p.finished for p in result.predictions)
+    assert all(TIMED_OUT in p.concerns for p in result.predictions if p.valid and not p.finished)
 
 
 def test_augment_reads_several_writings_end_to_end(reader):

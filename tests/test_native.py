@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from conftest import COPYING_VOCAB, copying_model, needs_native, on_engine, random_model, random_sources
-from molspec_core import native, service
+from molspec_core import limits, native, service
 from molspec_core.decoding.batch import start
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
+from molspec_core.limits import QueryTimeout, time_limit
 from molspec_core.model import Seq2SeqTransformer
 from molspec_core.native import NativeStep, NativeUnavailable
 from molspec_core.npstep import _Affine
@@ -388,6 +389,58 @@ def test_the_time_limit_stops_every_method_on_the_native_engine(dtype):
         stopped = predictor.predict("CC(=O)Cl.NCc1ccccc1", method=method, n_best=n_best, time_limit_s=1e-6)
         assert not stopped.ok and "time limit" in stopped.error, method
         assert predictor.predict("CC(=O)Cl.NCc1ccccc1", method=method, n_best=n_best, time_limit_s=60).ok
+
+
+class _StepClock:
+    """A fake clock for the time limit (limits.now) on which every step of a beam search in C takes a second, or,
+    given per_row, that many seconds for each row it feeds (a beam's first step feeds one row, its next `width`)."""
+
+    def __init__(self, library, per_row: float | None = None):
+        self.library, self.per_row, self.seconds = library, per_row, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.library, name)
+
+    def beam_run(self, model, call, run):
+        state = run._obj  # ctypes.byref(run)._obj: the run, whose steps the call takes and whose rows it counts
+        rows_before = state.rows_fed
+        failed = self.library.beam_run(model, call, run)
+        self.seconds += state.steps if self.per_row is None else (state.rows_fed - rows_before) * self.per_row
+        return failed
+
+
+SLOW_SOURCE = "OCc1ccc(N)cc1NOCc1ccc(Cl)cc1OCNCCOCBr"  # 23 steps of the copy model's beam without a limit
+
+
+def test_beam_search_in_c_stops_within_a_step_of_the_limit_and_hands_on_what_it_found(copy_model, monkeypatch):
+    """The time limit was checked only between C runs of 16 steps, and the search raised with nothing: the shipped
+    retro model with a 1 s limit ran ~7 s on a loaded CPU, then reported no answers and 0 model calls. A run now
+    takes the steps that fit in the time left (one first, to learn the pace), and the search hands on its live
+    beam, unfinished, with the calls it made."""
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    clock = _StepClock(model.numpy_step._library)
+    monkeypatch.setattr(model.numpy_step, "_library", clock)
+    monkeypatch.setattr(limits, "now", lambda: clock.seconds)
+    with time_limit(5.5), pytest.raises(QueryTimeout) as stopped:
+        beam_search(model, [vocab.encode(SLOW_SOURCE)], width=3)
+    assert clock.seconds == 6  # runs of 1, 2 and 2 steps, then 1 (0.5 s left): a step past 5.5 s
+    assert stopped.value.searched == (False,)
+    found = stopped.value.found[0]
+    assert found.stats.model_calls == 6 and len(found.hypotheses) == 3
+    assert all(not h.finished and len(h.tokens) == 6 for h in found.hypotheses)
+    assert [h.score for h in found.hypotheses] == sorted((h.score for h in found.hypotheses), reverse=True)
+
+
+def test_a_beams_pace_is_learnt_before_a_long_run_in_c(copy_model, monkeypatch):
+    """A beam's first step feeds one row, the next ones `width`: a run sized by the first step's pace alone took
+    ~10 steps past the limit. Runs grow at most twofold, so the slower pace is seen first."""
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    clock = _StepClock(model.numpy_step._library, per_row=0.1)  # 0.1 s the first step, 0.3 s the next ones
+    monkeypatch.setattr(model.numpy_step, "_library", clock)
+    monkeypatch.setattr(limits, "now", lambda: clock.seconds)
+    with time_limit(1.5), pytest.raises(QueryTimeout):
+        beam_search(model, [vocab.encode(SLOW_SOURCE)], width=3)
+    assert 1.5 < clock.seconds <= 1.5 + 0.3 + 1e-9  # past the limit by at most one step
 
 
 def test_cache_slots_that_are_not_contiguous_take_the_numpy_path_with_its_mask():

@@ -12,7 +12,8 @@ from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
 from molspec_core.methods import of_family
-from molspec_core.service import MAX_QUERY_CHARS, Prediction, Predictor, QueryResult, rank_answers
+from molspec_core import limits
+from molspec_core.service import MAX_QUERY_CHARS, TIMED_OUT, Prediction, Predictor, QueryResult, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
 
@@ -480,6 +481,48 @@ def test_time_limit_fails_only_the_slow_query(copier, monkeypatch):
     assert "time limit" in results[1].error and results[1].canonical_query == "CCN"
     tokens = [[p.tokens for p in r.predictions] for r in (results[0], results[2])]
     assert tokens == [[p.tokens for p in r.predictions] for r in unlimited]  # scores differ by padding rounding
+
+
+@pytest.fixture()
+def decoder_clock(copier, monkeypatch):
+    """A fake clock for the time limit (limits.now) on which every decoder call of the copy model takes a second."""
+    clock = {"seconds": 0.0}
+    real_decode = copier.model.decode
+
+    def decode(*args, **kwargs):
+        clock["seconds"] += 1
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(copier.model, "decode", decode)
+    monkeypatch.setattr(limits, "now", lambda: clock["seconds"])
+    return clock
+
+
+SLOW = "NCCOCCNCCOCCNCCOCCNCCO"  # the copy model's beam (NONOON, ...) takes 8 steps
+
+
+def test_a_beam_stopped_by_the_time_limit_keeps_what_it_found_and_its_calls(copier, decoder_clock):
+    """A beam search past its limit gave an error row with no answers and 0 model calls: the route planner counted
+    none of the calls it paid for, and an API caller lost the beam. The row keeps its error and now also the best
+    unfinished answers, marked as stopped at the time limit, and the calls made."""
+    result = copier.predict(SLOW, method="beam", n_best=3, time_limit_s=4.5)
+    assert not result.ok and "time limit" in result.error
+    assert result.stats.model_calls == 4  # the fifth call found the limit passed
+    # Two live hypotheses of 4 tokens, marked, and one the model had ended (an empty answer: it is a small model)
+    assert [(p.smiles, p.finished, p.concerns) for p in result.predictions] == [
+        ("NOON", False, (TIMED_OUT,)), ("NNON", False, (TIMED_OUT,)), ("", True, ())]
+
+
+def test_a_batch_past_its_limit_keeps_the_searches_that_ended(copier, decoder_clock):
+    """A batch past its limit (per query x queries) retried every query alone, the ones whose search had ended
+    included: their work was done twice and the batch took up to twice its limit. Only the stopped query is
+    retried now, under its own limit."""
+    unlimited = copier.predict("CCO", method="beam", n_best=3, time_limit_s=None)
+    decoder_clock["seconds"] = 0.0
+    done, stopped = copier.predict(["CCO", SLOW], method="beam", n_best=3, time_limit_s=2.5)
+    assert done.ok and [p.tokens for p in done.predictions] == [p.tokens for p in unlimited.predictions]
+    assert not stopped.ok and stopped.stats.model_calls == 2 and stopped.predictions
+    assert decoder_clock["seconds"] == 6 + 3  # the batch's 5 calls and the one past 5 s; the retry's 2 and 1
 
 
 def test_time_limit_must_be_positive(copier):

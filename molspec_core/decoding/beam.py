@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..limits import QueryTimeout
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
@@ -95,7 +96,8 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     """Beam search as defined above. cached=False recomputes every hypothesis' whole prefix at each
     step (no KV cache, as the paper's baseline code does): the same results, kept as a benchmark
     reference for speculative beam search. prune=False keeps the slots below the floor alive (the
-    same results; for tests and benchmarks)."""
+    same results; for tests and benchmarks). At the time limit (limits.py) it raises QueryTimeout with what it
+    found: per query, the hypotheses finished, then its live ones, unfinished, and its real counts."""
     start_time = time.perf_counter()
     n_best = min(n_best or width, width)
     device = model.device
@@ -128,6 +130,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     finished: list[list[Hypothesis]] = [[] for _ in range(n_queries)]
     floors = np.full(n_queries, -np.inf, dtype=np.float32)  # each active query's floor (floor_of)
     stats = [DecodeStats() for _ in range(n_queries)]
+    stopped = [False] * n_queries  # by the time limit
     step = 0
     ones = first_slot = torch.empty(0)
     if native is not None and cache is not None:  # the loop below, in C
@@ -136,61 +139,72 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
             finished[q] = [Hypothesis(tokens, score, (GENERATED,) * len(tokens), done)
                            for tokens, score, done in hypotheses]
             stats[q].model_calls += n_calls
+        stopped = run.stopped or stopped
         active = []
-    while active:
-        n_act = len(active)
-        if len(ones) != n_act * width:  # made again only when queries finish
-            ones = torch.ones(n_act * width, dtype=torch.long, device=device)
-            first_slot = np.arange(n_act)[:, None] * width  # (A, 1): each query's first row
-        if cache is not None:
-            logits, _ = model.decode(torch.from_numpy(history[:, -1]).to(device).view(-1, 1, 1), cache)
-            cache.commit(ones)
-            last = logits.reshape(n_act * width, vocab)
-        else:
-            last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
-        log_probs = model.log_probs(last).cpu().numpy().reshape(n_act, width, vocab)
-        top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
-        parent, token = np.divmod(top_index, vocab)  # (A, k): slot within the query, token
-        rows = (first_slot + parent).reshape(-1)
-        if cache is not None:
-            cache.reorder(torch.from_numpy(rows).to(device), cross=False)
-        history = np.concatenate([history[rows], token.reshape(-1, 1)], axis=1)
-        step += 1
-        is_eos = token == EOS_ID
-        scores = np.where(is_eos, np.float32(-np.inf), top_scores)
-
-        kept = top_scores > -np.inf
-        done_queries, done_slots = np.nonzero(is_eos & kept)
-        for a, slot in zip(done_queries, done_slots):  # by query, then slot
-            tokens = tuple(history[a * width + slot, 1:-1].tolist())
-            finished[active[a]].append(Hypothesis(tokens, float(top_scores[a, slot]), (GENERATED,) * len(tokens), True))
-        if prune:
-            for a in set(done_queries.tolist()):  # a floor moves only when its query finishes something
-                floors[a] = floor_of([h.score for h in finished[active[a]]], n_best)
-            scores = np.where(scores <= floors[:, None], np.float32(-np.inf), scores)
-        best_live = scores.max(axis=1).tolist()
-        still = []
-        for a, q in enumerate(active):
-            stats[q].record_call(emitted=0)  # the tokens of its answers are counted once they are ranked, below
-            if can_stop([h.score for h in finished[q]], best_live[a], n_best):
-                continue
-            if step >= budgets[q]:
-                for slot, score in enumerate(scores[a].tolist()):
-                    if score > float("-inf"):
-                        tokens = tuple(history[a * width + slot, 1:].tolist())
-                        finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
-                continue
-            still.append(a)
-        if len(still) < n_act:
-            keep_rows = np.array([a * width + s for a in still for s in range(width)], dtype=np.int64)
+    try:
+        while active:
+            n_act = len(active)
+            if len(ones) != n_act * width:  # made again only when queries finish
+                ones = torch.ones(n_act * width, dtype=torch.long, device=device)
+                first_slot = np.arange(n_act)[:, None] * width  # (A, 1): each query's first row
             if cache is not None:
-                cache.reorder(torch.from_numpy(keep_rows).to(device))
+                logits, _ = model.decode(torch.from_numpy(history[:, -1]).to(device).view(-1, 1, 1), cache)
+                cache.commit(ones)
+                last = logits.reshape(n_act * width, vocab)
             else:
-                kept_rows = torch.from_numpy(keep_rows).to(device)
-                memory, keep = memory[kept_rows], keep[kept_rows]
-            history = history[keep_rows]
-            scores, floors = scores[still], floors[still]
-            active = [active[a] for a in still]
+                last = model.decode_full(torch.from_numpy(history).to(device), memory, keep)[:, -1]  # same lengths
+            log_probs = model.log_probs(last).cpu().numpy().reshape(n_act, width, vocab)
+            top_scores, top_index = best_children(scores, log_probs, width)  # (A, k)
+            parent, token = np.divmod(top_index, vocab)  # (A, k): slot within the query, token
+            rows = (first_slot + parent).reshape(-1)
+            if cache is not None:
+                cache.reorder(torch.from_numpy(rows).to(device), cross=False)
+            history = np.concatenate([history[rows], token.reshape(-1, 1)], axis=1)
+            step += 1
+            is_eos = token == EOS_ID
+            scores = np.where(is_eos, np.float32(-np.inf), top_scores)
+
+            kept = top_scores > -np.inf
+            done_queries, done_slots = np.nonzero(is_eos & kept)
+            for a, slot in zip(done_queries, done_slots):  # by query, then slot
+                tokens = tuple(history[a * width + slot, 1:-1].tolist())
+                hypothesis = Hypothesis(tokens, float(top_scores[a, slot]), (GENERATED,) * len(tokens), True)
+                finished[active[a]].append(hypothesis)
+            if prune:
+                for a in set(done_queries.tolist()):  # a floor moves only when its query finishes something
+                    floors[a] = floor_of([h.score for h in finished[active[a]]], n_best)
+                scores = np.where(scores <= floors[:, None], np.float32(-np.inf), scores)
+            best_live = scores.max(axis=1).tolist()
+            still = []
+            for a, q in enumerate(active):
+                stats[q].record_call(emitted=0)  # the tokens of its answers are counted once they are ranked, below
+                if can_stop([h.score for h in finished[q]], best_live[a], n_best):
+                    continue
+                if step >= budgets[q]:
+                    for slot, score in enumerate(scores[a].tolist()):
+                        if score > float("-inf"):
+                            tokens = tuple(history[a * width + slot, 1:].tolist())
+                            finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
+                    continue
+                still.append(a)
+            if len(still) < n_act:
+                keep_rows = np.array([a * width + s for a in still for s in range(width)], dtype=np.int64)
+                if cache is not None:
+                    cache.reorder(torch.from_numpy(keep_rows).to(device))
+                else:
+                    kept_rows = torch.from_numpy(keep_rows).to(device)
+                    memory, keep = memory[kept_rows], keep[kept_rows]
+                history = history[keep_rows]
+                scores, floors = scores[still], floors[still]
+                active = [active[a] for a in still]
+
+    except QueryTimeout:  # raised by a decoder call, before it changed anything: each active query's live
+        for a, q in enumerate(active):  # slots are its best partial answers
+            stopped[q] = True
+            for slot, score in enumerate(scores[a].tolist()):
+                if score > float("-inf"):
+                    tokens = tuple(history[a * width + slot, 1:].tolist())
+                    finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
 
     elapsed = time.perf_counter() - start_time
     results = []
@@ -200,4 +214,6 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         # Every live beam's token, counted before session 65, put beam search at its width per call.
         stats[q].tokens_generated = longest_answer_tokens(best)
         results.append(DecodeResult(best, stats[q]))
+    if any(stopped):  # the work done is handed on: the caller may keep the queries whose search ended
+        raise QueryTimeout("time limit reached", found=results, searched=[not s for s in stopped])
     return results
