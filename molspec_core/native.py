@@ -717,7 +717,7 @@ class NativeStep(NumpyStep):
             stopped = active.astype(bool).tolist()
             for query in np.flatnonzero(active).tolist():  # its live slots, each holding bos and run.step tokens
                 for slot, score in enumerate(scores[query].tolist()):
-                    if score > float("-inf"):
+                    if score > float("-inf") and run.step > 0:  # before the first step: bos alone, no answer
                         found[query].append((tuple(history[query * width + slot, 1:run.step + 1].tolist()), score,
                                              False))
             return BeamFound(found, calls.tolist(), run.rows_fed, stopped)

@@ -6,6 +6,7 @@ the property that makes speculative decoding equal greedy to the bit on it: a to
 depend on the other tokens or rows of the call.
 """
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -429,6 +430,18 @@ def test_beam_search_in_c_stops_within_a_step_of_the_limit_and_hands_on_what_it_
     assert found.stats.model_calls == 6 and len(found.hypotheses) == 3
     assert all(not h.finished and len(h.tokens) == 6 for h in found.hypotheses)
     assert [h.score for h in found.hypotheses] == sorted((h.score for h in found.hypotheses), reverse=True)
+
+
+def test_a_beam_stopped_before_its_first_step_hands_on_no_empty_answer(copy_model, monkeypatch):
+    """Stopped after the encoder and before the first step, the search handed on its one live slot, holding bos
+    alone: an empty "answer" of 0 calls. It hands on nothing now. A clock that moves a second each time it is read:
+    the limit is set at 0, the encoder checks it at 1, the first run at 2."""
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    monkeypatch.setattr(limits, "now", itertools.count().__next__)
+    with time_limit(1.5), pytest.raises(QueryTimeout) as stopped:
+        beam_search(model, [vocab.encode(SLOW_SOURCE)], width=3)
+    assert stopped.value.searched == (False,)
+    assert stopped.value.found[0].hypotheses == [] and stopped.value.found[0].stats.model_calls == 0
 
 
 def test_a_beams_pace_is_learnt_before_a_long_run_in_c(copy_model, monkeypatch):

@@ -513,6 +513,14 @@ def test_a_beam_stopped_by_the_time_limit_keeps_what_it_found_and_its_calls(copi
         ("NOON", False, (TIMED_OUT,)), ("NNON", False, (TIMED_OUT,)), ("", True, ())]
 
 
+def test_a_beam_stopped_at_its_first_call_has_no_empty_answer(copier, decoder_clock):
+    """Stopped at its first decoder call, the search handed on its live slot holding bos alone, which the row
+    listed as an invalid empty answer. The row has its error and no answers now."""
+    result = copier.predict(SLOW, method="beam", n_best=3, time_limit_s=0.5)
+    assert not result.ok and "time limit" in result.error
+    assert result.predictions == () and result.stats.model_calls == 0
+
+
 def test_a_batch_past_its_limit_keeps_the_searches_that_ended(copier, decoder_clock):
     """A batch past its limit (per query x queries) retried every query alone, the ones whose search had ended
     included: their work was done twice and the batch took up to twice its limit. Only the stopped query is

@@ -202,7 +202,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
         for a, q in enumerate(active):  # slots are its best partial answers
             stopped[q] = True
             for slot, score in enumerate(scores[a].tolist()):
-                if score > float("-inf"):
+                if score > float("-inf") and step > 0:  # before the first step: bos alone, no answer
                     tokens = tuple(history[a * width + slot, 1:].tolist())
                     finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
 
