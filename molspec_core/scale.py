@@ -370,7 +370,7 @@ def connected(address: str) -> Iterator[None]:
     answers(address)
     local = {"include_dashboard": False} if address == "local" else {}
     before = set(descendants(os.getpid()))  # processes of this one that are not Ray's
-    with quiet_ray() as level, ThreadPoolExecutor(max_workers=1, thread_name_prefix="molspec-ray") as ray_thread:
+    with quiet_ray() as level, stopping_once(), ThreadPoolExecutor(1, thread_name_prefix="molspec-ray") as ray_thread:
         try:
             unbroken(ray_thread, lambda: ray.init(address=address, logging_level=level, **local))
         except ConnectionError as exc:
@@ -423,6 +423,34 @@ class NoteFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith(self.note)
+
+
+@contextmanager
+def stopping_once() -> Iterator[None]:
+    """Ctrl-C and SIGTERM while Ray runs here: the first stops the run as its handler does (KeyboardInterrupt; the
+    command line's Terminated); those after it, while the run stops, change nothing. A second Ctrl-C cut short the
+    closing of Ray Data's iterator, which then reached for Ray after ray.shutdown, and Ray ended the process with exit
+    1 and not a word of the rows kept. Only handlers set in Python are changed (an ignored Ctrl-C stays ignored)."""
+    in_main = threading.current_thread() is threading.main_thread()  # where signals' handlers run, and are set
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    held = {signum: handler for signum, handler in handlers.items() if callable(handler)}
+
+    def later(signum: int, frame: object) -> None:
+        print("stopping: Ray Data and Ray are being stopped, so that none of their processes stay behind",
+              file=sys.stderr)
+
+    def first(signum: int, frame: object) -> None:
+        for each in held:
+            signal.signal(each, later)
+        held[signum](signum, frame)
+
+    for signum in held:
+        signal.signal(signum, first)
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
 
 
 def unbroken(thread: Executor, step: Callable[[], object]) -> None:

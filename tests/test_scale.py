@@ -386,6 +386,36 @@ def refused(queries, *_):
         yield row, json.dumps(result_rows(row, (), QueryResult(query=query, method="greedy", error="refused")))
 
 
+def test_a_second_ctrl_c_does_not_cut_short_the_stopping_of_a_run(tmp_path, capsys, monkeypatch):
+    """The second Ctrl-C cut short the closing of Ray Data's iterator (it takes a second or two), which then reached
+    for Ray after ray.shutdown; Ray ended the process with exit 1 and not a word of the rows kept."""
+    import os
+    import signal
+
+    from molspec_core import scale
+
+    events: list[str] = []
+
+    def predicted(queries, *_):
+        try:
+            yield from refused(queries[:2])
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C ...
+            yield from refused(queries[2:])
+        finally:  # ... and Ctrl-C again while Ray Data's iterator closes
+            os.kill(os.getpid(), signal.SIGINT)
+            events.append("closed")
+
+    fake_ray(monkeypatch, events)
+    monkeypatch.setattr(scale, "predicted", predicted)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", "local"]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2].startswith("stopped: the rows of records 1-1 of 4 are kept in ") and err[-1] == "interrupted"
+    assert events == ["closed", "shutdown"] and signal.getsignal(signal.SIGINT) is before
+
+
 def test_ray_starts_and_stops_in_one_thread_that_outlives_it(tmp_path, monkeypatch):
     """Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): started in a thread that ended, the
     local cluster died under the run. The thread that starts it stops it, and is not the main thread, where ray.init
