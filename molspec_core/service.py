@@ -880,22 +880,24 @@ class Predictor:
     def _decode_limited(self, sources: list[tuple[int, ...]], method: str, n_best: int, draft_len: int | None,
                         n_drafts: int | None, sampling: SamplingOptions | None,
                         limit_s: float | None) -> list[DecodeResult | _Stopped]:
-        """`decode` under a time limit of limit_s per query; on a timeout, the queries of the batch whose
-        search had ended keep their results (beam search says which) and the others are retried alone, so
-        that only the slow ones end stopped."""
+        """`decode` under a time limit of limit_s per query, the batch's limit being their sum; on a timeout,
+        only the slow queries end stopped. A decoder that says what it found (beam search) gives each query whose
+        search had ended its result and each other its search as it stood: a query still searching after the
+        batch's time, most of it alone once its batch-mates had ended, would not end in its own limit alone, and
+        a retry would only run the batch past its time (a route planner's expansion, past its search's limit).
+        Other decoders' batches are decoded again one query at a time."""
         try:
             with time_limit(None if limit_s is None else limit_s * len(sources)):
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
         except QueryTimeout as timeout:
+            found = [result if isinstance(result, DecodeResult) else None for result in timeout.found]
+            if len(found) == len(sources):
+                return [result if ended else _Stopped(stopped_message(limit_s), result)  # type: ignore[misc]
+                        for result, ended in zip(found, timeout.searched)]
             if len(sources) == 1:
-                return [_Stopped(stopped_message(limit_s), timeout.found[0] if timeout.found else None)]
-            found, searched = timeout.found, timeout.searched or (False,) * len(sources)
-        results: list[DecodeResult | _Stopped] = []
-        for k, src in enumerate(sources):
-            ended = searched[k] and isinstance(found[k], DecodeResult)
-            results.append(found[k] if ended else  # type: ignore[arg-type]
-                           self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0])
-        return results
+                return [_Stopped(stopped_message(limit_s), None)]
+        return [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
+                for src in sources]
 
     @property
     def augmentable(self) -> bool:
