@@ -425,15 +425,22 @@ class NoteFilter(logging.Filter):
         return not record.getMessage().startswith(self.note)
 
 
+def stop_handlers() -> dict[int, Callable[[int, Any], object]]:
+    """The handlers of Ctrl-C and SIGTERM that this module may stand in for: those set in Python (an ignored Ctrl-C,
+    a job started with nohup, stays ignored), in the main thread, where handlers run and are set."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    return {signum: handler for signum, handler in handlers.items() if callable(handler)}
+
+
 @contextmanager
 def stopping_once() -> Iterator[None]:
     """Ctrl-C and SIGTERM while Ray runs here: the first stops the run as its handler does (KeyboardInterrupt; the
     command line's Terminated); those after it, while the run stops, change nothing. A second Ctrl-C cut short the
     closing of Ray Data's iterator, which then reached for Ray after ray.shutdown, and Ray ended the process with exit
-    1 and not a word of the rows kept. Only handlers set in Python are changed (an ignored Ctrl-C stays ignored)."""
-    in_main = threading.current_thread() is threading.main_thread()  # where signals' handlers run, and are set
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    held = {signum: handler for signum, handler in handlers.items() if callable(handler)}
+    1 and not a word of the rows kept."""
+    held = stop_handlers()
 
     def later(signum: int, frame: object) -> None:
         print("stopping: Ray Data and Ray are being stopped, so that none of their processes stay behind",
@@ -456,8 +463,7 @@ def stopping_once() -> Iterator[None]:
 def unbroken(thread: Executor, step: Callable[[], object]) -> None:
     """Run `step` (ray.init, ray.shutdown) to its end on `thread`, whatever signals come meanwhile. Ctrl-C and SIGTERM
     that come are noted, not raised, and raised after it as their handlers raise them (KeyboardInterrupt; the command
-    line's Terminated), before what `step` raised. Only handlers set in Python are held: an ignored Ctrl-C (a job
-    started with nohup) stays ignored."""
+    line's Terminated), before what `step` raised."""
     noted: list[int] = []
 
     def note(signum: int, frame: object) -> None:
@@ -466,9 +472,7 @@ def unbroken(thread: Executor, step: Callable[[], object]) -> None:
                   file=sys.stderr)
         noted.append(signum)
 
-    in_main = threading.current_thread() is threading.main_thread()  # where signals' handlers run, and are set
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    held = {signum: handler for signum, handler in handlers.items() if callable(handler)}
+    held = stop_handlers()
     for signum in held:
         signal.signal(signum, note)
     try:
@@ -492,9 +496,10 @@ def shut_down(before: set[tuple[int, str]]) -> None:
     started = [process for process in descendants(os.getpid()) if process not in before and names_ray(process[0])]
     ray.shutdown()  # the raylet's children are not below this process once it is gone: they were listed before
     if outlived(started):  # a second or two to exit on their own, as they do after a whole run
-        for pid, _start in started:
-            with suppress(OSError):  # it exited meanwhile
-                os.kill(pid, signal.SIGKILL)
+        for pid, start in started:
+            if alive((pid, start)):  # not a pid that another process has taken since
+                with suppress(OSError):  # it exited meanwhile
+                    os.kill(pid, signal.SIGKILL)
         outlived(started)  # gone when the command ends
 
 
