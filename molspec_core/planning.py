@@ -232,7 +232,8 @@ class PredictorModel(BackwardReactionModel):
             counts.cut += cut
             reason = "its expansion was cut short when the search's time ran out" if cut else result.error
             counts.first_failure = counts.first_failure or f"{product.smiles}: {reason}"
-            return ()
+            # A beam search the time limit stopped hands on the answers it had ended (service.TIMED_OUT marks the
+            # rest, which the filter below drops): syntheseus keeps this expansion, so they are all it will have.
         counts.answers += len(result.predictions)
         # Sane answers, and ones whose only concern is lacking product atoms (answer_concerns flags that for
         # a retrosynthesis model): those go when the atoms are checked, and are let through when not.

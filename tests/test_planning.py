@@ -424,6 +424,26 @@ def test_an_expansion_the_searchs_time_cut_short_is_named_so_not_by_a_per_query_
     assert counts.first_failure == "NCCO: its expansion was cut short when the search's time ran out"
 
 
+def test_an_expansion_the_time_limit_stopped_uses_the_answers_its_beam_had_ended(copy_predictor, monkeypatch):
+    """A beam search the time limit stopped hands on the answers it had ended; the planner threw them away with the
+    error (and syntheseus keeps an expansion, so the molecule never got them): the ended ones are used, the
+    unfinished ones (TIMED_OUT) are not."""
+    from molspec_core.service import TIMED_OUT, Prediction
+
+    def stopped(self, queries, **options):
+        ended = Prediction(1, "CCO.NO", -0.5, True, (), ())
+        unfinished = Prediction(2, "NO", -0.7, True, (), (), finished=False, concerns=(TIMED_OUT,))
+        return [QueryResult(query, error=STOPPED, predictions=(ended, unfinished))
+                for query in ([queries] if isinstance(queries, str) else queries)]
+
+    monkeypatch.setattr(Predictor, "predict", stopped)
+    model = PredictorModel(copy_predictor, n_best=3, check_atoms=False)
+    [reactions] = model([Molecule("NCCO")])
+    assert [str(r.reactants_str) for r in reactions] == ["CCO.NO"]
+    counts = model.counts
+    assert (counts.failed, counts.answers, counts.kept, counts.first_failure) == (1, 2, 1, f"NCCO: {STOPPED}")
+
+
 def test_the_export_records_the_settings_that_made_the_routes(copy_predictor, copy_forward):
     """routes_json's docstring promised settings; it held the model's name and the search's alone."""
     settings = PlanSettings(n_best=3, max_steps=2, round_trip_k=2, check_atoms=False)
