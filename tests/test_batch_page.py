@@ -434,6 +434,12 @@ def test_the_bar_is_named_by_its_text_and_stop_and_continue_keep_the_focus(page,
     page.wait_for_function(f"() => ({FOCUSED})().includes('Stop the batch')", timeout=10_000)
     page.keyboard.press("Enter")  # and the next Stop hands it to Continue again
     page.wait_for_function(f"() => ({FOCUSED})().includes('Continue:')", timeout=10_000)
+    page.get_by_test_id("stSidebarNav").get_by_text("Models").click()  # away and back: Continue on a fresh page
+    page.get_by_role("heading", name="Models").wait_for()
+    page.get_by_test_id("stSidebarNav").get_by_text("Batch").click()
+    page.get_by_role("button", name=re.compile("^Continue")).click()
+    page.get_by_role("button", name="Stop the batch").wait_for()
+    assert page.get_by_role("button", name="Download CSV").count() == 0  # the stopped run's results left with it
 
 
 @needs_browser

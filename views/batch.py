@@ -45,9 +45,9 @@ COUNT_COLUMNS = ("rank", "model_rank", "writings", "spellings", "model_calls", "
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
                 "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
 ROUND_TRIP_COLUMNS = ["round_trip", "forward_prob"]  # on screen after confidence, where the sidebar's check ran
-PROGRESS_KEY = "batch_progress"  # the keyed block of the run's bar, which KEYBOARD_AND_READER names
-# What Streamlit's elements cannot say themselves, for keyboard and screen-reader users: its progress bar is named
-# "progress" whatever its text says, so the bar is named by its text (aria-labelledby). A press on Stop the batch or
+# What Streamlit's elements cannot say themselves, for keyboard and screen-reader users: its progress bars are named
+# "progress" whatever their text says, so each is named by its text (aria-labelledby; the Routes and Benchmark pages'
+# bars too, once this page has been opened). A press on Stop the batch or
 # Continue dropped the focus to the top of the page, as Streamlit removes the button pressed; the focus either loses
 # goes to the run's Stop button, or where no run goes on, to Continue, or where the run ended, to the results'
 # Download CSV. A constant: no user text is in it.
@@ -56,19 +56,18 @@ KEYBOARD_AND_READER = """<script>
   if (window.molspecBatchKeyboard) return;
   window.molspecBatchKeyboard = true;
   const RUN_BUTTONS = '[class*="st-key-batch_stop_"], [class*="st-key-batch_continue_button_"]';
-  const TEXT_ID = "molspec-batch-progress-text";
   let left = null, lost = false;  // the run's button that has the focus; whether it went with the button
   document.addEventListener("focusin", (event) => {
     left = event.target.closest(RUN_BUTTONS) ? event.target : null;
     lost = false;
   });
   new MutationObserver(() => {
-    const bar = document.querySelector('.st-key-batch_progress [data-testid="stProgress"]');
-    const meter = bar && bar.querySelector('[role="progressbar"]');
-    if (meter && bar.firstElementChild !== meter) {
-      bar.firstElementChild.id = TEXT_ID;
-      meter.setAttribute("aria-labelledby", TEXT_ID);
-    }
+    document.querySelectorAll('[data-testid="stProgress"]').forEach((bar, n) => {
+      const meter = bar.querySelector('[role="progressbar"]');
+      if (!meter || bar.firstElementChild === meter) return;  // a bar with no text keeps its name
+      bar.firstElementChild.id = `molspec-progress-text-${n}`;
+      meter.setAttribute("aria-labelledby", bar.firstElementChild.id);
+    });
     const unfocused = !document.activeElement || document.activeElement === document.body;
     if (left && !left.isConnected && unfocused) lost = true;
     if (!lost || !unfocused) return;
@@ -236,7 +235,9 @@ def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGene
         except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
             log.exception("round-trip model failed to load")
             run.round_trip_failed = common.short(str(exc), 160)
-    bar = area.container(key=PROGRESS_KEY).progress(run.done / run.total, text=progress_text(run))
+    # an element, not a block: a block in `area` took the results' place child by child, which stayed on screen,
+    # faded, under the bar (and their Download CSV took a click) until the run ended
+    bar = area.progress(run.done / run.total, text=progress_text(run))
     # A click reruns the script, which ends this run at its next st call; the next run shows the rows done.
     button.button("Stop the batch", key=f"batch_stop_{cfg.task}", icon=":material/stop:",
                 help="Stops after the row being predicted: the rows done are kept, and Continue takes up the rest.")
