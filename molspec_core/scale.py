@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .io import RESULT_COLUMNS, QueryFile, output_header, predict_batch, result_rows, write_results
+from .io import RESULT_COLUMNS, LastRow, QueryFile, output_header, predict_batch, result_rows, write_results
 from .service import Predictor, QueryResult
 
 if TYPE_CHECKING:
@@ -112,7 +112,9 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
                 cells = table.cells_of(row - 1)
                 for query_row in query_rows:
                     query_row[ROW] = row  # the worker numbered the queries it was given from 1
-                    yield [*cells, *query_row]
+                # the record's last row marked, as result_rows marks it: a run stopped after it keeps the record
+                yield from [[*cells, *query_row] for query_row in query_rows[:-1]]
+                yield LastRow([*cells, *query_rows[-1]])
         finally:  # stopped (an error, Ctrl-C), Ray Data's iterator is closed while the cluster is still up (predicted)
             pairs.close()
 

@@ -236,7 +236,7 @@ def test_a_worker_failure_is_one_error_line_and_keeps_the_rows_before_it(tmp_pat
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
                  "--ray", "local"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ")
+    assert err[-2].startswith("stopped: the rows of records 1-3 of 4 are kept in ")  # every record before it
     assert err[-1] == "error: the Ray worker on n2 could not load it"
     assert events == ["closed", "shutdown"] and not (tmp_path / "o.csv").exists()
 
@@ -266,10 +266,10 @@ def test_a_stopped_ray_run_resumes_on_ray_from_the_rows_it_kept(tmp_path, capsys
     counts = capsys.readouterr().out.splitlines()[-1].split(" -> ")[0]  # 8 of the 28 queries rejected, 2 blank
     monkeypatch.setattr(scale, "predicted", lambda *args: in_process(*args, stop_at=12))
     assert main([*run, "--output", str(tmp_path / "ray.csv"), "--ray", "local"]) == 130
-    assert "records 1-10 of 30 are kept" in capsys.readouterr().err
+    assert "records 1-11 of 30 are kept" in capsys.readouterr().err  # 1-10 until session 84: record 11 was lost
     monkeypatch.setattr(scale, "predicted", in_process)
     assert main([*run, "--output", str(tmp_path / "ray.csv"), "--ray", "local", "--resume"]) == 0
-    assert given[-1] == read_queries(tmp_path / "q.csv").queries[10:]
+    assert given[-1] == read_queries(tmp_path / "q.csv").queries[11:]
     assert capsys.readouterr().out.splitlines()[-1].split(" -> ")[0] == counts
     assert_same_predictions(records_without_time(tmp_path / "ray.csv"), records_without_time(tmp_path / "one.csv"))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["one.csv", "q.csv", "ray.csv"]
@@ -330,7 +330,7 @@ def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_pat
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
                  "--ray", "local"]) == 143
     err = capsys.readouterr().err.splitlines()
-    assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ") and err[-1] == "terminated"
+    assert err[-2].startswith("stopped: the rows of records 1-3 of 4 are kept in ") and err[-1] == "terminated"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.interrupted.csv", "o.interrupted.json", "q.txt"]
     assert signal.getsignal(signal.SIGTERM) is before
 
@@ -412,7 +412,7 @@ def test_a_second_ctrl_c_does_not_cut_short_the_stopping_of_a_run(tmp_path, caps
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
                  "--ray", "local"]) == 130
     err = capsys.readouterr().err.splitlines()
-    assert err[-2].startswith("stopped: the rows of records 1-1 of 4 are kept in ") and err[-1] == "interrupted"
+    assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ") and err[-1] == "interrupted"
     assert events == ["closed", "shutdown"] and signal.getsignal(signal.SIGINT) is before
 
 
