@@ -258,3 +258,28 @@ def test_the_known_answer_badge_marks_the_answer_the_check_names(copy_models, mo
     assert_clean(at)
     assert "Rank 1 is the known product recorded with the query." in texts(at.success)
     assert sum("Known answer" in m.value for m in at.markdown if "badge" in m.value) == 1
+
+
+def metric_parent(node, label: str):
+    """The block whose own children hold the metric labelled `label` (None where no block under `node` does)."""
+    for child in getattr(node, "children", {}).values():
+        if getattr(child, "type", "") == "metric" and child.label == label:
+            return node
+        found = metric_parent(child, label)
+        if found is not None:
+            return found
+    return None
+
+
+def test_the_speedup_figures_wrap_where_the_page_is_narrow(copy_models, monkeypatch):
+    """At a width of 800 pixels the speedup's four figures, in four columns, cut "Model calls saved" to "Model
+    calls …" (and a long time to its first digits); they sit side by side and wrap now, as an answer card's do."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    test_app.measure_speedup(at)
+    assert_clean(at)
+    block = metric_parent(at.main, "Model calls saved")
+    assert block is not None and metric_parent(block, "Speedup") is block  # the four together, in one block
+    assert block.type != "column", "in columns a narrow page cuts the figures"
+    flex = block.proto.flex_container
+    assert flex.direction == flex.Direction.HORIZONTAL and flex.wrap

@@ -636,12 +636,15 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
 
 
 def show_speedup_record(record: Speedup) -> None:
-    a, b, c, d = st.columns(4)
-    a.metric("Speedup", f"{record.factor:.2f}×", help="Standard decoding time / speculative decoding time")
-    b.metric("Standard time", f"{record.baseline.time_ms:.0f} ms")
-    c.metric("Speculative time", f"{record.speculative.time_ms:.0f} ms")
-    d.metric("Model calls saved", f"{record.baseline.model_calls - record.speculative.model_calls}",
-             help="Decoder calls of standard minus speculative decoding")
+    # side by side, wrapping where the page is narrow (in four columns, 800 pixels wide, "Model calls saved" was cut
+    # to "Model calls …" and a long time to its first digits), as an answer card's figures do
+    figures = st.container(horizontal=True, wrap=True, gap="medium", key="speedup_figures")
+    figures.metric("Speedup", f"{record.factor:.2f}×", help="Standard decoding time / speculative decoding time",
+                   width="content")
+    figures.metric("Standard time", f"{record.baseline.time_ms:.0f} ms", width="content")
+    figures.metric("Speculative time", f"{record.speculative.time_ms:.0f} ms", width="content")
+    figures.metric("Model calls saved", f"{record.baseline.model_calls - record.speculative.model_calls}",
+                   help="Decoder calls of standard minus speculative decoding", width="content")
     table = pd.DataFrame([
         {"Decoder": common.method_label(t.method), "Wall time (ms)": round(t.time_ms, 1),
          "Model calls": t.model_calls, "Accepted draft tokens per call": round(t.accepted_per_call, 2),
