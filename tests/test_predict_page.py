@@ -283,3 +283,22 @@ def test_the_speedup_figures_wrap_where_the_page_is_narrow(copy_models, monkeypa
     assert block.type != "column", "in columns a narrow page cuts the figures"
     flex = block.proto.flex_container
     assert flex.direction == flex.Direction.HORIZONTAL and flex.wrap
+
+
+def test_a_speculative_decoder_that_called_the_model_more_often_is_not_said_to_save_calls(copy_models, monkeypatch):
+    """The speedup tab showed "Model calls saved: -2" and said the drafts "spared too few model calls" where the
+    speculative decoder had made more calls than the standard one (a sampled answer of another length can)."""
+    from molspec_core import bench
+
+    def more_calls(predictor, query, baseline, speculative, repeats=3):
+        return bench.Speedup(query, bench.Timing(baseline["method"], 30.0, 10, 0.0, 1.0, ("CC",)),
+                             bench.Timing(speculative["method"], 60.0, 12, 0.1, 1.1, ("CC",)))
+
+    monkeypatch.setattr(bench, "compare_pair", more_calls)
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    test_app.measure_speedup(at)
+    assert_clean(at)
+    figures = {m.label: m.value for m in at.metric}
+    assert "Model calls saved" not in figures and figures["Extra model calls"] == "2"
+    assert "called the model more often" in texts(at.caption) and "spared too few" not in texts(at.caption)

@@ -643,15 +643,24 @@ def show_speedup_record(record: Speedup) -> None:
                    width="content")
     figures.metric("Standard time", f"{record.baseline.time_ms:.0f} ms", width="content")
     figures.metric("Speculative time", f"{record.speculative.time_ms:.0f} ms", width="content")
-    figures.metric("Model calls saved", f"{record.baseline.model_calls - record.speculative.model_calls}",
-                   help="Decoder calls of standard minus speculative decoding", width="content")
+    saved = record.baseline.model_calls - record.speculative.model_calls
+    if saved >= 0:
+        figures.metric("Model calls saved", f"{saved}", help="Decoder calls of standard minus speculative decoding",
+                       width="content")
+    else:  # "Model calls saved: -3" read as a typo; a sampled answer of another length, say, can take more calls
+        figures.metric("Extra model calls", f"{-saved}", width="content",
+                       help="Decoder calls of speculative minus standard decoding: on this query the speculative "
+                            "decoder called the model more often")
     table = pd.DataFrame([
         {"Decoder": common.method_label(t.method), "Wall time (ms)": round(t.time_ms, 1),
          "Model calls": t.model_calls, "Accepted draft tokens per call": round(t.accepted_per_call, 2),
          "Tokens per call": round(t.tokens_per_call, 2)}
         for t in (record.baseline, record.speculative)])
     st.dataframe(table, hide_index=True)
-    if record.factor < 1:
+    if record.factor < 1 and saved < 0:
+        st.caption("On this query the speculative decoder took longer: it called the model more often than the "
+                   "standard decoder. The model cards measure each method over many queries.")
+    elif record.factor < 1:
         st.caption("On this query the speculative decoder took longer: its drafts spared too few model calls to "
                    "pay for the tokens they add to each call (on a CPU a drafted token costs a call about as much "
                    "as its own). The model cards measure each method over many queries.")
