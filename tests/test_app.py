@@ -985,7 +985,10 @@ def test_batch_reads_a_workbook_and_its_excel_download_is_the_clis(copy_models, 
     assert from_app["score"].dtype.kind == "f"
     sheet = openpyxl.load_workbook(io.BytesIO(results_workbook(batch.table))).active
     masses = {row[2]: row[1] for row in sheet.iter_rows(min_row=2, max_col=3, values_only=True)}  # row -> mg
-    assert masses == {1: "25", 2: "10.5", 3: None}  # the input's cells as read: text (an ID keeps its leading 0s)
+    # the input's numbers go out as numbers, as the CLI writes them (pandas' string columns wrote them as text)
+    assert masses == {1: 25, 2: 10.5, 3: None}
+    cli_sheet = openpyxl.load_workbook(tmp_path / "cli.xlsx").active
+    assert masses == {row[2]: row[1] for row in cli_sheet.iter_rows(min_row=2, max_col=3, values_only=True)}
 
 
 def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):

@@ -458,3 +458,12 @@ def test_the_focus_on_stop_goes_to_the_results_when_the_run_ends(page, tmp_path)
     page.get_by_role("button", name="Stop the batch").focus()
     page.get_by_role("button", name="Download CSV").wait_for()
     page.wait_for_function(f"() => ({FOCUSED})().includes('Download CSV')", timeout=10_000)
+
+
+def test_the_uploader_offers_every_file_the_command_line_reads():
+    """The uploader's list was written out by hand and lacked .xlsm, which `molspec predict` and the Routes page's
+    stock read: a chemist's macro workbook could not be chosen."""
+    from views.batch import BATCH_FILE_TYPES
+    from views.routes import STOCK_FILE_TYPES
+
+    assert "xlsm" in BATCH_FILE_TYPES and set(STOCK_FILE_TYPES) <= set(BATCH_FILE_TYPES)

@@ -20,9 +20,11 @@ from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from molspec_core.chem import ION_WRITINGS
-from molspec_core.io import (MAX_INPUT_BYTES, MAX_INPUT_ROWS, RESULT_COLUMNS, InputFileError, QueryFile, csv_bytes,
-                             output_header, parse_upload, query_column, query_columns, query_format, result_rows,
-                             sd_bytes, workbook_bytes)
+from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX, MAX_INPUT_BYTES, MAX_INPUT_ROWS,
+                             MOLFILE_SUFFIX, OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, RESULT_COLUMNS,
+                             SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError, QueryFile,
+                             csv_bytes, output_header, parse_upload, query_column, query_columns, query_format,
+                             result_rows, sd_bytes, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Predictor, QueryResult
@@ -33,6 +35,11 @@ log = logging.getLogger(__name__)
 # The app's row limit; the CLI takes up to MAX_INPUT_ROWS. 10,000 forward queries read in 5 writings take
 # about 9 minutes with spec-auto and 35 with beam search 5 (int8, one CPU thread: 56 and 205 ms a query).
 APP_MAX_ROWS = 10_000
+# What the uploader offers: every file read_queries reads, and the old and LibreOffice workbooks it refuses saying
+# what to save them as (the list was written out here and lacked .xlsm, which the CLI reads)
+BATCH_FILE_TYPES = [suffix.lstrip(".") for suffix in (*CSV_SUFFIXES, ".txt", *SMILES_FILE_SUFFIXES, *SD_FILE_SUFFIXES,
+                                                      MOLFILE_SUFFIX, WORKBOOK_SUFFIX, MACRO_WORKBOOK_SUFFIX,
+                                                      OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, *DECOMPRESSORS)]
 PROGRESS_EVERY_S = 0.25  # redraw the progress bar at most this often (10,000 redraws would slow the page)
 WATCH_EVERY_S = 1.0  # how often a run's watcher looks whether the script run predicting it has ended (watch_run)
 ION_WRITING_LABEL = "Read hydrides written as one species as ions"
@@ -325,6 +332,10 @@ def summarize(run: Run) -> BatchResult:
         header, rows, summary = marks.header, list(marks.rows(rows)), marks.summary()
     types = {**dict.fromkeys(COUNT_COLUMNS, "Int64"), **({MATCHES_KNOWN: "boolean"} if run.known else {})}
     table = pd.DataFrame(rows, columns=header).astype(types)
+    # The input's own columns keep their cells as read (pandas 3 made them its string type, dropping io.TypedCell's
+    # value and format, so the Excel download wrote a workbook's numbers back as text)
+    for at, name in enumerate(header[:len(queries.columns)]):
+        table[name] = pd.Series([row[at] for row in rows], index=table.index, dtype=object)
     n_recorded = count_recorded(QueryFile(queries.queries[:done], queries.columns, queries.cells[:done]),
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
@@ -500,8 +511,7 @@ def main() -> None:
     automatic = query_columns(None, cfg.task)
     with st.form("batch_form"):
         upload = st.file_uploader("Query file",
-                                  type=["csv", "tsv", "xlsx", "xls", "txt", "smi", "smiles", "sdf", "sd", "mol", "gz",
-                                        "xz"])
+                                  type=BATCH_FILE_TYPES)
         column = st.text_input("CSV or workbook column (optional)",
                                placeholder=f"automatic: {', '.join(automatic[:-1])} or {automatic[-1]}, any case",
                                help="The column that holds the SMILES, when it has another name.")
