@@ -127,6 +127,9 @@ class QueryFile:
     problems: tuple[str, ...] = ()
     # what reading left out of the file that its user should know (a record's cells past the header's last name)
     notes: tuple[str, ...] = ()
+    # the header's name of the column the queries were read from ("" for TXT, SMILES and SD files): a file holding
+    # both a reactants and a product column said nowhere which one it had read
+    query_column: str = ""
 
     def cells_of(self, index: int) -> tuple[str, ...]:
         return self.cells[index] if self.cells else ()
@@ -436,7 +439,8 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
              f"{', ...' if len(longer) > 5 else ''}) hold{'s' * (not several)} cells past the "
              f"header's {len(fields)} names, which are not read: a cell that holds the delimiter (a comma, say) "
              "must be quoted, or the cells after it move one column on",) if longer else ()
-    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else (), reasons, notes)
+    return QueryFile(queries, tuple(fields[i] for i in others), tuple(cells) if others else (), reasons, notes,
+                     fields[at])
 
 
 def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None, *,

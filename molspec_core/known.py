@@ -221,7 +221,8 @@ def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
         queries.append(query)
         cells.append((*table.cells_of(i), known, written))
         problems.append(problem)
-    return QueryFile(queries, (*table.columns, column, REACTION_COLUMN), tuple(cells), tuple(problems)), column
+    return QueryFile(queries, (*table.columns, column, REACTION_COLUMN), tuple(cells), tuple(problems), table.notes,
+                     table.query_column), column
 
 
 def count_recorded(table: QueryFile, column: str | None) -> int:

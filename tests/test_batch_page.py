@@ -467,3 +467,15 @@ def test_the_uploader_offers_every_file_the_command_line_reads():
     from views.routes import STOCK_FILE_TYPES
 
     assert "xlsm" in BATCH_FILE_TYPES and set(STOCK_FILE_TYPES) <= set(BATCH_FILE_TYPES)
+
+
+def test_the_results_say_which_column_the_queries_were_read_from(copy_models, monkeypatch):
+    """A file holding both a reactants and a product column: the page said nowhere which one it had read."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("both.csv", b"id,Product,Reactants\n1,CCO,CC=O\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "both.csv · queries from the column Reactants · " in texts(at.caption)
+    at.file_uploader[0].set_value(("made.csv", b"id,Reaction\n1,CC=O>>CCO\n", "text/csv"))  # a recorded reaction
+    submit(at, "Run batch")
+    assert "made.csv · queries from the column Reaction · " in texts(at.caption)

@@ -1082,7 +1082,9 @@ def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, mo
     assert written.err.splitlines()[-1] == "interrupted" and "Traceback" not in written.err
     assert "20 of the file's 20 queries are recorded reactions" in written.out
     assert out.read_text() == "yesterday's results\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]  # no partial file left
+    # the record finished before the stop is kept for --resume (lost until session 84); no partial file is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.interrupted.csv", "out.interrupted.json",
+                                                          "q.txt"]
 
 
 def test_sigterm_is_one_line_and_exit_143_and_leaves_no_partial_file(tmp_path, monkeypatch, capsys):
@@ -1887,3 +1889,14 @@ def test_serve_on_a_port_in_use_names_the_host_and_port_before_loading_the_model
                             capsys)
     assert code == 2 and f"error: cannot listen on 127.0.0.1:{port}: " in err
     assert loaded == []
+
+
+def test_predict_says_which_column_of_a_table_it_read_the_queries_from(tmp_path, capsys):
+    """A file holding both a reactants and a product column said nowhere which one was read (the task's first
+    name it found): predict names it, unless --column named it."""
+    (tmp_path / "q.csv").write_text("id,Product,Reactants\n1,CCO,CC=O\n")
+    assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv") == 0
+    assert "q.csv: the queries are read from the column 'Reactants' (--column names another)" in (
+        capsys.readouterr().out)
+    assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv", "--column", "Product") == 0
+    assert "are read from the column" not in capsys.readouterr().out

@@ -373,8 +373,10 @@ def show(batch: BatchResult) -> None:
     checked = (f" · each sane answer checked round trip with {settings.round_trip_model} (within its top "
                f"{settings.round_trip_k})" if settings.round_trip_model and not batch.round_trip_failed else "")
     task = TASK_LABELS[settings.task].split(":")[0]  # "Retrosynthesis": which task's results these are
-    st.caption(common.md_escape(f"{batch.file_name} · {task} with {settings.model} · {settings.describe()}{ions}"
-                                f"{checked}"))
+    read_from = batch.run.queries.query_column if batch.run is not None else ""
+    column = f" · queries from the column {read_from}" if read_from else ""
+    st.caption(common.md_escape(f"{batch.file_name}{column} · {task} with {settings.model} · {settings.describe()}"
+                                f"{ions}{checked}"))
     queries, predicted, rejected = st.columns(3)
     queries.metric("Queries", batch.n_queries)
     predicted.metric("Predicted", n_good)
