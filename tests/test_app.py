@@ -1054,8 +1054,8 @@ def test_batch_retrosynthesis_reads_the_product_column_and_checks_each_answer_ro
     assert table["reactants"].iloc[0] == "ClC(=O)c1ccccc1.N"  # the other column, carried in front
     sane = table[table["sane"].fillna(False).astype(bool)]
     assert len(sane) and sane["round_trip"].notna().all() and sane["forward_prob"].between(0, 1).all()
-    assert re.search(r"rp\.csv · queries from the column product · Retrosynthesis with retro · .* · each sane answer checked round trip with forward "
-                     r"\(within its top 1\)", texts(at.caption))
+    assert re.search(r"rp\.csv · queries from the column product · Retrosynthesis with retro · .* · each sane answer "
+                     r"checked round trip with forward \(within its top 1\)", texts(at.caption))
     assert results_key("forward") not in at.session_state  # each task keeps its own last batch
     at.radio(key="task").set_value("forward").run()
     assert "Results" not in texts(at.header)
