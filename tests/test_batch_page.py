@@ -399,7 +399,7 @@ def test_a_table_whose_query_cells_are_all_empty_is_refused_as_a_file_of_no_quer
 # model), these tests are skipped for its reason, and the ones above still run.
 
 try:
-    from test_browser import browser, choose_method, page, server, settle  # noqa: F401  (fixtures)
+    from test_browser import browser, page, server, start_greedy_batch  # noqa: F401  (fixtures)
     BROWSER_MISSING = ""
 except pytest.skip.Exception as missing:
     BROWSER_MISSING = str(missing)
@@ -415,15 +415,7 @@ def test_the_bar_is_named_by_its_text_and_stop_and_continue_keep_the_focus(page,
     is named by its line, Stop hands the focus to Continue, and Continue to the run's Stop button."""
     from playwright.sync_api import expect
 
-    queries = tmp_path / "many.txt"
-    queries.write_text("\n".join(["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "xyz", "CN.O=C(O)c1ccccc1"] * 400) + "\n")
-    page.goto(page.base_url + "/batch")
-    choose_method(page, "Greedy")
-    page.get_by_text("Read the query in 5 writings").click()
-    settle(page)
-    page.locator('input[type="file"]').set_input_files(str(queries))
-    page.get_by_text("many.txt").wait_for()
-    page.get_by_role("button", name="Run batch").click()
+    start_greedy_batch(page, tmp_path / "many.txt", 400)
     expect(page.get_by_role("progressbar", name=re.compile(r"^many\.txt: [\d,]+ of 1,600 rows done"))).to_have_count(1)
     page.get_by_role("button", name="Stop the batch").focus()
     page.keyboard.press("Enter")
@@ -446,15 +438,7 @@ def test_the_bar_is_named_by_its_text_and_stop_and_continue_keep_the_focus(page,
 def test_the_focus_on_stop_goes_to_the_results_when_the_run_ends(page, tmp_path):
     """Where the run ended with the keyboard's focus on Stop the batch, the button went and the focus fell to the top
     of the page; it goes to the results' Download CSV."""
-    queries = tmp_path / "some.txt"
-    queries.write_text("\n".join(["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "xyz", "CN.O=C(O)c1ccccc1"] * 50) + "\n")
-    page.goto(page.base_url + "/batch")
-    choose_method(page, "Greedy")
-    page.get_by_text("Read the query in 5 writings").click()
-    settle(page)
-    page.locator('input[type="file"]').set_input_files(str(queries))
-    page.get_by_text("some.txt").wait_for()
-    page.get_by_role("button", name="Run batch").click()
+    start_greedy_batch(page, tmp_path / "some.txt", 50)
     page.get_by_role("button", name="Stop the batch").focus()
     page.get_by_role("button", name="Download CSV").wait_for()
     page.wait_for_function(f"() => ({FOCUSED})().includes('Download CSV')", timeout=10_000)

@@ -170,6 +170,19 @@ def choose_method(page, label: str) -> None:
     settle(page)
 
 
+def start_greedy_batch(page, queries: Path, copies: int) -> None:
+    """Run the Batch page on a file of `copies` times four queries (one refused), greedy, one writing each: long
+    enough to stop, or to press a key on Stop the batch, while it runs."""
+    queries.write_text("\n".join(["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "xyz", "CN.O=C(O)c1ccccc1"] * copies) + "\n")
+    page.goto(page.base_url + "/batch")
+    choose_method(page, "Greedy")
+    page.get_by_text("Read the query in 5 writings").click()
+    settle(page)
+    page.locator('input[type="file"]').set_input_files(str(queries))
+    page.get_by_text(queries.name).wait_for()
+    page.get_by_role("button", name="Run batch").click()
+
+
 def test_the_beam_width_comes_back_after_a_query_with_greedy(page):
     # Session 65: after one prediction with a method without a width, beam search came back at width 1 (the
     # slider's minimum) and listed one answer; AppTest never showed it (views/common.kept).
@@ -303,14 +316,7 @@ def test_a_stopped_batch_keeps_its_rows_and_continues_without_doubling_one(page,
     of its own while the stopped one runs on to its next call (fast reruns), which AppTest does not do: here both
     touch the rows kept in the session, and the CSV after two stops must still hold each row once, in order."""
     queries = tmp_path / "many.txt"
-    queries.write_text("\n".join(["CC(=O)Cl.NCc1ccccc1", "CCO.CC(=O)O", "xyz", "CN.O=C(O)c1ccccc1"] * 400) + "\n")
-    page.goto(page.base_url + "/batch")
-    choose_method(page, "Greedy")
-    page.get_by_text("Read the query in 5 writings").click()
-    settle(page)
-    page.locator('input[type="file"]').set_input_files(str(queries))
-    page.get_by_text("many.txt").wait_for()
-    page.get_by_role("button", name="Run batch").click()
+    start_greedy_batch(page, queries, 400)
     page.get_by_role("button", name="Stop the batch").click()
     stopped = page.get_by_test_id("stAlert").filter(has_text="many.txt: stopped after")
     stopped.wait_for()
