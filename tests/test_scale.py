@@ -202,6 +202,24 @@ def test_wrong_options_met_on_a_worker_stop_the_run_with_their_message(monkeypat
     assert json.loads(out["rows"][0]) == {"failed": "n_best must be at least 1"}
 
 
+def refused(queries, *_):
+    """Ray's part played here: each query comes back refused."""
+    import json
+
+    from molspec_core.io import result_rows
+    from molspec_core.service import QueryResult
+
+    for row, query in enumerate(queries, start=1):
+        yield row, json.dumps(result_rows(row, (), QueryResult(query=query, method="greedy", error="refused")))
+
+
+def predict_four_on_ray(tmp_path) -> int:
+    """`molspec predict --ray local` on a file of four queries, to o.csv beside it; its exit status."""
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
+    return main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", "local"])
+
+
 def fake_ray(monkeypatch, events: list[str], init=lambda **_: None) -> None:
     """`import ray` gives a stand-in that starts no cluster and notes its shutdown in `events`."""
     import types
@@ -217,24 +235,19 @@ def test_a_worker_failure_is_one_error_line_and_keeps_the_rows_before_it(tmp_pat
     import json
 
     from molspec_core import scale
-    from molspec_core.io import result_rows
-    from molspec_core.service import QueryResult
 
     events: list[str] = []
 
     def predicted(queries, *_):
         try:
-            for row, query in enumerate(queries, start=1):
-                found = result_rows(row, (), QueryResult(query=query, method="greedy", error="refused"))
-                yield row, json.dumps(found if row < 4 else {scale.FAILED: "the Ray worker on n2 could not load it"})
+            for row, found in refused(queries):
+                yield row, found if row < 4 else json.dumps({scale.FAILED: "the Ray worker on n2 could not load it"})
         finally:
             events.append("closed")
 
     fake_ray(monkeypatch, events)
     monkeypatch.setattr(scale, "predicted", predicted)
-    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
-    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
-                 "--ray", "local"]) == 2
+    assert predict_four_on_ray(tmp_path) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-2].startswith("stopped: the rows of records 1-3 of 4 are kept in ")  # every record before it
     assert err[-1] == "error: the Ray worker on n2 could not load it"
@@ -303,32 +316,27 @@ def test_without_ray_installed_the_message_says_how_to_get_it(tmp_path, capsys, 
 def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_path, capsys, monkeypatch):
     """ray.init put its own SIGTERM handler (sys.exit) in place of the command line's: a stopped --ray run exited 15
     (or 1) without the `terminated` line or a word of its rows. It runs in a thread now, where it sets none."""
-    import json
     import signal
     import threading
     import types
 
     from molspec_core import scale
-    from molspec_core.io import result_rows
-    from molspec_core.service import QueryResult
 
     def init(**_):  # what ray.init does to the driver's SIGTERM, in the main thread only
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
 
     def predicted(queries, *_):
-        for row, query in enumerate(queries, start=1):
+        for row, found in refused(queries):
             if row == 4:  # what SIGTERM runs in the main thread
                 signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
-            yield row, json.dumps(result_rows(row, (), QueryResult(query=query, method="greedy", error="refused")))
+            yield row, found
 
     monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: False, init=init,
                                                                   shutdown=lambda: None))
     monkeypatch.setattr(scale, "predicted", predicted)
-    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
     before = signal.getsignal(signal.SIGTERM)
-    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
-                 "--ray", "local"]) == 143
+    assert predict_four_on_ray(tmp_path) == 143
     err = capsys.readouterr().err.splitlines()
     assert err[-2].startswith("stopped: the rows of records 1-3 of 4 are kept in ") and err[-1] == "terminated"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.interrupted.csv", "o.interrupted.json", "q.txt"]
@@ -375,17 +383,6 @@ def test_a_run_stopped_while_ray_starts_stops_the_ray_it_started(tmp_path, capsy
     assert events == ["starting", "started", "shutdown"] and signal.getsignal(signal.SIGTERM) is before
 
 
-def refused(queries, *_):
-    """Ray's part played here: each query comes back refused."""
-    import json
-
-    from molspec_core.io import result_rows
-    from molspec_core.service import QueryResult
-
-    for row, query in enumerate(queries, start=1):
-        yield row, json.dumps(result_rows(row, (), QueryResult(query=query, method="greedy", error="refused")))
-
-
 def test_a_second_ctrl_c_does_not_cut_short_the_stopping_of_a_run(tmp_path, capsys, monkeypatch):
     """The second Ctrl-C cut short the closing of Ray Data's iterator (it takes a second or two), which then reached
     for Ray after ray.shutdown; Ray ended the process with exit 1 and not a word of the rows kept."""
@@ -407,10 +404,8 @@ def test_a_second_ctrl_c_does_not_cut_short_the_stopping_of_a_run(tmp_path, caps
 
     fake_ray(monkeypatch, events)
     monkeypatch.setattr(scale, "predicted", predicted)
-    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
     before = signal.getsignal(signal.SIGINT)
-    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
-                 "--ray", "local"]) == 130
+    assert predict_four_on_ray(tmp_path) == 130
     err = capsys.readouterr().err.splitlines()
     assert err[-2].startswith("stopped: the rows of records 1-2 of 4 are kept in ") and err[-1] == "interrupted"
     assert events == ["closed", "shutdown"] and signal.getsignal(signal.SIGINT) is before
