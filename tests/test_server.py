@@ -2,6 +2,7 @@
 request it cannot answer gets a status and a reason while the server goes on."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -11,6 +12,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -553,26 +555,39 @@ def test_a_kept_alive_connection_reset_by_its_client_is_logged_quietly(models, m
     assert [r.levelno for r in caplog.records if "the client reset the connection" in r.getMessage()] == [logging.INFO]
 
 
+@contextlib.contextmanager
+def answering_a_slow_reader(models, answer: dict, read_timeout_s: float, buffer: int,
+                            close: bool = False) -> Iterator[socket.socket]:
+    """A server whose /predict answers `answer` (its write timeout read_timeout_s), and a client connected to it that
+    has sent a request (asking to close after the answer where `close`) and takes the answer only as fast as it reads
+    (a receive buffer of `buffer` bytes); both closed after."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=read_timeout_s)
+    running.service.predict = lambda body, gone: answer  # type: ignore[method-assign]
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"smiles": AMIDE}).encode()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
+    client.connect(running.server_address[:2])
+    client.settimeout(30)
+    try:
+        client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n%s"
+                       b"Content-Length: %d\r\n\r\n%s" % (b"Connection: close\r\n" * close, len(body), body))
+        yield client
+    finally:
+        client.close()
+        running.shutdown()
+        running.server_close()
+
+
 def test_a_client_that_does_not_read_its_answer_is_logged_quietly(models, caplog):
     """A client that stopped reading (its answer filling the socket's buffers) was logged as a bug, 'POST /predict
     failed' with a traceback, and a 500 was written into the middle of the 200's body."""
-    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=0.5)
-    running.service.predict = lambda body, gone: {"results": ["x" * 30_000_000]}  # type: ignore[method-assign]
-    threading.Thread(target=running.serve_forever, daemon=True).start()
-    body = json.dumps({"smiles": AMIDE}).encode()
-    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect(running.server_address[:2])
-        client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # and reads nothing
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"), \
+            answering_a_slow_reader(models, {"results": ["x" * 30_000_000]}, 0.5, 4096):  # and reads nothing
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not [r for r in caplog.records
                                                     if "its answer" in r.getMessage() or r.levelno >= logging.ERROR]:
             time.sleep(0.02)
-        client.close()
-    running.shutdown()
-    running.server_close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert [(r.levelno, r.getMessage().split(": ", 1)[1]) for r in caplog.records if "its answer" in r.getMessage()] \
         == [(logging.INFO, "the client did not read its answer of 30,000,017 bytes (a part every 0.5 s, 64 KiB/s in "
@@ -583,48 +598,24 @@ def test_a_client_that_does_not_read_its_answer_is_logged_quietly(models, caplog
 def test_a_client_reading_a_large_answer_slowly_but_steadily_reads_it_whole(models):
     """The write timeout bounded the whole answer: a live client reading a large answer (a thousand queries' lists)
     more slowly than it took to send was cut off mid-body. Now each part of the answer has the timeout."""
-    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=0.5)
     answer = {"results": ["x" * 8_000_000]}
-    running.service.predict = lambda body, gone: answer  # type: ignore[method-assign]
-    threading.Thread(target=running.serve_forever, daemon=True).start()
-    body = json.dumps({"smiles": AMIDE}).encode()
-    client = socket.socket()
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-    client.connect(running.server_address[:2])
-    client.settimeout(30)
-    client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                   b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     received = b""
-    while chunk := client.recv(65536):  # at most 64 KiB in 0.02 s: 2.5 s for the whole, past the timeout
-        received += chunk
-        time.sleep(0.02)
-    client.close()
-    running.shutdown()
-    running.server_close()
+    with answering_a_slow_reader(models, answer, 0.5, 65536, close=True) as client:
+        while chunk := client.recv(65536):  # at most 64 KiB in 0.02 s: 2.5 s for the whole, past the timeout
+            received += chunk
+            time.sleep(0.02)
     assert json.loads(received.partition(b"\r\n\r\n")[2]) == answer
 
 
 def test_a_client_reading_an_answer_in_a_trickle_is_cut_at_the_rate_the_answer_needs(models, monkeypatch, caplog):
     """A part every timeout (64 KiB in 30 s) kept a large answer's connection, and its thread, for hours."""
     monkeypatch.setattr(server, "WRITE_MIN_RATE", 4_000_000)  # bytes a second: 2 s for this answer
-    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=1.0)
-    running.service.predict = lambda body, gone: {"results": ["x" * 8_000_000]}  # type: ignore[method-assign]
-    threading.Thread(target=running.serve_forever, daemon=True).start()
-    body = json.dumps({"smiles": AMIDE}).encode()
-    client = socket.socket()
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-    client.connect(running.server_address[:2])
-    client.settimeout(30)
-    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
-        client.sendall(b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"), \
+            answering_a_slow_reader(models, {"results": ["x" * 8_000_000]}, 1.0, 65536) as client:
         received = 0
         while chunk := client.recv(65536):  # at most 64 KiB in 0.05 s, a part well within the timeout: 6 s in all
             received += len(chunk)
             time.sleep(0.05)
-    client.close()
-    running.shutdown()
-    running.server_close()
     assert received < 8_000_000
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "its answer" in r.getMessage()] == [
         "the client did not read its answer of 8,000,017 bytes (a part every 1 s, 3906 KiB/s in all)"]
