@@ -158,6 +158,23 @@ def decoded_answers(predictor, *answers: tuple[str, float], calls: int = 1, seco
     return DecodeResult(hypotheses, DecodeStats(model_calls=calls, wall_time_s=seconds))
 
 
+def decoder_clock(model: Seq2SeqTransformer, monkeypatch) -> dict[str, float]:
+    """A fake clock for the time limit (limits.now) on which every decoder call of `model` takes a second; the
+    clock's {"seconds": ...}."""
+    from molspec_core import limits
+
+    clock = {"seconds": 0.0}
+    real_decode = model.decode
+
+    def decode(*args, **kwargs):
+        clock["seconds"] += 1
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", decode)
+    monkeypatch.setattr(limits, "now", lambda: clock["seconds"])
+    return clock
+
+
 def molfile(smiles: str, title: str = "") -> str:
     """The molblock a drawing program writes for `smiles`: 2D coordinates, stereo as wedge bonds."""
     from rdkit import Chem

@@ -7,13 +7,12 @@ import time
 import pytest
 from rdkit import Chem
 
-from conftest import FIXTURES, decoded_answers
+from conftest import FIXTURES, decoded_answers, decoder_clock
 from molspec_core.chem import canonical
 from molspec_core.cli import main
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, result_rows
 from molspec_core.rsmiles import root_views
-from molspec_core import limits
 from molspec_core.service import MAX_AUGMENT, POOL_POWER, TIMED_OUT, Predictor, _Query, pool_writings
 
 
@@ -161,15 +160,7 @@ def test_writings_stopped_by_the_time_limit_keep_their_pooled_beams_and_calls(re
     """A beam search of a query's writings past its limit gave an error row with no answers and 0 model calls.
     The row keeps its error and now the pooled answers of the writings' beams as they stood, those not yet
     ended marked as stopped at the time limit, and the calls made. A fake clock: each decoder call takes 1 s."""
-    clock = {"seconds": 0.0}
-    real_decode = reader.model.decode
-
-    def decode(*args, **kwargs):
-        clock["seconds"] += 1
-        return real_decode(*args, **kwargs)
-
-    monkeypatch.setattr(reader.model, "decode", decode)
-    monkeypatch.setattr(limits, "now", lambda: clock["seconds"])
+    decoder_clock(reader.model, monkeypatch)
     result = reader.predict("OCCOc1ccccc1", method="beam", n_best=3, augment=5, time_limit_s=3.5)
     assert result.error.startswith("stopped after the 3.5 s time limit per query (its 5 writings together)")
     assert result.stats.model_calls == 3 * 5  # the writings decode as one batch: 3 calls each, the 4th stopped

@@ -6,13 +6,12 @@ import threading
 import pytest
 import torch
 
-from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, molfile, needs_native
+from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, decoder_clock, molfile, needs_native
 from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
 from molspec_core.methods import of_family
-from molspec_core import limits
 from molspec_core.service import MAX_QUERY_CHARS, TIMED_OUT, Prediction, Predictor, QueryResult, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
@@ -483,19 +482,10 @@ def test_time_limit_fails_only_the_slow_query(copier, monkeypatch):
     assert tokens == [[p.tokens for p in r.predictions] for r in unlimited]  # scores differ by padding rounding
 
 
-@pytest.fixture()
-def decoder_clock(copier, monkeypatch):
-    """A fake clock for the time limit (limits.now) on which every decoder call of the copy model takes a second."""
-    clock = {"seconds": 0.0}
-    real_decode = copier.model.decode
-
-    def decode(*args, **kwargs):
-        clock["seconds"] += 1
-        return real_decode(*args, **kwargs)
-
-    monkeypatch.setattr(copier.model, "decode", decode)
-    monkeypatch.setattr(limits, "now", lambda: clock["seconds"])
-    return clock
+@pytest.fixture(name="decoder_clock")
+def copier_decoder_clock(copier, monkeypatch):
+    """conftest.decoder_clock on the copy model's decoder."""
+    return decoder_clock(copier.model, monkeypatch)
 
 
 SLOW = "NCCOCCNCCOCCNCCOCCNCCO"  # the copy model's beam (NONOON, ...) takes 8 steps
