@@ -22,7 +22,7 @@ from .argtypes import at_least, positive_seconds
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, check_output, write_text_file
-from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions
+from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions, readers_of
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, windows)
@@ -98,8 +98,7 @@ def check_draft_knobs(method: str, draft_len: int | None, n_drafts: int | None,
                   for knob in SAMPLING_KNOBS]
     for flag, knob, set_ in given:
         if set_ and knob not in METHODS[method].knobs:
-            readers = ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
-            raise ValueError(f"{method} does not read {flag}; the methods that do: {readers}")
+            raise ValueError(f"{method} does not read {flag}; the methods that do: {readers_of(knob)}")
 
 
 def build_parser() -> argparse.ArgumentParser:

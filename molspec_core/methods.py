@@ -150,6 +150,12 @@ def method(name: str) -> Method:
     return METHODS[name]
 
 
+def readers_of(knob: str) -> str:
+    """The methods that read `knob` (one of KNOBS), named in the refusal of a setting the chosen method does not read
+    (`molspec predict`'s flags, the server's options)."""
+    return ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
+
+
 def of_family(*families: Family) -> tuple[str, ...]:
     return tuple(name for name, row in METHODS.items() if row.family in families)
 

@@ -51,7 +51,7 @@ from urllib.parse import SplitResult, urlsplit
 from .io import QueryFile
 from .known import known_rank, with_recorded
 from .limits import Abandoned, abandon_when
-from .methods import METHODS, SamplingOptions
+from .methods import METHODS, SamplingOptions, readers_of
 from .roundtrip import check_round_trip
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult,
                       windows)
@@ -187,8 +187,7 @@ def _refuse_unread(body: Mapping, method: str) -> None:
     for key in ("draft_len", "n_drafts", *SAMPLING_KEYS):
         given = key in body and (key not in SAMPLING_KEYS or body[key] != getattr(defaults, key))
         if given and key not in METHODS[method].knobs:
-            readers = ", ".join(name for name, row in METHODS.items() if key in row.knobs)
-            raise RequestError(f"{method} does not read {key!r}; the methods that do: {readers}")
+            raise RequestError(f"{method} does not read {key!r}; the methods that do: {readers_of(key)}")
 
 
 def _model(body: Mapping, key: str, models: Mapping[str, Predictor], task: str | None) -> Predictor:
