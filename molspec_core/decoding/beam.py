@@ -133,6 +133,13 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     stopped = [False] * n_queries  # by the time limit
     step = 0
     ones = first_slot = torch.empty(0)
+
+    def live(a: int) -> list[Hypothesis]:
+        """Active query a's live slots, as they stand, as unfinished hypotheses (none before the first step: bos
+        alone is no answer): what a search cut at its length budget or at the time limit found."""
+        rows = history[a * width:(a + 1) * width, 1:]
+        return [Hypothesis(tuple(rows[slot].tolist()), score, (GENERATED,) * rows.shape[1], False)
+                for slot, score in enumerate(scores[a].tolist()) if score > float("-inf") and step > 0]
     if native is not None and cache is not None:  # the loop below, in C
         run = native.beam_search(cache, budgets, width, n_best, prune)
         for q, (hypotheses, n_calls) in enumerate(zip(run.found, run.calls)):
@@ -181,10 +188,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
                 if can_stop([h.score for h in finished[q]], best_live[a], n_best):
                     continue
                 if step >= budgets[q]:
-                    for slot, score in enumerate(scores[a].tolist()):
-                        if score > float("-inf"):
-                            tokens = tuple(history[a * width + slot, 1:].tolist())
-                            finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
+                    finished[q] += live(a)
                     continue
                 still.append(a)
             if len(still) < n_act:
@@ -201,10 +205,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     except QueryTimeout:  # raised by a decoder call, before it changed anything: each active query's live
         for a, q in enumerate(active):  # slots are its best partial answers
             stopped[q] = True
-            for slot, score in enumerate(scores[a].tolist()):
-                if score > float("-inf") and step > 0:  # before the first step: bos alone, no answer
-                    tokens = tuple(history[a * width + slot, 1:].tolist())
-                    finished[q].append(Hypothesis(tokens, score, (GENERATED,) * len(tokens), False))
+            finished[q] += live(a)
 
     elapsed = time.perf_counter() - start_time
     results = []
