@@ -22,6 +22,7 @@ import functools
 import re
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rdkit import Chem
@@ -46,8 +47,9 @@ class ReactionCentre:
     atoms: int  # product atoms
 
 
-def _untraced_part(product: Chem.Mol, owner: dict[int, tuple[int, int]]) -> tuple[Chem.Mol, list[int]]:
-    """The product without its traced atoms, and each remaining atom's index in the product."""
+def untraced_part(product: Chem.Mol, owner: Collection[int]) -> tuple[Chem.Mol, list[int]]:
+    """The product without its traced atoms (`owner`'s), and each remaining atom's index in the product, ascending
+    (planning's stereo trace takes it too)."""
     part = Chem.RWMol(product)
     for index in sorted(owner, reverse=True):
         part.RemoveAtom(index)
@@ -161,7 +163,7 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
     and as the centre. (Not for every reaction: it costs a second search per reactant.)"""
     ring_made = rings_apart and product.GetRingInfo().NumRings() > sum(m.GetRingInfo().NumRings() for m in molecules)
     while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
-        part, kept = _untraced_part(product, owner)
+        part, kept = untraced_part(product, owner)
         best = None
         for k in sorted(unused):
             if time.monotonic() - started > DEADLINE_S:

@@ -38,6 +38,7 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
+from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, mol_from_smiles,
                    stereo_notes)
 from .io import (MAX_INPUT_BYTES, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file, parse_upload,
@@ -640,17 +641,12 @@ def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[i
     """Each product centre traced to a specified reactant centre, KEPT, INVERTED or UNDECIDED, the reactants taken in
     the order given, each on the product atoms the ones before left untraced; None once past the deadline."""
     traced: dict[int, str] = {}
-    untraced = list(range(product.GetNumAtoms()))
+    taken: set[int] = set()  # product atoms traced to a reactant before
     product_h = Chem.AddHs(product)  # heavy atoms keep their indices
     for reactant in reactants:
         if time.monotonic() > deadline:
             return None
-        part, left = Chem.RWMol(product), set(untraced)
-        for index in reversed(range(product.GetNumAtoms())):
-            if index not in left:
-                part.RemoveAtom(index)
-        part.UpdatePropertyCache(strict=False)
-        Chem.FastFindRings(part)
+        part, untraced = untraced_part(product, taken)
         found = rdFMCS.FindMCS([part, reactant], timeout=STEREO_MCS_TIMEOUT_S, ringMatchesRingOnly=True,
                                atomCompare=rdFMCS.AtomCompare.CompareElements,
                                bondCompare=rdFMCS.BondCompare.CompareAny)
@@ -669,8 +665,7 @@ def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[i
                     best = verdicts, tuple(untraced[p] for p in placement)
         if best is not None:
             traced.update(best[0])
-            taken = set(best[1])
-            untraced = [i for i in untraced if i not in taken]
+            taken.update(best[1])
     return traced
 
 
