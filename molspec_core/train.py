@@ -151,8 +151,16 @@ class TrainConfig:
                               "times KL(teacher || model) of their next-token distributions plus the rest of the "
                               "weight times the cross-entropy; the teacher runs without dropout under bfloat16 "
                               "autocast, and validation adds the KL and how often the two models' top tokens agree")
-    teacher_weight: float = option(0.5, "the KL's share of each token's loss with --teacher, in [0, 1]",
+    teacher_weight: float = option(0.5, "--teacher-loss's share of each token's loss with --teacher, in [0, 1]",
                                    Bounds(0, 1))
+    teacher_loss: str = option("kl", "what --teacher's share of the loss measures: kl, KL(teacher || model), or tv, "
+                                     "the total variation distance of the two next-token distributions at "
+                                     "--teacher-temperature, which is one minus the share of a draft model's tokens "
+                                     "speculative sampling at that temperature accepts (DistillSpec, Zhou et al. 2023)",
+                               Choice(("kl", "tv")))
+    teacher_temperature: float = option(1.0, "the temperature both models' distributions are taken at for --teacher's "
+                                             "loss and validation's acceptance (0.5: the sampling default)",
+                                        Bounds(low=0, low_open=True))
     seed: int = option(0, "random seed (weights, batch order, dropout)", Bounds(0, 2**63 - 1, whole=True))
     device: str = option("auto", "auto, cpu, cuda, cuda:N or mps", DEVICES)
     threads: int = option(0, "CPU threads (0: one fewer than the CPUs, at least 1; molspec_core/threads.py)",
@@ -419,22 +427,45 @@ def teacher_kl(logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tenso
     return (per_token * (tgt_out != PAD_ID)).sum()
 
 
+def teacher_tv(logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tensor,
+               temperature: float = 1.0) -> torch.Tensor:
+    """The total variation distance of the teacher's and the model's next-token distributions at `temperature`,
+    in float32, summed over the target tokens (padding left out). Where the model drafts for the teacher, one
+    minus it is the chance speculative sampling at that temperature accepts the drafted token."""
+    own = torch.softmax(logits.float() / temperature, -1)
+    theirs = torch.softmax(teacher.float() / temperature, -1)
+    per_token = 0.5 * (theirs - own).abs().sum(-1)
+    return (per_token * (tgt_out != PAD_ID)).sum()
+
+
+def teacher_loss(cfg: TrainConfig, logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+    """--teacher's share of a batch's loss, summed over its target tokens: the KL or, with --teacher-loss tv,
+    the total variation distance, both at --teacher-temperature."""
+    if cfg.teacher_loss == "tv":
+        return teacher_tv(logits, teacher, tgt_out, cfg.teacher_temperature)
+    return teacher_kl(logits / cfg.teacher_temperature, teacher / cfg.teacher_temperature, tgt_out)
+
+
 def teacher_agreement(model: Seq2SeqTransformer, teacher: Seq2SeqTransformer, src: list[np.ndarray],
-                      tgt: list[np.ndarray], device: torch.device, multiple: int = 1) -> dict:
-    """On the validation rows, teacher-forced: the mean KL(teacher || model) a target token, and how often
-    the two models' most likely next tokens agree (what a greedy draft's acceptance follows)."""
+                      tgt: list[np.ndarray], device: torch.device, multiple: int = 1,
+                      temperature: float = 1.0) -> dict:
+    """On the validation rows, teacher-forced: the mean KL(teacher || model) a target token, how often the two
+    models' most likely next tokens agree (what a greedy draft's acceptance follows), and the mean chance that
+    speculative sampling at `temperature` accepts the model's drafted token (one minus teacher_tv)."""
     model.eval()
-    kl = agree = total = 0.0
+    kl = tv = agree = total = 0.0
     with torch.no_grad():
         for rows in token_batches(row_widths(src, tgt, multiple), 16384, random.Random(0)):
             s, t_in, t_out = collate(rows, src, tgt, device, multiple)
             own, theirs = model(s, t_in), teacher_logits(teacher, s, t_in)
             keep = t_out != PAD_ID
             kl += float(teacher_kl(own, theirs, t_out))
+            tv += float(teacher_tv(own, theirs, t_out, temperature))
             agree += int(((own.argmax(-1) == theirs.argmax(-1)) & keep).sum())
             total += int(keep.sum())
     model.train()
-    return {"teacher_kl": round(kl / max(total, 1), 4), "teacher_top1_agreement": round(agree / max(total, 1), 4)}
+    return {"teacher_kl": round(kl / max(total, 1), 4), "teacher_top1_agreement": round(agree / max(total, 1), 4),
+            "teacher_acceptance": round(1 - tv / max(total, 1), 4)}
 
 
 def rdrop_loss(logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], src: torch.Tensor,
@@ -968,8 +999,9 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
         log.info("ranking pairs: %d from %s, %d a step, weight %g, margin %g at the %s", len(pairs[0]), cfg.pairs,
                  cfg.pair_rows, cfg.pair_weight, cfg.pair_margin, cfg.pair_at)
     if teacher is not None:
-        log.info("distilling from %s (%.2fM parameters): the KL's weight %g, the cross-entropy's %g", cfg.teacher,
-                 sum(p.numel() for p in teacher.parameters()) / 1e6, cfg.teacher_weight, 1 - cfg.teacher_weight)
+        log.info("distilling from %s (%.2fM parameters): the %s's weight %g at temperature %g, the cross-entropy's %g",
+                 cfg.teacher, sum(p.numel() for p in teacher.parameters()) / 1e6, cfg.teacher_loss.upper(),
+                 cfg.teacher_weight, cfg.teacher_temperature, 1 - cfg.teacher_weight)
     average = WeightAverage(model, cfg.ema) if cfg.ema else None
     if average is not None and start.kind == "last" and any(start.folder.glob("ema*.safetensors")):
         average.load(checkpoint.load_tensors(start.folder, stem="ema"))
@@ -1012,7 +1044,7 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                     loss, kl = summed_cross_entropy(logits, tgt_out, cfg.label_smoothing, cfg.focal), None
                     objective = loss
                     if teacher is not None:
-                        kl = teacher_kl(logits, teacher_logits(teacher, src, tgt_in), tgt_out)
+                        kl = teacher_loss(cfg, logits, teacher_logits(teacher, src, tgt_in), tgt_out)
                         objective = (1 - cfg.teacher_weight) * loss + cfg.teacher_weight * kl
             (objective / n_target).backward()
             if kl is not None:
@@ -1090,10 +1122,11 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                            loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
             if cfg.rdrop:  # the last step's, as "loss" is
                 metrics["rdrop_kl"] = round(float(kl_sum / n_target), 4)
-            if teacher is not None:  # the last step's KL a token, then the validation rows' (teacher_agreement)
-                metrics["train_teacher_kl"] = round(float(kl_sum / n_target), 4)
+            if teacher is not None:  # the last step's KL (or TV) a token, then the validation rows' (teacher_agreement)
+                metrics[f"train_teacher_{cfg.teacher_loss}"] = round(float(kl_sum / n_target), 4)
                 with averaged():
-                    metrics.update(teacher_agreement(model, teacher, val_src, val_tgt, device, multiple))
+                    metrics.update(teacher_agreement(model, teacher, val_src, val_tgt, device, multiple,
+                                                     cfg.teacher_temperature))
             if hinge_steps:
                 metrics["pair_hinge"] = round(float(hinge_sum) / hinge_steps, 4)
                 hinge_sum, hinge_steps = torch.zeros((), device=device), 0

@@ -23,7 +23,7 @@ from molspec_core.decoding.beam import beam_search
 from molspec_core.train import (TrainConfig, WeightAverage, collate, encode_pairs, init_from, layer_groups,
                                  learning_rate, load_pairs, load_state, pad_multiple, pair_gaps, peak_lr,
                                  ranking_hinge, rdrop_loss, row_widths, sequence_log_probs, sharpness_probe,
-                                 summed_cross_entropy, teacher_kl, token_batches, train)
+                                 summed_cross_entropy, teacher_kl, teacher_tv, token_batches, train)
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
          Pair("c1ccccc1.BrBr", "Brc1ccccc1"), Pair("CCN.O=CC", "CCNCC"), Pair("CO.OC(=O)c1ccccc1", "COC(=O)c1ccccc1")]
@@ -655,3 +655,29 @@ def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):
     with pytest.raises(ValueError, match="--pair-weight > 0"):
         train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", pairs=str(good),
                           pair_weight=0.0))
+
+
+def test_the_teacher_tv_is_one_minus_speculative_samplings_acceptance_at_its_temperature():
+    torch.manual_seed(1)
+    own, theirs = torch.randn(2, 3, 7), torch.randn(2, 3, 7)
+    tgt_out = torch.tensor([[5, 6, EOS_ID], [5, EOS_ID, PAD_ID]])
+    for temperature in (1.0, 0.5):
+        p, q = torch.softmax(theirs / temperature, -1), torch.softmax(own / temperature, -1)
+        accepted = sum(float(torch.minimum(p[i, j], q[i, j]).sum()) for i, j in [(0, 0), (0, 1), (0, 2), (1, 0),
+                                                                                 (1, 1)])
+        assert teacher_tv(own, theirs, tgt_out, temperature).item() == pytest.approx(5 - accepted, rel=1e-5)
+    assert teacher_tv(theirs, theirs, tgt_out, 0.5).item() == pytest.approx(0.0, abs=1e-6)
+    sharper = teacher_tv(own, theirs, tgt_out, 0.5).item()
+    assert sharper != pytest.approx(teacher_tv(own, theirs, tgt_out, 1.0).item(), rel=1e-3)
+
+
+def test_a_run_distilled_by_total_variation_raises_its_acceptance_at_that_temperature(tiny_data, tmp_path):
+    common = dict(data=str(tiny_data), preset="tiny", max_tokens=64, warmup=1, val_greedy_rows=1, threads=1, lr=3e-3)
+    train(TrainConfig(out=str(tmp_path / "teacher"), max_steps=40, **common))
+    state = train(TrainConfig(out=str(tmp_path / "student"), max_steps=30, eval_every=10, seed=1,
+                              teacher=str(tmp_path / "teacher" / "export"), teacher_weight=1.0, teacher_loss="tv",
+                              teacher_temperature=0.5, **common))
+    accepted = [entry["teacher_acceptance"] for entry in state["history"]]
+    assert accepted[-1] > accepted[0] and all(entry["train_teacher_tv"] > 0 for entry in state["history"])
+    with pytest.raises(ValueError, match="--teacher-temperature"):
+        train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "bad"), teacher_temperature=0.0, max_steps=1))
