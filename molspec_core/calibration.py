@@ -403,6 +403,34 @@ def check_maps(calibration: Calibration) -> None:
             raise ValueError(f"{name}values must be chances between 0 and 1 that never fall from step to step")
 
 
+def _is_chance(value: object) -> bool:
+    """A number within [0, 1] (not NaN, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+
+def is_count(value: object) -> bool:
+    """A whole number from 1 (not a bool): what a fit's counts and an evaluate report's are."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_figures(calibration: Calibration) -> None:
+    """A ValueError naming what is wrong with the figures a fit read back from a file reports of itself (the Models
+    page shows them): counts that are whole numbers, errors and reliability points that are chances, each
+    reliability bin (mean confidence, share right, answers). A string there, or a bin of two, stopped the page."""
+    for name in ("n_best", "n_fit", "n_check", "augment"):
+        if not is_count(getattr(calibration, name)):
+            raise ValueError(f"{name} must be a whole number from 1, not {getattr(calibration, name)!r:.40}")
+    for name in ("ece", "ece_raw"):
+        if not _is_chance(getattr(calibration, name)):
+            raise ValueError(f"{name} must be an error between 0 and 1, not {getattr(calibration, name)!r:.40}")
+    if len(calibration.ece_by_rank) != 2 or not all(e is None or _is_chance(e) for e in calibration.ece_by_rank):
+        raise ValueError(f"ece_by_rank must be two errors between 0 and 1 (or null), not "
+                         f"{calibration.ece_by_rank!r:.60}")
+    for row in calibration.reliability:
+        if len(row) != 3 or not (_is_chance(row[0]) and _is_chance(row[1]) and is_count(row[2])):
+            raise ValueError(f"reliability rows must be (mean confidence, share right, answers), not {row!r:.60}")
+
+
 TUPLES = ("edges", "values", "rest_edges", "rest_values", "ece_by_rank")  # JSON lists read back as the tuples they were
 
 
@@ -419,6 +447,7 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
         calibration = Calibration(**{**data, **{key: tuple(data[key]) for key in TUPLES if key in data},
                                      "reliability": tuple(tuple(row) for row in data["reliability"])})
         check_maps(calibration)
+        check_figures(calibration)
     except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         log.warning("%s is not a calibration this version reads (%s: %s); answers get no calibrated confidence",
                     path, type(exc).__name__, exc)

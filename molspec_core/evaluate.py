@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from .calibration import is_count
 from .chem import canonical_or_none
 from .methods import METHODS, method as method_row
 from .service import DEFAULT_BATCH_SIZE, Predictor, windows
@@ -235,10 +236,6 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * math.exp(top) * sum(math.exp(t - top) for t in log_terms))
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 def report_problem(report: dict) -> str | None:
     """What keeps a JSON object from being an evaluate report that compare_reports can read (one edited by
     hand, or of an older format), or None: n and n_best whole numbers from 1, and first_right, where
@@ -248,7 +245,7 @@ def report_problem(report: dict) -> str | None:
     for key in ("n", "n_best"):
         if key not in report:
             return f"missing {key!r}"
-        if not _is_count(report[key]):
+        if not is_count(report[key]):
             return f"{key!r} is {report[key]!r:.40}, not a whole number from 1"
     if "first_right" not in report:
         return None
@@ -259,7 +256,7 @@ def report_problem(report: dict) -> str | None:
         ranks = places.get(order)
         if not isinstance(ranks, list):
             return f"first_right {order!r} is {ranks!r:.40}, not a list of per-query places"
-        wrong = next((rank for rank in ranks if rank is not None and not _is_count(rank)), None)
+        wrong = next((rank for rank in ranks if rank is not None and not is_count(rank)), None)
         if wrong is not None:
             return f"first_right {order!r} holds {wrong!r:.40}, not a place (a whole number from 1, or null)"
     return None

@@ -114,6 +114,11 @@ def test_a_damaged_calibration_file_costs_the_answers_their_confidence_and_is_na
     ({"rest_edges": [-3.0], "rest_values": []}, "rest_edges"),  # stopped the query below rank 1
     ({"method": "foo"}, "unknown method"),  # stopped the query: a ValueError outside the damaged-file check
     ({"augment": 5, "pool_power": 0.25}, "in 5 writing"),  # a pooled fit named as one writing's was used for it
+    # the figures the Models page shows of a fit: each stopped the page (a string formatted as a number, a row
+    # of two where it unpacks three)
+    ({"ece": "0.1"}, "ece must be"), ({"ece_raw": float("nan")}, "ece_raw must be"),
+    ({"reliability": [[0.5, 0.5]]}, "reliability"), ({"reliability": [[0.5, "x", 2]]}, "reliability"),
+    ({"ece_by_rank": [0.1]}, "ece_by_rank"), ({"n_fit": "4"}, "n_fit must be"), ({"n_check": 0}, "n_check must be"),
 ])
 def test_a_hand_edited_calibration_is_set_aside_and_named_and_the_query_still_answered(tmp_path, caplog, edit,
                                                                                        reason):
