@@ -280,11 +280,13 @@ def dropped_stereo(text: str) -> str:
     where none is lost. RDKit drops an @ on an atom it does not take for a stereocentre (two like groups, as
     isopropanol's CH; an allene's ends, whose axial stereo it cannot represent) and / or \\ around a double bond
     it does not take for a stereo bond (two like groups on one end): the canonical query, and the answers, lack
-    them without a word."""
+    them without a word. Counted as the model reads the query, without its atom maps (_clear_maps): a mapped
+    [CH3:1][C@H:2]([CH3:3])[OH:4] kept its mark here, the maps telling the methyls apart, and lost it unsaid."""
     smiles = ".".join(part for part in text.strip().split(" ")[0].split(">") if part)
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     if mol is None:
         return ""
+    _clear_maps(mol)
     raw = Chem.MolFromSmiles(smiles, sanitize=False)
     directed = (Chem.BondDir.ENDUPRIGHT, Chem.BondDir.ENDDOWNRIGHT)
     marked_bonds = sum(bond.GetBondType() == Chem.BondType.DOUBLE and all(

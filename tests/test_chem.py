@@ -200,6 +200,10 @@ def test_a_cxsmiles_says_which_enhanced_stereo_the_model_does_not_read(text, sai
     ("C[C@H](C)O", "1 atom marked @"),  # isopropanol's CH is no stereocentre
     ("CC/C(C)=C(/C)C", "1 double bond marked / or \\"),  # two methyls on one end
     ("C[C@H](C)O.CC/C(C)=C(/C)C>CCO>", "1 atom marked @ and 1 double bond marked / or \\"),
+    # the atom maps alone told the like groups apart, and the model reads the query without them: were not said
+    ("[CH3:1][C@H:2]([CH3:3])[OH:4]", "1 atom marked @"),
+    ("[CH3:1]/[CH:2]=[C:3](/[CH3:4])[CH3:5]>>", "1 double bond marked / or \\"),
+    ("[CH3:1][C@H:2]([NH2:3])[C:4](=[O:5])[OH:6]", ""),  # a real stereocentre, mapped
     ("N[C@H]1CC[C@H](O)CC1", ""), ("F/C=C/F.C[C@@H](N)O", ""), ("C[C@H](N)C(=O)O |&1:1|", ""),  # all kept
     ("CCO", ""), ("C1CC", ""), ("", ""),
 ])
