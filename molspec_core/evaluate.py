@@ -17,14 +17,15 @@ from .service import DEFAULT_BATCH_SIZE, Predictor, windows
 
 def _read_lines(path: Path) -> list[str]:
     """A text file's lines (.gz and .xz too, in any case), read within the input limits of io.py, split as predict
-    splits a TXT file: at line breaks only, blank lines after the last one dropped (a final line break ends the last
-    line, and an extra one is not one more query). A file that cannot be read is a ValueError naming it."""
+    splits a TXT file: at line breaks only, a line ending \r\r\n ending once (io.parse_queries), blank lines after
+    the last one dropped (a final line break ends the last line, and an extra one is not one more query). A file that
+    cannot be read is a ValueError naming it."""
     from .io import read_text, text_lines
 
     # io.text_lines, not io.parse_queries: that stops at io.MAX_INPUT_ROWS, and a prepare-data train file of
     # 272,552 lines is evaluated to mine hard examples (tools/hard_examples.py)
     try:
-        return text_lines(read_text(path))
+        return text_lines(read_text(path).replace("\r\r\n", "\r\n"))
     except OSError as exc:  # missing, unreadable
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
 

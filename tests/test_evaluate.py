@@ -45,6 +45,16 @@ def test_lines_break_where_predict_breaks_them(tmp_path, inside):
     assert read_pairs(src, tgt)[0] == [f"CCO{inside}", "CCN", "CCC", "CCCC"]
 
 
+def test_a_line_ending_in_cr_cr_lf_ends_once_as_predict_reads_it(tmp_path):
+    """A file written with \\r\\n through Windows' text mode ends its lines \\r\\r\\n: predict reads its 2 queries, and
+    evaluate read 3 ('has 3 lines but ... has 2'), or, both files so written, a blank query (a refused miss) after
+    each one."""
+    src = write(tmp_path / "src", "CCO\r\r\nCCN\r\r\n")
+    tgt = write(tmp_path / "tgt", "CCO\nCCN\n")
+    assert read_pairs(src, tgt) == (["CCO", "CCN"], ["CCO", "CCN"])
+    assert read_pairs(src, src) == (["CCO", "CCN"], ["CCO", "CCN"])
+
+
 def test_blank_lines_after_the_last_query_are_no_queries(tmp_path):
     """As predict reads a TXT file: an extra line break at the end was one more (refused) query, and a file of
     blank lines was evaluated as n = 2."""
