@@ -25,7 +25,7 @@ from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, check_output, write_text_
 from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions, readers_of
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
-                      MAX_N_DRAFTS, windows)
+                      MAX_N_DRAFTS, TIMED_OUT, windows)
 from .threads import use_threads
 
 if TYPE_CHECKING:
@@ -466,14 +466,17 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     if args.smiles is not None:
         query, known = recorded_reaction(args.smiles, predictor.task) or (args.smiles, None)
         result = check(predictor.predict(query, **options))
-        if not result.ok:  # a refused query is the user's input: main's boundary, an `error:` line and exit 2,
-            raise ValueError(result.error)  # as a recorded outcome that is no SMILES is (recorded_reaction)
+        if not (result.ok or result.stopped_with_answers):  # a refused query is the user's input: main's boundary,
+            raise ValueError(result.error)  # an `error:` line and exit 2, as a recorded outcome that is no SMILES is
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
         from .chem import stereo_notes
 
         for note in stereo_notes(query):
             print(f"note: {note}")
+        if result.stopped_with_answers:
+            print(f"note: the search {result.error}; below, the answers it had found, those it had not finished "
+                  f"marked ({TIMED_OUT})")
         print(f"{'rank':>4}  {'score':>8}  {'prob':>6}  {'conf':>5}  {'check':<8}  smiles")
         for p in result.predictions:
             confidence = f"{p.confidence:>5.2f}" if p.confidence is not None else f"{'-':>5}"

@@ -800,8 +800,9 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
     error of a rejected query; the last is a LastRow. `row` is the query's 1-based record number in the input;
     `time_ms` its time from predict_batch, or, unset, the decoder's own wall time (the query's when it was decoded
     alone, as the app does). `problem` (QueryFile.problem_of): why the record gave no query, which is
-    then its error rather than the empty query's."""
-    if problem or not result.ok:
+    then its error rather than the empty query's. A query stopped with answers (stopped_with_answers) writes them,
+    each row holding its error."""
+    if problem or not (result.ok or result.stopped_with_answers):
         return [LastRow([*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None,
                          None, None, None, None, None, result.method, None, None, None, None, problem or result.error])]
     stats = result.stats
@@ -811,7 +812,8 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
              significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
              rounded(p.confidence), p.views, p.spellings, p.round_trip,
              significant(p.forward_prob),
-             result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted, ""]
+             result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted,
+             result.error or ""]
             for p in result.predictions]
     return [*rows[:-1], LastRow(rows[-1])] if rows else rows
 

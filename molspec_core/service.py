@@ -453,6 +453,12 @@ class QueryResult:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def stopped_with_answers(self) -> bool:
+        """Stopped at the time limit with the answers it had found (Predictor.predict keeps a beam search's):
+        an error, and answers beside it that stand, those it had not finished marked TIMED_OUT."""
+        return self.error is not None and bool(self.predictions)
+
     def in_model_order(self) -> list[Prediction]:
         """The model's own first answers in its order (by score), before rank_answers moved flagged ones
         down: the papers' top-k. With answers set aside, the list is full (n_best) and the sane answers
@@ -988,7 +994,7 @@ class Predictor:
             raw = "".join(tokens)
             canon = canonical_or_none(raw)
             concerns = answer_concerns(canon, judged_against or query.canonical, self.task) if canon else ()
-            if canon and not hyp.finished:
+            if not hyp.finished:  # an invalid one too: a string cut short says why it is no molecule
                 concerns = (*concerns, unfinished)
             predictions.append(Prediction(rank, canon or raw, hyp.score, canon is not None, tokens,
                                           hyp.provenance, hyp.finished, concerns, rank))

@@ -1576,3 +1576,24 @@ def test_a_flagged_answers_probability_says_why_it_has_no_confidence():
     helps = [m.proto.help for m in at.metric if m.label == "Probability"]
     assert sum("A flagged answer gets no confidence" in h for h in helps) == len(flagged)
     assert not any("no calibration was fitted" in h for h in helps)  # the page's default method has a fit
+
+
+def test_a_query_stopped_at_its_time_limit_shows_the_answers_it_found_and_says_so(copy_models, monkeypatch):
+    """A beam search past the page's time limit keeps the answers it had found (Predictor.predict), yet the page
+    showed only "Cannot predict this query": the answers are shown, under a warning that says where it stopped."""
+    from conftest import decoder_clock
+    from molspec_core.service import Predictor
+
+    plain = Predictor.predict
+
+    def clocked(self, smiles, **options):  # every decoder call takes a second of a fake clock; the limit 3.5 s
+        decoder_clock(self.model, monkeypatch)
+        return plain(self, smiles, **{**options, "time_limit_s": 3.5})
+
+    monkeypatch.setattr(Predictor, "predict", clocked)
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("beam").run()
+    predict(at, "OCCOc1ccccc1")
+    assert not at.error, texts(at.error)
+    assert "The search stopped after the 3.5 s time limit per query" in texts(at.warning)
+    assert rank_headings(at)

@@ -1900,3 +1900,24 @@ def test_predict_says_which_column_of_a_table_it_read_the_queries_from(tmp_path,
         capsys.readouterr().out)
     assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv", "--column", "Product") == 0
     assert "are read from the column" not in capsys.readouterr().out
+
+
+def test_predict_one_smiles_stopped_at_its_time_limit_prints_the_answers_it_found(capsys, monkeypatch):
+    """A beam search past --time-limit keeps the answers it had found, yet `predict --smiles` printed only an
+    `error:` line and exited 2. It prints them with a note saying where it stopped; unfinished ones are marked."""
+    from conftest import decoder_clock
+    from molspec_core.service import TIMED_OUT, Predictor
+
+    load = Predictor.load
+
+    def clocked(*args, **kwargs):  # every decoder call of the loaded model takes a second of a fake clock
+        predictor = load(*args, **kwargs)
+        decoder_clock(predictor.model, monkeypatch)
+        return predictor
+
+    monkeypatch.setattr(Predictor, "load", clocked)
+    assert main(["predict", "--model", MODEL, "--smiles", "OCCOc1ccccc1", "--method", "beam", "--n-best", "3",
+                 "--time-limit", "3.5"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the search stopped after the 3.5 s time limit per query" in out
+    assert out.count(f"({TIMED_OUT})") == 3 + 1  # the note and each unfinished answer

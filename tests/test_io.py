@@ -1330,3 +1330,20 @@ def test_predict_batch_refuses_one_string_for_a_list():
     """predict_batch(p, "CCO") predicted three queries: C, C and O. Refused before the predictor is used."""
     with pytest.raises(ValueError, match=r"predict_batch takes a list of queries; for one SMILES pass \[smiles\]"):
         molspec_io.predict_batch(None, "CCO")
+
+
+def test_a_query_stopped_at_its_time_limit_writes_the_answers_it_found_each_with_its_error():
+    """A beam search past its time limit keeps the answers it found (Predictor.predict), yet its record was one
+    error row with no answers: they were lost to every output file. Its rows hold them now, each with the error."""
+    from molspec_core.service import TIMED_OUT, Prediction, QueryResult
+
+    answers = (Prediction(1, "CC=O", -0.1, True, (), (), True), Prediction(2, "CC(", -0.5, False, (), (), False,
+                                                                            (TIMED_OUT,)))
+    error = "stopped after the 1 s time limit per query; try greedy or a smaller n_best"
+    rows = molspec_io.result_rows(4, (), QueryResult("CCO", "CCO", predictions=answers, method="beam", error=error))
+    header = output_header([])
+    at = {column: header.index(column) for column in ("row", "rank", "smiles", "concerns", "error")}
+    assert [[row[at[c]] for c in at] for row in rows] == [[4, 1, "CC=O", "", error], [4, 2, "CC(", TIMED_OUT, error]]
+    assert isinstance(rows[-1], molspec_io.LastRow)
+    refused = molspec_io.result_rows(5, (), QueryResult("x", method="beam", error=error))
+    assert len(refused) == 1 and refused[0][at["rank"]] is None and refused[0][at["error"]] == error

@@ -21,7 +21,7 @@ from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_ran
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import STOPPED, Prediction, Predictor, QueryResult
+from molspec_core.service import STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult
 from views import common
 from views.common import Settings
 
@@ -221,7 +221,7 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
         return
     ss["query_suggestion"] = result.suggestion
-    if not result.ok:
+    if not (result.ok or result.stopped_with_answers):  # stopped with answers: shown, with its error beside them
         ss["query_error"] = f"Cannot predict this query: {result.error}"
         return
     ss["query_error"] = None
@@ -901,6 +901,10 @@ def main() -> None:
 
     show_query(shown)
     common.section("Predictions")
+    if shown.result.stopped_with_answers:
+        st.warning(common.md_escape(f"The search {shown.result.error}. Below: the answers it had found by then; "
+                                    f"those it had not finished are marked \"{TIMED_OUT}\"."),
+                   icon=":material/timer_off:")
     known = known_answer(shown)
     if known:
         show_known_check(shown, known)
