@@ -8,9 +8,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 # The Molecular Transformer's regex: bracket atoms, two-letter halogens, aromatic atoms, bonds,
-# branches, ring closures (including %nn) and the reaction arrow.
+# branches, ring closures (including %nn) and the reaction arrow; and a dative bond, one token either way
+# RDKit writes it ('->', '<-': its '<' was no token, its '>' taken for the arrow's).
 SMILES_REGEX = re.compile(
-    r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}|[0-9])"
+    r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|->|<-|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}|[0-9])"
 )
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"

@@ -13,6 +13,16 @@ def test_tokenize_atoms_bonds_rings():
     assert tokenize("C%12CC%12") == ["C", "%12", "C", "C", "%12"]
 
 
+def test_a_dative_bond_is_one_token_either_way_rdkit_writes_it():
+    """RDKit writes a complex's dative bonds '->' and '<-' (Cl[Pd](Cl)(<-N)<-N is [NH3]->[Pd](<-[NH3])([Cl])[Cl]):
+    '<' was no token, so a chemist's query was refused with "not a SMILES token at character 16" of a text they never
+    typed, and '->' was a bond and a reaction arrow."""
+    assert tokenize("[NH3]->[Pd](<-[NH3])Cl") == ["[NH3]", "->", "[Pd]", "(", "<-", "[NH3]", ")", "Cl"]
+    assert tokenize("CC-C") == ["C", "C", "-", "C"]
+    with pytest.raises(TokenizeError, match="token '<-' is not in the model's vocabulary"):
+        Vocab.build(["CCN", "[Pd]"]).encode("[Pd]<-N")
+
+
 def test_untokenizable_text_is_an_error_with_position():
     with pytest.raises(TokenizeError, match="character 3"):
         tokenize("CCX")
