@@ -164,10 +164,42 @@ def test_the_page_shows_the_table_as_text_with_the_charts_rounding(copy_models, 
     at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     assert not at.dataframe  # the grid's cells read 0.785 to a screen reader where the screen showed 0.79
-    table = at.table[0].value
+    table = as_read(at.table[0].value)
     assert table["top-1"].tolist() == ["78.5%", "78.5%", "79%"] and table["vs beam"].tolist() == ["–", "–", "1.00"]
     assert "The table holds every figure the charts show, rounded as they are" in texts(at.caption)
     assert [e.label for e in at.expander] == ["What the columns mean"]
+
+
+def as_read(frame):
+    """A table the page sent, as a person reads it: st.table renders each cell and heading as markdown, so the page
+    escapes them; the escapes (and the word joiners that keep an address from becoming a link) are taken out."""
+    def read(text: str) -> str:
+        return re.sub(r"\\(.)", r"\1", str(text)).replace("\u2060", "")
+
+    return frame.rename(columns=read).map(read)
+
+
+def test_the_tables_cells_read_as_written_not_as_markdown(copy_models, monkeypatch, tmp_path):
+    """st.table renders its cells as markdown: a share of ">99.9%" became a grey quote reading "99.9%" (the sign
+    lost), and a draft model's folder from the report file, "runs/*new*/[here](http://evil.example)", came out in
+    italics with a link to click."""
+    from views.benchmark import shown_table, with_display_fields
+    from views.common import md_escape
+
+    report = beam_and_greedy()
+    report["methods"]["greedy"]["validity"] = 0.9996
+    report["methods"]["spec-sample-draft@new"] = entry(speedup_vs_greedy=1.5, identical_to_greedy=0.5, top1=0.5)
+    report["draft_models"] = {"spec-sample-draft@new": "runs/*new*/[here](http://evil.example)"}
+    (tmp_path / "run.json").write_text(json.dumps(with_display_fields(report)))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    sent, shown = at.table[0].value, shown_table(with_display_fields(report))
+    assert sent.map(str).values.tolist() == shown.map(md_escape).values.tolist()
+    assert list(sent.columns) == [md_escape(column) for column in shown.columns]
+    assert as_read(sent).loc[0, "valid"] == ">99.9%"
+    assert as_read(sent).loc[3, "method"] == "Speculative sampling, draft model (runs/*new*/[here](http://evil.example))"
 
 
 # ---- A7: each speedup says what it is measured against ------------------------------------------------------------
