@@ -10,7 +10,8 @@ take nothing from ours.
 
 Request: {"src": [[tokens], ...], "width": k, "n_best": n, "max_len": m}: a batch of queries, decoded as one
 batch in the order given (no re-batching). Answer: {"hypotheses": [[[tokens]], ...], "scores": [[float], ...],
-"seconds": float}, one list per query, or {"error": text}.
+"seconds": float}, one list per query, or {"error": text}. The first line is {"ready": true}, or {"error": text}
+where the model cannot be loaded (then the process ends).
 """
 from __future__ import annotations
 
@@ -20,10 +21,14 @@ import time
 
 
 def serve(ct2_dir: str, compute_type: str, threads: int) -> None:
-    import ctranslate2
+    try:
+        import ctranslate2
 
-    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
-                                        intra_threads=threads)
+        translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
+                                            intra_threads=threads)
+    except Exception as exc:  # noqa: BLE001  (a missing package, an unreadable model: the parent raises it)
+        print(json.dumps({"error": f"cannot load {ct2_dir}: {type(exc).__name__}: {exc}"}), flush=True)
+        return
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         try:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,14 +104,20 @@ class PeerHypothesis:
 # The process is stopped between requests, so active threads spinning while idle cost our methods nothing.
 PEER_WAIT_POLICY: dict[str, str | None] = {"float32": None, "int8": "active"}
 
+# How long the peer may take to load or to answer one request before it is taken to hang: far beyond a batch of 32
+# at beam 10 on one thread (seconds), short of a bench that waits for ever.
+PEER_TIMEOUT_S = 600.0
+
 
 class CTranslate2Peer:
     """A converted model decoded by CTranslate2 on CPU, a batch of queries a request (as our decoders get it), in a
-    process of its own (peer_worker.py says why), stopped between requests; each decode is timed in that process."""
+    process of its own (peer_worker.py says why), stopped between requests; each decode is timed in that process.
+    A process that ends, or gives no answer within timeout_s (then it is ended), raises a RuntimeError that says so."""
 
     def __init__(self, ct2_dir: str | Path, compute_type: str = "float32", threads: int = 1,
-                 max_positions: int = 1024):
+                 max_positions: int = 1024, timeout_s: float = PEER_TIMEOUT_S):
         self.compute_type, self.max_positions, self.threads = compute_type, max_positions, threads
+        self.timeout_s = timeout_s
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
         policy = PEER_WAIT_POLICY.get(compute_type)
         if policy:
@@ -118,30 +126,68 @@ class CTranslate2Peer:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                           env.get("PYTHONPATH")]))
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives with the process; _stop_process closes it)
+        self._pending = b""  # what the process wrote after the last line read
         self._process = subprocess.Popen(
             [sys.executable, "-m", "molspec_core.peer_worker", str(ct2_dir), compute_type, str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True, bufsize=1)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
         self._finalizer = weakref.finalize(self, _stop_process, self._process, self._stderr)
         self._receive()  # {"ready": true}
         self._pause()
 
     def _pause(self) -> None:
         """Stop the process and wait until it is stopped (the signal is asynchronous): none of its threads
-        may still run when our next method's clock starts."""
-        if hasattr(signal, "SIGSTOP"):
-            self._process.send_signal(signal.SIGSTOP)
-            os.waitpid(self._process.pid, os.WUNTRACED)
+        may still run when our next method's clock starts. A process that has ended is left as it is."""
+        if not hasattr(signal, "SIGSTOP") or self._process.poll() is not None:
+            return
+        self._process.send_signal(signal.SIGSTOP)
+        _, status = os.waitpid(self._process.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):  # it ended before the signal, and this wait collected it
+            self._process.returncode = os.waitstatus_to_exitcode(status)
 
     def _resume(self) -> None:
         if hasattr(signal, "SIGCONT"):
             self._process.send_signal(signal.SIGCONT)
 
+    def _ended(self) -> RuntimeError:
+        """The error for a process that has ended: how it ended, and the last lines it wrote to stderr."""
+        try:
+            code = self._process.wait(timeout=5)  # its stdout is closed: it is ending
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+        else:
+            how = "exit status unknown" if code is None else f"exit status {code}"
+        self._stderr.seek(0)
+        detail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+        return RuntimeError(f"the CTranslate2 peer process ended ({how}): {' | '.join(detail) or 'no message'}")
+
+    def _read_line(self) -> bytes | None:
+        """The process's next line (b"" once it has closed its output), or None after timeout_s without one."""
+        assert self._process.stdout is not None
+        if os.name != "posix":  # select takes no pipes there: no time limit
+            return self._process.stdout.readline()
+        fd = self._process.stdout.fileno()  # read raw: a buffered reader could hold a line select does not see
+        deadline = time.monotonic() + self.timeout_s
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b""
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line + b"\n"
+
     def _receive(self) -> dict:
-        line = self._process.stdout.readline() if self._process.stdout else ""
+        line = self._read_line()
+        if line is None:
+            self._process.kill()  # its state is unknown: no later request may go to it
+            raise RuntimeError(f"the CTranslate2 peer gave no answer in {self.timeout_s:g} s (it hangs, or the "
+                               "request is beyond it); its process was ended")
         if not line:
-            self._stderr.seek(0)
-            detail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"the CTranslate2 peer process ended: {' | '.join(detail) or 'no message'}")
+            raise self._ended()
         answer = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"CTranslate2: {answer['error']}")
@@ -153,13 +199,19 @@ class CTranslate2Peer:
         ranking by summed log-probs: each query's hypotheses, and the seconds CTranslate2 took, timed in its
         process (the pipe and the signals are not counted). CTranslate2 takes one length budget for a batch: the
         longest query's, so a shorter query's answer that never ends may run past its own (ours stop it there)."""
+        if self._process.poll() is not None:
+            raise self._ended()
         request = {"src": [list(src) for src in sources], "width": width, "n_best": n_best,
                    "max_len": max(target_budget(len(src), self.max_positions) for src in sources)}
         self._resume()
         try:
             assert self._process.stdin is not None
-            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.write((json.dumps(request) + "\n").encode())
             self._process.stdin.flush()
+        except BrokenPipeError:  # it ended before reading the request
+            self._pause()
+            raise self._ended() from None
+        try:
             answer = self._receive()
         finally:
             self._pause()

@@ -1,4 +1,6 @@
 """The CTranslate2 peer: our weights converted with its spec API decode like our own decoders."""
+import signal
+
 import pytest
 
 from conftest import FIXTURES, random_model
@@ -160,3 +162,67 @@ def test_the_peer_decodes_in_a_process_of_its_own_without_torch_and_stopped_betw
     finally:
         peer.close()
     assert peer._process.poll() is not None and not os.path.exists(f"/proc/{pid}/maps")
+
+
+class _SignalAfterWrite:
+    """The peer's stdin, sending its process a signal once a request is written (a crash or a hang mid-request)."""
+
+    def __init__(self, peer, signum):
+        self.peer, self.signum, self.stream = peer, signum, peer._process.stdin
+
+    def write(self, data):
+        return self.stream.write(data)
+
+    def flush(self):
+        self.stream.flush()
+        self.peer._process.send_signal(self.signum)
+
+    def close(self):
+        self.stream.close()
+
+
+def test_a_peer_process_that_dies_during_a_request_says_so(tmp_path):
+    """A peer killed mid-request (out of memory, a crash) raised ChildProcessError from the pause that followed;
+    the error says the process ended and how, and a later request says the same."""
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
+    try:
+        peer._process.stdin = _SignalAfterWrite(peer, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="peer process ended .killed by SIGKILL"):
+            peer.decode(["C", "C", "O"])
+        with pytest.raises(RuntimeError, match="peer process ended .killed by SIGKILL"):
+            peer.decode(["C", "C", "O"])
+    finally:
+        peer.close()
+
+
+def test_a_peer_process_killed_between_requests_says_how_it_ended(tmp_path):
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
+    try:
+        peer._process.kill()
+        with pytest.raises(RuntimeError, match="peer process ended .killed by SIGKILL"):
+            peer.decode(["C", "C", "O"])
+    finally:
+        peer.close()
+
+
+def test_a_peer_that_gives_no_answer_is_ended_after_its_time_limit(tmp_path):
+    """A hung peer (here: stopped once the request is written) left bench waiting for ever."""
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"), timeout_s=1)
+    try:
+        peer._process.stdin = _SignalAfterWrite(peer, signal.SIGSTOP)
+        with pytest.raises(RuntimeError, match="gave no answer in 1 s"):
+            peer.decode(["C", "C", "O"])
+        assert peer._process.poll() is not None
+    finally:
+        peer.close()
+
+
+def test_a_peer_without_ctranslate2_in_its_process_says_so(tmp_path, monkeypatch):
+    """CTranslate2 missing where the peer's process runs: its error, not the lines of a traceback."""
+    ct2_dir = convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2")
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "ctranslate2.py").write_text("raise ImportError('No module named ctranslate2')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    with pytest.raises(RuntimeError, match=r"^CTranslate2: cannot load .*ImportError: No module named ctranslate2$"):
+        CTranslate2Peer(ct2_dir)
