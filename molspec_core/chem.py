@@ -33,9 +33,14 @@ def mol_from_smiles(smiles: str):
         raise ChemError(f"a SMILES of {len(smiles):,} characters is longer than the {MAX_SMILES_CHARS:,} read here")
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
-        reason = why_unreadable(smiles)
-        raise ChemError(f"RDKit cannot parse {smiles[:80]!r} as a molecule" + (f": {reason}" if reason else ""))
+        raise _unparsed(smiles)
     return mol
+
+
+def _unparsed(smiles: str) -> ChemError:
+    """The refusal of a SMILES that RDKit cannot parse, with what to mend (why_unreadable) where that is known."""
+    reason = why_unreadable(smiles)
+    return ChemError(f"RDKit cannot parse {smiles[:80]!r} as a molecule" + (f": {reason}" if reason else ""))
 
 
 # Outside brackets, a ring bond's label: one digit, or '%' and two digits, or '%(' digits ')' (RDKit reads all three).
@@ -340,16 +345,28 @@ def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     """Canonical SMILES of each '.'-separated fragment (atom maps removed), in input order. A ring bond may join
     atoms across a '.' (C1CC.C1 is butane): where a piece alone is no SMILES and the whole is one, each of the
     whole's molecules, in the order their first atoms are written (C1CC.C1 was refused: 'ring bond 1 ... is never
-    closed')."""
+    closed'). Where neither reads, ChemError names the first piece at fault, or the whole where a ring bond joins
+    pieces (C1CC.C1CC(C)(C)(C)(C)C was refused for its ring bond, not its carbon of six bonds)."""
     parts = [part for part in smiles.split(".") if part]
     try:
         return [canonical(part, strip_maps=strip_maps) for part in parts]
     except ChemError:
-        whole = Chem.MolFromSmiles(".".join(parts)) if len(parts) > 1 else None
+        joined = ".".join(parts)
+        if len(parts) < 2 or len(joined) > MAX_SMILES_CHARS:  # RDKit reads no longer SMILES safely
+            raise
+        whole = Chem.MolFromSmiles(joined)
         if whole is None:
+            if not all(_ring_bonds_paired(part) for part in parts):  # a piece's "never closed" may be closed after
+                raise _unparsed(joined) from None
             raise
     return [canonical(Chem.MolToSmiles(molecule), strip_maps=strip_maps)
             for molecule in Chem.GetMolFrags(whole, asMols=True)]
+
+
+def _ring_bonds_paired(smiles: str) -> bool:
+    """Whether each ring bond label outside brackets comes an even number of times (opened and closed in `smiles`)."""
+    labels = Counter(RING_LABEL.findall(re.sub(r"\[[^\]]*\]", "", smiles)))
+    return all(n % 2 == 0 for n in labels.values())
 
 
 # Hydrides that PubChem and drawing programs write as one species and USPTO's reactions as ions. The

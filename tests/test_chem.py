@@ -317,3 +317,16 @@ def test_a_piece_that_is_no_smiles_alone_nor_with_the_others_is_refused():
 
     with pytest.raises(ChemError, match="ring bond 1 opened at position 2 is never closed"):
         canonical_fragments("C1CC.CC")
+
+
+def test_a_query_whose_ring_bond_joins_its_pieces_is_refused_for_what_is_wrong_with_the_whole():
+    """C1CC.C1CC(C)(C)(C)(C)C was refused as "RDKit cannot parse 'C1CC' ...: ring bond 1 opened at position 2 is never
+    closed", which the next piece closes; its carbon with six bonds went unsaid."""
+    from molspec_core.chem import canonical_fragments
+
+    with pytest.raises(ChemError) as refused:
+        canonical_fragments("C1CC.C1CC(C)(C)(C)(C)C")
+    assert str(refused.value).startswith("RDKit cannot parse 'C1CC.C1CC(C)(C)(C)(C)C' as a molecule: ")
+    assert "valence" in str(refused.value) and "never closed" not in str(refused.value)
+    with pytest.raises(ChemError, match="^RDKit cannot parse '[(]C[)]' as a molecule: the '[(]' at position 1 "):
+        canonical_fragments("CCO.(C)")  # no ring bond across the '.': the piece at fault is named
