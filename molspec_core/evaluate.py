@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .calibration import is_count
-from .chem import canonical_or_none
+from .chem import CXSMILES, canonical_or_none
+from .known import read_known
 from .methods import METHODS, method as method_row
 from .service import DEFAULT_BATCH_SIZE, Predictor, windows
 
@@ -80,8 +81,9 @@ def check_target(target: str, tgt: str, line_no: int) -> None:
     """Refuse a recorded answer with whitespace inside, as a query with one is refused (service): RDKit would read
     its first token alone, the rest as a name, so a tokenized file's 'C C ( = O ) O' was scored as methane, and a
     file of them as 0% with every target readable. Its tokens are not joined here, since its query would need the
-    same, and a query is never rewritten."""
-    if any(ch.isspace() for ch in target.strip()):
+    same, and a query is never rewritten. A CXSMILES (a SMILES, a space, its |...| part) is read as a query is
+    (hits)."""
+    if any(ch.isspace() for ch in target.strip()) and not CXSMILES.fullmatch(target.strip()):
         raise ValueError(f"{tgt}, line {line_no}: {target.strip()[:60]!r} holds a space, and a SMILES has none; a "
                          "tokenized file (the Molecular Transformer's, tokens split by spaces) needs its tokens joined "
                          "first, in the queries' file too (e.g. sed 's/ //g')")
@@ -101,8 +103,9 @@ def prepared_task(src: str) -> str | None:
 
 
 def hits(predicted: Sequence[str], target: str) -> list[bool]:
-    """Per rank, whether the prediction equals the target after canonicalization."""
-    want = canonical_or_none(target)
+    """Per rank, whether the prediction equals the target after canonicalization, the target read as a query and
+    a known answer are (known.read_known: a SMILES, a CXSMILES or an InChI)."""
+    want = read_known(target)
     return [want is not None and canonical_or_none(p) == want for p in predicted]
 
 
@@ -131,7 +134,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
-    unreadable = sum(canonical_or_none(target) is None for target in targets)
+    unreadable = sum(read_known(target) is None for target in targets)
     if unreadable == len(targets):
         raise ValueError(f"none of the {len(targets)} targets is a SMILES RDKit reads (the first: "
                          f"{targets[0][:60]!r}), so every query would be a miss: check the targets' file")

@@ -29,6 +29,19 @@ def test_a_target_with_a_space_inside_is_refused_naming_its_line(tmp_path):
     assert read_pairs(src, tgt)[1] == [" CCO\t", "CCN ", "CCC"]
 
 
+def test_a_target_written_as_a_cxsmiles_or_an_inchi_is_read_as_a_query_is(tmp_path):
+    """evaluate reads such a query (service) and the Batch page such a known answer (known.read_known), but a
+    CXSMILES target was refused as a tokenized file (whose advice, to join its tokens, made it unreadable), and an
+    InChI target was a miss whatever the model answered."""
+    alanine = "C[C@H](N)C(=O)O"
+    cxsmiles, inchi = f"{alanine} |&1:1|", "InChI=1S/C3H7NO2/c1-2(4)3(5)6/h2H,4H2,1H3,(H,5,6)/t2-/m0/s1"
+    src = write(tmp_path / "src", "CCO\nCCN\n")
+    tgt = write(tmp_path / "tgt", f"{cxsmiles}\n{inchi}\n")
+    assert read_pairs(src, tgt)[1] == [cxsmiles, inchi]
+    for target in (cxsmiles, inchi):
+        assert hits(["CC(N)C(=O)O", alanine], target) == [False, True]  # stereo kept, as from a SMILES
+
+
 def test_an_index_that_gives_a_line_twice_is_refused(tmp_path):
     """0 1 1 1 evaluated 4 queries, one of them three times (top-1 0.75 from 2 distinct queries)."""
     src = write(tmp_path / "src", "CCO\nCCN\nCCC\n")
