@@ -293,6 +293,13 @@ def stopped_message(limit_s: float | None, writings: int = 1) -> str:
     return f"stopped after the {limit_s:g} s time limit per query; try greedy or a smaller n_best"
 
 
+def timed(result: DecodeResult, seconds: float | None) -> DecodeResult:
+    """`result` with `seconds` as its wall time (None: the time its decoder measured)."""
+    if seconds is None:
+        return result
+    return dataclasses.replace(result, stats=dataclasses.replace(result.stats, wall_time_s=seconds))
+
+
 def copy_drafts(drafts: tuple[str, int, int]) -> Callable[[Sequence[int]], Drafter]:
     """A factory of one query's copy drafter from resolved (drafter, draft_len, n_drafts)."""
     drafter, length, count = drafts
@@ -439,6 +446,8 @@ class QueryResult:
     canonical_query: str = ""  # what the model saw
     source_tokens: tuple[str, ...] = ()
     predictions: tuple[Prediction, ...] = ()  # in rank order (rank_answers): predictions[0] is rank 1
+    # The decoder's counts for this query. wall_time_s: its share of the time of the batch it was decoded in (the
+    # batch's time over its queries; alone in a batch, its own time), or its writings' time when pooled (augment)
     stats: DecodeStats = field(default_factory=DecodeStats)
     method: str = ""
     error: str | None = None
@@ -869,17 +878,21 @@ class Predictor:
         good.sort(key=lambda item: len(item[1].ids))  # stable: equal lengths keep their input order
         for start in range(0, len(good), batch_size):
             chunk = good[start:start + batch_size]
+            started = time.perf_counter()
             decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
                                            sampling, time_limit_s)
+            # Each query's share of its batch's time: greedy and beam search give every row the whole batch's, so
+            # a list's times added up to several times the call's (and time_ms over HTTP was the batch's).
+            share = (time.perf_counter() - started) / len(chunk) if len(chunk) > 1 else None
             for (i, query), result in zip(chunk, decoded):
                 if isinstance(result, DecodeResult):
-                    results[i] = self._to_result(texts[i], query, result, method, n_best)
+                    results[i] = self._to_result(texts[i], query, timed(result, share), method, n_best)
                 elif result.found is None:
                     results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
                                              error=result.error)
                 else:
-                    results[i] = dataclasses.replace(self._to_result(texts[i], query, result.found, method, n_best,
-                                                                     TIMED_OUT), error=result.error)
+                    results[i] = dataclasses.replace(self._to_result(texts[i], query, timed(result.found, share),
+                                                                     method, n_best, TIMED_OUT), error=result.error)
         results = [dataclasses.replace(result, task=self.task) for result in results]  # type: ignore[type-var]
         return results[0] if single else results  # type: ignore[return-value]
 

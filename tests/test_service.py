@@ -2,6 +2,7 @@
 import math
 import re
 import threading
+import time
 
 import pytest
 import torch
@@ -405,6 +406,21 @@ def test_provenance_and_stats_are_reported(copier):
     assert copied and all(result.source_tokens[i] == best.tokens[k] for k, i in enumerate(best.provenance) if i >= 0)
     assert result.stats.model_calls < len(best.tokens)
     assert result.stats.draft_tokens_accepted == len(copied)
+
+
+def test_each_query_of_a_batch_holds_its_share_of_the_batchs_time(copier, monkeypatch):
+    """Greedy and beam search give every query of a batch the whole batch's time: a list's wall_time_s added up to
+    several times the call's, and over HTTP each query's time_ms (the CSV's "share of its batch") was the batch's."""
+    def decode(self, sources, *args):  # each row told the batch's time, 100 s, as those decoders tell it
+        return [decoded_answers(self, ("CO", 0.5), seconds=100.0) for _ in sources]
+
+    monkeypatch.setattr(Predictor, "decode", decode)
+    started = time.perf_counter()
+    results = copier.predict(["CCO", "xyz", "CCN", "CCCO"], batch_size=3)
+    elapsed = time.perf_counter() - started
+    times = [r.stats.wall_time_s for r in results if r.ok]
+    assert len(times) == 3 and len(set(times)) == 1 and sum(times) <= elapsed
+    assert copier.predict("CCO").stats.wall_time_s == 100.0  # alone in its batch: its own time, as measured
 
 
 def test_concurrent_calls_match_serial(copier):
