@@ -7,9 +7,11 @@ differs from ours. `ctranslate2` is an optional extra (`pip install -e .[peers]`
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,10 +45,54 @@ def _concat_linear(spec, *layers) -> None:
     spec.bias = np.concatenate([layer.bias.detach().float().numpy() for layer in layers])
 
 
+# Written last into a conversion: the model folder it was made from, that folder's fingerprint and its positions. A
+# folder without it is not a whole conversion of ours; one whose fingerprint is not the model's holds other weights.
+SOURCE_FILE = "molspec_source.json"
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """sha256 of what a conversion reads from a model folder: its sizes, vocab.json and its weight files."""
+    folder = Path(model_dir)
+    _, cfg = checkpoint.read_config(folder)
+    digest = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode())
+    weights = sorted({header.file for header in checkpoint.read_headers(folder).values()})
+    for path in [folder / "vocab.json", *weights]:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def read_source(ct2_dir: str | Path, model_dir: str | Path | None = None) -> dict:
+    """A conversion's SOURCE_FILE; a ValueError for a folder that is no whole conversion of ours, or (model_dir
+    given) one converted from other weights than model_dir holds now."""
+    path = Path(ct2_dir) / SOURCE_FILE
+    try:
+        source = json.loads(path.read_text())
+        if not (isinstance(source, dict) and isinstance(source.get("fingerprint"), str)
+                and type(source.get("max_positions")) is int):
+            raise ValueError(f"{path.name} lacks the fingerprint or the positions")
+    except (OSError, ValueError):
+        raise ValueError(f"{ct2_dir} is not a whole CTranslate2 conversion made by convert_to_ctranslate2 ({path.name} "
+                         "is missing or unreadable: an older or interrupted conversion, or another folder); "
+                         "convert the model again") from None
+    if model_dir is not None and source.get("fingerprint") != model_fingerprint(model_dir):
+        raise ValueError(f"{ct2_dir} was converted from other weights ({source.get('model')}) than {model_dir} holds: "
+                         "the peer would decode another model; convert the model again")
+    return source
+
+
 def convert_to_ctranslate2(model_dir: str | Path, out_dir: str | Path) -> Path:
-    """Write a float32 CTranslate2 model of a MolSpec model folder (int8 is chosen at load time)."""
+    """Write a float32 CTranslate2 model of a MolSpec model folder (int8 is chosen at load time) into out_dir: a new or
+    empty folder, or an earlier conversion, which is replaced whole once the new one is written (an interrupted
+    conversion leaves it as it was). Any other folder is refused, untouched."""
     from ctranslate2.specs import transformer_spec
 
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not (out_dir / SOURCE_FILE).is_file() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ValueError(f"{out_dir} exists and is not a CTranslate2 conversion made by convert_to_ctranslate2 (no "
+                         f"{SOURCE_FILE}): it is left as it is; give a new folder")
     model, vocab, _ = checkpoint.load(model_dir)
     cfg = model.cfg
     spec = transformer_spec.TransformerSpec.from_config((cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads,
@@ -87,9 +133,24 @@ def convert_to_ctranslate2(model_dir: str | Path, out_dir: str | Path) -> Path:
     config.layer_norm_epsilon = LAYER_NORM_EPS
     spec.validate()
     spec.optimize()  # float32 as given
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out_dir))
+    source = {"model": str(Path(model_dir).resolve()), "fingerprint": model_fingerprint(model_dir),
+              "max_positions": cfg.max_positions}
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        partial.chmod(0o755)  # mkdtemp's 0700 would follow it into place
+        spec.save(str(partial))
+        (partial / SOURCE_FILE).write_text(json.dumps(source, indent=1))
+        if out_dir.exists():  # an earlier conversion, or an empty folder: moved aside, removed once replaced
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, old / out_dir.name)
+            os.replace(partial, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(partial, out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return out_dir
 
 
@@ -112,11 +173,16 @@ PEER_TIMEOUT_S = 600.0
 class CTranslate2Peer:
     """A converted model decoded by CTranslate2 on CPU, a batch of queries a request (as our decoders get it), in a
     process of its own (peer_worker.py says why), stopped between requests; each decode is timed in that process.
-    A process that ends, or gives no answer within timeout_s (then it is ended), raises a RuntimeError that says so."""
+    A process that ends, or gives no answer within timeout_s (then it is ended), raises a RuntimeError that says so.
+    ct2_dir must be a whole conversion (convert_to_ctranslate2), of model_dir's weights where model_dir is given
+    (read_source: a ValueError otherwise); max_positions is the converted model's unless given."""
 
     def __init__(self, ct2_dir: str | Path, compute_type: str = "float32", threads: int = 1,
-                 max_positions: int = 1024, timeout_s: float = PEER_TIMEOUT_S):
-        self.compute_type, self.max_positions, self.threads = compute_type, max_positions, threads
+                 max_positions: int | None = None, timeout_s: float = PEER_TIMEOUT_S,
+                 model_dir: str | Path | None = None):
+        source = read_source(ct2_dir, model_dir)
+        self.max_positions = int(max_positions or source["max_positions"])
+        self.compute_type, self.threads = compute_type, threads
         self.timeout_s = timeout_s
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
         policy = PEER_WAIT_POLICY.get(compute_type)

@@ -1,4 +1,5 @@
 """The CTranslate2 peer: our weights converted with its spec API decode like our own decoders."""
+import shutil
 import signal
 
 import pytest
@@ -13,7 +14,7 @@ from molspec_core.bench import run_bench  # noqa: E402
 from molspec_core.decoding.beam import beam_search  # noqa: E402
 from molspec_core.decoding.greedy import greedy  # noqa: E402
 from molspec_core.drafting import NullDrafter  # noqa: E402
-from molspec_core.peers import CTranslate2Peer, convert_to_ctranslate2  # noqa: E402
+from molspec_core.peers import SOURCE_FILE, CTranslate2Peer, convert_to_ctranslate2  # noqa: E402
 from molspec_core.service import Predictor  # noqa: E402
 from molspec_core.tokenizer import Vocab  # noqa: E402
 
@@ -226,3 +227,61 @@ def test_a_peer_without_ctranslate2_in_its_process_says_so(tmp_path, monkeypatch
     monkeypatch.setenv("PYTHONPATH", str(shadow))
     with pytest.raises(RuntimeError, match=r"^CTranslate2: cannot load .*ImportError: No module named ctranslate2$"):
         CTranslate2Peer(ct2_dir)
+
+
+def test_converting_into_a_folder_that_is_no_conversion_is_refused_and_leaves_it_alone(tmp_path):
+    """Converting into the model folder itself wrote model.bin (a pickle suffix: the folder was refused from then
+    on) and CTranslate2's config.json over the model's."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model_dir)
+    before = {path.name: path.read_bytes() for path in model_dir.iterdir()}
+    with pytest.raises(ValueError, match="not a CTranslate2 conversion .* left as it is"):
+        convert_to_ctranslate2(model_dir, model_dir)
+    assert {path.name: path.read_bytes() for path in model_dir.iterdir()} == before
+    checkpoint.load(model_dir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (convert_to_ctranslate2(model_dir, empty) / "model.bin").is_file()
+
+
+def test_a_conversion_of_other_weights_is_refused_and_converting_again_replaces_it(random_checkpoint, tmp_path):
+    """A stale conversion (another model's, or these weights' before they changed) decoded silently as the peer."""
+    ct2_dir = convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2")
+    with pytest.raises(ValueError, match="converted from other weights .*copy_model"):
+        CTranslate2Peer(ct2_dir, model_dir=random_checkpoint)
+    assert convert_to_ctranslate2(random_checkpoint, ct2_dir) == ct2_dir
+    peer = CTranslate2Peer(ct2_dir, model_dir=random_checkpoint)
+    try:
+        model, vocab, _ = checkpoint.load(random_checkpoint)
+        ours = greedy(model, [[4, 5, 6]], NullDrafter)[0].hypotheses[0]
+        assert peer.decode(["C", "O", "N"])[0].tokens == tuple(vocab.tokens[i] for i in ours.tokens)
+        assert peer.max_positions == model.cfg.max_positions  # the converted model's own
+    finally:
+        peer.close()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2"]  # nothing left beside it
+
+
+def test_an_interrupted_conversion_leaves_the_earlier_one_whole(random_checkpoint, tmp_path, monkeypatch):
+    """Stopped while writing model.bin, a conversion left the new vocabulary beside a cut model.bin and the old
+    config.json; the peer started on it."""
+    from ctranslate2.specs import model_spec
+
+    ct2_dir = convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2")
+    before = {path.name: path.read_bytes() for path in ct2_dir.iterdir()}
+
+    def cut(self, path):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 100)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_spec.ModelSpec, "_serialize", cut)
+    for out in (ct2_dir, tmp_path / "fresh"):
+        with pytest.raises(KeyboardInterrupt):
+            convert_to_ctranslate2(random_checkpoint, out)
+    assert {path.name: path.read_bytes() for path in ct2_dir.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2"]
+    half = tmp_path / "half"  # a folder cut short by other means (a copy, a kill) has no SOURCE_FILE
+    shutil.copytree(ct2_dir, half)
+    (half / SOURCE_FILE).unlink()
+    with pytest.raises(ValueError, match="not a whole CTranslate2 conversion"):
+        CTranslate2Peer(half)
