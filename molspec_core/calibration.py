@@ -184,8 +184,9 @@ def file_name(augment: int = 1, kind: str = "beam") -> str:
 def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
             batch_size: int | None = None, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
     """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
-    folded into its first spelling: service.fold_repeats); a refused query gives []. batch_size None: the
-    service's default."""
+    folded into its first spelling: service.fold_repeats); a refused query gives [], as does one stopped at its time
+    limit (its answers, some unfinished, are no list the model gave: evaluate counts it refused too). batch_size
+    None: the service's default."""
     from .evaluate import hits
     from .service import DEFAULT_BATCH_SIZE, windows
 
@@ -197,7 +198,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
                                     augment=augment)
         for result, target in zip(results, targets[window]):
             # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
-            ordered = [p for p in result.in_model_order() if p.valid]
+            ordered = [p for p in result.in_model_order() if p.valid] if result.ok else []
             answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
     return answers
 

@@ -189,6 +189,21 @@ def test_a_second_map_is_chosen_only_where_it_predicts_held_out_answers_better()
     assert fitted.rest_edges and fitted.confidence(-1.0, 1) > 0.6 > 0.4 > fitted.confidence(-1.0, 2)
 
 
+def test_a_query_stopped_at_its_time_limit_fits_nothing_as_a_refused_one_does():
+    """Its row keeps the answers beam search had (service.TIMED_OUT: unfinished ones, their scores those of a part
+    of an answer), an error beside them; collect fitted them as answers, where evaluate counts the query refused."""
+    from molspec_core.service import TIMED_OUT, Prediction, QueryResult
+
+    class Stopped:  # a predictor whose every query ran out of time, beam search's best unfinished answer kept
+        def predict(self, queries, **options):
+            cut = Prediction(rank=1, smiles="CCO", score=-0.01, valid=True, tokens=(), provenance=(), finished=False,
+                             concerns=(TIMED_OUT,), model_rank=1)
+            return [QueryResult(query=q, canonical_query=q, predictions=(cut,), error="stopped after the 60 s time "
+                                "limit per query") for q in queries]
+
+    assert calibration.collect(Stopped(), ["CCOC", "CCOCC"], ["CCOC", "CCO"], "beam", 1, progress=False) == [[], []]
+
+
 def test_too_few_queries_are_refused():
     copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
     with pytest.raises(ValueError, match="at least 3 queries"):
