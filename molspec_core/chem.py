@@ -122,7 +122,48 @@ def why_unreadable(smiles: str) -> str:
         return f"ring bond {name} opened at position {at} is never closed"
     mol = Chem.MolFromSmiles(smiles, sanitize=False)
     problems = Chem.DetectChemistryProblems(mol) if mol is not None else ()
-    return f"{' '.join(problems[0].Message().split())} (RDKit counts atoms from 0)" if problems else ""
+    return _problem_in_words(problems[0], smiles, mol.GetNumAtoms()) if problems else ""
+
+
+def _problem_in_words(problem, smiles: str, n_atoms: int) -> str:
+    """RDKit's account of a molecule it parses but cannot accept (DetectChemistryProblems), its atoms named as the
+    SMILES writes them and where: RDKit's "atom # 1" counts atoms from 0, and a chemist counting letters in
+    [13CH3]C(C)... did not find it."""
+    said = " ".join(problem.Message().split())
+    spans = _atom_spans(smiles)
+    if len(spans) != n_atoms:  # not counted as RDKit counts: its words alone
+        return f"{said} (RDKit counts atoms from 0)"
+    if problem.GetType() == "KekulizeException":
+        written = [smiles[start:end] for start, end in (spans[i] for i in problem.GetAtomIndices())]
+        positions = ", ".join(str(spans[i][0] + 1) for i in problem.GetAtomIndices())
+        hint = (": an aromatic nitrogen that bears a hydrogen is written [nH], as in pyrrole, c1cc[nH]c1"
+                if "n" in written else "")
+        return (f"the aromatic atoms at positions {positions} (written lowercase) cannot take alternating single and "
+                f"double bonds{hint} (RDKit: {said})")
+    start, end = spans[problem.GetAtomIdx()]
+    atom = f"the {smiles[start:end]} at position {start + 1}"
+    if problem.GetType() == "AtomValenceException":
+        return f"{atom} has more bonds than it can (RDKit: {said}, counting atoms from 0)"
+    if problem.GetType() == "AtomKekulizeException":
+        return f"{atom} is written aromatic (lowercase) but is in no ring (RDKit: {said}, counting atoms from 0)"
+    return f"{atom}: {said} (RDKit counts atoms from 0)"
+
+
+def _atom_spans(smiles: str) -> list[tuple[int, int]]:
+    """Where each atom of a SMILES is written, (start, end) in the text, in the order RDKit numbers its atoms."""
+    spans = []
+    i = 0
+    while i < len(smiles):
+        if smiles[i] == "[":
+            end = smiles.find("]", i) + 1 or len(smiles)
+        elif (atom := ORGANIC_ATOM.match(smiles, i)) is not None:
+            end = atom.end()
+        else:
+            i += 1
+            continue
+        spans.append((i, end))
+        i = end
+    return spans
 
 
 def _in_word(text: str, i: int) -> bool:

@@ -263,8 +263,18 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CC)C", "the ')' at position 3 closes no '('"),
     ("C[NH3", "the '[' at position 2 is never closed"),
     ("CC]", "the ']' at position 3 closes no '['"),
-    ("c1cccc1", "Can't kekulize mol. Unkekulized atoms: 0 1 2 3 4 (RDKit counts atoms from 0)"),
-    ("[13CH3]1CC1", "Explicit valence for atom # 0 C, 5, is greater than permitted (RDKit counts atoms from 0)"),
+    # RDKit's atoms named where the text writes them: its "atom # 1" counts from 0, and [H] and [13CH3] count one each
+    ("c1cccc1", "the aromatic atoms at positions 1, 3, 4, 5, 6 (written lowercase) cannot take alternating single and "
+                "double bonds (RDKit: Can't kekulize mol. Unkekulized atoms: 0 1 2 3 4)"),
+    ("CCO.c1ccnc1", "the aromatic atoms at positions 5, 7, 8, 9, 10 (written lowercase) cannot take alternating single "
+                    "and double bonds: an aromatic nitrogen that bears a hydrogen is written [nH], as in pyrrole, "
+                    "c1cc[nH]c1 (RDKit: Can't kekulize mol. Unkekulized atoms: 3 4 5 6 7)"),
+    ("[13CH3]1CC1", "the [13CH3] at position 1 has more bonds than it can (RDKit: Explicit valence for atom # 0 C, 5, "
+                    "is greater than permitted, counting atoms from 0)"),
+    ("[H]C(C)(C)(C)(C)C", "the C at position 4 has more bonds than it can (RDKit: Explicit valence for atom # 1 C, 6, "
+                          "is greater than permitted, counting atoms from 0)"),
+    ("CCo", "the o at position 3 is written aromatic (lowercase) but is in no ring (RDKit: non-ring atom 2 marked "
+            "aromatic, counting atoms from 0)"),
     # each of these was "RDKit cannot parse ... as a molecule" alone
     ("C==C", "the bond '=' at position 3 follows another bond"),
     ("CC(=O)O.", "the '.' at position 8 has no molecule after it"),

@@ -44,8 +44,8 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("xyz", "not a valid SMILES"),
     ("C1CC", "not a valid SMILES: RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never "
              "closed"),
-    ("CN(C)(C)(C)C.CCO", "'CN(C)(C)(C)C' as a molecule: Explicit valence for atom # 1 N, 5, is greater than permitted "
-                         "(RDKit counts atoms from 0)"),
+    ("CN(C)(C)(C)C.CCO", "'CN(C)(C)(C)C' as a molecule: the N at position 2 has more bonds than it can (RDKit: "
+                         "Explicit valence for atom # 1 N, 5, is greater than permitted, counting atoms from 0)"),
     ("C" * (MAX_QUERY_CHARS + 1), "limit is"),
     ("CC[Na]", "not in the model's vocabulary"),
     ("CC O", "no spaces"),
