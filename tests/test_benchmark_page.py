@@ -325,6 +325,18 @@ def test_the_live_benchmark_says_it_reads_one_writing_where_the_sidebar_reads_fi
     assert "each query read in 1 writing" in captions
 
 
+def test_the_live_run_offers_no_draft_model_method_to_a_model_without_one(copy_models, monkeypatch, tmp_path):
+    """The sidebar leaves out the draft model's methods where the model has no draft/ folder; the live run offered
+    them, and one chosen failed with "forward has no draft model (a draft/ folder): use spec-sample"."""
+    from views.common import method_label
+
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    offered = at.multiselect[0].options
+    assert method_label("spec-sample") in offered and method_label("spec-sample-draft") not in offered
+
+
 # ---- charts are named for a screen reader ------------------------------------------------------------------------
 
 

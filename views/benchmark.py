@@ -654,7 +654,9 @@ def main() -> None:
             st.caption(f"It reads each query in one writing: the sidebar's \"Read the query in {cfg.augment} "
                        "writings\" does not apply to benchmarks, saved or live.")
         n_queries = st.slider("Example queries", 1, len(common.load_examples()), 3)
-        choices = [m for m in common.method_order() if m != "greedy"]
+        drafts_by_model = cfg.predictor().draft_model is not None  # the sidebar offers the draft model's methods so
+        choices = [m for m in common.method_order()
+                   if m != "greedy" and (METHODS[m].drafts != "model" or drafts_by_model)]
         methods = st.multiselect("Methods (greedy always runs as the reference)", choices,
                                  default=[m for m in LIVE_DEFAULT_METHODS if m in choices],
                                  format_func=common.method_label)
