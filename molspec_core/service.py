@@ -80,20 +80,30 @@ def model_folder(name_or_path: str | Path) -> Path:
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise checkpoint.CheckpointError(f"a model is a folder's path or a shipped model's name, not "
                                          f"{type(name_or_path).__name__}")
+    if str(name_or_path) == "":  # a blank setting: Path("") is the working folder, told to be a shipped model's
+        raise checkpoint.CheckpointError(f"a model is a folder's path or a shipped model's name, not an empty name "
+                                         f"(shipped: {shipped_names()})")
     path = Path(name_or_path)
     shipped_folder = MODELS_DIR / str(name_or_path)
-    if not path.is_dir() and shipped_folder.is_dir():
+    # "." and "forward/.." name the folder of the shipped models, not one of them
+    shipped = shipped_folder.is_dir() and shipped_folder.resolve() != MODELS_DIR.resolve()
+    if not path.is_dir() and shipped:
         return shipped_folder
-    if path.is_dir() and not (path / "config.json").exists() and shipped_folder.is_dir() and not path.is_absolute():
+    if path.is_dir() and not (path / "config.json").exists() and shipped and not path.is_absolute():
         # a folder of the shipped model's name in the working directory was read instead, "config.json is missing"
         raise checkpoint.CheckpointError(f"{path} is a folder here that holds no model (no config.json); the shipped "
                                          f"model {name_or_path} is {shipped_folder}: give that path, or run from "
                                          "another folder")
     if not path.exists():
-        shipped = sorted(folder.name for folder in MODELS_DIR.glob("*") if (folder / "config.json").is_file())
         raise checkpoint.CheckpointError(f"model folder {path} does not exist, and no shipped model has that name "
-                                         f"(shipped: {', '.join(shipped) or 'none'})")
+                                         f"(shipped: {shipped_names()})")
     return path
+
+
+def shipped_names() -> str:
+    """The shipped models' names, for a refusal: "forward, retro" ("none" where none is installed)."""
+    return ", ".join(sorted(folder.name for folder in MODELS_DIR.glob("*") if (folder / "config.json").is_file())) \
+        or "none"
 
 
 def model_task(name_or_path: str | Path) -> str:

@@ -671,6 +671,18 @@ def test_a_folder_of_a_shipped_models_name_here_is_named_as_the_cause(tmp_path, 
         Predictor.load("forward", device="cpu")
 
 
+def test_an_empty_name_or_the_working_folder_is_not_taken_for_the_shipped_models_folder(tmp_path, monkeypatch):
+    """Predictor.load("") (a blank setting) and Predictor.load(".") in a folder without a model were told that "the
+    shipped model . is .../models: give that path", the folder holding the shipped models, which is no model."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match=r"^a model is a folder's path or a shipped model's name, not an empty "
+                                              r"name \(shipped: forward, retro\)$"):
+        Predictor.load("")
+    with pytest.raises(CheckpointError, match="config.json is missing") as refused:
+        Predictor.load(".")
+    assert "shipped model" not in str(refused.value)
+
+
 def test_a_mistyped_native_build_is_warned_of_when_the_numpy_step_stands_in(monkeypatch, caplog):
     """MOLSPEC_NATIVE_BUILD=foo dropped float32 to the NumPy step with a line at info level only."""
     import logging
