@@ -53,11 +53,17 @@ BOND_SYMBOLS = "-=#$:/\\~"
 def why_unreadable(smiles: str) -> str:
     """What to mend in a SMILES that RDKit refuses, in a chemist's words: the first character that no SMILES holds
     there (a letter that is no atom outside brackets, a charge outside brackets, a bracket atom RDKit cannot read, a
-    bond or '.' with nothing to join, an empty branch), or the first parenthesis, bracket or ring bond left open, or
-    closed where none is open (positions count characters from 1), else RDKit's own account of a molecule it reads
-    but cannot accept (an atom's valence, an aromatic ring it cannot kekulize); "" when it is none of these."""
+    bond or '.' with nothing to join, an empty branch, a ring bond closed on its own atom or on a pair bonded already),
+    or the first parenthesis, bracket or ring bond left open, or closed where none is open (positions count characters
+    from 1), else RDKit's own account of a molecule it reads but cannot accept (an atom's valence, an aromatic ring it
+    cannot kekulize); "" when it is none of these."""
     opened: list[int] = []  # positions of the unclosed "("
-    rings: dict[str, int] = {}  # each open ring bond label: its position
+    rings: dict[str, tuple[int, int | None]] = {}  # each open ring bond label: its position, the atom it opened on
+    # The atoms as RDKit numbers them: how many so far, the one a following atom bonds to (none after a '.'), those
+    # each open '(' branches from, and the pairs bonded (a ring bond may not bond an atom to itself, nor a pair twice)
+    atoms, current = 0, None
+    roots: list[int | None] = []
+    bonded: set[frozenset[int]] = set()
     last, last_at = "start", 0  # what the previous token was (start, atom, bond, dot, open, close, ring), its position
     i = 0
     while i < len(smiles):
@@ -98,18 +104,35 @@ def why_unreadable(smiles: str) -> str:
                 if not opened:
                     return f"the ')' at position {at} closes no '('"
                 opened.pop()
+            if char == "(":
+                roots.append(current)
+            else:
+                current = roots.pop() if char == ")" else None
             kind, i = {".": "dot", "(": "open", ")": "close"}[char], i + 1
         elif (label := RING_LABEL.match(smiles, i)) is not None:
             name = label[0]
             if last in ("start", "dot", "open"):
                 return f"ring bond {name} at position {at} has no atom before it"
-            if rings.pop(name, None) is None:
-                rings[name] = at
+            opener = rings.pop(name, None)
+            if opener is None:
+                rings[name] = (at, current)
+            elif opener[1] == current:
+                return (f"ring bond {name} at position {at} closes on the atom it was opened on at position "
+                        f"{opener[0]}: a ring bond joins two atoms")
+            elif frozenset((opener[1], current)) in bonded:
+                return (f"ring bond {name} at position {at} joins two atoms that are bonded already (ring bond {name} "
+                        f"opened at position {opener[0]})")
+            else:
+                bonded.add(frozenset((opener[1], current)))
             kind, i = "ring", label.end()
         elif char.isalpha() and _in_word(smiles, i):
             return ""  # a name ("aspirin", "Cyclohexane"): the caller says that names are not read
         else:
             return f"the {char!r} at position {at} {_not_smiles(char)}"
+        if kind == "atom":
+            if current is not None:
+                bonded.add(frozenset((current, atoms)))
+            current, atoms = atoms, atoms + 1
         last, last_at = kind, at
     if last == "bond":
         return f"the bond '{smiles[last_at - 1]}' at position {last_at} has no atom after it"
@@ -118,7 +141,7 @@ def why_unreadable(smiles: str) -> str:
     if opened:
         return f"the '(' at position {opened[0]} is never closed"
     if rings:
-        name, at = min(rings.items(), key=lambda item: item[1])
+        name, (at, _) = min(rings.items(), key=lambda item: item[1][0])
         return f"ring bond {name} opened at position {at} is never closed"
     mol = Chem.MolFromSmiles(smiles, sanitize=False)
     problems = Chem.DetectChemistryProblems(mol) if mol is not None else ()

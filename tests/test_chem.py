@@ -292,6 +292,10 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CNa", "the 'a' at position 3 is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I "
             "(aromatic: b, c, n, o, p, s), and every other element in brackets, as [Na] or [Si]"),
     ("C{C}", "the '{' at position 2 is not part of a SMILES"),
+    # each of these was "RDKit cannot parse ... as a molecule" alone
+    ("C11", "ring bond 1 at position 3 closes on the atom it was opened on at position 2: a ring bond joins two atoms"),
+    ("C12CC12", "ring bond 2 at position 7 joins two atoms that are bonded already (ring bond 2 opened at position 3)"),
+    ("C1C1", "ring bond 1 at position 4 joins two atoms that are bonded already (ring bond 1 opened at position 2)"),
     ("aspirin", ""),  # a name: the service says names are not read
 ])
 def test_a_refused_smiles_says_what_to_mend(smiles, reason):
@@ -304,7 +308,8 @@ def test_a_refused_smiles_says_what_to_mend(smiles, reason):
 
 @pytest.mark.parametrize("smiles", ["C1CC1", "C%(123)CC%(123)", "[13CH3]C1CC1", "[NH3+]CC(=O)[O-]", "C1CC.C1",
                                     "c1ccccc1N(=O)=O", "C12CC1C2", "C(C.C)", "C\\\\C", "C=1CC=1", "C$C", "C~C",
-                                    "Cl[Pd](Cl)(<-N)<-N", "[NH3]->[Pt](Cl)Cl", "C(C)1CC1", "*C"])
+                                    "Cl[Pd](Cl)(<-N)<-N", "[NH3]->[Pt](Cl)Cl", "C(C)1CC1", "*C", "c1ccc2ccccc2c1",
+                                    "C12(CC1)CC2", "C1CC(CC1)C1CC1", "C1.C1", "C%10CC%10C1CC1"])
 def test_every_smiles_rdkit_reads_has_no_reason_to_mend(smiles):
     assert mol_from_smiles(smiles) is not None and why_unreadable(smiles) == ""
 
