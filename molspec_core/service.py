@@ -746,6 +746,11 @@ class Predictor:
             return "none", 0, 0
         return drafter, length, count
 
+    def __repr__(self) -> str:
+        """The call that loads this model so: Predictor.load('/.../models/forward', device='cpu', ...)."""
+        return (f"Predictor.load({str(self.path)!r}, device={str(self.device)!r}, engine={self.engine!r}, "
+                f"dtype={self.dtype!r})")
+
     def __reduce__(self) -> tuple:
         """Refused, whatever the engine: the C engine's loaded library cannot be pickled, and a copy of the NumPy
         engine's packed weights unpickled but failed inside torch on its first call."""

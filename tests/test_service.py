@@ -32,6 +32,12 @@ def test_load_by_name_finds_the_shipped_forward_model(forward):
     assert forward.path == FORWARD_MODEL and forward.task == "forward"
 
 
+def test_a_predictor_prints_as_the_call_that_loads_it(copier):
+    """It printed as <molspec_core.service.Predictor object at 0x...>: which model, where, computing how?"""
+    assert repr(copier) == (f"Predictor.load({str(FIXTURES / 'copy_model')!r}, device='cpu', engine='numpy', "
+                            "dtype='float32')")
+
+
 def test_query_is_canonicalized_before_decoding(copier):
     result = copier.predict("OCC")
     assert result.ok and result.canonical_query == "CCO"
