@@ -154,6 +154,11 @@ def convert_to_ctranslate2(model_dir: str | Path, out_dir: str | Path) -> Path:
     return out_dir
 
 
+class PeerError(OSError):
+    """The peer failed: its process ended or hung, or CTranslate2 refused a request or the model. An OSError, as a
+    broken pipe to a process is, so that the command line reports it as one `error:` line (boundary.py)."""
+
+
 @dataclass(frozen=True)
 class PeerHypothesis:
     tokens: tuple[str, ...]  # output tokens, without bos/eos
@@ -173,7 +178,7 @@ PEER_TIMEOUT_S = 600.0
 class CTranslate2Peer:
     """A converted model decoded by CTranslate2 on CPU, a batch of queries a request (as our decoders get it), in a
     process of its own (peer_worker.py says why), stopped between requests; each decode is timed in that process.
-    A process that ends, or gives no answer within timeout_s (then it is ended), raises a RuntimeError that says so.
+    A process that ends, or gives no answer within timeout_s (then it is ended), raises a PeerError that says so.
     ct2_dir must be a whole conversion (convert_to_ctranslate2), of model_dir's weights where model_dir is given
     (read_source: a ValueError otherwise); max_positions is the converted model's unless given."""
 
@@ -214,7 +219,7 @@ class CTranslate2Peer:
         if hasattr(signal, "SIGCONT"):
             self._process.send_signal(signal.SIGCONT)
 
-    def _ended(self) -> RuntimeError:
+    def _ended(self) -> PeerError:
         """The error for a process that has ended: how it ended, and the last lines it wrote to stderr."""
         try:
             code = self._process.wait(timeout=5)  # its stdout is closed: it is ending
@@ -226,7 +231,7 @@ class CTranslate2Peer:
             how = "exit status unknown" if code is None else f"exit status {code}"
         self._stderr.seek(0)
         detail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-        return RuntimeError(f"the CTranslate2 peer process ended ({how}): {' | '.join(detail) or 'no message'}")
+        return PeerError(f"the CTranslate2 peer process ended ({how}): {' | '.join(detail) or 'no message'}")
 
     def _read_line(self) -> bytes | None:
         """The process's next line (b"" once it has closed its output), or None after timeout_s without one."""
@@ -250,13 +255,13 @@ class CTranslate2Peer:
         line = self._read_line()
         if line is None:
             self._process.kill()  # its state is unknown: no later request may go to it
-            raise RuntimeError(f"the CTranslate2 peer gave no answer in {self.timeout_s:g} s (it hangs, or the "
+            raise PeerError(f"the CTranslate2 peer gave no answer in {self.timeout_s:g} s (it hangs, or the "
                                "request is beyond it); its process was ended")
         if not line:
             raise self._ended()
         answer = json.loads(line)
         if "error" in answer:
-            raise RuntimeError(f"CTranslate2: {answer['error']}")
+            raise PeerError(f"CTranslate2: {answer['error']}")
         return answer
 
     def decode_timed(self, sources: list[list[str]], width: int = 1, n_best: int = 1

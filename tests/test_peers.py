@@ -14,7 +14,7 @@ from molspec_core.bench import run_bench  # noqa: E402
 from molspec_core.decoding.beam import beam_search  # noqa: E402
 from molspec_core.decoding.greedy import greedy  # noqa: E402
 from molspec_core.drafting import NullDrafter  # noqa: E402
-from molspec_core.peers import SOURCE_FILE, CTranslate2Peer, convert_to_ctranslate2  # noqa: E402
+from molspec_core.peers import SOURCE_FILE, CTranslate2Peer, PeerError, convert_to_ctranslate2  # noqa: E402
 from molspec_core.service import Predictor  # noqa: E402
 from molspec_core.tokenizer import Vocab  # noqa: E402
 
@@ -188,9 +188,9 @@ def test_a_peer_process_that_dies_during_a_request_says_so(tmp_path):
     peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
     try:
         peer._process.stdin = _SignalAfterWrite(peer, signal.SIGKILL)
-        with pytest.raises(RuntimeError, match="peer process ended .killed by SIGKILL"):
+        with pytest.raises(PeerError, match="peer process ended .killed by SIGKILL"):
             peer.decode(["C", "C", "O"])
-        with pytest.raises(RuntimeError, match="peer process ended .killed by SIGKILL"):
+        with pytest.raises(PeerError, match="peer process ended .killed by SIGKILL"):
             peer.decode(["C", "C", "O"])
     finally:
         peer.close()
@@ -200,7 +200,7 @@ def test_a_peer_process_killed_between_requests_says_how_it_ended(tmp_path):
     peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
     try:
         peer._process.kill()
-        with pytest.raises(RuntimeError, match="peer process ended .killed by SIGKILL"):
+        with pytest.raises(PeerError, match="peer process ended .killed by SIGKILL"):
             peer.decode(["C", "C", "O"])
     finally:
         peer.close()
@@ -211,7 +211,7 @@ def test_a_peer_that_gives_no_answer_is_ended_after_its_time_limit(tmp_path):
     peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"), timeout_s=1)
     try:
         peer._process.stdin = _SignalAfterWrite(peer, signal.SIGSTOP)
-        with pytest.raises(RuntimeError, match="gave no answer in 1 s"):
+        with pytest.raises(PeerError, match="gave no answer in 1 s"):
             peer.decode(["C", "C", "O"])
         assert peer._process.poll() is not None
     finally:
@@ -225,7 +225,7 @@ def test_a_peer_without_ctranslate2_in_its_process_says_so(tmp_path, monkeypatch
     shadow.mkdir()
     (shadow / "ctranslate2.py").write_text("raise ImportError('No module named ctranslate2')\n")
     monkeypatch.setenv("PYTHONPATH", str(shadow))
-    with pytest.raises(RuntimeError, match=r"^CTranslate2: cannot load .*ImportError: No module named ctranslate2$"):
+    with pytest.raises(PeerError, match=r"^CTranslate2: cannot load .*ImportError: No module named ctranslate2$"):
         CTranslate2Peer(ct2_dir)
 
 
@@ -285,3 +285,15 @@ def test_an_interrupted_conversion_leaves_the_earlier_one_whole(random_checkpoin
     (half / SOURCE_FILE).unlink()
     with pytest.raises(ValueError, match="not a whole CTranslate2 conversion"):
         CTranslate2Peer(half)
+
+
+def test_cli_bench_reports_a_peer_that_dies_as_one_error_line(tmp_path, monkeypatch, capsys):
+    """A peer process killed mid-run (out of memory) ended `molspec bench` with a traceback."""
+    from molspec_core.cli import main
+
+    monkeypatch.setattr(CTranslate2Peer, "_resume", lambda peer: peer._process.kill())
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(QUERIES[:2]) + "\n")
+    assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "greedy",
+                 "--warmup", "0", "--peer", "ctranslate2"]) == 2
+    assert "error: the CTranslate2 peer process ended (killed by SIGKILL)" in capsys.readouterr().err
