@@ -176,19 +176,42 @@ def read_vocab(folder: Path, cfg: ModelConfig) -> Vocab:
         raise CheckpointError(f"{path}: {exc}") from None
 
 
+def _declared_bytes(path: Path, header_bytes: int) -> int | None:
+    """The size a safetensors file's header says the file has (the length prefix, the header, the data its last
+    tensor ends at), or None where the header cannot say."""
+    try:
+        with path.open("rb") as f:
+            header = json.loads(f.read(8 + header_bytes)[8:])
+        ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    return 8 + header_bytes + max(ends) if ends and all(type(end) is int for end in ends) else None
+
+
 def read_header(path: Path) -> dict[str, TensorHeader]:
     """The tensors a safetensors file declares, from its header alone."""
     _require_file(path)
     try:
         with path.open("rb") as f:
             prefix = f.read(8)  # the header's length, little-endian, then the JSON header
-        header_bytes = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
-        if not 0 < header_bytes <= MAX_HEADER_BYTES:
-            raise CheckpointError(f"{path} is not a safetensors file, or its header is over {MAX_HEADER_BYTES:,} bytes")
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    header_bytes = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+    if not 0 < header_bytes <= MAX_HEADER_BYTES:
+        raise CheckpointError(f"{path} is not a safetensors file, or its header is over {MAX_HEADER_BYTES:,} bytes")
+    try:
         with safe_open(str(path), framework="pt") as f:  # maps the file; checks offsets against its size
             tensors = {name: f.get_slice(name) for name in f.keys()}
             return {name: TensorHeader(path, tuple(t.get_shape()), t.get_dtype()) for name, t in tensors.items()}
     except (OSError, SafetensorError) as exc:
+        declared, size = _declared_bytes(path, header_bytes), path.stat().st_size
+        # safetensors says "incomplete metadata" of both, which sent a user to the header of a cut-short copy
+        if declared is not None and size < declared:
+            raise CheckpointError(f"{path} is cut short: {size:,} bytes where its header describes {declared:,} "
+                                  "(an interrupted copy or download?); copy it again") from None
+        if declared is not None and size > declared:
+            raise CheckpointError(f"{path} has {size - declared:,} bytes past the {declared:,} its header "
+                                  "describes; a safetensors file ends with its last tensor") from None
         raise CheckpointError(f"{path} is not a readable safetensors file: {str(exc)[:200]}") from None
 
 

@@ -335,3 +335,21 @@ def test_cli_average_takes_shipped_models_by_name_as_every_other_command_does(tm
     monkeypatch.chdir(tmp_path)  # no folder named one or two here: the names are the shipped models'
     assert main(["average", "--model", "one", "--model", "two", "--out", str(tmp_path / "mean")]) == 0
     assert "mean of 2 models (forward)" in capsys.readouterr().out
+
+
+# ---- session 85's audit: cut-short files, and a model folder checked as the app loads it ---------------------------
+
+def test_a_cut_short_or_lengthened_weight_file_is_named_so(tmp_path, monkeypatch, no_model_built):
+    """An interrupted copy of a shard was refused as "incomplete metadata, file not fully covered", which sent the
+    user to the header; the message now says the file is cut short, by how much, and to copy it again."""
+    folder = tiny_folder(tmp_path, shards=True, monkeypatch=monkeypatch)
+    shard = sorted(folder.glob("model-*.safetensors"))[1]
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:-1000])
+    cut = rf"{shard.name} is cut short: {len(whole) - 1000:,} bytes where its header describes {len(whole):,} \(an"
+    with pytest.raises(checkpoint.CheckpointError, match=cut):
+        checkpoint.load(folder)
+    shard.write_bytes(whole + b"\0" * 8)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"{shard.name} has 8 bytes past the {len(whole):,} its "
+                                                         "header describes"):
+        checkpoint.load(folder)
