@@ -36,10 +36,11 @@ def serve(ct2_dir: str, compute_type: str, threads: int) -> None:
             started = time.perf_counter()
             # min_decoding_length=0: CTranslate2's default of 1 forbids eos at the first step and
             # renormalizes, which changes that step's log-probability (our decoders allow an empty answer).
-            # max_batch_size=0 (the default): the batch as given, neither sorted nor split.
+            # max_batch_size=0 (the default): the batch as given, neither sorted nor split. max_input_length=0:
+            # the whole source, as our encoder reads it (CTranslate2's default cut it at 1,024 tokens, silently).
             results = translator.translate_batch(
                 request["src"], beam_size=request["width"], num_hypotheses=request["n_best"], length_penalty=0.0,
-                return_scores=True, min_decoding_length=0, max_decoding_length=request["max_len"])
+                return_scores=True, min_decoding_length=0, max_decoding_length=request["max_len"], max_input_length=0)
             seconds = time.perf_counter() - started
             answer = {"hypotheses": [r.hypotheses for r in results], "scores": [r.scores for r in results],
                       "seconds": seconds}

@@ -297,3 +297,31 @@ def test_cli_bench_reports_a_peer_that_dies_as_one_error_line(tmp_path, monkeypa
     assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "greedy",
                  "--warmup", "0", "--peer", "ctranslate2"]) == 2
     assert "error: the CTranslate2 peer process ended (killed by SIGKILL)" in capsys.readouterr().err
+
+
+def test_the_peer_reads_a_source_past_1024_tokens_whole(tmp_path):
+    """CTranslate2 cuts a source at 1,024 tokens unless told not to; our encoder reads all of it (a model of more
+    positions): the peer's answer must score under our model as the peer scored it."""
+    import torch
+
+    from molspec_core.model import Seq2SeqTransformer, preset
+    from molspec_core.tokenizer import BOS_ID, EOS_ID
+
+    vocab = Vocab(["<pad>", "<bos>", "<eos>", "<unk>", "C", "O", "N", "(", ")", "=", "1", "c", "Cl", "Br"])
+    torch.manual_seed(0)
+    checkpoint.save(Seq2SeqTransformer(preset("tiny", len(vocab), max_positions=1100)).eval(), vocab, tmp_path / "m")
+    model, vocab, _ = checkpoint.load(tmp_path / "m")
+    peer = CTranslate2Peer(convert_to_ctranslate2(tmp_path / "m", tmp_path / "ct2"))
+    try:
+        src = ["C"] * 1024 + ["O"] * 6
+        answer = peer.decode(src)[0]
+    finally:
+        peer.close()
+    ids = [vocab.index[t] for t in answer.tokens]
+    ended = len(ids) < peer.max_positions - 1  # an answer cut at the length budget has no eos
+    target = torch.tensor([ids + [EOS_ID] if ended else ids])
+    fed = torch.tensor([[BOS_ID] + target[0, :-1].tolist()])  # teacher-forced: bos, then the answer but its last
+    with torch.no_grad():
+        logits = model(torch.tensor([[vocab.index[t] for t in src]]), fed)
+    ours = logits.log_softmax(-1).gather(-1, target.unsqueeze(-1)).sum().item()
+    assert answer.score == pytest.approx(ours, abs=1e-2)
