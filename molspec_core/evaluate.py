@@ -13,7 +13,7 @@ from .calibration import is_count
 from .chem import CXSMILES, canonical_or_none
 from .known import read_known
 from .methods import METHODS, method as method_row
-from .service import DEFAULT_BATCH_SIZE, Predictor, windows
+from .service import DEFAULT_BATCH_SIZE, Predictor, QueryResult, windows
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -121,55 +121,80 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     """Top-1..n_best accuracy in the model's own order (comparable with the papers), and as the app ranks
     the answers (`ranked_top*`: sane answers first, see service.rank_answers); options (draft_len, n_drafts,
     sampling) go to Predictor.predict. A ValueError, and no report, where nothing could be scored: every target
-    unreadable (before decoding) or every query refused, as predict fails a file whose every query is refused."""
+    unreadable (before decoding) or every query refused, as predict fails a file whose every query is refused.
+    Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the report of the queries scored before
+    the stop, as its `partial_report` (marked partial: PARTIAL), or None where none was: the caller keeps it."""
     check_method(method, n_best)
     if not sources or len(targets) != len(sources):
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
                          f"and {len(targets)} targets")
-    correct = {"top": [0] * n_best, "ranked_top": [0] * n_best}
-    # each query's first right place (1-based; None: not among the answers, or refused), in both orders:
-    # what compare_reports tests two models on, query by query
-    first = {"top": [], "ranked_top": []}
-    invalid = flagged = repeated = 0
+    # per query, in order: its first right place (1-based; None: not among the answers, or refused) in both orders,
+    # what compare_reports tests two models on, query by query; and what its first answer was
+    first: dict[str, list[int | None]] = {"top": [], "ranked_top": []}
+    marks: dict[str, list[bool]] = {"invalid": [], "flagged": [], "repeated": []}
     refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
-    unreadable = sum(read_known(target) is None for target in targets)
-    if unreadable == len(targets):
+    if all(read_known(target) is None for target in targets):
         raise ValueError(f"none of the {len(targets)} targets is a SMILES RDKit reads (the first: "
                          f"{targets[0][:60]!r}), so every query would be a miss: check the targets' file")
-    for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length
-        results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size, **options)
-        for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
-            if not result.ok:
-                refused.append({"query": number, "error": result.error})
-                for name in first:
-                    first[name].append(None)
-                continue
-            model_order = result.in_model_order()
-            if model_order:
-                invalid += not model_order[0].valid
-                flagged += model_order[0].valid and not model_order[0].sane
-            repeated += any(p.spellings > 1 for p in result.predictions)
-            right = hits([p.smiles for p in result.predictions], target)
-            # In the model's order a place is one in its beam (a folded repeat kept its first spelling's
-            # model_rank: service.fold_repeats), among its own first answers (those set aside included);
-            # in the app's order, one in the list it shows.
-            own = [p.model_rank - 1 for p, hit in zip(model_order, hits([p.smiles for p in model_order], target))
-                   if hit]
-            places = {"top": own, "ranked_top": [k for k, hit in enumerate(right) if hit]}
-            for name, found in places.items():
-                for k in range(min(found, default=n_best), n_best):
-                    correct[name][k] += 1
-                first[name].append(min(found) + 1 if found and min(found) < n_best else None)
-    n = len(sources)
-    if len(refused) == n:  # a report of 0% would read as the model's accuracy
-        raise ValueError(f"none of the {n} queries could be evaluated: each was refused (the first: "
+    scored = 0  # the queries of the windows done: what a report counts
+    try:
+        for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length
+            results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size,
+                                        **options)
+            for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
+                _score(result, target, n_best, number, first, marks, refused)
+            scored = window.stop
+    except BaseException as stop:  # the queries scored are not lost with it (the caller writes them)
+        stop.partial_report = (dict(_report(first, marks, refused, targets[:scored], n_best, method),
+                                    **{PARTIAL: {"of_n": len(sources), "stopped_by": type(stop).__name__}})
+                               if scored else None)
+        raise
+    if len(refused) == len(sources):  # a report of 0% would read as the model's accuracy
+        raise ValueError(f"none of the {len(sources)} queries could be evaluated: each was refused (the first: "
                          f"{refused[0]['error']})")
-    report = {f"{name}{k + 1}": counts[k] / n for name, counts in correct.items() for k in range(n_best)}
-    report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=invalid / n, flagged_rate=flagged / n,
-                  repeated_rate=repeated / n, query_errors=len(refused), query_error_examples=refused[:10],
-                  unreadable_targets=unreadable,
+    return _report(first, marks, refused, targets, n_best, method)
+
+
+PARTIAL = "partial"  # in a report of the queries scored before a stop: how many were asked for, and what stopped it
+
+
+def _score(result: QueryResult, target: str, n_best: int, number: int, first: dict[str, list[int | None]],
+           marks: dict[str, list[bool]], refused: list[dict]) -> None:
+    """One query's outcome, added to evaluate's per-query lists (`number`: its place among those evaluated)."""
+    if not result.ok:
+        refused.append({"query": number, "error": result.error})
+        for name in first:
+            first[name].append(None)
+        for name in marks:
+            marks[name].append(False)
+        return
+    model_order = result.in_model_order()
+    marks["invalid"].append(bool(model_order) and not model_order[0].valid)
+    marks["flagged"].append(bool(model_order) and model_order[0].valid and not model_order[0].sane)
+    marks["repeated"].append(any(p.spellings > 1 for p in result.predictions))
+    # In the model's order a place is one in its beam (a folded repeat kept its first spelling's
+    # model_rank: service.fold_repeats), among its own first answers (those set aside included);
+    # in the app's order, one in the list it shows.
+    own = [p.model_rank - 1 for p, hit in zip(model_order, hits([p.smiles for p in model_order], target)) if hit]
+    places = {"top": own, "ranked_top": [k for k, hit in enumerate(hits([p.smiles for p in result.predictions],
+                                                                         target)) if hit]}
+    for name, found in places.items():
+        first[name].append(min(found) + 1 if found and min(found) < n_best else None)
+
+
+def _report(first: dict[str, list[int | None]], marks: dict[str, list[bool]], refused: list[dict],
+            targets: list[str], n_best: int, method: str) -> dict:
+    """The report of the first len(targets) queries' outcomes (_score): each top-k counted from their places."""
+    n = len(targets)
+    refused = [query for query in refused if query["query"] <= n]
+    report = {f"{name}{k}": sum(place is not None and place <= k for place in places[:n]) / n
+              for name, places in first.items() for k in range(1, n_best + 1)}
+    report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=sum(marks["invalid"][:n]) / n,
+                  flagged_rate=sum(marks["flagged"][:n]) / n, repeated_rate=sum(marks["repeated"][:n]) / n,
+                  query_errors=len(refused), query_error_examples=refused[:10],
+                  unreadable_targets=sum(read_known(target) is None for target in targets),
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
                   flagged_rate_counts="the model's top-1 answers that are valid but not sane "
                                       "(chem.answer_concerns) / n",
@@ -179,7 +204,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
                                             "in every top-k)",
                   query_error_examples_counts="the first ten refused queries (each a miss in every top-k): its place "
                                               "among those evaluated (1-based, after --index and --limit) and why",
-                  first_right={"model_order": first["top"], "app_order": first["ranked_top"]},
+                  first_right={"model_order": first["top"][:n], "app_order": first["ranked_top"][:n]},
                   first_right_counts="per query, in order: the first place (1-based) holding the right answer, "
                                      "null where none of the n_best does or the query was refused")
     return report
@@ -279,8 +304,11 @@ def compare_reports(a: dict, b: dict) -> dict:
     same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", "src", "tgt", "index")
     differ = [key for key in same if a.get(key) != b.get(key)]
     if differ:
+        stopped = [f"the {name} report is partial, stopped after {report['n']} of {report[PARTIAL]['of_n']} queries"
+                   for name, report in (("first", a), ("second", b)) if isinstance(report.get(PARTIAL), dict)]
         raise ValueError("the reports are not on the same queries: " +
-                         ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ))
+                         ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ) +
+                         "".join(f" ({why})" for why in stopped))
     n, n_best = a["n"], min(a["n_best"], b["n_best"])
     table: dict = {"n": n, "n_best": n_best}
     for order in ORDERS:

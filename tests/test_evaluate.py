@@ -2,7 +2,8 @@
 and what compare is told of two reports' settings."""
 import pytest
 
-from molspec_core.evaluate import hits, read_pairs, setting_differences, software
+from molspec_core.evaluate import compare_reports, evaluate, hits, read_pairs, setting_differences, software
+from molspec_core.service import Prediction, QueryResult
 
 
 def write(path, text: str) -> str:
@@ -96,3 +97,43 @@ def test_software_names_the_package_version():
 
     found = software()
     assert found["version"] == importlib.metadata.version("molspec") and set(found) == {"version", "commit"}
+
+
+class Answering:
+    """A predictor without a model: each query's answers are given, by query; its `stop_at`-th predict call (one a
+    window: batch size 1, a query each) is stopped as Ctrl-C stops it."""
+
+    def __init__(self, answers: dict[str, list[str]], stop_at: int | None = None) -> None:
+        self.answers, self.stop_at, self.calls = answers, stop_at, 0
+
+    def predict(self, queries, **options):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return [QueryResult(query=q, canonical_query=q, method="beam", predictions=tuple(
+            Prediction(rank=rank, smiles=s, score=-rank, valid=True, tokens=(), provenance=(), model_rank=rank)
+            for rank, s in enumerate(self.answers[q], start=1))) if q in self.answers
+            else QueryResult(query=q, error="not a valid SMILES") for q in queries]
+
+
+def test_a_stopped_evaluation_keeps_the_report_of_the_queries_it_scored_marked_partial():
+    """Ctrl-C an hour into a run of 5,000 queries lost every figure: what is raised carries the report of the
+    queries scored before the stop, marked partial, whose figures are those of a run of just those queries."""
+    answers = {"CCO": ["CCO"], "CCN": ["CCC", "CCN"], "CCC": ["CCO"]}
+    sources, targets = ["CCO", "CCN", "x", "CCC"], ["CCO", "CCN", "CCO", "CCC"]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        evaluate(Answering(answers, stop_at=4), sources, targets, 2, batch_size=1, progress=False)
+    partial = stopped.value.partial_report
+    whole = evaluate(Answering(answers), sources[:3], targets[:3], 2, batch_size=1, progress=False)
+    assert partial == dict(whole, **{"partial": {"of_n": 4, "stopped_by": "KeyboardInterrupt"}})
+    assert (partial["n"], partial["top1"], partial["top2"], partial["query_errors"]) == (3, 1 / 3, 2 / 3, 1)
+    assert partial["first_right"] == {"model_order": [1, 2, None], "app_order": [1, 2, None]}
+    full = evaluate(Answering(answers), sources, targets, 2, batch_size=1, progress=False)
+    with pytest.raises(ValueError, match=r"not on the same queries: n 3 against 4 \(the first report is partial, "
+                                         r"stopped after 3 of 4 queries\)"):
+        compare_reports(partial, full)
+    assert compare_reports(partial, whole)["model_order"][1] == {"k": 2, "a": 2 / 3, "b": 2 / 3, "only_a": 0,
+                                                                 "only_b": 0, "p": 1.0}  # the same 3 queries
+    with pytest.raises(KeyboardInterrupt) as stopped:  # stopped before a query was scored: no report
+        evaluate(Answering(answers, stop_at=1), sources, targets, 2, batch_size=1, progress=False)
+    assert stopped.value.partial_report is None
