@@ -283,13 +283,30 @@ def smiles_from_inchi(inchi: str) -> str:
     every amide's, which the models (trained on SMILES as chemists write them) read as another molecule.
     So of the tautomers with the same standard InChI, the one RDKit's tautomer scoring prefers is taken
     (amides, ketones, pyridones). A non-standard InChI with a fixed-hydrogen layer says where they sit,
-    and is kept as read."""
+    and is kept as read.
+
+    A standard InChI also writes a metal apart from the atoms it is bonded to: butyllithium's reads back as a butyl
+    radical beside a lithium atom, [CH2]CCC.[Li]. Such an InChI (an unpaired electron beside a metal atom bonded to
+    nothing) is refused, as the model would read radicals."""
     mol = Chem.MolFromInchi(inchi, sanitize=True, removeHs=True)
     if mol is None or mol.GetNumAtoms() == 0:
         raise ChemError(f"RDKit cannot read {inchi[:80]!r} as an InChI")
     if inchi.startswith("InChI=1S/"):
         mol = _preferred_tautomer(mol)
-    return Chem.MolToSmiles(mol)
+    smiles = Chem.MolToSmiles(mol)
+    metals = sorted({atom.GetSymbol() for atom in mol.GetAtoms()
+                     if atom.GetDegree() == 0 and atom.GetAtomicNum() not in NONMETALS})
+    if metals and any(atom.GetNumRadicalElectrons() and atom.GetAtomicNum() in NONMETALS for atom in mol.GetAtoms()):
+        raise ChemError(f"this InChI writes its metal ({', '.join(metals)}) apart from the atoms it is bonded to, as "
+                        f"a standard InChI does, and read back, it is {smiles[:80]}: an unpaired electron (a radical) "
+                        "beside a lone metal atom, not the compound drawn; paste its SMILES (butyllithium: [Li]CCCC) "
+                        "or draw it")
+    return smiles
+
+
+# Atomic numbers of the elements that are no metal: H, He, B, C, N, O, F, Ne, Si, P, S, Cl, Ar, As, Se, Br, Kr, Te,
+# I, Xe, At, Rn.
+NONMETALS = frozenset({1, 2, 5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 33, 34, 35, 36, 52, 53, 54, 85, 86})
 
 
 TAUTOMERS_TRIED = 200  # a tetrapeptide has more; reading one InChI stays under 0.1 s (92 ms for that one)

@@ -1,4 +1,6 @@
 """Which valid answers a chemist must not be shown as sane (chem.answer_concerns)."""
+import re
+
 import pytest
 from rdkit import Chem
 
@@ -248,6 +250,24 @@ def test_rdkit_alone_reads_an_amide_inchi_as_its_imidic_acid():
     """Why smiles_from_inchi chooses a tautomer (were RDKit to change, the choice could go)."""
     assert Chem.MolToSmiles(Chem.MolFromInchi(PARACETAMOL_INCHI)) == "CC(O)=Nc1ccc(O)cc1"
     assert smiles_from_inchi(PARACETAMOL_INCHI) == "CC(=O)Nc1ccc(O)cc1"
+
+
+@pytest.mark.parametrize("organometallic, read_back", [
+    ("CCCC[Li]", "[CH2]CCC.[Li]"), ("C[Mg]Br", "[Br-].[CH3].[Mg+]"), ("C[Zn]C", "[CH3].[CH3].[Zn]")])
+def test_an_inchi_that_reads_back_as_radicals_beside_a_lone_metal_is_refused(organometallic, read_back):
+    """A standard InChI writes a metal apart from the carbon it is bonded to: butyllithium's was read as a butyl
+    radical beside a lithium atom, and a Grignard reagent's as a methyl radical, which the model read unsaid."""
+    inchi = Chem.MolToInchi(Chem.MolFromSmiles(organometallic))
+    with pytest.raises(ChemError, match=f"read back, it is {re.escape(read_back)}: .* unpaired electron"):
+        smiles_from_inchi(inchi)
+
+
+@pytest.mark.parametrize("inchi, smiles", [
+    ("InChI=1S/NO/c1-2", "[N]=O"),  # nitric oxide is a radical, with no metal
+    ("InChI=1S/2C2H4O2.Pd/c2*1-2(3)4;/h2*1H3,(H,3,4);/q;;+2/p-2", "CC(=O)[O-].CC(=O)[O-].[Pd+2]"),  # as USPTO writes
+])
+def test_an_inchi_with_a_radical_or_a_metal_alone_is_read(inchi, smiles):
+    assert smiles_from_inchi(inchi) == smiles
 
 
 def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
