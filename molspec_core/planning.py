@@ -428,8 +428,10 @@ def check_target(target: str, predictor: Predictor) -> str:
     """The canonical target, or ValueError saying why it cannot be planned for."""
     if not isinstance(target, str) or not target.strip():
         raise ValueError("empty target: give the SMILES of the molecule to make")
-    # A reaction SMILES first: its dots separate reactants, and what it needs to hear is that it is a reaction
-    if "." in target and ">" not in target:  # in a SMILES a dot only ever separates molecules
+    # A reaction SMILES first: its dots separate reactants, and what it needs to hear is that it is a reaction.
+    # A CXSMILES's |...| part is no SMILES: the coordinates a drawing program writes there (|(0,0,;1.5,0,)|) hold dots
+    smiles = target.split("|")[0]
+    if "." in smiles and ">" not in smiles:  # in a SMILES a dot only ever separates molecules
         raise ValueError(several_molecules(target.strip()))
     return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
 

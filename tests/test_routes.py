@@ -262,3 +262,13 @@ def test_routes_page_takes_every_stock_file_the_command_line_reads(tmp_path, mon
     at = routes_page(tmp_path / "models", monkeypatch)
     accepted = at.file_uploader(key="route_stock").proto.type
     assert any(name.lower().endswith(suffix) for suffix in accepted)
+
+
+def test_routes_page_plans_for_a_cxsmiles_with_the_coordinates_a_drawing_program_writes(tmp_path, monkeypatch):
+    """A CXSMILES copied from a drawing program carries its atoms' coordinates, |(0,0,;1.3,0.75,;...)|: the dots
+    between their digits had the target refused as 'several molecules; plan a route to one at a time'."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO |(0,0,;1.3,0.75,;2.6,0,;3.9,0.75,)|")
+    assert not at.exception and not at.error
+    assert at.session_state["routes"].result.target == "NCCO"
+    assert at.expander and at.expander[0].label.startswith("Route 1")
