@@ -771,14 +771,21 @@ class Predictor:
         (predict refuses it under int8; the app's sidebar turns to float32 for it)."""
         return self.resolve(method, draft_len, n_drafts, batch_size)[2] > 1
 
-    def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
-               draft_len: int | None = None, n_drafts: int | None = None,
-               sampling: SamplingOptions | None = None) -> list[DecodeResult]:
-        """Decode token-id sources with a method; the engine-level call the benchmark times."""
+    def check_method(self, method: str) -> Method:
+        """The method's row, or a ValueError for a method this model, so loaded, cannot decode with."""
         row = method_row(method)
         if self.dtype != "float32" and row.benchmark_only:  # it ran, float32 decoder calls labelled int8
             raise ValueError(f"{method} is the uncached baseline: its decoder calls recompute every prefix in torch, "
                              f"in float32, so they cannot compute in {self.dtype}; time it with the model in float32")
+        if row.drafts == "model" and self.draft_model is None:
+            raise ValueError(f"{self.path.name} has no draft model (a draft/ folder): use spec-sample")
+        return row
+
+    def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
+               draft_len: int | None = None, n_drafts: int | None = None,
+               sampling: SamplingOptions | None = None) -> list[DecodeResult]:
+        """Decode token-id sources with a method; the engine-level call the benchmark times."""
+        row = self.check_method(method)
         drafts = self.resolve(method, draft_len, n_drafts, len(sources))
         decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs, "sampling": self._sample}
         return decoders[row.family](sources, row, n_best, drafts, sampling or SamplingOptions())
@@ -805,8 +812,6 @@ class Predictor:
         """n_best independent samples per source (seeds seed, seed+1, ...), duplicates merged, best first;
         a one-answer method of this loop (relaxed) is deterministic and decoded once."""
         drafter, length, _ = drafts
-        if row.drafts == "model" and self.draft_model is None:
-            raise ValueError(f"{self.path.name} has no draft model (a draft/ folder): use spec-sample")
         mode = row.name
         if row.drafts == "model" and drafter == "none":
             mode = "sample"  # no draft tokens: plain sampling, which is what speculative sampling equals
@@ -852,6 +857,7 @@ class Predictor:
         offers that writing (QueryResult.suggestion).
         """
         check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s)
+        self.check_method(method)
         if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):
             count = self.resolve(method, draft_len, n_drafts, batch_size)[2]  # for the message only
             raise ValueError(f"{method} verifies {count} drafts per call here, and {self.dtype} arithmetic verifies "

@@ -322,8 +322,17 @@ def test_the_uncached_baselines_are_refused_in_int8():
     """Their decoder calls ran in torch float32 while the result said int8 (only the encoder was int8)."""
     int8 = Predictor.load(FORWARD_MODEL, dtype="int8")
     for method in ("greedy-uncached", "beam-uncached"):
-        with pytest.raises(ValueError, match=f"{method} is the uncached baseline: .* cannot compute in int8"):
-            int8.predict("CCO", method=method)
+        for queries in ("CCO", [], ["xyz"]):  # refused before any query is read, as other wrong options are
+            with pytest.raises(ValueError, match=f"{method} is the uncached baseline: .* cannot compute in int8"):
+                int8.predict(queries, method=method)
+
+
+def test_a_method_the_model_cannot_decode_is_refused_before_any_query_is_read(copier):
+    """spec-sample-draft without a draft model was refused only once a query decoded: a list of unreadable queries
+    came back as their errors, and `molspec predict --ray`'s check, predict([]), passed, each worker then failing."""
+    for queries in ("CCO", [], ["xyz", ""]):
+        with pytest.raises(ValueError, match=r"copy_model has no draft model \(a draft/ folder\): use spec-sample"):
+            copier.predict(queries, method="spec-sample-draft", n_best=2)
 
 
 def test_every_greedy_method_gives_the_same_prediction(copier):
