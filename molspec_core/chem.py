@@ -227,8 +227,9 @@ def _clear_maps(mol) -> None:
     perceives stereo as it reads a SMILES, and map numbers tell otherwise alike neighbours apart: a recorded
     [CH3:1][C@H:2]([CH3:3])[OH:4] kept its mark (C[C@H](C)O, which no model answer CC(C)O equals), and a mapped
     trans-1,4-cyclohexane came out as N[C@@H]1CC[C@@H](O)CC1 where its unmapped writings give N[C@H]1CC[C@H](O)CC1
-    (47 of USPTO-50K's 10,014 test molecules). Perceived again without the maps, it writes as its unmapped SMILES."""
-    if any(atom.GetAtomMapNum() for atom in mol.GetAtoms()):
+    (47 of USPTO-50K's 10,014 test molecules). Perceived again without the maps, it writes as its unmapped SMILES.
+    A map number 0 (mappers write an unmapped atom as [CH3:0]) is removed too: RDKit keeps and writes it."""
+    if any(atom.HasProp("molAtomMapNumber") for atom in mol.GetAtoms()):
         for atom in mol.GetAtoms():
             atom.SetAtomMapNum(0)
         Chem.AssignStereochemistry(mol, cleanIt=True, force=True)

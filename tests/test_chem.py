@@ -52,6 +52,15 @@ def test_canonical_or_none_leaves_out_atom_maps_as_recorded_answers_carry_them()
     assert canonical_or_none("[2H:1]C") == "[2H]C" and canonical_or_none("c1:c:c:c:c:c:1") == "c1ccccc1"
 
 
+def test_a_map_number_0_is_no_map_and_is_left_out_as_the_others_are():
+    """Mappers write an unmapped atom as [CH3:0]: it was kept, so such a query was refused for the token '[CH3:0]'
+    and a recorded answer so written never matched the model's."""
+    from molspec_core.chem import canonical_fragments, canonical_or_none, leakage_key
+
+    assert canonical_or_none("[CH3:0][OH:0]") == leakage_key("[CH3:0][OH:0]") == "CO"
+    assert canonical_fragments("[CH3:1][C:0](=[O:0])[OH:2].[Na+:0]") == ["CC(=O)O", "[Na+]"]
+
+
 @pytest.mark.parametrize("mapped, unmapped", [
     ("[CH3:1][C@H:2]([CH3:3])[OH:4]", "CC(C)O"),  # the maps alone told the two methyls apart
     # a trans-1,4-cyclohexane (USPTO-50K test): RDKit writes it one way mapped, another way unmapped
