@@ -20,9 +20,12 @@ def _read_lines(path: Path) -> list[str]:
     """A text file's lines (.gz and .xz too, in any case), read within the input limits of io.py, split as predict
     splits a TXT file: at line breaks only, a line ending \r\r\n ending once (io.parse_queries), blank lines after
     the last one dropped (a final line break ends the last line, and an extra one is not one more query). A file that
-    cannot be read is a ValueError naming it."""
+    cannot be read is a ValueError naming it, as is '-', which predict reads as standard input: a report names its
+    files, and the queries' and the targets' are two."""
     from .io import read_text, text_lines
 
+    if str(path) == "-":
+        raise ValueError("'-' (standard input) is not read here: give the file's name")
     # io.text_lines, not io.parse_queries: that stops at io.MAX_INPUT_ROWS, and a prepare-data train file of
     # 272,552 lines is evaluated to mine hard examples (tools/hard_examples.py)
     try:

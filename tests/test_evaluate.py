@@ -43,6 +43,14 @@ def test_a_target_written_as_a_cxsmiles_or_an_inchi_is_read_as_a_query_is(tmp_pa
         assert hits(["CC(N)C(=O)O", alanine], target) == [False, True]  # stereo kept, as from a SMILES
 
 
+def test_standard_input_is_refused_saying_that_files_are_read(tmp_path):
+    """predict reads '-' as standard input; evaluate said 'cannot read -: No such file or directory'."""
+    tgt = write(tmp_path / "tgt", "CCO\n")
+    for src, index in (("-", None), (tgt, "-")):
+        with pytest.raises(ValueError, match=r"^'-' \(standard input\) is not read here: give the file's name$"):
+            read_pairs(src, tgt, index)
+
+
 def test_an_index_that_gives_a_line_twice_is_refused(tmp_path):
     """0 1 1 1 evaluated 4 queries, one of them three times (top-1 0.75 from 2 distinct queries)."""
     src = write(tmp_path / "src", "CCO\nCCN\nCCC\n")
