@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 import test_app
-from test_app import ROOT, app, assert_clean, live_benchmark, needs_forward, texts
+from conftest import needs_native
+from test_app import FIXTURES, ROOT, app, assert_clean, live_benchmark, needs_forward, submit, texts
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 BENCH = ROOT / "bench"
@@ -335,6 +337,50 @@ def test_the_live_run_offers_no_draft_model_method_to_a_model_without_one(copy_m
     at.switch_page("views/benchmark.py").run()
     offered = at.multiselect[0].options
     assert method_label("spec-sample") in offered and method_label("spec-sample-draft") not in offered
+
+
+def float16_copy_models(tmp_path: Path) -> Path:
+    """A models folder whose `forward` and `retro` models are the copy model with its weights rounded to float16
+    values, as shipped checkpoints' are, so that it computes in int8 (the app's default on a CPU) where the C step
+    builds. Of the textbook examples it reads only products, the retro task's queries."""
+    from safetensors.torch import load_file, save_file
+
+    for task in ("forward", "retro"):
+        folder = tmp_path / "models" / task
+        test_app.shutil.copytree(FIXTURES / "copy_model", folder)
+        weights = folder / "model.safetensors"
+        save_file({name: tensor.half().float() for name, tensor in load_file(str(weights)).items()}, str(weights))
+    return tmp_path / "models"
+
+
+@needs_native
+def test_a_method_int8_cannot_decode_is_refused_by_name_before_anything_is_decoded(tmp_path, monkeypatch):
+    """In int8, the app's default on a CPU, the live run offered the paper's drafts (25 a call) and failed inside its
+    warm-up with the model's "dtype int8 decodes one draft per row; a method that verifies several drafts per call
+    (as the paper's) needs float32": neither the method chosen nor the switch that gives float32 was named. The
+    bench (the CLI's too) refuses it before a peer starts or a query is decoded."""
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+
+    predictor = Predictor.load(float16_copy_models(tmp_path) / "forward", device="cpu", dtype="int8")
+    decoded = []
+    monkeypatch.setattr(predictor, "decode", lambda *args, **kwargs: decoded.append(args))
+    with pytest.raises(ValueError, match="int8 arithmetic verifies one draft a call, and here spec-auto verifies 3 "
+                                         "and spec-lookup 3: time them with the model in float32"):
+        run_bench(predictor, ["Oc1ccncc1Cl"], None, ["spec-auto", "spec-lookup"], n_drafts=3, progress=False)
+    assert not decoded
+    monkeypatch.undo()
+
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
+    at = app(float16_copy_models(tmp_path / "app"), monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    at.switch_page("views/benchmark.py").run()
+    at.multiselect[0].set_value(["spec-auto", "spec-paper"])
+    submit(at, "Run live benchmark")
+    assert "live_report" not in at.session_state
+    error = texts(at.error)
+    assert ("The live benchmark cannot run: int8 arithmetic verifies one draft a call, and here spec-paper verifies "
+            "25: time it with the model in float32") in error and "Faster arithmetic off in the sidebar" in error
 
 
 # ---- charts are named for a screen reader ------------------------------------------------------------------------
