@@ -405,7 +405,9 @@ def unread_stereo_groups(text: str) -> str:
     hold nothing else."""
     if not CXSMILES.fullmatch(text.strip()) or ">" in text.split()[0]:
         return ""
-    mol = Chem.MolFromSmiles(text.strip())
+    params = Chem.SmilesParserParams()
+    params.removeHs = False  # the CXSMILES counts its [H] atoms: atoms numbered as it numbers them
+    mol = Chem.MolFromSmiles(text.strip(), params)
     if mol is None:
         return ""
     kinds = {Chem.StereoGroupType.STEREO_AND: ("&", "both configurations, a mixture"),

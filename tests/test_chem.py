@@ -198,6 +198,8 @@ def test_a_cxsmiles_is_read_as_rdkit_reads_it_and_written_as_plain_smiles(text, 
     ("C[C@H](N)C(=O)O |a:1|", ""),  # absolute: as drawn, which is what the model reads
     ("C[C@H](N)C(=O)O", ""), ("CCO |(0,0,;1.3,0.75,;2.6,0,)|", ""),
     ("C[C@H](N)C>>C[C@H](N)C |&1:1|", ""),  # a reaction's groups are not looked at
+    # a CXSMILES counts its [H] atoms, which RDKit removes as it reads: the note said "atom 0" for the CXSMILES's 1
+    ("[H][C@](C)(N)C(=O)O |&1:1|", "&1 (both configurations, a mixture) at atom 1 (atoms counted from 0"),
 ])
 def test_a_cxsmiles_says_which_enhanced_stereo_the_model_does_not_read(text, said):
     from molspec_core.chem import unread_stereo_groups
