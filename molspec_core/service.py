@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy
 import torch
 from tqdm import tqdm
 
@@ -857,6 +858,8 @@ class Predictor:
         offers that writing (QueryResult.suggestion).
         """
         check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s)
+        if not isinstance(ion_writing, (bool, numpy.bool_)):  # "no" was read as True
+            raise ValueError(f"ion_writing must be True or False, not {ion_writing!r}")
         self.check_method(method)
         if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):
             count = self.resolve(method, draft_len, n_drafts, batch_size)[2]  # for the message only

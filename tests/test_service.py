@@ -637,6 +637,8 @@ def test_numpy_numbers_are_taken_wherever_python_numbers_are(copier):
     (dict(batch_size=None), "batch_size must be a whole number, not None"),
     (dict(augment=None), "augment must be a whole number, not None"),
     (dict(method=["beam"]), "unknown method ['beam']"),  # "unhashable type"
+    (dict(ion_writing="no"), "ion_writing must be True or False, not 'no'"),  # read as True
+    (dict(ion_writing=None), "ion_writing must be True or False, not None"),
 ])
 def test_options_of_the_wrong_type_are_named(copier, options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
