@@ -29,6 +29,7 @@ HEADER_ROOM = 64 * 1024  # the safetensors JSON header (names, shapes, offsets) 
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # the shipped models, by task name
+DRAFT_DIR = "draft"  # a model's own draft model (a small model with its vocabulary), in a folder inside its own
 MODEL_TASKS = ("forward", "retro")  # the tasks whose answers are checked (config.json's task; forward when unset)
 
 # Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
@@ -339,8 +340,20 @@ def check_safe(folder: Path) -> None:
                               "MolSpec models are safetensors + JSON only")
 
 
-def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2SeqTransformer, Vocab, dict]:
-    """(model in eval mode, vocab, config dict) from a model folder, checked before it is built."""
+@dataclass(frozen=True)
+class Inspection:
+    """A model folder as `load` checks it before reading a weight: the config, its sizes, the vocabulary and the
+    tensors the headers declare (exactly those the sizes imply)."""
+    config: dict
+    cfg: ModelConfig
+    vocab: Vocab
+    headers: dict[str, TensorHeader]
+
+
+def inspect_folder(folder: str | Path, with_draft: bool = True) -> Inspection:
+    """Every check `load` makes before it builds the model, reading the JSON files and the safetensors headers
+    only (milliseconds), and with_draft, those of the draft model in DRAFT_DIR (if any), which the app loads with
+    it, and its vocabulary against the model's: a CheckpointError naming the file at fault."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a model folder" if folder.exists()
@@ -348,16 +361,31 @@ def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2Se
     check_safe(folder)
     config, cfg = read_config(folder)
     vocab = read_vocab(folder, cfg)
-    check_weights(folder, cfg, read_headers(folder))
+    headers = read_headers(folder)
+    check_weights(folder, cfg, headers)
+    draft = folder / DRAFT_DIR
+    if with_draft and draft.is_dir():  # the service loads it with the model: a broken one stops the model loading
+        draft_vocab = inspect_folder(draft, with_draft=False).vocab
+        if draft_vocab.tokens != vocab.tokens:
+            raise CheckpointError(f"{draft / 'vocab.json'} and {folder / 'vocab.json'} differ; a draft model reads "
+                                  "its model's vocabulary (one of the two was edited, or comes from another model)")
+    return Inspection(config, cfg, vocab, headers)
+
+
+def load(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Seq2SeqTransformer, Vocab, dict]:
+    """(model in eval mode, vocab, config dict) from a model folder, checked before it is built. Its draft model is
+    not read (service.Predictor.load loads it as a model of its own; training and averaging never use it)."""
+    folder = Path(folder)
+    found = inspect_folder(folder, with_draft=False)
     tensors = {k: v.float() for k, v in load_tensors(folder).items()}
     broken = next((name for name, tensor in tensors.items() if not torch.isfinite(tensor).all()), None)
     if broken is not None:  # greedy wrote '<pad>' answers, beam none, sampling raised from torch
         raise CheckpointError(f"{folder}: tensor {broken} holds values that are not finite (NaN or infinity); "
                               "the weights are damaged")
-    model = Seq2SeqTransformer(cfg)
+    model = Seq2SeqTransformer(found.cfg)
     model.load_state_dict(tensors)
     plan_free_attention(torch.device(device))
-    return model.to(device).eval(), vocab, config
+    return model.to(device).eval(), found.vocab, found.config
 
 
 def refuse_filled_folder(out: Path, what: str, why: str) -> None:

@@ -353,3 +353,20 @@ def test_a_cut_short_or_lengthened_weight_file_is_named_so(tmp_path, monkeypatch
     with pytest.raises(checkpoint.CheckpointError, match=rf"{shard.name} has 8 bytes past the {len(whole):,} its "
                                                          "header describes"):
         checkpoint.load(folder)
+
+
+def test_inspecting_a_folder_checks_its_draft_model_as_the_app_loads_it(tmp_path, no_model_built):
+    """The Models page showed a model whose draft model (draft/, which the app loads with it) could not load, or read
+    another vocabulary, as a working model; inspect_folder makes the checks the app's load makes, from the headers."""
+    folder = tiny_folder(tmp_path / "model")
+    found = checkpoint.inspect_folder(folder)
+    assert found.config["task"] == "forward" and len(found.vocab.tokens) == 14 and "embed.weight" in found.headers
+    tiny_folder(folder / "draft")
+    assert checkpoint.inspect_folder(folder).cfg == found.cfg
+    edit_json(folder / "draft" / "vocab.json", lambda v: v.update(tokens=v["tokens"][:4] + v["tokens"][:3:-1]))
+    with pytest.raises(checkpoint.CheckpointError, match=r"draft/vocab\.json and \S+/model/vocab\.json differ"):
+        checkpoint.inspect_folder(folder)
+    (folder / "draft" / "model.safetensors").unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=r"draft: no model\.safetensors"):
+        checkpoint.inspect_folder(folder)
+    assert checkpoint.inspect_folder(folder, with_draft=False).vocab.tokens == found.vocab.tokens

@@ -168,3 +168,65 @@ def test_the_facts_describe_the_draft_model_the_draft_methods_use():
     assert shown.startswith(f"{config['n_encoder_layers']} + {config['n_decoder_layers']} layers, width "
                             f"{config['d_model']}, ")
     assert "drafts for Speculative sampling, draft model" in shown
+
+
+# ---- model folders that do not load, or whose files the page misread (session 85's audit) ----------------------
+
+
+def broken_copies(models) -> dict[str, str]:
+    """Copies of the copy model beside it, each broken one way, by name (after `forward`, which the sidebar loads),
+    with the file its error names."""
+    import shutil
+
+    def copy(name):
+        shutil.copytree(models / "forward", models / name)
+        return models / name
+
+    weights = copy("x_cut") / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])  # a copy interrupted: the page stopped on a traceback
+    (copy("x_list") / "config.json").write_text("[1, 2]")  # a traceback too
+    tensors = json.loads(weights.read_bytes()[8:8 + int.from_bytes(weights.read_bytes()[:8], "little")])
+    index = {"weight_map": {name: "model-00001-of-00002.safetensors" for name in tensors if name != "__metadata__"}}
+    (copy("x_index") / "model.safetensors.index.json").write_text(json.dumps(index))  # facts shown as if it loaded
+    draft = copy("x_draft") / "draft"
+    shutil.copytree(models / "forward", draft)
+    vocab = json.loads((draft / "vocab.json").read_text())
+    vocab["tokens"][4:6] = vocab["tokens"][5:3:-1]  # C and N swapped: the model loaded nowhere, the page said nothing
+    (draft / "vocab.json").write_text(json.dumps(vocab))
+    return {"x_cut": "x_cut/model.safetensors is cut short", "x_list": "x_list/config.json: expected an object",
+            "x_index": "x_index/model-00001-of-00002.safetensors is missing",
+            "x_draft": "x_draft/draft/vocab.json and"}
+
+
+def test_a_model_folder_that_does_not_load_is_named_with_its_reason_and_the_others_still_show(copy_models,
+                                                                                                monkeypatch):
+    expected = broken_copies(copy_models)
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    assert [h.value for h in at.header] == ["forward", *sorted(expected)]
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == len(expected)
+    for name, error in zip(sorted(expected), errors):
+        assert error.startswith("This model does not load, so the app cannot use it: ") and expected[name] in error
+    assert len([t for t in at.table if "fact" in t.value.columns]) == 1  # the forward model's facts alone
+
+
+def test_the_facts_count_the_weights_the_model_is_read_from_and_nothing_beside_them(tmp_path):
+    """A training run's last/ folder holds its optimizer moments beside the weights: the page counted them as
+    parameters (Adam's two moments: three times the model) and as weight files."""
+    from conftest import random_model
+    from molspec_core import checkpoint
+    from molspec_core.tokenizer import SPECIALS, Vocab
+    from views.models import facts
+
+    model = random_model(0, vocab_size=14)
+    checkpoint.save(model, Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)]), tmp_path, meta={"task": "forward"})
+    weights = (tmp_path / "model.safetensors").stat().st_size
+    checkpoint.save_tensors({name: 0 * tensor for name, tensor in model.state_dict().items()}, tmp_path,
+                            stem="optimizer")
+    shown = dict(facts(tmp_path, checkpoint.inspect_folder(tmp_path).config).values.tolist())
+    n_parameters = sum(tensor.numel() for tensor in model.state_dict().values())
+    assert shown["Parameters"] == f"{n_parameters / 1e6:.1f} M"
+    assert shown["Weights"] == f"1 safetensors file(s), {weights / 1e6:.1f} MB"
+

@@ -82,10 +82,13 @@ def models_dir() -> Path:
 
 
 def read_config(folder: Path) -> dict:
+    """A model folder's config.json, or {} where it cannot be read or holds no object (a list stopped every page:
+    the sidebar reads each folder's task); checkpoint's checks say what is wrong, on the Models page."""
     try:
-        return json.loads((folder / "config.json").read_text())
+        config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return {}
+    return config if isinstance(config, dict) else {}
 
 
 def models_for_task(task: str) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from molspec_core import calibration
+from molspec_core import calibration, checkpoint
 from molspec_core.methods import METHODS, TASK_DEFAULTS
 from molspec_core.service import MAX_QUERY_TOKENS
 from views import common
@@ -19,24 +20,15 @@ TASK_CAPTIONS = {"forward": "Forward prediction: reactants and reagents in, prod
 MB = 10**6  # bytes, the model cards' unit (2**20 showed models/forward's 23 MB as 22.2)
 
 
-@st.cache_data(max_entries=16)
-def parameter_count(folder: str) -> int | None:
-    """Parameters stored in a model's safetensors files (headers only; no weights are read)."""
-    from safetensors import safe_open
-
-    total = 0
+def stored_weights(folder: Path) -> tuple[list[Path], int] | None:
+    """The weight files a model is read from and the parameters they hold, from their headers (no weight is read):
+    the files its shard index names, not every .safetensors file beside them (a stale one, a training run's
+    optimizer moments, which were counted as 23 M more parameters); None where they cannot be read."""
     try:
-        for path in sorted(Path(folder).glob("*.safetensors")):
-            with safe_open(str(path), framework="numpy") as f:
-                for name in f.keys():
-                    shape = f.get_slice(name).get_shape()
-                    count = 1
-                    for size in shape:
-                        count *= size
-                    total += count
-    except (OSError, ValueError, RuntimeError):
+        headers = checkpoint.read_headers(folder)
+    except checkpoint.CheckpointError:
         return None
-    return total or None
+    return sorted({header.file for header in headers.values()}), sum(math.prod(h.shape) for h in headers.values())
 
 
 def _layers(model: dict) -> str:
@@ -53,20 +45,21 @@ def query_limit(model: dict) -> str:
 
 def draft_facts(folder: Path) -> str | None:
     """The draft model in `folder`/draft, which the draft-model methods draft with; None where there is none."""
-    draft = folder / "draft"
+    draft = folder / checkpoint.DRAFT_DIR
     if not (draft / "config.json").is_file():
         return None
     model = common.read_config(draft).get("model", {})
-    params = parameter_count(str(draft))
+    stored = stored_weights(draft)
     users = ", ".join(common.method_label(name) for name, row in METHODS.items() if row.drafts == "model")
-    size = f", {params / 1e6:.1f} M parameters" if params else ""
+    size = f", {stored[1] / 1e6:.1f} M parameters" if stored else ""
     return f"{_layers(model)} layers, width {model.get('d_model', '?')}{size}; drafts for {users} (see the card)"
 
 
 def facts(folder: Path, config: dict) -> pd.DataFrame:
+    """The model's facts from its config (as checkpoint.inspect_folder passed it) and its weight files' headers."""
     model = config.get("model", {})
-    weights = sorted(folder.glob("*.safetensors"))
-    params = parameter_count(str(folder))
+    stored = stored_weights(folder)
+    files, params = stored or ([], 0)
     rows = [
         ("Task", config.get("task", "unknown")),
         ("Layers (encoder + decoder)", _layers(model)),
@@ -76,7 +69,8 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
         ("Longest query", query_limit(model)),
         ("Position table (model size)", f"{model.get('max_positions', '?')} positions"),
         ("Parameters", f"{params / 1e6:.1f} M" if params else "unknown"),
-        ("Weights", f"{len(weights)} safetensors file(s), {sum(p.stat().st_size for p in weights) / MB:.1f} MB"),
+        ("Weights", f"{len(files)} safetensors file(s), {sum(p.stat().st_size for p in files) / MB:.1f} MB"
+         if stored else "unknown"),
     ]
     draft = draft_facts(folder)
     if draft:
@@ -308,8 +302,13 @@ def main() -> None:
     if not folders:
         st.warning(f"No models found in {common.md_escape(str(root))}.", icon=":material/warning:")
     for folder in folders:
-        config = common.read_config(folder)
         st.header(folder.name, divider="gray")
+        try:  # what the sidebar's loading would refuse, said here rather than shown as a working model's facts
+            config = checkpoint.inspect_folder(folder).config
+        except checkpoint.CheckpointError as exc:
+            st.error(f"This model does not load, so the app cannot use it: {common.md_escape(str(exc))}",
+                     icon=":material/error:")
+            continue
         task = config.get("task", "")
         st.caption(TASK_CAPTIONS.get(task, f"Task: {common.md_escape(task or 'unknown')}"))
         # One column: the card's summary beside the facts left the facts' column empty for a screen's height, and
