@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -21,7 +21,7 @@ import torch
 from .argtypes import at_least, positive_seconds
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
-from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, check_output, write_text_file
+from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, Outcomes, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions, readers_of
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
@@ -504,11 +504,12 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
             from .scale import predict_on_ray
 
             predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
-            n_bad = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                                   args.engine, args.dtype, marks, keep, kept_part(resumed(args, table, marks, keep),
-                                                                                  table, marks))
+            outcomes = Outcomes()
+            outcomes = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
+                                      args.engine, args.dtype, marks, keep,
+                                      kept_part(resumed(args, table, marks, keep), table, marks, outcomes), outcomes)
         else:
-            n_bad = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
+            outcomes = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
                                  resumed(args, table, marks, keep), rows_out)
     except BaseException:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows this one
         if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
@@ -521,8 +522,11 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         settings_name(keep).unlink(missing_ok=True)
     n_blank = table.n_blank()  # blank lines and empty cells: no queries, neither predicted nor rejected
     n_queries = len(table.queries) - n_blank
-    print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted, {n_bad} rejected (see "
-          f"the error {'field' if is_sd_name(args.output) else 'column'})"
+    n_bad, n_stopped = outcomes.rejected, outcomes.stopped
+    stopped_note = (f" ({n_stopped} of them stopped at the time limit, with the answers found by then)"
+                    if n_stopped else "")
+    print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted{stopped_note}, {n_bad} "
+          f"rejected (see the error {'field' if is_sd_name(args.output) else 'column'})"
           + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "")
           + f" -> {output_name(args.output)}")
     if marks is not None:
@@ -683,48 +687,47 @@ def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable
 def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
                  check: Callable[[QueryResult], QueryResult] = lambda result: result,
                  marks: KnownMarks | None = None, keep: Kept | None = None, kept: Iterable[list[object]] = (),
-                 stream: IO[str] | None = None) -> int:
+                 stream: IO[str] | None = None) -> Outcomes:
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first, and each row through `marks` (matches_known), where given. An interrupted CSV keeps its
     rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
     (io.kept_rows), come first, and those records are not predicted again. `stream`: where the CSV goes instead of
-    `output` (write_marked). Returns the number of rejected queries."""
+    `output` (write_marked). Returns how its records came out (rejected, stopped at the time limit)."""
     from .io import predict_batch, result_rows
 
     queries = table.queries
     start = keep.held if keep is not None else 0
-    n_bad = 0
+    outcomes = Outcomes()
 
     def rows() -> Iterator[list[object]]:
-        nonlocal n_bad
-        n_bad += yield from kept_part(kept, table, marks)
+        yield from kept_part(kept, table, marks, outcomes)
         for shifted in windows(len(queries) - start, batch_size, "predict"):  # predict batches a window by length
             window = slice(shifted.start + start, shifted.stop + start)
             results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
             for i, result in enumerate(results, start=window.start):
-                if not result.ok and not table.is_blank(i):
-                    n_bad += 1
-                yield from result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
+                record = result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
+                if not table.is_blank(i):
+                    outcomes.count(record[0], len(table.columns))
+                yield from record
 
     write_marked(output, table, rows(), marks, keep, stream)
-    return n_bad
+    return outcomes
 
 
-def kept_part(kept: Iterable[list[object]], table: QueryFile, marks: KnownMarks | None
-              ) -> Generator[list[object], None, int]:
+def kept_part(kept: Iterable[list[object]], table: QueryFile, marks: KnownMarks | None,
+              outcomes: Outcomes) -> Iterator[list[object]]:
     """The rows an interrupted run kept (resumed) as this run writes them, matches_known left off (marked again, and
-    counted in the summary); returns how many of their records are rejected queries (blank records are none)."""
+    counted in the summary); their records counted into `outcomes` (blank records are not)."""
     from .io import RESULT_COLUMNS
 
-    at, error = (len(table.columns) + RESULT_COLUMNS.index(column) for column in ("row", "error"))
-    n_bad, last = 0, 0  # last: the record of the last kept row
+    at = len(table.columns) + RESULT_COLUMNS.index("row")
+    last = 0  # the record of the last kept row
     for row in kept:
-        if row[at] != last and row[error] and not table.is_blank(int(row[at]) - 1):
-            n_bad += 1
+        if row[at] != last and not table.is_blank(int(row[at]) - 1):
+            outcomes.count(row, len(table.columns))
         last = row[at]
         yield row if marks is None else row[:-1]
-    return n_bad
 
 
 def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], marks: KnownMarks | None,

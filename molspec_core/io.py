@@ -789,6 +789,22 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
     return results, (time.perf_counter() - started) * 1000 / max(1, len(queries))
 
 
+@dataclass
+class Outcomes:
+    """How a run's records came out, read from each record's first output row: rejected (an error and no answers)
+    or stopped at the time limit (answers beside the error, QueryResult.stopped_with_answers), the rest predicted.
+    The command line and Ray count them so, resumed rows too; blank records are not counted."""
+    rejected: int = 0
+    stopped: int = 0
+
+    def count(self, first_row: Sequence[object], offset: int = 0) -> None:
+        """Count a record by its first row, whose result columns begin at `offset` (after the input's columns)."""
+        if first_row[offset + RESULT_COLUMNS.index("error")]:
+            answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
+            self.stopped += answered
+            self.rejected += not answered
+
+
 class LastRow(list):
     """The last output row of a record (result_rows marks it so): a run that stops after it keeps the record
     (kept_through), where a row without the mark waits for the next record's first row to say its record is whole."""

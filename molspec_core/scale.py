@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .io import RESULT_COLUMNS, LastRow, QueryFile, output_header, predict_batch, result_rows, write_results
+from .io import RESULT_COLUMNS, LastRow, Outcomes, QueryFile, output_header, predict_batch, result_rows, write_results
 from .service import Predictor, QueryResult
 
 if TYPE_CHECKING:
@@ -81,21 +81,21 @@ class Cluster:
 def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model: str, device: str,
                    batch_size: int, options: dict[str, Any], engine: str = "auto", dtype: str = "float32",
                    marks: KnownMarks | None = None, keep: Kept | None = None,
-                   kept: Generator[list[object], None, int] | None = None) -> int:
+                   kept: Iterator[list[object]] | None = None, outcomes: Outcomes | None = None) -> Outcomes:
     """Predict every query of `table` on a Ray cluster and write the CSV that the single-process path
     writes (the same columns and rows, in input order; with `marks`, matches_known last; interrupted, the rows
     written so far kept at `keep`, io.write_csv). Resumed, `kept` gives the rows of records 1 to keep.held that an
-    interrupted run kept and returns how many of those are rejected queries (cli.kept_part); those records are not
-    predicted again. Returns the number of rejected queries (blank records are none)."""
+    interrupted run kept (cli.kept_part, which counts them into `outcomes`); those records are not predicted again.
+    Returns how the records came out (rejected, stopped at the time limit; blank records are neither): `outcomes`,
+    or a new count."""
     start = keep.held if keep is not None else 0
-    n_bad = 0
+    outcomes = Outcomes() if outcomes is None else outcomes
 
     def rows() -> Iterator[list[object]]:
-        nonlocal n_bad
         from tqdm import tqdm
 
         if kept is not None:
-            n_bad += yield from kept
+            yield from kept
         if start == len(table.queries):
             return
         pairs = predicted(table.queries[start:], cluster, portable(model), device, batch_size, options, engine, dtype)
@@ -108,7 +108,8 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
                     raise ValueError(query_rows[FAILED])
                 if problem := table.problem_of(row - 1):  # its empty query's error, as result_rows writes it
                     query_rows[0][ERROR] = problem
-                n_bad += bool(query_rows[0][ERROR]) and not table.is_blank(row - 1)
+                if not table.is_blank(row - 1):
+                    outcomes.count(query_rows[0])
                 cells = table.cells_of(row - 1)
                 for query_row in query_rows:
                     query_row[ROW] = row  # the worker numbered the queries it was given from 1
@@ -121,10 +122,10 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
     header = output_header(table.columns) if marks is None else marks.header
     if start == len(table.queries):  # nothing to predict (an empty file; every record kept): no cluster
         write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
-        return n_bad
+        return outcomes
     with connected(cluster.address):  # a failed run keeps any earlier output
         write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
-    return n_bad
+    return outcomes
 
 
 def predicted(queries: list[str], cluster: Cluster, model: str, device: str, batch_size: int,

@@ -463,3 +463,32 @@ def test_the_results_say_which_column_the_queries_were_read_from(copy_models, mo
     at.file_uploader[0].set_value(("made.csv", b"id,Reaction\n1,CC=O>>CCO\n", "text/csv"))  # a recorded reaction
     submit(at, "Run batch")
     assert "made.csv · queries from the column Reaction · " in texts(at.caption)
+
+
+def test_a_query_stopped_at_the_time_limit_keeps_its_answers_and_is_not_called_rejected(copy_models, monkeypatch):
+    """A query stopped at its time limit with answers found was written as one error row and counted, and warned
+    of, as rejected. Its rows hold the answers with the error beside them, and the page says it was stopped."""
+    from conftest import decoder_clock
+
+    real = Predictor.predict
+
+    def predict(self, query: str, **options):  # this query's decoder calls take a second each, its limit 3.5 s
+        if query == "OCCOc1ccccc1":
+            decoder_clock(self.model, monkeypatch)
+            options = {**options, "time_limit_s": 3.5}
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\nOCCOc1ccccc1\nxyz\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Queries"], metrics["Predicted"], metrics["Rejected"]) == ("3", "2", "1")
+    assert "1 query was stopped at the time limit (row 2): its rows hold the answers found by then" in texts(
+        at.warning)
+    assert "1 of 3 queries was rejected" in texts(at.warning) and "Rejected: row 3." in texts(at.warning)
+    table = at.session_state[BATCH].table
+    stopped = table[table["row"] == 2]
+    assert stopped["rank"].notna().all() and stopped["error"].str.startswith("stopped after the 3.5 s").all()
+    assert not at.success

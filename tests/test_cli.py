@@ -1921,3 +1921,28 @@ def test_predict_one_smiles_stopped_at_its_time_limit_prints_the_answers_it_foun
     out = capsys.readouterr().out
     assert "note: the search stopped after the 3.5 s time limit per query" in out
     assert out.count(f"({TIMED_OUT})") == 3 + 1  # the note and each unfinished answer
+
+
+def test_predict_a_file_counts_a_query_stopped_with_answers_as_predicted_and_says_it_stopped(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """A query stopped at --time-limit with answers found was counted as rejected; its rows hold the answers now,
+    and the summary counts it predicted and says it stopped."""
+    from conftest import decoder_clock
+    from molspec_core.service import Predictor
+
+    load = Predictor.load
+
+    def clocked(*args, **kwargs):  # every decoder call of the loaded model takes a second of a fake clock
+        predictor = load(*args, **kwargs)
+        decoder_clock(predictor.model, monkeypatch)
+        return predictor
+
+    monkeypatch.setattr(Predictor, "load", clocked)
+    (tmp_path / "q.smi").write_text("OCCOc1ccccc1\nxyz\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.smi"), "--method", "beam", "--n-best", "3",
+                 "--time-limit", "3.5", "--output", str(tmp_path / "out.csv")]) == 0
+    assert ("1 query predicted (1 of them stopped at the time limit, with the answers found by then), 1 rejected"
+            in capsys.readouterr().out)
+    table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert table["rank"].tolist() == ["1", "2", "3", ""]
+    assert table["error"].str.startswith("stopped after the 3.5 s").tolist() == [True, True, True, False]

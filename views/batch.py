@@ -27,7 +27,7 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX,
                              result_rows, sd_bytes, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import Predictor, QueryResult
+from molspec_core.service import TIMED_OUT, Predictor, QueryResult
 from views import common
 from views.common import TASK_LABELS, Settings
 
@@ -128,6 +128,7 @@ class Run:
     blank: list[int] = field(default_factory=list)  # the record numbers of the blank ones among them
     rejected: list[int] = field(default_factory=list)  # the record numbers of the queries the engine refused (blank
     # records are not queries)
+    stopped: list[int] = field(default_factory=list)  # those of the queries stopped at the time limit, answers kept
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     round_trip_failed: str = ""
     owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
@@ -171,6 +172,7 @@ class BatchResult:
     file_notes: tuple[str, ...] = ()  # what reading the file left out (io.QueryFile.notes: cells past the header)
     run: Run | None = field(default=None, repr=False, compare=False)  # the run it shows: a known-answer column
     # named after it marks its rows again (run_if_asked)
+    stopped: tuple[int, ...] = ()  # the record numbers of the queries stopped at the time limit, answers kept
 
     @property
     def n_rejected(self) -> int:
@@ -264,6 +266,8 @@ def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGene
             run.rows.extend(rows)
             if blank:
                 run.blank.append(i + 1)
+            elif result.stopped_with_answers and not problem:
+                run.stopped.append(i + 1)
             elif problem or not result.ok:
                 run.rejected.append(i + 1)
             run.n_ion_refused += bool(result.suggestion)
@@ -324,6 +328,7 @@ def summarize(run: Run) -> BatchResult:
     with run.lock:  # the rows and counts of the same records
         rows, done, blank = list(run.rows), run.done, tuple(run.blank)
         rejected, n_ion_refused, round_trip_failed = tuple(run.rejected), run.n_ion_refused, run.round_trip_failed
+        stopped = tuple(run.stopped)
     queries = run.queries
     header, summary = output_header(queries.columns), None
     if run.known:
@@ -340,7 +345,7 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint, queries.notes, run)
+                       run.table_hint, queries.notes, run, stopped)
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -382,7 +387,7 @@ def show(batch: BatchResult) -> None:
     predicted.metric("Predicted", n_good)
     rejected.metric("Rejected", batch.n_rejected)
     # A run's end is read out (a status; a rejection's warning is an alert, and a stopped run has its own warning)
-    if batch.done == batch.total and not batch.n_rejected:
+    if batch.done == batch.total and not batch.n_rejected and not batch.stopped:
         done = f"{batch.file_name}: done, {common.counted(n_good, 'query', 'queries')} predicted, none rejected."
         st.success(common.md_escape(done), icon=":material/check_circle:")
     if batch.blank:
@@ -401,6 +406,12 @@ def show(batch: BatchResult) -> None:
                    f"column.{others} Rejected: {row_list(batch.rejected)}.", icon=":material/warning:")
         if batch.table_hint:
             st.info(common.md_escape(batch.table_hint), icon=":material/lightbulb:")
+    if batch.stopped:
+        one = len(batch.stopped) == 1
+        st.warning(f"{common.counted(len(batch.stopped), 'query', 'queries')} {'was' if one else 'were'} stopped at "
+                   f"the time limit ({row_list(batch.stopped)}): {'its' if one else 'their'} rows hold the answers "
+                   f"found by then, the `error` column says where the search stopped, and answers it had not "
+                   f"finished are marked \"{TIMED_OUT}\".", icon=":material/timer_off:")
     if batch.round_trip_failed:
         st.warning(common.md_escape(f"The round-trip check could not run ({batch.round_trip_failed}); the answers "
                                     "stand without it."), icon=":material/warning:")
