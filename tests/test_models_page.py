@@ -204,12 +204,18 @@ def test_a_model_folder_that_does_not_load_is_named_with_its_reason_and_the_othe
     at = app(copy_models, monkeypatch).run()
     at.switch_page("views/models.py").run()
     assert_clean(at)
-    assert [h.value for h in at.header] == ["forward", *sorted(expected)]
+    assert [h.value for h in at.header] == ["forward", *common_escaped(sorted(expected))]
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == len(expected)
     for name, error in zip(sorted(expected), errors):
         assert error.startswith("This model does not load, so the app cannot use it: ") and expected[name] in error
     assert len([t for t in at.table if "fact" in t.value.columns]) == 1  # the forward model's facts alone
+
+
+def common_escaped(names: list[str]) -> list[str]:
+    from views.common import md_escape
+
+    return [md_escape(name) for name in names]
 
 
 def test_the_facts_count_the_weights_the_model_is_read_from_and_nothing_beside_them(tmp_path):
@@ -230,3 +236,30 @@ def test_the_facts_count_the_weights_the_model_is_read_from_and_nothing_beside_t
     assert shown["Parameters"] == f"{n_parameters / 1e6:.1f} M"
     assert shown["Weights"] == f"1 safetensors file(s), {weights / 1e6:.1f} MB"
 
+
+def test_hand_edited_training_facts_of_the_wrong_type_are_left_out_not_a_traceback(tmp_path):
+    from views.models import facts
+
+    shown = dict(facts(tmp_path, {"task": "forward", "data_stats": {"train": "many"}, "averaged_from": 3})
+                 .values.tolist())
+    assert not [fact for fact in shown if fact.startswith(("Training pairs", "Weights averaged"))]
+
+
+def test_a_model_folders_name_is_shown_as_typed_not_as_markdown(copy_models, monkeypatch):
+    import shutil
+
+    name = "x_[offer](https:evil.example)_*new*"
+    shutil.copytree(copy_models / "forward", copy_models / name)
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    assert [h.value for h in at.header] == ["forward", *common_escaped([name])]
+
+
+def test_a_model_card_that_is_not_utf8_is_shown_with_a_note_not_a_traceback(copy_models, monkeypatch):
+    (copy_models / "forward" / "MODEL_CARD.md").write_bytes("# Copy model\n\nTrained in Zürich.\n".encode("latin-1"))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    assert any("Trained in Z\ufffdrich" in m.value for m in at.markdown)
+    assert any("MODEL_CARD.md is not UTF-8 text" in c.value for c in at.caption)

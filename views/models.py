@@ -76,8 +76,9 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
     if draft:
         rows.append(("Draft model (draft/)", draft))
     data = config.get("data_stats") or {}
-    averaged = config.get("averaged_from") or []  # checkpoint.average: the config is the first folder's
-    if "train" in data:
+    # checkpoint checks neither: a hand-edited "train": "many" or "averaged_from": 3 stopped the page
+    averaged = config.get("averaged_from") if isinstance(config.get("averaged_from"), list) else []
+    if type(data.get("train")) is int:
         run = "first averaged run" if averaged else "last run"
         rows.append((f"Training pairs, {run} (see the card)", f"{data['train']:,}"))
     if averaged:
@@ -109,7 +110,12 @@ def split_card(markdown: str) -> tuple[str, str]:
 def show_card(folder: Path, card: Path) -> None:
     """The card's summary on the page, the rest (measurements, speed, data, the training log) in an expander:
     no box of its own to scroll, which at 200% zoom showed two table rows and on a phone one cell."""
-    summary, rest = split_card(card.read_text())  # our own file, shipped with the model
+    try:
+        text = card.read_text(encoding="utf-8")
+    except UnicodeDecodeError:  # a card saved in another encoding stopped the page
+        text = card.read_bytes().decode("utf-8", errors="replace")
+        st.caption("MODEL_CARD.md is not UTF-8 text: the characters that could not be read show as \ufffd.")
+    summary, rest = split_card(text)
     anchors: set[str] = set()
     with st.container(key=f"card_{folder.name}"):
         st.html(CARD_STYLE)
@@ -302,7 +308,7 @@ def main() -> None:
     if not folders:
         st.warning(f"No models found in {common.md_escape(str(root))}.", icon=":material/warning:")
     for folder in folders:
-        st.header(folder.name, divider="gray")
+        st.header(common.md_escape(folder.name), divider="gray")  # a folder's name is anyone's text
         try:  # what the sidebar's loading would refuse, said here rather than shown as a working model's facts
             config = checkpoint.inspect_folder(folder).config
         except checkpoint.CheckpointError as exc:
