@@ -185,12 +185,19 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
             batch_size: int | None = None, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
     """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
     folded into its first spelling: service.fold_repeats); a refused query gives [], as does one stopped at its time
-    limit (its answers, some unfinished, are no list the model gave: evaluate counts it refused too). batch_size
-    None: the service's default."""
-    from .evaluate import hits
+    limit (its answers, some unfinished, are no list the model gave: evaluate counts it refused too), and one whose
+    target RDKit cannot read (whether its answers are right is not known: fitted as wrong, they made every confidence
+    lower), counted in a warning; a ValueError where no target can be read. batch_size None: the service's
+    default."""
+    from .evaluate import hits, unreadable_targets
+    from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, windows
 
     batch_size = batch_size or DEFAULT_BATCH_SIZE
+    unreadable = unreadable_targets(targets)
+    if unreadable:
+        log.warning("%d of %d targets are SMILES RDKit cannot read: their queries are left out (whether their answers "
+                    "are right is not known)", unreadable, len(targets))
 
     answers = []
     for window in windows(len(sources), batch_size, "calibrate", progress):  # predict batches a window by length
@@ -198,7 +205,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
                                     augment=augment)
         for result, target in zip(results, targets[window]):
             # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
-            ordered = [p for p in result.in_model_order() if p.valid] if result.ok else []
+            ordered = [p for p in result.in_model_order() if p.valid] if result.ok and read_known(target) else []
             answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
     return answers
 

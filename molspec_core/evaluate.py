@@ -112,6 +112,16 @@ def hits(predicted: Sequence[str], target: str) -> list[bool]:
     return [want is not None and canonical_or_none(p) == want for p in predicted]
 
 
+def unreadable_targets(targets: Sequence[str]) -> int:
+    """How many targets RDKit cannot read (hits reads none of them right), or a ValueError where none can be read:
+    every answer would be scored wrong, whatever the model said."""
+    unreadable = sum(read_known(target) is None for target in targets)
+    if targets and unreadable == len(targets):
+        raise ValueError(f"none of the {len(targets)} targets is a SMILES RDKit reads (the first: "
+                         f"{targets[0][:60]!r}), so every query would be a miss: check the targets' file")
+    return unreadable
+
+
 def check_method(method: str, n_best: int) -> None:
     """Refuse a method that cannot give n_best answers, rather than evaluate another one in its place."""
     if n_best > 1 and not method_row(method).many:
@@ -138,9 +148,7 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
-    if all(read_known(target) is None for target in targets):
-        raise ValueError(f"none of the {len(targets)} targets is a SMILES RDKit reads (the first: "
-                         f"{targets[0][:60]!r}), so every query would be a miss: check the targets' file")
+    unreadable_targets(targets)
     scored = 0  # the queries of the windows done: what a report counts
     try:
         for window in windows(len(sources), batch_size, "evaluate", progress):  # predict batches a window by length

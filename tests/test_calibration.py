@@ -204,6 +204,25 @@ def test_a_query_stopped_at_its_time_limit_fits_nothing_as_a_refused_one_does():
     assert calibration.collect(Stopped(), ["CCOC", "CCOCC"], ["CCOC", "CCO"], "beam", 1, progress=False) == [[], []]
 
 
+def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_counted(caplog):
+    """Its answers were fitted as wrong, right or not: a validation file with a few such targets made every
+    confidence lower than it should be, without a word."""
+    from molspec_core.service import Prediction, QueryResult
+
+    class Echo:  # a predictor that answers each query with itself
+        def predict(self, queries, **options):
+            return [QueryResult(query=q, canonical_query=q, predictions=(Prediction(
+                rank=1, smiles=q, score=-0.1, valid=True, tokens=(), provenance=(), model_rank=1),)) for q in queries]
+
+    with caplog.at_level("WARNING", logger="molspec_core.calibration"):
+        answers = calibration.collect(Echo(), ["CCO", "CCN", "CCC"], ["CCO", "C1CC", "CCN"], "beam", 1, progress=False)
+    assert answers == [[(-0.1, True)], [], [(-0.1, False)]]
+    assert caplog.messages == ["1 of 3 targets are SMILES RDKit cannot read: their queries are left out (whether "
+                               "their answers are right is not known)"]
+    with pytest.raises(ValueError, match="none of the 2 targets is a SMILES RDKit reads"):
+        calibration.collect(Echo(), ["CCO", "CCN"], ["C1CC", "x"], "beam", 1, progress=False)
+
+
 def test_too_few_queries_are_refused():
     copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
     with pytest.raises(ValueError, match="at least 3 queries"):
