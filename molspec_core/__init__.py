@@ -1,0 +1,30 @@
+"""MolSpec's engine: `from molspec_core import Predictor`, then `Predictor.load("forward").predict(...)` (README,
+"Python API").
+
+The names below are imported when first asked for, so that `import molspec_core.threads` (the training path,
+which has no RDKit) does not load the service, torch's decoders and RDKit with them.
+"""
+from __future__ import annotations
+
+import importlib
+
+# name -> the module that defines it
+_EXPORTS = {
+    "Predictor": "service",
+    "QueryResult": "service",
+    "Prediction": "service",
+    "SamplingOptions": "methods",
+    "use_threads": "threads",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

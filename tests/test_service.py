@@ -32,6 +32,26 @@ def test_load_by_name_finds_the_shipped_forward_model(forward):
     assert forward.path == FORWARD_MODEL and forward.task == "forward"
 
 
+def test_the_api_is_imported_from_the_package_and_only_when_asked_for():
+    """`from molspec_core import Predictor` raised ImportError: the names lived in their modules alone. Importing the
+    package still loads none of them: the training path (molspec_core.threads, ...) runs without RDKit."""
+    import subprocess
+    import sys
+
+    import molspec_core
+    from molspec_core import methods, service, threads
+
+    assert (molspec_core.Predictor, molspec_core.QueryResult, molspec_core.Prediction) == (
+        service.Predictor, service.QueryResult, service.Prediction)
+    assert molspec_core.SamplingOptions is methods.SamplingOptions and molspec_core.use_threads is threads.use_threads
+    with pytest.raises(ImportError, match="cannot import name 'Predicter'"):
+        from molspec_core import Predicter  # noqa: F401
+    loaded = subprocess.run([sys.executable, "-c", "import sys, molspec_core.threads; "
+                             "print(sorted({'rdkit', 'molspec_core.service'} & set(sys.modules)))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def test_a_predictor_prints_as_the_call_that_loads_it(copier):
     """It printed as <molspec_core.service.Predictor object at 0x...>: which model, where, computing how?"""
     assert repr(copier) == (f"Predictor.load({str(FIXTURES / 'copy_model')!r}, device='cpu', engine='numpy', "
