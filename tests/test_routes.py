@@ -272,3 +272,48 @@ def test_routes_page_plans_for_a_cxsmiles_with_the_coordinates_a_drawing_program
     assert not at.exception and not at.error
     assert at.session_state["routes"].result.target == "NCCO"
     assert at.expander and at.expander[0].label.startswith("Route 1")
+
+
+def test_a_mistyped_target_keeps_the_routes_before_it_one_press_away(tmp_path, monkeypatch):
+    """A typo in the next target (or a stock file that cannot be read) wiped the routes on screen, which a search of
+    minutes had made: they leave the page under the error, as they belong to another target, and come back on a
+    press."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+    at = find_routes(at, "NCC(O")
+    assert "Cannot plan for this target" in shown_text(at) and not at.expander and not at.get("download_button")
+    at = find_routes(at, "C1CC")  # a second typo keeps them too
+    assert not at.expander
+    back = at.button(key="route_show_before")
+    assert back.label == "Show the routes for NCCO again"
+    back.click()
+    at.run()
+    assert not at.exception and not at.error
+    assert at.session_state["routes"].result.target == "NCCO" and at.expander[0].label.startswith("Route 1")
+    assert not [b for b in at.button if b.key == "route_show_before"]
+    at = find_routes(at, "NCC(O")  # and after a search that ends, the ones before it are not kept on
+    at = find_routes(at, "NCCCO")
+    assert not [b for b in at.button if b.key == "route_show_before"]
+
+
+def test_a_search_stopped_while_a_model_loads_is_told(tmp_path, monkeypatch):
+    """Stop (or leaving the page) while the stock was read or a model loaded, the first search's seconds, ended the
+    search without a word: the page showed the form as if Find routes had never been pressed."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    at = routes_page(models_with_forward(tmp_path), monkeypatch)
+    real = common.Settings.predictor
+
+    def loading(self, model=None):  # what Streamlit raises in the forward model's load once the user has left
+        if model == "forward":
+            raise StopException()
+        return real(self, model)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(common.Settings, "predictor", loading)
+        at = find_routes(at, "NCCCO")
+    at = at.switch_page("views/predict.py").run()
+    at = at.switch_page("views/routes.py").run()
+    assert not at.exception
+    assert "The search for NCCCO was stopped before it ended" in shown_text(at)

@@ -30,6 +30,9 @@ KEPT_STOCK = "route_stock_kept"
 # the target of a search under way; still set on a later run, the search never ended: a page visit or Stop ended the
 # script run that searched (Streamlit raises no Exception there), and its routes were never made
 UNFINISHED = "route_unfinished"
+# The routes on screen when a search failed (a mistyped target, a stock file that cannot be read): gone from the page
+# under the error, as they belong to another target, but kept, one press away, where they were lost
+ROUTES_BEFORE = "route_routes_before"
 DEFAULT_STOCK_TEXT = "the default stock, reactants of at least 2 USPTO-50K training reactions"
 # What a stock may be named, as load_stock reads it (io's suffixes: the uploader refused stock.smiles and stock.sd,
 # which the command line reads); .xls and .ods are let through to be told how to save them (io refuses them, saying so)
@@ -117,12 +120,13 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     result (or the reason there is none) goes to the session."""
     ss = st.session_state
     ss["route_error"] = None
-    ss.pop(UNFINISHED, None)
+    # From here until the search ends: a stop while the stock is read or a model loads (a first search's seconds)
+    # left no word either
+    ss[UNFINISHED] = target  # the routes shown before stay until this search ends (a stopped one leaves them)
     try:
         stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
     except ValueError as exc:
-        ss.pop("routes", None)  # a search that fails shows no other target's routes under its error
-        ss["route_error"] = f"Cannot use the stock file: {exc}"
+        failed(f"Cannot use the stock file: {exc}")
         return
     predictor = cfg.predictor(model)  # in the sidebar's arithmetic
     forward_name = forward_model() if round_trip else None
@@ -133,20 +137,35 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         bar.progress(min(1.0, elapsed_s / time_limit_s), text=progress_text(elapsed_s, molecules, time_limit_s))
 
     settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k)
-    ss[UNFINISHED] = target  # the routes shown before stay until this search ends (a stopped one leaves them)
     try:
         ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
                                   settings=settings, progress=progress), model)
     except ValueError as exc:
-        ss.pop("routes", None)
-        ss["route_error"] = f"Cannot plan for this target: {exc}"
+        failed(f"Cannot plan for this target: {exc}")
     except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
         log.exception("route search failed")
-        ss.pop("routes", None)
-        ss["route_error"] = f"The search failed ({type(exc).__name__}); please report it."
+        failed(f"The search failed ({type(exc).__name__}); please report it.")
+    else:
+        ss.pop(ROUTES_BEFORE, None)
     finally:
         bar.empty()
     ss.pop(UNFINISHED, None)  # not reached where the script run was stopped
+
+
+def failed(error: str) -> None:
+    """A search that fails says why, and shows no other target's routes under its error; the routes it takes off
+    the page are kept for show_routes_before (a typo in the target wiped a five-minute search)."""
+    ss = st.session_state
+    ss.pop(UNFINISHED, None)
+    if "routes" in ss:
+        ss[ROUTES_BEFORE] = ss.pop("routes")
+    ss["route_error"] = error
+
+
+def show_routes_before() -> None:
+    ss = st.session_state
+    ss["routes"] = ss.pop(ROUTES_BEFORE)
+    ss["route_error"] = None
 
 
 def unfinished_message(target: str, routes_shown: bool) -> str:
@@ -467,6 +486,10 @@ def main() -> None:
                st.session_state.get(KEPT_STOCK), augment, cfg)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
+    before: Shown | None = st.session_state.get(ROUTES_BEFORE)
+    if before is not None and "routes" not in st.session_state:
+        st.button(f"Show the routes for {common.md_escape(common.short(before.result.target, 60))} again",
+                  key="route_show_before", on_click=show_routes_before, icon=":material/undo:")
     shown = st.session_state.get("routes")
     if st.session_state.get(UNFINISHED):
         st.warning(common.md_escape(unfinished_message(st.session_state[UNFINISHED], shown is not None)),
