@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from .entry import INTERRUPTED
+
 EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
 
 
@@ -48,7 +50,7 @@ def guarded(command: Callable[[], int], out_of_memory: str) -> int:
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Terminated:
         print("terminated", file=sys.stderr)
         return 128 + signal.SIGTERM

@@ -1946,3 +1946,25 @@ def test_predict_a_file_counts_a_query_stopped_with_answers_as_predicted_and_say
     table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     assert table["rank"].tolist() == ["1", "2", "3", ""]
     assert table["error"].str.startswith("stopped after the 3.5 s").tolist() == [True, True, True, False]
+
+
+def test_ctrl_c_while_the_command_line_loads_is_an_interrupted_line_and_exit_130(monkeypatch, capsys):
+    """A Ctrl-C in the second or more that torch and RDKit take to load printed a KeyboardInterrupt traceback from
+    inside torch: the `molspec` entry point (molspec_core.entry) loads the command line itself, and says
+    `interrupted`, exit 130, as the boundary does for a Ctrl-C later on."""
+    from importlib.metadata import entry_points
+
+    from molspec_core import entry
+
+    def interrupted(name: str):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry, "import_module", interrupted)
+    assert entry.main(["--help"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    script = next(iter(entry_points(group="console_scripts", name="molspec")))
+    assert script.value == "molspec_core.entry:main"
+    loaded = subprocess.run([sys.executable, "-c", "import sys, molspec_core.entry; print(sorted(m for m in "
+                             "('torch', 'rdkit', 'numpy', 'molspec_core.cli') if m in sys.modules))"],
+                            capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"  # nothing heavy loads before the entry point's try
