@@ -202,6 +202,8 @@ def _in_word(text: str, i: int) -> bool:
 
 def _not_smiles(char: str) -> str:
     """Why a character outside brackets is no part of a SMILES (why_unreadable), to follow "the 'X' at position N"."""
+    if char.isspace():
+        return "is a space: a SMILES has none, and RDKit reads what follows one as the molecule's name"
     if char == "H":
         return "is a hydrogen outside brackets: hydrogens are left implicit, or written in an atom's brackets, as [CH3]"
     if char.isalpha():
@@ -430,7 +432,11 @@ def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     atoms across a '.' (C1CC.C1 is butane): where a piece alone is no SMILES and the whole is one, each of the
     whole's molecules, in the order their first atoms are written (C1CC.C1 was refused: 'ring bond 1 ... is never
     closed'). Where neither reads, ChemError names the first piece at fault, or the whole where a ring bond joins
-    pieces (C1CC.C1CC(C)(C)(C)(C)C was refused for its ring bond, not its carbon of six bonds)."""
+    pieces (C1CC.C1CC(C)(C)(C)(C)C was refused for its ring bond, not its carbon of six bonds). The ends are trimmed;
+    a space inside is refused (CCO.O Cl was read as ethanol and water, the Cl taken for a name)."""
+    smiles = smiles.strip()
+    if any(char.isspace() for char in smiles):  # RDKit would read what follows as a name, and lose its molecules
+        raise _unparsed(smiles)
     parts = [part for part in smiles.split(".") if part]
     try:
         return [canonical(part, strip_maps=strip_maps) for part in parts]

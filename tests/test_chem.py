@@ -365,6 +365,17 @@ def test_a_piece_that_is_no_smiles_alone_nor_with_the_others_is_refused():
         canonical_fragments("C1CC.CC")
 
 
+def test_a_space_inside_a_smiles_of_several_molecules_is_refused_not_read_as_a_name():
+    """RDKit reads what follows a space as the molecule's name: 'CCO.O Cl' was read as ethanol and water, its Cl
+    lost, and a recorded reaction 'CCO>>CC O' was known to give ethane (canonical_or_none refused both)."""
+    from molspec_core.chem import canonical_fragments
+
+    for text, at in (("CCO.O Cl", 6), ("CC\tO", 3)):
+        with pytest.raises(ChemError, match=f"at position {at} is a space: a SMILES has none"):
+            canonical_fragments(text)
+    assert canonical_fragments(" CCO.O\n") == ["CCO", "O"]  # the ends are trimmed
+
+
 def test_a_query_whose_ring_bond_joins_its_pieces_is_refused_for_what_is_wrong_with_the_whole():
     """C1CC.C1CC(C)(C)(C)(C)C was refused as "RDKit cannot parse 'C1CC' ...: ring bond 1 opened at position 2 is never
     closed", which the next piece closes; its carbon with six bonds went unsaid."""
