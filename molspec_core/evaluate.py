@@ -315,8 +315,8 @@ def compare_reports(a: dict, b: dict) -> dict:
     same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", "src", "tgt", "index")
     differ = [key for key in same if a.get(key) != b.get(key)]
     if differ:
-        stopped = [f"the {name} report is partial, stopped after {report['n']} of {report[PARTIAL]['of_n']} queries"
-                   for name, report in (("first", a), ("second", b)) if isinstance(report.get(PARTIAL), dict)]
+        stopped = [f"the {name} report is partial, stopped after {report['n']} of {report[PARTIAL].get('of_n')} "
+                   "queries" for name, report in (("first", a), ("second", b)) if isinstance(report.get(PARTIAL), dict)]
         raise ValueError("the reports are not on the same queries: " +
                          ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ) +
                          "".join(f" ({why})" for why in stopped))
