@@ -132,10 +132,14 @@ def read_config(folder: Path) -> tuple[dict, ModelConfig]:
     unknown = sorted(set(sizes) - set(ModelConfig.__dataclass_fields__))
     if unknown:
         raise CheckpointError(f"{path}: unknown model settings {_short(unknown)}")
-    if "vocab_size" not in sizes:
-        raise CheckpointError(f"{path}: model.vocab_size is missing")
+    # A size left out took ModelConfig's default: n_heads, which no weight's shape shows, loaded a 4-head model as
+    # 8 heads, and its answers changed without a word
+    missing = [name for name in SIZE_LIMITS if name not in sizes]
+    if missing:
+        raise CheckpointError(f"{path}: model.{missing[0]} is missing; a model's config gives every one of "
+                              f"{', '.join(SIZE_LIMITS)}")
     for name, (lowest, highest) in SIZE_LIMITS.items():
-        value = sizes.get(name, lowest)
+        value = sizes[name]
         # type() rather than isinstance: JSON's true is a bool, an int subclass; 4.0 is not a count
         if type(value) is not int or not lowest <= value <= highest:
             raise CheckpointError(f"{path}: model.{name} must be a whole number from {lowest} to {highest:,}, "

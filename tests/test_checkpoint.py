@@ -370,3 +370,14 @@ def test_inspecting_a_folder_checks_its_draft_model_as_the_app_loads_it(tmp_path
     with pytest.raises(checkpoint.CheckpointError, match=r"draft: no model\.safetensors"):
         checkpoint.inspect_folder(folder)
     assert checkpoint.inspect_folder(folder, with_draft=False).vocab.tokens == found.vocab.tokens
+
+
+@pytest.mark.parametrize("name", ["n_heads", "max_positions", "d_model"])
+def test_a_size_left_out_of_the_config_is_refused_not_taken_from_the_defaults(tmp_path, no_model_built, name):
+    """n_heads left out loaded the tests' 4-head copy model as 8 heads (the default; no weight's shape shows it),
+    and its answers changed silently; a left-out d_model was refused as a shape 'config.json implies' (256)."""
+    folder = tiny_folder(tmp_path)
+    edit_json(folder / "config.json", lambda c: c["model"].pop(name))
+    with pytest.raises(checkpoint.CheckpointError, match=rf"config\.json: model\.{name} is missing; a model's "
+                                                         "config gives every one of vocab_size, n_encoder_layers"):
+        checkpoint.load(folder)
