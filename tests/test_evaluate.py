@@ -140,6 +140,8 @@ def test_a_stopped_evaluation_keeps_the_report_of_the_queries_it_scored_marked_p
     with pytest.raises(ValueError, match=r"not on the same queries: n 3 against 4 \(the first report is partial, "
                                          r"stopped after 3 of 4 queries\)"):
         compare_reports(partial, full)
+    with pytest.raises(ValueError, match=r"\(the second report is partial, stopped after 3 of None queries\)"):
+        compare_reports(full, dict(partial, partial={}))  # edited by hand: said so, not a KeyError
     assert compare_reports(partial, whole)["model_order"][1] == {"k": 2, "a": 2 / 3, "b": 2 / 3, "only_a": 0,
                                                                  "only_b": 0, "p": 1.0}  # the same 3 queries
     with pytest.raises(KeyboardInterrupt) as stopped:  # stopped before a query was scored: no report
