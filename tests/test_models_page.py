@@ -263,3 +263,19 @@ def test_a_model_card_that_is_not_utf8_is_shown_with_a_note_not_a_traceback(copy
     assert_clean(at)
     assert any("Trained in Z\ufffdrich" in m.value for m in at.markdown)
     assert any("MODEL_CARD.md is not UTF-8 text" in c.value for c in at.caption)
+
+
+def test_a_config_with_a_byte_order_mark_lists_its_model_under_its_task_as_the_engine_reads_it(copy_models,
+                                                                                                 monkeypatch):
+    """Windows' Notepad saves UTF-8 with a byte-order mark: the engine read such a config.json, the sidebar's
+    listing refused it, and a model of the task in a folder of another name was offered under no task."""
+    import shutil
+
+    from views import common
+
+    shutil.copytree(copy_models / "forward", copy_models / "mine")
+    config = json.loads((copy_models / "mine" / "config.json").read_text())
+    (copy_models / "mine" / "config.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({**config, "task": "retro"})
+                                                       .encode())
+    monkeypatch.setenv("MOLSPEC_MODELS_DIR", str(copy_models))
+    assert common.models_for_task("retro") == ["mine"]

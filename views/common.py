@@ -5,7 +5,6 @@ to share between sessions); everything that belongs to one user lives in st.sess
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from molspec_core import textbook
+from molspec_core import checkpoint, textbook
 from molspec_core.chem import SD_RECORD_END
 from molspec_core.io import InputFileError, parse_upload
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
@@ -82,11 +81,12 @@ def models_dir() -> Path:
 
 
 def read_config(folder: Path) -> dict:
-    """A model folder's config.json, or {} where it cannot be read or holds no object (a list stopped every page:
-    the sidebar reads each folder's task); checkpoint's checks say what is wrong, on the Models page."""
+    """A model folder's config.json as the engine reads it (checkpoint.read_json: a byte-order mark, as Windows'
+    Notepad writes, is read there and was refused here, so the sidebar missed the model's task), or {} where it
+    cannot be read or holds no object (a list stopped every page); the Models page says what is wrong."""
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
+        config = checkpoint.read_json(folder / "config.json")
+    except checkpoint.CheckpointError:
         return {}
     return config if isinstance(config, dict) else {}
 
