@@ -37,7 +37,7 @@ from .decoding.result import DecodeResult, DecodeStats
 from .drafting import Drafter, make_drafter
 from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
-from .methods import METHODS, Method, SamplingOptions, method as method_row
+from .methods import METHODS, Method, SamplingOptions, method as method_row, readers_of
 from .model import Seq2SeqTransformer
 from .native import BUILD_VARIABLE, DTYPES, NativeStep, NativeUnavailable, cpu_description, native_unavailable
 from .rsmiles import root_views
@@ -288,6 +288,9 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
     if not row.many and n_best != 1:
         raise ValueError(f"{method} returns one prediction; for {n_best} use beam or another method that returns "
                          f"several: {', '.join(m for m, r in METHODS.items() if r.many)}")
+    for name, value in (("draft_len", draft_len), ("n_drafts", n_drafts)):
+        if value is not None and name not in row.knobs:  # it decoded as if not given, taken for a setting that counted
+            raise ValueError(f"{method} does not read {name}; the methods that do: {readers_of(name)}")
     if draft_len is not None and not 0 <= draft_len <= MAX_DRAFT_LEN:
         raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {draft_len}")
     if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:

@@ -12,7 +12,7 @@ from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
-from molspec_core.methods import of_family
+from molspec_core.methods import METHODS, of_family, readers_of
 from molspec_core.service import MAX_QUERY_CHARS, TIMED_OUT, Prediction, Predictor, QueryResult, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
@@ -665,6 +665,20 @@ def test_options_of_the_wrong_type_are_named(copier, options, message):
         copier.predict("CCO", **options)
 
 
+@pytest.mark.parametrize("method, options, knob", [
+    ("beam", {"n_best": 3, "draft_len": 4}, "draft_len"),
+    ("greedy", {"draft_len": 0}, "draft_len"),
+    ("spec-sample", {"n_best": 2, "n_drafts": 1}, "n_drafts"),
+    ("sample", {"n_best": 2, "draft_len": 2}, "draft_len"),
+])
+def test_a_draft_setting_the_method_does_not_read_is_refused_naming_those_that_do(copier, method, options, knob):
+    """predict(method="beam", draft_len=4) decoded plain beam search as if told nothing of drafts, where `molspec
+    predict` and the server refuse such a setting, naming the methods that read it."""
+    with pytest.raises(ValueError, match=re.escape(f"{method} does not read {knob}; the methods that do: "
+                                                   f"{readers_of(knob)}")):
+        copier.predict("CCO", method=method, **options)
+
+
 def test_n_drafts_is_read_only_by_the_methods_that_verify_several():
     """The sampling loop verifies one draft a call: n_drafts=3 changed nothing in float32, and int8 refused it."""
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
@@ -744,7 +758,7 @@ def test_an_unavailable_device_is_a_clear_error():
 def test_draft_len_zero_means_no_drafts_for_every_greedy_method(copier):
     """spec-auto once read draft_len=0 as 'unset' (`draft_len or auto_len`) and drafted anyway."""
     greedy = copier.predict("CCOc1ccccc1N")
-    for method in GREEDY_METHODS:
+    for method in (m for m in GREEDY_METHODS if "draft_len" in METHODS[m].knobs):
         result = copier.predict("CCOc1ccccc1N", method=method, draft_len=0)
         assert result.stats.draft_tokens_proposed == 0, method
         assert result.predictions[0].tokens == greedy.predictions[0].tokens, method
