@@ -317,3 +317,20 @@ def test_a_search_stopped_while_a_model_loads_is_told(tmp_path, monkeypatch):
     at = at.switch_page("views/routes.py").run()
     assert not at.exception
     assert "The search for NCCCO was stopped before it ended" in shown_text(at)
+
+
+def test_a_stock_file_that_cannot_be_used_is_told_once_and_its_refusal_goes_with_it(tmp_path, monkeypatch):
+    """Find routes with a stock file that cannot be read showed its reason twice, in two error boxes; and the
+    search's one stayed, naming that file, under the next file chosen (a good one, or the default stock)."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "bad.smi", f"xyz {tmp_path.name}\n".encode())
+    at = find_routes(at.run(), "NCCO")
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert sum("holds no molecules" in e for e in errors) == 1
+    assert "Not searched: the stock file bad.smi cannot be used (why: under the stock file box above)." in errors
+    at = upload_stock(at, "good.smi", f"NO {tmp_path.name}\n".encode()).run()
+    assert not at.exception and not at.error
+    at = find_routes(upload_stock(at, "bad.smi", f"xyz {tmp_path.name}\n".encode()).run(), "NCCO")
+    at.file_uploader(key="route_stock").set_value(None)  # its ×: the default stock
+    at.run()
+    assert not at.error

@@ -125,8 +125,8 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     ss[UNFINISHED] = target  # the routes shown before stay until this search ends (a stopped one leaves them)
     try:
         stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
-    except ValueError as exc:
-        failed(f"Cannot use the stock file: {exc}")
+    except ValueError as exc:  # a file's reason is under the stock file box (show_stock)
+        failed(stock_refusal(stock_file[0]) if stock_file is not None else f"Cannot read the default stock: {exc}")
         return
     predictor = cfg.predictor(model)  # in the sidebar's arithmetic
     forward_name = forward_model() if round_trip else None
@@ -160,6 +160,21 @@ def failed(error: str) -> None:
     if "routes" in ss:
         ss[ROUTES_BEFORE] = ss.pop("routes")
     ss["route_error"] = error
+
+
+def stock_refusal(name: str) -> str:
+    """Why a search refused a stock file, short: show_stock gives the reason, and the search repeated it whole,
+    a second error box saying the same."""
+    return f"Not searched: the stock file {name} cannot be used (why: under the stock file box above)."
+
+
+def forget_stock_refusal() -> None:
+    """A search's refusal of the stock file goes with the file: it stayed, naming a file no longer chosen, under the
+    file chosen next."""
+    ss = st.session_state
+    kept = ss.get(KEPT_STOCK)
+    if kept is not None and ss.get("route_error") == stock_refusal(kept[0]):
+        ss["route_error"] = None
 
 
 def show_routes_before() -> None:
@@ -396,6 +411,7 @@ def keep_stock() -> None:
     """The stock uploader's callback: the file chosen is kept for the searches to come, also after a page switch
     empties the uploader; the file removed (its ×) leaves the default stock."""
     ss = st.session_state
+    forget_stock_refusal()
     upload = ss.get("route_stock")
     if upload is None:
         ss.pop(KEPT_STOCK, None)
@@ -404,6 +420,7 @@ def keep_stock() -> None:
 
 
 def use_default_stock() -> None:
+    forget_stock_refusal()
     st.session_state.pop(KEPT_STOCK, None)
 
 
