@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import random
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ MAX_SMILES_CHARS = 5000
 def mol_from_smiles(smiles: str):
     if len(smiles) > MAX_SMILES_CHARS:
         raise ChemError(f"a SMILES of {len(smiles):,} characters is longer than the {MAX_SMILES_CHARS:,} read here")
-    mol = Chem.MolFromSmiles(smiles)
+    mol = Chem.MolFromSmiles(smiles) if smiles.isascii() else None  # RDKit skips some other characters unsaid
     if mol is None:
         raise _unparsed(smiles)
     return mol
@@ -56,7 +57,11 @@ def why_unreadable(smiles: str) -> str:
     bond or '.' with nothing to join, an empty branch, a ring bond closed on its own atom or on a pair bonded already),
     or the first parenthesis, bracket or ring bond left open, or closed where none is open (positions count characters
     from 1), else RDKit's own account of a molecule it reads but cannot accept (an atom's valence, an aromatic ring it
-    cannot kekulize); "" when it is none of these."""
+    cannot kekulize); "" when it is none of these. A character outside ASCII is named first, wherever it stands: RDKit
+    skips some of them without a word (a Cyrillic 'ССO' read as water, 'Cl−' with a minus sign as HCl)."""
+    foreign = next((i for i, char in enumerate(smiles) if not char.isascii()), None)
+    if foreign is not None:
+        return f"the {smiles[foreign]!r} at position {foreign + 1} {_not_smiles(smiles[foreign])}"
     opened: list[int] = []  # positions of the unclosed "("
     rings: dict[str, tuple[int, int | None]] = {}  # each open ring bond label: its position, the atom it opened on
     # The atoms as RDKit numbers them: how many so far, the one a following atom bonds to (none after a '.'), those
@@ -202,6 +207,10 @@ def _in_word(text: str, i: int) -> bool:
 
 def _not_smiles(char: str) -> str:
     """Why a character outside brackets is no part of a SMILES (why_unreadable), to follow "the 'X' at position N"."""
+    if not char.isascii():
+        return (f"is not plain ASCII (U+{ord(char):04X} {unicodedata.name(char, 'unnamed')}), as a SMILES is: retype "
+                "it (look-alike letters from other alphabets, full-width forms and typographic dashes or minus signs "
+                "change the molecule)")
     if char.isspace():
         return "is a space: a SMILES has none, and RDKit reads what follows one as the molecule's name"
     if char == "H":
@@ -261,6 +270,8 @@ def _unmapped_mol(smiles: str):
     reads what follows the first space as the molecule's name, so a tokenized answer 'C C ( = O ) O' read as
     methane, and evaluate scored a model's 'C' right against it."""
     if not smiles or len(smiles) > MAX_SMILES_CHARS or any(ch.isspace() for ch in smiles.strip()):
+        return None
+    if not smiles.isascii():  # RDKit skips some other characters unsaid: a Cyrillic 'ССO' was water
         return None
     mol = Chem.MolFromSmiles(smiles)
     if mol is not None and ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one
@@ -345,6 +356,8 @@ def smiles_from_cxsmiles(text: str) -> str:
     and the like change the atoms) and writes isomeric SMILES, which hold no coordinates, atom labels or
     enhanced-stereo groups (as a molfile's SMILES, sd_records, holds none); a reaction keeps its three parts,
     'reactants>agents>products'. Raises ChemError when RDKit cannot read it."""
+    if not text.isascii():  # RDKit skips some other characters unsaid (why_unreadable)
+        raise _unparsed(text)
     if ">" in text.split()[0]:
         from rdkit.Chem import rdChemReactions
         try:
@@ -435,7 +448,8 @@ def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:
     pieces (C1CC.C1CC(C)(C)(C)(C)C was refused for its ring bond, not its carbon of six bonds). The ends are trimmed;
     a space inside is refused (CCO.O Cl was read as ethanol and water, the Cl taken for a name)."""
     smiles = smiles.strip()
-    if any(char.isspace() for char in smiles):  # RDKit would read what follows as a name, and lose its molecules
+    # RDKit would read what follows a space as a name, and skip some characters outside ASCII, unsaid
+    if any(char.isspace() for char in smiles) or not smiles.isascii():
         raise _unparsed(smiles)
     parts = [part for part in smiles.split(".") if part]
     try:

@@ -365,6 +365,22 @@ def test_a_piece_that_is_no_smiles_alone_nor_with_the_others_is_refused():
         canonical_fragments("C1CC.CC")
 
 
+@pytest.mark.parametrize("text, at, named", [
+    ("\u0421\u0421O", 1, "U+0421 CYRILLIC CAPITAL LETTER ES"),  # was read as water: RDKit skipped both
+    ("CC(=O)[O-].Cl\u2212", 14, "U+2212 MINUS SIGN"),  # a chloride from a PDF, read as hydrogen chloride
+    ("CCO\u200b", 4, "U+200B ZERO WIDTH SPACE"),
+])
+def test_a_character_outside_ascii_is_refused_by_name_on_every_path_not_skipped(text, at, named):
+    """The service refused such a query, but a recorded reaction's outcome, a known answer or a stock line reach
+    RDKit here, and RDKit skips some of these characters without a word."""
+    from molspec_core.chem import canonical_fragments, canonical_or_none, leakage_key
+
+    assert canonical_or_none(text) is None and leakage_key(text) is None
+    for read in (canonical, canonical_fragments, mol_from_smiles, lambda t: smiles_from_cxsmiles(t + " |$$|")):
+        with pytest.raises(ChemError, match=re.escape(f"at position {at} is not plain ASCII ({named})")):
+            read(text)
+
+
 def test_a_space_inside_a_smiles_of_several_molecules_is_refused_not_read_as_a_name():
     """RDKit reads what follows a space as the molecule's name: 'CCO.O Cl' was read as ethanol and water, its Cl
     lost, and a recorded reaction 'CCO>>CC O' was known to give ethane (canonical_or_none refused both)."""
