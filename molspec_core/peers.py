@@ -198,6 +198,7 @@ class CTranslate2Peer:
                                                           env.get("PYTHONPATH")]))
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives with the process; _stop_process closes it)
         self._pending = b""  # what the process wrote after the last line read
+        self._stopped_by_us: str | None = None  # why, once _stop has ended the process
         self._process = subprocess.Popen(
             [sys.executable, "-m", "molspec_core.peer_worker", str(ct2_dir), compute_type, str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
@@ -214,6 +215,11 @@ class CTranslate2Peer:
         _, status = os.waitpid(self._process.pid, os.WUNTRACED)
         if not os.WIFSTOPPED(status):  # it ended before the signal, and this wait collected it
             self._process.returncode = os.waitstatus_to_exitcode(status)
+
+    def _stop(self, why: str) -> None:
+        """End a process whose state is unknown: no later request may go to it, and each says why."""
+        self._process.kill()
+        self._stopped_by_us = why
 
     def _resume(self) -> None:
         if hasattr(signal, "SIGCONT"):
@@ -254,9 +260,9 @@ class CTranslate2Peer:
     def _receive(self) -> dict:
         line = self._read_line()
         if line is None:
-            self._process.kill()  # its state is unknown: no later request may go to it
-            raise PeerError(f"the CTranslate2 peer gave no answer in {self.timeout_s:g} s (it hangs, or the "
-                               "request is beyond it); its process was ended")
+            why = f"gave no answer in {self.timeout_s:g} s (it hangs, or the request is beyond it)"
+            self._stop(f"it {why}, and its process was ended")
+            raise PeerError(f"the CTranslate2 peer {why}; its process was ended")
         if not line:
             raise self._ended()
         answer = json.loads(line)
@@ -270,6 +276,8 @@ class CTranslate2Peer:
         ranking by summed log-probs: each query's hypotheses, and the seconds CTranslate2 took, timed in its
         process (the pipe and the signals are not counted). CTranslate2 takes one length budget for a batch: the
         longest query's, so a shorter query's answer that never ends may run past its own (ours stop it there)."""
+        if self._stopped_by_us:
+            raise PeerError(f"the CTranslate2 peer takes no more requests: {self._stopped_by_us}")
         if self._process.poll() is not None:
             raise self._ended()
         request = {"src": [list(src) for src in sources], "width": width, "n_best": n_best,
@@ -279,11 +287,14 @@ class CTranslate2Peer:
             assert self._process.stdin is not None
             self._process.stdin.write((json.dumps(request) + "\n").encode())
             self._process.stdin.flush()
-        except BrokenPipeError:  # it ended before reading the request
-            self._pause()
-            raise self._ended() from None
-        try:
             answer = self._receive()
+        except BrokenPipeError:  # it ended before reading the request
+            raise self._ended() from None
+        except PeerError:
+            raise
+        except BaseException:  # Ctrl-C, a stop: the answer it still owes would be read as the next request's
+            self._stop("a request to it was interrupted, and its process ended")
+            raise
         finally:
             self._pause()
         batch = [[PeerHypothesis(tuple(h), float(s)) for h, s in zip(hypotheses, scores)]
@@ -305,5 +316,8 @@ def _stop_process(process: subprocess.Popen, stderr) -> None:
         process.wait()
     for stream in (process.stdin, process.stdout):
         if stream:
-            stream.close()
+            try:
+                stream.close()
+            except BrokenPipeError:  # a request it never read, flushed on closing
+                pass
     stderr.close()

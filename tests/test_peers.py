@@ -165,21 +165,25 @@ def test_the_peer_decodes_in_a_process_of_its_own_without_torch_and_stopped_betw
     assert peer._process.poll() is not None and not os.path.exists(f"/proc/{pid}/maps")
 
 
-class _SignalAfterWrite:
-    """The peer's stdin, sending its process a signal once a request is written (a crash or a hang mid-request)."""
+class _AfterWrite:
+    """The peer's stdin, doing `action` once a request is written (a crash, a hang, a Ctrl-C mid-request)."""
 
-    def __init__(self, peer, signum):
-        self.peer, self.signum, self.stream = peer, signum, peer._process.stdin
+    def __init__(self, stream, action):
+        self.stream, self.action = stream, action
 
     def write(self, data):
         return self.stream.write(data)
 
     def flush(self):
         self.stream.flush()
-        self.peer._process.send_signal(self.signum)
+        self.action()
 
     def close(self):
         self.stream.close()
+
+
+def signal_after_write(peer, signum):
+    peer._process.stdin = _AfterWrite(peer._process.stdin, lambda: peer._process.send_signal(signum))
 
 
 def test_a_peer_process_that_dies_during_a_request_says_so(tmp_path):
@@ -187,7 +191,7 @@ def test_a_peer_process_that_dies_during_a_request_says_so(tmp_path):
     the error says the process ended and how, and a later request says the same."""
     peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
     try:
-        peer._process.stdin = _SignalAfterWrite(peer, signal.SIGKILL)
+        signal_after_write(peer, signal.SIGKILL)
         with pytest.raises(PeerError, match="peer process ended .killed by SIGKILL"):
             peer.decode(["C", "C", "O"])
         with pytest.raises(PeerError, match="peer process ended .killed by SIGKILL"):
@@ -206,14 +210,56 @@ def test_a_peer_process_killed_between_requests_says_how_it_ended(tmp_path):
         peer.close()
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_peer_process_that_ends_as_a_request_is_sent_says_so_and_closes_quietly(tmp_path):
+    """The request it never read stayed in the pipe's buffer, and closing the peer raised BrokenPipeError
+    (printed as an exception ignored in a finalizer)."""
+    import os
+
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
+
+    def end():  # instead of resuming it: killed, and waited for (without collecting it) so that the write fails
+        peer._process.kill()
+        os.waitid(os.P_PID, peer._process.pid, os.WEXITED | os.WNOWAIT)
+
+    peer._resume = end
+    with pytest.raises(PeerError, match="peer process ended .killed by SIGKILL"):
+        peer.decode(["C", "C", "O"])
+    peer.close()
+
+
 def test_a_peer_that_gives_no_answer_is_ended_after_its_time_limit(tmp_path):
     """A hung peer (here: stopped once the request is written) left bench waiting for ever."""
-    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"), timeout_s=1)
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
+    peer.timeout_s = 1  # once started (its start may take longer on a busy machine)
     try:
-        peer._process.stdin = _SignalAfterWrite(peer, signal.SIGSTOP)
+        signal_after_write(peer, signal.SIGSTOP)
         with pytest.raises(PeerError, match="gave no answer in 1 s"):
             peer.decode(["C", "C", "O"])
         assert peer._process.poll() is not None
+        with pytest.raises(PeerError, match="takes no more requests: it gave no answer in 1 s"):
+            peer.decode(["C", "C", "O"])
+    finally:
+        peer.close()
+
+
+def ctrl_c():
+    raise KeyboardInterrupt
+
+
+def test_a_request_interrupted_by_ctrl_c_is_not_answered_by_the_next(tmp_path):
+    """Stopped by Ctrl-C while the peer decoded, the next request read the answer the first was owed (the answers
+    one query off, silently); the peer ends its process and refuses further requests."""
+    peer = CTranslate2Peer(convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2"))
+    try:
+        first = peer.decode(["C", "C", "O"])
+        stdin = peer._process.stdin
+        peer._process.stdin = _AfterWrite(stdin, ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            peer.decode(["N", "C", "C", "C", "C", "N"])
+        peer._process.stdin = stdin
+        with pytest.raises(PeerError, match="takes no more requests: a request to it was interrupted"):
+            assert peer.decode(["C", "C", "O"]) == first
     finally:
         peer.close()
 
