@@ -279,3 +279,24 @@ def test_a_config_with_a_byte_order_mark_lists_its_model_under_its_task_as_the_e
                                                        .encode())
     monkeypatch.setenv("MOLSPEC_MODELS_DIR", str(copy_models))
     assert common.models_for_task("retro") == ["mine"]
+
+
+@pytest.mark.parametrize("page", ["views/predict.py", "views/batch.py", "views/models.py"])
+def test_choosing_a_model_that_does_not_load_says_why_in_the_sidebar_not_a_traceback(copy_models, monkeypatch, page):
+    """Choosing a model folder that does not load (here its weights cut short) stopped every page on a traceback."""
+    weights = test_app.FIXTURES / "copy_model" / "model.safetensors"
+    import shutil
+
+    shutil.copytree(copy_models / "forward", copy_models / "x_cut")
+    config = json.loads((copy_models / "x_cut" / "config.json").read_text())
+    (copy_models / "x_cut" / "config.json").write_text(json.dumps({**config, "task": "forward"}))
+    (copy_models / "x_cut" / "model.safetensors").write_bytes(weights.read_bytes()[:-1000])
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page(page).run()
+    at.sidebar.selectbox(key="model_forward").select("x_cut").run()
+    assert_clean(at)
+    refusal = texts(at.sidebar.error)
+    assert refusal.startswith("Model x_cut does not load: ") and "x_cut/model.safetensors is cut short" in refusal
+    at.sidebar.selectbox(key="model_forward").select("forward").run()  # the working model is chosen again
+    assert_clean(at)
+    assert not at.sidebar.error

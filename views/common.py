@@ -209,7 +209,11 @@ def render_sidebar() -> Settings:
                    f"(models/{task}/ is missing). Choose the forward task, or add the model folder.")
     # The int8 toggle is drawn further down, but decides which predictor loads: read its state first.
     want_int8 = int8_offered() and st.session_state.get("int8", INT8_BY_DEFAULT)
-    predictor = predictor_for(str(models_dir() / model), "int8" if want_int8 else "float32") if model else None
+    try:
+        predictor = predictor_for(str(models_dir() / model), "int8" if want_int8 else "float32") if model else None
+    except checkpoint.CheckpointError as exc:  # a model folder that does not load stopped every page on a traceback
+        sb.error(md_escape(f"Model {model} does not load: {exc}"), icon=":material/error:")
+        model = predictor = None  # the pages say no model is chosen, as when none is installed
     dtype = predictor.dtype if predictor is not None else "float32"
     has_draft_model = predictor is not None and predictor.draft_model is not None
     methods = [m for m in method_order() if METHODS[m].drafts != "model" or has_draft_model]
