@@ -49,6 +49,9 @@ RING_LABEL = re.compile(r"%\(\d+\)|%\d\d|\d")
 # Outside brackets, an atom: the organic subset (two-letter halogens first), aromatic or not, or the wildcard.
 ORGANIC_ATOM = re.compile(r"Cl|Br|[BCNOPSFIbcnops*]")
 BOND_SYMBOLS = "-=#$:/\\~"
+# Other notations pasted for a SMILES: an InChIKey (14, 10 and 1 capitals), and an InChI that lost its "InChI=".
+INCHI_KEY = re.compile(r"(InChIKey=)?[A-Z]{14}-[A-Z]{10}-[A-Z]")
+BARE_INCHI = re.compile(r"1S?/[A-Z][A-Za-z0-9.]*(/|$)")
 
 
 def why_unreadable(smiles: str) -> str:
@@ -62,6 +65,11 @@ def why_unreadable(smiles: str) -> str:
     foreign = next((i for i, char in enumerate(smiles) if not char.isascii()), None)
     if foreign is not None:
         return f"the {smiles[foreign]!r} at position {foreign + 1} {_not_smiles(smiles[foreign])}"
+    if INCHI_KEY.fullmatch(smiles):
+        return ("this is an InChIKey, a hashed key from which no structure can be read back: paste the structure's "
+                "SMILES or InChI (PubChem gives both beside the key)")
+    if BARE_INCHI.match(smiles):
+        return f"this reads as an InChI without its prefix: an InChI begins 'InChI=', as InChI={smiles[:80]}"
     opened: list[int] = []  # positions of the unclosed "("
     rings: dict[str, tuple[int, int | None]] = {}  # each open ring bond label: its position, the atom it opened on
     # The atoms as RDKit numbers them: how many so far, the one a following atom bonds to (none after a '.'), those

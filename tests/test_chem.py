@@ -328,6 +328,14 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("C12CC12", "ring bond 2 at position 7 joins two atoms that are bonded already (ring bond 2 opened at position 3)"),
     ("C1C1", "ring bond 1 at position 4 joins two atoms that are bonded already (ring bond 1 opened at position 2)"),
     ("aspirin", ""),  # a name: the service says names are not read
+    # were told of an 'L' or an 'h' that is no atom, or of ring bond 1 with no atom before it
+    ("LFQSCWFLJHTTHZ-UHFFFAOYSA-N", "this is an InChIKey, a hashed key from which no structure can be read back: "
+                                    "paste the structure's SMILES or InChI (PubChem gives both beside the key)"),
+    ("InChIKey=LFQSCWFLJHTTHZ-UHFFFAOYSA-N", "this is an InChIKey, a hashed key from which no structure can be read "
+                                             "back: paste the structure's SMILES or InChI (PubChem gives both beside "
+                                             "the key)"),
+    ("1S/C2H6O/c1-2-3/h3H,2H2,1H3", "this reads as an InChI without its prefix: an InChI begins 'InChI=', as "
+                                    "InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3"),
 ])
 def test_a_refused_smiles_says_what_to_mend(smiles, reason):
     """A chemist's typo was refused as "RDKit cannot parse 'C1CC' as a molecule" alone (session 70)."""
