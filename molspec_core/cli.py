@@ -762,24 +762,39 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)  # before the run, not on every query
     warn_task_mismatch(args.src, predictor.task)
-    report = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
-                      draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling, augment=args.augment,
-                      time_limit_s=args.time_limit)
-    # What reproduces the run, from any folder: every option it was decoded with (the sampling knobs and the drafts
-    # only for a method reading them, the drafts as decoded with, defaults included: those of a full batch, the
-    # shape spec-auto picks by batch size), absolute paths, the device and the code.
     knobs = METHODS[method].knobs
     drafter, draft_len, n_drafts = predictor.resolve(method, args.draft_len, args.n_drafts, args.batch_size)
-    report.update(model=os.path.realpath(predictor.path), device=str(predictor.device),
-                  device_name=predictor.device_name, engine=predictor.engine, dtype=predictor.dtype,
-                  src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
-                  index=os.path.abspath(args.index) if args.index else None, limit=args.limit, augment=args.augment,
-                  batch_size=args.batch_size, drafter=drafter, draft_len=draft_len if "draft_len" in knobs else None,
-                  n_drafts=n_drafts if "n_drafts" in knobs else None, time_limit_s=args.time_limit,
-                  sampling={k: v for k, v in dataclasses.asdict(sampling).items() if k in knobs and k != "draft_len"}
-                  or None,
-                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path),
-                  **software())
+
+    def described(report: dict) -> dict:
+        """What reproduces the run, from any folder: every option it was decoded with (the sampling knobs and the
+        drafts only for a method reading them, the drafts as decoded with, defaults included: those of a full
+        batch, the shape spec-auto picks by batch size), absolute paths, the device and the code; the digest of the
+        queries it scored (a stopped run's first n, which `compare` sets beside a run of --limit n)."""
+        n = report["n"]
+        report.update(model=os.path.realpath(predictor.path), device=str(predictor.device),
+                      device_name=predictor.device_name, engine=predictor.engine, dtype=predictor.dtype,
+                      src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
+                      index=os.path.abspath(args.index) if args.index else None, limit=args.limit,
+                      augment=args.augment, batch_size=args.batch_size, drafter=drafter,
+                      draft_len=draft_len if "draft_len" in knobs else None,
+                      n_drafts=n_drafts if "n_drafts" in knobs else None, time_limit_s=args.time_limit,
+                      sampling={k: v for k, v in dataclasses.asdict(sampling).items()
+                                if k in knobs and k != "draft_len"} or None,
+                      queries_sha256=queries_digest(sources[:n], (targets or [])[:n]),
+                      weights=weights_fingerprint(predictor.path), **software())
+        return report
+
+    try:
+        report = described(evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
+                                    draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling,
+                                    augment=args.augment, time_limit_s=args.time_limit))
+    except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries scored keep their report
+        partial = getattr(stop, "partial_report", None)
+        if out and partial is not None:
+            write_text_file(out, report_json(described(partial)))
+            log.warning("stopped after %d of %d queries: their report, marked partial, is in %s", partial["n"],
+                        len(sources), out)
+        raise  # the boundary's line and exit code follow
     # the per-query places go to the file (for `compare`), not the screen
     print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
@@ -840,8 +855,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare_reports(a, b)
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
         device = f" on {report['device']}" if "device" in report else ""  # not in reports from before it
+        stop = report.get("partial")
+        partial = (f"; partial: stopped after {report.get('n')} of {stop.get('of_n')} queries" if isinstance(stop, dict)
+                   else "")
         print(f"{name}: {path} (model {report.get('model')}, {report.get('augment', 1)} writing(s), "
-              f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')}{device})")
+              f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')}{device}{partial})")
     differ = setting_differences(a, b)
     if differ:  # on stderr: a difference that was not meant is read beside the figures, not lost in them
         log.warning("the reports differ in %s", "; ".join(differ))

@@ -1968,3 +1968,32 @@ def test_ctrl_c_while_the_command_line_loads_is_an_interrupted_line_and_exit_130
                              "('torch', 'rdkit', 'numpy', 'molspec_core.cli') if m in sys.modules))"],
                             capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"  # nothing heavy loads before the entry point's try
+
+
+def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_scored(pair_files, capsys,
+                                                                                     monkeypatch):
+    """Ctrl-C an hour into `evaluate` lost every figure: --out holds the report of the queries scored before the
+    stop, marked partial, and `compare` sets it beside a whole run of those queries (--limit), saying it is partial."""
+    from molspec_core.service import Predictor
+
+    real, calls = Predictor.predict, []
+
+    def predict(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--n-best", "3",
+             "--batch-size", "1"]
+    monkeypatch.setattr(Predictor, "predict", predict)
+    assert main(["evaluate", "--model", MODEL, *files, "--out", str(pair_files / "stopped.json")]) == 130
+    report = json.loads((pair_files / "stopped.json").read_text())
+    assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt"})
+    assert report["model"] and report["queries_sha256"]
+    monkeypatch.setattr(Predictor, "predict", real)
+    assert main(["evaluate", "--model", MODEL, *files, "--limit", "2", "--out", str(pair_files / "two.json")]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(pair_files / "stopped.json"), str(pair_files / "two.json")]) == 0
+    out = capsys.readouterr().out
+    assert "partial: stopped after 2 of 5 queries" in out.splitlines()[0] and "2 queries" in out
