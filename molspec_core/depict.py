@@ -41,7 +41,11 @@ LEAVING_COLOUR = "#cfd4da"
 RINGS = {CENTRE_COLOUR: ("#c0392b", ""), LEAVING_COLOUR: ("#5b6770", "3,2")}
 RING_RADIUS = 0.45  # 2D units (a bond is 1.5): just outside RDKit's highlight (0.3), clear of the next atom's
 PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): small molecules are not blown up
-FRAGMENT_GAP = 2.0  # 2D units between the boxes of two molecules: room for atom labels
+FRAGMENT_GAP = 2.0  # 2D units between the atoms of two molecules side by side
+LABEL_GAP = 0.8  # and between their atom labels (13CH4 beside H2 18O drew as one label, 2 px apart)
+# Widths of an atom label's characters in 2D units, as RDKit draws them at any scale (measured: H2O 0.86,
+# NH4+ 1.04): the element and its H, and the small isotope, H count and charge
+LABEL_CHAR, LABEL_SMALL_CHAR = 0.35, 0.18
 MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
 # A molecule ETKDG cannot embed took it long to give up (C60: 17 s from random coordinates, then 12 s from the
@@ -237,16 +241,30 @@ def _rgb(colour: str) -> tuple[float, float, float]:
 
 
 def _wrapped(widths: Sequence[float], limit: float) -> list[list[int]]:
-    """Items of these widths, in order, in rows no wider than `limit` (FRAGMENT_GAP between two),
-    a new row only where the next item would not fit."""
+    """Items of these widths (each with its share of the room between items), in order, in rows no wider than
+    `limit`, a new row only where the next item would not fit."""
     rows: list[list[int]] = [[]]
     used = 0.0
     for k, width in enumerate(widths):
-        if rows[-1] and used + FRAGMENT_GAP + width > limit + 1e-9:  # (a limit is a sum of the same widths)
+        if rows[-1] and used + width > limit + 1e-9:  # (a limit is a sum of the same widths)
             rows.append([])
-        used = (used + FRAGMENT_GAP if rows[-1] else 0.0) + width
+            used = 0.0
+        used += width
         rows[-1].append(k)
     return rows
+
+
+def label_reach(atom: Chem.Atom) -> float:
+    """How far, in 2D units, the label RDKit draws for an atom can reach from its centre, either way (its H may
+    go either side): 0 for a carbon drawn as a bare vertex."""
+    plain = not (atom.GetIsotope() or atom.GetFormalCharge() or atom.GetNumRadicalElectrons())
+    if atom.GetAtomicNum() == 6 and atom.GetDegree() and plain:
+        return 0.0
+    hydrogens = atom.GetTotalNumHs()
+    small = len(atom_label(atom)) - len(atom.GetSymbol()) + (len(str(hydrogens)) if hydrogens > 1 else 0)
+    large = len(atom.GetSymbol()) + (1 if hydrogens else 0)
+    return large * LABEL_CHAR + small * LABEL_SMALL_CHAR + atom.GetNumRadicalElectrons() * LABEL_SMALL_CHAR \
+        - LABEL_CHAR / 2
 
 
 def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
@@ -270,16 +288,21 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     conf.Set3D(False)
     mol.RemoveAllConformers()
     conf = mol.GetConformer(mol.AddConformer(conf, assignId=True))  # (the molecule keeps a copy)
-    boxes = []
+    # each molecule's box, and the room beside it on either side that it takes from its neighbour's: half
+    # FRAGMENT_GAP, or more where its labels reach out past its atoms (label_reach), to keep LABEL_GAP between labels
+    boxes, sides = [], []
     for atoms in fragments:
         xs = [conf.GetAtomPosition(i).x for i in atoms]
         ys = [conf.GetAtomPosition(i).y for i in atoms]
         boxes.append((min(xs), max(xs), min(ys), max(ys)))
-    widths = [x1 - x0 for x0, x1, _, _ in boxes]
+        reach = [label_reach(mol.GetAtomWithIdx(i)) for i in atoms]
+        sides.append((max(FRAGMENT_GAP, 2 * (min(xs) - min(x - r for x, r in zip(xs, reach))) + LABEL_GAP) / 2,
+                      max(FRAGMENT_GAP, 2 * (max(x + r for x, r in zip(xs, reach)) - max(xs)) + LABEL_GAP) / 2))
+    widths = [x1 - x0 + left + right for (x0, x1, _, _), (left, right) in zip(boxes, sides)]  # room included
     heights = [y1 - y0 for _, _, y0, y1 in boxes]
 
-    def row_width(row: list[int]) -> float:
-        return sum(widths[k] for k in row) + FRAGMENT_GAP * (len(row) - 1)
+    def row_width(row: list[int]) -> float:  # from its first atom to its last
+        return sum(widths[k] for k in row) - sides[row[0]][0] - sides[row[-1]][1]
 
     def scale(rows: list[list[int]]) -> float:  # pixels per 2D unit these rows are drawn at
         tall = sum(max(heights[k] for k in row) for row in rows) + FRAGMENT_GAP * (len(rows) - 1)
@@ -290,8 +313,8 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     # MAX_LAYOUTS of them, evenly spread); the fewest rows that draw within 10% of the largest win (A + B
     # on one line reads as a reaction does)
     ends = list(itertools.accumulate(widths, initial=0.0))
-    limits = sorted({ends[j] - ends[i] + FRAGMENT_GAP * (j - i - 1)
-                     for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)}, reverse=True)
+    limits = sorted({ends[j] - ends[i] for i in range(len(widths)) for j in range(i + 1, len(widths) + 1)},
+                    reverse=True)
     layouts = [_wrapped(widths, limit) for limit in limits[::math.ceil(len(limits) / MAX_LAYOUTS)]]
     largest = max(map(scale, layouts))
     rows = next(layout for layout in layouts if scale(layout) >= 0.9 * largest)
@@ -300,13 +323,14 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     for row in rows:
         row_height = max(heights[k] for k in row)
         left = (widest - row_width(row)) / 2  # rows centred under each other
+        left -= sides[row[0]][0]  # (the room left of the first molecule)
         for k in row:
-            x0, x1, y0, y1 = boxes[k]
-            dx, dy = left - x0, top - row_height / 2 - (y0 + y1) / 2  # centred on the row's middle line
+            x0, _, y0, y1 = boxes[k]
+            dx, dy = left + sides[k][0] - x0, top - row_height / 2 - (y0 + y1) / 2  # centred on the row's middle line
             for i in fragments[k]:
                 p = conf.GetAtomPosition(i)
                 conf.SetAtomPosition(i, Point3D(p.x + dx, p.y + dy, 0.0))
-            left += x1 - x0 + FRAGMENT_GAP
+            left += widths[k]
         top -= row_height + FRAGMENT_GAP
     return mol
 

@@ -1,5 +1,6 @@
 """Pictures a chemist reads (depict.py): 3D models of several molecules, and atoms named in the text alternatives."""
 import itertools
+import re
 
 import pytest
 from rdkit import Chem
@@ -41,3 +42,30 @@ def test_a_molecule_etkdg_cannot_embed_gives_up_soon():
     started = time.perf_counter()
     assert depict.molblock_3d(fullerene) is None
     assert time.perf_counter() - started < 4 * depict.EMBED_TIMEOUT_S + 5  # two starts, each cut off, and slack
+
+
+def _drawn_extents(svg: str, mol: Chem.Mol) -> list[tuple[float, float, float, float]]:
+    """Per molecule of `mol`, the box (x0, x1, y0, y1), in pixels, of everything RDKit drew for its atoms and bonds
+    (labels included: each drawn path names its atoms in its class)."""
+    owner = {atom: k for k, atoms in enumerate(Chem.GetMolFrags(mol)) for atom in atoms}
+    points: dict[int, list[tuple[float, float]]] = {}
+    for classes, path in re.findall(r"<path class='([^']*)' d='([^']*)'", svg):
+        atoms = re.findall(r"atom-(\d+)", classes)
+        if atoms:
+            points.setdefault(owner[int(atoms[0])], []).extend(
+                (float(x), float(y)) for x, y in re.findall(r"(-?[\d.]+)[ ,](-?[\d.]+)", path))
+    return [(min(x for x, _ in p), max(x for x, _ in p), min(y for _, y in p), max(y for _, y in p))
+            for _, p in sorted(points.items())]
+
+
+@pytest.mark.parametrize("smiles", ["[13CH4].[18OH2]", "[NH4+].[Cl-]", "O.[NH4+].[OH-].[SiH4].[PH3]",
+                                    "CC(=O)Cl.Nc1ccc(Br)cc1.ClCCl", "[15NH4+].[2H]O[2H].[13CH3][13CH2]O"])
+def test_the_labels_of_molecules_side_by_side_stand_apart(smiles):
+    """Methane-13C beside water-18O drew as one label, '13CH4H2 18O' (1.7 px apart): the gap between molecules
+    was measured between their atoms, not their labels."""
+    mol = Chem.MolFromSmiles(smiles)
+    boxes = _drawn_extents(depict.smiles_svg(smiles, 440, 230), mol)
+    assert len(boxes) == len(Chem.GetMolFrags(mol))
+    for a, b in itertools.combinations(boxes, 2):
+        if a[2] < b[3] and b[2] < a[3]:  # on one row
+            assert max(b[0] - a[1], a[0] - b[1]) >= 10, (a, b)  # pixels of white between the two labels
