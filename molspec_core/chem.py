@@ -49,6 +49,15 @@ RING_LABEL = re.compile(r"%\(\d+\)|%\d\d|\d")
 # Outside brackets, an atom: the organic subset (two-letter halogens first), aromatic or not, or the wildcard.
 ORGANIC_ATOM = re.compile(r"Cl|Br|[BCNOPSFIbcnops*]")
 BOND_SYMBOLS = "-=#$:/\\~"
+# An R-group in brackets, as drawing programs write one: [R], [R1], [R#], [R'].
+R_GROUP = re.compile(r"\[R[0-9#']*\]")
+# A chemist's shorthand for a group, which no SMILES holds outside brackets: its name and its atoms in SMILES.
+ABBREVIATIONS = {
+    "Me": ("methyl", "C"), "Et": ("ethyl", "CC"), "iPr": ("isopropyl", "C(C)C"), "Pr": ("propyl", "CCC"),
+    "tBu": ("tert-butyl", "C(C)(C)C"), "Bu": ("butyl", "CCCC"), "Ph": ("phenyl", "c1ccccc1"),
+    "Ac": ("acetyl", "C(C)=O"), "Ts": ("tosyl", "S(=O)(=O)c1ccc(C)cc1"), "Ms": ("mesyl", "S(C)(=O)=O"),
+    "Tf": ("triflyl", "S(=O)(=O)C(F)(F)F"), "TMS": ("trimethylsilyl", "[Si](C)(C)C"),
+}
 # Other notations pasted for a SMILES: an InChIKey (14, 10 and 1 capitals), and an InChI that lost its "InChI=".
 INCHI_KEY = re.compile(r"(InChIKey=)?[A-Z]{14}-[A-Z]{10}-[A-Z]")
 BARE_INCHI = re.compile(r"1S?/[A-Z][A-Za-z0-9.]*(/|$)")
@@ -86,6 +95,9 @@ def why_unreadable(smiles: str) -> str:
             end = smiles.find("]", i)
             if end < 0:
                 return f"the '[' at position {at} is never closed"
+            if R_GROUP.fullmatch(smiles, i, end + 1):
+                return (f"the bracket atom {smiles[i:end + 1]} at position {at} is an R-group, a placeholder that "
+                        "stands for no one molecule: draw the group in its place")
             if Chem.MolFromSmiles(smiles[i:end + 1], sanitize=False) is None:
                 return (f"the bracket atom {smiles[i:end + 1]} at position {at} is not one RDKit reads: an element "
                         "symbol, then its hydrogens and charge, as [Na+], [NH4+] or [13CH3]")
@@ -140,6 +152,11 @@ def why_unreadable(smiles: str) -> str:
             kind, i = "ring", label.end()
         elif char.isalpha() and _in_word(smiles, i):
             return ""  # a name ("aspirin", "Cyclohexane"): the caller says that names are not read
+        elif (short := _abbreviation_at(smiles, i)) is not None:
+            start, name = short
+            meaning, atoms_of = ABBREVIATIONS[name]
+            return (f"the '{name}' at position {start + 1} is an abbreviation ({meaning}), which a SMILES does not "
+                    f"hold: write its atoms, as {atoms_of}")
         else:
             return f"the {char!r} at position {at} {_not_smiles(char)}"
         if kind == "atom":
@@ -200,6 +217,16 @@ def _atom_spans(smiles: str) -> list[tuple[int, int]]:
         spans.append((i, end))
         i = end
     return spans
+
+
+def _abbreviation_at(text: str, i: int) -> tuple[int, str] | None:
+    """(where it starts, which) of the abbreviation (ABBREVIATIONS) that text[i], no atom there, is part of, or None:
+    Ph's P reads as phosphorus, so its 'h' is the character refused."""
+    for name in ABBREVIATIONS:
+        start = next((s for s in range(i - len(name) + 1, i + 1) if s >= 0 and text.startswith(name, s)), None)
+        if start is not None:
+            return start, name
+    return None
 
 
 def _in_word(text: str, i: int) -> bool:

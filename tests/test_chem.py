@@ -328,6 +328,14 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("C12CC12", "ring bond 2 at position 7 joins two atoms that are bonded already (ring bond 2 opened at position 3)"),
     ("C1C1", "ring bond 1 at position 4 joins two atoms that are bonded already (ring bond 1 opened at position 2)"),
     ("aspirin", ""),  # a name: the service says names are not read
+    # a chemist's shorthand, which was told of an 'h' or an 'M' that is no atom
+    ("PhC(=O)Cl", "the 'Ph' at position 1 is an abbreviation (phenyl), which a SMILES does not hold: write its atoms, "
+                  "as c1ccccc1"),
+    ("CC(=O)OMe", "the 'Me' at position 8 is an abbreviation (methyl), which a SMILES does not hold: write its atoms, "
+                  "as C"),
+    ("Et3N", "the 'Et' at position 1 is an abbreviation (ethyl), which a SMILES does not hold: write its atoms, as CC"),
+    ("[R1]CC", "the bracket atom [R1] at position 1 is an R-group, a placeholder that stands for no one molecule: "
+               "draw the group in its place"),
     # were told of an 'L' or an 'h' that is no atom, or of ring bond 1 with no atom before it
     ("LFQSCWFLJHTTHZ-UHFFFAOYSA-N", "this is an InChIKey, a hashed key from which no structure can be read back: "
                                     "paste the structure's SMILES or InChI (PubChem gives both beside the key)"),
