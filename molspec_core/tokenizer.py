@@ -37,6 +37,17 @@ def tokenize(smiles: str) -> list[str]:
     return tokens
 
 
+def what_it_writes(token: str) -> str:
+    """For a token whose meaning a chemist may not see in it, that meaning in parentheses after a space, else ""."""
+    if "*" in token:
+        return " (a wildcard atom: an attachment point or R-group, which stands for no one atom)"
+    if token in ("->", "<-"):
+        return " (a dative bond)"
+    if re.match(r"\[[0-9]", token):
+        return " (an atom with an isotope label)"
+    return ""
+
+
 def detokenize(tokens: Iterable[str]) -> str:
     return "".join(tokens)
 
@@ -74,7 +85,7 @@ class Vocab:
             idx = self.index.get(token)
             if idx is None:
                 if strict:
-                    raise TokenizeError(f"token {token!r} is not in the model's vocabulary")
+                    raise TokenizeError(f"token {token!r}{what_it_writes(token)} is not in the model's vocabulary")
                 idx = UNK_ID
             ids.append(idx)
         return ids

@@ -1,4 +1,5 @@
 import gzip
+import re
 
 import pytest
 
@@ -19,8 +20,21 @@ def test_a_dative_bond_is_one_token_either_way_rdkit_writes_it():
     typed, and '->' was a bond and a reaction arrow."""
     assert tokenize("[NH3]->[Pd](<-[NH3])Cl") == ["[NH3]", "->", "[Pd]", "(", "<-", "[NH3]", ")", "Cl"]
     assert tokenize("CC-C") == ["C", "C", "-", "C"]
-    with pytest.raises(TokenizeError, match="token '<-' is not in the model's vocabulary"):
+    with pytest.raises(TokenizeError, match="token '<-' [(]a dative bond[)] is not in the model's vocabulary"):
         Vocab.build(["CCN", "[Pd]"]).encode("[Pd]<-N")
+
+
+@pytest.mark.parametrize("query, said", [
+    ("*CC", "token '*' (a wildcard atom: an attachment point or R-group, which stands for no one atom) is not in"),
+    ("[1*]CC", "token '[1*]' (a wildcard atom: an attachment point or R-group, which stands for no one atom) is not"),
+    ("C->C", "token '->' (a dative bond) is not in the model's vocabulary"),
+    ("[13CH3]C", "token '[13CH3]' (an atom with an isotope label) is not in the model's vocabulary"),
+    ("CC[Pt]", "token '[Pt]' is not in the model's vocabulary"),
+])
+def test_a_token_outside_the_vocabulary_says_what_it_writes_where_a_chemist_may_not_know(query, said):
+    """'*' was refused as a token alone: a chemist who drew an attachment point was not told it is one."""
+    with pytest.raises(TokenizeError, match=re.escape(said)):
+        Vocab.build(["CCO"]).encode(query)
 
 
 def test_untokenizable_text_is_an_error_with_position():
