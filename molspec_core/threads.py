@@ -12,6 +12,7 @@ Imports nothing but torch: the training path (no RDKit) uses it too.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 from collections.abc import Mapping
 
@@ -38,8 +39,9 @@ def usable_cpus() -> int:
 def use_threads(threads: int = 0) -> int:
     """Set torch's CPU threads to `threads`, or with 0 to default_threads for this process; the count set.
     More threads than CPUs are set as asked, with a warning: they can only wait for each other."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 0:
         raise ValueError(f"threads must be a whole number, 0 (the default) or more, not {threads!r}")
+    threads = int(threads)  # NumPy's whole numbers too (a count read from an array)
     cpus = usable_cpus()
     if threads > cpus:
         log.warning("%d threads on %d CPU%s: threads that outnumber the cores wait for each other at every step "

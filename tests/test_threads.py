@@ -52,3 +52,17 @@ def test_a_negative_or_fractional_thread_count_is_refused_in_words():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="threads must be a whole number, 0 \\(the default\\) or more"):
             use_threads(bad)
+
+
+def test_a_numpy_whole_number_is_a_thread_count():
+    """use_threads(numpy.int64(1)) (a count read from an array) was refused as no whole number."""
+    import numpy as np
+    import pytest
+
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(np.int64(1)) == 1 == torch.get_num_threads()
+        with pytest.raises(ValueError, match="threads must be a whole number"):
+            use_threads(np.float64(1.0))
+    finally:
+        torch.set_num_threads(before)
