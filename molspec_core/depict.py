@@ -548,7 +548,7 @@ def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
 
 def _embedded(mol: Chem.Mol, seed: int) -> list[Point3D] | None:
     """3D positions of one molecule's atoms (hydrogens included), centred on the origin, or None when it
-    cannot be embedded."""
+    cannot be embedded (ETKDG gives up, or raises, as it does on rings of wildcard atoms)."""
     large = mol.GetNumHeavyAtoms() > 50
     params = AllChem.ETKDGv3()
     params.randomSeed = seed
@@ -557,8 +557,11 @@ def _embedded(mol: Chem.Mol, seed: int) -> list[Point3D] | None:
     # eigenvalue start; each start is the fallback of the other.
     for random_start in (large, not large):
         params.useRandomCoords = random_start
-        if AllChem.EmbedMolecule(mol, params) == 0:
-            break
+        try:
+            if AllChem.EmbedMolecule(mol, params) == 0:
+                break
+        except RuntimeError:  # an invariant of its own broken (wildcard rings: "upper bound not greater than lower")
+            return None
     else:
         return None
     try:

@@ -69,3 +69,11 @@ def test_the_labels_of_molecules_side_by_side_stand_apart(smiles):
     for a, b in itertools.combinations(boxes, 2):
         if a[2] < b[3] and b[2] < a[3]:  # on one row
             assert max(b[0] - a[1], a[0] - b[1]) >= 10, (a, b)  # pixels of white between the two labels
+
+
+@pytest.mark.parametrize("smiles", ["*=*", "*1***1", "[*]1[*][*][*][*][*]1"])
+def test_a_molecule_whose_embedding_raises_has_no_3d_model(smiles):
+    """Wildcard atoms RDKit draws in 2D can stop its 3D embedding with an error ('upper bound not greater than lower
+    bound'): the 3D tab showed a traceback where it says it could not build the molecule."""
+    assert depict.smiles_svg(smiles) is not None
+    assert depict.molblock_3d(smiles) is None
