@@ -300,3 +300,21 @@ def test_choosing_a_model_that_does_not_load_says_why_in_the_sidebar_not_a_trace
     at.sidebar.selectbox(key="model_forward").select("forward").run()  # the working model is chosen again
     assert_clean(at)
     assert not at.sidebar.error
+
+
+def test_a_model_the_sidebar_never_offers_and_a_folder_without_a_config_are_said_so(copy_models, monkeypatch):
+    """A model whose config.json names no task, in a folder of another name, was shown as any other and offered under
+    no task in the sidebar; a model folder copied without its config.json was left off the page without a word."""
+    import shutil
+
+    shutil.copytree(copy_models / "forward", copy_models / "mine")
+    config = json.loads((copy_models / "mine" / "config.json").read_text())
+    (copy_models / "mine" / "config.json").write_text(json.dumps({"model": config["model"]}))
+    (copy_models / "half").mkdir()
+    shutil.copy(copy_models / "forward" / "model.safetensors", copy_models / "half")
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    assert [h.value for h in at.header] == ["forward", "mine"]
+    assert [w.value.startswith("The sidebar offers this model under no task") for w in at.warning] == [True]
+    assert "Not models (no config.json, which every model folder holds), so not shown: half." in texts(at.caption)

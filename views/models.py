@@ -300,11 +300,17 @@ def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
             st.table(reliability_rows(cal), hide_index=True)
 
 
+# A model the page showed and the sidebar never offered (a config.json naming no task, in a folder of another name)
+NOT_OFFERED = ("The sidebar offers this model under no task: it offers a model under the task its config.json names "
+               "(\"task\": \"forward\" or \"retro\") or its folder is named after.")
+
+
 def main() -> None:
     st.title("Models")
     st.caption("The checkpoints this app serves: what they were trained on and how well they do.")
     root = common.models_dir()
-    folders = sorted(p for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
+    subfolders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    folders = [folder for folder in subfolders if (folder / "config.json").is_file()]
     if not folders:
         st.warning(f"No models found in {common.md_escape(str(root))}.", icon=":material/warning:")
     for folder in folders:
@@ -317,6 +323,8 @@ def main() -> None:
             continue
         task = config.get("task", "")
         st.caption(TASK_CAPTIONS.get(task, f"Task: {common.md_escape(task or 'unknown')}"))
+        if not any(folder.name in common.models_for_task(name) for name in checkpoint.MODEL_TASKS):
+            st.warning(NOT_OFFERED, icon=":material/warning:")
         # One column: the card's summary beside the facts left the facts' column empty for a screen's height, and
         # the calibration's four tabs did not fit in a column of their own
         st.table(facts(folder, config), hide_index=True, hide_header=True, border="horizontal")
@@ -327,6 +335,10 @@ def main() -> None:
             st.info("This model has no model card yet (MODEL_CARD.md is missing from its folder).",
                     icon=":material/info:")
         show_calibration(folder, task)
+    strays = [folder.name for folder in subfolders if folder not in folders]
+    if strays:  # a model folder copied without its config.json was missing from the page, and no word said why
+        st.caption(common.md_escape(f"Not models (no config.json, which every model folder holds), so not shown: "
+                                    f"{', '.join(strays)}."))
     if not common.models_for_task("retro"):
         st.info("No retrosynthesis model is shipped yet; the task switch shows it as unavailable until "
                 "models/retro/ appears.", icon=":material/hourglass_empty:")
