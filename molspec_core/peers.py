@@ -93,6 +93,7 @@ def convert_to_ctranslate2(model_dir: str | Path, out_dir: str | Path) -> Path:
     if out_dir.exists() and not (out_dir / SOURCE_FILE).is_file() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ValueError(f"{out_dir} exists and is not a CTranslate2 conversion made by convert_to_ctranslate2 (no "
                          f"{SOURCE_FILE}): it is left as it is; give a new folder")
+    fingerprint = model_fingerprint(model_dir)  # before the weights are read: new weights then cannot pass as these
     model, vocab, _ = checkpoint.load(model_dir)
     cfg = model.cfg
     spec = transformer_spec.TransformerSpec.from_config((cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads,
@@ -133,7 +134,7 @@ def convert_to_ctranslate2(model_dir: str | Path, out_dir: str | Path) -> Path:
     config.layer_norm_epsilon = LAYER_NORM_EPS
     spec.validate()
     spec.optimize()  # float32 as given
-    source = {"model": str(Path(model_dir).resolve()), "fingerprint": model_fingerprint(model_dir),
+    source = {"model": str(Path(model_dir).resolve()), "fingerprint": fingerprint,
               "max_positions": cfg.max_positions}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))

@@ -307,6 +307,28 @@ def test_a_conversion_of_other_weights_is_refused_and_converting_again_replaces_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2"]  # nothing left beside it
 
 
+def test_weights_replaced_while_converting_do_not_pass_as_the_converted_ones(random_checkpoint, tmp_path, monkeypatch):
+    """A training run exporting into the model folder as it is converted: the conversion holds the weights it read,
+    and was labelled with the new ones."""
+    from molspec_core import peers
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model_dir)
+    load = checkpoint.load
+
+    def load_then_export(folder):
+        loaded = load(folder)
+        model, vocab, _ = load(random_checkpoint)
+        checkpoint.save(model, vocab, model_dir, meta={"task": "forward"})
+        return loaded
+
+    monkeypatch.setattr(peers.checkpoint, "load", load_then_export)
+    ct2_dir = convert_to_ctranslate2(model_dir, tmp_path / "ct2")
+    monkeypatch.setattr(peers.checkpoint, "load", load)
+    with pytest.raises(ValueError, match="converted from other weights"):
+        CTranslate2Peer(ct2_dir, model_dir=model_dir)
+
+
 def test_an_interrupted_conversion_leaves_the_earlier_one_whole(random_checkpoint, tmp_path, monkeypatch):
     """Stopped while writing model.bin, a conversion left the new vocabulary beside a cut model.bin and the old
     config.json; the peer started on it."""
