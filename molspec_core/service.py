@@ -84,7 +84,7 @@ def model_folder(name_or_path: str | Path) -> Path:
     if str(name_or_path) == "":  # a blank setting: Path("") is the working folder, told to be a shipped model's
         raise checkpoint.CheckpointError(f"a model is a folder's path or a shipped model's name, not an empty name "
                                          f"(shipped: {shipped_names()})")
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()  # "~/models/mine" from Python or --model=~/..., which no shell expands
     shipped_folder = MODELS_DIR / str(name_or_path)
     # "." and "forward/.." name the folder of the shipped models, not one of them
     shipped = shipped_folder.is_dir() and shipped_folder.resolve() != MODELS_DIR.resolve()

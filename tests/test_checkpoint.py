@@ -381,3 +381,13 @@ def test_a_size_left_out_of_the_config_is_refused_not_taken_from_the_defaults(tm
     with pytest.raises(checkpoint.CheckpointError, match=rf"config\.json: model\.{name} is missing; a model's "
                                                          "config gives every one of vocab_size, n_encoder_layers"):
         checkpoint.load(folder)
+
+
+def test_a_model_folder_given_under_the_home_folder_as_tilde_is_found(tmp_path, monkeypatch):
+    """Predictor.load("~/models/mine"), or --model=~/models/mine (no shell expands a ~ after '='), was refused as
+    'model folder ~/models/mine does not exist'."""
+    from molspec_core.service import model_folder
+
+    tiny_folder(tmp_path / "models" / "mine")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert model_folder("~/models/mine/") == tmp_path / "models" / "mine"
