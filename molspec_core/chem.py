@@ -114,7 +114,7 @@ def why_unreadable(smiles: str) -> str:
             kind, i = "bond", i + (2 if smiles.startswith(("->", "<-"), i) else 1)  # a dative bond is two characters
         elif char in ".()":
             if last == "bond":
-                return f"the bond '{smiles[last_at - 1]}' at position {last_at} has no atom after it"
+                return _dangling_bond(smiles, last_at)
             if char == "." and last in ("start", "dot", "open"):
                 return f"the '.' at position {at} has no molecule before it"
             if char == ")" and last == "dot":
@@ -165,7 +165,7 @@ def why_unreadable(smiles: str) -> str:
             current, atoms = atoms, atoms + 1
         last, last_at = kind, at
     if last == "bond":
-        return f"the bond '{smiles[last_at - 1]}' at position {last_at} has no atom after it"
+        return _dangling_bond(smiles, last_at)
     if last == "dot":
         return f"the '.' at position {last_at} has no molecule after it"
     if opened:
@@ -217,6 +217,13 @@ def _atom_spans(smiles: str) -> list[tuple[int, int]]:
         spans.append((i, end))
         i = end
     return spans
+
+
+def _dangling_bond(smiles: str, at: int) -> str:
+    """Of the bond at position `at`, which no atom follows; a '-' may be a charge written as in a formula."""
+    bond = smiles[at - 1:at + 1] if smiles.startswith(("->", "<-"), at - 1) else smiles[at - 1]  # dative: two
+    charge = ": if it is a charge, it goes in its atom's brackets, as [O-]" if bond == "-" else ""
+    return f"the bond '{bond}' at position {at} has no atom after it{charge}"
 
 
 def _abbreviation_at(text: str, i: int) -> tuple[int, str] | None:

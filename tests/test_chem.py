@@ -311,6 +311,11 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CC(=O)O.", "the '.' at position 8 has no molecule after it"),
     ("CCO..CC", "the '.' at position 5 has no molecule before it"),
     ("C(=)C", "the bond '=' at position 3 has no atom after it"),
+    # a charge written as in a formula, outside brackets, was told only of a bond with no atom after it
+    ("CC(=O)O-.[Na+]", "the bond '-' at position 8 has no atom after it: if it is a charge, it goes in its atom's "
+                       "brackets, as [O-]"),
+    ("CC(=O)O-", "the bond '-' at position 8 has no atom after it: if it is a charge, it goes in its atom's brackets, "
+                 "as [O-]"),
     ("C()C", "the branch '()' at position 2 is empty"),
     ("1CC1", "ring bond 1 at position 1 has no atom before it"),
     ("[Xx]", "the bracket atom [Xx] at position 1 is not one RDKit reads: an element symbol, then its hydrogens and "
