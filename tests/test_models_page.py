@@ -318,3 +318,30 @@ def test_a_model_the_sidebar_never_offers_and_a_folder_without_a_config_are_said
     assert [h.value for h in at.header] == ["forward", "mine"]
     assert [w.value.startswith("The sidebar offers this model under no task") for w in at.warning] == [True]
     assert "Not models (no config.json, which every model folder holds), so not shown: half." in texts(at.caption)
+
+
+def test_a_model_folder_mended_while_the_app_runs_computes_in_int8_again(copy_models, monkeypatch):
+    """The int8 check read the folder's load error as the reason int8 cannot run, and kept it for the app's life:
+    a model copied again after "cut short" computed in float32, the sidebar still saying it was cut short."""
+    import shutil
+
+    from molspec_core import checkpoint
+    from views.common import int8_offered
+
+    if not int8_offered():
+        pytest.skip("no int8 arithmetic on this machine")
+    folder = copy_models / "x_half"
+    shutil.copytree(copy_models / "forward", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "task": "forward"}))
+    checkpoint.save_tensors({k: v.half() for k, v in checkpoint.load_tensors(folder).items()}, folder)  # int8 reads
+    whole = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(whole[:-1000])
+    at = app(copy_models, monkeypatch).run()
+    at.sidebar.selectbox(key="model_forward").select("x_half").run()
+    assert "is cut short" in texts(at.sidebar.error)
+    (folder / "model.safetensors").write_bytes(whole)  # copied again
+    at.run()
+    assert_clean(at)
+    assert not at.sidebar.error and "cut short" not in texts(at.sidebar.caption)
+    assert at.session_state["settings"].dtype == "int8"

@@ -124,6 +124,8 @@ def int8_refusal(model_dir: str) -> str | None:
         return int8_unavailable()
     try:
         load_predictor(model_dir, "int8")
+    except checkpoint.CheckpointError:  # the folder does not load at all: no reason of int8's, and not kept
+        raise  # (kept, a folder mended while the app ran computed in float32 for the app's life, "cut short")
     except ValueError as exc:
         return str(exc)
     return None
