@@ -334,3 +334,14 @@ def test_a_stock_file_that_cannot_be_used_is_told_once_and_its_refusal_goes_with
     at.file_uploader(key="route_stock").set_value(None)  # its ×: the default stock
     at.run()
     assert not at.error
+
+
+def test_a_target_pasted_over_the_length_limit_is_refused_not_swapped_for_the_one_before(tmp_path, monkeypatch):
+    """The field took at most 2,000 characters: the browser drops a longer paste whole, without a word (as AppTest's
+    input does), and Find routes searched the target typed before it again, under the new one's name in no place."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert at.expander
+    at = find_routes(at, "C" * 2050)
+    assert not at.exception and not at.expander
+    assert "Cannot plan for this target: query is 2050 characters long; the limit is 2000" in shown_text(at)

@@ -471,8 +471,9 @@ def main() -> None:
     # Kept across page switches: they came back on their defaults under the routes they had made
     key = {name: common.kept_in_form(name, default) for name, default in FORM_DEFAULTS.items()}
     with st.form("route_form"):
-        target = st.text_input("Target SMILES", key=key["route_target"], max_chars=2000,
-                               placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
+        # No max_chars: the browser drops a paste over it whole, without a word, and Find routes then searched for
+        # the target before it; the engine refuses an over-long target itself, saying how long it is
+        target = st.text_input("Target SMILES", key=key["route_target"], placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
         left, right = st.columns(2)
         time_limit = left.slider("Time budget (s)", 5, 300, step=5, key=key["route_time"])
         algorithm = right.radio("Search", ALGORITHMS, format_func=ALGORITHM_LABELS.get, key=key["route_algorithm"],
