@@ -45,6 +45,12 @@ def _concat_linear(spec, *layers) -> None:
     spec.bias = np.concatenate([layer.bias.detach().float().numpy() for layer in layers])
 
 
+# The model settings the conversion maps onto CTranslate2's spec (the rest of its shape is fixed: pre-norm layers, ReLU,
+# sinusoidal positions, tied embeddings). A model with any other setting is refused rather than converted as if it
+# had none (a field added to ModelConfig must be mapped here first).
+CONVERTED_SETTINGS = frozenset({"vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model", "n_heads", "d_ff",
+                                "dropout", "max_positions"})
+
 # Written last into a conversion: the model folder it was made from, that folder's fingerprint and its positions. A
 # folder without it is not a whole conversion of ours; one whose fingerprint is not the model's holds other weights.
 SOURCE_FILE = "molspec_source.json"
@@ -96,6 +102,10 @@ def convert_to_ctranslate2(model_dir: str | Path, out_dir: str | Path) -> Path:
     fingerprint = model_fingerprint(model_dir)  # before the weights are read: new weights then cannot pass as these
     model, vocab, _ = checkpoint.load(model_dir)
     cfg = model.cfg
+    unmapped = sorted(set(cfg.to_dict()) - CONVERTED_SETTINGS)
+    if unmapped:
+        raise ValueError(f"{model_dir}: the CTranslate2 conversion does not know the model settings {unmapped}; "
+                         "it maps only " + ", ".join(sorted(CONVERTED_SETTINGS)))
     spec = transformer_spec.TransformerSpec.from_config((cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads,
                                                         pre_norm=True)
     embeddings = model.embed.weight.detach().float().numpy()

@@ -275,6 +275,28 @@ def test_a_peer_without_ctranslate2_in_its_process_says_so(tmp_path, monkeypatch
         CTranslate2Peer(ct2_dir)
 
 
+def test_a_model_with_a_setting_the_conversion_does_not_map_is_refused(tmp_path, monkeypatch):
+    """A model setting the converter does not know (a new ModelConfig field, say its activation) was converted as
+    if the model had none: another model, decoded silently as the peer."""
+    import dataclasses
+
+    from molspec_core import peers
+    from molspec_core.model import ModelConfig
+
+    load = checkpoint.load
+    Gelu = dataclasses.make_dataclass("Gelu", [("activation", str, "gelu")], bases=(ModelConfig,), frozen=True)
+
+    def load_with_a_new_setting(folder):
+        model, vocab, config = load(folder)
+        model.cfg = Gelu(**model.cfg.to_dict())
+        return model, vocab, config
+
+    monkeypatch.setattr(peers.checkpoint, "load", load_with_a_new_setting)
+    with pytest.raises(ValueError, match=r"does not know the model settings \['activation'\]"):
+        convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()
+
+
 def test_converting_into_a_folder_that_is_no_conversion_is_refused_and_leaves_it_alone(tmp_path):
     """Converting into the model folder itself wrote model.bin (a pickle suffix: the folder was refused from then
     on) and CTranslate2's config.json over the model's."""
