@@ -63,6 +63,31 @@ def test_a_run_names_its_queries_beam_width_and_draft_length():
     assert "3 queries: query set not recorded" in unrecorded and "beam width not recorded" in unrecorded
 
 
+def test_a_run_that_skipped_queries_says_how_many_and_why(copy_models, monkeypatch, tmp_path):
+    """A saved run whose file held queries the model cannot read (a token outside its vocabulary, a blank line) read
+    "2 queries" beside a top-1 counted over all 4 given (bench counts a skipped query as a miss): the page said nothing
+    of the 2 skipped."""
+    from molspec_core.bench import run_bench
+    from molspec_core.service import Predictor
+    from views.benchmark import what_ran
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    report = run_bench(predictor, ["Oc1ccncc1", "CCS", "", "NC(=O)c1ccncc1"], ["Oc1ccncc1", "CCS", "", "N"],
+                       ["greedy"], warmup=0, progress=False)
+    facts = what_ran(report)
+    assert facts[0] == "2 of the 4 queries given: query set not recorded"
+    assert facts[1] == ("2 skipped, which the model cannot read (misses in top-k): the first, query 2: token 'S' is "
+                        "not in the model's vocabulary; this model cannot read it")
+    assert what_ran(dict(report, skipped_queries=[]))[0] == "2 queries: query set not recorded"
+    (tmp_path / "skipped.json").write_text(json.dumps(report))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    assert "2 of the 4 queries given: query set not recorded · 2 skipped, which the model cannot read" in texts(
+        at.caption)
+
+
 @pytest.mark.parametrize("name, width", [("forward_cpu_ct2_beam5_mit200_b1_native_int8_avx512.json", 5),
                                          ("retro_cpu_ct2_beam10_50k200_b1_native_int8_avx512.json", 10)])
 def test_the_saved_beam_runs_read_their_width_from_their_own_figures(name, width):

@@ -186,8 +186,15 @@ def peer_family(report: dict) -> str:
 
 def what_ran(report: dict) -> list[str]:
     """The facts that tell one run from another: its queries, task, beam width, drafts and writings."""
-    facts = [f"{_count(report.get('n_queries', '?'), 'query', 'queries')}: {query_set(report)}",
-             f"task {report.get('task', '?')}"]
+    n_read, skipped = report.get("n_queries", "?"), report.get("skipped_queries") or []
+    if isinstance(skipped, list) and skipped and isinstance(n_read, int):  # top-k counts them as misses
+        first = skipped[0] if isinstance(skipped[0], dict) else {}
+        facts = [f"{n_read} of the {n_read + len(skipped)} queries given: {query_set(report)}",
+                 f"{len(skipped)} skipped, which the model cannot read (misses in top-k): the first, query "
+                 f"{first.get('query', '?')}: {first.get('error', 'no reason recorded')}"]
+    else:
+        facts = [f"{_count(n_read, 'query', 'queries')}: {query_set(report)}"]
+    facts.append(f"task {report.get('task', '?')}")
     if any(_beam_like(name) for name in report["methods"]):
         width = beam_width(report)
         facts.append(f"beam width {width}" if width else "beam width not recorded")
