@@ -74,11 +74,8 @@ def why_unreadable(smiles: str) -> str:
     foreign = next((i for i, char in enumerate(smiles) if not char.isascii()), None)
     if foreign is not None:
         return f"the {smiles[foreign]!r} at position {foreign + 1} {_not_smiles(smiles[foreign])}"
-    if INCHI_KEY.fullmatch(smiles):
-        return ("this is an InChIKey, a hashed key from which no structure can be read back: paste the structure's "
-                "SMILES or InChI (PubChem gives both beside the key)")
-    if BARE_INCHI.match(smiles):
-        return f"this reads as an InChI without its prefix: an InChI begins 'InChI=', as InChI={smiles[:80]}"
+    if other := _other_notation(smiles):
+        return other
     opened: list[int] = []  # positions of the unclosed "("
     rings: dict[str, tuple[int, int | None]] = {}  # each open ring bond label: its position, the atom it opened on
     # The atoms as RDKit numbers them: how many so far, the one a following atom bonds to (none after a '.'), those
@@ -125,14 +122,14 @@ def why_unreadable(smiles: str) -> str:
                 return f"the branch '()' at position {at - 1} is empty"
             if char == "(":
                 opened.append(at)
+                roots.append(current)
             elif char == ")":
                 if not opened:
                     return f"the ')' at position {at} closes no '('"
                 opened.pop()
-            if char == "(":
-                roots.append(current)
+                current = roots.pop()
             else:
-                current = roots.pop() if char == ")" else None
+                current = None  # the next atom begins a molecule
             kind, i = {".": "dot", "(": "open", ")": "close"}[char], i + 1
         elif (label := RING_LABEL.match(smiles, i)) is not None:
             name = label[0]
@@ -217,6 +214,16 @@ def _atom_spans(smiles: str) -> list[tuple[int, int]]:
         spans.append((i, end))
         i = end
     return spans
+
+
+def _other_notation(text: str) -> str:
+    """What to paste instead of an InChIKey or an InChI without its prefix (text no SMILES), else ""."""
+    if INCHI_KEY.fullmatch(text):
+        return ("this is an InChIKey, a hashed key from which no structure can be read back: paste the structure's "
+                "SMILES or InChI (PubChem gives both beside the key)")
+    if BARE_INCHI.match(text):
+        return f"this reads as an InChI without its prefix: an InChI begins 'InChI=', as InChI={text[:80]}"
+    return ""
 
 
 def _dangling_bond(smiles: str, at: int) -> str:
