@@ -395,6 +395,16 @@ def _preferred_tautomer(mol):
     return max(same, key=enumerator.ScoreTautomer)
 
 
+# A reaction SMILES's arrow: a '>' that is not the head of a dative bond's '->'.
+REACTION_ARROW = re.compile(r"(?<!-)>")
+
+
+def reaction_sides(text: str) -> list[str]:
+    """A reaction SMILES's parts, 'reactants>agents>products', split at its arrows alone; a molecule's SMILES (a
+    complex's dative bonds, [NH3]->[Pt], included) is one part."""
+    return REACTION_ARROW.split(text)
+
+
 # ChemAxon's extended SMILES (CXSMILES), as Marvin, ChemDraw's "Copy As CXSMILES" and RDKit write it: a SMILES, a
 # space, then one |...| part holding coordinates, radicals, atom labels, enhanced-stereo groups and the like.
 CXSMILES = re.compile(r"[^\s|]+[ \t]+\|[^|\r\n]*\|")
@@ -407,7 +417,7 @@ def smiles_from_cxsmiles(text: str) -> str:
     'reactants>agents>products'. Raises ChemError when RDKit cannot read it."""
     if not text.isascii():  # RDKit skips some other characters unsaid (why_unreadable)
         raise _unparsed(text)
-    if ">" in text.split()[0]:
+    if len(reaction_sides(text.split()[0])) > 1:
         from rdkit.Chem import rdChemReactions
         try:
             reaction = rdChemReactions.ReactionFromSmarts(text, useSmiles=True)
@@ -433,7 +443,7 @@ def dropped_stereo(text: str) -> str:
     it does not take for a stereo bond (two like groups on one end): the canonical query, and the answers, lack
     them without a word. Counted as the model reads the query, without its atom maps (_clear_maps): a mapped
     [CH3:1][C@H:2]([CH3:3])[OH:4] kept its mark here, the maps telling the methyls apart, and lost it unsaid."""
-    smiles = ".".join(part for part in text.strip().split(" ")[0].split(">") if part)
+    smiles = ".".join(part for part in reaction_sides(text.strip().split(" ")[0]) if part)
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     if mol is None:
         return ""
@@ -467,7 +477,7 @@ def unread_stereo_groups(text: str) -> str:
     mixture of both configurations (a racemate), an OR group (orn) centres of one configuration not known; the
     SMILES the models read (smiles_from_cxsmiles) draws each centre as one configuration, and USPTO's reactions
     hold nothing else."""
-    if not CXSMILES.fullmatch(text.strip()) or ">" in text.split()[0]:
+    if not CXSMILES.fullmatch(text.strip()) or len(reaction_sides(text.split()[0])) > 1:
         return ""
     params = Chem.SmilesParserParams()
     params.removeHs = False  # the CXSMILES counts its [H] atoms: atoms numbered as it numbers them

@@ -191,6 +191,17 @@ def test_a_cxsmiles_is_read_as_rdkit_reads_it_and_written_as_plain_smiles(text, 
     assert CXSMILES.fullmatch(text) and smiles_from_cxsmiles(text) == smiles
 
 
+def test_a_dative_bond_is_no_reaction_arrow():
+    """A complex's '->' was taken for a reaction's '>': its CXSMILES refused as "a CXSMILES reaction", and a mark
+    RDKit drops beside it went unsaid (the text, cut at the '>', read as no SMILES)."""
+    from molspec_core.chem import dropped_stereo, reaction_sides
+
+    assert reaction_sides("[NH3]->[Pt](Cl)Cl") == ["[NH3]->[Pt](Cl)Cl"]
+    assert reaction_sides("C<-N.CC>O>C") == ["C<-N.CC", "O", "C"]
+    assert smiles_from_cxsmiles("[NH3]->[Pt](Cl)Cl |$;;;$|") == "[NH3]->[Pt]([Cl])[Cl]"
+    assert dropped_stereo("C[C@H](C)O.[NH3]->[Pt](Cl)Cl").startswith("Stereo marks dropped: 1 atom marked @")
+
+
 @pytest.mark.parametrize("text, said", [
     ("C[C@H](N)C(=O)O |&1:1|", "&1 (both configurations, a mixture) at atom 1 (atoms counted from 0"),
     ("C[C@H](O)[C@@H](N)C.OC[C@@H]1CCCN1 |o1:1,3,&2:8|",
