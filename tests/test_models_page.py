@@ -345,3 +345,17 @@ def test_a_model_folder_mended_while_the_app_runs_computes_in_int8_again(copy_mo
     assert_clean(at)
     assert not at.sidebar.error and "cut short" not in texts(at.sidebar.caption)
     assert at.session_state["settings"].dtype == "int8"
+
+
+def test_a_configs_text_in_the_facts_table_is_shown_as_typed_not_as_markdown(copy_models, monkeypatch):
+    """st.table reads its cells as markdown: a config.json's task "[offer](https://evil.example)" showed as a link."""
+    from views.common import md_escape
+
+    task = "[offer](https://evil.example) **now**"
+    config = json.loads((copy_models / "forward" / "config.json").read_text())
+    (copy_models / "forward" / "config.json").write_text(json.dumps({**config, "task": task}))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    shown = dict(next(t.value for t in at.table if "fact" in t.value.columns).values.tolist())
+    assert shown[md_escape("Task")] == md_escape(task)
