@@ -345,3 +345,24 @@ def test_a_target_pasted_over_the_length_limit_is_refused_not_swapped_for_the_on
     at = find_routes(at, "C" * 2050)
     assert not at.exception and not at.expander
     assert "Cannot plan for this target: query is 2050 characters long; the limit is 2000" in shown_text(at)
+
+
+def test_a_search_a_sidebar_change_ended_says_what_ended_it(tmp_path, monkeypatch):
+    """A change in the sidebar mid-search ends it (Streamlit reruns the page), and the page then said it was ended by
+    'leaving the page or Stop', neither of which the user had done."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+
+    def rerun(*args, **kwargs):  # what Streamlit raises in the search's progress call after a sidebar change
+        raise RerunException(RerunData())
+
+    with monkeypatch.context() as patch:
+        patch.setattr(planning, "plan", rerun)
+        at = find_routes(at, "NCCCO")
+    at = at.switch_page("views/routes.py").run()  # AppTest's rerun opens the first page
+    assert not at.exception
+    assert "The search for NCCCO was stopped before it ended (Stop, leaving the page, or changing anything outside " \
+           "the search's form, in the sidebar too, ends it)" in shown_text(at)

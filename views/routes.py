@@ -186,8 +186,9 @@ def show_routes_before() -> None:
 def unfinished_message(target: str, routes_shown: bool) -> str:
     """What the page says where a search was stopped before it ended (UNFINISHED): it had said nothing, and the
     routes shown before it were gone."""
-    return (f"The search for {target} was stopped before it ended (leaving the page or Stop ends it), so it made no "
-            "routes; press Find routes to search again. "
+    return (f"The search for {target} was stopped before it ended (Stop, leaving the page, or changing anything "
+            "outside the search's form, in the sidebar too, ends it), so it made no routes; press Find routes to "
+            "search again. "
             + ("The routes below are from the search before it." if routes_shown else ""))
 
 
