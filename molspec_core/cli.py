@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import io
 import itertools
 import json
@@ -977,12 +978,15 @@ def peer_methods(methods: list[str]) -> list[str]:
     return [peer.name for peer in PEERS.values() if peer.beam in families]
 
 
+PEER_PACKAGE_MISSING = "--peer ctranslate2 needs the ctranslate2 package (pip install -e .[peers])"
+
+
 def convert_peer(model_dir: Path, out: Path) -> Path:
     try:
         from .peers import convert_to_ctranslate2
         return convert_to_ctranslate2(model_dir, out)
     except ImportError as exc:
-        raise ValueError(f"--peer ctranslate2 needs the ctranslate2 package (pip install -e .[peers]): {exc}") from exc
+        raise ValueError(f"{PEER_PACKAGE_MISSING}: {exc}") from exc
 
 
 def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float]]:
@@ -1039,6 +1043,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
     if other_engines and sweep:
         raise ValueError("--engines and --sweep do not go together: a sweep compares a method with itself")
+    if args.peer and importlib.util.find_spec("ctranslate2") is None:  # before the model loads (minutes on a CPU)
+        raise ValueError(PEER_PACKAGE_MISSING)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     engines = {name: Predictor.load(args.model, args.device, name, args.dtype) for name in other_engines}

@@ -1997,3 +1997,16 @@ def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_sco
     assert main(["compare", str(pair_files / "stopped.json"), str(pair_files / "two.json")]) == 0
     out = capsys.readouterr().out
     assert "partial: stopped after 2 of 5 queries" in out.splitlines()[0] and "2 queries" in out
+
+
+def test_bench_against_ctranslate2_without_the_package_is_refused_before_the_model_loads(pair_files, capsys,
+                                                                                        monkeypatch, no_model_load):
+    """It was refused only once the model had loaded (minutes on a CPU), as the conversion began."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "ctranslate2" else find_spec(name, *args))
+    expect_refused(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                    str(pair_files / "tgt.txt"), "--peer", "ctranslate2"], capsys,
+                   "--peer ctranslate2 needs the ctranslate2 package (pip install -e .[peers])")
