@@ -408,6 +408,39 @@ def test_a_method_int8_cannot_decode_is_refused_by_name_before_anything_is_decod
             "25: time it with the model in float32") in error and "Faster arithmetic off in the sidebar" in error
 
 
+def copy_models_for_retro(tmp_path: Path) -> Path:
+    """A models folder whose `forward` and `retro` models are the copy model, which reads the retro task's textbook
+    examples (products; the forward ones are reactant sets, whose '.' it does not know); the forward one has itself
+    as its draft model."""
+    for task in ("forward", "retro"):
+        test_app.shutil.copytree(FIXTURES / "copy_model", tmp_path / "models" / task)
+    test_app.shutil.copytree(FIXTURES / "copy_model", tmp_path / "models" / "forward" / "draft")
+    return tmp_path / "models"
+
+
+def test_the_live_forms_choices_are_kept_across_a_page_switch(tmp_path, monkeypatch):
+    """After a live run of 2 queries with beam search, a visit to the Predict page brought the form back on 3 queries
+    and the default methods, under the report of the run they did not make: Run again timed something else."""
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
+    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    at.switch_page("views/benchmark.py").run()
+    at.slider[0].set_value(2)
+    at.multiselect[0].set_value(["beam"])
+    submit(at, "Run live benchmark")
+    assert_clean(at)
+    assert at.session_state["live_report"]["n_queries"] == 2
+    at.switch_page("views/predict.py").run()
+    at.switch_page("views/benchmark.py").run()
+    assert at.slider[0].value == 2 and at.multiselect[0].value == ["beam"]
+    at.radio(key="task").set_value("forward").run()  # a model with a draft model, whose methods the form offers
+    at.multiselect[0].set_value(["spec-sample-draft", "beam"])
+    submit(at, "Run live benchmark")
+    at.radio(key="task").set_value("retro").run()  # none here: the kept choice it cannot offer is let go
+    assert_clean(at)
+    assert at.multiselect[0].value == ["beam"]
+
+
 # ---- charts are named for a screen reader ------------------------------------------------------------------------
 
 

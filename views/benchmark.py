@@ -660,12 +660,15 @@ def main() -> None:
         if cfg.augment > 1:  # run_bench reads the one writing it is given
             st.caption(f"It reads each query in one writing: the sidebar's \"Read the query in {cfg.augment} "
                        "writings\" does not apply to benchmarks, saved or live.")
-        n_queries = st.slider("Example queries", 1, len(common.load_examples()), 3)
+        # The choices are kept across page switches (kept_in_form): they came back on their defaults, under the
+        # report of a run they did not make.
+        n_queries = st.slider("Example queries", 1, len(common.load_examples()),
+                              key=common.kept_in_form("bench_queries", 3))
         drafts_by_model = cfg.predictor().draft_model is not None  # the sidebar offers the draft model's methods so
         choices = [m for m in common.method_order()
                    if m != "greedy" and (METHODS[m].drafts != "model" or drafts_by_model)]
-        methods = st.multiselect("Methods (greedy always runs as the reference)", choices,
-                                 default=[m for m in LIVE_DEFAULT_METHODS if m in choices],
+        methods_key = common.kept_in_form("bench_methods", [m for m in LIVE_DEFAULT_METHODS if m in choices])
+        methods = st.multiselect("Methods (greedy always runs as the reference)", choices, key=methods_key,
                                  format_func=common.method_label)
         submitted = st.form_submit_button("Run live benchmark", type="primary", icon=":material/play_arrow:")
     if submitted:
