@@ -366,3 +366,22 @@ def test_a_search_a_sidebar_change_ended_says_what_ended_it(tmp_path, monkeypatc
     assert not at.exception
     assert "The search for NCCCO was stopped before it ended (Stop, leaving the page, or changing anything outside " \
            "the search's form, in the sidebar too, ends it)" in shown_text(at)
+
+
+@pytest.mark.parametrize("kept, answers, shown", [(1081, 1085, ">99%"), (2, 1000, "<1%"), (150, 160, "94%"),
+                                                  (70, 70, "100%")])
+def test_answers_used_is_never_rounded_to_all_or_none_where_it_is_neither(tmp_path, monkeypatch, kept, answers, shown):
+    """'Answers used' read 100% where the search had skipped 4 of 1,085 answers, and 0% where it had used 2."""
+    import dataclasses
+
+    from test_planning import stereo_plan_result
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    result = stereo_plan_result()
+    counts = planning.ExpansionCounts(molecules=1, answers=answers, kept=kept)
+    result = dataclasses.replace(result, stats=dataclasses.replace(result.stats, counts=counts))
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: result)
+    at = find_routes(at, "NCCO")
+    assert not at.exception
+    assert next(m for m in at.metric if m.label == "Answers used").value == shown

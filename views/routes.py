@@ -307,7 +307,8 @@ def show_stats(result: PlanResult) -> None:
     columns[1].metric("Molecules expanded", counts.molecules,
                       help=f"Molecules the single-step model gave answers for, one call each{failed}")
     # a share, not "1081 of 1320": a metric's value is cut at its column's width
-    columns[2].metric("Answers used", f"{counts.kept / counts.answers:.0%}" if counts.answers else "none",
+    # never rounded to 100% where some were not used, nor to 0% where some were
+    columns[2].metric("Answers used", common.percent(counts.kept / counts.answers) if counts.answers else "none",
                       help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
                            f"used: invalid and flagged answers are skipped; {counts.missing_atoms:,} sane ones lacked "
                            "atoms of their product, skipped while *Skip steps whose reactants lack atoms of the "
