@@ -297,6 +297,9 @@ def test_choosing_a_model_that_does_not_load_says_why_in_the_sidebar_not_a_trace
     assert_clean(at)
     refusal = texts(at.sidebar.error)
     assert refusal.startswith("Model x_cut does not load: ") and "x_cut/model.safetensors is cut short" in refusal
+    if page != "views/models.py":  # not "No forward model is installed (models/forward/ is missing)"
+        assert texts(at.main.error).startswith("The model chosen in the sidebar does not load (the sidebar says why)")
+        assert "is installed" not in texts(at.main.warning) + texts(at.main.error)
     at.sidebar.selectbox(key="model_forward").select("forward").run()  # the working model is chosen again
     assert_clean(at)
     assert not at.sidebar.error

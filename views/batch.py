@@ -518,6 +518,9 @@ def main() -> None:
                "and their recorded outcome is checked against the answers. A large file goes several times "
                "faster with one answer a query (*Speculative, auto drafts* in the sidebar) than with beam search's "
                "ranked lists.")
+    if cfg.model_dir is None and common.models_for_task(cfg.task):
+        st.error(common.NOT_LOADED, icon=":material/error:")
+        return
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return

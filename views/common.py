@@ -91,6 +91,12 @@ def read_config(folder: Path) -> dict:
     return config if isinstance(config, dict) else {}
 
 
+# What a page says in place of its work where the task has models but the one chosen does not load (render_sidebar
+# says why): it said "No forward model is installed (models/forward/ is missing)" beside the forward model's folder
+NOT_LOADED = ("The model chosen in the sidebar does not load (the sidebar says why): choose another there, or mend its "
+              "folder (the Models page checks each).")
+
+
 def models_for_task(task: str) -> list[str]:
     """Model folders for a task: named after it, or whose config says so."""
     root = models_dir()

@@ -864,7 +864,9 @@ def main() -> None:
                    "the product SMILES and ranks its alternatives. The speculative methods (sidebar) copy the "
                    "unchanged parts of the query into the answer.")
     if cfg.model_dir is None:
-        if cfg.task == "retro":
+        if common.models_for_task(cfg.task):
+            st.error(common.NOT_LOADED, icon=":material/error:")
+        elif cfg.task == "retro":
             st.warning("Retrosynthesis is not available yet: no retrosynthesis model is installed (models/retro/ "
                        "is missing). Forward prediction works; switch the task in the sidebar.",
                        icon=":material/hourglass_empty:")
