@@ -172,16 +172,16 @@ def why_unreadable(smiles: str) -> str:
         return f"ring bond {name} opened at position {at} is never closed"
     mol = Chem.MolFromSmiles(smiles, sanitize=False)
     problems = Chem.DetectChemistryProblems(mol) if mol is not None else ()
-    return _problem_in_words(problems[0], smiles, mol.GetNumAtoms()) if problems else ""
+    return _problem_in_words(problems[0], smiles, mol) if problems else ""
 
 
-def _problem_in_words(problem, smiles: str, n_atoms: int) -> str:
+def _problem_in_words(problem, smiles: str, mol) -> str:
     """RDKit's account of a molecule it parses but cannot accept (DetectChemistryProblems), its atoms named as the
     SMILES writes them and where: RDKit's "atom # 1" counts atoms from 0, and a chemist counting letters in
     [13CH3]C(C)... did not find it."""
     said = " ".join(problem.Message().split())
     spans = _atom_spans(smiles)
-    if len(spans) != n_atoms:  # not counted as RDKit counts: its words alone
+    if len(spans) != mol.GetNumAtoms():  # not counted as RDKit counts: its words alone
         return f"{said} (RDKit counts atoms from 0)"
     if problem.GetType() == "KekulizeException":
         written = [smiles[start:end] for start, end in (spans[i] for i in problem.GetAtomIndices())]
@@ -193,10 +193,30 @@ def _problem_in_words(problem, smiles: str, n_atoms: int) -> str:
     start, end = spans[problem.GetAtomIdx()]
     atom = f"the {smiles[start:end]} at position {start + 1}"
     if problem.GetType() == "AtomValenceException":
-        return f"{atom} has more bonds than it can (RDKit: {said}, counting atoms from 0)"
+        onium = _uncharged_onium(mol.GetAtomWithIdx(problem.GetAtomIdx()))
+        return f"{atom} has more bonds than it can{onium} (RDKit: {said}, counting atoms from 0)"
     if problem.GetType() == "AtomKekulizeException":
         return f"{atom} is written aromatic (lowercase) but is in no ring (RDKit: {said}, counting atoms from 0)"
     return f"{atom}: {said} (RDKit counts atoms from 0)"
+
+
+# Atoms that one bond more than their valence makes ions, written without the charge: an ammonium's N, an oxonium's
+# O, a phosphonium's P, a borate's B. Each: its name, its bonds so, its charge.
+ONIUMS = {"N": ("a nitrogen", 4, "+"), "O": ("an oxygen", 3, "+"), "P": ("a phosphorus", 4, "+"),
+          "B": ("a boron", 4, "-")}
+
+
+def _uncharged_onium(atom) -> str:
+    """For an atom of an onium or a borate written uncharged (CN(C)(C)C), a clause naming its charged writing, else
+    "". The atom is unsanitized: its bonds are counted as written, with its bracket hydrogens."""
+    if atom.GetSymbol() not in ONIUMS or atom.GetFormalCharge() or atom.GetIsAromatic():
+        return ""
+    name, bonds, sign = ONIUMS[atom.GetSymbol()]
+    hydrogens = atom.GetNumExplicitHs()
+    if sum(bond.GetBondTypeAsDouble() for bond in atom.GetBonds()) + hydrogens != bonds:
+        return ""
+    written = f"[{atom.GetSymbol()}{'H' if hydrogens else ''}{hydrogens if hydrogens > 1 else ''}{sign}]"
+    return f": {name} with {bonds} bonds is charged, as {written}"
 
 
 def _atom_spans(smiles: str) -> list[tuple[int, int]]:

@@ -315,6 +315,14 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                     "is greater than permitted, counting atoms from 0)"),
     ("[H]C(C)(C)(C)(C)C", "the C at position 4 has more bonds than it can (RDKit: Explicit valence for atom # 1 C, 6, "
                           "is greater than permitted, counting atoms from 0)"),
+    # an onium or a borate written without its charge: told of too many bonds, not of the charge
+    ("CN(C)(C)C.[Cl-]", "the N at position 2 has more bonds than it can: a nitrogen with 4 bonds is charged, as "
+                        "[N+] (RDKit: Explicit valence for atom # 1 N, 4, is greater than permitted, counting atoms "
+                        "from 0)"),
+    ("C[O](C)C", "the [O] at position 2 has more bonds than it can: an oxygen with 3 bonds is charged, as [O+] (RDKit: "
+                 "Explicit valence for atom # 1 O, 3, is greater than permitted, counting atoms from 0)"),
+    ("C[NH](C)C", "the [NH] at position 2 has more bonds than it can: a nitrogen with 4 bonds is charged, as [NH+] "
+                  "(RDKit: Explicit valence for atom # 1 N, 4, is greater than permitted, counting atoms from 0)"),
     ("CCo", "the o at position 3 is written aromatic (lowercase) but is in no ring (RDKit: non-ring atom 2 marked "
             "aromatic, counting atoms from 0)"),
     # each of these was "RDKit cannot parse ... as a molecule" alone
