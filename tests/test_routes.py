@@ -385,3 +385,12 @@ def test_answers_used_is_never_rounded_to_all_or_none_where_it_is_neither(tmp_pa
     at = find_routes(at, "NCCO")
     assert not at.exception
     assert next(m for m in at.metric if m.label == "Answers used").value == shown
+
+
+def test_the_stock_line_counts_the_entries_it_left_out_before_any_search(tmp_path, monkeypatch):
+    """A stock file with lines RDKit cannot read was named 'your file shelf.smi (1 molecule)' until a search had run:
+    a chemist checking the file before a long search saw nothing of the entries left out."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\nC1CC\nxyz\n".encode()).run()
+    assert stock_line(at) == "**Stock:** your file shelf.smi (1 molecule; 2 unreadable entries left out)."

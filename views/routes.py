@@ -318,11 +318,15 @@ def show_stats(result: PlanResult) -> None:
     # round trips count steps (reactant sets the search could use), not decoder calls
     round_trips = (f" · round trip ✓ for {counts.round_trips:,} of the {amount(counts.kept, 'usable step')}"
                    if result.forward_model else "")
-    unreadable = result.stock_unreadable
-    left_out = f"; {unreadable:,} unreadable {'entry' if unreadable == 1 else 'entries'} left out" if unreadable else ""
     st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {amount(stats.iterations, 'iteration')} · "
                f"{amount(counts.decoder_calls, 'decoder call')}{round_trips} · stock {common.md_escape(result.stock)} "
-               f"({amount(result.stock_size, 'molecule')}{left_out})")
+               f"({stock_size(result.stock_size, result.stock_unreadable)})")
+
+
+def stock_size(molecules: int, unreadable: int) -> str:
+    """'6,148 molecules', '1 molecule; 2 unreadable entries left out': a stock's size as the page says it."""
+    left_out = f"; {unreadable:,} unreadable {'entry' if unreadable == 1 else 'entries'} left out" if unreadable else ""
+    return f"{amount(molecules, 'molecule')}{left_out}"
 
 
 def no_route_message(stats: SearchStats) -> str:
@@ -437,7 +441,8 @@ def show_stock() -> None:
         return
     name, shown = common.md_escape(kept[0]), ss.get("route_stock") is not None
     try:
-        size = amount(len(uploaded_stock(*kept)), "molecule")
+        stock = uploaded_stock(*kept)
+        size = stock_size(len(stock), stock.n_unreadable)  # the entries left out told before a search, not after it
     except ValueError as exc:
         st.error(common.md_escape(f"Cannot use the stock file {kept[0]}: {exc}. Choose another file, or "
                                   + ("remove this one to search the default stock." if shown else
