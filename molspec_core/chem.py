@@ -60,7 +60,7 @@ ABBREVIATIONS = {
 }
 # Other notations pasted for a SMILES: an InChIKey (14, 10 and 1 capitals), and an InChI that lost its "InChI=".
 INCHI_KEY = re.compile(r"(InChIKey=)?[A-Z]{14}-[A-Z]{10}-[A-Z]")
-BARE_INCHI = re.compile(r"1S?/[A-Z][A-Za-z0-9.]*(/|$)")
+BARE_INCHI = re.compile(r"1S?/[0-9]*[A-Z][A-Za-z0-9.]*(/|$)")
 
 
 def why_unreadable(smiles: str) -> str:

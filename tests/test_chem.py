@@ -368,6 +368,8 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                                              "the key)"),
     ("1S/C2H6O/c1-2-3/h3H,2H2,1H3", "this reads as an InChI without its prefix: an InChI begins 'InChI=', as "
                                     "InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3"),
+    ("1S/2C2H4O2.Pd/c2*1-2(3)4;/h2*1H3,(H,3,4);/q;;+2/p-2", "this reads as an InChI without its prefix: an InChI "
+     "begins 'InChI=', as InChI=1S/2C2H4O2.Pd/c2*1-2(3)4;/h2*1H3,(H,3,4);/q;;+2/p-2"),  # a formula of 2 molecules
 ])
 def test_a_refused_smiles_says_what_to_mend(smiles, reason):
     """A chemist's typo was refused as "RDKit cannot parse 'C1CC' as a molecule" alone (session 70)."""
