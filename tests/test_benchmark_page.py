@@ -318,6 +318,25 @@ def test_the_picker_names_a_run_by_what_tells_it_apart(copy_models, monkeypatch)
     assert " · file " in texts(at.caption)  # the file name stays on the page, beside the machine
 
 
+def test_the_saved_run_chosen_is_kept_across_a_page_switch(copy_models, monkeypatch, tmp_path):
+    """The picker came back on the first run after a visit to another page (Streamlit forgets a widget a run does not
+    draw); a run whose file has gone since is let go for the first."""
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(beam_and_greedy()))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    at.selectbox(key="bench_file").set_value("b.json").run()
+    at.switch_page("views/predict.py").run()
+    at.switch_page("views/benchmark.py").run()
+    assert at.selectbox(key="bench_file").value == "b.json" and " · file b.json" in texts(at.caption)
+    (tmp_path / "b.json").unlink()
+    at.switch_page("views/predict.py").run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    assert at.selectbox(key="bench_file").value == "a.json"
+
+
 def test_the_page_explains_its_notation_and_speaks_of_no_session(copy_models, monkeypatch, tmp_path):
     report = beam_and_greedy()
     del report["tokens_counted"]  # an older run: beam search's tokens per call left out

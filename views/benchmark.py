@@ -25,6 +25,7 @@ from views import common
 log = logging.getLogger(__name__)
 LIVE_DEFAULT_METHODS = ["greedy", "spec-auto", "spec-lookup"]
 MAX_REPORT_BYTES = 20 * 2**20  # a bench JSON is a few kB; anything huge is not ours
+SAVED_RUN = "bench_saved_run"  # the saved run chosen, kept while another page shows (common.kept)
 
 
 def bench_dir(override: str | Path | None = None) -> Path:
@@ -647,7 +648,10 @@ def main() -> None:
                 "and it appears here.", icon=":material/info:")
     else:
         titles = report_titles(reports)  # a file name was cut off on a phone before its telling end
-        name = st.selectbox("Benchmark run", headline_first(reports), key="bench_file", format_func=titles.get)
+        order = headline_first(reports)
+        if st.session_state.get(SAVED_RUN) not in reports:  # none chosen yet, or its file has gone
+            st.session_state[SAVED_RUN] = order[0]
+        name = st.selectbox("Benchmark run", order, format_func=titles.get, **common.kept(SAVED_RUN, "bench_file"))
         show_report(reports[name], key="saved", source=name)
 
     common.section("Live benchmark")
