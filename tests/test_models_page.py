@@ -281,7 +281,7 @@ def test_a_config_with_a_byte_order_mark_lists_its_model_under_its_task_as_the_e
     assert common.models_for_task("retro") == ["mine"]
 
 
-@pytest.mark.parametrize("page", ["views/predict.py", "views/batch.py", "views/models.py"])
+@pytest.mark.parametrize("page", ["views/predict.py", "views/batch.py", "views/benchmark.py", "views/models.py"])
 def test_choosing_a_model_that_does_not_load_says_why_in_the_sidebar_not_a_traceback(copy_models, monkeypatch, page):
     """Choosing a model folder that does not load (here its weights cut short) stopped every page on a traceback."""
     weights = test_app.FIXTURES / "copy_model" / "model.safetensors"

@@ -655,6 +655,9 @@ def main() -> None:
         show_report(reports[name], key="saved", source=name)
 
     common.section("Live benchmark")
+    if cfg.model_dir is None and common.models_for_task(cfg.task):
+        st.error(common.NOT_LOADED, icon=":material/error:")
+        return
     if cfg.model_dir is None:
         st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
         return
