@@ -51,9 +51,9 @@ DEFAULT_STOCK = MODELS_DIR / "stock.smi.gz"  # tools/make_stock.py: reactants of
 ALGORITHMS = ("retro*", "mcts")
 MAX_TIME_LIMIT_S = 3600.0  # an hour: past any interactive use; a bigger budget is a batch job
 ROUTE_EXTRACTION_S = 5.0  # cap on reading the routes out of the search graph after the search
-ROUTE_COLUMNS = ("route", "route_score", "route_steps", "step", "depth", "product", "product_in_stock", "reactants",
-                 "reactants_in_stock", "score", "probability", "confidence", "round_trip", "forward_prob", "model_rank",
-                 "stereo")
+ROUTE_COLUMNS = ("route", "route_score", "route_probability", "route_steps", "step", "depth", "product",
+                 "product_in_stock", "reactants", "reactants_in_stock", "score", "probability", "confidence",
+                 "round_trip", "forward_prob", "model_rank", "stereo")
 
 # Called after each expansion with (seconds since the search started, molecules expanded so far).
 Progress = Callable[[float, int], None]
@@ -314,6 +314,11 @@ class Route:
 
         visit(self.target, 1)
         return found
+
+    @property
+    def probability(self) -> float:
+        """The product of its steps' probabilities, as the Routes page titles it (the exports wrote the log alone)."""
+        return math.exp(self.score)
 
     @property
     def n_steps(self) -> int:
@@ -738,7 +743,8 @@ def routes_json(result: PlanResult) -> dict:
                    "failed_expansions": stats.counts.failed, "cut_at_time_limit": stats.counts.cut,
                    "first_failure": stats.counts.first_failure or None,
                    "target_in_stock": stats.target_in_stock},
-        "routes": [{"rank": rank, "score": rounded(route.score), "n_steps": route.n_steps, "depth": route.depth,
+        "routes": [{"rank": rank, "score": rounded(route.score), "probability": significant(route.probability),
+                    "n_steps": route.n_steps, "depth": route.depth,
                     "starting_materials": [m.smiles for m in route.starting_materials()],
                     "tree": _molecule_json(route.target)}
                    for rank, route in enumerate(result.routes, start=1)],
@@ -760,8 +766,8 @@ def route_rows(result: PlanResult) -> Iterator[list[object]]:
     """One row per reaction step, in ROUTE_COLUMNS: routes best first, each from the target's step down."""
     for rank, route in enumerate(result.routes, start=1):
         for number, (depth, step) in enumerate(route.steps(), start=1):
-            yield [rank, rounded(route.score), route.n_steps, number, depth, step.product,
-                   _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
+            yield [rank, rounded(route.score), significant(route.probability), route.n_steps, number, depth,
+                   step.product, _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
                    ";".join(_yes_no(r.in_stock) for r in step.reactants), rounded(step.score),
                    significant(step.probability), rounded(step.confidence), _yes_no(step.round_trip),
                    significant(step.forward_prob), step.model_rank, "; ".join(step.stereo)]

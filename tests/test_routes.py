@@ -394,3 +394,14 @@ def test_the_stock_line_counts_the_entries_it_left_out_before_any_search(tmp_pat
     at = routes_page(tmp_path / "models", monkeypatch)
     at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\nC1CC\nxyz\n".encode()).run()
     assert stock_line(at) == "**Stock:** your file shelf.smi (1 molecule; 2 unreadable entries left out)."
+
+
+def test_the_downloads_give_each_routes_probability_as_the_page_titles_it():
+    """The page titles each route with its probability (Route 1: 1 step, probability 50.0%); the JSON, CSV and Excel
+    gave its log alone (route_score -0.6931), which no chemist reads as 50%."""
+    from test_planning import stereo_plan_result
+
+    result = stereo_plan_result()
+    assert [route["probability"] for route in planning.routes_json(result)["routes"]] == [0.5, 0.3]
+    column = planning.ROUTE_COLUMNS.index("route_probability")
+    assert [row[column] for row in planning.route_rows(result)] == [0.5, 0.3]
