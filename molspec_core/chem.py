@@ -51,8 +51,13 @@ ORGANIC_ATOM = re.compile(r"Cl|Br|[BCNOPSFIbcnops*]")
 BOND_SYMBOLS = "-=#$:/\\~"
 # An R-group in brackets, as drawing programs write one: [R], [R1], [R#], [R'].
 R_GROUP = re.compile(r"\[R[0-9#']*\]")
-# A chemist's shorthand for a group, which no SMILES holds outside brackets: its name and its atoms in SMILES.
+# A chemist's shorthand for a group or a common solvent or base, which no SMILES holds outside brackets: its name and
+# its atoms in SMILES.
 ABBREVIATIONS = {
+    "THF": ("tetrahydrofuran", "C1CCOC1"), "DMF": ("dimethylformamide", "CN(C)C=O"),
+    "DMSO": ("dimethyl sulfoxide", "CS(C)=O"), "DCM": ("dichloromethane", "ClCCl"),
+    "TFA": ("trifluoroacetic acid", "O=C(O)C(F)(F)F"), "TEA": ("triethylamine", "CCN(CC)CC"),
+    "DIPEA": ("N,N-diisopropylethylamine", "CCN(C(C)C)C(C)C"), "DMAP": ("4-dimethylaminopyridine", "CN(C)c1ccncc1"),
     "Me": ("methyl", "C"), "Et": ("ethyl", "CC"), "iPr": ("isopropyl", "C(C)C"), "Pr": ("propyl", "CCC"),
     "tBu": ("tert-butyl", "C(C)(C)C"), "Bu": ("butyl", "CCCC"), "Ph": ("phenyl", "c1ccccc1"),
     "Ac": ("acetyl", "C(C)=O"), "Ts": ("tosyl", "S(=O)(=O)c1ccc(C)cc1"), "Ms": ("mesyl", "S(C)(=O)=O"),

@@ -358,6 +358,8 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CC(=O)OMe", "the 'Me' at position 8 is an abbreviation (methyl), which a SMILES does not hold: write its atoms, "
                   "as C"),
     ("Et3N", "the 'Et' at position 1 is an abbreviation (ethyl), which a SMILES does not hold: write its atoms, as CC"),
+    ("CC(=O)Cl.NC.DMF", "the 'DMF' at position 13 is an abbreviation (dimethylformamide), which a SMILES does not "
+                        "hold: write its atoms, as CN(C)C=O"),  # a solvent as the reaction's writers name it
     ("[R1]CC", "the bracket atom [R1] at position 1 is an R-group, a placeholder that stands for no one molecule: "
                "draw the group in its place"),
     # were told of an 'L' or an 'h' that is no atom, or of ring bond 1 with no atom before it
