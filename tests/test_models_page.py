@@ -362,3 +362,27 @@ def test_a_configs_text_in_the_facts_table_is_shown_as_typed_not_as_markdown(cop
     assert_clean(at)
     shown = dict(next(t.value for t in at.table if "fact" in t.value.columns).values.tolist())
     assert shown[md_escape("Task")] == md_escape(task)
+
+
+def test_the_routes_page_says_a_model_that_does_not_load_does_not_load(tmp_path, monkeypatch):
+    """The Routes page loads the first retrosynthesis model whatever the sidebar's task, and the forward model for
+    its round-trip check: either one cut short stopped it on a traceback (the page, or the search)."""
+    from test_planning import find_routes, routes_page
+    from test_routes import models_with_forward
+
+    def cut_short(folder):
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-1000])
+
+    models = models_with_forward(tmp_path / "a")
+    cut_short(models / "retro")
+    at = routes_page(models, monkeypatch)
+    assert_clean(at)
+    refusal = texts(at.main.error)
+    assert refusal.startswith("The retrosynthesis model retro does not load: ") and "is cut short" in refusal
+    models = models_with_forward(tmp_path / "b")
+    cut_short(models / "forward")
+    at = find_routes(routes_page(models, monkeypatch), "NCCO")  # the round-trip check is on
+    assert_clean(at)
+    refusal = texts(at.main.error)
+    assert refusal.startswith("Cannot search: ") and "forward/model.safetensors is cut short" in refusal

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from molspec_core import depict
+from molspec_core.checkpoint import CheckpointError
 from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX,
                              OPEN_DOCUMENT_SUFFIX, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX,
                              InputFileError, csv_bytes, workbook_bytes)
@@ -128,9 +129,13 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     except ValueError as exc:  # a file's reason is under the stock file box (show_stock)
         failed(stock_refusal(stock_file[0]) if stock_file is not None else f"Cannot read the default stock: {exc}")
         return
-    predictor = cfg.predictor(model)  # in the sidebar's arithmetic
     forward_name = forward_model() if round_trip else None
-    forward = cfg.predictor(forward_name) if forward_name else None
+    try:
+        predictor = cfg.predictor(model)  # in the sidebar's arithmetic
+        forward = cfg.predictor(forward_name) if forward_name else None
+    except CheckpointError as exc:  # a forward model folder that does not load stopped the search on a traceback
+        failed(f"Cannot search: {exc}")
+        return
     bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
 
     def progress(elapsed_s: float, molecules: int) -> None:
@@ -465,6 +470,11 @@ def main() -> None:
     model = retro_model(cfg)
     if model is None:
         st.warning("No retrosynthesis model is installed (models/retro/ is missing).", icon=":material/warning:")
+        return
+    try:  # the first installed, where the sidebar's task is forward: one that does not load stopped the page
+        cfg.predictor(model)
+    except CheckpointError as exc:
+        st.error(common.md_escape(f"The retrosynthesis model {model} does not load: {exc}"), icon=":material/error:")
         return
     st.file_uploader("Open the target from a molfile or SD file (optional)", type=common.QUERY_FILE_TYPES,
                      key="route_target_file", on_change=open_target, max_upload_size=common.MAX_FILE_MB,
