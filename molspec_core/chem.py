@@ -243,7 +243,7 @@ def _atom_spans(smiles: str) -> list[tuple[int, int]]:
 
 def _other_notation(text: str) -> str:
     """What to paste instead of an InChIKey or an InChI without its prefix (text no SMILES), else ""."""
-    if INCHI_KEY.fullmatch(text):
+    if INCHI_KEY.fullmatch(text) and set(text) - set("BCNOPSFI-"):  # FFF...-FFF...-F is a SMILES, if a wrong one
         return ("this is an InChIKey, a hashed key from which no structure can be read back: paste the structure's "
                 "SMILES or InChI (PubChem gives both beside the key)")
     if BARE_INCHI.match(text):

@@ -368,6 +368,8 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("InChIKey=LFQSCWFLJHTTHZ-UHFFFAOYSA-N", "this is an InChIKey, a hashed key from which no structure can be read "
                                              "back: paste the structure's SMILES or InChI (PubChem gives both beside "
                                              "the key)"),
+    ("FFFFFFFFFFFFFF-FFFFFFFFFF-F", "the F at position 2 has more bonds than it can (RDKit: Explicit valence for "
+                                    "atom # 1 F, 2, is greater than permitted, counting atoms from 0)"),  # no InChIKey
     ("1S/C2H6O/c1-2-3/h3H,2H2,1H3", "this reads as an InChI without its prefix: an InChI begins 'InChI=', as "
                                     "InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3"),
     ("1S/2C2H4O2.Pd/c2*1-2(3)4;/h2*1H3,(H,3,4);/q;;+2/p-2", "this reads as an InChI without its prefix: an InChI "
