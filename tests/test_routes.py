@@ -405,3 +405,18 @@ def test_the_downloads_give_each_routes_probability_as_the_page_titles_it():
     assert [route["probability"] for route in planning.routes_json(result)["routes"]] == [0.5, 0.3]
     column = planning.ROUTE_COLUMNS.index("route_probability")
     assert [row[column] for row in planning.route_rows(result)] == [0.5, 0.3]
+
+
+def test_a_target_files_refusal_goes_when_the_file_is_removed(tmp_path, monkeypatch):
+    """'two.sdf holds 2 molecules; ...' stayed on the page after the file's × had removed it, until the next search."""
+    from test_planning import molfile
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    two = (molfile("OCCN") + "$$$$\n") * 2
+    at.file_uploader(key="route_target_file").set_value(("two.sdf", two.encode(), "chemical/x-mdl-sdfile"))
+    at.run()
+    assert "two.sdf holds 2 molecules" in shown_text(at)
+    at.file_uploader(key="route_target_file").set_value(None)
+    at.run()
+    assert not at.exception and not at.error

@@ -34,6 +34,7 @@ UNFINISHED = "route_unfinished"
 # The routes on screen when a search failed (a mistyped target, a stock file that cannot be read): gone from the page
 # under the error, as they belong to another target, but kept, one press away, where they were lost
 ROUTES_BEFORE = "route_routes_before"
+TARGET_FILE_REFUSAL = "route_target_file_refusal"  # why the target file in the uploader cannot be one (open_target)
 DEFAULT_STOCK_TEXT = "the default stock, reactants of at least 2 USPTO-50K training reactions"
 # What a stock may be named, as load_stock reads it (io's suffixes: the uploader refused stock.smiles and stock.sd,
 # which the command line reads); .xls and .ods are let through to be told how to save them (io refuses them, saying so)
@@ -408,12 +409,15 @@ def open_target() -> None:
     """The target uploader's callback: its molecule becomes the target, or the page says why it cannot."""
     ss = st.session_state
     upload = ss.get("route_target_file")
-    if upload is None:  # the file was removed
+    refused = ss.pop(TARGET_FILE_REFUSAL, None)
+    if upload is None:  # the file was removed, and its refusal with it: it stayed, naming a file no longer there
+        if refused is not None and ss.get("route_error") == refused:
+            ss["route_error"] = None
         return
     try:
         ss["route_target"] = common.query_from_file(upload.name, upload.getvalue(), "retro")
     except InputFileError as exc:
-        ss["route_error"] = str(exc)
+        ss["route_error"] = ss[TARGET_FILE_REFUSAL] = str(exc)
     else:
         ss["route_error"] = None
 
