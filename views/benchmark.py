@@ -402,6 +402,12 @@ def speedup_fields(report: dict) -> dict[str, str]:
             "speedup_ct2_int8": f"vs CTranslate2 int8 {peer}"}
 
 
+def timed_unit(report: dict) -> str:
+    """What one of a run's times is: bench times a batch at a time ("batch of 32 queries"); at batch size 1, a query."""
+    batch = report.get("batch_size")
+    return f"batch of {batch} queries" if isinstance(batch, int) and batch > 1 else "query"
+
+
 def figures(report: dict) -> list[go.Figure]:
     speedup = _bars(report, speedup_fields(report), "Speedup (total time)", "speedup (×, 1 = as fast)")
     if speedup is not None:  # a grid line at 1 marks "as fast"; a dotted line of its own crossed the bars' labels
@@ -414,7 +420,7 @@ def figures(report: dict) -> list[go.Figure]:
         _bars(report, {"top1": "top-1 accuracy", "identical_to_greedy": "identical to our greedy",
                        "identical_to_beam": "identical to our beam search", "validity": "valid SMILES"},
               "Accuracy and agreement", "share of queries", percent=True),
-        _bars(report, {"median_ms": "median", "p90_ms": "p90"}, "Latency per query", "ms"),
+        _bars(report, {"median_ms": "median", "p90_ms": "p90"}, f"Latency per {timed_unit(report)}", "ms"),
         _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call",
                        "expected_tokens_per_call": "expected from the acceptance rate"},
               "Tokens per model call", "tokens"),
@@ -475,7 +481,7 @@ COLUMNS = (("vs CTranslate2 float32", "speedup_ct2", "ratio", "CTranslate2 float
            ("top-1", "top1", "share", "share of first answers that are the reference answer"),
            ("valid", "validity", "share", "share of first answers that are valid SMILES"),
            ("median ms", "median_ms", "ratio", "median time of one query (one batch at batch size > 1)"),
-           ("p90 ms", "p90_ms", "ratio", "90th percentile time of one query"),
+           ("p90 ms", "p90_ms", "ratio", "90th percentile time of one query (one batch at batch size > 1)"),
            ("total s", "total_s", "ratio", "all queries, in seconds"),
            ("model calls", "model_calls", "count", "decoder calls, all queries"),
            ("drafts", "drafts", "text", "tokens drafted a call (drafts × tokens where it proposes several)"),
