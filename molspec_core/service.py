@@ -121,6 +121,16 @@ def name_hint(text: str) -> str:
     return ""
 
 
+def title_hint(text: str) -> str:
+    """A refusal's ending for a query that is a SMILES and then a name or a title after a space or a tab, as a line
+    of a SMILES file is ('CCO ethanol'), which would be read wrongly as a name; else ""."""
+    first, *rest = text.split(None, 1)
+    if rest and canonical_or_none(first) and canonical_or_none("".join(rest[0].split())) is None:
+        return (f"; it reads as a SMILES and then a name or title, as a line of a SMILES file does: the SMILES alone "
+                f"is {first}")
+    return ""
+
+
 def tokenized_hint(text: str) -> str:
     """A refusal's ending for a query written as SMILES tokens with spaces between them (the Molecular Transformer's
     files: 'C C ( = O ) O'), which reads as one SMILES once joined; else ""."""
@@ -649,8 +659,9 @@ class Predictor:
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
                              "the app's Batch page)"
-                             + (tokenized_hint(text) or name_hint(text)))
-        if text.startswith("InChI="):  # read as RDKit reads it; the result's canonical_query shows the SMILES
+                             + (tokenized_hint(text) or title_hint(text) or name_hint(text)))
+        if text[:6].casefold() == "inchi=":  # typed in lower case too: RDKit reads the prefix as the standard writes
+            text = "InChI=" + text[6:]  # it; read as RDKit reads it, the result's canonical_query showing the SMILES
             try:
                 text = smiles_from_inchi(text)
             except ChemError as exc:

@@ -871,3 +871,16 @@ def test_a_querys_samples_do_not_depend_on_its_batch_mates(copier, method):
         got = dict(zip(order, samples(copier.predict(order, method=method, n_best=3, sampling=options,
                                                      batch_size=batch_size))))
         assert [got[q] for q in queries] == alone, batch_size
+
+
+def test_a_smiles_and_then_its_name_is_told_the_smiles_alone_and_a_lower_case_inchi_is_read(copier):
+    """A line of a SMILES file pasted whole ('CCO ethanol') was told it reads like a name and to paste a SMILES,
+    which it holds; and 'inchi=1S/...' typed in lower case was no InChI."""
+    for text in ("OCCN ethanolamine", "OCCN\t2-aminoethanol", "  OCCN  my compound 7  "):
+        result = copier.predict(text)
+        assert result.error.endswith("it reads as a SMILES and then a name or title, as a line of a SMILES file "
+                                     "does: the SMILES alone is OCCN"), text
+    assert "reads like a name" in copier.predict("ethanol amine").error
+    assert "SMILES and then a name" not in copier.predict("OCCN CCO").error  # two molecules: join with '.'
+    lower = copier.predict("inchi=1S/C2H7NO/c3-1-2-4/h4H,1-3H2")
+    assert lower.ok and lower.canonical_query == copier.predict("NCCO").canonical_query
