@@ -27,7 +27,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, main_molecule, smiles_from_cxsmiles, smiles_from_inchi)
+                   CXSMILES, in_ion_writing, main_molecule, reaction_sides, smiles_from_cxsmiles, smiles_from_inchi)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -666,7 +666,7 @@ class Predictor:
                 text = smiles_from_inchi(text)
             except ChemError as exc:
                 raise ValueError(str(exc)) from None
-        reaction = text if ">" in text else ""
+        reaction = text if len(reaction_sides(text)) > 1 else ""  # a complex's dative bond (->) is no arrow
         if reaction:
             text = self._from_reaction(text)
         try:
@@ -725,7 +725,7 @@ class Predictor:
                 f"molecule alone, {main}, can be read")
 
     def _from_reaction(self, text: str) -> str:
-        parts = text.split(">")
+        parts = reaction_sides(text)
         if self.task == "retro":
             if len(parts) == 3 and not parts[0] and not parts[1] and parts[2]:
                 return parts[2]  # '>>product': a reaction drawn with its product alone (was refused)

@@ -884,3 +884,11 @@ def test_a_smiles_and_then_its_name_is_told_the_smiles_alone_and_a_lower_case_in
     assert "SMILES and then a name" not in copier.predict("OCCN CCO").error  # two molecules: join with '.'
     lower = copier.predict("inchi=1S/C2H7NO/c3-1-2-4/h4H,1-3H2")
     assert lower.ok and lower.canonical_query == copier.predict("NCCO").canonical_query
+
+
+def test_a_dative_bond_is_no_reaction_arrow(copier):
+    """'[NH3]->[Pt]', a complex's dative bond, was refused as a reaction SMILES; it is read as the molecule it is
+    (which this model's vocabulary then refuses, saying which token)."""
+    error = copier.predict("[NH3]->[Pt]").error
+    assert "reaction" not in error and "is not in the model's vocabulary" in error
+    assert "reaction SMILES" in copier.predict("CCO>>CC").error
