@@ -229,6 +229,31 @@ def test_the_tables_cells_read_as_written_not_as_markdown(copy_models, monkeypat
     assert as_read(sent).loc[3, "method"] == "Speculative sampling, draft model (runs/*new*/[here](http://evil.example))"
 
 
+@pytest.mark.parametrize("change, problem", [
+    (lambda r: r["methods"]["greedy"].update(speedup_vs_greedy="1.0x"),
+     "greedy's speedup_vs_greedy is '1.0x', not a number"),
+    (lambda r: r["methods"]["beam"].update(drafts="none"), "beam's drafts is 'none', not a record of its drafts"),
+    (lambda r: r.update(oracle_tokens_per_call={"best-window-16": "7"}),
+     "oracle_tokens_per_call's best-window-16 is '7', not a number"),
+    (lambda r: r.update(sweep={"method": "relaxed", "knob": "tau", "points": [{"tau": 0, "top1": "high"}]}),
+     "the sweep's point 1's top1 is 'high', not a number")])
+def test_a_report_with_a_figure_that_is_no_number_is_named_and_the_page_goes_on(copy_models, monkeypatch, tmp_path,
+                                                                              change, problem):
+    """A hand-edited report whose speedup read "1.0x" stopped the page with a traceback where its charts were, and
+    the live benchmark below was gone; it is refused with the others the page cannot read, saying which figure."""
+    report = beam_and_greedy()
+    change(report)
+    (tmp_path / "edited.json").write_text(json.dumps(report))
+    (tmp_path / "fine.json").write_text(json.dumps(beam_and_greedy()))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    assert f"edited.json: not a MolSpec bench report ({problem})" in texts(at.warning)
+    assert at.selectbox(key="bench_file").options and at.selectbox(key="bench_file").value == "fine.json"
+    assert "Run live benchmark" in [button.label for button in at.button]
+
+
 # ---- A7: each speedup says what it is measured against ------------------------------------------------------------
 
 

@@ -46,11 +46,39 @@ def load_reports(folder: Path) -> tuple[dict[str, dict], list[str]]:
             if not methods or not all("speedup_vs_greedy" in m or "speedup_vs_beam" in m for m in methods.values()):
                 raise ValueError("no per-method results")
             with_display_fields(report)
+            problem = figure_problem(report)
+            if problem:
+                raise ValueError(problem)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{path.name}: not a MolSpec bench report ({exc})")
             continue
         reports[path.name] = report
     return reports, problems
+
+
+def _not_a_number(value: object) -> bool:
+    return value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
+
+
+def figure_problem(report: dict) -> str | None:
+    """The first figure of a report that the page would draw as a number and that is none ("greedy's
+    speedup_vs_greedy is '1.0x', not a number"), or None: a hand-edited file stopped the page with a traceback."""
+    for name, entry in report["methods"].items():
+        if not isinstance(entry, dict):
+            return f"{name}'s results are {entry!r}, not a record of figures"
+        for _, key, unit, _ in COLUMNS:
+            if unit != "text" and _not_a_number(entry.get(key)):
+                return f"{name}'s {key} is {entry[key]!r}, not a number"
+        if not isinstance(entry.get("drafts") or {}, dict):
+            return f"{name}'s drafts is {entry['drafts']!r}, not a record of its drafts"
+    for key, value in (report.get("oracle_tokens_per_call") or {}).items():
+        if _not_a_number(value):
+            return f"oracle_tokens_per_call's {key} is {value!r}, not a number"
+    for i, point in enumerate((report.get("sweep") or {}).get("points") or [], 1):
+        for key in ("top1", "validity", "speedup_vs_greedy"):
+            if _not_a_number(point.get(key)):
+                return f"the sweep's point {i}'s {key} is {point[key]!r}, not a number"
+    return None
 
 
 # ---- live run ---------------------------------------------------------------------------------
