@@ -58,11 +58,12 @@ def _drawn_extents(svg: str, mol: Chem.Mol) -> list[tuple[float, float, float, f
             for _, p in sorted(points.items())]
 
 
-@pytest.mark.parametrize("smiles", ["[13CH4].[18OH2]", "[NH4+].[Cl-]", "O.[NH4+].[OH-].[SiH4].[PH3]",
+@pytest.mark.parametrize("smiles", ["[13CH4].[18OH2]", "[Cu+2].O", "[Mg+2].O", "N.O", "[NH4+].[Cl-]",
+                                    "O.[NH4+].[OH-].[SiH4].[PH3]",
                                     "CC(=O)Cl.Nc1ccc(Br)cc1.ClCCl", "[15NH4+].[2H]O[2H].[13CH3][13CH2]O"])
 def test_the_labels_of_molecules_side_by_side_stand_apart(smiles):
-    """Methane-13C beside water-18O drew as one label, '13CH4H2 18O' (1.7 px apart): the gap between molecules
-    was measured between their atoms, not their labels."""
+    """Methane-13C beside water-18O drew as one label, '13CH4H2 18O' (1.7 px apart), and copper(II) beside water
+    as 'Cu2+H2O' (1 px): the gap between molecules was measured between their atoms, not their labels."""
     mol = Chem.MolFromSmiles(smiles)
     boxes = _drawn_extents(depict.smiles_svg(smiles, 440, 230), mol)
     assert len(boxes) == len(Chem.GetMolFrags(mol))
