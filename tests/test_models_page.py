@@ -386,3 +386,20 @@ def test_the_routes_page_says_a_model_that_does_not_load_does_not_load(tmp_path,
     assert_clean(at)
     refusal = texts(at.main.error)
     assert refusal.startswith("Cannot search: ") and "forward/model.safetensors is cut short" in refusal
+
+
+def test_a_reliability_bin_above_99_percent_reads_so_in_the_table_not_as_a_quote(copy_models, monkeypatch):
+    """st.table reads its cells as markdown: a bin of mean confidence ">99%" showed as a quote reading "99%"."""
+    from molspec_core import calibration
+    from views.common import md_escape
+
+    folder = copy_models / "forward"
+    fit = calibration.Calibration(fingerprint=calibration.weights_fingerprint(folder), method="beam", n_best=5,
+                                  n_fit=10, n_check=10, edges=(-9.0, -1.0), values=(0.2, 0.997), ece=0.01,
+                                  ece_raw=0.02, reliability=((0.2, 0.25, 4), (0.997, 1.0, 6)))
+    calibration.save(fit, folder)
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    points = next(t.value for t in at.table if md_escape("share right") in t.value.columns)
+    assert points.iloc[1, 0] == md_escape(">99%") and points.iloc[1, 1] == "100%"

@@ -542,13 +542,6 @@ def shown_table(report: dict) -> pd.DataFrame:
     return pd.DataFrame(shown)
 
 
-def as_typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """A table for st.table, which renders each cell and heading as markdown: every one escaped, so it reads as
-    written. ">99.9%" was a grey quote reading "99.9%", and a draft model's folder from a report file came out in
-    italics or as a link."""
-    return frame.rename(columns=common.md_escape).map(common.md_escape)
-
-
 def _count(n: object, one: str, many: str) -> str:
     """"1 query", "3 queries", "? queries": a count with its noun."""
     return f"1 {one}" if n == 1 else f"{n} {many}"
@@ -646,10 +639,10 @@ def show_report(report: dict, key: str, source: str | None = None) -> None:
                 column.plotly_chart(chart, key=f"{key}_chart_{i + j}")
     if report.get("sweep"):
         with st.expander("The sweep chart's points as a table"):
-            st.table(as_typed(sweep_table(report["sweep"])), hide_index=True)
+            st.table(common.as_typed(sweep_table(report["sweep"])), hide_index=True)
     st.caption("The table holds every figure the charts show, rounded as they are; – where a method has none.")
     shown = shown_table(report)
-    st.table(as_typed(shown), hide_index=True)
+    st.table(common.as_typed(shown), hide_index=True)
     with st.expander("What the columns mean"):
         st.markdown("\n".join(f"- **{column}**: {meaning}" for column, _, _, meaning in COLUMNS
                                if column in shown.columns))

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from molspec_core import checkpoint, textbook
@@ -428,6 +429,13 @@ def md_escape(text: str) -> str:
     offer it to be clicked."""
     unlinked = _AUTOLINK_START.sub(lambda match: match.group() + WORD_JOINER, str(text))
     return _MARKDOWN_SPECIAL.sub(r"\\\1", unlinked)
+
+
+def as_typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table for st.table, which renders each cell and heading as markdown: every one escaped, so it reads as
+    written. ">99.9%" was a grey quote reading "99.9%", and a draft model's folder from a report file came out in
+    italics or as a link."""
+    return frame.rename(columns=md_escape).map(md_escape)
 
 
 def format_probability(score: float) -> str:

@@ -270,7 +270,7 @@ def show_calibration(folder: Path, task: str) -> None:
         st.markdown(f"Calibration does not always help: where the model's own probability already fits, the "
                     f"calibrated confidence judged on other queries can be a little further off ({which}).")
     st.caption("Expected calibration error of each fit, judged on held-out queries (lower is better):")
-    st.table(fits_table(found), hide_index=True)
+    st.table(common.as_typed(fits_table(found)), hide_index=True)
     missing = [f"{KIND_LABELS[kind]}, {writings(augment)}" for kind, augment, cal in fits if cal is None]
     if missing:
         st.caption("Not calibrated (these show the model's probability): " + "; ".join(missing) + ".")
@@ -297,7 +297,7 @@ def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
         st.plotly_chart(reliability_chart(cal), key=f"reliability_{folder.name}_{calibration.kind_of(cal.method)}_"
                                                       f"{cal.augment}")
         with st.expander("The chart's points as a table"):
-            st.table(reliability_rows(cal), hide_index=True)
+            st.table(common.as_typed(reliability_rows(cal)), hide_index=True)  # ">99%" was a quote
 
 
 # A model the page showed and the sidebar never offered (a config.json naming no task, in a folder of another name)
@@ -328,7 +328,7 @@ def main() -> None:
         # One column: the card's summary beside the facts left the facts' column empty for a screen's height, and
         # the calibration's four tabs did not fit in a column of their own
         # st.table reads its cells as markdown: a config's task "[offer](https://...)" showed as a link
-        st.table(facts(folder, config).map(common.md_escape), hide_index=True, hide_header=True, border="horizontal")
+        st.table(common.as_typed(facts(folder, config)), hide_index=True, hide_header=True, border="horizontal")
         card = folder / "MODEL_CARD.md"
         if card.is_file():
             show_card(folder, card)
