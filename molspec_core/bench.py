@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from .chem import canonical_or_none
-from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis
+from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .evaluate import hits
 from .io import write_text_file
 from .oracle import oracle_tokens_per_call
@@ -292,7 +292,9 @@ def _peer_decode(peer, vocab, ids: list[list[int]], n_best: int) -> tuple[list[D
         ranked = [Hypothesis(tuple(vocab.index.get(t, UNK_ID) for t in h.tokens), h.score,
                              (GENERATED,) * len(h.tokens)) for h in hypotheses]
         steps = max(len(h.tokens) for h in ranked) + 1  # one decoder step per token, eos included
-        results.append(DecodeResult(ranked, DecodeStats(model_calls=steps, tokens_generated=len(ranked[0].tokens) + 1)))
+        # counted as our n-best methods count theirs: the longest answer's tokens (the first's read 0.97 a call)
+        results.append(DecodeResult(ranked, DecodeStats(model_calls=steps,
+                                                        tokens_generated=longest_answer_tokens(ranked))))
     return results, seconds
 
 
