@@ -596,6 +596,9 @@ class Predictor:
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")
         if engine == "graphs" and resolved.type != "cuda":
             raise ValueError(f"engine graphs (CUDA graphs) runs on CUDA only, not on {resolved}; use --engine auto")
+        # the draft model's folder too, and its vocabulary against the model's, before either is read: a draft model
+        # that did not load was found only once the model had loaded
+        checkpoint.inspect_folder(path)
         model, vocab, config = checkpoint.load(path, resolved)
         cpu = engine != "torch" and resolved.type == "cpu"
         if dtype != "float32" and not (cpu and engine in ("auto", "native")):
@@ -613,12 +616,8 @@ class Predictor:
                 "C decoder step unavailable (%s); the NumPy step runs the decoder calls", exc)
             model.use_numpy_step(cpu)
         draft_model = None
-        if (path / "draft").is_dir():  # the same checks as the model's, before anything is built
-            draft_model, draft_vocab, _ = checkpoint.load(path / "draft", resolved)
-            if draft_vocab.tokens != vocab.tokens:
-                raise checkpoint.CheckpointError(f"{path / 'draft' / 'vocab.json'} and {path / 'vocab.json'} differ; "
-                                                 "a draft model reads its model's vocabulary (one of the two was "
-                                                 "edited, or comes from another model)")
+        if (path / checkpoint.DRAFT_DIR).is_dir():  # checked with the model above (its vocabulary too)
+            draft_model, _, _ = checkpoint.load(path / checkpoint.DRAFT_DIR, resolved)
             # Its steps run on the main model's engine (float32): a torch step beside a C main call
             # would cost about as much as the call it drafts for.
             if isinstance(model.numpy_step, NativeStep):

@@ -391,3 +391,16 @@ def test_a_model_folder_given_under_the_home_folder_as_tilde_is_found(tmp_path, 
     tiny_folder(tmp_path / "models" / "mine")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert model_folder("~/models/mine/") == tmp_path / "models" / "mine"
+
+
+def test_a_draft_model_that_does_not_load_is_refused_before_the_model_is_built(tmp_path, no_model_built):
+    """Predictor.load read the whole model (seconds for the shipped ones) before it found its draft model cut short;
+    the draft's folder is now checked with the model's, as the Models page checks it (inspect_folder)."""
+    from molspec_core.service import Predictor
+
+    folder = tiny_folder(tmp_path / "model")
+    tiny_folder(folder / "draft")
+    weights = folder / "draft" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(checkpoint.CheckpointError, match=r"draft/model\.safetensors is cut short"):
+        Predictor.load(folder, device="cpu")
