@@ -476,6 +476,33 @@ def copy_models_for_retro(tmp_path: Path) -> Path:
     return tmp_path / "models"
 
 
+def test_the_live_report_downloaded_names_its_queries_and_holds_only_what_was_measured(tmp_path, monkeypatch):
+    """The downloaded live report said "the first 2 of the app's textbook examples this model can read" and no more:
+    which queries was not in it; and it carried the page's own fields, a null speedup_ct2 on every method, a ratio
+    named without its peer's search."""
+    from molspec_core.service import Predictor
+    from views.common import load_examples
+
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
+    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    at.switch_page("views/benchmark.py").run()
+    at.slider[0].set_value(2)
+    at.multiselect[0].set_value(["spec-auto"])
+    submit(at, "Run live benchmark")
+    assert_clean(at)
+    report = at.session_state["live_report"]  # what the download button writes, as JSON
+    predictor, readable = Predictor.load(FIXTURES / "copy_model"), []
+    for query in [example.query("retro") for example in load_examples()]:
+        try:
+            predictor.prepare(query)
+        except ValueError:
+            continue
+        readable.append(query)
+    assert report["queries"] == readable[:2] and report["n_queries"] == 2
+    assert not any(key.startswith("speedup_ct2") for entry in report["methods"].values() for key in entry)
+
+
 def test_the_live_forms_choices_are_kept_across_a_page_switch(tmp_path, monkeypatch):
     """After a live run of 2 queries with beam search, a visit to the Predict page brought the form back on 3 queries
     and the default methods, under the report of the run they did not make: Run again timed something else."""

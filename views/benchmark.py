@@ -6,6 +6,7 @@ between queries, then adds the per-query reports up into one report of the same 
 """
 from __future__ import annotations
 
+import copy
 import html
 import json
 import logging
@@ -334,10 +335,11 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
                            sampling=cfg.sampling, on_progress=advance)
     finally:  # a refused or failed run's error stands alone, without an empty bar above it
         bar.empty()
-    # What the page knows and run_bench does not record: the beam width, the queries, one writing of each
-    report.update(live=True, n_best=width, augment=1,
+    # What the page knows and run_bench does not record: the beam width, the queries, one writing of each. The page's
+    # own fields (with_display_fields) are added to a copy where it is shown: the download holds what was measured.
+    report.update(live=True, n_best=width, augment=1, queries=[query for query, _ in pairs],
                   query_set=f"the first {len(pairs)} of the app's textbook examples this model can read")
-    return with_display_fields(report)
+    return report
 
 
 # ---- charts and table: one rounding for both -------------------------------------------------------
@@ -719,9 +721,11 @@ def main() -> None:
     live = st.session_state.get("live_report")
     if live is not None:
         st.caption("The last live run of this session:")
-        show_report(live, key="live")
-        st.download_button("Download live report (JSON)", data=json.dumps(live, indent=2), file_name="live-bench.json",
-                           mime="application/json", on_click="ignore", icon=":material/download:")
+        show_report(with_display_fields(copy.deepcopy(live)), key="live")
+        task = re.sub(r"[^\w-]+", "_", str(live.get("task", "")))  # a file name: the model's config says the task
+        st.download_button("Download live report (JSON)", data=json.dumps(live, indent=2),
+                           file_name=f"live-bench-{task}.json", mime="application/json", on_click="ignore",
+                           icon=":material/download:")
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions
