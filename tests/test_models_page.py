@@ -403,3 +403,11 @@ def test_a_reliability_bin_above_99_percent_reads_so_in_the_table_not_as_a_quote
     assert_clean(at)
     points = next(t.value for t in at.table if md_escape("share right") in t.value.columns)
     assert points.iloc[1, 0] == md_escape(">99%") and points.iloc[1, 1] == "100%"
+
+
+def test_a_model_card_saved_with_a_byte_order_mark_keeps_its_title_a_heading(copy_models, monkeypatch):
+    (copy_models / "forward" / "MODEL_CARD.md").write_bytes(b"\xef\xbb\xbf# Copy model\n\nCopies its input.\n")
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    assert '<h3 data-anchor="forward-copy-model">Copy model</h3>' in [m.value for m in at.markdown]

@@ -110,10 +110,10 @@ def split_card(markdown: str) -> tuple[str, str]:
 def show_card(folder: Path, card: Path) -> None:
     """The card's summary on the page, the rest (measurements, speed, data, the training log) in an expander:
     no box of its own to scroll, which at 200% zoom showed two table rows and on a phone one cell."""
-    try:
-        text = card.read_text(encoding="utf-8")
+    try:  # utf-8-sig: a byte-order mark (Windows' Notepad) left the title a line reading "# Title"
+        text = card.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:  # a card saved in another encoding stopped the page
-        text = card.read_bytes().decode("utf-8", errors="replace")
+        text = card.read_bytes().decode("utf-8-sig", errors="replace")
         st.caption("MODEL_CARD.md is not UTF-8 text: the characters that could not be read show as \ufffd.")
     summary, rest = split_card(text)
     anchors: set[str] = set()
