@@ -503,6 +503,36 @@ def test_the_live_report_downloaded_names_its_queries_and_holds_only_what_was_me
     assert not any(key.startswith("speedup_ct2") for entry in report["methods"].values() for key in entry)
 
 
+def test_a_live_run_ended_before_its_report_says_so_when_the_page_comes_back(tmp_path, monkeypatch):
+    """Stop, a page switch or a sidebar change ends the script run that benchmarks (Streamlit raises no Exception): the
+    page came back with the report of the run before, or none, and nothing said the run had not finished."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    from molspec_core import bench
+
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
+    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    at.switch_page("views/benchmark.py").run()
+    at.slider[0].set_value(1)
+    submit(at, "Run live benchmark")  # a run that ends: its report is shown
+    assert "live_report" in at.session_state and "stopped before it ended" not in texts(at.info)
+
+    def stopped(*args, **kwargs) -> dict:
+        raise StopException()
+
+    monkeypatch.setattr(bench, "run_bench", stopped)  # the page imports it when it runs
+    submit(at, "Run live benchmark")
+    at.switch_page("views/predict.py").run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    note = texts(at.info)
+    assert "The last live run was stopped before it ended (Stop, leaving the page, or changing anything" in note
+    assert "The report below is from the run before it." in note
+    at.run()  # said once
+    assert "stopped before it ended" not in texts(at.info)
+
+
 def test_the_live_forms_choices_are_kept_across_a_page_switch(tmp_path, monkeypatch):
     """After a live run of 2 queries with beam search, a visit to the Predict page brought the form back on 3 queries
     and the default methods, under the report of the run they did not make: Run again timed something else."""

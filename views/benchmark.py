@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 LIVE_DEFAULT_METHODS = ["greedy", "spec-auto", "spec-lookup"]
 MAX_REPORT_BYTES = 20 * 2**20  # a bench JSON is a few kB; anything huge is not ours
 SAVED_RUN = "bench_saved_run"  # the saved run chosen, kept while another page shows (common.kept)
+# Set while a live run is under way; still set on a later run, the run never ended: Stop, a page visit or a change
+# outside its form ended the script run that benchmarked (Streamlit raises no Exception there), and it made no report
+LIVE_UNFINISHED = "bench_live_unfinished"
 
 
 def bench_dir(override: str | Path | None = None) -> Path:
@@ -708,6 +711,7 @@ def main() -> None:
                                  format_func=common.method_label)
         submitted = st.form_submit_button("Run live benchmark", type="primary", icon=":material/play_arrow:")
     if submitted:
+        st.session_state[LIVE_UNFINISHED] = True
         try:
             live = run_live(cfg, n_queries, ["greedy"] + [m for m in methods if m in METHODS])
         except ValueError as exc:  # a method this model, so loaded, cannot run (int8 and the uncached baselines)
@@ -718,6 +722,12 @@ def main() -> None:
         else:
             if live is not None:
                 st.session_state["live_report"] = live
+        del st.session_state[LIVE_UNFINISHED]
+    elif st.session_state.pop(LIVE_UNFINISHED, False):
+        st.info("The last live run was stopped before it ended (Stop, leaving the page, or changing anything outside "
+                "its form, in the sidebar too, ends it), so it made no report; press Run live benchmark to run it "
+                "again." + (" The report below is from the run before it." if "live_report" in st.session_state
+                            else ""), icon=":material/info:")
     live = st.session_state.get("live_report")
     if live is not None:
         st.caption("The last live run of this session:")
