@@ -335,10 +335,27 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     return mol
 
 
+# Elements that are not metals (by atomic number, the wildcard 0 with them): hydrogen, the noble gases, the non-metals
+# and the metalloids. A metal's unpaired electrons, which RDKit counts as radicals (copper(II) one, magnesium metal
+# two), are not drawn: no chemist writes Cu2+ with a radical dot.
+NON_METALS = frozenset({0, 1, 2, 5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 32, 33, 34, 35, 36, 51, 52, 53, 54, 85, 86})
+
+
+def _without_metal_radicals(mol: Chem.Mol) -> Chem.Mol:
+    """A copy of `mol` whose metal atoms have no radical electrons (NON_METALS); `mol` itself where none has any."""
+    metals = [a.GetIdx() for a in mol.GetAtoms() if a.GetNumRadicalElectrons() and a.GetAtomicNum() not in NON_METALS]
+    if not metals:
+        return mol
+    mol = Chem.Mol(mol)
+    for i in metals:
+        mol.GetAtomWithIdx(i).SetNumRadicalElectrons(0)
+    return mol
+
+
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
-    """SVG of a molecule, its fragments apart (laid_out); atoms in `atom_colours` (and bonds between
-    two of them) are highlighted."""
-    mol = laid_out(mol, width, height)
+    """SVG of a molecule, its fragments apart (laid_out), its metal atoms without radical dots; atoms in
+    `atom_colours` (and bonds between two of them) are highlighted."""
+    mol = laid_out(_without_metal_radicals(mol), width, height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
     options.addStereoAnnotation = True

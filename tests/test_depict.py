@@ -78,3 +78,21 @@ def test_a_molecule_whose_embedding_raises_has_no_3d_model(smiles):
     bound'): the 3D tab showed a traceback where it says it could not build the molecule."""
     assert depict.smiles_svg(smiles) is not None
     assert depict.molblock_3d(smiles) is None
+
+
+def _radical_dots(svg: str) -> int:
+    """How many radical electrons a drawing shows: RDKit draws each as a small filled polygon, its points comma-joined
+    (letters are drawn with space-joined points)."""
+    return len(re.findall(r"<path class='atom-\d+' d='M [\d.]+,[\d.]+ L[^']*Z' style='fill:#", svg))
+
+
+@pytest.mark.parametrize("smiles, dots", [
+    ("[Cu+2].[Cl-].[Cl-]", 0),  # copper(II) chloride: drawn 'Cu2+·', a radical cation
+    ("[Fe+3].[Co+2].[Mn+2]", 0),
+    ("[Na].[Mg].CCO", 0),  # sodium and magnesium metal, as reagents: 'Na·' and 'Mg:'
+    ("[CH3]", 1), ("[O][O]", 2), ("CC(C)(C)N([O])C(C)(C)C", 1),  # the radicals of organic chemistry keep their dots
+])
+def test_metal_atoms_are_drawn_without_radical_dots(smiles, dots):
+    """RDKit counts the unpaired electrons of a metal in brackets as radicals (copper(II) has one, magnesium metal
+    two) and drew them as dots no chemist writes; a carbon or oxygen radical keeps them."""
+    assert _radical_dots(depict.smiles_svg(smiles, 440, 230)) == dots
