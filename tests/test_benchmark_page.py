@@ -317,6 +317,30 @@ def test_the_fastest_method_of_an_int8_run_is_chosen_by_the_like_for_like_ratio(
     assert "Speculative, lookup drafts, is 1.80x as fast as CTranslate2 int8 greedy" in headline(report)
 
 
+def test_a_run_that_timed_both_ctranslate2_searches_names_each_ratios_own_peer():
+    """bench --peer times CTranslate2 greedy beside greedy methods and beam search beside beam ones; where a run had
+    both, every CTranslate2 ratio was called beam search's: "Speculative, auto drafts, is 4.50x as fast as CTranslate2
+    float32 beam search" was its ratio against CTranslate2 greedy."""
+    from views.benchmark import figures, headline, report_title, with_display_fields
+
+    report = with_display_fields({"task": "forward", "n_queries": 200, "n_best": 5, "methods": {
+        "greedy": entry(speedup_vs_greedy=1.0, speedup_vs_ct2_greedy=1.5, speedup_vs_ct2_int8_greedy=0.9),
+        "spec-auto": entry(speedup_vs_greedy=3.0, speedup_vs_ct2_greedy=4.5, speedup_vs_ct2_int8_greedy=2.7),
+        "beam": entry(speedup_vs_beam=1.0, speedup_vs_ct2_beam=2.0, speedup_vs_ct2_int8_beam=1.2),
+        "ct2-greedy": entry(speedup_vs_greedy=0.66, speedup_vs_ct2_int8_greedy=0.6),
+        "ct2-beam": entry(speedup_vs_beam=0.5, speedup_vs_ct2_int8_beam=0.6)}})
+    assert headline(report).startswith("Our fastest exact method here, Speculative, auto drafts, is 4.50x as fast as "
+                                       "CTranslate2 float32 greedy (total time, same queries, interleaved).")
+    assert [bar.name for bar in figures(report)[0].data][2:] == [
+        "vs CTranslate2 float32 greedy or beam search, as the method searches",
+        "vs CTranslate2 int8 greedy or beam search, as the method searches"]
+    assert " · greedy and beam 5 vs CTranslate2 · " in report_title(report)
+    beam = entry(speedup_vs_beam=1.0, speedup_vs_ct2_beam=2.0)
+    beam_only = with_display_fields({"n_best": 5, "methods": {"beam": beam}})
+    assert "as fast as CTranslate2 float32 beam search (beam width 5;" in headline(beam_only)
+    assert [bar.name for bar in figures(beam_only)[0].data][1] == "vs CTranslate2 float32 beam search"
+
+
 # ---- B3: labels that do not run together ------------------------------------------------------------------------
 
 

@@ -210,11 +210,19 @@ def method_names(report: dict) -> dict[str, str]:
     return names
 
 
-def peer_family(report: dict) -> str:
-    """What the CTranslate2 peer ran: beam search or greedy (a run times one of them)."""
-    beam = any(key in entry for entry in report["methods"].values()
-               for key in ("speedup_vs_ct2_beam", "speedup_vs_ct2_int8_beam"))
-    return "beam search" if beam or any(_beam_like(name) for name in report["methods"] if name in PEERS) else "greedy"
+def peer_families(report: dict) -> list[str]:
+    """What the CTranslate2 peer ran, "greedy" and/or "beam search" in that order: bench --peer times each beside
+    the methods of its own family, so a run of both families has both."""
+    beams = {PEERS[name].beam for name in report["methods"] if name in PEERS}
+    beams |= {key.endswith("_beam") for entry in report["methods"].values() for key in entry
+              if key.startswith("speedup_vs_ct2_")}
+    return [family for beam, family in ((False, "greedy"), (True, "beam search")) if beam in beams]
+
+
+def peer_search(report: dict) -> str:
+    """The CTranslate2 search a run's ratios against it are measured with, for a series' name."""
+    families = peer_families(report) or ["greedy"]
+    return families[0] if len(families) == 1 else f"{' or '.join(families)}, as the method searches"
 
 
 def what_ran(report: dict) -> list[str]:
@@ -253,7 +261,8 @@ def report_title(report: dict) -> str:
                     for name in report["methods"] if name.partition("@")[0] in METHODS]
         families = list(dict.fromkeys(families))  # their first order, each once
         if has_peer(report):
-            what = f"{beam if peer_family(report) == 'beam search' else 'greedy'} vs CTranslate2"
+            searches = [beam if family == "beam search" else family for family in peer_families(report)]
+            what = f"{' and '.join(searches) or 'greedy'} vs CTranslate2"
         elif report.get("draft_models"):
             lengths = _draft_lengths(report)
             what = "draft models" + (f", drafts of {lengths[0]}" if len(lengths) == 1 else "")
@@ -286,7 +295,7 @@ def headline(report: dict) -> str | None:
     ours = [(m[key], name) for name, m in lossless.items() if m.get(key)]
     ratio, name = max(ours)
     lead = "our fastest exact method here" if len(ours) > 1 else "our exact method here"  # one method is no "fastest"
-    family = peer_family(report)
+    family = "beam search" if _beam_like(name) else "greedy"  # the peer bench timed beside this method
     width = beam_width(report) if family == "beam search" else None
     how = f"{f'beam width {width}; ' if width else ''}total time, same queries, interleaved"
     label = method_names(report)[name]
@@ -427,8 +436,8 @@ def speed_step(top: float) -> float | None:
 
 def speedup_fields(report: dict) -> dict[str, str]:
     """The speedup chart's series, each against one reference: our greedy for the greedy family, plain sampling for
-    the sampling methods, our beam search for the beam family, and CTranslate2 of the run's family."""
-    peer, width = peer_family(report), beam_width(report)
+    the sampling methods, our beam search for the beam family, and CTranslate2 of the method's family."""
+    peer, width = peer_search(report), beam_width(report)
     beam = f"our beam search (width {width})" if width else "our beam search"
     return {"speedup_vs_greedy": "vs our greedy", "speedup_vs_sample": "vs our plain sampling",
             "speedup_vs_beam": f"vs {beam}", "speedup_ct2": f"vs CTranslate2 float32 {peer}",
