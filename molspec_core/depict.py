@@ -242,6 +242,30 @@ def _rgb(colour: str) -> tuple[float, float, float]:
     return tuple(int(value[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
+def contrast_on_white(rgb: Sequence[float]) -> float:
+    """The WCAG contrast ratio of a colour (red, green, blue from 0 to 1) on white."""
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb[:3])
+    return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
+
+
+LABEL_CONTRAST = 4.5  # WCAG 1.4.3 for text: what an atom label's colour has on white at least
+
+
+def _readable_palette() -> dict[int, tuple[float, float, float]]:
+    """RDKit's element colours, each too faint for text on white (S yellow 1.7:1, Cl green 2.0:1, O red 4.0:1)
+    darkened, its hue kept, until it reads (LABEL_CONTRAST)."""
+    palette = {}
+    for element, colour in rdMolDraw2D.MolDraw2DSVG(1, 1).drawOptions().getAtomPalette().items():
+        rgb = tuple(colour[:3])
+        while contrast_on_white(rgb) < LABEL_CONTRAST:
+            rgb = tuple(0.95 * c for c in rgb)
+        palette[element] = rgb
+    return palette
+
+
+READABLE_PALETTE = _readable_palette()
+
+
 def _wrapped(widths: Sequence[float], limit: float) -> list[list[int]]:
     """Items of these widths (each with its share of the room between items), in order, in rows no wider than
     `limit`, a new row only where the next item would not fit."""
@@ -363,6 +387,7 @@ def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, st
     options.addStereoAnnotation = True
     options.fixedBondLength = PIXELS_PER_UNIT
     options.bondNoteColour = _rgb(BOND_NOTE_COLOUR)
+    options.updateAtomPalette(READABLE_PALETTE)
     atom_colours = atom_colours or {}
     atoms = {i: _rgb(c) for i, c in atom_colours.items()}
     bonds = {}

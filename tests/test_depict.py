@@ -112,3 +112,12 @@ def test_the_e_z_labels_of_double_bonds_read_on_white():
     svg = depict.smiles_svg("C/C=C/C.C/C=C\\C", 300, 200)
     colours = set(re.findall(r"fill='(#[0-9A-Fa-f]{6})'", svg))  # the notes' glyphs; the atoms here draw no label
     assert colours and all(_contrast_on_white(c) >= 4.5 for c in colours), colours
+
+
+def test_atom_labels_read_on_white_whatever_their_element():
+    """RDKit's element colours wrote S in yellow (1.7:1 on white), Cl in green (2.0:1), F in cyan, P in orange and O
+    in red (4.0:1): a sulfonyl chloride's labels were the faintest marks of its picture."""
+    svg = depict.smiles_svg("OC(=O)c1ccc(F)c(Cl)c1.CS(=O)(=O)Cl.P(Cl)(Cl)Cl.Brc1ccc(I)cc1.C[Si](C)(C)N", 560, 220)
+    colours = set(re.findall(r"fill='(#[0-9A-Fa-f]{6})'", svg))  # the labels' glyphs
+    assert len(colours) >= 6  # one a drawn element: still told apart by colour
+    assert all(_contrast_on_white(c) >= 4.5 for c in colours), {c: round(_contrast_on_white(c), 1) for c in colours}
