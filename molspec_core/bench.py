@@ -394,16 +394,34 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_html(report: dict, path: Path) -> None:
+def speedup_series(report: dict) -> dict[str, str]:
+    """{ratio key: series name}: each speedup against its own reference, named (our greedy, plain sampling, beam search
+    at the run's width, each CTranslate2 peer), as the Benchmark page's chart names them."""
+    width = report.get("n_best")
+    beam = f"our beam search (width {width})" if width and width > 1 else "our beam search"
+    series = {f"speedup_vs_{GREEDY_REFERENCE}": "vs our greedy",
+              f"speedup_vs_{SAMPLE_REFERENCE}": "vs our plain sampling", f"speedup_vs_{BEAM_REFERENCE}": f"vs {beam}"}
+    return series | {f"speedup_vs_{peer.name.replace('-', '_')}": f"vs {peer.label}" for peer in PEERS.values()}
+
+
+def speedup_figure(report: dict):
+    """The chart bench writes beside its report: one bar series per reference that some method was measured against
+    (a single series put beam search's 1.00 against itself beside greedy's)."""
     import plotly.graph_objects as go
 
     names = list(report["methods"])
-    speedups = [report["methods"][n].get("speedup_vs_greedy", report["methods"][n].get("speedup_vs_beam"))
-                for n in names]
-    fig = go.Figure(go.Bar(x=names, y=speedups))
-    fig.update_layout(title=f"Speedup vs cached greedy / beam ({report['n_queries']} queries, {report['device']})",
-                      yaxis_title="total-time ratio")
-    write_text_file(path, fig.to_html(include_plotlyjs=True))
+    figure = go.Figure()
+    for key, label in speedup_series(report).items():
+        values = [report["methods"][n].get(key) for n in names]
+        if any(v is not None for v in values):
+            figure.add_bar(x=names, y=values, name=label)
+    figure.update_layout(title=f"Speedup, total-time ratio ({report['n_queries']} queries, {report['device']})",
+                         yaxis_title="speedup (×, 1 = as fast)", barmode="group", showlegend=True)
+    return figure
+
+
+def write_html(report: dict, path: Path) -> None:
+    write_text_file(path, speedup_figure(report).to_html(include_plotlyjs=True))
 
 
 def save_report(report: dict, out: Path, html: bool = True) -> None:
