@@ -420,3 +420,19 @@ def test_a_target_files_refusal_goes_when_the_file_is_removed(tmp_path, monkeypa
     at.file_uploader(key="route_target_file").set_value(None)
     at.run()
     assert not at.exception and not at.error
+
+
+def test_the_searchs_figures_wrap_where_the_page_is_narrow(tmp_path, monkeypatch):
+    """At 1,024 pixels with the sidebar open the five figures, in five columns, read 'Molecules …' and 'Answers u…';
+    they sit side by side and wrap, as the Predict page's do."""
+    from test_predict_page import metric_parent as metric_block
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert not at.exception
+    block = metric_block(at.main, "Molecules expanded")
+    assert block is not None and all(metric_block(block, label) is block for label in
+                                     ("Search time", "Answers used", "Search nodes", "Routes"))
+    assert block.type != "column", "in columns a narrow page cuts the figures"
+    flex = block.proto.flex_container
+    assert flex.direction == flex.Direction.HORIZONTAL and flex.wrap

@@ -307,20 +307,22 @@ def made_with(result: PlanResult) -> str:
 
 def show_stats(result: PlanResult) -> None:
     stats, counts = result.stats, result.stats.counts
-    columns = st.columns(5)
-    columns[0].metric("Search time", f"{stats.time_s:.1f} s", help=f"Time limit {stats.time_limit_s:g} s")
-    failed = f"; {counts.failed:,} more could not be expanded" if counts.failed else ""
-    columns[1].metric("Molecules expanded", counts.molecules,
-                      help=f"Molecules the single-step model gave answers for, one call each{failed}")
-    # a share, not "1081 of 1320": a metric's value is cut at its column's width
-    # never rounded to 100% where some were not used, nor to 0% where some were
-    columns[2].metric("Answers used", common.percent(counts.kept / counts.answers) if counts.answers else "none",
-                      help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
-                           f"used: invalid and flagged answers are skipped; {counts.missing_atoms:,} sane ones lacked "
-                           "atoms of their product, skipped while *Skip steps whose reactants lack atoms of the "
-                           "product* is on")
-    columns[3].metric("Search nodes", stats.nodes)
-    columns[4].metric("Routes", len(result.routes))
+    # side by side, wrapping where the page is narrow: in five columns, 1,024 pixels wide with the sidebar open,
+    # "Molecules expanded" and "Answers used" were cut to "Molecules …" and "Answers u…" (as the Predict page's figures)
+    figures = st.container(horizontal=True, wrap=True, gap="medium", key="route_figures")
+    figures.metric("Search time", f"{stats.time_s:.1f} s", help=f"Time limit {stats.time_limit_s:g} s", width="content")
+    unexpanded = f"; {counts.failed:,} more could not be expanded" if counts.failed else ""
+    figures.metric("Molecules expanded", counts.molecules, width="content",
+                   help=f"Molecules the single-step model gave answers for, one call each{unexpanded}")
+    # a share, not "1081 of 1320"; never rounded to 100% where some were not used, nor to 0% where some were
+    figures.metric("Answers used", common.percent(counts.kept / counts.answers) if counts.answers else "none",
+                   width="content",
+                   help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
+                        f"used: invalid and flagged answers are skipped; {counts.missing_atoms:,} sane ones lacked "
+                        "atoms of their product, skipped while *Skip steps whose reactants lack atoms of the "
+                        "product* is on")
+    figures.metric("Search nodes", stats.nodes, width="content")
+    figures.metric("Routes", len(result.routes), width="content")
     # round trips count steps (reactant sets the search could use), not decoder calls
     round_trips = (f" · round trip ✓ for {counts.round_trips:,} of the {amount(counts.kept, 'usable step')}"
                    if result.forward_model else "")
