@@ -405,6 +405,20 @@ def test_a_reliability_bin_above_99_percent_reads_so_in_the_table_not_as_a_quote
     assert points.iloc[1, 0] == md_escape(">99%") and points.iloc[1, 1] == "100%"
 
 
+def test_a_retrosynthesis_models_card_that_is_not_utf8_does_not_stop_the_routes_it_found(tmp_path, monkeypatch):
+    """The Routes page reads the card for the words "stand-in": a Latin-1 card stopped the page on UnicodeDecodeError
+    once a search had found its routes."""
+    import shutil
+
+    from test_planning import COPY_MODEL, find_routes, routes_page
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    (tmp_path / "models" / "retro" / "MODEL_CARD.md").write_bytes("# A stand-in, trained in Zürich\n".encode("latin-1"))
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")
+    assert_clean(at)
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+
+
 def test_a_model_card_saved_with_a_byte_order_mark_keeps_its_title_a_heading(copy_models, monkeypatch):
     (copy_models / "forward" / "MODEL_CARD.md").write_bytes(b"\xef\xbb\xbf# Copy model\n\nCopies its input.\n")
     at = app(copy_models, monkeypatch).run()

@@ -77,7 +77,9 @@ def retro_model(cfg: common.Settings) -> str | None:
 def is_stand_in(model: str) -> bool:
     """Whether the model's card calls it a stand-in (a CPU-trained model far below published accuracy)."""
     try:
-        return "stand-in" in (common.models_dir() / model / "MODEL_CARD.md").read_text()[:2000]
+        # errors="replace": a card saved in Latin-1 stopped the page once a search had found its routes
+        card = (common.models_dir() / model / "MODEL_CARD.md").read_text(encoding="utf-8", errors="replace")
+        return "stand-in" in card[:2000]
     except OSError:
         return False
 
