@@ -70,6 +70,11 @@ def expected_tokens_per_call(alpha: float, gamma: float) -> float:
     return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
 
 
+def peer_ratio_key(peer: str) -> str:
+    """The report key of a speedup against a CTranslate2 peer: "ct2-int8-beam" -> "speedup_vs_ct2_int8_beam"."""
+    return f"speedup_vs_{peer.replace('-', '_')}"
+
+
 def percentile(values: Sequence[float], share: float) -> float:
     """The nearest-rank percentile: the smallest of `values` that at least `share` (0 to 1) of them do not exceed.
     The 95th of 2 values is the larger; of 20, the 19th smallest. A ValueError for no values. (bench's p90 and
@@ -190,7 +195,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         entry["validity"] = sum(canonical_or_none(t) is not None for t in top1_strings) / max(len(queries), 1)
         for peer in PEERS.values():
             if peer.name in times and peer.beam == beamy and method != peer.name:
-                entry[f"speedup_vs_{peer.name.replace('-', '_')}"] = speedup(method, peer.name)
+                entry[peer_ratio_key(peer.name)] = speedup(method, peer.name)
         if total.draft_tokens_proposed and total.acceptance_rate is not None and not beamy:
             # alpha: accepted share of the draft tokens that were verified (a rejection ends a draft); gamma: draft
             # tokens a query's call verifies, per query as the formula reads it (at batch size 1 the same as per call)
@@ -364,16 +369,17 @@ def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | Non
 
 def markdown_table(report: dict) -> str:
     lines = [("| method | median ms | p90 ms | total s | calls | tokens/call | accepted/call | "
-              "identical to | top-k (k: share) | speedup |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+              "identical to | top-k (k: share) | speedup vs | vs CTranslate2 |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in report["methods"].items():
         reference = "beam" if "identical_to_beam" in m else "greedy"
         ks = sorted((int(k[3:]) for k in m if k.startswith("top") and k[3:].isdigit()))
         tops = ", ".join(f"{k}: {m[f'top{k}']:.3f}" for k in ks)
+        peers = ", ".join(f"{peer} {m[peer_ratio_key(peer)]:.2f}x" for peer in PEERS if peer_ratio_key(peer) in m)
         lines.append(f"| {name} | {m['median_ms']:.1f} | {m['p90_ms']:.1f} | {m['total_s']:.2f} | {m['model_calls']} | "
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | "
                      f"{reference} {m[f'identical_to_{reference}']:.3f} | "
-                     f"{tops or '-'} | {m[f'speedup_vs_{reference}']:.2f}x |")
+                     f"{tops or '-'} | {reference} {m[f'speedup_vs_{reference}']:.2f}x | {peers or '-'} |")
     if report.get("skipped_queries"):
         skipped = report["skipped_queries"]
         lines.append(f"\n{len(skipped)} of the {report['n_queries'] + len(skipped)} queries given were skipped (the "
@@ -401,7 +407,7 @@ def speedup_series(report: dict) -> dict[str, str]:
     beam = f"our beam search (width {width})" if width and width > 1 else "our beam search"
     series = {f"speedup_vs_{GREEDY_REFERENCE}": "vs our greedy",
               f"speedup_vs_{SAMPLE_REFERENCE}": "vs our plain sampling", f"speedup_vs_{BEAM_REFERENCE}": f"vs {beam}"}
-    return series | {f"speedup_vs_{peer.name.replace('-', '_')}": f"vs {peer.label}" for peer in PEERS.values()}
+    return series | {peer_ratio_key(peer.name): f"vs {peer.label}" for peer in PEERS.values()}
 
 
 def speedup_figure(report: dict):

@@ -656,3 +656,21 @@ def test_the_chart_bench_writes_beside_its_report_names_each_ratios_reference():
         ("vs our greedy", [1.0, None, 0.66]), ("vs our beam search (width 5)", [None, 1.0, None]),
         ("vs CTranslate2 greedy (float32)", [1.5, None, None]), ("vs CTranslate2 beam (float32)", [None, 2.0, None])]
     assert figure.layout.showlegend is True and "200 queries" in figure.layout.title.text
+
+
+def test_the_table_bench_prints_names_each_speedups_reference_and_the_ratios_against_ctranslate2():
+    """bench's printed table had one "speedup" column: beam search's 1.00x (against itself) beside greedy's, and the
+    ratios against CTranslate2 that --peer measured were in the JSON only."""
+    from molspec_core.bench import markdown_table
+
+    report = {"n_queries": 200, "methods": {
+        "greedy": entry(speedup_vs_greedy=1.0, identical_to_greedy=1.0, speedup_vs_ct2_greedy=1.5,
+                        speedup_vs_ct2_int8_greedy=0.9),
+        "beam": entry(speedup_vs_beam=1.0, identical_to_beam=1.0),
+        "ct2-greedy": entry(speedup_vs_greedy=0.66, identical_to_greedy=1.0, speedup_vs_ct2_int8_greedy=0.6)}}
+    lines = markdown_table(report).splitlines()
+    assert lines[0].endswith("| speedup vs | vs CTranslate2 |")
+    greedy, beam, peer = (next(line for line in lines if line.startswith(f"| {name} |"))
+                          for name in ("greedy", "beam", "ct2-greedy"))
+    assert greedy.endswith("| greedy 1.00x | ct2-greedy 1.50x, ct2-int8-greedy 0.90x |")
+    assert beam.endswith("| beam 1.00x | - |") and peer.endswith("| greedy 0.66x | ct2-int8-greedy 0.60x |")
