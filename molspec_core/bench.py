@@ -27,7 +27,7 @@ from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis, l
 from .evaluate import hits
 from .io import write_text_file
 from .oracle import oracle_tokens_per_call
-from .methods import METHODS, PEERS
+from .methods import METHODS, PEERS, SamplingOptions
 from .service import Predictor
 from .tokenizer import UNK_ID
 
@@ -236,7 +236,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                       "omp_wait_policy": peer.wait_policy, "version": _peer_version()} for m, peer in peers.items()},
         "n_best": n_best,  # the beam width of beam-like methods (and the peer's), the answers compared for top-k
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
-        "draft_len": draft_len, "n_drafts": n_drafts, "sampling": sampling.__dict__ if sampling else None,
+        "draft_len": draft_len, "n_drafts": n_drafts,
+        "sampling": (sampling or SamplingOptions()).__dict__,  # what decode ran with: the defaults where none given
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "tokens_counted": TOKENS_COUNTED,
         "calls_counted": "model_calls and the *_per_call figures: decoder calls, one per batch (a call serves every "

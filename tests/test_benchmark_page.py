@@ -88,6 +88,25 @@ def test_a_run_that_skipped_queries_says_how_many_and_why(copy_models, monkeypat
         at.caption)
 
 
+def test_a_run_of_methods_with_knobs_names_the_knobs_it_ran_at():
+    """A lossy method's speed and accuracy rest on its knob: the saved sampling run timed relaxed at beta 1, tau 0
+    (exact, greedy's answers) and the page did not say so; a live run under a greedy sidebar passed no knobs, its
+    report recorded none ("sampling": null), and its methods ran at the engine's defaults."""
+    from molspec_core.bench import run_bench
+    from molspec_core.methods import SamplingOptions
+    from molspec_core.service import Predictor
+    from views.benchmark import what_ran
+
+    assert "knobs: temperature 0.5, top-k 0, beta 1, tau 0, delta 0, seed 0" in what_ran(
+        saved("forward_cpu_sampling_mit200.json"))
+    assert not any(fact.startswith("knobs") for fact in what_ran(beam_and_greedy()))  # greedy and beam read none
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    report = run_bench(predictor, ["Oc1ccncc1"], None, ["relaxed"], warmup=0, progress=False)
+    assert report["sampling"] == SamplingOptions().__dict__  # what decode ran it with
+    assert "knobs: beta 1, tau 0" in what_ran(report)
+    assert "knobs not recorded (beta, tau)" in what_ran(dict(report, sampling=None))
+
+
 @pytest.mark.parametrize("name, width", [("forward_cpu_ct2_beam5_mit200_b1_native_int8_avx512.json", 5),
                                          ("retro_cpu_ct2_beam10_50k200_b1_native_int8_avx512.json", 10)])
 def test_the_saved_beam_runs_read_their_width_from_their_own_figures(name, width):

@@ -243,9 +243,34 @@ def what_ran(report: dict) -> list[str]:
     if lengths:
         facts.append(f"drafts of {common.counted(lengths[0], 'token')} a call" if len(lengths) == 1 else
                      f"drafts of {lengths[0]} to {lengths[-1]} tokens a call (per method: the table)")
+    knobs = knobs_text(report)
+    if knobs:
+        facts.append(knobs)
     writings = int(report.get("augment") or 1)  # run_bench reads one writing of each query
     facts.append(f"each query read in {'1 writing' if writings == 1 else f'{writings} writings'}")
     return facts
+
+
+SAMPLING_KNOBS = {"temperature": "temperature", "top_k": "top-k", "beta": "beta", "tau": "tau", "delta": "delta",
+                  "seed": "seed"}  # SamplingOptions' fields a method may read (methods.py), as the page names them
+
+
+def knobs_text(report: dict) -> str | None:
+    """The sampling knobs the run's methods read, at the values they ran with ("knobs: beta 1, tau 0"): a lossy
+    method's figures rest on them (relaxed at tau 0 is greedy's answers). None where no method reads one."""
+    read = {knob for name in report["methods"] if name.partition("@")[0] in METHODS
+            for knob in METHODS[name.partition("@")[0]].knobs}
+    names = [knob for knob in SAMPLING_KNOBS if knob in read]
+    if not names:
+        return None
+    values = report.get("sampling")
+    if not isinstance(values, dict):  # older reports recorded none where their caller (the live run) passed none
+        return f"knobs not recorded ({', '.join(SAMPLING_KNOBS[knob] for knob in names)})"
+
+    def shown(value: object) -> str:
+        return f"{value:g}" if isinstance(value, (int, float)) else "?"
+
+    return "knobs: " + ", ".join(f"{SAMPLING_KNOBS[knob]} {shown(values.get(knob))}" for knob in names)
 
 
 def report_title(report: dict) -> str:
