@@ -180,8 +180,7 @@ def test_routes_page_shows_the_expansions_that_failed_and_why(tmp_path, monkeypa
     assert not at.exception
     assert next(m for m in at.metric if m.label == "Molecules expanded").value == "0"
     failed = [w.value.replace("\\", "") for w in at.warning if "could not be expanded" in w.value]
-    assert failed == [f"1 molecule could not be expanded (the model gave no answers for it); the first, NCCO: "
-                      f"{STOPPED}."]
+    assert failed == [f"1 molecule could not be expanded (the model gave no answers for it); NCCO: {STOPPED}."]
 
 
 def test_a_search_whose_last_expansion_its_time_cut_short_is_told_so_calmly():
@@ -193,9 +192,15 @@ def test_a_search_whose_last_expansion_its_time_cut_short_is_told_so_calmly():
     cut = "Ic1ccc(OCc2ccccc2)cc1: its expansion was cut short when the search's time ran out"
     text, alarming = routes.failure_message(ExpansionCounts(molecules=88, failed=1, cut=1, first_failure=cut))
     assert not alarming and text.replace("\\", "").startswith(cut)
-    # the target's own expansion cut short: nothing was expanded, and that is worth a warning
+    # the target's own expansion cut short: nothing was expanded, and that is worth a warning, which said the model
+    # 'gave no answers for it', as if it could not read the target, and gave no advice
     text, alarming = routes.failure_message(ExpansionCounts(molecules=0, failed=1, cut=1, first_failure=cut))
-    assert alarming and "1 molecule could not be expanded" in text
+    assert alarming and text == ("The search's time ran out while the model was still proposing reactants for the "
+                                 "target, so nothing was expanded: give the search more time (the larger the target, "
+                                 "the longer the model takes).")
+    text, alarming = routes.failure_message(ExpansionCounts(molecules=3, failed=2, cut=1, first_failure=cut))
+    assert alarming and text.replace("\\", "").startswith("2 molecules could not be expanded (the model gave no "
+                                                          f"answers for them); the first, {cut}")
 
 
 def test_the_progress_bar_says_what_the_search_does_before_its_first_expansion_returns():

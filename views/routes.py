@@ -373,11 +373,15 @@ def failure_message(counts: ExpansionCounts) -> tuple[str, bool]:
     expansion of a search that runs to its time limit is cut short there (a routine end, said in a caption);
     any other failure, or the target's own expansion cut short, leaves routes unexplored: a warning."""
     first = common.md_escape(counts.first_failure)
-    if counts.failed == counts.cut == 1 and counts.molecules > 0:
-        return f"{first} (not counted among the molecules expanded).", False
-    them = "it" if counts.failed == 1 else "them"
+    if counts.failed == counts.cut == 1:
+        if counts.molecules > 0:
+            return f"{first} (not counted among the molecules expanded).", False
+        # It said the model 'gave no answers' for the target, as if it could not read it: it had no time to
+        return ("The search's time ran out while the model was still proposing reactants for the target, so nothing "
+                "was expanded: give the search more time (the larger the target, the longer the model takes).", True)
+    them, first_of = ("it", "") if counts.failed == 1 else ("them", "the first, ")
     return (f"{common.counted(counts.failed, 'molecule')} could not be expanded (the model gave no answers for "
-            f"{them}); the first, {first}.", True)
+            f"{them}); {first_of}{first}.", True)
 
 
 def show(shown: Shown) -> None:
