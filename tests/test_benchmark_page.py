@@ -255,7 +255,11 @@ def test_the_tables_cells_read_as_written_not_as_markdown(copy_models, monkeypat
     (lambda r: r.update(oracle_tokens_per_call={"best-window-16": "7"}),
      "oracle_tokens_per_call's best-window-16 is '7', not a number"),
     (lambda r: r.update(sweep={"method": "relaxed", "knob": "tau", "points": [{"tau": 0, "top1": "high"}]}),
-     "the sweep's point 1's top1 is 'high', not a number")])
+     "the sweep's point 1's top1 is 'high', not a number"),
+    (lambda r: r.update(sweep={"method": "relaxed", "knob": "tau", "points": [{"tau": 0}, {"top1": 0.5}]}),
+     "the sweep's point 2 has no tau"),
+    (lambda r: r.update(sweep={"method": "relaxed", "points": []}), "the sweep names no knob"),
+    (lambda r: r.update(sweep={"knob": "tau", "points": []}), "the sweep names no method")])
 def test_a_report_with_a_figure_that_is_no_number_is_named_and_the_page_goes_on(copy_models, monkeypatch, tmp_path,
                                                                               change, problem):
     """A hand-edited report whose speedup read "1.0x" stopped the page with a traceback where its charts were, and

@@ -78,7 +78,13 @@ def figure_problem(report: dict) -> str | None:
     for key, value in (report.get("oracle_tokens_per_call") or {}).items():
         if _not_a_number(value):
             return f"oracle_tokens_per_call's {key} is {value!r}, not a number"
-    for i, point in enumerate((report.get("sweep") or {}).get("points") or [], 1):
+    sweep = report.get("sweep") or {}
+    for field in ("method", "knob"):
+        if sweep and not sweep.get(field):
+            return f"the sweep names no {field}"
+    for i, point in enumerate(sweep.get("points") or [], 1):
+        if sweep["knob"] not in point:
+            return f"the sweep's point {i} has no {sweep['knob']}"
         for key in ("top1", "validity", "speedup_vs_greedy"):
             if _not_a_number(point.get(key)):
                 return f"the sweep's point {i}'s {key} is {point[key]!r}, not a number"
