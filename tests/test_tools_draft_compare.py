@@ -30,3 +30,26 @@ def test_each_draft_model_runs_and_the_report_names_it(tmp_path, capsys):
     with pytest.raises(Exception, match="--out"):  # its own input is refused before any work
         tool.main(["--model", str(model), "--draft", str(other), "--src", str(tmp_path / "src.txt"),
                    "--out", str(tmp_path / "src.txt")])
+
+
+def test_both_columns_run_one_main_model_and_differ_in_the_draft_alone(tmp_path, monkeypatch):
+    """The second column ran on a second copy of the main model, whose weights were cold in the cache after the
+    first column's turn: 7% slower with the same draft in both (session 85), which read as the new draft's cost."""
+    tool = load_tool("draft_compare")
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    shutil.copytree(FIXTURES / "copy_model", model / "draft")
+    (tmp_path / "src.txt").write_text("CCOc1ccccc1\n")
+    seen = {}
+
+    def run_bench(predictor, sources, targets, methods, engines, **options):
+        seen.update(predictor=predictor, other=engines[tool.NEW])
+        return {"methods": {}}
+
+    monkeypatch.setattr(tool, "run_bench", run_bench)
+    monkeypatch.setattr(tool, "save_report", lambda report, path, html: None)
+    monkeypatch.setattr(tool, "markdown_table", lambda report: "")
+    assert tool.main(["--model", str(model), "--draft", str(FIXTURES / "copy_model"), "--src",
+                      str(tmp_path / "src.txt"), "--out", str(tmp_path / "r.json")]) == 0
+    assert seen["other"].model is seen["predictor"].model
+    assert seen["other"].draft_model is not seen["predictor"].draft_model
