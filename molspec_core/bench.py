@@ -283,8 +283,9 @@ def _load_peers(methods: list[str], ct2_dir: str | Path | None, predictor: Predi
         raise ValueError(f"{', '.join(wanted)} need a CTranslate2 conversion of the model (bench --peer ctranslate2)")
     if predictor.device.type != "cpu":
         raise ValueError("the CTranslate2 peer runs on the CPU")
-    from .peers import CTranslate2Peer
+    from .peers import CTranslate2Peer, read_source
 
+    read_source(ct2_dir, predictor.path)  # a conversion of other weights (a stale folder) would time another model
     return {m: CTranslate2Peer(ct2_dir, PEERS[m].compute_type, threads, predictor.model.cfg.max_positions)
             for m in wanted}
 

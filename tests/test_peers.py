@@ -415,3 +415,12 @@ def test_the_peer_reads_a_source_past_1024_tokens_whole(tmp_path):
         logits = model(torch.tensor([[vocab.index[t] for t in src]]), fed)
     ours = logits.log_softmax(-1).gather(-1, target.unsqueeze(-1)).sum().item()
     assert answer.score == pytest.approx(ours, abs=1e-2)
+
+
+def test_bench_refuses_a_conversion_of_other_weights_before_timing_anything(random_checkpoint, tmp_path):
+    """run_bench(ct2_dir=...) timed a stale conversion (another model's, or these weights' before they changed) as
+    the peer, silently: it is refused, naming the folder, before any peer process starts."""
+    ct2_dir = convert_to_ctranslate2(FIXTURES / "copy_model", tmp_path / "ct2")
+    predictor = Predictor.load(random_checkpoint, device="cpu")
+    with pytest.raises(ValueError, match="converted from other weights"):
+        run_bench(predictor, QUERIES, None, ["greedy", "ct2-greedy"], warmup=0, progress=False, ct2_dir=ct2_dir)
