@@ -1006,8 +1006,9 @@ def sd_bytes(header: Sequence[str], rows: Iterable[Sequence[object]]) -> bytes:
 WORKBOOK_SHEET = "predictions"
 
 
-def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
-    """Output rows as an Excel workbook of one sheet, header row frozen, written as they come (openpyxl's
+def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[Iterable[object]],
+                        sheet_name: str = WORKBOOK_SHEET) -> None:
+    """Output rows as an Excel workbook of one sheet (`sheet_name`), header row frozen, written as they come (openpyxl's
     write-only mode: memory stays bounded). Numbers stay numbers (a NaN or infinity, which a sheet cannot hold, as
     its text); text stays text, typed so that none is taken for a formula or an error value and shown as given,
     without the CSV's quote; see workbook_text for what Excel cannot hold. Refuses a row past the sheet's last
@@ -1018,7 +1019,7 @@ def write_workbook_rows(f: IO[bytes], header: Iterable[object], rows: Iterable[I
     from openpyxl.cell.cell import ERROR_CODES  # text openpyxl would store as Excel's error value
 
     book = openpyxl.Workbook(write_only=True)
-    sheet = book.create_sheet(WORKBOOK_SHEET)
+    sheet = book.create_sheet(sheet_name)
     sheet.freeze_panes = "A2"
 
     def cell_of(value: object) -> object:
@@ -1069,10 +1070,11 @@ def workbook_text(text: str) -> str:
     return text[:kept] + note.format(f"{len(text) - kept:,}")
 
 
-def workbook_bytes(header: Iterable[object], rows: Iterable[Iterable[object]]) -> bytes:
-    """The workbook in memory, for a download."""
+def workbook_bytes(header: Iterable[object], rows: Iterable[Iterable[object]],
+                   sheet_name: str = WORKBOOK_SHEET) -> bytes:
+    """The workbook in memory, for a download (a route planner's sheet is called "routes")."""
     buffer = io.BytesIO()
-    write_workbook_rows(buffer, header, rows)
+    write_workbook_rows(buffer, header, rows, sheet_name)
     return buffer.getvalue()
 
 

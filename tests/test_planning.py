@@ -778,6 +778,12 @@ def test_routes_page_shows_routes_and_downloads(tmp_path, monkeypatch):
     rows = list(planning.route_rows(at.session_state["routes"].result))  # what both downloads are made of
     assert rows  # the workbook holds the CSV's rows
     pd.testing.assert_frame_equal(*excel_and_csv(workbook_bytes(ROUTE_COLUMNS, rows), csv_bytes(ROUTE_COLUMNS, rows)))
+    import openpyxl
+
+    from views.routes import routes_workbook
+
+    book = openpyxl.load_workbook(io.BytesIO(routes_workbook(at.session_state["routes"].result)))
+    assert book.sheetnames == ["routes"]  # the Routes page's workbook called its sheet "predictions"
 
 
 def test_routes_page_says_plainly_when_nothing_is_found_or_the_target_is_bad(tmp_path, monkeypatch):

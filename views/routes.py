@@ -384,6 +384,11 @@ def failure_message(counts: ExpansionCounts) -> tuple[str, bool]:
             f"{them}); {first_of}{first}.", True)
 
 
+def routes_workbook(result: PlanResult) -> bytes:
+    """The CSV's rows as an Excel workbook whose one sheet is called "routes" (it was "predictions")."""
+    return workbook_bytes(ROUTE_COLUMNS, route_rows(result), "routes")
+
+
 def show(shown: Shown) -> None:
     result = shown.result
     common.section("Target")
@@ -405,7 +410,7 @@ def show(shown: Shown) -> None:
                            mime="application/json", on_click="ignore", icon=":material/download:")
         st.download_button("Download CSV", data=csv_bytes(ROUTE_COLUMNS, route_rows(result)),
                            file_name=f"{stem}.csv", mime="text/csv", on_click="ignore", icon=":material/download:")
-        st.download_button("Download Excel", data=lambda: workbook_bytes(ROUTE_COLUMNS, route_rows(result)),
+        st.download_button("Download Excel", data=lambda: routes_workbook(result),
                            file_name=f"{stem}.xlsx", mime=common.WORKBOOK_MIME, on_click="ignore",
                            icon=":material/download:",
                            help=f"The CSV's rows as an Excel workbook. {common.WORKBOOK_HELP}")
