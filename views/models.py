@@ -327,7 +327,7 @@ def main() -> None:
             st.warning(NOT_OFFERED, icon=":material/warning:")
         # One column: the card's summary beside the facts left the facts' column empty for a screen's height, and
         # the calibration's four tabs did not fit in a column of their own
-        # st.table reads its cells as markdown: a config's task "[offer](https://...)" showed as a link
+        # st.table reads its cells as markdown: a config's task "[offer](a web address)" showed as a link
         st.table(common.as_typed(facts(folder, config)), hide_index=True, hide_header=True, border="horizontal")
         card = folder / "MODEL_CARD.md"
         if card.is_file():
