@@ -513,6 +513,14 @@ def test_a_method_int8_cannot_decode_is_refused_by_name_before_anything_is_decod
             "25: time it with the model in float32") in error and "Faster arithmetic off in the sidebar" in error
 
 
+def live_retro_page(tmp_path: Path, monkeypatch) -> test_app.AppTest:
+    """The Benchmark page on the retro task of copy_models_for_retro, its saved runs read from tmp_path/bench."""
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
+    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    return at.switch_page("views/benchmark.py").run()
+
+
 def copy_models_for_retro(tmp_path: Path) -> Path:
     """A models folder whose `forward` and `retro` models are the copy model, which reads the retro task's textbook
     examples (products; the forward ones are reactant sets, whose '.' it does not know); the forward one has itself
@@ -530,10 +538,7 @@ def test_the_live_report_downloaded_names_its_queries_and_holds_only_what_was_me
     from molspec_core.service import Predictor
     from views.common import load_examples
 
-    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
-    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
-    at.radio(key="task").set_value("retro").run()
-    at.switch_page("views/benchmark.py").run()
+    at = live_retro_page(tmp_path, monkeypatch)
     at.slider[0].set_value(2)
     at.multiselect[0].set_value(["spec-auto"])
     submit(at, "Run live benchmark")
@@ -557,10 +562,7 @@ def test_a_live_run_ended_before_its_report_says_so_when_the_page_comes_back(tmp
 
     from molspec_core import bench
 
-    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
-    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
-    at.radio(key="task").set_value("retro").run()
-    at.switch_page("views/benchmark.py").run()
+    at = live_retro_page(tmp_path, monkeypatch)
     at.slider[0].set_value(1)
     submit(at, "Run live benchmark")  # a run that ends: its report is shown
     assert "live_report" in at.session_state and "stopped before it ended" not in texts(at.info)
@@ -583,10 +585,7 @@ def test_a_live_run_ended_before_its_report_says_so_when_the_page_comes_back(tmp
 def test_the_live_forms_choices_are_kept_across_a_page_switch(tmp_path, monkeypatch):
     """After a live run of 2 queries with beam search, a visit to the Predict page brought the form back on 3 queries
     and the default methods, under the report of the run they did not make: Run again timed something else."""
-    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path / "bench"))
-    at = app(copy_models_for_retro(tmp_path), monkeypatch).run()
-    at.radio(key="task").set_value("retro").run()
-    at.switch_page("views/benchmark.py").run()
+    at = live_retro_page(tmp_path, monkeypatch)
     at.slider[0].set_value(2)
     at.multiselect[0].set_value(["beam"])
     submit(at, "Run live benchmark")

@@ -1902,20 +1902,27 @@ def test_predict_says_which_column_of_a_table_it_read_the_queries_from(tmp_path,
     assert "are read from the column" not in capsys.readouterr().out
 
 
-def test_predict_one_smiles_stopped_at_its_time_limit_prints_the_answers_it_found(capsys, monkeypatch):
-    """A beam search past --time-limit keeps the answers it had found, yet `predict --smiles` printed only an
-    `error:` line and exited 2. It prints them with a note saying where it stopped; unfinished ones are marked."""
+@pytest.fixture
+def clocked_loads(monkeypatch):
+    """Every decoder call of a model the command line loads takes a second of a fake clock (conftest.decoder_clock)."""
     from conftest import decoder_clock
-    from molspec_core.service import TIMED_OUT, Predictor
+    from molspec_core.service import Predictor
 
     load = Predictor.load
 
-    def clocked(*args, **kwargs):  # every decoder call of the loaded model takes a second of a fake clock
+    def clocked(*args, **kwargs):
         predictor = load(*args, **kwargs)
         decoder_clock(predictor.model, monkeypatch)
         return predictor
 
     monkeypatch.setattr(Predictor, "load", clocked)
+
+
+def test_predict_one_smiles_stopped_at_its_time_limit_prints_the_answers_it_found(capsys, clocked_loads):
+    """A beam search past --time-limit keeps the answers it had found, yet `predict --smiles` printed only an
+    `error:` line and exited 2. It prints them with a note saying where it stopped; unfinished ones are marked."""
+    from molspec_core.service import TIMED_OUT
+
     assert main(["predict", "--model", MODEL, "--smiles", "OCCOc1ccccc1", "--method", "beam", "--n-best", "3",
                  "--time-limit", "3.5"]) == 0
     out = capsys.readouterr().out
@@ -1924,20 +1931,9 @@ def test_predict_one_smiles_stopped_at_its_time_limit_prints_the_answers_it_foun
 
 
 def test_predict_a_file_counts_a_query_stopped_with_answers_as_predicted_and_says_it_stopped(tmp_path, capsys,
-                                                                                              monkeypatch):
+                                                                                              clocked_loads):
     """A query stopped at --time-limit with answers found was counted as rejected; its rows hold the answers now,
     and the summary counts it predicted and says it stopped."""
-    from conftest import decoder_clock
-    from molspec_core.service import Predictor
-
-    load = Predictor.load
-
-    def clocked(*args, **kwargs):  # every decoder call of the loaded model takes a second of a fake clock
-        predictor = load(*args, **kwargs)
-        decoder_clock(predictor.model, monkeypatch)
-        return predictor
-
-    monkeypatch.setattr(Predictor, "load", clocked)
     (tmp_path / "q.smi").write_text("OCCOc1ccccc1\nxyz\n")
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.smi"), "--method", "beam", "--n-best", "3",
                  "--time-limit", "3.5", "--output", str(tmp_path / "out.csv")]) == 0
