@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import statistics
@@ -27,9 +28,12 @@ from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis, l
 from .evaluate import hits
 from .io import write_text_file
 from .oracle import oracle_tokens_per_call
+from .peers import PeerError
 from .methods import METHODS, PEERS, SamplingOptions
 from .service import Predictor
 from .tokenizer import UNK_ID
+
+log = logging.getLogger(__name__)
 
 GREEDY_REFERENCE = "greedy"
 BEAM_REFERENCE = "beam"
@@ -135,9 +139,25 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         results = on.decode(ids, base, width, draft_len, n_drafts, sampling)
         return results, time.perf_counter() - started
 
+    failed: dict[str, str] = {}  # a peer whose process failed mid-run: why; its figures are dropped, ours kept
+
+    def measured(method: str, rows: list[int]):
+        """decode(method, rows), or None where a peer fails (it is closed and left out of the rest of the run)."""
+        try:
+            return decode(method, rows)
+        except PeerError as exc:
+            if method not in peers:
+                raise
+            failed[method] = str(exc)
+            log.warning("%s failed and is left out of this run; the other methods' figures stand: %s", method, exc)
+            peers.pop(method).close()
+            methods.remove(method)
+            return None
+
+    methods = list(methods)
     for rows in batches[:warmup]:
-        for method in methods:
-            decode(method, rows)
+        for method in list(methods):
+            measured(method, rows)
 
     times: dict[str, list[float]] = {m: [] for m in methods}
     outputs: dict[str, list[tuple]] = {m: [None] * len(queries) for m in methods}
@@ -146,7 +166,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
         order = methods[b % len(methods):] + methods[: b % len(methods)]
         for method in order:
-            results, seconds = decode(method, rows)
+            done = measured(method, rows)
+            if done is None:
+                continue
+            results, seconds = done
             times[method].append(seconds)
             batch = DecodeStats()
             for r, res in zip(rows, results):
@@ -160,6 +183,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             on_progress(b + 1, len(batches))
     for peer in peers.values():  # their processes end here (or, on an error, when the peers are collected)
         peer.close()
+    for method in failed:  # its batches before the failure compare with nothing: no figure of it is reported
+        times.pop(method, None)
 
     def speedup(method: str, over: str) -> float:
         return sum(times[over]) / max(sum(times[method]), 1e-12)
@@ -232,8 +257,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "products": predictor.products, "torch": torch.__version__, "threads": predictor.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batch_size": batch_size,
         "batch_order": "by length" if by_length else "as given",
-        "peers": {m: {"process": "its own, stopped between requests", "threads": peer.threads,
-                      "omp_wait_policy": peer.wait_policy, "version": _peer_version()} for m, peer in peers.items()},
+        "peers": {**{m: {"process": "its own, stopped between requests", "threads": peer.threads,
+                         "omp_wait_policy": peer.wait_policy, "version": _peer_version()} for m, peer in peers.items()},
+                  **{m: {"failed": why} for m, why in failed.items()}},
         "n_best": n_best,  # the beam width of beam-like methods (and the peer's), the answers compared for top-k
         "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts,

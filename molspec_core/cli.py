@@ -1068,7 +1068,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(markdown_table(report))
     if out:
         save_report(report, out)
-    return 0
+    failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
+    for name, why in failed.items():  # the peer asked for is missing from the figures: not a success
+        print(f"error: {why} ({name} is left out; the table{' and the report' if out else ''} hold the other "
+              "methods' figures)", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

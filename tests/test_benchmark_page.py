@@ -697,3 +697,16 @@ def test_the_table_bench_prints_names_each_speedups_reference_and_the_ratios_aga
                           for name in ("greedy", "beam", "ct2-greedy"))
     assert greedy.endswith("| greedy 1.00x | ct2-greedy 1.50x, ct2-int8-greedy 0.90x |")
     assert beam.endswith("| beam 1.00x | - |") and peer.endswith("| greedy 0.66x | ct2-int8-greedy 0.60x |")
+
+
+def test_a_run_whose_peer_failed_part_way_says_so_among_where_it_ran():
+    """bench.run_bench leaves a peer that failed mid-run out and records why ({"failed": ...}); the page's facts
+    sorted the peers' thread counts with its None beside a number (TypeError) and said nothing of it."""
+    from views.benchmark import where_ran
+
+    report = {"peers": {"ct2-greedy": {"process": "its own", "threads": 1, "version": "4.8.5"},
+                        "ct2-beam": {"failed": "the CTranslate2 peer's process ended (killed by SIGKILL)"}}}
+    facts = where_ran(report)
+    assert "CTranslate2 4.8.5 in its own process, 1 thread" in facts
+    died = "the CTranslate2 peer's process ended (killed by SIGKILL)"
+    assert f"ct2-beam failed part way and is left out ({died})" in facts

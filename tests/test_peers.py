@@ -378,7 +378,8 @@ def test_an_interrupted_conversion_leaves_the_earlier_one_whole(random_checkpoin
 
 
 def test_cli_bench_reports_a_peer_that_dies_as_one_error_line(tmp_path, monkeypatch, capsys):
-    """A peer process killed mid-run (out of memory) ended `molspec bench` with a traceback."""
+    """A peer process killed mid-run (out of memory) ended `molspec bench` with a traceback; it is one error line
+    and exit 2, and the table keeps our own methods' figures."""
     from molspec_core.cli import main
 
     monkeypatch.setattr(CTranslate2Peer, "_resume", lambda peer: peer._process.kill())
@@ -386,7 +387,9 @@ def test_cli_bench_reports_a_peer_that_dies_as_one_error_line(tmp_path, monkeypa
     src.write_text("\n".join(QUERIES[:2]) + "\n")
     assert main(["bench", "--model", str(FIXTURES / "copy_model"), "--src", str(src), "--methods", "greedy",
                  "--warmup", "0", "--peer", "ctranslate2"]) == 2
-    assert "error: the CTranslate2 peer process ended (killed by SIGKILL)" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "error: the CTranslate2 peer process ended (killed by SIGKILL)" in err and "ct2-greedy is left out" in err
+    assert "| greedy |" in out
 
 
 def test_the_peer_reads_a_source_past_1024_tokens_whole(tmp_path):
@@ -424,3 +427,28 @@ def test_bench_refuses_a_conversion_of_other_weights_before_timing_anything(rand
     predictor = Predictor.load(random_checkpoint, device="cpu")
     with pytest.raises(ValueError, match="converted from other weights"):
         run_bench(predictor, QUERIES, None, ["greedy", "ct2-greedy"], warmup=0, progress=False, ct2_dir=ct2_dir)
+
+
+def test_a_peer_that_fails_mid_run_is_left_out_and_our_figures_stand(tmp_path, monkeypatch):
+    """A peer process that died part way through `bench` (out of memory, say) ended the run with an error, and every
+    figure of our own methods, timed until then, was lost: the peer is closed and left out, the report says why."""
+    from molspec_core import bench
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    ct2_dir = convert_to_ctranslate2(predictor.path, tmp_path / "ct2")
+    real, calls = bench._peer_decode, []
+
+    def dying(peer, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise PeerError("the CTranslate2 peer's process ended (killed by SIGKILL)")
+        return real(peer, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "_peer_decode", dying)
+    report = run_bench(predictor, QUERIES, None, ["spec-lookup", "ct2-greedy"], warmup=1, progress=False,
+                       ct2_dir=ct2_dir)
+    assert set(report["methods"]) == {"greedy", "spec-lookup"}
+    for entry in report["methods"].values():
+        assert entry["model_calls"] > 0 and "speedup_vs_ct2_greedy" not in entry
+    assert report["peers"]["ct2-greedy"] == {"failed": "the CTranslate2 peer's process ended (killed by SIGKILL)"}
+    assert len(calls) == 3  # not asked again after it failed

@@ -616,12 +616,15 @@ def where_ran(report: dict) -> list[str]:
              f"torch {report.get('torch', '?')}", _threads(report.get("threads", "?"))]
     if report.get("omp_wait_policy"):
         facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
-    peers = report.get("peers", {}).values()
-    peer_threads = sorted({peer.get("threads") for peer in peers})
+    peers = [peer for peer in report.get("peers", {}).values() if "failed" not in peer]
+    peer_threads = sorted({peer.get("threads") for peer in peers if peer.get("threads") is not None})
     if peer_threads:
         version = next((peer["version"] for peer in peers if peer.get("version")), None)
         facts.append(f"CTranslate2 {version or '(version not recorded)'} in its own process, "
                      + " or ".join(_threads(n) for n in peer_threads))
+    for name, peer in report.get("peers", {}).items():  # bench.run_bench left it out, keeping the other figures
+        if "failed" in peer:
+            facts.append(f"{name} failed part way and is left out ({peer['failed']})")
     facts.append(str(report.get("date", "")))
     return facts
 
