@@ -419,10 +419,12 @@ def teacher_logits(teacher: Seq2SeqTransformer, src: torch.Tensor, tgt_in: torch
         return teacher(src, tgt_in)
 
 
-def teacher_kl(logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-    """KL(teacher || model) of the next-token distributions, in float32, summed over the target tokens
-    (padding left out): what distillation adds to the loss."""
-    own, theirs = torch.log_softmax(logits.float(), -1), torch.log_softmax(teacher.float(), -1)
+def teacher_kl(logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tensor,
+               temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher || model) of the next-token distributions at `temperature`, in float32, summed over the target
+    tokens (padding left out): what distillation adds to the loss."""
+    own = torch.log_softmax(logits.float() / temperature, -1)
+    theirs = torch.log_softmax(teacher.float() / temperature, -1)
     per_token = (theirs.exp() * (theirs - own)).sum(-1)
     return (per_token * (tgt_out != PAD_ID)).sum()
 
@@ -441,9 +443,8 @@ def teacher_tv(logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tenso
 def teacher_loss(cfg: TrainConfig, logits: torch.Tensor, teacher: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
     """--teacher's share of a batch's loss, summed over its target tokens: the KL or, with --teacher-loss tv,
     the total variation distance, both at --teacher-temperature."""
-    if cfg.teacher_loss == "tv":
-        return teacher_tv(logits, teacher, tgt_out, cfg.teacher_temperature)
-    return teacher_kl(logits / cfg.teacher_temperature, teacher / cfg.teacher_temperature, tgt_out)
+    divergence = teacher_tv if cfg.teacher_loss == "tv" else teacher_kl
+    return divergence(logits, teacher, tgt_out, cfg.teacher_temperature)
 
 
 def teacher_agreement(model: Seq2SeqTransformer, teacher: Seq2SeqTransformer, src: list[np.ndarray],
