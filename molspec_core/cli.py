@@ -505,10 +505,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
             from .scale import predict_on_ray
 
             predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
-            outcomes = Outcomes()
-            outcomes = predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options,
-                                      args.engine, args.dtype, marks, keep,
-                                      kept_part(resumed(args, table, marks, keep), table, marks, outcomes), outcomes)
+            outcomes = Outcomes()  # kept_part counts the resumed records into it, predict_on_ray the rest
+            kept = kept_part(resumed(args, table, marks, keep), table, marks, outcomes)
+            predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options, args.engine,
+                           args.dtype, marks, keep, kept, outcomes)
         else:
             outcomes = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
                                  resumed(args, table, marks, keep), rows_out)
