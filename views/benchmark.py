@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core.bench import TOKENS_COUNTED, beam_like, run_bench
-from molspec_core.methods import METHODS, PEERS
+from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS
 from views import common
 
 log = logging.getLogger(__name__)
@@ -257,8 +257,9 @@ def what_ran(report: dict) -> list[str]:
     return facts
 
 
-SAMPLING_KNOBS = {"temperature": "temperature", "top_k": "top-k", "beta": "beta", "tau": "tau", "delta": "delta",
-                  "seed": "seed"}  # SamplingOptions' fields a method may read (methods.py), as the page names them
+def knob_name(knob: str) -> str:
+    """A sampling knob (methods.SAMPLING_KNOBS) as the page names it: top_k is "top-k"."""
+    return knob.replace("_", "-")
 
 
 def knobs_text(report: dict) -> str | None:
@@ -271,12 +272,12 @@ def knobs_text(report: dict) -> str | None:
         return None
     values = report.get("sampling")
     if not isinstance(values, dict):  # older reports recorded none where their caller (the live run) passed none
-        return f"knobs not recorded ({', '.join(SAMPLING_KNOBS[knob] for knob in names)})"
+        return f"knobs not recorded ({', '.join(knob_name(knob) for knob in names)})"
 
     def shown(value: object) -> str:
         return f"{value:g}" if isinstance(value, (int, float)) else "?"
 
-    return "knobs: " + ", ".join(f"{SAMPLING_KNOBS[knob]} {shown(values.get(knob))}" for knob in names)
+    return "knobs: " + ", ".join(f"{knob_name(knob)} {shown(values.get(knob))}" for knob in names)
 
 
 def report_title(report: dict) -> str:
