@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint
+from .calibration import weights_fingerprint
 from .decoding.batch import target_budget
 from .tokenizer import BOS, EOS, UNK
 
@@ -57,16 +58,13 @@ SOURCE_FILE = "molspec_source.json"
 
 
 def model_fingerprint(model_dir: str | Path) -> str:
-    """sha256 of what a conversion reads from a model folder: its sizes, vocab.json and its weight files."""
+    """sha256 of what a conversion reads from a model folder: its sizes, vocab.json and its weight files (hashed as
+    calibration.weights_fingerprint hashes them for a calibration's fit)."""
     folder = Path(model_dir)
     _, cfg = checkpoint.read_config(folder)
     digest = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode())
-    weights = sorted({header.file for header in checkpoint.read_headers(folder).values()})
-    for path in [folder / "vocab.json", *weights]:
-        digest.update(path.name.encode() + b"\0")
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+    digest.update((folder / "vocab.json").read_bytes())
+    digest.update(weights_fingerprint(folder).encode())
     return digest.hexdigest()
 
 
