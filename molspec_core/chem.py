@@ -392,9 +392,9 @@ def smiles_from_inchi(inchi: str) -> str:
     return smiles
 
 
-# Atomic numbers of the elements that are no metal: H, He, B, C, N, O, F, Ne, Si, P, S, Cl, Ar, As, Se, Br, Kr, Te,
-# I, Xe, At, Rn.
-NONMETALS = frozenset({1, 2, 5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 33, 34, 35, 36, 52, 53, 54, 85, 86})
+# Atomic numbers of the elements that are no metal (the wildcard 0 with them): hydrogen, the noble gases, the
+# non-metals and the metalloids (B, Si, Ge, As, Sb, Te). depict draws no radical dots on the others.
+NONMETALS = frozenset({0, 1, 2, 5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 32, 33, 34, 35, 36, 51, 52, 53, 54, 85, 86})
 
 
 TAUTOMERS_TRIED = 200  # a tetrapeptide has more; reading one InChI stays under 0.1 s (92 ms for that one)

@@ -19,7 +19,7 @@ from rdkit.Chem import AllChem, rdDepictor
 from rdkit.Chem.Draw import rdMolDraw2D
 from rdkit.Geometry import Point2D, Point3D
 
-from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
+from .chem import NONMETALS  # chem, imported, also keeps RDKit's parse errors off the screen
 from .centre import reaction_centre
 
 # One SMILES token that is an atom: a bracket atom, an organic-subset atom (two-letter halogens
@@ -361,15 +361,11 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     return mol
 
 
-# Elements that are not metals (by atomic number, the wildcard 0 with them): hydrogen, the noble gases, the non-metals
-# and the metalloids. A metal's unpaired electrons, which RDKit counts as radicals (copper(II) one, magnesium metal
-# two), are not drawn: no chemist writes Cu2+ with a radical dot.
-NON_METALS = frozenset({0, 1, 2, 5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 32, 33, 34, 35, 36, 51, 52, 53, 54, 85, 86})
-
-
 def _without_metal_radicals(mol: Chem.Mol) -> Chem.Mol:
-    """A copy of `mol` whose metal atoms have no radical electrons (NON_METALS); `mol` itself where none has any."""
-    metals = [a.GetIdx() for a in mol.GetAtoms() if a.GetNumRadicalElectrons() and a.GetAtomicNum() not in NON_METALS]
+    """A copy of `mol` whose metal atoms (not in chem.NONMETALS) have no radical electrons, which RDKit counts for
+    them (copper(II) one, magnesium metal two) and no chemist draws (Cu2+ with a radical dot); `mol` itself where
+    none has any."""
+    metals = [a.GetIdx() for a in mol.GetAtoms() if a.GetNumRadicalElectrons() and a.GetAtomicNum() not in NONMETALS]
     if not metals:
         return mol
     mol = Chem.Mol(mol)
