@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import overload
 
 import torch
 import torch.nn.functional as F
@@ -45,19 +46,48 @@ def sequence_log_probs(predictor: Predictor, sources: Sequence[Sequence[int]],
     return scores
 
 
-def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) -> QueryResult:
+@overload
+def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) -> QueryResult: ...
+
+
+@overload
+def check_round_trip(result: Sequence[QueryResult], forward: Predictor, top_k: int = 1) -> list[QueryResult]: ...
+
+
+def check_round_trip(result: QueryResult | Sequence[QueryResult], forward: Predictor,
+                     top_k: int = 1) -> QueryResult | list[QueryResult]:
     """`result` (a retrosynthesis answer list) with round_trip and forward_prob set on every sane answer
-    the forward model can read; None on the others (invalid or flagged ones, unknown tokens)."""
+    the forward model can read; None on the others (invalid or flagged ones, unknown tokens). A query the time
+    limit stopped keeps the answers it had found (QueryResult.stopped_with_answers): its sane ones are checked too.
+    A list of results, as Predictor.predict returns for a list of queries, gives a list in the same order (each
+    result is looked at before any is checked)."""
     if not isinstance(forward, Predictor):  # None reached an AttributeError
         raise ValueError(f"the round-trip check needs a loaded forward model (Predictor.load('forward')), not "
                          f"{type(forward).__name__}")
     if forward.task != "forward":
         raise ValueError(f"the round-trip check needs a forward model; {forward.path} is a {forward.task} model")
-    if result.task == "forward":  # its answers are products: the forward model would read them as reactants
-        raise ValueError("the round-trip check takes a retrosynthesis model's answers; these are a forward model's")
     if not 1 <= top_k <= 10:
         raise ValueError("round-trip top-k must be between 1 and 10")
-    if not result.ok or not result.predictions:
+    if isinstance(result, QueryResult):
+        return _checked(_retro_result(result), forward, top_k)
+    if isinstance(result, Sequence) and not isinstance(result, str):  # a list reached an AttributeError
+        return [_checked(r, forward, top_k) for r in [_retro_result(r) for r in result]]
+    return _retro_result(result)  # raises, naming what was given
+
+
+def _retro_result(result: object) -> QueryResult:
+    """`result` where it is a retrosynthesis model's QueryResult; else a ValueError that says what it is."""
+    if not isinstance(result, QueryResult):
+        raise ValueError("the round-trip check takes a retrosynthesis model's QueryResult (Predictor.predict's) or a "
+                         f"list of them, not {type(result).__name__}")
+    if result.task == "forward":  # its answers are products: the forward model would read them as reactants
+        raise ValueError("the round-trip check takes a retrosynthesis model's answers; these are a forward model's")
+    return result
+
+
+def _checked(result: QueryResult, forward: Predictor, top_k: int) -> QueryResult:
+    """check_round_trip of one result, its arguments checked."""
+    if not result.predictions:  # a refused query has none; one stopped at the time limit keeps those it found
         return result
     product = result.canonical_query
     try:
@@ -81,3 +111,4 @@ def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) ->
         back = answer.ok and any(p.valid and p.smiles == product for p in answer.predictions[:top_k])
         updated[i] = dataclasses.replace(updated[i], round_trip=back, forward_prob=math.exp(log_prob))
     return dataclasses.replace(result, predictions=tuple(updated))
+

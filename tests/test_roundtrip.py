@@ -5,7 +5,7 @@ import pytest
 
 from conftest import FIXTURES
 from molspec_core.roundtrip import check_round_trip, sequence_log_probs
-from molspec_core.service import Prediction, Predictor, QueryResult
+from molspec_core.service import TIMED_OUT, Prediction, Predictor, QueryResult, stopped_message
 
 PARACETAMOL = "CC(=O)Nc1ccc(O)cc1"
 
@@ -76,3 +76,28 @@ def test_bad_arguments_and_failed_queries(forward):
     assert products.task == "forward" and retro.predict(PARACETAMOL).task == "retro"
     with pytest.raises(ValueError, match="takes a retrosynthesis model's answers; these are a forward model's"):
         check_round_trip(products, forward)
+
+
+def test_a_list_of_results_is_checked_result_by_result(forward):
+    # Predictor.predict gives a list for a list of queries: checked, it reached an AttributeError (list.task)
+    first = QueryResult(PARACETAMOL, PARACETAMOL, predictions=(answer(1, "CC(=O)Cl.Nc1ccc(O)cc1"),))
+    refused = QueryResult("xyz", error="not a valid SMILES")
+    checked = check_round_trip([first, refused], forward)
+    assert isinstance(checked, list) and len(checked) == 2
+    assert checked[0].predictions[0].round_trip is True and checked[1] is refused
+    assert check_round_trip([], forward) == []
+    with pytest.raises(ValueError, match="QueryResult .* or a list of them, not str"):
+        check_round_trip(PARACETAMOL, forward)
+    with pytest.raises(ValueError, match="not dict"):  # looked at before any result is checked
+        check_round_trip([first, {"smiles": PARACETAMOL}], forward)
+
+
+def test_a_query_stopped_at_the_time_limit_has_its_finished_answers_checked(forward):
+    # shown with its answers on the Predict page and written by `predict --round-trip`, but it went unchecked
+    stopped = QueryResult(PARACETAMOL, PARACETAMOL, error=stopped_message(5.0), predictions=(
+        answer(1, "CC(=O)Cl.Nc1ccc(O)cc1"), answer(2, "CC(=O)Cl.Nc1ccc(O)c", concerns=(TIMED_OUT,))))
+    assert stopped.stopped_with_answers
+    checked = check_round_trip(stopped, forward)
+    assert checked.error == stopped.error
+    assert checked.predictions[0].round_trip is True and checked.predictions[0].forward_prob > 0
+    assert checked.predictions[1].round_trip is None  # unfinished: not an answer to check
