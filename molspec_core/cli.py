@@ -23,7 +23,7 @@ from .argtypes import at_least, positive_seconds
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, Outcomes, check_output, write_text_file
-from .methods import EXACT_NBEST, KNOBS, METHODS, SAMPLING_KNOBS, SamplingOptions, readers_of
+from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, TIMED_OUT, windows)
@@ -91,15 +91,9 @@ def outside_model(given: str, out: Path, model: str) -> None:
 def check_draft_knobs(method: str, draft_len: int | None, n_drafts: int | None,
                       sampling: SamplingOptions | None = None) -> None:
     """Refuse --draft-len or --n-drafts, or a sampling knob set off its default (--temperature 0.8 for beam
-    search), for a method that does not read it, naming those that do: a setting that played no part would be
-    taken for one that did (evaluate's report recorded it)."""
-    given = [("--draft-len", "draft_len", draft_len is not None), ("--n-drafts", "n_drafts", n_drafts is not None)]
-    if sampling is not None:
-        given += [(f"--{knob.replace('_', '-')}", knob, getattr(sampling, knob) != getattr(SamplingOptions(), knob))
-                  for knob in SAMPLING_KNOBS]
-    for flag, knob, set_ in given:
-        if set_ and knob not in METHODS[method].knobs:
-            raise ValueError(f"{method} does not read {flag}; the methods that do: {readers_of(knob)}")
+    search), for a method that does not read it (methods.unread_knobs), naming those that do."""
+    for knob in unread_knobs(method, draft_len, n_drafts, sampling)[:1]:
+        raise ValueError(f"{method} does not read --{knob.replace('_', '-')}; the methods that do: {readers_of(knob)}")
 
 
 def build_parser() -> argparse.ArgumentParser:

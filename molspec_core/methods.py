@@ -156,6 +156,17 @@ def readers_of(knob: str) -> str:
     return ", ".join(name for name, row in METHODS.items() if knob in row.knobs)
 
 
+def unread_knobs(method: str, draft_len: int | None = None, n_drafts: int | None = None,
+                 sampling: SamplingOptions | None = None) -> list[str]:
+    """The knobs (KNOBS) given for `method` that it does not read: draft_len or n_drafts given (not None), a sampling
+    knob set off its default (temperature 0.8 for beam search). Every caller refuses them, naming the methods that
+    do read them (readers_of): a setting that played no part would be taken for one that did."""
+    given = [knob for knob, value in (("draft_len", draft_len), ("n_drafts", n_drafts)) if value is not None]
+    if sampling is not None:
+        given += [knob for knob in SAMPLING_KNOBS if getattr(sampling, knob) != getattr(SamplingOptions(), knob)]
+    return [knob for knob in given if knob not in METHODS[method].knobs]
+
+
 def of_family(*families: Family) -> tuple[str, ...]:
     return tuple(name for name, row in METHODS.items() if row.family in families)
 

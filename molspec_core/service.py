@@ -37,7 +37,7 @@ from .decoding.result import DecodeResult, DecodeStats
 from .drafting import Drafter, make_drafter
 from .graphs import GraphStep
 from .limits import QueryTimeout, time_limit
-from .methods import METHODS, Method, SamplingOptions, method as method_row, readers_of
+from .methods import METHODS, Method, SamplingOptions, method as method_row, readers_of, unread_knobs
 from .model import Seq2SeqTransformer
 from .native import BUILD_VARIABLE, DTYPES, NativeStep, NativeUnavailable, cpu_description, native_unavailable
 from .rsmiles import root_views
@@ -280,7 +280,7 @@ def is_whole(value: object) -> bool:
 
 
 def check_options(method: str, n_best: int, batch_size: int, augment: int, draft_len: int | None,
-                  n_drafts: int | None, time_limit_s: float | None) -> None:
+                  n_drafts: int | None, time_limit_s: float | None, sampling: SamplingOptions | None = None) -> None:
     """Raise ValueError, in words that fit the API, the command line, HTTP and the app alike, for an option
     Predictor.predict cannot take (whatever the model; augment's fit with the model: Predictor.check_augment)."""
     row = method_row(method)
@@ -298,9 +298,9 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
     if not row.many and n_best != 1:
         raise ValueError(f"{method} returns one prediction; for {n_best} use beam or another method that returns "
                          f"several: {', '.join(m for m, r in METHODS.items() if r.many)}")
-    for name, value in (("draft_len", draft_len), ("n_drafts", n_drafts)):
-        if value is not None and name not in row.knobs:  # it decoded as if not given, taken for a setting that counted
-            raise ValueError(f"{method} does not read {name}; the methods that do: {readers_of(name)}")
+    # a knob given that the method does not read decoded as if not given, taken for a setting that counted
+    for knob in unread_knobs(method, draft_len, n_drafts, sampling)[:1]:
+        raise ValueError(f"{method} does not read {knob}; the methods that do: {readers_of(knob)}")
     if draft_len is not None and not 0 <= draft_len <= MAX_DRAFT_LEN:
         raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {draft_len}")
     if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:
@@ -870,7 +870,9 @@ class Predictor:
         writes (chem.ION_WRITINGS; canonical_query shows them); otherwise such a query gets an error that
         offers that writing (QueryResult.suggestion).
         """
-        check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s)
+        if sampling is not None:
+            sampling = check_sampling(sampling)
+        check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s, sampling)
         if not isinstance(ion_writing, (bool, numpy.bool_)):  # "no" was read as True
             raise ValueError(f"ion_writing must be True or False, not {ion_writing!r}")
         self.check_method(method)
@@ -879,8 +881,6 @@ class Predictor:
             raise ValueError(f"{method} verifies {count} drafts per call here, and {self.dtype} arithmetic verifies "
                              "one: load the model in float32 (--dtype float32; in the app, Faster arithmetic off) "
                              "or one draft a call (n_drafts=1, --n-drafts 1)")
-        if sampling is not None:
-            sampling = check_sampling(sampling)
         self.check_augment(augment)
         # One query unless a list of them: None, a number or bytes is one query, refused as not text.
         single = isinstance(smiles, (str, bytes, bytearray)) or not isinstance(smiles, Iterable)

@@ -12,7 +12,7 @@ from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
-from molspec_core.methods import METHODS, of_family, readers_of
+from molspec_core.methods import METHODS, SamplingOptions, of_family, readers_of
 from molspec_core.service import MAX_QUERY_CHARS, TIMED_OUT, Prediction, Predictor, QueryResult, rank_answers
 
 GREEDY_METHODS = of_family("greedy")
@@ -501,8 +501,9 @@ def test_sampling_methods_through_the_service(copier):
     from molspec_core.decoding.sampling import SamplingOptions
 
     for method in ("sample", "spec-sample", "mentored"):  # relaxed returns one answer: see test_methods.py
+        delta = 0.1 if method == "mentored" else 0.0  # the one of them that reads it (the others refuse it)
         result = copier.predict("CCOc1ccccc1N", method=method, n_best=3,
-                                sampling=SamplingOptions(temperature=1.5, delta=0.1))
+                                sampling=SamplingOptions(temperature=1.5, delta=delta))
         assert result.ok and 1 <= len(result.predictions) <= 3
         assert len({p.smiles for p in result.predictions}) == len(result.predictions)
     with pytest.raises(ValueError, match="no draft model"):
@@ -677,6 +678,22 @@ def test_a_draft_setting_the_method_does_not_read_is_refused_naming_those_that_d
     with pytest.raises(ValueError, match=re.escape(f"{method} does not read {knob}; the methods that do: "
                                                    f"{readers_of(knob)}")):
         copier.predict("CCO", method=method, **options)
+
+
+@pytest.mark.parametrize("method, sampling, knob", [
+    ("greedy", SamplingOptions(temperature=0.8), "temperature"),
+    ("beam", SamplingOptions(seed=3), "seed"),
+    ("sample", SamplingOptions(tau=1.0), "tau"),
+    ("spec-sample", SamplingOptions(beta=2), "beta"),
+])
+def test_a_sampling_knob_the_method_does_not_read_is_refused_naming_those_that_do(copier, method, sampling, knob):
+    """predict(method="greedy", sampling=SamplingOptions(temperature=0.8)) decoded greedy as if told nothing, where
+    `molspec predict --temperature` and the server refuse it; knobs left at their defaults stay welcome."""
+    n_best = 2 if METHODS[method].many else 1
+    with pytest.raises(ValueError, match=re.escape(f"{method} does not read {knob}; the methods that do: "
+                                                   f"{readers_of(knob)}")):
+        copier.predict("CCO", method=method, n_best=n_best, sampling=sampling)
+    assert copier.predict("CCO", method=method, n_best=n_best, sampling=SamplingOptions()).ok
 
 
 def test_n_drafts_is_read_only_by_the_methods_that_verify_several():
