@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .calibration import Calibration
     from .io import Kept, QueryFile
     from .known import KnownMarks
+    from .planning import PlanResult
     from .scale import Cluster
     from .service import Predictor, QueryResult
 
@@ -1070,9 +1071,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .io import check_output, write_csv, write_text_file
-    from .planning import (DEFAULT_STOCK, ROUTE_COLUMNS, PlanSettings, check_time_limit, load_stock, no_route, plan,
-                           route_rows, route_stereo, routes_json)
+    from .io import check_output
+    from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .service import Predictor
 
     # the time limit, outputs and the stock first: a refused one costs no model load and no search
@@ -1091,21 +1091,40 @@ def cmd_plan(args: argparse.Namespace) -> int:
     stock = load_stock(args.stock or DEFAULT_STOCK)
     predictor = Predictor.load(args.model, args.device, dtype=args.dtype)
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device, dtype=args.dtype)
-    result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes, forward=forward,
-                  settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
-                                        check_atoms=not args.allow_missing_atoms, augment=args.augment))
+    try:
+        result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes,
+                      forward=forward, settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
+                                                             check_atoms=not args.allow_missing_atoms,
+                                                             augment=args.augment))
+    except BaseException as stop:  # Ctrl-C, SIGTERM, a failure: the routes found by then are written and shown
+        partial = getattr(stop, "partial_result", None)
+        if partial is not None:
+            report_plan(partial, out, csv_out, args.allow_missing_atoms)
+        raise  # the boundary's line and exit code follow
+    report_plan(result, out, csv_out, args.allow_missing_atoms)
+    return 0
+
+
+def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atoms: bool) -> None:
+    """A plan's routes to its JSON and CSV, and its summary on the screen (a stopped search's too)."""
+    from .io import write_csv
+    from .planning import ROUTE_COLUMNS, no_route, route_rows, route_stereo, routes_json
+
     write_text_file(out, json.dumps(routes_json(result), indent=2))
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
     stats, counts = result.stats, result.stats.counts
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""
-    left_out = f", {stock.n_unreadable} unreadable entries left out" if stock.n_unreadable else ""
+    left_out = f", {result.stock_unreadable} unreadable entries left out" if result.stock_unreadable else ""
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
     for note in result.target_notes:
         print(f"note: {note}")
     print(f"{stats.algorithm}, {stats.time_s:.1f} s: {counts.molecules} molecules expanded "
           f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets used "
           f"({counts.missing_atoms} sane ones lacked atoms of their product: "
-          f"{'used, --allow-missing-atoms' if args.allow_missing_atoms else 'skipped'}), {stats.nodes} search nodes")
+          f"{'used, --allow-missing-atoms' if allow_missing_atoms else 'skipped'}), {stats.nodes} search nodes")
+    if stats.stopped_by:
+        print(f"the search was stopped ({stats.stopped_by}) {stats.search_s:.1f} s into its {stats.time_limit_s:g} s; "
+              "the routes it had found are kept")
     if counts.failed:  # not expanded: the model gave no answers for them
         print(f"{counts.failed} molecule(s) could not be expanded; the first, {counts.first_failure}")
     if not result.routes:
@@ -1116,7 +1135,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a chemist checks it
             print(f"  stereo: {line}")
     print(f"-> {out}, {csv_out}")
-    return 0
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

@@ -350,11 +350,14 @@ class SearchStats:
     algorithm: str
     time_s: float  # the search and the reading of its routes
     time_limit_s: float
-    iterations: int
+    iterations: int | None  # None: unknown, the search was stopped
     nodes: int  # in the search graph
     counts: ExpansionCounts = field(default_factory=ExpansionCounts)
     target_in_stock: bool = False
     search_s: float = math.inf  # the search alone, before its routes were read (unknown: taken as the whole limit)
+    # What stopped the search before its end, by its name (KeyboardInterrupt: Ctrl-C; Terminated: SIGTERM); None: it
+    # ended, at its time limit or out of molecules to expand
+    stopped_by: str | None = None
 
     @property
     def model_calls(self) -> int:
@@ -365,8 +368,9 @@ class SearchStats:
     def ran_out(self) -> bool:
         """Whether the search stopped before its time limit. Neither search stops early for any other reason,
         so it had no molecule left to expand: each one it reached was expanded (the model's usable answers
-        taken), in the stock, or at the step limit. More time would have found nothing more."""
-        return self.search_s < self.time_limit_s
+        taken), in the stock, or at the step limit. More time would have found nothing more. A search stopped
+        (stopped_by) did not run out: it was cut off."""
+        return self.stopped_by is None and self.search_s < self.time_limit_s
 
 
 @dataclass(frozen=True)
@@ -462,7 +466,9 @@ def check_time_limit(time_limit_s: float) -> None:
 def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 30.0, algorithm: str = "retro*",
          max_routes: int = 10, *, forward: Predictor | None = None, settings: PlanSettings = PlanSettings(),
          progress: Progress | None = None) -> PlanResult:
-    """Routes from `target` to molecules in `stock` found within `time_limit_s`, best first."""
+    """Routes from `target` to molecules in `stock` found within `time_limit_s`, best first. Stopped part way (Ctrl-C,
+    SIGTERM, a failure), what it raises carries the routes found before the stop as its `partial_result` (a PlanResult
+    whose stats name the stop), or None where they could not be read: the caller keeps them."""
     if predictor.task == "forward":
         raise ValueError(f"planning needs a retrosynthesis model; {predictor.path.name} predicts forward")
     if algorithm not in ALGORITHMS:
@@ -476,21 +482,36 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                            settings.round_trip_k, settings.check_atoms, progress, settings.augment)
     search = search_algorithm(algorithm, model, stock, time_limit_s, settings.max_steps)
     target_mol = Molecule(canonical_target)
+    graph = search.create_graph(target_mol)  # made here, not in run_from_mol: a stopped search keeps its routes
+
+    def result(iterations: int | None, stopped_by: str | None = None) -> PlanResult:
+        search_s = time.monotonic() - model.started
+        routes = extract_routes(graph, stock, max_routes)
+        stats = SearchStats(algorithm, time.monotonic() - model.started, time_limit_s, iterations, len(graph),
+                            dataclasses.replace(model.counts), stock.is_purchasable(target_mol), search_s,  # a copy
+                            stopped_by)
+        return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
+                          forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
+                          settings, predictor.dtype, max_routes, tuple(stereo_notes(target)))
+
     model.started = time.monotonic()
     model.deadline = model.started + time_limit_s
-    graph, iterations = search.run_from_mol(target_mol)
-    search_s = time.monotonic() - model.started
-    routes = extract_routes(graph, stock, max_routes)
-    stats = SearchStats(algorithm, time.monotonic() - model.started, time_limit_s, iterations, len(graph),
-                        dataclasses.replace(model.counts), stock.is_purchasable(target_mol), search_s)  # a copy
-    return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
-                      forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
-                      settings, predictor.dtype, max_routes, tuple(stereo_notes(target)))
+    try:
+        iterations = search.run_from_graph(graph)
+    except BaseException as stop:  # Ctrl-C after 50 minutes of an hour's search lost the routes it had found
+        try:
+            stop.partial_result = result(None, type(stop).__name__)
+        except Exception:  # noqa: BLE001  (a graph the stop left unreadable: the stop's own error is the one to see)
+            stop.partial_result = None
+        raise
+    return result(iterations)
 
 
 def no_route(stats: SearchStats) -> str:
     """Why a search found no route, for people: its time ran out, or (well before) its molecules to expand did,
     and then more time cannot help."""
+    if stats.stopped_by:
+        return f"no route to the stock was found before the search was stopped, {stats.search_s:.1f} s in"
     if not stats.ran_out:
         return f"no route to the stock was found within {stats.time_limit_s:g} s"
     return (f"no route to the stock was found, and the search stopped after {stats.search_s:.1f} s of its "
@@ -733,7 +754,7 @@ def routes_json(result: PlanResult) -> dict:
         "stock": {"source": result.stock, "size": result.stock_size, "unreadable": result.stock_unreadable},
         "search": {"algorithm": stats.algorithm, "time_s": round(stats.time_s, 2), "time_limit_s": stats.time_limit_s,
                    "search_s": round(stats.search_s, 2) if math.isfinite(stats.search_s) else None,
-                   "ran_out_of_molecules": stats.ran_out,
+                   "ran_out_of_molecules": stats.ran_out, "stopped_by": stats.stopped_by,
                    "iterations": stats.iterations, "nodes": stats.nodes, "model_calls": stats.model_calls,
                    "molecules_expanded": stats.counts.molecules,
                    "decoder_calls": stats.counts.decoder_calls, "answers": stats.counts.answers,

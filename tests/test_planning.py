@@ -478,6 +478,60 @@ def test_the_csv_writes_every_flag_as_yes_or_no_and_an_unchecked_one_empty(copy_
     assert column(unchecked, "round_trip") == {""}  # not checked: neither yes nor no
 
 
+def stop_at_expansion(monkeypatch, number: int, stop: type[BaseException] = KeyboardInterrupt) -> None:
+    """The search's expansion `number` (1-based) raises `stop`, as Ctrl-C raises KeyboardInterrupt mid-search."""
+    real = PredictorModel._get_reactions
+    calls: list[int] = []
+
+    def get_reactions(self, inputs, num_results):
+        calls.append(len(inputs))
+        if len(calls) == number:
+            raise stop
+        return real(self, inputs, num_results)
+
+    monkeypatch.setattr(PredictorModel, "_get_reactions", get_reactions)
+
+
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(copy_predictor, monkeypatch, algorithm):
+    """Ctrl-C in a long search lost every route it had found: the stop now carries them, and says it cut the search
+    short (not that it ran out of molecules, which its early end would otherwise read as)."""
+    stop_at_expansion(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=60.0, algorithm=algorithm, settings=COPY)
+    partial = stopped.value.partial_result
+    assert [m.smiles for m in partial.routes[0].starting_materials()] == ["NO"]
+    stats = partial.stats
+    assert stats.stopped_by == "KeyboardInterrupt" and not stats.ran_out and stats.counts.molecules == 1
+    search = planning.routes_json(partial)["search"]
+    assert search["stopped_by"] == "KeyboardInterrupt" and search["ran_out_of_molecules"] is False
+    stop_at_expansion(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=60.0, algorithm=algorithm, settings=COPY)
+    assert stopped.value.partial_result.routes == ()
+    assert "before the search was stopped" in planning.no_route(stopped.value.partial_result.stats)
+
+
+def test_cli_plan_stopped_part_way_writes_and_shows_the_routes_it_had_found(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (exit 130) or SIGTERM (143) mid-search wrote nothing: the routes found by then are written and shown."""
+    from molspec_core.boundary import Terminated
+
+    (tmp_path / "stock.smi").write_text("NO\n")
+    out = tmp_path / "routes.json"
+    args = ["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--stock",
+            str(tmp_path / "stock.smi"), "--time-limit", "60", "--allow-missing-atoms", "--out", str(out)]
+    for stop, code in ((KeyboardInterrupt, 130), (Terminated, 143)):
+        stop_at_expansion(monkeypatch, 2, stop)
+        assert main(args) == code
+        printed = capsys.readouterr().out
+        assert f"the search was stopped ({stop.__name__})" in printed and "route 1: 1 step(s)" in printed
+        report = json.loads(out.read_text())
+        assert report["search"]["stopped_by"] == stop.__name__ and report["routes"][0]["starting_materials"] == ["NO"]
+        with open(tmp_path / "routes.csv", newline="") as f:
+            assert next(csv.DictReader(f))["reactants"] == "NO"
+        out.unlink()
+
+
 def test_a_target_in_stock_still_gets_its_routes(copy_predictor):
     result = plan("NCCO", copy_predictor, Stock(["NO", "NCCO"]), time_limit_s=2.0, settings=COPY)
     assert result.stats.target_in_stock and result.solved
