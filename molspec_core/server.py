@@ -395,6 +395,17 @@ class Handler(BaseHTTPRequestHandler):
         if self.read_stopped:  # the rest of the stream is not read: no next request can be found in it
             self.close_connection = True
 
+    def parse_request(self) -> bool:
+        """The request line and headers, read whole: a request line or headers cut off at the deadline (the rest
+        never came) are the request that did not arrive, 408, not a request of their own. A line cut short was read
+        as an HTTP/0.9 request (answered without a status line) or a bad version (400), and headers cut short as
+        whole: a POST cut before its Content-Length got 411, a GET its answer, 10 s late."""
+        read = super().parse_request()
+        if read and self.read_stopped:  # a refusal (read False) went as 408 already (send_error)
+            self.send_error(HTTPStatus.REQUEST_TIMEOUT)
+            return False
+        return read
+
     def finish(self) -> None:
         if self.unread_body:
             self._linger()
@@ -432,6 +443,8 @@ class Handler(BaseHTTPRequestHandler):
     def handle_expect_100(self) -> bool:
         """`Expect: 100-continue`: the client sends its body only when told to go on, so the head is checked
         first; a request refused from its head is answered at once, not invited to send a body to no purpose."""
+        if self.read_stopped:  # headers cut off at the deadline: parse_request answers 408
+            return True
         if self.command != "POST" or self._route() != "/predict":
             return True  # do_<METHOD> answers without reading a body: the client is not invited to send one
         if not self._host_allowed():
@@ -541,7 +554,10 @@ class Handler(BaseHTTPRequestHandler):
         a request line or headers it cannot read (400, 414, 431, 505), and its 501 for a method without a
         do_<METHOD> (handle_one_request; nothing else sends 501), which is _not_allowed's 405. The connection
         closes: after such a request the stream cannot be trusted to hold the next one where it seems to."""
-        if code == HTTPStatus.NOT_IMPLEMENTED:
+        if self.read_stopped:  # the line or headers were cut off at the deadline: whatever was wrong with them
+            code = HTTPStatus.REQUEST_TIMEOUT
+            message = f"the request did not arrive within {self.server.read_timeout_s:g} s"
+        elif code == HTTPStatus.NOT_IMPLEMENTED:
             self._not_allowed()
             return
         self.log_error("code %d, message %s", code, message)

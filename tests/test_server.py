@@ -950,6 +950,25 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_the_read_timeout(models):
     assert time.monotonic() - started < 4  # the drip would have taken 0.3 s x 30 bytes
 
 
+@pytest.mark.parametrize("head", [
+    b"GET /hea",  # read as an HTTP/0.9 request, answered without a status line ('a request names its Host, once')
+    b"POST /predict HTT",  # 400, 'Bad request version'
+    b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n",  # 411: no Content-Length
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\n",  # answered 200, as if the headers had ended
+    b"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"],
+    ids=["line", "line-version", "post-headers", "get-headers", "expect-headers"])
+def test_a_request_line_or_headers_cut_off_at_the_read_timeout_get_408(models, head):
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=0.5)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    with socket.create_connection(running.server_address[:2], timeout=30) as raw:
+        raw.sendall(head)  # and nothing more
+        received = b"".join(iter(lambda: raw.recv(65536), b""))
+    running.shutdown()
+    running.server_close()
+    assert received.startswith(b"HTTP/1.1 408 ") and b"Connection: close\r\n" in received
+    assert received.endswith(b'{"error": "the request did not arrive within 0.5 s"}')
+
+
 def test_a_kept_alive_connection_holds_one_thread_however_many_requests_it_sends(address, monkeypatch):
     """Each request started a timer thread of its own to cut its reading off at the read timeout: two threads a
     connection, and a thread started and ended for every request."""
