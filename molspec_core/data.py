@@ -75,6 +75,17 @@ class Pair:
     tgt: str
 
 
+def read_pairs(src_path: Path, tgt_path: Path) -> list[Pair]:
+    """Line i of `src_path` with line i of `tgt_path`. Files of different lengths are refused, naming both: a
+    line lost or added in one of them pairs every later source with another reaction's target (zip cut the
+    longer file short without a word)."""
+    sources, targets = read_lines(src_path), read_lines(tgt_path)
+    if len(sources) != len(targets):
+        raise ValueError(f"{src_path} has {len(sources)} lines but {tgt_path} has {len(targets)}: line i of one "
+                         "must be the same reaction as line i of the other")
+    return [Pair(s, t) for s, t in zip(sources, targets)]
+
+
 def forward_target(sources: list[str], products: list[str]) -> str:
     """The products as the forward model is trained to write them (the Molecular Transformer's rule, which
     USPTO-MIT's targets follow): the molecules of `products` that are not among `sources` (both canonical
@@ -158,9 +169,10 @@ class MitSplit:
 
 def mit_split(root: Path, n_val: int) -> MitSplit:
     mit = root / "uspto_mit" / "derived"
-    valid = [Pair(s, t) for s, t in zip(read_lines(mit / "src-valid.mixed.txt.gz"),
-                                        read_lines(mit / "tgt-valid.txt.gz")) if t]
-    test = [Pair(s, t) for s, t in zip(read_lines(mit / "src-test.mixed.txt.gz"), read_lines(mit / "tgt-test.txt.gz"))]
+    # a row with an empty side teaches nothing (54 valid targets are empty), and an empty source stopped a
+    # training run at its first validation ("source i has no tokens")
+    valid = [p for p in read_pairs(mit / "src-valid.mixed.txt.gz", mit / "tgt-valid.txt.gz") if p.src and p.tgt]
+    test = read_pairs(mit / "src-test.mixed.txt.gz", mit / "tgt-test.txt.gz")
     val = valid[:n_val]
     return MitSplit(val, valid[n_val:], test, {key for p in [*test, *val] if (key := _leakage_key(p.tgt))})
 
@@ -322,6 +334,8 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     whose product is a test or validation product is left out (leakage)."""
     if augment < 0:
         raise ValueError("retro: augment is the root-aligned writings of each reaction, at least 0 (0: canonical only)")
+    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
+    test = read_pairs(test_dir / "products.txt", test_dir / "reactants.txt")  # checked before the minutes of work
     with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
     train: list[Pair] = []
@@ -337,8 +351,6 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     val_done = [(i, pairs[0], ok) for i, (pairs, ok) in enumerate(
         _retro_augmented((rxn, rxn, min(augment, 1), i)) for i, rxn in enumerate(val_rows)) if pairs][:n_val]
     val = [pair for _, pair, _ in val_done]
-    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
-    test = [Pair(s, t) for s, t in zip(read_lines(test_dir / "products.txt"), read_lines(test_dir / "reactants.txt"))]
     stats = {"task": "retro", "reactions": len(rows) if val_rest != "only" else 0, "augment": augment,
              "aligned_reactions": sum(ok for _, ok in done), "canonical_fallback": sum(not ok for _, ok in done),
              "val_aligned": sum(ok for _, _, ok in val_done)}

@@ -363,3 +363,28 @@ def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     for task in ("forward", "retro"):
         with pytest.raises(ValueError, match="rooted is for forward-mit"):
             prepare(task, tmp_path / "data", tmp_path / "out", rooted=True)
+
+
+def test_source_and_target_files_of_different_lengths_are_refused_naming_both(tmp_path):
+    import pytest
+
+    root = tmp_path / "data"
+    make_tree(root)
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC=O\n")  # a source line lost: every later row shifted
+    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCCO\nCCCC\n")
+    with pytest.raises(ValueError, match=r"src-valid.mixed.txt.gz has 2 lines but .*tgt-valid.txt.gz has 3"):
+        prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    retro = retro_tree(tmp_path / "retro")
+    (retro / "uspto50k/gln_split_test_unmapped_faster_ml_casp/reactants.txt").write_text("CC(=O)Cl.CO\nCCO\n")
+    with pytest.raises(ValueError, match=r"products.txt has 1 lines but .*reactants.txt has 2"):
+        prepare("retro", retro, tmp_path / "out", n_val=1, workers=1, augment=0)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mit_valid_row_with_an_empty_source_trains_nowhere(tmp_path):
+    root = tree_with_mit_valid(tmp_path, "", "CCOCC")  # an empty source: a trainer's validation refused it
+    prepare("forward-mit", root, tmp_path / "out", n_val=1, augment=1, vocab=None, workers=1)
+    for split in ("train", "val"):
+        assert "" not in (tmp_path / f"out/{split}.src").read_text().splitlines()
+    assert "CCOCC" not in (tmp_path / "out/train.tgt").read_text().splitlines()
