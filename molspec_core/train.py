@@ -824,6 +824,12 @@ def load_data(data: Path) -> tuple[Vocab, dict, tuple[list[np.ndarray], list[np.
     if not train_rows[0]:  # batch_stream looped over empty epochs until the process was killed
         raise ValueError(f"{data / 'train.npz'} holds no training pairs; prepare the data again")
     val_rows = load_arrays(data / "val.npz", len(vocab))
+    for name, (sources, _) in (("train.npz", train_rows), ("val.npz", val_rows)):
+        # the first validation's greedy decode refused it ("source i has no tokens"), after the run's minutes
+        empty = [i for i, source in enumerate(sources) if not len(source)]
+        if empty:
+            raise ValueError(f"{data / name}: {len(empty)} of its {len(sources)} rows have an empty source (the first "
+                             f"is row {empty[0] + 1}); every row needs a source to read: prepare the data again")
     if not val_rows[0]:
         log.warning("%s holds no validation pairs: validation will measure nothing", data / "val.npz")
     return vocab, stats, train_rows, val_rows

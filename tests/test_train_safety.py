@@ -13,7 +13,8 @@ import torch
 
 import molspec_core.train as train_module
 from molspec_core import checkpoint
-from molspec_core.data import Pair, write_splits
+from molspec_core.data import Pair, save_arrays, write_splits
+from molspec_core.tokenizer import Vocab
 from molspec_core.train import TrainConfig, TrainingDiverged, add_arguments, main, train
 
 PAIRS = [Pair("CC(=O)Cl.NC", "CNC(C)=O"), Pair("CCO.CC(=O)O", "CCOC(C)=O"), Pair("CC=O", "CCO"),
@@ -119,11 +120,15 @@ def corrupt(folder: Path, how: str) -> str:
         np.savez_compressed(folder / "train.npz", src=np.zeros(0, np.uint8), src_offsets=np.zeros(1, np.int64),
                             tgt=np.zeros(0, np.uint8), tgt_offsets=np.zeros(1, np.int64))
         return "train.npz"
+    if how == "empty source in val":  # trained the whole budget, then failed at the first validation
+        save_arrays(folder / "val.npz", [PAIRS[0], Pair("", "CCO")], Vocab.load(folder / "vocab.json"))
+        return "val.npz"
     raise AssertionError(how)
 
 
 @pytest.mark.parametrize("how", ["stats {}", "stats [1]", "stats not JSON", "truncated npz", "npz without the arrays",
-                                 "text as npz", "offsets past the end", "vocab too small", "empty train split"])
+                                 "text as npz", "offsets past the end", "vocab too small", "empty train split",
+                                 "empty source in val"])
 def test_a_corrupt_data_folder_is_one_error_naming_its_file(how, data, tmp_path, capsys):
     name = corrupt(data, how)
     assert main(["--data", str(data), "--out", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "2",
