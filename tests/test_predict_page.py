@@ -302,3 +302,29 @@ def test_a_speculative_decoder_that_called_the_model_more_often_is_not_said_to_s
     figures = {m.label: m.value for m in at.metric}
     assert "Model calls saved" not in figures and figures["Extra model calls"] == "2"
     assert "called the model more often" in texts(at.caption) and "spared too few" not in texts(at.caption)
+
+
+def test_a_speedup_measured_at_one_knob_setting_is_not_shown_for_another(copy_models, monkeypatch):
+    """Relaxed greedy measured at tau 1, then predicted again at tau 3: the speedup tab showed the tau 1 figures as
+    this prediction's, though the knob moves what the drafts are allowed and so the calls and the time."""
+    from molspec_core import bench
+
+    timed: list[float] = []
+
+    def fake(predictor, query, baseline, speculative, repeats=3):
+        timed.append(speculative["sampling"].tau)
+        return bench.Speedup(query, bench.Timing(baseline["method"], 30.0, 10, 0.0, 1.0, ("CC",)),
+                             bench.Timing(speculative["method"], 15.0, 5, 0.1, 1.1, ("CC",)))
+
+    monkeypatch.setattr(bench, "compare_pair", fake)
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("relaxed").run()
+    predict(at, "Oc1ccncc1Cl")
+    test_app.measure_speedup(at)
+    assert "Speedup" in {m.label for m in at.metric} and timed == [1.0]
+    at.slider(key="tau").set_value(3.0).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "Speedup" not in {m.label for m in at.metric}  # measure again at tau 3
+    submit(at, "Measure speedup")
+    assert "Speedup" in {m.label for m in at.metric} and timed == [1.0, 3.0]

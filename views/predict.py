@@ -616,7 +616,9 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
                f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
                "medians of the decoding call.")
     records: dict = st.session_state.setdefault("speedups", {})
-    key = (cfg.model, cfg.dtype, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment)
+    # the sampling knobs too: relaxed greedy's tau or a temperature moves the calls and the time
+    key = (cfg.model, cfg.dtype, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment,
+           cfg.sampling)
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
