@@ -87,6 +87,7 @@ CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (S
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
 HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk's size
+MAX_REQUEST_LINE = 65536  # bytes, as the standard library reads a request line (longer: 414)
 MAX_CHUNK_LINE = 4096  # bytes in a chunk's size line (with its extensions) or a trailer field
 MAX_TRAILER_LINES = 100
 MAX_DIGITS = 100  # in a JSON whole number (a seed takes 19); Python reads no more than 4,300
@@ -399,7 +400,18 @@ class Handler(BaseHTTPRequestHandler):
         """The request line and headers, read whole: a request line or headers cut off at the deadline (the rest
         never came) are the request that did not arrive, 408, not a request of their own. A line cut short was read
         as an HTTP/0.9 request (answered without a status line) or a bad version (400), and headers cut short as
-        whole: a POST cut before its Content-Length got 411, a GET its answer, 10 s late."""
+        whole: a POST cut before its Content-Length got 411, a GET its answer, read_timeout_s late. One empty line
+        before the request line is passed over."""
+        if self.raw_requestline in (b"\r\n", b"\n"):  # RFC 9112, 2.2: a client may send one after a body; it
+            # closed the connection unanswered, and the request after it on a kept-alive connection was lost
+            self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            if not self.raw_requestline:
+                self.close_connection = True
+                return False
+            if len(self.raw_requestline) > MAX_REQUEST_LINE:  # as handle_one_request refuses a first line
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return False
         read = super().parse_request()
         if read and self.read_stopped:  # a refusal (read False) went as 408 already (send_error)
             self.send_error(HTTPStatus.REQUEST_TIMEOUT)

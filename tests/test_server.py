@@ -969,6 +969,19 @@ def test_a_request_line_or_headers_cut_off_at_the_read_timeout_get_408(models, h
     assert received.endswith(b'{"error": "the request did not arrive within 0.5 s"}')
 
 
+def test_an_empty_line_after_a_body_does_not_lose_the_next_request(address):
+    """RFC 9112, 2.2: a client may send an empty line after a body, and a server passes over one before a request
+    line. It closed the kept-alive connection without a word, and the request after it was never answered."""
+    body = json.dumps({"model": "forward", "smiles": "CCO"}).encode()
+    with socket.create_connection(address, timeout=60) as raw:
+        raw.sendall(f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: "
+                    f"{len(body)}\r\n\r\n".encode() + body + b"\r\n"
+                    b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        received = b"".join(iter(lambda: raw.recv(65536), b""))
+    assert received.startswith(b"HTTP/1.1 200 ") and received.count(b"HTTP/1.1 200 ") == 2
+    assert received.endswith(b'{"status": "ok"}')
+
+
 def test_a_kept_alive_connection_holds_one_thread_however_many_requests_it_sends(address, monkeypatch):
     """Each request started a timer thread of its own to cut its reading off at the read timeout: two threads a
     connection, and a thread started and ended for every request."""
