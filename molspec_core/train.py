@@ -835,6 +835,22 @@ def load_data(data: Path) -> tuple[Vocab, dict, tuple[list[np.ndarray], list[np.
     return vocab, stats, train_rows, val_rows
 
 
+def check_lengths(data: Path, rows: dict[str, tuple[list[np.ndarray], list[np.ndarray]]], shape: ModelConfig,
+                  preset_name: str) -> None:
+    """Refuse, before any work, a row longer than the model's positions: the step that met it failed mid-run
+    ("sequence longer than the model's 1024 positions", naming no file), minutes into an epoch. A target is
+    stored with its bos and eos; the decoder reads it less its last token."""
+    for name, (sources, targets) in rows.items():
+        for side, seqs, extra in (("source", sources, 0), ("target", targets, 1)):
+            if not seqs:
+                continue
+            longest = int(np.argmax([len(seq) for seq in seqs]))
+            if len(seqs[longest]) - extra > shape.max_positions:
+                raise ValueError(f"{data / name}: row {longest + 1}'s {side} takes {len(seqs[longest]) - extra} "
+                                 f"positions, but --preset {preset_name} reads at most {shape.max_positions}; leave "
+                                 "such rows out (prepare-data keeps training rows far shorter)")
+
+
 def check_finite(model: Seq2SeqTransformer, loss: float, step: int, kept: str) -> None:
     """Before anything is written: the loss and every weight finite (one device read for the weights), else
     TrainingDiverged, so NaN weights never replace an export, out/best or out/last."""
@@ -958,6 +974,7 @@ def train(cfg: TrainConfig) -> dict:
     for folder in (out / "last", out / "best", export_dir):
         recover_folder(folder)
     shape = preset(cfg.preset, len(vocab), **({"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}))
+    check_lengths(data, {"train.npz": train_rows, "val.npz": val_rows}, shape, cfg.preset)
     start = pick_start(cfg, out, data, vocab, shape, stats["task"])
     if start.kind in ("last", "resume"):
         check_budget(cfg, start.folder, read_state(start.folder))

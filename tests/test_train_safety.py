@@ -123,12 +123,15 @@ def corrupt(folder: Path, how: str) -> str:
     if how == "empty source in val":  # trained the whole budget, then failed at the first validation
         save_arrays(folder / "val.npz", [PAIRS[0], Pair("", "CCO")], Vocab.load(folder / "vocab.json"))
         return "val.npz"
+    if how == "source past the positions":  # failed at the step that met it, minutes into an epoch
+        save_arrays(folder / "train.npz", [*PAIRS, Pair("C" * 1100, "CCO")], Vocab.load(folder / "vocab.json"))
+        return "train.npz"
     raise AssertionError(how)
 
 
 @pytest.mark.parametrize("how", ["stats {}", "stats [1]", "stats not JSON", "truncated npz", "npz without the arrays",
                                  "text as npz", "offsets past the end", "vocab too small", "empty train split",
-                                 "empty source in val"])
+                                 "empty source in val", "source past the positions"])
 def test_a_corrupt_data_folder_is_one_error_naming_its_file(how, data, tmp_path, capsys):
     name = corrupt(data, how)
     assert main(["--data", str(data), "--out", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "2",
