@@ -307,6 +307,20 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
     return Chem.MolToSmiles(mol)
 
 
+def without_isotopes(smiles: str) -> str | None:
+    """`smiles` with its isotope labels removed, as RDKit's canonical SMILES; None where it has none (raises ChemError
+    for an invalid SMILES). A centre that only its label made one ([2H][C@@H](C)O) loses its mark, being none."""
+    mol = mol_from_smiles(smiles)
+    labelled = [atom for atom in mol.GetAtoms() if atom.GetIsotope()]
+    if not labelled:
+        return None
+    for atom in labelled:
+        atom.SetIsotope(0)
+    mol = Chem.RemoveHs(mol)  # a deuterium, [2H], is a hydrogen atom of its own until unlabelled
+    Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
+    return Chem.MolToSmiles(mol)
+
+
 def _clear_maps(mol) -> None:
     """Remove `mol`'s atom-map numbers, and its stereo marks where only they made an atom a stereocentre. RDKit
     perceives stereo as it reads a SMILES, and map numbers tell otherwise alike neighbours apart: a recorded

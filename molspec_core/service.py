@@ -27,7 +27,8 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, main_molecule, reaction_sides, smiles_from_cxsmiles, smiles_from_inchi)
+                   CXSMILES, in_ion_writing, main_molecule, reaction_sides, smiles_from_cxsmiles, smiles_from_inchi,
+                   without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -697,7 +698,7 @@ class Predictor:
     def _unreadable(self, exc: TokenizeError, fragments: list[str]) -> QueryError:
         """The refusal of a query holding a token outside the vocabulary, offering the ions USPTO writes
         for a hydride the model cannot read (chem.ION_WRITINGS) when that writing is readable."""
-        message = f"{exc}; this model cannot read it"
+        message = f"{exc}; this model cannot read it" + self._unlabelled_hint(fragments)
         ions = in_ion_writing(fragments)
         if ions is None:
             return QueryError(message + self._main_product_hint(fragments))
@@ -709,6 +710,19 @@ class Predictor:
         named = "; ".join(f"{f} as {ION_WRITINGS[f]}" for f in dict.fromkeys(fragments) if f in ION_WRITINGS)
         return QueryError(f"{message}. Its training data write {named}: the query so written is {suggestion}",
                           suggestion)
+
+    def _unlabelled_hint(self, fragments: list[str]) -> str:
+        """For a query with isotope labels the model cannot read ([13CH3]), where the query without them is readable,
+        a sentence giving it: the chemist learns what the model can answer (the labels' fate is not in its data)."""
+        plain = [without_isotopes(fragment) or fragment for fragment in fragments]
+        if plain == fragments:
+            return ""
+        try:
+            query, _ = self._encoded(plain)
+        except TokenizeError:
+            return ""
+        return (f". Without its isotope labels the query is {query}, which this model can read; its answers will not "
+                "say where a label goes")
 
     def _main_product_hint(self, fragments: list[str]) -> str:
         """For retrosynthesis of several molecules (a salt: CC(=O)[O-].[Na+]), where the main one alone is

@@ -5,7 +5,8 @@ import pytest
 from rdkit import Chem
 
 from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concerns, canonical, in_ion_writing,
-                               mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, why_unreadable)
+                               mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, why_unreadable,
+                               without_isotopes)
 
 
 @pytest.mark.parametrize("answer, query, task, concerns", [
@@ -449,3 +450,15 @@ def test_a_query_whose_ring_bond_joins_its_pieces_is_refused_for_what_is_wrong_w
     assert "valence" in str(refused.value) and "never closed" not in str(refused.value)
     with pytest.raises(ChemError, match="^RDKit cannot parse '[(]C[)]' as a molecule: the '[(]' at position 1 "):
         canonical_fragments("CCO.(C)")  # no ring bond across the '.': the piece at fault is named
+
+
+@pytest.mark.parametrize("smiles, unlabelled", [
+    ("[13CH3]C(=O)Cl", "CC(=O)Cl"),
+    ("O=[14C]=O", "O=C=O"),
+    ("[2H]C([2H])([2H])O", "CO"),  # deuterium atoms become the implicit hydrogens they are
+    ("[2H][C@@H](C)O", "CCO"),  # a centre only its label made loses its mark
+    ("N[C@@H]([13CH3])C(=O)O", "C[C@H](N)C(=O)O"),  # a real centre keeps it: L-alanine
+    ("CCO", None),
+])
+def test_without_isotopes(smiles, unlabelled):
+    assert without_isotopes(smiles) == unlabelled
