@@ -38,6 +38,7 @@ from syntheseus.search.mol_inventory import SmilesListInventory
 from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, HasSolutionValueFunction,
                                                       ReactionModelLogProbCost, ReactionModelProbPolicy)
 
+from .boundary import Terminated
 from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, mol_from_smiles,
                    stereo_notes)
@@ -498,7 +499,9 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
     model.deadline = model.started + time_limit_s
     try:
         iterations = search.run_from_graph(graph)
-    except BaseException as stop:  # Ctrl-C after 50 minutes of an hour's search lost the routes it had found
+    # Ctrl-C after 50 minutes of an hour's search lost the routes it had found. Not for a BaseException of another
+    # kind: Streamlit stops or reruns the Routes page with one, which reads no partial routes and should not wait
+    except (Exception, KeyboardInterrupt, Terminated) as stop:
         try:
             stop.partial_result = result(None, type(stop).__name__)
         except Exception:  # noqa: BLE001  (a graph the stop left unreadable: the stop's own error is the one to see)

@@ -512,6 +512,17 @@ def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(copy_predictor,
     assert "before the search was stopped" in planning.no_route(stopped.value.partial_result.stats)
 
 
+class PageStop(BaseException):
+    """As Streamlit stops or reruns a page: a BaseException neither Ctrl-C nor SIGTERM."""
+
+
+def test_a_page_stopped_or_rerun_mid_search_is_not_kept_waiting_for_partial_routes(copy_predictor, monkeypatch):
+    stop_at_expansion(monkeypatch, 2, PageStop)
+    with pytest.raises(PageStop) as stopped:
+        plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=60.0, settings=COPY)
+    assert not hasattr(stopped.value, "partial_result")  # raised on at once, no routes read out of the graph
+
+
 def test_cli_plan_stopped_part_way_writes_and_shows_the_routes_it_had_found(tmp_path, capsys, monkeypatch):
     """Ctrl-C (exit 130) or SIGTERM (143) mid-search wrote nothing: the routes found by then are written and shown."""
     from molspec_core.boundary import Terminated
