@@ -2,7 +2,8 @@
 
 The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone: each
 product atom is traced to a reactant by the largest substructure the two share (RDKit's maximum common
-substructure, elements matched, any bond order), the reactant with the largest share first, then the
+substructure, elements matched, any bond order), the reactant with the largest share first (its atoms aromatic
+in both or in neither counted: a solvent's benzene ring is no source of a ring the reaction made), then the
 next on the product atoms still untraced; then bond by bond from traced atoms into their reactants' untraced
 neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined
 or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between
@@ -164,7 +165,7 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
     ring_made = rings_apart and product.GetRingInfo().NumRings() > sum(m.GetRingInfo().NumRings() for m in molecules)
     while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
         part, kept = untraced_part(product, owner)
-        best = None
+        best: tuple[tuple[int, int], int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None
         for k in sorted(unused):
             if time.monotonic() - started > DEADLINE_S:
                 break
@@ -173,14 +174,28 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
                 free = _shared(part, kept, product, molecules[k], rings_apart=False)
                 if free and len(free[0]) >= (len(shared[0]) if shared else 0) + RING_FREE_GAIN:
                     shared = free
-            if shared and (best is None or len(shared[0]) > len(best[1][0])):
-                best = (k, shared)
+            if shared:
+                evidence = _evidence(product, molecules[k], *shared)
+                if best is None or evidence > best[0]:
+                    best = (evidence, k, shared)
         if best is None:
             break
-        k, (in_part, in_reactant) = best
+        _, k, (in_part, in_reactant) = best
         owner.update((p, (k, r)) for p, r in zip(in_part, in_reactant))
         unused.discard(k)
         _grow(product, molecules, owner)  # what this reactant gave, before the next one is laid on the rest
+
+
+def _evidence(product: Chem.Mol, molecule: Chem.Mol, in_product: tuple[int, ...], in_reactant: tuple[int, ...]
+              ) -> tuple[int, int]:
+    """How surely a shared substructure traces the product's atoms to `molecule`: its atoms that are aromatic in both
+    or in neither, then its size. Few reactions make or unmake an aromatic ring, and where one does, the ring's atoms
+    come from one reactant, which no other shares them with; but a forward query's solvent does: toluene's seven
+    carbons, laid on a Diels-Alder adduct's cyclohexene and its ester carbon, came before the acrylate's five, and
+    the adduct was marked nearly whole (the diene and the acrylate's C=C then traced bond by bond)."""
+    alike = sum(product.GetAtomWithIdx(p).GetIsAromatic() == molecule.GetAtomWithIdx(r).GetIsAromatic()
+                for p, r in zip(in_product, in_reactant))
+    return alike, len(in_product)
 
 
 def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]]) -> None:

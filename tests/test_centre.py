@@ -91,6 +91,19 @@ def test_solvents_bases_and_salts_are_left_out():
     assert symbols(reactants, among_reagents.leaving_atoms) == ["Cl"]  # the solvent's chlorines are no leaving group
 
 
+def test_an_aromatic_solvent_is_not_laid_on_a_ring_the_reaction_made():
+    """The app's Diels-Alder example in toluene: the solvent's ring and methyl shared seven atoms with the adduct's
+    cyclohexene and ester carbon, more than the acrylate's five, so the adduct was marked nearly whole, its ester
+    group included, and the toluene's methyl taken for the acyl carbon."""
+    product = "COC(=O)C1CC=CCC1"
+    alone = reaction_centre("C=CC=C.C=CC(=O)OC", product)
+    in_toluene = reaction_centre("C=CC=C.C=CC(=O)OC.Cc1ccccc1", product)
+    assert in_toluene is not None and in_toluene.traced == in_toluene.atoms
+    assert in_toluene.product_atoms == alone.product_atoms
+    assert {"O"}.isdisjoint(symbols(product, in_toluene.product_atoms))  # the ester is no part of it
+    assert max(in_toluene.reactant_atoms) < 10 and not in_toluene.leaving_atoms  # no toluene atom (10-16) in it
+
+
 def test_a_reagent_that_shares_one_atom_with_the_product_is_not_traced_into_it():
     # ethanol left out of the query: water (atom 4) could stand in for the ester's oxygen, one atom alone
     found = reaction_centre("CC(=O)Cl.O", "CC(=O)OCC")
