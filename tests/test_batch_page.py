@@ -20,7 +20,7 @@ import test_app
 from molspec_core.io import QueryFile
 from molspec_core.service import Predictor
 from test_app import BATCH, assert_clean, batch_page, submit, texts
-from views.batch import safe_csv
+from views.batch import safe_csv, table_hint
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 
@@ -180,6 +180,23 @@ def test_a_csv_saved_as_txt_is_named_as_one(copy_models, monkeypatch):
     at.file_uploader[0].set_value(("plain.txt", b"Oc1ccncc1\nxyz\n", "text/plain"))  # no table: no hint
     submit(at, "Run batch")
     assert "look like a table" not in texts(at.info)
+
+
+def test_a_txt_file_of_a_smiles_and_a_name_a_line_is_told_to_be_a_smi_file_not_a_tsv():
+    """A TXT file of a SMILES, a tab and a name per line (no header) had every line rejected and the advice to save it
+    as .tsv, which then was refused for naming no smiles column; a comma-separated one was told to be saved as .csv,
+    refused so too. A header naming the query column keeps the advice to save it as a table."""
+    def hint(name: str, text: str) -> str:
+        return table_hint(name, QueryFile(text.splitlines()), "forward")
+
+    named = hint("names.txt", "Oc1ccncc1\thydroxypyridine\nOCC\tethanol\n")
+    assert ".smi name (a SMILES file)" in named and ".tsv" not in named
+    commas = hint("names.txt", "Oc1ccncc1,hydroxypyridine\nOCC,ethanol\n")
+    assert "give it a first line naming its columns (its SMILES column smiles), save it with a .csv name" in commas
+    titled = hint("t.txt", "Exported 2026-01-02\nid;SMILES\n1;OCC\n")  # a title above the header
+    assert titled.endswith("(they hold a semicolon): save it with a .csv name and run it again, so that its query "
+                           "column is read.")
+    assert hint("plain.txt", "Oc1ccncc1\nOCC\n") == ""
 
 
 def test_cells_past_the_header_are_named_on_the_page_as_the_cli_names_them(copy_models, monkeypatch):

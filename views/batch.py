@@ -20,8 +20,8 @@ from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from molspec_core.chem import ION_WRITINGS
-from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX, MAX_INPUT_BYTES, MAX_INPUT_ROWS,
-                             MOLFILE_SUFFIX, OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, RESULT_COLUMNS,
+from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WORKBOOK_SUFFIX, MAX_INPUT_BYTES,
+                             MAX_INPUT_ROWS, MOLFILE_SUFFIX, OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, RESULT_COLUMNS,
                              SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError, QueryFile,
                              csv_bytes, output_header, parse_upload, query_column, query_columns, query_format,
                              result_rows, sd_bytes, workbook_bytes)
@@ -197,19 +197,30 @@ def read_upload(name: str, data: bytes, column: str | None, task: str | None = N
 
 
 def table_hint(name: str, queries: QueryFile, task: str) -> str:
-    """Why a file read as TXT (a whole line a query) looks like a table, or "": a CSV saved as .txt had every line
-    rejected, its header too, with no word of why."""
+    """Why a file read as TXT (a whole line a query) looks like a table, and what to save it as, or "": a CSV saved as
+    .txt had every line rejected, its header too, with no word of why. Where no line names a query column, another
+    suffix alone reads it no better: a tab-separated SMILES and name, per line, is a SMILES file (.smi), and a file
+    of commas or semicolons needs a header line (the advice to save it as .tsv or .csv gave "the CSV needs a column
+    named 'smiles'" next)."""
     lines = [line for line in queries.queries if line.strip()]
     if query_format(name)[1] != "txt" or not lines:
         return ""
     names = {n.casefold() for n in query_columns(None, task)}
     for separator, called in ((",", "a comma"), (";", "a semicolon"), ("\t", "a tab")):
-        header = {cell.strip().strip('"').casefold() for cell in lines[0].split(separator)}
-        if all(separator in line for line in lines) or (separator in lines[0] and header & names):
+        headed = any(separator in line and {cell.strip().strip('"').casefold() for cell in line.split(separator)}
+                     & names for line in lines[:HEADER_ROWS])
+        if not headed and not all(separator in line for line in lines):
+            continue
+        seen = (f"{name} is read as a TXT file, a whole line a query, but its lines look like a table's (they hold "
+                f"{called})")
+        if headed:
             suffix = ".tsv" if separator == "\t" else ".csv"
-            return (f"{name} is read as a TXT file, a whole line a query, but its lines look like a table's (they "
-                    f"hold {called}): save it with a {suffix} name and run it again, so that its query column is "
-                    "read.")
+            return f"{seen}: save it with a {suffix} name and run it again, so that its query column is read."
+        if separator == "\t":
+            return (f"{seen}, and no line names a query column: where each line is a SMILES and then its name, save "
+                    "it with a .smi name (a SMILES file) and run it again.")
+        return (f"{seen}, and no line names a query column: give it a first line naming its columns (its SMILES "
+                "column smiles), save it with a .csv name and run it again.")
     return ""
 
 
