@@ -474,11 +474,16 @@ class Handler(BaseHTTPRequestHandler):
         if self._route() != "/predict":  # 405 for /health and /models (they take GET), 404 elsewhere
             self._not_allowed()
             return
+        # In hand from its head to its answer, whichever it is: a server stopping waited neither for a body still
+        # arriving (its client reset as the process ended) nor for a refusal to be sent (a 503 lost so).
+        with self.server.in_hand():
+            self._answer_predict()
+
+    def _answer_predict(self) -> None:
         try:
             self._check_head()
             body = self._body()
-            with self.server.in_hand():
-                self._send(HTTPStatus.OK, self.server.service.predict(body, self._client_gone))
+            self._send(HTTPStatus.OK, self.server.service.predict(body, self._client_gone))
         except RequestError as exc:
             self._send(exc.status, {"error": str(exc)})
         except ClientGone as exc:
@@ -872,12 +877,13 @@ class Server(ThreadingHTTPServer):
         self.max_connections = MAX_CONNECTIONS
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.refusing = threading.BoundedSemaphore(MAX_REFUSING)  # 503s reading their requests' rest (drain)
-        self.requests = 0  # /predict requests in hand: read whole, not yet answered (waiting their turn or decoding)
+        self.requests = 0  # /predict requests in hand: their heads read, not yet answered (a body arriving, waiting
+        # its turn, decoding, its answer leaving)
         self.settled = threading.Condition()  # notified as each is answered
 
     @contextlib.contextmanager
     def in_hand(self) -> Iterator[None]:
-        """A /predict request from its arrival to its answer, counted so that a stopping server answers it first."""
+        """A /predict request from its head to its answer, counted so that a stopping server answers it first."""
         with self.settled:
             self.requests += 1
         try:
@@ -928,8 +934,9 @@ class Server(ThreadingHTTPServer):
 
 def run(server: Server) -> None:
     """Serves until Ctrl-C or SIGTERM (a service manager's stop), then answers the requests in hand before it
-    returns: the one decoding with the queries it has decoded, those waiting their turn with 503 (they lost their
-    connections without an answer when the process ended at once). A second Ctrl-C or SIGTERM returns at once.
+    returns: the one decoding with the queries it has decoded, those waiting their turn, and those whose bodies are
+    still arriving (within the read timeout), with 503 (they lost their connections without an answer when the
+    process ended at once). A second Ctrl-C or SIGTERM returns at once.
     The main thread's call: the signals are taken there, and only set an event (an exception raised wherever
     the accepting loop happened to be could close a connection a handler had begun on)."""
     signalled = threading.Event()

@@ -714,6 +714,37 @@ def test_sigterm_answers_the_requests_in_hand_before_the_server_stops(models, mo
         socket.create_connection(address, timeout=5)  # no longer listening
 
 
+def test_sigterm_waits_for_a_body_still_arriving_and_answers_it(models):
+    """A request counted as in hand only once its body had arrived: a client still sending its body as SIGTERM
+    came was not waited for, and lost its connection without an answer as the process ended."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    body = json.dumps({"smiles": AMIDE}).encode()
+    rest_sent = threading.Event()
+    received: list[bytes] = []
+
+    def client() -> None:
+        with socket.create_connection(running.server_address[:2], timeout=30) as raw:
+            raw.sendall(f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:5])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not running.requests:  # the head read
+                time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGTERM)
+            while time.monotonic() < deadline and not running.service.stopping.is_set():
+                time.sleep(0.02)
+            time.sleep(0.3)  # the body's rest comes after run() has looked for requests in hand
+            rest_sent.set()
+            raw.sendall(body[5:])
+            received.append(b"".join(iter(lambda: raw.recv(65536), b"")))
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    server.run(running)
+    assert rest_sent.is_set()  # run() returned only once the request had come whole and been answered
+    thread.join(30)
+    assert received[0].startswith(b"HTTP/1.1 503 ") and json.dumps({"error": server.STOPPING}).encode() in received[0]
+
+
 def test_a_second_sigterm_stops_the_server_at_once(models, monkeypatch):
     """While it answers the requests in hand, a second Ctrl-C or SIGTERM does not wait for them."""
     running = server.serve([models["forward"]], "127.0.0.1", 0)
