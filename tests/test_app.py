@@ -224,6 +224,32 @@ def test_examples_are_valid_reactions_with_known_products():
 # ---- Predict page ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("state", ["no folder", "empty folder"])
+def test_with_no_model_at_all_the_sidebar_names_the_folder_and_sends_no_one_to_another_task(state, tmp_path,
+                                                                                             monkeypatch):
+    """With no models folder the sidebar said 'No forward model is installed (models/forward/ is missing). Choose the
+    forward task' on the forward task, and on the retrosynthesis task sent the user to the forward one, which had
+    no model either; it names the folder the app looks in, and what to put there."""
+    root = tmp_path / "models"
+    if state == "empty folder":
+        root.mkdir()
+    at = app(root, monkeypatch).run()
+    for task in ("forward", "retro"):
+        at.radio(key="task").set_value(task).run()
+        assert_clean(at)
+        warning = texts(at.sidebar.warning)
+        assert "task" not in warning and str(root) in warning, warning
+        assert warning.startswith("No model is installed: ") and "Put the model folders (forward, retro)" in warning
+
+
+def test_a_task_without_a_model_sends_the_user_to_the_task_that_has_one(copy_models, monkeypatch):
+    at = app(copy_models, monkeypatch).run()
+    assert not at.sidebar.warning  # the forward model is there
+    at.radio(key="task").set_value("retro").run()
+    assert texts(at.sidebar.warning) == (f"No retrosynthesis model is installed ({copy_models / 'retro'} is missing). "
+                                         "Choose the forward task, or add the model folder.")
+
+
 @needs_forward
 def test_sidebar_names_the_engine_and_the_arithmetic_that_run_the_model():
     from molspec_core.service import Predictor, int8_unavailable

@@ -110,6 +110,27 @@ def models_for_task(task: str) -> list[str]:
     return names
 
 
+def task_name(task: str) -> str:
+    """A task as a sentence names it: 'forward', 'retrosynthesis'."""
+    return TASK_LABELS[task].split(":")[0].lower()
+
+
+def no_model_text(task: str) -> str:
+    """Why a task has no model, naming the folder the app looks in, and what to do. The sidebar told someone on the
+    forward task to choose the forward task, and with no models folder at all to choose the other task, which had
+    none either."""
+    root = models_dir()
+    if not root.is_dir():
+        return (f"No model is installed: the models folder {root} is missing. Put the model folders (forward, retro) "
+                "there.")
+    others = [other for other in TASKS if other != task and models_for_task(other)]
+    if not others:
+        return (f"No model is installed: {root} holds no forward or retrosynthesis model folder. Put the model "
+                "folders (forward, retro) there.")
+    return (f"No {task_name(task)} model is installed ({root / task} is missing). Choose the "
+            f"{task_name(others[0])} task, or add the model folder.")
+
+
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def load_predictor(model_dir: str, dtype: str = "float32") -> Predictor:
     use_threads()  # before a model loads, as the CLI: one core left to the server, the browser, other work
@@ -212,10 +233,9 @@ def render_sidebar() -> Settings:
     model = None
     if names:
         model = sb.selectbox("Model", names, key=f"model_{task}",
-                             help="Model folders found under models/.")
+                             help=md_escape(f"Model folders found under {models_dir()}."))
     else:
-        sb.warning(f"No {TASK_LABELS[task].split(':')[0].lower()} model is installed "
-                   f"(models/{task}/ is missing). Choose the forward task, or add the model folder.")
+        sb.warning(md_escape(no_model_text(task)), icon=":material/warning:")
     # The int8 toggle is drawn further down, but decides which predictor loads: read its state first.
     want_int8 = int8_offered() and st.session_state.get("int8", INT8_BY_DEFAULT)
     try:
