@@ -177,6 +177,11 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
     if "round_trip_k" in body and round_trip is None:
         raise RequestError("'round_trip_k' goes with 'round_trip', the forward model that checks the answers")
     round_trip_k = _typed(body, "round_trip_k", (int,)) if "round_trip_k" in body else 1
+    if round_trip is not None:  # its settings checked before any decoding: they were checked on the first window's
+        try:                    # answers, a minute of decoding lost before the 400
+            check_round_trip([], round_trip, round_trip_k)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
     return Request(predictor, smiles, options, round_trip, round_trip_k)  # type: ignore[arg-type]
 
 

@@ -237,6 +237,16 @@ def test_a_body_that_begins_with_a_byte_order_mark_is_read(address):
                                                                            raw=body)[1]["results"][0])
 
 
+def test_a_round_trip_k_out_of_range_is_refused_before_any_decoding(models, monkeypatch):
+    """It was checked on the first window's answers: up to 256 queries' retrosynthesis decoded before the 400."""
+    decoded: list[list[str]] = []
+    monkeypatch.setattr(models["retro"], "predict", lambda queries, **options: decoded.append(queries) or [])
+    with pytest.raises(server.RequestError, match="round-trip top-k must be between 1 and 10"):
+        server.Service(models).predict({"model": "retro", "smiles": [PARACETAMOL] * 3, "round_trip": "forward",
+                                        "round_trip_k": 11})
+    assert decoded == []
+
+
 def test_a_value_nested_too_deeply_to_quote_is_refused(models):
     deep: list = []  # a body nested just under the parser's limit reads, and quoting it back recursed past it (500)
     for _ in range(100_000):
