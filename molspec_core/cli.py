@@ -1077,6 +1077,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     # the time limit, outputs and the stock first: a refused one costs no model load and no search
     check_time_limit(args.time_limit)
+    if args.out == STDOUT:  # predict's way to standard output made files named '-' and '-.csv' here
+        raise ValueError("--out -: plan writes its routes to a JSON file and its steps to a CSV beside it, and its "
+                         "summary to the screen; give --out a file name, such as routes.json")
     out = check_output(args.out, args.stock)  # neither may replace the stock file, nor a file of either model
     csv_given = args.csv or str(out.with_suffix(".csv"))
     if not csv_given.lower().endswith(".csv"):  # routes.xlsx was CSV text under a workbook's name

@@ -742,6 +742,16 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
     assert rows[0]["reactants"] == "NO" and list(rows[0]) == list(ROUTE_COLUMNS)
 
 
+def test_cli_plan_refuses_standard_output_and_makes_no_file_named_dash(tmp_path, capsys, monkeypatch):
+    """--out -, as predict takes it for standard output, wrote the routes to files named '-' and '-.csv'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stock.smi").write_text("NO\n")
+    assert main(["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--stock", "stock.smi",
+                 "--time-limit", "1", "--allow-missing-atoms", "--out", "-"]) == 2
+    assert "error: --out -: plan writes its routes to a JSON file" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["stock.smi"]
+
+
 def test_a_targets_stereo_the_model_does_not_read_is_told_in_the_json_and_by_the_cli(copy_predictor, tmp_path, capsys):
     """The Predict page and predict --smiles say where a query's stereo is not read (an @ RDKit drops, a CXSMILES's
     racemate); plan said nothing and planned for the molecule as read."""
