@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
 import re
 import shutil
@@ -693,6 +694,18 @@ def check_export_dir(export_dir: Path, out: Path, data: Path, sources: list[tupl
                          "replaces the folder whole: give a new or empty folder")
 
 
+def check_can_write(flag: str, folder: Path, at: Path) -> None:
+    """Refuse, before any work, a `folder` the run could not write (`at`: where its files are made): the first
+    export made --export-dir and failed ("Not a directory") after the minutes trained, before out/last was saved."""
+    existing = at
+    while not (existing.exists() or existing.is_symlink()) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {folder}: {existing} is a file, so the run could not write there; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {folder}: {existing} is not writable; give a folder the run may write in")
+
+
 # ---- where a run starts from -------------------------------------------------------------------------------
 
 def read_json_file(path: Path, what: str, max_bytes: int = checkpoint.MAX_JSON_BYTES) -> dict:
@@ -971,6 +984,8 @@ def train(cfg: TrainConfig) -> dict:
     sources = [(flag, Path(value)) for flag, value in (("--resume", cfg.resume), ("--init", cfg.init)) if value]
     check_out(out, data, sources)
     check_export_dir(export_dir, out, data, sources)
+    check_can_write("--out", out, out)
+    check_can_write("--export-dir", export_dir, export_dir.parent)  # written beside its folder, then renamed in
     for folder in (out / "last", out / "best", export_dir):
         recover_folder(folder)
     shape = preset(cfg.preset, len(vocab), **({"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}))

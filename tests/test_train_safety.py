@@ -188,6 +188,16 @@ def test_an_export_dir_train_did_not_write_is_refused_and_left_as_it_was(data, t
     assert json.loads((tmp_path / "empty" / "train_state.json").read_text())["step"] == 2
 
 
+def test_an_export_dir_or_out_that_cannot_be_made_is_refused_before_any_work(data, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")  # a file where a folder of the path should be
+    with pytest.raises(ValueError, match=r"--export-dir .*notes.txt/export: .*notes.txt is a file"):
+        run(data, tmp_path / "run", max_steps=2, export_dir=str(tmp_path / "notes.txt" / "export"))
+    assert not (tmp_path / "run").exists()  # it trained, then the first export failed, and out/last was never saved
+    with pytest.raises(ValueError, match=r"--out .*notes.txt/run: .*notes.txt is a file"):
+        run(data, tmp_path / "notes.txt" / "run", max_steps=2)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_an_out_that_is_a_model_folder_or_among_the_shipped_models_is_refused(data, tmp_path, monkeypatch):
     run(data, tmp_path / "first", max_steps=2)
     model = tmp_path / "first" / "export"
