@@ -17,7 +17,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import test_app
-from molspec_core.io import QueryFile
+from molspec_core.io import QueryFile, parse_upload
 from molspec_core.service import Predictor
 from test_app import BATCH, assert_clean, batch_page, submit, texts
 from views.batch import safe_csv, table_hint
@@ -197,6 +197,18 @@ def test_a_txt_file_of_a_smiles_and_a_name_a_line_is_told_to_be_a_smi_file_not_a
     assert titled.endswith("(they hold a semicolon): save it with a .csv name and run it again, so that its query "
                            "column is read.")
     assert hint("plain.txt", "Oc1ccncc1\nOCC\n") == ""
+
+
+def test_a_csv_saved_as_smi_is_named_as_one():
+    """A CSV named .smi (a SMILES file) had every line rejected, its header too, with no hint at all (the hint looked at
+    TXT files only). A SMILES file's tabs are its own: a tab before each name is no table."""
+    def hint(name: str, text: str) -> str:
+        return table_hint(name, parse_upload(name, text.encode()), "forward")
+
+    assert hint("list.smi", "smiles,name\nOc1ccncc1,hydroxypyridine\nOCC,ethanol\n") == (
+        "list.smi is read as a SMILES file, a SMILES and a name a line, but its lines look like a table's (they hold "
+        "a comma): save it with a .csv name and run it again, so that its query column is read.")
+    assert hint("names.smi", "Oc1ccncc1\thydroxypyridine\nOCC\tethanol\n") == ""
 
 
 def test_cells_past_the_header_are_named_on_the_page_as_the_cli_names_them(copy_models, monkeypatch):

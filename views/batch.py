@@ -197,22 +197,24 @@ def read_upload(name: str, data: bytes, column: str | None, task: str | None = N
 
 
 def table_hint(name: str, queries: QueryFile, task: str) -> str:
-    """Why a file read as TXT (a whole line a query) looks like a table, and what to save it as, or "": a CSV saved as
-    .txt had every line rejected, its header too, with no word of why. Where no line names a query column, another
-    suffix alone reads it no better: a tab-separated SMILES and name, per line, is a SMILES file (.smi), and a file
-    of commas or semicolons needs a header line (the advice to save it as .tsv or .csv gave "the CSV needs a column
-    named 'smiles'" next)."""
+    """Why a file read as TXT (a whole line a query) or as a SMILES file (a SMILES, then whitespace and a name) looks
+    like a table, and what to save it as, or "": a CSV saved as .txt or .smi had every line rejected, its header
+    too, with no word of why. Where no line names a query column, another suffix alone reads it no better: a
+    tab-separated SMILES and name, per line, is a SMILES file (.smi), and a file of commas or semicolons needs a
+    header line (the advice to save it as .tsv or .csv gave "the CSV needs a column named 'smiles'" next)."""
+    kind = query_format(name)[1]
     lines = [line for line in queries.queries if line.strip()]
-    if query_format(name)[1] != "txt" or not lines:
+    if kind not in ("txt", "smi") or not lines:
         return ""
+    read_as = "a TXT file, a whole line a query" if kind == "txt" else "a SMILES file, a SMILES and a name a line"
     names = {n.casefold() for n in query_columns(None, task)}
-    for separator, called in ((",", "a comma"), (";", "a semicolon"), ("\t", "a tab")):
+    separators = ((",", "a comma"), (";", "a semicolon"), ("\t", "a tab"))
+    for separator, called in separators if kind == "txt" else separators[:2]:  # a SMILES file's names follow tabs
         headed = any(separator in line and {cell.strip().strip('"').casefold() for cell in line.split(separator)}
                      & names for line in lines[:HEADER_ROWS])
         if not headed and not all(separator in line for line in lines):
             continue
-        seen = (f"{name} is read as a TXT file, a whole line a query, but its lines look like a table's (they hold "
-                f"{called})")
+        seen = f"{name} is read as {read_as}, but its lines look like a table's (they hold {called})"
         if headed:
             suffix = ".tsv" if separator == "\t" else ".csv"
             return f"{seen}: save it with a {suffix} name and run it again, so that its query column is read."
