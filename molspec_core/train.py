@@ -575,6 +575,7 @@ MODELS = checkpoint.MODELS_DIR
 RUN_FILE = re.compile(r"(config|vocab|train_state)\.json|(model|optimizer|ema)(-\d{5}-of-\d{5})?\.safetensors"
                       r"|(model|optimizer|ema)\.safetensors\.index\.json")
 STATE_MARK = "train_state.json"
+RUN_PARTS = ("export", "last", "best")  # the folders a run writes into its --out (export: unless --export-dir)
 
 
 class TrainingDiverged(ValueError):
@@ -744,6 +745,10 @@ def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelC
     weights keep their token ids) with another vocabulary than the data's. Returns the folder's config.json."""
     if not folder.is_dir():
         raise ValueError(f"{role} {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
+    if not (folder / "config.json").exists() and any((folder / name / STATE_MARK).is_file() for name in RUN_PARTS):
+        held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+        raise ValueError(f"{role} {folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
+                         f"of its folders, e.g. {role} {folder / held[0]}, or --out {folder} to continue that run")
     config, saved = checkpoint.read_config(folder)
     theirs = config.get("task")
     if theirs is not None and theirs != task:

@@ -243,6 +243,16 @@ def test_resuming_with_another_vocabulary_or_shape_is_refused_in_one_line(data, 
     run(other, tmp_path / "run", max_steps=3, init=str(export))  # --init carries the tokens: allowed
 
 
+def test_a_run_folder_given_to_resume_or_init_is_named_as_one_with_its_folders(data, tmp_path):
+    run(data, tmp_path / "first", max_steps=2)
+    for flag in ("resume", "init"):  # was "first/config.json is missing"
+        with pytest.raises(ValueError, match=rf"--{flag} .*first is a run folder \(it holds export, last, best\), "
+                                             rf"not a model folder: give one of its folders, e.g. --{flag} "
+                                             rf".*first/export, or --out .*first to continue that run"):
+            run(data, tmp_path / "second", max_steps=4, **{flag: str(tmp_path / "first")})
+    assert not (tmp_path / "second").exists()
+
+
 def test_init_from_a_model_of_the_other_task_is_refused(data, tmp_path):
     retro = tmp_path / "retro"
     write_splits(retro, {"train": [Pair(p.tgt, p.src) for p in PAIRS] * 2, "val": PAIRS[:2], "test": PAIRS[:1]},
