@@ -119,6 +119,15 @@ def test_textbook_refuses_to_write_its_report_over_the_examples(tmp_path, monkey
     assert text_of(examples) == before
 
 
+@pytest.mark.parametrize("augment, said", [("0", "between 1 and 20, not 0"), ("x", "a whole number, not 'x'")])
+def test_textbook_refuses_writings_it_cannot_read_before_a_model_loads(augment, said, monkeypatch, capsys):
+    # --augment 0 loaded the forward model and ended in service's ValueError traceback
+    tool = load_tool("textbook")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    code, err = run_main(tool, monkeypatch, capsys, "--augment", augment)
+    assert code == 2 and f"--augment: must be {said}" in err
+
+
 def test_stereo_check_refuses_to_write_its_report_over_the_report_it_reads(tmp_path, monkeypatch, capsys):
     tool = load_tool("stereo_check")
     monkeypatch.setattr(tool, "Predictor", NoModel)

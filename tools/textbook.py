@@ -24,9 +24,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
-from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.service import MAX_AUGMENT, Predictor  # noqa: E402
 from molspec_core.textbook import known_answer_ranks, load_examples  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples.json"
@@ -35,7 +36,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples.json"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"), help="the app's arithmetic: int8")
-    parser.add_argument("--augment", type=int, default=5, help="writings of each query read and pooled (the app: 5)")
+    parser.add_argument("--augment", type=at_least(1, MAX_AUGMENT), default=5,  # refused before the models load
+                        help=f"writings of each query read and pooled, 1 to {MAX_AUGMENT} (the app: 5)")
     parser.add_argument("--out", help="JSON report (not the examples file it reads)")
     args = parser.parse_args()
     try:
