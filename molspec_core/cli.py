@@ -1071,7 +1071,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .io import check_output
+    from .io import check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .service import Predictor
 
@@ -1080,6 +1080,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out == STDOUT:  # predict's way to standard output made files named '-' and '-.csv' here
         raise ValueError("--out -: plan writes its routes to a JSON file and its steps to a CSV beside it, and its "
                          "summary to the screen; give --out a file name, such as routes.json")
+    if query_format(args.out) != (None, "txt"):  # --out routes.csv --csv steps.csv wrote JSON text into routes.csv
+        raise ValueError(f"--out {args.out}: plan writes the routes there as JSON text, not compressed, and the steps "
+                         "as CSV beside it (--csv); give --out a name such as routes.json")
     out = check_output(args.out, args.stock)  # neither may replace the stock file, nor a file of either model
     csv_given = args.csv or str(out.with_suffix(".csv"))
     if not csv_given.lower().endswith(".csv"):  # routes.xlsx was CSV text under a workbook's name

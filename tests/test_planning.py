@@ -752,6 +752,18 @@ def test_cli_plan_refuses_standard_output_and_makes_no_file_named_dash(tmp_path,
     assert sorted(path.name for path in tmp_path.iterdir()) == ["stock.smi"]
 
 
+@pytest.mark.parametrize("name", ["routes.csv", "routes.xlsx", "routes.sdf", "routes.json.gz"])
+def test_cli_plan_refuses_a_json_output_named_as_another_format(tmp_path, capsys, name):
+    """--out routes.csv was told the CSV beside it would overwrite it; given --csv steps.csv, the JSON went into
+    routes.csv (and --out routes.json.gz was plain text under a gzip name)."""
+    (tmp_path / "stock.smi").write_text("NO\n")
+    assert main(["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--stock",
+                 str(tmp_path / "stock.smi"), "--time-limit", "1", "--allow-missing-atoms", "--out",
+                 str(tmp_path / name), "--csv", str(tmp_path / "steps.csv")]) == 2
+    assert "plan writes the routes there as JSON text" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["stock.smi"]
+
+
 def test_a_targets_stereo_the_model_does_not_read_is_told_in_the_json_and_by_the_cli(copy_predictor, tmp_path, capsys):
     """The Predict page and predict --smiles say where a query's stereo is not read (an @ RDKit drops, a CXSMILES's
     racemate); plan said nothing and planned for the molecule as read."""
