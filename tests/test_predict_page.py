@@ -15,7 +15,7 @@ import test_app
 from molspec_core.chem import canonical_or_none
 from molspec_core.io import InputFileError
 from molspec_core.service import MAX_QUERY_CHARS
-from test_app import app, assert_clean, predict, submit, texts
+from test_app import app, assert_clean, predict, rank_headings, submit, texts
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 
@@ -328,3 +328,22 @@ def test_a_speedup_measured_at_one_knob_setting_is_not_shown_for_another(copy_mo
     assert "Speedup" not in {m.label for m in at.metric}  # measure again at tau 3
     submit(at, "Measure speedup")
     assert "Speedup" in {m.label for m in at.metric} and timed == [1.0, 3.0]
+
+
+def test_answers_the_round_trip_check_could_not_check_are_not_called_an_earlier_prediction(copy_models, monkeypatch):
+    """Where the round-trip check failed, the page said "Below: the last successful prediction." over the answers
+    of the query just predicted (shown unchecked), as if the query had failed and the answers were an earlier
+    one's; they are said to be this query's answers, unchecked, and the note stays with them."""
+    # the copy model serves either task, and the check refuses it as the forward model (no forward task's)
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    at = app(copy_models, monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    predict(at, "Oc1ccncc1")
+    assert_clean(at)
+    assert at.session_state["shown"].result.query == "Oc1ccncc1" and rank_headings(at)
+    assert "last successful prediction" not in texts(at.caption)
+    assert "The round-trip check could not run (the round-trip check needs a forward model" in texts(at.warning)
+    assert "these answers are not checked" in texts(at.warning)
+    predict(at, "C1CC")  # a refused query: its error, and the unchecked answers still say they are unchecked
+    assert "not a valid SMILES" in texts(at.error) and "last successful prediction" in texts(at.caption)
+    assert "these answers are not checked" in texts(at.warning)

@@ -39,6 +39,7 @@ class Shown:
     example: str | None
     recorded: str | None = None  # the known answer of a recorded reaction pasted as the query (canonical)
     typed: str = ""  # the query as typed (a recorded reaction whole), which "Show again" puts back
+    unchecked: str = ""  # why the round-trip check the settings ask for could not run on these answers
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -225,23 +226,26 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         ss["query_error"] = f"Cannot predict this query: {result.error}"
         return
     ss["query_error"] = None
-    ss["shown"] = Shown(cfg, round_trip(cfg, result), ss.get("example"), recorded, text)
+    # The check's failure is no error of the query (it was one, and the page called these answers "the last
+    # successful prediction", an earlier query's): it goes with the answers, which it leaves unchecked.
+    checked, unchecked = round_trip(cfg, result)
+    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked)
     remember(ss["shown"])
 
 
-def round_trip(cfg: Settings, result: QueryResult) -> QueryResult:
-    """The answers checked with the forward model when the settings ask for it; unchanged (with a note)
+def round_trip(cfg: Settings, result: QueryResult) -> tuple[QueryResult, str]:
+    """The answers checked with the forward model when the settings ask for it, and ""; unchanged, and why,
     when the check cannot run, so the answers are never lost to it."""
     if cfg.round_trip_model is None:
-        return result
+        return result, ""
     try:
         forward = cfg.predictor(cfg.round_trip_model)
         with st.spinner("Checking each answer with the forward model…"):
-            return check_round_trip(result, forward, cfg.round_trip_k)
+            return check_round_trip(result, forward, cfg.round_trip_k), ""
     except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
         log.exception("round-trip check failed")
-        st.session_state["query_error"] = f"The round-trip check could not run ({common.short(str(exc), 160)})."
-        return result
+        return result, (f"The round-trip check could not run ({common.short(str(exc), 160)}): these answers are not "
+                        "checked.")
 
 
 # ---- results ----------------------------------------------------------------------------------
@@ -909,6 +913,8 @@ def main() -> None:
         st.warning(common.md_escape(f"The search {shown.result.error}. Below: the answers it had found by then; "
                                     f"those it had not finished are marked \"{TIMED_OUT}\"."),
                    icon=":material/timer_off:")
+    if shown.unchecked:
+        st.warning(common.md_escape(shown.unchecked), icon=":material/warning:")
     known = known_answer(shown)
     if known:
         show_known_check(shown, known)
