@@ -62,8 +62,9 @@ MAX_QUERIES = 1_000  # per request: retro beam 10, one writing, one CPU thread, 
 MAX_BODY_BYTES = 2 * MAX_QUERIES * MAX_QUERY_CHARS  # room for that many of the longest queries, JSON escapes and all
 MAX_REQUEST_S = 600.0  # one request holds the models no longer (a query decodes for at most its time_limit_s more)
 MAX_BATCH_SIZE = 256  # a window of batches (service.window_size) stays a small part of a full request
-# A connection's whole next request (its request line, headers and body, and the wait for them) arrives within
-# this, or its reading is stopped: a client dripping a byte at a time holds a thread no longer.
+# A connection's whole next request (its request line, headers and body) arrives within this from its first byte,
+# or its reading is stopped: a client dripping a byte at a time holds a thread no longer; a connection silent this
+# long before a request begins is closed.
 READ_TIMEOUT_S = 30.0
 # An answer leaves in parts of this size, each within READ_TIMEOUT_S, and at this rate in all (or within
 # READ_TIMEOUT_S, whichever is longer): a live client on a slow link reads a large answer whole (20 MB in 5 minutes);
@@ -391,9 +392,13 @@ class Handler(BaseHTTPRequestHandler):
         """One request, which must arrive whole (its line, headers and body) within read_timeout_s: the socket's
         own timeout bounds each read alone, so a client sending a byte every few seconds held a thread for as
         long as it liked. Past the deadline, reading stops (DeadlineReader) and the request is refused. (A timer
-        thread stopped the reading before: two threads a connection, and one more started for every request.)"""
-        self.deadline = time.monotonic() + self.server.read_timeout_s
+        thread stopped the reading before: two threads a connection, and one more started for every request.)
+        The time counts from the request's first byte; a connection silent for read_timeout_s before it is closed
+        (a request sent on a connection a pool had kept idle for 25 s had 5 s to arrive, and a large one got 408)."""
+        self.deadline = time.monotonic() + self.server.read_timeout_s  # the wait for the request to begin
         try:
+            if self.rfile.peek(1):  # it has begun (or was there already)
+                self.deadline = time.monotonic() + self.server.read_timeout_s
             super().handle_one_request()
         except ConnectionError as exc:  # reset while its request line or headers were read (a pool closing an
             self.close_connection = True  # idle connection): the socketserver printed a traceback

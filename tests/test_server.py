@@ -991,6 +991,25 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_the_read_timeout(models):
     assert time.monotonic() - started < 4  # the drip would have taken 0.3 s x 30 bytes
 
 
+def test_a_request_has_the_read_timeout_from_its_first_byte_not_from_the_connections_last_answer(models):
+    """The time counted from the previous answer (or the connection's opening): a request sent on a connection that
+    had been kept idle most of that time got 408, though it arrived in a fraction of it."""
+    running = server.serve([models["forward"]], "127.0.0.1", 0, read_timeout_s=2.0)
+    running.service.predict = lambda body, gone: {"results": []}  # type: ignore[method-assign]
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    body = json.dumps({"smiles": AMIDE}).encode()
+    with socket.create_connection(running.server_address[:2], timeout=30) as raw:
+        time.sleep(1.4)  # idle, as a pool keeps a connection between requests
+        raw.sendall(f"POST /predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: "
+                    f"{len(body)}\r\nConnection: close\r\n\r\n".encode())
+        time.sleep(1.2)  # the body follows: 2.6 s after the connection opened, 1.2 s after the request began
+        raw.sendall(body)
+        received = b"".join(iter(lambda: raw.recv(65536), b""))
+    running.shutdown()
+    running.server_close()
+    assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b'{"results": []}')
+
+
 @pytest.mark.parametrize("head", [
     b"GET /hea",  # read as an HTTP/0.9 request, answered without a status line ('a request names its Host, once')
     b"POST /predict HTT",  # 400, 'Bad request version'
