@@ -260,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stock", help="building blocks: one SMILES per line, an SD file, or a CSV or Excel workbook "
                    "(.xlsx) with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
+    p.add_argument("--stock-column", help="the column of a CSV or workbook --stock that holds the SMILES, where it "
+                   "is not named smiles (canonical_smiles, say)")
     p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*", help="search (syntheseus's; "
                    "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
@@ -1094,7 +1096,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if model is not None:
             outside_model(args.out, out, model)
             outside_model(csv_given, csv_out, model)
-    stock = load_stock(args.stock or DEFAULT_STOCK)
+    if args.stock_column and not args.stock:  # the default stock is one SMILES per line
+        raise ValueError("--stock-column names the SMILES column of a CSV or workbook --stock: give --stock")
+    stock = load_stock(args.stock or DEFAULT_STOCK, args.stock_column)
     predictor = Predictor.load(args.model, args.device, dtype=args.dtype)
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device, dtype=args.dtype)
     try:

@@ -764,6 +764,20 @@ def test_cli_plan_refuses_a_json_output_named_as_another_format(tmp_path, capsys
     assert sorted(path.name for path in tmp_path.iterdir()) == ["stock.smi"]
 
 
+def test_cli_plan_reads_a_stock_whose_smiles_column_is_named_otherwise(tmp_path, capsys):
+    """A vendor's CSV with a canonical_smiles column was refused, and plan had no way to name the column, which
+    load_stock takes."""
+    (tmp_path / "stock.csv").write_text("id,canonical_smiles\nA1,NO\n")
+    out = tmp_path / "routes.json"
+    base = ["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--time-limit", "1",
+            "--allow-missing-atoms", "--out", str(out)]
+    assert main(base + ["--stock", str(tmp_path / "stock.csv"), "--stock-column", "canonical_smiles"]) == 0
+    assert json.loads(out.read_text())["routes"][0]["starting_materials"] == ["NO"]
+    capsys.readouterr()
+    assert main(base + ["--stock-column", "canonical_smiles"]) == 2
+    assert "error: --stock-column names the SMILES column of a CSV or workbook --stock" in capsys.readouterr().err
+
+
 def test_a_targets_stereo_the_model_does_not_read_is_told_in_the_json_and_by_the_cli(copy_predictor, tmp_path, capsys):
     """The Predict page and predict --smiles say where a query's stereo is not read (an @ RDKit drops, a CXSMILES's
     racemate); plan said nothing and planned for the molecule as read."""
