@@ -328,6 +328,10 @@ def test_a_speedup_measured_at_one_knob_setting_is_not_shown_for_another(copy_mo
     assert "Speedup" not in {m.label for m in at.metric}  # measure again at tau 3
     submit(at, "Measure speedup")
     assert "Speedup" in {m.label for m in at.metric} and timed == [1.0, 3.0]
+    # and the session's table tells the two bars apart, which read alike in the chart and in it
+    table = at.dataframe[-1].value
+    assert list(table["query"]) == ["Oc1ccncc1Cl"] * 2
+    assert [how.split(", ")[-1] for how in table["settings"]] == ["tau 1", "tau 3"]
 
 
 def test_answers_the_round_trip_check_could_not_check_are_not_called_an_earlier_prediction(copy_models, monkeypatch):

@@ -19,7 +19,7 @@ from molspec_core.io import InputFileError, csv_bytes, output_header, result_row
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
-from molspec_core.methods import METHODS, same_answers_partner, speedup_pair
+from molspec_core.methods import METHODS, SAMPLING_KNOBS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult
 from views import common
@@ -620,9 +620,10 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
                f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
                "medians of the decoding call.")
     records: dict = st.session_state.setdefault("speedups", {})
-    # the sampling knobs too: relaxed greedy's tau or a temperature moves the calls and the time
+    # the sampling knobs too: relaxed greedy's tau or a temperature moves the calls and the time; the last item, what
+    # they read as (measured_with), is the session table's
     key = (cfg.model, cfg.dtype, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment,
-           cfg.sampling)
+           cfg.sampling, measured_with(cfg, speculative))
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
@@ -638,7 +639,7 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
         measured = list(records.values())
         st.plotly_chart(session_chart(measured), key="session_speedups")
         with st.expander(SESSION_TABLE_LABEL):  # a chart's bars are no text a screen reader reads
-            st.dataframe(session_table(measured), hide_index=True)
+            st.dataframe(session_table(measured, [key[-1] for key in records]), hide_index=True)
 
 
 def show_speedup_record(record: Speedup) -> None:
@@ -683,13 +684,25 @@ def show_speedup_record(record: Speedup) -> None:
 SESSION_TABLE_LABEL = "The chart's bars as a table"
 
 
-def session_table(records: list[Speedup]) -> pd.DataFrame:
-    """The session chart's bars in words, numbered as the chart numbers them: a screen reader read the chart as its
-    labels run together ('0.33× 1. CC(=O)O.CCOSpeculative beam, exact 0 0.2 0.4'), and the speedups of the queries
-    measured before this one were in the chart alone."""
+def measured_with(cfg: Settings, speculative: str) -> str:
+    """The settings a speedup was measured under, beside its two methods ("5-best, 5 writings, int8 arithmetic";
+    "tau 3"): the same query measured in int8 and in float32, or at two knob settings, read alike in the table."""
+    label = common.method_label(speculative)
+    facts = [replace(cfg, method=speculative).describe().removeprefix(label).removeprefix(", ")]
+    if cfg.sampling is not None:
+        facts += [f"{knob.replace('_', '-')} {getattr(cfg.sampling, knob):g}" for knob in SAMPLING_KNOBS
+                  if knob in METHODS[speculative].knobs]
+    return ", ".join(fact for fact in facts if fact) or "float32 arithmetic"
+
+
+def session_table(records: list[Speedup], settings: list[str]) -> pd.DataFrame:
+    """The session chart's bars in words, numbered as the chart numbers them, with the settings each was measured
+    under (measured_with): a screen reader read the chart as its labels run together ('0.33× 1. CC(=O)O.CCOSpeculative
+    beam, exact 0 0.2 0.4'), and the speedups of the queries measured before this one were in the chart alone."""
     return pd.DataFrame([{"#": i, "query": r.query, "speculative": common.method_label(r.speculative.method),
-                          "standard": common.method_label(r.baseline.method), "speedup": f"{r.factor:.2f}×"}
-                         for i, r in enumerate(records, start=1)])
+                          "standard": common.method_label(r.baseline.method), "settings": how,
+                          "speedup": f"{r.factor:.2f}×"}
+                         for i, (r, how) in enumerate(zip(records, settings), start=1)])
 
 
 def session_chart(records: list[Speedup]) -> go.Figure:
