@@ -617,6 +617,11 @@ class Handler(BaseHTTPRequestHandler):
             if kind != "application/json":
                 raise RequestError("send the body as JSON with Content-Type: application/json",
                                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
+            encodings = [c.strip().lower() for v in self.headers.get_all("Content-Encoding") or []
+                         for c in v.split(",")]
+            if any(c not in ("", "identity") for c in encodings):  # a gzipped body was 'not UTF-8 (byte 0x8b ...)'
+                raise RequestError(f"Content-Encoding {', '.join(encodings)[:60]!r}: the body is read as sent; send "
+                                   "the JSON uncompressed", HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
             lengths = self.headers.get_all("Content-Length") or []
             if "Transfer-Encoding" in self.headers:  # with a Content-Length beside it, which one frames the body?
                 if lengths:                          # (request smuggling's way in)

@@ -3,6 +3,7 @@ request it cannot answer gets a status and a reason while the server goes on."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import logging
@@ -259,6 +260,10 @@ def test_the_transport_is_checked_before_any_work(address):
     body = json.dumps({"model": "forward", "smiles": AMIDE}).encode()
     # a web page can post text/plain across origins without asking first; JSON needs a preflight never granted
     assert call(address, "POST", "/predict", raw=body, headers={"Content-Type": "text/plain"})[0] == 415
+    # a compressed body was read as it came: 'the body is not UTF-8 (byte 0x8b at position 1)'
+    assert call(address, "POST", "/predict", raw=gzip.compress(body), headers={"Content-Encoding": "gzip"}) == (
+        415, {"error": "Content-Encoding 'gzip': the body is read as sent; send the JSON uncompressed"})
+    assert call(address, "POST", "/predict", raw=body, headers={"Content-Encoding": "identity"})[0] == 200
     # a web page reaching loopback through a name it controls (DNS rebinding) sends that name as its Host
     status, payload = call(address, "POST", "/predict", raw=body, headers={"Host": "evil.example:80"})
     assert status == 403 and "localhost only" in payload["error"]
