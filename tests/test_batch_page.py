@@ -113,12 +113,13 @@ def test_run_batch_pressed_again_on_the_same_file_takes_the_run_up(copy_models, 
 
 
 def test_the_progress_line_counts_rows_done_not_predicted():
-    """The bar read "Predicted 4 of 7 queries" with a rejected row among the 4."""
+    """The bar read "Predicted 4 of 7 queries" with a rejected row among the 4. It said that leaving the page kept the
+    rows done, and a reload of the tab (seen in Chromium) lost every one: it names what keeps them and what not."""
     from views.batch import Run, progress_text
 
     run = Run((), "q.txt", None, QueryFile(["CCO", "", "xyz", "CCN"] + [""] * 3), done=4, rejected=[3])
-    assert progress_text(run) == ("q\\.txt: 4 of 7 rows done (1 rejected). Stopping, or leaving the page, keeps the "
-                                  "rows done.")
+    assert progress_text(run) == ("q\\.txt: 4 of 7 rows done (1 rejected). Stopping, or opening another page of "
+                                  "the app, keeps the rows done; reloading or closing the tab loses them.")
 
 
 def test_blank_rows_are_skipped_and_counted_apart_from_rejected_queries(copy_models, monkeypatch, asked):

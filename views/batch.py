@@ -328,10 +328,12 @@ def predict_one(predictor: Predictor, forward: Predictor | None, run: Run, query
 
 
 def progress_text(run: Run) -> str:
-    """The bar's line: records, not predictions (a rejected or blank row is done, not predicted)."""
+    """The bar's line: records, not predictions (a rejected or blank row is done, not predicted). The rows live in
+    the browser tab's session: another page of the app keeps them, a reload or a closed tab starts a new session
+    without them (the line said "leaving the page keeps the rows done", and a reload lost them all)."""
     rejected = f" ({run.n_rejected:,} rejected)" if run.n_rejected else ""
     return (f"{common.md_escape(run.file_name)}: {run.done:,} of {run.total:,} rows done{rejected}. Stopping, or "
-            "leaving the page, keeps the rows done.")
+            "opening another page of the app, keeps the rows done; reloading or closing the tab loses them.")
 
 
 def summarize(run: Run) -> BatchResult:
