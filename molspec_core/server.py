@@ -668,7 +668,13 @@ class Handler(BaseHTTPRequestHandler):
             return json.loads(text, parse_constant=_no_constant, parse_int=_whole_number, object_pairs_hook=_once)
         except RequestError:
             raise
-        except (json.JSONDecodeError, ValueError) as exc:
+        except json.JSONDecodeError as exc:
+            if exc.msg == "Extra data":  # JSON Lines, or objects one after another: 'not JSON: Extra data: line 2'
+                raise RequestError(f"the body goes on after its JSON value, at line {exc.lineno}, column "
+                                   f"{exc.colno}; send one object, its queries as a list: "
+                                   '{"smiles": ["CCO", "CCN"]}') from None
+            raise RequestError(f"the body is not JSON: {exc}") from None
+        except ValueError as exc:  # a constant JSON does not allow (_no_constant)
             raise RequestError(f"the body is not JSON: {exc}") from None
         except RecursionError:  # json reads arrays and objects within each other recursively
             raise RequestError("the body's JSON is nested too deeply") from None

@@ -186,6 +186,10 @@ def test_a_request_that_cannot_be_answered_says_why_and_the_server_goes_on(addre
 
 
 @pytest.mark.parametrize("raw, says", [(b'{"smiles": "CCO", "model": "forward"', "not JSON"),
+                                       # JSON Lines: 'the body is not JSON: Extra data: line 2 column 1 (char 18)'
+                                       (b'{"smiles": "CCO"}\n{"smiles": "CCN"}\n',
+                                        "the body goes on after its JSON value, at line 2, column 1; "
+                                        'send one object, its queries as a list: {"smiles": ["CCO", "CCN"]}'),
                                        # curl -d '' (or a client that lost its body): 'Expecting value: line 1 ...'
                                        (b"", 'the body is empty: send a JSON object, such as {"smiles": "CCO"}'),
                                        (b" \r\n", "the body is empty"),
