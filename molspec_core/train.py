@@ -8,7 +8,8 @@ exports then hold, stands in for the annealing (stochastic weight averaging, Izm
 Every `export_every_minutes` the weights are written as float16 safetensors shards of at most 15 MB (a
 loadable model folder plus `train_state.json`) into `export_dir`, and `resume` continues a run from such
 a folder. That is the whole contract with the GPU machine, whose only way back is its output folder
-(tools/gpu_train.md).
+(tools/gpu_train.md). A run stopped by Ctrl-C or SIGTERM first saves out/last and an export of the steps it made,
+so the same command continues from there.
 
 This module imports no RDKit: the GPU machine has none, and the data arrive tokenized.
 """
@@ -37,7 +38,7 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .argtypes import Bounds, Choice, argtype
-from .boundary import guarded
+from .boundary import Terminated, guarded
 from .data import load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
@@ -1111,83 +1112,106 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
     bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state, multiple)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
-    while not done:
-        lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group.get("scale", 1.0)
-        # No host sync in a step (no .item(), int() or bool() of a device value): on a GPU the host
-        # then queues the next step's kernels while this one runs. The loss is read only when logged.
-        micro = [collate(next(batches), train_src, train_tgt, device, multiple) for _ in range(cfg.accum)]
-        for src, tgt_in, _ in micro:  # shapes are host metadata: reading them is no device sync
-            if (shape := (*src.shape, tgt_in.shape[1])) not in shapes_seen:
-                shapes_seen.add(shape)
-                new_shapes += 1
-        n_target = sum((t_out != PAD_ID).sum() for _, _, t_out in micro)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum, kl_sum = passes(micro, n_target)  # logged: the loss where the weights are
-        if cfg.sam:  # the same batches again at the probed point; their gradient is the one applied
-            with sharpness_probe([p for p in model.parameters() if p.grad is not None], cfg.sam):
-                optimizer.zero_grad(set_to_none=True)
-                passes(micro, n_target)
-        if pairs is not None:  # drawn by step, so a resumed run draws what it would have
-            rows = random.Random(cfg.seed * 1_000_003 + state["step"]).sample(range(len(pairs[0])),
-                                                                             min(cfg.pair_rows, len(pairs[0])))
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                hinge, read = ranking_hinge(forward, rows, pairs, cfg.pair_margin, device, multiple, cfg.pair_at)
-            (cfg.pair_weight * hinge).backward()
-            hinge_sum += hinge.detach()
-            hinge_steps += 1
-            state["tokens"] += read
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if average is not None:
-            average.update()
-        state["step"] += 1
-        state["seconds"] = time.time() - started
-        bar.update(1)
-        if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
-            spent = time.time() - last_log
-            log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s; batch shapes new %d (%d seen)%s",
-                     state["seconds"] / 60, (state["step"] - steps_then) / spent,
-                     (state["tokens"] - tokens_then) / spent,
-                     new_shapes, len(shapes_seen), allocator_note(device))
-            last_log, steps_then, tokens_then, new_shapes = time.time(), state["step"], state["tokens"], 0
-            bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
-        done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
-        validating = state["step"] % cfg.eval_every == 0 or done
-        exporting = done or time.time() - last_export > cfg.export_every_minutes * 60
-        saving = done or time.time() - last_save > cfg.export_every_minutes * 60
-        if validating or exporting or saving:  # NaN weights once went into every export, best/ and last/
-            check_finite(model, float(loss_sum / n_target), state["step"], kept)
-        if validating:
-            with averaged():
-                metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
-            metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
-                           loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
-            if cfg.rdrop:  # the last step's, as "loss" is
-                metrics["rdrop_kl"] = round(float(kl_sum / n_target), 4)
-            if teacher is not None:  # the last step's KL (or TV) a token, then the validation rows' (teacher_agreement)
-                metrics[f"train_teacher_{cfg.teacher_loss}"] = round(float(kl_sum / n_target), 4)
+    saved_step = state["step"]  # the step out/last holds
+    try:
+        while not done:
+            lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
+            for group in optimizer.param_groups:
+                group["lr"] = lr * group.get("scale", 1.0)
+            # No host sync in a step (no .item(), int() or bool() of a device value): on a GPU the host
+            # then queues the next step's kernels while this one runs. The loss is read only when logged.
+            micro = [collate(next(batches), train_src, train_tgt, device, multiple) for _ in range(cfg.accum)]
+            for src, tgt_in, _ in micro:  # shapes are host metadata: reading them is no device sync
+                if (shape := (*src.shape, tgt_in.shape[1])) not in shapes_seen:
+                    shapes_seen.add(shape)
+                    new_shapes += 1
+            n_target = sum((t_out != PAD_ID).sum() for _, _, t_out in micro)
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum, kl_sum = passes(micro, n_target)  # logged: the loss where the weights are
+            if cfg.sam:  # the same batches again at the probed point; their gradient is the one applied
+                with sharpness_probe([p for p in model.parameters() if p.grad is not None], cfg.sam):
+                    optimizer.zero_grad(set_to_none=True)
+                    passes(micro, n_target)
+            if pairs is not None:  # drawn by step, so a resumed run draws what it would have
+                rows = random.Random(cfg.seed * 1_000_003 + state["step"]).sample(range(len(pairs[0])),
+                                                                                 min(cfg.pair_rows, len(pairs[0])))
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+                    hinge, read = ranking_hinge(forward, rows, pairs, cfg.pair_margin, device, multiple, cfg.pair_at)
+                (cfg.pair_weight * hinge).backward()
+                hinge_sum += hinge.detach()
+                hinge_steps += 1
+                state["tokens"] += read
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            if average is not None:
+                average.update()
+            state["step"] += 1
+            state["seconds"] = time.time() - started
+            bar.update(1)
+            if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
+                spent = time.time() - last_log
+                log.info("speed at %.1f min: %.1f steps/s, %.0f tokens/s; batch shapes new %d (%d seen)%s",
+                         state["seconds"] / 60, (state["step"] - steps_then) / spent,
+                         (state["tokens"] - tokens_then) / spent,
+                         new_shapes, len(shapes_seen), allocator_note(device))
+                last_log, steps_then, tokens_then, new_shapes = time.time(), state["step"], state["tokens"], 0
+                bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
+            done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
+            validating = state["step"] % cfg.eval_every == 0 or done
+            exporting = done or time.time() - last_export > cfg.export_every_minutes * 60
+            saving = done or time.time() - last_save > cfg.export_every_minutes * 60
+            if validating or exporting or saving:  # NaN weights once went into every export, best/ and last/
+                check_finite(model, float(loss_sum / n_target), state["step"], kept)
+            if validating:
                 with averaged():
-                    metrics.update(teacher_agreement(model, teacher, val_src, val_tgt, device, multiple,
-                                                     cfg.teacher_temperature))
-            if hinge_steps:
-                metrics["pair_hinge"] = round(float(hinge_sum) / hinge_steps, 4)
-                hinge_sum, hinge_steps = torch.zeros((), device=device), 0
-            state["history"].append(metrics)
-            log.info("validation %s", metrics)
-            if metrics["greedy_exact_match"] > state["best_exact"]:
-                state["best_exact"] = metrics["greedy_exact_match"]
+                    metrics = validate(model, val_src, val_tgt, device, cfg.val_greedy_rows, use_amp, multiple)
+                metrics.update(step=state["step"], minutes=round(state["seconds"] / 60, 1), lr=lr,
+                               loss=round(float(loss_sum / n_target), 4), tokens=state["tokens"])
+                if cfg.rdrop:  # the last step's, as "loss" is
+                    metrics["rdrop_kl"] = round(float(kl_sum / n_target), 4)
+                # the last step's KL (or TV) a token, then the validation rows' (teacher_agreement)
+                if teacher is not None:
+                    metrics[f"train_teacher_{cfg.teacher_loss}"] = round(float(kl_sum / n_target), 4)
+                    with averaged():
+                        metrics.update(teacher_agreement(model, teacher, val_src, val_tgt, device, multiple,
+                                                         cfg.teacher_temperature))
+                if hinge_steps:
+                    metrics["pair_hinge"] = round(float(hinge_sum) / hinge_steps, 4)
+                    hinge_sum, hinge_steps = torch.zeros((), device=device), 0
+                state["history"].append(metrics)
+                log.info("validation %s", metrics)
+                if metrics["greedy_exact_match"] > state["best_exact"]:
+                    state["best_exact"] = metrics["greedy_exact_match"]
+                    with averaged():
+                        save_best(out / "best", model, vocab, state,
+                                  {**meta, "step": state["step"], "validation": metrics})
+            if exporting:
                 with averaged():
-                    save_best(out / "best", model, vocab, state,
-                              {**meta, "step": state["step"], "validation": metrics})
-        if exporting:
-            with averaged():
-                export(export_dir, model, vocab, state, meta)
-            last_export = time.time()
-        if saving:
-            save_state(out / "last", model, vocab, optimizer, state, meta, average)
-            last_save = time.time()
+                    export(export_dir, model, vocab, state, meta)
+                last_export = time.time()
+            if saving:
+                save_state(out / "last", model, vocab, optimizer, state, meta, average)
+                last_save, saved_step = time.time(), state["step"]
+    except (KeyboardInterrupt, Terminated):
+        # Ctrl-C or SIGTERM: the steps since the last save are kept (they were lost, the whole run when it came
+        # before the first save), so the same command continues from here; a second Ctrl-C stops the save, and the
+        # next run recovers the folders as after any interrupted save
+        bar.close()
+        if state["step"] > saved_step:
+            state["seconds"] = time.time() - started
+            try:
+                check_finite(model, 0.0, state["step"], kept)
+            except TrainingDiverged as exc:
+                log.warning("interrupted: %s", exc)
+            else:
+                log.warning("interrupted at step %d: saving %s and %s (the same command continues from %s)",
+                            state["step"], out / "last", export_dir, out / "last")
+                for folder in (out / "last", out / "best", export_dir):  # a save the interrupt cut short
+                    recover_folder(folder)
+                save_state(out / "last", model, vocab, optimizer, state, meta, average)
+                with averaged():
+                    export(export_dir, model, vocab, state, meta)
+        raise
     bar.close()
     return state
 

@@ -13,6 +13,7 @@ import torch
 
 import molspec_core.train as train_module
 from molspec_core import checkpoint
+from molspec_core.boundary import Terminated
 from molspec_core.data import Pair, save_arrays, write_splits
 from molspec_core.tokenizer import Vocab
 from molspec_core.train import TrainConfig, TrainingDiverged, add_arguments, main, train
@@ -339,6 +340,25 @@ def test_a_save_interrupted_between_its_renames_is_recovered_not_restarted(data,
     assert "recovered it from" in caplog.text and "resumed from" in caplog.text
     assert state["step"] == 8 and json.loads((tmp_path / "run" / "last" / "train_state.json").read_text())["step"] == 8
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["best", "export", "last"]
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, Terminated])
+def test_ctrl_c_or_sigterm_saves_the_steps_made_and_the_same_command_goes_on(signal, data, tmp_path, monkeypatch):
+    real = train_module.learning_rate
+
+    def stop_at_step_4(cfg, peak, step, *rest):
+        if step == 4:
+            raise signal
+        return real(cfg, peak, step, *rest)
+
+    monkeypatch.setattr(train_module, "learning_rate", stop_at_step_4)
+    with pytest.raises(signal):  # before the first save (every 5 minutes): the run was lost, its folder removed
+        run(data, tmp_path / "run", max_steps=6)
+    for folder in ("last", "export"):
+        assert json.loads((tmp_path / "run" / folder / "train_state.json").read_text())["step"] == 3
+    monkeypatch.setattr(train_module, "learning_rate", real)
+    assert run(data, tmp_path / "run", max_steps=6)["step"] == 6
+    assert json.loads((tmp_path / "run" / "last" / "train_state.json").read_text())["step"] == 6
 
 
 def test_best_is_replaced_whole_or_not_at_all(data, tmp_path, monkeypatch, caplog):
