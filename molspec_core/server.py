@@ -85,6 +85,8 @@ PROBE_WAIT_S = 0.05
 STOP_GRACE_S = 10.0
 STOPPING = "the server is stopping; send the request again once it is back"
 CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
+# a client's text in the log, its control characters (C0, DEL, C1) written as \xNN: a terminal does not act on them
+CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 DIGITS = re.compile(r"[0-9]{1,20}")
 HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk's size
@@ -798,8 +800,8 @@ class Handler(BaseHTTPRequestHandler):
             why = (f"did not read its answer of {len(data):,} bytes (a part every {self.timeout:g} s, "
                    f"{WRITE_MIN_RATE // 1024} KiB/s in all)" if isinstance(exc, TimeoutError)
                    else f"went away before its answer ({exc})")
-            log.info("%s %s %s: the client %s", self.address_string(), self.command, getattr(self, "path", "")[:80],
-                     why)  # no path where the request line could not be read
+            asked = f"{self.command} {getattr(self, 'path', '')[:80]}"  # no path where the line could not be read
+            log.info("%s %s: the client %s", self.address_string(), asked.translate(CONTROL_ESCAPES), why)
 
     def _write(self, data: bytes) -> None:
         """An answer's body, in parts, each sent within the timeout (one send's timeout bounded it whole, and cut a
@@ -818,7 +820,10 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.timeout)
 
     def log_message(self, format: str, *args: object) -> None:
-        log.info("%s %s", self.address_string(), format % args)
+        """Every line the standard library logs (each request, each error), its control characters escaped: a
+        request line's ESC and CR went to the operator's terminal as sent (colours, a line overwritten by a
+        forged one), which the standard library's own log_message, replaced here, escapes."""
+        log.info("%s %s", self.address_string(), (format % args).translate(CONTROL_ESCAPES))
 
 
 def _no_constant(name: str) -> None:

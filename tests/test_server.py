@@ -429,6 +429,18 @@ def test_a_body_that_stops_short_gets_408_and_closes_without_a_traceback(models,
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]  # was a 500 and two tracebacks
 
 
+def test_a_clients_control_characters_reach_the_log_escaped(address, caplog):
+    """The log took a request line as sent: its ESC sequences coloured the operator's terminal, and a CR let a forged
+    line overwrite the real one."""
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        with socket.create_connection(address, timeout=30) as raw:
+            raw.sendall(b"GET /x\x1b[31m\rforged HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            assert b"".join(iter(lambda: raw.recv(65536), b"")).startswith(b"HTTP/1.1 400 ")
+    logged = [r.getMessage() for r in caplog.records]
+    assert any('"GET /x\\x1b[31m\\x0dforged HTTP/1.1" 400' in line for line in logged), logged
+    assert not [line for line in logged if "\x1b" in line or "\r" in line]
+
+
 def test_a_client_that_goes_away_before_its_answer_is_logged_quietly(models, caplog):
     running = server.serve([models["forward"]], "127.0.0.1", 0)
     asked, answer = threading.Event(), threading.Event()
