@@ -351,3 +351,31 @@ def test_answers_the_round_trip_check_could_not_check_are_not_called_an_earlier_
     predict(at, "C1CC")  # a refused query: its error, and the unchecked answers still say they are unchecked
     assert "not a valid SMILES" in texts(at.error) and "last successful prediction" in texts(at.caption)
     assert "these answers are not checked" in texts(at.warning)
+
+
+def test_a_query_stopped_before_its_answers_says_the_answers_below_are_the_last_querys(copy_models, monkeypatch):
+    """Stop pressed while a new query decoded: the page came back with the new query in the field over the last
+    query's answers, without a word that the new one had not been predicted."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    from molspec_core.service import Predictor
+
+    plain = Predictor.predict
+
+    def stopped(self, query, **options):
+        if query == "Clc1ccncc1":
+            raise StopException()  # as Streamlit stops a script at its next call once Stop is pressed
+        return plain(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", stopped)
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    assert not [c for c in texts(at.caption).split(" | ") if "not been predicted" in c]
+    predict(at, "Clc1ccncc1")
+    at.run()  # the next run, after the stop (a sidebar change, say)
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "Clc1ccncc1"
+    assert at.session_state["shown"].result.query == "Oc1ccncc1"
+    assert "Below: the answers to Oc1ccncc1. The query in the field has not been predicted" in texts(at.caption)
+    predict(at, "Oc1ccncc1")
+    assert "has not been predicted" not in texts(at.caption)

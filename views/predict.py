@@ -919,6 +919,10 @@ def main() -> None:
         st.caption(f"Showing the last prediction, made with the model {common.md_escape(shown.settings.model)}.")
     elif ss.get("query_error"):
         st.caption("Below: the last successful prediction.")
+    elif ss.get("query_text", "") != shown.typed:  # Stop pressed while the query in the field decoded: its answers
+        # were never kept, and the field's query sat over the last one's answers without a word
+        st.caption(common.md_escape(f"Below: the answers to {common.short(shown.typed, 80)}. The query in the field "
+                                    "has not been predicted: press Predict."))
 
     show_query(shown)
     common.section("Predictions")
