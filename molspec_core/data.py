@@ -35,6 +35,7 @@ import io
 import json
 import logging
 import lzma
+import os
 import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -510,6 +511,19 @@ def check_new_out(out: Path) -> None:
                          "stats.json among them")
 
 
+def check_can_write(flag: str, folder: Path, at: Path) -> None:
+    """Refuse, before any work, a `folder` a command could not write (`at`: where its files are made): train's first
+    export made --export-dir and failed ("Not a directory") after the minutes trained, before out/last was saved;
+    prepare-data read and converted the reactions for minutes, then could not make --out."""
+    existing = at
+    while not (existing.exists() or existing.is_symlink()) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {folder}: {existing} is a file, so nothing could be written there; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {folder}: {existing} is not writable; give a folder you may write in")
+
+
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
             vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "", rows_before: int = 0) -> dict:
     if task not in TASKS:
@@ -531,6 +545,7 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
         raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, "
                          "retro's root-aligned)")
     check_new_out(out)
+    check_can_write("--out", out, out)
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment)

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import random
 import re
 import shutil
@@ -39,7 +38,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .argtypes import Bounds, Choice, argtype
 from .boundary import Terminated, guarded
-from .data import load_arrays
+from .data import check_can_write, load_arrays
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
 from .model import PRESETS, ModelConfig, Seq2SeqTransformer, plan_free_attention, preset
@@ -694,18 +693,6 @@ def check_export_dir(export_dir: Path, out: Path, data: Path, sources: list[tupl
         held = f"holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}" if others else f"lacks {STATE_MARK}"
         raise ValueError(f"--export-dir {export_dir} is not an export this trainer wrote (it {held}); each export "
                          "replaces the folder whole: give a new or empty folder")
-
-
-def check_can_write(flag: str, folder: Path, at: Path) -> None:
-    """Refuse, before any work, a `folder` the run could not write (`at`: where its files are made): the first
-    export made --export-dir and failed ("Not a directory") after the minutes trained, before out/last was saved."""
-    existing = at
-    while not (existing.exists() or existing.is_symlink()) and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"{flag} {folder}: {existing} is a file, so the run could not write there; give a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {folder}: {existing} is not writable; give a folder the run may write in")
 
 
 # ---- where a run starts from -------------------------------------------------------------------------------

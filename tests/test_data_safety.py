@@ -47,3 +47,12 @@ def test_an_empty_training_split_is_warned_of(tmp_path, caplog):
         in caplog.text and "the test split is empty" in caplog.text
     assert json.loads((tmp_path / "out" / "stats.json").read_text())["train"] == 0
     assert load_arrays(tmp_path / "out" / "train.npz") == ([], [])
+
+
+@pytest.mark.parametrize("task", ["forward", "retro"])
+def test_prepare_refuses_an_out_it_could_not_make_before_any_work(task, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")  # minutes of work, then "Not a directory" at the first write
+    with pytest.raises(ValueError, match=r"--out .*notes.txt/data: .*notes.txt is a file, so nothing could be "
+                                         "written there"):
+        prepare(task, tmp_path / "no_shared_data", tmp_path / "notes.txt" / "data", n_val=1, workers=1)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
