@@ -472,6 +472,8 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
     whose stats name the stop), or None where they could not be read: the caller keeps them."""
     if predictor.task == "forward":
         raise ValueError(f"planning needs a retrosynthesis model; {predictor.path.name} predicts forward")
+    if forward is not None and forward.task != "forward":  # check_round_trip's refusal came mid-search
+        raise ValueError(f"the round-trip check needs a forward model; {forward.path.name} is a {forward.task} model")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown search algorithm {algorithm!r}; choose {' or '.join(ALGORITHMS)}")
     check_time_limit(time_limit_s)

@@ -593,6 +593,14 @@ def test_plan_refuses_a_forward_model(copy_forward):
         plan("NCCO", copy_forward, Stock(["NO"]), time_limit_s=1.0)
 
 
+def test_plan_refuses_a_round_trip_checker_that_is_no_forward_model_before_it_searches(copy_predictor, monkeypatch):
+    """--forward retro was refused only once the target's expansion had been decoded (minutes on a CPU), from
+    inside the search."""
+    stop_at_expansion(monkeypatch, 1, AssertionError)  # no expansion may start
+    with pytest.raises(ValueError, match="the round-trip check needs a forward model; copy_model is a"):
+        plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=1.0, forward=copy_predictor, settings=COPY)
+
+
 # ---- the stock --------------------------------------------------------------------------------------
 
 
