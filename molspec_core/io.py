@@ -396,15 +396,22 @@ def query_columns(column: str | None, task: str | None = None) -> tuple[str, ...
 
 
 def query_column(fields: Sequence[str], column: str | None, task: str | None = None) -> int | None:
-    """Where a header names the query column: the first of query_columns it holds, as written, else in any case and
-    without spaces around it (a ChEMBL export's "Smiles"); None if nowhere."""
+    """Where a header names the query column: the first of query_columns it holds, as written, else as column_key
+    folds both (a ChEMBL export's "Smiles"); None if nowhere."""
     if column and column in fields:
         return fields.index(column)
-    folded = [field.strip().casefold() for field in fields]
-    for wanted in (name.strip().casefold() for name in query_columns(column, task)):
+    folded = [column_key(field) for field in fields]
+    for wanted in map(column_key, query_columns(column, task)):
         if wanted in folded:
             return folded.index(wanted)
     return None
+
+
+def column_key(name: str) -> str:
+    """A column's name as query_column compares it: in any case, each run of white space one space, none around it. A
+    header wrapped in Excel (Alt+Enter: "SMILES\n(canonical)") could not be named at all: the app's one-line box and
+    a command line give no line break, and the error listed the name with its \n."""
+    return " ".join(name.split()).casefold()
 
 
 def _expected(column: str | None) -> str:

@@ -265,6 +265,22 @@ def test_a_query_column_is_found_in_any_case_and_without_spaces_around_its_name(
     assert table.queries == ["CCO"] and len(table.columns) == fields - 1
 
 
+def test_a_header_wrapped_over_two_lines_is_named_with_a_space(tmp_path):
+    """A header wrapped in Excel (Alt+Enter) holds a line break, which neither the page's one-line box nor a command
+    line can type: such a workbook's or CSV's query column could not be named at all."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.append(["ID", "SMILES\n(canonical)", "Product\n  SMILES"])
+    book.active.append(["c1", "CCO", "CC=O"])
+    book.save(tmp_path / "w.xlsx")
+    table = read_queries(tmp_path / "w.xlsx", column="smiles (canonical)")
+    assert table.queries == ["CCO"] and table.columns == ("ID", "Product\n  SMILES")
+    assert read_queries(tmp_path / "w.xlsx", column="Product SMILES").queries == ["CC=O"]
+    (tmp_path / "w.csv").write_text('ID,"SMILES\n(canonical)"\nc1,CCO\n')
+    assert read_queries(tmp_path / "w.csv", column="SMILES (canonical)").queries == ["CCO"]
+
+
 def test_a_retro_read_takes_the_product_column_where_a_table_names_reactants_too(tmp_path):
     """The Batch page's retrosynthesis read a reactants,product file's reactants as its queries, without a word."""
     (tmp_path / "rp.csv").write_text("reactants,product\nCC(=O)Cl.Nc1ccccc1,CC(=O)Nc1ccccc1\n")
