@@ -27,6 +27,9 @@ STYLE = """<style>
 [data-testid="stMain"] :is(button, a, summary, [role="tab"], div[tabindex="0"], canvas):focus-visible {
   outline: 2px solid #1f6f8b; outline-offset: 1px; }
 [data-testid="stMain"] div[role="tab"]:focus-visible { outline-offset: -2px; }  /* inside: the tab list clips outside */
+/* Streamlit draws a caption at 60% opacity, 3.9:1 on white and on the sidebar's grey, under WCAG's 4.5:1 for text of
+   its size; the app says much in captions (device and engine, the query line, what the rings mean): 5.3:1 or more */
+div[data-testid="stCaptionContainer"] { opacity: 0.72; }
 /* The app's name in the sidebar, no heading, at the size the sidebar's title had (common.render_sidebar) */
 .st-key-app_name p { font-size: 1.5rem; font-weight: 600; line-height: 1.2; }
 /* Level-2 section headings at the size of level 3, and each answer's "Rank k" heading at the size of bold text:
