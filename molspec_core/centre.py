@@ -2,9 +2,9 @@
 
 The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone: each
 product atom is traced to a reactant by the largest substructure the two share (RDKit's maximum common
-substructure, elements matched, any bond order), the reactant with the largest share first (its atoms aromatic
-in both or in neither counted: a solvent's benzene ring is no source of a ring the reaction made), then the
-next on the product atoms still untraced; then bond by bond from traced atoms into their reactants' untraced
+substructure, elements matched, any bond order), the reactant with the largest share first (an aromatic atom
+laid on one out of an aromatic ring counted half: a solvent's benzene is no source of a ring the reaction made),
+then the next on the product atoms still untraced; then bond by bond from traced atoms into their reactants' untraced
 neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined
 or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between
 two carbons is then the one whose carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the
@@ -165,7 +165,7 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
     ring_made = rings_apart and product.GetRingInfo().NumRings() > sum(m.GetRingInfo().NumRings() for m in molecules)
     while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
         part, kept = untraced_part(product, owner)
-        best: tuple[tuple[int, int], int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None
+        best: tuple[int, int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None
         for k in sorted(unused):
             if time.monotonic() - started > DEADLINE_S:
                 break
@@ -187,15 +187,17 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
 
 
 def _evidence(product: Chem.Mol, molecule: Chem.Mol, in_product: tuple[int, ...], in_reactant: tuple[int, ...]
-              ) -> tuple[int, int]:
-    """How surely a shared substructure traces the product's atoms to `molecule`: its atoms that are aromatic in both
-    or in neither, then its size. Few reactions make or unmake an aromatic ring, and where one does, the ring's atoms
-    come from one reactant, which no other shares them with; but a forward query's solvent does: toluene's seven
-    carbons, laid on a Diels-Alder adduct's cyclohexene and its ester carbon, came before the acrylate's five, and
-    the adduct was marked nearly whole (the diene and the acrylate's C=C then traced bond by bond)."""
-    alike = sum(product.GetAtomWithIdx(p).GetIsAromatic() == molecule.GetAtomWithIdx(r).GetIsAromatic()
-                for p, r in zip(in_product, in_reactant))
-    return alike, len(in_product)
+              ) -> int:
+    """How surely a shared substructure traces the product's atoms to `molecule`: twice its size, less its
+    reactant's aromatic atoms laid on atoms the product has out of an aromatic ring. A forward query's aromatic
+    solvent shares a ring with a ring the reaction made: toluene's seven carbons, laid on a Diels-Alder adduct's
+    cyclohexene and its ester carbon, came before the acrylate's five, and the adduct was marked nearly whole. An
+    arene reduced (a pyridine hydrogenated in acetic acid) keeps its own ring's share, half counted, ahead of a
+    solvent's smaller one; a ring made aromatic (a cyclohexanone to a phenol) loses nothing, so an aromatic solvent
+    that shares the new ring does not take it."""
+    lost = sum(molecule.GetAtomWithIdx(r).GetIsAromatic() and not product.GetAtomWithIdx(p).GetIsAromatic()
+               for p, r in zip(in_product, in_reactant))
+    return 2 * len(in_product) - lost
 
 
 def _grow(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]]) -> None:

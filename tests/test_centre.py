@@ -104,6 +104,19 @@ def test_an_aromatic_solvent_is_not_laid_on_a_ring_the_reaction_made():
     assert max(in_toluene.reactant_atoms) < 10 and not in_toluene.leaving_atoms  # no toluene atom (10-16) in it
 
 
+@pytest.mark.parametrize("reactants, product", [
+    # an arene reduced in an acid: the pyridine's ring, half counted, still outweighs the acetic acid's C-C(=O)O
+    ("OC(=O)c1cccnc1.CC(=O)O", "OC(=O)C1CCCNC1"),
+    # a ring made aromatic in an aromatic solvent: the benzene is no source of the phenol's ring
+    ("O=C1CCCCC1.c1ccccc1", "Oc1ccccc1"),
+])
+def test_a_ring_reduced_or_made_aromatic_is_traced_to_its_own_reactant_not_a_solvent(reactants, product):
+    found = reaction_centre(reactants, product)
+    first = Chem.MolFromSmiles(reactants.split(".")[0]).GetNumAtoms()
+    assert found is not None and found.traced == found.atoms
+    assert max(found.reactant_atoms) < first  # the first molecule's atoms only
+
+
 def test_a_reagent_that_shares_one_atom_with_the_product_is_not_traced_into_it():
     # ethanol left out of the query: water (atom 4) could stand in for the ester's oxygen, one atom alone
     found = reaction_centre("CC(=O)Cl.O", "CC(=O)OCC")
