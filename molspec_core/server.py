@@ -51,7 +51,7 @@ from urllib.parse import SplitResult, urlsplit
 from .io import QueryFile
 from .known import known_rank, with_recorded
 from .limits import Abandoned, abandon_when
-from .methods import METHODS, SamplingOptions, readers_of
+from .methods import METHODS, SamplingOptions, readers_of, unread_knobs
 from .roundtrip import check_round_trip
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult,
                       windows)
@@ -172,7 +172,7 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
              for key in SAMPLING_KEYS if key in body}
     if knobs:
         options["sampling"] = SamplingOptions(**knobs)
-    _refuse_unread(body, options.get("method", DEFAULT_METHOD))
+    _refuse_unread(options, options.get("method", DEFAULT_METHOD))
     round_trip = _model(body, "round_trip", models, "forward") if "round_trip" in body else None
     if round_trip is not None and predictor.task != "retro":
         raise RequestError(f"'round_trip' checks retrosynthesis answers; {predictor.path.name} is a "
@@ -188,15 +188,12 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
     return Request(predictor, smiles, options, round_trip, round_trip_k)  # type: ignore[arg-type]
 
 
-def _refuse_unread(body: Mapping, method: str) -> None:
+def _refuse_unread(options: Mapping, method: str) -> None:
     """Refuse draft_len or n_drafts, or a sampling knob off its default (temperature 0.8 for beam search), that
-    `method` does not read, naming the methods that do, as `molspec predict` refuses its flags: a setting that
-    played no part was taken for one that did."""
-    defaults = SamplingOptions()
-    for key in ("draft_len", "n_drafts", *SAMPLING_KEYS):
-        given = key in body and (key not in SAMPLING_KEYS or body[key] != getattr(defaults, key))
-        if given and key not in METHODS[method].knobs:
-            raise RequestError(f"{method} does not read {key!r}; the methods that do: {readers_of(key)}")
+    `method` does not read (methods.unread_knobs), naming the methods that do, as `molspec predict` refuses its
+    flags: a setting that played no part was taken for one that did."""
+    for knob in unread_knobs(method, options.get("draft_len"), options.get("n_drafts"), options.get("sampling"))[:1]:
+        raise RequestError(f"{method} does not read {knob!r}; the methods that do: {readers_of(knob)}")
 
 
 def _model(body: Mapping, key: str, models: Mapping[str, Predictor], task: str | None) -> Predictor:
