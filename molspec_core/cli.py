@@ -266,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
     p.add_argument("--forward", default="forward", help="forward model that checks each step round trip, or none")
+    p.add_argument("--round-trip-k", type=at_least(1, 10), help="the product must come back within the forward "
+                   "model's top-k for a step's round-trip flag (default 1; the Routes page's sidebar sets it)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="what both models' decoder calls compute with: "
                    "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")
@@ -1096,6 +1098,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if model is not None:
             outside_model(args.out, out, model)
             outside_model(csv_given, csv_out, model)
+    if args.round_trip_k is not None and args.forward.lower() == "none":  # a flag no step would carry
+        raise ValueError("--round-trip-k sets the round-trip check of --forward's model: not with --forward none")
     if args.stock_column and not args.stock:  # the default stock is one SMILES per line
         raise ValueError("--stock-column names the SMILES column of a CSV or workbook --stock: give --stock")
     stock = load_stock(args.stock or DEFAULT_STOCK, args.stock_column)
@@ -1105,7 +1109,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = plan(args.smiles, predictor, stock, args.time_limit, args.algorithm, args.max_routes,
                       forward=forward, settings=PlanSettings(n_best=args.n_best, max_steps=args.max_steps,
                                                              check_atoms=not args.allow_missing_atoms,
-                                                             augment=args.augment))
+                                                             augment=args.augment, round_trip_k=args.round_trip_k or 1))
     except BaseException as stop:  # Ctrl-C, SIGTERM, a failure: the routes found by then are written and shown
         partial = getattr(stop, "partial_result", None)
         if partial is not None:

@@ -786,6 +786,21 @@ def test_cli_plan_reads_a_stock_whose_smiles_column_is_named_otherwise(tmp_path,
     assert "error: --stock-column names the SMILES column of a CSV or workbook --stock" in capsys.readouterr().err
 
 
+def test_cli_plan_takes_the_round_trip_top_k_its_json_records(tmp_path, capsys, copy_forward):
+    """The JSON's settings (a Routes page's too) record round_trip_k, said to be enough to run the search again with
+    plan, which had no way to set it."""
+    (tmp_path / "stock.smi").write_text("NO\n")
+    out = tmp_path / "routes.json"
+    base = ["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--stock", str(tmp_path / "stock.smi"),
+            "--time-limit", "1", "--allow-missing-atoms", "--out", str(out), "--round-trip-k", "3"]
+    assert main(base + ["--forward", str(copy_forward.path)]) == 0
+    assert json.loads(out.read_text())["settings"]["round_trip_k"] == 3
+    out.unlink()
+    assert main(base + ["--forward", "none"]) == 2
+    assert "--round-trip-k sets the round-trip check of --forward's model" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_targets_stereo_the_model_does_not_read_is_told_in_the_json_and_by_the_cli(copy_predictor, tmp_path, capsys):
     """The Predict page and predict --smiles say where a query's stereo is not read (an @ RDKit drops, a CXSMILES's
     racemate); plan said nothing and planned for the molecule as read."""
