@@ -347,6 +347,25 @@ def test_a_stopped_runs_downloads_say_which_rows_they_hold(copy_models, monkeypa
     assert names == ["q-predictions.csv", "q-predictions.sdf", "q-predictions.xlsx"]
 
 
+def test_a_compressed_uploads_results_are_named_without_its_suffixes(copy_models, monkeypatch):
+    """queries.txt.gz gave queries.txt-predictions.csv (and .sdf, .xlsx)."""
+    import gzip
+
+    names: list[str] = []
+    real = st.download_button
+
+    def recording(*args, **kwargs):
+        names.append(kwargs["file_name"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", recording)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("Q.TXT.GZ", gzip.compress(QUERIES), "application/gzip"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert names[-3:] == ["Q-predictions.csv", "Q-predictions.sdf", "Q-predictions.xlsx"]
+
+
 def test_the_known_answer_column_is_named_in_any_case_as_the_query_column_is(copy_models, monkeypatch):
     """The field's own example, "product", was refused for a file whose header says "Product" ("has no column
     'product' of known answers (its other columns: id, Product)"), where the query column is found in any case."""

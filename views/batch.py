@@ -475,7 +475,7 @@ def show(batch: BatchResult) -> None:
         "accepted_tokens": st.column_config.NumberColumn("accepted draft tokens"),
         "model_calls": st.column_config.NumberColumn("model calls"),
     })
-    stem = f"{Path(batch.file_name).stem}-predictions"
+    stem = f"{upload_stem(batch.file_name)}-predictions"
     if batch.done < batch.total:  # a stopped run's files say which rows they hold, as the CLI's .interrupted.csv does
         stem += f"-rows-1-{batch.done}-of-{batch.total}"
     with st.container(horizontal=True):
@@ -489,6 +489,12 @@ def show(batch: BatchResult) -> None:
         st.download_button("Download Excel", data=lambda: results_workbook(table),
                            file_name=f"{stem}.xlsx", on_click="ignore", icon=":material/download:",
                            mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
+
+
+def upload_stem(name: str) -> str:
+    """An upload's name without its suffixes, for its results' names: q.csv.gz's results were q.csv-predictions.csv."""
+    compression = query_format(name)[0]
+    return Path(name[:-len(compression)] if compression else name).stem
 
 
 def show_known(known: KnownSummary, n_predicted: int) -> None:
