@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 from typing import overload
 
@@ -66,8 +67,8 @@ def check_round_trip(result: QueryResult | Sequence[QueryResult], forward: Predi
                          f"{type(forward).__name__}")
     if forward.task != "forward":
         raise ValueError(f"the round-trip check needs a forward model; {forward.path} is a {forward.task} model")
-    if not 1 <= top_k <= 10:
-        raise ValueError("round-trip top-k must be between 1 and 10")
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= 10:
+        raise ValueError(f"round-trip top-k must be a whole number between 1 and 10, not {top_k!r}")
     if isinstance(result, QueryResult):
         return _checked(_retro_result(result), forward, top_k)
     if isinstance(result, Sequence) and not isinstance(result, str):  # a list reached an AttributeError

@@ -1,6 +1,7 @@
 """The round-trip check of retrosynthesis answers with the forward model (molspec_core.roundtrip)."""
 import math
 
+import numpy
 import pytest
 
 from conftest import FIXTURES
@@ -67,8 +68,10 @@ def test_bad_arguments_and_failed_queries(forward):
         check_round_trip(result, retro)
     with pytest.raises(ValueError, match=r"needs a loaded forward model \(Predictor.load\('forward'\)\), not NoneType"):
         check_round_trip(result, None)  # an AttributeError
-    with pytest.raises(ValueError, match="top-k"):
-        check_round_trip(result, forward, top_k=0)
+    for wrong in (0, 11, 2.5, "3", True, None):  # a word or None reached a TypeError, 2.5 the decoder's n_best
+        with pytest.raises(ValueError, match=f"top-k must be a whole number between 1 and 10, not {wrong!r}"):
+            check_round_trip(result, forward, top_k=wrong)
+    assert check_round_trip(result, forward, top_k=numpy.int64(2)).predictions[0].round_trip is True
     failed = QueryResult("xyz", error="not a valid SMILES")
     assert check_round_trip(failed, forward) is failed
     # a forward model's answers are products: checked, they were read as reactants and marked without a word
