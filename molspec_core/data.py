@@ -37,8 +37,10 @@ import logging
 import lzma
 import os
 import random
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -57,12 +59,25 @@ MAX_TGT_TOKENS = 200
 UINT8_TOKENS = 256  # token ids are stored as uint8 (compact data for the GPU machine)
 
 
-def open_text(path: Path, newline: str | None = None) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline=newline)
-    if path.suffix == ".xz":
-        return lzma.open(path, "rt", newline=newline)
-    return open(path, newline=newline)
+@contextmanager
+def open_text(path: Path, newline: str | None = None) -> Iterator[io.TextIOBase]:
+    """A data file as text (.gz and .xz decompressed), to read inside the block. A file that cannot be read to its
+    end (a truncated download, a file of another kind under the name) or a CSV without a column the block reads is
+    a ValueError naming the file: they were an EOFError traceback, or "Not a gzipped file (b'no')" naming none."""
+    try:
+        if path.suffix == ".gz":
+            f = gzip.open(path, "rt", newline=newline)
+        elif path.suffix == ".xz":
+            f = lzma.open(path, "rt", newline=newline)
+        else:
+            f = open(path, newline=newline)
+        with f:
+            yield f
+    except (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} cannot be read to its end (truncated, or not the file its name says): "
+                         f"{str(exc)[:200]}") from None
+    except KeyError as exc:  # csv.DictReader's row of a file without that column
+        raise ValueError(f"{path} has no column {exc} (its first line names the columns)") from None
 
 
 def read_lines(path: Path) -> list[str]:

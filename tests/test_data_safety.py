@@ -56,3 +56,27 @@ def test_prepare_refuses_an_out_it_could_not_make_before_any_work(task, tmp_path
                                          "written there"):
         prepare(task, tmp_path / "no_shared_data", tmp_path / "notes.txt" / "data", n_val=1, workers=1)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_truncated_or_foreign_data_file_or_a_missing_column_is_one_error_naming_the_file(tmp_path):
+    import gzip
+    import lzma
+
+    from test_data import make_tree
+
+    root = tmp_path / "data"
+    make_tree(root)
+    valid = root / "uspto_mit/derived/src-valid.mixed.txt.gz"
+    whole = gzip.compress(b"CCN.O=CC\n" * 2000)
+    valid.write_bytes(whole[: len(whole) // 2])  # a download cut short: an EOFError traceback before
+    with pytest.raises(ValueError, match=r"src-valid.mixed.txt.gz cannot be read to its end \(truncated"):
+        prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    valid.write_text("CCN.O=CC\n")  # not gzip under a .gz name: "Not a gzipped file (b'CC')", naming no file
+    with pytest.raises(ValueError, match=r"src-valid.mixed.txt.gz cannot be read to its end .*Not a gzipped file"):
+        prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    valid.write_bytes(gzip.compress(b"CCN.O=CC\n"))
+    with lzma.open(root / "uspto_full/uspto_valT.csv.xz", "wt") as f:
+        f.write("reactants,target\nCC,CC\n")  # a KeyError traceback before
+    with pytest.raises(ValueError, match=r"uspto_valT.csv.xz has no column 'input'"):
+        prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    assert not (tmp_path / "out").exists()
