@@ -25,6 +25,7 @@ from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_R
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, Outcomes, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
+from .roundtrip import MAX_TOP_K as MAX_ROUND_TRIP_K
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, TIMED_OUT, windows)
 from .threads import use_threads
@@ -185,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     time_limit_arg(p)
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
                    "this forward model (e.g. forward): round_trip and forward_prob columns")
-    p.add_argument("--round-trip-k", type=at_least(1), help="with --round-trip: the product must come back within "
-                   "the forward model's top-k (default 1)")
+    p.add_argument("--round-trip-k", type=at_least(1, MAX_ROUND_TRIP_K), help="with --round-trip: the product must "
+                   f"come back within the forward model's top-k (default 1, at most {MAX_ROUND_TRIP_K})")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="predict --input on a Ray cluster (pip install -e .[scale]): 'auto' (the default: the "
                    "cluster this machine joined with `ray start`), its host:port, or 'local' to start one here")

@@ -23,6 +23,7 @@ from .service import Prediction, Predictor, QueryResult
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizeError
 
 SCORE_BATCH = 32  # reactant sets scored per forward pass
+MAX_TOP_K = 10  # the round trip holds when the product is among the forward model's top-k, k at most this
 
 
 def forward_method(top_k: int) -> str:
@@ -67,8 +68,8 @@ def check_round_trip(result: QueryResult | Sequence[QueryResult], forward: Predi
                          f"{type(forward).__name__}")
     if forward.task != "forward":
         raise ValueError(f"the round-trip check needs a forward model; {forward.path} is a {forward.task} model")
-    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= 10:
-        raise ValueError(f"round-trip top-k must be a whole number between 1 and 10, not {top_k!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= MAX_TOP_K:
+        raise ValueError(f"round-trip top-k must be a whole number between 1 and {MAX_TOP_K}, not {top_k!r}")
     if isinstance(result, QueryResult):
         return _checked(_retro_result(result), forward, top_k)
     if isinstance(result, Sequence) and not isinstance(result, str):  # a list reached an AttributeError

@@ -1717,6 +1717,9 @@ def test_negative_counts_are_usage_errors(capsys):
     (["predict", "--model", MODEL, "--smiles", "CCO", "--draft-len", "100"], "--draft-len: must be between 0 and 64"),
     (["predict", "--model", MODEL, "--smiles", "CCO", "--n-drafts", "65"], "--n-drafts: must be between 1 and 64"),
     (["predict", "--model", MODEL, "--smiles", "CCO", "--augment", "21"], "--augment: must be between 1 and 20"),
+    # refused as the first results were written, after the whole first window had decoded
+    (["predict", "--model", "retro", "--smiles", "CCO", "--round-trip", "forward", "--round-trip-k", "20"],
+     "--round-trip-k: must be between 1 and 10"),
     (["bench", "--model", MODEL, "--src", "s.txt", "--beam-width", "51"], "--beam-width: must be between 1 and 50"),
     (["plan", "--smiles", "CCO", "--n-best", "51"], "--n-best: must be between 1 and 50")])
 def test_bounded_counts_are_usage_errors_in_the_flags_words(argv, message, capsys, no_model_load):
