@@ -136,17 +136,21 @@ def forward_pool(root: Path) -> Iterator[tuple[str, str]]:
         with open_text(root / "uspto_full" / name) as f:
             for row in csv.DictReader(f):
                 yield row["target"], row["input"]
-    with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz") as f:
-        for row in csv.DictReader(f):
-            reactants, _, product = row["reactants>reagents>production"].split(">")
-            yield reactants, product
+    yield from gln_reactions(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz")
 
 
 def gln_reactions(path: Path) -> Iterator[tuple[str, str]]:
+    """(reactants, product) of each row's reactants>reagents>production; a row not so written is refused, naming its
+    line (it was "not enough values to unpack", naming nothing)."""
     with open_text(path) as f:
-        for row in csv.DictReader(f):
-            reactants, _, product = row["reactants>reagents>production"].split(">")
-            yield reactants, product
+        reader = csv.DictReader(f)
+        for row in reader:
+            reaction = row["reactants>reagents>production"] or ""
+            parts = reaction.split(">")
+            if len(parts) != 3:
+                raise ValueError(f"{path}, line {reader.line_num}: {reaction[:80]!r} is not a reaction written "
+                                 "reactants>reagents>products")
+            yield parts[0], parts[2]
 
 
 def convert(reactions: list[tuple[str, str]], task: str, workers: int) -> list[Pair | None]:

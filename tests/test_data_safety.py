@@ -80,3 +80,17 @@ def test_a_truncated_or_foreign_data_file_or_a_missing_column_is_one_error_namin
     with pytest.raises(ValueError, match=r"uspto_valT.csv.xz has no column 'input'"):
         prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reaction_not_written_reactants_reagents_products_is_named_with_its_line(tmp_path):
+    from test_data import csv_text, make_tree, write_gz
+
+    root = tmp_path / "data"
+    make_tree(root)
+    write_gz(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz",
+             csv_text(["liu_split", "liu_index", "class", "reactants>reagents>production"],
+                      [["train", 0, 1, "CC(=O)O.OCC>>CCOC(C)=O"], ["train", 1, 1, "CCO"]]))
+    with pytest.raises(ValueError, match=r"train_liu_minus_gln_valtest.csv.gz, line 3: 'CCO' is not a reaction "
+                                         "written reactants>reagents>products"):
+        prepare("forward", root, tmp_path / "out", n_val=1, workers=1)  # "not enough values to unpack" before
+    assert not (tmp_path / "out").exists()
