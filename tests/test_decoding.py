@@ -199,6 +199,28 @@ def test_a_source_without_tokens_is_refused_by_every_decoder_before_any_query_is
     assert greedy(model, [[5, 6, 7]], factory("none", 0, 0))[0].hypotheses[0].tokens  # a batch without one decodes
 
 
+def test_a_source_holding_a_decoders_own_token_or_no_token_is_refused_by_every_decoder(copy_model):
+    """Vocab.encode writes no pad, bos or eos, but the decoders take ids. An eos in a source was copied by a draft:
+    speculative greedy accepted it and wrote it into the answer, where greedy's answer ended there (on
+    copying_model(0, noise=0.3), source [12, 15, 13, 6, 2, 8, 5]: (12, 15, 13, 6) against (12, 15, 13, 6, 2) with
+    lookup drafts); a pad was taken for padding; an id past the vocabulary was an IndexError naming nothing."""
+    from molspec_core.decoding.sampling import SamplingOptions, sample_decode
+    from molspec_core.decoding.speculative_beam import speculative_beam
+
+    model, vocab = copy_model
+    decoders = [lambda s: greedy(model, s, factory("none", 0, 0)), lambda s: greedy(model, s, factory("lookup", 4, 1)),
+                lambda s: greedy_uncached(model, s), lambda s: beam_search(model, s, 3),
+                lambda s: speculative_beam(model, s, 3, factory("lookup", 4, 1), exact=True),
+                lambda s: speculative_beam(model, s, 3, factory("lookup", 4, 1), exact=False),
+                lambda s: sample_decode(model, s, "spec-sample", factory("lookup", 4, 1), SamplingOptions())]
+    for wrong in (0, BOS_ID, EOS_ID, len(vocab), -1):
+        for decode in decoders:
+            with pytest.raises(ValueError, match=f"source 1 holds token id {wrong}, which is no token of a query"):
+                decode([[5, 6, 7], [5, 6, 7, wrong, 8, 9]])
+    unknown = greedy(model, [[5, 3, 7]], factory("lookup", 4, 1))[0].hypotheses[0]  # unk is a query's token
+    assert unknown.tokens == greedy(model, [[5, 3, 7]], factory("none", 0, 0))[0].hypotheses[0].tokens
+
+
 def brute_force_beam(model, src, width, max_len):
     """Beam search written directly from the definition in beam.py, with full recomputation."""
     live = [((BOS_ID,), 0.0)]

@@ -18,7 +18,7 @@ import torch
 
 from ..cache import KVCache
 from ..model import Seq2SeqTransformer
-from ..tokenizer import PAD_ID
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Item = TypeVar("Item")
 
@@ -72,20 +72,30 @@ def fit_drafts(drafts: Sequence[Sequence[Sequence[Item]]], n_generated: Sequence
     return fitted
 
 
-def check_sources(sources: Sequence[Sequence[int]]) -> None:
+def check_sources(sources: Sequence[Sequence[int]], vocab_size: int) -> None:
     """Refuse a batch holding a source without tokens, before any query of it is decoded: its cross-attention
     has nothing to attend to, and the engines disagreed on it (an answer, pad tokens, or an error naming
-    something else), some spoiling the other rows of its batch."""
+    something else), some spoiling the other rows of its batch.
+
+    And one holding an id that is no token of a query: pad, bos or eos (Vocab.encode writes none of them; unk
+    stands for a token outside the vocabulary) or one outside the model's vocabulary. A pad was taken for
+    padding, the query decoded without it; an eos copied by a draft was accepted mid-answer and the answer
+    went on past it where greedy's ended; an id past the vocabulary failed as an IndexError naming nothing."""
     for i, src in enumerate(sources):
         if len(src) == 0:
             raise ValueError(f"source {i} has no tokens: every query needs at least one")
+        wrong = [int(t) for t in src if not UNK_ID <= t < vocab_size]
+        if wrong:
+            raise ValueError(f"source {i} holds token id {wrong[0]}, which is no token of a query: a query's ids run "
+                             f"from {UNK_ID} (unk) to {vocab_size - 1}; pad, bos and eos ({PAD_ID}, {BOS_ID}, "
+                             f"{EOS_ID}) are the decoder's own")
 
 
 def encode_sources(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], max_len: int | None = None,
                    max_positions: int | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """The prologue of every decoder: (memory (B, S, d), keep (B, S): true on source tokens, budgets).
     max_positions: the positions every model fed alongside has (a draft model's may be fewer)."""
-    check_sources(sources)
+    check_sources(sources, model.cfg.vocab_size)
     src = pad_sources(sources, model.device)
     positions = max_positions if max_positions is not None else model.cfg.max_positions
     return model.encode(src), src != PAD_ID, [target_budget(len(s), positions, max_len) for s in sources]

@@ -106,7 +106,7 @@ def sample_decode(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], m
     drafts_from_model = mode == "spec-sample-draft" or (mode == "mentored" and draft_model is not None)
     if drafts_from_model and draft_model is None:
         raise ValueError(f"{mode} needs a draft model")
-    check_sources(sources)  # all before the first query is decoded
+    check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
     # A draft model is fed the same positions as the target, so the budget must suit both.
     fed_models = (model, draft_model) if draft_model is not None and drafts_from_model else (model,)
     max_positions = min(m.cfg.max_positions for m in fed_models)

@@ -363,7 +363,7 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
                      max_len: int | None = None, look_ahead: bool = True) -> list[DecodeResult]:
     """Speculative beam search per query (queries run one after another). look_ahead (sbs-exact
     only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks."""
-    check_sources(sources)  # all before the first query is decoded
+    check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
     results = []
     for src in sources:
         started = time.perf_counter()
