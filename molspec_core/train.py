@@ -823,9 +823,9 @@ def load_data(data: Path) -> tuple[Vocab, dict, tuple[list[np.ndarray], list[np.
         raise ValueError(f"{data / 'vocab.json'} is missing (--data takes a folder prepare-data wrote)")
     vocab = Vocab.load(data / "vocab.json")
     stats = read_json_file(data / "stats.json", "the data's stats, written by prepare-data")
-    if not isinstance(stats.get("task"), str) or not stats["task"]:
-        raise ValueError(f"{data / 'stats.json'}: expected the data's \"task\" (forward or retro), not "
-                         f"{stats.get('task')!r}")
+    if stats.get("task") not in checkpoint.MODEL_TASKS:  # "Retro" trained, and no export of it loaded
+        tasks = " or ".join(checkpoint.MODEL_TASKS)
+        raise ValueError(f"{data / 'stats.json'}: expected the data's \"task\" ({tasks}), not {stats.get('task')!r}")
     train_rows = load_arrays(data / "train.npz", len(vocab))
     if not train_rows[0]:  # batch_stream looped over empty epochs until the process was killed
         raise ValueError(f"{data / 'train.npz'} holds no training pairs; prepare the data again")

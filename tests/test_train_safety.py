@@ -95,6 +95,9 @@ def corrupt(folder: Path, how: str) -> str:
     if how == "stats [1]":
         (folder / "stats.json").write_text("[1]")
         return "stats.json"
+    if how == "stats task Retro":  # every export of it was refused at load ("task must be one of forward, retro")
+        (folder / "stats.json").write_text('{"task": "Retro"}')
+        return "stats.json"
     if how == "stats not JSON":
         (folder / "stats.json").write_text("{'task': 1")
         return "stats.json"
@@ -130,7 +133,8 @@ def corrupt(folder: Path, how: str) -> str:
     raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["stats {}", "stats [1]", "stats not JSON", "truncated npz", "npz without the arrays",
+@pytest.mark.parametrize("how", ["stats {}", "stats [1]", "stats task Retro", "stats not JSON", "truncated npz",
+                                 "npz without the arrays",
                                  "text as npz", "offsets past the end", "vocab too small", "empty train split",
                                  "empty source in val", "source past the positions"])
 def test_a_corrupt_data_folder_is_one_error_naming_its_file(how, data, tmp_path, capsys):
