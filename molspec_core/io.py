@@ -27,7 +27,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -130,6 +130,9 @@ class QueryFile:
     # the header's name of the column the queries were read from ("" for TXT, SMILES and SD files): a file holding
     # both a reactants and a product column said nowhere which one it had read
     query_column: str = ""
+    # the name of a workbook's sheet the queries were read from, where it has several ("" otherwise): the first sheet
+    # naming a query column is read, and nothing said which one that was
+    sheet: str = ""
 
     def cells_of(self, index: int) -> tuple[str, ...]:
         return self.cells[index] if self.cells else ()
@@ -510,7 +513,8 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                 if blank and _holds_formulas(data):  # a row under the last record may hold only formulas saved
                     held = _formula_rows(data, sheet.title, line + 2 + len(records), blank, len(fields))
                     records += [[""] * len(fields) for _ in range(held)]  # without their values: said why, as ever
-                return table_queries(fields, at, records, _unsaved_formulas(data, sheet.title, line, at, records))
+                table = table_queries(fields, at, records, _unsaved_formulas(data, sheet.title, line, at, records))
+                return replace(table, sheet=sheet.title) if len(book.worksheets) > 1 else table
         finally:
             book.close()
     except InputFileError:

@@ -222,7 +222,7 @@ def with_recorded(table: QueryFile, task: str) -> tuple[QueryFile, str | None]:
         cells.append((*table.cells_of(i), known, written))
         problems.append(problem)
     return QueryFile(queries, (*table.columns, column, REACTION_COLUMN), tuple(cells), tuple(problems), table.notes,
-                     table.query_column), column
+                     table.query_column, table.sheet), column
 
 
 def count_recorded(table: QueryFile, column: str | None) -> int:

@@ -366,6 +366,35 @@ def test_a_compressed_uploads_results_are_named_without_its_suffixes(copy_models
     assert names[-3:] == ["Q-predictions.csv", "Q-predictions.sdf", "Q-predictions.xlsx"]
 
 
+def test_the_sheet_a_workbooks_queries_are_read_from_is_named(copy_models, monkeypatch):
+    """A workbook's first sheet naming a query column is read, and where it had several sheets nothing said which:
+    a Summary sheet with a SMILES column ahead of the data read as the queries without a word. Recorded reactions
+    (known.with_recorded) keep the name too."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.title = "Notes"
+    book.active.append(["made by", "me"])
+    data = book.create_sheet("Data")
+    data.append(["id", "reaction"])
+    data.append(["r1", "Oc1cccnc1>>Oc1ccncc1"])
+    buffer = io.BytesIO()
+    book.save(buffer)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("two.xlsx", buffer.getvalue(), "application/octet-stream"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "two.xlsx · queries from the column reaction of the sheet Data · Forward" in texts(at.caption)
+    one = openpyxl.Workbook()
+    one.active.append(["smiles"])
+    one.active.append(["Oc1ccncc1"])
+    buffer = io.BytesIO()
+    one.save(buffer)
+    at.file_uploader[0].set_value(("one.xlsx", buffer.getvalue(), "application/octet-stream"))
+    submit(at, "Run batch")
+    assert "one.xlsx · queries from the column smiles · Forward" in texts(at.caption)
+
+
 def test_the_known_answer_column_is_named_in_any_case_as_the_query_column_is(copy_models, monkeypatch):
     """The field's own example, "product", was refused for a file whose header says "Product" ("has no column
     'product' of known answers (its other columns: id, Product)"), where the query column is found in any case."""

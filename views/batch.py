@@ -394,7 +394,9 @@ def show(batch: BatchResult) -> None:
                f"{settings.round_trip_k})" if settings.round_trip_model and not batch.round_trip_failed else "")
     task = TASK_LABELS[settings.task].split(":")[0]  # "Retrosynthesis": which task's results these are
     read_from = batch.run.queries.query_column if batch.run is not None else ""
+    sheet = batch.run.queries.sheet if batch.run is not None else ""
     column = f" · queries from the column {read_from}" if read_from else ""
+    column += f" of the sheet {sheet}" if sheet else ""
     st.caption(common.md_escape(f"{batch.file_name}{column} · {task} with {settings.model} · {settings.describe()}"
                                 f"{ions}{checked}"))
     queries, predicted, rejected = st.columns(3)
