@@ -379,3 +379,19 @@ def test_a_query_stopped_before_its_answers_says_the_answers_below_are_the_last_
     assert "Below: the answers to Oc1ccncc1. The query in the field has not been predicted" in texts(at.caption)
     predict(at, "Oc1ccncc1")
     assert "has not been predicted" not in texts(at.caption)
+
+
+def test_the_same_query_sampled_at_two_temperatures_reads_apart(copy_models, monkeypatch):
+    """The query's line, the session's list and its "Show again" choices named the method and the number of
+    samples, not the knobs: the same query sampled at temperature 0.5 and 1 read alike in all three."""
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sample").run()
+    at.slider(key="temperature").set_value(0.5).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.slider(key="temperature").set_value(1.0).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert "Sampling, 5 samples, temperature 1, top-k 0, seed 0 · decoded in" in texts(at.caption)
+    choices = at.selectbox(key="earlier").options
+    assert len(choices) == 2 and "temperature 1," in choices[0] and "temperature 0.5," in choices[1]
+    assert [how.split(", ")[2] for how in at.dataframe[0].value["settings"]] == ["temperature 1", "temperature 0.5"]

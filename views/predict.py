@@ -261,7 +261,7 @@ def show_query(shown: Shown) -> None:
     with right:
         st.caption("Canonical query (what the model reads)")
         st.code(result.canonical_query, language=None, wrap_lines=True)
-        line = (f"{common.counted(len(result.source_tokens), 'token')} · {shown.settings.describe()} · "
+        line = (f"{common.counted(len(result.source_tokens), 'token')} · {described(shown.settings)} · "
                 f"decoded in {decode_time(result)}")
         if shown.example:
             line += f" · example: {shown.example}"
@@ -275,6 +275,15 @@ def show_query(shown: Shown) -> None:
             "them as one and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into "
             f"its answers. To take apart the main product alone, predict {main_molecule(result.canonical_query)}."),
             icon=":material/warning:")
+
+
+def described(cfg: Settings) -> str:
+    """How a prediction was decoded, its sampling knobs named ("Relaxed greedy, SpecDec++ (lossy), beta 2, tau 3"):
+    Settings.describe names none, so the same query sampled at two temperatures read alike in the query's line, the
+    session's list and its "Show again" choices."""
+    knobs = [f"{knob.replace('_', '-')} {getattr(cfg.sampling, knob):g}" for knob in SAMPLING_KNOBS
+             if cfg.sampling is not None and knob in METHODS[cfg.method].knobs]
+    return ", ".join([cfg.describe(), *knobs])
 
 
 def decode_time(result: QueryResult) -> str:
@@ -686,13 +695,10 @@ SESSION_TABLE_LABEL = "The chart's bars as a table"
 
 def measured_with(cfg: Settings, speculative: str) -> str:
     """The settings a speedup was measured under, beside its two methods ("5-best, 5 writings, int8 arithmetic";
-    "tau 3"): the same query measured in int8 and in float32, or at two knob settings, read alike in the table."""
+    "beta 2, tau 3"): the same query measured in int8 and in float32, or at two knob settings, read alike in the
+    table."""
     label = common.method_label(speculative)
-    facts = [replace(cfg, method=speculative).describe().removeprefix(label).removeprefix(", ")]
-    if cfg.sampling is not None:
-        facts += [f"{knob.replace('_', '-')} {getattr(cfg.sampling, knob):g}" for knob in SAMPLING_KNOBS
-                  if knob in METHODS[speculative].knobs]
-    return ", ".join(fact for fact in facts if fact) or "float32 arithmetic"
+    return described(replace(cfg, method=speculative)).removeprefix(label).removeprefix(", ") or "float32 arithmetic"
 
 
 def session_table(records: list[Speedup], settings: list[str]) -> pd.DataFrame:
@@ -811,7 +817,7 @@ def entry_label(shown: Shown) -> str:
 
 def history_option(n: int, shown: Shown) -> str:
     """A "Show again" choice: the query and how it was decoded (the same query under other settings read alike)."""
-    return f"#{n}: {common.short(entry_label(shown), 60)} · {shown.settings.describe()}"
+    return f"#{n}: {common.short(entry_label(shown), 60)} · {described(shown.settings)}"
 
 
 def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
@@ -820,7 +826,7 @@ def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
         first = shown.result.predictions[0] if shown.result.predictions else None
         rows.append({"#": n, "query": entry_label(shown), "first answer": first.smiles if first else "",
                      "confidence": None if first is None or first.confidence is None else 100 * first.confidence,
-                     "settings": f"{shown.settings.model} · {shown.settings.describe()}"})
+                     "settings": f"{shown.settings.model} · {described(shown.settings)}"})
     return pd.DataFrame(rows).astype({"confidence": "Float64"})
 
 
