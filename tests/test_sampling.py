@@ -306,3 +306,15 @@ def test_a_draft_model_stops_its_draft_at_eos(copy_model):
         assert stats.draft_rejections == 0 and stats.acceptance_rate == 1.0
         ended += stats.draft_tokens_proposed < 8 * stats.model_calls
     assert ended
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused_before_any_query_is_decoded():
+    """A draft model whose vocabulary was not the model's failed mid-decode on a tensor shape error naming neither
+    model (spec-sample-draft and mentored alike); sampling with copy drafts does not read it."""
+    model, draft_model = random_model(0, vocab_size=16), random_model(1, vocab_size=12)
+    for mode in ("spec-sample-draft", "mentored"):
+        with pytest.raises(ValueError, match="the draft model's vocabulary has 12 tokens and the model's 16"):
+            sample_decode(model, [[5, 6, 7], [4]], mode, None, SamplingOptions(delta=0.5), draft_model=draft_model)
+    copied = sample_decode(model, [[5, 6, 7]], "spec-sample", lambda s: make_drafter("lookup", s, 4, 1),
+                           SamplingOptions(), draft_model=draft_model, max_len=5)
+    assert copied[0].hypotheses[0].tokens
