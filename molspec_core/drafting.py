@@ -139,6 +139,9 @@ DRAFTERS: dict[str, type] = {"none": NullDrafter, "paper": WindowDrafter, "looku
 def make_drafter(name: str, src: Sequence[int], draft_len: int, n_drafts: int) -> Drafter:
     if name not in DRAFTERS:
         raise ValueError(f"unknown drafter {name!r}; choose from {sorted(DRAFTERS)}")
+    if name != "none" and (draft_len < 0 or n_drafts < 1):  # paper's windows divided by n_drafts: ZeroDivisionError
+        raise ValueError(f"the {name} drafter needs draft_len 0 or more and n_drafts 1 or more, not {draft_len} and "
+                         f"{n_drafts}")
     return DRAFTERS[name](src, draft_len, n_drafts)
 
 

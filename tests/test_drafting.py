@@ -3,6 +3,7 @@ propose a Draft (tokens, provenance, q) and hear the verdict; the draft model ro
 to the accepted output, so its next q is the one an uncached decode of that output gives."""
 import random
 
+import pytest
 import torch
 
 from conftest import random_model
@@ -61,3 +62,15 @@ def test_the_draft_model_proposes_its_own_samples_and_rolls_back_to_the_accepted
         # The cache holds bos and the output but for the tokens still pending, which close it.
         assert int(drafter.cache.lengths[0]) + len(drafter.pending) == 1 + len(output), step
         assert drafter.pending == [BOS_ID, *output][-len(drafter.pending):], step
+
+
+def test_a_drafter_with_no_drafts_or_a_negative_length_is_refused():
+    """make_drafter("paper", src, 10, 0) failed on a ZeroDivisionError (its windows' spacing divides by n_drafts);
+    the lookup drafter took it and never drafted. "none" drafts nothing, whatever the numbers."""
+    src = [5, 6, 7, 8]
+    for name in ("paper", "lookup", "pointer"):
+        for draft_len, n_drafts in ((10, 0), (-1, 1)):
+            with pytest.raises(ValueError, match=f"the {name} drafter needs draft_len 0 or more and n_drafts 1"):
+                make_drafter(name, src, draft_len, n_drafts)
+        assert make_drafter(name, src, 0, 1).propose([BOS_ID], None) in ([], [[]])
+    assert make_drafter("none", src, 0, 0).propose([BOS_ID], None) == []
