@@ -427,15 +427,25 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: V
     stats["train_dropped_unknown_target"] = len(splits["train"]) - len(writable)
     splits = {**splits, "train": writable}
     stats["train"] = len(writable)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    for name, pairs in splits.items():
-        (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
-        (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
-    vocab.save(out / "vocab.json")
-    unknown = {name: save_arrays(out / f"{name}.npz", splits[name], vocab) for name in ("train", "val")}
-    stats["vocab_size"] = len(vocab)
-    stats["train_tokens_unknown"] = unknown["train"]  # occurrences of tokens too rare for the vocabulary
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    written = [out / f"{name}.{end}" for name in splits for end in ("src", "tgt")]
+    written += [out / "vocab.json", out / "train.npz", out / "val.npz", out / "stats.json"]
+    try:
+        for name, pairs in splits.items():
+            (out / f"{name}.src").write_text("".join(p.src + "\n" for p in pairs))
+            (out / f"{name}.tgt").write_text("".join(p.tgt + "\n" for p in pairs))
+        vocab.save(out / "vocab.json")
+        unknown = {name: save_arrays(out / f"{name}.npz", splits[name], vocab) for name in ("train", "val")}
+        stats["vocab_size"] = len(vocab)
+        stats["train_tokens_unknown"] = unknown["train"]  # occurrences of tokens too rare for the vocabulary
+        (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    except BaseException:  # a full disk, Ctrl-C: a half-written folder was refused by the next prepare-data
+        for path in written:
+            path.unlink(missing_ok=True)
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
     log.info("wrote %s: %s", out, stats)
 
 

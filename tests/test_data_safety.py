@@ -94,3 +94,29 @@ def test_a_reaction_not_written_reactants_reagents_products_is_named_with_its_li
                                          "written reactants>reagents>products"):
         prepare("forward", root, tmp_path / "out", n_val=1, workers=1)  # "not enough values to unpack" before
     assert not (tmp_path / "out").exists()
+
+
+def test_a_write_cut_short_leaves_no_half_folder_and_the_same_command_runs_again(tmp_path, monkeypatch):
+    import errno
+
+    import molspec_core.data as data_module
+
+    real = data_module.save_arrays
+
+    def disk_full_at_val(path, pairs, vocab):
+        if path.name == "val.npz":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, pairs, vocab)
+
+    monkeypatch.setattr(data_module, "save_arrays", disk_full_at_val)
+    splits = {"train": PAIRS, "val": PAIRS[:1], "test": PAIRS[:1]}
+    with pytest.raises(OSError, match="No space left"):
+        write_splits(tmp_path / "out", splits, {"task": "forward"})
+    assert not (tmp_path / "out").exists()  # was left with train.* and vocab.json: prepare-data refused it
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        write_splits(tmp_path / "empty", splits, {"task": "forward"})
+    assert (tmp_path / "empty").is_dir() and not any((tmp_path / "empty").iterdir())
+    monkeypatch.setattr(data_module, "save_arrays", real)
+    write_splits(tmp_path / "out", splits, {"task": "forward"})
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["train"] == 3
