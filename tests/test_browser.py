@@ -164,6 +164,18 @@ def test_a_refused_query_is_shown_as_typed_not_as_markup(page):
     sync_api.expect(alert).to_contain_text("'C:material/home:C**b**'")
 
 
+def test_a_refused_files_name_is_shown_as_typed_with_an_html_entity_in_it(page, tmp_path):
+    """md_escape left '&' as it was, and the page's markdown read an entity in a name: a file 'a&amp;b.mol' was
+    refused as 'a&b.mol', a name the user's folder does not hold."""
+    opened = tmp_path / "a&amp;b&lt;1&gt;.mol"
+    opened.write_text("no molfile\n")
+    predict_page(page)
+    page.get_by_role("tab", name="Open file").click()
+    page.get_by_test_id("stMain").locator('input[type="file"]').set_input_files(str(opened))
+    alert = page.get_by_test_id("stAlert").filter(has_text="a&")
+    sync_api.expect(alert).to_contain_text("a&amp;b&lt;1&gt;.mol")
+
+
 def choose_method(page, label: str) -> None:
     page.locator('input[role="combobox"][aria-label="Decoding method"]').click()
     page.get_by_role("option", name=label, exact=True).click()

@@ -415,8 +415,9 @@ def section(title: str) -> None:
     st.container(key="section_" + re.sub(r"\W+", "_", title.lower())).header(title)
 
 
-# "/" too: Streamlit draws ":material/home:" as an icon even with both colons escaped
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:/])")
+# "/" too: Streamlit draws ":material/home:" as an icon even with both colons escaped; "&" too: markdown reads an
+# entity, and a file named a&amp;b.mol was refused as a&b.mol
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~=$:/&])")
 # GFM's autolink literals (remark-gfm, in Streamlit's markdown) make www.x.y, http://x and a@b.c links, and read
 # them after the escapes are taken out, so a backslash does not stop them: an uploaded file named
 # www.evil.example.smi became a link. A word joiner (U+2060: no width, no line break) inside each pattern does;
