@@ -311,7 +311,8 @@ def test_the_session_speedup_charts_bars_are_listed_in_words(copy_models, monkey
     factors = [f"{r.factor:.2f}×" for r in at.session_state["speedups"].values()]
     assert table.to_dict("list") == {"#": [1, 2], "query": ["Oc1ccncc1Cl", "Clc1ccncc1"],
                                      "speculative": ["Speculative, auto drafts"] * 2,
-                                     "standard": ["Greedy"] * 2, "speedup": factors}
+                                     "standard": ["Greedy"] * 2, "settings": ["float32 arithmetic"] * 2,
+                                     "speedup": factors}
 
 
 # ---- B1, B2: titles and headings ------------------------------------------------------------------------
