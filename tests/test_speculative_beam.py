@@ -125,3 +125,16 @@ def test_provenance_marks_draft_tokens(copy_model):
         assert len(best.provenance) == len(best.tokens)
         assert all(src[p] == t for t, p in zip(best.tokens, best.provenance) if p >= 0)
         assert any(p >= 0 for p in best.provenance)
+
+
+def test_a_beam_width_or_n_best_below_one_is_refused_by_beam_search_and_both_variants(copy_model):
+    """Width 0 and n_best -1 failed on IndexErrors; sbs at width 0 returned no answer; n_best 0 read as "the width"."""
+    model, vocab = copy_model
+    runs = [lambda w, n: beam_search(model, [[5, 6, 7]], w, n),
+            lambda w, n: speculative_beam(model, [[5, 6, 7]], w, drafts("lookup", 2), exact=True, n_best=n),
+            lambda w, n: speculative_beam(model, [[5, 6, 7]], w, drafts("lookup", 2), exact=False, n_best=n)]
+    for run in runs:
+        for width, n_best in ((0, None), (3, 0), (3, -1)):
+            with pytest.raises(ValueError, match=f"the beam width and n_best must be 1 or more, not {width} and"):
+                run(width, n_best)
+        assert len(run(2, 5)[0].hypotheses) <= 2  # more answers than the width: the width's

@@ -70,6 +70,14 @@ def best_children(scores: Array, log_probs: Array, width: int) -> tuple[Array, A
     return top_scores[..., :width], top_index[..., :width]
 
 
+def answers_wanted(width: int, n_best: int | None) -> int:
+    """The n-best list's length for a beam of `width` (n_best None: the width; more than the width: the width),
+    or a ValueError for a width or n_best below 1 (width 0 and n_best -1 failed on IndexErrors)."""
+    if width < 1 or (n_best is not None and n_best < 1):
+        raise ValueError(f"the beam width and n_best must be 1 or more, not {width} and {n_best}")
+    return min(n_best or width, width)
+
+
 def floor_of(finished_scores: Sequence[float], n_best: int) -> float:
     """The n_best-th best finished score (-inf while fewer finished): no slot at or below it can matter."""
     if len(finished_scores) < n_best:
@@ -99,7 +107,7 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     same results; for tests and benchmarks). At the time limit (limits.py) it raises QueryTimeout with what it
     found: per query, the hypotheses finished, then its live ones, unfinished, and its real counts."""
     start_time = time.perf_counter()
-    n_best = min(n_best or width, width)
+    n_best = answers_wanted(width, n_best)
     device = model.device
     n_queries = len(sources)
     memory, keep, budgets = encode_sources(model, sources, max_len)

@@ -56,7 +56,7 @@ from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
 from .batch import check_sources, fit_drafts, pack_drafts, start
-from .beam import best_children, can_stop, floor_of, ranked
+from .beam import answers_wanted, best_children, can_stop, floor_of, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .verify import accept_greedy
 
@@ -364,10 +364,11 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
     """Speculative beam search per query (queries run one after another). look_ahead (sbs-exact
     only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks."""
     check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
+    n_best = answers_wanted(width, n_best)
     results = []
     for src in sources:
         started = time.perf_counter()
-        search = _Search(model, src, drafter_factory(src), width, min(n_best or width, width), max_len)
+        search = _Search(model, src, drafter_factory(src), width, n_best, max_len)
         if exact:
             _exact_one(search, look_ahead)
         else:
