@@ -395,6 +395,17 @@ def test_the_sheet_a_workbooks_queries_are_read_from_is_named(copy_models, monke
     assert "one.xlsx · queries from the column smiles · Forward" in texts(at.caption)
 
 
+def test_a_file_over_the_apps_row_limit_is_refused_in_numbers_as_the_page_writes_them():
+    """The refusal read "has 10001 rows; the app predicts at most 10000 (... up to 100000)", where every other count
+    on the page has its thousands separated."""
+    from molspec_core.io import InputFileError
+    from views.batch import read_upload
+
+    with pytest.raises(InputFileError, match=r"has 10,001 rows; the app predicts at most 10,000 \(the command line "
+                       r"`molspec predict --input` takes up to 100,000\)"):
+        read_upload("big.txt", b"C\n" * 10_001, None)
+
+
 def test_the_known_answer_column_is_named_in_any_case_as_the_query_column_is(copy_models, monkeypatch):
     """The field's own example, "product", was refused for a file whose header says "Product" ("has no column
     'product' of known answers (its other columns: id, Product)"), where the query column is found in any case."""

@@ -191,8 +191,8 @@ def read_upload(name: str, data: bytes, column: str | None, task: str | None = N
         raise InputFileError(f"{name} holds no queries: the query cell of each of its "
                              f"{len(queries.queries):,} records is empty")
     if len(queries.queries) > APP_MAX_ROWS:
-        raise InputFileError(f"{name} has {len(queries.queries)} rows; the app predicts at most {APP_MAX_ROWS} "
-                             f"(the command line `molspec predict --input` takes up to {MAX_INPUT_ROWS})")
+        raise InputFileError(f"{name} has {len(queries.queries):,} rows; the app predicts at most {APP_MAX_ROWS:,} "
+                             f"(the command line `molspec predict --input` takes up to {MAX_INPUT_ROWS:,})")
     return queries
 
 
