@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
                    mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
-from .io import InputFileError, LastRow, QueryFile
+from .io import InputFileError, LastRow, QueryFile, column_key
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
     from .service import QueryResult
@@ -236,9 +236,13 @@ def count_recorded(table: QueryFile, column: str | None) -> int:
 
 def column_index(columns: Sequence[str], file_name: str, column: str) -> int:
     """Where a file's known answers are among its other columns (QueryFile.columns); InputFileError,
-    naming the columns it has, where it has no such column."""
+    naming the columns it has, where it has no such column. Named as a query column is (io.column_key): in any case,
+    white space runs as one space; `--column smiles` found SMILES where `--known-column product` missed Product."""
     if column in columns:
         return list(columns).index(column)
+    folded = [column_key(name) for name in columns]
+    if folded.count(column_key(column)) == 1:  # two columns alike but for case: only the exact name tells them apart
+        return folded.index(column_key(column))
     listed = ", ".join(c if len(c) <= 30 else c[:29] + "…" for c in columns[:10]) or "none besides its queries"
     raise InputFileError(f"{file_name} has no column {column!r} of known answers (its other columns: {listed})")
 

@@ -5,8 +5,8 @@ import pytest
 
 from molspec_core.io import InputFileError, QueryFile, output_header, parse_upload, result_rows
 from molspec_core.data import _forward_pair
-from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, is_known, known_rank, recorded_column,
-                                recorded_reaction, with_recorded)
+from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, is_known, known_rank,
+                                recorded_column, recorded_reaction, with_recorded)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -255,3 +255,15 @@ def test_an_hcl_salt_made_with_hcl_among_the_reagents_matches_written_either_way
     # a file's own known column 'X.Cl' too; the unchanged reactant, HCl beside it or not, is never the product
     marks = KnownMarks(output_header(("known",)), 0, "known", "forward")
     assert [row[-1] for row in marks.rows(result_rows(1, ("C1CNCCN1.Cl",), result))] == [True, True, False]
+
+
+def test_a_known_column_is_named_in_any_case_as_a_query_column_is():
+    """`--known-column product` was refused for a file whose column is Product, where `--column smiles` finds
+    SMILES; an exact name still picks one of two columns alike but for case, and a missing one is still refused."""
+    assert column_index(["id", "Product"], "q.csv", "product") == 1
+    assert column_index(["id", "Known\nproduct"], "q.csv", "known product") == 1  # a header wrapped in Excel
+    assert column_index(["product", "Product"], "q.csv", "Product") == 1
+    with pytest.raises(InputFileError, match="q.csv has no column 'PRODUCT' of known answers"):
+        column_index(["product", "Product"], "q.csv", "PRODUCT")  # which of the two: not guessed
+    with pytest.raises(InputFileError, match="has no column 'yield'"):
+        column_index(["id", "Product"], "q.csv", "yield")
