@@ -197,7 +197,15 @@ class Settings:
         return {"method": method, "n_best": self.n_best if reads(method, "n_best") else 1,
                 "draft_len": self.draft_len if reads(method, "draft_len") else None,
                 "n_drafts": self.n_drafts if reads(method, "n_drafts") else None,
-                "sampling": self.sampling, "augment": self.augment}
+                "sampling": self.sampling_of(method), "augment": self.augment}
+
+    def sampling_of(self, method: str) -> SamplingOptions | None:
+        """The sampling knobs `method` reads, the others at their defaults; None where it reads none. The engine
+        refuses a knob the method does not read: relaxed greedy's beta and tau given to greedy, its speedup pair's
+        other side, failed the measurement."""
+        read = {knob: getattr(self.sampling, knob) for knob in SAMPLING_KNOBS
+                if self.sampling is not None and reads(method, knob)}
+        return SamplingOptions(**read) if read else None
 
     def describe(self) -> str:
         text = method_label(self.method)

@@ -19,7 +19,7 @@ from molspec_core.io import InputFileError, csv_bytes, output_header, result_row
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
-from molspec_core.methods import METHODS, SAMPLING_KNOBS, SamplingOptions, same_answers_partner, speedup_pair
+from molspec_core.methods import METHODS, SAMPLING_KNOBS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult
 from views import common
@@ -636,8 +636,8 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
-                records[key] = compare_pair(predictor, query, side_options(cfg, baseline),
-                                            side_options(cfg, speculative), SPEEDUP_REPEATS)
+                records[key] = compare_pair(predictor, query, cfg.options(baseline), cfg.options(speculative),
+                                            SPEEDUP_REPEATS)
         except Exception:  # noqa: BLE001
             log.exception("speedup measurement failed")
             st.error("The measurement failed; the prediction above is unaffected.")
@@ -649,17 +649,6 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
         st.plotly_chart(session_chart(measured), key="session_speedups")
         with st.expander(SESSION_TABLE_LABEL):  # a chart's bars are no text a screen reader reads
             st.dataframe(session_table(measured, [key[-1] for key in records]), hide_index=True)
-
-
-def side_options(cfg: Settings, method: str) -> dict:
-    """Predictor.predict's options for one side of the speedup pair: the settings' sampling knobs only where that
-    method reads them. Relaxed greedy's beta and tau went to greedy too, which the engine refuses (a knob that
-    played no part), and the measurement failed for every lossy pair (mentored's delta went to plain sampling)."""
-    options = cfg.options(method)
-    if cfg.sampling is not None:
-        read = {knob: getattr(cfg.sampling, knob) for knob in SAMPLING_KNOBS if knob in METHODS[method].knobs}
-        options["sampling"] = SamplingOptions(**read) if read else None
-    return options
 
 
 def show_speedup_record(record: Speedup) -> None:
