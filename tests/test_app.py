@@ -242,6 +242,20 @@ def test_with_no_model_at_all_the_sidebar_names_the_folder_and_sends_no_one_to_a
         assert warning.startswith("No model is installed: ") and "Put the model folders (forward, retro)" in warning
 
 
+@pytest.mark.parametrize("page", ["views/predict.py", "views/batch.py", "views/benchmark.py"])
+def test_with_no_model_at_all_no_page_sends_the_user_to_another_task(page, tmp_path, monkeypatch):
+    """The pages said 'Forward prediction works; switch the task in the sidebar' (Predict, on retrosynthesis) and
+    'switch the task in the sidebar' (Batch, Benchmark) with no model at all; they say what the sidebar says."""
+    at = app(tmp_path / "models", monkeypatch).run()
+    at.switch_page(page).run()
+    for task in ("forward", "retro"):
+        at.radio(key="task").set_value(task).run()
+        assert_clean(at)
+        shown = texts(at.main.warning)
+        assert "switch the task" not in shown and "Forward prediction works" not in shown, shown
+        assert "No model is installed: the models folder" in shown, shown
+
+
 def test_a_task_without_a_model_sends_the_user_to_the_task_that_has_one(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     assert not at.sidebar.warning  # the forward model is there

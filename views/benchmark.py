@@ -735,7 +735,7 @@ def main() -> None:
         st.error(common.NOT_LOADED, icon=":material/error:")
         return
     if cfg.model_dir is None:
-        st.warning("No model is installed for this task; switch the task in the sidebar.", icon=":material/warning:")
+        st.warning(common.md_escape(common.no_model_text(cfg.task)), icon=":material/warning:")
         return
     with st.form("live_bench"):
         st.caption("Runs the textbook examples on this machine with the sidebar's model, method settings and "

@@ -891,12 +891,8 @@ def main() -> None:
     if cfg.model_dir is None:
         if common.models_for_task(cfg.task):
             st.error(common.NOT_LOADED, icon=":material/error:")
-        elif cfg.task == "retro":
-            st.warning("Retrosynthesis is not available yet: no retrosynthesis model is installed (models/retro/ "
-                       "is missing). Forward prediction works; switch the task in the sidebar.",
-                       icon=":material/hourglass_empty:")
-        else:
-            st.error(f"No {cfg.task} model is installed (models/{cfg.task}/ is missing).", icon=":material/error:")
+        else:  # the sidebar's words: the other task named only where it has a model
+            st.warning(common.md_escape(common.no_model_text(cfg.task)), icon=":material/warning:")
         return
     predictor = cfg.predictor()
 
