@@ -581,3 +581,24 @@ def test_a_query_stopped_at_the_time_limit_keeps_its_answers_and_is_not_called_r
     stopped = table[table["row"] == 2]
     assert stopped["rank"].notna().all() and stopped["error"].str.startswith("stopped after the 3.5 s").all()
     assert not at.success
+
+
+def test_a_query_stopped_with_answers_has_them_checked_round_trip(monkeypatch):
+    """A retrosynthesis row stopped at the time limit keeps and shows its answers, but only rows without an error went
+    through the round-trip check: its round_trip and forward_prob columns stayed empty (the Predict page, the CLI
+    and the server check them)."""
+    from molspec_core.service import Prediction, QueryResult
+    from views import batch, common
+
+    stopped = QueryResult(query="CCO", method="beam", error="stopped after the 1 s time limit per query",
+                          predictions=(Prediction(1, "CC=O.O", -1.0, True, ("C",), (-1,)),), task="retro")
+    checked = []
+    monkeypatch.setattr(batch, "check_round_trip", lambda result, forward, k: checked.append(result) or result)
+
+    class Stopper:
+        def predict(self, query, **options):
+            return stopped
+
+    settings = common.Settings("retro", "retro", "beam", 1, None, None, None, "forward", 1)
+    run = batch.Run((), "q.txt", settings, QueryFile(["CCO"]))
+    assert batch.predict_one(Stopper(), object(), run, "CCO") is stopped and checked == [stopped]

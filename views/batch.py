@@ -318,7 +318,7 @@ def predict_one(predictor: Predictor, forward: Predictor | None, run: Run, query
         log.exception("batch row failed")
         return QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__}: "
                                                                   f"{common.short(str(exc), 160)})")
-    if forward is not None and result.ok:
+    if forward is not None and (result.ok or result.stopped_with_answers):  # a stopped query's answers are shown
         try:
             result = check_round_trip(result, forward, cfg.round_trip_k)
         except Exception as exc:  # noqa: BLE001  (this row's answers stand without the check)
