@@ -419,9 +419,12 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         check_predict_output(args)
         task = model_task(args.model)
         read = read_queries(args.input, args.column, args.input_format, task=task)
-        if read.query_column and not args.column:  # which of its columns was taken, where none was named
-            print(f"{input_name(args.input)}: the queries are read from the column {read.query_column!r} "
-                  "(--column names another)")
+        # which of a workbook's sheets and which column were taken, where it has several and none was named
+        where = [f"the sheet {read.sheet!r}"] if read.sheet else []
+        if read.query_column and not args.column:
+            where.append(f"the column {read.query_column!r} (--column names another)")
+        if where:
+            print(f"{input_name(args.input)}: the queries are read from {', '.join(where)}")
         for note in read.notes:
             print(f"note: {input_name(args.input)}: {note}")
         table, recorded = with_recorded(read, task)

@@ -1905,6 +1905,24 @@ def test_predict_says_which_column_of_a_table_it_read_the_queries_from(tmp_path,
     assert "are read from the column" not in capsys.readouterr().out
 
 
+def test_predict_says_which_sheet_of_a_workbook_it_read_the_queries_from(tmp_path, capsys):
+    """A workbook of several sheets was read from the first whose header names a query column, and the command line
+    said nowhere which (the Batch page names it)."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.title = "Notes"
+    book.active.append(["written by", "me"])
+    reactions = book.create_sheet("Reactions")
+    reactions.append(["id", "smiles"])
+    reactions.append([1, "Oc1ccncc1"])
+    book.save(tmp_path / "q.xlsx")
+    assert predict_file(tmp_path / "q.xlsx", tmp_path / "out.csv", "--column", "smiles") == 0
+    assert "q.xlsx: the queries are read from the sheet 'Reactions'\n" in capsys.readouterr().out
+    assert predict_file(tmp_path / "q.xlsx", tmp_path / "out.csv") == 0
+    assert "q.xlsx: the queries are read from the sheet 'Reactions'" in capsys.readouterr().out
+
+
 @pytest.fixture
 def clocked_loads(monkeypatch):
     """Every decoder call of a model the command line loads takes a second of a fake clock (conftest.decoder_clock)."""
