@@ -320,10 +320,9 @@ def test_a_file_that_cannot_be_read_keeps_the_last_results_and_says_whose_they_a
     assert at.session_state[BATCH].table["id"].drop_duplicates().tolist() == ["A", "B"]
 
 
-def test_a_stopped_runs_downloads_say_which_rows_they_hold(copy_models, monkeypatch, asked):
-    """A stopped run's files were named as the whole file's (q-predictions.csv), and its rows filed away as the
-    results; they now name the rows they hold, as `molspec predict` keeps a stopped run's rows in .interrupted.csv,
-    and a finished run's keep the plain name."""
+@pytest.fixture
+def download_names(monkeypatch) -> list[str]:
+    """The file names of the page's download buttons, as they are drawn (cleared by the test between runs)."""
     names: list[str] = []
     real = st.download_button
 
@@ -332,38 +331,37 @@ def test_a_stopped_runs_downloads_say_which_rows_they_hold(copy_models, monkeypa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(st, "download_button", recording)
+    return names
+
+
+def test_a_stopped_runs_downloads_say_which_rows_they_hold(copy_models, monkeypatch, asked, download_names):
+    """A stopped run's files were named as the whole file's (q-predictions.csv), and its rows filed away as the
+    results; they now name the rows they hold, as `molspec predict` keeps a stopped run's rows in .interrupted.csv,
+    and a finished run's keep the plain name."""
     at = batch_page(monkeypatch, copy_models)
     asked.stop_at = 3
     at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
     submit(at, "Run batch")
-    names.clear()
+    download_names.clear()
     at.run()
-    assert names == ["q-predictions-rows-1-3-of-7.csv", "q-predictions-rows-1-3-of-7.sdf",
+    assert download_names == ["q-predictions-rows-1-3-of-7.csv", "q-predictions-rows-1-3-of-7.sdf",
                      "q-predictions-rows-1-3-of-7.xlsx"]
     asked.stop_at = 0
-    names.clear()
+    download_names.clear()
     next(b for b in at.button if b.label == "Continue: 4 rows left").click()
     at.run()
-    assert names == ["q-predictions.csv", "q-predictions.sdf", "q-predictions.xlsx"]
+    assert download_names == ["q-predictions.csv", "q-predictions.sdf", "q-predictions.xlsx"]
 
 
-def test_a_compressed_uploads_results_are_named_without_its_suffixes(copy_models, monkeypatch):
+def test_a_compressed_uploads_results_are_named_without_its_suffixes(copy_models, monkeypatch, download_names):
     """queries.txt.gz gave queries.txt-predictions.csv (and .sdf, .xlsx)."""
     import gzip
 
-    names: list[str] = []
-    real = st.download_button
-
-    def recording(*args, **kwargs):
-        names.append(kwargs["file_name"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(st, "download_button", recording)
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("Q.TXT.GZ", gzip.compress(QUERIES), "application/gzip"))
     submit(at, "Run batch")
     assert_clean(at)
-    assert names[-3:] == ["Q-predictions.csv", "Q-predictions.sdf", "Q-predictions.xlsx"]
+    assert download_names[-3:] == ["Q-predictions.csv", "Q-predictions.sdf", "Q-predictions.xlsx"]
 
 
 def test_the_sheet_a_workbooks_queries_are_read_from_is_named(copy_models, monkeypatch):
