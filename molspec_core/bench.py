@@ -1,15 +1,16 @@
 """Benchmark: every method on the same queries in one process, interleaved, after warm-up.
 
-Speed claims are ratios measured side by side in one run. Each query is decoded by every method
-in turn (the order rotates per query, so no method always runs on a warm or cold cache), timing
-the engine's decode call (encoder + decoder calls + drafting). Outputs are compared token for
-token with cached greedy (or, for beam methods, the n-best lists with cached beam search).
+Speed claims are ratios measured side by side in one run. Each query is decoded by every method in turn (in an
+order shuffled per query, so no method always runs on a warm or cold cache, nor always right after the same other
+method: `batch_order`), timing the engine's decode call (encoder + decoder calls + drafting). Outputs are compared
+token for token with cached greedy (or, for beam methods, the n-best lists with cached beam search).
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import importlib.metadata
+import random
 import json
 import logging
 import math
@@ -92,6 +93,15 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[max(rank, 1) - 1]
 
 
+def batch_order(methods: Sequence[str], b: int) -> list[str]:
+    """The order the methods decode batch `b` in: a shuffle seeded by b, so that reruns repeat it and every method
+    runs in every place, and after every other method, as often as any other does. A rotation kept the methods'
+    cyclic order, so a method ran right after the same other one on nearly every batch: with one draft model in two
+    columns (tools/draft_compare.py) the second ran 2% faster on the retro quick set, its main model and verify
+    shapes warm from the first (session 86)."""
+    return random.Random(b).sample(list(methods), len(methods))
+
+
 def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | None, methods: list[str],
               batch_size: int = 1, n_best: int = 1, draft_len: int | None = None, n_drafts: int | None = None,
               warmup: int = 3, progress: bool = True, sampling=None,
@@ -164,8 +174,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     totals = {m: DecodeStats() for m in methods}
     row_calls = dict.fromkeys(methods, 0)  # each query's own decoder calls, summed (a call serves a whole batch)
     for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
-        order = methods[b % len(methods):] + methods[: b % len(methods)]
-        for method in order:
+        for method in batch_order(methods, b):
             done = measured(method, rows)
             if done is None:
                 continue

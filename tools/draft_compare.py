@@ -8,8 +8,9 @@ python3 tools/draft_compare.py --model forward --draft runs/fwd_draft80/export \
 The model folder's own draft/ runs `spec-sample-draft`; --draft runs `spec-sample-draft@new`, on a copy of the
 model made of links to its files with draft/ pointing at --draft instead (so that Predictor.load checks it as it
 checks a shipped draft model). Both are timed by `molspec bench`'s loop (bench.run_bench), interleaved batch by batch
-with `sample` (and greedy, its reference) after a warm-up, the order rotating; the same sampling options and seed
-for each. Prints bench's table with each draft's acceptance rate, and writes bench's JSON report to --out.
+with `sample` (and greedy, its reference) after a warm-up, in an order shuffled per query (bench.batch_order); the
+same sampling options and seed for each. Prints bench's table with each draft's acceptance rate, and writes bench's
+JSON report to --out.
 """
 from __future__ import annotations
 
