@@ -1067,7 +1067,7 @@ def test_batch_rejects_unusable_files_with_a_message(copy_models, monkeypatch):
     at = batch_page(monkeypatch, copy_models)
     cases = [(("no_column.csv", b"name,value\na,1\n", "text/csv"), "needs a column"),
              (("latin1.txt", "C\u00e9\n".encode("latin-1"), "text/plain"), "not UTF-8"),
-             (("huge.txt", b"CCO\n" * 10_001, "text/plain"), "at most 10000")]
+             (("huge.txt", b"CCO\n" * 10_001, "text/plain"), "at most 10,000")]
     for upload, message in cases:
         at.file_uploader[0].set_value(upload)
         submit(at, "Run batch")

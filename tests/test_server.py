@@ -246,7 +246,7 @@ def test_a_round_trip_k_out_of_range_is_refused_before_any_decoding(models, monk
     """It was checked on the first window's answers: up to 256 queries' retrosynthesis decoded before the 400."""
     decoded: list[list[str]] = []
     monkeypatch.setattr(models["retro"], "predict", lambda queries, **options: decoded.append(queries) or [])
-    with pytest.raises(server.RequestError, match="round-trip top-k must be between 1 and 10"):
+    with pytest.raises(server.RequestError, match="round-trip top-k must be a whole number between 1 and 10, not 11"):
         server.Service(models).predict({"model": "retro", "smiles": [PARACETAMOL] * 3, "round_trip": "forward",
                                         "round_trip_k": 11})
     assert decoded == []
