@@ -475,9 +475,11 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
         from .chem import stereo_notes
+        from .service import several_products_note
 
-        for note in stereo_notes(query):
-            print(f"note: {note}")
+        for note in [*stereo_notes(query), several_products_note(predictor.task, result.canonical_query)]:
+            if note:
+                print(f"note: {note}")
         if result.stopped_with_answers:
             print(f"note: the search {result.error}; below, the answers it had found, those it had not finished "
                   f"marked ({TIMED_OUT})")

@@ -310,6 +310,17 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
         raise ValueError("time_limit_s must be positive (or None for no limit)")
 
 
+def several_products_note(task: str, canonical_query: str) -> str:
+    """For a retrosynthesis query of several molecules (a salt, a product with its solvent), a sentence on what the
+    model does with them and which one to predict alone; "" otherwise. The model was trained on single products."""
+    molecules = canonical_query.split(".")
+    if task != "retro" or len(molecules) < 2:
+        return ""
+    return (f"The query holds {len(molecules)} molecules, and retrosynthesis takes one product: the model reads them "
+            "as one and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into its "
+            f"answers. To take apart the main product alone, predict {main_molecule(canonical_query)}.")
+
+
 def stopped_message(limit_s: float | None, writings: int = 1) -> str:
     """The error of a query still decoding at its time limit (`writings`: the writings it was read in)."""
     if writings > 1:

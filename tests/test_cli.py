@@ -1780,6 +1780,19 @@ def test_predict_retro_answers_round_trip_into_the_csv(tmp_path, capsys):
     assert "round trip" in capsys.readouterr().out
 
 
+def test_predict_says_a_retrosynthesis_query_of_several_molecules_is_read_as_one(capsys):
+    """A hydrochloride's retrosynthesis built the Cl into every answer without a word on the command line, where the
+    Predict page warns; it prints the page's note, naming the main product to predict alone."""
+    assert main(["predict", "--model", "retro", "--smiles", "CN1CCN(C(=O)c2ccccc2)CC1.Cl", "--n-best", "2",
+                 "--method", "beam"]) == 0
+    assert ("note: The query holds 2 molecules, and retrosynthesis takes one product: the model reads them as one "
+            "and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into its answers. "
+            "To take apart the main product alone, predict CN1CCN(C(=O)c2ccccc2)CC1.") in capsys.readouterr().out
+    assert main(["predict", "--model", "retro", "--smiles", "CN1CCN(C(=O)c2ccccc2)CC1", "--method", "beam",
+                 "--n-best", "2"]) == 0
+    assert "molecules" not in capsys.readouterr().out
+
+
 @needs_native
 def test_round_trip_checks_in_the_arithmetic_of_the_answers(tmp_path, monkeypatch):
     loaded = record_loads(monkeypatch)

@@ -14,14 +14,14 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import CXSMILES, canonical_or_none, main_molecule, stereo_notes
+from molspec_core.chem import CXSMILES, canonical_or_none, stereo_notes
 from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, SAMPLING_KNOBS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult
+from molspec_core.service import STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult, several_products_note
 from views import common
 from views.common import Settings
 
@@ -268,13 +268,9 @@ def show_query(shown: Shown) -> None:
         st.caption(common.md_escape(line))
     for note in stereo_notes(result.query):
         st.info(common.md_escape(note), icon=":material/info:")
-    molecules = result.canonical_query.split(".")
-    if shown.settings.task == "retro" and len(molecules) > 1:  # opened from a file it is refused; typed it was not
-        st.warning(common.md_escape(
-            f"The query holds {len(molecules)} molecules, and retrosynthesis takes one product: the model reads "
-            "them as one and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into "
-            f"its answers. To take apart the main product alone, predict {main_molecule(result.canonical_query)}."),
-            icon=":material/warning:")
+    several = several_products_note(shown.settings.task, result.canonical_query)
+    if several:  # opened from a file it is refused; typed it was not
+        st.warning(common.md_escape(several), icon=":material/warning:")
 
 
 def described(cfg: Settings) -> str:
