@@ -267,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
     p.add_argument("--forward", default="forward", help="forward model that checks each step round trip, or none")
-    p.add_argument("--round-trip-k", type=at_least(1, 10), help="the product must come back within the forward "
-                   "model's top-k for a step's round-trip flag (default 1; the Routes page's sidebar sets it)")
+    p.add_argument("--round-trip-k", type=at_least(1, MAX_ROUND_TRIP_K), help="the product must come back within "
+                   "the forward model's top-k for a step's round-trip flag (default 1; the Routes page's sidebar sets "
+                   "it)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="what both models' decoder calls compute with: "
                    "int8 = int8 weights and activations (CPU, native engine; answers may differ, see the model cards)")

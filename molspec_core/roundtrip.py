@@ -113,4 +113,3 @@ def _checked(result: QueryResult, forward: Predictor, top_k: int) -> QueryResult
         back = answer.ok and any(p.valid and p.smiles == product for p in answer.predictions[:top_k])
         updated[i] = dataclasses.replace(updated[i], round_trip=back, forward_prob=math.exp(log_prob))
     return dataclasses.replace(result, predictions=tuple(updated))
-
