@@ -303,7 +303,7 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
     """RDKit canonical isomeric SMILES; raises ChemError when the SMILES is invalid."""
     mol = mol_from_smiles(smiles)
     if strip_maps:
-        _clear_maps(mol)
+        clear_maps(mol)
     return Chem.MolToSmiles(mol)
 
 
@@ -321,7 +321,7 @@ def without_isotopes(smiles: str) -> str | None:
     return Chem.MolToSmiles(mol)
 
 
-def _clear_maps(mol) -> None:
+def clear_maps(mol) -> None:
     """Remove `mol`'s atom-map numbers, and its stereo marks where only they made an atom a stereocentre. RDKit
     perceives stereo as it reads a SMILES, and map numbers tell otherwise alike neighbours apart: a recorded
     [CH3:1][C@H:2]([CH3:3])[OH:4] kept its mark (C[C@H](C)O, which no model answer CC(C)O equals), and a mapped
@@ -363,7 +363,7 @@ def _unmapped_mol(smiles: str):
         return None
     mol = Chem.MolFromSmiles(smiles)
     if mol is not None and ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one
-        _clear_maps(mol)
+        clear_maps(mol)
     return mol
 
 
@@ -480,13 +480,13 @@ def dropped_stereo(text: str) -> str:
     where none is lost. RDKit drops an @ on an atom it does not take for a stereocentre (two like groups, as
     isopropanol's CH; an allene's ends, whose axial stereo it cannot represent) and / or \\ around a double bond
     it does not take for a stereo bond (two like groups on one end): the canonical query, and the answers, lack
-    them without a word. Counted as the model reads the query, without its atom maps (_clear_maps): a mapped
+    them without a word. Counted as the model reads the query, without its atom maps (clear_maps): a mapped
     [CH3:1][C@H:2]([CH3:3])[OH:4] kept its mark here, the maps telling the methyls apart, and lost it unsaid."""
     smiles = ".".join(part for part in reaction_sides(text.strip().split(" ")[0]) if part)
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     if mol is None:
         return ""
-    _clear_maps(mol)
+    clear_maps(mol)
     raw = Chem.MolFromSmiles(smiles, sanitize=False)
     directed = (Chem.BondDir.ENDUPRIGHT, Chem.BondDir.ENDDOWNRIGHT)
     marked_bonds = sum(bond.GetBondType() == Chem.BondType.DOUBLE and all(

@@ -14,6 +14,8 @@ import zlib
 
 from rdkit import Chem
 
+from .chem import clear_maps
+
 
 def root_views(smiles: str, n: int) -> list[str]:
     """Up to n writings of a query: `smiles` itself (canonical, as the service passes it) first, then
@@ -40,9 +42,11 @@ class MappingError(ValueError):
 
 
 def _strip_maps(mol: Chem.Mol) -> Chem.Mol:
+    """A copy of `mol` without its atom maps, its stereo perceived again as the service reads a query (clear_maps):
+    with the maps' marks kept, an isopropyl CH kept its @ and a trans-1,4-cyclohexane its mapped writing, and
+    56 of 7,947 USPTO-50K training products were written with marks that no canonical query has."""
     mol = Chem.Mol(mol)
-    for atom in mol.GetAtoms():
-        atom.SetAtomMapNum(0)
+    clear_maps(mol)
     return mol
 
 

@@ -29,6 +29,33 @@ def test_root_views_are_every_distinct_writing_with_the_query_first():
     assert all(canonical(view) == "CCO.c1ccccc1" for view in root_views("CCO.c1ccccc1", 5))
 
 
+def test_root_aligned_pairs_carry_no_stereo_that_only_the_atom_maps_made():
+    """Training pairs are written as the service writes a query: a mark on an atom that only its map number made a
+    stereocentre (isopropyl's CH, a double bond with two methyls on one end) is dropped, and a mapped
+    trans-1,4-cyclohexane is written as its unmapped SMILES. Writing from the mapped perception, 56 of 7,947
+    USPTO-50K training products came out with marks no canonical query has (augmentation 0 not the canonical
+    SMILES the model reads at test time)."""
+    import random
+
+    from molspec_core.rsmiles import augment
+
+    reactions = {
+        "[CH3:1][C@H:2]([CH3:3])[OH:4].[Cl:5][C:6]([CH3:7])=[O:8]>>[CH3:1][C@H:2]([CH3:3])[O:4][C:6]([CH3:7])=[O:8]":
+            ("CC(=O)OC(C)C", "CC(=O)Cl.CC(C)O"),
+        "[CH3:1]/[C:2]([CH3:3])=[CH:4]/[C:5](=[O:6])[OH:7].[CH3:8][OH:9]>>"
+        "[CH3:1]/[C:2]([CH3:3])=[CH:4]/[C:5](=[O:6])[O:9][CH3:8]": ("COC(=O)C=C(C)C", "CC(C)=CC(=O)O.CO"),
+        "[NH2:1][C@H:2]1[CH2:3][CH2:4][C@H:5]([OH:6])[CH2:7][CH2:8]1.[CH3:9][C:10](=[O:11])Cl>>"
+        "[CH3:9][C:10](=[O:11])[NH:1][C@H:2]1[CH2:3][CH2:4][C@H:5]([OH:6])[CH2:7][CH2:8]1":
+            (canonical("CC(=O)N[C@H]1CC[C@H](O)CC1"), canonical("CC(=O)Cl.N[C@H]1CC[C@H](O)CC1")),
+    }
+    for mapped, (product, reactants) in reactions.items():
+        pairs = augment(mapped, 4, random.Random(0))
+        assert pairs[0][0] == product  # augmentation 0 is the canonical query
+        for rooted_product, rooted_reactants in pairs:
+            assert ("@" in rooted_product, "/" in rooted_product) == ("@" in product, "/" in product)
+            assert canonical(rooted_product) == product and canonical(rooted_reactants) == reactants
+
+
 @pytest.fixture(scope="module")
 def copier():
     return Predictor.load(FIXTURES / "copy_model", device="cpu")
