@@ -797,13 +797,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                     augment=args.augment, time_limit_s=args.time_limit))
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries scored keep their report
         partial = getattr(stop, "partial_report", None)
-        if out and partial is not None:
-            write_text_file(out, report_json(described(partial)))
-            log.warning("stopped after %d of %d queries: their report, marked partial, is in %s", partial["n"],
-                        len(sources), out)
+        if partial is not None:  # on the screen too: without --out it was lost
+            partial = described(partial)
+            show_report(partial)
+            if out:
+                write_text_file(out, report_json(partial))
+            log.warning("stopped after %d of %d queries: their report, marked partial, is %s", partial["n"],
+                        len(sources), f"in {out}" if out else "above")
         raise  # the boundary's line and exit code follow
-    # the per-query places go to the file (for `compare`), not the screen
-    print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2))
+    show_report(report)
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
         first = report["query_error_examples"][0]
         log.warning("%d of %d queries were refused, each a miss in every top-k (the first, query %d of those "
@@ -815,6 +817,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if out:
         write_text_file(out, report_json(report))
     return 0
+
+
+def show_report(report: dict) -> None:
+    """An evaluate report on standard output, one JSON object, without the per-query places: they go to the file
+    (for `compare`), not the screen."""
+    print(json.dumps({key: value for key, value in report.items() if not key.startswith("first_right")}, indent=2),
+          flush=True)
 
 
 def warn_task_mismatch(src: str, model_task: str) -> None:

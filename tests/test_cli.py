@@ -2029,6 +2029,29 @@ def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_sco
     assert "partial: stopped after 2 of 5 queries" in out.splitlines()[0] and "2 queries" in out
 
 
+def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_scored(pair_files, capsys,
+                                                                                       monkeypatch):
+    """Ctrl-C on an `evaluate` without --out printed 'interrupted' and nothing else: the figures of every query scored
+    before the stop were lost. Standard output holds their report, marked partial, as a finished run's."""
+    from molspec_core.service import Predictor
+
+    real, calls = Predictor.predict, []
+
+    def predict(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                 str(pair_files / "tgt.txt"), "--batch-size", "1"]) == 130
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # one JSON object, as a finished run prints
+    assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt"})
+    assert "top1" in report and "first_right" not in report and report["queries_sha256"]
+
+
 def test_bench_against_ctranslate2_without_the_package_is_refused_before_the_model_loads(pair_files, capsys,
                                                                                         monkeypatch, no_model_load):
     """It was refused only once the model had loaded (minutes on a CPU), as the conversion began."""
