@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -753,12 +754,14 @@ def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], ma
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .calibration import weights_fingerprint
+    from .calibration import backup_of, weights_fingerprint
     from .evaluate import check_method, evaluate, queries_digest, read_pairs, software
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
     out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
+    if out:
+        check_output(backup_of(out), args.src)  # where write_report keeps the file --out replaces
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
@@ -801,7 +804,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             partial = described(partial)
             show_report(partial)
             if out:
-                write_text_file(out, report_json(partial))
+                write_report(out, partial)
             log.warning("stopped after %d of %d queries: their report, marked partial, is %s", partial["n"],
                         len(sources), f"in {out}" if out else "above")
         raise  # the boundary's line and exit code follow
@@ -815,8 +818,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
                     report["unreadable_targets"], report["n"], args.tgt)
     if out:
-        write_text_file(out, report_json(report))
+        write_report(out, report)
     return 0
+
+
+def write_report(out: Path, report: dict) -> None:
+    """An evaluate report to `out`, the file it replaces kept first beside it (calibration.backup_of), as calibrate
+    keeps the fit it replaces: a run stopped two queries in once replaced a whole earlier report, hours of decoding,
+    with its partial one."""
+    from .calibration import backup_of
+
+    if out.is_file():  # copied as bytes, with its time
+        shutil.copy2(out, backup_of(out))
+        log.warning("%s: the file it replaces is kept as %s", out, backup_of(out))
+    write_text_file(out, report_json(report))
 
 
 def show_report(report: dict) -> None:

@@ -2052,6 +2052,33 @@ def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_s
     assert "top1" in report and "first_right" not in report and report["queries_sha256"]
 
 
+def test_an_evaluation_keeps_the_report_its_out_replaces(pair_files, capsys, monkeypatch, caplog):
+    """A run Ctrl-C'd two queries in replaced, without a word, the whole report an earlier run had left at --out (hours
+    of decoding) with its partial one: the file an evaluate report replaces is kept beside it as <out>.bak."""
+    from molspec_core.service import Predictor
+
+    out = pair_files / "eval.json"
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--batch-size", "1",
+             "--out", str(out)]
+    assert main(["evaluate", "--model", MODEL, *files]) == 0
+    whole = out.read_text()
+    real, calls = Predictor.predict, []
+
+    def predict(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, *files]) == 130
+    assert json.loads(out.read_text())["partial"]["of_n"] == 5
+    assert (pair_files / "eval.json.bak").read_text() == whole
+    assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
+    capsys.readouterr()
+
+
 def test_bench_against_ctranslate2_without_the_package_is_refused_before_the_model_loads(pair_files, capsys,
                                                                                         monkeypatch, no_model_load):
     """It was refused only once the model had loaded (minutes on a CPU), as the conversion began."""
