@@ -228,7 +228,12 @@ def in_rooted_writings(pairs: list[Pair], n: int, workers: int) -> list[Pair]:
     return dedupe(keep_short([Pair(w, p.tgt) for p, ws in zip(pairs, writings) for w in ws]))
 
 
-def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: int) -> dict:
+def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: int, vocab: Vocab | None = None) -> dict:
+    """The pool and the USPTO-MIT valid rows after the first n_val, leakage filtered, each source in up to `augment`
+    writings. `vocab`: encode with the model's to be trained on (the GPU kit's block from the shipped weights): a
+    vocabulary built from these rows differs from the one the shipped model and its draft model read (since session
+    76's leakage filter it lacks '[Si@@H]', and every token sorted after it moves), so the weights trained on it
+    would no longer pair with that draft model, and the model folder would not load."""
     if augment < 1:
         raise ValueError("forward: augment is the writings of each source, at least 1")
     mit = mit_split(root, n_val)
@@ -246,7 +251,7 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
              "mit_valid_rows_for_training": len(mit_train),
              "removed_leakage_mit_test_or_val_product": len(leaked), "train_reactions": reactions,
              "augment": augment, "train": len(pairs), "val": len(val), "test": len(test)}
-    write_splits(out, {"train": pairs, "val": val, "test": test}, stats)
+    write_splits(out, {"train": pairs, "val": val, "test": test}, stats, vocab)
     return stats
 
 
@@ -562,8 +567,6 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
                          f"trained on up to {DEFAULT_AUGMENT['retro']})")
     if vocab is not None:
         check_uint8_vocab(vocab, "the given vocabulary (--vocab)")
-    if vocab is not None and task == "forward":
-        raise ValueError(f"{task}: a given vocabulary is for fine-tuning data (forward-mit, retro)")
     if val_rest and val_rest not in VAL_REST:
         raise ValueError(f"val_rest {val_rest!r}: one of {', '.join(VAL_REST)}")
     if val_rest and task != "retro":
@@ -577,7 +580,7 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
     check_can_write("--out", out, out)
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
-        return prepare_forward(root, out, n_val, workers, augment)
+        return prepare_forward(root, out, n_val, workers, augment, vocab)
     if task == "forward-mit":
         return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers, rows_before)
     if task == "forward-gln":

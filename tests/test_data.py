@@ -86,6 +86,21 @@ def test_the_leakage_filter_reads_a_held_out_product_through_stereo_marks_and_at
     assert stats["removed_leakage_mit_test_or_val_product"] == 2 and stats["train"] == 0
 
 
+def test_prepare_forward_keeps_a_given_vocabulary_so_the_model_still_pairs_with_its_draft(tmp_path):
+    # The GPU kit trains on from the shipped weights; a vocabulary built from the rows drops tokens the shipped
+    # model reads, renumbers the rest, and the draft model beside it no longer loads with the weights trained.
+    make_tree(tmp_path / "data")
+    built = prepare("forward", tmp_path / "data", tmp_path / "built", n_val=10, workers=1)
+    shipped = Vocab.build(["[Si@@H]", *(tmp_path / "built/train.src").read_text().splitlines(),
+                           *(tmp_path / "built/train.tgt").read_text().splitlines()])
+    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1, vocab=shipped)
+    assert "[Si@@H]" not in Vocab.load(tmp_path / "built/vocab.json").tokens
+    assert Vocab.load(tmp_path / "out/vocab.json").tokens == shipped.tokens
+    assert stats["vocab_size"] == len(shipped) == built["vocab_size"] + 1
+    _, tgt = load_arrays(tmp_path / "out/train.npz")
+    assert [shipped.decode(a[1:-1]) for a in tgt] == (tmp_path / "out/train.tgt").read_text().splitlines()
+
+
 def test_prepare_forward_trains_on_mit_valid_rows_after_the_validation_rows(tmp_path):
     root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.CN.[Pd]", "CNC(C)=O")
     stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
@@ -350,8 +365,6 @@ def test_prepare_refuses_options_its_task_does_not_use(tmp_path):
     make_tree(tmp_path / "data")
     with pytest.raises(ValueError, match="at least 1"):
         prepare("forward", tmp_path / "data", tmp_path / "out", augment=0)
-    with pytest.raises(ValueError, match="vocabulary is for fine-tuning data"):
-        prepare("forward", tmp_path / "data", tmp_path / "out", vocab=Vocab.build(["CC"]))
     with pytest.raises(ValueError, match="val_rest is for retro"):
         prepare("forward-mit", tmp_path / "data", tmp_path / "out", val_rest="add")
     with pytest.raises(ValueError, match="one of add, only"):

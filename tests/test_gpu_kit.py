@@ -25,6 +25,7 @@ def kit(tmp_path, monkeypatch):
     module = load_tool("gpu_kit")
     monkeypatch.setattr(module, "GPU_DIR", tmp_path / "gpu")
     monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(module, "MODELS", tmp_path / "models")  # no shipped model: any vocabulary packs
     monkeypatch.setattr(module, "PART_BYTES", 20_000)  # several parts even for a tiny model
     return module
 
@@ -255,6 +256,26 @@ def test_start_refuses_a_budget_the_export_to_resume_has_spent_and_a_budget_of_0
             kit.main(["start", "--minutes", minutes, "--tasks", "forward"])
         assert usage.value.code == 2 and "--minutes: must be a finite number above 0" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_pack_refuses_data_whose_vocabulary_the_shipped_model_and_its_draft_do_not_read(kit, tmp_path, capsys):
+    data = tmp_path / "data"
+    write_splits(data / "forward", {"train": PAIRS, "val": PAIRS[:1], "test": PAIRS[:1]}, {"task": "forward"})
+    built = Vocab.load(data / "forward" / "vocab.json")
+    shipped = Vocab.build([*built.tokens[4:], "[Si@@H]"])  # one token more: the ids after it move
+    (tmp_path / "models" / "forward").mkdir(parents=True)
+    shipped.save(tmp_path / "models" / "forward" / "vocab.json")
+    with pytest.raises(SystemExit, match=r"differs from .*models/forward/vocab.json \(\d+ tokens against \d+, "
+                                         r"\[Si@@H\] in one only\).*--vocab"):
+        kit.main(["pack", "--data", str(data), "--tasks", "forward", "--bench", str(tmp_path)])
+    assert not (tmp_path / "gpu").exists()  # nothing packed
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--bench", str(tmp_path), "--other-vocab"])
+    assert (tmp_path / "gpu" / "forward" / "train.npz").is_file()
+    shutil.rmtree(tmp_path / "gpu")
+    shipped = built  # data prepared with the shipped vocabulary (prepare-data --vocab) packs
+    shipped.save(tmp_path / "models" / "forward" / "vocab.json")
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--bench", str(tmp_path)])
+    assert (tmp_path / "gpu" / "forward" / "train.npz").is_file()
 
 
 def test_pack_and_start_refuse_an_unknown_task_and_collect_a_missing_out(kit, tmp_path, capsys):

@@ -63,6 +63,7 @@ QUICK = 200
 PART_BYTES = 15 * 1024 * 1024  # under the device's 16 MiB per returned file
 GPU_DIR = ROOT / "gpu"  # what travels as `carry`: data and resume exports
 RUNS = ROOT / "runs"
+MODELS = ROOT / "models"  # the shipped weights the plan trains on from (`start --init models`)
 EXCLUDE = ROOT / ".git" / "info" / "exclude"
 
 
@@ -97,6 +98,9 @@ def cmd_pack(args: argparse.Namespace) -> None:
         if lacking:
             raise SystemExit(f"{task}: {Path(args.data) / task} lacks {', '.join(lacking)} (prepare-data --task "
                              f"{task} --out {Path(args.data) / task} writes them); nothing was packed")
+    if not args.other_vocab:
+        for task in args.tasks:
+            check_shipped_vocab(task, Vocab.load(Path(args.data) / task / "vocab.json"))
     for task in args.tasks:
         src_dir, dst = Path(args.data) / task, GPU_DIR / task
         dst.mkdir(parents=True, exist_ok=True)
@@ -122,6 +126,28 @@ def cmd_pack(args: argparse.Namespace) -> None:
             print(f"{task}: no quick set for `speed` ({index} missing)")
         sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
+
+
+def check_shipped_vocab(task: str, vocab: Vocab) -> None:
+    """Refuse data whose vocabulary is not the shipped model's: the block trains on from those weights, and a
+    model trained on another vocabulary no longer pairs with the shipped draft model (`models/<task>/draft`; the
+    folder would not load), nor reads every token the shipped one reads. A vocabulary prepare-data builds from
+    today's rows is such a one (forward lacks '[Si@@H]' since session 76's leakage filter)."""
+    from molspec_core.tokenizer import Vocab
+
+    shipped_file = MODELS / task / "vocab.json"
+    if not shipped_file.is_file():
+        return
+    shipped = Vocab.load(shipped_file)
+    if shipped.tokens == vocab.tokens:
+        return
+    only = sorted(set(shipped.tokens) ^ set(vocab.tokens))
+    detail = f"{len(vocab)} tokens against {len(shipped)}" + (f", {', '.join(only[:3])} in one only" if only else
+                                                               ", in another order")
+    raise SystemExit(f"{task}: the data's vocabulary differs from {shipped_file} ({detail}): weights trained on it "
+                     f"would not pair with the shipped draft model; prepare it again with --vocab {shipped_file} "
+                     f"(tools/gpu_train.md), or pack it with --other-vocab to train a model of its own; nothing "
+                     "was packed")
 
 
 def _pack_writings(sources: list[str], refused: Sequence[bool], n: int, vocab: Vocab) -> dict[str, np.ndarray]:
@@ -567,6 +593,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bench", default=str(ROOT.parent / "shared" / "bench"), help="the benchmark index files")
     p.add_argument("--writings", type=int, default=1, help="also the other root writings of each test query, up "
                    "to N in all, for `decode --writings` (tasks trained on root-aligned data only)")
+    p.add_argument("--other-vocab", action="store_true", help="pack data whose vocabulary is not the shipped "
+                   "model's (refused by default: the weights trained would not pair with its draft model)")
     sub.add_parser("stage", help="take models/ out of the git index and ignore it, so it does not travel")
     sub.add_parser("unstage", help="put models/ back in the git index and stop ignoring it")
     p = sub.add_parser("unpack", help="rejoin <task>.tar.NN parts into runs/gpu_<task>/export and gpu/resume/<task>")
