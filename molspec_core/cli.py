@@ -123,20 +123,26 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"decoding method: {', '.join(METHODS)} (molspec_core/methods.py; predict: greedy "
                        "unless given; evaluate: beam with --n-best over 1, else greedy; calibrate: beam; bench "
                        "times --methods instead)")
-        p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=1, help="answers per query (beam, sbs, "
-                       "sbs-exact and the sampling methods; calibrate: 5 for those, else 1, unless given; bench: "
-                       "beam, sbs and sbs-exact only, its sampling methods are timed on one sample a query)")
-        p.add_argument("--draft-len", type=at_least(0, MAX_DRAFT_LEN), default=None, help="0: no drafts")
-        p.add_argument("--n-drafts", type=at_least(1, MAX_N_DRAFTS), default=None, help="drafts verified per call "
-                       "(the spec-* and sbs methods; default: the method's)")
+        # each knob's help names the methods that read it (the others refuse it: check_draft_knobs)
+        p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=1, help=f"answers per query "
+                       f"({readers_of('n_best')}; calibrate: 5 for those, else 1, unless given; bench: beam, sbs and "
+                       "sbs-exact only, its sampling methods are timed on one sample a query)")
+        p.add_argument("--draft-len", type=at_least(0, MAX_DRAFT_LEN), default=None, help=f"tokens in a draft "
+                       f"({readers_of('draft_len')}; default: the method's; 0: no drafts)")
+        p.add_argument("--n-drafts", type=at_least(1, MAX_N_DRAFTS), default=None, help=f"drafts verified per call "
+                       f"({readers_of('n_drafts')}; default: the method's)")
         p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE, help="queries decoded "
-                       "together, cut from queries of like length")
-        p.add_argument("--temperature", type=float, default=SamplingOptions.temperature, help="sampling methods")
-        p.add_argument("--top-k", type=at_least(0), default=0, help="sampling methods (0: no cut)")
-        p.add_argument("--beta", type=at_least(1), default=1, help="relaxed: draft within the top-beta tokens")
-        p.add_argument("--tau", type=float, default=0.0, help="relaxed: and within tau nats of the top token")
-        p.add_argument("--delta", type=float, default=0.0, help="mentored: KL budget per token")
-        p.add_argument("--seed", type=at_least(0), default=0, help="sampling methods")
+                       "together, cut from queries of like length (default %(default)s)")
+        p.add_argument("--temperature", type=float, default=SamplingOptions.temperature,
+                       help=f"sampling temperature ({readers_of('temperature')}; default %(default)s)")
+        p.add_argument("--top-k", type=at_least(0), default=0, help=f"sample among the k likeliest tokens "
+                       f"({readers_of('top_k')}; 0: no cut)")
+        p.add_argument("--beta", type=at_least(1), default=1, help=f"draft tokens within the top-beta tokens are "
+                       f"accepted ({readers_of('beta')})")
+        p.add_argument("--tau", type=float, default=0.0, help=f"and within tau nats of the top token "
+                       f"({readers_of('tau')})")
+        p.add_argument("--delta", type=float, default=0.0, help=f"KL budget per token ({readers_of('delta')})")
+        p.add_argument("--seed", type=at_least(0), default=0, help=f"random seed ({readers_of('seed')})")
         threads_arg(p)
 
     def augment_arg(p: argparse.ArgumentParser) -> None:

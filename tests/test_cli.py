@@ -656,6 +656,19 @@ def test_every_option_of_every_command_says_what_it_does():
     assert "--freeze-encoder" in train_help and "peak learning rate" in train_help
 
 
+@pytest.mark.parametrize("command", ["predict", "evaluate", "calibrate", "bench"])
+def test_each_decoding_knobs_help_names_the_methods_that_read_it(command):
+    """--n-drafts said 'the spec-* and sbs methods', and spec-sample and spec-sample-draft refuse it; --draft-len said
+    only '0: no drafts'. Each knob's help names the methods that read it, from the one table (methods.readers_of)."""
+    from molspec_core.methods import readers_of
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    helps = {action.dest: " ".join(action.help.split()) for action in commands[command]._actions if action.help}
+    for knob in ("n_best", "draft_len", "n_drafts", "temperature", "top_k", "beta", "tau", "delta", "seed"):
+        assert f"({readers_of(knob)}" in helps[knob], (knob, helps[knob])
+
+
 def test_bench_reports_progress_per_batch(pair_files):
     from molspec_core.bench import run_bench
     from molspec_core.service import Predictor
