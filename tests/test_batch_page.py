@@ -600,3 +600,33 @@ def test_a_query_stopped_with_answers_has_them_checked_round_trip(monkeypatch):
     settings = common.Settings("retro", "retro", "beam", 1, None, None, None, "forward", 1)
     run = batch.Run((), "q.txt", settings, QueryFile(["CCO"]))
     assert batch.predict_one(Stopper(), object(), run, "CCO") is stopped and checked == [stopped]
+
+
+def test_retrosynthesis_queries_of_several_molecules_are_named_with_the_predict_pages_note():
+    """A file of hydrochlorides read for retrosynthesis: the model takes the salt as one product and builds the Cl
+    into its answers. The Predict page and `predict --smiles` say so; the Batch page said nothing."""
+    from molspec_core.io import result_rows
+    from molspec_core.service import Prediction, QueryResult, several_products_note
+    from views import batch, common
+
+    def answered(query: str, canonical: str) -> QueryResult:
+        return QueryResult(query=query, canonical_query=canonical, method="beam", task="retro",
+                           predictions=(Prediction(1, "CC(=O)Cl.CN", -1.0, True, ("C",), (-1,)),))
+
+    salt = "CN1CCN(C(=O)c2ccccc2)CC1.Cl"
+    settings = common.Settings("retro", "retro", "beam", 1, None, None, None, "forward", 1)
+    run = batch.Run((), "salts.csv", settings, QueryFile(["CNC(C)=O", salt, "CC.", salt], ["smiles", "name"],
+                                                           [("CNC(C)=O", "a"), (salt, "b"), ("CC.", "c"), (salt, "d")]))
+    rejected = QueryResult(query="CC.", canonical_query="CC.C", method="beam", error="refused", task="retro")
+    run.rows = [*result_rows(1, ("CNC(C)=O", "a"), answered("CNC(C)=O", "CNC(C)=O")),
+                *result_rows(2, (salt, "b"), answered(salt, salt)),
+                *result_rows(3, ("CC.", "c"), rejected),  # no answers: nothing built the second molecule in
+                *result_rows(4, (salt, "d"), answered(salt, salt))]
+    run.done = 4
+    summary = batch.summarize(run)
+    assert summary.several == ((2, salt), (4, salt))
+    text = batch.several_text(summary.several)
+    assert text.startswith("2 queries hold several molecules (rows 2 and 4). Row 2: ")
+    assert text.endswith(several_products_note("retro", salt)) and "CN1CCN(C(=O)c2ccccc2)CC1" in text
+    forward = common.Settings("forward", "forward", "beam", 1, None, None, None, "", 1)
+    assert batch.summarize(batch.Run((), "f.csv", forward, run.queries, rows=run.rows, done=4)).several == ()

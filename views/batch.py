@@ -27,7 +27,7 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              result_rows, sd_bytes, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import TIMED_OUT, Predictor, QueryResult
+from molspec_core.service import TIMED_OUT, Predictor, QueryResult, several_products_note
 from views import common
 from views.common import TASK_LABELS, Settings
 
@@ -173,6 +173,8 @@ class BatchResult:
     run: Run | None = field(default=None, repr=False, compare=False)  # the run it shows: a known-answer column
     # named after it marks its rows again (run_if_asked)
     stopped: tuple[int, ...] = ()  # the record numbers of the queries stopped at the time limit, answers kept
+    several: tuple[tuple[int, str], ...] = ()  # retrosynthesis: (record number, canonical query) of each query of
+    # several molecules that has answers (service.several_products_note)
 
     @property
     def n_rejected(self) -> int:
@@ -346,6 +348,7 @@ def summarize(run: Run) -> BatchResult:
         stopped = tuple(run.stopped)
     queries = run.queries
     header, summary = output_header(queries.columns), None
+    several = several_molecules(rows, len(queries.columns)) if run.settings.task == "retro" else ()
     if run.known:
         # the input's columns lead; the answers matched as the model writes them (its own task, as with_recorded)
         marks = KnownMarks(header, queries.columns.index(run.known), run.known, run.settings.predictor().task)
@@ -360,7 +363,27 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint, queries.notes, run, stopped)
+                       run.table_hint, queries.notes, run, stopped, several)
+
+
+def several_molecules(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
+    """(record number, canonical query) of each answered query that holds several molecules, from result_rows' rows
+    (the input's `offset` columns first): a salt or a solvent the retrosynthesis model builds into its answers."""
+    row_at, query_at, rank_at = (offset + RESULT_COLUMNS.index(name) for name in ("row", "canonical_query", "rank"))
+    seen: dict[int, str] = {}
+    for r in rows:
+        if r[rank_at] not in (None, "") and "." in str(r[query_at] or ""):
+            seen.setdefault(int(str(r[row_at])), str(r[query_at]))
+    return tuple(seen.items())
+
+
+def several_text(several: tuple[tuple[int, str], ...]) -> str:
+    """The page's warning on retrosynthesis queries of several molecules: how many, which rows, and the Predict
+    page's note (one home: service.several_products_note) for the first."""
+    row, canonical = several[0]
+    hold = "holds" if len(several) == 1 else "hold"
+    return (f"{common.counted(len(several), 'query', 'queries')} {hold} several molecules "
+            f"({row_list(tuple(r for r, _ in several))}). Row {row:,}: {several_products_note('retro', canonical)}")
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -429,6 +452,8 @@ def show(batch: BatchResult) -> None:
                    f"the time limit ({row_list(batch.stopped)}): {'its' if one else 'their'} rows hold the answers "
                    f"found by then, the `error` column says where the search stopped, and answers it had not "
                    f"finished are marked \"{TIMED_OUT}\".", icon=":material/timer_off:")
+    if batch.several:
+        st.warning(common.md_escape(several_text(batch.several)), icon=":material/warning:")
     if batch.round_trip_failed:
         st.warning(common.md_escape(f"The round-trip check could not run ({batch.round_trip_failed}); the answers "
                                     "stand without it."), icon=":material/warning:")
