@@ -173,25 +173,39 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     outputs: dict[str, list[tuple]] = {m: [None] * len(queries) for m in methods}
     totals = {m: DecodeStats() for m in methods}
     row_calls = dict.fromkeys(methods, 0)  # each query's own decoder calls, summed (a call serves a whole batch)
-    for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
-        for method in batch_order(methods, b):
-            done = measured(method, rows)
-            if done is None:
-                continue
-            results, seconds = done
-            times[method].append(seconds)
-            batch = DecodeStats()
-            for r, res in zip(rows, results):
-                outputs[method][r] = tuple(h.tokens for h in res.hypotheses)
-                batch.add(res.stats)
-            # One decoder call serves every row of a batch: count calls once per batch.
-            row_calls[method] += batch.model_calls
-            batch.model_calls = max(r.stats.model_calls for r in results)
-            totals[method].add(batch)
-        if on_progress is not None:
-            on_progress(b + 1, len(batches))
-    for peer in peers.values():  # their processes end here (or, on an error, when the peers are collected)
-        peer.close()
+    n_batches, interrupted = 0, None  # batches every method has decoded; why the run stopped short of its end
+    try:
+        for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
+            decoded = {method: measured(method, rows) for method in batch_order(methods, b)}
+            # Kept once every method has decoded the batch: a Ctrl-C inside it leaves it out whole.
+            for method, done in decoded.items():
+                if done is None:
+                    continue
+                results, seconds = done
+                times[method].append(seconds)
+                batch = DecodeStats()
+                for r, res in zip(rows, results):
+                    outputs[method][r] = tuple(h.tokens for h in res.hypotheses)
+                    batch.add(res.stats)
+                # One decoder call serves every row of a batch: count calls once per batch.
+                row_calls[method] += batch.model_calls
+                batch.model_calls = max(r.stats.model_calls for r in results)
+                totals[method].add(batch)
+            n_batches += 1
+            if on_progress is not None:
+                on_progress(b + 1, len(batches))
+    except KeyboardInterrupt:
+        n_measured = sum(len(rows) for rows in batches[:n_batches])
+        if not n_measured:  # nothing measured: nothing to report
+            raise
+        interrupted = (f"stopped (Ctrl-C) after {n_measured} of the {len(queries)} queries"
+                       f"{', the shortest,' if by_length else ''}: the figures are theirs, top-k of them alone")
+        log.warning("bench %s", interrupted)
+        queries, kept_targets = queries[:n_measured], kept_targets[:n_measured]
+        outputs = {method: answers[:n_measured] for method, answers in outputs.items()}
+    finally:
+        for peer in peers.values():  # their processes end here (or, on an error, when the peers are collected)
+            peer.close()
     for method in failed:  # its batches before the failure compare with nothing: no figure of it is reported
         times.pop(method, None)
 
@@ -245,9 +259,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             k_max = n_best if beamy else 1
             found = [hits([predictor.vocab.decode(t) for t in outputs[method][i]] or [""], tgt)
                      for i, tgt in enumerate(kept_targets)]
+            given = len(sources) if interrupted is None else len(queries)  # a stopped run never reached the rest
             for k in sorted({1, 2, 3, 5, 10, 25, 50, k_max}):
                 if k <= k_max:
-                    entry[f"top{k}"] = sum(any(f[:k]) for f in found) / len(sources)
+                    entry[f"top{k}"] = sum(any(f[:k]) for f in found) / given
         report_methods[method] = entry
     oracle = {}
     if targets:
@@ -278,9 +293,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "calls_counted": "model_calls and the *_per_call figures: decoder calls, one per batch (a call serves every "
                          "query of its batch); query_calls: each query's own calls, summed; tokens_per_query_call and "
                          "expected_tokens_per_call: per query's call",
-        "topk_counts": "of all queries given, the skipped ones (the model cannot read them) counted as misses",
+        "topk_counts": ("of all queries given, the skipped ones (the model cannot read them) counted as misses"
+                        if interrupted is None else "of the queries measured before the run was stopped"),
         "methods": report_methods,
-    }
+    } | ({"interrupted": interrupted} if interrupted else {})
 
 
 def _check_drafts_per_call(methods: dict[str, Predictor], draft_len: int | None, n_drafts: int | None,
@@ -394,12 +410,26 @@ def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | Non
     points, report = [], {}
     for value in values:
         options = dataclasses.replace(sampling, **{knob: value})
-        report = run_bench(predictor, sources, targets, references + [method], batch_size, draft_len=draft_len,
-                           n_drafts=n_drafts, warmup=warmup, progress=progress, sampling=options, by_length=by_length)
+        try:
+            run = run_bench(predictor, sources, targets, references + [method], batch_size, draft_len=draft_len,
+                            n_drafts=n_drafts, warmup=warmup, progress=progress, sampling=options,
+                            by_length=by_length)
+        except KeyboardInterrupt:  # within the value's warm-up or first batch
+            if not points:
+                raise
+            run = None
+        if points and (run is None or run.get("interrupted")):  # part of a value's queries compares with no other's
+            report["interrupted"] = (f"stopped (Ctrl-C) within its sweep's {knob} = {value:g}, which is left out; "
+                                     "the values before it ran whole")
+            log.warning("bench: %s", report["interrupted"])
+            break
+        report = run
         entry = report["methods"][method]
         points.append({knob: value, **{k: entry.get(k) for k in (
             "top1", "validity", "speedup_vs_greedy", "speedup_vs_sample", "acceptance_rate", "tokens_per_call",
             "expected_tokens_per_call", "median_ms", "identical_to_greedy")}})
+        if run.get("interrupted"):  # its first value, stopped part way: that is all there is
+            break
     report["sweep"] = {"method": method, "knob": knob, "points": points}
     return report
 
@@ -417,6 +447,8 @@ def markdown_table(report: dict) -> str:
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | "
                      f"{reference} {m[f'identical_to_{reference}']:.3f} | "
                      f"{tops or '-'} | {reference} {m[f'speedup_vs_{reference}']:.2f}x | {peers or '-'} |")
+    if report.get("interrupted"):
+        lines.append(f"\nThis run was {report['interrupted']}.")
     if report.get("skipped_queries"):
         skipped = report["skipped_queries"]
         lines.append(f"\n{len(skipped)} of the {report['n_queries'] + len(skipped)} queries given were skipped (the "
@@ -458,7 +490,9 @@ def speedup_figure(report: dict):
         values = [report["methods"][n].get(key) for n in names]
         if any(v is not None for v in values):
             figure.add_bar(x=names, y=values, name=label)
-    figure.update_layout(title=f"Speedup, total-time ratio ({report['n_queries']} queries, {report['device']})",
+    stopped = "; stopped part way" if report.get("interrupted") else ""
+    title = f"Speedup, total-time ratio ({report['n_queries']} queries, {report['device']}{stopped})"
+    figure.update_layout(title=title,
                          yaxis_title="speedup (×, 1 = as fast)", barmode="group", showlegend=True)
     return figure
 

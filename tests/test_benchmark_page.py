@@ -710,3 +710,22 @@ def test_a_run_whose_peer_failed_part_way_says_so_among_where_it_ran():
     assert "CTranslate2 4.8.5 in its own process, 1 thread" in facts
     died = "the CTranslate2 peer's process ended (killed by SIGKILL)"
     assert f"ct2-beam failed part way and is left out ({died})" in facts
+
+
+def test_a_run_stopped_part_way_says_so_in_its_name_facts_and_page(copy_models, monkeypatch, tmp_path):
+    """bench keeps what a Ctrl-C'd run measured (report["interrupted"]); the page named it "200 queries: USPTO-MIT
+    test, the first 200 of the 500-query sample" from its --limit, beside figures of the first 37."""
+    from views.benchmark import report_title, what_ran
+
+    report = beam_and_greedy()
+    report.update(n_queries=37, interrupted="stopped (Ctrl-C) after 37 of the 200 queries: the figures are theirs, "
+                                            "top-k of them alone")
+    assert what_ran(report)[0] == ("37 queries measured before the run was stopped, of: USPTO-MIT test, the first 200 "
+                                   "of the 500-query sample (uspto_mit_test_500.idx)")
+    assert report_title(report).endswith(" · 37 queries · stopped part way")
+    (tmp_path / "stopped.json").write_text(json.dumps(report))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    assert "This run was stopped (Ctrl-C) after 37 of the 200 queries" in texts(at.warning)

@@ -234,7 +234,11 @@ def peer_search(report: dict) -> str:
 def what_ran(report: dict) -> list[str]:
     """The facts that tell one run from another: its queries, task, beam width, drafts and writings."""
     n_read, skipped = report.get("n_queries", "?"), report.get("skipped_queries") or []
-    if isinstance(skipped, list) and skipped and isinstance(n_read, int):  # top-k counts them as misses
+    if report.get("interrupted"):  # bench kept the batches measured before a Ctrl-C: top-k is of them alone
+        facts = [f"{_count(n_read, 'query', 'queries')} measured before the run was stopped, of: {query_set(report)}"]
+        if isinstance(skipped, list) and skipped:
+            facts.append(f"{len(skipped)} skipped, which the model cannot read (not in top-k)")
+    elif isinstance(skipped, list) and skipped and isinstance(n_read, int):  # top-k counts them as misses
         first = skipped[0] if isinstance(skipped[0], dict) else {}
         facts = [f"{n_read} of the {n_read + len(skipped)} queries given: {query_set(report)}",
                  f"{len(skipped)} skipped, which the model cannot read (misses in top-k): the first, query "
@@ -304,7 +308,8 @@ def report_title(report: dict) -> str:
     batch += " by length" if report.get("batch_order") == "by length" else ""
     return " · ".join([str(report.get("task", "?")), what, str(report.get("dtype", "float32")), machine_short(report),
                        _threads(report.get("threads", "?")), batch,
-                       _count(report.get("n_queries", "?"), "query", "queries")])
+                       _count(report.get("n_queries", "?"), "query", "queries")]
+                      + (["stopped part way"] if report.get("interrupted") else []))
 
 
 def report_titles(reports: dict[str, dict]) -> dict[str, str]:
@@ -661,6 +666,10 @@ def chart_rows_style(key: str) -> str:
 
 
 def show_report(report: dict, key: str, source: str | None = None) -> None:
+    if report.get("interrupted"):
+        st.warning(common.md_escape(f"This run was {report['interrupted']}. Its figures are of the queries measured "
+                                    "before it stopped, not of the whole set it was given."),
+                   icon=":material/warning:")
     st.caption(common.md_escape(" · ".join(what_ran(report))))
     st.caption(common.md_escape(" · ".join(where_ran(report) + ([f"file {source}"] if source else []))))
     sentence = headline(report)

@@ -1,0 +1,75 @@
+"""bench.run_bench and `molspec bench` where a run does not go to its end: Ctrl-C part way."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+from molspec_core.bench import markdown_table, run_bench, run_sweep
+from molspec_core.cli import main
+from molspec_core.methods import SamplingOptions
+from molspec_core.service import Predictor
+
+MODEL = str(FIXTURES / "copy_model")
+QUERIES = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1"]
+
+
+def ctrl_c_at_call(monkeypatch, call: int) -> None:
+    """Predictor.decode raises KeyboardInterrupt (Ctrl-C) at its `call`-th call, from 1."""
+    decode, calls = Predictor.decode, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "decode", interrupted)
+
+
+def test_ctrl_c_part_way_keeps_the_batches_measured_whole(monkeypatch):
+    """Ctrl-C at the 149th of 200 queries lost the whole run: no table, no report. The batches every method
+    decoded are kept, and the report says it stopped; the batch under way when it stopped is left out whole (one
+    method's figures of it would compare with nothing)."""
+    predictor = Predictor.load(MODEL)
+    whole = run_bench(predictor, QUERIES[:2], [q.replace("C", "") for q in QUERIES[:2]], ["greedy", "spec-lookup"],
+                      warmup=0, progress=False)
+    ctrl_c_at_call(monkeypatch, 6)  # batch 3's second method: its first has decoded it
+    report = run_bench(predictor, QUERIES, [q.replace("C", "") for q in QUERIES], ["greedy", "spec-lookup"],
+                       warmup=0, progress=False)
+    assert report["n_queries"] == 2
+    assert "after 2 of the 5 queries" in report["interrupted"]
+    for method in ("greedy", "spec-lookup"):
+        assert report["methods"][method]["model_calls"] == whole["methods"][method]["model_calls"]
+        assert report["methods"][method]["top1"] == whole["methods"][method]["top1"]  # of the queries measured
+    assert "after 2 of the 5 queries" in markdown_table(report)
+
+
+def test_ctrl_c_before_a_batch_is_measured_stops_the_run(monkeypatch):
+    """Nothing measured, nothing to report: the Ctrl-C goes on to the command line's `interrupted`."""
+    ctrl_c_at_call(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(Predictor.load(MODEL), QUERIES, None, ["greedy", "spec-lookup"], warmup=0, progress=False)
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_values_run_whole(monkeypatch):
+    """A sweep stopped within its second value went on to the third, timing it and reporting the sweep as whole."""
+    ctrl_c_at_call(monkeypatch, 2 * len(QUERIES) + 3)  # the second value's second batch
+    report = run_sweep(Predictor.load(MODEL), QUERIES, None, "relaxed", [0.0, 1.0, 2.0], SamplingOptions(), warmup=0,
+                       progress=False)
+    assert [point["tau"] for point in report["sweep"]["points"]] == [0.0]
+    assert report["n_queries"] == len(QUERIES)  # the figures shown beside the sweep are its first value's, whole
+    assert "tau = 1" in report["interrupted"]
+
+
+def test_bench_command_writes_the_report_of_a_run_stopped_part_way(tmp_path, monkeypatch, capsys):
+    (tmp_path / "src.txt").write_text("\n".join(QUERIES) + "\n")
+    out = tmp_path / "bench.json"
+    ctrl_c_at_call(monkeypatch, 5)
+    main(["bench", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--methods", "greedy,spec-lookup",
+          "--warmup", "0", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["n_queries"] == 2 and "after 2 of the 5 queries" in report["interrupted"]
+    assert out.with_suffix(".html").is_file()
+    assert "after 2 of the 5 queries" in capsys.readouterr().out
