@@ -11,8 +11,11 @@ import html
 import itertools
 import math
 import re
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 
 from rdkit import Chem
 from rdkit.Chem import AllChem, rdDepictor
@@ -50,9 +53,13 @@ LABEL_GAP = 0.8  # and between their atom labels (13CH4 beside H2 18O drew as on
 LABEL_CHAR, LABEL_SMALL_CHAR = 0.35, 0.18
 MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
-# A molecule ETKDG cannot embed took it long to give up (C60: 17 s from random coordinates, then 12 s from the
-# eigenvalue start, all for no picture); each start is cut off after this long.
-EMBED_TIMEOUT_S = 2
+# How long the 3D view waits for a model, all of a query's molecules together. A molecule ETKDG cannot embed took it
+# long to give up (C60: 17 s from random coordinates, then 12 s from the eigenvalue start, all for no picture), and
+# RDKit checks its own timeout only between attempts: one attempt on a 100-carbon ring ran 7 s, and the view waited
+# 26 s for no model. Each start gets half of it as RDKit's timeout (or the time left); an attempt still running at
+# the deadline is left to end in the background, and no start is begun after it. (With 2 s a start, as before,
+# erythromycin and rapamycin, which ETKDG embedded in 2 to 3 s on a busy 2-core machine, got no model.)
+EMBED_DEADLINE_S = 8
 
 
 def is_atom_token(token: str) -> bool:
@@ -564,9 +571,32 @@ MOLECULE_GAP_3D = 3.0  # Å between the boxes of two molecules in 3D: clear of e
 
 def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
     """MDL molblock with 3D coordinates (hydrogens added, ETKDG then MMFF), or None when the
-    molecule cannot be read, is too large, or cannot be embedded. The molecules of a SMILES with dots (a
-    reactant set, a salt) are embedded one by one and set side by side along x: embedded together, RDKit
+    molecule cannot be read, is too large, or cannot be embedded by EMBED_DEADLINE_S. The molecules of a SMILES with
+    dots (a reactant set, a salt) are embedded one by one and set side by side along x: embedded together, RDKit
     laid them over one another (two ethanols' atoms on the same points)."""
+    deadline = time.monotonic() + EMBED_DEADLINE_S
+    return _by_deadline(lambda: _molblock_3d(smiles, seed, deadline), EMBED_DEADLINE_S)
+
+
+def _by_deadline(work: Callable[[], str | None], timeout: float) -> str | None:
+    """work()'s result (or what it raised), or None where it has not ended `timeout` seconds on: it runs on in a
+    thread of its own until it ends (RDKit's embedding lets other threads run meanwhile)."""
+    future: Future[str | None] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller, as a direct call would raise it)
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="molspec-3d", daemon=True).start()
+    try:
+        return future.result(timeout)
+    except TimeoutError:
+        return None
+
+
+def _molblock_3d(smiles: str, seed: int, deadline: float) -> str | None:
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     if mol is None or mol.GetNumHeavyAtoms() > MAX_3D_HEAVY_ATOMS:
         return None
@@ -576,7 +606,7 @@ def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
     conf = Chem.Conformer(mol.GetNumAtoms())
     left = 0.0
     for piece, atoms in zip(pieces, fragments):
-        positions = _embedded(piece, seed)
+        positions = _embedded(piece, seed, deadline)
         if positions is None:
             return None
         x0 = min(p.x for p in positions)
@@ -587,17 +617,21 @@ def molblock_3d(smiles: str, seed: int = 0xC0FFEE) -> str | None:
     return Chem.MolToMolBlock(mol)
 
 
-def _embedded(mol: Chem.Mol, seed: int) -> list[Point3D] | None:
+def _embedded(mol: Chem.Mol, seed: int, deadline: float) -> list[Point3D] | None:
     """3D positions of one molecule's atoms (hydrogens included), centred on the origin, or None when it
-    cannot be embedded (ETKDG gives up, or raises, as it does on rings of wildcard atoms)."""
+    cannot be embedded (ETKDG gives up, or raises, as it does on rings of wildcard atoms) before `deadline`
+    (time.monotonic)."""
     large = mol.GetNumHeavyAtoms() > 50
     params = AllChem.ETKDGv3()
     params.randomSeed = seed
-    params.timeout = EMBED_TIMEOUT_S
     # Random starting coordinates embed large molecules faster and more reliably than the default
     # eigenvalue start; each start is the fallback of the other.
     for random_start in (large, not large):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
         params.useRandomCoords = random_start
+        params.timeout = max(1, math.ceil(min(left, EMBED_DEADLINE_S / 2)))  # whole seconds; the other start's too
         try:
             if AllChem.EmbedMolecule(mol, params) == 0:
                 break

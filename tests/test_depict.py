@@ -1,6 +1,7 @@
 """Pictures a chemist reads (depict.py): 3D models of several molecules, and atoms named in the text alternatives."""
 import itertools
 import re
+import threading
 
 import pytest
 from rdkit import Chem
@@ -33,15 +34,30 @@ def test_atoms_are_named_with_their_mass_number_and_charge_as_the_picture_labels
     assert depict.atoms_in_words(Chem.MolFromSmiles(smiles), atoms) == words
 
 
-def test_a_molecule_etkdg_cannot_embed_gives_up_soon():
-    """C60 took about 30 s (two starts) to come back without a model, the page's spinner turning all that while."""
-    import time
-
+def test_a_molecule_etkdg_cannot_embed_has_no_3d_model():
     fullerene = ("c12c3c4c5c1c1c6c7c2c2c8c3c3c9c4c4c%10c5c5c1c1c6c6c%11c7c2c2c7c8c3c3c8c9c4c4c9c%10c5c5c1c1c6c6c%11"
                  "c2c2c7c3c3c8c4c4c9c5c1c1c6c2c3c41")
-    started = time.perf_counter()
     assert depict.molblock_3d(fullerene) is None
-    assert time.perf_counter() - started < 4 * depict.EMBED_TIMEOUT_S + 5  # two starts, each cut off, and slack
+
+
+def test_the_3d_model_is_given_up_at_its_deadline_while_rdkit_still_embeds(monkeypatch):
+    """RDKit checks its embedding timeout only between attempts, and one attempt can run long: a 100-carbon ring's
+    ran 7 s, and the page's spinner turned 26 s for no model (cyclosporin: 13 s). molblock_3d gives up at
+    EMBED_DEADLINE_S whatever RDKit is doing; an attempt that RDKit does not cut short stands in for it here."""
+    release, finished = threading.Event(), []
+
+    def endless_attempt(mol, params):
+        release.wait(5)
+        finished.append(params.timeout)
+        return -1
+
+    monkeypatch.setattr(depict.AllChem, "EmbedMolecule", endless_attempt)
+    monkeypatch.setattr(depict, "EMBED_DEADLINE_S", 0.2, raising=False)
+    try:
+        assert depict.molblock_3d("CCO") is None
+        assert not finished  # it came back while the attempt went on
+    finally:
+        release.set()
 
 
 def _drawn_extents(svg: str, mol: Chem.Mol) -> list[tuple[float, float, float, float]]:
