@@ -306,8 +306,10 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
         raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {draft_len}")
     if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:
         raise ValueError(f"n_drafts must be between 1 and {MAX_N_DRAFTS}, not {n_drafts}")
-    if time_limit_s is not None and not time_limit_s > 0:
-        raise ValueError("time_limit_s must be positive (or None for no limit)")
+    # infinity, a natural "no limit", raised OverflowError from inside the C search (limits.steps_before_check)
+    if time_limit_s is not None and not 0 < time_limit_s < math.inf:
+        raise ValueError(f"time_limit_s must be a positive, finite number of seconds (or None for no limit), "
+                         f"not {time_limit_s}")
 
 
 def several_products_note(task: str, canonical_query: str) -> str:

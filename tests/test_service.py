@@ -592,6 +592,15 @@ def test_time_limit_must_be_positive(copier):
         copier.predict("CCO", time_limit_s=0)
 
 
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_an_infinite_time_limit_is_refused_with_none_offered(forward, method):
+    """float("inf"), a natural 'no limit', passed the positive check and raised OverflowError from inside the C search
+    (limits.steps_before_check's int() of the time left); None is the API's no limit."""
+    with pytest.raises(ValueError, match=re.escape("time_limit_s must be a positive, finite number of seconds "
+                                                   "(or None for no limit), not inf")):
+        forward.predict("CCO.CC(=O)O", method=method, time_limit_s=math.inf)
+
+
 # ---- issue 14: look-alike characters, sampling options, devices, draft_len=0, draft folders -------
 
 @pytest.mark.parametrize("text,named", [
