@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--method", default="greedy", choices=METHODS, metavar="METHOD",
                        help=f"decoding method: {', '.join(METHODS)} (molspec_core/methods.py; predict: greedy "
                        "unless given; evaluate: beam with --n-best over 1, else greedy; calibrate: beam; bench "
-                       "times --methods instead)")
+                       "times --methods, and refuses it)")
         # each knob's help names the methods that read it (the others refuse it: check_draft_knobs)
         p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=1, help=f"answers per query "
                        f"({readers_of('n_best')}; calibrate: 5 for those, else 1, unless given; bench: beam, sbs and "
@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
                    "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
-    p.set_defaults(batch_size=1)
+    p.set_defaults(batch_size=1, method=None)  # cmd_bench refuses a --method: it times --methods
 
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
     p.add_argument("--smiles", required=True, help="the target molecule")
@@ -1065,6 +1065,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {args.out}: the JSON report, whose chart is written beside it as .html; give the "
                              "report a name of its own, such as bench.json")
         check_report_path(str(out.with_suffix(".html")), args.src, args.tgt, args.index)  # the chart beside it
+    if args.method is not None:  # it was ignored, and the default methods timed in its place
+        raise ValueError(f"bench times the methods of --methods (comma-separated), not --method: give --methods "
+                         f"{args.method}")
     methods = bench_methods(args.methods)
     if args.beam_width and args.n_best not in (1, args.beam_width):  # one of them was used, the other ignored
         raise ValueError(f"--beam-width {args.beam_width} and --n-best {args.n_best}: the bench's beam searches list "

@@ -734,6 +734,13 @@ def test_bench_refuses_an_unknown_engine_before_loading(pair_files, capsys):
     assert "unknown engines ['onnx']" in capsys.readouterr().err
 
 
+def test_bench_refuses_method_which_it_would_ignore_before_loading(pair_files, capsys, no_model_load):
+    """`bench --method beam` timed the six default greedy-family methods and no beam search, without a word: bench
+    times --methods, so a --method is refused, naming the flag it reads."""
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--method", "beam"], capsys,
+                   "bench times the methods of --methods (comma-separated), not --method: give --methods beam")
+
+
 def test_bench_sampling_family_reports_acceptance_formula_and_validity(pair_files):
     out = pair_files / "sampling.json"
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
