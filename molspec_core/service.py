@@ -899,6 +899,10 @@ class Predictor:
         """
         if sampling is not None:
             sampling = check_sampling(sampling)
+            # decode sets it from draft_len below (_sample): a length set only here was dropped without a word
+            if sampling.draft_len not in (SamplingOptions().draft_len, draft_len):
+                raise ValueError(f"predict reads the draft length from its own draft_len, not from "
+                                 f"SamplingOptions.draft_len: give draft_len={sampling.draft_len} to predict")
         check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s, sampling)
         if not isinstance(ion_writing, (bool, numpy.bool_)):  # "no" was read as True
             raise ValueError(f"ion_writing must be True or False, not {ion_writing!r}")

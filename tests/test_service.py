@@ -715,6 +715,17 @@ def test_a_sampling_knob_the_method_does_not_read_is_refused_naming_those_that_d
     assert copier.predict("CCO", method=method, n_best=n_best, sampling=SamplingOptions()).ok
 
 
+@pytest.mark.parametrize("method", ["spec-sample", "sample"])
+def test_a_draft_length_set_in_sampling_options_is_refused_pointing_to_predicts_own(copier, method):
+    """SamplingOptions(draft_len=1), a field beside the other knobs, was replaced by predict's draft_len (the method's
+    default of 8 or 2 where None): the sample was drafted as if told nothing. predict's draft_len is the one knob."""
+    with pytest.raises(ValueError, match=re.escape("predict reads the draft length from its own draft_len, not from "
+                                                   "SamplingOptions.draft_len: give draft_len=1 to predict")):
+        copier.predict("CCO", method=method, n_best=2, sampling=SamplingOptions(draft_len=1))
+    assert copier.predict("CCO", method="spec-sample", n_best=2, draft_len=1,
+                          sampling=SamplingOptions(draft_len=1)).ok  # the same length in both: no conflict
+
+
 def test_n_drafts_is_read_only_by_the_methods_that_verify_several():
     """The sampling loop verifies one draft a call: n_drafts=3 changed nothing in float32, and int8 refused it."""
     predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
