@@ -309,7 +309,8 @@ def canonical(smiles: str, *, strip_maps: bool = False) -> str:
 
 def without_isotopes(smiles: str) -> str | None:
     """`smiles` with its isotope labels removed, as RDKit's canonical SMILES; None where it has none (raises ChemError
-    for an invalid SMILES). A centre that only its label made one ([2H][C@@H](C)O) loses its mark, being none."""
+    for an invalid SMILES). A centre or a double bond that only its label made stereo ([2H][C@@H](C)O, [2H]/C=C/C)
+    loses its mark, being none (the double bond's deuterium was kept as [H]/C=C/C)."""
     mol = mol_from_smiles(smiles)
     labelled = [atom for atom in mol.GetAtoms() if atom.GetIsotope()]
     if not labelled:
@@ -317,6 +318,13 @@ def without_isotopes(smiles: str) -> str | None:
     for atom in labelled:
         atom.SetIsotope(0)
     mol = Chem.RemoveHs(mol)  # a deuterium, [2H], is a hydrogen atom of its own until unlabelled
+    # RDKit keeps an [H] that a double bond's marks were written against; where its atom holds another hydrogen, the
+    # bond is no stereo bond, and it goes too (an imine's N-H, the one hydrogen of its atom, keeps its geometry)
+    if any(atom.GetAtomicNum() == 1 and atom.GetNeighbors()[0].GetTotalNumHs(includeNeighbors=True) > 1
+           for atom in mol.GetAtoms() if atom.GetDegree() == 1):
+        params = Chem.RemoveHsParameters()
+        params.removeDefiningBondStereo = True
+        mol = Chem.RemoveHs(mol, params)
     Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
     return Chem.MolToSmiles(mol)
 

@@ -458,6 +458,9 @@ def test_a_query_whose_ring_bond_joins_its_pieces_is_refused_for_what_is_wrong_w
     ("[2H]C([2H])([2H])O", "CO"),  # deuterium atoms become the implicit hydrogens they are
     ("[2H][C@@H](C)O", "CCO"),  # a centre only its label made loses its mark
     ("N[C@@H]([13CH3])C(=O)O", "C[C@H](N)C(=O)O"),  # a real centre keeps it: L-alanine
+    ("[2H]/C=C/C", "C=CC"),  # a double bond only its label made stereo loses its mark (was [H]/C=C/C)
+    ("[2H]/C(F)=C/C", "C/C=C\\F"),  # one whose other atoms make it stereo keeps its geometry: (Z)
+    ("[2H]/N=C/C", "[H]/N=C/C"),  # and an imine's N-H, its nitrogen's one hydrogen
     ("CCO", None),
 ])
 def test_without_isotopes(smiles, unlabelled):
