@@ -1025,6 +1025,24 @@ def convert_peer(model_dir: Path, out: Path) -> Path:
         raise ValueError(f"{PEER_PACKAGE_MISSING}: {exc}") from exc
 
 
+def check_bench_knobs(methods: list[str], width: tuple[str, int], draft_len: int | None, n_drafts: int | None,
+                      sampling: SamplingOptions) -> None:
+    """Refuse a setting that none of the bench's methods reads, as check_draft_knobs refuses one for predict's
+    method: a beam width (`width`: the flag that gave it, and its value) without a beam-like method, whose others
+    give one answer a query, and a draft or sampling knob (methods.unread_knobs)."""
+    from .bench import beam_like
+
+    flag, value = width
+    if value > 1 and not any(beam_like(m) for m in methods):
+        wide = ", ".join(name for name in METHODS if beam_like(name))
+        raise ValueError(f"{flag} {value} sets the beam width of {wide}, and --methods names none of them: its "
+                         "methods give one answer a query")
+    for knob in unread_knobs(methods[0], draft_len, n_drafts, sampling):
+        if all(knob in unread_knobs(m, draft_len, n_drafts, sampling) for m in methods):
+            raise ValueError(f"none of --methods ({', '.join(methods)}) reads --{knob.replace('_', '-')}; the methods "
+                             f"that do: {readers_of(knob)}")
+
+
 def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float]]:
     """(the lossy method, its knob's values) from --sweep KNOB=V1,V2,..., each value checked."""
     from .bench import SWEEPS
@@ -1073,6 +1091,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--beam-width {args.beam_width} and --n-best {args.n_best}: the bench's beam searches list "
                          "as many answers as their width; give one of the two")
     sampling = sampling_options(args)
+    check_bench_knobs(methods, ("--beam-width", args.beam_width) if args.beam_width else ("--n-best", args.n_best),
+                      args.draft_len, args.n_drafts, sampling)
     sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
     if args.peer and sweep:
         raise ValueError("--peer and --sweep do not go together: a sweep compares a method with itself")

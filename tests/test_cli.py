@@ -741,6 +741,22 @@ def test_bench_refuses_method_which_it_would_ignore_before_loading(pair_files, c
                    "bench times the methods of --methods (comma-separated), not --method: give --methods beam")
 
 
+@pytest.mark.parametrize("given, message", [
+    (["--methods", "greedy,spec-auto", "--n-best", "5"], "--n-best 5 sets the beam width of beam, sbs-exact, sbs, "
+     "beam-uncached, and --methods names none of them"),
+    (["--methods", "greedy", "--beam-width", "5"], "--beam-width 5 sets the beam width"),
+    (["--methods", "greedy,beam", "--draft-len", "4"], "none of --methods (greedy, beam) reads --draft-len; the "
+     "methods that do: spec-auto"),
+    (["--methods", "beam,spec-auto", "--temperature", "0.9"], "none of --methods (beam, spec-auto) reads "
+     "--temperature")])
+def test_bench_refuses_settings_none_of_its_methods_reads_before_loading(pair_files, capsys, no_model_load, given,
+                                                                         message):
+    """`bench --methods greedy,spec-auto --n-best 5` timed greedy decoding as if no width had been given (and
+    --draft-len for greedy and beam, --temperature for beam search, were as silently dropped), while predict and
+    evaluate refuse a setting the method does not read: bench refuses one that none of its methods reads."""
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", *given], capsys, message)
+
+
 def test_bench_sampling_family_reports_acceptance_formula_and_validity(pair_files):
     out = pair_files / "sampling.json"
     assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
