@@ -240,6 +240,18 @@ def test_stereo_marks_rdkit_drops_are_said(text, said):
     assert (note.startswith(f"Stereo marks dropped: {said} that RDKit") if said else note == ""), note
 
 
+def test_a_small_rings_double_bond_marked_cis_is_said_to_be_dropped_for_its_ring():
+    """cis-Cycloheptene written with its marks lost them, and the note named only like groups and axial stereo,
+    neither of which it has: RDKit reads no geometry on a double bond in a ring of fewer than 8 atoms (cis perforce)."""
+    from molspec_core.chem import dropped_stereo
+
+    note = dropped_stereo("C1CC/C=C\\CC1")
+    assert note.startswith("Stereo marks dropped: 1 double bond marked / or \\") and "ring of fewer than 8" in note
+    assert dropped_stereo("C1CCC/C=C/CC1") == ""  # trans-cyclooctene keeps its geometry
+    assert "ring of fewer than 8" in dropped_stereo("[H]/C(C)=C/C.C1CC/C=C\\CC1")  # an [H] counted as an atom first
+    assert "ring" not in dropped_stereo("CC/C(C)=C(/C)C")
+
+
 @pytest.mark.parametrize("text", ["CCO", "CC O", "CCO |c:1| ethanol", "CCO ||x", "CC|c:1|", "| |"])
 def test_text_that_is_no_cxsmiles_is_not_taken_for_one(text):
     assert CXSMILES.fullmatch(text) is None
