@@ -159,6 +159,22 @@ def test_hard_examples_build_refuses_to_write_into_the_folders_it_reads(data, tm
     assert text_of(data / "train.src") == before
 
 
+def test_hard_examples_build_refuses_a_folder_that_already_holds_files(data, tmp_path, monkeypatch, capsys):
+    """A rerun of the recipe, or a model folder given as --out, was written into without a word: its stats.json
+    replaced and the new training files mixed with what was there (prepare-data refuses such a folder)."""
+    tool = load_tool("hard_examples")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "stats.json").write_text('{"earlier": 1}')
+    code, err = run_main(tool, monkeypatch, capsys, "build", "--data", data, "--out", earlier)
+    assert code == 2 and f"--out {earlier} already holds files" in err
+    assert text_of(earlier / "stats.json") == '{"earlier": 1}' and [p.name for p in earlier.iterdir()] == ["stats.json"]
+    with pytest.raises(OutputFileError, match="already holds files"):  # the function too
+        tool.build(data, None, earlier)
+    (tmp_path / "empty").mkdir()
+    assert tool.build(data, None, tmp_path / "empty")["train"] == 4  # an empty folder is a new one
+
+
 def test_hard_examples_starts_refuses_to_write_over_the_training_sources(data, monkeypatch, capsys):
     tool = load_tool("hard_examples")
     before = text_of(data / "train.src")

@@ -52,7 +52,8 @@ def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named] = ()) -> Non
 
 def check_output_folder(name: str, folder: str | Path, inputs: Iterable[Named]) -> None:
     """Refuse (OutputFileError, naming both paths) before any work: an output folder that is one of the run's
-    input folders or lies inside one, one that holds an input (file or folder), and an existing file."""
+    input folders or lies inside one, one that holds an input (file or folder), an existing file, and a folder that
+    already holds files (what is there would be mixed with what the run writes, as prepare-data refuses it)."""
     target = Path(os.path.realpath(folder))
     if target.exists() and not target.is_dir():
         raise OutputFileError(f"{name} {folder} is a file, not a folder; give a folder for the output")
@@ -69,3 +70,6 @@ def check_output_folder(name: str, folder: str | Path, inputs: Iterable[Named]) 
         if any(_same(parent, target) for parent in path.parents):
             raise OutputFileError(f"{name} {folder} holds {input_name} {source}, which this run reads; choose a "
                                   f"folder for {name} that holds none of the inputs")
+    if target.is_dir() and any(target.iterdir()):
+        raise OutputFileError(f"{name} {folder} already holds files; give a new or empty folder (the run would write "
+                              "its files among them, replacing some)")
