@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 import numpy
 import torch
@@ -874,7 +875,20 @@ class Predictor:
             results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))
         return results
 
-    def predict(self, smiles: str | Sequence[str], method: str = "greedy", n_best: int = 1,
+    # One query gives one result, a list (any iterable of queries) a list: told apart for a type checker, which
+    # refused `predict("CCO").ok` under the union alone. A str is an Iterable[str] too: the first overload wins.
+    @overload
+    def predict(self, smiles: str, method: str = ..., n_best: int = ..., draft_len: int | None = ...,  # type: ignore[overload-overlap]
+                n_drafts: int | None = ..., batch_size: int = ..., sampling: SamplingOptions | None = ...,
+                time_limit_s: float | None = ..., augment: int = ..., ion_writing: bool = ...) -> QueryResult: ...
+
+    @overload
+    def predict(self, smiles: Iterable[str], method: str = ..., n_best: int = ..., draft_len: int | None = ...,
+                n_drafts: int | None = ..., batch_size: int = ..., sampling: SamplingOptions | None = ...,
+                time_limit_s: float | None = ..., augment: int = ...,
+                ion_writing: bool = ...) -> list[QueryResult]: ...
+
+    def predict(self, smiles: str | Iterable[str], method: str = "greedy", n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE, sampling: SamplingOptions | None = None,
                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, augment: int = 1,

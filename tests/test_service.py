@@ -52,6 +52,17 @@ def test_the_api_is_imported_from_the_package_and_only_when_asked_for():
     assert loaded.strip() == "[]"
 
 
+def test_predicts_type_hints_say_one_query_gives_one_result_and_a_list_a_list():
+    """predict was hinted -> QueryResult | list[QueryResult] whatever it was given, so a type checker refused
+    `predictor.predict("CCO").ok` and `for r in predictor.predict([...])` (roundtrip.py's own call among them)."""
+    import typing
+    from collections.abc import Iterable
+
+    overloads = [typing.get_type_hints(f) for f in typing.get_overloads(Predictor.predict)]
+    assert [(hints["smiles"], hints["return"]) for hints in overloads] == [(str, QueryResult),
+                                                                          (Iterable[str], list[QueryResult])]
+
+
 def test_a_predictor_prints_as_the_call_that_loads_it(copier):
     """It printed as <molspec_core.service.Predictor object at 0x...>: which model, where, computing how?"""
     assert repr(copier) == (f"Predictor.load({str(FIXTURES / 'copy_model')!r}, device='cpu', engine='numpy', "
