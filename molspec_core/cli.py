@@ -761,14 +761,14 @@ def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], ma
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .calibration import backup_of, weights_fingerprint
-    from .evaluate import check_method, evaluate, queries_digest, read_pairs, software
+    from .evaluate import check_method, evaluate, queries_digest, read_selected, software
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
     out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
     if out:
         check_output(backup_of(out), args.src)  # where write_report keeps the file --out replaces
-    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    lines, sources, targets = read_selected(args.src, args.tgt, args.index, args.limit)
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
     # as asked, or refused, never swapped for another.
@@ -802,7 +802,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     try:
         report = described(evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
-                                    draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling,
+                                    lines=lines, draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling,
                                     augment=args.augment, time_limit_s=args.time_limit))
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries scored keep their report
         partial = getattr(stop, "partial_report", None)
@@ -818,7 +818,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
         first = report["query_error_examples"][0]
         log.warning("%d of %d queries were refused, each a miss in every top-k (the first, query %d of those "
-                    "evaluated: %s)%s", report["query_errors"], report["n"], first["query"], first["error"],
+                    "evaluated, line %d of %s: %s)%s", report["query_errors"], report["n"], first["query"],
+                    first["line"], args.src, first["error"],
                     "; the report lists the first ten" if args.out else "")
     if report["unreadable_targets"]:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",

@@ -63,6 +63,12 @@ def read_pairs(src: str, tgt: str | None, index: str | None = None,
                limit: int | None = None) -> tuple[list[str], list[str] | None]:
     """Sources (and targets), optionally selected by a 0-based line-number index file, first `limit`. A selected
     target with whitespace inside is refused (check_target)."""
+    return read_selected(src, tgt, index, limit)[1:]
+
+
+def read_selected(src: str, tgt: str | None, index: str | None = None,
+                  limit: int | None = None) -> tuple[list[int], list[str], list[str] | None]:
+    """read_pairs, with the 0-based line numbers of src that the sources were read from first."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be 1 or more, not {limit}")
     sources = _read_lines(Path(src))
@@ -77,7 +83,7 @@ def read_pairs(src: str, tgt: str | None, index: str | None = None,
         for i in lines:
             check_target(targets[i], tgt, i + 1)
         targets = [targets[i] for i in lines]
-    return [sources[i] for i in lines], targets
+    return list(lines), [sources[i] for i in lines], targets
 
 
 def check_target(target: str, tgt: str, line_no: int) -> None:
@@ -130,11 +136,14 @@ def check_method(method: str, n_best: int) -> None:
 
 
 def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_best: int, method: str = "beam",
-             batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, **options) -> dict:
+             batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, lines: Sequence[int] | None = None,
+             **options) -> dict:
     """Top-1..n_best accuracy in the model's own order (comparable with the papers), and as the app ranks
     the answers (`ranked_top*`: sane answers first, see service.rank_answers); options (draft_len, n_drafts,
-    sampling) go to Predictor.predict. A ValueError, and no report, where nothing could be scored: every target
-    unreadable (before decoding) or every query refused, as predict fails a file whose every query is refused.
+    sampling) go to Predictor.predict. `lines`: the 0-based line of its file each source was read from
+    (read_selected), by which a refused query is named beside its place among those evaluated. A ValueError, and no
+    report, where nothing could be scored: every target unreadable (before decoding) or every query refused, as
+    predict fails a file whose every query is refused.
     Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the report of the queries scored before
     the stop, as its `partial_report` (marked partial: PARTIAL), or None where none was: the caller keeps it."""
     check_method(method, n_best)
@@ -155,7 +164,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size,
                                         **options)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
-                _score(result, target, n_best, number, first, marks, refused)
+                line = lines[number - 1] + 1 if lines is not None else None
+                _score(result, target, n_best, number, line, first, marks, refused)
             scored = window.stop
     except BaseException as stop:  # the queries scored are not lost with it (the caller writes them)
         stop.partial_report = (dict(_report(first, marks, refused, targets[:scored], n_best, method),
@@ -171,11 +181,12 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
 PARTIAL = "partial"  # in a report of the queries scored before a stop: how many were asked for, and what stopped it
 
 
-def _score(result: QueryResult, target: str, n_best: int, number: int, first: dict[str, list[int | None]],
-           marks: dict[str, list[bool]], refused: list[dict]) -> None:
-    """One query's outcome, added to evaluate's per-query lists (`number`: its place among those evaluated)."""
+def _score(result: QueryResult, target: str, n_best: int, number: int, line: int | None,
+           first: dict[str, list[int | None]], marks: dict[str, list[bool]], refused: list[dict]) -> None:
+    """One query's outcome, added to evaluate's per-query lists (`number`: its place among those evaluated; `line`:
+    its 1-based line in its file, where known)."""
     if not result.ok:
-        refused.append({"query": number, "error": result.error})
+        refused.append({"query": number, **({"line": line} if line is not None else {}), "error": result.error})
         for name in first:
             first[name].append(None)
         for name in marks:
@@ -214,7 +225,8 @@ def _report(first: dict[str, list[int | None]], marks: dict[str, list[bool]], re
                   unreadable_targets_counts="the queries whose recorded target RDKit cannot read (each a miss "
                                             "in every top-k)",
                   query_error_examples_counts="the first ten refused queries (each a miss in every top-k): its place "
-                                              "among those evaluated (1-based, after --index and --limit) and why",
+                                              "among those evaluated (1-based, after --index and --limit), its line "
+                                              "in --src (1-based) and why",
                   first_right={"model_order": first["top"][:n], "app_order": first["ranked_top"][:n]},
                   first_right_counts="per query, in order: the first place (1-based) holding the right answer, "
                                      "null where none of the n_best does or the query was refused")

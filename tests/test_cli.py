@@ -1484,6 +1484,21 @@ def test_evaluate_an_empty_or_missing_file(pair_files, capsys, no_model_load):
                    capsys, "No such file")
 
 
+def test_evaluate_names_the_source_line_of_each_query_it_refused(pair_files, capsys, caplog):
+    """A refused query was named by its place among those evaluated alone: with --index, 'query 2' is not line 2 of
+    --src, and an error such as a time limit run out does not quote the query. Each example names its line too."""
+    sources = (pair_files / "src.txt").read_text().splitlines()
+    sources[0] = "C[Xe]"  # line 1, the second query that the index (4, 0, 1) selects
+    (pair_files / "src.txt").write_text("\n".join(sources) + "\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                     str(pair_files / "tgt.txt"), "--index", str(pair_files / "idx")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["query"], e["line"]) for e in report["query_error_examples"]] == [(2, 1)]
+    assert f"(the first, query 2 of those evaluated, line 1 of {pair_files / 'src.txt'}: token '[Xe]'" in \
+        caplog.records[0].getMessage()
+
+
 def test_evaluate_names_the_queries_it_refused_and_records_how_it_decoded(pair_files, capsys, caplog):
     """A refused query (a token the model lacks, a time limit run out) was a miss without a word: a count in the
     report, nothing on the screen; and the report did not record --limit, --batch-size or the time limit."""
@@ -1497,11 +1512,12 @@ def test_evaluate_names_the_queries_it_refused_and_records_how_it_decoded(pair_f
                      "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["query_errors"] == 1 and report["first_right"]["model_order"][1] is None
-    assert report["query_error_examples"] == [{"query": 2, "error": "token '[Xe]' is not in the model's vocabulary; "
-                                                                   "this model cannot read it"}]
+    assert report["query_error_examples"] == [{"query": 2, "line": 2, "error": "token '[Xe]' is not in the model's "
+                                                                              "vocabulary; this model cannot read it"}]
     assert caplog.records[0].getMessage() == (  # the next warns of the target RDKit cannot read
-        "1 of 4 queries were refused, each a miss in every top-k (the first, query 2 of those evaluated: token '[Xe]' "
-        "is not in the model's vocabulary; this model cannot read it); the report lists the first ten")
+        f"1 of 4 queries were refused, each a miss in every top-k (the first, query 2 of those evaluated, line 2 of "
+        f"{pair_files / 'src.txt'}: token '[Xe]' is not in the model's vocabulary; this model cannot read it); the "
+        "report lists the first ten")
     assert (report["limit"], report["batch_size"], report["time_limit_s"], report["sampling"]) == (4, 2, 30.0, None)
     capsys.readouterr()
     targets = str(pair_files / "tgt.txt")
