@@ -75,5 +75,26 @@ def test_score_prints_one_column_per_cut_off_and_one_app_column_when_one_answer_
                                     (2, ["top1", "top2", "app1", "app2"], ["50.0", "100.0", "100.0", "100.0", "50.0"])):
         tool.main(["score", str(saved), "--n-best", str(n_best), "--powers", "0.25"])
         lines = capsys.readouterr().out.splitlines()
-        assert lines[1].split()[1:-2] == header  # after "power", before "not-sane1 (%)"
-        assert lines[2].split() == ["0.25", *figures]
+        assert "does not say what decoded its answers" in lines[0]  # a file written by hand, not by decode
+        assert lines[2].split()[1:-2] == header  # after "power", before "not-sane1 (%)"
+        assert lines[3].split() == ["0.25", *figures]
+
+
+def test_decode_records_what_decoded_the_answers_and_score_says_it(tool, tmp_path, capsys):
+    """The saved answers named neither the model nor its settings, so a file scored later could not say whose
+    answers its figures rank."""
+    (tmp_path / "src.txt").write_text("CCO\nNCCO\n")
+    (tmp_path / "tgt.txt").write_text("CO\nNO\n")
+    saved = tmp_path / "answers.jsonl"
+    tool.main(["decode", "--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"), "--tgt",
+               str(tmp_path / "tgt.txt"), "--augment", "1", "--n-best", "2", "--dtype", "float32", "--out", str(saved)])
+    first, *rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert first["decoded"] == {"model": str(FIXTURES / "copy_model"), "method": "beam", "n_best": 2, "augment": 1,
+                                "dtype": "float32", "src": str(tmp_path / "src.txt"),
+                                "tgt": str(tmp_path / "tgt.txt"), "limit": None}
+    assert [row["line"] for row in rows] == [0, 1]
+    capsys.readouterr()
+    tool.main(["score", str(saved), "--n-best", "2", "--powers", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"answers of {FIXTURES / 'copy_model'} (beam, 2 a writing, 1 writing(s), float32)")
+    assert out[1].startswith("2 queries, 0 refused")

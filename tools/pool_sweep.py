@@ -1,7 +1,8 @@
 """How the pooling exponent of test-time augmentation ranks a model's answers.
 
 `decode` reads each query in N writings the way the app does (Predictor._views, then one decode per query),
-and saves every writing's answers, as the model gave them, to a JSON-lines file. `score` pools those answers
+and saves every writing's answers, as the model gave them, to a JSON-lines file whose first line names what decoded
+them (model folder, method, n-best, writings, dtype, the query files). `score` says so, and pools those answers
 offline with each exponent asked for (service.pool_writings' rule, its exponent a parameter here) and prints
 top-k in the model's order and in the app's (sane answers first), and how often the first answer is not sane.
 Decoding once and pooling many ways keeps the comparison exact: every exponent ranks the same answers.
@@ -30,6 +31,7 @@ from molspec_core.service import Predictor, pool_writings  # noqa: E402
 from molspec_core.threads import use_threads  # noqa: E402
 
 Answer = tuple[str, float, bool]  # (canonical answer or raw text, log-probability, sane)
+DECODED = "decoded"  # the key of decode's first line: what decoded the answers below it
 
 
 def pooled(writings: Sequence[Sequence[Answer]], power: float) -> list[tuple[str, bool]]:
@@ -97,7 +99,10 @@ def decode(args: argparse.Namespace) -> None:
     use_threads()  # the CLI's default: one core left free
     predictor = Predictor.load(args.model, dtype=args.dtype)
     sources, targets = read_pairs(args.src, args.tgt, limit=args.limit)
+    decoded = {"model": str(predictor.path), "method": args.method, "n_best": args.n_best, "augment": args.augment,
+               "dtype": args.dtype, "src": str(args.src), "tgt": str(args.tgt), "limit": args.limit}
     with open(args.out, "w") as out:
+        out.write(json.dumps({DECODED: decoded}) + "\n")  # score names the answers' maker from this line
         for row in decode_rows(predictor, sources, targets or [], args.augment, args.method, args.n_best):
             out.write(json.dumps(row) + "\n")
             if row["line"] % 100 == 0:
@@ -107,6 +112,12 @@ def decode(args: argparse.Namespace) -> None:
 def score(args: argparse.Namespace) -> None:
     with open(args.file) as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    made = rows.pop(0)[DECODED] if rows and DECODED in rows[0] else None
+    if made:
+        print(f"answers of {made['model']} ({made['method']}, {made['n_best']} a writing, {made['augment']} "
+              f"writing(s), {made['dtype']}) on {made['src']}")
+    else:
+        print(f"{args.file} does not say what decoded its answers (written before decode recorded it)")
     if not rows:
         raise SystemExit(f"pool_sweep.py score: {args.file} holds no queries (decode writes one line a query): "
                          "nothing to score")
