@@ -115,7 +115,9 @@ def test_start_trains_detached_skips_a_running_task_and_resumes_on_a_fresh_machi
     kit.main(["watch", "--seconds", "120"])
     export = tmp_path / "runs" / "gpu_forward" / "export"
     first = json.loads((export / "train_state.json").read_text())
-    assert first["seconds"] >= 3 and "no training process is running" in capsys.readouterr().out
+    watched = capsys.readouterr().out
+    assert first["seconds"] >= 3 and "no training process is running" in watched
+    assert "] forward: " in watched and "retro" not in watched  # only the task started here has a line
 
     # A fresh machine: no run folder, only the carried export. The next start resumes from it.
     (tmp_path / "gpu" / "resume").mkdir()

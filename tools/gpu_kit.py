@@ -421,7 +421,8 @@ def cmd_watch(args: argparse.Namespace) -> None:
             print("no training process is running", flush=True)
             return
         if time.time() >= next_print:
-            for task in TASKS:
+            # the tasks started on this machine only: a forward-alone block printed "retro: (no log yet)" each minute
+            for task in [t for t in TASKS if gpu_run(t).is_dir()]:
                 print(f"[{time.strftime('%H:%M:%S')}] {task}: {_last_line(gpu_run(task) / 'train.log')}", flush=True)
             next_print = time.time() + 60
         time.sleep(min(2, max(0, end - time.time())))
