@@ -359,9 +359,12 @@ def inspect_folder(folder: str | Path, with_draft: bool = True) -> Inspection:
     only (milliseconds), and with_draft, those of the draft model in DRAFT_DIR (if any), which the app loads with
     it, and its vocabulary against the model's: a CheckpointError naming the file at fault."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise CheckpointError(f"{folder} is not a model folder" if folder.exists()
-                              else f"model folder {folder} does not exist")
+    if not folder.exists():
+        raise CheckpointError(f"model folder {folder} does not exist")
+    if not folder.is_dir():  # config.json or a shard given for its folder: name the folder
+        holds_model = (folder.parent / "config.json").is_file()
+        holder = f": the model is the folder that holds it, {folder.parent}" if holds_model else ""
+        raise CheckpointError(f"{folder} is a file, not a model folder{holder}")
     check_safe(folder)
     config, cfg = read_config(folder)
     vocab = read_vocab(folder, cfg)

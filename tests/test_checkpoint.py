@@ -1,9 +1,13 @@
 import json
+import re
 
+import pytest
 import torch
+from safetensors.torch import save_file
 
 from conftest import random_model
 from molspec_core import checkpoint
+from molspec_core.model import Seq2SeqTransformer, preset
 from molspec_core.tokenizer import SPECIALS, Vocab
 
 
@@ -30,11 +34,6 @@ def test_shipped_models_respect_the_shard_limit():
 
 
 # ---- hostile and malformed model folders (issue 14, items 6 and 8) --------------------------------
-
-import pytest
-from safetensors.torch import save_file
-
-from molspec_core.model import Seq2SeqTransformer, preset
 
 
 def tiny_folder(folder, shards: bool = False, monkeypatch=None):
@@ -404,3 +403,18 @@ def test_a_draft_model_that_does_not_load_is_refused_before_the_model_is_built(t
     weights.write_bytes(weights.read_bytes()[:-100])
     with pytest.raises(checkpoint.CheckpointError, match=r"draft/model\.safetensors is cut short"):
         Predictor.load(folder, device="cpu")
+
+
+@pytest.mark.parametrize("file", ["config.json", "model.safetensors"])
+def test_a_file_of_a_model_folder_given_as_the_model_is_refused_naming_its_folder(tmp_path, no_model_built, file):
+    """Predictor.load("models/mine/config.json") said only '... is not a model folder'; the folder that holds the file
+    is the model, and the refusal now gives it."""
+    from molspec_core.service import Predictor
+
+    folder = tiny_folder(tmp_path / "mine")
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(f"{folder / file} is a file, not a model folder: "
+                                                                   f"the model is the folder that holds it, {folder}")):
+        Predictor.load(folder / file, device="cpu")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(checkpoint.CheckpointError, match=r"notes\.txt is a file, not a model folder$"):
+        Predictor.load(tmp_path / "notes.txt", device="cpu")
