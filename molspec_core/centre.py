@@ -10,9 +10,10 @@ or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Ald
 two carbons is then the one whose carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the
 phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A product atom is in
 the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no
-bond of the same order between the reactant's atoms; or where its hydrogen count or charge differs from its
-reactant atom's. Reactant atoms that do not reach the product leave (a chloride, a Boc group, a boronic acid's
-boron). Reactants that share fewer than two atoms with the product (solvents, bases, catalysts) are left out.
+bond of the same order between the reactant's atoms, or is a double bond whose geometry (E or Z) is the other of its
+reactant bond's; or where its hydrogen count or charge differs from its reactant atom's. Reactant atoms that do not
+reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants that share fewer than two
+atoms with the product (solvents, bases, catalysts) are left out.
 
 It is an estimate: symmetric atoms can be traced to the wrong twin, and a product whose atoms are mostly
 untraced gets no centre at all (None) rather than a misleading one. The app marks it on the answers.
@@ -143,7 +144,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
         a, molecules[owner[a.GetIdx()][0]].GetAtomWithIdx(owner[a.GetIdx()][1]))}
     for bond in product_mol.GetBonds():
         ends = (bond.GetBeginAtomIdx(), bond.GetEndAtomIdx())
-        if _bond_changed(bond, [owner.get(i) for i in ends], molecules):
+        if _bond_changed(bond, [owner.get(i) for i in ends], molecules) or _geometry_turned(bond, owner, molecules):
             centre.update(ends)
     used = {k for k, _ in owner.values()}
     reached = {whole[k][r] for k, r in owner.values()}
@@ -341,6 +342,51 @@ def _alike(atom: Chem.Atom, other: Chem.Atom) -> bool:
 
 def _atom_changed(atom: Chem.Atom, before: Chem.Atom) -> bool:
     return atom.GetTotalNumHs() != before.GetTotalNumHs() or atom.GetFormalCharge() != before.GetFormalCharge()
+
+
+CIS = (Chem.BondStereo.STEREOZ, Chem.BondStereo.STEREOCIS)
+TRANS = (Chem.BondStereo.STEREOE, Chem.BondStereo.STEREOTRANS)
+
+
+def _cis(bond: Chem.Bond, end: int, first: int, second: int) -> bool | None:
+    """Whether `first`, a neighbour of the double bond's atom `end`, and `second`, a neighbour of its other atom,
+    stand on one side of it (None where the bond has no stated geometry). RDKit states E or Z of its stereo atoms,
+    one neighbour of each end (the CIP-first); the other neighbour of an end stands on the other side."""
+    if bond.GetStereo() not in CIS + TRANS:
+        return None
+    at_end, at_other = bond.GetStereoAtoms()
+    if bond.GetBeginAtomIdx() != end:
+        at_end, at_other = at_other, at_end
+    return (bond.GetStereo() in CIS) == ((first == at_end) == (second == at_other))
+
+
+def _geometry_turned(bond: Chem.Bond, owner: dict[int, tuple[int, int]], molecules: tuple[Chem.Mol, ...]) -> bool:
+    """A product double bond of stated geometry (E or Z) whose reactant bond, also stated, has the other: two
+    neighbours that the product and the reactant share stand on one side of it in one and apart in the other. An
+    E/Z isomerization had no centre, its bonds' orders all kept."""
+    end, other = bond.GetBeginAtom(), bond.GetEndAtom()
+    if bond.GetStereo() not in CIS + TRANS or end.GetIdx() not in owner or other.GetIdx() not in owner:
+        return False
+    (k, r_end), (k_other, r_other) = owner[end.GetIdx()], owner[other.GetIdx()]
+    before = molecules[k].GetBondBetweenAtoms(r_end, r_other) if k == k_other else None
+    if before is None:
+        return False
+
+    def shared_neighbour(atom: Chem.Atom, partner: int, r_atom: int) -> tuple[int, int] | None:
+        """A neighbour of `atom` beside the bond, traced to a neighbour of its reactant atom: (its index, the
+        reactant atom's)."""
+        for n in atom.GetNeighbors():
+            k_n, r_n = owner.get(n.GetIdx(), (-1, -1))
+            if n.GetIdx() != partner and k_n == k and molecules[k].GetBondBetweenAtoms(r_atom, r_n) is not None:
+                return n.GetIdx(), r_n
+        return None
+
+    first, second = shared_neighbour(end, other.GetIdx(), r_end), shared_neighbour(other, end.GetIdx(), r_other)
+    if first is None or second is None:
+        return False
+    after = _cis(bond, end.GetIdx(), first[0], second[0])
+    was = _cis(before, r_end, first[1], second[1])
+    return after is not None and was is not None and after != was
 
 
 def _bond_changed(bond: Chem.Bond, owners: list[tuple[int, int] | None], molecules: tuple[Chem.Mol, ...]) -> bool:

@@ -361,3 +361,20 @@ def test_the_second_search_for_a_ring_made_is_not_started_past_the_deadline(monk
     monkeypatch.setattr(centre, "_shared", slow)
     centre.reaction_centre.__wrapped__("O=C1CCCCC1C(=O)CC(F)(F)F.NN", "FC(F)(F)Cc1n[nH]c2c1CCCC2")
     assert searches == [True]  # the first search only, rings apart
+
+
+@pytest.mark.parametrize("reactants, product, centre", [
+    ("C/C=C/C(=O)O", "C/C=C\\C(=O)O", [1, 2]),  # crotonic acid to isocrotonic acid: the double bond turned
+    ("C/C=C\\C(=O)O.CO", "C/C=C/C(=O)OC", [1, 2, 3, 5]),  # a retrosynthesis answer of the other geometry
+    ("C/C=C/C(=O)O.CO", "C/C=C/C(=O)OC", [3, 5]),  # its geometry kept: the ester bond alone
+    ("CC=CC(=O)O.CO", "C/C=C/C(=O)OC", [3, 5]),  # a reactant of no stated geometry: nothing to compare
+    ("F/C(C)=C(/C)Cl", "F/C(C)=C(\\C)Cl", [1, 3]),  # a tetrasubstituted alkene, its CIP atoms compared
+    ("C/C=C/c1ccccc1.[Br-]", "c1ccc(cc1)/C=C/C", []),  # unchanged, written from the other end
+    ("C/C=C/c1ccccc1.[Br-]", "c1ccc(cc1)/C=C\\C", [6, 7]),
+])
+def test_a_double_bond_whose_geometry_turned_is_in_the_centre(reactants, product, centre):
+    """An E/Z isomerization had no centre at all, and an answer that made an (E)-ester from the (Z)-acid marked the
+    ester bond alone: a bond's geometry was not compared, only its order."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert sorted(found.product_atoms) == centre
