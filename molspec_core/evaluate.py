@@ -233,6 +233,7 @@ def _report(first: dict[str, list[int | None]], marks: dict[str, list[bool]], re
     return report
 
 
+SELECTION = ("src", "tgt", "index", "limit")  # what a report records of the queries it was run on (cmd_evaluate)
 ORDERS = ("model_order", "app_order")  # first_right's orders: the report's top* and ranked_top* figures
 # What a report records of how, and by what code, its answers were decoded (cmd_evaluate), beside n_best: what compare
 # names where two reports differ. The model is left out: two models are what compare is for.
@@ -324,14 +325,18 @@ def compare_reports(a: dict, b: dict) -> dict:
         if problem:
             raise ValueError(f"the {name} report is not an evaluate report ({problem})")
     # the same queries: by their digest where both reports have one (files may move), else by file names
-    same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", "src", "tgt", "index")
+    same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", *SELECTION[:3])
     differ = [key for key in same if a.get(key) != b.get(key)]
     if differ:
-        stopped = [f"the {name} report is partial, stopped after {report['n']} of {report[PARTIAL].get('of_n')} "
-                   "queries" for name, report in (("first", a), ("second", b)) if isinstance(report.get(PARTIAL), dict)]
+        notes = [f"the {name} report is partial, stopped after {report['n']} of {report[PARTIAL].get('of_n')} "
+                 "queries" for name, report in (("first", a), ("second", b)) if isinstance(report.get(PARTIAL), dict)]
+        if "queries_sha256" in differ and not notes:  # two digests say nothing a user can act on: what differed
+            runs = [f"--{key} {a.get(key)!r} against {b.get(key)!r}" for key in SELECTION if a.get(key) != b.get(key)]
+            notes = [f"run on {'; '.join(runs)}" if runs else "run on the same --src, --tgt, --index and --limit: "
+                     "a file changed between the two runs"]
         raise ValueError("the reports are not on the same queries: " +
                          ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ) +
-                         "".join(f" ({why})" for why in stopped))
+                         "".join(f" ({why})" for why in notes))
     n, n_best = a["n"], min(a["n_best"], b["n_best"])
     table: dict = {"n": n, "n_best": n_best}
     for order in ORDERS:

@@ -147,3 +147,18 @@ def test_a_stopped_evaluation_keeps_the_report_of_the_queries_it_scored_marked_p
     with pytest.raises(KeyboardInterrupt) as stopped:  # stopped before a query was scored: no report
         evaluate(Answering(answers, stop_at=1), sources, targets, 2, batch_size=1, progress=False)
     assert stopped.value.partial_report is None
+
+
+def test_reports_on_other_queries_are_refused_naming_what_differs_beside_the_digest():
+    """Two reports of the same count on other lines were refused with their two digests alone, 64 hex digits each:
+    the refusal names the files, index and limit they were run on where those differ, and says a file changed where
+    none does."""
+    places = {"model_order": [1, None], "app_order": [1, None]}
+    a = {"n": 2, "n_best": 1, "src": "/d/src.txt", "tgt": "/d/tgt.txt", "index": None, "limit": 2,
+         "queries_sha256": "a" * 64, "first_right": places}
+    with pytest.raises(ValueError, match=r"not on the same queries: queries_sha256 .* \(run on --index None against "
+                                         r"'/d/idx'\)$"):
+        compare_reports(a, dict(a, index="/d/idx", queries_sha256="b" * 64))
+    with pytest.raises(ValueError, match=r"\(run on the same --src, --tgt, --index and --limit: a file changed between "
+                                         r"the two runs\)$"):
+        compare_reports(a, dict(a, queries_sha256="b" * 64))
