@@ -60,3 +60,40 @@ def test_an_earlier_reports_reactions_are_decoded_again_unless_a_fine_tune_train
     assert tool.lines_of(earlier, knowns, seen={"CCC"}) == {"kept": [0, 1], "created": [2], "none": [3]}
     with pytest.raises(ValueError, match="1 of the reactions"):
         tool.lines_of(earlier, knowns, seen={"CCO"})
+
+
+class NoModel:
+    @staticmethod
+    def load(*args, **kwargs):
+        raise AssertionError("a model was loaded: the run went past its checks")
+
+
+@pytest.mark.parametrize("flag", ["--against", "--lines-from"])
+def test_a_report_of_another_task_or_other_reactions_is_one_error_line(tool, flag, tmp_path, monkeypatch, capsys):
+    """A forward report given to a retro run (or one of other reactions) ended in a ValueError's traceback."""
+    test = tmp_path / "gln_test"
+    test.mkdir()
+    (test / "reactants.txt").write_text("C[C@H](N)C(=O)O.CC(=O)Cl\nCCO.CC(=O)O\n")
+    (test / "products.txt").write_text("C[C@H](NC(C)=O)C(=O)O\nCCOC(C)=O\n")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    forward = {**report([1], [], [1]), "task": "forward", "test": "gln_test", "left_out_as_trained_on": 0}
+    forward["none"]["lines"] = [1]
+    for old, said in (({**forward}, "is a forward report, and this run is retro"),
+                      ({key: value for key, value in forward.items() if key != "task"},  # written before --task
+                       "is a forward report, and this run is retro"),
+                      ({**forward, "task": "retro", "test": "other_test"},
+                       "decoded other_test, and this run decodes gln_test")):
+        (tmp_path / "old.json").write_text(json.dumps(old))
+        monkeypatch.setattr("sys.argv", ["stereo_check.py", "--task", "retro", "--test", str(test), flag,
+                                         str(tmp_path / "old.json")])
+        with pytest.raises(SystemExit) as stop:
+            tool.main()
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and f"{flag} {tmp_path / 'old.json'} {said}" in err, err
+    if flag == "--against":  # the same task and test, other reactions: refused before any decoding, in one line
+        retro = {**forward, "task": "retro"}
+        retro["kept"]["lines"] = [5]
+        (tmp_path / "old.json").write_text(json.dumps(retro))
+        with pytest.raises(SystemExit) as stop:
+            tool.main()
+        assert stop.value.code == 2 and "decoded other reactions in group 'kept'" in capsys.readouterr().err

@@ -123,22 +123,25 @@ def main() -> None:
     reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
     queries, knowns = (reactants, products) if args.task == "forward" else (products, reactants)
     seen = training_targets(Path(args.train_tgt)) if args.train_tgt else set()
-    if args.lines_from:
-        earlier = json.loads(Path(args.lines_from).read_text())
-        try:
-            groups = lines_of(earlier, knowns, seen)
-        except ValueError as exc:
-            parser.error(str(exc))
-        left_out = earlier["left_out_as_trained_on"]
-    else:
-        groups = group_lines(queries, knowns, seen)
-        left_out = len(knowns) - sum(map(len, groups.values()))
-        groups["none"] = groups["none"][:args.plain]
-    report: dict = {"task": args.task, "model": model, "test": Path(args.test).name,
-                    "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
+    test = Path(args.test).name
     against = json.loads(Path(args.against).read_text()) if args.against else None
-    if against:
-        check_same_reactions(against, groups)  # before decoding, not after minutes of it
+    try:  # before decoding, not after minutes of it
+        if args.lines_from:
+            earlier = json.loads(Path(args.lines_from).read_text())
+            check_comparable(earlier, f"--lines-from {args.lines_from}", args.task, test)
+            groups = lines_of(earlier, knowns, seen)
+            left_out = earlier["left_out_as_trained_on"]
+        else:
+            groups = group_lines(queries, knowns, seen)
+            left_out = len(knowns) - sum(map(len, groups.values()))
+            groups["none"] = groups["none"][:args.plain]
+        if against:
+            check_comparable(against, f"--against {args.against}", args.task, test)
+            check_same_reactions(against, groups)
+    except ValueError as exc:
+        parser.error(str(exc))
+    report: dict = {"task": args.task, "model": model, "test": test,
+                    "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
     predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
     method, n_best = TASK_DEFAULTS[args.task]
     for name, lines in groups.items():
@@ -162,6 +165,15 @@ def main() -> None:
         write_text_file(args.out, report_text(report))
     if against:
         print(json.dumps(paired(against, report), indent=1))
+
+
+def check_comparable(old: dict, given: str, task: str, test: str) -> None:
+    """A ValueError unless the report `given` (its flag and path) is this tool's on the same task and test set (one
+    without a task was written before --task, for the forward model)."""
+    if old.get("task", "forward") != task:
+        raise ValueError(f"{given} is a {old.get('task', 'forward')} report, and this run is {task}")
+    if old.get("test") != test:
+        raise ValueError(f"{given} decoded {old.get('test')}, and this run decodes {test}")
 
 
 def check_same_reactions(old: dict, groups: dict[str, list[int]]) -> None:
