@@ -1,5 +1,5 @@
-"""python -m molspec_core {predict,evaluate,compare,calibrate,bench,plan,serve,train,prepare-data} (also installed as
-`molspec`)."""
+"""python -m molspec_core {predict,evaluate,compare,calibrate,bench,plan,prepare-data,average,serve,train} (also
+installed as `molspec`)."""
 from __future__ import annotations
 
 import argparse
@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
-    p.add_argument("--out", help="JSON report")
+    p.add_argument("--out", help="JSON report (a file there is kept as <out>.bak; stopped by Ctrl-C, the report of "
+                   "the queries scored by then, marked partial)")
     augment_arg(p)
     time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
