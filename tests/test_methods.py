@@ -176,14 +176,16 @@ def test_the_draft_model_method_builds_no_copy_drafter(with_draft):
 def test_draft_len_is_one_knob_for_every_method(with_draft):
     """predict's draft_len decides drafts for every method: 0 is none, unset the method's default.
     SamplingOptions.draft_len=0 once meant 'no drafts' for the draft model only, while copy-draft
-    sampling drafted 8 tokens anyway."""
+    sampling drafted 8 tokens anyway; then predict dropped it without a word; now it is refused."""
     for name, row in METHODS.items():
         if not row.speculative:
             continue
         none = with_draft.predict(QUERY, method=name, n_best=n_best_of(name), draft_len=0)
         assert none.stats.draft_tokens_proposed == 0, name
-        default = with_draft.predict(QUERY, method=name, n_best=n_best_of(name), sampling=SamplingOptions(draft_len=0))
+        default = with_draft.predict(QUERY, method=name, n_best=n_best_of(name))
         assert default.stats.draft_tokens_proposed > 0, name
+        with pytest.raises(ValueError, match="give draft_len=0 to predict"):
+            with_draft.predict(QUERY, method=name, n_best=n_best_of(name), sampling=SamplingOptions(draft_len=0))
 
 
 def test_evaluate_refuses_what_it_cannot_honour_instead_of_swapping(tmp_path, capsys):
