@@ -372,10 +372,15 @@ def inspect_folder(folder: str | Path, with_draft: bool = True) -> Inspection:
     check_weights(folder, cfg, headers)
     draft = folder / DRAFT_DIR
     if with_draft and draft.is_dir():  # the service loads it with the model: a broken one stops the model loading
-        draft_vocab = inspect_folder(draft, with_draft=False).vocab
-        if draft_vocab.tokens != vocab.tokens:
+        drafted = inspect_folder(draft, with_draft=False)
+        if drafted.vocab.tokens != vocab.tokens:
             raise CheckpointError(f"{draft / 'vocab.json'} and {folder / 'vocab.json'} differ; a draft model reads "
                                   "its model's vocabulary (one of the two was edited, or comes from another model)")
+        # fewer failed a longer query inside the draft's encoder, and cut answers short that its model writes on
+        if drafted.cfg.max_positions < cfg.max_positions:
+            raise CheckpointError(f"{draft / 'config.json'}: model.max_positions is {drafted.cfg.max_positions}, "
+                                  f"fewer than the {cfg.max_positions} of {folder / 'config.json'}; a draft model "
+                                  "reads every query its model reads and drafts as far as it writes")
     return Inspection(config, cfg, vocab, headers)
 
 

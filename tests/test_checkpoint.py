@@ -418,3 +418,17 @@ def test_a_file_of_a_model_folder_given_as_the_model_is_refused_naming_its_folde
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(checkpoint.CheckpointError, match=r"notes\.txt is a file, not a model folder$"):
         Predictor.load(tmp_path / "notes.txt", device="cpu")
+
+
+def test_a_draft_model_with_fewer_positions_than_its_model_is_refused(tmp_path, no_model_built):
+    """A draft model of 24 positions beside a model of 256 loaded, and spec-sample-draft on a query of more than 24
+    tokens raised ValueError from inside the draft's encoder, failing the whole list of queries; with a few more
+    positions it would have cut answers short that plain sampling, which it must equal, lets run on."""
+    folder = tiny_folder(tmp_path / "model")
+    tiny_folder(folder / "draft")
+    edit_json(folder / "draft" / "config.json", lambda c: c["model"].update(max_positions=24))
+    with pytest.raises(checkpoint.CheckpointError, match=r"draft/config\.json: model\.max_positions is 24, fewer than "
+                                                         r"the 256 of \S+/model/config\.json; a draft model"):
+        checkpoint.inspect_folder(folder)
+    edit_json(folder / "draft" / "config.json", lambda c: c["model"].update(max_positions=512))
+    assert checkpoint.inspect_folder(folder).cfg.max_positions == 256  # more than its model's is no harm
