@@ -345,3 +345,13 @@ def test_page_latency_says_so_when_the_model_reads_no_query(tmp_path, monkeypatc
     queries.write_text("CCO\n")
     code, _ = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--methods", "greedy")
     assert "reads none of the queries" in str(code)
+
+
+def test_int8_agreement_says_so_when_the_model_reads_no_query(tmp_path, monkeypatch, capsys):
+    # it loaded both models, then ended in a ZeroDivisionError traceback
+    tool = load_tool("int8_agreement")
+    monkeypatch.setattr(tool, "Predictor", type("Refusing", (Timed,), {"refuses": True}))
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    code, _ = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries)
+    assert "reads none of the queries" in str(code)

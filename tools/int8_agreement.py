@@ -55,6 +55,8 @@ def main() -> None:
                "augment": args.augment}
     readable = [(source, target) for source, target in zip(sources, targets or [])
                 if can_read(predictors["float32"], source)]
+    if not readable:
+        raise SystemExit("int8_agreement.py: the model reads none of the queries: nothing to compare")
     for predictor in predictors.values():
         for source, _ in readable[:args.warmup]:
             predictor.predict(source, **options)
