@@ -123,6 +123,8 @@ def why_unreadable(smiles: str) -> str:
                 return f"the '.' at position {last_at} has no molecule after it"
             if char == "(" and last in ("start", "dot"):
                 return f"the '(' at position {at} opens a branch with no atom before it"
+            if char == "(" and last == "open":
+                return f"the '(' at position {at} follows another '(': a branch begins with an atom or a bond"
             if char == ")" and last == "open":
                 return f"the branch '()' at position {at - 1} is empty"
             if char == "(":

@@ -349,6 +349,7 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CC(=O)O-", "the bond '-' at position 8 has no atom after it: if it is a charge, it goes in its atom's brackets, "
                  "as [O-]"),
     ("C()C", "the branch '()' at position 2 is empty"),
+    ("CC((C)C)", "the '(' at position 4 follows another '(': a branch begins with an atom or a bond"),  # said nothing
     ("1CC1", "ring bond 1 at position 1 has no atom before it"),
     ("[Xx]", "the bracket atom [Xx] at position 1 is not one RDKit reads: an element symbol, then its hydrogens and "
              "charge, as [Na+], [NH4+] or [13CH3]"),
