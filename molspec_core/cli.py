@@ -1075,7 +1075,8 @@ PEER_THREADS_WARNING = (
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
-    from .evaluate import read_pairs
+    from .calibration import weights_fingerprint
+    from .evaluate import queries_digest, read_pairs, software
     from .service import Predictor
 
     # everything that can be refused is refused before the model loads and the run starts
@@ -1125,7 +1126,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
                                args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir,
                                peer_threads=args.peer_threads, engines=engines, by_length=args.by_length)
-    report.update(src=args.src, tgt=args.tgt, index=args.index, limit=args.limit)
+    # what made it, as an evaluate report records it: the files from any folder, the weights, the code, the queries
+    report.update(src=os.path.abspath(args.src), tgt=args.tgt and os.path.abspath(args.tgt),
+                  index=args.index and os.path.abspath(args.index), limit=args.limit,
+                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path),
+                  **software())
     print(markdown_table(report))
     if out:
         save_report(report, out)

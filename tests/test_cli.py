@@ -612,6 +612,23 @@ def test_bench_reports_every_method_with_index_file(pair_files):
     assert (pair_files / "bench.html").exists()
 
 
+def test_a_bench_report_records_the_weights_code_and_queries_that_made_it(pair_files, monkeypatch, tmp_path):
+    """A bench report named the model's folder alone, and its files as given on the command line ('../shared/...',
+    meaningless from another folder): the timings in bench/ that the model cards cite could not be told from those of
+    the weights and code that replaced them. It records them as an evaluate report does."""
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.evaluate import queries_digest, read_pairs
+
+    monkeypatch.chdir(pair_files)
+    assert main(["bench", "--model", MODEL, "--src", "src.txt", "--tgt", "tgt.txt", "--index", "idx", "--methods",
+                 "greedy", "--warmup", "0", "--out", str(tmp_path / "bench.json")]) == 0
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["weights"] == weights_fingerprint(MODEL) and {"version", "commit"} <= set(report)
+    assert (report["src"], report["tgt"], report["index"]) == tuple(str(pair_files / name)
+                                                                    for name in ("src.txt", "tgt.txt", "idx"))
+    assert report["queries_sha256"] == queries_digest(*read_pairs("src.txt", "tgt.txt", "idx"))
+
+
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and "predict" in done.stdout
