@@ -272,13 +272,14 @@ def _abbreviation_at(text: str, i: int) -> tuple[int, str] | None:
 
 def _in_word(text: str, i: int) -> bool:
     """Whether text[i] is among four lowercase letters or more in a row, one of them no aromatic atom's: a word, as
-    a chemical name has ("aspirin", not "cccc"; the service's name hint reads words so)."""
+    a chemical name has ("aspirin", not "cccc"; the service's name hint reads words so). text[i] itself may be a
+    capital ("Aspirin"), but is not the letter that makes it a word: the H of c1ccHcc1 was taken for a name's."""
     start, end = i, i + 1
     while start > 0 and "a" <= text[start - 1] <= "z":
         start -= 1
     while end < len(text) and "a" <= text[end] <= "z":
         end += 1
-    return end - start >= 4 and bool(set(text[start:end]) - set("bcnops"))
+    return end - start >= 4 and bool({c for c in text[start:end] if "a" <= c <= "z"} - set("bcnops"))
 
 
 def _not_smiles(char: str) -> str:

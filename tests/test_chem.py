@@ -356,6 +356,8 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("[NH4]+", "the '+' at position 6 is a charge outside brackets: a charge goes in its atom's brackets, as [NH4+]"),
     ("CH3CH2OH", "the 'H' at position 2 is a hydrogen outside brackets: hydrogens are left implicit, or written in an "
                  "atom's brackets, as [CH3]"),  # was told of ring bond 3, which the text never meant
+    ("c1ccHcc1", "the 'H' at position 5 is a hydrogen outside brackets: hydrogens are left implicit, or written in an "
+                 "atom's brackets, as [CH3]"),  # said nothing: the H among aromatic atoms was taken for a name's letter
     ("C%1CC%1", "the '%' at position 2 starts no ring bond label: '%' takes two digits, as %12, or digits in "
                 "parentheses, as %(123)"),  # was told ring bond 1 is never closed
     ("CNa", "the 'a' at position 3 is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I "
