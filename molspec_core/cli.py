@@ -67,13 +67,18 @@ def check_report_path(path: str, *inputs: str | None, model: str | None = None) 
     """Refuse, before any work is done, a report's --out that io.check_output refuses (a missing folder, a
     folder, a device, one of the run's own input files: `inputs`), that lies in the folder of the `model` run
     (outside_model), or whose name promises a compression the plain JSON written there does not have (a bench
-    run once finished, then lost its report to a missing folder)."""
+    run once finished, then lost its report to a missing folder); and the same for where the file it replaces is
+    kept (keep_replaced)."""
+    from .calibration import backup_of
+
     if path.lower().endswith(tuple(DECOMPRESSORS)):
         raise ValueError(f"{path}: the report is written as plain JSON; give a name without {Path(path).suffix}")
     for given in inputs:
         if given:
             check_output(path, given)
+            check_output(backup_of(Path(path)), given)  # where keep_replaced keeps the file --out replaces
     out = check_output(path)
+    check_output(backup_of(out))
     if model is not None:
         outside_model(path, out, model)
     return out
@@ -209,8 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
-    p.add_argument("--out", help="JSON report (a file there is kept as <out>.bak; stopped by Ctrl-C, the report of "
-                   "the queries scored by then, marked partial)")
+    p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak; stopped by Ctrl-C, the report "
+                   "of the queries scored by then, marked partial)")
     augment_arg(p)
     time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
@@ -260,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "compared with --engine's greedy and beam")
     p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
                    "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
-    p.add_argument("--out", help="JSON report (a plotly HTML is written beside it)")
+    p.add_argument("--out", help="JSON report (a plotly HTML is written beside it; a report there is kept as "
+                   "<out>.bak)")
     p.set_defaults(batch_size=1, method=None)  # cmd_bench refuses a --method: it times --methods
 
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
@@ -761,14 +767,12 @@ def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], ma
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .calibration import backup_of, weights_fingerprint
+    from .calibration import weights_fingerprint
     from .evaluate import check_method, evaluate, queries_digest, read_selected, software
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
     out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
-    if out:
-        check_output(backup_of(out), args.src)  # where write_report keeps the file --out replaces
     lines, sources, targets = read_selected(args.src, args.tgt, args.index, args.limit)
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
@@ -831,15 +835,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def write_report(out: Path, report: dict) -> None:
-    """An evaluate report to `out`, the file it replaces kept first beside it (calibration.backup_of), as calibrate
-    keeps the fit it replaces: a run stopped two queries in once replaced a whole earlier report, hours of decoding,
-    with its partial one."""
+    """An evaluate report to `out`, the file it replaces kept first (keep_replaced)."""
+    keep_replaced(out)
+    write_text_file(out, report_json(report))
+
+
+def keep_replaced(out: Path) -> None:
+    """Keep the file a report (evaluate's, bench's) is about to replace beside it (calibration.backup_of), as
+    calibrate keeps the fit it replaces, and say so: a run stopped two queries in once replaced a whole earlier
+    report, hours of decoding, with its partial one. check_report_path checked the backup's name before the run."""
     from .calibration import backup_of
 
     if out.is_file():  # copied as bytes, with its time
         shutil.copy2(out, backup_of(out))
         log.warning("%s: the file it replaces is kept as %s", out, backup_of(out))
-    write_text_file(out, report_json(report))
 
 
 def show_report(report: dict) -> None:
@@ -1133,6 +1142,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   **software())
     print(markdown_table(report))
     if out:
+        keep_replaced(out)
         save_report(report, out)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success

@@ -629,6 +629,18 @@ def test_a_bench_report_records_the_weights_code_and_queries_that_made_it(pair_f
     assert report["queries_sha256"] == queries_digest(*read_pairs("src.txt", "tgt.txt", "idx"))
 
 
+def test_a_bench_keeps_the_report_its_out_replaces(pair_files, caplog):
+    """bench --out replaced the report there without a word, a whole run's with one Ctrl-C'd a batch in (bench keeps
+    a stopped run's figures, marked interrupted): as evaluate's, the file it replaces is kept as <out>.bak."""
+    out = pair_files / "bench.json"
+    out.write_text("the earlier report\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                     "--warmup", "0", "--out", str(out)]) == 0
+    assert (pair_files / "bench.json.bak").read_text() == "the earlier report\n" and json.loads(out.read_text())
+    assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
+
+
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and "predict" in done.stdout
