@@ -1,12 +1,14 @@
 """MolSpec's engine: `from molspec_core import Predictor`, then `Predictor.load("forward").predict(...)` (README,
 "Python API").
 
-The names below are imported when first asked for, so that `import molspec_core.threads` (the training path,
-which has no RDKit) does not load the service, torch's decoders and RDKit with them.
+The names below, and the submodules (`molspec_core.roundtrip.check_round_trip`, as the README writes it), are
+imported when first asked for, so that `import molspec_core.threads` (the training path, which has no RDKit) does
+not load the service, torch's decoders and RDKit with them.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 # name -> the module that defines it
 _EXPORTS = {
@@ -21,9 +23,11 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> object:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f".{name}", __name__)  # a submodule not imported yet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -52,6 +52,21 @@ def test_the_api_is_imported_from_the_package_and_only_when_asked_for():
     assert loaded.strip() == "[]"
 
 
+def test_the_readmes_module_paths_work_after_importing_the_package_alone():
+    """The README calls molspec_core.roundtrip.check_round_trip and molspec_core.centre.reaction_centre; after
+    `import molspec_core` both raised AttributeError (module 'molspec_core' has no attribute 'roundtrip') until the
+    submodule was imported by name. A submodule is imported when first asked for, as the exported names are."""
+    import subprocess
+    import sys
+
+    code = ("import molspec_core, sys; print(molspec_core.roundtrip.check_round_trip.__name__, "
+            "molspec_core.centre.reaction_centre.__name__, 'molspec_core.bench' in sys.modules)\n"
+            "try:\n    molspec_core.no_such_module\nexcept AttributeError as exc:\n    print(exc)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.splitlines() == ["check_round_trip reaction_centre False",
+                                  "module 'molspec_core' has no attribute 'no_such_module'"]
+
+
 def test_predicts_type_hints_say_one_query_gives_one_result_and_a_list_a_list():
     """predict was hinted -> QueryResult | list[QueryResult] whatever it was given, so a type checker refused
     `predictor.predict("CCO").ok` and `for r in predictor.predict([...])` (roundtrip.py's own call among them)."""
