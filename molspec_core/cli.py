@@ -829,6 +829,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if report["unreadable_targets"]:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
                     report["unreadable_targets"], report["n"], args.tgt)
+    if not any(report["first_right"]["model_order"]):  # 0% reads as the model's accuracy; files of another task?
+        log.warning("none of the %d queries has its target in its top-%d: check that %s holds the answers to %s, line "
+                    "by line, and that they are for a %s model", report["n"], args.n_best, args.tgt, args.src,
+                    predictor.task)
     if out:
         write_report(out, report)
     return 0

@@ -530,6 +530,20 @@ def test_evaluate_warns_when_the_data_folder_was_prepared_for_the_other_task(pai
                              f"the model is a {task} model: expect every answer to miss"]) if warned else not messages
 
 
+def test_evaluate_warns_where_no_query_got_its_target(pair_files, capsys, caplog):
+    """A forward model run on USPTO-50K's products and reactants (another task's files) reported 0% in every top-k
+    as if that were the model's accuracy: a run where no query got its target says what to check."""
+    (pair_files / "tgt.txt").write_text("O\n" * 5)
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                     str(pair_files / "tgt.txt"), "--n-best", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["top2"] == 0
+    task = json.loads((FIXTURES / "copy_model" / "config.json").read_text()).get("task", "forward")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"none of the 5 queries has its target in its top-2: check that {pair_files / 'tgt.txt'} holds the answers to "
+        f"{pair_files / 'src.txt'}, line by line, and that they are for a {task} model"]
+
+
 def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsys):
     base = {"n": 6, "n_best": 2, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "beam"}
     a = dict(base, first_right={"model_order": [1, 1, 1, 1, 2, None], "app_order": [1, 1, 1, 1, 1, None]})
