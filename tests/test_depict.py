@@ -34,7 +34,8 @@ def test_atoms_are_named_with_their_mass_number_and_charge_as_the_picture_labels
     assert depict.atoms_in_words(Chem.MolFromSmiles(smiles), atoms) == words
 
 
-def test_a_molecule_etkdg_cannot_embed_has_no_3d_model():
+def test_a_molecule_etkdg_cannot_embed_has_no_3d_model(monkeypatch):
+    monkeypatch.setattr(depict, "EMBED_DEADLINE_S", 2)  # a start of 1 s each: the test need not wait 8 s
     fullerene = ("c12c3c4c5c1c1c6c7c2c2c8c3c3c9c4c4c%10c5c5c1c1c6c6c%11c7c2c2c7c8c3c3c8c9c4c4c9c%10c5c5c1c1c6c6c%11"
                  "c2c2c7c3c3c8c4c4c9c5c1c1c6c2c3c41")
     assert depict.molblock_3d(fullerene) is None
