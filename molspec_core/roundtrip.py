@@ -59,8 +59,10 @@ def check_round_trip(result: Sequence[QueryResult], forward: Predictor, top_k: i
 def check_round_trip(result: QueryResult | Sequence[QueryResult], forward: Predictor,
                      top_k: int = 1) -> QueryResult | list[QueryResult]:
     """`result` (a retrosynthesis answer list) with round_trip and forward_prob set on every sane answer
-    the forward model can read; None on the others (invalid or flagged ones, unknown tokens). A query the time
-    limit stopped keeps the answers it had found (QueryResult.stopped_with_answers): its sane ones are checked too.
+    the forward model can read; None on the others (invalid or flagged ones, unknown tokens) and where the forward
+    model's decode stopped at its time limit without giving the product back (forward_prob is still set). A query
+    the time limit stopped keeps the answers it had found (QueryResult.stopped_with_answers): its sane ones are
+    checked too.
     A list of results, as Predictor.predict returns for a list of queries, gives a list in the same order (each
     result is looked at before any is checked)."""
     if not isinstance(forward, Predictor):  # None reached an AttributeError
@@ -110,6 +112,8 @@ def _checked(result: QueryResult, forward: Predictor, top_k: int) -> QueryResult
     log_probs = sequence_log_probs(forward, [ids for _, ids in checked], [product_ids] * len(checked))
     updated: list[Prediction] = list(result.predictions)
     for (i, _), answer, log_prob in zip(checked, answers, log_probs):
-        back = answer.ok and any(p.valid and p.smiles == product for p in answer.predictions[:top_k])
-        updated[i] = dataclasses.replace(updated[i], round_trip=back, forward_prob=math.exp(log_prob))
+        back = any(p.valid and p.finished and p.smiles == product for p in answer.predictions[:top_k])
+        # a forward decode stopped at its time limit without the product was not checked to the end: no mark
+        updated[i] = dataclasses.replace(updated[i], round_trip=back if answer.ok or back else None,
+                                         forward_prob=math.exp(log_prob))
     return dataclasses.replace(result, predictions=tuple(updated))

@@ -104,3 +104,16 @@ def test_a_query_stopped_at_the_time_limit_has_its_finished_answers_checked(forw
     assert checked.error == stopped.error
     assert checked.predictions[0].round_trip is True and checked.predictions[0].forward_prob > 0
     assert checked.predictions[1].round_trip is None  # unfinished: not an answer to check
+
+
+def test_a_reactant_set_the_forward_model_ran_out_of_time_on_is_not_marked_failed(forward, monkeypatch):
+    """A forward decode stopped at its time limit, with no answer, marked the reactant set round_trip False, the
+    mark of a set that does not give the product back (the Predict page's cross); it was never checked: None. Its
+    teacher-forced forward_prob is still computed."""
+    def stopped(smiles, **options):
+        return [QueryResult(text, text, error=stopped_message(60.0)) for text in smiles]
+
+    monkeypatch.setattr(forward, "predict", stopped)
+    result = QueryResult(PARACETAMOL, PARACETAMOL, predictions=(answer(1, "CC(=O)Cl.Nc1ccc(O)cc1"),))
+    checked = check_round_trip(result, forward).predictions[0]
+    assert checked.round_trip is None and 0 < checked.forward_prob <= 1
