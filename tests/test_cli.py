@@ -575,6 +575,18 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 
+def test_compare_tells_apart_two_weights_of_one_model_folder(tmp_path, capsys):
+    """A training run's last/ folder, evaluated before and after more training, read 'model runs/x/last' on both
+    lines, as if one model had been compared with itself: each line names the weights' fingerprint too."""
+    base = {"n": 2, "n_best": 1, "model": "/runs/x/last", "first_right": {"model_order": [1, None],
+                                                                         "app_order": [1, None]}}
+    (tmp_path / "a.json").write_text(json.dumps(dict(base, weights="3610ccf44096" + "0" * 52)))
+    (tmp_path / "b.json").write_text(json.dumps(dict(base, weights="8a2b" + "1" * 60)))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    a_line, b_line = capsys.readouterr().out.splitlines()[:2]
+    assert "(model /runs/x/last, weights 3610ccf44096," in a_line and "weights 8a2b11111111," in b_line
+
+
 @pytest.mark.parametrize("change, message", [({"n": 7}, "not on the same queries: n 6 against 7"),
                                              ({"src": "other"}, "not on the same queries: src"),
                                              ({"first_right": None}, "no per-query results")])
