@@ -46,7 +46,7 @@ from .io import (MAX_INPUT_BYTES, QueryFile, TooManyRecords, _decode_stream, par
                  query_format, read_queries, read_text, rounded, significant, text_lines)
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
-from .service import MODELS_DIR, Prediction, Predictor, QueryResult
+from .service import MODELS_DIR, TIMED_OUT, Prediction, Predictor, QueryResult
 
 DEFAULT_STOCK = MODELS_DIR / "stock.smi.gz"  # tools/make_stock.py: reactants of >= 2 training reactions
 ALGORITHMS = ("retro*", "mcts")
@@ -175,7 +175,7 @@ class ExpansionCounts:
     """What the single-step model did during one search (mutable: counted as the search runs)."""
     molecules: int = 0  # products expanded (each once: syntheseus caches the reactions); failed ones are not
     decoder_calls: int = 0  # the decoder's forward passes, summed over those molecules (a batch's pass counts per row)
-    answers: int = 0  # reactant sets proposed
+    answers: int = 0  # reactant sets proposed (a beam the time limit cut is none)
     missing_atoms: int = 0  # answers whose reactants lack heavy atoms of the product (skipped when checked)
     kept: int = 0  # the reactions the search could use: sane, and with every product atom when checked
     round_trips: int = 0  # of those kept, ones the forward model gave the product back for
@@ -236,7 +236,9 @@ class PredictorModel(BackwardReactionModel):
             counts.first_failure = counts.first_failure or f"{product.smiles}: {reason}"
             # A beam search the time limit stopped hands on the answers it had ended (service.TIMED_OUT marks the
             # rest, which the filter below drops): syntheseus keeps this expansion, so they are all it will have.
-        counts.answers += len(result.predictions)
+        # Not the beams the time limit cut (TIMED_OUT): no answer the model proposed, they made 'Answers used' read
+        # 50% where every answer it had ended was used
+        counts.answers += sum(TIMED_OUT not in p.concerns for p in result.predictions)
         # Sane answers, and ones whose only concern is lacking product atoms (answer_concerns flags that for
         # a retrosynthesis model): those go when the atoms are checked, and are let through when not.
         candidates = [p for p in result.predictions if p.valid and all(c.startswith(LACKS_ATOMS) for c in p.concerns)]
