@@ -1011,7 +1011,7 @@ class Predictor:
     def check_augment(self, augment: int) -> None:
         """Refuse an augment this model cannot use, with the reason."""
         if not 1 <= augment <= MAX_AUGMENT:
-            raise ValueError(f"augment must be between 1 and {MAX_AUGMENT}")
+            raise ValueError(f"augment must be between 1 and {MAX_AUGMENT}, not {augment}")
         if augment > 1 and not self.augmentable:
             raise ValueError(f"{self.path.name} was trained on one writing of each query (canonical SMILES), "
                              "so other writings would only confuse it; use augment 1")

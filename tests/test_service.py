@@ -358,6 +358,7 @@ def test_wrong_options_raise(copier):
     ({"draft_len": 2.5}, "draft_len must be a whole number"),
     ({"n_drafts": 1.5}, "n_drafts must be a whole number"),
     ({"augment": 2.5}, "augment must be a whole number, not 2.5"),
+    ({"augment": 25}, "augment must be between 1 and 20, not 25"),  # the number given was not said
     ({"time_limit_s": "5"}, "time_limit_s must be a number of seconds (or None for no limit), not '5'")])
 def test_options_of_the_wrong_type_raise_a_clear_value_error(copier, options, message):
     """They reached torch (repeat_interleave's TypeError), or ran: batch_size 0 as 1, augment 2.5 with a
