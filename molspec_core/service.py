@@ -611,13 +611,13 @@ class Predictor:
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")
         if engine == "graphs" and resolved.type != "cuda":
             raise ValueError(f"engine graphs (CUDA graphs) runs on CUDA only, not on {resolved}; use --engine auto")
+        cpu = engine != "torch" and resolved.type == "cpu"
+        if dtype != "float32" and not (cpu and engine in ("auto", "native")):  # before the weights are read
+            raise ValueError(f"dtype {dtype} runs on the native engine (CPU) only, not engine {engine} on {resolved}")
         # the draft model's folder too, and its vocabulary against the model's, before either is read: a draft model
         # that did not load was found only once the model had loaded
         checkpoint.inspect_folder(path)
         model, vocab, config = checkpoint.load(path, resolved)
-        cpu = engine != "torch" and resolved.type == "cpu"
-        if dtype != "float32" and not (cpu and engine in ("auto", "native")):
-            raise ValueError(f"dtype {dtype} runs on the native engine (CPU) only, not engine {engine} on {resolved}")
         try:
             if engine == "graphs":
                 model.use_cuda_graphs()

@@ -67,6 +67,20 @@ def test_the_readmes_module_paths_work_after_importing_the_package_alone():
                                   "module 'molspec_core' has no attribute 'no_such_module'"]
 
 
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
+def test_int8_on_an_engine_without_it_is_refused_before_the_weights_are_read(monkeypatch, engine):
+    """Predictor.load(..., engine="numpy", dtype="int8") read and built the whole model (seconds for the retro model)
+    before it said that int8 is the native engine's; the options are checked first, as the device is."""
+    from molspec_core import checkpoint
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were read")
+
+    monkeypatch.setattr(checkpoint, "load", refuse)
+    with pytest.raises(ValueError, match=f"dtype int8 runs on the native engine \\(CPU\\) only, not engine {engine}"):
+        Predictor.load(FIXTURES / "copy_model", device="cpu", engine=engine, dtype="int8")
+
+
 def test_predicts_type_hints_say_one_query_gives_one_result_and_a_list_a_list():
     """predict was hinted -> QueryResult | list[QueryResult] whatever it was given, so a type checker refused
     `predictor.predict("CCO").ok` and `for r in predictor.predict([...])` (roundtrip.py's own call among them)."""
