@@ -108,8 +108,10 @@ def split_card(markdown: str) -> tuple[str, str]:
 
 
 def show_card(folder: Path, card: Path) -> None:
-    """The card's summary on the page, the rest (measurements, speed, data, the training log) in an expander:
-    no box of its own to scroll, which at 200% zoom showed two table rows and on a phone one cell."""
+    """The card's summary on the page, then each other section (measurements, speed, data, the training log) under
+    its heading, folded, and sent to the browser only once opened: folded but sent, the two cards' 300 KB of markdown
+    were 70% of the page's elements and kept the browser busy for 10-15 s, minutes on a busy machine. No box of its
+    own to scroll, which at 200% zoom showed two table rows and on a phone one cell."""
     try:  # utf-8-sig: a byte-order mark (Windows' Notepad) left the title a line reading "# Title"
         text = card.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:  # a card saved in another encoding stopped the page
@@ -119,13 +121,42 @@ def show_card(folder: Path, card: Path) -> None:
     anchors: set[str] = set()
     with st.container(key=f"card_{folder.name}"):
         st.html(CARD_STYLE)
-        show_card_text(demoted(summary), folder.name, anchors)
-        if rest.strip():
-            sections = sum(1 for line in rest.splitlines() if line.startswith("## "))
-            lines = len(rest.splitlines())
-            label = f"The rest of the model card ({common.counted(sections, 'section')}, {lines:,} lines)"
-            with st.expander(label):
-                show_card_text(demoted(rest), folder.name, anchors)
+        show_card_text(anchored(card_parts(demoted(summary)), folder.name, anchors))
+        for heading, body in card_sections(anchored(card_parts(demoted(rest)), folder.name, anchors)):
+            show_card_text([heading])
+            if not body:
+                continue
+            with st.expander(section_label(heading[1], body), key=section_key(folder.name, heading[2]),
+                             on_change="rerun") as section:
+                if section.open:
+                    show_card_text(body)
+
+
+SECTION_LEVEL = 2 + CARD_HEADING_SHIFT  # a card's "## Section" as the page draws it
+Part = tuple[int, str, str]  # a card's piece: (heading level, its text, its anchor), or (0, markdown, "")
+
+
+def card_sections(parts: list[Part]) -> list[tuple[Part, list[Part]]]:
+    """The rest of a card (split_card) as its sections: each section's heading and the parts under it."""
+    sections: list[tuple[Part, list[Part]]] = []
+    for part in parts:
+        if part[0] == SECTION_LEVEL or not sections:  # the rest opens on a section's heading (split_card)
+            sections.append((part, []))
+        else:
+            sections[-1][1].append(part)
+    return sections
+
+
+def section_label(heading: str, body: list[Part]) -> str:
+    """The folded section's label: its heading's first words, the part before any parenthesis ("Training (GPU block
+    1, ...; CPU runs 27, 28, 31, 40 and 42, the last two averaged)" reads "Training"), and its length."""
+    lines = sum(len(text.strip().splitlines()) if level == 0 else 1 for level, text, _ in body)
+    return f"Read “{common.md_escape(heading.split(' (')[0] or heading)}” ({common.counted(lines, 'line')})"
+
+
+def section_key(model: str, anchor: str) -> str:
+    """The widget key of a card section's expander, which Streamlit keeps its open or closed state under."""
+    return f"card_{model}_section_{anchor}"
 
 
 HEADING = re.compile(r"(#{1,6}) (.+)")
@@ -173,12 +204,16 @@ def heading_html(level: int, text: str, anchor: str) -> str:
     return f'<h{level} data-anchor="{html.escape(anchor)}">{inner}</h{level}>'
 
 
-def show_card_text(markdown: str, model: str, anchors: set[str]) -> None:
-    """A card's markdown: each heading drawn on its own with an anchor unique on the page (card_anchor), the text
-    between as markdown (no HTML)."""
-    for level, text in card_parts(markdown):
+def anchored(parts: list[tuple[int, str]], model: str, taken: set[str]) -> list[Part]:
+    """Each heading of card_parts with its anchor, unique on the page (card_anchor); text parts with none."""
+    return [(level, text, card_anchor(model, text, taken) if level else "") for level, text in parts]
+
+
+def show_card_text(parts: list[Part]) -> None:
+    """A card's parts: each heading drawn on its own with its anchor, the text between as markdown (no HTML)."""
+    for level, text, anchor in parts:
         if level:
-            st.markdown(heading_html(level, text, card_anchor(model, text, anchors)), unsafe_allow_html=True)
+            st.markdown(heading_html(level, text, anchor), unsafe_allow_html=True)
         else:
             st.markdown(text)
 
