@@ -688,8 +688,8 @@ def known_marks(table: QueryFile, name: str, column: str | None, task: str) -> K
 
     if not column:
         return None
-    return KnownMarks(output_header(table.columns), column_index(table.columns, Path(name).name, column), column,
-                      task)
+    at = column_index(table.columns, Path(name).name, column)  # named in any case: the summary names the file's
+    return KnownMarks(output_header(table.columns), at, table.columns[at], task)
 
 
 def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:

@@ -345,6 +345,15 @@ KNOWN_CSV = ("smiles,expected\nOc1ccncc1,Oc1ccncc1\nOc1ccncc1,OC1=CN=CC=C1\nClc1
              "Clc1ccncc1,\nOc1ccncc1,not one\n")
 
 
+def test_predict_names_the_known_column_as_the_file_does(tmp_path, capsys):
+    """`--known-column EXPECTED` finds the column expected (ccb610e), and the summary called it 'the column EXPECTED',
+    a column the file does not have, where the line above names the query column as the file writes it."""
+    (tmp_path / "in.csv").write_text(KNOWN_CSV)
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "in.csv"), "--output",
+                 str(tmp_path / "out.csv"), "--known-column", "EXPECTED"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("known answers from the column expected: ")
+
+
 def test_predict_marks_the_files_known_answers_and_says_how_often_they_come_back(tmp_path, capsys):
     (tmp_path / "in.csv").write_text(KNOWN_CSV)
     out = tmp_path / "out.csv"
