@@ -946,7 +946,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     # the fit a new one replaces (for these weights), if any
     earlier = None if args.judge else calibration.load(folder, args.augment, kind)
     if not args.judge:  # what would refuse the fit's writing, before minutes of decoding
-        check_fit_size(len(sources), earlier, args.force)
+        check_fit_size(len(sources), earlier, args.force, args.src if len(sources) < args.limit else None)
         if earlier is not None and earlier.n_best != n_best and not args.force:
             raise ValueError(f"the fit in the folder ({path.name}) was made on {earlier.n_best}-best lists, and one "
                              f"fit serves every beam width: a fit on {n_best}-best lists would replace it for all of "
@@ -990,10 +990,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool) -> None:
+def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool, ran_out: str | None = None) -> None:
     """Refuse, unless forced, before any decoding, a fit on fewer than MIN_FIT_QUERIES fitting queries (of n_queries,
     calibration.check_share fit it), or on fewer than the `earlier` fit it would replace rests on: judged on a few
-    dozen check queries, a fit on 100 queries came out better than the shipped one on 1,333 by chance alone."""
+    dozen check queries, a fit on 100 queries came out better than the shipped one on 1,333 by chance alone.
+    `ran_out`: the queries' file, where it holds no more than n_queries (a higher --limit would not help)."""
     from .calibration import check_share
 
     n_fit = check_share(n_queries)
@@ -1006,9 +1007,10 @@ def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool) -> 
         why.append(f"below {MIN_FIT_QUERIES} its confidences are a few coarse steps, and every answer would get one")
     if earlier is not None and n_fit < earlier.n_fit:
         why.append(f"the fit it would replace rests on {earlier.n_fit}")
+    more = (f"{ran_out} holds no more: give a file of at least {needed} validation queries" if ran_out else
+            f"give at least {needed} queries (--limit, default {CALIBRATE_LIMIT})")
     raise ValueError(f"{n_queries} validation queries would fit the calibration on {n_fit} (the rest judge it): "
-                     f"{'; '.join(why)}; give at least {needed} queries (--limit, default {CALIBRATE_LIMIT}), or "
-                     "--force to fit on these")
+                     f"{'; '.join(why)}; {more}, or --force to fit on these")
 
 
 def bench_methods(text: str) -> list[str]:

@@ -165,9 +165,13 @@ def test_calibrate_refuses_before_decoding_a_fit_on_few_queries_a_folder_it_cann
     """A fit on 2 queries replaced the shipped fit on 1,333 (13 times its error), told only after the fact; and a
     folder it could not write lost the whole decode when the fit was saved."""
     model, files = calibration_case(tmp_path)
+    # the file holds 6 lines: a --limit would not help (it said 'give at least 150 queries (--limit, default 2000)')
     expect_refused(["calibrate", *files], capsys, "6 validation queries would fit the calibration on 4 (the rest judge "
-                   "it): below 100 its confidences are a few coarse steps, and every answer would get one; give at "
-                   "least 150 queries (--limit, default 2000), or --force to fit on these")
+                   "it): below 100 its confidences are a few coarse steps, and every answer would get one; "
+                   f"{tmp_path / 'val.src'} holds no more: give a file of at least 150 validation queries, or --force "
+                   "to fit on these")
+    expect_refused(["calibrate", *files, "--limit", "5"], capsys, "give at least 150 queries (--limit, default 2000), "
+                   "or --force to fit on these")
     real_access = os.access
     monkeypatch.setattr("molspec_core.io.os.access", lambda path, mode: str(path) != str(model) and real_access(
         path, mode))
