@@ -41,9 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# What a user's input, files, disk or machine can cause: an `error:` line and exit code 2.
-# Anything else is a bug in MolSpec and keeps its traceback. (CheckpointError, InputFileError and
-# UnicodeDecodeError are ValueErrors; a full disk or a missing folder is an OSError.)
+
 def number_at_least(minimum: float, above: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number >= minimum (> minimum when `above`)."""
     def number(text: str) -> float:
