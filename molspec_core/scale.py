@@ -136,7 +136,7 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
     with gaps (the rank of a rejected query) into floats, and rank 1 would come back as 1.0."""
     import ray
 
-    workers, rows_per_block = pool_shape(len(queries), batch_size, cluster.workers or fit_workers(cluster))
+    workers, rows_per_block = pool_shape(len(queries), batch_size, worker_count(cluster))
     dataset = query_blocks(queries, rows_per_block).map_batches(
         PredictWorker, batch_size=rows_per_block, batch_format="numpy",  # a block per call, cut into batches there
         fn_constructor_kwargs=dict(model=model, device=device, threads=max(1, round(cluster.cpus_per_worker)),
@@ -310,6 +310,22 @@ def first_difference(got: list[list[str]], expected: list[list[str]]) -> str | N
             if not same:
                 return f"record {n}, {name}: {a!r} and {b!r}"
     return None
+
+
+def worker_count(cluster: Cluster) -> int:
+    """The actors to start: --workers, or as many as the cluster holds (fit_workers). A cluster started here ('local')
+    never grows, so it gets at most what it holds, with a warning: the actors beyond waited the whole run for CPUs,
+    and Ray Data warned that the job might hang forever unless the cluster scaled up."""
+    if cluster.workers is not None and cluster.address != "local":
+        return cluster.workers  # a cluster elsewhere may scale up to the actors asked for
+    held = fit_workers(cluster)
+    if cluster.workers is None:
+        return held
+    if cluster.workers > held:
+        each = f"{cluster.gpus_per_worker:g} GPU" if cluster.gpus_per_worker else f"{cluster.cpus_per_worker:g} CPU"
+        log.warning("--workers %d: the local Ray cluster holds %d (%s each); %d workers predict", cluster.workers, held,
+                    each, held)
+    return min(cluster.workers, held)
 
 
 def fit_workers(cluster: Cluster) -> int:

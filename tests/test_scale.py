@@ -83,6 +83,29 @@ def test_the_pool_has_no_more_actors_than_blocks(n_queries, batch_size, workers,
     assert pool_shape(n_queries, batch_size, workers) == shape
 
 
+@pytest.mark.parametrize("address,asked,workers", [
+    ("local", 4, 2),  # a cluster started here cannot grow: the 2 its CPUs hold, not 2 more waiting for CPUs
+    ("local", None, 2), ("local", 1, 1),
+    ("10.0.0.1:6379", 4, 4),  # a cluster elsewhere may scale up: as asked
+    ("auto", None, 2),
+])
+def test_a_local_cluster_gets_no_more_workers_than_its_cpus_hold(address, asked, workers, monkeypatch, caplog):
+    """--workers 4 with --ray local on 2 CPUs: 2 actors waited the whole run for CPUs that a cluster started on this
+    machine never gets; --workers N --gpus-per-worker 1 on a machine without a GPU waited for ever (no actor could
+    start, and Ray Data only warned that the job 'may hang forever unless the cluster scales up')."""
+    pytest.importorskip("ray", reason="Ray is the optional extra 'scale': pip install -e .[scale]")
+    import ray
+
+    from molspec_core.scale import Cluster, worker_count
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    assert worker_count(Cluster(address, asked)) == workers
+    assert ("--workers 4: the local Ray cluster holds 2" in caplog.text) == (address == "local" and asked == 4)
+    if address == "local":
+        with pytest.raises(ValueError, match="the Ray cluster has 0 GPUs, and a worker asks for 1"):
+            worker_count(Cluster(address, asked, gpus_per_worker=1.0))
+
+
 @pytest.fixture(scope="module")
 def ray_consoles():
     """Ray imported before any test's capsys: its console handlers keep the stream that was stderr when they were
