@@ -605,7 +605,8 @@ class Predictor:
             raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
-        path = model_folder(name_or_path)
+        # absolute: the calibrations are read when first asked for, after a change of folder too (os.chdir)
+        path = model_folder(name_or_path).absolute()
         resolved = resolve_device(device)
         if engine in ("native", "numpy") and resolved.type != "cpu":
             raise ValueError(f"engine {engine} runs on CPU only, not on {resolved}; use --engine auto or torch")

@@ -81,6 +81,18 @@ def test_int8_on_an_engine_without_it_is_refused_before_the_weights_are_read(mon
         Predictor.load(FIXTURES / "copy_model", device="cpu", engine=engine, dtype="int8")
 
 
+def test_a_model_loaded_by_a_relative_path_keeps_its_confidence_after_a_change_of_folder(monkeypatch, tmp_path):
+    """Predictor.load("models/forward") kept the path as typed, and the calibration, read at the first call that asks
+    for it, was looked for under the working folder of that moment: after os.chdir (a notebook's %cd) every answer
+    came back without a confidence, without a word. The path is made absolute at load."""
+    monkeypatch.chdir(FORWARD_MODEL.parent.parent)
+    predictor = Predictor.load("models/forward", device="cpu")
+    assert predictor.path == FORWARD_MODEL
+    monkeypatch.chdir(tmp_path)
+    result = predictor.predict("CC(=O)Cl.NCc1ccccc1", method="beam", n_best=2)
+    assert result.ok and result.predictions[0].confidence is not None
+
+
 def test_predicts_type_hints_say_one_query_gives_one_result_and_a_list_a_list():
     """predict was hinted -> QueryResult | list[QueryResult] whatever it was given, so a type checker refused
     `predictor.predict("CCO").ok` and `for r in predictor.predict([...])` (roundtrip.py's own call among them)."""
