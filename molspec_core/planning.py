@@ -56,8 +56,15 @@ ROUTE_COLUMNS = ("route", "route_score", "route_probability", "route_steps", "st
                  "product_in_stock", "reactants", "reactants_in_stock", "score", "probability", "confidence",
                  "round_trip", "forward_prob", "model_rank", "stereo")
 
-# Called after each expansion with (seconds since the search started, molecules expanded so far).
+# Called after each expansion with (seconds since the search started, molecules expanded so far); it may raise
+# SearchStopped to end the search there.
 Progress = Callable[[float, int], None]
+
+
+class SearchStopped(Exception):
+    """Raised by a progress callback to end the search after the expansion it reports (the Routes page's Stop): plan
+    raises it again once the search has stopped, its `partial_result` holding the routes found, that expansion's too.
+    Raised through the expansion, the stop lost the search, and the routes its last expansion had made."""
 
 
 # ---- the stock --------------------------------------------------------------------------------
@@ -204,6 +211,7 @@ class PredictorModel(BackwardReactionModel):
         self.counts = ExpansionCounts()
         self.started = time.monotonic()
         self.deadline: float | None = None  # monotonic time after which expansions are cut short
+        self.stop: SearchStopped | None = None  # raised by the progress callback: the search ends (_Stoppable)
 
     def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
         results = self.predictor.predict([mol.smiles for mol in inputs], method=self.method, n_best=num_results,
@@ -212,7 +220,10 @@ class PredictorModel(BackwardReactionModel):
         reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
         self.counts.molecules += sum(result.ok for result in results)  # a failed one expanded nothing
         if self.progress:
-            self.progress(time.monotonic() - self.started, self.counts.molecules)
+            try:
+                self.progress(time.monotonic() - self.started, self.counts.molecules)
+            except SearchStopped as stop:  # the search ends at its next check, with these reactions in its graph
+                self.stop = self.stop or stop
         return reactions
 
     def _time_left(self, n_queries: int) -> float | None:
@@ -358,8 +369,8 @@ class SearchStats:
     counts: ExpansionCounts = field(default_factory=ExpansionCounts)
     target_in_stock: bool = False
     search_s: float = math.inf  # the search alone, before its routes were read (unknown: taken as the whole limit)
-    # What stopped the search before its end, by its name (KeyboardInterrupt: Ctrl-C; Terminated: SIGTERM); None: it
-    # ended, at its time limit or out of molecules to expand
+    # What stopped the search before its end, by its name (KeyboardInterrupt: Ctrl-C; Terminated: SIGTERM;
+    # SearchStopped: the Routes page's Stop, or leaving the page); None: it ended, at its time limit or out of molecules
     stopped_by: str | None = None
 
     @property
@@ -414,7 +425,20 @@ class PlanResult:
 # ---- the search ---------------------------------------------------------------------------------
 
 
-class _MCTS(MolSetMCTS):
+class _Stoppable:
+    """A syntheseus search that also stops once its progress callback has asked it to (PredictorModel.stop; another
+    reaction model has no callback)."""
+
+    def should_stop_search(self, graph) -> bool:
+        stopped = getattr(self.reaction_model, "stop", None) is not None  # type: ignore[attr-defined]
+        return stopped or super().should_stop_search(graph)  # type: ignore[misc]
+
+
+class _RetroStar(_Stoppable, RetroStarSearch):
+    pass
+
+
+class _MCTS(_Stoppable, MolSetMCTS):
     """syntheseus's MCTS over molecule sets, which also stops once no node can be expanded: it would
     otherwise revisit the same dead ends until the time limit."""
 
@@ -429,7 +453,7 @@ def search_algorithm(algorithm: str, model: PredictorModel, stock: Stock, time_l
                   prevent_repeat_mol_in_trees=True,  # no A -> ... -> A loops
                   expand_purchasable_target=True)  # a target in stock still gets its routes
     if algorithm == "retro*":
-        return RetroStarSearch(**shared, max_expansion_depth=2 * max_steps,  # the AND/OR depth counts molecules too
+        return _RetroStar(**shared, max_expansion_depth=2 * max_steps,  # the AND/OR depth counts molecules too
                                value_function=ConstantNodeEvaluator(0.0), and_node_cost_fn=ReactionModelLogProbCost())
     return _MCTS(**shared, max_expansion_depth=max_steps, value_function=ConstantNodeEvaluator(0.5),
                  reward_function=HasSolutionValueFunction(), policy=ReactionModelProbPolicy(),
@@ -470,8 +494,9 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
          max_routes: int = 10, *, forward: Predictor | None = None, settings: PlanSettings = PlanSettings(),
          progress: Progress | None = None) -> PlanResult:
     """Routes from `target` to molecules in `stock` found within `time_limit_s`, best first. Stopped part way (Ctrl-C,
-    SIGTERM, a failure), what it raises carries the routes found before the stop as its `partial_result` (a PlanResult
-    whose stats name the stop), or None where they could not be read: the caller keeps them."""
+    SIGTERM, a failure, SearchStopped from `progress`), what it raises carries the routes found before the stop as its
+    `partial_result` (a PlanResult whose stats name the stop), or None where they could not be read: the caller keeps
+    them."""
     if predictor.task == "forward":
         raise ValueError(f"planning needs a retrosynthesis model; {predictor.path.name} predicts forward")
     if forward is not None and forward.task != "forward":  # check_round_trip's refusal came mid-search
@@ -511,6 +536,9 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
         except Exception:  # noqa: BLE001  (a graph the stop left unreadable: the stop's own error is the one to see)
             stop.partial_result = None
         raise
+    if model.stop is not None:
+        model.stop.partial_result = result(iterations, type(model.stop).__name__)
+        raise model.stop
     return result(iterations)
 
 

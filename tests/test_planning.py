@@ -514,6 +514,26 @@ def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(copy_predictor,
     assert "before the search was stopped" in planning.no_route(stopped.value.partial_result.stats)
 
 
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+def test_a_progress_callback_ends_the_search_keeping_the_expansion_it_reports(copy_predictor, algorithm):
+    """The Routes page's Stop came through its progress callback, which raised mid-expansion: the search was lost,
+    with the routes of the expansion just made. SearchStopped from the callback ends the search after that expansion,
+    and plan raises it again carrying every route found, that expansion's too."""
+    reports: list[int] = []
+
+    def stop(elapsed_s: float, molecules: int) -> None:
+        reports.append(molecules)
+        raise planning.SearchStopped()
+
+    with pytest.raises(planning.SearchStopped) as stopped:
+        plan("NCCO", copy_predictor, Stock(["NO"]), time_limit_s=60.0, algorithm=algorithm, settings=COPY,
+             progress=stop)
+    partial = stopped.value.partial_result
+    assert reports == [1]  # no expansion after the stop
+    assert [m.smiles for m in partial.routes[0].starting_materials()] == ["NO"]  # the one expansion's route
+    assert partial.stats.stopped_by == "SearchStopped" and not partial.stats.ran_out
+
+
 class PageStop(BaseException):
     """As Streamlit stops or reruns a page: a BaseException neither Ctrl-C nor SIGTERM."""
 

@@ -442,3 +442,31 @@ def test_the_searchs_figures_wrap_where_the_page_is_narrow(tmp_path, monkeypatch
     assert block.type != "column", "in columns a narrow page cuts the figures"
     flex = block.proto.flex_container
     assert flex.direction == flex.Direction.HORIZONTAL and flex.wrap
+
+
+def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(tmp_path, monkeypatch):
+    """Stop (or a page visit, or a sidebar change) mid-search threw away every route the search had found, where
+    Ctrl-C on the command line keeps them: after a four-minute search the page showed the routes before it, or none.
+    The routes found before the stop are shown, said to be from a stopped search."""
+    from streamlit.delta_generator import DeltaGenerator
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    real = DeltaGenerator.progress
+
+    def stop_after_an_expansion(self, value, text=None, **kwargs):
+        if text is not None and text.startswith("Searching…"):  # Stop pressed during the first expansion: from
+            get_script_run_ctx().script_requests.request_stop()  # here each call of Streamlit's raises, a session
+        return real(self, value, text, **kwargs)  # state write too
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DeltaGenerator, "progress", stop_after_an_expansion)
+        at = find_routes(at, "NCCO")  # the copy model solves it in its first expansion
+    at = at.run()  # the next thing the user does
+    assert not at.exception and not at.error
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+    result = at.session_state["routes"].result
+    assert result.target == "NCCO" and result.stats.stopped_by
+    assert "found before the search was stopped" in shown_text(at)
+    assert "was stopped before it ended" not in shown_text(at)  # it made routes, which that message denied

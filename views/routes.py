@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 from molspec_core import depict
 from molspec_core.checkpoint import CheckpointError
@@ -18,8 +19,8 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX,
                              OPEN_DOCUMENT_SUFFIX, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX,
                              InputFileError, csv_bytes, workbook_bytes)
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
-                                   RouteMolecule, RouteStep, SearchStats, Stock, load_stock, no_route, plan, route_rows,
-                                   routes_json, stock_from_upload)
+                                   RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, load_stock, no_route,
+                                   plan, route_rows, routes_json, stock_from_upload)
 from views import common
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,8 @@ MOLECULE_SIZE = (220, 150)  # pixels of each structure in a route
 # The stock file chosen, (name, content), kept in the session for the searches to come: Streamlit cannot put a file
 # back in an uploader, which comes back empty after a page switch, and Find routes then used the default stock
 KEPT_STOCK = "route_stock_kept"
-# the target of a search under way; still set on a later run, the search never ended: a page visit or Stop ended the
-# script run that searched (Streamlit raises no Exception there), and its routes were never made
+# The search under way (Unfinished); still set on a later run, the search never ended: a page visit or Stop ended the
+# script run that searched (Streamlit raises no Exception there), and its routes were never made, or are in it
 UNFINISHED = "route_unfinished"
 # The routes on screen when a search failed (a mistyped target, a stock file that cannot be read): gone from the page
 # under the error, as they belong to another target, but kept, one press away, where they were lost
@@ -51,6 +52,15 @@ class Shown:
     """The search on screen: its result (which records how it was made, PlanResult.settings) and the model."""
     result: PlanResult
     model: str
+
+
+@dataclass
+class Unfinished:
+    """A search under way, set in the session before it starts. Where Stop ends it, the routes it had found are put
+    here (`found`) for the next run to show: a stopped run can write no session state (each write raises Streamlit's
+    stop again), and they were lost."""
+    target: str
+    found: Shown | None = None
 
 
 @st.cache_resource(show_spinner="Reading the stock…")
@@ -126,7 +136,7 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     ss["route_error"] = None
     # From here until the search ends: a stop while the stock is read or a model loads (a first search's seconds)
     # left no word either
-    ss[UNFINISHED] = target  # the routes shown before stay until this search ends (a stopped one leaves them)
+    ss[UNFINISHED] = unfinished = Unfinished(target)  # the routes shown before stay until this search ends
     try:
         stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
     except ValueError as exc:  # a file's reason is under the stock file box (show_stock)
@@ -142,12 +152,22 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
 
     def progress(elapsed_s: float, molecules: int) -> None:
-        bar.progress(min(1.0, elapsed_s / time_limit_s), text=progress_text(elapsed_s, molecules, time_limit_s))
+        try:
+            bar.progress(min(1.0, elapsed_s / time_limit_s), text=progress_text(elapsed_s, molecules, time_limit_s))
+        # Stop, a page visit, or a widget changed outside the form: Streamlit's BaseException, raised here, lost the
+        # search and every route it had found (four minutes' of them). SearchStopped ends it keeping them.
+        except ScriptControlException as stop:
+            raise SearchStopped() from stop
 
     settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k)
     try:
         ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
                                   settings=settings, progress=progress), model)
+    except SearchStopped as stopped:
+        partial: PlanResult | None = getattr(stopped, "partial_result", None)
+        if partial is not None and partial.routes:  # none: the routes shown before stay (show_unfinished)
+            unfinished.found = Shown(partial, model)
+        raise stopped.__cause__ from None  # Streamlit's own, which ends the run as it asked
     except ValueError as exc:
         failed(f"Cannot plan for this target: {exc}")
     except Exception as exc:  # noqa: BLE001  (bad input is a ValueError above; this is a bug)
@@ -189,6 +209,16 @@ def show_routes_before() -> None:
     ss = st.session_state
     ss["routes"] = ss.pop(ROUTES_BEFORE)
     ss["route_error"] = None
+
+
+def take_unfinished_routes() -> None:
+    """The routes a stopped search had found (Unfinished.found) become the routes shown, as a finished search's."""
+    ss = st.session_state
+    unfinished: Unfinished | None = ss.get(UNFINISHED)
+    if unfinished is not None and unfinished.found is not None:
+        ss["routes"] = unfinished.found
+        ss.pop(ROUTES_BEFORE, None)
+        ss.pop(UNFINISHED)
 
 
 def unfinished_message(target: str, routes_shown: bool) -> str:
@@ -353,7 +383,10 @@ def show_outcome(result: PlanResult) -> None:
     stats, counts = result.stats, result.stats.counts
     if result.routes:
         in_stock = " The target itself is in the stock; these routes make it anyway." if stats.target_in_stock else ""
-        st.success(f"{common.counted(len(result.routes), 'route')} to the stock found, best "
+        found = (f" before the search was stopped, {stats.search_s:.0f} s into its {stats.time_limit_s:g} s (Stop, "
+                 "leaving the page, or changing anything outside the search's form ends it)" if stats.stopped_by
+                 else "")
+        st.success(f"{common.counted(len(result.routes), 'route')} to the stock found{found}, best "
                    f"first (the highest product of the steps' probabilities).{in_stock}", icon=":material/route:")
     elif stats.target_in_stock:
         st.info(f"The target itself is in the stock: procure it as it is. {no_route_message(stats)}",
@@ -533,6 +566,7 @@ def main() -> None:
                f"{common.method_label(PlanSettings.method).lower()}, {PlanSettings.n_best} answers per "
                f"molecule{writings}. The search always decodes this way, whatever task and method the sidebar shows. "
                + round_trip_note(cfg, bool(round_trip)))
+    take_unfinished_routes()
     if submitted:
         search(target, model, float(time_limit), algorithm, round_trip, check_atoms,
                st.session_state.get(KEPT_STOCK), augment, cfg)
@@ -544,7 +578,7 @@ def main() -> None:
                   key="route_show_before", on_click=show_routes_before, icon=":material/undo:")
     shown = st.session_state.get("routes")
     if st.session_state.get(UNFINISHED):
-        st.warning(common.md_escape(unfinished_message(st.session_state[UNFINISHED], shown is not None)),
+        st.warning(common.md_escape(unfinished_message(st.session_state[UNFINISHED].target, shown is not None)),
                    icon=":material/warning:")
     if shown is not None:
         show(shown)
