@@ -381,10 +381,29 @@ def _without_metal_radicals(mol: Chem.Mol) -> Chem.Mol:
     return mol
 
 
+def _radical_carbons_labelled(mol: Chem.Mol) -> Chem.Mol:
+    """A copy of `mol` in which each carbon with unpaired electrons that RDKit would draw as a bare vertex (bonded, no
+    isotope or charge) is labelled with its hydrogens, as CH2, CH or C, beside which RDKit draws its dots; `mol`
+    itself where none is. On a bare vertex the dot was a pixel or two at the page's size: an answer flagged as a
+    radical (chem.answer_concerns) showed none, an ethyl radical a plain bond."""
+    bare = [a for a in mol.GetAtoms() if a.GetNumRadicalElectrons() and a.GetAtomicNum() == 6 and a.GetDegree()
+            and not (a.GetIsotope() or a.GetFormalCharge())]
+    if not bare:
+        return mol
+    mol = Chem.Mol(mol)
+    for atom in bare:
+        hydrogens = atom.GetTotalNumHs()
+        h = ("H" + (f"<sub>{hydrogens}</sub>" if hydrogens > 1 else "")) if hydrogens else ""
+        drawn = mol.GetAtomWithIdx(atom.GetIdx())
+        drawn.SetProp("_displayLabel", "C" + h)
+        drawn.SetProp("_displayLabelW", h + "C")  # the label as RDKit writes it facing left
+    return mol
+
+
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
-    """SVG of a molecule, its fragments apart (laid_out), its metal atoms without radical dots; atoms in
-    `atom_colours` (and bonds between two of them) are highlighted."""
-    mol = laid_out(_without_metal_radicals(mol), width, height)
+    """SVG of a molecule, its fragments apart (laid_out), its metal atoms without radical dots and its carbon
+    radicals labelled; atoms in `atom_colours` (and bonds between two of them) are highlighted."""
+    mol = laid_out(_radical_carbons_labelled(_without_metal_radicals(mol)), width, height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
     options.addStereoAnnotation = True
