@@ -56,6 +56,16 @@ def run(queries: Path, output: Path, args: argparse.Namespace, workers: int | No
     return seconds
 
 
+def per_row_seconds(name: str, small: float, full: float, small_rows: int, rows: int) -> float:
+    """Seconds each row past the first small_rows took in mode `name`: the two runs' difference over the extra rows.
+    A ValueError where the longer run took no longer: the start-up's noise hides what the rows cost, and the
+    figures derived from it (per row, start-up, overhead) came out negative or far too large."""
+    if full <= small:
+        raise ValueError(f"{name}: its {rows} rows took no longer than its {small_rows} rows ({full:.1f} s against "
+                         f"{small:.1f} s), so the cost of a row is lost in the start-up's noise; give more --rows")
+    return (full - small) / (rows - small_rows)
+
+
 def without_time(path: Path) -> list[list[str]]:
     with open(path, newline="") as f:
         records = list(csv.reader(f))
@@ -96,19 +106,20 @@ def main() -> None:
             print(f"{name:<16} {args.rows} rows {full:7.1f} s ({args.rows / full:6.1f} rows/s); "
                   f"{args.small_rows} rows {small:6.1f} s", flush=True)
 
-    extra_rows = args.rows - args.small_rows
-    single_small, single_full = timings["single process"]
-    single_per_row = (single_full - single_small) / extra_rows
+    try:
+        per_row = {name: per_row_seconds(name, small, full, args.small_rows, args.rows)
+                   for name, (small, full) in timings.items()}
+    except ValueError as exc:
+        raise SystemExit(f"ray_throughput.py: {exc}") from None
+    single_small, single_per_row = timings["single process"][0], per_row["single process"]
     print(f"\n{args.model}, {args.method}, batch size {args.batch_size}, single process with {args.threads} "
           f"thread(s); outputs identical (time_ms aside)")
     print("| run | rows/s, end to end | start-up (s) | ms per row after start-up | rows/s after start-up |")
     print("|---|---|---|---|---|")
-    per_row = {}
     for name, (small, full) in timings.items():
-        per_row[name] = (full - small) / extra_rows
         startup = small - per_row[name] * args.small_rows
         print(f"| {name} | {args.rows / full:.1f} | {startup:.1f} | {per_row[name] * 1000:.2f} | "
-              f"{1 / per_row[name] if per_row[name] > 0 else float('nan'):.1f} |")
+              f"{1 / per_row[name]:.1f} |")
     one_worker = next((name for name in timings if name.endswith(" 1 worker")), None)
     if one_worker:
         overhead = (per_row[one_worker] - single_per_row) * 1000
