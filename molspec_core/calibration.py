@@ -75,6 +75,11 @@ class Calibration:
     # What identifies the queries that judged it (evaluate.queries_digest of theirs and their answers), so that judge
     # re-judges it on those alone; "" in files from before it, which judge tells by their count only.
     check_sha256: str = ""
+    # What it was made from (cmd_calibrate), which --judge asks for again: the validation files' absolute paths and
+    # --limit; empty in files from before it (and from callers of fit that name no files).
+    src: str = ""
+    tgt: str = ""
+    limit: int = 0
 
     def confidence(self, score: float, rank: int = 1) -> float:
         """The calibrated chance that an answer with this summed log-prob is right, where `rank` is its place
@@ -339,13 +344,14 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     from .evaluate import queries_digest
 
     n_fit = check_share(len(sources))
+    made_with = "judge it on the files and --limit it was made with" + (
+        f": --src {fitted.src} --tgt {fitted.tgt} --limit {fitted.limit}" if fitted.src else "")
     if len(sources) - n_fit != fitted.n_check:  # other queries: an error not comparable with the fit's own
         raise ValueError(f"the saved fit was judged on {fitted.n_check} queries, the last of those it was made from; "
-                         f"these {len(sources)} give {len(sources) - n_fit}: judge it on the files and --limit it was "
-                         "made with")
+                         f"these {len(sources)} give {len(sources) - n_fit}: {made_with}")
     if fitted.check_sha256 and queries_digest(list(sources[n_fit:]), list(targets[n_fit:])) != fitted.check_sha256:
         raise ValueError(f"these are not the {fitted.n_check} queries the saved fit was judged on (their SMILES or "
-                         "answers differ): judge it on the files and --limit it was made with")
+                         f"answers differ): {made_with}")
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
     return fitted, ece_on(fitted, answers), len(answers)
 

@@ -966,6 +966,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                                             augment=args.augment, earlier=earlier)
+    fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
+                                 limit=args.limit)  # what --judge asks for again
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
           f"fitted on {fitted.n_fit} queries, "
           f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "

@@ -125,6 +125,19 @@ def test_calibrate_judges_on_the_very_queries_that_judged_the_fit(tmp_path, caps
     assert "these are not the 2 queries the saved fit was judged on" in capsys.readouterr().err
 
 
+def test_calibrate_judge_names_the_files_and_limit_the_fit_was_made_from(tmp_path, capsys):
+    """--judge needs the files and --limit the fit was made with, and refused others with 'judge it on the files and
+    --limit it was made with', which nothing recorded: the fit records them, and the refusal names them."""
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2", "--force", "--limit", "5"]) == 0
+    saved = json.loads((model / "calibration.json").read_text())
+    assert (saved["src"], saved["tgt"], saved["limit"]) == (str(tmp_path / "val.src"), str(tmp_path / "val.tgt"), 5)
+    capsys.readouterr()
+    assert main(["calibrate", *files, "--n-best", "2", "--judge"]) == 2
+    assert (f"judge it on the files and --limit it was made with: --src {tmp_path / 'val.src'} --tgt "
+            f"{tmp_path / 'val.tgt'} --limit 5") in capsys.readouterr().err
+
+
 def test_calibrate_refuses_a_fit_without_one_right_answer_and_says_what_it_replaces(tmp_path, capsys, caplog):
     """Targets that were not the queries' answers fitted every answer to 12%, over the model's fit, without a word."""
     model, files = calibration_case(tmp_path)
