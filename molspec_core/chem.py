@@ -418,7 +418,8 @@ def smiles_from_inchi(inchi: str) -> str:
 
 
 # Atomic numbers of the elements that are no metal (the wildcard 0 with them): hydrogen, the noble gases, the
-# non-metals and the metalloids (B, Si, Ge, As, Sb, Te). depict draws no radical dots on the others.
+# non-metals and the metalloids (B, Si, Ge, As, Sb, Te). depict draws no radical dots on the others, and
+# answer_concerns finds no radical in them.
 NONMETALS = frozenset({0, 1, 2, 5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 32, 33, 34, 35, 36, 51, 52, 53, 54, 85, 86})
 
 
@@ -633,7 +634,7 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
     """Why a valid (canonical) answer is not a sane answer to `query` (canonical), or () when none:
     it repeats the query, it is an unchanged reactant (forward), it contains the product (retro), either
     of the last two but for stereo marks, its atoms cannot balance (a product atom no reactant has), or a
-    molecule in it has unpaired electrons or an O-O-O chain."""
+    molecule in it has unpaired electrons on a non-metal (a radical) or an O-O-O chain."""
     concerns = []
     parts = set(answer.split("."))
     query_parts = set(query.split("."))
@@ -658,7 +659,8 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
             concerns.append(f"{LACKS_ATOMS} ({atoms})" if task == "retro" else f"atoms no reactant has ({atoms})")
     mol = Chem.MolFromSmiles(answer)
     if mol is not None:
-        if any(atom.GetNumRadicalElectrons() for atom in mol.GetAtoms()):
+        # a metal's unpaired electrons, which RDKit counts ([Mg] two, [Cu+2] one), make no radical (nor are they drawn)
+        if any(atom.GetNumRadicalElectrons() and atom.GetAtomicNum() in NONMETALS for atom in mol.GetAtoms()):
             concerns.append("unpaired electrons (a radical)")
         if mol.HasSubstructMatch(_OXYGEN_CHAIN):
             concerns.append("an O-O-O chain")

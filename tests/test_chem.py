@@ -24,6 +24,10 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CC(=O)O.N", "CC(=O)Nc1ccccc1", "retro", ("lacks atoms of the product (6 C)",)),  # the ring from nowhere
     ("Brc1ccccc1", "c1ccccc1", "forward", ("atoms no reactant has (1 Br)",)),
     ("[CH3]", "C", "forward", ("unpaired electrons (a radical)",)),
+    # a metal's unpaired electrons, which RDKit counts (magnesium metal two, copper(II) one), make no radical: a
+    # Grignard reagent's magnesium and a copper(II) salt were flagged so
+    ("BrCc1ccccc1.[Mg]", "Br[Mg]Cc1ccccc1", "retro", ()),
+    ("CC(=O)[O-].CC(=O)[O-].[Cu+2]", "CC(=O)O.CC(=O)O.[Cu+2].[O-2]", "forward", ()),
     # a reactant whose stereo alone changed is no product, and the product's enantiomer no precursor of it
     ("CC(N)C(=O)O", "CC(=O)Cl.C[C@H](N)C(=O)O", "forward", ("an unchanged reactant but for its stereo",)),
     ("C/C=C\\C", "C/C=C/C.[H][H]", "forward", ("an unchanged reactant but for its stereo",)),
