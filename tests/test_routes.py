@@ -470,3 +470,18 @@ def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(tmp_path, monke
     assert result.target == "NCCO" and result.stats.stopped_by
     assert "found before the search was stopped" in shown_text(at)
     assert "was stopped before it ended" not in shown_text(at)  # it made routes, which that message denied
+
+
+def test_the_round_trip_count_says_plainly_that_no_step_was_there_to_check():
+    """A search that kept no step (every answer lacked atoms of its product) said 'round trip ✓ for 0 of the 0
+    usable steps'."""
+    from molspec_core.planning import ExpansionCounts
+    from views import routes
+
+    assert routes.round_trip_count(ExpansionCounts(kept=12, round_trips=7), "forward") == (
+        " · round trip ✓ for 7 of the 12 usable steps")
+    assert routes.round_trip_count(ExpansionCounts(kept=1, round_trips=1), "forward") == (
+        " · round trip ✓ for 1 of the 1 usable step")
+    assert routes.round_trip_count(ExpansionCounts(answers=30), "forward") == (
+        " · no usable step to check round trip")
+    assert routes.round_trip_count(ExpansionCounts(kept=3), None) == ""  # no forward model: nothing checked

@@ -355,12 +355,20 @@ def show_stats(result: PlanResult) -> None:
                         "product* is on")
     figures.metric("Search nodes", stats.nodes, width="content")
     figures.metric("Routes", len(result.routes), width="content")
-    # round trips count steps (reactant sets the search could use), not decoder calls
-    round_trips = (f" · round trip ✓ for {counts.round_trips:,} of the {amount(counts.kept, 'usable step')}"
-                   if result.forward_model else "")
     st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {amount(stats.iterations, 'iteration')} · "
-               f"{amount(counts.decoder_calls, 'decoder call')}{round_trips} · stock {common.md_escape(result.stock)} "
+               f"{amount(counts.decoder_calls, 'decoder call')}{round_trip_count(counts, result.forward_model)} · "
+               f"stock {common.md_escape(result.stock)} "
                f"({stock_size(result.stock_size, result.stock_unreadable)})")
+
+
+def round_trip_count(counts: ExpansionCounts, forward_model: str | None) -> str:
+    """' · round trip ✓ for 7 of the 12 usable steps' for the stats caption: steps (reactant sets the search could
+    use), not decoder calls; nothing without a forward model. Where no step was kept it said '0 of the 0'."""
+    if forward_model is None:
+        return ""
+    if counts.kept == 0:
+        return " · no usable step to check round trip"
+    return f" · round trip ✓ for {counts.round_trips:,} of the {amount(counts.kept, 'usable step')}"
 
 
 def stock_size(molecules: int, unreadable: int) -> str:
