@@ -6,6 +6,7 @@ import math
 import pytest
 
 from conftest import FIXTURES, load_tool
+from molspec_core.calibration import weights_fingerprint
 from molspec_core.service import POOL_POWER, Predictor, pool_writings
 
 
@@ -89,9 +90,13 @@ def test_decode_records_what_decoded_the_answers_and_score_says_it(tool, tmp_pat
     tool.main(["decode", "--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"), "--tgt",
                str(tmp_path / "tgt.txt"), "--augment", "1", "--n-best", "2", "--dtype", "float32", "--out", str(saved)])
     first, *rows = [json.loads(line) for line in saved.read_text().splitlines()]
-    assert first["decoded"] == {"model": str(FIXTURES / "copy_model"), "method": "beam", "n_best": 2, "augment": 1,
-                                "dtype": "float32", "src": str(tmp_path / "src.txt"),
-                                "tgt": str(tmp_path / "tgt.txt"), "limit": None}
+    decoded = first["decoded"]
+    assert {key: decoded[key] for key in ("model", "method", "n_best", "augment", "dtype", "src", "tgt", "limit")} == {
+        "model": str(FIXTURES / "copy_model"), "method": "beam", "n_best": 2, "augment": 1, "dtype": "float32",
+        "src": str(tmp_path / "src.txt"), "tgt": str(tmp_path / "tgt.txt"), "limit": None}
+    # the weights and the code, as evaluate's reports record them
+    assert decoded["weights"] == weights_fingerprint(FIXTURES / "copy_model") and "commit" in decoded
+    assert "command" in decoded
     assert [row["line"] for row in rows] == [0, 1]
     capsys.readouterr()
     tool.main(["score", str(saved), "--n-best", "2", "--powers", "1"])

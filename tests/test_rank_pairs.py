@@ -1,5 +1,6 @@
 """tools/rank_pairs.py: which answers become a training reaction's negatives, and the pairs file `train --pairs`
 reads, mined with a tiny untrained model on a tiny prepare-data folder."""
+import json
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 from conftest import load_tool
 from molspec_core import checkpoint
+from molspec_core.calibration import weights_fingerprint
 from molspec_core.chem import canonical_or_none
 from molspec_core.data import Pair, write_splits
 from molspec_core.model import Seq2SeqTransformer, preset
@@ -49,3 +51,6 @@ def test_mined_pairs_hold_every_writing_of_each_missed_reaction_and_train_reads_
             assert sorted(line[0] for line in mine) == sorted(sources * len(negatives))
             assert all(canonical_or_none(n) != canonical_or_none(product) for n in negatives)
     assert len(load_pairs(tmp_path / "pairs.tsv", vocab)[0]) == len(lines)
+    # the summary names the weights mined and the code that mined them, as evaluate's reports do
+    saved = json.loads((tmp_path / "pairs.json").read_text())
+    assert saved["weights"] == weights_fingerprint(tmp_path / "model") and "commit" in saved and "command" in saved

@@ -97,3 +97,35 @@ def test_a_report_of_another_task_or_other_reactions_is_one_error_line(tool, fla
         with pytest.raises(SystemExit) as stop:
             tool.main()
         assert stop.value.code == 2 and "decoded other reactions in group 'kept'" in capsys.readouterr().err
+
+
+def test_the_report_names_the_weights_and_the_code_that_made_it(tool, tmp_path, monkeypatch):
+    """Reports (bench/accuracy/*stereo*) named the model by the path it was given (runs/cpu_fwd40/export, 'forward'),
+    which later held other weights, and no code version; evaluate's and bench's reports record both."""
+    from types import SimpleNamespace
+
+    from conftest import FIXTURES
+    from molspec_core.calibration import weights_fingerprint
+
+    test = tmp_path / "gln_test"
+    test.mkdir()
+    (test / "reactants.txt").write_text("C[C@H](N)C(=O)O.CC(=O)Cl\nCCO.CC(=O)O\n")
+    (test / "products.txt").write_text("C[C@H](NC(C)=O)C(=O)O\nCCOC(C)=O\n")
+
+    class Stand:  # a Predictor that answers nothing, with the copy model's folder for its weights
+        path = FIXTURES / "copy_model"
+
+        @classmethod
+        def load(cls, *args, **kwargs):
+            return cls()
+
+        def predict(self, queries, **options):
+            return [SimpleNamespace(ok=True, predictions=[]) for _ in queries]
+
+    monkeypatch.setattr(tool, "Predictor", Stand)
+    monkeypatch.setattr("sys.argv", ["stereo_check.py", "--task", "retro", "--test", str(test), "--out",
+                                     str(tmp_path / "r.json")])
+    tool.main()
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["weights"] == weights_fingerprint(FIXTURES / "copy_model") and "commit" in saved
+    assert saved["command"].endswith(f"--out {tmp_path / 'r.json'}")

@@ -7,10 +7,20 @@ folder on sys.path (a script run as `python3 tools/NAME.py` has it there; tests 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from molspec_core.io import OutputFileError, check_output
+
+def made_by() -> dict[str, str | None]:
+    """What wrote a report, beside the weights each tool records (calibration.weights_fingerprint): the command line
+    and the code (evaluate.software: the package version, the git commit), as evaluate's and bench's reports do."""
+    from molspec_core.evaluate import software
+
+    return {"command": shlex.join(["python3", *sys.argv]), **software()}
+
 
 # (what the command line calls a path, the path); a path of None (an option not given) is skipped
 Named = tuple[str, "str | Path | None"]

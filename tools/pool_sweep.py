@@ -2,8 +2,8 @@
 
 `decode` reads each query in N writings the way the app does (Predictor._views, then one decode per query),
 and saves every writing's answers, as the model gave them, to a JSON-lines file whose first line names what decoded
-them (model folder, method, n-best, writings, dtype, the query files). `score` says so, and pools those answers
-offline with each exponent asked for (service.pool_writings' rule, its exponent a parameter here) and prints
+them (the model folder and its weights' sha256, method, n-best, writings, dtype, the query files, the command and the
+code's commit). `score` says so, and pools those answers offline with each exponent asked for (service.pool_writings' rule, its exponent a parameter here) and prints
 top-k in the model's order and in the app's (sane answers first), and how often the first answer is not sane.
 Decoding once and pooling many ways keeps the comparison exact: every exponent ranks the same answers.
 
@@ -22,8 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
@@ -100,7 +101,8 @@ def decode(args: argparse.Namespace) -> None:
     predictor = Predictor.load(args.model, dtype=args.dtype)
     sources, targets = read_pairs(args.src, args.tgt, limit=args.limit)
     decoded = {"model": str(predictor.path), "method": args.method, "n_best": args.n_best, "augment": args.augment,
-               "dtype": args.dtype, "src": str(args.src), "tgt": str(args.tgt), "limit": args.limit}
+               "dtype": args.dtype, "src": str(args.src), "tgt": str(args.tgt), "limit": args.limit,
+               "weights": weights_fingerprint(predictor.path), **made_by()}
     with open(args.out, "w") as out:
         out.write(json.dumps({DECODED: decoded}) + "\n")  # score names the answers' maker from this line
         for row in decode_rows(predictor, sources, targets or [], args.augment, args.method, args.n_best):

@@ -22,14 +22,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
+from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.decoding.beam import beam_search  # noqa: E402
-from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.service import Predictor, model_folder  # noqa: E402
 
 
 def negatives_of(answers: list[str], product: str, most: int) -> tuple[int | None, list[str]]:
@@ -91,7 +92,8 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
     write_text_file(out, "".join(lines))
     summary = {"model": model, "data": str(data), "width": width, "negatives_at_most": most,
                "reactions": len(starts), "product_rank": ranks, "pairs": len(lines),
-               "minutes": round((time.time() - began) / 60, 1)}
+               "minutes": round((time.time() - began) / 60, 1), "weights": weights_fingerprint(predictor.path),
+               **made_by()}
     write_text_file(summary_path(out), json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -132,7 +134,8 @@ def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -
     values = sorted(scored.values())
     summary = {"model": model, "pairs": str(pairs), "max_gap": max_gap, "negatives": len(keys),
                "negatives_kept": sum(v >= -max_gap for v in values), "lines": len(lines), "lines_kept": len(kept),
-               "gap_quartiles": [round(values[int(q * (len(values) - 1))], 2) for q in (0.25, 0.5, 0.75)]}
+               "gap_quartiles": [round(values[int(q * (len(values) - 1))], 2) for q in (0.25, 0.5, 0.75)],
+               "weights": weights_fingerprint(model_folder(model)), **made_by()}
     write_text_file(out, "".join("\t".join(line) + "\n" for line in kept))
     write_text_file(summary_path(out), json.dumps(summary, indent=2) + "\n")
     return summary

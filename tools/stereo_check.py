@@ -38,8 +38,9 @@ import torch
 from rdkit import Chem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.evaluate import mcnemar_p, read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
@@ -143,6 +144,7 @@ def main() -> None:
     report: dict = {"task": args.task, "model": model, "test": test,
                     "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
     predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
+    report.update(weights=weights_fingerprint(predictor.path), **made_by())  # the model's path may hold others later
     method, n_best = TASK_DEFAULTS[args.task]
     for name, lines in groups.items():
         results = predictor.predict([queries[i] for i in lines], method=method, n_best=n_best,

@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
 from molspec_core.service import MAX_AUGMENT, Predictor  # noqa: E402
@@ -46,14 +47,14 @@ def main() -> None:
         parser.error(str(exc))
     torch.set_num_threads(1)
     examples = load_examples(EXAMPLES)
-    report: dict = {"examples": "assets/examples.json", "dtype": args.dtype, "augment": args.augment}
+    report: dict = {"examples": "assets/examples.json", "dtype": args.dtype, "augment": args.augment, **made_by()}
     for task in ("forward", "retro"):
         predictor = Predictor.load(task, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
         method, n_best = TASK_DEFAULTS[task]
         rows = known_answer_ranks(predictor, examples, method, n_best, args.augment)
         first, listed = sum(r["rank"] == 1 for r in rows), sum(r["rank"] is not None for r in rows)
-        report[task] = {"method": method, "n_best": n_best, "first": first, "listed": listed, "n": len(rows),
-                        "rows": rows}
+        report[task] = {"model": str(predictor.path), "weights": weights_fingerprint(predictor.path), "method": method,
+                        "n_best": n_best, "first": first, "listed": listed, "n": len(rows), "rows": rows}
         print(f"\n{task}: the known answer first for {first} of {len(rows)}, within {n_best} for {listed}")
         print("| reaction | rank | the page's first answer |\n|---|---|---|")
         for r in rows:
