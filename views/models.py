@@ -309,10 +309,19 @@ def show_calibration(folder: Path, task: str) -> None:
     missing = [f"{KIND_LABELS[kind]}, {writings(augment)}" for kind, augment, cal in fits if cal is None]
     if missing:
         st.caption("Not calibrated (these show the model's probability): " + "; ".join(missing) + ".")
-    tabs = st.tabs([fit_label(kind, augment) for kind, augment, _ in found])
+    # The open tab alone is drawn (a tab chosen reruns the page): the hidden tabs' charts, three a model, were the
+    # largest share of the browser's time on this page after the cards' folded sections
+    tabs = st.tabs([fit_label(kind, augment) for kind, augment, _ in found], key=fits_key(folder.name),
+                   on_change="rerun")
     for tab, (kind, augment, cal) in zip(tabs, found):
-        with tab:
-            show_fit(folder, cal, f"For {KIND_LABELS[kind]} read in {writings(augment)}")
+        if tab.open:
+            with tab:
+                show_fit(folder, cal, f"For {KIND_LABELS[kind]} read in {writings(augment)}")
+
+
+def fits_key(model: str) -> str:
+    """The widget key of a model's calibration tabs, which Streamlit keeps the chosen tab under."""
+    return f"fits_{model}"
 
 
 def writings(augment: int) -> str:
