@@ -902,6 +902,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .evaluate import ORDERS, compare_reports, setting_differences
 
     a, b = read_report(args.first), read_report(args.second)
+    if os.path.samefile(args.first, args.second):  # a name typed twice: a table of no differences, p 1 throughout
+        raise ValueError(f"{args.first} and {args.second} are one file: give two reports")
     table = compare_reports(a, b)
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
         device = f" on {report['device']}" if "device" in report else ""  # not in reports from before it

@@ -601,6 +601,16 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 
+def test_compare_refuses_one_report_given_twice(tmp_path, capsys):
+    """`molspec compare eval.json eval.json` (a name typed twice) printed a table of no differences, p 1 at every k,
+    which reads as two runs that agree."""
+    report = {"n": 1, "n_best": 1, "first_right": {"model_order": [1], "app_order": [1]}}
+    (tmp_path / "a.json").write_text(json.dumps(report))
+    (tmp_path / "link.json").symlink_to(tmp_path / "a.json")
+    expect_refused(["compare", tmp_path / "a.json", tmp_path / "link.json"], capsys,
+                   f"{tmp_path / 'a.json'} and {tmp_path / 'link.json'} are one file: give two reports")
+
+
 def test_compare_tells_apart_two_weights_of_one_model_folder(tmp_path, capsys):
     """A training run's last/ folder, evaluated before and after more training, read 'model runs/x/last' on both
     lines, as if one model had been compared with itself: each line names the weights' fingerprint too."""
