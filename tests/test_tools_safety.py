@@ -252,6 +252,25 @@ def test_cost_ratio_names_a_model_without_a_draft(monkeypatch, capsys):
     assert code == 2 and "has no draft model" in err
 
 
+def test_cost_ratio_refuses_a_query_the_model_cannot_read_in_one_line(monkeypatch, capsys):
+    # `cost_ratio.py forward 'xx(('` ended in service's ValueError traceback
+    tool = load_tool("cost_ratio")
+
+    class Drafted:
+        draft_model = object()
+
+        @classmethod
+        def load(cls, *args, **kwargs):
+            return cls()
+
+        def prepare(self, text):
+            raise ValueError(f"not a valid SMILES: RDKit cannot parse {text!r}")
+
+    monkeypatch.setattr(tool, "Predictor", Drafted)
+    code, err = run_main(tool, monkeypatch, capsys, "forward", "xx((")
+    assert code == 2 and "not a valid SMILES: RDKit cannot parse 'xx(('" in err and "Traceback" not in err
+
+
 # ---- arguments and inputs that left nothing to count -------------------------------------------------------
 
 

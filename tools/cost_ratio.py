@@ -41,7 +41,10 @@ def main() -> None:
     predictor = Predictor.load(args.model, device="cpu")
     if predictor.draft_model is None:
         parser.error(f"{args.model} has no draft model: nothing to compare its steps with")
-    query = predictor.prepare(args.smiles)
+    try:
+        query = predictor.prepare(args.smiles)
+    except ValueError as exc:  # the service's message for the query, not its traceback
+        parser.error(f"{args.smiles}: {exc}")
     main_ms, draft_ms = step_ms(predictor.model, query), step_ms(predictor.draft_model, query)
     print(f"main {params(predictor.model):.2f}M params {main_ms:.2f} ms/step; "
           f"draft {params(predictor.draft_model):.2f}M params {draft_ms:.2f} ms/step; c = {draft_ms / main_ms:.3f}")
