@@ -55,6 +55,8 @@ MAX_N_BEST = 50  # answers per query (the beam width of beam search and its kin)
 MAX_DRAFT_LEN = 64  # tokens in one draft
 MAX_N_DRAFTS = 64  # drafts verified in one decoder call
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
+# A day per query: past any decode; None is no limit. 1e308 (and infinity) overflowed to infinity inside the C search.
+MAX_TIME_LIMIT_S = 86_400.0
 MAX_TEMPERATURE = 100.0  # sampling; far past the point where the output is noise
 # At 1e-40 the logits over the temperature overflow float32 and torch draws from NaNs; at 0.01 a sample is
 # greedy's answer nearly always (greedy is the method for temperature 0).
@@ -308,9 +310,9 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
     if n_drafts is not None and not 1 <= n_drafts <= MAX_N_DRAFTS:
         raise ValueError(f"n_drafts must be between 1 and {MAX_N_DRAFTS}, not {n_drafts}")
     # infinity, a natural "no limit", raised OverflowError from inside the C search (limits.steps_before_check)
-    if time_limit_s is not None and not 0 < time_limit_s < math.inf:
-        raise ValueError(f"time_limit_s must be a positive, finite number of seconds (or None for no limit), "
-                         f"not {time_limit_s}")
+    if time_limit_s is not None and not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
+        raise ValueError(f"time_limit_s must be a positive number of seconds, at most {MAX_TIME_LIMIT_S:,.0f} (None "
+                         f"for no limit), not {time_limit_s:g}")
 
 
 def several_products_note(task: str, canonical_query: str) -> str:

@@ -646,12 +646,14 @@ def test_time_limit_must_be_positive(copier):
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
-def test_an_infinite_time_limit_is_refused_with_none_offered(forward, method):
+@pytest.mark.parametrize("limit", [math.inf, 1e308])
+def test_an_endless_time_limit_is_refused_with_none_offered(forward, method, limit):
     """float("inf"), a natural 'no limit', passed the positive check and raised OverflowError from inside the C search
-    (limits.steps_before_check's int() of the time left); None is the API's no limit."""
-    with pytest.raises(ValueError, match=re.escape("time_limit_s must be a positive, finite number of seconds "
-                                                   "(or None for no limit), not inf")):
-        forward.predict("CCO.CC(=O)O", method=method, time_limit_s=math.inf)
+    (limits.steps_before_check's int() of the time left), and so did 1e308 (a batch's limit, or the time left over a
+    step's, overflowed to infinity); None is the API's no limit, and a limit is at most a day."""
+    with pytest.raises(ValueError, match=re.escape(f"time_limit_s must be a positive number of seconds, at most "
+                                                   f"86,400 (None for no limit), not {limit:g}")):
+        forward.predict(["CCO.CC(=O)O", "CC(=O)Cl.NCc1ccccc1"], method=method, time_limit_s=limit)
 
 
 # ---- issue 14: look-alike characters, sampling options, devices, draft_len=0, draft folders -------
