@@ -398,3 +398,30 @@ def test_textbook_names_each_models_weights_and_the_code_in_its_report(tmp_path,
         assert saved[task]["model"] == str(FIXTURES / "copy_model")
         assert saved[task]["weights"] == weights_fingerprint(FIXTURES / "copy_model")
     assert "commit" in saved and saved["command"].endswith(f"--out {tmp_path / 't.json'}")
+
+
+@pytest.mark.parametrize("name,argv,said", [
+    ("draft_sweep", ["--rounds", "0"], "--rounds: must be 1 or more, not 0"),  # a KeyError after the warm-up
+    ("rank_pairs", ["mine", "--limit", "-3"], "--limit: must be 0 or more, not -3"),  # mined all but the last 3
+    ("decode_cost", ["--limit", "0"], "--limit: must be 1 or more, not 0"),  # a traceback once the model loaded
+    ("draft_sweep", ["--limit", "0"], "--limit: must be 1 or more, not 0"),
+    ("int8_agreement", ["--limit", "0"], "--limit: must be 1 or more, not 0"),
+    ("page_latency", ["--limit", "-1"], "--limit: must be 1 or more, not -1"),
+    ("server_latency", ["--limit", "0"], "--limit: must be 1 or more, not 0"),
+    ("pool_sweep", ["decode", "--limit", "0"], "--limit: must be 1 or more, not 0"),
+    ("int8_agreement", ["--warmup", "-2"], "--warmup: must be 0 or more, not -2"),  # warmed up on all but 2
+    ("page_latency", ["--n-best", "0"], "--n-best: must be 1 or more, not 0"),
+    ("rank_pairs", ["mine", "--width", "0"], "--width: must be 1 or more, not 0"),
+])
+def test_counts_that_cannot_be_are_usage_errors_before_any_work(name, argv, said, tmp_path, monkeypatch, capsys):
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    files = {"rank_pairs": ["--model", "m", "--data", tmp_path, "--out", tmp_path / "p.tsv"],
+             "pool_sweep": ["--src", queries, "--tgt", queries, "--out", tmp_path / "o.jsonl"]}
+    needed = files.get(name, ["--src", queries, "--tgt", queries] if name in ("int8_agreement", "page_latency")
+                       else ["--src", queries])
+    code, err = run_main(tool, monkeypatch, capsys, *argv, *needed)
+    assert code == 2 and said in err, err

@@ -48,12 +48,12 @@ def main() -> None:
     p.add_argument("--model", default="forward", help="a shipped model's name or a model folder (default forward)")
     p.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     p.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
-    p.add_argument("--limit", type=int, default=200, help="the first this many queries (default 200)")
+    p.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
     p.add_argument("--method", default="beam", help="decoding method (default beam)")
-    p.add_argument("--n-best", type=int, default=5, help="answers per query (default 5)")
+    p.add_argument("--n-best", type=at_least(1), default=5, help="answers per query (default 5)")
     p.add_argument("--configs", default="1x1,8x1,32x1",
                    help="BxW or BxWf (file order), comma-separated; the first is the baseline")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     p.add_argument("--rounds", type=at_least(1), default=2,
                    help="timed rounds over all configurations, 1 or more (default 2)")
     args = p.parse_args()

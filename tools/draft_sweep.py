@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from molspec_core.argtypes import at_least
 from molspec_core.decoding.greedy import greedy
 from molspec_core.evaluate import read_pairs
 from molspec_core.service import Predictor, copy_drafts
@@ -29,15 +30,16 @@ def main() -> None:
     parser.add_argument("--model", default="retro", help="a shipped model's name or a model folder (default retro)")
     parser.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
-    parser.add_argument("--limit", type=int, default=200, help="the first this many queries (default 200)")
+    parser.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
     parser.add_argument("--methods", default="spec-pointer,spec-auto",
                         help="greedy-family speculative methods, comma-separated (default spec-pointer,spec-auto)")
     parser.add_argument("--draft-lens", default="8", help="comma-separated draft lengths")
     parser.add_argument("--rests", default="0,1,2,3",
                         help="comma-separated rests: calls a row goes without drafts after a draft lost at its "
                         "first token (default 0,1,2,3)")
-    parser.add_argument("--rounds", type=int, default=2, help="timed rounds, interleaved; the best is kept (default 2)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--rounds", type=at_least(1), default=2,
+                        help="timed rounds, interleaved; the best is kept (default 2)")
+    parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--dtype", default="float32", help="float32, or int8 (native engine)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from molspec_core.argtypes import at_least
 from molspec_core.chem import canonical_or_none, clear_caches
 from molspec_core.evaluate import read_pairs
 from molspec_core.methods import METHODS
@@ -42,11 +43,12 @@ def main() -> None:
     parser.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     parser.add_argument("--tgt", required=True, help="the recorded answers, line by line")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
-    parser.add_argument("--limit", type=int, default=500, help="the first this many queries (default 500)")
+    parser.add_argument("--limit", type=at_least(1), default=500, help="the first this many queries (default 500)")
     parser.add_argument("--method", default="greedy", choices=tuple(METHODS), help="decoding method (default greedy)")
-    parser.add_argument("--beam-width", type=int, default=5, help="n-best of beam-family methods")
-    parser.add_argument("--augment", type=int, default=1, help="writings of each query read and pooled (the app: 5)")
-    parser.add_argument("--warmup", type=int, default=3, help="queries each predictor decodes untimed first")
+    parser.add_argument("--beam-width", type=at_least(1), default=5, help="n-best of beam-family methods")
+    parser.add_argument("--augment", type=at_least(1), default=1,
+                        help="writings of each query read and pooled (the app: 5)")
+    parser.add_argument("--warmup", type=at_least(0), default=3, help="queries each predictor decodes untimed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)

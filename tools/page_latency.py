@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from molspec_core.argtypes import at_least
 from molspec_core.bench import percentile
 from molspec_core.chem import canonical_or_none, clear_caches
 from molspec_core.evaluate import read_pairs
@@ -41,13 +42,14 @@ def main() -> None:
     parser.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     parser.add_argument("--tgt", required=True, help="the recorded answers, line by line")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
-    parser.add_argument("--limit", type=int, default=200, help="the first this many queries (default 200)")
+    parser.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
     parser.add_argument("--methods", default="spec-auto,beam,sbs-exact", help="comma-separated")
-    parser.add_argument("--n-best", type=int, default=5, help="n-best of the methods that list several answers")
-    parser.add_argument("--augment", type=int, default=5, help="writings of each query read and pooled (the app: 5)")
+    parser.add_argument("--n-best", type=at_least(1), default=5, help="n-best of the methods that list several answers")
+    parser.add_argument("--augment", type=at_least(1), default=5,
+                        help="writings of each query read and pooled (the app: 5)")
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"),
                         help="what the native engine's decoder calls compute (default int8)")
-    parser.add_argument("--warmup", type=int, default=3, help="queries each method decodes untimed first")
+    parser.add_argument("--warmup", type=at_least(0), default=3, help="queries each method decodes untimed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
     methods = args.methods.split(",")

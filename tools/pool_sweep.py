@@ -3,8 +3,9 @@
 `decode` reads each query in N writings the way the app does (Predictor._views, then one decode per query),
 and saves every writing's answers, as the model gave them, to a JSON-lines file whose first line names what decoded
 them (the model folder and its weights' sha256, method, n-best, writings, dtype, the query files, the command and the
-code's commit). `score` says so, and pools those answers offline with each exponent asked for (service.pool_writings' rule, its exponent a parameter here) and prints
-top-k in the model's order and in the app's (sane answers first), and how often the first answer is not sane.
+code's commit). `score` says so, and pools those answers offline with each exponent asked for (service.pool_writings'
+rule, its exponent a parameter here) and prints top-k in the model's order and in the app's (sane answers first), and
+how often the first answer is not sane.
 Decoding once and pooling many ways keeps the comparison exact: every exponent ranks the same answers.
 
     python3 tools/pool_sweep.py decode --model forward --src S --tgt T --limit 1000 --augment 5 --dtype int8 \
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
@@ -144,17 +146,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     d.add_argument("--model", default="forward", help="a shipped model's name or a model folder")
     d.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     d.add_argument("--tgt", required=True, help="the recorded answers, line by line")
-    d.add_argument("--limit", type=int, default=None, help="the first this many lines (default: all)")
-    d.add_argument("--augment", type=int, default=5, help="writings per query, the first the canonical one")
+    d.add_argument("--limit", type=at_least(1), default=None, help="the first this many lines (default: all)")
+    d.add_argument("--augment", type=at_least(1), default=5, help="writings per query, the first the canonical one")
     d.add_argument("--method", default="beam", help="decoding method of each writing (default beam)")
-    d.add_argument("--n-best", type=int, default=5, help="answers per writing (default 5, as the page opens)")
+    d.add_argument("--n-best", type=at_least(1), default=5, help="answers per writing (default 5, as the page opens)")
     d.add_argument("--dtype", default="int8", help="float32 or int8 (default int8, as the app on a CPU)")
     d.add_argument("--out", required=True, help="the JSON-lines file to write")
     s = commands.add_parser("score", help="pool saved answers with each exponent and print top-k")
     s.add_argument("file", help="a file `decode` wrote")
     s.add_argument("--powers", default="1,0.75,0.5,0.35,0.25,0.15,0.1,0.05",
                    help="exponents to pool with, comma-separated (1: the mean of the probabilities)")
-    s.add_argument("--n-best", type=int, default=5, help="answers kept after pooling (default 5)")
+    s.add_argument("--n-best", type=at_least(1), default=5, help="answers kept after pooling (default 5)")
     args = parser.parse_args(argv)
     if args.command == "decode":
         try:  # before the model loads: the answers must not replace the queries or targets they are read from

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
@@ -149,11 +150,11 @@ def main() -> None:
     m.add_argument("--data", type=Path, required=True, help="a forward prepare-data folder whose train split to read")
     m.add_argument("--out", type=Path, required=True, help="the TSV of pairs to write, not named .json (a summary "
                    "beside it, .json)")
-    m.add_argument("--width", type=int, default=5, help="beam width of the mining search (default 5)")
-    m.add_argument("--negatives", type=int, default=2, help="negatives per reaction at most (default 2)")
-    m.add_argument("--limit", type=int, default=0, help="mine the first this many reactions (0: all)")
-    m.add_argument("--batch", type=int, default=8, help="queries per beam search call (default 8)")
-    m.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    m.add_argument("--width", type=at_least(1), default=5, help="beam width of the mining search (default 5)")
+    m.add_argument("--negatives", type=at_least(1), default=2, help="negatives per reaction at most (default 2)")
+    m.add_argument("--limit", type=at_least(0), default=0, help="mine the first this many reactions (0: all)")
+    m.add_argument("--batch", type=at_least(1), default=8, help="queries per beam search call (default 8)")
+    m.add_argument("--threads", type=at_least(1), default=1, help="torch threads (default 1)")
     n = sub.add_parser("near", help="keep the near misses of a pairs file: products scored close below their negative")
     n.add_argument("--model", required=True, help="model folder that scores the pairs (the one mined)")
     n.add_argument("--pairs", type=Path, required=True, help="a pairs file written by mine")
@@ -161,7 +162,7 @@ def main() -> None:
                    "summary beside it, .json)")
     n.add_argument("--max-gap", type=float, default=2.5,
                    help="keep a negative the product trails by at most this many nats (default 2.5)")
-    n.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    n.add_argument("--threads", type=at_least(1), default=1, help="torch threads (default 1)")
     args = parser.parse_args()
     try:
         if args.command == "near":

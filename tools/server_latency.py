@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from molspec_core.argtypes import at_least
 from molspec_core.bench import percentile
 from molspec_core.chem import clear_caches
 from molspec_core.evaluate import read_pairs
@@ -39,10 +40,11 @@ def main() -> None:
     parser.add_argument("--model", default="forward", help="a shipped model's name or a model folder (default forward)")
     parser.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
-    parser.add_argument("--limit", type=int, default=200, help="the first this many queries (default 200)")
+    parser.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
     parser.add_argument("--method", default="spec-auto", choices=METHODS, help="decoding method (default spec-auto)")
-    parser.add_argument("--n-best", type=int, default=1, help="answers per query (default 1)")
-    parser.add_argument("--warmup", type=int, default=5, help="queries decoded both ways untimed first (default 5)")
+    parser.add_argument("--n-best", type=at_least(1), default=1, help="answers per query (default 1)")
+    parser.add_argument("--warmup", type=at_least(0), default=5,
+                        help="queries decoded both ways untimed first (default 5)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sources, _ = read_pairs(args.src, None, args.index, args.limit)
