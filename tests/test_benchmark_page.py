@@ -259,7 +259,15 @@ def test_the_tables_cells_read_as_written_not_as_markdown(copy_models, monkeypat
     (lambda r: r.update(sweep={"method": "relaxed", "knob": "tau", "points": [{"tau": 0}, {"top1": 0.5}]}),
      "the sweep's point 2 has no tau"),
     (lambda r: r.update(sweep={"method": "relaxed", "points": []}), "the sweep names no knob"),
-    (lambda r: r.update(sweep={"knob": "tau", "points": []}), "the sweep names no method")])
+    (lambda r: r.update(sweep={"knob": "tau", "points": []}), "the sweep names no method"),
+    # fields the facts above the charts read: each stopped the page with a traceback
+    (lambda r: r.update(peers="x"), "peers is 'x', not a record"),
+    (lambda r: r.update(peers={"ct2-beam": None}), "peers' ct2-beam is None, not a record"),
+    (lambda r: r.update(n_best="5"), "n_best is '5', not a whole number"),
+    (lambda r: r.update(limit=[200]), "limit is [200], not a whole number"),
+    (lambda r: r.update(draft_models=3), "draft_models is 3, not a record"),
+    (lambda r: r.update(sweep={"method": "relaxed", "knob": "tau", "points": None}),
+     "the sweep's points are None, not a list")])
 def test_a_report_with_a_figure_that_is_no_number_is_named_and_the_page_goes_on(copy_models, monkeypatch, tmp_path,
                                                                               change, problem):
     """A hand-edited report whose speedup read "1.0x" stopped the page with a traceback where its charts were, and
@@ -331,6 +339,18 @@ def test_the_headline_of_an_int8_run_leads_with_ctranslate2_int8():
     assert "Against float32 arithmetic, not like for like, it is 2.95x as fast as CTranslate2 float32" in sentence
 
 
+def test_a_run_whose_peer_ran_on_fewer_threads_says_so_in_its_headline_and_name():
+    """Our methods on 2 threads against CTranslate2's process on 1 (bench --peer-threads 1): the headline's "2.80x as
+    fast as CTranslate2 int8 greedy" and the picker's "2 threads" read as 2 threads each."""
+    from views.benchmark import headline, report_title
+
+    report = saved("forward_cpu_ct2_greedy_mit200_native_int8_2threads.json")
+    assert "(total time, same queries, interleaved; ours on 2 threads, CTranslate2's on 1 thread)" in headline(report)
+    assert " · 2 threads, CTranslate2 1 · " in report_title(report)
+    alike = saved("forward_cpu_ct2_greedy_mit200_native_float32_2threads.json")  # both on 2: nothing to add
+    assert "ours on" not in headline(alike) and " · 2 threads · " in report_title(alike)
+
+
 def test_the_fastest_method_of_an_int8_run_is_chosen_by_the_like_for_like_ratio():
     from views.benchmark import headline, with_display_fields
 
@@ -394,7 +414,8 @@ def test_the_picker_names_a_run_by_what_tells_it_apart(copy_models, monkeypatch)
     from views.benchmark import report_title, report_titles
 
     title = report_title(saved("forward_cpu_ct2_greedy_mit200_native_int8_2threads_avx2.json"))
-    assert title == "forward · greedy vs CTranslate2 · int8 · AMD EPYC AVX2 · 2 threads · batch 1 · 200 queries"
+    assert title == ("forward · greedy vs CTranslate2 · int8 · AMD EPYC AVX2 · 2 threads, CTranslate2 1 · batch 1 · "
+                     "200 queries")
     twins = report_titles({"a.json": beam_and_greedy(), "b.json": beam_and_greedy()})
     assert twins["a.json"].endswith(" · a.json") and twins["b.json"].endswith(" · b.json")
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(BENCH))

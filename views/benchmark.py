@@ -64,9 +64,29 @@ def _not_a_number(value: object) -> bool:
     return value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
 
 
+# The fields the page's facts read beside the figures, by what each must be where a report has it (bench.run_bench
+# writes them so): a hand-edited one of another kind stopped the page with a traceback.
+WHOLE_NUMBER_FIELDS = ("n_queries", "n_best", "limit", "batch_size", "threads", "augment")
+RECORD_FIELDS = ("peers", "draft_models", "sampling", "oracle_tokens_per_call", "sweep")
+
+
+def _not_whole(value: object) -> bool:
+    return value is not None and (isinstance(value, bool) or not isinstance(value, int))
+
+
 def figure_problem(report: dict) -> str | None:
     """The first figure of a report that the page would draw as a number and that is none ("greedy's
-    speedup_vs_greedy is '1.0x', not a number"), or None: a hand-edited file stopped the page with a traceback."""
+    speedup_vs_greedy is '1.0x', not a number"), or a field its facts read that is not of its kind ("n_best is '5',
+    not a whole number"), or None: a hand-edited file stopped the page with a traceback."""
+    for key in WHOLE_NUMBER_FIELDS:
+        if _not_whole(report.get(key)):
+            return f"{key} is {report[key]!r}, not a whole number"
+    for key in RECORD_FIELDS:
+        if report.get(key) is not None and not isinstance(report[key], dict):
+            return f"{key} is {report[key]!r}, not a record"
+    for name, peer in (report.get("peers") or {}).items():
+        if not isinstance(peer, dict):
+            return f"peers' {name} is {peer!r}, not a record"
     for name, entry in report["methods"].items():
         if not isinstance(entry, dict):
             return f"{name}'s results are {entry!r}, not a record of figures"
@@ -82,7 +102,11 @@ def figure_problem(report: dict) -> str | None:
     for field in ("method", "knob"):
         if sweep and not sweep.get(field):
             return f"the sweep names no {field}"
+    if sweep and not isinstance(sweep.get("points"), list):
+        return f"the sweep's points are {sweep.get('points')!r}, not a list"
     for i, point in enumerate(sweep.get("points") or [], 1):
+        if not isinstance(point, dict):
+            return f"the sweep's point {i} is {point!r}, not a record of figures"
         if sweep["knob"] not in point:
             return f"the sweep's point {i} has no {sweep['knob']}"
         for key in ("top1", "validity", "speedup_vs_greedy"):
@@ -306,8 +330,12 @@ def report_title(report: dict) -> str:
             what = " and ".join(families)
     batch = f"batch {report.get('batch_size', '?')}"
     batch += " by length" if report.get("batch_order") == "by length" else ""
+    threads = _threads(report.get("threads", "?"))
+    apart = threads_apart(report)
+    if apart:
+        threads += f", CTranslate2 {' or '.join(map(str, apart[1]))}"
     return " · ".join([str(report.get("task", "?")), what, str(report.get("dtype", "float32")), machine_short(report),
-                       _threads(report.get("threads", "?")), batch,
+                       threads, batch,
                        _count(report.get("n_queries", "?"), "query", "queries")]
                       + (["stopped part way"] if report.get("interrupted") else []))
 
@@ -335,6 +363,9 @@ def headline(report: dict) -> str | None:
     family = "beam search" if _beam_like(name) else "greedy"  # the peer bench timed beside this method
     width = beam_width(report) if family == "beam search" else None
     how = f"{f'beam width {width}; ' if width else ''}total time, same queries, interleaved"
+    apart = threads_apart(report)
+    if apart:  # bench --peer-threads: the ratio is of the two sides as they ran
+        how += f"; ours on {_threads(apart[0])}, CTranslate2's on {' or '.join(_threads(n) for n in apart[1])}"
     label = method_names(report)[name]
 
     def verdict(value: float) -> str:
@@ -609,6 +640,19 @@ def oracle_label(key: str) -> str:
     return f"best query window of up to {window[1]} tokens" if window else common.method_label(key)
 
 
+def peers_threads(report: dict) -> list[int]:
+    """The thread counts of the CTranslate2 peers' processes that ran to the end, each once (bench --peer-threads)."""
+    peers = [peer for peer in (report.get("peers") or {}).values() if "failed" not in peer]
+    return sorted({peer["threads"] for peer in peers if isinstance(peer.get("threads"), int)})
+
+
+def threads_apart(report: dict) -> tuple[object, list[int]] | None:
+    """(our threads, the peers' threads) where CTranslate2's process ran on other thread counts than our methods
+    (bench --peer-threads 1 beside --threads 2), else None."""
+    ours, theirs = report.get("threads"), peers_threads(report)
+    return (ours, theirs) if theirs and theirs != [ours] else None
+
+
 def where_ran(report: dict) -> list[str]:
     """The facts of the machine and the engine a run timed on."""
     engine = f"engine {report.get('engine', 'torch')}"
@@ -622,13 +666,13 @@ def where_ran(report: dict) -> list[str]:
              f"torch {report.get('torch', '?')}", _threads(report.get("threads", "?"))]
     if report.get("omp_wait_policy"):
         facts.append(f"OMP_WAIT_POLICY={report['omp_wait_policy']}")
-    peers = [peer for peer in report.get("peers", {}).values() if "failed" not in peer]
-    peer_threads = sorted({peer.get("threads") for peer in peers if peer.get("threads") is not None})
+    peers = [peer for peer in (report.get("peers") or {}).values() if "failed" not in peer]
+    peer_threads = peers_threads(report)
     if peer_threads:
         version = next((peer["version"] for peer in peers if peer.get("version")), None)
         facts.append(f"CTranslate2 {version or '(version not recorded)'} in its own process, "
                      + " or ".join(_threads(n) for n in peer_threads))
-    for name, peer in report.get("peers", {}).items():  # bench.run_bench left it out, keeping the other figures
+    for name, peer in (report.get("peers") or {}).items():  # bench.run_bench left it out, keeping the other figures
         if "failed" in peer:
             facts.append(f"{name} failed part way and is left out ({peer['failed']})")
     facts.append(str(report.get("date", "")))
