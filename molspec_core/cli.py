@@ -318,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rooted", action="store_true",
                    help="forward-mit: the other writings rooted as the app reads a query, not random (a model "
                         "trained so reads a query in several writings; the shipped forward model's fine-tune data)")
-    p.add_argument("--vocab", default=None, help="forward-mit, forward-gln, retro: encode with this vocabulary.json "
-                   "(the model to fine-tune), not a new one")
+    p.add_argument("--vocab", default=None, help="encode with this vocabulary.json (the model to train on, e.g. "
+                   "models/forward/vocab.json: its draft model reads that one), not a new one built from the rows")
     p.add_argument("--val-rest", choices=VAL_REST, default="",
                    help="retro: the GLN val reactions after the first --n-val (3,001 of 5,001 by default) join the "
                    "training reactions (add) or are the training split alone (only: fine-tune data, with --vocab)")
@@ -550,6 +550,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
           + f" -> {output_name(args.output)}")
     if marks is not None:
         print(marks.summary().describe())
+    if predictor.task == "retro" and outcomes.several:  # the Predict page and --smiles say it of one query
+        from .io import several_molecules_note
+
+        print(f"note: {several_molecules_note(sorted(outcomes.several))}")
     if table.queries and n_bad == n_queries:  # a pipeline must not take a file of errors for answers
         print(f"error: none of the {n_queries} queries could be predicted"
               + (f" ({n_blank} blank records hold none)" if n_blank else "")

@@ -27,7 +27,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -803,10 +803,12 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
 @dataclass
 class Outcomes:
     """How a run's records came out, read from each record's first output row: rejected (an error and no answers)
-    or stopped at the time limit (answers beside the error, QueryResult.stopped_with_answers), the rest predicted.
-    The command line and Ray count them so, resumed rows too; blank records are not counted."""
+    or stopped at the time limit (answers beside the error, QueryResult.stopped_with_answers), the rest predicted;
+    and the answered ones whose query holds several molecules (several_molecules). The command line and Ray count
+    them so, resumed rows too; blank records are not counted."""
     rejected: int = 0
     stopped: int = 0
+    several: list[tuple[int, str]] = field(default_factory=list)
 
     def count(self, first_row: Sequence[object], offset: int = 0) -> None:
         """Count a record by its first row, whose result columns begin at `offset` (after the input's columns)."""
@@ -814,6 +816,38 @@ class Outcomes:
             answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
             self.stopped += answered
             self.rejected += not answered
+        if several := several_molecules(first_row, offset):
+            self.several.append(several)
+
+
+def several_molecules(first_row: Sequence[object], offset: int = 0) -> tuple[int, str] | None:
+    """(record number, canonical query) of an answered record whose query holds several molecules, read from its first
+    output row (the result columns from `offset`); None otherwise. For retrosynthesis, a salt or a solvent that the
+    model builds into its answers (several_molecules_note)."""
+    answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
+    query = str(first_row[offset + RESULT_COLUMNS.index("canonical_query")] or "")
+    return (int(str(first_row[offset + RESULT_COLUMNS.index("row")])), query) if answered and "." in query else None
+
+
+def several_molecules_note(several: Sequence[tuple[int, str]]) -> str:
+    """What the Batch page and `predict --input` say of a retrosynthesis file's queries of several molecules: how many,
+    which records, and for the first the Predict page's note (service.several_products_note)."""
+    from .service import several_products_note
+
+    row, canonical = several[0]
+    hold = "query holds" if len(several) == 1 else "queries hold"
+    return (f"{len(several):,} {hold} several molecules ({row_list(tuple(r for r, _ in several))}). Row {row:,}: "
+            f"{several_products_note('retro', canonical)}")
+
+
+def row_list(rows: tuple[int, ...], shown: int = 5) -> str:
+    """'row 3', 'rows 3 and 5', 'rows 3, 5, 7, 9, 11 and 4 more': record numbers as a person reads them."""
+    if len(rows) == 1:
+        return f"row {rows[0]:,}"
+    listed = [f"{n:,}" for n in rows[:shown + 1]]
+    if len(rows) > shown + 1:  # "and 1 more" would take the room of the row it hides
+        return f"rows {', '.join(listed[:shown])} and {len(rows) - shown:,} more"
+    return f"rows {', '.join(listed[:-1])} and {listed[-1]}"
 
 
 class LastRow(list):

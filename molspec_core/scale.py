@@ -108,11 +108,11 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
                     raise ValueError(query_rows[FAILED])
                 if problem := table.problem_of(row - 1):  # its empty query's error, as result_rows writes it
                     query_rows[0][ERROR] = problem
-                if not table.is_blank(row - 1):
-                    outcomes.count(query_rows[0])
                 cells = table.cells_of(row - 1)
                 for query_row in query_rows:
                     query_row[ROW] = row  # the worker numbered the queries it was given from 1
+                if not table.is_blank(row - 1):  # counted by the file's record number (io.Outcomes.several)
+                    outcomes.count(query_rows[0])
                 # the record's last row marked, as result_rows marks it: a run stopped after it keeps the record
                 yield from [[*cells, *query_row] for query_row in query_rows[:-1]]
                 yield LastRow([*cells, *query_rows[-1]])

@@ -605,7 +605,7 @@ def test_a_query_stopped_with_answers_has_them_checked_round_trip(monkeypatch):
 def test_retrosynthesis_queries_of_several_molecules_are_named_with_the_predict_pages_note():
     """A file of hydrochlorides read for retrosynthesis: the model takes the salt as one product and builds the Cl
     into its answers. The Predict page and `predict --smiles` say so; the Batch page said nothing."""
-    from molspec_core.io import result_rows
+    from molspec_core.io import result_rows, several_molecules_note
     from molspec_core.service import Prediction, QueryResult, several_products_note
     from views import batch, common
 
@@ -625,7 +625,7 @@ def test_retrosynthesis_queries_of_several_molecules_are_named_with_the_predict_
     run.done = 4
     summary = batch.summarize(run)
     assert summary.several == ((2, salt), (4, salt))
-    text = batch.several_text(summary.several)
+    text = several_molecules_note(summary.several)
     assert text.startswith("2 queries hold several molecules (rows 2 and 4). Row 2: ")
     assert text.endswith(several_products_note("retro", salt)) and "CN1CCN(C(=O)c2ccccc2)CC1" in text
     forward = common.Settings("forward", "forward", "beam", 1, None, None, None, "", 1)

@@ -1936,6 +1936,24 @@ def test_predict_says_a_retrosynthesis_query_of_several_molecules_is_read_as_one
     assert "molecules" not in capsys.readouterr().out
 
 
+def test_predict_names_a_retrosynthesis_files_queries_of_several_molecules(tmp_path, capsys):
+    """--input: a file of hydrochlorides got answers that built the Cl in, and not a word, where --smiles and the
+    Predict page and Batch page warn."""
+    salt = "CN1CCN(C(=O)c2ccccc2)CC1.Cl"
+    src = tmp_path / "salts.txt"
+    src.write_text(f"CC(=O)Nc1ccc(O)cc1\n{salt}\nxyz\nCCN(CC)CC.Cl\n")
+    assert main(["predict", "--model", "retro", "--input", str(src), "--output", str(tmp_path / "out.csv"),
+                 "--method", "greedy"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: 2 queries hold several molecules (rows 2 and 4). Row 2: The query holds 2 molecules, and "
+            "retrosynthesis takes one product") in out and "predict CN1CCN(C(=O)c2ccccc2)CC1." in out
+    forward = tmp_path / "forward.txt"
+    forward.write_text("CC(=O)Cl.Nc1ccccc1\n")  # forward queries are of several molecules by nature
+    assert main(["predict", "--model", "forward", "--input", str(forward), "--output", str(tmp_path / "f.csv"),
+                 "--method", "greedy"]) == 0
+    assert "molecules" not in capsys.readouterr().out
+
+
 @needs_native
 def test_round_trip_checks_in_the_arithmetic_of_the_answers(tmp_path, monkeypatch):
     loaded = record_loads(monkeypatch)

@@ -277,6 +277,30 @@ def test_a_worker_failure_is_one_error_line_and_keeps_the_rows_before_it(tmp_pat
     assert events == ["closed", "shutdown"] and not (tmp_path / "o.csv").exists()
 
 
+def test_a_ray_runs_retrosynthesis_queries_of_several_molecules_are_named_by_their_records(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """The note on salts (io.several_molecules_note) names the file's records: each worker numbers the queries it was
+    given from 1, and the driver counted a record before it gave the row its number in the file."""
+    import json
+
+    from molspec_core import scale
+    from molspec_core.io import result_rows
+    from molspec_core.service import Prediction, QueryResult
+
+    def predicted(queries, *_):
+        for row, query in enumerate(queries, start=1):
+            answered = QueryResult(query=query, canonical_query=query, method="greedy", task="retro",
+                                   predictions=(Prediction(1, "CC", -1.0, True, ("C",), (-1,)),))
+            yield row, json.dumps(result_rows(1, (), answered))  # as a worker given one query numbers it
+
+    fake_ray(monkeypatch, [])
+    monkeypatch.setattr(scale, "predicted", predicted)
+    (tmp_path / "q.txt").write_text("CCO\nCCN.Cl\nCCCl\nCCBr.Br\n")
+    assert main(["predict", "--model", "retro", "--input", str(tmp_path / "q.txt"), "--output",
+                 str(tmp_path / "o.csv"), "--method", "greedy", "--ray", "local"]) == 0
+    assert "note: 2 queries hold several molecules (rows 2 and 4). Row 2: " in capsys.readouterr().out
+
+
 def test_a_stopped_ray_run_resumes_on_ray_from_the_rows_it_kept(tmp_path, capsys, monkeypatch):
     """Its last line says to run the same command with --resume, which was refused with --ray: the rest of a file
     had to be finished in one process. Now the cluster predicts the records not kept (its workers number them

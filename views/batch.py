@@ -24,10 +24,11 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              MAX_INPUT_ROWS, MOLFILE_SUFFIX, OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, RESULT_COLUMNS,
                              SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError, QueryFile,
                              csv_bytes, output_header, parse_upload, query_column, query_columns, query_format,
-                             result_rows, sd_bytes, workbook_bytes)
+                             result_rows, row_list, sd_bytes, several_molecules, several_molecules_note,
+                             workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import TIMED_OUT, Predictor, QueryResult, several_products_note
+from molspec_core.service import TIMED_OUT, Predictor, QueryResult
 from views import common
 from views.common import TASK_LABELS, Settings
 
@@ -348,7 +349,7 @@ def summarize(run: Run) -> BatchResult:
         stopped = tuple(run.stopped)
     queries = run.queries
     header, summary = output_header(queries.columns), None
-    several = several_molecules(rows, len(queries.columns)) if run.settings.task == "retro" else ()
+    several = several_molecule_queries(rows, len(queries.columns)) if run.settings.task == "retro" else ()
     if run.known:
         # the input's columns lead; the answers matched as the model writes them (its own task, as with_recorded)
         marks = KnownMarks(header, queries.columns.index(run.known), run.known, run.settings.predictor().task)
@@ -366,24 +367,15 @@ def summarize(run: Run) -> BatchResult:
                        run.table_hint, queries.notes, run, stopped, several)
 
 
-def several_molecules(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
-    """(record number, canonical query) of each answered query that holds several molecules, from result_rows' rows
-    (the input's `offset` columns first): a salt or a solvent the retrosynthesis model builds into its answers."""
-    row_at, query_at, rank_at = (offset + RESULT_COLUMNS.index(name) for name in ("row", "canonical_query", "rank"))
+def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
+    """(record number, canonical query) of each answered query that holds several molecules (io.several_molecules),
+    from result_rows' rows (the input's `offset` columns first): a salt or a solvent the retrosynthesis model builds
+    into its answers."""
     seen: dict[int, str] = {}
     for r in rows:
-        if r[rank_at] not in (None, "") and "." in str(r[query_at] or ""):
-            seen.setdefault(int(str(r[row_at])), str(r[query_at]))
+        if several := several_molecules(r, offset):
+            seen.setdefault(*several)
     return tuple(seen.items())
-
-
-def several_text(several: tuple[tuple[int, str], ...]) -> str:
-    """The page's warning on retrosynthesis queries of several molecules: how many, which rows, and the Predict
-    page's note (one home: service.several_products_note) for the first."""
-    row, canonical = several[0]
-    hold = "holds" if len(several) == 1 else "hold"
-    return (f"{common.counted(len(several), 'query', 'queries')} {hold} several molecules "
-            f"({row_list(tuple(r for r, _ in several))}). Row {row:,}: {several_products_note('retro', canonical)}")
 
 
 def safe_csv(table: pd.DataFrame) -> bytes:
@@ -453,7 +445,7 @@ def show(batch: BatchResult) -> None:
                    f"found by then, the `error` column says where the search stopped, and answers it had not "
                    f"finished are marked \"{TIMED_OUT}\".", icon=":material/timer_off:")
     if batch.several:
-        st.warning(common.md_escape(several_text(batch.several)), icon=":material/warning:")
+        st.warning(common.md_escape(several_molecules_note(batch.several)), icon=":material/warning:")
     if batch.round_trip_failed:
         st.warning(common.md_escape(f"The round-trip check could not run ({batch.round_trip_failed}); the answers "
                                     "stand without it."), icon=":material/warning:")
@@ -540,16 +532,6 @@ def show_known(known: KnownSummary, n_predicted: int) -> None:
     compared.metric("Queries compared", f"{known.queries:,} of {n_predicted:,}",
                     help="The predicted queries with a readable known answer: the two shares are of these")
     st.caption(sentence)
-
-
-def row_list(rows: tuple[int, ...], shown: int = 5) -> str:
-    """'row 3', 'rows 3 and 5', 'rows 3, 5, 7, 9, 11 and 4 more': record numbers as a person reads them."""
-    if len(rows) == 1:
-        return f"row {rows[0]}"
-    listed = [f"{n:,}" for n in rows[:shown + 1]]
-    if len(rows) > shown + 1:  # "and 1 more" would take the room of the row it hides
-        return f"rows {', '.join(listed[:shown])} and {len(rows) - shown:,} more"
-    return f"rows {', '.join(listed[:-1])} and {listed[-1]}"
 
 
 def main() -> None:
