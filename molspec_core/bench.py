@@ -114,6 +114,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     interleaved with the rest and compared with `predictor`'s references. by_length: the batches are cut from the
     queries in order of token count (stable), as Predictor.predict cuts its own, not in the order given."""
     engines = engines or {}
+    methods = list(dict.fromkeys(methods))  # a method named twice was decoded twice a batch, timed as one
     if GREEDY_REFERENCE not in methods and any(not beam_like(m) for m in methods):
         methods = [GREEDY_REFERENCE] + methods
     if BEAM_REFERENCE not in methods and any(beam_like(m) for m in methods):
