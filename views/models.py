@@ -90,8 +90,10 @@ CARD_HEADING_SHIFT = 2  # a card's "# Title" shows as a level-3 heading under th
 
 
 # A card's long file names (bench/accuracy/...json) in its tables' cells would not wrap, and the table ran past the
-# card's column, its right column cut off (session 65's audit): let code in the cards break anywhere.
-CARD_STYLE = "<style>[class*='st-key-card_'] code { overflow-wrap: anywhere; }</style>"
+# card's column, its right column cut off (session 65's audit): let code in the cards break anywhere. A table wider
+# than the screen (eight columns on a phone) made the whole page slide sideways: it scrolls in a box of its own.
+CARD_STYLE = ("<style>[class*='st-key-card_'] code { overflow-wrap: anywhere; }"
+              " [class*='st-key-card_'] table { display: block; max-width: 100%; overflow-x: auto; }</style>")
 SUMMARY_SECTIONS = ("At a glance", "Limitations")  # the card's opening sections, shown whole; the rest folds away
 
 
