@@ -36,6 +36,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def seconds_up_to(maximum: float) -> Callable[[str], float]:
+    """An argparse type: positive_seconds, at most `maximum` (a library's cap, refused here under the flag's name)."""
+    def seconds(text: str) -> float:
+        value = positive_seconds(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {maximum:,g}, not "
+                                             f"{text}")
+        return value
+    return seconds
+
+
 @dataclass(frozen=True)
 class Bounds:
     """The values a number option takes: finite, a whole number where `whole`, from `low` to `high` (either end

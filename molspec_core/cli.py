@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 import torch
 
-from .argtypes import at_least, positive_seconds
+from .argtypes import at_least, positive_seconds, seconds_up_to
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, Outcomes, check_output, write_text_file
@@ -28,7 +28,7 @@ from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, u
 from .native import DTYPES
 from .roundtrip import MAX_TOP_K as MAX_ROUND_TRIP_K
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
-                      MAX_N_DRAFTS, TIMED_OUT, windows)
+                      MAX_N_DRAFTS, MAX_TIME_LIMIT_S, TIMED_OUT, windows)
 from .threads import use_threads
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "tools/decode_cost.py)")
 
     def time_limit_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S,
+        p.add_argument("--time-limit", type=seconds_up_to(MAX_TIME_LIMIT_S), default=DEFAULT_TIME_LIMIT_S,
                        help="seconds per query before it is reported as an error (default %(default)s)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")

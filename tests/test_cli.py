@@ -1888,6 +1888,18 @@ def test_a_time_limit_is_seconds_above_0(capsys, command, limit):
     assert done.value.code == 2 and "argument --time-limit: must be a number of seconds" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["predict", "--model", MODEL, "--smiles", "CCO"],
+                                     ["evaluate", "--model", MODEL, "--src", "s.txt", "--tgt", "t.txt"]])
+def test_a_time_limit_past_the_librarys_cap_is_refused_under_the_flags_name(capsys, command):
+    """--time-limit 100000 reached predict and was refused in the library's words ('time_limit_s must be ... (None for
+    no limit)'), which name no option of the command line."""
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--time-limit", "100000"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "argument --time-limit: must be a number of seconds above 0 and at most 86,400, " \
+                                    "not 100000" in err and "time_limit_s" not in err
+
+
 def test_read_pairs_limit_and_selection(pair_files):
     from molspec_core.evaluate import read_pairs
 
