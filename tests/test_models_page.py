@@ -3,6 +3,7 @@ the cards' facts checked against the bench files, a card readable without its ow
 charts' points as text, every calibration fit's errors in view, and the draft models in the facts."""
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -470,3 +471,20 @@ def test_only_the_open_calibration_tab_is_drawn_and_another_tab_draws_when_chose
     kind, augment = forward_tabs[-1].lower().split(", ")
     assert len(drawn) == len(tabs) // len(forward_tabs)
     assert f"reliability_forward_{kind}_{augment.split()[0]}" in drawn
+
+
+@pytest.mark.parametrize("task", ["forward", "retro"])
+def test_the_calibration_note_sends_readers_to_a_part_of_the_card_that_exists(task):
+    """The note sent readers to the cards' "int8 arithmetic" sections; no card has one: it is a paragraph of the
+    "Measured accuracy" section, which the note now names."""
+    from views.models import CONFIDENCE_NOTE, card_parts
+
+    card = ROOT / "models" / task / "MODEL_CARD.md"
+    if not card.is_file():
+        pytest.skip(f"no shipped {task} card")
+    named = re.findall(r'"([^"]+)" section', CONFIDENCE_NOTE)
+    parts = card_parts(card.read_text())
+    sections = [text for level, text in parts if level == 2]
+    assert named and all(name in sections for name in named), (named, sections)
+    section = itertools.takewhile(lambda part: part[0] != 2, parts[parts.index((2, named[0])) + 1:])
+    assert "int8 arithmetic" in "".join(text for _, text in section)

@@ -281,6 +281,15 @@ def fits_table(found: list[tuple[str, int, calibration.Calibration]]) -> pd.Data
                          for kind, augment, cal in found])
 
 
+# The int8 check is a paragraph of the cards' "Measured accuracy" section: "sections" sent readers to look for a
+# heading no card has
+CONFIDENCE_NOTE = ("**Confidence** is calibrated on the validation split, on its own for each kind of answers and for "
+                   "answers pooled over writings, whose scores map to right answers differently. The fits were made "
+                   "on float32 answers and, judged again on int8 answers (*Faster arithmetic*), they hold: the "
+                   "paragraph \"int8 arithmetic\" of the card's \"Measured accuracy\" section. Sampling and lossy "
+                   "methods show the model's probability instead.")
+
+
 def show_calibration(folder: Path, task: str) -> None:
     """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its errors in one table
     and its figures and reliability chart in a tab of its own, the one the Predict page opens on for `task` first."""
@@ -295,11 +304,7 @@ def show_calibration(folder: Path, task: str) -> None:
                 else "run `molspec calibrate` to fit one")
         st.caption(f"Confidence: not calibrated ({note}). The app shows the model's own probability instead.")
         return
-    st.markdown("**Confidence** is calibrated on the validation split, on its own for each kind of answers and "
-                "for answers pooled over writings, whose scores map to right answers differently. The fits were "
-                "made on float32 answers and, judged again on int8 answers (*Faster arithmetic*), they hold: the "
-                "cards' \"int8 arithmetic\" sections. Sampling and lossy methods show the model's probability "
-                "instead.")
+    st.markdown(CONFIDENCE_NOTE)
     worse = [(kind, augment, cal) for kind, augment, cal in found if cal.ece > cal.ece_raw]
     if worse:
         which = "; ".join(f"{fit_label(kind, augment).lower()}: {cal.ece:.3f} against {cal.ece_raw:.3f}"
