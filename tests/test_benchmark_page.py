@@ -750,3 +750,11 @@ def test_a_run_stopped_part_way_says_so_in_its_name_facts_and_page(copy_models, 
     at.switch_page("views/benchmark.py").run()
     assert_clean(at)
     assert "This run was stopped (Ctrl-C) after 37 of the 200 queries" in texts(at.warning)
+
+
+def test_a_run_that_timed_ctranslate2_without_recording_its_process_says_so():
+    """An early report (no "peers" record) said nothing of CTranslate2's threads beside "1 thread" of ours."""
+    from views.benchmark import where_ran
+
+    facts = where_ran(saved("retro_cpu_ct2_beam10_50k100_native_int8.json"))
+    assert "CTranslate2's version, process and threads not recorded" in facts

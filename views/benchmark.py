@@ -672,6 +672,8 @@ def where_ran(report: dict) -> list[str]:
         version = next((peer["version"] for peer in peers if peer.get("version")), None)
         facts.append(f"CTranslate2 {version or '(version not recorded)'} in its own process, "
                      + " or ".join(_threads(n) for n in peer_threads))
+    elif has_peer(report) and not report.get("peers"):  # reports before bench recorded its peers
+        facts.append("CTranslate2's version, process and threads not recorded")
     for name, peer in (report.get("peers") or {}).items():  # bench.run_bench left it out, keeping the other figures
         if "failed" in peer:
             facts.append(f"{name} failed part way and is left out ({peer['failed']})")
