@@ -136,8 +136,10 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         except ChemError:
             n_unreadable += 1
     if not molecules:
-        unreadable = (f" ({n_unreadable} {'entry is' if n_unreadable == 1 else 'entries are'} not SMILES RDKit can "
-                      "read)" if n_unreadable else "")
+        one, many = (("record is a molblock RDKit cannot read", "records are molblocks RDKit cannot read")
+                     if query_format(source)[1] == "sdf"  # an SD file's were said to be no SMILES
+                     else ("entry is not SMILES RDKit can read", "entries are not SMILES RDKit can read"))
+        unreadable = f" ({n_unreadable} {one if n_unreadable == 1 else many})" if n_unreadable else ""
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
                          "an SD file, or a CSV or Excel workbook with a smiles column")
     return Stock(molecules, source, n_unreadable)

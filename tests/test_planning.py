@@ -735,6 +735,17 @@ def test_an_empty_or_unreadable_stock_is_refused(tmp_path, content, message):
         load_stock(path)
 
 
+def test_an_unreadable_sd_stock_is_said_to_hold_unreadable_records_not_smiles(tmp_path):
+    """An SD file whose records RDKit cannot read was refused as holding entries that are 'not SMILES RDKit can
+    read': a chemist who gave molblocks was told of SMILES."""
+    path = tmp_path / "stock.sdf"
+    path.write_text("not a molblock\n$$$$\nnor this\n$$$$\n")
+    unread = r"holds no molecules \(2 records are molblocks RDKit cannot read\)"
+    with pytest.raises(ValueError, match=unread) as refused:
+        load_stock(path)
+    assert "SMILES RDKit" not in str(refused.value)
+
+
 def test_a_missing_file_or_a_csv_without_smiles_is_refused(tmp_path):
     with pytest.raises(ValueError, match="cannot read the stock .*No such file"):
         load_stock(tmp_path / "nope.smi")
