@@ -488,3 +488,17 @@ def test_the_calibration_note_sends_readers_to_a_part_of_the_card_that_exists(ta
     assert named and all(name in sections for name in named), (named, sections)
     section = itertools.takewhile(lambda part: part[0] != 2, parts[parts.index((2, named[0])) + 1:])
     assert "int8 arithmetic" in "".join(text for _, text in section)
+
+
+def test_a_cards_images_are_not_fetched_and_its_code_is_untouched(copy_models, monkeypatch):
+    """A card's image (![plot](http://host/x.png), or by reference) made the browser fetch its address: a request
+    beyond 127.0.0.1 from whatever card a model folder brings. It reads as written; code keeps its text."""
+    card = ("# Copy model\n\n## At a glance\nSee ![plot](http://192.0.2.1/p.png) and ![ref][1], `![in code](x)`.\n\n"
+            "```\n![in a block](y)\n```\n``a `![span](z)` b``\n\n[1]: http://192.0.2.1/r.png\n")
+    (copy_models / "forward" / "MODEL_CARD.md").write_text(card)
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    shown = "\n".join(m.value for m in at.markdown)
+    assert "See !\\[plot](http://192.0.2.1/p.png) and !\\[ref][1], `![in code](x)`." in shown
+    assert "```\n![in a block](y)\n```\n``a `![span](z)` b``" in shown

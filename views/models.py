@@ -119,7 +119,7 @@ def show_card(folder: Path, card: Path) -> None:
     except UnicodeDecodeError:  # a card saved in another encoding stopped the page
         text = card.read_bytes().decode("utf-8-sig", errors="replace")
         st.caption("MODEL_CARD.md is not UTF-8 text: the characters that could not be read show as \ufffd.")
-    summary, rest = split_card(text)
+    summary, rest = split_card(unloaded_images(text))
     anchors: set[str] = set()
     with st.container(key=f"card_{folder.name}"):
         st.html(CARD_STYLE)
@@ -159,6 +159,31 @@ def section_label(heading: str, body: list[Part]) -> str:
 def section_key(model: str, anchor: str) -> str:
     """The widget key of a card section's expander, which Streamlit keeps its open or closed state under."""
     return f"card_{model}_section_{anchor}"
+
+
+def unloaded_images(markdown: str) -> str:
+    """Markdown whose images (![alt](address), ![alt][ref]) read as written, code blocks and spans untouched: a
+    card's image made the browser fetch its address, a request beyond 127.0.0.1 from whatever card a model folder
+    brings (its raw HTML, <img> too, Streamlit shows as text)."""
+    blocks = re.split(r"(^```.*?(?:^```[^\n]*$|\Z))", markdown, flags=re.M | re.S)  # prose, a fenced block, ...
+    return "".join(block if i % 2 else _images_outside_code_spans(block) for i, block in enumerate(blocks))
+
+
+def _images_outside_code_spans(text: str) -> str:
+    """`text` with "![" escaped outside its code spans: a run of backticks opens one, the next run of as many
+    closes it; a run never closed is text."""
+    pieces = re.split(r"(`+)", text)  # text, a run of backticks, text, ...
+    out, i = [], 0
+    while i < len(pieces):
+        run = pieces[i]
+        close = next((j for j in range(i + 2, len(pieces), 2) if pieces[j] == run), None) if i % 2 else None
+        if close is not None:  # a code span, as written
+            out.append("".join(pieces[i:close + 1]))
+            i = close + 1
+        else:
+            out.append(run if i % 2 else run.replace("![", "!\\["))
+            i += 1
+    return "".join(out)
 
 
 HEADING = re.compile(r"(#{1,6}) (.+)")
