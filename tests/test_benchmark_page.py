@@ -267,7 +267,12 @@ def test_the_tables_cells_read_as_written_not_as_markdown(copy_models, monkeypat
     (lambda r: r.update(limit=[200]), "limit is [200], not a whole number"),
     (lambda r: r.update(draft_models=3), "draft_models is 3, not a record"),
     (lambda r: r.update(sweep={"method": "relaxed", "knob": "tau", "points": None}),
-     "the sweep's points are None, not a list")])
+     "the sweep's points are None, not a list"),
+    (lambda r: r["methods"]["spec-auto"]["drafts"].update(draft_len="16"),
+     "spec-auto's drafts' draft_len is '16', not a whole number"),
+    (lambda r: r.update(oracle_tokens_per_call={"best-window-16": None}),
+     "oracle_tokens_per_call's best-window-16 is None, not a number"),
+    (lambda r: r.update(draft_models={"spec-auto": None}), "draft_models' spec-auto is None, not a folder's name")])
 def test_a_report_with_a_figure_that_is_no_number_is_named_and_the_page_goes_on(copy_models, monkeypatch, tmp_path,
                                                                               change, problem):
     """A hand-edited report whose speedup read "1.0x" stopped the page with a traceback where its charts were, and

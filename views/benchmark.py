@@ -93,11 +93,18 @@ def figure_problem(report: dict) -> str | None:
         for _, key, unit, _ in COLUMNS:
             if unit != "text" and _not_a_number(entry.get(key)):
                 return f"{name}'s {key} is {entry[key]!r}, not a number"
-        if not isinstance(entry.get("drafts") or {}, dict):
+        drafts = entry.get("drafts") or {}
+        if not isinstance(drafts, dict):
             return f"{name}'s drafts is {entry['drafts']!r}, not a record of its drafts"
+        for key in ("draft_len", "n_drafts"):
+            if _not_whole(drafts.get(key)):
+                return f"{name}'s drafts' {key} is {drafts[key]!r}, not a whole number"
     for key, value in (report.get("oracle_tokens_per_call") or {}).items():
-        if _not_a_number(value):
+        if value is None or _not_a_number(value):  # each bound is printed as a number
             return f"oracle_tokens_per_call's {key} is {value!r}, not a number"
+    for method, folder in (report.get("draft_models") or {}).items():
+        if not isinstance(folder, str):
+            return f"draft_models' {method} is {folder!r}, not a folder's name"
     sweep = report.get("sweep") or {}
     for field in ("method", "knob"):
         if sweep and not sweep.get(field):
