@@ -64,7 +64,7 @@ def main() -> None:
             page.goto(url + "/")
             page.get_by_role("textbox", name="SMILES").fill(args.smiles)
             page.get_by_role("button", name="Predict").click()
-            page.locator('strong:text-is("Rank 1")').wait_for()
+            page.get_by_role("heading", name="Rank 1", exact=True).wait_for()  # the first answer's card heading
             page.wait_for_function("""() => !document.querySelector(
                 '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stSkeleton"]')""")
             time.sleep(2)  # structure images paint after their elements arrive
