@@ -10,6 +10,7 @@ import io
 import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -1212,7 +1213,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atoms: bool) -> None:
     """A plan's routes to its JSON and CSV, and its summary on the screen (a stopped search's too)."""
     from .io import write_csv
-    from .planning import ROUTE_COLUMNS, no_route, route_rows, route_stereo, routes_json
+    from .planning import ROUTE_COLUMNS, failure_note, no_route, route_rows, route_stereo, routes_json
 
     write_text_file(out, json.dumps(routes_json(result), indent=2))
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
@@ -1229,13 +1230,16 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     if stats.stopped_by:
         print(f"the search was stopped ({stats.stopped_by}) {stats.search_s:.1f} s into its {stats.time_limit_s:g} s; "
               "the routes it had found are kept")
-    if counts.failed:  # not expanded: the model gave no answers for them
-        print(f"{counts.failed} molecule(s) could not be expanded; the first, {counts.first_failure}")
+    if counts.failed:  # not expanded: the model gave no answers for them, or the search's end cut one short
+        text, alarming = failure_note(counts)
+        print(f"{'warning' if alarming else 'note'}: {text}")
     if not result.routes:
         print(no_route(stats))
     for rank, route in enumerate(result.routes, start=1):
         starting = ", ".join(m.smiles for m in route.starting_materials())
-        print(f"route {rank}: {route.n_steps} step(s), score {route.score:.2f}; from {starting}")
+        steps = f"{route.n_steps} step{'s' * (route.n_steps != 1)}"
+        print(f"route {rank}: {steps}, probability {math.exp(route.score):.3g} (score {route.score:.2f}); from "
+              f"{starting}")
         for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a chemist checks it
             print(f"  stereo: {line}")
     print(f"-> {out}, {csv_out}")

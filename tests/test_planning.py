@@ -557,7 +557,7 @@ def test_cli_plan_stopped_part_way_writes_and_shows_the_routes_it_had_found(tmp_
         stop_at_expansion(monkeypatch, 2, stop)
         assert main(args) == code
         printed = capsys.readouterr().out
-        assert f"the search was stopped ({stop.__name__})" in printed and "route 1: 1 step(s)" in printed
+        assert f"the search was stopped ({stop.__name__})" in printed and "route 1: 1 step, probability " in printed
         report = json.loads(out.read_text())
         assert report["search"]["stopped_by"] == stop.__name__ and report["routes"][0]["starting_materials"] == ["NO"]
         with open(tmp_path / "routes.csv", newline="") as f:
@@ -775,7 +775,7 @@ def test_cli_plan_writes_json_and_csv(tmp_path, capsys):
     assert main(["plan", "--smiles", "NCCO", "--model", str(COPY_MODEL), "--forward", "none", "--stock",
                  str(tmp_path / "stock.smi"), "--time-limit", "2", "--allow-missing-atoms", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "route 1: 1 step(s)" in printed and "from NO" in printed
+    assert "route 1: 1 step, probability " in printed and "from NO" in printed
     report = json.loads(out.read_text())
     assert report["solved"] and report["routes"][0]["tree"]["reaction"]["reactants"][0]["smiles"] == "NO"
     with open(tmp_path / "routes.csv", newline="") as f:
@@ -862,7 +862,23 @@ def test_cli_plan_says_when_the_search_ran_out_of_molecules_or_failed(tmp_path, 
     assert main(base + ["--smiles", "NCCO", "--time-limit", "2"]) == 0
     printed = capsys.readouterr().out
     assert "0 molecules expanded" in printed
-    assert f"1 molecule(s) could not be expanded; the first, NCCO: {STOPPED}" in printed
+    # the Routes page's words (planning.failure_note); '1 molecule(s) ...; the first, NCCO' before, and the routine
+    # last expansion cut at the search's end was told as a failure too
+    assert f"warning: 1 molecule could not be expanded (the model gave no answers for it); NCCO: {STOPPED}." in printed
+
+
+def test_cli_plan_tells_the_last_expansion_cut_by_the_searchs_end_calmly(tmp_path, capsys):
+    """Every search that ran to its limit printed '1 molecule(s) could not be expanded; the first, ...' for its last
+    expansion, cut at the search's end, which the Routes page tells calmly (the README promises the page's words)."""
+    from molspec_core.cli import report_plan
+
+    cut = "Ic1ccc(OCc2ccccc2)cc1: its expansion was cut short when the search's time ran out"
+    counts = planning.ExpansionCounts(molecules=12, failed=1, cut=1, first_failure=cut)
+    result = planning.PlanResult("CCO", (), planning.SearchStats("retro*", 5.0, 5.0, 3, 40, counts), "retro", None,
+                                 "table", 2)
+    report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
+    printed = capsys.readouterr().out
+    assert f"note: {cut} (not counted among the molecules expanded)." in printed and "warning" not in printed
 
 
 @needs_native

@@ -19,8 +19,8 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX,
                              OPEN_DOCUMENT_SUFFIX, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX,
                              InputFileError, csv_bytes, workbook_bytes)
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
-                                   RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, load_stock, no_route,
-                                   plan, route_rows, routes_json, stock_from_upload)
+                                   RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, failure_note,
+                                   load_stock, no_route, plan, route_rows, routes_json, stock_from_upload)
 from views import common
 
 log = logging.getLogger(__name__)
@@ -410,19 +410,8 @@ def show_outcome(result: PlanResult) -> None:
 
 
 def failure_message(counts: ExpansionCounts) -> tuple[str, bool]:
-    """What to say of the molecules the model gave no answers for, and whether it is a warning. The last
-    expansion of a search that runs to its time limit is cut short there (a routine end, said in a caption);
-    any other failure, or the target's own expansion cut short, leaves routes unexplored: a warning."""
-    first = common.md_escape(counts.first_failure)
-    if counts.failed == counts.cut == 1:
-        if counts.molecules > 0:
-            return f"{first} (not counted among the molecules expanded).", False
-        # It said the model 'gave no answers' for the target, as if it could not read it: it had no time to
-        return ("The search's time ran out while the model was still proposing reactants for the target, so nothing "
-                "was expanded: give the search more time (the larger the target, the longer the model takes).", True)
-    them, first_of = ("it", "") if counts.failed == 1 else ("them", "the first, ")
-    return (f"{common.counted(counts.failed, 'molecule')} could not be expanded (the model gave no answers for "
-            f"{them}); {first_of}{first}.", True)
+    """planning.failure_note, the molecule named in it escaped for the page's markdown."""
+    return failure_note(counts, common.md_escape)
 
 
 def routes_workbook(result: PlanResult) -> bytes:
