@@ -763,3 +763,11 @@ def test_a_run_that_timed_ctranslate2_without_recording_its_process_says_so():
 
     facts = where_ran(saved("retro_cpu_ct2_beam10_50k100_native_int8.json"))
     assert "CTranslate2's version, process and threads not recorded" in facts
+
+
+def test_a_sweeps_knob_is_named_as_swept_not_at_its_last_value():
+    """A sweep of relaxed over tau 0 to 4 read "knobs: beta 5, tau 4" above a chart of every tau."""
+    from views.benchmark import what_ran
+
+    facts = what_ran(saved("forward_cpu_relaxed_sweep_mit100.json"))
+    assert "knobs: beta 5, tau swept over 0, 0.5, 1, 2, 4" in facts

@@ -312,7 +312,14 @@ def knobs_text(report: dict) -> str | None:
     def shown(value: object) -> str:
         return f"{value:g}" if isinstance(value, (int, float)) else "?"
 
-    return "knobs: " + ", ".join(f"{knob_name(knob)} {shown(values.get(knob))}" for knob in names)
+    sweep = report.get("sweep") or {}
+    swept = [point.get(sweep.get("knob")) for point in sweep.get("points") or []]
+
+    def value(knob: str) -> str:  # a sweep's last value ran last; the sweep chart shows every one
+        return f"swept over {', '.join(map(shown, swept))}" if swept and knob == sweep["knob"] else \
+            shown(values.get(knob))
+
+    return "knobs: " + ", ".join(f"{knob_name(knob)} {value(knob)}" for knob in names)
 
 
 def report_title(report: dict) -> str:
