@@ -771,3 +771,12 @@ def test_a_sweeps_knob_is_named_as_swept_not_at_its_last_value():
 
     facts = what_ran(saved("forward_cpu_relaxed_sweep_mit100.json"))
     assert "knobs: beta 5, tau swept over 0, 0.5, 1, 2, 4" in facts
+
+
+def test_the_torch_engine_is_not_said_to_have_torch_products():
+    """A GPU run's facts read "engine torch (torch products)": the kernel named is only the engine's name again."""
+    from views.benchmark import where_ran
+
+    assert "engine torch" in where_ran(saved("forward_gpu_h100_speed_mit20_b1.json"))
+    int8 = saved("forward_cpu_int8_ct2_greedy_mit200_s86.json")
+    assert "engine native in int8 (c-int8-amx products)" in where_ran(int8)  # another engine's kernel stays named

@@ -672,7 +672,7 @@ def where_ran(report: dict) -> list[str]:
     engine = f"engine {report.get('engine', 'torch')}"
     if report.get("dtype", "float32") != "float32":
         engine += f" in {report['dtype']}"
-    if report.get("products"):
+    if report.get("products") and report["products"] != report.get("engine"):  # torch's products: torch's own
         engine += f" ({report['products']} products)"
     facts = [f"machine: {machine(report)}",
              f"batch size {report.get('batch_size', '?')}"
