@@ -1162,6 +1162,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success
         print(f"error: {why} ({name} is left out; the table{' and the report' if out else ''} hold the other "
               "methods' figures)", file=sys.stderr)
+    if report.get("interrupted"):  # a pipeline must not take a part run for a whole one: exit as a stopped predict
+        from .entry import INTERRUPTED
+
+        print(f"error: the run {report['interrupted']}; the table{' and the report' if out else ''} hold the "
+              "batches measured by then", file=sys.stderr)
+        return INTERRUPTED
     return 2 if failed else 0
 
 

@@ -67,12 +67,15 @@ def test_bench_command_writes_the_report_of_a_run_stopped_part_way(tmp_path, mon
     (tmp_path / "src.txt").write_text("\n".join(QUERIES) + "\n")
     out = tmp_path / "bench.json"
     ctrl_c_at_call(monkeypatch, 5)
-    main(["bench", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--methods", "greedy,spec-lookup",
-          "--warmup", "0", "--out", str(out)])
+    # exit 130, as a stopped predict: a pipeline took a part run's report for a whole one (exit 0)
+    assert main(["bench", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--methods", "greedy,spec-lookup",
+                 "--warmup", "0", "--out", str(out)]) == 130
     report = json.loads(out.read_text())
     assert report["n_queries"] == 2 and "after 2 of the 5 queries" in report["interrupted"]
     assert out.with_suffix(".html").is_file()
-    assert "after 2 of the 5 queries" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "after 2 of the 5 queries" in printed.out
+    assert "\nerror: the run stopped (Ctrl-C) after 2 of the 5 queries" in printed.err
 
 
 def test_a_method_named_twice_is_timed_once_a_batch(monkeypatch):
