@@ -395,3 +395,33 @@ def test_unpack_checks_every_part_before_it_replaces_the_previous_export(kit, tm
     for folder in (previous, tmp_path / "gpu" / "resume" / "forward"):
         assert {f"export/{f.name}": f.read_bytes() for f in sorted(folder.iterdir())} == export
     assert sorted(p.name for p in previous.parent.iterdir()) == ["export"]
+
+
+def test_stage_keeps_the_shipped_weights_from_travelling_and_unstage_puts_them_back(kit, tmp_path, monkeypatch):
+    """What travels with a device command is the tracked tree: `stage` takes models/ out of it (and ignores the
+    folder, so it is not sent as untracked either), twice without harm; `unstage` leaves the checkout as it was."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "models" / "forward").mkdir(parents=True)
+    (repo / "models" / "forward" / "model.safetensors").write_bytes(b"weights")
+    (repo / "README.md").write_text("readme\n")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("add", "README.md", "models")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "shipped")
+    monkeypatch.setattr(kit, "ROOT", repo)
+    monkeypatch.setattr(kit, "EXCLUDE", repo / ".git" / "info" / "exclude")
+    kit.main(["stage"])
+    kit.main(["stage"])
+    assert git("ls-files").split() == ["README.md"]  # the weights no longer travel
+    assert "models" not in git("status", "--porcelain", "--untracked-files=all").replace("D  models", "")
+    assert (repo / "models" / "forward" / "model.safetensors").read_bytes() == b"weights"  # still here
+    assert (repo / ".git" / "info" / "exclude").read_text().splitlines().count("/models/") == 1
+    kit.main(["unstage"])
+    assert git("ls-files").split() == ["README.md", "models/forward/model.safetensors"]
+    assert git("status", "--porcelain", "--untracked-files=all") == ""
+    assert "/models/" not in (repo / ".git" / "info" / "exclude").read_text().splitlines()
