@@ -7,6 +7,7 @@ a molspec-shots folder in the temp directory) so a person can look at them.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -44,18 +46,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`streamlit run app.py` on a free local port; yields its base URL."""
+@contextlib.contextmanager
+def app_server(env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """`streamlit run app.py` on a free local port with `env` added to this process's, its output to `log_path`;
+    yields its base URL, and stops it after."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = dict(os.environ, OMP_NUM_THREADS="1", MOLSPEC_BENCH_DIR=str(log_path.parent))
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
              "--server.address", "127.0.0.1", "--server.port", str(port), "--server.fileWatcherType", "none",
              "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", **env), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -76,6 +77,14 @@ def server(tmp_path_factory):
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The app on a free local port; yields its base URL."""
+    log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with app_server({"MOLSPEC_BENCH_DIR": str(log_path.parent)}, log_path) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

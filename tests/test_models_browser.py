@@ -5,17 +5,11 @@ with a reason where Chromium or the playwright package is missing, as tests/test
 """
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, WAIT_MS, free_port, settle, sync_api
+from test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, WAIT_MS, app_server, settle, sync_api
 
 PHONE = {"width": 390, "height": 844}  # an iPhone 12-14's window in CSS pixels
 WIDE_ROW = " | ".join(f"run {n} (GPU block {n}, shipped)" for n in range(8))
@@ -29,36 +23,8 @@ def models_server(tmp_path_factory):
     models = tmp_path_factory.mktemp("models")
     shutil.copytree(ROOT / "tests" / "fixtures" / "copy_model", models / "forward")
     (models / "forward" / "MODEL_CARD.md").write_text(CARD)
-    port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", MOLSPEC_MODELS_DIR=str(models))
-    log_path = models / "server.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address",
-             "127.0.0.1", "--server.port", str(port), "--server.fileWatcherType", "none",
-             "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start:\n{Path(log_path).read_text()[-3000:]}")
-            time.sleep(0.5)
+    with app_server({"MOLSPEC_MODELS_DIR": str(models)}, models / "server.log") as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def test_a_cards_wide_table_scrolls_in_its_own_box_on_a_phone_not_the_whole_page(models_server):
