@@ -394,6 +394,7 @@ def starting_ray(events: list[str], signum: int):
     """A stand-in for ray.init that gets `signum` half-way, as a run stopped in Ray's first seconds does, and goes on
     to its end only if that does not stop it (it sets Ray's SIGTERM handler, sys.exit, where it runs in the main
     thread)."""
+    import os
     import signal
     import threading
     import time
@@ -402,15 +403,25 @@ def starting_ray(events: list[str], signum: int):
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
         events.append("starting")
-        # The signal arrives: its handler runs now, as the signal would run it. os.kill left when to the kernel and
-        # the main thread, and in whole-suite runs (session 87) the handler had not run when init returned
-        signal.getsignal(signum)(signum, None)
-        time.sleep(0.1)
+        os.kill(os.getpid(), signum)
+        time.sleep(0.5)  # the signal's handler runs meanwhile (in the main thread)
         events.append("started")
 
     return init
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C as an interactive run gets it: a suite started in the background (`nohup pytest &`) inherits SIGINT
+    ignored, Python then installs no KeyboardInterrupt handler, and these tests' own Ctrl-C did nothing (session 87)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 @pytest.mark.parametrize("signame,code,line", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
 def test_a_run_stopped_while_ray_starts_stops_the_ray_it_started(tmp_path, capsys, monkeypatch, signame, code, line):
     """Ctrl-C or SIGTERM in ray.init's first seconds cut it half-way, and Ray's dashboard and runtime-env agents stayed
@@ -431,25 +442,24 @@ def test_a_run_stopped_while_ray_starts_stops_the_ray_it_started(tmp_path, capsy
     assert events == ["starting", "started", "shutdown"] and signal.getsignal(signal.SIGTERM) is before
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_a_second_ctrl_c_does_not_cut_short_the_stopping_of_a_run(tmp_path, capsys, monkeypatch):
     """The second Ctrl-C cut short the closing of Ray Data's iterator (it takes a second or two), which then reached
     for Ray after ray.shutdown; Ray ended the process with exit 1 and not a word of the rows kept."""
+    import os
     import signal
 
     from molspec_core import scale
 
     events: list[str] = []
 
-    def ctrl_c() -> None:  # the handler in place runs now, as Ctrl-C would run it (os.kill left when to the kernel)
-        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
-
     def predicted(queries, *_):
         try:
             yield from refused(queries[:2])
-            ctrl_c()  # Ctrl-C ...
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C ...
             yield from refused(queries[2:])
         finally:  # ... and Ctrl-C again while Ray Data's iterator closes
-            ctrl_c()
+            os.kill(os.getpid(), signal.SIGINT)
             events.append("closed")
 
     fake_ray(monkeypatch, events)
