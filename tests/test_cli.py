@@ -2173,10 +2173,8 @@ def test_ctrl_c_while_the_command_line_loads_is_an_interrupted_line_and_exit_130
     assert loaded.stdout.strip() == "[]"  # nothing heavy loads before the entry point's try
 
 
-def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_scored(pair_files, capsys,
-                                                                                     monkeypatch):
-    """Ctrl-C an hour into `evaluate` lost every figure: --out holds the report of the queries scored before the
-    stop, marked partial, and `compare` sets it beside a whole run of those queries (--limit), saying it is partial."""
+def ctrl_c_at_third_predict(monkeypatch) -> None:
+    """Predictor.predict as Ctrl-C meets it on its third call (the third query at --batch-size 1)."""
     from molspec_core.service import Predictor
 
     real, calls = Predictor.predict, []
@@ -2187,9 +2185,19 @@ def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_sco
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
+    monkeypatch.setattr(Predictor, "predict", predict)
+
+
+def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_scored(pair_files, capsys,
+                                                                                     monkeypatch):
+    """Ctrl-C an hour into `evaluate` lost every figure: --out holds the report of the queries scored before the
+    stop, marked partial, and `compare` sets it beside a whole run of those queries (--limit), saying it is partial."""
+    from molspec_core.service import Predictor
+
     files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--n-best", "3",
              "--batch-size", "1"]
-    monkeypatch.setattr(Predictor, "predict", predict)
+    real = Predictor.predict
+    ctrl_c_at_third_predict(monkeypatch)
     assert main(["evaluate", "--model", MODEL, *files, "--out", str(pair_files / "stopped.json")]) == 130
     report = json.loads((pair_files / "stopped.json").read_text())
     assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt"})
@@ -2206,17 +2214,8 @@ def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_s
                                                                                        monkeypatch):
     """Ctrl-C on an `evaluate` without --out printed 'interrupted' and nothing else: the figures of every query scored
     before the stop were lost. Standard output holds their report, marked partial, as a finished run's."""
-    from molspec_core.service import Predictor
 
-    real, calls = Predictor.predict, []
-
-    def predict(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Predictor, "predict", predict)
+    ctrl_c_at_third_predict(monkeypatch)
     assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
                  str(pair_files / "tgt.txt"), "--batch-size", "1"]) == 130
     captured = capsys.readouterr()
@@ -2228,22 +2227,13 @@ def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_s
 def test_an_evaluation_keeps_the_report_its_out_replaces(pair_files, capsys, monkeypatch, caplog):
     """A run Ctrl-C'd two queries in replaced, without a word, the whole report an earlier run had left at --out (hours
     of decoding) with its partial one: the file an evaluate report replaces is kept beside it as <out>.bak."""
-    from molspec_core.service import Predictor
 
     out = pair_files / "eval.json"
     files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--batch-size", "1",
              "--out", str(out)]
     assert main(["evaluate", "--model", MODEL, *files]) == 0
     whole = out.read_text()
-    real, calls = Predictor.predict, []
-
-    def predict(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Predictor, "predict", predict)
+    ctrl_c_at_third_predict(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
         assert main(["evaluate", "--model", MODEL, *files]) == 130
     assert json.loads(out.read_text())["partial"]["of_n"] == 5
