@@ -1021,9 +1021,18 @@ def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool, ran
 
 
 def bench_methods(text: str) -> list[str]:
+    """--methods' names, each one of ours: a CTranslate2 peer's name is refused, naming the flag that times it."""
+    from .methods import PEERS
+
     methods = [m.strip() for m in text.split(",") if m.strip()]
     if not methods:
         raise ValueError(f"--methods names no method; choose from {', '.join(METHODS)}")
+    peers = [m for m in methods if m in PEERS]
+    if peers:  # --peer adds the peers of the families asked for (peer_methods)
+        raise ValueError(f"{peers[0]} is CTranslate2's, timed with --peer ctranslate2, which adds "
+                         f"{' and '.join(peer_methods(['greedy']))} beside greedy-family methods, "
+                         f"{' and '.join(peer_methods(['beam']))} beside beam-family ones: leave {peers[0]} out of "
+                         "--methods and give --peer ctranslate2")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
