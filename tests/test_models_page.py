@@ -502,3 +502,21 @@ def test_a_cards_images_are_not_fetched_and_its_code_is_untouched(copy_models, m
     shown = "\n".join(m.value for m in at.markdown)
     assert "See !\\[plot](http://192.0.2.1/p.png) and !\\[ref][1], `![in code](x)`." in shown
     assert "```\n![in a block](y)\n```\n``a `![span](z)` b``" in shown
+
+
+def test_a_task_without_a_model_is_said_once_naming_the_folder_the_app_reads(copy_models, tmp_path, monkeypatch):
+    """The page said "No retrosynthesis model is shipped yet ... until models/retro/ appears" wherever
+    MOLSPEC_MODELS_DIR pointed, and with no model at all said it under its own "No models found" again."""
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    notes = [note.value for note in at.main.info if "retrosynthesis" in note.value]
+    assert notes == [common_escaped([f"No retrosynthesis model is installed ({copy_models / 'retro'} is missing). "
+                                     "Choose the forward task, or add the model folder."])[0]]
+    (tmp_path / "empty").mkdir()
+    at = app(tmp_path / "empty", monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    said = [element.value for element in [*at.main.warning, *at.main.info]]
+    assert said == common_escaped([f"No model is installed: {tmp_path / 'empty'} holds no forward or retrosynthesis "
+                                   "model folder. Put the model folders (forward, retro) there."])

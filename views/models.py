@@ -387,8 +387,8 @@ def main() -> None:
     root = common.models_dir()
     subfolders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
     folders = [folder for folder in subfolders if (folder / "config.json").is_file()]
-    if not folders:
-        st.warning(f"No models found in {common.md_escape(str(root))}.", icon=":material/warning:")
+    if not folders:  # said once: the note on each task's missing model below would say it again
+        st.warning(common.md_escape(common.no_model_text(common.TASKS[0])), icon=":material/warning:")
     for folder in folders:
         st.header(common.md_escape(folder.name), divider="gray")  # a folder's name is anyone's text
         try:  # what the sidebar's loading would refuse, said here rather than shown as a working model's facts
@@ -416,9 +416,12 @@ def main() -> None:
     if strays:  # a model folder copied without its config.json was missing from the page, and no word said why
         st.caption(common.md_escape(f"Not models (no config.json, which every model folder holds), so not shown: "
                                     f"{', '.join(strays)}."))
-    if not common.models_for_task("retro"):
-        st.info("No retrosynthesis model is shipped yet; the task switch shows it as unavailable until "
-                "models/retro/ appears.", icon=":material/hourglass_empty:")
+    # Each task without a model, in the folder the app reads (MOLSPEC_MODELS_DIR): it said "no retrosynthesis model is
+    # shipped yet ... until models/retro/ appears" wherever the models were, and under "No models found" said it again
+    missing = dict.fromkeys(common.no_model_text(task) for task in common.TASKS
+                            if folders and not common.models_for_task(task))
+    for text in missing:
+        st.info(common.md_escape(text), icon=":material/info:")
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; tests import its functions
