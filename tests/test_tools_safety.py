@@ -376,6 +376,40 @@ def test_int8_agreement_says_so_when_the_model_reads_no_query(tmp_path, monkeypa
     assert "reads none of the queries" in str(code)
 
 
+class Answering:
+    """A Predictor of one dtype (`load`'s) whose first answer to each query is ANSWERS[dtype][query] (None: refused)."""
+
+    ANSWERS = {"float32": {"CCO": None, "CCN": "CC"}, "int8": {"CCO": None, "CCN": "CCC"}}
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    @classmethod
+    def load(cls, *args, dtype="float32", **kwargs):
+        return cls(dtype)
+
+    def prepare(self, source):
+        return source
+
+    def predict(self, source, **options):
+        answer = self.ANSWERS[self.dtype][source]
+        return SimpleNamespace(ok=answer is not None, predictions=[SimpleNamespace(smiles=answer)] if answer else [])
+
+
+def test_int8_agreement_does_not_count_a_query_both_refused_as_agreeing(tmp_path, monkeypatch, capsys):
+    # a query refused by both (the time limit, say) counted as the two giving the same answer: 0.5 here, not 0
+    tool = load_tool("int8_agreement")
+    monkeypatch.setattr(tool, "Predictor", Answering)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\nCCN\n")
+    monkeypatch.setattr(sys, "argv", ["int8_agreement.py", "--src", str(queries), "--tgt", str(queries),
+                                      "--warmup", "0"])
+    tool.main()
+    got = json.loads(capsys.readouterr().out)
+    assert got["queries"] == 2 and got["first_answer_agreement"] == 0.0
+    assert got["refused"] == {"float32": 1, "int8": 1, "both": 1}
+
+
 def test_textbook_names_each_models_weights_and_the_code_in_its_report(tmp_path, monkeypatch, capsys):
     # bench/textbook/shipped_int8.json named neither: the shipped models have been replaced since
     from molspec_core.calibration import weights_fingerprint

@@ -8,8 +8,9 @@ Both predictors run the native engine on the same queries, one thread, float32 a
 query, read in --augment writings and pooled). The two take turns query by query, in an order that
 alternates, after --warmup queries each, the answer checks' caches emptied before each call. For each
 query the first answers are compared, and each is checked against the target after canonicalization (the
-evaluate command's measure). Prints one JSON object: queries, agreement, top-1 accuracy of each, each
-side's total seconds and the ratio.
+evaluate command's measure). A query one side refuses (its time limit run out) is a disagreement, and one both
+refuse is left out of the agreement, which counts the queries either side answered. Prints one JSON object: queries,
+agreement, the queries each side refused, top-1 accuracy of each, each side's total seconds and the ratio.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import time
 import torch
 
 from molspec_core.argtypes import at_least
-from molspec_core.chem import canonical_or_none, clear_caches
-from molspec_core.evaluate import read_pairs
+from molspec_core.chem import clear_caches
+from molspec_core.evaluate import hits, read_pairs
 from molspec_core.methods import METHODS
 from molspec_core.service import Predictor
 
@@ -63,8 +64,9 @@ def main() -> None:
         for source, _ in readable[:args.warmup]:
             predictor.predict(source, **options)
     right = dict.fromkeys(DTYPES, 0)
+    refused = dict.fromkeys(DTYPES, 0)
     seconds = dict.fromkeys(DTYPES, 0.0)
-    counted = same = 0
+    counted = same = both_refused = 0
     for i, (source, target) in enumerate(readable):
         firsts = {}
         for dtype in DTYPES if i % 2 == 0 else DTYPES[::-1]:
@@ -73,11 +75,16 @@ def main() -> None:
             result = predictors[dtype].predict(source, **options)
             seconds[dtype] += time.perf_counter() - start
             firsts[dtype] = result.predictions[0].smiles if result.ok and result.predictions else None
-            right[dtype] += firsts[dtype] is not None and firsts[dtype] == canonical_or_none(target)
+            refused[dtype] += firsts[dtype] is None
+            right[dtype] += firsts[dtype] is not None and hits([firsts[dtype]], target)[0]
         counted += 1
-        same += firsts["float32"] == firsts["int8"]
+        both_refused += firsts["float32"] is None and firsts["int8"] is None  # no answer to agree on
+        same += firsts["float32"] is not None and firsts["float32"] == firsts["int8"]
+    answered = counted - both_refused
     print(json.dumps({"model": args.model, "method": args.method, "n_best": options["n_best"], "augment": args.augment,
-                      "queries": counted, "first_answer_agreement": round(same / counted, 4),
+                      "queries": counted,
+                      "first_answer_agreement": round(same / answered, 4) if answered else None,
+                      "refused": {**refused, "both": both_refused},
                       "top1_float32": round(right["float32"] / counted, 4),
                       "top1_int8": round(right["int8"] / counted, 4),
                       "seconds": {k: round(v, 2) for k, v in seconds.items()},
