@@ -485,3 +485,17 @@ def test_the_round_trip_count_says_plainly_that_no_step_was_there_to_check():
     assert routes.round_trip_count(ExpansionCounts(answers=30), "forward") == (
         " · no usable step to check round trip")
     assert routes.round_trip_count(ExpansionCounts(kept=3), None) == ""  # no forward model: nothing checked
+
+
+def test_the_page_names_the_models_folder_it_reads_where_a_model_is_missing(tmp_path, monkeypatch):
+    """It said "models/retro/ is missing" and "(models/forward/)" wherever MOLSPEC_MODELS_DIR pointed."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")  # no forward model: no round-trip check
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert not at.exception
+    assert f"no forward model is installed ({tmp_path / 'models' / 'forward'} is missing)" in shown_text(at)
+    shutil.move(tmp_path / "models" / "retro", tmp_path / "models" / "forward")  # a forward model alone
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert not at.exception
+    assert [w.value.replace("\\", "") for w in at.main.warning] == [
+        f"No retrosynthesis model is installed ({tmp_path / 'models' / 'retro'} is missing). Choose the forward task, "
+        "or add the model folder."]

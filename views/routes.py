@@ -111,7 +111,8 @@ def round_trip_note(cfg: common.Settings, on: bool) -> str:
     if not on:
         return "No round-trip check."
     if forward is None:
-        return "No round-trip check: no forward model is installed (models/forward/)."
+        folder = common.md_escape(str(common.models_dir() / "forward"))  # the caption reads markdown
+        return f"No round-trip check: no forward model is installed ({folder} is missing)."
     k = cfg.round_trip_k
     within = "as its first answer" if k == 1 else f"within its top {k}"
     source = " (the sidebar's top-k)" if cfg.task == "retro" and cfg.round_trip_model else ""
@@ -516,7 +517,8 @@ def main() -> None:
                "retrosynthesis model per step, until every starting material is in the stock.")
     model = retro_model(cfg)
     if model is None:
-        st.warning("No retrosynthesis model is installed (models/retro/ is missing).", icon=":material/warning:")
+        # common's words, naming the folder the app reads (MOLSPEC_MODELS_DIR): it named models/retro/ wherever that was
+        st.warning(common.md_escape(common.no_model_text("retro")), icon=":material/warning:")
         return
     try:  # the first installed, where the sidebar's task is forward: one that does not load stopped the page
         cfg.predictor(model)
