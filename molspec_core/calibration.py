@@ -193,7 +193,8 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     limit (its answers, some unfinished, are no list the model gave: evaluate counts it refused too), and one whose
     target RDKit cannot read (whether its answers are right is not known: fitted as wrong, they made every confidence
     lower), counted in a warning; a ValueError where no target can be read. batch_size None: the service's
-    default."""
+    default. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the answers of the windows
+    decoded before the stop, those of the first queries, as its `collected` (fit_collected fits them)."""
     from .evaluate import hits, unreadable_targets
     from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, windows
@@ -204,14 +205,20 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
         log.warning("%d of %d targets are SMILES RDKit cannot read: their queries are left out (whether their answers "
                     "are right is not known)", unreadable, len(targets))
 
-    answers = []
-    for window in windows(len(sources), batch_size, "calibrate", progress):  # predict batches a window by length
-        results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
-                                    augment=augment)
-        for result, target in zip(results, targets[window]):
-            # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
-            ordered = [p for p in result.in_model_order() if p.valid] if result.ok and read_known(target) else []
-            answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
+    answers: list[list[tuple[float, bool]]] = []
+    done = 0  # the queries of the windows done
+    try:
+        for window in windows(len(sources), batch_size, "calibrate", progress):  # predict batches a window by length
+            results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
+                                        augment=augment)
+            for result, target in zip(results, targets[window]):
+                # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
+                ordered = [p for p in result.in_model_order() if p.valid] if result.ok and read_known(target) else []
+                answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
+            done = window.stop
+    except BaseException as stop:  # minutes of decoding are not lost with it (the caller fits them: fit_collected)
+        stop.collected = answers[:done]
+        raise
     return answers
 
 
@@ -227,15 +234,24 @@ def refit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     """fit, and the expected calibration error of `earlier` (the fit it would replace) on the new fit's check
     answers, None without one: the two judged on the same answers, where each fit's own ece was judged on its
     own check queries, which may be other ones or fewer."""
-    from .evaluate import queries_digest
-
     require_pairs(sources, targets, "calibration")
     require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
+    fitted = fit_collected(predictor, sources, targets, answers, method, n_best, augment)
+    return fitted, ece_on(earlier, answers[fitted.n_fit:]) if earlier is not None else None
+
+
+def fit_collected(predictor: Predictor, sources: Sequence[str], targets: Sequence[str],
+                  answers: Sequence[Sequence[tuple[float, bool]]], method: str, n_best: int, augment: int = 1
+                  ) -> Calibration:
+    """The fit of the answers collected for the first len(answers) queries (all of them, or those decoded before a
+    stop: collect's `collected`), as a run on those queries alone makes it, and judge finds its check queries again."""
+    from .evaluate import queries_digest
+
+    require_pairs(sources[:len(answers)], targets[:len(answers)], "calibration")
     fitted = fit_answers(answers, weights_fingerprint(predictor.path), method, n_best, augment)
-    checks = slice(fitted.n_fit, None)
-    fitted = dataclasses.replace(fitted, check_sha256=queries_digest(list(sources[checks]), list(targets[checks])))
-    return fitted, ece_on(earlier, answers[checks]) if earlier is not None else None
+    checks = slice(fitted.n_fit, len(answers))
+    return dataclasses.replace(fitted, check_sha256=queries_digest(list(sources[checks]), list(targets[checks])))
 
 
 def ece_on(calibration: Calibration, answers: Sequence[Sequence[tuple[float, bool]]]) -> float:
@@ -373,17 +389,27 @@ def refused_of(path: Path) -> Path:
     return path.with_name(path.name + ".refused")
 
 
+def partial_of(path: Path) -> Path:
+    """Where calibrate keeps the fit of the queries decoded before it was stopped (calibration.json.partial), not in
+    use (a stop asks for no fit), and not lost; load never reads it."""
+    return path.with_name(path.name + ".partial")
+
+
 def keep_refused(calibration: Calibration, path: Path) -> Path:
     """Write a fit refused in favour of the one at `path` beside it (refused_of), not over it."""
-    kept = refused_of(path)
-    _write(calibration, kept)
-    return kept
+    return _write(calibration, refused_of(path))
 
 
-def _write(calibration: Calibration, path: Path) -> None:
+def keep_partial(calibration: Calibration, path: Path) -> Path:
+    """Write the fit of a stopped run beside the fit file at `path` (partial_of), not over it."""
+    return _write(calibration, partial_of(path))
+
+
+def _write(calibration: Calibration, path: Path) -> Path:
     from .io import write_text_file
 
     write_text_file(path, json.dumps(asdict(calibration), indent=1) + "\n")  # a failed write keeps the old file
+    return path
 
 
 def save(calibration: Calibration, folder: str | Path) -> Path:

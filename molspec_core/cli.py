@@ -237,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help=f"write the fit even where it rests on fewer than "
                    f"{MIN_FIT_QUERIES} fitting queries (two thirds of --limit) or than the fit it replaces, or judges "
                    "worse than that fit on its own check queries; without it such a fit is refused (one refused as "
-                   "worse is written to <file>.refused; a replaced file is kept as <file>.bak)")
+                   "worse is written to <file>.refused; a replaced file is kept as <file>.bak; stopped by Ctrl-C, "
+                   "the fit of the queries decoded by then is written to <file>.partial, not in use)")
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
@@ -959,6 +960,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_output(path)
         check_output(calibration.backup_of(path))
         check_output(calibration.refused_of(path))
+        check_output(calibration.partial_of(path))
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     predictor.check_augment(args.augment)
     warn_task_mismatch(args.src, predictor.task)
@@ -971,8 +973,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               f"{fitted.ece:.4f}), judged on {n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} "
               f"on the {predictor.engine} engine: expected calibration error {ece:.4f}")
         return 0
-    fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best, args.batch_size,
-                                            augment=args.augment, earlier=earlier)
+    try:
+        fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best,
+                                                args.batch_size, augment=args.augment, earlier=earlier)
+    except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries decoded keep their fit
+        keep_partial_fit(getattr(stop, "collected", None), predictor, sources, targets or [], args, n_best, path)
+        raise  # the boundary's line and exit code follow
     fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
                                  limit=args.limit)  # what --judge asks for again
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
@@ -995,6 +1001,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
                     "%d)", fitted.n_fit, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
     return 0
+
+
+def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list[str], targets: list[str],
+                     args: argparse.Namespace, n_best: int, path: Path) -> None:
+    """Where calibrate was stopped after decoding some queries (calibration.collect's `collected`), write the fit of
+    those, as --limit with their number makes it, beside the fit file (calibration.partial_of: not in use, for a stop
+    asks for no fit), and say where and how to take it: a Ctrl-C an hour into a run lost every query decoded."""
+    from . import calibration
+
+    if collected is None:  # stopped before the decoding, or by no part of it
+        return
+    n = len(collected)
+    try:
+        fitted = calibration.fit_collected(predictor, sources, targets, collected, args.method, n_best, args.augment)
+    except ValueError as exc:  # too few queries, or none of them gave a right answer
+        log.warning("stopped after %d of %d queries, which give no fit (%s): nothing is written", n, len(sources), exc)
+        return
+    fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt), limit=n)
+    try:
+        kept = calibration.keep_partial(fitted, path)
+    except OSError as exc:  # a full disk: the stop's own line follows
+        log.warning("stopped after %d of %d queries; their fit could not be written: %s", n, len(sources), exc)
+        return
+    coarse = f" (below {MIN_FIT_QUERIES}: coarse steps)" if fitted.n_fit < MIN_FIT_QUERIES else ""
+    log.warning("stopped after %d of %d queries: their fit, as --limit %d makes it (fitted on %d%s, judged on %d, "
+                "expected calibration error %.4f), is written to %s and not used; rename it to %s to use it",
+                n, len(sources), n, fitted.n_fit, coarse, fitted.n_check, fitted.ece, kept, path.name)
 
 
 def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool, ran_out: str | None = None) -> None:

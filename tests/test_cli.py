@@ -113,6 +113,30 @@ def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_wri
     assert "the saved fit was judged on 2 queries" in capsys.readouterr().err
 
 
+def test_a_calibration_stopped_by_ctrl_c_keeps_the_fit_of_the_queries_it_decoded(tmp_path, capsys, monkeypatch,
+                                                                                   caplog):
+    """Ctrl-C an hour into `calibrate` lost every query decoded. The fit of those decoded before the stop, the one
+    --limit with their number makes, is written beside the fit file, not in use, and the warning says how to take it."""
+    from molspec_core.service import Predictor
+
+    model, files = calibration_case(tmp_path)
+    files += ["--n-best", "2", "--force", "--batch-size", "1"]
+    real = Predictor.predict
+    ctrl_c_at_third_predict(monkeypatch, at=6)  # five of the six queries decoded, one a call
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["calibrate", *files]) == 130
+    assert not (model / "calibration.json").exists()
+    partial = model / "calibration.json.partial"
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert ("stopped after 5 of 6 queries: their fit, as --limit 5 makes it (fitted on 3 (below 100: coarse steps), "
+            "judged on 2, expected calibration error") in said
+    assert f"is written to {partial} and not used; rename it to calibration.json to use it" in said
+    monkeypatch.setattr(Predictor, "predict", real)
+    assert main(["calibrate", *files, "--limit", "5"]) == 0
+    assert json.loads(partial.read_text()) == json.loads((model / "calibration.json").read_text())
+    capsys.readouterr()
+
+
 def test_calibrate_judges_on_the_very_queries_that_judged_the_fit(tmp_path, capsys):
     """Files shifted by a line (or another --limit of the same size) were judged as if they were the fit's own."""
     model, files = calibration_case(tmp_path)
@@ -2176,15 +2200,15 @@ def test_ctrl_c_while_the_command_line_loads_is_an_interrupted_line_and_exit_130
     assert loaded.stdout.strip() == "[]"  # nothing heavy loads before the entry point's try
 
 
-def ctrl_c_at_third_predict(monkeypatch) -> None:
-    """Predictor.predict as Ctrl-C meets it on its third call (the third query at --batch-size 1)."""
+def ctrl_c_at_third_predict(monkeypatch, at: int = 3) -> None:
+    """Predictor.predict as Ctrl-C meets it on its third call (the third query at --batch-size 1), or its `at`th."""
     from molspec_core.service import Predictor
 
     real, calls = Predictor.predict, []
 
     def predict(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == at:
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
