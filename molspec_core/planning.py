@@ -40,8 +40,8 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 
 from .boundary import Terminated
 from .centre import untraced_part
-from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, main_molecule, missing_atoms, mol_from_smiles,
-                   stereo_notes)
+from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, main_molecule, missing_atoms,
+                   mol_from_smiles, stereo_notes)
 from .io import (MAX_INPUT_BYTES, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file, parse_upload,
                  query_format, read_queries, read_text, rounded, significant, text_lines)
 from .methods import EXACT_NBEST
@@ -124,13 +124,14 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         fields = entry.split()
         if not fields or fields[0].startswith("#"):
             continue  # blank line, comment, or an SD record counted above
-        try:  # a TXT line may carry a name (io splits .smi ones)
+        try:
             # An entry of several molecules (a salt, CCN(CC)CCO.Cl) gives each: a route's reactants are single
             # molecules, so the whole entry could never match one.
-            for part in _stock_smiles(entry).split("."):
-                molecule = canonical(part, strip_maps=True)
+            mol = _stock_mol(entry)
+            for part in Chem.GetMolFrags(mol, asMols=True) if "." in entry else (mol,):
+                molecule = Chem.MolToSmiles(part)
                 molecules.add(molecule)
-                parent = _neutral_parent(molecule) if "+" in molecule or "-" in molecule else None  # charged ones
+                parent = _neutral_parent(part) if "+" in molecule or "-" in molecule else None  # charged ones
                 if parent:
                     molecules.add(parent)
         except ChemError:
@@ -145,27 +146,33 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
     return Stock(molecules, source, n_unreadable)
 
 
-def _stock_smiles(entry: str) -> str:
-    """The canonical SMILES of a stock entry (its first field: a name may follow). A CXSMILES's centres in an AND
-    group (a racemate) or an OR group (one configuration, not known which) are left unspecified: the stock holds no
-    one configuration of them, and the SMILES alone, C[C@H](N)C(=O)O of racemic alanine, put L-alanine in stock."""
+def _stock_mol(entry: str) -> Chem.Mol:
+    """The molecule of a stock entry (its first field: a TXT line may carry a name; io splits .smi ones), its atom
+    maps cleared. Read once: each entry was parsed, written and parsed again (and each ion a third time), which was
+    most of the time `molspec plan` and the app's first search spent reading the default stock. A CXSMILES's
+    centres in an AND group (a racemate) or an OR group (one configuration, not known which) are left unspecified:
+    the stock holds no one configuration of them, and the SMILES alone, C[C@H](N)C(=O)O of racemic alanine, put
+    L-alanine in stock."""
     cxsmiles = CXSMILES.match(entry.strip())
-    if cxsmiles is None:
-        return canonical(entry.split()[0])
-    mol = mol_from_smiles(cxsmiles[0])
-    for group in mol.GetStereoGroups():
-        if group.GetGroupType() != Chem.StereoGroupType.STEREO_ABSOLUTE:
-            for atom in group.GetAtoms():
-                atom.SetChiralTag(Chem.ChiralType.CHI_UNSPECIFIED)
-    return canonical(Chem.MolToSmiles(mol))
+    smiles = entry.split()[0] if cxsmiles is None else cxsmiles[0]
+    mol = mol_from_smiles(smiles)
+    unknown = [atom for group in (mol.GetStereoGroups() if cxsmiles else ())
+               if group.GetGroupType() != Chem.StereoGroupType.STEREO_ABSOLUTE for atom in group.GetAtoms()]
+    if unknown:
+        for atom in unknown:
+            atom.SetChiralTag(Chem.ChiralType.CHI_UNSPECIFIED)
+        smiles = Chem.MolToSmiles(mol)
+        mol = mol_from_smiles(smiles)  # read again: a centre another one's mark made stereo is none now (rare: cheap)
+    if ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one: clear_maps looks at every atom
+        clear_maps(mol)
+    return mol
 
 
-def _neutral_parent(molecule: str) -> str | None:
+def _neutral_parent(mol: Chem.Mol) -> str | None:
     """The acid or base an organic ion is the salt of, which a work-up gives (RDKit's Uncharger, as chem.uncharged):
     a hydrochloride written CC[NH3+].[Cl-] gave no ethylamine where CCN.Cl gave it, and sodium benzoate no benzoic
     acid. None where a proton on N, O or S does not explain its charge (a quaternary ammonium, a nitro group, the
     hydride of a borohydride: NaBH(OAc)3 is no B(OAc)3) or where it holds no carbon ([Cl-] gives no HCl)."""
-    mol = mol_from_smiles(molecule)
     if not any(atom.GetAtomicNum() == 6 for atom in mol.GetAtoms()):
         return None
     parent = rdMolStandardize.Uncharger().uncharge(mol)  # its atoms keep their indices

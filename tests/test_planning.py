@@ -700,6 +700,23 @@ def test_a_stock_entry_of_several_molecules_gives_each(tmp_path):
     assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCN(CC)CCO", "Cl"]
 
 
+def test_each_stock_entry_is_parsed_once(tmp_path, monkeypatch):
+    """Each entry was parsed, written and parsed again (an ion a third time): most of the time `molspec plan` and
+    the app's first search spent reading the default stock. The molecules are the same (the tests above)."""
+    from rdkit import Chem
+
+    lines = ["OCC ethanol", "CCN(CC)CCO.Cl", "[CH3:1][C@H:2]([CH3:3])[OH:4]", "CC[NH3+].[Cl-]", "C[C@H](N)C(=O)O"]
+    (tmp_path / "stock.smi").write_text("\n".join(lines) + "\n")
+    parsed: list[str] = []
+    read = Chem.MolFromSmiles
+    monkeypatch.setattr(Chem, "MolFromSmiles", lambda smiles, *args: parsed.append(smiles) or read(smiles, *args))
+    stock = load_stock(tmp_path / "stock.smi")
+    assert sorted(m.smiles for m in stock.to_purchasable_mols()) == sorted([
+        "CCO", "CCN(CC)CCO", "Cl", "CC(C)O", "CC[NH3+]", "[Cl-]", "CCN", "C[C@H](N)C(=O)O"])
+    entries = [line.split()[0] for line in lines]
+    assert parsed == [*entries[:4], "CCN", entries[4]]  # and the ion's parent, as the Uncharger writes it
+
+
 def test_stock_reads_an_sd_file_and_counts_the_records_rdkit_cannot_read(tmp_path):
     (tmp_path / "shelf.sdf").write_text(sd_file_text())
     stock = load_stock(tmp_path / "shelf.sdf")
