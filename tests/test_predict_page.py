@@ -399,3 +399,21 @@ def test_the_same_query_sampled_at_two_temperatures_reads_apart(copy_models, mon
     choices = at.selectbox(key="earlier").options
     assert len(choices) == 2 and "temperature 1," in choices[0] and "temperature 0.5," in choices[1]
     assert [how.split(", ")[2] for how in at.dataframe[0].value["settings"]] == ["temperature 1", "temperature 0.5"]
+
+
+def test_answers_kept_under_changed_sidebar_settings_say_which_settings_gave_them(copy_models, monkeypatch):
+    """Beam search's answers stayed on screen, without a word, after the sidebar was switched to sampling (or
+    another beam width): a chemist read them as the new method's. They now say which settings decoded them."""
+    stale = "The sidebar's settings have changed since: press Predict to decode the query with them."
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert stale not in texts(at.caption)
+    at.selectbox(key="method").set_value("sample").run()
+    assert_clean(at)
+    assert at.session_state["shown"].settings.method != "sample"  # nothing was decoded again
+    assert f"Below: the answers decoded with {at.session_state['shown'].settings.describe()}" in texts(at.caption)
+    assert stale in texts(at.caption)
+    predict(at, "Oc1ccncc1Cl")
+    assert stale not in texts(at.caption)
+    at.slider(key="temperature").set_value(1.0).run()  # a knob the shown method reads
+    assert stale in texts(at.caption)

@@ -282,6 +282,15 @@ def described(cfg: Settings) -> str:
     return ", ".join([cfg.describe(), *knobs])
 
 
+def decodes_otherwise(shown: Settings, now: Settings) -> bool:
+    """Whether the sidebar's settings `now` would decode the shown query otherwise than `shown` did: another method,
+    beam width, draft, knob, number of writings, arithmetic or round-trip check (a setting the method does not read
+    changes nothing: Settings.options leaves it out). The model is compared apart (its own caption)."""
+    def decoding(cfg: Settings) -> tuple:
+        return cfg.options(), cfg.dtype, cfg.round_trip_model, cfg.round_trip_k if cfg.round_trip_model else None
+    return decoding(shown) != decoding(now)
+
+
 def decode_time(result: QueryResult) -> str:
     """The decoding call's wall time (every writing read), as people read it."""
     seconds = result.stats.wall_time_s
@@ -921,6 +930,10 @@ def main() -> None:
         # were never kept, and the field's query sat over the last one's answers without a word
         st.caption(common.md_escape(f"Below: the answers to {common.short(shown.typed, 80)}. The query in the field "
                                     "has not been predicted: press Predict."))
+    elif decodes_otherwise(shown.settings, cfg):  # a method, beam width or knob changed in the sidebar: the answers
+        # below stayed those of the settings before, under the new ones, without a word
+        st.caption(common.md_escape(f"Below: the answers decoded with {described(shown.settings)}. The sidebar's "
+                                    "settings have changed since: press Predict to decode the query with them."))
 
     show_query(shown)
     common.section("Predictions")
