@@ -195,7 +195,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     lower), counted in a warning; a ValueError where no target can be read. batch_size None: the service's
     default. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the answers of the windows
     decoded before the stop, those of the first queries, as its `collected` (fit_collected fits them)."""
-    from .evaluate import hits, unreadable_targets
+    from .evaluate import hits, unreadable_targets, window_batch_size
     from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, windows
 
@@ -208,7 +208,8 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     answers: list[list[tuple[float, bool]]] = []
     done = 0  # the queries of the windows done
     try:
-        for window in windows(len(sources), batch_size, "calibrate", progress):  # predict batches a window by length
+        cut_by = window_batch_size(batch_size, augment)
+        for window in windows(len(sources), cut_by, "calibrate", progress):  # predict batches a window by length
             results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
                                         augment=augment)
             for result, target in zip(results, targets[window]):

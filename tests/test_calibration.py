@@ -223,6 +223,28 @@ def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_count
         calibration.collect(Echo(), ["CCO", "CCN"], ["C1CC", "x"], "beam", 1, progress=False)
 
 
+def test_a_stopped_collection_keeps_the_answers_of_the_queries_decoded():
+    """A stop (Ctrl-C) lost every query decoded: what is raised carries their answers (`collected`), those of the
+    first queries; read in several writings, each query is handed over alone (evaluate.window_batch_size), so the
+    answers of every query decoded before the stop, not of the 256-query windows done, are kept."""
+    from molspec_core.service import Prediction, QueryResult
+
+    class StopsAtFourth:  # answers each query with itself, and meets Ctrl-C on its fourth call
+        calls = 0
+
+        def predict(self, queries, **options):
+            self.calls += 1
+            if self.calls == 4:
+                raise KeyboardInterrupt
+            return [QueryResult(query=q, canonical_query=q, predictions=(Prediction(
+                rank=1, smiles=q, score=-0.1, valid=True, tokens=(), provenance=(), model_rank=1),)) for q in queries]
+
+    sources = ["CCO", "CCN", "CCC", "CCCO", "CCCN"]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        calibration.collect(StopsAtFourth(), sources, sources, "beam", 1, progress=False, augment=5)
+    assert stopped.value.collected == [[(-0.1, True)]] * 3
+
+
 def test_too_few_queries_are_refused():
     copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
     with pytest.raises(ValueError, match="at least 3 queries"):

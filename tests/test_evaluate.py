@@ -149,6 +149,17 @@ def test_a_stopped_evaluation_keeps_the_report_of_the_queries_it_scored_marked_p
     assert stopped.value.partial_report is None
 
 
+def test_a_stopped_evaluation_of_queries_read_in_several_writings_keeps_each_query_decoded():
+    """Read in several writings (augment), each query is decoded alone (service.Predictor.predict), but evaluate handed
+    predict 256 of them at a time (8 batches of 32), and a stop lost every one decoded in that window: hours at
+    --augment 5. It hands such queries over one at a time, which decodes them no slower."""
+    answers = {"CCO": ["CCO"], "CCN": ["CCC", "CCN"], "CCC": ["CCO"]}
+    sources, targets = ["CCO", "CCN", "x", "CCC"], ["CCO", "CCN", "CCO", "CCC"]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        evaluate(Answering(answers, stop_at=4), sources, targets, 2, batch_size=8, progress=False, augment=5)
+    assert stopped.value.partial_report["n"] == 3
+
+
 def test_reports_on_other_queries_are_refused_naming_what_differs_beside_the_digest():
     """Two reports of the same count on other lines were refused with their two digests alone, 64 hex digits each:
     the refusal names the files, index and limit they were run on where those differ, and says a file changed where
