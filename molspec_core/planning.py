@@ -6,8 +6,9 @@ molecule the search expands is one query, its sane n-best answers (beam search's
 reactions whose metadata carry the model's score and probability, its calibrated confidence and,
 with a forward model, the round-trip check. `plan` runs the search under a time limit and returns
 the solved routes best first (the highest product of step probabilities), each a tree of steps with
-the molecules in stock marked and each step that sets or inverts a stereocentre flagged (stereo_flags), plus the
-search's statistics. Routes export as JSON (the trees) and CSV (one row per step).
+the molecules in stock marked and each step that sets or inverts a stereocentre, or sets or isomerizes a double
+bond's E/Z geometry, flagged (stereo_flags), plus the search's statistics. Routes export as JSON (the trees) and CSV
+(one row per step).
 """
 from __future__ import annotations
 
@@ -325,7 +326,7 @@ class RouteStep:
     confidence: float | None = None
     round_trip: bool | None = None
     forward_prob: float | None = None
-    stereo: tuple[str, ...] = ()  # stereo_flags: centres the step sets or inverts, a sentence each
+    stereo: tuple[str, ...] = ()  # stereo_flags: centres and double bonds the step sets or changes, a sentence each
 
     @property
     def probability(self) -> float:
@@ -658,12 +659,18 @@ def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:
 # ---- the stereo of a step ------------------------------------------------------------------------
 
 TETRAHEDRAL = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
+# A double bond's geometry as RDKit reads it from a SMILES (E, Z) or sets it otherwise (cis, trans): each relative to
+# the bond's two stereo atoms, the first a neighbour of its begin atom, the second of its end atom
+GEOMETRIES = (Chem.BondStereo.STEREOE, Chem.BondStereo.STEREOZ, Chem.BondStereo.STEREOCIS, Chem.BondStereo.STEREOTRANS)
+OPPOSITE_SIDES = (Chem.BondStereo.STEREOE, Chem.BondStereo.STEREOTRANS)  # the stereo atoms across the bond
 STEREO_MCS_TIMEOUT_S = 1  # per product and reactant (RDKit counts whole seconds); drug-sized pairs take milliseconds
 MAX_PLACEMENTS = 256  # ways of laying the shared substructure on the product compared (a benzene ring has 12)
 MAX_FITS = 8  # places it fits in the reactant compared
 MAX_ORDERS = 6  # orders of the reactants tried: every order of three
 STEREO_DEADLINE_S = 2.0  # per step (as centre.DEADLINE_S): past it the step says its stereo is unchecked
 KEPT, INVERTED, UNDECIDED = "kept", "inverted", "undecided"  # a product centre traced to a reactant centre
+# What the stereo trace follows: a tetrahedral centre by its atom, a double bond with a geometry by its two atoms
+Element = int | tuple[int, int]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -675,46 +682,62 @@ def stereo_flags(product: str, reactants: tuple[str, ...]) -> tuple[str, ...]:
     tetrahedral centre of the product (@ or @@) is *set in the step* where it is not traced to a specified centre
     of a reactant (a chiral product from reactants written without that stereo: it needs a stereoselective
     reaction or a separation), and *inverted* where the reactant centre it is traced to has the opposite
-    arrangement of the neighbours the two share (D-alanine proposed for Boc-L-alanine; an SN2 step). Of the orders
+    arrangement of the neighbours the two share (D-alanine proposed for Boc-L-alanine; an SN2 step). A double bond
+    of the product with its geometry given (/ and \\) is likewise *set* where its two atoms are not traced to the
+    atoms of a reactant double bond with a geometry given (a Wittig or Heck reaction, an alkyne reduced), and
+    *isomerized* where that double bond has the other geometry (a Z-alkene proposed for an E one). Of the orders
     the reactants can be taken in and the ways a substructure can be laid on the product (symmetric atoms swap),
-    the trace that sets, then inverts, the fewest centres counts: a flag means no such reading spares it. A centre
-    whose neighbours cannot be paired up is not flagged. It is an estimate, as the reaction centre is: the model
-    writes no atom map."""
+    the trace that sets, then inverts, the fewest counts: a flag means no such reading spares it. A centre or
+    double bond whose neighbours cannot be paired up is not flagged. It is an estimate, as the reaction centre is:
+    the model writes no atom map."""
     product_mol = Chem.MolFromSmiles(product)
     if product_mol is None:
         return ()
     centres = [atom.GetIdx() for atom in product_mol.GetAtoms() if atom.GetChiralTag() in TETRAHEDRAL]
+    # E/Z was not checked: a Z-alkene proposed for an E one passed without a word
+    double_bonds = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in product_mol.GetBonds()
+                    if bond.GetBondType() == Chem.BondType.DOUBLE and bond.GetStereo() in GEOMETRIES]
+    elements: list[Element] = [*centres, *double_bonds]
     reactant_mols = {smiles: Chem.MolFromSmiles(smiles) for smiles in reactants}
-    if not centres or any(mol is None for mol in reactant_mols.values()):
+    if not elements or any(mol is None for mol in reactant_mols.values()):
         return ()
     deadline = time.monotonic() + STEREO_DEADLINE_S
-    best: dict[int, str] | None = None
+    best: dict[Element, str] | None = None
     orders = list(dict.fromkeys(itertools.permutations(reactants)))  # a reactant used twice: its swap is no new order
     for order in orders[:MAX_ORDERS]:
-        traced = _trace_centres(product_mol, [reactant_mols[smiles] for smiles in order], centres, deadline)
+        traced = _trace_stereo(product_mol, [reactant_mols[smiles] for smiles in order], elements, deadline)
         if traced is None:  # out of time: a partial trace would flag centres it never reached
             return ("was not checked for stereo: tracing its atoms to the reactants took too long",)
-        if best is None or _flag_count(traced, centres) < _flag_count(best, centres):
+        if best is None or _flag_count(traced, elements) < _flag_count(best, elements):
             best = traced
-        if _flag_count(best, centres) == (0, 0):
+        if _flag_count(best, elements) == (0, 0):
             break
     assert best is not None
     rdCIPLabeler.AssignCIPLabels(product_mol)
     set_here = [c for c in centres if c not in best]
     inverted = [c for c in centres if best.get(c) == INVERTED]
+    bonds_set = [b for b in double_bonds if b not in best]
+    isomerized = [b for b in double_bonds if best.get(b) == INVERTED]
     flags = []
     if set_here:
         flags.append(f"sets {_centres_text(product_mol, set_here)}: traced to no specified stereocentre of the "
                      "reactants (a stereoselective step or a separation)")
+    if bonds_set:
+        flags.append(f"sets the geometry of {_bonds_text(product_mol, bonds_set)}: traced to no double bond of the "
+                     "reactants with its geometry given (an E/Z-selective step, such as a Wittig or Heck reaction, or "
+                     "a separation)")
     if inverted:
         flags.append(f"inverts {_centres_text(product_mol, inverted)}: traced to a reactant stereocentre arranged "
                      "the other way")
+    if isomerized:
+        flags.append(f"isomerizes {_bonds_text(product_mol, isomerized)}: traced to a reactant double bond of the "
+                     "other geometry")
     return tuple(flags)
 
 
-def _flag_count(traced: dict[int, str], centres: list[int]) -> tuple[int, int]:
-    """(centres set in the step, centres inverted) by a trace."""
-    return len(centres) - len(traced), sum(verdict == INVERTED for verdict in traced.values())
+def _flag_count(traced: dict[Element, str], elements: list[Element]) -> tuple[int, int]:
+    """(centres and double bonds set in the step, those inverted or isomerized) by a trace."""
+    return len(elements) - len(traced), sum(verdict == INVERTED for verdict in traced.values())
 
 
 def _centres_text(mol: Chem.Mol, centres: list[int]) -> str:
@@ -725,11 +748,21 @@ def _centres_text(mol: Chem.Mol, centres: list[int]) -> str:
     return f"the stereocentre{'s' if many else ''} at atom{'s' if many else ''} {labels}"
 
 
-def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[int],
-                   deadline: float) -> dict[int, str] | None:
-    """Each product centre traced to a specified reactant centre, KEPT, INVERTED or UNDECIDED, the reactants taken in
-    the order given, each on the product atoms the ones before left untraced; None once past the deadline."""
-    traced: dict[int, str] = {}
+def _bonds_text(mol: Chem.Mol, bonds: list[tuple[int, int]]) -> str:
+    """'the double bond at atoms 2=3 (E)' or 'the double bonds at atoms 2=3 (E), 6=7 (Z)', atoms counted as
+    _centres_text counts them."""
+    many = len(bonds) > 1
+    labels = ", ".join(f"{a + 1}={b + 1} ({mol.GetBondBetweenAtoms(a, b).GetPropsAsDict().get('_CIPCode', '?')})"
+                       for a, b in bonds)
+    return f"the double bond{'s' if many else ''} at atoms {labels}"
+
+
+def _trace_stereo(product: Chem.Mol, reactants: list[Chem.Mol], elements: list[Element],
+                  deadline: float) -> dict[Element, str] | None:
+    """Each product centre traced to a specified reactant centre, and each double bond to a reactant double bond with
+    a geometry, KEPT, INVERTED or UNDECIDED, the reactants taken in the order given, each on the product atoms the
+    ones before left untraced; None once past the deadline."""
+    traced: dict[Element, str] = {}
     taken: set[int] = set()  # product atoms traced to a reactant before
     product_h = Chem.AddHs(product)  # heavy atoms keep their indices
     for reactant in reactants:
@@ -744,13 +777,18 @@ def _trace_centres(product: Chem.Mol, reactants: list[Chem.Mol], centres: list[i
             continue
         reactant_h = Chem.AddHs(reactant)
         reactant_centres = {atom.GetIdx() for atom in reactant.GetAtoms() if atom.GetChiralTag() in TETRAHEDRAL}
-        best: tuple[dict[int, str], tuple[int, ...]] | None = None
+        best: tuple[dict[Element, str], tuple[int, ...]] | None = None
         for fit in reactant.GetSubstructMatches(query, maxMatches=MAX_FITS):
             for placement in part.GetSubstructMatches(query, uniquify=False, maxMatches=MAX_PLACEMENTS):
                 to_reactant = {untraced[p]: r for p, r in zip(placement, fit)}
-                verdicts = {c: _arrangement(product_h, c, reactant_h, to_reactant[c], to_reactant)
-                            for c in centres if to_reactant.get(c) in reactant_centres}
-                if best is None or _flag_count(verdicts, centres) < _flag_count(best[0], centres):
+                verdicts: dict[Element, str] = {}
+                for element in elements:
+                    if isinstance(element, int) and to_reactant.get(element) in reactant_centres:
+                        verdicts[element] = _arrangement(product_h, element, reactant_h, to_reactant[element],
+                                                         to_reactant)
+                    elif isinstance(element, tuple) and _reactant_geometry(reactant, element, to_reactant):
+                        verdicts[element] = _geometry(product, element, reactant, to_reactant)
+                if best is None or _flag_count(verdicts, elements) < _flag_count(best[0], elements):
                     best = verdicts, tuple(untraced[p] for p in placement)
         if best is not None:
             traced.update(best[0])
@@ -781,6 +819,49 @@ def _arrangement(product: Chem.Mol, centre: int, reactant: Chem.Mol, reactant_ce
     odd = sum(a > b for i, a in enumerate(order) for b in order[i + 1:]) % 2 == 1
     same_tag = product.GetAtomWithIdx(centre).GetChiralTag() == reactant.GetAtomWithIdx(reactant_centre).GetChiralTag()
     return KEPT if same_tag != odd else INVERTED
+
+
+def _reactant_geometry(reactant: Chem.Mol, ends: tuple[int, int], to_reactant: dict[int, int]) -> bool:
+    """Whether the product double bond's two atoms are traced to the atoms of a reactant double bond with a geometry."""
+    if ends[0] not in to_reactant or ends[1] not in to_reactant:
+        return False
+    bond = reactant.GetBondBetweenAtoms(to_reactant[ends[0]], to_reactant[ends[1]])
+    return bond is not None and bond.GetBondType() == Chem.BondType.DOUBLE and bond.GetStereo() in GEOMETRIES
+
+
+def _geometry(product: Chem.Mol, ends: tuple[int, int], reactant: Chem.Mol, to_reactant: dict[int, int]) -> str:
+    """KEPT where a substituent of each end stands across the product's double bond as its reactant atom stands across
+    the reactant's, INVERTED where the two stand the other way, UNDECIDED where no substituent of an end pairs up with
+    one of the reactant's (_reactant_geometry holds). A substituent outside the shared substructure on each side is
+    taken as the one that replaced the other (the aryl a Suzuki coupling puts where a vinyl bromide's bromine was)."""
+    mapped = set(to_reactant.values())
+    in_product, in_reactant = {}, {}  # each end's (in the product, in the reactant) substituent paired up
+    for end, partner in (ends, ends[::-1]):
+        theirs = [n.GetIdx() for n in product.GetAtomWithIdx(end).GetNeighbors() if n.GetIdx() != partner]
+        ours = [n.GetIdx() for n in reactant.GetAtomWithIdx(to_reactant[end]).GetNeighbors()
+                if n.GetIdx() != to_reactant[partner]]
+        names = [to_reactant.get(atom, -1) for atom in theirs]  # -1: a new substituent
+        reactant_names = [atom if atom in mapped else -1 for atom in ours]
+        pair = next(((atom, name) for atom, name in zip(theirs, names)
+                     if names.count(name) == 1 and reactant_names.count(name) == 1), None)
+        if pair is None:
+            return UNDECIDED
+        in_product[end] = pair[0]
+        in_reactant[to_reactant[end]] = ours[reactant_names.index(pair[1])]
+    bond, reactant_bond = (product.GetBondBetweenAtoms(*ends),
+                           reactant.GetBondBetweenAtoms(to_reactant[ends[0]], to_reactant[ends[1]]))
+    if len(bond.GetStereoAtoms()) != 2 or len(reactant_bond.GetStereoAtoms()) != 2:  # RDKit gives them; if not
+        return UNDECIDED
+    return KEPT if _across(bond, in_product) == _across(reactant_bond, in_reactant) else INVERTED
+
+
+def _across(bond: Chem.Bond, substituents: dict[int, int]) -> bool:
+    """Whether the substituents given for the double bond's two atoms ({atom: substituent}) stand on opposite sides of
+    it. RDKit gives the geometry of its stereo atoms; an atom of a double bond has at most two substituents, so the
+    other one of an end stands on the other side."""
+    first, second = bond.GetStereoAtoms()
+    swapped = (substituents[bond.GetBeginAtomIdx()] != first) + (substituents[bond.GetEndAtomIdx()] != second)
+    return (bond.GetStereo() in OPPOSITE_SIDES) != (swapped % 2 == 1)
 
 
 def route_stereo(route: Route) -> list[str]:

@@ -214,6 +214,37 @@ def test_the_stereo_trace_does_not_depend_on_how_the_smiles_are_written():
         assert planning.stereo_flags(glucose, (mirrored,))[0].startswith("inverts the stereocentres at atoms ")
 
 
+SETS_E = ("sets the geometry of the double bond at atoms {}={} (E): traced to no double bond of the reactants with its "
+          "geometry given (an E/Z-selective step, such as a Wittig or Heck reaction, or a separation)")
+ISOMERIZES = "isomerizes the double bond at atoms {}={} ({}): traced to a reactant double bond of the other geometry"
+
+
+@pytest.mark.parametrize("product, reactants, flags", [
+    ("CC/C=C/C(=O)OCC", ("CC/C=C/C(=O)O", "CCO"), ()),  # an ester of (E)-pent-2-enoic acid from the E acid
+    ("CC/C=C/C(=O)OCC", ("CC/C=C\\C(=O)O", "CCO"), (ISOMERIZES.format(3, 4, "E"),)),  # from the Z acid
+    ("CC/C=C/C(=O)OCC", ("CCC=CC(=O)O", "CCO"), (SETS_E.format(3, 4),)),  # from the acid of either geometry
+    ("O=C(O)/C=C/c1ccccc1", ("C=CC(=O)O", "Brc1ccccc1"), (SETS_E.format(4, 5),)),  # a Heck reaction
+    ("C/C=C/c1ccccc1", ("CC#Cc1ccccc1",), (SETS_E.format(2, 3),)),  # an alkyne reduced
+    ("C/C=C/c1ccccc1", ("C/C=C/Br", "OB(O)c1ccccc1"), ()),  # a Suzuki coupling: the aryl where the bromine was
+    ("C/C=C/c1ccccc1", ("C/C=C\\Br", "OB(O)c1ccccc1"), (ISOMERIZES.format(2, 3, "E"),)),
+    ("F/C=C(/Cl)c1ccccc1", ("F/C=C(\\Cl)Br", "OB(O)c1ccccc1"), (ISOMERIZES.format(2, 3, "E"),)),  # 3 substituents
+    ("C/C=C/C=C/C(=O)OC", ("C/C=C/C=C\\C(=O)O", "CO"), (ISOMERIZES.format(4, 5, "E"),)),  # the one of two changed
+])
+def test_a_step_that_sets_or_isomerizes_a_double_bonds_geometry_is_flagged(product, reactants, flags):
+    """E/Z was not checked: a Z-alkene proposed for an E one, or an ester whose acid's geometry no reactant gives,
+    passed without a word, where a stereocentre the same would be flagged."""
+    assert planning.stereo_flags(product, reactants) == flags
+
+
+def test_the_double_bond_trace_does_not_depend_on_how_the_smiles_are_written():
+    from rdkit import Chem
+
+    for root in (0, 3, 5):
+        written = Chem.MolToSmiles(Chem.MolFromSmiles("C/C=C/c1ccccc1"), rootedAtAtom=root)
+        assert planning.stereo_flags("C/C=C/c1ccccc1", (written,)) == ()
+        assert planning.stereo_flags("C/C=C\\c1ccccc1", (written,)) == (ISOMERIZES.format(2, 3, "Z"),)
+
+
 def test_a_step_too_large_to_trace_in_time_says_its_stereo_was_not_checked(monkeypatch):
     """Past its deadline a step's centres would be flagged as set for want of a trace: it says so instead."""
     monkeypatch.setattr(planning, "STEREO_DEADLINE_S", -1.0)

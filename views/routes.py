@@ -268,10 +268,11 @@ CENTRE_KEY = ("Steps are read backwards from the target: the synthesis runs from
               "largest substructure with).")
 
 
-STEREO_KEY = ("Stereo ⚠ marks a step that sets a stereocentre of its product (one its reactants do not carry "
-              "specified: it needs a stereoselective reaction or a separation) or inverts one (a reactant carries it "
-              "the other way). Both are estimated by tracing the product's atoms to the reactants by the largest "
-              "substructure they share; check the step's stereochemistry as a chemist.")
+STEREO_KEY = ("Stereo ⚠ marks a step that sets a stereocentre or a double bond's E/Z geometry of its product (one its "
+              "reactants do not carry specified: it needs a stereoselective reaction or a separation), or inverts the "
+              "centre or isomerizes the double bond (a reactant carries it the other way). Both are estimated by "
+              "tracing the product's atoms to the reactants by the largest substructure they share; check the step's "
+              "stereochemistry as a chemist.")
 
 
 def made_from(step: RouteStep) -> str:
