@@ -129,10 +129,10 @@ def unreadable_targets(targets: Sequence[str]) -> int:
 
 
 def window_batch_size(batch_size: int, augment: int) -> int:
-    """The batch size by which a streaming caller (evaluate, calibration.collect) cuts its windows (service.windows):
-    one query at a time where each is read in several writings (augment > 1), which predict decodes as a batch of
-    their own, grouping no queries, so a larger window decodes no faster and loses more to a stop (its queries are
-    returned together)."""
+    """The batch size by which a streaming caller (evaluate, calibration.collect, the CLI's predict) cuts its windows
+    (service.windows): one query at a time where each is read in several writings (augment > 1), which predict decodes
+    as a batch of their own, grouping no queries, so a larger window decodes no faster, loses more to a stop (its
+    queries are returned together) and times each query as the window's mean (io.predict_batch)."""
     return 1 if augment > 1 else batch_size
 
 

@@ -1113,6 +1113,38 @@ def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path)
     assert table["query"][0] == "OCC" and table["canonical_query"][0] == "CCO"
 
 
+def test_a_query_read_in_several_writings_is_timed_alone(tmp_path, monkeypatch):
+    """With --augment each query is decoded alone (its writings, one batch of their own), but the CLI handed predict
+    256 at a time: every row read the window's mean time, not its query's (and a stop lost the rows of the window).
+    It hands such queries over one at a time; here the n-th call takes n * 100 ms of a stand-in clock."""
+    from molspec_core import io as molspec_io
+    from molspec_core.service import Predictor
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(molspec_io, "time", clock)
+    monkeypatch.setattr(Predictor, "augmentable", property(lambda self: True))  # the copy model reads one writing
+    predict = Predictor.predict
+    calls: list[int] = []
+
+    def timed(self, smiles, *args, **kwargs):
+        calls.append(len(smiles))
+        clock.now += 0.1 * len(calls)
+        return predict(self, smiles, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", timed)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nc1ccncc1\n")
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--augment", "2") == 0
+    assert calls == [1, 1, 1]
+    table = pd.read_csv(tmp_path / "out.csv")
+    assert table.groupby("row")["time_ms"].first().tolist() == [100.0, 200.0, 300.0]
+
+
 def test_time_ms_is_the_querys_share_of_its_call(tmp_path, monkeypatch):
     """Issue 18: time_ms was the batch's wall time on every row of the batch. The CLI hands predict a
     window of batches at a time (here 2 batches of 4, so that predict can group queries by length); each
