@@ -444,6 +444,9 @@ def test_textbook_names_each_models_weights_and_the_code_in_its_report(tmp_path,
     ("server_latency", ["--limit", "0"], "--limit: must be 1 or more, not 0"),
     ("pool_sweep", ["decode", "--limit", "0"], "--limit: must be 1 or more, not 0"),
     ("int8_agreement", ["--warmup", "-2"], "--warmup: must be 0 or more, not -2"),  # warmed up on all but 2
+    # both models loaded, then a ValueError traceback from the first query
+    ("int8_agreement", ["--beam-width", "51"], "--beam-width: must be between 1 and 50, not 51"),
+    ("int8_agreement", ["--augment", "21"], "--augment: must be between 1 and 20, not 21"),
     ("page_latency", ["--n-best", "0"], "--n-best: must be 1 or more, not 0"),
     ("rank_pairs", ["mine", "--width", "0"], "--width: must be 1 or more, not 0"),
 ])
@@ -459,3 +462,53 @@ def test_counts_that_cannot_be_are_usage_errors_before_any_work(name, argv, said
                        else ["--src", queries])
     code, err = run_main(tool, monkeypatch, capsys, *argv, *needed)
     assert code == 2 and said in err, err
+
+
+# ---- inputs that are not there --------------------------------------------------------------------------------
+
+MISSING = "no_such_input"  # the name of every missing input below
+
+
+@pytest.mark.parametrize("name,argv,flag", [
+    ("centre_check", ["--data", "{missing}"], "--data"),
+    ("make_stock", ["--data", "{missing}", "--out", "{tmp}/stock.smi.gz"], "--data"),
+    ("make_10k", ["--src", "{missing}", "--out", "{tmp}/big.csv"], "--src"),
+    ("ray_throughput", ["--src", "{missing}"], "--src"),
+    ("stereo_check", ["--task", "retro", "--test", "{missing}"], "--test"),
+    ("stereo_check", ["--train-tgt", "{missing}", "--test", "{tmp}"], "--train-tgt"),
+    ("hard_examples", ["starts", "--data", "{missing}", "--out", "{tmp}/starts.txt"], "--data"),
+    ("hard_examples", ["build", "--data", "{missing}", "--out", "{tmp}/built"], "--data"),
+    ("rank_pairs", ["mine", "--model", "m", "--data", "{missing}", "--out", "{tmp}/p.tsv"], "--data"),
+    ("rank_pairs", ["near", "--model", "m", "--pairs", "{missing}", "--out", "{tmp}/p.tsv"], "--pairs"),
+    ("pool_sweep", ["decode", "--src", "{missing}", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl"], "--src"),
+    ("pool_sweep", ["score", "{missing}"], "file"),
+    ("draft_sweep", ["--src", "{missing}"], "--src"),
+    ("decode_cost", ["--src", "{queries}", "--index", "{missing}"], "--index"),
+    ("page_latency", ["--src", "{queries}", "--tgt", "{missing}"], "--tgt"),
+    ("server_latency", ["--src", "{missing}"], "--src"),
+    ("draft_compare", ["--draft", "{tmp}", "--src", "{missing}", "--out", "{tmp}/r.json"], "--src"),
+])
+def test_an_input_that_is_not_there_is_a_usage_error_naming_its_flag(name, argv, flag, tmp_path, monkeypatch,
+                                                                    capsys):
+    """Each ended in a FileNotFoundError (or ValueError) traceback naming no flag; two after loading the model."""
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    missing = tmp_path / MISSING
+    given = [arg.format(missing=missing, tmp=tmp_path, queries=queries) for arg in argv]
+    code, err = run_main(tool, monkeypatch, capsys, *given)
+    assert code == 2 and f"error: {flag}: {missing}" in err and "does not exist" in err, err
+    assert "USPTO data" not in err  # the hint is for the default data folder
+
+
+def test_a_missing_default_data_file_says_where_the_data_comes_from(tmp_path, monkeypatch, capsys):
+    tool = load_tool("centre_check")
+    monkeypatch.setattr(tool, "DEFAULT_DATA", tmp_path / "shared" / "data")
+    monkeypatch.setattr(sys.modules["_toolbox"], "DEFAULT_DATA", tmp_path / "shared" / "data")
+    code, err = run_main(tool, monkeypatch, capsys)
+    assert code == 2 and f"--data: {tmp_path}/shared/data/uspto50k/gln_split/raw_test.csv does not exist" in err
+    assert "the USPTO data sets are not part of this repository: README.md's \"Data\" says where" in err

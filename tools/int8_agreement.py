@@ -24,7 +24,7 @@ from molspec_core.argtypes import at_least
 from molspec_core.chem import clear_caches
 from molspec_core.evaluate import hits, read_pairs
 from molspec_core.methods import METHODS
-from molspec_core.service import Predictor
+from molspec_core.service import MAX_AUGMENT, MAX_N_BEST, Predictor
 
 DTYPES = ("float32", "int8")
 
@@ -46,8 +46,8 @@ def main() -> None:
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
     parser.add_argument("--limit", type=at_least(1), default=500, help="the first this many queries (default 500)")
     parser.add_argument("--method", default="greedy", choices=tuple(METHODS), help="decoding method (default greedy)")
-    parser.add_argument("--beam-width", type=at_least(1), default=5, help="n-best of beam-family methods")
-    parser.add_argument("--augment", type=at_least(1), default=1,
+    parser.add_argument("--beam-width", type=at_least(1, MAX_N_BEST), default=5, help="n-best of beam-family methods")
+    parser.add_argument("--augment", type=at_least(1, MAX_AUGMENT), default=1,
                         help="writings of each query read and pooled (the app: 5)")
     parser.add_argument("--warmup", type=at_least(0), default=3, help="queries each predictor decodes untimed first")
     args = parser.parse_args()
