@@ -27,9 +27,10 @@ def test_each_draft_model_runs_and_the_report_names_it(tmp_path, capsys):
     for method in ("sample", "spec-sample-draft", "spec-sample-draft@new"):
         assert report["methods"][method]["model_calls"] > 0, method
     assert "spec-sample-draft@new: acceptance" in capsys.readouterr().out
-    with pytest.raises(Exception, match="--out"):  # its own input is refused before any work
+    with pytest.raises(SystemExit) as stop:  # its own input is refused before any work, as a usage error
         tool.main(["--model", str(model), "--draft", str(other), "--src", str(tmp_path / "src.txt"),
                    "--out", str(tmp_path / "src.txt")])
+    assert stop.value.code == 2 and "--out" in capsys.readouterr().err  # was an OutputFileError traceback
 
 
 def test_both_columns_run_one_main_model_and_differ_in_the_draft_alone(tmp_path, monkeypatch):

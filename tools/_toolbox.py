@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from molspec_core.data import DEFAULT_DATA
 from molspec_core.io import OutputFileError, check_output
 
 def made_by() -> dict[str, str | None]:
@@ -24,6 +25,24 @@ def made_by() -> dict[str, str | None]:
 
 # (what the command line calls a path, the path); a path of None (an option not given) is skipped
 Named = tuple[str, "str | Path | None"]
+
+
+class InputFileError(ValueError):
+    """A file or folder a tool reads that is not there."""
+
+
+def check_inputs(inputs: Iterable[Named]) -> None:
+    """Refuse (InputFileError, naming the path and the flag that gives it) before any work an input that does not
+    exist. Several tools read ../shared/data by default, which a fresh clone lacks: each ended in a
+    FileNotFoundError traceback that named no flag."""
+    for name, path in inputs:
+        if path is None or Path(path).exists():
+            continue
+        where = f"{name}: {path} does not exist"
+        if Path(os.path.realpath(DEFAULT_DATA)) in Path(os.path.realpath(path)).parents:  # the default, or in it
+            where += ("; the USPTO data sets are not part of this repository: README.md's \"Data\" says where they "
+                      "come from")
+        raise InputFileError(where)
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -25,6 +25,9 @@ from pathlib import Path
 from rdkit import Chem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
 from molspec_core.centre import reaction_centre  # noqa: E402
@@ -97,7 +100,12 @@ def main() -> None:
     parser.add_argument("--limit", type=at_least(1), default=None,
                         help="the first this many test reactions, 1 or more (default: all)")
     args = parser.parse_args()
-    with open(args.data / "uspto50k" / "gln_split" / "raw_test.csv", newline="") as handle:
+    test = args.data / "uspto50k" / "gln_split" / "raw_test.csv"
+    try:
+        check_inputs([("--data", test)])
+    except InputFileError as exc:
+        parser.error(str(exc))
+    with open(test, newline="") as handle:
         rows = [row["reactants>reagents>production"] for row in csv.DictReader(handle)][:args.limit]
     counts = dict(reactions=0, no_map=0, no_estimate=0, same=0, holds_mapped=0, same_leaving=0,
                   map_keeps_acid_oxygen=0)

@@ -11,13 +11,18 @@ order that rotates from round to round, after one warm-up batch each:
         --configs 1x1,8x1,8x1f,32x1,1x5 --threads 1 --rounds 2
 """
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.argtypes import at_least
-from molspec_core.evaluate import read_pairs
-from molspec_core.service import Predictor, window_size
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.service import Predictor, window_size  # noqa: E402
 
 
 Config = tuple[int, int, bool]  # batch size, writings, file order
@@ -57,9 +62,13 @@ def main() -> None:
     p.add_argument("--rounds", type=at_least(1), default=2,
                    help="timed rounds over all configurations, 1 or more (default 2)")
     args = p.parse_args()
+    try:  # before the model loads: the queries are there and readable
+        check_inputs([("--src", args.src), ("--index", args.index)])
+        queries, _ = read_pairs(args.src, None, args.index, args.limit)
+    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
+        p.error(str(exc))
     torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, device="cpu")
-    queries, _ = read_pairs(args.src, None, args.index, args.limit)
     options = {"method": args.method, "n_best": args.n_best}
     configs = [parse_config(c) for c in args.configs.split(",")]
     for config in configs:  # warm-up: one batch each

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs  # noqa: E402
+from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import markdown_table, run_bench, save_report  # noqa: E402
@@ -63,9 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="bench's JSON report")
     args = parser.parse_args(argv)
 
-    check_outputs([("--out", args.out)], [("--src", args.src), ("--tgt", args.tgt), ("--index", args.index)])
+    inputs = [("--src", args.src), ("--tgt", args.tgt), ("--index", args.index)]
+    try:  # before the model loads: the queries are there and readable, and the report replaces none of them
+        check_inputs([*inputs, ("--draft", args.draft)])
+        check_outputs([("--out", args.out)], inputs)
+        sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    except (InputFileError, ValueError) as exc:  # OutputFileError is a ValueError; read_pairs' names the file
+        parser.error(str(exc))
     torch.set_num_threads(args.threads)
-    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     model, draft = model_folder(args.model), Path(args.draft)
     if not (model / "draft").is_dir():
         parser.error(f"{model} has no draft/ to compare with")

@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.argtypes import at_least
-from molspec_core.decoding.greedy import greedy
-from molspec_core.evaluate import read_pairs
-from molspec_core.service import Predictor, copy_drafts
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.decoding.greedy import greedy  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.service import Predictor, copy_drafts  # noqa: E402
 
 
 def main() -> None:
@@ -42,9 +47,13 @@ def main() -> None:
     parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--dtype", default="float32", help="float32, or int8 (native engine)")
     args = parser.parse_args()
+    try:  # before the model loads: the queries are there and readable
+        check_inputs([("--src", args.src), ("--index", args.index)])
+        sources, _ = read_pairs(args.src, None, args.index, args.limit)
+    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
+        parser.error(str(exc))
     torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, "cpu", dtype=args.dtype)
-    sources, _ = read_pairs(args.src, None, args.index, args.limit)
     queries = []
     for text in sources:
         try:

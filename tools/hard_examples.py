@@ -42,14 +42,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_output_folder, check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import (InputFileError, check_inputs, check_output_folder,  # noqa: E402  (tools/_toolbox.py)
+                      check_outputs)
 
 from molspec_core.data import Pair, read_lines, write_splits  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.tokenizer import Vocab  # noqa: E402
 
-# what `starts` reads of a prepare-data folder (folder_starts)
+# what `starts` reads of a prepare-data folder (folder_starts), and what `build` reads of each (split, Vocab.load)
 STARTS_READS = ("train.src", "train.tgt", "stats.json")
+BUILD_READS = (*STARTS_READS, "vocab.json")  # and --data's val and test splits, which the built folder keeps
+SPLITS_KEPT = ("val.src", "val.tgt", "test.src", "test.tgt")
 
 
 def reaction_starts(targets: list[str]) -> list[int]:
@@ -170,13 +173,18 @@ def main() -> None:
     b.add_argument("--replay-ratio", type=float, default=1.0, help="replayed pairs per hard pair")
     b.add_argument("--seed", type=int, default=0, help="seed of the random writings and replay draw (default 0)")
     args = parser.parse_args()
-    try:  # before any reading: the output must not be (or be written into) what the run reads
+    try:  # before any reading: the inputs are there, and the output is not (nor is written into) what the run reads
         if args.command == "starts":
+            check_inputs(("--data", args.data / name) for name in STARTS_READS)
             check_outputs([("--out", args.out)], [(f"--data's {name}", args.data / name) for name in STARTS_READS])
         else:
+            check_inputs([*(("--data", args.data / name) for name in BUILD_READS + SPLITS_KEPT),
+                          ("--mined", args.mined),
+                          *(("--replay", args.replay / name) for name in ("train.src", "train.tgt") if args.replay),
+                          *(("--also", folder / name) for folder in args.also for name in BUILD_READS)])
             check_output_folder("--out", args.out, [("--data", args.data), ("--mined", args.mined),
                                                     ("--replay", args.replay), *(("--also", f) for f in args.also)])
-    except OutputFileError as exc:
+    except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
     if args.command == "starts":
         starts = folder_starts(args.data, split(args.data, "train"))

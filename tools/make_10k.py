@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.io import OutputFileError  # noqa: E402
 
@@ -32,8 +32,9 @@ def main() -> None:
     if args.out == OUT:
         OUT.parent.mkdir(exist_ok=True)  # runs/ is ignored by git: a fresh checkout lacks it
     try:
+        check_inputs([("--src", args.src)])
         check_outputs([("--out", args.out)], [("--src", args.src)])
-    except OutputFileError as exc:
+    except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
     import pandas as pd  # only where the file is written
 

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.chem import ChemError, canonical  # noqa: E402
 from molspec_core.data import DEFAULT_DATA  # noqa: E402
@@ -59,8 +59,9 @@ def main() -> None:
                         help="gzipped SMILES file to write (default models/stock.smi.gz)")
     args = parser.parse_args()
     try:
+        check_inputs([("--data", args.data / TRAIN)])
         check_outputs([("--out", args.out)], [("the training reactions", args.data / TRAIN)])
-    except OutputFileError as exc:
+    except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
     counts, n_reactions = reactant_counts(args.data / TRAIN)
     stock = sorted(smiles for smiles, uses in counts.items() if uses >= args.min_uses)

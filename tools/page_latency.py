@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.argtypes import at_least
-from molspec_core.bench import percentile
-from molspec_core.chem import canonical_or_none, clear_caches
-from molspec_core.evaluate import read_pairs
-from molspec_core.methods import METHODS, method
-from molspec_core.service import Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.bench import percentile  # noqa: E402
+from molspec_core.chem import canonical_or_none, clear_caches  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.methods import METHODS, method  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
 
 
 def method_summary(times: list[float], right: int) -> dict:
@@ -55,7 +60,11 @@ def main() -> None:
     methods = args.methods.split(",")
     for name in methods:
         method(name)  # an unknown name fails here, naming the choices, before any decoding
-    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    try:  # before the model loads: the queries are there and readable
+        check_inputs([("--src", args.src), ("--tgt", args.tgt), ("--index", args.index)])
+        sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
+        parser.error(str(exc))
     predictor = Predictor.load(args.model, "cpu", "native", dtype=args.dtype)
     readable = []
     for source, target in zip(sources, targets or []):

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
@@ -158,11 +158,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                    help="exponents to pool with, comma-separated (1: the mean of the probabilities)")
     s.add_argument("--n-best", type=at_least(1), default=5, help="answers kept after pooling (default 5)")
     args = parser.parse_args(argv)
-    if args.command == "decode":
-        try:  # before the model loads: the answers must not replace the queries or targets they are read from
+    try:  # before the model loads: the inputs are there, and the answers replace neither queries nor targets
+        if args.command == "decode":
+            check_inputs([("--src", args.src), ("--tgt", args.tgt)])
             check_outputs([("--out", args.out)], [("--src", args.src), ("--tgt", args.tgt)])
-        except OutputFileError as exc:
-            parser.error(str(exc))
+        else:
+            check_inputs([("file", args.file)])
+    except (InputFileError, OutputFileError) as exc:
+        parser.error(str(exc))
     decode(args) if args.command == "decode" else score(args)
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
 from molspec_core.argtypes import at_least  # noqa: E402
@@ -63,6 +63,7 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
          batch: int = 8, threads: int = 1) -> dict:
     import torch
 
+    check_inputs([("--data", data / "train.src"), ("--data", data / "train.tgt")])
     check_paths(out, [("--data's train.src", data / "train.src"), ("--data's train.tgt", data / "train.tgt")])
     torch.set_num_threads(threads)
     predictor = Predictor.load(model, device="cpu", dtype="float32")
@@ -121,6 +122,7 @@ def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -
     turns, rather than products the model finds far less likely than its answer (often noisy records).
     NoPairs, before anything is written, for a file of no pairs (mine writes one where the model already ranks
     every recorded product first)."""
+    check_inputs([("--pairs", pairs)])
     check_paths(out, [("--pairs", pairs)])
     lines = [tuple(line.split("\t")) for line in pairs.read_text().splitlines()]
     if not lines:
@@ -170,7 +172,7 @@ def main() -> None:
         else:
             summary = mine(args.model, args.data, args.out, args.width, args.negatives, args.limit,
                            args.batch, args.threads)
-    except OutputFileError as exc:  # refused before any work
+    except (InputFileError, OutputFileError) as exc:  # refused before any work
         parser.error(str(exc))
     except NoPairs as exc:
         raise SystemExit(f"rank_pairs.py near: {exc}") from None

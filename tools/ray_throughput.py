@@ -24,7 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from molspec_core.scale import first_difference
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.scale import first_difference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SRC = ROOT.parent / "shared" / "data" / "uspto_mit" / "derived" / "src-test.mixed.txt.gz"
@@ -87,6 +90,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 < args.small_rows < args.rows:
         raise SystemExit("--small-rows must be above 0 and below --rows")
+    try:
+        check_inputs([("--src", args.src)])
+    except InputFileError as exc:
+        parser.error(str(exc))
 
     modes: list[tuple[str, int | None]] = [("single process", None)]
     modes += [(f"ray, {n} worker{'s' if n > 1 else ''}", n) for n in map(int, args.workers.split(","))]

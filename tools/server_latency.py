@@ -15,18 +15,23 @@ import argparse
 import http.client
 import json
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.argtypes import at_least
-from molspec_core.bench import percentile
-from molspec_core.chem import clear_caches
-from molspec_core.evaluate import read_pairs
-from molspec_core.methods import METHODS
-from molspec_core.server import serve
-from molspec_core.service import Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.bench import percentile  # noqa: E402
+from molspec_core.chem import clear_caches  # noqa: E402
+from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.methods import METHODS  # noqa: E402
+from molspec_core.server import serve  # noqa: E402
+from molspec_core.service import Predictor  # noqa: E402
 
 
 def way_summary(times: list[float]) -> dict:
@@ -47,7 +52,11 @@ def main() -> None:
                         help="queries decoded both ways untimed first (default 5)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    sources, _ = read_pairs(args.src, None, args.index, args.limit)
+    try:  # before the model loads: the queries are there and readable
+        check_inputs([("--src", args.src), ("--index", args.index)])
+        sources, _ = read_pairs(args.src, None, args.index, args.limit)
+    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
+        parser.error(str(exc))
     predictor = Predictor.load(args.model, "cpu")
     server = serve([predictor], "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

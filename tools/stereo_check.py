@@ -38,7 +38,7 @@ import torch
 from rdkit import Chem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
@@ -112,12 +112,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.task == "forward" and not (args.train_tgt or args.lines_from):
         parser.error("--train-tgt (or --lines-from) is required for the forward model")
-    try:  # before any reading or decoding: the report must not replace a report (or a file) it reads
+    try:  # before any reading or decoding: the report replaces none of the inputs, which are there
         check_outputs([("--out", args.out)], [("--lines-from", args.lines_from), ("--against", args.against),
                                               ("--train-tgt", args.train_tgt),
                                               ("--test's reactants", Path(args.test) / "reactants.txt"),
                                               ("--test's products", Path(args.test) / "products.txt")])
-    except OutputFileError as exc:
+        check_inputs([("--test", Path(args.test) / "reactants.txt"), ("--test", Path(args.test) / "products.txt"),
+                      ("--train-tgt", args.train_tgt), ("--lines-from", args.lines_from), ("--against", args.against)])
+    except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
     model = args.model or args.task
     torch.set_num_threads(1)
