@@ -1166,6 +1166,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
     if args.peer and sweep:
         raise ValueError("--peer and --sweep do not go together: a sweep compares a method with itself")
+    if args.peer_threads and not args.peer:  # no peer runs: the threads would be ignored
+        raise ValueError("--peer-threads sets the threads of the CTranslate2 peer's process: give --peer ctranslate2 "
+                         "too")
     other_engines = [name for name in args.engines.split(",") if name]
     unknown = [name for name in other_engines if name not in ENGINES]
     if unknown:
