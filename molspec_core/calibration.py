@@ -192,7 +192,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     folded into its first spelling: service.fold_repeats); a refused query gives [], as does one stopped at its time
     limit (its answers, some unfinished, are no list the model gave: evaluate counts it refused too), and one whose
     target RDKit cannot read (whether its answers are right is not known: fitted as wrong, they made every confidence
-    lower), counted in a warning; a ValueError where no target can be read. batch_size None: the service's
+    lower), each counted in a warning; a ValueError where no target can be read. batch_size None: the service's
     default. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the answers of the windows
     decoded before the stop, those of the first queries, as its `collected` (fit_collected fits them)."""
     from .evaluate import hits, unreadable_targets, window_batch_size
@@ -206,13 +206,16 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
                     "are right is not known)", unreadable, len(targets))
 
     answers: list[list[tuple[float, bool]]] = []
+    refused: list[tuple[int, str]] = []  # each refused query's place (1-based) and why
     done = 0  # the queries of the windows done
     try:
         cut_by = window_batch_size(batch_size, augment)
         for window in windows(len(sources), cut_by, "calibrate", progress):  # predict batches a window by length
             results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
                                         augment=augment)
-            for result, target in zip(results, targets[window]):
+            for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
+                if not result.ok:
+                    refused.append((number, result.error or ""))
                 # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
                 ordered = [p for p in result.in_model_order() if p.valid] if result.ok and read_known(target) else []
                 answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
@@ -220,6 +223,9 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     except BaseException as stop:  # minutes of decoding are not lost with it (the caller fits them: fit_collected)
         stop.collected = answers[:done]
         raise
+    if refused:  # the slowest queries, most often (a time limit run out): a fit without them says so
+        log.warning("%d of %d queries were refused: no answer of theirs fits or judges (the first, query %d of those "
+                    "decoded: %s)", len(refused), len(sources), *refused[0])
     return answers
 
 
