@@ -350,9 +350,10 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
                                  f"{_expected(column)}")
         found = header_of(top, column, task)
         if found is None:
+            advice = _no_header_advice(top, column)
             raise InputFileError(f"the CSV needs a column named {_expected(column)} in a header line (the first line, "
                                  f"or one of the first {HEADER_ROWS} under titles); its first line has {top[0]} (cells "
-                                 "split at commas; semicolons and tabs were tried too)")
+                                 f"split at commas; semicolons and tabs were tried too){advice}")
         line, at = found
         records = top[line + 1:] + list(reader)
     except csv.Error as exc:
@@ -415,6 +416,24 @@ def column_key(name: str) -> str:
     header wrapped in Excel (Alt+Enter: "SMILES\n(canonical)") could not be named at all: the app's one-line box and
     a command line give no line break, and the error listed the name with its \n."""
     return " ".join(name.split()).casefold()
+
+
+def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None) -> str:
+    """Where a CSV's first cell reads as a SMILES, what to do with a file of queries that has no header line (a list
+    of SMILES saved as .csv), else "": the refusal named the columns it needs, and a chemist looking at a file of
+    SMILES saw no header that could be missing."""
+    from .chem import canonical_or_none  # chem reads this module: imported where needed, as a refusal is rare
+
+    first = next((cell.strip() for cell in rows[0] if cell.strip()), "") if rows else ""
+    molecules = first.split(">")[0]  # of a recorded reaction, its reactants
+    if not molecules or canonical_or_none(molecules) is None:
+        return ""
+    named = column or SMILES_COLUMNS[0]
+    advice = f". Its first cell, {first[:60]!r}, reads as a SMILES: where the file has no header line, add one above " \
+             f"its first record, naming the query column {named}"
+    if all(sum(bool(cell.strip()) for cell in row) <= 1 for row in rows):  # a query a line and nothing else
+        advice += ", or save the file with a .txt name (a query a line)"
+    return advice
 
 
 def _expected(column: str | None) -> str:

@@ -256,6 +256,25 @@ def test_a_comma_wins_and_a_named_column_decides_the_split(tmp_path):
     assert read_queries(tmp_path / "r.csv", column="Structure").queries == ["CCO"]
 
 
+NO_HEADER = "reads as a SMILES: where the file has no header line, add one above its first record, naming the query " \
+            "column smiles"
+ONE_A_LINE = ", or save the file with a .txt name (a query a line)"
+
+
+@pytest.mark.parametrize("text, advice", [("CC(=O)Cl.NCc1ccccc1\nCCO\n", NO_HEADER + ONE_A_LINE),
+                                          ("CCO,ethanol\nCCN,ethylamine\n", NO_HEADER),
+                                          ("CCO.CC(=O)O>>CCOC(C)=O\n", NO_HEADER + ONE_A_LINE)])
+def test_a_csv_of_queries_without_a_header_line_is_told_to_add_one(tmp_path, text, advice):
+    """A list of SMILES saved as .csv was refused naming the columns it needs and its first line, and a chemist saw
+    no header that could be missing; where the first cell reads as a SMILES, the refusal says what to do."""
+    (tmp_path / "q.csv").write_text(text)
+    with pytest.raises(InputFileError, match=re.escape(advice) + "$"):
+        read_queries(tmp_path / "q.csv")
+    (tmp_path / "t.csv").write_text("No.,name\n1,x\n")  # a header that names no query column: no such advice
+    with pytest.raises(InputFileError, match=r"tried too\)$"):
+        read_queries(tmp_path / "t.csv")
+
+
 @pytest.mark.parametrize("header", ['"ChEMBL ID";"Name";"Smiles"', "id;Smiles", "id; SMILES ", "id;Query"])
 def test_a_query_column_is_found_in_any_case_and_without_spaces_around_its_name(tmp_path, header):
     """A ChEMBL export names its column "Smiles": it was refused until the name was typed in."""
