@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -422,11 +422,11 @@ def check_new_folder(out: Path) -> None:
 def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = torch.float32) -> dict:
     """Write the mean of several models' weights (a uniform "model soup") as a model folder.
 
-    The models must share their sizes and vocabulary, and should be fine-tuned from one parent: the
+    The models must share their task, sizes and vocabulary, and should be fine-tuned from one parent: the
     mean of unrelated models is not a model. Each folder is checked by `load` before it is read; the
     mean is taken in float32 and written in dtype. config.json is the first folder's, with
-    "averaged_from" listing the folders. `out` must be a new or empty folder (check_new_folder), and each
-    model folder is given once. Returns that config.
+    "averaged_from" listing the folders. `out` must be a new or empty folder (check_new_folder) outside the model
+    folders, and each model folder is given once. Returns that config.
     """
     if len(folders) < 2:
         raise CheckpointError("averaging needs at least two model folders")
@@ -434,19 +434,31 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
     resolved = [Path(folder).resolve() for folder in folders]
     if out.resolve() in resolved:
         raise CheckpointError(f"{out} is one of the folders being averaged; write the mean elsewhere")
+    holder = next((folder for folder, path in zip(folders, resolved) if path in out.resolve().parents), None)
+    if holder is not None:  # inside it, the mean becomes part of that model's folder (as draft/, its draft model)
+        raise CheckpointError(f"{out} lies inside {holder}, one of the folders being averaged; write the mean "
+                              "elsewhere")
     twice = next((folder for folder, path in zip(folders, resolved) if resolved.count(path) > 1), None)
     if twice is not None:  # the mean would weigh that model double
         raise CheckpointError(f"{twice} is given twice; give each model folder once")
     check_new_folder(out)
     first_model, vocab, config = load(folders[0])
     total = {name: tensor.clone() for name, tensor in first_model.state_dict().items()}
+    task = config.get("task", "forward")
     for folder in folders[1:]:
-        model, other_vocab, _ = load(folder)
+        model, other_vocab, other_config = load(folder)
         # Dropout is how a model was trained, not its shape: a run with --dropout 0 averages with its parent.
-        if replace(model.cfg, dropout=first_model.cfg.dropout) != first_model.cfg:
-            raise CheckpointError(f"{folder}: model sizes {model.cfg.to_dict()} differ from {folders[0]}'s")
+        sizes, first_sizes = model.cfg.to_dict(), first_model.cfg.to_dict()
+        differ = [f"{name} {sizes[name]} against {first_sizes[name]}" for name in sizes
+                  if name != "dropout" and sizes[name] != first_sizes[name]]
+        if differ:
+            raise CheckpointError(f"{folder}: model sizes differ from {folders[0]}'s ({'; '.join(differ)})")
         if other_vocab.tokens != vocab.tokens:
             raise CheckpointError(f"{folder}: vocabulary differs from {folders[0]}'s")
+        other_task = other_config.get("task", "forward")
+        if other_task != task:  # config.json would call the mean a model of the first task
+            raise CheckpointError(f"{folder} is a {other_task} model and {folders[0]} a {task} model; the mean of "
+                                  "the two is a model of neither")
         for name, tensor in model.state_dict().items():
             total[name] += tensor
     first_model.load_state_dict({name: tensor / len(folders) for name, tensor in total.items()})

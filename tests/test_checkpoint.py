@@ -264,8 +264,16 @@ def test_average_refuses_models_that_do_not_match(tmp_path):
     checkpoint.save(random_model(3, vocab_size=14, n_decoder_layers=1), vocab, tmp_path / "other_size")
     with pytest.raises(checkpoint.CheckpointError, match="vocabulary differs"):
         checkpoint.average([tmp_path / "a", tmp_path / "other_vocab"], tmp_path / "out")
-    with pytest.raises(checkpoint.CheckpointError, match="model sizes"):
+    with pytest.raises(checkpoint.CheckpointError, match=r"model sizes differ .*\(n_decoder_layers 1 against 2\)"):
         checkpoint.average([tmp_path / "a", tmp_path / "other_size"], tmp_path / "out")
+    # a retro model of the same sizes was averaged into a model config.json called forward
+    checkpoint.save(random_model(4, vocab_size=14), vocab, tmp_path / "retro", meta={"task": "retro"})
+    with pytest.raises(checkpoint.CheckpointError, match=r"retro is a retro model and .*a a forward model"):
+        checkpoint.average([tmp_path / "a", tmp_path / "retro"], tmp_path / "out")
+    # written inside a model averaged, the mean became part of its folder (as draft/, its draft model)
+    with pytest.raises(checkpoint.CheckpointError, match=r"draft lies inside .*a, one of the folders being averaged"):
+        checkpoint.average([tmp_path / "a", tmp_path / "retro"], tmp_path / "a" / "draft")
+    assert not (tmp_path / "a" / "draft").exists()
     with pytest.raises(checkpoint.CheckpointError, match="at least two"):
         checkpoint.average([tmp_path / "a"], tmp_path / "out")
     with pytest.raises(checkpoint.CheckpointError, match="one of the folders"):
