@@ -417,3 +417,18 @@ def test_answers_kept_under_changed_sidebar_settings_say_which_settings_gave_the
     assert stale not in texts(at.caption)
     at.slider(key="temperature").set_value(1.0).run()  # a knob the shown method reads
     assert stale in texts(at.caption)
+
+
+def test_samples_that_drew_the_same_answer_say_why_the_list_is_shorter(copy_models, monkeypatch):
+    """Five samples that all drew the same product gave one answer card, without a word: a chemist who asked for five
+    read the other four as lost. The page says how many distinct answers the samples held."""
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sample").run()
+    at.slider(key="temperature").set_value(0.1).run()  # the copy model's answer, drawn each time
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    assert len(rank_headings(at)) == 1
+    assert "5 samples gave 1 distinct answer: an answer drawn more than once is listed once." in texts(at.caption)
+    at.selectbox(key="method").set_value("beam").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert "distinct answer:" not in texts(at.caption)

@@ -291,6 +291,17 @@ def decodes_otherwise(shown: Settings, now: Settings) -> bool:
     return decoding(shown) != decoding(now)
 
 
+def merged_samples_note(shown: Shown) -> str:
+    """Why a sampling method lists fewer answers than the samples asked for ("" where it does not): an answer drawn
+    again is listed once, and five samples that all drew the likeliest product gave one answer without a word."""
+    cfg, answers = shown.settings, len(shown.result.predictions)
+    if METHODS[cfg.method].family != "sampling" or "n_best" not in METHODS[cfg.method].knobs or answers >= cfg.n_best:
+        return ""
+    drawn = common.counted(cfg.n_best, "sample") + (f" from each of the {cfg.augment} writings" if cfg.augment > 1
+                                                    else "")
+    return f"{drawn} gave {common.counted(answers, 'distinct answer')}: an answer drawn more than once is listed once."
+
+
 def decode_time(result: QueryResult) -> str:
     """The decoding call's wall time (every writing read), as people read it."""
     seconds = result.stats.wall_time_s
@@ -953,6 +964,9 @@ def main() -> None:
         ranks = f"rank {spelled[0]}" if len(spelled) == 1 else f"ranks {', '.join(spelled[:-1])} and {spelled[-1]}"
         st.caption(f"The model's {strings} strings hold {len(listed)} distinct answers: it wrote {ranks} in more "
                    "than one atom order. Each answer is listed once.")
+    merged = merged_samples_note(shown)
+    if merged:
+        st.caption(merged)
     if any(p.round_trip is not None for p in listed):
         passed = sum(bool(p.round_trip) for p in listed)
         st.caption(f"Round trip: the forward model gives the product back from {passed} of {len(listed)} answers "
