@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "than its CPUs, at least 1, or OMP_NUM_THREADS where set); beside other busy work, fewer "
                        "threads than free cores run far faster (README, \"Command line\")")
 
-    def model_args(p: argparse.ArgumentParser) -> None:
+    def model_args(p: argparse.ArgumentParser, batches: str = "cut from queries of like length") -> None:
         p.add_argument("--model", default="forward", help="model folder, or a shipped model name (forward, retro)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--engine", default="auto", choices=ENGINES, help="who runs the lean decoder calls: "
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-drafts", type=at_least(1, MAX_N_DRAFTS), default=None, help=f"drafts verified per call "
                        f"({readers_of('n_drafts')}; default: the method's)")
         p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE, help="queries decoded "
-                       "together, cut from queries of like length (default %(default)s)")
+                       f"together, {batches} (default %(default)s)")
         p.add_argument("--temperature", type=float, default=SamplingOptions.temperature,
                        help=f"sampling temperature ({readers_of('temperature')}; default %(default)s)")
         p.add_argument("--top-k", type=at_least(0), default=0, help=f"sample among the k likeliest tokens "
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
-    model_args(p)
+    model_args(p, batches="cut in file order (--by-length: of like length)")
     p.add_argument("--src", required=True, help="queries, one SMILES a line (.gz too)")
     p.add_argument("--tgt", help="their known answers: adds each method's accuracy to its row")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")

@@ -784,6 +784,18 @@ def test_each_decoding_knobs_help_names_the_methods_that_read_it(command):
         assert f"({readers_of(knob)}" in helps[knob], (knob, helps[knob])
 
 
+def test_bench_batch_size_help_says_how_its_batches_are_cut():
+    """bench's --batch-size said its batches were cut from queries of like length, as predict's are; bench cuts them
+    in file order unless --by-length."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    helps = {name: " ".join(next(a for a in commands[name]._actions if a.dest == "batch_size").help.split())
+             for name in ("predict", "bench")}
+    assert "cut from queries of like length" in helps["predict"]
+    assert "cut from queries of like length" not in helps["bench"]
+    assert "in file order (--by-length: of like length)" in helps["bench"]
+
+
 def test_bench_reports_progress_per_batch(pair_files):
     from molspec_core.bench import run_bench
     from molspec_core.service import Predictor
