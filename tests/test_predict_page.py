@@ -404,7 +404,7 @@ def test_the_same_query_sampled_at_two_temperatures_reads_apart(copy_models, mon
 def test_answers_kept_under_changed_sidebar_settings_say_which_settings_gave_them(copy_models, monkeypatch):
     """Beam search's answers stayed on screen, without a word, after the sidebar was switched to sampling (or
     another beam width): a chemist read them as the new method's. They now say which settings decoded them."""
-    stale = "The sidebar's settings have changed since: press Predict to decode the query with them."
+    stale = "The sidebar's settings differ now: press Predict to decode the query with them."
     at = app(copy_models, monkeypatch).run()
     predict(at, "Oc1ccncc1Cl")
     assert stale not in texts(at.caption)
@@ -432,3 +432,18 @@ def test_samples_that_drew_the_same_answer_say_why_the_list_is_shorter(copy_mode
     at.selectbox(key="method").set_value("beam").run()
     predict(at, "Oc1ccncc1Cl")
     assert "distinct answer:" not in texts(at.caption)
+
+
+def test_an_earlier_prediction_shown_again_says_which_settings_decoded_it(copy_models, monkeypatch):
+    """'Show again' put back a query's answers decoded with another method under the sidebar's present method, as if
+    that method had given them."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.selectbox(key="method").set_value("sample").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert "settings differ now" not in texts(at.caption)
+    first = at.selectbox(key="earlier").options[-1]  # the list is newest first
+    at.selectbox(key="earlier").set_value(first).run()
+    assert_clean(at)
+    assert at.session_state["shown"].settings.method != "sample"
+    assert "The sidebar's settings differ now: press Predict to decode the query with them." in texts(at.caption)

@@ -944,7 +944,7 @@ def main() -> None:
     elif decodes_otherwise(shown.settings, cfg):  # a method, beam width or knob changed in the sidebar: the answers
         # below stayed those of the settings before, under the new ones, without a word
         st.caption(common.md_escape(f"Below: the answers decoded with {described(shown.settings)}. The sidebar's "
-                                    "settings have changed since: press Predict to decode the query with them."))
+                                    "settings differ now: press Predict to decode the query with them."))
 
     show_query(shown)
     common.section("Predictions")
