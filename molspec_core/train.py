@@ -772,12 +772,22 @@ class Start:
     origin: dict
 
 
-def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: ModelConfig, task: str) -> Start:
+def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: ModelConfig, stats: dict) -> Start:
     last = out / "last"
-    check = {"data": data, "vocab": vocab, "shape": shape, "preset_name": cfg.preset, "task": task}
+    check = {"data": data, "vocab": vocab, "shape": shape, "preset_name": cfg.preset, "task": stats["task"]}
     if (last / STATE_MARK).exists():
         config = check_start(last, "the run folder's saved state", same_vocab=True, **check)
         recorded = config.get("train_config") if isinstance(config.get("train_config"), dict) else {}
+        # Continued on other data, the run trained on both while its config named the last alone, its best/ kept the
+        # best of two validation sets, and its place in an epoch counted another file's batches. The data's stats
+        # (counts of what prepare-data read and wrote) tell it: the same data moved elsewhere still continues.
+        trained_on = config.get("data_stats")
+        if isinstance(trained_on, dict) and trained_on != stats:
+            then = recorded.get("data") or "other data"
+            raise ValueError(f"{out} holds a run ({last}) trained on {then}, and {data} holds other data (its "
+                             f"stats.json differs from the one the run recorded): give --data {then} to continue "
+                             f"that run, or a new --out with --init {out / 'export'} (a new schedule; --resume: its "
+                             f"counters too) to train its weights on {data}")
         origin = {key: str(recorded.get(key) or "") for key in ("init", "resume")}
         for key, given in (("init", cfg.init), ("resume", cfg.resume)):
             if given and not (origin[key] and Path(given).resolve() == Path(origin[key]).resolve()):
@@ -983,7 +993,7 @@ def train(cfg: TrainConfig) -> dict:
         recover_folder(folder)
     shape = preset(cfg.preset, len(vocab), **({"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}))
     check_lengths(data, {"train.npz": train_rows, "val.npz": val_rows}, shape, cfg.preset)
-    start = pick_start(cfg, out, data, vocab, shape, stats["task"])
+    start = pick_start(cfg, out, data, vocab, shape, stats)
     if start.kind in ("last", "resume"):
         check_budget(cfg, start.folder, read_state(start.folder))
     if start.kind == "last" and (cfg.init or cfg.resume):

@@ -283,6 +283,23 @@ def test_a_run_folder_with_a_saved_state_refuses_another_start_and_records_the_r
     assert state["step"] == 5
 
 
+def test_a_run_continued_on_other_data_is_refused_and_the_same_data_elsewhere_continues(data, tmp_path):
+    """Continued with another --data, the run trained on both while its config named the second alone, and best/
+    compared exact matches on two validation sets."""
+    other = tmp_path / "other"
+    write_splits(other, {"train": PAIRS[::-1], "val": PAIRS[2:4], "test": PAIRS[:1]}, {"task": "forward"},
+                 Vocab.load(data / "vocab.json"))  # the same vocabulary: nothing else told the two apart
+    run(data, tmp_path / "run", max_steps=2)
+    before = files(tmp_path / "run")
+    with pytest.raises(ValueError, match=rf"run holds a run .* trained on {data}, and {other} holds other data "
+                                         rf".*give --data {data} to continue that run, or a new --out with --init"):
+        run(other, tmp_path / "run", max_steps=4)
+    assert files(tmp_path / "run") == before
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved)  # the same data in another folder (a device's checkout): it continues
+    assert run(moved, tmp_path / "run", max_steps=3)["step"] == 3
+
+
 def test_a_spent_budget_is_refused_with_the_numbers_not_run_for_0_steps(data, tmp_path):
     run(data, tmp_path / "first", max_steps=3)
     with pytest.raises(ValueError, match="nothing to train: .*first/last is at step 3, and --max-steps 3"):
