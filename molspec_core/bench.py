@@ -32,7 +32,7 @@ from .oracle import oracle_tokens_per_call
 from .peers import PeerError
 from .methods import METHODS, PEERS, SamplingOptions
 from .service import Predictor
-from .tokenizer import UNK_ID
+from .tokenizer import UNK_ID, TokenizeError
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +265,10 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                 if k <= k_max:
                     entry[f"top{k}"] = sum(any(f[:k]) for f in found) / given
         report_methods[method] = entry
-    oracle = {}
-    if targets:
-        pairs = [(q.ids, predictor.vocab.encode(t, strict=False)) for q, t in zip(queries, kept_targets)]
+    oracle: dict[str, float] = {}
+    pairs = [(q.ids, ids) for q, t in zip(queries, kept_targets) if t and (ids := _reference_ids(predictor, t))]
+    left_out = len(queries) - len(pairs) if targets else 0
+    if pairs:  # of none, every bound would read 0
         for method in methods:
             row = METHODS.get(method)
             if row is not None and row.family == "greedy" and row.drafts == "query":  # copy drafts of greedy decoding
@@ -297,7 +298,16 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "topk_counts": ("of all queries given, the skipped ones (the model cannot read them) counted as misses"
                         if interrupted is None else "of the queries measured before the run was stopped"),
         "methods": report_methods,
-    } | ({"interrupted": interrupted} if interrupted else {})
+    } | ({"interrupted": interrupted} if interrupted else {}) | ({"oracle_left_out": left_out} if left_out else {})
+
+
+def _reference_ids(predictor: Predictor, target: str) -> list[int] | None:
+    """The token ids of a target as the model would write it, for the oracle; None for one that is no SMILES (an
+    InChI or a CXSMILES, which hits reads, or a name), which the oracle leaves out."""
+    try:
+        return predictor.vocab.encode(target.strip(), strict=False)
+    except TokenizeError:
+        return None
 
 
 def _check_drafts_per_call(methods: dict[str, Predictor], draft_len: int | None, n_drafts: int | None,
@@ -466,7 +476,9 @@ def markdown_table(report: dict) -> str:
             lines.append(f"| {point[knob]:g} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
     if report.get("oracle_tokens_per_call"):
         bounds = ", ".join(f"{k} {v:.2f}" for k, v in report["oracle_tokens_per_call"].items())
-        lines.append(f"\nOracle tokens/call (if the model emitted the reference): {bounds}")
+        left_out = report.get("oracle_left_out")
+        note = f"; {left_out} queries whose target is no SMILES left out" if left_out else ""
+        lines.append(f"\nOracle tokens/call (if the model emitted the reference{note}): {bounds}")
     return "\n".join(lines)
 
 

@@ -1143,7 +1143,7 @@ PEER_THREADS_WARNING = (
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
     from .calibration import weights_fingerprint
-    from .evaluate import queries_digest, read_pairs, software
+    from .evaluate import queries_digest, read_pairs, software, unreadable_targets
     from .service import Predictor
 
     # everything that can be refused is refused before the model loads and the run starts
@@ -1178,6 +1178,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.peer and importlib.util.find_spec("ctranslate2") is None:  # before the model loads (minutes on a CPU)
         raise ValueError(PEER_PACKAGE_MISSING)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    # none readable: refused, as evaluate refuses it (every query a miss, whatever the model says); some: told
+    unreadable = unreadable_targets(targets) if targets else 0
+    if unreadable:
+        log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses in top-k",
+                    unreadable, len(sources), args.tgt)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     engines = {name: Predictor.load(args.model, args.device, name, args.dtype) for name in other_engines}
     methods = on_engines(methods, list(engines))

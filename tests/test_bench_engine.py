@@ -88,3 +88,20 @@ def test_a_method_named_twice_is_timed_once_a_batch(monkeypatch):
                        progress=False)
     assert sorted(seen) == ["greedy", "greedy", "spec-lookup", "spec-lookup"]
     assert list(report["methods"]) == ["greedy", "spec-lookup"]
+
+
+def test_a_target_that_is_no_smiles_is_left_out_of_the_oracle_not_the_run():
+    """An InChI target (which evaluate and bench's top-k read), a name, or one with a tab after it (read_pairs keeps
+    it) stopped the run after every method had been timed, with 'not a SMILES token': the oracle's reference
+    tokens are read from a target's SMILES, and a target without one is left out of the oracle, and counted."""
+    predictor = Predictor.load(MODEL)
+    targets = [q.replace("C", "") for q in QUERIES]
+    whole = run_bench(predictor, QUERIES[1:4], targets[1:4], ["greedy"], warmup=0, progress=False)
+    inchi = "InChI=1S/C6H6O/c7-6-4-2-1-3-5-6/h1-5,7H"  # phenol, the copy model's answer to the first query
+    report = run_bench(predictor, QUERIES, [inchi, targets[1], targets[2], f"{targets[3]}\t", "pyridine"],
+                       ["greedy"], warmup=0, progress=False)
+    # the InChI and the tabbed target read right; the name, and the third (no molecule RDKit reads), misses
+    assert report["methods"]["greedy"]["top1"] == 0.6
+    assert report["oracle_tokens_per_call"] == whole["oracle_tokens_per_call"]  # of the three targets with SMILES
+    assert report["oracle_left_out"] == 2
+    assert "2 queries whose target is no SMILES left out" in markdown_table(report)

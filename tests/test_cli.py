@@ -1627,6 +1627,28 @@ def test_bench_option_mistakes_are_refused_before_the_run(pair_files, capsys, no
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", *extra], capsys, message)
 
 
+def test_bench_with_targets_rdkit_cannot_read_refuses_or_warns(pair_files, capsys, monkeypatch, caplog):
+    """bench scored every query a miss, top-1 0.000, where no target was a SMILES RDKit reads (the queries' file given
+    twice, say), and a few such targets without a word: as evaluate, it refuses the first before the model loads and
+    counts the others in a warning."""
+    from molspec_core.service import Predictor
+
+    (pair_files / "names.txt").write_text("ethanol\nwater\nbenzene\nacetone\npyridine\n")
+    bench = ["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy", "--warmup", "0"]
+    load = Predictor.load
+    monkeypatch.setattr(Predictor, "load", lambda *a, **k: pytest.fail("the model was loaded"))
+    expect_refused([*bench, "--tgt", pair_files / "names.txt"], capsys, "none of the 5 targets is a SMILES RDKit "
+                   "reads (the first: 'ethanol'), so every query would be a miss")
+    monkeypatch.setattr(Predictor, "load", load)
+    lines = (pair_files / "tgt.txt").read_text().splitlines()
+    (pair_files / "some.txt").write_text("\n".join(["water", *lines[1:]]) + "\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):  # water, and the copy model's ON1N1
+        assert main([*bench, "--tgt", str(pair_files / "some.txt")]) == 0  # it stopped at the end: no SMILES token
+    assert (f"2 of 5 targets in {pair_files / 'some.txt'} are SMILES RDKit cannot read: those queries count as misses"
+            in caplog.text)
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("index,message", [
     ("-1\n", "line number -1 is not among the 0-based lines 0..4"),  # once picked the last line, silently
     ("0\n99\n", "line 2: line number 99"),
