@@ -1128,6 +1128,10 @@ def sweep_grid(text: str, methods: list[str], sampling) -> tuple[str, list[float
         raise ValueError(f"--sweep values must be numbers: {values!r}") from None
     if not grid:
         raise ValueError(f"--sweep {text!r} has no values; e.g. {knob.strip()}=0,0.5,1")
+    given = getattr(sampling, knob.strip())
+    if given != getattr(SamplingOptions(), knob.strip()):  # each point sets it: the flag would be ignored
+        raise ValueError(f"--{knob.strip()} {given:g} and --sweep {text}: the sweep sets {knob.strip()} at each of its "
+                         "values; give one of the two")
     for value in grid:  # a NaN or negative tau would fail only once the run reached it
         check_sampling(dataclasses.replace(sampling, **{knob.strip(): value}))
     return lossy[0], grid

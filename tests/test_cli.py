@@ -1619,6 +1619,7 @@ def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files
     # a peer's name was an 'unknown method', and the list of choices after it did not name --peer
     (["--methods", "greedy,ct2-int8-greedy"], "ct2-int8-greedy is CTranslate2's, timed with --peer ctranslate2"),
     (["--methods", "ct2-beam", "--peer", "ctranslate2"], "leave ct2-beam out of --methods"),
+    (["--methods", "relaxed", "--sweep", "tau=0,1", "--tau", "2"], "--tau 2 and --sweep tau=0,1"),  # --tau ignored
     (["--methods", "greedy", "--peer-threads", "1"], "--peer-threads sets the threads of the CTranslate2 peer's "
                                                      "process: give --peer ctranslate2 too"),  # it was ignored
     (["--methods", "beam", "--beam-width", "2", "--n-best", "5"], "--beam-width 2 and --n-best 5"),  # 5 was ignored
