@@ -287,7 +287,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
                          "omp_wait_policy": peer.wait_policy, "version": _peer_version()} for m, peer in peers.items()},
                   **{m: {"failed": why} for m, why in failed.items()}},
         "n_best": n_best,  # the beam width of beam-like methods (and the peer's), the answers compared for top-k
-        "n_queries": len(queries), "skipped_queries": skipped, "warmup_batches": min(warmup, len(batches)),
+        "n_queries": len(queries), "n_given": len(sources), "skipped_queries": skipped,
+        "warmup_batches": min(warmup, len(batches)),
         "draft_len": draft_len, "n_drafts": n_drafts,
         "sampling": (sampling or SamplingOptions()).__dict__,  # what decode ran with: the defaults where none given
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -462,7 +463,8 @@ def markdown_table(report: dict) -> str:
         lines.append(f"\nThis run was {report['interrupted']}.")
     if report.get("skipped_queries"):
         skipped = report["skipped_queries"]
-        lines.append(f"\n{len(skipped)} of the {report['n_queries'] + len(skipped)} queries given were skipped (the "
+        given = report.get("n_given", report["n_queries"] + len(skipped))  # reports from before it: a whole run's
+        lines.append(f"\n{len(skipped)} of the {given} queries given were skipped (the "
                      f"model cannot read them; misses in top-k): the first, query {skipped[0]['query']}: "
                      f"{skipped[0]['error']}")
     if report.get("sweep"):

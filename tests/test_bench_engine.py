@@ -46,6 +46,16 @@ def test_ctrl_c_part_way_keeps_the_batches_measured_whole(monkeypatch):
     assert "after 2 of the 5 queries" in markdown_table(report)
 
 
+def test_a_run_stopped_part_way_counts_the_skipped_queries_among_those_given(monkeypatch):
+    """Stopped part way, the table said '1 of the 3 queries given were skipped' of 6 given: it counted the queries
+    measured, not those given."""
+    ctrl_c_at_call(monkeypatch, 5)  # batch 3's first method: batches 1 and 2 measured
+    report = run_bench(Predictor.load(MODEL), [*QUERIES[:2], "xyz", *QUERIES[2:]], None, ["greedy", "spec-lookup"],
+                       warmup=0, progress=False)
+    assert report["n_queries"] == 2 and report["n_given"] == 6
+    assert "1 of the 6 queries given were skipped" in markdown_table(report)
+
+
 def test_ctrl_c_before_a_batch_is_measured_stops_the_run(monkeypatch):
     """Nothing measured, nothing to report: the Ctrl-C goes on to the command line's `interrupted`."""
     ctrl_c_at_call(monkeypatch, 2)
