@@ -58,6 +58,20 @@ MAX_SRC_TOKENS = 300  # training length caps: longer rows are rare outliers and 
 MAX_TGT_TOKENS = 200
 UINT8_TOKENS = 256  # token ids are stored as uint8 (compact data for the GPU machine)
 
+# The files of the shared data folder (its README) that prepare-data reads, relative to it
+MIT_VALID = ("uspto_mit/derived/src-valid.mixed.txt.gz", "uspto_mit/derived/tgt-valid.txt.gz")  # (sources, targets)
+MIT_TEST = ("uspto_mit/derived/src-test.mixed.txt.gz", "uspto_mit/derived/tgt-test.txt.gz")
+FULL_POOL = ("uspto_full/uspto_valT.csv.xz", "uspto_full/uspto_testT_minus_holdout.csv.xz")
+GLN_TRAIN = "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz"
+GLN_TRAIN_MAPPED = "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz"  # atom-mapped by RXNMapper
+GLN_VAL = "uspto50k/gln_split/raw_val.csv"
+GLN_TEST_DIR = "uspto50k/gln_split_test_unmapped_faster_ml_casp"
+GLN_TEST = (f"{GLN_TEST_DIR}/products.txt", f"{GLN_TEST_DIR}/reactants.txt")
+TASK_INPUTS = {"forward": (*MIT_VALID, *MIT_TEST, *FULL_POOL, GLN_TRAIN),
+               "forward-mit": (*MIT_VALID, *MIT_TEST),
+               "forward-gln": (*MIT_VALID, *MIT_TEST, GLN_TEST[0], GLN_VAL),
+               "retro": (*GLN_TEST, GLN_TRAIN_MAPPED, GLN_VAL)}
+
 
 @contextmanager
 def open_text(path: Path, newline: str | None = None) -> Iterator[io.TextIOBase]:
@@ -132,11 +146,11 @@ def _retro_pair(reaction: tuple[str, str]) -> Pair | None:
 
 def forward_pool(root: Path) -> Iterator[tuple[str, str]]:
     """(reactants, product) of every pool reaction: USPTO-full val/test parts and USPTO-50K train."""
-    for name in ("uspto_valT.csv.xz", "uspto_testT_minus_holdout.csv.xz"):
-        with open_text(root / "uspto_full" / name) as f:
+    for name in FULL_POOL:
+        with open_text(root / name) as f:
             for row in csv.DictReader(f):
                 yield row["target"], row["input"]
-    yield from gln_reactions(root / "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz")
+    yield from gln_reactions(root / GLN_TRAIN)
 
 
 def gln_reactions(path: Path) -> Iterator[tuple[str, str]]:
@@ -188,11 +202,10 @@ class MitSplit:
 
 
 def mit_split(root: Path, n_val: int) -> MitSplit:
-    mit = root / "uspto_mit" / "derived"
     # a row with an empty side teaches nothing (54 valid targets are empty), and an empty source stopped a
     # training run at its first validation ("source i has no tokens")
-    valid = [p for p in read_pairs(mit / "src-valid.mixed.txt.gz", mit / "tgt-valid.txt.gz") if p.src and p.tgt]
-    test = read_pairs(mit / "src-test.mixed.txt.gz", mit / "tgt-test.txt.gz")
+    valid = [p for p in read_pairs(root / MIT_VALID[0], root / MIT_VALID[1]) if p.src and p.tgt]
+    test = read_pairs(root / MIT_TEST[0], root / MIT_TEST[1])
     val = valid[:n_val]
     return MitSplit(val, valid[n_val:], test, {key for p in [*test, *val] if (key := _leakage_key(p.tgt))})
 
@@ -309,9 +322,8 @@ def prepare_forward_gln(root: Path, out: Path, n_val: int, augment: int, vocab: 
     if augment < 1:
         raise ValueError("forward-gln: augment is the writings of each source, at least 1")
     mit = mit_split(root, n_val)
-    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
-    held_out = mit.held_out | {key for s in read_lines(test_dir / "products.txt") if (key := _leakage_key(s))}
-    reactions = list(gln_reactions(root / "uspto50k/gln_split/raw_val.csv"))
+    held_out = mit.held_out | {key for s in read_lines(root / GLN_TEST[0]) if (key := _leakage_key(s))}
+    reactions = list(gln_reactions(root / GLN_VAL))
     pairs = [p for p in convert(reactions, "forward", workers) if p is not None]
     leaks = made_held_out(pairs, held_out, workers)
     kept = dedupe(keep_short([p for p, leak in zip(pairs, leaks) if not leak]))
@@ -359,9 +371,8 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     whose product is a test or validation product is left out (leakage)."""
     if augment < 0:
         raise ValueError("retro: augment is the root-aligned writings of each reaction, at least 0 (0: canonical only)")
-    test_dir = root / "uspto50k/gln_split_test_unmapped_faster_ml_casp"
-    test = read_pairs(test_dir / "products.txt", test_dir / "reactants.txt")  # checked before the minutes of work
-    with open_text(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz") as f:
+    test = read_pairs(root / GLN_TEST[0], root / GLN_TEST[1])  # checked before the minutes of work
+    with open_text(root / GLN_TRAIN_MAPPED) as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
     train: list[Pair] = []
     done: list[tuple[list[Pair], bool]] = []
@@ -372,7 +383,7 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     # Validation: the product as the service writes a query (canonical), the reactants aligned to it
     # where the maps allow, as the model is trained to write them; so the trainer's token-level exact
     # match (it has no RDKit) measures what the model is asked to do. Canonical pairs otherwise.
-    val_rows = [f"{r}>>{p}" for r, p in gln_reactions(root / "uspto50k/gln_split/raw_val.csv")]
+    val_rows = [f"{r}>>{p}" for r, p in gln_reactions(root / GLN_VAL)]
     val_done = [(i, pairs[0], ok) for i, (pairs, ok) in enumerate(
         _retro_augmented((rxn, rxn, min(augment, 1), i)) for i, rxn in enumerate(val_rows)) if pairs][:n_val]
     val = [pair for _, pair, _ in val_done]
@@ -534,6 +545,16 @@ DEFAULT_AUGMENT = {"forward": 1, "forward-mit": 1, "forward-gln": 1, "retro": 20
 MAX_AUGMENT = 50
 
 
+def check_data_files(task: str, root: Path) -> None:
+    """Refuse, before any work, a data folder that lacks a file the task reads (TASK_INPUTS): forward read and
+    converted the USPTO-MIT rows (a minute of RDKit work) before it found the pool or USPTO-50K's train set missing."""
+    missing = [name for name in TASK_INPUTS[task] if not (root / name).is_file()]
+    if missing:
+        more = f" (and {len(missing) - 1} more of the {len(TASK_INPUTS[task])} it reads)" if len(missing) > 1 else ""
+        raise ValueError(f"{root / missing[0]} is missing{more}: --data is the shared data folder, laid out as its "
+                         "README says (README.md's \"Data\" says where the data sets come from)")
+
+
 def check_new_out(out: Path) -> None:
     """Refuse, before any work, an --out that is a file or a folder already holding files: the data's files
     would be written among what is there (a model folder's vocab.json was replaced, and the model no longer
@@ -578,6 +599,7 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
                          "retro's root-aligned)")
     check_new_out(out)
     check_can_write("--out", out, out)
+    check_data_files(task, root)
     augment = DEFAULT_AUGMENT.get(task, 1) if augment is None else augment
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment, vocab)

@@ -120,3 +120,21 @@ def test_a_write_cut_short_leaves_no_half_folder_and_the_same_command_runs_again
     monkeypatch.setattr(data_module, "save_arrays", real)
     write_splits(tmp_path / "out", splits, {"task": "forward"})
     assert json.loads((tmp_path / "out" / "stats.json").read_text())["train"] == 3
+
+
+@pytest.mark.parametrize("task", ["forward", "forward-gln", "retro"])
+def test_prepare_refuses_a_data_folder_lacking_a_file_its_task_reads_before_any_work(task, tmp_path, monkeypatch):
+    """forward converted the USPTO-MIT rows (a minute of RDKit work) before it found the pool missing."""
+    from molspec_core import data as data_module
+
+    root = tmp_path / "shared_data"
+    for name in data_module.MIT_VALID + data_module.MIT_TEST:  # the files forward-mit reads, and no other
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    monkeypatch.setattr(data_module, "read_pairs", lambda *args: pytest.fail("a data file was read"))
+    there = data_module.MIT_VALID + data_module.MIT_TEST
+    missing = [name for name in data_module.TASK_INPUTS[task] if name not in there]
+    with pytest.raises(ValueError, match=rf"{root / missing[0]} is missing( \(and {len(missing) - 1} more of the "
+                                         rf"{len(data_module.TASK_INPUTS[task])} it reads\))?: --data is the shared"):
+        prepare(task, root, tmp_path / "out", n_val=1, workers=1)
+    assert not (tmp_path / "out").exists()

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.chem import ChemError, canonical  # noqa: E402
-from molspec_core.data import DEFAULT_DATA  # noqa: E402
+from molspec_core.data import DEFAULT_DATA, GLN_TRAIN  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
 
-TRAIN = Path("uspto50k/derived/train_liu_minus_gln_valtest.csv.gz")
+TRAIN = Path(GLN_TRAIN)
 REACTION_COLUMN = "reactants>reagents>production"
 
 

@@ -42,12 +42,13 @@ from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noq
 
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
+from molspec_core.data import DEFAULT_DATA, GLN_TEST_DIR  # noqa: E402
 from molspec_core.evaluate import mcnemar_p, read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
 from molspec_core.service import Predictor  # noqa: E402
 
-TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "uspto50k" / "gln_split_test_unmapped_faster_ml_casp"
+TEST = DEFAULT_DATA / GLN_TEST_DIR
 
 
 def has_stereo(smiles: str) -> bool:
