@@ -447,3 +447,27 @@ def test_an_earlier_prediction_shown_again_says_which_settings_decoded_it(copy_m
     assert_clean(at)
     assert at.session_state["shown"].settings.method != "sample"
     assert "The sidebar's settings differ now: press Predict to decode the query with them." in texts(at.caption)
+
+
+@test_app.needs_forward
+def test_a_draft_models_speedup_says_its_own_calls_are_not_counted(monkeypatch):
+    """Speculative sampling with a draft model showed "Model calls saved: 329" at a speedup of 0.97: the count is the
+    model's calls alone, the draft model's (about one a drafted token) left out without a word."""
+    from molspec_core import bench
+
+    def fake(predictor, query, baseline, speculative, repeats=3):
+        return bench.Speedup(query, bench.Timing(baseline["method"], 30.0, 400, 0.0, 1.0, ("CC",)),
+                             bench.Timing(speculative["method"], 31.0, 70, 4.0, 5.0, ("CC",)))
+
+    monkeypatch.setattr(bench, "compare_pair", fake)
+    note = "Model calls are the model's own: the draft model's, about one for each token it drafts, are not counted"
+    at = app().run()
+    at.selectbox(key="method").set_value("spec-sample-draft").run()
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    test_app.measure_speedup(at)
+    assert_clean(at)
+    assert {m.label: m.value for m in at.metric}["Model calls saved"] == "330" and note in texts(at.caption)
+    at.selectbox(key="method").set_value("spec-sample").run()  # copy drafts: every call is the model's
+    predict(at, "CC(=O)Cl.NCc1ccccc1")
+    test_app.measure_speedup(at)
+    assert "Model calls saved" in {m.label for m in at.metric} and note not in texts(at.caption)

@@ -667,6 +667,10 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
             st.dataframe(session_table(measured, [key[-1] for key in records]), hide_index=True)
 
 
+DRAFT_MODEL_CALLS = ("Model calls are the model's own: the draft model's, about one for each token it drafts, are not "
+                     "counted (their time is in the speculative time).")
+
+
 def show_speedup_record(record: Speedup) -> None:
     # side by side, wrapping where the page is narrow (in four columns, 800 pixels wide, "Model calls saved" was cut
     # to "Model calls …" and a long time to its first digits), as an answer card's figures do
@@ -683,6 +687,9 @@ def show_speedup_record(record: Speedup) -> None:
         figures.metric("Extra model calls", f"{-saved}", width="content",
                        help="Decoder calls of speculative minus standard decoding: on this query the speculative "
                             "decoder called the model more often")
+    row = METHODS.get(record.speculative.method)
+    if row is not None and row.drafts == "model":  # "Model calls saved: 329" read as 329 calls spared outright
+        st.caption(DRAFT_MODEL_CALLS)
     table = pd.DataFrame([
         {"Decoder": common.method_label(t.method), "Wall time (ms)": round(t.time_ms, 1),
          "Model calls": t.model_calls, "Accepted draft tokens per call": round(t.accepted_per_call, 2),
@@ -696,7 +703,6 @@ def show_speedup_record(record: Speedup) -> None:
         st.caption("On this query the speculative decoder took longer: its drafts spared too few model calls to "
                    "pay for the tokens they add to each call (on a CPU a drafted token costs a call about as much "
                    "as its own). The model cards measure each method over many queries.")
-    row = METHODS.get(record.speculative.method)
     if record.identical and row is not None and row.lossless and row.family != "sampling":
         st.caption("Both decoders returned the same answer, as this exact speculative decoder guarantees.")
     elif record.identical:  # a lossy method, or a sampled answer, that happened to agree here
