@@ -418,10 +418,10 @@ def column_key(name: str) -> str:
     return " ".join(name.split()).casefold()
 
 
-def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None) -> str:
-    """Where a CSV's first cell reads as a SMILES, what to do with a file of queries that has no header line (a list
-    of SMILES saved as .csv), else "": the refusal named the columns it needs, and a chemist looking at a file of
-    SMILES saw no header that could be missing."""
+def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: str | None = None) -> str:
+    """Where a CSV's (or a workbook `sheet`'s) first cell reads as a SMILES, what to do with a table of queries that
+    has no header line (a list of SMILES saved as .csv, or pasted into a sheet), else "": the refusal named the
+    columns it needs, and a chemist looking at a file of SMILES saw no header that could be missing."""
     from .chem import canonical_or_none  # chem reads this module: imported where needed, as a refusal is rare
 
     first = next((cell.strip() for cell in rows[0] if cell.strip()), "") if rows else ""
@@ -429,9 +429,11 @@ def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None) -> str:
     if not molecules or canonical_or_none(molecules) is None:
         return ""
     named = column or SMILES_COLUMNS[0]
-    advice = f". Its first cell, {first[:60]!r}, reads as a SMILES: where the file has no header line, add one above " \
-             f"its first record, naming the query column {named}"
-    if all(sum(bool(cell.strip()) for cell in row) <= 1 for row in rows):  # a query a line and nothing else
+    whose, table = (f"The first cell of the sheet {sheet!r}", "the sheet has no header row") if sheet is not None \
+        else ("Its first cell", "the file has no header line")
+    advice = f". {whose}, {first[:60]!r}, reads as a SMILES: where {table}, add one above its first record, naming " \
+             f"the query column {named}"
+    if sheet is None and all(sum(bool(cell.strip()) for cell in row) <= 1 for row in rows):  # a query a line alone
         advice += ", or save the file with a .txt name (a query a line)"
     return advice
 
@@ -496,7 +498,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         raise InputFileError(f"{name} holds more than {WORKBOOK_MAX_XML_BYTES // 2**20} MB once decompressed")
     import openpyxl  # only where a workbook is read
 
-    headers = []
+    headers, advice = [], ""
     try:
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
         try:
@@ -508,6 +510,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                 found = header_of(top, column, task)
                 if found is None:
                     headers.append(f"{sheet.title!r}: {[f for f in top[0] if f] if top else []}")
+                    advice = advice or _no_header_advice(top, column, sheet.title)
                     continue
                 line, at = found
                 fields = [str(name) for name in top[line]]  # a header's names are text (a column called 2026 too)
@@ -542,7 +545,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         raise InputFileError(f"{name} cannot be read as an Excel workbook: {type(exc).__name__}: {exc}") from None
     raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column)} (its first row, "
                          f"or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
-                         f"{'; '.join(headers) or 'nothing'}")
+                         f"{'; '.join(headers) or 'nothing'}{advice}")
 
 
 def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]

@@ -1223,6 +1223,17 @@ def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
     (tmp_path / "text.xlsx").write_text("smiles\nCCO\n")
     with pytest.raises(InputFileError, match="text.xlsx is not an Excel workbook"):
         read_queries(tmp_path / "text.xlsx")
+
+
+def test_a_sheet_of_queries_without_a_header_row_is_told_to_add_one(tmp_path):
+    """SMILES pasted into a sheet from its first row were refused naming the columns a header needs, and nothing
+    said that the sheet had none (test_a_csv_of_queries_without_a_header_line_is_told_to_add_one)."""
+    path = workbook(tmp_path / "w.xlsx", {"notes": [["made by"]], "Pasted": [["CCO", "ethanol"], ["CCN", "x"]]})
+    with pytest.raises(InputFileError, match=re.escape(
+            "'notes': ['made by']; 'Pasted': ['CCO', 'ethanol']. The first cell of the sheet 'Pasted', 'CCO', reads "
+            "as a SMILES: where the sheet has no header row, add one above its first record, naming the query column "
+            "smiles") + "$"):
+        read_queries(path)
     (tmp_path / "Old.XLS").write_bytes(b"\xd0\xcf\x11\xe0" + bytes(100))
     with pytest.raises(InputFileError, match=r"old binary format \(\.xls\).*save it as an Excel workbook \(\.xlsx\)"):
         read_queries(tmp_path / "Old.XLS")
