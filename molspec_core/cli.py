@@ -1012,7 +1012,7 @@ def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list
     asks for no fit), and say where and how to take it: a Ctrl-C an hour into a run lost every query decoded."""
     from . import calibration
 
-    if collected is None:  # stopped before the decoding, or by no part of it
+    if not collected:  # stopped before a window was decoded, or by no part of the decoding
         return
     n = len(collected)
     try:

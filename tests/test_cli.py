@@ -134,6 +134,12 @@ def test_a_calibration_stopped_by_ctrl_c_keeps_the_fit_of_the_queries_it_decoded
     monkeypatch.setattr(Predictor, "predict", real)
     assert main(["calibrate", *files, "--limit", "5"]) == 0
     assert json.loads(partial.read_text()) == json.loads((model / "calibration.json").read_text())
+    partial.unlink()
+    caplog.clear()
+    ctrl_c_at_third_predict(monkeypatch, at=1)  # nothing decoded: no fit, and no word of one
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["calibrate", *files]) == 130
+    assert not partial.exists() and "stopped after" not in caplog.text
     capsys.readouterr()
 
 
