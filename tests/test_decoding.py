@@ -199,6 +199,21 @@ def test_a_source_without_tokens_is_refused_by_every_decoder_before_any_query_is
     assert greedy(model, [[5, 6, 7]], factory("none", 0, 0))[0].hypotheses[0].tokens  # a batch without one decodes
 
 
+def test_an_empty_batch_gets_no_results_from_every_decoder(copy_model, engine):
+    """Greedy, its uncached reference and beam search (cached or not) failed on an empty batch with 'max() arg is
+    an empty sequence' (Predictor.decode([], "greedy", 1) too), where speculative beam search and sampling gave []."""
+    from molspec_core.decoding.sampling import SamplingOptions, sample_decode
+    from molspec_core.decoding.speculative_beam import speculative_beam
+
+    model = on_engine(copy_model[0], engine)
+    decoders = [lambda: greedy(model, [], factory("none", 0, 0)), lambda: greedy(model, [], factory("lookup", 4, 1)),
+                lambda: greedy_uncached(model, []), lambda: beam_search(model, [], 3),
+                lambda: beam_search(model, [], 3, cached=False),
+                lambda: speculative_beam(model, [], 3, factory("lookup", 4, 1), exact=True),
+                lambda: sample_decode(model, [], "sample", None, SamplingOptions())]
+    assert [decode() for decode in decoders] == [[]] * len(decoders)
+
+
 def test_a_source_holding_a_decoders_own_token_or_no_token_is_refused_by_every_decoder(copy_model):
     """Vocab.encode writes no pad, bos or eos, but the decoders take ids. An eos in a source was copied by a draft:
     speculative greedy accepted it and wrote it into the answer, where greedy's answer ended there (on

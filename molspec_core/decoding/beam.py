@@ -106,8 +106,10 @@ def beam_search(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], wid
     reference for speculative beam search. prune=False keeps the slots below the floor alive (the
     same results; for tests and benchmarks). At the time limit (limits.py) it raises QueryTimeout with what it
     found: per query, the hypotheses finished, then its live ones, unfinished, and its real counts."""
-    start_time = time.perf_counter()
     n_best = answers_wanted(width, n_best)
+    if not sources:  # nothing to pad (max() of no lengths): no results, as every decoder gives
+        return []
+    start_time = time.perf_counter()
     device = model.device
     n_queries = len(sources)
     memory, keep, budgets = encode_sources(model, sources, max_len)

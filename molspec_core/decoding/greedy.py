@@ -82,6 +82,8 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     source does not hold, as at a reaction centre), a row's next `rest` calls go without drafts. Where
     a call costs more with every token it verifies (CPU), those drafts would mostly be paid for and
     thrown away. The output is the same for any rest."""
+    if not sources:  # nothing to pad (max() of no lengths): no results, as every decoder gives
+        return []
     start_time = time.perf_counter()
     device = model.device
     # Drafts are windows of the source, so no draft is longer than the longest source.
@@ -184,6 +186,8 @@ def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
                     max_len: int | None = None) -> list[DecodeResult]:
     """Reference greedy decoding that recomputes the whole prefix at every step (the paper's
     baseline). Kept for benchmarks and equivalence tests only."""
+    if not sources:
+        return []
     start_time = time.perf_counter()
     device = model.device
     memory, keep, budgets = encode_sources(model, sources, max_len)
