@@ -459,6 +459,8 @@ def markdown_table(report: dict) -> str:
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | "
                      f"{reference} {m[f'identical_to_{reference}']:.3f} | "
                      f"{tops or '-'} | {reference} {m[f'speedup_vs_{reference}']:.2f}x | {peers or '-'} |")
+    if report.get("batch_size", 1) > 1:  # each time is one decode call's, and a call decodes a batch
+        lines.append(f"\nThe median and p90 ms are those of a batch of {report['batch_size']} queries, not of one.")
     if report.get("interrupted"):
         lines.append(f"\nThis run was {report['interrupted']}.")
     if report.get("skipped_queries"):
