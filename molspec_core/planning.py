@@ -74,10 +74,12 @@ class SearchStopped(Exception):
 class Stock(SmilesListInventory):
     """Building blocks a route may start from: canonical SMILES without atom maps (a syntheseus inventory)."""
 
-    def __init__(self, smiles: Iterable[str], source: str = "", n_unreadable: int = 0):
+    def __init__(self, smiles: Iterable[str], source: str = "", n_unreadable: int = 0, first_unreadable: str = ""):
         super().__init__(list(smiles), canonicalize=False)  # canonical already (stock_from_queries)
         self.source = source  # the file it came from, for people
         self.n_unreadable = n_unreadable  # entries RDKit could not read, left out
+        # The first of them and why: '1 unreadable entry left out' sent a chemist through a catalogue to find it
+        self.first_unreadable = first_unreadable
 
 
 def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
@@ -120,7 +122,8 @@ def _one_per_line(name: str, column: str | None, too_many: TooManyRecords, text:
 
 
 def stock_from_queries(table: QueryFile, source: str) -> Stock:
-    molecules, n_unreadable = set(), len([p for p in table.problems if p])  # SD records RDKit cannot read
+    unread = [problem for problem in table.problems if problem]  # SD records RDKit cannot read
+    molecules, n_unreadable, first_unreadable = set(), len(unread), unread[0] if unread else ""
     for entry in table.queries:
         fields = entry.split()
         if not fields or fields[0].startswith("#"):
@@ -135,16 +138,18 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
                 parent = _neutral_parent(part) if "+" in molecule or "-" in molecule else None  # charged ones
                 if parent:
                     molecules.add(parent)
-        except ChemError:
+        except ChemError as exc:  # its message names the entry (up to 80 characters of it)
             n_unreadable += 1
+            first_unreadable = first_unreadable or str(exc)
     if not molecules:
         one, many = (("record is a molblock RDKit cannot read", "records are molblocks RDKit cannot read")
                      if query_format(source)[1] == "sdf"  # an SD file's were said to be no SMILES
                      else ("entry is not SMILES RDKit can read", "entries are not SMILES RDKit can read"))
-        unreadable = f" ({n_unreadable} {one if n_unreadable == 1 else many})" if n_unreadable else ""
+        first = f"; the first: {first_unreadable}" if n_unreadable > 1 else f": {first_unreadable}"
+        unreadable = f" ({n_unreadable} {one if n_unreadable == 1 else many}{first})" if n_unreadable else ""
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
                          "an SD file, or a CSV or Excel workbook with a smiles column")
-    return Stock(molecules, source, n_unreadable)
+    return Stock(molecules, source, n_unreadable, first_unreadable)
 
 
 def _stock_mol(entry: str) -> Chem.Mol:

@@ -771,6 +771,21 @@ def test_stock_reads_an_excel_inventory_and_an_uploaded_one(tmp_path):
         assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CC(=O)O", "Nc1ccccc1"]
 
 
+def test_a_stock_names_the_first_entry_it_left_out_and_why(tmp_path):
+    """'1 unreadable entry left out' said nothing of which, in a catalogue of thousands; a stock of none readable was
+    refused without naming one."""
+    (tmp_path / "stock.smi").write_text("OCC\nC1CC\nxyz\n")
+    stock = load_stock(tmp_path / "stock.smi")
+    assert stock.n_unreadable == 2
+    assert stock.first_unreadable == ("RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is "
+                                      "never closed")
+    (tmp_path / "none.smi").write_text("C1CC\n")
+    with pytest.raises(ValueError, match=r"\(1 entry is not SMILES RDKit can read: RDKit cannot parse 'C1CC'"):
+        load_stock(tmp_path / "none.smi")
+    (tmp_path / "shelf.sdf").write_text(sd_file_text())
+    assert load_stock(tmp_path / "shelf.sdf").first_unreadable.startswith("SD record ")
+
+
 @pytest.mark.parametrize("content, message", [
     ("", "holds no molecules"), ("# only a comment\n\n", "holds no molecules"),
     ("C1CC\nxyz\n", r"holds no molecules \(2 entries are not SMILES"),
@@ -788,7 +803,7 @@ def test_an_unreadable_sd_stock_is_said_to_hold_unreadable_records_not_smiles(tm
     read': a chemist who gave molblocks was told of SMILES."""
     path = tmp_path / "stock.sdf"
     path.write_text("not a molblock\n$$$$\nnor this\n$$$$\n")
-    unread = r"holds no molecules \(2 records are molblocks RDKit cannot read\)"
+    unread = r"holds no molecules \(2 records are molblocks RDKit cannot read; the first: SD record 1: RDKit cannot"
     with pytest.raises(ValueError, match=unread) as refused:
         load_stock(path)
     assert "SMILES RDKit" not in str(refused.value)

@@ -400,6 +400,9 @@ def test_the_stock_line_counts_the_entries_it_left_out_before_any_search(tmp_pat
     at = routes_page(tmp_path / "models", monkeypatch)
     at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\nC1CC\nxyz\n".encode()).run()
     assert stock_line(at) == "**Stock:** your file shelf.smi (1 molecule; 2 unreadable entries left out)."
+    # and which: the count alone sent a chemist through a catalogue to find them
+    assert ("The first entry left out: RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is "
+            "never closed.") in shown_text(at)
 
 
 def test_the_downloads_give_each_routes_probability_as_the_page_titles_it():

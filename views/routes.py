@@ -505,6 +505,9 @@ def show_stock() -> None:
         before = ("" if shown else ", chosen before you left this page. The file box above cannot show it again, "
                   "but searches use it until you choose another file")
         st.markdown(f"**Stock:** your file {name} ({size}){before}.")
+        if stock.first_unreadable:  # which entry: the count alone sent a chemist searching the file
+            first = "The first entry left out" if stock.n_unreadable > 1 else "The entry left out"
+            st.caption(common.md_escape(f"{first}: {stock.first_unreadable}."))
     if shown:
         return
     st.button("Use the default stock instead", key="route_default_stock", on_click=use_default_stock,
