@@ -279,11 +279,12 @@ def test_rank_pairs_near_on_no_pairs_says_so_and_writes_nothing(tmp_path, monkey
     monkeypatch.setattr(tool, "gaps", lambda model, lines, **kwargs: [0.0] * len(lines))
     pairs, out = tmp_path / "pairs.tsv", tmp_path / "near.tsv"
     pairs.write_text("")  # what mine writes where every recorded product is first
-    code, _ = run_main(tool, monkeypatch, capsys, "near", "--model", "m", "--pairs", pairs, "--out", out)
+    code, _ = run_main(tool, monkeypatch, capsys, "near", "--model", FIXTURES / "copy_model", "--pairs", pairs,
+                       "--out", out)
     assert "holds no pairs" in str(code)
     assert not out.exists() and not out.with_suffix(".json").exists()
     with pytest.raises(tool.NoPairs):
-        tool.near("m", pairs, out, 2.5)
+        tool.near(str(FIXTURES / "copy_model"), pairs, out, 2.5)
 
 
 def test_pool_sweep_score_on_an_empty_file_says_so(tmp_path, monkeypatch, capsys):
@@ -512,3 +513,31 @@ def test_a_missing_default_data_file_says_where_the_data_comes_from(tmp_path, mo
     code, err = run_main(tool, monkeypatch, capsys)
     assert code == 2 and f"--data: {tmp_path}/shared/data/uspto50k/gln_split/raw_test.csv does not exist" in err
     assert "the USPTO data sets are not part of this repository: README.md's \"Data\" says where" in err
+
+
+@pytest.mark.parametrize("name,argv", [
+    ("cost_ratio", ["{missing}"]),
+    ("draft_sweep", ["--model", "{missing}", "--src", "{queries}"]),
+    ("decode_cost", ["--model", "{missing}", "--src", "{queries}"]),
+    ("page_latency", ["--model", "{missing}", "--src", "{queries}", "--tgt", "{queries}"]),
+    ("server_latency", ["--model", "{missing}", "--src", "{queries}"]),
+    ("pool_sweep", ["decode", "--model", "{missing}", "--src", "{queries}", "--tgt", "{queries}", "--out",
+                    "{tmp}/o.jsonl"]),
+    ("rank_pairs", ["near", "--model", "{missing}", "--pairs", "{queries}", "--out", "{tmp}/p.tsv"]),
+    ("stereo_check", ["--task", "retro", "--model", "{missing}", "--test", "{tmp}"]),
+    ("draft_compare", ["--model", "{missing}", "--draft", "{tmp}", "--src", "{queries}", "--out", "{tmp}/r.json"]),
+])
+def test_a_model_that_is_not_there_is_a_usage_error_before_any_work(name, argv, tmp_path, monkeypatch, capsys):
+    """A mistyped model ended in a CheckpointError traceback, several after their queries were read and checked."""
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    missing = tmp_path / MISSING
+    given = [arg.format(missing=missing, tmp=tmp_path, queries=queries) for arg in argv]
+    code, err = run_main(tool, monkeypatch, capsys, *given)
+    flag = "model" if name == "cost_ratio" else "--model"
+    assert code == 2 and f"error: {flag} {missing}: model folder {missing} does not exist" in err, err

@@ -45,6 +45,22 @@ def check_inputs(inputs: Iterable[Named]) -> None:
         raise InputFileError(where)
 
 
+def check_models(models: Iterable[Named]) -> None:
+    """Refuse (InputFileError, naming the flag) before any work a model that would not load: a mistyped name or
+    folder ended in a CheckpointError traceback, several tools' after reading and checking their queries. Reads the
+    JSON files and safetensors headers alone (checkpoint.inspect_folder: milliseconds)."""
+    from molspec_core.checkpoint import CheckpointError, inspect_folder
+    from molspec_core.service import model_folder
+
+    for name, model in models:
+        if model is None:
+            continue
+        try:
+            inspect_folder(model_folder(model))
+        except CheckpointError as exc:
+            raise InputFileError(f"{name} {model}: {exc}") from None
+
+
 def _same(a: Path, b: Path) -> bool:
     """Whether two resolved paths are one file or folder (hard links and bind mounts included)."""
     try:

@@ -3,11 +3,16 @@
 python3 tools/cost_ratio.py MODEL [SMILES]
 """
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.service import Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_models  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.service import Predictor  # noqa: E402
 
 QUERY = "CC(=O)Cl.NCc1ccccc1"
 
@@ -37,6 +42,10 @@ def main() -> None:
     parser.add_argument("model", help="a shipped model's name or a model folder, with a draft model")
     parser.add_argument("smiles", nargs="?", default=QUERY, help=f"the query whose steps are timed (default {QUERY})")
     args = parser.parse_args()
+    try:
+        check_models([("model", args.model)])
+    except InputFileError as exc:
+        parser.error(str(exc))
     torch.set_num_threads(1)
     predictor = Predictor.load(args.model, device="cpu")
     if predictor.draft_model is None:

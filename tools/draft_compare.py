@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402
+from _toolbox import InputFileError, check_inputs, check_models, check_outputs  # noqa: E402
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import markdown_table, run_bench, save_report  # noqa: E402
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before the model loads: the queries are there and readable, and the report replaces none of them
         check_inputs([*inputs, ("--draft", args.draft)])
         check_outputs([("--out", args.out)], inputs)
+        check_models([("--model", args.model)])
         sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     except (InputFileError, ValueError) as exc:  # OutputFileError is a ValueError; read_pairs' names the file
         parser.error(str(exc))

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.decoding.greedy import greedy  # noqa: E402
@@ -47,8 +47,9 @@ def main() -> None:
     parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--dtype", default="float32", help="float32, or int8 (native engine)")
     args = parser.parse_args()
-    try:  # before the model loads: the queries are there and readable
+    try:  # before the model loads: the queries are there and readable, and the model loads
         check_inputs([("--src", args.src), ("--index", args.index)])
+        check_models([("--model", args.model)])
         sources, _ = read_pairs(args.src, None, args.index, args.limit)
     except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
         parser.error(str(exc))

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
@@ -60,8 +60,9 @@ def main() -> None:
     methods = args.methods.split(",")
     for name in methods:
         method(name)  # an unknown name fails here, naming the choices, before any decoding
-    try:  # before the model loads: the queries are there and readable
+    try:  # before the model loads: the queries are there and readable, and the model loads
         check_inputs([("--src", args.src), ("--tgt", args.tgt), ("--index", args.index)])
+        check_models([("--model", args.model)])
         sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
         parser.error(str(exc))

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
@@ -162,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command == "decode":
             check_inputs([("--src", args.src), ("--tgt", args.tgt)])
             check_outputs([("--out", args.out)], [("--src", args.src), ("--tgt", args.tgt)])
+            check_models([("--model", args.model)])
         else:
             check_inputs([("file", args.file)])
     except (InputFileError, OutputFileError) as exc:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
 from molspec_core.argtypes import at_least  # noqa: E402
@@ -65,6 +65,7 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
 
     check_inputs([("--data", data / "train.src"), ("--data", data / "train.tgt")])
     check_paths(out, [("--data's train.src", data / "train.src"), ("--data's train.tgt", data / "train.tgt")])
+    check_models([("--model", model)])
     torch.set_num_threads(threads)
     predictor = Predictor.load(model, device="cpu", dtype="float32")
     sources, targets = read_lines(data / "train.src"), read_lines(data / "train.tgt")
@@ -124,6 +125,7 @@ def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -
     every recorded product first)."""
     check_inputs([("--pairs", pairs)])
     check_paths(out, [("--pairs", pairs)])
+    check_models([("--model", model)])
     lines = [tuple(line.split("\t")) for line in pairs.read_text().splitlines()]
     if not lines:
         raise NoPairs(f"{pairs} holds no pairs (mine writes none where the model ranks every recorded product "

@@ -38,7 +38,7 @@ import torch
 from rdkit import Chem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
@@ -120,6 +120,7 @@ def main() -> None:
                                               ("--test's products", Path(args.test) / "products.txt")])
         check_inputs([("--test", Path(args.test) / "reactants.txt"), ("--test", Path(args.test) / "products.txt"),
                       ("--train-tgt", args.train_tgt), ("--lines-from", args.lines_from), ("--against", args.against)])
+        check_models([("--model", args.model or args.task)])
     except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
     model = args.model or args.task
