@@ -471,3 +471,18 @@ def test_a_draft_models_speedup_says_its_own_calls_are_not_counted(monkeypatch):
     predict(at, "CC(=O)Cl.NCc1ccccc1")
     test_app.measure_speedup(at)
     assert "Model calls saved" in {m.label for m in at.metric} and note not in texts(at.caption)
+
+
+def test_two_query_molecules_alike_in_their_first_40_characters_can_both_be_seen_in_3d():
+    """The 3D view's list named a query molecule by its first 40 characters: two long reactants alike that far had one
+    label, the second took the first's place, and the first could not be viewed at all."""
+    from molspec_core.service import QueryResult
+    from views.common import Settings
+    from views.predict import Shown, molecules_3d
+
+    chain = "C" * 40
+    query = f"{chain}O.{chain}N.CC(=O)Cl"
+    shown = Shown(Settings("forward", "forward", "greedy", 1, None, None), QueryResult(query, query), None)
+    choices = molecules_3d(shown)
+    assert sorted(choices.values()) == sorted(query.split("."))
+    assert choices[f"Query molecule 1: {'C' * 39}…"] == f"{chain}O" and choices["Query molecule: CC(=O)Cl"] == "CC(=O)Cl"

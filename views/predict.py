@@ -764,11 +764,14 @@ def viewer_page(smiles: str) -> str | None:
 def molecules_3d(shown: Shown) -> dict[str, str]:
     """{label: SMILES} of what the 3D view offers: valid predictions, then each query molecule
     apart (a closer look than the whole query, whose molecules depict.molblock_3d sets side by side); lone
-    ions are left out."""
+    ions are left out. Two molecules whose labels would read alike (cut at the same 40 characters) are numbered:
+    one label held the other, which could not be chosen."""
     choices = {f"Prediction, rank {p.rank}": p.smiles for p in shown.result.predictions if p.valid}
-    for fragment in dict.fromkeys(shown.result.canonical_query.split(".")):
-        if len(depict.ATOM_TOKEN.findall(fragment)) > 1:
-            choices[f"Query molecule: {common.short(fragment, 40)}"] = fragment
+    fragments = [fragment for fragment in dict.fromkeys(shown.result.canonical_query.split("."))
+                 if len(depict.ATOM_TOKEN.findall(fragment)) > 1]
+    labels = [common.short(fragment, 40) for fragment in fragments]
+    for i, (fragment, label) in enumerate(zip(fragments, labels), start=1):
+        choices[f"Query molecule {i}: {label}" if labels.count(label) > 1 else f"Query molecule: {label}"] = fragment
     return choices
 
 
