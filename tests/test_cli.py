@@ -1616,6 +1616,17 @@ def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files
                     "--out", pair_files / "missing" / "b.json"], capsys, "does not exist")
 
 
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+def test_a_report_out_of_a_dash_is_refused_not_written_as_a_file_named_dash(pair_files, capsys, no_model_load,
+                                                                           monkeypatch, command):
+    """--out -, predict's way to standard output, wrote a file named '-' in the working folder (bench a '-.html'
+    beside it, and each run the other's '-' kept as '-.bak')."""
+    monkeypatch.chdir(pair_files)
+    expect_refused([command, "--model", MODEL, "--src", "src.txt", "--tgt", "tgt.txt", "--out", "-"], capsys,
+                   "--out -: the report is written to a file")
+    assert not (pair_files / "-").exists()
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--methods", ""], "names no method"),
     (["--methods", " , "], "names no method"),
