@@ -64,11 +64,10 @@ CALIBRATE_LIMIT = 2000  # calibrate's default --limit: the whole val split prepa
 
 def check_report_path(path: str, *inputs: str | None, model: str | None = None) -> Path:
     """Refuse, before any work is done, a report's --out that io.check_output refuses (a missing folder, a
-    folder, a device, one of the run's own input files: `inputs`), that is '-' (STDOUT), that lies in the folder of the
-    `model` run
-    (outside_model), or whose name promises a compression the plain JSON written there does not have (a bench
-    run once finished, then lost its report to a missing folder); and the same for where the file it replaces is
-    kept (keep_replaced)."""
+    folder, a device, one of the run's own input files: `inputs`), that is '-' (STDOUT), that lies in the folder of
+    the `model` run (outside_model), or whose name promises a compression the plain JSON written there does not have
+    (a bench run once finished, then lost its report to a missing folder); and the same for where the file it
+    replaces is kept (keep_replaced)."""
     from .calibration import backup_of
 
     if path == STDOUT:  # predict's way to standard output: here it named a file '-'
