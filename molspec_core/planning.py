@@ -448,6 +448,7 @@ class PlanResult:
     # What the target's stereo says that the model does not read (chem.stereo_notes: a CXSMILES's racemate, an @ RDKit
     # drops): the routes are to the molecule as read, which the Predict page says and the Routes page did not
     target_notes: tuple[str, ...] = ()
+    stock_first_unreadable: str = ""  # Stock.first_unreadable: which entry was left out first, and why
 
     @property
     def solved(self) -> bool:
@@ -554,7 +555,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                             stopped_by)
         return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
                           forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
-                          settings, predictor.dtype, max_routes, tuple(stereo_notes(target)))
+                          settings, predictor.dtype, max_routes, tuple(stereo_notes(target)), stock.first_unreadable)
 
     model.started = time.monotonic()
     model.deadline = model.started + time_limit_s
@@ -898,7 +899,8 @@ def routes_json(result: PlanResult) -> dict:
         "target": result.target, "target_notes": list(result.target_notes), "solved": result.solved,
         "model": result.model, "forward_model": result.forward_model,
         "settings": settings_json(result),
-        "stock": {"source": result.stock, "size": result.stock_size, "unreadable": result.stock_unreadable},
+        "stock": {"source": result.stock, "size": result.stock_size, "unreadable": result.stock_unreadable,
+                  "first_unreadable": result.stock_first_unreadable or None},
         "search": {"algorithm": stats.algorithm, "time_s": round(stats.time_s, 2), "time_limit_s": stats.time_limit_s,
                    "search_s": round(stats.search_s, 2) if math.isfinite(stats.search_s) else None,
                    "ran_out_of_molecules": stats.ran_out, "stopped_by": stats.stopped_by,

@@ -496,7 +496,9 @@ def test_the_export_counts_the_stocks_unreadable_entries(copy_predictor, tmp_pat
     (tmp_path / "shelf.smi").write_text("NO\nC1CC\nxyz\n")
     result = plan("NCCO", copy_predictor, load_stock(tmp_path / "shelf.smi"), time_limit_s=1.0, settings=COPY)
     assert result.stock_unreadable == 2
-    assert planning.routes_json(result)["stock"] == {"source": "shelf.smi", "size": 1, "unreadable": 2}
+    assert planning.routes_json(result)["stock"] == {  # and which was first, as the Routes page says it
+        "source": "shelf.smi", "size": 1, "unreadable": 2,
+        "first_unreadable": "RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never closed"}
 
 
 def test_the_csv_writes_every_flag_as_yes_or_no_and_an_unchecked_one_empty(copy_predictor, copy_forward):
