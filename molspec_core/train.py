@@ -38,7 +38,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .argtypes import Bounds, Choice, argtype
 from .boundary import Terminated, guarded
-from .data import check_can_write, load_arrays
+from .data import check_can_write, load_arrays, read_lines
 from .decoding.greedy import greedy
 from .drafting import NullDrafter
 from .model import PRESETS, ModelConfig, Seq2SeqTransformer, plan_free_attention, preset
@@ -331,9 +331,13 @@ def encode_pairs(lines: list[tuple[str, str, str]], vocab: Vocab) -> Pairs:
 
 def load_pairs(path: Path, vocab: Vocab) -> Pairs:
     """A pairs file (tools/rank_pairs.py) as token ids. A line holding a token outside the vocabulary is left out,
-    as `prepare-data` leaves out such targets."""
+    as `prepare-data` leaves out such targets. Read before any work: a file that is not there or not text was an
+    error naming neither the file nor the flag ("'utf-8' codec can't decode byte 0xff"), after the model loaded."""
+    if not path.is_file():
+        raise ValueError(f"--pairs {path}: " + ("not a file" if path.exists() else "no such file")
+                         + " (tools/rank_pairs.py mine writes one)")
     kept: list[tuple[str, str, str]] = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_lines(path), 1):
         fields = tuple(line.split("\t"))
         if len(fields) != 3:
             raise ValueError(f"{path}:{number}: a ranking pair is source, product and negative, tab-separated")
@@ -1001,10 +1005,11 @@ def train(cfg: TrainConfig) -> dict:
     plan_free_attention(device)
     use_threads(cfg.threads)
     teacher = load_teacher(Path(cfg.teacher), vocab, device) if cfg.teacher else None
+    pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
     torch.manual_seed(cfg.seed)
     created = not out.exists()
     try:
-        return _fit(cfg, device, out, export_dir, vocab, stats, train_rows, val_rows, shape, start, teacher)
+        return _fit(cfg, device, out, export_dir, vocab, stats, train_rows, val_rows, shape, start, teacher, pairs)
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):  # a failed run leaves no empty run folder
             out.rmdir()
@@ -1013,7 +1018,8 @@ def train(cfg: TrainConfig) -> dict:
 
 def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vocab: Vocab, stats: dict,
          train_rows: tuple[list[np.ndarray], list[np.ndarray]], val_rows: tuple[list[np.ndarray], list[np.ndarray]],
-         shape: ModelConfig, start: Start, teacher: Seq2SeqTransformer | None = None) -> dict:
+         shape: ModelConfig, start: Start, teacher: Seq2SeqTransformer | None = None,
+         pairs: Pairs | None = None) -> dict:
     (train_src, train_tgt), (val_src, val_tgt) = train_rows, val_rows
     model = Seq2SeqTransformer(shape).to(device)
     fused = device.type == "cuda"
@@ -1036,7 +1042,6 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
     elif start.kind == "init":
         added = init_from(model, vocab, start.folder)
         log.info("initialized from %s; %d tokens new to it start from random embeddings", start.folder, len(added))
-    pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
     if pairs is not None:
         log.info("ranking pairs: %d from %s, %d a step, weight %g, margin %g at the %s", len(pairs[0]), cfg.pairs,
                  cfg.pair_rows, cfg.pair_weight, cfg.pair_margin, cfg.pair_at)

@@ -657,6 +657,22 @@ def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):
                           pair_weight=0.0))
 
 
+def test_a_pairs_file_that_is_not_there_or_not_text_is_refused_naming_it_before_a_model_is_built(tiny_data, tmp_path,
+                                                                                                 monkeypatch):
+    """A binary file was "'utf-8' codec can't decode byte 0xff", naming neither file nor flag, once the model was
+    built (and loaded from --init)."""
+    import molspec_core.train as train_module
+
+    monkeypatch.setattr(train_module, "Seq2SeqTransformer", lambda *a: pytest.fail("a model was built"))
+    binary = tmp_path / "binary.tsv"
+    binary.write_bytes(b"\xff\xfe\x00CC")
+    for path, said in ((binary, r"binary\.tsv cannot be read to its end"), (tmp_path, "--pairs .*: not a file"),
+                       (tmp_path / "none.tsv", r"--pairs .*none\.tsv: no such file")):
+        with pytest.raises(ValueError, match=said):
+            train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", pairs=str(path)))
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_teacher_tv_is_one_minus_speculative_samplings_acceptance_at_its_temperature():
     torch.manual_seed(1)
     own, theirs = torch.randn(2, 3, 7), torch.randn(2, 3, 7)
