@@ -321,7 +321,8 @@ def text_lines(text: str) -> list[str]:
 
 def parse_queries(text: str, *, kind: str, column: str | None = None, task: str | None = None) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
-    characters stay inside their query and are rejected there; a first line "smiles", any case, is a header),
+    characters stay inside their query and are rejected there; a first line that names the query column as a CSV's
+    header would, "smiles" or "reactants" in any case, is a header),
     a SMILES file's line (parse_smiles_file), or a CSV record's SMILES column (quoted cells may hold line
     breaks; cells split at commas, or at the semicolons or tabs of a header that names the column only so,
     csv_delimiter; lines above the header, titles, are not read: header_of) with the record's other cells
@@ -338,8 +339,8 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
             # Excel saves a sheet as .txt of tabs ("Text (Tab delimited)", "Unicode Text"): its first line, a header
             # naming the query column, and every record were refused as queries holding tabs
             return parse_queries(text, kind="csv", task=task)
-        if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
-            lines = lines[1:]  # a header, as a SMILES file's (parse_smiles_file); it was refused as a query
+        if kind == "txt":
+            lines = txt_queries(lines, task)
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     try:
@@ -359,6 +360,13 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
     except csv.Error as exc:
         raise InputFileError(f"malformed CSV: {exc}") from None
     return table_queries(top[line], at, records)
+
+
+def txt_queries(lines: list[str], task: str | None = None) -> list[str]:
+    """A TXT file's queries, a line each: its lines less the first where that names the query column as a CSV's header
+    does ("smiles", "Reactants", any case: query_column; no such name is a SMILES). Only "smiles" was taken for a
+    header, and a file headed "Query" or "Product" had it refused as its first query."""
+    return lines[1:] if lines and query_column([lines[0]], None, task) is not None else lines
 
 
 def csv_records(text: str, delimiter: str) -> list[list[str]]:

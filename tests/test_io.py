@@ -144,6 +144,17 @@ def test_a_txt_file_of_tabs_headed_by_a_query_column_is_read_as_the_table_excel_
     assert read_queries(tmp_path / "lines.txt").queries == ["CCO\tA-1", "CCN"]
 
 
+@pytest.mark.parametrize("header", ["smiles", "SMILES", "Query", "reactants", " Product ", "rxn_smiles"])
+def test_a_txt_files_first_line_naming_the_query_column_is_a_header_not_a_query(tmp_path, header):
+    """Only "smiles" was taken for a TXT file's header: one headed "Query" or "Reactants", names a CSV's header
+    gives the query column, had its header refused as the first query ("it reads like a name")."""
+    (tmp_path / "q.txt").write_text(f"{header}\nCCO\nCCN\n")
+    assert read_queries(tmp_path / "q.txt", task="forward").queries == ["CCO", "CCN"]
+    assert read_queries(tmp_path / "q.txt", task="retro").queries == ["CCO", "CCN"]
+    (tmp_path / "r.txt").write_text("Reactant\nCCO\n")  # no query column's name: a line, refused as a query there
+    assert read_queries(tmp_path / "r.txt").queries == ["Reactant", "CCO"]
+
+
 
 @pytest.mark.parametrize("name, text, queries", [("q.txt", "CCO\n", "its lines"),
                                                  ("q.smi", "CCO ethanol\n", "the first field of each line"),
