@@ -114,4 +114,7 @@ class Vocab:
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise ValueError(f"{path}: expected {{'tokens': [str, ...]}}")
-        return cls(tokens)
+        try:
+            return cls(tokens)
+        except ValueError as exc:  # the special tokens not first, or a token twice: the message named no file
+            raise ValueError(f"{path}: {exc}") from None

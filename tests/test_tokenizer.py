@@ -1,4 +1,5 @@
 import gzip
+import json
 import re
 
 import pytest
@@ -63,6 +64,15 @@ def test_vocab_save_load(tmp_path):
     vocab = Vocab.build(["CCO", "N#N"])
     vocab.save(tmp_path / "vocab.json")
     assert Vocab.load(tmp_path / "vocab.json").tokens == vocab.tokens
+
+
+@pytest.mark.parametrize("tokens,said", [(["C", "O"], "vocabulary must start with"),
+                                         ([*SPECIALS, "C", "C"], "vocabulary has duplicate tokens")])
+def test_a_vocabulary_file_that_is_no_vocabulary_is_refused_naming_the_file(tokens, said, tmp_path):
+    """prepare-data --vocab FILE said "error: vocabulary must start with ...", naming no file."""
+    (tmp_path / "mine.json").write_text(json.dumps({"tokens": tokens}))
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'mine.json'}: {said}"):
+        Vocab.load(tmp_path / "mine.json")
 
 
 @needs_data
