@@ -62,6 +62,10 @@ CSV_DELIMITERS = (",", ";", "\t")
 # column: a report exported from Excel often has a title, a date or a blank row above its header. Rows above it are
 # not read as queries.
 HEADER_ROWS = 10
+# A header that names no query column is quoted in the refusal by its first SHOWN_CELLS cells, each of at most
+# SHOWN_CELL_CHARS characters (shown_cells): a few names say which line was read, and a wide line stays readable.
+SHOWN_CELLS = 12
+SHOWN_CELL_CHARS = 40
 CSV_SUFFIXES = (".csv", ".tsv")
 # A SMILES file (Daylight's format, what RDKit, Open Babel and most vendors write): per line a SMILES, then
 # optionally whitespace and the molecule's name. Only these suffixes are read so: in a TXT file a space
@@ -351,9 +355,9 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
                                  f"{_expected(column)}")
         found = header_of(top, column, task)
         if found is None:
-            advice = _no_header_advice(top, column)
+            first, advice = shown_cells(top[0]), _no_header_advice(top, column)
             raise InputFileError(f"the CSV needs a column named {_expected(column)} in a header line (the first line, "
-                                 f"or one of the first {HEADER_ROWS} under titles); its first line has {top[0]} (cells "
+                                 f"or one of the first {HEADER_ROWS} under titles); its first line has {first} (cells "
                                  f"split at commas; semicolons and tabs were tried too){advice}")
         line, at = found
         records = top[line + 1:] + list(reader)
@@ -424,6 +428,17 @@ def column_key(name: str) -> str:
     header wrapped in Excel (Alt+Enter: "SMILES\n(canonical)") could not be named at all: the app's one-line box and
     a command line give no line break, and the error listed the name with its \n."""
     return " ".join(name.split()).casefold()
+
+
+def shown_cells(fields: Sequence[str]) -> str:
+    """A line's cells as a refusal names them: a list of its first SHOWN_CELLS, each cut at SHOWN_CELL_CHARS, and how
+    many more it has. The whole line went into the message: a CSV whose first line was 4 MB of cells was refused in a
+    message of 10 MB, which the Batch page drew in full."""
+    cells = [f if len(f) <= SHOWN_CELL_CHARS else f"{f[:SHOWN_CELL_CHARS]}..." for f in fields[:SHOWN_CELLS]]
+    more = len(fields) - len(cells)
+    if not more:
+        return str(cells)
+    return f"{cells} and {more:,} more {'cell' if more == 1 else 'cells'}"
 
 
 def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: str | None = None) -> str:
@@ -517,7 +532,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                 top = [[_cell_text(cell) for cell in cells] for cells in sheet.iter_rows(max_row=HEADER_ROWS)]
                 found = header_of(top, column, task)
                 if found is None:
-                    headers.append(f"{sheet.title!r}: {[f for f in top[0] if f] if top else []}")
+                    headers.append(f"{sheet.title!r}: {shown_cells([f for f in top[0] if f] if top else [])}")
                     advice = advice or _no_header_advice(top, column, sheet.title)
                     continue
                 line, at = found

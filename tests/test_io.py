@@ -1236,6 +1236,25 @@ def test_a_workbook_that_cannot_be_read_says_why(tmp_path):
         read_queries(tmp_path / "text.xlsx")
 
 
+def test_a_wide_first_line_is_named_by_its_first_cells_not_whole(tmp_path):
+    """A CSV whose first line held 2,000,000 cells and no query column was refused in a message of 10 MB (the line
+    whole), which the Batch page drew; a sheet's header row was named whole too. Their first cells are named, each
+    cut short, and the count of the rest."""
+    (tmp_path / "wide.csv").write_text("a," * 2_000_000 + "\n")
+    with pytest.raises(InputFileError) as refused:
+        read_queries(tmp_path / "wide.csv")
+    assert len(str(refused.value)) < 1_000
+    assert "its first line has ['a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a'] and 1,999,989 more cells " \
+           "(cells split at commas" in str(refused.value)
+    (tmp_path / "long.csv").write_text("x" * 5_000 + ",name\n")
+    with pytest.raises(InputFileError, match=re.escape(f"its first line has ['{'x' * 40}...', 'name'] (cells")):
+        read_queries(tmp_path / "long.csv")
+    path = workbook(tmp_path / "w.xlsx", {"Sheet": [[f"c{i}" for i in range(13)]]})
+    with pytest.raises(InputFileError, match=re.escape(
+            f"'Sheet': {[f'c{i}' for i in range(12)]} and 1 more cell") + "$"):
+        read_queries(path)
+
+
 def test_a_sheet_of_queries_without_a_header_row_is_told_to_add_one(tmp_path):
     """SMILES pasted into a sheet from its first row were refused naming the columns a header needs, and nothing
     said that the sheet had none (test_a_csv_of_queries_without_a_header_line_is_told_to_add_one)."""
