@@ -12,6 +12,7 @@ import pytest
 from molspec_core import planning
 from test_planning import COPY_MODEL, find_routes, routes_page, shown_text
 from views import common
+from views.routes import STOP_NOTE
 
 
 def models_with_forward(tmp_path):
@@ -467,7 +468,10 @@ def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(tmp_path, monke
     with monkeypatch.context() as patch:
         patch.setattr(DeltaGenerator, "progress", stop_after_an_expansion)
         at = find_routes(at, "NCCO")  # the copy model solves it in its first expansion
+    # The stopped run draws nothing more: its progress bar stands frozen, and this note beside it says what happened
+    assert STOP_NOTE in [caption.value for caption in at.caption]
     at = at.run()  # the next thing the user does
+    assert STOP_NOTE not in [caption.value for caption in at.caption]
     assert not at.exception and not at.error
     assert at.expander and at.expander[0].label.startswith("Route 1")
     result = at.session_state["routes"].result

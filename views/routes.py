@@ -151,6 +151,9 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         failed(f"Cannot search: {exc}")
         return
     bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
+    # Stays where Stop ends the run: the bar then stands frozen mid-search (a stopped run can draw nothing more), and
+    # nothing said the search had ended, nor where its routes were
+    note = st.caption(STOP_NOTE)
 
     def progress(elapsed_s: float, molecules: int) -> None:
         try:
@@ -178,7 +181,12 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         ss.pop(ROUTES_BEFORE, None)
     finally:
         bar.empty()
-    ss.pop(UNFINISHED, None)  # not reached where the script run was stopped
+    note.empty()  # neither is reached where the script run was stopped
+    ss.pop(UNFINISHED, None)
+
+
+STOP_NOTE = ("Stop (top right) ends the search and keeps the routes it has found; the page shows them when it next "
+             "runs (press R, or use any button or field).")
 
 
 def failed(error: str) -> None:
