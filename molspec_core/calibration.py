@@ -187,19 +187,22 @@ def file_name(augment: int = 1, kind: str = "beam") -> str:
 
 
 def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
-            batch_size: int | None = None, progress: bool = True, augment: int = 1) -> list[list[tuple[float, bool]]]:
+            batch_size: int | None = None, progress: bool = True, augment: int = 1,
+            time_limit_s: float | None = None) -> list[list[tuple[float, bool]]]:
     """Per query, (score, right) of each valid answer in the model's order, as the app lists them (a repeat
     folded into its first spelling: service.fold_repeats); a refused query gives [], as does one stopped at its time
     limit (its answers, some unfinished, are no list the model gave: evaluate counts it refused too), and one whose
     target RDKit cannot read (whether its answers are right is not known: fitted as wrong, they made every confidence
-    lower), each counted in a warning; a ValueError where no target can be read. batch_size None: the service's
-    default. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the answers of the windows
-    decoded before the stop, those of the first queries, as its `collected` (fit_collected fits them)."""
+    lower), each counted in a warning; a ValueError where no target can be read. batch_size and time_limit_s (per
+    query) None: the service's defaults. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the
+    answers of the windows decoded before the stop, those of the first queries, as its `collected` (fit_collected
+    fits them)."""
     from .evaluate import hits, unreadable_targets, window_batch_size
     from .known import read_known
-    from .service import DEFAULT_BATCH_SIZE, windows
+    from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, windows
 
     batch_size = batch_size or DEFAULT_BATCH_SIZE
+    time_limit_s = time_limit_s or DEFAULT_TIME_LIMIT_S
     unreadable = unreadable_targets(targets)
     if unreadable:
         log.warning("%d of %d targets are SMILES RDKit cannot read: their queries are left out (whether their answers "
@@ -212,7 +215,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
         cut_by = window_batch_size(batch_size, augment)
         for window in windows(len(sources), cut_by, "calibrate", progress):  # predict batches a window by length
             results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
-                                        augment=augment)
+                                        augment=augment, time_limit_s=time_limit_s)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
                 if not result.ok:
                     refused.append((number, result.error or ""))
@@ -237,13 +240,13 @@ def fit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], me
 
 def refit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str = "beam",
           n_best: int = 5, batch_size: int | None = None, progress: bool = True, augment: int = 1,
-          earlier: Calibration | None = None) -> tuple[Calibration, float | None]:
+          earlier: Calibration | None = None, time_limit_s: float | None = None) -> tuple[Calibration, float | None]:
     """fit, and the expected calibration error of `earlier` (the fit it would replace) on the new fit's check
     answers, None without one: the two judged on the same answers, where each fit's own ece was judged on its
-    own check queries, which may be other ones or fewer."""
+    own check queries, which may be other ones or fewer. time_limit_s: collect's."""
     require_pairs(sources, targets, "calibration")
     require_kind(method)
-    answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment)
+    answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment, time_limit_s)
     fitted = fit_collected(predictor, sources, targets, answers, method, n_best, augment)
     return fitted, ece_on(earlier, answers[fitted.n_fit:]) if earlier is not None else None
 
@@ -353,7 +356,8 @@ def check_share(n: int) -> int:
 
 
 def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], method: str, n_best: int,
-          batch_size: int | None = None, progress: bool = True, augment: int = 1) -> tuple[Calibration, float, int]:
+          batch_size: int | None = None, progress: bool = True, augment: int = 1,
+          time_limit_s: float | None = None) -> tuple[Calibration, float, int]:
     """The model's saved fit for these answers, judged again on the queries that judged it when it was made
     (the last share of the same validation files and limit), decoded by this predictor: another dtype or
     engine, say. (fit, its expected calibration error on these answers, queries judged); nothing is written."""
@@ -375,7 +379,8 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     if fitted.check_sha256 and queries_digest(list(sources[n_fit:]), list(targets[n_fit:])) != fitted.check_sha256:
         raise ValueError(f"these are not the {fitted.n_check} queries the saved fit was judged on (their SMILES or "
                          f"answers differ): {made_with}")
-    answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment)
+    answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment,
+                      time_limit_s)
     return fitted, ece_on(fitted, answers), len(answers)
 
 

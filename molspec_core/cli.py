@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=at_least(3), default=CALIBRATE_LIMIT, help="the first N queries (default "
                    "%(default)s)")
     augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
+    time_limit_arg(p)  # a query that runs out is refused: it fits nothing (calibration.collect warns of it)
     p.add_argument("--judge", action="store_true", help="fit nothing: judge the model's saved fit for these answers "
                    "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
                    "--dtype int8; writes nothing")
@@ -972,7 +973,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     writings = f", {args.augment} writings" if args.augment > 1 else ""
     if args.judge:
         fitted, ece, n = calibration.judge(predictor, sources, targets or [], args.method, n_best, args.batch_size,
-                                           augment=args.augment)
+                                           augment=args.augment, time_limit_s=args.time_limit)
         print(f"calibration of {predictor.path} for {kind} answers{writings} "
               f"(fitted with {fitted.method}, {fitted.n_best}-best; its own expected calibration error "
               f"{fitted.ece:.4f}), judged on {n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} "
@@ -980,7 +981,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     try:
         fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best,
-                                                args.batch_size, augment=args.augment, earlier=earlier)
+                                                args.batch_size, augment=args.augment, earlier=earlier,
+                                                time_limit_s=args.time_limit)
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries decoded keep their fit
         keep_partial_fit(getattr(stop, "collected", None), predictor, sources, targets or [], args, n_best, path)
         raise  # the boundary's line and exit code follow

@@ -143,6 +143,25 @@ def test_a_calibration_stopped_by_ctrl_c_keeps_the_fit_of_the_queries_it_decoded
     capsys.readouterr()
 
 
+def test_calibrate_takes_a_time_limit_as_evaluate_does(tmp_path, capsys, monkeypatch):
+    """calibrate decoded under the service's 60 s per query, with no --time-limit to raise it: on a slow machine the
+    slowest queries were refused and left out of the fit (now counted in a warning), and nothing could keep them."""
+    from molspec_core.service import DEFAULT_TIME_LIMIT_S, Predictor
+
+    model, files = calibration_case(tmp_path)
+    real, limits = Predictor.predict, []
+
+    def predict(self, *args, **kwargs):
+        limits.append(kwargs.get("time_limit_s"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    assert main(["calibrate", *files, "--n-best", "2", "--force", "--time-limit", "300"]) == 0
+    assert main(["calibrate", *files, "--n-best", "2", "--judge"]) == 0
+    assert limits == [300.0, DEFAULT_TIME_LIMIT_S]
+    capsys.readouterr()
+
+
 def test_calibrate_judges_on_the_very_queries_that_judged_the_fit(tmp_path, capsys):
     """Files shifted by a line (or another --limit of the same size) were judged as if they were the fit's own."""
     model, files = calibration_case(tmp_path)
