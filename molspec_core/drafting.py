@@ -49,10 +49,15 @@ class NullDrafter:
 
 
 class WindowDrafter:
-    """The paper's drafts (Andronov et al. 2024, section 2.1): fixed windows of the source.
+    """The paper's kind of drafts (Andronov et al. 2024, section 2.1): fixed windows of the source.
 
     All stride-1 windows of length draft_len; when there are more than n_drafts of them, n_drafts
     windows with evenly spaced starts. The same drafts are verified at every step.
+    Not quite the paper's cap: its Appendix B keeps the *first* N_d windows (N_d about 25), which
+    cover only a source's first N_d + draft_len - 1 tokens; spread out, the cap covers the whole
+    source. Measured with N=25, D=10 on the first 30 quick-set queries (greedy, shipped models):
+    4.39 tokens per call against 3.57 for the first 25 windows (retro), 4.05 against 2.98 (forward),
+    so spec-paper is a stronger baseline than the paper's own choice.
     """
 
     needs_attention = False
