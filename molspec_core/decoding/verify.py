@@ -166,7 +166,7 @@ def mentored_target(target_probs: torch.Tensor, draft_probs: torch.Tensor, delta
     """Mentored decoding: the r that maximizes acceptance sum(min(r, q)) with KL(r || p) <= delta.
 
     The KKT conditions give r(x) = min(max(q(x), b p(x)), a p(x)) with a >= 1 >= b; for a given a,
-    normalization fixes b (solved exactly, `_shaped`); KL grows with a, so a bisection on log a
+    normalization fixes b (solved exactly, `_shaper`); KL grows with a, so a bisection on log a
     finds the largest a with KL <= delta (the lower end, always feasible, is returned).
     delta = 0 gives r = p (exact sampling). Shapes (..., V); returns r of the same shape.
     """
