@@ -390,6 +390,8 @@ class Answering:
         return cls(dtype)
 
     def prepare(self, source):
+        if source not in self.ANSWERS[self.dtype]:
+            raise ValueError("unreadable")
         return source
 
     def predict(self, source, **options):
@@ -402,12 +404,12 @@ def test_int8_agreement_does_not_count_a_query_both_refused_as_agreeing(tmp_path
     tool = load_tool("int8_agreement")
     monkeypatch.setattr(tool, "Predictor", Answering)
     queries = tmp_path / "q.txt"
-    queries.write_text("CCO\nCCN\n")
+    queries.write_text("CCO\nCCN\nxyz\n")  # the model reads no 'xyz': left out, and counted (it was not)
     monkeypatch.setattr(sys, "argv", ["int8_agreement.py", "--src", str(queries), "--tgt", str(queries),
                                       "--warmup", "0"])
     tool.main()
     got = json.loads(capsys.readouterr().out)
-    assert got["queries"] == 2 and got["first_answer_agreement"] == 0.0
+    assert (got["queries"], got["unreadable"]) == (2, 1) and got["first_answer_agreement"] == 0.0
     assert got["refused"] == {"float32": 1, "int8": 1, "both": 1}
 
 
@@ -541,3 +543,34 @@ def test_a_model_that_is_not_there_is_a_usage_error_before_any_work(name, argv, 
     code, err = run_main(tool, monkeypatch, capsys, *given)
     flag = "model" if name == "cost_ratio" else "--model"
     assert code == 2 and f"error: {flag} {missing}: model folder {missing} does not exist" in err, err
+
+
+@pytest.mark.parametrize("name,argv,said", [
+    ("draft_sweep", ["--draft-lens", "8,a"], "argument --draft-lens: must be a whole number, not 'a'"),
+    ("draft_sweep", ["--rests", "0,-1"], "argument --rests: must be 0 or more, not -1"),
+    ("draft_sweep", ["--methods", "spec-auto,nope"], "argument --methods: unknown method 'nope'; choose from"),
+    ("decode_cost", ["--configs", "1x1,8y2"], "argument --configs: a configuration is BxW or BxWf, each number 1 "
+                                              "or more, not '8y2'"),
+    ("decode_cost", ["--method", "nope"], "argument --method: unknown method 'nope'"),
+    ("page_latency", ["--tgt", "{queries}", "--methods", "beam,nope"], "argument --methods: unknown method 'nope'"),
+    ("ray_throughput", ["--workers", "1,two"], "argument --workers: must be a whole number, not 'two'"),
+    ("pool_sweep", ["decode", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl", "--method", "nope"],
+     "argument --method: unknown method 'nope'"),
+])
+def test_a_bad_item_of_a_list_or_a_method_name_is_a_usage_error_before_any_work(name, argv, said, tmp_path,
+                                                                               monkeypatch, capsys):
+    """Each was a ValueError traceback, most after the model loaded (pool_sweep's method refused every query)."""
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    given = [arg.format(tmp=tmp_path, queries=queries) for arg in argv]
+    code, err = run_main(tool, monkeypatch, capsys, *given, "--src", queries)
+    assert code == 2 and said in err, err
+
+
+def test_pool_sweep_score_refuses_an_exponent_that_is_no_number(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        load_tool("pool_sweep").main(["score", str(tmp_path), "--powers", "1,x"])
+    assert stop.value.code == 2 and "argument --powers: must be a number, not 'x'" in capsys.readouterr().err

@@ -6,14 +6,38 @@ folder on sys.path (a script run as `python3 tools/NAME.py` has it there; tests 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from molspec_core.data import DEFAULT_DATA
 from molspec_core.io import OutputFileError, check_output
+
+T = TypeVar("T")
+
+
+def comma_list(item: Callable[[str], T]) -> Callable[[str], list[T]]:
+    """An argparse type: comma-separated items, each read by the argparse type `item`. A bad one is a usage error
+    naming it; `--draft-lens a` and the like were ValueError tracebacks, most of them after the model loaded."""
+    def items(text: str) -> list[T]:
+        return [item(part.strip()) for part in text.split(",")]
+    return items
+
+
+def method_name(text: str) -> str:
+    """An argparse type: the name of a decoding method (molspec_core.methods), else a usage error naming them all."""
+    from molspec_core.methods import method
+
+    try:
+        method(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
 
 def made_by() -> dict[str, str | None]:
     """What wrote a report, beside the weights each tool records (calibration.weights_fingerprint): the command line

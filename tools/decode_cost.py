@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import (InputFileError, check_inputs, check_models, comma_list,  # noqa: E402  (tools/_toolbox.py)
+                      method_name)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
@@ -29,9 +30,14 @@ Config = tuple[int, int, bool]  # batch size, writings, file order
 
 
 def parse_config(text: str) -> Config:
+    """An argparse type: BxW or BxWf (file order), each number 1 or more."""
     file_order = text.endswith("f")
     batch, _, writings = text.removesuffix("f").partition("x")
-    return int(batch), int(writings or 1), file_order
+    try:
+        return at_least(1)(batch), at_least(1)(writings or "1"), file_order
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"a configuration is BxW or BxWf, each number 1 or more, not {text!r}") \
+            from None
 
 
 def run(predictor: Predictor, queries: list[str], config: Config, options: dict) -> float:
@@ -54,9 +60,9 @@ def main() -> None:
     p.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     p.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
     p.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
-    p.add_argument("--method", default="beam", help="decoding method (default beam)")
+    p.add_argument("--method", type=method_name, default="beam", help="decoding method (default beam)")
     p.add_argument("--n-best", type=at_least(1), default=5, help="answers per query (default 5)")
-    p.add_argument("--configs", default="1x1,8x1,32x1",
+    p.add_argument("--configs", type=comma_list(parse_config), default="1x1,8x1,32x1",
                    help="BxW or BxWf (file order), comma-separated; the first is the baseline")
     p.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     p.add_argument("--rounds", type=at_least(1), default=2,
@@ -71,7 +77,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, device="cpu")
     options = {"method": args.method, "n_best": args.n_best}
-    configs = [parse_config(c) for c in args.configs.split(",")]
+    configs = args.configs
     for config in configs:  # warm-up: one batch each
         run(predictor, queries[:config[0]], config, options)
     totals = {config: 0.0 for config in configs}

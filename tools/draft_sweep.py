@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import (InputFileError, check_inputs, check_models, comma_list,  # noqa: E402  (tools/_toolbox.py)
+                      method_name)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.decoding.greedy import greedy  # noqa: E402
@@ -36,10 +37,11 @@ def main() -> None:
     parser.add_argument("--src", required=True, help="queries, one per line (.gz read as gzip)")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
     parser.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
-    parser.add_argument("--methods", default="spec-pointer,spec-auto",
+    parser.add_argument("--methods", type=comma_list(method_name), default="spec-pointer,spec-auto",
                         help="greedy-family speculative methods, comma-separated (default spec-pointer,spec-auto)")
-    parser.add_argument("--draft-lens", default="8", help="comma-separated draft lengths")
-    parser.add_argument("--rests", default="0,1,2,3",
+    parser.add_argument("--draft-lens", type=comma_list(at_least(1)), default="8",
+                        help="comma-separated draft lengths (default 8)")
+    parser.add_argument("--rests", type=comma_list(at_least(0)), default="0,1,2,3",
                         help="comma-separated rests: calls a row goes without drafts after a draft lost at its "
                         "first token (default 0,1,2,3)")
     parser.add_argument("--rounds", type=at_least(1), default=2,
@@ -61,9 +63,7 @@ def main() -> None:
             queries.append(list(predictor.prepare(text).ids))
         except ValueError:
             pass  # a query this model cannot read, as bench skips it
-    methods = args.methods.split(",")
-    lengths = [int(n) for n in args.draft_lens.split(",")]
-    rests = [int(r) for r in args.rests.split(",")]
+    methods, lengths, rests = args.methods, args.draft_lens, args.rests
     runs = list(itertools.product(methods, lengths, rests))
     factories = {(m, n): copy_drafts(predictor.resolve(m, n, None, 1)) for m in methods for n in lengths}
 

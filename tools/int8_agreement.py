@@ -9,8 +9,9 @@ query, read in --augment writings and pooled). The two take turns query by query
 alternates, after --warmup queries each, the answer checks' caches emptied before each call. For each
 query the first answers are compared, and each is checked against the target after canonicalization (the
 evaluate command's measure). A query one side refuses (its time limit run out) is a disagreement, and one both
-refuse is left out of the agreement, which counts the queries either side answered. Prints one JSON object: queries,
-agreement, the queries each side refused, top-1 accuracy of each, each side's total seconds and the ratio.
+refuse is left out of the agreement, which counts the queries either side answered. Prints one JSON object: queries
+compared (and those the model cannot read, left out), agreement, the queries each side refused, top-1 accuracy of
+each, each side's total seconds and the ratio.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def main() -> None:
         same += firsts["float32"] is not None and firsts["float32"] == firsts["int8"]
     answered = counted - both_refused
     print(json.dumps({"model": args.model, "method": args.method, "n_best": options["n_best"], "augment": args.augment,
-                      "queries": counted,
+                      "queries": counted, "unreadable": len(sources) - len(readable),
                       "first_answer_agreement": round(same / answered, 4) if answered else None,
                       "refused": {**refused, "both": both_refused},
                       "top1_float32": round(right["float32"] / counted, 4),

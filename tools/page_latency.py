@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import (InputFileError, check_inputs, check_models, comma_list,  # noqa: E402  (tools/_toolbox.py)
+                      method_name)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
 from molspec_core.chem import canonical_or_none, clear_caches  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
-from molspec_core.methods import METHODS, method  # noqa: E402
+from molspec_core.methods import METHODS  # noqa: E402
 from molspec_core.service import Predictor  # noqa: E402
 
 
@@ -48,7 +49,8 @@ def main() -> None:
     parser.add_argument("--tgt", required=True, help="the recorded answers, line by line")
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take (default: every line)")
     parser.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
-    parser.add_argument("--methods", default="spec-auto,beam,sbs-exact", help="comma-separated")
+    parser.add_argument("--methods", type=comma_list(method_name), default="spec-auto,beam,sbs-exact",
+                        help="comma-separated (default spec-auto,beam,sbs-exact)")
     parser.add_argument("--n-best", type=at_least(1), default=5, help="n-best of the methods that list several answers")
     parser.add_argument("--augment", type=at_least(1), default=5,
                         help="writings of each query read and pooled (the app: 5)")
@@ -57,9 +59,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=at_least(0), default=3, help="queries each method decodes untimed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    methods = args.methods.split(",")
-    for name in methods:
-        method(name)  # an unknown name fails here, naming the choices, before any decoding
+    methods = args.methods  # an unknown name was refused by argparse, naming the choices
     try:  # before the model loads: the queries are there and readable, and the model loads
         check_inputs([("--src", args.src), ("--tgt", args.tgt), ("--index", args.index)])
         check_models([("--model", args.model)])

@@ -23,9 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import (InputFileError, check_inputs, check_models, check_outputs,  # noqa: E402  (tools/_toolbox.py)
+                      comma_list, made_by, method_name)
 
-from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
@@ -130,7 +131,7 @@ def score(args: argparse.Namespace) -> None:
     app_k = sorted({1, k})  # the app's top-1 and top-k: one column when k is 1
     print("power   " + "  ".join(f"{name}{j:<3}" for name, ks in (("top", range(1, k + 1)), ("app", app_k))
                                  for j in ks) + "  not-sane1 (%)")
-    for power in (float(p) for p in args.powers.split(",")):
+    for power in args.powers:
         got = score_rows(rows, power, k)
         counts = (*got["top"], *(got["app"][j - 1] for j in app_k), got["not_sane"])
         share = [100 * c / got["n"] for c in counts]
@@ -148,13 +149,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     d.add_argument("--tgt", required=True, help="the recorded answers, line by line")
     d.add_argument("--limit", type=at_least(1), default=None, help="the first this many lines (default: all)")
     d.add_argument("--augment", type=at_least(1), default=5, help="writings per query, the first the canonical one")
-    d.add_argument("--method", default="beam", help="decoding method of each writing (default beam)")
+    d.add_argument("--method", type=method_name, default="beam", help="decoding method of each writing (default beam)")
     d.add_argument("--n-best", type=at_least(1), default=5, help="answers per writing (default 5, as the page opens)")
     d.add_argument("--dtype", default="int8", help="float32 or int8 (default int8, as the app on a CPU)")
     d.add_argument("--out", required=True, help="the JSON-lines file to write")
     s = commands.add_parser("score", help="pool saved answers with each exponent and print top-k")
     s.add_argument("file", help="a file `decode` wrote")
-    s.add_argument("--powers", default="1,0.75,0.5,0.35,0.25,0.15,0.1,0.05",
+    s.add_argument("--powers", type=comma_list(argtype(Bounds(low=0, low_open=True))),
+                   default="1,0.75,0.5,0.35,0.25,0.15,0.1,0.05",
                    help="exponents to pool with, comma-separated (1: the mean of the probabilities)")
     s.add_argument("--n-best", type=at_least(1), default=5, help="answers kept after pooling (default 5)")
     args = parser.parse_args(argv)

@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, comma_list  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.scale import first_difference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +86,8 @@ def main() -> None:
     parser.add_argument("--method", default="greedy", help="decoding method (default greedy)")
     parser.add_argument("--batch-size", type=int, default=8, help="the predict command's --batch-size (default 8)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the single-process run")
-    parser.add_argument("--workers", default="1,2", help="Ray worker counts to time")
+    parser.add_argument("--workers", type=comma_list(at_least(1)), default="1,2",
+                        help="Ray worker counts to time, comma-separated (default 1,2)")
     parser.add_argument("--ray", default="local", help="the --ray address (local: a fresh cluster per run)")
     args = parser.parse_args()
     if not 0 < args.small_rows < args.rows:
@@ -96,7 +98,7 @@ def main() -> None:
         parser.error(str(exc))
 
     modes: list[tuple[str, int | None]] = [("single process", None)]
-    modes += [(f"ray, {n} worker{'s' if n > 1 else ''}", n) for n in map(int, args.workers.split(","))]
+    modes += [(f"ray, {n} worker{'s' if n > 1 else ''}", n) for n in args.workers]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         write_queries(args.src, args.rows, folder / "all.txt")
