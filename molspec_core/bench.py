@@ -472,8 +472,10 @@ def markdown_table(report: dict) -> str:
     if report.get("sweep"):
         sweep = report["sweep"]
         knob = sweep["knob"]
-        lines.append(f"\nSweep of {sweep['method']} over {knob}:\n\n| {knob} | top-1 | valid | speedup vs greedy | "
-                     "acceptance | tokens/call | expected tokens/call |\n|---|---|---|---|---|---|---|")
+        shown = f" (the table above is its run at {knob} = {sweep['points'][-1][knob]:g})" if sweep["points"] else ""
+        lines.append(f"\nSweep of {sweep['method']} over {knob}{shown}:\n\n| {knob} | top-1 | valid | "
+                     "speedup vs greedy | acceptance | tokens/call | expected tokens/call |\n"
+                     "|---|---|---|---|---|---|---|")
         for point in sweep["points"]:
             cells = [point.get(k) for k in ("top1", "validity", "speedup_vs_greedy", "acceptance_rate",
                                             "tokens_per_call", "expected_tokens_per_call")]

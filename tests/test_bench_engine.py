@@ -125,3 +125,11 @@ def test_the_table_says_its_times_are_a_batchs_where_batches_hold_several_querie
     assert "median and p90 ms are those of a batch of 2 queries" in markdown_table(batched)
     alone = run_bench(predictor, QUERIES[:2], None, ["greedy"], warmup=0, progress=False)
     assert "of a batch" not in markdown_table(alone)
+
+
+def test_a_sweeps_table_says_which_value_its_rows_were_run_at():
+    """The table above a sweep's is one value's run, the last, which it did not say: its relaxed row read as relaxed's
+    at every tau, or at the default."""
+    report = run_sweep(Predictor.load(MODEL), QUERIES[:2], None, "relaxed", [0.0, 2.0], SamplingOptions(), warmup=0,
+                       progress=False)
+    assert "the table above is its run at tau = 2" in markdown_table(report)
