@@ -384,7 +384,8 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     assert stats.algorithm == algorithm and stats.model_calls >= 1 and stats.nodes > 1
     assert stats.time_s < 2.0 + 5.0 and calls and calls[-1] == stats.model_calls
     exported = json.loads(json.dumps(planning.routes_json(result)))
-    assert exported["solved"] and exported["stock"] == {"source": "mine", "size": 1, "unreadable": 0}
+    assert exported["solved"] and exported["stock"] == {"source": "mine", "size": 1, "unreadable": 0,
+                                                    "first_unreadable": None}
     tree = exported["routes"][0]["tree"]
     assert tree["smiles"] == "NCCO" and not tree["in_stock"]
     assert tree["reaction"]["reactants"] == [{"smiles": "NO", "in_stock": True}]
