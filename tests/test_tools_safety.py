@@ -574,3 +574,24 @@ def test_pool_sweep_score_refuses_an_exponent_that_is_no_number(tmp_path, capsys
     with pytest.raises(SystemExit) as stop:
         load_tool("pool_sweep").main(["score", str(tmp_path), "--powers", "1,x"])
     assert stop.value.code == 2 and "argument --powers: must be a number, not 'x'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,argv,said", [
+    # rng.sample's "Sample larger than population or is negative" traceback, after the folders were read
+    ("hard_examples", ["build", "--right-writings", "-1"], "--right-writings: must be 0 or more, not -1"),
+    ("hard_examples", ["build", "--replay-ratio", "nan"], "--replay-ratio: must be a finite number at least 0"),
+    ("make_stock", ["--min-uses", "0", "--data", "{tmp}", "--out", "{tmp}/stock.smi.gz"],
+     "--min-uses: must be 1 or more, not 0"),  # kept what 1 keeps, said 0
+    ("rank_pairs", ["near", "--max-gap", "nan"], "--max-gap: must be a finite number at least 0"),  # kept none
+    ("ray_throughput", ["--batch-size", "0"], "--batch-size: must be 1 or more, not 0"),
+    ("ray_throughput", ["--method", "nope"], "--method: unknown method 'nope'"),
+    ("stereo_check", ["--plain", "-1"], "--plain: must be 0 or more, not -1"),  # all but the last one decoded
+    ("stereo_check", ["--augment", "0"], "--augment: must be between 1 and"),  # after the model loaded
+    ("draft_compare", ["--temperature", "nan"], "--temperature: must be a number in [0.01, 100], not nan"),
+])
+def test_a_number_out_of_range_is_a_usage_error_at_parse_time(name, argv, said, tmp_path, monkeypatch, capsys):
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    code, err = run_main(tool, monkeypatch, capsys, *(arg.format(tmp=tmp_path) for arg in argv))
+    assert code == 2 and f"argument {said}" in err, err

@@ -24,11 +24,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_models, check_outputs  # noqa: E402
 
-from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.bench import markdown_table, run_bench, save_report  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.methods import SamplingOptions  # noqa: E402
-from molspec_core.service import MAX_DRAFT_LEN, Predictor, model_folder  # noqa: E402
+from molspec_core.service import (MAX_DRAFT_LEN, MAX_TEMPERATURE, MIN_TEMPERATURE, Predictor,  # noqa: E402
+                                  model_folder)
 
 NEW = "new"  # the engine name run_bench gives the model with the other draft: spec-sample-draft@new
 
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", help="file of 0-based line numbers of --src to take")
     parser.add_argument("--limit", type=at_least(1), default=200, help="the first this many queries (default 200)")
     parser.add_argument("--warmup", type=at_least(0), default=5, help="batches each method decodes first, untimed")
-    parser.add_argument("--temperature", type=float, default=SamplingOptions.temperature,
+    parser.add_argument("--temperature", type=argtype(Bounds(low=MIN_TEMPERATURE, high=MAX_TEMPERATURE)),
+                        default=SamplingOptions.temperature,
                         help="sampling temperature, the same for every method (default %(default)s)")
     parser.add_argument("--seed", type=at_least(0), default=0, help="the sampling seed of every query (default 0)")
     parser.add_argument("--draft-len", type=at_least(1, MAX_DRAFT_LEN), default=None,

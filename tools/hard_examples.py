@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import (InputFileError, check_inputs, check_output_folder,  # noqa: E402  (tools/_toolbox.py)
                       check_outputs)
 
+from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.data import Pair, read_lines, write_splits  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.tokenizer import Vocab  # noqa: E402
@@ -167,10 +168,11 @@ def main() -> None:
                    "split stays --data's)")
     b.add_argument("--out", type=Path, required=True, help="the training folder to write (neither an input "
                    "folder nor inside one)")
-    b.add_argument("--right-writings", type=int, default=3,
+    b.add_argument("--right-writings", type=at_least(0), default=3,
                    help="random writings kept of each reaction the model got right (default 3)")
     b.add_argument("--replay", type=Path, default=None, help="a prepare-data folder whose train pairs to replay")
-    b.add_argument("--replay-ratio", type=float, default=1.0, help="replayed pairs per hard pair")
+    b.add_argument("--replay-ratio", type=argtype(Bounds(low=0)), default=1.0,
+                   help="replayed pairs per hard pair (default 1)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random writings and replay draw (default 0)")
     args = parser.parse_args()
     try:  # before any reading: the inputs are there, and the output is not (nor is written into) what the run reads

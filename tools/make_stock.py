@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.chem import ChemError, canonical  # noqa: E402
 from molspec_core.data import DEFAULT_DATA, GLN_TRAIN  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
@@ -53,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="data folder holding uspto50k/derived/ (default ../shared/data)")
-    parser.add_argument("--min-uses", type=int, default=2,
+    parser.add_argument("--min-uses", type=at_least(1), default=2,
                         help="keep reactants of at least this many training reactions (default 2)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models" / "stock.smi.gz",
                         help="gzipped SMILES file to write (default models/stock.smi.gz)")

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
-from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
@@ -164,7 +164,7 @@ def main() -> None:
     n.add_argument("--pairs", type=Path, required=True, help="a pairs file written by mine")
     n.add_argument("--out", type=Path, required=True, help="the TSV of kept pairs, neither --pairs nor named .json (a "
                    "summary beside it, .json)")
-    n.add_argument("--max-gap", type=float, default=2.5,
+    n.add_argument("--max-gap", type=argtype(Bounds(low=0)), default=2.5,
                    help="keep a negative the product trails by at most this many nats (default 2.5)")
     n.add_argument("--threads", type=at_least(1), default=1, help="torch threads (default 1)")
     args = parser.parse_args()

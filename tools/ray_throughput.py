@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, comma_list  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, comma_list, method_name  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.scale import first_difference  # noqa: E402
@@ -80,12 +80,14 @@ def without_time(path: Path) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, default=DEFAULT_SRC, help="queries, one per line (.gz read)")
-    parser.add_argument("--rows", type=int, default=2000, help="the first this many queries of --src (default 2000)")
-    parser.add_argument("--small-rows", type=int, default=200, help="the short run that measures start-up")
+    parser.add_argument("--rows", type=at_least(2), default=2000,
+                        help="the first this many queries of --src (default 2000)")
+    parser.add_argument("--small-rows", type=at_least(1), default=200, help="the short run that measures start-up")
     parser.add_argument("--model", default="forward", help="a shipped model's name or a model folder (default forward)")
-    parser.add_argument("--method", default="greedy", help="decoding method (default greedy)")
-    parser.add_argument("--batch-size", type=int, default=8, help="the predict command's --batch-size (default 8)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the single-process run")
+    parser.add_argument("--method", type=method_name, default="greedy", help="decoding method (default greedy)")
+    parser.add_argument("--batch-size", type=at_least(1), default=8,
+                        help="the predict command's --batch-size (default 8)")
+    parser.add_argument("--threads", type=at_least(1), default=1, help="torch threads of the single-process run")
     parser.add_argument("--workers", type=comma_list(at_least(1)), default="1,2",
                         help="Ray worker counts to time, comma-separated (default 1,2)")
     parser.add_argument("--ray", default="local", help="the --ray address (local: a fresh cluster per run)")

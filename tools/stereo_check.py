@@ -40,13 +40,14 @@ from rdkit import Chem
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import DEFAULT_DATA, GLN_TEST_DIR  # noqa: E402
 from molspec_core.evaluate import mcnemar_p, read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
-from molspec_core.service import Predictor  # noqa: E402
+from molspec_core.service import MAX_AUGMENT, Predictor  # noqa: E402
 
 TEST = DEFAULT_DATA / GLN_TEST_DIR
 
@@ -103,9 +104,10 @@ def main() -> None:
     parser.add_argument("--lines-from", help="an earlier report (this tool's, same --task and --test): decode the "
                         "reactions it decoded")
     parser.add_argument("--test", default=str(TEST), help="folder of reactants.txt and products.txt")
-    parser.add_argument("--plain", type=int, default=900, help="reactions without stereo decoded as the reference")
-    parser.add_argument("--augment", type=int, default=5, help="writings of each query, pooled, as the Predict "
-                        "page reads it (default %(default)s)")
+    parser.add_argument("--plain", type=at_least(0), default=900,
+                        help="reactions without stereo decoded as the reference (default %(default)s)")
+    parser.add_argument("--augment", type=at_least(1, MAX_AUGMENT), default=5,
+                        help="writings of each query, pooled, as the Predict page reads it (default %(default)s)")
     parser.add_argument("--dtype", default="int8", choices=("float32", "int8"), help="what the decoder calls compute "
                         "with (default %(default)s, as the app on a CPU)")
     parser.add_argument("--out", help="JSON report (none of the files it reads)")
