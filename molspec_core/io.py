@@ -98,6 +98,9 @@ MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields,
 RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", "probability", "valid", "sane",
                   "concerns", "model_rank", "confidence", "writings", "spellings", "round_trip", "forward_prob",
                   "method", "dtype", "time_ms", "model_calls", "accepted_tokens", "error")
+# The columns of RESULT_COLUMNS that mark a table as our results (is_results_header): an input's own smiles
+# column is written as input_smiles there (output_header), so a header with all three is ours
+RESULTS_SIGNATURE = ("query", "canonical_query", "smiles")
 
 # The csv module refuses a field over 131,072 characters, and one long cell made the whole file
 # unreadable. No field can be longer than the file, so the file limit serves as the field limit: the
@@ -395,12 +398,24 @@ def csv_records(text: str, delimiter: str) -> list[list[str]]:
 
 def header_of(rows: Sequence[Sequence[str]], column: str | None, task: str | None = None) -> tuple[int, int] | None:
     """The header among a table's first rows: (its index, the query column's index in it) for the first of the
-    first HEADER_ROWS rows that names the query column (query_column); None where none does."""
+    first HEADER_ROWS rows that names the query column (query_column); None where none does. Refuses, unless
+    `column` names one, a header of our own results (is_results_header)."""
     for index, fields in enumerate(rows[:HEADER_ROWS]):
         at = query_column(fields, column, task)
         if at is not None:
+            if not column and is_results_header(fields):
+                raise InputFileError(
+                    "this table is MolSpec's own results (columns query, rank, smiles, ...): its smiles column holds "
+                    "the answers, a row each, and its query column the queries, once per answer. Name the column to "
+                    "read: query, to predict its queries again, or smiles, to take its answers as new queries")
             return index, at
     return None
+
+
+def is_results_header(fields: Sequence[str]) -> bool:
+    """Whether a header is one output_header wrote: it holds RESULTS_SIGNATURE. Its smiles column, the first of
+    SMILES_COLUMNS, holds answers: a results file uploaded again had its answers predicted as the queries."""
+    return {column_key(field) for field in fields}.issuperset(RESULTS_SIGNATURE)
 
 
 def query_columns(column: str | None, task: str | None = None) -> tuple[str, ...]:

@@ -450,7 +450,21 @@ def test_output_header_keeps_names_distinct_in_any_case_and_from_matches_known(t
     assert MATCHES_KNOWN in molspec_io.ADDED_COLUMNS and len({h.strip().casefold() for h in header}) == len(header)
     out = tmp_path / "out.csv"
     write_csv(out, header, [["not-this", "", "", "", "", "", 1, "CCO", "CCO", 1, "CC=O", *[None] * 17]])
-    assert read_queries(out).queries == ["CC=O"]  # our answers, not the input's Smiles
+    assert read_queries(out, "smiles").queries == ["CC=O"]  # our answers, not the input's Smiles
+
+
+@pytest.mark.parametrize("task", [None, "retro"])
+def test_our_results_read_again_name_their_query_column(tmp_path, task):
+    """Our results uploaded again (the Predict or Batch page's download) had their smiles column, the answers, read as
+    the queries, without a word: unless a column is named, such a table is refused with the choice to make."""
+    header = output_header(["id"])
+    rows = [["m1", 1, "CCO", "CCO", rank, answer, *[None] * 17] for rank, answer in ((1, "CC=O"), (2, "C=C"))]
+    for name, data in (("out.csv", csv_bytes(header, rows)), ("out.xlsx", molspec_io.workbook_bytes(header, rows))):
+        with pytest.raises(InputFileError, match="MolSpec's own results.*query, to predict its queries again"):
+            parse_upload(name, data, task=task)
+        assert parse_upload(name, data, "query", task=task).queries == ["CCO", "CCO"]
+        assert parse_upload(name, data, "smiles", task=task).queries == ["CC=O", "C=C"]
+    assert parse_upload("in.csv", b"id,query,smiles\nm1,x,CCO\n", task=task).queries == ["CCO"]  # not ours
 
 
 def test_output_refuses_the_input_and_special_paths(tmp_path):
