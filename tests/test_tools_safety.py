@@ -317,6 +317,18 @@ def test_centre_check_says_so_when_no_reaction_is_mapped(tmp_path, monkeypatch, 
     assert "none of the 1 reactions read has an atom map" in str(code)
 
 
+@pytest.mark.parametrize("text,said", [
+    ("id,rxn\n1,CC>>CC\n", "has no column 'reactants>reagents>production'"),  # a KeyError traceback
+    ("id,reactants>reagents>production\n1,CCO\n", "line 2: 'CCO' is not a reaction"),  # "not enough values"
+])
+def test_centre_check_names_the_file_and_line_it_cannot_read(text, said, tmp_path, monkeypatch, capsys):
+    raw = tmp_path / "uspto50k" / "gln_split" / "raw_test.csv"
+    raw.parent.mkdir(parents=True)
+    raw.write_text(text)
+    code, err = run_main(load_tool("centre_check"), monkeypatch, capsys, "--data", tmp_path)
+    assert code == 2 and f"{raw}" in err and said in err, err
+
+
 def test_int8_agreement_names_the_methods_it_knows(tmp_path, monkeypatch, capsys):
     tool = load_tool("int8_agreement")
     monkeypatch.setattr(tool, "Predictor", NoModel)

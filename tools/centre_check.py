@@ -16,7 +16,7 @@ oxygen-18 showed (centre._keep_the_nucleophiles_heteroatom), so those reactions 
 from __future__ import annotations
 
 import argparse
-import csv
+import itertools
 import json
 import sys
 import time
@@ -31,7 +31,7 @@ from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
 from molspec_core.centre import reaction_centre  # noqa: E402
-from molspec_core.data import DEFAULT_DATA  # noqa: E402
+from molspec_core.data import DEFAULT_DATA, gln_reactions  # noqa: E402
 
 
 def mapped_centre(reactants: str, product: str) -> set[int] | None:
@@ -103,15 +103,14 @@ def main() -> None:
     test = args.data / "uspto50k" / "gln_split" / "raw_test.csv"
     try:
         check_inputs([("--data", test)])
-    except InputFileError as exc:
+        # a file without the column, or a row that is no reaction: a KeyError or unpacking traceback, naming nothing
+        rows = list(itertools.islice(gln_reactions(test), args.limit))
+    except (InputFileError, ValueError) as exc:
         parser.error(str(exc))
-    with open(test, newline="") as handle:
-        rows = [row["reactants>reagents>production"] for row in csv.DictReader(handle)][:args.limit]
     counts = dict(reactions=0, no_map=0, no_estimate=0, same=0, holds_mapped=0, same_leaving=0,
                   map_keeps_acid_oxygen=0)
     overlap, seconds = 0.0, []
-    for reaction in rows:
-        reactants, _, product = reaction.split(">")
+    for reactants, product in rows:
         truth = mapped_centre(reactants, product)
         if truth is None:
             counts["no_map"] += 1
