@@ -179,6 +179,9 @@ def test_every_calibration_fit_is_in_one_table_and_a_fit_worse_than_the_raw_prob
         assert fit in shown
     assert ("Calibration does not always help" in shown) == bool(worse)
     assert any(e.label == "The chart's points as a table" for e in at.expander)  # the open tab's
+    # counted as every count on the page, thousands apart: it read "fitted ... on 1333 queries"
+    opened = next(fit for kind, augment, fit in fits if (kind, augment) == ("beam", 5))
+    assert f"on {opened.n_fit:,} queries, judged on {opened.n_check:,} others" in shown
 
 
 @needs_forward

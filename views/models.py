@@ -361,8 +361,8 @@ def writings(augment: int) -> str:
 
 
 def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
-    st.markdown(f"{opening}, fitted with {common.method_label(cal.method)} ({cal.n_best}-best) on {cal.n_fit} "
-                f"queries, judged on {cal.n_check} others: expected calibration error {cal.ece:.3f}, against "
+    st.markdown(f"{opening}, fitted with {common.method_label(cal.method)} ({cal.n_best}-best) on {cal.n_fit:,} "
+                f"queries, judged on {cal.n_check:,} others: expected calibration error {cal.ece:.3f}, against "
                 f"{cal.ece_raw:.3f} for the model's own probability.")
     first, rest = cal.ece_by_rank
     if cal.rest_edges and first is not None and rest is not None:
