@@ -5,6 +5,7 @@ in this process with a command line as a user types it; where a check is missing
 the run at the model's loading, so no test decodes or writes over anything it did not make."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -327,6 +328,21 @@ def test_centre_check_names_the_file_and_line_it_cannot_read(text, said, tmp_pat
     raw.write_text(text)
     code, err = run_main(load_tool("centre_check"), monkeypatch, capsys, "--data", tmp_path)
     assert code == 2 and f"{raw}" in err and said in err, err
+
+
+@pytest.mark.parametrize("data,said", [
+    (b"notgzip\n", "cannot be read to its end"),  # gzip's BadGzipFile traceback
+    (gzip.compress(b"id,rxn\n1,CC>>CC\n"), "has no column 'reactants>reagents>production'"),  # a KeyError
+])
+def test_make_stock_names_a_training_file_it_cannot_read_and_writes_nothing(data, said, tmp_path, monkeypatch,
+                                                                             capsys):
+    tool = load_tool("make_stock")
+    train = tmp_path / tool.TRAIN
+    train.parent.mkdir(parents=True)
+    train.write_bytes(data)
+    code, err = run_main(tool, monkeypatch, capsys, "--data", tmp_path, "--out", tmp_path / "stock.smi.gz")
+    assert code == 2 and f"{train}" in err and said in err, err
+    assert not (tmp_path / "stock.smi.gz").exists()
 
 
 def test_int8_agreement_names_the_methods_it_knows(tmp_path, monkeypatch, capsys):

@@ -14,7 +14,6 @@ Run: PYTHONPATH=. python tools/make_stock.py [--data ../shared/data] [--min-uses
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import sys
 from collections import Counter
@@ -25,28 +24,26 @@ from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402  
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.chem import ChemError, canonical  # noqa: E402
-from molspec_core.data import DEFAULT_DATA, GLN_TRAIN  # noqa: E402
+from molspec_core.data import DEFAULT_DATA, GLN_TRAIN, gln_reactions  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
 
 TRAIN = Path(GLN_TRAIN)
-REACTION_COLUMN = "reactants>reagents>production"
 
 
 def reactant_counts(path: Path) -> tuple[Counter[str], int]:
-    """(reactions each canonical reactant appears in, number of reactions)."""
+    """(reactions each canonical reactant appears in, number of reactions). A file that cannot be read to its end, or
+    without the reaction column, is a ValueError naming it (data.gln_reactions)."""
     counts: Counter[str] = Counter()
     n_reactions = 0
-    with gzip.open(path, "rt", newline="") as f:
-        for row in csv.DictReader(f):
-            reactants = row[REACTION_COLUMN].split(">")[0]
-            molecules = set()
-            for smiles in reactants.split("."):
-                try:
-                    molecules.add(canonical(smiles, strip_maps=True))
-                except ChemError:
-                    continue
-            counts.update(molecules)
-            n_reactions += 1
+    for reactants, _ in gln_reactions(path):
+        molecules = set()
+        for smiles in reactants.split("."):
+            try:
+                molecules.add(canonical(smiles, strip_maps=True))
+            except ChemError:
+                continue
+        counts.update(molecules)
+        n_reactions += 1
     return counts, n_reactions
 
 
@@ -64,7 +61,10 @@ def main() -> None:
         check_outputs([("--out", args.out)], [("the training reactions", args.data / TRAIN)])
     except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
-    counts, n_reactions = reactant_counts(args.data / TRAIN)
+    try:
+        counts, n_reactions = reactant_counts(args.data / TRAIN)
+    except ValueError as exc:  # were a KeyError or gzip's traceback, naming no file
+        parser.error(str(exc))
     stock = sorted(smiles for smiles, uses in counts.items() if uses >= args.min_uses)
     header = [f"# MolSpec default stock: {len(stock)} building blocks, one canonical SMILES per line.",
               f"# Reactants used in at least N = {args.min_uses} of the {n_reactions:,} reactions of",
