@@ -145,9 +145,17 @@ def tokenized_hint(text: str) -> str:
     return ""
 
 
+# What a character without a Unicode name is, by its general category (unicodedata.category): a lone surrogate
+# (JSON's "\ud800", text cut inside a UTF-16 pair) was called a control character
+UNNAMED_CHARACTERS = {"Cc": "control character", "Cs": "lone surrogate, half of a UTF-16 pair: not a character",
+                      "Co": "private-use character", "Cn": "unassigned code point"}
+
+
 def describe_character(ch: str) -> str:
-    """'С' (U+0421 CYRILLIC CAPITAL LETTER ES): the character as Python writes it, its code and name."""
-    return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'control character')})"
+    """'С' (U+0421 CYRILLIC CAPITAL LETTER ES): the character as Python writes it, its code and name (else what
+    it is: UNNAMED_CHARACTERS)."""
+    kind = UNNAMED_CHARACTERS.get(unicodedata.category(ch), "character without a name")
+    return f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, kind)})"
 
 
 def is_real(value: object) -> bool:

@@ -666,6 +666,8 @@ def test_an_endless_time_limit_is_refused_with_none_offered(forward, method, lim
     ("\u200bCCO", "'\\u200b' (U+200B ZERO WIDTH SPACE) at position 1"),
     ("\x01CCO", "'\\x01' (U+0001 control character) at position 1"),  # RDKit skips it too
     ("CC\x7fO", "'\\x7f' (U+007F control character) at position 3"),
+    ("CC\ud800O", "'\\ud800' (U+D800 lone surrogate, half of a UTF-16 pair: not a character) at position 3"),
+    ("\ue000CCO", "'\\ue000' (U+E000 private-use character) at position 1"),
 ])
 def test_a_character_outside_printable_ascii_is_named_with_its_position(copier, text, named):
     result = copier.predict(text)
