@@ -945,6 +945,19 @@ def significant(probability: float | None) -> float | None:
     return None if probability is None else float(f"{probability:.4g}")
 
 
+def percent(share: float, places: int = 0) -> str:
+    """A share (a chance, a fraction of queries) in percent to `places` decimals, never rounded to an impossible 0%
+    or 100%: a calibrated confidence of 0.25% read "0%", a probability of 0.9996 "100.0%", and 1,999 known answers
+    found of 2,000 "100.0%". Such a share reads "<1%" or ">99.9%" (at 1 place) instead."""
+    shown = f"{share:.{places}%}"
+    step = 10.0 ** -places  # the smallest step shown, in percent
+    if share > 0 and float(shown[:-1]) == 0:
+        return f"<{step:.{places}f}%"
+    if share < 1 and float(shown[:-1]) == 100:
+        return f">{100 - step:.{places}f}%"
+    return shown
+
+
 def rounded(value: float | None) -> float | None:
     """A confidence (or a score) as the exports write it: 4 decimals; None stays None (an empty cell)."""
     return None if value is None else round(value, 4)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
                    mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
-from .io import InputFileError, LastRow, QueryFile, column_key
+from .io import InputFileError, LastRow, QueryFile, column_key, percent
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
     from .service import QueryResult
@@ -262,8 +262,9 @@ class KnownSummary:
         """One line for a person: the counts, and what was left out."""
         if not self.queries:
             return f"no predicted query has a known answer that RDKit reads in the column {self.column}"
-        text = (f"known answers from the column {self.column}: first for {self.first} ({self.first / self.queries:.1%})"
-                f" and listed for {self.listed} ({self.listed / self.queries:.1%}) of {self.queries} "
+        first, listed = percent(self.first / self.queries, 1), percent(self.listed / self.queries, 1)
+        text = (f"known answers from the column {self.column}: first for {self.first} ({first})"
+                f" and listed for {self.listed} ({listed}) of {self.queries} "
                 f"{'query' if self.queries == 1 else 'queries'} "
                 "(canonical SMILES, stereo kept"
                 + ("; a product recorded with a salt or by-product also matches alone)" if self.task == "forward"

@@ -1488,6 +1488,20 @@ def test_markdown_escape_shows_text_verbatim():
     assert format_probability(-100.0) == "3.7e-44"
 
 
+def test_a_probability_is_never_shown_as_an_impossible_100_percent_or_0():
+    """An answer of probability 0.9996 read "100.0%" on the Predict and Routes pages, and one whose score is below
+    -745 (exp gives 0.0) "0.0e+00"."""
+    import math
+
+    from views.common import format_probability, percent
+
+    assert format_probability(math.log(0.9996)) == ">99.9%" and format_probability(math.log(0.5)) == "50.0%"
+    assert format_probability(math.log(0.00099)) == "9.9e-04" and format_probability(math.log(9.96e-5)) == "1.0e-04"
+    assert format_probability(-800.0) == "3.7e-348"
+    assert [percent(x, 1) for x in (1999 / 2000, 1 / 3000, 0.0, 1.0, 0.5)] == [">99.9%", "<0.1%", "0.0%", "100.0%",
+                                                                              "50.0%"]
+
+
 def test_batch_page_takes_ten_thousand_rows(copy_models, monkeypatch):
     """The app's row limit, filled: 10,000 rows (every tenth bad) in, every row back in order."""
     at = batch_page(monkeypatch, copy_models)

@@ -47,6 +47,9 @@ def test_each_answer_row_says_whether_it_is_the_known_answer_and_the_summary_cou
                                   "RDKit cannot read, 1 query with no known answer")
     one = KnownSummary("product", queries=1, first=1, listed=1, unreadable=0, empty=0, output_column="product")
     assert "first for 1 (100.0%) and listed for 1 (100.0%) of 1 query (canonical" in one.describe()  # was "queries"
+    # never an impossible 100% or 0%: 1,999 of 2,000 read "100.0%", 1 of 3,000 "0.0%"
+    many = KnownSummary("product", queries=3000, first=1, listed=2999, unreadable=0, empty=0, output_column="product")
+    assert "first for 1 (<0.1%) and listed for 2999 (>99.9%) of 3000 queries" in many.describe()
 
 
 def test_a_record_goes_out_marked_as_its_last_row_passes_so_a_stopped_run_keeps_it():

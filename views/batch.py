@@ -525,9 +525,9 @@ def show_known(known: KnownSummary, n_predicted: int) -> None:
         st.info(sentence, icon=":material/info:")
         return
     first, listed, compared = st.columns(3)
-    first.metric("Known answer first", f"{known.first / known.queries:.1%}",
+    first.metric("Known answer first", common.percent(known.first / known.queries, 1),
                  help="Of the predicted queries with a readable known answer, the share whose rank 1 is it")
-    listed.metric("Known answer listed", f"{known.listed / known.queries:.1%}",
+    listed.metric("Known answer listed", common.percent(known.listed / known.queries, 1),
                   help="The share with the known answer at any rank of its list")
     compared.metric("Queries compared", f"{known.queries:,} of {n_predicted:,}",
                     help="The predicted queries with a readable known answer: the two shares are of these")

@@ -16,7 +16,7 @@ import streamlit as st
 
 from molspec_core import checkpoint, textbook
 from molspec_core.chem import SD_RECORD_END
-from molspec_core.io import InputFileError, parse_upload
+from molspec_core.io import InputFileError, parse_upload, percent  # percent: the pages' one rounding
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
 from molspec_core.textbook import Example
@@ -435,17 +435,6 @@ WORD_JOINER = "\u2060"
 _AUTOLINK_START = re.compile(r"(?i)www(?=\.)|[a-z](?=://[-\w.]*\.)|[\w.+-](?=@[\w-]+(?:\.[\w-]+)+)")
 
 
-def percent(share: float) -> str:
-    """A chance in whole percent, never rounded to an impossible 0% or 100% (a calibrated confidence never is:
-    0.25% read "0%")."""
-    shown = f"{share:.0%}"
-    if shown == "0%" and share > 0:
-        return "<1%"
-    if shown == "100%" and share < 1:
-        return ">99%"
-    return shown
-
-
 def counted(n: int, noun: str, plural: str = "") -> str:
     """'1 token', '2 tokens': a count with its noun in the right number (`plural` where adding an s is wrong:
     'queries')."""
@@ -468,11 +457,19 @@ def as_typed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def format_probability(score: float) -> str:
-    """exp(score) as a percentage, or in scientific notation when it is tiny."""
+    """exp(score) as a percentage to one decimal (io.percent: 0.9996 is ">99.9%", not "100.0%"), or in scientific
+    notation when it is tiny, written from the score itself: exp() of a score below -745 is 0.0, which read
+    "0.0e+00"."""
     probability = math.exp(score)
     if probability >= 0.001:
-        return f"{probability:.1%}"
-    return f"{probability:.1e}"
+        return percent(probability, 1)
+    if score == -math.inf:
+        return "0"
+    exponent = math.floor(score / math.log(10))
+    mantissa = round(10 ** (score / math.log(10) - exponent), 1)
+    if mantissa >= 10:  # 9.96e-5 rounds to 10.0e-5
+        mantissa, exponent = 1.0, exponent + 1
+    return f"{mantissa:.1f}e{exponent:+03d}"
 
 
 def short(text: str, limit: int = 40) -> str:
