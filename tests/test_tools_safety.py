@@ -623,3 +623,35 @@ def test_a_number_out_of_range_is_a_usage_error_at_parse_time(name, argv, said, 
         monkeypatch.setattr(tool, "Predictor", NoModel)
     code, err = run_main(tool, monkeypatch, capsys, *(arg.format(tmp=tmp_path) for arg in argv))
     assert code == 2 and f"argument {said}" in err, err
+
+
+@pytest.mark.parametrize("name,argv,said", [
+    ("make_10k", ["--src", "{bad_gz}", "--out", "{tmp}/big.csv"], "--src: {bad_gz} cannot be read to its end"),
+    ("ray_throughput", ["--src", "{bad_gz}", "--rows", "2", "--small-rows", "1"],
+     "--src: {bad_gz} cannot be read to its end"),
+    ("stereo_check", ["--task", "retro", "--test", "{tmp}", "--lines-from", "{queries}"],
+     "--lines-from {queries} cannot be read as JSON"),
+    ("stereo_check", ["--train-tgt", "{bad_gz}", "--test", "{tmp}"], "{bad_gz} cannot be read to its end"),
+    ("hard_examples", ["build", "--data", "{data}", "--mined", "{queries}", "--out", "{tmp}/built"],
+     "--mined {queries} cannot be read as JSON"),
+    ("rank_pairs", ["near", "--model", FIXTURES / "copy_model", "--pairs", "{queries}", "--out", "{tmp}/n.tsv"],
+     "--pairs {queries}, line 1: a pair is source, product and negative"),
+])
+def test_an_input_of_another_kind_is_a_usage_error_naming_it(name, argv, said, data, tmp_path, monkeypatch, capsys):
+    """Each was gzip's or json's traceback (or 'not enough values to unpack'), naming neither flag nor file."""
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
+    paths = {"tmp": tmp_path, "queries": tmp_path / "q.txt", "bad_gz": tmp_path / "bad.gz", "data": data}
+    paths["queries"].write_text("CCO\n")
+    paths["bad_gz"].write_text("not gzip\n")
+    code, err = run_main(tool, monkeypatch, capsys, *(str(arg).format(**paths) for arg in argv))
+    assert code == 2 and said.format(**paths) in err, err
+
+
+def test_pool_sweep_score_names_a_line_that_is_not_json(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"decoded": {}}\n{not json\n')
+    with pytest.raises(SystemExit, match=r"a\.jsonl, line 2, is not JSON"):
+        load_tool("pool_sweep").main(["score", str(tmp_path / "a.jsonl")])

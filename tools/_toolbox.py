@@ -7,6 +7,7 @@ folder on sys.path (a script run as `python3 tools/NAME.py` has it there; tests 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -67,6 +68,18 @@ def check_inputs(inputs: Iterable[Named]) -> None:
             where += ("; the USPTO data sets are not part of this repository: README.md's \"Data\" says where they "
                       "come from")
         raise InputFileError(where)
+
+
+def read_json(name: str, path: str | Path) -> dict:
+    """The JSON object in a file a tool reads (an earlier report, a prepare-data folder's stats.json), or an
+    InputFileError naming the flag and the file: a file of another kind was json's traceback, naming neither."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: json.JSONDecodeError
+        raise InputFileError(f"{name} {path} cannot be read as JSON: {str(exc)[:200]}") from None
+    if not isinstance(value, dict):
+        raise InputFileError(f"{name} {path}: expected a JSON object, not {type(value).__name__}")
+    return value
 
 
 def check_models(models: Iterable[Named]) -> None:

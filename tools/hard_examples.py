@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import (InputFileError, check_inputs, check_output_folder,  # noqa: E402  (tools/_toolbox.py)
-                      check_outputs)
+                      check_outputs, read_json)
 
 from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.data import Pair, read_lines, write_splits  # noqa: E402
@@ -193,7 +193,10 @@ def main() -> None:
         write_text_file(args.out, "".join(f"{i}\n" for i in starts))
         print(f"{len(starts)} reactions")
     else:
-        mined = json.loads(args.mined.read_text()) if args.mined else None
+        try:
+            mined = read_json("--mined", args.mined) if args.mined else None
+        except InputFileError as exc:
+            parser.error(str(exc))
         stats = build(args.data, mined, args.out, args.right_writings, args.replay,
                       args.replay_ratio, args.seed, tuple(args.also))
         print(json.dumps(stats, indent=2))

@@ -4,7 +4,6 @@ git): the first 10,000 USPTO-MIT test sources, every tenth row replaced by a hos
 python3 tools/make_10k.py [--src SRC.txt.gz] [--out runs/big10k.csv]
 """
 import argparse
-import gzip
 import random
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_outputs  # noqa: E402  (tools/_toolbox.py)
 
+from molspec_core.data import open_text  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,8 +39,11 @@ def main() -> None:
     import pandas as pd  # only where the file is written
 
     rng = random.Random(0)
-    with gzip.open(args.src, "rt") as f:
-        sources = [line.strip() for _, line in zip(range(ROWS), f)]
+    try:
+        with open_text(args.src) as f:
+            sources = [line.strip() for _, line in zip(range(ROWS), f)]
+    except ValueError as exc:  # not gzip: gzip's traceback, naming no file
+        parser.error(f"--src: {exc}")
     if len(sources) < ROWS:
         raise SystemExit(f"make_10k.py: {args.src} has {len(sources):,} lines; {ROWS:,} are needed")
     rows = [rng.choice(HOSTILE) if i % 10 == 3 else sources[i] for i in range(ROWS)]

@@ -29,6 +29,7 @@ from _toolbox import (InputFileError, check_inputs, check_models, check_outputs,
 from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
+from molspec_core.data import read_lines  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
 from molspec_core.service import Predictor, pool_writings  # noqa: E402
@@ -115,8 +116,13 @@ def decode(args: argparse.Namespace) -> None:
 
 
 def score(args: argparse.Namespace) -> None:
-    with open(args.file) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = []
+    for number, line in enumerate(read_lines(Path(args.file)), 1):
+        try:
+            rows += [json.loads(line)] if line.strip() else []
+        except ValueError:  # json's traceback named neither file nor line
+            raise SystemExit(f"pool_sweep.py score: {args.file}, line {number}, is not JSON: not a file `decode` "
+                             "wrote") from None
     made = rows.pop(0)[DECODED] if rows and DECODED in rows[0] else None
     if made:
         print(f"answers of {made['model']} ({made['method']}, {made['n_best']} a writing, {made['augment']} "

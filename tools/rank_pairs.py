@@ -126,7 +126,11 @@ def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -
     check_inputs([("--pairs", pairs)])
     check_paths(out, [("--pairs", pairs)])
     check_models([("--model", model)])
-    lines = [tuple(line.split("\t")) for line in pairs.read_text().splitlines()]
+    lines = [tuple(line.split("\t")) for line in read_lines(pairs)]
+    odd = next((number for number, line in enumerate(lines, 1) if len(line) != 3), None)
+    if odd is not None:  # was "not enough values to unpack", naming neither file nor line
+        raise InputFileError(f"--pairs {pairs}, line {odd}: a pair is source, product and negative, tab-separated "
+                             "(as mine writes them)")
     if not lines:
         raise NoPairs(f"{pairs} holds no pairs (mine writes none where the model ranks every recorded product "
                       "first): no near misses to keep, nothing written")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, comma_list, method_name  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.data import open_text  # noqa: E402
 from molspec_core.scale import first_difference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +36,7 @@ DEFAULT_SRC = ROOT.parent / "shared" / "data" / "uspto_mit" / "derived" / "src-t
 
 def write_queries(src: Path, n_rows: int, out: Path) -> None:
     """The first n_rows lines of src (plain or .gz), one SMILES per line."""
-    opener = gzip.open if src.suffix == ".gz" else open
-    with opener(src, "rt") as f:
+    with open_text(src) as f:  # .gz and .xz too; a file it cannot read is a ValueError naming it
         lines = [line.rstrip("\n") for _, line in zip(range(n_rows), f)]
     if len(lines) < n_rows:
         raise SystemExit(f"{src} has {len(lines)} lines; asked for {n_rows}")
@@ -103,8 +102,11 @@ def main() -> None:
     modes += [(f"ray, {n} worker{'s' if n > 1 else ''}", n) for n in args.workers]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        write_queries(args.src, args.rows, folder / "all.txt")
-        write_queries(args.src, args.small_rows, folder / "small.txt")
+        try:
+            write_queries(args.src, args.rows, folder / "all.txt")
+            write_queries(args.src, args.small_rows, folder / "small.txt")
+        except ValueError as exc:
+            parser.error(f"--src: {exc}")
         timings = {}
         for name, workers in modes:
             tag = f"w{workers or 0}"

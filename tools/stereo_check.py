@@ -38,12 +38,12 @@ import torch
 from rdkit import Chem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by, read_json  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
-from molspec_core.data import DEFAULT_DATA, GLN_TEST_DIR  # noqa: E402
+from molspec_core.data import DEFAULT_DATA, GLN_TEST_DIR, read_lines  # noqa: E402
 from molspec_core.evaluate import mcnemar_p, read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
@@ -65,8 +65,7 @@ def without_stereo(smiles: str | None) -> str | None:
 
 
 def training_targets(path: Path) -> set[str]:
-    with path.open() as lines:
-        return {c for c in (canonical_or_none(line.strip()) for line in lines) if c}
+    return {c for c in (canonical_or_none(line.strip()) for line in read_lines(path)) if c}
 
 
 GROUPS = ("kept", "created", "none")  # the module docstring says which reactions each holds
@@ -127,14 +126,14 @@ def main() -> None:
         parser.error(str(exc))
     model = args.model or args.task
     torch.set_num_threads(1)
-    reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
-    queries, knowns = (reactants, products) if args.task == "forward" else (products, reactants)
-    seen = training_targets(Path(args.train_tgt)) if args.train_tgt else set()
     test = Path(args.test).name
-    against = json.loads(Path(args.against).read_text()) if args.against else None
     try:  # before decoding, not after minutes of it
+        reactants, products = read_pairs(f"{args.test}/reactants.txt", f"{args.test}/products.txt")
+        queries, knowns = (reactants, products) if args.task == "forward" else (products, reactants)
+        seen = training_targets(Path(args.train_tgt)) if args.train_tgt else set()
+        against = read_json("--against", args.against) if args.against else None
         if args.lines_from:
-            earlier = json.loads(Path(args.lines_from).read_text())
+            earlier = read_json("--lines-from", args.lines_from)
             check_comparable(earlier, f"--lines-from {args.lines_from}", args.task, test)
             groups = lines_of(earlier, knowns, seen)
             left_out = earlier["left_out_as_trained_on"]
@@ -145,8 +144,10 @@ def main() -> None:
         if against:
             check_comparable(against, f"--against {args.against}", args.task, test)
             check_same_reactions(against, groups)
-    except ValueError as exc:
+    except ValueError as exc:  # InputFileError is one; read_pairs' and data.read_lines' name the file
         parser.error(str(exc))
+    except KeyError as exc:
+        parser.error(f"--lines-from or --against: not a report of this tool (it has no {exc})")
     report: dict = {"task": args.task, "model": model, "test": test,
                     "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
     predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
