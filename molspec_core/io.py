@@ -445,15 +445,17 @@ def column_key(name: str) -> str:
     return " ".join(name.split()).casefold()
 
 
-def shown_cells(fields: Sequence[str]) -> str:
-    """A line's cells as a refusal names them: a list of its first SHOWN_CELLS, each cut at SHOWN_CELL_CHARS, and how
-    many more it has. The whole line went into the message: a CSV whose first line was 4 MB of cells was refused in a
-    message of 10 MB, which the Batch page drew in full."""
+def shown_cells(fields: Sequence[str], quoted: bool = True, noun: str = "cell") -> str:
+    """A line's cells (a file's columns) as a refusal names them: a list of its first SHOWN_CELLS, each cut at
+    SHOWN_CELL_CHARS, and how many more `noun`s it has; `quoted` as Python writes a list (a header's blank or spaced
+    cells show), else joined by commas (""). The whole line went into the message: a CSV whose first line was 4 MB of
+    cells was refused in a message of 10 MB, which the Batch page drew in full."""
     cells = [f if len(f) <= SHOWN_CELL_CHARS else f"{f[:SHOWN_CELL_CHARS]}..." for f in fields[:SHOWN_CELLS]]
+    listed = str(cells) if quoted else ", ".join(cells)
     more = len(fields) - len(cells)
     if not more:
-        return str(cells)
-    return f"{cells} and {more:,} more {'cell' if more == 1 else 'cells'}"
+        return listed
+    return f"{listed} and {more:,} more {noun if more == 1 else noun + 's'}"
 
 
 def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: str | None = None) -> str:

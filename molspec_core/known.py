@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
                    mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
-from .io import InputFileError, LastRow, QueryFile, column_key, percent
+from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
 if TYPE_CHECKING:  # service imports torch; this module is read before a model loads
     from .service import QueryResult
@@ -243,7 +243,8 @@ def column_index(columns: Sequence[str], file_name: str, column: str) -> int:
     folded = [column_key(name) for name in columns]
     if folded.count(column_key(column)) == 1:  # two columns alike but for case: only the exact name tells them apart
         return folded.index(column_key(column))
-    listed = ", ".join(c if len(c) <= 30 else c[:29] + "…" for c in columns[:10]) or "none besides its queries"
+    # listed as a header is where it names no query column: ten were listed, and a wide file seemed to have no more
+    listed = shown_cells(columns, quoted=False, noun="column") or "none besides its queries"
     raise InputFileError(f"{file_name} has no column {column!r} of known answers (its other columns: {listed})")
 
 

@@ -270,3 +270,15 @@ def test_a_known_column_is_named_in_any_case_as_a_query_column_is():
         column_index(["product", "Product"], "q.csv", "PRODUCT")  # which of the two: not guessed
     with pytest.raises(InputFileError, match="has no column 'yield'"):
         column_index(["id", "Product"], "q.csv", "yield")
+
+
+
+def test_a_missing_known_column_is_refused_naming_the_columns_as_a_header_is_named():
+    """The refusal listed a wide file's first 10 columns and no more, so that it seemed to have only those; it names
+    them as a header without a query column is named (io.shown_cells): the first 12, each cut, and how many more."""
+    columns = [f"assay {i} " + "x" * 50 for i in range(15)]
+    with pytest.raises(InputFileError) as refused:
+        column_index(columns, "q.csv", "product")
+    listed = str(refused.value).split("(its other columns: ")[1]
+    assert listed.startswith(f"{columns[0][:40]}..., assay 1 ") and listed.endswith("and 3 more columns)")
+    assert listed.count("assay") == 12
