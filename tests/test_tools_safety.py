@@ -655,3 +655,20 @@ def test_pool_sweep_score_names_a_line_that_is_not_json(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"decoded": {}}\n{not json\n')
     with pytest.raises(SystemExit, match=r"a\.jsonl, line 2, is not JSON"):
         load_tool("pool_sweep").main(["score", str(tmp_path / "a.jsonl")])
+
+
+@pytest.mark.parametrize("mined,also,said", [
+    ({"a": 1}, False, "not evaluate's report on `starts`' index (it has no 'first_right')"),  # a KeyError
+    ({"augment": 2, "first_right": {"model_order": [1]}}, False, "mine with one answer from one writing"),
+    ({"first_right": {"model_order": [1]}}, True, "--also adds new reactions: give it without --mined"),
+])
+def test_hard_examples_build_refusals_are_usage_errors_and_write_nothing(mined, also, said, data, tmp_path,
+                                                                        monkeypatch, capsys):
+    """build's ValueErrors were tracebacks, and a report of another kind a KeyError."""
+    report = tmp_path / "mined.json"
+    report.write_text(json.dumps(mined))
+    argv = ["build", "--data", data, "--mined", report, "--out", tmp_path / "built",
+            *(["--also", data] if also else [])]
+    code, err = run_main(load_tool("hard_examples"), monkeypatch, capsys, *argv)
+    assert code == 2 and said in err, err
+    assert not (tmp_path / "built").exists()

@@ -197,8 +197,13 @@ def main() -> None:
             mined = read_json("--mined", args.mined) if args.mined else None
         except InputFileError as exc:
             parser.error(str(exc))
-        stats = build(args.data, mined, args.out, args.right_writings, args.replay,
-                      args.replay_ratio, args.seed, tuple(args.also))
+        try:  # build's refusals come before it writes: they were tracebacks
+            stats = build(args.data, mined, args.out, args.right_writings, args.replay,
+                          args.replay_ratio, args.seed, tuple(args.also))
+        except ValueError as exc:
+            parser.error(str(exc))
+        except KeyError as exc:  # a report of another kind
+            parser.error(f"--mined {args.mined}: not evaluate's report on `starts`' index (it has no {exc})")
         print(json.dumps(stats, indent=2))
 
 
