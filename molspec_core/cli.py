@@ -1286,7 +1286,10 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
     stats, counts = result.stats, result.stats.counts
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""
-    left_out = f", {result.stock_unreadable} unreadable entries left out" if result.stock_unreadable else ""
+    n_unreadable = result.stock_unreadable  # the Routes page's words, and which entry, as it names it
+    left_out = (f", {n_unreadable} unreadable {'entry' if n_unreadable == 1 else 'entries'} left out"
+                f"{'; the first: ' if n_unreadable > 1 else ': '}{result.stock_first_unreadable}"
+                if n_unreadable else "")
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
     for note in result.target_notes:
         print(f"note: {note}")

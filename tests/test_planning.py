@@ -947,6 +947,22 @@ def test_cli_plan_tells_the_last_expansion_cut_by_the_searchs_end_calmly(tmp_pat
     assert f"note: {cut} (not counted among the molecules expanded)." in printed and "warning" not in printed
 
 
+def test_cli_plan_names_the_stocks_unreadable_entries_as_the_page_does(tmp_path, capsys):
+    """molspec plan printed '1 unreadable entries left out' and never which, where the page and the JSON name it."""
+    from molspec_core.cli import report_plan
+
+    def printed(unreadable: int, first: str) -> str:
+        result = planning.PlanResult("CCO", (), planning.SearchStats("retro*", 5.0, 5.0, 3, 40), "retro", None,
+                                     "shelf.smi", 4, stock_unreadable=unreadable, stock_first_unreadable=first)
+        report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
+        return capsys.readouterr().out.splitlines()[0]
+
+    why = "RDKit cannot parse 'C1CC' as a molecule"
+    assert printed(1, why) == f"target: CCO; stock: shelf.smi (4 molecules, 1 unreadable entry left out: {why})"
+    assert printed(3, why).endswith(f"(4 molecules, 3 unreadable entries left out; the first: {why})")
+    assert printed(0, "").endswith("stock: shelf.smi (4 molecules)")
+
+
 @needs_native
 def test_cli_plan_computes_both_models_in_the_dtype_asked(tmp_path, monkeypatch):
     """--dtype int8 reaches the planning model and the forward model that checks its steps."""
