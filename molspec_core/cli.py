@@ -1310,7 +1310,8 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
         steps = f"{route.n_steps} step{'s' * (route.n_steps != 1)}"
         print(f"route {rank}: {steps}, probability {math.exp(route.score):.3g} (score {route.score:.2f}); from "
               f"{starting}")
-        for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a chemist checks it
+        for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a double bond's geometry
+            # set or isomerized: a chemist checks it
             print(f"  stereo: {line}")
     print(f"-> {out}, {csv_out}")
 
