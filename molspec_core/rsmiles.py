@@ -88,6 +88,8 @@ def augment(mapped_reaction: str, n: int, rng: random.Random) -> list[tuple[str,
     if product is None or any(m is None for m in reactants):
         raise MappingError("RDKit cannot parse the mapped reaction")
     n_atoms = product.GetNumAtoms()
+    if not n_atoms:  # no root to draw: "empty range for randrange()" stopped prepare-data in its worker
+        raise MappingError("the reaction has no product")
     roots = [-1] + rng.sample(range(n_atoms), min(n - 1, n_atoms)) if n > 1 else [-1]
     while len(roots) < n:  # small products: repeat roots
         roots.append(rng.randrange(n_atoms))

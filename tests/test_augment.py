@@ -29,6 +29,19 @@ def test_root_views_are_every_distinct_writing_with_the_query_first():
     assert all(canonical(view) == "CCO.c1ccccc1" for view in root_views("CCO.c1ccccc1", 5))
 
 
+def test_a_mapped_reaction_without_a_product_falls_back_and_does_not_stop_prepare_data():
+    """Its augmentation drew a root from no atoms ("empty range for randrange()"), which no caller caught: the
+    worker's error stopped prepare-data --task retro. It is a MappingError, which _retro_augmented expects."""
+    import random
+
+    from molspec_core.data import _retro_augmented
+    from molspec_core.rsmiles import MappingError, augment
+
+    with pytest.raises(MappingError, match="no product"):
+        augment("[CH3:1][OH:2]>>", 3, random.Random(0))
+    assert _retro_augmented(("[CH3:1][OH:2]>>", "CO>>", 3, 0)) == ([], False)  # no pair, counted as a fallback
+
+
 def test_root_aligned_pairs_carry_no_stereo_that_only_the_atom_maps_made():
     """Training pairs are written as the service writes a query: a mark on an atom that only its map number made a
     stereocentre (isopropyl's CH, a double bond with two methyls on one end) is dropped, and a mapped
