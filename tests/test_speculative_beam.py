@@ -80,6 +80,24 @@ def test_exact_equals_beam_on_noisy_copy_models(engine, width, look_ahead):
         assert_accepts_drafts(got, ref)
 
 
+@pytest.mark.parametrize("n_best", [1, 2, 4])
+def test_exact_equals_beam_when_fewer_answers_than_the_width_are_asked(n_best):
+    """The service asks for as many answers as the beam's width; a library caller may ask fewer. The n_best-th
+    finished score (the floor below which both searches drop hypotheses) then comes sooner and sits higher, and
+    sbs-exact must still return beam search's lists, across the width, the look-ahead and a length budget."""
+    for seed in range(2):
+        model = copying_model(seed, engine="numpy", noise=0.5)
+        sources = random_sources(seed + 40, 8, COPYING_VOCAB, 2, 14)
+        for width, look_ahead in ((5, True), (8, False)):
+            ref = beam_search(model, sources, width, n_best, max_len=12)
+            got = speculative_beam(model, sources, width, drafts("pointer", 3), exact=True, n_best=n_best,
+                                   max_len=12, look_ahead=look_ahead)
+            assert [[(h.tokens, h.finished) for h in r.hypotheses] for r in got] == \
+                [[(h.tokens, h.finished) for h in r.hypotheses] for r in ref]
+            assert all(len(r.hypotheses) <= n_best for r in got)
+            assert sum(r.stats.draft_tokens_accepted for r in got) > 0  # drafted paths ran
+
+
 @pytest.mark.parametrize("width", [1, 3, 5])
 def test_paper_sbs_with_draft_length_zero_is_beam_search(copy_model, width):
     model, vocab = copy_model
