@@ -1,5 +1,7 @@
 """What the scripts of tools/ share: the checks that keep a run from writing over what it reads (the CLI's
-molspec_core.io.check_output, for several inputs and outputs at once).
+molspec_core.io.check_output, for several inputs and outputs at once), the checks that its inputs and models are
+there and readable, and argparse types for lists and method names; each makes a fault a usage error naming the flag,
+before any work.
 
 A module, not a script: tests/test_tools_help.py leaves out tools/_*.py. A script imports it after putting its own
 folder on sys.path (a script run as `python3 tools/NAME.py` has it there; tests load the scripts by path).
@@ -53,7 +55,7 @@ Named = tuple[str, "str | Path | None"]
 
 
 class InputFileError(ValueError):
-    """A file or folder a tool reads that is not there."""
+    """A file, folder or model a tool reads that is not there, or not of the kind it reads."""
 
 
 def check_inputs(inputs: Iterable[Named]) -> None:
