@@ -672,3 +672,15 @@ def test_hard_examples_build_refusals_are_usage_errors_and_write_nothing(mined, 
     code, err = run_main(load_tool("hard_examples"), monkeypatch, capsys, *argv)
     assert code == 2 and said in err, err
     assert not (tmp_path / "built").exists()
+
+
+def test_stereo_check_names_an_earlier_report_without_its_groups(tmp_path, monkeypatch, capsys):
+    """A report of the same task and test set but without the groups' lines was a KeyError traceback."""
+    tool = load_tool("stereo_check")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
+    report = tmp_path / "old.json"
+    report.write_text(json.dumps({"task": "retro", "test": tmp_path.name}))
+    code, err = run_main(tool, monkeypatch, capsys, "--task", "retro", "--test", tmp_path, "--lines-from", report)
+    assert code == 2 and "--lines-from or --against: not a report of this tool (it has no 'kept')" in err, err
