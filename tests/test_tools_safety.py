@@ -684,3 +684,16 @@ def test_stereo_check_names_an_earlier_report_without_its_groups(tmp_path, monke
     report.write_text(json.dumps({"task": "retro", "test": tmp_path.name}))
     code, err = run_main(tool, monkeypatch, capsys, "--task", "retro", "--test", tmp_path, "--lines-from", report)
     assert code == 2 and "--lines-from or --against: not a report of this tool (it has no 'kept')" in err, err
+
+
+@pytest.mark.parametrize("command,stats,said", [
+    ("starts", "{bad", "--data {stats} cannot be read as JSON"),  # json's traceback
+    ("build", "{bad", "--data {stats} cannot be read as JSON"),
+    ("build", '{"train": 4}', "{stats}: its \"task\" is not one of forward, retro"),  # a KeyError
+])
+def test_hard_examples_names_a_stats_json_it_cannot_read(command, stats, said, data, tmp_path, monkeypatch, capsys):
+    (data / "stats.json").write_text(stats)
+    out = tmp_path / ("starts.txt" if command == "starts" else "built")
+    code, err = run_main(load_tool("hard_examples"), monkeypatch, capsys, command, "--data", data, "--out", out)
+    assert code == 2 and said.format(stats=data / "stats.json") in err, err
+    assert not out.exists()

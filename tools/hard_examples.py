@@ -46,6 +46,7 @@ from _toolbox import (InputFileError, check_inputs, check_output_folder,  # noqa
                       check_outputs, read_json)
 
 from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
+from molspec_core.checkpoint import MODEL_TASKS  # noqa: E402
 from molspec_core.data import Pair, read_lines, write_splits  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.tokenizer import Vocab  # noqa: E402
@@ -71,7 +72,7 @@ def retro_starts(sources: list[str]) -> list[int]:
 
 
 def folder_starts(data: Path, train: list[Pair]) -> list[int]:
-    task = json.loads((data / "stats.json").read_text())["task"]
+    task = read_json("--data", data / "stats.json").get("task")
     return retro_starts([p.src for p in train]) if task == "retro" else reaction_starts([p.tgt for p in train])
 
 
@@ -118,7 +119,12 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
                                        *(("--also", folder) for folder in also)])
     train = split(data, "train")
     rng = random.Random(seed)
-    folders = {folder: json.loads((folder / "stats.json").read_text()) for folder in (data, *also)}
+    folders = {folder: read_json("--data" if folder == data else "--also", folder / "stats.json")
+               for folder in (data, *also)}
+    untasked = next((folder for folder, stats in folders.items() if stats.get("task") not in MODEL_TASKS), None)
+    if untasked is not None:  # a KeyError, or a folder written that train refuses
+        raise ValueError(f"{untasked / 'stats.json'}: its \"task\" is not one of {', '.join(MODEL_TASKS)} (not a "
+                         "prepare-data folder)")
     source, vocab = folders[data], Vocab.load(data / "vocab.json")
     if also and mined is not None:
         raise ValueError("--also adds new reactions: give it without --mined")
@@ -189,7 +195,10 @@ def main() -> None:
     except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
     if args.command == "starts":
-        starts = folder_starts(args.data, split(args.data, "train"))
+        try:
+            starts = folder_starts(args.data, split(args.data, "train"))
+        except ValueError as exc:  # a stats.json that is not JSON: json's traceback
+            parser.error(str(exc))
         write_text_file(args.out, "".join(f"{i}\n" for i in starts))
         print(f"{len(starts)} reactions")
     else:
