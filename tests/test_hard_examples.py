@@ -115,7 +115,9 @@ def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
     data = tmp_path / "new"
     write_splits(data, {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]},
                  {"task": "retro", "augment": 20, "val_rest_reactions": 3})
-    pool = folder(tmp_path / "pool", [Pair("C" * (i + 5) + ".O", "CCO") for i in range(40)], augment=5)
+    pool = tmp_path / "pool"  # the model's own retro training pairs
+    write_splits(pool, {"train": [Pair("C" * (i + 5) + ".O", "CCO") for i in range(40)], "val": RETRO[:1],
+                        "test": RETRO[:1]}, {"task": "retro", "augment": 5})
     stats = tool.build(data, None, tmp_path / "mix", replay=pool, replay_ratio=1.0, seed=2)
     got = list(zip((tmp_path / "mix/train.src").read_text().split(), (tmp_path / "mix/train.tgt").read_text().split()))
     assert sorted(pair for pair in got if not pair[0].startswith("CCCCC")) == sorted((p.src, p.tgt) for p in RETRO)
@@ -125,6 +127,15 @@ def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
     write_splits(tmp_path / "fwd", {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]},
                  {"task": "forward", "augment": 10, "train_reactions": 4})
     assert tool.build(tmp_path / "fwd", None, tmp_path / "fwd_mix")["reactions"] == 4
+
+
+def test_a_replay_folder_of_the_other_task_is_refused_before_anything_is_written(tool, mit, tmp_path):
+    """A retro pool's pairs (product -> reactants) were replayed into forward training data without a word."""
+    pool = tmp_path / "retro_pool"
+    write_splits(pool, {"train": RETRO, "val": RETRO[:1], "test": RETRO[:1]}, {"task": "retro", "augment": 20})
+    with pytest.raises(ValueError, match=r"--replay .*retro_pool holds retro data, and .*mit forward data"):
+        tool.build(mit, None, tmp_path / "mix", replay=pool)
+    assert not (tmp_path / "mix").exists()
 
 
 def test_also_adds_every_pair_of_more_new_reactions_keeping_the_first_folders_validation(tool, tmp_path):

@@ -133,6 +133,10 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
             raise ValueError(f"{folder}: not a {source['task']} folder, as {data} is")
         if Vocab.load(folder / "vocab.json").tokens != vocab.tokens:
             raise ValueError(f"{folder}: another vocabulary than {data}'s (prepare both with the model's --vocab)")
+    replay_task = read_json("--replay", replay / "stats.json").get("task") if replay is not None else None
+    if replay is not None and replay_task != source["task"]:  # a retro pool's pairs replayed into forward data
+        raise ValueError(f"--replay {replay} holds {replay_task} data, and {data} {source['task']} data: replay a "
+                         f"{source['task']} folder")
     if mined is None:
         wrong, pairs = None, list(train) + [pair for folder in also for pair in split(folder, "train")]
     else:
@@ -188,7 +192,7 @@ def main() -> None:
         else:
             check_inputs([*(("--data", args.data / name) for name in BUILD_READS + SPLITS_KEPT),
                           ("--mined", args.mined),
-                          *(("--replay", args.replay / name) for name in ("train.src", "train.tgt") if args.replay),
+                          *(("--replay", args.replay / name) for name in STARTS_READS if args.replay),
                           *(("--also", folder / name) for folder in args.also for name in BUILD_READS)])
             check_output_folder("--out", args.out, [("--data", args.data), ("--mined", args.mined),
                                                     ("--replay", args.replay), *(("--also", f) for f in args.also)])
