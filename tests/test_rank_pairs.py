@@ -54,3 +54,20 @@ def test_mined_pairs_hold_every_writing_of_each_missed_reaction_and_train_reads_
     # the summary names the weights mined and the code that mined them, as evaluate's reports do
     saved = json.loads((tmp_path / "pairs.json").read_text())
     assert saved["weights"] == weights_fingerprint(tmp_path / "model") and "commit" in saved and "command" in saved
+
+
+def test_mining_refuses_retro_data_or_a_retro_model_before_any_decoding(tool, tmp_path: Path, monkeypatch):
+    """A retro folder's lines were mined as forward reactions with whatever model was given, without a word."""
+    monkeypatch.setattr(tool, "Predictor", None)  # nothing may be loaded
+    train = [Pair("CCO", "CC.O"), Pair("CCN", "CC.N")]
+    for task in ("forward", "retro"):
+        write_splits(tmp_path / task, {"train": train, "val": train[:1], "test": train[:1]}, {"task": task})
+        vocab = Vocab.load(tmp_path / task / "vocab.json")
+        checkpoint.save(Seq2SeqTransformer(preset("tiny", len(vocab))), vocab, tmp_path / f"{task}_model",
+                        meta={"task": task, "preset": "tiny"})
+    with pytest.raises(tool.InputFileError, match=r"--data .*retro holds retro data; ranking pairs are mined from "
+                                                  "forward data"):
+        tool.mine(str(tmp_path / "forward_model"), tmp_path / "retro", tmp_path / "pairs.tsv")
+    with pytest.raises(tool.InputFileError, match=r"--model .*retro_model is a retro model"):
+        tool.mine(str(tmp_path / "retro_model"), tmp_path / "forward", tmp_path / "pairs.tsv")
+    assert not (tmp_path / "pairs.tsv").exists()

@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by, read_json  # noqa: E402  (tools/_toolbox.py)
 from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
 
 from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
+from molspec_core.checkpoint import inspect_folder  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
@@ -63,9 +64,15 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
          batch: int = 8, threads: int = 1) -> dict:
     import torch
 
-    check_inputs([("--data", data / "train.src"), ("--data", data / "train.tgt")])
+    check_inputs([("--data", data / name) for name in ("train.src", "train.tgt", "stats.json")])
     check_paths(out, [("--data's train.src", data / "train.src"), ("--data's train.tgt", data / "train.tgt")])
     check_models([("--model", model)])
+    # a retro folder's lines were mined as forward reactions (their writings grouped by target), without a word
+    task = read_json("--data", data / "stats.json").get("task")
+    if task != "forward":
+        raise InputFileError(f"--data {data} holds {task} data; ranking pairs are mined from forward data")
+    if (model_task := inspect_folder(model_folder(model)).config.get("task", "forward")) != "forward":
+        raise InputFileError(f"--model {model} is a {model_task} model; ranking pairs are mined with a forward model")
     torch.set_num_threads(threads)
     predictor = Predictor.load(model, device="cpu", dtype="float32")
     sources, targets = read_lines(data / "train.src"), read_lines(data / "train.tgt")
