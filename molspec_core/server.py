@@ -53,8 +53,8 @@ from .known import known_rank, with_recorded
 from .limits import Abandoned, abandon_when
 from .methods import METHODS, SamplingOptions, readers_of, unread_knobs
 from .roundtrip import check_round_trip
-from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, Prediction, Predictor, QueryResult,
-                      windows)
+from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, PartlyDecoded, Prediction,
+                      Predictor, QueryResult, windows)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ LINGER_BYTES = 2 * MAX_BODY_BYTES
 PROBE_EVERY_S = 5.0
 PROBE_WAIT_S = 0.05
 # Once the server is stopping, the window of queries decoding has this long to end before it is stopped where it is
-# (its queries lost); a service manager waits longer before it kills the process (Kubernetes 30 s, systemd 90 s).
+# (its batches not yet decoded lost); a service manager waits longer before it kills the process (Kubernetes 30 s,
+# systemd 90 s).
 STOP_GRACE_S = 10.0
 STOPPING = "the server is stopping; send the request again once it is back"
 CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
@@ -276,9 +277,10 @@ class Service:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
         has decoded for budget_s, the windows not begun get an error saying so, and the rest stand; a window still
         decoding once the request has decoded for budget_s and a query's time limit more stops at its next decoder
-        step (limits.abandon_when), its queries with that error (a window of 256 queries, each within its time
-        limit, ran for hours past the budget). Once the server is stopping, the window decoding has stop_grace_s
-        to end, then stops so, and the windows after get an error too; the windows before stand (a request whose
+        step (limits.abandon_when), its queries not yet decoded with that error (a window of 256 queries, each within
+        its time limit, ran for hours past the budget; its batches decoded by then stand: service.PartlyDecoded).
+        Once the server is stopping, the window decoding has stop_grace_s to end, then stops so, and the windows
+        after get an error too; the windows before stand (a request whose
         turn comes once the server is stopping gets 503). `gone` says whether the client has left, looked at
         before each window and each decoder step: then ClientGone, and the rest is not decoded (a client that
         gave up, and perhaps sent its request again, held the models for minutes to no one)."""
@@ -321,19 +323,28 @@ class Service:
                 if results and (late or self.stopping.is_set()):
                     results += not_decoded(part, past_budget if late else "the server is stopping")
                     continue
+                # what stands of the window if it is abandoned: its batches decoded by then (and checked, where a
+                # round trip was asked for); the window of up to 256 queries was dropped whole
+                kept: list[QueryResult | None] = [None] * len(queries[part])
                 try:
                     with abandon_when(abandon):
-                        answered = request.predictor.predict(queries[part], **request.options)
+                        try:
+                            answered = request.predictor.predict(queries[part], **request.options)
+                        except PartlyDecoded as exc:
+                            kept = list(exc.finished) if request.round_trip is None else kept
+                            raise
                         if request.round_trip is not None:
-                            answered = [check_round_trip(r, request.round_trip, request.round_trip_k)
-                                        for r in answered]
+                            for i, result in enumerate(answered):
+                                answered[i] = kept[i] = check_round_trip(result, request.round_trip,
+                                                                         request.round_trip_k)
                 except ValueError as exc:  # options refused (n_best out of range, augment on a canonical model)
                     raise RequestError(str(exc)) from None
                 except Abandoned as exc:
                     if str(exc) == CLIENT_GONE:
                         raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded, "
                                          "some begun") from None
-                    answered = not_decoded(part, str(exc))
+                    answered = [missed if result is None else result
+                                for result, missed in zip(kept, not_decoded(part, str(exc)))]
                 results += answered
         results = [dataclasses.replace(r, error=table.problem_of(i), predictions=()) if table.problem_of(i) else r
                    for i, r in enumerate(results)]  # a recorded outcome that is no SMILES: that query's error

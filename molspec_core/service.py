@@ -38,7 +38,7 @@ from .decoding.speculative_beam import speculative_beam
 from .decoding.result import DecodeResult, DecodeStats
 from .drafting import Drafter, make_drafter
 from .graphs import GraphStep
-from .limits import QueryTimeout, time_limit
+from .limits import Abandoned, QueryTimeout, time_limit
 from .methods import METHODS, Method, SamplingOptions, method as method_row, readers_of, unread_knobs
 from .model import Seq2SeqTransformer
 from .native import BUILD_VARIABLE, DTYPES, NativeStep, NativeUnavailable, cpu_description, native_unavailable
@@ -527,6 +527,17 @@ class QueryResult:
         return sorted((*listed, *self.set_aside), key=lambda p: p.model_rank)
 
 
+class PartlyDecoded(Abandoned):
+    """`predict` given up by its caller (limits.abandon_when) partway through a list: `finished` holds, by the
+    list's index, the result of each query done by then (its batch decoded, or refused before decoding), None
+    for the others. The server, stopping or past a request's budget, dropped a window of up to 256 queries whole,
+    its batches already decoded too."""
+
+    def __init__(self, why: str, finished: Sequence[QueryResult | None]):
+        super().__init__(why)
+        self.finished = tuple(finished)
+
+
 class QueryError(ValueError):
     """A query the model cannot read. suggestion: the same molecules written so that it can
     (chem.ION_WRITINGS), or "" when no such writing is known."""
@@ -949,43 +960,47 @@ class Predictor:
             except ValueError as exc:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc),
                                          suggestion=getattr(exc, "suggestion", ""))
-        if augment > 1:  # one batch per query: its writings, under the query's one time limit
-            for i, query in good:
-                views = self._views(query, augment)
+        try:
+            if augment > 1:  # one batch per query: its writings, under the query's one time limit
+                for i, query in good:
+                    views = self._views(query, augment)
+                    started = time.perf_counter()
+                    try:
+                        with time_limit(time_limit_s):
+                            decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
+                                                             n_drafts, sampling))
+                    except QueryTimeout as timeout:
+                        error = stopped_message(time_limit_s, len(views))
+                        results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
+                                                  error=error) if len(timeout.found) != len(views) else
+                                      dataclasses.replace(self._pooled(texts[i], views, list(timeout.found), method,
+                                                                       n_best, augment, time.perf_counter() - started,
+                                                                       TIMED_OUT), error=error))
+                        continue
+                    results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
+                                              time.perf_counter() - started)
+                good = []
+            good.sort(key=lambda item: len(item[1].ids))  # stable: equal lengths keep their input order
+            for start in range(0, len(good), batch_size):
+                chunk = good[start:start + batch_size]
                 started = time.perf_counter()
-                try:
-                    with time_limit(time_limit_s):
-                        decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
-                                                         n_drafts, sampling))
-                except QueryTimeout as timeout:
-                    error = stopped_message(time_limit_s, len(views))
-                    results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
-                                              error=error) if len(timeout.found) != len(views) else
-                                  dataclasses.replace(self._pooled(texts[i], views, list(timeout.found), method,
-                                                                   n_best, augment, time.perf_counter() - started,
-                                                                   TIMED_OUT), error=error))
-                    continue
-                results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
-                                          time.perf_counter() - started)
-            good = []
-        good.sort(key=lambda item: len(item[1].ids))  # stable: equal lengths keep their input order
-        for start in range(0, len(good), batch_size):
-            chunk = good[start:start + batch_size]
-            started = time.perf_counter()
-            decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
-                                           sampling, time_limit_s)
-            # Each query's share of its batch's time: greedy and beam search give every row the whole batch's, so
-            # a list's times added up to several times the call's (and time_ms over HTTP was the batch's).
-            share = (time.perf_counter() - started) / len(chunk) if len(chunk) > 1 else None
-            for (i, query), result in zip(chunk, decoded):
-                if isinstance(result, DecodeResult):
-                    results[i] = self._to_result(texts[i], query, timed(result, share), method, n_best)
-                elif result.found is None:
-                    results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
-                                             error=result.error)
-                else:
-                    results[i] = dataclasses.replace(self._to_result(texts[i], query, timed(result.found, share),
-                                                                     method, n_best, TIMED_OUT), error=result.error)
+                decoded = self._decode_limited([q.ids for _, q in chunk], method, n_best, draft_len, n_drafts,
+                                               sampling, time_limit_s)
+                # Each query's share of its batch's time: greedy and beam search give every row the whole batch's, so
+                # a list's times added up to several times the call's (and time_ms over HTTP was the batch's).
+                share = (time.perf_counter() - started) / len(chunk) if len(chunk) > 1 else None
+                for (i, query), result in zip(chunk, decoded):
+                    if isinstance(result, DecodeResult):
+                        results[i] = self._to_result(texts[i], query, timed(result, share), method, n_best)
+                    elif result.found is None:
+                        results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
+                                                 error=result.error)
+                    else:
+                        results[i] = dataclasses.replace(self._to_result(texts[i], query, timed(result.found, share),
+                                                                         method, n_best, TIMED_OUT), error=result.error)
+        except Abandoned as exc:  # the caller gave the call up: what was done by then is handed back with it
+            raise PartlyDecoded(str(exc), [None if r is None else dataclasses.replace(r, task=self.task)
+                                           for r in results]) from exc
         results = [dataclasses.replace(result, task=self.task) for result in results]  # type: ignore[type-var]
         return results[0] if single else results  # type: ignore[return-value]
 

@@ -550,6 +550,47 @@ def test_a_server_stopping_while_a_window_decodes_stops_it_and_says_so(models):
                for r in result)
 
 
+def test_a_window_stopped_keeps_the_batches_it_had_decoded(models, monkeypatch):
+    """A window stopped (the server stopping, or past a request's budget) was dropped whole, its batches already
+    decoded too: 300 beam-5 queries stopped 3 s in came back all 'not decoded'. Its batches decoded by then (of
+    like length: the two shorter queries here) stand."""
+    forward = models["forward"]
+    service = server.Service({"forward": forward})
+    service.stop_grace_s = 0.0
+    decode = forward._decode_limited
+
+    def first_batch_then_stop(*args, **kwargs):
+        decoded = decode(*args, **kwargs)
+        service.stopping.set()
+        return decoded
+
+    monkeypatch.setattr(forward, "_decode_limited", first_batch_then_stop)
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    result = service.predict({"smiles": queries, "batch_size": 2})["results"]
+    assert [r["query"] for r in result] == queries
+    assert [r["error"] for r in result] == [None, None, "not decoded: the server is stopping; send this query again"]
+    assert result[0]["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1" and result[1]["predictions"]
+
+
+def test_a_window_stopped_in_its_round_trips_keeps_the_answers_checked(models, monkeypatch):
+    """With a round trip, an answer stands once its check is done; the rest of the window says it was stopped."""
+    service = server.Service({"retro": models["retro"], "forward": models["forward"]})
+    service.stop_grace_s = 0.0
+
+    def check_then_stop(result, *args, **kwargs):
+        checked = check_round_trip(result, *args, **kwargs)
+        if result != []:  # parse_request checks the options on no answers first
+            service.stopping.set()
+        return checked
+
+    monkeypatch.setattr(server, "check_round_trip", check_then_stop)
+    queries = [PARACETAMOL, "CCOC(C)=O", "CC(=O)NCc1ccccc1"]
+    result = service.predict({"model": "retro", "smiles": queries, "round_trip": "forward", "batch_size": 2})
+    first, *rest = result["results"]
+    assert first["error"] is None and first["predictions"] and first["predictions"][0]["round_trip"] is not None
+    assert [r["error"] for r in rest] == ["not decoded: the server is stopping; send this query again"] * 2
+
+
 def test_a_client_that_stops_sending_but_reads_on_gets_its_answer(address):
     """A client that shut its side for writing once its request was sent (curl with a body from a pipe, nc -N, a
     script's shutdown(SHUT_WR)) was taken for gone and got no answer: it is sent an interim 100 Continue, which a
