@@ -697,3 +697,13 @@ def test_hard_examples_names_a_stats_json_it_cannot_read(command, stats, said, d
     code, err = run_main(load_tool("hard_examples"), monkeypatch, capsys, command, "--data", data, "--out", out)
     assert code == 2 and said.format(stats=data / "stats.json") in err, err
     assert not out.exists()
+
+
+def test_stereo_check_refuses_a_model_of_the_other_task(tmp_path, monkeypatch, capsys):
+    """--task retro with the forward model read the products as forward queries and reported its numbers."""
+    tool = load_tool("stereo_check")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
+    code, err = run_main(tool, monkeypatch, capsys, "--task", "retro", "--model", "forward", "--test", tmp_path)
+    assert code == 2 and "--model forward is a forward model, and --task is retro" in err, err

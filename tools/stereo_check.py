@@ -42,12 +42,13 @@ from _toolbox import InputFileError, check_inputs, check_models, check_outputs, 
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
+from molspec_core.checkpoint import MODEL_TASKS, inspect_folder  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import DEFAULT_DATA, GLN_TEST_DIR, read_lines  # noqa: E402
 from molspec_core.evaluate import mcnemar_p, read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.methods import TASK_DEFAULTS  # noqa: E402
-from molspec_core.service import MAX_AUGMENT, Predictor  # noqa: E402
+from molspec_core.service import MAX_AUGMENT, Predictor, model_folder  # noqa: E402
 
 TEST = DEFAULT_DATA / GLN_TEST_DIR
 
@@ -124,6 +125,9 @@ def main() -> None:
         check_models([("--model", args.model or args.task)])
     except (InputFileError, OutputFileError) as exc:
         parser.error(str(exc))
+    model_task = inspect_folder(model_folder(args.model or args.task)).config.get("task", "forward")
+    if model_task in MODEL_TASKS and model_task != args.task:  # a forward model read the products as queries
+        parser.error(f"--model {args.model} is a {model_task} model, and --task is {args.task}")
     model = args.model or args.task
     torch.set_num_threads(1)
     test = Path(args.test).name
