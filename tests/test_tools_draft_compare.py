@@ -76,3 +76,27 @@ def test_no_method_runs_right_after_the_same_other_one_on_most_batches():
                 assert 0.15 < follows[first, then] / len(orders) < 0.35, (first, then, follows[first, then])
     places = Counter((method, order.index(method)) for order in orders for method in methods)
     assert all(0.15 < count / len(orders) < 0.35 for count in places.values()), places
+
+
+def test_a_draft_of_another_vocabulary_is_a_usage_error_naming_it_before_any_load(tmp_path, monkeypatch, capsys):
+    """It was a CheckpointError traceback naming the temporary folder of links, after the model had loaded."""
+    from molspec_core import checkpoint
+    from molspec_core.tokenizer import Vocab
+
+    tool = load_tool("draft_compare")
+    monkeypatch.setattr(tool, "Predictor", None)  # nothing may be loaded
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    shutil.copytree(FIXTURES / "copy_model", model / "draft")
+    other = tmp_path / "other_draft"
+    shutil.copytree(FIXTURES / "copy_model", other)
+    tokens = Vocab.load(other / "vocab.json").tokens
+    (other / "vocab.json").write_text(json.dumps({"tokens": [*tokens[:-2], tokens[-1], tokens[-2]]}))  # reordered
+    checkpoint.inspect_folder(other)  # a model of its own
+    (tmp_path / "src.txt").write_text("CCO\n")
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["--model", str(model), "--draft", str(other), "--src", str(tmp_path / "src.txt"),
+                   "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"--draft {other} cannot draft for {model}: {other}/vocab.json and " \
+        f"{model}/vocab.json differ" in err, err

@@ -26,6 +26,7 @@ from _toolbox import InputFileError, check_inputs, check_models, check_outputs  
 
 from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.bench import markdown_table, run_bench, save_report  # noqa: E402
+from molspec_core.checkpoint import CheckpointError, inspect_folder  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.methods import SamplingOptions  # noqa: E402
 from molspec_core.service import (MAX_DRAFT_LEN, MAX_TEMPERATURE, MIN_TEMPERATURE, Predictor,  # noqa: E402
@@ -81,8 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{draft} is not a model folder (no config.json)")
     sampling = SamplingOptions(temperature=args.temperature, seed=args.seed)
     with tempfile.TemporaryDirectory() as tmp:
+        linked = with_draft(model, draft, Path(tmp))
+        try:  # a draft of another vocabulary or fewer positions: a traceback naming the temporary folder, after a load
+            inspect_folder(linked)
+        except CheckpointError as exc:
+            told = str(exc).replace(str(linked / "draft"), str(draft)).replace(str(linked), str(model))
+            parser.error(f"--draft {draft} cannot draft for {model}: {told}")
         shipped = Predictor.load(model, device="cpu")
-        other = Predictor.load(with_draft(model, draft, Path(tmp)), device="cpu")
+        other = Predictor.load(linked, device="cpu")
         # Both columns run one main model, as they differ in the draft alone: with a second copy of it the second
         # column ran 7% slower with the same draft in both (5.81 against 6.22 s, session 85), the copy's 46 MB of
         # weights cold in the cache after the other column's method in most of bench's turns
