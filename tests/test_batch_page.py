@@ -630,3 +630,22 @@ def test_retrosynthesis_queries_of_several_molecules_are_named_with_the_predict_
     assert text.endswith(several_products_note("retro", salt)) and "CN1CCN(C(=O)c2ccccc2)CC1" in text
     forward = common.Settings("forward", "forward", "beam", 1, None, None, None, "", 1)
     assert batch.summarize(batch.Run((), "f.csv", forward, run.queries, rows=run.rows, done=4)).several == ()
+
+
+def test_the_pages_own_results_uploaded_again_ask_which_column_to_read(copy_models, monkeypatch):
+    """The page's CSV download, uploaded again, was read with its smiles column, the answers, as the queries: it is
+    refused, saying which column to name, and naming query predicts its queries again."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles\nA,Oc1ccncc1\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert at.session_state[BATCH].table["smiles"].str.len().min() > 0  # answers, below their query
+    results = safe_csv(at.session_state[BATCH].table)
+    at.file_uploader[0].set_value(("ids-results.csv", results, "text/csv"))
+    submit(at, "Run batch")
+    assert "MolSpec's own results" in texts(at.error) and "query, to predict its queries again" in texts(at.error)
+    at.text_input[0].input("query")
+    submit(at, "Run batch")
+    assert_clean(at)
+    read = at.session_state[BATCH].run.queries
+    assert read.query_column == "query" and set(read.queries) == {"Oc1ccncc1"}
