@@ -707,3 +707,30 @@ def test_stereo_check_refuses_a_model_of_the_other_task(tmp_path, monkeypatch, c
         (tmp_path / file).write_text("CCO\n")
     code, err = run_main(tool, monkeypatch, capsys, "--task", "retro", "--model", "forward", "--test", tmp_path)
     assert code == 2 and "--model forward is a forward model, and --task is retro" in err, err
+
+
+def test_pool_sweep_decode_refuses_files_of_unequal_length_before_the_model_loads(tmp_path, monkeypatch):
+    """read_pairs' refusal came after the load, as a traceback."""
+    tool = load_tool("pool_sweep")
+    monkeypatch.setattr(tool, "Predictor", NoModel)
+    (tmp_path / "src.txt").write_text("CCO\nCC\n")
+    (tmp_path / "tgt.txt").write_text("CCO\n")
+    with pytest.raises(SystemExit, match=r"pool_sweep\.py decode: .*src\.txt has 2 lines but .*tgt\.txt has 1"):
+        tool.main(["decode", "--model", str(FIXTURES / "copy_model"), "--src", str(tmp_path / "src.txt"), "--tgt",
+                   str(tmp_path / "tgt.txt"), "--out", str(tmp_path / "o.jsonl")])
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("name,argv", [("draft_sweep", []),
+                                       ("pool_sweep", ["decode", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl"])])
+def test_an_int8_run_of_weights_the_native_engine_cannot_read_says_so(name, argv, tmp_path, monkeypatch, capsys):
+    """The copy model's float32 weights: the native engine's ValueError was a traceback (an unknown --dtype too)."""
+    tool = load_tool(name)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    given = [arg.format(tmp=tmp_path, queries=queries) for arg in argv]
+    code, err = run_main(tool, monkeypatch, capsys, *given, "--model", FIXTURES / "copy_model", "--src", queries,
+                         "--dtype", "int8")
+    assert "engine native cannot run here" in f"{code} {err}", (code, err)
+    code, err = run_main(tool, monkeypatch, capsys, *given, "--src", queries, "--dtype", "int4")
+    assert code == 2 and "argument --dtype: invalid choice: 'int4'" in err

@@ -28,6 +28,7 @@ from _toolbox import (InputFileError, check_inputs, check_models, comma_list,  #
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.decoding.greedy import greedy  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
+from molspec_core.native import DTYPES  # noqa: E402
 from molspec_core.service import Predictor, copy_drafts  # noqa: E402
 
 
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=at_least(1), default=2,
                         help="timed rounds, interleaved; the best is kept (default 2)")
     parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--dtype", default="float32", help="float32, or int8 (native engine)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="float32, or int8 (native engine)")
     args = parser.parse_args()
     try:  # before the model loads: the queries are there and readable, and the model loads
         check_inputs([("--src", args.src), ("--index", args.index)])
@@ -56,7 +57,10 @@ def main() -> None:
     except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
         parser.error(str(exc))
     torch.set_num_threads(args.threads)
-    predictor = Predictor.load(args.model, "cpu", dtype=args.dtype)
+    try:
+        predictor = Predictor.load(args.model, "cpu", dtype=args.dtype)
+    except ValueError as exc:  # int8 on weights the native engine cannot read: a traceback
+        parser.error(f"--dtype {args.dtype}: {exc}")
     queries = []
     for text in sources:
         try:

@@ -32,6 +32,7 @@ from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
 from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.io import OutputFileError  # noqa: E402
+from molspec_core.native import DTYPES  # noqa: E402
 from molspec_core.service import Predictor, pool_writings  # noqa: E402
 from molspec_core.threads import use_threads  # noqa: E402
 
@@ -102,8 +103,11 @@ def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
 
 def decode(args: argparse.Namespace) -> None:
     use_threads()  # the CLI's default: one core left free
-    predictor = Predictor.load(args.model, dtype=args.dtype)
-    sources, targets = read_pairs(args.src, args.tgt, limit=args.limit)
+    try:  # files of unequal length, then weights the int8 engine cannot read: tracebacks, the first after the load
+        sources, targets = read_pairs(args.src, args.tgt, limit=args.limit)
+        predictor = Predictor.load(args.model, dtype=args.dtype)
+    except ValueError as exc:
+        raise SystemExit(f"pool_sweep.py decode: {exc}") from None
     decoded = {"model": str(predictor.path), "method": args.method, "n_best": args.n_best, "augment": args.augment,
                "dtype": args.dtype, "src": str(args.src), "tgt": str(args.tgt), "limit": args.limit,
                "weights": weights_fingerprint(predictor.path), **made_by()}
@@ -157,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     d.add_argument("--augment", type=at_least(1), default=5, help="writings per query, the first the canonical one")
     d.add_argument("--method", type=method_name, default="beam", help="decoding method of each writing (default beam)")
     d.add_argument("--n-best", type=at_least(1), default=5, help="answers per writing (default 5, as the page opens)")
-    d.add_argument("--dtype", default="int8", help="float32 or int8 (default int8, as the app on a CPU)")
+    d.add_argument("--dtype", default="int8", choices=DTYPES, help="what the decoder calls compute with (default "
+                   "int8, as the app on a CPU)")
     d.add_argument("--out", required=True, help="the JSON-lines file to write")
     s = commands.add_parser("score", help="pool saved answers with each exponent and print top-k")
     s.add_argument("file", help="a file `decode` wrote")
