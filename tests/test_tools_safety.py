@@ -722,15 +722,19 @@ def test_pool_sweep_decode_refuses_files_of_unequal_length_before_the_model_load
 
 
 @pytest.mark.parametrize("name,argv", [("draft_sweep", []),
-                                       ("pool_sweep", ["decode", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl"])])
+                                       ("pool_sweep", ["decode", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl"]),
+                                       ("stereo_check", ["--task", "retro", "--test", "{tmp}", "--augment", "1"]),
+                                       ("page_latency", ["--tgt", "{queries}"])])
 def test_an_int8_run_of_weights_the_native_engine_cannot_read_says_so(name, argv, tmp_path, monkeypatch, capsys):
     """The copy model's float32 weights: the native engine's ValueError was a traceback (an unknown --dtype too)."""
     tool = load_tool(name)
     queries = tmp_path / "q.txt"
     queries.write_text("CCO\n")
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
     given = [arg.format(tmp=tmp_path, queries=queries) for arg in argv]
-    code, err = run_main(tool, monkeypatch, capsys, *given, "--model", FIXTURES / "copy_model", "--src", queries,
-                         "--dtype", "int8")
+    src = ["--src", queries] if name != "stereo_check" else []
+    code, err = run_main(tool, monkeypatch, capsys, *given, "--model", FIXTURES / "copy_model", *src, "--dtype", "int8")
     assert "engine native cannot run here" in f"{code} {err}", (code, err)
-    code, err = run_main(tool, monkeypatch, capsys, *given, "--src", queries, "--dtype", "int4")
+    code, err = run_main(tool, monkeypatch, capsys, *given, *src, "--dtype", "int4")
     assert code == 2 and "argument --dtype: invalid choice: 'int4'" in err

@@ -66,7 +66,10 @@ def main() -> None:
         sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
         parser.error(str(exc))
-    predictor = Predictor.load(args.model, "cpu", "native", dtype=args.dtype)
+    try:
+        predictor = Predictor.load(args.model, "cpu", "native", dtype=args.dtype)
+    except ValueError as exc:  # weights the native engine cannot read (a run's float32 best/): a traceback
+        parser.error(f"--model {args.model}: {exc}")
     readable = []
     for source, target in zip(sources, targets or []):
         try:

@@ -154,7 +154,10 @@ def main() -> None:
         parser.error(f"--lines-from or --against: not a report of this tool (it has no {exc})")
     report: dict = {"task": args.task, "model": model, "test": test,
                     "left_out_as_trained_on": left_out, "augment": args.augment, "dtype": args.dtype}
-    predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
+    try:
+        predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
+    except ValueError as exc:  # int8 on weights the native engine cannot read (a run's float32 best/): a traceback
+        parser.error(f"--dtype {args.dtype}: {exc}")
     report.update(weights=weights_fingerprint(predictor.path), **made_by())  # the model's path may hold others later
     method, n_best = TASK_DEFAULTS[args.task]
     for name, lines in groups.items():
