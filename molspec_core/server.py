@@ -960,7 +960,8 @@ class Server(ThreadingHTTPServer):
 
     def stop_taking(self) -> None:
         """No request begins from now on: the listening socket closes, the request decoding stops at its next
-        window (the rest of its queries: 'not decoded: the server is stopping'), and every request whose turn
+        window, or inside one still decoding after Service.stop_grace_s, keeping the batches decoded by then (the
+        rest of its queries: 'not decoded: the server is stopping'), and every request whose turn
         comes after, or that a kept-alive connection sends, gets 503. Call it once serve_forever has returned."""
         self.service.stopping.set()
         self.server_close()
