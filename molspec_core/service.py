@@ -932,6 +932,8 @@ class Predictor:
         ion_writing: read a hydride written as one species, which the model cannot read, as the ions USPTO
         writes (chem.ION_WRITINGS; canonical_query shows them); otherwise such a query gets an error that
         offers that writing (QueryResult.suggestion).
+        Given up by its caller (limits.abandon_when: the server stopping), it raises PartlyDecoded, which holds the
+        results done by then.
         """
         if sampling is not None:
             sampling = check_sampling(sampling)
