@@ -912,6 +912,7 @@ def read_report(path: str) -> dict:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .evaluate import ORDERS, compare_reports, setting_differences
+    from .io import percent
 
     a, b = read_report(args.first), read_report(args.second)
     if os.path.samefile(args.first, args.second):  # a name typed twice: a table of no differences, p 1 throughout
@@ -933,7 +934,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for order in ORDERS:
         print(f"{order.replace('_', ' ')}:")
         for row in table[order]:
-            print(f"  top-{row['k']}: a {row['a']:.1%}  b {row['b']:.1%}  only a {row['only_a']}  "
+            print(f"  top-{row['k']}: a {percent(row['a'], 1)}  b {percent(row['b'], 1)}  only a {row['only_a']}  "
                   f"only b {row['only_b']}  p {row['p']:.3g}")
     return 0
 

@@ -647,6 +647,13 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     (tmp_path / "b.json").write_text(json.dumps(b))
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     assert "6 queries; right only" in capsys.readouterr().out
+    a["n"] = b["n"] = 2000  # 1,999 right of 2,000 printed "100.0%", which no model gets
+    a["first_right"] = {"model_order": [1] * 1999 + [None], "app_order": [1] * 2000}
+    b["first_right"] = {"model_order": [1] * 2000, "app_order": [1] * 2000}
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "top-1: a >99.9%  b 100.0%  only a 0  only b 1" in capsys.readouterr().out
     assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 

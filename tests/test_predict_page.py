@@ -502,3 +502,15 @@ def test_the_round_trip_orders_help_gives_the_shipped_forward_models_accuracy_as
     right_first = float(re.search(r"\*\*Right first\*\* \| \*\*([\d.]+)%\*\*", card.read_text()).group(1))
     said = re.search(r"the shipped one gets about (\d+)%", ORDER_HELP)
     assert said is not None and abs(int(said.group(1)) - right_first) < 1.5, ORDER_HELP
+
+
+def test_the_copied_share_is_never_an_impossible_100_percent():
+    """199 of 200 tokens copied from drafts read '(100%)' beside '199 of 200'; io.percent's rounding says '>99%'."""
+    from molspec_core.service import Prediction, QueryResult
+    from views.predict import copied_tokens_text
+
+    tokens = ("C",) * 200
+    prediction = Prediction(rank=1, smiles="C", score=-0.1, valid=True, tokens=tokens,
+                            provenance=(-1,) + tuple(range(199)))
+    text = copied_tokens_text("spec-auto", QueryResult(query="C", method="spec-auto"), prediction)
+    assert text.startswith("199 of 200 output tokens (>99%) were accepted from drafts copied out of the query")

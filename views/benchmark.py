@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from molspec_core.bench import TOKENS_COUNTED, beam_like, run_bench
+from molspec_core.io import percent
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS
 from views import common
 
@@ -443,12 +444,7 @@ def share_text(share: float) -> str:
     """A share of queries in percent to one decimal where it has one (200 queries go in steps of 0.5%: "78.5%",
     "26%"), never an impossible 100% or 0%: 199 of 200 valid is 99.5%, where a whole percent showed "100%" beside
     the table's 0.99."""
-    shown = f"{share:.1%}"
-    if shown == "100.0%" and share < 1:
-        return ">99.9%"
-    if shown == "0.0%" and share > 0:
-        return "<0.1%"
-    return shown.replace(".0%", "%")
+    return percent(share, 1).replace(".0%", "%")
 
 
 def value_text(value: object, unit: str) -> str:

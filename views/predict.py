@@ -511,8 +511,9 @@ def copied_tokens_text(method_name: str, result: QueryResult, prediction: Predic
                 "drawn for this query, and no token is copied from the query, so all are shown as the model's.")
     n_copied = sum(source >= 0 for source in prediction.provenance)
     share = n_copied / max(len(prediction.tokens), 1)
-    return (f"{n_copied} of {len(prediction.tokens)} output tokens ({share:.0%}) were accepted from drafts copied "
-            f"out of the query, in {common.counted(len(depict.copy_spans(prediction.provenance)), 'numbered run')}; "
+    runs = common.counted(len(depict.copy_spans(prediction.provenance)), "numbered run")
+    return (f"{n_copied} of {len(prediction.tokens)} output tokens ({common.percent(share)}) were accepted from "
+            f"drafts copied out of the query, in {runs}; "
             "the model generated the rest. Hover a token for its position, or open the list under the tokens.")
 
 
