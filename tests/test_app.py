@@ -1409,7 +1409,7 @@ def test_models_page_shows_every_model():
         assert any(len(m.value) > 200 for m in at.markdown)
     else:
         assert "no model card yet" in texts(at.info)
-    assert "No retrosynthesis model is shipped yet" in texts(at.info) or (ROOT / "models" / "retro").is_dir()
+    assert "No retrosynthesis model is installed" in texts(at.info) or (ROOT / "models" / "retro").is_dir()
     # one tab per fit the app uses: kind of answers and writings read
     fitted = {f"{kind.capitalize()}, {'1 writing' if augment == 1 else f'{augment} writings'}"
               for folder in (FORWARD_MODEL, ROOT / "models" / "retro") for kind in ("beam", "greedy")
