@@ -100,6 +100,19 @@ def check_models(models: Iterable[Named]) -> None:
             raise InputFileError(f"{name} {model}: {exc}") from None
 
 
+def checked_queries(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The queries of a tool that decodes --src (lines of --index, the first --limit) with --model, read before the
+    model loads; an input or model that is not there, or a file read_pairs refuses, is the parser's usage error."""
+    from molspec_core.evaluate import read_pairs
+
+    try:
+        check_inputs([("--src", args.src), ("--index", args.index)])
+        check_models([("--model", args.model)])
+        return read_pairs(args.src, None, args.index, args.limit)[0]
+    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
+        parser.error(str(exc))
+
+
 def _same(a: Path, b: Path) -> bool:
     """Whether two resolved paths are one file or folder (hard links and bind mounts included)."""
     try:

@@ -18,11 +18,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import (InputFileError, check_inputs, check_models, comma_list,  # noqa: E402  (tools/_toolbox.py)
-                      method_name)
+from _toolbox import checked_queries, comma_list, method_name  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
-from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.service import Predictor, window_size  # noqa: E402
 
 
@@ -68,12 +66,7 @@ def main() -> None:
     p.add_argument("--rounds", type=at_least(1), default=2,
                    help="timed rounds over all configurations, 1 or more (default 2)")
     args = p.parse_args()
-    try:  # before the model loads: the queries are there and readable, and the model loads
-        check_inputs([("--src", args.src), ("--index", args.index)])
-        check_models([("--model", args.model)])
-        queries, _ = read_pairs(args.src, None, args.index, args.limit)
-    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
-        p.error(str(exc))
+    queries = checked_queries(p, args)  # before the model loads
     torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, device="cpu")
     options = {"method": args.method, "n_best": args.n_best}

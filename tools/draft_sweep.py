@@ -22,12 +22,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import (InputFileError, check_inputs, check_models, comma_list,  # noqa: E402  (tools/_toolbox.py)
-                      method_name)
+from _toolbox import checked_queries, comma_list, method_name  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.decoding.greedy import greedy  # noqa: E402
-from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.native import DTYPES  # noqa: E402
 from molspec_core.service import Predictor, copy_drafts  # noqa: E402
 
@@ -50,12 +48,7 @@ def main() -> None:
     parser.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="float32, or int8 (native engine)")
     args = parser.parse_args()
-    try:  # before the model loads: the queries are there and readable, and the model loads
-        check_inputs([("--src", args.src), ("--index", args.index)])
-        check_models([("--model", args.model)])
-        sources, _ = read_pairs(args.src, None, args.index, args.limit)
-    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
-        parser.error(str(exc))
+    sources = checked_queries(parser, args)  # before the model loads
     torch.set_num_threads(args.threads)
     try:
         predictor = Predictor.load(args.model, "cpu", dtype=args.dtype)

@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
+from _toolbox import checked_queries  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
 from molspec_core.chem import clear_caches  # noqa: E402
-from molspec_core.evaluate import read_pairs  # noqa: E402
 from molspec_core.methods import METHODS  # noqa: E402
 from molspec_core.server import serve  # noqa: E402
 from molspec_core.service import Predictor  # noqa: E402
@@ -52,12 +51,7 @@ def main() -> None:
                         help="queries decoded both ways untimed first (default 5)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    try:  # before the model loads: the queries are there and readable, and the model loads
-        check_inputs([("--src", args.src), ("--index", args.index)])
-        check_models([("--model", args.model)])
-        sources, _ = read_pairs(args.src, None, args.index, args.limit)
-    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
-        parser.error(str(exc))
+    sources = checked_queries(parser, args)  # before the model loads
     predictor = Predictor.load(args.model, "cpu")
     server = serve([predictor], "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
