@@ -500,6 +500,21 @@ def test_counts_that_cannot_be_are_usage_errors_before_any_work(name, argv, said
 MISSING = "no_such_input"  # the name of every missing input below
 
 
+def run_with_a_missing_path(name: str, argv: list[str], missing: Path, tmp_path: Path, monkeypatch,
+                            capsys) -> tuple[int, str]:
+    """Tool `name` run on `argv`, whose {missing} is a path that is not there, {queries} a file of one query and {tmp}
+    a folder holding reactants.txt and products.txt; its model never loads. Its exit code and standard error."""
+    tool = load_tool(name)
+    if hasattr(tool, "Predictor"):
+        monkeypatch.setattr(tool, "Predictor", NoModel)
+    for file in ("reactants.txt", "products.txt"):
+        (tmp_path / file).write_text("CCO\n")
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    given = [arg.format(missing=missing, tmp=tmp_path, queries=queries) for arg in argv]
+    return run_main(tool, monkeypatch, capsys, *given)
+
+
 @pytest.mark.parametrize("name,argv,flag", [
     ("centre_check", ["--data", "{missing}"], "--data"),
     ("make_stock", ["--data", "{missing}", "--out", "{tmp}/stock.smi.gz"], "--data"),
@@ -522,16 +537,8 @@ MISSING = "no_such_input"  # the name of every missing input below
 def test_an_input_that_is_not_there_is_a_usage_error_naming_its_flag(name, argv, flag, tmp_path, monkeypatch,
                                                                     capsys):
     """Each ended in a FileNotFoundError (or ValueError) traceback naming no flag; two after loading the model."""
-    tool = load_tool(name)
-    if hasattr(tool, "Predictor"):
-        monkeypatch.setattr(tool, "Predictor", NoModel)
-    for file in ("reactants.txt", "products.txt"):
-        (tmp_path / file).write_text("CCO\n")
-    queries = tmp_path / "q.txt"
-    queries.write_text("CCO\n")
     missing = tmp_path / MISSING
-    given = [arg.format(missing=missing, tmp=tmp_path, queries=queries) for arg in argv]
-    code, err = run_main(tool, monkeypatch, capsys, *given)
+    code, err = run_with_a_missing_path(name, argv, missing, tmp_path, monkeypatch, capsys)
     assert code == 2 and f"error: {flag}: {missing}" in err and "does not exist" in err, err
     assert "USPTO data" not in err  # the hint is for the default data folder
 
@@ -559,16 +566,8 @@ def test_a_missing_default_data_file_says_where_the_data_comes_from(tmp_path, mo
 ])
 def test_a_model_that_is_not_there_is_a_usage_error_before_any_work(name, argv, tmp_path, monkeypatch, capsys):
     """A mistyped model ended in a CheckpointError traceback, several after their queries were read and checked."""
-    tool = load_tool(name)
-    if hasattr(tool, "Predictor"):
-        monkeypatch.setattr(tool, "Predictor", NoModel)
-    for file in ("reactants.txt", "products.txt"):
-        (tmp_path / file).write_text("CCO\n")
-    queries = tmp_path / "q.txt"
-    queries.write_text("CCO\n")
     missing = tmp_path / MISSING
-    given = [arg.format(missing=missing, tmp=tmp_path, queries=queries) for arg in argv]
-    code, err = run_main(tool, monkeypatch, capsys, *given)
+    code, err = run_with_a_missing_path(name, argv, missing, tmp_path, monkeypatch, capsys)
     flag = "model" if name == "cost_ratio" else "--model"
     assert code == 2 and f"error: {flag} {missing}: model folder {missing} does not exist" in err, err
 
