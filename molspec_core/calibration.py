@@ -197,7 +197,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     query) None: the service's defaults. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the
     answers of the windows decoded before the stop, those of the first queries, as its `collected` (fit_collected
     fits them)."""
-    from .evaluate import hits, unreadable_targets, window_batch_size
+    from .evaluate import hits, unreadable_targets
     from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, windows
 
@@ -212,8 +212,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     refused: list[tuple[int, str]] = []  # each refused query's place (1-based) and why
     done = 0  # the queries of the windows done
     try:
-        cut_by = window_batch_size(batch_size, augment)
-        for window in windows(len(sources), cut_by, "calibrate", progress):  # predict batches a window by length
+        for window in windows(len(sources), batch_size, "calibrate", progress, augment):  # batched by length
             results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
                                         augment=augment, time_limit_s=time_limit_s)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):

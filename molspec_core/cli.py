@@ -723,17 +723,16 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
     (io.kept_rows), come first, and those records are not predicted again. `stream`: where the CSV goes instead of
     `output` (write_marked). Returns how its records came out (rejected, stopped at the time limit)."""
-    from .evaluate import window_batch_size
     from .io import predict_batch, result_rows
 
     queries = table.queries
     start = keep.held if keep is not None else 0
     outcomes = Outcomes()
-    cut_by = window_batch_size(batch_size, options.get("augment", 1))  # read in writings: each query timed alone
 
     def rows() -> Iterator[list[object]]:
         yield from kept_part(kept, table, marks, outcomes)
-        for shifted in windows(len(queries) - start, cut_by, "predict"):  # predict batches a window by length
+        # predict batches a window by length; read in writings (augment), each query is a window, timed alone
+        for shifted in windows(len(queries) - start, batch_size, "predict", augment=options.get("augment", 1)):
             window = slice(shifted.start + start, shifted.stop + start)
             results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
             for i, result in enumerate(results, start=window.start):

@@ -128,14 +128,6 @@ def unreadable_targets(targets: Sequence[str]) -> int:
     return unreadable
 
 
-def window_batch_size(batch_size: int, augment: int) -> int:
-    """The batch size by which a streaming caller (evaluate, calibration.collect, the CLI's predict) cuts its windows
-    (service.windows): one query at a time where each is read in several writings (augment > 1), which predict decodes
-    as a batch of their own, grouping no queries, so a larger window decodes no faster, loses more to a stop (its
-    queries are returned together) and times each query as the window's mean (io.predict_batch)."""
-    return 1 if augment > 1 else batch_size
-
-
 def check_method(method: str, n_best: int) -> None:
     """Refuse a method that cannot give n_best answers, rather than evaluate another one in its place."""
     if n_best > 1 and not method_row(method).many:
@@ -168,8 +160,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     unreadable_targets(targets)
     scored = 0  # the queries of the windows done: what a report counts
     try:
-        cut_by = window_batch_size(batch_size, options.get("augment", 1))
-        for window in windows(len(sources), cut_by, "evaluate", progress):  # predict batches a window by length
+        for window in windows(len(sources), batch_size, "evaluate", progress,  # predict batches a window by length
+                              options.get("augment", 1)):
             results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size,
                                         **options)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):

@@ -242,16 +242,21 @@ DEFAULT_BATCH_SIZE = 8
 LENGTH_WINDOW_BATCHES = 32
 
 
-def window_size(batch_size: int) -> int:
+def window_size(batch_size: int, augment: int = 1) -> int:
     """Queries a streaming caller hands `predict` at a time: LENGTH_WINDOW_BATCHES batches (one query at
-    batch size 1, where there is nothing to group)."""
+    batch size 1, where there is nothing to group). One query where each is read in several writings (augment > 1):
+    predict decodes such a query's writings as a batch of their own, grouping no queries, so a larger window decodes
+    no faster, loses more to a stop (its queries are returned together) and times each query as the window's mean
+    (io.predict_batch)."""
+    if augment > 1:
+        return 1
     return max(1, batch_size) * (LENGTH_WINDOW_BATCHES if batch_size > 1 else 1)
 
 
-def windows(n: int, batch_size: int, desc: str, progress: bool = True) -> Iterator[slice]:
-    """The slices of n queries that a streaming caller hands `predict`, window_size(batch_size) each,
+def windows(n: int, batch_size: int, desc: str, progress: bool = True, augment: int = 1) -> Iterator[slice]:
+    """The slices of n queries that a streaming caller hands `predict`, window_size(batch_size, augment) each,
     under a progress bar that counts queries (a window is counted once the caller has used it)."""
-    step = window_size(batch_size)
+    step = window_size(batch_size, augment)
     with tqdm(total=n, desc=desc, unit="query", disable=not progress) as bar:
         for start in range(0, n, step):
             yield slice(start, min(n, start + step))

@@ -229,7 +229,7 @@ def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_count
 
 def test_a_stopped_collection_keeps_the_answers_of_the_queries_decoded():
     """A stop (Ctrl-C) lost every query decoded: what is raised carries their answers (`collected`), those of the
-    first queries; read in several writings, each query is handed over alone (evaluate.window_batch_size), so the
+    first queries; read in several writings, each query is handed over alone (service.window_size), so the
     answers of every query decoded before the stop, not of the 256-query windows done, are kept."""
     from molspec_core.service import Prediction, QueryResult
 
