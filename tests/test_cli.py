@@ -1157,12 +1157,10 @@ def test_predict_csv_keeps_input_columns_and_writes_numbers_as_numbers(tmp_path)
     assert table["query"][0] == "OCC" and table["canonical_query"][0] == "CCO"
 
 
-def test_a_query_read_in_several_writings_is_timed_alone(tmp_path, monkeypatch):
-    """With --augment each query is decoded alone (its writings, one batch of their own), but the CLI handed predict
-    256 at a time: every row read the window's mean time, not its query's (and a stop lost the rows of the window).
-    It hands such queries over one at a time; here the n-th call takes n * 100 ms of a stand-in clock."""
+@pytest.fixture
+def clock(monkeypatch):
+    """A stand-in for time.perf_counter as io.predict_batch reads it, at 0 s, moving only when a test moves `now`."""
     from molspec_core import io as molspec_io
-    from molspec_core.service import Predictor
 
     class Clock:
         now = 0.0
@@ -1170,8 +1168,17 @@ def test_a_query_read_in_several_writings_is_timed_alone(tmp_path, monkeypatch):
         def perf_counter(self) -> float:
             return self.now
 
-    clock = Clock()
-    monkeypatch.setattr(molspec_io, "time", clock)
+    stand_in = Clock()
+    monkeypatch.setattr(molspec_io, "time", stand_in)
+    return stand_in
+
+
+def test_a_query_read_in_several_writings_is_timed_alone(tmp_path, monkeypatch, clock):
+    """With --augment each query is decoded alone (its writings, one batch of their own), but the CLI handed predict
+    256 at a time: every row read the window's mean time, not its query's (and a stop lost the rows of the window).
+    It hands such queries over one at a time; here the n-th call takes n * 100 ms of a stand-in clock."""
+    from molspec_core.service import Predictor
+
     monkeypatch.setattr(Predictor, "augmentable", property(lambda self: True))  # the copy model reads one writing
     predict = Predictor.predict
     calls: list[int] = []
@@ -1189,27 +1196,16 @@ def test_a_query_read_in_several_writings_is_timed_alone(tmp_path, monkeypatch):
     assert table.groupby("row")["time_ms"].first().tolist() == [100.0, 200.0, 300.0]
 
 
-def test_time_ms_is_the_querys_share_of_its_call(tmp_path, monkeypatch):
+def test_time_ms_is_the_querys_share_of_its_call(tmp_path, monkeypatch, clock):
     """Issue 18: time_ms was the batch's wall time on every row of the batch. The CLI hands predict a
     window of batches at a time (here 2 batches of 4, so that predict can group queries by length); each
     call takes 0.4 s of a stand-in clock: a query of the first window of 8 took 50 ms, one of the last
     window of 2, 200 ms."""
-    from molspec_core import io as molspec_io
     from molspec_core import service
     from molspec_core.service import Predictor
 
     monkeypatch.setattr(service, "LENGTH_WINDOW_BATCHES", 2)
-
-    class Clock:
-        now = 0.0
-
-        def perf_counter(self) -> float:
-            return self.now
-
-    clock = Clock()
-    monkeypatch.setattr(molspec_io, "time", clock)
     predict = Predictor.predict
-
     calls: list[tuple[int, int]] = []
 
     def takes_400_ms(self, smiles, *args, **kwargs):
