@@ -224,7 +224,8 @@ def result_json(result: QueryResult, recorded: str | None = None) -> dict:
     the provenance the app draws; `set_aside`, the model's own first answers that pooled writings left out
     of the list for sane ones (QueryResult.set_aside), in the same form. A query sent as a recorded reaction
     has its `recorded` outcome (canonical) and the rank of the answer that is it (`recorded_rank`, null where
-    none is); other queries null in both."""
+    none is); other queries null in both. `query` is the text sent (Service.predict), `canonical_query` what the
+    model read of it (of a recorded reaction, the side it predicts from)."""
     stats = result.stats
 
     def answer(p: Prediction) -> dict:
@@ -346,8 +347,11 @@ class Service:
                     answered = [missed if result is None else result
                                 for result, missed in zip(kept, not_decoded(part, str(exc)))]
                 results += answered
-        results = [dataclasses.replace(r, error=table.problem_of(i), predictions=()) if table.problem_of(i) else r
-                   for i, r in enumerate(results)]  # a recorded outcome that is no SMILES: that query's error
+        # each query as the client sent it (a recorded reaction's came back as the side the model read, which
+        # canonical_query shows); a recorded outcome that is no SMILES: that query's error
+        results = [dataclasses.replace(r, query=sent, **({"error": table.problem_of(i), "predictions": ()}
+                                                         if table.problem_of(i) else {}))
+                   for i, (r, sent) in enumerate(zip(results, request.smiles, strict=True))]
         at = table.columns.index(column) if column else None  # the recorded outcome's cell
         return {"results": [result_json(r, (table.cells_of(i)[at] or None) if at is not None else None)
                             for i, r in enumerate(results)]}
