@@ -390,6 +390,24 @@ class Route:
                     seen.setdefault(reactant.smiles, reactant)
         return list(seen.values())
 
+    def uses(self) -> dict[str, int]:
+        """Each starting material's SMILES (starting_materials' order) and how many times the steps use it: twice
+        where one step takes two of it, or two steps one each."""
+        uses: dict[str, int] = {}
+        for _, step in self.steps():
+            for reactant in step.reactants:
+                if reactant.made_by is None:
+                    uses[reactant.smiles] = uses.get(reactant.smiles, 0) + 1
+        return uses
+
+
+def starting_materials_text(route: Route) -> str:
+    """'CCOC(=O)CP(=O)(OCC)OCC, O=Cc1ccccc1 (used twice)': the compounds to procure, as the Routes page and `molspec
+    plan` list them. Each once, it read alike for a Horner-Wadsworth-Emmons step from one benzaldehyde and the
+    model's answer of two, which the route's step shows."""
+    return ", ".join(smiles + ("" if n == 1 else " (used twice)" if n == 2 else f" (used {n} times)")
+                     for smiles, n in route.uses().items())
+
 
 @dataclass(frozen=True)
 class SearchStats:
@@ -916,6 +934,7 @@ def routes_json(result: PlanResult) -> dict:
         "routes": [{"rank": rank, "score": rounded(route.score), "probability": significant(route.probability),
                     "n_steps": route.n_steps, "depth": route.depth,
                     "starting_materials": [m.smiles for m in route.starting_materials()],
+                    "starting_material_uses": route.uses(),  # {smiles: times the steps use it}
                     "tree": _molecule_json(route.target)}
                    for rank, route in enumerate(result.routes, start=1)],
     }

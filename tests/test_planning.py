@@ -148,26 +148,54 @@ def test_routes_are_ranked_by_the_score_they_show_a_step_two_branches_share_coun
     assert routes[0].depth == 3  # acetaldehyde -> ethanol -> monoester -> diester: it read 2
 
 
+ANHYDRIDE, ANISIC_ACID, ANISOYL_CHLORIDE = ("COc1ccc(C(=O)OC(=O)c2ccc(OC)cc2)cc1", "COc1ccc(C(=O)O)cc1",
+                                           "COc1ccc(C(=O)Cl)cc1")
+
+
+def anhydride_plan_result() -> planning.PlanResult:
+    """4-Anisic anhydride from the acid chloride and the acid (0.5) or, the model's fifth answer, from two anisic
+    acids (0.3)."""
+    table = {ANHYDRIDE: [(f"{ANISOYL_CHLORIDE}.{ANISIC_ACID}", 0.5), (f"{ANISIC_ACID}.{ANISIC_ACID}", 0.3)]}
+    stock = Stock([ANISIC_ACID, ANISOYL_CHLORIDE], "table")
+    search = planning.search_algorithm("retro*", TableModel(table), stock, time_limit_s=2.0, max_steps=2)
+    graph, _ = search.run_from_mol(Molecule(ANHYDRIDE))
+    routes = planning.extract_routes(graph, stock, max_routes=10)
+    return planning.PlanResult(ANHYDRIDE, tuple(routes), planning.SearchStats("retro*", 1.0, 2.0, 1, len(graph)),
+                               "table", None, "table", len(stock))
+
+
 def test_a_step_that_uses_one_reactant_twice_shows_it_twice_as_the_model_wrote_it():
     """The model's fifth answer for 4-anisic anhydride is two anisic acids; the route's step read 'made from
     COc1ccc(C(=O)O)cc1' alone (syntheseus's unique_reactants): half the product's atoms, in the CSV and on the page."""
-    anhydride, acid, chloride = "COc1ccc(C(=O)OC(=O)c2ccc(OC)cc2)cc1", "COc1ccc(C(=O)O)cc1", "COc1ccc(C(=O)Cl)cc1"
-    table = {anhydride: [(f"{chloride}.{acid}", 0.5), (f"{acid}.{acid}", 0.3)]}
-    stock = Stock([acid, chloride], "table")
-    search = planning.search_algorithm("retro*", TableModel(table), stock, time_limit_s=2.0, max_steps=2)
-    graph, _ = search.run_from_mol(Molecule(anhydride))
-    routes = planning.extract_routes(graph, stock, max_routes=10)
+    acid, result = ANISIC_ACID, anhydride_plan_result()
+    routes = result.routes
     twice = routes[1].target.made_by
     assert [r.smiles for r in twice.reactants] == [acid, acid] and all(r.in_stock for r in twice.reactants)
     assert [m.smiles for m in routes[1].starting_materials()] == [acid]  # ordered once
-    result = planning.PlanResult(anhydride, tuple(routes), planning.SearchStats("retro*", 1.0, 2.0, 1, len(graph)),
-                                 "table", None, "table", len(stock))
     row = list(planning.route_rows(result))[1]
     reactants = row[ROUTE_COLUMNS.index("reactants")]
     assert reactants == f"{acid}.{acid}" and row[ROUTE_COLUMNS.index("reactants_in_stock")] == "yes;yes"
-    assert missing_atoms(reactants, anhydride) == {}
+    assert missing_atoms(reactants, ANHYDRIDE) == {}
     tree = planning.routes_json(result)["routes"][1]["tree"]
     assert [r["smiles"] for r in tree["reaction"]["reactants"]] == [acid, acid]
+
+
+def test_the_compounds_to_procure_say_how_many_times_the_route_uses_each():
+    """Ethyl (Z)-cinnamate's route 7 (phosphonate and two benzaldehydes, the model's ninth answer) listed its
+    starting materials as route 1 did (phosphonate and one benzaldehyde), in `molspec plan`, the JSON and on the
+    page: two routes that read alike. The count covers a molecule two steps use, one each, too."""
+    result = anhydride_plan_result()
+    assert [planning.starting_materials_text(route) for route in result.routes] == [
+        f"{ANISOYL_CHLORIDE}, {ANISIC_ACID}", f"{ANISIC_ACID} (used twice)"]
+    assert [route["starting_material_uses"] for route in planning.routes_json(result)["routes"]] == [
+        {ANISOYL_CHLORIDE: 1, ANISIC_ACID: 1}, {ANISIC_ACID: 2}]
+    diester, monoester, acid, ethanol = "CCOC(=O)CCC(=O)OCC", "CCOC(=O)CCC(=O)O", "O=C(O)CCC(=O)O", "CCO"
+    table = {diester: [(f"{ethanol}.{monoester}", 0.5)], monoester: [(f"{ethanol}.{acid}", 0.5)]}
+    stock = Stock([acid, ethanol], "table")
+    graph, _ = planning.search_algorithm("retro*", TableModel(table), stock, 2.0, 3).run_from_mol(Molecule(diester))
+    (route,) = planning.extract_routes(graph, stock, max_routes=10)
+    assert route.uses() == {ethanol: 2, acid: 1}
+    assert planning.starting_materials_text(route) == f"{ethanol} (used twice), {acid}"
 
 
 # ---- the stereo of a step --------------------------------------------------------------------------

@@ -507,3 +507,19 @@ def test_the_page_names_the_models_folder_it_reads_where_a_model_is_missing(tmp_
     assert [w.value.replace("\\", "") for w in at.main.warning] == [
         f"No retrosynthesis model is installed ({tmp_path / 'models' / 'retro'} is missing). Choose the forward task, "
         "or add the model folder."]
+
+
+def test_the_compounds_to_procure_say_how_many_times_the_route_uses_each(tmp_path, monkeypatch):
+    """A route whose one step takes two anisic acids read 'Compounds to procure: COc1ccc(C(=O)O)cc1', as if one made
+    the anhydride."""
+    from test_planning import ANISIC_ACID, ANISOYL_CHLORIDE, anhydride_plan_result
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: anhydride_plan_result())
+    at = find_routes(at, "NCCO")
+    assert not at.exception
+    procure = [next(m.value for m in e.markdown if "Compounds to procure" in m.value).replace("\\", "")
+               for e in at.expander]
+    assert procure == [f"**Compounds to procure:** {ANISOYL_CHLORIDE}, {ANISIC_ACID}",
+                       f"**Compounds to procure:** {ANISIC_ACID} (used twice)"]

@@ -20,7 +20,8 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX,
                              InputFileError, csv_bytes, workbook_bytes)
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
                                    RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, failure_note,
-                                   load_stock, no_route, plan, route_rows, routes_json, stock_from_upload)
+                                   load_stock, no_route, plan, route_rows, routes_json, starting_materials_text,
+                                   stock_from_upload)
 from views import common
 
 log = logging.getLogger(__name__)
@@ -297,8 +298,7 @@ def show_route(rank: int, route: Route) -> None:
              f"probability {common.format_probability(route.score)}"
              + (f" · stereo ⚠ in {common.counted(flagged, 'step')}" if flagged else ""))
     with st.expander(title, expanded=rank == 1):
-        procure = route.starting_materials()
-        st.markdown("**Compounds to procure:** " + ", ".join(common.md_escape(m.smiles) for m in procure))
+        st.markdown("**Compounds to procure:** " + common.md_escape(starting_materials_text(route)))
         st.caption(CENTRE_KEY)
         if flagged:
             st.caption(STEREO_KEY)
