@@ -15,6 +15,20 @@ from test_app import FORWARD_MODEL, ROOT, app, assert_clean, needs_forward, text
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 
 
+def models_page(models=None, monkeypatch=None, card: str | bytes | None = None):
+    """The app opened on the Models page (the shipped models where `models` is None), clean, after the forward
+    model's MODEL_CARD.md is written as `card` where one is given (bytes as they are: another encoding, a
+    byte-order mark)."""
+    if isinstance(card, str):
+        card = card.encode()
+    if card is not None:
+        (models / "forward" / "MODEL_CARD.md").write_bytes(card)
+    at = app(models, monkeypatch).run()
+    at.switch_page("views/models.py").run()
+    assert_clean(at)
+    return at
+
+
 # ---- A8: the longest query is the app's limit, not the position table's size -----------------------------------
 
 
@@ -82,10 +96,7 @@ def test_the_page_shows_a_cards_summary_and_folds_each_other_section_without_a_b
                                                                                                 monkeypatch):
     card = ("# Copy model\n\n## At a glance\nCopies its input.\n\n## Limitations\n- none\n\n"
             "## Training log (`train`)\nrun 1\n\n## Data\nrows\n")
-    (copy_models / "forward" / "MODEL_CARD.md").write_text(card)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch, card)
     summary = next(m.value for m in at.markdown if "Copies its input" in m.value)
     assert "Training log" not in summary
     headings = [m.value for m in at.markdown if m.value.startswith("<h")]
@@ -101,10 +112,7 @@ def test_a_folded_card_section_is_sent_to_the_browser_only_once_opened(copy_mode
     browser though nobody had opened it: the page took 10-15 s of the browser's time on a quiet machine, minutes
     on a busy one. Each section now opens on its own, and is sent when opened."""
     card = "# Copy model\n\n## At a glance\nCopies.\n\n## Training log\n### Run 1\nrun one\n\n## Data\nrows\n"
-    (copy_models / "forward" / "MODEL_CARD.md").write_text(card)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch, card)
     assert not [m for m in at.markdown if "run one" in m.value or "rows" in m.value or "Run 1" in m.value]
     from views.models import section_key
 
@@ -128,9 +136,7 @@ def test_the_two_cards_headings_have_anchors_of_their_own(copy_models, monkeypat
             "## Training (`train --lr 1e-3`, <b>run</b> 1)\nrun 1\n\n## Training (`train --lr 1e-3`, <b>run</b> 1)\n")
     for model in ("forward", "retro"):
         (copy_models / model / "MODEL_CARD.md").write_text(card)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     headings = [m.value for m in at.markdown if m.value.startswith("<h")]
     anchors = [re.search(r'data-anchor="([^"]+)"', h).group(1) for h in headings]
     training = "training-train-lr-1e-3-b-run-b-1"
@@ -165,9 +171,7 @@ def test_every_calibration_fit_is_in_one_table_and_a_fit_worse_than_the_raw_prob
     than the model's own probability's (forward: 0.012 against 0.009)."""
     from molspec_core import calibration
 
-    at = app().run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page()
     fits = [(kind, augment, fit) for kind in calibration.KINDS for augment in (1, 5)
             if (fit := calibration.load(FORWARD_MODEL, augment, kind))]
     table = next(t.value for t in at.table if "answers, writings" in t.value.columns)  # the forward model's
@@ -228,9 +232,7 @@ def broken_copies(models) -> dict[str, str]:
 def test_a_model_folder_that_does_not_load_is_named_with_its_reason_and_the_others_still_show(copy_models,
                                                                                                 monkeypatch):
     expected = broken_copies(copy_models)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     assert [h.value for h in at.header] == ["forward", *common_escaped(sorted(expected))]
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == len(expected)
@@ -277,17 +279,12 @@ def test_a_model_folders_name_is_shown_as_typed_not_as_markdown(copy_models, mon
 
     name = "x_[offer](https:evil.example)_*new*"
     shutil.copytree(copy_models / "forward", copy_models / name)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     assert [h.value for h in at.header] == ["forward", *common_escaped([name])]
 
 
 def test_a_model_card_that_is_not_utf8_is_shown_with_a_note_not_a_traceback(copy_models, monkeypatch):
-    (copy_models / "forward" / "MODEL_CARD.md").write_bytes("# Copy model\n\nTrained in Zürich.\n".encode("latin-1"))
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch, "# Copy model\n\nTrained in Zürich.\n".encode("latin-1"))
     assert any("Trained in Z\ufffdrich" in m.value for m in at.markdown)
     assert any("MODEL_CARD.md is not UTF-8 text" in c.value for c in at.caption)
 
@@ -342,9 +339,7 @@ def test_a_model_the_sidebar_never_offers_and_a_folder_without_a_config_are_said
     (copy_models / "mine" / "config.json").write_text(json.dumps({"model": config["model"]}))
     (copy_models / "half").mkdir()
     shutil.copy(copy_models / "forward" / "model.safetensors", copy_models / "half")
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     assert [h.value for h in at.header] == ["forward", "mine"]
     assert [w.value.startswith("The sidebar offers this model under no task") for w in at.warning] == [True]
     assert "Not models (no config.json, which every model folder holds), so not shown: half." in texts(at.caption)
@@ -384,9 +379,7 @@ def test_a_configs_text_in_the_facts_table_is_shown_as_typed_not_as_markdown(cop
     task = "[offer](https://evil.example) **now**"
     config = json.loads((copy_models / "forward" / "config.json").read_text())
     (copy_models / "forward" / "config.json").write_text(json.dumps({**config, "task": task}))
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     shown = dict(next(t.value for t in at.table if "fact" in t.value.columns).values.tolist())
     assert shown[md_escape("Task")] == md_escape(task)
 
@@ -425,9 +418,7 @@ def test_a_reliability_bin_above_99_percent_reads_so_in_the_table_not_as_a_quote
                                   n_fit=10, n_check=10, edges=(-9.0, -1.0), values=(0.2, 0.997), ece=0.01,
                                   ece_raw=0.02, reliability=((0.2, 0.25, 4), (0.997, 1.0, 6)))
     calibration.save(fit, folder)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     points = next(t.value for t in at.table if md_escape("share right") in t.value.columns)
     assert points.iloc[1, 0] == md_escape(">99%") and points.iloc[1, 1] == "100%"
 
@@ -447,10 +438,7 @@ def test_a_retrosynthesis_models_card_that_is_not_utf8_does_not_stop_the_routes_
 
 
 def test_a_model_card_saved_with_a_byte_order_mark_keeps_its_title_a_heading(copy_models, monkeypatch):
-    (copy_models / "forward" / "MODEL_CARD.md").write_bytes(b"\xef\xbb\xbf# Copy model\n\nCopies its input.\n")
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch, b"\xef\xbb\xbf# Copy model\n\nCopies its input.\n")
     assert '<h3 data-anchor="forward-copy-model">Copy model</h3>' in [m.value for m in at.markdown]
 
 
@@ -458,9 +446,7 @@ def test_a_model_card_saved_with_a_byte_order_mark_keeps_its_title_a_heading(cop
 def test_only_the_open_calibration_tab_is_drawn_and_another_tab_draws_when_chosen():
     """Each model's four calibration tabs drew their four plotly charts at once, three of them hidden: after the
     cards, the largest share of the browser's time on this page. The open tab alone is drawn."""
-    at = app().run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page()
     tabs = [t.label for t in at.tabs]
     forward_tabs = tabs[:len(tabs) // 2] if len(tabs) > 4 else tabs
     assert len(forward_tabs) > 1
@@ -498,10 +484,7 @@ def test_a_cards_images_are_not_fetched_and_its_code_is_untouched(copy_models, m
     beyond 127.0.0.1 from whatever card a model folder brings. It reads as written; code keeps its text."""
     card = ("# Copy model\n\n## At a glance\nSee ![plot](http://192.0.2.1/p.png) and ![ref][1], `![in code](x)`.\n\n"
             "```\n![in a block](y)\n```\n``a `![span](z)` b``\n\n[1]: http://192.0.2.1/r.png\n")
-    (copy_models / "forward" / "MODEL_CARD.md").write_text(card)
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch, card)
     shown = "\n".join(m.value for m in at.markdown)
     assert "See !\\[plot](http://192.0.2.1/p.png) and !\\[ref][1], `![in code](x)`." in shown
     assert "```\n![in a block](y)\n```\n``a `![span](z)` b``" in shown
@@ -510,9 +493,7 @@ def test_a_cards_images_are_not_fetched_and_its_code_is_untouched(copy_models, m
 def test_a_task_without_a_model_is_said_once_naming_the_folder_the_app_reads(copy_models, tmp_path, monkeypatch):
     """The page said "No retrosynthesis model is shipped yet ... until models/retro/ appears" wherever
     MOLSPEC_MODELS_DIR pointed, and with no model at all said it under its own "No models found" again."""
-    at = app(copy_models, monkeypatch).run()
-    at.switch_page("views/models.py").run()
-    assert_clean(at)
+    at = models_page(copy_models, monkeypatch)
     notes = [note.value for note in at.main.info if "retrosynthesis" in note.value]
     assert notes == [common_escaped([f"No retrosynthesis model is installed ({copy_models / 'retro'} is missing). "
                                      "Choose the forward task, or add the model folder."])[0]]
