@@ -195,9 +195,9 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     target RDKit cannot read (whether its answers are right is not known: fitted as wrong, they made every confidence
     lower), each counted in a warning; a ValueError where no target can be read. batch_size and time_limit_s (per
     query) None: the service's defaults. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the
-    answers of the windows decoded before the stop, those of the first queries, as its `collected` (fit_collected
-    fits them)."""
-    from .evaluate import hits, unreadable_targets
+    answers of the first queries decoded before the stop (a Ctrl-C or SIGTERM ends the batch being decoded and keeps
+    those done: evaluate.predict_window), as its `collected` (fit_collected fits them)."""
+    from .evaluate import hits, unreadable_targets, window_results
     from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, windows
 
@@ -210,20 +210,22 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 
     answers: list[list[tuple[float, bool]]] = []
     refused: list[tuple[int, str]] = []  # each refused query's place (1-based) and why
-    done = 0  # the queries of the windows done
+    done = 0  # the first queries done
     try:
         for window in windows(len(sources), batch_size, "calibrate", progress, augment):  # batched by length
-            results = predictor.predict(list(sources[window]), method=method, n_best=n_best, batch_size=batch_size,
-                                        augment=augment, time_limit_s=time_limit_s)
+            results, stop = window_results(predictor, list(sources[window]), method=method, n_best=n_best,
+                                           batch_size=batch_size, augment=augment, time_limit_s=time_limit_s)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
                 if not result.ok:
                     refused.append((number, result.error or ""))
                 # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
                 ordered = [p for p in result.in_model_order() if p.valid] if result.ok and read_known(target) else []
                 answers.append(list(zip([p.score for p in ordered], hits([p.smiles for p in ordered], target))))
-            done = window.stop
-    except BaseException as stop:  # minutes of decoding are not lost with it (the caller fits them: fit_collected)
-        stop.collected = answers[:done]
+            done = window.start + len(results)
+            if stop is not None:
+                raise stop
+    except BaseException as stopped:  # minutes of decoding are not lost with it (the caller fits them: fit_collected)
+        stopped.collected = answers[:done]
         raise
     if refused:  # the slowest queries, most often (a time limit run out): a fit without them says so
         log.warning("%d of %d queries were refused: no answer of theirs fits or judges (the first, query %d of those "

@@ -825,8 +825,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             show_report(partial)
             if out:
                 write_report(out, partial)
-            log.warning("stopped after %d of %d queries: their report, marked partial, is %s", partial["n"],
-                        len(sources), f"in {out}" if out else "above")
+            left_out = partial["partial"]["decoded_left_out"]
+            log.warning("stopped after %d of %d queries: their report, marked partial, is %s%s", partial["n"],
+                        len(sources), f"in {out}" if out else "above",
+                        f" ({left_out} more decoded, after a query that was not, are left out: a report is of the "
+                        "first queries)" if left_out else "")
         raise  # the boundary's line and exit code follow
     show_report(report)
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object

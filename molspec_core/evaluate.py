@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import itertools
 import json
+import logging
 import math
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +15,11 @@ from pathlib import Path
 from .calibration import is_count
 from .chem import CXSMILES, canonical_or_none
 from .known import read_known
+from .limits import abandon_when
 from .methods import METHODS, method as method_row
-from .service import DEFAULT_BATCH_SIZE, Predictor, QueryResult, windows
+from .service import DEFAULT_BATCH_SIZE, PartlyDecoded, Predictor, QueryResult, windows
+
+log = logging.getLogger(__name__)
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -144,8 +150,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     (read_selected), by which a refused query is named beside its place among those evaluated. A ValueError, and no
     report, where nothing could be scored: every target unreadable (before decoding) or every query refused, as
     predict fails a file whose every query is refused.
-    Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the report of the queries scored before
-    the stop, as its `partial_report` (marked partial: PARTIAL), or None where none was: the caller keeps it."""
+    Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the report of the first queries scored
+    before the stop (a Ctrl-C or SIGTERM ends the batch being decoded and keeps those done: predict_window), as its
+    `partial_report` (marked partial: PARTIAL), or None where none was: the caller keeps it."""
     check_method(method, n_best)
     if not sources or len(targets) != len(sources):
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
@@ -158,20 +165,24 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
     unreadable_targets(targets)
-    scored = 0  # the queries of the windows done: what a report counts
+    scored = 0  # the first queries done: what a report counts
     try:
         for window in windows(len(sources), batch_size, "evaluate", progress,  # predict batches a window by length
                               options.get("augment", 1)):
-            results = predictor.predict(sources[window], method=method, n_best=n_best, batch_size=batch_size,
-                                        **options)
+            results, stop = window_results(predictor, sources[window], method=method, n_best=n_best,
+                                            batch_size=batch_size, **options)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
                 line = lines[number - 1] + 1 if lines is not None else None
                 _score(result, target, n_best, number, line, first, marks, refused)
-            scored = window.stop
-    except BaseException as stop:  # the queries scored are not lost with it (the caller writes them)
-        stop.partial_report = (dict(_report(first, marks, refused, targets[:scored], n_best, method),
-                                    **{PARTIAL: {"of_n": len(sources), "stopped_by": type(stop).__name__}})
-                               if scored else None)
+            scored = window.start + len(results)
+            if stop is not None:
+                raise stop
+    except BaseException as stopped:  # the queries scored are not lost with it (the caller writes them)
+        stopped.partial_report = (dict(_report(first, marks, refused, targets[:scored], n_best, method),
+                                       **{PARTIAL: {"of_n": len(sources), "stopped_by": type(stopped).__name__,
+                                                    "decoded_left_out": getattr(stopped, "left_out", 0)},
+                                          "partial_counts": PARTIAL_COUNTS})
+                                  if scored else None)
         raise
     if len(refused) == len(sources):  # a report of 0% would read as the model's accuracy
         raise ValueError(f"none of the {len(sources)} queries could be evaluated: each was refused (the first: "
@@ -180,6 +191,68 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
 
 
 PARTIAL = "partial"  # in a report of the queries scored before a stop: how many were asked for, and what stopped it
+PARTIAL_COUNTS = ("of_n: the queries asked for, of which n, the first, were scored before the stop (stopped_by); "
+                  "decoded_left_out: queries after those whose batch was decoded by then too (predict decodes a "
+                  "window of queries by length), left out so that the report is of the first n, as a run of "
+                  "--limit n is")
+
+
+def window_results(predictor: Predictor, queries: list[str], **options
+                    ) -> tuple[list[QueryResult], BaseException | None]:
+    """predict_window's results, and None; or, where it was stopped, the results of the window's first queries done
+    by then (its `finished`: none, unless a Ctrl-C or SIGTERM ended the window) and the stop, for the caller to raise
+    once it has used them."""
+    try:
+        return predict_window(predictor, queries, **options), None
+    except BaseException as stop:
+        return list(getattr(stop, "finished", ())), stop
+
+
+def predict_window(predictor: Predictor, queries: list[str], **options) -> list[QueryResult]:
+    """predictor.predict(queries, **options) for a caller that streams a file a window at a time (evaluate,
+    calibrate), where Ctrl-C or SIGTERM (their handlers set in Python, in the main thread: scale.stop_handlers) ends
+    the window at its next decoder step, not where it stands (which lost every batch of the window decoded by then,
+    up to 256 queries), and is then raised as its handler raises it (KeyboardInterrupt; the command line's
+    Terminated) with, as its `finished`, the results of the window's first queries that were done, in order.
+    predict decodes a window's queries in order of their length, so the queries after the first one not done are left
+    out, done or not (as its `left_out`: how many were done): a report is of a file's first queries, as a run of
+    --limit is. A second signal stops at once, and the window is lost."""
+    from .scale import stop_handlers
+
+    held = stop_handlers()
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        if noted:  # asked again: at once, as before
+            held[signum](signum, frame)
+        noted.append(signum)
+        log.warning("stopping once the batch being decoded ends, keeping the queries done (again to stop at once)")
+
+    for signum in held:
+        signal.signal(signum, note)
+    abandoned: PartlyDecoded | None = None
+    try:
+        with abandon_when(lambda: f"stopped by {signal.Signals(noted[0]).name}" if noted else None):
+            results = predictor.predict(queries, **options)
+    except PartlyDecoded as stop:
+        if not noted:
+            raise
+        abandoned = stop
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+    if not noted:
+        return results
+    done = list(abandoned.finished) if abandoned is not None else results
+    kept = list(itertools.takewhile(lambda result: result is not None, done))
+    try:
+        signal.raise_signal(noted[0])  # its own handler, put back: the stop it makes
+        if abandoned is not None:  # a handler that raised nothing, and the window given up: it is not whole
+            raise abandoned
+    except BaseException as stop:
+        stop.finished, stop.left_out = kept, sum(result is not None for result in done) - len(kept)
+        raise
+    return results
 
 
 def _score(result: QueryResult, target: str, n_best: int, number: int, line: int | None,

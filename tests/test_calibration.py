@@ -249,6 +249,39 @@ def test_a_stopped_collection_keeps_the_answers_of_the_queries_decoded():
     assert stopped.value.collected == [[(-0.1, True)]] * 3
 
 
+def signal_at_decode(monkeypatch, signum: int, at: int) -> None:
+    """Predictor.decode (one call a batch) as the signal `signum` meets it at its `at`th call: the stop comes while
+    the window's batches before it are decoded and those after it are not."""
+    import signal
+
+    real, calls = Predictor.decode, []
+
+    def decode(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            signal.raise_signal(signum)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "decode", decode)
+
+
+def test_a_collection_stopped_by_ctrl_c_keeps_the_queries_of_its_window_done():
+    """Ctrl-C while a window of queries (up to 256) was decoding lost every batch of it decoded by then. The stop ends
+    the batch being decoded, and the first queries done are kept: here the queries are in order of length, as predict
+    decodes them, so the four of the first two batches (the third meets the stop)."""
+    import signal
+
+    copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    sources = ["c1ccncc1", "CCOc1ccccc1", "CCOc1ccncc1", "Brc1cccnc1OCCO", "NC(=O)c1ccncc1"]
+    targets = [source.replace("C", "") for source in sources]  # the copy model's answers, each one RDKit reads
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        signal_at_decode(monkeypatch, signal.SIGINT, at=3)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            calibration.collect(copier, sources, targets, "beam", 2, batch_size=2, progress=False)
+    whole = calibration.collect(copier, sources[:4], targets[:4], "beam", 2, batch_size=2, progress=False)
+    assert stopped.value.collected == whole and len(whole) == 4 and all(whole)  # each query with its answers
+
+
 def test_too_few_queries_are_refused():
     copier = Predictor.load(FIXTURES / "copy_model", device="cpu")
     with pytest.raises(ValueError, match="at least 3 queries"):

@@ -7,6 +7,7 @@ import math
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -2335,7 +2336,8 @@ def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_sco
     ctrl_c_at_third_predict(monkeypatch)
     assert main(["evaluate", "--model", MODEL, *files, "--out", str(pair_files / "stopped.json")]) == 130
     report = json.loads((pair_files / "stopped.json").read_text())
-    assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt"})
+    assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt",
+                                                    "decoded_left_out": 0})
     assert report["model"] and report["queries_sha256"]
     monkeypatch.setattr(Predictor, "predict", real)
     assert main(["evaluate", "--model", MODEL, *files, "--limit", "2", "--out", str(pair_files / "two.json")]) == 0
@@ -2343,6 +2345,27 @@ def test_an_evaluation_stopped_by_ctrl_c_writes_the_report_of_the_queries_it_sco
     assert main(["compare", str(pair_files / "stopped.json"), str(pair_files / "two.json")]) == 0
     out = capsys.readouterr().out
     assert "partial: stopped after 2 of 5 queries" in out.splitlines()[0] and "2 queries" in out
+
+
+@pytest.mark.parametrize("signum,code,name", [(signal.SIGINT, 130, "KeyboardInterrupt"),
+                                              (signal.SIGTERM, 143, "Terminated")])
+def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_files, monkeypatch, caplog, signum, code,
+                                                                        name):
+    """Ctrl-C or SIGTERM while a window of queries (up to 256) was decoding lost every batch of it decoded by then:
+    with one window, no report at all. The stop ends the batch being decoded; the report keeps the first queries
+    done, in order, and says how many more were decoded and left out. predict decodes the window by length, two a
+    batch: [5, 1], [3, 4], then [2], which meets the stop: query 1 is kept, 5, 3 and 4 are left out."""
+    from test_calibration import signal_at_decode
+
+    signal_at_decode(monkeypatch, signum, at=3)
+    out = pair_files / "stopped.json"
+    with caplog.at_level(logging.WARNING):
+        assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                     str(pair_files / "tgt.txt"), "--batch-size", "2", "--out", str(out)]) == code
+    report = json.loads(out.read_text())
+    assert (report["n"], report["partial"]) == (1, {"of_n": 5, "stopped_by": name, "decoded_left_out": 3})
+    assert "stopped after 1 of 5 queries" in caplog.text and "(3 more decoded, after a query that was not, are left " \
+                                                              "out: a report is of the first queries)" in caplog.text
 
 
 def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_scored(pair_files, capsys,
@@ -2355,7 +2378,8 @@ def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_s
                  str(pair_files / "tgt.txt"), "--batch-size", "1"]) == 130
     captured = capsys.readouterr()
     report = json.loads(captured.out)  # one JSON object, as a finished run prints
-    assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt"})
+    assert (report["n"], report["partial"]) == (2, {"of_n": 5, "stopped_by": "KeyboardInterrupt",
+                                                    "decoded_left_out": 0})
     assert "top1" in report and "first_right" not in report and report["queries_sha256"]
 
 

@@ -2,7 +2,8 @@
 and what compare is told of two reports' settings."""
 import pytest
 
-from molspec_core.evaluate import compare_reports, evaluate, hits, read_pairs, setting_differences, software
+from molspec_core.evaluate import (PARTIAL_COUNTS, compare_reports, evaluate, hits, read_pairs, setting_differences,
+                                   software)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -133,7 +134,8 @@ def test_a_stopped_evaluation_keeps_the_report_of_the_queries_it_scored_marked_p
         evaluate(Answering(answers, stop_at=4), sources, targets, 2, batch_size=1, progress=False)
     partial = stopped.value.partial_report
     whole = evaluate(Answering(answers), sources[:3], targets[:3], 2, batch_size=1, progress=False)
-    assert partial == dict(whole, **{"partial": {"of_n": 4, "stopped_by": "KeyboardInterrupt"}})
+    assert partial == dict(whole, partial={"of_n": 4, "stopped_by": "KeyboardInterrupt", "decoded_left_out": 0},
+                           partial_counts=PARTIAL_COUNTS)
     assert (partial["n"], partial["top1"], partial["top2"], partial["query_errors"]) == (3, 1 / 3, 2 / 3, 1)
     assert partial["first_right"] == {"model_order": [1, 2, None], "app_order": [1, 2, None]}
     full = evaluate(Answering(answers), sources, targets, 2, batch_size=1, progress=False)
