@@ -1152,6 +1152,19 @@ PEER_THREADS_WARNING = (
     "its own policy; leave OMP_WAIT_POLICY unset for this run.")
 
 
+def check_other_engine(name: str, runs_on: str, main_name: str, main_runs_on: str,
+                       loaded: dict[str, Predictor]) -> None:
+    """Refuse an engine of --engines (`name`, whose decoder calls run on `runs_on`) that runs them on the engine
+    --engine's do (`main_name`, `main_runs_on`) or another of --engines' (`loaded`, itself among them): its rows
+    timed an engine beside itself as a speedup (--engines auto beside --engine auto, greedy@auto '1.15x' greedy)."""
+    same = [f"--engine {main_name}"] if runs_on == main_runs_on else []
+    same += [f"--engines' {other}" for other, each in loaded.items() if other != name and each.engine == runs_on]
+    if same:
+        raise ValueError(f"--engines {name} runs the decoder calls on the {runs_on} engine here, as {same[0]} does, so "
+                         "its rows would time an engine beside itself: give --engines engines other than --engine's "
+                         f"and each other's (--engine {main_name} runs on {main_runs_on})")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
     from .calibration import weights_fingerprint
@@ -1185,6 +1198,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [name for name in other_engines if name not in ENGINES]
     if unknown:
         raise ValueError(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    twice = next((name for name in other_engines if other_engines.count(name) > 1), None)
+    if twice:  # its rows ran once: the second load replaced the first
+        raise ValueError(f"--engines names {twice} twice: name each engine once")
     if other_engines and sweep:
         raise ValueError("--engines and --sweep do not go together: a sweep compares a method with itself")
     if args.peer and importlib.util.find_spec("ctranslate2") is None:  # before the model loads (minutes on a CPU)
@@ -1196,7 +1212,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses in top-k",
                     unreadable, len(sources), args.tgt)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
-    engines = {name: Predictor.load(args.model, args.device, name, args.dtype) for name in other_engines}
+    engines: dict[str, Predictor] = {}
+    for name in other_engines:
+        engines[name] = Predictor.load(args.model, args.device, name, args.dtype)
+        check_other_engine(name, engines[name].engine, args.engine, predictor.engine, engines)
     methods = on_engines(methods, list(engines))
     if args.peer and torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").lower() == "active":
         log.warning(PEER_THREADS_WARNING)

@@ -894,6 +894,18 @@ def test_bench_refuses_an_unknown_engine_before_loading(pair_files, capsys):
     assert "unknown engines ['onnx']" in capsys.readouterr().err
 
 
+def test_bench_refuses_an_engine_beside_itself(pair_files, capsys):
+    """--engines auto beside --engine auto (the copy model's float32 weights: NumPy both) timed one engine beside
+    itself, greedy@auto at '1.15x' greedy; --engines numpy,numpy ran one numpy row, the second load replacing the
+    first. Each is refused, naming the engine both run on."""
+    common = ["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy", "--warmup", "0"]
+    expect_refused([*common, "--engines", "auto"], capsys, "--engines auto runs the decoder calls on the numpy engine "
+                   "here, as --engine auto does")
+    expect_refused([*common, "--engine", "torch", "--engines", "auto,numpy"], capsys, "--engines numpy runs the "
+                   "decoder calls on the numpy engine here, as --engines' auto does")
+    expect_refused([*common, "--engines", "torch,torch"], capsys, "--engines names torch twice")
+
+
 def test_bench_refuses_method_which_it_would_ignore_before_loading(pair_files, capsys, no_model_load):
     """`bench --method beam` timed the six default greedy-family methods and no beam search, without a word: bench
     times --methods, so a --method is refused, naming the flag it reads."""
