@@ -70,11 +70,19 @@ class Vocab:
     def build(cls, smiles: Iterable[str], min_count: int = 1, max_size: int | None = None) -> "Vocab":
         """Tokens seen at least min_count times, sorted; with max_size, the count rises until the
         vocabulary (specials included) fits, so ties are kept or dropped together."""
+        if max_size is not None and max_size < len(SPECIALS):
+            raise ValueError(f"a vocabulary of at most {max_size} tokens cannot hold its {len(SPECIALS)} special "
+                             f"tokens {SPECIALS}")
         counts: Counter[str] = Counter()
         for s in smiles:
             counts.update(tokenize(s))
-        while max_size is not None and len(SPECIALS) + sum(n >= min_count for n in counts.values()) > max_size:
-            min_count += 1
+        if max_size is not None:
+            # The kept set only changes where min_count passes a count, so try the counts, not every integer
+            # (counting up one by one from 1 took as many steps as the commonest token's count).
+            room = max_size - len(SPECIALS)
+            fits = (t for t in sorted({min_count, *(n + 1 for n in counts.values())})
+                    if t >= min_count and sum(n >= t for n in counts.values()) <= room)
+            min_count = next(fits)
         kept = sorted(t for t, n in counts.items() if n >= min_count)
         return cls(list(SPECIALS) + kept)
 

@@ -60,6 +60,14 @@ def test_capped_vocab_drops_the_rarest_tokens_ties_together():
     assert Vocab.build(smiles, max_size=len(SPECIALS) + 1).tokens[len(SPECIALS):] == ("C",)
 
 
+def test_a_cap_below_the_special_tokens_is_refused_and_a_cap_of_just_them_keeps_none():
+    """Vocab.build(..., max_size=3) counted min_count up for ever (no number of tokens fits in -1 places), and a cap
+    that kept few tokens took one step per occurrence of the commonest token."""
+    with pytest.raises(ValueError, match=f"at most {len(SPECIALS) - 1} tokens cannot hold its {len(SPECIALS)} special"):
+        Vocab.build(["CCO"], max_size=len(SPECIALS) - 1)
+    assert Vocab.build(["C" * 5000, "O"], max_size=len(SPECIALS)).tokens == SPECIALS
+
+
 def test_vocab_save_load(tmp_path):
     vocab = Vocab.build(["CCO", "N#N"])
     vocab.save(tmp_path / "vocab.json")
