@@ -8,10 +8,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 # The Molecular Transformer's regex: bracket atoms, two-letter halogens, aromatic atoms, bonds,
-# branches, ring closures (including %nn) and the reaction arrow; and a dative bond, one token either way
-# RDKit writes it ('->', '<-': its '<' was no token, its '>' taken for the arrow's).
+# branches, ring closures (including %nn, and OpenSMILES' %(nnn), which RDKit writes past 99 open rings) and the
+# reaction arrow; and a dative bond, one token either way RDKit writes it ('->', '<-': its '<' was no token, its '>'
+# taken for the arrow's).
 SMILES_REGEX = re.compile(
-    r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|->|<-|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}|[0-9])"
+    r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|->|<-|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}"
+    r"|\%\([0-9]+\)|[0-9])"
 )
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -45,6 +47,8 @@ def what_it_writes(token: str) -> str:
         return " (a dative bond)"
     if re.match(r"\[[0-9]", token):
         return " (an atom with an isotope label)"
+    if token.startswith("%("):
+        return " (a ring-closure number written in parentheses)"
     return ""
 
 

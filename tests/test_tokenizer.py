@@ -68,6 +68,17 @@ def test_a_cap_below_the_special_tokens_is_refused_and_a_cap_of_just_them_keeps_
     assert Vocab.build(["C" * 5000, "O"], max_size=len(SPECIALS)).tokens == SPECIALS
 
 
+def test_a_parenthesised_ring_closure_is_one_token_named_when_the_vocabulary_lacks_it():
+    """OpenSMILES (and RDKit past 99 open rings) writes ring closures '%(nnn)': the tokenizer refused them as "not a
+    SMILES token at character 2" of a valid SMILES."""
+    assert tokenize("C%(123)CC%(123)") == ["C", "%(123)", "C", "C", "%(123)"]
+    assert tokenize("C%123CC3%12") == ["C", "%12", "3", "C", "C", "3", "%12"]  # %nn then a one-digit closure
+    with pytest.raises(TokenizeError, match=re.escape("'%(123)' (a ring-closure number written in parentheses) is")):
+        Vocab.build(["C1CC1"]).encode("C%(123)CC%(123)")
+    with pytest.raises(TokenizeError, match="character 2"):
+        tokenize("C%1CC%1")  # '%' needs two digits or parentheses
+
+
 def test_vocab_save_load(tmp_path):
     vocab = Vocab.build(["CCO", "N#N"])
     vocab.save(tmp_path / "vocab.json")
