@@ -254,8 +254,9 @@ def read_text(path: str | Path) -> str:
         return _decode_stream(raw, path.name)
 
 
-# Where a file without columns holds its queries (a query column named for one is refused, not ignored).
-QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line", "sdf": "its records' molecules"}
+# Where a file without columns holds its queries (a query column named for one is refused, not ignored). An SD
+# file's data fields are its columns: one may be named (parse_sd_file).
+QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line"}
 
 
 def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | None = None,
@@ -270,8 +271,8 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
                              "save it as an Excel workbook (.xlsx) or as CSV (.csv, UTF-8)")
     if column and kind in QUERIES_OF:
         raise InputFileError(f"a query column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} "
-                             f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv) "
-                             "or an Excel workbook (.xlsx)")
+                             f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv), "
+                             "an Excel workbook (.xlsx) or, as a data field, an SD file (.sdf)")
     try:
         if kind == "xlsx":
             return parse_workbook(_read_stream(raw, name), name, column, task=task)
@@ -339,7 +340,7 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
     blank record after every record."""
     text = text.replace("\r\r\n", "\r\n")
     if kind == "sdf":
-        return parse_sd_file(text)
+        return parse_sd_file(text, column)
     if kind != "csv":
         lines = text_lines(text)
         if kind == "txt" and lines and "\t" in lines[0] and query_column(lines[0].split("\t"), None, task) is not None:
@@ -410,6 +411,18 @@ def header_of(rows: Sequence[Sequence[str]], column: str | None, task: str | Non
                     "read: query, to predict its queries again, or smiles, to take its answers as new queries")
             return index, at
     return None
+
+
+def refuse_unnamed_results(table: QueryFile, name: str) -> None:
+    """Refuse, as header_of refuses a table of them, our own results read without a query column named: an SD file of
+    them (predict's --output F.sdf, the Batch page's Download SDF), whose records' molecules are the answers, a record
+    each. Uploaded again, the answers were predicted as the queries without a word. (A reader of such a file for its
+    records, a test, calls read_queries alone.)"""
+    if not table.query_column and is_results_header(table.columns):
+        raise InputFileError(f"{name} is MolSpec's own results (fields query, rank, smiles, ...): each record's "
+                             "molecule is an answer, a record each, and its query field the queries, once per answer. "
+                             "Name the field to read as the query column: query, to predict its queries again, or "
+                             "smiles, to take its answers as new queries")
 
 
 def is_results_header(fields: Sequence[str]) -> bool:
@@ -783,10 +796,13 @@ def _smiles_and_name(line: str) -> tuple[str, str]:
     return match[1], match[2] or ""
 
 
-def parse_sd_file(text: str) -> QueryFile:
+def parse_sd_file(text: str, column: str | None = None) -> QueryFile:
     """An SD file's records (chem.sd_records, which needs RDKit): each molecule's SMILES is a query, its
     title goes in a `name` column and its data fields in columns of their own, in the order the file
     first gives them. A record RDKit cannot read gives an empty query and its reason (QueryFile.problems).
+    `column` names a data field (as query_column reads a header) whose text is the query instead, the records'
+    molecules then not read (a note says so): our own results' query field, where a file of them is read to be
+    predicted again (refuse_unnamed_results refuses it otherwise).
     Where a field is itself called name (any case), as in predict's SD output (answer_records: the title is the
     name field, or the answer's SMILES where there is none), the title is left out where every record's title says
     no more than that field or its `smiles` field, and is called `title` otherwise: reading such a file gave two
@@ -798,6 +814,12 @@ def parse_sd_file(text: str) -> QueryFile:
     records = sd_records(re.sub(r"\r\n?", "\n", text))
     _check_rows(len(records))
     fields = list(dict.fromkeys(name for record in records for name in record.fields))
+    at = query_column(fields, column) if column else None
+    if column and at is None:
+        listed = shown_cells(fields, quoted=False, noun="field") or "none"
+        raise InputFileError(f"the query column {column[:40]!r} names no data field of this SD file (its fields: "
+                             f"{listed}); leave the column out to read each record's molecule")
+    column_name = fields.pop(at) if at is not None else ""  # its cells are the queries, not another column
     named = next((name for name in fields if _header_key(name) == NAME_COLUMN), None)
     if named is None:
         titled: tuple[str, ...] = (NAME_COLUMN,)
@@ -805,10 +827,13 @@ def parse_sd_file(text: str) -> QueryFile:
         titled = ()
     else:
         titled = ("title",)
-    return QueryFile([r.smiles for r in records], (*titled, *fields),
-                     tuple((*(r.title for _ in titled), *(r.fields.get(name, "") for name in fields))
-                           for r in records),
-                     tuple(r.problem for r in records) if any(r.problem for r in records) else ())
+    cells = tuple((*(r.title for _ in titled), *(r.fields.get(name, "") for name in fields)) for r in records)
+    if not column_name:
+        return QueryFile([r.smiles for r in records], (*titled, *fields), cells,
+                         tuple(r.problem for r in records) if any(r.problem for r in records) else ())
+    note = f"the queries are the SD field {column_name!r}; the records' molecules are not read"
+    return QueryFile([r.fields.get(column_name, "") for r in records], (*titled, *fields), cells, notes=(note,),
+                     query_column=column_name)
 
 
 class TooManyRecords(InputFileError):

@@ -649,3 +649,23 @@ def test_the_pages_own_results_uploaded_again_ask_which_column_to_read(copy_mode
     assert_clean(at)
     read = at.session_state[BATCH].run.queries
     assert read.query_column == "query" and set(read.queries) == {"Oc1ccncc1"}
+
+
+def test_the_pages_own_sd_download_uploaded_again_asks_which_field_to_read(copy_models, monkeypatch):
+    """The page's Download SDF, uploaded again, was read with each record's molecule, an answer, as the query; an SD
+    file has no column to name, and the page refused one. It is refused as the CSV is, and naming the field query
+    predicts its queries again."""
+    from views.batch import results_sdf
+
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles\nA,Oc1ccncc1\n", "text/csv"))
+    submit(at, "Run batch")
+    at.file_uploader[0].set_value(("ids-results.sdf", results_sdf(at.session_state[BATCH].table),
+                                   "chemical/x-mdl-sdfile"))
+    submit(at, "Run batch")
+    assert "MolSpec's own results" in texts(at.error) and "query, to predict its queries again" in texts(at.error)
+    at.text_input[0].input("query")
+    submit(at, "Run batch")
+    assert_clean(at)
+    read = at.session_state[BATCH].run.queries
+    assert read.query_column == "query" and set(read.queries) == {"Oc1ccncc1"}

@@ -157,14 +157,25 @@ def test_a_txt_files_first_line_naming_the_query_column_is_a_header_not_a_query(
 
 
 @pytest.mark.parametrize("name, text, queries", [("q.txt", "CCO\n", "its lines"),
-                                                 ("q.smi", "CCO ethanol\n", "the first field of each line"),
-                                                 ("q.sdf", "", "its records' molecules")])
+                                                 ("q.smi", "CCO ethanol\n", "the first field of each line")])
 def test_a_column_named_for_a_file_without_columns_is_refused_not_ignored(tmp_path, name, text, queries):
-    (tmp_path / name).write_text(text or molfile("CCO") + "$$$$\n")
+    (tmp_path / name).write_text(text)
     with pytest.raises(InputFileError, match=f"^a query column, 'id', was named, but {name} is read as a "
                                              f"{name[2:].upper()} file, whose queries are {queries}: "):
         read_queries(tmp_path / name, column="id")
     assert read_queries(tmp_path / name).queries == ["CCO"]
+
+
+def test_a_column_named_for_an_sd_file_is_one_of_its_fields_or_refused_naming_them(tmp_path):
+    (tmp_path / "q.sdf").write_text(molfile("CCO", "ethanol") + ">  <Reagent>\nCCN\n\n>  <id>\nA-1\n\n$$$$\n")
+    assert read_queries(tmp_path / "q.sdf").queries == ["CCO"]
+    named = read_queries(tmp_path / "q.sdf", column="reagent")  # in any case, as a header's column
+    assert (named.queries, named.columns, named.cells, named.query_column) == (["CCN"], ("name", "id"),
+                                                                              (("ethanol", "A-1"),), "Reagent")
+    assert named.notes == ("the queries are the SD field 'Reagent'; the records' molecules are not read",)
+    with pytest.raises(InputFileError, match=r"^the query column 'smiles' names no data field of this SD file "
+                                             r"\(its fields: Reagent, id\)"):
+        read_queries(tmp_path / "q.sdf", column="smiles")
 
 
 def test_a_txt_file_headed_smiles_reads_its_queries_below_as_a_smiles_file_does(tmp_path):
@@ -882,19 +893,28 @@ def test_a_molfile_is_read_as_an_sd_file_of_one_record(tmp_path, name):
     assert read_queries(tmp_path / name) == QueryFile(["C[C@H](N)C(=O)O"], ("name",), (("L-alanine",),))
 
 
-def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_as_queries(tmp_path):
+def test_results_written_to_an_sd_name_hold_a_record_per_csv_row_and_read_back_from_the_field_named(tmp_path):
+    """Read back, the file was read as queries: the records' molecules, our answers, predicted as the queries without
+    a word (the SD file from the Batch page's Download SDF too). It is refused unless a field is named, as a results
+    CSV is unless a column is."""
     header = output_header(["Name", "ID"])
     row = functools.partial(result_row, header)
 
-    rows = [row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", rank=1, smiles="C[C@H](N)C(=O)O", valid=True),
-            row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", rank=2, smiles="C1CC", valid=False),
+    rows = [row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", canonical_query="CC(N)C(=O)O", rank=1,
+                smiles="C[C@H](N)C(=O)O", valid=True),
+            row(Name="ala", ID="=1+1", row=1, query="CC(N)C(=O)O", canonical_query="CC(N)C(=O)O", rank=2,
+                smiles="C1CC", valid=False),
             row(Name="", ID="B-2", row=2, query="xx", smiles="", error="RDKit cannot parse 'xx' as a molecule"),
-            row(Name="", ID="C-3", row=3, query="CC=O.[H][H]", rank=1, smiles="CCO", valid=True)]
+            row(Name="", ID="C-3", row=3, query="CC=O.[H][H]", canonical_query="CC=O.[HH]", rank=1, smiles="CCO",
+                valid=True)]
     molspec_io.write_results(tmp_path / "out.SDF", header, rows)
     assert molspec_io.is_sd_name(tmp_path / "out.SDF") and not molspec_io.is_sd_name(tmp_path / "out.sdf.csv")
-    back = read_queries(tmp_path / "out.SDF")
-    assert back.queries == ["C[C@H](N)C(=O)O", "", "", "CCO"]  # the answers, with stereo; no atoms where none
-    assert back.problems == ()  # records without atoms are records, not unreadable ones
+    with pytest.raises(InputFileError, match="^out.SDF is MolSpec's own results.*query, to predict its queries again"):
+        molspec_io.refuse_unnamed_results(read_queries(tmp_path / "out.SDF"), "out.SDF")
+    molspec_io.refuse_unnamed_results(read_queries(tmp_path / "out.SDF", "query"), "out.SDF")  # named: read
+    assert read_queries(tmp_path / "out.SDF", "query").queries == ["CC(N)C(=O)O", "CC(N)C(=O)O", "xx", "CC=O.[H][H]"]
+    back = read_queries(tmp_path / "out.SDF", "smiles")
+    assert back.queries == ["C[C@H](N)C(=O)O", "C1CC", "", "CCO"]  # the answers as written; none where none
     named = dict(zip(back.columns, zip(*back.cells)))
     # the title (the input's name, else the answer) repeats the fields: read back, the input's Name is its one column
     # (it was read beside a `name` column of the titles, which the next output called input_Name)

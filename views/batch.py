@@ -24,8 +24,8 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              MAX_INPUT_ROWS, MOLFILE_SUFFIX, OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, RESULT_COLUMNS,
                              SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError, QueryFile,
                              csv_bytes, output_header, parse_upload, query_column, query_columns, query_format,
-                             result_rows, row_list, sd_bytes, several_molecules, several_molecules_note,
-                             workbook_bytes)
+                             refuse_unnamed_results, result_rows, row_list, sd_bytes, several_molecules,
+                             several_molecules_note, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import TIMED_OUT, Predictor, QueryResult
@@ -188,6 +188,7 @@ def read_upload(name: str, data: bytes, column: str | None, task: str | None = N
     if len(data) > MAX_INPUT_BYTES:  # the cheap check first; parse_upload counts decompressed bytes too
         raise InputFileError(f"{name} is larger than {MAX_INPUT_BYTES // 2**20} MB")
     queries = parse_upload(name, data, column or None, task=task)
+    refuse_unnamed_results(queries, name)
     if not queries.queries:
         raise InputFileError(f"{name} holds no queries")
     if queries.n_blank() == len(queries.queries):  # a CSV whose query column is empty: nothing to predict
@@ -558,9 +559,10 @@ def main() -> None:
     with st.form("batch_form"):
         upload = st.file_uploader("Query file",
                                   type=BATCH_FILE_TYPES)
-        column = st.text_input("CSV or workbook column (optional)",
+        column = st.text_input("CSV or workbook column, or SD field (optional)",
                                placeholder=f"automatic: {', '.join(automatic[:-1])} or {automatic[-1]}, any case",
-                               help="The column that holds the SMILES, when it has another name.")
+                               help="The column that holds the SMILES, when it has another name; in an SD file, the "
+                                    "data field to read the queries from instead of each record's molecule.")
         known = st.text_input("Known-answer column (optional)", placeholder="e.g. product, any case",
                               help="A CSV column or SD field that holds each query's recorded answer (the product, "
                                    "or the reactants for retrosynthesis): the results then say how often the model "
