@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -464,5 +467,14 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
     first_model.load_state_dict({name: tensor / len(folders) for name, tensor in total.items()})
     meta = {key: value for key, value in config.items() if key != "model"}
     meta["averaged_from"] = [str(folder) for folder in folders]
-    save(first_model, vocab, out, meta=meta, dtype=dtype)
+    # Written aside and renamed into place: a Ctrl-C or a full disk mid-write left `out` holding a config and
+    # vocabulary without (all) weights, which does not load and which the next run refused as a filled folder.
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        partial.chmod(0o755)  # mkdtemp's 0700 would follow it into place
+        save(first_model, vocab, partial, meta=meta, dtype=dtype)
+        os.replace(partial, out)  # a rename replaces the empty folder check_new_folder let through
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return {"model": first_model.cfg.to_dict(), **meta}

@@ -246,6 +246,30 @@ def test_average_writes_the_mean_of_the_weights(tmp_path):
         assert torch.allclose(tensor, expected, atol=1e-6), name
 
 
+@pytest.mark.parametrize("given_empty", [False, True])
+def test_an_average_stopped_while_writing_leaves_no_half_written_model(tmp_path, monkeypatch, given_empty):
+    """Ctrl-C while the mean was written left --out with config.json and vocab.json but no weights: a folder that
+    did not load, and that the rerun refused as one that already holds files."""
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for seed in (1, 2):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}")
+    out = tmp_path / "mean"
+    if given_empty:
+        out.mkdir()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint, "save_tensors", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.average([tmp_path / "m1", tmp_path / "m2"], out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m1", "m2", *(["mean"] if given_empty else [])])
+    assert not given_empty or not any(out.iterdir())
+    checkpoint.average([tmp_path / "m1", tmp_path / "m2"], out)  # the rerun is not refused
+    assert checkpoint.load(out)[0].cfg == checkpoint.load(tmp_path / "m1")[0].cfg
+
+
 def test_a_model_trained_without_dropout_averages_with_its_parent(tmp_path):
     """train --dropout 0 records dropout 0.0 in its config; that is how it trained, not a size (the mean of the
     shipped forward weights and CPU run 50's was refused before)."""
