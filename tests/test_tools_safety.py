@@ -354,6 +354,36 @@ def test_int8_agreement_names_the_methods_it_knows(tmp_path, monkeypatch, capsys
     assert code == 2 and "invalid choice: 'grredy'" in err and "greedy" in err
 
 
+def test_int8_agreement_refuses_a_method_int8_cannot_decode_before_the_float32_model_loads(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """--method spec-paper (25 drafts a call; int8 verifies one) loaded both models and ended in predict's ValueError
+    traceback; a model whose float32 weights the native engine cannot read (the copy model), in a traceback at the
+    load. Each is a usage error naming the flag: the method once the int8 model has loaded, before the float32 one."""
+    tool = load_tool("int8_agreement")
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    loaded = []
+
+    class Int8Only:
+        @classmethod
+        def load(cls, *args, dtype="float32", **kwargs):
+            loaded.append(dtype)
+            return cls()
+
+        def methods(self):
+            return ["greedy", "beam"]
+
+    monkeypatch.setattr(tool, "Predictor", Int8Only)
+    code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--method", "spec-paper")
+    assert code == 2 and loaded == ["int8"], err
+    assert "--method spec-paper: retro in int8 cannot decode it (int8 arithmetic verifies one draft a call" in err
+    assert err.rstrip().endswith("it decodes greedy, beam")
+    monkeypatch.undo()
+    code, err = run_main(tool, monkeypatch, capsys, "--model", FIXTURES / "copy_model", "--src", queries, "--tgt",
+                         queries)
+    assert code == 2 and f"error: --model {FIXTURES / 'copy_model'}: engine native cannot run here" in err
+
+
 class Timed:
     """A Predictor that reads every query (or none, `refuses`) and answers none, for the timing tools' counts."""
 
@@ -369,6 +399,9 @@ class Timed:
 
     def predict(self, source, **options):
         return SimpleNamespace(ok=False, predictions=[])
+
+    def methods(self):  # what int8_agreement asks the int8 side
+        return ["greedy"]
 
 
 def test_page_latency_reports_a_true_95th_percentile(tmp_path, monkeypatch, capsys):
@@ -425,6 +458,9 @@ class Answering:
     def predict(self, source, **options):
         answer = self.ANSWERS[self.dtype][source]
         return SimpleNamespace(ok=answer is not None, predictions=[SimpleNamespace(smiles=answer)] if answer else [])
+
+    def methods(self):  # what int8_agreement asks the int8 side
+        return ["greedy"]
 
 
 def test_int8_agreement_does_not_count_a_query_both_refused_as_agreeing(tmp_path, monkeypatch, capsys):

@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from molspec_core.argtypes import at_least
-from molspec_core.chem import clear_caches
-from molspec_core.evaluate import hits, read_pairs
-from molspec_core.methods import METHODS
-from molspec_core.service import MAX_AUGMENT, MAX_N_BEST, Predictor
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _toolbox import InputFileError, check_inputs, check_models  # noqa: E402  (tools/_toolbox.py)
+
+from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.chem import clear_caches  # noqa: E402
+from molspec_core.evaluate import hits, read_pairs  # noqa: E402
+from molspec_core.methods import METHODS  # noqa: E402
+from molspec_core.service import MAX_AUGMENT, MAX_N_BEST, Predictor  # noqa: E402
 
 DTYPES = ("float32", "int8")
 
@@ -37,6 +42,15 @@ def can_read(predictor: Predictor, source: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def load(parser: argparse.ArgumentParser, model: str, dtype: str) -> Predictor:
+    """The model on the native engine in `dtype`, or the parser's usage error naming --model and the engine's reason
+    (float32 weights, as a run's best/ holds, which the native engine cannot read: a ValueError traceback)."""
+    try:
+        return Predictor.load(model, "cpu", "native", dtype=dtype)
+    except ValueError as exc:
+        parser.error(f"--model {model}: {exc}")
 
 
 def main() -> None:
@@ -53,8 +67,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=at_least(0), default=3, help="queries each predictor decodes untimed first")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
-    predictors = {dtype: Predictor.load(args.model, "cpu", "native", dtype=dtype) for dtype in DTYPES}
+    try:  # before the models load: the queries are there and readable, and the model's folder is one
+        check_inputs([("--src", args.src), ("--tgt", args.tgt), ("--index", args.index)])
+        check_models([("--model", args.model)])
+        sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
+        parser.error(str(exc))
+    predictors = {"int8": load(parser, args.model, "int8")}
+    # before the float32 model loads: a method int8 cannot decode (the paper's 25 drafts a call, an uncached baseline)
+    # was predict's ValueError traceback, once both models had loaded
+    can = predictors["int8"].methods()
+    if args.method not in can:
+        parser.error(f"--method {args.method}: {args.model} in int8 cannot decode it (int8 arithmetic verifies one "
+                     f"draft a call and runs no uncached baseline); it decodes {', '.join(can)}")
+    predictors["float32"] = load(parser, args.model, "float32")
     options = {"method": args.method, "n_best": args.beam_width if METHODS[args.method].many else 1,
                "augment": args.augment}
     readable = [(source, target) for source, target in zip(sources, targets or [])
