@@ -514,3 +514,20 @@ def test_the_copied_share_is_never_an_impossible_100_percent():
                             provenance=(-1,) + tuple(range(199)))
     text = copied_tokens_text("spec-auto", QueryResult(query="C", method="spec-auto"), prediction)
     assert text.startswith("199 of 200 output tokens (>99%) were accepted from drafts copied out of the query")
+
+
+def test_the_session_list_never_shows_a_confidence_as_an_impossible_0_or_100_percent():
+    """The list of this session's queries showed a first answer's calibrated confidence of 0.2% as "0%" (its
+    progress column's own "%.0f%%"), where the answer's card reads "<1%" (io.percent, the pages' one rounding)."""
+    from molspec_core.service import Prediction, QueryResult
+    from views.common import Settings
+    from views.predict import Shown, history_table
+
+    def shown(confidence: float | None) -> Shown:
+        answer = Prediction(rank=1, smiles="CCO", score=-6.2, valid=True, tokens=("C", "C", "O"), provenance=(-1,) * 3,
+                            confidence=confidence)
+        result = QueryResult("CC=O", "CC=O", predictions=(answer,))
+        return Shown(Settings("forward", "forward", "greedy", 1, None, None), result, None)
+
+    table = history_table([(3, shown(0.002)), (2, shown(0.9996)), (1, shown(None))])
+    assert table["confidence"].tolist() == ["<1%", ">99%", ""]

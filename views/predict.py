@@ -851,10 +851,12 @@ def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
     rows = []
     for n, shown in entries:
         first = shown.result.predictions[0] if shown.result.predictions else None
+        confidence = None if first is None else first.confidence
+        # in words, as the answer's card reads it (io.percent): a progress column's "%.0f%%" read 0.2% as "0%"
         rows.append({"#": n, "query": entry_label(shown), "first answer": first.smiles if first else "",
-                     "confidence": None if first is None or first.confidence is None else 100 * first.confidence,
+                     "confidence": "" if confidence is None else common.percent(confidence),
                      "settings": f"{shown.settings.model} · {described(shown.settings)}"})
-    return pd.DataFrame(rows).astype({"confidence": "Float64"})
+    return pd.DataFrame(rows)
 
 
 def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[list[object]]]:
@@ -883,9 +885,7 @@ def show_history(task: str) -> None:
     with st.expander(f"This session's queries ({len(entries)})", icon=":material/history:"):
         st.dataframe(history_table(entries), hide_index=True, width="stretch",
                      column_config={"query": st.column_config.TextColumn(width="medium"),
-                                    "first answer": st.column_config.TextColumn(width="medium"),
-                                    "confidence": st.column_config.ProgressColumn(
-                                        "confidence", format="%.0f%%", min_value=0.0, max_value=100.0)})
+                                    "first answer": st.column_config.TextColumn(width="medium")})
         st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
                      args=(task,), placeholder="Pick a query: its answers come back as they were",
                      format_func=lambda n: history_option(n, dict(entries)[n]))
