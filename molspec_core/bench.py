@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .boundary import Terminated
 from .chem import canonical_or_none
 from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .evaluate import hits
@@ -91,6 +92,12 @@ def percentile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
     rank = math.ceil(round(share * len(ordered), 9))  # round: 0.95 * 60 is 57.00000000000001 in floating point
     return ordered[max(rank, 1) - 1]
+
+
+# What stops a run part way and keeps what it measured, and how its report's words name each (its stopped_by: the
+# type's name): Ctrl-C, and SIGTERM (a scheduler's stop, boundary.Terminated), which lost every batch measured.
+STOPS = (KeyboardInterrupt, Terminated)
+STOP_WORDS = {"KeyboardInterrupt": "Ctrl-C", "Terminated": "SIGTERM"}
 
 
 def batch_order(methods: Sequence[str], b: int) -> list[str]:
@@ -175,6 +182,7 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
     totals = {m: DecodeStats() for m in methods}
     row_calls = dict.fromkeys(methods, 0)  # each query's own decoder calls, summed (a call serves a whole batch)
     n_batches, interrupted = 0, None  # batches every method has decoded; why the run stopped short of its end
+    stopped_by = None  # what stopped it, by name: a key of STOP_WORDS
     try:
         for b, rows in enumerate(tqdm(batches, desc="bench", disable=not progress, unit="batch")):
             decoded = {method: measured(method, rows) for method in batch_order(methods, b)}
@@ -195,11 +203,12 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             n_batches += 1
             if on_progress is not None:
                 on_progress(b + 1, len(batches))
-    except KeyboardInterrupt:
+    except STOPS as stop:
         n_measured = sum(len(rows) for rows in batches[:n_batches])
         if not n_measured:  # nothing measured: nothing to report
             raise
-        interrupted = (f"stopped (Ctrl-C) after {n_measured} of the {len(queries)} queries"
+        stopped_by = type(stop).__name__
+        interrupted = (f"stopped ({STOP_WORDS[stopped_by]}) after {n_measured} of the {len(queries)} queries"
                        f"{', the shortest,' if by_length else ''}: the figures are theirs, top-k of them alone")
         log.warning("bench %s", interrupted)
         queries, kept_targets = queries[:n_measured], kept_targets[:n_measured]
@@ -299,7 +308,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         "topk_counts": ("of all queries given, the skipped ones (the model cannot read them) counted as misses"
                         if interrupted is None else "of the queries measured before the run was stopped"),
         "methods": report_methods,
-    } | ({"interrupted": interrupted} if interrupted else {}) | ({"oracle_left_out": left_out} if left_out else {})
+    } | ({"interrupted": interrupted, "stopped_by": stopped_by} if interrupted else {}) | (
+        {"oracle_left_out": left_out} if left_out else {})
 
 
 def _reference_ids(predictor: Predictor, target: str) -> list[int] | None:
@@ -426,13 +436,15 @@ def run_sweep(predictor: Predictor, sources: list[str], targets: list[str] | Non
             run = run_bench(predictor, sources, targets, references + [method], batch_size, draft_len=draft_len,
                             n_drafts=n_drafts, warmup=warmup, progress=progress, sampling=options,
                             by_length=by_length)
-        except KeyboardInterrupt:  # within the value's warm-up or first batch
+        except STOPS as stop:  # within the value's warm-up or first batch
             if not points:
                 raise
-            run = None
+            run, stopped_by = None, type(stop).__name__
         if points and (run is None or run.get("interrupted")):  # part of a value's queries compares with no other's
-            report["interrupted"] = (f"stopped (Ctrl-C) within its sweep's {knob} = {value:g}, which is left out; "
-                                     "the values before it ran whole")
+            stopped_by = stopped_by if run is None else run["stopped_by"]
+            report["interrupted"] = (f"stopped ({STOP_WORDS[stopped_by]}) within its sweep's {knob} = {value:g}, "
+                                     "which is left out; the values before it ran whole")
+            report["stopped_by"] = stopped_by
             log.warning("bench: %s", report["interrupted"])
             break
         report = run

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -1250,7 +1251,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         print(f"error: the run {report['interrupted']}; the table{' and the report' if out else ''} hold the "
               "batches measured by then", file=sys.stderr)
-        return INTERRUPTED
+        return 128 + signal.SIGTERM if report.get("stopped_by") == "Terminated" else INTERRUPTED
     return 2 if failed else 0
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import FIXTURES
 from molspec_core.bench import markdown_table, run_bench, run_sweep
+from molspec_core.boundary import Terminated
 from molspec_core.cli import main
 from molspec_core.methods import SamplingOptions
 from molspec_core.service import Predictor
@@ -15,14 +16,14 @@ MODEL = str(FIXTURES / "copy_model")
 QUERIES = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1"]
 
 
-def ctrl_c_at_call(monkeypatch, call: int) -> None:
-    """Predictor.decode raises KeyboardInterrupt (Ctrl-C) at its `call`-th call, from 1."""
+def ctrl_c_at_call(monkeypatch, call: int, stop: type[BaseException] = KeyboardInterrupt) -> None:
+    """Predictor.decode raises KeyboardInterrupt (Ctrl-C), or `stop`, at its `call`-th call, from 1."""
     decode, calls = Predictor.decode, []
 
     def interrupted(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == call:
-            raise KeyboardInterrupt
+            raise stop
         return decode(self, *args, **kwargs)
 
     monkeypatch.setattr(Predictor, "decode", interrupted)
@@ -86,6 +87,23 @@ def test_bench_command_writes_the_report_of_a_run_stopped_part_way(tmp_path, mon
     printed = capsys.readouterr()
     assert "after 2 of the 5 queries" in printed.out
     assert "\nerror: the run stopped (Ctrl-C) after 2 of the 5 queries" in printed.err
+
+
+def test_bench_stopped_by_sigterm_keeps_the_batches_measured_and_exits_143(tmp_path, monkeypatch, capsys):
+    """SIGTERM (a scheduler's stop) 20 batches into a bench of 30 printed 'terminated' and nothing else: no table, no
+    report. It keeps what it measured, as Ctrl-C does, says SIGTERM stopped it, and exits 143; a sweep too."""
+    (tmp_path / "src.txt").write_text("\n".join(QUERIES) + "\n")
+    out = tmp_path / "bench.json"
+    ctrl_c_at_call(monkeypatch, 5, Terminated)
+    assert main(["bench", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--methods", "greedy,spec-lookup",
+                 "--warmup", "0", "--out", str(out)]) == 143
+    report = json.loads(out.read_text())
+    assert report["n_queries"] == 2 and report["stopped_by"] == "Terminated"
+    assert "\nerror: the run stopped (SIGTERM) after 2 of the 5 queries" in capsys.readouterr().err
+    ctrl_c_at_call(monkeypatch, 2 * len(QUERIES) + 3, Terminated)  # the second value's second batch
+    report = run_sweep(Predictor.load(MODEL), QUERIES, None, "relaxed", [0.0, 1.0], SamplingOptions(), warmup=0,
+                       progress=False)
+    assert report["interrupted"].startswith("stopped (SIGTERM) within its sweep's tau = 1")
 
 
 def test_a_method_named_twice_is_timed_once_a_batch(monkeypatch):
