@@ -531,3 +531,20 @@ def test_the_session_list_never_shows_a_confidence_as_an_impossible_0_or_100_per
 
     table = history_table([(3, shown(0.002)), (2, shown(0.9996)), (1, shown(None))])
     assert table["confidence"].tolist() == ["<1%", ">99%", ""]
+
+
+def test_the_session_charts_bars_keep_their_room_where_their_labels_stand_on_end():
+    """On a 390-pixel-wide page the session chart's labels stand on end as soon as there are two bars, and in the
+    340 px the chart had they left the bars about 80 px (a 1.9x bar was 81 px tall)."""
+    from molspec_core.bench import Speedup, Timing
+    from views.predict import session_chart
+
+    def record(query: str, method: str) -> Speedup:
+        return Speedup(query, Timing("greedy", 20.0, 9, 0.0, 1.0, ("C",)), Timing(method, 10.0, 4, 1.0, 2.0, ("C",)))
+
+    figure = session_chart([record("CC(=O)Cl.NCc1ccccc1", "spec-auto"),
+                            record("CC(C)(C)OC(=O)N1CCC(CO)CC1.Cl", "spec-lookup")])
+    longest = max(len(line) for label in figure.data[0].x for line in label.split("<br>"))
+    on_end = 5.3 * longest  # Chromium drew such an 11-px label of 31 characters 163 px long
+    layout = figure.layout
+    assert layout.height - layout.margin.t - layout.margin.b - on_end >= 200

@@ -748,9 +748,27 @@ def session_chart(records: list[Speedup]) -> go.Figure:
                      common.method_label(r.baseline.method)] for r in records],
         hovertemplate="%{customdata[0]}<br>%{customdata[1]} vs %{customdata[2]}: %{y:.2f}×<extra></extra>"))
     figure.add_hline(y=1, line_dash="dot", line_color="#888", layer="below")  # under the bars' labels
+    figure.update_xaxes(tickfont={"size": LABEL_FONT_PX})
     figure.update_layout(title="Speedup of every measured query in this session", yaxis_title="speedup (×)",
-                         yaxis_range=[0, max(factors + [1.0]) * 1.2], height=340, margin={"t": 50, "b": 10})
+                         yaxis_range=[0, max(factors + [1.0]) * 1.2], height=session_chart_height(labels),
+                         margin={"t": CHART_TOP_PX, "b": 10})
     return figure
+
+
+LABEL_FONT_PX = 11
+LABEL_CHAR_PX = 6.5  # an 11-px label's characters: Chromium drew 31 of a SMILES 163 px long, wider letters take more
+CHART_TOP_PX = 50  # the title's room
+BARS_PX = 220  # the bars' own room, wherever their labels go
+
+
+def session_chart_height(labels: list[str]) -> int:
+    """The session chart's height: the bars' room, the title's, and the labels', which stand on end as soon as they
+    would run into each other (two bars do on a phone, six on a laptop): in the 340 px it had, labels on end left the
+    bars of a 390-pixel-wide page about 80 px."""
+    lines = [line for label in labels for line in label.split("<br>")]
+    on_end = LABEL_CHAR_PX * max(len(html.unescape(line)) for line in lines) if len(labels) > 1 else 0
+    beside = 2 * LABEL_FONT_PX * 1.4  # two lines side by side, where one bar leaves them room
+    return round(CHART_TOP_PX + BARS_PX + max(on_end, beside) + 20)
 
 
 # ---- 3D ---------------------------------------------------------------------------------------
