@@ -2,10 +2,12 @@
 length 0 == beam search; batched == single."""
 import pytest
 
-from conftest import COPYING_VOCAB, copying_model, on_engine, random_sources
+from conftest import COPYING_VOCAB, FIXTURES, copying_model, decoder_clock, on_engine, random_sources
 from molspec_core.decoding.beam import beam_search
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
+from molspec_core.limits import QueryTimeout, time_limit
+from molspec_core.service import TIMED_OUT, Predictor
 
 
 def drafts(name, draft_len=10, n_drafts=1):
@@ -156,3 +158,45 @@ def test_a_beam_width_or_n_best_below_one_is_refused_by_beam_search_and_both_var
             with pytest.raises(ValueError, match=f"the beam width and n_best must be 1 or more, not {width} and"):
                 run(width, n_best)
         assert len(run(2, 5)[0].hypotheses) <= 2  # more answers than the width: the width's
+
+
+SLOW = "NCCOCCNCCOCCNCCOCCNCCO"  # the copy model's sbs-exact takes 6 calls on it, and 4 on "CCO"
+
+
+@pytest.fixture(scope="module")
+def copier():
+    return Predictor.load(FIXTURES / "copy_model", device="cpu")
+
+
+@pytest.mark.parametrize("method", ["sbs-exact", "sbs"])
+def test_a_speculative_beam_stopped_by_the_time_limit_keeps_what_it_found_and_its_calls(copier, method, monkeypatch):
+    """Past its limit, sbs-exact (beam search's answers, sooner) and sbs gave an error row with no answers and no
+    model calls, where beam search keeps what it found (test_service.py). They keep it too now: the answers
+    finished, then the best live ones, marked as stopped at the time limit, and the calls made."""
+    clock = decoder_clock(copier.model, monkeypatch)
+    result = copier.predict(SLOW, method=method, n_best=3, time_limit_s=3.5)
+    assert clock["seconds"] == 4  # the fourth call found the limit passed
+    assert not result.ok and "time limit" in result.error
+    assert result.stats.model_calls == 3
+    assert [(p.smiles, p.finished) for p in result.predictions][:2] == [("NOON", False), ("NNON", False)]
+    assert all(p.concerns == (TIMED_OUT,) for p in result.predictions if not p.finished)
+
+
+def test_a_batch_stopped_in_its_last_query_keeps_the_queries_before_it(copier, monkeypatch):
+    """speculative_beam decodes a batch's queries one after another. Stopped in the last, the others ended, it
+    said nothing of them, and every query was decoded again alone. It hands them on now, with the stopped one's
+    search; stopped in an earlier query it still says nothing, as the later ones never began."""
+    clock = decoder_clock(copier.model, monkeypatch)
+    unlimited = copier.predict("CCO", method="sbs-exact", n_best=3, time_limit_s=None)
+    clock["seconds"] = 0.0
+    done, stopped = copier.predict(["CCO", SLOW], method="sbs-exact", n_best=3, time_limit_s=3.5)
+    assert clock["seconds"] == 8  # CCO's 4 calls, SLOW's 3 and the one that found the batch's 7 s passed; no retry
+    assert done.ok and [p.tokens for p in done.predictions] == [p.tokens for p in unlimited.predictions]
+    assert not stopped.ok and "time limit" in stopped.error and stopped.stats.model_calls == 3
+    assert stopped.predictions and not stopped.predictions[0].finished
+
+    ids = [copier.prepare(text, False).ids for text in (SLOW, "CCO")]
+    clock["seconds"] = 0.0
+    with pytest.raises(QueryTimeout) as stop, time_limit(3.5):
+        speculative_beam(copier.model, ids, 3, drafts("lookup", 4), exact=True)
+    assert stop.value.found == () and stop.value.searched == ()

@@ -52,6 +52,7 @@ import torch
 
 from ..cache import RowPool
 from ..drafting import Drafter
+from ..limits import QueryTimeout
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
@@ -240,6 +241,14 @@ class _Search:
         best_live = max((float(h.score) for h in self.live), default=float("-inf"))
         return can_stop([h.score for h in self.finished if h.finished], best_live, self.n_best)
 
+    def stopped(self, started: float) -> DecodeResult:
+        """The result of a search stopped by the time limit: the hypotheses finished, then the live ones as
+        unfinished (none before the first step: bos alone is no answer)."""
+        for hyp in self.live:
+            if len(hyp.tokens) > 1:
+                self.finish(hyp, float(hyp.score), False)
+        return self.result(started)
+
     def result(self, started: float) -> DecodeResult:
         self.stats.wall_time_s = time.perf_counter() - started
         best = ranked(self.finished, self.n_best)
@@ -362,16 +371,27 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
                      drafter_factory: DrafterFactory, *, exact: bool, n_best: int | None = None,
                      max_len: int | None = None, look_ahead: bool = True) -> list[DecodeResult]:
     """Speculative beam search per query (queries run one after another). look_ahead (sbs-exact
-    only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks."""
+    only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks.
+    At the time limit (limits.py) in the last query, the one of a call of one, it raises QueryTimeout with what
+    was found, as beam search does: the queries before it whole, and its finished hypotheses, then its live ones,
+    unfinished, with its real counts. Stopped in an earlier query, it says nothing: the later ones never began."""
     check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
     n_best = answers_wanted(width, n_best)
-    results = []
+    results: list[DecodeResult] = []
     for src in sources:
         started = time.perf_counter()
-        search = _Search(model, src, drafter_factory(src), width, n_best, max_len)
-        if exact:
-            _exact_one(search, look_ahead)
-        else:
-            _paper_one(search)
-        results.append(search.result(started))
+        search: _Search | None = None
+        try:
+            search = _Search(model, src, drafter_factory(src), width, n_best, max_len)
+            if exact:
+                _exact_one(search, look_ahead)
+            else:
+                _paper_one(search)
+            results.append(search.result(started))
+        except QueryTimeout as timeout:
+            if len(results) < len(sources) - 1:
+                raise
+            found = search.stopped(started) if search is not None else DecodeResult([])
+            raise QueryTimeout(str(timeout), found=[*results, found], searched=[True] * len(results) + [False]) \
+                from None
     return results
