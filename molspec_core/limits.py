@@ -6,8 +6,9 @@
 decoder, so any decoding method (greedy, beam, speculative, sampling) stops with `QueryTimeout` once the
 limit has passed. The deadline lives in a context variable, so threads sharing one model each keep their own.
 A search in C runs several steps a call: `steps_before_check` sizes each call to the time left, so that the limit
-is kept to within one decoder step. A decoder that can say what it found before the limit (beam search) raises
-QueryTimeout with it (`found`), so that the work paid for is not lost.
+is kept to within one decoder step. A decoder that can say what it found before the limit raises QueryTimeout with
+it (`found`), so that the work paid for is not lost: beam search, and sbs and sbs-exact when stopped in a call's last
+query (a call of one included; stopped earlier, they say nothing, the later queries never having begun).
 A caller that may give a whole call up (the server: its client gone, or the server stopping) names why in
 `abandon_when`; the same checks then raise `Abandoned`, which ends the call rather than one query.
 """
