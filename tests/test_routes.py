@@ -523,3 +523,21 @@ def test_the_compounds_to_procure_say_how_many_times_the_route_uses_each(tmp_pat
                for e in at.expander]
     assert procure == [f"**Compounds to procure:** {ANISOYL_CHLORIDE}, {ANISIC_ACID}",
                        f"**Compounds to procure:** {ANISIC_ACID} (used twice)"]
+
+
+def test_a_stopped_searchs_time_reads_as_its_search_time_does(tmp_path, monkeypatch):
+    """Left 18.6 s into its 30 s, the search's routes read 'found before the search was stopped, 19 s into its 30 s'
+    above 'Search time 18.7 s' (which adds the reading of its routes): the part longer than the whole."""
+    import dataclasses
+
+    from test_planning import stereo_plan_result
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    result = stereo_plan_result()
+    stats = dataclasses.replace(result.stats, time_s=18.7, search_s=18.6, time_limit_s=30.0, stopped_by="SearchStopped")
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: dataclasses.replace(result, stats=stats))
+    at = find_routes(at, "NCCO")
+    assert not at.exception
+    assert "found before the search was stopped, 18.6 s into its 30 s" in at.success[0].value
+    assert next(m for m in at.metric if m.label == "Search time").value == "18.7 s"

@@ -401,7 +401,7 @@ def show_outcome(result: PlanResult) -> None:
     stats, counts = result.stats, result.stats.counts
     if result.routes:
         in_stock = " The target itself is in the stock; these routes make it anyway." if stats.target_in_stock else ""
-        found = (f" before the search was stopped, {stats.search_s:.0f} s into its {stats.time_limit_s:g} s (Stop, "
+        found = (f" before the search was stopped, {stats.search_s:.1f} s into its {stats.time_limit_s:g} s (Stop, "
                  "leaving the page, or changing anything outside the search's form ends it)" if stats.stopped_by
                  else "")
         st.success(f"{common.counted(len(result.routes), 'route')} to the stock found{found}, best "
