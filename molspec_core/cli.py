@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import io
 import itertools
@@ -18,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import IO, TYPE_CHECKING
 
 import torch
@@ -721,10 +723,11 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
     round trip) first, and each row through `marks` (matches_known), where given. An interrupted CSV keeps its
-    rows at `keep` (io.write_csv); `kept`, the rows of records 1 to keep.held that an interrupted run kept
-    (io.kept_rows), come first, and those records are not predicted again. `stream`: where the CSV goes instead of
-    `output` (write_marked). Returns how its records came out (rejected, stopped at the time limit)."""
-    from .io import predict_batch, result_rows
+    rows at `keep` (io.write_csv), those of the stopped window's first records done too (predicted_window); `kept`,
+    the rows of records 1 to keep.held that an interrupted run kept (io.kept_rows), come first, and those records are
+    not predicted again. `stream`: where the CSV goes instead of `output` (write_marked). Returns how its records
+    came out (rejected, stopped at the time limit)."""
+    from .io import result_rows
 
     queries = table.queries
     start = keep.held if keep is not None else 0
@@ -735,15 +738,33 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
         # predict batches a window by length; read in writings (augment), each query is a window, timed alone
         for shifted in windows(len(queries) - start, batch_size, "predict", augment=options.get("augment", 1)):
             window = slice(shifted.start + start, shifted.stop + start)
-            results, time_ms = predict_batch(predictor, queries[window], batch_size, **options)
+            results, time_ms, stop = predicted_window(predictor, queries[window], batch_size, options)
             for i, result in enumerate(results, start=window.start):
                 record = result_rows(i + 1, table.cells_of(i), check(result), time_ms, table.problem_of(i))
                 if not table.is_blank(i):
                     outcomes.count(record[0], len(table.columns))
                 yield from record
+            if stop is not None:
+                raise stop
 
     write_marked(output, table, rows(), marks, keep, stream)
     return outcomes
+
+
+def predicted_window(predictor: Predictor, queries: list[str], batch_size: int, options: dict
+                     ) -> tuple[list[QueryResult], float | None, BaseException | None]:
+    """io.predict_batch's results and time_ms of a window, and None; or, where a Ctrl-C or SIGTERM ended the window
+    at its next batch (evaluate.predict_window: a stop lost every batch of up to 256 queries decoded by then), the
+    results of its first queries done, with no time_ms (each its share of its batch: io.result_rows), and the stop,
+    for the caller to raise once their rows are out; or, for any other stop, no result and it."""
+    from .evaluate import predict_window
+    from .io import predict_batch
+
+    stops_between_batches = SimpleNamespace(predict=functools.partial(predict_window, predictor))  # predict_batch's
+    try:
+        return (*predict_batch(stops_between_batches, queries, batch_size, **options), None)  # type: ignore[arg-type]
+    except BaseException as stop:
+        return list(getattr(stop, "finished", ())), None, stop
 
 
 def kept_part(kept: Iterable[list[object]], table: QueryFile, marks: KnownMarks | None,

@@ -1323,6 +1323,24 @@ def test_ctrl_c_is_one_line_and_exit_130_and_keeps_what_was_written(tmp_path, mo
                                                           "q.txt"]
 
 
+def test_a_predict_stopped_in_a_window_keeps_the_rows_of_its_first_records_done(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while a window of records (up to 256) was decoding lost every batch of it decoded by then, for --resume
+    to predict again. The stop ends the batch being decoded and the rows of the first records done are kept: here
+    the records are in order of length, as predict decodes them, two a batch; the third batch meets the stop."""
+    from test_calibration import signal_at_decode
+
+    queries = ["c1ccncc1", "CCOc1ccccc1", "CCOc1ccncc1", "Brc1cccnc1OCCO", "NC(=O)c1ccncc1"]
+    (tmp_path / "q.txt").write_text("\n".join(queries) + "\n")
+    signal_at_decode(monkeypatch, signal.SIGINT, at=3)
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--batch-size", "2") == 130
+    assert "the rows of records 1-4 of 5 are kept in" in capsys.readouterr().err
+    kept = pd.read_csv(tmp_path / "out.interrupted.csv")
+    assert kept["row"].tolist() == [1, 2, 3, 4] and kept["error"].isna().all()
+    monkeypatch.undo()
+    assert predict_file(tmp_path / "q.txt", tmp_path / "out.csv", "--batch-size", "2", "--resume") == 0
+    assert "resuming: records 1-4 of 5" in capsys.readouterr().out
+
+
 def test_sigterm_is_one_line_and_exit_143_and_leaves_no_partial_file(tmp_path, monkeypatch, capsys):
     """SIGTERM killed the run where it stood and left the partial output file beside the one it replaced."""
     import signal
