@@ -198,7 +198,7 @@ PARTIAL_COUNTS = ("of_n: the queries asked for, of which n, the first, were scor
 
 
 def window_results(predictor: Predictor, queries: list[str], **options
-                    ) -> tuple[list[QueryResult], BaseException | None]:
+                   ) -> tuple[list[QueryResult], BaseException | None]:
     """predict_window's results, and None; or, where it was stopped, the results of the window's first queries done
     by then (its `finished`: none, unless a Ctrl-C or SIGTERM ended the window) and the stop, for the caller to raise
     once it has used them."""
@@ -210,13 +210,13 @@ def window_results(predictor: Predictor, queries: list[str], **options
 
 def predict_window(predictor: Predictor, queries: list[str], **options) -> list[QueryResult]:
     """predictor.predict(queries, **options) for a caller that streams a file a window at a time (evaluate,
-    calibrate), where Ctrl-C or SIGTERM (their handlers set in Python, in the main thread: scale.stop_handlers) ends
-    the window at its next decoder step, not where it stands (which lost every batch of the window decoded by then,
-    up to 256 queries), and is then raised as its handler raises it (KeyboardInterrupt; the command line's
-    Terminated) with, as its `finished`, the results of the window's first queries that were done, in order.
-    predict decodes a window's queries in order of their length, so the queries after the first one not done are left
-    out, done or not (as its `left_out`: how many were done): a report is of a file's first queries, as a run of
-    --limit is. A second signal stops at once, and the window is lost."""
+    calibrate, the command line's predict), where Ctrl-C or SIGTERM (their handlers set in Python, in the main thread:
+    scale.stop_handlers) ends the window at its next decoder step, not where it stands (which lost every batch of the
+    window decoded by then, up to 256 queries), and is then raised as its handler raises it (KeyboardInterrupt; the
+    command line's Terminated) with, as its `finished`, the results of the window's first queries that were done, in
+    order. predict decodes a window's queries in order of their length, so the queries after the first one not done
+    are left out, done or not (as its `left_out`: how many were done): a report is of a file's first queries, as a
+    run of --limit is. A second signal stops at once, and the window is lost."""
     from .scale import stop_handlers
 
     held = stop_handlers()
