@@ -504,3 +504,17 @@ def test_a_task_without_a_model_is_said_once_naming_the_folder_the_app_reads(cop
     said = [element.value for element in [*at.main.warning, *at.main.info]]
     assert said == common_escaped([f"No model is installed: {tmp_path / 'empty'} holds no forward or retrosynthesis "
                                    "model folder. Put the model folders (forward, retro) there."])
+
+
+def test_the_calibration_under_a_card_has_a_heading_of_its_own_not_the_cards_last(copy_models, monkeypatch):
+    """The page's calibration (the folder's fit files: tables, tabs, charts) followed the card's last folded section,
+    "Training", with no heading between: it read as part of the card's training log."""
+    import shutil
+
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    at = models_page(copy_models, monkeypatch, "# Copy model\n\n## At a glance\nCopies.\n\n## Training\nrun one\n")
+    shown = [(type(e).__name__, getattr(e, "value", getattr(e, "label", None))) for e in at.main]
+    after = [shown[i + 1] for i, element in enumerate(shown) if element == ("Expander", "Read “Training” (1 line)")]
+    assert after == [("Subheader", "Confidence calibration")]  # the forward card's; the retro folder has no card
+    anchors = [heading.proto.anchor for heading in at.subheader]
+    assert anchors == ["forward--confidence-calibration", "retro--confidence-calibration"]  # one a model

@@ -318,6 +318,9 @@ CONFIDENCE_NOTE = ("**Confidence** is calibrated on the validation split, on its
 def show_calibration(folder: Path, task: str) -> None:
     """Each fit the app uses: per kind of answers (calibration.kind_of) and writings read, its errors in one table
     and its figures and reliability chart in a tab of its own, the one the Predict page opens on for `task` first."""
+    # The page's own, from the folder's fit files: without a heading it read as more of the card's last section
+    # ("Training", whose folded log ends just above)
+    st.subheader("Confidence calibration", anchor=calibration_anchor(folder.name))
     fits = [(kind, augment, calibration.load(folder, augment, kind))
             for kind in calibration.KINDS for augment in (1, common.APP_AUGMENT)]
     found = [(kind, augment, cal) for kind, augment, cal in fits if cal is not None]
@@ -349,6 +352,12 @@ def show_calibration(folder: Path, task: str) -> None:
         if tab.open:
             with tab:
                 show_fit(folder, cal, f"For {KIND_LABELS[kind]} read in {writings(augment)}")
+
+
+def calibration_anchor(model: str) -> str:
+    """The calibration heading's anchor: the model's name first, as the cards' (card_anchor), and "--", which no
+    card heading's anchor holds, so that a card's own "Confidence calibration" cannot take it."""
+    return f"{model}--confidence-calibration"
 
 
 def fits_key(model: str) -> str:
