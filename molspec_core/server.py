@@ -316,8 +316,10 @@ class Service:
             if self.stopping.is_set():
                 raise RequestError(STOPPING, HTTPStatus.SERVICE_UNAVAILABLE)
             started = self.clock()
+            # a query at a time where each is read in several writings (window_size): a window of 256 such queries
+            # went on past the budget until a query's time limit more (up to 600 s) had passed
             for part in windows(len(request.smiles), request.options.get("batch_size", DEFAULT_BATCH_SIZE), "serve",
-                                progress=False):
+                                progress=False, augment=request.options.get("augment", 1)):
                 if gone():
                     raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded")
                 late = self.clock() - started > self.budget_s

@@ -725,6 +725,16 @@ def test_a_request_past_its_budget_keeps_its_answers_and_says_which_queries_were
     assert [r["method"] for r in payload["results"]] == ["greedy"] * 3  # the queries not decoded said ""
 
 
+def test_queries_read_in_several_writings_are_decoded_a_window_each_so_the_budget_is_kept_between_them(models):
+    """Read in several writings, a request's queries went in windows of 256 (service.window_size without augment):
+    past its budget, it decoded on until a query's time limit more had passed, not stopping between queries."""
+    service = server.Service({"forward": models["forward"]}, budget_s=0.0)  # the first window only
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    first, *rest = service.predict({"smiles": queries, "augment": 2})["results"]
+    assert first["error"] is None and first["predictions"]
+    assert all(r["error"] == "not decoded: the request ran past its 0 s; send this query again" for r in rest)
+
+
 def test_a_window_still_decoding_past_the_budget_and_a_time_limit_stops_there(models):
     """The budget was looked at between windows alone: a window of 256 queries, each within its own time limit,
     held the models for hours past the request's 600 s."""
