@@ -933,7 +933,7 @@ class Predictor:
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.
         Batches are cut from the queries in order of their token count, so that a batch's rows are of like
         length (a batch pays for padding to its longest source and runs until its longest answer ends);
-        the results keep the input order. Callers that stream hand over `window_size(batch_size)` queries.
+        the results keep the input order. Callers that stream hand over `window_size(batch_size, augment)` queries.
         ion_writing: read a hydride written as one species, which the model cannot read, as the ions USPTO
         writes (chem.ION_WRITINGS; canonical_query shows them); otherwise such a query gets an error that
         offers that writing (QueryResult.suggestion).
