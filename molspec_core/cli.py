@@ -424,7 +424,8 @@ def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) 
 
 def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -> int:
     """predict; `rows_out`: the stream the CSV rows go to where --output is STDOUT (cmd_predict)."""
-    from .io import InputFileError, check_results_name, check_room, is_sd_name, least_output_bytes, read_queries
+    from .io import (InputFileError, check_results_name, check_room, is_sd_name, least_output_bytes, read_queries,
+                     refuse_unnamed_results)
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
@@ -441,6 +442,7 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         check_predict_output(args)
         task = model_task(args.model)
         read = read_queries(args.input, args.column, args.input_format, task=task)
+        refuse_unnamed_results(read, input_name(args.input))  # our own SD results: their answers, read as queries
         # which of a workbook's sheets and which column were taken, where it has several and none was named
         where = [f"the sheet {read.sheet!r}"] if read.sheet else []
         if read.query_column and not args.column:

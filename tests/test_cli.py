@@ -894,6 +894,17 @@ def test_bench_refuses_an_unknown_engine_before_loading(pair_files, capsys):
     assert "unknown engines ['onnx']" in capsys.readouterr().err
 
 
+def test_predict_refuses_its_own_sd_results_read_without_a_query_column(tmp_path, capsys, no_model_load):
+    """predict --input of its own --output F.sdf predicted each record's molecule, an answer, as a query, without a
+    word (the Batch page refused it since 00c1a95; a CSV of results was refused already): refused before the model
+    loads, asking which field to read (io.refuse_unnamed_results)."""
+    (tmp_path / "out.sdf").write_text("Oc1ccccc1\n  MolSpec\n\n  0  0  0  0  0  0  0  0  0  0999 V2000\nM  END\n"
+                                      "> <query>\nCCOc1ccccc1\n\n> <canonical_query>\nCCOc1ccccc1\n\n> <rank>\n1\n\n"
+                                      "> <smiles>\nOc1ccccc1\n\n$$$$\n")  # the fields predict writes, in short
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "out.sdf", "--output", tmp_path / "again.csv"],
+                   capsys, "out.sdf is MolSpec's own results (fields query, rank, smiles, ...)")
+
+
 def test_bench_refuses_an_engine_beside_itself(pair_files, capsys):
     """--engines auto beside --engine auto (the copy model's float32 weights: NumPy both) timed one engine beside
     itself, greedy@auto at '1.15x' greedy; --engines numpy,numpy ran one numpy row, the second load replacing the
