@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .io import RESULT_COLUMNS, LastRow, Outcomes, QueryFile, output_header, predict_batch, result_rows, write_results
-from .service import Predictor, QueryResult
+from .service import Predictor, QueryResult, window_size
 
 if TYPE_CHECKING:
     import ray.data
@@ -136,7 +136,7 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
     with gaps (the rank of a rejected query) into floats, and rank 1 would come back as 1.0."""
     import ray
 
-    workers, rows_per_block = pool_shape(len(queries), batch_size, worker_count(cluster))
+    workers, rows_per_block = pool_shape(len(queries), batch_size, worker_count(cluster), options.get("augment", 1))
     dataset = query_blocks(queries, rows_per_block).map_batches(
         PredictWorker, batch_size=rows_per_block, batch_format="numpy",  # a block per call, cut into batches there
         fn_constructor_kwargs=dict(model=model, device=device, threads=max(1, round(cluster.cpus_per_worker)),
@@ -153,12 +153,16 @@ def predicted(queries: list[str], cluster: Cluster, model: str, device: str, bat
         batches.close()  # tracebacks and waited a minute for it
 
 
-def pool_shape(n_queries: int, batch_size: int, workers: int) -> tuple[int, int]:
+def pool_shape(n_queries: int, batch_size: int, workers: int, augment: int = 1) -> tuple[int, int]:
     """(actors, rows per block) for n_queries: blocks of whole batches, at most BLOCK_BATCHES, at least
     BLOCKS_PER_WORKER per actor where the file is long enough, and no more actors than blocks (one with no block only
-    loaded the model, and Ray Data warned that it could not use them all)."""
-    n_batches = -(-n_queries // batch_size)
-    rows_per_block = batch_size * max(1, min(BLOCK_BATCHES, n_batches // (BLOCKS_PER_WORKER * workers)))
+    loaded the model, and Ray Data warned that it could not use them all). Where each query is read in several
+    writings (augment > 1) predict takes one query at a time (service.window_size), so a block holds at most
+    BLOCK_BATCHES queries: blocks of batches held up to 16 * batch_size, all lost to a stop and all redone when their
+    worker died, for no speed."""
+    unit = min(batch_size, window_size(batch_size, augment))  # a batch; one query at augment > 1
+    n_units = -(-n_queries // unit)
+    rows_per_block = unit * max(1, min(BLOCK_BATCHES, n_units // (BLOCKS_PER_WORKER * workers)))
     return max(1, min(workers, -(-n_queries // rows_per_block))), rows_per_block
 
 
@@ -207,12 +211,20 @@ class PredictWorker:
         return {"row": np.asarray(rows, dtype=np.int64), "rows": np.asarray(found, dtype=object)}
 
     def predict(self, queries: list[str]) -> list[tuple[QueryResult, float | None]]:
-        """Each query's result and time_ms: the block in one call, as the single-process path predicts a
-        window; if that call raises (a bug, memory running out), each query alone, so that a bad query is
-        one error row and never fails its block. WorkerFailure where the model did not load or the options
-        are wrong (a ValueError, the service's contract): the run stops, as it does without Ray."""
+        """Each query's result and time_ms: the block a window at a time, as the single-process path predicts a
+        file (service.window_size: the whole block in one call, or each query alone where it is read in several
+        writings, so that each is timed alone); if a window's call raises (a bug, memory running out), each of its
+        queries alone, so that a bad query is one error row and never fails its block. WorkerFailure where the model
+        did not load or the options are wrong (a ValueError, the service's contract): the run stops, as it does
+        without Ray."""
         if self.predictor is None:
             raise WorkerFailure(self.failure)
+        step = window_size(self.batch_size or len(queries), int(self.options.get("augment", 1)))
+        windows = [queries[start:start + step] for start in range(0, len(queries), step)]
+        return [timed for window in windows for timed in self.predict_window(window)]
+
+    def predict_window(self, queries: list[str]) -> list[tuple[QueryResult, float | None]]:
+        assert self.predictor is not None  # predict checked
         try:
             results, time_ms = predict_batch(self.predictor, queries, self.batch_size, **self.options)
             return [(result, time_ms) for result in results]

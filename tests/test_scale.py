@@ -196,6 +196,26 @@ def test_a_worker_predicts_its_block_in_one_call_cut_into_batches(monkeypatch):
     assert calls == [(5, 2)] and out["row"].tolist() == [1, 2, 3, 4, 5]
 
 
+def test_queries_read_in_several_writings_go_to_predict_one_at_a_time_in_small_blocks(monkeypatch):
+    """At --augment > 1 predict decodes each query's writings as a batch of their own (service.window_size), as the
+    single-process path hands them over: a worker predicted its whole block (up to 16 batches) in one call, each
+    query timed as the block's mean, and a stop or a dead worker lost the whole block."""
+    from molspec_core.service import Predictor, QueryResult
+
+    assert pool_shape(100_000, 32, 2, augment=2) == (2, 16)  # was (2, 16 * 32), as at augment 1
+    assert pool_shape(100_000, 32, 2, augment=1) == (2, 16 * 32)
+    calls: list[int] = []
+
+    def counted(self, queries, *args, **kwargs):  # the copy model refuses augment: the call is what is checked
+        calls.append(len(queries))
+        return [QueryResult(query=query, method="greedy") for query in queries]
+
+    monkeypatch.setattr(Predictor, "predict", counted)
+    worker = PredictWorker(MODEL, "cpu", threads=1, options={"method": "greedy", "augment": 2}, batch_size=2)
+    out = worker({"row": np.arange(1, 4), "query": np.array(["CCO", "CCCO", "c1ccncc1"], dtype=object)})
+    assert calls == [1, 1, 1] and out["row"].tolist() == [1, 2, 3]
+
+
 def test_a_worker_that_cannot_load_the_model_says_why_in_its_rows():
     """Raised in the actor's constructor, the load's error reached the user as Ray's traceback of the worker and one
     of the driver, exit 1 (the Ray worker dump); now every block the worker gets carries the reason, and the driver
