@@ -373,11 +373,18 @@ def test_int8_agreement_refuses_a_method_int8_cannot_decode_before_the_float32_m
         def methods(self):
             return ["greedy", "beam"]
 
+        def check_augment(self, augment):
+            if augment > 1:
+                raise ValueError("retro was trained on one writing of each query")
+
     monkeypatch.setattr(tool, "Predictor", Int8Only)
     code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--method", "spec-paper")
     assert code == 2 and loaded == ["int8"], err
     assert "--method spec-paper: retro in int8 cannot decode it (int8 arithmetic verifies one draft a call" in err
     assert err.rstrip().endswith("it decodes greedy, beam")
+    loaded.clear()  # a writing the model was not trained on: predict's ValueError traceback in the warm-up
+    code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--augment", "5")
+    assert code == 2 and loaded == ["int8"] and "--augment 5: retro was trained on one writing" in err, err
     monkeypatch.undo()
     code, err = run_main(tool, monkeypatch, capsys, "--model", FIXTURES / "copy_model", "--src", queries, "--tgt",
                          queries)
@@ -402,6 +409,9 @@ class Timed:
 
     def methods(self):  # what int8_agreement asks the int8 side
         return ["greedy"]
+
+    def check_augment(self, augment):
+        pass
 
 
 def test_page_latency_reports_a_true_95th_percentile(tmp_path, monkeypatch, capsys):
@@ -461,6 +471,9 @@ class Answering:
 
     def methods(self):  # what int8_agreement asks the int8 side
         return ["greedy"]
+
+    def check_augment(self, augment):
+        pass
 
 
 def test_int8_agreement_does_not_count_a_query_both_refused_as_agreeing(tmp_path, monkeypatch, capsys):

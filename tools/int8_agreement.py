@@ -80,6 +80,10 @@ def main() -> None:
     if args.method not in can:
         parser.error(f"--method {args.method}: {args.model} in int8 cannot decode it (int8 arithmetic verifies one "
                      f"draft a call and runs no uncached baseline); it decodes {', '.join(can)}")
+    try:  # a model trained on one writing of each query: predict's ValueError traceback in the warm-up
+        predictors["int8"].check_augment(args.augment)
+    except ValueError as exc:
+        parser.error(f"--augment {args.augment}: {exc}")
     predictors["float32"] = load(parser, args.model, "float32")
     options = {"method": args.method, "n_best": args.beam_width if METHODS[args.method].many else 1,
                "augment": args.augment}
