@@ -569,7 +569,9 @@ def main() -> None:
     # whatever task the sidebar shows now: the toggle keeps its state per task.
     reads_writings = st.session_state.get(common.writings_key("retro"), True) and cfg.predictor(model).augmentable
     augment = common.APP_AUGMENT if reads_writings else 1
-    writings = f", each read in {augment} writings (sidebar)" if augment > 1 else ""
+    # Said where: "(sidebar)" under the forward task pointed at its toggle, which turned off changed nothing here
+    where = "sidebar" if cfg.task == "retro" else "sidebar, under the Retrosynthesis task"
+    writings = f", each read in {augment} writings ({where})" if augment > 1 else ""
     if cfg.dtype != "float32":
         writings += f", {cfg.dtype} arithmetic (sidebar)"
     # Fixed for planning: the sidebar's method (and the forward model's beam width) belongs to the Predict page.
