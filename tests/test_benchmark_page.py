@@ -780,3 +780,23 @@ def test_the_torch_engine_is_not_said_to_have_torch_products():
     assert "engine torch" in where_ran(saved("forward_gpu_h100_speed_mit20_b1.json"))
     int8 = saved("forward_cpu_int8_ct2_greedy_mit200_s86.json")
     assert "engine native in int8 (c-int8-amx products)" in where_ran(int8)  # another engine's kernel stays named
+
+
+def test_the_live_form_says_lossy_methods_the_sidebar_does_not_set_run_at_the_engines_exact_knobs(
+        copy_models, monkeypatch, tmp_path):
+    """With the sidebar on beam search, relaxed greedy and mentored sampling chosen in the live form ran at beta 1,
+    tau 0 and delta 0, where they lose nothing (relaxed: 'identical to our greedy' 100%), under their "(lossy)"
+    labels and a form that said it runs "with the sidebar's ... method settings"; the knobs were named only in the
+    report after the run. The form says so before it; with the method chosen in the sidebar, its knobs are its."""
+    from views.common import method_label
+
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    note = next((c for c in texts(at.caption).split(" | ") if "engine's defaults" in c), "")
+    assert method_label("relaxed") in note and method_label("mentored") in note
+    assert "beta 1, tau 0" in note and "delta 0" in note
+    at.sidebar.selectbox(key="method").set_value("relaxed").run()
+    note = next((c for c in texts(at.caption).split(" | ") if "engine's defaults" in c), "")
+    assert method_label("mentored") in note and method_label("relaxed") not in note and "tau" not in note

@@ -21,7 +21,7 @@ import streamlit as st
 
 from molspec_core.bench import TOKENS_COUNTED, beam_like, run_bench
 from molspec_core.io import percent
-from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS
+from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, SamplingOptions
 from views import common
 
 log = logging.getLogger(__name__)
@@ -401,6 +401,24 @@ def headline(report: dict) -> str | None:
         sentence += (f" CTranslate2 int8 {family} is faster still: this float32 run is {verdict(other)} it (our "
                      "int8 arithmetic, the app's default on a CPU, is the like-for-like comparison: the README).")
     return sentence
+
+
+def unset_knobs_note(sidebar_method: str, choices: list[str]) -> str | None:
+    """What the live run gives the lossy methods among `choices` whose knobs the sidebar's method does not read, and
+    so the sidebar does not show: the engine's defaults (SamplingOptions), at which they lose nothing (relaxed at
+    beta 1 and tau 0 is greedy, mentored at delta 0 exact sampling). They ran so under their "(lossy)" labels, the
+    knobs named only in the report after the run. None where every such method's knobs are the sidebar's."""
+    shown = set(METHODS[sidebar_method].knobs)
+    lossy = [m for m in choices if not METHODS[m].lossless and set(METHODS[m].knobs) & set(SAMPLING_KNOBS) - shown]
+    if not lossy:
+        return None
+    defaults = SamplingOptions()
+    knobs = [knob for knob in SAMPLING_KNOBS if knob not in shown and any(knob in METHODS[m].knobs for m in lossy)]
+    values = ", ".join(f"{knob_name(knob)} {getattr(defaults, knob):g}" for knob in knobs)
+    reads, run = ("reads", "it runs") if len(lossy) == 1 else ("read", "they run")
+    return (f"{_in_words([common.method_label(m) for m in lossy])} {reads} knobs the sidebar does not show for its "
+            f"method: chosen here, {run} with those at the engine's defaults ({values}), at which nothing is lost. To "
+            "time one at other knobs, choose it in the sidebar and set them there.")
 
 
 def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
@@ -818,6 +836,9 @@ def main() -> None:
         methods_key = common.kept_in_form("bench_methods", [m for m in LIVE_DEFAULT_METHODS if m in choices])
         methods = st.multiselect("Methods (greedy always runs as the reference)", choices, key=methods_key,
                                  format_func=common.method_label)
+        unset = unset_knobs_note(cfg.method, choices)
+        if unset:
+            st.caption(common.md_escape(unset))
         submitted = st.form_submit_button("Run live benchmark", type="primary", icon=":material/play_arrow:")
     if submitted:
         st.session_state[LIVE_UNFINISHED] = True
