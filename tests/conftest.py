@@ -88,6 +88,24 @@ def record_loads(monkeypatch) -> list:
     return loaded
 
 
+def signal_at_decode(monkeypatch, signum: int, at: int) -> None:
+    """Predictor.decode (one call a batch) as the signal `signum` meets it at its `at`th call: the stop comes while
+    the window's batches before it are decoded and those after it are not."""
+    import signal
+
+    from molspec_core.service import Predictor
+
+    real, calls = Predictor.decode, []
+
+    def decode(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            signal.raise_signal(signum)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "decode", decode)
+
+
 def count_device_reads(monkeypatch) -> list[str]:
     """Record every read of a tensor's value by the host (.item(), int(), bool(), float(), tolist())
     made from molspec_core's code, into the returned list. On a GPU each one makes the host wait for

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES, disk_full
+from conftest import FIXTURES, disk_full, signal_at_decode
 from molspec_core import calibration
 from molspec_core.calibration import isotonic_steps, reliability
 from molspec_core.service import Predictor
@@ -247,22 +247,6 @@ def test_a_stopped_collection_keeps_the_answers_of_the_queries_decoded():
     with pytest.raises(KeyboardInterrupt) as stopped:
         calibration.collect(StopsAtFourth(), sources, sources, "beam", 1, progress=False, augment=5)
     assert stopped.value.collected == [[(-0.1, True)]] * 3
-
-
-def signal_at_decode(monkeypatch, signum: int, at: int) -> None:
-    """Predictor.decode (one call a batch) as the signal `signum` meets it at its `at`th call: the stop comes while
-    the window's batches before it are decoded and those after it are not."""
-    import signal
-
-    real, calls = Predictor.decode, []
-
-    def decode(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == at:
-            signal.raise_signal(signum)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Predictor, "decode", decode)
 
 
 def test_a_collection_stopped_by_ctrl_c_keeps_the_queries_of_its_window_done():

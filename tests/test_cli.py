@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import FIXTURES, ROOT, disk_full, excel_and_csv, needs_native, record_loads, sd_file_text
+from conftest import (FIXTURES, ROOT, disk_full, excel_and_csv, needs_native, record_loads, sd_file_text,
+                      signal_at_decode)
 from molspec_core.boundary import Terminated
 from molspec_core.cli import build_parser, main
 from molspec_core.io import read_queries
@@ -1338,8 +1339,6 @@ def test_a_predict_stopped_in_a_window_keeps_the_rows_of_its_first_records_done(
     """Ctrl-C while a window of records (up to 256) was decoding lost every batch of it decoded by then, for --resume
     to predict again. The stop ends the batch being decoded and the rows of the first records done are kept: here
     the records are in order of length, as predict decodes them, two a batch; the third batch meets the stop."""
-    from test_calibration import signal_at_decode
-
     queries = ["c1ccncc1", "CCOc1ccccc1", "CCOc1ccncc1", "Brc1cccnc1OCCO", "NC(=O)c1ccncc1"]
     (tmp_path / "q.txt").write_text("\n".join(queries) + "\n")
     signal_at_decode(monkeypatch, signal.SIGINT, at=3)
@@ -2396,8 +2395,6 @@ def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_fil
     with one window, no report at all. The stop ends the batch being decoded; the report keeps the first queries
     done, in order, and says how many more were decoded and left out. predict decodes the window by length, two a
     batch: [5, 1], [3, 4], then [2], which meets the stop: query 1 is kept, 5, 3 and 4 are left out."""
-    from test_calibration import signal_at_decode
-
     signal_at_decode(monkeypatch, signum, at=3)
     out = pair_files / "stopped.json"
     with caplog.at_level(logging.WARNING):
