@@ -219,8 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
-    p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak; stopped by Ctrl-C, the report "
-                   "of the queries scored by then, marked partial)")
+    p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak; stopped by Ctrl-C or SIGTERM, "
+                   "the report of the queries scored by then, marked partial)")
     augment_arg(p)
     time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
@@ -244,8 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help=f"write the fit even where it rests on fewer than "
                    f"{MIN_FIT_QUERIES} fitting queries (two thirds of --limit) or than the fit it replaces, or judges "
                    "worse than that fit on its own check queries; without it such a fit is refused (one refused as "
-                   "worse is written to <file>.refused; a replaced file is kept as <file>.bak; stopped by Ctrl-C, "
-                   "the fit of the queries decoded by then is written to <file>.partial, not in use)")
+                   "worse is written to <file>.refused; a replaced file is kept as <file>.bak; stopped by Ctrl-C or "
+                   "SIGTERM, the fit of the queries decoded by then is written to <file>.partial, not in use)")
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
                    "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
     p.add_argument("--out", help="JSON report (a plotly HTML is written beside it; a report there is kept as "
-                   "<out>.bak)")
+                   "<out>.bak; stopped by Ctrl-C or SIGTERM, the report of the batches measured by then, marked "
+                   "interrupted)")
     p.set_defaults(batch_size=1, method=None)  # cmd_bench refuses a --method: it times --methods
 
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")

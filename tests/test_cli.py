@@ -805,6 +805,19 @@ def test_every_option_of_every_command_says_what_it_does():
     assert "--freeze-encoder" in train_help and "peak learning rate" in train_help
 
 
+def test_a_help_that_says_what_a_stop_keeps_names_both_stops():
+    """evaluate --out and calibrate --force said what a run 'stopped by Ctrl-C' keeps, and a SIGTERM (a scheduler's
+    stop) keeps the same since 92063f0; bench's --out said nothing of a stop, and bench keeps the batches measured by
+    then for either (e3de4e7). Each help that names one stop names the other."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    helps = {f"{name} {action.option_strings[0]}": " ".join(action.help.split()) for name, command in commands.items()
+             for action in command._actions if action.help and action.option_strings}
+    one_stop = [flag for flag, text in helps.items() if ("Ctrl-C" in text) != ("SIGTERM" in text)]
+    assert one_stop == []
+    assert "SIGTERM" in helps["bench --out"]
+
+
 @pytest.mark.parametrize("command", ["predict", "evaluate", "calibrate", "bench"])
 def test_each_decoding_knobs_help_names_the_methods_that_read_it(command):
     """--n-drafts said 'the spec-* and sbs methods', and spec-sample and spec-sample-draft refuse it; --draft-len said
