@@ -77,6 +77,9 @@ MOLFILE_MARK = re.compile(r"V[23]000|M  END")
 # are not looked up.
 WORD = re.compile(r"[a-z]{4,}")
 AROMATIC_LETTERS = frozenset("bcnops")
+# A CAS Registry Number (ethanol's 64-17-5), as a catalogue or an inventory lists compounds: it was refused as a SMILES
+# whose "ring bond 6 at position 1 has no atom before it", which sent a chemist looking for a ring
+CAS_NUMBER = re.compile(r"[0-9]{2,7}-[0-9]{2}-[0-9]")
 
 
 def model_folder(name_or_path: str | Path) -> Path:
@@ -118,7 +121,10 @@ def model_task(name_or_path: str | Path) -> str:
 
 
 def name_hint(text: str) -> str:
-    """A refusal's ending for a query that reads like a chemical name (WORD), else ""."""
+    """A refusal's ending for a query that reads like a chemical name (WORD) or is a CAS number, else ""."""
+    if CAS_NUMBER.fullmatch(text.strip()):
+        return ("; it reads like a CAS Registry Number, and those are not looked up here: paste a SMILES or an InChI, "
+                "or draw the structure")
     if any(set(word) - AROMATIC_LETTERS for word in WORD.findall(text)):
         return ("; it reads like a name, and names are not looked up here: paste a SMILES or an InChI, or draw "
                 "the structure")

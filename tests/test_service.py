@@ -132,6 +132,9 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("CC>>CO", "reaction SMILES"),
     ("aspirin", ("not a valid SMILES: RDKit cannot parse 'aspirin' as a molecule; it reads like a name, and names "
                  "are not looked up here: paste a SMILES or an InChI, or draw the structure")),
+    # a CAS number (ethanol's), as catalogues list compounds: told of a ring bond with no atom before it, alone
+    ("64-17-5", ("not a valid SMILES: RDKit cannot parse '64-17-5' as a molecule: ring bond 6 at position 1 has no "
+                 "atom before it; it reads like a CAS Registry Number, and those are not looked up here")),
     ("acetic anhydride", "several queries apart (a list in Python or over HTTP; a line each in a file, the "
                          "app's Batch page); it reads like a name"),
     ("CC(=O)Cl NCc1ccccc1", "no spaces: join the molecules of one query with '.'"),  # two lines pasted into one box
