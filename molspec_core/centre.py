@@ -11,7 +11,8 @@ two carbons is then the one whose carbon keeps it, as chemistry has it (an ester
 phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A product atom is in
 the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no
 bond of the same order between the reactant's atoms, or is a double bond whose geometry (E or Z) is the other of its
-reactant bond's; or where its hydrogen count or charge differs from its reactant atom's. Reactant atoms that do not
+reactant bond's; or where its hydrogen count or charge differs from its reactant atom's, or it is a stereocentre whose
+configuration is the other of its reactant atom's (an epimer, a Mitsunobu inversion). Reactant atoms that do not
 reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants that share fewer than two
 atoms with the product (solvents, bases, catalysts) are left out.
 
@@ -95,12 +96,14 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
         return None
     bonds = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in query.GetBonds()]
 
-    def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int, int]:
+    def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int, int, int]:
         """(atoms changed: hydrogens, charge or a bond's order; the reactant's multiple bonds not kept; atoms changed
-        that have no bond out of the substructure, in the product and in the reactant). The last: an azole's NH
-        alkylated, its ring laid either way round on a symmetric product, changed one nitrogen's hydrogens either way;
-        the one that took the new bond is the centre anyway, but the turn that changed its twin marked both. So too a
-        trityl imidazole freed: the nitrogen that kept no bond to the trityl was marked, not the one that lost it."""
+        that have no bond out of the substructure, in the product and in the reactant; stereocentres turned). The
+        third: an azole's NH alkylated, its ring laid either way round on a symmetric product, changed one nitrogen's
+        hydrogens either way; the one that took the new bond is the centre anyway, but the turn that changed its twin
+        marked both. So too a trityl imidazole freed: the nitrogen that kept no bond to the trityl was marked, not the
+        one that lost it. The last: cis-3,5-dimethylmorpholine, laid on its N-aryl product the other way round, turned
+        both its centres (_configuration_turned), and an aldose's chain, laid end to end on its alditol, four."""
         placement, fit = pair
         inside, fitted = {kept[p] for p in placement}, set(fit)
         changed = {i for i, (p, r) in enumerate(zip(placement, fit))
@@ -113,7 +116,10 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
         enclosed = sum(all(n.GetIdx() in inside for n in product.GetAtomWithIdx(kept[placement[i]]).GetNeighbors())
                        + all(n.GetIdx() in fitted for n in reactant.GetAtomWithIdx(fit[i]).GetNeighbors())
                        for i in changed)
-        return len(changed), -sum(multiple[r] for r in fit), enclosed
+        pairs = {kept[p]: r for p, r in zip(placement, fit)}
+        turned = sum(_turned(product.GetAtomWithIdx(a), reactant.GetAtomWithIdx(r), pairs) for a, r in pairs.items()
+                     if product.GetAtomWithIdx(a).GetChiralTag() in TETRAHEDRAL)
+        return len(changed), -sum(multiple[r] for r in fit), enclosed, turned
 
     multiple = [sum(bond.GetBondTypeAsDouble() > 1 and not bond.GetIsAromatic() for bond in atom.GetBonds())
                 for atom in reactant.GetAtoms()]
@@ -141,7 +147,8 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
         return None
     centre = {a.GetIdx() for a in product_mol.GetAtoms() if a.GetIdx() not in owner or _atom_changed(
-        a, molecules[owner[a.GetIdx()][0]].GetAtomWithIdx(owner[a.GetIdx()][1]))}
+        a, molecules[owner[a.GetIdx()][0]].GetAtomWithIdx(owner[a.GetIdx()][1]))
+        or _configuration_turned(a, owner, molecules)}
     for bond in product_mol.GetBonds():
         ends = (bond.GetBeginAtomIdx(), bond.GetEndAtomIdx())
         if _bond_changed(bond, [owner.get(i) for i in ends], molecules) or _geometry_turned(bond, owner, molecules):
@@ -387,6 +394,38 @@ def _geometry_turned(bond: Chem.Bond, owner: dict[int, tuple[int, int]], molecul
     after = _cis(bond, end.GetIdx(), first[0], second[0])
     was = _cis(before, r_end, first[1], second[1])
     return after is not None and was is not None and after != was
+
+
+TETRAHEDRAL = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
+
+
+def _turned(atom: Chem.Atom, before: Chem.Atom, pairs: dict[int, int]) -> bool:
+    """Whether a product atom and its reactant atom, both stereocentres (@ or @@), have the other configuration, the
+    product atom's neighbours paired with the reactant atom's by `pairs` (product atom -> reactant atom); False where
+    either is unmarked, or a neighbour is unpaired or paired outside the reactant atom's. RDKit's mark is the turn of
+    an atom's neighbours in the order of its bonds, so the two marks are compared with the neighbours in one order (an
+    implicit hydrogen stands in the same place in both)."""
+    if atom.GetChiralTag() not in TETRAHEDRAL or before.GetChiralTag() not in TETRAHEDRAL \
+            or atom.GetDegree() != before.GetDegree():
+        return False
+    order = [n.GetIdx() for n in before.GetNeighbors()]
+    paired = [pairs.get(n.GetIdx(), -1) for n in atom.GetNeighbors()]
+    if any(r not in order for r in paired):
+        return False
+    turn = [order.index(r) for r in paired]
+    odd = sum(turn[i] > turn[j] for i in range(len(turn)) for j in range(i + 1, len(turn))) % 2 == 1
+    return (atom.GetChiralTag() == before.GetChiralTag()) == odd
+
+
+def _configuration_turned(atom: Chem.Atom, owner: dict[int, tuple[int, int]], molecules: tuple[Chem.Mol, ...]
+                          ) -> bool:
+    """A product stereocentre whose reactant atom has the other configuration, its neighbours traced to the reactant
+    atom's (_turned): an epimerization, or an inversion at a carbon whose neighbours' atoms stay (a Mitsunobu
+    reaction's alcohol carbon, its oxygen traced to the alcohol's). An epimer had no centre, its bonds all kept."""
+    if atom.GetChiralTag() not in TETRAHEDRAL or atom.GetIdx() not in owner:
+        return False
+    k, r = owner[atom.GetIdx()]
+    return _turned(atom, molecules[k].GetAtomWithIdx(r), {p: q for p, (j, q) in owner.items() if j == k})
 
 
 def _bond_changed(bond: Chem.Bond, owners: list[tuple[int, int] | None], molecules: tuple[Chem.Mol, ...]) -> bool:

@@ -378,3 +378,36 @@ def test_a_double_bond_whose_geometry_turned_is_in_the_centre(reactants, product
     found = reaction_centre(reactants, product)
     assert found is not None and found.traced == found.atoms
     assert sorted(found.product_atoms) == centre
+
+
+NITROBENZOIC_ACID = "O=C(O)c1ccc([N+](=O)[O-])cc1"  # the acid of a Mitsunobu inversion
+
+
+@pytest.mark.parametrize("reactants, product, centre", [
+    ("C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", [1]),  # L- to D-alanine: its alpha carbon
+    ("C[C@H](N)C(=O)O", "N[C@@H](C)C(=O)O", []),  # L-alanine written from another atom: no change
+    ("C[C@H]1CC[C@@H](O)CC1", "C[C@H]1CC[C@H](O)CC1", [4]),  # cis- to trans-4-methylcyclohexanol
+    # a Mitsunobu inversion: the alcohol's carbon with the ester bond; kept (an esterification), the ester bond alone
+    (f"{NITROBENZOIC_ACID}.C[C@@H](O)c1ccccc1", "C[C@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1", [1, 2, 3]),
+    (f"{NITROBENZOIC_ACID}.C[C@@H](O)c1ccccc1", "C[C@@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1", [2, 3]),
+])
+def test_a_stereocentre_whose_configuration_turned_is_in_the_centre(reactants, product, centre):
+    """An epimerization had no centre at all, its bonds all kept, and a Mitsunobu inversion marked the ester bond
+    alone, as an esterification that keeps the alcohol's configuration does."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert sorted(found.product_atoms) == centre
+
+
+@pytest.mark.parametrize("reactants, product, centre", [
+    # cis-3,5-dimethylmorpholine N-arylated: its nitrogen and the pyridine's carbon, not its two stereocentres
+    ("C[C@@H]1COC[C@H](C)N1.Clc1ccccn1", "C[C@H]1COC[C@@H](C)N1c1ccccn1", ["C", "N"]),
+    # D-glucose reduced to D-glucitol: the aldehyde's carbon and oxygen, not the four centres of a chain laid end to end
+    ("O=C[C@H](O)[C@@H](O)[C@H](O)[C@H](O)CO", "OC[C@@H](O)[C@@H](O)[C@H](O)[C@@H](O)CO", ["C", "O"]),
+])
+def test_a_symmetric_reactant_is_laid_on_its_product_the_way_that_keeps_its_stereocentres(reactants, product, centre):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert symbols(product, found.product_atoms) == centre
+    mol = Chem.MolFromSmiles(product)
+    assert not any(mol.GetAtomWithIdx(i).GetChiralTag() != Chem.ChiralType.CHI_UNSPECIFIED for i in found.product_atoms)
