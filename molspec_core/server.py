@@ -350,10 +350,11 @@ class Service:
                                 for result, missed in zip(kept, not_decoded(part, str(exc)))]
                 results += answered
         # each query as the client sent it (a recorded reaction's came back as the side the model read, which
-        # canonical_query shows); a recorded outcome that is no SMILES: that query's error
-        results = [dataclasses.replace(r, query=sent, **({"error": table.problem_of(i), "predictions": ()}
-                                                         if table.problem_of(i) else {}))
-                   for i, (r, sent) in enumerate(zip(results, request.smiles, strict=True))]
+        # canonical_query shows); a recorded outcome that is no SMILES: that query's error. An empty query keeps
+        # the service's own error (it was told of a file's blank record, "skipped, not counted as a query")
+        problems = ["" if table.is_blank(i) else table.problem_of(i) for i in range(len(results))]
+        results = [dataclasses.replace(r, query=sent, **({"error": problem, "predictions": ()} if problem else {}))
+                   for r, sent, problem in zip(results, request.smiles, problems, strict=True)]
         at = table.columns.index(column) if column else None  # the recorded outcome's cell
         return {"results": [result_json(r, (table.cells_of(i)[at] or None) if at is not None else None)
                             for i, r in enumerate(results)]}

@@ -75,6 +75,18 @@ def test_answers_are_the_services_in_the_order_asked_and_a_bad_query_costs_only_
     assert first["smiles"] == "CC(=O)NCc1ccccc1" and len(first["tokens"]) == len(first["copied_from"])
 
 
+def test_an_empty_query_gets_the_services_error_not_a_files(address, models):
+    """An empty query was told "blank: this record holds no query (skipped, not counted as a query)", the Batch
+    page's words for a file's blank line, with a recorded reaction beside it or not."""
+    for queries in (["", "  ", AMIDE], ["", f"{AMIDE}>>CC(=O)NCc1ccccc1"]):
+        status, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": queries})
+        assert status == 200
+        empty = [r for r in payload["results"] if not r["query"].strip()]
+        assert [(r["query"], r["error"]) for r in empty] == [
+            (want.query, want.error) for want in models["forward"].predict([r["query"] for r in empty])]
+        assert empty[0]["error"].startswith("empty query") and payload["results"][-1]["predictions"]
+
+
 def test_answers_pooled_writings_set_aside_come_in_their_own_list(address, models):
     # The shipped forward model's pool for this cyclodehydration (the Predict page's test, tests/test_app.py)
     # ranks the unchanged serine ester fourth; the list gives its place to the oxazoline, sixth.
