@@ -208,19 +208,26 @@ class ExpansionCounts:
 
 def failure_note(counts: ExpansionCounts, escape: Callable[[str], str] = str) -> tuple[str, bool]:
     """What the Routes page and `molspec plan` say of the molecules the model gave no answers for, and whether it is a
-    warning. The last expansion of a search that runs to its time limit is cut short there (a routine end); any other
-    failure, or the target's own expansion cut short, leaves routes unexplored. `escape`: for the molecule's text
-    (markdown on the page)."""
+    warning. The last expansion of a search that runs to its time limit is cut short there (a routine end): one
+    molecule, or several where MCTS asked for a set of them at once. Any other failure, or the target's own expansion
+    cut short, leaves routes unexplored. `escape`: for the molecule's text (markdown on the page)."""
     first = escape(counts.first_failure)
-    if counts.failed == counts.cut == 1:
+    if counts.failed == counts.cut:
         if counts.molecules > 0:
-            return f"{first} (not counted among the molecules expanded).", False
+            more = counts.cut - 1  # "2 molecules could not be expanded (the model gave no answers for them)", warned
+            also = (f"; so were those of {more} more molecule{'s' * (more != 1)} asked for with it (none of them "
+                    "counted" if more else " (not counted")
+            return f"{first}{also} among the molecules expanded).", False
         # It said the model 'gave no answers' for the target, as if it could not read it: it had no time to
         return ("The search's time ran out while the model was still proposing reactants for the target, so nothing "
                 "was expanded: give the search more time (the larger the target, the longer the model takes).", True)
     them, first_of = ("it", "") if counts.failed == 1 else ("them", "the first, ")
+    why = f"the model gave no answers for {them}"
+    if counts.cut:  # not all of them: the search's end cut some short, which the model's failing did not explain
+        why = (f"the model gave no answers for {counts.failed - counts.cut}, and the search's time ran out while it "
+               f"was proposing reactants for {counts.cut}")
     molecules = f"{counts.failed} molecule{'s' * (counts.failed != 1)}"
-    return (f"{molecules} could not be expanded (the model gave no answers for {them}); {first_of}{first}.", True)
+    return f"{molecules} could not be expanded ({why}); {first_of}{first}.", True
 
 
 class PredictorModel(BackwardReactionModel):

@@ -201,9 +201,23 @@ def test_a_search_whose_last_expansion_its_time_cut_short_is_told_so_calmly():
     assert alarming and text == ("The search's time ran out while the model was still proposing reactants for the "
                                  "target, so nothing was expanded: give the search more time (the larger the target, "
                                  "the longer the model takes).")
+    # One failed, one cut: it said the model 'gave no answers for them', and named the one cut as the first
     text, alarming = routes.failure_message(ExpansionCounts(molecules=3, failed=2, cut=1, first_failure=cut))
-    assert alarming and text.replace("\\", "").startswith("2 molecules could not be expanded (the model gave no "
-                                                          f"answers for them); the first, {cut}")
+    assert alarming and text.replace("\\", "").startswith(
+        "2 molecules could not be expanded (the model gave no answers for 1, and the search's time ran out while it "
+        f"was proposing reactants for 1); the first, {cut}")
+
+
+def test_a_last_expansion_of_several_molecules_cut_by_the_searchs_end_is_told_calmly_too():
+    """MCTS asks for the molecules of a set at once (imatinib's two halves): its last expansion, cut at the search's
+    end, gave 'warning: 2 molecules could not be expanded (the model gave no answers for them); the first, ...: its
+    expansion was cut short when the search's time ran out', on the page and in molspec plan."""
+    from molspec_core.planning import ExpansionCounts, failure_note
+
+    cut = "Cc1ccc(NC(=O)c2ccc(CN3CCN(C)CC3)cc2)cc1N: its expansion was cut short when the search's time ran out"
+    assert failure_note(ExpansionCounts(molecules=1, failed=2, cut=2, first_failure=cut)) == (
+        f"{cut}; so were those of 1 more molecule asked for with it (none of them counted among the molecules "
+        "expanded).", False)
 
 
 def test_the_progress_bar_says_what_the_search_does_before_its_first_expansion_returns():
