@@ -438,6 +438,54 @@ def test_page_latency_says_so_when_the_model_reads_no_query(tmp_path, monkeypatc
     assert "reads none of the queries" in str(code)
 
 
+class OneWriting(Timed):
+    """A Predictor of a model trained on one writing of each query: it refuses other writings, as the service does."""
+
+    def check_augment(self, augment):
+        if augment > 1:
+            raise ValueError("tiny was trained on one writing of each query")
+
+    def predict(self, source, **options):
+        raise AssertionError("a query was decoded in writings the model refuses")
+
+
+@pytest.mark.parametrize("name,argv,said", [
+    ("page_latency", ["--tgt", "{queries}", "--methods", "greedy"], "error: --augment 5: tiny was trained"),
+    ("decode_cost", ["--configs", "1x1,4x3"], "error: --configs 4x3: tiny was trained"),
+    ("pool_sweep", ["decode", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl"], "decode: --augment 5: tiny was trained"),
+])
+def test_writings_a_model_was_not_trained_on_are_refused_naming_the_flag(name, argv, said, tmp_path, monkeypatch,
+                                                                        capsys):
+    """page_latency and decode_cost (a BxW with W > 1) ended in predict's ValueError traceback in the warm-up;
+    pool_sweep decode wrote the answers of writings the app never gives such a model, for its exponents to pool."""
+    tool = load_tool(name)
+    monkeypatch.setattr(tool, "Predictor", OneWriting)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    given = [arg.format(tmp=tmp_path, queries=queries) for arg in argv]
+    code, err = run_main(tool, monkeypatch, capsys, *given, "--src", queries)
+    assert said in f"{code} {err}", (code, err)
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_decode_cost_hands_predict_one_query_at_a_time_where_each_is_read_in_writings():
+    """As the CLI does (service.window_size): a BxW with W > 1 handed predict a window of 32 batches, timing a
+    hand-over the CLI never makes."""
+    tool = load_tool("decode_cost")
+    calls = []
+
+    class Counted:
+        def predict(self, queries, batch_size, augment, **options):
+            calls.append((len(queries), augment))
+            return [SimpleNamespace(ok=True) for _ in queries]
+
+    tool.run(Counted(), ["CCO"] * 5, (4, 3, False), {})
+    assert calls == [(1, 3)] * 5
+    calls.clear()
+    tool.run(Counted(), ["CCO"] * 5, (4, 1, False), {})
+    assert calls == [(5, 1)]
+
+
 def test_int8_agreement_says_so_when_the_model_reads_no_query(tmp_path, monkeypatch, capsys):
     # it loaded both models, then ended in a ZeroDivisionError traceback
     tool = load_tool("int8_agreement")

@@ -2,9 +2,9 @@
 
 Each configuration BxW (B queries a batch, each read in W writings; W > 1 decodes a query's writings
 as one batch, whatever B says) predicts the same queries as the CLI does: a window of batches per
-predict call (service.window_size), which predict cuts into batches of like length. BxWf takes the
-queries in file order instead, one batch per call. Configurations take turns within each round, in an
-order that rotates from round to round, after one warm-up batch each:
+predict call (service.window_size: one query where W > 1), which predict cuts into batches of like
+length. BxWf takes the queries in file order instead, one batch per call. Configurations take turns
+within each round, in an order that rotates from round to round, after one warm-up batch each:
 
     python tools/decode_cost.py --model forward --src ../shared/data/uspto_mit/derived/src-test.mixed.txt.gz \
         --index ../shared/bench/uspto_mit_test_500.idx --limit 200 --method beam --n-best 5 \
@@ -41,7 +41,7 @@ def parse_config(text: str) -> Config:
 def run(predictor: Predictor, queries: list[str], config: Config, options: dict) -> float:
     """Seconds to predict `queries` in batches of `batch`, each read in `writings` writings."""
     batch, writings, file_order = config
-    step = batch if file_order else window_size(batch)
+    step = batch if file_order else window_size(batch, writings)
     started = time.perf_counter()
     for start in range(0, len(queries), step):
         results = predictor.predict(queries[start:start + step], batch_size=batch, augment=writings,
@@ -69,6 +69,11 @@ def main() -> None:
     queries = checked_queries(p, args)  # before the model loads
     torch.set_num_threads(args.threads)
     predictor = Predictor.load(args.model, device="cpu")
+    for batch, writings, _ in args.configs:
+        try:  # a model trained on one writing of each query: predict's ValueError traceback in the warm-up
+            predictor.check_augment(writings)
+        except ValueError as exc:
+            p.error(f"--configs {batch}x{writings}: {exc}")
     options = {"method": args.method, "n_best": args.n_best}
     configs = args.configs
     for config in configs:  # warm-up: one batch each

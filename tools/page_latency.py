@@ -70,6 +70,10 @@ def main() -> None:
         predictor = Predictor.load(args.model, "cpu", "native", dtype=args.dtype)
     except ValueError as exc:  # weights the native engine cannot read (a run's float32 best/): a traceback
         parser.error(f"--model {args.model}: {exc}")
+    try:  # a model trained on one writing of each query: predict's ValueError traceback in the warm-up
+        predictor.check_augment(args.augment)
+    except ValueError as exc:
+        parser.error(f"--augment {args.augment}: {exc}")
     readable = []
     for source, target in zip(sources, targets or []):
         try:

@@ -108,6 +108,10 @@ def decode(args: argparse.Namespace) -> None:
         predictor = Predictor.load(args.model, dtype=args.dtype)
     except ValueError as exc:
         raise SystemExit(f"pool_sweep.py decode: {exc}") from None
+    try:  # a model trained on one writing of each query: the app reads it in no other, so their answers tell nothing
+        predictor.check_augment(args.augment)
+    except ValueError as exc:
+        raise SystemExit(f"pool_sweep.py decode: --augment {args.augment}: {exc}") from None
     decoded = {"model": str(predictor.path), "method": args.method, "n_best": args.n_best, "augment": args.augment,
                "dtype": args.dtype, "src": str(args.src), "tgt": str(args.tgt), "limit": args.limit,
                "weights": weights_fingerprint(predictor.path), **made_by()}
