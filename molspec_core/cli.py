@@ -1177,6 +1177,19 @@ PEER_THREADS_WARNING = (
     "its own policy; leave OMP_WAIT_POLICY unset for this run.")
 
 
+def engine_names(text: str) -> list[str]:
+    """The engines of --engines (comma-separated; bench's, and tools/gpu_kit.py speed's), refused before any load
+    where one is unknown or named twice (its rows ran once: the second load replaced the first)."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in ENGINES]
+    if unknown:
+        raise ValueError(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice:
+        raise ValueError(f"--engines names {twice} twice: name each engine once")
+    return names
+
+
 def check_other_engine(name: str, runs_on: str, main_name: str, main_runs_on: str,
                        loaded: dict[str, Predictor]) -> None:
     """Refuse an engine of --engines (`name`, whose decoder calls run on `runs_on`) that runs them on the engine
@@ -1219,13 +1232,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.peer_threads and not args.peer:  # no peer runs: the threads would be ignored
         raise ValueError("--peer-threads sets the threads of the CTranslate2 peer's process: give --peer ctranslate2 "
                          "too")
-    other_engines = [name for name in args.engines.split(",") if name]
-    unknown = [name for name in other_engines if name not in ENGINES]
-    if unknown:
-        raise ValueError(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
-    twice = next((name for name in other_engines if other_engines.count(name) > 1), None)
-    if twice:  # its rows ran once: the second load replaced the first
-        raise ValueError(f"--engines names {twice} twice: name each engine once")
+    other_engines = engine_names(args.engines)
     if other_engines and sweep:
         raise ValueError("--engines and --sweep do not go together: a sweep compares a method with itself")
     if args.peer and importlib.util.find_spec("ctranslate2") is None:  # before the model loads (minutes on a CPU)

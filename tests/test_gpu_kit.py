@@ -425,3 +425,34 @@ def test_stage_keeps_the_shipped_weights_from_travelling_and_unstage_puts_them_b
     assert git("ls-files").split() == ["README.md", "models/forward/model.safetensors"]
     assert git("status", "--porcelain", "--untracked-files=all") == ""
     assert "/models/" not in (repo / ".git" / "info" / "exclude").read_text().splitlines()
+
+
+def test_speed_leaves_out_an_engine_beside_itself_and_refuses_one_named_twice(kit, tmp_path, monkeypatch, capsys):
+    """speed --engines timed an engine beside itself as a speedup where it was the one the kit's own rows run on
+    (--engines torch on a GPU, where auto is torch; --engines auto anywhere), and --engines torch,torch ran one row,
+    the second load replacing the first. The CLI's bench rule (cli.check_other_engine, cli.engine_names) applies:
+    such an engine is named and left out, as one this machine cannot run is, and a name given twice is refused before
+    anything loads."""
+    from molspec_core import bench
+    from molspec_core.service import Predictor
+
+    folder = tmp_path / "gpu" / "forward"
+    folder.mkdir(parents=True)
+    (folder / "quick.src").write_text("CCO\n")
+    (folder / "quick.tgt").write_text("O\n")
+    benched = []
+    monkeypatch.setattr(bench, "run_bench", lambda *args, engines, **kwargs: benched.append(engines) or {})
+    monkeypatch.setattr(bench, "markdown_table", lambda report: "")
+    monkeypatch.setattr(bench, "save_report", lambda *args, **kwargs: None)
+    model = ROOT / "tests" / "fixtures" / "copy_model"
+    own = Predictor.load(model, "cpu").engine  # the kit's rows: engine auto
+    other = "torch" if own != "torch" else "numpy"
+    common = ["speed", "--task", "forward", "--model", str(model), "--out", str(tmp_path), "--batch-size", "1"]
+    kit.main([*common, "--engines", f"auto,{other}"])
+    assert f"engine auto left out: --engines auto runs the decoder calls on the {own} engine here" in \
+        capsys.readouterr().out
+    assert [list(engines) for engines in benched] == [[other]]
+    with pytest.raises(SystemExit):
+        kit.main([*common, "--engines", f"{other},{other}"])
+    assert f"--engines names {other} twice" in capsys.readouterr().err
+    assert len(benched) == 1

@@ -82,6 +82,17 @@ def task_list(text: str) -> list[str]:
     return tasks
 
 
+def engine_list(text: str) -> list[str]:
+    """An argparse type: speed --engines, as the CLI's bench reads its --engines (cli.engine_names), imported when
+    the flag is read, for the CLI imports RDKit: only speed takes it, and speed needs RDKit anyway."""
+    from molspec_core.cli import engine_names
+
+    try:
+        return engine_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 # ---- here -----------------------------------------------------------------------------------------
 
 def cmd_pack(args: argparse.Namespace) -> None:
@@ -550,18 +561,22 @@ def cmd_speed(args: argparse.Namespace) -> None:
     import torch
 
     from molspec_core.bench import markdown_table, on_engines, run_bench, save_report
+    from molspec_core.cli import check_other_engine
     from molspec_core.evaluate import read_pairs
     from molspec_core.service import Predictor
 
     model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    predictor = Predictor.load(str(model_dir), device)
-    # The same weights on other engines (--engines graphs: CUDA graphs), each method interleaved on both.
-    engines = {}
-    for name in filter(None, args.engines.split(",")):
+    predictor = Predictor.load(str(model_dir), device)  # engine auto: torch on a GPU
+    # The same weights on other engines (--engines graphs: CUDA graphs), each method interleaved on both; one that
+    # runs the decoder calls where the kit's own rows or another of --engines' do would time an engine beside itself.
+    engines: dict[str, Predictor] = {}
+    for name in args.engines:
         try:
             engines[name] = Predictor.load(str(model_dir), device, engine=name)
+            check_other_engine(name, engines[name].engine, "auto", predictor.engine, engines)
         except ValueError as exc:
+            engines.pop(name, None)
             print(f"engine {name} left out: {exc}", flush=True)
     methods = on_engines(args.methods.split(","), list(engines))
     folder = GPU_DIR / args.task
@@ -650,8 +665,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-best", type=int, default=5, help="beam width of the beam methods")
     p.add_argument("--limit", type=int, default=0, help="first N quick-set queries (0: all 200)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up batches before timing (default 3)")
-    p.add_argument("--engines", default="", help="also run every method on these engines (e.g. graphs: CUDA "
-                   "graphs), interleaved; rows named method@engine")
+    p.add_argument("--engines", type=engine_list, default=[], help="also run every method on these engines (e.g. "
+                   "graphs: CUDA graphs), interleaved; rows named method@engine; one that runs the decoder calls on "
+                   "the engine the other rows do (auto's: torch on a GPU) is left out")
     args = parser.parse_args(argv)
     globals()[f"cmd_{args.command}"](args)
 
