@@ -669,3 +669,4 @@ def test_the_pages_own_sd_download_uploaded_again_asks_which_field_to_read(copy_
     assert_clean(at)
     read = at.session_state[BATCH].run.queries
     assert read.query_column == "query" and set(read.queries) == {"Oc1ccncc1"}
+    assert "ids-results.sdf · queries from the field query · " in texts(at.caption)

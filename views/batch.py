@@ -411,7 +411,8 @@ def show(batch: BatchResult) -> None:
     task = TASK_LABELS[settings.task].split(":")[0]  # "Retrosynthesis": which task's results these are
     read_from = batch.run.queries.query_column if batch.run is not None else ""
     sheet = batch.run.queries.sheet if batch.run is not None else ""
-    column = f" · queries from the column {read_from}" if read_from else ""
+    where = "field" if query_format(batch.file_name)[1] == "sdf" else "column"  # an SD file's is a data field
+    column = f" · queries from the {where} {read_from}" if read_from else ""
     column += f" of the sheet {sheet}" if sheet else ""
     st.caption(common.md_escape(f"{batch.file_name}{column} · {task} with {settings.model} · {settings.describe()}"
                                 f"{ions}{checked}"))
