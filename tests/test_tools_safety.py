@@ -453,17 +453,22 @@ class OneWriting(Timed):
     ("page_latency", ["--tgt", "{queries}", "--methods", "greedy"], "error: --augment 5: tiny was trained"),
     ("decode_cost", ["--configs", "1x1,4x3"], "error: --configs 4x3: tiny was trained"),
     ("pool_sweep", ["decode", "--tgt", "{queries}", "--out", "{tmp}/o.jsonl"], "decode: --augment 5: tiny was trained"),
+    ("stereo_check", ["--task", "retro", "--test", "{tmp}"], "error: --augment 5: tiny was trained"),
 ])
 def test_writings_a_model_was_not_trained_on_are_refused_naming_the_flag(name, argv, said, tmp_path, monkeypatch,
                                                                         capsys):
-    """page_latency and decode_cost (a BxW with W > 1) ended in predict's ValueError traceback in the warm-up;
-    pool_sweep decode wrote the answers of writings the app never gives such a model, for its exponents to pool."""
+    """page_latency, stereo_check and decode_cost (a BxW with W > 1) ended in predict's ValueError traceback once the
+    model loaded; pool_sweep decode wrote the answers of writings the app never gives such a model, for its exponents
+    to pool."""
     tool = load_tool(name)
     monkeypatch.setattr(tool, "Predictor", OneWriting)
     queries = tmp_path / "q.txt"
     queries.write_text("CCO\n")
+    for file in ("reactants.txt", "products.txt"):  # stereo_check's --test
+        (tmp_path / file).write_text("CCO\n")
     given = [arg.format(tmp=tmp_path, queries=queries) for arg in argv]
-    code, err = run_main(tool, monkeypatch, capsys, *given, "--src", queries)
+    src = ["--src", queries] if name != "stereo_check" else []
+    code, err = run_main(tool, monkeypatch, capsys, *given, *src)
     assert said in f"{code} {err}", (code, err)
     assert not (tmp_path / "o.jsonl").exists()
 

@@ -158,6 +158,10 @@ def main() -> None:
         predictor = Predictor.load(model, "cpu", "native" if args.dtype == "int8" else "auto", dtype=args.dtype)
     except ValueError as exc:  # int8 on weights the native engine cannot read (a run's float32 best/): a traceback
         parser.error(f"--dtype {args.dtype}: {exc}")
+    try:  # a model trained on one writing of each query: predict's ValueError traceback at the first group
+        predictor.check_augment(args.augment)
+    except ValueError as exc:
+        parser.error(f"--augment {args.augment}: {exc}")
     report.update(weights=weights_fingerprint(predictor.path), **made_by())  # the model's path may hold others later
     method, n_best = TASK_DEFAULTS[args.task]
     for name, lines in groups.items():
