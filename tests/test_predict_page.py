@@ -548,3 +548,22 @@ def test_the_session_charts_bars_keep_their_room_where_their_labels_stand_on_end
     on_end = 5.3 * longest  # Chromium drew such an 11-px label of 31 characters 163 px long
     layout = figure.layout
     assert layout.height - layout.margin.t - layout.margin.b - on_end >= 200
+
+
+def test_the_editor_keeps_the_width_that_shows_its_atoms_and_scrolls_on_a_narrow_page(copy_models, monkeypatch):
+    """At 390 pixels Ketcher, which lays itself out at least 640 px wide, had its atom list (H, C, N, O, Cl, ...)
+    past the frame's right edge: only carbon could be drawn on a phone. The editor keeps 640 px in a box that scrolls
+    sideways, and the caption says where Apply went."""
+    import streamlit_ketcher
+
+    from views.predict import EDITOR_BOX
+
+    monkeypatch.setattr(streamlit_ketcher, "st_ketcher", lambda molecule, **kwargs: None)  # nothing applied yet
+    at = app(copy_models, monkeypatch).run()
+    at.session_state["query_tab"] = "Draw structure"
+    at.run()
+    assert_clean(at)
+    styles = [e.proto.body for e in at.get("html") if EDITOR_BOX in e.proto.body]
+    assert len(styles) == 1 and f".st-key-{EDITOR_BOX} iframe {{ min-width: 640px; }}" in styles[0]
+    assert f".st-key-{EDITOR_BOX} {{ overflow-x: auto; }}" in styles[0]
+    assert "scroll it sideways for its list of atoms and **Apply**" in texts(at.caption)

@@ -127,12 +127,21 @@ class Editor:
     seen: str | None = None
 
 
+EDITOR_BOX = "query_editor"
+# Ketcher lays itself out at least 640 px wide: in a narrower page (a phone's 358 px) its atom list (H, C, N, O, Cl,
+# ...) sat past the frame's right edge, cut off, and only carbon could be drawn; the editor keeps its width and the
+# page scrolls it sideways
+EDITOR_STYLE = (f"<style>.st-key-{EDITOR_BOX} {{ overflow-x: auto; }} "
+                f".st-key-{EDITOR_BOX} iframe {{ min-width: 640px; }}</style>")
+
+
 def draw_query(task: str) -> None:
     """The molecule editor, opened on the query; its Apply makes the drawing the query."""
     ss = st.session_state
     # what to draw, by task, as the file uploader's label says what to open (retrosynthesis asked for reactants)
     st.caption(f"Draw {QUERY_WHAT[task]}, then press **Apply**: the drawing becomes the query. A drawing not applied "
-               "is lost when you leave this tab or the page: the editor opens again on the query.")
+               "is lost when you leave this tab or the page: the editor opens again on the query. Where the page is "
+               "narrower than the editor, scroll it sideways for its list of atoms and **Apply**.")
     query = ss.get("query_text", "")
     # The editor reads its molecule once, when it mounts: a new query from elsewhere (typed, an example, a file, the
     # other task) mounts a new one, and so does opening the tab (query_inputs forgets it when the tab closes); its
@@ -142,7 +151,9 @@ def draw_query(task: str) -> None:
     if editor is None or editor.query != query:
         mounts = ss["editor_mounts"] = ss.get("editor_mounts", 0) + 1
         editor = ss["editor"] = Editor(f"ketcher-{mounts}", query, query)
-    drawn = st_ketcher(editor.opened, key=editor.key, height=460)
+    with st.container(key=EDITOR_BOX):
+        st.html(EDITOR_STYLE)
+        drawn = st_ketcher(editor.opened, key=editor.key, height=460)
     if drawn is None or drawn == (editor.opened if editor.seen is None else editor.seen):
         return  # no Apply since the last one seen (or since it opened)
     ss["editor"] = editor = replace(editor, seen=drawn)
