@@ -133,12 +133,16 @@ def _typed(body: Mapping, key: str, types: tuple[type, ...]) -> object:
     if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
         names = " or ".join({"str": "a string", "int": "a whole number", "float": "a number",
                              "bool": "true or false"}[t.__name__] for t in types)
-        try:
-            shown = json.dumps(value)[:40]
-        except RecursionError:  # nested nearly as deep as the body's parser reads: writing it back recurses deeper
-            shown = "a value nested too deeply"
-        raise RequestError(f"{key!r} must be {names}, not {shown}")
+        raise RequestError(f"{key!r} must be {names}, not {_shown(value)}")
     return value
+
+
+def _shown(value: object) -> str:
+    """A value of the body as a refusal quotes it: its JSON, cut at 40 characters."""
+    try:
+        return json.dumps(value)[:40]
+    except RecursionError:  # nested nearly as deep as the body's parser reads: writing it back recurses deeper
+        return "a value nested too deeply"
 
 
 def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
@@ -151,8 +155,12 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
     if "smiles" not in body:
         raise RequestError("'smiles' is missing: give a SMILES or a list of them")
     smiles = body["smiles"] if isinstance(body["smiles"], list) else [body["smiles"]]
-    if not smiles or not all(isinstance(s, str) for s in smiles):
+    if not smiles:
         raise RequestError("'smiles' must be a SMILES string or a non-empty list of them")
+    other = next((n for n, s in enumerate(smiles, start=1) if not isinstance(s, str)), None)
+    if other is not None:  # which one: a list of 1,000 left the client to search it
+        raise RequestError(f"'smiles' must be a SMILES string or a non-empty list of them: item {other:,} is "
+                           f"{_shown(smiles[other - 1])}")
     if len(smiles) > MAX_QUERIES:
         raise RequestError(f"{len(smiles)} queries in one request; at most {MAX_QUERIES}: send them in parts, "
                            "or use `molspec predict --input` for a file", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
