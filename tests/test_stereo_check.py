@@ -122,6 +122,9 @@ def test_the_report_names_the_weights_and_the_code_that_made_it(tool, tmp_path, 
         def predict(self, queries, **options):
             return [SimpleNamespace(ok=True, predictions=[]) for _ in queries]
 
+        def check_augment(self, augment):  # reads the default 5 writings
+            pass
+
     monkeypatch.setattr(tool, "Predictor", Stand)
     monkeypatch.setattr("sys.argv", ["stereo_check.py", "--task", "retro", "--test", str(test), "--out",
                                      str(tmp_path / "r.json")])
