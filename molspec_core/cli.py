@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .calibration import Calibration
     from .io import Kept, QueryFile
     from .known import KnownMarks
-    from .planning import PlanResult
+    from .planning import PlanResult, Route
     from .scale import Cluster
     from .service import Predictor, QueryResult
 
@@ -1367,7 +1367,20 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
         for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a double bond's geometry
             # set or isomerized: a chemist checks it
             print(f"  stereo: {line}")
+        for line in failed_round_trips(route, result.settings.round_trip_k):
+            print(f"  round trip: {line}")
     print(f"-> {out}, {csv_out}")
+
+
+def failed_round_trips(route: Route, top_k: int) -> list[str]:
+    """The steps of `route` whose product the forward model did not give back from their reactants, a line each,
+    numbered as planning.route_stereo numbers them: only the CSV and JSON said so, and such a route's summary read as
+    sound as the rest."""
+    within = "as its first answer" if top_k == 1 else f"within its top {top_k}"
+    return [f"step {number} ({step.product}) fails: the forward model does not give it back from "
+            f"{'.'.join(reactant.smiles for reactant in step.reactants)} {within}"
+            + ("" if step.forward_prob is None else f" (its probability {step.forward_prob:.3g})")
+            for number, (_, step) in enumerate(route.steps(), start=1) if step.round_trip is False]
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

@@ -1686,6 +1686,35 @@ def test_plan_outputs_may_not_replace_the_stock_or_a_models_files(tmp_path, caps
     assert {path: path.read_bytes() for path in (*model.iterdir(), tmp_path / "stock.csv")} == before
 
 
+def test_plan_names_under_each_route_the_steps_that_fail_the_round_trip(tmp_path, capsys):
+    """plan checks each step with the forward model (--forward forward, the default), and its summary showed none of
+    it: N-benzylacetamide's route 'from CC(=O)Cl, NCc1ccccc1' by way of the N-acylimine read as sound as the direct
+    acylation, though the forward model gives the imine back from those reactants with probability 2.4e-05 (the CSV's
+    round_trip 'no'). A step that fails the check is named under its route, as a stereo flag is; a step that passes,
+    or that no forward model checked, is not."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, Route, RouteMolecule, RouteStep, SearchStats
+
+    amide, imine, chloride, amine = "CC(=O)NCc1ccccc1", "CC(=O)N=Cc1ccccc1", "CC(=O)Cl", "NCc1ccccc1"
+    bought = (RouteMolecule(chloride, True), RouteMolecule(amine, True))
+    direct = RouteStep(amide, bought, -1.3, 2, round_trip=True, forward_prob=0.99)
+    via_imine = RouteStep(amide, (RouteMolecule(imine, False, RouteStep(imine, bought, -1.29, 1, round_trip=False,
+                                                                        forward_prob=2.384e-05)),), -3.21, 4,
+                          round_trip=True, forward_prob=0.72)
+    unchecked = RouteStep(amide, bought, -2.0, 3)  # no forward model
+    routes = tuple(Route(RouteMolecule(amide, False, step), step.score + (-1.29 if step is via_imine else 0))
+                   for step in (direct, via_imine, unchecked))
+    result = PlanResult(amide, routes, SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", "forward", "stock", 2,
+                        settings=PlanSettings(round_trip_k=3))
+    report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
+    printed = capsys.readouterr().out.splitlines()
+    first = next(i for i, line in enumerate(printed) if line.startswith("route 1:"))
+    assert printed[first + 1].startswith("route 2:")
+    assert printed[first + 2] == (f"  round trip: step 2 ({imine}) fails: the forward model does not give it back "
+                                  f"from {chloride}.{amine} within its top 3 (its probability 2.38e-05)")
+    assert printed[first + 3].startswith("route 3:") and printed[first + 4].startswith("->")
+
+
 def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files, capsys, no_model_load):
     """It once failed after the whole run, and the run's JSON was lost."""
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--methods", "greedy",
