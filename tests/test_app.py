@@ -682,6 +682,25 @@ def test_a_file_that_cannot_be_one_query_is_refused_with_the_reason(task, record
     assert str(refused.value).startswith("q.mol is not UTF-8 text") and str(refused.value).count("q.mol") == 1
 
 
+def test_the_predict_pages_own_sd_of_answers_opened_as_a_query_is_refused_saying_what_it_holds():
+    """The Predict page's Download structures (SDF), opened again on the forward task, was one query of all its
+    answers joined by '.' (retrosynthesis: 'holds 5 molecules'); each record is an answer of its own. A file of
+    one answer is the next step's query, as any molfile is."""
+    from molspec_core.io import InputFileError, output_header, result_rows, sd_bytes
+    from molspec_core.service import Prediction, QueryResult
+    from views.common import query_from_file
+
+    answers = (Prediction(1, "CC(=O)NCc1ccccc1", -0.1, True, ("C",), (-1,)),
+               Prediction(2, "CCNCc1ccccc1", -3.0, True, ("C",), (-1,)))
+    result = QueryResult(query="CC(=O)Cl.NCc1ccccc1", canonical_query="CC(=O)Cl.NCc1ccccc1", method="beam",
+                         task="forward", predictions=answers)
+    rows = list(result_rows(1, (), result))
+    for task in ("forward", "retro"):
+        with pytest.raises(InputFileError, match="^answers.sdf is MolSpec's own answers, 2 records, each an answer"):
+            query_from_file("answers.sdf", sd_bytes(output_header(()), rows), task)
+        assert query_from_file("first.sdf", sd_bytes(output_header(()), rows[:1]), task) == "CC(=O)NCc1ccccc1"
+
+
 def test_beam_settings_show_ranked_predictions(copy_models, monkeypatch):
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("beam").run()

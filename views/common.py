@@ -16,7 +16,8 @@ import streamlit as st
 
 from molspec_core import checkpoint, textbook
 from molspec_core.chem import SD_RECORD_END
-from molspec_core.io import InputFileError, parse_upload, percent  # percent: the pages' one rounding
+# percent: the pages' one rounding
+from molspec_core.io import InputFileError, is_results_header, parse_upload, percent
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
 from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
 from molspec_core.textbook import Example
@@ -511,6 +512,11 @@ def query_from_file(name: str, data: bytes, task: str) -> str:
         raise InputFileError(f"{name} is larger than {MAX_FILE_MB} MB; the Batch page predicts large files, a query "
                              "per record")
     records = parse_upload(name, data)  # its own errors name the file
+    if len(records.queries) > 1 and is_results_header(records.columns):  # one answer alone is the next step's query
+        raise InputFileError(f"{name} is MolSpec's own answers, {len(records.queries)} records, each an answer of its "
+                             "own and not a molecule of one query: paste the answer to go on from (its SMILES is "
+                             "in the record's smiles field), or predict each on the Batch page, naming the column "
+                             "smiles")
     problem = next((p for p in records.problems if p), None)
     if problem:
         raise InputFileError(f"Cannot read {name}: {problem}")
