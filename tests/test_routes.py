@@ -556,21 +556,3 @@ def test_a_stopped_searchs_time_reads_as_its_search_time_does(tmp_path, monkeypa
     assert "found before the search was stopped, 18.6 s into its 30 s" in at.success[0].value
     assert next(m for m in at.metric if m.label == "Search time").value == "18.7 s"
 
-
-def test_the_caption_says_which_sidebar_toggle_reads_each_molecule_in_several_writings(tmp_path, monkeypatch):
-    """With the sidebar on the forward task, the caption said 'each read in 5 writings (sidebar)': the toggle there is
-    the forward task's, and turning it off changed nothing here. The search reads the retrosynthesis task's."""
-    models = models_with_forward(tmp_path)
-    for task in ("retro", "forward"):  # trained on rooted writings, so that the sidebar offers the toggle
-        config = json.loads((models / task / "config.json").read_text())
-        (models / task / "config.json").write_text(json.dumps({**config, "data_stats": {"augment": 20}}))
-    at = routes_page(models, monkeypatch)
-    at.sidebar.toggle(key=common.writings_key("forward")).set_value(False).run()
-    assert not at.exception
-    caption = next(c.value for c in at.caption if c.value.startswith("Each step asks"))
-    assert ", each read in 5 writings (sidebar, under the Retrosynthesis task)" in caption
-    at.sidebar.radio(key="task").set_value("retro").run()
-    caption = next(c.value for c in at.caption if c.value.startswith("Each step asks"))
-    assert ", each read in 5 writings (sidebar)" in caption
-    at.sidebar.toggle(key=common.writings_key("retro")).set_value(False).run()
-    assert "writings" not in next(c.value for c in at.caption if c.value.startswith("Each step asks"))
