@@ -119,6 +119,10 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
+        if Path(path).is_dir():  # prepare-data --vocab models/forward said "error: Is a directory: models/forward"
+            inside = Path(path) / "vocab.json"
+            hint = f": its vocabulary is {inside}" if inside.is_file() else ""
+            raise ValueError(f"{path} is a folder, not a vocabulary file{hint}")
         try:
             data = json.loads(Path(path).read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # their messages name no file

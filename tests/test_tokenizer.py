@@ -94,6 +94,17 @@ def test_a_vocabulary_file_that_is_no_vocabulary_is_refused_naming_the_file(toke
         Vocab.load(tmp_path / "mine.json")
 
 
+def test_a_model_folder_given_for_its_vocabulary_file_is_named_with_the_file_inside(tmp_path):
+    """prepare-data --vocab models/forward said "error: Is a directory: models/forward"."""
+    Vocab.build(["CCO"]).save(tmp_path / "vocab.json")
+    with pytest.raises(ValueError, match=f"^{tmp_path} is a folder, not a vocabulary file: its vocabulary is "
+                                         f"{tmp_path / 'vocab.json'}$"):
+        Vocab.load(tmp_path)
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'sub'} is a folder, not a vocabulary file$"):
+        (tmp_path / "sub").mkdir()
+        Vocab.load(tmp_path / "sub")
+
+
 @needs_data
 @pytest.mark.parametrize("name", ["src-test.mixed.txt.gz", "tgt-test.txt.gz", "src-valid.mixed.txt.gz"])
 def test_round_trip_on_every_uspto_mit_smiles(name):
