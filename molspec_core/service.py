@@ -63,7 +63,7 @@ MAX_TEMPERATURE = 100.0  # sampling; far past the point where the output is nois
 MIN_TEMPERATURE = 0.01
 MAX_TOKENS_KNOB = 10_000  # top_k and beta: past any vocabulary (an int this big or more overflowed torch's int64)
 MAX_NATS = 1_000.0  # tau and delta: past any log-probability gap a model writes
-MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_best - 1 are used
+MAX_SEED = 2**63 - 1  # what a torch generator takes; seeds seed .. seed + n_best * augment - 1 are used (_sample)
 # A SMILES is printable ASCII. Anything else is refused by name, never dropped: RDKit skips some
 # characters it cannot read, so a Cyrillic 'ССO' would silently become water and a full-width
 # 'Ｃｌ' would vanish from chlorobenzene. ASCII whitespace is allowed here: the ends are trimmed
@@ -194,8 +194,9 @@ def check_sampling(options: SamplingOptions) -> SamplingOptions:
             raise ValueError(f"{name} must be a number of 0 or more, at most {MAX_NATS:g}, not {value}")
     if not 0 <= options.draft_len <= MAX_DRAFT_LEN:
         raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, not {options.draft_len}")
-    if not 0 <= options.seed <= MAX_SEED - MAX_N_BEST:  # room for seed + k, k < n_best
-        raise ValueError(f"seed must be between 0 and {MAX_SEED - MAX_N_BEST}, not {options.seed}")
+    most = MAX_SEED - MAX_N_BEST * MAX_AUGMENT  # room for seed + n_best * writing + k (Predictor._sample)
+    if not 0 <= options.seed <= most:
+        raise ValueError(f"seed must be between 0 and {most}, not {options.seed}")
     # NumPy's numbers as Python's: torch's generator refused numpy.int64 as a seed
     return dataclasses.replace(options, **{name: int(getattr(options, name))
                                            for name in ("top_k", "beta", "seed", "draft_len")},
@@ -858,12 +859,17 @@ class Predictor:
 
     def decode(self, sources: Sequence[Sequence[int]], method: str, n_best: int,
                draft_len: int | None = None, n_drafts: int | None = None,
-               sampling: SamplingOptions | None = None) -> list[DecodeResult]:
-        """Decode token-id sources with a method; the engine-level call the benchmark times."""
+               sampling: SamplingOptions | None = None, writings: bool = False) -> list[DecodeResult]:
+        """Decode token-id sources with a method; the engine-level call the benchmark times.
+        writings: the sources are writings of one query, whose answers are pooled (predict's augment), so that a
+        sampling method draws each writing's samples with seeds of its own (_sample)."""
         row = self.check_method(method)
         drafts = self.resolve(method, draft_len, n_drafts, len(sources))
-        decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs, "sampling": self._sample}
-        return decoders[row.family](sources, row, n_best, drafts, sampling or SamplingOptions())
+        options = sampling or SamplingOptions()
+        if row.family == "sampling":
+            return self._sample(sources, row, n_best, drafts, options, writings)
+        decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs}
+        return decoders[row.family](sources, row, n_best, drafts, options)
 
     # One per family: (sources, method row, n_best, (drafter, draft_len, n_drafts), sampling knobs).
 
@@ -883,9 +889,12 @@ class Predictor:
                                 look_ahead=self.device.type != "cpu")
 
     def _sample(self, sources: Sequence[Sequence[int]], row: Method, n_best: int, drafts: tuple[str, int, int],
-                options: SamplingOptions) -> list[DecodeResult]:
+                options: SamplingOptions, writings: bool = False) -> list[DecodeResult]:
         """n_best independent samples per source (seeds seed, seed+1, ...), duplicates merged, best first;
-        a one-answer method of this loop (relaxed) is deterministic and decoded once."""
+        a one-answer method of this loop (relaxed) is deterministic and decoded once.
+        Sources that are queries share the seeds, so that a query's samples do not hang on its batch-mates; sources
+        that are writings of one query (writings) do not: writing w draws with seeds from seed + n_best * w, as
+        writings drawing on the same random numbers gave samples alike, not the independent ones pooling wants."""
         drafter, length, _ = drafts
         mode = row.name
         if row.drafts == "model" and drafter == "none":
@@ -897,11 +906,12 @@ class Predictor:
         factory = copy_drafts(drafts) if row.drafts == "query" else None
         options = dataclasses.replace(options, draft_len=length)
         results = []
-        for src in sources:
+        for w, src in enumerate(sources):
             stats, seen = DecodeStats(), {}
+            first_seed = options.seed + (n_best * w if writings else 0)
             for k in range(n_best):
                 drawn = sample_decode(self.model, [src], mode, factory,
-                                      dataclasses.replace(options, seed=options.seed + k), draft_model)[0]
+                                      dataclasses.replace(options, seed=first_seed + k), draft_model)[0]
                 stats.add(drawn.stats)
                 hyp = drawn.hypotheses[0]
                 seen.setdefault(hyp.tokens, hyp)
@@ -981,7 +991,7 @@ class Predictor:
                     try:
                         with time_limit(time_limit_s):
                             decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
-                                                             n_drafts, sampling))
+                                                             n_drafts, sampling, writings=True))
                     except QueryTimeout as timeout:
                         error = stopped_message(time_limit_s, len(views))
                         results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,

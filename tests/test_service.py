@@ -980,6 +980,41 @@ def test_a_querys_samples_do_not_depend_on_its_batch_mates(copier, method):
         assert [got[q] for q in queries] == alone, batch_size
 
 
+def test_the_writings_of_one_query_draw_their_samples_with_seeds_of_their_own(copier, monkeypatch):
+    """Read in several writings (augment), a query's writings are the sources of one decode, and every writing drew
+    sample k with seed + k: the same random numbers for each, so the pooled samples were alike, not independent.
+    Writing w draws from seed + n_best * w now; the first writing keeps the seeds it has alone, and a query's seeds
+    still hang on nothing but the seed given."""
+    import molspec_core.service as service
+    from molspec_core.service import MAX_AUGMENT, MAX_N_BEST, MAX_SEED
+
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    seeds: list[int] = []
+    real = service.sample_decode
+
+    def recording(model, sources, mode, factory, options, draft_model=None):
+        seeds.append(options.seed)
+        return real(model, sources, mode, factory, options, draft_model)
+    monkeypatch.setattr(service, "sample_decode", recording)
+    options = SamplingOptions(seed=7, temperature=1.5)
+    first = reader.predict("OCCOc1ccccc1", method="sample", n_best=2, sampling=options, augment=3)
+    assert first.ok and len(seeds) == 6
+    assert seeds == [7, 8, 9, 10, 11, 12]
+    seeds.clear()
+    again = reader.predict("OCCOc1ccccc1", method="sample", n_best=2, sampling=options, augment=3)
+    assert again.predictions == first.predictions  # the same seed, the same answers
+    assert seeds == [7, 8, 9, 10, 11, 12]
+    seeds.clear()
+    reader.predict("OCCOc1ccccc1", method="sample", n_best=2, sampling=options)
+    assert seeds == [7, 8]
+
+    highest = MAX_SEED - MAX_N_BEST * MAX_AUGMENT  # its last writing's last sample draws with at most MAX_SEED
+    assert reader.predict("CCO", method="sample", sampling=SamplingOptions(seed=highest)).ok
+    with pytest.raises(ValueError, match=f"seed must be between 0 and {highest}, not {highest + 1}"):
+        reader.predict("CCO", method="sample", sampling=SamplingOptions(seed=highest + 1))
+
+
 def test_a_smiles_and_then_its_name_is_told_the_smiles_alone_and_a_lower_case_inchi_is_read(copier):
     """A line of a SMILES file pasted whole ('CCO ethanol') was told it reads like a name and to paste a SMILES,
     which it holds; and 'inchi=1S/...' typed in lower case was no InChI."""
