@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save as safetensors_bytes
 
 from .model import ModelConfig, Seq2SeqTransformer, plan_free_attention
 from .tokenizer import SMILES_REGEX, SPECIALS, Vocab
@@ -92,7 +92,9 @@ def save_tensors(tensors: dict[str, torch.Tensor], folder: Path, stem: str = "mo
         weight_map = {name: file for file, shard in zip(names, shards) for name in shard}
         (folder / f"{stem}.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}, indent=1))
     for file, shard in zip(names, shards):
-        save_file(shard, str(folder / file))
+        # written by Python, as the JSON files are: save_file made every weight file readable by its owner alone
+        # (0600), so a model trained or averaged by one user failed to load for another, its config readable
+        (folder / file).write_bytes(safetensors_bytes(shard))
     return names
 
 

@@ -26,6 +26,14 @@ def test_save_load_round_trip_with_shards(tmp_path, monkeypatch):
         assert torch.equal(a, b), name
 
 
+def test_weight_files_get_the_permissions_of_the_json_files_beside_them(tmp_path, monkeypatch):
+    """safetensors' save_file wrote every weight file 0600: a model another user trained or averaged did not load."""
+    folder = tiny_folder(tmp_path / "m", shards=True, monkeypatch=monkeypatch)
+    mode = (folder / "config.json").stat().st_mode
+    weights = sorted(folder.glob("model*.safetensors*"))
+    assert len(weights) > 2 and {path.stat().st_mode for path in weights} == {mode}
+
+
 def test_shipped_models_respect_the_shard_limit():
     from conftest import ROOT
 
