@@ -800,3 +800,17 @@ def test_the_live_form_says_lossy_methods_the_sidebar_does_not_set_run_at_the_en
     at.sidebar.selectbox(key="method").set_value("relaxed").run()
     note = next((c for c in texts(at.caption).split(" | ") if "engine's defaults" in c), "")
     assert method_label("mentored") in note and method_label("relaxed") not in note and "tau" not in note
+
+
+def test_the_sweep_charts_title_fits_a_phone_in_two_lines_and_its_caption_reads_it_whole():
+    """At 390 pixels the sweep chart's one-line title, "Relaxed greedy, SpecDec++ (lossy): accuracy and speed vs tau"
+    (61 characters, about 450 px of 15-px bold), was cut after "accuracy and sp" at the chart's 358 px. It breaks
+    after the method's name now; the caption above the chart reads it as one sentence, without the break."""
+    from views.benchmark import chart_caption, sweep_figure
+
+    points = [{"tau": 0.0, "top1": 0.5, "validity": 1.0, "speedup_vs_greedy": 1.0}]
+    figure = sweep_figure({"method": "relaxed", "knob": "tau", "points": points})
+    lines = figure.layout.title.text.split("<br>")
+    assert max(len(line) for line in lines) <= 40  # at about 7.5 px a character of 15-px bold: 300 px of 358
+    caption = re.sub(r"\\(.)", r"\1", chart_caption(figure))
+    assert "Chart: Relaxed greedy, SpecDec++ (lossy): accuracy and speed vs tau. Lines" in caption

@@ -577,13 +577,15 @@ def sweep_figure(sweep: dict) -> go.Figure:
         figure.add_scatter(x=x, y=[p.get(field) for p in points], name=label, mode="lines+markers")
     figure.add_scatter(x=x, y=[p.get("speedup_vs_greedy") for p in points], name="speedup vs greedy",
                        mode="lines+markers", yaxis="y2", line={"dash": "dash"})
-    title = f"{common.method_label(str(sweep['method']))}: accuracy and speed vs {knob}"
+    # in two lines: in one, a phone's 358-px chart cut it after "Relaxed greedy, SpecDec++ (lossy): accuracy and sp"
+    label = common.method_label(str(sweep["method"]))
+    title = f"{html.escape(label)}:<br>accuracy and speed vs {html.escape(knob)}"
     # An overlaying axis is ticked on the other axis's grid by default (plotly.js's tickmode "sync"): the speedups
     # read 0.196, 0.391, ... The right axis takes round ticks of its own and draws no second grid.
     speed_axis = {"title": "speedup (×)", "overlaying": "y", "side": "right", "rangemode": "tozero",
                   "tickmode": "auto", "nticks": 6, "showgrid": False}
-    figure.update_layout(title=html.escape(title),
-                         xaxis_title=html.escape(knob), height=360, margin={"t": 50, "b": 10},
+    figure.update_layout(title={"text": title, "font": {"size": 15}},
+                         xaxis_title=html.escape(knob), height=380, margin={"t": 70, "b": 10},
                          yaxis={"title": "share of queries", "tickformat": ".0%", "range": [0, 1.05]},
                          yaxis2=speed_axis, legend={"orientation": "h", "y": -0.3})
     return figure
@@ -725,7 +727,7 @@ def chart_caption(figure: go.Figure, values_at: str = TABLE_BELOW) -> str:
     """What a chart plots, in words, for the caption right above it: a screen reader met each Plotly chart as
     unnamed images (its title is text in an SVG, no name), so the caption names the chart and its series and says
     which table holds every value. Plain text, escaped (a method's name comes from the report file)."""
-    title = html.unescape(figure.layout.title.text or "")
+    title = html.unescape((figure.layout.title.text or "").replace("<br>", " "))  # a title in two lines reads as one
     series = [html.unescape(trace.name) for trace in figure.data if trace.name]
     if all(trace.type == "scatter" for trace in figure.data):
         plotted = f"Lines against {html.unescape(figure.layout.xaxis.title.text or 'the knob')}"
