@@ -4,7 +4,8 @@ The driver reads the file with io.read_queries (the one bounded reader, so both 
 the same files) and gives Ray Data the queries as blocks of (row, query) rows, each block a whole
 number of batches. `map_batches` runs on an actor pool: each actor loads one Predictor, once, and
 predicts block after block, each in one `predict` call that cuts it into batches of like length, as the
-single-process path does with its (longer) windows (at batch size 1, the very same decoder calls). Each
+single-process path does with its (longer) windows (at batch size 1, the very same decoder calls; a query a call
+where each is read in several writings, --augment > 1, as there: service.window_size). Each
 query comes back with its input row number and its output rows; the driver puts the user's cells in
 front and writes the rows in input order through io.write_results, the single-process path's writer.
 
