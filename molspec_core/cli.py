@@ -496,7 +496,9 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         query, known = recorded_reaction(args.smiles, predictor.task) or (args.smiles, None)
         result = check(predictor.predict(query, **options))
         if not (result.ok or result.stopped_with_answers):  # a refused query is the user's input: main's boundary,
-            raise ValueError(result.error)  # an `error:` line and exit 2, as a recorded outcome that is no SMILES is
+            # an `error:` line and exit 2, as a recorded outcome that is no SMILES is; a hydride's ions (the one
+            # suggestion there is) are read by a flag, which the refusal offering them to paste did not name
+            raise ValueError(result.error + ("; --ion-writing reads it so" if result.suggestion else ""))
         print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
         from .chem import stereo_notes

@@ -319,9 +319,11 @@ def test_the_command_line_says_which_stereo_marks_were_dropped(capsys):
 
 
 def test_predict_reads_a_hydride_as_ions_only_with_ion_writing(capsys):
+    """The refusal offered the ions' writing to paste, and not the flag that reads the query so: it names both."""
     query = "c1ccc2[nH]ccc2c1.CI.[NaH]"  # NaH as drawing programs write it; USPTO writes [H-].[Na+]
     assert main(["predict", "--model", "forward", "--smiles", query]) == 2
-    assert "the query so written is c1ccc2[nH]ccc2c1.CI.[H-].[Na+]" in capsys.readouterr().err
+    assert "the query so written is c1ccc2[nH]ccc2c1.CI.[H-].[Na+]; --ion-writing reads it so" in \
+        capsys.readouterr().err
     assert main(["predict", "--model", "forward", "--smiles", query, "--ion-writing"]) == 0
     out = capsys.readouterr().out
     assert "query: CI.[H-].[Na+].c1ccc2[nH]ccc2c1" in out and "Cn1ccc2ccccc21" in out
