@@ -558,8 +558,9 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     n_bad, n_stopped = outcomes.rejected, outcomes.stopped
     stopped_note = (f" ({n_stopped} of them stopped at the time limit, with the answers found by then)"
                     if n_stopped else "")
+    see = f" (see the error {'field' if is_sd_name(args.output) else 'column'})" if n_bad else ""
     print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted{stopped_note}, {n_bad} "
-          f"rejected (see the error {'field' if is_sd_name(args.output) else 'column'})"
+          f"rejected{see}"
           + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "")
           + f" -> {output_name(args.output)}")
     if marks is not None:
