@@ -8,7 +8,8 @@ limit has passed. The deadline lives in a context variable, so threads sharing o
 A search in C runs several steps a call: `steps_before_check` sizes each call to the time left, so that the limit
 is kept to within one decoder step. A decoder that can say what it found before the limit raises QueryTimeout with
 it (`found`), so that the work paid for is not lost: beam search, and sbs and sbs-exact when stopped in a call's last
-query (a call of one included; stopped earlier, they say nothing, the later queries never having begun).
+query (a call of one included). Decoders that run a call's queries one after another (sbs, sbs-exact, sampling) and are
+stopped before its last hand on the queries that had ended, the later ones never having begun.
 A caller that may give a whole call up (the server: its client gone, or the server stopping) names why in
 `abandon_when`; the same checks then raise `Abandoned`, which ends the call rather than one query.
 """
@@ -32,7 +33,8 @@ def now() -> float:
 class QueryTimeout(RuntimeError):
     """Decoding ran past its time limit. found: what a decoder that can say so had by then, one entry per
     source (its DecodeResult: the hypotheses finished, then the best live ones unfinished, and the real counts),
-    or () when it cannot; searched: per source, whether its search had ended before the limit (its result whole)."""
+    or per leading source only (those of a decoder that runs them one after another), or () when it cannot;
+    searched: per entry of found, whether its search had ended before the limit (its result whole)."""
 
     def __init__(self, message: str = "time limit reached", found: Sequence[object] = (),
                  searched: Sequence[bool] = ()):

@@ -905,16 +905,19 @@ class Predictor:
         draft_model = self.draft_model if drafter == "model" else None
         factory = copy_drafts(drafts) if row.drafts == "query" else None
         options = dataclasses.replace(options, draft_len=length)
-        results = []
+        results: list[DecodeResult] = []
         for w, src in enumerate(sources):
             stats, seen = DecodeStats(), {}
             first_seed = options.seed + (n_best * w if writings else 0)
-            for k in range(n_best):
-                drawn = sample_decode(self.model, [src], mode, factory,
-                                      dataclasses.replace(options, seed=first_seed + k), draft_model)[0]
-                stats.add(drawn.stats)
-                hyp = drawn.hypotheses[0]
-                seen.setdefault(hyp.tokens, hyp)
+            try:
+                for k in range(n_best):
+                    drawn = sample_decode(self.model, [src], mode, factory,
+                                          dataclasses.replace(options, seed=first_seed + k), draft_model)[0]
+                    stats.add(drawn.stats)
+                    hyp = drawn.hypotheses[0]
+                    seen.setdefault(hyp.tokens, hyp)
+            except QueryTimeout as timeout:  # the sources before this one are whole: handed on, not decoded again
+                raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
             results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))
         return results
 
@@ -1035,7 +1038,9 @@ class Predictor:
         search had ended its result and each other its search as it stood: a query still searching after the
         batch's time, most of it alone once its batch-mates had ended, would not end in its own limit alone, and
         a retry would only run the batch past its time (a route planner's expansion, past its search's limit).
-        Other decoders' batches are decoded again one query at a time."""
+        A decoder that runs its queries one after another (sbs, sampling) and says which leading ones had ended
+        gives those their results; the queries after them, and every query of a decoder that says nothing, are
+        decoded again one at a time."""
         try:
             with time_limit(None if limit_s is None else limit_s * len(sources)):
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
@@ -1046,8 +1051,13 @@ class Predictor:
                         for result, ended in zip(found, timeout.searched)]
             if len(sources) == 1:
                 return [_Stopped(stopped_message(limit_s), None)]
-        return [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
-                for src in sources]
+            kept: list[DecodeResult | _Stopped] = []  # the leading queries that had ended
+            for result, searched in zip(found, timeout.searched):
+                if result is None or not searched:
+                    break
+                kept.append(result)
+        return kept + [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
+                       for src in sources[len(kept):]]
 
     @property
     def augmentable(self) -> bool:

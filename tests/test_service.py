@@ -643,6 +643,25 @@ def test_a_batch_past_its_limit_keeps_the_searches_that_ended(copier, decoder_cl
     assert stopped.stats.model_calls == 5 and [p.finished for p in stopped.predictions] == [False, False, True]
 
 
+@pytest.mark.parametrize("method", ["sample", "spec-sample"])
+def test_a_sampling_batch_stopped_by_the_time_limit_decodes_again_only_the_queries_not_ended(copier, decoder_clock,
+                                                                                              method):
+    """A sampling method draws a batch's queries one after another. Stopped at all, it said nothing, and every query
+    was decoded again alone, the ended ones included: CCO, whose 9 calls fit the batch's time but not its own limit
+    alone, then ended stopped too. The ended queries keep their samples now; only the others are decoded again."""
+    options = SamplingOptions(seed=1)
+    unlimited = copier.predict("CCO", method=method, n_best=3, sampling=options, time_limit_s=None)
+    decoder_clock["seconds"] = 0.0
+    done, *stopped = copier.predict(["CCO", SLOW, SLOW + "CC"], method=method, n_best=3, sampling=options,
+                                    time_limit_s=4)
+    assert unlimited.stats.model_calls == 9 and done.stats.model_calls == 9
+    # CCO's 9 calls, SLOW's 3 and the one past the batch's 12 s; then SLOW alone (4 s: 4 calls and the one that
+    # finds them passed), then SLOW + "CC" alone (the same); CCO is not decoded again
+    assert decoder_clock["seconds"] == 13 + 5 + 5
+    assert done.ok and done.predictions == unlimited.predictions
+    assert all(not r.ok and "time limit" in r.error for r in stopped)
+
+
 def test_time_limit_must_be_positive(copier):
     with pytest.raises(ValueError, match="time_limit_s"):
         copier.predict("CCO", time_limit_s=0)

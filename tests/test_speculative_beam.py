@@ -200,3 +200,26 @@ def test_a_batch_stopped_in_its_last_query_keeps_the_queries_before_it(copier, m
     with pytest.raises(QueryTimeout) as stop, time_limit(3.5):
         speculative_beam(copier.model, ids, 3, drafts("lookup", 4), exact=True)
     assert stop.value.found == () and stop.value.searched == ()
+
+
+def test_a_batch_stopped_before_its_last_query_decodes_again_only_the_queries_not_ended(copier, monkeypatch):
+    """Stopped in a query before the batch's last, speculative_beam said nothing, and every query was decoded again
+    alone, the ended ones included: CCO, whose 4 calls fit the batch's time but not its own limit alone, then ended
+    stopped too. The ended queries are handed on now and keep their answers; only the others are decoded again."""
+    clock = decoder_clock(copier.model, monkeypatch)
+    unlimited = copier.predict("CCO", method="sbs-exact", n_best=3, time_limit_s=None)
+    clock["seconds"] = 0.0
+    done, *stopped = copier.predict(["CCO", SLOW, SLOW + "CC"], method="sbs-exact", n_best=3, time_limit_s=2.5)
+    # CCO's 4 calls and SLOW's 3 and the one past the batch's 7.5 s; then SLOW alone (2.5 s: 2 calls and the one
+    # that finds them passed), then SLOW + "CC" alone (the same); CCO is not decoded again
+    assert clock["seconds"] == 8 + 3 + 3
+    assert done.ok and [p.tokens for p in done.predictions] == [p.tokens for p in unlimited.predictions]
+    assert all(not r.ok and "time limit" in r.error for r in stopped)
+
+    ids = [copier.prepare(text, False).ids for text in ("CCO", SLOW, "CCO")]
+    alone = speculative_beam(copier.model, ids[:1], 3, drafts("lookup", 4), exact=True)[0]
+    clock["seconds"] = 0.0
+    with pytest.raises(QueryTimeout) as stop, time_limit(6.5):
+        speculative_beam(copier.model, ids, 3, drafts("lookup", 4), exact=True)
+    assert len(stop.value.found) == 1 and stop.value.searched == (True,)
+    assert stop.value.found[0].hypotheses == alone.hypotheses

@@ -374,7 +374,8 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
     only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks.
     At the time limit (limits.py) in the last query, the one of a call of one, it raises QueryTimeout with what
     was found, as beam search does: the queries before it whole, and its finished hypotheses, then its live ones,
-    unfinished, with its real counts. Stopped in an earlier query, it says nothing: the later ones never began."""
+    unfinished, with its real counts. Stopped in an earlier query, it hands on the queries before it alone, whole:
+    the later ones never began."""
     check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
     n_best = answers_wanted(width, n_best)
     results: list[DecodeResult] = []
@@ -390,7 +391,7 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
             results.append(search.result(started))
         except QueryTimeout as timeout:
             if len(results) < len(sources) - 1:
-                raise
+                raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
             found = search.stopped(started) if search is not None else DecodeResult([])
             raise QueryTimeout(str(timeout), found=[*results, found], searched=[True] * len(results) + [False]) \
                 from None
