@@ -668,7 +668,7 @@ def _embedded(mol: Chem.Mol, seed: int, deadline: float) -> list[Point3D] | None
 
 
 def viewer_html(molblock: str, js_url: str, height: int = 400) -> str:
-    """A self-contained page that shows a molblock as sticks with 3Dmol.js loaded from `js_url`.
+    """A self-contained page that shows a molblock as balls and sticks with 3Dmol.js loaded from `js_url`.
 
     The molblock goes into a script as JSON; RDKit molblocks hold no '<', and we refuse any that
     does so no text can close the script tag.

@@ -71,7 +71,7 @@ def test_the_3d_view_is_named_by_what_it_shows(copy_models, monkeypatch):
     assert_clean(at)
     answer = at.session_state["shown"].result.predictions[0].smiles
     [frame] = at.get("iframe")
-    assert frame.proto.alt == f"3D model of {answer}, as sticks: a mouse rotates and zooms it"
+    assert frame.proto.alt == f"3D model of {answer}, as balls and sticks: a mouse rotates and zooms it"
     at.selectbox(key="view3d_1").set_value("Query molecule: Oc1ccncc1Cl").run()
     assert at.get("iframe")[0].proto.alt.startswith("3D model of Oc1ccncc1Cl,")
 

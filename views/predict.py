@@ -827,7 +827,7 @@ def show_3d(shown: Shown, rank: int) -> None:
 
 def viewer_title(smiles: str) -> str:
     """The 3D view's accessible name: what it shows (a long SMILES as its formula, depict.smiles_in_words)."""
-    return f"3D model of {depict.smiles_in_words(smiles)}, as sticks: a mouse rotates and zooms it"
+    return f"3D model of {depict.smiles_in_words(smiles)}, as balls and sticks: a mouse rotates and zooms it"
 
 
 # ---- this session's queries --------------------------------------------------------------------
