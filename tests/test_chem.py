@@ -35,6 +35,18 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CI.CC1CCCCC1N", "C[C@@H]1CCCC[C@H]1N", "retro", ("contains the product itself but for its stereo",)),
     ("CC(=O)N[C@@H](C)C(=O)O", "CC(=O)Cl.C[C@H](N)C(=O)O", "forward", ()),  # a new molecule, whatever its stereo
     ("C[C@H](N)C(=O)O.CC(=O)O", "C[C@H](NC(C)=O)C(=O)O", "retro", ()),
+    # a salt of the query's base and a strong acid is its formation, as USPTO-MIT records it (imatinib mesylate), not a
+    # reactant given back: such answers were flagged 'an unchanged reactant'
+    ("CN1CCN(Cc2ccccc2)CC1.CS(=O)(=O)O", "CCO.CN1CCN(Cc2ccccc2)CC1.CS(=O)(=O)O", "forward", ()),
+    ("CN1CCN(Cc2ccccc2)CC1.Cl", "CN1CCN(Cc2ccccc2)CC1.Cl.ClCCl", "forward", ()),
+    ("CN1CCN(Cc2ccccc2)CC1.O=P(O)(O)O", "CN1CCN(Cc2ccccc2)CC1.CO.O=P(O)(O)O", "forward", ()),
+    # the whole query given back is none (a Boc-amine and HCl), nor the product itself
+    ("CC(C)(C)OC(=O)N1CCNCC1.Cl", "CC(C)(C)OC(=O)N1CCNCC1.Cl", "forward", ("same as the query",)),
+    ("CN1CCN(Cc2ccccc2)CC1.Cl", "CN1CCN(Cc2ccccc2)CC1.Cl", "retro", ("same as the query",)),
+    # but not a by-product's salt (the base not the query's main molecule), a base without nitrogen, a weak acid
+    ("CCN(CC)CC.Cl", "CC(=O)Cl.CCN(CC)CC.Cl.NCc1ccccc1", "forward", ("an unchanged reactant",)),
+    ("CC(=O)Oc1ccccc1.CS(=O)(=O)O", "CC(=O)Oc1ccccc1.CCO.CS(=O)(=O)O", "forward", ("an unchanged reactant",)),
+    ("CC(=O)O.NCc1ccccc1", "CC(=O)O.CCN(CC)CC.NCc1ccccc1", "forward", ("an unchanged reactant",)),
 ])
 def test_answer_concerns(answer, query, task, concerns):
     assert answer_concerns(answer, query, task) == concerns
