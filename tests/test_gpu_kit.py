@@ -433,6 +433,8 @@ def test_speed_leaves_out_an_engine_beside_itself_and_refuses_one_named_twice(ki
     the second load replacing the first. The CLI's bench rule (cli.check_other_engine, cli.engine_names) applies:
     such an engine is named and left out, as one this machine cannot run is, and a name given twice is refused before
     anything loads."""
+    import torch
+
     from molspec_core import bench
     from molspec_core.service import Predictor
 
@@ -445,8 +447,9 @@ def test_speed_leaves_out_an_engine_beside_itself_and_refuses_one_named_twice(ki
     monkeypatch.setattr(bench, "markdown_table", lambda report: "")
     monkeypatch.setattr(bench, "save_report", lambda *args, **kwargs: None)
     model = ROOT / "tests" / "fixtures" / "copy_model"
-    own = Predictor.load(model, "cpu").engine  # the kit's rows: engine auto
-    other = "torch" if own != "torch" else "numpy"
+    cuda = torch.cuda.is_available()  # the kit's device
+    own = Predictor.load(model, "cuda" if cuda else "cpu").engine  # the kit's rows: engine auto (torch on CUDA)
+    other = "graphs" if cuda else "torch"  # an engine beside auto's there
     common = ["speed", "--task", "forward", "--model", str(model), "--out", str(tmp_path), "--batch-size", "1"]
     kit.main([*common, "--engines", f"auto,{other}"])
     assert f"engine auto left out: --engines auto runs the decoder calls on the {own} engine here" in \
