@@ -103,3 +103,14 @@ def test_decode_records_what_decoded_the_answers_and_score_says_it(tool, tmp_pat
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"answers of {FIXTURES / 'copy_model'} (beam, 2 a writing, 1 writing(s), float32)")
     assert out[1].startswith("2 queries, 0 refused")
+
+
+def test_sampled_writings_draw_the_seeds_predict_gives_them(tool, reader):
+    """A sampling method's writings draw with seeds of their own, as predict's (74d3de0): the saved answers pooled
+    are the app's for the same seed, not those of writings that all drew the first writing's samples."""
+    queries = ["OCCOc1ccccc1", "CC(=O)Nc1ccc(O)cc1"]
+    rows = list(tool.decode_rows(reader, queries, queries, augment=4, method="sample", n_best=3))
+    for query, row in zip(queries, rows):
+        app = reader.predict(query, method="sample", n_best=3, augment=4)
+        assert [answer for answer, _ in tool.pooled(row["writings"], POOL_POWER)[:3]] == [
+            p.smiles for p in app.in_model_order()]

@@ -62,10 +62,10 @@ def decode_rows(predictor: Predictor, sources: Sequence[str], targets: Sequence[
             yield {**row, "error": str(exc)}
             continue
         views = predictor._views(query, augment)
-        decoded = predictor._decode_limited([v.ids for v in views], method, n_best, None, None, None, None)
+        decoded = predictor.decode([v.ids for v in views], method, n_best, writings=True)  # seeds as predict's
         yield {**row, "writings": [[(p.smiles, p.score, p.sane)
                                     for p in predictor._predictions(view, result, query.canonical)]
-                                   for view, result in zip(views, decoded) if not isinstance(result, str)]}
+                                   for view, result in zip(views, decoded)]}
 
 
 def score_rows(rows: Sequence[dict], power: float, n_best: int = 5) -> dict:
