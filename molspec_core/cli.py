@@ -1194,16 +1194,17 @@ def engine_names(text: str) -> list[str]:
 
 
 def check_other_engine(name: str, runs_on: str, main_name: str, main_runs_on: str,
-                       loaded: dict[str, Predictor]) -> None:
+                       loaded: dict[str, Predictor], main: str = "--engine") -> None:
     """Refuse an engine of --engines (`name`, whose decoder calls run on `runs_on`) that runs them on the engine
-    --engine's do (`main_name`, `main_runs_on`) or another of --engines' (`loaded`, itself among them): its rows
-    timed an engine beside itself as a speedup (--engines auto beside --engine auto, greedy@auto '1.15x' greedy)."""
-    same = [f"--engine {main_name}"] if runs_on == main_runs_on else []
+    --engine's do (`main_name`, `main_runs_on`; `main` names them where no --engine flag does: tools/gpu_kit.py) or
+    another of --engines' (`loaded`, itself among them): its rows timed an engine beside itself as a speedup
+    (--engines auto beside --engine auto, greedy@auto '1.15x' greedy)."""
+    same = [f"{main} {main_name}"] if runs_on == main_runs_on else []
     same += [f"--engines' {other}" for other, each in loaded.items() if other != name and each.engine == runs_on]
     if same:
         raise ValueError(f"--engines {name} runs the decoder calls on the {runs_on} engine here, as {same[0]} does, so "
-                         "its rows would time an engine beside itself: give --engines engines other than --engine's "
-                         f"and each other's (--engine {main_name} runs on {main_runs_on})")
+                         f"its rows would time an engine beside itself: give --engines engines other than {main}'s "
+                         f"and each other's ({main} {main_name} runs on {main_runs_on})")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

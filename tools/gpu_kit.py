@@ -574,7 +574,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
     for name in args.engines:
         try:
             engines[name] = Predictor.load(str(model_dir), device, engine=name)
-            check_other_engine(name, engines[name].engine, "auto", predictor.engine, engines)
+            check_other_engine(name, engines[name].engine, "auto", predictor.engine, engines, main="the kit's engine")
         except ValueError as exc:
             engines.pop(name, None)
             print(f"engine {name} left out: {exc}", flush=True)
