@@ -639,8 +639,9 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
     """Why a valid (canonical) answer is not a sane answer to `query` (canonical), or () when none:
     it repeats the query, it is an unchanged reactant (forward; the query's base beside a strong acid of it is the
     salt they make, _salt_formed), it contains the product (retro), either
-    of the last two but for stereo marks, its atoms cannot balance (a product atom no reactant has), or a
-    molecule in it has unpaired electrons on a non-metal (a radical) or an O-O-O chain."""
+    of the last two but for stereo marks, its atoms cannot balance (a product atom no reactant has), a
+    molecule in it has unpaired electrons on a non-metal (a radical) or an O-O-O chain, or (forward) it carries a net
+    charge."""
     concerns = []
     parts = set(answer.split("."))
     query_parts = set(query.split("."))
@@ -671,6 +672,11 @@ def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
             concerns.append("unpaired electrons (a radical)")
         if mol.HasSubstructMatch(_OXYGEN_CHAIN):
             concerns.append("an O-O-O chain")
+        # A product in a flask carries no net charge: USPTO-MIT writes a salt's both ions (0.2% of its recorded test
+        # products, its noise, carry one), and the forward model gave a saponification's carboxylate alone, sane.
+        # (USPTO-50K's reactants leave a Grignard's or an azide's counter-ion out: not for retrosynthesis.)
+        if task == "forward" and (charge := Chem.GetFormalCharge(mol)):
+            concerns.append(f"a net charge of {charge:+d} (an ion without its counter-ion)")
     return tuple(concerns)
 
 

@@ -47,6 +47,13 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CCN(CC)CC.Cl", "CC(=O)Cl.CCN(CC)CC.Cl.NCc1ccccc1", "forward", ("an unchanged reactant",)),
     ("CC(=O)Oc1ccccc1.CS(=O)(=O)O", "CC(=O)Oc1ccccc1.CCO.CS(=O)(=O)O", "forward", ("an unchanged reactant",)),
     ("CC(=O)O.NCc1ccccc1", "CC(=O)O.CCN(CC)CC.NCc1ccccc1", "forward", ("an unchanged reactant",)),
+    # a product carries no net charge: a saponification's carboxylate alone (the forward model's, sane), or a
+    # quaternary ammonium without its iodide; a reactant set may (USPTO-50K leaves an azide's counter-ion out)
+    ("CC(C)(CC(F)(F)F)C(=O)[O-]", "CCOC(=O)C(C)(C)CC(F)(F)F.CO.O.[Li+].[OH-]", "forward",
+     ("a net charge of -1 (an ion without its counter-ion)",)),
+    ("C[N+](C)(C)C", "CI.CN(C)C", "forward", ("a net charge of +1 (an ion without its counter-ion)",)),
+    ("C[N+](C)(C)C.[I-]", "CI.CN(C)C", "forward", ()),
+    ("ClCc1ccccc1.[N-]=[N+]=[N-]", "[N-]=[N+]=NCc1ccccc1", "retro", ()),
 ])
 def test_answer_concerns(answer, query, task, concerns):
     assert answer_concerns(answer, query, task) == concerns
