@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "--input-format says)")
     p.add_argument("--input-format", choices=READ_AS, help="read --input as this, whatever its name says (a CSV "
                    "named .dat, or standard input)")
-    p.add_argument("--column", help="CSV or workbook column holding the queries")
+    p.add_argument("--column", help="CSV or workbook column, or SD file data field, holding the queries")
     p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
                    "answer (the recorded product, or reactants): a matches_known column marks the row that gives "
                    "it, and a line says how often it comes first or among the answers. Queries written as "
@@ -1338,7 +1338,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atoms: bool) -> None:
     """A plan's routes to its JSON and CSV, and its summary on the screen (a stopped search's too)."""
     from .io import write_csv
-    from .planning import ROUTE_COLUMNS, failure_note, no_route, route_rows, route_stereo, routes_json
+    from .planning import (ROUTE_COLUMNS, failure_note, no_route, route_rows, route_stereo, routes_json,
+                           starting_materials_text)
 
     write_text_file(out, json.dumps(routes_json(result), indent=2))
     write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
@@ -1351,7 +1352,8 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
     for note in result.target_notes:
         print(f"note: {note}")
-    print(f"{stats.algorithm}, {stats.time_s:.1f} s: {counts.molecules} molecules expanded "
+    expanded = f"{counts.molecules} molecule{'s' * (counts.molecules != 1)} expanded"
+    print(f"{stats.algorithm}, {stats.time_s:.1f} s: {expanded} "
           f"({counts.decoder_calls} decoder calls), {counts.kept} of {counts.answers} proposed reactant sets used "
           f"({counts.missing_atoms} sane ones lacked atoms of their product: "
           f"{'used, --allow-missing-atoms' if allow_missing_atoms else 'skipped'}), {stats.nodes} search nodes")
@@ -1364,7 +1366,7 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     if not result.routes:
         print(no_route(stats))
     for rank, route in enumerate(result.routes, start=1):
-        starting = ", ".join(m.smiles for m in route.starting_materials())
+        starting = starting_materials_text(route)  # 'O=Cc1ccccc1 (used twice)': route 7 read as route 1
         steps = f"{route.n_steps} step{'s' * (route.n_steps != 1)}"
         print(f"route {rank}: {steps}, probability {math.exp(route.score):.3g} (score {route.score:.2f}); from "
               f"{starting}")
@@ -1391,6 +1393,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from .data import DEFAULT_DATA, prepare
     from .tokenizer import Vocab
 
+    if args.vocab and not Path(args.vocab).exists():  # said only 'No such file or directory: nothere.json'
+        raise ValueError(f"--vocab {args.vocab}: does not exist (a model's vocab.json, e.g. models/forward/vocab.json)")
     vocab = Vocab.load(Path(args.vocab)) if args.vocab else None
     stats = prepare(args.task, Path(args.data) if args.data else DEFAULT_DATA, Path(args.out), args.n_val,
                     args.workers, args.augment, vocab, args.rooted, args.val_rest, args.rows_before)

@@ -1718,6 +1718,32 @@ def test_plan_names_under_each_route_the_steps_that_fail_the_round_trip(tmp_path
     assert printed[first + 3].startswith("route 3:") and printed[first + 4].startswith("->")
 
 
+def test_plan_summary_counts_a_compound_the_steps_use_twice_and_one_molecule_expanded(tmp_path, capsys):
+    """Ethyl (Z)-cinnamate's route 7 (a phosphonate and two benzaldehydes) read 'from' exactly as route 1 (one
+    benzaldehyde): the page said 'used twice' since 4982b72, the summary did not; and one molecule read 'molecules'."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import (ExpansionCounts, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep,
+                                       SearchStats)
+
+    ester, aldehyde, phosphonate = "CCOC(=O)/C=C\\c1ccccc1", "O=Cc1ccccc1", "CCOC(=O)CP(=O)(OCC)OCC"
+    once = RouteStep(ester, (RouteMolecule(phosphonate, True), RouteMolecule(aldehyde, True)), -0.5, 1)
+    twice = RouteStep(ester, (RouteMolecule(phosphonate, True), RouteMolecule(aldehyde, True),
+                              RouteMolecule(aldehyde, True)), -4.0, 9)
+    routes = tuple(Route(RouteMolecule(ester, False, step), step.score) for step in (once, twice))
+    stats = SearchStats("retro*", 1.0, 2.0, 1, 9, counts=ExpansionCounts(molecules=1))
+    report_plan(PlanResult(ester, routes, stats, "retro", None, "stock", 2, settings=PlanSettings()),
+                tmp_path / "r.json", tmp_path / "r.csv", False)
+    printed = capsys.readouterr().out
+    assert "retro*, 1.0 s: 1 molecule expanded (" in printed
+    assert printed.count(f"from {phosphonate}, {aldehyde}\n") == 1
+    assert f"from {phosphonate}, {aldehyde} (used twice)\n" in printed
+
+
+def test_a_missing_prepare_data_vocab_is_named_with_its_flag(tmp_path, capsys):
+    expect_refused(["prepare-data", "--task", "forward", "--out", tmp_path / "d", "--vocab", tmp_path / "none.json"],
+                   capsys, "--vocab")
+
+
 def test_a_bench_output_in_a_missing_folder_is_refused_before_the_run(pair_files, capsys, no_model_load):
     """It once failed after the whole run, and the run's JSON was lost."""
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--methods", "greedy",
