@@ -346,12 +346,21 @@ def several_products_note(task: str, canonical_query: str) -> str:
             f"answers. To take apart the main product alone, predict {main_molecule(canonical_query)}.")
 
 
-def stopped_message(limit_s: float | None, writings: int = 1) -> str:
-    """The error of a query still decoding at its time limit (`writings`: the writings it was read in)."""
+def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n_best: int = 1) -> str:
+    """The error of a query still decoding at its time limit (`writings`: the writings it was read in), with the
+    ways to fit it that the `method` and `n_best` it ran with leave: a greedy run was told to try greedy, and
+    none was offered a longer limit."""
+    ways = (["greedy"] + ["a smaller n_best"] * (n_best > 1)) if method_row(method).many else []
     if writings > 1:
-        return (f"stopped after the {limit_s:g} s time limit per query (its {writings} writings together); try "
-                "greedy, a smaller n_best or fewer writings")
-    return f"stopped after the {limit_s:g} s time limit per query; try greedy or a smaller n_best"
+        ways.append("fewer writings")
+    if limit_s < MAX_TIME_LIMIT_S:
+        ways.append("a longer time limit")
+    stopped = f"stopped after the {limit_s:g} s time limit per query"
+    if writings > 1:
+        stopped += f" (its {writings} writings together)"
+    if not ways:
+        return stopped
+    return f"{stopped}; try {', '.join(ways[:-1])} or {ways[-1]}" if len(ways) > 1 else f"{stopped}; try {ways[0]}"
 
 
 def timed(result: DecodeResult, seconds: float | None) -> DecodeResult:
@@ -996,7 +1005,7 @@ class Predictor:
                             decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
                                                              n_drafts, sampling, writings=True))
                     except QueryTimeout as timeout:
-                        error = stopped_message(time_limit_s, len(views))
+                        error = stopped_message(time_limit_s, len(views), method, n_best)
                         results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
                                                   error=error) if len(timeout.found) != len(views) else
                                       dataclasses.replace(self._pooled(texts[i], views, list(timeout.found), method,
@@ -1046,11 +1055,12 @@ class Predictor:
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
         except QueryTimeout as timeout:
             found = [result if isinstance(result, DecodeResult) else None for result in timeout.found]
+            stopped = stopped_message(limit_s, 1, method, n_best)  # type: ignore[arg-type]  # a timeout had a limit
             if len(found) == len(sources):
-                return [result if ended else _Stopped(stopped_message(limit_s), result)  # type: ignore[misc]
+                return [result if ended else _Stopped(stopped, result)  # type: ignore[misc]
                         for result, ended in zip(found, timeout.searched)]
             if len(sources) == 1:
-                return [_Stopped(stopped_message(limit_s), None)]
+                return [_Stopped(stopped, None)]
             kept: list[DecodeResult | _Stopped] = []  # the leading queries that had ended
             for result, searched in zip(found, timeout.searched):
                 if result is None or not searched:

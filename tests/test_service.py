@@ -13,7 +13,8 @@ from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
 from molspec_core.io import RESULT_COLUMNS, output_header, result_rows
 from molspec_core.methods import METHODS, SamplingOptions, of_family, readers_of
-from molspec_core.service import MAX_QUERY_CHARS, TIMED_OUT, Prediction, Predictor, QueryResult, rank_answers
+from molspec_core.service import (MAX_QUERY_CHARS, MAX_TIME_LIMIT_S, TIMED_OUT, Prediction, Predictor, QueryResult,
+                                  rank_answers, stopped_message)
 
 GREEDY_METHODS = of_family("greedy")
 
@@ -619,6 +620,27 @@ def test_a_beam_stopped_by_the_time_limit_keeps_what_it_found_and_its_calls(copi
     # Two live hypotheses of 4 tokens, marked, and one the model had ended (an empty answer: it is a small model)
     assert [(p.smiles, p.finished, p.concerns) for p in result.predictions] == [
         ("NOON", False, (TIMED_OUT,)), ("NNON", False, (TIMED_OUT,)), ("", True, ())]
+
+
+@pytest.mark.parametrize(("method", "n_best", "advice"), [
+    ("greedy", 1, "try a longer time limit"),  # it said "try greedy or a smaller n_best" to greedy at n_best 1
+    ("spec-lookup", 1, "try a longer time limit"),
+    ("beam", 3, "try greedy, a smaller n_best or a longer time limit"),
+    ("beam", 1, "try greedy or a longer time limit"),
+])
+def test_a_query_past_its_time_limit_is_told_what_would_fit_its_method(copier, decoder_clock, method, n_best, advice):
+    """The error of a query past its time limit offered greedy and a smaller n_best to a greedy run, whatever it
+    ran with, and never a longer time limit, the one way left to a greedy query."""
+    result = copier.predict(SLOW, method=method, n_best=n_best, time_limit_s=2)
+    assert result.error == f"stopped after the 2 s time limit per query; {advice}"
+
+
+def test_a_time_limit_at_its_most_is_not_told_to_grow():
+    """A longer limit than the most there is cannot be given; with nothing else left the message says only why."""
+    assert stopped_message(MAX_TIME_LIMIT_S) == f"stopped after the {MAX_TIME_LIMIT_S:g} s time limit per query"
+    assert stopped_message(5, writings=4, method="sample", n_best=2) == (
+        "stopped after the 5 s time limit per query (its 4 writings together); try greedy, a smaller n_best, fewer "
+        "writings or a longer time limit")
 
 
 def test_a_beam_stopped_at_its_first_call_has_no_empty_answer(copier, decoder_clock):
