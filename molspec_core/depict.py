@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 
 from rdkit import Chem
-from rdkit.Chem import AllChem, rdDepictor
+from rdkit.Chem import AllChem, rdCIPLabeler, rdDepictor
 from rdkit.Chem.Draw import rdMolDraw2D
 from rdkit.Geometry import Point2D, Point3D
 
@@ -400,10 +400,30 @@ def _radical_carbons_labelled(mol: Chem.Mol) -> Chem.Mol:
     return mol
 
 
+# The CIP labeler's recursive comparisons at most (RDKit: 1,250,000 take about a second; most molecules need fewer
+# than 10,000): a highly symmetric one is drawn with RDKit's legacy labels rather than hold the page.
+CIP_COMPARISONS = 250_000
+
+
+def _cip_labelled(mol: Chem.Mol) -> Chem.Mol:
+    """A copy of `mol` with its stereo labels (R/S, r/s, E/Z) from RDKit's CIP labeler, which the drawing's
+    annotations then show; `mol` itself where the labeler gives up (CIP_COMPARISONS), drawn with RDKit's legacy labels.
+    Those rank neighbours by an approximation of the CIP rules: 103 of USPTO-50K's 2,077 test and validation products
+    with stereo were labelled otherwise, a pyrrolidine's (S)-centre drawn as (R), and a trans-1,4-cyclohexane's
+    (1r,4r) centres not at all."""
+    labelled = Chem.Mol(mol)
+    try:
+        rdCIPLabeler.AssignCIPLabels(labelled, maxRecursiveIterations=CIP_COMPARISONS)
+    except RuntimeError:  # "Max Iterations Exceeded in CIP label calculation"
+        return mol
+    return labelled
+
+
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
-    """SVG of a molecule, its fragments apart (laid_out), its metal atoms without radical dots and its carbon
-    radicals labelled; atoms in `atom_colours` (and bonds between two of them) are highlighted."""
-    mol = laid_out(_radical_carbons_labelled(_without_metal_radicals(mol)), width, height)
+    """SVG of a molecule, its fragments apart (laid_out), its stereo labelled by the CIP rules (_cip_labelled), its
+    metal atoms without radical dots and its carbon radicals labelled; atoms in `atom_colours` (and bonds between two
+    of them) are highlighted."""
+    mol = laid_out(_radical_carbons_labelled(_without_metal_radicals(_cip_labelled(mol))), width, height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
     options.addStereoAnnotation = True
