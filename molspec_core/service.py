@@ -54,6 +54,7 @@ MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the ret
 MAX_N_BEST = 50  # answers per query (the beam width of beam search and its kin)
 MAX_DRAFT_LEN = 64  # tokens in one draft
 MAX_N_DRAFTS = 64  # drafts verified in one decoder call
+DEFAULT_METHOD = "greedy"  # Predictor.predict's, where none is named (so the command line's and HTTP's)
 DEFAULT_TIME_LIMIT_S = 60.0  # per query; a USPTO query takes well under a second with greedy on a CPU
 # A day per query: past any decode; None is no limit. 1e308 (and infinity) overflowed to infinity inside the C search.
 MAX_TIME_LIMIT_S = 86_400.0
@@ -320,8 +321,11 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
     if not 1 <= n_best <= MAX_N_BEST:
         raise ValueError(f"n_best must be between 1 and {MAX_N_BEST}, not {n_best}")
     if not row.many and n_best != 1:
+        # said as the option is named everywhere (--method, method=, "method"): greedy given by default left it unknown
+        unnamed = f"; {DEFAULT_METHOD} is the method taken where none is named" if method == DEFAULT_METHOD else ""
         raise ValueError(f"{method} returns one prediction; for {n_best} use beam or another method that returns "
-                         f"several: {', '.join(m for m, r in METHODS.items() if r.many)}")
+                         f"several: {', '.join(m for m, r in METHODS.items() if r.many and not r.benchmark_only)} "
+                         f"(name it as the method{unnamed})")
     # a knob given that the method does not read decoded as if not given, taken for a setting that counted
     for knob in unread_knobs(method, draft_len, n_drafts, sampling)[:1]:
         raise ValueError(f"{method} does not read {knob}; the methods that do: {readers_of(knob)}")
@@ -943,7 +947,7 @@ class Predictor:
                 time_limit_s: float | None = ..., augment: int = ...,
                 ion_writing: bool = ...) -> list[QueryResult]: ...
 
-    def predict(self, smiles: str | Iterable[str], method: str = "greedy", n_best: int = 1,
+    def predict(self, smiles: str | Iterable[str], method: str = DEFAULT_METHOD, n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE, sampling: SamplingOptions | None = None,
                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, augment: int = 1,

@@ -380,6 +380,22 @@ def test_wrong_options_raise(copier):
         copier.predict("CCO", method="greedy", n_best=3)
 
 
+@pytest.mark.parametrize(("method", "said"), [
+    ("greedy", "(name it as the method; greedy is the method taken where none is named)"),
+    ("spec-lookup", "(name it as the method)"),
+])
+def test_a_one_answer_method_asked_for_several_is_told_how_to_change_it(copier, method, said):
+    """Asked for 5 answers with greedy only by default, a user read "greedy returns one prediction; for 5 use beam"
+    and was not told that the method is the option to set; the list also offered beam-uncached, a timing baseline.
+    Worded for every front end, the option as each names it (--method, method=, "method")."""
+    with pytest.raises(ValueError) as refused:
+        copier.predict("CCO", method=method, n_best=5)
+    several = ", ".join(m for m, row in METHODS.items() if row.many and not row.benchmark_only)
+    assert str(refused.value) == f"{method} returns one prediction; for 5 use beam or another method that returns " \
+                                 f"several: {several} {said}"
+    assert "beam-uncached" not in str(refused.value)
+
+
 @pytest.mark.parametrize("options, message", [
     ({"method": "beam", "n_best": 1.5}, "n_best must be a whole number, not 1.5"),
     ({"method": "beam", "n_best": True}, "n_best must be a whole number, not True"),
