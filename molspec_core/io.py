@@ -359,7 +359,7 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
                                  f"{_expected(column)}")
         found = header_of(top, column, task)
         if found is None:
-            first, advice = shown_cells(top[0]), _no_header_advice(top, column)
+            first, advice = shown_cells(top[0]), _no_header_advice(top, column) or _another_name(column)
             raise InputFileError(f"the CSV needs a column named {_expected(column)} in a header line (the first line, "
                                  f"or one of the first {HEADER_ROWS} under titles); its first line has {first} (cells "
                                  f"split at commas; semicolons and tabs were tried too){advice}")
@@ -491,6 +491,13 @@ def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: 
     return advice
 
 
+def _another_name(column: str | None) -> str:
+    """How to read a table whose queries are under a name of its own, where none was given: the refusal listed the
+    names it looks for, not that a column can be named (each front end takes one: a command's column option, the
+    Batch page's column box, read_queries' `column`)."""
+    return "" if column else "; where the SMILES are under another name, give that column's name"
+
+
 def _expected(column: str | None) -> str:
     return repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
 
@@ -598,7 +605,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         raise InputFileError(f"{name} cannot be read as an Excel workbook: {type(exc).__name__}: {exc}") from None
     raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column)} (its first row, "
                          f"or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
-                         f"{'; '.join(headers) or 'nothing'}{advice}")
+                         f"{'; '.join(headers) or 'nothing'}{advice or _another_name(column)}")
 
 
 def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]
