@@ -1009,7 +1009,7 @@ class Predictor:
                             decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
                                                              n_drafts, sampling, writings=True))
                     except QueryTimeout as timeout:
-                        error = stopped_message(time_limit_s, len(views), method, n_best)
+                        error = stopped_message(time_limit_s, len(views), method, n_best)  # type: ignore[arg-type]
                         results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
                                                   error=error) if len(timeout.found) != len(views) else
                                       dataclasses.replace(self._pooled(texts[i], views, list(timeout.found), method,
