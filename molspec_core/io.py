@@ -493,9 +493,12 @@ def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: 
 
 def _another_name(column: str | None) -> str:
     """How to read a table whose queries are under a name of its own, where none was given: the refusal listed the
-    names it looks for, not that a column can be named (each front end takes one: a command's column option, the
-    Batch page's column box, read_queries' `column`)."""
-    return "" if column else "; where the SMILES are under another name, give that column's name"
+    names it looks for, not that a column can be named (a command's column option, the Batch page's column box,
+    read_queries' `column`), nor renamed (the one way on the Routes page, whose stock upload takes no name)."""
+    if column:
+        return ""
+    return f"; where the SMILES are under another name, give that column's name, or rename the column " \
+           f"{SMILES_COLUMNS[0]}"
 
 
 def _expected(column: str | None) -> str:

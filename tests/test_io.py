@@ -268,8 +268,8 @@ def test_a_csv_of_semicolons_or_tabs_is_read_by_its_header(tmp_path, name, text)
 
 
 # A table without a query column was refused listing the names looked for, not that a column can be named (the
-# command line's --column or --stock-column, the Batch page's column box).
-ANOTHER = "; where the SMILES are under another name, give that column's name"
+# command line's --column or --stock-column, the Batch page's column box) or renamed (the Routes page's stock).
+ANOTHER = "; where the SMILES are under another name, give that column's name, or rename the column smiles"
 
 
 def test_a_comma_wins_and_a_named_column_decides_the_split(tmp_path):
