@@ -641,7 +641,12 @@ def test_the_pages_own_results_uploaded_again_ask_which_column_to_read(copy_mode
     assert_clean(at)
     assert at.session_state[BATCH].table["smiles"].str.len().min() > 0  # answers, below their query
     results = safe_csv(at.session_state[BATCH].table)
-    at.file_uploader[0].set_value(("ids-results.csv", results, "text/csv"))
+    reupload_is_refused_until_query_is_named(at, ("ids-results.csv", results, "text/csv"))
+
+
+def reupload_is_refused_until_query_is_named(at, upload: tuple[str, bytes, str]) -> None:
+    """Our own results uploaded again are refused, saying which column to name; naming query reads the queries."""
+    at.file_uploader[0].set_value(upload)
     submit(at, "Run batch")
     assert "MolSpec's own results" in texts(at.error) and "query, to predict its queries again" in texts(at.error)
     at.text_input[0].input("query")
@@ -660,13 +665,6 @@ def test_the_pages_own_sd_download_uploaded_again_asks_which_field_to_read(copy_
     at = batch_page(monkeypatch, copy_models)
     at.file_uploader[0].set_value(("ids.csv", b"id,smiles\nA,Oc1ccncc1\n", "text/csv"))
     submit(at, "Run batch")
-    at.file_uploader[0].set_value(("ids-results.sdf", results_sdf(at.session_state[BATCH].table),
-                                   "chemical/x-mdl-sdfile"))
-    submit(at, "Run batch")
-    assert "MolSpec's own results" in texts(at.error) and "query, to predict its queries again" in texts(at.error)
-    at.text_input[0].input("query")
-    submit(at, "Run batch")
-    assert_clean(at)
-    read = at.session_state[BATCH].run.queries
-    assert read.query_column == "query" and set(read.queries) == {"Oc1ccncc1"}
+    reupload_is_refused_until_query_is_named(
+        at, ("ids-results.sdf", results_sdf(at.session_state[BATCH].table), "chemical/x-mdl-sdfile"))
     assert "ids-results.sdf · queries from the field query · " in texts(at.caption)
