@@ -19,7 +19,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import IO, TYPE_CHECKING
 
 import torch
@@ -766,9 +765,9 @@ def predicted_window(predictor: Predictor, queries: list[str], batch_size: int, 
     from .evaluate import predict_window
     from .io import predict_batch
 
-    stops_between_batches = SimpleNamespace(predict=functools.partial(predict_window, predictor))  # predict_batch's
     try:
-        return (*predict_batch(stops_between_batches, queries, batch_size, **options), None)  # type: ignore[arg-type]
+        return (*predict_batch(predictor, queries, batch_size, functools.partial(predict_window, predictor), **options),
+                None)
     except BaseException as stop:
         return list(getattr(stop, "finished", ())), None, stop
 

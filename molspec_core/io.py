@@ -101,6 +101,8 @@ RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", 
 # The columns of RESULT_COLUMNS that mark a table as our results (is_results_header): an input's own smiles
 # column is written as input_smiles there (output_header), so a header with all three is ours
 RESULTS_SIGNATURE = ("query", "canonical_query", "smiles")
+# What a refusal of our own results read without a query column named asks for (header_of, refuse_unnamed_results)
+NAME_OWN_RESULTS_COLUMN = "query, to predict its queries again, or smiles, to take its answers as new queries"
 
 # The csv module refuses a field over 131,072 characters, and one long cell made the whole file
 # unreadable. No field can be longer than the file, so the file limit serves as the field limit: the
@@ -408,7 +410,7 @@ def header_of(rows: Sequence[Sequence[str]], column: str | None, task: str | Non
                 raise InputFileError(
                     "this table is MolSpec's own results (columns query, rank, smiles, ...): its smiles column holds "
                     "the answers, a row each, and its query column the queries, once per answer. Name the column to "
-                    "read: query, to predict its queries again, or smiles, to take its answers as new queries")
+                    f"read: {NAME_OWN_RESULTS_COLUMN}")
             return index, at
     return None
 
@@ -421,8 +423,7 @@ def refuse_unnamed_results(table: QueryFile, name: str) -> None:
     if not table.query_column and is_results_header(table.columns):
         raise InputFileError(f"{name} is MolSpec's own results (fields query, rank, smiles, ...): each record's "
                              "molecule is an answer, a record each, and its query field the queries, once per answer. "
-                             "Name the field to read as the query column: query, to predict its queries again, or "
-                             "smiles, to take its answers as new queries")
+                             f"Name the field to read as the query column: {NAME_OWN_RESULTS_COLUMN}")
 
 
 def is_results_header(fields: Sequence[str]) -> bool:
@@ -497,8 +498,8 @@ def _another_name(column: str | None) -> str:
     read_queries' `column`), nor renamed (the one way on the Routes page, whose stock upload takes no name)."""
     if column:
         return ""
-    return f"; where the SMILES are under another name, give that column's name, or rename the column " \
-           f"{SMILES_COLUMNS[0]}"
+    return ("; where the SMILES are under another name, give that column's name, or rename the column "
+            f"{SMILES_COLUMNS[0]}")
 
 
 def _expected(column: str | None) -> str:
@@ -883,17 +884,20 @@ def _header_key(name: str) -> str:
 
 
 def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int | None = None,
+                  through: Callable[..., list[QueryResult]] | None = None,
                   **options: object) -> tuple[list[QueryResult], float]:
     """Predict queries in one call, in batches of batch_size (default: all of them in one): their results,
     and each query's time_ms, the call's wall time divided by its queries. A batch's queries are decoded
     together (each model call advances all of them), so no query has a time of its own beyond this
     share; alone in a call, the share is its whole time. (The decoders' wall_time_s is the whole batch's
-    time for greedy and beam search.)"""
+    time for greedy and beam search.) `through`: what calls predictor.predict, with its arguments (the command
+    line's evaluate.predict_window, which ends the call between batches on Ctrl-C); predictor.predict itself if None."""
     if isinstance(queries, (str, bytes)):  # a str is a Sequence[str]: its characters were predicted
         raise ValueError("predict_batch takes a list of queries; for one SMILES pass [smiles] or call "
                          "Predictor.predict")
     started = time.perf_counter()
-    results = predictor.predict(list(queries), batch_size=batch_size or max(1, len(queries)), **options)
+    predict = through or predictor.predict
+    results = predict(list(queries), batch_size=batch_size or max(1, len(queries)), **options)
     return results, (time.perf_counter() - started) * 1000 / max(1, len(queries))
 
 
