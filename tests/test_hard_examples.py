@@ -35,8 +35,18 @@ def mined(firsts: list[int | None]) -> dict:
 
 
 def test_starts_are_the_first_line_of_each_reaction(tool):
-    assert tool.reaction_starts(["a", "a", "b", "b", "b", "a"]) == [0, 2, 5]
-    assert tool.reaction_starts([]) == []
+    sources = [s for srcs in REACTIONS.values() for s in srcs]
+    targets = [t for t, srcs in REACTIONS.items() for _ in srcs]
+    assert tool.reaction_starts(sources, targets) == [0, 4, 6]
+    assert tool.reaction_starts([], []) == []
+
+
+def test_neighbouring_reactions_that_make_one_product_are_two_reactions(tool):
+    # an amide from the acid, then from the acid chloride: one product, two reactions (its target alone merged them)
+    sources = ["CC(=O)O.CN", "CN.CC(=O)O", "CC(=O)Cl.CN", "CN.CC(=O)Cl", "C(C)(=O)Cl.CN"]
+    assert tool.reaction_starts(sources, ["CNC(C)=O"] * 5) == [0, 2]
+    # a source RDKit cannot read keeps its one writing: a reaction of its own, even beside its twin
+    assert tool.reaction_starts(["C1CC", "C1CC", "CC.O"], ["CCC"] * 3) == [0, 1, 2]
 
 
 def test_wrong_reactions_keep_every_writing_and_right_ones_a_few(tool, mit, tmp_path):

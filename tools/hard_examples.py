@@ -16,7 +16,8 @@ python3 tools/hard_examples.py build --data data/forward_mit_new500 --also data/
     --replay data/forward_mit_rooted10 --replay-ratio 2 --out data/forward_new_mitreplay
 
 A `prepare-data` folder writes each training reaction's writings on consecutive lines. Forward's share one
-target, the reaction's product (`data.in_rooted_writings`); retro's root-aligned writings each have their own
+target, the reaction's product, and one set of reactants (`data.in_rooted_writings`), so a forward reaction starts
+where either changes (neighbouring reactions may make one product); retro's root-aligned writings each have their own
 target (the reactants aligned to that writing of the product), and the first is the product's canonical SMILES
 (`rsmiles.augment`), so a retro reaction starts at a canonical source or where the product changes. `starts`
 writes the first line of each reaction, the line `evaluate --index` mines from: one greedy answer per reaction,
@@ -57,9 +58,15 @@ BUILD_READS = (*STARTS_READS, "vocab.json")  # and --data's val and test splits,
 SPLITS_KEPT = ("val.src", "val.tgt", "test.src", "test.tgt")
 
 
-def reaction_starts(targets: list[str]) -> list[int]:
-    """First line of each run of equal targets: each reaction's writings, in a prepare-data folder."""
-    return [i for i, tgt in enumerate(targets) if i == 0 or tgt != targets[i - 1]]
+def reaction_starts(sources: list[str], targets: list[str]) -> list[int]:
+    """First line of each forward reaction: a product, or reactants (read by RDKit), other than the line before's.
+    Two neighbouring reactions may make one product (USPTO writes a compound's routes side by side); the target
+    alone merged them into one. A source RDKit cannot read has one writing: its line is a reaction of its own."""
+    from molspec_core.chem import canonical_or_none  # RDKit: this runs where the data is prepared
+
+    keys = [canonical_or_none(s) for s in sources]
+    return [i for i, (tgt, key) in enumerate(zip(targets, keys, strict=True))
+            if i == 0 or tgt != targets[i - 1] or key is None or key != keys[i - 1]]
 
 
 def retro_starts(sources: list[str]) -> list[int]:
@@ -73,7 +80,8 @@ def retro_starts(sources: list[str]) -> list[int]:
 
 def folder_starts(data: Path, train: list[Pair]) -> list[int]:
     task = read_json("--data", data / "stats.json").get("task")
-    return retro_starts([p.src for p in train]) if task == "retro" else reaction_starts([p.tgt for p in train])
+    sources = [p.src for p in train]
+    return retro_starts(sources) if task == "retro" else reaction_starts(sources, [p.tgt for p in train])
 
 
 def wrong_reactions(mined: dict, data: Path, n_reactions: int) -> list[bool]:

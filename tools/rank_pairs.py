@@ -76,7 +76,7 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
     torch.set_num_threads(threads)
     predictor = Predictor.load(model, device="cpu", dtype="float32")
     sources, targets = read_lines(data / "train.src"), read_lines(data / "train.tgt")
-    starts = reaction_starts(targets)
+    starts = reaction_starts(sources, targets)
     ends = [*starts[1:], len(targets)]
     if limit:
         starts, ends = starts[:limit], ends[:limit]
