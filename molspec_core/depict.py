@@ -400,6 +400,23 @@ def _radical_carbons_labelled(mol: Chem.Mol) -> Chem.Mol:
     return mol
 
 
+def _ring_carbons_unlabelled(mol: Chem.Mol) -> Chem.Mol:
+    """A copy of `mol` whose plain ring carbons of two bonds, none of them sp, are drawn as bare vertices, as every
+    chemist draws them; `mol` itself where it has none. RDKit writes 'C' on a carbon whose two bonds it draws almost
+    in line (within 18 degrees: meant for an allene's centre), and it draws a ring of 20 atoms or more as a circle,
+    each angle 162 degrees or wider: a macrocyclic lactone came out with a small 'c' on each of its 28 ring carbons,
+    read as aromatic. An sp carbon (a cyclooctyne's, an allene's in a ring) keeps RDKit's label."""
+    bare = [a.GetIdx() for a in mol.GetAtoms() if a.GetAtomicNum() == 6 and a.IsInRing() and a.GetDegree() == 2
+            and a.GetHybridization() != Chem.HybridizationType.SP and not a.HasProp("_displayLabel")
+            and not (a.GetIsotope() or a.GetFormalCharge() or a.GetNumRadicalElectrons())]
+    if not bare:
+        return mol
+    mol = Chem.Mol(mol)
+    for i in bare:
+        mol.GetAtomWithIdx(i).SetProp("_displayLabel", "")  # RDKit draws no label for an empty one
+    return mol
+
+
 # The CIP labeler's recursive comparisons at most (RDKit: 1,250,000 take about a second; most molecules need fewer
 # than 10,000): a highly symmetric one is drawn with RDKit's legacy labels rather than hold the page.
 CIP_COMPARISONS = 250_000
@@ -421,9 +438,10 @@ def _cip_labelled(mol: Chem.Mol) -> Chem.Mol:
 
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
     """SVG of a molecule, its fragments apart (laid_out), its stereo labelled by the CIP rules (_cip_labelled), its
-    metal atoms without radical dots and its carbon radicals labelled; atoms in `atom_colours` (and bonds between two
-    of them) are highlighted."""
-    mol = laid_out(_radical_carbons_labelled(_without_metal_radicals(_cip_labelled(mol))), width, height)
+    metal atoms without radical dots, its carbon radicals labelled and its ring carbons unlabelled
+    (_ring_carbons_unlabelled); atoms in `atom_colours` (and bonds between two of them) are highlighted."""
+    mol = _ring_carbons_unlabelled(_radical_carbons_labelled(_without_metal_radicals(_cip_labelled(mol))))
+    mol = laid_out(mol, width, height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
     options.addStereoAnnotation = True

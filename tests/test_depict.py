@@ -179,3 +179,14 @@ def test_a_molecule_the_cip_labeler_gives_up_on_is_drawn_with_rdkits_own_labels(
     inositol = Chem.MolFromSmiles("O[C@H]1[C@H](O)[C@@H](O)[C@H](O)[C@@H](O)[C@@H]1O")
     assert depict._cip_labelled(inositol) is inositol
     assert depict.smiles_svg("O[C@H]1[C@H](O)[C@@H](O)[C@H](O)[C@@H](O)[C@@H]1O").endswith("</svg>\n")
+
+
+def test_the_carbons_of_a_macrocycle_are_drawn_as_bare_vertices():
+    """RDKit labels a carbon whose two bonds it draws almost in line, and it draws a ring of 20 atoms or more as a
+    circle: this 30-membered lactone showed a small 'c' on each of its 28 ring carbons, read as aromatic atoms. Only
+    its oxygens are labelled now; an allene's centre, truly in line, keeps its 'C'."""
+    svg = depict.smiles_svg("CC1CCCCCCCCCCCCCCCCCCCC(=O)OCCCCCCCCCC1")
+    labelled = {int(i) for i in re.findall(r"<path class='atom-(\d+)'", svg)}
+    mol = Chem.MolFromSmiles("CC1CCCCCCCCCCCCCCCCCCCC(=O)OCCCCCCCCCC1")
+    assert {mol.GetAtomWithIdx(i).GetSymbol() for i in labelled} == {"O"}
+    assert re.findall(r"<path class='atom-(\d+)'", depict.smiles_svg("CC=C=CC"))  # the allene's centre: 'C'
