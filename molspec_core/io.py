@@ -55,6 +55,10 @@ SMILES_COLUMNS = ("smiles", "query", "reactants", "product", "rxn_smiles", "reac
 # (a retro batch of a reactants,product file once took the reactants apart without a word).
 RETRO_SMILES_COLUMNS = tuple("product" if c == "reactants" else "reactants" if c == "product" else c
                              for c in SMILES_COLUMNS)
+# A stock's building blocks are molecules: its SMILES column, the first of these it has, as vendors and databases
+# name it (ChEMBL's canonical_smiles, PubChem's IsomericSMILES, eMolecules' isosmiles). A stock was read under the
+# query names, and a file with none of them was told of reactants and 'reactants>reagents>production'.
+STOCK_COLUMNS = ("smiles", "canonical_smiles", "isomeric_smiles", "isomericsmiles", "canonicalsmiles", "isosmiles")
 # Between a CSV's cells: a comma, else what its header line shows. Excel writes ';' where the decimal mark is a
 # comma (most of Europe), and a tab-separated file (.tsv) is read as a CSV of tabs.
 CSV_DELIMITERS = (",", ";", "\t")
@@ -198,24 +202,27 @@ def input_kind(path: str | Path, read_as: str | None = None) -> str:
 
 
 def read_queries(path: str | Path, column: str | None = None, read_as: str | None = None, *,
-                 task: str | None = None) -> QueryFile:
+                 task: str | None = None, names: Sequence[str] | None = None) -> QueryFile:
     """Queries from a TXT (one per line), SMILES, SD or CSV file (a SMILES column) or an Excel workbook (a SMILES
     column, parse_workbook), optionally .gz or .xz; blank records are kept as empty queries so that row numbers
     stay aligned with the file. The kind is the name's (query_format) unless `read_as` names one (READ_AS);
     compression is always the name's. `path` "-" (STDIN) reads standard input, as TXT unless `read_as` says.
-    `task` (forward, retro) chooses among a table's query columns where none is named (query_columns)."""
+    `task` (forward, retro) chooses among a table's query columns where none is named (query_columns); `names`, where
+    given, are the names looked for instead, preferred first (a stock's: STOCK_COLUMNS)."""
     if read_as is not None and read_as not in READ_AS:
         raise InputFileError(f"an input is read as one of {', '.join(READ_AS)}, not {read_as!r}")
+    names = names or query_columns(None, task)
     if str(path) == STDIN:
-        return _parse_stream(sys.stdin.buffer, STDIN_NAME, column, input_kind(path, read_as), task)
+        return _parse_stream(sys.stdin.buffer, STDIN_NAME, column, input_kind(path, read_as), names)
     path = Path(path)
     with open_regular(path) as raw:
-        return _parse_stream(raw, path.name, column, read_as, task)
+        return _parse_stream(raw, path.name, column, read_as, names)
 
 
-def parse_upload(name: str, data: bytes, column: str | None = None, *, task: str | None = None) -> QueryFile:
+def parse_upload(name: str, data: bytes, column: str | None = None, *, task: str | None = None,
+                 names: Sequence[str] | None = None) -> QueryFile:
     """The queries of a file already in memory (an upload), by the same rules as read_queries."""
-    return _parse_stream(io.BytesIO(data), name, column, task=task)
+    return _parse_stream(io.BytesIO(data), name, column, names=names or query_columns(None, task))
 
 
 def open_regular(path: Path, bounded: bool = True) -> IO[bytes]:
@@ -262,8 +269,9 @@ QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line"}
 
 
 def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | None = None,
-                  task: str | None = None) -> QueryFile:
-    """The queries of a stream, read as `kind` (READ_AS), else as its name says (query_format)."""
+                  names: Sequence[str] = SMILES_COLUMNS) -> QueryFile:
+    """The queries of a stream, read as `kind` (READ_AS), else as its name says (query_format); a table's query column
+    is `column`, else the first of `names` it has."""
     kind = kind or query_format(name)[1]
     if kind == "xls":
         raise InputFileError(f"{name} is in Excel's old binary format (.xls), which is not read here: in Excel, "
@@ -277,8 +285,9 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
                              "an Excel workbook (.xlsx) or, as a data field, an SD file (.sdf)")
     try:
         if kind == "xlsx":
-            return parse_workbook(_read_stream(raw, name), name, column, task=task)
-        return parse_queries(_decode_stream(raw, name, structures=kind == "sdf"), kind=kind, column=column, task=task)
+            return parse_workbook(_read_stream(raw, name), name, column, names=names)
+        return parse_queries(_decode_stream(raw, name, structures=kind == "sdf"), kind=kind, column=column,
+                             names=names)
     except TooManyRecords as exc:
         raise TooManyRecords(f"{name} holds {exc}") from None
 
@@ -329,7 +338,8 @@ def text_lines(text: str) -> list[str]:
     return lines
 
 
-def parse_queries(text: str, *, kind: str, column: str | None = None, task: str | None = None) -> QueryFile:
+def parse_queries(text: str, *, kind: str, column: str | None = None,
+                  names: Sequence[str] = SMILES_COLUMNS) -> QueryFile:
     """One query per record: a TXT line (split at \\n, \\r\\n or \\r only, so that other control
     characters stay inside their query and are rejected there; a first line that names the query column as a CSV's
     header would, "smiles" or "reactants" in any case, is a header),
@@ -339,32 +349,34 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
     beside it, or an SD file's record (parse_sd_file). Blank records are kept as empty queries, so that row
     numbers match the file's records. kind: "txt", "smi", "sdf" or "csv" (query_format). A line that ends in \r\r\n
     (Python's csv module on Windows writes \r\n through a file that writes \n as \r\n) ends once: it read as a
-    blank record after every record."""
+    blank record after every record. `names`: the names the query column may have where `column` names none
+    (query_column)."""
     text = text.replace("\r\r\n", "\r\n")
     if kind == "sdf":
         return parse_sd_file(text, column)
     if kind != "csv":
         lines = text_lines(text)
-        if kind == "txt" and lines and "\t" in lines[0] and query_column(lines[0].split("\t"), None, task) is not None:
+        if kind == "txt" and lines and "\t" in lines[0] and query_column(lines[0].split("\t"), None, names) is not None:
             # Excel saves a sheet as .txt of tabs ("Text (Tab delimited)", "Unicode Text"): its first line, a header
             # naming the query column, and every record were refused as queries holding tabs
-            return parse_queries(text, kind="csv", task=task)
+            return parse_queries(text, kind="csv", names=names)
         if kind == "txt":
-            lines = txt_queries(lines, task)
+            lines = txt_queries(lines, names)
         _check_rows(len(lines))
         return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
     try:
-        reader = iter(csv_records(text, csv_delimiter(text, column, task)))
+        reader = iter(csv_records(text, csv_delimiter(text, column, names)))
         top = list(itertools.islice(reader, HEADER_ROWS))
         if not any(field.strip() for record in top for field in record):
             raise InputFileError(f"the CSV is empty: its first line should name its columns, one of them "
-                                 f"{_expected(column)}")
-        found = header_of(top, column, task)
+                                 f"{_expected(column, names)}")
+        found = header_of(top, column, names)
         if found is None:
-            first, advice = shown_cells(top[0]), _no_header_advice(top, column) or _another_name(column)
-            raise InputFileError(f"the CSV needs a column named {_expected(column)} in a header line (the first line, "
-                                 f"or one of the first {HEADER_ROWS} under titles); its first line has {first} (cells "
-                                 f"split at commas; semicolons and tabs were tried too){advice}")
+            first = shown_cells(top[0])
+            advice = _no_header_advice(top, column, names) or _another_name(column, names)
+            raise InputFileError(f"the CSV needs a column named {_expected(column, names)} in a header line (the first "
+                                 f"line, or one of the first {HEADER_ROWS} under titles); its first line has {first} "
+                                 f"(cells split at commas; semicolons and tabs were tried too){advice}")
         line, at = found
         records = top[line + 1:] + list(reader)
     except csv.Error as exc:
@@ -372,11 +384,11 @@ def parse_queries(text: str, *, kind: str, column: str | None = None, task: str 
     return table_queries(top[line], at, records)
 
 
-def txt_queries(lines: list[str], task: str | None = None) -> list[str]:
+def txt_queries(lines: list[str], names: Sequence[str] = SMILES_COLUMNS) -> list[str]:
     """A TXT file's queries, a line each: its lines less the first where that names the query column as a CSV's header
     does ("smiles", "Reactants", any case: query_column; no such name is a SMILES). Only "smiles" was taken for a
     header, and a file headed "Query" or "Product" had it refused as its first query."""
-    return lines[1:] if lines and query_column([lines[0]], None, task) is not None else lines
+    return lines[1:] if lines and query_column([lines[0]], None, names) is not None else lines
 
 
 def csv_records(text: str, delimiter: str) -> list[list[str]]:
@@ -399,12 +411,13 @@ def csv_records(text: str, delimiter: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
 
 
-def header_of(rows: Sequence[Sequence[str]], column: str | None, task: str | None = None) -> tuple[int, int] | None:
+def header_of(rows: Sequence[Sequence[str]], column: str | None,
+              names: Sequence[str] = SMILES_COLUMNS) -> tuple[int, int] | None:
     """The header among a table's first rows: (its index, the query column's index in it) for the first of the
     first HEADER_ROWS rows that names the query column (query_column); None where none does. Refuses, unless
     `column` names one, a header of our own results (is_results_header)."""
     for index, fields in enumerate(rows[:HEADER_ROWS]):
-        at = query_column(fields, column, task)
+        at = query_column(fields, column, names)
         if at is not None:
             if not column and is_results_header(fields):
                 raise InputFileError(
@@ -440,13 +453,13 @@ def query_columns(column: str | None, task: str | None = None) -> tuple[str, ...
     return RETRO_SMILES_COLUMNS if task == "retro" else SMILES_COLUMNS
 
 
-def query_column(fields: Sequence[str], column: str | None, task: str | None = None) -> int | None:
-    """Where a header names the query column: the first of query_columns it holds, as written, else as column_key
-    folds both (a ChEMBL export's "Smiles"); None if nowhere."""
+def query_column(fields: Sequence[str], column: str | None, names: Sequence[str] = SMILES_COLUMNS) -> int | None:
+    """Where a header names the query column: `column`, else the first of `names` it holds (query_columns gives a
+    task's), as written, else as column_key folds both (a ChEMBL export's "Smiles"); None if nowhere."""
     if column and column in fields:
         return fields.index(column)
     folded = [column_key(field) for field in fields]
-    for wanted in map(column_key, query_columns(column, task)):
+    for wanted in map(column_key, (column,) if column else names):
         if wanted in folded:
             return folded.index(wanted)
     return None
@@ -472,7 +485,8 @@ def shown_cells(fields: Sequence[str], quoted: bool = True, noun: str = "cell") 
     return f"{listed} and {more:,} more {noun if more == 1 else noun + 's'}"
 
 
-def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: str | None = None) -> str:
+def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, names: Sequence[str],
+                      sheet: str | None = None) -> str:
     """Where a CSV's (or a workbook `sheet`'s) first cell reads as a SMILES, what to do with a table of queries that
     has no header line (a list of SMILES saved as .csv, or pasted into a sheet), else "": the refusal named the
     columns it needs, and a chemist looking at a file of SMILES saw no header that could be missing."""
@@ -482,7 +496,7 @@ def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: 
     molecules = first.split(">")[0]  # of a recorded reaction, its reactants
     if not molecules or canonical_or_none(molecules) is None:
         return ""
-    named = column or SMILES_COLUMNS[0]
+    named = column or names[0]
     whose, table = (f"The first cell of the sheet {sheet!r}", "the sheet has no header row") if sheet is not None \
         else ("Its first cell", "the file has no header line")
     advice = f". {whose}, {first[:60]!r}, reads as a SMILES: where {table}, add one above its first record, naming " \
@@ -492,18 +506,18 @@ def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, sheet: 
     return advice
 
 
-def _another_name(column: str | None) -> str:
+def _another_name(column: str | None, names: Sequence[str]) -> str:
     """How to read a table whose queries are under a name of its own, where none was given: the refusal listed the
     names it looks for, not that a column can be named (a command's column option, the Batch page's column box,
     read_queries' `column`), nor renamed (the one way on the Routes page, whose stock upload takes no name)."""
     if column:
         return ""
     return ("; where the SMILES are under another name, give that column's name, or rename the column "
-            f"{SMILES_COLUMNS[0]}")
+            f"{names[0]}")
 
 
-def _expected(column: str | None) -> str:
-    return repr(column) if column else " or ".join(repr(c) for c in SMILES_COLUMNS)
+def _expected(column: str | None, names: Sequence[str]) -> str:
+    return repr(column) if column else " or ".join(repr(c) for c in names)
 
 
 def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
@@ -539,9 +553,9 @@ def table_queries(fields: Sequence[str], at: int, records: list[list[str]],
 
 
 def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None, *,
-                   task: str | None = None) -> QueryFile:
+                   names: Sequence[str] = SMILES_COLUMNS) -> QueryFile:
     """The queries of an Excel workbook (.xlsx), read as a CSV is (table_queries): the first sheet with a header
-    row naming the query column (`column`, else one of SMILES_COLUMNS; header_of: among its first HEADER_ROWS rows)
+    row naming the query column (`column`, else one of `names`; header_of: among its first HEADER_ROWS rows)
     is the table, the rows under the header its records. Each
     cell is read as the text Excel shows for its value (stored values only: a formula gives the value Excel last
     saved with it, and nothing is computed here); a number that is a whole number reads without a decimal point
@@ -571,10 +585,10 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
                 # there (an exporter's sheet) gave a header and no record, and its queries were lost without a word
                 sheet.reset_dimensions()
                 top = [[_cell_text(cell) for cell in cells] for cells in sheet.iter_rows(max_row=HEADER_ROWS)]
-                found = header_of(top, column, task)
+                found = header_of(top, column, names)
                 if found is None:
                     headers.append(f"{sheet.title!r}: {shown_cells([f for f in top[0] if f] if top else [])}")
-                    advice = advice or _no_header_advice(top, column, sheet.title)
+                    advice = advice or _no_header_advice(top, column, names, sheet.title)
                     continue
                 line, at = found
                 fields = [str(name) for name in top[line]]  # a header's names are text (a column called 2026 too)
@@ -607,9 +621,9 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         raise
     except Exception as exc:  # openpyxl's account of a damaged or foreign file: KeyError, ValueError, XML errors
         raise InputFileError(f"{name} cannot be read as an Excel workbook: {type(exc).__name__}: {exc}") from None
-    raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column)} (its first row, "
-                         f"or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
-                         f"{'; '.join(headers) or 'nothing'}{advice or _another_name(column)}")
+    raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column, names)} (its "
+                         f"first row, or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
+                         f"{'; '.join(headers) or 'nothing'}{advice or _another_name(column, names)}")
 
 
 def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]
@@ -760,9 +774,9 @@ def padded_number(value: int, number_format: str) -> str | None:
     return f"{sign}{prefix}{abs(value):0{len(zeros)}d}{suffix}"
 
 
-def csv_delimiter(text: str, column: str | None = None, task: str | None = None) -> str:
+def csv_delimiter(text: str, column: str | None = None, names: Sequence[str] = SMILES_COLUMNS) -> str:
     """What separates a CSV's cells: the first of CSV_DELIMITERS whose split of the header line names the query
-    column (`column`, else one of SMILES_COLUMNS); a comma where none does, so that the error shows the header as
+    column (`column`, else one of `names`); a comma where none does, so that the error shows the header as
     a comma-separated file reads. A SMILES holds no comma, semicolon or tab outside a quoted cell, and a header is
     read whole before any record, so no query decides how its own line is split. The header is the first of the first
     HEADER_ROWS lines that names the column (header_of)."""
@@ -771,7 +785,7 @@ def csv_delimiter(text: str, column: str | None = None, task: str | None = None)
             top = list(itertools.islice(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), HEADER_ROWS))
         except csv.Error:
             continue  # malformed so split; the reader at the delimiter chosen says where
-        if header_of(top, column, task) is not None:
+        if header_of(top, column, names) is not None:
             return delimiter
     return CSV_DELIMITERS[0]
 

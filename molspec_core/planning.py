@@ -43,8 +43,8 @@ from .boundary import Terminated
 from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, main_molecule, missing_atoms,
                    mol_from_smiles, stereo_notes)
-from .io import (MAX_INPUT_BYTES, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file, parse_upload,
-                 query_format, read_queries, read_text, rounded, significant, text_lines)
+from .io import (MAX_INPUT_BYTES, STOCK_COLUMNS, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file,
+                 parse_upload, query_format, read_queries, read_text, rounded, significant, text_lines, txt_queries)
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, TIMED_OUT, Prediction, Predictor, QueryResult
@@ -84,12 +84,12 @@ class Stock(SmilesListInventory):
 
 def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
     """The stock in a file: one SMILES per line (optionally followed by a name; '#' starts a comment line),
-    an SD file, or a CSV or an Excel workbook (.xlsx) with a smiles column; .gz and .xz are read too. ValueError
-    when it cannot be read or holds no readable molecule."""
+    an SD file, or a CSV or an Excel workbook (.xlsx) with a SMILES column (`column`, else one of io.STOCK_COLUMNS);
+    .gz and .xz are read too. ValueError when it cannot be read or holds no readable molecule."""
     path = Path(path)
     try:
         try:
-            table = read_queries(path, column)
+            table = read_queries(path, column, names=STOCK_COLUMNS)
         except TooManyRecords as exc:
             table = _one_per_line(path.name, column, exc, lambda: read_text(path))
     except OSError as exc:  # InputFileError (too large, no smiles column, not text) is a ValueError already
@@ -100,7 +100,7 @@ def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> S
 def stock_from_upload(name: str, data: bytes, column: str | None = None) -> Stock:
     """The stock in an uploaded file, by the same rules as load_stock."""
     try:
-        table = parse_upload(name, data, column)
+        table = parse_upload(name, data, column, names=STOCK_COLUMNS)
     except TooManyRecords as exc:
         table = _one_per_line(name, column, exc, lambda: _decode_stream(io.BytesIO(data), name))
     return stock_from_queries(table, name)
@@ -116,9 +116,7 @@ def _one_per_line(name: str, column: str | None, too_many: TooManyRecords, text:
         raise ValueError(f"{too_many}. A larger stock is read as SMILES, one per line (.smi or .txt, .gz or .xz "
                          f"too), up to {MAX_INPUT_BYTES // 2**20} MB of text") from None
     lines = text_lines(text())
-    if kind == "txt" and lines and lines[0].strip().lower() == "smiles":
-        lines = lines[1:]  # a header, as io.parse_queries reads one
-    return parse_smiles_file(lines) if kind == "smi" else QueryFile(lines)
+    return parse_smiles_file(lines) if kind == "smi" else QueryFile(txt_queries(lines, STOCK_COLUMNS))
 
 
 def stock_from_queries(table: QueryFile, source: str) -> Stock:

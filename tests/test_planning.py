@@ -848,6 +848,26 @@ def test_a_missing_file_or_a_csv_without_smiles_is_refused(tmp_path):
         load_stock(tmp_path / "stock.csv")
 
 
+def test_a_stock_table_is_read_by_a_stocks_column_names_and_refused_naming_them(tmp_path):
+    """A stock was read under the query file's names: a table with none of them was told to have a column
+    'reactants' or 'reactants>reagents>production' (a reaction, which a building block is not), a reaction file's
+    reactants column was read as building blocks, and ChEMBL's canonical_smiles needed naming."""
+    from molspec_core.planning import stock_from_upload
+
+    data = b"id,canonical_smiles\nA1,NO\n"
+    (tmp_path / "chembl.csv").write_bytes(data)
+    for stock in (load_stock(tmp_path / "chembl.csv"), stock_from_upload("chembl.csv", data)):
+        assert [m.smiles for m in stock.to_purchasable_mols()] == ["NO"]
+    (tmp_path / "reactions.csv").write_text("id,reactants,product\nR1,CC(=O)Cl.NO,CC(=O)NO\n")
+    with pytest.raises(InputFileError) as refused:
+        load_stock(tmp_path / "reactions.csv")
+    assert "a column named 'smiles' or 'canonical_smiles' or " in str(refused.value)
+    assert "reactants" not in str(refused.value).split("its first line")[0]
+    assert "rename the column smiles" in str(refused.value)
+    with pytest.raises(InputFileError, match="'smiles' or 'canonical_smiles'"):
+        stock_from_upload("bought.csv", b"id,mol\nA1,NO\n")
+
+
 def test_the_default_stock_is_small_shipped_and_says_how_it_was_made():
     path = planning.DEFAULT_STOCK
     assert path.is_file() and path.stat().st_size < 200_000
