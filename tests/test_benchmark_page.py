@@ -782,24 +782,41 @@ def test_the_torch_engine_is_not_said_to_have_torch_products():
     assert "engine native in int8 (c-int8-amx products)" in where_ran(int8)  # another engine's kernel stays named
 
 
-def test_the_live_form_says_lossy_methods_the_sidebar_does_not_set_run_at_the_engines_exact_knobs(
-        copy_models, monkeypatch, tmp_path):
+@needs_forward
+def test_the_live_run_times_lossy_methods_the_sidebar_does_not_set_at_the_sidebars_knobs(monkeypatch, tmp_path):
     """With the sidebar on beam search, relaxed greedy and mentored sampling chosen in the live form ran at beta 1,
-    tau 0 and delta 0, where they lose nothing (relaxed: 'identical to our greedy' 100%), under their "(lossy)"
-    labels and a form that said it runs "with the sidebar's ... method settings"; the knobs were named only in the
-    report after the run. The form says so before it; with the method chosen in the sidebar, its knobs are its."""
-    from views.common import method_label
+    tau 0 and delta 0, the engine's defaults, where they lose nothing (relaxed: 'identical to our greedy' 100%),
+    under their "(lossy)" labels, while the sidebar opens them at beta 2, tau 1 and delta 0.1. They run where the
+    sidebar opens them now (common.APP_SAMPLING), and the form says so before the run; with the method chosen in the
+    sidebar, its knobs are the sidebar's."""
+    import molspec_core.bench
+    from views.common import APP_SAMPLING, method_label
 
+    given = []
+
+    def run_bench(*args, sampling=None, **kwargs):
+        given.append(sampling)
+        raise ValueError("not timed here")
+
+    monkeypatch.setattr(molspec_core.bench, "run_bench", run_bench)  # the page imports it on each run
     monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
-    at = app(copy_models, monkeypatch).run()
+    at = app().run()  # the shipped model, which reads the examples
     at.switch_page("views/benchmark.py").run()
     assert_clean(at)
-    note = next((c for c in texts(at.caption).split(" | ") if "engine's defaults" in c), "")
+    note = next((c for c in texts(at.caption).split(" | ") if "sidebar opens them" in c), "")
     assert method_label("relaxed") in note and method_label("mentored") in note
-    assert "beta 1, tau 0" in note and "delta 0" in note
+    assert f"beta {APP_SAMPLING.beta}, tau {APP_SAMPLING.tau:g}" in note and f"delta {APP_SAMPLING.delta:g}" in note
+    assert APP_SAMPLING.tau > 0 and APP_SAMPLING.delta > 0  # lossy: at 0 they are greedy and exact sampling
+    at.multiselect[0].set_value(["relaxed", "mentored"])
+    submit(at, "Run live benchmark")
+    assert given, texts(at.error)
+    assert (given[-1].beta, given[-1].tau, given[-1].delta) == (APP_SAMPLING.beta, APP_SAMPLING.tau, APP_SAMPLING.delta)
     at.sidebar.selectbox(key="method").set_value("relaxed").run()
-    note = next((c for c in texts(at.caption).split(" | ") if "engine's defaults" in c), "")
+    at.sidebar.slider(key="tau").set_value(3.0).run()
+    note = next((c for c in texts(at.caption).split(" | ") if "sidebar opens them" in c), "")
     assert method_label("mentored") in note and method_label("relaxed") not in note and "tau" not in note
+    submit(at, "Run live benchmark")
+    assert (given[-1].tau, given[-1].delta) == (3.0, APP_SAMPLING.delta)  # the sidebar's tau, mentored's default
 
 
 def test_the_sweep_charts_title_fits_a_phone_in_two_lines_and_its_caption_reads_it_whole():

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -403,22 +404,31 @@ def headline(report: dict) -> str | None:
     return sentence
 
 
-def unset_knobs_note(sidebar_method: str, choices: list[str]) -> str | None:
+def live_sampling(cfg: common.Settings) -> SamplingOptions:
+    """The knobs the live run decodes every method with: the sidebar's where its method reads them, the others where
+    the sidebar opens them (common.APP_SAMPLING). At the engine's defaults a lossy method chosen in the form but not
+    in the sidebar lost nothing (relaxed at beta 1 and tau 0 is greedy), and was timed as such under its "(lossy)"
+    label."""
+    set_here = {knob: getattr(cfg.sampling, knob) for knob in SAMPLING_KNOBS
+                if cfg.sampling is not None and common.reads(cfg.method, knob)}
+    return replace(common.APP_SAMPLING, **set_here)
+
+
+def unset_knobs_note(cfg: common.Settings, choices: list[str]) -> str | None:
     """What the live run gives the lossy methods among `choices` whose knobs the sidebar's method does not read, and
-    so the sidebar does not show: the engine's defaults (SamplingOptions), at which they lose nothing (relaxed at
-    beta 1 and tau 0 is greedy, mentored at delta 0 exact sampling). They ran so under their "(lossy)" labels, the
-    knobs named only in the report after the run. None where every such method's knobs are the sidebar's."""
-    shown = set(METHODS[sidebar_method].knobs)
+    so the sidebar does not show: where the sidebar opens them (live_sampling). None where every such method's knobs
+    are the sidebar's."""
+    shown = set(METHODS[cfg.method].knobs)
     lossy = [m for m in choices if not METHODS[m].lossless and set(METHODS[m].knobs) & set(SAMPLING_KNOBS) - shown]
     if not lossy:
         return None
-    defaults = SamplingOptions()
+    given = live_sampling(cfg)
     knobs = [knob for knob in SAMPLING_KNOBS if knob not in shown and any(knob in METHODS[m].knobs for m in lossy)]
-    values = ", ".join(f"{knob_name(knob)} {getattr(defaults, knob):g}" for knob in knobs)
+    values = ", ".join(f"{knob_name(knob)} {getattr(given, knob):g}" for knob in knobs)
     reads, run = ("reads", "it runs") if len(lossy) == 1 else ("read", "they run")
     return (f"{_in_words([common.method_label(m) for m in lossy])} {reads} knobs the sidebar does not show for its "
-            f"method: chosen here, {run} with those at the engine's defaults ({values}), at which nothing is lost. To "
-            "time one at other knobs, choose it in the sidebar and set them there.")
+            f"method: chosen here, {run} with those where the sidebar opens them ({values}). To time one at other "
+            "knobs, choose it in the sidebar and set them there.")
 
 
 def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
@@ -445,7 +455,7 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
     try:
         report = run_bench(predictor, [query for query, _ in pairs], targets if all(targets) else None, list(methods),
                            n_best=width, draft_len=cfg.draft_len, n_drafts=cfg.n_drafts, warmup=1, progress=False,
-                           sampling=cfg.sampling, on_progress=advance)
+                           sampling=live_sampling(cfg), on_progress=advance)
     finally:  # a refused or failed run's error stands alone, without an empty bar above it
         bar.empty()
     # What the page knows and run_bench does not record: the beam width, the queries, one writing of each. The page's
@@ -838,7 +848,7 @@ def main() -> None:
         methods_key = common.kept_in_form("bench_methods", [m for m in LIVE_DEFAULT_METHODS if m in choices])
         methods = st.multiselect("Methods (greedy always runs as the reference)", choices, key=methods_key,
                                  format_func=common.method_label)
-        unset = unset_knobs_note(cfg.method, choices)
+        unset = unset_knobs_note(cfg, choices)
         if unset:
             st.caption(common.md_escape(unset))
         submitted = st.form_submit_button("Run live benchmark", type="primary", icon=":material/play_arrow:")

@@ -30,6 +30,11 @@ VIEWER_JS = "/app/static/3Dmol-min.js"  # served by Streamlit from static/ (enab
 TASKS = ("forward", "retro")
 TASK_LABELS = {"forward": "Forward: predict products", "retro": "Retrosynthesis: propose reactants"}
 APP_AUGMENT = 5  # writings read when the sidebar's augmentation is on: most of the 10-writing gain, half the time
+# Where the sidebar's sampling knobs open. The lossy methods' open where they trade a little of the answers for
+# speed: at the engine's defaults (SamplingOptions: beta 1, tau 0, delta 0) relaxed greedy is greedy and mentored
+# sampling exact sampling, and a "(lossy)" method that loses nothing shows nothing of itself. The Benchmark page's
+# live run gives a lossy method the sidebar does not set these too (benchmark.live_sampling).
+APP_SAMPLING = SamplingOptions(beta=2, tau=1.0, delta=0.1)
 # On a CPU the app computes in int8 unless the user turns it off: first answers right as often as float32's
 # on the test sets, and faster (the figures: INT8_HELP's sources). The command line keeps float32 unless asked.
 INT8_BY_DEFAULT = True
@@ -374,24 +379,25 @@ def kept_in_form(widget_key: str, default: object) -> str:
 
 
 def _sampling_knobs(method: str) -> SamplingOptions:
-    """The sliders of the sampling knobs this method reads; the others keep their defaults."""
-    sb, knobs = st.sidebar, {}
+    """The sliders of the sampling knobs this method reads; the others keep the engine's defaults (a knob the
+    method does not read is refused: Settings.sampling_of)."""
+    sb, knobs, start = st.sidebar, {}, APP_SAMPLING
     if reads(method, "temperature"):
-        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, SamplingOptions.temperature, 0.1, key="temperature",
+        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, start.temperature, 0.1, key="temperature",
                                          help="Below 1 sharpens the model's distribution, above 1 flattens it. "
                                               "Near 1 most samples of these models are not valid SMILES.")
     if reads(method, "top_k"):
-        knobs["top_k"] = sb.slider("Top-k (0: all tokens)", 0, 50, 0, key="top_k")
+        knobs["top_k"] = sb.slider("Top-k (0: all tokens)", 0, 50, start.top_k, key="top_k")
     if reads(method, "beta"):
-        knobs["beta"] = sb.slider("Beta: draft among the top tokens", 1, 5, 2, key="beta")
+        knobs["beta"] = sb.slider("Beta: draft among the top tokens", 1, 5, start.beta, key="beta")
     if reads(method, "tau"):
-        knobs["tau"] = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, 1.0, 0.1, key="tau")
+        knobs["tau"] = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, start.tau, 0.1, key="tau")
     if reads(method, "delta"):
-        knobs["delta"] = sb.slider("Delta: KL budget per token", 0.0, 1.0, 0.1, 0.01, key="delta",
+        knobs["delta"] = sb.slider("Delta: KL budget per token", 0.0, 1.0, start.delta, 0.01, key="delta",
                                    help="0 is exact speculative sampling; more accepts more drafts and moves the "
                                         "answers.")
     if reads(method, "seed"):
-        knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, 0, key="seed"))
+        knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, start.seed, key="seed"))
     return SamplingOptions(**knobs)
 
 
