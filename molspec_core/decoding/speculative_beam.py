@@ -37,9 +37,21 @@ The service turns it off on a CPU: there a row fed ahead costs a call about as m
 token, and each child fed ahead first copies its parent's row; on the retro quick set at width 10
 (40 queries, D=1) it saved 16% of the calls and cost 11% more time (5.40 s against 4.82 s, twice).
 
-Selection is beam search's own step (beam.best_children: the stable sort over (slot, token)), on the
-same float32 sums, so ties break the same way; the stop rule and the ranking are beam.py's too;
-scores differ from beam search only by the float rounding of logits computed in a longer call.
+Selection is beam search's own step (beam.best_children: the stable sort over (slot, token)), and the
+stop rule and the ranking are beam.py's too, so wherever both searches hold the same float32 log-probs
+they select, and break ties, alike. They hold the same ones, to the bit, on the native engine with one
+draft a row: the C step computes each fed token's logits alone, the same in a one-token step and in a
+verify call (tests/test_native.py). Elsewhere a token's logits depend on the call's shape (the rows and
+tokens fed: the products' blocking and summation order, and on the native engine a call of several
+drafts a row runs in torch, not in C), so sbs-exact's scores differ from beam search's by float
+rounding (about 1e-6 relative), and where two alternatives are within that rounding of each other the
+two searches may order them, or keep them at the width's cut, differently. That includes exact ties
+of the model (two tokens with the same embedding row, say): what is a tie in exact arithmetic is one
+ulp or so apart in float32, in different directions in the two searches. No shared tie rule (by token
+id, then draft order, say) can mend this, as neither search sees a tie to break; treating scores
+within some tolerance as tied would not either: two scores either side of the tolerance in one search
+and within it in the other still part, and beam search itself would then no longer rank by score.
+Only logits that do not depend on the call's shape (the C step's one-draft path) make the two equal.
 """
 from __future__ import annotations
 
