@@ -516,9 +516,24 @@ def dropped_stereo(text: str) -> str:
     Chem.GetSymmSSSR(raw)
     small_ring = any(any(map(bond.IsInRingSize, range(3, 8))) for bond in marked_bonds)
     ring = ", a double bond in a ring of fewer than 8 atoms (cis perforce)" if small_ring else ""
-    return (f"Stereo marks dropped: {' and '.join(said)} that RDKit does not read as stereo (two like groups{ring}, or "
-            "an allene's or a biaryl's axial stereo, which SMILES as RDKit reads it cannot hold). The model reads the "
-            "query without them, and its answers carry none of that stereo.")
+    amine = ", an amine's nitrogen, which inverts (no configuration of it lasts)" if _inverting_marked(smiles) else ""
+    return (f"Stereo marks dropped: {' and '.join(said)} that RDKit does not read as stereo (two like groups{ring}"
+            f"{amine}, or an allene's or a biaryl's axial stereo, which SMILES as RDKit reads it cannot hold). The "
+            "model reads the query without them, and its answers carry none of that stereo.")
+
+
+def _inverting_marked(smiles: str) -> bool:
+    """Whether a neutral nitrogen of three bonds is marked @ in `smiles` (a valid SMILES) and RDKit reads it without
+    the mark: an amine's nitrogen inverts, and RDKit keeps a configuration only where a small ring or a bridgehead
+    holds it. C[N@](CC)c1ccccc1 lost its mark, and the note named like groups and axial stereo, of which it has none."""
+    params = Chem.SmilesParserParams()
+    params.removeHs = False  # its atoms numbered as the unsanitized reading numbers them
+    read, raw = Chem.MolFromSmiles(smiles, params), Chem.MolFromSmiles(smiles, sanitize=False)
+    return read is not None and any(
+        atom.GetAtomicNum() == 7 and not atom.GetFormalCharge() and atom.GetTotalDegree() == 3
+        and atom.GetChiralTag() == Chem.ChiralType.CHI_UNSPECIFIED
+        and raw.GetAtomWithIdx(atom.GetIdx()).GetChiralTag() != Chem.ChiralType.CHI_UNSPECIFIED
+        for atom in read.GetAtoms())
 
 
 def stereo_notes(text: str) -> list[str]:

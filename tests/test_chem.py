@@ -503,3 +503,15 @@ def test_a_query_whose_ring_bond_joins_its_pieces_is_refused_for_what_is_wrong_w
 ])
 def test_without_isotopes(smiles, unlabelled):
     assert without_isotopes(smiles) == unlabelled
+
+
+@pytest.mark.parametrize("text", ["C[N@](CC)c1ccccc1", "CC[N@@](C)[C@H](C)c1ccccc1"])
+def test_a_marked_amine_nitrogen_is_said_to_be_dropped_for_its_inversion(text):
+    """An amine's nitrogen marked @ lost its mark (RDKit keeps none on a nitrogen that inverts), and the note named
+    like groups and axial stereo, neither of which N-ethyl-N-methylaniline has."""
+    from molspec_core.chem import dropped_stereo
+
+    note = dropped_stereo(text)
+    assert note.startswith("Stereo marks dropped: 1 atom marked @") and "an amine's nitrogen, which inverts" in note
+    assert "nitrogen" not in dropped_stereo("C[C@H](C)O.CCN(C)c1ccccc1")  # like groups, and no nitrogen marked
+    assert dropped_stereo("C[N@]1CC1c1ccccc1") == ""  # an aziridine's nitrogen keeps its configuration
