@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
                    "text); - writes the CSV to standard output, row by row, and every other line to standard error; "
-                   "other names (.csv.gz) are refused")
+                   "other names (.csv.gz) are refused; a file there is kept as <output>.bak once the new one is whole")
     p.add_argument("--resume", action="store_true", help="go on from the rows a run that stopped (Ctrl-C, SIGTERM, "
                    "an error such as a full disk) of the same command kept beside its output (out.interrupted.csv "
                    "for out.csv; out.interrupted.xlsx.csv for out.xlsx, out.interrupted.sdf.csv for out.sdf): their "
@@ -303,8 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     augment_arg(p)
     p.add_argument("--allow-missing-atoms", action="store_true",
                    help="keep steps whose reactants lack heavy atoms of the product (skipped by default)")
-    p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics")
-    p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv)")
+    p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics (a file there "
+                   "is kept as <out>.bak)")
+    p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv; a file there is "
+                   "kept as <csv>.bak)")
     threads_arg(p)
 
     p = sub.add_parser("prepare-data", help="tokenized train/val/test files from the USPTO data")
@@ -415,10 +417,14 @@ def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) 
     standard output (STDOUT) needs no check."""
     from .io import check_results_name
 
+    from .calibration import backup_of
+
     if args.output == STDOUT:
         return
     given = None if args.input in (None, STDIN) else args.input
-    outside_model(args.output, check_output(args.output, given), args.model)
+    out = check_output(args.output, given)
+    outside_model(args.output, out, args.model)
+    check_output(backup_of(out), given)  # where keep_replaced keeps the file the output replaces
     check_results_name(args.output, max_rows)
 
 
@@ -798,8 +804,15 @@ def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], ma
     if stream is not None:
         write_rows(stream, header, marked)
         stream.flush()
-    else:
-        write_results(output, header, marked, keep)  # a failed run keeps any earlier output
+    else:  # a failed run keeps any earlier output as it was; a whole one keeps it as <output>.bak
+        write_results(output, header, keeping_replaced(marked, check_output(output)), keep)
+
+
+def keeping_replaced(rows: Iterable[list[object]], out: Path) -> Iterator[list[object]]:
+    """`rows`, then the file at `out` kept (keep_replaced) once the last has passed: io.write_results renames the
+    whole new file into place next, and a run that stops before replaces nothing, so keeps nothing."""
+    yield from rows
+    keep_replaced(out)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -884,9 +897,10 @@ def write_report(out: Path, report: dict) -> None:
 
 
 def keep_replaced(out: Path) -> None:
-    """Keep the file a report (evaluate's, bench's) is about to replace beside it (calibration.backup_of), as
-    calibrate keeps the fit it replaces, and say so: a run stopped two queries in once replaced a whole earlier
-    report, hours of decoding, with its partial one. check_report_path checked the backup's name before the run."""
+    """Keep the file a report (evaluate's, bench's), predict's output or plan's routes are about to replace beside it
+    (calibration.backup_of), as calibrate keeps the fit it replaces, and say so: a run stopped two queries in once
+    replaced a whole earlier report, hours of decoding, with its partial one. check_report_path (check_predict_output,
+    cmd_plan) checked the backup's name before the run."""
     from .calibration import backup_of
 
     if out.is_file():  # copied as bytes, with its time
@@ -1290,6 +1304,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from .calibration import backup_of
     from .io import check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .service import Predictor
@@ -1309,6 +1324,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     csv_out = check_output(csv_given, args.stock)
     if csv_out == out:
         raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")
+    for written in (out, csv_out):  # where report_plan keeps the files they replace (keep_replaced)
+        check_output(backup_of(written), args.stock)
     for model in (args.model, None if args.forward.lower() == "none" else args.forward):
         if model is not None:
             outside_model(args.out, out, model)
@@ -1335,13 +1352,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atoms: bool) -> None:
-    """A plan's routes to its JSON and CSV, and its summary on the screen (a stopped search's too)."""
+    """A plan's routes to its JSON and CSV, the files they replace kept (keep_replaced: a stopped search's routes
+    replaced a whole one's), and its summary on the screen (a stopped search's too)."""
     from .io import write_csv
     from .planning import (ROUTE_COLUMNS, failure_note, no_route, route_rows, route_stereo, routes_json,
                            starting_materials_text)
 
-    write_text_file(out, json.dumps(routes_json(result), indent=2))
-    write_csv(csv_out, ROUTE_COLUMNS, route_rows(result))
+    text, rows = json.dumps(routes_json(result), indent=2), list(route_rows(result))
+    keep_replaced(out)
+    write_text_file(out, text)
+    keep_replaced(csv_out)
+    write_csv(csv_out, ROUTE_COLUMNS, rows)
     stats, counts = result.stats, result.stats.counts
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""
     n_unreadable = result.stock_unreadable  # the Routes page's words, and which entry, as it names it

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .io import RESULT_COLUMNS, LastRow, Outcomes, QueryFile, output_header, predict_batch, result_rows, write_results
+from .io import (RESULT_COLUMNS, LastRow, Outcomes, QueryFile, check_output, output_header, predict_batch, result_rows,
+                 write_results)
 from .service import Predictor, QueryResult, window_size
 
 if TYPE_CHECKING:
@@ -120,12 +121,16 @@ def predict_on_ray(table: QueryFile, output: str | Path, cluster: Cluster, model
         finally:  # stopped (an error, Ctrl-C), Ray Data's iterator is closed while the cluster is still up (predicted)
             pairs.close()
 
+    from .cli import keeping_replaced
+
     header = output_header(table.columns) if marks is None else marks.header
+    # a failed run keeps any earlier output as it was; a whole one keeps it as <output>.bak, as predict_here does
+    written = keeping_replaced(rows() if marks is None else marks.rows(rows()), check_output(output))
     if start == len(table.queries):  # nothing to predict (an empty file; every record kept): no cluster
-        write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
+        write_results(output, header, written, keep)
         return outcomes
-    with connected(cluster.address):  # a failed run keeps any earlier output
-        write_results(output, header, rows() if marks is None else marks.rows(rows()), keep)
+    with connected(cluster.address):
+        write_results(output, header, written, keep)
     return outcomes
 
 

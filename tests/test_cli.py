@@ -763,6 +763,41 @@ def test_a_bench_keeps_the_report_its_out_replaces(pair_files, caplog):
     assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("name", ["out.csv", "out.sdf", "out.xlsx"])
+def test_predict_keeps_the_file_its_output_replaces(tmp_path, caplog, name):
+    """predict --output replaced an earlier run's file without a word, where evaluate, bench and calibrate keep the
+    file they replace as <file>.bak: it is kept so too, once the new file is whole (one query, and a file of them)."""
+    out = tmp_path / name
+    out.write_bytes(b"the earlier results\n")
+    (tmp_path / "q.txt").write_text("CCO\nCCN\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(out)]) == 0
+    assert (tmp_path / f"{name}.bak").read_bytes() == b"the earlier results\n"
+    assert read_queries(out, "query").queries == ["CCO", "CCN"]
+    assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
+    whole = out.read_bytes()
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO", "--output", str(out)]) == 0
+    assert (tmp_path / f"{name}.bak").read_bytes() == whole
+
+
+def test_a_stopped_predict_keeps_its_output_as_it_was_and_makes_no_backup(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out.csv"
+    out.write_text("the earlier results\n")
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCO\n")
+    ctrl_c_at_third_predict(monkeypatch)
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(out),
+                 "--batch-size", "1"]) == 130
+    assert out.read_text() == "the earlier results\n" and not (tmp_path / "out.csv.bak").exists()
+    capsys.readouterr()
+
+
+def test_predict_refuses_an_output_whose_backup_it_cannot_write_before_loading_the_model(tmp_path, capsys,
+                                                                                        no_model_load):
+    (tmp_path / "o.csv.bak").mkdir()
+    expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--output", tmp_path / "o.csv"], capsys,
+                   "is a folder")
+
+
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "molspec_core", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and "predict" in done.stdout
@@ -1422,7 +1457,8 @@ def test_an_interrupted_file_run_keeps_its_finished_records_and_resume_goes_on_f
     assert "resuming: records 1-4 of 6 come from out.interrupted.csv" in printed
     # where none was rejected the line sent the reader to an error column holding nothing ('0 rejected (see ...)')
     assert "5 queries predicted, 0 rejected, 1 blank record skipped" in printed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "q.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "out.csv.bak", "q.txt"]
+    assert (tmp_path / "out.csv.bak").read_text() == "yesterday's results\n"  # replaced once the run was whole
     resumed = pd.read_csv(out).drop(columns="time_ms")
     assert predict_file(tmp_path / "q.txt", tmp_path / "whole.csv", *options) == 0
     pd.testing.assert_frame_equal(resumed, pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
@@ -1737,6 +1773,30 @@ def test_plan_summary_counts_a_compound_the_steps_use_twice_and_one_molecule_exp
     assert "retro*, 1.0 s: 1 molecule expanded (" in printed
     assert printed.count(f"from {phosphonate}, {aldehyde}\n") == 1
     assert f"from {phosphonate}, {aldehyde} (used twice)\n" in printed
+
+
+def test_plan_keeps_the_routes_its_outputs_replace(tmp_path, capsys, caplog):
+    """plan --out (and its CSV) replaced an earlier search's routes without a word, a stopped search's few routes
+    replacing a whole one's too, where evaluate, bench and calibrate keep the file they replace as <file>.bak."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, SearchStats
+
+    for name in ("r.json", "r.csv"):
+        (tmp_path / name).write_text(f"the earlier {name}\n")
+    result = PlanResult("CCO", (), SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, "stock", 2,
+                        settings=PlanSettings())
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
+    for name in ("r.json", "r.csv"):
+        assert (tmp_path / f"{name}.bak").read_text() == f"the earlier {name}\n"
+        assert any(f"the file it replaces is kept as {tmp_path / name}.bak" in r.getMessage() for r in caplog.records)
+    assert json.loads((tmp_path / "r.json").read_text())["target"] == "CCO"
+    capsys.readouterr()
+
+
+def test_plan_refuses_outputs_whose_backups_it_cannot_write_before_the_models_load(tmp_path, capsys, no_model_load):
+    (tmp_path / "r.csv.bak").mkdir()
+    expect_refused(["plan", "--smiles", "CCO", "--out", tmp_path / "r.json"], capsys, "r.csv.bak is a folder")
 
 
 def test_a_missing_prepare_data_vocab_is_named_with_its_flag(tmp_path, capsys):

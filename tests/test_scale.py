@@ -297,6 +297,20 @@ def test_a_worker_failure_is_one_error_line_and_keeps_the_rows_before_it(tmp_pat
     assert events == ["closed", "shutdown"] and not (tmp_path / "o.csv").exists()
 
 
+def test_a_ray_run_keeps_the_file_its_output_replaces(tmp_path, capsys, monkeypatch):
+    """As the single-process run keeps it (cli.keeping_replaced): the earlier file as <output>.bak, once the new one
+    is whole."""
+    from molspec_core import scale
+
+    fake_ray(monkeypatch, [])
+    monkeypatch.setattr(scale, "predicted", refused)
+    (tmp_path / "o.csv").write_text("the earlier results\n")
+    assert predict_four_on_ray(tmp_path) == 2  # every query refused: written, and an error
+    assert (tmp_path / "o.csv.bak").read_text() == "the earlier results\n"
+    assert len(read_queries(tmp_path / "o.csv", "query").queries) == 4
+    capsys.readouterr()
+
+
 def test_a_ray_runs_retrosynthesis_queries_of_several_molecules_are_named_by_their_records(tmp_path, capsys,
                                                                                             monkeypatch):
     """The note on salts (io.several_molecules_note) names the file's records: each worker numbers the queries it was
