@@ -48,13 +48,14 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import SplitResult, urlsplit
 
+from .chem import stereo_notes
 from .io import QueryFile
 from .known import known_rank, with_recorded
 from .limits import Abandoned, abandon_when
 from .methods import METHODS, SamplingOptions, readers_of, unread_knobs
 from .roundtrip import check_round_trip
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, PartlyDecoded, Prediction,
-                      Predictor, QueryResult, windows)
+                      Predictor, QueryResult, several_products_note, windows)
 
 log = logging.getLogger(__name__)
 
@@ -226,14 +227,25 @@ def _finite(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else None  # JSON has no infinity
 
 
-def result_json(result: QueryResult, recorded: str | None = None) -> dict:
+def query_notes(read: str, task: str, result: QueryResult) -> list[str]:
+    """What a chemist should know of how the model read a query it answered, a sentence each, as `molspec predict`
+    prints them and the Predict page shows them: stereo marks or enhanced stereo it does not read (chem.stereo_notes;
+    `read` is the text the model predicted from) and several molecules given to retrosynthesis
+    (service.several_products_note). None for a query it did not answer."""
+    if result.error and not result.predictions:
+        return []
+    return [note for note in (*stereo_notes(read), several_products_note(task, result.canonical_query)) if note]
+
+
+def result_json(result: QueryResult, recorded: str | None = None, notes: Sequence[str] = ()) -> dict:
     """One query's result as JSON: the answers in rank order with their checks, and the decoder's counts.
     `copied_from` is each output token's source position in `source_tokens` (-1: written by the model),
     the provenance the app draws; `set_aside`, the model's own first answers that pooled writings left out
     of the list for sane ones (QueryResult.set_aside), in the same form. A query sent as a recorded reaction
     has its `recorded` outcome (canonical) and the rank of the answer that is it (`recorded_rank`, null where
     none is); other queries null in both. `query` is the text sent (Service.predict), `canonical_query` what the
-    model read of it (of a recorded reaction, the side it predicts from)."""
+    model read of it (of a recorded reaction, the side it predicts from); `notes`, what it did not read (query_notes:
+    an allene's stereo marks were dropped, and a client over HTTP was not told, where `molspec predict` said so)."""
     stats = result.stats
 
     def answer(p: Prediction) -> dict:
@@ -249,7 +261,7 @@ def result_json(result: QueryResult, recorded: str | None = None) -> dict:
             "accepted_tokens": stats.draft_tokens_accepted, "predictions": [answer(p) for p in result.predictions],
             "set_aside": [answer(p) for p in result.set_aside],
             "recorded": recorded,
-            "recorded_rank": known_rank(result, recorded) if recorded else None}
+            "recorded_rank": known_rank(result, recorded) if recorded else None, "notes": list(notes)}
 
 
 def model_json(name: str, predictor: Predictor) -> dict:
@@ -364,8 +376,9 @@ class Service:
         results = [dataclasses.replace(r, query=sent, **({"error": problem, "predictions": ()} if problem else {}))
                    for r, sent, problem in zip(results, request.smiles, problems, strict=True)]
         at = table.columns.index(column) if column else None  # the recorded outcome's cell
-        return {"results": [result_json(r, (table.cells_of(i)[at] or None) if at is not None else None)
-                            for i, r in enumerate(results)]}
+        task = request.predictor.task
+        return {"results": [result_json(r, (table.cells_of(i)[at] or None) if at is not None else None,
+                                        query_notes(queries[i], task, r)) for i, r in enumerate(results)]}
 
 
 class DeadlineReader(io.RawIOBase):

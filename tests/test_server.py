@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import FIXTURES, needs_native
-from molspec_core import cli, server
+from molspec_core import chem, cli, server
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import Predictor
+from molspec_core.service import Predictor, several_products_note
 
 PARACETAMOL = "CC(=O)Nc1ccc(O)cc1"
 AMIDE = "CC(=O)Cl.NCc1ccccc1"
@@ -73,6 +73,20 @@ def test_answers_are_the_services_in_the_order_asked_and_a_bad_query_costs_only_
     assert "not a valid SMILES" in results[1]["error"] and results[1]["predictions"] == []
     first = results[0]["predictions"][0]
     assert first["smiles"] == "CC(=O)NCc1ccccc1" and len(first["tokens"]) == len(first["copied_from"])
+
+
+def test_each_result_says_what_the_model_did_not_read_of_its_query(address):
+    """An allene's stereo marks, which RDKit drops, and a salt given to retrosynthesis were said by `molspec predict`
+    and the Predict page, and not to a client over HTTP, which got answers without that stereo and without a word."""
+    allene = "C[C@H]=C=[C@H]C.BrBr"
+    _, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": [allene, f"{allene}>>CC", AMIDE]})
+    dropped, recorded, plain = payload["results"]
+    assert dropped["predictions"] and dropped["notes"] == [chem.dropped_stereo(allene)] == recorded["notes"]
+    assert dropped["notes"][0].startswith("Stereo marks dropped: 2 atoms marked @") and plain["notes"] == []
+    _, payload = call(address, "POST", "/predict", {"model": "retro", "smiles": ["CC(=O)NCc1ccccc1.Cl", "C1CC("]})
+    salt, bad = payload["results"]
+    assert salt["notes"] == [several_products_note("retro", salt["canonical_query"])] and salt["notes"][0]
+    assert bad["error"] and bad["notes"] == []
 
 
 def test_an_empty_query_gets_the_services_error_not_a_files(address, models):
