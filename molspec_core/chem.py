@@ -63,6 +63,9 @@ ABBREVIATIONS = {
     "Ac": ("acetyl", "C(C)=O"), "Ts": ("tosyl", "S(=O)(=O)c1ccc(C)cc1"), "Ms": ("mesyl", "S(C)(=O)=O"),
     "Tf": ("triflyl", "S(=O)(=O)C(F)(F)F"), "TMS": ("trimethylsilyl", "[Si](C)(C)C"),
 }
+# What a chemist may put between the molecules of one query, for a SMILES's '.': CCO,CCN or CC(=O)Cl+NCc1ccccc1 were
+# told only that the ',' is no part of a SMILES, or that the '+' is a charge outside brackets.
+MOLECULE_SEPARATORS = ",;+"
 # Other notations pasted for a SMILES: an InChIKey (14, 10 and 1 capitals), and an InChI that lost its "InChI=".
 INCHI_KEY = re.compile(r"(InChIKey=)?[A-Z]{14}-[A-Z]{10}-[A-Z]")
 BARE_INCHI = re.compile(r"1S?/[0-9]*[A-Z][A-Za-z0-9.]*(/|$)")
@@ -156,6 +159,12 @@ def why_unreadable(smiles: str) -> str:
             kind, i = "ring", label.end()
         elif char.isalpha() and _in_word(smiles, i):
             return ""  # a name ("aspirin", "Cyclohexane"): the caller says that names are not read
+        elif char in MOLECULE_SEPARATORS and last in ("atom", "close", "ring") and (
+                smiles.startswith("[", i + 1) or ORGANIC_ATOM.match(smiles, i + 1)):
+            what = "a charge outside brackets or a plus between molecules" if char == "+" else "not part of a SMILES"
+            charge = "a charge goes in its atom's brackets, as [NH4+], and " if char == "+" else ""
+            return (f"the {char!r} at position {at} is {what}: {charge}the molecules of one query are joined with '.', "
+                    "as CC(=O)Cl.NCc1ccccc1")
         elif (short := _abbreviation_at(smiles, i)) is not None:
             start, name = short
             meaning, atoms_of = ABBREVIATIONS[name]

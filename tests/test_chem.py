@@ -386,6 +386,13 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     ("CNa", "the 'a' at position 3 is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I "
             "(aromatic: b, c, n, o, p, s), and every other element in brackets, as [Na] or [Si]"),
     ("C{C}", "the '{' at position 2 is not part of a SMILES"),
+    # two molecules given as a list or a sum, told only that the ',' is no part of a SMILES or the '+' a charge
+    ("CCO,CCN", "the ',' at position 4 is not part of a SMILES: the molecules of one query are joined with '.', as "
+                "CC(=O)Cl.NCc1ccccc1"),
+    ("CC(=O)Cl+NCc1ccccc1", "the '+' at position 9 is a charge outside brackets or a plus between molecules: a "
+                            "charge goes in its atom's brackets, as [NH4+], and the molecules of one query are joined "
+                            "with '.', as CC(=O)Cl.NCc1ccccc1"),
+    ("CCO,", "the ',' at position 4 is not part of a SMILES"),  # nothing after it: no list
     # each of these was "RDKit cannot parse ... as a molecule" alone
     ("C11", "ring bond 1 at position 3 closes on the atom it was opened on at position 2: a ring bond joins two atoms"),
     ("C12CC12", "ring bond 2 at position 7 joins two atoms that are bonded already (ring bond 2 opened at position 3)"),
