@@ -233,6 +233,28 @@ def test_score_pools_writings_as_the_app_does(kit, tmp_path, capsys):
         assert json.loads(capsys.readouterr().out) == {**expected, "n": 1, "refused": 0, "writings": writings}
 
 
+def test_score_refuses_a_file_it_would_score_as_something_else(kit, tmp_path):
+    # a writings file read as n-best lines scored "top1": 0.0 without a word; the others were tracebacks
+    data = tmp_path / "data" / "retro"
+    data.mkdir(parents=True)
+    (data / "test.tgt").write_text("CCO\n")
+    files = {"writings.jsonl.gz": json.dumps([[["CCO", -0.1]]]) + "\n", "nbest.tsv.gz": "CCO\tCC\n",
+             "empty.tsv.gz": "", "two.tsv.gz": "CCO\nCC\n", "forward_test_nbest.tsv.gz": "CCO\n"}
+    for name, text in files.items():
+        with gzip.open(tmp_path / name, "wt") as f:
+            f.write(text)
+    refusals = [("writings.jsonl.gz", [], "is a writings file .*give --writings N"),
+                ("nbest.tsv.gz", ["--writings", "5"], "is an n-best file .*without --writings"),
+                ("empty.tsv.gz", [], "holds no answers"),
+                ("two.tsv.gz", [], "answers to 2 queries, and .*test.tgt 1"),
+                ("forward_test_nbest.tsv.gz", [], "holds forward answers .*--task forward"),
+                ("absent.tsv.gz", [], "cannot be read")]
+    for name, more, message in refusals:
+        with pytest.raises(SystemExit, match=message):
+            kit.main(["score", "--task", "retro", "--pred", str(tmp_path / name), "--data", str(tmp_path / "data"),
+                      *more])
+
+
 def test_start_refuses_a_budget_the_export_to_resume_has_spent_and_a_budget_of_0(kit, tmp_path, monkeypatch, capsys):
     """After `unpack`, a fresh machine's `start --minutes 0.1 --init models` resumed the export, whose minutes were
     already past 0.1: it trained 0 steps, wrote no export and reported only "inputs read". --minutes 0 started an

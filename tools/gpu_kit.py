@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from molspec_core.argtypes import Bounds, argtype  # noqa: E402  (plain Python: the device has what it needs)
+from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402  (plain Python: the device has what it needs)
 
 if TYPE_CHECKING:  # annotations only: each command imports what it uses when it runs (the device has no RDKit)
     import numpy as np
@@ -265,6 +265,39 @@ def _replace_with_copy(source: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _is_writings_line(line: str) -> bool:
+    """Whether a line of a `decode` answers file is a JSON list (decode --writings) rather than tab-separated SMILES
+    (no SMILES is JSON: a bracket atom holds an element's letters)."""
+    try:
+        return isinstance(json.loads(line), list)
+    except ValueError:
+        return False
+
+
+def read_answers(pred: Path, task: str, writings: int) -> list[str]:
+    """The lines of a `decode` answers file, refused (SystemExit) where it cannot be what `score` is asked to read: a
+    writings file scored as n-best lines gave "top1": 0.0 without a word, an n-best file scored with --writings a
+    JSONDecodeError, an empty file a ZeroDivisionError, and the other task's file its queries' wrong targets."""
+    from molspec_core.data import read_lines
+
+    other = next(t for t in TASKS if t != task)
+    if pred.name.startswith(f"{other}_test_"):  # decode names its file by the task it decoded
+        raise SystemExit(f"{pred} holds {other} answers (decode --task {other} wrote it); score it with --task {other}")
+    try:
+        lines = read_lines(pred)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--pred {pred} cannot be read ({exc})") from None
+    first = next((line for line in lines if line.strip()), None)
+    if first is None:
+        raise SystemExit(f"--pred {pred} holds no answers")
+    if _is_writings_line(first) and not writings:
+        raise SystemExit(f"--pred {pred} is a writings file (decode --writings): give --writings N to pool each "
+                         "query's first N writings (1: its own writing alone)")
+    if writings and not _is_writings_line(first):
+        raise SystemExit(f"--pred {pred} is an n-best file (decode without --writings): score it without --writings")
+    return lines
+
+
 def cmd_score(args: argparse.Namespace) -> None:
     """Top-k of a device n-best file against the task's test targets, canonicalized with RDKit here. A
     writings file (decode --writings) is pooled over each query's first --writings writings as the app
@@ -274,12 +307,20 @@ def cmd_score(args: argparse.Namespace) -> None:
     from molspec_core.evaluate import hits
     from molspec_core.service import pool_writings
 
-    targets = read_lines(Path(args.data) / args.task / "test.tgt")
-    with gzip.open(args.pred, "rt") as f:
-        if args.writings:
-            queries = [json.loads(line)[: args.writings] for line in f]
-        else:
-            rows = [line.rstrip("\n").split("\t") if line.strip() else [] for line in f]
+    targets_file = Path(args.data) / args.task / "test.tgt"
+    lines = read_answers(Path(args.pred), args.task, args.writings)
+    try:
+        targets = read_lines(targets_file)
+    except (OSError, ValueError) as exc:  # a FileNotFoundError traceback
+        raise SystemExit(f"{targets_file} cannot be read ({exc}): --data is the folder of prepared <task>/ data "
+                         f"whose test split was packed") from None
+    if len(lines) > len(targets):  # zip scored the first len(targets) and divided by them all
+        raise SystemExit(f"{args.pred} holds answers to {len(lines):,} queries, and {targets_file} {len(targets):,}: "
+                         "they were decoded from other test queries than these")
+    if args.writings:
+        queries = [json.loads(line)[: args.writings] for line in lines]
+    else:
+        rows = [line.split("\t") if line.strip() else [] for line in lines]
     if args.writings == 1:  # the query's own writing in its beam's order, as without writings (the papers' scoring)
         rows = [[text for text, _ in writings[0]] if writings else [] for writings in queries]
     elif args.writings:  # the best n-best of the pool, as the app keeps them (n-best: the decode's beam width)
@@ -619,8 +660,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--task", choices=TASKS, required=True, help="whose test targets to score against")
     p.add_argument("--pred", required=True, help="the n-best .tsv.gz or writings .jsonl.gz file `decode` wrote")
     p.add_argument("--data", default=str(ROOT / "data"), help="folder of prepared <task>/ data (default <repo>/data)")
-    p.add_argument("--limit", type=int, default=0, help="score the first N queries (0: all)")
-    p.add_argument("--writings", type=int, default=0, help="a writings file (decode --writings): pool each "
+    p.add_argument("--limit", type=at_least(0), default=0, help="score the first N queries (0: all)")
+    p.add_argument("--writings", type=at_least(0), default=0, help="a writings file (decode --writings): pool each "
                    "query's first N writings")
     p = sub.add_parser("start", help="start the trainings as detached processes, resumed where possible")
     p.add_argument("--minutes", type=argtype(Bounds(0, low_open=True)), required=True,
