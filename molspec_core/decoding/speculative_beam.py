@@ -44,11 +44,13 @@ draft a row: the C step computes each fed token's logits alone, the same in a on
 verify call (tests/test_native.py). Elsewhere a token's logits depend on the call's shape (the rows and
 tokens fed: the products' blocking and summation order, and on the native engine a call of several
 drafts a row runs in torch, not in C), so sbs-exact's scores differ from beam search's by float
-rounding (about 1e-6 relative), and where two alternatives are within that rounding of each other the
-two searches may order them, or keep them at the width's cut, differently. That includes exact ties
-of the model (two tokens with the same embedding row, say): what is a tie in exact arithmetic is one
-ulp or so apart in float32, in different directions in the two searches. No shared tie rule (by token
-id, then draft order, say) can mend this, as neither search sees a tie to break; treating scores
+rounding (up to 1.6e-5 relative seen, tests/test_speculative_beam.py), and where two alternatives are
+within that rounding of each other the two searches may order them, or keep them at the width's cut,
+differently. That includes exact ties
+of the model (two tokens with the same embedding row, say): two hypotheses that descend from tied
+parents by the same token have their next log-probs computed in different rows or calls, and can come
+out equal in one search and an ulp or so apart in the other. No shared tie rule (by token id, then
+draft order, say) can mend this, as a search that sees no tie has none to break; treating scores
 within some tolerance as tied would not either: two scores either side of the tolerance in one search
 and within it in the other still part, and beam search itself would then no longer rank by score.
 Only logits that do not depend on the call's shape (the C step's one-draft path) make the two equal.
