@@ -10,7 +10,7 @@ from conftest import FIXTURES, random_sources
 from molspec_core import checkpoint
 from molspec_core.decoding.batch import fit_drafts, target_budget
 from molspec_core.decoding.beam import beam_search
-from molspec_core.decoding.greedy import greedy
+from molspec_core.decoding.greedy import greedy, greedy_uncached
 from molspec_core.decoding.sampling import SAMPLING_MODES, SamplingOptions, sample_decode
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
@@ -165,6 +165,24 @@ def test_every_decoder_stays_inside_its_budget_and_the_model(name):
             assert budget <= max_positions - 1
             for hyp in result.hypotheses:
                 assert len(hyp.tokens) == budget and not hyp.finished, (trial, budget)
+
+
+
+@pytest.mark.parametrize("name", ("greedy", "greedy-uncached", "beam", "beam-uncached", "sbs", "sbs-exact")
+                         + SAMPLING_MODES)
+@pytest.mark.parametrize("max_len", [0, -3])
+def test_a_max_len_below_one_is_refused_by_every_decoder(name, max_len):
+    """A library caller's max_len of 0 or less decoded one token, as if 1 had been asked, under every decoder."""
+    model, draft_model = endless_model(0, 12), endless_model(1, 12)
+    sources = random_sources(0, 2, 12, 2, 6)
+    drafts = lambda src: make_drafter("lookup", src, 4, 1)  # noqa: E731
+    with pytest.raises(ValueError, match=f"max_len must be 1 or more .*not {max_len}"):
+        if name == "greedy-uncached":
+            greedy_uncached(model, sources, max_len)
+        elif name == "beam-uncached":
+            beam_search(model, sources, 3, max_len=max_len, cached=False)
+        else:
+            decode(name, model, draft_model, sources, drafts, max_len, 0)
 
 
 def test_fit_drafts_cuts_to_the_budget_and_to_the_row_furthest_along():

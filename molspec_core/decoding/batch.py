@@ -36,7 +36,9 @@ def target_budget(src_len: int, max_positions: int, max_len: int | None = None) 
     """Most output tokens decoded for a source (eos counts as one), at least one: `max_len` if given,
     else room to double the source (reactions rarely do); capped so that every fed token has a
     position, with one to spare for sbs-exact, which may feed a hypothesis that has just reached
-    the budget."""
+    the budget. A max_len below 1 is refused: it decoded one token, as if 1 had been asked."""
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be 1 or more (eos counts as a token), not {max_len}")
     wanted = max_len if max_len is not None else 2 * src_len + 50
     return max(1, min(wanted, max_positions - 1))
 
