@@ -7,6 +7,7 @@ the engine never imports this module and this module never imports streamlit.
 """
 from __future__ import annotations
 
+import functools
 import html
 import itertools
 import math
@@ -482,9 +483,19 @@ def _rings(drawer: rdMolDraw2D.MolDraw2DSVG, atom_colours: dict[int, str]) -> st
 def smiles_svg(smiles: str, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None
                ) -> str | None:
     """SVG of a SMILES (several molecules apart, in rows: laid_out), or None when RDKit cannot read it;
-    `atom_colours` as mol_svg's, by atom index as RDKit reads the SMILES."""
+    `atom_colours` as mol_svg's, by atom index as RDKit reads the SMILES. The last SVG_CACHE pictures are kept: a
+    page draws its structures again at every rerun (any widget touched), and RDKit lays out a 20-residue peptide
+    (221 atoms) in about 1.6 s, so a query and five answers of that size held each rerun some 10 s."""
+    return _smiles_svg(smiles, width, height, tuple(sorted((atom_colours or {}).items())))
+
+
+SVG_CACHE = 128  # pictures: a page of 50 answers and its query, twice over (about 20 KB each, a large one 300 KB)
+
+
+@functools.lru_cache(maxsize=SVG_CACHE)
+def _smiles_svg(smiles: str, width: int, height: int, atom_colours: tuple[tuple[int, str], ...]) -> str | None:
     mol = Chem.MolFromSmiles(smiles) if smiles else None
-    return mol_svg(mol, width, height, atom_colours) if mol is not None else None
+    return mol_svg(mol, width, height, dict(atom_colours)) if mol is not None else None
 
 
 def centre_colours(reactants: str, product: str, on: str) -> dict[int, str]:

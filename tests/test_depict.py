@@ -190,3 +190,18 @@ def test_the_carbons_of_a_macrocycle_are_drawn_as_bare_vertices():
     mol = Chem.MolFromSmiles("CC1CCCCCCCCCCCCCCCCCCCC(=O)OCCCCCCCCCC1")
     assert {mol.GetAtomWithIdx(i).GetSymbol() for i in labelled} == {"O"}
     assert re.findall(r"<path class='atom-(\d+)'", depict.smiles_svg("CC=C=CC"))  # the allene's centre: 'C'
+
+
+def test_a_structure_drawn_again_is_not_laid_out_again(monkeypatch):
+    """A page draws its structures at every rerun: a 20-residue peptide's layout took RDKit about 1.6 s, each time.
+    The same SMILES, size and marks give the picture already drawn; other marks, a picture of their own."""
+    drawn = []
+    monkeypatch.setattr(depict, "mol_svg", lambda mol, *args: drawn.append(args) or f"<svg>{len(drawn)}</svg>")
+    depict._smiles_svg.cache_clear()
+    peptide = "N[C@@H](Cc1ccccc1)C(=O)" * 3 + "O"
+    first = depict.smiles_svg(peptide, 440, 230, {1: depict.CENTRE_COLOUR})
+    assert depict.smiles_svg(peptide, 440, 230, {1: depict.CENTRE_COLOUR}) == first and len(drawn) == 1
+    assert depict.smiles_svg(peptide, 440, 230) != first and len(drawn) == 2
+    assert depict.smiles_svg(peptide, 440, 230, {1: depict.LEAVING_COLOUR}) != first and len(drawn) == 3
+    assert depict.smiles_svg("C1CC(") is None
+    depict._smiles_svg.cache_clear()  # the pictures above are no real drawings
