@@ -33,6 +33,7 @@ INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt"}
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # the shipped models, by task name
 DRAFT_DIR = "draft"  # a model's own draft model (a small model with its vocabulary), in a folder inside its own
+ONE_RUNS_FACTS = ("step", "validation")  # config.json keys train writes of the weights of one run at one step
 MODEL_TASKS = ("forward", "retro")  # the tasks whose answers are checked (config.json's task; forward when unset)
 
 # Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
@@ -429,9 +430,9 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
 
     The models must share their task, sizes and vocabulary, and should be fine-tuned from one parent: the
     mean of unrelated models is not a model. Each folder is checked by `load` before it is read; the
-    mean is taken in float32 and written in dtype. config.json is the first folder's, with
-    "averaged_from" listing the folders. `out` must be a new or empty folder (check_new_folder) outside the model
-    folders, and each model folder is given once. Returns that config.
+    mean is taken in float32 and written in dtype. config.json is the first folder's, less its step and
+    validation (ONE_RUNS_FACTS), with "averaged_from" listing the folders. `out` must be a new or empty folder
+    (check_new_folder) outside the model folders, and each model folder is given once. Returns that config.
     """
     if len(folders) < 2:
         raise CheckpointError("averaging needs at least two model folders")
@@ -467,7 +468,9 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
         for name, tensor in model.state_dict().items():
             total[name] += tensor
     first_model.load_state_dict({name: tensor / len(folders) for name, tensor in total.items()})
-    meta = {key: value for key, value in config.items() if key != "model"}
+    # the first model's step and validation (train's export and best/ record them) are no facts of the mean: the
+    # shipped forward mean's config.json said "step": 451, its first run's
+    meta = {key: value for key, value in config.items() if key not in ("model", *ONE_RUNS_FACTS)}
     meta["averaged_from"] = [str(folder) for folder in folders]
     # Written aside and renamed into place: a Ctrl-C or a full disk mid-write left `out` holding a config and
     # vocabulary without (all) weights, which does not load and which the next run refused as a filled folder.

@@ -242,11 +242,13 @@ def test_shipped_models_pass_the_checks():
 def test_average_writes_the_mean_of_the_weights(tmp_path):
     vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
     models = [random_model(seed, vocab_size=14) for seed in (1, 2, 3)]
-    for i, model in enumerate(models):
-        checkpoint.save(model, vocab, tmp_path / f"m{i}", meta={"task": "retro"})
+    for i, model in enumerate(models):  # as train writes best/: the step and validation of one run
+        checkpoint.save(model, vocab, tmp_path / f"m{i}", meta={"task": "retro", "step": 100 * i,
+                                                                 "validation": {"greedy_exact_match": i / 10}})
     config = checkpoint.average([tmp_path / f"m{i}" for i in range(3)], tmp_path / "mean")
     mean, mean_vocab, saved = checkpoint.load(tmp_path / "mean")
     assert saved == config and saved["task"] == "retro" and len(saved["averaged_from"]) == 3
+    assert "step" not in saved and "validation" not in saved  # the first model's, not the mean's
     assert mean_vocab.tokens == vocab.tokens
     states = [model.state_dict() for model in models]
     for name, tensor in mean.state_dict().items():
