@@ -308,7 +308,9 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
         # not "augment": that key marks root-aligned data, whose models read a query in several rooted
         # writings (service.augmentable); a few random writings in training do not teach that (measured,
         # CPU run 13's 40-minute export: 5 writings cost 5 points of top-1 on the 500-query sample)
-        stats.update(random_writings_per_source=augment, sources_rdkit_cannot_read=unreadable)
+        # the reactions as the rooted branch counts them (tools/hard_examples.py build read 0 of such a folder)
+        stats.update(train_reactions=len(dedupe(keep_short(kept))), random_writings_per_source=augment,
+                     sources_rdkit_cannot_read=unreadable)
     stats.update(train=len(train), val=len(mit.val), test=len(mit.test))
     write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)
     return stats

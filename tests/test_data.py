@@ -254,6 +254,7 @@ def test_prepare_forward_mit_fine_tune_data_is_the_mit_rows_in_several_writings(
     assert stats["removed_leakage_mit_test_or_val_product"] == 1
     assert stats["task"] == "forward"  # the trainer writes it into the model's config: a forward model
     assert "augment" not in stats  # random writings do not make a model that reads rooted ones (augmentable)
+    assert stats["train_reactions"] == 1  # in several writings (tools/hard_examples.py build counted none)
     assert set(tgt) == {"CC(=O)Nc1ccccc1"}
     # MIT's own writing first, then other writings of the same molecules (at most augment, distinct)
     assert src[0] == "CC(=O)Cl.Nc1ccccc1.[Pd]" and 2 <= len(src) <= 4 and len(set(src)) == len(src)
