@@ -57,9 +57,14 @@ ROUTE_COLUMNS = ("route", "route_score", "route_probability", "route_steps", "st
                  "product_in_stock", "reactants", "reactants_in_stock", "score", "probability", "confidence",
                  "round_trip", "forward_prob", "model_rank", "stereo")
 
-# Called after each expansion with (seconds since the search started, molecules expanded so far); it may raise
-# SearchStopped to end the search there.
+# Called after each expansion, and every PROGRESS_EVERY_S of a search that expands nothing (MCTS walking the tree it
+# has), with (seconds since the search started, molecules expanded so far); it may raise SearchStopped to end the
+# search there.
 Progress = Callable[[float, int], None]
+# MCTS's iterations between expansions call no model: told only after each expansion, the Routes page's bar stood
+# still and its Stop went unheard for 20 s of them (the copy model's search for NCCNCCNCCO), and could for the whole
+# time limit
+PROGRESS_EVERY_S = 0.5
 
 
 class SearchStopped(Exception):
@@ -249,6 +254,7 @@ class PredictorModel(BackwardReactionModel):
         self.started = time.monotonic()
         self.deadline: float | None = None  # monotonic time after which expansions are cut short
         self.stop: SearchStopped | None = None  # raised by the progress callback: the search ends (_Stoppable)
+        self.reported = self.started  # when the progress callback was last called
 
     def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
         results = self.predictor.predict([mol.smiles for mol in inputs], method=self.method, n_best=num_results,
@@ -256,12 +262,23 @@ class PredictorModel(BackwardReactionModel):
                                          augment=self.augment)
         reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
         self.counts.molecules += sum(result.ok for result in results)  # a failed one expanded nothing
-        if self.progress:
-            try:
-                self.progress(time.monotonic() - self.started, self.counts.molecules)
-            except SearchStopped as stop:  # the search ends at its next check, with these reactions in its graph
-                self.stop = self.stop or stop
+        self.report()
         return reactions
+
+    def report(self) -> None:
+        """Tell the progress callback where the search is, until it has stopped the search: a SearchStopped it raises
+        ends the search at its next check (_Stoppable), with the reactions of the expansion just made in its graph."""
+        self.reported = time.monotonic()
+        if self.progress and self.stop is None:
+            try:
+                self.progress(self.reported - self.started, self.counts.molecules)
+            except SearchStopped as stop:
+                self.stop = stop
+
+    def report_if_due(self) -> None:
+        """report, where PROGRESS_EVERY_S have passed since it last did (a search between expansions)."""
+        if time.monotonic() - self.reported >= PROGRESS_EVERY_S:
+            self.report()
 
     def _time_left(self, n_queries: int) -> float | None:
         """Seconds per query until the deadline: an expansion never runs far past the search's time limit."""
@@ -483,11 +500,15 @@ class PlanResult:
 
 class _Stoppable:
     """A syntheseus search that also stops once its progress callback has asked it to (PredictorModel.stop; another
-    reaction model has no callback)."""
+    reaction model has no callback), which it calls between expansions too (PredictorModel.report_if_due)."""
 
     def should_stop_search(self, graph) -> bool:
-        stopped = getattr(self.reaction_model, "stop", None) is not None  # type: ignore[attr-defined]
-        return stopped or super().should_stop_search(graph)  # type: ignore[misc]
+        model = self.reaction_model  # type: ignore[attr-defined]
+        if isinstance(model, PredictorModel):
+            model.report_if_due()
+            if model.stop is not None:
+                return True
+        return super().should_stop_search(graph)  # type: ignore[misc]
 
 
 class _RetroStar(_Stoppable, RetroStarSearch):
@@ -580,7 +601,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                           forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
                           settings, predictor.dtype, max_routes, tuple(stereo_notes(target)), stock.first_unreadable)
 
-    model.started = time.monotonic()
+    model.started = model.reported = time.monotonic()
     model.deadline = model.started + time_limit_s
     try:
         iterations = search.run_from_graph(graph)

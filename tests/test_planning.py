@@ -596,6 +596,25 @@ def test_a_progress_callback_ends_the_search_keeping_the_expansion_it_reports(co
     assert partial.stats.stopped_by == "SearchStopped" and not partial.stats.ran_out
 
 
+def test_a_search_between_expansions_still_reports_and_hears_a_stop(copy_predictor, monkeypatch):
+    """MCTS walks the tree it has for many iterations between expansions, which call no model: its progress callback,
+    called only after each expansion, went unheard for 20 s of the copy model's search for NCCNCCNCCO (the Routes
+    page's bar stood still, its Stop did nothing), and could for the whole time limit. It is called between
+    expansions too, every PROGRESS_EVERY_S (here at every check, so that the test waits for no clock)."""
+    monkeypatch.setattr(planning, "PROGRESS_EVERY_S", 0.0, raising=False)
+    reports: list[int] = []
+
+    def stop_when_nothing_was_expanded(elapsed_s: float, molecules: int) -> None:
+        if reports and reports[-1] == molecules:  # called again with no expansion since
+            raise planning.SearchStopped()
+        reports.append(molecules)
+
+    with pytest.raises(planning.SearchStopped) as stopped:
+        plan("NCCNCCNCCO", copy_predictor, Stock(["Br"]), time_limit_s=30.0, algorithm="mcts", settings=COPY,
+             progress=stop_when_nothing_was_expanded)
+    assert stopped.value.partial_result.stats.stopped_by == "SearchStopped"
+
+
 class PageStop(BaseException):
     """As Streamlit stops or reruns a page: a BaseException neither Ctrl-C nor SIGTERM."""
 
