@@ -59,9 +59,11 @@ class Shown:
 class Unfinished:
     """A search under way, set in the session before it starts. Where Stop ends it, the routes it had found are put
     here (`found`) for the next run to show: a stopped run can write no session state (each write raises Streamlit's
-    stop again), and they were lost."""
+    stop again), and they were lost. `ended`: the script run searching has left the search, its routes (if any) put
+    in `found` (watch_search's cue)."""
     target: str
     found: Shown | None = None
+    ended: bool = False
 
 
 @st.cache_resource(show_spinner="Reading the stock…")
@@ -152,9 +154,8 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         failed(f"Cannot search: {exc}")
         return
     bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
-    # Stays where Stop ends the run: the bar then stands frozen mid-search (a stopped run can draw nothing more), and
-    # nothing said the search had ended, nor where its routes were
     note = st.caption(STOP_NOTE)
+    watch_search(unfinished)
 
     def progress(elapsed_s: float, molecules: int) -> None:
         try:
@@ -180,14 +181,28 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         failed(f"The search failed ({type(exc).__name__}); please report it.")
     else:
         ss.pop(ROUTES_BEFORE, None)
+        ss.pop(UNFINISHED, None)  # before the next st call, where a Stop would leave it, and its routes unsaid
     finally:
+        unfinished.ended = True  # after `found`: the watcher then draws the page with them
         bar.empty()
     note.empty()  # neither is reached where the script run was stopped
-    ss.pop(UNFINISHED, None)
 
 
-STOP_NOTE = ("Stop (top right) ends the search and keeps the routes it has found; the page shows them when it next "
-             "runs (press R, or use any button or field).")
+STOP_NOTE = ("Stop (top right) ends the search and keeps the routes it has found: the page then shows them, and says "
+             "where the search stopped.")
+WATCH_EVERY_S = 1.0  # how often a search's watcher looks whether the script run searching has ended (watch_search)
+
+
+@st.fragment(run_every=WATCH_EVERY_S)
+def watch_search(unfinished: Unfinished) -> None:
+    """A search's watcher, drawn with its progress bar: once the script run searching has been stopped (its
+    Unfinished ended, and still the session's: a search that ends takes it off), the whole page is drawn again,
+    with the routes the search had found and where it stopped. The toolbar's Stop ends a script run and starts none
+    after it: the bar stood frozen mid-search ("Searching… 4 molecules expanded, 7 of 30 s") under a note saying to
+    press R, and nothing said the search had ended. Its timer ends with the next full script run (which draws no
+    watcher). A fragment's timed run waits for the script run under way, so it never cuts a search short."""
+    if unfinished.ended and st.session_state.get(UNFINISHED) is unfinished:
+        st.rerun(scope="app")
 
 
 def failed(error: str) -> None:
