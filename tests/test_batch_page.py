@@ -668,3 +668,33 @@ def test_the_pages_own_sd_download_uploaded_again_asks_which_field_to_read(copy_
     reupload_is_refused_until_query_is_named(
         at, ("ids-results.sdf", results_sdf(at.session_state[BATCH].table), "chemical/x-mdl-sdfile"))
     assert "ids-results.sdf · queries from the field query · " in texts(at.caption)
+
+
+def test_a_batchs_time_limit_is_set_in_its_form_and_a_stopped_row_says_where(copy_models, monkeypatch):
+    """A row stopped at the 60 s time limit was told in its `error` cell to "try a longer time limit", and the page
+    had no time limit to set. The form sets it; the run keeps it (its caption names one not the default), the page
+    says where to set a longer one, and the same file with another limit is a run of its own."""
+    from conftest import decoder_clock
+
+    real, limits = Predictor.predict, []
+
+    def predict(self, query: str, **options):  # every decoder call takes a second on the time limit's clock
+        decoder_clock(self.model, monkeypatch)
+        limits.append(options.get("time_limit_s"))
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    at = batch_page(monkeypatch, copy_models)
+    at.selectbox(key="method").set_value("greedy").run()  # stopped with no answer: a rejected row
+    at.number_input(key="time_limit_batch").set_value(3)
+    at.file_uploader[0].set_value(("q.txt", b"OCCOc1ccccc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert limits == [3] and at.session_state[BATCH].table["error"][0].startswith("stopped after the 3 s time limit")
+    assert "time limit 3 s a query" in texts(at.caption)
+    assert ("For a longer time limit (now 3 s a query), raise *Time limit per query (s)* in the form above and run "
+            "the batch again") in texts(at.caption)
+    at.number_input(key="time_limit_batch").set_value(60)
+    submit(at, "Run batch")
+    assert limits == [3, 60] and not at.session_state[BATCH].n_rejected
+    assert "time limit" not in texts(at.caption)

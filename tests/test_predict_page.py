@@ -567,3 +567,38 @@ def test_the_editor_keeps_the_width_that_shows_its_atoms_and_scrolls_on_a_narrow
     assert len(styles) == 1 and f".st-key-{EDITOR_BOX} iframe {{ min-width: 640px; }}" in styles[0]
     assert f".st-key-{EDITOR_BOX} {{ overflow-x: auto; }}" in styles[0]
     assert "scroll it sideways for its list of atoms and **Apply**" in texts(at.caption)
+
+
+def test_a_query_stopped_at_its_time_limit_can_be_given_longer(copy_models, monkeypatch):
+    """A query stopped at the 60 s time limit was told to "try a longer time limit", and the page had no time limit
+    to set: a query decoded at a fixed 60 s. The page's Time limit sets it (kept through another page's visit), and
+    the stopped query's warning or error says where; at the app's most, the command line's is longer."""
+    from conftest import decoder_clock
+
+    from molspec_core.service import Predictor
+    from views.common import APP_MAX_TIME_LIMIT_S, time_limit_hint
+
+    real, limits = Predictor.predict, []
+
+    def predict_slowly(self, query, **options):  # every decoder call takes a second on the time limit's clock
+        decoder_clock(self.model, monkeypatch)
+        limits.append(options.get("time_limit_s"))
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+    at = app(copy_models, monkeypatch).run()
+    at.number_input(key="time_limit_predict").set_value(3).run()
+    predict(at, "OCCOc1ccccc1")  # beam search: stopped with the answers it had
+    assert_clean(at)
+    assert limits == [3] and "stopped after the 3 s time limit" in texts(at.warning)
+    assert "For a longer time limit (now 3 s a query), raise it under *Time limit*" in texts(at.caption)
+    at.selectbox(key="method").set_value("greedy").run()
+    predict(at, "OCCOc1ccccc1")  # greedy: stopped with no answer, an error
+    assert "stopped after the 3 s time limit" in texts(at.error) and "(now 3 s a query)" in texts(at.caption)
+    at = at.switch_page("views/batch.py").run().switch_page("views/predict.py").run()
+    assert at.number_input(key="time_limit_predict").value == 3
+    at.number_input(key="time_limit_predict").set_value(60).run()
+    predict(at, "OCCOc1ccccc1")
+    assert limits[-1] == 60 and not at.error and "time limit" not in texts(at.warning)
+    at_most = time_limit_hint("stopped after ...; try a longer time limit", APP_MAX_TIME_LIMIT_S, "raise it")
+    assert "molspec predict --time-limit" in at_most and time_limit_hint("stopped after ...", 3, "raise it") == ""

@@ -28,7 +28,7 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              several_molecules_note, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import TIMED_OUT, Predictor, QueryResult
+from molspec_core.service import DEFAULT_TIME_LIMIT_S, TIMED_OUT, Predictor, QueryResult
 from views import common
 from views.common import TASK_LABELS, Settings
 
@@ -120,6 +120,7 @@ class Run:
     settings: Settings
     queries: QueryFile
     ion_writing: bool = False
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S  # each query's (the form's)
     known: str = ""  # the column of known answers: the form's, or the recorded outcomes' (with_recorded); not in
     # `source`: a column named after the run (or its stop) marks the rows done again, and they are not predicted again
     recorded: str = ""  # the column with_recorded added, where it added one
@@ -317,7 +318,8 @@ def predict_one(predictor: Predictor, forward: Predictor | None, run: Run, query
     (bad input comes back in result.error; an exception is a bug), a failure of the check leaves the answers."""
     cfg = run.settings
     try:
-        result = predictor.predict(query, **cfg.options(), ion_writing=run.ion_writing)
+        result = predictor.predict(query, **cfg.options(), ion_writing=run.ion_writing,
+                                   time_limit_s=run.time_limit_s)
     except Exception as exc:  # noqa: BLE001
         log.exception("batch row failed")
         return QueryResult(query=query, method=cfg.method, error=f"the model failed ({type(exc).__name__}: "
@@ -414,8 +416,10 @@ def show(batch: BatchResult) -> None:
     where = "field" if query_format(batch.file_name)[1] == "sdf" else "column"  # an SD file's is a data field
     column = f" · queries from the {where} {read_from}" if read_from else ""
     column += f" of the sheet {sheet}" if sheet else ""
+    limit = batch.run.time_limit_s if batch.run is not None else DEFAULT_TIME_LIMIT_S
+    limit_text = f" · time limit {limit:g} s a query" if limit != DEFAULT_TIME_LIMIT_S else ""
     st.caption(common.md_escape(f"{batch.file_name}{column} · {task} with {settings.model} · {settings.describe()}"
-                                f"{ions}{checked}"))
+                                f"{limit_text}{ions}{checked}"))
     queries, predicted, rejected = st.columns(3)
     queries.metric("Queries", batch.n_queries)
     predicted.metric("Predicted", n_good)
@@ -446,6 +450,9 @@ def show(batch: BatchResult) -> None:
                    f"the time limit ({row_list(batch.stopped)}): {'its' if one else 'their'} rows hold the answers "
                    f"found by then, the `error` column says where the search stopped, and answers it had not "
                    f"finished are marked \"{TIMED_OUT}\".", icon=":material/timer_off:")
+    longer = longer_time_limit_hint(batch)
+    if longer:
+        st.caption(longer)
     if batch.several:
         st.warning(common.md_escape(several_molecules_note(batch.several)), icon=":material/warning:")
     if batch.round_trip_failed:
@@ -512,6 +519,15 @@ def show(batch: BatchResult) -> None:
                            mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
 
 
+def longer_time_limit_hint(batch: BatchResult) -> str:
+    """Where to set the longer time limit that the error of a query stopped at it offers (common.time_limit_hint),
+    or "": the `error` column told rows stopped at 60 s to "try a longer time limit", which the page offered nowhere."""
+    errors = " ".join(str(error) for error in batch.table["error"].dropna()) if "error" in batch.table else ""
+    limit = batch.run.time_limit_s if batch.run is not None else DEFAULT_TIME_LIMIT_S
+    return common.time_limit_hint(errors, limit, f"raise *{common.TIME_LIMIT_LABEL}* in the form above and run the "
+                                                 "batch again (its rows are all predicted again)")
+
+
 def upload_stem(name: str) -> str:
     """An upload's name without its suffixes, for its results' names: q.csv.gz's results were q.csv-predictions.csv."""
     compression = query_format(name)[0]
@@ -573,12 +589,13 @@ def main() -> None:
         ion_writing = st.checkbox(ION_WRITING_LABEL, help=f"{HYDRIDES} are not in the model's vocabulary; its "
                                   f"training data write them as ions ({ION_LIST}). The `canonical query` column "
                                   "shows what the model read.")
+        time_limit = common.time_limit_input("time_limit_batch")
         submitted = st.form_submit_button("Run batch", type="primary", icon=":material/play_arrow:")
     # The run's bar, then its results, in one element: a new run's bar replaces the results on screen at once (they
     # stayed under it, faded, until the run ended, and read as the new run's). The run's Stop button has the next.
     area, stop = st.empty(), st.container()
     st.html(KEYBOARD_AND_READER, unsafe_allow_javascript=True)  # last on screen: its empty block takes no room
-    error = run_if_asked(cfg, submitted, upload, column.strip(), known.strip(), ion_writing, area, stop)
+    error = run_if_asked(cfg, submitted, upload, column.strip(), known.strip(), ion_writing, time_limit, area, stop)
     with area.container():
         if error:
             st.error(common.md_escape(error), icon=":material/error:")
@@ -586,7 +603,7 @@ def main() -> None:
 
 
 def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, column: str, known: str,
-                 ion_writing: bool, area: DeltaGenerator, stop: DeltaGenerator) -> str:
+                 ion_writing: bool, time_limit_s: float, area: DeltaGenerator, stop: DeltaGenerator) -> str:
     """Run the form's file where it was submitted, or take up the run cut short where Continue was pressed; why
     the file cannot be run, or ""."""
     ss = st.session_state
@@ -609,7 +626,7 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
         shown: BatchResult | Run | None = ss.get(results_key(cfg.task)) or run
         kept = f" The results below are still the last run's, of {shown.file_name}." if shown is not None else ""
         return f"Cannot read the file: {str(exc).rstrip('.')}.{kept}"
-    source = (upload.name, hashlib.sha256(data).hexdigest(), column, ion_writing, cfg)
+    source = (upload.name, hashlib.sha256(data).hexdigest(), column, ion_writing, time_limit_s, cfg)
     known = known or recorded or ""
     last: BatchResult | None = ss.get(results_key(cfg.task))
     if run is None and last is not None and last.run is not None and last.run.source == source and (
@@ -619,7 +636,7 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
     # stopped, with the known-answer column named now (the answers do not depend on it); anything else starts a run
     # of its own.
     if run is None or run.source != source:
-        run = Run(source, upload.name, cfg, queries, ion_writing, known, recorded or "",
+        run = Run(source, upload.name, cfg, queries, ion_writing, time_limit_s, known, recorded or "",
                   table_hint(upload.name, queries, task))
     run.known = known
     ss[run_key(cfg.task)] = run

@@ -19,7 +19,7 @@ from molspec_core.chem import SD_RECORD_END
 # percent: the pages' one rounding
 from molspec_core.io import InputFileError, is_results_header, parse_upload, percent
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
-from molspec_core.service import MODELS_DIR, Predictor, int8_unavailable
+from molspec_core.service import DEFAULT_TIME_LIMIT_S, MAX_TIME_LIMIT_S, MODELS_DIR, Predictor, int8_unavailable
 from molspec_core.textbook import Example
 from molspec_core.threads import use_threads
 
@@ -376,6 +376,36 @@ def kept_in_form(widget_key: str, default: object) -> str:
     else:
         ss[widget_key] = ss.get(saved, default)
     return widget_key
+
+
+# A query's time limit on the Predict and Batch pages, each its own: the engine told a query stopped at its 60 s to
+# "try a longer time limit", which the pages offered nowhere. Up to ten minutes: the page waits for its query that
+# long; a query that needs longer belongs to the command line, whose --time-limit takes up to a day.
+APP_MAX_TIME_LIMIT_S = 600
+TIME_LIMIT_LABEL = "Time limit per query (s)"
+LONGER_TIME_LIMIT = "a longer time limit"  # the engine's advice (service.stopped_message) that time_limit_hint follows
+
+
+def time_limit_input(key: str) -> int:
+    """A page's time-limit setting under `key`, its value kept through visits to other pages. One key for two pages'
+    widgets did not serve: back from the other page, the widget opened on its minimum, 1 s."""
+    return int(st.number_input(TIME_LIMIT_LABEL, 1, APP_MAX_TIME_LIMIT_S, step=30,
+                               key=kept_in_form(key, round(DEFAULT_TIME_LIMIT_S)),
+                               help=f"How long one query may decode, its writings together (default "
+                                    f"{DEFAULT_TIME_LIMIT_S:g} s, at most {APP_MAX_TIME_LIMIT_S} s here): a query "
+                                    "still decoding then is stopped, keeping the answers found by then."))
+
+
+def time_limit_hint(error: str, limit_s: float, how: str) -> str:
+    """How to follow the advice of a stopped query's error to try a longer time limit ("" where it gives none): `how`
+    says where the setting is and what to do after ("raise it in the form above and run the batch again"). At the
+    app's most, the command line's limit is longer."""
+    if LONGER_TIME_LIMIT not in error:
+        return ""
+    if limit_s < APP_MAX_TIME_LIMIT_S:
+        return f"For a longer time limit (now {limit_s:g} s a query), {how}."
+    return (f"{APP_MAX_TIME_LIMIT_S} s is the longest time limit the app gives a query: the command line's `molspec "
+            f"predict --time-limit` takes up to {MAX_TIME_LIMIT_S:,.0f} s.")
 
 
 def _sampling_knobs(method: str) -> SamplingOptions:

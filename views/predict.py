@@ -46,6 +46,8 @@ class Shown:
 
 
 TASK_NOUN = {"forward": "forward prediction", "retro": "retrosynthesis"}  # "the last ... is kept"
+TIME_LIMIT_SECTION = "Time limit"  # an expander under the query's tabs
+LONGER_HOW = f"raise it under *{TIME_LIMIT_SECTION}* below the query field and press Predict again"  # time_limit_hint
 QUERY_WHAT = {"forward": "the reactants (and reagents)", "retro": "the product"}  # what a query holds
 QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O)NCc1ccccc1"}
 QUERY_HELP = {
@@ -216,7 +218,7 @@ def query_inputs(task: str) -> None:
                     ss["example"] = None
 
 
-def run_query(cfg: Settings, predictor: Predictor) -> None:
+def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
     ss = st.session_state
     text = ss.get("query_text", "")
     ss["query_suggestion"] = ""
@@ -227,7 +229,7 @@ def run_query(cfg: Settings, predictor: Predictor) -> None:
         return
     try:
         with st.spinner("Predicting…"):
-            result = predictor.predict(query, **cfg.options())
+            result = predictor.predict(query, **cfg.options(), time_limit_s=time_limit_s)
     except Exception as exc:  # noqa: BLE001  (bad input comes back in result.error; this is a bug)
         log.exception("prediction failed")
         ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
@@ -954,10 +956,15 @@ def main() -> None:
 
     example_buttons(cfg.task)
     query_inputs(cfg.task)
+    with st.expander(TIME_LIMIT_SECTION, icon=":material/timer:"):  # for the rare query that needs longer
+        time_limit = common.time_limit_input("time_limit_predict")
     if ss.pop("pending", False):
-        run_query(cfg, predictor)
+        run_query(cfg, predictor, time_limit)
     if ss.get("query_error"):
         st.error(common.md_escape(ss["query_error"]), icon=":material/error:")
+        longer = common.time_limit_hint(ss["query_error"], time_limit, LONGER_HOW)
+        if longer:
+            st.caption(longer)
         if ss.get("query_suggestion"):
             st.button("Predict it with the reagent written as ions", key="use_suggestion", on_click=use_suggestion,
                       help="The same molecules, the reagent written as ions, as the model's training data write it.")
@@ -992,6 +999,9 @@ def main() -> None:
         st.warning(common.md_escape(f"The search {shown.result.error}. Below: the answers it had found by then; "
                                     f"those it had not finished are marked \"{TIMED_OUT}\"."),
                    icon=":material/timer_off:")
+        longer = common.time_limit_hint(shown.result.error or "", time_limit, LONGER_HOW)
+        if longer:
+            st.caption(longer)
     if shown.unchecked:
         st.warning(common.md_escape(shown.unchecked), icon=":material/warning:")
     known = known_answer(shown)
