@@ -259,7 +259,33 @@ def _other_notation(text: str) -> str:
                 "SMILES or InChI (PubChem gives both beside the key)")
     if BARE_INCHI.match(text):
         return f"this reads as an InChI without its prefix: an InChI begins 'InChI=', as InChI={text[:80]}"
+    if _is_formula(text):
+        return ("this reads as a molecular formula, which gives a molecule's atoms but not how they are bonded: paste "
+                "its SMILES (water is O, carbon dioxide O=C=O, sodium hydroxide [Na+].[OH-]) or draw it")
     return ""
+
+
+# A molecular formula's part: an element symbol and its count (none for one: a formula writes no 1, as C1 in a SMILES)
+FORMULA_PART = re.compile(r"([A-Z][a-z]?)([1-9][0-9]+|[2-9])?")
+
+
+def _is_formula(text: str) -> bool:
+    """Whether text that no SMILES is reads as a molecular formula: element symbols, each once, with counts of 2 or
+    more, two elements or more, and a count or a hydrogen among them (CO2, H2O, NaOH, K2CO3; CCo is no cobalt
+    compound, nor C11 undecacarbon, but typos). CO2 was told that ring bond 2 is never closed. An abbreviation is
+    said as one (AcOH: Ac is actinium too)."""
+    parts = [(part[1], part[2]) for part in FORMULA_PART.finditer(text)]
+    if "".join(symbol + (count or "") for symbol, count in parts) != text:
+        return False
+    symbols = [symbol for symbol, _ in parts]
+    table = Chem.GetPeriodicTable()
+    if len(symbols) < 2 or len(set(symbols)) != len(symbols) or any(symbol in ABBREVIATIONS for symbol in symbols):
+        return False
+    try:
+        elements = [table.GetAtomicNumber(symbol) for symbol in symbols]
+    except RuntimeError:  # not an element's symbol: RDKit's table raises
+        return False
+    return 0 not in elements and any(count or symbol == "H" for symbol, count in parts)
 
 
 def _dangling_bond(smiles: str, at: int) -> str:

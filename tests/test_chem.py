@@ -393,6 +393,14 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                             "charge goes in its atom's brackets, as [NH4+], and the molecules of one query are joined "
                             "with '.', as CC(=O)Cl.NCc1ccccc1"),
     ("CCO,", "the ',' at position 4 is not part of a SMILES"),  # nothing after it: no list
+    # a molecular formula, told of a ring bond never closed (CO2), of a hydrogen or a letter outside brackets
+    *[(formula, "this reads as a molecular formula, which gives a molecule's atoms but not how they are bonded: paste "
+                "its SMILES (water is O, carbon dioxide O=C=O, sodium hydroxide [Na+].[OH-]) or draw it")
+      for formula in ("CO2", "H2O", "NaOH", "K2CO3", "C12H22O11")],
+    ("OC1", "ring bond 1 opened at position 3 is never closed"),  # a formula writes no count of 1
+    ("C1CCCCC2", "ring bond 1 opened at position 2 is never closed"),  # nor an element twice
+    ("AcOH", "the 'Ac' at position 1 is an abbreviation (acetyl), which a SMILES does not hold: write its atoms, as "
+             "C(C)=O"),  # actinium, but the chemist's acetyl
     # each of these was "RDKit cannot parse ... as a molecule" alone
     ("C11", "ring bond 1 at position 3 closes on the atom it was opened on at position 2: a ring bond joins two atoms"),
     ("C12CC12", "ring bond 2 at position 7 joins two atoms that are bonded already (ring bond 2 opened at position 3)"),
