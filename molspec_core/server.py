@@ -231,7 +231,7 @@ def query_notes(read: str, task: str, result: QueryResult) -> list[str]:
     """What a chemist should know of how the model read a query it answered, a sentence each, as `molspec predict`
     prints them and the Predict page shows them: stereo marks or enhanced stereo it does not read (chem.stereo_notes;
     `read` is the text the model predicted from) and several molecules given to retrosynthesis
-    (service.several_products_note). None for a query it did not answer."""
+    (service.several_products_note); none for a query it did not answer (an error and no answers)."""
     if result.error and not result.predictions:
         return []
     return [note for note in (*stereo_notes(read), several_products_note(task, result.canonical_query)) if note]
