@@ -370,13 +370,15 @@ class RowPool:
         return KVCache(layers, lengths.to(self.base.lengths).clone(), self.base.src_pad_mask, upto,
                        self.base._arange[:upto], slots=sub)
 
-    def write(self, rows: torch.Tensor, fed: KVCache, branch: torch.Tensor) -> None:
+    def write(self, rows: torch.Tensor, fed: KVCache, branch: torch.Tensor, fed_rows: torch.Tensor | None = None
+              ) -> None:
         """Store the keys/values of each row's chosen branch from the last call on `fed` (a gathered
-        cache) in the pool, from the row's length on."""
+        cache) in the pool, from the row's length on. fed_rows: the row of `fed` that holds rows[i]'s call
+        (None: row i), where a call fed each branch as a row of its own."""
         pending = [t for layer in fed.layers for t in (layer.pending_keys, layer.pending_values)]
         if any(t is None for t in pending):
             raise RuntimeError("write() without a preceding decoder call")
-        index = torch.arange(len(rows), device=rows.device)
+        index = torch.arange(len(rows), device=rows.device) if fed_rows is None else fed_rows.to(rows.device)
         chosen = torch.stack([t[index, :, branch] for t in pending])  # (2L, R, H, T, hd)
-        slot = fed.lengths.unsqueeze(1) + torch.arange(chosen.shape[3], device=rows.device)  # (R, T)
+        slot = fed.lengths[index].unsqueeze(1) + torch.arange(chosen.shape[3], device=rows.device)  # (R, T)
         self.store[:, rows.unsqueeze(1), :, slot] = chosen.permute(1, 3, 0, 2, 4)  # (R, T, 2L, H, hd)

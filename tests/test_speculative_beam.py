@@ -22,8 +22,9 @@ def assert_same_nbest(got, ref, to_the_bit=False):
     """Same sequences in the same order, exactly; scores equal up to float32 rounding: sbs-exact
     reads log-probs from calls that verify several tokens at once, whose matmuls round differently
     from one-token calls (seen: 1.3e-4 absolute on a score of -8.3 after ~20 steps, 1.6e-5 relative).
-    to_the_bit: the C engine with one draft a call, where a token's logits are computed the same way in a
-    step and in a verify call (README), so the scores and finished flags are beam search's to the bit."""
+    to_the_bit: the C engine, where a token's logits are computed the same way in a step and in a verify call
+    (README; several drafts a row are fed as rows of their own), so the scores and finished flags are beam
+    search's to the bit."""
     assert lists(got) == lists(ref)
     for g, r in zip(got, ref):
         if to_the_bit:
@@ -42,7 +43,7 @@ def test_exact_equals_beam_on_copy_model(copy_model, engine, width, drafter):
     sources = random_sources(21, 25, len(vocab), 3, 22)
     ref = beam_search(model, sources, width)
     got = speculative_beam(model, sources, width, drafts(drafter, 10, 4 if drafter == "paper" else 1), exact=True)
-    assert_same_nbest(got, ref, to_the_bit=engine == "native" and drafter != "paper")
+    assert_same_nbest(got, ref, to_the_bit=engine == "native")
     assert_accepts_drafts(got, ref)
     if width == 1:  # with one beam every step follows the draft: fewer calls than beam search
         assert sum(r.stats.model_calls for r in got) < sum(r.stats.model_calls for r in ref)

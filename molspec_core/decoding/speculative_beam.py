@@ -39,21 +39,21 @@ token, and each child fed ahead first copies its parent's row; on the retro quic
 
 Selection is beam search's own step (beam.best_children: the stable sort over (slot, token)), and the
 stop rule and the ranking are beam.py's too, so wherever both searches hold the same float32 log-probs
-they select, and break ties, alike. They hold the same ones, to the bit, on the native engine with one
-draft a row: the C step computes each fed token's logits alone, the same in a one-token step and in a
-verify call (tests/test_native.py). Elsewhere a token's logits depend on the call's shape (the rows and
-tokens fed: the products' blocking and summation order, and on the native engine a call of several
-drafts a row runs in torch, not in C), so sbs-exact's scores differ from beam search's by float
-rounding (up to 1.6e-5 relative seen, tests/test_speculative_beam.py), and where two alternatives are
-within that rounding of each other the two searches may order them, or keep them at the width's cut,
-differently. That includes exact ties
-of the model (two tokens with the same embedding row, say): two hypotheses that descend from tied
+they select, and break ties, alike. They hold the same ones, to the bit, on the native engine: the C
+step computes each fed token's logits alone, the same in a one-token step and in a verify call
+(tests/test_native.py), and several drafts a row are fed as rows of their own, each a copy of its
+hypothesis' row (in torch, a call of several branches a row rounds otherwise). On the other engines a
+token's logits depend on the call's shape (the rows and tokens fed: the products' blocking and
+summation order), so sbs-exact's scores differ from beam search's by float rounding (up to 1.6e-5
+relative seen, tests/test_speculative_beam.py), and where two alternatives are within that rounding
+of each other the two searches may order them, or keep them at the width's cut, differently. That
+includes exact ties of the model (two tokens with the same embedding row, say): two hypotheses that descend from tied
 parents by the same token have their next log-probs computed in different rows or calls, and can come
 out equal in one search and an ulp or so apart in the other. No shared tie rule (by token id, then
 draft order, say) can mend this, as a search that sees no tie has none to break; treating scores
 within some tolerance as tied would not either: two scores either side of the tolerance in one search
 and within it in the other still part, and beam search itself would then no longer rank by score.
-Only logits that do not depend on the call's shape (the C step's one-draft path) make the two equal.
+Only logits that do not depend on the call's shape (the C step's) make the two equal.
 """
 from __future__ import annotations
 
@@ -217,13 +217,26 @@ class _Search:
         tokens, lengths = pack_drafts([h.tokens[-1] for h in hyps], drafts, [self.src] * len(hyps))  # (R, N, 1+D)
         rows = torch.from_numpy(np.array([h.row for h in hyps], dtype=np.int64)).to(self.device)
         starts = torch.from_numpy(np.array(n_cached, dtype=np.int64)).to(self.device)
-        # On the native engine one draft a row is fed on the pool's own rows (no gather, no write-back).
-        in_pool = self.native and tokens.shape[1] == 1 and max(n_cached) + tokens.shape[2] <= self.pool.capacity
-        cache = self.pool.view(rows, starts) if in_pool else self.pool.gather(rows, starts, tokens.shape[2])
-        logits, attention = self.model.decode(tokens.to(self.device), cache, cross_attention=want_attention)
+        n_rows, n_branches, depth = tokens.shape
+        # On the native engine one draft a row is fed on the pool's own rows (no gather, no write-back), and several
+        # drafts a row each as a row of its own, gathered from its hypothesis' row, so that the C step computes them
+        # as beam search's steps do (a call of several branches a row runs in torch, which rounds otherwise).
+        in_pool = self.native and n_branches == 1 and max(n_cached) + depth <= self.pool.capacity
+        split = self.native and n_branches > 1
+        if in_pool:
+            cache = self.pool.view(rows, starts)
+        elif split:
+            cache = self.pool.gather(rows.repeat_interleave(n_branches), starts.repeat_interleave(n_branches), depth)
+        else:
+            cache = self.pool.gather(rows, starts, depth)
+        fed = tokens.view(n_rows * n_branches, 1, depth) if split else tokens
+        logits, attention = self.model.decode(fed.to(self.device), cache, cross_attention=want_attention)
+        if split:  # (R*N, 1, 1+D, ...) -> (R, N, 1+D, ...)
+            logits = logits.view(n_rows, n_branches, depth, -1)
+            attention = attention.view(n_rows, n_branches, depth, -1) if attention is not None else None
         log_probs = self.model.log_probs(logits).cpu().numpy()  # (R, N, 1+D, V)
         branch: torch.Tensor | None = None
-        if tokens.shape[1] == 1:  # one branch a row (the CPU's case): it is the path, nothing to choose
+        if n_branches == 1:  # one branch a row (the CPU's case): it is the path, nothing to choose
             branch_list = [0] * len(hyps)
         else:  # the first branch that agrees longest with the argmax
             _, branch = accept_greedy(tokens[:, :, 1:], lengths, torch.from_numpy(log_probs.argmax(-1)))
@@ -238,7 +251,11 @@ class _Search:
                              log_probs[i, b, : 1 + len(positions)], peaks)
         if not in_pool:
             chosen = branch if branch is not None else torch.zeros(len(hyps), dtype=torch.long)
-            self.pool.write(rows, cache, chosen.to(self.device))
+            if split:  # row r's chosen branch b was fed as gathered row r * N + b, its one branch
+                fed_rows = torch.arange(n_rows) * n_branches + chosen
+                self.pool.write(rows, cache, torch.zeros_like(chosen), fed_rows)
+            else:
+                self.pool.write(rows, cache, chosen.to(self.device))
         # Acceptance and output tokens are counted once the search ends (result), from the n-best.
         self.stats.record_call(proposed=sum(len(d) for row in drafts for d in row), emitted=0)
 
