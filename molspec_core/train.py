@@ -404,9 +404,14 @@ def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoo
     return ((1 - p).pow(focal) * per_token).sum()
 
 
-def load_teacher(folder: Path, vocab: Vocab, device: torch.device) -> Seq2SeqTransformer:
-    """A model folder's weights as a frozen teacher (no dropout, no gradients) for `vocab`'s token ids."""
-    teacher, teacher_vocab, _ = checkpoint.load(folder, device)
+def load_teacher(folder: Path, vocab: Vocab, device: torch.device, task: str) -> Seq2SeqTransformer:
+    """A model folder's weights as a frozen teacher (no dropout, no gradients) for `vocab`'s token ids, of the
+    data's `task` (a forward teacher on retro data in one vocabulary taught the other direction without a word)."""
+    teacher, teacher_vocab, config = checkpoint.load(folder, device)
+    theirs = config.get("task")
+    if theirs is not None and theirs != task:  # as check_start refuses such --init weights
+        raise ValueError(f"--teacher {folder} holds a {theirs} model, but the data hold {task} data (its stats.json): "
+                         f"its distributions are of the other direction; give a {task} model")
     if teacher_vocab.tokens != vocab.tokens:
         raise ValueError(f"--teacher {folder} reads another vocabulary than the data's ({len(teacher_vocab)} tokens "
                          f"against {len(vocab)}, or the same in another order): its distributions would name other "
@@ -1004,7 +1009,7 @@ def train(cfg: TrainConfig) -> dict:
         log.info("%s holds this run's saved state: it continues from there (--init/--resume started it)", out / "last")
     plan_free_attention(device)
     use_threads(cfg.threads)
-    teacher = load_teacher(Path(cfg.teacher), vocab, device) if cfg.teacher else None
+    teacher = load_teacher(Path(cfg.teacher), vocab, device, stats["task"]) if cfg.teacher else None
     pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
     torch.manual_seed(cfg.seed)
     created = not out.exists()

@@ -369,6 +369,14 @@ def test_a_teacher_of_another_vocabulary_or_beside_rdrop_is_refused_before_any_w
     with pytest.raises(ValueError, match="another vocabulary"):
         train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "bad"), teacher=str(tmp_path / "small" / "export"),
                           **common))
+    # a forward teacher on retro data in the same vocabulary: its distributions are of the other direction
+    retro = tmp_path / "retro"
+    write_splits(retro, {"train": [Pair(p.tgt, p.src) for p in PAIRS] * 4, "val": PAIRS[:3], "test": PAIRS[:1]},
+                 {"task": "retro"}, Vocab.load(tiny_data / "vocab.json"))
+    train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "forward"), **common))
+    with pytest.raises(ValueError, match="holds a forward model, but the data hold retro data"):
+        train(TrainConfig(data=str(retro), out=str(tmp_path / "bad"), teacher=str(tmp_path / "forward" / "export"),
+                          **common))
     with pytest.raises(ValueError, match="--teacher and --rdrop"):
         train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "bad"), teacher=str(tmp_path / "small" / "export"),
                           rdrop=1.0, **common))
