@@ -316,6 +316,20 @@ def test_pack_and_start_refuse_an_unknown_task_and_collect_a_missing_out(kit, tm
         kit.main(["collect", "--out", str(tmp_path / "nowhere")])
 
 
+def test_counts_out_of_range_are_usage_errors_before_any_work(kit, tmp_path, capsys):
+    # pack --test-limit -5 packed all but the last 5 queries without a word; decode --batch-size 0 was a traceback
+    # after the model loaded on the device; start --tokens 0 started a trainer that died
+    for command, flag in ((["pack", "--data", str(tmp_path / "data"), "--test-limit", "-5"], "--test-limit"),
+                          (["decode", "--task", "retro", "--out", str(tmp_path), "--batch-size", "0"], "--batch-size"),
+                          (["decode", "--task", "retro", "--out", str(tmp_path), "--limit", "-1"], "--limit"),
+                          (["start", "--minutes", "1", "--tokens", "0"], "--tokens"),
+                          (["speed", "--task", "retro", "--out", str(tmp_path), "--n-best", "0"], "--n-best")):
+        with pytest.raises(SystemExit) as usage:
+            kit.main(command)
+        assert usage.value.code == 2 and f"argument {flag}: must be" in capsys.readouterr().err
+    assert not (tmp_path / "gpu").exists() and not (tmp_path / "runs").exists()
+
+
 def test_collect_takes_one_whole_export_while_the_training_replaces_it(kit, tmp_path, monkeypatch, capsys):
     """train writes each export beside the last and renames it in (train._replace_folder); a collect that
     read across the swap took files of two exports, or found no folder and skipped the task in silence."""

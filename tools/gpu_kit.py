@@ -646,10 +646,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", default=str(ROOT / "data"), help="folder of prepared <task>/ data (default <repo>/data)")
     p.add_argument("--tasks", type=task_list, default=list(TASKS),
                    help="tasks to pack, comma-separated (default forward,retro)")
-    p.add_argument("--test-limit", type=int, default=0, help="first N test queries (0: all)")
+    p.add_argument("--test-limit", type=at_least(0), default=0, help="first N test queries (0: all)")
     p.add_argument("--bench", default=str(ROOT.parent / "shared" / "bench"), help="the benchmark index files")
-    p.add_argument("--writings", type=int, default=1, help="also the other root writings of each test query, up "
-                   "to N in all, for `decode --writings` (tasks trained on root-aligned data only)")
+    p.add_argument("--writings", type=at_least(1), default=1, help="also the other root writings of each test query, "
+                   "up to N in all, for `decode --writings` (tasks trained on root-aligned data only)")
     p.add_argument("--other-vocab", action="store_true", help="pack data whose vocabulary is not the shipped "
                    "model's (refused by default: the weights trained would not pair with its draft model)")
     sub.add_parser("stage", help="take models/ out of the git index and ignore it, so it does not travel")
@@ -669,11 +669,11 @@ def main(argv: list[str] | None = None) -> None:
                    "the minutes it has trained: minutes trained + minutes to add")
     p.add_argument("--tasks", type=task_list, default=list(TASKS),
                    help="tasks to train, comma-separated (default forward,retro)")
-    p.add_argument("--eval-every", type=int, default=2000, help="validate every this many steps (default 2000)")
-    p.add_argument("--tokens", type=int, default=GPU_TOKENS, help="tokens per optimizer step")
+    p.add_argument("--eval-every", type=at_least(1), default=2000, help="validate every this many steps (default 2000)")
+    p.add_argument("--tokens", type=at_least(1), default=GPU_TOKENS, help="tokens per optimizer step")
     p.add_argument("--lr", type=float, default=0.0, help="peak learning rate (0: the trainer's rule, 4e-3 at "
                    "these batch sizes); a short block on from trained weights wants a lower one (tools/gpu_train.md)")
-    p.add_argument("--warmup", type=int, default=1000, help="warm-up steps to the peak rate")
+    p.add_argument("--warmup", type=at_least(0), default=1000, help="warm-up steps to the peak rate")
     p.add_argument("--label-smoothing", type=float, default=None, help="the trainer's default unless given "
                    "(forward without it: tools/gpu_train.md)")
     p.add_argument("--ema", type=float, default=0.0, help="keep a moving average of the weights with this decay "
@@ -691,10 +691,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--task", choices=TASKS, required=True, help="whose packed test queries to decode")
     p.add_argument("--model", default="", help="model folder (default: runs/gpu_<task>/export)")
     p.add_argument("--out", required=True, help="folder to write the answers file to")
-    p.add_argument("--n-best", type=int, default=5, help="beam width, answers per query (default 5)")
-    p.add_argument("--batch-size", type=int, default=128, help="rows per beam-search batch (default 128)")
-    p.add_argument("--limit", type=int, default=0, help="decode the first N test queries (0: all)")
-    p.add_argument("--writings", type=int, default=1, help="read each query in up to N writings (packed with "
+    p.add_argument("--n-best", type=at_least(1), default=5, help="beam width, answers per query (default 5)")
+    p.add_argument("--batch-size", type=at_least(1), default=128, help="rows per beam-search batch (default 128)")
+    p.add_argument("--limit", type=at_least(0), default=0, help="decode the first N test queries (0: all)")
+    p.add_argument("--writings", type=at_least(1), default=1, help="read each query in up to N writings (packed with "
                    "--writings) and keep every writing's scored answers")
     p = sub.add_parser("speed", help="the project's bench on a task's quick set on the GPU (needs RDKit)")
     p.add_argument("--task", choices=TASKS, required=True, help="whose quick set to run")
@@ -703,9 +703,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", default="greedy,greedy-uncached,spec-auto,spec-pointer,spec-lookup,spec-paper,"
                    "beam,beam-uncached,sbs,sbs-exact", help="methods to bench, comma-separated")
     p.add_argument("--batch-size", default="1,32", help="comma-separated batch sizes, one report each")
-    p.add_argument("--n-best", type=int, default=5, help="beam width of the beam methods")
-    p.add_argument("--limit", type=int, default=0, help="first N quick-set queries (0: all 200)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up batches before timing (default 3)")
+    p.add_argument("--n-best", type=at_least(1), default=5, help="beam width of the beam methods")
+    p.add_argument("--limit", type=at_least(0), default=0, help="first N quick-set queries (0: all 200)")
+    p.add_argument("--warmup", type=at_least(0), default=3, help="warm-up batches before timing (default 3)")
     p.add_argument("--engines", type=engine_list, default=[], help="also run every method on these engines (e.g. "
                    "graphs: CUDA graphs), interleaved; rows named method@engine; one that runs the decoder calls on "
                    "the engine the other rows do (auto's: torch on a GPU) is left out")
