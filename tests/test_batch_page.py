@@ -698,3 +698,27 @@ def test_a_batchs_time_limit_is_set_in_its_form_and_a_stopped_row_says_where(cop
     submit(at, "Run batch")
     assert limits == [3, 60] and not at.session_state[BATCH].n_rejected
     assert "time limit" not in texts(at.caption)
+
+
+def test_an_answer_rdkit_cannot_read_says_so_on_screen(copy_models, monkeypatch):
+    """An answer RDKit cannot read (ClC(Cl)(Cl)ClCl, the shipped model's fifth answer for [Na+].[Cl-]) showed as an
+    unticked "sane" beside an empty "concerns" cell: the table on screen left out the CSV's `valid` column, which
+    says why. It stands before `sane` now."""
+    import dataclasses
+
+    real = Predictor.predict
+
+    def predict(self, query: str, **options):  # the first answer written as the model might, unreadable
+        result = real(self, query, **options)
+        unreadable = dataclasses.replace(result.predictions[0], smiles="ClC(Cl)(Cl)ClCl", valid=False, concerns=())
+        return dataclasses.replace(result, predictions=(unreadable, *result.predictions[1:]))
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    order = list(at.dataframe[0].proto.column_order)
+    assert order[order.index("smiles") + 1:order.index("smiles") + 4] == ["valid", "sane", "concerns"]
+    first = at.session_state[BATCH].table.iloc[0]
+    assert (first["smiles"], first["valid"], first["concerns"]) == ("ClC(Cl)(Cl)ClCl", False, "")

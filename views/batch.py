@@ -50,8 +50,10 @@ ION_LIST = "; ".join(f"{species} as {ions}" for species, ions in ION_WRITINGS.it
 # (molspec_core.io.output_header), and both put the input's other columns in front.
 # Whole numbers that a rejected row leaves empty: pandas would make them floats (1.0 where the CLI writes 1).
 COUNT_COLUMNS = ("rank", "model_rank", "writings", "spellings", "model_calls", "accepted_tokens")
-SCREEN_ORDER = ["row", "query", "rank", "smiles", "sane", "concerns", "confidence", "score", "error", "canonical_query",
-                "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
+# "valid" before "sane": an answer RDKit cannot read (ClC(Cl)(Cl)ClCl, a chlorine with two bonds) has no concerns, and
+# showed as an unticked "sane" beside an empty "concerns" cell, with nothing on screen saying why
+SCREEN_ORDER = ["row", "query", "rank", "smiles", "valid", "sane", "concerns", "confidence", "score", "error",
+                "canonical_query", "time_ms", "model_calls", "accepted_tokens", "method", "dtype"]
 ROUND_TRIP_COLUMNS = ["round_trip", "forward_prob"]  # on screen after confidence, where the sidebar's check ran
 # What Streamlit's elements cannot say themselves, for keyboard and screen-reader users: its progress bars are named
 # "progress" whatever their text says, so each is named by its text (aria-labelledby; the Routes and Benchmark pages'
@@ -493,6 +495,8 @@ def show(batch: BatchResult) -> None:
         "canonical_query": st.column_config.TextColumn("canonical query", width="medium",
                                                        help="The query as the model read it (RDKit canonical)"),
         "smiles": st.column_config.TextColumn("predicted SMILES", width="medium"),
+        "valid": st.column_config.CheckboxColumn("valid", help="RDKit reads and sanitizes the predicted SMILES "
+                                                 "(unticked: it is no structure, and so not sane)"),
         "score": st.column_config.NumberColumn("score", format="%.3f", help="Sum of token log-probabilities"),
         "round_trip": st.column_config.CheckboxColumn("round trip", help="The forward model gives the product back "
                                                       "from this answer (empty: not checked, a flagged answer)"),
