@@ -354,6 +354,11 @@ class RowPool:
         """Row `target` gets row `source`'s first `upto` slots (a hypothesis branching in two)."""
         self.store[:, target, :, :upto] = self.store[:, source, :, :upto]
 
+    def gather_bytes(self, n_rows: int, upto: int) -> int:
+        """The bytes a gather of n_rows rows, `upto` slots each, copies."""
+        layers2, _, heads, _, head_dim = self.store.shape
+        return layers2 * n_rows * heads * upto * head_dim * self.store.element_size()
+
     def gather(self, rows: torch.Tensor, lengths: torch.Tensor, extra: int) -> KVCache:
         """A cache holding copies of `rows`, valid up to `lengths`, with room for `extra` new tokens.
         Slots past a row's length are read as masked keys, so they must be finite: zeros in the copy

@@ -2,8 +2,10 @@
 length 0 == beam search; batched == single."""
 import pytest
 
-from conftest import COPYING_VOCAB, FIXTURES, copying_model, decoder_clock, on_engine, random_sources
+from conftest import COPYING_VOCAB, FIXTURES, copying_model, decoder_clock, needs_native, on_engine, random_sources
 from molspec_core.decoding.beam import beam_search
+from molspec_core.cache import RowPool
+from molspec_core.decoding import speculative_beam as sbs_module
 from molspec_core.decoding.speculative_beam import speculative_beam
 from molspec_core.drafting import make_drafter
 from molspec_core.limits import QueryTimeout, time_limit
@@ -82,6 +84,24 @@ def test_exact_equals_beam_on_noisy_copy_models(engine, width, look_ahead):
         assert_same_nbest(got, ref, to_the_bit=engine == "native")
         assert_accepts_drafts(got, ref)
 
+
+
+@needs_native
+def test_several_drafts_on_the_native_engine_copy_rows_within_a_bound_and_still_equal_beam(monkeypatch):
+    """On the native engine several drafts a row are fed as rows of their own, each a copy of its hypothesis' row;
+    past SPLIT_GATHER_BYTES of copies the hypotheses go in several calls (here each alone: a bound of 0), so a
+    wide beam with many drafts does not copy gigabytes at once. The lists and scores stay beam search's to the bit."""
+    model = copying_model(2, engine="native", noise=0.4)
+    sources = random_sources(3, 6, COPYING_VOCAB, 4, 20)
+    ref = beam_search(model, sources, 4, max_len=20)
+    gathered, gather = [], RowPool.gather
+    monkeypatch.setattr(RowPool, "gather", lambda pool, rows, *args: gathered.append(len(rows)) or gather(pool, rows,
+                                                                                                          *args))
+    monkeypatch.setattr(sbs_module, "SPLIT_GATHER_BYTES", 0)
+    got = speculative_beam(model, sources, 4, drafts("lookup", 3, 3), exact=True, max_len=20)
+    assert_same_nbest(got, ref, to_the_bit=True)
+    assert gathered and max(gathered) <= 3  # one hypothesis' drafts a call
+    assert max(gathered) > 1  # and several drafts a row were fed
 
 @pytest.mark.parametrize("n_best", [1, 2, 4])
 def test_exact_equals_beam_when_fewer_answers_than_the_width_are_asked(n_best):
