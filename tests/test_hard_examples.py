@@ -139,6 +139,14 @@ def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
     assert tool.build(tmp_path / "fwd", None, tmp_path / "fwd_mix")["reactions"] == 4
 
 
+def test_a_replay_folder_in_a_vocabulary_with_tokens_the_data_lack_is_refused(tool, mit, tmp_path):
+    # its pairs were encoded in --data's vocabulary: their sources read '<unk>', their targets left out, unsaid
+    pool = folder(tmp_path / "pool", [Pair("CC.Br", "CCBr"), Pair("CCO.Br", "CCBr")])
+    with pytest.raises(ValueError, match="pool: its vocabulary holds 1 tokens .* lacks \\(e.g. 'Br'\\)"):
+        tool.build(mit, mined([1, None, 1]), tmp_path / "hard", replay=pool)
+    assert not (tmp_path / "hard").exists()
+
+
 def test_a_replay_folder_of_the_other_task_is_refused_before_anything_is_written(tool, mit, tmp_path):
     """A retro pool's pairs (product -> reactants) were replayed into forward training data without a word."""
     pool = tmp_path / "retro_pool"

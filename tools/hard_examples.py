@@ -145,6 +145,11 @@ def build(data: Path, mined: dict | None, out: Path, right_writings: int = 3, re
     if replay is not None and replay_task != source["task"]:  # a retro pool's pairs replayed into forward data
         raise ValueError(f"--replay {replay} holds {replay_task} data, and {data} {source['task']} data: replay a "
                          f"{source['task']} folder")
+    unread = [t for t in Vocab.load(replay / "vocab.json").tokens if t not in vocab.index] if replay else []
+    if unread:  # its pairs were written in --data's vocabulary: sources with <unk>, targets dropped, without a word
+        raise ValueError(f"--replay {replay}: its vocabulary holds {len(unread)} tokens {data}'s lacks (e.g. "
+                         f"{unread[0]!r}), so its pairs would be read with <unk> or left out; prepare both with the "
+                         "model's --vocab")
     if mined is None:
         wrong, pairs = None, list(train) + [pair for folder in also for pair in split(folder, "train")]
     else:
@@ -200,7 +205,7 @@ def main() -> None:
         else:
             check_inputs([*(("--data", args.data / name) for name in BUILD_READS + SPLITS_KEPT),
                           ("--mined", args.mined),
-                          *(("--replay", args.replay / name) for name in STARTS_READS if args.replay),
+                          *(("--replay", args.replay / name) for name in BUILD_READS if args.replay),
                           *(("--also", folder / name) for folder in args.also for name in BUILD_READS)])
             check_output_folder("--out", args.out, [("--data", args.data), ("--mined", args.mined),
                                                     ("--replay", args.replay), *(("--also", f) for f in args.also)])
