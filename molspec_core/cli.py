@@ -231,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json; for "
                        "greedy's answers, --method greedy or spec-auto: calibration.greedy.json)")
     model_args(p)
-    p.add_argument("--src", required=True, help="validation queries (never test)")
+    p.add_argument("--src", required=True, help="validation queries (never test; a prepare-data folder's test.src and "
+                   "train.src are refused)")
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--limit", type=at_least(3), default=CALIBRATE_LIMIT, help="the first N queries (default "
                    "%(default)s)")
@@ -993,6 +994,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_draft_knobs(args.method, None, None, sampling_options(args))  # its methods are exact: no sampling knob
     if args.force and args.judge:
         raise ValueError("--judge writes nothing, so --force has nothing to force: give one of the two")
+    if not args.judge:  # a saved fit is judged on the queries it was judged on, whichever they are
+        check_validation_split(args.src)
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     n_best = args.n_best or (5 if METHODS[args.method].many else 1)
     check_method(args.method, n_best)
@@ -1052,6 +1055,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
                     "%d)", fitted.n_fit, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
     return 0
+
+
+def check_validation_split(src: str) -> None:
+    """Refuse a fit on the test or train split of a prepare-data folder (one with a stats.json naming its task:
+    evaluate.prepared_task): its confidences would flatter every later test of them on those queries, or, on queries
+    the model learned, run too high; the folder's val split is the one to fit on."""
+    from .evaluate import prepared_task
+
+    split = Path(src).name.partition(".")[0]
+    if split in ("test", "train") and prepared_task(src) is not None:
+        folder = Path(src).parent
+        raise ValueError(f"{src} is the {split} split of the prepare-data folder {folder}: a fit belongs on validation "
+                         f"queries, which the model neither learned nor is tested on; give --src {folder / 'val.src'} "
+                         f"--tgt {folder / 'val.tgt'}")
 
 
 def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list[str], targets: list[str],

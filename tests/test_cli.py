@@ -1799,6 +1799,23 @@ def test_plan_refuses_outputs_whose_backups_it_cannot_write_before_the_models_lo
     expect_refused(["plan", "--smiles", "CCO", "--out", tmp_path / "r.json"], capsys, "r.csv.bak is a folder")
 
 
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_calibrate_refuses_a_prepared_test_or_train_split_before_the_model_loads(tmp_path, capsys, no_model_load,
+                                                                                 split):
+    """calibrate's --src help says validation queries, never test, and a fit on a prepare-data folder's test.src was
+    made without a word: its confidences then flatter every later test of them (and a fit on train.src, queries the
+    model learned, makes its confidences too high). --judge, which reads the queries a saved fit was judged on, is
+    not refused."""
+    (tmp_path / "stats.json").write_text('{"task": "forward"}')
+    for name in ("src", "tgt"):
+        (tmp_path / f"{split}.{name}").write_text("CCO\n" * 3)
+    files = ["--model", MODEL, "--src", str(tmp_path / f"{split}.src"), "--tgt", str(tmp_path / f"{split}.tgt"),
+             "--force"]
+    expect_refused(["calibrate", *files], capsys, f"is the {split} split of the prepare-data folder {tmp_path}")
+    with pytest.raises(AssertionError, match="the model was loaded"):  # --judge goes on to load the model
+        main(["calibrate", *files[:-1], "--judge"])
+
+
 def test_a_missing_prepare_data_vocab_is_named_with_its_flag(tmp_path, capsys):
     expect_refused(["prepare-data", "--task", "forward", "--out", tmp_path / "d", "--vocab", tmp_path / "none.json"],
                    capsys, "--vocab")
