@@ -393,7 +393,7 @@ def time_limit_input(key: str) -> int:
                                key=kept_in_form(key, round(DEFAULT_TIME_LIMIT_S)),
                                help=f"How long one query may decode, its writings together (default "
                                     f"{DEFAULT_TIME_LIMIT_S:g} s, at most {APP_MAX_TIME_LIMIT_S} s here): a query "
-                                    "still decoding then is stopped, keeping the answers found by then."))
+                                    "still decoding then is stopped, with the answers it had found by then, if any."))
 
 
 def time_limit_hint(error: str, limit_s: float, how: str) -> str:
