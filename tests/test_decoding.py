@@ -236,6 +236,40 @@ def test_a_source_holding_a_decoders_own_token_or_no_token_is_refused_by_every_d
     assert unknown.tokens == greedy(model, [[5, 3, 7]], factory("none", 0, 0))[0].hypotheses[0].tokens
 
 
+
+def test_a_source_longer_than_the_model_reads_is_refused_by_every_decoder_before_any_query_is_decoded(copy_model,
+                                                                                                       monkeypatch):
+    """A source past the model's positions failed in the encoder as 'sequence longer than the model's 128
+    positions', naming no source, and speculative beam search and sampling had decoded (and then lost) the queries
+    before it. A draft model with fewer positions bounds sampling's sources too (it encodes them)."""
+    import dataclasses
+
+    from molspec_core.decoding.sampling import SamplingOptions, sample_decode
+    from molspec_core.decoding.speculative_beam import speculative_beam
+    from molspec_core.model import Seq2SeqTransformer
+
+    model = copy_model[0]
+    positions = model.cfg.max_positions
+    calls = []
+    decode = model.decode
+    monkeypatch.setattr(model, "decode", lambda *args, **kwargs: calls.append(1) or decode(*args, **kwargs))
+    decoders = [lambda s: greedy(model, s, factory("none", 0, 0)), lambda s: greedy_uncached(model, s),
+                lambda s: beam_search(model, s, 3), lambda s: beam_search(model, s, 3, cached=False),
+                lambda s: speculative_beam(model, s, 3, factory("lookup", 4, 1), exact=True),
+                lambda s: speculative_beam(model, s, 3, factory("lookup", 4, 1), exact=False),
+                lambda s: sample_decode(model, s, "spec-sample", factory("lookup", 4, 1), SamplingOptions())]
+    for decoder in decoders:
+        with pytest.raises(ValueError, match=f"source 1 has {positions + 1} tokens, and the model reads at most "
+                                             f"{positions}"):
+            decoder([[5, 6, 7], [5] * (positions + 1)])
+    assert calls == []
+    short = Seq2SeqTransformer(dataclasses.replace(model.cfg, max_positions=10)).eval()
+    short.load_state_dict(model.state_dict())
+    with pytest.raises(ValueError, match="source 1 has 11 tokens, and the model reads at most 10"):
+        sample_decode(model, [[5, 6], [5] * 11], "spec-sample-draft", None, SamplingOptions(), draft_model=short)
+    assert calls == []
+    assert greedy(model, [[5] * positions], factory("none", 0, 0))[0].hypotheses  # the longest it reads decodes
+
 def brute_force_beam(model, src, width, max_len):
     """Beam search written directly from the definition in beam.py, with full recomputation."""
     live = [((BOS_ID,), 0.0)]

@@ -74,7 +74,7 @@ def fit_drafts(drafts: Sequence[Sequence[Sequence[Item]]], n_generated: Sequence
     return fitted
 
 
-def check_sources(sources: Sequence[Sequence[int]], vocab_size: int) -> None:
+def check_sources(sources: Sequence[Sequence[int]], vocab_size: int, max_positions: int | None = None) -> None:
     """Refuse a batch holding a source without tokens, before any query of it is decoded: its cross-attention
     has nothing to attend to, and the engines disagreed on it (an answer, pad tokens, or an error naming
     something else), some spoiling the other rows of its batch.
@@ -82,10 +82,16 @@ def check_sources(sources: Sequence[Sequence[int]], vocab_size: int) -> None:
     And one holding an id that is no token of a query: pad, bos or eos (Vocab.encode writes none of them; unk
     stands for a token outside the vocabulary) or one outside the model's vocabulary. A pad was taken for
     padding, the query decoded without it; an eos copied by a draft was accepted mid-answer and the answer
-    went on past it where greedy's ended; an id past the vocabulary failed as an IndexError naming nothing."""
+    went on past it where greedy's ended; an id past the vocabulary failed as an IndexError naming nothing.
+
+    And one holding a source longer than the model's positions (max_positions, when given): the encoder failed on
+    it naming no source, and sbs and the sampling methods, which decode a query at a time, had thrown away the
+    queries decoded before it."""
     for i, src in enumerate(sources):
         if len(src) == 0:
             raise ValueError(f"source {i} has no tokens: every query needs at least one")
+        if max_positions is not None and len(src) > max_positions:
+            raise ValueError(f"source {i} has {len(src)} tokens, and the model reads at most {max_positions}")
         wrong = [int(t) for t in src if not UNK_ID <= t < vocab_size]
         if wrong:
             raise ValueError(f"source {i} holds token id {wrong[0]}, which is no token of a query: a query's ids run "
@@ -97,9 +103,9 @@ def encode_sources(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], 
                    max_positions: int | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """The prologue of every decoder: (memory (B, S, d), keep (B, S): true on source tokens, budgets).
     max_positions: the positions every model fed alongside has (a draft model's may be fewer)."""
-    check_sources(sources, model.cfg.vocab_size)
-    src = pad_sources(sources, model.device)
     positions = max_positions if max_positions is not None else model.cfg.max_positions
+    check_sources(sources, model.cfg.vocab_size, positions)
+    src = pad_sources(sources, model.device)
     return model.encode(src), src != PAD_ID, [target_budget(len(s), positions, max_len) for s in sources]
 
 

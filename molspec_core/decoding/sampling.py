@@ -109,10 +109,10 @@ def sample_decode(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], m
     if drafts_from_model and draft_model is not None and draft_model.cfg.vocab_size != model.cfg.vocab_size:
         raise ValueError(f"the draft model's vocabulary has {draft_model.cfg.vocab_size} tokens and the model's "
                          f"{model.cfg.vocab_size}: a draft model must share the model's vocabulary")
-    check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
     # A draft model is fed the same positions as the target, so the budget must suit both.
     fed_models = (model, draft_model) if draft_model is not None and drafts_from_model else (model,)
     max_positions = min(m.cfg.max_positions for m in fed_models)
+    check_sources(sources, model.cfg.vocab_size, max_positions)  # all before the first query is decoded
     results = []
     for i, src in enumerate(sources):
         generator = torch.Generator().manual_seed(options.seed + i)

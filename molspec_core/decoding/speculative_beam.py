@@ -416,7 +416,7 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
     was found, as beam search does: the queries before it whole, and its finished hypotheses, then its live ones,
     unfinished, with its real counts. Stopped in an earlier query, it hands on the queries before it alone, whole:
     the later ones never began."""
-    check_sources(sources, model.cfg.vocab_size)  # all before the first query is decoded
+    check_sources(sources, model.cfg.vocab_size, model.cfg.max_positions)  # all before the first query is decoded
     n_best = answers_wanted(width, n_best)
     results: list[DecodeResult] = []
     for src in sources:
