@@ -810,6 +810,10 @@ def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: Mod
                          "counters), not both")
     if cfg.resume:
         check_start(Path(cfg.resume), "--resume", same_vocab=True, **check)
+        if not (Path(cfg.resume) / STATE_MARK).is_file():  # a shipped or averaged model: "train_state.json is missing"
+            raise ValueError(f"--resume {cfg.resume} holds no {STATE_MARK}: it is a model folder, not an export a "
+                             f"run wrote, so there are no counters to continue; start a new schedule from its weights "
+                             f"with --init {cfg.resume}")
         return Start("resume", Path(cfg.resume), {"init": "", "resume": cfg.resume})
     if cfg.init:
         check_start(Path(cfg.init), "--init", same_vocab=False, **check)

@@ -255,7 +255,15 @@ def test_a_run_folder_given_to_resume_or_init_is_named_as_one_with_its_folders(d
                                              rf"not a model folder: give one of its folders, e.g. --{flag} "
                                              rf".*first/export, or --out .*first to continue that run"):
             run(data, tmp_path / "second", max_steps=4, **{flag: str(tmp_path / "first")})
+    # a model folder without a run's counters (shipped, averaged): was "train_state.json is missing"
+    model = tmp_path / "model"
+    shutil.copytree(tmp_path / "first" / "export", model)
+    (model / "train_state.json").unlink()
+    with pytest.raises(ValueError, match=r"--resume .*model holds no train_state.json: it is a model folder, .* with "
+                                         r"--init .*model$"):
+        run(data, tmp_path / "second", max_steps=4, resume=str(model))
     assert not (tmp_path / "second").exists()
+    run(data, tmp_path / "second", max_steps=4, init=str(model))  # as the refusal says
 
 
 def test_init_from_a_model_of_the_other_task_is_refused(data, tmp_path):
