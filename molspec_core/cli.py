@@ -70,8 +70,6 @@ def check_report_path(path: str, *inputs: str | None, model: str | None = None) 
     the `model` run (outside_model), or whose name promises a compression the plain JSON written there does not have
     (a bench run once finished, then lost its report to a missing folder); and the same for where the file it
     replaces is kept (keep_replaced)."""
-    from .calibration import backup_of
-
     if path == STDOUT:  # predict's way to standard output: here it named a file '-'
         raise ValueError("--out -: the report is written to a file, and standard output gets its summary with or "
                          "without --out; give --out a file name, such as report.json")
@@ -80,12 +78,27 @@ def check_report_path(path: str, *inputs: str | None, model: str | None = None) 
     for given in inputs:
         if given:
             check_output(path, given)
-            check_output(backup_of(Path(path)), given)  # where keep_replaced keeps the file --out replaces
     out = check_output(path)
-    check_output(backup_of(out))
+    check_backup(path, out, *inputs)
     if model is not None:
         outside_model(path, out, model)
     return out
+
+
+def check_backup(given: str, out: Path, *inputs: str | None) -> None:
+    """Refuse, as io.check_output refuses an output, where keep_replaced would keep the file at `out` (resolved from
+    `given`, the name the user gave) when it is replaced: a folder, one of the run's `inputs`. The refusal names the
+    output given: predict --input q.csv.bak --output q.csv was told 'q.csv.bak is the input file'."""
+    from .calibration import backup_of
+    from .io import OutputFileError
+
+    backup = backup_of(out)
+    try:
+        for given_input in [*filter(None, inputs)] or [None]:
+            check_output(backup, given_input)
+    except OutputFileError as exc:
+        raise OutputFileError(f"{given}: the file there would be kept as {backup} when it is replaced, and {exc}"
+                              ) from None
 
 
 def outside_model(given: str, out: Path, model: str) -> None:
@@ -418,14 +431,12 @@ def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) 
     standard output (STDOUT) needs no check."""
     from .io import check_results_name
 
-    from .calibration import backup_of
-
     if args.output == STDOUT:
         return
     given = None if args.input in (None, STDIN) else args.input
     out = check_output(args.output, given)
     outside_model(args.output, out, args.model)
-    check_output(backup_of(out), given)  # where keep_replaced keeps the file the output replaces
+    check_backup(args.output, out, given)
     check_results_name(args.output, max_rows)
 
 
@@ -1321,7 +1332,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .calibration import backup_of
     from .io import check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .service import Predictor
@@ -1341,8 +1351,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     csv_out = check_output(csv_given, args.stock)
     if csv_out == out:
         raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")
-    for written in (out, csv_out):  # where report_plan keeps the files they replace (keep_replaced)
-        check_output(backup_of(written), args.stock)
+    for given, written in ((args.out, out), (csv_given, csv_out)):
+        check_backup(given, written, args.stock)
     for model in (args.model, None if args.forward.lower() == "none" else args.forward):
         if model is not None:
             outside_model(args.out, out, model)

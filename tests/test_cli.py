@@ -1775,6 +1775,26 @@ def test_plan_summary_counts_a_compound_the_steps_use_twice_and_one_molecule_exp
     assert f"from {phosphonate}, {aldehyde} (used twice)\n" in printed
 
 
+def test_an_output_whose_backup_would_replace_the_input_is_refused_naming_the_output(tmp_path, capsys, no_model_load):
+    """predict --input q.csv.bak --output q.csv was refused with 'q.csv.bak is the input file ... choose another output
+    name', a name the user never gave as an output: the refusal now says it is where the file --output replaces would
+    be kept. So for evaluate's and bench's reports and plan's routes."""
+    (tmp_path / "o.csv.bak").write_text("CCO\n")
+    (tmp_path / "o.csv").write_text("the earlier results\n")
+    kept_as = (f"{tmp_path / 'o.csv'}: the file there would be kept as {tmp_path / 'o.csv.bak'} when it is replaced, "
+               f"and {tmp_path / 'o.csv.bak'} is the input file")
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "o.csv.bak", "--input-format", "txt",
+                    "--output", tmp_path / "o.csv"], capsys, kept_as)
+    (tmp_path / "r.json.bak").write_text("NO\n")
+    expect_refused(["plan", "--smiles", "CCO", "--stock", tmp_path / "r.json.bak", "--out", tmp_path / "r.json"],
+                   capsys, f"{tmp_path / 'r.json'}: the file there would be kept as {tmp_path / 'r.json.bak'}")
+    (tmp_path / "e.json.bak").write_text("CCO\n")
+    expect_refused(["evaluate", "--model", MODEL, "--src", tmp_path / "e.json.bak", "--tgt", tmp_path / "e.json.bak",
+                    "--out", tmp_path / "e.json"], capsys,
+                   f"{tmp_path / 'e.json'}: the file there would be kept as {tmp_path / 'e.json.bak'}")
+    assert (tmp_path / "o.csv").read_text() == "the earlier results\n"
+
+
 def test_plan_keeps_the_routes_its_outputs_replace(tmp_path, capsys, caplog):
     """plan --out (and its CSV) replaced an earlier search's routes without a word, a stopped search's few routes
     replacing a whole one's too, where evaluate, bench and calibrate keep the file they replace as <file>.bak."""
