@@ -722,3 +722,19 @@ def test_an_answer_rdkit_cannot_read_says_so_on_screen(copy_models, monkeypatch)
     assert order[order.index("smiles") + 1:order.index("smiles") + 4] == ["valid", "sane", "concerns"]
     first = at.session_state[BATCH].table.iloc[0]
     assert (first["smiles"], first["valid"], first["concerns"]) == ("ClC(Cl)(Cl)ClCl", False, "")
+
+
+def test_results_say_when_the_sidebar_has_changed_since_their_run(copy_models, monkeypatch):
+    """A run's results stayed on screen, under their own caption, after the sidebar's method changed, with nothing
+    to say they are not the new settings' (the Predict page says so of its answers). A setting the method does not
+    read changes nothing and is not named; the same settings again remove the note."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    differ = "The sidebar's settings differ now from these results'"
+    assert differ not in texts(at.caption)
+    at.selectbox(key="method").set_value("greedy").run()
+    assert differ in texts(at.caption) and "Beam search" in texts(at.caption)  # the results' own settings named
+    at.selectbox(key="method").set_value("beam").run()
+    assert differ not in texts(at.caption)

@@ -404,7 +404,8 @@ def _cells(table: pd.DataFrame) -> list[tuple[object, ...]]:
     return list(table.astype(object).where(table.notna(), None).itertuples(index=False, name=None))
 
 
-def show(batch: BatchResult) -> None:
+def show(batch: BatchResult, now: Settings) -> None:
+    """A run's results; `now`, the sidebar's settings, where they differ from the run's, is said to."""
     table = batch.table
     n_good = batch.n_queries - batch.n_rejected
     common.section("Results")
@@ -422,6 +423,10 @@ def show(batch: BatchResult) -> None:
     limit_text = f" · time limit {limit:g} s a query" if limit != DEFAULT_TIME_LIMIT_S else ""
     st.caption(common.md_escape(f"{batch.file_name}{column} · {task} with {settings.model} · {settings.describe()}"
                                 f"{limit_text}{ions}{checked}"))
+    if settings.model != now.model or common.decodes_otherwise(settings, now):  # the sidebar changed since the run:
+        # its results stayed on screen under the new settings without a word, as the Predict page's answers did
+        st.caption("The sidebar's settings differ now from these results' (named above): press **Run batch** to "
+                   "predict the file with them.")
     queries, predicted, rejected = st.columns(3)
     queries.metric("Queries", batch.n_queries)
     predicted.metric("Predicted", n_good)
@@ -603,7 +608,7 @@ def main() -> None:
     with area.container():
         if error:
             st.error(common.md_escape(error), icon=":material/error:")
-        show_last(cfg.task)
+        show_last(cfg)
 
 
 def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, column: str, known: str,
@@ -657,8 +662,10 @@ def finish(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> None:
         ss.pop(run_key(task), None)
 
 
-def show_last(task: str) -> None:
-    """The task's last results: a finished run's, or the rows so far of a run cut short, with a way to go on."""
+def show_last(now: Settings) -> None:
+    """The task's last results: a finished run's, or the rows so far of a run cut short, with a way to go on; `now`:
+    the sidebar's settings."""
+    task = now.task
     ss, key = st.session_state, results_key(task)
     run: Run | None = ss.get(run_key(task))
     if run is not None and key not in ss:  # a run cut short: its rows so far, tabled once
@@ -673,7 +680,7 @@ def show_last(task: str) -> None:
     if batch.done < batch.total:
         show_stopped(batch, can_continue=run is not None)
     if batch.done:
-        show(batch)
+        show(batch, now)
 
 
 def show_stopped(batch: BatchResult, can_continue: bool) -> None:

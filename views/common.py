@@ -330,6 +330,15 @@ def _round_trip_settings(task: str) -> tuple[str | None, int]:
     return forward_models[0], int(k)
 
 
+def decodes_otherwise(before: Settings, now: Settings) -> bool:
+    """Whether the sidebar's settings `now` would decode a query otherwise than `before` did: another method, beam
+    width, draft, knob, number of writings, arithmetic or round-trip check (a setting the method does not read
+    changes nothing: Settings.options leaves it out). The model is compared apart (the pages name it)."""
+    def decoding(cfg: Settings) -> tuple:
+        return cfg.options(), cfg.dtype, cfg.round_trip_model, cfg.round_trip_k if cfg.round_trip_model else None
+    return decoding(before) != decoding(now)
+
+
 # What the Predict page shows of a task's last query: each task keeps its own (a forward query's reactants are no
 # product to take apart, and products listed under the retrosynthesis heading read as reactants).
 PER_TASK = ("query_text", "shown", "example", "query_error", "query_suggestion")

@@ -295,15 +295,6 @@ def described(cfg: Settings) -> str:
     return ", ".join([cfg.describe(), *knobs])
 
 
-def decodes_otherwise(shown: Settings, now: Settings) -> bool:
-    """Whether the sidebar's settings `now` would decode the shown query otherwise than `shown` did: another method,
-    beam width, draft, knob, number of writings, arithmetic or round-trip check (a setting the method does not read
-    changes nothing: Settings.options leaves it out). The model is compared apart (its own caption)."""
-    def decoding(cfg: Settings) -> tuple:
-        return cfg.options(), cfg.dtype, cfg.round_trip_model, cfg.round_trip_k if cfg.round_trip_model else None
-    return decoding(shown) != decoding(now)
-
-
 def merged_samples_note(shown: Shown) -> str:
     """Why a sampling method lists fewer answers than the samples asked for ("" where it does not): an answer drawn
     again is listed once, and five samples that all drew the likeliest product gave one answer without a word."""
@@ -988,8 +979,8 @@ def main() -> None:
         # were never kept, and the field's query sat over the last one's answers without a word
         st.caption(common.md_escape(f"Below: the answers to {common.short(shown.typed, 80)}. The query in the field "
                                     "has not been predicted: press Predict."))
-    elif decodes_otherwise(shown.settings, cfg):  # a method, beam width or knob changed in the sidebar: the answers
-        # below stayed those of the settings before, under the new ones, without a word
+    elif common.decodes_otherwise(shown.settings, cfg):  # a method, beam width or knob changed in the sidebar: the
+        # answers below stayed those of the settings before, under the new ones, without a word
         st.caption(common.md_escape(f"Below: the answers decoded with {described(shown.settings)}. The sidebar's "
                                     "settings differ now: press Predict to decode the query with them."))
 
