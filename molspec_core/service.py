@@ -538,8 +538,9 @@ class QueryResult:
 
     @property
     def stopped_with_answers(self) -> bool:
-        """Stopped at the time limit with the answers it had found (Predictor.predict keeps a beam search's):
-        an error, and answers beside it that stand, those it had not finished marked TIMED_OUT."""
+        """Stopped at the time limit with the answers it had found (Predictor.predict keeps a beam search's, and
+        the samples a sampling method had drawn): an error, and answers beside it that stand, those it had not
+        finished marked TIMED_OUT."""
         return self.error is not None and bool(self.predictions)
 
     def in_model_order(self) -> list[Prediction]:
@@ -922,6 +923,7 @@ class Predictor:
         for w, src in enumerate(sources):
             stats, seen = DecodeStats(), {}
             first_seed = options.seed + (n_best * w if writings else 0)
+            started = time.perf_counter()
             try:
                 for k in range(n_best):
                     drawn = sample_decode(self.model, [src], mode, factory,
@@ -930,7 +932,14 @@ class Predictor:
                     hyp = drawn.hypotheses[0]
                     seen.setdefault(hyp.tokens, hyp)
             except QueryTimeout as timeout:  # the sources before this one are whole: handed on, not decoded again
-                raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
+                if len(results) < len(sources) - 1:  # the later ones never began: decoded again (_decode_limited)
+                    raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
+                # The last source keeps the samples it had drawn: each is whole and a true sample, so k of n_best
+                # drawn are an honest answer, stopped, as beam search's search is (the draw cut short is lost)
+                stats.wall_time_s = time.perf_counter() - started
+                stopped = DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats)
+                raise QueryTimeout(str(timeout), found=[*results, stopped],
+                                   searched=[True] * len(results) + [False]) from None
             results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))
         return results
 
@@ -958,8 +967,9 @@ class Predictor:
         `sampling`; their n_best is the number of samples drawn (duplicates merged).
         A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs. Beam search
         is stopped within a step of the limit and its row keeps, besides the error, the answers it had finished and
-        its best unfinished ones (concern TIMED_OUT), with the calls they cost. Read in several writings (augment),
-        a query's writings share its one limit.
+        its best unfinished ones (concern TIMED_OUT), with the calls they cost; a sampling method's row keeps the
+        samples it had drawn (the one being drawn is lost). Read in several writings (augment), a query's writings
+        share its one limit.
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
         the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by a power
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.
@@ -1052,8 +1062,9 @@ class Predictor:
         batch's time, most of it alone once its batch-mates had ended, would not end in its own limit alone, and
         a retry would only run the batch past its time (a route planner's expansion, past its search's limit).
         A decoder that runs its queries one after another (sbs, sampling) and says which leading ones had ended
-        gives those their results; the queries after them, and every query of a decoder that says nothing, are
-        decoded again one at a time."""
+        gives those their results (stopped in its last query, that one too what it had: sbs's search, the samples
+        drawn); the queries after them, and every query of a decoder that says nothing, are decoded again one at a
+        time."""
         try:
             with time_limit(None if limit_s is None else limit_s * len(sources)):
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))

@@ -700,6 +700,27 @@ def test_a_sampling_batch_stopped_by_the_time_limit_decodes_again_only_the_queri
     assert all(not r.ok and "time limit" in r.error for r in stopped)
 
 
+@pytest.mark.parametrize(("method", "delta"), [("sample", 0.0), ("spec-sample", 0.0), ("mentored", 0.1)])
+def test_a_sampling_query_stopped_by_the_time_limit_keeps_the_samples_it_had_drawn(copier, decoder_clock, method,
+                                                                                    delta):
+    """A sampling query stopped alone at its time limit threw away the samples it had drawn: `molspec predict
+    --method sample --n-best 5 --time-limit 0.001` gave error-only rows. Each sample drawn is whole and a true one,
+    so the row keeps them beside its error (stopped with answers), as a beam search's row keeps its search."""
+    options = SamplingOptions(seed=1, temperature=1.5, delta=delta)
+    two = copier.predict("CCO", method=method, n_best=2, sampling=options, time_limit_s=None)
+    # past the two samples' calls by half a call: the third sample is stopped at its first call
+    stopped = copier.predict("CCO", method=method, n_best=3, sampling=options,
+                             time_limit_s=two.stats.model_calls + 0.5)
+    assert stopped.error.startswith("stopped after the") and stopped.stopped_with_answers
+    assert stopped.predictions == two.predictions and stopped.stats.model_calls == two.stats.model_calls
+    # Stopped in a batch's last query (the batch's limit: its queries' together), the ones before it are whole
+    one = copier.predict("CCCO", method=method, n_best=1, sampling=options, time_limit_s=None)
+    done, last = copier.predict(["CCO", "CCCO"], method=method, n_best=2, sampling=options,
+                                time_limit_s=(two.stats.model_calls + one.stats.model_calls + 0.5) / 2)
+    assert done.ok and done.predictions == two.predictions
+    assert last.stopped_with_answers and last.predictions == one.predictions
+
+
 def test_time_limit_must_be_positive(copier):
     with pytest.raises(ValueError, match="time_limit_s"):
         copier.predict("CCO", time_limit_s=0)
