@@ -821,6 +821,22 @@ def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: Mod
     return Start("new", None, {"init": "", "resume": ""})
 
 
+def check_no_earlier_weights(out: Path, export_dir: Path, start: Start) -> None:
+    """Refuse a run that starts anew (random or --init weights) in a run folder that holds an earlier run's export or
+    best/ but not its last/ (an export unpacked from the GPU machine, a last/ deleted for its size): the run started
+    from nothing, and its first export replaced the trained weights with those of its step 1 onwards, without a
+    word. An --export-dir given elsewhere is replaced, as its help says (each export replaces it whole)."""
+    written = [out / "best", *([export_dir] if export_dir == out / "export" else [])]  # what the run replaces here
+    held = next((folder for folder in written if (folder / STATE_MARK).is_file()), None)
+    if held is None:
+        return
+    step = read_state(held)["step"]
+    begins = f"from --init {start.folder}" if start.kind == "init" else "from random weights"
+    raise ValueError(f"{held} holds an earlier run's weights (step {step}), and {out / 'last'}, from which a run "
+                     f"continues, is missing: this run would start {begins} and replace them; continue them with "
+                     f"--resume {held} and a new --out, or move {held} away to start anew")
+
+
 def check_budget(cfg: TrainConfig, folder: Path, state: dict) -> None:
     """A run resumed where its budget is already spent would make no step and write nothing: refuse, with the
     numbers (--max-minutes is the run's whole budget, the minutes trained included: tools/gpu_train.md)."""
@@ -1007,6 +1023,8 @@ def train(cfg: TrainConfig) -> dict:
     shape = preset(cfg.preset, len(vocab), **({"dropout": cfg.dropout} if cfg.dropout != -1.0 else {}))
     check_lengths(data, {"train.npz": train_rows, "val.npz": val_rows}, shape, cfg.preset)
     start = pick_start(cfg, out, data, vocab, shape, stats)
+    if start.kind in ("new", "init"):
+        check_no_earlier_weights(out, export_dir, start)
     if start.kind in ("last", "resume"):
         check_budget(cfg, start.folder, read_state(start.folder))
     if start.kind == "last" and (cfg.init or cfg.resume):

@@ -193,6 +193,25 @@ def test_an_export_dir_train_did_not_write_is_refused_and_left_as_it_was(data, t
     assert json.loads((tmp_path / "empty" / "train_state.json").read_text())["step"] == 2
 
 
+def test_a_new_start_in_a_run_folder_holding_earlier_weights_but_no_last_is_refused_and_replaces_nothing(data,
+                                                                                                         tmp_path):
+    # an export unpacked from the GPU machine (no last/), or a last/ deleted: the same command started from random
+    # weights, and its first export replaced the trained ones
+    run(data, tmp_path / "first", max_steps=3, eval_every=3)
+    shutil.rmtree(tmp_path / "first" / "last")
+    before = files(tmp_path / "first")
+    for options in ({}, {"init": str(tmp_path / "first" / "best")}):
+        with pytest.raises(ValueError, match=r"first/(best|export) holds an earlier run's weights \(step 3\), and "
+                                             r".*first/last, from which a run continues, is missing: .*--resume"):
+            run(data, tmp_path / "first", max_steps=6, **options)
+    assert files(tmp_path / "first") == before
+    shutil.rmtree(tmp_path / "first" / "best")  # the export alone (as gpu_kit unpack leaves it)
+    with pytest.raises(ValueError, match=r"first/export holds an earlier run's weights \(step 3\)"):
+        run(data, tmp_path / "first", max_steps=6)
+    resumed = run(data, tmp_path / "second", max_steps=6, resume=str(tmp_path / "first" / "export"))  # as it says
+    assert resumed["step"] == 6
+
+
 def test_an_export_dir_or_out_that_cannot_be_made_is_refused_before_any_work(data, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")  # a file where a folder of the path should be
     with pytest.raises(ValueError, match=r"--export-dir .*notes.txt/export: .*notes.txt is a file"):
