@@ -1399,6 +1399,7 @@ def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
     assert_clean(at)
     report = at.session_state["live_report"]
     assert report["n_queries"] == 1 and set(report["methods"]) == {"greedy", "spec-auto"}
+    assert report["query_set"] == "the first of the app's textbook examples this model can read"  # not "first 1 of"
     assert report["methods"]["spec-auto"]["identical_to_greedy"] == 1.0
     assert "top1" in report["methods"]["greedy"]
     assert len(at.get("plotly_chart")) == 4

@@ -479,7 +479,7 @@ def test_the_live_benchmark_says_it_reads_one_writing_where_the_sidebar_reads_fi
     assert "does not apply to benchmarks, saved or live" in captions  # the sidebar reads 5 writings by default
     report = at.session_state["live_report"]
     assert report["augment"] == 1 and report["n_best"] == 5
-    assert "1 query: the first 1 of the app's textbook examples this model can read" in captions
+    assert "1 query: the first of the app's textbook examples this model can read" in captions
     assert "each query read in 1 writing" in captions
 
 

@@ -461,7 +461,8 @@ def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict |
     # What the page knows and run_bench does not record: the beam width, the queries, one writing of each. The page's
     # own fields (with_display_fields) are added to a copy where it is shown: the download holds what was measured.
     report.update(live=True, n_best=width, augment=1, queries=[query for query, _ in pairs],
-                  query_set=f"the first {len(pairs)} of the app's textbook examples this model can read")
+                  query_set=f"the first {'' if len(pairs) == 1 else f'{len(pairs)} '}of the app's textbook examples "
+                            "this model can read")  # one read "the first 1 of"
     return report
 
 
