@@ -350,10 +350,12 @@ def several_products_note(task: str, canonical_query: str) -> str:
             f"answers. To take apart the main product alone, predict {main_molecule(canonical_query)}.")
 
 
-def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n_best: int = 1) -> str:
+def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n_best: int = 1,
+                    read: int = 0) -> str:
     """The error of a query still decoding at its time limit (`writings`: the writings it was read in), with the
     ways to fit it that the `method` and `n_best` it ran with leave: a greedy run was told to try greedy, and
-    none was offered a longer limit."""
+    none was offered a longer limit. `read`: the writings read whole before the limit where they are fewer than
+    `writings` and its row keeps their answers, pooled (0: no such count to tell)."""
     ways = (["greedy"] + ["a smaller n_best"] * (n_best > 1)) if method_row(method).many else []
     if writings > 1:
         ways.append("fewer writings")
@@ -362,6 +364,8 @@ def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n
     stopped = f"stopped after the {limit_s:g} s time limit per query"
     if writings > 1:
         stopped += f" (its {writings} writings together)"
+    if 0 < read < writings:
+        stopped += f", its answers pooled from the first {read} of them, read whole by then"
     if not ways:
         return stopped
     return f"{stopped}; try {', '.join(ways[:-1])} or {ways[-1]}" if len(ways) > 1 else f"{stopped}; try {ways[0]}"
@@ -969,7 +973,7 @@ class Predictor:
         is stopped within a step of the limit and its row keeps, besides the error, the answers it had finished and
         its best unfinished ones (concern TIMED_OUT), with the calls they cost; a sampling method's row keeps the
         samples it had drawn (the one being drawn is lost). Read in several writings (augment), a query's writings
-        share its one limit.
+        share its one limit; stopped, it keeps what those read by then gave, pooled (_stopped_writings).
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
         the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by a power
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.
@@ -1019,12 +1023,9 @@ class Predictor:
                             decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
                                                              n_drafts, sampling, writings=True))
                     except QueryTimeout as timeout:
-                        error = stopped_message(time_limit_s, len(views), method, n_best)  # type: ignore[arg-type]
-                        results[i] = (QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
-                                                  error=error) if len(timeout.found) != len(views) else
-                                      dataclasses.replace(self._pooled(texts[i], views, list(timeout.found), method,
-                                                                       n_best, augment, time.perf_counter() - started,
-                                                                       TIMED_OUT), error=error))
+                        results[i] = self._stopped_writings(texts[i], query, views, list(timeout.found), method,
+                                                            n_best, augment, time_limit_s,  # type: ignore[arg-type]
+                                                            time.perf_counter() - started)
                         continue
                     results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
                                               time.perf_counter() - started)
@@ -1154,6 +1155,25 @@ class Predictor:
         set_aside = tuple(p for p in ranked[n_best:] if p.model_rank <= n_best)
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
                            ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside)
+
+    def _stopped_writings(self, given: str, query: _Query, views: list[_Query], found: list[DecodeResult],
+                          method: str, n_best: int, augment: int, limit_s: float, seconds: float) -> QueryResult:
+        """The row of a query read in several writings (`views`) and stopped at its time limit, from the results the
+        decoder handed on (`found`), its error saying so. For every writing (beam search; sbs or sampling stopped in
+        the last): pooled, the hypotheses not ended marked TIMED_OUT. For the leading writings alone (sbs or
+        sampling stopped in a later one): those, whole, pooled as reading that many writings pools them (the same
+        writings: rsmiles.root_views gives more by adding to fewer), with that many writings' calibration. For none
+        (greedy and the other one-answer methods, which decode the writings as one batch; or stopped in the first
+        writing): the error alone."""
+        read = len(found)
+        error = stopped_message(limit_s, len(views), method, n_best, read)
+        if not found:
+            return QueryResult(query=given, canonical_query=query.canonical, method=method, error=error)
+        if read == len(views):
+            pooled = self._pooled(given, views, found, method, n_best, augment, seconds, TIMED_OUT)
+        else:
+            pooled = self._pooled(given, views[:read], found, method, n_best, read, seconds)
+        return dataclasses.replace(pooled, error=error)
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str, n_best: int,
                    unfinished: str = STOPPED) -> QueryResult:

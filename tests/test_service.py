@@ -721,6 +721,26 @@ def test_a_sampling_query_stopped_by_the_time_limit_keeps_the_samples_it_had_dra
     assert last.stopped_with_answers and last.predictions == one.predictions
 
 
+@pytest.mark.parametrize("method", ["sbs", "sbs-exact", "sample"])
+def test_a_query_read_in_several_writings_stopped_in_a_later_one_keeps_those_read(monkeypatch, method):
+    """Read in 4 writings with sbs or sampling, which decode them one after another, a query stopped in its third
+    writing gave an error-only row, losing the two writings read whole. The row keeps their answers now, pooled as
+    reading 2 writings pools them, and its error says so."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    decoder_clock(reader.model, monkeypatch)
+    options = SamplingOptions(seed=3, temperature=1.5) if method == "sample" else None
+    query = "OCCOc1ccccc1"
+    two = reader.predict(query, method=method, n_best=2, sampling=options, augment=2, time_limit_s=None)
+    stopped = reader.predict(query, method=method, n_best=2, sampling=options, augment=4,
+                             time_limit_s=two.stats.model_calls + 0.5)  # the third writing's first call is past it
+    assert stopped.error.startswith(f"stopped after the {two.stats.model_calls + 0.5:g} s time limit per query (its 4 "
+                                    "writings together), its answers pooled from the first 2 of them, read whole by "
+                                    "then; try ")
+    assert stopped.stopped_with_answers and stopped.predictions == two.predictions
+    assert stopped.stats.model_calls == two.stats.model_calls
+
+
 def test_time_limit_must_be_positive(copier):
     with pytest.raises(ValueError, match="time_limit_s"):
         copier.predict("CCO", time_limit_s=0)
