@@ -186,6 +186,9 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         unfinished.ended = True  # after `found`: the watcher then draws the page with them
         bar.empty()
     note.empty()  # neither is reached where the script run was stopped
+    # The page drawn afresh, by a script run that draws no watcher: its timer runs until one does, and each of its
+    # runs dropped the file a download button makes on its click (Download Excel failed, the file gone: 404)
+    st.rerun()
 
 
 STOP_NOTE = ("Stop (top right) ends the search and keeps the routes it has found: the page then shows them, and says "
