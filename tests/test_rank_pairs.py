@@ -71,3 +71,24 @@ def test_mining_refuses_retro_data_or_a_retro_model_before_any_decoding(tool, tm
     with pytest.raises(tool.InputFileError, match=r"--model .*retro_model is a retro model"):
         tool.mine(str(tmp_path / "retro_model"), tmp_path / "forward", tmp_path / "pairs.tsv")
     assert not (tmp_path / "pairs.tsv").exists()
+
+
+def test_near_judges_each_reaction_on_its_own_writing_where_two_make_one_product(tool, tmp_path: Path, monkeypatch):
+    # an amide from the acid and from the acid chloride, one negative each: the second was judged on the first's gap
+    vocab = Vocab.build(["CC(=O)O.CN", "CC(=O)Cl.CN", "CNC(C)=O", "CCN"])
+    checkpoint.save(Seq2SeqTransformer(preset("tiny", len(vocab))), vocab, tmp_path / "model",
+                    meta={"task": "forward", "preset": "tiny"})
+    lines = [("CC(=O)O.CN", "CNC(C)=O", "CCN"), ("CN.CC(=O)O", "CNC(C)=O", "CCN"),
+             ("CC(=O)Cl.CN", "CNC(C)=O", "CCN"), ("CN.CC(=O)Cl", "CNC(C)=O", "CCN")]
+    (tmp_path / "pairs.tsv").write_text("".join("\t".join(line) + "\n" for line in lines))
+    judged: list[str] = []
+
+    def gaps(model, pairs, threads=1):  # the acid's product trails by little, the chloride's by far
+        judged.extend(source for source, _, _ in pairs)
+        return [-0.5 if "Cl" not in source else -9.0 for source, _, _ in pairs]
+
+    monkeypatch.setattr(tool, "gaps", gaps)
+    summary = tool.near(str(tmp_path / "model"), tmp_path / "pairs.tsv", tmp_path / "near.tsv", max_gap=2.5)
+    assert judged == ["CC(=O)O.CN", "CC(=O)Cl.CN"]  # each reaction on its first (mined) writing
+    kept = [tuple(line.split("\t")) for line in (tmp_path / "near.tsv").read_text().splitlines()]
+    assert kept == lines[:2] and (summary["negatives"], summary["lines_kept"]) == (2, 2)

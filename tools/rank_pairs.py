@@ -126,7 +126,7 @@ def gaps(model: str, lines: list[tuple[str, str, str]], batch: int = 32, threads
 
 def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -> dict:
     """The pairs whose product the model scores at most `max_gap` nats below the negative, judged on each
-    (product, negative)'s first line (its mined writing): near misses, which a small change of the weights
+    (reaction, negative)'s first line (its mined writing): near misses, which a small change of the weights
     turns, rather than products the model finds far less likely than its answer (often noisy records).
     NoPairs, before anything is written, for a file of no pairs (mine writes one where the model already ranks
     every recorded product first)."""
@@ -141,14 +141,16 @@ def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -
     if not lines:
         raise NoPairs(f"{pairs} holds no pairs (mine writes none where the model ranks every recorded product "
                       "first): no near misses to keep, nothing written")
-    first: dict[tuple[str, str], int] = {}
-    for i, (_, product, negative) in enumerate(lines):
-        first.setdefault((product, negative), i)
-    keys = list(first)
-    scored = dict(zip(keys, gaps(model, [lines[first[k]] for k in keys], threads=threads)))
-    kept = [line for line in lines if scored[line[1], line[2]] >= -max_gap]
+    # a reaction is its reactants (each writing's canonical SMILES) and product: two reactions that make one product
+    # and were given one negative were both judged on the first's writing
+    keys = [(canonical_or_none(source) or source, product, negative) for source, product, negative in lines]
+    first: dict[tuple[str, str, str], int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    scored = dict(zip(first, gaps(model, [lines[i] for i in first.values()], threads=threads)))
+    kept = [line for line, key in zip(lines, keys) if scored[key] >= -max_gap]
     values = sorted(scored.values())
-    summary = {"model": model, "pairs": str(pairs), "max_gap": max_gap, "negatives": len(keys),
+    summary = {"model": model, "pairs": str(pairs), "max_gap": max_gap, "negatives": len(first),
                "negatives_kept": sum(v >= -max_gap for v in values), "lines": len(lines), "lines_kept": len(kept),
                "gap_quartiles": [round(values[int(q * (len(values) - 1))], 2) for q in (0.25, 0.5, 0.75)],
                "weights": weights_fingerprint(model_folder(model)), **made_by()}
