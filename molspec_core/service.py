@@ -1023,8 +1023,9 @@ class Predictor:
                             decoded_views = list(self.decode([v.ids for v in views], method, n_best, draft_len,
                                                              n_drafts, sampling, writings=True))
                     except QueryTimeout as timeout:
-                        results[i] = self._stopped_writings(texts[i], query, views, list(timeout.found), method,
-                                                            n_best, augment, time_limit_s,  # type: ignore[arg-type]
+                        results[i] = self._stopped_writings(texts[i], query, views, list(timeout.found),
+                                                            timeout.searched, method, n_best, augment,
+                                                            time_limit_s,  # type: ignore[arg-type]
                                                             time.perf_counter() - started)
                         continue
                     results[i] = self._pooled(texts[i], views, decoded_views, method, n_best, augment,
@@ -1157,22 +1158,31 @@ class Predictor:
                            ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside)
 
     def _stopped_writings(self, given: str, query: _Query, views: list[_Query], found: list[DecodeResult],
-                          method: str, n_best: int, augment: int, limit_s: float, seconds: float) -> QueryResult:
+                          searched: Sequence[bool], method: str, n_best: int, augment: int, limit_s: float,
+                          seconds: float) -> QueryResult:
         """The row of a query read in several writings (`views`) and stopped at its time limit, from the results the
-        decoder handed on (`found`), its error saying so. For every writing (beam search; sbs or sampling stopped in
-        the last): pooled, the hypotheses not ended marked TIMED_OUT. For the leading writings alone (sbs or
-        sampling stopped in a later one): those, whole, pooled as reading that many writings pools them (the same
-        writings: rsmiles.root_views gives more by adding to fewer), with that many writings' calibration. For none
-        (greedy and the other one-answer methods, which decode the writings as one batch; or stopped in the first
-        writing): the error alone."""
+        decoder handed on (`found`; `searched`: whether each had ended), its error saying so. For every writing
+        (beam search; sbs or sampling stopped in the last): pooled, the hypotheses not ended marked TIMED_OUT. For
+        the leading writings alone (sbs or sampling stopped in a later one, or in the last before it gave any
+        answer, which would only have lowered every pooled score): those, whole, pooled as reading that many
+        writings pools them (the same writings: rsmiles.root_views gives more by adding to fewer), with that many
+        writings' calibration. For none (greedy and the other one-answer methods, which decode the writings as one
+        batch; or stopped in the first writing): the error alone. The calls of a writing left out are counted."""
+        left_out = DecodeStats()
+        if found and not found[-1].hypotheses and all(searched[:len(found) - 1]):
+            left_out = found.pop().stats
         read = len(found)
         error = stopped_message(limit_s, len(views), method, n_best, read)
         if not found:
-            return QueryResult(query=given, canonical_query=query.canonical, method=method, error=error)
+            left_out.wall_time_s = seconds
+            return QueryResult(query=given, canonical_query=query.canonical, stats=left_out, method=method,
+                               error=error)
         if read == len(views):
             pooled = self._pooled(given, views, found, method, n_best, augment, seconds, TIMED_OUT)
         else:
             pooled = self._pooled(given, views[:read], found, method, n_best, read, seconds)
+        pooled.stats.add(left_out)  # a fresh DecodeStats of _pooled's
+        pooled.stats.wall_time_s = seconds
         return dataclasses.replace(pooled, error=error)
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str, n_best: int,

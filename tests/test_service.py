@@ -721,22 +721,23 @@ def test_a_sampling_query_stopped_by_the_time_limit_keeps_the_samples_it_had_dra
     assert last.stopped_with_answers and last.predictions == one.predictions
 
 
+@pytest.mark.parametrize("augment", [3, 4])
 @pytest.mark.parametrize("method", ["sbs", "sbs-exact", "sample"])
-def test_a_query_read_in_several_writings_stopped_in_a_later_one_keeps_those_read(monkeypatch, method):
+def test_a_query_read_in_several_writings_stopped_in_a_later_one_keeps_those_read(monkeypatch, method, augment):
     """Read in 4 writings with sbs or sampling, which decode them one after another, a query stopped in its third
     writing gave an error-only row, losing the two writings read whole. The row keeps their answers now, pooled as
-    reading 2 writings pools them, and its error says so."""
+    reading 2 writings pools them, and its error says so. Stopped in its last writing (of 3) before that gave any
+    answer, the empty writing was pooled with the others, lowering every score: it is left out now."""
     reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
     reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
     decoder_clock(reader.model, monkeypatch)
     options = SamplingOptions(seed=3, temperature=1.5) if method == "sample" else None
     query = "OCCOc1ccccc1"
     two = reader.predict(query, method=method, n_best=2, sampling=options, augment=2, time_limit_s=None)
-    stopped = reader.predict(query, method=method, n_best=2, sampling=options, augment=4,
-                             time_limit_s=two.stats.model_calls + 0.5)  # the third writing's first call is past it
-    assert stopped.error.startswith(f"stopped after the {two.stats.model_calls + 0.5:g} s time limit per query (its 4 "
-                                    "writings together), its answers pooled from the first 2 of them, read whole by "
-                                    "then; try ")
+    limit = two.stats.model_calls + 0.5  # the third writing's first call is past it
+    stopped = reader.predict(query, method=method, n_best=2, sampling=options, augment=augment, time_limit_s=limit)
+    assert stopped.error.startswith(f"stopped after the {limit:g} s time limit per query (its {augment} writings "
+                                    "together), its answers pooled from the first 2 of them, read whole by then; try ")
     assert stopped.stopped_with_answers and stopped.predictions == two.predictions
     assert stopped.stats.model_calls == two.stats.model_calls
 
