@@ -602,3 +602,26 @@ def test_a_query_stopped_at_its_time_limit_can_be_given_longer(copy_models, monk
     assert limits[-1] == 60 and not at.error and "time limit" not in texts(at.warning)
     at_most = time_limit_hint("stopped after ...; try a longer time limit", APP_MAX_TIME_LIMIT_S, "raise it")
     assert "molspec predict --time-limit" in at_most and time_limit_hint("stopped after ...", 3, "raise it") == ""
+
+
+def test_the_partner_decode_and_the_speedup_take_the_answers_time_limit(copy_models, monkeypatch):
+    """A query given 120 s on the page was decoded again at 60 s for its copied tokens (the partner's decode) and
+    for its speedup: where it needed the longer limit, neither could be had. Both take the answers' own limit."""
+    from molspec_core.service import Predictor
+
+    real, limits = Predictor.predict, []
+
+    def recorded(self, query, **options):
+        limits.append(options.get("time_limit_s"))
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", recorded)
+    at = app(copy_models, monkeypatch).run()  # the forward page opens on beam search, whose partner is sbs-exact
+    at.number_input(key="time_limit_predict").set_value(120).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.session_state["inspect_tab"] = "Copied tokens"
+    at.run()
+    submit(at, next(b.label for b in at.button if b.label.startswith("Decode with")))
+    test_app.measure_speedup(at)
+    assert_clean(at)
+    assert len(limits) > 2 and set(limits) == {120}

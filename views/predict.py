@@ -21,7 +21,8 @@ from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_ran
 from molspec_core.bench import Speedup, compare_pair
 from molspec_core.methods import METHODS, SAMPLING_KNOBS, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
-from molspec_core.service import STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult, several_products_note
+from molspec_core.service import (DEFAULT_TIME_LIMIT_S, STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult,
+                                  several_products_note)
 from views import common
 from views.common import Settings
 
@@ -40,6 +41,9 @@ class Shown:
     recorded: str | None = None  # the known answer of a recorded reaction pasted as the query (canonical)
     typed: str = ""  # the query as typed (a recorded reaction whole), which "Show again" puts back
     unchecked: str = ""  # why the round-trip check the settings ask for could not run on these answers
+    # the time limit the answers were decoded under, which the partner's decode and the speedup's take too (at 60 s,
+    # a query given longer on the page could not be decoded again there)
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -242,7 +246,7 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
     # The check's failure is no error of the query (it was one, and the page called these answers "the last
     # successful prediction", an earlier query's): it goes with the answers, which it leaves unchecked.
     checked, unchecked = round_trip(cfg, result)
-    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked)
+    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked, time_limit_s)
     remember(ss["shown"])
 
 
@@ -531,10 +535,12 @@ def partner_answer(shown: Shown, prediction: Prediction, partner: str) -> tuple[
             "from the query: decode the query with it to see which tokens of this answer it copies.",
             icon=":material/info:")
     decodes: dict = st.session_state.setdefault("partner_decodes", {})
-    key = (cfg.model, cfg.dtype, shown.result.query, partner, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment)
+    key = (cfg.model, cfg.dtype, shown.result.query, partner, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment,
+           shown.time_limit_s)
     if st.button(f"Decode with {partner_label}", key="decode_partner", icon=":material/content_copy:"):
         with st.spinner(f"Decoding with {partner_label}…"):
-            decodes[key] = cfg.predictor().predict(shown.result.query, **cfg.options(partner))
+            decodes[key] = cfg.predictor().predict(shown.result.query, **cfg.options(partner),
+                                                   time_limit_s=shown.time_limit_s)
     result: QueryResult | None = decodes.get(key)
     if result is None:
         return None
@@ -658,8 +664,9 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
     if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
-                records[key] = compare_pair(predictor, query, cfg.options(baseline), cfg.options(speculative),
-                                            SPEEDUP_REPEATS)
+                limit = {"time_limit_s": shown.time_limit_s}
+                records[key] = compare_pair(predictor, query, {**cfg.options(baseline), **limit},
+                                            {**cfg.options(speculative), **limit}, SPEEDUP_REPEATS)
         except Exception:  # noqa: BLE001
             log.exception("speedup measurement failed")
             st.error("The measurement failed; the prediction above is unaffected.")
