@@ -139,6 +139,17 @@ def test_without_a_report_every_pair_is_kept_beside_the_replay(tool, tmp_path):
     assert tool.build(tmp_path / "fwd", None, tmp_path / "fwd_mix")["reactions"] == 4
 
 
+def test_a_folder_build_wrote_is_refused_for_starts_and_mining(tool, mit, tmp_path):
+    # its pairs are shuffled: every line was taken for a reaction of its own
+    tool.build(mit, None, tmp_path / "built")
+    with pytest.raises(ValueError, match="built was written by hard_examples.py build, whose pairs are shuffled"):
+        tool.folder_starts(tmp_path / "built", tool.split(tmp_path / "built", "train"))
+    with pytest.raises(ValueError, match="whose pairs are shuffled"):
+        tool.build(tmp_path / "built", mined([1, 1, 1]), tmp_path / "again")
+    assert tool.folder_starts(mit, tool.split(mit, "train")) == [0, 4, 6]  # a prepare-data folder: its reactions
+    assert not (tmp_path / "again").exists()
+
+
 def test_a_replay_folder_in_a_vocabulary_with_tokens_the_data_lack_is_refused(tool, mit, tmp_path):
     # its pairs were encoded in --data's vocabulary: their sources read '<unk>', their targets left out, unsaid
     pool = folder(tmp_path / "pool", [Pair("CC.Br", "CCBr"), Pair("CCO.Br", "CCBr")])

@@ -70,6 +70,11 @@ def test_mining_refuses_retro_data_or_a_retro_model_before_any_decoding(tool, tm
         tool.mine(str(tmp_path / "forward_model"), tmp_path / "retro", tmp_path / "pairs.tsv")
     with pytest.raises(tool.InputFileError, match=r"--model .*retro_model is a retro model"):
         tool.mine(str(tmp_path / "retro_model"), tmp_path / "forward", tmp_path / "pairs.tsv")
+    # a folder hard_examples.py build wrote: shuffled, so every line was mined as a reaction of its own
+    write_splits(tmp_path / "built", {"train": train, "val": train[:1], "test": train[:1]},
+                 {"task": "forward", "hard_pairs": 2})
+    with pytest.raises(tool.InputFileError, match=r"built was written by hard_examples.py build"):
+        tool.mine(str(tmp_path / "forward_model"), tmp_path / "built", tmp_path / "pairs.tsv")
     assert not (tmp_path / "pairs.tsv").exists()
 
 

@@ -78,8 +78,18 @@ def retro_starts(sources: list[str]) -> list[int]:
             if i == 0 or src == key or key != keys[i - 1]]
 
 
+def check_in_order(data: Path, stats: dict) -> None:
+    """Refuse a folder `build` wrote: its pairs are shuffled, so a reaction's writings are no longer consecutive and
+    every line was taken for a reaction of its own."""
+    if "hard_pairs" in stats:  # build's stats name its hard pairs; prepare-data's never do
+        raise ValueError(f"--data {data} was written by hard_examples.py build, whose pairs are shuffled: its "
+                         "reactions cannot be told apart; give the prepare-data folder it was built from")
+
+
 def folder_starts(data: Path, train: list[Pair]) -> list[int]:
-    task = read_json("--data", data / "stats.json").get("task")
+    stats = read_json("--data", data / "stats.json")
+    check_in_order(data, stats)
+    task = stats.get("task")
     sources = [p.src for p in train]
     return retro_starts(sources) if task == "retro" else reaction_starts(sources, [p.tgt for p in train])
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, check_models, check_outputs, made_by, read_json  # noqa: E402  (tools/_toolbox.py)
-from hard_examples import reaction_starts  # noqa: E402  (a sibling tool)
+from hard_examples import check_in_order, reaction_starts  # noqa: E402  (a sibling tool)
 
 from molspec_core.argtypes import Bounds, argtype, at_least  # noqa: E402
 from molspec_core.calibration import weights_fingerprint  # noqa: E402
@@ -68,7 +68,12 @@ def mine(model: str, data: Path, out: Path, width: int = 5, most: int = 2, limit
     check_paths(out, [("--data's train.src", data / "train.src"), ("--data's train.tgt", data / "train.tgt")])
     check_models([("--model", model)])
     # a retro folder's lines were mined as forward reactions (their writings grouped by target), without a word
-    task = read_json("--data", data / "stats.json").get("task")
+    stats = read_json("--data", data / "stats.json")
+    try:
+        check_in_order(data, stats)
+    except ValueError as exc:
+        raise InputFileError(str(exc)) from None
+    task = stats.get("task")
     if task != "forward":
         raise InputFileError(f"--data {data} holds {task} data; ranking pairs are mined from forward data")
     if (model_task := inspect_folder(model_folder(model)).config.get("task", "forward")) != "forward":
