@@ -535,6 +535,9 @@ class QueryResult:
     # ones whose places went to sane answers from further down the pool (Predictor._pooled)
     set_aside: tuple[Prediction, ...] = ()
     task: str = ""  # the task of the model that answered (Predictor.task; check_round_trip takes retro's); "" unknown
+    # The writings of the query whose answers were pooled (augment): fewer than asked for where the molecule has
+    # fewer that the model can read, or where the time limit stopped it first (Predictor._stopped_writings)
+    writings: int = 1
 
     @property
     def ok(self) -> bool:
@@ -1155,7 +1158,7 @@ class Predictor:
         ranked = rank_answers(with_confidence(predictions, calibration))
         set_aside = tuple(p for p in ranked[n_best:] if p.model_rank <= n_best)
         return QueryResult(given, canonical.canonical, tuple(self.vocab.tokens[i] for i in canonical.ids),
-                           ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside)
+                           ranked[:n_best], stats, method, dtype=self.dtype, set_aside=set_aside, writings=len(read))
 
     def _stopped_writings(self, given: str, query: _Query, views: list[_Query], found: list[DecodeResult],
                           searched: Sequence[bool], method: str, n_best: int, augment: int, limit_s: float,

@@ -740,6 +740,17 @@ def test_a_query_read_in_several_writings_stopped_in_a_later_one_keeps_those_rea
                                     "together), its answers pooled from the first 2 of them, read whole by then; try ")
     assert stopped.stopped_with_answers and stopped.predictions == two.predictions
     assert stopped.stats.model_calls == two.stats.model_calls
+    assert (two.writings, stopped.writings) == (2, 2)  # the app's "given for 1 of the 4 writings the model read"
+
+
+def test_a_pooled_result_says_how_many_writings_it_pooled():
+    """Asked for 5 writings, a small molecule has 3 (CCO, OCC, C(C)O): a result's answers said in how many writings
+    they were given (Prediction.views), but not of how many, and the app said 'of the 5 writings the model read'."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    assert reader.predict("CCO", method="beam", n_best=2, augment=5).writings == 3
+    assert reader.predict("OCCOc1ccccc1", method="beam", n_best=2, augment=5).writings == 5
+    assert reader.predict("CCO", method="beam", n_best=2).writings == 1
 
 
 def test_time_limit_must_be_positive(copier):
