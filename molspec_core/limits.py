@@ -8,8 +8,9 @@ limit has passed. The deadline lives in a context variable, so threads sharing o
 A search in C runs several steps a call: `steps_before_check` sizes each call to the time left, so that the limit
 is kept to within one decoder step. A decoder that can say what it found before the limit raises QueryTimeout with
 it (`found`), so that the work paid for is not lost: beam search, and sbs and sbs-exact when stopped in a call's last
-query (a call of one included). Decoders that run a call's queries one after another (sbs, sbs-exact, sampling) and are
-stopped before its last hand on the queries that had ended, the later ones never having begun.
+query (a call of one included), and the sampling methods so stopped (the samples drawn by then). Decoders that run
+a call's queries one after another (sbs, sbs-exact, sampling) and are stopped before its last hand on the queries
+that had ended, the later ones never having begun.
 A caller that may give a whole call up (the server: its client gone, or the server stopping) names why in
 `abandon_when`; the same checks then raise `Abandoned`, which ends the call rather than one query.
 """
