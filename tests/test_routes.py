@@ -494,6 +494,34 @@ def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(tmp_path, monke
     assert "was stopped before it ended" not in shown_text(at)  # it made routes, which that message denied
 
 
+def test_a_search_stopped_while_the_stock_is_read_is_marked_ended_for_its_watcher(tmp_path, monkeypatch):
+    """Stop while a first search read the stock (or loaded a model) left "Reading the stock…" on the page, and nothing
+    said the search had ended until the next click: the search's watcher (routes.watch_search), which draws the page
+    again once the search's Unfinished has ended, was drawn with the progress bar, after those seconds, and the
+    Unfinished was marked ended only where the search itself stopped."""
+    import streamlit as st
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    from views.routes import UNFINISHED
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    real = planning.load_stock
+
+    def stop_while_reading(*args, **kwargs):
+        get_script_run_ctx().script_requests.request_stop()  # Stop pressed: the next call of Streamlit's raises
+        return real(*args, **kwargs)
+
+    st.cache_resource.clear()  # the default stock is read afresh, as by a server's first search
+    with monkeypatch.context() as patch:
+        patch.setattr(planning, "load_stock", stop_while_reading)
+        at = find_routes(at, "NCCO")
+    unfinished = at.session_state[UNFINISHED]
+    assert unfinished.target == "NCCO" and unfinished.ended and unfinished.found is None
+    at = at.run()  # what the watcher's rerun draws
+    assert not at.exception and "The search for NCCO was stopped before it ended" in shown_text(at)
+
+
 def test_the_round_trip_count_says_plainly_that_no_step_was_there_to_check():
     """A search that kept no step (every answer lacked atoms of its product) said 'round trip ✓ for 0 of the 0
     usable steps'."""

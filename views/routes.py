@@ -135,12 +135,27 @@ def progress_text(elapsed_s: float, molecules: int, time_limit_s: float) -> str:
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
            stock_file: tuple[str, bytes] | None, augment: int, cfg: common.Settings) -> None:
     """Run the search with a progress bar, in the stock file given (name, content) or the default stock; the
-    result (or the reason there is none) goes to the session."""
+    result (or the reason there is none) goes to the session, and the page is drawn afresh."""
     ss = st.session_state
     ss["route_error"] = None
     # From here until the search ends: a stop while the stock is read or a model loads (a first search's seconds)
-    # left no word either
+    # left no word either, and "Reading the stock…" stood on the page
     ss[UNFINISHED] = unfinished = Unfinished(target)  # the routes shown before stay until this search ends
+    watch_search(unfinished)
+    try:
+        run_search(unfinished, target, model, time_limit_s, algorithm, round_trip, check_atoms, stock_file, augment,
+                   cfg)
+    finally:
+        unfinished.ended = True  # after `found`: the watcher then draws the page with them
+    # The page drawn afresh, by a script run that draws no watcher: its timer runs until one does, and each of its
+    # runs dropped the file a download button makes on its click (Download Excel failed, the file gone: 404)
+    st.rerun()
+
+
+def run_search(unfinished: Unfinished, target: str, model: str, time_limit_s: float, algorithm: str,
+               round_trip: bool, check_atoms: bool, stock_file: tuple[str, bytes] | None, augment: int,
+               cfg: common.Settings) -> None:
+    ss = st.session_state
     try:
         stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
     except ValueError as exc:  # a file's reason is under the stock file box (show_stock)
@@ -155,7 +170,6 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         return
     bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
     note = st.caption(STOP_NOTE)
-    watch_search(unfinished)
 
     def progress(elapsed_s: float, molecules: int) -> None:
         try:
@@ -183,12 +197,8 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
         ss.pop(ROUTES_BEFORE, None)
         ss.pop(UNFINISHED, None)  # before the next st call, where a Stop would leave it, and its routes unsaid
     finally:
-        unfinished.ended = True  # after `found`: the watcher then draws the page with them
         bar.empty()
     note.empty()  # neither is reached where the script run was stopped
-    # The page drawn afresh, by a script run that draws no watcher: its timer runs until one does, and each of its
-    # runs dropped the file a download button makes on its click (Download Excel failed, the file gone: 404)
-    st.rerun()
 
 
 STOP_NOTE = ("Stop (top right) ends the search and keeps the routes it has found: the page then shows them, and says "
@@ -198,7 +208,7 @@ WATCH_EVERY_S = 1.0  # how often a search's watcher looks whether the script run
 
 @st.fragment(run_every=WATCH_EVERY_S)
 def watch_search(unfinished: Unfinished) -> None:
-    """A search's watcher, drawn with its progress bar: once the script run searching has been stopped (its
+    """A search's watcher, drawn as it starts: once the script run searching has been stopped (its
     Unfinished ended, and still the session's: a search that ends takes it off), the whole page is drawn again,
     with the routes the search had found and where it stopped. The toolbar's Stop ends a script run and starts none
     after it: the bar stood frozen mid-search ("Searching… 4 molecules expanded, 7 of 30 s") under a note saying to
