@@ -856,17 +856,20 @@ class Predictor:
 
     def methods(self) -> list[str]:
         """The methods this model decodes with their default settings: those of a draft model only where it has
-        one; under int8 neither the uncached baselines nor a method verifying several drafts a call, which
-        decode refuses there."""
+        one; under int8 neither the uncached baselines nor a method verifying several drafts in a row of a call
+        (spec-paper), which predict refuses there."""
         return [name for name, row in METHODS.items()
                 if (row.drafts != "model" or self.draft_model is not None)
                 and (self.dtype == "float32" or not (row.benchmark_only or self.several_drafts(name, None, None)))]
 
     def several_drafts(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int = 1) -> bool:
-        """Whether the method, so set, verifies several drafts per call (the paper's 25 windows, or n_drafts > 1),
-        which the native int8 call cannot: it verifies one draft per row (model.py), so only float32 decodes it
-        (predict refuses it under int8; the app's sidebar turns to float32 for it)."""
-        return self.resolve(method, draft_len, n_drafts, batch_size)[2] > 1
+        """Whether the method, so set, verifies several drafts in one row of a call (speculative greedy with the
+        paper's 25 windows, or n_drafts > 1), which the native int8 call cannot: it verifies one draft per row
+        (model.py), so only float32 decodes it (predict refuses it under int8; the app's sidebar turns to float32
+        for it). Speculative beam search feeds each of a hypothesis' drafts as a row of its own on the native
+        engine (speculative_beam._Search.feed), so int8 decodes it with any n_drafts."""
+        row = method_row(method)
+        return row.family != "sbs" and self.resolve(method, draft_len, n_drafts, batch_size)[2] > 1
 
     def check_method(self, method: str) -> Method:
         """The method's row, or a ValueError for a method this model, so loaded, cannot decode with."""

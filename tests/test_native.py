@@ -379,6 +379,30 @@ def test_an_int8_predictor_refuses_several_drafts_per_call_before_it_decodes():
     assert Predictor.load("forward", "cpu").predict("CCO.CC(=O)O", method="spec-paper").ok  # float32 decodes it
 
 
+def test_an_int8_predictor_decodes_speculative_beam_search_of_several_drafts_as_beam_search(copy_model, tmp_path):
+    """predict refused sbs-exact and sbs with n_drafts > 1 under int8 ('verifies 3 drafts per call here, and int8
+    arithmetic verifies one'), though on the native engine each of a hypothesis' drafts is fed as a row of its own
+    (speculative_beam._Search.feed), which the C step computes as beam search's steps: the n-best lists are int8
+    beam search's, scores to the bit. The greedy family's several drafts a row are still refused."""
+    from molspec_core import checkpoint
+
+    checkpoint.save(copying_model(13), copy_model[1], tmp_path, meta={"task": "copy-test-fixture"},
+                    dtype=torch.float16)  # float16 values: the C engine loads it, and int8 with it
+    predictor = Predictor.load(tmp_path, "cpu", dtype="int8")
+    assert predictor.engine == "native" and predictor.dtype == "int8"
+    assert not predictor.several_drafts("sbs-exact", None, 3) and predictor.several_drafts("spec-lookup", None, 3)
+    queries = ["NCCOCCNCCOCCNCCO", "CC(=O)Nc1ccc(O)cc1", "ClCC(Br)CN", "c1ccncc1CCl"]
+    beam = predictor.predict(queries, method="beam", n_best=3)
+    exact = predictor.predict(queries, method="sbs-exact", n_best=3, n_drafts=3)
+    for a, b in zip(beam, exact):
+        assert a.ok and b.ok and b.dtype == "int8"
+        assert [(p.tokens, p.score) for p in b.predictions] == [(p.tokens, p.score) for p in a.predictions]
+    assert sum(r.stats.model_calls for r in exact) < sum(r.stats.model_calls for r in beam)  # drafts were taken
+    assert all(r.ok for r in predictor.predict(queries, method="sbs", n_best=3, n_drafts=3))
+    with pytest.raises(ValueError, match="verifies 3 drafts per call here, and int8 arithmetic verifies one"):
+        predictor.predict(queries, method="spec-lookup", n_drafts=3)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_the_time_limit_stops_every_method_on_the_native_engine(dtype):
     """The C step's whole-step calls (greedy_step, beam_search's runs) bypass the model's decoder call, where the
