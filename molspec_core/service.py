@@ -945,7 +945,10 @@ class Predictor:
                 if len(results) < len(sources) - 1:  # the later ones never began: decoded again (_decode_limited)
                     raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
                 # The last source keeps the samples it had drawn: each is whole and a true sample, so k of n_best
-                # drawn are an honest answer, stopped, as beam search's search is (the draw cut short is lost)
+                # drawn are an honest answer, stopped, as beam search's search is; the draw cut short gives no
+                # sample, but its calls are counted (sample_one hands them on), as a stopped beam's are
+                for cut in timeout.found:
+                    stats.add(cut.stats)
                 stats.wall_time_s = time.perf_counter() - started
                 stopped = DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats)
                 raise QueryTimeout(str(timeout), found=[*results, stopped],
@@ -978,8 +981,9 @@ class Predictor:
         A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs. Beam search
         is stopped within a step of the limit and its row keeps, besides the error, the answers it had finished and
         its best unfinished ones (concern TIMED_OUT), with the calls they cost; a sampling method's row keeps the
-        samples it had drawn (the one being drawn is lost). Read in several writings (augment), a query's writings
-        share its one limit; stopped, it keeps what those read by then gave, pooled (_stopped_writings).
+        samples it had drawn (the one being drawn is lost, its calls counted). Read in several writings (augment),
+        a query's writings share its one limit; stopped, it keeps what those read by then gave, pooled
+        (_stopped_writings).
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
         the query in up to `augment` writings (rsmiles.root_views) and the answers are pooled by a power
         mean of their probabilities over the writings (`pool_writings`); about `augment` times the decoding work.

@@ -753,6 +753,20 @@ def test_a_pooled_result_says_how_many_writings_it_pooled():
     assert reader.predict("CCO", method="beam", n_best=2).writings == 1
 
 
+@pytest.mark.parametrize(("method", "delta"), [("sample", 0.0), ("spec-sample", 0.0), ("mentored", 0.1)])
+def test_a_sampling_query_stopped_by_the_time_limit_counts_the_calls_of_the_draw_cut_short(copier, decoder_clock,
+                                                                                         method, delta):
+    """The draw the time limit cut short gives no sample, but its model calls were made: a stopped sampling row
+    did not count them (sample_decode raised a plain timeout), where a stopped beam's row counts all of its."""
+    options = SamplingOptions(seed=1, temperature=1.5, delta=delta)
+    two = copier.predict(SLOW, method=method, n_best=2, sampling=options, time_limit_s=None)
+    # past the two samples' calls by a call and a half: the third draw makes one call and is stopped at its second
+    stopped = copier.predict(SLOW, method=method, n_best=3, sampling=options,
+                             time_limit_s=two.stats.model_calls + 1.5)
+    assert stopped.stopped_with_answers and stopped.predictions == two.predictions
+    assert stopped.stats.model_calls == two.stats.model_calls + 1
+
+
 def test_time_limit_must_be_positive(copier):
     with pytest.raises(ValueError, match="time_limit_s"):
         copier.predict("CCO", time_limit_s=0)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..drafting import CopyDrafts, Draft, Drafter, ModelDrafter, NullDrafter, StepDrafter
+from ..limits import QueryTimeout
 from ..methods import SamplingOptions, of_family
 from ..model import Seq2SeqTransformer
 from ..tokenizer import BOS_ID, EOS_ID
@@ -53,13 +54,27 @@ def sample_one(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter
                options: SamplingOptions, generator: torch.Generator, max_len: int | None = None,
                max_positions: int | None = None) -> DecodeResult:
     """One decode of `src`: propose -> verify -> accept until eos or the budget.
-    max_positions: the positions every model fed has (a draft model's may be fewer than the target's)."""
+    max_positions: the positions every model fed has (a draft model's may be fewer than the target's).
+    At the time limit (limits.py) it raises QueryTimeout with the calls made so far and no sample: a draw cut
+    short is none, but its calls were paid for (a stopped row counts them, as beam search's does)."""
     started = time.perf_counter()
+    stats = DecodeStats()
+    try:
+        return _draw(model, src, mode, drafter, options, generator, max_len, max_positions, stats, started)
+    except QueryTimeout as timeout:
+        stats.wall_time_s = time.perf_counter() - started
+        raise QueryTimeout(str(timeout), found=[DecodeResult([], stats)], searched=[False]) from None
+
+
+def _draw(model: Seq2SeqTransformer, src: Sequence[int], mode: str, drafter: StepDrafter, options: SamplingOptions,
+          generator: torch.Generator, max_len: int | None, max_positions: int | None, stats: DecodeStats,
+          started: float) -> DecodeResult:
+    """sample_one's loop; it counts its calls in `stats` as it makes them."""
     device = model.device
     cache, (budget,) = start(model, [src], max_len, max_positions=max_positions)
     tokens: list[int] = []
     provenance: list[int] = []
-    score, stats, pending, peak, finished = 0.0, DecodeStats(), BOS_ID, None, False
+    score, pending, peak, finished = 0.0, BOS_ID, None, False
     while len(tokens) < budget:
         # One row, and a cache sized to its budget: the budget's room is all the room the call has.
         draft = drafter.draft([BOS_ID] + tokens, peak, draft_room(len(tokens), budget))
@@ -123,5 +138,9 @@ def sample_decode(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], m
             drafter = CopyDrafts(NullDrafter(src), src)
         else:
             drafter = CopyDrafts(drafter_factory(src), src)
-        results.append(sample_one(model, src, mode, drafter, options, generator, max_len, max_positions))
+        try:
+            results.append(sample_one(model, src, mode, drafter, options, generator, max_len, max_positions))
+        except QueryTimeout as timeout:  # the sources before this one are whole, this one's draw cut short
+            raise QueryTimeout(str(timeout), found=[*results, *timeout.found],
+                               searched=[True] * len(results) + [False]) from None
     return results
