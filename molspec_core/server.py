@@ -245,7 +245,10 @@ def result_json(result: QueryResult, recorded: str | None = None, notes: Sequenc
     has its `recorded` outcome (canonical) and the rank of the answer that is it (`recorded_rank`, null where
     none is); other queries null in both. `query` is the text sent (Service.predict), `canonical_query` what the
     model read of it (of a recorded reaction, the side it predicts from); `notes`, what it did not read (query_notes:
-    an allene's stereo marks were dropped, and a client over HTTP was not told, where `molspec predict` said so)."""
+    an allene's stereo marks were dropped, and a client over HTTP was not told, where `molspec predict` said so);
+    `writings`, how many writings of the query its answers were pooled from (QueryResult.writings: with augment,
+    fewer than asked for where the molecule has fewer, or the time limit stopped it first), of which each answer's
+    own `writings` gave it."""
     stats = result.stats
 
     def answer(p: Prediction) -> dict:
@@ -259,7 +262,7 @@ def result_json(result: QueryResult, recorded: str | None = None, notes: Sequenc
             "suggestion": result.suggestion, "method": result.method, "dtype": result.dtype,
             "time_ms": round(stats.wall_time_s * 1000, 2), "model_calls": stats.model_calls,
             "accepted_tokens": stats.draft_tokens_accepted, "predictions": [answer(p) for p in result.predictions],
-            "set_aside": [answer(p) for p in result.set_aside],
+            "set_aside": [answer(p) for p in result.set_aside], "writings": result.writings,
             "recorded": recorded,
             "recorded_rank": known_rank(result, recorded) if recorded else None, "notes": list(notes)}
 

@@ -118,6 +118,17 @@ def test_answers_pooled_writings_set_aside_come_in_their_own_list(address, model
                                                                                  "smiles": [AMIDE]})[1]["results"])
 
 
+def test_a_result_says_how_many_writings_its_answers_were_pooled_from(models):
+    """QueryResult.writings (a small molecule has fewer writings than asked for: CCO 3 of 5) was not in a result's
+    JSON, so a client read each answer's `writings` against the augment it asked for, not the writings read."""
+    service = server.Service({"forward": models["forward"]})
+    small, large = service.predict({"smiles": ["CCO", AMIDE], "method": "beam", "n_best": 2, "augment": 5})["results"]
+    want = models["forward"].predict(["CCO", AMIDE], method="beam", n_best=2, augment=5)
+    assert (small["writings"], large["writings"]) == (want[0].writings, want[1].writings) == (3, 5)
+    assert all(p["writings"] <= small["writings"] for p in small["predictions"])
+    assert service.predict({"smiles": [AMIDE]})["results"][0]["writings"] == 1
+
+
 def test_speculative_answers_come_with_what_they_copied(address, models):
     status, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": AMIDE, "method": "spec-auto"})
     result, = payload["results"]
