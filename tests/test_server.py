@@ -1255,3 +1255,7 @@ def test_models_lists_only_the_methods_an_int8_model_decodes():
     for method in listed:
         result = service.predict({"smiles": AMIDE, "method": method})["results"][0]
         assert result["error"] is None and result["predictions"], method
+    # sbs-exact and sbs feed each of several drafts as a row of its own (were refused: '3 drafts per call here')
+    for method in ("sbs-exact", "sbs"):
+        result = service.predict({"smiles": AMIDE, "method": method, "n_drafts": 3})["results"][0]
+        assert result["error"] is None and result["predictions"] and result["dtype"] == "int8", method
