@@ -942,15 +942,19 @@ class Predictor:
                     hyp = drawn.hypotheses[0]
                     seen.setdefault(hyp.tokens, hyp)
             except QueryTimeout as timeout:  # the sources before this one are whole: handed on, not decoded again
-                if len(results) < len(sources) - 1:  # the later ones never began: decoded again (_decode_limited)
-                    raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
-                # The last source keeps the samples it had drawn: each is whole and a true sample, so k of n_best
-                # drawn are an honest answer, stopped, as beam search's search is; the draw cut short gives no
-                # sample, but its calls are counted (sample_one hands them on), as a stopped beam's are
+                # the draw cut short gives no sample, but its calls are counted (sample_one hands them on), as a
+                # stopped beam's are
                 for cut in timeout.found:
                     stats.add(cut.stats)
                 stats.wall_time_s = time.perf_counter() - started
-                stopped = DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats)
+                if len(results) < len(sources) - 1 and not writings:  # the later ones never began: decoded again
+                    raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
+                # The last source keeps the samples it had drawn: each is whole and a true sample, so k of n_best
+                # drawn are an honest answer, stopped, as beam search's search is. A writing before the last is
+                # handed on without them, its calls alone: the query is stopped, and _stopped_writings leaves out
+                # a writing not read whole but counts its calls.
+                kept = seen.values() if len(results) == len(sources) - 1 else ()
+                stopped = DecodeResult(sorted(kept, key=lambda h: -h.score), stats)
                 raise QueryTimeout(str(timeout), found=[*results, stopped],
                                    searched=[True] * len(results) + [False]) from None
             results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))

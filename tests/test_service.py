@@ -743,6 +743,24 @@ def test_a_query_read_in_several_writings_stopped_in_a_later_one_keeps_those_rea
     assert (two.writings, stopped.writings) == (2, 2)  # the app's "given for 1 of the 4 writings the model read"
 
 
+@pytest.mark.parametrize("augment", [3, 4])
+@pytest.mark.parametrize("method", ["sample", "spec-sample"])
+def test_a_query_read_in_several_writings_stopped_counts_the_calls_of_the_writing_left_out(monkeypatch, method,
+                                                                                           augment):
+    """Sampling a query in 4 writings, stopped in its third, left that writing out (not read whole) and its model
+    calls uncounted: the row said fewer calls than were made. Stopped in the last of 3, they were counted."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    decoder_clock(reader.model, monkeypatch)
+    options = SamplingOptions(seed=3, temperature=1.5)
+    query = "OCCOc1ccccc1"
+    two = reader.predict(query, method=method, n_best=2, sampling=options, augment=2, time_limit_s=None)
+    limit = two.stats.model_calls + 1.5  # the third writing makes one call and is stopped at its second
+    stopped = reader.predict(query, method=method, n_best=2, sampling=options, augment=augment, time_limit_s=limit)
+    assert stopped.stopped_with_answers and stopped.predictions == two.predictions and stopped.writings == 2
+    assert stopped.stats.model_calls == two.stats.model_calls + 1
+
+
 def test_a_pooled_result_says_how_many_writings_it_pooled():
     """Asked for 5 writings, a small molecule has 3 (CCO, OCC, C(C)O): a result's answers said in how many writings
     they were given (Prediction.views), but not of how many, and the app said 'of the 5 writings the model read'."""
