@@ -209,6 +209,22 @@ def test_static_files_and_config_keep_the_app_offline():
         assert "https://" not in source.read_text(), source
 
 
+def test_editing_the_engine_does_not_reload_it_under_a_running_app():
+    """Streamlit dropped every edited module under the app's folder from sys.modules, molspec_core's too, and the
+    predictors the app had cached (of the old classes) then failed the reloaded round-trip check's type test until
+    a restart. The config keeps the engine's folders out of the watch; the pages are still watched."""
+    import tomllib
+
+    from streamlit.watcher.folder_black_list import FolderBlackList
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    unwatched = FolderBlackList(config["server"].get("folderWatchBlacklist", []))
+    assert unwatched.is_blacklisted(str(ROOT / "molspec_core" / "service.py"))
+    assert unwatched.is_blacklisted(str(ROOT / "molspec_core" / "decoding" / "beam.py"))
+    assert not unwatched.is_blacklisted(str(ROOT / "views" / "predict.py"))
+    assert not unwatched.is_blacklisted(str(ROOT / "app.py"))
+
+
 def test_examples_are_valid_reactions_with_known_products():
     examples = common.load_examples()
     assert [e.name for e in examples if e.featured] == ["Amide coupling", "Esterification", "Suzuki coupling",
