@@ -304,6 +304,25 @@ def test_decode_cost_refuses_no_rounds(monkeypatch, capsys):
     assert code == 2 and "--rounds: must be 1 or more, not 0" in err
 
 
+def test_decode_cost_times_the_arithmetic_asked_for(tmp_path, monkeypatch, capsys):
+    """decode_cost timed float32 only, where the app computes in int8 on a CPU; --dtype loads the arithmetic asked
+    for, and one the engine cannot run here is a usage error, not a traceback."""
+    tool = load_tool("decode_cost")
+    asked = []
+
+    class Refusing(Timed):
+        @classmethod
+        def load(cls, *args, **kwargs):
+            asked.append(kwargs.get("dtype"))
+            raise ValueError("int8 arithmetic runs on the CPU's native engine, not on cuda")
+
+    monkeypatch.setattr(tool, "Predictor", Refusing)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\n")
+    code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--dtype", "int8")
+    assert asked == ["int8"] and code == 2 and "--dtype int8: int8 arithmetic runs on the CPU's native" in err
+
+
 @pytest.mark.parametrize("limit", ["0", "-3"])
 def test_centre_check_refuses_a_limit_below_one(limit, tmp_path, monkeypatch, capsys):
     code, err = run_main(load_tool("centre_check"), monkeypatch, capsys, "--data", tmp_path, "--limit", limit)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import checked_queries, comma_list, method_name  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.native import DTYPES  # noqa: E402
 from molspec_core.service import Predictor, window_size  # noqa: E402
 
 
@@ -65,10 +66,15 @@ def main() -> None:
     p.add_argument("--threads", type=at_least(1), default=1, help="torch CPU threads (default 1)")
     p.add_argument("--rounds", type=at_least(1), default=2,
                    help="timed rounds over all configurations, 1 or more (default 2)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="float32, or int8 (native engine; the app's arithmetic on a CPU)")
     args = p.parse_args()
     queries = checked_queries(p, args)  # before the model loads
     torch.set_num_threads(args.threads)
-    predictor = Predictor.load(args.model, device="cpu")
+    try:
+        predictor = Predictor.load(args.model, device="cpu", dtype=args.dtype)
+    except ValueError as exc:  # int8 where the native engine cannot run: a traceback
+        p.error(f"--dtype {args.dtype}: {exc}")
     for batch, writings, _ in args.configs:
         try:  # a model trained on one writing of each query: predict's ValueError traceback in the warm-up
             predictor.check_augment(writings)
