@@ -365,7 +365,8 @@ def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n
     if writings > 1:
         stopped += f" (its {writings} writings together)"
     if 0 < read < writings:
-        stopped += f", its answers pooled from the first {read} of them, read whole by then"
+        first = "the first" if read == 1 else f"the first {read}"  # not 'the first 1 of them'
+        stopped += f", its answers pooled from {first} of them, read whole by then"
     if not ways:
         return stopped
     return f"{stopped}; try {', '.join(ways[:-1])} or {ways[-1]}" if len(ways) > 1 else f"{stopped}; try {ways[0]}"

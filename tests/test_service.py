@@ -659,6 +659,14 @@ def test_a_time_limit_at_its_most_is_not_told_to_grow():
         "writings or a longer time limit")
 
 
+def test_a_query_stopped_after_one_writing_read_whole_says_the_first_of_them():
+    """'its answers pooled from the first 1 of them' (a query read in 3 writings, stopped in its second)."""
+    assert stopped_message(5, writings=3, method="sample", n_best=2, read=1).startswith(
+        "stopped after the 5 s time limit per query (its 3 writings together), its answers pooled from the first of "
+        "them, read whole by then; try greedy")
+    assert ", its answers pooled from the first 2 of them, read" in stopped_message(5, 3, "sample", 2, read=2)
+
+
 def test_a_beam_stopped_at_its_first_call_has_no_empty_answer(copier, decoder_clock):
     """Stopped at its first decoder call, the search handed on its live slot holding bos alone, which the row
     listed as an invalid empty answer. The row has its error and no answers now."""
