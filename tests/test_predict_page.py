@@ -434,6 +434,40 @@ def test_samples_that_drew_the_same_answer_say_why_the_list_is_shorter(copy_mode
     assert "distinct answer:" not in texts(at.caption)
 
 
+def test_answers_read_in_writings_give_the_writings_the_model_read_not_the_ones_asked_for(copy_models, monkeypatch):
+    """Asked for 5 writings, CCO has 3 (QueryResult.writings), yet each card said 'Given for 3 of the 5 writings of
+    the query the model read' and the samples' note '5 samples from each of the 5 writings'."""
+    config = copy_models / "forward" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "data_stats": {"augment": 20}}))
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sample").run()
+    at.slider(key="temperature").set_value(0.1).run()  # the copy model's answer, drawn each time
+    predict(at, "CCO")
+    assert_clean(at)
+    assert at.session_state["shown"].result.writings == 3
+    captions = texts(at.caption)
+    assert "of the 3 writings of the query the model read." in captions
+    assert "5 samples from each of the 3 writings gave " in captions
+    assert "of the 5 writings" not in captions
+
+
+def test_samples_stopped_by_the_time_limit_do_not_claim_every_sample_was_drawn():
+    """A sampling query stopped at its time limit with 2 answers said '5 samples gave 2 distinct answers', though
+    the limit may have stopped it after two draws."""
+    from molspec_core.service import Prediction, QueryResult
+    from views.common import Settings
+    from views.predict import Shown, merged_samples_note
+
+    answers = tuple(Prediction(rank=k, smiles=smiles, score=-1.0, valid=True, tokens=tuple(smiles),
+                               provenance=(-1,) * len(smiles)) for k, smiles in enumerate(("CCO", "CC=O"), 1))
+    settings = Settings("forward", "forward", "sample", 5, None, None)
+    stopped = QueryResult("CC=O", "CC=O", predictions=answers, error="stopped at the time limit")
+    note = merged_samples_note(Shown(settings, stopped, None))
+    assert note.startswith("The samples drawn before the time limit gave 2 distinct answers"), note
+    finished = merged_samples_note(Shown(settings, QueryResult("CC=O", "CC=O", predictions=answers), None))
+    assert finished.startswith("5 samples gave 2 distinct answers"), finished
+
+
 def test_an_earlier_prediction_shown_again_says_which_settings_decoded_it(copy_models, monkeypatch):
     """'Show again' put back a query's answers decoded with another method under the sidebar's present method, as if
     that method had given them."""

@@ -302,12 +302,15 @@ def described(cfg: Settings) -> str:
 def merged_samples_note(shown: Shown) -> str:
     """Why a sampling method lists fewer answers than the samples asked for ("" where it does not): an answer drawn
     again is listed once, and five samples that all drew the likeliest product gave one answer without a word."""
-    cfg, answers = shown.settings, len(shown.result.predictions)
+    cfg, result = shown.settings, shown.result
+    answers = len(result.predictions)
     if METHODS[cfg.method].family != "sampling" or "n_best" not in METHODS[cfg.method].knobs or answers >= cfg.n_best:
         return ""
-    drawn = common.counted(cfg.n_best, "sample") + (f" from each of the {cfg.augment} writings" if cfg.augment > 1
-                                                    else "")
-    return f"{drawn} gave {common.counted(answers, 'distinct answer')}: an answer drawn more than once is listed once."
+    distinct = f"{common.counted(answers, 'distinct answer')}: an answer drawn more than once is listed once."
+    if result.stopped_with_answers:  # the limit stopped the draws: fewer samples than asked for may have been drawn
+        return f"The samples drawn before the time limit gave {distinct}"
+    writings = f" from each of the {result.writings} writings" if result.writings > 1 else ""
+    return f"{common.counted(cfg.n_best, 'sample')}{writings} gave {distinct}"
 
 
 def decode_time(result: QueryResult) -> str:
@@ -1037,7 +1040,7 @@ def main() -> None:
         badges_key(shown.settings.round_trip_k if checked else None, bool(known))
     for prediction in listed:
         colours = centre_colours(shown.settings.task, shown.result.canonical_query, prediction) if mark else None
-        show_prediction(prediction, is_known(prediction.smiles, known, shown.result), shown.settings.augment,
+        show_prediction(prediction, is_known(prediction.smiles, known, shown.result), shown.result.writings,
                         colours, len(shown.result.predictions))
 
     if not shown.result.predictions:
