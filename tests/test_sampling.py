@@ -4,12 +4,13 @@ KL(r || p) <= delta, relaxed verification with beta=1, tau=0 is greedy."""
 import pytest
 import torch
 
-from conftest import random_model, random_sources
+from conftest import decoder_clock, random_model, random_sources
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.sampling import SamplingOptions, sample_decode
 from molspec_core.decoding.verify import (accept_relaxed, accept_sampled, adjust_probs, mentored_copy_target,
                                           mentored_target)
 from molspec_core.drafting import make_drafter
+from molspec_core.limits import QueryTimeout, time_limit
 from molspec_core.tokenizer import BOS_ID, EOS_ID
 
 DRAWS = 1_000_000
@@ -318,3 +319,24 @@ def test_a_draft_model_of_another_vocabulary_is_refused_before_any_query_is_deco
     copied = sample_decode(model, [[5, 6, 7]], "spec-sample", lambda s: make_drafter("lookup", s, 4, 1),
                            SamplingOptions(), draft_model=draft_model, max_len=5)
     assert copied[0].hypotheses[0].tokens
+
+
+@pytest.mark.parametrize("mode", ["sample", "spec-sample"])
+def test_a_draw_stopped_by_the_time_limit_hands_on_its_calls_and_the_sources_drawn_before_it(copy_model,
+                                                                                            monkeypatch, mode):
+    """sample_decode raised a plain QueryTimeout: the calls of the draw cut short, and the sources drawn whole
+    before it, were lost to its caller (a stopped beam search hands on both). They come in found now, the draw cut
+    short as no sample with its calls (searched False)."""
+    model = copy_model[0]
+    sources = random_sources(8, 2, len(copy_model[1]), 8, 12)
+    factory = None if mode == "sample" else (lambda s: make_drafter("lookup", s, 2, 1))
+    options = SamplingOptions(seed=4, temperature=1.5, draft_len=2)
+    clock = decoder_clock(model, monkeypatch)
+    first = sample_decode(model, sources[:1], mode, factory, options)[0]
+    clock["seconds"] = 0.0
+    with pytest.raises(QueryTimeout) as stopped, time_limit(first.stats.model_calls + 1.5):
+        sample_decode(model, sources, mode, factory, options)  # the second draw: one call, stopped at its next
+    whole, cut = stopped.value.found
+    assert stopped.value.searched == (True, False)
+    assert whole.hypotheses == first.hypotheses and whole.stats.model_calls == first.stats.model_calls
+    assert cut.hypotheses == [] and cut.stats.model_calls == 1
