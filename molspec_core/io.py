@@ -424,8 +424,23 @@ def header_of(rows: Sequence[Sequence[str]], column: str | None,
                     "this table is MolSpec's own results (columns query, rank, smiles, ...): its smiles column holds "
                     "the answers, a row each, and its query column the queries, once per answer. Name the column to "
                     f"read: {NAME_OWN_RESULTS_COLUMN}")
+            refuse_repeated_column(fields, at, column)
             return index, at
     return None
+
+
+def refuse_repeated_column(fields: Sequence[str], at: int, column: str | None) -> None:
+    """Refuse a header that gives the column read (`at`) a name other columns have too, as query_column compares names
+    (`column` named exactly, once, is no repeat): a CSV headed smiles,smiles,id had its queries (or a stock its
+    molecules) read from the first column alone, and the second's SMILES were not read, without a word."""
+    if column and list(fields).count(column) == 1:
+        return
+    same = [i for i, field in enumerate(fields) if column_key(field) == column_key(fields[at])]
+    if len(same) > 1:
+        named = ", ".join(f"{fields[i]!r} in column {i + 1}" for i in same)
+        raise InputFileError(f"the header names the SMILES column {len(same)} times ({named}): only the first would be "
+                             "read, and the molecules in the others not at all. Give each column a name of its own "
+                             "(and name the one to read where it is not the first)")
 
 
 def refuse_unnamed_results(table: QueryFile, name: str) -> None:

@@ -349,6 +349,26 @@ def test_other_columns_are_read_beside_the_query(tmp_path):
     assert table.cells == (("1", "first"), ("2", ""), ("", ""), ("3", "x"))
 
 
+@pytest.mark.parametrize("text, column, named", [
+    ("smiles,smiles,id\nCCO,CC=O,1\n", None, "('smiles' in column 1, 'smiles' in column 2)"),
+    ("id,SMILES,Smiles\n1,CCO,CC=O\n", None, "('SMILES' in column 2, 'Smiles' in column 3)"),
+    ("id,Product,Product\n1,CCO,CC=O\n", "Product", "('Product' in column 2, 'Product' in column 3)"),
+])
+def test_a_header_naming_the_smiles_column_twice_is_refused_not_read_from_the_first_alone(tmp_path, text, column,
+                                                                                           named):
+    """A CSV headed smiles,smiles,id had its queries read from the first column, and the second's SMILES were not
+    read, without a word (a stock's molecules too)."""
+    (tmp_path / "q.csv").write_text(text)
+    with pytest.raises(InputFileError, match=re.escape(f"names the SMILES column 2 times {named}: only the first")):
+        read_queries(tmp_path / "q.csv", column)
+
+
+def test_a_column_named_exactly_once_is_read_beside_one_named_so_in_another_case(tmp_path):
+    (tmp_path / "q.csv").write_text("id,SMILES,Smiles\n1,CCO,CC=O\n")
+    table = read_queries(tmp_path / "q.csv", "Smiles")
+    assert table.queries == ["CC=O"] and table.cells == (("1", "CCO"),)
+
+
 def test_empty_columns_under_no_name_are_no_columns(tmp_path):
     """Excel saves a CSV of a sheet once formatted further right with empty cells at the end of each line (";;"), and a
     sheet's table may start at column B: those columns went to the output as columns called "" and "input_". An
