@@ -26,7 +26,7 @@ import torch
 from .argtypes import at_least, positive_seconds, seconds_up_to
 from .boundary import guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
-from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, Outcomes, check_output, write_text_file
+from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
 from .roundtrip import MAX_TOP_K as MAX_ROUND_TRIP_K
@@ -296,8 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stock", help="building blocks: one SMILES per line, an SD file, or a CSV or Excel workbook "
                    "(.xlsx) with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
-    p.add_argument("--stock-column", help="the column of a CSV or workbook --stock that holds the SMILES, where it "
-                   "is not named smiles (canonical_smiles, say)")
+    p.add_argument("--stock-column", help="the column of a CSV or workbook --stock that holds the SMILES, where its "
+                   f"name is none of {', '.join(STOCK_COLUMNS)} (in any case), which are read without naming them "
+                   "(SMILES_std, say)")
     p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*", help="search (syntheseus's; "
                    "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")

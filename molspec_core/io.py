@@ -265,7 +265,7 @@ def read_text(path: str | Path) -> str:
 
 # Where a file without columns holds its queries (a query column named for one is refused, not ignored). An SD
 # file's data fields are its columns: one may be named (parse_sd_file).
-QUERIES_OF = {"txt": "its lines", "smi": "the first field of each line"}
+SMILES_OF = {"txt": "its lines", "smi": "the first field of each line"}  # where a file without columns has them
 
 
 def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | None = None,
@@ -279,10 +279,10 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
     if kind == "ods":
         raise InputFileError(f"{name} is an OpenDocument spreadsheet (.ods), which is not read here: in LibreOffice, "
                              "save it as an Excel workbook (.xlsx) or as CSV (.csv, UTF-8)")
-    if column and kind in QUERIES_OF:
-        raise InputFileError(f"a query column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} "
-                             f"file, whose queries are {QUERIES_OF[kind]}: a column is read from a CSV (.csv, .tsv), "
-                             "an Excel workbook (.xlsx) or, as a data field, an SD file (.sdf)")
+    if column and kind in SMILES_OF:  # a batch's query column, or a stock's (plan --stock-column): worded for both
+        raise InputFileError(f"a column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} file, "
+                             f"which has no columns: its SMILES are {SMILES_OF[kind]}. A column is read from a CSV "
+                             "(.csv, .tsv), an Excel workbook (.xlsx) or, as a data field, an SD file (.sdf)")
     try:
         if kind == "xlsx":
             return parse_workbook(_read_stream(raw, name), name, column, names=names)

@@ -504,8 +504,8 @@ def test_predict_refuses_options_it_would_ignore_before_loading_the_model(tmp_pa
     (tmp_path / "in.smi").write_text("CCO ethanol\n")
     expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.smi", "--output", tmp_path / "o.csv",
                     "--column", "lab_id"], capsys,
-                   "a query column, 'lab_id', was named, but in.smi is read as a SMI file, whose queries are the first "
-                   "field of each line")
+                   "a column, 'lab_id', was named, but in.smi is read as a SMI file, which has no columns: its SMILES "
+                   "are the first field of each line")
     assert not (tmp_path / "o.csv").exists()
     # --draft-len and --n-drafts with a method that drafts nothing (or one draft only) were ignored
     expect_refused(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "greedy", "--draft-len", "4"], capsys,
@@ -1723,6 +1723,21 @@ def test_plan_outputs_may_not_replace_the_stock_or_a_models_files(tmp_path, caps
                            (["--out", tmp_path / "r.json", "--csv", tmp_path / "routes.sdf"], "ending in .csv")]:
         expect_refused([*plan, *extra], capsys, message)
     assert {path: path.read_bytes() for path in (*model.iterdir(), tmp_path / "stock.csv")} == before
+
+
+def test_plan_stock_column_is_told_for_a_stock(tmp_path, capsys, no_model_load):
+    """--stock-column on a stock of one SMILES a line was refused as 'a query column ... whose queries are the first
+    field of each line', and its help gave canonical_smiles as a name to give it, a name read without giving it."""
+    from molspec_core.cli import build_parser
+    from molspec_core.io import STOCK_COLUMNS
+
+    (tmp_path / "stock.smi").write_text("NO nitroxyl\n")
+    expect_refused(["plan", "--smiles", "NCCO", "--stock", tmp_path / "stock.smi", "--stock-column", "SMILES_std",
+                    "--out", tmp_path / "r.json"], capsys, "a column, 'SMILES_std', was named, but stock.smi is read "
+                   "as a SMI file, which has no columns: its SMILES are the first field of each line. ")
+    plan = next(action for action in build_parser()._actions if action.dest == "command").choices["plan"]
+    said = next(action.help for action in plan._actions if action.dest == "stock_column")
+    assert "canonical_smiles, say" not in said and all(name in said for name in STOCK_COLUMNS), said
 
 
 def test_plan_names_under_each_route_the_steps_that_fail_the_round_trip(tmp_path, capsys):

@@ -160,8 +160,9 @@ def test_a_txt_files_first_line_naming_the_query_column_is_a_header_not_a_query(
                                                  ("q.smi", "CCO ethanol\n", "the first field of each line")])
 def test_a_column_named_for_a_file_without_columns_is_refused_not_ignored(tmp_path, name, text, queries):
     (tmp_path / name).write_text(text)
-    with pytest.raises(InputFileError, match=f"^a query column, 'id', was named, but {name} is read as a "
-                                             f"{name[2:].upper()} file, whose queries are {queries}: "):
+    with pytest.raises(InputFileError, match=f"^a column, 'id', was named, but {name} is read as a "
+                                             f"{name[2:].upper()} file, which has no columns: its SMILES are "
+                                             f"{queries}. "):
         read_queries(tmp_path / name, column="id")
     assert read_queries(tmp_path / name).queries == ["CCO"]
 
