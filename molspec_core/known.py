@@ -60,12 +60,16 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     parts = text.split(">")
     if len(parts) != 3 or not parts[0] or not parts[2]:
         return None
+    if "<" in text:  # '<b>bold</b> text' was told 'the recorded products are not a valid SMILES'
+        raise ValueError("this text holds '<', which no SMILES holds: it reads as markup (HTML's <b>, say), not as a "
+                         "recorded reaction, reactants>reagents>products; paste the SMILES alone")
     reactants, reagents, products = parts
     side = recorded_side(task)
     try:
         recorded = canonical_fragments(products if side == "products" else contributing(reactants, products))
     except ChemError as exc:
-        raise ValueError(f"the recorded {side} are not a valid SMILES: {exc}") from None
+        raise ValueError(f"the recorded {side} are not a valid SMILES: {exc} (the text holds '>', so it was read as "
+                         "a recorded reaction, reactants>reagents>products)") from None
     if not recorded:
         raise ValueError(f"the recorded {side} hold no molecule")
     sources = _readable_fragments(f"{reactants}.{reagents}")  # what the forward model reads

@@ -131,6 +131,17 @@ def test_a_recorded_reaction_whose_outcome_is_no_smiles_is_refused():
         recorded_reaction("C1CC(>>CC(=O)NC", "retro")
 
 
+@pytest.mark.parametrize("task", ["forward", "retro"])
+def test_markup_holding_angle_brackets_is_told_it_is_no_reaction(task):
+    """'<b>bold</b> text' pasted from a web page was read as a recorded reaction and told 'the recorded products are
+    not a valid SMILES: RDKit cannot parse 'text''."""
+    with pytest.raises(ValueError, match="^this text holds '<', which no SMILES holds: it reads as markup"):
+        recorded_reaction("<b>bold</b> text", task)
+    with pytest.raises(ValueError, match=r"^the recorded products are not a valid SMILES: .* \(the text holds '>', so "
+                                         r"it was read as a recorded reaction, reactants>reagents>products\)$"):
+        recorded_reaction("CC(=O)Cl.NC>>C1CC(", "forward")
+
+
 def test_a_file_of_recorded_reactions_is_read_as_its_queries_with_their_outcomes_beside():
     table = QueryFile(["CC(=O)Cl.NC>ClCCl>CNC(C)=O", "CC(=O)Cl.OC", "CC(=O)Cl.N>>C1CC(", "",
                        "CC(=O)Cl>O>[CH3:1]C(=O)O"],
