@@ -436,7 +436,8 @@ def test_samples_that_drew_the_same_answer_say_why_the_list_is_shorter(copy_mode
 
 def test_answers_read_in_writings_give_the_writings_the_model_read_not_the_ones_asked_for(copy_models, monkeypatch):
     """Asked for 5 writings, CCO has 3 (QueryResult.writings), yet each card said 'Given for 3 of the 5 writings of
-    the query the model read' and the samples' note '5 samples from each of the 5 writings'."""
+    the query the model read' and the samples' note '5 samples from each of the 5 writings', and the query's line
+    said '5 writings' alone."""
     config = copy_models / "forward" / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "data_stats": {"augment": 20}}))
     at = app(copy_models, monkeypatch).run()
@@ -449,6 +450,7 @@ def test_answers_read_in_writings_give_the_writings_the_model_read_not_the_ones_
     assert "of the 3 writings of the query the model read." in captions
     assert "5 samples from each of the 3 writings gave " in captions
     assert "of the 5 writings" not in captions
+    assert " · 3 writings read, of the 5 asked for · decoded in " in captions  # under "5 writings" asked for
 
 
 def test_samples_stopped_by_the_time_limit_do_not_claim_every_sample_was_drawn():
