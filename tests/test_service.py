@@ -1184,3 +1184,24 @@ def test_a_dative_bond_is_no_reaction_arrow(copier):
     error = copier.predict("[NH3]->[Pt]").error
     assert "reaction" not in error and "is not in the model's vocabulary" in error
     assert "reaction SMILES" in copier.predict("CCO>>CC").error
+
+
+@pytest.mark.parametrize("method", ["sbs", "sbs-exact"])
+def test_an_sbs_query_read_in_several_writings_stopped_counts_the_calls_of_the_writing_cut_short(monkeypatch,
+                                                                                                 method):
+    """sbs read a query's writings one after another and, stopped in one before its last, handed on only those
+    before it: the cut writing's model calls were lost (over HTTP a retro sbs-exact request, augment 3 and a
+    0.05 s limit, said model_calls 0). They are counted now, and the answers kept are those of the writings read."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    clock = decoder_clock(reader.model, monkeypatch)
+    query = "OCCOc1ccccc1"
+    two = reader.predict(query, method=method, n_best=2, augment=2, time_limit_s=None)
+    # the third writing of 4 makes one call and is stopped at its second
+    stopped = reader.predict(query, method=method, n_best=2, augment=4, time_limit_s=two.stats.model_calls + 1.5)
+    assert stopped.stopped_with_answers and stopped.predictions == two.predictions and stopped.writings == 2
+    assert stopped.stats.model_calls == two.stats.model_calls + 1
+    # stopped in the first writing of 3 after one call: no answers, the call counted
+    clock["seconds"] = 0.0
+    first = reader.predict(query, method=method, n_best=2, augment=3, time_limit_s=1.5)
+    assert not first.ok and not first.predictions and first.stats.model_calls == 1

@@ -414,8 +414,9 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
     only) feeds the next step's would-be-blind children in calls made anyway; off, for benchmarks.
     At the time limit (limits.py) in the last query, the one of a call of one, it raises QueryTimeout with what
     was found, as beam search does: the queries before it whole, and its finished hypotheses, then its live ones,
-    unfinished, with its real counts. Stopped in an earlier query, it hands on the queries before it alone, whole:
-    the later ones never began."""
+    unfinished, with its real counts. Stopped in an earlier query, it hands on the queries before it, whole, and
+    that one's calls with no answers (its search not read whole, as a sampling draw cut short): the later ones never
+    began."""
     check_sources(sources, model.cfg.vocab_size, model.cfg.max_positions)  # all before the first query is decoded
     n_best = answers_wanted(width, n_best)
     results: list[DecodeResult] = []
@@ -430,9 +431,12 @@ def speculative_beam(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]]
                 _paper_one(search)
             results.append(search.result(started))
         except QueryTimeout as timeout:
-            if len(results) < len(sources) - 1:
-                raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
-            found = search.stopped(started) if search is not None else DecodeResult([])
+            if len(results) < len(sources) - 1:  # its calls were made: counted (service._stopped_writings)
+                cut = search.stats if search is not None else DecodeStats(rejections_recorded=False)
+                cut.wall_time_s = time.perf_counter() - started
+                found = DecodeResult([], cut)
+            else:
+                found = search.stopped(started) if search is not None else DecodeResult([])
             raise QueryTimeout(str(timeout), found=[*results, found], searched=[True] * len(results) + [False]) \
                 from None
     return results
