@@ -517,7 +517,9 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
             # an `error:` line and exit 2, as a recorded outcome that is no SMILES is; a hydride's ions (the one
             # suggestion there is) are read by a flag, which the refusal offering them to paste did not name
             raise ValueError(result.error + ("; --ion-writing reads it so" if result.suggestion else ""))
-        print(f"query: {result.canonical_query}   ({result.stats.model_calls} model calls, "
+        read = f"read in {result.writings} of the {args.augment} writings asked for, " \
+            if 1 < args.augment and result.writings < args.augment else ""  # a small molecule has fewer (CCO: 3)
+        print(f"query: {result.canonical_query}   ({read}{result.stats.model_calls} model calls, "
               f"{result.stats.draft_tokens_accepted} draft tokens accepted, {result.stats.wall_time_s * 1000:.0f} ms)")
         from .chem import stereo_notes
         from .service import several_products_note

@@ -30,6 +30,17 @@ def test_predict_one_smiles_prints_a_table(capsys):
     assert "query: OCCc1ccccc1" in out and "rank" in out and "model calls" in out
 
 
+def test_predict_one_smiles_says_in_how_many_writings_it_was_read(capsys, monkeypatch):
+    """--augment 5 on CCO, which has 3 writings, printed nothing of the 3: its answers read as pooled over 5."""
+    from molspec_core.service import Predictor
+
+    monkeypatch.setattr(Predictor, "augmentable", property(lambda self: True))  # the copy model reads one writing
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO", "--method", "beam", "--augment", "5"]) == 0
+    assert "query: CCO   (read in 3 of the 5 writings asked for, " in capsys.readouterr().out
+    assert main(["predict", "--model", MODEL, "--smiles", "OCCOc1ccccc1", "--method", "beam", "--augment", "5"]) == 0
+    assert "writings asked for" not in capsys.readouterr().out
+
+
 def test_predict_one_smiles_says_which_answers_are_sane(capsys):
     """The copy model's best answer to benzene is benzene itself: flagged, with the reason."""
     assert main(["predict", "--model", MODEL, "--smiles", "c1ccccc1", "--method", "beam", "--n-best", "3"]) == 0
