@@ -10,7 +10,8 @@ is kept to within one decoder step. A decoder that can say what it found before 
 it (`found`), so that the work paid for is not lost: beam search, and sbs and sbs-exact when stopped in a call's last
 query (a call of one included), and the sampling methods so stopped (the samples drawn by then). Decoders that run
 a call's queries one after another (sbs, sbs-exact, sampling) and are stopped before its last hand on the queries
-that had ended, the later ones never having begun.
+that had ended and the one stopped, with its model calls and no answers (searched False), the later ones never having
+begun.
 A caller that may give a whole call up (the server: its client gone, or the server stopping) names why in
 `abandon_when`; the same checks then raise `Abandoned`, which ends the call rather than one query.
 """
@@ -34,7 +35,8 @@ def now() -> float:
 class QueryTimeout(RuntimeError):
     """Decoding ran past its time limit. found: what a decoder that can say so had by then, one entry per
     source (its DecodeResult: the hypotheses finished, then the best live ones unfinished, and the real counts),
-    or per leading source only (those of a decoder that runs them one after another), or () when it cannot;
+    or, for a decoder that runs them one after another, per leading source and the one stopped (no answers, its
+    calls), or () when it cannot;
     searched: per entry of found, whether its search had ended before the limit (its result whole)."""
 
     def __init__(self, message: str = "time limit reached", found: Sequence[object] = (),
