@@ -21,7 +21,7 @@ def draft_models(tmp_path: Path) -> Path:
 
 
 def sliders(at) -> set[str]:
-    return {s.key for s in at.slider}
+    return {s.key for s in at.sidebar.slider}
 
 
 def test_every_method_in_the_sidebar_predicts_with_only_its_knobs(draft_models, monkeypatch):
@@ -29,7 +29,7 @@ def test_every_method_in_the_sidebar_predicts_with_only_its_knobs(draft_models, 
     assert at.selectbox(key="method").options == [row.label for row in METHODS.values()]
     for name, row in METHODS.items():
         at.selectbox(key="method").set_value(name).run()
-        shown = sliders(at) | {n.key for n in at.number_input}
+        shown = sliders(at) | {n.key for n in at.sidebar.number_input}  # the method's knobs: the sidebar's
         expected = {k for k in row.knobs if k not in ("n_best", "draft_len", "n_drafts")}
         expected |= {("n_samples" if row.family == "sampling" else "n_best")} if row.many else set()
         assert shown == expected, name
