@@ -950,12 +950,11 @@ class Predictor:
                 for cut in timeout.found:
                     stats.add(cut.stats)
                 stats.wall_time_s = time.perf_counter() - started
-                if len(results) < len(sources) - 1 and not writings:  # the later ones never began: decoded again
-                    raise QueryTimeout(str(timeout), found=results, searched=[True] * len(results)) from None
                 # The last source keeps the samples it had drawn: each is whole and a true sample, so k of n_best
-                # drawn are an honest answer, stopped, as beam search's search is. A writing before the last is
-                # handed on without them, its calls alone: the query is stopped, and _stopped_writings leaves out
-                # a writing not read whole but counts its calls.
+                # drawn are an honest answer, stopped, as beam search's search is. A source before the last is
+                # handed on without them, its calls alone, as speculative_beam hands on a search cut short: the
+                # later ones never began (_decode_limited decodes it and them again one by one;
+                # _stopped_writings leaves out a writing not read whole but counts its calls).
                 kept = seen.values() if len(results) == len(sources) - 1 else ()
                 stopped = DecodeResult(sorted(kept, key=lambda h: -h.score), stats)
                 raise QueryTimeout(str(timeout), found=[*results, stopped],
