@@ -352,6 +352,10 @@ def several_products_note(task: str, canonical_query: str) -> str:
             f"answers. To take apart the main product alone, predict {main_molecule(canonical_query)}.")
 
 
+# The advice of stopped_message that the app's pages follow with their time-limit setting (views.common.time_limit_hint)
+LONGER_TIME_LIMIT = "a longer time limit"
+
+
 def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n_best: int = 1,
                     read: int = 0) -> str:
     """The error of a query still decoding at its time limit (`writings`: the writings it was read in), with the
@@ -362,7 +366,7 @@ def stopped_message(limit_s: float, writings: int = 1, method: str = "greedy", n
     if writings > 1:
         ways.append("fewer writings")
     if limit_s < MAX_TIME_LIMIT_S:
-        ways.append("a longer time limit")
+        ways.append(LONGER_TIME_LIMIT)
     stopped = f"stopped after the {limit_s:g} s time limit per query"
     if writings > 1:
         stopped += f" (its {writings} writings together)"

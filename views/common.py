@@ -19,7 +19,8 @@ from molspec_core.chem import SD_RECORD_END
 # percent: the pages' one rounding
 from molspec_core.io import InputFileError, is_results_header, parse_upload, percent
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
-from molspec_core.service import DEFAULT_TIME_LIMIT_S, MAX_TIME_LIMIT_S, MODELS_DIR, Predictor, int8_unavailable
+from molspec_core.service import (DEFAULT_TIME_LIMIT_S, LONGER_TIME_LIMIT, MAX_TIME_LIMIT_S, MODELS_DIR, Predictor,
+                                  int8_unavailable)
 from molspec_core.textbook import Example
 from molspec_core.threads import use_threads
 
@@ -392,7 +393,6 @@ def kept_in_form(widget_key: str, default: object) -> str:
 # long; a query that needs longer belongs to the command line, whose --time-limit takes up to a day.
 APP_MAX_TIME_LIMIT_S = 600
 TIME_LIMIT_LABEL = "Time limit per query (s)"
-LONGER_TIME_LIMIT = "a longer time limit"  # the engine's advice (service.stopped_message) that time_limit_hint follows
 
 
 def time_limit_input(key: str) -> int:
