@@ -661,3 +661,30 @@ def test_the_partner_decode_and_the_speedup_take_the_answers_time_limit(copy_mod
     test_app.measure_speedup(at)
     assert_clean(at)
     assert len(limits) > 2 and set(limits) == {120}
+
+
+def test_an_answer_the_time_limit_cut_short_is_not_badged_as_cut_at_the_length_limit(copy_models, monkeypatch):
+    """Beam search stopped at the time limit hands on its unfinished hypotheses, marked "stopped at the time limit";
+    each unreadable one's card was badged "Stopped at the length limit" under the warning that the time limit had
+    stopped the search."""
+    from conftest import decoder_clock
+
+    from molspec_core.service import STOPPED, TIMED_OUT, Predictor
+
+    real = Predictor.predict
+
+    def predict_slowly(self, query, **options):  # every decoder call takes a second on the time limit's clock
+        decoder_clock(self.model, monkeypatch)
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+    at = app(copy_models, monkeypatch).run()
+    at.number_input(key="time_limit_predict").set_value(3).run()
+    predict(at, "OCCOc1ccccc1")
+    assert_clean(at)
+    answers = at.session_state["shown"].result.predictions
+    cut = [p for p in answers if not (p.finished or p.valid)]
+    assert cut and all(TIMED_OUT in p.concerns for p in cut)
+    badges = [m.value for m in at.markdown if "badge" in m.value]
+    assert sum(TIMED_OUT.capitalize() in b for b in badges) == len(cut)
+    assert not any(STOPPED.capitalize() in b for b in badges)

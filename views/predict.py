@@ -438,6 +438,13 @@ def centre_colours(task: str, query: str, prediction: Prediction) -> dict[int, s
     return depict.centre_colours(query, prediction.smiles, on="product")
 
 
+def why_unfinished(prediction: Prediction) -> str:
+    """Why the model had not ended an answer: its concern that says so (service.STOPPED, or TIMED_OUT where the
+    query's time limit stopped the search). The badge of an unreadable one said "Stopped at the length limit"
+    under the warning that the time limit had stopped the search."""
+    return TIMED_OUT if TIMED_OUT in prediction.concerns else STOPPED
+
+
 def show_prediction(prediction: Prediction, known: bool, writings: int = 1,
                     colours: dict[int, str] | None = None, listed: int = 0) -> None:
     """One answer's card, headed "Rank k" with its badges: a heading, so that a screen reader moves from answer to
@@ -454,7 +461,7 @@ def show_prediction(prediction: Prediction, known: bool, writings: int = 1,
             if known:
                 st.badge("Known answer", color="blue", icon=":material/verified:")
             if not (prediction.finished or prediction.valid):  # a valid one's concerns say it
-                st.badge(STOPPED.capitalize(), color="orange")
+                st.badge(why_unfinished(prediction).capitalize(), color="orange")
         picture, facts = st.columns([2, 3], vertical_alignment="center")
         svg = depict.smiles_svg(prediction.smiles, 440, 230, colours) if prediction.valid else None
         if svg:
