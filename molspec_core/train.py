@@ -732,6 +732,8 @@ def read_state(folder: Path) -> dict:
             raise ValueError(f"{path}: not a training state ({key} is {value!r})")
     if "warm_from" in state and (isinstance(state["warm_from"], bool) or not isinstance(state["warm_from"], int)):
         raise ValueError(f"{path}: not a training state (warm_from is {state['warm_from']!r})")
+    if not isinstance(state.get("batching", {}), dict):
+        raise ValueError(f"{path}: not a training state (batching is {state['batching']!r})")
     return state
 
 
@@ -1004,6 +1006,39 @@ def new_state() -> dict:
     return {"step": 0, "epoch": 0, "batch_in_epoch": 0, "seconds": 0.0, "tokens": 0, "best_exact": -1.0, "history": []}
 
 
+BATCH_ORDER = ("seed", "max_tokens", "pad_to")  # what an epoch's batches and their order are made from
+
+
+def batching(cfg: TrainConfig, max_tokens: int, multiple: int) -> dict[str, int]:
+    """How a run reads its data, as it ran (max_tokens and pad_to after their device defaults): the BATCH_ORDER
+    fields make each epoch's batches (token_batches), accum takes that many of them a step."""
+    return {"seed": cfg.seed, "max_tokens": max_tokens, "pad_to": multiple, "accum": cfg.accum}
+
+
+def note_batching(state: dict, now: dict[str, int]) -> None:
+    """Record `now` as the state's batching; a run continued or resumed with another one goes on (a smaller
+    --max-tokens after running out of memory is tools/gpu_train.md's advice), but says so in the log and keeps
+    each change in the state's "batching_changes" (the step, the batching it was and is): its place in the epoch
+    was counted in the batches of the old one, so the rest of that epoch is drawn in another order."""
+    was = state.get("batching")
+    state["batching"] = now
+    if was is None or was == now:  # a new run, or one saved before its batching was recorded
+        return
+    state.setdefault("batching_changes", []).append({"step": state["step"], "was": was, "now": now})
+    changed = [key for key in now if was.get(key) != now[key]]
+    text = ", ".join(f"--{key.replace('_', '-')} {was.get(key)} -> {now[key]}" for key in changed)
+    if any(key in BATCH_ORDER for key in changed) and state["batch_in_epoch"]:
+        effect = (f"epoch {state['epoch']}'s batches are made anew, and the run goes on from its batch "
+                  f"{state['batch_in_epoch'] + 1} of them, so some of the epoch's rows come twice and others not "
+                  "until the next epoch")
+    elif any(key in BATCH_ORDER for key in changed):
+        effect = f"epoch {state['epoch']}, which it starts, is batched so (no row comes twice)"
+    else:
+        effect = f"each step reads {now['accum']} batches, not {was.get('accum')}; their order is unchanged"
+    log.warning("continued with other batching than it was trained with (%s): %s (train_state.json's "
+                "batching_changes keeps it)", text, effect)
+
+
 def train(cfg: TrainConfig) -> dict:
     """Check everything a run needs before any work or any write (options, data files, the run and export
     folders, the weights it starts from and their fit to the data), then train. A run that fails leaves no
@@ -1081,6 +1116,7 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
         average.load(checkpoint.load_tensors(start.folder, stem="ema"))
     averaged = average.applied if average is not None else nullcontext
     max_tokens, peak, multiple = tokens_per_batch(cfg, device), peak_lr(cfg, device), pad_multiple(cfg, device)
+    note_batching(state, batching(cfg, max_tokens, multiple))
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step, widths padded to "
              "multiples of %d; peak lr %.2e", cfg.preset, n_params / 1e6, device, len(train_src), max_tokens,

@@ -327,6 +327,32 @@ def test_a_run_continued_on_other_data_is_refused_and_the_same_data_elsewhere_co
     assert run(moved, tmp_path / "run", max_steps=3)["step"] == 3
 
 
+def test_a_run_continued_with_other_batching_says_so_in_its_log_and_its_state(data, tmp_path, caplog):
+    """--seed, --max-tokens and --pad-to make an epoch's batches and their order, and a run goes on from its place
+    in the epoch: continued with other ones, it drew the rest of the epoch in another order without a word (some rows
+    twice, others not until the next epoch). It still goes on (a smaller --max-tokens after running out of memory is
+    the kit's advice), and says so in the log and in train_state.json; --accum changes the step, not the order."""
+    first = run(data, tmp_path / "run", max_steps=2)
+    assert first["batching"] == {"seed": 0, "max_tokens": 64, "pad_to": 1, "accum": 1}
+    with caplog.at_level(logging.WARNING, logger="molspec_core.train"):
+        same = run(data, tmp_path / "run", max_steps=3)
+        assert "batching" not in caplog.text and "batching_changes" not in same
+        other = run(data, tmp_path / "run", max_steps=5, seed=7, max_tokens=96)
+    assert "other batching than it was trained with (--seed 0 -> 7, --max-tokens 64 -> 96)" in caplog.text
+    assert "epoch 0's batches are made anew, and the run goes on from its batch" in caplog.text
+    change = {"step": 3, "was": first["batching"], "now": {"seed": 7, "max_tokens": 96, "pad_to": 1, "accum": 1}}
+    assert other["batching"] == change["now"] and other["batching_changes"] == [change]
+    saved = json.loads((tmp_path / "run" / "export" / "train_state.json").read_text())
+    assert saved["batching_changes"] == [change]  # the run's record travels with its export
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="molspec_core.train"):  # an export resumed on another machine
+        resumed = run(data, tmp_path / "second", max_steps=6, seed=7, max_tokens=96, accum=2,
+                      resume=str(tmp_path / "run" / "export"))
+    assert "(--accum 1 -> 2): each step reads 2 batches, not 1; their order is unchanged" in caplog.text
+    assert [c["step"] for c in resumed["batching_changes"]] == [3, 5] and resumed["batching"]["accum"] == 2
+
+
 def test_a_spent_budget_is_refused_with_the_numbers_not_run_for_0_steps(data, tmp_path):
     run(data, tmp_path / "first", max_steps=3)
     with pytest.raises(ValueError, match="nothing to train: .*first/last is at step 3, and --max-steps 3"):
