@@ -39,6 +39,7 @@ MAX_PLACEMENTS = 256  # ways of laying a shared substructure on the product comp
 MAX_FITS = 8  # places a shared substructure fits in the reactant compared (an ester's C-C-O: acyl or alkoxy)
 RING_FREE_GAIN = 2  # atoms more that a substructure shared with ring atoms free must hold, where a ring was made
 MIN_TRACED = 0.5  # below this share of the product's atoms traced, no centre is given
+MAX_TIES = 4  # sets of product atoms a reactant fits alike that are each traced on (a symmetric diene's two ends)
 
 
 @dataclass(frozen=True)
@@ -74,40 +75,50 @@ def _any_order(smarts: str) -> str:
                    for piece in re.split(r"(\[[^\]]*\])", smarts))
 
 
+Pairing = tuple[tuple[int, ...], tuple[int, ...]]  # product atoms and the reactant atoms laid on them, pair by pair
+
+
 def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol, rings_apart: bool = True
-            ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+            ) -> list[Pairing]:
     """The product atoms (indices in `product`) and the reactant atoms of the largest substructure that
     `part` (the product's untraced atoms, `kept`) and `reactant` share, pair by pair. Of the ways to lay
     it on the product (a ring can be turned, an acid's two oxygens swapped) and the places it fits in the
-    reactant (an ester's C-C-O is its acyl group or its alkoxy), the pair that changes the fewest atoms
-    (hydrogens, charge, a bond's order), then the one that keeps more of the reactant's double bonds (an
-    ester reduced to an alcohol keeps its carbonyl oxygen, as the atom maps have it, not its ether oxygen).
+    reactant (an ester's C-C-O is its acyl group or its alkoxy), the pair that changes the hydrogens or charge of
+    the fewest atoms, then the fewest atoms (a bond's order too), then the one that keeps more of the reactant's
+    double bonds (an ester reduced to an alcohol keeps its carbonyl oxygen, as the atom maps have it, not its ether
+    oxygen). Hydrogens first: a Diels-Alder moves none, its diene's double bonds shift; butadiene laid on
+    cyclohexene with its first double bond kept changed fewer atoms, but took two hydrogens from one carbon and gave
+    one to another, and a carbon that lost its double bond went unmarked. Empty where they share fewer than two atoms;
+    otherwise the best pairs, one for each set of product atoms they cover (a symmetric reactant fits a product two
+    ways alike; _trace_by_mcs chooses by what the other reactants make of the rest).
     (The reactant's first fit was taken as it came: an aminolysis of ethyl acetate marked the ethoxy as the
     centre and the acyl carbon as leaving.)"""
     found = rdFMCS.FindMCS([part, reactant], timeout=MCS_TIMEOUT_S, ringMatchesRingOnly=rings_apart,
                            atomCompare=rdFMCS.AtomCompare.CompareElements, bondCompare=rdFMCS.BondCompare.CompareAny)
     if found.numAtoms < 2:
-        return None
+        return []
     query = Chem.MolFromSmarts(_any_order(found.smartsString))
     # Every turn of a fit is among the product's placements, so the reactant's fits need one per atom set.
     fits = reactant.GetSubstructMatches(query, maxMatches=MAX_FITS)
     placements = part.GetSubstructMatches(query, uniquify=False, maxMatches=MAX_PLACEMENTS)
     if not fits or not placements:
-        return None
+        return []
     bonds = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in query.GetBonds()]
 
-    def cost(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[int, int, int, int]:
-        """(atoms changed: hydrogens, charge or a bond's order; the reactant's multiple bonds not kept; atoms changed
-        that have no bond out of the substructure, in the product and in the reactant; stereocentres turned). The
-        third: an azole's NH alkylated, its ring laid either way round on a symmetric product, changed one nitrogen's
-        hydrogens either way; the one that took the new bond is the centre anyway, but the turn that changed its twin
-        marked both. So too a trityl imidazole freed: the nitrogen that kept no bond to the trityl was marked, not the
-        one that lost it. The last: cis-3,5-dimethylmorpholine, laid on its N-aryl product the other way round, turned
-        both its centres (_configuration_turned), and an aldose's chain, laid end to end on its alditol, four."""
+    def cost(pair: Pairing) -> tuple[int, int, int, int, int]:
+        """(atoms whose hydrogens or charge changed; atoms changed: hydrogens, charge or a bond's order; the reactant's
+        multiple bonds not kept; atoms changed that have no bond out of the substructure, in the product and in the
+        reactant; stereocentres turned). The fourth: an azole's NH alkylated, its ring laid either way round on a
+        symmetric product, changed one nitrogen's hydrogens either way; the one that took the new bond is the centre
+        anyway, but the turn that changed its twin marked both. So too a trityl imidazole freed: the nitrogen that kept
+        no bond to the trityl was marked, not the one that lost it. The last: cis-3,5-dimethylmorpholine, laid on its
+        N-aryl product the other way round, turned both its centres (_configuration_turned), and an aldose's chain, laid
+        end to end on its alditol, four."""
         placement, fit = pair
         inside, fitted = {kept[p] for p in placement}, set(fit)
         changed = {i for i, (p, r) in enumerate(zip(placement, fit))
                    if _atom_changed(product.GetAtomWithIdx(kept[p]), reactant.GetAtomWithIdx(r))}
+        hydrogens = len(changed)
         for a, b in bonds:
             after = product.GetBondBetweenAtoms(kept[placement[a]], kept[placement[b]])
             before = reactant.GetBondBetweenAtoms(fit[a], fit[b])
@@ -119,12 +130,17 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
         pairs = {kept[p]: r for p, r in zip(placement, fit)}
         turned = sum(_turned(product.GetAtomWithIdx(a), reactant.GetAtomWithIdx(r), pairs) for a, r in pairs.items()
                      if product.GetAtomWithIdx(a).GetChiralTag() in TETRAHEDRAL)
-        return len(changed), -sum(multiple[r] for r in fit), enclosed, turned
+        return hydrogens, len(changed), -sum(multiple[r] for r in fit), enclosed, turned
 
     multiple = [sum(bond.GetBondTypeAsDouble() > 1 and not bond.GetIsAromatic() for bond in atom.GetBonds())
                 for atom in reactant.GetAtoms()]
-    placement, fit = min(((p, f) for f in fits for p in placements), key=cost)
-    return tuple(kept[i] for i in placement), fit
+    costs = {(p, f): cost((p, f)) for f in fits for p in placements}
+    lowest = min(costs.values())
+    best: dict[frozenset[int], Pairing] = {}
+    for (placement, fit), pair_cost in costs.items():
+        if pair_cost == lowest:
+            best.setdefault(frozenset(placement), (tuple(kept[i] for i in placement), fit))
+    return list(best.values())[:MAX_TIES]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -161,7 +177,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
 
 
 def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
-                  unused: set[int], started: float, rings_apart: bool) -> None:
+                  unused: set[int], started: float, rings_apart: bool, look_ahead: bool = True) -> None:
     """Trace the product's untraced atoms to the unused reactants by their largest shared substructures, the largest
     first, until none shares two atoms, or time is up. `rings_apart`: ring atoms and bonds match only ring ones.
 
@@ -169,29 +185,65 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
     with ring atoms free is taken instead where it is RING_FREE_GAIN atoms larger: a 1,3-diketone and hydrazine make a
     pyrazole whose carbons were chain atoms, and rings apart, the diketone's ring and chain were laid on the product
     one atom along (its CH2 on the pyrazole's carbon, the CF3's carbon on the CH2), so the CF3 was marked as leaving
-    and as the centre. (Not for every reaction: it costs a second search per reactant.)"""
-    ring_made = rings_apart and product.GetRingInfo().NumRings() > sum(m.GetRingInfo().NumRings() for m in molecules)
+    and as the centre. (Not for every reaction: it costs a second search per reactant.)
+
+    Where a reactant fits two sets of product atoms alike (`look_ahead`), the rest is traced on each and the one that
+    leaves the fewest atoms untraced, then the fewest whose hydrogens or charge changed, is kept: methyl acrylate's
+    C=C fits either ring carbon beside the ester's, and the one taken left butadiene laid on the adduct with its
+    double bond at an end, a carbon whose bonds changed unmarked."""
+    ring_made = rings_apart and any(_rings(product, aromatic) > sum(_rings(m, aromatic) for m in molecules)
+                                    for aromatic in (False, True))
     while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
         part, kept = untraced_part(product, owner)
-        best: tuple[int, int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None
+        best: tuple[int, int, list[Pairing]] | None = None
         for k in sorted(unused):
             if time.monotonic() - started > DEADLINE_S:
                 break
             shared = _shared(part, kept, product, molecules[k], rings_apart)
             if ring_made and time.monotonic() - started < DEADLINE_S:  # a second search, not started past the deadline
                 free = _shared(part, kept, product, molecules[k], rings_apart=False)
-                if free and len(free[0]) >= (len(shared[0]) if shared else 0) + RING_FREE_GAIN:
+                if free and len(free[0][0]) >= (len(shared[0][0]) if shared else 0) + RING_FREE_GAIN:
                     shared = free
             if shared:
-                evidence = _evidence(product, molecules[k], *shared)
+                evidence = _evidence(product, molecules[k], *shared[0])
                 if best is None or evidence > best[0]:
                     best = (evidence, k, shared)
         if best is None:
             break
-        _, k, (in_part, in_reactant) = best
-        owner.update((p, (k, r)) for p, r in zip(in_part, in_reactant))
-        unused.discard(k)
-        _grow(product, molecules, owner)  # what this reactant gave, before the next one is laid on the rest
+        _, k, ties = best
+        if look_ahead and len(ties) > 1:
+            ties = sorted(ties, key=lambda pair: _left_over(product, molecules, owner, unused, started, rings_apart,
+                                                            k, pair))
+        _lay(product, molecules, owner, unused, k, ties[0])
+
+
+def _rings(mol: Chem.Mol, aromatic: bool) -> int:
+    """How many of the molecule's rings are aromatic (or not). Counted apart, so that a solvent's benzene ring does
+    not hide the cyclohexene a Diels-Alder made (toluene's ring stood in for it, and the acrylate was laid on the
+    adduct rings apart, its C=C grown onto whichever ring carbon came first)."""
+    return sum(all(mol.GetBondWithIdx(b).GetIsAromatic() for b in ring) == aromatic
+               for ring in mol.GetRingInfo().BondRings())
+
+
+def _lay(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]], unused: set[int],
+         k: int, pair: Pairing) -> None:
+    """Trace the product atoms of `pair` to reactant `k`'s, and grow from them."""
+    owner.update((p, (k, r)) for p, r in zip(*pair))
+    unused.discard(k)
+    _grow(product, molecules, owner)  # what this reactant gave, before the next one is laid on the rest
+
+
+def _left_over(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
+               unused: set[int], started: float, rings_apart: bool, k: int, pair: Pairing) -> tuple[int, int]:
+    """(product atoms untraced, traced atoms whose hydrogens or charge changed) once `pair` is laid and the rest
+    traced by shared substructures as _trace_by_mcs goes on (ring atoms free after), on copies."""
+    owner, unused = dict(owner), set(unused)
+    _lay(product, molecules, owner, unused, k, pair)
+    for apart in (True, False) if rings_apart else (False,):
+        _trace_by_mcs(product, molecules, owner, unused, started, apart, look_ahead=False)
+    changed = sum(_atom_changed(product.GetAtomWithIdx(i), molecules[j].GetAtomWithIdx(r))
+                  for i, (j, r) in owner.items())
+    return product.GetNumAtoms() - len(owner), changed
 
 
 def _evidence(product: Chem.Mol, molecule: Chem.Mol, in_product: tuple[int, ...], in_reactant: tuple[int, ...]

@@ -411,3 +411,22 @@ def test_a_symmetric_reactant_is_laid_on_its_product_the_way_that_keeps_its_ster
     assert symbols(product, found.product_atoms) == centre
     mol = Chem.MolFromSmiles(product)
     assert not any(mol.GetAtomWithIdx(i).GetChiralTag() != Chem.ChiralType.CHI_UNSPECIFIED for i in found.product_atoms)
+
+
+@pytest.mark.parametrize("reactants, product", [
+    ("C=CC=C.C=C", "C1=CCCCC1"),  # butadiene laid with its first double bond kept: a carbon that lost it unmarked
+    ("C=CC=C.C=CC(=O)OC", "COC(=O)C1CC=CCC1"),  # the acrylate's C=C grown onto the wrong ring carbon
+    ("C=CC=C.C=CC(=O)OC.Cc1ccccc1", "COC(=O)C1CC=CCC1"),  # the app's example: toluene's ring hid the ring made
+    ("C=CC=C.O=C1OC(=O)C=C1", "O=C1OC(=O)C2CC=CCC12"),
+    ("C=C(C)C=C.C=CC(=O)OC", "COC(=O)C1CC=C(C)CC1"),
+])
+def test_a_diels_alder_marks_all_six_carbons_of_the_ring_it_makes(reactants, product):
+    """Every bond of the new cyclohexene's ring was made or changed order: the diene's two double bonds became single,
+    its middle bond double, and the dienophile's double bond single; the centre missed one of the six carbons."""
+    found = reaction_centre(reactants, product)
+    mol = Chem.MolFromSmiles(product)
+    ring = next(set(r) for r in mol.GetRingInfo().AtomRings() if len(r) == 6 and any(
+        mol.GetBondBetweenAtoms(a, b).GetBondType() == Chem.BondType.DOUBLE for a in r for b in r
+        if mol.GetBondBetweenAtoms(a, b)))
+    assert found is not None and found.traced == found.atoms and not found.leaving_atoms
+    assert found.product_atoms == ring
