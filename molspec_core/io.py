@@ -98,10 +98,13 @@ MOLFILE_SUFFIX = ".mol"  # a molfile is an SD file of one record without fields,
 # Every output row: the input's other columns come first (see output_header), then these.
 # sane/concerns/model_rank: service.rank_answers; spellings: service.fold_repeats; confidence: calibration.py;
 # round_trip/forward_prob: roundtrip.py (empty where the query was not checked); dtype: service.Predictor.dtype
-# (empty on the row of a query that was not decoded).
+# (empty on the row of a query that was not decoded). writings: of the query's writings, how many gave the answer
+# (Prediction.views); writings_read: how many its answers were pooled from (QueryResult.writings), fewer than asked
+# for where the molecule has fewer (CCO has 3) or the time limit stopped it: "writings 3" alone read as 3 of the 5
+# asked for where all 3 read gave it.
 RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", "probability", "valid", "sane",
-                  "concerns", "model_rank", "confidence", "writings", "spellings", "round_trip", "forward_prob",
-                  "method", "dtype", "time_ms", "model_calls", "accepted_tokens", "error")
+                  "concerns", "model_rank", "confidence", "writings", "writings_read", "spellings", "round_trip",
+                  "forward_prob", "method", "dtype", "time_ms", "model_calls", "accepted_tokens", "error")
 # The columns of RESULT_COLUMNS that mark a table as our results (is_results_header): an input's own smiles
 # column is written as input_smiles there (output_header), so a header with all three is ours
 RESULTS_SIGNATURE = ("query", "canonical_query", "smiles")
@@ -995,13 +998,14 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
     each row holding its error."""
     if problem or not (result.ok or result.stopped_with_answers):
         return [LastRow([*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None,
-                         None, None, None, None, None, result.method, None, None, None, None, problem or result.error])]
+                         None, None, None, None, None, None, result.method, None, None, None, None,
+                         problem or result.error])]
     stats = result.stats
     if time_ms is None:
         time_ms = stats.wall_time_s * 1000
     rows = [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, rounded(p.score),
              significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
-             rounded(p.confidence), p.views, p.spellings, p.round_trip,
+             rounded(p.confidence), p.views, result.writings, p.spellings, p.round_trip,
              significant(p.forward_prob),
              result.method, result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted,
              result.error or ""]
@@ -1399,7 +1403,8 @@ def kept_through(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence
 # The result columns that hold numbers or TRUE/FALSE (result_rows): typed again where kept rows are read back
 # (kept_rows), as a workbook resumed from them holds them as numbers; every other cell is text.
 RESULT_TYPES: dict[str, Callable[[str], object]] = {
-    **dict.fromkeys(("row", "rank", "model_rank", "writings", "spellings", "model_calls", "accepted_tokens"), int),
+    **dict.fromkeys(("row", "rank", "model_rank", "writings", "writings_read", "spellings", "model_calls",
+                     "accepted_tokens"), int),
     **dict.fromkeys(("score", "probability", "confidence", "forward_prob", "time_ms"), float),
     **dict.fromkeys(("valid", "sane", "round_trip"), lambda text: {"True": True, "False": False}[text])}
 
@@ -1436,7 +1441,9 @@ def kept_rows(keep: Kept, header: Sequence[str], queries: Sequence[str], method:
         reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", newline=""))
         if next(reader, None) != [str(written(c)) for c in header]:
             raise InputFileError(f"{path.name} was written with other columns than this run writes (another input "
-                                 "file, --column or --known-column): resume with the command that was interrupted")
+                                 "file, --column or --known-column, or an earlier MolSpec, whose results had other "
+                                 "columns): resume with the command that was interrupted, or delete the file to start "
+                                 "again")
         at, query, by = (header.index(column) for column in ("row", "query", "method"))
         types = {at + i: RESULT_TYPES[column] for i, column in enumerate(RESULT_COLUMNS) if column in RESULT_TYPES}
         held = 0

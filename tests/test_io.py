@@ -745,11 +745,11 @@ def test_a_workbook_or_sd_file_that_stops_keeps_its_rows_and_a_resumed_one_is_th
 def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_path, monkeypatch):
     header = output_header(["id"])
     keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
-    first = ["7", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.7788, True, True, "", 1, None, 1, 1, None, None, "beam",
+    first = ["7", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.7788, True, True, "", 1, None, 1, 1, 1, None, None, "beam",
              "float32", 1.5, 12, 0, ""]
     rows = [first, ["7", *first[1:4], 2, "CCO", -1.5, *first[7:]],
-            ["8", 2, "=1", "", None, "", None, None, None, None, "", None, None, None, None, None, None, "beam", None,
-             None, None, None, "the query is no SMILES"]]
+            ["8", 2, "=1", "", None, "", None, None, None, None, "", None, None, None, None, None, None, None, "beam",
+             None, None, None, None, "the query is no SMILES"]]
     write_csv(keep.path, header, rows)
     monkeypatch.setattr(molspec_io, "MAX_INPUT_BYTES", 10)  # not an input: as large as the run made it
     molspec_io.check_kept(keep, header, ["CCO", "=1", "CCN"], "beam")
@@ -840,6 +840,22 @@ def test_result_types_name_every_column_result_rows_writes_as_a_number_or_truth_
     row = molspec_io.result_rows(1, (), result, 12.5)[0]
     typed = {column for column, cell in zip(RESULT_COLUMNS, row) if isinstance(cell, (int, float))}
     assert None not in row[:-1] and typed == set(molspec_io.RESULT_TYPES)
+
+
+def test_each_answer_row_says_how_many_writings_its_query_was_read_in():
+    """The writings column counts the writings that gave an answer; asked for 5, CCO is read in 3 (and the time limit
+    may stop a query's writings), so 'writings 3' read as 3 of the 5 asked for. writings_read is the query's own count
+    (QueryResult.writings), on every answer row; empty on a rejected query's row."""
+    from molspec_core.service import Prediction, QueryResult
+
+    answers = (Prediction(1, "CC=O", -0.2, True, ("C",), (-1,), views=3),
+               Prediction(2, "CC", -2.0, True, ("C",), (-1,), views=1))
+    result = QueryResult("CCO", "CCO", predictions=answers, method="beam", writings=3)
+    rows = molspec_io.result_rows(1, (), result, 5.0)
+    gave, read = RESULT_COLUMNS.index("writings"), RESULT_COLUMNS.index("writings_read")
+    assert [(row[gave], row[read]) for row in rows] == [(3, 3), (1, 3)]
+    rejected = molspec_io.result_rows(2, (), QueryResult("C1", method="beam", error="not a SMILES"))[0]
+    assert rejected[read] is None and len(rejected) == len(RESULT_COLUMNS)
 
 
 # ---- SMILES files --------------------------------------------------------------------------------------
@@ -1410,11 +1426,11 @@ def test_results_written_to_a_workbook_keep_numbers_numbers_and_text_exactly_as_
     import openpyxl
 
     header = output_header(["ID"])
-    rows = [["=HYPERLINK(\"http://x\")", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.78, True, True, "", 1, 0.9, 5, 1,
+    rows = [["=HYPERLINK(\"http://x\")", 1, "CCO", "CCO", 1, "CC=O", -0.25, 0.78, True, True, "", 1, 0.9, 5, 5, 1,
              None, None, "beam", "int8", 12.5, 7, 3, ""],
-            ["#N/A", 2, "x\x01y", "", None, "", None, None, None, None, "", None, None, None, None, None, None,
+            ["#N/A", 2, "x\x01y", "", None, "", None, None, None, None, "", None, None, None, None, None, None, None,
              "beam", None, None, None, None, "-unreadable"],
-            ["long", 3, "C" * 40_000, "", 1, "CCO", float("-inf"), float("nan"), False, False, "", 1, None, 1, 1,
+            ["long", 3, "C" * 40_000, "", 1, "CCO", float("-inf"), float("nan"), False, False, "", 1, None, 1, 1, 1,
              None, None, "greedy", "float32", 1.0, 1, 0, ""]]
     molspec_io.write_results(tmp_path / "out.XLSX", header, rows)
     assert molspec_io.is_workbook_name(tmp_path / "out.XLSX") and not molspec_io.is_workbook_name("o.xlsx.csv")
