@@ -694,7 +694,8 @@ def test_a_batchs_time_limit_is_set_in_its_form_and_a_stopped_row_says_where(cop
     assert_clean(at)
     assert limits == [3] and at.session_state[BATCH].table["error"][0].startswith("stopped after the 3 s time limit")
     assert "time limit 3 s a query" in texts(at.caption)
-    assert ("For a longer time limit (now 3 s a query), raise *Time limit per query (s)* in the form above and run "
+    assert ("For a longer time limit than the 3 s a query it stopped at, raise *Time limit per query (s)* in the form "
+            "above and run "
             "the batch again") in texts(at.caption)
     at.number_input(key="time_limit_batch").set_value(60)
     submit(at, "Run batch")

@@ -627,10 +627,12 @@ def test_a_query_stopped_at_its_time_limit_can_be_given_longer(copy_models, monk
     predict(at, "OCCOc1ccccc1")  # beam search: stopped with the answers it had
     assert_clean(at)
     assert limits == [3] and "stopped after the 3 s time limit" in texts(at.warning)
-    assert "For a longer time limit (now 3 s a query), raise it under *Time limit*" in texts(at.caption)
+    assert "For a longer time limit than the 3 s a query it stopped at, raise it under *Time limit*" in texts(
+        at.caption)
     at.selectbox(key="method").set_value("greedy").run()
     predict(at, "OCCOc1ccccc1")  # greedy: stopped with no answer, an error
-    assert "stopped after the 3 s time limit" in texts(at.error) and "(now 3 s a query)" in texts(at.caption)
+    assert "stopped after the 3 s time limit" in texts(at.error)
+    assert "the 3 s a query it stopped at" in texts(at.caption)
     at = at.switch_page("views/batch.py").run().switch_page("views/predict.py").run()
     assert at.number_input(key="time_limit_predict").value == 3
     at.number_input(key="time_limit_predict").set_value(60).run()
@@ -688,3 +690,36 @@ def test_an_answer_the_time_limit_cut_short_is_not_badged_as_cut_at_the_length_l
     badges = [m.value for m in at.markdown if "badge" in m.value]
     assert sum(TIMED_OUT.capitalize() in b for b in badges) == len(cut)
     assert not any(STOPPED.capitalize() in b for b in badges)
+
+
+def test_a_stopped_querys_hint_names_the_limit_it_stopped_at_not_the_one_set_since(copy_models, monkeypatch):
+    """A query stopped at 1 s, the setting raised to 300 s without pressing Predict: the hint under the answers (and
+    under a stopped query's error) read "For a longer time limit (now 300 s a query), raise it", the setting it
+    had been raised to, beside the answers decoded at 1 s. It names the limit the query stopped at, and where the
+    setting is longer already, says to press Predict."""
+    from conftest import decoder_clock
+
+    from molspec_core.service import Predictor
+
+    real = Predictor.predict
+
+    def predict_slowly(self, query, **options):  # every decoder call takes a second on the time limit's clock
+        decoder_clock(self.model, monkeypatch)
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+    at = app(copy_models, monkeypatch).run()
+    for method, where in (("beam", "warning"), ("greedy", "error")):  # stopped with answers; stopped with none
+        at.selectbox(key="method").set_value(method).run()
+        at.number_input(key="time_limit_predict").set_value(3).run()
+        predict(at, "OCCOc1ccccc1")
+        assert "stopped after the 3 s time limit" in texts(getattr(at, where))
+        at.number_input(key="time_limit_predict").set_value(300).run()
+        assert_clean(at)
+        assert "stopped after the 3 s time limit" in texts(getattr(at, where))  # still on the page
+        captions = texts(at.caption)
+        assert ("The time limit is 300 s a query now, longer than the 3 s it stopped at: press Predict again to "
+                "decode the query with it.") in captions, captions
+        assert "300 s a query)" not in captions and "For a longer time limit" not in captions
+        at.number_input(key="time_limit_predict").set_value(2).run()  # shorter than it stopped at: raise it
+        assert "For a longer time limit than the 3 s a query it stopped at, raise it" in texts(at.caption)

@@ -342,7 +342,8 @@ def decodes_otherwise(before: Settings, now: Settings) -> bool:
 
 # What the Predict page shows of a task's last query: each task keeps its own (a forward query's reactants are no
 # product to take apart, and products listed under the retrosynthesis heading read as reactants).
-PER_TASK = ("query_text", "shown", "example", "query_error", "query_suggestion")
+# query_error_limit: the time limit the query that gave query_error decoded under (time_limit_hint)
+PER_TASK = ("query_text", "shown", "example", "query_error", "query_error_limit", "query_suggestion")
 
 
 def _open_task_on_its_defaults() -> None:
@@ -405,14 +406,19 @@ def time_limit_input(key: str) -> int:
                                     "still decoding then is stopped, with the answers it had found by then, if any."))
 
 
-def time_limit_hint(error: str, limit_s: float, how: str) -> str:
-    """How to follow the advice of a stopped query's error to try a longer time limit ("" where it gives none): `how`
-    says where the setting is and what to do after ("raise it in the form above and run the batch again"). At the
-    app's most, the command line's limit is longer."""
+def time_limit_hint(error: str, limit_s: float, how: str, again: str = "", now_s: float | None = None) -> str:
+    """How to follow the advice of a query's error, stopped at the time limit `limit_s`, to try a longer time limit
+    ("" where it gives none): `how` says where the setting is and what to do after ("raise it in the form above and
+    run the batch again"). Where the page's setting `now_s` is longer already (the Predict page's applies at once,
+    the answers on screen stay), `again` says what to do: the hint told a query stopped at 1 s, under a setting
+    raised to 300 s, "For a longer time limit (now 300 s a query), raise it". At the app's most, the command line's
+    limit is longer."""
     if LONGER_TIME_LIMIT not in error:
         return ""
+    if now_s is not None and now_s > limit_s:
+        return f"The time limit is {now_s:g} s a query now, longer than the {limit_s:g} s it stopped at: {again}."
     if limit_s < APP_MAX_TIME_LIMIT_S:
-        return f"For a longer time limit (now {limit_s:g} s a query), {how}."
+        return f"For a longer time limit than the {limit_s:g} s a query it stopped at, {how}."
     return (f"{APP_MAX_TIME_LIMIT_S} s is the longest time limit the app gives a query: the command line's `molspec "
             f"predict --time-limit` takes up to {MAX_TIME_LIMIT_S:,.0f} s.")
 

@@ -52,6 +52,7 @@ class Shown:
 TASK_NOUN = {"forward": "forward prediction", "retro": "retrosynthesis"}  # "the last ... is kept"
 TIME_LIMIT_SECTION = "Time limit"  # an expander under the query's tabs
 LONGER_HOW = f"raise it under *{TIME_LIMIT_SECTION}* below the query field and press Predict again"  # time_limit_hint
+LONGER_AGAIN = "press Predict again to decode the query with it"  # time_limit_hint, where the setting is longer now
 QUERY_WHAT = {"forward": "the reactants (and reagents)", "retro": "the product"}  # what a query holds
 QUERY_PLACEHOLDER = {"forward": "e.g. CC(=O)Cl.NCc1ccccc1", "retro": "e.g. CC(=O)NCc1ccccc1"}
 QUERY_HELP = {
@@ -240,7 +241,7 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
         return
     ss["query_suggestion"] = result.suggestion
     if not (result.ok or result.stopped_with_answers):  # stopped with answers: shown, with its error beside them
-        ss["query_error"] = f"Cannot predict this query: {result.error}"
+        ss["query_error"], ss["query_error_limit"] = f"Cannot predict this query: {result.error}", time_limit_s
         return
     ss["query_error"] = None
     # The check's failure is no error of the query (it was one, and the page called these answers "the last
@@ -972,7 +973,8 @@ def main() -> None:
         run_query(cfg, predictor, time_limit)
     if ss.get("query_error"):
         st.error(common.md_escape(ss["query_error"]), icon=":material/error:")
-        longer = common.time_limit_hint(ss["query_error"], time_limit, LONGER_HOW)
+        longer = common.time_limit_hint(ss["query_error"], ss.get("query_error_limit") or time_limit, LONGER_HOW,
+                                        LONGER_AGAIN, time_limit)
         if longer:
             st.caption(longer)
         if ss.get("query_suggestion"):
@@ -1009,7 +1011,8 @@ def main() -> None:
         st.warning(common.md_escape(f"The search {shown.result.error}. Below: the answers it had found by then; "
                                     f"those it had not finished are marked \"{TIMED_OUT}\"."),
                    icon=":material/timer_off:")
-        longer = common.time_limit_hint(shown.result.error or "", time_limit, LONGER_HOW)
+        longer = common.time_limit_hint(shown.result.error or "", shown.time_limit_s, LONGER_HOW, LONGER_AGAIN,
+                                        time_limit)
         if longer:
             st.caption(longer)
     if shown.unchecked:
