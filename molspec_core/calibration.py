@@ -80,6 +80,20 @@ class Calibration:
     src: str = ""
     tgt: str = ""
     limit: int = 0
+    # Of the n_fit and the n_check queries, those whose answers fitted and judged it (answered): a refused query, one
+    # whose target RDKit cannot read and one with no valid answer give none (collect). None in files from before them.
+    n_fit_answered: int | None = None
+    n_check_answered: int | None = None
+
+    @property
+    def fitted_on(self) -> int:
+        """The queries whose answers fitted the map (n_fit in files from before the count was kept)."""
+        return self.n_fit if self.n_fit_answered is None else self.n_fit_answered
+
+    @property
+    def judged_on(self) -> int:
+        """The queries whose answers judged it (n_check in files from before the count was kept)."""
+        return self.n_check if self.n_check_answered is None else self.n_check_answered
 
     def confidence(self, score: float, rank: int = 1) -> float:
         """The calibrated chance that an answer with this summed log-prob is right, where `rank` is its place
@@ -293,7 +307,8 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
     edges, values, rest_edges, rest_values = maps(fitting, second_map_pays(fitting))
     draft = Calibration(fingerprint, method, n_best, n_fit, len(answers) - n_fit,
                         tuple(edges), tuple(values), 0.0, 0.0, (), augment, POOL_POWER if augment > 1 else 1.0,
-                        tuple(rest_edges), tuple(rest_values))
+                        tuple(rest_edges), tuple(rest_values), n_fit_answered=answered(fitting),
+                        n_check_answered=answered(answers[n_fit:]))
     confidences = [draft.confidence(s, rank) for rank, (s, _) in checked]
     right = [r for _, (_, r) in checked]
     ece, table = reliability(confidences, right)
@@ -304,6 +319,11 @@ def fit_answers(answers: Sequence[Sequence[tuple[float, bool]]], fingerprint: st
                     for rows in (firsts, below))
     return Calibration(**{**asdict(draft), "ece": ece, "ece_raw": ece_raw, "ece_by_rank": by_rank,
                           "reliability": tuple(tuple(row) for row in table)})
+
+
+def answered(answers: Sequence[Sequence[tuple[float, bool]]]) -> int:
+    """Of collected answers (collect: per query), the queries that gave any: those a fit rests on."""
+    return sum(bool(query) for query in answers)
 
 
 def steps(answers: Sequence[tuple[float, bool]]) -> tuple[list[float], list[float]]:
@@ -361,7 +381,8 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
           time_limit_s: float | None = None) -> tuple[Calibration, float, int]:
     """The model's saved fit for these answers, judged again on the queries that judged it when it was made
     (the last share of the same validation files and limit), decoded by this predictor: another dtype or
-    engine, say. (fit, its expected calibration error on these answers, queries judged); nothing is written."""
+    engine, say. (fit, its expected calibration error on these answers, queries whose answers judged it: answered);
+    nothing is written."""
     require_pairs(sources, targets, "judging a calibration")
     kind = require_kind(method, n_best)
     fitted = predictor.calibration_for(method, augment, n_best)
@@ -382,7 +403,7 @@ def judge(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
                          f"answers differ): {made_with}")
     answers = collect(predictor, sources[n_fit:], targets[n_fit:], method, n_best, batch_size, progress, augment,
                       time_limit_s)
-    return fitted, ece_on(fitted, answers), len(answers)
+    return fitted, ece_on(fitted, answers), answered(answers)
 
 
 def path_of(folder: str | Path, augment: int, method: str, n_best: int | None = None) -> Path:
@@ -470,9 +491,13 @@ def check_figures(calibration: Calibration) -> None:
     """A ValueError naming what is wrong with the figures a fit read back from a file reports of itself (the Models
     page shows them): counts that are whole numbers, errors and reliability points that are chances, each
     reliability bin (mean confidence, share right, answers). A string there, or a bin of two, stopped the page."""
-    for name in ("n_best", "n_fit", "n_check", "augment"):
-        if not is_count(getattr(calibration, name)):
-            raise ValueError(f"{name} must be a whole number from 1, not {getattr(calibration, name)!r:.40}")
+    for name in ("n_best", "n_fit", "n_check", "augment", "n_fit_answered", "n_check_answered"):
+        value = getattr(calibration, name)
+        if not is_count(value) and not (name.endswith("_answered") and value is None):
+            raise ValueError(f"{name} must be a whole number from 1, not {value!r:.40}")
+    for answered_name, of_name in (("n_fit_answered", "n_fit"), ("n_check_answered", "n_check")):
+        if (getattr(calibration, answered_name) or 0) > getattr(calibration, of_name):
+            raise ValueError(f"{answered_name} must be at most {of_name}, the queries it counts among")
     for name in ("ece", "ece_raw"):
         if not _is_chance(getattr(calibration, name)):
             raise ValueError(f"{name} must be an error between 0 and 1, not {getattr(calibration, name)!r:.40}")

@@ -1037,8 +1037,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                            augment=args.augment, time_limit_s=args.time_limit)
         print(f"calibration of {predictor.path} for {kind} answers{writings} "
               f"(fitted with {fitted.method}, {fitted.n_best}-best; its own expected calibration error "
-              f"{fitted.ece:.4f}), judged on {n} queries decoded by {args.method}, {n_best}-best, {predictor.dtype} "
-              f"on the {predictor.engine} engine: expected calibration error {ece:.4f}")
+              f"{fitted.ece:.4f}), judged on {fit_counts(n, fitted.n_check)} decoded by {args.method}, "
+              f"{n_best}-best, {predictor.dtype} on the {predictor.engine} engine: expected calibration error "
+              f"{ece:.4f}")
         return 0
     try:
         fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best,
@@ -1050,25 +1051,55 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
                                  limit=args.limit)  # what --judge asks for again
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
-          f"fitted on {fitted.n_fit} queries, "
-          f"judged on {fitted.n_check}; expected calibration error {fitted.ece:.4f} (raw probability "
-          f"{fitted.ece_raw:.4f})")
+          f"fitted on {fit_counts(fitted.fitted_on, fitted.n_fit)}, judged on "
+          f"{fit_counts(fitted.judged_on, fitted.n_check)}; expected calibration error {fitted.ece:.4f} (raw "
+          f"probability {fitted.ece_raw:.4f})")
     if earlier is not None:
-        print(f"the fit in the folder (fitted on {earlier.n_fit} queries, judged on {earlier.n_check} with error "
-              f"{earlier.ece:.4f}) judged on the same {fitted.n_check} queries: error {earlier_ece:.4f}")
+        print(f"the fit in the folder (fitted on {earlier.fitted_on} queries, judged on {earlier.judged_on} with "
+              f"error {earlier.ece:.4f}) judged on the same {queries(fitted.judged_on)}: error {earlier_ece:.4f}")
         if earlier_ece is not None and fitted.ece > earlier_ece and not args.force:
             kept = calibration.keep_refused(fitted, path)  # the decoding is not thrown away: renamed, it is the fit
             raise ValueError(f"the new fit judges worse than the fit in the folder on its own check queries "
                              f"({fitted.ece:.4f} against {earlier_ece:.4f}), so {path} is kept and the new fit is "
                              f"written to {kept}: rename it to {path.name} to use it anyway (the earlier fit may have "
                              "been fitted on some of these queries, which favours it)")
+    too_few = answered_fit_problem(fitted, earlier)
+    if too_few and not args.force:  # check_fit_size counted the queries asked for; these are those answered
+        kept = calibration.keep_refused(fitted, path)
+        raise ValueError(f"{too_few}, so {path} is not written and the new fit is written to {kept}: rename it to "
+                         f"{path.name} to use it anyway, or give more queries (--limit), or --force")
     replaced = path.is_file()  # a fit for these weights or not: save keeps it either way
     saved = calibration.save(fitted, predictor.path)
     print(f"-> {saved}" + (f" (the file it replaces is kept as {calibration.backup_of(saved)})" if replaced else ""))
-    if fitted.n_fit < MIN_FIT_QUERIES:  # written with --force
+    if fitted.fitted_on < MIN_FIT_QUERIES:  # written with --force
         log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
-                    "%d)", fitted.n_fit, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
+                    "%d)", fitted.fitted_on, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
     return 0
+
+
+def queries(n: int) -> str:
+    """'1 query', 'N queries'."""
+    return f"{n} quer{'y' if n == 1 else 'ies'}"
+
+
+def fit_counts(answered: int, of: int) -> str:
+    """queries(answered), and how many of the `of` queries of its share gave no answer to count, where any did not."""
+    return queries(answered) + (
+        f" ({of - answered} of {of} gave no answer to count: refused, a target RDKit cannot read, or no valid answer)"
+        if answered < of else "")
+
+
+def answered_fit_problem(fitted: Calibration, earlier: Calibration | None) -> str | None:
+    """Why a new fit rests on too few queries, counted by those whose answers fitted it (calibration.answered), as
+    check_fit_size counts, before decoding, those asked for; or None. Queries refused, with targets RDKit cannot
+    read or no valid answer fit nothing: 150 queries of which 60 timed out passed that check and fitted on 40."""
+    why = []
+    if fitted.fitted_on < MIN_FIT_QUERIES:
+        why.append(f"below {MIN_FIT_QUERIES} its confidences are a few coarse steps")
+    if earlier is not None and fitted.fitted_on < earlier.fitted_on:
+        why.append(f"the fit it would replace rests on {earlier.fitted_on}")
+    return (f"the answers of {fitted.fitted_on} of the {fitted.n_fit} fitting queries fitted the calibration: "
+            + "; ".join(why)) if why else None
 
 
 def check_validation_split(src: str) -> None:
@@ -1106,10 +1137,10 @@ def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list
     except OSError as exc:  # a full disk: the stop's own line follows
         log.warning("stopped after %d of %d queries; their fit could not be written: %s", n, len(sources), exc)
         return
-    coarse = f" (below {MIN_FIT_QUERIES}: coarse steps)" if fitted.n_fit < MIN_FIT_QUERIES else ""
+    coarse = f" (below {MIN_FIT_QUERIES}: coarse steps)" if fitted.fitted_on < MIN_FIT_QUERIES else ""
     log.warning("stopped after %d of %d queries: their fit, as --limit %d makes it (fitted on %d%s, judged on %d, "
                 "expected calibration error %.4f), is written to %s and not used; rename it to %s to use it",
-                n, len(sources), n, fitted.n_fit, coarse, fitted.n_check, fitted.ece, kept, path.name)
+                n, len(sources), n, fitted.fitted_on, coarse, fitted.judged_on, fitted.ece, kept, path.name)
 
 
 def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool, ran_out: str | None = None) -> None:
@@ -1120,15 +1151,15 @@ def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool, ran
     from .calibration import check_share
 
     n_fit = check_share(n_queries)
-    wanted = max(MIN_FIT_QUERIES, earlier.n_fit if earlier is not None else 0)
+    wanted = max(MIN_FIT_QUERIES, earlier.fitted_on if earlier is not None else 0)
     if n_fit >= wanted or force:
         return
     needed = next(n for n in itertools.count(n_queries) if check_share(n) >= wanted)
     why = []
     if n_fit < MIN_FIT_QUERIES:
         why.append(f"below {MIN_FIT_QUERIES} its confidences are a few coarse steps, and every answer would get one")
-    if earlier is not None and n_fit < earlier.n_fit:
-        why.append(f"the fit it would replace rests on {earlier.n_fit}")
+    if earlier is not None and n_fit < earlier.fitted_on:
+        why.append(f"the fit it would replace rests on {earlier.fitted_on}")
     more = (f"{ran_out} holds no more: give a file of at least {needed} validation queries" if ran_out else
             f"give at least {needed} queries (--limit, default {CALIBRATE_LIMIT})")
     raise ValueError(f"{n_queries} validation queries would fit the calibration on {n_fit} (the rest judge it): "

@@ -227,6 +227,19 @@ def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_count
         calibration.collect(Echo(), ["CCO", "CCN"], ["C1CC", "x"], "beam", 1, progress=False)
 
 
+def test_a_fit_counts_the_queries_whose_answers_fitted_and_judged_it():
+    """Refused queries and unreadable targets give no answers (collect: []), yet were counted as fitting queries."""
+    answers = [[(-0.1, True)], [], [(-0.5, False), (-2.0, False)], [], [(-0.2, True)], []]
+    fitted = calibration.fit_answers(answers, "", "beam", 2)
+    assert (fitted.n_fit, fitted.n_fit_answered, fitted.fitted_on) == (4, 2, 2)
+    assert (fitted.n_check, fitted.n_check_answered, fitted.judged_on) == (2, 1, 1)
+    older = dataclasses.replace(fitted, n_fit_answered=None, n_check_answered=None)  # a file from before the counts
+    assert (older.fitted_on, older.judged_on) == (4, 2)
+    calibration.check_figures(older)
+    with pytest.raises(ValueError, match="n_fit_answered must be at most n_fit"):
+        calibration.check_figures(dataclasses.replace(fitted, n_fit_answered=5))
+
+
 def test_a_stopped_collection_keeps_the_answers_of_the_queries_decoded():
     """A stop (Ctrl-C) lost every query decoded: what is raised carries their answers (`collected`), those of the
     first queries; read in several writings, each query is handed over alone (service.window_size), so the

@@ -67,7 +67,8 @@ def test_predict_one_cxsmiles_notes_the_enhanced_stereo_it_does_not_read(capsys)
 
 
 def calibration_case(tmp_path) -> tuple:
-    """A copy of the copy model and the calibrate arguments of six validation pairs it gets right."""
+    """A copy of the copy model and the calibrate arguments of six validation pairs, four of which it gets right: the
+    targets of the third and the sixth (ON1N1, N()) are SMILES RDKit cannot read."""
     import shutil
 
     model = tmp_path / "model"
@@ -81,7 +82,9 @@ def calibration_case(tmp_path) -> tuple:
 def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     model, files = calibration_case(tmp_path)
     assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
-    assert "fitted on 4 queries, judged on 2" in capsys.readouterr().out
+    # two of its six targets are SMILES RDKit cannot read (ON1N1, N()), and fit nothing: they are not counted
+    assert "fitted on 3 queries (1 of 4 gave no answer to count: refused, a target RDKit cannot read, or no valid " \
+           "answer), judged on 1 query (1 of 2 gave no answer" in capsys.readouterr().out
     saved = json.loads((model / "calibration.json").read_text())
     assert saved["method"] == "beam" and saved["n_best"] == 2
     assert main(["predict", "--model", str(model), "--smiles", "CCOc1ccccc1", "--method", "beam", "--n-best", "2"]) == 0
@@ -118,7 +121,8 @@ def test_calibrate_judge_rejudges_the_saved_fit_on_its_own_check_queries_and_wri
     out = capsys.readouterr().out
     # decoded as when it was fitted, the same answers: its own error again, to the digit
     own = json.loads(saved)["ece"]
-    assert f"its own expected calibration error {own:.4f}), judged on 2 queries decoded by beam, 2-best, float32" in out
+    assert f"its own expected calibration error {own:.4f}), judged on 1 query (1 of 2 gave no answer to count: " \
+           "refused, a target RDKit cannot read, or no valid answer) decoded by beam, 2-best, float32" in out
     assert out.rstrip().endswith(f"expected calibration error {own:.4f}")
     assert (model / "calibration.json").read_text() == saved and sorted(p.name for p in model.iterdir()) == before
     # other queries (a --limit other than the fit's) gave an error not comparable with the fit's own, without a word
@@ -141,7 +145,7 @@ def test_a_calibration_stopped_by_ctrl_c_keeps_the_fit_of_the_queries_it_decoded
     assert not (model / "calibration.json").exists()
     partial = model / "calibration.json.partial"
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert ("stopped after 5 of 6 queries: their fit, as --limit 5 makes it (fitted on 3 (below 100: coarse steps), "
+    assert ("stopped after 5 of 6 queries: their fit, as --limit 5 makes it (fitted on 2 (below 100: coarse steps), "
             "judged on 2, expected calibration error") in said
     assert f"is written to {partial} and not used; rename it to calibration.json to use it" in said
     monkeypatch.setattr(Predictor, "predict", real)
@@ -215,10 +219,10 @@ def test_calibrate_refuses_a_fit_without_one_right_answer_and_says_what_it_repla
     with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
         assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
     out = capsys.readouterr().out
-    assert "the fit in the folder (fitted on 4 queries, judged on 2 with error" in out
+    assert "the fit in the folder (fitted on 3 queries, judged on 1 with error" in out
     assert f"(the file it replaces is kept as {model / 'calibration.json.bak'})" in out
     assert caplog.records[-1].getMessage() == (
-        "the fit rests on 4 queries: its confidences are coarse steps (the default --limit, 2000, fits on 1333)")
+        "the fit rests on 3 queries: its confidences are coarse steps (the default --limit, 2000, fits on 1333)")
 
 
 def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
@@ -257,6 +261,26 @@ def test_calibrate_refuses_before_decoding_a_fit_on_few_queries_a_folder_it_cann
     assert sorted(path.name for path in model.iterdir()) == sorted(p.name for p in (FIXTURES / "copy_model").iterdir())
 
 
+def test_calibrate_counts_the_queries_whose_answers_fitted_and_holds_its_minimum_for_them(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """"fitted on 4 queries" counted refused queries and targets RDKit cannot read, which fit nothing, so the
+    minimum of fitting queries passed on fewer that fitted anything. Here two of the four fitting queries' targets
+    are unreadable, under a minimum of 3: the fit is kept aside, not used, and named."""
+    monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 3)
+    model, files = calibration_case(tmp_path)
+    targets = (tmp_path / "val.tgt").read_text().splitlines()
+    (tmp_path / "val.tgt").write_text("\n".join(["x(", *targets[1:]]) + "\n")  # the third's, ON1N1, is unreadable too
+    expect_refused(["calibrate", *files, "--n-best", "2"], capsys, "the answers of 2 of the 4 fitting queries fitted "
+                   "the calibration: below 3 its confidences are a few coarse steps, so ")
+    assert not (model / "calibration.json").exists()
+    assert json.loads((model / "calibration.json.refused").read_text())["n_fit_answered"] == 2
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 0
+    assert ("fitted on 2 queries (2 of 4 gave no answer to count: refused, a target RDKit cannot read, or no valid "
+            "answer), judged on 1 query (1 of 2 gave ") in capsys.readouterr().out
+    saved = json.loads((model / "calibration.json").read_text())
+    assert (saved["n_fit"], saved["n_fit_answered"], saved["n_check"], saved["n_check_answered"]) == (4, 2, 2, 1)
+
+
 def test_calibrate_refuses_to_replace_a_fit_of_another_beam_width_unforced(tmp_path, capsys, monkeypatch):
     """One fit serves every beam width: `calibrate --n-best 3` replaced the shipped 10-best fit, which the app's
     default (10-best) then used, without a word."""
@@ -276,7 +300,8 @@ def test_calibrate_refuses_to_replace_a_fit_of_another_beam_width_unforced(tmp_p
 
 def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(tmp_path, capsys, monkeypatch):
     """Every fit replaced the one before, however much worse, and kept no copy of it."""
-    monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 3)  # this case's 6 queries fit on 4, and 5 on 3
+    # this case's 6 queries fit on the answers of 3 of the first 4, and 3 queries on those of 2
+    monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 2)
     model, files = calibration_case(tmp_path)
     assert main(["calibrate", *files, "--n-best", "2"]) == 0
     first = (model / "calibration.json").read_text()
@@ -286,8 +311,8 @@ def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(t
     # than the shipped one on 1,333, on its 50 check queries, by chance)
     with monkeypatch.context() as patch:
         patch.setattr("molspec_core.service.Predictor.load", lambda *a, **k: pytest.fail("loaded before the check"))
-        expect_refused(["calibrate", *files, "--n-best", "2", "--limit", "5"], capsys, "5 validation queries would fit "
-                       "the calibration on 3 (the rest judge it): the fit it would replace rests on 4; give at least 6 "
+        expect_refused(["calibrate", *files, "--n-best", "2", "--limit", "3"], capsys, "3 validation queries would fit "
+                       "the calibration on 2 (the rest judge it): the fit it would replace rests on 3; give at least 4 "
                        "queries")
     # the four fitting queries' targets mostly wrong, the two check queries' right: the new fit says "rarely right"
     # of answers its check queries get right, where the fit in the folder says "right"
@@ -302,7 +327,7 @@ def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(t
     assert main(["calibrate", *files, "--n-best", "2"]) == 2
     written = capsys.readouterr()
     new_ece, old_ece = json.loads(worse)["ece"], json.loads(first)["ece"]
-    assert f"judged on the same 2 queries: error {old_ece:.4f}" in written.out and old_ece < new_ece
+    assert f"judged on the same 1 query: error {old_ece:.4f}" in written.out and old_ece < new_ece
     assert written.err.strip().splitlines()[-1] == (
         f"error: the new fit judges worse than the fit in the folder on its own check queries ({new_ece:.4f} against "
         f"{old_ece:.4f}), so {model / 'calibration.json'} is kept and the new fit is written to "
