@@ -47,10 +47,13 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     reagents and knows the products as the model was trained to write them (data.forward_target: those not among
     the reactants and reagents, an HCl salt's Cl or a counter-ion kept, as USPTO-MIT's targets keep them;
     known_answers also takes the main product alone). Retrosynthesis predicts from the main product (the largest
-    product that is not a reactant or reagent: its by-products were read as part of it) and knows the reactants
-    (the reagents left out, as USPTO-50K lists reactants; in an atom-mapped record, only the molecules that give
-    the product an atom: contributing). None for any other text (Predictor.prepare reads it); ValueError where the
-    recorded side is not a SMILES."""
+    product that is not a reactant or reagent, nor one protonated or not: its by-products were read as part of it,
+    and a base's salt, triethylammonium chloride, was the query, larger than the amide it was made beside) and knows
+    the reactants (the reagents left out, as USPTO-50K lists reactants; in an atom-mapped record, only the molecules
+    that give the product an atom: contributing; and never one the products list too, protonated or not: a base
+    written among the reactants and again among the products passed through, so no answer could name the route
+    the record was known by). None for any other text (Predictor.prepare reads it); ValueError where the recorded
+    side is not a SMILES."""
     text = text.strip()
     if CXSMILES.fullmatch(text):
         try:
@@ -67,6 +70,8 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     side = recorded_side(task)
     try:
         recorded = canonical_fragments(products if side == "products" else contributing(reactants, products))
+        if side == "reactants":
+            recorded = _not_among(recorded, _readable_fragments(products)) or recorded
     except ChemError as exc:
         raise ValueError(f"the recorded {side} are not a valid SMILES: {exc} (the text holds '>', so it was read as "
                          "a recorded reaction, reactants>reagents>products)") from None
@@ -77,8 +82,15 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
         return f"{reactants}>{reagents}>", canonical(forward_target(sources, recorded) or ".".join(recorded))
     made = _readable_fragments(products)  # none: Predictor.prepare refuses the products as written, saying why
     if len(made) > 1:  # retrosynthesis takes one product: the main one, as USPTO-50K lists its products
-        products = main_molecule(forward_target(sources, made) or ".".join(made))
+        products = main_molecule(".".join(_not_among(made, sources) or made))
     return products, canonical(".".join(recorded))
+
+
+def _not_among(molecules: list[str], others: list[str]) -> list[str]:
+    """The canonical `molecules` that are none of `others`, each compared without the charges a proton explains
+    (chem.uncharged: triethylamine and its ammonium ion alike), sorted."""
+    seen = {_uncharged(other) for other in others}
+    return sorted(m for m in molecules if _uncharged(m) not in seen)
 
 
 def _readable_fragments(smiles: str) -> list[str]:

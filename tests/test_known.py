@@ -3,10 +3,11 @@ from dataclasses import replace
 
 import pytest
 
+from molspec_core.chem import canonical
 from molspec_core.io import InputFileError, QueryFile, output_header, parse_upload, result_rows
 from molspec_core.data import _forward_pair
-from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, is_known, known_rank,
-                                recorded_column, recorded_reaction, with_recorded)
+from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, answer_key, column_index, is_known,
+                                known_answers, known_rank, recorded_column, recorded_reaction, with_recorded)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -115,6 +116,12 @@ PPH3 = "c1ccc(P(c2ccccc2)c2ccccc2)cc1"
     ("CCN(CC)CC.[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", "forward",
      ("CCN(CC)CC.[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>", "CNC(C)=O")),
     ("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O", "retro", ("CNC(C)=O", "CC(=O)Cl.CCN(CC)CC.CN")),
+    # ... but a base the products list too passed through: no reactant (no answer could name the route), nor, as
+    # its salt, larger than the amide, the main product (triethylammonium was the retrosynthesis query)
+    ("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O.CCN(CC)CC", "retro", ("CNC(C)=O", "CC(=O)Cl.CN")),
+    ("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O.CC[NH+](CC)CC.[Cl-]", "retro", ("CNC(C)=O", "CC(=O)Cl.CN")),
+    ("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O.CC[NH+](CC)CC.[Cl-]", "forward",
+     ("CC(=O)Cl.NC.CCN(CC)CC>>", "CC[NH+](CC)CC.CNC(C)=O.[Cl-]")),  # known_answers reads the base's salt so
     ("C1CC>>CC |c:0|", "forward", None),  # a CXSMILES RDKit cannot read: Predictor.prepare refuses it, saying why
     ("CC(=O)Cl.NCc1ccccc1>>", "forward", None),  # no outcome: an ordinary query, Predictor.prepare's to read
     ("CC(=O)Cl", "forward", None),
@@ -293,3 +300,9 @@ def test_a_missing_known_column_is_refused_naming_the_columns_as_a_header_is_nam
     listed = str(refused.value).split("(its other columns: ")[1]
     assert listed.startswith(f"{columns[0][:40]}..., assay 1 ") and listed.endswith("and 3 more columns)")
     assert listed.count("assay") == 12
+
+
+def test_a_forward_answer_matches_a_record_that_lists_the_bases_salt_beside_the_product():
+    query = canonical("CC(=O)Cl.NC.CCN(CC)CC")
+    _, known = recorded_reaction("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O.CC[NH+](CC)CC.[Cl-]", "forward")
+    assert answer_key("CNC(C)=O", "forward", query) in known_answers(known, "forward", query)
