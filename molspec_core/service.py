@@ -407,6 +407,17 @@ class _Stopped:
     found: DecodeResult | None
 
 
+def _with_calls(result: DecodeResult | _Stopped, earlier: DecodeStats) -> DecodeResult | _Stopped:
+    """A result decoded again with the counts and time of the decode the time limit cut (`earlier`) added."""
+    found = result.found if isinstance(result, _Stopped) else result
+    if found is None and not earlier.model_calls:
+        return result
+    stats = dataclasses.replace(found.stats) if found is not None else DecodeStats()
+    stats.add(earlier)
+    decoded = DecodeResult(found.hypotheses if found is not None else [], stats)
+    return _Stopped(result.error, decoded) if isinstance(result, _Stopped) else decoded
+
+
 @dataclass(frozen=True)
 class Prediction:
     rank: int  # 1 = best: sane answers first, then flagged ones, then invalid ones, each in model order
@@ -1086,7 +1097,7 @@ class Predictor:
         A decoder that runs its queries one after another (sbs, sampling) and says which leading ones had ended
         gives those their results (stopped in its last query, that one too what it had: sbs's search, the samples
         drawn); the queries after them, and every query of a decoder that says nothing, are decoded again one at a
-        time."""
+        time, the one stopped keeping the calls it made in the batch (they were paid for, as a stopped beam's are)."""
         try:
             with time_limit(None if limit_s is None else limit_s * len(sources)):
                 return list(self.decode(sources, method, n_best, draft_len, n_drafts, sampling))
@@ -1103,8 +1114,12 @@ class Predictor:
                 if result is None or not searched:
                     break
                 kept.append(result)
-        return kept + [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
-                       for src in sources[len(kept):]]
+            cut = found[len(kept)] if len(found) > len(kept) else None  # the query stopped, with its calls by then
+        again = [self._decode_limited([src], method, n_best, draft_len, n_drafts, sampling, limit_s)[0]
+                 for src in sources[len(kept):]]
+        if cut is not None:
+            again[0] = _with_calls(again[0], cut.stats)
+        return kept + again
 
     @property
     def augmentable(self) -> bool:

@@ -708,6 +708,23 @@ def test_a_sampling_batch_stopped_by_the_time_limit_decodes_again_only_the_queri
     assert all(not r.ok and "time limit" in r.error for r in stopped)
 
 
+@pytest.mark.parametrize("method", ["sample", "spec-sample"])
+def test_a_query_stopped_in_a_batch_before_its_last_counts_the_calls_made_before_the_cut(copier, decoder_clock,
+                                                                                          method):
+    """A sampling batch, drawn query by query, stopped in a query before its last, hands that query on with the
+    calls it made; they were dropped, and its row counted only those of its decode again alone. The row counts
+    both now: the calls paid for, as a stopped beam's row counts its search's."""
+    options = SamplingOptions(seed=1)
+    decoder_clock["seconds"] = 0.0
+    stopped, after = copier.predict([SLOW, SLOW + "CC"], method=method, n_best=3, sampling=options, time_limit_s=4)
+    assert not stopped.ok and "time limit" in stopped.error
+    # the batch's 8 s: SLOW's 8 calls and the one that found them passed; then SLOW alone (4 s: 4 calls and the one
+    # that found them passed); then SLOW + "CC" alone, the same. The call that found the time passed is not counted.
+    assert decoder_clock["seconds"] == 9 + 5 + 5
+    assert stopped.stats.model_calls == 8 + 4
+    assert not after.ok and after.stats.model_calls == 4
+
+
 @pytest.mark.parametrize(("method", "delta"), [("sample", 0.0), ("spec-sample", 0.0), ("mentored", 0.1)])
 def test_a_sampling_query_stopped_by_the_time_limit_keeps_the_samples_it_had_drawn(copier, decoder_clock, method,
                                                                                     delta):
