@@ -741,3 +741,23 @@ def test_results_say_when_the_sidebar_has_changed_since_their_run(copy_models, m
     assert differ in texts(at.caption) and "Beam search" in texts(at.caption)  # the results' own settings named
     at.selectbox(key="method").set_value("beam").run()
     assert differ not in texts(at.caption)
+
+
+def test_the_writings_read_column_holds_whole_numbers_beside_a_rejected_row(copy_models, monkeypatch):
+    """The CSV and workbook of a batch with a rejected row wrote writings_read as 5.0 where `molspec predict` writes
+    5: the page typed the whole-number columns it listed, and writings_read, added since, was not among them."""
+    import json
+
+    from molspec_core.io import RESULT_TYPES
+
+    config = copy_models / "forward" / "config.json"  # the copy model, read in several writings
+    config.write_text(json.dumps({**json.loads(config.read_text()), "data_stats": {"augment": 20}}))
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", b"OCCOc1ccccc1\nxyz\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    exported = pd.read_csv(io.BytesIO(safe_csv(at.session_state[BATCH].table)), keep_default_na=False, dtype=str)
+    whole = [name for name, kind in RESULT_TYPES.items() if kind is int]
+    assert "writings_read" in whole and exported["writings_read"].iloc[0] == "5"
+    for name in whole:  # every whole-number column, on the answers' rows and the rejected one's
+        assert all(re.fullmatch(r"\d*", cell) for cell in exported[name]), (name, exported[name].tolist())

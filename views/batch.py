@@ -22,9 +22,9 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from molspec_core.chem import ION_WRITINGS
 from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WORKBOOK_SUFFIX, MAX_INPUT_BYTES,
                              MAX_INPUT_ROWS, MOLFILE_SUFFIX, OLD_WORKBOOK_SUFFIX, OPEN_DOCUMENT_SUFFIX, RESULT_COLUMNS,
-                             SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError, QueryFile,
-                             csv_bytes, output_header, parse_upload, query_column, query_columns, query_format,
-                             refuse_unnamed_results, result_rows, row_list, sd_bytes, several_molecules,
+                             RESULT_TYPES, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError,
+                             QueryFile, csv_bytes, output_header, parse_upload, query_column, query_columns,
+                             query_format, refuse_unnamed_results, result_rows, row_list, sd_bytes, several_molecules,
                              several_molecules_note, workbook_bytes)
 from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
 from molspec_core.roundtrip import check_round_trip
@@ -48,8 +48,9 @@ HYDRIDES = ", ".join(ION_WRITINGS)  # [AlH4-] (LiAlH4), [NaH], [CaH2]
 ION_LIST = "; ".join(f"{species} as {ions}" for species, ions in ION_WRITINGS.items())
 # On screen the reason for a rejected row sits right after its query; the CSV keeps the CLI's order
 # (molspec_core.io.output_header), and both put the input's other columns in front.
-# Whole numbers that a rejected row leaves empty: pandas would make them floats (1.0 where the CLI writes 1).
-COUNT_COLUMNS = ("rank", "model_rank", "writings", "spellings", "model_calls", "accepted_tokens")
+# Whole numbers that a rejected row leaves empty: pandas would make them floats (1.0 where the CLI writes 1). The
+# engine's list (io.RESULT_TYPES): one written out here lacked writings_read, added since, which read 5.0.
+COUNT_COLUMNS = tuple(name for name, kind in RESULT_TYPES.items() if kind is int)
 # "valid" before "sane": an answer RDKit cannot read (ClC(Cl)(Cl)ClCl, a chlorine with two bonds) has no concerns, and
 # showed as an unticked "sane" beside an empty "concerns" cell, with nothing on screen saying why
 SCREEN_ORDER = ["row", "query", "rank", "smiles", "valid", "sane", "concerns", "confidence", "score", "error",
