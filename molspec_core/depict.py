@@ -49,6 +49,11 @@ RING_RADIUS = 0.45  # 2D units (a bond is 1.5): just outside RDKit's highlight (
 PIXELS_PER_UNIT = 28  # at most (RDKit's fixedBondLength; a bond is 1.5 units): small molecules are not blown up
 FRAGMENT_GAP = 2.0  # 2D units between the atoms of two molecules side by side
 LABEL_GAP = 0.8  # and between their atom labels (13CH4 beside H2 18O drew as one label, 2 px apart)
+# A metal's ligands drawn over one another (two atoms of two ligands nearer than OVERLAP) are moved out along their
+# bonds to it, LIGAND_STEP at a time, until each ligand's atoms are CLEAR of the others' or the bonds are
+# LIGAND_STRETCH longer (2D units; a bond is 1.5)
+OVERLAP, CLEAR = 0.5, 1.0
+LIGAND_STEP, LIGAND_STRETCH = 0.25, 5.0
 # Widths of an atom label's characters in 2D units, as RDKit draws them at any scale (measured: H2O 0.86,
 # NH4+ 1.04): the element and its H, and the small isotope, H count and charge
 LABEL_CHAR, LABEL_SMALL_CHAR = 0.35, 0.18
@@ -312,11 +317,13 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
     pieces = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False, fragsMolAtomMapping=fragments)
     if len(pieces) < 2:
         rdDepictor.Compute2DCoords(mol)
+        _ligands_spread(mol)
         return mol
     # each molecule laid out alone: RDKit's packing of them all took 5 s for 300 small ones
     conf = Chem.Conformer(mol.GetNumAtoms())
     for piece, atoms in zip(pieces, fragments):
         rdDepictor.Compute2DCoords(piece)
+        _ligands_spread(piece)
         for local, atom in enumerate(atoms):
             conf.SetAtomPosition(atom, piece.GetConformer().GetAtomPosition(local))
     conf.Set3D(False)
@@ -367,6 +374,63 @@ def laid_out(mol: Chem.Mol, width: int = 360, height: int = 240) -> Chem.Mol:
             left += widths[k]
         top -= row_height + FRAGMENT_GAP
     return mol
+
+
+def _ligands(mol: Chem.Mol) -> list[tuple[int, int, list[int]]]:
+    """Each ligand of each metal atom (not in chem.NONMETALS) bonded to it by one bond (no chelate): (the metal, the
+    ligand's atom bonded to it, the ligand's atoms: all those reached from that one but through the metal)."""
+    found = []
+    for metal in mol.GetAtoms():
+        if metal.GetAtomicNum() in NONMETALS:
+            continue
+        for first in (n.GetIdx() for n in metal.GetNeighbors()):
+            atoms, todo, ring = [first], [first], False
+            while todo:
+                at = todo.pop()
+                for n in mol.GetAtomWithIdx(at).GetNeighbors():
+                    ring |= n.GetIdx() == metal.GetIdx() and at != first  # a chelate: it moves with its metal
+                    if n.GetIdx() != metal.GetIdx() and n.GetIdx() not in atoms:
+                        atoms.append(n.GetIdx())
+                        todo.append(n.GetIdx())
+            if not ring:
+                found.append((metal.GetIdx(), first, atoms))
+    return found
+
+
+def _nearest_apart(points: Sequence[Point3D], groups: Sequence[int]) -> float:
+    """The least distance between two points of different groups (inf where there are none)."""
+    return min((math.dist((a.x, a.y), (b.x, b.y)) for (a, g), (b, h) in itertools.combinations(zip(points, groups), 2)
+                if g != h), default=math.inf)
+
+
+def _ligands_spread(mol: Chem.Mol) -> None:
+    """Move a metal's ligands out along their bonds to it where RDKit laid them over one another (OVERLAP): it lays
+    four PPh3 bonded to a square-planar palladium (Pd(PPh3)4 as Ketcher or ChemDraw write it) a bond's length from
+    it, and their twelve phenyls fell on one another, as Wilkinson's catalyst's nine. All ligands move out alike,
+    LIGAND_STEP at a time, until no two ligands' atoms are nearer than CLEAR (or LIGAND_STRETCH); the metal's
+    bonds are drawn longer, and each ligand keeps RDKit's layout. In place, on the molecule's 2D conformer."""
+    ligands = _ligands(mol)
+    if len(ligands) < 2:
+        return
+    groups = [-1] * mol.GetNumAtoms()
+    for k, (_, _, atoms) in enumerate(ligands):
+        for i in atoms:
+            groups[i] = k
+    conf = mol.GetConformer()
+    start = [Point3D(*conf.GetAtomPosition(i)) for i in range(mol.GetNumAtoms())]
+    if _nearest_apart(start, groups) >= OVERLAP:
+        return
+    moved = list(start)
+    for step in range(1, round(LIGAND_STRETCH / LIGAND_STEP) + 1):
+        for metal, first, atoms in ligands:
+            along = start[first] - start[metal]
+            along *= step * LIGAND_STEP / max(along.Length(), 1e-9)
+            for i in atoms:
+                moved[i] = start[i] + along
+        if _nearest_apart(moved, groups) >= CLEAR:
+            break
+    for i, point in enumerate(moved):
+        conf.SetAtomPosition(i, point)
 
 
 def _without_metal_radicals(mol: Chem.Mol) -> Chem.Mol:

@@ -205,3 +205,38 @@ def test_a_structure_drawn_again_is_not_laid_out_again(monkeypatch):
     assert depict.smiles_svg(peptide, 440, 230, {1: depict.LEAVING_COLOUR}) != first and len(drawn) == 3
     assert depict.smiles_svg("C1CC(") is None
     depict._smiles_svg.cache_clear()  # the pictures above are no real drawings
+
+
+TETRAKIS = "c1ccc([P](c2ccccc2)(c2ccccc2)[Pd]([P](c2ccccc2)(c2ccccc2)c2ccccc2)([P](c2ccccc2)(c2ccccc2)c2ccccc2)" \
+           "[P](c2ccccc2)(c2ccccc2)c2ccccc2)cc1"
+
+
+def _nearest_unbonded(mol: Chem.Mol) -> float:
+    """The least distance, in 2D units, between two atoms of a laid-out molecule that share no bond."""
+    conf = mol.GetConformer()
+    return min((conf.GetAtomPosition(i) - conf.GetAtomPosition(j)).Length()
+               for i, j in itertools.combinations(range(mol.GetNumAtoms()), 2) if not mol.GetBondBetweenAtoms(i, j))
+
+
+@pytest.mark.parametrize("smiles", [
+    TETRAKIS,  # Pd(PPh3)4 as Ketcher or ChemDraw write it: RDKit laid its twelve phenyls on one another
+    "c1ccc(P(->[Pd](<-P(c2ccccc2)(c2ccccc2)c2ccccc2)(<-P(c2ccccc2)(c2ccccc2)c2ccccc2)<-P(c2ccccc2)(c2ccccc2)"
+    "c2ccccc2)(c2ccccc2)c2ccccc2)cc1",  # ... with dative bonds
+    "Cl[Rh]([P](c1ccccc1)(c1ccccc1)c1ccccc1)([P](c1ccccc1)(c1ccccc1)c1ccccc1)[P](c1ccccc1)(c1ccccc1)c1ccccc1",
+    f"CC(=O)Cl.NCc1ccccc1.{TETRAKIS}",  # beside a reaction's other molecules
+])
+def test_a_metals_ligands_are_drawn_apart(smiles):
+    mol = Chem.MolFromSmiles(smiles)
+    assert mol is not None
+    assert _nearest_unbonded(depict.laid_out(mol)) >= depict.OVERLAP
+
+
+@pytest.mark.parametrize("smiles", ["Cl[Pd](Cl)([P](c1ccccc1)(c1ccccc1)c1ccccc1)[P](c1ccccc1)(c1ccccc1)c1ccccc1",
+                                    "c1ccc(C(c2ccccc2)(c2ccccc2)c2ccccc2)cc1", "CC(=O)O[Pd]OC(C)=O"])
+def test_a_molecule_rdkit_draws_apart_keeps_its_layout(smiles):
+    from rdkit.Chem import rdDepictor
+
+    mol = Chem.MolFromSmiles(smiles)
+    rdDepictor.Compute2DCoords(mol)
+    laid = depict.laid_out(Chem.MolFromSmiles(smiles))
+    assert laid.GetConformer().GetPositions().tolist() == mol.GetConformer().GetPositions().tolist()
