@@ -127,6 +127,7 @@ def _one_per_line(name: str, column: str | None, too_many: TooManyRecords, text:
 def stock_from_queries(table: QueryFile, source: str) -> Stock:
     unread = [problem for problem in table.problems if problem]  # SD records RDKit cannot read
     molecules, n_unreadable, first_unreadable = set(), len(unread), unread[0] if unread else ""
+    named = query_format(source)[1] == "txt"  # a TXT line's name may follow its SMILES (_stock_mol)
     for entry in table.queries:
         fields = entry.split()
         if not fields or fields[0].startswith("#"):
@@ -134,7 +135,7 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         try:
             # An entry of several molecules (a salt, CCN(CC)CCO.Cl) gives each: a route's reactants are single
             # molecules, so the whole entry could never match one.
-            mol = _stock_mol(entry)
+            mol = _stock_mol(entry, named)
             for part in Chem.GetMolFrags(mol, asMols=True) if "." in entry else (mol,):
                 molecule = Chem.MolToSmiles(part)
                 molecules.add(molecule)
@@ -155,15 +156,21 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
     return Stock(molecules, source, n_unreadable, first_unreadable)
 
 
-def _stock_mol(entry: str) -> Chem.Mol:
-    """The molecule of a stock entry (its first field: a TXT line may carry a name; io splits .smi ones), its atom
-    maps cleared. Read once: each entry was parsed, written and parsed again (and each ion a third time), which was
+def _stock_mol(entry: str, named: bool = True) -> Chem.Mol:
+    """The molecule of a stock entry, its atom maps cleared: its first field where the entry may carry a name after
+    it (`named`: a TXT line; io splits .smi ones), else the entry whole, which holds no white space (a table's cell, an
+    SD record's molecule): a cell's SMILES pasted with a line break in it, CCOC(=O)c1ccccc1 and OC on two lines, put
+    the ester in stock without a word, as RDKit reads what follows a space as a name. Read once: each entry was
+    parsed, written and parsed again (and each ion a third time), which was
     most of the time `molspec plan` and the app's first search spent reading the default stock. A CXSMILES's
     centres in an AND group (a racemate) or an OR group (one configuration, not known which) are left unspecified:
     the stock holds no one configuration of them, and the SMILES alone, C[C@H](N)C(=O)O of racemic alanine, put
     L-alanine in stock."""
     cxsmiles = CXSMILES.match(entry.strip())
-    smiles = entry.split()[0] if cxsmiles is None else cxsmiles[0]
+    smiles = cxsmiles[0] if cxsmiles is not None else entry.split()[0] if named else entry.strip()
+    if any(char.isspace() for char in smiles) and cxsmiles is None:
+        raise ChemError(f"{smiles[:80]!r} holds a space or a line break, which no SMILES holds (RDKit would read the "
+                        "part before it alone): a cell holds one SMILES, whole")
     mol = mol_from_smiles(smiles)
     unknown = [atom for group in (mol.GetStereoGroups() if cxsmiles else ())
                if group.GetGroupType() != Chem.StereoGroupType.STEREO_ABSOLUTE for atom in group.GetAtoms()]

@@ -811,6 +811,19 @@ def test_stock_reads_a_gzipped_csv_with_a_smiles_column(tmp_path):
     assert sorted(m.smiles for m in load_stock(path).to_purchasable_mols()) == ["CC(=O)O", "Nc1ccccc1"]
 
 
+def test_a_table_cell_with_a_space_or_line_break_in_its_smiles_is_left_out_not_read_in_part(tmp_path):
+    """A cell's SMILES pasted with a line break in it (CCOC(=O)c1ccccc1, then OC) put the ester in stock without a word:
+    an entry was read to its first space, as a TXT line carrying a name is. A cell is one SMILES, whole; a TXT line
+    still carries its name."""
+    path = tmp_path / "shelf.csv"
+    path.write_text('id,smiles\n1,"CCOC(=O)c1ccccc1\nOC"\n2,not a smiles\n3,CCN\n')
+    stock = load_stock(path)
+    assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCN"]
+    assert stock.n_unreadable == 2 and stock.first_unreadable.startswith("'CCOC(=O)c1ccccc1\\nOC' holds a space")
+    (tmp_path / "shelf.txt").write_text("CCN ethylamine\n")
+    assert sorted(m.smiles for m in load_stock(tmp_path / "shelf.txt").to_purchasable_mols()) == ["CCN"]
+
+
 def test_stock_reads_an_excel_inventory_and_an_uploaded_one(tmp_path):
     from molspec_core.io import workbook_bytes
     from molspec_core.planning import stock_from_upload
