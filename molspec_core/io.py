@@ -76,6 +76,10 @@ CSV_SUFFIXES = (".csv", ".tsv")
 # is part of the query and rejected there, never taken as the start of a name.
 SMILES_FILE_SUFFIXES = (".smi", ".smiles")
 NAME_COLUMN = "name"  # a SMILES file's names, when its first line is no header naming them otherwise
+# A SMILES file's first line is a header where its first field (any case) is a name a table's query or stock column has:
+# RDKit writes "SMILES Name", eMolecules' building blocks open "isosmiles version_id parent_id", which was read as a
+# query and refused (in a stock, left out as an unreadable entry, 'isosmiles'). None of these names is a SMILES.
+SMILES_FILE_HEADERS = frozenset((*SMILES_COLUMNS, *STOCK_COLUMNS))
 SD_FILE_SUFFIXES = (".sdf", ".sd")  # SD files: each record's molecule is a query, its title and data fields cells
 # An Excel workbook (openpyxl): read from the first sheet with a header row naming the query column, as a CSV is read;
 # results written to one sheet with numbers as numbers and text as text. Excel's own limits: a sheet's rows,
@@ -812,11 +816,11 @@ def parse_smiles_file(lines: list[str]) -> QueryFile:
     """A SMILES file's lines: each one's SMILES is its text up to the first space or tab (a CXSMILES's up to the
     end of its |...| extension), the rest (spaces and tabs around it dropped) its name, carried in a column of its
     own. A first line whose first field
-    is "smiles" (any case) is a header, and names that column with its rest (RDKit's writer puts "SMILES
-    Name" there). A file with no header and no name reads like a TXT file."""
+    is one of SMILES_FILE_HEADERS (any case) is a header, and names that column with its rest (RDKit's writer puts
+    "SMILES Name" there). A file with no header and no name reads like a TXT file."""
     header = ""
     first = _smiles_and_name(lines[0]) if lines else ("", "")
-    if first[0].lower() == "smiles":
+    if first[0].casefold() in SMILES_FILE_HEADERS:
         header, lines = first[1] or NAME_COLUMN, lines[1:]
     pairs = [_smiles_and_name(line) for line in lines]
     if not header and not any(name for _, name in pairs):

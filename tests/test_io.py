@@ -888,6 +888,16 @@ def test_a_smiles_file_header_names_its_column_and_is_no_query(tmp_path, name):
     assert table.queries == ["CCO", "CCN"] and table.columns == ("Name",) and table.cells == (("ethanol",), ("",))
 
 
+def test_a_smiles_file_headed_with_a_stock_or_query_columns_name_reads_it_as_a_header(tmp_path):
+    """eMolecules' building blocks open "isosmiles version_id parent_id": only "smiles" opened a header, and that line
+    was read as a query, refused as no SMILES."""
+    (tmp_path / "version.smi").write_text("isosmiles\tversion_id\tparent_id\nCCO\t7\t7\nCCN\t8\t8\n")
+    table = read_queries(tmp_path / "version.smi")
+    assert table.queries == ["CCO", "CCN"] and table.cells == (("7\t7",), ("8\t8",))
+    (tmp_path / "q.smi").write_text("Product id\nCCO a\n")
+    assert read_queries(tmp_path / "q.smi").queries == ["CCO"]
+
+
 def test_a_space_in_a_txt_query_stays_in_it_and_a_smiles_file_without_names_reads_as_txt(tmp_path):
     """Only .smi and .smiles files take text after a space as a name: in a TXT file "CCO . CCN" is one
     query, which the service then rejects, rather than CCO predicted under the name ". CCN"."""

@@ -824,6 +824,14 @@ def test_a_table_cell_with_a_space_or_line_break_in_its_smiles_is_left_out_not_r
     assert sorted(m.smiles for m in load_stock(tmp_path / "shelf.txt").to_purchasable_mols()) == ["CCN"]
 
 
+def test_a_vendors_smiles_file_header_is_no_unreadable_entry(tmp_path):
+    """eMolecules' file opens "isosmiles version_id parent_id": the stock said '1 unreadable entry left out: RDKit
+    cannot parse 'isosmiles''."""
+    (tmp_path / "version.smi").write_text("isosmiles version_id parent_id\nCCO 1 1\nc1ccccc1N 2 2\n")
+    stock = load_stock(tmp_path / "version.smi")
+    assert len(stock) == 2 and stock.n_unreadable == 0 and not stock.first_unreadable
+
+
 def test_stock_reads_an_excel_inventory_and_an_uploaded_one(tmp_path):
     from molspec_core.io import workbook_bytes
     from molspec_core.planning import stock_from_upload
