@@ -463,6 +463,32 @@ def test_stage_keeps_the_shipped_weights_from_travelling_and_unstage_puts_them_b
     assert "/models/" not in (repo / ".git" / "info" / "exclude").read_text().splitlines()
 
 
+def test_stage_measures_what_a_start_command_takes_against_the_device_limit(kit, tmp_path, monkeypatch, capsys):
+    """The plan quoted the tree's size as measured sessions before (6.7 MB; it had grown to 8.7 with the reports),
+    and the person spending the block added up the carry by hand: `stage` now says what travels, measured."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    for path, size in (("README.md", 1_000_000), ("models/forward/model.safetensors", 3_000_000),
+                       ("gpu/forward/train.npz", 2_000_000), ("notes.txt", 500_000)):  # notes: untracked, travels
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(b"x" * size)
+    (repo / ".gitignore").write_text("gpu/\n")
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "README.md", ".gitignore", "models"], check=True)
+    monkeypatch.setattr(kit, "ROOT", repo)
+    monkeypatch.setattr(kit, "EXCLUDE", repo / ".git" / "info" / "exclude")
+    monkeypatch.setattr(kit, "GPU_DIR", repo / "gpu")
+    monkeypatch.setattr(kit, "MODELS", repo / "models")
+    kit.main(["stage"])
+    out = capsys.readouterr().out
+    assert "the tree that travels with every command: 1.5 MB; a command may take 67.1 MB (64 MiB)" in out
+    assert "forward's start command (carry gpu/forward 2.0 MB, models/forward 3.0 MB): 6.5 MB, fits" in out
+    assert "retro" not in out  # nothing packed for it
+    monkeypatch.setattr(kit, "CARRY_BYTES", 6_000_000)
+    assert "6.5 MB, 0.5 MB over: the device refuses it" in kit.travel_sizes()
+
+
 def test_speed_leaves_out_an_engine_beside_itself_and_refuses_one_named_twice(kit, tmp_path, monkeypatch, capsys):
     """speed --engines timed an engine beside itself as a speedup where it was the one the kit's own rows run on
     (--engines torch on a GPU, where auto is torch; --engines auto anywhere), and --engines torch,torch ran one row,

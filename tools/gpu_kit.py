@@ -61,6 +61,7 @@ GPU_TOKENS = 98_304
 QUICK_INDEX = {"forward": "uspto_mit_test_500.idx", "retro": "uspto50k_test_500.idx"}
 QUICK = 200
 PART_BYTES = 15 * 1024 * 1024  # under the device's 16 MiB per returned file
+CARRY_BYTES = 64 * 1024 * 1024  # what one device command may take: the tree that travels and its carry together
 GPU_DIR = ROOT / "gpu"  # what travels as `carry`: data and resume exports
 RUNS = ROOT / "runs"
 MODELS = ROOT / "models"  # the shipped weights the plan trains on from (`start --init models`)
@@ -192,6 +193,32 @@ def cmd_stage(_: argparse.Namespace) -> None:
     EXCLUDE.write_text("\n".join(lines + ["/models/"] * ("/models/" not in lines)) + "\n")
     _git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "models")  # a second stage finds nothing to take out
     print("models/ is out of the index until `unstage`; do not commit meanwhile.")
+    print(travel_sizes())
+
+
+def _file_bytes(paths: list[Path]) -> int:
+    return sum(path.lstat().st_size for path in paths if path.is_file() and not path.is_symlink())
+
+
+def travel_sizes() -> str:
+    """What a start command takes to the device, measured now (the tree grows with each session's reports): the
+    tree that travels (tracked files and the untracked ones git does not ignore) and, for each packed task, with
+    gpu/<task> and models/<task> carried, against the device's limit."""
+    names = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+    tree = _file_bytes([ROOT / name for name in names if name])
+    lines = [f"the tree that travels with every command: {tree / 1e6:.1f} MB; a command may take "
+             f"{CARRY_BYTES / 1e6:.1f} MB (64 MiB), its carry included"]
+    for task in TASKS:
+        carry = {f"{folder.parent.name}/{task}": _file_bytes(list(folder.rglob("*")))
+                 for folder in (GPU_DIR / task, MODELS / task) if folder.is_dir()}
+        if f"{GPU_DIR.name}/{task}" not in carry:
+            continue
+        total = tree + sum(carry.values())
+        over = (total - CARRY_BYTES) / 1e6
+        verdict = "fits" if over <= 0 else f"{over:.1f} MB over: the device refuses it"
+        listed = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in carry.items())
+        lines.append(f"{task}'s start command (carry {listed}): {total / 1e6:.1f} MB, {verdict}")
+    return "\n".join(lines)
 
 
 def cmd_unstage(_: argparse.Namespace) -> None:
