@@ -776,6 +776,16 @@ def test_kept_rows_are_read_back_as_written_and_refused_from_another_run(tmp_pat
         molspec_io.check_kept(molspec_io.Kept(keep.path), header, ["CCO"], "beam")
 
 
+def test_rows_kept_by_an_earlier_version_without_writings_read_are_refused_naming_that_cause(tmp_path):
+    """A predict interrupted before writings_read was added, resumed after: its kept rows have other columns, and the
+    refusal named only another input file or other options."""
+    keep = molspec_io.Kept(tmp_path / "out.interrupted.csv")
+    old = [c for c in output_header(["id"]) if c != "writings_read"]
+    write_csv(keep.path, old, [])
+    with pytest.raises(InputFileError, match="or an earlier MolSpec, whose results had other columns"):
+        molspec_io.check_kept(keep, output_header(["id"]), ["CCO"], "beam")
+
+
 def test_a_written_file_gets_the_usual_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
