@@ -78,3 +78,35 @@ def test_copied_tokens_view_counts_what_was_copied(draft_models, monkeypatch):
     assert result.stats.draft_tokens_accepted > 0
     assert f"{result.stats.draft_tokens_accepted} draft-model tokens were accepted" in texts(at.info)
     assert "copied out of the query" not in texts(at.caption)
+
+
+def test_the_sidebars_knobs_come_back_as_set_after_a_method_or_task_without_them(draft_models, monkeypatch):
+    """Samples 2 and temperature 0.1 set for sampling came back as 5 and 0.5 after a look at greedy, which has no
+    such sliders (Streamlit forgets a widget's state in a run that does not draw it), and the next prediction
+    sampled with the defaults; a round-trip check turned off came back on after a visit to the forward task."""
+    import json
+
+    retro = draft_models / "retro"  # the copy model as a retrosynthesis model too: the round-trip check shows
+    shutil.copytree(draft_models / "forward", retro)
+    (retro / "config.json").write_text(json.dumps({**json.loads((retro / "config.json").read_text()),
+                                                   "task": "retro"}))
+    at = app(draft_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("mentored").run()
+    set_here = {"n_samples": 2, "temperature": 0.1, "top_k": 3, "delta": 0.3}
+    for key, value in set_here.items():
+        at.slider(key=key).set_value(value).run()
+    at.number_input(key="seed").set_value(7).run()
+    at.selectbox(key="method").set_value("greedy").run()
+    at.selectbox(key="method").set_value("mentored").run()
+    assert_clean(at)
+    assert {key: at.slider(key=key).value for key in set_here} == set_here
+    assert at.number_input(key="seed").value == 7
+    at.radio(key="task").set_value("retro").run()
+    at.select_slider(key="round_trip_k").set_value(3).run()
+    at.toggle(key="round_trip").set_value(False).run()
+    at.radio(key="task").set_value("forward").run()
+    at.radio(key="task").set_value("retro").run()
+    assert_clean(at)
+    assert at.toggle(key="round_trip").value is False
+    at.toggle(key="round_trip").set_value(True).run()
+    assert at.select_slider(key="round_trip_k").value == 3

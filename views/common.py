@@ -268,7 +268,7 @@ def render_sidebar() -> Settings:
     method = sb.selectbox("Decoding method", methods, format_func=method_label, key="method", help=METHOD_HELP)
     n_best = 1
     if reads(method, "n_best") and METHODS[method].family == "sampling":
-        n_best = sb.slider("Samples", 1, 10, 5, key="n_samples",
+        n_best = sb.slider("Samples", 1, 10, **remembered("n_samples", 5),
                            help="How many answers to draw; repeated answers are merged and ranked by score.")
     elif reads(method, "n_best"):
         n_best = sb.slider("Beam width (n-best)", 1, 10, **kept(BEAM_WIDTH, "n_best"),
@@ -323,11 +323,11 @@ def _round_trip_settings(task: str) -> tuple[str | None, int]:
     if not forward_models:
         sb.caption("Round-trip check: install a forward model (models/forward/) to check each answer.")
         return None, 1
-    if not sb.toggle("Round-trip check", value=True, key="round_trip",
+    if not sb.toggle("Round-trip check", **remembered("round_trip", True),
                      help="Runs every sane answer back through the forward model: ✓ when the forward model "
                           "gives the product back within its top-k."):
         return None, 1
-    k = sb.select_slider("Round trip within forward top-k", [1, 2, 3, 5], value=1, key="round_trip_k")
+    k = sb.select_slider("Round trip within forward top-k", [1, 2, 3, 5], **remembered("round_trip_k", 1))
     return forward_models[0], int(k)
 
 
@@ -372,6 +372,16 @@ def kept(value_key: str, widget_key: str) -> dict:
 
 def _keep(widget_key: str, value_key: str) -> None:
     st.session_state[value_key] = st.session_state[widget_key]
+
+
+def remembered(widget_key: str, default: object) -> dict:
+    """kept() for a sidebar setting with a fixed default, its value under widget_key + "__kept": the sampling
+    knobs and the round-trip check came back on their defaults after a method or task that does not draw them
+    (temperature 0.1 set for sampling read 0.5 again after a look at greedy, and the next query sampled at 0.5).
+    Draw the widget without a value argument."""
+    value_key = f"{widget_key}__kept"
+    st.session_state.setdefault(value_key, default)
+    return kept(value_key, widget_key)
 
 
 def kept_in_form(widget_key: str, default: object) -> str:
@@ -428,21 +438,24 @@ def _sampling_knobs(method: str) -> SamplingOptions:
     method does not read is refused: Settings.sampling_of)."""
     sb, knobs, start = st.sidebar, {}, APP_SAMPLING
     if reads(method, "temperature"):
-        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, start.temperature, 0.1, key="temperature",
+        knobs["temperature"] = sb.slider("Temperature", 0.1, 2.0, step=0.1, **remembered("temperature",
+                                                                                             start.temperature),
                                          help="Below 1 sharpens the model's distribution, above 1 flattens it. "
                                               "Near 1 most samples of these models are not valid SMILES.")
     if reads(method, "top_k"):
-        knobs["top_k"] = sb.slider("Top-k (0: all tokens)", 0, 50, start.top_k, key="top_k")
+        knobs["top_k"] = sb.slider("Top-k (0: all tokens)", 0, 50, **remembered("top_k", start.top_k))
     if reads(method, "beta"):
-        knobs["beta"] = sb.slider("Beta: draft among the top tokens", 1, 5, start.beta, key="beta")
+        knobs["beta"] = sb.slider("Beta: draft among the top tokens", 1, 5, **remembered("beta", start.beta))
     if reads(method, "tau"):
-        knobs["tau"] = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, start.tau, 0.1, key="tau")
+        knobs["tau"] = sb.slider("Tau: log-prob gap allowed (nats)", 0.0, 5.0, step=0.1,
+                                 **remembered("tau", start.tau))
     if reads(method, "delta"):
-        knobs["delta"] = sb.slider("Delta: KL budget per token", 0.0, 1.0, start.delta, 0.01, key="delta",
+        knobs["delta"] = sb.slider("Delta: KL budget per token", 0.0, 1.0, step=0.01,
+                                   **remembered("delta", start.delta),
                                    help="0 is exact speculative sampling; more accepts more drafts and moves the "
                                         "answers.")
     if reads(method, "seed"):
-        knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, start.seed, key="seed"))
+        knobs["seed"] = int(sb.number_input("Seed", 0, 10_000, **remembered("seed", start.seed)))
     return SamplingOptions(**knobs)
 
 
