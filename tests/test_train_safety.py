@@ -285,6 +285,19 @@ def test_a_run_folder_given_to_resume_or_init_is_named_as_one_with_its_folders(d
     run(data, tmp_path / "second", max_steps=4, init=str(model))  # as the refusal says
 
 
+def test_a_folder_of_model_folders_given_to_init_names_the_one_for_the_datas_task(data, tmp_path):
+    """The GPU kit's `start --init models` takes the folder of <task>/ model folders; copied to `train`, whose
+    --init is one model folder, it said only "models/config.json is missing"."""
+    run(data, tmp_path / "first", max_steps=2)
+    models = tmp_path / "models"
+    for task in ("forward", "retro"):
+        shutil.copytree(tmp_path / "first" / "export", models / task)
+    with pytest.raises(ValueError, match=rf"--init {models} holds model folders \(forward, retro\), not a model: "
+                                         rf"give the one for these forward data, --init {models / 'forward'}$"):
+        run(data, tmp_path / "second", max_steps=4, init=str(models))
+    assert not (tmp_path / "second").exists()
+
+
 def test_init_from_a_model_of_the_other_task_is_refused(data, tmp_path):
     retro = tmp_path / "retro"
     write_splits(retro, {"train": [Pair(p.tgt, p.src) for p in PAIRS] * 2, "val": PAIRS[:2], "test": PAIRS[:1]},
