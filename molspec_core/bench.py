@@ -478,9 +478,13 @@ def markdown_table(report: dict) -> str:
     if report.get("skipped_queries"):
         skipped = report["skipped_queries"]
         given = report.get("n_given", report["n_queries"] + len(skipped))  # reports from before it: a whole run's
-        lines.append(f"\n{len(skipped)} of the {given} queries given were skipped (the "
-                     f"model cannot read them; misses in top-k): the first, query {skipped[0]['query']}: "
-                     f"{skipped[0]['error']}")
+        # a whole run's top-k counts them as misses; a stopped run's is of the queries measured (run_bench), and a run
+        # without targets has none
+        counted = ("" if not any("top1" in m for m in report["methods"].values()) else
+                   "; not in top-k, which is of the queries measured" if report.get("interrupted") else
+                   "; misses in top-k")
+        lines.append(f"\n{len(skipped)} of the {given} queries given were skipped (the model cannot read them"
+                     f"{counted}): the first, query {skipped[0]['query']}: {skipped[0]['error']}")
     if report.get("sweep"):
         sweep = report["sweep"]
         knob = sweep["knob"]

@@ -54,7 +54,22 @@ def test_a_run_stopped_part_way_counts_the_skipped_queries_among_those_given(mon
     report = run_bench(Predictor.load(MODEL), [*QUERIES[:2], "xyz", *QUERIES[2:]], None, ["greedy", "spec-lookup"],
                        warmup=0, progress=False)
     assert report["n_queries"] == 2 and report["n_given"] == 6
-    assert "1 of the 6 queries given were skipped" in markdown_table(report)
+    assert "1 of the 6 queries given were skipped (the model cannot read them): the first" in markdown_table(report)
+
+
+def test_the_table_says_skipped_queries_are_misses_only_where_top_k_counts_them(monkeypatch):
+    """A stopped run's top-k is of the queries measured, and a run without targets has none, yet the table said the
+    skipped queries were 'misses in top-k' under both."""
+    queries = [*QUERIES[:2], "xyz", *QUERIES[2:]]
+    targets = [q.replace("C", "") or "O" for q in queries]
+    whole = run_bench(Predictor.load(MODEL), queries, targets, ["greedy"], warmup=0, progress=False)
+    assert "1 of the 6 queries given were skipped (the model cannot read them; misses in top-k)" in markdown_table(
+        whole)
+    ctrl_c_at_call(monkeypatch, 5)  # batch 3's first method: batches 1 and 2 measured
+    stopped = run_bench(Predictor.load(MODEL), queries, targets, ["greedy", "spec-lookup"], warmup=0, progress=False)
+    assert stopped["topk_counts"] == "of the queries measured before the run was stopped"
+    assert ("1 of the 6 queries given were skipped (the model cannot read them; not in top-k, which is of the queries "
+            "measured)") in markdown_table(stopped)
 
 
 def test_ctrl_c_before_a_batch_is_measured_stops_the_run(monkeypatch):
