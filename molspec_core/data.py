@@ -61,6 +61,7 @@ UINT8_TOKENS = 256  # token ids are stored as uint8 (compact data for the GPU ma
 # The files of the shared data folder (its README) that prepare-data reads, relative to it
 MIT_VALID = ("uspto_mit/derived/src-valid.mixed.txt.gz", "uspto_mit/derived/tgt-valid.txt.gz")  # (sources, targets)
 MIT_TEST = ("uspto_mit/derived/src-test.mixed.txt.gz", "uspto_mit/derived/tgt-test.txt.gz")
+MIT_VALID_MAPPED = "uspto_mit/raw/valid.txt.gz"  # MIT_VALID's reactions line for line, atom-mapped
 FULL_POOL = ("uspto_full/uspto_valT.csv.xz", "uspto_full/uspto_testT_minus_holdout.csv.xz")
 GLN_TRAIN = "uspto50k/derived/train_liu_minus_gln_valtest.csv.gz"
 GLN_TRAIN_MAPPED = "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz"  # atom-mapped by RXNMapper
@@ -241,6 +242,31 @@ def in_rooted_writings(pairs: list[Pair], n: int, workers: int) -> list[Pair]:
     return dedupe(keep_short([Pair(w, p.tgt) for p, ws in zip(pairs, writings) for w in ws]))
 
 
+def mit_mapped(root: Path) -> dict[Pair, str]:
+    """Each USPTO-MIT valid pair (MIT_VALID) -> its atom-mapped reaction, the raw file's line in the same place."""
+    pairs = read_pairs(root / MIT_VALID[0], root / MIT_VALID[1])
+    lines = read_lines(root / MIT_VALID_MAPPED)
+    if len(lines) != len(pairs):
+        raise ValueError(f"{MIT_VALID_MAPPED}: {len(lines)} lines against {len(pairs)} valid pairs")
+    return dict(zip(pairs, lines))
+
+
+def _aligned_writings(job: tuple[str, Pair, int]) -> tuple[list[Pair], bool]:
+    """A pair's source in up to n rooted writings (as in_rooted_writings), each with the target written to read
+    like it (rsmiles.forward_aligned), and True; the canonical target for every writing, and False, where the
+    reaction's maps cannot align them."""
+    from .rsmiles import MappingError, forward_aligned
+
+    mapped, pair, n = job
+    writings = _rooted_writings((pair.src, n))
+    if mapped:
+        try:
+            return [Pair(w, t) for w, t in zip(writings, forward_aligned(mapped, pair.tgt, writings))], True
+        except MappingError:
+            pass
+    return [Pair(w, pair.tgt) for w in writings], False
+
+
 def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: int, vocab: Vocab | None = None) -> dict:
     """The pool and the USPTO-MIT valid rows after the first n_val, leakage filtered, each source in up to `augment`
     writings. `vocab`: encode with the model's to be trained on (the GPU kit's block from the shipped weights): a
@@ -269,13 +295,15 @@ def prepare_forward(root: Path, out: Path, n_val: int, workers: int, augment: in
 
 
 def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: Vocab | None, rooted: bool = False,
-                        workers: int = 2, rows_before: int = 0) -> dict:
+                        workers: int = 2, rows_before: int = 0, aligned: bool = False) -> dict:
     """Fine-tune data: the USPTO-MIT valid rows after the first n_val only (the test set's own writing,
     reagents included), each source in up to `augment` writings, MIT's own first; the product stays
     canonical. The other writings are random ones (chem.random_writing, seeded per row), or with `rooted`
     the rooted writings the app reads a query in (as prepare_forward writes them): the data the shipped
     forward model was fine-tuned on since session 32 (its card, CPU runs 18-30). `rows_before` N > n_val: only
-    the rows n_val..N-1 (rows a model validated on the first N never trained on)."""
+    the rows n_val..N-1 (rows a model validated on the first N never trained on). `aligned` (with `rooted`): each
+    target, training and validation, written to read like its source (rsmiles.forward_aligned, from the reactions'
+    atom maps), no longer canonical; the test rows keep MIT's targets, as scoring canonicalizes."""
     from .chem import ChemError, random_writing
 
     if augment < 1:
@@ -290,7 +318,19 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
                    "removed_leakage_mit_test_or_val_product": len(rows) - len(kept)}
     if rows_before:
         stats["mit_valid_rows"] = f"{n_val}-{n_val + len(rows) - 1}"
-    if rooted:
+    val = mit.val
+    if aligned:
+        if not rooted:
+            raise ValueError("forward-mit: aligned targets are for rooted writings (rooted)")
+        mapped = mit_mapped(root)
+        reactions = dedupe(keep_short(kept))
+        done = parallel_map(_aligned_writings, [(mapped.get(p, ""), p, augment) for p in reactions], workers, 500)
+        train = dedupe(keep_short([pair for pairs, _ in done for pair in pairs]))
+        val = [pairs[0] for pairs, _ in parallel_map(_aligned_writings, [(mapped.get(p, ""), p, 1) for p in val],
+                                                   workers, 500)]
+        stats.update(train_reactions=len(reactions), augment=augment, aligned_targets=True,
+                     targets_not_aligned=sum(not ok for _, ok in done))
+    elif rooted:
         reactions = dedupe(keep_short(kept))
         train = in_rooted_writings(reactions, augment, workers)
         # "augment" marks root-aligned data (root_aligned): the model can read a query in its rooted writings
@@ -311,8 +351,8 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
         # the reactions as the rooted branch counts them (tools/hard_examples.py build read 0 of such a folder)
         stats.update(train_reactions=len(dedupe(keep_short(kept))), random_writings_per_source=augment,
                      sources_rdkit_cannot_read=unreadable)
-    stats.update(train=len(train), val=len(mit.val), test=len(mit.test))
-    write_splits(out, {"train": train, "val": mit.val, "test": mit.test}, stats, vocab)
+    stats.update(train=len(train), val=len(val), test=len(mit.test))
+    write_splits(out, {"train": train, "val": val, "test": mit.test}, stats, vocab)
     return stats
 
 
@@ -582,7 +622,8 @@ def check_can_write(flag: str, folder: Path, at: Path) -> None:
 
 
 def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 2, augment: int | None = None,
-            vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "", rows_before: int = 0) -> dict:
+            vocab: Vocab | None = None, rooted: bool = False, val_rest: str = "", rows_before: int = 0,
+            aligned: bool = False) -> dict:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
     if augment is not None and augment > MAX_AUGMENT:  # --augment 100000000 ran until it was killed
@@ -596,6 +637,8 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
         raise ValueError(f"{task}: val_rest is for retro (forward always trains on the MIT valid rows after n_val)")
     if rows_before and task != "forward-mit":
         raise ValueError(f"{task}: rows_before is for forward-mit (retro's unused validation rows: val_rest)")
+    if aligned and not rooted:
+        raise ValueError("aligned targets are for forward-mit with rooted writings (rooted)")
     if rooted and task != "forward-mit":
         raise ValueError(f"{task}: rooted is for forward-mit (forward's writings are always rooted, "
                          "retro's root-aligned)")
@@ -606,7 +649,7 @@ def prepare(task: str, root: Path, out: Path, n_val: int = 2000, workers: int = 
     if task == "forward":
         return prepare_forward(root, out, n_val, workers, augment, vocab)
     if task == "forward-mit":
-        return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers, rows_before)
+        return prepare_forward_mit(root, out, n_val, augment, vocab, rooted, workers, rows_before, aligned)
     if task == "forward-gln":
         return prepare_forward_gln(root, out, n_val, augment, vocab, workers)
     return prepare_retro(root, out, n_val, workers, augment, val_rest, vocab)

@@ -94,3 +94,41 @@ def augment(mapped_reaction: str, n: int, rng: random.Random) -> list[tuple[str,
     while len(roots) < n:  # small products: repeat roots
         roots.append(rng.randrange(n_atoms))
     return [aligned_pair(product, reactants, root) for root in roots]
+
+
+def forward_aligned(mapped_reaction: str, target: str, sources: list[str]) -> list[str]:
+    """`target`, the recorded product, written once for each writing of the query in `sources` so that it reads like
+    that writing (root alignment for forward prediction, Zhong et al. 2022): rooted at the product atom mapped to the
+    first atom of the writing, in its string's order, that reaches the product. `mapped_reaction` is the reaction
+    with atom maps (USPTO-MIT's raw line: reactants>reagents>products, edits after a space). Raises MappingError
+    where the maps cannot align them (each writing must be the mapped reactant side's molecules)."""
+    reactant_text, _, product_text = mapped_reaction.split(" ")[0].split(">")
+    reactants, products = Chem.MolFromSmiles(reactant_text), Chem.MolFromSmiles(product_text)
+    product = Chem.MolFromSmiles(target)
+    if reactants is None or products is None or product is None:
+        raise MappingError("RDKit cannot parse the mapped reaction or its target")
+    in_products = _strip_maps(products).GetSubstructMatch(product)
+    if len(in_products) != product.GetNumAtoms():
+        raise MappingError("the target is not among the mapped reaction's products")
+    maps = {products.GetAtomWithIdx(j).GetAtomMapNum(): i for i, j in enumerate(in_products)}
+    maps.pop(0, None)
+    # atoms are matched by their canonical rank (symmetry class), not by a substructure search, which ran for
+    # minutes on some USPTO-MIT reactant sides; symmetric atoms give equivalent roots
+    text, order = _rooted(_strip_maps(reactants), -1)
+    reread = Chem.MolFromSmiles(text)
+    reach: dict[int, int] = {}  # rank class -> a product atom that a reactant atom of that class becomes
+    for atom, rank in zip(order, Chem.CanonicalRankAtoms(reread, breakTies=False)):
+        root = maps.get(reactants.GetAtomWithIdx(atom).GetAtomMapNum())
+        if root is not None:
+            reach.setdefault(rank, root)
+    written = []
+    for source in sources:
+        query = Chem.MolFromSmiles(source)
+        if query is None or query.GetNumAtoms() != reactants.GetNumAtoms():
+            raise MappingError(f"the writing {source!r} is not the mapped reaction's reactant side")
+        ranks = Chem.CanonicalRankAtoms(query, breakTies=False)
+        root = next((reach[r] for r in ranks if r in reach), None)
+        if root is None:
+            raise MappingError("no reactant atom reaches the product")
+        written.append(Chem.MolToSmiles(product, rootedAtAtom=root, canonical=True))
+    return written

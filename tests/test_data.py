@@ -5,6 +5,8 @@ import io
 import json
 import lzma
 
+import pytest
+
 from molspec_core.data import load_arrays, prepare
 from molspec_core.tokenizer import Vocab
 
@@ -402,3 +404,69 @@ def test_a_mit_valid_row_with_an_empty_source_trains_nowhere(tmp_path):
     for split in ("train", "val"):
         assert "" not in (tmp_path / f"out/{split}.src").read_text().splitlines()
     assert "CCOCC" not in (tmp_path / "out/train.tgt").read_text().splitlines()
+
+
+ACETANILIDE_MAPPED = ("[CH3:1][C:2](=[O:3])[Cl:4].[NH2:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1>>"
+                      "[CH3:1][C:2](=[O:3])[NH:5][c:6]1[cH:7][cH:8][cH:9][cH:10][cH:11]1 2-4;2-5")
+
+
+def test_forward_aligned_writes_the_product_from_the_first_atom_of_each_writing_that_reaches_it():
+    from rdkit import Chem
+
+    from molspec_core.chem import canonical
+    from molspec_core.rsmiles import forward_aligned
+
+    product = "CC(=O)Nc1ccccc1"
+    mol = Chem.MolFromSmiles(product)  # atoms: 0 methyl, 1 carbonyl C, 2 O, 3 N, 4 the ipso c, then the ring
+    written = forward_aligned(ACETANILIDE_MAPPED, product, ["CC(=O)Cl.Nc1ccccc1", "ClC(C)=O.Nc1ccccc1",
+                                                             "O=C(C)Cl.Nc1ccccc1", "c1ccc(N)cc1.CC(=O)Cl"])
+    assert written[0] == product  # the methyl starts both
+    assert written[1] == Chem.MolToSmiles(mol, rootedAtAtom=1)  # Cl leaves: the carbonyl C starts it
+    assert written[2] == Chem.MolToSmiles(mol, rootedAtAtom=2)  # the carbonyl O stays: it starts it
+    assert written[3].startswith("c1ccc(NC(C)=O)cc1")  # the ring carbon para to N: either symmetric one
+    assert all(canonical(w) == product for w in written)
+    assert len(set(written)) == 4
+
+
+def test_forward_aligned_refuses_a_writing_that_is_not_the_reactions_reactant_side():
+    from molspec_core.rsmiles import MappingError, forward_aligned
+
+    with pytest.raises(MappingError, match="not the mapped reaction's reactant side"):
+        forward_aligned(ACETANILIDE_MAPPED, "CC(=O)Nc1ccccc1", ["CC(=O)Cl.Nc1ccccc1C"])
+    with pytest.raises(MappingError, match="not among"):
+        forward_aligned(ACETANILIDE_MAPPED, "CC(=O)Oc1ccccc1", ["CC(=O)Cl.Nc1ccccc1"])
+
+
+def test_prepare_forward_mit_aligned_writes_each_target_to_read_like_its_source(tmp_path):
+    from molspec_core.chem import canonical
+    from molspec_core.data import MIT_VALID_MAPPED
+    from molspec_core.rsmiles import forward_aligned
+
+    source, product = "CC(=O)Cl.Nc1ccccc1", "CC(=O)Nc1ccccc1"
+    root = tree_with_mit_valid(tmp_path, source, product)
+    # the raw file: the three valid rows' reactions, atom-mapped, line for line (the second is the leaked row)
+    write_gz(root / MIT_VALID_MAPPED, "[CH3:1][CH2:2][NH2:3].[O:4]=[CH:5][CH3:6]>>[CH3:1][CH2:2][NH:3][CH2:5][CH3:6]\n"
+             "[CH3:1][C:2](=[O:3])[OH:4].[CH3:5][OH:6]>>[CH3:1][C:2](=[O:3])[O:6][CH3:5]\n" + ACETANILIDE_MAPPED + "\n")
+    vocab = Vocab.build([source, product, "ClC(C)=O.c1ccc(N)cc1", "CCN.O=CC.CCNCC", "[H-].[Na+]", "O=C(C)N(c1ccccc1)"])
+    stats = prepare("forward-mit", root, tmp_path / "out", n_val=1, workers=1, augment=6, vocab=vocab, rooted=True,
+                    aligned=True)
+    src = (tmp_path / "out/train.src").read_text().splitlines()
+    tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
+    assert src[0] == source and len(src) == 6
+    assert tgt == forward_aligned(ACETANILIDE_MAPPED, product, src)
+    # the writing that starts at the carbonyl carbon gets the product written from it
+    assert [t for s, t in zip(src, tgt) if s.startswith("C(C)(=O)Cl")] == ["C(C)(=O)Nc1ccccc1"]
+    assert {canonical(t) for t in tgt} == {product}
+    assert stats["aligned_targets"] is True and stats["targets_not_aligned"] == 0
+    # validation aligned too, so the run's greedy exact match is measured on the writing it learns
+    assert (tmp_path / "out/val.src").read_text() == "CCN.O=CC\n"
+    assert (tmp_path / "out/val.tgt").read_text() == "CCNCC\n"
+    assert [vocab.decode(a) for a in load_arrays(tmp_path / "out/train.npz")[1]] == tgt
+    # a reaction whose maps cannot align it keeps the canonical target, counted
+    write_gz(root / MIT_VALID_MAPPED, "C>>C\nC>>C\nC>>C\n")
+    stats = prepare("forward-mit", root, tmp_path / "bad", n_val=1, workers=1, augment=4, vocab=vocab, rooted=True,
+                    aligned=True)
+    assert set((tmp_path / "bad/train.tgt").read_text().splitlines()) == {product}
+    assert stats["targets_not_aligned"] == 1
+    with pytest.raises(ValueError, match="rooted"):
+        prepare("forward-mit", root, tmp_path / "notrooted", n_val=1, workers=1, augment=4, vocab=vocab, aligned=True)
