@@ -64,6 +64,13 @@ class Vocab:
             raise ValueError(f"vocabulary must start with {SPECIALS}")
         if len(set(tokens)) != len(tokens):
             raise ValueError("vocabulary has duplicate tokens")
+        # '' or 'CC' was taken (prepare-data --vocab), trained on, and refused only in the model it made: the
+        # tokenizer never writes such a token
+        odd = next((i for i, token in enumerate(tokens) if i >= len(SPECIALS) and not SMILES_REGEX.fullmatch(token)),
+                   None)
+        if odd is not None:
+            shown = repr(tokens[odd]) if len(tokens[odd]) <= 40 else repr(tokens[odd][:40]) + "..."
+            raise ValueError(f"token {odd}, {shown}, is not one SMILES token")
         self.tokens: tuple[str, ...] = tuple(tokens)
         self.index: dict[str, int] = {token: i for i, token in enumerate(self.tokens)}
 

@@ -105,6 +105,18 @@ def test_a_model_folder_given_for_its_vocabulary_file_is_named_with_the_file_ins
         Vocab.load(tmp_path / "sub")
 
 
+@pytest.mark.parametrize("token", ["Xx", "CC", "", "[Pd"])
+def test_a_vocabulary_with_a_token_the_tokenizer_never_writes_is_refused_naming_the_file(token, tmp_path):
+    """prepare-data --vocab took such a file, train trained on it, and only the model it wrote was refused
+    (checkpoint.read_vocab: "is not one SMILES token"), after the minutes of training."""
+    path = tmp_path / "vocab.json"
+    path.write_text(json.dumps({"tokens": [*SPECIALS, "C", token]}))
+    with pytest.raises(ValueError, match=f"^{path}: token 5, {re.escape(repr(token))}, is not one SMILES token$"):
+        Vocab.load(path)
+    with pytest.raises(ValueError, match="token 5, .* is not one SMILES token"):
+        Vocab([*SPECIALS, "C", token])
+
+
 @needs_data
 @pytest.mark.parametrize("name", ["src-test.mixed.txt.gz", "tgt-test.txt.gz", "src-valid.mixed.txt.gz"])
 def test_round_trip_on_every_uspto_mit_smiles(name):
