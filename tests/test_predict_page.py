@@ -723,3 +723,16 @@ def test_a_stopped_querys_hint_names_the_limit_it_stopped_at_not_the_one_set_sin
         assert "300 s a query)" not in captions and "For a longer time limit" not in captions
         at.number_input(key="time_limit_predict").set_value(2).run()  # shorter than it stopped at: raise it
         assert "For a longer time limit than the 3 s a query it stopped at, raise it" in texts(at.caption)
+
+
+def test_a_query_read_in_one_writing_of_the_five_asked_for_says_so(copy_models, monkeypatch):
+    """Methane, or a salt such as [Na+].[Cl-], has one writing: the query's line said 'Beam search, 5-best, 5
+    writings' with nothing after it, where 3 writings of 5 said '3 writings read, of the 5 asked for' (`molspec
+    predict` says 'read in 1 of the 5 writings asked for')."""
+    config = copy_models / "forward" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "data_stats": {"augment": 20}}))
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "C")
+    assert_clean(at)
+    assert at.session_state["shown"].result.writings == 1
+    assert " · 1 writing read, of the 5 asked for · decoded in " in texts(at.caption)

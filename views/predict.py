@@ -280,8 +280,8 @@ def show_query(shown: Shown) -> None:
         st.caption("Canonical query (what the model reads)")
         st.code(result.canonical_query, language=None, wrap_lines=True)
         line = f"{common.counted(len(result.source_tokens), 'token')} · {described(shown.settings)} · "
-        if 1 < result.writings < shown.settings.augment:  # a small molecule has fewer; the time limit may stop some
-            line += f"{result.writings} writings read, of the {shown.settings.augment} asked for · "
+        if result.writings < shown.settings.augment:  # a small molecule has fewer (C has 1); the time limit may stop
+            line += f"{common.counted(result.writings, 'writing')} read, of the {shown.settings.augment} asked for · "
         line += f"decoded in {decode_time(result)}"
         if shown.example:
             line += f" · example: {shown.example}"
