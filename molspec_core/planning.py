@@ -152,8 +152,24 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         first = f"; the first: {first_unreadable}" if n_unreadable > 1 else f": {first_unreadable}"
         unreadable = f" ({n_unreadable} {one if n_unreadable == 1 else many}{first})" if n_unreadable else ""
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
-                         "an SD file, or a CSV or Excel workbook with a smiles column")
+                         f"an SD file, or a CSV or Excel workbook with a smiles column{_table_in_lines(table, named)}")
     return Stock(molecules, source, n_unreadable, first_unreadable)
+
+
+# A table's cell delimiters (io.CSV_DELIMITERS) as a person names them
+TABLE_DELIMITERS = {",": "commas", ";": "semicolons", "\t": "tabs"}
+
+
+def _table_in_lines(table: QueryFile, named: bool) -> str:
+    """What to do with a table saved under a .txt name (a vendor's list, ID,SMILES), read a line an entry, none of them
+    a SMILES: the refusal named its header line as an entry RDKit cannot read, and said to give a CSV, which it was."""
+    lines = [entry for entry in table.queries if entry.strip()][:2]
+    held = next((name for delimiter, name in TABLE_DELIMITERS.items() if named and lines
+                 and all(delimiter in line for line in lines)), None)
+    if held is None:
+        return ""
+    return (f". Its lines look like a table's (they hold {held}): save it with a .csv name, its SMILES under a header "
+            "smiles")
 
 
 def _stock_mol(entry: str, named: bool = True) -> Chem.Mol:

@@ -869,6 +869,18 @@ def test_an_empty_or_unreadable_stock_is_refused(tmp_path, content, message):
         load_stock(path)
 
 
+def test_a_table_saved_as_txt_for_a_stock_is_told_to_be_saved_as_csv(tmp_path):
+    """A vendor's list saved as .txt (ID,SMILES) was refused as holding no molecules, its header line named as an
+    entry RDKit cannot read, and told to give a CSV, which it was: it is told its lines look like a table's."""
+    (tmp_path / "list.txt").write_text("ID,SMILES\nA1,CCO\nA2,CCN\n")
+    with pytest.raises(ValueError, match=r"lines look like a table's \(they hold commas\): save it with a \.csv name"):
+        load_stock(tmp_path / "list.txt")
+    (tmp_path / "odd.txt").write_text("xyz\nC1CC\n")  # no table: no such advice
+    with pytest.raises(ValueError) as refused:
+        load_stock(tmp_path / "odd.txt")
+    assert "table" not in str(refused.value)
+
+
 def test_an_unreadable_sd_stock_is_said_to_hold_unreadable_records_not_smiles(tmp_path):
     """An SD file whose records RDKit cannot read was refused as holding entries that are 'not SMILES RDKit can
     read': a chemist who gave molblocks was told of SMILES."""
