@@ -366,7 +366,7 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
 def report_problem(report: dict) -> str | None:
     """What keeps a JSON object from being an evaluate report that compare_reports can read (one edited by
     hand, or of an older format), or None: n and n_best whole numbers from 1, and first_right, where
-    given, a list of places per order, each null or a whole number from 1 (compare_reports counts them
+    given, a list of places per order, each null or a whole number from 1 to n_best (compare_reports counts them
     against n once it knows the two reports are on the same queries). A report without first_right is
     one from before it was kept: compare_reports asks for it to be evaluated again."""
     for key in ("n", "n_best"):
@@ -386,6 +386,9 @@ def report_problem(report: dict) -> str | None:
         wrong = next((rank for rank in ranks if rank is not None and not is_count(rank)), None)
         if wrong is not None:
             return f"first_right {order!r} holds {wrong!r:.40}, not a place (a whole number from 1, or null)"
+        beyond = next((rank for rank in ranks if rank is not None and rank > report["n_best"]), None)
+        if beyond is not None:  # evaluate writes null there: compare would count it a miss beside a top-k of a hit
+            return f"first_right {order!r} holds place {beyond}, beyond its n_best {report['n_best']}"
     return None
 
 

@@ -2395,6 +2395,9 @@ def test_the_cli_samples_at_the_libraries_default_temperature():
     ({"first_right": {"model_order": None, "app_order": None}}, "first_right 'model_order' is None, not a list"),
     ({"first_right": {"model_order": ["1"] * 6, "app_order": [1] * 6}}, "first_right 'model_order' holds '1'"),
     ({"first_right": [1] * 6}, "'first_right' is [1, 1"),
+    # evaluate writes null for an answer beyond n_best: compare counted this report 0% where its top1 said 100%
+    ({"first_right": {"model_order": [2] * 6, "app_order": [1] * 6}}, "first_right 'model_order' holds place 2, "
+     "beyond its n_best 1"),
 ])
 def test_compare_names_a_report_it_cannot_read_and_what_is_wrong(tmp_path, capsys, change, message):
     """Finding 4: an edited or old-format report was a KeyError or TypeError traceback."""
