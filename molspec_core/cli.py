@@ -962,6 +962,9 @@ def read_report(path: str) -> dict:
         raise ValueError(f"{path} is not a JSON report: {exc}") from None
     if not isinstance(report, dict):
         raise ValueError(f"{path} is not an evaluate report")
+    if "n" not in report and isinstance(report.get("methods"), dict):  # bench's: 'missing n' said nothing of that
+        raise ValueError(f"{path} is a bench report, which times methods on queries; compare reads the reports of "
+                         "evaluate --out, a model's answers query by query")
     problem = report_problem(report)  # an edited or old report: its name and what is wrong, not a KeyError
     if problem:
         raise ValueError(f"{path} is not an evaluate report ({problem})")

@@ -2410,6 +2410,16 @@ def test_compare_names_a_report_it_cannot_read_and_what_is_wrong(tmp_path, capsy
                    f"{tmp_path / 'b.json'} is not an evaluate report ({message}")
 
 
+def test_compare_says_a_bench_report_is_one(tmp_path, capsys):
+    """compare on a bench --out report said it was 'not an evaluate report (missing 'n')'."""
+    (tmp_path / "a.json").write_text(json.dumps({"n": 6, "n_best": 1, "first_right": {"model_order": [1] * 6,
+                                                                                       "app_order": [1] * 6}}))
+    (tmp_path / "b.json").write_text(json.dumps({"n_queries": 6, "methods": {"greedy": {"median_ms": 1.0}}}))
+    expect_refused(["compare", tmp_path / "a.json", tmp_path / "b.json"], capsys,
+                   f"{tmp_path / 'b.json'} is a bench report, which times methods on queries; compare reads the "
+                   "reports of evaluate --out")
+
+
 def test_train_refuses_negative_threads_and_a_missing_data_folder_before_making_its_run_folder(tmp_path, capsys):
     """Finding 5: --threads -1 was torch's RuntimeError traceback, and a missing --data left an empty --out."""
     with pytest.raises(SystemExit) as done:
