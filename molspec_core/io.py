@@ -879,8 +879,11 @@ def parse_sd_file(text: str, column: str | None = None) -> QueryFile:
         return QueryFile([r.smiles for r in records], (*titled, *fields), cells,
                          tuple(r.problem for r in records) if any(r.problem for r in records) else ())
     note = f"the queries are the SD field {column_name!r}; the records' molecules are not read"
-    return QueryFile([r.fields.get(column_name, "") for r in records], (*titled, *fields), cells, notes=(note,),
-                     query_column=column_name)
+    # A record without the field is no blank one: it was said to hold no query ('blank'), its molecule beside it
+    lacking = tuple("" if column_name in r.fields else f"the record has no data field {column_name!r}, the query "
+                    "column named (its molecule is not read: the field named is the query)" for r in records)
+    return QueryFile([r.fields.get(column_name, "") for r in records], (*titled, *fields), cells,
+                     lacking if any(lacking) else (), notes=(note,), query_column=column_name)
 
 
 class TooManyRecords(InputFileError):

@@ -179,6 +179,16 @@ def test_a_column_named_for_an_sd_file_is_one_of_its_fields_or_refused_naming_th
         read_queries(tmp_path / "q.sdf", column="smiles")
 
 
+def test_an_sd_record_without_the_field_named_says_so_and_is_no_blank_record(tmp_path):
+    """A record lacking the data field named as the query column was a 'blank' record, 'holds no query', though it
+    held a molecule: its reason says the field is missing."""
+    with_field = molfile("CCO", "a") + ">  <Reagent>\nCCN\n\n$$$$\n"
+    (tmp_path / "q.sdf").write_text(with_field + molfile("CCC", "b") + "$$$$\n")
+    table = read_queries(tmp_path / "q.sdf", column="Reagent")
+    assert table.queries == ["CCN", ""] and not table.is_blank(1) and table.n_blank() == 0
+    assert table.problem_of(0) == "" and table.problem_of(1).startswith("the record has no data field 'Reagent'")
+
+
 def test_a_txt_file_headed_smiles_reads_its_queries_below_as_a_smiles_file_does(tmp_path):
     """The header line 'smiles' was a query of its own, refused as no SMILES."""
     (tmp_path / "q.txt").write_text("SMILES\nCCO\nc1ccncc1\n")
