@@ -136,6 +136,25 @@ def test_start_trains_detached_skips_a_running_task_and_resumes_on_a_fresh_machi
     assert second["step"] > first["step"] and second["seconds"] > first["seconds"]
 
 
+def test_watch_says_how_each_run_ended_once_none_runs(kit, tmp_path, capsys):
+    """A trainer that died (of memory, say) between two of watch's minute lines left watch saying only "no training
+    process is running": why it ended took another device command to read, in a 15-minute block."""
+    logs = {"forward": "INFO __main__: inputs read\n\rtrain:   1%| 20/3000 [00:05, loss=0.9]\n"
+                       "error: CUDA out of memory; try a smaller --max-tokens\n",
+            "retro": "INFO __main__: validation {'greedy_exact_match': 0.5, 'step': 40}\n[\n  {\n    \"step\": 40\n"
+                     "  }\n]\n"}
+    for task, text in logs.items():
+        run = tmp_path / "runs" / f"gpu_{task}"
+        run.mkdir(parents=True)
+        (run / "train.log").write_text(text)
+        (run / "train.pid").write_text("999999999")  # no such process
+    kit.main(["watch", "--seconds", "5"])
+    assert capsys.readouterr().out.splitlines() == [
+        "no training process is running",
+        "forward: its log ends: error: CUDA out of memory; try a smaller --max-tokens",
+        "retro: its log ends: INFO __main__: validation {'greedy_exact_match': 0.5, 'step': 40}"]
+
+
 def test_start_from_shipped_weights_begins_a_new_schedule(kit, tmp_path, monkeypatch, capsys):
     """A later GPU block, on a fresh checkout with no resume export: --init models trains on from them."""
     monkeypatch.setattr(kit, "PRESET", {"forward": "tiny", "retro": "tiny"})

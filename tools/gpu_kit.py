@@ -498,6 +498,8 @@ def cmd_watch(args: argparse.Namespace) -> None:
     while time.time() < end:
         if not any(_running(gpu_run(task)) for task in TASKS):
             print("no training process is running", flush=True)
+            for task in [t for t in TASKS if (gpu_run(t) / "train.log").exists()]:  # why it ended, in this output
+                print(f"{task}: its log ends: {_log_end(gpu_run(task) / 'train.log')}", flush=True)
             return
         if time.time() >= next_print:
             # the tasks started on this machine only: a forward-alone block printed "retro: (no log yet)" each minute
@@ -505,6 +507,13 @@ def cmd_watch(args: argparse.Namespace) -> None:
                 print(f"[{time.strftime('%H:%M:%S')}] {task}: {_last_line(gpu_run(task) / 'train.log')}", flush=True)
             next_print = time.time() + 60
         time.sleep(min(2, max(0, end - time.time())))
+
+
+def _log_end(log: Path) -> str:
+    """The last line of a training log that says how it ended: an error, or its last validation or speed line (not
+    the history the trainer prints as JSON at its end)."""
+    said = [line for line in _log_lines(log) if line.strip() not in ("[", "]", "[]") and not line.startswith(" ")]
+    return said[-1][:300] if said else "(nothing yet)"
 
 
 def _log_lines(log: Path, offset: int = 0) -> list[str]:
