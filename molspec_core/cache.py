@@ -254,6 +254,32 @@ class KVCache:
             self.src_pad_mask = self.src_pad_mask.index_select(0, rows)
         self.cross_rows = None
 
+    def branch_copies(self, rows: torch.Tensor, extra: int) -> "KVCache":
+        """A cache of copies of `rows` (a row may be named several times: a copy for each of its drafts, which the
+        native engine's lean call then feeds as rows of their own), their slots up to the longest of them plus
+        `extra` new tokens, reading this cache's cross-attention memory in place (cross_rows). Slots past a row's
+        length are copied as they are (raw_past_lengths where this cache's are)."""
+        upto = int(self.lengths[rows].max()) + extra
+        if self.slots is None or upto > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded")
+        copies = self.slots[:, rows, :, :upto]  # (2 * layers, R, H, upto, hd): a copy
+        layers = [LayerCache(copies[2 * i], copies[2 * i + 1], layer.cross_keys, layer.cross_values)
+                  for i, layer in enumerate(self.layers)]
+        shared = rows if self.cross_rows is None else self.cross_rows.index_select(0, rows)
+        return KVCache(layers, self.lengths.index_select(0, rows), self.src_pad_mask, upto, self._arange[:upto],
+                       slots=copies, cross_rows=shared.contiguous(), raw_past_lengths=self.raw_past_lengths)
+
+    def keep_branches(self, rows: torch.Tensor, copies: "KVCache", chosen: torch.Tensor) -> None:
+        """Row rows[i] takes the tokens that row chosen[i] of `copies` (this cache's branch_copies) kept in its last
+        call, past rows[i]'s length: the draft branch the call chose for the row, and its new length."""
+        if self.slots is None or copies.slots is None:
+            raise RuntimeError("keep_branches needs the slots tensors of both caches")
+        starts, ends = self.lengths[rows], copies.lengths[chosen]
+        # (R, W) slots: within both caches, as W is at most the tokens a call fed and copies ends where they end
+        slot = starts.unsqueeze(1) + torch.arange(int((ends - starts).max()), device=starts.device)
+        self.slots[:, rows.unsqueeze(1), :, slot] = copies.slots[:, chosen.unsqueeze(1), :, slot]
+        self.lengths[rows] = ends
+
     def reorder(self, rows: torch.Tensor, *, cross: bool = True) -> None:
         """Row i becomes old row rows[i] (beams, or dropping finished rows).
 

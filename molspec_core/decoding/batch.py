@@ -22,6 +22,12 @@ from ..tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 Item = TypeVar("Item")
 
+# On the native engine a call of several drafts a row copies each fed row once per draft, so that each draft is fed
+# as a row of its own (greedy's calls, speculative_beam._Search.feed); where those copies would pass this many bytes
+# the rows are fed in several calls. The retro model's rows at width 50 and 64 drafts of 100 slots would copy 4 GB;
+# at width 10 and 3 drafts they copy some 40 MB.
+SPLIT_GATHER_BYTES = 64 * 2 ** 20
+
 
 def pad_sources(sources: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> torch.Tensor:
     """List of token-id lists -> (B, S) int64 padded with PAD_ID."""

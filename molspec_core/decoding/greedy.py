@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from ..cache import KVCache
 from ..drafting import Drafter, LookupDrafter, NullDrafter
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
-from .batch import encode_sources, fit_drafts, pack_drafts, pad_sources, start
+from .batch import SPLIT_GATHER_BYTES, encode_sources, fit_drafts, pack_drafts, pad_sources, start
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis
 from .verify import accept_greedy, accept_greedy_lists
 
@@ -73,6 +74,46 @@ def settle_lists(logits: np.ndarray, draft_tokens: Sequence[Sequence[Sequence[in
     return n_accepted, branch, argmax[rows, branch].tolist(), best_log_probs.tolist(), peaks
 
 
+def verify_as_rows(native: NativeStep, cache: KVCache, tokens: torch.Tensor, draft_lengths: np.ndarray,
+                   rows: np.ndarray, want_attention: bool) -> Settled:
+    """settle_lists's outcome of one call of several drafts a row on the native engine, tokens (R, N, 1+D) and
+    draft_lengths (R, N) as pack_drafts makes them, rows (R,) the cache row of each call row. Each draft is fed as
+    a row of its own through the C step, on a copy of its row's slots (KVCache.branch_copies), so that every
+    token's logits are computed as in a one-draft call and the output is greedy's to the bit; the chosen branch is
+    then kept in the row's own slots (keep_branches). In torch's attention, as before, a token within rounding of
+    greedy's could be taken for it, and int8 could not run the call at all. Rows go in several C calls where their
+    copies would pass SPLIT_GATHER_BYTES."""
+    n_rows, n_branches, depth = tokens.shape
+    slots = cache.slots
+    if slots is None:
+        raise RuntimeError("verify_as_rows needs the cache's slots tensor")
+    upto = int(cache.lengths[torch.from_numpy(rows)].max()) + depth
+    row_bytes = slots[:, :1, :, :upto].numel() * slots.element_size() * n_branches  # a call row's copies
+    per_call = max(1, SPLIT_GATHER_BYTES // row_bytes)
+    n_accepted: list[int] = []
+    branches: list[int] = []
+    chosen: list[list[int]] = []
+    log_probs: list[list[float]] = []
+    peaks: list[int] = []
+    for first in range(0, n_rows, per_call):
+        part = slice(first, first + per_call)
+        part_rows = torch.from_numpy(np.ascontiguousarray(rows[part], dtype=np.int64))
+        copies = cache.branch_copies(part_rows.repeat_interleave(n_branches), depth)
+        accepted, argmax, best, part_peaks = native.greedy_step(
+            tokens[part].reshape(-1, 1, depth), np.ascontiguousarray(draft_lengths[part].reshape(-1)), copies,
+            want_attention)
+        per_branch = np.array(accepted).reshape(-1, n_branches)
+        branch = per_branch.argmax(axis=1)  # the first branch that accepts the most (accept_greedy_lists' rule)
+        fed = np.arange(len(branch)) * n_branches + branch  # each call row's chosen copy
+        cache.keep_branches(part_rows, copies, torch.from_numpy(fed))
+        n_accepted += per_branch[np.arange(len(branch)), branch].tolist()
+        branches += branch.tolist()
+        chosen += [argmax[f] for f in fed]
+        log_probs += [best[f] for f in fed]
+        peaks += [part_peaks[f] for f in fed] if part_peaks is not None else []
+    return n_accepted, branches, chosen, log_probs, peaks if want_attention else None
+
+
 @torch.inference_mode()
 def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_factory: DrafterFactory,
            max_len: int | None = None, rest: int = 0) -> list[DecodeResult]:
@@ -102,7 +143,7 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     # On the native engine a finished row's slots stay where they are, and each call names the cache rows of the
     # active ones (NativeStep.greedy_step's slot_rows): moving the others' slots down each time a query finished
     # took 4% of a forward greedy search at batch 32 (cache._compacted, session 71). None: active row r is cache
-    # row r; the rows are moved down (cache.reorder) before any other call reads the cache.
+    # row r. Every call there is the C step's (one draft a row, or several as rows of their own: verify_as_rows).
     slot_rows: np.ndarray | None = None
     pending = [BOS_ID] * len(sources)  # each active row's next input token
     # The loop below in C where every row drafts as the C code can: no drafts, or one lookup draft (spec-lookup,
@@ -126,10 +167,11 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
             n_acc_list, chosen_list, log_prob_list, peaks = native.greedy_step(tokens, lengths.numpy()[:, 0], cache,
                                                                                want_attention, slot_rows)
             branch_list = [0] * len(active)
+        elif native is not None:
+            n_acc_list, branch_list, chosen_list, log_prob_list, peaks = verify_as_rows(
+                native, cache, tokens, lengths.numpy(), np.arange(len(active)) if slot_rows is None else slot_rows,
+                want_attention)
         else:
-            if slot_rows is not None:
-                cache.reorder(torch.from_numpy(slot_rows).to(device))
-                slot_rows = None
             tokens = tokens.to(device)
             logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
             if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops

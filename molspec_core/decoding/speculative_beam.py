@@ -70,17 +70,13 @@ from ..limits import QueryTimeout
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
-from .batch import check_sources, fit_drafts, pack_drafts, start
+from .batch import SPLIT_GATHER_BYTES, check_sources, fit_drafts, pack_drafts, start
 from .beam import answers_wanted, best_children, can_stop, floor_of, ranked
 from .result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .verify import accept_greedy
 
 DrafterFactory = Callable[[Sequence[int]], Drafter]
 AHEAD_MARGIN = 1.0  # nats; see the module docstring
-# On the native engine a call of several drafts a row copies each fed hypothesis' row once per draft (_Search.feed);
-# where those copies would pass this many bytes the hypotheses are fed in several calls. The retro model's rows at
-# width 50 and 64 drafts of 100 slots would copy 4 GB; at width 10 and 3 drafts they copy some 40 MB.
-SPLIT_GATHER_BYTES = 64 * 2 ** 20
 
 
 @dataclass(frozen=True)
