@@ -736,3 +736,21 @@ def test_a_query_read_in_one_writing_of_the_five_asked_for_says_so(copy_models, 
     assert_clean(at)
     assert at.session_state["shown"].result.writings == 1
     assert " · 1 writing read, of the 5 asked for · decoded in " in texts(at.caption)
+
+
+def test_the_round_trip_count_leaves_out_the_flagged_answers_it_did_not_check():
+    """Benzene's 10 answers, 2 of them flagged (which the round trip does not check), read "the forward model gives
+    the product back from 0 of 10 answers", as if all ten had failed it."""
+    from molspec_core.service import Prediction
+    from views.predict import round_trip_summary
+
+    def answer(rank: int, round_trip: bool | None) -> Prediction:
+        return Prediction(rank=rank, smiles="C", score=-1.0, valid=True, tokens=("C",), provenance=(-1,),
+                          round_trip=round_trip)
+
+    answers = [answer(1, True), answer(2, False), answer(3, None), answer(4, None)]
+    assert round_trip_summary(answers, 3) == ("Round trip: the forward model gives the product back from 1 of 2 "
+                                              "answers (within its top 3) (2 flagged answers not checked).")
+    assert round_trip_summary(answers[:3], 1).endswith("from 1 of 2 answers (within its top 1) (1 flagged answer "
+                                                       "not checked).")
+    assert round_trip_summary(answers[:2], 1).endswith("from 1 of 2 answers (within its top 1).")

@@ -398,6 +398,18 @@ def badges_key(round_trip_k: int | None, known: bool) -> None:
                         "reaction.")
 
 
+def round_trip_summary(answers: list[Prediction], k: int) -> str:
+    """How many of the answers the round trip gives the product back from, of those it checked: a flagged answer is
+    not checked (its round_trip is None), and benzene's 10 answers, 2 of them flagged, read "from 0 of 10 answers"
+    as if all ten had failed it."""
+    checked = [p for p in answers if p.round_trip is not None]
+    passed = sum(bool(p.round_trip) for p in checked)
+    unchecked = len(answers) - len(checked)
+    flagged = (f" ({common.counted(unchecked, 'flagged answer')} not checked)" if unchecked else "")
+    return (f"Round trip: the forward model gives the product back from {passed} of {len(checked)} answers "
+            f"(within its top {k}){flagged}.")
+
+
 ORDERS = ("As ranked", "Round trip ✓ first", "Only round trip ✓")
 ORDER_HELP = ("A filter, not a better ranking: the forward model fails right answers too. Measured with the forward "
               "model of session 23, which got about 70% of products right first (the shipped one gets about 77%, "
@@ -1031,9 +1043,7 @@ def main() -> None:
     if merged:
         st.caption(merged)
     if any(p.round_trip is not None for p in listed):
-        passed = sum(bool(p.round_trip) for p in listed)
-        st.caption(f"Round trip: the forward model gives the product back from {passed} of {len(listed)} answers "
-                   f"(within its top {shown.settings.round_trip_k}).")
+        st.caption(round_trip_summary(listed, shown.settings.round_trip_k))
         listed = ordered(shown.result.predictions, st.segmented_control(
             "Order", ORDERS, default=ORDERS[0], key="round_trip_order", help=ORDER_HELP) or ORDERS[0])
         if not listed:
