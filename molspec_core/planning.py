@@ -43,8 +43,9 @@ from .boundary import Terminated
 from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, main_molecule, missing_atoms,
                    mol_from_smiles, stereo_notes)
-from .io import (MAX_INPUT_BYTES, STOCK_COLUMNS, QueryFile, TooManyRecords, _decode_stream, parse_smiles_file,
-                 parse_upload, query_format, read_queries, read_text, rounded, significant, text_lines, txt_queries)
+from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STOCK_COLUMNS, QueryFile, TooManyRecords, _decode_stream,
+                 parse_smiles_file, parse_upload, query_format, read_queries, read_text, rounded, significant,
+                 text_lines, txt_queries)
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, TIMED_OUT, Prediction, Predictor, QueryResult
@@ -128,10 +129,12 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
     unread = [problem for problem in table.problems if problem]  # SD records RDKit cannot read
     molecules, n_unreadable, first_unreadable = set(), len(unread), unread[0] if unread else ""
     named = query_format(source)[1] == "txt"  # a TXT line's name may follow its SMILES (_stock_mol)
-    for entry in table.queries:
+    for index, entry in enumerate(table.queries):
         fields = entry.split()
-        if not fields or fields[0].startswith("#"):
-            continue  # blank line, comment, or an SD record counted above
+        # a TXT file headed as a SMILES file is ("SMILES Name", RDKit's): its header was left out as an unreadable entry
+        header = named and index == 0 and bool(fields) and fields[0].casefold() in SMILES_FILE_HEADERS
+        if not fields or fields[0].startswith("#") or header:
+            continue  # blank line, comment, header, or an SD record counted above
         try:
             # An entry of several molecules (a salt, CCN(CC)CCO.Cl) gives each: a route's reactants are single
             # molecules, so the whole entry could never match one.

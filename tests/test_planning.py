@@ -830,6 +830,9 @@ def test_a_vendors_smiles_file_header_is_no_unreadable_entry(tmp_path):
     (tmp_path / "version.smi").write_text("isosmiles version_id parent_id\nCCO 1 1\nc1ccccc1N 2 2\n")
     stock = load_stock(tmp_path / "version.smi")
     assert len(stock) == 2 and stock.n_unreadable == 0 and not stock.first_unreadable
+    (tmp_path / "shelf.txt").write_text("SMILES Name\nCCO ethanol\n")  # RDKit's header, the file renamed .txt
+    stock = load_stock(tmp_path / "shelf.txt")
+    assert len(stock) == 1 and stock.n_unreadable == 0
 
 
 def test_stock_reads_an_excel_inventory_and_an_uploaded_one(tmp_path):
