@@ -92,6 +92,25 @@ def test_pack_collect_unpack_decode_score(kit, tmp_path, capsys):
     assert report["n"] == 3 and report["refused"] == 1 and 0 <= report["top1"] <= report["top2"] <= 2 / 3
 
 
+def test_pack_without_a_quick_set_for_a_test_split_the_benchmark_index_does_not_fit(kit, tmp_path, capsys):
+    """A test split other than the benchmark's (here 2 queries; the index names line 7822) stopped pack with a
+    traceback after the first task's files, and the next task was not packed; `speed` alone reads the quick set."""
+    data = tmp_path / "data"
+    for task, pairs in (("forward", PAIRS), ("retro", [Pair(p.tgt, p.src) for p in PAIRS])):
+        write_splits(data / task, {"train": pairs * 3, "val": pairs[:2], "test": pairs[:2]}, {"task": task})
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / kit.QUICK_INDEX["forward"]).write_text("7822\n0\n")
+    kit.main(["pack", "--data", str(data), "--bench", str(bench)])
+    out = capsys.readouterr().out
+    assert "forward: no quick set for `speed` (" in out
+    assert "line number 7822 is not among the 0-based lines 0..1" in out
+    assert f"retro: no quick set for `speed` ({bench / kit.QUICK_INDEX['retro']} missing)" in out
+    for task in ("forward", "retro"):
+        assert {f.name for f in (tmp_path / "gpu" / task).iterdir()} == {"train.npz", "val.npz", "vocab.json",
+                                                                         "stats.json", "test.npz"}
+
+
 def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):
     data = tmp_path / "data" / "retro"
     data.mkdir(parents=True)
