@@ -838,7 +838,12 @@ class Predictor:
             raise ValueError("the reaction SMILES has no reactants before its first '>': forward prediction reads "
                              "'reactants>reagents>' (the app and `molspec predict` also take a recorded reaction, "
                              "'reactants>reagents>product')")
-        if self.task != "forward" or len(parts) != 3 or parts[2] or not parts[0]:
+        if self.task == "forward" and len(parts) == 3 and parts[2]:  # a recorded reaction, told to paste molecules
+            raise ValueError("this reaction SMILES holds its products, after its second '>': forward prediction "
+                             "predicts them from 'reactants>reagents>', so leave them out (the app, `molspec "
+                             "predict` and `molspec serve` take a recorded reaction whole, its products as the known "
+                             "answer)")
+        if self.task != "forward" or len(parts) != 3 or not parts[0]:
             raise ValueError("reaction SMILES are accepted only as 'reactants>reagents>' for forward "
                              "prediction; paste the molecule(s) alone")
         return ".".join(p for p in parts[:2] if p)

@@ -165,6 +165,10 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
     assert forward.predict("CCO>>C<b>x</b>").error == (
         "a reaction SMILES has three parts, reactants>reagents>products, and this one has 5: no '>' belongs inside a "
         "molecule's SMILES")
+    # a recorded reaction pasted whole was told to paste the molecules alone, not that its products are the trouble
+    assert forward.predict("CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1").error.startswith(
+        "this reaction SMILES holds its products, after its second '>': forward prediction predicts them from "
+        "'reactants>reagents>', so leave them out")
     retro = Predictor.load("retro", device="cpu")
     for text in (">CCN(CC)CC>CC(=O)Nc1ccc(O)cc1", "CC(=O)Cl.Nc1ccc(O)cc1>>CC(=O)Nc1ccc(O)cc1", "CCO>>"):
         assert retro.predict(text).error == ("the retrosynthesis model reads a product, not a reaction SMILES: "
