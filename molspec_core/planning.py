@@ -128,7 +128,7 @@ def _one_per_line(name: str, column: str | None, too_many: TooManyRecords, text:
 def stock_from_queries(table: QueryFile, source: str) -> Stock:
     unread = [problem for problem in table.problems if problem]  # SD records RDKit cannot read
     molecules, n_unreadable, first_unreadable = set(), len(unread), unread[0] if unread else ""
-    named = query_format(source)[1] == "txt"  # a TXT line's name may follow its SMILES (_stock_mol)
+    named = query_format(source)[1] in ("txt", "smi")  # a line's name may follow its SMILES (_stock_mol)
     for index, entry in enumerate(table.queries):
         fields = entry.split()
         # a TXT file headed as a SMILES file is ("SMILES Name", RDKit's): its header was left out as an unreadable entry
@@ -177,8 +177,9 @@ def _table_in_lines(table: QueryFile, named: bool) -> str:
 
 def _stock_mol(entry: str, named: bool = True) -> Chem.Mol:
     """The molecule of a stock entry, its atom maps cleared: its first field where the entry may carry a name after
-    it (`named`: a TXT line; io splits .smi ones), else the entry whole, which holds no white space (a table's cell, an
-    SD record's molecule): a cell's SMILES pasted with a line break in it, CCOC(=O)c1ccccc1 and OC on two lines, put
+    it (`named`: a line of a TXT file, or of a SMILES file, whose name io splits off at a space or tab only, not at a
+    no-break space), else the entry whole, which holds no white space (a table's cell, an SD record's molecule): a
+    cell's SMILES pasted with a line break in it, CCOC(=O)c1ccccc1 and OC on two lines, put
     the ester in stock without a word, as RDKit reads what follows a space as a name. Read once: each entry was
     parsed, written and parsed again (and each ion a third time), which was
     most of the time `molspec plan` and the app's first search spent reading the default stock. A CXSMILES's

@@ -820,8 +820,9 @@ def test_a_table_cell_with_a_space_or_line_break_in_its_smiles_is_left_out_not_r
     stock = load_stock(path)
     assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCN"]
     assert stock.n_unreadable == 2 and stock.first_unreadable.startswith("'CCOC(=O)c1ccccc1\\nOC' holds a space")
-    (tmp_path / "shelf.txt").write_text("CCN ethylamine\n")
-    assert sorted(m.smiles for m in load_stock(tmp_path / "shelf.txt").to_purchasable_mols()) == ["CCN"]
+    for name in ("shelf.txt", "shelf.smi"):  # a name after a no-break space too (a list copied from a web page)
+        (tmp_path / name).write_text("CCN ethylamine\nCCO\u00a0ethanol\n")
+        assert sorted(m.smiles for m in load_stock(tmp_path / name).to_purchasable_mols()) == ["CCN", "CCO"]
 
 
 def test_a_vendors_smiles_file_header_is_no_unreadable_entry(tmp_path):
