@@ -1183,6 +1183,8 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state, multiple)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
     saved_step = state["step"]  # the step out/last holds
+    place = ("epoch", "batch_in_epoch", "tokens")  # where the steps made have read to: an interrupt goes back here
+    made = {key: state[key] for key in place}
     try:
         while not done:
             lr = learning_rate(cfg, peak, state["step"] + 1, state["seconds"], state.get("warm_from", 0))
@@ -1216,6 +1218,7 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
             if average is not None:
                 average.update()
             state["step"] += 1
+            made = {key: state[key] for key in place}
             state["seconds"] = time.time() - started
             bar.update(1)
             if time.time() - last_log >= cfg.log_every_seconds:  # greppable, unlike the bar (GPU runs' start)
@@ -1267,6 +1270,7 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
         # before the first save), so the same command continues from here; a second Ctrl-C stops the save, and the
         # next run recovers the folders as after any interrupted save
         bar.close()
+        state.update(made)  # a step cut short drew its batches and learned nothing from them: they come again
         if state["step"] > saved_step:
             state["seconds"] = time.time() - started
             try:

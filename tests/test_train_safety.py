@@ -448,6 +448,27 @@ def test_ctrl_c_or_sigterm_saves_the_steps_made_and_the_same_command_goes_on(sig
     assert json.loads((tmp_path / "run" / "last" / "train_state.json").read_text())["step"] == 6
 
 
+def test_an_interrupt_mid_step_saves_the_place_in_the_data_of_the_steps_made(data, tmp_path, monkeypatch):
+    """Ctrl-C comes mostly during a step's forward and backward passes, after its batches were drawn: the save
+    recorded the place past them (and their tokens), so the run went on without ever learning from them."""
+    made = run(data, tmp_path / "made", max_steps=3, accum=2)
+    real, calls = train_module.summed_cross_entropy, []
+
+    def stop_in_step_4(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 8:  # the second batch of step 4 (two a step)
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "summed_cross_entropy", stop_in_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        run(data, tmp_path / "run", max_steps=6, accum=2)
+    saved = json.loads((tmp_path / "run" / "last" / "train_state.json").read_text())
+    assert saved["step"] == 3
+    assert [saved[key] for key in ("epoch", "batch_in_epoch", "tokens")] == [made[key] for key in
+                                                                             ("epoch", "batch_in_epoch", "tokens")]
+
+
 def test_best_is_replaced_whole_or_not_at_all(data, tmp_path, monkeypatch, caplog):
     """best/ was written in place: its weights were unlinked first, so a kill mid-write lost the run's best."""
     run(data, tmp_path / "run", max_steps=3)
