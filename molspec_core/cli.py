@@ -398,8 +398,9 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
         return None
     if args.input is None:
         raise ValueError("--ray predicts files: give --input and --output")
-    from .scale import Cluster  # Ray itself is imported only once the run starts
+    from .scale import Cluster, check_address  # Ray itself is imported only once the run starts
 
+    check_address(args.ray)
     return Cluster(args.ray, args.workers, args.cpus_per_worker or 1.0, args.gpus_per_worker or 0.0)
 
 
@@ -500,6 +501,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     # here, before a cluster starts, on a machine that may have no GPU.
     if args.round_trip and cluster:
         raise ValueError("--round-trip runs in this process only; leave out --ray")
+    if cluster:  # before the model loads: no cluster there was told once a shipped model had loaded
+        from .scale import answers
+
+        answers(cluster.address)
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
                                "float32" if cluster else args.dtype)
     check = round_trip_check(args, predictor)

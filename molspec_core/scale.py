@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -60,6 +61,8 @@ FAILED = "failed"  # the key of a WorkerFailure's JSON, in place of a query's ou
 # How long a host:port given to --ray has to answer (answers), and what it is sent: the opening of HTTP/2 (gRPC).
 ANSWER_S = 10.0
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# What --ray takes besides 'auto', 'local' and Ray Client's ray://...: a head's host:port (an IPv6 host in brackets).
+HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):[0-9]{1,5}")
 # Ray's notes that tell the user of a run nothing, by the logger that writes each (hidden by quiet_ray).
 RAY_NOISE = {"ray._private.worker": "SIGTERM handler is not set",  # ray.init runs in a thread on purpose (connected)
              "ray._private.authentication.authentication_token_setup": "Token authentication is enabled",
@@ -363,6 +366,15 @@ def portable(model: str) -> str:
     return str(Path(model).resolve()) if Path(model).is_dir() else model
 
 
+def check_address(address: str) -> None:
+    """Refuse, with the other options (the command line's cluster_options), an address Ray cannot read: its own words
+    were 'Invalid address format: ...', naming nothing it takes, once the model had loaded and the file was read."""
+    if address not in ("auto", "local") and not address.startswith("ray://") and not HOST_PORT.fullmatch(address):
+        raise ValueError(f"--ray {address[:80]!r} is no Ray address: give 'auto' (the cluster this machine joined with "
+                         "`ray start`; the default), the host:port of a cluster's head, ray://host:port (Ray Client) "
+                         "or 'local' to start one here")
+
+
 def answers(address: str) -> None:
     """Refuse a host:port where no Ray cluster answers: ray.init waited minutes for it, printing a warning every half
     minute. Nothing may listen there, or a firewall may take the connection and drop what is sent: a Ray head's GCS,
@@ -390,7 +402,8 @@ def answers(address: str) -> None:
 @contextmanager
 def connected(address: str) -> Iterator[None]:
     """Connect to a Ray cluster ('auto', host:port) or start one on this machine ('local'), and leave
-    it after the run. A process already connected (a notebook, a test) keeps its cluster as it is.
+    it after the run. A process already connected (a notebook, a test) keeps its cluster as it is. Whether one
+    answers at the address was asked before the model loaded (answers: the command line's predict).
 
     Ray starts and stops whole (unbroken): Ctrl-C or SIGTERM in ray.init's first seconds cut it half-way, and the
     run exited leaving Ray's dashboard and runtime-env agents running (they ignore SIGTERM), or crashed as it exited
@@ -404,7 +417,6 @@ def connected(address: str) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    answers(address)
     local = {"include_dashboard": False} if address == "local" else {}
     before = set(descendants(os.getpid()))  # processes of this one that are not Ray's
     with quiet_ray() as level, stopping_once(), ThreadPoolExecutor(1, thread_name_prefix="molspec-ray") as ray_thread:

@@ -548,11 +548,15 @@ def test_ray_processes_that_outlive_its_shutdown_are_ended(tmp_path, monkeypatch
 
 
 def test_an_address_where_no_cluster_listens_is_refused_at_once(tmp_path, capsys, monkeypatch):
-    """ray.init waited minutes for it (a warning every half minute) before it failed."""
+    """ray.init waited minutes for it (a warning every half minute) before it failed; and it was told only once the
+    model had loaded (seconds for a shipped one on a CPU)."""
     import socket
+
+    from molspec_core.service import Predictor
 
     events: list[str] = []
     fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    monkeypatch.setattr(Predictor, "load", lambda *a, **k: pytest.fail("the model loaded before the address was asked"))
     with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
@@ -563,6 +567,32 @@ def test_an_address_where_no_cluster_listens_is_refused_at_once(tmp_path, capsys
         f"error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused): start one there with "
         f"`ray start --head --port={port}`, or use --ray local")
     assert events == []
+
+
+@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1", "head:port", "http://head:6379", "head: 6379"])
+def test_an_address_ray_cannot_read_is_refused_with_the_options_and_says_what_it_takes(tmp_path, capsys, monkeypatch,
+                                                                                       address):
+    """Ray's own 'Invalid address format: nonsense' came once the model had loaded and the file was read, and named
+    nothing --ray takes."""
+    from molspec_core.service import Predictor
+
+    events: list[str] = []
+    fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    monkeypatch.setattr(Predictor, "load", lambda *a, **k: pytest.fail("the model loaded before the address was read"))
+    (tmp_path / "q.txt").write_text("CCO\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", address]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --ray {address!r} is no Ray address: give 'auto' (the cluster this machine joined with `ray start`; "
+        "the default), the host:port of a cluster's head, ray://host:port (Ray Client) or 'local' to start one here")
+    assert events == []
+
+
+def test_the_addresses_ray_takes_pass_the_check():
+    from molspec_core.scale import check_address
+
+    for address in ("auto", "local", "10.0.0.5:6379", "head-node.example.org:6379", "[::1]:6379", "ray://head:10001"):
+        check_address(address)
 
 
 def test_an_address_that_takes_the_connection_and_never_answers_is_refused(tmp_path, capsys, monkeypatch):
