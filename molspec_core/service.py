@@ -28,8 +28,8 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, main_molecule, reaction_sides, smiles_from_cxsmiles, smiles_from_inchi,
-                   without_isotopes)
+                   CXSMILES, in_ion_writing, main_molecule, reaction_sides, salts_as_ions, smiles_from_cxsmiles,
+                   smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -719,9 +719,11 @@ class Predictor:
     # ---- input -------------------------------------------------------------------------------
 
     def prepare(self, text: str, ion_writing: bool = False) -> _Query:
-        """Validate and canonicalize a query; raises ValueError with a message for the user. ion_writing: a
-        hydride written as one species (chem.ION_WRITINGS) is read as the ions USPTO writes, where the model
-        reads those; otherwise such a query is refused with that writing offered (QueryError.suggestion)."""
+        """Validate and canonicalize a query; raises ValueError with a message for the user. An alkali metal's salt
+        written with its bond (O=C(O[K])O[K]) is read as the ions USPTO writes (chem.salts_as_ions; canonical_query
+        shows them). ion_writing: a hydride written as one species (chem.ION_WRITINGS) is read as the ions USPTO
+        writes, where the model reads those; otherwise such a query is refused with that writing offered
+        (QueryError.suggestion)."""
         if not isinstance(text, str):
             raise ValueError(f"a query must be text, got {type(text).__name__}")
         foreign = FOREIGN_CHARACTER.search(text)  # before .strip(), which would drop a no-break space
@@ -757,7 +759,7 @@ class Predictor:
         if reaction:
             text = self._from_reaction(text)
         try:
-            fragments = canonical_fragments(text, strip_maps=True)
+            fragments = salts_as_ions(canonical_fragments(text, strip_maps=True))
         except ChemError as exc:
             read_as = (f" (the query holds '>', so it was read as a reaction SMILES, 'reactants>reagents>', whose "
                        f"molecules are {text!r})") if reaction else ""

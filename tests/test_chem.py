@@ -4,9 +4,9 @@ import re
 import pytest
 from rdkit import Chem
 
-from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concerns, canonical, in_ion_writing,
-                               mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, why_unreadable,
-                               without_isotopes)
+from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments,
+                               in_ion_writing, mol_from_smiles, salts_as_ions, smiles_from_cxsmiles, smiles_from_inchi,
+                               why_unreadable, without_isotopes)
 
 
 @pytest.mark.parametrize("answer, query, task, concerns", [
@@ -530,3 +530,21 @@ def test_a_marked_amine_nitrogen_is_said_to_be_dropped_for_its_inversion(text):
     assert note.startswith("Stereo marks dropped: 1 atom marked @") and "an amine's nitrogen, which inverts" in note
     assert "nitrogen" not in dropped_stereo("C[C@H](C)O.CCN(C)c1ccccc1")  # like groups, and no nitrogen marked
     assert dropped_stereo("C[N@]1CC1c1ccccc1") == ""  # an aziridine's nitrogen keeps its configuration
+
+
+@pytest.mark.parametrize("drawn, ions", [
+    ("O=C(O[K])O[K]", "O=C([O-])[O-].[K+].[K+]"),  # potassium carbonate as ChemDraw copies it
+    ("CCO[Na]", "CC[O-].[Na+]"),
+    ("[Na]O", "[OH-].[Na+]"),  # the hydroxide keeps its hydrogen
+    ("O=C(O)O[Na]", "O=C([O-])O.[Na+]"),
+    ("CC(C)N([Li])C(C)C", "CC(C)[N-]C(C)C.[Li+]"),  # LDA, as USPTO writes it 186 times
+    ("[Cs]F", "[Cs+].[F-]"),
+    ("N#CO[Na]", "N#C[O][Na]"),  # sodium cyanate: USPTO writes it with its bond, never as ions
+    ("CCCC[Li]", "[Li][CH2]CCC"),  # an organolithium's carbon keeps its bond, as USPTO writes n-BuLi
+    ("C[Mg]Br", "[CH3][Mg][Br]"),  # no alkali metal
+    ("CC(=O)[O-].[Na+]", "CC(=O)[O-].[Na+]"),
+])
+def test_an_alkali_metals_salt_drawn_with_its_bond_is_read_as_its_ions(drawn, ions):
+    """The forward model learned alkali salts as USPTO writes them, as ions; drawn with the bond (O=C(O[K])O[K]), a
+    query was read as written, and the model gave phenol and benzyl bromide with K2CO3 a carboxylated ester first."""
+    assert sorted(salts_as_ions(canonical_fragments(drawn))) == sorted(canonical_fragments(ions))

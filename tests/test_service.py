@@ -336,6 +336,14 @@ def test_the_forward_model_reads_common_reagents_or_offers_their_ion_writing(for
     assert sorted(refused) == ["CAN", "MeLi (ionic)"]  # [Ce+4], [CH3-]: no rewriting of one molecule mends them
 
 
+def test_a_salt_drawn_with_its_bond_is_read_as_the_ions_the_model_learned(forward):
+    """Potassium carbonate drawn with its bonds (ChemDraw's O=C(O[K])O[K]) reached the model so: a benzyl ester of a
+    carboxylated phenol came first for phenol and benzyl bromide, where the ions gave benzyl phenyl ether."""
+    drawn = forward.prepare("Oc1ccccc1.BrCc1ccccc1.O=C(O[K])O[K]")
+    assert drawn.canonical == "BrCc1ccccc1.O=C([O-])[O-].Oc1ccccc1.[K+].[K+]"
+    assert drawn.ids == forward.prepare("Oc1ccccc1.BrCc1ccccc1.O=C([O-])[O-].[K+].[K+]").ids
+
+
 @pytest.mark.parametrize("query", ["CC(=O)c1ccccc1.[Ir]", "CCO.[Na+].[H-]"])
 def test_no_suggestion_where_no_ion_writing_applies(forward, query):
     result = forward.predict(query)
