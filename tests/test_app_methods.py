@@ -58,7 +58,7 @@ def test_speculative_beam_shows_its_own_default_drafts(draft_models, monkeypatch
     at.selectbox(key="method").set_value(name).run()
     assert f"Drafts: {shape} (pointer drafter)" in texts(at.caption)
     at.toggle(key="custom_drafts").set_value(True).run()
-    assert at.slider(key="draft_len").value == METHODS[name].default_draft_len("cpu")
+    assert at.slider(key=f"draft_len_{name}").value == METHODS[name].default_draft_len("cpu")
 
 
 def test_copied_tokens_view_counts_what_was_copied(draft_models, monkeypatch):
@@ -110,3 +110,23 @@ def test_the_sidebars_knobs_come_back_as_set_after_a_method_or_task_without_them
     assert at.toggle(key="round_trip").value is False
     at.toggle(key="round_trip").set_value(True).run()
     assert at.select_slider(key="round_trip_k").value == 3
+
+
+def test_drafts_set_by_hand_are_each_methods_own_and_come_back_after_a_method_without_them(draft_models, monkeypatch):
+    """Drafts set by hand for lookup drafts (4 tokens, 1 draft) were the sliders' values under paper drafts too: it
+    ran 1 draft of 4 tokens, not its 25 of 10, without a word; and after a look at beam search the hand-set drafts
+    were off again (Streamlit forgets the state of a widget a run does not draw)."""
+    at = app(draft_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-lookup").run()
+    at.toggle(key="custom_drafts").set_value(True).run()
+    at.slider(key="draft_len_spec-lookup").set_value(4).run()
+    at.selectbox(key="method").set_value("spec-paper").run()
+    paper = METHODS["spec-paper"]
+    assert at.slider(key="draft_len_spec-paper").value == paper.default_draft_len("cpu")
+    assert at.slider(key="n_drafts_spec-paper").value == paper.n_drafts > 1
+    at.selectbox(key="method").set_value("beam").run()
+    at.selectbox(key="method").set_value("spec-lookup").run()
+    assert_clean(at)
+    assert at.toggle(key="custom_drafts").value and at.slider(key="draft_len_spec-lookup").value == 4
+    predict(at, "Oc1ccncc1Cl")
+    assert at.session_state["shown"].settings.draft_len == 4

@@ -277,12 +277,12 @@ def render_sidebar() -> Settings:
     draft_len = n_drafts = None
     if reads(method, "draft_len"):
         drafter, default_len, default_n = predictor.resolve(method, None, None, 1) if predictor else ("", 8, 1)
-        custom = sb.toggle("Set drafts by hand", key="custom_drafts",
+        custom = sb.toggle("Set drafts by hand", **remembered("custom_drafts", False),
                            help="Off: the method's own choice (spec-auto picks per device).")
-        if custom:
-            draft_len = sb.slider("Draft length (tokens)", 1, 32, default_len, key="draft_len")
+        if custom:  # each method its own (one pair of sliders for all ran the paper's drafts as lookup's 1 draft)
+            draft_len = sb.slider("Draft length (tokens)", 1, 32, **remembered(f"draft_len_{method}", default_len))
             if reads(method, "n_drafts"):
-                n_drafts = sb.slider("Number of drafts", 1, 32, default_n, key="n_drafts")
+                n_drafts = sb.slider("Number of drafts", 1, 32, **remembered(f"n_drafts_{method}", default_n))
         elif METHODS[method].drafts == "model":
             sb.caption(f"Drafts: {counted(default_len, 'token')} from the draft model")
         else:
