@@ -368,11 +368,21 @@ def portable(model: str) -> str:
 
 def check_address(address: str) -> None:
     """Refuse, with the other options (the command line's cluster_options), an address Ray cannot read: its own words
-    were 'Invalid address format: ...', naming nothing it takes, once the model had loaded and the file was read."""
+    were 'Invalid address format: ...', naming nothing it takes, once the model had loaded and the file was read. A
+    process already connected to Ray runs on that cluster, whatever the address (connected)."""
+    if already_connected():
+        return
     if address not in ("auto", "local") and not address.startswith("ray://") and not HOST_PORT.fullmatch(address):
         raise ValueError(f"--ray {address[:80]!r} is no Ray address: give 'auto' (the cluster this machine joined with "
                          "`ray start`; the default), the host:port of a cluster's head, ray://host:port (Ray Client) "
                          "or 'local' to start one here")
+
+
+def already_connected() -> bool:
+    """Whether this process is connected to Ray (a notebook, a test: connected keeps its cluster), asked without
+    importing Ray, which takes seconds."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def answers(address: str) -> None:
@@ -380,7 +390,9 @@ def answers(address: str) -> None:
     minute. Nothing may listen there, or a firewall may take the connection and drop what is sent: a Ray head's GCS,
     a gRPC server, answers HTTP/2's opening at once (with its settings; a TLS server with an alert), so silence for
     ANSWER_S seconds is no cluster. 'auto' is checked where RAY_ADDRESS sends ray.init; other addresses ('auto' alone,
-    'local', ray://...) are left to Ray."""
+    'local', ray://...) are left to Ray, as is every address where this process is connected already."""
+    if already_connected():
+        return
     given = ""
     if address == "auto" and os.environ.get("RAY_ADDRESS"):
         address, given = os.environ["RAY_ADDRESS"], "RAY_ADDRESS, "

@@ -588,6 +588,22 @@ def test_an_address_ray_cannot_read_is_refused_with_the_options_and_says_what_it
     assert events == []
 
 
+def test_a_process_connected_to_ray_runs_on_its_cluster_whatever_the_address(tmp_path, monkeypatch):
+    """As the README says: the address is neither read nor asked (a notebook's cluster, a test's)."""
+    import types
+
+    from molspec_core import scale
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setattr(scale, "predicted", refused)
+    (tmp_path / "q.txt").write_text("CCO\n")
+    for address in ("nonsense", "127.0.0.1:1"):
+        assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output",
+                     str(tmp_path / "o.csv"), "--ray", address]) == 2  # all refused: the run was made
+        assert (tmp_path / "o.csv").exists()
+        (tmp_path / "o.csv").unlink()
+
+
 def test_the_addresses_ray_takes_pass_the_check():
     from molspec_core.scale import check_address
 
