@@ -255,10 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
                    "--dtype int8; writes nothing")
     p.add_argument("--force", action="store_true", help=f"write the fit even where it rests on fewer than "
-                   f"{MIN_FIT_QUERIES} fitting queries (two thirds of --limit) or than the fit it replaces, or judges "
-                   "worse than that fit on its own check queries; without it such a fit is refused (one refused as "
-                   "worse is written to <file>.refused; a replaced file is kept as <file>.bak; stopped by Ctrl-C or "
-                   "SIGTERM, the fit of the queries decoded by then is written to <file>.partial, not in use)")
+                   f"{MIN_FIT_QUERIES} fitting queries (two thirds of --limit, less those refused, with a target RDKit "
+                   "cannot read or no valid answer) or than the fit it replaces, or judges worse than that fit on its "
+                   "own check queries; without it such a fit is refused (one refused after decoding is written to "
+                   "<file>.refused; a replaced file is kept as <file>.bak; stopped by Ctrl-C or SIGTERM, the fit of "
+                   "the queries decoded by then is written to <file>.partial, not in use)")
     p.set_defaults(method="beam", n_best=None)  # cmd_calibrate: 5 for an n-best method, else 1
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
