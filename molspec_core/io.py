@@ -57,8 +57,10 @@ RETRO_SMILES_COLUMNS = tuple("product" if c == "reactants" else "reactants" if c
                              for c in SMILES_COLUMNS)
 # A stock's building blocks are molecules: its SMILES column, the first of these it has, as vendors and databases
 # name it (ChEMBL's canonical_smiles, PubChem's IsomericSMILES, eMolecules' isosmiles). A stock was read under the
-# query names, and a file with none of them was told of reactants and 'reactants>reagents>production'.
-STOCK_COLUMNS = ("smiles", "canonical_smiles", "isomeric_smiles", "isomericsmiles", "canonicalsmiles", "isosmiles")
+# query names, and a file with none of them was told of reactants and 'reactants>reagents>production'. The isomeric
+# names come first: PubChem's canonical SMILES carry no stereo, and its download (isosmiles, canonicalsmiles) put
+# L-alanine in stock as alanine of no configuration.
+STOCK_COLUMNS = ("smiles", "isomeric_smiles", "isomericsmiles", "isosmiles", "canonical_smiles", "canonicalsmiles")
 # Between a CSV's cells: a comma, else what its header line shows. Excel writes ';' where the decimal mark is a
 # comma (most of Europe), and a tab-separated file (.tsv) is read as a CSV of tabs.
 CSV_DELIMITERS = (",", ";", "\t")

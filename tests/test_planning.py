@@ -904,6 +904,14 @@ def test_a_missing_file_or_a_csv_without_smiles_is_refused(tmp_path):
         load_stock(tmp_path / "stock.csv")
 
 
+def test_a_stock_with_isomeric_and_canonical_smiles_columns_is_read_from_the_isomeric_one(tmp_path):
+    """PubChem's download holds isosmiles and canonicalsmiles, the latter without stereo, and the stock read it:
+    L-alanine was in stock as alanine of no configuration, and a route to an L-alanine amide did not end in stock."""
+    (tmp_path / "pubchem.csv").write_text("cid,cmpdname,isosmiles,canonicalsmiles\n5950,L-alanine,C[C@@H](C(=O)O)N,"
+                                          "CC(C(=O)O)N\n")
+    assert [m.smiles for m in load_stock(tmp_path / "pubchem.csv").to_purchasable_mols()] == ["C[C@H](N)C(=O)O"]
+
+
 def test_a_stock_table_is_read_by_a_stocks_column_names_and_refused_naming_them(tmp_path):
     """A stock was read under the query file's names: a table with none of them was told to have a column
     'reactants' or 'reactants>reagents>production' (a reaction, which a building block is not), a reaction file's
@@ -917,10 +925,10 @@ def test_a_stock_table_is_read_by_a_stocks_column_names_and_refused_naming_them(
     (tmp_path / "reactions.csv").write_text("id,reactants,product\nR1,CC(=O)Cl.NO,CC(=O)NO\n")
     with pytest.raises(InputFileError) as refused:
         load_stock(tmp_path / "reactions.csv")
-    assert "a column named 'smiles' or 'canonical_smiles' or " in str(refused.value)
+    assert "a column named 'smiles' or 'isomeric_smiles' or " in str(refused.value)
     assert "reactants" not in str(refused.value).split("its first line")[0]
     assert "rename the column smiles" in str(refused.value)
-    with pytest.raises(InputFileError, match="'smiles' or 'canonical_smiles'"):
+    with pytest.raises(InputFileError, match="'smiles' or 'isomeric_smiles'"):
         stock_from_upload("bought.csv", b"id,mol\nA1,NO\n")
 
 
