@@ -748,8 +748,9 @@ def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelC
         held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
         raise ValueError(f"{role} {folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
                          f"of its folders, e.g. {role} {folder / held[0]}, or --out {folder} to continue that run")
-    models = sorted(sub.name for sub in folder.iterdir() if (sub / "config.json").is_file())
-    if not (folder / "config.json").exists() and models:  # the GPU kit's `start --init models`, given to train
+    models = [] if (folder / "config.json").exists() else sorted(
+        sub.name for sub in folder.iterdir() if (sub / "config.json").is_file())
+    if models:  # the GPU kit's `start --init models` (a folder of <task>/ model folders), given to train
         pick = (f"the one for these {task} data, {role} {folder / task}" if task in models else
                 f"one of them, e.g. {role} {folder / models[0]}")
         raise ValueError(f"{role} {folder} holds model folders ({', '.join(models)}), not a model: give {pick}")
