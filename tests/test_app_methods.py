@@ -130,3 +130,32 @@ def test_drafts_set_by_hand_are_each_methods_own_and_come_back_after_a_method_wi
     assert at.toggle(key="custom_drafts").value and at.slider(key="draft_len_spec-lookup").value == 4
     predict(at, "Oc1ccncc1Cl")
     assert at.session_state["shown"].settings.draft_len == 4
+
+
+def test_the_model_and_writings_chosen_for_a_task_come_back_after_the_other_task(draft_models, monkeypatch):
+    """The second forward model chosen, or its writings turned off, came back as the first model and on after a
+    visit to the retrosynthesis task (Streamlit forgets an undrawn widget's state): the next query was decoded by
+    another model. The Routes page reads the retrosynthesis writings under the forward task, and read them on."""
+    import json
+
+    from views.common import writings_key
+
+    for name, task in (("forward", "forward"), ("forward_b", "forward"), ("retro", "retro")):
+        folder = draft_models / name
+        if not folder.exists():
+            shutil.copytree(draft_models / "forward", folder)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "task": task, "data_stats": {"augment": 20}}))
+    at = app(draft_models, monkeypatch).run()
+    at.sidebar.selectbox(key="model_forward").select("forward_b").run()
+    at.toggle(key="augment_forward").set_value(False).run()
+    at.radio(key="task").set_value("retro").run()
+    at.toggle(key="augment_retro").set_value(False).run()
+    at.radio(key="task").set_value("forward").run()
+    assert_clean(at)
+    assert at.sidebar.selectbox(key="model_forward").value == "forward_b"
+    assert at.toggle(key="augment_forward").value is False
+    assert at.session_state[writings_key("retro")] is False  # what the Routes page reads under the forward task
+    predict(at, "Oc1ccncc1Cl")
+    shown = at.session_state["shown"].settings
+    assert (shown.model, shown.augment) == ("forward_b", 1)

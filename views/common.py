@@ -247,7 +247,10 @@ def render_sidebar() -> Settings:
     names = models_for_task(task)
     model = None
     if names:
-        model = sb.selectbox("Model", names, key=f"model_{task}",
+        chosen = f"model_{task}"  # kept through the other task's runs; a folder gone since opens on the first
+        if st.session_state.get(remembered_key(chosen)) not in names:
+            st.session_state[remembered_key(chosen)] = names[0]
+        model = sb.selectbox("Model", names, **remembered(chosen, names[0]),
                              help=md_escape(f"Model folders found under {models_dir()}."))
     else:
         sb.warning(md_escape(no_model_text(task)), icon=":material/warning:")
@@ -288,7 +291,7 @@ def render_sidebar() -> Settings:
         else:
             sb.caption(f"Drafts: {counted(default_n, 'draft')} of {counted(default_len, 'token')} ({drafter} drafter)")
     augment = APP_AUGMENT if predictor is not None and predictor.augmentable and sb.toggle(
-        f"Read the query in {APP_AUGMENT} writings", value=True, key=writings_key(task),
+        f"Read the query in {APP_AUGMENT} writings", **remembered(f"augment_{task}", True),
         help=f"The model reads the query written from {APP_AUGMENT} different atoms and pools its answers, "
              "favouring those many writings agree on: more often right (on the test sets in the model's card), "
              f"for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
@@ -374,12 +377,17 @@ def _keep(widget_key: str, value_key: str) -> None:
     st.session_state[value_key] = st.session_state[widget_key]
 
 
+def remembered_key(widget_key: str) -> str:
+    """The session key under which remembered() keeps a widget's value."""
+    return f"{widget_key}__kept"
+
+
 def remembered(widget_key: str, default: object) -> dict:
-    """kept() for a sidebar setting with a fixed default, its value under widget_key + "__kept": the sampling
-    knobs and the round-trip check came back on their defaults after a method or task that does not draw them
-    (temperature 0.1 set for sampling read 0.5 again after a look at greedy, and the next query sampled at 0.5).
-    Draw the widget without a value argument."""
-    value_key = f"{widget_key}__kept"
+    """kept() for a sidebar setting, its value under remembered_key(widget_key), `default` until it is set: the
+    sampling knobs and the round-trip check came back on their defaults after a method or task that does not draw
+    them (temperature 0.1 set for sampling read 0.5 again after a look at greedy, and the next query sampled at
+    0.5). Draw the widget without a value argument."""
+    value_key = remembered_key(widget_key)
     st.session_state.setdefault(value_key, default)
     return kept(value_key, widget_key)
 
@@ -460,8 +468,10 @@ def _sampling_knobs(method: str) -> SamplingOptions:
 
 
 def writings_key(task: str) -> str:
-    """The session key of the sidebar's "read the query in N writings" toggle for a task (on by default)."""
-    return f"augment_{task}"
+    """The session key of the value of the sidebar's "read the query in N writings" toggle for a task (on by default),
+    kept while the other task is shown (remembered): the Routes page reads the retrosynthesis one under the forward
+    task, where the toggle's own state was forgotten, and read it on when it had been turned off."""
+    return remembered_key(f"augment_{task}")
 
 
 def settings() -> Settings:
