@@ -111,6 +111,35 @@ def test_pack_without_a_quick_set_for_a_test_split_the_benchmark_index_does_not_
                                                                          "stats.json", "test.npz"}
 
 
+def test_the_device_commands_run_without_rdkit_or_the_apps_packages(kit, tmp_path):
+    """The GPU machine has torch, numpy, safetensors and tqdm, and no RDKit: decode, collect and watch must run there
+    first time (the trainer itself: test_train.test_training_entry_point_runs_without_rdkit). Rehearsed so in
+    session 91; this keeps an import of the chemistry from creeping into their path."""
+    import subprocess
+    import sys
+
+    from test_train import NOT_ON_GPU_MACHINE
+
+    data = tmp_path / "data"
+    write_splits(data / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:2]}, {"task": "forward"})
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--bench", str(tmp_path)])
+    train(TrainConfig(data=str(tmp_path / "gpu" / "forward"), out=str(tmp_path / "runs" / "gpu_forward"),
+                      preset="tiny", max_steps=2, max_tokens=64, val_greedy_rows=1, threads=1))
+    out = tmp_path / "out"
+    out.mkdir()
+    code = (f"import importlib.util, sys\nfrom pathlib import Path\n"
+            f"for name in {NOT_ON_GPU_MACHINE!r}:\n    sys.modules[name] = None\n"
+            f"spec = importlib.util.spec_from_file_location('gpu_kit', {str(ROOT / 'tools' / 'gpu_kit.py')!r})\n"
+            "kit = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(kit)\n"
+            f"kit.GPU_DIR, kit.RUNS = Path({str(tmp_path / 'gpu')!r}), Path({str(tmp_path / 'runs')!r})\n"
+            f"kit.main(['decode', '--task', 'forward', '--out', {str(out)!r}, '--n-best', '2'])\n"
+            f"kit.main(['collect', '--out', {str(out)!r}])\n"
+            "kit.main(['watch', '--seconds', '1'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {p.name for p in out.iterdir()} == {"forward_test_nbest.tsv.gz", "forward.tar.00"}  # one 15 MiB part
+
+
 def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):
     data = tmp_path / "data" / "retro"
     data.mkdir(parents=True)
