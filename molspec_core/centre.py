@@ -311,7 +311,10 @@ def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.M
     traced to one carbon's reactant, is retraced to the other carbon's untraced heteroatom where that carbon holds on
     more firmly. (Where both hold on alike, as two alcohols, nothing is changed: the molecules alone cannot tell. Nor
     where the other heteroatom is bonded to an acyl-like atom: a mesylate's oxygen leaves with its sulfonyl, and an
-    acid takes the alkyl by its own oxygen.)
+    acid takes the alkyl by its own oxygen.) A carbon whose configuration turned (_configuration_turned, its
+    heteroatom traced to its own) let its heteroatom go, however firmly it held it: an alcohol and an acid that make
+    an ester of the alcohol's carbon inverted (the Mitsunobu reaction) join by the acid's oxygen, and the alcohol's
+    leaves as triphenylphosphine oxide; the acyl carbon, whose bonds are all kept, was marked as the centre.
 
     Read back as hydrolysis (a retrosynthesis answer's aryl ester for an acid): the aryl carbon keeps its oxygen, so
     the acid's OH is not the phenol's (it comes from the water, which the answer does not show) and the phenol leaves
@@ -331,11 +334,17 @@ def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.M
         traced = [n.GetIdx() for n in atom.GetNeighbors() if n.GetIdx() in owner]
         kept = [n for n in traced if owner[n][0] == k and molecules[k].GetBondBetweenAtoms(owner[n][1], x)]
         made = [n for n in traced if n not in kept]
+        # a kept carbon whose configuration turned let its heteroatom go (inverted, as by a Mitsunobu reaction), and
+        # a made one that would turn, given its own heteroatom back, did
+        inverted = any(_configuration_turned(product.GetAtomWithIdx(c), owner, molecules) for c in kept)
         own = [(owner[n][0], y.GetIdx()) for c in kept for n in made
-               if _holds_on(reactant_atom(n)) > _holds_on(reactant_atom(c))
+               if inverted or _holds_on(reactant_atom(n)) > _holds_on(reactant_atom(c))
                for y in reactant_atom(n).GetNeighbors()
                if y.GetAtomicNum() == atom.GetAtomicNum() and (owner[n][0], y.GetIdx()) not in reached
-               and all(_holds_on(z) for z in y.GetNeighbors())]
+               and (inverted or all(_holds_on(z) for z in y.GetNeighbors()))
+               and not _configuration_turned(product.GetAtomWithIdx(n), {**owner, atom.GetIdx(): (owner[n][0],
+                                                                                                     y.GetIdx())},
+                                             molecules)]
         aryl_leaves = (atom.GetDegree() == 1 and any(_holds_on(reactant_atom(c)) == 0 for c in kept)
                        and any(n.GetIsAromatic() and (k, n.GetIdx()) not in reached
                                for n in molecules[k].GetAtomWithIdx(x).GetNeighbors()))
@@ -472,8 +481,9 @@ def _turned(atom: Chem.Atom, before: Chem.Atom, pairs: dict[int, int]) -> bool:
 def _configuration_turned(atom: Chem.Atom, owner: dict[int, tuple[int, int]], molecules: tuple[Chem.Mol, ...]
                           ) -> bool:
     """A product stereocentre whose reactant atom has the other configuration, its neighbours traced to the reactant
-    atom's (_turned): an epimerization, or an inversion at a carbon whose neighbours' atoms stay (a Mitsunobu
-    reaction's alcohol carbon, its oxygen traced to the alcohol's). An epimer had no centre, its bonds all kept."""
+    atom's (_turned): an epimerization, or an inversion at a carbon traced so (a Mitsunobu reaction's alcohol carbon
+    before its oxygen is retraced to the acid's: _keep_the_nucleophiles_heteroatom). An epimer had no centre, its
+    bonds all kept."""
     if atom.GetChiralTag() not in TETRAHEDRAL or atom.GetIdx() not in owner:
         return False
     k, r = owner[atom.GetIdx()]

@@ -387,8 +387,9 @@ NITROBENZOIC_ACID = "O=C(O)c1ccc([N+](=O)[O-])cc1"  # the acid of a Mitsunobu in
     ("C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", [1]),  # L- to D-alanine: its alpha carbon
     ("C[C@H](N)C(=O)O", "N[C@@H](C)C(=O)O", []),  # L-alanine written from another atom: no change
     ("C[C@H]1CC[C@@H](O)CC1", "C[C@H]1CC[C@H](O)CC1", [4]),  # cis- to trans-4-methylcyclohexanol
-    # a Mitsunobu inversion: the alcohol's carbon with the ester bond; kept (an esterification), the ester bond alone
-    (f"{NITROBENZOIC_ACID}.C[C@@H](O)c1ccccc1", "C[C@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1", [1, 2, 3]),
+    # a Mitsunobu inversion: the alcohol's carbon and the acid's oxygen that took it (the alcohol's oxygen leaves; the
+    # acyl carbon keeps its bonds); kept (an esterification), the ester bond alone
+    (f"{NITROBENZOIC_ACID}.C[C@@H](O)c1ccccc1", "C[C@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1", [1, 2]),
     (f"{NITROBENZOIC_ACID}.C[C@@H](O)c1ccccc1", "C[C@@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1", [2, 3]),
 ])
 def test_a_stereocentre_whose_configuration_turned_is_in_the_centre(reactants, product, centre):
@@ -430,3 +431,15 @@ def test_a_diels_alder_marks_all_six_carbons_of_the_ring_it_makes(reactants, pro
         if mol.GetBondBetweenAtoms(a, b)))
     assert found is not None and found.traced == found.atoms and not found.leaving_atoms
     assert found.product_atoms == ring
+
+
+def test_a_mitsunobu_inversion_takes_the_acids_oxygen_and_the_alcohols_leaves():
+    """The ester of an alcohol's carbon inverted was traced with the alcohol's oxygen kept and the acid's OH leaving,
+    as a Fischer esterification's: the inversion says the alcohol's C-O bond broke, and its oxygen leaves (as
+    triphenylphosphine oxide)."""
+    reactants = f"{NITROBENZOIC_ACID}.C[C@@H](O)c1ccccc1"
+    found = reaction_centre(reactants, "C[C@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1")
+    alcohol_oxygen = Chem.MolFromSmiles(NITROBENZOIC_ACID).GetNumAtoms() + 2
+    assert found.leaving_atoms == {alcohol_oxygen}
+    kept = reaction_centre(reactants, "C[C@@H](OC(=O)c1ccc([N+](=O)[O-])cc1)c1ccccc1")  # configuration kept
+    assert symbols(reactants, kept.leaving_atoms) == ["O"] and alcohol_oxygen not in kept.leaving_atoms
