@@ -207,6 +207,9 @@ def mit_split(root: Path, n_val: int) -> MitSplit:
     # training run at its first validation ("source i has no tokens")
     valid = [p for p in read_pairs(root / MIT_VALID[0], root / MIT_VALID[1]) if p.src and p.tgt]
     test = read_pairs(root / MIT_TEST[0], root / MIT_TEST[1])
+    if n_val > len(valid):  # it wrote the rows there were as validation and trained on none of them, without a word
+        raise ValueError(f"--n-val {n_val}: {MIT_VALID[0]} has {len(valid)} usable rows (validation is the first "
+                         f"--n-val of them, training the rest)")
     val = valid[:n_val]
     return MitSplit(val, valid[n_val:], test, {key for p in [*test, *val] if (key := _leakage_key(p.tgt))})
 
@@ -311,6 +314,8 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
     if rows_before and rows_before <= n_val:
         raise ValueError(f"forward-mit: rows_before {rows_before} must lie past n_val {n_val}")
     mit = mit_split(root, n_val)
+    if rows_before > n_val + len(mit.train):
+        raise ValueError(f"--rows-before {rows_before}: {MIT_VALID[0]} has {n_val + len(mit.train)} usable rows")
     rows = mit.train[:rows_before - n_val] if rows_before else mit.train
     kept = [p for p, leak in zip(rows, made_held_out(rows, mit.held_out, workers)) if not leak]
     stats: dict = {"task": "forward", "data": "forward-mit, rooted writings" if rooted else "forward-mit",
@@ -416,19 +421,21 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     test = read_pairs(root / GLN_TEST[0], root / GLN_TEST[1])  # checked before the minutes of work
     with open_text(root / GLN_TRAIN_MAPPED) as f:
         rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
-    train: list[Pair] = []
-    done: list[tuple[list[Pair], bool]] = []
-    if val_rest != "only":
-        jobs = [(mapped, unmapped, augment, i) for i, (mapped, unmapped) in enumerate(rows)]
-        done = parallel_map(_retro_augmented, jobs, workers, 500)
-        train = [pair for pairs, _ in done for pair in pairs]
     # Validation: the product as the service writes a query (canonical), the reactants aligned to it
     # where the maps allow, as the model is trained to write them; so the trainer's token-level exact
     # match (it has no RDKit) measures what the model is asked to do. Canonical pairs otherwise.
     val_rows = [f"{r}>>{p}" for r, p in gln_reactions(root / GLN_VAL)]
     val_done = [(i, pairs[0], ok) for i, (pairs, ok) in enumerate(
         _retro_augmented((rxn, rxn, min(augment, 1), i)) for i, rxn in enumerate(val_rows)) if pairs][:n_val]
+    if len(val_done) < n_val:  # before the training rows' minutes of alignment
+        raise ValueError(f"--n-val {n_val}: {GLN_VAL} has {len(val_done)} reactions RDKit reads")
     val = [pair for _, pair, _ in val_done]
+    train: list[Pair] = []
+    done: list[tuple[list[Pair], bool]] = []
+    if val_rest != "only":
+        jobs = [(mapped, unmapped, augment, i) for i, (mapped, unmapped) in enumerate(rows)]
+        done = parallel_map(_retro_augmented, jobs, workers, 500)
+        train = [pair for pairs, _ in done for pair in pairs]
     stats = {"task": "retro", "reactions": len(rows) if val_rest != "only" else 0, "augment": augment,
              "aligned_reactions": sum(ok for _, ok in done), "canonical_fallback": sum(not ok for _, ok in done),
              "val_aligned": sum(ok for _, _, ok in val_done)}

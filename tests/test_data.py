@@ -59,7 +59,7 @@ def tree_with_mit_valid(tmp_path, src: str, tgt: str):
 
 def test_prepare_forward_removes_leaked_products_and_writes_arrays(tmp_path):
     make_tree(tmp_path / "data")
-    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1)
+    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=1, workers=1)
     assert stats["removed_leakage_mit_test_or_val_product"] == 1
     src = (tmp_path / "out/train.src").read_text().splitlines()
     tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
@@ -92,10 +92,10 @@ def test_prepare_forward_keeps_a_given_vocabulary_so_the_model_still_pairs_with_
     # The GPU kit trains on from the shipped weights; a vocabulary built from the rows drops tokens the shipped
     # model reads, renumbers the rest, and the draft model beside it no longer loads with the weights trained.
     make_tree(tmp_path / "data")
-    built = prepare("forward", tmp_path / "data", tmp_path / "built", n_val=10, workers=1)
+    built = prepare("forward", tmp_path / "data", tmp_path / "built", n_val=1, workers=1)
     shipped = Vocab.build(["[Si@@H]", *(tmp_path / "built/train.src").read_text().splitlines(),
                            *(tmp_path / "built/train.tgt").read_text().splitlines()])
-    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1, vocab=shipped)
+    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=1, workers=1, vocab=shipped)
     assert "[Si@@H]" not in Vocab.load(tmp_path / "built/vocab.json").tokens
     assert Vocab.load(tmp_path / "out/vocab.json").tokens == shipped.tokens
     assert stats["vocab_size"] == len(shipped) == built["vocab_size"] + 1
@@ -125,9 +125,9 @@ def test_prepare_forward_in_rooted_writings_teaches_the_writings_the_app_reads(t
     from molspec_core.rsmiles import root_views
 
     make_tree(tmp_path / "data")
-    plain = prepare("forward", tmp_path / "data", tmp_path / "plain", n_val=10, workers=1)
+    plain = prepare("forward", tmp_path / "data", tmp_path / "plain", n_val=1, workers=1)
     assert plain["augment"] == 1 and not root_aligned(plain)  # canonical data: the app reads one writing
-    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=10, workers=1, augment=3)
+    stats = prepare("forward", tmp_path / "data", tmp_path / "out", n_val=1, workers=1, augment=3)
     assert root_aligned(stats) and stats["train_reactions"] == plain["train"] == 3
     src = (tmp_path / "out/train.src").read_text().splitlines()
     tgt = (tmp_path / "out/train.tgt").read_text().splitlines()
@@ -180,7 +180,7 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
     test_dir.mkdir(parents=True)
     (test_dir / "products.txt").write_text("CCOC(C)=O")
     (test_dir / "reactants.txt").write_text("CC(=O)O.CCO")
-    stats = prepare("retro", root, tmp_path / "out", workers=1, augment=3)
+    stats = prepare("retro", root, tmp_path / "out", n_val=2, workers=1, augment=3)
     assert stats["aligned_reactions"] == 1 and stats["canonical_fallback"] == 1  # map 9 is not in the reactants
     pairs = set(zip((tmp_path / "out/train.src").read_text().split(), (tmp_path / "out/train.tgt").read_text().split()))
     assert ("COC(C)=O", "CC(=O)O.CO") in pairs  # the canonical pair of the badly mapped row
@@ -241,7 +241,7 @@ def test_prepare_retro_val_rest_trains_on_the_val_reactions_after_n_val_without_
     for src, tgt in zip(only_src, only_tgt, strict=True):
         assert src[0] == tgt[0]  # root-aligned, as the GLN train reactions are
     # all validation rows are validation: nothing is left over
-    assert prepare("retro", root, tmp_path / "all", n_val=10, workers=1, augment=3, val_rest="only")["train"] == 0
+    assert prepare("retro", root, tmp_path / "all", n_val=4, workers=1, augment=3, val_rest="only")["train"] == 0
 
 
 def test_prepare_forward_mit_fine_tune_data_is_the_mit_rows_in_several_writings(tmp_path):
@@ -470,3 +470,18 @@ def test_prepare_forward_mit_aligned_writes_each_target_to_read_like_its_source(
     assert stats["targets_not_aligned"] == 1
     with pytest.raises(ValueError, match="rooted"):
         prepare("forward-mit", root, tmp_path / "notrooted", n_val=1, workers=1, augment=4, vocab=vocab, aligned=True)
+
+
+def test_an_n_val_above_the_rows_there_are_is_refused_not_cut_short(tmp_path):
+    """--n-val above the usable validation rows wrote the rows there were as validation and, for forward-mit, trained
+    on none of them, without a word; a retro refusal comes before the training rows' alignment."""
+    root = tree_with_mit_valid(tmp_path, "CC(=O)Cl.Nc1ccccc1", "CC(=O)Nc1ccccc1")  # three usable MIT valid rows
+    for task in ("forward", "forward-mit"):
+        with pytest.raises(ValueError, match=r"--n-val 4: uspto_mit/derived/src-valid.mixed.txt.gz has 3 usable rows"):
+            prepare(task, root, tmp_path / task, n_val=4, workers=1)
+    with pytest.raises(ValueError, match="--rows-before 5: .* has 3 usable rows"):
+        prepare("forward-mit", root, tmp_path / "rows", n_val=1, workers=1, rows_before=5)
+    assert prepare("forward-mit", root, tmp_path / "three", n_val=3, workers=1)["val"] == 3
+    retro_tree(tmp_path / "gln")
+    with pytest.raises(ValueError, match="--n-val 5: uspto50k/gln_split/raw_val.csv has 4 reactions RDKit reads"):
+        prepare("retro", tmp_path / "gln", tmp_path / "retro", n_val=5, workers=1, augment=1)
