@@ -239,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="two evaluate --out reports on the same queries, query by query (McNemar)")
     p.add_argument("first", help="evaluate --out JSON report (a)")
-    p.add_argument("second", help="evaluate --out JSON report (b), on the same --src, --tgt, --index and --limit")
+    p.add_argument("second", help="evaluate --out JSON report (b), on the same --src, --tgt, --index and --limit; "
+                   "or on fewer (a run stopped part way, or a lower --limit): the other report's first queries are "
+                   "compared, where its files still give them")
 
     p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json; for "
                        "greedy's answers, --method greedy or spec-auto: calibration.greedy.json)")
@@ -997,6 +999,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if differ:  # on stderr: a difference that was not meant is read beside the figures, not lost in them
         log.warning("the reports differ in %s", "; ".join(differ))
     source = f" ({a['src']})" if a.get("src") else ""
+    if "cut" in table:  # a stopped run beside a whole one: the whole one's first queries, which its files still give
+        other = "b" if table["cut"] == "a" else "a"
+        source += (f"; {table['cut']} cut to its first {table['n']} of {table['of_n']} queries, those of {other}, as "
+                   "its --src and --tgt give them")
     print(f"{table['n']} queries{source}; right only with a / only with b, exact McNemar p")
     for order in ORDERS:
         print(f"{order.replace('_', ' ')}:")

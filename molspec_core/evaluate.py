@@ -392,15 +392,45 @@ def report_problem(report: dict) -> str | None:
     return None
 
 
+def first_queries(report: dict, n: int, digest: str) -> dict | None:
+    """The report cut to its first n queries (its per-query places), where those are the queries `digest` names
+    (queries_digest), as its files tell: read again from the --src, --tgt, --index and --limit it records, which must
+    still give its own digest. None where they do not, or cannot be read. A report is of its selection's first queries
+    in order (a stopped run's too: evaluate's PARTIAL), so its first n are the queries of a run of --limit n."""
+    if not all(isinstance(report.get(key), str) for key in ("src", "tgt", "queries_sha256")) or n > report["n"]:
+        return None
+    try:
+        _, sources, targets = read_selected(report["src"], report["tgt"], report.get("index"), report.get("limit"))
+    except (ValueError, TypeError):  # moved, changed so that it no longer reads, or a hand-edited selection
+        return None
+    whole = report["n"]
+    if len(sources) < whole or queries_digest(sources[:whole], (targets or [])[:whole]) != report["queries_sha256"]:
+        return None  # the files changed since the run: its places are of other queries
+    if queries_digest(sources[:n], (targets or [])[:n]) != digest:
+        return None
+    return dict(report, n=n, queries_sha256=digest,
+                first_right={order: report["first_right"][order][:n] for order in ORDERS})
+
+
 def compare_reports(a: dict, b: dict) -> dict:
     """Two evaluation reports (evaluate's, with first_right) on the same queries, query by query: per
-    order and k, each one's top-k, the queries right only with a and only with b, and McNemar's p."""
+    order and k, each one's top-k, the queries right only with a and only with b, and McNemar's p. Where one report
+    holds more queries, and its first ones are the other's (first_queries: a run stopped part way beside a whole one,
+    or two runs of another --limit), those are compared, and the table says which report was cut ("cut": "a" or "b",
+    "of_n": its queries)."""
     for name, report in (("first", a), ("second", b)):
         if "first_right" not in report:
             raise ValueError(f"the {name} report has no per-query results (first_right): evaluate it again")
         problem = report_problem(report)
         if problem:
             raise ValueError(f"the {name} report is not an evaluate report ({problem})")
+    cut: dict = {}
+    if isinstance(a.get("queries_sha256"), str) and isinstance(b.get("queries_sha256"), str) and a["n"] != b["n"]:
+        (shorter, _), (longer, name) = sorted(((a, "a"), (b, "b")), key=lambda pair: pair[0]["n"])
+        first = first_queries(longer, shorter["n"], shorter["queries_sha256"])
+        if first is not None:
+            cut = {"cut": name, "of_n": longer["n"]}
+            a, b = (first, b) if name == "a" else (a, first)
     # the same queries: by their digest where both reports have one (files may move), else by file names
     same = ("n", "queries_sha256") if "queries_sha256" in a and "queries_sha256" in b else ("n", *SELECTION[:3])
     differ = [key for key in same if a.get(key) != b.get(key)]
@@ -415,7 +445,7 @@ def compare_reports(a: dict, b: dict) -> dict:
                          ", ".join(f"{key} {a.get(key)!r} against {b.get(key)!r}" for key in differ) +
                          "".join(f" ({why})" for why in notes))
     n, n_best = a["n"], min(a["n_best"], b["n_best"])
-    table: dict = {"n": n, "n_best": n_best}
+    table: dict = {"n": n, "n_best": n_best, **cut}
     for order in ORDERS:
         ranks_a, ranks_b = a["first_right"][order], b["first_right"][order]
         if not len(ranks_a) == len(ranks_b) == n:

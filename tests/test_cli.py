@@ -754,6 +754,35 @@ def test_compare_knows_the_same_queries_by_their_digest_wherever_the_files_lie(p
         compare_reports(a, dict(c, n=5))  # other lines, even at the same count
 
 
+def test_compare_sets_a_stopped_run_beside_the_first_queries_of_a_whole_one(pair_files, tmp_path, capsys):
+    """A run stopped after n queries (or one of --limit n) beside a whole run of the same files was refused, 'not on
+    the same queries', though the whole run's first n are those queries: it is cut to them, where its files still give
+    its queries, and says so; where a file changed since, it is refused as before."""
+    files = ["--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+             "--n-best", "2"]
+    assert main(["evaluate", *files, "--out", str(tmp_path / "whole.json")]) == 0
+    assert main(["evaluate", *files, "--limit", "3", "--out", str(tmp_path / "first.json")]) == 0
+    stopped = json.loads((tmp_path / "first.json").read_text())
+    stopped["partial"] = {"of_n": 5, "stopped_by": "Terminated", "decoded_left_out": 0}  # as a stop writes it
+    (tmp_path / "stopped.json").write_text(json.dumps(stopped))
+    whole = json.loads((tmp_path / "whole.json").read_text())
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "whole.json"), str(tmp_path / "stopped.json")]) == 0
+    out = capsys.readouterr().out
+    assert (f"3 queries ({pair_files / 'src.txt'}); a cut to its first 3 of 5 queries, those of b, as its --src and "
+            "--tgt give them; right only with a / only with b") in out
+    from molspec_core.evaluate import compare_reports
+
+    table = compare_reports(stopped, whole)
+    assert (table["n"], table["cut"], table["of_n"]) == (3, "b", 5)
+    assert [row["a"] for row in table["model_order"]] == [stopped["top1"], stopped["top2"]]
+    assert [row["b"] for row in table["model_order"]] == [
+        sum(r is not None and r <= k for r in whole["first_right"]["model_order"][:3]) / 3 for k in (1, 2)]
+    (pair_files / "src.txt").write_text("CCO\n" + (pair_files / "src.txt").read_text())  # a query added on top
+    assert main(["compare", str(tmp_path / "whole.json"), str(tmp_path / "stopped.json")]) == 2
+    assert "not on the same queries: n 5 against 3" in capsys.readouterr().err
+
+
 def test_bench_reports_every_method_with_index_file(pair_files):
     out = pair_files / "bench.json"
     methods = "greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto"
