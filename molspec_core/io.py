@@ -114,8 +114,11 @@ RESULT_COLUMNS = ("row", "query", "canonical_query", "rank", "smiles", "score", 
 # The columns of RESULT_COLUMNS that mark a table as our results (is_results_header): an input's own smiles
 # column is written as input_smiles there (output_header), so a header with all three is ours
 RESULTS_SIGNATURE = ("query", "canonical_query", "smiles")
-# What a refusal of our own results read without a query column named asks for (header_of, refuse_unnamed_results)
+# What a refusal of our own results read without a query column named asks for (header_of, refuse_unnamed_results),
+# and where the file is read as a stock (its names STOCK_COLUMNS): the Routes page told such a stock "to predict its
+# queries again"
 NAME_OWN_RESULTS_COLUMN = "query, to predict its queries again, or smiles, to take its answers as new queries"
+NAME_OWN_RESULTS_STOCK_COLUMN = "smiles, for a stock of its answers, or query, for a stock of its queries"
 
 # The csv module refuses a field over 131,072 characters, and one long cell made the whole file
 # unreadable. No field can be longer than the file, so the file limit serves as the field limit: the
@@ -432,7 +435,7 @@ def header_of(rows: Sequence[Sequence[str]], column: str | None,
                 raise InputFileError(
                     "this table is MolSpec's own results (columns query, rank, smiles, ...): its smiles column holds "
                     "the answers, a row each, and its query column the queries, once per answer. Name the column to "
-                    f"read: {NAME_OWN_RESULTS_COLUMN}")
+                    f"read: {own_results_column(names)}")
             refuse_repeated_column(fields, at, column)
             return index, at
     return None
@@ -452,15 +455,21 @@ def refuse_repeated_column(fields: Sequence[str], at: int, column: str | None) -
                              "(and name the one to read where it is not the first)")
 
 
-def refuse_unnamed_results(table: QueryFile, name: str) -> None:
+def refuse_unnamed_results(table: QueryFile, name: str, names: Sequence[str] = SMILES_COLUMNS) -> None:
     """Refuse, as header_of refuses a table of them, our own results read without a query column named: an SD file of
     them (predict's --output F.sdf, the Batch page's Download SDF), whose records' molecules are the answers, a record
     each. Uploaded again, the answers were predicted as the queries without a word. (A reader of such a file for its
-    records, a test, calls read_queries alone.)"""
+    records, a test, calls read_queries alone.) `names`: those the file was read under (a stock's: STOCK_COLUMNS)."""
     if not table.query_column and is_results_header(table.columns):
         raise InputFileError(f"{name} is MolSpec's own results (fields query, rank, smiles, ...): each record's "
                              "molecule is an answer, a record each, and its query field the queries, once per answer. "
-                             f"Name the field to read as the query column: {NAME_OWN_RESULTS_COLUMN}")
+                             f"Name the field to read: {own_results_column(names)}")
+
+
+def own_results_column(names: Sequence[str]) -> str:
+    """Which column of our own results to name, and what each gives, for a file read under `names`: a stock's
+    (STOCK_COLUMNS) takes molecules from it, where a batch predicts them."""
+    return NAME_OWN_RESULTS_STOCK_COLUMN if tuple(names) == STOCK_COLUMNS else NAME_OWN_RESULTS_COLUMN
 
 
 def is_results_header(fields: Sequence[str]) -> bool:

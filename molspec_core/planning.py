@@ -44,8 +44,8 @@ from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, main_molecule, missing_atoms,
                    mol_from_smiles, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STOCK_COLUMNS, QueryFile, TooManyRecords, _decode_stream,
-                 parse_smiles_file, parse_upload, query_format, read_queries, read_text, rounded, significant,
-                 text_lines, txt_queries)
+                 parse_smiles_file, parse_upload, query_format, read_queries, read_text, refuse_unnamed_results,
+                 rounded, significant, text_lines, txt_queries)
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, TIMED_OUT, Prediction, Predictor, QueryResult
@@ -80,12 +80,18 @@ class SearchStopped(Exception):
 class Stock(SmilesListInventory):
     """Building blocks a route may start from: canonical SMILES without atom maps (a syntheseus inventory)."""
 
-    def __init__(self, smiles: Iterable[str], source: str = "", n_unreadable: int = 0, first_unreadable: str = ""):
+    def __init__(self, smiles: Iterable[str], source: str = "", n_unreadable: int = 0, first_unreadable: str = "",
+                 column: str = "", sheet: str = ""):
         super().__init__(list(smiles), canonicalize=False)  # canonical already (stock_from_queries)
         self.source = source  # the file it came from, for people
         self.n_unreadable = n_unreadable  # entries RDKit could not read, left out
         # The first of them and why: '1 unreadable entry left out' sent a chemist through a catalogue to find it
         self.first_unreadable = first_unreadable
+        # A table's column (an SD file's data field) and a workbook's sheet the SMILES were read from, as the file
+        # names them ("" for SMILES lines, an SD file's molecules, a workbook of one sheet): the column is chosen by
+        # preference (io.STOCK_COLUMNS), and nothing said which of a vendor's isosmiles and canonicalsmiles was read
+        self.column = column
+        self.sheet = sheet
 
 
 def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
@@ -126,6 +132,9 @@ def _one_per_line(name: str, column: str | None, too_many: TooManyRecords, text:
 
 
 def stock_from_queries(table: QueryFile, source: str) -> Stock:
+    # an SD file of our own results: its records' molecules are answers, taken as the stock without a word (a table of
+    # them is refused as it is read, io.header_of)
+    refuse_unnamed_results(table, source, STOCK_COLUMNS)
     unread = [problem for problem in table.problems if problem]  # SD records RDKit cannot read
     molecules, n_unreadable, first_unreadable = set(), len(unread), unread[0] if unread else ""
     named = query_format(source)[1] in ("txt", "smi")  # a line's name may follow its SMILES (_stock_mol)
@@ -156,7 +165,17 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
         unreadable = f" ({n_unreadable} {one if n_unreadable == 1 else many}{first})" if n_unreadable else ""
         raise ValueError(f"the stock {source} holds no molecules{unreadable}: give one SMILES per line, "
                          f"an SD file, or a CSV or Excel workbook with a smiles column{_table_in_lines(table, named)}")
-    return Stock(molecules, source, n_unreadable, first_unreadable)
+    return Stock(molecules, source, n_unreadable, first_unreadable, table.query_column, table.sheet)
+
+
+def stock_read_from(source: str, column: str, sheet: str) -> str:
+    """Where a stock file's SMILES were read, for its summary line: "the column isosmiles", "the column SMILES of the
+    sheet Blocks", "the data field SMILES" (an SD file's, named); "" where it has no columns (SMILES lines, an SD
+    file's molecules)."""
+    if not column:
+        return ""
+    where = "data field" if query_format(source)[1] == "sdf" else "column"
+    return f"the {where} {column}" + (f" of the sheet {sheet}" if sheet else "")
 
 
 # A table's cell delimiters (io.CSV_DELIMITERS) as a person names them
@@ -516,6 +535,12 @@ class PlanResult:
     # drops): the routes are to the molecule as read, which the Predict page says and the Routes page did not
     target_notes: tuple[str, ...] = ()
     stock_first_unreadable: str = ""  # Stock.first_unreadable: which entry was left out first, and why
+    stock_column: str = ""  # Stock.column: the column (or SD data field) its SMILES were read from, "" for none
+    stock_sheet: str = ""  # Stock.sheet: the workbook's sheet they were read from, where it has several
+
+    @property
+    def stock_read_from(self) -> str:
+        return stock_read_from(self.stock, self.stock_column, self.stock_sheet)
 
     @property
     def solved(self) -> bool:
@@ -626,7 +651,8 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                             stopped_by)
         return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
                           forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
-                          settings, predictor.dtype, max_routes, tuple(stereo_notes(target)), stock.first_unreadable)
+                          settings, predictor.dtype, max_routes, tuple(stereo_notes(target)), stock.first_unreadable,
+                          stock.column, stock.sheet)
 
     model.started = model.reported = time.monotonic()
     model.deadline = model.started + time_limit_s
@@ -971,7 +997,8 @@ def routes_json(result: PlanResult) -> dict:
         "model": result.model, "forward_model": result.forward_model,
         "settings": settings_json(result),
         "stock": {"source": result.stock, "size": result.stock_size, "unreadable": result.stock_unreadable,
-                  "first_unreadable": result.stock_first_unreadable or None},
+                  "first_unreadable": result.stock_first_unreadable or None,
+                  "column": result.stock_column or None, "sheet": result.stock_sheet or None},
         "search": {"algorithm": stats.algorithm, "time_s": round(stats.time_s, 2), "time_limit_s": stats.time_limit_s,
                    "search_s": round(stats.search_s, 2) if math.isfinite(stats.search_s) else None,
                    "ran_out_of_molecules": stats.ran_out, "stopped_by": stats.stopped_by,

@@ -413,7 +413,7 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     assert stats.time_s < 2.0 + 5.0 and calls and calls[-1] == stats.model_calls
     exported = json.loads(json.dumps(planning.routes_json(result)))
     assert exported["solved"] and exported["stock"] == {"source": "mine", "size": 1, "unreadable": 0,
-                                                    "first_unreadable": None}
+                                                    "first_unreadable": None, "column": None, "sheet": None}
     tree = exported["routes"][0]["tree"]
     assert tree["smiles"] == "NCCO" and not tree["in_stock"]
     assert tree["reaction"]["reactants"] == [{"smiles": "NO", "in_stock": True}]
@@ -527,7 +527,8 @@ def test_the_export_counts_the_stocks_unreadable_entries(copy_predictor, tmp_pat
     assert result.stock_unreadable == 2
     assert planning.routes_json(result)["stock"] == {  # and which was first, as the Routes page says it
         "source": "shelf.smi", "size": 1, "unreadable": 2,
-        "first_unreadable": "RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never closed"}
+        "first_unreadable": "RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never closed",
+        "column": None, "sheet": None}  # a SMILES file has no column to name
 
 
 def test_the_csv_writes_every_flag_as_yes_or_no_and_an_unchecked_one_empty(copy_predictor, copy_forward):
@@ -930,6 +931,62 @@ def test_a_stock_table_is_read_by_a_stocks_column_names_and_refused_naming_them(
     assert "rename the column smiles" in str(refused.value)
     with pytest.raises(InputFileError, match="'smiles' or 'isomeric_smiles'"):
         stock_from_upload("bought.csv", b"id,mol\nA1,NO\n")
+
+
+def test_our_own_results_given_as_a_stock_are_told_which_column_gives_a_stock(tmp_path):
+    """Our results file as a stock was told to name 'query, to predict its queries again' (no prediction is made of
+    a stock); an SD file of them was read without a word, its answers taken as the stock."""
+    from molspec_core.io import output_header, write_results
+    from molspec_core.planning import stock_from_upload
+
+    header = output_header(["id"])
+    rows = [["m1", 1, "NCCO", "NCCO", rank, answer, *[None] * (len(header) - 6)]
+            for rank, answer in ((1, "NO"), (2, "OCCO"))]
+    for name in ("out.csv", "out.xlsx", "out.sdf"):
+        write_results(tmp_path / name, header, rows)
+        data = (tmp_path / name).read_bytes()
+        for read in (lambda: load_stock(tmp_path / name), lambda: stock_from_upload(name, data)):
+            with pytest.raises(InputFileError) as refused:
+                read()
+            assert "own results" in str(refused.value) and "predict" not in str(refused.value), name
+            assert "smiles, for a stock of its answers, or query, for a stock of its queries" in str(refused.value)
+        answers = load_stock(tmp_path / name, "smiles")
+        assert sorted(m.smiles for m in answers.to_purchasable_mols()) == ["NO", "OCCO"], name
+        assert [m.smiles for m in stock_from_upload(name, data, "query").to_purchasable_mols()] == ["NCCO"], name
+
+
+def test_a_table_stock_says_which_column_and_sheet_its_smiles_were_read_from(copy_predictor, tmp_path):
+    """The column of a table stock is chosen by preference (io.STOCK_COLUMNS), and nothing said which of a vendor's
+    isosmiles and canonicalsmiles, or of a workbook's sheets, had been read: the stock, its plan and the plan's JSON
+    name them."""
+    from molspec_core.io import workbook_bytes
+    from molspec_core.planning import stock_read_from
+
+    (tmp_path / "pubchem.csv").write_text("cid,IsoSMILES,canonicalsmiles\n1,NO,NO\n")
+    stock = load_stock(tmp_path / "pubchem.csv")
+    assert (stock.column, stock.sheet) == ("IsoSMILES", "")
+    assert stock_read_from(stock.source, stock.column, stock.sheet) == "the column IsoSMILES"
+    result = plan("NCCO", copy_predictor, stock, time_limit_s=1.0, settings=COPY)
+    assert result.stock_read_from == "the column IsoSMILES"
+    assert planning.routes_json(result)["stock"]["column"] == "IsoSMILES"
+    assert planning.routes_json(result)["stock"]["sheet"] is None
+    # a workbook of two sheets, the SMILES on the second; an SD file read by a data field
+    notes = workbook_bytes(["remark"], [["bought 2025"]], "notes")
+    import openpyxl  # a second sheet, added to the one workbook_bytes writes
+    book = openpyxl.load_workbook(io.BytesIO(notes))
+    book.create_sheet("Blocks").append(["ID", "SMILES"])
+    book["Blocks"].append(["B1", "NO"])
+    book.save(tmp_path / "shelf.xlsx")
+    stock = load_stock(tmp_path / "shelf.xlsx")
+    assert stock_read_from(stock.source, stock.column, stock.sheet) == "the column SMILES of the sheet Blocks"
+    result = plan("NCCO", copy_predictor, stock, time_limit_s=1.0, settings=COPY)
+    assert (planning.routes_json(result)["stock"]["column"], planning.routes_json(result)["stock"]["sheet"]) == (
+        "SMILES", "Blocks")
+    (tmp_path / "shelf.sdf").write_text(molfile("NO").rstrip("\n") + "\n>  <Structure>\nNO\n\n$$$$\n")
+    stock = load_stock(tmp_path / "shelf.sdf", "Structure")
+    assert stock_read_from(stock.source, stock.column, stock.sheet) == "the data field Structure"
+    plain = load_stock(tmp_path / "shelf.sdf")  # its molecules: no column to name, as a SMILES file has none
+    assert stock_read_from(plain.source, plain.column, plain.sheet) == ""
 
 
 def test_the_default_stock_is_small_shipped_and_says_how_it_was_made():

@@ -79,7 +79,8 @@ def test_routes_page_reads_an_uploaded_stock_once_and_counts_what_it_left_out(tm
     shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
     reads = []
     real = planning.stock_from_upload
-    monkeypatch.setattr(planning, "stock_from_upload", lambda name, data: reads.append(name) or real(name, data))
+    monkeypatch.setattr(planning, "stock_from_upload",
+                        lambda name, data, column=None: reads.append(name) or real(name, data, column))
     data = f"# {tmp_path.name}: a file no other test uploads\nNO\nC1CC\nxyz\n".encode()
     at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "shelf.smi", data)
     at = find_routes(at, "NCCO")
@@ -89,11 +90,56 @@ def test_routes_page_reads_an_uploaded_stock_once_and_counts_what_it_left_out(tm
     assert not at.exception and at.expander and reads == ["shelf.smi"]
     exported = planning.routes_json(at.session_state["routes"].result)
     assert exported["stock"] == {"source": "shelf.smi", "size": 1, "unreadable": 2, "first_unreadable": (
-        "RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never closed")}
+        "RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never closed"),
+        "column": None, "sheet": None}
 
 
 def stock_line(at) -> str:
     return next(m.value for m in at.markdown if m.value.startswith("**Stock:**")).replace("\\", "")
+
+
+def test_a_vendor_stock_whose_smiles_column_has_its_own_name_is_read_by_naming_it_on_the_page(tmp_path, monkeypatch):
+    """A vendor CSV whose SMILES column had a name of its own was told to "give that column's name", which only
+    plan --stock-column could take; and the stock line said nowhere which column a table stock was read from. The
+    page has a column box for a stock file with columns, kept across a page switch, and says the column read."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert not [t for t in at.text_input if t.key == "route_stock_column"]  # the default stock: no column to name
+    at = upload_stock(at, "vendor.csv", f"ID,Structure\n{tmp_path.name},NO\n".encode()).run()
+    assert "give that column's name" in " ".join(e.value for e in at.error)
+    at.text_input(key="route_stock_column").input("structure").run()  # any case, as the names read without one
+    assert not at.error
+    assert stock_line(at) == "**Stock:** your file vendor.csv, SMILES from the column Structure (1 molecule)."
+    at = find_routes(at, "NCCO")
+    assert not at.exception and at.expander[0].label.startswith("Route 1")
+    assert "stock vendor.csv, SMILES from the column Structure (1 molecule)" in shown_text(at)
+    assert planning.routes_json(at.session_state["routes"].result)["stock"]["column"] == "Structure"
+    at = at.switch_page("views/predict.py").run().switch_page("views/routes.py").run()
+    assert at.text_input(key="route_stock_column").value == "structure"
+    assert stock_line(at).startswith("**Stock:** your file vendor.csv, SMILES from the column Structure (1 molecule)")
+    at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\n".encode()).run()  # no columns: no box, none named
+    assert not at.error and not [t for t in at.text_input if t.key == "route_stock_column"]
+    assert stock_line(at) == "**Stock:** your file shelf.smi (1 molecule)."
+    at = upload_stock(at, "pubchem.csv", f"cid,isosmiles,canonicalsmiles\n{tmp_path.name},NO,NO\n".encode()).run()
+    at.text_input(key="route_stock_column").input("").run()  # left to the stock's names: the isomeric one read
+    assert stock_line(at) == "**Stock:** your file pubchem.csv, SMILES from the column isosmiles (1 molecule)."
+
+
+def test_our_own_results_as_a_stock_are_told_to_name_a_column_in_the_box(tmp_path, monkeypatch):
+    """Our results file as a stock was told to name a column "to predict its queries again", on a page with no
+    column box and no prediction to make."""
+    from molspec_core.io import csv_bytes, output_header
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    header = output_header([])
+    rows = [[1, tmp_path.name, "NCCO", 1, "NO", *[None] * (len(header) - 5)]]
+    at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "results.csv", csv_bytes(header, rows)).run()
+    refused = " ".join(e.value for e in at.error).replace("\\", "")
+    assert "own results" in refused and "predict" not in refused
+    assert "smiles, for a stock of its answers, or query, for a stock of its queries" in refused
+    at.text_input(key="route_stock_column").input("smiles").run()
+    assert not at.error
+    assert stock_line(at) == "**Stock:** your file results.csv, SMILES from the column smiles (1 molecule)."
 
 
 def test_routes_page_keeps_an_uploaded_stock_across_a_page_switch_and_says_which_is_in_use(tmp_path, monkeypatch):

@@ -16,12 +16,12 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 from molspec_core import depict
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX,
-                             OPEN_DOCUMENT_SUFFIX, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX,
-                             InputFileError, csv_bytes, workbook_bytes)
+                             OPEN_DOCUMENT_SUFFIX, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, STOCK_COLUMNS,
+                             WORKBOOK_SUFFIX, InputFileError, csv_bytes, query_format, workbook_bytes)
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
                                    RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, failure_note,
                                    load_stock, no_route, plan, route_rows, routes_json, starting_materials_text,
-                                   stock_from_upload)
+                                   stock_from_upload, stock_read_from)
 from views import common
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,13 @@ MOLECULE_SIZE = (220, 150)  # pixels of each structure in a route
 # The stock file chosen, (name, content), kept in the session for the searches to come: Streamlit cannot put a file
 # back in an uploader, which comes back empty after a page switch, and Find routes then used the default stock
 KEPT_STOCK = "route_stock_kept"
+# The box naming the stock file's SMILES column (an SD file's data field), drawn for a file that has columns: a vendor
+# CSV whose SMILES are under a name of its own was told to "give that column's name", which the page had no box for.
+# Its value is kept under STOCK_COLUMN_KEPT: Streamlit forgets a widget's state on another page.
+STOCK_COLUMN = "route_stock_column"
+STOCK_COLUMN_KEPT = "route_stock_column_kept"
+COLUMN_KINDS = ("csv", "xlsx", "sdf")  # the stock files whose SMILES a column (or data field) names (io.query_format)
+StockFile = tuple[str, bytes, str | None]  # a stock file chosen: its name, content, and the column named or None
 # The search under way (Unfinished); still set on a later run, the search never ended: a page visit or Stop ended the
 # script run that searched (Streamlit raises no Exception there), and its routes were never made, or are in it
 UNFINISHED = "route_unfinished"
@@ -72,11 +79,11 @@ def default_stock() -> Stock:
 
 
 @st.cache_resource(show_spinner="Reading the stock file…", max_entries=4)
-def uploaded_stock(name: str, data: bytes) -> Stock:
-    """An uploaded stock, read once per file content: a 1.3 MB file took 15 s to read, again on every search,
-    under a greyed page with no word of what it was doing. Keyed by the bytes (Streamlit hashes them), so
+def uploaded_stock(name: str, data: bytes, column: str | None = None) -> Stock:
+    """An uploaded stock, read once per file content and column: a 1.3 MB file took 15 s to read, again on every
+    search, under a greyed page with no word of what it was doing. Keyed by the bytes (Streamlit hashes them), so
     another file of the same name is read afresh; never changed after, so sessions may share it."""
-    return stock_from_upload(name, data)
+    return stock_from_upload(name, data, column)
 
 
 def retro_model(cfg: common.Settings) -> str | None:
@@ -133,8 +140,8 @@ def progress_text(elapsed_s: float, molecules: int, time_limit_s: float) -> str:
 
 
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
-           stock_file: tuple[str, bytes] | None, augment: int, cfg: common.Settings) -> None:
-    """Run the search with a progress bar, in the stock file given (name, content) or the default stock; the
+           stock_file: StockFile | None, augment: int, cfg: common.Settings) -> None:
+    """Run the search with a progress bar, in the stock file given (chosen_stock) or the default stock; the
     result (or the reason there is none) goes to the session, and the page is drawn afresh."""
     ss = st.session_state
     ss["route_error"] = None
@@ -153,7 +160,7 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
 
 
 def run_search(unfinished: Unfinished, target: str, model: str, time_limit_s: float, algorithm: str,
-               round_trip: bool, check_atoms: bool, stock_file: tuple[str, bytes] | None, augment: int,
+               round_trip: bool, check_atoms: bool, stock_file: StockFile | None, augment: int,
                cfg: common.Settings) -> None:
     ss = st.session_state
     try:
@@ -395,7 +402,7 @@ def show_stats(result: PlanResult) -> None:
     figures.metric("Routes", len(result.routes), width="content")
     st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {amount(stats.iterations, 'iteration')} · "
                f"{amount(counts.decoder_calls, 'decoder call')}{round_trip_count(counts, result.forward_model)} · "
-               f"stock {common.md_escape(result.stock)} "
+               f"stock {common.md_escape(stock_name(result.stock, result.stock_read_from))} "
                f"({stock_size(result.stock_size, result.stock_unreadable)})")
 
 
@@ -520,19 +527,65 @@ def use_default_stock() -> None:
     st.session_state.pop(KEPT_STOCK, None)
 
 
+def keep_stock_column() -> None:
+    """The column box's callback: its value kept for the searches to come, and a search's refusal of the file read
+    under the column before goes (forget_stock_refusal)."""
+    ss = st.session_state
+    forget_stock_refusal()
+    ss[STOCK_COLUMN_KEPT] = ss[STOCK_COLUMN]
+
+
+def chosen_stock() -> StockFile | None:
+    """The stock file the next search uses, with the column named for it where it has columns (COLUMN_KINDS: a column
+    kept from a CSV is not put to a SMILES file chosen after it, whose box is not drawn); None: the default stock."""
+    ss = st.session_state
+    kept: tuple[str, bytes] | None = ss.get(KEPT_STOCK)
+    if kept is None:
+        return None
+    column = ss.get(STOCK_COLUMN_KEPT, "").strip() if query_format(kept[0])[1] in COLUMN_KINDS else ""
+    return kept[0], kept[1], column or None
+
+
+def stock_column_box() -> None:
+    """The box naming the chosen stock file's SMILES column (an SD file's data field), under the file box, for a file
+    that has columns (COLUMN_KINDS); its value kept across page switches (STOCK_COLUMN_KEPT)."""
+    ss = st.session_state
+    kept: tuple[str, bytes] | None = ss.get(KEPT_STOCK)
+    kind = query_format(kept[0])[1] if kept is not None else None
+    if kind not in COLUMN_KINDS:
+        return
+    ss[STOCK_COLUMN] = ss.setdefault(STOCK_COLUMN_KEPT, "")
+    if kind == "sdf":
+        label, automatic = "SD data field holding the stock's SMILES (optional)", "automatic: each record's molecule"
+        help_text = "A data field to read each building block's SMILES from, instead of each record's molecule."
+    else:
+        label, automatic = "Column holding the stock's SMILES (optional)", f"automatic: {', '.join(STOCK_COLUMNS)}"
+        help_text = (f"The column that holds the SMILES, where it has a name other than {', '.join(STOCK_COLUMNS)} "
+                     "(any case, read without naming them, the first of them the file has): SMILES_std, say.")
+    st.text_input(label, key=STOCK_COLUMN, on_change=keep_stock_column, placeholder=f"{automatic}, any case",
+                  help=help_text)
+
+
+def stock_name(source: str, read_from: str) -> str:
+    """A stock file's name, with where its SMILES were read (planning.stock_read_from) where it has columns."""
+    return f"{source}, SMILES from {read_from}" if read_from else source
+
+
 def show_stock() -> None:
     """Which stock the next search uses, said plainly under the uploader: the file it holds, the file chosen before
     a page switch emptied it (with a way back to the default stock), or the default stock. A file that cannot be
     read is reported here at once (the search refuses it too), never swapped for the default stock unsaid."""
     ss = st.session_state
-    kept: tuple[str, bytes] | None = ss.get(KEPT_STOCK)
+    kept = chosen_stock()
     if kept is None:
         st.markdown(f"**Stock:** {DEFAULT_STOCK_TEXT}.")
         return
-    name, shown = common.md_escape(kept[0]), ss.get("route_stock") is not None
+    shown = ss.get("route_stock") is not None
     try:
         stock = uploaded_stock(*kept)
         size = stock_size(len(stock), stock.n_unreadable)  # the entries left out told before a search, not after it
+        # which column: chosen by preference (io.STOCK_COLUMNS), it was said nowhere
+        name = common.md_escape(stock_name(kept[0], stock_read_from(kept[0], stock.column, stock.sheet)))
     except ValueError as exc:
         st.error(common.md_escape(f"Cannot use the stock file {kept[0]}: {exc}. Choose another file, or "
                                   + ("remove this one to search the default stock." if shown else
@@ -571,8 +624,9 @@ def main() -> None:
                           f"{common.MAX_FILE_MB} MB.")
     # Outside the form, so that its callback tells a file removed from one a page switch emptied (keep_stock)
     st.file_uploader("Your own stock (optional)", key="route_stock", on_change=keep_stock, type=STOCK_FILE_TYPES,
-                     help=f"One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles column. "
-                          f"Without it: {DEFAULT_STOCK_TEXT}.")
+                     help=f"One SMILES per line, an SD file, or a CSV or Excel workbook with a smiles column "
+                          f"(another name: the column box that then shows). Without it: {DEFAULT_STOCK_TEXT}.")
+    stock_column_box()
     show_stock()
     # Kept across page switches: they came back on their defaults under the routes they had made
     key = {name: common.kept_in_form(name, default) for name, default in FORM_DEFAULTS.items()}
@@ -610,7 +664,7 @@ def main() -> None:
     take_unfinished_routes()
     if submitted:
         search(target, model, float(time_limit), algorithm, round_trip, check_atoms,
-               st.session_state.get(KEPT_STOCK), augment, cfg)
+               chosen_stock(), augment, cfg)
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     before: Shown | None = st.session_state.get(ROUTES_BEFORE)
