@@ -92,6 +92,24 @@ def test_a_card_splits_after_its_summary_sections_and_not_at_a_heading_in_code()
     assert split_card("# Title\n\nshort") == ("# Title\n\nshort", "")
 
 
+def test_comments_in_tilde_or_indented_fences_are_no_headings():
+    """A card's shell comments inside a ~~~ fence, or a ``` fence indented (a list item's), were taken for headings:
+    a "## not a heading" split the card there, drew a heading with an anchor, and was demoted; an image in such a
+    block was escaped. CommonMark's fences: three or more backticks or tildes, indented up to 3 spaces, closed by as
+    many of the same (a ``` inside a ~~~ block, or inside a ```` one, closes nothing)."""
+    from views.models import card_parts, demoted, split_card, unloaded_images
+
+    card = ("# Title\n## At a glance\n~~~bash\n# train it\n## not a heading\n```\n# nor this\n~~~\n"
+            "1. Then:\n   ```\n# a comment\n   ```\n````md\n```\n## in a quad fence\n```\n````\n"
+            "~~~\n![in a block](y)\n~~~\n## Data\nrows\n")
+    summary, rest = split_card(card)
+    assert rest == "## Data\nrows"
+    assert [part for part in card_parts(card) if part[0]] == [(1, "Title"), (2, "At a glance"), (2, "Data")]
+    moved = [line for line, shown in zip(card.split("\n"), demoted(card).split("\n")) if shown != line]
+    assert moved == ["# Title", "## At a glance", "## Data"]
+    assert "![in a block](y)" in unloaded_images(card)
+
+
 def test_the_page_shows_a_cards_summary_and_folds_each_other_section_without_a_box_of_its_own(copy_models,
                                                                                                 monkeypatch):
     card = ("# Copy model\n\n## At a glance\nCopies its input.\n\n## Limitations\n- none\n\n"

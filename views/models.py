@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import re
 from pathlib import Path
@@ -97,14 +98,34 @@ CARD_STYLE = ("<style>[class*='st-key-card_'] code { overflow-wrap: anywhere; }"
 SUMMARY_SECTIONS = ("At a glance", "Limitations")  # the card's opening sections, shown whole; the rest folds away
 
 
+# A code fence as CommonMark reads one: three or more backticks or tildes, indented at most 3 spaces, then its info
+FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+
+
+def in_code(lines: list[str]) -> list[bool]:
+    """Which of a card's lines are in a fenced code block, its fences included: a `#` line there is no heading. Only
+    ``` at the line's start was a fence, and a comment in a ~~~ block, or in an indented ``` one (a list item's), was
+    taken for a heading. A fence closes on a run of its own character at least as long, with nothing after it."""
+    flags, opened = [], ""
+    for line in lines:
+        fence = FENCE.fullmatch(line.rstrip())
+        if opened:
+            flags.append(True)
+            if fence and fence[1][0] == opened[0] and len(fence[1]) >= len(opened) and not fence[2].strip():
+                opened = ""
+        else:
+            # a backtick fence's info holds no backtick (```a``` is a code span)
+            opened = fence[1] if fence and not (fence[1][0] == "`" and "`" in fence[2]) else ""
+            flags.append(bool(opened))
+    return flags
+
+
 def split_card(markdown: str) -> tuple[str, str]:
     """A card's summary (its title and opening sections, SUMMARY_SECTIONS) and the rest, from its first other
     level-2 heading on (headings inside code blocks are no headings)."""
-    lines, fenced = markdown.splitlines(), False
-    for i, line in enumerate(lines):
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and line.startswith("## ") and line[3:].strip() not in SUMMARY_SECTIONS:
+    lines = markdown.splitlines()
+    for i, (line, code) in enumerate(zip(lines, in_code(lines))):
+        if not code and line.startswith("## ") and line[3:].strip() not in SUMMARY_SECTIONS:
             return "\n".join(lines[:i]), "\n".join(lines[i:])
     return markdown, ""
 
@@ -165,8 +186,10 @@ def unloaded_images(markdown: str) -> str:
     """Markdown whose images (![alt](address), ![alt][ref]) read as written, code blocks and spans untouched: a
     card's image made the browser fetch its address, a request beyond 127.0.0.1 from whatever card a model folder
     brings (its raw HTML, <img> too, Streamlit shows as text)."""
-    blocks = re.split(r"(^```.*?(?:^```[^\n]*$|\Z))", markdown, flags=re.M | re.S)  # prose, a fenced block, ...
-    return "".join(block if i % 2 else _images_outside_code_spans(block) for i, block in enumerate(blocks))
+    lines = markdown.split("\n")
+    runs = itertools.groupby(zip(in_code(lines), lines), key=lambda pair: pair[0])  # prose, a fenced block, ...
+    blocks = (("\n".join(line for _, line in run), code) for code, run in runs)
+    return "\n".join(block if code else _images_outside_code_spans(block) for block, code in blocks)
 
 
 def _images_outside_code_spans(text: str) -> str:
@@ -194,11 +217,9 @@ def card_parts(markdown: str) -> list[tuple[int, str]]:
     (0, markdown) for what stands between two."""
     parts: list[tuple[int, str]] = []
     text: list[str] = []
-    fenced = False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        heading = None if fenced else HEADING.fullmatch(line.rstrip())
+    lines = markdown.splitlines()
+    for line, code in zip(lines, in_code(lines)):
+        heading = None if code else HEADING.fullmatch(line.rstrip())
         if heading is None:
             text.append(line)
             continue
@@ -248,11 +269,9 @@ def show_card_text(parts: list[Part]) -> None:
 def demoted(markdown: str, by: int = CARD_HEADING_SHIFT) -> str:
     """Markdown with every heading `by` levels down (at most level 6), code blocks untouched: a
     model card's title is written for a page of its own, and at level 1 it filled the card's box."""
-    lines, fenced = [], False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and line.startswith("#"):
+    lines, given = [], markdown.splitlines()
+    for line, code in zip(given, in_code(given)):
+        if not code and line.startswith("#"):
             marks = len(line) - len(line.lstrip("#"))
             if line[marks:marks + 1] == " ":
                 line = "#" * min(6, marks + by) + line[marks:]
