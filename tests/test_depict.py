@@ -240,3 +240,20 @@ def test_a_molecule_rdkit_draws_apart_keeps_its_layout(smiles):
     rdDepictor.Compute2DCoords(mol)
     laid = depict.laid_out(Chem.MolFromSmiles(smiles))
     assert laid.GetConformer().GetPositions().tolist() == mol.GetConformer().GetPositions().tolist()
+
+
+def _drawn_bonds(svg: str) -> int:
+    return len(set(re.findall(r"class='bond-(\d+)", svg)))
+
+
+def test_triphenylphosphine_on_a_metal_is_drawn_as_chemists_write_it():
+    """USPTO writes Pd(PPh3)4 with its P-Pd bonds (486 of USPTO-MIT's 40,000 test queries): drawn whole, even with
+    its ligands apart, its twelve phenyls took a Suzuki query's picture over and drew the reactants a third smaller.
+    Each PPh3 on a metal is now a label; a phosphonium's phenyls, and a picture with marked atoms, are drawn whole."""
+    assert _drawn_bonds(depict.smiles_svg(TETRAKIS)) == 4  # Pd and four PPh3 labels
+    dichloride = "Cl[Pd](Cl)([P](c1ccccc1)(c1ccccc1)c1ccccc1)[P](c1ccccc1)(c1ccccc1)c1ccccc1"
+    assert _drawn_bonds(depict.smiles_svg(dichloride)) == 4
+    wittig_salt = "C[P+](c1ccccc1)(c1ccccc1)c1ccccc1.[Br-]"
+    assert _drawn_bonds(depict.smiles_svg(wittig_salt)) == Chem.MolFromSmiles(wittig_salt).GetNumBonds()
+    marked = depict.smiles_svg(TETRAKIS, atom_colours={0: depict.CENTRE_COLOUR})  # marks name the atoms by index
+    assert _drawn_bonds(marked) == Chem.MolFromSmiles(TETRAKIS).GetNumBonds()
