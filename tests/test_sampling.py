@@ -4,7 +4,7 @@ KL(r || p) <= delta, relaxed verification with beta=1, tau=0 is greedy."""
 import pytest
 import torch
 
-from conftest import decoder_clock, random_model, random_sources
+from conftest import COPYING_VOCAB, copying_model, decoder_clock, needs_native, random_model, random_sources
 from molspec_core.decoding.greedy import greedy
 from molspec_core.decoding.sampling import SamplingOptions, sample_decode
 from molspec_core.decoding.verify import (accept_relaxed, accept_sampled, adjust_probs, mentored_copy_target,
@@ -340,3 +340,31 @@ def test_a_draw_stopped_by_the_time_limit_hands_on_its_calls_and_the_sources_dra
     assert stopped.value.searched == (True, False)
     assert whole.hypotheses == first.hypotheses and whole.stats.model_calls == first.stats.model_calls
     assert cut.hypotheses == [] and cut.stats.model_calls == 1
+
+
+@needs_native
+def test_a_limit_passed_as_the_draft_model_reads_the_next_source_hands_on_the_sources_drawn_before_it(monkeypatch):
+    """spec-sample-draft builds each source's draft model state (ModelDrafter: it encodes the source, and on the
+    native engine an encoding checks the time limit) before the source's draw, outside the draw's hand-on: a limit
+    that passed there raised a plain QueryTimeout, and the sources drawn whole before it were lost to the caller.
+    They come in found now, the stopped source as no sample and no calls (searched False)."""
+    model, draft_model = copying_model(1, engine="native"), copying_model(2, engine="native", noise=0.5)
+    sources = random_sources(3, 2, COPYING_VOCAB, 6, 10)
+    options = SamplingOptions(seed=5, draft_len=3)
+    clock = decoder_clock(model, monkeypatch)  # the target's calls take a second each
+    encode = draft_model.encode
+
+    def encode_in_a_second(src):  # and the draft model's encoding of a source a second
+        clock["seconds"] += 1
+        return encode(src)
+
+    monkeypatch.setattr(draft_model, "encode", encode_in_a_second)
+    first = sample_decode(model, sources[:1], "spec-sample-draft", None, options, draft_model=draft_model)[0]
+    clock["seconds"] = 0.0
+    # the first source's encoding and calls fit; the second's encoding by the draft model passes the limit
+    with pytest.raises(QueryTimeout) as stopped, time_limit(1 + first.stats.model_calls + 0.5):
+        sample_decode(model, sources, "spec-sample-draft", None, options, draft_model=draft_model)
+    whole, cut = stopped.value.found
+    assert stopped.value.searched == (True, False)
+    assert whole.hypotheses == first.hypotheses and whole.stats.model_calls == first.stats.model_calls
+    assert cut.hypotheses == [] and cut.stats.model_calls == 0

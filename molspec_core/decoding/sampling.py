@@ -132,15 +132,16 @@ def sample_decode(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], m
     for i, src in enumerate(sources):
         generator = torch.Generator().manual_seed(options.seed + i)
         drafter: StepDrafter
-        if draft_model is not None and drafts_from_model:
-            drafter = ModelDrafter(draft_model, src, max_len, max_positions, options, generator)
-        elif mode == "sample" or drafter_factory is None:
-            drafter = CopyDrafts(NullDrafter(src), src)
-        else:
-            drafter = CopyDrafts(drafter_factory(src), src)
         try:
+            if draft_model is not None and drafts_from_model:  # it encodes the source: a time limit may stop it
+                drafter = ModelDrafter(draft_model, src, max_len, max_positions, options, generator)
+            elif mode == "sample" or drafter_factory is None:
+                drafter = CopyDrafts(NullDrafter(src), src)
+            else:
+                drafter = CopyDrafts(drafter_factory(src), src)
             results.append(sample_one(model, src, mode, drafter, options, generator, max_len, max_positions))
         except QueryTimeout as timeout:  # the sources before this one are whole, this one's draw cut short
-            raise QueryTimeout(str(timeout), found=[*results, *timeout.found],
+            cut = timeout.found or [DecodeResult([], DecodeStats())]  # stopped before its first call: none counted
+            raise QueryTimeout(str(timeout), found=[*results, *cut],
                                searched=[True] * len(results) + [False]) from None
     return results
