@@ -1111,7 +1111,9 @@ def answered_fit_problem(fitted: Calibration, earlier: Calibration | None) -> st
     why = []
     if fitted.fitted_on < MIN_FIT_QUERIES:
         why.append(f"below {MIN_FIT_QUERIES} its confidences are a few coarse steps")
-    if earlier is not None and fitted.fitted_on < earlier.fitted_on:
+    # a fit from before the count (the shipped ones) counts its fitting queries, answered or not: so this one is counted
+    like_earlier = fitted.n_fit if earlier is not None and earlier.n_fit_answered is None else fitted.fitted_on
+    if earlier is not None and like_earlier < earlier.fitted_on:
         why.append(f"the fit it would replace rests on {earlier.fitted_on}")
     return (f"the answers of {fitted.fitted_on} of the {fitted.n_fit} fitting queries fitted the calibration: "
             + "; ".join(why)) if why else None

@@ -281,6 +281,21 @@ def test_calibrate_counts_the_queries_whose_answers_fitted_and_holds_its_minimum
     assert (saved["n_fit"], saved["n_fit_answered"], saved["n_check"], saved["n_check_answered"]) == (4, 2, 2, 1)
 
 
+def test_calibrate_counts_a_fit_from_before_the_answered_count_like_for_like(tmp_path, capsys, monkeypatch):
+    """A fit file from before the count of answered queries (the shipped ones) says how many queries fitted it,
+    answered or not: a new fit on the same queries, counted by those answered, came out 'fewer' and was refused, so the
+    shipped fits' own command could not make them again without --force."""
+    monkeypatch.setattr("molspec_core.cli.MIN_FIT_QUERIES", 2)
+    model, files = calibration_case(tmp_path)
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0
+    saved = json.loads((model / "calibration.json").read_text())
+    assert (saved["n_fit"], saved.pop("n_fit_answered"), saved.pop("n_check_answered")) == (4, 3, 1)
+    (model / "calibration.json").write_text(json.dumps(saved))  # as a file from before the count
+    capsys.readouterr()
+    assert main(["calibrate", *files, "--n-best", "2"]) == 0, capsys.readouterr().err
+    assert "the fit in the folder (fitted on 4 queries, judged on 2 with error" in capsys.readouterr().out
+
+
 def test_calibrate_refuses_to_replace_a_fit_of_another_beam_width_unforced(tmp_path, capsys, monkeypatch):
     """One fit serves every beam width: `calibrate --n-best 3` replaced the shipped 10-best fit, which the app's
     default (10-best) then used, without a word."""
