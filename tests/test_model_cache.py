@@ -305,3 +305,30 @@ def test_row_pool_feeds_a_subset_of_rows_at_their_own_lengths():
     fed[2] = 5
     feed([2, 1], [3, 1], branch_rows=[0, 1])
     feed([0, 2, 1], [4, 4, 7])
+
+
+def test_branch_copies_and_keep_branches_move_only_the_chosen_branchs_new_slots():
+    """KVCache.branch_copies gives each named row a copy of its slots (a row named twice, two copies), reading the
+    cache's memory in place; keep_branches writes back only the slots that the chosen copy wrote past its row's
+    length, and its new length: the other rows and the slots before the lengths are untouched."""
+    cache = KVCache.empty(2, 3, 2, 4, capacity=10, device=torch.device("cpu"), dtype=torch.float32)
+    cache.slots.copy_(torch.randn(cache.slots.shape))
+    cache.lengths = torch.tensor([3, 5, 2])
+    cache.cross_rows = torch.tensor([2, 1, 0])
+    before = cache.slots.clone()
+    rows = torch.tensor([1, 1, 2])
+    copies = cache.branch_copies(rows, extra=3)
+    assert copies.capacity == 5 + 3 and copies.lengths.tolist() == [5, 5, 2]
+    assert copies.cross_rows.tolist() == [1, 1, 0]  # the memory each row reads stays its own
+    assert torch.equal(copies.slots[:, 0], before[:, 1, :, :8]) and torch.equal(copies.slots[:, 1], before[:, 1, :, :8])
+    assert torch.equal(copies.slots[:, 2], before[:, 2, :, :8])
+    copies.slots[:, :, :, 5:] = 7.0  # what a call of 3 tokens writes past the rows' lengths (row 2's from slot 2 on)
+    copies.slots[:, 2, :, 2:5] = 9.0
+    copies.lengths = torch.tensor([7, 6, 4])  # the first copy kept 2 tokens, the second 1, the third 2
+    cache.keep_branches(torch.tensor([1, 2]), copies, torch.tensor([1, 2]))
+    assert cache.lengths.tolist() == [3, 6, 4]
+    assert torch.equal(cache.slots[:, 1, :, 5], torch.full_like(cache.slots[:, 1, :, 5], 7.0))
+    assert torch.equal(cache.slots[:, 2, :, 2:4], torch.full_like(cache.slots[:, 2, :, 2:4], 9.0))
+    assert torch.equal(cache.slots[:, 1, :, :5], before[:, 1, :, :5]) and torch.equal(cache.slots[:, 0], before[:, 0])
+    assert torch.equal(cache.slots[:, 2, :, :2], before[:, 2, :, :2])
+    assert torch.equal(cache.slots[:, 1, :, 7:], before[:, 1, :, 7:])  # past what any copy could write
