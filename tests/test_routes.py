@@ -120,8 +120,11 @@ def test_a_vendor_stock_whose_smiles_column_has_its_own_name_is_read_by_naming_i
     at = upload_stock(at, "shelf.smi", f"NO {tmp_path.name}\n".encode()).run()  # no columns: no box, none named
     assert not at.error and not [t for t in at.text_input if t.key == "route_stock_column"]
     assert stock_line(at) == "**Stock:** your file shelf.smi (1 molecule)."
+    # The column named belongs to its file: another vendor's file was refused for lacking the first one's Structure
+    at = upload_stock(at, "vendor.csv", f"ID,Structure\n{tmp_path.name},NO\n".encode()).run()
+    at.text_input(key="route_stock_column").input("Structure").run()
     at = upload_stock(at, "pubchem.csv", f"cid,isosmiles,canonicalsmiles\n{tmp_path.name},NO,NO\n".encode()).run()
-    at.text_input(key="route_stock_column").input("").run()  # left to the stock's names: the isomeric one read
+    assert not at.error and at.text_input(key="route_stock_column").value == ""  # the stock's names: isomeric first
     assert stock_line(at) == "**Stock:** your file pubchem.csv, SMILES from the column isosmiles (1 molecule)."
 
 

@@ -512,9 +512,11 @@ def open_target() -> None:
 
 def keep_stock() -> None:
     """The stock uploader's callback: the file chosen is kept for the searches to come, also after a page switch
-    empties the uploader; the file removed (its ×) leaves the default stock."""
+    empties the uploader; the file removed (its ×) leaves the default stock. The column named goes with its file:
+    kept, it refused the next vendor's file, which had no column of that name."""
     ss = st.session_state
     forget_stock_refusal()
+    ss.pop(STOCK_COLUMN_KEPT, None)
     upload = ss.get("route_stock")
     if upload is None:
         ss.pop(KEPT_STOCK, None)
@@ -536,14 +538,13 @@ def keep_stock_column() -> None:
 
 
 def chosen_stock() -> StockFile | None:
-    """The stock file the next search uses, with the column named for it where it has columns (COLUMN_KINDS: a column
-    kept from a CSV is not put to a SMILES file chosen after it, whose box is not drawn); None: the default stock."""
+    """The stock file the next search uses, with the column named for it where it has columns (COLUMN_KINDS); None:
+    the default stock."""
     ss = st.session_state
     kept: tuple[str, bytes] | None = ss.get(KEPT_STOCK)
     if kept is None:
         return None
-    column = ss.get(STOCK_COLUMN_KEPT, "").strip() if query_format(kept[0])[1] in COLUMN_KINDS else ""
-    return kept[0], kept[1], column or None
+    return kept[0], kept[1], ss.get(STOCK_COLUMN_KEPT, "").strip() or None  # named in the box (stock_column_box)
 
 
 def stock_column_box() -> None:
