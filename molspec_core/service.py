@@ -881,20 +881,19 @@ class Predictor:
 
     def methods(self) -> list[str]:
         """The methods this model decodes with their default settings: those of a draft model only where it has
-        one; under int8 neither the uncached baselines nor a method verifying several drafts in a row of a call
-        (spec-paper), which predict refuses there."""
+        one; under int8 not the uncached baselines, whose calls recompute every prefix in torch (check_method)."""
         return [name for name, row in METHODS.items()
                 if (row.drafts != "model" or self.draft_model is not None)
-                and (self.dtype == "float32" or not (row.benchmark_only or self.several_drafts(name, None, None)))]
+                and (self.dtype == "float32" or not row.benchmark_only)]
 
     def several_drafts(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int = 1) -> bool:
-        """Whether the method, so set, verifies several drafts in one row of a call (speculative greedy with the
-        paper's 25 windows, or n_drafts > 1), which the native int8 call cannot: it verifies one draft per row
-        (model.py), so only float32 decodes it (predict refuses it under int8; the app's sidebar turns to float32
-        for it). Speculative beam search feeds each of a hypothesis' drafts as a row of its own on the native
-        engine (speculative_beam._Search.feed), so int8 decodes it with any n_drafts."""
-        row = method_row(method)
-        return row.family != "sbs" and self.resolve(method, draft_len, n_drafts, batch_size)[2] > 1
+        """Whether the method, so set, needs float32 because it verifies several drafts in one row of a call: never
+        now. The native int8 call verified one draft a row, so predict refused speculative greedy with the paper's
+        25 windows or n_drafts > 1 under int8; since 1883bf9 each draft goes through the C step as a row of its own
+        (greedy.verify_as_rows), as speculative beam search's do (speculative_beam._Search.feed), and the sampling
+        loop verifies one draft a call whatever n_drafts says (resolve). Kept, answering False, for the callers that
+        still ask before turning to float32 (views/common.py) or refusing a method (bench._check_drafts_per_call)."""
+        return False
 
     def check_method(self, method: str) -> Method:
         """The method's row, or a ValueError for a method this model, so loaded, cannot decode with."""
@@ -1034,11 +1033,6 @@ class Predictor:
         if not isinstance(ion_writing, (bool, numpy.bool_)):  # "no" was read as True
             raise ValueError(f"ion_writing must be True or False, not {ion_writing!r}")
         self.check_method(method)
-        if self.dtype != "float32" and self.several_drafts(method, draft_len, n_drafts, batch_size):
-            count = self.resolve(method, draft_len, n_drafts, batch_size)[2]  # for the message only
-            raise ValueError(f"{method} verifies {count} drafts per call here, and {self.dtype} arithmetic verifies "
-                             "one: load the model in float32 (--dtype float32; in the app, Faster arithmetic off) "
-                             "or one draft a call (n_drafts=1, --n-drafts 1)")
         self.check_augment(augment)
         # One query unless a list of them: None, a number or bytes is one query, refused as not text.
         single = isinstance(smiles, (str, bytes, bytearray)) or not isinstance(smiles, Iterable)

@@ -373,31 +373,39 @@ def test_int8_decodes_greedy_calls_of_several_drafts_as_greedy(copy_model):
     assert sum(r.stats.draft_tokens_accepted for r in drafted) > 0
 
 
-def test_an_int8_predictor_refuses_several_drafts_per_call_before_it_decodes():
-    """The service says so in words a user can act on (not the model's ValueError from inside a decode), for the
-    paper's drafts and for n_drafts > 1; one draft per call decodes."""
-    predictor = Predictor.load("forward", "cpu", dtype="int8")
-    assert predictor.several_drafts("spec-paper", None, None) and not predictor.several_drafts("spec-auto", None, None)
-    for method, n_drafts in (("spec-paper", None), ("spec-lookup", 3)):
-        with pytest.raises(ValueError, match=r"verifies \d+ drafts per call here, and int8 arithmetic verifies one: "
-                                             r"load the model in float32"):
-            predictor.predict("CCO.CC(=O)O", method=method, n_drafts=n_drafts)
-    assert predictor.predict("CCO.CC(=O)O", method="spec-lookup", n_drafts=1).ok
-    assert Predictor.load("forward", "cpu").predict("CCO.CC(=O)O", method="spec-paper").ok  # float32 decodes it
-
-
-def test_an_int8_predictor_decodes_speculative_beam_search_of_several_drafts_as_beam_search(copy_model, tmp_path):
-    """predict refused sbs-exact and sbs with n_drafts > 1 under int8 ('verifies 3 drafts per call here, and int8
-    arithmetic verifies one'), though on the native engine each of a hypothesis' drafts is fed as a row of its own
-    (speculative_beam._Search.feed), which the C step computes as beam search's steps: the n-best lists are int8
-    beam search's, scores to the bit. The greedy family's several drafts a row are still refused."""
+def test_an_int8_predictor_decodes_several_drafts_per_call_as_int8_greedy(copy_model, tmp_path):
+    """predict refused the paper's drafts and n_drafts > 1 under int8 ('verifies 25 drafts per call here, and int8
+    arithmetic verifies one'), and methods() left spec-paper out, though since 1883bf9 the C step verifies each
+    draft as a row of its own (greedy.verify_as_rows): the answers are int8 greedy's, tokens and scores to the bit."""
     from molspec_core import checkpoint
 
     checkpoint.save(copying_model(13), copy_model[1], tmp_path, meta={"task": "copy-test-fixture"},
                     dtype=torch.float16)  # float16 values: the C engine loads it, and int8 with it
     predictor = Predictor.load(tmp_path, "cpu", dtype="int8")
     assert predictor.engine == "native" and predictor.dtype == "int8"
-    assert not predictor.several_drafts("sbs-exact", None, 3) and predictor.several_drafts("spec-lookup", None, 3)
+    assert "spec-paper" in predictor.methods() and not predictor.several_drafts("spec-paper", None, None)
+    queries = ["NCCOCCNCCOCCNCCO", "CC(=O)Nc1ccc(O)cc1", "ClCC(Br)CN", "c1ccncc1CCl"]
+    plain = predictor.predict(queries, method="greedy")
+    for method, n_drafts in (("spec-paper", None), ("spec-paper", 4), ("spec-lookup", 3), ("spec-pointer", 2)):
+        drafted = predictor.predict(queries, method=method, n_drafts=n_drafts, batch_size=2)
+        for a, b in zip(plain, drafted):
+            assert a.ok and b.ok and b.dtype == "int8"
+            assert [(p.tokens, p.score) for p in b.predictions] == [(p.tokens, p.score) for p in a.predictions]
+        assert sum(r.stats.draft_tokens_accepted for r in drafted) > 0, method  # drafts were taken
+
+
+def test_an_int8_predictor_decodes_speculative_beam_search_of_several_drafts_as_beam_search(copy_model, tmp_path):
+    """predict refused sbs-exact and sbs with n_drafts > 1 under int8 ('verifies 3 drafts per call here, and int8
+    arithmetic verifies one'), though on the native engine each of a hypothesis' drafts is fed as a row of its own
+    (speculative_beam._Search.feed), which the C step computes as beam search's steps: the n-best lists are int8
+    beam search's, scores to the bit."""
+    from molspec_core import checkpoint
+
+    checkpoint.save(copying_model(13), copy_model[1], tmp_path, meta={"task": "copy-test-fixture"},
+                    dtype=torch.float16)  # float16 values: the C engine loads it, and int8 with it
+    predictor = Predictor.load(tmp_path, "cpu", dtype="int8")
+    assert predictor.engine == "native" and predictor.dtype == "int8"
+    assert not predictor.several_drafts("sbs-exact", None, 3)
     queries = ["NCCOCCNCCOCCNCCO", "CC(=O)Nc1ccc(O)cc1", "ClCC(Br)CN", "c1ccncc1CCl"]
     beam = predictor.predict(queries, method="beam", n_best=3)
     exact = predictor.predict(queries, method="sbs-exact", n_best=3, n_drafts=3)
@@ -406,8 +414,6 @@ def test_an_int8_predictor_decodes_speculative_beam_search_of_several_drafts_as_
         assert [(p.tokens, p.score) for p in b.predictions] == [(p.tokens, p.score) for p in a.predictions]
     assert sum(r.stats.model_calls for r in exact) < sum(r.stats.model_calls for r in beam)  # drafts were taken
     assert all(r.ok for r in predictor.predict(queries, method="sbs", n_best=3, n_drafts=3))
-    with pytest.raises(ValueError, match="verifies 3 drafts per call here, and int8 arithmetic verifies one"):
-        predictor.predict(queries, method="spec-lookup", n_drafts=3)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
