@@ -295,8 +295,11 @@ def rest_after_miss(model: Seq2SeqTransformer) -> int:
     Measured on the retro quick set (tools/draft_sweep.py, one CPU thread): with the NumPy step's
     fp16-weight products a 9-token call costs 1.6x a one-token call and rest 0 is fastest (rest 2
     ran 6% slower); with OpenBLAS products (3x) rest 2 was 5% faster. On a GPU a call costs about
-    the same for 1 or 9 tokens: 0."""
+    the same for 1 or 9 tokens: 0. The native engine computes its own products in C, whatever `packed` (whether
+    torch has the fp16 kernel) says: 0, which also keeps one lookup draft a call in its C greedy loop."""
     step = model.numpy_step
+    if isinstance(step, NativeStep):
+        return 0
     slow_verify = model.device.type == "cpu" and (step is None or not step.packed)
     return 2 if slow_verify else 0
 

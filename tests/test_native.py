@@ -341,6 +341,19 @@ def test_int8_unavailable_says_why_int8_cannot_load(monkeypatch):
     assert service.int8_unavailable("cpu") == "no C compiler found"
 
 
+def test_the_native_engine_keeps_drafting_after_a_miss_whatever_torch_lacks(monkeypatch):
+    """rest_after_miss read NumpyStep.packed (torch has FBGEMM's fp16 kernel), which the C engine's products never
+    use: on a torch without that kernel spec-lookup's rows rested after a miss, which took them out of the C greedy
+    loop (greedy_search runs one lookup draft a call with rest 0 only). The C step's verify calls are cheap anyway."""
+    model = native_model(0, "native")
+    monkeypatch.setattr(model.numpy_step, "packed", False)
+    assert service.rest_after_miss(model) == 0
+    searched = []  # the C loop's calls: with that rest, a lookup draft a call is decoded there
+    monkeypatch.setattr(NativeStep, "greedy_search", lambda self, *args, **kwargs: searched.append(args) or [])
+    greedy(model, [[5, 6, 7]], lambda s: make_drafter("lookup", s, 4, 1), rest=service.rest_after_miss(model))
+    assert searched
+
+
 @pytest.mark.parametrize("name, draft_len", [("pointer", 8), ("lookup", 5)])
 def test_int8_speculative_decoders_equal_int8_greedy_and_beam_on_the_copy_model(copy_model, name, draft_len):
     """On int8 as on float32: speculative greedy gives greedy's tokens and scores, sbs-exact beam
