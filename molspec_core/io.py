@@ -542,7 +542,7 @@ def _no_header_advice(rows: Sequence[Sequence[str]], column: str | None, names: 
 def _another_name(column: str | None, names: Sequence[str]) -> str:
     """How to read a table whose queries are under a name of its own, where none was given: the refusal listed the
     names it looks for, not that a column can be named (a command's column option, the Batch page's column box,
-    read_queries' `column`), nor renamed (the one way on the Routes page, whose stock upload takes no name)."""
+    read_queries' `column`, plan's --stock-column, the Routes page's stock column box), nor renamed."""
     if column:
         return ""
     return ("; where the SMILES are under another name, give that column's name, or rename the column "
