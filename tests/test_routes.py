@@ -113,6 +113,7 @@ def test_a_vendor_stock_whose_smiles_column_has_its_own_name_is_read_by_naming_i
     at = find_routes(at, "NCCO")
     assert not at.exception and at.expander[0].label.startswith("Route 1")
     assert "stock vendor.csv, SMILES from the column Structure (1 molecule)" in shown_text(at)
+    assert "; stock vendor.csv, SMILES from the column Structure." in shown_text(at)  # how the routes were made
     assert planning.routes_json(at.session_state["routes"].result)["stock"]["column"] == "Structure"
     at = at.switch_page("views/predict.py").run().switch_page("views/routes.py").run()
     assert at.text_input(key="route_stock_column").value == "structure"

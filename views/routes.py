@@ -377,9 +377,10 @@ def made_with(result: PlanResult) -> str:
         checked = f"round trip checked by {result.forward_model} (✓: the product back {within})"
     atoms = "steps whose reactants lack atoms of the product skipped" if settings.check_atoms else \
         "steps whose reactants lack atoms of the product kept"
+    stock = stock_name(result.stock, result.stock_read_from)
     return common.md_escape(f"This search: {ALGORITHM_LABELS[stats.algorithm]}, time limit {stats.time_limit_s:g} s, "
                             f"step limit {settings.max_steps}; model {result.model} "
-                            f"({reading}); {checked}; {atoms}; stock {result.stock}.")
+                            f"({reading}); {checked}; {atoms}; stock {stock}.")
 
 
 def show_stats(result: PlanResult) -> None:
