@@ -209,7 +209,8 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
             raise
         stopped_by = type(stop).__name__
         interrupted = (f"stopped ({STOP_WORDS[stopped_by]}) after {n_measured} of the {len(queries)} queries"
-                       f"{', the shortest,' if by_length else ''}: the figures are theirs, top-k of them alone")
+                       f"{', the shortest,' if by_length else ''}: the figures are theirs"
+                       f"{', top-k of them alone' if targets else ''}")
         log.warning("bench %s", interrupted)
         queries, kept_targets = queries[:n_measured], kept_targets[:n_measured]
         outputs = {method: answers[:n_measured] for method, answers in outputs.items()}

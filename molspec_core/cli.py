@@ -1370,14 +1370,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         keep_replaced(out)
         save_report(report, out)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
+    kept = "the table and the report hold" if out else "the table holds"
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success
-        print(f"error: {why} ({name} is left out; the table{' and the report' if out else ''} hold the other "
-              "methods' figures)", file=sys.stderr)
+        print(f"error: {why} ({name} is left out; {kept} the other methods' figures)", file=sys.stderr)
     if report.get("interrupted"):  # a pipeline must not take a part run for a whole one: exit as a stopped predict
         from .entry import INTERRUPTED
 
-        print(f"error: the run {report['interrupted']}; the table{' and the report' if out else ''} hold the "
-              "batches measured by then", file=sys.stderr)
+        print(f"error: the run {report['interrupted']}; {kept} the batches measured by then", file=sys.stderr)
         return 128 + signal.SIGTERM if report.get("stopped_by") == "Terminated" else INTERRUPTED
     return 2 if failed else 0
 

@@ -843,6 +843,27 @@ def test_a_bench_keeps_the_report_its_out_replaces(pair_files, caplog):
     assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
 
 
+def test_a_stopped_bench_says_what_it_holds_in_words_that_fit_the_run(pair_files, capsys, monkeypatch):
+    """Stopped without --tgt and --out, its last line read 'the figures are theirs, top-k of them alone; the table
+    hold the batches measured by then': a run without targets has no top-k, and one table holds."""
+    from molspec_core.service import Predictor
+
+    decode, calls = Predictor.decode, []
+
+    def stopped_at_third(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "decode", stopped_at_third)
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                 "--warmup", "0"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: the run stopped (Ctrl-C) after 2 of the 5 queries: the figures are theirs; the table holds the batches "
+        "measured by then")
+
+
 @pytest.mark.parametrize("name", ["out.csv", "out.sdf", "out.xlsx"])
 def test_predict_keeps_the_file_its_output_replaces(tmp_path, caplog, name):
     """predict --output replaced an earlier run's file without a word, where evaluate, bench and calibrate keep the
