@@ -341,6 +341,9 @@ def save(model: Seq2SeqTransformer, vocab: Vocab, folder: str | Path, *, meta: d
 
 def check_safe(folder: Path) -> None:
     unsafe = [p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES]
+    if unsafe and not (folder / "config.json").is_file():  # another program's checkpoint, not one of ours
+        raise CheckpointError(f"{folder} is not a MolSpec model folder (no config.json); it holds pickle-format files "
+                              f"{unsafe}, which MolSpec never loads: its models are safetensors + JSON only")
     if unsafe:
         raise CheckpointError(f"{folder}: refusing to load a folder with pickle-format files {unsafe}; "
                               "MolSpec models are safetensors + JSON only")

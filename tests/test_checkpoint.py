@@ -474,3 +474,15 @@ def test_a_draft_model_with_fewer_positions_than_its_model_is_refused(tmp_path, 
         checkpoint.inspect_folder(folder)
     edit_json(folder / "draft" / "config.json", lambda c: c["model"].update(max_positions=512))
     assert checkpoint.inspect_folder(folder).cfg.max_positions == 256  # more than its model's is no harm
+
+
+def test_another_programs_pickle_checkpoint_is_named_not_a_molspec_model_folder(tmp_path):
+    """A folder of pytorch_model.bin without config.json was told only that pickle files are refused, as if it were a
+    MolSpec model folder with a stray file; it is not one."""
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not really a pickle")
+    with pytest.raises(checkpoint.CheckpointError, match=r"is not a MolSpec model folder \(no config.json\); it holds "
+                       r"pickle-format files \['pytorch_model.bin'\], which MolSpec never loads"):
+        checkpoint.inspect_folder(tmp_path)
+    (tmp_path / "config.json").write_text("{}")  # one of ours with a stray pickle: refused as before
+    with pytest.raises(checkpoint.CheckpointError, match="refusing to load a folder with pickle-format files"):
+        checkpoint.inspect_folder(tmp_path)
