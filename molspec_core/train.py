@@ -119,7 +119,8 @@ class TrainConfig:
     eval_every: int = option(1000, "validate every this many steps (and at the end)", WHOLE_1)
     val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset)",
                                   WHOLE_0)
-    export_every_minutes: float = option(5.0, "write float16 shards and the full state this often", AT_LEAST_0)
+    export_every_minutes: float = option(5.0, "write float16 shards and the full state this often (0: after every "
+                                              "step)", AT_LEAST_0)
     log_every_seconds: float = option(60.0, "a 'speed' log line this often: steps and tokens a second since the last",
                                       AT_LEAST_0)
     export_dir: str = option("", "float16 shards + train_state.json ('': out/export); an existing folder must be "
