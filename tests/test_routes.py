@@ -129,6 +129,22 @@ def test_a_vendor_stock_whose_smiles_column_has_its_own_name_is_read_by_naming_i
     assert stock_line(at) == "**Stock:** your file pubchem.csv, SMILES from the column isosmiles (1 molecule)."
 
 
+def test_an_sd_stocks_box_asks_for_a_data_field_and_says_what_is_read_without_one(tmp_path, monkeypatch):
+    """An SD stock's box read "automatic: each record's molecule, any case": the case is of a column's name, and an
+    SD file without a field named gives its molecules."""
+    from conftest import molfile
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    data = (molfile("NO", tmp_path.name).rstrip("\n") + "\n>  <Structure>\nOCCO\n\n$$$$\n").encode()
+    at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "shelf.sdf", data).run()
+    box = at.text_input(key="route_stock_column")
+    assert box.label == "SD data field holding the stock's SMILES (optional)"
+    assert box.placeholder == "automatic: each record's molecule"
+    assert stock_line(at) == "**Stock:** your file shelf.sdf (1 molecule)."
+    box.input("Structure").run()
+    assert stock_line(at) == "**Stock:** your file shelf.sdf, SMILES from the data field Structure (1 molecule)."
+
+
 def test_our_own_results_as_a_stock_are_told_to_name_a_column_in_the_box(tmp_path, monkeypatch):
     """Our results file as a stock was told to name a column "to predict its queries again", on a page with no
     column box and no prediction to make."""

@@ -550,7 +550,8 @@ def chosen_stock() -> StockFile | None:
 
 def stock_column_box() -> None:
     """The box naming the chosen stock file's SMILES column (an SD file's data field), under the file box, for a file
-    that has columns (COLUMN_KINDS); its value kept across page switches (STOCK_COLUMN_KEPT)."""
+    that has columns (COLUMN_KINDS); its value kept across page switches (STOCK_COLUMN_KEPT), cleared with a new file
+    (keep_stock)."""
     ss = st.session_state
     kept: tuple[str, bytes] | None = ss.get(KEPT_STOCK)
     kind = query_format(kept[0])[1] if kept is not None else None
@@ -561,11 +562,11 @@ def stock_column_box() -> None:
         label, automatic = "SD data field holding the stock's SMILES (optional)", "automatic: each record's molecule"
         help_text = "A data field to read each building block's SMILES from, instead of each record's molecule."
     else:
-        label, automatic = "Column holding the stock's SMILES (optional)", f"automatic: {', '.join(STOCK_COLUMNS)}"
+        label = "Column holding the stock's SMILES (optional)"
+        automatic = f"automatic: {', '.join(STOCK_COLUMNS)}, any case"
         help_text = (f"The column that holds the SMILES, where it has a name other than {', '.join(STOCK_COLUMNS)} "
                      "(any case, read without naming them, the first of them the file has): SMILES_std, say.")
-    st.text_input(label, key=STOCK_COLUMN, on_change=keep_stock_column, placeholder=f"{automatic}, any case",
-                  help=help_text)
+    st.text_input(label, key=STOCK_COLUMN, on_change=keep_stock_column, placeholder=automatic, help=help_text)
 
 
 def stock_name(source: str, read_from: str) -> str:
