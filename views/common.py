@@ -416,9 +416,14 @@ TIME_LIMIT_LABEL = "Time limit per query (s)"
 
 def time_limit_input(key: str) -> int:
     """A page's time-limit setting under `key`, its value kept through visits to other pages. One key for two pages'
-    widgets did not serve: back from the other page, the widget opened on its minimum, 1 s."""
-    return int(st.number_input(TIME_LIMIT_LABEL, 1, APP_MAX_TIME_LIMIT_S, step=30,
-                               key=kept_in_form(key, round(DEFAULT_TIME_LIMIT_S)),
+    widgets did not serve: back from the other page, the widget opened on its minimum, 1 s. The value kept is the
+    widget's default (kept_in_form's way, through the session state, left it none): a field emptied and entered
+    went to its minimum, and the next query was stopped after 1 s."""
+    ss, saved = st.session_state, f"{key}__kept"
+    if key in ss:
+        ss[saved] = ss[key]
+    return int(st.number_input(TIME_LIMIT_LABEL, 1, APP_MAX_TIME_LIMIT_S, ss.get(saved, round(DEFAULT_TIME_LIMIT_S)),
+                               step=30, key=key,
                                help=f"How long one query may decode, its writings together (default "
                                     f"{DEFAULT_TIME_LIMIT_S:g} s, at most {APP_MAX_TIME_LIMIT_S} s here): a query "
                                     "still decoding then is stopped, with the answers it had found by then, if any."))
