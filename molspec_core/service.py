@@ -142,6 +142,19 @@ def title_hint(text: str) -> str:
     return ""
 
 
+# The lines that the InChI software, and programs that export InChI (Marvin's, by default), write after an InChI: its
+# AuxInfo (atom numbers and coordinates, no structure) and its InChIKey (a hash of the InChI). An InChI pasted with
+# them was refused as "a SMILES has no spaces" (where a one-line field dropped the line breaks, as an unreadable
+# InChI). Neither can be part of an InChI, whose layers are "/" and a letter; each ends where another InChI begins.
+INCHI_COMPANION = re.compile(r"\s*(?:AuxInfo|InChIKey)=(?:(?!InChI=)\S)*", re.IGNORECASE)
+
+
+def inchi_alone(text: str) -> str:
+    """An InChI query (a stripped text) without the AuxInfo and InChIKey that follow it (INCHI_COMPANION); any other
+    text as it is. Several InChIs stay several queries, refused as one."""
+    return INCHI_COMPANION.sub("", text) if text[:6].casefold() == "inchi=" else text
+
+
 def tokenized_hint(text: str) -> str:
     """A refusal's ending for a query written as SMILES tokens with spaces between them (the Molecular Transformer's
     files: 'C C ( = O ) O'), which reads as one SMILES once joined; else ""."""
@@ -762,6 +775,7 @@ class Predictor:
                 text = smiles_from_cxsmiles(text)
             except ChemError as exc:
                 raise ValueError(str(exc)) from None
+        text = inchi_alone(text)
         if any(ch.isspace() for ch in text):
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "

@@ -232,6 +232,20 @@ def test_an_inchi_is_read_as_its_smiles_and_kept_as_given(copier):
     assert alanine == "C[C@H](N)C(=O)O"  # its stereo layer kept: L-alanine (the copy model lacks [C@H])
 
 
+def test_an_inchi_with_its_auxinfo_and_inchikey_lines_is_read_as_the_inchi(copier):
+    """The InChI software and Marvin's InChI export write an AuxInfo line (atom numbers, coordinates) after the InChI,
+    and an InChIKey line may follow: pasted so, it was refused as 'a SMILES has no spaces', and with the line breaks
+    dropped (a one-line field) as an InChI RDKit cannot read. Two InChIs are still two queries, refused as one."""
+    aspirin = "InChI=1S/C9H8O4/c1-6(10)13-8-5-3-2-4-7(8)9(11)12/h2-5H,1H3,(H,11,12)"
+    pasted = (f"{aspirin}\nAuxInfo=1/1/N:1,11,2,12,3,4,10,5,13,7,9,6,8/E:(12,13)/rA:13nCCOOCCCCCCOCO/rB:s1;d2;s2;s4;d5;"
+              "s6;d7;s8;s5;d10;s10;\r\nInChIKey=BSYNRYMUTXBXSQ-UHFFFAOYSA-N\n")
+    result = copier.predict(pasted)
+    assert result.ok and result.query == pasted and result.canonical_query == "CC(=O)Oc1ccccc1C(=O)O"
+    joined = "".join(pasted.split())  # a browser's one-line field drops the line breaks
+    assert copier.predict(joined).canonical_query == "CC(=O)Oc1ccccc1C(=O)O"
+    assert copier.predict(f"{aspirin}\nAuxInfo=1/1/N:1\n{aspirin}").error.startswith("a SMILES has no spaces")
+
+
 def test_a_cxsmiles_is_read_as_its_smiles_and_kept_as_given(forward):
     """Marvin and ChemDraw copy a drawing as a CXSMILES, 'SMILES |...|'; it was refused for its space."""
     cx = "CC(=O)Cl.NCc1ccccc1 |(0,0,;1,0,;1,1,;2,0,;3,0,;4,0,;5,0,;6,0,;7,0,;8,0,;9,0,;10,0,)|"
