@@ -1433,7 +1433,7 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     replaced a whole one's), and its summary on the screen (a stopped search's too)."""
     from .io import write_csv
     from .planning import (ROUTE_COLUMNS, failure_note, no_route, route_rows, route_stereo, routes_json,
-                           starting_materials_text)
+                           starting_materials_text, stock_name)
 
     text, rows = json.dumps(routes_json(result), indent=2), list(route_rows(result))
     keep_replaced(out)
@@ -1446,7 +1446,8 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     left_out = (f", {n_unreadable} unreadable {'entry' if n_unreadable == 1 else 'entries'} left out"
                 f"{'; the first: ' if n_unreadable > 1 else ': '}{result.stock_first_unreadable}"
                 if n_unreadable else "")
-    print(f"target: {result.target}{in_stock}; stock: {result.stock} ({result.stock_size} molecules{left_out})")
+    stock = stock_name(result.stock, result.stock_read_from)  # the column read, as the Routes page names it
+    print(f"target: {result.target}{in_stock}; stock: {stock} ({result.stock_size} molecules{left_out})")
     for note in result.target_notes:
         print(f"note: {note}")
     expanded = f"{counts.molecules} molecule{'s' * (counts.molecules != 1)} expanded"

@@ -178,6 +178,12 @@ def stock_read_from(source: str, column: str, sheet: str) -> str:
     return f"the {where} {column}" + (f" of the sheet {sheet}" if sheet else "")
 
 
+def stock_name(source: str, read_from: str) -> str:
+    """A stock file's name, with where its SMILES were read (stock_read_from) where it has columns: the Routes page's
+    and plan's summary say it alike."""
+    return f"{source}, SMILES from {read_from}" if read_from else source
+
+
 # A table's cell delimiters (io.CSV_DELIMITERS) as a person names them
 TABLE_DELIMITERS = {",": "commas", ";": "semicolons", "\t": "tabs"}
 

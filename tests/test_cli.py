@@ -2747,3 +2747,24 @@ def test_bench_against_ctranslate2_without_the_package_is_refused_before_the_mod
     expect_refused(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
                     str(pair_files / "tgt.txt"), "--peer", "ctranslate2"], capsys,
                    "--peer ctranslate2 needs the ctranslate2 package (pip install -e .[peers])")
+
+
+def test_plan_summary_names_the_column_the_stock_was_read_from(tmp_path, capsys):
+    """plan's summary said 'stock: vendor.csv (9 molecules)' where the Routes page says which column (or SD data
+    field, or sheet) the SMILES were read from (1f5bbbc): a file with two SMILES columns left the reader guessing."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, SearchStats
+
+    def summary(stock: str, column: str, sheet: str = "") -> str:
+        result = PlanResult("CCO", (), SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, stock, 9,
+                            settings=PlanSettings(), stock_column=column, stock_sheet=sheet)
+        report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
+        return capsys.readouterr().out.splitlines()[0]
+
+    assert summary("vendor.csv", "Structure") == \
+        "target: CCO; stock: vendor.csv, SMILES from the column Structure (9 molecules)"
+    assert summary("blocks.xlsx", "SMILES", "Blocks") == \
+        "target: CCO; stock: blocks.xlsx, SMILES from the column SMILES of the sheet Blocks (9 molecules)"
+    assert summary("blocks.sdf", "SMILES") == \
+        "target: CCO; stock: blocks.sdf, SMILES from the data field SMILES (9 molecules)"
+    assert summary("blocks.smi", "") == "target: CCO; stock: blocks.smi (9 molecules)"

@@ -21,7 +21,7 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX,
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
                                    RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, failure_note,
                                    load_stock, no_route, plan, route_rows, routes_json, starting_materials_text,
-                                   stock_from_upload, stock_read_from)
+                                   stock_from_upload, stock_name, stock_read_from)
 from views import common
 
 log = logging.getLogger(__name__)
@@ -567,11 +567,6 @@ def stock_column_box() -> None:
         help_text = (f"The column that holds the SMILES, where it has a name other than {', '.join(STOCK_COLUMNS)} "
                      "(any case, read without naming them, the first of them the file has): SMILES_std, say.")
     st.text_input(label, key=STOCK_COLUMN, on_change=keep_stock_column, placeholder=automatic, help=help_text)
-
-
-def stock_name(source: str, read_from: str) -> str:
-    """A stock file's name, with where its SMILES were read (planning.stock_read_from) where it has columns."""
-    return f"{source}, SMILES from {read_from}" if read_from else source
 
 
 def show_stock() -> None:
