@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 MODELS_DIR = checkpoint.MODELS_DIR
 MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
+# A drawing program's CXSMILES (Marvin's copy) carries coordinates, some 20 characters an atom, and an InChI may come
+# with its AuxInfo, none of which the model reads: a reaction of 100 atoms, its SMILES 300 characters, was refused
+# as too long. MAX_QUERY_CHARS bounds what is read; this bounds the whole text for RDKit's parser.
+MAX_DRAWING_CHARS = 20_000
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the retro model was trained on 20
 MAX_N_BEST = 50  # answers per query (the beam width of beam search and its kin)
@@ -768,14 +772,20 @@ class Predictor:
         if MOLFILE_MARK.search(text):  # before the length check: a molfile is often longer than a query may be
             raise ValueError("this is a molfile, not a SMILES: open it as a file (the app's Open file tab; on the "
                              "command line, molspec predict --input F.mol)")
-        if len(text) > MAX_QUERY_CHARS:
-            raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS}")
-        if CXSMILES.fullmatch(text):  # read as RDKit reads it; the result's canonical_query shows the SMILES
+        if len(text) > MAX_DRAWING_CHARS:
+            raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS} "
+                             f"({MAX_DRAWING_CHARS:,} with a CXSMILES's |...| part or an InChI's AuxInfo)")
+        text = inchi_alone(text)
+        cxsmiles = CXSMILES.fullmatch(text) is not None
+        written = text.split(None, 1)[0] if cxsmiles else text  # what the limit bounds: no coordinates
+        if len(written) > MAX_QUERY_CHARS:
+            raise ValueError(f"query is {len(written)} characters long{' before its |...| part' if cxsmiles else ''}; "
+                             f"the limit is {MAX_QUERY_CHARS}")
+        if cxsmiles:  # read as RDKit reads it; the result's canonical_query shows the SMILES
             try:
                 text = smiles_from_cxsmiles(text)
             except ChemError as exc:
                 raise ValueError(str(exc)) from None
-        text = inchi_alone(text)
         if any(ch.isspace() for ch in text):
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "

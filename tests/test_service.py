@@ -255,6 +255,30 @@ def test_a_cxsmiles_is_read_as_its_smiles_and_kept_as_given(forward):
     assert [p.tokens for p in result.predictions] == [p.tokens for p in plain.predictions]
 
 
+def test_a_cxsmiles_is_held_to_the_length_limit_by_its_smiles_not_its_coordinates(forward):
+    """Marvin copies a drawing as a CXSMILES with each atom's coordinates, some 20 characters an atom: an amide
+    coupling of 100 atoms drawn so (its SMILES some 240 characters) was refused, 'query is 2,1xx characters long;
+    the limit is 2000'. The limit holds the SMILES part; the whole text has a bound of its own."""
+    from rdkit import Chem
+    from rdkit.Chem import AllChem
+
+    from molspec_core.service import MAX_DRAWING_CHARS
+
+    smiles = ("CC(C)(C)OC(=O)NCCCC[C@H](NC(=O)OCC1c2ccccc2-c2ccccc21)C(=O)O.NC1CCN(Cc2ccccc2)CC1."
+              "CN(C)C(=[N+](C)C)On1nnc2cccnc21.F[P-](F)(F)(F)(F)F.On1nnc2cccnc21.CCN(C(C)C)C(C)C.CN1CCOCC1."
+              "O=C(O)C(F)(F)F.CN(C)C=O.CCOC(C)=O.ClCCl")
+    mol = Chem.MolFromSmiles(smiles)
+    AllChem.Compute2DCoords(mol)
+    drawn = Chem.MolToCXSmiles(mol)
+    assert len(drawn.split()[0]) < MAX_QUERY_CHARS < len(drawn)
+    assert forward.prepare(drawn).canonical == forward.prepare(smiles).canonical
+    too_long = f"C{'C' * MAX_QUERY_CHARS} |$_R1;;$|"
+    assert forward.predict(too_long).error == (f"query is {MAX_QUERY_CHARS + 1} characters long before its |...| "
+                                               f"part; the limit is {MAX_QUERY_CHARS}")
+    assert forward.predict(drawn + " " * 2 + "C" * MAX_DRAWING_CHARS).error.startswith(
+        f"query is {len(drawn) + 2 + MAX_DRAWING_CHARS} characters long; the limit is {MAX_QUERY_CHARS} (20,000 with")
+
+
 @pytest.mark.parametrize("text", ["cccc", "C1=CC=CC=C1Cl", "CCN(CC)CC"])  # aromatic atoms are no word
 def test_a_smiles_is_not_taken_for_a_name(copier, text):
     try:
