@@ -131,7 +131,6 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         engine = method.partition("@")[2]
         return engines[engine] if engine else predictor
 
-    _check_drafts_per_call({m: runs_on(m) for m in methods if m not in PEERS}, draft_len, n_drafts, batch_size)
     peers = _load_peers(methods, ct2_dir, predictor, peer_threads or torch.get_num_threads())
     queries, kept_targets, skipped = [], [], []
     for i, text in enumerate(sources):
@@ -320,25 +319,6 @@ def _reference_ids(predictor: Predictor, target: str) -> list[int] | None:
         return predictor.vocab.encode(target.strip(), strict=False)
     except TokenizeError:
         return None
-
-
-def _check_drafts_per_call(methods: dict[str, Predictor], draft_len: int | None, n_drafts: int | None,
-                           batch_size: int) -> None:
-    """Refuse, before a peer's process starts or a query is decoded, the methods (each with the predictor it runs on)
-    that verify several drafts a call where the model computes in int8, which verifies one (Predictor.several_drafts):
-    the model's own refusal came from inside the warm-up and named no method."""
-    several = {method: on.resolve(base_method(method), draft_len, n_drafts, batch_size)[2]
-               for method, on in methods.items()
-               if on.dtype != "float32" and on.several_drafts(base_method(method), draft_len, n_drafts, batch_size)}
-    if not several:
-        return
-    dtype = next(methods[method].dtype for method in several)
-    named = [f"{method} verifies {count}" if i == 0 else f"{method} {count}"
-             for i, (method, count) in enumerate(several.items())]
-    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
-    raise ValueError(f"{dtype} arithmetic verifies one draft a call, and here {listed}: time "
-                     f"{'it' if len(several) == 1 else 'them'} with the model in float32 (bench --dtype float32; in "
-                     "the app, Faster arithmetic off in the sidebar) or with one draft a call (bench --n-drafts 1)")
 
 
 def _peer_version() -> str | None:

@@ -397,9 +397,9 @@ def test_int8_agreement_refuses_a_method_int8_cannot_decode_before_the_float32_m
                 raise ValueError("retro was trained on one writing of each query")
 
     monkeypatch.setattr(tool, "Predictor", Int8Only)
-    code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--method", "spec-paper")
+    code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--method", "beam-uncached")
     assert code == 2 and loaded == ["int8"], err
-    assert "--method spec-paper: retro in int8 cannot decode it (int8 arithmetic verifies one draft a call" in err
+    assert "--method beam-uncached: retro in int8 cannot decode it (int8 arithmetic runs no uncached baseline)" in err
     assert err.rstrip().endswith("it decodes greedy, beam")
     loaded.clear()  # a writing the model was not trained on: predict's ValueError traceback in the warm-up
     code, err = run_main(tool, monkeypatch, capsys, "--src", queries, "--tgt", queries, "--augment", "5")

@@ -74,12 +74,12 @@ def main() -> None:
     except (InputFileError, ValueError) as exc:  # read_pairs' ValueError names the file
         parser.error(str(exc))
     predictors = {"int8": load(parser, args.model, "int8")}
-    # before the float32 model loads: a method int8 cannot decode (the paper's 25 drafts a call, an uncached baseline)
-    # was predict's ValueError traceback, once both models had loaded
+    # before the float32 model loads: a method int8 cannot decode (an uncached baseline) was predict's ValueError
+    # traceback, once both models had loaded
     can = predictors["int8"].methods()
     if args.method not in can:
-        parser.error(f"--method {args.method}: {args.model} in int8 cannot decode it (int8 arithmetic verifies one "
-                     f"draft a call and runs no uncached baseline); it decodes {', '.join(can)}")
+        parser.error(f"--method {args.method}: {args.model} in int8 cannot decode it (int8 arithmetic runs no uncached "
+                     f"baseline); it decodes {', '.join(can)}")
     try:  # a model trained on one writing of each query: predict's ValueError traceback in the warm-up
         predictors["int8"].check_augment(args.augment)
     except ValueError as exc:

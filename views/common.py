@@ -304,11 +304,6 @@ def render_sidebar() -> Settings:
             predictor = predictor_for(str(models_dir() / model), dtype)
             sb.caption("This baseline recomputes every prefix in torch, in float32 arithmetic: it computes in "
                        "float32.")
-        elif dtype == "int8" and predictor is not None and predictor.several_drafts(method, draft_len, n_drafts):
-            dtype = "float32"  # the int8 call verifies one draft per row (Predictor.several_drafts)
-            predictor = predictor_for(str(models_dir() / model), dtype)  # the engine line below names it
-            sb.caption("This method verifies several drafts per call, which only float32 arithmetic does: it "
-                       "computes in float32.")
     round_trip_model, round_trip_k = _round_trip_settings(task)
     if predictor is not None:
         sb.caption(f"Device: {predictor.device.type.upper()} ({predictor.device_name}) · "
