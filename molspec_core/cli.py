@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
     p.add_argument("--stock-column", help="the column of a CSV or workbook --stock that holds the SMILES, where its "
                    f"name is none of {', '.join(STOCK_COLUMNS)} (in any case), which are read without naming them "
-                   "(SMILES_std, say)")
+                   "(SMILES_std, say); or the data field of an SD file --stock whose SMILES are read instead of its "
+                   "records' molecules")
     p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*", help="search (syntheseus's; "
                    "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")
@@ -1382,7 +1383,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .io import check_output, query_format
+    from .io import MissingColumn, check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .service import Predictor
 
@@ -1410,8 +1411,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.round_trip_k is not None and args.forward.lower() == "none":  # a flag no step would carry
         raise ValueError("--round-trip-k sets the round-trip check of --forward's model: not with --forward none")
     if args.stock_column and not args.stock:  # the default stock is one SMILES per line
-        raise ValueError("--stock-column names the SMILES column of a CSV or workbook --stock: give --stock")
-    stock = load_stock(args.stock or DEFAULT_STOCK, args.stock_column)
+        raise ValueError("--stock-column names the SMILES column (or SD data field) of a --stock file: give --stock")
+    try:
+        stock = load_stock(args.stock or DEFAULT_STOCK, args.stock_column)
+    except MissingColumn as missing:  # io's words name neither the file nor the option that names a column
+        how = "" if missing.column else ". --stock-column names a column of another name"
+        raise ValueError(f"--stock {args.stock}: {missing}{how}") from None
     predictor = Predictor.load(args.model, args.device, dtype=args.dtype)
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device, dtype=args.dtype)
     try:

@@ -131,6 +131,15 @@ class InputFileError(ValueError):
     """A query file that cannot be read as a whole (wrong column, too large, not text, not a file)."""
 
 
+class MissingColumn(InputFileError):
+    """A table without the column of queries named (or any of the names read without naming one), or an SD file
+    without the data field named: a command line adds which option names it (plan's --stock-column)."""
+
+    def __init__(self, message: str, column: str | None) -> None:
+        super().__init__(message)
+        self.column = column  # the column or field named, None where none was
+
+
 class OutputFileError(ValueError):
     """An output path that must not be written (the input itself, a folder, a device)."""
 
@@ -386,9 +395,9 @@ def parse_queries(text: str, *, kind: str, column: str | None = None,
         if found is None:
             first = shown_cells(top[0])
             advice = _no_header_advice(top, column, names) or _another_name(column, names)
-            raise InputFileError(f"the CSV needs a column named {_expected(column, names)} in a header line (the first "
-                                 f"line, or one of the first {HEADER_ROWS} under titles); its first line has {first} "
-                                 f"(cells split at commas; semicolons and tabs were tried too){advice}")
+            raise MissingColumn(f"the CSV needs a column named {_expected(column, names)} in a header line (the first "
+                                f"line, or one of the first {HEADER_ROWS} under titles); its first line has {first} "
+                                f"(cells split at commas; semicolons and tabs were tried too){advice}", column)
         line, at = found
         records = top[line + 1:] + list(reader)
     except csv.Error as exc:
@@ -654,9 +663,9 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
         raise
     except Exception as exc:  # openpyxl's account of a damaged or foreign file: KeyError, ValueError, XML errors
         raise InputFileError(f"{name} cannot be read as an Excel workbook: {type(exc).__name__}: {exc}") from None
-    raise InputFileError(f"{name} needs a sheet with a header row naming a column {_expected(column, names)} (its "
-                         f"first row, or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
-                         f"{'; '.join(headers) or 'nothing'}{advice or _another_name(column, names)}")
+    raise MissingColumn(f"{name} needs a sheet with a header row naming a column {_expected(column, names)} (its "
+                        f"first row, or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
+                        f"{'; '.join(headers) or 'nothing'}{advice or _another_name(column, names)}", column)
 
 
 def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]
@@ -875,8 +884,9 @@ def parse_sd_file(text: str, column: str | None = None) -> QueryFile:
     at = query_column(fields, column) if column else None
     if column and at is None:
         listed = shown_cells(fields, quoted=False, noun="field") or "none"
-        raise InputFileError(f"the query column {column[:40]!r} names no data field of this SD file (its fields: "
-                             f"{listed}); leave the column out to read each record's molecule")
+        # queries' or a stock's: 'the query column' was said of a stock's field too
+        raise MissingColumn(f"this SD file has no data field {column[:40]!r} (its fields: {listed}); leave the field "
+                            "out to read each record's molecule", column)
     column_name = fields.pop(at) if at is not None else ""  # its cells are the queries, not another column
     named = next((name for name in fields if _header_key(name) == NAME_COLUMN), None)
     if named is None:

@@ -2768,3 +2768,29 @@ def test_plan_summary_names_the_column_the_stock_was_read_from(tmp_path, capsys)
     assert summary("blocks.sdf", "SMILES") == \
         "target: CCO; stock: blocks.sdf, SMILES from the data field SMILES (9 molecules)"
     assert summary("blocks.smi", "") == "target: CCO; stock: blocks.smi (9 molecules)"
+
+
+def test_plan_names_the_stock_and_its_column_option_where_the_stock_lacks_the_column(tmp_path, capsys,
+                                                                                     no_model_load):
+    """A CSV stock without a smiles column was refused as 'the CSV needs a column named ... give that column's name'
+    naming neither --stock (which file) nor --stock-column (how to name it); and --stock-column's help said it names
+    a CSV's or workbook's column, though it names an SD file's data field too."""
+    from molspec_core.cli import build_parser
+
+    (tmp_path / "vendor.csv").write_text("ID,Structure\n1,CCO\n")
+    (tmp_path / "vendor.sdf").write_text("ethanol\n\n\n  0  0  0  0  0  0  0  0  0  0999 V2000\nM  END\n"
+                                         "> <ID>\n1\n\n$$$$\n")
+    plan = ["plan", "--smiles", "NCCO", "--out", tmp_path / "r.json"]
+    expect_refused([*plan, "--stock", tmp_path / "vendor.csv"], capsys,
+                   f"--stock {tmp_path / 'vendor.csv'}: the CSV needs a column named 'smiles' or")
+    expect_refused([*plan, "--stock", tmp_path / "vendor.csv"], capsys,
+                   "or rename the column smiles. --stock-column names a column of another name")
+    expect_refused([*plan, "--stock", tmp_path / "vendor.csv", "--stock-column", "SMILES_std"], capsys,
+                   f"--stock {tmp_path / 'vendor.csv'}: the CSV needs a column named 'SMILES_std' in a header line")
+    expect_refused([*plan, "--stock", tmp_path / "vendor.sdf", "--stock-column", "SMILES"], capsys,
+                   f"--stock {tmp_path / 'vendor.sdf'}: this SD file has no data field 'SMILES' (its fields: ID); "
+                   "leave the field out to read each record's molecule")
+    assert not list(tmp_path.glob("r.*"))
+    parser = next(action for action in build_parser()._actions if action.dest == "command").choices["plan"]
+    said = next(action.help for action in parser._actions if action.dest == "stock_column")
+    assert "SD file" in said and "data field" in said, said

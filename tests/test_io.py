@@ -174,8 +174,8 @@ def test_a_column_named_for_an_sd_file_is_one_of_its_fields_or_refused_naming_th
     assert (named.queries, named.columns, named.cells, named.query_column) == (["CCN"], ("name", "id"),
                                                                               (("ethanol", "A-1"),), "Reagent")
     assert named.notes == ("the queries are the SD field 'Reagent'; the records' molecules are not read",)
-    with pytest.raises(InputFileError, match=r"^the query column 'smiles' names no data field of this SD file "
-                                             r"\(its fields: Reagent, id\)"):
+    with pytest.raises(InputFileError, match=r"^this SD file has no data field 'smiles' \(its fields: Reagent, id\); "
+                                             r"leave the field out to read each record's molecule$"):
         read_queries(tmp_path / "q.sdf", column="smiles")
 
 

@@ -806,6 +806,16 @@ def test_stock_reads_an_sd_file_and_counts_the_records_rdkit_cannot_read(tmp_pat
     assert stock.n_unreadable == 2
 
 
+def test_an_sd_stock_without_the_field_named_is_told_so_in_words_for_a_stock(tmp_path):
+    """An SD stock with a field named that it lacks was refused as 'the query column 'SMILES' names no data field':
+    a stock has no queries. The refusal names the field and the file's fields, for queries and stocks alike."""
+    (tmp_path / "shelf.sdf").write_text(sd_file_text())
+    with pytest.raises(InputFileError) as refused:
+        load_stock(tmp_path / "shelf.sdf", "SMILES")
+    assert str(refused.value) == ("this SD file has no data field 'SMILES' (its fields: ID, note); leave the field "
+                                  "out to read each record's molecule")
+
+
 def test_stock_reads_a_gzipped_csv_with_a_smiles_column(tmp_path):
     path = tmp_path / "catalogue.csv.gz"
     path.write_bytes(gzip.compress(b"id,smiles,price\nA1,c1ccccc1N,3\nA2,OC(=O)C,1\n"))
@@ -1051,7 +1061,8 @@ def test_cli_plan_reads_a_stock_whose_smiles_column_is_named_otherwise(tmp_path,
     assert json.loads(out.read_text())["routes"][0]["starting_materials"] == ["NO"]
     capsys.readouterr()
     assert main(base + ["--stock-column", "canonical_smiles"]) == 2
-    assert "error: --stock-column names the SMILES column of a CSV or workbook --stock" in capsys.readouterr().err
+    assert ("error: --stock-column names the SMILES column (or SD data field) of a --stock file: give --stock"
+            in capsys.readouterr().err)
 
 
 def test_cli_plan_takes_the_round_trip_top_k_its_json_records(tmp_path, capsys, copy_forward):
