@@ -933,15 +933,6 @@ class Predictor:
                 if (row.drafts != "model" or self.draft_model is not None)
                 and (self.dtype == "float32" or not row.benchmark_only)]
 
-    def several_drafts(self, method: str, draft_len: int | None, n_drafts: int | None, batch_size: int = 1) -> bool:
-        """Whether the method, so set, needs float32 because it verifies several drafts in one row of a call: never
-        now. The native int8 call verified one draft a row, so predict refused speculative greedy with the paper's
-        25 windows or n_drafts > 1 under int8; since 1883bf9 each draft goes through the C step as a row of its own
-        (greedy.verify_as_rows), as speculative beam search's do (speculative_beam._Search.feed), and the sampling
-        loop verifies one draft a call whatever n_drafts says (resolve). Kept, answering False, for the callers that
-        still ask before turning to float32 (views/common.py) or refusing a method (bench._check_drafts_per_call)."""
-        return False
-
     def check_method(self, method: str) -> Method:
         """The method's row, or a ValueError for a method this model, so loaded, cannot decode with."""
         row = method_row(method)

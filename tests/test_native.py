@@ -396,7 +396,7 @@ def test_an_int8_predictor_decodes_several_drafts_per_call_as_int8_greedy(copy_m
                     dtype=torch.float16)  # float16 values: the C engine loads it, and int8 with it
     predictor = Predictor.load(tmp_path, "cpu", dtype="int8")
     assert predictor.engine == "native" and predictor.dtype == "int8"
-    assert "spec-paper" in predictor.methods() and not predictor.several_drafts("spec-paper", None, None)
+    assert "spec-paper" in predictor.methods()
     queries = ["NCCOCCNCCOCCNCCO", "CC(=O)Nc1ccc(O)cc1", "ClCC(Br)CN", "c1ccncc1CCl"]
     plain = predictor.predict(queries, method="greedy")
     for method, n_drafts in (("spec-paper", None), ("spec-paper", 4), ("spec-lookup", 3), ("spec-pointer", 2)):
@@ -418,7 +418,6 @@ def test_an_int8_predictor_decodes_speculative_beam_search_of_several_drafts_as_
                     dtype=torch.float16)  # float16 values: the C engine loads it, and int8 with it
     predictor = Predictor.load(tmp_path, "cpu", dtype="int8")
     assert predictor.engine == "native" and predictor.dtype == "int8"
-    assert not predictor.several_drafts("sbs-exact", None, 3)
     queries = ["NCCOCCNCCOCCNCCO", "CC(=O)Nc1ccc(O)cc1", "ClCC(Br)CN", "c1ccncc1CCl"]
     beam = predictor.predict(queries, method="beam", n_best=3)
     exact = predictor.predict(queries, method="sbs-exact", n_best=3, n_drafts=3)
