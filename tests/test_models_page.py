@@ -203,7 +203,25 @@ def test_every_calibration_fit_is_in_one_table_and_a_fit_worse_than_the_raw_prob
     assert any(e.label == "The chart's points as a table" for e in at.expander)  # the open tab's
     # counted as every count on the page, thousands apart: it read "fitted ... on 1333 queries"
     opened = next(fit for kind, augment, fit in fits if (kind, augment) == ("beam", 5))
-    assert f"on {opened.n_fit:,} queries, judged on {opened.n_check:,} others" in shown
+    assert f"on {opened.fitted_on:,} queries, judged on {opened.judged_on:,} others" in shown
+
+
+def test_a_fit_is_said_to_rest_on_the_queries_that_gave_answers_not_on_those_asked():
+    """A fit's line gave n_fit and n_check, the queries asked, where since 0145a45 the file keeps how many of them
+    gave answers to fit and judge it (refused ones, targets RDKit cannot read and no valid answer give none): 1,333
+    queries read where 1,290 fitted it. Files from before the count say the queries asked."""
+    import dataclasses
+
+    from molspec_core.calibration import Calibration
+    from views.models import fit_text
+
+    cal = Calibration("f" * 64, "beam", 5, 1333, 667, (0.0,), (0.5,), 0.012, 0.009, ())
+    said = fit_text(dataclasses.replace(cal, n_fit_answered=1290, n_check_answered=650), "For beam answers")
+    assert "on 1,290 queries, judged on 650 others (of the 1,333 and 667 asked; the others gave no answer to count: " \
+           "refused, a target RDKit cannot read, or no valid answer)" in said
+    assert "on 1,333 queries, judged on 667 others: expected" in fit_text(cal, "For beam answers")
+    assert "on 1,333 queries, judged on 667 others: expected" in fit_text(
+        dataclasses.replace(cal, n_fit_answered=1333, n_check_answered=667), "For beam answers")
 
 
 @needs_forward

@@ -388,10 +388,19 @@ def writings(augment: int) -> str:
     return "1 writing" if augment == 1 else f"{augment} writings"
 
 
+def fit_text(cal: calibration.Calibration, opening: str) -> str:
+    """A fit's line: the queries whose answers fitted and judged it (fitted_on, judged_on), and those asked where
+    some gave no answer; the queries asked alone (n_fit, n_check) read as if every one had counted."""
+    asked = ("" if (cal.fitted_on, cal.judged_on) == (cal.n_fit, cal.n_check) else
+             f" (of the {cal.n_fit:,} and {cal.n_check:,} asked; the others gave no answer to count: refused, a "
+             "target RDKit cannot read, or no valid answer)")
+    return (f"{opening}, fitted with {common.method_label(cal.method)} ({cal.n_best}-best) on {cal.fitted_on:,} "
+            f"queries, judged on {cal.judged_on:,} others{asked}: expected calibration error {cal.ece:.3f}, "
+            f"against {cal.ece_raw:.3f} for the model's own probability.")
+
+
 def show_fit(folder: Path, cal: calibration.Calibration, opening: str) -> None:
-    st.markdown(f"{opening}, fitted with {common.method_label(cal.method)} ({cal.n_best}-best) on {cal.n_fit:,} "
-                f"queries, judged on {cal.n_check:,} others: expected calibration error {cal.ece:.3f}, against "
-                f"{cal.ece_raw:.3f} for the model's own probability.")
+    st.markdown(fit_text(cal, opening))
     first, rest = cal.ece_by_rank
     if cal.rest_edges and first is not None and rest is not None:
         st.markdown(f"The first answer to a query and the ones below it have a map each (their scores mean "
