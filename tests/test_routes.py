@@ -145,6 +145,19 @@ def test_an_sd_stocks_box_asks_for_a_data_field_and_says_what_is_read_without_on
     assert stock_line(at) == "**Stock:** your file shelf.sdf, SMILES from the data field Structure (1 molecule)."
 
 
+def test_a_stock_file_refused_is_named_once(tmp_path, monkeypatch):
+    """'Cannot use the stock file shelf.smi: the stock shelf.smi holds no molecules ...': the refusal named the file
+    and the reason named it again. It is named once, by the reason where that names it, by the opening otherwise."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = upload_stock(routes_page(tmp_path / "models", monkeypatch), "shelf.smi", f"# {tmp_path.name}\nxyz\n".encode())
+    refused = " ".join(e.value for e in at.run().error).replace("\\", "")
+    assert refused.startswith("Cannot use this stock file: the stock shelf.smi holds no molecules"), refused
+    assert refused.count("shelf.smi") == 1, refused
+    at = upload_stock(at, "vendor.csv", f"ID,Structure\n{tmp_path.name},NO\n".encode()).run()
+    refused = " ".join(e.value for e in at.error).replace("\\", "")
+    assert refused.startswith("Cannot use the stock file vendor.csv: the CSV needs a column named"), refused
+
+
 def test_our_own_results_as_a_stock_are_told_to_name_a_column_in_the_box(tmp_path, monkeypatch):
     """Our results file as a stock was told to name a column "to predict its queries again", on a page with no
     column box and no prediction to make."""

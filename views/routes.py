@@ -585,7 +585,9 @@ def show_stock() -> None:
         # which column: chosen by preference (io.STOCK_COLUMNS), it was said nowhere
         name = common.md_escape(stock_name(kept[0], stock_read_from(kept[0], stock.column, stock.sheet)))
     except ValueError as exc:
-        st.error(common.md_escape(f"Cannot use the stock file {kept[0]}: {exc}. Choose another file, or "
+        # named once: most reasons name the file ("results.sdf is MolSpec's own results"), a CSV's missing column not
+        which = "this stock file" if kept[0] in str(exc) else f"the stock file {kept[0]}"
+        st.error(common.md_escape(f"Cannot use {which}: {exc}. Choose another file, or "
                                   + ("remove this one to search the default stock." if shown else
                                      "use the default stock (the button below).")), icon=":material/error:")
     else:
