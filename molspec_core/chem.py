@@ -71,6 +71,21 @@ INCHI_KEY = re.compile(r"(InChIKey=)?[A-Z]{14}-[A-Z]{10}-[A-Z]")
 BARE_INCHI = re.compile(r"1S?/[0-9]*[A-Z][A-Za-z0-9.]*(/|$)")
 
 
+# A markup tag's start, as text copied from a web page or a paper's HTML holds one (<b>, </sub>, <!-- , <?xml): no
+# SMILES holds '<' but in a dative bond ('<-', RDKit's), which no letter, '/', '!' or '?' follows.
+MARKUP_TAG = re.compile(r"<[A-Za-z/!?]")
+
+
+def markup_refusal(text: str) -> str:
+    """The refusal of a text holding markup (MARKUP_TAG), which names the first tag; "" for any other text."""
+    tag = MARKUP_TAG.search(text)
+    if tag is None:
+        return ""
+    shown = text[tag.start():text.find(">", tag.start()) + 1 or tag.end()][:40]
+    return (f"this text holds markup ({shown!r} at position {tag.start() + 1}), which no SMILES holds: it reads as "
+            "HTML or XML copied from a web page or a document; paste the SMILES alone")
+
+
 def why_unreadable(smiles: str) -> str:
     """What to mend in a SMILES that RDKit refuses, in a chemist's words: the first character that no SMILES holds
     there (a letter that is no atom outside brackets, a charge outside brackets, a bracket atom RDKit cannot read, a

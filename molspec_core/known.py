@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
-                   mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
+                   markup_refusal, mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
@@ -63,9 +63,8 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     parts = text.split(">")
     if len(parts) != 3 or not parts[0] or not parts[2]:
         return None
-    if "<" in text:  # '<b>bold</b> text' was told 'the recorded products are not a valid SMILES'
-        raise ValueError("this text holds '<', which no SMILES holds: it reads as markup (HTML's <b>, say), not as a "
-                         "recorded reaction, reactants>reagents>products; paste the SMILES alone")
+    if markup_refusal(text):  # '<b>bold</b> text' was told 'the recorded products are not a valid SMILES'
+        raise ValueError(markup_refusal(text))
     reactants, reagents, products = parts
     side = recorded_side(task)
     try:

@@ -28,8 +28,8 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, main_molecule, reaction_sides, salts_as_ions, smiles_from_cxsmiles,
-                   smiles_from_inchi, uncharged, without_isotopes)
+                   CXSMILES, in_ion_writing, main_molecule, markup_refusal, reaction_sides, salts_as_ions,
+                   smiles_from_cxsmiles, smiles_from_inchi, uncharged, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -772,6 +772,9 @@ class Predictor:
         if MOLFILE_MARK.search(text):  # before the length check: a molfile is often longer than a query may be
             raise ValueError("this is a molfile, not a SMILES: open it as a file (the app's Open file tab; on the "
                              "command line, molspec predict --input F.mol)")
+        markup = markup_refusal(text)  # '<b>CCO</b>' was read as a reaction SMILES, '<b' its reactants
+        if markup:
+            raise ValueError(markup)
         if len(text) > MAX_DRAWING_CHARS:
             raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS} "
                              f"({MAX_DRAWING_CHARS:,} with a CXSMILES's |...| part or an InChI's AuxInfo)")

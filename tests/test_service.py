@@ -152,17 +152,17 @@ def test_bad_queries_give_clear_errors(copier, text, message):
 
 
 def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_product(forward):
-    """'<b>bold</b>' was refused as "cannot parse '<b'", a piece the user never typed alone: the '>' made it a
-    reaction SMILES, and the error now says so. A retrosynthesis model given a reaction was told of forward
-    prediction's form."""
-    refused = forward.predict("<b>bold</b>")
-    assert not refused.ok and "RDKit cannot parse '<b'" in refused.error
+    """A query with a '>' is read as a reaction SMILES, and a refusal of its molecules says so ('<b>bold</b>' was
+    refused as "cannot parse '<b'", a piece the user never typed alone; markup is now named first). A
+    retrosynthesis model given a reaction was told of forward prediction's form."""
+    refused = forward.predict("CCX>O>")
+    assert not refused.ok and "RDKit cannot parse 'CCX'" in refused.error
     assert "the query holds '>', so it was read as a reaction SMILES, 'reactants>reagents>', whose molecules are " \
-        "'<b.bold</b'" in refused.error
+        "'CCX.O'" in refused.error
     assert forward.predict("CC(=O)O.OCC>>").ok
     assert forward.predict(">>CC(=O)NCc1ccccc1").error.startswith("the reaction SMILES has no reactants before its "
                                                                   "first '>'")
-    assert forward.predict("CCO>>C<b>x</b>").error == (
+    assert forward.predict("CCO>>C>O>C").error == (
         "a reaction SMILES has three parts, reactants>reagents>products, and this one has 5: no '>' belongs inside a "
         "molecule's SMILES")
     # a recorded reaction pasted whole was told to paste the molecules alone, not that its products are the trouble
@@ -175,6 +175,20 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
                                              "paste the product alone (or '>>product')")
     alone = retro.predict(">>CC(=O)Nc1ccc(O)cc1")  # a reaction drawn with its product alone: that product
     assert alone.ok and alone.predictions == retro.predict("CC(=O)Nc1ccc(O)cc1").predictions
+
+
+@pytest.mark.parametrize("task", ["forward", "retro"])
+def test_a_query_holding_markup_is_told_so_on_either_task(task):
+    """'<b>CCO</b>', copied from a web page, was read as a reaction SMILES and told "RDKit cannot parse '<b'" (forward)
+    or to paste the product, not a reaction (retro); '<script>...' too. Markup is named on every task; a dative bond
+    written '<-' (RDKit's) is no markup."""
+    predictor = Predictor.load(task, device="cpu")
+    told = ("this text holds markup ('<b>' at position 1), which no SMILES holds: it reads as HTML or XML copied "
+            "from a web page or a document; paste the SMILES alone")
+    assert predictor.predict("<b>CCO</b>").error == told
+    assert predictor.predict(" CC(=O)O<sub>2</sub>").error.startswith("this text holds markup ('<sub>' at position 8)")
+    assert predictor.predict("<script>alert(1)</script>").error.startswith("this text holds markup ('<script>'")
+    assert "markup" not in (predictor.predict("[NH3]->[Pt](Cl)(Cl)<-[NH3]").error or "")
 
 
 def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_the_acid_or_base_it_is_made_from():
