@@ -36,7 +36,7 @@ from .threads import use_threads
 
 if TYPE_CHECKING:
     from .calibration import Calibration
-    from .io import Kept, QueryFile
+    from .io import InputFileError, Kept, MissingColumn, QueryFile
     from .known import KnownMarks
     from .planning import PlanResult, Route
     from .scale import Cluster
@@ -448,8 +448,8 @@ def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) 
 
 def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -> int:
     """predict; `rows_out`: the stream the CSV rows go to where --output is STDOUT (cmd_predict)."""
-    from .io import (InputFileError, check_results_name, check_room, is_sd_name, least_output_bytes, read_queries,
-                     refuse_unnamed_results)
+    from .io import (InputFileError, MissingColumn, check_results_name, check_room, is_sd_name, least_output_bytes,
+                     read_queries, refuse_unnamed_results)
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, model_task
 
@@ -465,7 +465,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         # InputFileError, OutputFileError and OSError reach main's boundary: an error line, exit 2
         check_predict_output(args)
         task = model_task(args.model)
-        read = read_queries(args.input, args.column, args.input_format, task=task)
+        try:
+            read = read_queries(args.input, args.column, args.input_format, task=task)
+        except MissingColumn as missing:
+            raise column_refusal("--input", args.input, "--column", missing) from None
         refuse_unnamed_results(read, input_name(args.input))  # our own SD results: their answers, read as queries
         # which of a workbook's sheets and which column were taken, where it has several and none was named
         where = [f"the sheet {read.sheet!r}"] if read.sheet else []
@@ -1382,6 +1385,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
+def column_refusal(file_option: str, path: str, column_option: str, missing: MissingColumn) -> InputFileError:
+    """io's refusal of a file without the column (or SD data field) of its SMILES, which names neither the file nor
+    the option that names a column ('the CSV needs a column named ...'): plan's --stock, predict's --input."""
+    from .io import InputFileError
+
+    how = "" if missing.column else f". {column_option} names a column of another name"
+    return InputFileError(f"{file_option} {path}: {missing}{how}")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .io import MissingColumn, check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
@@ -1414,9 +1426,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError("--stock-column names the SMILES column (or SD data field) of a --stock file: give --stock")
     try:
         stock = load_stock(args.stock or DEFAULT_STOCK, args.stock_column)
-    except MissingColumn as missing:  # io's words name neither the file nor the option that names a column
-        how = "" if missing.column else ". --stock-column names a column of another name"
-        raise ValueError(f"--stock {args.stock}: {missing}{how}") from None
+    except MissingColumn as missing:
+        raise column_refusal("--stock", args.stock, "--stock-column", missing) from None
     predictor = Predictor.load(args.model, args.device, dtype=args.dtype)
     forward = None if args.forward.lower() == "none" else Predictor.load(args.forward, args.device, dtype=args.dtype)
     try:

@@ -2794,3 +2794,15 @@ def test_plan_names_the_stock_and_its_column_option_where_the_stock_lacks_the_co
     parser = next(action for action in build_parser()._actions if action.dest == "command").choices["plan"]
     said = next(action.help for action in parser._actions if action.dest == "stock_column")
     assert "SD file" in said and "data field" in said, said
+
+
+def test_predict_names_the_input_and_its_column_option_where_the_input_lacks_the_column(tmp_path, capsys):
+    """predict --input vendor.csv, a CSV whose SMILES are under Structure, was refused as 'the CSV needs a column
+    named ... give that column's name', naming neither the file nor --column, the option that names it."""
+    (tmp_path / "vendor.csv").write_text("ID,Structure\n1,CCO\n")
+    predict = ["predict", "--model", MODEL, "--input", tmp_path / "vendor.csv", "--output", tmp_path / "o.csv"]
+    expect_refused(predict, capsys, f"--input {tmp_path / 'vendor.csv'}: the CSV needs a column named 'smiles' or")
+    expect_refused(predict, capsys, "or rename the column smiles. --column names a column of another name")
+    expect_refused([*predict, "--column", "SMILES_std"], capsys,
+                   f"--input {tmp_path / 'vendor.csv'}: the CSV needs a column named 'SMILES_std' in a header line")
+    assert not (tmp_path / "o.csv").exists()
