@@ -86,6 +86,25 @@ def markup_refusal(text: str) -> str:
             "HTML or XML copied from a web page or a document; paste the SMILES alone")
 
 
+# A bracket atom that gives its element by atomic number ([#6], [#8-], [13#6]), as SMARTS patterns write atoms. RDKit
+# reads it in a SMILES too, as a bracket atom with the hydrogens written (none): '[#6]-[#8]', pasted as a pattern
+# for any C-O, was read as the diradical [C][O] and decoded to nonsense.
+ATOMIC_NUMBER_ATOM = re.compile(r"\[\d*#(\d+)[^\]]*\]")
+
+
+def atomic_number_refusal(smiles: str) -> str:
+    """The refusal of a SMILES holding a bracket atom by atomic number (ATOMIC_NUMBER_ATOM); "" for any other."""
+    atom = ATOMIC_NUMBER_ATOM.search(smiles)
+    if atom is None:
+        return ""
+    number = int(atom.group(1))
+    symbol = Chem.GetPeriodicTable().GetElementSymbol(number) if 0 < number <= 118 else ""
+    named = f" ({symbol} is #{number})" if symbol else ""
+    return (f"the bracket atom {atom.group()} at position {atom.start() + 1} gives its element by atomic number, as a "
+            f"SMARTS pattern does{named}: read as a SMILES it is an atom with no hydrogens (a radical), not any atom "
+            "of that element; paste the molecule's SMILES, each element by its symbol")
+
+
 def why_unreadable(smiles: str) -> str:
     """What to mend in a SMILES that RDKit refuses, in a chemist's words: the first character that no SMILES holds
     there (a letter that is no atom outside brackets, a charge outside brackets, a bracket atom RDKit cannot read, a

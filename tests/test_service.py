@@ -191,6 +191,19 @@ def test_a_query_holding_markup_is_told_so_on_either_task(task):
     assert "markup" not in (predictor.predict("[NH3]->[Pt](Cl)(Cl)<-[NH3]").error or "")
 
 
+def test_a_smarts_pattern_pasted_as_a_query_is_refused_not_read_as_radicals(forward):
+    """'[#6]-[#8]', a SMARTS pattern for any C-O, was read by RDKit as the diradical [C][O] and decoded to nonsense;
+    an atom given by atomic number is refused (in a CXSMILES too, whose [#6] RDKit would rewrite as [C])."""
+    told = ("the bracket atom [#6] at position 1 gives its element by atomic number, as a SMARTS pattern does (C is "
+            "#6): read as a SMILES it is an atom with no hydrogens (a radical), not any atom of that element; paste "
+            "the molecule's SMILES, each element by its symbol")
+    assert forward.predict("[#6]-[#8]").error == told
+    assert forward.predict("[#6]-[#8] |$;$|").error == told
+    assert forward.predict("CC(=O)[13#7]").error.startswith("the bracket atom [13#7] at position 7 gives its element "
+                                                            "by atomic number, as a SMARTS pattern does (N is #7)")
+    assert forward.predict("CC(=O)O.OC#C").ok  # a triple bond's '#' outside brackets is SMILES
+
+
 def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_the_acid_or_base_it_is_made_from():
     """Sodium acetate got the vocabulary error for [Na+] with nothing to do instead (the chemistry QA); then it was
     told to predict the anion, CC(=O)[O-], which USPTO-50K hardly writes as a product (11 of 39,964 training products
