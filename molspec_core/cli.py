@@ -1477,8 +1477,9 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     if counts.failed:  # not expanded: the model gave no answers for them, or the search's end cut one short
         text, alarming = failure_note(counts)
         print(f"{'warning' if alarming else 'note'}: {text}")
-    if not result.routes:
-        print(no_route(stats))
+    if not result.routes:  # the Routes page's words for a target in the stock: no route is needed to have it
+        procure = "the target itself is in the stock: procure it as it is; " if stats.target_in_stock else ""
+        print(f"{procure}{no_route(stats)}")
     for rank, route in enumerate(result.routes, start=1):
         starting = starting_materials_text(route)  # 'O=Cc1ccccc1 (used twice)': route 7 read as route 1
         steps = f"{route.n_steps} step{'s' * (route.n_steps != 1)}"

@@ -2806,3 +2806,20 @@ def test_predict_names_the_input_and_its_column_option_where_the_input_lacks_the
     expect_refused([*predict, "--column", "SMILES_std"], capsys,
                    f"--input {tmp_path / 'vendor.csv'}: the CSV needs a column named 'SMILES_std' in a header line")
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_plan_says_a_target_in_the_stock_without_routes_can_be_procured(tmp_path, capsys):
+    """A target in the stock, for which the search found no route, was told 'no route to the stock was found within
+    2 s' alone, as if nothing could be done, where the Routes page says to procure it as it is."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, SearchStats
+
+    def last_line(in_stock: bool) -> str:
+        stats = SearchStats("retro*", 2.0, 2.0, 1, 9, target_in_stock=in_stock)
+        report_plan(PlanResult("NCc1ccccc1", (), stats, "retro", None, "stock", 2, settings=PlanSettings()),
+                    tmp_path / "r.json", tmp_path / "r.csv", False)
+        return capsys.readouterr().out.splitlines()[-2]  # the last line names the files written
+
+    assert last_line(True) == ("the target itself is in the stock: procure it as it is; no route to the stock was "
+                               "found within 2 s")
+    assert last_line(False) == "no route to the stock was found within 2 s"
