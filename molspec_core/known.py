@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
-                   markup_refusal, mol_from_smiles, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
+                   markup_refusal, mol_from_smiles, product_alone, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
@@ -48,7 +48,8 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     the reactants and reagents, an HCl salt's Cl or a counter-ion kept, as USPTO-MIT's targets keep them;
     known_answers also takes the main product alone). Retrosynthesis predicts from the main product (the largest
     product that is not a reactant or reagent, nor one protonated or not: its by-products were read as part of it,
-    and a base's salt, triethylammonium chloride, was the query, larger than the amide it was made beside) and knows
+    and a base's salt, triethylammonium chloride, was the query, larger than the amide it was made beside; a salt's
+    ion in its neutral form, chem.product_alone, as Predictor.prepare's refusal of a salt names it) and knows
     the reactants (the reagents left out, as USPTO-50K lists reactants; in an atom-mapped record, only the molecules
     that give the product an atom: contributing; and never one the products list too, protonated or not: a base
     written among the reactants and again among the products passed through, so no answer could name the route
@@ -80,8 +81,8 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     if side == "products":  # a record whose every product is a reactant or reagent keeps them all
         return f"{reactants}>{reagents}>", canonical(forward_target(sources, recorded) or ".".join(recorded))
     made = _readable_fragments(products)  # none: Predictor.prepare refuses the products as written, saying why
-    if len(made) > 1:  # retrosynthesis takes one product: the main one, as USPTO-50K lists its products
-        products = main_molecule(".".join(_not_among(made, sources) or made))
+    if len(made) > 1:  # retrosynthesis takes one product: the main one, as USPTO-50K lists its products (a salt's
+        products = product_alone(".".join(_not_among(made, sources) or made))  # ion neutral, as prepare names it)
     return products, canonical(".".join(recorded))
 
 

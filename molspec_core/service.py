@@ -29,7 +29,7 @@ from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, atomic_number_refusal, canonical, canonical_fragments,
                    canonical_or_none, CXSMILES, in_ion_writing, main_molecule, markup_refusal, reaction_sides,
-                   salts_as_ions, smiles_from_cxsmiles, smiles_from_inchi, uncharged, without_isotopes)
+                   product_alone, salts_as_ions, smiles_from_cxsmiles, smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -361,27 +361,21 @@ def check_options(method: str, n_best: int, batch_size: int, augment: int, draft
                          f"for no limit), not {time_limit_s:g}")
 
 
-def product_alone(molecules: str) -> str:
-    """The molecule of a retrosynthesis query of several (valid SMILES) to take apart alone: its main molecule, or
-    where that is a salt's ion (sodium acetate's CC(=O)[O-]) its neutral form (CC(=O)O, chem.uncharged), the acid or
-    base the salt is made from. USPTO-50K writes its products so: 4,184 of its 39,964 training products hold a
-    carboxylic acid, 11 a carboxylate, and the retro model took the ions apart as if they were other molecules
-    (acetate: an anilide's sulfonylation). A charge no proton explains (a quaternary ammonium, a nitro group)
-    stays."""
-    main = main_molecule(molecules)
-    try:
-        return uncharged(main)
-    except ChemError:  # RDKit reads what canonical wrote; a caller's own text may not be
-        return main
-
-
 def several_products_note(task: str, canonical_query: str) -> str:
     """For a retrosynthesis query of several molecules (a salt, a product with its solvent), a sentence on what the
-    model does with them and which one to predict alone (product_alone); "" otherwise. The model was trained on
-    single products."""
+    model does with them and which one to predict alone (product_alone); for one molecule written with charges a
+    proton explains (acetate, CC(=O)[O-]), a sentence naming its neutral form, as 86f78ba names a salt's; ""
+    otherwise. The model was trained on single products, nearly all neutral."""
     molecules = canonical_query.split(".")
-    if task != "retro" or len(molecules) < 2:
+    if task != "retro" or not canonical_query:
         return ""
+    if len(molecules) == 1:  # acetate alone decoded with no word, where sodium acetate was told to predict CC(=O)O
+        neutral = product_alone(canonical_query)
+        if neutral == canonical_query:
+            return ""
+        return (f"The query is written charged, as an ion, where the model's training data write nearly every such "
+                f"product in its neutral form, and the model may take the ion apart as some other molecule. To take "
+                f"apart the acid or base it is made from, predict {neutral}.")
     return (f"The query holds {len(molecules)} molecules, and retrosynthesis takes one product: the model reads them "
             "as one and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into its "
             f"answers. To take apart the main product alone, predict {product_alone(canonical_query)}.")

@@ -108,6 +108,10 @@ PPH3 = "c1ccc(P(c2ccccc2)c2ccccc2)cc1"
     (f"CC(=O)Cl.NC>{PPH3}>{PPH3}.CNC(C)=O", "retro", ("CNC(C)=O", "CC(=O)Cl.CN")),
     ("CC(=O)Cl.NCc1ccccc1>>Cl.CC(=O)NCc1ccccc1", "retro", ("CC(=O)NCc1ccccc1", "CC(=O)Cl.NCc1ccccc1")),
     ("CC(=O)Cl.N>>C1CC.Cl", "retro", ("C1CC.Cl", "CC(=O)Cl.N")),  # left for Predictor.prepare to refuse
+    # a salt recorded as its ions: the query is the main ion's neutral form, the acid or base the salt is made from,
+    # as Predictor.prepare names it for a salt (the anion was the query, which USPTO-50K hardly writes as a product)
+    ("CCOC(=O)c1ccccc1>O>O=C([O-])c1ccccc1.[Na+].CCO", "retro", ("O=C(O)c1ccccc1", "CCOC(=O)c1ccccc1")),
+    ("CC(=O)Cl.NCCN>>CC(=O)NCC[NH3+].[Cl-]", "retro", ("CC(=O)NCCN", "CC(=O)Cl.NCCN")),
     # an atom-mapped record (RXNMapper's, USPTO's) that lists its base among the reactants, unmapped: the reactants
     # are those that give the product an atom, as USPTO-50K lists them (the base was a reactant no answer names);
     # forward reads the base as the model reads reagents; unmapped, nothing tells a reactant from a base

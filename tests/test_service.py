@@ -225,6 +225,13 @@ def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_the_acid_or_base
     assert several_products_note("retro", retro.predict("CC(=O)[O-].[NH4+]").canonical_query).endswith(
         "To take apart the main product alone, predict CC(=O)O.")
     assert several_products_note("retro", "CCN.Cl").endswith("predict CCN.")
+    # one ion alone (acetate, no counter-ion) decoded with no word, where its salt was told to predict the acid
+    assert several_products_note("retro", retro.predict("CC(=O)[O-]").canonical_query) == (
+        "The query is written charged, as an ion, where the model's training data write nearly every such product in "
+        "its neutral form, and the model may take the ion apart as some other molecule. To take apart the acid or "
+        "base it is made from, predict CC(=O)O.")
+    assert several_products_note("retro", "C[N+](C)(C)C") == ""  # no proton explains its charge
+    assert several_products_note("forward", "CC(=O)[O-]") == several_products_note("retro", "CC(=O)O") == ""
     assert retro.predict("CC(=O)O").ok
     unreadable = "token '[Cl-]' is not in the model's vocabulary; this model cannot read it"
     assert retro.predict("[Na+].[Cl-]").error == unreadable  # no molecule of it readable alone: nothing named
