@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
-                   markup_refusal, mol_from_smiles, product_alone, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
+                   markup_refusal, mol_from_smiles, product_alone, reaction_sides, smiles_from_cxsmiles,
+                   smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
@@ -61,7 +62,7 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
             text = smiles_from_cxsmiles(text)
         except ChemError:
             return None  # Predictor.prepare refuses it, saying why
-    parts = text.split(">")
+    parts = reaction_sides(text)  # split at '>' alone, a record with a complex's dative bond ('->') was no reaction
     if len(parts) != 3 or not parts[0] or not parts[2]:
         return None
     if markup_refusal(text):  # '<b>bold</b> text' was told 'the recorded products are not a valid SMILES'
