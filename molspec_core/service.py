@@ -169,6 +169,25 @@ def tokenized_hint(text: str) -> str:
     return ""
 
 
+# A '+' between molecules or a reaction's '>' written with spaces around it, as papers and slides write a reaction
+# ('CC(=O)Cl + NCc1ccccc1 >> CC(=O)NCc1ccccc1'): told it was a SMILES and then a name, the SMILES alone the first
+# molecule, the others dropped.
+SPACED_PLUS = re.compile(r"\s+\+\s+")
+SPACED_ARROW = re.compile(r"\s*(?<!-)(>+)\s*")
+
+
+def spaced_hint(text: str) -> str:
+    """A refusal's ending for molecules with spaces around the '+' between them or a reaction's '>', which read as
+    one query once written without them (a '+' as '.'); else ""."""
+    joined = SPACED_ARROW.sub(r"\1", SPACED_PLUS.sub(".", text))
+    if joined == text or any(ch.isspace() for ch in joined):
+        return ""
+    molecules = [m for side in reaction_sides(joined) for m in side.split(".") if m]
+    if not molecules or any(canonical_or_none(m) is None for m in molecules):
+        return ""
+    return f"; it reads as molecules with spaces around a '+' or '>': written as one query, it is {joined}"
+
+
 # What a character without a Unicode name is, by its general category (unicodedata.category): a lone surrogate
 # (JSON's "\ud800", text cut inside a UTF-16 pair) was called a control character
 UNNAMED_CHARACTERS = {"Cc": "control character", "Cs": "lone surrogate, half of a UTF-16 pair: not a character",
@@ -790,7 +809,7 @@ class Predictor:
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
                              "the app's Batch page)"
-                             + (tokenized_hint(text) or title_hint(text) or name_hint(text)))
+                             + (tokenized_hint(text) or spaced_hint(text) or title_hint(text) or name_hint(text)))
         if text[:6].casefold() == "inchi=":  # typed in lower case too: RDKit reads the prefix as the standard writes
             text = "InChI=" + text[6:]  # it; read as RDKit reads it, the result's canonical_query showing the SMILES
             try:

@@ -142,6 +142,12 @@ def test_query_is_canonicalized_before_decoding(copier):
     # a line of the Molecular Transformer's tokenized files: told it reads as tokens, and what they join to
     ("C C ( = O ) Cl . N c 1 c c n c c 1", "; it reads as tokenized SMILES (a token a space): joined, it is "
                                             "CC(=O)Cl.Nc1ccncc1"),
+    # a reaction as papers write it, spaces around its '+' and '>>': told it was a SMILES and then a name or title,
+    # the SMILES alone the first molecule, the amine dropped
+    ("CC(=O)Cl + NCc1ccccc1", "; it reads as molecules with spaces around a '+' or '>': written as one query, it is "
+                              "CC(=O)Cl.NCc1ccccc1"),
+    ("CC(=O)Cl + NCc1ccccc1 >> CC(=O)NCc1ccccc1", "written as one query, it is CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1"),
+    ("CC(=O)Cl.NCc1ccccc1 > ClCCl >", "written as one query, it is CC(=O)Cl.NCc1ccccc1>ClCCl>"),
     ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
     ("C1CC |c:1|", "RDKit cannot read 'C1CC |c:1|' as a CXSMILES"),
 ])
