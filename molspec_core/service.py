@@ -392,9 +392,9 @@ def several_products_note(task: str, canonical_query: str) -> str:
         neutral = product_alone(canonical_query)
         if neutral == canonical_query:
             return ""
-        return (f"The query is written charged, as an ion, where the model's training data write nearly every such "
-                f"product in its neutral form, and the model may take the ion apart as some other molecule. To take "
-                f"apart the acid or base it is made from, predict {neutral}.")
+        return (f"The query is written with charges a proton explains (an ion or a zwitterion), where the model's "
+                f"training data write nearly every such product in its neutral form, and the model may take the "
+                f"charged one apart as some other molecule. To take apart the neutral compound, predict {neutral}.")
     return (f"The query holds {len(molecules)} molecules, and retrosynthesis takes one product: the model reads them "
             "as one and proposes reactants for all of them, so a counter-ion, solvent or by-product moves into its "
             f"answers. To take apart the main product alone, predict {product_alone(canonical_query)}.")

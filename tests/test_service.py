@@ -233,9 +233,10 @@ def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_the_acid_or_base
     assert several_products_note("retro", "CCN.Cl").endswith("predict CCN.")
     # one ion alone (acetate, no counter-ion) decoded with no word, where its salt was told to predict the acid
     assert several_products_note("retro", retro.predict("CC(=O)[O-]").canonical_query) == (
-        "The query is written charged, as an ion, where the model's training data write nearly every such product in "
-        "its neutral form, and the model may take the ion apart as some other molecule. To take apart the acid or "
-        "base it is made from, predict CC(=O)O.")
+        "The query is written with charges a proton explains (an ion or a zwitterion), where the model's training "
+        "data write nearly every such product in its neutral form, and the model may take the charged one apart as "
+        "some other molecule. To take apart the neutral compound, predict CC(=O)O.")
+    assert several_products_note("retro", "[NH3+]CC(=O)[O-]").endswith("predict NCC(=O)O.")  # glycine's zwitterion
     assert several_products_note("retro", "C[N+](C)(C)C") == ""  # no proton explains its charge
     assert several_products_note("forward", "CC(=O)[O-]") == several_products_note("retro", "CC(=O)O") == ""
     assert retro.predict("CC(=O)O").ok
