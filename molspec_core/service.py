@@ -159,6 +159,16 @@ def inchi_alone(text: str) -> str:
     return INCHI_COMPANION.sub("", text) if text[:6].casefold() == "inchi=" else text
 
 
+def inchis_hint(text: str) -> str:
+    """A refusal's ending for a query of several InChIs (each pasted after the other, as registration systems list
+    the molecules of a reaction), whose spaces were told apart only as a SMILES's; else ""."""
+    count = text.casefold().count("inchi=")
+    if count < 2:
+        return ""
+    return (f"; it holds {count} InChIs: give each as its own query, or all the molecules of one query as one InChI "
+            "(a drawing program writes one for a drawing of several) or as one SMILES")
+
+
 def tokenized_hint(text: str) -> str:
     """A refusal's ending for a query written as SMILES tokens with spaces between them (the Molecular Transformer's
     files: 'C C ( = O ) O'), which reads as one SMILES once joined; else ""."""
@@ -809,7 +819,8 @@ class Predictor:
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
                              "the app's Batch page)"
-                             + (tokenized_hint(text) or spaced_hint(text) or title_hint(text) or name_hint(text)))
+                             + (inchis_hint(text) or tokenized_hint(text) or spaced_hint(text) or title_hint(text)
+                                or name_hint(text)))
         if text[:6].casefold() == "inchi=":  # typed in lower case too: RDKit reads the prefix as the standard writes
             text = "InChI=" + text[6:]  # it; read as RDKit reads it, the result's canonical_query showing the SMILES
             try:
