@@ -169,6 +169,16 @@ def inchis_hint(text: str) -> str:
             "(a drawing program writes one for a drawing of several) or as one SMILES")
 
 
+def broken_line_hint(text: str) -> str:
+    """A refusal's ending for one SMILES broken across lines (as a PDF or a paper's narrow column breaks a long
+    one), whose pieces are no SMILES each and which reads as one joined; else ""."""
+    parts = text.split()
+    joined = "".join(parts)
+    if "\n" in text and any(canonical_or_none(part) is None for part in parts) and canonical_or_none(joined):
+        return f"; it reads as one SMILES broken across lines: joined, it is {joined}"
+    return ""
+
+
 def tokenized_hint(text: str) -> str:
     """A refusal's ending for a query written as SMILES tokens with spaces between them (the Molecular Transformer's
     files: 'C C ( = O ) O'), which reads as one SMILES once joined; else ""."""
@@ -819,8 +829,8 @@ class Predictor:
             raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
                              "the app's Batch page)"
-                             + (inchis_hint(text) or tokenized_hint(text) or spaced_hint(text) or title_hint(text)
-                                or name_hint(text)))
+                             + (inchis_hint(text) or broken_line_hint(text) or tokenized_hint(text)
+                                or spaced_hint(text) or title_hint(text) or name_hint(text)))
         if text[:6].casefold() == "inchi=":  # typed in lower case too: RDKit reads the prefix as the standard writes
             text = "InChI=" + text[6:]  # it; read as RDKit reads it, the result's canonical_query showing the SMILES
             try:

@@ -152,6 +152,9 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3\nInChI=1S/C2H4O2/c1-2(3)4/h1H3,(H,3,4)",
      "the app's Batch page); it holds 2 InChIs: give each as its own query, or all the molecules of one query as one "
      "InChI (a drawing program writes one for a drawing of several) or as one SMILES"),
+    # a long SMILES broken across lines, copied from a PDF's column: told only of a SMILES's spaces
+    ("CC(=O)NCc1cc\r\nccc1", "the app's Batch page); it reads as one SMILES broken across lines: joined, it is "
+                               "CC(=O)NCc1ccccc1"),
     ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
     ("C1CC |c:1|", "RDKit cannot read 'C1CC |c:1|' as a CXSMILES"),
 ])
