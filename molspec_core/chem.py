@@ -51,6 +51,10 @@ ORGANIC_ATOM = re.compile(r"Cl|Br|[BCNOPSFIbcnops*]")
 BOND_SYMBOLS = "-=#$:/\\~"
 # An R-group in brackets, as drawing programs write one: [R], [R1], [R#], [R'].
 R_GROUP = re.compile(r"\[R[0-9#']*\]")
+# Deuterium and tritium by the symbols chemists write (D, T: '[D]C([D])([D])O' was told only that [D] is no atom
+# RDKit reads), and how a SMILES writes them: hydrogen with its mass.
+HYDROGEN_ISOTOPES = {"D": ("deuterium", "[2H]"), "T": ("tritium", "[3H]")}
+HYDROGEN_ISOTOPE_ATOM = re.compile(r"\[([DT])\]")
 # A chemist's shorthand for a group or a common solvent or base, which no SMILES holds outside brackets: its name and
 # its atoms in SMILES.
 ABBREVIATIONS = {
@@ -137,6 +141,10 @@ def why_unreadable(smiles: str) -> str:
             if R_GROUP.fullmatch(smiles, i, end + 1):
                 return (f"the bracket atom {smiles[i:end + 1]} at position {at} is an R-group, a placeholder that "
                         "stands for no one molecule: draw the group in its place")
+            if isotope := HYDROGEN_ISOTOPE_ATOM.fullmatch(smiles, i, end + 1):
+                name, written = HYDROGEN_ISOTOPES[isotope.group(1)]
+                return (f"the bracket atom {isotope.group()} at position {at} is {name}, which a SMILES writes as "
+                        f"hydrogen with its mass: {written}")
             if Chem.MolFromSmiles(smiles[i:end + 1], sanitize=False) is None:
                 return (f"the bracket atom {smiles[i:end + 1]} at position {at} is not one RDKit reads: an element "
                         "symbol, then its hydrogens and charge, as [Na+], [NH4+] or [13CH3]")

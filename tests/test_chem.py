@@ -416,6 +416,10 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                         "hold: write its atoms, as CN(C)C=O"),  # a solvent as the reaction's writers name it
     ("[R1]CC", "the bracket atom [R1] at position 1 is an R-group, a placeholder that stands for no one molecule: "
                "draw the group in its place"),
+    # deuterium as chemists write it: told only that [D] is no bracket atom RDKit reads
+    ("[D]C([D])([D])O", "the bracket atom [D] at position 1 is deuterium, which a SMILES writes as hydrogen with its "
+                        "mass: [2H]"),
+    ("CC[T]", "the bracket atom [T] at position 3 is tritium, which a SMILES writes as hydrogen with its mass: [3H]"),
     # were told of an 'L' or an 'h' that is no atom, or of ring bond 1 with no atom before it
     ("LFQSCWFLJHTTHZ-UHFFFAOYSA-N", "this is an InChIKey, a hashed key from which no structure can be read back: "
                                     "paste the structure's SMILES or InChI (PubChem gives both beside the key)"),
