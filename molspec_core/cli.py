@@ -1395,7 +1395,7 @@ def column_refusal(file_option: str, path: str, column_option: str, missing: Mis
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .io import MissingColumn, check_output, query_format
+    from .io import MissingColumn, OutputFileError, check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .service import Predictor
 
@@ -1407,11 +1407,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if query_format(args.out) != (None, "txt"):  # --out routes.csv --csv steps.csv wrote JSON text into routes.csv
         raise ValueError(f"--out {args.out}: plan writes the routes there as JSON text, not compressed, and the steps "
                          "as CSV beside it (--csv); give --out a name such as routes.json")
-    out = check_output(args.out, args.stock)  # neither may replace the stock file, nor a file of either model
+    out = check_output(args.out, args.stock, "the stock")  # neither may replace the stock, nor a file of either model
     csv_given = args.csv or str(out.with_suffix(".csv"))
     if not csv_given.lower().endswith(".csv"):  # routes.xlsx was CSV text under a workbook's name
         raise ValueError(f"{csv_given}: plan writes its steps as CSV; give --csv a name ending in .csv")
-    csv_out = check_output(csv_given, args.stock)
+    try:
+        csv_out = check_output(csv_given, args.stock, "the stock")
+    except OutputFileError as refused:  # a name never given: --stock r.csv --out r.json
+        if args.csv:
+            raise
+        raise OutputFileError(f"{refused} (there plan writes its steps, beside --out {args.out}: --csv names another "
+                              "place)") from None
     if csv_out == out:
         raise ValueError(f"the CSV would overwrite the JSON {args.out}: give --csv another name")
     for given, written in ((args.out, out), (csv_given, csv_out)):

@@ -1144,10 +1144,11 @@ def check_room(output: str | Path, needed: int) -> None:
                               f"{needed / 2**20:,.1f} MB: free some room, or write it elsewhere")
 
 
-def check_output(output: str | Path, input_path: str | Path | None = None) -> Path:
+def check_output(output: str | Path, input_path: str | Path | None = None, holding: str = "the queries") -> Path:
     """The output path to write, or OutputFileError: it must not be the input (hard and symbolic links
     included), a folder, or a device (renaming onto /dev/null would replace the device itself), and its
-    folder must exist. A symbolic link is followed, so that the file it points to is the one written."""
+    folder must exist. A symbolic link is followed, so that the file it points to is the one written.
+    `holding`: what the input holds, which writing it would destroy (plan's: the stock)."""
     path = Path(os.path.realpath(output))
     if path.is_dir():
         raise OutputFileError(f"{output} is a folder; give a file name for the output")
@@ -1160,7 +1161,7 @@ def check_output(output: str | Path, input_path: str | Path | None = None) -> Pa
     if input_path is not None:
         source = Path(os.path.realpath(input_path))
         if path == source or (path.exists() and source.exists() and os.path.samefile(path, source)):
-            raise OutputFileError(f"{output} is the input file; writing it would destroy the queries. "
+            raise OutputFileError(f"{output} is the input file; writing it would destroy {holding}. "
                                   "Choose another output name")
     return path
 

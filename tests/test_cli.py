@@ -2823,3 +2823,17 @@ def test_plan_says_a_target_in_the_stock_without_routes_can_be_procured(tmp_path
     assert last_line(True) == ("the target itself is in the stock: procure it as it is; no route to the stock was "
                                "found within 2 s")
     assert last_line(False) == "no route to the stock was found within 2 s"
+
+
+def test_plan_names_the_steps_csv_it_chose_where_that_is_the_stock(tmp_path, capsys, no_model_load):
+    """plan --stock r.csv --out r.json was refused as 'r.csv is the input file; writing it would destroy the queries',
+    a file the user never named as an output (the steps' CSV beside --out) and a stock, which holds no queries."""
+    (tmp_path / "r.csv").write_text("smiles\nNO\n")
+    plan = ["plan", "--smiles", "NCCO", "--stock", tmp_path / "r.csv"]
+    expect_refused([*plan, "--out", tmp_path / "r.json"], capsys,
+                   f"{tmp_path / 'r.csv'} is the input file; writing it would destroy the stock. Choose another output "
+                   f"name (there plan writes its steps, beside --out {tmp_path / 'r.json'}: --csv names another place)")
+    expect_refused([*plan, "--out", tmp_path / "s.json", "--csv", tmp_path / "r.csv"], capsys,
+                   f"{tmp_path / 'r.csv'} is the input file; writing it would destroy the stock. Choose another output "
+                   "name")
+    assert (tmp_path / "r.csv").read_text() == "smiles\nNO\n" and sorted(tmp_path.iterdir()) == [tmp_path / "r.csv"]
