@@ -545,7 +545,11 @@ def smiles_from_cxsmiles(text: str) -> str:
     'reactants>agents>products'. Raises ChemError when RDKit cannot read it."""
     if not text.isascii():  # RDKit skips some other characters unsaid (why_unreadable)
         raise _unparsed(text)
-    if len(reaction_sides(text.split()[0])) > 1:
+    written = text.split()[0]
+    if len(written) > MAX_SMILES_CHARS:  # a reaction of a 19,000-atom chain, as a recorded reaction, segfaulted
+        raise ChemError(f"a CXSMILES whose SMILES is {len(written):,} characters long is longer than the "
+                        f"{MAX_SMILES_CHARS:,} read here")
+    if len(reaction_sides(written)) > 1:
         from rdkit.Chem import rdChemReactions
         try:
             reaction = rdChemReactions.ReactionFromSmarts(text, useSmiles=True)

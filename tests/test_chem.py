@@ -485,6 +485,20 @@ def test_a_character_outside_ascii_is_refused_by_name_on_every_path_not_skipped(
             read(text)
 
 
+def test_a_cxsmiles_longer_than_rdkit_reads_safely_is_refused_before_rdkit_reads_it():
+    """A recorded reaction as a CXSMILES of a 19,000-atom chain (pasted on the Predict page, read by
+    known.recorded_reaction before any length check) crashed the process with a segfault: RDKit writes it by
+    recursion. The SMILES part is held to MAX_SMILES_CHARS, as mol_from_smiles holds a SMILES."""
+    from molspec_core.chem import MAX_SMILES_CHARS
+    from molspec_core.known import recorded_reaction
+
+    text = "C" * MAX_SMILES_CHARS + ">>CC |c:0|"
+    with pytest.raises(ChemError, match=f"^a CXSMILES whose SMILES is {MAX_SMILES_CHARS + 4:,} characters long is "
+                                        f"longer than the {MAX_SMILES_CHARS:,} read here$"):
+        smiles_from_cxsmiles(text)
+    assert recorded_reaction(text, "forward") is None  # Predictor.prepare refuses it, saying why
+
+
 def test_a_space_inside_a_smiles_of_several_molecules_is_refused_not_read_as_a_name():
     """RDKit reads what follows a space as the molecule's name: 'CCO.O Cl' was read as ethanol and water, its Cl
     lost, and a recorded reaction 'CCO>>CC O' was known to give ethane (canonical_or_none refused both)."""
