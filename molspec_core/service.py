@@ -918,8 +918,10 @@ class Predictor:
         if self.task == "retro":
             if len(parts) == 3 and not parts[0] and not parts[1] and parts[2]:
                 return parts[2]  # '>>product': a reaction drawn with its product alone (was refused)
+            recorded = (" (the app, `molspec predict` and `molspec serve` take a recorded reaction whole, its "
+                        "reactants as the known answer)") if len(parts) == 3 and parts[0] and parts[2] else ""
             raise ValueError("the retrosynthesis model reads a product, not a reaction SMILES: paste the product "
-                             "alone (or '>>product')")
+                             f"alone (or '>>product'){recorded}")
         if self.task == "forward" and len(parts) > 3:  # 'CCO>>C<b>x</b>' was told only 'reactants>reagents>' is read
             raise ValueError(f"a reaction SMILES has three parts, reactants>reagents>products, and this one has "
                              f"{len(parts)}: no '>' belongs inside a molecule's SMILES")
