@@ -467,9 +467,9 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         task = model_task(args.model)
         try:
             read = read_queries(args.input, args.column, args.input_format, task=task)
+            refuse_unnamed_results(read, input_name(args.input))  # our own SD results: their answers, as queries
         except MissingColumn as missing:
             raise column_refusal("--input", args.input, "--column", missing) from None
-        refuse_unnamed_results(read, input_name(args.input))  # our own SD results: their answers, read as queries
         # which of a workbook's sheets and which column were taken, where it has several and none was named
         where = [f"the sheet {read.sheet!r}"] if read.sheet else []
         if read.query_column and not args.column:
@@ -1390,8 +1390,9 @@ def column_refusal(file_option: str, path: str, column_option: str, missing: Mis
     the option that names a column ('the CSV needs a column named ...'): plan's --stock, predict's --input."""
     from .io import InputFileError
 
-    how = "" if missing.column else f". {column_option} names a column of another name"
-    return InputFileError(f"{file_option} {path}: {missing}{how}")
+    how = "" if missing.column else f". {column_option} names the column to read"
+    which = "" if Path(path).name in str(missing) else f"{file_option} {path}: "  # named once: 'r.sdf is MolSpec's'
+    return InputFileError(f"{which}{missing}{how}")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -132,8 +132,9 @@ class InputFileError(ValueError):
 
 
 class MissingColumn(InputFileError):
-    """A table without the column of queries named (or any of the names read without naming one), or an SD file
-    without the data field named: a command line adds which option names it (plan's --stock-column)."""
+    """A table without the column of queries named (or any of the names read without naming one), an SD file
+    without the data field named, or our own results read without one named: a command line adds which option
+    names it (plan's --stock-column)."""
 
     def __init__(self, message: str, column: str | None) -> None:
         super().__init__(message)
@@ -441,10 +442,10 @@ def header_of(rows: Sequence[Sequence[str]], column: str | None,
         at = query_column(fields, column, names)
         if at is not None:
             if not column and is_results_header(fields):
-                raise InputFileError(
+                raise MissingColumn(
                     "this table is MolSpec's own results (columns query, rank, smiles, ...): its smiles column holds "
                     "the answers, a row each, and its query column the queries, once per answer. Name the column to "
-                    f"read: {own_results_column(names)}")
+                    f"read: {own_results_column(names)}", None)
             refuse_repeated_column(fields, at, column)
             return index, at
     return None
@@ -470,9 +471,9 @@ def refuse_unnamed_results(table: QueryFile, name: str, names: Sequence[str] = S
     each. Uploaded again, the answers were predicted as the queries without a word. (A reader of such a file for its
     records, a test, calls read_queries alone.) `names`: those the file was read under (a stock's: STOCK_COLUMNS)."""
     if not table.query_column and is_results_header(table.columns):
-        raise InputFileError(f"{name} is MolSpec's own results (fields query, rank, smiles, ...): each record's "
-                             "molecule is an answer, a record each, and its query field the queries, once per answer. "
-                             f"Name the field to read: {own_results_column(names)}")
+        raise MissingColumn(f"{name} is MolSpec's own results (fields query, rank, smiles, ...): each record's "
+                            "molecule is an answer, a record each, and its query field the queries, once per answer. "
+                            f"Name the field to read: {own_results_column(names)}", None)
 
 
 def own_results_column(names: Sequence[str]) -> str:

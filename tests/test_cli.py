@@ -2784,7 +2784,7 @@ def test_plan_names_the_stock_and_its_column_option_where_the_stock_lacks_the_co
     expect_refused([*plan, "--stock", tmp_path / "vendor.csv"], capsys,
                    f"--stock {tmp_path / 'vendor.csv'}: the CSV needs a column named 'smiles' or")
     expect_refused([*plan, "--stock", tmp_path / "vendor.csv"], capsys,
-                   "or rename the column smiles. --stock-column names a column of another name")
+                   "or rename the column smiles. --stock-column names the column to read")
     expect_refused([*plan, "--stock", tmp_path / "vendor.csv", "--stock-column", "SMILES_std"], capsys,
                    f"--stock {tmp_path / 'vendor.csv'}: the CSV needs a column named 'SMILES_std' in a header line")
     expect_refused([*plan, "--stock", tmp_path / "vendor.sdf", "--stock-column", "SMILES"], capsys,
@@ -2802,7 +2802,7 @@ def test_predict_names_the_input_and_its_column_option_where_the_input_lacks_the
     (tmp_path / "vendor.csv").write_text("ID,Structure\n1,CCO\n")
     predict = ["predict", "--model", MODEL, "--input", tmp_path / "vendor.csv", "--output", tmp_path / "o.csv"]
     expect_refused(predict, capsys, f"--input {tmp_path / 'vendor.csv'}: the CSV needs a column named 'smiles' or")
-    expect_refused(predict, capsys, "or rename the column smiles. --column names a column of another name")
+    expect_refused(predict, capsys, "or rename the column smiles. --column names the column to read")
     expect_refused([*predict, "--column", "SMILES_std"], capsys,
                    f"--input {tmp_path / 'vendor.csv'}: the CSV needs a column named 'SMILES_std' in a header line")
     assert not (tmp_path / "o.csv").exists()
@@ -2837,3 +2837,28 @@ def test_plan_names_the_steps_csv_it_chose_where_that_is_the_stock(tmp_path, cap
                    f"{tmp_path / 'r.csv'} is the input file; writing it would destroy the stock. Choose another output "
                    "name")
     assert (tmp_path / "r.csv").read_text() == "smiles\nNO\n" and sorted(tmp_path.iterdir()) == [tmp_path / "r.csv"]
+
+
+def test_our_own_results_as_an_input_or_a_stock_name_the_file_and_the_column_option(tmp_path, capsys, no_model_load):
+    """predict --input results.csv (and plan --stock) of our own results were told 'this table is MolSpec's own
+    results ... Name the column to read: query ...', naming neither the file nor the option (--column,
+    --stock-column) that names it."""
+    from conftest import molfile
+    from molspec_core.io import csv_bytes, output_header
+
+    header = output_header([])
+    (tmp_path / "results.csv").write_bytes(csv_bytes(header, [[1, "NCCO", "NCCO", 1, "NO",
+                                                               *[None] * (len(header) - 5)]]))
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "results.csv", "--output", tmp_path / "o.csv"],
+                   capsys, f"--input {tmp_path / 'results.csv'}: this table is MolSpec's own results")
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "results.csv", "--output", tmp_path / "o.csv"],
+                   capsys, "to take its answers as new queries. --column names the column to read")
+    expect_refused(["plan", "--smiles", "NCCO", "--stock", tmp_path / "results.csv", "--out", tmp_path / "r.json"],
+                   capsys, "for a stock of its queries. --stock-column names the column to read")
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "results.csv"]
+    (tmp_path / "results.sdf").write_text(molfile("NO", "1").rstrip("\n") + "\n>  <query>\nNCCO\n\n>  <canonical_query>\nNCCO\n\n"
+                                          ">  <smiles>\nNO\n\n$$$$\n")
+    code, err = run_cli(["plan", "--smiles", "NCCO", "--stock", tmp_path / "results.sdf", "--out", tmp_path / "r.json"],
+                        capsys)
+    assert code == 2 and err.startswith("error: results.sdf is MolSpec's own results"), err  # the file named once
+    assert err.rstrip().endswith("for a stock of its queries. --stock-column names the column to read"), err
