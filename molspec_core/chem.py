@@ -94,19 +94,27 @@ def markup_refusal(text: str) -> str:
 # reads it in a SMILES too, as a bracket atom with the hydrogens written (none): '[#6]-[#8]', pasted as a pattern
 # for any C-O, was read as the diradical [C][O] and decoded to nonsense.
 ATOMIC_NUMBER_ATOM = re.compile(r"\[\d*#(\d+)[^\]]*\]")
+# SMARTS's any bond, which RDKit reads in a SMILES as a bond of no type (a query bond): 'c1ccccc1~O' was told only
+# that '~' is not in the model's vocabulary.
+ANY_BOND = re.compile(r"~")
 
 
-def atomic_number_refusal(smiles: str) -> str:
-    """The refusal of a SMILES holding a bracket atom by atomic number (ATOMIC_NUMBER_ATOM); "" for any other."""
+def smarts_refusal(smiles: str) -> str:
+    """The refusal of a SMILES holding what only a SMARTS pattern writes: a bracket atom by atomic number
+    (ATOMIC_NUMBER_ATOM) or an any bond (ANY_BOND); "" for any other."""
     atom = ATOMIC_NUMBER_ATOM.search(smiles)
-    if atom is None:
-        return ""
-    number = int(atom.group(1))
-    symbol = Chem.GetPeriodicTable().GetElementSymbol(number) if 0 < number <= 118 else ""
-    named = f" ({symbol} is #{number})" if symbol else ""
-    return (f"the bracket atom {atom.group()} at position {atom.start() + 1} gives its element by atomic number, as a "
-            f"SMARTS pattern does{named}: read as a SMILES it is an atom with no hydrogens (a radical), not any atom "
-            "of that element; paste the molecule's SMILES, each element by its symbol")
+    if atom is not None:
+        number = int(atom.group(1))
+        symbol = Chem.GetPeriodicTable().GetElementSymbol(number) if 0 < number <= 118 else ""
+        named = f" ({symbol} is #{number})" if symbol else ""
+        return (f"the bracket atom {atom.group()} at position {atom.start() + 1} gives its element by atomic number, "
+                f"as a SMARTS pattern does{named}: read as a SMILES it is an atom with no hydrogens (a radical), not "
+                "any atom of that element; paste the molecule's SMILES, each element by its symbol")
+    bond = ANY_BOND.search(smiles)
+    if bond is not None:
+        return (f"the '~' at position {bond.start() + 1} is a SMARTS pattern's any bond, which no molecule has: paste "
+                "the molecule's SMILES, each bond single, double (=), triple (#) or aromatic")
+    return ""
 
 
 def why_unreadable(smiles: str) -> str:

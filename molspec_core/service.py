@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
-from .chem import (ION_WRITINGS, ChemError, answer_concerns, atomic_number_refusal, canonical, canonical_fragments,
-                   canonical_or_none, CXSMILES, in_ion_writing, main_molecule, markup_refusal, reaction_sides,
-                   product_alone, salts_as_ions, smiles_from_cxsmiles, smiles_from_inchi, without_isotopes)
+from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
+                   CXSMILES, in_ion_writing, main_molecule, markup_refusal, reaction_sides, product_alone,
+                   salts_as_ions, smarts_refusal, smiles_from_cxsmiles, smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -817,9 +817,9 @@ class Predictor:
         if len(written) > MAX_QUERY_CHARS:
             raise ValueError(f"query is {len(written)} characters long{' before its |...| part' if cxsmiles else ''}; "
                              f"the limit is {MAX_QUERY_CHARS}")
-        by_number = atomic_number_refusal(written)  # before RDKit rewrites a CXSMILES's [#6] as [C]
-        if by_number:
-            raise ValueError(by_number)
+        smarts = smarts_refusal(written)  # before RDKit rewrites a CXSMILES's [#6] as [C]
+        if smarts:
+            raise ValueError(smarts)
         if cxsmiles:  # read as RDKit reads it; the result's canonical_query shows the SMILES
             try:
                 text = smiles_from_cxsmiles(text)

@@ -209,7 +209,7 @@ def test_a_query_holding_markup_is_told_so_on_either_task(task):
     assert "markup" not in (predictor.predict("[NH3]->[Pt](Cl)(Cl)<-[NH3]").error or "")
 
 
-def test_a_smarts_pattern_pasted_as_a_query_is_refused_not_read_as_radicals(forward):
+def test_a_smarts_pattern_pasted_as_a_query_is_refused_not_read_as_radicals_or_an_unknown_token(forward):
     """'[#6]-[#8]', a SMARTS pattern for any C-O, was read by RDKit as the diradical [C][O] and decoded to nonsense;
     an atom given by atomic number is refused (in a CXSMILES too, whose [#6] RDKit would rewrite as [C])."""
     told = ("the bracket atom [#6] at position 1 gives its element by atomic number, as a SMARTS pattern does (C is "
@@ -220,6 +220,10 @@ def test_a_smarts_pattern_pasted_as_a_query_is_refused_not_read_as_radicals(forw
     assert forward.predict("CC(=O)[13#7]").error.startswith("the bracket atom [13#7] at position 7 gives its element "
                                                             "by atomic number, as a SMARTS pattern does (N is #7)")
     assert forward.predict("CC(=O)O.OC#C").ok  # a triple bond's '#' outside brackets is SMILES
+    # SMARTS's any bond, read by RDKit as a bond of no type: told only that '~' is not in the model's vocabulary
+    assert forward.predict("c1ccccc1~O").error == (
+        "the '~' at position 9 is a SMARTS pattern's any bond, which no molecule has: paste the molecule's SMILES, "
+        "each bond single, double (=), triple (#) or aromatic")
 
 
 def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_the_acid_or_base_it_is_made_from():
