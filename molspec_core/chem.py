@@ -473,6 +473,19 @@ def leakage_key(smiles: str) -> str | None:
     return Chem.MolToSmiles(mol, isomericSmiles=False) if mol is not None else None
 
 
+# The lines that the InChI software, and programs that export InChI (Marvin's, by default), write after an InChI: its
+# AuxInfo (atom numbers and coordinates, no structure) and its InChIKey (a hash of the InChI). An InChI pasted with
+# them was refused as "a SMILES has no spaces" (where a one-line field dropped the line breaks, as an unreadable
+# InChI). Neither can be part of an InChI, whose layers are "/" and a letter; each ends where another InChI begins.
+INCHI_COMPANION = re.compile(r"\s*(?:AuxInfo|InChIKey)=(?:(?!InChI=)\S)*", re.IGNORECASE)
+
+
+def inchi_alone(text: str) -> str:
+    """An InChI query (a stripped text) without the AuxInfo and InChIKey that follow it (INCHI_COMPANION); any other
+    text as it is. Several InChIs stay several queries, refused as one."""
+    return INCHI_COMPANION.sub("", text) if text[:6].casefold() == "inchi=" else text
+
+
 def smiles_from_inchi(inchi: str) -> str:
     """The isomeric SMILES of an InChI (stereo layers kept); raises ChemError when RDKit cannot read it.
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, main_molecule,
+from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, inchi_alone, main_molecule,
                    markup_refusal, mol_from_smiles, product_alone, reaction_sides, smiles_from_cxsmiles,
                    smiles_from_inchi, uncharged)
 from .data import forward_target
@@ -184,8 +184,8 @@ def read_known(text: str) -> str | None:
     try:
         if CXSMILES.fullmatch(text):
             text = smiles_from_cxsmiles(text)
-        elif text.startswith("InChI="):
-            text = smiles_from_inchi(text)
+        elif text[:6].casefold() == "inchi=":  # as prepare reads one: its prefix in any case, its AuxInfo dropped
+            text = smiles_from_inchi("InChI=" + inchi_alone(text)[6:])
     except ChemError:
         return None
     return canonical_or_none(text)

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, main_molecule, markup_refusal, reaction_sides, product_alone,
+                   CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides, product_alone,
                    salts_as_ions, smarts_refusal, smiles_from_cxsmiles, smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
@@ -144,19 +144,6 @@ def title_hint(text: str) -> str:
         return (f"; it reads as a SMILES and then a name or title, as a line of a SMILES file does: the SMILES alone "
                 f"is {first}")
     return ""
-
-
-# The lines that the InChI software, and programs that export InChI (Marvin's, by default), write after an InChI: its
-# AuxInfo (atom numbers and coordinates, no structure) and its InChIKey (a hash of the InChI). An InChI pasted with
-# them was refused as "a SMILES has no spaces" (where a one-line field dropped the line breaks, as an unreadable
-# InChI). Neither can be part of an InChI, whose layers are "/" and a letter; each ends where another InChI begins.
-INCHI_COMPANION = re.compile(r"\s*(?:AuxInfo|InChIKey)=(?:(?!InChI=)\S)*", re.IGNORECASE)
-
-
-def inchi_alone(text: str) -> str:
-    """An InChI query (a stripped text) without the AuxInfo and InChIKey that follow it (INCHI_COMPANION); any other
-    text as it is. Several InChIs stay several queries, refused as one."""
-    return INCHI_COMPANION.sub("", text) if text[:6].casefold() == "inchi=" else text
 
 
 def inchis_hint(text: str) -> str:

@@ -7,7 +7,8 @@ from molspec_core.chem import canonical
 from molspec_core.io import InputFileError, QueryFile, output_header, parse_upload, result_rows
 from molspec_core.data import _forward_pair
 from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, answer_key, column_index, is_known,
-                                known_answers, known_rank, recorded_column, recorded_reaction, with_recorded)
+                                known_answers, known_rank, read_known, recorded_column, recorded_reaction,
+                                with_recorded)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -241,6 +242,15 @@ def test_a_known_answer_written_as_a_cxsmiles_or_an_inchi_is_read_as_a_query_is(
     assert [row[-1] for row in marks.rows(rows)] == [True, False, True, False, None, None, None, None]
     summary = marks.summary()
     assert (summary.queries, summary.first, summary.unreadable) == (2, 2, 2)  # tokenized: still not a SMILES
+
+
+def test_a_known_inchi_with_its_auxinfo_or_its_prefix_in_lower_case_is_read_as_a_query_is():
+    """Predictor.prepare reads an InChI with the AuxInfo and InChIKey lines an export writes after it, and one whose
+    'InChI=' was typed in lower case; a known answer so written was counted as one RDKit cannot read."""
+    inchi = "InChI=1S/C8H9NO2/c1-6(10)9-7-2-4-8(11)5-3-7/h2-5,11H,1H3,(H,9,10)"
+    aux = "AuxInfo=1/1/N:1,10,4,5,3,6,7,2,11,9,8/E:(2,3)(4,5)/rB:;;;;;;;;;;;/rC:;;;;;;;;;;;"
+    for text in (f"{inchi}\n{aux}\nInChIKey=RZVAJINKPMORJF-UHFFFAOYSA-N", f"{inchi} {aux}", "inchi=" + inchi[6:]):
+        assert read_known(text) == "CC(=O)Nc1ccc(O)cc1", text
 
 
 @pytest.mark.parametrize("task, known, answer", [
