@@ -80,6 +80,19 @@ BARE_INCHI = re.compile(r"1S?/[0-9]*[A-Z][A-Za-z0-9.]*(/|$)")
 MARKUP_TAG = re.compile(r"<[A-Za-z/!?]")
 
 
+# A reaction InChI (RInChI) or one of its keys, as ChemDraw, Marvin and reaction databases export a reaction: its
+# '<>' between reactants and products read as a reaction SMILES's '>', and was told of the form 'reactants>reagents>'.
+RINCHI = re.compile(r"(?:Long-|Short-|Web-)?RInChI(?:Key)?=", re.IGNORECASE)
+
+
+def rinchi_refusal(text: str) -> str:
+    """The refusal of a reaction InChI or a key of one (RINCHI), which are not read here; "" for any other text."""
+    if not RINCHI.match(text):
+        return ""
+    return ("this is a reaction InChI (RInChI) or its key, which is not read here: paste the reaction SMILES (forward "
+            "prediction reads 'reactants>reagents>'), or each molecule's SMILES or InChI")
+
+
 def markup_refusal(text: str) -> str:
     """The refusal of a text holding markup (MARKUP_TAG), which names the first tag; "" for any other text."""
     tag = MARKUP_TAG.search(text)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, inchi_alone, main_molecule,
-                   markup_refusal, mol_from_smiles, product_alone, reaction_sides, smiles_from_cxsmiles,
+                   markup_refusal, mol_from_smiles, product_alone, reaction_sides, rinchi_refusal, smiles_from_cxsmiles,
                    smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
@@ -65,8 +65,9 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     parts = reaction_sides(text)  # split at '>' alone, a record with a complex's dative bond ('->') was no reaction
     if len(parts) != 3 or not parts[0] or not parts[2]:
         return None
-    if markup_refusal(text):  # '<b>bold</b> text' was told 'the recorded products are not a valid SMILES'
-        raise ValueError(markup_refusal(text))
+    refusal = markup_refusal(text) or rinchi_refusal(text)  # '<b>bold</b> text' was told 'the recorded products
+    if refusal:  # are not a valid SMILES'; a reaction InChI's '<>' read as an arrow too
+        raise ValueError(refusal)
     reactants, reagents, products = parts
     side = recorded_side(task)
     try:

@@ -29,7 +29,8 @@ from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
                    CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides, product_alone,
-                   salts_as_ions, smarts_refusal, smiles_from_cxsmiles, smiles_from_inchi, without_isotopes)
+                   rinchi_refusal, salts_as_ions, smarts_refusal, smiles_from_cxsmiles, smiles_from_inchi,
+                   without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -792,7 +793,7 @@ class Predictor:
         if MOLFILE_MARK.search(text):  # before the length check: a molfile is often longer than a query may be
             raise ValueError("this is a molfile, not a SMILES: open it as a file (the app's Open file tab; on the "
                              "command line, molspec predict --input F.mol)")
-        markup = markup_refusal(text)  # '<b>CCO</b>' was read as a reaction SMILES, '<b' its reactants
+        markup = markup_refusal(text) or rinchi_refusal(text)  # '<b>CCO</b>' was read as a reaction SMILES
         if markup:
             raise ValueError(markup)
         if len(text) > MAX_DRAWING_CHARS:

@@ -153,6 +153,9 @@ def test_markup_holding_angle_brackets_is_told_it_is_no_reaction(task):
     not a valid SMILES: RDKit cannot parse 'text''."""
     with pytest.raises(ValueError, match=r"^this text holds markup \('<b>' at position 1\), which no SMILES holds"):
         recorded_reaction("<b>bold</b> text", task)
+    # a reaction InChI of reactants, agents and products: its '<>' were read as arrows, its layers as molecules
+    with pytest.raises(ValueError, match=r"^this is a reaction InChI \(RInChI\) or its key, which is not read here"):
+        recorded_reaction("RInChI=1.00.1S/C2H6O/c1-2-3/h3H,2H2,1H3<>C2H4O/c1-2-3/h2H,1H3<>H2O/h1H2/d+", task)
     with pytest.raises(ValueError, match=r"^the recorded products are not a valid SMILES: .* \(the text holds '>', so "
                                          r"it was read as a recorded reaction, reactants>reagents>products\)$"):
         recorded_reaction("CC(=O)Cl.NC>>C1CC(", "forward")

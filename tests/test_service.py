@@ -209,6 +209,16 @@ def test_a_query_holding_markup_is_told_so_on_either_task(task):
     assert "markup" not in (predictor.predict("[NH3]->[Pt](Cl)(Cl)<-[NH3]").error or "")
 
 
+@pytest.mark.parametrize("text", ["RInChI=1.00.1S/C2H6O/c1-2-3/h3H,2H2,1H3<>C2H4O/c1-2-3/h2H,1H3/d+",
+                                  "Long-RInChIKey=SA-FUHFF-LFQSCWFLJHTTHZ-UHFFFAOYSA-N"])
+def test_a_reaction_inchi_is_told_it_is_not_read(copier, text):
+    """A reaction InChI, as ChemDraw and Marvin export a reaction, was read as a reaction SMILES at its '<>' and told
+    that forward prediction reads 'reactants>reagents>' only; its key was told its 'R' is no atom."""
+    assert copier.predict(text).error == (
+        "this is a reaction InChI (RInChI) or its key, which is not read here: paste the reaction SMILES (forward "
+        "prediction reads 'reactants>reagents>'), or each molecule's SMILES or InChI")
+
+
 def test_a_smarts_pattern_pasted_as_a_query_is_refused_not_read_as_radicals_or_an_unknown_token(forward):
     """'[#6]-[#8]', a SMARTS pattern for any C-O, was read by RDKit as the diradical [C][O] and decoded to nonsense;
     an atom given by atomic number is refused (in a CXSMILES too, whose [#6] RDKit would rewrite as [C])."""
