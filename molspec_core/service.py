@@ -137,6 +137,20 @@ def name_hint(text: str) -> str:
     return ""
 
 
+# A label or a list number before a SMILES, as notes and papers' SI write one ('SMILES: CCO', 'Product: CCO', '1. CCO',
+# '2) CCO'): told it reads like a name.
+LEADING_LABEL = re.compile(r"(?:[A-Za-z][\w -]{0,30}:|\(?\d{1,4}[.)])\s+")
+
+
+def label_hint(text: str) -> str:
+    """A refusal's ending for a query that is a label or a list number and then a SMILES (LEADING_LABEL); else ""."""
+    label = LEADING_LABEL.match(text)
+    rest = text[label.end():] if label else ""
+    if rest and canonical_or_none(rest):
+        return f"; it reads as a label or a number and then a SMILES: the SMILES alone is {rest}"
+    return ""
+
+
 def title_hint(text: str) -> str:
     """A refusal's ending for a query that is a SMILES and then a name or a title after a space or a tab, as a line
     of a SMILES file is ('CCO ethanol'), which would be read wrongly as a name; else ""."""
@@ -818,7 +832,7 @@ class Predictor:
                              "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
                              "the app's Batch page)"
                              + (inchis_hint(text) or broken_line_hint(text) or tokenized_hint(text)
-                                or spaced_hint(text) or title_hint(text) or name_hint(text)))
+                                or spaced_hint(text) or label_hint(text) or title_hint(text) or name_hint(text)))
         if text[:6].casefold() == "inchi=":  # typed in lower case too: RDKit reads the prefix as the standard writes
             text = "InChI=" + text[6:]  # it; read as RDKit reads it, the result's canonical_query showing the SMILES
             try:

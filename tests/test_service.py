@@ -155,6 +155,10 @@ def test_query_is_canonicalized_before_decoding(copier):
     # a long SMILES broken across lines, copied from a PDF's column: told only of a SMILES's spaces
     ("CC(=O)NCc1cc\r\nccc1", "the app's Batch page); it reads as one SMILES broken across lines: joined, it is "
                                "CC(=O)NCc1ccccc1"),
+    # a label or a list number before the SMILES, as notes and a paper's SI write them: told it reads like a name
+    ("SMILES: CC(=O)NCc1ccccc1", "; it reads as a label or a number and then a SMILES: the SMILES alone is "
+                                 "CC(=O)NCc1ccccc1"),
+    ("12) CCO", "; it reads as a label or a number and then a SMILES: the SMILES alone is CCO"),
     ("InChI=1S/garbage", "RDKit cannot read 'InChI=1S/garbage' as an InChI"),
     ("C1CC |c:1|", "RDKit cannot read 'C1CC |c:1|' as a CXSMILES"),
 ])
