@@ -1469,8 +1469,10 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     left_out = (f", {n_unreadable} unreadable {'entry' if n_unreadable == 1 else 'entries'} left out"
                 f"{'; the first: ' if n_unreadable > 1 else ': '}{result.stock_first_unreadable}"
                 if n_unreadable else "")
-    stock = stock_name(result.stock, result.stock_read_from)  # the column read, as the Routes page names it
-    print(f"target: {result.target}{in_stock}; stock: {stock} ({result.stock_size} molecules{left_out})")
+    # the column read, as the Routes page names it; --stock - as predict names its --input -
+    stock = stock_name(input_name(result.stock), result.stock_read_from)
+    molecules = f"{result.stock_size} molecule{'s' * (result.stock_size != 1)}"
+    print(f"target: {result.target}{in_stock}; stock: {stock} ({molecules}{left_out})")
     for note in result.target_notes:
         print(f"note: {note}")
     expanded = f"{counts.molecules} molecule{'s' * (counts.molecules != 1)} expanded"

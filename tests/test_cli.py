@@ -2856,9 +2856,21 @@ def test_our_own_results_as_an_input_or_a_stock_name_the_file_and_the_column_opt
     expect_refused(["plan", "--smiles", "NCCO", "--stock", tmp_path / "results.csv", "--out", tmp_path / "r.json"],
                    capsys, "for a stock of its queries. --stock-column names the column to read")
     assert sorted(tmp_path.iterdir()) == [tmp_path / "results.csv"]
-    (tmp_path / "results.sdf").write_text(molfile("NO", "1").rstrip("\n") + "\n>  <query>\nNCCO\n\n>  <canonical_query>\nNCCO\n\n"
-                                          ">  <smiles>\nNO\n\n$$$$\n")
+    (tmp_path / "results.sdf").write_text(molfile("NO", "1").rstrip("\n") + "\n>  <query>\nNCCO\n\n"
+                                          ">  <canonical_query>\nNCCO\n\n>  <smiles>\nNO\n\n$$$$\n")
     code, err = run_cli(["plan", "--smiles", "NCCO", "--stock", tmp_path / "results.sdf", "--out", tmp_path / "r.json"],
                         capsys)
     assert code == 2 and err.startswith("error: results.sdf is MolSpec's own results"), err  # the file named once
     assert err.rstrip().endswith("for a stock of its queries. --stock-column names the column to read"), err
+
+
+def test_plan_summary_counts_one_stock_molecule_and_names_standard_input(tmp_path, capsys):
+    """echo CC(=O)Cl | plan --stock - printed 'stock: - (1 molecules)': the stock read from standard input is named
+    as predict names its --input -, and one molecule is one."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, SearchStats
+
+    result = PlanResult("CCO", (), SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, "-", 1,
+                        settings=PlanSettings())
+    report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
+    assert capsys.readouterr().out.splitlines()[0] == "target: CCO; stock: standard input (1 molecule)"
