@@ -43,9 +43,9 @@ from .boundary import Terminated
 from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, main_molecule, missing_atoms,
                    mol_from_smiles, stereo_notes)
-from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STOCK_COLUMNS, QueryFile, TooManyRecords, _decode_stream,
-                 parse_smiles_file, parse_upload, query_format, read_queries, read_text, refuse_unnamed_results,
-                 rounded, significant, text_lines, txt_queries)
+from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
+                 _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
+                 refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
 from .service import MODELS_DIR, TIMED_OUT, Prediction, Predictor, QueryResult
@@ -106,7 +106,8 @@ def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> S
             table = _one_per_line(path.name, column, exc, lambda: read_text(path))
     except OSError as exc:  # InputFileError (too large, no smiles column, not text) is a ValueError already
         raise ValueError(f"cannot read the stock {path}: {exc.strerror or exc}") from None
-    return stock_from_queries(table, path.name)
+    # --stock - was named '-' in its refusals, its summary and its routes' JSON
+    return stock_from_queries(table, STDIN_NAME if str(path) == STDIN else path.name)
 
 
 def stock_from_upload(name: str, data: bytes, column: str | None = None) -> Stock:

@@ -1322,3 +1322,13 @@ def test_a_route_with_one_intermediate_in_two_branches_keeps_each_branchs_reacti
         assert route.n_steps == len(set(graph.nodes())) == len(steps)
         assert route.score == pytest.approx(sum(s.score for s in steps))
         assert [".".join(r.smiles for r in s.reactants) for s in steps if s.product == m] == made_by
+
+
+def test_a_stock_from_standard_input_is_named_so(monkeypatch):
+    """echo xyz | plan --stock - was refused as 'the stock - holds no molecules', and its routes' JSON recorded the
+    stock's source as '-': standard input is named as predict names its --input -."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"xyz\n")))
+    with pytest.raises(ValueError, match=r"^the stock standard input holds no molecules \(1 entry"):
+        load_stock("-")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"CC(=O)Cl\n")))
+    assert load_stock("-").source == "standard input"
