@@ -883,6 +883,11 @@ def main_molecule(smiles: str) -> str:
     return max(smiles.split("."), key=lambda part: sum(_heavy_atoms(part).values()))
 
 
+def holds_carbon(smiles: str) -> bool:
+    """Whether any molecule of `smiles` (valid SMILES) holds a carbon atom: the models know organic chemistry only."""
+    return any(atom.GetAtomicNum() == 6 for atom in mol_from_smiles(smiles).GetAtoms())
+
+
 def product_alone(molecules: str) -> str:
     """The molecule of a retrosynthesis query of several (valid SMILES) to take apart alone: its main molecule, or
     where that is a salt's ion (sodium acetate's CC(=O)[O-]) its neutral form (CC(=O)O, uncharged), the acid or

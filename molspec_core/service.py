@@ -28,9 +28,9 @@ from tqdm import tqdm
 from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides, product_alone,
-                   rinchi_refusal, salts_as_ions, smarts_refusal, smiles_from_cxsmiles, smiles_from_inchi,
-                   without_isotopes)
+                   holds_carbon, CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides,
+                   product_alone, rinchi_refusal, salts_as_ions, smarts_refusal, smiles_from_cxsmiles,
+                   smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -410,6 +410,9 @@ def several_products_note(task: str, canonical_query: str) -> str:
     molecules = canonical_query.split(".")
     if task != "retro" or not canonical_query:
         return ""
+    if not holds_carbon(canonical_query):  # sodium chloride was told to predict Cl, and ammonium chloride N
+        return ("No molecule of the query holds carbon: the model was trained on organic products (USPTO-50K) and "
+                "its answers for an inorganic compound mean nothing.")
     if len(molecules) == 1:  # acetate alone decoded with no word, where sodium acetate was told to predict CC(=O)O
         neutral = product_alone(canonical_query)
         if neutral == canonical_query:

@@ -268,6 +268,11 @@ def test_a_retro_salt_with_a_token_outside_the_vocabulary_names_the_acid_or_base
         "some other molecule. To take apart the neutral compound, predict CC(=O)O.")
     assert several_products_note("retro", "[NH3+]CC(=O)[O-]").endswith("predict NCC(=O)O.")  # glycine's zwitterion
     assert several_products_note("retro", "C[N+](C)(C)C") == ""  # no proton explains its charge
+    # no carbon: sodium chloride was told to predict Cl, ammonium chloride N, sulfate sulfuric acid
+    inorganic = ("No molecule of the query holds carbon: the model was trained on organic products (USPTO-50K) and its "
+                 "answers for an inorganic compound mean nothing.")
+    assert {several_products_note("retro", q) for q in ("[Cl-].[Na+]", "[Cl-].[NH4+]", "O=S(=O)([O-])[O-]")} == {
+        inorganic}
     assert several_products_note("forward", "CC(=O)[O-]") == several_products_note("retro", "CC(=O)O") == ""
     assert retro.predict("CC(=O)O").ok
     unreadable = "token '[Cl-]' is not in the model's vocabulary; this model cannot read it"
