@@ -605,23 +605,32 @@ def test_the_editor_keeps_the_width_that_shows_its_atoms_and_scrolls_on_a_narrow
     assert "scroll it sideways for its list of atoms and **Apply**" in texts(at.caption)
 
 
+def decode_slowly(monkeypatch, limits: list | None = None) -> None:
+    """Every decoder call of Predictor.predict takes a second on the time limit's clock; each call's time limit is
+    appended to `limits` if given."""
+    from conftest import decoder_clock
+
+    from molspec_core.service import Predictor
+
+    real = Predictor.predict
+
+    def predict_slowly(self, query, **options):
+        decoder_clock(self.model, monkeypatch)
+        if limits is not None:
+            limits.append(options.get("time_limit_s"))
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+
+
 def test_a_query_stopped_at_its_time_limit_can_be_given_longer(copy_models, monkeypatch):
     """A query stopped at the 60 s time limit was told to "try a longer time limit", and the page had no time limit
     to set: a query decoded at a fixed 60 s. The page's Time limit sets it (kept through another page's visit), and
     the stopped query's warning or error says where; at the app's most, the command line's is longer."""
-    from conftest import decoder_clock
-
-    from molspec_core.service import Predictor
     from views.common import APP_MAX_TIME_LIMIT_S, time_limit_hint
 
-    real, limits = Predictor.predict, []
-
-    def predict_slowly(self, query, **options):  # every decoder call takes a second on the time limit's clock
-        decoder_clock(self.model, monkeypatch)
-        limits.append(options.get("time_limit_s"))
-        return real(self, query, **options)
-
-    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+    limits: list = []
+    decode_slowly(monkeypatch, limits)
     at = app(copy_models, monkeypatch).run()
     at.number_input(key="time_limit_predict").set_value(3).run()
     predict(at, "OCCOc1ccccc1")  # beam search: stopped with the answers it had
@@ -669,17 +678,9 @@ def test_an_answer_the_time_limit_cut_short_is_not_badged_as_cut_at_the_length_l
     """Beam search stopped at the time limit hands on its unfinished hypotheses, marked "stopped at the time limit";
     each unreadable one's card was badged "Stopped at the length limit" under the warning that the time limit had
     stopped the search."""
-    from conftest import decoder_clock
+    from molspec_core.service import STOPPED, TIMED_OUT
 
-    from molspec_core.service import STOPPED, TIMED_OUT, Predictor
-
-    real = Predictor.predict
-
-    def predict_slowly(self, query, **options):  # every decoder call takes a second on the time limit's clock
-        decoder_clock(self.model, monkeypatch)
-        return real(self, query, **options)
-
-    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+    decode_slowly(monkeypatch)
     at = app(copy_models, monkeypatch).run()
     at.number_input(key="time_limit_predict").set_value(3).run()
     predict(at, "OCCOc1ccccc1")
@@ -697,17 +698,7 @@ def test_a_stopped_querys_hint_names_the_limit_it_stopped_at_not_the_one_set_sin
     under a stopped query's error) read "For a longer time limit (now 300 s a query), raise it", the setting it
     had been raised to, beside the answers decoded at 1 s. It names the limit the query stopped at, and where the
     setting is longer already, says to press Predict."""
-    from conftest import decoder_clock
-
-    from molspec_core.service import Predictor
-
-    real = Predictor.predict
-
-    def predict_slowly(self, query, **options):  # every decoder call takes a second on the time limit's clock
-        decoder_clock(self.model, monkeypatch)
-        return real(self, query, **options)
-
-    monkeypatch.setattr(Predictor, "predict", predict_slowly)
+    decode_slowly(monkeypatch)
     at = app(copy_models, monkeypatch).run()
     for method, where in (("beam", "warning"), ("greedy", "error")):  # stopped with answers; stopped with none
         at.selectbox(key="method").set_value(method).run()
