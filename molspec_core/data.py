@@ -324,9 +324,7 @@ def prepare_forward_mit(root: Path, out: Path, n_val: int, augment: int, vocab: 
     if rows_before:
         stats["mit_valid_rows"] = f"{n_val}-{n_val + len(rows) - 1}"
     val = mit.val
-    if aligned:
-        if not rooted:
-            raise ValueError("forward-mit: aligned targets are for rooted writings (rooted)")
+    if aligned:  # with rooted (prepare refuses it without)
         mapped = mit_mapped(root)
         reactions = dedupe(keep_short(kept))
         done = parallel_map(_aligned_writings, [(mapped.get(p, ""), p, augment) for p in reactions], workers, 500)
