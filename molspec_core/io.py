@@ -966,8 +966,8 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
 class Outcomes:
     """How a run's records came out, read from each record's first output row: rejected (an error and no answers)
     or stopped at the time limit (answers beside the error, QueryResult.stopped_with_answers), the rest predicted;
-    and the answered ones whose query holds several molecules (several_molecules). The command line and Ray count
-    them so, resumed rows too; blank records are not counted."""
+    and the answered ones whose query a retrosynthesis run notes (several molecules, an ion alone, no carbon:
+    several_molecules). The command line and Ray count them so, resumed rows too; blank records are not counted."""
     rejected: int = 0
     stopped: int = 0
     several: list[tuple[int, str]] = field(default_factory=list)
@@ -983,23 +983,53 @@ class Outcomes:
 
 
 def several_molecules(first_row: Sequence[object], offset: int = 0) -> tuple[int, str] | None:
-    """(record number, canonical query) of an answered record whose query holds several molecules, read from its first
-    output row (the result columns from `offset`); None otherwise. For retrosynthesis, a salt or a solvent that the
-    model builds into its answers (several_molecules_note)."""
+    """(record number, canonical query) of an answered record that a retrosynthesis run notes, read from its first
+    output row (the result columns from `offset`); None otherwise. The note is the Predict page's
+    (service.several_products_note): a query of several molecules (a salt or a solvent that the model builds into
+    its answers), and also one molecule written as an ion (acetate, CC(=O)[O-]) or holding no carbon ([NH4+]),
+    which a file run passed over without a word (several_molecules_note)."""
+    from .service import several_products_note
+
     answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
     query = str(first_row[offset + RESULT_COLUMNS.index("canonical_query")] or "")
-    return (int(str(first_row[offset + RESULT_COLUMNS.index("row")])), query) if answered and "." in query else None
+    if not answered or not ("." in query or several_products_note("retro", query)):  # "." first: a forward run's
+        return None  # queries, nearly all of several molecules, are not read by RDKit for a note they never print
+    return int(str(first_row[offset + RESULT_COLUMNS.index("row")])), query
+
+
+# What the records of each kind of several_products_note have in common, as several_molecules_note counts them
+# (one record, several): the kinds in the order that note tests them.
+_NOTED_KINDS = (("holds no carbon", "hold no carbon"),
+                ("is written with charges a proton explains", "are written with charges a proton explains"),
+                ("holds several molecules", "hold several molecules"))
+
+
+def _noted_kind(canonical: str) -> int:
+    """The index in _NOTED_KINDS of the note several_products_note gives a noted retrosynthesis query."""
+    from .chem import holds_carbon
+
+    if not holds_carbon(canonical):
+        return 0
+    return 2 if "." in canonical else 1
 
 
 def several_molecules_note(several: Sequence[tuple[int, str]]) -> str:
-    """What the Batch page and `predict --input` say of a retrosynthesis file's queries of several molecules: how many,
-    which records, and for the first the Predict page's note (service.several_products_note)."""
+    """What the Batch page and `predict --input` say of a retrosynthesis file's noted queries (several_molecules):
+    for each kind of note, how many and which records, and for the first the Predict page's note
+    (service.several_products_note), in its words."""
     from .service import several_products_note
 
-    row, canonical = several[0]
-    hold = "query holds" if len(several) == 1 else "queries hold"
-    return (f"{len(several):,} {hold} several molecules ({row_list(tuple(r for r, _ in several))}). Row {row:,}: "
-            f"{several_products_note('retro', canonical)}")
+    kinds: dict[int, list[tuple[int, str]]] = {}
+    for row, canonical in several:
+        kinds.setdefault(_noted_kind(canonical), []).append((row, canonical))
+    notes = []
+    for kind, records in kinds.items():
+        row, canonical = records[0]
+        one, many = _NOTED_KINDS[kind]
+        count = f"1 query {one}" if len(records) == 1 else f"{len(records):,} queries {many}"
+        notes.append(f"{count} ({row_list(tuple(r for r, _ in records))}). Row {row:,}: "
+                     f"{several_products_note('retro', canonical)}")
+    return " ".join(notes)
 
 
 def row_list(rows: tuple[int, ...], shown: int = 5) -> str:

@@ -1533,3 +1533,33 @@ def test_a_query_stopped_at_its_time_limit_writes_the_answers_it_found_each_with
     assert isinstance(rows[-1], molspec_io.LastRow)
     refused = molspec_io.result_rows(5, (), QueryResult("x", method="beam", error=error))
     assert len(refused) == 1 and refused[0][at["rank"]] is None and refused[0][at["error"]] == error
+
+
+def test_a_retrosynthesis_files_lone_ion_and_inorganic_queries_get_the_predict_pages_note():
+    """A file run noted only queries of several molecules: acetate alone (CC(=O)[O-]) or ammonium ([NH4+]) asked for
+    retrosynthesis got their note on the Predict page and from `predict --smiles` (service.several_products_note),
+    and not a word in a file run's summary. Each kind of note is counted with its records, in the page's words."""
+    from molspec_core.service import Prediction, QueryResult, several_products_note
+
+    def first_row(row: int, canonical: str, answered: bool = True) -> list[object]:
+        answers = (Prediction(1, "CC(=O)Cl", -1.0, True, ("C",), (-1,)),) if answered else ()
+        result = QueryResult(canonical, canonical, predictions=answers, method="greedy", task="retro",
+                             error="" if answered else "refused")
+        return molspec_io.result_rows(row, (), result)[0]
+
+    outcomes = molspec_io.Outcomes()
+    queries = ["CCO", "CC(=O)[O-]", "CCN.Cl", "[NH4+]", "C[N+](C)(C)C", "CC(=O)[O-]", "CCBr.Br"]
+    for row, canonical in enumerate(queries, start=1):
+        outcomes.count(first_row(row, canonical))
+    outcomes.count(first_row(8, "[O-]C(C)=O", answered=False))  # no answers: nothing to note
+    # ethanol has no note, nor a quaternary ammonium (no proton explains its charge)
+    assert outcomes.several == [(2, "CC(=O)[O-]"), (3, "CCN.Cl"), (4, "[NH4+]"), (6, "CC(=O)[O-]"), (7, "CCBr.Br")]
+    note = molspec_io.several_molecules_note(outcomes.several)
+    assert note == (f"2 queries are written with charges a proton explains (rows 2 and 6). Row 2: "
+                    f"{several_products_note('retro', 'CC(=O)[O-]')} "
+                    f"2 queries hold several molecules (rows 3 and 7). Row 3: "
+                    f"{several_products_note('retro', 'CCN.Cl')} "
+                    f"1 query holds no carbon (row 4). Row 4: {several_products_note('retro', '[NH4+]')}")
+    assert "predict CC(=O)O." in note
+    # a salt alone keeps the words it had
+    assert molspec_io.several_molecules_note([(2, "CCN.Cl")]).startswith("1 query holds several molecules (row 2). ")
