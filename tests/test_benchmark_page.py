@@ -389,6 +389,37 @@ def test_a_run_that_timed_both_ctranslate2_searches_names_each_ratios_own_peer()
     assert [bar.name for bar in figures(beam_only)[0].data][1] == "vs CTranslate2 float32 beam search"
 
 
+def test_the_tables_ctranslate2_columns_name_the_search_the_peer_ran():
+    """The table's columns read "vs CTranslate2 float32" and "vs CTranslate2 int8" whatever CTranslate2 ran, where the
+    chart's legend beside them said "beam search": a reader of the table could not tell which peer spec-auto's ratio
+    was against."""
+    from views.benchmark import shown_table, with_display_fields
+
+    beam_only = with_display_fields({"n_best": 5, "methods": {
+        "beam": entry(speedup_vs_beam=1.0, speedup_vs_ct2_beam=2.0, speedup_vs_ct2_int8_beam=1.2)}})
+    assert list(shown_table(beam_only).columns[1:3]) == ["vs CTranslate2 float32 beam search",
+                                                         "vs CTranslate2 int8 beam search"]
+    greedy_only = with_display_fields({"methods": {
+        "spec-auto": entry(speedup_vs_greedy=3.0, speedup_vs_ct2_greedy=4.5)}})
+    assert list(shown_table(greedy_only).columns[1:3]) == ["vs CTranslate2 float32 greedy", "vs greedy"]
+    both = with_display_fields({"methods": {"spec-auto": entry(speedup_vs_ct2_greedy=4.5),
+                                            "beam": entry(speedup_vs_ct2_beam=2.0)}})
+    assert shown_table(both).columns[1] == "vs CTranslate2 float32 greedy or beam search, as the method searches"
+
+
+def test_the_column_meanings_name_each_column_as_the_table_heads_it(copy_models, monkeypatch, tmp_path):
+    report = beam_and_greedy()
+    report["methods"]["beam"].update(speedup_vs_ct2_beam=2.0)
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    monkeypatch.setenv("MOLSPEC_BENCH_DIR", str(tmp_path))
+    at = app(copy_models, monkeypatch).run()
+    at.switch_page("views/benchmark.py").run()
+    assert_clean(at)
+    assert "vs CTranslate2 float32 beam search" in as_read(at.table[0].value).columns
+    meanings = at.expander[0].markdown[0].value
+    assert "- **vs CTranslate2 float32 beam search**: CTranslate2 float32's total time" in meanings
+
+
 # ---- B3: labels that do not run together ------------------------------------------------------------------------
 
 

@@ -615,7 +615,10 @@ def sweep_table(sweep: dict) -> pd.DataFrame:
 # reader comes for), then against our own references, the answers' quality, times, and the call counts last (at
 # 1,400 px the last columns may need a sideways scroll). (column, key, unit, meaning)
 COLUMNS = (("vs CTranslate2 float32", "speedup_ct2", "ratio", "CTranslate2 float32's total time / this method's, on "
-                                                               "the same queries (above 1: faster than it)"),
+                                                               "the same queries (above 1: faster than it); "
+                                                               "CTranslate2 runs the method's own search: greedy "
+                                                               "beside greedy-family methods, beam search at the "
+                                                               "run's beam width beside beam-family ones"),
            ("vs CTranslate2 int8", "speedup_ct2_int8", "ratio", "CTranslate2 int8's total time / this method's"),
            ("vs greedy", "speedup_vs_greedy", "ratio", "our cached greedy's total time / this method's (greedy-family "
                                                        "methods)"),
@@ -654,14 +657,23 @@ def table(report: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def shown_columns(report: dict) -> dict[str, str]:
+    """{column: its heading in this run's table}: the ratios against CTranslate2 name the search it ran, as the speedup
+    chart's legend does ("vs CTranslate2 float32 beam search"); a bare "vs CTranslate2 float32" left a reader of the
+    table to guess whether spec-auto was set against its greedy or its beam search."""
+    peer = peer_search(report)
+    return {column: f"{column} {peer}" if key in ("speedup_ct2", "speedup_ct2_int8") else column
+            for column, key, _, _ in COLUMNS}
+
+
 def shown_table(report: dict) -> pd.DataFrame:
     """The table as the page shows it: each figure rounded as the charts round it, the columns no method has left
     out. Text, so a screen reader reads what the screen shows ("78.5%", not 0.785)."""
-    numbers = table(report)
+    numbers, headings = table(report), shown_columns(report)
     shown = {"method": numbers["method"].tolist()}
     for column, _, unit, _ in COLUMNS:
         if numbers[column].notna().any():
-            shown[column] = [value_text(v, unit) for v in numbers[column]]
+            shown[headings[column]] = [value_text(v, unit) for v in numbers[column]]
     return pd.DataFrame(shown)
 
 
@@ -789,8 +801,9 @@ def show_report(report: dict, key: str, source: str | None = None) -> None:
     shown = shown_table(report)
     st.table(common.as_typed(shown), hide_index=True)
     with st.expander("What the columns mean"):
-        st.markdown("\n".join(f"- **{column}**: {meaning}" for column, _, _, meaning in COLUMNS
-                               if column in shown.columns))
+        headings = shown_columns(report)
+        st.markdown("\n".join(f"- **{headings[column]}**: {meaning}" for column, _, _, meaning in COLUMNS
+                               if headings[column] in shown.columns))
     if any(m.get("tokens_per_call") is None for m in report["methods"].values()):
         st.caption("Tokens per call: left out for beam search in this older run, which counted every live beam's "
                    "token (its width a call) rather than its answer's; every other method counts its answer's "
