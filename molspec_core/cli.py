@@ -233,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
     p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak; stopped by Ctrl-C or SIGTERM, "
                    "the report of the queries scored by then, marked partial)")
+    p.add_argument("--resume", action="store_true", help="go on from the partial report at --out of a run that "
+                   "stopped (Ctrl-C, SIGTERM), given the same options and files: its queries are not decoded again, "
+                   "and the report is the one a whole run writes (the partial one is not kept as <out>.bak); one of "
+                   "another model, method or queries is refused; without a report there the run starts at the first "
+                   "query")
     augment_arg(p)
     time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
@@ -844,11 +849,12 @@ def keeping_replaced(rows: Iterable[list[object]], out: Path) -> Iterator[list[o
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .calibration import weights_fingerprint
-    from .evaluate import check_method, evaluate, queries_digest, read_selected, software
+    from .evaluate import check_method, evaluate, queries_digest, read_selected, resume_refusal, software
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
     out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
+    earlier = stopped_report(out, args.resume)
     lines, sources, targets = read_selected(args.src, args.tgt, args.index, args.limit)
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
@@ -881,22 +887,45 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                       weights=weights_fingerprint(predictor.path), **software())
         return report
 
+    if earlier is not None:  # checked against this run's own record of those queries
+        refusal = resume_refusal(earlier, described({"n": earlier["n"], "n_best": args.n_best, "method": method}),
+                                 len(sources))
+        if refusal:
+            raise ValueError(f"--resume: {out} is the report of another run, which differs in {refusal}; run with its "
+                             "options, or without --resume to start again (it is kept as "
+                             f"{out.name}.bak)")
+        code = [f"{key} {earlier.get(key)!r} against {value!r}" for key, value in software().items()
+                if earlier.get(key) != value]
+        if code:
+            log.warning("--resume: the code differs from the stopped run's (%s): its %d queries were decoded by that "
+                        "code, the rest by this one", "; ".join(code), earlier["n"])
+        log.warning("--resume: %d of %d queries kept from %s; decoding the rest", earlier["n"], len(sources), out)
+
+    def resumed(report: dict) -> dict:
+        """The report described, with, for a run resumed, the queries kept and the code that decoded them."""
+        report = described(report)
+        if earlier is not None:
+            report["resumed"] = {"after": earlier["n"], "version": earlier.get("version"),
+                                 "commit": earlier.get("commit")}
+        return report
+
     try:
-        report = described(evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
-                                    lines=lines, draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling,
-                                    augment=args.augment, time_limit_s=args.time_limit))
+        report = resumed(evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
+                                  lines=lines, earlier=earlier, draft_len=args.draft_len, n_drafts=args.n_drafts,
+                                  sampling=sampling, augment=args.augment, time_limit_s=args.time_limit))
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries scored keep their report
         partial = getattr(stop, "partial_report", None)
         if partial is not None:  # on the screen too: without --out it was lost
-            partial = described(partial)
+            partial = resumed(partial)
             show_report(partial)
             if out:
-                write_report(out, partial)
+                write_report(out, partial, keep=earlier is None)
             left_out = partial["partial"]["decoded_left_out"]
-            log.warning("stopped after %d of %d queries: their report, marked partial, is %s%s", partial["n"],
+            log.warning("stopped after %d of %d queries: their report, marked partial, is %s%s%s", partial["n"],
                         len(sources), f"in {out}" if out else "above",
                         f" ({left_out} more decoded, after a query that was not, are left out: a report is of the "
-                        "first queries)" if left_out else "")
+                        "first queries)" if left_out else "",
+                        "; the same command with --resume goes on from there" if out else "")
         raise  # the boundary's line and exit code follow
     show_report(report)
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
@@ -913,13 +942,35 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                     "by line, and that they are for a %s model", report["n"], args.n_best, args.tgt, args.src,
                     predictor.task)
     if out:
-        write_report(out, report)
+        write_report(out, report, keep=earlier is None)
     return 0
 
 
-def write_report(out: Path, report: dict) -> None:
-    """An evaluate report to `out`, the file it replaces kept first (keep_replaced)."""
-    keep_replaced(out)
+def stopped_report(out: Path | None, resume: bool) -> dict | None:
+    """With --resume, the partial report at --out that the run goes on from (evaluate.resume_problem), or None where
+    there is none yet (the run starts at the first query); None without --resume."""
+    from .evaluate import resume_problem
+
+    if not resume:
+        return None
+    if out is None:
+        raise ValueError("--resume goes on from the partial report at --out: give --out")
+    if not out.exists():
+        log.warning("--resume: nothing to resume (%s does not exist): starting at the first query", out)
+        return None
+    report = read_report(str(out))
+    problem = resume_problem(report)
+    if problem:
+        raise ValueError(f"--resume: {out} cannot be gone on from: {problem} (without --resume a run replaces it, "
+                         f"and keeps it as {out.name}.bak)")
+    return report
+
+
+def write_report(out: Path, report: dict, keep: bool = True) -> None:
+    """An evaluate report to `out`, the file it replaces kept first (keep_replaced) unless not `keep`: a run resumed
+    from the partial report there, whose queries the new one holds."""
+    if keep:
+        keep_replaced(out)
     write_text_file(out, report_json(report))
 
 

@@ -143,7 +143,7 @@ def check_method(method: str, n_best: int) -> None:
 
 def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_best: int, method: str = "beam",
              batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = True, lines: Sequence[int] | None = None,
-             **options) -> dict:
+             earlier: dict | None = None, **options) -> dict:
     """Top-1..n_best accuracy in the model's own order (comparable with the papers), and as the app ranks
     the answers (`ranked_top*`: sane answers first, see service.rank_answers); options (draft_len, n_drafts,
     sampling) go to Predictor.predict. `lines`: the 0-based line of its file each source was read from
@@ -152,23 +152,24 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
     predict fails a file whose every query is refused.
     Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the report of the first queries scored
     before the stop (a Ctrl-C or SIGTERM ends the batch being decoded and keeps those done: predict_window), as its
-    `partial_report` (marked partial: PARTIAL), or None where none was: the caller keeps it."""
+    `partial_report` (marked partial: PARTIAL), or None where none was: the caller keeps it.
+    `earlier`: such a report of these queries (the caller checked that it is: resume_refusal), whose queries are kept
+    and not decoded again; the rest are decoded in the windows of a whole run, and the report is a whole run's."""
     check_method(method, n_best)
     if not sources or len(targets) != len(sources):
         raise ValueError(f"evaluation needs as many targets as queries, at least one; got {len(sources)} queries "
                          f"and {len(targets)} targets")
-    # per query, in order: its first right place (1-based; None: not among the answers, or refused) in both orders,
-    # what compare_reports tests two models on, query by query; and what its first answer was
-    first: dict[str, list[int | None]] = {"top": [], "ranked_top": []}
-    marks: dict[str, list[bool]] = {"invalid": [], "flagged": [], "repeated": []}
-    refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
+    first, marks, refused, unlisted = _kept(earlier)
     # a target RDKit cannot read is a miss whatever the model answers (hits): counted, so a file's own faults
     # are told apart from the model's
     unreadable_targets(targets)
-    scored = 0  # the first queries done: what a report counts
+    done = scored = len(first["top"])  # the first queries done: what a report counts
     try:
         for window in windows(len(sources), batch_size, "evaluate", progress,  # predict batches a window by length
                               options.get("augment", 1)):
+            if window.stop <= done:  # kept from the earlier run
+                continue
+            window = slice(max(window.start, done), window.stop)
             results, stop = window_results(predictor, sources[window], method=method, n_best=n_best,
                                             batch_size=batch_size, **options)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
@@ -178,16 +179,58 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
             if stop is not None:
                 raise stop
     except BaseException as stopped:  # the queries scored are not lost with it (the caller writes them)
-        stopped.partial_report = (dict(_report(first, marks, refused, targets[:scored], n_best, method),
+        stopped.partial_report = (dict(_report(first, marks, refused, targets[:scored], n_best, method, unlisted),
                                        **{PARTIAL: {"of_n": len(sources), "stopped_by": type(stopped).__name__,
                                                     "decoded_left_out": getattr(stopped, "left_out", 0)},
                                           "partial_counts": PARTIAL_COUNTS})
                                   if scored else None)
         raise
-    if len(refused) == len(sources):  # a report of 0% would read as the model's accuracy
+    if len(refused) + unlisted == len(sources):  # a report of 0% would read as the model's accuracy
         raise ValueError(f"none of the {len(sources)} queries could be evaluated: each was refused (the first: "
                          f"{refused[0]['error']})")
-    return _report(first, marks, refused, targets, n_best, method)
+    return _report(first, marks, refused, targets, n_best, method, unlisted)
+
+
+MARK_RATES = {"invalid": "invalid_smiles_rate", "flagged": "flagged_rate", "repeated": "repeated_rate"}  # _report's
+
+
+def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, list[bool]], list[dict], int]:
+    """evaluate's per-query lists (_score) at its start: empty, or those of an earlier report's queries (a stopped
+    run's, resumed), with the count of its refused queries beyond the ten it lists."""
+    # per query, in order: its first right place (1-based; None: not among the answers, or refused) in both orders,
+    # what compare_reports tests two models on, query by query; and what its first answer was
+    first: dict[str, list[int | None]] = {"top": [], "ranked_top": []}
+    marks: dict[str, list[bool]] = {name: [] for name in MARK_RATES}
+    refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
+    if earlier is None:
+        return first, marks, refused, 0
+    n = earlier["n"]
+    first = {"top": list(earlier["first_right"]["model_order"]),
+             "ranked_top": list(earlier["first_right"]["app_order"])}
+    for name, rate in MARK_RATES.items():  # a report keeps rates, not per-query marks: _report reads only the counts
+        count = round(earlier[rate] * n)
+        marks[name] = [True] * count + [False] * (n - count)
+    refused = [dict(query) for query in earlier["query_error_examples"]]
+    return first, marks, refused, earlier["query_errors"] - len(refused)
+
+
+def resume_problem(report: dict) -> str | None:
+    """What keeps an evaluate report (report_problem passed) from being one a run can go on from, or None: it is not
+    a stopped run's (PARTIAL), or its counts do not fit its n (edited by hand)."""
+    if not isinstance(report.get(PARTIAL), dict):
+        return "it is the report of a whole run: nothing is left to evaluate"
+    n = report["n"]
+    places = report.get("first_right")
+    if not isinstance(places, dict) or any(len(places.get(order, ())) != n for order in ORDERS):
+        return f"its per-query places (first_right) are not {n} per order"
+    if not all(isinstance(report.get(rate), (int, float)) and 0 <= report[rate] <= 1 for rate in MARK_RATES.values()):
+        return "its rates (" + ", ".join(MARK_RATES.values()) + ") are not each a number from 0 to 1"
+    examples = report.get("query_error_examples")
+    if (not isinstance(examples, list) or not all(isinstance(query, dict) and is_count(query.get("query"))
+                                                  for query in examples)
+            or not isinstance(report.get("query_errors"), int) or not len(examples) <= report["query_errors"] <= n):
+        return "its refused queries (query_errors, query_error_examples) do not fit its n"
+    return None
 
 
 PARTIAL = "partial"  # in a report of the queries scored before a stop: how many were asked for, and what stopped it
@@ -281,15 +324,16 @@ def _score(result: QueryResult, target: str, n_best: int, number: int, line: int
 
 
 def _report(first: dict[str, list[int | None]], marks: dict[str, list[bool]], refused: list[dict],
-            targets: list[str], n_best: int, method: str) -> dict:
-    """The report of the first len(targets) queries' outcomes (_score): each top-k counted from their places."""
+            targets: list[str], n_best: int, method: str, unlisted: int = 0) -> dict:
+    """The report of the first len(targets) queries' outcomes (_score): each top-k counted from their places.
+    `unlisted`: refused queries among those of an earlier report (_kept) that `refused` does not hold."""
     n = len(targets)
     refused = [query for query in refused if query["query"] <= n]
     report = {f"{name}{k}": sum(place is not None and place <= k for place in places[:n]) / n
               for name, places in first.items() for k in range(1, n_best + 1)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=sum(marks["invalid"][:n]) / n,
                   flagged_rate=sum(marks["flagged"][:n]) / n, repeated_rate=sum(marks["repeated"][:n]) / n,
-                  query_errors=len(refused), query_error_examples=refused[:10],
+                  query_errors=len(refused) + unlisted, query_error_examples=refused[:10],
                   unreadable_targets=sum(read_known(target) is None for target in targets),
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
                   flagged_rate_counts="the model's top-1 answers that are valid but not sane "
@@ -313,6 +357,26 @@ ORDERS = ("model_order", "app_order")  # first_right's orders: the report's top*
 # names where two reports differ. The model is left out: two models are what compare is for.
 SETTINGS = ("method", "augment", "engine", "dtype", "device", "drafter", "draft_len", "n_drafts", "sampling",
             "time_limit_s", "batch_size", "version", "commit")
+
+
+# What a stopped report must share with the run that goes on from it (resume_refusal), besides its model's weights and
+# its queries: what decides each query's answers, as cmd_evaluate records them, and --limit. The code (version, commit)
+# is not among them: a run that goes on after an update says so (cmd_evaluate) rather than decode every query again.
+RESUMED = ("n_best", *(key for key in SETTINGS if key not in ("version", "commit")), "limit")
+
+
+def resume_refusal(earlier: dict, now: dict, of_n: int) -> str | None:
+    """Why the run described by `now` (its record of its own first earlier['n'] queries) cannot go on from the
+    stopped report `earlier`, in words naming each difference, or None."""
+    differ = [f"{key} {earlier.get(key)!r} against {now.get(key)!r}" for key in RESUMED
+              if earlier.get(key) != now.get(key)]
+    if earlier.get("weights") != now.get("weights"):
+        differ.append(f"the model's weights ({str(earlier.get('weights'))[:12]} against {str(now['weights'])[:12]})")
+    if earlier.get("queries_sha256") != now.get("queries_sha256"):
+        differ.append(f"the first {earlier['n']} queries (--src, --tgt, --index: a file changed, or other files)")
+    if earlier[PARTIAL].get("of_n") != of_n:
+        differ.append(f"the number of queries ({earlier[PARTIAL].get('of_n')!r} against {of_n})")
+    return "; ".join(differ) or None
 
 
 def software() -> dict[str, str | None]:

@@ -2874,3 +2874,79 @@ def test_plan_summary_counts_one_stock_molecule_and_names_standard_input(tmp_pat
                         settings=PlanSettings())
     report_plan(result, tmp_path / "r.json", tmp_path / "r.csv", False)
     assert capsys.readouterr().out.splitlines()[0] == "target: CCO; stock: standard input (1 molecule)"
+
+
+def test_an_evaluation_resumed_after_a_stop_writes_the_report_a_whole_run_writes(tmp_path, monkeypatch, capsys,
+                                                                                 caplog):
+    """An evaluation stopped at 90% of two hours kept the report of its first queries, and the only way on was to
+    decode them all again: --resume keeps the partial report's queries, decodes only the rest and writes the report
+    a whole run writes, per-query places and totals alike, without keeping the partial one as <out>.bak."""
+    from molspec_core.service import Predictor
+
+    sources = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "C1CC", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1"]
+    (tmp_path / "src.txt").write_text("\n".join(sources) + "\n")  # the third is refused: not a SMILES
+    (tmp_path / "tgt.txt").write_text("\n".join(s.replace("C", "") for s in sources) + "\n")
+    files = ["evaluate", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt"),
+             "--n-best", "2", "--batch-size", "1"]
+    assert main([*files, "--out", str(tmp_path / "whole.json")]) == 0
+    real = Predictor.predict
+    ctrl_c_at_third_predict(monkeypatch, at=4)
+    out = tmp_path / "stopped.json"
+    assert main([*files, "--out", str(out)]) == 130
+    assert json.loads(out.read_text())["n"] == 3
+    decoded = []
+
+    def predict(self, queries, *args, **kwargs):
+        decoded.extend(queries)
+        return real(self, queries, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    with caplog.at_level(logging.WARNING):
+        assert main([*files, "--out", str(out), "--resume"]) == 0
+    assert decoded == sources[3:]  # the queries kept are not decoded again
+    assert "3 of 6 queries kept from" in caplog.text
+    whole, resumed = json.loads((tmp_path / "whole.json").read_text()), json.loads(out.read_text())
+    assert resumed.pop("resumed") == {"after": 3, "version": whole["version"], "commit": whole["commit"]}
+    assert resumed == dict(whole, src=resumed["src"]) and resumed["query_errors"] == 1
+    assert not (tmp_path / "stopped.json.bak").exists()
+    capsys.readouterr()
+
+
+def test_an_evaluation_stopped_inside_a_window_and_resumed_gives_a_whole_runs_report(pair_files, monkeypatch):
+    """A SIGTERM inside a window of queries (two a batch) keeps its first query only; resumed, the rest of that window
+    and the windows after it are decoded, and the report is the whole run's."""
+    files = ["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+             "--batch-size", "2", "--n-best", "2", "--method", "beam"]
+    assert main([*files, "--out", str(pair_files / "whole.json")]) == 0
+    with monkeypatch.context() as patched:
+        signal_at_decode(patched, signal.SIGTERM, at=3)
+        assert main([*files, "--out", str(pair_files / "stopped.json")]) == 143
+    assert json.loads((pair_files / "stopped.json").read_text())["n"] == 1
+    assert main([*files, "--out", str(pair_files / "stopped.json"), "--resume"]) == 0
+    whole, resumed = (json.loads((pair_files / name).read_text()) for name in ("whole.json", "stopped.json"))
+    assert resumed.pop("resumed")["after"] == 1 and resumed == whole
+
+
+def test_resume_is_refused_naming_what_differs_from_the_stopped_run(pair_files, monkeypatch, capsys, caplog):
+    """--resume joins a stopped run's queries to this run's: one with other options, other queries or no partial
+    report to go on from is refused, saying which; with no report at --out yet, the run starts at the first query."""
+    files = ["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+             "--batch-size", "1"]
+    out = pair_files / "stopped.json"
+    with monkeypatch.context() as patched:
+        ctrl_c_at_third_predict(patched)
+        assert main([*files, "--out", str(out)]) == 130
+    stopped = out.read_text()
+    expect_refused([*files, "--out", str(out), "--resume", "--n-best", "2"], capsys,
+                   "differs in n_best 1 against 2; method 'greedy' against 'beam'")
+    expect_refused([*files, "--out", str(out), "--resume", "--limit", "4"], capsys,
+                   "differs in limit None against 4; the number of queries (5 against 4)")
+    (pair_files / "tgt.txt").write_text("C\n" + (pair_files / "tgt.txt").read_text().split("\n", 1)[1])
+    expect_refused([*files, "--out", str(out), "--resume"], capsys, "differs in the first 2 queries (--src, --tgt")
+    expect_refused([*files, "--resume"], capsys, "--resume goes on from the partial report at --out: give --out")
+    assert out.read_text() == stopped  # each refused before a word of it changed
+    whole = pair_files / "whole.json"
+    with caplog.at_level(logging.WARNING):
+        assert main([*files, "--out", str(whole), "--resume"]) == 0
+    assert "nothing to resume" in caplog.text and json.loads(whole.read_text())["n"] == 5
+    expect_refused([*files, "--out", str(whole), "--resume"], capsys, "it is the report of a whole run")

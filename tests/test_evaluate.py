@@ -1,9 +1,11 @@
 """molspec_core.evaluate without a model: how its files are read (lines, index, targets), how an answer is scored,
 and what compare is told of two reports' settings."""
+import dataclasses
+
 import pytest
 
-from molspec_core.evaluate import (PARTIAL_COUNTS, compare_reports, evaluate, hits, read_pairs, setting_differences,
-                                   software)
+from molspec_core.evaluate import (PARTIAL_COUNTS, compare_reports, evaluate, hits, read_pairs, resume_problem,
+                                   setting_differences, software)
 from molspec_core.service import Prediction, QueryResult
 
 
@@ -175,3 +177,33 @@ def test_reports_on_other_queries_are_refused_naming_what_differs_beside_the_dig
     with pytest.raises(ValueError, match=r"\(run on the same --src, --tgt, --index and --limit: a file changed between "
                                          r"the two runs\)$"):
         compare_reports(a, dict(a, queries_sha256="b" * 64))
+
+
+class Marking(Answering):
+    """Answering, whose answers 'CCC' are flagged (a concern) and spelled twice by the model: marks a report counts."""
+
+    def predict(self, queries, **options):
+        return [dataclasses.replace(result, predictions=tuple(
+            dataclasses.replace(p, concerns=("a concern",), spellings=2) if p.smiles == "CCC" else p
+            for p in result.predictions)) for result in super().predict(queries, **options)]
+
+
+def test_an_evaluation_resumed_from_a_stopped_report_gives_the_whole_runs_report():
+    """A stopped run's report lists ten of its refused queries and keeps its marks as rates: resumed from it, the
+    report counts every refused query and mark of both runs, and is the whole run's (evaluate's `earlier`)."""
+    answers = {"CCO": ["CCO"], "CCN": ["CCC", "CCN"], "CCC": ["CCC", "CCO"]}
+    sources = ["x"] * 11 + ["CCN", "CCO", "x", "CCC", "CCN"]
+    targets = ["CCO"] * 11 + ["CCN", "CCO", "CCO", "CCC", "C1C"]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        evaluate(Marking(answers, stop_at=14), sources, targets, 2, batch_size=1, progress=False)
+    partial = stopped.value.partial_report
+    assert (partial["n"], partial["query_errors"], len(partial["query_error_examples"])) == (13, 11, 10)
+    assert resume_problem(partial) is None
+    asked = Marking(answers)
+    resumed = evaluate(asked, sources, targets, 2, batch_size=1, progress=False, earlier=partial)
+    assert asked.calls == 3  # the queries kept are not decoded again
+    whole = evaluate(Marking(answers), sources, targets, 2, batch_size=1, progress=False)
+    assert resumed == whole and whole["query_errors"] == 12
+    assert (partial["flagged_rate"], whole["flagged_rate"], whole["repeated_rate"]) == (1 / 13, 3 / 16, 3 / 16)
+    assert resume_problem(whole) == "it is the report of a whole run: nothing is left to evaluate"
+    assert resume_problem(dict(partial, query_errors=9)).startswith("its refused queries")
