@@ -1,20 +1,21 @@
 """Where a reaction happens: the atoms whose bonds change between reactants and product.
 
-The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone: each
-product atom is traced to a reactant by the largest substructure the two share (RDKit's maximum common
-substructure, elements matched, any bond order), the reactant with the largest share first (an aromatic atom
-laid on one out of an aromatic ring counted half: a solvent's benzene is no source of a ring the reaction made),
-then the next on the product atoms still untraced; then bond by bond from traced atoms into their reactants' untraced
-neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined
-or left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between
-two carbons is then the one whose carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the
-phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A product atom is in
-the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no
-bond of the same order between the reactant's atoms, or is a double bond whose geometry (E or Z) is the other of its
-reactant bond's; or where its hydrogen count or charge differs from its reactant atom's, or it is a stereocentre whose
-configuration is the other of its reactant atom's (an epimer, a Mitsunobu inversion). Reactant atoms that do not
-reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants that share fewer than two
-atoms with the product (solvents, bases, catalysts) are left out.
+The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone: each product atom is
+traced to a reactant by the largest substructure the two share (RDKit's maximum common substructure, elements
+matched, any bond order), the reactant with the largest share first (an aromatic atom laid on one out of an aromatic
+ring counted half: a solvent's benzene is no source of a ring the reaction made), then the next on the product atoms
+still untraced (or a second piece of a reactant laid, where an atom was put into one of its bonds: a
+Baeyer-Villiger's oxygen, a Curtius's nitrogen); then bond by bond from traced atoms into their reactants' untraced
+neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined or
+left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between two
+carbons is then the one whose carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the
+phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A product atom is in the centre where one of
+its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no bond of the same order
+between the reactant's atoms, or is a double bond whose geometry (E or Z) is the other of its reactant bond's; or
+where its hydrogen count or charge differs from its reactant atom's, or it is a stereocentre whose configuration is
+the other of its reactant atom's (an epimer, a Mitsunobu inversion). Reactant atoms that do not reach the product
+leave (a chloride, a Boc group, a boronic acid's boron). Reactants that share fewer than two atoms with the product
+(solvents, bases, catalysts) are left out.
 
 It is an estimate: symmetric atoms can be traced to the wrong twin, and a product whose atoms are mostly
 untraced gets no centre at all (None) rather than a misleading one. The app marks it on the answers.
@@ -78,8 +79,8 @@ def _any_order(smarts: str) -> str:
 Pairing = tuple[tuple[int, ...], tuple[int, ...]]  # product atoms and the reactant atoms laid on them, pair by pair
 
 
-def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol, rings_apart: bool = True
-            ) -> list[Pairing]:
+def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol, rings_apart: bool = True,
+            reached: Collection[int] = ()) -> list[Pairing]:
     """The product atoms (indices in `product`) and the reactant atoms of the largest substructure that
     `part` (the product's untraced atoms, `kept`) and `reactant` share, pair by pair. Of the ways to lay
     it on the product (a ring can be turned, an acid's two oxygens swapped) and the places it fits in the
@@ -90,16 +91,18 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
     cyclohexene with its first double bond kept changed fewer atoms, but took two hydrogens from one carbon and gave
     one to another, and a carbon that lost its double bond went unmarked. Empty where they share fewer than two atoms;
     otherwise the best pairs, one for each set of product atoms they cover (a symmetric reactant fits a product two
-    ways alike; _trace_by_mcs chooses by what the other reactants make of the rest).
+    ways alike; _trace_by_mcs chooses by what the other reactants make of the rest). `reached`: the reactant's atoms
+    already traced, left out of the search (its second piece: _insertion).
     (The reactant's first fit was taken as it came: an aminolysis of ethyl acetate marked the ethoxy as the
     centre and the acyl carbon as leaving.)"""
-    found = rdFMCS.FindMCS([part, reactant], timeout=MCS_TIMEOUT_S, ringMatchesRingOnly=rings_apart,
+    rest, rest_kept = untraced_part(reactant, reached) if reached else (reactant, list(range(reactant.GetNumAtoms())))
+    found = rdFMCS.FindMCS([part, rest], timeout=MCS_TIMEOUT_S, ringMatchesRingOnly=rings_apart,
                            atomCompare=rdFMCS.AtomCompare.CompareElements, bondCompare=rdFMCS.BondCompare.CompareAny)
     if found.numAtoms < 2:
         return []
     query = Chem.MolFromSmarts(_any_order(found.smartsString))
     # Every turn of a fit is among the product's placements, so the reactant's fits need one per atom set.
-    fits = reactant.GetSubstructMatches(query, maxMatches=MAX_FITS)
+    fits = [tuple(rest_kept[r] for r in fit) for fit in rest.GetSubstructMatches(query, maxMatches=MAX_FITS)]
     placements = part.GetSubstructMatches(query, uniquify=False, maxMatches=MAX_PLACEMENTS)
     if not fits or not placements:
         return []
@@ -193,7 +196,7 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
     double bond at an end, a carbon whose bonds changed unmarked."""
     ring_made = rings_apart and any(_rings(product, aromatic) > sum(_rings(m, aromatic) for m in molecules)
                                     for aromatic in (False, True))
-    while unused and product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
+    while product.GetNumAtoms() - len(owner) >= 2 and time.monotonic() - started < DEADLINE_S:
         part, kept = untraced_part(product, owner)
         best: tuple[int, int, list[Pairing]] | None = None
         for k in sorted(unused):
@@ -208,6 +211,14 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
                 evidence = _evidence(product, molecules[k], *shared[0])
                 if best is None or evidence > best[0]:
                     best = (evidence, k, shared)
+        for k in sorted({j for j, _ in owner.values()}):
+            if time.monotonic() - started > DEADLINE_S:
+                break
+            shared = _insertion(part, kept, product, molecules[k], owner, k, rings_apart)
+            if shared:  # an insertion's geometry is evidence too: it wins a tie with an unused reactant
+                evidence = _evidence(product, molecules[k], *shared[0])
+                if best is None or evidence >= best[0]:
+                    best = (evidence, k, shared)
         if best is None:
             break
         _, k, ties = best
@@ -215,6 +226,29 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
             ties = sorted(ties, key=lambda pair: _left_over(product, molecules, owner, unused, started, rings_apart,
                                                             k, pair))
         _lay(product, molecules, owner, unused, k, ties[0])
+
+
+def _insertion(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol,
+               owner: dict[int, tuple[int, int]], k: int, rings_apart: bool) -> list[Pairing]:
+    """A second piece of reactant `k`, already laid on the product, where an atom was put between the two: the piece's
+    substructure shared with the product's untraced atoms (`part`, `kept`), the pairs of it in which an atom is bonded
+    in the reactant to one of the reactant's traced atoms and two bonds from it in the product. A reactant gives one
+    piece otherwise, so an oxygen or nitrogen inserted into one of its bonds split it, and the smaller side went to
+    another reactant or none: a Baeyer-Villiger oxidation of acetophenone traced the phenyl acetate's acetyl to the
+    peracid's acyl group (the ketone's acetyl leaving), a Curtius rearrangement's carbamate carbon to the phenyl of
+    diphenylphosphoryl azide."""
+    reached = {r: p for p, (j, r) in owner.items() if j == k}
+    if reactant.GetNumAtoms() - len(reached) < 2:
+        return []
+    return [(placement, fit) for placement, fit in _shared(part, kept, product, reactant, rings_apart, reached)
+            if any(n.GetIdx() in reached and _two_bonds_apart(product, p, reached[n.GetIdx()])
+                   for p, r in zip(placement, fit) for n in reactant.GetAtomWithIdx(r).GetNeighbors())]
+
+
+def _two_bonds_apart(mol: Chem.Mol, first: int, second: int) -> bool:
+    """Whether two atoms are not bonded but share a neighbour."""
+    return mol.GetBondBetweenAtoms(first, second) is None and any(
+        mol.GetBondBetweenAtoms(n.GetIdx(), second) is not None for n in mol.GetAtomWithIdx(first).GetNeighbors())
 
 
 def _rings(mol: Chem.Mol, aromatic: bool) -> int:
@@ -372,12 +406,19 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
     reactant's atoms of that element, the one with the fewest bonds to break goes (a peracid's or Oxone's terminal
     OH oxygen, not the carbonyl's or the sulfonyl's, which was taken for having no hydrogen to lose, the peroxide's
     O-O bond said to stay and the peracid to leave without its acid group); then one bonded to its own element (the
-    peroxide's O-O, the weak bond), then one whose hydrogens and charge change least."""
+    peroxide's O-O, the weak bond), then one whose hydrogens and charge change least.
+
+    Where no unused reactant holds the element, a group moved onto it (_migrated_to): a Hofmann rearrangement's
+    aniline nitrogen, the benzamide's, was drawn as leaving and the aniline's as from nowhere."""
+    reached = set(owner.values())
     for atom in product.GetAtoms():
         if atom.GetIdx() in owner or not atom.GetDegree() or any(n.GetIdx() not in owner for n in atom.GetNeighbors()):
             continue
         holders = [k for k in sorted(unused) if any(a.GetAtomicNum() == atom.GetAtomicNum()
                                                     for a in molecules[k].GetAtoms())]
+        if not holders and (migrated := _migrated_to(atom, molecules, owner, reached)) is not None:
+            owner[atom.GetIdx()] = migrated
+            reached.add(migrated)
         if len(holders) != 1:
             continue
         k = holders[0]
@@ -386,6 +427,21 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
             sum(bond.GetBondTypeAsDouble() for bond in a.GetBonds()),
             all(n.GetAtomicNum() != a.GetAtomicNum() for n in a.GetNeighbors()), _atom_changed(atom, a))).GetIdx())
         unused.discard(k)
+
+
+def _migrated_to(atom: Chem.Atom, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
+                 reached: set[tuple[int, int]]) -> tuple[int, int] | None:
+    """The one untraced reactant atom of `atom`'s element two bonds from the reactant atom of one of `atom`'s (traced)
+    neighbours, by an atom that leaves, as (reactant, atom), or None where there is none or more than one: a 1,2-shift
+    in which a group moves onto its neighbour from an atom that then leaves (the Hofmann and Lossen rearrangements'
+    carbonyl, as carbon dioxide). (Not where the atom between stays: a Beckmann lactam's oxygen, from water, is no
+    oxime oxygen moved from the nitrogen to the carbon.)"""
+    found = {(k, a.GetIdx()) for n in atom.GetNeighbors() for k, q in [owner[n.GetIdx()]]
+             for a in molecules[k].GetAtoms() if a.GetAtomicNum() == atom.GetAtomicNum()
+             and (k, a.GetIdx()) not in reached and not molecules[k].GetBondBetweenAtoms(a.GetIdx(), q)
+             and any((k, m.GetIdx()) not in reached and molecules[k].GetBondBetweenAtoms(m.GetIdx(), q)
+                     for m in a.GetNeighbors())}
+    return found.pop() if len(found) == 1 else None
 
 
 def _trace_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],

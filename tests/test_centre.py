@@ -117,6 +117,41 @@ def test_a_ring_reduced_or_made_aromatic_is_traced_to_its_own_reactant_not_a_sol
     assert max(found.reactant_atoms) < first  # the first molecule's atoms only
 
 
+MCPBA = "O=C(OO)c1cccc(Cl)c1"
+
+
+@pytest.mark.parametrize("reactants, product, centre, reactant_centre, leaving", [
+    # Baeyer-Villiger of acetophenone: the peracid's OH oxygen goes between the acyl carbon and the phenyl, which
+    # migrates; the ketone's acetyl stays (it was traced to the peracid's acyl group, the ketone's acetyl leaving)
+    ("CC(=O)c1ccccc1." + MCPBA, "CC(=O)Oc1ccccc1", {1, 3, 4}, {1, 3, 12}, set(range(9, 20)) - {12}),
+    # of cyclohexanone: the ring grows by that oxygen
+    ("O=C1CCCCC1." + MCPBA, "O=C1CCCCCO1", {1, 6, 7}, {1, 6, 10}, set(range(7, 18)) - {10}),
+    # Curtius rearrangement of an acyl azide in tert-butanol: the phenyl moves from the carbonyl carbon to the azide's
+    # nitrogen, whose N2 leaves (the carbamate's C=O and N were left untraced, drawn as from nowhere)
+    ("[N-]=[N+]=NC(=O)c1ccccc1.CC(C)(C)O", "CC(C)(C)OC(=O)Nc1ccccc1", {4, 5, 7, 8}, {2, 3, 5, 15}, {0, 1}),
+    # Hofmann rearrangement: the aniline's nitrogen is the amide's (it was drawn as leaving), the carbonyl leaves
+    ("NC(=O)c1ccccc1.BrBr", "Nc1ccccc1", {0, 1}, {0, 3}, {1, 2}),
+    # Beckmann rearrangement: the ring takes the oxime's nitrogen; the lactam's oxygen is water's, untraced
+    ("ON=C1CCCCC1", "O=C1CCCCCN1", {0, 1, 6, 7}, {1, 2, 7}, {0}),
+])
+def test_a_rearrangement_or_an_inserted_atom_keeps_the_migrating_groups_reactant(reactants, product, centre,
+                                                                                reactant_centre, leaving):
+    found = reaction_centre(reactants, product)
+    assert found is not None
+    assert (found.product_atoms, found.reactant_atoms, found.leaving_atoms) == (centre, reactant_centre, leaving)
+
+
+def test_a_curtius_with_diphenylphosphoryl_azide_keeps_the_acids_carbonyl():
+    """The acid, DPPA and tert-butanol to the Boc aniline: the carbamate's carbonyl was traced to a phenoxy of the
+    DPPA (its ipso carbon for the carbonyl carbon) and the acid's whole carboxyl said to leave."""
+    reactants = "O=C(O)c1ccccc1.[N-]=[N+]=NP(=O)(Oc1ccccc1)Oc1ccccc1.CC(C)(C)O"
+    found = reaction_centre(reactants, "CC(C)(C)OC(=O)Nc1ccccc1")
+    assert found is not None and found.traced == found.atoms
+    assert found.product_atoms == {4, 5, 7, 8}  # the O-C(=O)-N-C of the new bonds
+    assert 2 in found.leaving_atoms and found.leaving_atoms.isdisjoint({0, 1})  # the acid's OH leaves, its C=O stays
+    assert {1, 3, 32} <= found.reactant_atoms  # the acid's carbonyl carbon and ipso carbon, the butanol's oxygen
+
+
 def test_a_reagent_that_shares_one_atom_with_the_product_is_not_traced_into_it():
     # ethanol left out of the query: water (atom 4) could stand in for the ester's oxygen, one atom alone
     found = reaction_centre("CC(=O)Cl.O", "CC(=O)OCC")
