@@ -7,7 +7,8 @@ decoder, so any decoding method (greedy, beam, speculative, sampling) stops with
 limit has passed. The deadline lives in a context variable, so threads sharing one model each keep their own.
 A search in C runs several steps a call: `steps_before_check` sizes each call to the time left, so that the limit
 is kept to within one decoder step. A decoder that can say what it found before the limit raises QueryTimeout with
-it (`found`), so that the work paid for is not lost: beam search, and sbs and sbs-exact when stopped in a call's last
+it (`found`), so that the work paid for is not lost: beam search; greedy and its speculative kin (the rows that had
+ended whole, the others their calls and no answer); and sbs and sbs-exact when stopped in a call's last
 query (a call of one included), and the sampling methods so stopped (the samples drawn by then). Decoders that run
 a call's queries one after another (sbs, sbs-exact, sampling) and are stopped before its last hand on the queries
 that had ended and the one stopped, with its model calls and no answers (searched False), the later ones never having

@@ -227,13 +227,14 @@ class _CCall(ctypes.Structure):
 
 class GreedyFound(NamedTuple):
     """What NativeStep.greedy_search found for a query: its tokens (eos left out), where each came from (a
-    source position, or GENERATED), its score, whether it finished (else it stopped at its budget), and the
-    calls' counts."""
+    source position, or GENERATED), its score, whether it finished (else it stopped at its budget, or at the time
+    limit: `stopped`), and the calls' counts."""
     tokens: tuple[int, ...]
     provenance: tuple[int, ...]
     score: float
     finished: bool
     stats: DecodeStats
+    stopped: bool = False  # by the time limit: its tokens are as far as it had got, its counts those of its calls
 
 
 class BeamFound(NamedTuple):
@@ -617,7 +618,9 @@ class NativeStep(NumpyStep):
         at most draft_len tokens a call (drafting.LookupDrafter, max_suffix its longest suffix), over a new
         cache of one row a query, holding nothing yet (bos is the first token fed); slots: the positions a row
         may fill (greedy.fit_drafts). STEPS_PER_RUN calls a C call: the time limit is checked between them.
-        At one query the Python loop's bookkeeping was 30% of a forward greedy search (session 73)."""
+        At the time limit it returns what it found, each query still decoding marked `stopped`, rather than raising
+        (as beam_search does). At one query the Python loop's bookkeeping was 30% of a forward greedy search
+        (session 73)."""
         # No draft is longer than its source or than a row's room (fit_drafts: slots less the pending token): a
         # longer draft_len would only widen the scratch, and past the model's positions be refused as a sequence.
         draft_len = max(0, min(draft_len, max(len(s) for s in sources), slots - 1))
@@ -654,14 +657,19 @@ class NativeStep(NumpyStep):
                               *counts.items(), *scratch.items())})
         # The call's cache tables and pending buffer (for the widest call); greedy_run sets its rows, tokens, lengths.
         self._set_call(binding, cache, 0, cache.lengths, rows, depth, depth, scratch["logits"].ctypes.data, None)
-        for _ in self._runs(self._library.greedy_run, binding, run, active, cache):
-            pass
+        stopped = [False] * rows
+        try:
+            for _ in self._runs(self._library.greedy_run, binding, run, active, cache):
+                pass
+        except QueryTimeout:  # checked between runs: the arrays hold the state after the last one
+            stopped = active.astype(bool).tolist()
         stats = [DecodeStats(model_calls=c, draft_tokens_proposed=p, draft_tokens_accepted=a, draft_rejections=r,
                              tokens_generated=e) for c, p, a, r, e in zip(*(counts[name].tolist() for name in (
                                  "calls", "proposed", "accepted_total", "rejections", "emitted")))]
-        return [GreedyFound(tuple(t[:n]), tuple(o[:n]), score, bool(done), counted)
-                for t, o, n, score, done, counted in zip(tokens.tolist(), origins.tolist(), counts["written"].tolist(),
-                                                          scores.tolist(), finished.tolist(), stats)]
+        return [GreedyFound(tuple(t[:n]), tuple(o[:n]), score, bool(done), counted, cut)
+                for t, o, n, score, done, counted, cut in zip(tokens.tolist(), origins.tolist(),
+                                                               counts["written"].tolist(), scores.tolist(),
+                                                               finished.tolist(), stats, stopped)]
 
     def beam_search(self, cache: KVCache, budgets: list[int], width: int, n_best: int, prune: bool) -> BeamFound:
         """beam.beam_search's loop in C (csrc beam_run), over a new cache whose rows are the beam slots of

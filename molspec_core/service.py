@@ -1093,7 +1093,8 @@ class Predictor:
         A query still decoding after `time_limit_s` seconds gets an error row; the others keep theirs. Beam search
         is stopped within a step of the limit and its row keeps, besides the error, the answers it had finished and
         its best unfinished ones (concern TIMED_OUT), with the calls they cost; a sampling method's row keeps the
-        samples it had drawn (the one being drawn is lost, its calls counted). Read in several writings (augment),
+        samples it had drawn (the one being drawn is lost, its calls counted); greedy's and its speculative kin's
+        row keeps the calls it made, and no answer. Read in several writings (augment),
         a query's writings share its one limit; stopped, it keeps what those read by then gave, pooled
         (_stopped_writings).
         augment > 1 (models trained on many writings of each query, see `augmentable`): the model reads
@@ -1176,10 +1177,11 @@ class Predictor:
                         n_drafts: int | None, sampling: SamplingOptions | None,
                         limit_s: float | None) -> list[DecodeResult | _Stopped]:
         """`decode` under a time limit of limit_s per query, the batch's limit being their sum; on a timeout,
-        only the slow queries end stopped. A decoder that says what it found (beam search) gives each query whose
-        search had ended its result and each other its search as it stood: a query still searching after the
-        batch's time, most of it alone once its batch-mates had ended, would not end in its own limit alone, and
-        a retry would only run the batch past its time (a route planner's expansion, past its search's limit).
+        only the slow queries end stopped. A decoder that says what it found for every query (beam search, greedy
+        and its speculative kin) gives each query whose search had ended its result and each other its search as it
+        stood (a greedy one's calls alone): a query still searching after the batch's time, most of it alone once
+        its batch-mates had ended, would not end in its own limit alone, and a retry would only run the batch past
+        its time (a route planner's expansion, past its search's limit).
         A decoder that runs its queries one after another (sbs, sampling) and says which leading ones had ended
         gives those their results (stopped in its last query, that one too what it had: sbs's search, the samples
         drawn); the queries after them, and every query of a decoder that says nothing, are decoded again one at a
@@ -1283,15 +1285,19 @@ class Predictor:
                           seconds: float) -> QueryResult:
         """The row of a query read in several writings (`views`) and stopped at its time limit, from the results the
         decoder handed on (`found`; `searched`: whether each had ended), its error saying so. For every writing
-        (beam search; sbs or sampling stopped in the last): pooled, the hypotheses not ended marked TIMED_OUT. For
-        the leading writings alone (sbs or sampling stopped in a later one, or in the last before it gave any
-        answer, which would only have lowered every pooled score): those, whole, pooled as reading that many
-        writings pools them (the same writings: rsmiles.root_views gives more by adding to fewer), with that many
-        writings' calibration. For none (greedy and the other one-answer methods, which decode the writings as one
-        batch; or stopped in the first writing): the error alone. The calls of a writing left out are counted."""
+        (beam search; sbs or sampling stopped in the last with answers): pooled, the hypotheses not ended marked
+        TIMED_OUT. Where a writing stopped without answers (greedy and its speculative kin, which decode the
+        writings as one batch and hand on no answer cut short; sbs or sampling stopped in a writing before the
+        last, or in the last before it gave any answer, which would only have lowered every pooled score): the
+        leading writings read whole, pooled as reading that many writings pools them (the same writings:
+        rsmiles.root_views gives more by adding to fewer), with that many writings' calibration; none (stopped in
+        the first writing): the error alone. The calls of a writing left out are counted."""
         left_out = DecodeStats()
-        if found and not found[-1].hypotheses and all(searched[:len(found) - 1]):
-            left_out = found.pop().stats
+        if any(not ended and not result.hypotheses for result, ended in zip(found, searched)):
+            whole = next((k for k, ended in enumerate(searched) if not ended), len(found))
+            for result in found[whole:]:
+                left_out.add(result.stats)
+            del found[whole:]
         read = len(found)
         error = stopped_message(limit_s, len(views), method, n_best, read)
         if not found:

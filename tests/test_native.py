@@ -458,6 +458,12 @@ class _StepClock:
         self.seconds += state.steps if self.per_row is None else (state.rows_fed - rows_before) * self.per_row
         return failed
 
+    def greedy_run(self, model, call, run):
+        """A greedy search's run in C: a second a step."""
+        failed = self.library.greedy_run(model, call, run)
+        self.seconds += run._obj.steps
+        return failed
+
 
 SLOW_SOURCE = "OCc1ccc(N)cc1NOCc1ccc(Cl)cc1OCNCCOCBr"  # 23 steps of the copy model's beam without a limit
 
@@ -479,6 +485,32 @@ def test_beam_search_in_c_stops_within_a_step_of_the_limit_and_hands_on_what_it_
     assert found.stats.model_calls == 6 and len(found.hypotheses) == 3
     assert all(not h.finished and len(h.tokens) == 6 for h in found.hypotheses)
     assert [h.score for h in found.hypotheses] == sorted((h.score for h in found.hypotheses), reverse=True)
+
+
+@pytest.mark.parametrize("draft_len", [0, 4])
+def test_greedy_search_in_c_stopped_by_the_limit_hands_on_the_queries_that_ended_and_the_calls(copy_model, monkeypatch,
+                                                                                               draft_len):
+    """Greedy's loop in C (no drafts, or one lookup draft a call) raised a bare QueryTimeout at the time limit: a
+    query stopped said 0 model calls, and its batch-mates that had ended were decoded again. It hands on each query's
+    result now: whole for one that had ended, the calls alone for one still decoding (no answer cut short)."""
+    model, vocab = on_engine(copy_model[0], "native"), copy_model[1]
+    sources = [vocab.encode("CCO"), vocab.encode(SLOW_SOURCE)]
+
+    def factory(source):
+        return make_drafter("lookup" if draft_len else "none", source, draft_len, 1)
+    unlimited = greedy(model, sources, factory)
+    assert unlimited[0].stats.model_calls < 5 < unlimited[1].stats.model_calls
+    clock = _StepClock(model.numpy_step._library)
+    monkeypatch.setattr(model.numpy_step, "_library", clock)
+    monkeypatch.setattr(limits, "now", lambda: clock.seconds)
+    with time_limit(5.5), pytest.raises(QueryTimeout) as stopped:
+        greedy(model, sources, factory)
+    assert clock.seconds == 6  # runs of 1, 2 and 2 steps, then 1 (0.5 s left): a step past 5.5 s
+    assert stopped.value.searched == (True, False)
+    done, cut = stopped.value.found
+    assert done.hypotheses == unlimited[0].hypotheses
+    assert dataclasses.replace(done.stats, wall_time_s=0) == dataclasses.replace(unlimited[0].stats, wall_time_s=0)
+    assert cut.hypotheses == [] and cut.stats.model_calls == 6
 
 
 def test_a_beam_stopped_before_its_first_step_hands_on_no_empty_answer(copy_model, monkeypatch):

@@ -779,6 +779,31 @@ def test_a_beam_stopped_by_the_time_limit_keeps_what_it_found_and_its_calls(copi
         ("NOON", False, (TIMED_OUT,)), ("NNON", False, (TIMED_OUT,)), ("", True, ())]
 
 
+@pytest.mark.parametrize("method", ["greedy", "spec-lookup", "spec-paper"])
+def test_a_greedy_query_stopped_by_the_time_limit_keeps_its_calls(copier, decoder_clock, method):
+    """A greedy query (or a speculative one) stopped at its time limit said 0 model calls, where a stopped beam's row
+    counts its calls: a user reading a stopped batch's calls and speedup was told wrong counts. The row keeps the
+    calls made (and no answer: greedy's answer cut short is none)."""
+    result = copier.predict(SLOW, method=method, time_limit_s=2.5)
+    assert not result.ok and "time limit" in result.error
+    assert result.predictions == () and result.stats.model_calls == 2  # the third call found the limit passed
+
+
+@pytest.mark.parametrize("method", ["greedy", "spec-lookup"])
+def test_a_greedy_batch_past_its_limit_keeps_the_queries_that_ended(copier, decoder_clock, method):
+    """A greedy batch past its limit was decoded again one query at a time: CCO, which had ended in the batch, was
+    decoded twice, and the slow query, which had not ended in the batch's time, was stopped again alone, the batch
+    taking twice its limit, with 0 calls. Each query now keeps what the batch found, as a beam search batch does."""
+    unlimited = copier.predict("CCO", method=method, time_limit_s=None)
+    decoder_clock["seconds"] = 0.0
+    done, stopped = copier.predict(["CCO", SLOW], method=method, time_limit_s=2.5)
+    assert decoder_clock["seconds"] == 6  # the batch's 5 calls and the one that found its 5 s passed; no retry
+    assert done.ok and done.stats.model_calls == 3  # its tokens alone: scores differ by padding rounding
+    assert [p.tokens for p in done.predictions] == [p.tokens for p in unlimited.predictions]
+    assert not stopped.ok and "time limit" in stopped.error
+    assert stopped.predictions == () and stopped.stats.model_calls == 5
+
+
 @pytest.mark.parametrize(("method", "n_best", "advice"), [
     ("greedy", 1, "try a longer time limit"),  # it said "try greedy or a smaller n_best" to greedy at n_best 1
     ("spec-lookup", 1, "try a longer time limit"),
@@ -925,6 +950,24 @@ def test_a_query_read_in_several_writings_stopped_counts_the_calls_of_the_writin
     stopped = reader.predict(query, method=method, n_best=2, sampling=options, augment=augment, time_limit_s=limit)
     assert stopped.stopped_with_answers and stopped.predictions == two.predictions and stopped.writings == 2
     assert stopped.stats.model_calls == two.stats.model_calls + 1
+
+
+def test_a_greedy_query_read_in_several_writings_stopped_keeps_the_leading_ones_read_whole(monkeypatch):
+    """Greedy reads a query's writings as one batch. Stopped at the time limit, the row had its error alone and 0
+    model calls, though its first writing had ended. It keeps that writing's answer now, pooled as reading one writing
+    pools it, and counts every call made; the writings stopped give no answer (greedy's answer cut short is none)."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    clock = decoder_clock(reader.model, monkeypatch)
+    query = "OCCOc1ccccc1"  # its canonical writing ends in 11 calls, the three others in 13
+    one = reader.predict(query, method="greedy", augment=1, time_limit_s=None)
+    clock["seconds"] = 0.0
+    stopped = reader.predict(query, method="greedy", augment=4, time_limit_s=12.5)
+    assert stopped.error.startswith("stopped after the 12.5 s time limit per query (its 4 writings together), its "
+                                    "answers pooled from the first of them, read whole by then; try ")
+    assert stopped.stopped_with_answers and stopped.writings == 1
+    assert [p.tokens for p in stopped.predictions] == [p.tokens for p in one.predictions]
+    assert stopped.stats.model_calls == one.stats.model_calls + 3 * 12
 
 
 def test_a_pooled_result_says_how_many_writings_it_pooled():

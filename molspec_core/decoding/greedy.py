@@ -16,6 +16,7 @@ import torch
 
 from ..cache import KVCache
 from ..drafting import Drafter, LookupDrafter, NullDrafter
+from ..limits import QueryTimeout
 from ..model import Seq2SeqTransformer
 from ..native import NativeStep
 from ..tokenizer import BOS_ID, EOS_ID
@@ -122,7 +123,10 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     rest: after a call whose draft lost at its very first token (the model is writing something the
     source does not hold, as at a reaction centre), a row's next `rest` calls go without drafts. Where
     a call costs more with every token it verifies (CPU), those drafts would mostly be paid for and
-    thrown away. The output is the same for any rest."""
+    thrown away. The output is the same for any rest.
+
+    At the time limit (limits.py) it raises QueryTimeout with a result per source (handed_on): whole for a row
+    that had ended, and for a row still decoding the counts of the calls it made, which were paid for."""
     if not sources:  # nothing to pad (max() of no lengths): no results, as every decoder gives
         return []
     start_time = time.perf_counter()
@@ -150,84 +154,85 @@ def greedy(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]], drafter_
     # and spec-auto on a CPU) with no rest after a miss.
     lookup = rest == 0 and all(type(d) is LookupDrafter and d.n_drafts == 1 for d in drafters) and \
         len({(d.draft_len, d.max_suffix) for d in drafters}) == 1
+    stopped: list[int] = []  # the rows the time limit stopped
     if native is not None and (lookup or all(type(d) is NullDrafter for d in drafters)):
         shape = dict(draft_len=drafters[0].draft_len, max_suffix=drafters[0].max_suffix) if lookup else {}
-        for state, found in zip(out, native.greedy_search(cache, sources, budgets, slots, **shape)):
+        for i, (state, found) in enumerate(zip(out, native.greedy_search(cache, sources, budgets, slots, **shape))):
             state.tokens, state.provenance = list(found.tokens), list(found.provenance)
             state.score, state.finished = found.score, found.finished
             state.stats.add(found.stats)
+            stopped += [i] * found.stopped
         active = []
 
-    while active:
-        drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) if not out[i].resting else []
-                             for i in active],
-                            [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
-        tokens, lengths = pack_drafts(pending, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
-        if native is not None and tokens.shape[1] == 1:
-            n_acc_list, chosen_list, log_prob_list, peaks = native.greedy_step(tokens, lengths.numpy()[:, 0], cache,
-                                                                               want_attention, slot_rows)
-            branch_list = [0] * len(active)
-        elif native is not None:
-            n_acc_list, branch_list, chosen_list, log_prob_list, peaks = verify_as_rows(
-                native, cache, tokens, lengths.numpy(), np.arange(len(active)) if slot_rows is None else slot_rows,
-                want_attention)
-        else:
-            tokens = tokens.to(device)
-            logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
-            if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops
-                draft_tokens = [[[sources[i][p] for p in d] for d in row] for i, row in zip(active, drafts)]
-                n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_lists(
-                    logits.float().numpy(), draft_tokens, attention.float().numpy() if attention is not None else None)
+    try:
+        while active:
+            drafts = fit_drafts([drafters[i].propose(out[i].context(), out[i].peak) if not out[i].resting else []
+                                 for i in active],
+                                [len(out[i].tokens) for i in active], [out[i].budget for i in active], slots)
+            tokens, lengths = pack_drafts(pending, drafts, [sources[i] for i in active])  # (R, N, 1+D), (R, N)
+            if native is not None and tokens.shape[1] == 1:
+                n_acc_list, chosen_list, log_prob_list, peaks = native.greedy_step(tokens, lengths.numpy()[:, 0], cache,
+                                                                                   want_attention, slot_rows)
+                branch_list = [0] * len(active)
+            elif native is not None:
+                n_acc_list, branch_list, chosen_list, log_prob_list, peaks = verify_as_rows(
+                    native, cache, tokens, lengths.numpy(), np.arange(len(active)) if slot_rows is None else slot_rows,
+                    want_attention)
             else:
-                n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_tensors(
-                    logits, tokens, lengths.to(device), attention)
-            cache.commit(torch.from_numpy(np.array(n_acc_list, dtype=np.int64) + 1).to(device),
-                         torch.tensor(branch_list, device=device) if any(branch_list) else None)
-        still = []
-        for row, i in enumerate(active):
-            state, n_acc = out[i], n_acc_list[row]
-            missed = bool(drafts[row]) and n_acc == 0
-            state.resting = rest if missed else max(0, state.resting - 1)
-            new = chosen_list[row][: n_acc + 1]
-            origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
-            state.stats.record_call(sum(map(len, drafts[row])), n_acc,
-                                    bool(drafts[row]) and n_acc < len(drafts[row][branch_list[row]]), len(new))
-            state.score += sum(log_prob_list[row][: len(new)])
-            if new and new[-1] == EOS_ID:
-                state.tokens += new[:-1]
-                state.provenance += origin[:-1]
-                state.finished = True
-                continue
-            state.tokens += new
-            state.provenance += origin
-            if len(state.tokens) >= state.budget:
-                continue
-            state.peak = peaks[row] if peaks is not None else None
-            still.append(row)
-        if not still:
-            break
-        if len(still) < len(active):
-            if native is not None:
-                slot_rows = (np.arange(len(active)) if slot_rows is None else slot_rows)[still]
-            else:
-                cache.reorder(torch.tensor(still, dtype=torch.long, device=device))
-            active = [active[row] for row in still]
-        pending = [chosen_list[row][n_acc_list[row]] for row in still]
+                tokens = tokens.to(device)
+                logits, attention = model.decode(tokens, cache, cross_attention=want_attention)
+                if on_cpu:  # a few small rows: NumPy and lists cost less than tensor ops
+                    draft_tokens = [[[sources[i][p] for p in d] for d in row] for i, row in zip(active, drafts)]
+                    weights = attention.float().numpy() if attention is not None else None
+                    n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_lists(
+                        logits.float().numpy(), draft_tokens, weights)
+                else:
+                    n_acc_list, branch_list, chosen_list, log_prob_list, peaks = settle_tensors(
+                        logits, tokens, lengths.to(device), attention)
+                cache.commit(torch.from_numpy(np.array(n_acc_list, dtype=np.int64) + 1).to(device),
+                             torch.tensor(branch_list, device=device) if any(branch_list) else None)
+            still = []
+            for row, i in enumerate(active):
+                state, n_acc = out[i], n_acc_list[row]
+                missed = bool(drafts[row]) and n_acc == 0
+                state.resting = rest if missed else max(0, state.resting - 1)
+                new = chosen_list[row][: n_acc + 1]
+                origin = drafts[row][branch_list[row]][:n_acc] + [GENERATED] if n_acc else [GENERATED]
+                state.stats.record_call(sum(map(len, drafts[row])), n_acc,
+                                        bool(drafts[row]) and n_acc < len(drafts[row][branch_list[row]]), len(new))
+                state.score += sum(log_prob_list[row][: len(new)])
+                if new and new[-1] == EOS_ID:
+                    state.tokens += new[:-1]
+                    state.provenance += origin[:-1]
+                    state.finished = True
+                    continue
+                state.tokens += new
+                state.provenance += origin
+                if len(state.tokens) >= state.budget:
+                    continue
+                state.peak = peaks[row] if peaks is not None else None
+                still.append(row)
+            if not still:
+                break
+            if len(still) < len(active):
+                if native is not None:
+                    slot_rows = (np.arange(len(active)) if slot_rows is None else slot_rows)[still]
+                else:
+                    cache.reorder(torch.tensor(still, dtype=torch.long, device=device))
+                active = [active[row] for row in still]
+            pending = [chosen_list[row][n_acc_list[row]] for row in still]
 
-    elapsed = time.perf_counter() - start_time
-    results = []
-    for state in out:
-        state.stats.wall_time_s = elapsed
-        hyp = Hypothesis(tuple(state.tokens), state.score, tuple(state.provenance), state.finished)
-        results.append(DecodeResult([hyp], state.stats))
-    return results
+    except QueryTimeout:  # raised by a call before it changed any row's output: the rows it was to feed stopped
+        stopped = active
+    return handed_on(out, time.perf_counter() - start_time, stopped)
 
 
 @torch.inference_mode()
 def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
                     max_len: int | None = None) -> list[DecodeResult]:
     """Reference greedy decoding that recomputes the whole prefix at every step (the paper's
-    baseline). Kept for benchmarks and equivalence tests only."""
+    baseline). Kept for benchmarks and equivalence tests only. At the time limit it hands on what it found as
+    greedy does."""
     if not sources:
         return []
     start_time = time.perf_counter()
@@ -235,28 +240,41 @@ def greedy_uncached(model: Seq2SeqTransformer, sources: Sequence[Sequence[int]],
     memory, keep, budgets = encode_sources(model, sources, max_len)
     out = [_Row(budget) for budget in budgets]
     active = list(range(len(sources)))
-    while active:
-        prefix = pad_sources([out[i].context() for i in active], device)
-        lengths = torch.tensor([len(out[i].tokens) for i in active], device=device)
-        rows = torch.tensor(active, device=device)
-        logits = model.decode_full(prefix, memory[rows], keep[rows])
-        last = logits[torch.arange(len(active), device=device), lengths]  # (R, V)
-        log_probs, next_tokens = last.log_softmax(dim=-1).max(dim=-1)
-        still = []
-        for row, i in enumerate(active):
-            state, token = out[i], int(next_tokens[row])
-            state.stats.record_call()
-            state.score += float(log_probs[row])
-            if token == EOS_ID:
-                state.finished = True
-                continue
-            state.tokens.append(token)
-            state.provenance.append(GENERATED)
-            if len(state.tokens) < state.budget:
-                still.append(i)
-        active = still
-    elapsed = time.perf_counter() - start_time
-    for state in out:
+    try:
+        while active:
+            prefix = pad_sources([out[i].context() for i in active], device)
+            lengths = torch.tensor([len(out[i].tokens) for i in active], device=device)
+            rows = torch.tensor(active, device=device)
+            logits = model.decode_full(prefix, memory[rows], keep[rows])
+            last = logits[torch.arange(len(active), device=device), lengths]  # (R, V)
+            log_probs, next_tokens = last.log_softmax(dim=-1).max(dim=-1)
+            still = []
+            for row, i in enumerate(active):
+                state, token = out[i], int(next_tokens[row])
+                state.stats.record_call()
+                state.score += float(log_probs[row])
+                if token == EOS_ID:
+                    state.finished = True
+                    continue
+                state.tokens.append(token)
+                state.provenance.append(GENERATED)
+                if len(state.tokens) < state.budget:
+                    still.append(i)
+            active = still
+    except QueryTimeout:  # raised by a call before it changed any row's output: the rows it was to feed stopped
+        return handed_on(out, time.perf_counter() - start_time, active)
+    return handed_on(out, time.perf_counter() - start_time)
+
+
+def handed_on(out: Sequence[_Row], elapsed: float, stopped: Sequence[int] = ()) -> list[DecodeResult]:
+    """Each row's result, timed `elapsed`. Where the time limit stopped rows (`stopped`, original indices), a
+    QueryTimeout that hands every row's result on (limits.py), a stopped row's with the counts of its calls and no
+    answer: greedy's answer cut short is none."""
+    results = []
+    for i, state in enumerate(out):
         state.stats.wall_time_s = elapsed
-    return [DecodeResult([Hypothesis(tuple(s.tokens), s.score, tuple(s.provenance), s.finished)], s.stats)
-            for s in out]
+        hyp = Hypothesis(tuple(state.tokens), state.score, tuple(state.provenance), state.finished)
+        results.append(DecodeResult([] if i in stopped else [hyp], state.stats))
+    if stopped:
+        raise QueryTimeout("time limit reached", found=results, searched=[i not in stopped for i in range(len(out))])
+    return results
