@@ -566,3 +566,22 @@ def test_an_alkali_metals_salt_drawn_with_its_bond_is_read_as_its_ions(drawn, io
     """The forward model learned alkali salts as USPTO writes them, as ions; drawn with the bond (O=C(O[K])O[K]), a
     query was read as written, and the model gave phenol and benzyl bromide with K2CO3 a carboxylated ester first."""
     assert sorted(salts_as_ions(canonical_fragments(drawn))) == sorted(canonical_fragments(ions))
+
+
+@pytest.mark.parametrize("drawn, ions", [
+    ("CC(=O)O[Pd]OC(C)=O", "CC(=O)[O-].CC(=O)[O-].[Pd+2]"),  # palladium(II) acetate, as USPTO writes it 970 times
+    ("CC(=O)O[Cu]OC(C)=O", "CC(=O)[O-].CC(=O)[O-].[Cu+2]"),
+    ("O=C(O[Pd]OC(=O)C(F)(F)F)C(F)(F)F", "O=C([O-])C(F)(F)F.O=C([O-])C(F)(F)F.[Pd+2]"),  # the trifluoroacetate
+    ("O=S(=O)(O[Cu]OS(=O)(=O)C(F)(F)F)C(F)(F)F", "O=S(=O)([O-])C(F)(F)F.O=S(=O)([O-])C(F)(F)F.[Cu+2]"),  # triflate
+    ("O=[N+]([O-])O[Ag]", "O=[N+]([O-])[O-].[Ag+]"),  # silver nitrate
+    ("Cl[Pd]Cl", "[Cl][Pd][Cl]"),  # a halide keeps its bond, as USPTO writes PdCl2
+    ("O[Pd]O", "[OH][Pd][OH]"),  # so does Pearlman's catalyst, a hydroxide
+    ("CC(C)O[Ti](OC(C)C)(OC(C)C)OC(C)C", "CC(C)[O][Ti]([O]C(C)C)([O]C(C)C)[O]C(C)C"),  # and an alkoxide
+    ("CC(=O)O[Sn](CCCC)(CCCC)CCCC", "CCC[CH2][Sn]([CH2]CCC)([CH2]CCC)[O]C(C)=O"),  # an organotin ester: covalent
+    ("CC(=O)OI(OC(C)=O)c1ccccc1", "CC(=O)OI(OC(C)=O)c1ccccc1"),  # no metal: iodobenzene diacetate
+])
+def test_another_metals_salt_of_an_oxoacid_drawn_with_its_bonds_is_read_as_its_ions(drawn, ions):
+    """Palladium(II) and copper(II) acetate drawn with their bonds (as Ketcher and ChemDraw write them) were read as
+    written, a writing the forward model never saw: with copper(II) acetate so, p-toluidine and phenylboronic acid in
+    pyridine (a Chan-Lam coupling) gave an amide first, and as ions the diarylamine."""
+    assert sorted(salts_as_ions(canonical_fragments(drawn))) == sorted(canonical_fragments(ions))
