@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING
 import torch
 
 from .argtypes import at_least, positive_seconds, seconds_up_to
-from .boundary import guarded
+from .boundary import describe, guarded
 from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
@@ -918,14 +918,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if partial is not None:  # on the screen too: without --out it was lost
             partial = resumed(partial)
             show_report(partial)
+            written = out
             if out:
-                write_report(out, partial, keep=earlier is None)
+                try:
+                    write_report(out, partial, keep=earlier is None)
+                except OSError as exc:  # said, and the stop's exit code kept
+                    log.error("%s", describe(exc, ""))
+                    written = getattr(exc, "kept_as", None)
             left_out = partial["partial"]["decoded_left_out"]
             log.warning("stopped after %d of %d queries: their report, marked partial, is %s%s%s", partial["n"],
-                        len(sources), f"in {out}" if out else "above",
+                        len(sources), f"in {written}" if written else "above",
                         f" ({left_out} more decoded, after a query that was not, are left out: a report is of the "
                         "first queries)" if left_out else "",
-                        "; the same command with --resume goes on from there" if out else "")
+                        "; the same command with --resume goes on from there" if out and written == out else "")
         raise  # the boundary's line and exit code follow
     show_report(report)
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
@@ -968,10 +973,25 @@ def stopped_report(out: Path | None, resume: bool) -> dict | None:
 
 def write_report(out: Path, report: dict, keep: bool = True) -> None:
     """An evaluate report to `out`, the file it replaces kept first (keep_replaced) unless not `keep`: a run resumed
-    from the partial report there, whose queries the new one holds."""
-    if keep:
-        keep_replaced(out)
-    write_text_file(out, report_json(report))
+    from the partial report there, whose queries the new one holds. Where `out` cannot be written (its folder removed,
+    or the disk full, while the run went on), the report goes to a new folder in the system's temporary folder, and
+    an OSError says where (as its `kept_as`): the per-query places of hours of decoding, which the screen does not
+    show, were lost with the file (io keeps predict's rows so)."""
+    from .io import OutputFileError
+
+    text = report_json(report)
+    try:
+        if keep:
+            keep_replaced(out)
+        write_text_file(out, text)
+        return
+    except (OSError, OutputFileError) as exc:  # the latter: its folder is gone, or a folder took its name
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    kept = Path(tempfile.mkdtemp(prefix="molspec-")) / out.name
+    write_text_file(kept, text)  # where this fails too, its error is the one told
+    moved = OSError(f"{out} could not be written ({reason}): the report is kept as {kept}")
+    moved.kept_as = kept
+    raise moved
 
 
 def keep_replaced(out: Path) -> None:

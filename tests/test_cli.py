@@ -2950,3 +2950,38 @@ def test_resume_is_refused_naming_what_differs_from_the_stopped_run(pair_files, 
         assert main([*files, "--out", str(whole), "--resume"]) == 0
     assert "nothing to resume" in caplog.text and json.loads(whole.read_text())["n"] == 5
     expect_refused([*files, "--out", str(whole), "--resume"], capsys, "it is the report of a whole run")
+
+
+@pytest.mark.parametrize("stop_at", [None, 3])
+def test_an_evaluation_whose_out_folder_is_gone_keeps_its_report_in_a_temporary_folder(pair_files, tmp_path, capsys,
+                                                                                        caplog, monkeypatch, stop_at):
+    """A clean-up script removed the --out folder while an evaluation ran: its report, and the per-query places the
+    screen never shows (compare's and --resume's), were lost with an error naming a hidden file. The report goes to a
+    new temporary folder and the error (or, for a stopped run, a line beside its exit code) says where."""
+    import shutil
+    import tempfile
+
+    from molspec_core.service import Predictor
+
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real, calls = Predictor.predict, []
+
+    def predict(self, *args, **kwargs):
+        calls.append(1)
+        shutil.rmtree(folder, ignore_errors=True)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    with caplog.at_level(logging.WARNING):
+        code = main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                     str(pair_files / "tgt.txt"), "--batch-size", "1", "--out", str(folder / "eval.json")])
+    err = capsys.readouterr().err + caplog.text
+    assert code == (2 if stop_at is None else 130), err
+    kept = next(tmp_path.glob("molspec-*/eval.json"))
+    assert f"{folder / 'eval.json'} could not be written (the folder of {folder / 'eval.json'} does not exist): the " \
+           f"report is kept as {kept}" in err
+    assert json.loads(kept.read_text())["n"] == (5 if stop_at is None else 2)
