@@ -686,9 +686,26 @@ def no_route(stats: SearchStats) -> str:
         return f"no route to the stock was found before the search was stopped, {stats.search_s:.1f} s in"
     if not stats.ran_out:
         return f"no route to the stock was found within {stats.time_limit_s:g} s"
-    return (f"no route to the stock was found, and the search stopped after {stats.search_s:.1f} s of its "
-            f"{stats.time_limit_s:g} s: it ran out of molecules to expand (the model proposed no usable reactants "
-            "that lead to the stock within the step limit), so more time would not help")
+    stopped = f"no route to the stock was found, and the search stopped after {stats.search_s:.1f} s of its " \
+              f"{stats.time_limit_s:g} s"
+    if stats.counts.kept == 0:  # not a step from the target: its routes were not cut by the step limit or the stock
+        return (f"{stopped}: the model proposed no usable reactants for the target itself{unusable(stats.counts)}, so "
+                "neither more time nor a larger stock would help")
+    return (f"{stopped}: it ran out of molecules to expand (the model proposed no usable reactants that lead to the "
+            "stock within the step limit), so more time would not help")
+
+
+def unusable(counts: ExpansionCounts) -> str:
+    """Why none of the model's answers for a target could be used, where it gave any: a 400-carbon chain's came back
+    shorter than the chain, each lacking atoms of it, and the Routes page said 'A larger stock might help'."""
+    lacking, flagged = counts.missing_atoms, counts.answers - counts.missing_atoms
+    if not counts.answers:
+        return ""  # the model gave none (failure_note says why)
+    if lacking and flagged:
+        return f" (of its {counts.answers} answers, {flagged} {'was' if flagged == 1 else 'were'} invalid or " \
+               f"flagged and {lacking} lacked atoms of the target)"
+    why = "lacked atoms of the target" if lacking else f"{'was' if counts.answers == 1 else 'were'} invalid or flagged"
+    return f" (its answer {why})" if counts.answers == 1 else f" (all {counts.answers} of its answers {why})"
 
 
 def extract_routes(graph: AndOrGraph | MolSetGraph, stock: Stock, max_routes: int) -> list[Route]:

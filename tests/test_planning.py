@@ -446,6 +446,39 @@ def test_a_search_that_runs_out_of_molecules_says_so_not_that_its_time_ran_out(c
     assert not timed_out.ran_out and planning.no_route(timed_out) == "no route to the stock was found within 20 s"
 
 
+
+def shortened_predict(answer: str):
+    """Predictor.predict as it answers a chain longer than it can write: three valid answers, each short of carbons."""
+    from molspec_core.service import Prediction
+
+    def predict(self, queries, **options):
+        return [QueryResult(query, query, predictions=tuple(Prediction(rank, answer, -rank, True, ("C",), (-1,))
+                                                            for rank in (1, 2, 3)), method="beam", task="retro")
+                for query in ([queries] if isinstance(queries, str) else queries)]
+    return predict
+
+
+def test_a_target_whose_answers_all_lack_its_atoms_is_not_told_a_larger_stock_might_help(copy_predictor,
+                                                                                          monkeypatch):
+    """A 400-carbon chain: the model wrote every answer shorter than the chain, all skipped for lacking its atoms, and
+    the search was said to have 'run out of molecules to expand (the model proposed no usable reactants that lead to
+    the stock within the step limit)', the Routes page adding 'A larger stock might help': no step from the target
+    was usable, so neither the step limit nor the stock had a say."""
+    monkeypatch.setattr(Predictor, "predict", shortened_predict("CCCCO.CCBr"))
+    result = plan("C" * 12, copy_predictor, Stock(["CCO"]), time_limit_s=20.0, settings=PlanSettings(n_best=3))
+    stats = result.stats
+    assert stats.ran_out and (stats.counts.answers, stats.counts.missing_atoms, stats.counts.kept) == (3, 3, 0)
+    assert planning.no_route(stats) == (
+        f"no route to the stock was found, and the search stopped after {stats.search_s:.1f} s of its 20 s: the model "
+        "proposed no usable reactants for the target itself (all 3 of its answers lacked atoms of the target), so "
+        "neither more time nor a larger stock would help")
+    counts = dataclasses.replace(stats.counts, missing_atoms=1)  # the other two invalid or flagged
+    assert planning.unusable(counts) == \
+        " (of its 3 answers, 2 were invalid or flagged and 1 lacked atoms of the target)"
+    assert planning.unusable(dataclasses.replace(counts, answers=1, missing_atoms=0)) == \
+        " (its answer was invalid or flagged)"
+
+
 def failing_predict(error: str):
     """Predictor.predict as it answers when every query fails (cut at the time limit per query)."""
     def predict(self, queries, **options):

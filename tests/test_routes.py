@@ -663,3 +663,23 @@ def test_a_stopped_searchs_time_reads_as_its_search_time_does(tmp_path, monkeypa
     assert "found before the search was stopped, 18.6 s into its 30 s" in at.success[0].value
     assert next(m for m in at.metric if m.label == "Search time").value == "18.7 s"
 
+
+
+def test_routes_page_offers_no_larger_stock_where_no_answer_for_the_target_was_usable(tmp_path, monkeypatch):
+    """A 400-carbon chain, every answer shorter than the chain and skipped for lacking its atoms, was told that the
+    search ran out of molecules 'within the step limit' and that 'A larger stock might help', beside Answers used 0%."""
+    from molspec_core.service import Predictor
+    from test_planning import shortened_predict
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    monkeypatch.setattr(Predictor, "predict", shortened_predict("CCCCO.CCBr"))
+    at.text_input(key="route_target").input("C" * 12)
+    at.slider(key="route_time").set_value(30)  # the atom check stays on, as the page starts
+    at = next(b for b in at.button if b.label == "Find routes").click().run()
+    assert not at.exception
+    said = [w.value.replace("\\", "") for w in at.main.warning if "No route" in w.value]
+    assert len(said) == 1 and said[0].endswith("the model proposed no usable reactants for the target itself (all 3 "
+                                               "of its answers lacked atoms of the target), so neither more time nor "
+                                               "a larger stock would help.")
+    assert "larger stock might help" not in shown_text(at) and "within the step limit" not in shown_text(at)

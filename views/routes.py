@@ -425,8 +425,11 @@ def stock_size(molecules: int, unreadable: int) -> str:
 
 def no_route_message(stats: SearchStats) -> str:
     """Why no route was found, with what might help: a longer time where the time ran out, and not where the
-    search ran out of molecules to expand (it stopped at 11 s of 30 and was told to try a longer time)."""
+    search ran out of molecules to expand (it stopped at 11 s of 30 and was told to try a longer time); nothing where
+    the model proposed no usable step from the target (a 400-carbon chain was told a larger stock might help)."""
     reason = no_route(stats)
+    if stats.ran_out and not stats.counts.kept:  # no usable step from the target: no_route says nothing would help
+        return f"{reason[0].upper()}{reason[1:]}."
     advice = ("A larger stock might help." if stats.ran_out
               else "Try a longer time, the other search, or a larger stock.")
     return f"{reason[0].upper()}{reason[1:]}. {advice}"
