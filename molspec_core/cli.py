@@ -986,9 +986,17 @@ def write_report(out: Path, report: dict, keep: bool = True) -> None:
         write_text_file(out, text)
         return
     except (OSError, OutputFileError) as exc:  # the latter: its folder is gone, or a folder took its name
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    kept = Path(tempfile.mkdtemp(prefix="molspec-")) / out.name
-    write_text_file(kept, text)  # where this fails too, its error is the one told
+        failed = exc
+    reason = failed.strerror if isinstance(failed, OSError) and failed.strerror else str(failed)
+    folder = None
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="molspec-"))
+        write_text_file(folder / out.name, text)
+    except (OSError, OutputFileError):  # a full disk, most likely: the first failure is the one to tell
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise failed from None
+    kept = folder / out.name
     moved = OSError(f"{out} could not be written ({reason}): the report is kept as {kept}")
     moved.kept_as = kept
     raise moved

@@ -2105,13 +2105,18 @@ def test_evaluate_output_paths_are_checked_first(pair_files, capsys, no_model_lo
 
 
 def test_a_full_disk_is_an_error_line_and_the_earlier_report_stays_whole(pair_files, capsys, monkeypatch):
-    """evaluate wrote its report in place: a write that failed left half a file where the last report was."""
+    """evaluate wrote its report in place: a write that failed left half a file where the last report was. The
+    temporary folder it then tries (write_report) is not left behind, and the error is the first one."""
+    import tempfile
+
     out = pair_files / "e.json"
     out.write_text("the earlier report\n")
     disk_full(monkeypatch)
+    monkeypatch.setattr(tempfile, "tempdir", str(pair_files))
     expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
                     "--limit", "1", "--out", out], capsys, f"No space left on device: {out}")
     assert out.read_text() == "the earlier report\n" and not list(pair_files.glob(".*partial"))
+    assert not list(pair_files.glob("molspec-*"))
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
