@@ -789,6 +789,25 @@ def test_a_greedy_query_stopped_by_the_time_limit_keeps_its_calls(copier, decode
     assert result.predictions == () and result.stats.model_calls == 2  # the third call found the limit passed
 
 
+def test_the_uncached_greedy_baseline_stopped_by_the_time_limit_keeps_its_calls(copier, monkeypatch):
+    """greedy-uncached, greedy's benchmark baseline (its calls recompute every prefix: decode_full), said 0 calls
+    when stopped, as greedy did; it keeps them too, and a batch-mate that had ended keeps its answer."""
+    from molspec_core import limits
+
+    clock = {"seconds": 0.0}
+    real = copier.model.decode_full
+
+    def decode_full(*args, **kwargs):
+        clock["seconds"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(copier.model, "decode_full", decode_full)
+    monkeypatch.setattr(limits, "now", lambda: clock["seconds"])
+    done, stopped = copier.predict(["CCO", SLOW], method="greedy-uncached", time_limit_s=2.5)
+    assert clock["seconds"] == 6 and done.ok and done.stats.model_calls == 3  # no retry
+    assert not stopped.ok and stopped.predictions == () and stopped.stats.model_calls == 5
+
+
 @pytest.mark.parametrize("method", ["greedy", "spec-lookup"])
 def test_a_greedy_batch_past_its_limit_keeps_the_queries_that_ended(copier, decoder_clock, method):
     """A greedy batch past its limit was decoded again one query at a time: CCO, which had ended in the batch, was
