@@ -762,3 +762,55 @@ def test_an_emptied_time_limit_goes_back_to_its_value_not_to_1_s(copy_models, mo
         at = at.switch_page("views/models.py").run().switch_page(page).run()
         assert_clean(at)
         assert at.number_input(key=key).value == 120 and at.number_input(key=key).proto.default == 120
+
+
+def test_decoders_stopped_at_the_time_limit_are_not_shown_as_a_speedup(copy_models, monkeypatch):
+    """Beam search and its exact speculative partner, both stopped at a 1 s time limit while timed, were shown as
+    "Speedup 1.00x" (1007 ms against 1007 ms) and as "The two decoders returned different answers" from two exact
+    decoders. A decoder that ran into the limit is named, and no speedup is shown nor charted."""
+    from molspec_core import bench
+
+    def stopped(predictor, query, baseline, speculative, repeats=3):
+        return bench.Speedup(query, bench.Timing(baseline["method"], 3007.0, 40, 0.0, 1.0, ("CC", "CO")),
+                             bench.Timing(speculative["method"], 3004.0, 30, 0.5, 1.4, ("CC",)))
+
+    monkeypatch.setattr(bench, "compare_pair", stopped)
+    at = app(copy_models, monkeypatch).run()
+    at.number_input(key="time_limit_predict").set_value(3).run()
+    predict(at, "Oc1ccncc1Cl")
+    test_app.measure_speedup(at)
+    assert_clean(at)
+    assert ("Beam search and Speculative beam, exact ran into the 3 s time limit on this query and were stopped"
+            in texts(at.warning))
+    assert "Speedup" not in {m.label for m in at.metric} and "different answers" not in texts(at.warning)
+    assert not at.get("plotly_chart")  # the session's chart holds speedups alone
+
+
+def test_a_speedup_is_stopped_where_a_decoder_gave_no_answer_or_reached_the_limit():
+    from molspec_core.bench import Speedup, Timing
+    from views.predict import stopped_decoders
+
+    def timed(greedy_ms: float, greedy_answers: tuple, spec_ms: float) -> Speedup:
+        return Speedup("CCO", Timing("greedy", greedy_ms, 9, 0.0, 1.0, greedy_answers),
+                       Timing("spec-auto", spec_ms, 4, 1.0, 2.0, ("CC",)))
+
+    assert stopped_decoders(timed(900.0, ("CC",), 400.0), 1) == []
+    assert stopped_decoders(timed(1000.0, ("CC",), 400.0), 1) == ["Greedy"]
+    assert stopped_decoders(timed(900.0, (), 400.0), 1) == ["Greedy"]  # greedy stopped hands on no answer
+    assert stopped_decoders(timed(1003.0, (), 1001.0), 1) == ["Greedy", "Speculative, auto drafts"]
+
+
+def test_answers_found_before_the_time_limit_offer_no_speedup_that_the_limit_would_stop(copy_models, monkeypatch):
+    """A query whose search the time limit stopped offered Measure speedup, which timed both decoders under that
+    limit: both were stopped again, and their times, the limit's, read as a speedup."""
+    decode_slowly(monkeypatch)
+    at = app(copy_models, monkeypatch).run()
+    at.number_input(key="time_limit_predict").set_value(3).run()
+    predict(at, "OCCOc1ccccc1")  # beam search: stopped with the answers it had
+    assert at.session_state["shown"].result.stopped_with_answers
+    at.session_state["inspect_tab"] = "Speedup of this query"
+    at.run()
+    assert_clean(at)
+    assert "Measure speedup" not in [b.label for b in at.button]
+    assert "when the 3 s time limit stopped it: timed under that limit, the decoders would be stopped too" in texts(
+        at.info)

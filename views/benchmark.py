@@ -426,9 +426,10 @@ def unset_knobs_note(cfg: common.Settings, choices: list[str]) -> str | None:
     knobs = [knob for knob in SAMPLING_KNOBS if knob not in shown and any(knob in METHODS[m].knobs for m in lossy)]
     values = ", ".join(f"{knob_name(knob)} {getattr(given, knob):g}" for knob in knobs)
     reads, run = ("reads", "it runs") if len(lossy) == 1 else ("read", "they run")
-    return (f"{_in_words([common.method_label(m) for m in lossy])} {reads} knobs the sidebar does not show for its "
-            f"method: chosen here, {run} with those where the sidebar opens them ({values}). To time one at other "
-            "knobs, choose it in the sidebar and set them there.")
+    names = common.in_words([common.method_label(m) for m in lossy])
+    return (f"{names} {reads} knobs the sidebar does not show for its method: chosen here, {run} with those where "
+            f"the sidebar opens them ({values}). To time one at other knobs, choose it in the sidebar and set them "
+            "there.")
 
 
 def run_live(cfg: common.Settings, n_queries: int, methods: list[str]) -> dict | None:
@@ -741,11 +742,6 @@ TABLE_BELOW = "The table below the charts"
 SWEEP_TABLE = "The table under the charts, \"The sweep chart's points as a table\","
 
 
-def _in_words(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def chart_caption(figure: go.Figure, values_at: str = TABLE_BELOW) -> str:
     """What a chart plots, in words, for the caption right above it: a screen reader met each Plotly chart as
     unnamed images (its title is text in an SVG, no name), so the caption names the chart and its series and says
@@ -756,7 +752,7 @@ def chart_caption(figure: go.Figure, values_at: str = TABLE_BELOW) -> str:
         plotted = f"Lines against {html.unescape(figure.layout.xaxis.title.text or 'the knob')}"
     else:
         plotted = "Bars for each method"
-    return common.md_escape(f"Chart: {title}. {plotted}: {_in_words(series)}. {values_at} holds every value.")
+    return common.md_escape(f"Chart: {title}. {plotted}: {common.in_words(series)}. {values_at} holds every value.")
 
 
 def chart_rows_style(key: str) -> str:

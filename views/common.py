@@ -516,6 +516,11 @@ def counted(n: int, noun: str, plural: str = "") -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+def in_words(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def md_escape(text: str) -> str:
     """Text shown through a markdown element (st.error, st.caption) exactly as typed, and never as a link: a
     file name or a message may hold an address (www..., a scheme and host, name@host.org), and the page must not

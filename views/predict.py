@@ -682,19 +682,38 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
                f"{common.method_label(speculative)}, {SPEEDUP_REPEATS} times each, interleaved; times are "
                "medians of the decoding call.")
     records: dict = st.session_state.setdefault("speedups", {})
-    # the sampling knobs too: relaxed greedy's tau or a temperature moves the calls and the time; the last item, what
-    # they read as (measured_with), is the session table's
+    cut: dict = st.session_state.setdefault("speedups_cut", {})  # {key: the decoders the time limit stopped}
+    # the sampling knobs too: relaxed greedy's tau or a temperature moves the calls and the time, and the time limit,
+    # which may stop a decoder; the last item, what they read as (measured_with), is the session table's
     key = (cfg.model, cfg.dtype, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment,
-           cfg.sampling, measured_with(cfg, speculative))
-    if st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
+           cfg.sampling, shown.time_limit_s, measured_with(cfg, speculative))
+    if shown.result.stopped_with_answers:  # timed under the limit that stopped it, a decoder is stopped again
+        st.info(f"These answers are what the search had found when the {shown.time_limit_s:g} s time limit stopped "
+                "it: timed under that limit, the decoders would be stopped too, and their times would be the limit's. "
+                f"To measure the speedup, {LONGER_HOW}.", icon=":material/timer_off:")
+    elif st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
                 limit = {"time_limit_s": shown.time_limit_s}
-                records[key] = compare_pair(predictor, query, {**cfg.options(baseline), **limit},
-                                            {**cfg.options(speculative), **limit}, SPEEDUP_REPEATS)
+                record = compare_pair(predictor, query, {**cfg.options(baseline), **limit},
+                                      {**cfg.options(speculative), **limit}, SPEEDUP_REPEATS)
         except Exception:  # noqa: BLE001
             log.exception("speedup measurement failed")
             st.error("The measurement failed; the prediction above is unaffected.")
+        else:
+            stopped = stopped_decoders(record, shown.time_limit_s)
+            if stopped:  # no speedup: kept apart, out of the session's chart
+                records.pop(key, None)
+                cut[key] = stopped
+            else:
+                records[key] = record
+                cut.pop(key, None)
+    if key in cut:
+        names = common.in_words(cut[key])
+        st.warning(f"{names} ran into the {shown.time_limit_s:g} s time limit on this query and "
+                   f"{'was' if len(cut[key]) == 1 else 'were'} stopped: the times are the limit's, not the decoders', "
+                   f"so no speedup is shown. For a longer time limit, {LONGER_HOW}, then measure again.",
+                   icon=":material/timer_off:")
     record = records.get(key)
     if record is not None:
         show_speedup_record(record)
@@ -703,6 +722,15 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
         st.plotly_chart(session_chart(measured), key="session_speedups")
         with st.expander(SESSION_TABLE_LABEL):  # a chart's bars are no text a screen reader reads
             st.dataframe(session_table(measured, [key[-1] for key in records]), hide_index=True)
+
+
+def stopped_decoders(record: Speedup, limit_s: float) -> list[str]:
+    """The decoders of a speedup measurement that the query's time limit stopped, by name: a median time at the
+    limit or past it (a search that ends by itself ends before the limit; a stopped one, a step after it), or no
+    answer (greedy stopped hands on none). Their times were shown as a speedup: beam search and its exact
+    speculative partner, both stopped at 1 s, "1.00x", and "different answers" from two exact decoders."""
+    return [common.method_label(timing.method) for timing in (record.baseline, record.speculative)
+            if timing.time_ms >= 1000 * limit_s or not timing.answers]
 
 
 DRAFT_MODEL_CALLS = ("Model calls are the model's own: the draft model's, about one for each token it drafts, are not "
