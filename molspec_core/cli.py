@@ -231,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
-    p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak; stopped by Ctrl-C or SIGTERM, "
-                   "the report of the queries scored by then, marked partial)")
+    p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak, and a partial one is refused "
+                   "without --resume; stopped by Ctrl-C or SIGTERM, the report of the queries scored by then, marked "
+                   "partial)")
     p.add_argument("--resume", action="store_true", help="go on from the partial report at --out of a run that "
                    "stopped (Ctrl-C, SIGTERM), given the same options and files: its queries are not decoded again, "
                    "and the report is the one a whole run writes (the partial one is not kept as <out>.bak); one of "
@@ -953,10 +954,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def stopped_report(out: Path | None, resume: bool) -> dict | None:
     """With --resume, the partial report at --out that the run goes on from (evaluate.resume_problem), or None where
-    there is none yet (the run starts at the first query); None without --resume."""
-    from .evaluate import resume_problem
+    there is none yet (the run starts at the first query). None without --resume, where a partial report at --out is
+    refused, as predict refuses its interrupted rows: run again without --resume, then stopped in turn, it left hours
+    of decoding in <out>.bak, and --resume went on from its own few queries."""
+    from .evaluate import PARTIAL, resume_problem
 
     if not resume:
+        if out is None or not out.is_file():
+            return None
+        try:
+            there = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # not a report: replaced, and kept as <out>.bak
+            return None
+        stop = there.get(PARTIAL) if isinstance(there, dict) else None
+        if isinstance(stop, dict):
+            raise ValueError(f"{out} holds the report of a run stopped after {there.get('n')} of {stop.get('of_n')} "
+                             "queries: give --resume to go on from it, or remove it (or give another --out) to start "
+                             "again")
         return None
     if out is None:
         raise ValueError("--resume goes on from the partial report at --out: give --out")

@@ -2949,6 +2949,8 @@ def test_resume_is_refused_naming_what_differs_from_the_stopped_run(pair_files, 
     (pair_files / "tgt.txt").write_text("C\n" + (pair_files / "tgt.txt").read_text().split("\n", 1)[1])
     expect_refused([*files, "--out", str(out), "--resume"], capsys, "differs in the first 2 queries (--src, --tgt")
     expect_refused([*files, "--resume"], capsys, "--resume goes on from the partial report at --out: give --out")
+    expect_refused([*files, "--out", str(out)], capsys, f"{out} holds the report of a run stopped after 2 of 5 "
+                   "queries: give --resume to go on from it, or remove it (or give another --out) to start again")
     assert out.read_text() == stopped  # each refused before a word of it changed
     whole = pair_files / "whole.json"
     with caplog.at_level(logging.WARNING):
