@@ -41,8 +41,8 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 
 from .boundary import Terminated
 from .centre import untraced_part
-from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, main_molecule, missing_atoms,
-                   mol_from_smiles, stereo_notes)
+from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, holds_carbon, main_molecule,
+                   missing_atoms, mol_from_smiles, product_alone, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
@@ -539,7 +539,8 @@ class PlanResult:
     dtype: str = "float32"  # what the models' decoder calls computed with (Predictor.dtype)
     max_routes: int = 10
     # What the target's stereo says that the model does not read (chem.stereo_notes: a CXSMILES's racemate, an @ RDKit
-    # drops): the routes are to the molecule as read, which the Predict page says and the Routes page did not
+    # drops): the routes are to the molecule as read, which the Predict page says and the Routes page did not; and a
+    # form of the target the model was not trained on (target_form_notes: no carbon, an ion)
     target_notes: tuple[str, ...] = ()
     stock_first_unreadable: str = ""  # Stock.first_unreadable: which entry was left out first, and why
     stock_column: str = ""  # Stock.column: the column (or SD data field) its SMILES were read from, "" for none
@@ -609,14 +610,41 @@ def check_target(target: str, predictor: Predictor) -> str:
 
 
 def several_molecules(target: str) -> str:
-    """Why a target of several molecules (a salt, a solvate, a mixture) is refused, naming its main molecule
-    where RDKit reads it: that is nearly always the one to make (sodium benzoate's benzoate)."""
-    refusal = f"the target {target[:80]!r} has several molecules; plan a route to one at a time"
+    """Why a target of several molecules (a salt, a solvate, a mixture) is refused, naming the molecule to plan for
+    where RDKit reads it: its main molecule, and where that is a salt's ion its neutral form (chem.product_alone),
+    as the Predict page names it: sodium benzoate was offered the benzoate ion, which the model's training data
+    nearly never hold, and sodium chloride the sodium ion."""
+    refusal = f"the target {target[:80]!r} has several molecules"
     try:
-        main = canonical(main_molecule(target))
+        if not holds_carbon(target):
+            return f"{refusal}, none of them holding carbon: {INORGANIC}"
+        refusal += "; plan a route to one at a time"
+        main, alone = canonical(main_molecule(target)), product_alone(target)
     except ChemError:
         return refusal
+    if alone != main:
+        return f"{refusal}: its main molecule (the most heavy atoms) is {main}, a salt's ion; plan for {alone}"
     return f"{refusal}: its main molecule (the most heavy atoms) is {main}"
+
+
+# Why a search for a target without carbon means nothing (the Predict page's note says it of the model's answers)
+INORGANIC = "the retrosynthesis model was trained on organic products (USPTO-50K), and its routes to an inorganic " \
+            "compound mean nothing"
+
+
+def target_form_notes(target: str) -> list[str]:
+    """What a chemist should know of a target (canonical, one molecule) written in a form the model was not trained
+    on, as the Predict page notes it of a retrosynthesis query (service.several_products_note): one holding no carbon,
+    or an ion a proton explains (acetate, CC(=O)[O-]), named with its neutral form. Water and acetate were searched
+    for without a word."""
+    if not holds_carbon(target):
+        return [f"The target holds no carbon: {INORGANIC}."]
+    neutral = product_alone(target)
+    if neutral == target:
+        return []
+    return [f"The target is written with charges a proton explains (an ion or a zwitterion), where the model's "
+            f"training data write nearly every such product in its neutral form, and the model may take the charged "
+            f"one apart as some other molecule. To plan for the neutral compound, give {neutral}."]
 
 
 def check_time_limit(time_limit_s: float) -> None:
@@ -648,6 +676,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                            settings.round_trip_k, settings.check_atoms, progress, settings.augment)
     search = search_algorithm(algorithm, model, stock, time_limit_s, settings.max_steps)
     target_mol = Molecule(canonical_target)
+    notes = (*stereo_notes(target), *target_form_notes(canonical_target))
     graph = search.create_graph(target_mol)  # made here, not in run_from_mol: a stopped search keeps its routes
 
     def result(iterations: int | None, stopped_by: str | None = None) -> PlanResult:
@@ -658,7 +687,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
                             stopped_by)
         return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
                           forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
-                          settings, predictor.dtype, max_routes, tuple(stereo_notes(target)), stock.first_unreadable,
+                          settings, predictor.dtype, max_routes, notes, stock.first_unreadable,
                           stock.column, stock.sheet)
 
     model.started = model.reported = time.monotonic()

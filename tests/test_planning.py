@@ -716,13 +716,38 @@ def test_a_reaction_smiles_is_told_it_is_one_dots_or_not(tmp_path, reaction):
         plan(reaction, Predictor.load(folder, "cpu"), Stock(["NO"]), time_limit_s=1.0)
 
 
-@pytest.mark.parametrize("salt, main", [("O=C([O-])c1ccccc1.[Na+]", "O=C([O-])c1ccccc1"),
-                                        ("[Na+].O=C([O-])c1ccccc1", "O=C([O-])c1ccccc1"), ("OCCN.Cl", "NCCO")])
+BENZOATE = "O=C([O-])c1ccccc1, a salt's ion; plan for O=C(O)c1ccccc1"
+
+
+@pytest.mark.parametrize("salt, main", [("O=C([O-])c1ccccc1.[Na+]", BENZOATE), ("[Na+].O=C([O-])c1ccccc1", BENZOATE),
+                                        ("OCCN.Cl", "NCCO")])
 def test_a_salt_target_is_told_its_main_molecule(copy_predictor, salt, main):
-    """Sodium benzoate (typed, or from its molfile) was refused with no hint of what to plan for instead."""
+    """Sodium benzoate (typed, or from its molfile) was refused with no hint of what to plan for instead; then it was
+    offered the benzoate ion, which the model's training data nearly never hold (the Predict page names the acid)."""
     with pytest.raises(ValueError, match="several molecules") as refused:
         plan(salt, copy_predictor, Stock(["NO"]), time_limit_s=1.0)
     assert str(refused.value).endswith(f"its main molecule (the most heavy atoms) is {main}")
+
+
+def test_an_inorganic_salt_target_is_not_offered_its_cation():
+    """Sodium chloride was told to plan a route to its main molecule, [Na+]."""
+    refusal = planning.several_molecules("[Na+].[Cl-]")
+    assert refusal == ("the target '[Na+].[Cl-]' has several molecules, none of them holding carbon: the "
+                       "retrosynthesis model was trained on organic products (USPTO-50K), and its routes to an "
+                       "inorganic compound mean nothing")
+
+
+def test_a_target_the_model_was_not_trained_on_the_form_of_is_noted(copy_predictor):
+    """Water (no carbon) and acetate (an ion a proton explains) were searched for without a word, where the Predict page
+    notes both (service.several_products_note); the neutral form is named, and a quaternary ammonium, whose charge no
+    proton explains, has no note."""
+    assert planning.target_form_notes("O") == [f"The target holds no carbon: {planning.INORGANIC}."]
+    acetate = planning.target_form_notes("CC(=O)[O-]")
+    assert len(acetate) == 1 and acetate[0].endswith("To plan for the neutral compound, give CC(=O)O.")
+    assert planning.target_form_notes("C[N+](C)(C)C") == [] and planning.target_form_notes("NCCO") == []
+    result = plan("O", copy_predictor, Stock(["NO"]), time_limit_s=1.0, settings=COPY)
+    assert result.target_notes == (f"The target holds no carbon: {planning.INORGANIC}.",)
+    assert planning.routes_json(result)["target_notes"] == list(result.target_notes)
 
 
 def test_plan_refuses_a_forward_model(copy_forward):
