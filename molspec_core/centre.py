@@ -406,26 +406,34 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
     reactant's atoms of that element, the one with the fewest bonds to break goes (a peracid's or Oxone's terminal
     OH oxygen, not the carbonyl's or the sulfonyl's, which was taken for having no hydrogen to lose, the peroxide's
     O-O bond said to stay and the peracid to leave without its acid group); then one bonded to its own element (the
-    peroxide's O-O, the weak bond), then one whose hydrogens and charge change least.
+    peroxide's O-O, the weak bond), then one whose hydrogens and charge change least. A reactant that gave one atom so
+    (or a counter-ion: _trace_lone_atoms) may give another, and is asked first: bromine or deuterium added across a
+    double bond (the second atom was drawn as leaving), methyl iodide in methanol whose iodide is the product's.
 
     Where no unused reactant holds the element, a group moved onto it (_migrated_to): a Hofmann rearrangement's
     aniline nitrogen, the benzamide's, was drawn as leaving and the aniline's as from nowhere."""
     reached = set(owner.values())
+    given = {k for k in unused if any(j == k for j, _ in reached)}  # reactants that gave atoms by these rules
+
+    def untraced(k: int, element: int) -> list[Chem.Atom]:
+        return [a for a in molecules[k].GetAtoms() if a.GetAtomicNum() == element and (k, a.GetIdx()) not in reached]
+
     for atom in product.GetAtoms():
         if atom.GetIdx() in owner or not atom.GetDegree() or any(n.GetIdx() not in owner for n in atom.GetNeighbors()):
             continue
-        holders = [k for k in sorted(unused) if any(a.GetAtomicNum() == atom.GetAtomicNum()
-                                                    for a in molecules[k].GetAtoms())]
+        holders = ([k for k in sorted(given) if untraced(k, atom.GetAtomicNum())]
+                   or [k for k in sorted(unused | given) if untraced(k, atom.GetAtomicNum())])
         if not holders and (migrated := _migrated_to(atom, molecules, owner, reached)) is not None:
             owner[atom.GetIdx()] = migrated
             reached.add(migrated)
         if len(holders) != 1:
             continue
         k = holders[0]
-        same = [a for a in molecules[k].GetAtoms() if a.GetAtomicNum() == atom.GetAtomicNum()]
-        owner[atom.GetIdx()] = (k, min(same, key=lambda a: (
+        owner[atom.GetIdx()] = (k, min(untraced(k, atom.GetAtomicNum()), key=lambda a: (
             sum(bond.GetBondTypeAsDouble() for bond in a.GetBonds()),
             all(n.GetAtomicNum() != a.GetAtomicNum() for n in a.GetNeighbors()), _atom_changed(atom, a))).GetIdx())
+        reached.add(owner[atom.GetIdx()])
+        given.add(k)
         unused.discard(k)
 
 
@@ -448,7 +456,12 @@ def _trace_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner:
                       unused: set[int]) -> None:
     """Trace each untraced molecule of one atom in the product (a counter-ion, water) to an unused one-atom reactant
     alike (element, isotope, charge, hydrogens), which no shared substructure of two atoms can find: a sodium ion
-    that stood beside hydroxide and stands beside acetate was marked as an atom whose bonds change."""
+    that stood beside hydroxide and stands beside acetate was marked as an atom whose bonds change. Where none is
+    alike, to the one untraced reactant atom of its element and isotope that a reactant laid on the product holds (the
+    leaving group that stays as the counter-ion or acid: the chloride of an acyl chloride, as HCl), or else an unused
+    one (methyl iodide's iodide in a quaternization): that atom was drawn as leaving, and the ion as from nowhere."""
+    reached = set(owner.values())
+    laid = {k for k, _ in owner.values()}
     for atom in product.GetAtoms():
         if atom.GetDegree() or atom.GetIdx() in owner:
             continue
@@ -457,6 +470,16 @@ def _trace_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner:
         if twin is not None:
             owner[atom.GetIdx()] = (twin, 0)
             unused.discard(twin)
+            continue
+        for reactants in (laid, unused):
+            sources = [(k, a.GetIdx()) for k in sorted(reactants) for a in molecules[k].GetAtoms()
+                       if (a.GetAtomicNum(), a.GetIsotope()) == (atom.GetAtomicNum(), atom.GetIsotope())
+                       and (k, a.GetIdx()) not in reached]
+            if sources:
+                if len(sources) == 1:
+                    owner[atom.GetIdx()] = sources[0]
+                    reached.add(sources[0])
+                break
 
 
 def _alike(atom: Chem.Atom, other: Chem.Atom) -> bool:

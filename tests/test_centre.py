@@ -152,6 +152,22 @@ def test_a_curtius_with_diphenylphosphoryl_azide_keeps_the_acids_carbonyl():
     assert {1, 3, 32} <= found.reactant_atoms  # the acid's carbonyl carbon and ipso carbon, the butanol's oxygen
 
 
+@pytest.mark.parametrize("reactants, product, reactant_centre", [
+    ("C=CC.BrBr", "CC(Br)CBr", {0, 1, 3, 4}),  # bromine added across a double bond: both its atoms
+    ("C=CC.[2H][2H]", "[2H]CC([2H])C", {0, 1, 3, 4}),  # deuterium so
+    # a quaternization: methyl iodide's iodide is the product's counter-ion (it was drawn as leaving)
+    ("CN(C)c1ccccc1.CI", "C[N+](C)(C)c1ccccc1.[I-]", {1, 9, 10}),
+    # in methanol: the iodide says the methyl is methyl iodide's, not the solvent's (it was drawn as leaving)
+    ("CI.CO.CN1CCCCC1", "C[N+]1(C)CCCCC1.[I-]", {0, 1, 5}),
+    # an acyl chloride's chloride is the HCl the record lists beside the amide, not the solvent's
+    ("CC(=O)Cl.NCc1ccccc1.ClCCl", "CC(=O)NCc1ccccc1.Cl", {1, 3, 4}),
+])
+def test_an_atom_a_reactant_gives_alone_is_traced_to_it_not_drawn_as_leaving(reactants, product, reactant_centre):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert found.reactant_atoms == reactant_centre and not found.leaving_atoms
+
+
 def test_a_reagent_that_shares_one_atom_with_the_product_is_not_traced_into_it():
     # ethanol left out of the query: water (atom 4) could stand in for the ester's oxygen, one atom alone
     found = reaction_centre("CC(=O)Cl.O", "CC(=O)OCC")
