@@ -1300,10 +1300,10 @@ class Predictor:
             del found[whole:]
         read = len(found)
         error = stopped_message(limit_s, len(views), method, n_best, read)
-        if not found:
+        if not found:  # its calls, where it made some, computed in this model's dtype like any decoded row's
             left_out.wall_time_s = seconds
             return QueryResult(query=given, canonical_query=query.canonical, stats=left_out, method=method,
-                               error=error)
+                               error=error, dtype=self.dtype if left_out.model_calls else "")
         if read == len(views):
             pooled = self._pooled(given, views, found, method, n_best, augment, seconds, TIMED_OUT)
         else:

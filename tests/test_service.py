@@ -989,6 +989,17 @@ def test_a_greedy_query_read_in_several_writings_stopped_keeps_the_leading_ones_
     assert stopped.stats.model_calls == one.stats.model_calls + 3 * 12
 
 
+def test_a_query_stopped_in_its_first_writing_says_the_dtype_of_the_calls_it_counts(monkeypatch):
+    """Read in several writings and stopped before its first writing ended, a row counted the calls made and said
+    they were computed in no dtype ("" is a row decoded by no call), where every other row with calls names it."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    decoder_clock(reader.model, monkeypatch)
+    stopped = reader.predict("OCCOc1ccccc1", method="greedy", augment=4, time_limit_s=5.5)
+    assert not stopped.ok and stopped.predictions == () and stopped.stats.model_calls == 4 * 5
+    assert stopped.dtype == "float32"
+
+
 def test_a_pooled_result_says_how_many_writings_it_pooled():
     """Asked for 5 writings, a small molecule has 3 (CCO, OCC, C(C)O): a result's answers said in how many writings
     they were given (Prediction.views), but not of how many, and the app said 'of the 5 writings the model read'."""
