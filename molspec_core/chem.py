@@ -233,6 +233,10 @@ def why_unreadable(smiles: str) -> str:
             meaning, atoms_of = ABBREVIATIONS[name]
             return (f"the '{name}' at position {start + 1} is an abbreviation ({meaning}), which a SMILES does not "
                     f"hold: write its atoms, as {atoms_of}")
+        elif (element := _element_at(smiles, i)) is not None:
+            start, symbol = element
+            return (f"the '{symbol}' at position {start + 1} is {ELEMENT_NAMES[symbol]}, which a SMILES writes in "
+                    f"brackets: [{symbol}] (outside them only B, C, N, O, P, S, F, Cl, Br and I)")
         else:
             return f"the {char!r} at position {at} {_not_smiles(char)}"
         if kind == "atom":
@@ -365,6 +369,25 @@ def _abbreviation_at(text: str, i: int) -> tuple[int, str] | None:
         start = next((s for s in range(i - len(name) + 1, i + 1) if s >= 0 and text.startswith(name, s)), None)
         if start is not None:
             return start, name
+    return None
+
+
+# Element symbols and their names, lower case: a metal written outside brackets (CCCCLi, C[Mg]Br as CMgBr) was told
+# only that its 'L' or 'g' is no atom.
+ELEMENT_NAMES = {Chem.GetPeriodicTable().GetElementSymbol(n): Chem.GetPeriodicTable().GetElementName(n).lower()
+                 for n in range(1, 119)}
+
+
+def _element_at(text: str, i: int) -> tuple[int, str] | None:
+    """(where it starts, which) of the element symbol that text[i], no atom there, begins or ends (the 'L' of Li, the
+    'a' of Na after an N read as nitrogen), or None: a capital and a lower-case letter where the two are a symbol,
+    else a capital alone (not H: a hydrogen outside brackets is left implicit, _not_smiles says)."""
+    if text[i].isupper():
+        if text[i + 1:i + 2].islower() and text[i:i + 2] in ELEMENT_NAMES:
+            return i, text[i:i + 2]
+        return (i, text[i]) if text[i] in ELEMENT_NAMES and text[i] != "H" else None
+    if text[i].islower() and i > 0 and text[i - 1:i + 1] in ELEMENT_NAMES:
+        return i - 1, text[i - 1:i + 1]
     return None
 
 

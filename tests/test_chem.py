@@ -383,8 +383,19 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                  "atom's brackets, as [CH3]"),  # said nothing: the H among aromatic atoms was taken for a name's letter
     ("C%1CC%1", "the '%' at position 2 starts no ring bond label: '%' takes two digits, as %12, or digits in "
                 "parentheses, as %(123)"),  # was told ring bond 1 is never closed
-    ("CNa", "the 'a' at position 3 is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I "
-            "(aromatic: b, c, n, o, p, s), and every other element in brackets, as [Na] or [Si]"),
+    ("CQ", "the 'Q' at position 2 is no atom: outside brackets a SMILES writes B, C, N, O, P, S, F, Cl, Br and I "
+           "(aromatic: b, c, n, o, p, s), and every other element in brackets, as [Na] or [Si]"),
+    # an element outside brackets, which was told only that its 'a', 'L' or 'g' is no atom
+    ("CNa", "the 'Na' at position 2 is sodium, which a SMILES writes in brackets: [Na] (outside them only B, C, N, O, "
+            "P, S, F, Cl, Br and I)"),
+    ("CCCCLi", "the 'Li' at position 5 is lithium, which a SMILES writes in brackets: [Li] (outside them only B, C, N, "
+               "O, P, S, F, Cl, Br and I)"),
+    ("CMgBr", "the 'Mg' at position 2 is magnesium, which a SMILES writes in brackets: [Mg] (outside them only B, C, "
+              "N, O, P, S, F, Cl, Br and I)"),
+    ("KOC(C)(C)C", "the 'K' at position 1 is potassium, which a SMILES writes in brackets: [K] (outside them only B, "
+                   "C, N, O, P, S, F, Cl, Br and I)"),
+    ("C[Si](C)(C)OCSi(C)(C)C", "the 'Si' at position 14 is silicon, which a SMILES writes in brackets: [Si] (outside "
+                               "them only B, C, N, O, P, S, F, Cl, Br and I)"),
     ("C{C}", "the '{' at position 2 is not part of a SMILES"),
     # two molecules given as a list or a sum, told only that the ',' is no part of a SMILES or the '+' a charge
     ("CCO,CCN", "the ',' at position 4 is not part of a SMILES: the molecules of one query are joined with '.', as "
