@@ -980,7 +980,7 @@ def stopped_report(out: Path | None, resume: bool) -> dict | None:
     report = read_report(str(out))
     problem = resume_problem(report)
     if problem:
-        raise ValueError(f"--resume: {out} cannot be gone on from: {problem} (without --resume a run replaces it, "
+        raise ValueError(f"--resume: {out} cannot be resumed: {problem} (without --resume a run replaces it, "
                          f"and keeps it as {out.name}.bak)")
     return report
 
