@@ -761,3 +761,22 @@ def test_the_writings_read_column_holds_whole_numbers_beside_a_rejected_row(copy
     assert "writings_read" in whole and exported["writings_read"].iloc[0] == "5"
     for name in whole:  # every whole-number column, on the answers' rows and the rejected one's
         assert all(re.fullmatch(r"\d*", cell) for cell in exported[name]), (name, exported[name].tolist())
+
+
+def test_one_rejected_hydride_row_holds_one(copy_models, monkeypatch):
+    """ "1 of the rejected rows hold a hydride written as one species"."""
+    from molspec_core.service import Predictor, QueryResult
+
+    real = Predictor.predict
+
+    def refused(self, query, **options):  # the copy model's vocabulary has no ion writing to offer
+        if query == "[NaH]":
+            return QueryResult(query=query, method=options["method"], error="token '[NaH]'", suggestion="[H-].[Na+]")
+        return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", refused)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("one.txt", b"[NaH]\nOc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "1 of the rejected rows holds a hydride written as one species" in texts(at.info)

@@ -466,8 +466,9 @@ def show(batch: BatchResult, now: Settings) -> None:
     if batch.round_trip_failed:
         st.warning(common.md_escape(f"The round-trip check could not run ({batch.round_trip_failed}); the answers "
                                     "stand without it."), icon=":material/warning:")
-    if batch.n_ion_refused:
-        st.info(f"{batch.n_ion_refused} of the rejected rows hold a hydride written as one species ({HYDRIDES}), "
+    if batch.n_ion_refused:  # it read "1 of the rejected rows hold"
+        hold = "holds" if batch.n_ion_refused == 1 else "hold"
+        st.info(f"{batch.n_ion_refused} of the rejected rows {hold} a hydride written as one species ({HYDRIDES}), "
                 f"which the model cannot read: tick *{ION_WRITING_LABEL}* and run the batch again.",
                 icon=":material/lightbulb:")
     if batch.recorded:
