@@ -763,6 +763,26 @@ def test_the_writings_read_column_holds_whole_numbers_beside_a_rejected_row(copy
         assert all(re.fullmatch(r"\d*", cell) for cell in exported[name]), (name, exported[name].tolist())
 
 
+def test_recorded_reactions_beside_a_named_known_answer_column_say_their_outcomes_are_not_compared(
+        copy_models, monkeypatch):
+    """A file of plain queries with a `product` column named as the known answers, and a recorded reaction among them
+    (its product cell empty): the results said the recorded products "are in the column recorded_products", and then
+    "not counted: 1 query with no known answer", without a word that its recorded product was not compared."""
+    at = batch_page(monkeypatch, copy_models)
+    data = b"smiles,product\nOc1ccncc1,Oc1ccncc1\nOc1cccnc1>>Oc1ccncc1,\n"
+    at.file_uploader[0].set_value(("mixed.csv", data, "text/csv"))
+    at.text_input[1].input("product")
+    submit(at, "Run batch")
+    assert_clean(at)
+    captions = texts(at.caption)
+    assert ("the recorded reactants are in the column recorded_reactants, kept, not compared: the answers are "
+            "compared with the known-answer column named, product.") in captions
+    assert "not counted: 1 query with no known answer" in captions
+    at.text_input[1].input("")  # the recorded outcomes are the known answers: nothing to say
+    submit(at, "Run batch")
+    assert "not compared" not in texts(at.caption)
+
+
 def test_one_rejected_hydride_row_holds_one(copy_models, monkeypatch):
     """ "1 of the rejected rows hold a hydride written as one species"."""
     from molspec_core.service import Predictor, QueryResult

@@ -475,10 +475,15 @@ def show(batch: BatchResult, now: Settings) -> None:
         side = batch.recorded.removeprefix("recorded_")  # known.recorded_column: recorded_products / _reactants
         are = ("is a recorded reaction" if batch.n_recorded == 1 else "are recorded reactions")
         their = "its" if batch.n_recorded == 1 else "their"
+        # A known-answer column named in the form is what the answers are compared with: a recorded reaction's row
+        # with none there was counted "with no known answer", its recorded outcome beside it (molspec predict says so)
+        compared = batch.known is not None and batch.known.column != batch.recorded
+        kept = (f", kept, not compared: the answers are compared with the known-answer column named, "
+                f"{batch.known.column}" if compared else "")
         st.caption(common.md_escape(
             f"{batch.n_recorded} of {common.counted(batch.n_queries, 'query', 'queries')} {are} "
             f"(reactants>reagents>products): the model was asked for {their} {side}, and the recorded {side} are in "
-            f"the column {batch.recorded}."))
+            f"the column {batch.recorded}{kept}."))
     if batch.known is not None:
         show_known(batch.known, n_good)
     input_columns = [c for c in table.columns if c not in (*RESULT_COLUMNS, MATCHES_KNOWN)]  # distinct names
