@@ -4,18 +4,18 @@ The model writes SMILES, not an atom map, so the centre is estimated from the mo
 traced to a reactant by the largest substructure the two share (RDKit's maximum common substructure, elements
 matched, any bond order), the reactant with the largest share first (an aromatic atom laid on one out of an aromatic
 ring counted half: a solvent's benzene is no source of a ring the reaction made), then the next on the product atoms
-still untraced (or a second piece of a reactant laid, where an atom was put into one of its bonds: a
-Baeyer-Villiger's oxygen, a Curtius's nitrogen); then bond by bond from traced atoms into their reactants' untraced
-neighbours, and once more by shared substructures with ring atoms free to match chain atoms (an atom that joined or
-left a ring: a lactam closed, an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between two
-carbons is then the one whose carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the
-phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A product atom is in the centre where one of
-its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no bond of the same order
-between the reactant's atoms, or is a double bond whose geometry (E or Z) is the other of its reactant bond's; or
-where its hydrogen count or charge differs from its reactant atom's, or it is a stereocentre whose configuration is
-the other of its reactant atom's (an epimer, a Mitsunobu inversion). Reactant atoms that do not reach the product
-leave (a chloride, a Boc group, a boronic acid's boron). Reactants that share fewer than two atoms with the product
-(solvents, bases, catalysts) are left out.
+still untraced (or a second piece of a reactant laid: one cut in two, as by an ozonolysis, or rearranged, or split
+by an atom put into one of its bonds, as a Baeyer-Villiger's oxygen or a Curtius's nitrogen); then bond by bond from
+traced atoms into their reactants' untraced neighbours, and once more by shared substructures with ring atoms free
+to match chain atoms (an atom that joined or left a ring: a lactam closed, an epoxide or a phthalimide opened, a
+Diels-Alder adduct). A heteroatom between two carbons is then the one whose carbon keeps it, as chemistry has it (an
+ester's oxygen is the alcohol's or the phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A
+product atom is in the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an
+untraced one, or has no bond of the same order between the reactant's atoms, or is a double bond whose geometry (E
+or Z) is the other of its reactant bond's; or where its hydrogen count or charge differs from its reactant atom's,
+or it is a stereocentre whose configuration is the other of its reactant atom's (an epimer, a Mitsunobu inversion).
+Reactant atoms that do not reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants that
+share fewer than two atoms with the product (solvents, bases, catalysts) are left out.
 
 It is an estimate: symmetric atoms can be traced to the wrong twin, and a product whose atoms are mostly
 untraced gets no centre at all (None) rather than a misleading one. The app marks it on the answers.
@@ -92,7 +92,7 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
     one to another, and a carbon that lost its double bond went unmarked. Empty where they share fewer than two atoms;
     otherwise the best pairs, one for each set of product atoms they cover (a symmetric reactant fits a product two
     ways alike; _trace_by_mcs chooses by what the other reactants make of the rest). `reached`: the reactant's atoms
-    already traced, left out of the search (its second piece: _insertion).
+    already traced, left out of the search (its second piece: _second_piece).
     (The reactant's first fit was taken as it came: an aminolysis of ethyl acetate marked the ethoxy as the
     centre and the acyl carbon as leaving.)"""
     rest, rest_kept = untraced_part(reactant, reached) if reached else (reactant, list(range(reactant.GetNumAtoms())))
@@ -214,10 +214,10 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
         for k in sorted({j for j, _ in owner.values()}):
             if time.monotonic() - started > DEADLINE_S:
                 break
-            shared = _insertion(part, kept, product, molecules[k], owner, k, rings_apart)
+            shared, inserted = _second_piece(part, kept, product, molecules[k], owner, k, rings_apart)
             if shared:  # an insertion's geometry is evidence too: it wins a tie with an unused reactant
                 evidence = _evidence(product, molecules[k], *shared[0])
-                if best is None or evidence >= best[0]:
+                if best is None or evidence > best[0] or (inserted and evidence == best[0]):
                     best = (evidence, k, shared)
         if best is None:
             break
@@ -228,21 +228,25 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
         _lay(product, molecules, owner, unused, k, ties[0])
 
 
-def _insertion(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol,
-               owner: dict[int, tuple[int, int]], k: int, rings_apart: bool) -> list[Pairing]:
-    """A second piece of reactant `k`, already laid on the product, where an atom was put between the two: the piece's
-    substructure shared with the product's untraced atoms (`part`, `kept`), the pairs of it in which an atom is bonded
-    in the reactant to one of the reactant's traced atoms and two bonds from it in the product. A reactant gives one
-    piece otherwise, so an oxygen or nitrogen inserted into one of its bonds split it, and the smaller side went to
-    another reactant or none: a Baeyer-Villiger oxidation of acetophenone traced the phenyl acetate's acetyl to the
-    peracid's acyl group (the ketone's acetyl leaving), a Curtius rearrangement's carbamate carbon to the phenyl of
-    diphenylphosphoryl azide."""
+def _second_piece(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol,
+                  owner: dict[int, tuple[int, int]], k: int, rings_apart: bool) -> tuple[list[Pairing], bool]:
+    """A second piece of reactant `k`, already laid on the product: the substructure its untraced atoms share with the
+    product's (`part`, `kept`), as _shared's pairs, and whether an atom was put between the two pieces (True: the pairs
+    in which an atom is bonded in the reactant to one of the reactant's traced atoms and two bonds from it in the
+    product; _trace_by_mcs lets these win a tie with an unused reactant). A reactant gave one piece otherwise, so an
+    oxygen or nitrogen inserted into one of its bonds split it, and the smaller side went to another reactant or none:
+    a Baeyer-Villiger oxidation of acetophenone traced the phenyl acetate's acetyl to the peracid's acyl group (the
+    ketone's acetyl leaving), a Curtius rearrangement's carbamate carbon to the phenyl of diphenylphosphoryl azide; and
+    a reactant cut in two (an ozonolysis's alkene, its acetone said to come from nowhere and to leave) or rearranged
+    (an allyl aryl ether's Claisen rearrangement, its allyl group so) lost the second piece."""
     reached = {r: p for p, (j, r) in owner.items() if j == k}
     if reactant.GetNumAtoms() - len(reached) < 2:
-        return []
-    return [(placement, fit) for placement, fit in _shared(part, kept, product, reactant, rings_apart, reached)
-            if any(n.GetIdx() in reached and _two_bonds_apart(product, p, reached[n.GetIdx()])
-                   for p, r in zip(placement, fit) for n in reactant.GetAtomWithIdx(r).GetNeighbors())]
+        return [], False
+    pairs = _shared(part, kept, product, reactant, rings_apart, reached)
+    inserted = [(placement, fit) for placement, fit in pairs
+                if any(n.GetIdx() in reached and _two_bonds_apart(product, p, reached[n.GetIdx()])
+                       for p, r in zip(placement, fit) for n in reactant.GetAtomWithIdx(r).GetNeighbors())]
+    return (inserted, True) if inserted else (pairs, False)
 
 
 def _two_bonds_apart(mol: Chem.Mol, first: int, second: int) -> bool:

@@ -141,6 +141,19 @@ def test_a_rearrangement_or_an_inserted_atom_keeps_the_migrating_groups_reactant
     assert (found.product_atoms, found.reactant_atoms, found.leaving_atoms) == (centre, reactant_centre, leaving)
 
 
+@pytest.mark.parametrize("reactants, product, centre, leaving", [
+    # ozonolysis: the alkene is cut in two; each carbonyl's oxygen is the ozone's, whose middle oxygen leaves (the
+    # acetone was traced to nothing, its carbons drawn as leaving, its methyls as the centre)
+    ("CC(C)=CCc1ccccc1.[O-][O+]=O", "CC(C)=O.O=CCc1ccccc1", {1, 3, 4, 5}, {12}),
+    # Claisen rearrangement: the allyl group moves from the oxygen to the ring (it was drawn as leaving)
+    ("C=CCOc1ccccc1", "C=CCc1ccccc1O", {2, 3, 9}, set()),
+])
+def test_a_reactant_cut_in_two_or_rearranged_gives_both_pieces(reactants, product, centre, leaving):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert (found.product_atoms, found.leaving_atoms) == (centre, leaving)
+
+
 def test_a_curtius_with_diphenylphosphoryl_azide_keeps_the_acids_carbonyl():
     """The acid, DPPA and tert-butanol to the Boc aniline: the carbamate's carbonyl was traced to a phenoxy of the
     DPPA (its ipso carbon for the carbonyl carbon) and the acid's whole carboxyl said to leave."""
