@@ -1424,9 +1424,11 @@ def test_live_benchmark_runs_on_the_shipped_model(tmp_path, monkeypatch):
 def test_a_live_benchmark_method_that_cannot_run_in_int8_says_why(tmp_path, monkeypatch):
     """The uncached baselines are refused in int8 (the app's default on a CPU); the page said only that the
     benchmark failed."""
-    at = live_benchmark(tmp_path, monkeypatch, ["greedy-uncached"])
+    at = live_benchmark(tmp_path, monkeypatch, ["greedy-uncached", "spec-auto"])
     assert "live_report" not in at.session_state
-    assert "The live benchmark cannot run: greedy-uncached is the uncached baseline" in texts(at.error)
+    assert ('The live benchmark cannot run Greedy, no cache (baseline) in int8 arithmetic: it recomputes every prefix '
+            'in torch, in float32. To time it, turn off "Faster arithmetic (int8)" in the sidebar, or leave it out.'
+            in texts(at.error))  # it said "time it with the model in float32", and named the method by its id
 
 
 # ---- Models page ----------------------------------------------------------------------------------

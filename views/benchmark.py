@@ -872,11 +872,19 @@ def main() -> None:
         if unset:
             st.caption(common.md_escape(unset))
         submitted = st.form_submit_button("Run live benchmark", type="primary", icon=":material/play_arrow:")
-    if submitted:
+    baselines = [common.method_label(m) for m in methods if m in METHODS and METHODS[m].benchmark_only]
+    if submitted and baselines and cfg.dtype != "float32":  # the engine refused them by their ids, saying to time
+        # them "with the model in float32", which the page sets with the sidebar's switch
+        it = "it" if len(baselines) == 1 else "them"
+        st.error(common.md_escape(f"The live benchmark cannot run {common.in_words(baselines)} in int8 arithmetic: "
+                                  f"{'it recomputes' if it == 'it' else 'they recompute'} every prefix in torch, in "
+                                  f"float32. To time {it}, turn off \"{common.INT8_LABEL}\" in the sidebar, or leave "
+                                  f"{it} out. Saved results above are unaffected."), icon=":material/error:")
+    elif submitted:
         st.session_state[LIVE_UNFINISHED] = True
         try:
             live = run_live(cfg, n_queries, ["greedy"] + [m for m in methods if m in METHODS])
-        except ValueError as exc:  # a method this model, so loaded, cannot run (int8 and the uncached baselines)
+        except ValueError as exc:  # a method this model, so loaded, cannot run
             st.error(common.md_escape(f"The live benchmark cannot run: {exc}. Saved results above are unaffected."))
         except Exception:  # noqa: BLE001
             log.exception("live benchmark failed")

@@ -39,6 +39,7 @@ APP_SAMPLING = SamplingOptions(beta=2, tau=1.0, delta=0.1)
 # On a CPU the app computes in int8 unless the user turns it off: first answers right as often as float32's
 # on the test sets, and faster (the figures: INT8_HELP's sources). The command line keeps float32 unless asked.
 INT8_BY_DEFAULT = True
+INT8_LABEL = "Faster arithmetic (int8)"  # the sidebar's switch, which pages name where it stands in the way
 INT8_HELP = """The model's matrix products in 8-bit integers instead of 32-bit floats: with the pages' default
 methods 1.8x (forward) and 1.7x (retrosynthesis) as fast on one CPU thread (README, "Measured speed"). On the
 test sets its first answer is right as often as float32's; retrosynthesis lists the recorded reactants among its
@@ -296,7 +297,7 @@ def render_sidebar() -> Settings:
              "favouring those many writings agree on: more often right (on the test sets in the model's card), "
              f"for about {APP_AUGMENT}x the time. Off: the canonical query alone.") else 1
     if int8_offered():
-        sb.toggle("Faster arithmetic (int8)", value=INT8_BY_DEFAULT, key="int8", help=INT8_HELP)
+        sb.toggle(INT8_LABEL, value=INT8_BY_DEFAULT, key="int8", help=INT8_HELP)
         if want_int8 and predictor is not None and dtype != "int8":
             sb.caption(md_escape(f"This model computes in float32: {int8_refusal(str(models_dir() / model))}"))
         elif dtype == "int8" and predictor is not None and METHODS[method].benchmark_only:
