@@ -237,8 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="go on from the partial report at --out of a run that "
                    "stopped (Ctrl-C, SIGTERM), given the same options and files: its queries are not decoded again, "
                    "and the report is the one a whole run writes (the partial one is not kept as <out>.bak); one of "
-                   "another model, method or queries is refused; without a report there the run starts at the first "
-                   "query")
+                   "another model, method or queries is refused, while --batch-size may change (a run stopped out of "
+                   "memory); without a report there the run starts at the first query")
     augment_arg(p)
     time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
@@ -850,7 +850,8 @@ def keeping_replaced(rows: Iterable[list[object]], out: Path) -> Iterator[list[o
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .calibration import weights_fingerprint
-    from .evaluate import check_method, evaluate, queries_digest, read_selected, resume_refusal, software
+    from .evaluate import (RESUME_MAY_DIFFER, check_method, evaluate, queries_digest, read_selected, resume_refusal,
+                           software)
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
@@ -893,21 +894,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                  len(sources))
         if refusal:
             raise ValueError(f"--resume: {out} is the report of another run, which differs in {refusal}; run with its "
-                             "options, or without --resume to start again (it is kept as "
-                             f"{out.name}.bak)")
-        code = [f"{key} {earlier.get(key)!r} against {value!r}" for key, value in software().items()
-                if earlier.get(key) != value]
-        if code:
-            log.warning("--resume: the code differs from the stopped run's (%s): its %d queries were decoded by that "
-                        "code, the rest by this one", "; ".join(code), earlier["n"])
+                             "options, or remove it (or give another --out) to start again")
+        now = {"batch_size": args.batch_size, **software()}
+        changed = [f"{key} {earlier.get(key)!r} against {now[key]!r}" for key in RESUME_MAY_DIFFER
+                   if earlier.get(key) != now[key]]
+        if changed:
+            log.warning("--resume: %s differ from the stopped run's: its %d queries were decoded so, the rest with "
+                        "this run's (the report's \"resumed\" keeps the stopped run's)", "; ".join(changed),
+                        earlier["n"])
         log.warning("--resume: %d of %d queries kept from %s; decoding the rest", earlier["n"], len(sources), out)
 
     def resumed(report: dict) -> dict:
-        """The report described, with, for a run resumed, the queries kept and the code that decoded them."""
+        """The report described, with, for a run resumed, the queries kept and what the stopped run may have decoded
+        them with otherwise (RESUME_MAY_DIFFER)."""
         report = described(report)
         if earlier is not None:
-            report["resumed"] = {"after": earlier["n"], "version": earlier.get("version"),
-                                 "commit": earlier.get("commit")}
+            report["resumed"] = {"after": earlier["n"], **{key: earlier.get(key) for key in RESUME_MAY_DIFFER}}
         return report
 
     try:

@@ -359,10 +359,13 @@ SETTINGS = ("method", "augment", "engine", "dtype", "device", "drafter", "draft_
             "time_limit_s", "batch_size", "version", "commit")
 
 
+# What a run that goes on from a stopped report may change (cmd_evaluate says so, and the report's "resumed" keeps the
+# stopped run's): the batch size, which changes no answer but at a near-tie and is what a run stopped out of memory
+# must change, and the code, since a run is not decoded again for an update.
+RESUME_MAY_DIFFER = ("batch_size", "version", "commit")
 # What a stopped report must share with the run that goes on from it (resume_refusal), besides its model's weights and
-# its queries: what decides each query's answers, as cmd_evaluate records them, and --limit. The code (version, commit)
-# is not among them: a run that goes on after an update says so (cmd_evaluate) rather than decode every query again.
-RESUMED = ("n_best", *(key for key in SETTINGS if key not in ("version", "commit")), "limit")
+# its queries: what decides each query's answers, as cmd_evaluate records them, and --limit.
+RESUMED = ("n_best", *(key for key in SETTINGS if key not in RESUME_MAY_DIFFER), "limit")
 
 
 def resume_refusal(earlier: dict, now: dict, of_n: int) -> str | None:

@@ -2911,7 +2911,8 @@ def test_an_evaluation_resumed_after_a_stop_writes_the_report_a_whole_run_writes
     assert decoded == sources[3:]  # the queries kept are not decoded again
     assert "3 of 6 queries kept from" in caplog.text
     whole, resumed = json.loads((tmp_path / "whole.json").read_text()), json.loads(out.read_text())
-    assert resumed.pop("resumed") == {"after": 3, "version": whole["version"], "commit": whole["commit"]}
+    assert resumed.pop("resumed") == {"after": 3, "batch_size": 1, "version": whole["version"],
+                                      "commit": whole["commit"]}
     assert resumed == dict(whole, src=resumed["src"]) and resumed["query_errors"] == 1
     assert not (tmp_path / "stopped.json.bak").exists()
     capsys.readouterr()
@@ -2992,3 +2993,31 @@ def test_an_evaluation_whose_out_folder_is_gone_keeps_its_report_in_a_temporary_
     assert f"{folder / 'eval.json'} could not be written (the folder of {folder / 'eval.json'} does not exist): the " \
            f"report is kept as {kept}" in err
     assert json.loads(kept.read_text())["n"] == (5 if stop_at is None else 2)
+
+
+def test_a_run_stopped_out_of_memory_is_resumed_with_another_batch_size(pair_files, monkeypatch, caplog):
+    """A run stopped out of memory is told to try a smaller --batch-size, which changes no answer (but at a near-tie):
+    --resume takes another batch size, says so, and the report keeps the stopped run's in "resumed"."""
+    import torch
+
+    from molspec_core.service import Predictor
+
+    files = ["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+             "--n-best", "2", "--out", str(pair_files / "e.json")]
+    real, calls = Predictor.predict, []
+
+    def predict(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise torch.OutOfMemoryError("out of memory")
+        return real(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Predictor, "predict", predict)
+        assert main([*files, "--batch-size", "1"]) == 2  # a window a query: two scored
+    assert json.loads((pair_files / "e.json").read_text())["partial"]["stopped_by"] == "OutOfMemoryError"
+    with caplog.at_level(logging.WARNING):
+        assert main([*files, "--batch-size", "2", "--resume"]) == 0
+    assert "--resume: batch_size 1 against 2 differ from the stopped run's" in caplog.text
+    report = json.loads((pair_files / "e.json").read_text())
+    assert (report["n"], report["batch_size"], report["resumed"]["batch_size"]) == (5, 2, 1)
