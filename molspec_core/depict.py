@@ -486,22 +486,26 @@ def _without_metal_radicals(mol: Chem.Mol) -> Chem.Mol:
     return mol
 
 
-def _radical_carbons_labelled(mol: Chem.Mol) -> Chem.Mol:
-    """A copy of `mol` in which each carbon with unpaired electrons that RDKit would draw as a bare vertex (bonded, no
-    isotope or charge) is labelled with its hydrogens, as CH2, CH or C, beside which RDKit draws its dots; `mol`
-    itself where none is. On a bare vertex the dot was a pixel or two at the page's size: an answer flagged as a
-    radical (chem.answer_concerns) showed none, an ethyl radical a plain bond."""
-    bare = [a for a in mol.GetAtoms() if a.GetNumRadicalElectrons() and a.GetAtomicNum() == 6 and a.GetDegree()
-            and not (a.GetIsotope() or a.GetFormalCharge())]
-    if not bare:
+def _carbons_labelled(mol: Chem.Mol) -> Chem.Mol:
+    """A copy of `mol` in which each bonded carbon RDKit would draw as a bare vertex but for its unpaired electrons,
+    or that it labels (an isotope or a charge) without its hydrogens, is labelled with them, as CH2, 13CH3 or CH2+;
+    `mol` itself where none is. On a bare vertex a radical's dot was a pixel or two at the page's size: an answer
+    flagged as a radical (chem.answer_concerns) showed none, an ethyl radical a plain bond. A label without its
+    hydrogens says the atom has none: a 13C-labelled methyl ester was drawn O-13C, a primary carbocation C+."""
+    marked = [a for a in mol.GetAtoms() if a.GetAtomicNum() == 6 and a.GetDegree() and (
+        (a.GetNumRadicalElectrons() and not (a.GetIsotope() or a.GetFormalCharge()))
+        or ((a.GetIsotope() or a.GetFormalCharge()) and a.GetTotalNumHs()))]
+    if not marked:
         return mol
     mol = Chem.Mol(mol)
-    for atom in bare:
-        hydrogens = atom.GetTotalNumHs()
+    for atom in marked:
+        hydrogens, charge = atom.GetTotalNumHs(), atom.GetFormalCharge()
         h = ("H" + (f"<sub>{hydrogens}</sub>" if hydrogens > 1 else "")) if hydrogens else ""
+        mass = f"<sup>{atom.GetIsotope()}</sup>" if atom.GetIsotope() else ""
+        sign = f"<sup>{abs(charge) if abs(charge) > 1 else ''}{'+' if charge > 0 else '-'}</sup>" if charge else ""
         drawn = mol.GetAtomWithIdx(atom.GetIdx())
-        drawn.SetProp("_displayLabel", "C" + h)
-        drawn.SetProp("_displayLabelW", h + "C")  # the label as RDKit writes it facing left
+        drawn.SetProp("_displayLabel", f"{mass}C{h}{sign}")
+        drawn.SetProp("_displayLabelW", f"{h}{mass}C{sign}")  # the label as RDKit writes it facing left
     return mol
 
 
@@ -543,9 +547,10 @@ def _cip_labelled(mol: Chem.Mol) -> Chem.Mol:
 
 def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, str] | None = None) -> str:
     """SVG of a molecule, its fragments apart (laid_out), its stereo labelled by the CIP rules (_cip_labelled), its
-    metal atoms without radical dots, its carbon radicals labelled and its ring carbons unlabelled
-    (_ring_carbons_unlabelled); atoms in `atom_colours` (and bonds between two of them) are highlighted."""
-    mol = _ring_carbons_unlabelled(_radical_carbons_labelled(_without_metal_radicals(_cip_labelled(mol))))
+    metal atoms without radical dots, its carbon radicals and labelled carbons shown with their hydrogens
+    (_carbons_labelled) and its ring carbons unlabelled (_ring_carbons_unlabelled); atoms in `atom_colours` (and
+    bonds between two of them) are highlighted."""
+    mol = _ring_carbons_unlabelled(_carbons_labelled(_without_metal_radicals(_cip_labelled(mol))))
     if not atom_colours:  # marked atoms are named by their index, which a label's atoms would shift
         mol = _ligands_abbreviated(mol)
     mol = laid_out(mol, width, height)

@@ -130,6 +130,18 @@ def test_a_carbon_radical_is_drawn_with_its_label_beside_its_dot(smiles, atom, h
     assert len(glyphs) == 1 + 1 + (1 if hydrogens else 0) + (1 if hydrogens > 1 else 0)  # dot, C, H, count
 
 
+@pytest.mark.parametrize("smiles, atom, glyphs", [
+    ("CC(=O)O[13CH3]", 4, 5),  # 13CH3 (drawn 13C, a carbon with no hydrogen)
+    ("CC[CH2+]", 2, 4),  # CH2+ (drawn C+)
+    ("C[C-](C)C", 1, 2),  # C-: it has no hydrogen
+])
+def test_a_carbon_drawn_with_a_label_shows_its_hydrogens(smiles, atom, glyphs):
+    """RDKit labels a carbon that bears an isotope or a charge but leaves its hydrogens out, and a label without them
+    says there are none: a 13C-labelled methyl ester was drawn O-13C, a primary carbocation C+."""
+    svg = depict.smiles_svg(smiles, 440, 230)
+    assert len(re.findall(rf"<path class='atom-{atom}' d='([^']*)'", svg)) == glyphs
+
+
 def _contrast_on_white(colour: str) -> float:
     """WCAG contrast ratio of a #rrggbb colour on white."""
     def linear(c: float) -> float:
