@@ -771,18 +771,32 @@ COVALENT_SALTS = frozenset({"N#C[O][Na]", "N#C[O][K]"})  # written with the bond
 # none. Read with its bonds, copper(II) acetate, p-toluidine and phenylboronic acid in pyridine (a Chan-Lam
 # coupling) gave an amide first (the acetate taken for an acylating agent); read as ions, the diarylamine. An
 # organometallic's (tributyltin acetate's) bond stays: USPTO writes it so. Its halides (PdCl2 is [Cl][Pd][Cl] in 592
-# rows) and alkoxides (titanium isopropoxide) stay bonded too, as USPTO writes them.
+# rows) and alkoxides (titanium isopropoxide) stay bonded too, as USPTO writes them. Only to a cation USPTO writes (the
+# forward model's vocabulary holds each of these): cobalt(II) acetate as ions is [Co+2], which it never saw, and a
+# query it read bonded would be refused.
+OXOACID_SALT_CATIONS = frozenset({
+    "[Ag+]", "[Al+3]", "[Ba+2]", "[Ca+2]", "[Ce+3]", "[Cu+]", "[Cu+2]", "[Fe+2]", "[Fe+3]", "[Hg+2]", "[Mg+2]",
+    "[Mn+2]", "[Ni+2]", "[Pb+2]", "[Pb+4]", "[Pd+2]", "[Rh+2]", "[Rh+3]", "[Sc+3]", "[Sn+2]", "[Ti+4]", "[Yb+3]",
+    "[Zn+2]", "[Zr+4]"})
 
 
 def salts_as_ions(fragments: Iterable[str]) -> list[str]:
     """Canonical fragments with each single bond of an alkali metal to an N, O, S or halogen, and of another metal
-    bonded to no carbon to an oxoacid's oxygen, written as the ions USPTO writes ([Na+] and CC[O-] for CC[O][Na],
-    [Pd+2] and two CC(=O)[O-] for CC(=O)[O][Pd][O]C(C)=O), save COVALENT_SALTS; the others as they are."""
+    bonded to no carbon to an oxoacid's oxygen (where its cation is one of OXOACID_SALT_CATIONS), written as the ions
+    USPTO writes ([Na+] and CC[O-] for CC[O][Na], [Pd+2] and two CC(=O)[O-] for CC(=O)[O][Pd][O]C(C)=O), save
+    COVALENT_SALTS; the others as they are."""
     return [part for fragment in fragments for part in _salt_as_ions(fragment)]
 
 
 def _is_metal(atom: Chem.Atom) -> bool:
     return atom.GetAtomicNum() not in NONMETALS
+
+
+def _cation(metal: Chem.Atom, bonds: int) -> str:
+    """The cation a metal atom makes, as a SMILES writes it, where `bonds` of its bonds become ionic ([Pd+2])."""
+    charge = metal.GetFormalCharge() + bonds
+    return f"[{metal.GetSymbol()}{'+' if charge > 0 else '-'}{abs(charge) if abs(charge) > 1 else ''}]" if charge \
+        else f"[{metal.GetSymbol()}]"
 
 
 def _ionic(bond: Chem.Bond) -> bool:
@@ -805,6 +819,10 @@ def _ionic(bond: Chem.Bond) -> bool:
 def _salt_as_ions(fragment: str) -> list[str]:
     mol = Chem.RWMol(mol_from_smiles(fragment))
     bonds = [bond for bond in mol.GetBonds() if _ionic(bond)]
+    split = Counter(atom.GetIdx() for bond in bonds for atom in (bond.GetBeginAtom(), bond.GetEndAtom())
+                    if _is_metal(atom) and atom.GetAtomicNum() not in ALKALI_METALS)
+    kept = {i for i, n in split.items() if _cation(mol.GetAtomWithIdx(i), n) not in OXOACID_SALT_CATIONS}
+    bonds = [bond for bond in bonds if not {bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()} & kept]
     if not bonds or fragment in COVALENT_SALTS:
         return [fragment]
     for bond in bonds:

@@ -590,6 +590,9 @@ def test_an_alkali_metals_salt_drawn_with_its_bond_is_read_as_its_ions(drawn, io
     ("CC(C)O[Ti](OC(C)C)(OC(C)C)OC(C)C", "CC(C)[O][Ti]([O]C(C)C)([O]C(C)C)[O]C(C)C"),  # and an alkoxide
     ("CC(=O)O[Sn](CCCC)(CCCC)CCCC", "CCC[CH2][Sn]([CH2]CCC)([CH2]CCC)[O]C(C)=O"),  # an organotin ester: covalent
     ("CC(=O)OI(OC(C)=O)c1ccccc1", "CC(=O)OI(OC(C)=O)c1ccccc1"),  # no metal: iodobenzene diacetate
+    # a cation USPTO never writes (no [Co+2] in the forward model's vocabulary): as ions, the query was refused
+    ("CC(=O)O[Co]OC(C)=O", "CC(=O)[O][Co][O]C(C)=O"),
+    ("CC(=O)O[Mn](OC(C)=O)OC(C)=O", "CC(=O)[O][Mn]([O]C(C)=O)[O]C(C)=O"),  # manganese(III) acetate
 ])
 def test_another_metals_salt_of_an_oxoacid_drawn_with_its_bonds_is_read_as_its_ions(drawn, ions):
     """Palladium(II) and copper(II) acetate drawn with their bonds (as Ketcher and ChemDraw write them) were read as
