@@ -814,3 +814,11 @@ def test_answers_found_before_the_time_limit_offer_no_speedup_that_the_limit_wou
     assert "Measure speedup" not in [b.label for b in at.button]
     assert "when the 3 s time limit stopped it: timed under that limit, the decoders would be stopped too" in texts(
         at.info)
+
+
+def test_the_more_examples_placeholder_fits_a_phones_select_box(copy_models, monkeypatch):
+    """At 390 pixels the list read "21 more: amide couplings, protections, reductions, cr", cut at its arrow."""
+    at = app(copy_models, monkeypatch).run()
+    placeholder = at.selectbox(key="more_examples").proto.placeholder
+    assert placeholder.startswith(f"{len(at.selectbox(key='more_examples').options)} more: ")
+    assert len(placeholder) <= 50, placeholder  # Chromium showed 53 characters of it at 390 pixels
