@@ -683,3 +683,5 @@ def test_routes_page_offers_no_larger_stock_where_no_answer_for_the_target_was_u
                                                "of its answers lacked atoms of the target), so neither more time nor "
                                                "a larger stock would help.")
     assert "larger stock might help" not in shown_text(at) and "within the step limit" not in shown_text(at)
+    used = next(m for m in at.metric if m.label == "Answers used")  # the Predict page flags such answers: not sane
+    assert used.value == "0%" and "3 lacked atoms of their product" in used.proto.help and "sane" not in used.proto.help

@@ -395,10 +395,11 @@ def show_stats(result: PlanResult) -> None:
     # a share, not "1081 of 1320"; never rounded to 100% where some were not used, nor to 0% where some were
     figures.metric("Answers used", common.percent(counts.kept / counts.answers) if counts.answers else "none",
                    width="content",
+                   # "sane ones lacked atoms": the Predict page flags an answer that lacks atoms of the product
                    help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
-                        f"used: invalid and flagged answers are skipped; {counts.missing_atoms:,} sane ones lacked "
-                        "atoms of their product, skipped while *Skip steps whose reactants lack atoms of the "
-                        "product* is on")
+                        f"used: invalid answers and ones flagged for another reason are skipped; "
+                        f"{counts.missing_atoms:,} lacked atoms of their product, skipped while *Skip steps whose "
+                        "reactants lack atoms of the product* is on")
     figures.metric("Search nodes", stats.nodes, width="content")
     figures.metric("Routes", len(result.routes), width="content")
     st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {amount(stats.iterations, 'iteration')} · "
