@@ -822,3 +822,13 @@ def test_the_more_examples_placeholder_fits_a_phones_select_box(copy_models, mon
     placeholder = at.selectbox(key="more_examples").proto.placeholder
     assert placeholder.startswith(f"{len(at.selectbox(key='more_examples').options)} more: ")
     assert len(placeholder) <= 50, placeholder  # Chromium showed 53 characters of it at 390 pixels
+
+
+def test_the_show_again_placeholder_fits_a_phones_select_box(copy_models, monkeypatch):
+    """At 390 pixels the session list's box read "Pick a query: its answers come back as they we", cut at its arrow."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    predict(at, "Clc1ccncc1")
+    placeholder = at.selectbox(key="earlier").proto.placeholder
+    assert placeholder.startswith("Pick a query")
+    assert len(placeholder) <= 44, placeholder  # Chromium showed 46 characters of it in the list, at 390 pixels

@@ -974,8 +974,9 @@ def show_history(task: str) -> None:
         st.dataframe(history_table(entries), hide_index=True, width="stretch",
                      column_config={"query": st.column_config.TextColumn(width="medium"),
                                     "first answer": st.column_config.TextColumn(width="medium")})
+        # a phone's box shows 46 characters: "Pick a query: its answers come back as they were" was cut at "they we"
         st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
-                     args=(task,), placeholder="Pick a query: its answers come back as they were",
+                     args=(task,), placeholder="Pick a query: its answers as they were",
                      format_func=lambda n: history_option(n, dict(entries)[n]))
         described = (f"The answers of these {len(entries)} queries, oldest first, in the Batch page's columns (the "
                      f"session keeps the last {HISTORY_LIMIT}).")
