@@ -579,6 +579,22 @@ def test_an_alkali_metals_salt_drawn_with_its_bond_is_read_as_its_ions(drawn, io
     assert sorted(salts_as_ions(canonical_fragments(drawn))) == sorted(canonical_fragments(ions))
 
 
+@pytest.mark.parametrize("drawn, written", [
+    ("C[S+](C)[O-]", "CS(C)=O"),  # DMSO, as USPTO writes it 3,242 times and never charge-separated
+    ("C[S+]([O-])c1ccc(C(=O)O)cc1", "CS(=O)c1ccc(C(=O)O)cc1"),  # retrosynthesis took it for an organosilicon
+    ("C[S@+]([O-])c1ccccc1", "C[S@](=O)c1ccccc1"),  # a chiral sulfoxide keeps its configuration
+    ("C[S+2]([O-])([O-])c1ccccc1", "CS(=O)(=O)c1ccccc1"),  # a sulfone
+    ("C[P+](C)(C)[O-]", "CP(C)(C)=O"),  # a phosphine oxide
+    ("C[N+](C)(C)[O-]", "C[N+](C)(C)[O-]"),  # an amine oxide keeps its charges: nitrogen has no fifth bond
+    ("[O-][n+]1ccccc1", "[O-][n+]1ccccc1"),
+    ("C[S+](C)(C)[O-]", "C[S+](C)(C)[O-]"),  # no valence for the double bond: as drawn
+])
+def test_an_oxide_of_sulfur_or_phosphorus_drawn_charge_separated_is_read_with_its_double_bond(drawn, written):
+    """A sulfoxide drawn S+-O- was read so, a writing neither model saw: the retrosynthesis model answered
+    4-(methylsulfinyl)benzoic acid with silicon compounds, and the sulfide with an oxidant when written S=O."""
+    assert salts_as_ions(canonical_fragments(drawn)) == canonical_fragments(written)
+
+
 @pytest.mark.parametrize("drawn, ions", [
     ("CC(=O)O[Pd]OC(C)=O", "CC(=O)[O-].CC(=O)[O-].[Pd+2]"),  # palladium(II) acetate, as USPTO writes it 970 times
     ("CC(=O)O[Cu]OC(C)=O", "CC(=O)[O-].CC(=O)[O-].[Cu+2]"),
