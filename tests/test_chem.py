@@ -592,9 +592,10 @@ def test_an_alkali_metals_salt_drawn_with_its_bond_is_read_as_its_ions(drawn, io
     ("CCOC(=O)[CH-][P+](c1ccccc1)(c1ccccc1)c1ccccc1", "CCOC(=O)C=P(c1ccccc1)(c1ccccc1)c1ccccc1"),
     ("[CH2-][P+](c1ccccc1)(c1ccccc1)c1ccccc1", "C=P(c1ccccc1)(c1ccccc1)c1ccccc1"),
 ])
-def test_an_oxide_of_sulfur_or_phosphorus_drawn_charge_separated_is_read_with_its_double_bond(drawn, written):
-    """A sulfoxide drawn S+-O- was read so, a writing neither model saw: the retrosynthesis model answered
-    4-(methylsulfinyl)benzoic acid with silicon compounds, and the sulfide with an oxidant when written S=O."""
+def test_an_oxide_or_ylide_of_sulfur_or_phosphorus_drawn_charge_separated_is_read_with_its_double_bond(drawn, written):
+    """A sulfoxide drawn S+-O- (or a Wittig reagent P+-C-) was read so, a writing neither model saw: the
+    retrosynthesis model answered 4-(methylsulfinyl)benzoic acid with silicon compounds, and the sulfide with an
+    oxidant when written S=O."""
     assert salts_as_ions(canonical_fragments(drawn)) == canonical_fragments(written)
 
 
