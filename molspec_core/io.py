@@ -13,6 +13,7 @@ import contextlib
 import csv
 import datetime
 import errno
+import functools
 import gzip
 import io
 import itertools
@@ -988,13 +989,20 @@ def several_molecules(first_row: Sequence[object], offset: int = 0) -> tuple[int
     (service.several_products_note): a query of several molecules (a salt or a solvent that the model builds into
     its answers), and also one molecule written as an ion (acetate, CC(=O)[O-]) or holding no carbon ([NH4+]),
     which a file run passed over without a word (several_molecules_note)."""
-    from .service import several_products_note
-
     answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
     query = str(first_row[offset + RESULT_COLUMNS.index("canonical_query")] or "")
-    if not answered or not ("." in query or several_products_note("retro", query)):  # "." first: a forward run's
-        return None  # queries, nearly all of several molecules, are not read by RDKit for a note they never print
+    if not answered or not ("." in query or _noted_alone(query)):  # "." first: a forward run's queries, nearly all
+        return None  # of several molecules, are not read by RDKit for a note they never print
     return int(str(first_row[offset + RESULT_COLUMNS.index("row")])), query
+
+
+@functools.lru_cache(maxsize=4096)
+def _noted_alone(canonical: str) -> bool:
+    """Whether service.several_products_note speaks of a retrosynthesis query of one molecule (an ion, no carbon).
+    Cached: the Batch page asks it of each of a record's answer rows, and RDKit reads the query each time."""
+    from .service import several_products_note
+
+    return bool(several_products_note("retro", canonical))
 
 
 # What the records of each kind of several_products_note have in common, as several_molecules_note counts them

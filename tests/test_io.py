@@ -1563,3 +1563,19 @@ def test_a_retrosynthesis_files_lone_ion_and_inorganic_queries_get_the_predict_p
     assert "predict CC(=O)O." in note
     # a salt alone keeps the words it had
     assert molspec_io.several_molecules_note([(2, "CCN.Cl")]).startswith("1 query holds several molecules (row 2). ")
+
+
+def test_a_records_answer_rows_have_its_query_read_for_the_retrosynthesis_note_once(monkeypatch):
+    """The Batch page asks io.several_molecules of every answer row, and each asked RDKit to read the query again for
+    the note on an ion alone: a record's n_best rows read it once."""
+    from molspec_core import service
+    from molspec_core.service import Prediction, QueryResult
+
+    asked: list[str] = []
+    note = service.several_products_note
+    monkeypatch.setattr(service, "several_products_note", lambda task, query: asked.append(query) or note(task, query))
+    molspec_io._noted_alone.cache_clear()
+    answers = tuple(Prediction(rank, "CC(=O)Cl", -1.0, True, ("C",), (-1,)) for rank in (1, 2, 3))
+    rows = molspec_io.result_rows(4, (), QueryResult("CC(=O)[O-]", "CC(=O)[O-]", predictions=answers, method="beam"))
+    assert [molspec_io.several_molecules(row) for row in rows] == [(4, "CC(=O)[O-]")] * 3
+    assert asked == ["CC(=O)[O-]"]
