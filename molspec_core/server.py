@@ -132,8 +132,9 @@ class Request:
 def _typed(body: Mapping, key: str, types: tuple[type, ...]) -> object:
     value = body[key]
     if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
-        names = " or ".join({"str": "a string", "int": "a whole number", "float": "a number",
-                             "bool": "true or false"}[t.__name__] for t in types)
+        # a number: a whole one or not ('must be a whole number or a number' said it twice)
+        names = "a number" if float in types else " or ".join(
+            {"str": "a string", "int": "a whole number", "bool": "true or false"}[t.__name__] for t in types)
         raise RequestError(f"{key!r} must be {names}, not {_shown(value)}")
     return value
 
@@ -166,6 +167,10 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
         raise RequestError(f"{len(smiles)} queries in one request; at most {MAX_QUERIES}: send them in parts, "
                            "or use `molspec predict --input` for a file", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
     predictor = _model(body, "model", models, None)
+    if "time_limit_s" in body and body["time_limit_s"] is None:  # JSON's null for Python's None, which is no limit
+        raise RequestError(f"'time_limit_s' must be a number of seconds, above 0 and at most {MAX_REQUEST_S:g} (null, "
+                           f"the library's no limit, is not taken here: a request decodes for at most "
+                           f"{MAX_REQUEST_S:g} s)")
     options = {key: _typed(body, key, types) for key, types in OPTIONS.items() if key in body}
     if options.get("time_limit_s", 1) <= 0:  # the library's own message offers None, which JSON's null is not here
         raise RequestError(f"'time_limit_s' must be above 0 (and at most {MAX_REQUEST_S:g}), not "

@@ -210,7 +210,13 @@ def test_models_lists_what_is_loaded(address):
     # round_trip_k without round_trip was ignored
     ({"model": "retro", "smiles": PARACETAMOL, "round_trip_k": 3}, 400, "'round_trip_k' goes with 'round_trip'"),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": 1e9}, 400, "'time_limit_s' is at most 600"),
-    ({"model": "forward", "smiles": AMIDE, "time_limit_s": None}, 400, "'time_limit_s' must be a whole number or"),
+    # null, the library's no limit, was told "must be a whole number or a number": every request here has a limit
+    ({"model": "forward", "smiles": AMIDE, "time_limit_s": None}, 400,
+     "'time_limit_s' must be a number of seconds, above 0 and at most 600 (null, the library's no limit, is not taken "
+     "here: a request decodes for at most 600 s)"),
+    ({"model": "forward", "smiles": AMIDE, "time_limit_s": "5"}, 400, "'time_limit_s' must be a number, not \"5\""),
+    ({"model": "forward", "smiles": AMIDE, "method": "sample", "temperature": "hot"}, 400,
+     "'temperature' must be a number, not \"hot\""),
     ({"model": "forward", "smiles": AMIDE, "time_limit_s": 0}, 400, "'time_limit_s' must be above 0 (and at most 600)"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": 10_000}, 400, "'batch_size' is at most 256"),
     ({"model": "forward", "smiles": AMIDE, "batch_size": 0}, 400, "'batch_size' must be 1 or more, not 0"),
