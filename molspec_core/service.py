@@ -1113,6 +1113,9 @@ class Predictor:
             sampling = check_sampling(sampling)
             # decode sets it from draft_len below (_sample): a length set only here was dropped without a word
             if sampling.draft_len not in (SamplingOptions().draft_len, draft_len):
+                if "draft_len" not in method_row(method).knobs:  # sent to predict's draft_len, refused there in turn
+                    raise ValueError(f"{method} does not read draft_len (SamplingOptions.draft_len); the methods "
+                                     f"that do: {readers_of('draft_len')}")
                 raise ValueError(f"predict reads the draft length from its own draft_len, not from "
                                  f"SamplingOptions.draft_len: give draft_len={sampling.draft_len} to predict")
         check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s, sampling)

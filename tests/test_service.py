@@ -1156,7 +1156,7 @@ def test_a_sampling_knob_the_method_does_not_read_is_refused_naming_those_that_d
     assert copier.predict("CCO", method=method, n_best=n_best, sampling=SamplingOptions()).ok
 
 
-@pytest.mark.parametrize("method", ["spec-sample", "sample"])
+@pytest.mark.parametrize("method", ["spec-sample", "mentored"])  # they read draft_len (sample: the test below)
 def test_a_draft_length_set_in_sampling_options_is_refused_pointing_to_predicts_own(copier, method):
     """SamplingOptions(draft_len=1), a field beside the other knobs, was replaced by predict's draft_len (the method's
     default of 8 or 2 where None): the sample was drafted as if told nothing. predict's draft_len is the one knob."""
@@ -1165,6 +1165,16 @@ def test_a_draft_length_set_in_sampling_options_is_refused_pointing_to_predicts_
         copier.predict("CCO", method=method, n_best=2, sampling=SamplingOptions(draft_len=1))
     assert copier.predict("CCO", method="spec-sample", n_best=2, draft_len=1,
                           sampling=SamplingOptions(draft_len=1)).ok  # the same length in both: no conflict
+
+
+@pytest.mark.parametrize("method, n_best", [("sample", 2), ("beam", 2), ("greedy", 1)])
+def test_a_draft_length_in_sampling_options_for_a_method_without_drafts_says_the_method_reads_none(copier, method,
+                                                                                                   n_best):
+    """SamplingOptions(draft_len=4) with a method that drafts nothing was told to give draft_len=4 to predict, which
+    then refused it: the method does not read it. The refusal says so at once, naming the methods that do."""
+    with pytest.raises(ValueError, match=re.escape(f"{method} does not read draft_len (SamplingOptions.draft_len); "
+                                                   "the methods that do: spec-auto")):
+        copier.predict("CCO", method=method, n_best=n_best, sampling=SamplingOptions(draft_len=4))
 
 
 def test_n_drafts_is_read_only_by_the_methods_that_verify_several():
