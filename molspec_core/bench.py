@@ -367,6 +367,9 @@ class Timing:
     accepted_per_call: float
     tokens_per_call: float
     answers: tuple[str, ...]
+    # Whether the query's time limit stopped any of its runs (an error, with the answers a search had found or with
+    # none): its time is then the limit's, not the decoder's, and no speedup. False where none was set, or none ran out.
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -383,20 +386,31 @@ class Speedup:
     def identical(self) -> bool:
         return self.baseline.answers == self.speculative.answers
 
+    @property
+    def stopped(self) -> list[Timing]:
+        """Its timings that the time limit stopped: with any, the ratio is of the limit, not of the decoders."""
+        return [timing for timing in (self.baseline, self.speculative) if timing.stopped]
+
 
 def compare_pair(predictor: Predictor, query: str, baseline: dict, speculative: dict, repeats: int = 3) -> Speedup:
     """Two methods on one query, `repeats` times each, interleaved; median times. baseline and
-    speculative are Predictor.predict keyword arguments, the method included (the app's speedup tab)."""
+    speculative are Predictor.predict keyword arguments, the method included, a time_limit_s too (the app's speedup
+    tab): a timing records whether the limit stopped any of its runs. A ValueError for a query the model cannot read."""
     runs: dict[str, list] = {"baseline": [], "speculative": []}
     for _ in range(repeats):
         for side, options in (("baseline", baseline), ("speculative", speculative)):
-            runs[side].append(predictor.predict(query, **options))
+            result = predictor.predict(query, **options)
+            if result.error is not None and not result.canonical_query:  # refused before decoding: nothing timed
+                raise ValueError(result.error)
+            runs[side].append(result)
 
     def timing(side: str, method: str) -> Timing:
         results = runs[side]
         stats = results[0].stats  # calls and acceptance are the same in every run
+        # a decoded query's only error is the time limit's (Predictor.predict), with or without the answers it had
         return Timing(method, 1000 * statistics.median(r.stats.wall_time_s for r in results), stats.model_calls,
-                      stats.accepted_per_call, stats.tokens_per_call, tuple(p.smiles for p in results[0].predictions))
+                      stats.accepted_per_call, stats.tokens_per_call, tuple(p.smiles for p in results[0].predictions),
+                      stopped=any(r.error is not None for r in results))
 
     return Speedup(query, timing("baseline", baseline["method"]), timing("speculative", speculative["method"]))
 

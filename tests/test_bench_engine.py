@@ -166,3 +166,26 @@ def test_a_sweeps_table_says_which_value_its_rows_were_run_at():
     report = run_sweep(Predictor.load(MODEL), QUERIES[:2], None, "relaxed", [0.0, 2.0], SamplingOptions(), warmup=0,
                        progress=False)
     assert "the table above is its run at tau = 2" in markdown_table(report)
+
+
+def test_compare_pair_records_a_run_the_time_limit_stopped_and_not_one_that_ended_at_it(monkeypatch):
+    """The Predict page told a stopped decoder from its median time reaching the limit or from it giving no answer:
+    beam search stopped with the answers it had found, its time a few real milliseconds beside a clock that stopped
+    it, read as a measurement. Each timing records whether the limit stopped any of its runs; one that ends as the
+    limit falls due (its calls on the limit's clock, one second each, equal to it) is not stopped."""
+    from conftest import decoder_clock
+    from molspec_core.bench import compare_pair
+
+    predictor = Predictor.load(MODEL)
+    decoder_clock(predictor.model, monkeypatch)  # on this clock, greedy takes 10 calls on QUERIES[0], beam 10
+    beam = {"method": "beam", "n_best": 3}
+    ended = compare_pair(predictor, QUERIES[0], {**beam, "time_limit_s": 10}, {"method": "greedy", "time_limit_s": 10},
+                         repeats=2)
+    assert not ended.baseline.stopped and not ended.speculative.stopped and not ended.stopped
+    cut = compare_pair(predictor, QUERIES[0], {**beam, "time_limit_s": 9}, {"method": "greedy", "time_limit_s": 9},
+                       repeats=2)
+    assert cut.baseline.stopped and cut.baseline.answers  # stopped with the answers its search had found
+    assert cut.speculative.stopped and not cut.speculative.answers  # greedy stopped hands on none
+    assert cut.stopped == [cut.baseline, cut.speculative]
+    with pytest.raises(ValueError, match="not a valid SMILES"):  # refused, not recorded as stopped
+        compare_pair(predictor, "xyz", {"method": "greedy"}, {"method": "spec-lookup"}, repeats=1)

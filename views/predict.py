@@ -707,7 +707,7 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
             log.exception("speedup measurement failed")
             st.error("The measurement failed; the prediction above is unaffected.")
         else:
-            stopped = stopped_decoders(record, shown.time_limit_s)
+            stopped = stopped_decoders(record)
             if stopped:  # no speedup: kept apart, out of the session's chart
                 records.pop(key, None)
                 cut[key] = stopped
@@ -715,10 +715,11 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
                 records[key] = record
                 cut.pop(key, None)
     if key in cut:
-        names = common.in_words(cut[key])
-        st.warning(f"{names} ran into the {shown.time_limit_s:g} s time limit on this query and "
-                   f"{'was' if len(cut[key]) == 1 else 'were'} stopped: the times are the limit's, not the decoders', "
-                   f"so no speedup is shown. For a longer time limit, {LONGER_HOW}, then measure again.",
+        names, (was, its) = common.in_words(cut[key]), ("was", "its") if len(cut[key]) == 1 else ("were", "their")
+        st.warning(f"{names} ran into the {shown.time_limit_s:g} s time limit on this query and {was} stopped in at "
+                   f"least one of {its} {SPEEDUP_REPEATS} runs: "
+                   "a stopped run's time is the limit's, not the decoder's, so no speedup is shown. For a longer "
+                   f"time limit, {LONGER_HOW}, then measure again.",
                    icon=":material/timer_off:")
     record = records.get(key)
     if record is not None:
@@ -730,13 +731,11 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
             st.dataframe(session_table(measured, [key[-1] for key in records]), hide_index=True)
 
 
-def stopped_decoders(record: Speedup, limit_s: float) -> list[str]:
-    """The decoders of a speedup measurement that the query's time limit stopped, by name: a median time at the
-    limit or past it (a search that ends by itself ends before the limit; a stopped one, a step after it), or no
-    answer (greedy stopped hands on none). Their times were shown as a speedup: beam search and its exact
+def stopped_decoders(record: Speedup) -> list[str]:
+    """The decoders of a speedup measurement that the query's time limit stopped in any of their runs, by name, as
+    the measurement recorded them (Timing.stopped). Their times were shown as a speedup: beam search and its exact
     speculative partner, both stopped at 1 s, "1.00x", and "different answers" from two exact decoders."""
-    return [common.method_label(timing.method) for timing in (record.baseline, record.speculative)
-            if timing.time_ms >= 1000 * limit_s or not timing.answers]
+    return [common.method_label(timing.method) for timing in record.stopped]
 
 
 DRAFT_MODEL_CALLS = ("Model calls are the model's own: the draft model's, about one for each token it drafts, are not "
