@@ -627,7 +627,8 @@ class QueryResult:
     set_aside: tuple[Prediction, ...] = ()
     task: str = ""  # the task of the model that answered (Predictor.task; check_round_trip takes retro's); "" unknown
     # The writings of the query whose answers were pooled (augment): fewer than asked for where the molecule has
-    # fewer that the model can read, or where the time limit stopped it first (Predictor._stopped_writings)
+    # fewer that the model can read, or where the time limit stopped it first (Predictor._stopped_writings; 0:
+    # stopped before one was read whole)
     writings: int = 1
 
     @property
@@ -1306,7 +1307,7 @@ class Predictor:
         if not found:  # its calls, where it made some, computed in this model's dtype like any decoded row's
             left_out.wall_time_s = seconds
             return QueryResult(query=given, canonical_query=query.canonical, stats=left_out, method=method,
-                               error=error, dtype=self.dtype if left_out.model_calls else "")
+                               error=error, dtype=self.dtype if left_out.model_calls else "", writings=0)
         if read == len(views):
             pooled = self._pooled(given, views, found, method, n_best, augment, seconds, TIMED_OUT)
         else:

@@ -998,6 +998,8 @@ def test_a_query_stopped_in_its_first_writing_says_the_dtype_of_the_calls_it_cou
     stopped = reader.predict("OCCOc1ccccc1", method="greedy", augment=4, time_limit_s=5.5)
     assert not stopped.ok and stopped.predictions == () and stopped.stats.model_calls == 4 * 5
     assert stopped.dtype == "float32"
+    # and that it pooled no writing: it said 1 (over HTTP, "writings": 1), as if one had been read whole
+    assert stopped.writings == 0
 
 
 def test_a_pooled_result_says_how_many_writings_it_pooled():
