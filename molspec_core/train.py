@@ -977,6 +977,35 @@ def save_best(folder: Path, model: Seq2SeqTransformer, vocab: Vocab, state: dict
     _replace_folder(tmp, folder)
 
 
+def saved_steps(saves: tuple[Path, ...]) -> str:
+    """What a run's saves hold, for a message: "out/last holds step 5 and out/export step 5"."""
+    held = []
+    for save in saves:
+        try:
+            held.append((save, read_state(save)["step"]))
+        except ValueError:  # missing or unreadable: it holds nothing to continue from
+            continue
+    return " and ".join(f"{save} {'holds ' if i == 0 else ''}step {step}" for i, (save, step) in enumerate(held))
+
+
+@contextmanager
+def writing(folder: Path, step: int, last: Path, export_dir: Path) -> Iterator[None]:
+    """A save, export or best/ that cannot be written (a full disk, a folder made read-only) stops the run with an
+    OSError naming the folder and what the run's saves hold (it said only "No space left on device"); the unfinished
+    .tmp is removed, as it holds the room the disk lacks (the next run's recover_folder removed it, too late)."""
+    try:
+        yield
+    except OSError as exc:
+        tmp = _tmp(folder)
+        if tmp.is_dir() and not (tmp / STATE_MARK).is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+        held = saved_steps((last, export_dir))
+        kept = (f"{held}: the same command continues from {last} once there is room" if (last / STATE_MARK).is_file()
+                else held or "nothing of this run is saved to continue from yet")
+        raise OSError(exc.errno, f"{exc.strerror or exc}: {folder} could not be written at step {step}; {kept}") \
+            from None
+
+
 def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer | None) -> dict:
     """Weights (and optimizer moments, if the folder has them and an optimizer is given) + counters."""
     state = read_state(folder)
@@ -1257,15 +1286,16 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                 log.info("validation %s", metrics)
                 if metrics["greedy_exact_match"] > state["best_exact"]:
                     state["best_exact"] = metrics["greedy_exact_match"]
-                    with averaged():
+                    with averaged(), writing(out / "best", state["step"], out / "last", export_dir):
                         save_best(out / "best", model, vocab, state,
                                   {**meta, "step": state["step"], "validation": metrics})
             if exporting:
-                with averaged():
+                with averaged(), writing(export_dir, state["step"], out / "last", export_dir):
                     export(export_dir, model, vocab, state, meta)
                 last_export = time.time()
             if saving:
-                save_state(out / "last", model, vocab, optimizer, state, meta, average)
+                with writing(out / "last", state["step"], out / "last", export_dir):
+                    save_state(out / "last", model, vocab, optimizer, state, meta, average)
                 last_save, saved_step = time.time(), state["step"]
     except (KeyboardInterrupt, Terminated):
         # Ctrl-C or SIGTERM: the steps since the last save are kept (they were lost, the whole run when it came
@@ -1284,8 +1314,9 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                             state["step"], out / "last", export_dir, out / "last")
                 for folder in (out / "last", out / "best", export_dir):  # a save the interrupt cut short
                     recover_folder(folder)
-                save_state(out / "last", model, vocab, optimizer, state, meta, average)
-                with averaged():
+                with writing(out / "last", state["step"], out / "last", export_dir):
+                    save_state(out / "last", model, vocab, optimizer, state, meta, average)
+                with averaged(), writing(export_dir, state["step"], out / "last", export_dir):
                     export(export_dir, model, vocab, state, meta)
         raise
     bar.close()

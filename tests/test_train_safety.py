@@ -388,6 +388,29 @@ def test_a_failed_run_leaves_no_empty_run_folder(data, tmp_path, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_save_the_disk_cannot_hold_names_its_folder_and_what_the_run_keeps(data, tmp_path, monkeypatch):
+    """A full disk mid-run said only "No space left on device", naming no folder and not what was saved, and left the
+    unfinished export.tmp taking the room."""
+    run(data, tmp_path / "run", max_steps=3)
+    real = checkpoint.save_tensors
+
+    def full(tensors, folder, **options):
+        if Path(folder).name == "export.tmp":
+            raise OSError(28, "No space left on device")
+        return real(tensors, folder, **options)
+
+    monkeypatch.setattr(checkpoint, "save_tensors", full)
+    with pytest.raises(OSError, match=r"No space left on device: .*export could not be written at step 6; "
+                                      r".*last holds step 3 and .*export step 3: the same command continues "
+                                      r"from .*last once there is room") as caught:
+        run(data, tmp_path / "run", max_steps=6)
+    assert caught.value.errno == 28
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["best", "export", "last"]
+    with pytest.raises(OSError, match=r"could not be written at step 2; nothing of this run is saved to continue "
+                                      r"from yet"):
+        run(data, tmp_path / "new", max_steps=2)
+
+
 # ---- non-finite training (item 7) ----------------------------------------------------------------------------
 
 def test_a_diverged_run_stops_before_writing_and_keeps_the_last_good_export(data, tmp_path, monkeypatch):
