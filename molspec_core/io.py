@@ -999,10 +999,15 @@ def several_molecules(first_row: Sequence[object], offset: int = 0) -> tuple[int
 @functools.lru_cache(maxsize=4096)
 def _noted_alone(canonical: str) -> bool:
     """Whether service.several_products_note speaks of a retrosynthesis query of one molecule (an ion, no carbon).
-    Cached: the Batch page asks it of each of a record's answer rows, and RDKit reads the query each time."""
+    Cached: the Batch page asks it of each of a record's answer rows, and RDKit reads the query each time. A query
+    RDKit cannot read (a resumed run's kept rows, edited by hand) has no note: it stopped the run on a ChemError."""
+    from .chem import ChemError
     from .service import several_products_note
 
-    return bool(several_products_note("retro", canonical))
+    try:
+        return bool(several_products_note("retro", canonical))
+    except ChemError:
+        return False
 
 
 # What the records of each kind of several_products_note have in common, as several_molecules_note counts them

@@ -1579,3 +1579,6 @@ def test_a_records_answer_rows_have_its_query_read_for_the_retrosynthesis_note_o
     rows = molspec_io.result_rows(4, (), QueryResult("CC(=O)[O-]", "CC(=O)[O-]", predictions=answers, method="beam"))
     assert [molspec_io.several_molecules(row) for row in rows] == [(4, "CC(=O)[O-]")] * 3
     assert asked == ["CC(=O)[O-]"]
+    # a kept row edited by hand, its canonical query one RDKit cannot read: no note, where it stopped the run
+    edited = molspec_io.result_rows(5, (), QueryResult("C1CC", "C1CC", predictions=answers, method="beam"))
+    assert molspec_io.several_molecules(edited[0]) is None
