@@ -1210,7 +1210,11 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
     shapes_seen: set[tuple[int, ...]] = set()
     new_shapes = 0
     hinge_sum, hinge_steps = torch.zeros((), device=device), 0  # the ranking hinge since the last validation
-    bar = tqdm(total=cfg.max_steps, initial=state["step"], desc="train", unit="step", dynamic_ncols=True)
+    # Under a time budget the run ends with it, mostly long before --max-steps: a bar towards them read "1%" and an
+    # end 46 minutes away for a 30-second run, so it counts steps alone (the "budget" line gives the minutes). Its
+    # lines start "train:", which tools/gpu_kit.py reads as the bar's.
+    bar = tqdm(total=None if cfg.max_minutes else cfg.max_steps, initial=state["step"], desc="train", unit="step",
+               dynamic_ncols=True)
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state, multiple)
     done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
     saved_step = state["step"]  # the step out/last holds

@@ -411,6 +411,16 @@ def test_a_save_the_disk_cannot_hold_names_its_folder_and_what_the_run_keeps(dat
         run(data, tmp_path / "new", max_steps=2)
 
 
+def test_a_time_budgets_progress_bar_shows_no_share_or_end_of_max_steps(data, tmp_path, capsys):
+    """Under --max-minutes the bar counted towards --max-steps (100,000 by default): a 30-second run read "1%" and
+    an end 46 minutes away."""
+    run(data, tmp_path / "run", max_minutes=1e-9, max_steps=100_000)
+    bar = capsys.readouterr().err
+    assert "1/100000" not in bar and "1step" in bar
+    run(data, tmp_path / "steps", max_steps=2)  # without a budget, max-steps is the end
+    assert "2/2" in capsys.readouterr().err
+
+
 # ---- non-finite training (item 7) ----------------------------------------------------------------------------
 
 def test_a_diverged_run_stops_before_writing_and_keeps_the_last_good_export(data, tmp_path, monkeypatch):
