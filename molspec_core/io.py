@@ -1017,24 +1017,29 @@ _NOTED_KINDS = (("holds no carbon", "hold no carbon"),
                 ("holds several molecules", "hold several molecules"))
 
 
-def _noted_kind(canonical: str) -> int:
-    """The index in _NOTED_KINDS of the note several_products_note gives a noted retrosynthesis query."""
-    from .chem import holds_carbon
+def _noted_kind(canonical: str) -> int | None:
+    """The index in _NOTED_KINDS of the note several_products_note gives a noted retrosynthesis query; None for one
+    RDKit cannot read (a resumed run's kept row edited by hand), which has no note (_noted_alone)."""
+    from .chem import ChemError, holds_carbon
 
-    if not holds_carbon(canonical):
-        return 0
+    try:
+        if not holds_carbon(canonical):
+            return 0
+    except ChemError:
+        return None
     return 2 if "." in canonical else 1
 
 
 def several_molecules_note(several: Sequence[tuple[int, str]]) -> str:
     """What the Batch page and `predict --input` say of a retrosynthesis file's noted queries (several_molecules):
     for each kind of note, how many and which records, and for the first the Predict page's note
-    (service.several_products_note), in its words."""
+    (service.several_products_note), in its words; "" where RDKit reads none of their queries."""
     from .service import several_products_note
 
     kinds: dict[int, list[tuple[int, str]]] = {}
     for row, canonical in several:
-        kinds.setdefault(_noted_kind(canonical), []).append((row, canonical))
+        if (kind := _noted_kind(canonical)) is not None:
+            kinds.setdefault(kind, []).append((row, canonical))
     notes = []
     for kind, records in kinds.items():
         row, canonical = records[0]

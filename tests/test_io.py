@@ -1582,3 +1582,6 @@ def test_a_records_answer_rows_have_its_query_read_for_the_retrosynthesis_note_o
     # a kept row edited by hand, its canonical query one RDKit cannot read: no note, where it stopped the run
     edited = molspec_io.result_rows(5, (), QueryResult("C1CC", "C1CC", predictions=answers, method="beam"))
     assert molspec_io.several_molecules(edited[0]) is None
+    salt = "CCN.Cl"  # of several molecules: noted without RDKit, and left out of the note where RDKit cannot read it
+    assert molspec_io.several_molecules_note([(6, "C1CN.Cl"), (7, salt)]) == \
+        molspec_io.several_molecules_note([(7, salt)]) and molspec_io.several_molecules_note([(6, "C1CN.Cl")]) == ""
