@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import html
 import importlib.metadata
 import random
+import re
 import json
 import logging
 import math
@@ -499,6 +501,34 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+DATASETS = {"uspto_mit": "USPTO-MIT", "uspto50k": "USPTO-50K"}  # as the bench's --src and --index paths name them
+
+
+def query_set(report: dict) -> str:
+    """Which queries a run timed, from the paths it records: "USPTO-MIT test, the first 200 of the 500-query
+    sample (uspto_mit_test_500.idx)"; a file of the user's own by its name ("my_amides.txt, the first 50"). The
+    Benchmark page and the chart bench writes beside its report name the queries their ratios are of with it."""
+    if report.get("query_set"):  # a live run says it itself
+        return str(report["query_set"])
+    src, index = str(report.get("src") or ""), str(report.get("index") or report.get("quick_set") or "")
+    where = f"{src} {index}"
+    data = next((name for key, name in DATASETS.items() if key in where), None)
+    if data is not None:
+        data += " test" if "test" in where else ""
+    elif src:  # a file of the user's own: "query set not recorded" beside the path the report holds
+        data = Path(src).name
+    else:
+        return "query set not recorded"
+    sample = re.search(r"_(\d+)\.idx$", index)
+    n = report.get("limit")
+    first = f", the first {n}" if n else ""
+    if sample is None:  # an index of another name picks its rows: the set whole read as timed
+        return f"{data}, the queries {Path(index).name} lists{first}" if index else f"{data}{first}"
+    if not n or int(n) >= int(sample[1]):
+        return f"{data}, the {sample[1]}-query sample ({Path(index).name})"
+    return f"{data}, the first {n} of the {sample[1]}-query sample ({Path(index).name})"
+
+
 def speedup_series(report: dict) -> dict[str, str]:
     """{ratio key: series name}: each speedup against its own reference, named (our greedy, plain sampling, beam search
     at the run's width, each CTranslate2 peer), as the Benchmark page's chart names them."""
@@ -520,8 +550,15 @@ def speedup_figure(report: dict):
         values = [report["methods"][n].get(key) for n in names]
         if any(v is not None for v in values):
             figure.add_bar(x=names, y=values, name=label)
-    stopped = "; stopped part way" if report.get("interrupted") else ""
-    title = f"Speedup, total-time ratio ({report['n_queries']} queries, {report['device']}{stopped})"
+    # what the ratios are of, as the Benchmark page says it: the chart is a file of its own, and its title named
+    # neither the task, the queries, nor the arithmetic ("Speedup, total-time ratio (200 queries, cpu)")
+    measured = " measured before the run was stopped" if report.get("interrupted") else ""
+    how = ", ".join(str(part) for part in (report.get("task"), report.get("dtype"),
+                                           f"batch size {report.get('batch_size', 1)}",
+                                           report.get("device_name") or report.get("device")) if part)
+    queries = f"{report['n_queries']} queries{measured}: {query_set(report)}"
+    # Plotly reads a few HTML tags in a title: the file names and the CPU's name are shown as written
+    title = f"Speedup, total-time ratio ({html.escape(how)})<br>{html.escape(queries)}"
     figure.update_layout(title=title,
                          yaxis_title="speedup (×, 1 = as fast)", barmode="group", showlegend=True)
     return figure

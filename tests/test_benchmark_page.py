@@ -63,6 +63,19 @@ def test_a_run_names_its_queries_beam_width_and_draft_length():
     assert "3 queries: query set not recorded" in unrecorded and "beam width not recorded" in unrecorded
 
 
+
+def test_a_run_on_a_file_of_the_users_own_or_on_an_index_of_its_rows_names_it():
+    """A bench of a user's own queries read "query set not recorded" beside the file its report records (--src), and
+    one of the rows an index of another name lists (--index picked.idx) read as timed on the whole set."""
+    from views.benchmark import query_set
+
+    own = {"src": "/home/me/my_amides.txt", "index": None, "limit": 50}
+    assert query_set(own) == "my_amides.txt, the first 50"
+    assert query_set(dict(own, limit=None)) == "my_amides.txt"
+    picked = {"src": "../shared/data/uspto_mit/derived/src-test.mixed.txt.gz", "index": "/tmp/picked.idx"}
+    assert query_set(picked) == "USPTO-MIT test, the queries picked.idx lists"
+    assert query_set({"src": None}) == "query set not recorded"
+
 def test_a_run_that_skipped_queries_says_how_many_and_why(copy_models, monkeypatch, tmp_path):
     """A saved run whose file held queries the model cannot read (a token outside its vocabulary, a blank line) read
     "2 queries" beside a top-1 counted over all 4 given (bench counts a skipped query as a miss): the page said nothing
@@ -729,6 +742,21 @@ def test_the_chart_bench_writes_beside_its_report_names_each_ratios_reference(tm
         ("vs our greedy", [1.0, None, 0.66]), ("vs our beam search (width 5)", [None, 1.0, None]),
         ("vs CTranslate2 greedy (float32)", [1.5, None, None]), ("vs CTranslate2 beam (float32)", [None, 2.0, None])]
 
+
+
+def test_the_chart_bench_writes_beside_its_report_names_its_queries_task_and_arithmetic(tmp_path):
+    """The chart bench --out writes beside its report, a file opened on its own, was titled "Speedup, total-time
+    ratio (200 queries, cpu)": its ratios named no task, no query set, no arithmetic nor batch size. Its title names
+    them as the Benchmark page does, the file names as written (Plotly reads a few HTML tags)."""
+    from molspec_core.bench import speedup_figure
+
+    report = dict(beam_and_greedy(), dtype="int8", batch_size=8, device_name="Intel(R) Xeon(R) <Platinum>")
+    title = speedup_figure(report).layout.title.text
+    assert title == ("Speedup, total-time ratio (forward, int8, batch size 8, Intel(R) Xeon(R) &lt;Platinum&gt;)<br>"
+                     "200 queries: USPTO-MIT test, the first 200 of the 500-query sample (uspto_mit_test_500.idx)")
+    stopped = speedup_figure(dict(report, n_queries=37, interrupted="stopped (Ctrl-C) after 37 of the 200 queries"))
+    assert "<br>37 queries measured before the run was stopped: USPTO-MIT test, the first 200" in (
+        stopped.layout.title.text)
 
 def test_the_table_bench_prints_names_each_speedups_reference_and_the_ratios_against_ctranslate2():
     """bench's printed table had one "speedup" column: beam search's 1.00x (against itself) beside greedy's, and the

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from molspec_core.bench import TOKENS_COUNTED, beam_like, run_bench
+from molspec_core.bench import TOKENS_COUNTED, beam_like, query_set, run_bench
 from molspec_core.io import percent
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, SamplingOptions
 from views import common
@@ -151,29 +151,8 @@ def headline_first(reports: dict[str, dict]) -> list[str]:
 
 # ---- what a report records, in words -----------------------------------------------------------------
 
-DATASETS = {"uspto_mit": "USPTO-MIT", "uspto50k": "USPTO-50K"}  # as the bench's --src and --index paths name them
 UNNAMED_MACHINES = {"", "x86_64", "amd64", "aarch64", "arm64"}  # platform.machine(): an architecture, not a model
 INSTRUCTION_SETS = ("AMX", "AVX-512", "AVX2")  # the best one a CPU's name lists tells its runs apart
-
-
-def query_set(report: dict) -> str:
-    """Which queries a run timed, from the paths it records: "USPTO-MIT test, the first 200 of the 500-query
-    sample (uspto_mit_test_500.idx)"."""
-    if report.get("query_set"):  # a live run says it itself
-        return str(report["query_set"])
-    index = str(report.get("index") or report.get("quick_set") or "")
-    where = f"{report.get('src') or ''} {index}"
-    data = next((name for key, name in DATASETS.items() if key in where), None)
-    if data is None:
-        return "query set not recorded"
-    data += " test" if "test" in where else ""
-    sample = re.search(r"_(\d+)\.idx$", index)
-    n = report.get("limit")
-    if sample is None:
-        return f"{data}, the first {n}" if n else data
-    if not n or int(n) >= int(sample[1]):
-        return f"{data}, the {sample[1]}-query sample ({Path(index).name})"
-    return f"{data}, the first {n} of the {sample[1]}-query sample ({Path(index).name})"
 
 
 def machine(report: dict) -> str:
