@@ -337,19 +337,28 @@ def load_pairs(path: Path, vocab: Vocab) -> Pairs:
     if not path.is_file():
         raise ValueError(f"--pairs {path}: " + ("not a file" if path.exists() else "no such file")
                          + " (tools/rank_pairs.py mine writes one)")
+    lines = read_lines(path)
     kept: list[tuple[str, str, str]] = []
-    for number, line in enumerate(read_lines(path), 1):
+    first_left_out = ""
+    for number, line in enumerate(lines, 1):
         fields = tuple(line.split("\t"))
         if len(fields) != 3:
             raise ValueError(f"{path}:{number}: a ranking pair is source, product and negative, tab-separated")
         try:
             for smiles in fields:
                 vocab.encode(smiles)
-        except TokenizeError:
+        except TokenizeError as exc:
+            first_left_out = first_left_out or str(exc)
             continue
         kept.append(fields)
+    if not lines:  # was "no ranking pair in the model's vocabulary", which sent the user to a vocabulary that was fine
+        raise ValueError(f"{path} holds no ranking pairs (tools/rank_pairs.py found none to keep: its summary beside "
+                         f"it, {path.with_suffix('.json').name}, says how the products ranked), so there is nothing "
+                         "for --pairs to teach; leave it out")
     if not kept:
-        raise ValueError(f"{path}: no ranking pair in the model's vocabulary")
+        raise ValueError(f"{path}: each of its {len(lines)} ranking pairs holds a token outside the data's "
+                         f"{len(vocab)}-token vocabulary (the first: {first_left_out}); mine them on this data's "
+                         "vocabulary")
     return encode_pairs(kept, vocab)
 
 

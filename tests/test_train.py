@@ -665,6 +665,22 @@ def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):
                           pair_weight=0.0))
 
 
+def test_a_pairs_file_without_pairs_is_told_apart_from_one_outside_the_vocabulary(tiny_data, tmp_path):
+    """A miner that found no answer ranked above a product writes an empty file; it was refused as holding "no
+    ranking pair in the model's vocabulary", which sent the user to check a vocabulary that was fine."""
+    vocab = Vocab.load(tiny_data / "vocab.json")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"empty.tsv holds no ranking pairs \(tools/rank_pairs.py found none to "
+                                         r"keep: its summary beside it, empty.json, says how the products ranked\)"):
+        load_pairs(empty, vocab)
+    foreign = tmp_path / "foreign.tsv"
+    foreign.write_text("CC=O\tCCO\t[Rh]\nCC=O\t[Rh]\tCCO\n")
+    with pytest.raises(ValueError, match=r"foreign.tsv: each of its 2 ranking pairs holds a token outside the data's "
+                                         r"15-token vocabulary \(the first: token '\[Rh\]'"):
+        load_pairs(foreign, vocab)
+
+
 def test_a_pairs_file_that_is_not_there_or_not_text_is_refused_naming_it_before_a_model_is_built(tiny_data, tmp_path,
                                                                                                  monkeypatch):
     """A binary file was "'utf-8' codec can't decode byte 0xff", naming neither file nor flag, once the model was
