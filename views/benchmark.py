@@ -1,8 +1,8 @@
 """Benchmarks: speed and accuracy charts from the engine's bench JSON files, and a small live run.
 
 Saved runs are read from bench/*.json at the repository root (MOLSPEC_BENCH_DIR overrides it).
-The live run calls the engine's run_bench once per example query so the progress bar can move
-between queries, then adds the per-query reports up into one report of the same format.
+The live run calls the engine's run_bench once on the first textbook examples the model reads, its progress bar
+moved after each query by run_bench's on_progress, and shows its report as a saved run's.
 """
 from __future__ import annotations
 
