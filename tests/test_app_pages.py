@@ -78,7 +78,24 @@ def test_a_models_weights_are_sized_in_megabytes_of_a_million_bytes(tmp_path):
     size = (tmp_path / "model.safetensors").stat().st_size  # 2.5 million bytes and a header: 2.4 MiB
     assert 2_500_000 < size < 2_550_000
     shown = dict(facts(tmp_path, {}).values.tolist())
-    assert shown["Weights"] == "1 safetensors file(s), 2.5 MB"
+    assert shown["Weights"] == "1 safetensors file, 2.5 MB"
+
+
+def test_a_sharded_models_weights_count_their_files_in_words(tmp_path):
+    """The page read '2 safetensors file(s)' where the app says counts in words (common.counted)."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from views.models import facts
+
+    shards = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    for name, file in shards.items():
+        save_file({name: np.zeros(500_000, dtype=np.float16)}, str(tmp_path / file))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    shown = dict(facts(tmp_path, {}).values.tolist())
+    assert shown["Weights"] == "2 safetensors files, 2.0 MB"
 
 
 @pytest.mark.parametrize("task", ["forward", "retro"])

@@ -299,7 +299,7 @@ def test_the_facts_count_the_weights_the_model_is_read_from_and_nothing_beside_t
     shown = dict(facts(tmp_path, checkpoint.inspect_folder(tmp_path).config).values.tolist())
     n_parameters = sum(tensor.numel() for tensor in model.state_dict().values())
     assert shown["Parameters"] == f"{n_parameters / 1e6:.1f} M"
-    assert shown["Weights"] == f"1 safetensors file(s), {weights / 1e6:.1f} MB"
+    assert shown["Weights"] == f"1 safetensors file, {weights / 1e6:.1f} MB"
 
 
 def test_hand_edited_training_facts_of_the_wrong_type_are_left_out_not_a_traceback(tmp_path):

@@ -70,8 +70,8 @@ def facts(folder: Path, config: dict) -> pd.DataFrame:
         ("Longest query", query_limit(model)),
         ("Position table (model size)", f"{model.get('max_positions', '?')} positions"),
         ("Parameters", f"{params / 1e6:.1f} M" if params else "unknown"),
-        ("Weights", f"{len(files)} safetensors file(s), {sum(p.stat().st_size for p in files) / MB:.1f} MB"
-         if stored else "unknown"),
+        ("Weights", f"{common.counted(len(files), 'safetensors file')}, "
+                    f"{sum(p.stat().st_size for p in files) / MB:.1f} MB" if stored else "unknown"),
     ]
     draft = draft_facts(folder)
     if draft:
