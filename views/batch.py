@@ -178,8 +178,9 @@ class BatchResult:
     run: Run | None = field(default=None, repr=False, compare=False)  # the run it shows: a known-answer column
     # named after it marks its rows again (run_if_asked)
     stopped: tuple[int, ...] = ()  # the record numbers of the queries stopped at the time limit, answers kept
-    several: tuple[tuple[int, str], ...] = ()  # retrosynthesis: (record number, canonical query) of each query of
-    # several molecules that has answers (service.several_products_note)
+    several: tuple[tuple[int, str], ...] = ()  # retrosynthesis: (record number, canonical query) of each answered
+    # query that service.several_products_note speaks of (io.several_molecules): several molecules, an ion alone, or
+    # no carbon
 
     @property
     def n_rejected(self) -> int:
@@ -374,9 +375,9 @@ def summarize(run: Run) -> BatchResult:
 
 
 def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
-    """(record number, canonical query) of each answered query that holds several molecules (io.several_molecules),
-    from result_rows' rows (the input's `offset` columns first): a salt or a solvent the retrosynthesis model builds
-    into its answers."""
+    """(record number, canonical query) of each answered query that a retrosynthesis run notes (io.several_molecules),
+    from result_rows' rows (the input's `offset` columns first): one of several molecules (a salt or a solvent the
+    model builds into its answers), one molecule written as an ion (acetate alone), or one holding no carbon."""
     seen: dict[int, str] = {}
     for r in rows:
         if several := several_molecules(r, offset):
