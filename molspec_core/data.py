@@ -384,7 +384,7 @@ def prepare_forward_gln(root: Path, out: Path, n_val: int, augment: int, vocab: 
 
 def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]:
     """Root-aligned pairs of one mapped reaction; falls back to the canonical pair (False)."""
-    from .rsmiles import MappingError, augment
+    from .rsmiles import MappingError, augment, reaction_sides
 
     mapped, unmapped, n, seed = args
     if n > 0:
@@ -392,7 +392,10 @@ def _retro_augmented(args: tuple[str, str, int, int]) -> tuple[list[Pair], bool]
             return [Pair(p, r) for p, r in augment(mapped, n, random.Random(seed))], True
         except MappingError:
             pass
-    reactants, _, product = unmapped.split(">")
+    try:
+        reactants, _, product = reaction_sides(unmapped)
+    except MappingError:  # neither cell is a reaction: the row gives no pair
+        return [], False
     pair = _retro_pair((reactants, product))
     return ([pair] if pair else []), False
 
@@ -418,7 +421,8 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
         raise ValueError("retro: augment is the root-aligned writings of each reaction, at least 0 (0: canonical only)")
     test = read_pairs(root / GLN_TEST[0], root / GLN_TEST[1])  # checked before the minutes of work
     with open_text(root / GLN_TRAIN_MAPPED) as f:
-        rows = [(r["rxnmapper_mapped"], r["reactants>reagents>production"]) for r in csv.DictReader(f)]
+        # a row cut short has None for its missing cells
+        rows = [(r["rxnmapper_mapped"] or "", r["reactants>reagents>production"] or "") for r in csv.DictReader(f)]
     # Validation: the product as the service writes a query (canonical), the reactants aligned to it
     # where the maps allow, as the model is trained to write them; so the trainer's token-level exact
     # match (it has no RDKit) measures what the model is asked to do. Canonical pairs otherwise.

@@ -41,6 +41,16 @@ class MappingError(ValueError):
     """A reaction whose atom maps cannot align product and reactants."""
 
 
+def reaction_sides(reaction: str) -> tuple[str, str, str]:
+    """(reactants, reagents, products) of a reaction written reactants>reagents>products; else MappingError, so a
+    caller falls back to the unmapped reaction (an empty or text cell stopped prepare-data with "not enough values
+    to unpack", naming no row)."""
+    parts = reaction.split(">")
+    if len(parts) != 3:
+        raise MappingError(f"{reaction[:80]!r} is not a reaction written reactants>reagents>products")
+    return parts[0], parts[1], parts[2]
+
+
 def _strip_maps(mol: Chem.Mol) -> Chem.Mol:
     """A copy of `mol` without its atom maps, its stereo perceived again as the service reads a query (clear_maps):
     with the maps' marks kept, an isopropyl CH kept its @ and a trans-1,4-cyclohexane its mapped writing, and
@@ -82,7 +92,7 @@ def aligned_pair(product: Chem.Mol, reactants: list[Chem.Mol], root: int) -> tup
 
 def augment(mapped_reaction: str, n: int, rng: random.Random) -> list[tuple[str, str]]:
     """n root-aligned (product, reactants) pairs; the first is rooted like canonical SMILES."""
-    reactant_text, _, product_text = mapped_reaction.split(">")
+    reactant_text, _, product_text = reaction_sides(mapped_reaction)
     product = Chem.MolFromSmiles(product_text)
     reactants = [Chem.MolFromSmiles(s) for s in reactant_text.split(".")]
     if product is None or any(m is None for m in reactants):
@@ -102,7 +112,7 @@ def forward_aligned(mapped_reaction: str, target: str, sources: list[str]) -> li
     first atom of the writing, in its string's order, that reaches the product. `mapped_reaction` is the reaction
     with atom maps (USPTO-MIT's raw line: reactants>reagents>products, edits after a space). Raises MappingError
     where the maps cannot align them (each writing must be the mapped reactant side's molecules)."""
-    reactant_text, _, product_text = mapped_reaction.split(" ")[0].split(">")
+    reactant_text, _, product_text = reaction_sides(mapped_reaction.split(" ")[0])
     reactants, products = Chem.MolFromSmiles(reactant_text), Chem.MolFromSmiles(product_text)
     product = Chem.MolFromSmiles(target)
     if reactants is None or products is None or product is None:

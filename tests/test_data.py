@@ -4,6 +4,7 @@ import gzip
 import io
 import json
 import lzma
+import random
 
 import pytest
 
@@ -193,6 +194,29 @@ def test_prepare_retro_falls_back_to_canonical_pairs_for_bad_maps(tmp_path):
     product, reactants = val[1]
     assert product == canonical("CNC(C)=O") and canonical(reactants) == canonical("CC(=O)Cl.CN")
     assert product[0] == reactants[0] == "C" and reactants != canonical(reactants)  # aligned: both start at a methyl
+
+
+def test_prepare_retro_reads_a_mapped_row_that_is_no_reaction_or_empty_or_short_from_its_unmapped_one(tmp_path):
+    """A train row whose mapped cell was not reactants>reagents>products (empty, cut short, text) stopped prepare-data
+    with "not enough values to unpack (expected 3, got 1)", naming no file or row, or a traceback for a short row."""
+    from molspec_core.rsmiles import MappingError, augment, forward_aligned
+
+    for text in ("", "CCO", "CC>>CC>>CC"):
+        with pytest.raises(MappingError, match="not a reaction written reactants>reagents>products"):
+            augment(text, 2, random.Random(0))
+        with pytest.raises(MappingError, match="not a reaction written reactants>reagents>products"):
+            forward_aligned(text, "CC", ["CC"])
+    root = retro_tree(tmp_path / "data")
+    good = ["train", 0, 1, "CC(=O)Cl.NC>>CNC(C)=O",
+            "[CH3:1][C:2](=[O:3])Cl.[NH2:4][CH3:5]>>[CH3:1][C:2](=[O:3])[NH:4][CH3:5]", 0.9]
+    text = csv_text(["liu_split", "liu_index", "class", "reactants>reagents>production", "rxnmapper_mapped",
+                     "rxnmapper_confidence"],
+                    [good, ["train", 1, 1, "CCO.CC(=O)O>>CCOC(C)=O", "garbage", 0.1], ["train", 2, 1, "", "", ""]])
+    write_gz(root / "uspto50k/derived/train_liu_minus_gln_valtest_rxnmapper.csv.gz", text + "train,3,1\n")
+    stats = prepare("retro", root, tmp_path / "out", n_val=1, workers=1, augment=2)
+    assert stats["reactions"] == 4 and stats["aligned_reactions"] == 1 and stats["canonical_fallback"] == 3
+    pairs = set(zip((tmp_path / "out/train.src").read_text().split(), (tmp_path / "out/train.tgt").read_text().split()))
+    assert ("CCOC(C)=O", "CC(=O)O.CCO") in pairs  # the unmapped reaction of the row whose mapped cell is text
 
 
 def retro_tree(root):
