@@ -377,7 +377,13 @@ def inspect_folder(folder: str | Path, with_draft: bool = True) -> Inspection:
     check_weights(folder, cfg, headers)
     draft = folder / DRAFT_DIR
     if with_draft and draft.is_dir():  # the service loads it with the model: a broken one stops the model loading
-        drafted = inspect_folder(draft, with_draft=False)
+        # said of the draft model, which the model loads without: an emptied draft/ read as the model's own file missing
+        its_draft = (f"; {draft} is the draft model of {folder}, which loads with it: mend it, or remove {draft} to "
+                     "load the model without one")
+        try:
+            drafted = inspect_folder(draft, with_draft=False)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}{its_draft}") from None
         if drafted.vocab.tokens != vocab.tokens:
             raise CheckpointError(f"{draft / 'vocab.json'} and {folder / 'vocab.json'} differ; a draft model reads "
                                   "its model's vocabulary (one of the two was edited, or comes from another model)")

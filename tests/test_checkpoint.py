@@ -447,6 +447,17 @@ def test_a_draft_model_that_does_not_load_is_refused_before_the_model_is_built(t
         Predictor.load(folder, device="cpu")
 
 
+def test_a_broken_draft_model_is_named_as_one_the_model_loads_without(tmp_path, no_model_built):
+    """An empty draft/ folder (its files removed) stopped its model loading with '.../draft/config.json is missing',
+    read as the model's own file missing, with no word that the model loads without its draft model."""
+    folder = tiny_folder(tmp_path / "model")
+    (folder / "draft").mkdir()
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(
+            f"{folder / 'draft' / 'config.json'} is missing; {folder / 'draft'} is the draft model of {folder}, "
+            f"which loads with it: mend it, or remove {folder / 'draft'} to load the model without one")):
+        checkpoint.inspect_folder(folder)
+
+
 @pytest.mark.parametrize("file", ["config.json", "model.safetensors"])
 def test_a_file_of_a_model_folder_given_as_the_model_is_refused_naming_its_folder(tmp_path, no_model_built, file):
     """Predictor.load("models/mine/config.json") said only '... is not a model folder'; the folder that holds the file
