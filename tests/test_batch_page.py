@@ -418,6 +418,27 @@ def test_the_known_answer_column_is_named_in_any_case_as_the_query_column_is(cop
     assert at.session_state[BATCH].table.columns[:2].tolist() == ["id", "Product"]
 
 
+def test_a_wrong_known_answer_column_lists_the_files_own_columns_not_those_the_page_adds(copy_models, monkeypatch):
+    """A file of recorded reactions with the known-answer column misspelt was told its other columns were 'id,
+    recorded_products, recorded_reaction': the last two are the page's (known.with_recorded), not the file's. Naming
+    the column the page adds still marks the answers with it."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("rxn.csv", b"id,smiles\nA,Oc1ccncc1>>Oc1ccncc1\n", "text/csv"))
+    at.text_input[1].input("prodcut")
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "Cannot read the file: rxn.csv has no column 'prodcut' of known answers (its other columns: id)." in texts(
+        at.error)
+    at.file_uploader[0].set_value(("rxn.txt", b"Oc1ccncc1>>Oc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert "rxn.txt has no column 'prodcut' of known answers (its other columns: none besides its queries)" in texts(
+        at.error)
+    at.text_input[1].input("Recorded_Reactants")  # the copy model's task is no forward one: it predicts reactants
+    submit(at, "Run batch")
+    assert not at.error
+    assert {m.label: m.value for m in at.metric}["Queries compared"] == "1 of 1"
+
+
 def test_a_known_answer_column_named_after_the_run_marks_its_rows_without_predicting_them_again(
         copy_models, monkeypatch, asked):
     """Naming the known-answer column after a run (forgotten at first) predicted the whole file again, half an hour

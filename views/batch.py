@@ -634,11 +634,14 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
     task = cfg.predictor().task  # how the model reads: its own task
     data = upload.getvalue()
     try:
-        queries, recorded = with_recorded(read_upload(upload.name, data, column, task), task)
+        read = read_upload(upload.name, data, column, task)
+        queries, recorded = with_recorded(read, task)
         if known:  # named as the query column is, in any case ("product" for a file's "Product")
             at = query_column(queries.columns, known)
             known = queries.columns[at] if at is not None else known
-            column_index(queries.columns, upload.name, known)
+            # a name found nowhere is refused naming the file's own columns: the refusal listed the columns the page
+            # adds for recorded reactions (with_recorded) among them
+            column_index(queries.columns if at is not None else read.columns, upload.name, known)
     except InputFileError as exc:  # a typo in a column's name loses no run: the last results stay, named as such
         shown: BatchResult | Run | None = ss.get(results_key(cfg.task)) or run
         kept = f" The results below are still the last run's, of {shown.file_name}." if shown is not None else ""
