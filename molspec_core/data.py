@@ -149,8 +149,8 @@ def forward_pool(root: Path) -> Iterator[tuple[str, str]]:
     """(reactants, product) of every pool reaction: USPTO-full val/test parts and USPTO-50K train."""
     for name in FULL_POOL:
         with open_text(root / name) as f:
-            for row in csv.DictReader(f):
-                yield row["target"], row["input"]
+            for row in csv.DictReader(f):  # a row cut short has None for its missing cells: it gives no pair
+                yield row["target"] or "", row["input"] or ""
     yield from gln_reactions(root / GLN_TRAIN)
 
 

@@ -47,6 +47,21 @@ def make_tree(root):
     write_gz(mit / "tgt-valid.txt.gz", "CCNCC\n")
 
 
+def test_a_pool_row_empty_cut_short_unreadable_or_huge_gives_no_pair_and_stops_nothing(tmp_path):
+    """A pool row cut short ("CCO" alone: csv reads its missing cell as None) stopped prepare-data with an
+    AttributeError traceback from RDKit's side of the work."""
+    root = tmp_path / "data"
+    make_tree(root)
+    with lzma.open(root / "uspto_full/uspto_valT.csv.xz", "wt") as f:
+        f.write("input,target\n[CH3:1][CH2:2][OH:3],[CH3:1][CH:2]=[O:3].[BH4-].[Na+]\n,\nCCO\nC1CC,CC\n"
+                + "C" * 400 + ",CC\n")
+    stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    assert stats["pool_reactions"] == 7 and stats["parsed"] == 4  # the good row, the huge one, testT and 50K train
+    assert "CC=O.[BH4-].[Na+]\tCCO" in {f"{s}\t{t}" for s, t in zip(
+        (tmp_path / "out/train.src").read_text().split(), (tmp_path / "out/train.tgt").read_text().split())}
+    assert "C" * 400 not in (tmp_path / "out/train.src").read_text()  # too long to train on
+
+
 def tree_with_mit_valid(tmp_path, src: str, tgt: str):
     """make_tree with three MIT valid rows: a validation row (with n_val=1), a row making a test
     product (leakage) and the given one."""
