@@ -468,6 +468,8 @@ def markdown_table(report: dict) -> str:
                      f"{m['tokens_per_call']:.2f} | {m['accepted_per_call']:.2f} | "
                      f"{reference} {m[f'identical_to_{reference}']:.3f} | "
                      f"{tops or '-'} | {reference} {m[f'speedup_vs_{reference}']:.2f}x | {peers or '-'} |")
+    # what the ratios are of: a table pasted on its own (a GPU run's log, an issue) named neither queries nor arithmetic
+    lines.append(f"\n{queries_timed(report)}; {run_facts(report)}.")
     if report.get("batch_size", 1) > 1:  # each time is one decode call's, and a call decodes a batch
         lines.append(f"\nThe median and p90 ms are those of a batch of {report['batch_size']} queries, not of one.")
     if report.get("interrupted"):
@@ -529,6 +531,23 @@ def query_set(report: dict) -> str:
     return f"{data}, the first {n} of the {sample[1]}-query sample ({Path(index).name})"
 
 
+def run_facts(report: dict) -> str:
+    """What a run's ratios were measured under, besides its methods and queries: "forward, int8, batch size 1, beam
+    width 5, AMD EPYC with AVX-512" (the table and the chart bench writes; the Benchmark page says it at length)."""
+    beams = any(f"identical_to_{BEAM_REFERENCE}" in entry for entry in report["methods"].values())
+    width = report.get("n_best") if beams else None
+    return ", ".join(str(part) for part in (
+        report.get("task"), report.get("dtype"), f"batch size {report.get('batch_size', 1)}",
+        f"beam width {width}" if width else None, report.get("device_name") or report.get("device")) if part)
+
+
+def queries_timed(report: dict) -> str:
+    """"200 queries: USPTO-MIT test, the first 200 of the 500-query sample (uspto_mit_test_500.idx)"."""
+    measured = " measured before the run was stopped" if report.get("interrupted") else ""
+    n = report.get("n_queries", "?")
+    return f"{n} {'query' if n == 1 else 'queries'}{measured}: {query_set(report)}"
+
+
 def speedup_series(report: dict) -> dict[str, str]:
     """{ratio key: series name}: each speedup against its own reference, named (our greedy, plain sampling, beam search
     at the run's width, each CTranslate2 peer), as the Benchmark page's chart names them."""
@@ -552,13 +571,8 @@ def speedup_figure(report: dict):
             figure.add_bar(x=names, y=values, name=label)
     # what the ratios are of, as the Benchmark page says it: the chart is a file of its own, and its title named
     # neither the task, the queries, nor the arithmetic ("Speedup, total-time ratio (200 queries, cpu)")
-    measured = " measured before the run was stopped" if report.get("interrupted") else ""
-    how = ", ".join(str(part) for part in (report.get("task"), report.get("dtype"),
-                                           f"batch size {report.get('batch_size', 1)}",
-                                           report.get("device_name") or report.get("device")) if part)
-    queries = f"{report['n_queries']} queries{measured}: {query_set(report)}"
     # Plotly reads a few HTML tags in a title: the file names and the CPU's name are shown as written
-    title = f"Speedup, total-time ratio ({html.escape(how)})<br>{html.escape(queries)}"
+    title = f"Speedup, total-time ratio ({html.escape(run_facts(report))})<br>{html.escape(queries_timed(report))}"
     figure.update_layout(title=title,
                          yaxis_title="speedup (×, 1 = as fast)", barmode="group", showlegend=True)
     return figure

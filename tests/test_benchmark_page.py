@@ -776,6 +776,18 @@ def test_the_table_bench_prints_names_each_speedups_reference_and_the_ratios_aga
     assert beam.endswith("| beam 1.00x | - |") and peer.endswith("| greedy 0.66x | ct2-int8-greedy 0.60x |")
 
 
+
+def test_the_table_bench_prints_names_the_queries_and_arithmetic_its_ratios_are_of():
+    """bench's printed table, pasted on its own (a GPU run's log, an issue), named neither the queries, the task, the
+    arithmetic, the batch size nor the beam width its ratios were measured with."""
+    from molspec_core.bench import markdown_table
+
+    report = dict(beam_and_greedy(), dtype="int8", batch_size=1, n_best=5, device_name="AMD EPYC 9R14")
+    assert ("\n200 queries: USPTO-MIT test, the first 200 of the 500-query sample (uspto_mit_test_500.idx); forward, "
+            "int8, batch size 1, beam width 5, AMD EPYC 9R14.") in markdown_table(report)
+    greedy = {"n_queries": 1, "src": "/home/me/one.txt", "methods": {"greedy": report["methods"]["greedy"]}}
+    assert "\n1 query: one.txt; batch size 1." in markdown_table(greedy)  # no beam search, no width
+
 def test_a_run_whose_peer_failed_part_way_says_so_among_where_it_ran():
     """bench.run_bench leaves a peer that failed mid-run out and records why ({"failed": ...}); the page's facts
     sorted the peers' thread counts with its None beside a number (TypeError) and said nothing of it."""
