@@ -1625,7 +1625,13 @@ def cmd_average(args: argparse.Namespace) -> int:
     from .checkpoint import average
     from .service import model_folder
 
+    from .train import run_parts
+
     folders = [model_folder(name) for name in args.models]  # a shipped model by its name too, as --model elsewhere
+    for name, folder in zip(args.models, folders):  # it said only "<run>/config.json is missing"
+        if held := run_parts(folder):
+            raise ValueError(f"--model {name} is a run folder (it holds {', '.join(held)}), not a model folder: give "
+                             f"one of its folders, e.g. --model {folder / held[0]}")
     config = average(folders, args.out, torch.float16 if args.float16 else torch.float32)
     print(f"wrote the mean of {len(args.models)} models ({config.get('task', 'task unknown')}) to {args.out}")
     return 0

@@ -747,6 +747,13 @@ def read_state(folder: Path) -> dict:
     return state
 
 
+def run_parts(folder: Path) -> list[str]:
+    """The saves (RUN_PARTS) a run folder holds, where `folder` is a train --out and not a model folder; else []."""
+    if (folder / "config.json").exists():
+        return []
+    return [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+
+
 def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelConfig, preset_name: str, task: str,
                 same_vocab: bool) -> dict:
     """Refuse, in one line naming both folders, weights that cannot start this run: a model of the other task
@@ -754,8 +761,7 @@ def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelC
     weights keep their token ids) with another vocabulary than the data's. Returns the folder's config.json."""
     if not folder.is_dir():
         raise ValueError(f"{role} {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
-    if not (folder / "config.json").exists() and any((folder / name / STATE_MARK).is_file() for name in RUN_PARTS):
-        held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+    if held := run_parts(folder):
         raise ValueError(f"{role} {folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
                          f"of its folders, e.g. {role} {folder / held[0]}, or --out {folder} to continue that run")
     models = [] if (folder / "config.json").exists() else sorted(

@@ -3021,3 +3021,18 @@ def test_a_run_stopped_out_of_memory_is_resumed_with_another_batch_size(pair_fil
     assert "--resume: batch_size 1 against 2 differ from the stopped run's" in caplog.text
     report = json.loads((pair_files / "e.json").read_text())
     assert (report["n"], report["batch_size"], report["resumed"]["batch_size"]) == (5, 2, 1)
+
+
+def test_average_names_a_run_folder_given_as_a_model_and_its_model_folders(tmp_path, capsys):
+    """`average --model runs/a` (the run folder, not its export) said only "runs/a/config.json is missing"."""
+    import shutil
+
+    run = tmp_path / "run"
+    for part in ("export", "last"):
+        shutil.copytree(FIXTURES / "copy_model", run / part)
+        (run / part / "train_state.json").write_text("{}")
+    assert main(["average", "--model", str(run), "--model", str(FIXTURES / "copy_model"),
+                 "--out", str(tmp_path / "soup")]) == 2
+    assert (f"--model {run} is a run folder (it holds export, last), not a model folder: give one of its folders, "
+            f"e.g. --model {run / 'export'}") in capsys.readouterr().err
+    assert not (tmp_path / "soup").exists()
