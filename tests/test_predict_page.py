@@ -788,6 +788,23 @@ def test_decoders_stopped_at_the_time_limit_are_not_shown_as_a_speedup(copy_mode
     assert not at.get("plotly_chart")  # the session's chart holds speedups alone
 
 
+
+def test_a_baseline_the_time_limit_stopped_with_answers_while_timed_is_no_speedup(copy_models, monkeypatch):
+    """Predicted within its time limit with the exact speculative beam (11 decoder calls on a clock where each takes a
+    second, at an 11 s limit), a query was timed beside beam search, which takes 12 and was stopped with the answers
+    it had: its time, that of the calls it made, and its answers read as a measurement beside a finished search."""
+    decode_slowly(monkeypatch)
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sbs-exact").run()
+    at.number_input(key="time_limit_predict").set_value(11).run()
+    predict(at, "Oc1ccncc1Cl")
+    assert at.session_state["shown"].result.ok
+    test_app.measure_speedup(at)
+    assert_clean(at)
+    assert "Beam search ran into the 11 s time limit on this query and was stopped in at least one of its 3 runs" in (
+        texts(at.warning))
+    assert "Speedup" not in {m.label for m in at.metric} and not at.get("plotly_chart")
+
 def test_a_speedup_is_stopped_where_the_measurement_says_a_decoder_was_stopped():
     """As the measurement records it (bench.Timing.stopped), not as the page guessed it: a median time at the limit
     or past it was read as stopped though a search that ends within a few steps of its limit is not stopped (the
