@@ -1072,14 +1072,16 @@ def result_rows(row: int, cells: tuple[str, ...], result: QueryResult,
     `time_ms` its time from predict_batch, or, unset, the decoder's own wall time (the query's when it was decoded
     alone, as the app does). `problem` (QueryFile.problem_of): why the record gave no query, which is
     then its error rather than the empty query's. A query stopped with answers (stopped_with_answers) writes them,
-    each row holding its error."""
-    if problem or not (result.ok or result.stopped_with_answers):
-        return [LastRow([*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None,
-                         None, None, None, None, None, None, result.method, None, None, None, None,
-                         problem or result.error])]
+    each row holding its error; one stopped without (greedy and its speculative kin) writes, beside its error, the
+    calls it made, as a decoded query's rows do (a query refused before decoding made none: its cells stay empty)."""
     stats = result.stats
     if time_ms is None:
         time_ms = stats.wall_time_s * 1000
+    if problem or not (result.ok or result.stopped_with_answers):
+        made = ((result.dtype, round(time_ms, 2), stats.model_calls, stats.draft_tokens_accepted)
+                if stats.model_calls and not problem else (None,) * 4)
+        return [LastRow([*cells, row, result.query, result.canonical_query, None, "", None, None, None, None, "", None,
+                         None, None, None, None, None, None, result.method, *made, problem or result.error])]
     rows = [[*cells, row, result.query, result.canonical_query, p.rank, p.smiles, rounded(p.score),
              significant(p.probability), p.valid, p.sane, "; ".join(p.concerns), p.model_rank,
              rounded(p.confidence), p.views, result.writings, p.spellings, p.round_trip,

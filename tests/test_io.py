@@ -1535,6 +1535,31 @@ def test_a_query_stopped_at_its_time_limit_writes_the_answers_it_found_each_with
     assert len(refused) == 1 and refused[0][at["rank"]] is None and refused[0][at["error"]] == error
 
 
+def test_a_query_stopped_without_answers_writes_the_calls_it_made(tmp_path):
+    """A greedy query stopped at its time limit keeps the calls it made (QueryResult.stats, dtype; over HTTP
+    model_calls and accepted_tokens say so), yet its row left dtype, time_ms, model_calls and accepted_tokens empty,
+    as if it had never been decoded. They are written; a query refused before decoding (no calls) leaves them empty,
+    and the row reads back (predict --resume) with its counts as numbers."""
+    from molspec_core.decoding.result import DecodeStats
+    from molspec_core.service import QueryResult
+
+    at = {column: RESULT_COLUMNS.index(column)
+          for column in ("rank", "dtype", "time_ms", "model_calls", "accepted_tokens", "error")}
+    error = "stopped after the 1 s time limit per query; try a longer time limit"
+    stats = DecodeStats(model_calls=37, draft_tokens_accepted=12, wall_time_s=1.25)
+    stopped = QueryResult("CCO", "CCO", stats=stats, method="spec-auto", error=error, dtype="int8")
+    row = molspec_io.result_rows(1, (), stopped)[0]
+    assert [row[i] for i in at.values()] == [None, "int8", 1250.0, 37, 12, error]
+    assert molspec_io.result_rows(1, (), stopped, 400.0)[0][at["time_ms"]] == 400.0  # predict_batch's share
+    refused = molspec_io.result_rows(2, (), QueryResult("C1", "", method="spec-auto", error="not a SMILES"))[0]
+    assert [refused[i] for i in at.values()] == [None, None, None, None, None, "not a SMILES"]
+    header = output_header([])
+    kept = molspec_io.Kept(tmp_path / "out.interrupted.csv")
+    molspec_io.write_csv(kept.path, header, [row, refused])
+    back = list(molspec_io.kept_rows(kept, header, ["CCO", "C1"], "spec-auto"))
+    assert back == [[None if cell == "" else cell for cell in written] for written in (row, refused)]
+
+
 def test_a_retrosynthesis_files_lone_ion_and_inorganic_queries_get_the_predict_pages_note():
     """A file run noted only queries of several molecules: acetate alone (CC(=O)[O-]) or ammonium ([NH4+]) asked for
     retrosynthesis got their note on the Predict page and from `predict --smiles` (service.several_products_note),
