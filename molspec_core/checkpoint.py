@@ -255,6 +255,9 @@ def read_headers(folder: Path, stem: str = "model") -> dict[str, TensorHeader]:
     if unheld:
         raise CheckpointError(f"{index} lists {len(unheld)} tensors in shards that do not hold them, "
                               f"e.g. {_short(unheld[0])}")
+    if weight_map is not None and (folder / f"{stem}.safetensors").exists():  # the shards loaded, the file unread
+        raise CheckpointError(f"{folder} holds both {stem}.safetensors and {index.name} (with its shards): two sets of "
+                              "weights; keep the model's own and remove the other")
     return headers
 
 

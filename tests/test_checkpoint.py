@@ -447,6 +447,19 @@ def test_a_draft_model_that_does_not_load_is_refused_before_the_model_is_built(t
         Predictor.load(folder, device="cpu")
 
 
+def test_a_folder_holding_both_a_single_weights_file_and_a_shard_index_is_refused(tmp_path, monkeypatch,
+                                                                                    no_model_built):
+    """A model.safetensors copied into a folder of sharded weights (another run's, beside its index) was passed over
+    without a word: the index's shards loaded, and the model answered with weights other than the ones copied in."""
+    single = tiny_folder(tmp_path / "single")  # before the shards' size is set, which holds for the test
+    folder = tiny_folder(tmp_path / "model", shards=True, monkeypatch=monkeypatch)
+    (folder / "model.safetensors").write_bytes((single / "model.safetensors").read_bytes())
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(
+            f"{folder} holds both model.safetensors and {checkpoint.INDEX_NAME} (with its shards): two sets of "
+            "weights; keep the model's own and remove the other")):
+        checkpoint.inspect_folder(folder)
+
+
 def test_a_broken_draft_model_is_named_as_one_the_model_loads_without(tmp_path, no_model_built):
     """An empty draft/ folder (its files removed) stopped its model loading with '.../draft/config.json is missing',
     read as the model's own file missing, with no word that the model loads without its draft model."""
