@@ -507,11 +507,14 @@ def write_splits(out: Path, splits: dict[str, list[Pair]], stats: dict, vocab: V
         stats["vocab_size"] = len(vocab)
         stats["train_tokens_unknown"] = unknown["train"]  # occurrences of tokens too rare for the vocabulary
         (out / "stats.json").write_text(json.dumps(stats, indent=2))
-    except BaseException:  # a full disk, Ctrl-C: a half-written folder was refused by the next prepare-data
+    except BaseException as exc:  # a full disk, Ctrl-C: a half-written folder was refused by the next prepare-data
         for path in written:
             path.unlink(missing_ok=True)
         if created and not any(out.iterdir()):
             out.rmdir()
+        if isinstance(exc, OSError) and not exc.filename:  # numpy's zip writer names no file: "No space left on device"
+            raise OSError(exc.errno, f"{exc.strerror or exc}: {out} could not be written; the files begun there are "
+                          "removed (the same command runs again once there is room)") from None
         raise
     log.info("wrote %s: %s", out, stats)
 

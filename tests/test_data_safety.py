@@ -138,3 +138,19 @@ def test_prepare_refuses_a_data_folder_lacking_a_file_its_task_reads_before_any_
                                          rf"{len(data_module.TASK_INPUTS[task])} it reads\))?: --data is the shared"):
         prepare(task, root, tmp_path / "out", n_val=1, workers=1)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_names_the_folder_it_could_not_write(tmp_path, monkeypatch):
+    """numpy's zip writer fails without a file name: prepare-data said only "error: No space left on device"."""
+    import errno
+
+    import molspec_core.data as data_module
+
+    def disk_full(path, pairs, vocab):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(data_module, "save_arrays", disk_full)
+    with pytest.raises(OSError, match=r"No space left on device: .*out could not be written; the files begun there "
+                                      r"are removed") as caught:
+        write_splits(tmp_path / "out", {"train": PAIRS, "val": PAIRS[:1], "test": PAIRS[:1]}, {"task": "forward"})
+    assert caught.value.errno == errno.ENOSPC and not (tmp_path / "out").exists()
