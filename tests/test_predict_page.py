@@ -786,6 +786,11 @@ def test_decoders_stopped_at_the_time_limit_are_not_shown_as_a_speedup(copy_mode
             "at least one of their 3 runs: a stopped run's time is the limit's") in texts(at.warning)
     assert "Speedup" not in {m.label for m in at.metric} and "different answers" not in texts(at.warning)
     assert not at.get("plotly_chart")  # the session's chart holds speedups alone
+    assert "For a longer time limit than the 3 s a query it stopped at, raise it under" in texts(at.warning)
+    # raised, it was told to raise it again: the timing runs under the limit the answers were decoded with
+    at.number_input(key="time_limit_predict").set_value(10).run()
+    assert ("The time limit is 10 s a query now, longer than the 3 s it stopped at: press Predict again to decode the "
+            "query with it, then measure.") in texts(at.warning)
 
 
 

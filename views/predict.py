@@ -681,7 +681,9 @@ def show_exports(shown: Shown) -> None:
 # ---- speedup ----------------------------------------------------------------------------------
 
 
-def show_speedup(shown: Shown, predictor: Predictor) -> None:
+def show_speedup(shown: Shown, predictor: Predictor, time_limit: float) -> None:
+    """The tab that times this query's decoders side by side; `time_limit`: the page's setting now, which may be
+    longer than the one the answers were decoded with (shown.time_limit_s), which the timing runs under."""
     cfg, query = shown.settings, shown.result.canonical_query
     baseline, speculative = speedup_pair(cfg.method)
     st.caption(f"Decodes this query with {common.method_label(baseline)} and "
@@ -693,10 +695,12 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
     # which may stop a decoder; the last item, what they read as (measured_with), is the session table's
     key = (cfg.model, cfg.dtype, query, baseline, speculative, cfg.n_best, cfg.draft_len, cfg.n_drafts, cfg.augment,
            cfg.sampling, shown.time_limit_s, measured_with(cfg, speculative))
+    longer = common.longer_time_limit(shown.time_limit_s, f"{LONGER_HOW}, then measure",
+                                      f"{LONGER_AGAIN}, then measure", time_limit)
     if shown.result.stopped_with_answers:  # timed under the limit that stopped it, a decoder is stopped again
         st.info(f"These answers are what the search had found when the {shown.time_limit_s:g} s time limit stopped "
                 "it: timed under that limit, the decoders would be stopped too, and their times would be the limit's. "
-                f"To measure the speedup, {LONGER_HOW}.", icon=":material/timer_off:")
+                f"{longer}", icon=":material/timer_off:")
     elif st.button("Measure speedup", key="measure_speedup", icon=":material/speed:"):
         try:
             with st.spinner("Timing both decoders…"):
@@ -718,8 +722,7 @@ def show_speedup(shown: Shown, predictor: Predictor) -> None:
         names, (was, its) = common.in_words(cut[key]), ("was", "its") if len(cut[key]) == 1 else ("were", "their")
         st.warning(f"{names} ran into the {shown.time_limit_s:g} s time limit on this query and {was} stopped in at "
                    f"least one of {its} {SPEEDUP_REPEATS} runs: "
-                   "a stopped run's time is the limit's, not the decoder's, so no speedup is shown. For a longer "
-                   f"time limit, {LONGER_HOW}, then measure again.",
+                   f"a stopped run's time is the limit's, not the decoder's, so no speedup is shown. {longer}",
                    icon=":material/timer_off:")
     record = records.get(key)
     if record is not None:
@@ -1126,7 +1129,7 @@ def main() -> None:
             show_copied_tokens(shown, prediction)
     if speed.open:
         with speed:
-            show_speedup(shown, shown.settings.predictor())
+            show_speedup(shown, shown.settings.predictor(), time_limit)
     if three_d.open:
         with three_d:
             show_3d(shown, rank)
