@@ -12,13 +12,17 @@ Imports nothing but torch: the training path (no RDKit) uses it too.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 
 log = logging.getLogger(__name__)
+
+CGROUP = Path("/sys/fs/cgroup")  # where a container's CPU limit is read (cgroup v2's cpu.max, v1's cpu/cpu.cfs_*)
 
 
 def default_threads(cpus: int, torch_default: int, env: Mapping[str, str]) -> int:
@@ -29,11 +33,29 @@ def default_threads(cpus: int, torch_default: int, env: Mapping[str, str]) -> in
     return max(1, min(torch_default, cpus - 1))
 
 
+def cpu_limit(cgroup: Path) -> int | None:
+    """The CPUs a container's CPU limit gives this process (its cgroup's quota over its period, rounded up), or None
+    where no limit is set or none can be read."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]  # cgroup v2: "200000 100000", or "max 100000"
+    except (OSError, ValueError):
+        try:  # cgroup v1: the quota (-1: none) and the period, a file each
+            quota, period = ((cgroup / "cpu" / name).read_text().strip() for name in ("cpu.cfs_quota_us",
+                                                                                       "cpu.cfs_period_us"))
+        except OSError:
+            return None
+    if not (quota.isdigit() and period.isdigit()) or int(quota) == 0 or int(period) == 0:  # "max", "-1": no limit
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the OS has one, else every CPU)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The CPUs this process may run on: its affinity where the OS has one, else every CPU, and no more than a
+    container's CPU limit (cpu_limit), which the affinity does not show: a container given 2 CPUs of a 64-core host
+    sees 64, and took 63 threads."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cpu_limit(CGROUP)
+    return cpus if limit is None else min(cpus, limit)
 
 
 def use_threads(threads: int = 0) -> int:

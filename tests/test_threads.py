@@ -66,3 +66,30 @@ def test_a_numpy_whole_number_is_a_thread_count():
             use_threads(np.float64(1.0))
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_containers_cpu_limit_bounds_the_cpus_as_its_affinity_does(tmp_path, monkeypatch):
+    """A container limited to 2 CPUs (its cgroup's quota: docker --cpus 2, a Kubernetes limit) on a 64-core host sees
+    all 64 in its affinity: the default was 63 threads on 2 CPUs' time, which wait for each other at every step
+    (this module's docstring: 597 s against 7 s). The quota counts as CPUs, rounded up; none set, the affinity."""
+    import os
+
+    from molspec_core import threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(threads, "CGROUP", tmp_path, raising=False)
+    (tmp_path / "cpu.max").write_text("200000 100000\n")  # cgroup v2: quota and period, in microseconds
+    assert threads.usable_cpus() == 2
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs' time counts as 2
+    assert threads.usable_cpus() == 2
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # no limit
+    assert threads.usable_cpus() == 64
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()  # cgroup v1
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.usable_cpus() == 4
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")  # no limit
+    assert threads.usable_cpus() == 64
+    monkeypatch.setattr(threads, "CGROUP", tmp_path / "absent")
+    assert threads.usable_cpus() == 64  # no cgroup files (macOS, Windows): the affinity alone
