@@ -714,6 +714,7 @@ def test_a_batchs_time_limit_is_set_in_its_form_and_a_stopped_row_says_where(cop
     submit(at, "Run batch")
     assert_clean(at)
     assert limits == [3] and at.session_state[BATCH].table["error"][0].startswith("stopped after the 3 s time limit")
+    assert at.session_state[BATCH].table["model_calls"][0] == 3  # the calls it made (io.result_rows), not an empty cell
     assert "time limit 3 s a query" in texts(at.caption)
     assert ("For a longer time limit than the 3 s a query it stopped at, raise *Time limit per query (s)* in the form "
             "above and run "
