@@ -117,8 +117,8 @@ class TrainConfig:
                                          "the decoder's side")
     compile: bool = option(False, "torch.compile the training forward pass")
     eval_every: int = option(1000, "validate every this many steps (and at the end)", WHOLE_1)
-    val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset)",
-                                  WHOLE_0)
+    val_greedy_rows: int = option(200, "validation rows decoded greedily for exact match (slow on CPU: a subset; 0: "
+                                       "none, and no out/best, which that match chooses)", WHOLE_0)
     export_every_minutes: float = option(5.0, "write float16 shards and the full state this often (0: after every "
                                               "step)", AT_LEAST_0)
     log_every_seconds: float = option(60.0, "a 'speed' log line this often: steps and tokens a second since the last",
@@ -1303,7 +1303,9 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                     hinge_sum, hinge_steps = torch.zeros((), device=device), 0
                 state["history"].append(metrics)
                 log.info("validation %s", metrics)
-                if metrics["greedy_exact_match"] > state["best_exact"]:
+                # without greedy rows (--val-greedy-rows 0, or no validation rows) nothing measures a best: every
+                # exact match read 0, and best/ kept the first validation's weights under its name
+                if metrics["greedy_rows"] and metrics["greedy_exact_match"] > state["best_exact"]:
                     state["best_exact"] = metrics["greedy_exact_match"]
                     with averaged(), writing(out / "best", state["step"], out / "last", export_dir):
                         save_best(out / "best", model, vocab, state,

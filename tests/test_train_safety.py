@@ -421,6 +421,15 @@ def test_a_time_budgets_progress_bar_shows_no_share_or_end_of_max_steps(data, tm
     assert "2/2" in capsys.readouterr().err
 
 
+def test_without_greedy_rows_no_best_is_written_as_nothing_measured_it(data, tmp_path):
+    """With --val-greedy-rows 0 every validation's exact match read 0, so best/ kept the first validation's weights
+    for good, labelled the best greedy exact match, though nothing had measured one."""
+    run(data, tmp_path / "run", max_steps=3, eval_every=1, val_greedy_rows=0)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["export", "last"]
+    run(data, tmp_path / "measured", max_steps=3, eval_every=1, val_greedy_rows=1)
+    assert (tmp_path / "measured" / "best" / "train_state.json").is_file()
+
+
 # ---- non-finite training (item 7) ----------------------------------------------------------------------------
 
 def test_a_diverged_run_stops_before_writing_and_keeps_the_last_good_export(data, tmp_path, monkeypatch):
