@@ -1891,6 +1891,39 @@ def test_plan_summary_counts_a_compound_the_steps_use_twice_and_one_molecule_exp
     assert f"from {phosphonate}, {aldehyde} (used twice)\n" in printed
 
 
+def test_plan_summary_counts_in_the_right_number_and_leaves_out_what_the_search_never_had(tmp_path, capsys):
+    """plan's summary called the answers lacking atoms of their product 'sane ones' (the Predict page flags them; the
+    Routes page stopped saying so in b1ca962), read '1 decoder calls' and '1 search nodes', told '0 of 0 proposed
+    reactant sets used (0 sane ones ...)' of a search that had no answers, and of a stopped search that had found no
+    route 'the routes it had found are kept', its next line saying no route was found, naming the stop
+    'KeyboardInterrupt'."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import ExpansionCounts, PlanResult, PlanSettings, Route, RouteMolecule, RouteStep, \
+        SearchStats
+
+    def lines(counts: ExpansionCounts, nodes: int, stopped_by: str | None = None, routes: tuple = (),
+              allow: bool = False) -> list[str]:
+        stats = SearchStats("retro*", 1.0, 30.0, None, nodes, counts=counts, search_s=1.0, stopped_by=stopped_by)
+        report_plan(PlanResult("CC(=O)NCc1ccccc1", routes, stats, "retro", None, "stock", 2, settings=PlanSettings()),
+                    tmp_path / "r.json", tmp_path / "r.csv", allow)
+        return capsys.readouterr().out.splitlines()
+
+    assert lines(ExpansionCounts(molecules=3, decoder_calls=40, answers=30, missing_atoms=4, kept=20), 9)[1] == (
+        "retro*, 1.0 s: 3 molecules expanded (40 decoder calls), 20 of 30 proposed reactant sets used (4 lacked atoms "
+        "of their product: skipped), 9 search nodes")
+    assert lines(ExpansionCounts(molecules=1, decoder_calls=1, answers=1, missing_atoms=1, kept=1), 1, allow=True)[1] \
+        == ("retro*, 1.0 s: 1 molecule expanded (1 decoder call), 1 of 1 proposed reactant set used (1 lacked atoms of "
+            "their product: used, --allow-missing-atoms), 1 search node")
+    stopped = lines(ExpansionCounts(), 1, "KeyboardInterrupt")
+    assert stopped[1:4] == ["retro*, 1.0 s: 0 molecules expanded (0 decoder calls), 1 search node",
+                            "the search was stopped (Ctrl-C) 1.0 s into its 30 s",
+                            "no route to the stock was found before the search was stopped, 1.0 s in"]
+    step = RouteStep("CC(=O)NCc1ccccc1", (RouteMolecule("CC(=O)Cl", True), RouteMolecule("NCc1ccccc1", True)), -1.3, 2)
+    found = lines(ExpansionCounts(molecules=1, decoder_calls=5, answers=5, kept=5), 4, "Terminated",
+                  (Route(RouteMolecule(step.product, False, step), step.score),))
+    assert found[2] == "the search was stopped (SIGTERM) 1.0 s into its 30 s; the routes it had found are kept"
+
+
 def test_an_output_whose_backup_would_replace_the_input_is_refused_naming_the_output(tmp_path, capsys, no_model_load):
     """predict --input q.csv.bak --output q.csv was refused with 'q.csv.bak is the input file ... choose another output
     name', a name the user never gave as an output: the refusal now says it is where the file --output replaces would
