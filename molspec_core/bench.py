@@ -488,12 +488,15 @@ def markdown_table(report: dict) -> str:
         sweep = report["sweep"]
         knob = sweep["knob"]
         shown = f" (the table above is its run at {knob} = {sweep['points'][-1][knob]:g})" if sweep["points"] else ""
+        # mentored sampling's own reference is plain sampling, which its sweep runs too (run_sweep)
+        sampled = any(point.get("speedup_vs_sample") is not None for point in sweep["points"])
+        columns = ("top1", "validity", "speedup_vs_greedy", *(("speedup_vs_sample",) if sampled else ()),
+                   "acceptance_rate", "tokens_per_call", "expected_tokens_per_call")
         lines.append(f"\nSweep of {sweep['method']} over {knob}{shown}:\n\n| {knob} | top-1 | valid | "
-                     "speedup vs greedy | acceptance | tokens/call | expected tokens/call |\n"
-                     "|---|---|---|---|---|---|---|")
+                     f"speedup vs greedy | {'speedup vs sample | ' if sampled else ''}acceptance | tokens/call | "
+                     f"expected tokens/call |\n|---|---|---|---|{'---|' if sampled else ''}---|---|---|")
         for point in sweep["points"]:
-            cells = [point.get(k) for k in ("top1", "validity", "speedup_vs_greedy", "acceptance_rate",
-                                            "tokens_per_call", "expected_tokens_per_call")]
+            cells = [point.get(k) for k in columns]
             lines.append(f"| {point[knob]:g} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
     if report.get("oracle_tokens_per_call"):
         bounds = ", ".join(f"{k} {v:.2f}" for k, v in report["oracle_tokens_per_call"].items())
