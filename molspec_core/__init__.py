@@ -8,6 +8,7 @@ not load the service, torch's decoders and RDKit with them.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 
 # name -> the module that defines it
@@ -23,6 +24,11 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":  # the installed package's, as `pip show molspec` and evaluate's reports give it
+        try:
+            return importlib.metadata.version("molspec")
+        except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+            return "unknown (not installed)"
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:

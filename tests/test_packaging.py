@@ -38,3 +38,13 @@ def test_the_app_extra_with_the_core_dependencies_installs_every_package_the_app
     assert {"streamlit", "streamlit_ketcher"} <= imported  # the scan sees the app's imports
     missing = sorted(name for name in imported if DISTRIBUTIONS.get(name, name).lower() not in installed)
     assert not missing, f"the app imports {missing}, which neither the core dependencies nor .[app] install"
+
+
+def test_the_package_says_its_version():
+    """`molspec_core.__version__` did not exist: a pipeline logging what it ran with had to ask pip. It is the
+    installed package's version, the one evaluate's reports record."""
+    import importlib.metadata
+
+    import molspec_core
+
+    assert molspec_core.__version__ == importlib.metadata.version("molspec")
