@@ -47,7 +47,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .tokenizer import BOS_ID, EOS_ID, UNK_ID, Vocab, tokenize
+from .tokenizer import BOS_ID, EOS_ID, UNK_ID, TokenizeError, Vocab, tokenize
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -180,6 +180,14 @@ def parallel_map(fn: Callable[[T], R], jobs: list[T], workers: int, chunksize: i
         return list(pool.map(fn, jobs, chunksize=chunksize))
 
 
+def tokenizes(smiles: str) -> bool:
+    try:
+        tokenize(smiles)
+    except TokenizeError:
+        return False
+    return True
+
+
 def keep_short(pairs: list[Pair]) -> list[Pair]:
     return [p for p in pairs if len(tokenize(p.src)) <= MAX_SRC_TOKENS and len(tokenize(p.tgt)) <= MAX_TGT_TOKENS]
 
@@ -205,7 +213,16 @@ class MitSplit:
 def mit_split(root: Path, n_val: int) -> MitSplit:
     # a row with an empty side teaches nothing (54 valid targets are empty), and an empty source stopped a
     # training run at its first validation ("source i has no tokens")
-    valid = [p for p in read_pairs(root / MIT_VALID[0], root / MIT_VALID[1]) if p.src and p.tgt]
+    rows = read_pairs(root / MIT_VALID[0], root / MIT_VALID[1])
+    # a row the tokenizer cannot read (a space, a stray '%') stopped the preparation at its arrays, naming no row
+    unreadable = [i for i, p in enumerate(rows) if p.src and p.tgt and not (tokenizes(p.src) and tokenizes(p.tgt))]
+    if unreadable:
+        first = rows[unreadable[0]]
+        log.warning("%s: %d of its %d rows are not SMILES the tokenizer reads (the first, line %d: %r); they are left "
+                    "out", root / MIT_VALID[0], len(unreadable), len(rows), unreadable[0] + 1,
+                    first.src if not tokenizes(first.src) else first.tgt)
+    skip = set(unreadable)
+    valid = [p for i, p in enumerate(rows) if p.src and p.tgt and i not in skip]
     test = read_pairs(root / MIT_TEST[0], root / MIT_TEST[1])
     if n_val > len(valid):  # it wrote the rows there were as validation and trained on none of them, without a word
         raise ValueError(f"--n-val {n_val}: {MIT_VALID[0]} has {len(valid)} usable rows (validation is the first "

@@ -3,6 +3,7 @@ import csv
 import gzip
 import io
 import json
+import logging
 import lzma
 import random
 
@@ -435,6 +436,21 @@ def test_source_and_target_files_of_different_lengths_are_refused_naming_both(tm
     with pytest.raises(ValueError, match=r"products.txt has 1 lines but .*reactants.txt has 2"):
         prepare("retro", retro, tmp_path / "out", n_val=1, workers=1, augment=0)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", ["forward", "forward-mit"])
+def test_a_mit_valid_row_the_tokenizer_cannot_read_is_left_out_with_a_warning_naming_it(task, tmp_path, caplog):
+    """A source with a space in it (or a stray '%') stopped prepare-data with "not a SMILES token at character 14:
+    '  '", naming no file or row, after the minutes of RDKit work."""
+    root = tree_with_mit_valid(tmp_path, "c1ccccc1.BrBr  ", "Brc1ccccc1")
+    mit = root / "uspto_mit/derived"
+    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC O\nc1ccccc1.BrBr  \nCC=O.[BH4-].[Na+]\n")
+    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCC\nBrc1ccccc1\nCC%O\n")
+    caplog.set_level(logging.WARNING, logger="molspec_core.data")
+    stats = prepare(task, root, tmp_path / "out", n_val=1, workers=1)
+    assert stats["val"] == 1 and stats["mit_valid_rows_for_training"] == 0
+    assert "3 of its 4 rows are not SMILES the tokenizer reads (the first, line 2: 'CC O'); they are left out" \
+        in caplog.text
 
 
 def test_a_mit_valid_row_with_an_empty_source_trains_nowhere(tmp_path):
