@@ -636,7 +636,8 @@ def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMar
                          "delete it to start again")
     check_settings(args, keep)
     check_kept(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method)
-    print(f"resuming: records 1-{keep.held:,} of {len(table.queries):,} come from {keep.path.name}")
+    print(f"resuming: {first_records(keep.held, len(table.queries))} come{'s' * (keep.held == 1)} from "
+          f"{keep.path.name}")
     return keep
 
 
@@ -705,12 +706,17 @@ def stopped(output: str, n_records: int, keep: Kept | None) -> str:
     if keep.last_row <= keep.held:
         if keep.moved:
             return f"the rows this run finished could not be kept: {keep.moved}"
-        return (f"no further record finished; {keep.path} holds records 1-{keep.held:,} of {n_records:,} as before"
+        return (f"no further record finished; {keep.path} holds {first_records(keep.held, n_records)} as before"
                 if keep.held else f"no record finished; {output} was not written")
     where = (f"{keep.path.parent} ({keep.moved}); move the files there to {interrupted_name(output).parent} and run "
              if keep.moved else f"{keep.path}; run ")
-    return (f"the rows of records 1-{keep.last_row:,} of {n_records:,} are kept in {where}the same command with "
+    return (f"the rows of {first_records(keep.last_row, n_records)} are kept in {where}the same command with "
             f"--resume to go on from there ({output} is written once every record is done)")
+
+
+def first_records(n: int, n_records: int) -> str:
+    """The first `n` of a file's `n_records` records: 'records 1-4 of 6', 'record 1 of 6' (not 'records 1-1')."""
+    return f"{'record 1' if n == 1 else f'records 1-{n:,}'} of {n_records:,}"
 
 
 def output_name(path: str) -> str:

@@ -1681,6 +1681,23 @@ def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt", "out.csv", "q.txt"]
 
 
+def test_a_run_stopped_after_its_first_record_names_record_1_not_records_1_1(tmp_path, monkeypatch, capsys):
+    """A predict stopped after its first record said 'the rows of records 1-1 of 3 are kept', and its --resume
+    'resuming: records 1-1 of 3 come from ...' and, stopped again, 'holds records 1-1 of 3 as before'."""
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\n")
+    out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt())
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
+    assert capsys.readouterr().err.splitlines()[-2] == (
+        f"stopped: the rows of record 1 of 3 are kept in {kept}; run the same command with --resume to go on from "
+        f"there ({out} is written once every record is done)")
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt(), at=1)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 130
+    printed = capsys.readouterr()
+    assert "resuming: record 1 of 3 comes from out.interrupted.csv" in printed.out
+    assert f"stopped: no further record finished; {kept} holds record 1 of 3 as before" in printed.err
+
+
 def test_a_resumed_run_of_recorded_reactions_marks_and_counts_the_kept_records_too(tmp_path, monkeypatch, capsys):
     (tmp_path / "q.txt").write_text("CCOc1ccccc1>>CCOc1ccccc1\nc1ccncc1>>c1ccncc1\nCCN(CC)CC>>CCNCC\nCCO>>CC\n")
     out = tmp_path / "out.csv"
