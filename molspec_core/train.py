@@ -1015,8 +1015,8 @@ def writing(folder: Path, step: int, last: Path, export_dir: Path) -> Iterator[N
         if tmp.is_dir() and not (tmp / STATE_MARK).is_file():
             shutil.rmtree(tmp, ignore_errors=True)
         held = saved_steps((last, export_dir))
-        kept = (f"{held}: the same command continues from {last} once there is room" if (last / STATE_MARK).is_file()
-                else held or "nothing of this run is saved to continue from yet")
+        kept = (f"{held}: the same command continues from {last} once {folder} can be written"
+                if (last / STATE_MARK).is_file() else held or "nothing of this run is saved to continue from yet")
         raise OSError(exc.errno, f"{exc.strerror or exc}: {folder} could not be written at step {step}; {kept}") \
             from None
 

@@ -402,7 +402,7 @@ def test_a_save_the_disk_cannot_hold_names_its_folder_and_what_the_run_keeps(dat
     monkeypatch.setattr(checkpoint, "save_tensors", full)
     with pytest.raises(OSError, match=r"No space left on device: .*export could not be written at step 6; "
                                       r".*last holds step 3 and .*export step 3: the same command continues "
-                                      r"from .*last once there is room") as caught:
+                                      r"from .*last once .*export can be written") as caught:
         run(data, tmp_path / "run", max_steps=6)
     assert caught.value.errno == 28
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["best", "export", "last"]
