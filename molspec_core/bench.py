@@ -575,7 +575,11 @@ def speedup_figure(report: dict):
     # what the ratios are of, as the Benchmark page says it: the chart is a file of its own, and its title named
     # neither the task, the queries, nor the arithmetic ("Speedup, total-time ratio (200 queries, cpu)")
     # Plotly reads a few HTML tags in a title: the file names and the CPU's name are shown as written
-    title = f"Speedup, total-time ratio ({html.escape(run_facts(report))})<br>{html.escape(queries_timed(report))}"
+    facts = run_facts(report)
+    sweep = report.get("sweep")
+    if sweep and sweep["points"]:  # its bars are one value's run, the last, which the title did not say
+        facts += f"; {sweep['method']} at {sweep['knob']} = {sweep['points'][-1][sweep['knob']]:g}"
+    title = f"Speedup, total-time ratio ({html.escape(facts)})<br>{html.escape(queries_timed(report))}"
     figure.update_layout(title=title,
                          yaxis_title="speedup (×, 1 = as fast)", barmode="group", showlegend=True)
     return figure

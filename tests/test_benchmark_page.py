@@ -777,6 +777,15 @@ def test_the_table_bench_prints_names_each_speedups_reference_and_the_ratios_aga
 
 
 
+
+def test_the_chart_bench_writes_beside_a_sweeps_report_names_the_value_its_bars_ran_at():
+    """bench --sweep writes the chart of its last value's run beside the report, and its title said nothing of it:
+    relaxed greedy's bar read as relaxed greedy's at any tau."""
+    from molspec_core.bench import speedup_figure
+
+    title = speedup_figure(saved("forward_cpu_relaxed_sweep_mit100.json")).layout.title.text
+    assert "; relaxed at tau = 4)<br>100 queries: USPTO-MIT test" in title
+
 def test_the_table_bench_prints_names_the_queries_and_arithmetic_its_ratios_are_of():
     """bench's printed table, pasted on its own (a GPU run's log, an issue), named neither the queries, the task, the
     arithmetic, the batch size nor the beam width its ratios were measured with."""
