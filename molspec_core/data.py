@@ -180,12 +180,19 @@ def parallel_map(fn: Callable[[T], R], jobs: list[T], workers: int, chunksize: i
         return list(pool.map(fn, jobs, chunksize=chunksize))
 
 
-def tokenizes(smiles: str) -> bool:
+def _max_positions() -> int:
+    from .model import ModelConfig  # torch: imported only where a row's length is judged
+
+    return ModelConfig.max_positions
+
+
+def model_reads(smiles: str) -> bool:
+    """Whether a model can read `smiles` as a source and write it as a target: SMILES tokens (tokenizer.tokenize), and
+    fewer than its positions (ModelConfig.max_positions; a target takes its bos too)."""
     try:
-        tokenize(smiles)
+        return len(tokenize(smiles)) < _max_positions()
     except TokenizeError:
         return False
-    return True
 
 
 def keep_short(pairs: list[Pair]) -> list[Pair]:
@@ -214,13 +221,15 @@ def mit_split(root: Path, n_val: int) -> MitSplit:
     # a row with an empty side teaches nothing (54 valid targets are empty), and an empty source stopped a
     # training run at its first validation ("source i has no tokens")
     rows = read_pairs(root / MIT_VALID[0], root / MIT_VALID[1])
-    # a row the tokenizer cannot read (a space, a stray '%') stopped the preparation at its arrays, naming no row
-    unreadable = [i for i, p in enumerate(rows) if p.src and p.tgt and not (tokenizes(p.src) and tokenizes(p.tgt))]
+    # a row the tokenizer cannot read (a space, a stray '%') stopped the preparation at its arrays, naming no row; a
+    # validation row longer than a model's positions was written, and every training run on the folder refused it
+    unreadable = [i for i, p in enumerate(rows) if p.src and p.tgt and not (model_reads(p.src) and model_reads(p.tgt))]
     if unreadable:
         first = rows[unreadable[0]]
-        log.warning("%s: %d of its %d rows are not SMILES the tokenizer reads (the first, line %d: %r); they are left "
-                    "out", root / MIT_VALID[0], len(unreadable), len(rows), unreadable[0] + 1,
-                    first.src if not tokenizes(first.src) else first.tgt)
+        log.warning("%s: %d of its %d rows are no SMILES a model reads (not SMILES tokens, or longer than its %d "
+                    "positions; the first, line %d: %r); they are left out", root / MIT_VALID[0], len(unreadable),
+                    len(rows), _max_positions(), unreadable[0] + 1,
+                    (first.src if not model_reads(first.src) else first.tgt)[:80])
     skip = set(unreadable)
     valid = [p for i, p in enumerate(rows) if p.src and p.tgt and i not in skip]
     test = read_pairs(root / MIT_TEST[0], root / MIT_TEST[1])

@@ -439,18 +439,21 @@ def test_source_and_target_files_of_different_lengths_are_refused_naming_both(tm
 
 
 @pytest.mark.parametrize("task", ["forward", "forward-mit"])
-def test_a_mit_valid_row_the_tokenizer_cannot_read_is_left_out_with_a_warning_naming_it(task, tmp_path, caplog):
+def test_a_mit_valid_row_no_model_reads_is_left_out_with_a_warning_naming_it(task, tmp_path, caplog):
     """A source with a space in it (or a stray '%') stopped prepare-data with "not a SMILES token at character 14:
-    '  '", naming no file or row, after the minutes of RDKit work."""
+    '  '", naming no file or row, after the minutes of RDKit work; a validation row longer than a model's positions
+    was written, and every training run on the folder refused it."""
     root = tree_with_mit_valid(tmp_path, "c1ccccc1.BrBr  ", "Brc1ccccc1")
     mit = root / "uspto_mit/derived"
-    write_gz(mit / "src-valid.mixed.txt.gz", "CCN.O=CC\nCC O\nc1ccccc1.BrBr  \nCC=O.[BH4-].[Na+]\n")
-    write_gz(mit / "tgt-valid.txt.gz", "CCNCC\nCC\nBrc1ccccc1\nCC%O\n")
+    huge = "C" * 1100  # a validation row longer than a model's positions: written, then refused by every run
+    write_gz(mit / "src-valid.mixed.txt.gz", f"{huge}.O\nCCN.O=CC\nCC O\nc1ccccc1.BrBr  \nCC=O.[BH4-].[Na+]\n")
+    write_gz(mit / "tgt-valid.txt.gz", f"{huge}O\nCCNCC\nCC\nBrc1ccccc1\nCC%O\n")
     caplog.set_level(logging.WARNING, logger="molspec_core.data")
     stats = prepare(task, root, tmp_path / "out", n_val=1, workers=1)
     assert stats["val"] == 1 and stats["mit_valid_rows_for_training"] == 0
-    assert "3 of its 4 rows are not SMILES the tokenizer reads (the first, line 2: 'CC O'); they are left out" \
-        in caplog.text
+    assert (tmp_path / "out/val.src").read_text() == "CCN.O=CC\n"
+    assert ("4 of its 5 rows are no SMILES a model reads (not SMILES tokens, or longer than its 1024 positions; the "
+            f"first, line 1: '{huge[:80]}'); they are left out") in caplog.text
 
 
 def test_a_mit_valid_row_with_an_empty_source_trains_nowhere(tmp_path):
