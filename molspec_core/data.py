@@ -453,10 +453,13 @@ def prepare_retro(root: Path, out: Path, n_val: int, workers: int, augment: int,
     # where the maps allow, as the model is trained to write them; so the trainer's token-level exact
     # match (it has no RDKit) measures what the model is asked to do. Canonical pairs otherwise.
     val_rows = [f"{r}>>{p}" for r, p in gln_reactions(root / GLN_VAL)]
+    # a reaction longer than a model's positions is no validation row: every training run on the folder refused it
     val_done = [(i, pairs[0], ok) for i, (pairs, ok) in enumerate(
-        _retro_augmented((rxn, rxn, min(augment, 1), i)) for i, rxn in enumerate(val_rows)) if pairs][:n_val]
+        _retro_augmented((rxn, rxn, min(augment, 1), i)) for i, rxn in enumerate(val_rows))
+        if pairs and model_reads(pairs[0].src) and model_reads(pairs[0].tgt)][:n_val]
     if len(val_done) < n_val:  # before the training rows' minutes of alignment
-        raise ValueError(f"--n-val {n_val}: {GLN_VAL} has {len(val_done)} reactions RDKit reads")
+        raise ValueError(f"--n-val {n_val}: {GLN_VAL} has {len(val_done)} reactions RDKit reads that a model can "
+                         "read")
     val = [pair for _, pair, _ in val_done]
     train: list[Pair] = []
     done: list[tuple[list[Pair], bool]] = []

@@ -257,6 +257,17 @@ def retro_tree(root):
     return root
 
 
+def test_prepare_retro_leaves_a_validation_reaction_longer_than_a_models_positions_out(tmp_path):
+    """Written as a validation row, it made every training run on the folder refuse it."""
+    root = retro_tree(tmp_path / "data")
+    rows = (root / "uspto50k/gln_split/raw_val.csv").read_text().splitlines()
+    huge = "C" * 1100
+    rows.insert(1, f"H,1,{huge}Cl.[NH3:1]>>{huge}[NH2:1]")
+    (root / "uspto50k/gln_split/raw_val.csv").write_text("\n".join(rows) + "\n")
+    stats = prepare("retro", root, tmp_path / "out", n_val=1, workers=1, augment=1)
+    assert stats["val"] == 1 and huge not in (tmp_path / "out/val.src").read_text()
+
+
 def test_prepare_retro_val_rest_trains_on_the_val_reactions_after_n_val_without_leaks(tmp_path):
     from molspec_core.chem import canonical
 
