@@ -457,12 +457,17 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     from .io import (InputFileError, MissingColumn, check_results_name, check_room, is_sd_name, least_output_bytes,
                      read_queries, refuse_unnamed_results)
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
-    from .service import Predictor, model_task
+    from .service import Predictor, check_options, model_task
 
     cluster = cluster_options(args)
     if args.round_trip_k is not None and not args.round_trip:
         raise ValueError("--round-trip-k goes with --round-trip FORWARD_MODEL")
-    check_draft_knobs(args.method, args.draft_len, args.n_drafts, sampling_options(args))
+    sampling = sampling_options(args)
+    check_draft_knobs(args.method, args.draft_len, args.n_drafts, sampling)
+    # what Predictor.predict refuses whatever the model (--n-best 2 for greedy), before the model loads and a file is
+    # read: a file run refused at its first batch said 'stopped: no record finished' above the error
+    check_options(args.method, args.n_best, args.batch_size, args.augment, args.draft_len, args.n_drafts,
+                  args.time_limit, sampling)
     marks, keep = None, None
     if args.smiles is None:  # files are checked before the model loads: a refused file costs nothing
         if not args.output:
@@ -520,13 +525,17 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         answers(cluster.address)
     predictor = Predictor.load(args.model, "cpu" if cluster else args.device, "auto" if cluster else args.engine,
                                "float32" if cluster else args.dtype)
+    # and what it refuses of this model (writings it cannot read, a draft model it lacks): one error line here, before
+    # any query, and with --ray not a failure on every worker
+    predictor.check_method(args.method)
+    predictor.check_augment(args.augment)
     check = round_trip_check(args, predictor)
     if args.smiles is None and predictor.calibration_for(args.method, args.augment, args.n_best) is None:
         pooled = f" pooled over {args.augment} writings" if args.augment > 1 else ""
         print(f"note: {args.method}'s answers{pooled} have no calibration in {predictor.path} (sampling and lossy "
               "methods never do; molspec calibrate fits the others): the confidence column stays empty")
     options = dict(method=args.method, n_best=args.n_best, draft_len=args.draft_len, n_drafts=args.n_drafts,
-                   sampling=sampling_options(args), time_limit_s=args.time_limit, augment=args.augment,
+                   sampling=sampling, time_limit_s=args.time_limit, augment=args.augment,
                    ion_writing=args.ion_writing)
     if args.smiles is not None:
         query, known = recorded_reaction(args.smiles, predictor.task) or (args.smiles, None)
@@ -574,7 +583,6 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         if cluster:
             from .scale import predict_on_ray
 
-            predictor.predict([], **options)  # wrong options: one error line here, not a failure on every worker
             outcomes = Outcomes()  # kept_part counts the resumed records into it, predict_on_ray the rest
             kept = kept_part(resumed(args, table, marks, keep), table, marks, outcomes)
             predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options, args.engine,

@@ -570,6 +570,34 @@ def test_predict_refuses_options_it_would_ignore_before_loading_the_model(tmp_pa
                    capsys, "sample does not read --tau; the methods that do: relaxed")
 
 
+def test_predict_refuses_answers_a_method_cannot_give_before_loading_the_model(tmp_path, capsys, no_model_load):
+    """predict --input q.csv --output o.csv --n-best 2 (greedy by default) loaded the model, said its answers had no
+    calibration, started the progress bar and printed 'stopped: no record finished; o.csv was not written' before
+    the real error: the options are checked before the model loads, and the error is the one line."""
+    (tmp_path / "q.csv").write_text("smiles\nCCO\nCCN\n")
+    for query in (["--input", tmp_path / "q.csv"], ["--smiles", "CCO"]):
+        code, err = run_cli(["predict", "--model", MODEL, *query, "--output", tmp_path / "o.csv", "--n-best", "2"],
+                            capsys)
+        assert code == 2 and err.splitlines() == [
+            "error: greedy returns one prediction; for 2 use beam or another method that returns several: beam, "
+            "sbs-exact, sbs, sample, spec-sample, spec-sample-draft, mentored (name it as the method; greedy is the "
+            "method taken where none is named)"], err
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "q.csv"]
+
+
+def test_predict_refuses_writings_its_model_cannot_read_before_predicting(tmp_path, capsys):
+    """--augment 3 with a model trained on one writing went on to the calibration note and the progress bar, then
+    'stopped: no record finished', before the error; it is refused once the model has loaded, before any of that."""
+    (tmp_path / "q.csv").write_text("smiles\nCCO\nCCN\n")
+    code = main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.csv"), "--output", str(tmp_path / "o.csv"),
+                 "--augment", "3"])
+    printed = capsys.readouterr()
+    assert code == 2 and "calibration" not in printed.out and "stopped" not in printed.err, printed
+    assert printed.err.splitlines()[-1] == ("error: copy_model was trained on one writing of each query (canonical "
+                                            "SMILES), so other writings would only confuse it; use augment 1")
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "q.csv"]
+
+
 def test_predict_refuses_a_known_column_the_file_lacks_before_loading_the_model(tmp_path, capsys, no_model_load):
     (tmp_path / "in.csv").write_text(KNOWN_CSV)
     expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "in.csv", "--output", tmp_path / "o.csv",
