@@ -321,8 +321,8 @@ class Service:
         method = request.options.get("method", DEFAULT_METHOD)
 
         def not_decoded(part: slice, why: str) -> list[QueryResult]:
-            return [QueryResult(query=text, method=method, error=f"not decoded: {why}; send this query again")
-                    for text in queries[part]]
+            return [QueryResult(query=text, method=method, error=f"not decoded: {why}; send this query again",
+                                writings=0) for text in queries[part]]
 
         past_budget = f"the request ran past its {self.budget_s:g} s"
         overrun_s = self.budget_s + request.options.get("time_limit_s", DEFAULT_TIME_LIMIT_S)

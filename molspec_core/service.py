@@ -627,8 +627,8 @@ class QueryResult:
     set_aside: tuple[Prediction, ...] = ()
     task: str = ""  # the task of the model that answered (Predictor.task; check_round_trip takes retro's); "" unknown
     # The writings of the query whose answers were pooled (augment): fewer than asked for where the molecule has
-    # fewer that the model can read, or where the time limit stopped it first (Predictor._stopped_writings; 0:
-    # stopped before one was read whole)
+    # fewer that the model can read, or where the time limit stopped it first (Predictor._stopped_writings; 0: none
+    # gave answers: refused, or stopped before one was read whole)
     writings: int = 1
 
     @property
@@ -1134,7 +1134,7 @@ class Predictor:
                 good.append((i, self.prepare(text, ion_writing)))
             except ValueError as exc:
                 results[i] = QueryResult(query=str(text), method=method, error=str(exc),
-                                         suggestion=getattr(exc, "suggestion", ""))
+                                         suggestion=getattr(exc, "suggestion", ""), writings=0)
         try:
             if augment > 1:  # one batch per query: its writings, under the query's one time limit
                 for i, query in good:
@@ -1167,7 +1167,7 @@ class Predictor:
                         results[i] = self._to_result(texts[i], query, timed(result, share), method, n_best)
                     elif result.found is None:
                         results[i] = QueryResult(query=texts[i], canonical_query=query.canonical, method=method,
-                                                 error=result.error)
+                                                 error=result.error, writings=0)
                     else:
                         results[i] = dataclasses.replace(self._to_result(texts[i], query, timed(result.found, share),
                                                                          method, n_best, TIMED_OUT), error=result.error)
@@ -1318,10 +1318,13 @@ class Predictor:
 
     def _to_result(self, given: str, query: _Query, result: DecodeResult, method: str, n_best: int,
                    unfinished: str = STOPPED) -> QueryResult:
+        """One writing's decode as a row. Stopped before a first answer, it read no writing (0, as _stopped_writings
+        says of one stopped in its first), and before a first call it computed in no dtype ("")."""
         return QueryResult(given, query.canonical, tuple(self.vocab.tokens[i] for i in query.ids),
                            rank_answers(with_confidence(fold_repeats(self._predictions(query, result, "", unfinished)),
                                                         self.calibration_for(method, 1, n_best))),
-                           result.stats, method, dtype=self.dtype)
+                           result.stats, method, dtype=self.dtype if result.stats.model_calls else "",
+                           writings=1 if result.hypotheses else 0)
 
     def _predictions(self, query: _Query, result: DecodeResult, judged_against: str = "",
                      unfinished: str = STOPPED) -> list[Prediction]:

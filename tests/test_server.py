@@ -777,6 +777,8 @@ def test_queries_read_in_several_writings_are_decoded_a_window_each_so_the_budge
     first, *rest = service.predict({"smiles": queries, "augment": 2})["results"]
     assert first["error"] is None and first["predictions"]
     assert all(r["error"] == "not decoded: the request ran past its 0 s; send this query again" for r in rest)
+    # a query not decoded read no writing: it said "writings": 1, as if one writing's answers had been pooled
+    assert (first["writings"], [r["writings"] for r in rest]) == (2, [0, 0])
 
 
 def test_a_window_still_decoding_past_the_budget_and_a_time_limit_stops_there(models):

@@ -1002,6 +1002,24 @@ def test_a_query_stopped_in_its_first_writing_says_the_dtype_of_the_calls_it_cou
     assert stopped.writings == 0
 
 
+def test_rows_that_read_no_writing_say_0_writings_and_rows_no_call_decoded_no_dtype(monkeypatch):
+    """0ba8e43 and 313cb9a's rules held for a query read in several writings alone: a refused query said writings 1
+    (over HTTP too, with augment 4), and so did a query stopped before its first answer; sbs, sampling and beam
+    stopped before their first call said dtype 'float32' for the calls they had not made."""
+    reader = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    reader.config = {**reader.config, "data_stats": {"augment": 20}}  # as if trained on many writings
+    assert reader.predict("C1CC(", augment=4).writings == 0
+    decoder_clock(reader.model, monkeypatch)
+    for method in ("sbs", "sample", "beam"):
+        stopped = reader.predict(["OCCOc1ccccc1", "CCO"], method=method, n_best=2, time_limit_s=0.001)
+        assert [(r.stats.model_calls, r.predictions, r.dtype, r.writings) for r in stopped] == [(0, (), "", 0)] * 2
+    # stopped after some calls without answers: the dtype of its calls, no writing; with answers, its one writing
+    without = reader.predict(["OCCOc1ccccc1", "CCO"], method="sbs", n_best=2, time_limit_s=0.5)[1]
+    assert (without.stats.model_calls, without.predictions, without.dtype, without.writings) == (1, (), "float32", 0)
+    stopped = reader.predict("OCCOc1ccccc1", method="beam", n_best=2, time_limit_s=1.5)
+    assert stopped.stopped_with_answers and (stopped.dtype, stopped.writings) == ("float32", 1)
+
+
 def test_a_pooled_result_says_how_many_writings_it_pooled():
     """Asked for 5 writings, a small molecule has 3 (CCO, OCC, C(C)O): a result's answers said in how many writings
     they were given (Prediction.views), but not of how many, and the app said 'of the 5 writings the model read'."""
