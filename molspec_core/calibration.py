@@ -518,7 +518,11 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
     from .service import POOL_POWER
 
     path = Path(folder) / file_name(augment, kind)
-    if not path.is_file():
+    if not path.exists():
+        return None
+    if not path.is_file():  # a folder of that name was passed over unsaid, as if no fit had been made (a pipe: never
+        # read, it would wait for a writer)
+        log.warning("%s is not a file, so not a calibration; answers get no calibrated confidence", path)
         return None
     try:  # an optional file: a damaged one costs the answers their confidence, not the queries their answers
         data = json.loads(path.read_text())
@@ -526,6 +530,9 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
                                      "reliability": tuple(tuple(row) for row in data["reliability"])})
         check_maps(calibration)
         check_figures(calibration)
+    except OSError as exc:  # unreadable (its permissions): it stopped every query of the methods it serves
+        log.warning("%s cannot be read (%s); answers get no calibrated confidence", path, exc.strerror or exc)
+        return None
     except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         log.warning("%s is not a calibration this version reads (%s: %s); answers get no calibrated confidence",
                     path, type(exc).__name__, exc)

@@ -103,6 +103,29 @@ def test_a_damaged_calibration_file_costs_the_answers_their_confidence_and_is_na
         assert str(folder / calibration.FILE) in caplog.text and "no calibrated confidence" in caplog.text
 
 
+def test_a_calibration_that_is_a_folder_or_cannot_be_read_is_named_and_the_query_still_answered(tmp_path, caplog,
+                                                                                                  monkeypatch):
+    """A folder under a calibration's name was passed over without the warning a damaged file gets (as if no fit had
+    been made), and a file that could not be read (its permissions) stopped the query with a PermissionError."""
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    (folder / calibration.FILE).mkdir()
+    answers = Predictor.load(folder, device="cpu").predict("CCOc1ccccc1", method="beam", n_best=2)
+    assert answers.ok and all(p.confidence is None for p in answers.predictions)
+    assert f"{folder / calibration.FILE} is not a file, so not a calibration" in caplog.text
+    (folder / calibration.FILE).rmdir()
+    (folder / calibration.FILE).write_text("{}")
+    caplog.clear()
+
+    def unreadable(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(calibration.Path, "read_text", unreadable)
+    answers = Predictor.load(folder, device="cpu").predict("CCOc1ccccc1", method="beam", n_best=2)
+    assert answers.ok and all(p.confidence is None for p in answers.predictions)
+    assert f"{folder / calibration.FILE} cannot be read (Permission denied)" in caplog.text
+
+
 @pytest.mark.parametrize("edit, reason", [
     ({"values": [0.2, float("nan")]}, "values must be chances"),  # showed "nan%"
     ({"values": [0.2, 1.7]}, "values must be chances"),  # showed 170%
