@@ -17,7 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -495,6 +495,9 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
                                  "header and nothing under it")
         if args.output != STDOUT:
             check_results_name(args.output, len(table.queries) * args.n_best)  # a workbook's rows, before predicting
+        # the column of known answers before the line that names it; a name found nowhere is refused listing the
+        # file's own columns, not those with_recorded adds
+        marks = known_marks(table, input_name(args.input), args.known_column or recorded, task, read.columns)
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
             print(f"{count_recorded(table, recorded)} of the file's {len(table.queries)} queries are recorded "
@@ -502,7 +505,6 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
                   f"{recorded}) "
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
-        marks = known_marks(table, input_name(args.input), args.known_column or recorded, task)
         keep = interrupted_keep(args, table, marks)
         if args.output != STDOUT:  # an SD file's rows go to a kept CSV too as they pass (a workbook's zip is less)
             check_room(args.output, least_output_bytes(table) * (2 if is_sd_name(args.output) else 1))
@@ -749,16 +751,19 @@ def read_as_hint(path: str, read_as: str | None, table: QueryFile) -> str:
     return ""
 
 
-def known_marks(table: QueryFile, name: str, column: str | None, task: str) -> KnownMarks | None:
+def known_marks(table: QueryFile, name: str, column: str | None, task: str,
+                own_columns: Sequence[str] | None = None) -> KnownMarks | None:
     """What marks the rows of `table` against its known answers in `column`, as a `task` model's answers are
-    matched (known.known_answers); None without one."""
-    from .io import output_header
+    matched (known.known_answers); None without one. `own_columns`: the file's, where `table` is known.with_recorded's,
+    which adds columns of its own: a `column` found nowhere is refused listing the file's (the Batch page's f7e0c41)."""
+    from .io import output_header, query_column
     from .known import KnownMarks, column_index
 
     if not column:
         return None
-    at = column_index(table.columns, Path(name).name, column)  # named in any case: the summary names the file's
-    return KnownMarks(output_header(table.columns), at, table.columns[at], task)
+    found = query_column(table.columns, column) is not None
+    at = column_index(table.columns if found or own_columns is None else own_columns, Path(name).name, column)
+    return KnownMarks(output_header(table.columns), at, table.columns[at], task)  # named in any case: the file's name
 
 
 def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:

@@ -512,6 +512,25 @@ def test_predict_reads_a_file_of_recorded_reactions_and_marks_their_recorded_out
     assert set(table.loc[table["row"] == "2", "matches_known"]) == {"False"}  # a copier never writes ethanol
 
 
+def test_a_misspelt_known_column_of_recorded_reactions_lists_the_files_own_columns(tmp_path, capsys):
+    """A file of recorded reactions with --known-column misspelt was told 'its other columns: id, recorded_reactants,
+    recorded_reaction', the last two the command's own (known.with_recorded), not the file's, after a line saying
+    that column marks the answers; the Batch page lists the file's own since f7e0c41."""
+    (tmp_path / "rec.csv").write_text("id,smiles\n1,CCO>>CC\n2,CCN>>CN\n")
+    (tmp_path / "rec.txt").write_text("CCO>>CC\n")
+    for name, listed in (("rec.csv", "id"), ("rec.txt", "none besides its queries")):
+        code = main(["predict", "--model", MODEL, "--input", str(tmp_path / name), "--output", str(tmp_path / "o.csv"),
+                     "--known-column", "prodcut"])
+        printed = capsys.readouterr()
+        assert code == 2 and printed.err.splitlines() == [f"error: {name} has no column 'prodcut' of known answers "
+                                                          f"(its other columns: {listed})"], printed
+        assert "recorded reactions" not in printed.out, printed.out
+    assert not (tmp_path / "o.csv").exists()
+    # the column the command adds may still be named
+    assert run_cli(["predict", "--model", MODEL, "--input", tmp_path / "rec.txt", "--output", tmp_path / "o.csv",
+                    "--known-column", "Recorded_Reactants"], capsys)[0] == 0
+
+
 def test_predict_one_recorded_reaction_says_where_its_outcome_ranks(capsys):
     assert main(["predict", "--model", MODEL, "--smiles", "CCO>>c1ccccc1", "--method", "beam", "--n-best", "3"]) == 0
     out = capsys.readouterr().out
