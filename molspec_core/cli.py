@@ -1652,13 +1652,11 @@ def cmd_average(args: argparse.Namespace) -> int:
     from .checkpoint import average
     from .service import model_folder
 
-    from .train import run_parts
+    from .train import refuse_run_folder
 
     folders = [model_folder(name) for name in args.models]  # a shipped model by its name too, as --model elsewhere
-    for name, folder in zip(args.models, folders):  # it said only "<run>/config.json is missing"
-        if held := run_parts(folder):
-            raise ValueError(f"--model {name} is a run folder (it holds {', '.join(held)}), not a model folder: give "
-                             f"one of its folders, e.g. --model {folder / held[0]}")
+    for folder in folders:
+        refuse_run_folder("--model", folder)
     config = average(folders, args.out, torch.float16 if args.float16 else torch.float32)
     print(f"wrote the mean of {len(args.models)} models ({config.get('task', 'task unknown')}) to {args.out}")
     return 0
@@ -1678,9 +1676,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except OSError as exc:  # a port in use, a host name that does not resolve: the message named neither
             raise OSError(exc.errno, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
 
+    names = args.model or ["forward", "retro"]
+    check_model_names(names)
     with listening():  # before the models' load (minutes on a CPU), not after it
         check_can_listen(args.host, args.port)
-    models = [Predictor.load(name, args.device, args.engine, args.dtype) for name in args.model or ("forward", "retro")]
+    models = [Predictor.load(name, args.device, args.engine, args.dtype) for name in names]
     with listening():
         server = serve(models, args.host, args.port)
     host, port = server.server_address[:2]
@@ -1691,6 +1691,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
           "Ctrl-C stops", flush=True)
     run(server)  # until Ctrl-C or SIGTERM; the requests in hand are answered first
     return 0
+
+
+def check_model_names(names: list[str]) -> None:
+    """Refuse, before any loads, two --model of one folder name (runs/a/export and runs/b/export): a request names a
+    model by it, and server.serve refused them only once every model had loaded."""
+    from .service import model_folder
+
+    seen: dict[str, str] = {}
+    for name in names:
+        folder = model_folder(name).absolute().name  # as Predictor.path names it
+        if folder in seen:
+            raise ValueError(f"--model {seen[folder]} and --model {name} are both named {folder}, and a request names "
+                             "a model by its folder's name: give folders of different names")
+        seen[folder] = name
 
 
 def cmd_train(args: argparse.Namespace) -> int:

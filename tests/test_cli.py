@@ -2655,6 +2655,17 @@ def test_serve_on_a_port_in_use_names_the_host_and_port_before_loading_the_model
     assert loaded == []
 
 
+def test_serve_refuses_two_models_of_one_name_before_loading_them(tmp_path, capsys, no_model_load):
+    """serve --model runs/a/export --model runs/b/export (two runs' saves, both folders named export: a request names
+    a model by its folder's name) loaded both models, minutes on a CPU, before it was refused as 'two models named
+    export'; it is refused first, naming both."""
+    for run in ("a", "b"):
+        (tmp_path / run / "export").mkdir(parents=True)
+    expect_refused(["serve", "--model", tmp_path / "a" / "export", "--model", tmp_path / "b" / "export", "--port", "0"],
+                   capsys, f"--model {tmp_path / 'a' / 'export'} and --model {tmp_path / 'b' / 'export'} are both "
+                   "named export, and a request names a model by its folder's name: give folders of different names")
+
+
 def test_predict_says_which_column_of_a_table_it_read_the_queries_from(tmp_path, capsys):
     """A file holding both a reactants and a product column said nowhere which one was read (the task's first
     name it found): predict names it, unless --column named it."""
