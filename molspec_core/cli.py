@@ -1111,7 +1111,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         partial = (f"; partial: stopped after {report.get('n')} of {stop.get('of_n')} queries" if isinstance(stop, dict)
                    else "")
         weights = f", weights {report['weights'][:12]}" if isinstance(report.get("weights"), str) else ""
-        print(f"{name}: {path} (model {report.get('model')}{weights}, {report.get('augment', 1)} writing(s), "
+        writings = report.get("augment", 1)
+        print(f"{name}: {path} (model {report.get('model')}{weights}, {writings} writing{'s' * (writings != 1)}, "
               f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')}{device}{partial})")
     differ = setting_differences(a, b)
     if differ:  # on stderr: a difference that was not meant is read beside the figures, not lost in them

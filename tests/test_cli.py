@@ -759,6 +759,17 @@ def test_compare_counts_the_queries_each_report_gets_right_alone(tmp_path, capsy
     assert "method beam, dtype not recorded)" in out and "method beam, int8)" in out  # what each was computed in
 
 
+def test_compare_names_the_writings_of_each_report_in_the_right_number(tmp_path, capsys):
+    """Its header read '1 writing(s)' and '5 writing(s)' (the Models page counts in words since c658338)."""
+    base = {"n": 2, "n_best": 1, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "greedy",
+            "first_right": {"model_order": [1, None], "app_order": [1, None]}}
+    (tmp_path / "a.json").write_text(json.dumps(base))  # a report from before augment was recorded: one writing
+    (tmp_path / "b.json").write_text(json.dumps(dict(base, augment=5)))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    header = capsys.readouterr().out.splitlines()[:2]
+    assert ", 1 writing, method greedy" in header[0] and ", 5 writings, method greedy" in header[1], header
+
+
 def test_compare_refuses_one_report_given_twice(tmp_path, capsys):
     """`molspec compare eval.json eval.json` (a name typed twice) printed a table of no differences, p 1 at every k,
     which reads as two runs that agree."""
