@@ -417,6 +417,7 @@ def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoo
 def load_teacher(folder: Path, vocab: Vocab, device: torch.device, task: str) -> Seq2SeqTransformer:
     """A model folder's weights as a frozen teacher (no dropout, no gradients) for `vocab`'s token ids, of the
     data's `task` (a forward teacher on retro data in one vocabulary taught the other direction without a word)."""
+    refuse_run_folder("--teacher", folder)
     teacher, teacher_vocab, config = checkpoint.load(folder, device)
     theirs = config.get("task")
     if theirs is not None and theirs != task:  # as check_start refuses such --init weights
@@ -747,11 +748,15 @@ def read_state(folder: Path) -> dict:
     return state
 
 
-def run_parts(folder: Path) -> list[str]:
-    """The saves (RUN_PARTS) a run folder holds, where `folder` is a train --out and not a model folder; else []."""
+def refuse_run_folder(role: str, folder: Path, more: str = "") -> None:
+    """Refuse a run folder (a train --out, not a model folder) given as a model, naming the saves it holds and one to
+    give: it was "<run>/config.json is missing"."""
     if (folder / "config.json").exists():
-        return []
-    return [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+        return
+    held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+    if held:
+        raise ValueError(f"{role} {folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
+                         f"of its folders, e.g. {role} {folder / held[0]}{more}")
 
 
 def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelConfig, preset_name: str, task: str,
@@ -761,9 +766,7 @@ def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelC
     weights keep their token ids) with another vocabulary than the data's. Returns the folder's config.json."""
     if not folder.is_dir():
         raise ValueError(f"{role} {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
-    if held := run_parts(folder):
-        raise ValueError(f"{role} {folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
-                         f"of its folders, e.g. {role} {folder / held[0]}, or --out {folder} to continue that run")
+    refuse_run_folder(role, folder, f", or --out {folder} to continue that run")
     models = [] if (folder / "config.json").exists() else sorted(
         sub.name for sub in folder.iterdir() if (sub / "config.json").is_file())
     if models:  # the GPU kit's `start --init models` (a folder of <task>/ model folders), given to train

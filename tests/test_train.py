@@ -665,6 +665,16 @@ def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):
                           pair_weight=0.0))
 
 
+def test_a_run_folder_given_as_teacher_is_named_as_one(tiny_data, tmp_path):
+    """--teacher runs/a (the run folder, not its export) said only "runs/a/config.json is missing"."""
+    run = tmp_path / "run"
+    train(TrainConfig(data=str(tiny_data), out=str(run), preset="tiny", max_steps=1, val_greedy_rows=0, threads=1))
+    with pytest.raises(ValueError, match=r"--teacher .*run is a run folder \(it holds export, last\), not a model "
+                                         r"folder: give one of its folders, e.g. --teacher .*run/export$"):
+        train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "student"), preset="tiny", max_steps=1,
+                          teacher=str(run), threads=1))
+
+
 def test_a_pairs_file_without_pairs_is_told_apart_from_one_outside_the_vocabulary(tiny_data, tmp_path):
     """A miner that found no answer ranked above a product writes an empty file; it was refused as holding "no
     ranking pair in the model's vocabulary", which sent the user to check a vocabulary that was fine."""
