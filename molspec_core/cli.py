@@ -500,9 +500,10 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         marks = known_marks(table, input_name(args.input), args.known_column or recorded, task, read.columns)
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
-            print(f"{count_recorded(table, recorded)} of the file's {len(table.queries)} queries are recorded "
-                  f"reactions: each is predicted from its {given}, and its recorded {recorded_side(task)} (column "
-                  f"{recorded}) "
+            n_recorded, n_records = count_recorded(table, recorded), len(table.queries)
+            print(f"{n_recorded} of the file's {n_records} quer{'y' if n_records == 1 else 'ies'} "
+                  + ("is a recorded reaction: it is" if n_recorded == 1 else "are recorded reactions: each is")
+                  + f" predicted from its {given}, and its recorded {recorded_side(task)} (column {recorded}) "
                   + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
                      else "mark the answers"))
         keep = interrupted_keep(args, table, marks)
@@ -618,8 +619,13 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
 
         print(f"note: {several_molecules_note(sorted(outcomes.several))}")
     if table.queries and n_bad == n_queries:  # a pipeline must not take a file of errors for answers
-        print(f"error: none of the {n_queries} queries could be predicted"
-              + (f" ({n_blank} blank records hold none)" if n_blank else "")
+        if not n_queries:  # 'none of the 0 queries could be predicted'
+            print(f"error: {input_name(args.input)} holds no query to predict: its {n_blank} record"
+                  f"{'s are' if n_blank != 1 else ' is'} blank", file=sys.stderr)
+            return 2
+        print(("error: the file's one query could not be predicted" if n_queries == 1 else
+               f"error: none of the {n_queries} queries could be predicted")
+              + (f" ({n_blank} blank record{'s' * (n_blank != 1)} hold{'s' * (n_blank == 1)} none)" if n_blank else "")
               + f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
         return 2
     return 0

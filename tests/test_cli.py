@@ -531,6 +531,19 @@ def test_a_misspelt_known_column_of_recorded_reactions_lists_the_files_own_colum
                     "--known-column", "Recorded_Reactants"], capsys)[0] == 0
 
 
+def test_a_file_of_one_query_is_told_of_in_the_singular(tmp_path, capsys):
+    """A file of one recorded reaction was told '1 of the file's 1 queries are recorded reactions: each is
+    predicted ...', and a file whose one query was refused 'error: none of the 1 queries could be predicted'."""
+    (tmp_path / "one.txt").write_text("CCO>>Oc1ccncc1\n")
+    assert predict_file(tmp_path / "one.txt", tmp_path / "o.csv") == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "1 of the file's 1 query is a recorded reaction: it is predicted from its products, and its recorded "
+        "reactants (column recorded_reactants) mark the answers")
+    (tmp_path / "bad.txt").write_text("xyz\n")
+    assert predict_file(tmp_path / "bad.txt", tmp_path / "o.csv") == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: the file's one query could not be predicted"
+
+
 def test_predict_one_recorded_reaction_says_where_its_outcome_ranks(capsys):
     assert main(["predict", "--model", MODEL, "--smiles", "CCO>>c1ccccc1", "--method", "beam", "--n-best", "3"]) == 0
     out = capsys.readouterr().out
@@ -1289,7 +1302,8 @@ def test_blank_records_keep_their_rows_but_are_no_queries_neither_predicted_nor_
     assert errors[0] == "" and errors[1] == errors[3] == BLANK_RECORD and errors[2].startswith("not a valid SMILES")
     (tmp_path / "blank.csv").write_text("smiles,id\n,1\n ,2\n")
     assert predict_file(tmp_path / "blank.csv", tmp_path / "out.csv") == 2  # records, but no query: an error
-    assert "error: none of the 0 queries could be predicted (2 blank records hold none)" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[-1] == ("error: blank.csv holds no query to predict: its 2 records are "
+                                                       "blank")  # was 'none of the 0 queries could be predicted'
 
 
 def test_predict_reads_standard_input_as_txt_or_as_input_format_says(tmp_path, capsys, monkeypatch):
@@ -1330,7 +1344,7 @@ def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_s
     options = ("--method", "beam", "--n-best", "2")
     assert predict_file(tmp_path / "q.csv", "-", *options) == 0
     written = capsys.readouterr()
-    assert "1 of the file's 3 queries are recorded reactions" in written.err
+    assert "1 of the file's 3 queries is a recorded reaction: it is predicted from its products" in written.err
     assert "2 queries predicted, 1 rejected (see the error column) -> standard output" in written.err
     assert predict_file(tmp_path / "q.csv", tmp_path / "out.csv", *options) == 0
     capsys.readouterr()
