@@ -355,8 +355,10 @@ def fit_workers(cluster: Cluster) -> int:
 
     resource, each = ("GPU", cluster.gpus_per_worker) if cluster.gpus_per_worker else ("CPU", cluster.cpus_per_worker)
     have = ray.cluster_resources().get(resource, 0.0)
-    if have < each:
-        raise ValueError(f"the Ray cluster has {have:g} {resource}s, and a worker asks for {each:g}")
+    if have < each:  # named by the option that asks: the refusal named none, and counted '1 CPUs'
+        fewer = "leave it out to predict on CPUs" if resource == "GPU" and not have else f"give at most {have:g}"
+        raise ValueError(f"the Ray cluster has {have:g} {resource}{'s' * (have != 1)}, and a worker asks for {each:g} "
+                         f"(--{resource.lower()}s-per-worker {each:g}): {fewer}")
     return int(have // each)
 
 

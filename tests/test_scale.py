@@ -6,6 +6,7 @@ The Ray tests share one local cluster, started here: 2 CPUs, no dashboard, a sma
 skip where Ray is absent (it is the optional extra `scale`); the tests above them need no Ray.
 """
 import csv
+import re
 import sys
 
 import numpy as np
@@ -102,8 +103,14 @@ def test_a_local_cluster_gets_no_more_workers_than_its_cpus_hold(address, asked,
     assert worker_count(Cluster(address, asked)) == workers
     assert ("--workers 4: the local Ray cluster holds 2" in caplog.text) == (address == "local" and asked == 4)
     if address == "local":
-        with pytest.raises(ValueError, match="the Ray cluster has 0 GPUs, and a worker asks for 1"):
+        # the refusal named no option, and counted '1 CPUs'
+        with pytest.raises(ValueError, match=re.escape("the Ray cluster has 0 GPUs, and a worker asks for 1 "
+                                                       "(--gpus-per-worker 1): leave it out to predict on CPUs")):
             worker_count(Cluster(address, asked, gpus_per_worker=1.0))
+        monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0})
+        with pytest.raises(ValueError, match=re.escape("the Ray cluster has 1 CPU, and a worker asks for 2 "
+                                                       "(--cpus-per-worker 2): give at most 1")):
+            worker_count(Cluster(address, asked, cpus_per_worker=2.0))
 
 
 @pytest.fixture(scope="module")
