@@ -303,7 +303,9 @@ def in_row_order(pairs: Iterable[tuple[int, str]], n_rows: int) -> Iterator[tupl
         while next_row in waiting:
             yield next_row, waiting.pop(next_row)
             next_row += 1
-    if repeats:
+    if repeats == 1:  # not '1 rows came back twice'
+        log.warning("1 row came back twice (a block run again after a worker died); it was kept once")
+    elif repeats:
         log.warning("%d rows came back twice (blocks run again after a worker died); each was kept once", repeats)
     if next_row <= n_rows or waiting:
         raise RuntimeError(f"Ray returned {next_row - 1 + len(waiting)} of {n_rows} rows; row {next_row} is missing, "

@@ -65,9 +65,13 @@ def test_outputs_differ_only_beyond_the_last_printed_digit_of_a_float_cell():
     assert first_difference([header], one) is not None
 
 
-def test_rows_come_out_in_order_once_each():
+def test_rows_come_out_in_order_once_each(caplog):
     pairs = [(2, "b"), (1, "a"), (1, "a"), (4, "d"), (3, "c"), (2, "b")]
     assert list(in_row_order(pairs, 4)) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    assert "2 rows came back twice (blocks run again after a worker died); each was kept once" in caplog.text
+    caplog.clear()  # one was '1 rows came back twice'
+    assert list(in_row_order([(1, "a"), (1, "a")], 1)) == [(1, "a")]
+    assert "1 row came back twice (a block run again after a worker died); it was kept once" in caplog.text
 
 
 def test_a_missing_row_writes_no_output():
