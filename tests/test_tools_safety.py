@@ -549,7 +549,7 @@ class Answering:
 
 
 def test_int8_agreement_does_not_count_a_query_both_refused_as_agreeing(tmp_path, monkeypatch, capsys):
-    # a query refused by both (the time limit, say) counted as the two giving the same answer: 0.5 here, not 0
+    # a query both answered with none counted as the two giving the same answer: 0.5 here, not 0
     tool = load_tool("int8_agreement")
     monkeypatch.setattr(tool, "Predictor", Answering)
     queries = tmp_path / "q.txt"
@@ -560,6 +560,34 @@ def test_int8_agreement_does_not_count_a_query_both_refused_as_agreeing(tmp_path
     got = json.loads(capsys.readouterr().out)
     assert (got["queries"], got["unreadable"]) == (2, 1) and got["first_answer_agreement"] == 0.0
     assert got["refused"] == {"float32": 1, "int8": 1, "both": 1}
+
+
+class Recording(Answering):
+    """Answering, keeping the options of every predict call."""
+
+    calls: list[dict] = []
+
+    def predict(self, source, **options):
+        self.calls.append(options)
+        result = super().predict(source, **options)
+        result.in_model_order = lambda: result.predictions  # what page_latency reads
+        return result
+
+
+@pytest.mark.parametrize("name", ["page_latency", "int8_agreement"])
+def test_timing_tools_time_each_query_whole(name, tmp_path, monkeypatch, capsys):
+    # both called predict under its default 60 s limit: a stopped query's time counted as a latency (page_latency)
+    # and in the seconds and int8_speedup (int8_agreement), unsaid
+    tool = load_tool(name)
+    monkeypatch.setattr(tool, "Predictor", Recording)
+    monkeypatch.setattr(Recording, "calls", [])
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCN\n")
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--src", str(queries), "--tgt", str(queries), "--warmup", "1",
+                                      *(["--methods", "greedy", "--augment", "1"] if name == "page_latency" else [])])
+    tool.main()
+    assert Recording.calls and all("time_limit_s" in options and options["time_limit_s"] is None
+                                   for options in Recording.calls), Recording.calls
 
 
 def test_textbook_names_each_models_weights_and_the_code_in_its_report(tmp_path, monkeypatch, capsys):

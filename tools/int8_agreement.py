@@ -8,10 +8,11 @@ Both predictors run the native engine on the same queries, one thread, float32 a
 query, read in --augment writings and pooled). The two take turns query by query, in an order that
 alternates, after --warmup queries each, the answer checks' caches emptied before each call. For each
 query the first answers are compared, and each is checked against the target after canonicalization (the
-evaluate command's measure). A query one side refuses (its time limit run out) is a disagreement, and one both
-refuse is left out of the agreement, which counts the queries either side answered. Prints one JSON object: queries
-compared (and those the model cannot read, left out), agreement, the queries each side refused, top-1 accuracy of
-each, each side's total seconds and the ratio.
+evaluate command's measure). No time limit stops a query (predict's default 60 s one did, and its time was kept
+in the seconds and the ratio): each is decoded and timed whole. A query one side answers with none is a
+disagreement, and one both answer with none is left out of the agreement, which counts the queries either side
+answered. Prints one JSON object: queries compared (and those the model cannot read, left out), agreement, the
+queries each side answered with none ("refused"), top-1 accuracy of each, each side's total seconds and the ratio.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def main() -> None:
         parser.error(f"--augment {args.augment}: {exc}")
     predictors["float32"] = load(parser, args.model, "float32")
     options = {"method": args.method, "n_best": args.beam_width if METHODS[args.method].many else 1,
-               "augment": args.augment}
+               "augment": args.augment, "time_limit_s": None}  # each query timed whole: a stopped one's time is none
     readable = [(source, target) for source, target in zip(sources, targets or [])
                 if can_read(predictors["float32"], source)]
     if not readable:
