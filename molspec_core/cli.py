@@ -501,11 +501,17 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
             n_recorded, n_records = count_recorded(table, recorded), len(table.queries)
-            print(f"{n_recorded} of the file's {n_records} quer{'y' if n_records == 1 else 'ies'} "
-                  + ("is a recorded reaction: it is" if n_recorded == 1 else "are recorded reactions: each is")
-                  + f" predicted from its {given}, and its recorded {recorded_side(task)} (column {recorded}) "
-                  + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
-                     else "mark the answers"))
+            queries = f"the file's {n_records} quer{'y' if n_records == 1 else 'ies'}"
+            if not n_recorded:  # every query written as a reaction has an outcome that is no SMILES: refused
+                print(f"none of {queries} is a recorded reaction whose recorded {recorded_side(task)} RDKit reads: "
+                      f"those written as reactions are refused (see the error "
+                      f"{'field' if is_sd_name(args.output) else 'column'})")
+            else:
+                print(f"{n_recorded} of {queries} "
+                      + ("is a recorded reaction: it is" if n_recorded == 1 else "are recorded reactions: each is")
+                      + f" predicted from its {given}, and its recorded {recorded_side(task)} (column {recorded}) "
+                      + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
+                         else "mark the answers"))
         keep = interrupted_keep(args, table, marks)
         if args.output != STDOUT:  # an SD file's rows go to a kept CSV too as they pass (a workbook's zip is less)
             check_room(args.output, least_output_bytes(table) * (2 if is_sd_name(args.output) else 1))

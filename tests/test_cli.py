@@ -542,6 +542,12 @@ def test_a_file_of_one_query_is_told_of_in_the_singular(tmp_path, capsys):
     (tmp_path / "bad.txt").write_text("xyz\n")
     assert predict_file(tmp_path / "bad.txt", tmp_path / "o.csv") == 2
     assert capsys.readouterr().err.splitlines()[-1] == "error: the file's one query could not be predicted"
+    # a reaction whose recorded outcome is no SMILES: '0 of the file's 1 queries are recorded reactions: each is ...'
+    (tmp_path / "unread.txt").write_text("C1CC(>>Oc1ccncc1\n")
+    assert predict_file(tmp_path / "unread.txt", tmp_path / "o.csv") == 2
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "none of the file's 1 query is a recorded reaction whose recorded reactants RDKit reads: those written as "
+        "reactions are refused (see the error column)")
 
 
 def test_predict_one_recorded_reaction_says_where_its_outcome_ranks(capsys):
