@@ -1578,10 +1578,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-# what stopped a plan (SearchStats.stopped_by, an exception's name), as a user gave it; another is a failure's name
-STOPS = {"KeyboardInterrupt": "Ctrl-C", "Terminated": "SIGTERM"}
-
-
 def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atoms: bool) -> None:
     """A plan's routes to its JSON and CSV, the files they replace kept (keep_replaced: a stopped search's routes
     replaced a whole one's), and its summary on the screen (a stopped search's too)."""
@@ -1616,8 +1612,8 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     nodes = f"{stats.nodes} search node{'s' * (stats.nodes != 1)}"
     print(f"{stats.algorithm}, {stats.time_s:.1f} s: {expanded} ({calls}){used}, {nodes}")
     if stats.stopped_by:  # no_route says it of a search stopped before its first route
-        print(f"the search was stopped ({STOPS.get(stats.stopped_by, stats.stopped_by)}) {stats.search_s:.1f} s into "
-              f"its {stats.time_limit_s:g} s" + ("; the routes it had found are kept" if result.routes else ""))
+        print(f"the search was stopped ({stats.stopped_by}) {stats.search_s:.1f} s into its {stats.time_limit_s:g} s"
+              + ("; the routes it had found are kept" if result.routes else ""))
     if counts.failed:  # not expanded: the model gave no answers for them, or the search's end cut one short
         text, alarming = failure_note(counts)
         print(f"{'warning' if alarming else 'note'}: {text}")
