@@ -105,6 +105,19 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def refuse_run_folder(folder: Path) -> None:
+    """Refuse a training run's folder (train's --out, which holds its saves: last/, export/, best/) given as a model,
+    naming the saves and one to give, in train.refuse_run_folder's words: it was "<run>/config.json is missing"."""
+    from .train import RUN_PARTS, STATE_MARK  # here: train imports this module
+
+    if (folder / "config.json").exists():
+        return
+    held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+    if held:
+        raise CheckpointError(f"{folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
+                              f"of its folders, e.g. {folder / held[0]}")
+
+
 def _require_file(path: Path) -> None:
     if not path.exists():
         raise CheckpointError(f"{path} is missing")
@@ -374,6 +387,7 @@ def inspect_folder(folder: str | Path, with_draft: bool = True) -> Inspection:
         holder = f": the model is the folder that holds it, {folder.parent}" if holds_model else ""
         raise CheckpointError(f"{folder} is a file, not a model folder{holder}")
     check_safe(folder)
+    refuse_run_folder(folder)
     config, cfg = read_config(folder)
     vocab = read_vocab(folder, cfg)
     headers = read_headers(folder)

@@ -280,6 +280,22 @@ def test_an_average_stopped_while_writing_leaves_no_half_written_model(tmp_path,
     assert checkpoint.load(out)[0].cfg == checkpoint.load(tmp_path / "m1")[0].cfg
 
 
+def test_a_run_folder_given_as_a_model_is_named_as_one(tmp_path, no_model_built):
+    """A training run's --out (runs/a, holding last/ and export/) said '<run>/config.json is missing'."""
+    run = tmp_path / "run"
+    for part in ("last", "export"):
+        tiny_folder(run / part)
+        (run / part / "train_state.json").write_text("{}")
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        checkpoint.load(run)
+    assert str(caught.value) == (f"{run} is a run folder (it holds export, last), not a model folder: give one of its "
+                                 f"folders, e.g. {run / 'export'}")
+    (run / "last" / "train_state.json").unlink()
+    (run / "export" / "train_state.json").unlink()  # not a run's saves: the folder lacks its config, as before
+    with pytest.raises(checkpoint.CheckpointError, match=r"config\.json is missing"):
+        checkpoint.inspect_folder(run)
+
+
 def test_a_model_trained_without_dropout_averages_with_its_parent(tmp_path):
     """train --dropout 0 records dropout 0.0 in its config; that is how it trained, not a size (the mean of the
     shipped forward weights and CPU run 50's was refused before)."""
