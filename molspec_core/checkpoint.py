@@ -501,6 +501,12 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
         partial.chmod(0o755)  # mkdtemp's 0700 would follow it into place
         save(first_model, vocab, partial, meta=meta, dtype=dtype)
         os.replace(partial, out)  # a rename replaces the empty folder check_new_folder let through
+    except OSError as exc:  # a full disk said only "No space left on device", naming no folder
+        shutil.rmtree(partial, ignore_errors=True)
+        left = f"{out} is left empty" if out.is_dir() else f"{out} was not created"
+        raise OSError(exc.errno, f"{exc.strerror or exc}: the mean could not be written to {out}; its unfinished copy "
+                                 f"was removed and {left}: the same command writes it once {out.parent} can be "
+                                 "written") from None
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

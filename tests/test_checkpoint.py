@@ -280,6 +280,30 @@ def test_an_average_stopped_while_writing_leaves_no_half_written_model(tmp_path,
     assert checkpoint.load(out)[0].cfg == checkpoint.load(tmp_path / "m1")[0].cfg
 
 
+@pytest.mark.parametrize("given_empty", [False, True])
+def test_an_average_the_disk_cannot_hold_names_its_folder_and_what_was_removed(tmp_path, monkeypatch, given_empty):
+    """A full disk said only 'error: No space left on device', naming neither --out nor what was left there."""
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for seed in (1, 2):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}")
+    out = tmp_path / "mean"
+    if given_empty:
+        out.mkdir()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_tensors", full)
+    with pytest.raises(OSError) as caught:
+        checkpoint.average([tmp_path / "m1", tmp_path / "m2"], out)
+    assert caught.value.errno == 28
+    left = f"{out} is left empty" if given_empty else f"{out} was not created"
+    assert caught.value.strerror == (f"No space left on device: the mean could not be written to {out}; its unfinished "
+                                     f"copy was removed and {left}: the same command writes it once {tmp_path} can "
+                                     "be written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m1", "m2", *(["mean"] if given_empty else [])])
+
+
 def test_a_run_folder_given_as_a_model_is_named_as_one(tmp_path, no_model_built):
     """A training run's --out (runs/a, holding last/ and export/) said '<run>/config.json is missing'."""
     run = tmp_path / "run"
