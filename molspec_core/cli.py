@@ -629,8 +629,8 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
             print(f"error: {input_name(args.input)} holds no query to predict: its {n_blank} record"
                   f"{'s are' if n_blank != 1 else ' is'} blank", file=sys.stderr)
             return 2
-        print(("error: the file's one query could not be predicted" if n_queries == 1 else
-               f"error: none of the {n_queries} queries could be predicted")
+        print(("error: none of the file's queries could be predicted: it holds one, which was refused" if n_queries == 1
+               else f"error: none of the {n_queries} queries could be predicted")
               + (f" ({n_blank} blank record{'s' * (n_blank != 1)} hold{'s' * (n_blank == 1)} none)" if n_blank else "")
               + f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
         return 2
