@@ -7,6 +7,9 @@ per-request state: decoding state lives in a caller-owned `KVCache`.
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
@@ -244,6 +247,50 @@ class DecoderLayer(nn.Module):
         return x + self.ff(self.norm3(x)), weights
 
 
+class BlasThreads:
+    """NumPy's BLAS held to a thread count while MolSpec's NumPy steps compute, and given back when the last one
+    ends: a plain threadpool_limits call at load set it for the whole process, an embedding program's own NumPy
+    work included. One for the process, as the setting is the process's: concurrent steps, of one model or several,
+    hold it together (at the first one's count), and the setting is given back once, when none runs. It is held
+    per call of the step (a few microseconds, against a step's milliseconds): the model sees no decode call whole."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._libraries: list | None = None  # threadpoolctl's BLAS controllers, looked up at the first step
+        self._given_back: list[tuple[object, int]] = []  # (library, its count before) of those changed
+
+    @contextmanager
+    def held(self, threads: int | None) -> Iterator[None]:
+        """Hold the BLAS libraries to `threads` inside (None: leave them be)."""
+        if threads is None:
+            yield
+            return
+        with self._lock:
+            if self._running == 0:
+                if self._libraries is None:
+                    from threadpoolctl import ThreadpoolController  # here: the GPU training machine lacks it
+
+                    self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+                self._given_back = [(library, before) for library in self._libraries
+                                    if (before := library.num_threads) != threads]
+                for library, _ in self._given_back:
+                    library.set_num_threads(threads)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    for library, before in self._given_back:
+                        library.set_num_threads(before)
+                    self._given_back = []
+
+
+NUMPY_BLAS = BlasThreads()
+
+
 class Seq2SeqTransformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -256,6 +303,7 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder_norm, self.decoder_norm = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
         self.numpy_step: NumpyStep | NativeStep | GraphStep | None = None  # see use_numpy_step, use_cuda_graphs
+        self.blas_threads: int | None = None  # NumPy's BLAS threads in the NumPy step's calls (use_numpy_step)
 
     @property
     def device(self) -> torch.device:
@@ -274,15 +322,14 @@ class Seq2SeqTransformer(nn.Module):
             self.numpy_step = NativeStep(self, dtype=dtype)
         else:
             self.numpy_step = NumpyStep(self) if on else None
-        if on:  # NumPy's BLAS would otherwise use every core, whatever torch was told
-            from threadpoolctl import threadpool_limits  # here: the GPU training machine lacks it
-
-            threadpool_limits(torch.get_num_threads(), user_api="blas")
+        # NumPy's BLAS would otherwise use every core in the step's calls, whatever torch was told (NUMPY_BLAS)
+        self.blas_threads = torch.get_num_threads() if on else None
 
     def use_cuda_graphs(self, capture: bool = True) -> None:
         """Take lean calls through CUDA graphs (graphs.py: engine "graphs"); capture=False runs the same
         fixed-shape call eagerly, which is how it is tested on a CPU."""
         self.numpy_step = GraphStep(self, capture)
+        self.blas_threads = None
 
     def embed_tokens(self, tokens: torch.Tensor, positions: torch.Tensor, longest: int | None = None) -> torch.Tensor:
         """longest: the largest of `positions` when the caller knows it without reading the device
@@ -297,7 +344,8 @@ class Seq2SeqTransformer(nn.Module):
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         """src (B, S) padded with PAD_ID -> memory (B, S, d) (in NumPy after `use_numpy_step`)."""
         if self.numpy_step is not None and not self.training:
-            return self.numpy_step.encode(src)
+            with NUMPY_BLAS.held(self.blas_threads):
+                return self.numpy_step.encode(src)
         return self.encode_torch(src)
 
     def encode_torch(self, src: torch.Tensor) -> torch.Tensor:
@@ -354,9 +402,10 @@ class Seq2SeqTransformer(nn.Module):
         cache = KVCache.empty(cfg.n_decoder_layers, memory.shape[0], cfg.n_heads, cfg.head_dim,
                               capacity, memory.device, memory.dtype, zeroed=not (lockstep or raw))
         cache.lockstep, cache.raw_past_lengths = lockstep, raw
-        for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
-            keys, values = step.cross_keys_values_of(memory, i) if step else block.cross_attn.keys_values(memory)
-            layer.cross_keys, layer.cross_values = keys.contiguous(), values.contiguous()
+        with NUMPY_BLAS.held(self.blas_threads if step else None):
+            for i, (layer, block) in enumerate(zip(cache.layers, self.decoder)):
+                keys, values = step.cross_keys_values_of(memory, i) if step else block.cross_attn.keys_values(memory)
+                layer.cross_keys, layer.cross_values = keys.contiguous(), values.contiguous()
         cache.src_pad_mask = ~src_keep
         return cache
 
@@ -389,10 +438,12 @@ class Seq2SeqTransformer(nn.Module):
         if cache.cross_rows is not None and (in_place is None or not isinstance(step, NativeStep)):
             cache.own_memory()  # rows sharing their memory are read by the native engine's lean call only
         if in_place is not None and isinstance(step, NativeStep):
-            return step(tokens, cache, in_place, cross_attention)  # reads no slot past a row's length
+            with NUMPY_BLAS.held(self.blas_threads):  # its rare NumPy fallback (NativeStep.__call__)
+                return step(tokens, cache, in_place, cross_attention)  # reads no slot past a row's length
         cache.zero_past_lengths()  # every other reader meets masked slots
         if in_place is not None and step is not None:
-            return step(tokens, cache, in_place, cross_attention)
+            with NUMPY_BLAS.held(self.blas_threads):
+                return step(tokens, cache, in_place, cross_attention)
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function
             raise ValueError(f"dtype {self.numpy_step.dtype} decodes one draft per row; a method that verifies "
                              "several drafts per call (as the paper's) needs float32")

@@ -6,13 +6,13 @@ the call itself is pinned: logits, cross-attention, the keys/values it leaves in
 import numpy as np
 import pytest
 import torch
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from conftest import needs_native, on_engine, random_model, random_sources
 from molspec_core.decoding.batch import pad_sources, start
 from molspec_core.decoding.greedy import greedy
 from molspec_core.drafting import make_drafter
-from molspec_core.model import Seq2SeqTransformer, preset
+from molspec_core.model import NUMPY_BLAS, Seq2SeqTransformer, preset
 from molspec_core import npstep
 from molspec_core.native import native_unavailable
 from molspec_core.npstep import NumpyStep
@@ -144,15 +144,43 @@ def test_only_float32_cpu_models():
         random_model(0).half().use_numpy_step()
 
 
-def test_numpy_blas_threads_follow_torch():
+def blas_thread_counts() -> set[int]:
+    return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+
+def test_numpy_blas_threads_follow_torch_in_the_numpy_steps_only(copy_model, monkeypatch):
+    """use_numpy_step held NumPy's BLAS to torch's thread count for the whole process (a plain threadpool_limits
+    call), an embedding program's own NumPy work included; it is held in MolSpec's NumPy step calls only."""
+    seen = []
+    for name in ("encode", "cross_keys_values_of", "__call__"):
+        original = getattr(NumpyStep, name)
+        monkeypatch.setattr(NumpyStep, name, lambda self, *a, _original=original, **k: seen.append(
+            blas_thread_counts()) or _original(self, *a, **k))
+    model, vocab = copy_model
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        random_model(0, engine="numpy")
-        blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
-        assert blas and all(pool["num_threads"] == 1 for pool in blas)
+        with threadpool_limits(2, user_api="blas"):  # the embedding program's own setting
+            torch.set_num_threads(1)
+            fast = on_engine(model, "numpy")
+            assert blas_thread_counts() == {2}
+            greedy(fast, random_sources(2, 2, len(vocab), 4, 8), lambda s: make_drafter("none", s, 0, 1))
+            assert len(seen) > 3 and all(counts == {1} for counts in seen), seen
+            assert blas_thread_counts() == {2}
     finally:
         torch.set_num_threads(before)
+
+
+def test_overlapping_numpy_steps_give_the_blas_threads_back_once_the_last_ends():
+    """Concurrent decodes (one model serves every session) overlap their steps: the first to end gave the setting
+    back under the others."""
+    with threadpool_limits(2, user_api="blas"):
+        with NUMPY_BLAS.held(1):
+            with NUMPY_BLAS.held(1):
+                assert blas_thread_counts() == {1}
+            assert blas_thread_counts() == {1}  # the first step still computes
+        assert blas_thread_counts() == {2}
+        with NUMPY_BLAS.held(None):  # a model without the NumPy step leaves them be
+            assert blas_thread_counts() == {2}
 
 
 def test_predictor_engines():
