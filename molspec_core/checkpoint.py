@@ -496,18 +496,21 @@ def average(folders: list[str | Path], out: str | Path, dtype: torch.dtype = tor
     meta["averaged_from"] = [str(folder) for folder in folders]
     # Written aside and renamed into place: a Ctrl-C or a full disk mid-write left `out` holding a config and
     # vocabulary without (all) weights, which does not load and which the next run refused as a filled folder.
-    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    partial: Path | None = None
     try:
+        partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
         partial.chmod(0o755)  # mkdtemp's 0700 would follow it into place
         save(first_model, vocab, partial, meta=meta, dtype=dtype)
         os.replace(partial, out)  # a rename replaces the empty folder check_new_folder let through
-    except OSError as exc:  # a full disk said only "No space left on device", naming no folder
-        shutil.rmtree(partial, ignore_errors=True)
+    except OSError as exc:  # a full disk said only "No space left on device", naming no folder (or the hidden copy)
+        removed = "its unfinished copy was removed and " if partial is not None else ""
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
         left = f"{out} is left empty" if out.is_dir() else f"{out} was not created"
-        raise OSError(exc.errno, f"{exc.strerror or exc}: the mean could not be written to {out}; its unfinished copy "
-                                 f"was removed and {left}: the same command writes it once {out.parent} can be "
-                                 "written") from None
+        raise OSError(exc.errno, f"{exc.strerror or exc}: the mean could not be written to {out}; {removed}{left}: "
+                                 f"the same command writes it once {out.parent} can be written") from None
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
         raise
     return {"model": first_model.cfg.to_dict(), **meta}

@@ -304,6 +304,25 @@ def test_an_average_the_disk_cannot_hold_names_its_folder_and_what_was_removed(t
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m1", "m2", *(["mean"] if given_empty else [])])
 
 
+def test_an_average_whose_copy_cannot_be_made_names_out_not_the_hidden_copy(tmp_path, monkeypatch):
+    """The folder the mean is written into first could not be made on a full disk: the error named that hidden
+    folder ('No space left on device: .../.mean.partial-k2j3'), not --out."""
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for seed in (1, 2):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}")
+    out = tmp_path / "mean"
+
+    def full(prefix, dir):
+        raise OSError(28, "No space left on device", f"{dir}/{prefix}k2j3")
+
+    monkeypatch.setattr(checkpoint.tempfile, "mkdtemp", full)
+    with pytest.raises(OSError) as caught:
+        checkpoint.average([tmp_path / "m1", tmp_path / "m2"], out)
+    assert (caught.value.errno, caught.value.filename) == (28, None)
+    assert caught.value.strerror == (f"No space left on device: the mean could not be written to {out}; {out} was not "
+                                     f"created: the same command writes it once {tmp_path} can be written")
+
+
 def test_a_run_folder_given_as_a_model_is_named_as_one(tmp_path, no_model_built):
     """A training run's --out (runs/a, holding last/ and export/) said '<run>/config.json is missing'."""
     run = tmp_path / "run"
