@@ -5,7 +5,10 @@ user picked; each page in views/ reads the settings and calls the engine's Predi
 """
 import streamlit as st
 
+from molspec_core.chem import silence_rdkit
 from views import common
+
+silence_rdkit()  # RDKit's lines on the server's stderr: the pages say what is wrong with a SMILES themselves
 
 # Our own style, a few rules for what Streamlit's defaults leave out (the accessibility QA pass's A1, A11, B2, B10).
 STYLE = """<style>

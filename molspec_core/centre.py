@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from rdkit import Chem
 from rdkit.Chem import rdFMCS
 
-from . import chem as _chem  # noqa: F401  (imported for its side effect: RDKit parse errors are not printed)
+from .chem import rdkit_quietly
 
 MCS_TIMEOUT_S = 1  # per pair of molecules (RDKit counts whole seconds); drug-sized pairs take about a millisecond
 DEADLINE_S = 2.0  # no new pair is started after this long for one reaction (what is traced by then stands)
@@ -147,6 +147,7 @@ def _shared(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.M
 
 
 @functools.lru_cache(maxsize=4096)
+@rdkit_quietly  # inside the cache: a centre known already parses nothing
 def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     """The centre of reactants >> product (SMILES), or None where RDKit cannot read them or traces fewer than
     MIN_TRACED of the product's atoms."""

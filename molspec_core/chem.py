@@ -1,22 +1,75 @@
-"""RDKit helpers: canonical SMILES, validity. The only module of the engine that imports RDKit."""
+"""RDKit helpers: canonical SMILES, validity, SD files, and when RDKit's own messages are shown."""
 from __future__ import annotations
 
+import functools
 import io
 import random
 import re
+import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import IO
+from typing import IO, Any, TypeVar
 
-from rdkit import Chem, RDLogger
+from rdkit import Chem, RDLogger, rdBase
 from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from .io import visible_controls
 
-RDLogger.DisableLog("rdApp.*")  # RDKit prints parse errors to stderr; we report them ourselves
+
+# RDKit prints a line on stderr for each SMILES it cannot read; MolSpec says what is wrong itself. Its programs (the
+# molspec command, the app) turn those lines off for their whole process (silence_rdkit); the engine, which others'
+# programs import, turns them off only while one of its calls runs (quiet_rdkit), and leaves the program's own on.
+def silence_rdkit() -> None:
+    """Turn RDKit's messages off for the rest of this process: for programs, never for a library to call."""
+    RDLogger.DisableLog("rdApp.*")
+
+
+class _QuietRDKit:
+    """RDKit's messages held back while any thread is inside, by one rdBase.BlockLogs for them all. One BlockLogs
+    each would not do: each restores what it found on, so where two overlap and the first ends first, the messages
+    come back while the second still runs. Re-entrant (predict inside plan). RDKit's logging is the process's, so a
+    caller's other threads are quiet too while one is inside."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0  # callers inside now
+        self._block: rdBase.BlockLogs | None = None  # held while _inside > 0; let go, it turns on what it turned off
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._inside == 0:
+                self._block = rdBase.BlockLogs()
+            self._inside += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._block = None
+
+
+_QUIET = _QuietRDKit()
+
+
+def quiet_rdkit() -> _QuietRDKit:
+    """`with quiet_rdkit():` RDKit's messages held back inside, as they were after (_QuietRDKit)."""
+    return _QUIET
+
+
+Call = TypeVar("Call", bound=Callable[..., Any])
+
+
+def rdkit_quietly(function: Call) -> Call:
+    """`function` with RDKit's messages held back for the whole call (once a call: not once a molecule). For calls
+    that return their answer, not a generator, which would run after the quiet had ended."""
+    @functools.wraps(function)
+    def quietly(*args: Any, **kwargs: Any) -> Any:
+        with quiet_rdkit():
+            return function(*args, **kwargs)
+    return quietly  # type: ignore[return-value]
 
 
 class ChemError(ValueError):
@@ -1020,6 +1073,7 @@ def _heavy_atoms(smiles: str) -> Counter[str]:
 SD_RECORD_END = "$$$$"
 
 
+@rdkit_quietly
 def write_sd(stream: IO[str], records: Iterable[tuple[str, str, Mapping[str, object]]]) -> None:
     """Write (SMILES, title, properties) records to `stream` as an SD file, one record each and in order.
 
@@ -1087,6 +1141,7 @@ class SdRecord:
     problem: str = ""
 
 
+@rdkit_quietly
 def sd_records(text: str) -> list[SdRecord]:
     """An SD file's records in order. Each is read on its own, so one that RDKit cannot read (or whose
     valences it refuses) costs only itself; its title and fields are kept when RDKit can read them.

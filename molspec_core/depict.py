@@ -23,7 +23,7 @@ from rdkit.Chem import AllChem, rdAbbreviations, rdCIPLabeler, rdDepictor
 from rdkit.Chem.Draw import rdMolDraw2D
 from rdkit.Geometry import Point2D, Point3D
 
-from .chem import NONMETALS  # chem, imported, also keeps RDKit's parse errors off the screen
+from .chem import NONMETALS
 from .centre import reaction_centre
 
 # One SMILES token that is an atom: a bracket atom, an organic-subset atom (two-letter halogens

@@ -15,4 +15,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return INTERRUPTED
+    # RDKit's lines on stderr for the whole run: the command says what is wrong with a SMILES itself
+    import_module("molspec_core.chem").silence_rdkit()
     return cli.main(argv)

@@ -42,7 +42,7 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 from .boundary import Terminated
 from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, holds_carbon, main_molecule,
-                   missing_atoms, mol_from_smiles, product_alone, stereo_notes)
+                   missing_atoms, mol_from_smiles, product_alone, rdkit_quietly, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
@@ -94,6 +94,7 @@ class Stock(SmilesListInventory):
         self.sheet = sheet
 
 
+@rdkit_quietly
 def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> Stock:
     """The stock in a file: one SMILES per line (optionally followed by a name; '#' starts a comment line),
     an SD file, or a CSV or an Excel workbook (.xlsx) with a SMILES column (`column`, else one of io.STOCK_COLUMNS);
@@ -110,6 +111,7 @@ def load_stock(path: str | Path = DEFAULT_STOCK, column: str | None = None) -> S
     return stock_from_queries(table, STDIN_NAME if str(path) == STDIN else path.name)
 
 
+@rdkit_quietly
 def stock_from_upload(name: str, data: bytes, column: str | None = None) -> Stock:
     """The stock in an uploaded file, by the same rules as load_stock."""
     try:
@@ -654,6 +656,7 @@ def check_time_limit(time_limit_s: float) -> None:
         raise ValueError(f"the time limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} s, not {time_limit_s}")
 
 
+@rdkit_quietly
 def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 30.0, algorithm: str = "retro*",
          max_routes: int = 10, *, forward: Predictor | None = None, settings: PlanSettings = PlanSettings(),
          progress: Progress | None = None) -> PlanResult:

@@ -17,6 +17,7 @@ from typing import overload
 import torch
 import torch.nn.functional as F
 
+from .chem import rdkit_quietly
 from .decoding.batch import pad_sources
 from .methods import EXACT_NBEST
 from .service import Prediction, Predictor, QueryResult
@@ -56,6 +57,7 @@ def check_round_trip(result: QueryResult, forward: Predictor, top_k: int = 1) ->
 def check_round_trip(result: Sequence[QueryResult], forward: Predictor, top_k: int = 1) -> list[QueryResult]: ...
 
 
+@rdkit_quietly
 def check_round_trip(result: QueryResult | Sequence[QueryResult], forward: Predictor,
                      top_k: int = 1) -> QueryResult | list[QueryResult]:
     """`result` (a retrosynthesis answer list) with round_trip and forward_prob set on every sane answer

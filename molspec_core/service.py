@@ -29,7 +29,7 @@ from . import checkpoint
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
                    holds_carbon, CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides,
-                   product_alone, rinchi_refusal, salts_as_ions, smarts_refusal, smiles_from_cxsmiles,
+                   product_alone, rinchi_refusal, salts_as_ions, smarts_refusal, rdkit_quietly, smiles_from_cxsmiles,
                    smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
@@ -792,6 +792,7 @@ class Predictor:
 
     # ---- input -------------------------------------------------------------------------------
 
+    @rdkit_quietly
     def prepare(self, text: str, ion_writing: bool = False) -> _Query:
         """Validate and canonicalize a query; raises ValueError with a message for the user. An alkali metal's salt
         written with its bond (O=C(O[K])O[K]) is read as the ions USPTO writes (chem.salts_as_ions; canonical_query
@@ -1082,6 +1083,7 @@ class Predictor:
                 time_limit_s: float | None = ..., augment: int = ...,
                 ion_writing: bool = ...) -> list[QueryResult]: ...
 
+    @rdkit_quietly
     def predict(self, smiles: str | Iterable[str], method: str = DEFAULT_METHOD, n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE, sampling: SamplingOptions | None = None,

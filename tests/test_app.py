@@ -225,6 +225,16 @@ def test_editing_the_engine_does_not_reload_it_under_a_running_app():
     assert not unwatched.is_blacklisted(str(ROOT / "app.py"))
 
 
+def test_the_app_keeps_rdkit_quiet_for_its_whole_process(copy_models, monkeypatch):
+    """The engine no longer turns RDKit's messages off for every program that imports it; the app, a program, turns
+    them off for its server's whole process (its pages say what is wrong with a SMILES themselves)."""
+    from rdkit import RDLogger, rdBase
+
+    RDLogger.EnableLog("rdApp.*")  # as a process that has imported the engine finds them now
+    assert_clean(app(copy_models, monkeypatch).run())
+    assert "rdApp.error:disabled" in rdBase.LogStatus() and "rdApp.warning:disabled" in rdBase.LogStatus()
+
+
 def test_examples_are_valid_reactions_with_known_products():
     examples = common.load_examples()
     assert [e.name for e in examples if e.featured] == ["Amide coupling", "Esterification", "Suzuki coupling",

@@ -1,4 +1,5 @@
 """Which valid answers a chemist must not be shown as sane (chem.answer_concerns)."""
+import os
 import re
 
 import pytest
@@ -619,3 +620,67 @@ def test_another_metals_salt_of_an_oxoacid_drawn_with_its_bonds_is_read_as_its_i
     written, a writing the forward model never saw: with copper(II) acetate so, p-toluidine and phenylboronic acid in
     pyridine (a Chan-Lam coupling) gave an amide first, and as ions the diarylamine."""
     assert sorted(salts_as_ions(canonical_fragments(drawn))) == sorted(canonical_fragments(ions))
+
+
+# RDKit's own messages on stderr, each stamped with the time ('[20:05:21] SMILES Parse Error: unclosed ring ...')
+RDKIT_MESSAGE = re.compile(r"\[\d\d:\d\d:\d\d\] ")
+
+
+def stderr_story(code: str) -> list[str]:
+    """What a fresh Python process running `code` wrote on stderr, line by line: its own lines (from `told`) as
+    written, and each of RDKit's messages as 'rdkit'. A process of its own: RDKit's logging is the process's."""
+    import subprocess
+    import sys
+
+    prologue = ("import sys\nfrom rdkit import Chem\n"
+                "def told(line):\n    print(line, file=sys.stderr, flush=True)\n")
+    err = subprocess.run([sys.executable, "-c", prologue + code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}).stderr
+    return ["rdkit" if RDKIT_MESSAGE.match(line) else line for line in err.splitlines()]
+
+
+def test_importing_molspec_leaves_a_programs_own_rdkit_messages_on():
+    """chem turned RDKit's logging off for the whole process as it was imported: a program that imported
+    molspec_core lost every RDKit warning and error of its own. Only programs (the molspec command, the app) do."""
+    story = stderr_story("import molspec_core.service\ntold('imported')\nChem.MolFromSmiles('c1cc')")
+    assert story == ["imported", "rdkit"]
+
+
+def test_quiet_rdkit_holds_rdkit_quiet_while_any_caller_is_inside():
+    """Two callers' quiet spans (two threads' predict calls) that end out of order: RDKit's own BlockLogs let its
+    messages through once the first had ended; they stay quiet until the last ends, and are on again after."""
+    story = stderr_story("from molspec_core.chem import quiet_rdkit\n"
+                         "with quiet_rdkit():\n    told('inside')\n    Chem.MolFromSmiles('c1cc')\n"
+                         "first, second = quiet_rdkit(), quiet_rdkit()\n"
+                         "first.__enter__(); second.__enter__(); first.__exit__(None, None, None)\n"
+                         "told('the second inside'); Chem.MolFromSmiles('c1cc')\n"
+                         "second.__exit__(None, None, None)\n"
+                         "told('both out'); Chem.MolFromSmiles('c1cc')")
+    assert story == ["inside", "the second inside", "both out", "rdkit"]
+
+
+def test_the_molspec_command_keeps_rdkit_quiet_for_its_whole_run():
+    """The command line says what is wrong with a SMILES itself; RDKit's lines around its own would be noise."""
+    story = stderr_story("from molspec_core.entry import main\n"
+                         "told(main(['predict', '--model', 'tests/fixtures/copy_model', '--smiles', 'c1cc']))\n"
+                         "Chem.MolFromSmiles('c1cc')")
+    assert "rdkit" not in story and story[-2:] == [
+        "error: not a valid SMILES: RDKit cannot parse 'c1cc' as a molecule: ring bond 1 opened at position 2 is "
+        "never closed", "2"]
+
+
+def test_reaction_centre_keeps_rdkit_quiet_and_leaves_it_on_for_the_caller():
+    """centre.reaction_centre, which the README offers, on a SMILES RDKit cannot read: None, without RDKit's line."""
+    story = stderr_story("from molspec_core.centre import reaction_centre\n"
+                         "told(reaction_centre('c1cc.CC(=O)Cl', 'CC(=O)c1ccccc1'))\nChem.MolFromSmiles('c1cc')")
+    assert story == ["None", "rdkit"]
+
+
+def test_reading_and_writing_sd_files_keeps_rdkit_quiet():
+    """An SD file's unreadable record has its `problem`, and an answer RDKit cannot read its record without atoms;
+    RDKit's own lines on each (through io: a batch's file, the results' SD export) stay out."""
+    story = stderr_story("import io\nfrom molspec_core.chem import sd_records, write_sd\n"
+                         "told(sd_records('bad\\n\\n\\n  1  0  0  0  0  0  0  0  0  0999 V2000\\n"
+                         "    0.0    0.0    0.0 Q   0  0\\nM  END\\n$$$$\\n')[0].problem)\n"
+                         "write_sd(io.StringIO(), [('c1cc', 't', {})])\ntold('written')\nChem.MolFromSmiles('c1cc')")
+    assert story == ["SD record 1: RDKit cannot read its molblock", "written", "rdkit"]

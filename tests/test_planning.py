@@ -23,6 +23,7 @@ import pytest
 from syntheseus import Bag, BackwardReactionModel, Molecule, SingleProductReaction
 
 from conftest import FIXTURES, ROOT, excel_and_csv, molfile, needs_native, record_loads, sd_file_text
+from test_chem import stderr_story
 from molspec_core import planning
 from molspec_core.chem import missing_atoms
 from molspec_core.cli import main
@@ -1390,3 +1391,14 @@ def test_a_stock_from_standard_input_is_named_so(monkeypatch):
         load_stock("-")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"CC(=O)Cl\n")))
     assert load_stock("-").source == "standard input"
+
+
+def test_reading_a_stock_keeps_rdkit_quiet_and_leaves_it_on_for_the_caller(tmp_path):
+    """A stock's unreadable entries are counted and the first named (Stock.first_unreadable); RDKit's own line on
+    each, hundreds in a vendor's catalogue, stays out, and the caller's own RDKit messages are told after."""
+    (tmp_path / "shelf.smi").write_text("CCO\nc1cc\nC1CC\n")
+    story = stderr_story(f"from molspec_core.planning import load_stock, stock_from_upload\n"
+                         f"told(load_stock({str(tmp_path / 'shelf.smi')!r}).n_unreadable)\n"
+                         f"told(stock_from_upload('shelf.smi', b'CCO\\nc1cc\\n').n_unreadable)\n"
+                         f"Chem.MolFromSmiles('c1cc')")
+    assert story == ["2", "1", "rdkit"]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES, FORWARD_MODEL, decoded_answers, decoder_clock, molfile, needs_native
+from test_chem import stderr_story
 from molspec_core.chem import smiles_from_inchi
 from molspec_core.checkpoint import CheckpointError
 from molspec_core.evaluate import evaluate
@@ -1466,3 +1467,14 @@ def test_an_sbs_query_read_in_several_writings_stopped_counts_the_calls_of_the_w
     clock["seconds"] = 0.0
     first = reader.predict(query, method=method, n_best=2, augment=3, time_limit_s=1.5)
     assert not first.ok and not first.predictions and first.stats.model_calls == 1
+
+
+def test_a_predict_keeps_rdkit_quiet_and_leaves_it_on_for_the_caller():
+    """RDKit's line on an unreadable query stays out (the result's error says it), and a library caller's own RDKit
+    messages are still told after a predict (importing the engine turned them off for good)."""
+    story = stderr_story("import logging\nlogging.disable()\nfrom molspec_core import Predictor\n"
+                         "predictor = Predictor.load('tests/fixtures/copy_model', device='cpu')\n"
+                         "told(predictor.predict(['c1cc', 'C1CC'])[0].error)\n"
+                         "Chem.MolFromSmiles('c1cc')")
+    assert story == ["not a valid SMILES: RDKit cannot parse 'c1cc' as a molecule: ring bond 1 opened at position 2 is "
+                     "never closed", "rdkit"]
