@@ -886,3 +886,15 @@ def test_an_int8_run_of_weights_the_native_engine_cannot_read_says_so(name, argv
     assert "engine native cannot run here" in f"{code} {err}", (code, err)
     code, err = run_main(tool, monkeypatch, capsys, *given, *src, "--dtype", "int4")
     assert code == 2 and "argument --dtype: invalid choice: 'int4'" in err
+
+
+def test_the_tools_keep_rdkit_quiet_as_the_molspec_command_does():
+    """Since 48c8374 the engine quiets RDKit only inside its own calls, so a tool's own parsing (centre_check's,
+    stereo_check's) printed RDKit's errors line by line; the tools, programs like `molspec`, turn them off."""
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, 'tools'); import _toolbox; from rdkit import Chem; "
+            "assert Chem.MolFromSmiles('c1cc') is None")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

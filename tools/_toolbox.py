@@ -17,8 +17,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from molspec_core.chem import silence_rdkit
 from molspec_core.data import DEFAULT_DATA
 from molspec_core.io import OutputFileError, check_output
+
+# The scripts are programs, as the molspec command is: RDKit's messages off for their process (since 48c8374 the
+# engine quiets them only inside its own calls, and centre_check's or stereo_check's own parsing printed them)
+silence_rdkit()
 
 T = TypeVar("T")
 
