@@ -107,15 +107,13 @@ def _short(value: object) -> str:
 
 def refuse_run_folder(folder: Path) -> None:
     """Refuse a training run's folder (train's --out, which holds its saves: last/, export/, best/) given as a model,
-    naming the saves and one to give, in train.refuse_run_folder's words: it was "<run>/config.json is missing"."""
-    from .train import RUN_PARTS, STATE_MARK  # here: train imports this module
-
-    if (folder / "config.json").exists():
+    in train.run_folder_refusal's words: it was "<run>/config.json is missing"."""
+    if (folder / "config.json").exists():  # a model folder, as every load's is: train is not imported for it
         return
-    held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
-    if held:
-        raise CheckpointError(f"{folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
-                              f"of its folders, e.g. {folder / held[0]}")
+    from .train import run_folder_refusal  # here: train imports this module
+
+    if (why := run_folder_refusal(folder)) is not None:
+        raise CheckpointError(why)
 
 
 def _require_file(path: Path) -> None:

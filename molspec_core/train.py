@@ -748,15 +748,23 @@ def read_state(folder: Path) -> dict:
     return state
 
 
-def refuse_run_folder(role: str, folder: Path, more: str = "") -> None:
-    """Refuse a run folder (a train --out, not a model folder) given as a model, naming the saves it holds and one to
-    give: it was "<run>/config.json is missing"."""
+def run_folder_refusal(folder: Path, role: str = "") -> str | None:
+    """Why `folder`, given as a model (after `role`, an option such as --teacher), is a run folder (a train --out, not
+    a model folder), naming the saves it holds and one to give, or None: it was "<run>/config.json is missing"."""
     if (folder / "config.json").exists():
-        return
+        return None
     held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
-    if held:
-        raise ValueError(f"{role} {folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one "
-                         f"of its folders, e.g. {role} {folder / held[0]}{more}")
+    if not held:
+        return None
+    given = f"{role} " if role else ""
+    return (f"{given}{folder} is a run folder (it holds {', '.join(held)}), not a model folder: give one of its "
+            f"folders, e.g. {given}{folder / held[0]}")
+
+
+def refuse_run_folder(role: str, folder: Path, more: str = "") -> None:
+    """ValueError where a run folder is given as a model (run_folder_refusal), its words followed by `more`."""
+    if (why := run_folder_refusal(folder, role)) is not None:
+        raise ValueError(why + more)
 
 
 def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelConfig, preset_name: str, task: str,
