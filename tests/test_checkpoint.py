@@ -239,6 +239,15 @@ def test_shipped_models_pass_the_checks():
 
 # ---- averaging fine-tuned models (molspec average) -----------------------------------------------
 
+def two_models(folder, meta: dict | None = None) -> Vocab:
+    """Two small models of one vocabulary saved as folder/m1 and folder/m2, as average's tests take them; the
+    vocabulary."""
+    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
+    for seed in (1, 2):
+        checkpoint.save(random_model(seed, vocab_size=14), vocab, folder / f"m{seed}", meta=meta)
+    return vocab
+
+
 def test_average_writes_the_mean_of_the_weights(tmp_path):
     vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
     models = [random_model(seed, vocab_size=14) for seed in (1, 2, 3)]
@@ -260,9 +269,7 @@ def test_average_writes_the_mean_of_the_weights(tmp_path):
 def test_an_average_stopped_while_writing_leaves_no_half_written_model(tmp_path, monkeypatch, given_empty):
     """Ctrl-C while the mean was written left --out with config.json and vocab.json but no weights: a folder that
     did not load, and that the rerun refused as one that already holds files."""
-    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
-    for seed in (1, 2):
-        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}")
+    two_models(tmp_path)
     out = tmp_path / "mean"
     if given_empty:
         out.mkdir()
@@ -283,9 +290,7 @@ def test_an_average_stopped_while_writing_leaves_no_half_written_model(tmp_path,
 @pytest.mark.parametrize("given_empty", [False, True])
 def test_an_average_the_disk_cannot_hold_names_its_folder_and_what_was_removed(tmp_path, monkeypatch, given_empty):
     """A full disk said only 'error: No space left on device', naming neither --out nor what was left there."""
-    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
-    for seed in (1, 2):
-        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}")
+    two_models(tmp_path)
     out = tmp_path / "mean"
     if given_empty:
         out.mkdir()
@@ -307,9 +312,7 @@ def test_an_average_the_disk_cannot_hold_names_its_folder_and_what_was_removed(t
 def test_an_average_whose_copy_cannot_be_made_names_out_not_the_hidden_copy(tmp_path, monkeypatch):
     """The folder the mean is written into first could not be made on a full disk: the error named that hidden
     folder ('No space left on device: .../.mean.partial-k2j3'), not --out."""
-    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
-    for seed in (1, 2):
-        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}")
+    two_models(tmp_path)
     out = tmp_path / "mean"
 
     def full(prefix, dir):
@@ -381,9 +384,7 @@ def test_cli_average_refuses_a_folder_holding_files_a_missing_parent_and_a_model
     same model given twice was weighed double. All refused before any model is read."""
     from molspec_core.cli import main
 
-    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
-    for seed in (1, 2):
-        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}", meta={"task": "forward"})
+    vocab = two_models(tmp_path, meta={"task": "forward"})
     victim = tmp_path / "victim"
     checkpoint.save(random_model(3, vocab_size=14), vocab, victim, meta={"task": "retro"})
     (victim / "MODEL_CARD.md").write_text("the shipped model\n")
@@ -410,9 +411,7 @@ def test_cli_average_refuses_a_folder_holding_files_a_missing_parent_and_a_model
 def test_cli_average_writes_float16_shards(tmp_path, capsys):
     from molspec_core.cli import main
 
-    vocab = Vocab(list(SPECIALS) + [f"[X{i}]" for i in range(10)])
-    for seed in (1, 2):
-        checkpoint.save(random_model(seed, vocab_size=14), vocab, tmp_path / f"m{seed}", meta={"task": "forward"})
+    two_models(tmp_path, meta={"task": "forward"})
     assert main(["average", "--model", str(tmp_path / "m1"), "--model", str(tmp_path / "m2"),
                  "--out", str(tmp_path / "mean"), "--float16"]) == 0
     assert "mean of 2 models (forward)" in capsys.readouterr().out
