@@ -852,12 +852,15 @@ def salts_as_ions(fragments: Iterable[str]) -> list[str]:
 # forward training rows and charge-separated in none, and the forward model so read it was unsure of the Wittig
 # product (ethyl 4-chlorocinnamate at -1.6, beside 4-chlorostyrene at -1.6; at -0.45 with P=C).
 _CHARGE_SEPARATED = tuple(map(Chem.MolFromSmarts, ("[S+,S+2,P+]-[O-;X1]", "[P+]-[#6-]")))
+_MADE_DOUBLE = Chem.MolFromSmarts("[S,P]=[O,#6]")  # what _double_bonded makes, its valences checked
 
 
 def _double_bonded(fragment: str) -> str:
     """`fragment` (canonical) with each S+-O-, P+-O- or P+-C- single bond made a double bond, its charges gone;
     `fragment` itself where it has none, or where that would give an atom more bonds than it can have (a sulfur of
     three carbons and an O-)."""
+    if "+" not in fragment:  # no S+ or P+ to give a charge back: every query's fragments but a few, read once less
+        return fragment
     mol = mol_from_smiles(fragment)
     if not any(mol.HasSubstructMatch(pattern) for pattern in _CHARGE_SEPARATED):
         return fragment
@@ -875,7 +878,7 @@ def _double_bonded(fragment: str) -> str:
         return fragment
     valences = Chem.GetPeriodicTable().GetValenceList
     if any(mol.GetAtomWithIdx(centre).GetTotalValence() not in valences(mol.GetAtomWithIdx(centre).GetAtomicNum())
-           for centre, _ in mol.GetSubstructMatches(Chem.MolFromSmarts("[S,P]=[O,#6]"))):
+           for centre, _ in mol.GetSubstructMatches(_MADE_DOUBLE)):
         return fragment
     return Chem.MolToSmiles(mol)
 
