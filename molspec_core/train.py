@@ -748,12 +748,17 @@ def read_state(folder: Path) -> dict:
     return state
 
 
+def run_saves(folder: Path) -> list[str]:
+    """The saves a run wrote into `folder` as its --out (of RUN_PARTS), none where it is no run folder."""
+    return [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+
+
 def run_folder_refusal(folder: Path, role: str = "") -> str | None:
     """Why `folder`, given as a model (after `role`, an option such as --teacher), is a run folder (a train --out, not
     a model folder), naming the saves it holds and one to give, or None: it was "<run>/config.json is missing"."""
     if (folder / "config.json").exists():
         return None
-    held = [name for name in RUN_PARTS if (folder / name / STATE_MARK).is_file()]
+    held = run_saves(folder)
     if not held:
         return None
     given = f"{role} " if role else ""
@@ -893,7 +898,17 @@ def load_data(data: Path) -> tuple[Vocab, dict, tuple[list[np.ndarray], list[np.
     if not data.is_dir():
         raise ValueError(f"--data {data}: " + ("not a folder" if data.exists() else "no such data folder")
                          + " (prepare-data writes one)")
+    if (data / "config.json").exists() and not (data / "stats.json").exists():  # was "stats.json is missing"
+        raise ValueError(f"--data {data} is a model folder (it holds config.json), not data: --data takes a folder "
+                         "prepare-data wrote; to train from its weights, give it as --init")
+    if saves := run_saves(data):  # was "vocab.json is missing"
+        raise ValueError(f"--data {data} is a run folder (it holds {', '.join(saves)}), not data: --data takes a "
+                         "folder prepare-data wrote")
     if not (data / "vocab.json").is_file():
+        held = sorted(sub.name for sub in data.iterdir() if (sub / "stats.json").is_file() and sub.is_dir())
+        if held:  # a folder of <task>/ data folders (as the GPU kit's `pack --data` reads), given to train
+            raise ValueError(f"--data {data} holds data folders ({', '.join(held)}), not data: give one of them, "
+                             f"e.g. --data {data / held[0]}")
         raise ValueError(f"{data / 'vocab.json'} is missing (--data takes a folder prepare-data wrote)")
     vocab = Vocab.load(data / "vocab.json")
     stats = read_json_file(data / "stats.json", "the data's stats, written by prepare-data")

@@ -582,3 +582,19 @@ def test_dataclass_rules_cover_every_number_option():
                if isinstance(spec.default, (int, float)) and not isinstance(spec.default, bool)]
     assert numbers and all(spec.metadata.get("rule") is not None for spec in dataclasses.fields(TrainConfig)
                            if spec.name in numbers)
+
+
+def test_a_model_run_or_data_parent_folder_given_as_data_is_named_as_such(data, tmp_path):
+    """`train --data models/forward` said "models/forward/stats.json is missing", a run folder "vocab.json is
+    missing", and the folder of <task>/ data folders the same: none said what --data takes instead."""
+    run(data, tmp_path / "first", max_steps=2)
+    cases = {tmp_path / "first" / "export": r"is a model folder \(it holds config.json\), not data: --data takes "
+                                             r"a folder prepare-data wrote; to train from its weights, give it as "
+                                             r"--init$",
+             tmp_path / "first": r"is a run folder \(it holds export, last, best\), not data: --data takes a folder "
+                                 r"prepare-data wrote$",
+             tmp_path: rf"holds data folders \(data\), not data: give one of them, e.g. --data {data}$"}
+    for given, words in cases.items():
+        with pytest.raises(ValueError, match=rf"^--data {given} {words}"):
+            run(given, tmp_path / "second", max_steps=2)
+    assert not (tmp_path / "second").exists()
