@@ -883,6 +883,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .calibration import weights_fingerprint
     from .evaluate import (RESUME_MAY_DIFFER, check_method, evaluate, queries_digest, read_selected, resume_refusal,
                            software)
+    from .scale import stops_deferred
     from .service import Predictor
 
     # files and options first: a refused one costs no model load and no run
@@ -944,9 +945,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return report
 
     try:
-        report = resumed(evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size,
-                                  lines=lines, earlier=earlier, draft_len=args.draft_len, n_drafts=args.n_drafts,
-                                  sampling=sampling, augment=args.augment, time_limit_s=args.time_limit))
+        scored = evaluate(predictor, sources, targets or [], args.n_best, method, args.batch_size, lines=lines,
+                          earlier=earlier, draft_len=args.draft_len, n_drafts=args.n_drafts, sampling=sampling,
+                          augment=args.augment, time_limit_s=args.time_limit)
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries scored keep their report
         partial = getattr(stop, "partial_report", None)
         if partial is not None:  # on the screen too: without --out it was lost
@@ -966,6 +967,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                         "first queries)" if left_out else "",
                         "; the same command with --resume goes on from there" if out and written == out else "")
         raise  # the boundary's line and exit code follow
+    with stops_deferred("once the report is written"):  # every query is scored: a stop now would lose them all
+        tell_report(args, resumed(scored), out, predictor.task, keep=earlier is None)
+    return 0
+
+
+def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: str, keep: bool) -> None:
+    """A whole evaluate run's report on the screen, with warnings of what it counts, and to `out`."""
     show_report(report)
     if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
         first = report["query_error_examples"][0]
@@ -978,11 +986,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                     report["unreadable_targets"], report["n"], args.tgt)
     if not any(report["first_right"]["model_order"]):  # 0% reads as the model's accuracy; files of another task?
         log.warning("none of the %d queries has its target in its top-%d: check that %s holds the answers to %s, line "
-                    "by line, and that they are for a %s model", report["n"], args.n_best, args.tgt, args.src,
-                    predictor.task)
+                    "by line, and that they are for a %s model", report["n"], args.n_best, args.tgt, args.src, task)
     if out:
-        write_report(out, report, keep=earlier is None)
-    return 0
+        write_report(out, report, keep=keep)
 
 
 def stopped_report(out: Path | None, resume: bool) -> dict | None:

@@ -525,6 +525,31 @@ def stopping_once() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+@contextmanager
+def stops_deferred(after: str) -> Iterator[None]:
+    """Ctrl-C and SIGTERM while the body runs (writing what a whole run found: `after` says so, "once the report is
+    written") are noted, and raised as their handlers raise them once it has ended; a second one stops at once. A
+    stop that came after the last query was decoded, before evaluate's report was written, lost the whole run."""
+    held = stop_handlers()
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        if noted:  # asked again: at once
+            held[signum](signum, frame)
+        noted.append(signum)
+        print(f"stopping {after} (again to stop at once)", file=sys.stderr)
+
+    for signum in held:
+        signal.signal(signum, note)
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+    if noted:
+        signal.raise_signal(noted[0])
+
+
 def unbroken(thread: Executor, step: Callable[[], object]) -> None:
     """Run `step` (ray.init, ray.shutdown) to its end on `thread`, whatever signals come meanwhile. Ctrl-C and SIGTERM
     that come are noted, not raised, and raised after it as their handlers raise them (KeyboardInterrupt; the command

@@ -2848,6 +2848,29 @@ def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_fil
                                                               "out: a report is of the first queries)" in caplog.text
 
 
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_after_the_last_query_is_scored_writes_the_whole_report_first(pair_files, monkeypatch, capsys, signum,
+                                                                             code):
+    """A Ctrl-C or SIGTERM after every query was scored, while the report was being made (the commit asked of git,
+    the weights hashed), lost the whole run: no report at --out, none on the screen. The report is written, then the
+    stop is obeyed (its exit code)."""
+    import molspec_core.evaluate as evaluate_module
+
+    real = evaluate_module.software
+
+    def software():  # asked once every query is scored, to record what code wrote the report
+        signal.raise_signal(signum)
+        return real()
+
+    monkeypatch.setattr(evaluate_module, "software", software)
+    out = pair_files / "eval.json"
+    assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                 str(pair_files / "tgt.txt"), "--out", str(out)]) == code
+    report = json.loads(out.read_text())
+    assert report["n"] == 5 and "partial" not in report and report["commit"] == real()["commit"]
+    assert "stopping once the report is written" in capsys.readouterr().err
+
+
 def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_scored(pair_files, capsys,
                                                                                        monkeypatch):
     """Ctrl-C on an `evaluate` without --out printed 'interrupted' and nothing else: the figures of every query scored
