@@ -1440,6 +1440,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
     from .calibration import weights_fingerprint
     from .evaluate import queries_digest, read_pairs, software, unreadable_targets
+    from .scale import stops_deferred
     from .service import Predictor
 
     # everything that can be refused is refused before the model loads and the run starts
@@ -1497,15 +1498,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
             report = run_bench(predictor, sources, targets, methods, args.batch_size, args.beam_width or args.n_best,
                                args.draft_len, args.n_drafts, args.warmup, sampling=sampling, ct2_dir=ct2_dir,
                                peer_threads=args.peer_threads, engines=engines, by_length=args.by_length)
-    # what made it, as an evaluate report records it: the files from any folder, the weights, the code, the queries
-    report.update(src=os.path.abspath(args.src), tgt=args.tgt and os.path.abspath(args.tgt),
-                  index=args.index and os.path.abspath(args.index), limit=args.limit,
-                  queries_sha256=queries_digest(sources, targets or []), weights=weights_fingerprint(predictor.path),
-                  **software())
-    print(markdown_table(report))
-    if out:
-        keep_replaced(out)
-        save_report(report, out)
+    with stops_deferred("once the report is written"):  # the run is measured: a stop now would lose it all
+        # what made it, as an evaluate report records it: the files from any folder, the weights, the code, the queries
+        report.update(src=os.path.abspath(args.src), tgt=args.tgt and os.path.abspath(args.tgt),
+                      index=args.index and os.path.abspath(args.index), limit=args.limit,
+                      queries_sha256=queries_digest(sources, targets or []),
+                      weights=weights_fingerprint(predictor.path), **software())
+        print(markdown_table(report))
+        if out:
+            keep_replaced(out)
+            save_report(report, out)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
     kept = "the table and the report hold" if out else "the table holds"
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success

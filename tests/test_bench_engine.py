@@ -121,6 +121,29 @@ def test_bench_stopped_by_sigterm_keeps_the_batches_measured_and_exits_143(tmp_p
     assert report["interrupted"].startswith("stopped (SIGTERM) within its sweep's tau = 1")
 
 
+def test_a_sigterm_after_the_last_batch_is_measured_writes_the_whole_report_first(tmp_path, monkeypatch, capsys):
+    """SIGTERM after every batch was measured, while the report was made (the commit asked of git) or written, lost
+    the whole run: no table, no report. Both are written, then the stop is obeyed (exit 143)."""
+    import signal
+
+    import molspec_core.evaluate as evaluate_module
+
+    real = evaluate_module.software
+
+    def software():  # asked once the run is measured, to record what code made the report
+        signal.raise_signal(signal.SIGTERM)
+        return real()
+
+    monkeypatch.setattr(evaluate_module, "software", software)
+    (tmp_path / "src.txt").write_text("\n".join(QUERIES[:2]) + "\n")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--methods", "greedy",
+                 "--warmup", "0", "--out", str(out)]) == 143
+    report = json.loads(out.read_text())
+    assert report["n_queries"] == 2 and "interrupted" not in report and report["commit"] == real()["commit"]
+    assert "stopping once the report is written" in capsys.readouterr().err
+
+
 def test_a_method_named_twice_is_timed_once_a_batch(monkeypatch):
     """--methods greedy,spec-lookup,spec-lookup decoded spec-lookup twice a batch and kept one of the two times,
     the second, on a cache warm from the first: its speedup over greedy read 2.58x where it was 1.56x."""
