@@ -35,6 +35,7 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # the shipped mo
 DRAFT_DIR = "draft"  # a model's own draft model (a small model with its vocabulary), in a folder inside its own
 ONE_RUNS_FACTS = ("step", "validation")  # config.json keys train writes of the weights of one run at one step
 MODEL_TASKS = ("forward", "retro")  # the tasks whose answers are checked (config.json's task; forward when unset)
+MAX_NAMED = 5  # model folders a refusal names, of a folder holding many
 
 # Maxima for a model folder, far above the shipped models (forward: 4+4 layers, d_model 256,
 # 8 heads, d_ff 2048, 232 tokens, 1024 positions, 11.6 M parameters) and the paper's retro model
@@ -114,6 +115,19 @@ def refuse_run_folder(folder: Path) -> None:
 
     if (why := run_folder_refusal(folder)) is not None:
         raise CheckpointError(why)
+
+
+def refuse_folder_of_models(folder: Path) -> None:
+    """Refuse a folder that holds model folders (the shipped models/, with forward/ and retro/), given as a model,
+    naming them and one to give: it was "models/config.json is missing", though the models were one level down. A
+    draft/ is not named: a model folder that lost its config.json still holds its draft model, not a model to give."""
+    if (folder / "config.json").exists():
+        return
+    held = sorted(sub.name for sub in folder.iterdir() if sub.name != DRAFT_DIR and (sub / "config.json").is_file())
+    if held:
+        named = ", ".join(held[:MAX_NAMED]) + (f" and {len(held) - MAX_NAMED:,} more" if len(held) > MAX_NAMED else "")
+        raise CheckpointError(f"{folder} holds model folders ({named}), not a model: give one of them, e.g. "
+                              f"{folder / held[0]}")
 
 
 def _require_file(path: Path) -> None:
@@ -386,6 +400,7 @@ def inspect_folder(folder: str | Path, with_draft: bool = True) -> Inspection:
         raise CheckpointError(f"{folder} is a file, not a model folder{holder}")
     check_safe(folder)
     refuse_run_folder(folder)
+    refuse_folder_of_models(folder)
     config, cfg = read_config(folder)
     vocab = read_vocab(folder, cfg)
     headers = read_headers(folder)

@@ -337,9 +337,31 @@ def test_a_run_folder_given_as_a_model_is_named_as_one(tmp_path, no_model_built)
     assert str(caught.value) == (f"{run} is a run folder (it holds export, last), not a model folder: give one of its "
                                  f"folders, e.g. {run / 'export'}")
     (run / "last" / "train_state.json").unlink()
-    (run / "export" / "train_state.json").unlink()  # not a run's saves: the folder lacks its config, as before
-    with pytest.raises(checkpoint.CheckpointError, match=r"config\.json is missing"):
+    (run / "export" / "train_state.json").unlink()  # not a run's saves: a folder of model folders
+    with pytest.raises(checkpoint.CheckpointError, match=r"holds model folders \(export, last\)"):
         checkpoint.inspect_folder(run)
+
+
+def test_a_folder_of_model_folders_given_as_a_model_names_them(tmp_path, no_model_built):
+    """The shipped models' folder (models/, holding forward/ and retro/) given as a model said only
+    'models/config.json is missing'. A model folder that lost its config.json, its draft/ still there, says that."""
+    models = tmp_path / "models"
+    for name in ("retro", "forward"):
+        tiny_folder(models / name)
+    (models / "stock.smi").write_text("CCO\n")
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        checkpoint.load(models)
+    assert str(caught.value) == (f"{models} holds model folders (forward, retro), not a model: give one of them, "
+                                 f"e.g. {models / 'forward'}")
+    for i in range(6):
+        tiny_folder(models / f"m{i}")
+    with pytest.raises(checkpoint.CheckpointError, match=r"\(forward, m0, m1, m2, m3 and 3 more\)"):
+        checkpoint.inspect_folder(models)
+    model = models / "forward"
+    tiny_folder(model / checkpoint.DRAFT_DIR)
+    (model / "config.json").unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=r"forward/config\.json is missing$"):
+        checkpoint.inspect_folder(model)
 
 
 def test_a_model_trained_without_dropout_averages_with_its_parent(tmp_path):
