@@ -975,12 +975,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: str, keep: bool) -> None:
     """A whole evaluate run's report on the screen, with warnings of what it counts, and to `out`."""
     show_report(report)
-    if report["query_errors"]:  # on stderr, as the next: stdout stays one JSON object
-        first = report["query_error_examples"][0]
-        log.warning("%d of %d queries were refused, each a miss in every top-k (the first, query %d of those "
-                    "evaluated, line %d of %s: %s)%s", report["query_errors"], report["n"], first["query"],
-                    first["line"], args.src, first["error"],
-                    "; the report lists the first ten" if args.out else "")
+    listed = "; the report lists the first ten" if args.out else ""
+    refused = [query for query in report["query_error_examples"] if not query.get("timed_out")]
+    if report["query_errors"] > report["timed_out"]:  # on stderr, as the next: stdout stays one JSON object
+        first = (f" (the first, query {refused[0]['query']} of those evaluated, line {refused[0]['line']} of "
+                 f"{args.src}: {refused[0]['error']})" if refused else "")
+        log.warning("%d of %d queries were refused, each a miss in every top-k%s%s",
+                    report["query_errors"] - report["timed_out"], report["n"], first, listed)
+    if report["timed_out"]:  # not the model's refusal: slow queries, which a longer limit decodes
+        log.warning("%d of %d queries were stopped by the time limit (--time-limit %g s) before their search ended, "
+                    "each a miss in every top-k: they were not refused; a longer --time-limit decodes them whole%s",
+                    report["timed_out"], report["n"], args.time_limit, listed)
     if report["unreadable_targets"]:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
                     report["unreadable_targets"], report["n"], args.tgt)

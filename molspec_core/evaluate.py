@@ -186,12 +186,24 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
                                   if scored else None)
         raise
     if len(refused) + unlisted == len(sources):  # a report of 0% would read as the model's accuracy
-        raise ValueError(f"none of the {len(sources)} queries could be evaluated: each was refused (the first: "
+        stopped = sum(marks[TIMED_OUT_COUNT])
+        each = ("each was stopped by the time limit" if stopped == len(sources) else "each was refused, or "
+                f"stopped by the time limit ({stopped} of them)" if stopped else "each was refused")
+        raise ValueError(f"none of the {len(sources)} queries could be evaluated: {each} (the first: "
                          f"{refused[0]['error']})")
     return _report(first, marks, refused, targets, n_best, method, unlisted)
 
 
 MARK_RATES = {"invalid": "invalid_smiles_rate", "flagged": "flagged_rate", "repeated": "repeated_rate"}  # _report's
+TIMED_OUT_COUNT = "timed_out"  # a report's count, among its query_errors, of those the time limit stopped (timed_out)
+
+
+def timed_out(result: QueryResult) -> bool:
+    """Whether the time limit stopped the query (with the answers it had found, or none), rather than refusing it:
+    predict gives an error and the query as the model read it (canonical_query) only then; a query it refuses is
+    never read. A report called them all refused, and a user took a slow query for one the model would not take."""
+    return result.error is not None and bool(result.canonical_query)
+
 
 
 def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, list[bool]], list[dict], int]:
@@ -200,7 +212,7 @@ def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, 
     # per query, in order: its first right place (1-based; None: not among the answers, or refused) in both orders,
     # what compare_reports tests two models on, query by query; and what its first answer was
     first: dict[str, list[int | None]] = {"top": [], "ranked_top": []}
-    marks: dict[str, list[bool]] = {name: [] for name in MARK_RATES}
+    marks: dict[str, list[bool]] = {name: [] for name in (*MARK_RATES, TIMED_OUT_COUNT)}
     refused: list[dict] = []  # each refused query's place among those evaluated (1-based) and why
     if earlier is None:
         return first, marks, refused, 0
@@ -210,6 +222,8 @@ def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, 
     for name, rate in MARK_RATES.items():  # a report keeps rates, not per-query marks: _report reads only the counts
         count = round(earlier[rate] * n)
         marks[name] = [True] * count + [False] * (n - count)
+    stopped = earlier.get(TIMED_OUT_COUNT, 0)  # a report from before it was counted: none told apart
+    marks[TIMED_OUT_COUNT] = [True] * stopped + [False] * (n - stopped)
     refused = [dict(query) for query in earlier["query_error_examples"]]
     return first, marks, refused, earlier["query_errors"] - len(refused)
 
@@ -228,8 +242,10 @@ def resume_problem(report: dict) -> str | None:
     examples = report.get("query_error_examples")
     if (not isinstance(examples, list) or not all(isinstance(query, dict) and is_count(query.get("query"))
                                                   for query in examples)
-            or not isinstance(report.get("query_errors"), int) or not len(examples) <= report["query_errors"] <= n):
-        return "its refused queries (query_errors, query_error_examples) do not fit its n"
+            or not isinstance(report.get("query_errors"), int) or not len(examples) <= report["query_errors"] <= n
+            or not isinstance(report.get(TIMED_OUT_COUNT, 0), int)
+            or not 0 <= report.get(TIMED_OUT_COUNT, 0) <= report["query_errors"]):
+        return "its refused queries (query_errors, timed_out, query_error_examples) do not fit its n"
     return None
 
 
@@ -303,12 +319,15 @@ def _score(result: QueryResult, target: str, n_best: int, number: int, line: int
     """One query's outcome, added to evaluate's per-query lists (`number`: its place among those evaluated; `line`:
     its 1-based line in its file, where known)."""
     if not result.ok:
-        refused.append({"query": number, **({"line": line} if line is not None else {}), "error": result.error})
+        stopped = timed_out(result)
+        refused.append({"query": number, **({"line": line} if line is not None else {}), "error": result.error,
+                        **({TIMED_OUT_COUNT: True} if stopped else {})})
         for name in first:
             first[name].append(None)
         for name in marks:
-            marks[name].append(False)
+            marks[name].append(name == TIMED_OUT_COUNT and stopped)
         return
+    marks[TIMED_OUT_COUNT].append(False)
     model_order = result.in_model_order()
     marks["invalid"].append(bool(model_order) and not model_order[0].valid)
     marks["flagged"].append(bool(model_order) and model_order[0].valid and not model_order[0].sane)
@@ -333,7 +352,8 @@ def _report(first: dict[str, list[int | None]], marks: dict[str, list[bool]], re
               for name, places in first.items() for k in range(1, n_best + 1)}
     report.update(n=n, n_best=n_best, method=method, invalid_smiles_rate=sum(marks["invalid"][:n]) / n,
                   flagged_rate=sum(marks["flagged"][:n]) / n, repeated_rate=sum(marks["repeated"][:n]) / n,
-                  query_errors=len(refused) + unlisted, query_error_examples=refused[:10],
+                  query_errors=len(refused) + unlisted, timed_out=sum(marks[TIMED_OUT_COUNT][:n]),
+                  query_error_examples=refused[:10],
                   unreadable_targets=sum(read_known(target) is None for target in targets),
                   invalid_smiles_rate_counts="the model's top-1 answers that RDKit rejects / n",
                   flagged_rate_counts="the model's top-1 answers that are valid but not sane "
@@ -342,9 +362,12 @@ def _report(first: dict[str, list[int | None]], marks: dict[str, list[bool]], re
                                        "(service.fold_repeats) / n",
                   unreadable_targets_counts="the queries whose recorded target RDKit cannot read (each a miss "
                                             "in every top-k)",
+                  timed_out_counts="of query_errors, the queries the time limit (time_limit_s) stopped before "
+                                   "their search ended, with or without answers found by then: not refused, only "
+                                   "slow (each a miss in every top-k; a longer limit decodes them whole)",
                   query_error_examples_counts="the first ten refused queries (each a miss in every top-k): its place "
                                               "among those evaluated (1-based, after --index and --limit), its line "
-                                              "in --src (1-based) and why",
+                                              "in --src (1-based) and why (timed_out: the time limit stopped it)",
                   first_right={"model_order": first["top"][:n], "app_order": first["ranked_top"][:n]},
                   first_right_counts="per query, in order: the first place (1-based) holding the right answer, "
                                      "null where none of the n_best does or the query was refused")

@@ -2206,6 +2206,42 @@ def test_evaluate_names_the_queries_it_refused_and_records_how_it_decoded(pair_f
     assert json.loads(capsys.readouterr().out)["sampling"] == {"temperature": 1.5, "top_k": 0, "seed": 3}
 
 
+def test_evaluate_tells_queries_the_time_limit_stopped_from_those_it_refused(pair_files, capsys, caplog,
+                                                                            monkeypatch):
+    """A query the time limit stopped was counted and told as 'refused' with those the model cannot read: a user took
+    a slow query for one the model would not take. The report counts it apart (timed_out, its example marked), and
+    the warning says it was stopped, not refused, and what decodes it whole."""
+    from molspec_core.limits import QueryTimeout
+    from molspec_core.service import Predictor
+
+    sources = (pair_files / "src.txt").read_text().splitlines()
+    sources[2] = "C[Xe]"
+    (pair_files / "src.txt").write_text("\n".join(sources) + "\n")
+    decode, calls = Predictor.decode, []
+
+    def slow_second(self, *args, **kwargs):  # one query a batch: the second query read runs out of time
+        calls.append(1)
+        if len(calls) == 2:
+            raise QueryTimeout()
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "decode", slow_second)
+    out = pair_files / "e.json"
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                     str(pair_files / "tgt.txt"), "--limit", "4", "--batch-size", "1", "--time-limit", "30",
+                     "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["query_errors"], report["timed_out"]) == (2, 1)
+    assert [(e["query"], e.get("timed_out")) for e in report["query_error_examples"]] == [(2, True), (3, None)]
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[0].startswith("1 of 4 queries were refused, each a miss in every top-k (the first, query 3 of "
+                                  "those evaluated, line 3 of")
+    assert messages[1] == ("1 of 4 queries were stopped by the time limit (--time-limit 30 s) before their search "
+                           "ended, each a miss in every top-k: they were not refused; a longer --time-limit decodes "
+                           "them whole; the report lists the first ten")
+
+
 def test_evaluate_reads_targets_written_with_atom_maps(pair_files, capsys):
     """USPTO's raw files write the recorded answers with their atom maps: each was scored a miss, without a word."""
     from rdkit import Chem

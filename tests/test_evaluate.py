@@ -207,3 +207,30 @@ def test_an_evaluation_resumed_from_a_stopped_report_gives_the_whole_runs_report
     assert (partial["flagged_rate"], whole["flagged_rate"], whole["repeated_rate"]) == (1 / 13, 3 / 16, 3 / 16)
     assert resume_problem(whole) == "it is the report of a whole run: nothing is left to evaluate"
     assert resume_problem(dict(partial, query_errors=9)).startswith("its refused queries")
+
+
+class Slow(Answering):
+    """Answering, whose query 'CCCl' the time limit stops before an answer (read, as predict reads such a query)."""
+
+    def predict(self, queries, **options):
+        return [QueryResult(query=q, canonical_query=q, method="beam", error="stopped after the 1 s time limit")
+                if q == "CCCl" else result for q, result in zip(queries, super().predict(queries, **options))]
+
+
+def test_queries_the_time_limit_stopped_are_counted_apart_from_those_refused_and_kept_when_resumed():
+    """A query the time limit stopped was told as refused, as one the model cannot read: the report counts it apart
+    (timed_out), its example says so, a resumed run keeps the count, and a run of nothing else says so."""
+    answers = {"CCO": ["CCO"]}
+    sources, targets = ["CCCl", "x", "CCO", "CCCl"], ["CCO"] * 4
+    whole = evaluate(Slow(answers), sources, targets, 1, batch_size=1, progress=False)
+    assert (whole["query_errors"], whole["timed_out"]) == (3, 2)
+    assert [e.get("timed_out") for e in whole["query_error_examples"]] == [True, None, True]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        evaluate(Slow(answers, stop_at=3), sources, targets, 1, batch_size=1, progress=False)
+    partial = stopped.value.partial_report
+    assert partial["timed_out"] == 1 and resume_problem(partial) is None
+    assert evaluate(Slow(answers), sources, targets, 1, batch_size=1, progress=False, earlier=partial) == whole
+    assert resume_problem(dict(partial, timed_out=3)).startswith("its refused queries")
+    with pytest.raises(ValueError, match="none of the 2 queries could be evaluated: each was stopped by the time "
+                                         "limit"):
+        evaluate(Slow(answers), ["CCCl"] * 2, ["CCO"] * 2, 1, batch_size=1, progress=False)
