@@ -86,6 +86,9 @@ AROMATIC_LETTERS = frozenset("bcnops")
 # A CAS Registry Number (ethanol's 64-17-5), as a catalogue or an inventory lists compounds: it was refused as a SMILES
 # whose "ring bond 6 at position 1 has no atom before it", which sent a chemist looking for a ring
 CAS_NUMBER = re.compile(r"[0-9]{2,7}-[0-9]{2}-[0-9]")
+# The refusal of a query with no molecule, in words for every caller: a program (Python, HTTP) gives text, where
+# "paste or draw a molecule" told a client over HTTP to use the app's field and editor
+EMPTY_QUERY = "empty query: give a SMILES or an InChI (in the app, paste one or draw the structure)"
 
 
 def model_folder(name_or_path: str | Path) -> Path:
@@ -808,7 +811,7 @@ class Predictor:
                              "from other alphabets or full-width forms change the molecule)")
         text = text.strip()
         if not text:
-            raise ValueError("empty query: paste or draw a molecule")
+            raise ValueError(EMPTY_QUERY)
         if MOLFILE_MARK.search(text):  # before the length check: a molfile is often longer than a query may be
             raise ValueError("this is a molfile, not a SMILES: open it as a file (the app's Open file tab; on the "
                              "command line, molspec predict --input F.mol)")
@@ -854,7 +857,7 @@ class Predictor:
                        f"molecules are {text!r})") if reaction else ""
             raise ValueError(f"not a valid SMILES: {exc}{read_as}{name_hint(reaction or text)}") from None
         if not fragments:
-            raise ValueError("empty query: paste or draw a molecule")
+            raise ValueError(EMPTY_QUERY)
         try:
             query, ids = self._encoded(fragments)
         except TokenizeError as exc:

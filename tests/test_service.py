@@ -119,8 +119,10 @@ def test_query_is_canonicalized_before_decoding(copier):
 
 
 @pytest.mark.parametrize("text,message", [
-    ("", "empty query"),
+    # a program's caller was told to "paste or draw a molecule", the app's words, over HTTP too
+    ("", "empty query: give a SMILES or an InChI (in the app, paste one or draw the structure)"),
     ("   ", "empty query"),
+    (".", "empty query: give a SMILES or an InChI"),
     ("xyz", "not a valid SMILES"),
     ("C1CC", "not a valid SMILES: RDKit cannot parse 'C1CC' as a molecule: ring bond 1 opened at position 2 is never "
              "closed"),
