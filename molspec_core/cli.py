@@ -890,6 +890,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = check_report_path(args.out, args.src, args.tgt, args.index, model=args.model) if args.out else None
     earlier = stopped_report(out, args.resume)
     lines, sources, targets = read_selected(args.src, args.tgt, args.index, args.limit)
+    warn_short_limit(args, len(sources), "evaluates")
     sampling = sampling_options(args)
     # Unset, the method is the standard one for the n-best asked; a method that is set is evaluated
     # as asked, or refused, never swapped for another.
@@ -994,6 +995,15 @@ def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: 
                     "by line, and that they are for a %s model", report["n"], args.n_best, args.tgt, args.src, task)
     if out:
         write_report(out, report, keep=keep)
+
+
+def warn_short_limit(args: argparse.Namespace, n: int, does: str) -> None:
+    """A warning where --limit asks for more queries than --src (or the lines --index selects) holds: the run was
+    silent, and its user believed the number asked for had been read."""
+    if args.limit is not None and args.limit > n:
+        held = f"{args.index} selects" if args.index else f"{args.src} holds"
+        log.warning("--limit %d: %s only %s; the run %s %s", args.limit, held, queries(n), does,
+                    "it" if n == 1 else "all of them")
 
 
 def stopped_report(out: Path | None, resume: bool) -> dict | None:
@@ -1477,6 +1487,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.peer and importlib.util.find_spec("ctranslate2") is None:  # before the model loads (minutes on a CPU)
         raise ValueError(PEER_PACKAGE_MISSING)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
+    warn_short_limit(args, len(sources), "times")
     # none readable: refused, as evaluate refuses it (every query a miss, whatever the model says); some: told
     unreadable = unreadable_targets(targets) if targets else 0
     if unreadable:

@@ -2242,6 +2242,21 @@ def test_evaluate_tells_queries_the_time_limit_stopped_from_those_it_refused(pai
                            "them whole; the report lists the first ten")
 
 
+def test_a_limit_beyond_the_queries_there_are_is_told(pair_files, capsys, caplog):
+    """evaluate --limit 10 on a file of 5 queries (bench's on an index of 3) ran on 5 without a word: its user
+    believed 10 were read."""
+    files = ["--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", *files, "--limit", "10"]) == 0
+        assert main(["bench", *files, "--index", str(pair_files / "idx"), "--limit", "4", "--methods", "greedy",
+                     "--warmup", "0"]) == 0
+        assert main(["evaluate", *files, "--limit", "5"]) == 0  # as many as there are: nothing to tell
+    assert [record.getMessage() for record in caplog.records if record.getMessage().startswith("--limit")] == [
+        f"--limit 10: {pair_files / 'src.txt'} holds only 5 queries; the run evaluates all of them",
+        f"--limit 4: {pair_files / 'idx'} selects only 3 queries; the run times all of them"]
+    capsys.readouterr()
+
+
 def test_evaluate_reads_targets_written_with_atom_maps(pair_files, capsys):
     """USPTO's raw files write the recorded answers with their atom maps: each was scored a miss, without a word."""
     from rdkit import Chem
