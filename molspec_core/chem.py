@@ -942,6 +942,11 @@ def _salt_as_ions(fragment: str) -> list[str]:
     bonds = [bond for bond in bonds if not {bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()} & kept]
     if not bonds or fragment in COVALENT_SALTS:
         return [fragment]
+    # Two metals that both become cations keep no bond to each other: rhodium(II) acetate drawn with its Rh-Rh bond
+    # (CC(=O)O[Rh](OC(C)=O)[Rh](OC(C)=O)OC(C)=O) was read as four acetates beside [Rh+2][Rh+2], one molecule
+    cations = set(split) - kept
+    paired = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in mol.GetBonds()
+              if {bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()} <= cations]
     for bond in bonds:
         metal, anion = sorted((bond.GetBeginAtom(), bond.GetEndAtom()), key=lambda atom: not _is_metal(atom))
         for atom, charge in ((metal, 1), (anion, -1)):
@@ -949,6 +954,8 @@ def _salt_as_ions(fragment: str) -> list[str]:
             atom.SetNoImplicit(True)
             atom.SetFormalCharge(atom.GetFormalCharge() + charge)
         mol.RemoveBond(metal.GetIdx(), anion.GetIdx())
+    for begin, end in paired:
+        mol.RemoveBond(begin, end)
     Chem.SanitizeMol(mol)
     return [canonical(part) for part in Chem.MolToSmiles(mol).split(".")]
 

@@ -614,6 +614,9 @@ def test_an_oxide_or_ylide_of_sulfur_or_phosphorus_drawn_charge_separated_is_rea
     # a cation USPTO never writes (no [Co+2] in the forward model's vocabulary): as ions, the query was refused
     ("CC(=O)O[Co]OC(C)=O", "CC(=O)[O][Co][O]C(C)=O"),
     ("CC(=O)O[Mn](OC(C)=O)OC(C)=O", "CC(=O)[O][Mn]([O]C(C)=O)[O]C(C)=O"),  # manganese(III) acetate
+    # rhodium(II) acetate drawn with its Rh-Rh bond: two cations, not [Rh+2][Rh+2] bonded (USPTO: [Rh+2])
+    ("CC(=O)O[Rh](OC(C)=O)[Rh](OC(C)=O)OC(C)=O", "CC(=O)[O-].CC(=O)[O-].CC(=O)[O-].CC(=O)[O-].[Rh+2].[Rh+2]"),
+    ("CC(=O)O[Mo](OC(C)=O)[Mo](OC(C)=O)OC(C)=O", "CC(=O)[O][Mo]([O]C(C)=O)[Mo]([O]C(C)=O)[O]C(C)=O"),  # no Mo ion
 ])
 def test_another_metals_salt_of_an_oxoacid_drawn_with_its_bonds_is_read_as_its_ions(drawn, ions):
     """Palladium(II) and copper(II) acetate drawn with their bonds (as Ketcher and ChemDraw write them) were read as
