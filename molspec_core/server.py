@@ -48,7 +48,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import SplitResult, urlsplit
 
-from .chem import stereo_notes
+from .chem import rdkit_quietly, stereo_notes
 from .io import QueryFile
 from .known import known_rank, with_recorded
 from .limits import Abandoned, abandon_when
@@ -302,6 +302,7 @@ class Service:
         self.decoding = threading.Lock()
         self.stopping = threading.Event()  # set as the server stops: no request begins, the one decoding ends early
 
+    @rdkit_quietly
     def predict(self, body: object, gone: Callable[[], bool] = lambda: False) -> dict:
         """The answers to a /predict body, a window of queries at a time (service.windows); once the request
         has decoded for budget_s, the windows not begun get an error saying so, and the rest stand; a window still
@@ -312,7 +313,10 @@ class Service:
         after get an error too; the windows before stand (a request whose
         turn comes once the server is stopping gets 503). `gone` says whether the client has left, looked at
         before each window and each decoder step: then ClientGone, and the rest is not decoded (a client that
-        gave up, and perhaps sent its request again, held the models for minutes to no one)."""
+        gave up, and perhaps sent its request again, held the models for minutes to no one).
+        RDKit's messages are held back for the whole call, as inside Predictor.predict (chem.rdkit_quietly): reading a
+        recorded reaction's outcome and checking the answers against it printed RDKit's lines to a program that runs
+        the server itself (`molspec serve` turns them off for its process)."""
         request = parse_request(body, self.models)
         # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
         table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)

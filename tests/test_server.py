@@ -101,6 +101,25 @@ def test_an_empty_query_gets_the_services_error_not_a_files(address, models):
         assert empty[0]["error"].startswith("empty query") and payload["results"][-1]["predictions"]
 
 
+def test_a_request_keeps_rdkit_quiet_and_leaves_it_on_for_the_program_that_serves():
+    """A recorded reaction whose outcome RDKit cannot read printed RDKit's 'SMILES Parse Error' lines, three of them,
+    to a program running the server itself (its result's error says it). A process of its own: RDKit's logging is
+    the process's."""
+    import subprocess
+    import sys
+
+    code = ("import logging, sys\nlogging.disable()\nfrom rdkit import Chem\n"
+            "from molspec_core.server import Service\nfrom molspec_core.service import Predictor\n"
+            f"predictor = Predictor.load({str(FIXTURES / 'copy_model')!r}, device='cpu')\n"
+            "answered = Service({'copy': predictor}).predict({'smiles': ['CC>>C1CC', 'CCO>>CC']})['results']\n"
+            "print([r['error'] is None for r in answered], file=sys.stderr, flush=True)\n"
+            "Chem.MolFromSmiles('c1cc')")
+    told = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}).stderr.splitlines()
+    assert told[0] == "[False, True]"
+    assert len(told) == 2 and "SMILES Parse Error" in told[1]  # the program's own, after the request
+
+
 def test_answers_pooled_writings_set_aside_come_in_their_own_list(address, models):
     # The shipped forward model's pool for this cyclodehydration (the Predict page's test, tests/test_app.py)
     # ranks the unchanged serine ester fourth; the list gives its place to the oxazoline, sixth.
