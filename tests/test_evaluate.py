@@ -234,3 +234,39 @@ def test_queries_the_time_limit_stopped_are_counted_apart_from_those_refused_and
     with pytest.raises(ValueError, match="none of the 2 queries could be evaluated: each was stopped by the time "
                                          "limit"):
         evaluate(Slow(answers), ["CCCl"] * 2, ["CCO"] * 2, 1, batch_size=1, progress=False)
+
+
+def test_a_resumed_runs_progress_bar_counts_only_the_queries_it_decodes_as_its_own(monkeypatch):
+    """The bar of a run resumed after 2 of 4 queries counted the 2 kept as decoded in its first second, so its rate
+    and time left were far too good (4,500 of 5,007 kept: its end promised in seconds). It starts at them instead."""
+    import molspec_core.evaluate as evaluate_module
+    import molspec_core.service as service_module
+
+    bars = []
+
+    class Bar:  # tqdm, recording what it was told
+        def __init__(self, *args, total=None, initial=0, disable=False, **kwargs):
+            self.total, self.initial, self.updates = total, initial, []
+            if not disable:  # a bar shown
+                bars.append(self)
+
+        def update(self, n=1):
+            self.updates.append(n)
+
+        def close(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    answers = {"CCO": ["CCO"], "CCN": ["CCN"]}
+    sources, targets = ["CCO", "CCN", "CCO", "CCN"], ["CCO", "CCN", "CCO", "CCN"]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        evaluate(Answering(answers, stop_at=3), sources, targets, 1, batch_size=1, progress=False)
+    monkeypatch.setattr(service_module, "tqdm", Bar)
+    monkeypatch.setattr(evaluate_module, "tqdm", Bar, raising=False)
+    evaluate(Answering(answers), sources, targets, 1, batch_size=1, earlier=stopped.value.partial_report)
+    assert [(bar.total, bar.initial, sum(bar.updates)) for bar in bars] == [(4, 2, 2)]
