@@ -15,6 +15,7 @@ import datetime
 import errno
 import functools
 import gzip
+import hashlib
 import io
 import itertools
 import lzma
@@ -1419,8 +1420,23 @@ def interrupted_name(output: str | Path) -> Path:
     """Where a predict that stops keeps the rows it wrote to `output`, as CSV: out.csv -> out.interrupted.csv,
     out.xlsx -> out.interrupted.xlsx.csv (and out.sdf so), which no other output's run shares."""
     path = Path(output)
-    kept = path.with_name(f"{path.stem}.interrupted{path.suffix}")
-    return kept if path.suffix.lower() == ".csv" else kept.with_name(kept.name + ".csv")
+    tail = f".interrupted{path.suffix}" + ("" if path.suffix.lower() == ".csv" else ".csv")
+    return path.with_name(fitted_name(path.stem, tail))
+
+
+NAME_MAX_BYTES = 255  # the most bytes a file name may take (ext4, XFS, APFS; NTFS counts 255 UTF-16 units)
+
+
+def fitted_name(stem: str, tail: str) -> str:
+    """stem + tail where that fits in NAME_MAX_BYTES, else the stem cut (at a character's end) and marked with 8 hex
+    digits of its whole, which keep two long names apart. The hidden file an output is first written to and the
+    .interrupted.csv a stopped predict keeps its rows in add to the output's name: one named near the limit (80
+    Japanese characters, 244 of its 255 bytes) failed with 'File name too long', naming a file its user never gave."""
+    if len(os.fsencode(stem + tail)) <= NAME_MAX_BYTES:
+        return stem + tail
+    mark = "~" + hashlib.sha256(os.fsencode(stem)).hexdigest()[:8]
+    room = NAME_MAX_BYTES - len(os.fsencode(mark + tail))
+    return os.fsencode(stem)[:room].decode("utf-8", "ignore") + mark + tail
 
 
 def write_kept_rows(f: IO[bytes], header: Sequence[object], rows: Iterable[Sequence[object]], keep: Kept) -> None:
@@ -1579,7 +1595,7 @@ def _new_partial(target: Path, binary: bool = False, keep: bool = False) -> tupl
     """A new file beside `target`, under a name of its own, open for writing: text, or `binary`, or for `keep` binary,
     unbuffered and readable (kept_through, _keep_partial)."""
     while True:
-        partial = target.with_name(f".{target.name[:200]}.{secrets.token_hex(8)}.partial")
+        partial = target.with_name(fitted_name(f".{target.name}", f".{secrets.token_hex(8)}.partial"))
         try:
             # mode "x" creates the file with the permissions a plain open would give (tempfile: 0o600)
             if keep:

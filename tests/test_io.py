@@ -549,6 +549,35 @@ def test_a_failed_write_leaves_the_earlier_file_and_no_partial_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
 
 
+# 80 characters of three bytes each and its suffix: 244 bytes, a name the file system takes (at most 255)
+LONG_NAME = "化合物の予測結果" * 10
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".sdf", ".xlsx"])
+def test_an_output_whose_name_is_near_the_file_systems_limit_is_written_and_its_stop_kept(tmp_path, suffix):
+    """An output named in 80 Japanese characters (244 bytes, where a name may take 255) could not be written: the
+    hidden file it is first written to, and the .interrupted.csv a stopped predict keeps its rows in, had names past
+    the limit, and predict refused to start with 'File name too long' naming a file its user never gave."""
+    out = tmp_path / f"{LONG_NAME}{suffix}"
+    out.write_bytes(b"earlier results\n")  # the name itself fits
+    kept = molspec_io.interrupted_name(out)
+    assert kept.parent == tmp_path and len(os.fsencode(kept.name)) <= 255
+    assert kept.name.endswith(".interrupted.csv" if suffix == ".csv" else f".interrupted{suffix}.csv")
+    assert kept != molspec_io.interrupted_name(tmp_path / f"{LONG_NAME}{suffix}x{suffix}")  # outputs keep apart
+
+    def rows():
+        yield molspec_io.LastRow(["CCO", 1, "CCOC(C)=O"])
+        raise KeyboardInterrupt
+
+    header = ["query", "row", "smiles"]
+    with pytest.raises(KeyboardInterrupt):
+        molspec_io.write_results(out, header, rows(), molspec_io.Kept(kept))
+    assert out.read_bytes() == b"earlier results\n"
+    assert next(csv.reader(io.StringIO(kept.read_text()))) == header
+    molspec_io.write_results(out, header, [["CCO", 1, "CCOC(C)=O"]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, kept.name])
+
+
 @pytest.mark.parametrize("stop", [KeyboardInterrupt(), RuntimeError("the run stopped")])
 def test_an_interrupted_write_keeps_the_rows_of_whole_records_where_asked(tmp_path, stop):
     """A predict interrupted (Ctrl-C, SIGTERM) lost every row it had finished: the rows of its records up to the one
