@@ -785,6 +785,9 @@ def _molblock_3d(smiles: str, seed: int, deadline: float) -> str | None:
     conf = Chem.Conformer(mol.GetNumAtoms())
     left = 0.0
     for piece, atoms in zip(pieces, fragments):
+        # a piece left unsanitized has no ring information, and MMFF raised on each molecule of several but an
+        # aromatic one ('RingInfo not initialized'): ethanol beside benzene kept ETKDG's rough geometry unsaid
+        Chem.GetSymmSSSR(piece)
         positions = _embedded(piece, seed, deadline)
         if positions is None:
             return None

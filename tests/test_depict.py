@@ -24,6 +24,22 @@ def test_the_molecules_of_a_3d_model_stand_apart_and_keep_their_stereo(smiles):
     assert Chem.MolToSmiles(Chem.RemoveHs(mol)) == Chem.MolToSmiles(Chem.MolFromSmiles(smiles))
 
 
+@pytest.mark.parametrize("alone, beside", [("C1CCCCC1", "C1CCCCC1.O"), ("CCCCCC", "O.CCCCCC"),
+                                           ("CCO", "CCO.c1ccccc1")])
+def test_a_molecule_beside_others_in_3d_is_shaped_as_it_is_alone(alone, beside):
+    """Each molecule of several is optimised with MMFF as one alone is: the pieces had no ring information, MMFF
+    raised on every one but an aromatic one, and cyclohexane beside water kept ETKDG's unoptimised shape."""
+    def distances(smiles: str) -> list[float]:
+        """The distances between the atoms of `alone` in the 3D model of `smiles`, hydrogens included."""
+        pieces = Chem.GetMolFrags(Chem.MolFromMolBlock(depict.molblock_3d(smiles), removeHs=False), asMols=True)
+        piece = next(p for p in pieces if Chem.MolToSmiles(Chem.RemoveHs(p)) == Chem.CanonSmiles(alone))
+        positions = piece.GetConformer().GetPositions()
+        return [float(((positions[i] - positions[j]) ** 2).sum() ** 0.5)
+                for i, j in itertools.combinations(range(len(positions)), 2)]
+
+    assert distances(beside) == pytest.approx(distances(alone), abs=1e-3)
+
+
 @pytest.mark.parametrize("smiles, atoms, words", [
     ("[2H]OC(C)=O", [0], "atom 1 (2H)"),  # deuterium, not hydrogen
     ("[13CH3]C(=O)O", [0, 1], "atoms 1 (13C) and 2 (C)"),
