@@ -589,3 +589,21 @@ def test_speed_leaves_out_an_engine_beside_itself_and_refuses_one_named_twice(ki
         kit.main([*common, "--engines", f"{other},{other}"])
     assert f"--engines names {other} twice" in capsys.readouterr().err
     assert len(benched) == 1
+
+
+def test_score_keeps_rdkit_quiet_about_answers_it_cannot_read(tmp_path):
+    """score and pack run here with RDKit, outside the engine's quiet calls: each answer RDKit could not read printed
+    "SMILES Parse Error" above the scores (a line for each of hundreds in a block's n-best file)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data" / "forward"
+    data.mkdir(parents=True)
+    (data / "test.tgt").write_text("CCO\nCCN\n")
+    pred = tmp_path / "forward_test_nbest.tsv.gz"
+    with gzip.open(pred, "wt") as f:
+        f.write("c1cc\tCCO\nCC(\tCCN\n")  # an unclosed ring and an unclosed branch before each hit
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_kit.py"), "score", "--task", "forward", "--pred",
+                           str(pred), "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout) == {"top1": 0.0, "top2": 1.0, "n": 2, "refused": 0}

@@ -100,10 +100,12 @@ def cmd_pack(args: argparse.Namespace) -> None:
     """Copy the prepared arrays and tokenize the test sources (ids only: the device has no RDKit)."""
     import numpy as np
 
+    from molspec_core.chem import silence_rdkit
     from molspec_core.data import pack_ids, read_lines, root_aligned
     from molspec_core.evaluate import read_pairs
     from molspec_core.tokenizer import UNK_ID, Vocab
 
+    silence_rdkit()  # a line on stderr for each test query RDKit cannot read hid the sizes and notes pack prints
     needed = ("train.npz", "val.npz", "vocab.json", "stats.json", "test.src")
     for task in args.tasks:  # every task's data checked before anything is written
         lacking = [name for name in needed if not (Path(args.data) / task / name).is_file()]
@@ -332,11 +334,12 @@ def cmd_score(args: argparse.Namespace) -> None:
     """Top-k of a device n-best file against the task's test targets, canonicalized with RDKit here. A
     writings file (decode --writings) is pooled over each query's first --writings writings as the app
     pools them (service.pool_writings); with --writings 1, its own writing is scored as a plain n-best file."""
-    from molspec_core.chem import canonical_or_none
+    from molspec_core.chem import canonical_or_none, silence_rdkit
     from molspec_core.data import read_lines
     from molspec_core.evaluate import hits
     from molspec_core.service import pool_writings
 
+    silence_rdkit()  # each answer RDKit cannot read printed a "SMILES Parse Error" line above the scores
     targets_file = Path(args.data) / args.task / "test.tgt"
     lines = read_answers(Path(args.pred), args.task, args.writings)
     try:
