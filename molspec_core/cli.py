@@ -932,10 +932,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         changed = [f"{key} {earlier.get(key)!r} against {now[key]!r}" for key in RESUME_MAY_DIFFER
                    if earlier.get(key) != now[key]]
         if changed:
-            log.warning("--resume: %s differ from the stopped run's: its %d queries were decoded so, the rest with "
+            log.warning("--resume: %s differ from the stopped run's: the %s it holds were decoded so, the rest with "
                         "this run's (the report's \"resumed\" keeps the stopped run's)", "; ".join(changed),
-                        earlier["n"])
-        log.warning("--resume: %d of %d queries kept from %s; decoding the rest", earlier["n"], len(sources), out)
+                        queries(earlier["n"]))
+        log.warning("--resume: %d of %s kept from %s; decoding the rest", earlier["n"], queries(len(sources)), out)
 
     def resumed(report: dict) -> dict:
         """The report described, with, for a run resumed, the queries kept and what the stopped run may have decoded
@@ -962,8 +962,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                     log.error("%s", describe(exc, ""))
                     written = getattr(exc, "kept_as", None)
             left_out = partial["partial"]["decoded_left_out"]
-            log.warning("stopped after %d of %d queries: their report, marked partial, is %s%s%s", partial["n"],
-                        len(sources), f"in {written}" if written else "above",
+            log.warning("stopped after %d of %s: their report, marked partial, is %s%s%s", partial["n"],
+                        queries(len(sources)), f"in {written}" if written else "above",
                         f" ({left_out} more decoded, after a query that was not, are left out: a report is of the "
                         "first queries)" if left_out else "",
                         "; the same command with --resume goes on from there" if out and written == out else "")
@@ -991,8 +991,9 @@ def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: 
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
                     report["unreadable_targets"], report["n"], args.tgt)
     if not any(report["first_right"]["model_order"]):  # 0% reads as the model's accuracy; files of another task?
-        log.warning("none of the %d queries has its target in its top-%d: check that %s holds the answers to %s, line "
-                    "by line, and that they are for a %s model", report["n"], args.n_best, args.tgt, args.src, task)
+        log.warning("%s its target in its top-%d: check that %s holds the answers to %s, line by line, and that "
+                    "they are for a %s model", "the one query does not have" if report["n"] == 1 else
+                    f"none of the {report['n']} queries has", args.n_best, args.tgt, args.src, task)
     if out:
         write_report(out, report, keep=keep)
 
@@ -1141,8 +1142,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
         device = f" on {report['device']}" if "device" in report else ""  # not in reports from before it
         stop = report.get("partial")
-        partial = (f"; partial: stopped after {report.get('n')} of {stop.get('of_n')} queries" if isinstance(stop, dict)
-                   else "")
+        partial = (f"; partial: stopped after {report.get('n')} of {queries(stop.get('of_n'))}"
+                   if isinstance(stop, dict) else "")
         weights = f", weights {report['weights'][:12]}" if isinstance(report.get("weights"), str) else ""
         writings = report.get("augment", 1)
         print(f"{name}: {path} (model {report.get('model')}{weights}, {writings} writing{'s' * (writings != 1)}, "
@@ -1153,9 +1154,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     source = f" ({a['src']})" if a.get("src") else ""
     if "cut" in table:  # a stopped run beside a whole one: the whole one's first queries, which its files still give
         other = "b" if table["cut"] == "a" else "a"
-        source += (f"; {table['cut']} cut to its first {table['n']} of {table['of_n']} queries, those of {other}, as "
-                   "its --src and --tgt give them")
-    print(f"{table['n']} queries{source}; right only with a / only with b, exact McNemar p")
+        source += (f"; {table['cut']} cut to its first {table['n']} of {queries(table['of_n'])}, those of {other}, "
+                   "as its --src and --tgt give them")
+    print(f"{queries(table['n'])}{source}; right only with a / only with b, exact McNemar p")
     for order in ORDERS:
         print(f"{order.replace('_', ' ')}:")
         for row in table[order]:

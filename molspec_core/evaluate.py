@@ -197,6 +197,9 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
         stopped = sum(marks[TIMED_OUT_COUNT])
         each = ("each was stopped by the time limit" if stopped == len(sources) else "each was refused, or "
                 f"stopped by the time limit ({stopped} of them)" if stopped else "each was refused")
+        if len(sources) == 1:
+            raise ValueError(f"the one query could not be evaluated: it {each.removeprefix('each ')} "
+                             f"({refused[0]['error']})")
         raise ValueError(f"none of the {len(sources)} queries could be evaluated: {each} (the first: "
                          f"{refused[0]['error']})")
     return _report(first, marks, refused, targets, n_best, method, unlisted)

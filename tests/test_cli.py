@@ -791,6 +791,27 @@ def test_compare_names_the_writings_of_each_report_in_the_right_number(tmp_path,
     assert ", 1 writing, method greedy" in header[0] and ", 5 writings, method greedy" in header[1], header
 
 
+def test_compare_and_evaluate_count_one_query_in_the_singular(tmp_path, pair_files, capsys, caplog):
+    """Reports of one query were compared as '1 queries (...)', a stopped one 'stopped after 1 of 1 queries'; an
+    evaluation of one query said 'none of the 1 queries has its target' and 'none of the 1 queries could be
+    evaluated'."""
+    base = {"n": 1, "n_best": 1, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "greedy",
+            "first_right": {"model_order": [1], "app_order": [1]}}
+    (tmp_path / "a.json").write_text(json.dumps(dict(base, partial={"of_n": 1})))
+    (tmp_path / "b.json").write_text(json.dumps(base))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; partial: stopped after 1 of 1 query)") and lines[2].startswith("1 query (s); right")
+    (pair_files / "one.txt").write_text("CCOc1ccccc1\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["evaluate", "--model", MODEL, "--src", str(pair_files / "one.txt"), "--tgt",
+                     str(pair_files / "one.txt")]) == 0
+    assert caplog.records[-1].getMessage().startswith("the one query does not have its target in its top-1: check")
+    (pair_files / "xe.txt").write_text("C[Xe]\n")
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "xe.txt", "--tgt", pair_files / "one.txt"],
+                   capsys, "error: the one query could not be evaluated: it was refused (token '[Xe]' is not in")
+
+
 def test_compare_refuses_one_report_given_twice(tmp_path, capsys):
     """`molspec compare eval.json eval.json` (a name typed twice) printed a table of no differences, p 1 at every k,
     which reads as two runs that agree."""
