@@ -554,3 +554,23 @@ def test_the_calibration_under_a_card_has_a_heading_of_its_own_not_the_cards_las
     assert after == [("Subheader", "Confidence calibration")]  # the forward card's; the retro folder has no card
     anchors = [heading.proto.anchor for heading in at.subheader]
     assert anchors == ["forward--confidence-calibration", "retro--confidence-calibration"]  # one a model
+
+
+def test_a_damaged_calibration_file_is_not_said_to_be_fitted_for_other_weights(copy_models, monkeypatch):
+    """A calibration.json cut short (an interrupted copy) was told 'its calibration was fitted for other weights', a
+    cause it did not have; a fit of other weights still reads so."""
+    from molspec_core import calibration
+
+    folder = copy_models / "forward"
+    fit = calibration.Calibration(fingerprint=calibration.weights_fingerprint(folder), method="beam", n_best=5,
+                                  n_fit=10, n_check=10, edges=(-9.0, -1.0), values=(0.2, 0.9), ece=0.01,
+                                  ece_raw=0.02, reliability=((0.2, 0.25, 4), (0.9, 1.0, 6)))
+    calibration.save(fit, folder)
+    path = folder / calibration.file_name(1, "beam")
+    text = path.read_text()
+    path.write_text(text[:len(text) // 2])
+    said = texts(models_page(copy_models, monkeypatch).caption)
+    assert "fitted for other weights" not in said
+    assert "calibration.json cannot be read as a calibration" in said
+    path.write_text(text.replace(fit.fingerprint, "0" * len(fit.fingerprint)))
+    assert "its calibration was fitted for other weights" in texts(models_page(copy_models, monkeypatch).caption)

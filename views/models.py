@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import json
 import math
 import re
 from pathlib import Path
@@ -346,10 +347,8 @@ def show_calibration(folder: Path, task: str) -> None:
     opens_on = (calibration.kind_of(TASK_DEFAULTS[task][0]), common.APP_AUGMENT) if task in TASK_DEFAULTS else None
     found.sort(key=lambda fit: fit[:2] != opens_on)  # the fit of what the Predict page opens on first
     if not found:
-        stale = any((folder / calibration.file_name(augment, kind)).is_file() for kind, augment, _ in fits)
-        note = ("its calibration was fitted for other weights; run `molspec calibrate` again" if stale
-                else "run `molspec calibrate` to fit one")
-        st.caption(f"Confidence: not calibrated ({note}). The app shows the model's own probability instead.")
+        st.caption(f"Confidence: not calibrated ({unused_fits_note(folder, fits)}). The app shows the model's own "
+                   "probability instead.")
         return
     st.markdown(CONFIDENCE_NOTE)
     worse = [(kind, augment, cal) for kind, augment, cal in found if cal.ece > cal.ece_raw]
@@ -371,6 +370,33 @@ def show_calibration(folder: Path, task: str) -> None:
         if tab.open:
             with tab:
                 show_fit(folder, cal, f"For {KIND_LABELS[kind]} read in {writings(augment)}")
+
+
+def unused_fits_note(folder: Path, fits: list[tuple[str, int, calibration.Calibration | None]]) -> str:
+    """Why a model with no usable fit has none, and what to do: its fit files (none, or ones calibration.load passed
+    over) were fitted for other weights, or cannot be read as a fit (a file cut short by an interrupted copy was said to
+    be fitted for other weights)."""
+    files = [folder / calibration.file_name(augment, kind) for kind, augment, _ in fits]
+    files = [path for path in files if path.is_file()]
+    if not files:
+        return "run `molspec calibrate` to fit one"
+    weights = calibration.weights_fingerprint(folder)
+    unread = [path.name for path in files if _fingerprint_of(path) in (None, weights)]
+    if not unread:
+        return "its calibration was fitted for other weights; run `molspec calibrate` again"
+    which = ", ".join(unread)
+    return (f"{common.md_escape(which)} cannot be read as a calibration of this model's answers (damaged, or written "
+            "for other answers or by another version); run `molspec calibrate` again")
+
+
+def _fingerprint_of(path: Path) -> str | None:
+    """The weights' fingerprint a fit file records, or None where it cannot be read as one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    fingerprint = data.get("fingerprint") if isinstance(data, dict) else None
+    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def calibration_anchor(model: str) -> str:
