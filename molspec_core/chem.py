@@ -692,9 +692,8 @@ def dropped_stereo(text: str) -> str:
         return ""
     clear_maps(mol)
     raw = Chem.MolFromSmiles(smiles, sanitize=False)
-    directed = (Chem.BondDir.ENDUPRIGHT, Chem.BondDir.ENDDOWNRIGHT)
-    marked_bonds = [bond for bond in raw.GetBonds() if bond.GetBondType() == Chem.BondType.DOUBLE and all(
-        any(b.GetBondDir() in directed for b in end.GetBonds()) for end in (bond.GetBeginAtom(), bond.GetEndAtom()))]
+    marked_runs = _marked_double_bonds(raw)
+    marked_bonds = [run[0] for run in marked_runs]
     lost = [(len(_TETRAHEDRAL_MARK.findall(smiles)) - sum(
                 atom.GetChiralTag() != Chem.ChiralType.CHI_UNSPECIFIED for atom in mol.GetAtoms()), "atom", "@"),
             (len(marked_bonds) - sum(bond.GetStereo() != Chem.BondStereo.STEREONONE for bond in mol.GetBonds()),
@@ -708,9 +707,39 @@ def dropped_stereo(text: str) -> str:
     small_ring = any(any(map(bond.IsInRingSize, range(3, 8))) for bond in marked_bonds)
     ring = ", a double bond in a ring of fewer than 8 atoms (cis perforce)" if small_ring else ""
     amine = ", an amine's nitrogen, which inverts (no configuration of it lasts)" if _inverting_marked(smiles) else ""
+    cumulene = (", a cumulene's (C=C=C=C) E or Z, which RDKit does not keep" if any(len(run) % 2 == 1 < len(run)
+                                                                                       for run in marked_runs) else "")
     return (f"Stereo marks dropped: {' and '.join(said)} that RDKit does not read as stereo (two like groups{ring}"
-            f"{amine}, or an allene's or a biaryl's axial stereo, which SMILES as RDKit reads it cannot hold). The "
-            "model reads the query without them, and its answers carry none of that stereo.")
+            f"{amine}{cumulene}, or an allene's or a biaryl's axial stereo, which SMILES as RDKit reads it cannot "
+            "hold). The model reads the query without them, and its answers carry none of that stereo.")
+
+
+def _marked_double_bonds(raw: Chem.Mol) -> list[list[Chem.Bond]]:
+    """The double bonds of an unsanitized molecule marked / or \\ at both ends, each a list of one; and each run of
+    cumulated double bonds (an allene's C=C=C, a cumulene's C=C=C=C) so marked at its two outer atoms, the run's
+    bonds in a list. RDKit drops marks written around a run (C/C=C=C/C, C/C=C=C=C/C): counted bond by bond, neither
+    end of a bond in it had marks of its own, and the loss went unsaid."""
+    directed = (Chem.BondDir.ENDUPRIGHT, Chem.BondDir.ENDDOWNRIGHT)
+
+    def doubles(atom: Chem.Atom) -> list[Chem.Bond]:
+        return [bond for bond in atom.GetBonds() if bond.GetBondType() == Chem.BondType.DOUBLE]
+
+    runs, seen = [], set()
+    for bond in raw.GetBonds():
+        if bond.GetBondType() != Chem.BondType.DOUBLE or bond.GetIdx() in seen:
+            continue
+        run, ends = [bond], []
+        for atom in (bond.GetBeginAtom(), bond.GetEndAtom()):  # along the run each way, through atoms of two
+            last = bond
+            while len(both := doubles(atom)) == 2 and (
+                    last := both[both[0].GetIdx() == last.GetIdx()]).GetIdx() not in {b.GetIdx() for b in run}:
+                run.append(last)
+                atom = last.GetOtherAtom(atom)
+            ends.append(atom)
+        seen.update(b.GetIdx() for b in run)
+        if all(any(b.GetBondDir() in directed for b in end.GetBonds()) for end in ends):
+            runs.append(run)
+    return runs
 
 
 def _inverting_marked(smiles: str) -> bool:

@@ -254,6 +254,9 @@ def test_a_cxsmiles_says_which_enhanced_stereo_the_model_does_not_read(text, sai
     ("[CH3:1]/[CH:2]=[C:3](/[CH3:4])[CH3:5]>>", "1 double bond marked / or \\"),
     ("[CH3:1][C@H:2]([NH2:3])[C:4](=[O:5])[OH:6]", ""),  # a real stereocentre, mapped
     ("N[C@H]1CC[C@H](O)CC1", ""), ("F/C=C/F.C[C@@H](N)O", ""), ("C[C@H](N)C(=O)O |&1:1|", ""),  # all kept
+    # marks around an allene or a cumulene, whose inner atoms carry none: RDKit writes CC=C=CC, and nothing was said
+    ("C/C=C=C/C", "1 double bond marked / or \\"), ("C/C=C=C=C\\C", "1 double bond marked / or \\"),
+    ("C/C=C/S(=O)(=O)C", ""), ("C/C=C/C=C=C", ""),  # a sulfone's S=O pair is no run; an allene marked at one end
     ("CCO", ""), ("C1CC", ""), ("", ""),
 ])
 def test_stereo_marks_rdkit_drops_are_said(text, said):
@@ -274,6 +277,14 @@ def test_a_small_rings_double_bond_marked_cis_is_said_to_be_dropped_for_its_ring
     assert dropped_stereo("C1CCC/C=C/CC1") == ""  # trans-cyclooctene keeps its geometry
     assert "ring of fewer than 8" in dropped_stereo("[H]/C(C)=C/C.C1CC/C=C\\CC1")  # an [H] counted as an atom first
     assert "ring" not in dropped_stereo("CC/C(C)=C(/C)C")
+
+
+def test_a_cumulenes_marks_are_said_to_be_dropped_for_being_a_cumulenes():
+    """A butatriene's E or Z (C/C=C=C=C/C), which RDKit does not keep, was dropped without a word."""
+    from molspec_core.chem import dropped_stereo
+
+    assert "a cumulene's (C=C=C=C) E or Z" in dropped_stereo("C/C=C=C=C/C")
+    assert "cumulene" not in dropped_stereo("C/C=C=C/C")  # an allene's stereo is axial, said as such
 
 
 @pytest.mark.parametrize("text", ["CCO", "CC O", "CCO |c:1| ethanol", "CCO ||x", "CC|c:1|", "| |"])
