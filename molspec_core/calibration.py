@@ -262,6 +262,13 @@ def refit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     require_pairs(sources, targets, "calibration")
     require_kind(method)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment, time_limit_s)
+    return refit_collected(predictor, sources, targets, answers, method, n_best, augment, earlier)
+
+
+def refit_collected(predictor: Predictor, sources: Sequence[str], targets: Sequence[str],
+                    answers: Sequence[Sequence[tuple[float, bool]]], method: str, n_best: int, augment: int = 1,
+                    earlier: Calibration | None = None) -> tuple[Calibration, float | None]:
+    """refit's fit and judgement of `earlier`, of answers collected for every query (collect)."""
     fitted = fit_collected(predictor, sources, targets, answers, method, n_best, augment)
     return fitted, ece_on(earlier, answers[fitted.n_fit:]) if earlier is not None else None
 

@@ -1168,6 +1168,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibration
     from .evaluate import check_method, read_pairs
+    from .scale import stops_deferred
     from .service import Predictor, model_folder
 
     if args.draft_len is not None or args.n_drafts is not None:  # fit() decodes with the method's own drafts
@@ -1210,12 +1211,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               f"{ece:.4f}")
         return 0
     try:
-        fitted, earlier_ece = calibration.refit(predictor, sources, targets or [], args.method, n_best,
-                                                args.batch_size, augment=args.augment, earlier=earlier,
-                                                time_limit_s=args.time_limit)
+        answers = calibration.collect(predictor, sources, targets or [], args.method, n_best, args.batch_size,
+                                      augment=args.augment, time_limit_s=args.time_limit)
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries decoded keep their fit
         keep_partial_fit(getattr(stop, "collected", None), predictor, sources, targets or [], args, n_best, path)
         raise  # the boundary's line and exit code follow
+    with stops_deferred("once the fit is written"):  # every query is decoded: a stop now would lose them all
+        write_fit(args, predictor, calibration.refit_collected(predictor, sources, targets or [], answers,
+                                                               args.method, n_best, args.augment, earlier),
+                  earlier, path, writings)
+    return 0
+
+
+def write_fit(args: argparse.Namespace, predictor: Predictor, refitted: tuple[Calibration, float | None],
+              earlier: Calibration | None, path: Path, writings: str) -> None:
+    """calibrate's new fit (and `earlier`'s error on its check answers: calibration.refit_collected) told, and
+    written to `path` unless it rests on too few queries or judges worse than `earlier`, unforced (then kept beside
+    it: calibration.keep_refused)."""
+    from . import calibration
+
+    fitted, earlier_ece = refitted
+    n_best = fitted.n_best
     fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
                                  limit=args.limit)  # what --judge asks for again
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
@@ -1242,7 +1258,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if fitted.fitted_on < MIN_FIT_QUERIES:  # written with --force
         log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
                     "%d)", fitted.fitted_on, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
-    return 0
 
 
 def queries(n: int) -> str:

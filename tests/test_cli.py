@@ -160,6 +160,25 @@ def test_a_calibration_stopped_by_ctrl_c_keeps_the_fit_of_the_queries_it_decoded
     capsys.readouterr()
 
 
+def test_a_sigterm_after_every_query_is_decoded_writes_the_fit_first(tmp_path, capsys, monkeypatch):
+    """A SIGTERM once every query was decoded, while the fit was made (the weights hashed, the maps fitted) or
+    written, lost the whole calibration run: no fit, not even a .partial one. The fit is written, then the stop is
+    obeyed (exit 143)."""
+    from molspec_core import calibration
+
+    model, files = calibration_case(tmp_path)
+    real = calibration.fit_answers
+
+    def fit_answers(*args, **kwargs):  # the fit of the answers collected: every query is decoded
+        signal.raise_signal(signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "fit_answers", fit_answers)
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 143
+    assert json.loads((model / "calibration.json").read_text())["n_best"] == 2
+    assert "stopping once the fit is written" in capsys.readouterr().err
+
+
 def test_calibrate_takes_a_time_limit_as_evaluate_does(tmp_path, capsys, monkeypatch):
     """calibrate decoded under the service's 60 s per query, with no --time-limit to raise it: on a slow machine the
     slowest queries were refused and left out of the fit (now counted in a warning), and nothing could keep them."""
