@@ -79,13 +79,16 @@ def open_text(path: Path, newline: str | None = None) -> Iterator[io.TextIOBase]
     """A data file as text (.gz and .xz decompressed), to read inside the block. A file that cannot be read to its
     end (a truncated download, a file of another kind under the name) or a CSV without a column the block reads is
     a ValueError naming the file: they were an EOFError traceback, or "Not a gzipped file (b'no')" naming none."""
+    # UTF-8, a byte-order mark (a file re-saved by a Windows editor) left out: it was read into the first row, so a CSV
+    # "had no column 'input'" its first line names, and the first source was no SMILES
+    text = {"encoding": "utf-8-sig", "newline": newline}
     try:
         if path.suffix == ".gz":
-            f = gzip.open(path, "rt", newline=newline)
+            f = gzip.open(path, "rt", **text)
         elif path.suffix == ".xz":
-            f = lzma.open(path, "rt", newline=newline)
+            f = lzma.open(path, "rt", **text)
         else:
-            f = open(path, newline=newline)
+            f = open(path, **text)
         with f:
             yield f
     except (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error, UnicodeDecodeError) as exc:

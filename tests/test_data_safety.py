@@ -82,6 +82,25 @@ def test_a_truncated_or_foreign_data_file_or_a_missing_column_is_one_error_namin
     assert not (tmp_path / "out").exists()
 
 
+def test_data_files_saved_with_a_byte_order_mark_read_as_without_one(tmp_path):
+    """A shared file re-saved by a Windows editor starts with a byte-order mark: the pool's CSV "had no column 'input'"
+    that its first line names, and the first USPTO-MIT row read '\\ufeffCCN.O=CC', no SMILES, and was left out."""
+    import gzip
+    import lzma
+
+    from test_data import make_tree
+
+    root = tmp_path / "data"
+    make_tree(root)
+    for path, opener in ((root / "uspto_full/uspto_valT.csv.xz", lzma.open),
+                         (root / "uspto_mit/derived/src-valid.mixed.txt.gz", gzip.open)):
+        text = opener(path, "rt").read()
+        with opener(path, "wt") as f:
+            f.write("\ufeff" + text)
+    stats = prepare("forward", root, tmp_path / "out", n_val=1, workers=1)
+    assert stats["pool_reactions"] == 5 and (tmp_path / "out/val.src").read_text() == "CCN.O=CC\n"
+
+
 def test_a_reaction_not_written_reactants_reagents_products_is_named_with_its_line(tmp_path):
     from test_data import csv_text, make_tree, write_gz
 
