@@ -685,3 +685,30 @@ def test_routes_page_offers_no_larger_stock_where_no_answer_for_the_target_was_u
     assert "larger stock might help" not in shown_text(at) and "within the step limit" not in shown_text(at)
     used = next(m for m in at.metric if m.label == "Answers used")  # the Predict page flags such answers: not sane
     assert used.value == "0%" and "3 lacked atoms of their product" in used.proto.help and "sane" not in used.proto.help
+
+
+def test_a_stop_pressed_as_the_search_reads_out_its_routes_keeps_them(tmp_path, monkeypatch):
+    """Stop pressed after the search's last expansion, while its routes were read out of the search graph (the bar
+    full, the page not yet showing them), lost every route: storing them in the session raised Streamlit's stop, and
+    the page said the search 'was stopped before it ended ..., so it made no routes'. They are shown, as a search's
+    that ended."""
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    real = planning.plan
+
+    def stopped_as_it_ends(*args, **kwargs):
+        result = real(*args, **kwargs)
+        get_script_run_ctx().script_requests.request_stop()  # from here each call of Streamlit's raises
+        return result
+
+    with monkeypatch.context() as patch:
+        patch.setattr(planning, "plan", stopped_as_it_ends)
+        at = find_routes(at, "NCCO")
+    at = at.run()  # what the search's watcher draws
+    assert not at.exception and not at.error
+    assert "was stopped before it ended" not in shown_text(at)
+    assert at.expander and at.expander[0].label.startswith("Route 1")
+    result = at.session_state["routes"].result
+    assert result.target == "NCCO" and result.stats.stopped_by is None

@@ -188,8 +188,12 @@ def run_search(unfinished: Unfinished, target: str, model: str, time_limit_s: fl
 
     settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k)
     try:
-        ss["routes"] = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward,
-                                  settings=settings, progress=progress), model)
+        shown = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward, settings=settings,
+                           progress=progress), model)
+        # Kept for the next run before any call of Streamlit's: a Stop pressed while the routes were read out of the
+        # search (the bar full) raised at the write below, and every route was lost, the page saying it made none
+        unfinished.found = shown
+        ss["routes"] = shown
     except SearchStopped as stopped:
         partial: PlanResult | None = getattr(stopped, "partial_result", None)
         if partial is not None and partial.routes:  # none: the routes shown before stay (show_unfinished)
