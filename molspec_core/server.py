@@ -104,7 +104,11 @@ OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "dra
                                         "batch_size": (int,), "augment": (int,), "ion_writing": (bool,),
                                         "time_limit_s": (int, float)}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingOptions) if f.name != "draft_len")  # draft_len above
-DEFAULT_METHOD = inspect.signature(Predictor.predict).parameters["method"].default  # a request that names none
+# Predictor.predict's defaults, for the options a request leaves out
+PREDICT_DEFAULTS = {name: parameter.default
+                    for name, parameter in inspect.signature(Predictor.predict).parameters.items()
+                    if parameter.default is not inspect.Parameter.empty}
+DEFAULT_METHOD = PREDICT_DEFAULTS["method"]  # a request that names none
 REQUEST_KEYS = ("smiles", "model", "round_trip", "round_trip_k", *OPTIONS, *SAMPLING_KEYS)
 
 
@@ -195,11 +199,15 @@ def parse_request(body: object, models: Mapping[str, Predictor]) -> Request:
     if "round_trip_k" in body and round_trip is None:
         raise RequestError("'round_trip_k' goes with 'round_trip', the forward model that checks the answers")
     round_trip_k = _typed(body, "round_trip_k", (int,)) if "round_trip_k" in body else 1
-    if round_trip is not None:  # its settings checked before any decoding: they were checked on the first window's
-        try:                    # answers, a minute of decoding lost before the 400
-            check_round_trip([], round_trip, round_trip_k)
-        except ValueError as exc:
-            raise RequestError(str(exc)) from None
+    try:
+        # Every option checked as Predictor.predict checks them (n_best's range, augment on this model, a method it
+        # cannot run): a request with one out of range waited its turn behind the request decoding (minutes) for
+        # its 400, and a ValueError of a bug mid-decode was taken for one (400, nothing logged)
+        predictor.check_predict(**{**PREDICT_DEFAULTS, **options})
+        if round_trip is not None:  # its settings too: they were checked on the first window's answers, a minute
+            check_round_trip([], round_trip, round_trip_k)  # of decoding lost before the 400
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
     return Request(predictor, smiles, options, round_trip, round_trip_k)  # type: ignore[arg-type]
 
 
@@ -372,8 +380,6 @@ class Service:
                             for i, result in enumerate(answered):
                                 answered[i] = kept[i] = check_round_trip(result, request.round_trip,
                                                                          request.round_trip_k)
-                except ValueError as exc:  # options refused (n_best out of range, augment on a canonical model)
-                    raise RequestError(str(exc)) from None
                 except Abandoned as exc:
                     if str(exc) == CLIENT_GONE:
                         raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded, "

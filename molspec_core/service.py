@@ -1082,6 +1082,28 @@ class Predictor:
             results.append(DecodeResult(sorted(seen.values(), key=lambda h: -h.score), stats))
         return results
 
+    def check_predict(self, method: str, n_best: int, draft_len: int | None, n_drafts: int | None, batch_size: int,
+                      sampling: SamplingOptions | None, time_limit_s: float | None, augment: int,
+                      ion_writing: bool) -> SamplingOptions | None:
+        """predict's options (all of them, as predict passes them) checked as predict checks them before it reads a
+        query: a ValueError for one it cannot take, or cannot take with this model; `sampling`'s knobs as plain
+        numbers. The server checks a request's options so before the request waits its turn to decode."""
+        if sampling is not None:
+            sampling = check_sampling(sampling)
+            # decode sets it from draft_len below (_sample): a length set only here was dropped without a word
+            if sampling.draft_len not in (SamplingOptions().draft_len, draft_len):
+                if "draft_len" not in method_row(method).knobs:  # sent to predict's draft_len, refused there in turn
+                    raise ValueError(f"{method} does not read draft_len (SamplingOptions.draft_len); the methods "
+                                     f"that do: {readers_of('draft_len')}")
+                raise ValueError(f"predict reads the draft length from its own draft_len, not from "
+                                 f"SamplingOptions.draft_len: give draft_len={sampling.draft_len} to predict")
+        check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s, sampling)
+        if not isinstance(ion_writing, (bool, numpy.bool_)):  # "no" was read as True
+            raise ValueError(f"ion_writing must be True or False, not {ion_writing!r}")
+        self.check_method(method)
+        self.check_augment(augment)
+        return sampling
+
     # One query gives one result, a list (any iterable of queries) a list: told apart for a type checker, which
     # refused `predict("CCO").ok` under the union alone. A str is an Iterable[str] too: the first overload wins.
     @overload
@@ -1124,20 +1146,8 @@ class Predictor:
         Given up by its caller (limits.abandon_when: the server stopping), it raises PartlyDecoded, which holds the
         results done by then.
         """
-        if sampling is not None:
-            sampling = check_sampling(sampling)
-            # decode sets it from draft_len below (_sample): a length set only here was dropped without a word
-            if sampling.draft_len not in (SamplingOptions().draft_len, draft_len):
-                if "draft_len" not in method_row(method).knobs:  # sent to predict's draft_len, refused there in turn
-                    raise ValueError(f"{method} does not read draft_len (SamplingOptions.draft_len); the methods "
-                                     f"that do: {readers_of('draft_len')}")
-                raise ValueError(f"predict reads the draft length from its own draft_len, not from "
-                                 f"SamplingOptions.draft_len: give draft_len={sampling.draft_len} to predict")
-        check_options(method, n_best, batch_size, augment, draft_len, n_drafts, time_limit_s, sampling)
-        if not isinstance(ion_writing, (bool, numpy.bool_)):  # "no" was read as True
-            raise ValueError(f"ion_writing must be True or False, not {ion_writing!r}")
-        self.check_method(method)
-        self.check_augment(augment)
+        sampling = self.check_predict(method, n_best, draft_len, n_drafts, batch_size, sampling, time_limit_s,
+                                      augment, ion_writing)
         # One query unless a list of them: None, a number or bytes is one query, refused as not text.
         single = isinstance(smiles, (str, bytes, bytearray)) or not isinstance(smiles, Iterable)
         texts = [smiles] if single else list(smiles)

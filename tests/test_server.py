@@ -8,6 +8,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import struct
@@ -565,6 +566,50 @@ def test_a_request_whose_client_has_gone_is_not_decoded(models, monkeypatch, cap
     assert decoded == [[AMIDE]]  # the next request's alone
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "went away" in r.getMessage()] == [
         "the client went away before its answer (2 of 2 queries not decoded)"]
+
+
+class Taken:
+    """A decoding lock that fails the test once taken: what is refused must be refused before its turn comes."""
+
+    def __enter__(self):
+        raise AssertionError("the request waited its turn to decode")
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+@pytest.mark.parametrize("options, refusal", [
+    ({"method": "beam", "n_best": 51}, "n_best must be between 1 and 50, not 51"),
+    ({"method": "spec-lookup", "draft_len": 65}, "draft_len must be between 0 and 64, not 65"),
+    ({"augment": 21}, "augment must be between 1 and 20, not 21"),
+    ({"method": "spec-sample", "temperature": 0}, "temperature must be between 0.01 and 100"),
+], ids=["n_best", "draft_len", "augment", "temperature"])
+def test_an_option_out_of_range_is_refused_before_the_request_waits_its_turn(models, options, refusal):
+    """n_best 51, say, was refused by Predictor.predict inside the decoding lock: a client waited behind the request
+    decoding (minutes, for a large retro beam search) for its 400."""
+    service = server.Service({"forward": models["forward"]})
+    service.decoding = Taken()  # type: ignore[assignment]
+    with pytest.raises(server.RequestError, match=f"^{re.escape(refusal)}"):
+        service.predict({"smiles": AMIDE, **options})
+
+
+def test_a_value_error_from_inside_the_decoder_is_a_logged_500_not_the_clients_400(models, monkeypatch, caplog):
+    """A ValueError raised while decoding (a bug: NumPy's 'operands could not be broadcast', say) was taken for an
+    option refused: the client got 400 and its words, and the server's log had nothing of it."""
+    forward = models["forward"]
+    running = server.serve([forward], "127.0.0.1", 0)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+
+    def broken(*args, **kwargs):
+        raise ValueError("operands could not be broadcast together")
+
+    monkeypatch.setattr(forward, "decode", broken)
+    with caplog.at_level(logging.INFO, logger="molspec_core.server"):
+        status, payload = call(running.server_address[:2], "POST", "/predict", {"smiles": AMIDE})
+    running.shutdown()
+    running.server_close()
+    assert (status, payload) == (500, {"error": "internal error; the server's log has the details"})
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [ValueError]
 
 
 def test_a_client_still_waiting_is_not_taken_for_gone(models):
