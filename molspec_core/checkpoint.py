@@ -191,6 +191,12 @@ def read_config(folder: Path) -> tuple[dict, ModelConfig]:
     if not isinstance(config.get("data_stats", {}), dict):
         raise CheckpointError(f"{path}: data_stats must be an object (the data's stats.json), not "
                               f"{_short(config['data_stats'])}")
+    # whether the model reads several writings of a query (service.Predictor.augmentable): null or "yes" loaded, then
+    # failed every augmented predict, the server's /models and the app's sidebar with a TypeError or a bare ValueError
+    augment = config.get("data_stats", {}).get("augment", 0)
+    if type(augment) is not int or augment < 0:
+        raise CheckpointError(f"{path}: data_stats.augment must be a whole number, 0 or more (the writings of each "
+                              f"query in the training data), not {_short(augment)}")
     return config, cfg
 
 

@@ -138,11 +138,18 @@ def test_a_task_or_data_stats_the_engine_does_not_know_is_refused(tmp_path, no_m
     folder = tiny_folder(tmp_path)
     for key, value, message in (("task", "Forward", r"config\.json: task must be one of forward, retro, not "
                                  "'Forward'"),
-                                ("data_stats", "x", r"config\.json: data_stats must be an object")):
+                                ("data_stats", "x", r"config\.json: data_stats must be an object"),
+                                # loaded, then every augmented predict and the server's /models raised TypeError
+                                ("data_stats", {"augment": None}, r"config\.json: data_stats\.augment must be a whole "
+                                 r"number, 0 or more \(the writings of each query in the training data\), not None"),
+                                ("data_stats", {"augment": "10"}, r"data_stats\.augment must be .*, not '10'"),
+                                ("data_stats", {"augment": True}, r"data_stats\.augment must be .*, not True")):
         edit_json(folder / "config.json", lambda c: c.update({key: value}))
         with pytest.raises(checkpoint.CheckpointError, match=message):
             checkpoint.load(folder)
         edit_json(folder / "config.json", lambda c: c.pop(key))
+    edit_json(folder / "config.json", lambda c: c.update({"data_stats": {"augment": 20}}))
+    checkpoint.inspect_folder(folder)  # as the shipped retro model's
 
 
 def test_weights_that_are_not_finite_are_refused(tmp_path):
