@@ -40,6 +40,21 @@ def test_a_molecule_beside_others_in_3d_is_shaped_as_it_is_alone(alone, beside):
     assert distances(beside) == pytest.approx(distances(alone), abs=1e-3)
 
 
+@pytest.mark.parametrize("smiles", ["C1CN2CCN1CC2", "C1CN2CCC1CC2", "C1=CC2CCC1CC2", "C12C3C4C1C5C2C3C45",
+                                    "C1CN2CCN1CC2.O=C(Cl)c1ccccc1"])
+def test_a_bridged_or_caged_ring_system_is_drawn_with_no_ring_atom_straight(smiles):
+    """DABCO and quinuclidine were drawn as a hexagon with their third bridge straight across it (two carbons at 180
+    degrees, labelled C, reading as a C-C bond), cubane as three squares in a row, two of its bonds hidden."""
+    mol = depict.laid_out(Chem.MolFromSmiles(smiles))
+    positions = mol.GetConformer().GetPositions()
+    for atom in (atom for atom in mol.GetAtoms() if atom.IsInRing()):
+        centre = positions[atom.GetIdx()]
+        for first, second in itertools.combinations([n.GetIdx() for n in atom.GetNeighbors()], 2):
+            one, other = positions[first] - centre, positions[second] - centre
+            cosine = (one * other).sum() / ((one ** 2).sum() * (other ** 2).sum()) ** 0.5
+            assert cosine > -0.985, f"atom {atom.GetIdx()} drawn straight between {first} and {second}"
+
+
 @pytest.mark.parametrize("smiles, atoms, words", [
     ("[2H]OC(C)=O", [0], "atom 1 (2H)"),  # deuterium, not hydrogen
     ("[13CH3]C(=O)O", [0, 1], "atoms 1 (13C) and 2 (C)"),
