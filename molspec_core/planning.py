@@ -41,8 +41,8 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 
 from .boundary import Terminated
 from .centre import untraced_part
-from .chem import (CXSMILES, LACKS_ATOMS, ChemError, canonical, clear_maps, holds_carbon, main_molecule,
-                   missing_atoms, mol_from_smiles, product_alone, rdkit_quietly, stereo_notes)
+from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, clear_maps, holds_carbon, main_molecule,
+                   missing_atoms, mol_from_smiles, product_alone, rdkit_quietly, salts_as_ions, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
@@ -152,11 +152,7 @@ def stock_from_queries(table: QueryFile, source: str) -> Stock:
             # molecules, so the whole entry could never match one.
             mol = _stock_mol(entry, named)
             for part in Chem.GetMolFrags(mol, asMols=True) if "." in entry else (mol,):
-                molecule = Chem.MolToSmiles(part)
-                molecules.add(molecule)
-                parent = _neutral_parent(part) if "+" in molecule or "-" in molecule else None  # charged ones
-                if parent:
-                    molecules.add(parent)
+                molecules.update(_stock_molecules(part))
         except ChemError as exc:  # its message names the entry (up to 80 characters of it)
             n_unreadable += 1
             first_unreadable = first_unreadable or str(exc)
@@ -230,6 +226,28 @@ def _stock_mol(entry: str, named: bool = True) -> Chem.Mol:
     if ":" in smiles:  # only a bracket atom's map (or an aromatic bond) writes one: clear_maps looks at every atom
         clear_maps(mol)
     return mol
+
+
+def _stock_molecules(part: Chem.Mol) -> Iterator[str]:
+    """The SMILES one molecule of a stock entry puts in stock: as given; where it is drawn as USPTO never writes it (a
+    salt with its metal bond, CCO[Na] as ChemDraw writes it; a sulfoxide with separated charges), also in USPTO's
+    writing, the ions and S=O the model writes its reactants in (chem.salts_as_ions, through which every query is
+    read: sodium ethoxide so drawn was in stock as CC[O][Na], and matched no reactant); and an organic ion's neutral
+    parent (_neutral_parent)."""
+    molecule = Chem.MolToSmiles(part)
+    written = {molecule: part}
+    if any(_drawn_otherwise(atom) for atom in part.GetAtoms()):  # rare: only these are read again
+        written.update((ion, mol_from_smiles(ion)) for ion in salts_as_ions([molecule]) if ion != molecule)
+    for smiles, mol in written.items():
+        yield smiles
+        parent = _neutral_parent(mol) if "+" in smiles or "-" in smiles else None  # charged ones
+        if parent:
+            yield parent
+
+
+def _drawn_otherwise(atom: Chem.Atom) -> bool:
+    """Whether an atom may be one that chem.salts_as_ions writes otherwise: a metal, or a charged S or P."""
+    return atom.GetAtomicNum() not in NONMETALS or (atom.GetAtomicNum() in (15, 16) and atom.GetFormalCharge() > 0)
 
 
 def _neutral_parent(mol: Chem.Mol) -> str | None:

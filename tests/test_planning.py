@@ -841,6 +841,20 @@ def test_a_stock_entry_of_several_molecules_gives_each(tmp_path):
     assert sorted(m.smiles for m in stock.to_purchasable_mols()) == ["CCN(CC)CCO", "Cl"]
 
 
+def test_a_stock_salt_drawn_with_its_bonds_is_in_stock_as_the_model_writes_it(tmp_path):
+    """Sodium ethoxide, potassium carbonate and palladium(II) acetate drawn with their metal bonds (CCO[Na], as ChemDraw
+    writes them) and DMSO with separated charges were kept as drawn, a writing the model never writes its reactants
+    in (USPTO writes the ions, and S=O), so no route started from them: a query is read in USPTO's writing
+    (chem.salts_as_ions), a stock's entries now are too, beside the writing given."""
+    lines = ["CCO[Na] sodium ethoxide", "O=C(O[K])O[K]", "CC(=O)O[Pd]OC(C)=O", "C[S+](C)[O-] DMSO", "CC[Mg]Br"]
+    (tmp_path / "stock.smi").write_text("\n".join(lines) + "\n")
+    stock = load_stock(tmp_path / "stock.smi")
+    for ion in ("CC[O-]", "[Na+]", "CCO", "O=C([O-])[O-]", "[K+]", "CC(=O)[O-]", "CC(=O)O", "[Pd+2]", "CS(C)=O"):
+        assert stock.is_purchasable(Molecule(ion)), ion
+    assert stock.is_purchasable(Molecule("CC[O][Na]")) and stock.is_purchasable(Molecule("CC[Mg]Br"))  # as given
+    assert not stock.is_purchasable(Molecule("[Mg+2]"))  # a Grignard keeps its bonds, as USPTO writes it
+
+
 def test_each_stock_entry_is_parsed_once(tmp_path, monkeypatch):
     """Each entry was parsed, written and parsed again (an ion a third time): most of the time `molspec plan` and
     the app's first search spent reading the default stock. The molecules are the same (the tests above)."""
