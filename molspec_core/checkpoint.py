@@ -123,11 +123,20 @@ def refuse_folder_of_models(folder: Path) -> None:
     draft/ is not named: a model folder that lost its config.json still holds its draft model, not a model to give."""
     if (folder / "config.json").exists():
         return
-    held = sorted(sub.name for sub in folder.iterdir() if sub.name != DRAFT_DIR and (sub / "config.json").is_file())
+    held = sorted(sub.name for sub in folder.iterdir() if sub.name != DRAFT_DIR and _holds_config(sub))
     if held:
         named = ", ".join(held[:MAX_NAMED]) + (f" and {len(held) - MAX_NAMED:,} more" if len(held) > MAX_NAMED else "")
         raise CheckpointError(f"{folder} holds model folders ({named}), not a model: give one of them, e.g. "
                               f"{folder / held[0]}")
+
+
+def _holds_config(folder: Path) -> bool:
+    """Whether `folder` holds a config.json; False where it cannot be looked into (another user's private folder
+    beside the one given: /tmp's): its PermissionError stopped the load of the folder given."""
+    try:
+        return (folder / "config.json").is_file()
+    except OSError:
+        return False
 
 
 def _require_file(path: Path) -> None:

@@ -349,7 +349,7 @@ def test_a_run_folder_given_as_a_model_is_named_as_one(tmp_path, no_model_built)
         checkpoint.inspect_folder(run)
 
 
-def test_a_folder_of_model_folders_given_as_a_model_names_them(tmp_path, no_model_built):
+def test_a_folder_of_model_folders_given_as_a_model_names_them(tmp_path, no_model_built, monkeypatch):
     """The shipped models' folder (models/, holding forward/ and retro/) given as a model said only
     'models/config.json is missing'. A model folder that lost its config.json, its draft/ still there, says that."""
     models = tmp_path / "models"
@@ -364,6 +364,19 @@ def test_a_folder_of_model_folders_given_as_a_model_names_them(tmp_path, no_mode
         tiny_folder(models / f"m{i}")
     with pytest.raises(checkpoint.CheckpointError, match=r"\(forward, m0, m1, m2, m3 and 3 more\)"):
         checkpoint.inspect_folder(models)
+    private = tmp_path / "shared" / "private"  # another user's folder, closed to this one (as /tmp's are)
+    private.mkdir(parents=True)
+    is_file = type(private).is_file
+
+    def closed(path):
+        if path.parent == private:
+            raise PermissionError(13, "Permission denied", str(path))
+        return is_file(path)
+
+    with monkeypatch.context() as patched, pytest.raises(checkpoint.CheckpointError,
+                                                         match=r"shared/config\.json is missing$"):
+        patched.setattr(type(private), "is_file", closed)
+        checkpoint.inspect_folder(tmp_path / "shared")
     model = models / "forward"
     tiny_folder(model / checkpoint.DRAFT_DIR)
     (model / "config.json").unlink()
