@@ -94,11 +94,13 @@ def _cpu_flags() -> set[str]:
 def cpu_description() -> str:
     """This CPU for people: its model name and its widest vector instructions, which the C step is
     built for and every CPU speed figure depends on ("AMD EPYC with AVX-512 and VNNI", "AMD EPYC with AVX2",
-    "Intel Xeon with AVX-512, VNNI and AMX": int8 products run on AMX's tiles where the AVX-512 build has them)."""
+    "Intel Xeon with AVX-512, VNNI and AMX": int8 products run on AMX's tiles where the AVX-512 build has them).
+    VNNI is named only in its AVX-512 form, the one the int8 products use (csrc: int8_vnni): a CPU with AVX-VNNI, its
+    256-bit form, and no AVX-512 runs them on the AVX2 kernel."""
     name = _cpuinfo("model name") or platform.processor() or platform.machine()
     flags = _cpu_flags()
     vector = ["AVX-512"] if "avx512f" in flags else ["AVX2"] if "avx2" in flags else []
-    vector += ["VNNI"] if vector and {"avx512_vnni", "avx_vnni"} & flags else []
+    vector += ["VNNI"] if "AVX-512" in vector and "avx512_vnni" in flags else []
     vector += ["AMX"] if "AVX-512" in vector and {"amx_tile", "amx_int8"} <= flags else []
     if len(vector) > 2:
         return f"{name} with {', '.join(vector[:-1])} and {vector[-1]}"

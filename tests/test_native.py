@@ -257,6 +257,19 @@ def test_reports_and_the_sidebar_say_where_int8_runs_on_amx():
     assert Predictor.load("forward", "cpu").products == "c-fp16"
 
 
+def test_the_cpu_description_names_vnni_only_where_the_int8_products_use_it(monkeypatch):
+    """The C step's int8 products use VNNI's AVX-512 form only (csrc: int8_vnni); a CPU with AVX2 and AVX-VNNI, its
+    256-bit form, and no AVX-512 (Intel's 12th to 14th generation Core) runs them on the AVX2 kernel, so the
+    device name in the sidebar and in every bench report must not credit VNNI there (it read 'with AVX2 and VNNI')."""
+    # this machine's: VNNI used where its flags have VNNI's AVX-512 form
+    assert bool(native._library("native").int8_vnni()) == ("avx512_vnni" in native._cpu_flags())
+    info = {"model name": "12th Gen Intel(R) Core(TM) i7-12700", "flags": "fpu avx avx2 fma f16c avx_vnni"}
+    monkeypatch.setattr(native, "_cpuinfo", lambda field: info.get(field, ""))
+    assert native.cpu_description() == "12th Gen Intel(R) Core(TM) i7-12700 with AVX2"
+    info["flags"] += " avx512f avx512bw avx512_vnni"
+    assert native.cpu_description() == "12th Gen Intel(R) Core(TM) i7-12700 with AVX-512 and VNNI"
+
+
 def test_an_environment_variable_chooses_the_build_for_timings(monkeypatch):
     """MOLSPEC_NATIVE_BUILD=no-amx loads the VNNI build (the README's AMX figures compare the two); a name that is
     no build makes the native engine unavailable, with the names to choose from, and auto takes NumPy."""
