@@ -211,7 +211,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     query) None: the service's defaults. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the
     answers of the first queries decoded before the stop (a Ctrl-C or SIGTERM ends the batch being decoded and keeps
     those done: evaluate.predict_window), as its `collected` (fit_collected fits them)."""
-    from .evaluate import hits, unreadable_targets, window_results
+    from .evaluate import hits, timed_out, unreadable_targets, window_results
     from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, windows
 
@@ -224,13 +224,16 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 
     answers: list[list[tuple[float, bool]]] = []
     refused: list[tuple[int, str]] = []  # each refused query's place (1-based) and why
+    slow: list[int] = []  # the place of each query the time limit stopped (evaluate.timed_out): no refusal
     done = 0  # the first queries done
     try:
         for window in windows(len(sources), batch_size, "calibrate", progress, augment):  # batched by length
             results, stop = window_results(predictor, list(sources[window]), method=method, n_best=n_best,
                                            batch_size=batch_size, augment=augment, time_limit_s=time_limit_s)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
-                if not result.ok:
+                if timed_out(result):
+                    slow.append(number)
+                elif not result.ok:
                     refused.append((number, result.error or ""))
                 # Only valid answers get a confidence, so only they fit it (an invalid one is never right).
                 ordered = [p for p in result.in_model_order() if p.valid] if result.ok and read_known(target) else []
@@ -241,9 +244,13 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     except BaseException as stopped:  # minutes of decoding are not lost with it (the caller fits them: fit_collected)
         stopped.collected = answers[:done]
         raise
-    if refused:  # the slowest queries, most often (a time limit run out): a fit without them says so
+    if refused:  # a fit without them says so
         log.warning("%d of %d queries were refused: no answer of theirs fits or judges (the first, query %d of those "
                     "decoded: %s)", len(refused), len(sources), *refused[0])
+    if slow:  # the slowest queries: told apart from those refused, which a user fixes otherwise
+        log.warning("%d of %d queries were stopped by the time limit (%g s a query) before their search ended: no "
+                    "answer of theirs fits or judges (the first, query %d of those decoded); a longer time limit "
+                    "decodes them whole", len(slow), len(sources), time_limit_s, slow[0])
     return answers
 
 

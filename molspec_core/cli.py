@@ -174,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "times one writing's time (5 writings, one query at a time on a CPU: 4.4-4.6x, "
                        "tools/decode_cost.py)")
 
-    def time_limit_arg(p: argparse.ArgumentParser) -> None:
+    def time_limit_arg(p: argparse.ArgumentParser, then: str = "it is reported as an error") -> None:
         p.add_argument("--time-limit", type=seconds_up_to(MAX_TIME_LIMIT_S), default=DEFAULT_TIME_LIMIT_S,
-                       help="seconds per query before it is reported as an error (default %(default)s)")
+                       help=f"seconds per query before {then} (default %(default)s)")
 
     p = sub.add_parser("predict", help="predict for one SMILES or a file of queries")
     model_args(p)
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "another model, method or queries is refused, while --batch-size may change (a run stopped out of "
                    "memory); without a report there the run starts at the first query")
     augment_arg(p)
-    time_limit_arg(p)  # a query that runs out is refused: a miss, counted and named with the others
+    time_limit_arg(p, "it is stopped: a miss in every top-k, counted apart from those refused (timed_out)")
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
     p = sub.add_parser("compare", help="two evaluate --out reports on the same queries, query by query (McNemar)")
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=at_least(3), default=CALIBRATE_LIMIT, help="the first N queries (default "
                    "%(default)s)")
     augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
-    time_limit_arg(p)  # a query that runs out is refused: it fits nothing (calibration.collect warns of it)
+    time_limit_arg(p, "it is stopped: it fits nothing, and a warning counts it")
     p.add_argument("--judge", action="store_true", help="fit nothing: judge the model's saved fit for these answers "
                    "on the queries that judged it (same --src, --tgt, --limit), decoded with these options, e.g. "
                    "--dtype int8; writes nothing")

@@ -214,7 +214,8 @@ def test_a_second_map_is_chosen_only_where_it_predicts_held_out_answers_better()
 
 def test_a_query_stopped_at_its_time_limit_fits_nothing_as_a_refused_one_does(caplog):
     """Its row keeps the answers beam search had (service.TIMED_OUT: unfinished ones, their scores those of a part
-    of an answer), an error beside them; collect fitted them as answers, where evaluate counts the query refused."""
+    of an answer), an error beside them; collect fitted them as answers, where evaluate counts the query a miss. It
+    was then told as 'refused', as a query the model cannot read: it is told as stopped by the time limit."""
     from molspec_core.service import TIMED_OUT, Prediction, QueryResult
 
     class Stopped:  # a predictor whose every query ran out of time, beam search's best unfinished answer kept
@@ -225,10 +226,12 @@ def test_a_query_stopped_at_its_time_limit_fits_nothing_as_a_refused_one_does(ca
                                 "limit per query") for q in queries]
 
     with caplog.at_level("WARNING", logger="molspec_core.calibration"):
-        assert calibration.collect(Stopped(), ["CCOC", "CCOCC"], ["CCOC", "CCO"], "beam", 1, progress=False) == [[], []]
+        assert calibration.collect(Stopped(), ["CCOC", "CCOCC"], ["CCOC", "CCO"], "beam", 1, progress=False,
+                                   time_limit_s=60) == [[], []]
     # left out of the fit without a word, where evaluate counts and names them: the slowest queries, most often
-    assert caplog.messages == ["2 of 2 queries were refused: no answer of theirs fits or judges (the first, query 1 "
-                               "of those decoded: stopped after the 60 s time limit per query)"]
+    assert caplog.messages == ["2 of 2 queries were stopped by the time limit (60 s a query) before their search "
+                               "ended: no answer of theirs fits or judges (the first, query 1 of those decoded); a "
+                               "longer time limit decodes them whole"]
 
 
 def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_counted(caplog):
