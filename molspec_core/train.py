@@ -819,6 +819,7 @@ class Start:
     kind: str
     folder: Path | None
     origin: dict
+    trained_with: dict = dataclasses.field(default_factory=dict)  # the options the saved weights were trained with
 
 
 def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: ModelConfig, stats: dict) -> Start:
@@ -844,17 +845,18 @@ def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: Mod
                 raise ValueError(f"{out} holds a run ({last}) started {started}: it continues from {last}, and "
                                  f"--{key} {given} would not be read; leave --{key} out to continue that run, or "
                                  f"give a new --out to start from {given}")
-        return Start("last", last, origin)
+        return Start("last", last, origin, recorded)
     if cfg.init and cfg.resume:
         raise ValueError("give --init (a model's weights, a new schedule) or --resume (an export's weights and "
                          "counters), not both")
     if cfg.resume:
-        check_start(Path(cfg.resume), "--resume", same_vocab=True, **check)
+        config = check_start(Path(cfg.resume), "--resume", same_vocab=True, **check)
         if not (Path(cfg.resume) / STATE_MARK).is_file():  # a shipped or averaged model: "train_state.json is missing"
             raise ValueError(f"--resume {cfg.resume} holds no {STATE_MARK}: it is a model folder, not an export a "
                              f"run wrote, so there are no counters to continue; start a new schedule from its weights "
                              f"with --init {cfg.resume}")
-        return Start("resume", Path(cfg.resume), {"init": "", "resume": cfg.resume})
+        recorded = config.get("train_config") if isinstance(config.get("train_config"), dict) else {}
+        return Start("resume", Path(cfg.resume), {"init": "", "resume": cfg.resume}, recorded)
     if cfg.init:
         check_start(Path(cfg.init), "--init", same_vocab=False, **check)
         return Start("init", Path(cfg.init), {"init": cfg.init, "resume": ""})
@@ -1116,6 +1118,32 @@ def note_batching(state: dict, now: dict[str, int]) -> None:
                 "batching_changes keeps it)", text, effect)
 
 
+# The options that shape what a step learns (beside the batching, note_batching's): a run continued or resumed with
+# others goes on with them, as it was asked, but says so (the flags left out after a Ctrl-C went on at the trainer's
+# own --lr and --label-smoothing without a word, and config.json records the last call's options alone).
+RECIPE = ("lr", "warmup", "schedule", "weight_decay", "label_smoothing", "focal", "layer_decay", "dropout",
+          "freeze_encoder", "rdrop", "sam", "ema", "pairs", "pair_weight", "pair_margin", "pair_rows", "pair_at",
+          "teacher", "teacher_weight", "teacher_loss", "teacher_temperature")
+
+
+def note_options(state: dict, trained_with: dict, cfg: TrainConfig, folder: Path) -> None:
+    """Log, and keep in the state's "option_changes" (the step, the options it was and is), each RECIPE option that
+    differs from those the weights in `folder` were trained with, and a switch between a time and a step budget
+    (--max-minutes 0 after a timed run: the schedule then runs to --max-steps, and the rate climbs back)."""
+    now = asdict(cfg)
+    changed = [key for key in RECIPE if key in trained_with and trained_with[key] != now[key]]
+    if "max_minutes" in trained_with and bool(trained_with["max_minutes"]) != bool(cfg.max_minutes):
+        changed.append("max_minutes")
+    if not changed:
+        return
+    state.setdefault("option_changes", []).append({"step": state["step"], "was": {k: trained_with[k] for k in changed},
+                                                   "now": {k: now[k] for k in changed}})
+    text = ", ".join(f"--{key.replace('_', '-')} {trained_with[key]!r} -> {now[key]!r}" for key in changed)
+    log.warning("continued from %s with other options than it was trained with (%s): it goes on with these "
+                "(train_state.json's option_changes keeps it); give the ones it was trained with to continue it as "
+                "it was", folder, text)
+
+
 def train(cfg: TrainConfig) -> dict:
     """Check everything a run needs before any work or any write (options, data files, the run and export
     folders, the weights it starts from and their fit to the data), then train. A run that fails leaves no
@@ -1194,6 +1222,8 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
     averaged = average.applied if average is not None else nullcontext
     max_tokens, peak, multiple = tokens_per_batch(cfg, device), peak_lr(cfg, device), pad_multiple(cfg, device)
     note_batching(state, batching(cfg, max_tokens, multiple))
+    if start.folder is not None and start.kind in ("last", "resume"):
+        note_options(state, start.trained_with, cfg, start.folder)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %s: %.2fM parameters on %s; %d training pairs; %d tokens x %d per step, widths padded to "
              "multiples of %d; peak lr %.2e", cfg.preset, n_params / 1e6, device, len(train_src), max_tokens,

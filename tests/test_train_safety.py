@@ -366,6 +366,26 @@ def test_a_run_continued_with_other_batching_says_so_in_its_log_and_its_state(da
     assert [c["step"] for c in resumed["batching_changes"]] == [3, 5] and resumed["batching"]["accum"] == 2
 
 
+def test_a_run_continued_or_resumed_with_other_options_says_so_in_its_log_and_its_state(data, tmp_path, caplog):
+    """A run interrupted and continued with flags left out went on at the trainer's own --lr, --label-smoothing
+    and a step budget (its rate back near the peak) without a word, and config.json named the last call's options
+    alone. It goes on as asked, and the log and train_state.json say what changed."""
+    run(data, tmp_path / "run", max_steps=2, max_minutes=60.0, lr=1e-3, label_smoothing=0.0)
+    with caplog.at_level(logging.WARNING, logger="molspec_core.train"):
+        same = run(data, tmp_path / "run", max_steps=3, max_minutes=90.0, lr=1e-3, label_smoothing=0.0)
+        assert "other options" not in caplog.text and "option_changes" not in same
+        other = run(data, tmp_path / "run", max_steps=4)
+    assert (f"continued from {tmp_path / 'run' / 'last'} with other options than it was trained with (--lr 0.001 -> "
+            "0.0, --label-smoothing 0.0 -> 0.1, --max-minutes 90.0 -> 0.0)") in caplog.text
+    change = {"step": 3, "was": {"lr": 1e-3, "label_smoothing": 0.0, "max_minutes": 90.0},
+              "now": {"lr": 0.0, "label_smoothing": 0.1, "max_minutes": 0.0}}
+    assert other["option_changes"] == [change]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="molspec_core.train"):  # an export resumed with the first flags
+        resumed = run(data, tmp_path / "second", max_steps=5, lr=1e-3, resume=str(tmp_path / "run" / "export"))
+    assert "(--lr 0.0 -> 0.001)" in caplog.text and [c["step"] for c in resumed["option_changes"]] == [3, 4]
+
+
 def test_a_spent_budget_is_refused_with_the_numbers_not_run_for_0_steps(data, tmp_path):
     run(data, tmp_path / "first", max_steps=3)
     with pytest.raises(ValueError, match="nothing to train: .*first/last is at step 3, and --max-steps 3"):
