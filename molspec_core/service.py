@@ -8,12 +8,14 @@ The model is never mutated after loading, so one Predictor may serve many thread
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import numbers
 import os
 import re
+import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -357,9 +359,10 @@ def rest_after_miss(model: Seq2SeqTransformer) -> int:
     fp16-weight products a 9-token call costs 1.6x a one-token call and rest 0 is fastest (rest 2
     ran 6% slower); with OpenBLAS products (3x) rest 2 was 5% faster. On a GPU a call costs about
     the same for 1 or 9 tokens: 0. The native engine computes its own products in C, whatever `packed` (whether
-    torch has the fp16 kernel) says: 0, which also keeps one lookup draft a call in its C greedy loop."""
+    torch has the fp16 kernel) says: 0, which also keeps one lookup draft a call in its C greedy loop. The graphs
+    engine's calls are a GPU's (its eager form on a CPU, the tests', has no `packed`): 0."""
     step = model.numpy_step
-    if isinstance(step, NativeStep):
+    if isinstance(step, (NativeStep, GraphStep)):
         return 0
     slow_verify = model.device.type == "cpu" and (step is None or not step.packed)
     return 2 if slow_verify else 0
@@ -697,6 +700,7 @@ class Predictor:
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
         self.task: str = config.get("task", "forward")
         self._calibrations: dict[tuple[str, int], Calibration | None] = {}  # by (kind, writings); loaded when asked
+        self._graph_turns = threading.Lock()  # the graphs engine's decodes, one at a time (_turn)
 
     @property
     def device_name(self) -> str:
@@ -1013,10 +1017,18 @@ class Predictor:
         row = self.check_method(method)
         drafts = self.resolve(method, draft_len, n_drafts, len(sources))
         options = sampling or SamplingOptions()
-        if row.family == "sampling":
-            return self._sample(sources, row, n_best, drafts, options, writings)
-        decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs}
-        return decoders[row.family](sources, row, n_best, drafts, options)
+        with self._turn():
+            if row.family == "sampling":
+                return self._sample(sources, row, n_best, drafts, options, writings)
+            decoders = {"greedy": self._greedy, "beam": self._beam, "sbs": self._sbs}
+            return decoders[row.family](sources, row, n_best, drafts, options)
+
+    def _turn(self) -> contextlib.AbstractContextManager:
+        """What a decode holds while it runs: on the graphs engine, the model's one turn. Its banks of static buffers
+        (graphs.py) hold one cache's slots and one call's tokens at a time, so two decodes at once (two threads, the
+        app's sessions) computed on each other's tokens and slots and gave wrong answers; they take turns. The other
+        engines keep nothing between calls, and their decodes run at once."""
+        return self._graph_turns if isinstance(self.model.numpy_step, GraphStep) else contextlib.nullcontext()
 
     # One per family: (sources, method row, n_best, (drafter, draft_len, n_drafts), sampling knobs).
 

@@ -112,6 +112,44 @@ def test_a_predictor_prints_as_the_call_that_loads_it(copier):
                             "dtype='float32')")
 
 
+def test_decodes_on_the_graphs_engine_take_turns_and_keep_their_own_answers(monkeypatch):
+    """The graphs engine's banks hold one call's tokens and one cache's slots at a time (graphs.py): a decode that
+    began while another was inside a call (two threads, two of the app's sessions) put its tokens and slots in the
+    bank that call computed from, and both got wrong answers. Here the first decode waits inside its first call
+    (up to 2 s) for the second to end; taking turns, the second waits for the first instead."""
+    from molspec_core import graphs
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu", engine="torch")
+    predictor.model.use_cuda_graphs(capture=False)  # the engine's static call, run eagerly (capture needs a GPU)
+    queries = ["CCOc1ccncc1Br", "CC(=O)Nc1ccccc1"]
+    alone = [predictor.predict(q, method="beam", n_best=2).predictions for q in queries]
+    assert alone[0] != alone[1]
+    call, inside, second_ended = graphs._Graph.__call__, threading.Event(), threading.Event()
+
+    def waiting_once(graph):  # the first decode's first call, its tokens in the bank
+        if threading.current_thread().name == "first" and not inside.is_set():
+            inside.set()
+            second_ended.wait(2)
+        return call(graph)
+
+    monkeypatch.setattr(graphs._Graph, "__call__", waiting_once)
+    got: dict[str, object] = {}
+
+    def decode(name: str, query: str) -> None:
+        got[name] = predictor.predict(query, method="beam", n_best=2).predictions
+        if name == "second":
+            second_ended.set()
+
+    first = threading.Thread(target=decode, args=("first", queries[0]), name="first")
+    first.start()
+    assert inside.wait(30)
+    second = threading.Thread(target=decode, args=("second", queries[1]), name="second")
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert [got["first"], got["second"]] == alone
+
+
 def test_query_is_canonicalized_before_decoding(copier):
     result = copier.predict("OCC")
     assert result.ok and result.canonical_query == "CCO"
