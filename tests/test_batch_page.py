@@ -822,3 +822,32 @@ def test_one_rejected_hydride_row_holds_one(copy_models, monkeypatch):
     submit(at, "Run batch")
     assert_clean(at)
     assert "1 of the rejected rows holds a hydride written as one species" in texts(at.info)
+
+
+def test_the_results_csv_is_written_on_its_download_click_not_at_every_redraw(copy_models, monkeypatch):
+    """The CSV download's bytes were written whenever the page was drawn with results on it: after 10,000 queries
+    of beam search (50,000 rows), every click in the sidebar or return to the page wrote the whole file again,
+    seconds each, as the SD and Excel downloads, made on their click, were not. The CSV too is made on its click,
+    and it is the table's safe CSV."""
+    import molspec_core.io as molspec_io
+
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    written, offered = [], {}
+    real_csv, real_button = molspec_io.csv_bytes, st.download_button
+
+    def counting(*args, **kwargs):
+        written.append(args)
+        return real_csv(*args, **kwargs)
+
+    def recording(label, data, **kwargs):
+        offered[label] = data
+        return real_button(label, data, **kwargs)
+
+    monkeypatch.setattr(molspec_io, "csv_bytes", counting)
+    monkeypatch.setattr(st, "download_button", recording)
+    at.run()  # the page drawn again, as a click in the sidebar draws it
+    assert_clean(at)
+    assert written == [] and callable(offered["Download CSV"])
+    assert offered["Download CSV"]() == safe_csv(at.session_state[BATCH].table)

@@ -523,10 +523,11 @@ def show(batch: BatchResult, now: Settings) -> None:
     stem = f"{upload_stem(batch.file_name)}-predictions"
     if batch.done < batch.total:  # a stopped run's files say which rows they hold, as the CLI's .interrupted.csv does
         stem += f"-rows-1-{batch.done}-of-{batch.total}"
+    # Each made on its click, not on every rerun: the CSV of 50,000 answers (10,000 queries, beam 5) took seconds,
+    # written again at each click in the sidebar; the SD file's 2D coordinates and the workbook take longer
     with st.container(horizontal=True):
-        st.download_button("Download CSV", data=safe_csv(table), file_name=f"{stem}.csv", mime="text/csv",
+        st.download_button("Download CSV", data=lambda: safe_csv(table), file_name=f"{stem}.csv", mime="text/csv",
                            on_click="ignore", icon=":material/download:", type="primary")
-        # made on the click (the 2D coordinates of 50,000 answers take a while), not on every rerun
         st.download_button("Download SDF", data=lambda: results_sdf(table), file_name=f"{stem}.sdf",
                            mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
                            help="A record per row of the table: the answer's structure with 2D coordinates and "
