@@ -1750,6 +1750,8 @@ def check_model_names(names: list[str]) -> None:
     seen: dict[str, str] = {}
     for name in names:
         folder = model_folder(name).absolute().name  # as Predictor.path names it
+        if folder in seen and os.path.realpath(model_folder(seen[folder])) == os.path.realpath(model_folder(name)):
+            raise ValueError(f"--model {name} is given twice (as --model {seen[folder]} too): give each model once")
         if folder in seen:
             raise ValueError(f"--model {seen[folder]} and --model {name} are both named {folder}, and a request names "
                              "a model by its folder's name: give folders of different names")

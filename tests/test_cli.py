@@ -2787,6 +2787,11 @@ def test_serve_refuses_two_models_of_one_name_before_loading_them(tmp_path, caps
     expect_refused(["serve", "--model", tmp_path / "a" / "export", "--model", tmp_path / "b" / "export", "--port", "0"],
                    capsys, f"--model {tmp_path / 'a' / 'export'} and --model {tmp_path / 'b' / 'export'} are both "
                    "named export, and a request names a model by its folder's name: give folders of different names")
+    # one folder given twice (here once through a link) was told to be two folders to rename
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    expect_refused(["serve", "--model", tmp_path / "a" / "export", "--model", tmp_path / "link" / "export", "--port",
+                    "0"], capsys, f"--model {tmp_path / 'link' / 'export'} is given twice (as --model "
+                   f"{tmp_path / 'a' / 'export'} too): give each model once")
 
 
 def test_predict_says_which_column_of_a_table_it_read_the_queries_from(tmp_path, capsys):
