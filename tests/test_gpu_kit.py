@@ -500,6 +500,32 @@ def test_unpack_checks_every_part_before_it_replaces_the_previous_export(kit, tm
     assert sorted(p.name for p in previous.parent.iterdir()) == ["export"]
 
 
+def test_unpack_refuses_an_earlier_export_of_the_run_it_holds_a_later_one_of(kit, tmp_path, capsys):
+    """Command 1's collect (insurance) unpacked after command 2's replaced the block's final weights with those of
+    its minute 6, and gpu/resume/<task> with them: the next block would have resumed from there, its minutes spent
+    again. Another run's export (a new schedule from --init) still replaces it."""
+    write_splits(tmp_path / "data", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:1]}, {"task": "forward"})
+    quick = dict(data=str(tmp_path / "data"), preset="tiny", max_tokens=64, val_greedy_rows=1, eval_every=1, threads=1)
+    train(TrainConfig(out=str(tmp_path / "run"), max_steps=2, **quick))
+
+    def parts(name: str, export: Path) -> Path:
+        write_parts(tmp_path / name, "forward", {f"export/{f.name}": f.read_bytes() for f in export.iterdir()}, 20_000)
+        return tmp_path / name
+
+    early = parts("early", tmp_path / "run" / "export")
+    train(TrainConfig(out=str(tmp_path / "run"), max_steps=4, **quick))
+    kit.main(["unpack", str(parts("final", tmp_path / "run" / "export"))])
+    final = {f.name: f.read_bytes() for f in (tmp_path / "runs" / "gpu_forward" / "export").iterdir()}
+    with pytest.raises(SystemExit, match=r"forward: .*gpu_forward/export holds a later export of the same run \(step "
+                                         r"4\) than the parts in .*early \(step 2\): .*nothing was replaced"):
+        kit.main(["unpack", str(early)])
+    for folder in (tmp_path / "runs" / "gpu_forward" / "export", tmp_path / "gpu" / "resume" / "forward"):
+        assert {f.name: f.read_bytes() for f in folder.iterdir()} == final
+    train(TrainConfig(out=str(tmp_path / "other"), max_steps=2, seed=1, **quick))
+    kit.main(["unpack", str(parts("other_run", tmp_path / "other" / "export"))])
+    assert "forward: step 2" in capsys.readouterr().out
+
+
 def test_stage_keeps_the_shipped_weights_from_travelling_and_unstage_puts_them_back(kit, tmp_path, monkeypatch):
     """What travels with a device command is the tracked tree: `stage` takes models/ out of it (and ignores the
     folder, so it is not sent as untracked either), twice without harm; `unstage` leaves the checkout as it was."""

@@ -272,6 +272,12 @@ def cmd_unpack(args: argparse.Namespace) -> None:
             except ValueError as exc:
                 raise SystemExit(f"{task}: the parts in {folder} hold no export/ with a readable train_state.json "
                                  f"({exc}); nothing was replaced") from None
+            for dest in (gpu_run(task) / "export", GPU_DIR / "resume" / task):
+                if (later := _later_step(state, dest)) is not None:  # block 1's collect unpacked after block 2's
+                    raise SystemExit(f"{task}: {dest} holds a later export of the same run (step {later}) than the "
+                                     f"parts in {folder} (step {state['step']}): they would replace it with older "
+                                     f"weights, from which the next block would resume; nothing was replaced (move "
+                                     f"{dest} away to unpack them all the same)")
             summary = f"step {state['step']}, {state['seconds'] / 60:.1f} min, last validation {state['history'][-1:]}"
             try:  # a tar cut short may still list its first members: the weights must load, every one finite
                 checkpoint.load(export)
@@ -283,6 +289,22 @@ def cmd_unpack(args: argparse.Namespace) -> None:
             for dest in (gpu_run(task) / "export", GPU_DIR / "resume" / task):
                 _replace_with_copy(export, dest)
             print(f"{task}: {summary}")
+
+
+def _later_step(state: dict, dest: Path) -> int | None:
+    """The step of the export in `dest` where it is a later one of the run `state` (a train_state.json) is an export
+    of: its validations begin with all of state's (one at least: a run's first exports have none, and cannot be told
+    from another run's) and it has made more steps; else None."""
+    from molspec_core.train import read_state
+
+    try:
+        held = read_state(dest)
+    except ValueError:  # none there, or not an export
+        return None
+    history = state["history"]
+    if history and held["history"][:len(history)] == history and held["step"] > state["step"]:
+        return held["step"]
+    return None
 
 
 def _replace_with_copy(source: Path, dest: Path) -> None:
