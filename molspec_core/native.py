@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -124,9 +125,7 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     missing = [flag for flag in CPU_FLAGS if flag not in _cpu_flags()]
     if missing:
         raise NativeUnavailable(f"this CPU lacks {', '.join(missing)}, which the C step needs")
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise NativeUnavailable("no C compiler found (cc or gcc; or set CC)")
+    compiler = _compiler()
     source = SOURCE.read_bytes()
     cpu = " ".join(sorted(_cpu_flags()))  # -march=native builds for this CPU kind
     for flags in (CFLAGS + ISA_FLAGS[isa] + (OPENMP,), CFLAGS + ISA_FLAGS[isa]):
@@ -136,8 +135,9 @@ def _library(isa: str = "native") -> ctypes.CDLL:
             break
         try:
             _build(compiler, flags, target)
-        except OSError as exc:  # an unwritable cache folder, a compiler that cannot be started
-            raise NativeUnavailable(f"building the C step into {target.parent} failed: {exc}") from None
+        except OSError as exc:  # an unwritable cache folder (_compiler checked that the compiler can be run)
+            raise NativeUnavailable(f"building the C step into {target.parent} failed: {exc}; set XDG_CACHE_HOME to "
+                                    "a folder that can be written (the build goes into its molspec/ folder)") from None
         except NativeUnavailable as exc:
             if OPENMP not in flags:
                 raise
@@ -171,11 +171,28 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     return library
 
 
-def _build(compiler: str, flags: tuple[str, ...], target: Path) -> None:
+def _compiler() -> list[str]:
+    """The C compiler's command: $CC read as a command line, as make reads it ("ccache gcc", "gcc -m64"), else cc or
+    gcc. CC="ccache gcc" was run as one program of that name, and a CC naming no program was told as a failure of
+    the cache folder ("building the C step into ~/.cache/molspec failed"), whose remedy is another."""
+    named = os.environ.get("CC", "").strip()
+    if not named:
+        found = shutil.which("cc") or shutil.which("gcc")
+        if found is None:
+            raise NativeUnavailable("no C compiler found (cc or gcc; or set CC)")
+        return [found]
+    command = shlex.split(named)
+    if shutil.which(command[0]) is None:
+        raise NativeUnavailable(f"CC={named!r} names no program that can be run here; set CC to a C compiler (or "
+                                "leave it unset: cc or gcc is taken)")
+    return command
+
+
+def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # built aside, then renamed: atomic
         built = Path(tmp) / target.name
-        result = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
+        result = subprocess.run([*compiler, *flags, str(SOURCE), "-o", str(built), "-lm"],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise NativeUnavailable(f"compiling {SOURCE.name} failed: {result.stderr.strip()[:500]}")
@@ -381,7 +398,9 @@ class NativeStep(NumpyStep):
             raise NativeUnavailable(reason)
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         if not fp16_exact(model.embed.weight, *(lin.weight for lin in linears)):
-            raise NativeUnavailable("the C step reads weights as float16, and these weights are not float16 values")
+            raise NativeUnavailable("the C step reads weights as float16, and these weights are not float16 values; "
+                                    "a model folder written in float16 has them: the shipped models, a training run's "
+                                    "export/ folder (its last/ and best/ are float32), average --float16's output")
         if model.cfg.d_model % 16:
             raise NativeUnavailable(f"the C step needs a model width that is a multiple of 16, not {model.cfg.d_model}")
         super().__init__(model)

@@ -7,6 +7,8 @@ depend on the other tokens or rows of the call.
 """
 import dataclasses
 import itertools
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -144,12 +146,16 @@ def test_decoders_really_take_the_native_step(copy_model, monkeypatch):
     assert len(calls) == 1 and max(r.stats.model_calls for r in results) > 1
 
 
-def test_weights_not_float16_values_are_refused_with_the_reason():
+def test_weights_not_float16_values_are_refused_with_the_reason_and_where_such_weights_are():
+    """A training run's last/ and best/ are float32: given one, --engine native and --dtype int8 said only that the
+    weights are not float16 values. The refusal names the folders whose weights are."""
     model = random_model(3)
     with torch.no_grad():
         model.decoder[0].ff.up.weight[0, 0] += 1e-4
-    with pytest.raises(NativeUnavailable, match="float16"):
+    with pytest.raises(NativeUnavailable, match="float16") as refused:
         model.use_numpy_step(native=True)
+    assert "; a model folder written in float16 has them: the shipped models, a training run's export/ folder" \
+        in str(refused.value)
 
 
 @pytest.fixture()
@@ -164,15 +170,28 @@ def fresh_build(monkeypatch, tmp_path):
 @pytest.mark.parametrize("cause, setup", [
     ("lacks", lambda mp: mp.setattr(native, "_cpu_flags", lambda: {"avx2"})),
     ("compiling decoder_step.c failed", lambda mp: mp.setenv("CC", "false")),
-    ("building the C step into", lambda mp: mp.setenv("XDG_CACHE_HOME", "/dev/null/cache")),  # not a folder
-    ("building the C step into", lambda mp: mp.setenv("CC", "/no/such/compiler")),
+    # not a folder: the remedy names the variable that moves the build
+    ("building the C step into /dev/null/cache/molspec failed: .*; set XDG_CACHE_HOME to a folder that can be "
+     "written", lambda mp: mp.setenv("XDG_CACHE_HOME", "/dev/null/cache")),
+    # said to be the cache folder's failure before, and the remedy for a compiler that cannot be run is CC
+    ("CC='/no/such/compiler' names no program that can be run here; set CC to a C compiler",
+     lambda mp: mp.setenv("CC", "/no/such/compiler")),
 ])
 def test_where_it_cannot_run_auto_takes_numpy_and_native_says_why(fresh_build, monkeypatch, cause, setup):
     setup(monkeypatch)
-    assert cause in native.native_unavailable()
+    assert re.search(cause, native.native_unavailable())
     assert Predictor.load("retro", "cpu").engine == "numpy"
     with pytest.raises(ValueError, match=f"engine native cannot run here: .*{cause}"):
         Predictor.load("retro", "cpu", engine="native")
+
+
+def test_cc_is_read_as_a_command_line_as_make_reads_it(monkeypatch):
+    """CC="ccache gcc" (a compiler behind a cache) was run as one program named 'ccache gcc', and the C step did not
+    build; it is read as make reads it. Unset or blank, cc or gcc is taken."""
+    monkeypatch.setenv("CC", "env  cc -O2")
+    assert native._compiler() == ["env", "cc", "-O2"]
+    monkeypatch.setenv("CC", " ")
+    assert native._compiler() in ([shutil.which("cc")], [shutil.which("gcc")])
 
 
 def test_built_into_the_cache_once(fresh_build):
