@@ -104,10 +104,9 @@ OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "dra
                                         "batch_size": (int,), "augment": (int,), "ion_writing": (bool,),
                                         "time_limit_s": (int, float)}
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingOptions) if f.name != "draft_len")  # draft_len above
-# Predictor.predict's defaults, for the options a request leaves out
-PREDICT_DEFAULTS = {name: parameter.default
-                    for name, parameter in inspect.signature(Predictor.predict).parameters.items()
-                    if parameter.default is not inspect.Parameter.empty}
+# Predictor.predict's defaults of the options Predictor.check_predict checks, for those a request leaves out
+PREDICT_DEFAULTS = {name: inspect.signature(Predictor.predict).parameters[name].default
+                    for name in inspect.signature(Predictor.check_predict).parameters if name != "self"}
 DEFAULT_METHOD = PREDICT_DEFAULTS["method"]  # a request that names none
 REQUEST_KEYS = ("smiles", "model", "round_trip", "round_trip_k", *OPTIONS, *SAMPLING_KEYS)
 
