@@ -1565,6 +1565,7 @@ def column_refusal(file_option: str, path: str, column_option: str, missing: Mis
 def cmd_plan(args: argparse.Namespace) -> int:
     from .io import MissingColumn, OutputFileError, check_output, query_format
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
+    from .scale import stops_deferred
     from .service import Predictor
 
     # the time limit, outputs and the stock first: a refused one costs no model load and no search
@@ -1614,7 +1615,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if partial is not None:
             report_plan(partial, out, csv_out, args.allow_missing_atoms)
         raise  # the boundary's line and exit code follow
-    report_plan(result, out, csv_out, args.allow_missing_atoms)
+    with stops_deferred("once the routes are written"):  # the search is done: a stop now would lose its routes
+        report_plan(result, out, csv_out, args.allow_missing_atoms)
     return 0
 
 

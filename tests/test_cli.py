@@ -2099,6 +2099,29 @@ def test_plan_keeps_the_routes_its_outputs_replace(tmp_path, capsys, caplog):
     capsys.readouterr()
 
 
+def test_a_sigterm_once_the_search_is_done_writes_the_routes_first(tmp_path, capsys, monkeypatch):
+    """A SIGTERM after the search had ended, while its routes were being written, lost them: no JSON, no CSV. They
+    are written, then the stop is obeyed (exit 143)."""
+    from molspec_core import planning
+    from molspec_core.planning import PlanResult, PlanSettings, SearchStats
+
+    result = PlanResult("CCO", (), SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, "stock", 2,
+                        settings=PlanSettings())
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: result)  # the search, done
+    real = planning.routes_json
+
+    def routes_json(*args, **kwargs):  # the routes being written
+        signal.raise_signal(signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "routes_json", routes_json)
+    (tmp_path / "stock.csv").write_text("smiles\nNO\n")
+    assert main(["plan", "--smiles", "CCO", "--stock", str(tmp_path / "stock.csv"), "--model", MODEL, "--forward",
+                 "none", "--out", str(tmp_path / "r.json")]) == 143
+    assert json.loads((tmp_path / "r.json").read_text())["target"] == "CCO" and (tmp_path / "r.csv").is_file()
+    assert "stopping once the routes are written" in capsys.readouterr().err
+
+
 def test_plan_refuses_outputs_whose_backups_it_cannot_write_before_the_models_load(tmp_path, capsys, no_model_load):
     (tmp_path / "r.csv.bak").mkdir()
     expect_refused(["plan", "--smiles", "CCO", "--out", tmp_path / "r.json"], capsys, "r.csv.bak is a folder")
