@@ -330,10 +330,12 @@ def encode_pairs(lines: list[tuple[str, str, str]], vocab: Vocab) -> Pairs:
             [target(pos) for _, pos, _ in lines], [target(neg) for _, _, neg in lines])
 
 
-def load_pairs(path: Path, vocab: Vocab) -> Pairs:
+def load_pairs(path: Path, vocab: Vocab, max_positions: int | None = None) -> Pairs:
     """A pairs file (tools/rank_pairs.py) as token ids. A line holding a token outside the vocabulary is left out,
     as `prepare-data` leaves out such targets. Read before any work: a file that is not there or not text was an
-    error naming neither the file nor the flag ("'utf-8' codec can't decode byte 0xff"), after the model loaded."""
+    error naming neither the file nor the flag ("'utf-8' codec can't decode byte 0xff"), after the model loaded; a
+    line longer than the model's `max_positions` failed at the step that drew it ("sequence longer than the model's
+    1024 positions", naming no file)."""
     if not path.is_file():
         raise ValueError(f"--pairs {path}: " + ("not a file" if path.exists() else "no such file")
                          + " (tools/rank_pairs.py mine writes one)")
@@ -345,11 +347,15 @@ def load_pairs(path: Path, vocab: Vocab) -> Pairs:
         if len(fields) != 3:
             raise ValueError(f"{path}:{number}: a ranking pair is source, product and negative, tab-separated")
         try:
-            for smiles in fields:
-                vocab.encode(smiles)
+            lengths = [len(vocab.encode(smiles)) for smiles in fields]
         except TokenizeError as exc:
             first_left_out = first_left_out or str(exc)
             continue
+        # a product or negative is read with its bos, as a training target is (check_lengths)
+        for side, length in zip(("source", "product", "negative"), (lengths[0], lengths[1] + 1, lengths[2] + 1)):
+            if max_positions is not None and length > max_positions:
+                raise ValueError(f"{path}:{number}: its {side} takes {length} positions, but the model reads at most "
+                                 f"{max_positions}; leave such pairs out")
         kept.append(fields)
     if not lines:  # was "no ranking pair in the model's vocabulary", which sent the user to a vocabulary that was fine
         raise ValueError(f"{path} holds no ranking pairs (tools/rank_pairs.py found none to keep: its summary beside "
@@ -1172,7 +1178,7 @@ def train(cfg: TrainConfig) -> dict:
     plan_free_attention(device)
     use_threads(cfg.threads)
     teacher = load_teacher(Path(cfg.teacher), vocab, device, stats["task"]) if cfg.teacher else None
-    pairs = load_pairs(Path(cfg.pairs), vocab) if cfg.pairs else None
+    pairs = load_pairs(Path(cfg.pairs), vocab, shape.max_positions) if cfg.pairs else None
     torch.manual_seed(cfg.seed)
     created = not out.exists()
     try:

@@ -665,6 +665,22 @@ def test_ranking_pairs_are_read_strictly(tiny_data, tmp_path):
                           pair_weight=0.0))
 
 
+def test_a_ranking_pair_longer_than_the_model_reads_is_refused_before_any_work(tiny_data, tmp_path):
+    """A pairs line past the model's positions failed at the step that drew it, minutes into the run: "sequence longer
+    than the model's 1024 positions", naming neither the file nor the line (check_lengths does so for the data)."""
+    pairs = tmp_path / "pairs.tsv"
+    for line, side, length in (("C" * 1025 + "\tCCO\tCC=O", "source", 1025),
+                               ("CC=O\t" + "C" * 1024 + "\tCC=O", "product", 1025)):
+        pairs.write_text("CC=O\tCCO\tCC=O\n" + line + "\n")
+        with pytest.raises(ValueError, match=rf"pairs.tsv:2: its {side} takes {length} positions, but the model reads "
+                                             r"at most 1024; leave such pairs out$"):
+            train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", pairs=str(pairs),
+                              max_steps=2, threads=1))
+        assert not (tmp_path / "run").exists()
+    pairs.write_text("CC=O\tCCO\tCC=O\n" + "C" * 1024 + "\tCCO\tCC=O\n")  # the longest the model reads
+    assert len(load_pairs(pairs, Vocab.load(tiny_data / "vocab.json"), 1024)[0]) == 2
+
+
 def test_a_run_folder_given_as_teacher_is_named_as_one(tiny_data, tmp_path):
     """--teacher runs/a (the run folder, not its export) said only "runs/a/config.json is missing"."""
     run = tmp_path / "run"
