@@ -50,6 +50,7 @@ DEFAULT_STOCK_TEXT = "the default stock, reactants of at least 2 USPTO-50K train
 STOCK_FILE_TYPES = [suffix.lstrip(".") for suffix in (*SMILES_FILE_SUFFIXES, ".txt", *SD_FILE_SUFFIXES, *CSV_SUFFIXES,
                                                       WORKBOOK_SUFFIX, MACRO_WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX,
                                                       OPEN_DOCUMENT_SUFFIX, *DECOMPRESSORS)]
+ROUND_TRIP_LABEL = "Round-trip check of each step with the forward model"  # the form's toggle, which a refusal names
 # The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
 FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
                  "route_check_atoms": True}
@@ -171,9 +172,15 @@ def run_search(unfinished: Unfinished, target: str, model: str, time_limit_s: fl
     forward_name = forward_model() if round_trip else None
     try:
         predictor = cfg.predictor(model)  # in the sidebar's arithmetic
-        forward = cfg.predictor(forward_name) if forward_name else None
-    except CheckpointError as exc:  # a forward model folder that does not load stopped the search on a traceback
+    except CheckpointError as exc:
         failed(f"Cannot search: {exc}")
+        return
+    try:
+        forward = cfg.predictor(forward_name) if forward_name else None
+    except CheckpointError as exc:  # a forward model folder that does not load stopped the search on a traceback,
+        # then said 'Cannot search:' and the file's fault alone, where the check is optional (the form's toggle)
+        failed(f"Cannot search with the round-trip check: the forward model {forward_name} does not load: {exc}. "
+               f'Until it loads, turn off "{ROUND_TRIP_LABEL}" to search without it.')
         return
     bar = st.progress(0.0, text=progress_text(0.0, 0, time_limit_s))
     note = st.caption(STOP_NOTE)
@@ -646,7 +653,7 @@ def main() -> None:
         time_limit = left.slider("Time budget (s)", 5, 300, step=5, key=key["route_time"])
         algorithm = right.radio("Search", ALGORITHMS, format_func=ALGORITHM_LABELS.get, key=key["route_algorithm"],
                                 horizontal=True)
-        round_trip = st.toggle("Round-trip check of each step with the forward model", key=key["route_round_trip"],
+        round_trip = st.toggle(ROUND_TRIP_LABEL, key=key["route_round_trip"],
                                help="Marks each step ✓ when the forward model gives its product back within its "
                                     "top-k (the sidebar's *Round trip within forward top-k* on the retrosynthesis "
                                     "task; 1 on the forward task); it costs time, and the search does not drop "
