@@ -689,8 +689,9 @@ class Predictor:
     """A loaded model and the call that answers queries with it: `Predictor.load("forward")` (a shipped model's name
     or a model folder), then `predict(smiles or a list, method=..., n_best=...)`.
 
-    One Predictor may be called from several threads at once, and several Predictors live in one process; each
-    call's time limit is its own. It cannot be pickled (__reduce__). RDKit's messages are held back while any call
+    One Predictor may be called from several threads at once (on the graphs engine its decodes take turns: _turn),
+    and several Predictors live in one process; each call's time limit is its own. It cannot be pickled
+    (__reduce__). RDKit's messages are held back while any call
     of the engine runs (chem.quiet_rdkit). RDKit's logging is the process's, and it has no switch for one thread: a
     program's other threads lose their own RDKit messages while a call runs too; a program that needs every one of
     them calls the engine from a process of its own."""
