@@ -951,8 +951,8 @@ class Predictor:
                              f"{len(parts)}: no '>' belongs inside a molecule's SMILES")
         if self.task == "forward" and len(parts) == 3 and not parts[0]:  # '>>CC(=O)N...' was told of the form only
             raise ValueError("the reaction SMILES has no reactants before its first '>': forward prediction reads "
-                             "'reactants>reagents>' (the app and `molspec predict` also take a recorded reaction, "
-                             "'reactants>reagents>product')")
+                             "'reactants>reagents>' (the app, `molspec predict` and `molspec serve` also take a "
+                             "recorded reaction, 'reactants>reagents>product')")
         if self.task == "forward" and len(parts) == 3 and parts[2]:  # a recorded reaction, told to paste molecules
             raise ValueError("this reaction SMILES holds its products, after its second '>': forward prediction "
                              "predicts them from 'reactants>reagents>', so leave them out (the app, `molspec "
