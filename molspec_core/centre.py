@@ -407,13 +407,15 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
     """Trace an untraced product atom whose neighbours are all traced to the one unused reactant that holds its
     element (the methyl of methyl iodide, the nitrogen of ammonia, the carbon of formaldehyde), which shares one atom
     with the product and so no substructure of two: a retrosynthesis answer's methyl iodide was drawn unmarked. Where
-    two unused reactants hold the element (methyl iodide in methanol), which gave the atom is not guessed. Of the
-    reactant's atoms of that element, the one with the fewest bonds to break goes (a peracid's or Oxone's terminal
-    OH oxygen, not the carbonyl's or the sulfonyl's, which was taken for having no hydrogen to lose, the peroxide's
-    O-O bond said to stay and the peracid to leave without its acid group); then one bonded to its own element (the
-    peroxide's O-O, the weak bond), then one whose hydrogens and charge change least. A reactant that gave one atom so
-    (or a counter-ion: _trace_lone_atoms) may give another, and is asked first: bromine or deuterium added across a
-    double bond (the second atom was drawn as leaving), methyl iodide in methanol whose iodide is the product's.
+    several unused reactants hold the element, the one whose atom is made to be given (_given_away: methyl iodide in
+    methanol, thionyl chloride in dichloromethane) gives it, and where none or several are, which did is not guessed.
+    Of the reactant's atoms of that element, the one with the fewest bonds to break goes (a peracid's or Oxone's
+    terminal OH oxygen, not the carbonyl's or the sulfonyl's, which was taken for having no hydrogen to lose, the
+    peroxide's O-O bond said to stay and the peracid to leave without its acid group); then one bonded to its own
+    element (the peroxide's O-O, the weak bond), then one whose hydrogens and charge change least. A reactant that
+    gave one atom so (or a counter-ion: _trace_lone_atoms) may give another, and is asked first: bromine or deuterium
+    added across a double bond (the second atom was drawn as leaving), methyl iodide in methanol whose iodide is the
+    product's.
 
     Where no unused reactant holds the element, a group moved onto it (_migrated_to): a Hofmann rearrangement's
     aniline nitrogen, the benzamide's, was drawn as leaving and the aniline's as from nowhere."""
@@ -428,6 +430,9 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
             continue
         holders = ([k for k in sorted(given) if untraced(k, atom.GetAtomicNum())]
                    or [k for k in sorted(unused | given) if untraced(k, atom.GetAtomicNum())])
+        if len(holders) > 1:  # the one whose atom is made to be given (_given_away), where one is
+            giving = [k for k in holders if any(_given_away(a, atom) for a in untraced(k, atom.GetAtomicNum()))]
+            holders = giving if len(giving) == 1 else holders
         if not holders and (migrated := _migrated_to(atom, molecules, owner, reached)) is not None:
             owner[atom.GetIdx()] = migrated
             reached.add(migrated)
@@ -440,6 +445,27 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
         reached.add(owner[atom.GetIdx()])
         given.add(k)
         unused.discard(k)
+
+
+LEAVING_HALOGENS = (17, 35, 53)  # Cl, Br, I: a leaving group on a carbon; a halogen a reagent gives off another atom
+
+
+def _given_away(atom: Chem.Atom, given: Chem.Atom) -> bool:
+    """Whether a reactant's atom is one a reagent is made to give, as the product atom `given`: an alkylating agent's
+    carbon, bonded to a halogen or to a sulfonate's or sulfate's oxygen, with the hydrogens it has in the product (the
+    CH3 of methyl iodide, methyl tosylate or dimethyl sulfate for a methyl, not dichloromethane's CH2); a halogen
+    bonded to an atom other than carbon or to an acyl-like carbon (_holds_on 0: thionyl chloride, NBS, oxalyl
+    chloride). A solvent's atoms are none of these (methanol's, DMF's, THF's carbon; dichloromethane's or chloroform's
+    chlorine, on a carbon that keeps it), and where a solvent and a reagent could give a methyl or a chlorine, the
+    reagent did: the two were left untraced (_trace_bonded_lone_atoms). (Nor is a halide ion or a hydrogen halide:
+    a workup's chloride beside hexachloroethane, the chlorine a lithiated arene takes, would have been taken.)"""
+    bonded = atom.GetNeighbors()
+    if atom.GetAtomicNum() == 6:
+        return atom.GetTotalNumHs() == given.GetTotalNumHs() and any(
+            n.GetAtomicNum() in LEAVING_HALOGENS or (n.GetAtomicNum() == 8 and any(m.GetAtomicNum() == 16
+                                                                          for m in n.GetNeighbors())) for n in bonded)
+    return atom.GetAtomicNum() in LEAVING_HALOGENS and bool(bonded) and all(n.GetAtomicNum() != 6 or not _holds_on(n)
+                                                                    for n in bonded)
 
 
 def _migrated_to(atom: Chem.Atom, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],

@@ -276,10 +276,28 @@ def test_a_reactant_that_gives_one_atom_is_marked_on_a_retrosynthesis_answer(rea
     assert symbols(reactants, found.leaving_atoms) == leaving
 
 
-def test_a_one_atom_gift_two_reactants_could_give_is_not_guessed():
-    found = reaction_centre("CI.CO.Oc1ccccc1", "COc1ccccc1")  # methyl iodide in methanol: which gave the methyl?
+@pytest.mark.parametrize("reactants, product, centre, leaving", [
+    ("CI.CO.Oc1ccccc1", "COc1ccccc1", ["C", "O"], ["I"]),  # methyl iodide in methanol
+    ("CI.CN(C)C=O.ClCCl.Oc1ccccc1", "COc1ccccc1", ["C", "O"], ["I"]),  # in DMF or dichloromethane
+    ("COS(=O)(=O)OC.CO.Oc1ccccc1", "COc1ccccc1", ["C", "O"], ["C", "O", "O", "O", "O", "S"]),  # dimethyl sulfate
+    ("O=S(Cl)Cl.ClCCl.OC(=O)c1ccccc1", "O=C(Cl)c1ccccc1", ["C", "Cl"], ["Cl", "O", "O", "S"]),  # thionyl chloride
+])
+def test_a_one_atom_gift_a_solvent_could_give_too_is_the_reagents(reactants, product, centre, leaving):
+    """Methyl iodide in methanol (or DMF, or dichloromethane) gave an O-methyl ether whose methyl was left untraced,
+    the methyl iodide unmarked, as any of them could have given it: the reagent's atom is made to be given, a carbon
+    on a leaving group, a chlorine on a sulfur (centre._given_away), and the solvent's is not."""
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms
+    assert symbols(reactants, found.reactant_atoms) == centre
+    assert symbols(reactants, found.leaving_atoms) == leaving
+
+
+def test_a_one_atom_gift_two_reactants_could_give_alike_is_not_guessed():
+    found = reaction_centre("CO.CCO.Oc1ccccc1", "COc1ccccc1")  # two alcohols: neither is made to give its carbon
     assert found is not None and found.traced == found.atoms - 1
-    assert symbols("CI.CO.Oc1ccccc1", found.reactant_atoms) == ["O"] and not found.leaving_atoms
+    assert symbols("CO.CCO.Oc1ccccc1", found.reactant_atoms) == ["O"] and not found.leaving_atoms
+    found = reaction_centre("CI.ICI.Oc1ccccc1", "COc1ccccc1")  # two alkyl iodides: the methyl's hydrogens tell
+    assert found is not None and found.traced == found.atoms
 
 
 def test_a_ring_closed_onto_an_aniline_keeps_the_aniline_ring_unmarked():
