@@ -348,8 +348,43 @@ def _decode_stream(raw: IO[bytes], name: str, structures: bool = False) -> str:
             return data.decode("cp1252", errors="replace")  # its 5 undefined bytes read as U+FFFD
         line = data.count(b"\n", 0, exc.start) + 1
         advice = "" if structures else " (in Excel: CSV UTF-8)"
-        raise InputFileError(f"{name} is not UTF-8 text: line {line:,} (byte {exc.start:,}) cannot be decoded; save "
-                             f"the file as UTF-8{advice}") from None
+        raise InputFileError(_not_text(data, name) or f"{name} is not UTF-8 text: line {line:,} (byte {exc.start:,}) "
+                             f"cannot be decoded; save the file as UTF-8{advice}") from None
+
+
+# What a file read as text may be instead, by its first bytes (_not_text): a compression read where the name says so
+# (DECOMPRESSORS), ones not read, and a zip (an archive, or an Excel workbook)
+COMPRESSED_MAGIC = {b"\x1f\x8b": ("gzip", ".gz"), b"\xfd7zXZ\x00": ("xz", ".xz")}
+UNREAD_MAGIC = {b"BZh": "bzip2-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed",
+                b"7z\xbc\xaf\x27\x1c": "a 7-Zip archive", b"Rar!\x1a\x07": "a RAR archive"}
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _not_text(data: bytes | bytearray, name: str) -> str | None:
+    """What a file that is not text is and what to do, where its first bytes show a compression or an archive (a zipped
+    CSV, a gzipped file named without .gz, an Excel workbook named .csv); None otherwise. Such a file was refused as
+    'not UTF-8 text: line 1 (byte 10) ...; save the file as UTF-8 (in Excel: CSV UTF-8)', which mends none of them."""
+    head = bytes(data[:8])
+    named = name != STDIN_NAME  # a file, which can be named as read; standard input cannot
+    for magic, (compression, suffix) in COMPRESSED_MAGIC.items():
+        if head.startswith(magic):
+            rename = f"name it {name}" if named else "give it as a file named *"
+            return f"{name} is {compression}-compressed: {rename}{suffix}, which is read decompressed"
+    for magic, what in UNREAD_MAGIC.items():
+        if head.startswith(magic):
+            return (f"{name} is {what}, which is not read here: decompress it, and give the file inside (or compress "
+                    "that file with gzip, .gz, or xz, .xz, which are read)")
+    if not head.startswith(ZIP_MAGIC):
+        return None
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            workbook = "xl/workbook.xml" in archive.namelist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        workbook = False
+    if workbook:
+        rename = f"name it {Path(name).stem}" if named else "give it as a file named *"
+        return f"{name} is an Excel workbook under another name: {rename}{WORKBOOK_SUFFIX}, which is read as one"
+    return f"{name} is a zip archive, not text: unzip it and give the file inside (a .gz or .xz file is read as it is)"
 
 
 def text_lines(text: str) -> list[str]:

@@ -226,6 +226,41 @@ def test_a_file_that_is_not_utf8_is_refused_with_the_line_to_mend(tmp_path):
         read_queries(tmp_path / "latin1.csv")
 
 
+def compressed(kind: str, text: bytes) -> bytes:
+    """`text` zipped (as z.csv inside), bzip2- or gzip-compressed, or a workbook of one cell per line."""
+    import bz2
+
+    if kind == "zip":
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("z.csv", text)
+        return buffer.getvalue()
+    if kind == "xlsx":
+        buffer = io.BytesIO()
+        pd.DataFrame({"smiles": text.decode().split()[1:]}).to_excel(buffer, index=False)
+        return buffer.getvalue()
+    return bz2.compress(text) if kind == "bz2" else gzip.compress(text)
+
+
+@pytest.mark.parametrize("name, kind, told", [
+    ("q.csv.zip", "zip", "q.csv.zip is a zip archive, not text: unzip it and give the file inside"),
+    ("q.csv.bz2", "bz2", "q.csv.bz2 is bzip2-compressed, which is not read here: decompress it"),
+    ("q.csv", "gzip", "q.csv is gzip-compressed: name it q.csv.gz"),
+    ("stock.smi", "gzip", "stock.smi is gzip-compressed: name it stock.smi.gz"),
+    ("q.csv", "xlsx", "q.csv is an Excel workbook under another name: name it q.xlsx")])
+def test_a_compressed_or_archived_file_is_said_to_be_one_not_text_to_save_as_utf8(tmp_path, name, kind, told):
+    """A zipped CSV (q.csv.zip), a bzip2 one, a gzipped file without .gz and a workbook named .csv were each refused as
+    'not UTF-8 text: line 1 (byte 10) cannot be decoded; save the file as UTF-8 (in Excel: CSV UTF-8)', advice that
+    mends none of them. They are named for what they are, with what to do."""
+    (tmp_path / name).write_bytes(compressed(kind, b"smiles\nCCO\nCCN\n"))
+    with pytest.raises(InputFileError) as refused:
+        read_queries(tmp_path / name)
+    assert str(refused.value).startswith(told) and "UTF-8" not in str(refused.value)
+    if kind in ("gzip", "xlsx"):  # named as told, it is read
+        renamed = (tmp_path / name).rename(tmp_path / told.rsplit(" ", 1)[1])
+        assert read_queries(renamed).queries == ["CCO", "CCN"]
+
+
 def test_an_sd_file_or_molfile_with_a_windows_1252_title_is_read(tmp_path):
     """ChemDraw writes a title in Windows' code page: a molfile titled Café was refused whole as 'not UTF-8 text'."""
     from rdkit import Chem
