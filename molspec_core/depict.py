@@ -23,7 +23,7 @@ from rdkit.Chem import AllChem, rdAbbreviations, rdCIPLabeler, rdDepictor
 from rdkit.Chem.Draw import rdMolDraw2D
 from rdkit.Geometry import Point2D, Point3D
 
-from .chem import NONMETALS
+from .chem import NONMETALS, RING_TEMPLATES
 from .centre import reaction_centre
 
 # One SMILES token that is an atom: a bracket atom, an organic-subset atom (two-letter halogens
@@ -58,11 +58,6 @@ LIGAND_STEP, LIGAND_STRETCH = 0.25, 5.0
 # NH4+ 1.04): the element and its H, and the small isotope, H count and charge
 LABEL_CHAR, LABEL_SMALL_CHAR = 0.35, 0.18
 MAX_LAYOUTS = 64  # row wrappings tried for a query of many molecules (each costs a pass over them)
-# RDKit's templates for bridged and caged ring systems. Without them DABCO and quinuclidine were drawn as a hexagon
-# with their third bridge straight across it (its carbons labelled C, at 180 degrees), and cubane as three squares in
-# a row, two of its bonds hidden under others; 15 of USPTO-50K's first 1,500 test products are drawn otherwise with
-# them (bridged bicycles, a tropane, a porphyrin), none of the others.
-RING_TEMPLATES = True
 MAX_3D_HEAVY_ATOMS = 100  # bounds embedding time (about 2 s on a CPU at 100); larger predictions are not shown in 3D
 # How long the 3D view waits for a model, all of a query's molecules together. A molecule ETKDG cannot embed took it
 # long to give up (C60: 17 s from random coordinates, then 12 s from the eigenvalue start, all for no picture), and

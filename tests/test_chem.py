@@ -146,6 +146,21 @@ def test_sdf_keeps_every_record_in_order_with_its_title_and_properties():
     assert mols[0].GetConformer().Is3D() is False
 
 
+def test_sdf_draws_a_bridged_ring_system_as_a_chemist_does():
+    """DABCO's SD record had its third bridge laid straight across a hexagon (two carbons at 180 degrees), as the app's
+    pictures had it (chem.RING_TEMPLATES)."""
+    from molspec_core.chem import sdf_text
+
+    supplier = Chem.SDMolSupplier()
+    supplier.SetData(sdf_text([("C1CN2CCN1CC2", "DABCO", {})]))
+    mol = next(supplier)
+    positions = mol.GetConformer().GetPositions()
+    for atom in mol.GetAtoms():
+        vectors = [positions[n.GetIdx()] - positions[atom.GetIdx()] for n in atom.GetNeighbors()]
+        assert all((one * other).sum() / ((one ** 2).sum() * (other ** 2).sum()) ** 0.5 > -0.985
+                   for i, one in enumerate(vectors) for other in vectors[i + 1:])
+
+
 def test_sdf_keeps_stereo_and_no_name_or_value_can_end_a_record_early():
     from molspec_core.chem import sd_records, sdf_text
 
