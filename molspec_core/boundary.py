@@ -14,7 +14,8 @@ import torch
 
 from .entry import INTERRUPTED
 
-EXPECTED_FAILURES = (ValueError, OSError, MemoryError, torch.OutOfMemoryError)
+OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)  # the host's memory, and a GPU's (a RuntimeError)
+EXPECTED_FAILURES = (ValueError, OSError, *OUT_OF_MEMORY)
 
 
 class Terminated(BaseException):
@@ -30,7 +31,7 @@ def terminate(signum: int, frame: object) -> None:
 def describe(exc: BaseException, out_of_memory: str) -> str:
     """An expected failure in one line: `out_of_memory` (what to try) for running out of memory, an OSError's
     reason and file ("No space left on device: runs/x", not "[Errno 28] ..."), else the message."""
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+    if isinstance(exc, OUT_OF_MEMORY):
         return f"out of memory; {out_of_memory}"
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror

@@ -48,6 +48,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import SplitResult, urlsplit
 
+from .boundary import OUT_OF_MEMORY
 from .chem import rdkit_quietly, stereo_notes
 from .io import QueryFile
 from .known import known_rank, with_recorded
@@ -554,7 +555,7 @@ class Handler(BaseHTTPRequestHandler):
         except ClientGone as exc:
             self.close_connection = True
             log.info("%s POST /predict: the client went away before its answer (%s)", self.address_string(), exc)
-        except MemoryError:
+        except OUT_OF_MEMORY:  # a GPU's too: CUDA's out of memory was a 500 'internal error' with a traceback logged
             self._send(HTTPStatus.SERVICE_UNAVAILABLE,
                        {"error": "out of memory; send fewer queries or a smaller n_best"})
         except Exception:  # a bug: logged with its traceback here, and the client is not shown it

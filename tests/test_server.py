@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from conftest import FIXTURES, needs_native
 from molspec_core import chem, cli, server
@@ -610,6 +611,25 @@ def test_a_value_error_from_inside_the_decoder_is_a_logged_500_not_the_clients_4
     running.server_close()
     assert (status, payload) == (500, {"error": "internal error; the server's log has the details"})
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [ValueError]
+
+
+@pytest.mark.parametrize("exhausted", [MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate "
+                                                                      "2.00 GiB")], ids=["host", "gpu"])
+def test_a_request_that_runs_out_of_memory_gets_503_and_what_to_send(models, monkeypatch, exhausted):
+    """A GPU's out of memory (torch.OutOfMemoryError, a RuntimeError, not a MemoryError) was a 500 'internal error'
+    with a traceback in the log, where the host's got 503 and what to send instead."""
+    forward = models["forward"]
+    running = server.serve([forward], "127.0.0.1", 0)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+
+    def exhausting(*args, **kwargs):
+        raise exhausted
+
+    monkeypatch.setattr(forward, "decode", exhausting)
+    status, payload = call(running.server_address[:2], "POST", "/predict", {"smiles": AMIDE})
+    running.shutdown()
+    running.server_close()
+    assert (status, payload) == (503, {"error": "out of memory; send fewer queries or a smaller n_best"})
 
 
 def test_a_client_still_waiting_is_not_taken_for_gone(models):
