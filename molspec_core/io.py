@@ -650,6 +650,8 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
             raise InputFileError(f"{name} is protected by a password (or is an .xls file renamed), which is not read "
                                  "here: in Excel, remove the password or save it as an Excel workbook (.xlsx) or as "
                                  "CSV UTF-8 (.csv)") from None
+        if (text_kind := _text_named_as_workbook(data, name)) is not None:
+            raise InputFileError(text_kind) from None
         raise InputFileError(f"{name} is not an Excel workbook (.xlsx): it is not the zip archive one is "
                              f"({exc})") from None
     if unpacked > WORKBOOK_MAX_XML_BYTES:
@@ -704,6 +706,25 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
     raise MissingColumn(f"{name} needs a sheet with a header row naming a column {_expected(column, names)} (its "
                         f"first row, or one of its first {HEADER_ROWS} under titles); its sheets' first rows hold "
                         f"{'; '.join(headers) or 'nothing'}{advice or _another_name(column, names)}", column)
+
+
+def _text_named_as_workbook(data: bytes | bytearray, name: str) -> str | None:
+    """Why a workbook's name holds text (a CSV a web export named .xlsx), and what to name it: a table where its first
+    line holds a comma, semicolon or tab, else a TXT file; None where it is no UTF-8 text. It was refused as 'not the
+    zip archive one is (File is not a zip file)', which said nothing of what it was."""
+    try:
+        text = bytes(data).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    first = next((line for line in text_lines(text) if line.strip()), "")
+    if not first:  # an empty file (or white space) is no text to name
+        return f"{name} is empty: it holds no workbook" if not data else None
+    kind, read = ("csv", "a table (a CSV)") if any(d in first for d in CSV_DELIMITERS) else ("txt", "one query a line")
+    refusal = f"{name} is not an Excel workbook (.xlsx) but text"
+    if name == STDIN_NAME:
+        return refusal
+    stem = Path(re.sub(r"(?i)\.(gz|xz)$", "", name)).stem
+    return f"{refusal}: name it {stem}.{kind}, which is read as {read}"
 
 
 def _unsaved_formulas(data: bytes | bytearray, title: str, line: int, at: int, records: list[list[str]]

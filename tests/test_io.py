@@ -1452,6 +1452,18 @@ def test_a_sheet_of_queries_without_a_header_row_is_told_to_add_one(tmp_path):
         read_queries(tmp_path / "zip.xlsx")
 
 
+@pytest.mark.parametrize("text, kind", [("smiles,name\nCCO,x\n", "csv"), ("smiles\tname\nCCO\tx\n", "csv"),
+                                         ("CCO\nCCN\n", "txt")])
+def test_text_named_as_a_workbook_is_told_to_be_named_for_what_it_is(tmp_path, text, kind):
+    """A CSV a web export named .xlsx was refused as 'not an Excel workbook (.xlsx): it is not the zip archive one is
+    (File is not a zip file)', which said nothing of what it was, nor how to read it."""
+    (tmp_path / "export.xlsx").write_text(text)
+    with pytest.raises(InputFileError, match=re.escape(
+            f"export.xlsx is not an Excel workbook (.xlsx) but text: name it export.{kind}, which is read as ")):
+        read_queries(tmp_path / "export.xlsx")
+    assert read_queries((tmp_path / "export.xlsx").rename(tmp_path / f"export.{kind}")).queries[0] == "CCO"
+
+
 def test_a_macro_workbook_is_read_as_a_workbook_and_an_opendocument_sheet_is_refused_with_what_to_do(tmp_path):
     """A workbook with macros (.xlsm) and LibreOffice's spreadsheet (.ods) were read as TXT, and refused as text that
     is not UTF-8, to be saved "as UTF-8"."""
