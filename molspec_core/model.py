@@ -445,8 +445,10 @@ class Seq2SeqTransformer(nn.Module):
             with NUMPY_BLAS.held(self.blas_threads):
                 return step(tokens, cache, in_place, cross_attention)
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function
-            raise ValueError(f"dtype {self.numpy_step.dtype} decodes one draft per row; a method that verifies "
-                             "several drafts per call (as the paper's) needs float32")
+            raise ValueError(f"dtype {self.numpy_step.dtype} computes calls of one branch a row, with room in the "
+                             "cache (the C step's); several drafts a row are fed as rows of their own, each on a copy "
+                             "of its row's cache (decoding.greedy.verify_as_rows, as the spec-* methods and sbs-exact "
+                             "do)")
         if in_place is not None and in_place.start is not None:
             positions = torch.arange(in_place.start, in_place.upto, device=tokens.device).expand(batch, t_new)
         else:

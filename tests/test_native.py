@@ -418,6 +418,19 @@ def test_int8_decodes_greedy_calls_of_several_drafts_as_greedy(copy_model):
     assert sum(r.stats.draft_tokens_accepted for r in drafted) > 0
 
 
+def test_an_int8_call_of_several_branches_a_row_is_refused_in_words_that_hold(copy_model):
+    """model.decode refused an int8 call of several branches a row saying that 'a method that verifies several
+    drafts per call (as the paper's) needs float32', untrue since greedy.verify_as_rows (spec-paper runs in int8,
+    above): the refusal says how such a call is made in int8."""
+    model = on_engine(copy_model[0], "native-int8")
+    cache, _ = start(model, [[4, 5, 6, 7]], padding=4)
+    with pytest.raises(ValueError) as refused:
+        model.decode(torch.tensor([[[4, 5, 6], [6, 7, 4]]]), cache)  # (1 row, 2 branches, 3 tokens)
+    assert "needs float32" not in str(refused.value)
+    assert "as rows of their own, each on a copy of its row's cache (decoding.greedy.verify_as_rows" \
+        in str(refused.value)
+
+
 def test_an_int8_predictor_decodes_several_drafts_per_call_as_int8_greedy(copy_model, tmp_path):
     """predict refused the paper's drafts and n_drafts > 1 under int8 ('verifies 25 drafts per call here, and int8
     arithmetic verifies one'), and methods() left spec-paper out, though since 1883bf9 the C step verifies each
