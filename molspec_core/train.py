@@ -1055,18 +1055,33 @@ def writing(folder: Path, step: int, last: Path, export_dir: Path) -> Iterator[N
             from None
 
 
-def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer | None) -> dict:
-    """Weights (and optimizer moments, if the folder has them and an optimizer is given) + counters."""
+def moment_keys(model: Seq2SeqTransformer, layer_decay: float) -> dict[str, str]:
+    """Each parameter's name -> the "group.index" its optimizer moments are saved under (save_state) by a run with
+    this --layer-decay: 1 puts every parameter in one group, any other value groups them by layer (layer_groups)."""
+    names = {id(param): name for name, param in model.named_parameters()}
+    groups = ([list(model.parameters())] if layer_decay == 1 else
+              [group["params"] for group in layer_groups(model, layer_decay)])
+    return {names[id(param)]: f"{i}.{j}" for i, params in enumerate(groups) for j, param in enumerate(params)}
+
+
+def load_state(folder: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer | None,
+               saved_layer_decay: float = 1.0) -> dict:
+    """Weights (and optimizer moments, if the folder has them and an optimizer is given) + counters. The moments
+    find their parameters by name through the grouping of the run that saved them (`saved_layer_decay`): a run
+    continued with --layer-decay switched on or off gave each parameter another's moments (a RuntimeError at the
+    first step where their shapes differ, wrong moments where they agree)."""
     state = read_state(folder)
     trained, _, _ = checkpoint.load(folder)
     model.load_state_dict(trained.state_dict())
     has_moments = any(folder.glob("optimizer*.safetensors"))
     if optimizer is not None and has_moments:
         moments = checkpoint.load_tensors(folder, stem="optimizer")
-        for i, group in enumerate(optimizer.param_groups):
-            for j, param in enumerate(group["params"]):
-                entry = {k.split(".", 2)[2]: v.to(param.device) for k, v in moments.items()
-                         if k.startswith(f"{i}.{j}.")}
+        saved = moment_keys(model, saved_layer_decay)
+        names = {id(param): name for name, param in model.named_parameters()}
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                prefix = saved[names[id(param)]] + "."
+                entry = {k[len(prefix):]: v.to(param.device) for k, v in moments.items() if k.startswith(prefix)}
                 if entry:
                     optimizer.state[param] = entry
     return state
@@ -1205,7 +1220,8 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
             "data_stats": stats}
     state = new_state()
     if start.kind == "last":
-        state = load_state(start.folder, model, optimizer)
+        decay = start.trained_with.get("layer_decay", 1.0)  # a run from before --layer-decay: one group
+        state = load_state(start.folder, model, optimizer, decay if isinstance(decay, (int, float)) else 1.0)
         log.info("resumed from %s at step %d", start.folder, state["step"])
     elif start.kind == "resume":
         state = load_state(start.folder, model, None)

@@ -6,6 +6,7 @@ import logging
 import math
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -458,6 +459,30 @@ def test_a_layer_decay_run_moves_the_lower_layers_less_and_a_factor_outside_0_1_
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="layer-decay"):
             train(TrainConfig(out=str(tmp_path / "bad"), layer_decay=bad, **common))
+
+
+@pytest.mark.parametrize("before,after", [(1.0, 0.5), (0.5, 1.0)])
+def test_a_run_continued_with_layer_decay_switched_keeps_each_parameters_moments(before, after, tiny_data, tmp_path):
+    """The optimizer moments were saved and read back by (group, place in group): continued with --layer-decay
+    switched on or off, each parameter read another's (a RuntimeError at the first step where shapes differ)."""
+    common = dict(data=str(tiny_data), out=str(tmp_path / "run"), preset="tiny", max_tokens=64, warmup=1,
+                  eval_every=1, val_greedy_rows=1, threads=1)
+    train(TrainConfig(layer_decay=before, max_steps=2, **common))
+    shutil.copytree(tmp_path / "run" / "last", tmp_path / "saved")
+    assert train(TrainConfig(layer_decay=after, max_steps=3, **common))["step"] == 3  # was the RuntimeError
+
+    def grouped(model: Seq2SeqTransformer, decay: float) -> list[list[torch.nn.Parameter]]:
+        return [list(model.parameters())] if decay == 1 else [g["params"] for g in layer_groups(model, decay)]
+
+    model = Seq2SeqTransformer(preset("tiny", len(Vocab.load(tiny_data / "vocab.json"))))
+    names = {id(param): name for name, param in model.named_parameters()}
+    saved_as = {names[id(param)]: f"{i}.{j}" for i, params in enumerate(grouped(model, before))
+                for j, param in enumerate(params)}  # save_state's numbering in the first run
+    optimizer = torch.optim.AdamW([{"params": params} for params in grouped(model, after)], lr=0.0)
+    load_state(tmp_path / "saved", model, optimizer, before)
+    saved = checkpoint.load_tensors(tmp_path / "saved", stem="optimizer")
+    for name, param in model.named_parameters():
+        assert torch.equal(optimizer.state[param]["exp_avg_sq"], saved[f"{saved_as[name]}.exp_avg_sq"]), name
 
 
 def test_the_sharpness_probe_moves_the_weights_rho_along_the_unit_gradient_and_back_exactly():
