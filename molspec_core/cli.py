@@ -1540,6 +1540,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if out:
             keep_replaced(out)
             save_report(report, out)
+            # on stderr, as the warnings: standard output stays the markdown table
+            print(f"-> {out} (its chart: {out.with_suffix('.html')})", file=sys.stderr)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
     kept = "the table and the report hold" if out else "the table holds"
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success

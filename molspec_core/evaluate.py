@@ -216,7 +216,6 @@ def timed_out(result: QueryResult) -> bool:
     return result.error is not None and bool(result.canonical_query)
 
 
-
 def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, list[bool]], list[dict], int]:
     """evaluate's per-query lists (_score) at its start: empty, or those of an earlier report's queries (a stopped
     run's, resumed), with the count of its refused queries beyond the ten it lists."""

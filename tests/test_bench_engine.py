@@ -144,6 +144,18 @@ def test_a_sigterm_after_the_last_batch_is_measured_writes_the_whole_report_firs
     assert "stopping once the report is written" in capsys.readouterr().err
 
 
+def test_bench_says_where_it_wrote_the_report_and_its_chart(tmp_path, capsys):
+    """The report and its chart were written without a word of where: the chart's name is made from --out's (--out
+    .json put it at .json.html), and the user was left to find it."""
+    (tmp_path / "src.txt").write_text(QUERIES[0] + "\n")
+    out = tmp_path / ".json"
+    assert main(["bench", "--model", MODEL, "--src", str(tmp_path / "src.txt"), "--methods", "greedy", "--warmup",
+                 "0", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert f"-> {out} (its chart: {tmp_path / '.json.html'})" in printed.err and "->" not in printed.out
+    assert (tmp_path / ".json.html").is_file()
+
+
 def test_a_method_named_twice_is_timed_once_a_batch(monkeypatch):
     """--methods greedy,spec-lookup,spec-lookup decoded spec-lookup twice a batch and kept one of the two times,
     the second, on a cache warm from the first: its speedup over greedy read 2.58x where it was 1.56x."""
