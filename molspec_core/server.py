@@ -88,6 +88,7 @@ PROBE_WAIT_S = 0.05
 STOP_GRACE_S = 10.0
 STOPPING = "the server is stopping; send the request again once it is back"
 CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
+OUT_OF_MEMORY_ADVICE = "out of memory; send fewer queries or a smaller n_best"  # a request that ran out (503)
 # a client's text in the log, its control characters (C0, DEL, C1) written as \xNN: a terminal does not act on them
 CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
@@ -386,6 +387,12 @@ class Service:
                                          "some begun") from None
                     answered = [missed if result is None else result
                                 for result, missed in zip(kept, not_decoded(part, str(exc)))]
+                except OUT_OF_MEMORY:
+                    if not results:  # nothing decoded: the request is refused whole (the handler's 503)
+                        raise
+                    # the windows decoded stand (the 503 dropped minutes of answers); this one and the rest do not
+                    results += not_decoded(slice(part.start, len(queries)), OUT_OF_MEMORY_ADVICE)
+                    break
                 results += answered
         # each query as the client sent it (a recorded reaction's came back as the side the model read, which
         # canonical_query shows); a recorded outcome that is no SMILES: that query's error. An empty query keeps
@@ -556,8 +563,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             log.info("%s POST /predict: the client went away before its answer (%s)", self.address_string(), exc)
         except OUT_OF_MEMORY:  # a GPU's too: CUDA's out of memory was a 500 'internal error' with a traceback logged
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE,
-                       {"error": "out of memory; send fewer queries or a smaller n_best"})
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": OUT_OF_MEMORY_ADVICE})
         except Exception:  # a bug: logged with its traceback here, and the client is not shown it
             log.exception("POST /predict failed")
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; the server's log has the details"})

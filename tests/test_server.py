@@ -632,6 +632,31 @@ def test_a_request_that_runs_out_of_memory_gets_503_and_what_to_send(models, mon
     assert (status, payload) == (503, {"error": "out of memory; send fewer queries or a smaller n_best"})
 
 
+def test_a_request_out_of_memory_after_its_first_window_keeps_the_windows_decoded(models, monkeypatch):
+    """Out of memory in a later window, the whole request got 503, the answers of the windows decoded before it
+    (minutes of a GPU's beam search) dropped. They stand; this window's queries and the rest say why they were not
+    decoded. Out of memory in the first window, it is refused whole (503), as before."""
+    forward = models["forward"]
+    decode, windows = forward.predict, []
+
+    def out_in_the_second(queries, **options):  # type: ignore[no-untyped-def]
+        windows.append(list(queries))
+        if len(windows) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return decode(queries, **options)
+
+    monkeypatch.setattr(forward, "predict", out_in_the_second)
+    queries = [AMIDE, "CC(=O)O.OCC", "Brc1ccccc1.OB(O)c1ccccc1"]
+    result = server.Service({"forward": forward}).predict({"smiles": queries, "batch_size": 1})["results"]
+    assert windows == [[q] for q in queries[:2]]
+    assert [r["query"] for r in result] == queries and result[0]["predictions"][0]["smiles"] == "CC(=O)NCc1ccccc1"
+    assert [r["error"] for r in result] == [None] + ["not decoded: out of memory; send fewer queries or a smaller "
+                                                     "n_best; send this query again"] * 2
+    windows[:] = [["a window"]]  # the next is the second: out of memory in the request's first window
+    with pytest.raises(torch.OutOfMemoryError):
+        server.Service({"forward": forward}).predict({"smiles": queries, "batch_size": 1})
+
+
 def test_a_client_still_waiting_is_not_taken_for_gone(models):
     service = server.Service({"forward": models["forward"]})
     looked: list[int] = []
