@@ -149,10 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--n-best", type=at_least(1, MAX_N_BEST), default=1, help=f"answers per query "
                        f"({readers_of('n_best')}; calibrate: 5 for those, else 1, unless given; bench: beam, sbs and "
                        "sbs-exact only, its sampling methods are timed on one sample a query)")
+        # calibrate refuses both: it decodes with each method's own drafts (cmd_calibrate)
         p.add_argument("--draft-len", type=at_least(0, MAX_DRAFT_LEN), default=None, help=f"tokens in a draft "
-                       f"({readers_of('draft_len')}; default: the method's; 0: no drafts)")
+                       f"({readers_of('draft_len')}; default: the method's; 0: no drafts; calibrate refuses it)")
         p.add_argument("--n-drafts", type=at_least(1, MAX_N_DRAFTS), default=None, help=f"drafts verified per call "
-                       f"({readers_of('n_drafts')}; default: the method's)")
+                       f"({readers_of('n_drafts')}; default: the method's; calibrate refuses it)")
         p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE, help="queries decoded "
                        f"together, {batches} (default %(default)s)")
         p.add_argument("--temperature", type=float, default=SamplingOptions.temperature,

@@ -1088,6 +1088,16 @@ def test_each_decoding_knobs_help_names_the_methods_that_read_it(command):
         assert f"({readers_of(knob)}" in helps[knob], (knob, helps[knob])
 
 
+def test_the_draft_knobs_helps_say_that_calibrate_refuses_them(capsys, no_model_load):
+    """calibrate --help offered --draft-len and --n-drafts as any command's, and calibrate refuses both."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for knob in ("draft_len", "n_drafts"):
+        assert "calibrate refuses it" in next(a for a in commands["calibrate"]._actions if a.dest == knob).help
+    expect_refused(["calibrate", "--model", MODEL, "--src", "v.src", "--tgt", "v.tgt", "--n-drafts", "2"], capsys,
+                   "leave out --draft-len and --n-drafts")
+
+
 def test_bench_batch_size_help_says_how_its_batches_are_cut():
     """bench's --batch-size said its batches were cut from queries of like length, as predict's are; bench cuts them
     in file order unless --by-length."""
