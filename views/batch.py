@@ -7,6 +7,7 @@ and counted apart from the queries.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -185,6 +186,12 @@ class BatchResult:
     @property
     def n_rejected(self) -> int:
         return len(self.rejected)
+
+    @functools.cached_property
+    def csv(self) -> bytes:
+        """The table's safe CSV, written once for these results: the page is drawn again at each click in the sidebar,
+        and the CSV of 50,000 rows (10,000 queries, beam search 5) took seconds each time."""
+        return safe_csv(self.table)
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -523,11 +530,13 @@ def show(batch: BatchResult, now: Settings) -> None:
     stem = f"{upload_stem(batch.file_name)}-predictions"
     if batch.done < batch.total:  # a stopped run's files say which rows they hold, as the CLI's .interrupted.csv does
         stem += f"-rows-1-{batch.done}-of-{batch.total}"
-    # Each made on its click, not on every rerun: the CSV of 50,000 answers (10,000 queries, beam 5) took seconds,
-    # written again at each click in the sidebar; the SD file's 2D coordinates and the workbook take longer
     with st.container(horizontal=True):
-        st.download_button("Download CSV", data=lambda: safe_csv(table), file_name=f"{stem}.csv", mime="text/csv",
+        # Its bytes go with the page, written once (BatchResult.csv). Made on the click (4e390b9), it failed a click in
+        # the second after a run's end: the run's watcher draws the page again then, which replaces a deferred file,
+        # and the click asked for the one replaced; bytes drawn again keep their file.
+        st.download_button("Download CSV", data=batch.csv, file_name=f"{stem}.csv", mime="text/csv",
                            on_click="ignore", icon=":material/download:", type="primary")
+        # made on the click (the 2D coordinates of 50,000 answers take a while), not on every rerun
         st.download_button("Download SDF", data=lambda: results_sdf(table), file_name=f"{stem}.sdf",
                            mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
                            help="A record per row of the table: the answer's structure with 2D coordinates and "
