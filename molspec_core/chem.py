@@ -329,8 +329,9 @@ def _problem_in_words(problem, smiles: str, mol) -> str:
     start, end = spans[problem.GetAtomIdx()]
     atom = f"the {smiles[start:end]} at position {start + 1}"
     if problem.GetType() == "AtomValenceException":
-        onium = _uncharged_onium(mol.GetAtomWithIdx(problem.GetAtomIdx()))
-        return f"{atom} has more bonds than it can{onium} (RDKit: {said}, counting atoms from 0)"
+        why = _uncharged_onium(mol.GetAtomWithIdx(problem.GetAtomIdx())) or _ions_bonded(
+            mol.GetAtomWithIdx(problem.GetAtomIdx()), smiles, spans)
+        return f"{atom} has more bonds than it can{why} (RDKit: {said}, counting atoms from 0)"
     if problem.GetType() == "AtomKekulizeException":
         return f"{atom} is written aromatic (lowercase) but is in no ring (RDKit: {said}, counting atoms from 0)"
     return f"{atom}: {said} (RDKit counts atoms from 0)"
@@ -353,6 +354,30 @@ def _uncharged_onium(atom) -> str:
         return ""
     written = f"[{atom.GetSymbol()}{'H' if hydrogens else ''}{hydrogens if hydrogens > 1 else ''}{sign}]"
     return f": {name} with {bonds} bonds is charged, as {written}"
+
+
+def _ions_bonded(atom, smiles: str, spans: list[tuple[int, int]]) -> str:
+    """For a charged atom bonded to one of the opposite charge ([Na+][Cl-], [NH4+][Cl-]: a salt's ions written side by
+    side), a clause saying that the two are bonded, with the SMILES written with the two apart where RDKit reads that,
+    else "". The atom is unsanitized, numbered as `spans` are."""
+    charge = atom.GetFormalCharge()
+    other = next((n for n in atom.GetNeighbors() if n.GetFormalCharge() * charge < 0), None)
+    if other is None:
+        return ""
+    start, end = spans[other.GetIdx()]
+    apart = Chem.RWMol(atom.GetOwningMol())
+    # every such pair of the SMILES apart ([Ca+2]([Cl-])[Cl-] has two), where one of them has too many bonds (a nitro
+    # group's N+ and O- are bonded rightly)
+    crowded = {problem.GetAtomIdx() for problem in Chem.DetectChemistryProblems(apart)
+               if problem.GetType() == "AtomValenceException"}
+    for bond in list(apart.GetBonds()):
+        if bond.GetBeginAtom().GetFormalCharge() * bond.GetEndAtom().GetFormalCharge() < 0 and crowded & {
+                bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()}:
+            apart.RemoveBond(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx())
+    written = Chem.MolToSmiles(apart)
+    mended = f", as {written}" if Chem.MolFromSmiles(written) is not None else ""
+    return (f": written beside the {smiles[start:end]} at position {start + 1} with no '.' between, the two ions are "
+            f"bonded; a salt's ions are joined with '.'{mended}")
 
 
 def _atom_spans(smiles: str) -> list[tuple[int, int]]:
@@ -878,11 +903,32 @@ def salts_as_ions(fragments: Iterable[str]) -> list[str]:
     bonded to no carbon to an oxoacid's oxygen (where its cation is one of OXOACID_SALT_CATIONS), and of a metal bonded
     to halogens alone to them (where its cation is one of HALIDE_SALT_CATIONS), written as the ions USPTO writes ([Na+]
     and CC[O-] for CC[O][Na], [Pd+2] and two CC(=O)[O-] for CC(=O)[O][Pd][O]C(C)=O, [Zn+2] and two [Cl-] for
-    [Cl][Zn][Cl]), save
-    COVALENT_SALTS; and a sulfur's or phosphorus's oxide or a phosphorus ylide drawn with separated charges written
-    with its double bond, as USPTO writes it (_double_bonded); the others as they are. (The query's molecules in
-    USPTO's writing: Predictor.prepare reads every query through it.)"""
-    return [part for fragment in fragments for part in _salt_as_ions(_double_bonded(fragment))]
+    [Cl][Zn][Cl]), save COVALENT_SALTS; a salt's ions written side by side, which RDKit reads as joined by a dative
+    bond, apart (_ions_apart); and a sulfur's or phosphorus's oxide or a phosphorus ylide drawn with separated charges
+    written with its double bond, as USPTO writes it (_double_bonded); the others as they are. (The query's molecules
+    in USPTO's writing: Predictor.prepare reads every query through it.)"""
+    return [part for fragment in fragments for piece in _ions_apart(fragment)
+            for part in _salt_as_ions(_double_bonded(piece))]
+
+
+def _ions_apart(fragment: str) -> list[str]:
+    """A canonical fragment's ions apart where it was written with a metal cation beside an anion and no '.' between
+    (CC(=O)[O-][Na+], as some drawing programs copy a salt): RDKit reads the pair as joined by a dative bond,
+    CC(=O)[O-]->[Na+], and the query was refused for the '->' token, which no one had written. Each dative bond from a
+    negatively charged atom to a positively charged metal is left out, the charges as written; a ligand's bond to a
+    metal ([NH3]->[Pt]) stays. `fragment` itself where it has none."""
+    if "->" not in fragment and "<-" not in fragment:
+        return [fragment]
+    mol = Chem.RWMol(mol_from_smiles(fragment))
+    pairs = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in mol.GetBonds()
+             if bond.GetBondType() == Chem.BondType.DATIVE and bond.GetBeginAtom().GetFormalCharge() < 0
+             and bond.GetEndAtom().GetFormalCharge() > 0 and _is_metal(bond.GetEndAtom())]
+    if not pairs:
+        return [fragment]
+    for donor, metal in pairs:
+        mol.RemoveBond(donor, metal)
+    Chem.SanitizeMol(mol)
+    return [canonical(part) for part in Chem.MolToSmiles(mol).split(".")]
 
 
 # A sulfoxide, sulfone or phosphine oxide drawn with separated charges, S+ and O- (as Marvin and some drawings write

@@ -388,6 +388,14 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                   "(RDKit: Explicit valence for atom # 1 N, 4, is greater than permitted, counting atoms from 0)"),
     ("CCo", "the o at position 3 is written aromatic (lowercase) but is in no ring (RDKit: non-ring atom 2 marked "
             "aromatic, counting atoms from 0)"),
+    # a salt's ions written side by side: told of too many bonds, not that the two were bonded
+    ("[Na+][Cl-]", "the [Cl-] at position 6 has more bonds than it can: written beside the [Na+] at position 1 with "
+                   "no '.' between, the two ions are bonded; a salt's ions are joined with '.', as [Cl-].[Na+] "
+                   "(RDKit: Explicit valence for atom # 1 Cl, 1, is greater than permitted, counting atoms from 0)"),
+    ("CC[N+](CC)(CC)[Br-]", "the [Br-] at position 15 has more bonds than it can: written beside the [N+] at position "
+                            "3 with no '.' between, the two ions are bonded; a salt's ions are joined with '.', as "
+                            "CC[N+](CC)CC.[Br-] (RDKit: Explicit valence for atom # 7 Br, 1, is greater than "
+                            "permitted, counting atoms from 0)"),
     # each of these was "RDKit cannot parse ... as a molecule" alone
     ("C==C", "the bond '=' at position 3 follows another bond"),
     ("CC(=O)O.", "the '.' at position 8 has no molecule after it"),
@@ -670,6 +678,18 @@ def test_a_metal_halide_that_uspto_writes_as_ions_drawn_with_its_bonds_is_read_a
     AlCl3, in 11 of 332 queries) does; the forward model gave the recorded product first less often so (HALIDE_SALT_
     CATIONS). Copper, palladium, tin and iron halides, which USPTO writes bonded, keep their bonds."""
     assert sorted(salts_as_ions(canonical_fragments(drawn))) == sorted(canonical_fragments(ions))
+
+
+@pytest.mark.parametrize("written, ions", [
+    ("CC(=O)[O-][Na+]", "CC(=O)[O-].[Na+]"),  # RDKit reads CC(=O)[O-]->[Na+], a dative bond
+    ("[K+][O-]C(=O)[O-][K+]", "O=C([O-])[O-].[K+].[K+]"),
+    ("CC(=O)[O-][Pd+2][O-]C(C)=O", "CC(=O)[O-].CC(=O)[O-].[Pd+2]"),
+    ("[NH3]->[Pt](Cl)(Cl)<-[NH3]", "[NH3]->[Pt](Cl)(Cl)<-[NH3]"),  # a ligand's dative bond stays
+])
+def test_a_salts_ions_written_side_by_side_are_read_apart(written, ions):
+    """Sodium acetate written with its ions side by side, as some drawing programs copy a salt, was read as
+    CC(=O)[O-]->[Na+] and refused for the '->' token, which the chemist had not written."""
+    assert sorted(salts_as_ions(canonical_fragments(written))) == sorted(canonical_fragments(ions))
 
 
 # RDKit's own messages on stderr, each stamped with the time ('[20:05:21] SMILES Parse Error: unclosed ring ...')
