@@ -95,6 +95,17 @@ def retro_model(cfg: common.Settings) -> str | None:
     return names[0] if names else None
 
 
+def other_retro_models(model: str) -> str:
+    """What to do where the retrosynthesis model the page took does not load and others are installed: choose one in
+    the sidebar. The page said only that it did not load, and a user's broken copy sorted before the shipped retro
+    kept every search from the page."""
+    others = [name for name in common.models_for_task("retro") if name != model]
+    if not others:
+        return ""
+    listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return f". To plan with another ({listed}), choose it in the sidebar under the Retrosynthesis task."
+
+
 def is_stand_in(model: str) -> bool:
     """Whether the model's card calls it a stand-in (a CPU-trained model far below published accuracy)."""
     try:
@@ -631,7 +642,8 @@ def main() -> None:
     try:  # the first installed, where the sidebar's task is forward: one that does not load stopped the page
         cfg.predictor(model)
     except CheckpointError as exc:
-        st.error(common.md_escape(f"The retrosynthesis model {model} does not load: {exc}"), icon=":material/error:")
+        st.error(common.md_escape(f"The retrosynthesis model {model} does not load: {exc}{other_retro_models(model)}"),
+                 icon=":material/error:")
         return
     st.file_uploader("Open the target from a molfile or SD file (optional)", type=common.QUERY_FILE_TYPES,
                      key="route_target_file", on_change=open_target, max_upload_size=common.MAX_FILE_MB,
