@@ -93,8 +93,11 @@ def aligned_pair(product: Chem.Mol, reactants: list[Chem.Mol], root: int) -> tup
 def augment(mapped_reaction: str, n: int, rng: random.Random) -> list[tuple[str, str]]:
     """n root-aligned (product, reactants) pairs; the first is rooted like canonical SMILES."""
     reactant_text, _, product_text = reaction_sides(mapped_reaction)
+    fragments = reactant_text.split(".")
+    if not all(fragments):  # RDKit reads "" as a molecule of no atoms, and its rooted writing has no atom order
+        raise MappingError(f"the reactants {reactant_text[:80]!r} hold an empty fragment")
     product = Chem.MolFromSmiles(product_text)
-    reactants = [Chem.MolFromSmiles(s) for s in reactant_text.split(".")]
+    reactants = [Chem.MolFromSmiles(s) for s in fragments]
     if product is None or any(m is None for m in reactants):
         raise MappingError("RDKit cannot parse the mapped reaction")
     n_atoms = product.GetNumAtoms()

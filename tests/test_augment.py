@@ -42,6 +42,22 @@ def test_a_mapped_reaction_without_a_product_falls_back_and_does_not_stop_prepar
     assert _retro_augmented(("[CH3:1][OH:2]>>", "CO>>", 3, 0)) == ([], False)  # no pair, counted as a fallback
 
 
+def test_a_mapped_reaction_with_an_empty_reactant_fragment_falls_back_to_its_canonical_pair():
+    """A stray dot ("A..B", ".A") split off an empty fragment, which RDKit reads as a molecule of no atoms: its rooted
+    writing has no atom order, and a KeyError ('_smilesAtomOutputOrder') from a worker stopped prepare-data --task
+    retro. It is a MappingError, and the reaction falls back to its canonical pair as the unmapped cell reads it."""
+    import random
+
+    from molspec_core.data import Pair, _retro_augmented
+    from molspec_core.rsmiles import MappingError, augment
+
+    for reaction in ("[CH3:1][OH:2]..[Cl:3]>>[CH3:1][OH:2]", ".[CH3:1][OH:2]>>[CH3:1][OH:2]"):
+        with pytest.raises(MappingError, match="hold an empty fragment"):
+            augment(reaction, 3, random.Random(0))
+    mapped = "[CH3:1][OH:2]..[CH3:3][Cl:4]>>[CH3:1][O:2][CH3:3]"
+    assert _retro_augmented((mapped, "CO.CCl>>COC", 3, 0)) == ([Pair("COC", "CCl.CO")], False)
+
+
 def test_root_aligned_pairs_carry_no_stereo_that_only_the_atom_maps_made():
     """Training pairs are written as the service writes a query: a mark on an atom that only its map number made a
     stereocentre (isopropyl's CH, a double bond with two methyls on one end) is dropped, and a mapped
