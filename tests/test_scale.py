@@ -65,6 +65,28 @@ def test_outputs_differ_only_beyond_the_last_printed_digit_of_a_float_cell():
     assert first_difference([header], one) is not None
 
 
+def test_a_stop_while_output_is_written_waits_for_it_and_a_second_stops_at_once(capsys):
+    """scale.stops_deferred (evaluate's report, bench's, calibrate's fit, plan's routes once the work is done): a
+    Ctrl-C inside is raised once the body has ended, the handler put back; a second one inside stops at once."""
+    import signal
+
+    from molspec_core.scale import stops_deferred
+
+    handler, done = signal.getsignal(signal.SIGINT), []
+    with pytest.raises(KeyboardInterrupt):
+        with stops_deferred("once the report is written"):
+            signal.raise_signal(signal.SIGINT)
+            done.append("written")
+    assert done == ["written"] and signal.getsignal(signal.SIGINT) is handler
+    assert "stopping once the report is written (again to stop at once)" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):
+        with stops_deferred("once the report is written"):
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+            done.append("never")
+    assert done == ["written"] and signal.getsignal(signal.SIGINT) is handler
+
+
 def test_rows_come_out_in_order_once_each(caplog):
     pairs = [(2, "b"), (1, "a"), (1, "a"), (4, "d"), (3, "c"), (2, "b")]
     assert list(in_row_order(pairs, 4)) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
