@@ -101,6 +101,9 @@ def test_pack_without_a_quick_set_for_a_test_split_the_benchmark_index_does_not_
     bench = tmp_path / "bench"
     bench.mkdir()
     (bench / kit.QUICK_INDEX["forward"]).write_text("7822\n0\n")
+    (tmp_path / "gpu" / "forward").mkdir(parents=True)  # an earlier pack's quick set, of another test split: kept,
+    for name in ("quick.src", "quick.tgt"):  # `speed` benched it under the benchmark index's name
+        (tmp_path / "gpu" / "forward" / name).write_text("CCO\n")
     kit.main(["pack", "--data", str(data), "--bench", str(bench)])
     out = capsys.readouterr().out
     assert "forward: no quick set for `speed` (" in out

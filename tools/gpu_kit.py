@@ -137,6 +137,8 @@ def cmd_pack(args: argparse.Namespace) -> None:
                 raise ValueError(f"{index} missing")
             quick_src, quick_tgt = read_pairs(str(src_dir / "test.src"), str(src_dir / "test.tgt"), str(index), QUICK)
         except ValueError as exc:  # another test split than the benchmark's: was a traceback, the next task not packed
+            for name in ("quick.src", "quick.tgt"):  # an earlier pack's, of another test split: speed would read it
+                (dst / name).unlink(missing_ok=True)
             print(f"{task}: no quick set for `speed` ({exc})")
         else:
             (dst / "quick.src").write_text("".join(q + "\n" for q in quick_src))
