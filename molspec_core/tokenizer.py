@@ -130,8 +130,8 @@ class Vocab:
             inside = Path(path) / "vocab.json"
             hint = f": its vocabulary is {inside}" if inside.is_file() else ""
             raise ValueError(f"{path} is a folder, not a vocabulary file{hint}")
-        try:
-            data = json.loads(Path(path).read_text())
+        try:  # read as bytes, as a model folder's vocab.json is (checkpoint.read_json): a Windows editor's byte order
+            data = json.loads(Path(path).read_bytes())  # mark was "Unexpected UTF-8 BOM" here, and taken there
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # their messages name no file
             raise ValueError(f"{path} is not a JSON vocabulary: {exc}") from None
         tokens = data.get("tokens") if isinstance(data, dict) else None

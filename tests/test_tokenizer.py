@@ -1,3 +1,4 @@
+import codecs
 import gzip
 import json
 import re
@@ -83,6 +84,18 @@ def test_vocab_save_load(tmp_path):
     vocab = Vocab.build(["CCO", "N#N"])
     vocab.save(tmp_path / "vocab.json")
     assert Vocab.load(tmp_path / "vocab.json").tokens == vocab.tokens
+
+
+def test_a_vocabulary_saved_with_a_byte_order_mark_loads(tmp_path):
+    """A vocab.json re-saved by a Windows editor (a UTF-8 byte order mark first) was refused by prepare-data --vocab and
+    train ('Unexpected UTF-8 BOM'), though a model folder's vocab.json so saved loads (checkpoint.read_json)."""
+    vocab = Vocab.build(["CCO", "N#N"])
+    path = tmp_path / "vocab.json"
+    path.write_bytes(codecs.BOM_UTF8 + json.dumps({"tokens": list(vocab.tokens)}).encode())
+    assert Vocab.load(path).tokens == vocab.tokens
+    path.write_bytes(b'{"tokens": ["\xff"]}')  # not UTF-8 at all: refused, naming the file
+    with pytest.raises(ValueError, match=f"^{path} is not a JSON vocabulary"):
+        Vocab.load(path)
 
 
 @pytest.mark.parametrize("tokens,said", [(["C", "O"], "vocabulary must start with"),
