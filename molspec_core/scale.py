@@ -537,7 +537,7 @@ def stops_deferred(after: str) -> Iterator[None]:
         if noted:  # asked again: at once
             held[signum](signum, frame)
         noted.append(signum)
-        print(f"stopping {after} (again to stop at once)", file=sys.stderr)
+        log.warning("stopping %s (again to stop at once)", after)
 
     for signum in held:
         signal.signal(signum, note)

@@ -160,7 +160,7 @@ def test_a_calibration_stopped_by_ctrl_c_keeps_the_fit_of_the_queries_it_decoded
     capsys.readouterr()
 
 
-def test_a_sigterm_after_every_query_is_decoded_writes_the_fit_first(tmp_path, capsys, monkeypatch):
+def test_a_sigterm_after_every_query_is_decoded_writes_the_fit_first(tmp_path, capsys, monkeypatch, caplog):
     """A SIGTERM once every query was decoded, while the fit was made (the weights hashed, the maps fitted) or
     written, lost the whole calibration run: no fit, not even a .partial one. The fit is written, then the stop is
     obeyed (exit 143)."""
@@ -176,7 +176,7 @@ def test_a_sigterm_after_every_query_is_decoded_writes_the_fit_first(tmp_path, c
     monkeypatch.setattr(calibration, "fit_answers", fit_answers)
     assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 143
     assert json.loads((model / "calibration.json").read_text())["n_best"] == 2
-    assert "stopping once the fit is written" in capsys.readouterr().err
+    assert "stopping once the fit is written" in caplog.text
 
 
 def test_calibrate_takes_a_time_limit_as_evaluate_does(tmp_path, capsys, monkeypatch):
@@ -2109,7 +2109,7 @@ def test_plan_keeps_the_routes_its_outputs_replace(tmp_path, capsys, caplog):
     capsys.readouterr()
 
 
-def test_a_sigterm_once_the_search_is_done_writes_the_routes_first(tmp_path, capsys, monkeypatch):
+def test_a_sigterm_once_the_search_is_done_writes_the_routes_first(tmp_path, capsys, monkeypatch, caplog):
     """A SIGTERM after the search had ended, while its routes were being written, lost them: no JSON, no CSV. They
     are written, then the stop is obeyed (exit 143)."""
     from molspec_core import planning
@@ -2129,7 +2129,7 @@ def test_a_sigterm_once_the_search_is_done_writes_the_routes_first(tmp_path, cap
     assert main(["plan", "--smiles", "CCO", "--stock", str(tmp_path / "stock.csv"), "--model", MODEL, "--forward",
                  "none", "--out", str(tmp_path / "r.json")]) == 143
     assert json.loads((tmp_path / "r.json").read_text())["target"] == "CCO" and (tmp_path / "r.csv").is_file()
-    assert "stopping once the routes are written" in capsys.readouterr().err
+    assert "stopping once the routes are written" in caplog.text
 
 
 def test_plan_refuses_outputs_whose_backups_it_cannot_write_before_the_models_load(tmp_path, capsys, no_model_load):
@@ -2978,7 +2978,7 @@ def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_fil
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_stop_after_the_last_query_is_scored_writes_the_whole_report_first(pair_files, monkeypatch, capsys, signum,
+def test_a_stop_after_the_last_query_is_scored_writes_the_whole_report_first(pair_files, monkeypatch, caplog, signum,
                                                                              code):
     """A Ctrl-C or SIGTERM after every query was scored, while the report was being made (the commit asked of git,
     the weights hashed), lost the whole run: no report at --out, none on the screen. The report is written, then the
@@ -2997,7 +2997,7 @@ def test_a_stop_after_the_last_query_is_scored_writes_the_whole_report_first(pai
                  str(pair_files / "tgt.txt"), "--out", str(out)]) == code
     report = json.loads(out.read_text())
     assert report["n"] == 5 and "partial" not in report and report["commit"] == real()["commit"]
-    assert "stopping once the report is written" in capsys.readouterr().err
+    assert "stopping once the report is written" in caplog.text
 
 
 def test_an_evaluation_stopped_without_out_prints_the_report_of_the_queries_it_scored(pair_files, capsys,

@@ -65,7 +65,7 @@ def test_outputs_differ_only_beyond_the_last_printed_digit_of_a_float_cell():
     assert first_difference([header], one) is not None
 
 
-def test_a_stop_while_output_is_written_waits_for_it_and_a_second_stops_at_once(capsys):
+def test_a_stop_while_output_is_written_waits_for_it_and_a_second_stops_at_once(caplog):
     """scale.stops_deferred (evaluate's report, bench's, calibrate's fit, plan's routes once the work is done): a
     Ctrl-C inside is raised once the body has ended, the handler put back; a second one inside stops at once."""
     import signal
@@ -78,7 +78,7 @@ def test_a_stop_while_output_is_written_waits_for_it_and_a_second_stops_at_once(
             signal.raise_signal(signal.SIGINT)
             done.append("written")
     assert done == ["written"] and signal.getsignal(signal.SIGINT) is handler
-    assert "stopping once the report is written (again to stop at once)" in capsys.readouterr().err
+    assert "stopping once the report is written (again to stop at once)" in caplog.text
     with pytest.raises(KeyboardInterrupt):
         with stops_deferred("once the report is written"):
             signal.raise_signal(signal.SIGINT)
