@@ -329,8 +329,8 @@ def _problem_in_words(problem, smiles: str, mol) -> str:
     start, end = spans[problem.GetAtomIdx()]
     atom = f"the {smiles[start:end]} at position {start + 1}"
     if problem.GetType() == "AtomValenceException":
-        why = _uncharged_onium(mol.GetAtomWithIdx(problem.GetAtomIdx())) or _ions_bonded(
-            mol.GetAtomWithIdx(problem.GetAtomIdx()), smiles, spans)
+        crowded = mol.GetAtomWithIdx(problem.GetAtomIdx())
+        why = _dative_acceptor(crowded) or _uncharged_onium(crowded) or _ions_bonded(crowded, smiles, spans)
         return f"{atom} has more bonds than it can{why} (RDKit: {said}, counting atoms from 0)"
     if problem.GetType() == "AtomKekulizeException":
         return f"{atom} is written aromatic (lowercase) but is in no ring (RDKit: {said}, counting atoms from 0)"
@@ -354,6 +354,24 @@ def _uncharged_onium(atom) -> str:
         return ""
     written = f"[{atom.GetSymbol()}{'H' if hydrogens else ''}{hydrogens if hydrogens > 1 else ''}{sign}]"
     return f": {name} with {bonds} bonds is charged, as {written}"
+
+
+def _dative_acceptor(atom) -> str:
+    """For an atom with too many bonds at the head of a dative bond (C1CCOC1->[BH3], n1ccccc1->[BH3]: a borane complex),
+    a clause saying that RDKit counts that bond among its bonds, with the complex's molecules written apart where
+    RDKit reads that (as USPTO writes borane-THF: B.C1CCOC1), else "". Without it the chemist was told that a boron
+    of 4 bonds is charged, [BH3-]. The atom is unsanitized."""
+    dative = [bond for bond in atom.GetBonds()
+              if bond.GetBondType() == Chem.BondType.DATIVE and bond.GetEndAtomIdx() == atom.GetIdx()]
+    if not dative:
+        return ""
+    apart = Chem.RWMol(atom.GetOwningMol())
+    for bond in dative:
+        apart.RemoveBond(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx())
+    written = Chem.MolFromSmiles(Chem.MolToSmiles(apart))
+    mended = f", as {Chem.MolToSmiles(written)}" if written is not None else ""
+    return (": RDKit counts the dative bond (->) to it among its bonds, and a complex's molecules are written apart "
+            f"with '.'{mended}")
 
 
 def _ions_bonded(atom, smiles: str, spans: list[tuple[int, int]]) -> str:

@@ -388,6 +388,10 @@ def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
                   "(RDKit: Explicit valence for atom # 1 N, 4, is greater than permitted, counting atoms from 0)"),
     ("CCo", "the o at position 3 is written aromatic (lowercase) but is in no ring (RDKit: non-ring atom 2 marked "
             "aromatic, counting atoms from 0)"),
+    # a borane complex with its dative bond: told that a boron of 4 bonds is charged, [BH3-]
+    ("C1CCOC1->[BH3]", "the [BH3] at position 10 has more bonds than it can: RDKit counts the dative bond (->) to it "
+                       "among its bonds, and a complex's molecules are written apart with '.', as B.C1CCOC1 (RDKit: "
+                       "Explicit valence for atom # 5 B, 4, is greater than permitted, counting atoms from 0)"),
     # a salt's ions written side by side: told of too many bonds, not that the two were bonded
     ("[Na+][Cl-]", "the [Cl-] at position 6 has more bonds than it can: written beside the [Na+] at position 1 with "
                    "no '.' between, the two ions are bonded; a salt's ions are joined with '.', as [Cl-].[Na+] "
