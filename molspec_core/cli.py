@@ -25,7 +25,7 @@ import torch
 
 from .argtypes import at_least, positive_seconds, seconds_up_to
 from .boundary import describe, guarded
-from .data import DEFAULT_AUGMENT, MAX_AUGMENT as DATA_MAX_AUGMENT, TASKS, VAL_REST
+from .data import DEFAULT_AUGMENT, GLN_TEST, MAX_AUGMENT as DATA_MAX_AUGMENT, MIT_TEST, MIT_VALID, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, write_text_file
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
@@ -1290,8 +1290,9 @@ def answered_fit_problem(fitted: Calibration, earlier: Calibration | None) -> st
 
 def check_validation_split(src: str) -> None:
     """Refuse a fit on the test or train split of a prepare-data folder (one with a stats.json naming its task:
-    evaluate.prepared_task): its confidences would flatter every later test of them on those queries, or, on queries
-    the model learned, run too high; the folder's val split is the one to fit on."""
+    evaluate.prepared_task), or on a test set of the USPTO data read in place (data.MIT_TEST, data.GLN_TEST): its
+    confidences would flatter every later test of them on those queries, or, on queries the model learned, run too
+    high; the folder's val split is the one to fit on."""
     from .evaluate import prepared_task
 
     split = Path(src).name.partition(".")[0]
@@ -1300,6 +1301,16 @@ def check_validation_split(src: str) -> None:
         raise ValueError(f"{src} is the {split} split of the prepare-data folder {folder}: a fit belongs on validation "
                          f"queries, which the model neither learned nor is tested on; give --src {folder / 'val.src'} "
                          f"--tgt {folder / 'val.tgt'}")
+    # the USPTO data's own test files (data.py's, which the model cards test on), where a user reads them in place:
+    # a fit on them was made without a word
+    resolved = Path(os.path.realpath(src)).as_posix()
+    test = next((name for name in (*MIT_TEST, *GLN_TEST) if resolved.endswith(f"/{name}")), None)
+    if test is not None:
+        root = Path(resolved[:-len(test) - 1])
+        valid = (f"give --src {root / MIT_VALID[0]} --tgt {root / MIT_VALID[1]}" if test in MIT_TEST else
+                 "give the val.src and val.tgt of a prepare-data --task retro folder")
+        raise ValueError(f"{src} is a test set of the USPTO data ({test}), which the model cards test on: a fit "
+                         f"belongs on validation queries, which the model neither learned nor is tested on; {valid}")
 
 
 def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list[str], targets: list[str],

@@ -2154,6 +2154,23 @@ def test_calibrate_refuses_a_prepared_test_or_train_split_before_the_model_loads
         main(["calibrate", *files[:-1], "--judge"])
 
 
+@pytest.mark.parametrize("test_file", ["uspto_mit/derived/src-test.mixed.txt.gz",
+                                       "uspto50k/gln_split_test_unmapped_faster_ml_casp/products.txt"])
+def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(tmp_path, capsys, no_model_load,
+                                                                              test_file):
+    """calibrate --src ../shared/data/uspto_mit/derived/src-test.mixed.txt.gz (the test set the model cards report)
+    made a fit on test queries without a word, only a prepare-data folder's test.src being refused; its confidences
+    then flatter every later test on them."""
+    src = tmp_path / "data" / test_file
+    src.parent.mkdir(parents=True)
+    src.write_text("CCO\n" * 3)
+    valid = (f"give --src {tmp_path / 'data' / 'uspto_mit/derived/src-valid.mixed.txt.gz'}" if "mit" in test_file
+             else "give the val.src and val.tgt of a prepare-data --task retro folder")
+    expect_refused(["calibrate", "--model", MODEL, "--src", src, "--tgt", src, "--force"], capsys,
+                   f"is a test set of the USPTO data ({test_file}), which the model cards test on: a fit belongs on "
+                   f"validation queries, which the model neither learned nor is tested on; {valid}")
+
+
 def test_a_missing_prepare_data_vocab_is_named_with_its_flag(tmp_path, capsys):
     expect_refused(["prepare-data", "--task", "forward", "--out", tmp_path / "d", "--vocab", tmp_path / "none.json"],
                    capsys, "--vocab")
