@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "greedy's answers, --method greedy or spec-auto: calibration.greedy.json)")
     model_args(p)
     p.add_argument("--src", required=True, help="validation queries (never test; a prepare-data folder's test.src and "
-                   "train.src are refused)")
+                   "train.src, and the USPTO data's own test sets, are refused)")
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--limit", type=at_least(3), default=CALIBRATE_LIMIT, help="the first N queries (default "
                    "%(default)s)")

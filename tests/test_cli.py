@@ -2169,6 +2169,9 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     expect_refused(["calibrate", "--model", MODEL, "--src", src, "--tgt", src, "--force"], capsys,
                    f"is a test set of the USPTO data ({test_file}), which the model cards test on: a fit belongs on "
                    f"validation queries, which the model neither learned nor is tested on; {valid}")
+    calibrate = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[
+        "calibrate"]
+    assert "the USPTO data's own test sets, are refused" in next(a.help for a in calibrate._actions if a.dest == "src")
 
 
 def test_a_missing_prepare_data_vocab_is_named_with_its_flag(tmp_path, capsys):
