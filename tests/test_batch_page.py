@@ -852,3 +852,34 @@ def test_the_results_csv_is_written_once_and_goes_with_the_page(copy_models, mon
     assert_clean(at)
     assert written == []
     assert offered["Download CSV"] == safe_csv(at.session_state[BATCH].table)  # bytes, not a callable made on click
+
+
+def test_a_run_that_ends_on_its_own_leaves_no_watcher_to_draw_the_page_again(copy_models, monkeypatch):
+    """The run's watcher (above) stayed on the page a run that ended on its own had drawn, and its timer drew the
+    whole page again a second later (seen in the browser): the results' table sent twice, and a click on a download
+    made on its click (SDF, Excel) in that second asked for a file the second drawing had replaced. The page is drawn
+    once after the last row, without the watcher, whose timer ends with it; a run stopped keeps its watcher."""
+    drawn: list[str] = []
+    real_title = st.title
+
+    def fragment(func=None, *, run_every=None, **kwargs):
+        def decorate(body):
+            def watcher(*args):
+                drawn.append("watcher")
+                return body(*args)
+            return watcher
+        return decorate if func is None else decorate(func)
+
+    def title(*args, **kwargs):  # each script run of the page draws its title first
+        drawn.append("page")
+        return real_title(*args, **kwargs)
+
+    monkeypatch.setattr(st, "fragment", fragment)
+    monkeypatch.setattr(st, "title", title)
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    drawn.clear()
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "q.txt: stopped" not in texts(at.warning) and at.get("download_button")
+    assert drawn[-1] == "page" and "watcher" in drawn  # the last drawing holds no watcher

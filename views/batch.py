@@ -675,12 +675,16 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
 
 
 def finish(run: Run, area: DeltaGenerator, stop: DeltaGenerator) -> None:
-    """Predict the run's records not done yet; once all are done, its results replace the run in the session."""
+    """Predict the run's records not done yet; once all are done, its results replace the run in the session, and
+    the page is drawn again without the run's watcher: left on the page drawn now, its timer drew the whole page
+    again a second later (the table sent twice; a download made on its click, clicked then, asked for a file the
+    second drawing had replaced). A full script run that draws no watcher ends its timer."""
     ss, task = st.session_state, run.settings.task
     ss.pop(results_key(task), None)  # the results on screen become this run's, whenever it ends
     if predict_rows(run, area, stop):
         ss[results_key(task)] = summarize(run)
         ss.pop(run_key(task), None)
+        st.rerun(scope="app")
 
 
 def show_last(now: Settings) -> None:
