@@ -1152,7 +1152,13 @@ def note_options(state: dict, trained_with: dict, cfg: TrainConfig, folder: Path
     differs from those the weights in `folder` were trained with, and a switch between a time and a step budget
     (--max-minutes 0 after a timed run: the schedule then runs to --max-steps, and the rate climbs back)."""
     now = asdict(cfg)
-    changed = [key for key in RECIPE if key in trained_with and trained_with[key] != now[key]]
+
+    def same(key: str, was: object) -> bool:  # a file given by another path ("./p.tsv", "p.tsv") is the same
+        if key in ("pairs", "teacher") and isinstance(was, str) and was and now[key]:
+            return Path(was).resolve() == Path(now[key]).resolve()
+        return was == now[key]
+
+    changed = [key for key in RECIPE if key in trained_with and not same(key, trained_with[key])]
     if "max_minutes" in trained_with and bool(trained_with["max_minutes"]) != bool(cfg.max_minutes):
         changed.append("max_minutes")
     if not changed:

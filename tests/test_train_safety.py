@@ -4,6 +4,7 @@ spent budget, a run that diverged, and an interrupted save. Tiny data and a few 
 import dataclasses
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -384,6 +385,13 @@ def test_a_run_continued_or_resumed_with_other_options_says_so_in_its_log_and_it
     with caplog.at_level(logging.WARNING, logger="molspec_core.train"):  # an export resumed with the first flags
         resumed = run(data, tmp_path / "second", max_steps=5, lr=1e-3, resume=str(tmp_path / "run" / "export"))
     assert "(--lr 0.0 -> 0.001)" in caplog.text and [c["step"] for c in resumed["option_changes"]] == [3, 4]
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("CC=O\tCCO\tCC\n")
+    run(data, tmp_path / "third", max_steps=1, pairs=str(pairs))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="molspec_core.train"):  # the same file by another path
+        assert "option_changes" not in run(data, tmp_path / "third", max_steps=2, pairs=os.path.relpath(pairs))
+    assert "other options" not in caplog.text
 
 
 def test_a_spent_budget_is_refused_with_the_numbers_not_run_for_0_steps(data, tmp_path):
