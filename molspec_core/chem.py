@@ -931,20 +931,23 @@ def salts_as_ions(fragments: Iterable[str]) -> list[str]:
 
 def _ions_apart(fragment: str) -> list[str]:
     """A canonical fragment's ions apart where it was written with a metal cation beside an anion and no '.' between
-    (CC(=O)[O-][Na+], as some drawing programs copy a salt): RDKit reads the pair as joined by a dative bond,
-    CC(=O)[O-]->[Na+], and the query was refused for the '->' token, which no one had written. Each dative bond from a
-    negatively charged atom to a positively charged metal is left out, the charges as written; a ligand's bond to a
-    metal ([NH3]->[Pt]) stays. `fragment` itself where it has none."""
-    if "->" not in fragment and "<-" not in fragment:
+    (CC(=O)[O-][Na+], as some drawing programs copy a salt): RDKit reads most such pairs as joined by a dative bond,
+    CC(=O)[O-]->[Na+], and the query was refused for the '->' token, which no one had written; the others ([O-][Na+],
+    CC[N-][Li+]) by a single bond, which salts_as_ions then charged once more, as [Na+2] and [O-2]. Each dative or
+    single bond from a negatively charged atom to a positively charged metal is left out, the charges as written; a
+    ligand's bond to a metal ([NH3]->[Pt]) stays. `fragment` itself where it has none."""
+    if "+" not in fragment or "-" not in fragment:  # no cation, or neither an anion nor a dative bond
         return [fragment]
     mol = Chem.RWMol(mol_from_smiles(fragment))
     pairs = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in mol.GetBonds()
-             if bond.GetBondType() == Chem.BondType.DATIVE and bond.GetBeginAtom().GetFormalCharge() < 0
-             and bond.GetEndAtom().GetFormalCharge() > 0 and _is_metal(bond.GetEndAtom())]
+             if bond.GetBondType() in (Chem.BondType.DATIVE, Chem.BondType.SINGLE)
+             and sorted((bond.GetBeginAtom().GetFormalCharge() > 0 and _is_metal(bond.GetBeginAtom()),
+                         bond.GetEndAtom().GetFormalCharge() > 0 and _is_metal(bond.GetEndAtom()))) == [False, True]
+             and min(bond.GetBeginAtom().GetFormalCharge(), bond.GetEndAtom().GetFormalCharge()) < 0]
     if not pairs:
         return [fragment]
-    for donor, metal in pairs:
-        mol.RemoveBond(donor, metal)
+    for begin, end in pairs:
+        mol.RemoveBond(begin, end)
     Chem.SanitizeMol(mol)
     return [canonical(part) for part in Chem.MolToSmiles(mol).split(".")]
 

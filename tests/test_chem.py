@@ -689,6 +689,8 @@ def test_a_metal_halide_that_uspto_writes_as_ions_drawn_with_its_bonds_is_read_a
     ("[K+][O-]C(=O)[O-][K+]", "O=C([O-])[O-].[K+].[K+]"),
     ("CC(=O)[O-][Pd+2][O-]C(C)=O", "CC(=O)[O-].CC(=O)[O-].[Pd+2]"),
     ("[NH3]->[Pt](Cl)(Cl)<-[NH3]", "[NH3]->[Pt](Cl)(Cl)<-[NH3]"),  # a ligand's dative bond stays
+    # read with a single bond, which the alkali rule charged once more: [Na+2] and [O-2], CC[N-2] and [Li+2]
+    ("[O-][Na+]", "[O-].[Na+]"), ("CC[N-][Li+]", "CC[N-].[Li+]"),
 ])
 def test_a_salts_ions_written_side_by_side_are_read_apart(written, ions):
     """Sodium acetate written with its ions side by side, as some drawing programs copy a salt, was read as
