@@ -1011,12 +1011,17 @@ def _halide_only(metal: Chem.Atom) -> bool:
 def _ionic(bond: Chem.Bond) -> bool:
     """Whether a single bond may be one USPTO writes as ions: an alkali metal's to an N, O, S or halogen, another
     metal's (bonded to no carbon) to an oxygen whose other neighbour has a double bond to an oxygen (an oxoacid's), or
-    a metal's bonded to halogens alone (_halide_only) to one of them. (Which cations USPTO so writes: _salt_as_ions.)"""
+    a metal's bonded to halogens alone (_halide_only) to one of them. (Which cations USPTO so writes: _salt_as_ions.)
+    The anion's atom is uncharged, as a salt drawn with its bonds has it, and an alkali metal is too, with this bond
+    alone: sodium with two (Cl[Na]Cl) or a charge already ([Na+]O, [Na][O-]) was charged once more, [Na+2] beside
+    [Cl-] or [OH-], or [O-2]; such a drawing is left as it is."""
     if bond.GetBondType() != Chem.BondType.SINGLE:
         return False
     for metal, anion in ((bond.GetBeginAtom(), bond.GetEndAtom()), (bond.GetEndAtom(), bond.GetBeginAtom())):
+        if anion.GetFormalCharge():
+            continue
         if metal.GetAtomicNum() in ALKALI_METALS and anion.GetAtomicNum() in SALT_ANIONS:
-            return True
+            return not metal.GetFormalCharge() and metal.GetDegree() == 1
         if _is_metal(metal) and anion.GetAtomicNum() in HALOGENS and _halide_only(metal):
             return True
         if (_is_metal(metal) and metal.GetAtomicNum() not in ALKALI_METALS and anion.GetAtomicNum() == 8

@@ -600,6 +600,12 @@ def test_a_marked_amine_nitrogen_is_said_to_be_dropped_for_its_inversion(text):
     assert dropped_stereo("C[N@]1CC1c1ccccc1") == ""  # an aziridine's nitrogen keeps its configuration
 
 
+@pytest.mark.parametrize("drawn", ["Cl[Na]Cl", "[Na+]O", "[Na][O-]", "[Li+]OC(C)=O", "[K](F)F"])
+def test_an_alkali_metal_drawn_with_a_charge_or_two_bonds_is_left_as_drawn(drawn):
+    """The alkali rule charged such drawings once more: [Na+2] beside [Cl-] or [OH-], [Na+] beside [O-2], [Li+2]."""
+    assert salts_as_ions(canonical_fragments(drawn)) == canonical_fragments(drawn)
+
+
 @pytest.mark.parametrize("drawn, ions", [
     ("O=C(O[K])O[K]", "O=C([O-])[O-].[K+].[K+]"),  # potassium carbonate as ChemDraw copies it
     ("CCO[Na]", "CC[O-].[Na+]"),
