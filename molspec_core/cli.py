@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING
 
 import torch
 
-from .argtypes import at_least, positive_seconds, seconds_up_to
+from .argtypes import at_least, file_name, positive_seconds, seconds_up_to
 from .boundary import describe, guarded
 from .data import DEFAULT_AUGMENT, GLN_TEST, MAX_AUGMENT as DATA_MAX_AUGMENT, MIT_TEST, MIT_VALID, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, write_text_file
@@ -202,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
                    "column shows them (without it such a query is an error that names that writing)")
-    p.add_argument("--output", help="CSV to write, a name ending .csv (required with --input; with --smiles the "
-                   "answers are printed and written); a name ending .sdf "
+    p.add_argument("--output", type=file_name("out.csv"), help="CSV to write, a name ending .csv (required with "
+                   "--input; with --smiles the answers are printed and written); a name ending .sdf "
                    "(or .sd) writes an SD file instead: one record per CSV row, the answer's structure with every "
                    "column as a field; a name ending .xlsx an Excel workbook of one sheet (numbers as numbers, text as "
                    "text); - writes the CSV to standard output, row by row, and every other line to standard error; "
@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", required=True, help="their known answers, line by line")
     p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
-    p.add_argument("--out", help="JSON report (a report there is kept as <out>.bak, and a partial one is refused "
+    p.add_argument("--out", type=file_name("report.json"), help="JSON report (a report there is kept as <out>.bak, "
+                   "and a partial one is refused "
                    "without --resume; stopped by Ctrl-C or SIGTERM, the report of the queries scored by then, marked "
                    "partial)")
     p.add_argument("--resume", action="store_true", help="go on from the partial report at --out of a run that "
@@ -295,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "compared with --engine's greedy and beam")
     p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
                    "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
-    p.add_argument("--out", help="JSON report (a plotly HTML is written beside it; a report there is kept as "
+    p.add_argument("--out", type=file_name("bench.json"), help="JSON report (a plotly HTML is written beside it; a "
+                   "report there is kept as "
                    "<out>.bak; stopped by Ctrl-C or SIGTERM, the report of the batches measured by then, marked "
                    "interrupted)")
     p.set_defaults(batch_size=1, method=None)  # cmd_bench refuses a --method: it times --methods
@@ -329,10 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     augment_arg(p)
     p.add_argument("--allow-missing-atoms", action="store_true",
                    help="keep steps whose reactants lack heavy atoms of the product (skipped by default)")
-    p.add_argument("--out", required=True, help="JSON of the routes (trees) and the search statistics (a file there "
+    p.add_argument("--out", required=True, type=file_name("routes.json"), help="JSON of the routes (trees) and the "
+                   "search statistics (a file there "
                    "is kept as <out>.bak)")
-    p.add_argument("--csv", help="CSV, one row per reaction step (default: --out with the suffix .csv; a file there is "
-                   "kept as <csv>.bak)")
+    p.add_argument("--csv", type=file_name("steps.csv"), help="CSV, one row per reaction step (default: --out with "
+                   "the suffix .csv; a file there is kept as <csv>.bak)")
     threads_arg(p)
 
     p = sub.add_parser("prepare-data", help="tokenized train/val/test files from the USPTO data")

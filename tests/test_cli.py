@@ -2174,6 +2174,22 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     assert "the USPTO data's own test sets, are refused" in next(a.help for a in calibrate._actions if a.dest == "src")
 
 
+@pytest.mark.parametrize("command,option,given,message", [
+    (["evaluate", "--src", "s", "--tgt", "t"], "--out", "", "must name a file, such as report.json, not ''"),
+    (["bench", "--src", "s"], "--out", " ", "must name a file, such as bench.json, not ' '"),
+    (["predict", "--input", "s"], "--output", "", "must name a file, such as out.csv, not ''"),
+    (["evaluate", "--src", "s", "--tgt", "t"], "--out", "reports/",
+     "reports/ names a folder (it ends in /); give a file in it, such as reports/report.json"),
+    (["plan", "--smiles", "CCO"], "--out", "r/", "r/ names a folder (it ends in /); give a file in it, such as "
+     "r/routes.json")])
+def test_an_output_that_names_no_file_is_a_usage_error(capsys, no_model_load, command, option, given, message):
+    """evaluate --out "$OUT" with OUT unset ran the whole evaluation and wrote no report, without a word (bench's
+    --out too); --out reports/ wrote a file named reports. Each is refused before anything runs."""
+    with pytest.raises(SystemExit) as done:
+        main([*command, option, given])
+    assert done.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
+
+
 def test_a_missing_prepare_data_vocab_is_named_with_its_flag(tmp_path, capsys):
     expect_refused(["prepare-data", "--task", "forward", "--out", tmp_path / "d", "--vocab", tmp_path / "none.json"],
                    capsys, "--vocab")
