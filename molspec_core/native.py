@@ -125,14 +125,17 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     missing = [flag for flag in CPU_FLAGS if flag not in _cpu_flags()]
     if missing:
         raise NativeUnavailable(f"this CPU lacks {', '.join(missing)}, which the C step needs")
-    compiler = _compiler()
     source = SOURCE.read_bytes()
     cpu = " ".join(sorted(_cpu_flags()))  # -march=native builds for this CPU kind
+    compiler: list[str] | None = None
     for flags in (CFLAGS + ISA_FLAGS[isa] + (OPENMP,), CFLAGS + ISA_FLAGS[isa]):
         key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
         target = _cache_dir() / f"decoder_step-{key}.so"
         if target.exists():
             break
+        # looked for only to build: a build in the cache loads without one (an image that built it, then dropped
+        # gcc, was refused the C step)
+        compiler = compiler or _compiler()
         try:
             _build(compiler, flags, target)
         except OSError as exc:  # an unwritable cache folder (_compiler checked that the compiler can be run)
@@ -181,7 +184,11 @@ def _compiler() -> list[str]:
         if found is None:
             raise NativeUnavailable("no C compiler found (cc or gcc; or set CC)")
         return [found]
-    command = shlex.split(named)
+    try:
+        command = shlex.split(named)
+    except ValueError as exc:  # an unclosed quote: it escaped native_unavailable, and a CPU Predictor.load failed
+        raise NativeUnavailable(f"CC={named!r} cannot be read as a command line ({exc}); set CC to a C compiler (or "
+                                "leave it unset: cc or gcc is taken)") from None
     if shutil.which(command[0]) is None:
         raise NativeUnavailable(f"CC={named!r} names no program that can be run here; set CC to a C compiler (or "
                                 "leave it unset: cc or gcc is taken)")

@@ -176,6 +176,9 @@ def fresh_build(monkeypatch, tmp_path):
     # said to be the cache folder's failure before, and the remedy for a compiler that cannot be run is CC
     ("CC='/no/such/compiler' names no program that can be run here; set CC to a C compiler",
      lambda mp: mp.setenv("CC", "/no/such/compiler")),
+    # an unclosed quote: shlex's ValueError escaped native_unavailable, and a CPU Predictor.load failed on it
+    ("CC=\"cc 'x\" cannot be read as a command line \\(No closing quotation\\); set CC to a C compiler",
+     lambda mp: mp.setenv("CC", "cc 'x")),
 ])
 def test_where_it_cannot_run_auto_takes_numpy_and_native_says_why(fresh_build, monkeypatch, cause, setup):
     setup(monkeypatch)
@@ -194,7 +197,7 @@ def test_cc_is_read_as_a_command_line_as_make_reads_it(monkeypatch):
     assert native._compiler() in ([shutil.which("cc")], [shutil.which("gcc")])
 
 
-def test_built_into_the_cache_once(fresh_build):
+def test_built_into_the_cache_once(fresh_build, monkeypatch):
     assert native.native_unavailable() is None
     built = list((fresh_build / "molspec").glob("decoder_step-*.so"))
     assert len(built) == 1
@@ -202,6 +205,10 @@ def test_built_into_the_cache_once(fresh_build):
     stamp = built[0].stat().st_mtime_ns
     assert native.native_unavailable() is None
     assert built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
+    # built, it needs no compiler: one removed since (an image that builds, then drops gcc) refused the C step
+    native._library.cache_clear()
+    monkeypatch.setenv("CC", "/no/such/compiler")
+    assert native.native_unavailable() is None
 
 
 # ---- dtype int8 ----------------------------------------------------------------------------------
