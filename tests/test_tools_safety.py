@@ -288,6 +288,19 @@ def test_rank_pairs_near_on_no_pairs_says_so_and_writes_nothing(tmp_path, monkey
         tool.near(str(FIXTURES / "copy_model"), pairs, out, 2.5)
 
 
+def test_rank_pairs_near_names_a_pair_the_model_cannot_read_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """A pairs file mined by another model (or written by hand) holding a token the scoring model lacks stopped near
+    with a TokenizeError traceback once the model had loaded."""
+    tool = load_tool("rank_pairs")
+    pairs, out = tmp_path / "pairs.tsv", tmp_path / "near.tsv"
+    pairs.write_text("CCO\tCCN\tCCC\nCC[Zz]\tCCO\tCCC\n")
+    code, err = run_main(tool, monkeypatch, capsys, "near", "--model", FIXTURES / "copy_model", "--pairs", pairs,
+                         "--out", out)
+    assert code == 2 and (f"--pairs {pairs}, line 2: token '[Zz]' is not in the model's vocabulary: score the pairs "
+                          "with the model that mined them (--model)") in err
+    assert not out.exists() and not out.with_suffix(".json").exists()
+
+
 def test_pool_sweep_score_on_an_empty_file_says_so(tmp_path, monkeypatch, capsys):
     tool = load_tool("pool_sweep")
     empty = tmp_path / "empty.jsonl"

@@ -33,6 +33,7 @@ from molspec_core.data import read_lines  # noqa: E402
 from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
 from molspec_core.decoding.beam import beam_search  # noqa: E402
 from molspec_core.service import Predictor, model_folder  # noqa: E402
+from molspec_core.tokenizer import TokenizeError, Vocab  # noqa: E402
 
 
 def negatives_of(answers: list[str], product: str, most: int) -> tuple[int | None, list[str]]:
@@ -152,6 +153,14 @@ def near(model: str, pairs: Path, out: Path, max_gap: float, threads: int = 1) -
     first: dict[tuple[str, str, str], int] = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)
+    vocab = Vocab.load(model_folder(model) / "vocab.json")
+    for i in first.values():  # a TokenizeError traceback once the model had loaded
+        try:
+            for smiles in lines[i]:
+                vocab.encode(smiles)
+        except TokenizeError as exc:
+            raise InputFileError(f"--pairs {pairs}, line {i + 1}: {exc}: score the pairs with the model that mined "
+                                 "them (--model)") from None
     scored = dict(zip(first, gaps(model, [lines[i] for i in first.values()], threads=threads)))
     kept = [line for line, key in zip(lines, keys) if scored[key] >= -max_gap]
     values = sorted(scored.values())
