@@ -90,6 +90,13 @@ def check_deadline() -> None:
     deadline = _deadline.get()
     if deadline is not None and now() > deadline:
         raise QueryTimeout("time limit reached")
+    check_abandoned()
+
+
+def check_abandoned() -> None:
+    """Raise Abandoned once the caller's reason (abandon_when) names one: looked at by each decoder step
+    (check_deadline), and between queries where no step runs (Predictor.predict reading a call's queries with RDKit,
+    up to a second each)."""
     reason = _abandon.get()
     why = reason() if reason is not None else None
     if why is not None:

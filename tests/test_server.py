@@ -684,6 +684,37 @@ def test_a_client_that_leaves_while_a_window_decodes_stops_it_at_the_next_step(m
     assert len(looked) == 2
 
 
+def test_a_client_that_leaves_while_a_windows_queries_are_read_stops_it_at_the_next_query(models, monkeypatch):
+    """'gone' and the budget were looked at between windows and at decoder steps alone; reading a window's queries
+    with RDKit runs no step: 100 rings of 2,000 atoms, each refused as too long after 0.4 s of RDKit, held the
+    models for 42 s after their client had left (1,000 of them, a request's most, 13 minutes)."""
+    forward = models["forward"]
+    service = server.Service({"forward": forward})
+    read: list[str] = []
+    prepare = forward.prepare
+
+    def counted(text: str, ion_writing: bool = False):
+        read.append(text)
+        return prepare(text, ion_writing)
+
+    monkeypatch.setattr(forward, "prepare", counted)
+    too_long = "C1" + "C" * 500 + "C1"  # refused after RDKit has read it: no decoder step follows
+    with pytest.raises(server.ClientGone, match="^3 of 3 queries not decoded"):
+        service.predict({"smiles": [too_long] * 3}, lambda: len(read) >= 1)  # gone once the first is read
+    assert read == [too_long]
+
+
+def test_a_window_whose_queries_are_read_past_the_budget_and_a_time_limit_stops_there(models):
+    """The same for the budget: the queries read by then keep their own refusals, the rest are not read."""
+    service = server.Service({"forward": models["forward"]}, budget_s=0.0)
+    ticks = iter(range(1000))
+    service.clock = lambda: float(next(ticks))  # a second a look: past 0 + 2 s as the second query is to be read
+    too_long = "C1" + "C" * 500 + "C1"
+    result = service.predict({"smiles": [too_long] * 4, "time_limit_s": 2})["results"]
+    assert [r["error"].split(";")[0] for r in result] == ["query has 504 tokens"] + [
+        "not decoded: the request ran past its 0 s"] * 3
+
+
 def test_a_server_stopping_while_a_window_decodes_stops_it_and_says_so(models):
     """The stop was looked at between windows alone: a SIGTERM waited for the whole window (a minute and more
     for retro beam search) before the server could stop. Now the window has stop_grace_s (0 here) to end."""
