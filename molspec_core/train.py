@@ -987,6 +987,13 @@ def init_from(model: Seq2SeqTransformer, vocab: Vocab, folder: Path) -> list[str
                                                                       for t in shared]].to(embed)
     weights["embed.weight"] = embed
     model.load_state_dict(weights)
+    dropped = [t for t in trained_vocab.tokens if t not in vocab.index]
+    if dropped:  # data prepared without --vocab: the fine-tuned model read fewer tokens, without a word
+        log.warning("--init %s reads %d token%s the data's vocabulary lacks (%s%s): the model trained here will not "
+                    "read %s (a query holding one is refused), nor pair with a draft model of %s's vocabulary; "
+                    "prepare the data with --vocab %s to keep %s", folder, len(dropped), "s" * (len(dropped) > 1),
+                    "e.g. " * (len(dropped) > 3), ", ".join(dropped[:3]), "them" if len(dropped) > 1 else "it",
+                    folder, folder / "vocab.json", "them" if len(dropped) > 1 else "it")
     return [t for t in vocab.tokens if t not in trained_vocab.index]
 
 

@@ -267,7 +267,7 @@ def test_kit_exports_the_weight_average_and_a_resumed_run_keeps_it(tiny_data, tm
     assert not close(tmp_path / "run" / "export", "model", raw)
 
 
-def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_data, tmp_path):
+def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_data, tmp_path, caplog):
     train(TrainConfig(data=str(tiny_data), out=str(tmp_path / "old"), preset="tiny", max_tokens=64, max_steps=2,
                       warmup=1, eval_every=10_000, val_greedy_rows=1, threads=1))
     old = checkpoint.load(tmp_path / "old" / "export")
@@ -279,7 +279,12 @@ def test_init_carries_each_token_to_its_new_id_when_new_data_adds_tokens(tiny_da
     vocab = Vocab.load(tmp_path / "new" / "vocab.json")
     model = Seq2SeqTransformer(preset("tiny", len(vocab)))
     fresh = model.embed.weight.detach().clone()
-    assert init_from(model, vocab, tmp_path / "old" / "export") == ["[Pd]"]
+    with caplog.at_level(logging.WARNING, logger="molspec_core.train"):
+        assert init_from(model, vocab, tmp_path / "old" / "export") == ["[Pd]"]
+    # the tokens the data lost were dropped without a word (a fine-tune prepared without --vocab read fewer tokens)
+    assert (f"--init {tmp_path / 'old' / 'export'} reads 1 token the data's vocabulary lacks (Br): the model "
+            "trained here will not read it") in caplog.text
+    assert f"prepare the data with --vocab {tmp_path / 'old' / 'export' / 'vocab.json'} to keep it" in caplog.text
     for token in vocab.tokens:
         row = model.embed.weight[vocab.index[token]]
         expected = (old_model.embed.weight[old_vocab.index[token]] if token in old_vocab.index
