@@ -93,6 +93,13 @@ MACRO_WORKBOOK_SUFFIX = ".xlsm"  # a workbook with macros: read as one (its macr
 OLD_WORKBOOK_SUFFIX = ".xls"
 # LibreOffice's spreadsheets (OpenDocument), refused with what to do instead
 OPEN_DOCUMENT_SUFFIX = ".ods"
+OPEN_DOCUMENT_MIMETYPE = b"application/vnd.oasis.opendocument.spreadsheet"  # its zip's "mimetype" member (_not_text)
+# The spreadsheets not read here, by query_format's kind: what each is, and what to do instead (unread_spreadsheet)
+UNREAD_SPREADSHEETS = {
+    "xls": ("in Excel's old binary format (.xls)",
+            "in Excel, save it as an Excel workbook (.xlsx) or as CSV UTF-8 (.csv)"),
+    "ods": ("an OpenDocument spreadsheet (.ods)",
+            "in LibreOffice, save it as an Excel workbook (.xlsx) or as CSV (.csv, UTF-8)")}
 OLE_MAGIC = b"\xd0\xcf\x11\xe0"  # the first bytes of an .xls file, and of an .xlsx encrypted with a password
 WORKBOOK_MAX_ROWS = 1_048_576  # the header included
 WORKBOOK_MAX_COLUMNS = 16_384  # A to XFD
@@ -297,12 +304,8 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
     """The queries of a stream, read as `kind` (READ_AS), else as its name says (query_format); a table's query column
     is `column`, else the first of `names` it has."""
     kind = kind or query_format(name)[1]
-    if kind == "xls":
-        raise InputFileError(f"{name} is in Excel's old binary format (.xls), which is not read here: in Excel, "
-                             "save it as an Excel workbook (.xlsx) or as CSV UTF-8 (.csv)")
-    if kind == "ods":
-        raise InputFileError(f"{name} is an OpenDocument spreadsheet (.ods), which is not read here: in LibreOffice, "
-                             "save it as an Excel workbook (.xlsx) or as CSV (.csv, UTF-8)")
+    if kind in UNREAD_SPREADSHEETS:
+        raise InputFileError(unread_spreadsheet(name, kind))
     if column and kind in SMILES_OF:  # a batch's query column, or a stock's (plan --stock-column): worded for both
         raise InputFileError(f"a column, {column[:40]!r}, was named, but {name} is read as a {kind.upper()} file, "
                              f"which has no columns: its SMILES are {SMILES_OF[kind]}. A column is read from a CSV "
@@ -314,6 +317,22 @@ def _parse_stream(raw: IO[bytes], name: str, column: str | None, kind: str | Non
                              names=names)
     except TooManyRecords as exc:
         raise TooManyRecords(f"{name} holds {exc}") from None
+
+
+def unread_spreadsheet(name: str, kind: str, renamed: bool = False) -> str:
+    """The refusal of a spreadsheet not read here (UNREAD_SPREADSHEETS' `kind`), `renamed` where its name says
+    another kind of file."""
+    what, instead = UNREAD_SPREADSHEETS[kind]
+    return f"{name} is {what}{' under another name' if renamed else ''}, which is not read here: {instead}"
+
+
+def _is_open_document(archive: zipfile.ZipFile) -> bool:
+    """Whether a zip is an OpenDocument spreadsheet: its "mimetype" member names one (read no further)."""
+    try:
+        with archive.open("mimetype") as member:
+            return member.read(len(OPEN_DOCUMENT_MIMETYPE)) == OPEN_DOCUMENT_MIMETYPE
+    except (KeyError, RuntimeError, NotImplementedError, zipfile.BadZipFile, OSError, EOFError):  # none, or encrypted
+        return False
 
 
 def _read_stream(raw: IO[bytes], name: str) -> bytearray:
@@ -379,8 +398,11 @@ def _not_text(data: bytes | bytearray, name: str) -> str | None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             workbook = "xl/workbook.xml" in archive.namelist()
+            spreadsheet = _is_open_document(archive)  # it was told to be unzipped, which gives its XML, no table
     except (zipfile.BadZipFile, ValueError, OSError, EOFError):
-        workbook = False
+        workbook = spreadsheet = False
+    if spreadsheet:
+        return unread_spreadsheet(name, "ods", renamed=True)
     if workbook:
         rename = f"name it {Path(name).stem}" if named else "give it as a file named *"
         return f"{name} is an Excel workbook under another name: {rename}{WORKBOOK_SUFFIX}, which is read as one"
@@ -645,6 +667,7 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             unpacked = sum(member.file_size for member in archive.infolist())
+            open_document = _is_open_document(archive)
     except (zipfile.BadZipFile, NotImplementedError, ValueError, OSError, EOFError) as exc:  # no zip, or damaged
         if bytes(data[:4]) == OLE_MAGIC:  # Excel writes a workbook with a password (and .xls) in this container
             raise InputFileError(f"{name} is protected by a password (or is an .xls file renamed), which is not read "
@@ -654,6 +677,8 @@ def parse_workbook(data: bytes | bytearray, name: str, column: str | None = None
             raise InputFileError(text_kind) from None
         raise InputFileError(f"{name} is not an Excel workbook (.xlsx): it is not the zip archive one is "
                              f"({exc})") from None
+    if open_document:  # an .ods named .xlsx: "cannot be read as an Excel workbook: KeyError: ... [Content_Types].xml"
+        raise InputFileError(unread_spreadsheet(name, "ods", renamed=True))
     if unpacked > WORKBOOK_MAX_XML_BYTES:
         raise InputFileError(f"{name} holds more than {WORKBOOK_MAX_XML_BYTES // 2**20} MB once decompressed")
     import openpyxl  # only where a workbook is read

@@ -261,6 +261,23 @@ def test_a_compressed_or_archived_file_is_said_to_be_one_not_text_to_save_as_utf
         assert read_queries(renamed).queries == ["CCO", "CCN"]
 
 
+def test_an_opendocument_spreadsheet_under_another_name_is_told_as_one_not_a_zip_to_unzip(tmp_path):
+    """LibreOffice's spreadsheet (a zip whose 'mimetype' member names it) saved or renamed q.csv was told 'a zip
+    archive, not text: unzip it and give the file inside', which gives its XML, no table, and named q.xlsx 'cannot be
+    read as an Excel workbook: KeyError: ...': it is named for what it is, with what an .ods is told."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:  # the member LibreOffice writes first, uncompressed
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
+        archive.writestr("content.xml", "<office:document-content/>")
+    for name in ("q.csv", "q.txt", "q.xlsx"):  # named .xlsx: "cannot be read as an Excel workbook: KeyError: ..."
+        (tmp_path / name).write_bytes(buffer.getvalue())
+        with pytest.raises(InputFileError) as refused:
+            read_queries(tmp_path / name)
+        assert str(refused.value) == (
+            f"{name} is an OpenDocument spreadsheet (.ods) under another name, which is not read here: in LibreOffice, "
+            "save it as an Excel workbook (.xlsx) or as CSV (.csv, UTF-8)")
+
+
 def test_an_sd_file_or_molfile_with_a_windows_1252_title_is_read(tmp_path):
     """ChemDraw writes a title in Windows' code page: a molfile titled Café was refused whole as 'not UTF-8 text'."""
     from rdkit import Chem
