@@ -26,14 +26,16 @@ def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return whole_number
 
 
-def file_name(example: str) -> Callable[[str], str]:
-    """An argparse type: where to write a file, refused where it names none: empty or blank (--out "$OUT" with OUT
-    unset ran a whole evaluation and wrote no report, without a word), or ending in a folder's separator (--out
-    reports/ wrote a file named reports). `example`: a name the refusal offers ("report.json")."""
+def file_name(example: str, folder: bool = False) -> Callable[[str], str]:
+    """An argparse type: where to write a file (a folder, where `folder`), refused where it names none: empty or
+    blank (--out "$OUT" with OUT unset ran a whole evaluation and wrote no report, without a word; prepare-data's
+    became the current folder), or, for a file, ending in a folder's separator (--out reports/ wrote a file named
+    reports). `example`: a name the refusal offers ("report.json")."""
     def name(text: str) -> str:
         if not text.strip():
-            raise argparse.ArgumentTypeError(f"must name a file, such as {example}, not {text!r}")
-        if text.endswith(("/", os.sep)):
+            raise argparse.ArgumentTypeError(f"must name a {'folder' if folder else 'file'}, such as {example}, not "
+                                             f"{text!r}")
+        if not folder and text.endswith(("/", os.sep)):
             raise argparse.ArgumentTypeError(f"{text} names a folder (it ends in {text[-1]}); give a file in it, such "
                                              f"as {text}{example}")
         return text

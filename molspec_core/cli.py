@@ -343,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forward-mit: fine-tune data, the USPTO-MIT valid rows alone; forward-gln: fine-tune "
                    "data, USPTO-50K's GLN val reactions read forward (use both with --vocab)")
     p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
-    p.add_argument("--out", required=True, help="the folder to write (train/val/test, vocab.json, stats.json)")
+    p.add_argument("--out", required=True, type=file_name("data/forward", folder=True),
+                   help="the folder to write (train/val/test, vocab.json, stats.json)")
     # at least 1: --n-val -5 made all but 5 of the USPTO-MIT valid rows validation rows (data.mit_split)
     p.add_argument("--n-val", type=at_least(1), default=2000, help="validation reactions (default %(default)s)")
     p.add_argument("--workers", type=at_least(1), default=2, help="processes for the RDKit work of reading the "
@@ -371,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="the mean of fine-tuned models' weights, written as a new model folder")
     p.add_argument("--model", action="append", required=True, dest="models",
                    help="a model folder; give two or more, all fine-tuned from one parent")
-    p.add_argument("--out", required=True, help="the new model folder")
+    p.add_argument("--out", required=True, type=file_name("models/averaged", folder=True),
+                   help="the new model folder")
     p.add_argument("--float16", action="store_true", help="write float16 shards (as the shipped models are)")
 
     p = sub.add_parser("serve", help="answer predictions over HTTP as JSON (POST /predict; molspec_core/server.py)")

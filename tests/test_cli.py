@@ -2181,7 +2181,11 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     (["evaluate", "--src", "s", "--tgt", "t"], "--out", "reports/",
      "reports/ names a folder (it ends in /); give a file in it, such as reports/report.json"),
     (["plan", "--smiles", "CCO"], "--out", "r/", "r/ names a folder (it ends in /); give a file in it, such as "
-     "r/routes.json")])
+     "r/routes.json"),
+    # a folder: the current one, where prepare-data began minutes of work
+    (["prepare-data", "--task", "forward"], "--out", "", "must name a folder, such as data/forward, not ''"),
+    (["average", "--model", "a", "--model", "b"], "--out", " ",
+     "must name a folder, such as models/averaged, not ' '")])
 def test_an_output_that_names_no_file_is_a_usage_error(capsys, no_model_load, command, option, given, message):
     """evaluate --out "$OUT" with OUT unset ran the whole evaluation and wrote no report, without a word (bench's
     --out too); --out reports/ wrote a file named reports. Each is refused before anything runs."""
