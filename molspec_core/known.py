@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, inchi_alone, main_molecule,
-                   markup_refusal, mol_from_smiles, product_alone, reaction_sides, rinchi_refusal, smiles_from_cxsmiles,
-                   smiles_from_inchi, uncharged)
+                   markup_refusal, mol_from_smiles, product_alone, rdkit_quietly, reaction_sides, rinchi_refusal,
+                   smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
@@ -42,6 +42,7 @@ def recorded_column(task: str) -> str:
     return f"recorded_{recorded_side(task)}"
 
 
+@rdkit_quietly  # a library's call: the ValueError says what RDKit cannot read, its own lines would repeat it
 def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
     """A reaction SMILES with its outcome, 'reactants>reagents>products' (or 'reactants>>products'), as the query
     to predict and the recorded answer (canonical, atom maps removed). Forward predicts from the reactants and
@@ -139,6 +140,7 @@ def known_answers(known: str | None, task: str, query: str = "") -> frozenset[st
     return frozenset({want})
 
 
+@rdkit_quietly  # None says RDKit cannot read the answer
 def answer_key(answer: str, task: str, query: str = "") -> str | None:
     """An answer to `query` (the canonical query the model read) as known answers are compared with it: canonical
     (atom maps removed, stereo kept), each molecule once and without the charges a proton explains (chem.uncharged),
@@ -177,6 +179,7 @@ def _uncharged(molecule: str) -> str:
         return molecule
 
 
+@rdkit_quietly  # None says RDKit reads no molecule; its own lines, on a library caller's stderr, would be noise
 def read_known(text: str) -> str | None:
     """A known answer as a query is read (Predictor.prepare): a SMILES, a CXSMILES (as Marvin and ChemDraw copy
     one) or an InChI (as registration systems export one), canonical without atom maps; None where RDKit reads no

@@ -327,3 +327,17 @@ def test_a_forward_answer_matches_a_record_that_lists_the_bases_salt_beside_the_
     query = canonical("CC(=O)Cl.NC.CCN(CC)CC")
     _, known = recorded_reaction("CC(=O)Cl.NC.CCN(CC)CC>>CNC(C)=O.CC[NH+](CC)CC.[Cl-]", "forward")
     assert answer_key("CNC(C)=O", "forward", query) in known_answers(known, "forward", query)
+
+
+def test_reading_a_recorded_reaction_or_a_known_answer_keeps_rdkit_quiet():
+    """known.recorded_reaction, read_known and answer_key, called as a library, printed RDKit's 'SMILES Parse Error'
+    for an outcome it cannot read, beside the ValueError (or None) that says so; the caller's own RDKit messages
+    stay on."""
+    from test_chem import stderr_story
+
+    story = stderr_story("from molspec_core.known import answer_key, read_known, recorded_reaction\n"
+                         "try:\n    recorded_reaction('CCO>>C1CC', 'forward')\n"
+                         "except ValueError:\n    told('refused')\n"
+                         "told(read_known('C1CC'))\ntold(read_known('InChI=1S/xx'))\n"
+                         "told(answer_key('C1CC', 'forward', 'CCO'))\nChem.MolFromSmiles('c1cc')")
+    assert story == ["refused", "None", "None", "None", "rdkit"]
