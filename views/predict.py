@@ -19,7 +19,7 @@ from molspec_core.io import InputFileError, csv_bytes, output_header, result_row
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
-from molspec_core.methods import METHODS, SAMPLING_KNOBS, same_answers_partner, speedup_pair
+from molspec_core.methods import METHODS, SAMPLING_KNOBS, Method, same_answers_partner, speedup_pair
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import (DEFAULT_TIME_LIMIT_S, STOPPED, TIMED_OUT, Prediction, Predictor, QueryResult,
                                   several_products_note)
@@ -777,13 +777,25 @@ def show_speedup_record(record: Speedup) -> None:
         st.caption("On this query the speculative decoder took longer: its drafts spared too few model calls to "
                    "pay for the tokens they add to each call (on a CPU a drafted token costs a call about as much "
                    "as its own). The model cards measure each method over many queries.")
-    if record.identical and row is not None and row.lossless and row.family != "sampling":
+    exact = row is not None and row.lossless and row.family != "sampling"
+    if record.identical and exact:
         st.caption("Both decoders returned the same answer, as this exact speculative decoder guarantees.")
     elif record.identical:  # a lossy method, or a sampled answer, that happened to agree here
         st.caption("Both decoders returned the same answer here; this pair does not guarantee it (a lossy method, "
                    "or sampling, whose exact variants keep the distribution, not each answer).")
-    else:
+    elif exact or row is None:
         st.warning("The two decoders returned different answers (expected only for lossy or non-greedy pairs).")
+    else:  # as such a pair may: a warning read as a fault (sampling beside speculative sampling drew other samples)
+        st.caption(f"The two decoders returned different answers, as this pair may: {may_differ(row)}.")
+
+
+def may_differ(row: Method) -> str:
+    """Why a speculative method's answers may differ from its reference's: sampled (its reference samples: relaxed
+    greedy runs in the sampling loop but samples nothing), or lossy."""
+    if METHODS[row.reference].family == "sampling":
+        kept = "the same distribution" if row.lossless else "the model's moved a bounded way (lossy)"
+        return f"each draws its answers at random, the speculative one from {kept}, not the same draws"
+    return f"{row.label} is a lossy method, which trades a bounded change of the answers for speed"
 
 
 SESSION_TABLE_LABEL = "The chart's bars as a table"
