@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import IO, Any, TypeVar
 
 from rdkit import Chem, RDLogger, rdBase
+from rdkit.Chem import rdinchi
 from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from .io import visible_controls
@@ -630,13 +631,24 @@ def smiles_from_inchi(inchi: str) -> str:
 
     A standard InChI also writes a metal apart from the atoms it is bonded to: butyllithium's reads back as a butyl
     radical beside a lithium atom, [CH2]CCC.[Li]. Such an InChI (an unpaired electron beside a metal atom bonded to
-    nothing) is refused, as the model would read radicals."""
-    mol = Chem.MolFromInchi(inchi, sanitize=True, removeHs=True)
-    if mol is None or mol.GetNumAtoms() == 0:
+    nothing) is refused, as the model would read radicals.
+
+    An InChI whose layers the InChI software finds at odds with the structure it builds from them (a charge layer
+    /q+1 on ethanol, which has no atom to carry it; a proton layer /p-1 that removes no proton) is refused with the
+    software's words: RDKit read such an InChI as the neutral compound, the charge dropped unsaid."""
+    try:
+        mol, code, message, _ = rdinchi.InchiToMol(inchi, True, True)  # sanitized, hydrogens removed
+    except ValueError:  # a structure RDKit cannot sanitize (perchlorate's InChI)
+        mol, code, message = None, INCHI_ERROR, ""
+    if mol is None or mol.GetNumAtoms() == 0 or code >= INCHI_ERROR:
         raise ChemError(f"RDKit cannot read {inchi[:80]!r} as an InChI")
     if inchi.startswith("InChI=1S/"):
         mol = _preferred_tautomer(mol)
     smiles = Chem.MolToSmiles(mol)
+    if code == INCHI_WARNING:  # of 10,000 InChIs written from USPTO's molecules, none read back with one
+        raise ChemError(f"this InChI's layers do not fit together: the InChI software builds {smiles[:80]} from it "
+                        f"and reports {' '.join(message.split())!r}, a charge (/q) or proton (/p) layer that "
+                        "structure does not carry; check those layers, or paste the compound's SMILES")
     metals = sorted({atom.GetSymbol() for atom in mol.GetAtoms()
                      if atom.GetDegree() == 0 and atom.GetAtomicNum() not in NONMETALS})
     if metals and any(atom.GetNumRadicalElectrons() and atom.GetAtomicNum() in NONMETALS for atom in mol.GetAtoms()):
@@ -645,6 +657,11 @@ def smiles_from_inchi(inchi: str) -> str:
                         "beside a lone metal atom, not the compound drawn; paste its SMILES (butyllithium: [Li]CCCC) "
                         "or draw it")
     return smiles
+
+
+# The InChI software's return codes (inchi_api.h's inchi_Ret): a warning (the layers do not match the structure they
+# give) and the first of the errors, from which no structure comes.
+INCHI_WARNING, INCHI_ERROR = 1, 2
 
 
 # Atomic numbers of the elements that are no metal (the wildcard 0 with them): hydrogen, the noble gases, the

@@ -355,6 +355,27 @@ def test_an_inchi_with_a_radical_or_a_metal_alone_is_read(inchi, smiles):
     assert smiles_from_inchi(inchi) == smiles
 
 
+@pytest.mark.parametrize("inchi, report", [
+    ("InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3/q+99", "Charge(s): Do not match"),  # ethanol with a charge no atom carries
+    ("InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3/q-1", "Charge(s): Do not match"),
+    ("InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3/p-1", "Proton balance: Does not match"),  # a proton removed from nowhere
+])
+def test_an_inchi_whose_charge_or_proton_layer_the_structure_cannot_carry_is_refused(inchi, report):
+    """RDKit read ethanol's InChI with a charge layer of +99 (or -1) as plain ethanol, the layer dropped unsaid:
+    the query was predicted as ethanol. The InChI software's own report of the mismatch is named."""
+    with pytest.raises(ChemError, match=f"builds CCO from it and reports .*{re.escape(report)}.* charge \\(/q\\)"):
+        smiles_from_inchi(inchi)
+
+
+@pytest.mark.parametrize("inchi, smiles", [
+    ("InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3/p+1", "CC[OH2+]"),  # a proton layer the structure takes: read
+    ("InChI=1S/C2H5O/c1-2-3/h2H2,1H3/q-1", "CC[O-]"),  # ethoxide
+    ("InChI=1S/C2H4O2.Na/c1-2(3)4;/h1H3,(H,3,4);/q;+1/p-1", "CC(=O)[O-].[Na+]"),  # sodium acetate
+])
+def test_an_inchi_with_charge_and_proton_layers_its_structure_carries_is_read(inchi, smiles):
+    assert smiles_from_inchi(inchi) == smiles
+
+
 def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     imidic = Chem.MolToInchi(Chem.MolFromSmiles("CC(O)=Nc1ccc(O)cc1"), options="/FixedH")
     assert imidic.startswith("InChI=1/") and "/f" in imidic
