@@ -143,6 +143,30 @@ def test_the_device_commands_run_without_rdkit_or_the_apps_packages(kit, tmp_pat
     assert {p.name for p in out.iterdir()} == {"forward_test_nbest.tsv.gz", "forward.tar.00"}  # one 15 MiB part
 
 
+def test_decode_while_the_training_runs_reads_its_export_whole_and_says_which(kit, tmp_path, monkeypatch, capsys):
+    """Where `watch` ran out before the run ended, decode loaded runs/<task>/export while the trainer could swap the
+    next export into its place (no folder, or shards of two steps), and said nothing of decoding an earlier step."""
+    data = tmp_path / "data"
+    write_splits(data / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:2]}, {"task": "forward"})
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--bench", str(tmp_path)])
+    run = tmp_path / "runs" / "gpu_forward"
+    train(TrainConfig(data=str(tmp_path / "gpu" / "forward"), out=str(run), preset="tiny", max_steps=2,
+                      max_tokens=64, val_greedy_rows=1, threads=1))
+    (run / "train.pid").write_text("4242")
+    monkeypatch.setattr(kit, "_running", lambda folder: folder == run)
+    read: list[Path] = []
+    real = kit.export_tar
+    monkeypatch.setattr(kit, "export_tar", lambda folder, tries=20: read.append(folder) or real(folder, tries))
+    out = tmp_path / "out"
+    out.mkdir()
+    capsys.readouterr()
+    kit.main(["decode", "--task", "forward", "--out", str(out), "--n-best", "2"])
+    assert read == [run / "export"]  # the whole-folder read collect makes, not a load of the folder in place
+    said = capsys.readouterr().out
+    assert "forward: its training still runs (pid 4242): decoding its export of step 2, not the run's last" in said
+    assert len(gzip.decompress((out / "forward_test_nbest.tsv.gz").read_bytes()).decode().splitlines()) == 2
+
+
 def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):
     data = tmp_path / "data" / "retro"
     data.mkdir(parents=True)

@@ -619,7 +619,11 @@ def cmd_decode(args: argparse.Namespace) -> None:
     from molspec_core.decoding.beam import beam_search
 
     model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
-    model, vocab, _ = checkpoint.load(model_dir, "cuda" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not args.model and _running(gpu_run(args.task)):  # `watch` ran out before the run ended
+        model, vocab = _load_running_export(args.task, device)
+    else:
+        model, vocab, _ = checkpoint.load(model_dir, device)
     with np.load(GPU_DIR / args.task / "test.npz") as z:
         arrays = {name: z[name] for name in z.files}
     flat, offsets, refused = arrays["src"], arrays["src_offsets"], arrays["refused"]
@@ -659,6 +663,28 @@ def cmd_decode(args: argparse.Namespace) -> None:
         f.write(text)
     print(f"{args.task}: {n} queries ({int(refused[:n].sum())} refused), {len(todo)} rows decoded in "
           f"{time.time() - started:.0f} s -> {name}")
+
+
+def _load_running_export(task: str, device: str) -> tuple:
+    """(model, vocab) of the export a training still running last wrote, read whole as `collect` reads it (a load
+    overlapping the trainer's swap of export.tmp into place found no folder, or shards of two steps), and a line
+    saying which step it is: not the run's last."""
+    import tempfile
+
+    from molspec_core import checkpoint
+    from molspec_core.train import read_state
+
+    data = export_tar(gpu_run(task) / "export")
+    if data is None:
+        raise SystemExit(f"{task}: its training still runs and has written no complete export yet; nothing decoded")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(tmp, filter="data")  # the tar export_tar made here: export/<its files>
+        step = read_state(Path(tmp) / "export")["step"]
+        print(f"{task}: its training still runs (pid {(gpu_run(task) / 'train.pid').read_text()}): decoding its "
+              f"export of step {step}, not the run's last", flush=True)
+        model, vocab, _ = checkpoint.load(Path(tmp) / "export", device)
+    return model, vocab
 
 
 def cmd_speed(args: argparse.Namespace) -> None:
