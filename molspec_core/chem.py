@@ -1173,7 +1173,7 @@ def _stereo_free(molecules: set[str]) -> set[str | None]:
 def clear_caches() -> None:
     """Forget the answers checked so far (canonical_or_none, answer_concerns, heavy atoms): for timings
     in which several methods decode the same query, lest the later ones find its answers checked."""
-    for cached in (canonical_or_none, answer_concerns, _heavy_atoms):
+    for cached in (canonical_or_none, answer_concerns, _heavy_atoms, _balanced_atoms):
         cached.cache_clear()
 
 
@@ -1182,8 +1182,20 @@ def missing_atoms(reactants: str, product: str) -> dict[str, int]:
 
     Every heavy atom of a product comes from a reactant (USPTO-50K lists as reactants exactly the
     molecules that give atoms to the product), so a proposed set that lacks some cannot make it:
-    an undertrained retrosynthesis model writes such sets, dropping a ring or a carbon."""
-    return dict(_heavy_atoms(product) - _heavy_atoms(reactants))
+    an undertrained retrosynthesis model writes such sets, dropping a ring or a carbon.
+
+    An isotope-labelled atom is its own kind ('13C', '2H': _balanced_atoms), as no reaction makes or unmakes a label:
+    a forward answer carrying a 13C or a deuterium the query lacks was not flagged."""
+    return dict(_balanced_atoms(product) - _balanced_atoms(reactants))
+
+
+@lru_cache(maxsize=4096)
+def _balanced_atoms(smiles: str) -> Counter[str]:
+    """The atoms of a SMILES that a reaction's balance counts, by nuclide: its heavy atoms by element, or as '13C'
+    where labelled, and its labelled hydrogens ('2H', '3H'; a SMILES writes no other hydrogen as an atom that RDKit
+    keeps). Raises ChemError for an invalid SMILES; cached and shared as _heavy_atoms."""
+    return Counter(f"{atom.GetIsotope() or ''}{atom.GetSymbol()}" for atom in mol_from_smiles(smiles).GetAtoms()
+                   if atom.GetAtomicNum() > 1 or atom.GetIsotope())
 
 
 def main_molecule(smiles: str) -> str:

@@ -24,6 +24,11 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CC(=O)OO", "CC(=O)O.OO", "forward", ()),  # a peroxy acid is a real product: one O-O bond is fine
     ("CC(=O)O.N", "CC(=O)Nc1ccccc1", "retro", ("lacks atoms of the product (6 C)",)),  # the ring from nowhere
     ("Brc1ccccc1", "c1ccccc1", "forward", ("atoms no reactant has (1 Br)",)),
+    # an isotope label is its own kind of atom: one the query lacks comes from nowhere (was no concern)
+    ("CO[13CH3]", "CI.O", "forward", ("atoms no reactant has (1 13C)",)),
+    ("COC([2H])([2H])[2H]", "CI.CO", "forward", ("atoms no reactant has (3 2H)",)),
+    ("CI.Oc1ccccc1", "[13CH3]Oc1ccccc1", "retro", ("lacks atoms of the product (1 13C)",)),
+    ("[13CH3]I.Oc1ccccc1", "[13CH3]Oc1ccccc1", "retro", ()), ("COC(C)=O.[2H]Cl", "CC(=O)Cl.[2H]OC", "forward", ()),
     ("[CH3]", "C", "forward", ("unpaired electrons (a radical)",)),
     # a metal's unpaired electrons, which RDKit counts (magnesium metal two, copper(II) one), make no radical: a
     # Grignard reagent's magnesium and a copper(II) salt were flagged so
