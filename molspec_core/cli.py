@@ -184,12 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--smiles", help="one query: reactants (forward) or a product (retro), or a recorded "
                        "reaction reactants>reagents>products")
-    group.add_argument("--input", help="TXT (one SMILES per line), SMILES file (.smi: SMILES, then "
-                       "optionally a name, per line), SD file (.sdf), CSV with a smiles column (cells split at "
-                       "commas, or at semicolons or tabs where the header shows them; .tsv too) or Excel workbook "
-                       "(.xlsx: the first sheet naming the column), by its name's ending unless --input-format "
-                       "says; a header may sit under titles; .gz and .xz too; - reads standard input (TXT unless "
-                       "--input-format says)")
+    group.add_argument("--input", type=file_name("queries.csv"), help="TXT (one SMILES per line), SMILES file "
+                       "(.smi: SMILES, then optionally a name, per line), SD file (.sdf), CSV with a smiles column "
+                       "(cells split at commas, or at semicolons or tabs where the header shows them; .tsv too) or "
+                       "Excel workbook (.xlsx: the first sheet naming the column), by its name's ending unless "
+                       "--input-format says; a header may sit under titles; .gz and .xz too; - reads standard input "
+                       "(TXT unless --input-format says)")
     p.add_argument("--input-format", choices=READ_AS, help="read --input as this, whatever its name says (a CSV "
                    "named .dat, or standard input)")
     p.add_argument("--column", help="CSV or workbook column, or SD file data field, holding the queries")
@@ -228,9 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="top-k accuracy on parallel source/target files")
     model_args(p)
-    p.add_argument("--src", required=True, help="queries, one SMILES a line (.gz too)")
-    p.add_argument("--tgt", required=True, help="their known answers, line by line")
-    p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
+    p.add_argument("--src", required=True, type=file_name("src.txt"), help="queries, one SMILES a line (.gz too)")
+    p.add_argument("--tgt", required=True, type=file_name("tgt.txt"), help="their known answers, line by line")
+    p.add_argument("--index", type=file_name("test.idx"), help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
     p.add_argument("--out", type=file_name("report.json"), help="JSON report (a report there is kept as <out>.bak, "
                    "and a partial one is refused "
@@ -246,17 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(method=None)  # cmd_evaluate: beam when --n-best > 1, else greedy
 
     p = sub.add_parser("compare", help="two evaluate --out reports on the same queries, query by query (McNemar)")
-    p.add_argument("first", help="evaluate --out JSON report (a)")
-    p.add_argument("second", help="evaluate --out JSON report (b), on the same --src, --tgt, --index and --limit; "
-                   "or on fewer (a run stopped part way, or a lower --limit): the other report's first queries are "
-                   "compared, where its files still give them")
+    p.add_argument("first", type=file_name("eval.json"), help="evaluate --out JSON report (a)")
+    p.add_argument("second", type=file_name("eval.json"), help="evaluate --out JSON report (b), on the same --src, "
+                   "--tgt, --index and --limit; or on fewer (a run stopped part way, or a lower --limit): the other "
+                   "report's first queries are compared, where its files still give them")
 
     p = sub.add_parser("calibrate", help="fit a model's confidence on validation files (calibration.json; for "
                        "greedy's answers, --method greedy or spec-auto: calibration.greedy.json)")
     model_args(p)
-    p.add_argument("--src", required=True, help="validation queries (never test; a prepare-data folder's test.src and "
-                   "train.src, and the USPTO data's own test sets, are refused)")
-    p.add_argument("--tgt", required=True, help="their known answers, line by line")
+    p.add_argument("--src", required=True, type=file_name("val.src"), help="validation queries (never test; a "
+                   "prepare-data folder's test.src and train.src, and the USPTO data's own test sets, are refused)")
+    p.add_argument("--tgt", required=True, type=file_name("tgt.txt"), help="their known answers, line by line")
     p.add_argument("--limit", type=at_least(3), default=CALIBRATE_LIMIT, help="the first N queries (default "
                    "%(default)s)")
     augment_arg(p)  # its fit goes to calibration[.greedy].augment<N>.json
@@ -274,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="time methods side by side on the same queries")
     model_args(p, batches="cut in file order (--by-length: of like length)")
-    p.add_argument("--src", required=True, help="queries, one SMILES a line (.gz too)")
-    p.add_argument("--tgt", help="their known answers: adds each method's accuracy to its row")
-    p.add_argument("--index", help="file of 0-based line numbers selecting the queries")
+    p.add_argument("--src", required=True, type=file_name("src.txt"), help="queries, one SMILES a line (.gz too)")
+    p.add_argument("--tgt", type=file_name("tgt.txt"), help="their known answers: adds each method's accuracy to its "
+                   "row")
+    p.add_argument("--index", type=file_name("test.idx"), help="file of 0-based line numbers selecting the queries")
     p.add_argument("--limit", type=at_least(1), help="the first N queries (after --index)")
     p.add_argument("--methods", default="greedy,greedy-uncached,spec-paper,spec-lookup,spec-pointer,spec-auto",
                    help="comma-separated, timed interleaved on the same queries (default %(default)s)")
@@ -305,8 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
     p.add_argument("--smiles", required=True, help="the target molecule")
     p.add_argument("--time-limit", type=positive_seconds, default=30.0, help="seconds of search (default %(default)s)")
-    p.add_argument("--stock", help="building blocks: one SMILES per line, an SD file, or a CSV or Excel workbook "
-                   "(.xlsx) with a smiles column "
+    p.add_argument("--stock", type=file_name("stock.smi"), help="building blocks: one SMILES per line, an SD file, "
+                   "or a CSV or Excel workbook (.xlsx) with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
     p.add_argument("--stock-column", help="the column of a CSV or workbook --stock that holds the SMILES, where its "
                    f"name is none of {', '.join(STOCK_COLUMNS)} (in any case), which are read without naming them "

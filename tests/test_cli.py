@@ -2185,10 +2185,15 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     # a folder: the current one, where prepare-data began minutes of work
     (["prepare-data", "--task", "forward"], "--out", "", "must name a folder, such as data/forward, not ''"),
     (["average", "--model", "a", "--model", "b"], "--out", " ",
-     "must name a folder, such as models/averaged, not ' '")])
-def test_an_output_that_names_no_file_is_a_usage_error(capsys, no_model_load, command, option, given, message):
+     "must name a folder, such as models/averaged, not ' '"),
+    # inputs: --index "$IDX" with IDX unset evaluated the whole file, bench --tgt "" timed without accuracy
+    (["evaluate", "--src", "s", "--tgt", "t"], "--index", "", "must name a file, such as test.idx, not ''"),
+    (["bench", "--src", "s"], "--tgt", "", "must name a file, such as tgt.txt, not ''"),
+    (["plan", "--smiles", "CCO", "--out", "r.json"], "--stock", "", "must name a file, such as stock.smi, not ''")])
+def test_a_file_option_that_names_no_file_is_a_usage_error(capsys, no_model_load, command, option, given, message):
     """evaluate --out "$OUT" with OUT unset ran the whole evaluation and wrote no report, without a word (bench's
-    --out too); --out reports/ wrote a file named reports. Each is refused before anything runs."""
+    --out too); --out reports/ wrote a file named reports; an empty --index, --tgt or --stock was read as none given.
+    Each is refused before anything runs."""
     with pytest.raises(SystemExit) as done:
         main([*command, option, given])
     assert done.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
