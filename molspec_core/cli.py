@@ -1509,7 +1509,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sampling = sampling_options(args)
     check_bench_knobs(methods, ("--beam-width", args.beam_width) if args.beam_width else ("--n-best", args.n_best),
                       args.draft_len, args.n_drafts, sampling)
-    sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep else None
+    sweep = sweep_grid(args.sweep, methods, sampling) if args.sweep is not None else None  # "": refused, not none
     if args.peer and sweep:
         raise ValueError("--peer and --sweep do not go together: a sweep compares a method with itself")
     if args.peer_threads and not args.peer:  # no peer runs: the threads would be ignored

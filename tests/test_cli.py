@@ -2225,6 +2225,7 @@ def test_a_report_out_of_a_dash_is_refused_not_written_as_a_file_named_dash(pair
     (["--methods", ""], "names no method"),
     (["--methods", " , "], "names no method"),
     (["--methods", "relaxed", "--sweep", "tau="], "has no values"),
+    (["--methods", "relaxed", "--sweep", ""], "--sweep needs one of"),  # --sweep "$GRID" unset: timed without a sweep
     (["--methods", "relaxed", "--sweep", "tau=0,nan"], "tau must be"),
     (["--methods", "greedy,magic"], "unknown methods"),
     # a peer's name was an 'unknown method', and the list of choices after it did not name --peer
