@@ -133,10 +133,10 @@ def _library(isa: str = "native") -> ctypes.CDLL:
         target = _cache_dir() / f"decoder_step-{key}.so"
         if target.exists():
             break
-        # looked for only to build: a build in the cache loads without one (an image that built it, then dropped
-        # gcc, was refused the C step)
-        compiler = compiler or _compiler()
         try:
+            # looked for only to build: a build in the cache, single-threaded too, loads without one (an image that
+            # built it, then dropped gcc, was refused the C step)
+            compiler = compiler or _compiler()
             _build(compiler, flags, target)
         except OSError as exc:  # an unwritable cache folder (_compiler checked that the compiler can be run)
             raise NativeUnavailable(f"building the C step into {target.parent} failed: {exc}; set XDG_CACHE_HOME to "
@@ -144,7 +144,7 @@ def _library(isa: str = "native") -> ctypes.CDLL:
         except NativeUnavailable as exc:
             if OPENMP not in flags:
                 raise
-            log.info("the C step does not build with OpenMP here (%s); building it single-threaded", exc)
+            log.info("the C step with OpenMP cannot be built here (%s); taking it single-threaded", exc)
             continue
         log.info("built the C decoder step: %s", target)
         break

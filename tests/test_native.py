@@ -211,6 +211,20 @@ def test_built_into_the_cache_once(fresh_build, monkeypatch):
     assert native.native_unavailable() is None
 
 
+def test_a_single_threaded_build_in_the_cache_loads_without_a_compiler(fresh_build, monkeypatch):
+    """Where the C step does not build with OpenMP, it is built single-threaded; that build, in the cache, loaded only
+    while a compiler could be found (the OpenMP build was tried first, and a missing compiler stopped it)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    no_openmp = fresh_build / "cc-without-openmp"  # a compiler whose OpenMP is missing (clang without libomp)
+    no_openmp.write_text(f'#!/bin/sh\ncase " $* " in *" {native.OPENMP} "*) exit 1;; esac\nexec {compiler} "$@"\n')
+    no_openmp.chmod(0o755)
+    monkeypatch.setenv("CC", str(no_openmp))
+    assert native.native_unavailable() is None and not native._library().has_threads()
+    native._library.cache_clear()
+    monkeypatch.setenv("CC", "/no/such/compiler")
+    assert native.native_unavailable() is None
+
+
 # ---- dtype int8 ----------------------------------------------------------------------------------
 
 
