@@ -638,8 +638,10 @@ def smiles_from_inchi(inchi: str) -> str:
     software's words: RDKit read such an InChI as the neutral compound, the charge dropped unsaid."""
     try:
         mol, code, message, _ = rdinchi.InchiToMol(inchi, True, True)  # sanitized, hydrogens removed
-    except ValueError:  # a structure RDKit cannot sanitize (perchlorate's InChI)
-        mol, code, message = None, INCHI_ERROR, ""
+    except ValueError as exc:  # a structure RDKit cannot sanitize: sodium chlorite's, bromate's and periodate's
+        raise ChemError(f"the InChI software builds from {inchi[:80]!r} a structure RDKit refuses (RDKit: "  # InChIs
+                        f"{' '.join(str(exc).split())[:120]}), as it does the standard InChI of some inorganic "
+                        "oxoanions (chlorite, bromate, periodate): paste the compound's SMILES") from None
     if mol is None or mol.GetNumAtoms() == 0 or code >= INCHI_ERROR:
         raise ChemError(f"RDKit cannot read {inchi[:80]!r} as an InChI")
     if inchi.startswith("InChI=1S/"):

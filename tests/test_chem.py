@@ -381,6 +381,14 @@ def test_an_inchi_with_charge_and_proton_layers_its_structure_carries_is_read(in
     assert smiles_from_inchi(inchi) == smiles
 
 
+@pytest.mark.parametrize("salt", ["[O-]Cl=O.[Na+]", "[O-]I(=O)(=O)=O.[Na+]"])  # Pinnick; diol cleavage
+def test_an_inchi_whose_structure_rdkit_refuses_is_told_so(salt):
+    """Sodium chlorite's and periodate's standard InChIs (as PubChem gives them) were told only that RDKit cannot
+    read them as InChIs, as if they were broken: RDKit refuses the structure the InChI software builds."""
+    with pytest.raises(ChemError, match=r"builds from .* a structure RDKit refuses \(RDKit: Explicit valence .*SMILES"):
+        smiles_from_inchi(Chem.MolToInchi(Chem.MolFromSmiles(salt)))
+
+
 def test_an_inchi_with_fixed_hydrogens_is_read_where_they_are_fixed():
     imidic = Chem.MolToInchi(Chem.MolFromSmiles("CC(O)=Nc1ccc(O)cc1"), options="/FixedH")
     assert imidic.startswith("InChI=1/") and "/f" in imidic
