@@ -447,8 +447,8 @@ class Seq2SeqTransformer(nn.Module):
         if getattr(self.numpy_step, "dtype", "float32") != "float32":  # torch would compute another function
             raise ValueError(f"dtype {self.numpy_step.dtype} computes calls of one branch a row, with room in the "
                              "cache (the C step's); several drafts a row are fed as rows of their own, each on a copy "
-                             "of its row's cache (decoding.greedy.verify_as_rows, as the spec-* methods and sbs-exact "
-                             "do)")
+                             "of its row's cache, by the greedy methods (decoding.greedy.verify_as_rows: spec-paper, "
+                             "n_drafts above 1) and by sbs and sbs-exact (decoding.speculative_beam)")
         if in_place is not None and in_place.start is not None:
             positions = torch.arange(in_place.start, in_place.upto, device=tokens.device).expand(batch, t_new)
         else:

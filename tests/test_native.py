@@ -448,8 +448,12 @@ def test_an_int8_call_of_several_branches_a_row_is_refused_in_words_that_hold(co
     with pytest.raises(ValueError) as refused:
         model.decode(torch.tensor([[[4, 5, 6], [6, 7, 4]]]), cache)  # (1 row, 2 branches, 3 tokens)
     assert "needs float32" not in str(refused.value)
-    assert "as rows of their own, each on a copy of its row's cache (decoding.greedy.verify_as_rows" \
-        in str(refused.value)
+    # where it is done: greedy's verify_as_rows, and the speculative beam searches' own feed (it named sbs-exact
+    # beside verify_as_rows, which it does not call, and 'the spec-* methods', spec-sample's one draft among them)
+    assert str(refused.value).endswith(
+        "several drafts a row are fed as rows of their own, each on a copy of its row's cache, by the greedy methods "
+        "(decoding.greedy.verify_as_rows: spec-paper, n_drafts above 1) and by sbs and sbs-exact "
+        "(decoding.speculative_beam)")
 
 
 def test_an_int8_predictor_decodes_several_drafts_per_call_as_int8_greedy(copy_model, tmp_path):
