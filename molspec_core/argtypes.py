@@ -42,6 +42,14 @@ def file_name(example: str, folder: bool = False) -> Callable[[str], str]:
     return name
 
 
+def column_name(text: str) -> str:
+    """An argparse type: a column's (or SD data field's) name, refused empty or blank: --column "$COL" with COL unset
+    was read as none given, and the file's own column read instead, without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a column, not {text!r}")
+    return text
+
+
 def positive_seconds(text: str) -> float:
     """An argparse type: a finite number of seconds above 0 (a time limit)."""
     try:

@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING
 
 import torch
 
-from .argtypes import at_least, file_name, positive_seconds, seconds_up_to
+from .argtypes import at_least, column_name, file_name, positive_seconds, seconds_up_to
 from .boundary import describe, guarded
 from .data import DEFAULT_AUGMENT, GLN_TEST, MAX_AUGMENT as DATA_MAX_AUGMENT, MIT_TEST, MIT_VALID, TASKS, VAL_REST
 from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, write_text_file
@@ -192,12 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "(TXT unless --input-format says)")
     p.add_argument("--input-format", choices=READ_AS, help="read --input as this, whatever its name says (a CSV "
                    "named .dat, or standard input)")
-    p.add_argument("--column", help="CSV or workbook column, or SD file data field, holding the queries")
-    p.add_argument("--known-column", metavar="COLUMN", help="a CSV column or SD field holding each query's known "
-                   "answer (the recorded product, or reactants): a matches_known column marks the row that gives "
-                   "it, and a line says how often it comes first or among the answers. Queries written as "
-                   "recorded reactions (reactants>reagents>products) bring their own: each is predicted from its "
-                   "reactants (retro: its products) and its recorded outcome marks the answers")
+    p.add_argument("--column", type=column_name, help="CSV or workbook column, or SD file data field, holding the "
+                   "queries")
+    p.add_argument("--known-column", metavar="COLUMN", type=column_name, help="a CSV column or SD field holding "
+                   "each query's known answer (the recorded product, or reactants): a matches_known column marks "
+                   "the row that gives it, and a line says how often it comes first or among the answers. Queries "
+                   "written as recorded reactions (reactants>reagents>products) bring their own: each is predicted "
+                   "from its reactants (retro: its products) and its recorded outcome marks the answers")
     augment_arg(p)
     p.add_argument("--ion-writing", action="store_true", help="read a hydride written as one species, which the "
                    "model cannot read ([AlH4-] of LiAlH4, [NaH]), as the ions USPTO writes; the canonical_query "
@@ -309,10 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stock", type=file_name("stock.smi"), help="building blocks: one SMILES per line, an SD file, "
                    "or a CSV or Excel workbook (.xlsx) with a smiles column "
                    "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
-    p.add_argument("--stock-column", help="the column of a CSV or workbook --stock that holds the SMILES, where its "
-                   f"name is none of {', '.join(STOCK_COLUMNS)} (in any case), which are read without naming them "
-                   "(SMILES_std, say); or the data field of an SD file --stock whose SMILES are read instead of its "
-                   "records' molecules")
+    p.add_argument("--stock-column", type=column_name, help="the column of a CSV or workbook --stock that holds the "
+                   f"SMILES, where its name is none of {', '.join(STOCK_COLUMNS)} (in any case), which are read "
+                   "without naming them (SMILES_std, say); or the data field of an SD file --stock whose SMILES are "
+                   "read instead of its records' molecules")
     p.add_argument("--algorithm", choices=("retro*", "mcts"), default="retro*", help="search (syntheseus's; "
                    "default %(default)s)")
     p.add_argument("--model", default="retro", help="retrosynthesis model folder, or a shipped model name")

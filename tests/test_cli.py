@@ -2189,7 +2189,12 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     # inputs: --index "$IDX" with IDX unset evaluated the whole file, bench --tgt "" timed without accuracy
     (["evaluate", "--src", "s", "--tgt", "t"], "--index", "", "must name a file, such as test.idx, not ''"),
     (["bench", "--src", "s"], "--tgt", "", "must name a file, such as tgt.txt, not ''"),
-    (["plan", "--smiles", "CCO", "--out", "r.json"], "--stock", "", "must name a file, such as stock.smi, not ''")])
+    (["plan", "--smiles", "CCO", "--out", "r.json"], "--stock", "", "must name a file, such as stock.smi, not ''"),
+    # a column: read as none given, and the file's own read instead
+    (["predict", "--input", "q.csv", "--output", "o.csv"], "--column", "", "must name a column, not ''"),
+    (["predict", "--input", "q.csv", "--output", "o.csv"], "--known-column", " ", "must name a column, not ' '"),
+    (["plan", "--smiles", "CCO", "--out", "r.json", "--stock", "s.csv"], "--stock-column", "",
+     "must name a column, not ''")])
 def test_a_file_option_that_names_no_file_is_a_usage_error(capsys, no_model_load, command, option, given, message):
     """evaluate --out "$OUT" with OUT unset ran the whole evaluation and wrote no report, without a word (bench's
     --out too); --out reports/ wrote a file named reports; an empty --index, --tgt or --stock was read as none given.
