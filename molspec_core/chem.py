@@ -581,6 +581,27 @@ def uncharged(molecule: str) -> str:
     return Chem.MolToSmiles(rdMolStandardize.Uncharger().uncharge(mol_from_smiles(molecule)))
 
 
+# A Grignard or organozinc reagent's carbon-metal-halogen end. USPTO-50K writes such a reagent as its cation, the halide
+# left out (C[Mg+]: 234 of the 237 magnesium reagents among its training reactants; [Zn+] 50 of 56), and the retro
+# model writes it so; chemists, textbooks and USPTO-MIT's queries write C[Mg]Br.
+_METAL_HALIDE_END = Chem.MolFromSmarts("[#6]-[Mg,Zn;+0;D2]-[Cl,Br,I;+0;D1]")
+
+
+@lru_cache(maxsize=4096)
+def organometal_cation(molecule: str) -> str:
+    """A Grignard or organozinc reagent (one molecule, canonical) written R-M-X, as USPTO-50K writes it: its cation,
+    R[M+] (C[Mg]Br is [CH3][Mg+]); any other molecule, or one RDKit cannot read, as it is."""
+    mol = Chem.MolFromSmiles(molecule) if "Mg" in molecule or "Zn" in molecule else None
+    matches = mol.GetSubstructMatches(_METAL_HALIDE_END) if mol is not None else ()
+    if len(matches) != 1:
+        return molecule
+    _, metal, halide = matches[0]
+    cation = Chem.RWMol(mol)
+    cation.GetAtomWithIdx(metal).SetFormalCharge(1)
+    cation.RemoveAtom(halide)
+    return Chem.MolToSmiles(cation)
+
+
 def _unmapped_mol(smiles: str):
     """The molecule of a SMILES RDKit reads, its atom maps cleared, or None (also for one longer than it writes
     safely): what canonical_or_none and leakage_key write out. A text with whitespace inside is None too: RDKit

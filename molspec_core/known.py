@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, inchi_alone, main_molecule,
-                   markup_refusal, mol_from_smiles, product_alone, rdkit_quietly, reaction_sides, rinchi_refusal,
-                   smiles_from_cxsmiles, smiles_from_inchi, uncharged)
+                   markup_refusal, mol_from_smiles, organometal_cation, product_alone, rdkit_quietly, reaction_sides,
+                   rinchi_refusal, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
@@ -164,10 +164,12 @@ def _key(smiles: str | None, task: str, query: str) -> str | None:
 
 
 def _molecules(smiles: str | None) -> str | None:
-    """A canonical SMILES's molecules, each uncharged (chem.uncharged) and once, sorted (None stays None)."""
+    """A canonical SMILES's molecules, each uncharged (chem.uncharged) and once, sorted (None stays None); a Grignard
+    or organozinc reagent as its cation (chem.organometal_cation): the retro model writes methylmagnesium bromide
+    as USPTO-50K does, [CH3][Mg+], and its answer was not the known C[Mg]Br (the textbook Grignard addition's)."""
     if smiles is None:
         return None
-    return ".".join(sorted({_uncharged(part) for part in smiles.split(".")}))
+    return ".".join(sorted({_uncharged(organometal_cation(part)) for part in smiles.split(".")}))
 
 
 def _uncharged(molecule: str) -> str:
