@@ -5,10 +5,11 @@ a `terminated` line and exit 143. What a command wrote stays: its lines on stdou
 replacing (io.write_csv renames a finished file into place)."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -16,6 +17,23 @@ from .entry import INTERRUPTED
 
 OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)  # the host's memory, and a GPU's (a RuntimeError)
 EXPECTED_FAILURES = (ValueError, OSError, *OUT_OF_MEMORY)
+# What torch's CPU allocator raises when the host cannot give it the memory asked for: a bare RuntimeError in these
+# words (torch 2.13), neither MemoryError nor torch.OutOfMemoryError
+CPU_ALLOCATION_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+@contextlib.contextmanager
+def as_memory_error() -> Iterator[None]:
+    """torch's CPU allocator failing inside the block (or the function it decorates) raised as MemoryError, one of
+    OUT_OF_MEMORY, its words kept: the host's memory running out inside torch, the likeliest way it runs out, was a
+    RuntimeError, which a server answered 500 'internal error' with a traceback logged, and a command line with a
+    traceback, where running out is a 503 saying what to send instead, and an `error: out of memory; ...` line."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if CPU_ALLOCATION_FAILED not in str(exc):
+            raise
+        raise MemoryError(f"the host's memory ran out: {exc}") from exc
 
 
 class Terminated(BaseException):
@@ -45,7 +63,8 @@ def guarded(command: Callable[[], int], out_of_memory: str) -> int:
     if previous is not None:
         signal.signal(signal.SIGTERM, terminate)
     try:
-        return command()
+        with as_memory_error():
+            return command()
     except EXPECTED_FAILURES as exc:
         print(f"error: {describe(exc, out_of_memory)}", file=sys.stderr)
         return 2

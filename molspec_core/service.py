@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from . import checkpoint
+from .boundary import as_memory_error
 from .calibration import Calibration, kind_of, load as load_calibration
 from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
                    holds_carbon, CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides,
@@ -1131,6 +1132,7 @@ class Predictor:
                 ion_writing: bool = ...) -> list[QueryResult]: ...
 
     @rdkit_quietly
+    @as_memory_error()  # the host's memory run out inside torch is a MemoryError, as it is in Python and NumPy
     def predict(self, smiles: str | Iterable[str], method: str = DEFAULT_METHOD, n_best: int = 1,
                 draft_len: int | None = None, n_drafts: int | None = None,
                 batch_size: int = DEFAULT_BATCH_SIZE, sampling: SamplingOptions | None = None,

@@ -613,23 +613,35 @@ def test_a_value_error_from_inside_the_decoder_is_a_logged_500_not_the_clients_4
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [ValueError]
 
 
-@pytest.mark.parametrize("exhausted", [MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate "
-                                                                      "2.00 GiB")], ids=["host", "gpu"])
-def test_a_request_that_runs_out_of_memory_gets_503_and_what_to_send(models, monkeypatch, exhausted):
+def allocating_too_much() -> None:
+    """What torch does where the host has not the memory asked for (here 2**60 bytes, past any machine's): its CPU
+    allocator raises a RuntimeError."""
+    torch.empty(2**60, dtype=torch.uint8)
+
+
+def raising(exc: BaseException):  # type: ignore[no-untyped-def]
+    def exhausting() -> None:
+        raise exc
+    return exhausting
+
+
+@pytest.mark.parametrize("exhausting", [raising(MemoryError()), allocating_too_much,
+                                        raising(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 "
+                                                                       "GiB"))], ids=["host", "host-in-torch", "gpu"])
+def test_a_request_that_runs_out_of_memory_gets_503_and_what_to_send(models, monkeypatch, exhausting, caplog):
     """A GPU's out of memory (torch.OutOfMemoryError, a RuntimeError, not a MemoryError) was a 500 'internal error'
-    with a traceback in the log, where the host's got 503 and what to send instead."""
+    with a traceback in the log, where the host's got 503 and what to send instead; so was the host's memory run out
+    inside torch (its CPU allocator's RuntimeError), the likeliest way a CPU server runs out."""
     forward = models["forward"]
     running = server.serve([forward], "127.0.0.1", 0)
     threading.Thread(target=running.serve_forever, daemon=True).start()
+    monkeypatch.setattr(forward, "decode", lambda *args, **kwargs: exhausting())
 
-    def exhausting(*args, **kwargs):
-        raise exhausted
-
-    monkeypatch.setattr(forward, "decode", exhausting)
     status, payload = call(running.server_address[:2], "POST", "/predict", {"smiles": AMIDE})
     running.shutdown()
     running.server_close()
     assert (status, payload) == (503, {"error": "out of memory; send fewer queries or a smaller n_best"})
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback logged: no bug
 
 
 def test_a_request_out_of_memory_after_its_first_window_keeps_the_windows_decoded(models, monkeypatch):

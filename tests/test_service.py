@@ -1520,3 +1520,23 @@ def test_a_predict_keeps_rdkit_quiet_and_leaves_it_on_for_the_caller():
                          "Chem.MolFromSmiles('c1cc')")
     assert story == ["not a valid SMILES: RDKit cannot parse 'c1cc' as a molecule: ring bond 1 opened at position 2 is "
                      "never closed", "rdkit"]
+
+
+def test_the_host_running_out_of_memory_inside_torch_is_a_memory_error_and_the_command_lines_error_line(capsys):
+    """torch's CPU allocator raises a RuntimeError where the host has not the memory asked for (2**60 bytes here, past
+    any machine's): predict raised it as it came, a command line printed its traceback, and a server answered 500.
+    It is a MemoryError, as Python's and NumPy's are, and the command lines' `error: out of memory; ...` line."""
+    from molspec_core import boundary
+
+    predictor = Predictor.load(FIXTURES / "copy_model", device="cpu")
+    predictor.decode = lambda *args, **kwargs: torch.empty(2**60, dtype=torch.uint8)  # type: ignore[method-assign]
+    with pytest.raises(MemoryError, match="^the host's memory ran out: .*DefaultCPUAllocator: can't allocate memory"):
+        predictor.predict("CCO")
+    assert boundary.guarded(lambda: torch.empty(2**60, dtype=torch.uint8) and 0, "try less") == 2
+    assert capsys.readouterr().err == "error: out of memory; try less\n"
+
+    def failing() -> int:
+        raise RuntimeError("another failure")
+
+    with pytest.raises(RuntimeError, match="^another failure$"):  # torch's other RuntimeErrors go on as they are
+        boundary.guarded(failing, "try less")
