@@ -344,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", choices=TASKS, required=True,
                    help="forward-mit: fine-tune data, the USPTO-MIT valid rows alone; forward-gln: fine-tune "
                    "data, USPTO-50K's GLN val reactions read forward (use both with --vocab)")
-    p.add_argument("--data", default=None, help="the shared data folder (default ../shared/data)")
+    p.add_argument("--data", default=None, type=file_name("../shared/data", folder=True),
+                   help="the shared data folder (default ../shared/data)")
     p.add_argument("--out", required=True, type=file_name("data/forward", folder=True),
                    help="the folder to write (train/val/test, vocab.json, stats.json)")
     # at least 1: --n-val -5 made all but 5 of the USPTO-MIT valid rows validation rows (data.mit_split)
@@ -361,8 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rooted", action="store_true",
                    help="forward-mit: the other writings rooted as the app reads a query, not random (a model "
                         "trained so reads a query in several writings; the shipped forward model's fine-tune data)")
-    p.add_argument("--vocab", default=None, help="encode with this vocabulary.json (the model to train on, e.g. "
-                   "models/forward/vocab.json: its draft model reads that one), not a new one built from the rows")
+    p.add_argument("--vocab", default=None, type=file_name("models/forward/vocab.json"), help="encode with this "
+                   "vocabulary.json (the model to train on, e.g. models/forward/vocab.json: its draft model reads that "
+                   "one), not a new one built from the rows")
     p.add_argument("--val-rest", choices=VAL_REST, default="",
                    help="retro: the GLN val reactions after the first --n-val (3,001 of 5,001 by default) join the "
                    "training reactions (add) or are the training split alone (only: fine-tune data, with --vocab)")

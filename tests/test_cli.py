@@ -2184,6 +2184,10 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
      "r/routes.json"),
     # a folder: the current one, where prepare-data began minutes of work
     (["prepare-data", "--task", "forward"], "--out", "", "must name a folder, such as data/forward, not ''"),
+    # fine-tune data encoded with a new vocabulary, not the model's; the default data read
+    (["prepare-data", "--task", "forward-mit", "--out", "d"], "--vocab", "",
+     "must name a file, such as models/forward/vocab.json, not ''"),
+    (["prepare-data", "--task", "forward", "--out", "d"], "--data", " ", "must name a folder, such as ../shared/data"),
     (["average", "--model", "a", "--model", "b"], "--out", " ",
      "must name a folder, such as models/averaged, not ' '"),
     # inputs: --index "$IDX" with IDX unset evaluated the whole file, bench --tgt "" timed without accuracy
@@ -2195,10 +2199,12 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     (["predict", "--input", "q.csv", "--output", "o.csv"], "--known-column", " ", "must name a column, not ' '"),
     (["plan", "--smiles", "CCO", "--out", "r.json", "--stock", "s.csv"], "--stock-column", "",
      "must name a column, not ''")])
-def test_a_file_option_that_names_no_file_is_a_usage_error(capsys, no_model_load, command, option, given, message):
+def test_a_file_option_that_names_no_file_is_a_usage_error(tmp_path, monkeypatch, capsys, no_model_load, command,
+                                                           option, given, message):
     """evaluate --out "$OUT" with OUT unset ran the whole evaluation and wrote no report, without a word (bench's
     --out too); --out reports/ wrote a file named reports; an empty --index, --tgt or --stock was read as none given.
     Each is refused before anything runs."""
+    monkeypatch.chdir(tmp_path)  # where a run that is not refused writes (prepare-data's folder, say)
     with pytest.raises(SystemExit) as done:
         main([*command, option, given])
     assert done.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
