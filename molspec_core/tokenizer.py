@@ -132,8 +132,10 @@ class Vocab:
             raise ValueError(f"{path} is a folder, not a vocabulary file{hint}")
         try:  # read as bytes, as a model folder's vocab.json is (checkpoint.read_json): a Windows editor's byte order
             data = json.loads(Path(path).read_bytes())  # mark was "Unexpected UTF-8 BOM" here, and taken there
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # their messages name no file
-            raise ValueError(f"{path} is not a JSON vocabulary: {exc}") from None
+        # their messages name no file; a number of 5,000 digits is a ValueError, and arrays nested 100,000 deep a
+        # RecursionError, which the command lines printed as a traceback (as checkpoint.read_json reads a model's)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{path} is not a JSON vocabulary: {str(exc)[:200]}") from None
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise ValueError(f"{path}: expected {{'tokens': [str, ...]}}")

@@ -98,6 +98,16 @@ def test_a_vocabulary_saved_with_a_byte_order_mark_loads(tmp_path):
         Vocab.load(path)
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"tokens": [' + "1" * 5000 + "]}"], ids=["nested", "long number"])
+def test_a_vocabulary_file_json_cannot_read_is_refused_naming_the_file(text, tmp_path):
+    """Arrays nested 100,000 deep stopped prepare-data --vocab and train with a RecursionError's traceback, and a
+    number of 5,000 digits with Python's words on its digit limit, naming no file."""
+    path = tmp_path / "vocab.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{path} is not a JSON vocabulary"):
+        Vocab.load(path)
+
+
 @pytest.mark.parametrize("tokens,said", [(["C", "O"], "vocabulary must start with"),
                                          ([*SPECIALS, "C", "C"], "vocabulary has duplicate tokens")])
 def test_a_vocabulary_file_that_is_no_vocabulary_is_refused_naming_the_file(tokens, said, tmp_path):
