@@ -681,8 +681,8 @@ def recover_folder(folder: Path) -> None:
 
 
 def check_out(out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
-    """Refuse a run folder that is a model folder, lies among the shipped models or in the data or an --init or
-    --resume folder: a run writes last/, best/ and export/ into it."""
+    """Refuse a run folder that is a model folder, lies among the shipped models or in the data or an --init,
+    --resume or --teacher folder: a run writes last/, best/ and export/ into it."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a run folder (e.g. runs/NAME)")
     if (out / "config.json").exists():
@@ -699,7 +699,7 @@ def check_out(out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
 def check_export_dir(export_dir: Path, out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
     """Each export replaces its folder whole: refuse one that holds anything an export did not write (a model
     folder lost its card and calibrations, the data folder was replaced by an export), or that is or holds the
-    data, an --init or --resume folder, the run's last/ or best/, or lies among the shipped models."""
+    data, an --init, --resume or --teacher folder, the run's last/ or best/, or lies among the shipped models."""
     if _within(export_dir, MODELS):
         raise ValueError(f"--export-dir {export_dir} lies in {MODELS}, the shipped models' folder; export "
                          "elsewhere (the default is OUT/export)")
@@ -1187,7 +1187,10 @@ def train(cfg: TrainConfig) -> dict:
     data, out = Path(cfg.data), Path(cfg.out)
     export_dir = Path(cfg.export_dir) if cfg.export_dir else out / "export"
     vocab, stats, train_rows, val_rows = load_data(data)
-    sources = [(flag, Path(value)) for flag, value in (("--resume", cfg.resume), ("--init", cfg.init)) if value]
+    # the folders the run reads weights from: never written into (an --export-dir that was the --teacher export was
+    # replaced by the student's weights at its first export, the teacher's lost)
+    sources = [(flag, Path(value)) for flag, value in (("--resume", cfg.resume), ("--init", cfg.init),
+                                                       ("--teacher", cfg.teacher)) if value]
     check_out(out, data, sources)
     check_export_dir(export_dir, out, data, sources)
     check_can_write("--out", out, out)

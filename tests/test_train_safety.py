@@ -194,6 +194,21 @@ def test_an_export_dir_train_did_not_write_is_refused_and_left_as_it_was(data, t
     assert json.loads((tmp_path / "empty" / "train_state.json").read_text())["step"] == 2
 
 
+def test_the_teacher_folder_is_neither_the_export_dir_nor_holds_the_run(data, tmp_path):
+    """A teacher that is an export (config, vocabulary, weights and train_state.json only) passed as --export-dir
+    was replaced by the student's weights at its first export: the teacher's weights were lost."""
+    run(data, tmp_path / "big", max_steps=1)
+    teacher = tmp_path / "big" / "export"
+    before = files(teacher)
+    with pytest.raises(ValueError, match=rf"--export-dir {teacher} is, holds or lies in the --teacher folder "
+                                         rf"{teacher}, and each export replaces its folder whole"):
+        run(data, tmp_path / "student", max_steps=2, teacher=str(teacher), export_dir=str(teacher))
+    with pytest.raises(ValueError, match=rf"--out {teacher / 'run'} lies in the --teacher folder {teacher}; give a "
+                                         "run folder of its own"):
+        run(data, teacher / "run", max_steps=2, teacher=str(teacher))
+    assert files(teacher) == before and not (tmp_path / "student").exists()
+
+
 def test_a_new_start_in_a_run_folder_holding_earlier_weights_but_no_last_is_refused_and_replaces_nothing(data,
                                                                                                          tmp_path):
     # an export unpacked from the GPU machine (no last/), or a last/ deleted: the same command started from random
