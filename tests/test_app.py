@@ -888,7 +888,8 @@ def test_retrosynthesis_of_several_molecules_says_it_takes_one_product(monkeypat
 
 def test_the_beam_width_outlives_a_method_without_one(copy_models, monkeypatch):
     """The width a chemist set comes back with beam search after greedy ran a query (the browser lost it:
-    tests/test_browser.py), and the task switch still opens each task on its own width."""
+    tests/test_browser.py), and after a look at the other task: each task keeps its own last width (it opened on
+    the task's default width again, which this test pinned until the task switch kept each task's settings)."""
     at = app(copy_models, monkeypatch).run()
     at.selectbox(key="method").set_value("beam").run()
     at.slider(key="n_best").set_value(3).run()
@@ -900,7 +901,29 @@ def test_the_beam_width_outlives_a_method_without_one(copy_models, monkeypatch):
     assert "Beam search, 3-best" in texts(at.caption)
     at.radio(key="task").set_value("retro").run()  # no retro model here: the width is still the task's own
     at.radio(key="task").set_value("forward").run()
-    assert at.slider(key="n_best").value == TASK_DEFAULTS["forward"][1]
+    assert at.selectbox(key="method").value == "beam" and at.slider(key="n_best").value == 3
+
+
+def test_each_task_keeps_its_own_method_and_beam_width_across_a_task_switch(copy_models, monkeypatch):
+    """Forward -> retro -> forward brought back the forward task's default method and width, not the ones chosen:
+    the answers on screen were captioned "The sidebar's settings differ now" and had to be decoded again. Each task
+    opens on its own defaults the first time, and on its own last method and width after."""
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    at = app(copy_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("sbs-exact").run()
+    at.slider(key="n_best").set_value(3).run()
+    predict(at, "OCCOc1ccccc1")
+    at.radio(key="task").set_value("retro").run()
+    assert (at.selectbox(key="method").value, at.slider(key="n_best").value) == TASK_DEFAULTS["retro"]
+    at.selectbox(key="method").set_value("greedy").run()
+    at.radio(key="task").set_value("forward").run()
+    assert_clean(at)
+    assert at.selectbox(key="method").value == "sbs-exact" and at.slider(key="n_best").value == 3
+    assert "Speculative beam, exact, 3-best" in texts(at.caption) and "settings differ" not in texts(at.caption)
+    at.radio(key="task").set_value("retro").run()
+    assert at.selectbox(key="method").value == "greedy"
+    at.selectbox(key="method").set_value(TASK_DEFAULTS["retro"][0]).run()  # retro's width waited under greedy
+    assert at.slider(key="n_best").value == TASK_DEFAULTS["retro"][1]
 
 
 def test_each_task_keeps_its_own_query_and_answers_across_a_task_switch(copy_models, monkeypatch):

@@ -343,19 +343,24 @@ def decodes_otherwise(before: Settings, now: Settings) -> bool:
 # product to take apart, and products listed under the retrosynthesis heading read as reactants).
 # query_error_limit: the time limit the query that gave query_error decoded under (time_limit_hint)
 PER_TASK = ("query_text", "shown", "example", "query_error", "query_error_limit", "query_suggestion")
+# The sidebar's settings each task keeps as its own, as it keeps its query: the method and beam width, which open on
+# the task's defaults (methods.TASK_DEFAULTS). Both came back on the defaults after a look at the other task: the
+# answers on screen were then captioned "settings differ", and the Batch page's Run batch began its run again.
+TASK_SETTINGS = ("method", BEAM_WIDTH)
 
 
 def _open_task_on_its_defaults() -> None:
-    """Task switch callback: the other task opens on its own method and n-best (methods.TASK_DEFAULTS), and on
-    its own last query, answers and error (PER_TASK); the task left keeps its own for when it comes back."""
+    """Task switch callback: the other task opens on its own last method and n-best (TASK_SETTINGS; on its first
+    visit the task's defaults, methods.TASK_DEFAULTS), and on its own last query, answers and error (PER_TASK);
+    the task left keeps its own for when it comes back."""
     ss = st.session_state
     task = ss["task"]
-    ss["method"], ss[BEAM_WIDTH] = TASK_DEFAULTS[task]
-    for key in PER_TASK:
+    first_visit = dict(zip(TASK_SETTINGS, TASK_DEFAULTS[task]))
+    for key in PER_TASK + TASK_SETTINGS:
         for other in TASKS:
             if other != task:
                 ss[f"{key}_{other}"] = ss.get(key)
-        ss[key] = ss.get(f"{key}_{task}")
+        ss[key] = ss.get(f"{key}_{task}", first_visit.get(key))
     ss["query_text"] = ss["query_text"] or ""
 
 
