@@ -351,6 +351,16 @@ def test_the_transport_is_checked_before_any_work(address):
     assert call(address, "POST", "/elsewhere", {"smiles": AMIDE})[0] == 404
 
 
+def test_the_server_header_names_no_python_release(address):
+    """It was the standard library's "BaseHTTP/0.6 Python/3.11.7": which release (and so which published flaws)."""
+    connection = http.client.HTTPConnection(*address, timeout=30)
+    connection.request("GET", "/health")
+    response = connection.getresponse()
+    response.read()
+    connection.close()
+    assert response.getheader("Server") == "molspec"
+
+
 @pytest.mark.parametrize("method, path, allow", [("PUT", "/predict", "POST"), ("DELETE", "/predict", "POST"),
                                                  ("PATCH", "/predict", "POST"), ("HEAD", "/predict", "POST"),
                                                  # these three still did, after the four above had handlers
