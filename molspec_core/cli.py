@@ -908,6 +908,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_method(method, args.n_best)
     check_draft_knobs(method, args.draft_len, args.n_drafts, sampling)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
+    # hashed now, not once the run ends: a training run's export/ is rewritten every few minutes, and the report named
+    # the weights found then, not those its answers were decoded with
+    weights = weights_fingerprint(predictor.path)
     predictor.check_augment(args.augment)  # before the run, not on every query
     warn_task_mismatch(args.src, predictor.task)
     knobs = METHODS[method].knobs
@@ -928,8 +931,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                       n_drafts=n_drafts if "n_drafts" in knobs else None, time_limit_s=args.time_limit,
                       sampling={k: v for k, v in dataclasses.asdict(sampling).items()
                                 if k in knobs and k != "draft_len"} or None,
-                      queries_sha256=queries_digest(sources[:n], (targets or [])[:n]),
-                      weights=weights_fingerprint(predictor.path), **software())
+                      queries_sha256=queries_digest(sources[:n], (targets or [])[:n]), weights=weights,
+                      **software())
         return report
 
     if earlier is not None:  # checked against this run's own record of those queries
@@ -1531,6 +1534,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses in top-k",
                     unreadable, len(sources), args.tgt)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
+    weights = weights_fingerprint(predictor.path)  # those timed, as evaluate records them (cmd_evaluate)
     engines: dict[str, Predictor] = {}
     for name in other_engines:
         engines[name] = Predictor.load(args.model, args.device, name, args.dtype)
@@ -1556,7 +1560,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report.update(src=os.path.abspath(args.src), tgt=args.tgt and os.path.abspath(args.tgt),
                       index=args.index and os.path.abspath(args.index), limit=args.limit,
                       queries_sha256=queries_digest(sources, targets or []),
-                      weights=weights_fingerprint(predictor.path), **software())
+                      weights=weights, **software())
         print(markdown_table(report))
         if out:
             keep_replaced(out)

@@ -3034,6 +3034,34 @@ def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_fil
                                                               "out: a report is of the first queries)" in caplog.text
 
 
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+def test_a_report_names_the_weights_it_decoded_with_though_the_folder_changes_during_the_run(pair_files, monkeypatch,
+                                                                                           command):
+    """The weights were hashed once the run had ended: a training run's export/, rewritten every few minutes, gave a
+    report the fingerprint of weights it never decoded with (and compare took two runs of one model for two)."""
+    import shutil
+
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.service import Predictor
+
+    model = pair_files / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    loaded = weights_fingerprint(model)
+    decode = Predictor.decode
+
+    def rewritten(self, *args, **kwargs):  # the folder's weights replaced while the run decodes
+        with open(next(model.glob("*.safetensors")), "ab") as weights:
+            weights.write(b"\0")
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "decode", rewritten)
+    out = pair_files / "report.json"
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--out", str(out)]
+    assert main([command, "--model", str(model), *files, *(["--warmup", "0", "--methods", "greedy"]
+                                                          if command == "bench" else [])]) == 0
+    assert json.loads(out.read_text())["weights"] == loaded != weights_fingerprint(model)
+
+
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stop_after_the_last_query_is_scored_writes_the_whole_report_first(pair_files, monkeypatch, caplog, signum,
                                                                              code):
