@@ -230,7 +230,8 @@ def _declared_bytes(path: Path, header_bytes: int) -> int | None:
         with path.open("rb") as f:
             header = json.loads(f.read(8 + header_bytes)[8:])
         ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+    # RecursionError: a header of arrays nested 500,000 deep (safetensors refuses it) stopped the load with it
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
         return None
     return 8 + header_bytes + max(ends) if ends and all(type(end) is int for end in ends) else None
 

@@ -496,6 +496,16 @@ def test_a_cut_short_or_lengthened_weight_file_is_named_so(tmp_path, monkeypatch
         checkpoint.load(folder)
 
 
+def test_a_weight_file_whose_header_is_nested_too_deeply_is_refused_as_unreadable(tmp_path, no_model_built):
+    """A header of arrays nested 500,000 deep (within the header's size limit) stopped the load, the app's model list
+    and `molspec serve` with a RecursionError, not the CheckpointError that names the file."""
+    folder = tiny_folder(tmp_path)
+    header = b"[" * 500_000
+    (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(checkpoint.CheckpointError, match="model.safetensors is not a readable safetensors file"):
+        checkpoint.inspect_folder(folder)
+
+
 def test_inspecting_a_folder_checks_its_draft_model_as_the_app_loads_it(tmp_path, no_model_built):
     """The Models page showed a model whose draft model (draft/, which the app loads with it) could not load, or read
     another vocabulary, as a working model; inspect_folder makes the checks the app's load makes, from the headers."""
