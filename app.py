@@ -39,6 +39,12 @@ div[data-testid="stCaptionContainer"] { opacity: 0.72; }
    the headings' levels changed, their look did not (common.section, predict.show_prediction) */
 [class*="st-key-section_"] h2 { font-size: 1.75rem; }
 [class*="st-key-answer_"] h3 { font-size: 1rem; padding: 0; }
+/* The Predict page's "Show again" choices, each a query and how it was decoded, were cut at the list's width in one
+   line (a phone's 46 characters): two decodings of one query read alike. They wrap, whole. Its list alone: a list of
+   over 25 choices is drawn a screenful at a time, placed by their fixed heights (the history keeps 20). */
+[role="listbox"][aria-label="Show again"] [role="option"] { height: auto; min-height: 2.5rem; }
+[role="listbox"][aria-label="Show again"] [data-item-hl] {
+  height: auto; min-height: 1.75rem; padding-block: 0.25rem; white-space: normal; overflow-wrap: anywhere; }
 /* A route step's arrow (routes.show_route); where a phone stacks the product over its reactants, it points up */
 [class*="st-key-made_from_"] p { font-size: 1.75rem; text-align: center; }
 @media (max-width: 640px) { [class*="st-key-made_from_"] p { transform: rotate(90deg); } }

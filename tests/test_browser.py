@@ -219,6 +219,35 @@ def test_the_beam_width_comes_back_after_a_query_with_greedy(page):
     sync_api.expect(width).to_have_attribute("aria-valuetext", "5")
 
 
+# Each choice of an open list: its text, and whether the box it is drawn in cuts it (wider or taller than the box)
+CHOICES_DRAWN = """list => [...document.querySelectorAll(`[role="listbox"][aria-label="${list}"] [data-item-hl]`)].map(
+    e => [e.innerText, e.scrollWidth > e.clientWidth || e.scrollHeight > e.clientHeight])"""
+
+
+def test_show_again_choices_on_a_phone_are_whole(page):
+    """The "Show again" list drew each choice in one line cut at the list's width: on a phone two decodings of one
+    long query both read "#2: COC(=O)[C@H](CC(C)C)NC(=O)[C@H](Cc1ccccc1)…", their settings cut off."""
+    predict_page(page)
+    choose_method(page, "Greedy")
+    query = "CC(C)(C)OC(=O)N[C@@H](Cc1ccccc1)C(=O)N[C@@H](CC(C)C)C(=O)OC"
+    for _ in range(2):  # read in 5 writings, then in one
+        page.get_by_role("textbox", name="SMILES").fill(query)
+        page.get_by_role("button", name="Predict").click()
+        page.get_by_role("heading", name="Rank 1", exact=True).wait_for()
+        settle(page)
+        page.get_by_text("Read the query in 5 writings").click()
+        settle(page)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.get_by_text("This session's queries (2)").click()
+    page.locator('input[role="combobox"][aria-label="Show again"]').click()
+    page.get_by_role("option").first.wait_for()
+    time.sleep(0.5)
+    choices = page.evaluate(CHOICES_DRAWN, "Show again")
+    shot(page, "browser_show_again_390")
+    assert len(choices) == 2 and not any(cut for _, cut in choices), choices
+    assert "5 writings" in choices[1][0] and "5 writings" not in choices[0][0], choices
+
+
 def test_the_editor_opens_on_the_query_predicted(page):
     """The editor read its molecule once, when it first mounted (in its hidden tab, with the page's empty query):
     after a prediction an opened editor showed nothing; it now mounts when its tab opens, on the query."""
