@@ -268,27 +268,31 @@ def refit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     own check queries, which may be other ones or fewer. time_limit_s: collect's."""
     require_pairs(sources, targets, "calibration")
     require_kind(method)
+    weights = weights_fingerprint(predictor.path)  # those decoded with (fit_collected)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment, time_limit_s)
-    return refit_collected(predictor, sources, targets, answers, method, n_best, augment, earlier)
+    return refit_collected(weights, sources, targets, answers, method, n_best, augment, earlier)
 
 
-def refit_collected(predictor: Predictor, sources: Sequence[str], targets: Sequence[str],
+def refit_collected(weights: str, sources: Sequence[str], targets: Sequence[str],
                     answers: Sequence[Sequence[tuple[float, bool]]], method: str, n_best: int, augment: int = 1,
                     earlier: Calibration | None = None) -> tuple[Calibration, float | None]:
     """refit's fit and judgement of `earlier`, of answers collected for every query (collect)."""
-    fitted = fit_collected(predictor, sources, targets, answers, method, n_best, augment)
+    fitted = fit_collected(weights, sources, targets, answers, method, n_best, augment)
     return fitted, ece_on(earlier, answers[fitted.n_fit:]) if earlier is not None else None
 
 
-def fit_collected(predictor: Predictor, sources: Sequence[str], targets: Sequence[str],
+def fit_collected(weights: str, sources: Sequence[str], targets: Sequence[str],
                   answers: Sequence[Sequence[tuple[float, bool]]], method: str, n_best: int, augment: int = 1
                   ) -> Calibration:
     """The fit of the answers collected for the first len(answers) queries (all of them, or those decoded before a
-    stop: collect's `collected`), as a run on those queries alone makes it, and judge finds its check queries again."""
+    stop: collect's `collected`), as a run on those queries alone makes it, and judge finds its check queries again.
+    `weights`: the fingerprint (weights_fingerprint) of the weights the answers were decoded with, taken before the
+    decoding: hashed once it had ended, a training run's export/, rewritten every few minutes, gave the fit the
+    fingerprint of other weights, which then used it."""
     from .evaluate import queries_digest
 
     require_pairs(sources[:len(answers)], targets[:len(answers)], "calibration")
-    fitted = fit_answers(answers, weights_fingerprint(predictor.path), method, n_best, augment)
+    fitted = fit_answers(answers, weights, method, n_best, augment)
     checks = slice(fitted.n_fit, len(answers))
     return dataclasses.replace(fitted, check_sha256=queries_digest(list(sources[checks]), list(targets[checks])))
 

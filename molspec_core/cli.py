@@ -1211,6 +1211,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_output(calibration.refused_of(path))
         check_output(calibration.partial_of(path))
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
+    weights = calibration.weights_fingerprint(predictor.path)  # those decoded with (calibration.fit_collected)
     predictor.check_augment(args.augment)
     warn_task_mismatch(args.src, predictor.task)
     writings = f", {args.augment} writings" if args.augment > 1 else ""
@@ -1227,10 +1228,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         answers = calibration.collect(predictor, sources, targets or [], args.method, n_best, args.batch_size,
                                       augment=args.augment, time_limit_s=args.time_limit)
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries decoded keep their fit
-        keep_partial_fit(getattr(stop, "collected", None), predictor, sources, targets or [], args, n_best, path)
+        keep_partial_fit(getattr(stop, "collected", None), weights, sources, targets or [], args, n_best, path)
         raise  # the boundary's line and exit code follow
     with stops_deferred("once the fit is written"):  # every query is decoded: a stop now would lose them all
-        write_fit(args, predictor, calibration.refit_collected(predictor, sources, targets or [], answers,
+        write_fit(args, predictor, calibration.refit_collected(weights, sources, targets or [], answers,
                                                                args.method, n_best, args.augment, earlier),
                   earlier, path, writings)
     return 0
@@ -1325,7 +1326,7 @@ def check_validation_split(src: str) -> None:
                          f"belongs on validation queries, which the model neither learned nor is tested on; {valid}")
 
 
-def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list[str], targets: list[str],
+def keep_partial_fit(collected: list | None, weights: str, sources: list[str], targets: list[str],
                      args: argparse.Namespace, n_best: int, path: Path) -> None:
     """Where calibrate was stopped after decoding some queries (calibration.collect's `collected`), write the fit of
     those, as --limit with their number makes it, beside the fit file (calibration.partial_of: not in use, for a stop
@@ -1336,7 +1337,7 @@ def keep_partial_fit(collected: list | None, predictor: Predictor, sources: list
         return
     n = len(collected)
     try:
-        fitted = calibration.fit_collected(predictor, sources, targets, collected, args.method, n_best, args.augment)
+        fitted = calibration.fit_collected(weights, sources, targets, collected, args.method, n_best, args.augment)
     except ValueError as exc:  # too few queries, or none of them gave a right answer
         log.warning("stopped after %d of %d queries, which give no fit (%s): nothing is written", n, len(sources), exc)
         return

@@ -3034,11 +3034,12 @@ def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_fil
                                                               "out: a report is of the first queries)" in caplog.text
 
 
-@pytest.mark.parametrize("command", ["evaluate", "bench"])
+@pytest.mark.parametrize("command", ["evaluate", "bench", "calibrate"])
 def test_a_report_names_the_weights_it_decoded_with_though_the_folder_changes_during_the_run(pair_files, monkeypatch,
                                                                                            command):
     """The weights were hashed once the run had ended: a training run's export/, rewritten every few minutes, gave a
-    report the fingerprint of weights it never decoded with (and compare took two runs of one model for two)."""
+    report the fingerprint of weights it never decoded with (and compare took two runs of one model for two), and
+    calibrate a fit that the new weights then used."""
     import shutil
 
     from molspec_core.calibration import weights_fingerprint
@@ -3056,10 +3057,12 @@ def test_a_report_names_the_weights_it_decoded_with_though_the_folder_changes_du
 
     monkeypatch.setattr(Predictor, "decode", rewritten)
     out = pair_files / "report.json"
-    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"), "--out", str(out)]
-    assert main([command, "--model", str(model), *files, *(["--warmup", "0", "--methods", "greedy"]
-                                                          if command == "bench" else [])]) == 0
-    assert json.loads(out.read_text())["weights"] == loaded != weights_fingerprint(model)
+    files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
+    extra = {"evaluate": ["--out", str(out)], "bench": ["--out", str(out), "--warmup", "0", "--methods", "greedy"],
+             "calibrate": ["--force"]}[command]
+    assert main([command, "--model", str(model), *files, *extra]) == 0
+    written = json.loads((model / "calibration.json" if command == "calibrate" else out).read_text())
+    assert written["fingerprint" if command == "calibrate" else "weights"] == loaded != weights_fingerprint(model)
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
