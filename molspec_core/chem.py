@@ -865,12 +865,33 @@ def unread_stereo_groups(text: str) -> str:
         if group.GetGroupType() in kinds:
             mark, meaning = kinds[group.GetGroupType()]
             atoms = sorted(atom.GetIdx() for atom in group.GetAtoms())
-            said.append(f"{mark}{group.GetReadId() or ''} ({meaning}) at atom{'s' if len(atoms) > 1 else ''} "
-                        f"{', '.join(map(str, atoms))}")
+            said.append(f"{mark}{group.GetReadId() or ''} ({meaning}) at {_atoms_named(atoms)}")
+    grouped = {atom.GetIdx() for group in mol.GetStereoGroups() for atom in group.GetAtoms()}
+    ungrouped = [atom.GetIdx() for atom in mol.GetAtoms()
+                 if atom.GetChiralTag() in _TETRAHEDRAL and atom.GetIdx() not in grouped]
+    if ungrouped and _chiral_flag_unset(text):
+        said.append(f"r (the chiral flag unset: the configurations drawn are relative, both enantiomers, a racemate) "
+                    f"at {_atoms_named(ungrouped)}")
     if not said:
         return ""
     return (f"Enhanced stereo is not read: {'; '.join(said)} (atoms counted from 0, as in the CXSMILES). The model "
             "reads each of these centres as drawn, as one configuration, and its answers carry that configuration.")
+
+
+_TETRAHEDRAL = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
+
+
+def _atoms_named(atoms: list[int]) -> str:
+    return f"atom{'s' if len(atoms) > 1 else ''} {', '.join(map(str, atoms))}"
+
+
+def _chiral_flag_unset(cxsmiles: str) -> bool:
+    """Whether a CXSMILES (CXSMILES.fullmatch) carries the flag 'r': its chiral flag unset, as Marvin copies a drawing
+    whose stereo is relative; its stereocentres in no group then stand for both enantiomers (an AND group). RDKit
+    reads no such flag, and says nothing of it. Atom labels ($...$) and coordinates ((...)) hold free text and
+    commas, so the flag is looked for among the other fields."""
+    extension = cxsmiles.strip().split(None, 1)[1][1:-1]  # inside the |...|
+    return "r" in re.sub(r"\$[^$]*\$|\([^)]*\)", "", extension).split(",")
 
 
 def canonical_fragments(smiles: str, *, strip_maps: bool = True) -> list[str]:

@@ -256,6 +256,16 @@ def test_a_dative_bond_is_no_reaction_arrow():
     ("C[C@H](N)C>>C[C@H](N)C |&1:1|", ""),  # a reaction's groups are not looked at
     # a CXSMILES counts its [H] atoms, which RDKit removes as it reads: the note said "atom 0" for the CXSMILES's 1
     ("[H][C@](C)(N)C(=O)O |&1:1|", "&1 (both configurations, a mixture) at atom 1 (atoms counted from 0"),
+    # the flag r (the chiral flag unset, as Marvin copies a racemate drawn with wedges) was read as one enantiomer
+    ("C[C@H](O)CC |r|", "r (the chiral flag unset: the configurations drawn are relative, both enantiomers, a "
+                        "racemate) at atom 1 (atoms counted from 0"),
+    ("C[C@@H](O)[C@H](C)N |(0,0,;1,1,;2,0,;3,1,;4,0,;5,1,),r|",
+     "r (the chiral flag unset: the configurations drawn are relative, both enantiomers, a racemate) at atoms 1, 3"),
+    ("C[C@H](N)[C@@H](C)O |&1:1,r|", "&1 (both configurations, a mixture) at atom 1; r (the chiral flag unset: the "
+                                     "configurations drawn are relative, both enantiomers, a racemate) at atom 3"),
+    ("C[C@H](N)C(=O)O |&1:1,r|", "&1 (both configurations, a mixture) at atom 1 (atoms"),  # no centre left for r
+    ("C[C@H](N)C(=O)O |a:1,r|", ""),  # an explicit absolute centre stays absolute
+    ("CCO |r|", ""), ("CCO |$r;;$|", ""),  # no stereocentre; an atom labelled r
 ])
 def test_a_cxsmiles_says_which_enhanced_stereo_the_model_does_not_read(text, said):
     from molspec_core.chem import unread_stereo_groups
