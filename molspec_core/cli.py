@@ -1045,7 +1045,8 @@ def stopped_report(out: Path | None, resume: bool) -> dict | None:
     if not out.exists():
         log.warning("--resume: nothing to resume (%s does not exist): starting at the first query", out)
         return None
-    report = read_report(str(out))
+    report = read_report(str(out), f"--resume goes on from the partial report of a stopped evaluate: give another "
+                         f"--out (without --resume the run replaces it, and keeps it as {out.name}.bak)")
     problem = resume_problem(report)
     if problem:
         raise ValueError(f"--resume: {out} cannot be resumed: {problem} (without --resume a run replaces it, "
@@ -1125,7 +1126,10 @@ def report_json(report: dict) -> str:
     return "{\n" + ",\n".join(item(key, value) for key, value in report.items()) + "\n}\n"
 
 
-def read_report(path: str) -> dict:
+def read_report(path: str, reader: str = "compare reads the reports of evaluate --out, a model's answers query by "
+                                          "query") -> dict:
+    """An evaluate report at `path`, or a ValueError that names it and what is wrong; `reader`: who reads it and
+    what it needs, for a report of another command (evaluate --resume was told what compare reads)."""
     from .evaluate import report_problem
     from .io import read_text
 
@@ -1136,8 +1140,7 @@ def read_report(path: str) -> dict:
     if not isinstance(report, dict):
         raise ValueError(f"{path} is not an evaluate report")
     if "n" not in report and isinstance(report.get("methods"), dict):  # bench's: 'missing n' said nothing of that
-        raise ValueError(f"{path} is a bench report, which times methods on queries; compare reads the reports of "
-                         "evaluate --out, a model's answers query by query")
+        raise ValueError(f"{path} is a bench report, which times methods on queries; {reader}")
     problem = report_problem(report)  # an edited or old report: its name and what is wrong, not a KeyError
     if problem:
         raise ValueError(f"{path} is not an evaluate report ({problem})")
