@@ -964,9 +964,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                           augment=args.augment, time_limit_s=args.time_limit)
     except BaseException as stop:  # Ctrl-C, SIGTERM, out of memory: the queries scored keep their report
         partial = getattr(stop, "partial_report", None)
-        if partial is not None:  # on the screen too: without --out it was lost
+        if partial is not None:  # on the screen too (after the file: tell_report): without --out it was lost
             partial = resumed(partial)
-            show_report(partial)
             written = out
             if out:
                 try:
@@ -974,6 +973,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 except OSError as exc:  # said, and the stop's exit code kept
                     log.error("%s", describe(exc, ""))
                     written = getattr(exc, "kept_as", None)
+            show_report(partial)
             left_out = partial["partial"]["decoded_left_out"]
             log.warning("stopped after %d of %s: their report, marked partial, is %s%s%s", partial["n"],
                         queries(len(sources)), f"in {written}" if written else "above",
@@ -987,7 +987,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: str, keep: bool) -> None:
-    """A whole evaluate run's report on the screen, with warnings of what it counts, and to `out`."""
+    """A whole evaluate run's report to `out`, then on the screen, with warnings of what it counts: shown first, it
+    was lost where the screen could not take it (evaluate ... | head, whose reader had gone: a broken pipe)."""
+    if out:
+        write_report(out, report, keep=keep)
     show_report(report)
     listed = "; the report lists the first ten" if args.out else ""
     refused = [query for query in report["query_error_examples"] if not query.get("timed_out")]
@@ -1007,8 +1010,6 @@ def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: 
         log.warning("%s its target in its top-%d: check that %s holds the answers to %s, line by line, and that "
                     "they are for a %s model", "the one query does not have" if report["n"] == 1 else
                     f"none of the {report['n']} queries has", args.n_best, args.tgt, args.src, task)
-    if out:
-        write_report(out, report, keep=keep)
 
 
 def warn_short_limit(args: argparse.Namespace, n: int, does: str) -> None:
@@ -1565,11 +1566,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       index=args.index and os.path.abspath(args.index), limit=args.limit,
                       queries_sha256=queries_digest(sources, targets or []),
                       weights=weights, **software())
-        print(markdown_table(report))
-        if out:
+        if out:  # first: shown first, the report was lost where the screen could not take the table (a broken pipe)
             keep_replaced(out)
             save_report(report, out)
-            # on stderr, as the warnings: standard output stays the markdown table
+        print(markdown_table(report))
+        if out:  # on stderr, as the warnings: standard output stays the markdown table
             print(f"-> {out} (its chart: {out.with_suffix('.html')})", file=sys.stderr)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
     kept = "the table and the report hold" if out else "the table holds"

@@ -3034,6 +3034,25 @@ def test_an_evaluation_stopped_in_a_window_keeps_its_first_queries_done(pair_fil
                                                               "out: a report is of the first queries)" in caplog.text
 
 
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+def test_a_screen_that_cannot_take_the_report_loses_no_report(pair_files, monkeypatch, command):
+    """`molspec evaluate ... --out r.json | head -3`: the reader gone, printing the report raised BrokenPipeError
+    before it was written, and the whole run's report was lost (bench's table too). The file is written first."""
+    import molspec_core.bench as bench_module
+    import molspec_core.cli as cli_module
+
+    def broken(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli_module, "show_report", broken)
+    monkeypatch.setattr(bench_module, "markdown_table", broken)
+    out = pair_files / "report.json"
+    extra = ["--warmup", "0", "--methods", "greedy"] if command == "bench" else []
+    assert main([command, "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
+                 str(pair_files / "tgt.txt"), "--out", str(out), *extra]) == 2
+    assert json.loads(out.read_text())["model"]
+
+
 @pytest.mark.parametrize("command", ["evaluate", "bench", "calibrate"])
 def test_a_report_names_the_weights_it_decoded_with_though_the_folder_changes_during_the_run(pair_files, monkeypatch,
                                                                                            command):
