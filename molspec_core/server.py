@@ -52,7 +52,7 @@ from .boundary import OUT_OF_MEMORY
 from .chem import rdkit_quietly, stereo_notes
 from .io import QueryFile
 from .known import known_rank, with_recorded
-from .limits import Abandoned, abandon_when
+from .limits import Abandoned, abandon_when, check_abandoned
 from .methods import METHODS, SamplingOptions, readers_of, unread_knobs
 from .roundtrip import check_round_trip
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, MAX_QUERY_CHARS, PartlyDecoded, Prediction,
@@ -281,6 +281,25 @@ def result_json(result: QueryResult, recorded: str | None = None, notes: Sequenc
             "recorded_rank": known_rank(result, recorded) if recorded else None, "notes": list(notes)}
 
 
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """One query of a request as read before it decodes (known.with_recorded): the text the model reads (of a recorded
+    reaction, the side it predicts from), why the query cannot be answered ("": no reason yet; a recorded outcome that
+    is no SMILES) and the recorded outcome (canonical; None where the query records none)."""
+    text: str
+    problem: str = ""
+    recorded: str | None = None
+
+
+def read_query(text: str, task: str) -> Read:
+    """A query of a request read as a file's row is (known.with_recorded), on its own."""
+    table, column = with_recorded(QueryFile([text]), task)
+    recorded = (table.cells_of(0)[table.columns.index(column)] or None) if column else None
+    # an empty query keeps the service's own error (it was told of a file's blank record, "skipped, not counted as a
+    # query")
+    return Read(table.queries[0], "" if table.is_blank(0) else table.problem_of(0), recorded)
+
+
 def model_json(name: str, predictor: Predictor) -> dict:
     return {"name": name, "task": predictor.task, "device": predictor.device_name, "engine": predictor.engine,
             "dtype": predictor.dtype, "augmentable": predictor.augmentable, "methods": predictor.methods()}
@@ -327,15 +346,19 @@ class Service:
         recorded reaction's outcome and checking the answers against it printed RDKit's lines to a program that runs
         the server itself (`molspec serve` turns them off for its process)."""
         request = parse_request(body, self.models)
-        # recorded reactions: predicted from the side the model reads, their outcome kept to check the answers
-        table, column = with_recorded(QueryFile(request.smiles), request.predictor.task)
-        queries = table.queries
+        task = request.predictor.task
+        # each query read as its window begins (read_query): a recorded reaction predicted from the side the model
+        # reads, its outcome kept to check the answers. All were read as the request came, before its turn, with no
+        # look at the client, the budget or a stop: RDKit reads the outcome of a 5,000-atom ring in 3-5 s, and 20 such
+        # queries kept a core busy for a minute beside the request decoding, after their client had gone (800, a
+        # body's most, about an hour)
+        read: list[Read] = []
         results: list[QueryResult] = []
         method = request.options.get("method", DEFAULT_METHOD)
 
         def not_decoded(part: slice, why: str) -> list[QueryResult]:
             return [QueryResult(query=text, method=method, error=f"not decoded: {why}; send this query again",
-                                writings=0) for text in queries[part]]
+                                writings=0) for text in request.smiles[part]]
 
         past_budget = f"the request ran past its {self.budget_s:g} s"
         overrun_s = self.budget_s + request.options.get("time_limit_s", DEFAULT_TIME_LIMIT_S)
@@ -362,18 +385,23 @@ class Service:
             for part in windows(len(request.smiles), request.options.get("batch_size", DEFAULT_BATCH_SIZE), "serve",
                                 progress=False, augment=request.options.get("augment", 1)):
                 if gone():
-                    raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded")
+                    raise ClientGone(f"{len(request.smiles) - part.start} of {len(request.smiles)} queries not decoded")
                 late = self.clock() - started > self.budget_s
                 if results and (late or self.stopping.is_set()):
                     results += not_decoded(part, past_budget if late else "the server is stopping")
                     continue
                 # what stands of the window if it is abandoned: its batches decoded by then (and checked, where a
                 # round trip was asked for); the window of up to 256 queries was dropped whole
-                kept: list[QueryResult | None] = [None] * len(queries[part])
+                kept: list[QueryResult | None] = [None] * len(request.smiles[part])
                 try:
                     with abandon_when(abandon):
+                        window: list[Read] = []
+                        for text in request.smiles[part]:
+                            check_abandoned()
+                            window.append(read_query(text, task))
+                        read += window  # (a window stopped while it is read is not added: it is not decoded)
                         try:
-                            answered = request.predictor.predict(queries[part], **request.options)
+                            answered = request.predictor.predict([r.text for r in window], **request.options)
                         except PartlyDecoded as exc:
                             kept = list(exc.finished) if request.round_trip is None else kept
                             raise
@@ -383,27 +411,24 @@ class Service:
                                                                          request.round_trip_k)
                 except Abandoned as exc:
                     if str(exc) == CLIENT_GONE:
-                        raise ClientGone(f"{len(queries) - part.start} of {len(queries)} queries not decoded, "
-                                         "some begun") from None
+                        raise ClientGone(f"{len(request.smiles) - part.start} of {len(request.smiles)} queries not "
+                                         "decoded, some begun") from None
                     answered = [missed if result is None else result
                                 for result, missed in zip(kept, not_decoded(part, str(exc)))]
                 except OUT_OF_MEMORY:
                     if not results:  # nothing decoded: the request is refused whole (the handler's 503)
                         raise
                     # the windows decoded stand (the 503 dropped minutes of answers); this one and the rest do not
-                    results += not_decoded(slice(part.start, len(queries)), OUT_OF_MEMORY_ADVICE)
+                    results += not_decoded(slice(part.start, len(request.smiles)), OUT_OF_MEMORY_ADVICE)
                     break
                 results += answered
         # each query as the client sent it (a recorded reaction's came back as the side the model read, which
-        # canonical_query shows); a recorded outcome that is no SMILES: that query's error. An empty query keeps
-        # the service's own error (it was told of a file's blank record, "skipped, not counted as a query")
-        problems = ["" if table.is_blank(i) else table.problem_of(i) for i in range(len(results))]
-        results = [dataclasses.replace(r, query=sent, **({"error": problem, "predictions": ()} if problem else {}))
-                   for r, sent, problem in zip(results, request.smiles, problems, strict=True)]
-        at = table.columns.index(column) if column else None  # the recorded outcome's cell
-        task = request.predictor.task
-        return {"results": [result_json(r, (table.cells_of(i)[at] or None) if at is not None else None,
-                                        query_notes(queries[i], task, r)) for i, r in enumerate(results)]}
+        # canonical_query shows); a recorded outcome that is no SMILES: that query's error. A query not read (its
+        # window not begun, or stopped as it was read) keeps its 'not decoded' error
+        read += [Read(text) for text in request.smiles[len(read):]]
+        results = [dataclasses.replace(r, query=sent, **({"error": q.problem, "predictions": ()} if q.problem else {}))
+                   for r, sent, q in zip(results, request.smiles, read, strict=True)]
+        return {"results": [result_json(r, q.recorded, query_notes(q.text, task, r)) for r, q in zip(results, read)]}
 
 
 class DeadlineReader(io.RawIOBase):

@@ -21,6 +21,7 @@ import torch
 
 from conftest import FIXTURES, needs_native
 from molspec_core import chem, cli, server
+from molspec_core.known import with_recorded
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Predictor, several_products_note
 
@@ -726,13 +727,32 @@ def test_a_client_that_leaves_while_a_windows_queries_are_read_stops_it_at_the_n
     assert read == [too_long]
 
 
+def test_a_client_that_leaves_while_recorded_reactions_are_read_stops_them_at_the_next_query(models, monkeypatch):
+    """A request's recorded reactions were all read (RDKit: 3-5 s for an outcome of a 5,000-atom ring) as it arrived,
+    before its turn, with no look at its client: 800 such queries in a body read for an hour after it had gone."""
+    read: list[str] = []
+
+    def counted(table, task):  # type: ignore[no-untyped-def]
+        read.extend(table.queries)
+        return with_recorded(table, task)
+
+    monkeypatch.setattr(server, "with_recorded", counted)
+    service = server.Service({"forward": models["forward"]})
+    reactions = [f"{AMIDE}>>CC(=O)NCc1ccccc1", "CC(=O)O.OCC>>CCOC(C)=O", "CCO>>CC=O"]
+    with pytest.raises(server.ClientGone, match="^3 of 3 queries not decoded"):
+        service.predict({"smiles": reactions}, lambda: len(read) >= 1)  # gone once the first has been read
+    assert read == reactions[:1]
+
+
 def test_a_window_whose_queries_are_read_past_the_budget_and_a_time_limit_stops_there(models):
     """The same for the budget: the queries read by then keep their own refusals, the rest are not read."""
     service = server.Service({"forward": models["forward"]}, budget_s=0.0)
     ticks = iter(range(1000))
-    service.clock = lambda: float(next(ticks))  # a second a look: past 0 + 2 s as the second query is to be read
+    # a second a look: the four queries looked at for recorded outcomes (read_query) by 5 s, past 0 + 6 s as the
+    # model's service is to read the second
+    service.clock = lambda: float(next(ticks))
     too_long = "C1" + "C" * 500 + "C1"
-    result = service.predict({"smiles": [too_long] * 4, "time_limit_s": 2})["results"]
+    result = service.predict({"smiles": [too_long] * 4, "time_limit_s": 6})["results"]
     assert [r["error"].split(";")[0] for r in result] == ["query has 504 tokens"] + [
         "not decoded: the request ran past its 0 s"] * 3
 
