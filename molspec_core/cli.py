@@ -1252,6 +1252,15 @@ def write_fit(args: argparse.Namespace, predictor: Predictor, refitted: tuple[Ca
     n_best = fitted.n_best
     fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt),
                                  limit=args.limit)  # what --judge asks for again
+    worse = earlier is not None and earlier_ece is not None and fitted.ece > earlier_ece and not args.force
+    too_few = None if args.force else answered_fit_problem(fitted, earlier)  # check_fit_size counted those asked for
+    # written (or kept beside the fit file) before a word is printed: printed first, the fit was lost where the screen
+    # could not take it (calibrate ... | head, whose reader had gone: a broken pipe)
+    replaced = path.is_file()  # a fit for these weights or not: save keeps it either way
+    if worse or too_few:  # the decoding is not thrown away: renamed, it is the fit
+        kept = calibration.keep_refused(fitted, path)
+    else:
+        saved = calibration.save(fitted, predictor.path)
     print(f"calibration of {predictor.path} ({args.method}, {n_best}-best{writings}): "
           f"fitted on {fit_counts(fitted.fitted_on, fitted.n_fit)}, judged on "
           f"{fit_counts(fitted.judged_on, fitted.n_check)}; expected calibration error {fitted.ece:.4f} (raw "
@@ -1259,19 +1268,14 @@ def write_fit(args: argparse.Namespace, predictor: Predictor, refitted: tuple[Ca
     if earlier is not None:
         print(f"the fit in the folder (fitted on {earlier.fitted_on} queries, judged on {earlier.judged_on} with "
               f"error {earlier.ece:.4f}) judged on the same {queries(fitted.judged_on)}: error {earlier_ece:.4f}")
-        if earlier_ece is not None and fitted.ece > earlier_ece and not args.force:
-            kept = calibration.keep_refused(fitted, path)  # the decoding is not thrown away: renamed, it is the fit
-            raise ValueError(f"the new fit judges worse than the fit in the folder on its own check queries "
-                             f"({fitted.ece:.4f} against {earlier_ece:.4f}), so {path} is kept and the new fit is "
-                             f"written to {kept}: rename it to {path.name} to use it anyway (the earlier fit may have "
-                             "been fitted on some of these queries, which favours it)")
-    too_few = answered_fit_problem(fitted, earlier)
-    if too_few and not args.force:  # check_fit_size counted the queries asked for; these are those answered
-        kept = calibration.keep_refused(fitted, path)
+    if worse:
+        raise ValueError(f"the new fit judges worse than the fit in the folder on its own check queries "
+                         f"({fitted.ece:.4f} against {earlier_ece:.4f}), so {path} is kept and the new fit is "
+                         f"written to {kept}: rename it to {path.name} to use it anyway (the earlier fit may have "
+                         "been fitted on some of these queries, which favours it)")
+    if too_few:
         raise ValueError(f"{too_few}, so {path} is not written and the new fit is written to {kept}: rename it to "
                          f"{path.name} to use it anyway, or give more queries (--limit), or --force")
-    replaced = path.is_file()  # a fit for these weights or not: save keeps it either way
-    saved = calibration.save(fitted, predictor.path)
     print(f"-> {saved}" + (f" (the file it replaces is kept as {calibration.backup_of(saved)})" if replaced else ""))
     if fitted.fitted_on < MIN_FIT_QUERIES:  # written with --force
         log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "

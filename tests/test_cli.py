@@ -179,6 +179,22 @@ def test_a_sigterm_after_every_query_is_decoded_writes_the_fit_first(tmp_path, c
     assert "stopping once the fit is written" in caplog.text
 
 
+def test_a_screen_that_cannot_take_the_fit_loses_no_fit(tmp_path, monkeypatch):
+    """`molspec calibrate ... | head -1`: the reader gone, printing the fit's figures raised BrokenPipeError before
+    the fit was written, and the whole run was lost. The fit is written first."""
+    import molspec_core.cli as cli_module
+
+    model, files = calibration_case(tmp_path)
+
+    def broken(*args, **kwargs):
+        if kwargs.get("file") is None:  # standard output: the pipe
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli_module, "print", broken, raising=False)
+    assert main(["calibrate", *files, "--n-best", "2", "--force"]) == 2
+    assert json.loads((model / "calibration.json").read_text())["n_best"] == 2
+
+
 def test_calibrate_takes_a_time_limit_as_evaluate_does(tmp_path, capsys, monkeypatch):
     """calibrate decoded under the service's 60 s per query, with no --time-limit to raise it: on a slow machine the
     slowest queries were refused and left out of the fit (now counted in a warning), and nothing could keep them."""
