@@ -431,8 +431,12 @@ def path_of(folder: str | Path, augment: int, method: str, n_best: int | None = 
 
 def backup_of(path: Path) -> Path:
     """Where save keeps the fit it replaces: beside it, '.bak' added (calibration.json.bak). One backup: the fit
-    before the last one saved; load never reads it."""
-    return path.with_name(path.name + ".bak")
+    before the last one saved; load never reads it. The CLI keeps a report or an output it replaces so too: a name
+    near the file system's limit is cut to fit (io.fitted_name), or replacing predict --output <83 Japanese
+    characters>.csv failed, once decoded, with 'File name too long', and the new results were not written."""
+    from .io import fitted_name
+
+    return path.with_name(fitted_name(path.name, ".bak"))
 
 
 def refused_of(path: Path) -> Path:

@@ -1016,6 +1016,21 @@ def test_predict_keeps_the_file_its_output_replaces(tmp_path, caplog, name):
     assert (tmp_path / f"{name}.bak").read_bytes() == whole
 
 
+def test_predict_keeps_the_file_an_output_named_near_the_limit_replaces(tmp_path, caplog):
+    """predict --output <83 Japanese characters>.csv (253 bytes, where a name may take 255) over an earlier file
+    decoded, then failed with 'File name too long' for the backup (<name>.csv.bak), and the new results were not
+    written. The backup's name is cut to fit, as the output's other companions are (io.fitted_name)."""
+    out = tmp_path / ("\u5316" * 83 + ".csv")
+    out.write_bytes(b"the earlier results\n")
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["predict", "--model", MODEL, "--smiles", "CCO", "--output", str(out)]) == 0
+    assert read_queries(out, "query").queries == ["CCO"]
+    backups = [p for p in tmp_path.iterdir() if p != out]
+    assert len(backups) == 1 and backups[0].name.endswith(".bak") and len(os.fsencode(backups[0].name)) <= 255
+    assert backups[0].read_bytes() == b"the earlier results\n"
+    assert any(f"the file it replaces is kept as {backups[0]}" in r.getMessage() for r in caplog.records)
+
+
 def test_a_stopped_predict_keeps_its_output_as_it_was_and_makes_no_backup(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out.csv"
     out.write_text("the earlier results\n")
