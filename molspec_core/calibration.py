@@ -531,6 +531,29 @@ def check_figures(calibration: Calibration) -> None:
             raise ValueError(f"reliability rows must be (mean confidence, share right, answers), not {row!r:.60}")
 
 
+def read_fit_file(path: Path) -> object:
+    """The JSON a fit file holds, read as bytes, as checkpoint.read_json reads a model folder's: json takes UTF-8 with
+    or without a byte-order mark so (read as text, a fit saved by an editor that writes one, such as Windows Notepad,
+    was set aside and the answers lost their confidence). A ValueError for a file that is not JSON, one nested too
+    deep (json's RecursionError, which stopped the query) among them; OSError where it cannot be read."""
+    data = path.read_bytes()
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("its JSON is nested too deep") from None
+
+
+def recorded_fingerprint(path: Path) -> str | None:
+    """The weights' fingerprint (weights_fingerprint) the fit file at `path` records, or None where it cannot be read
+    as one: the Models page tells a fit for other weights from a file it cannot read by it."""
+    try:
+        data = read_fit_file(path)
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    fingerprint = data.get("fingerprint") if isinstance(data, dict) else None
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
 TUPLES = ("edges", "values", "rest_edges", "rest_values", "ece_by_rank")  # JSON lists read back as the tuples they were
 
 
@@ -547,7 +570,7 @@ def load(folder: str | Path, augment: int = 1, kind: str = "beam") -> Calibratio
         log.warning("%s is not a file, so not a calibration; answers get no calibrated confidence", path)
         return None
     try:  # an optional file: a damaged one costs the answers their confidence, not the queries their answers
-        data = json.loads(path.read_text())
+        data = read_fit_file(path)
         calibration = Calibration(**{**data, **{key: tuple(data[key]) for key in TUPLES if key in data},
                                      "reliability": tuple(tuple(row) for row in data["reliability"])})
         check_maps(calibration)

@@ -103,6 +103,24 @@ def test_a_damaged_calibration_file_costs_the_answers_their_confidence_and_is_na
         assert str(folder / calibration.FILE) in caplog.text and "no calibrated confidence" in caplog.text
 
 
+def test_a_fit_saved_with_a_byte_order_mark_is_read_and_one_nested_too_deep_is_set_aside(tmp_path, caplog):
+    """A calibration.json saved by an editor that writes a UTF-8 byte-order mark (Windows Notepad) was read as text,
+    refused as JSON, and the answers lost their confidence; one of arrays nested 100,000 deep raised RecursionError
+    out of load. The first is read (as checkpoint.read_json reads a model's JSON: bytes), the second set aside."""
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", folder)
+    queries = ["CCOc1ccccc1", "NC(=O)c1ccncc1", "OCCN1CCNCC1", "Brc1cccnc1OCCO", "c1ccncc1", "CCN(CC)CC"]
+    copier = Predictor.load(folder, device="cpu")
+    fitted = calibration.fit(copier, queries, [q.replace("C", "") or "O" for q in queries], method="beam",
+                             n_best=3, progress=False)
+    path = calibration.save(fitted, folder)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert calibration.load(folder) == fitted and calibration.recorded_fingerprint(path) == fitted.fingerprint
+    path.write_bytes(b"[" * 100_000)
+    assert calibration.load(folder) is None and calibration.recorded_fingerprint(path) is None
+    assert f"{path} is not a calibration this version reads (ValueError: its JSON is nested too deep)" in caplog.text
+
+
 def test_a_calibration_that_is_a_folder_or_cannot_be_read_is_named_and_the_query_still_answered(tmp_path, caplog,
                                                                                                   monkeypatch):
     """A folder under a calibration's name was passed over without the warning a damaged file gets (as if no fit had
@@ -120,7 +138,7 @@ def test_a_calibration_that_is_a_folder_or_cannot_be_read_is_named_and_the_query
     def unreadable(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(calibration.Path, "read_text", unreadable)
+    monkeypatch.setattr(calibration.Path, "read_bytes", unreadable)
     answers = Predictor.load(folder, device="cpu").predict("CCOc1ccccc1", method="beam", n_best=2)
     assert answers.ok and all(p.confidence is None for p in answers.predictions)
     assert f"{folder / calibration.FILE} cannot be read (Permission denied)" in caplog.text
