@@ -606,3 +606,6 @@ def test_a_damaged_calibration_file_is_not_said_to_be_fitted_for_other_weights(c
     assert "calibration.json cannot be read as a calibration" in said
     path.write_text(text.replace(fit.fingerprint, "0" * len(fit.fingerprint)))
     assert "its calibration was fitted for other weights" in texts(models_page(copy_models, monkeypatch).caption)
+    # saved with a byte-order mark (Windows Notepad): read as calibration.load reads it, not called unreadable
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert "its calibration was fitted for other weights" in texts(models_page(copy_models, monkeypatch).caption)

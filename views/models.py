@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import html
 import itertools
-import json
 import math
 import re
 from pathlib import Path
@@ -381,22 +380,12 @@ def unused_fits_note(folder: Path, fits: list[tuple[str, int, calibration.Calibr
     if not files:
         return "run `molspec calibrate` to fit one"
     weights = calibration.weights_fingerprint(folder)
-    unread = [path.name for path in files if _fingerprint_of(path) in (None, weights)]
+    unread = [path.name for path in files if calibration.recorded_fingerprint(path) in (None, weights)]
     if not unread:
         return "its calibration was fitted for other weights; run `molspec calibrate` again"
     which = ", ".join(unread)
     return (f"{common.md_escape(which)} cannot be read as a calibration of this model's answers (damaged, or written "
             "for other answers or by another version); run `molspec calibrate` again")
-
-
-def _fingerprint_of(path: Path) -> str | None:
-    """The weights' fingerprint a fit file records, or None where it cannot be read as one."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return None
-    fingerprint = data.get("fingerprint") if isinstance(data, dict) else None
-    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def calibration_anchor(model: str) -> str:
