@@ -73,9 +73,10 @@ def test_sampling_at_the_default_temperature_gives_valid_answers(shipped):
 
 
 # How many of the app's 26 textbook reactions (assets/examples.json) the shipped models get as the pages open;
-# measured with tools/textbook.py (README "Textbook reactions"): forward 25 first, retro 23 within its ten. A
-# model shipped later must not know less of this everyday chemistry; one reaction of slack each.
-TEXTBOOK_FLOOR = {"forward": ("first", 24), "retro": ("listed", 22)}
+# measured with tools/textbook.py (README "Textbook reactions"): forward 25 first, retro 24 within its ten (23
+# until c146a85 read a known answer's Grignard as USPTO-50K writes it). A model shipped later must not know less
+# of this everyday chemistry; one reaction of slack each.
+TEXTBOOK_FLOOR = {"forward": ("first", 24), "retro": ("listed", 23)}
 
 
 def test_textbook_reactions_as_the_pages_read_them(shipped):
