@@ -607,8 +607,9 @@ def test_the_sessions_queries_come_back_as_they_were_and_export_together(copy_mo
     assert history_lists(at) == ["This session's queries (2)"]
     assert at.dataframe[0].value["query"].tolist() == ["Clc1ccncc1", "Oc1ccncc1"]  # newest first
     earlier = at.selectbox(key="earlier")
-    described = first.settings.describe()  # each choice says how it was decoded: the same query under other
-    assert earlier.options == [f"#3: Clc1ccncc1 · {described}", f"#1: Oc1ccncc1 · {described}"]  # settings read alike
+    described = first.settings.describe()  # each choice names the model and how it decoded: the same query under
+    assert earlier.options == [f"#3: Clc1ccncc1 · forward · {described}",  # other settings read alike
+                               f"#1: Oc1ccncc1 · forward · {described}"]
     assert earlier.value is None
     earlier.set_value(1).run()
     assert_clean(at)

@@ -401,6 +401,22 @@ def test_the_same_query_sampled_at_two_temperatures_reads_apart(copy_models, mon
     assert [how.split(", ")[2] for how in at.dataframe[0].value["settings"]] == ["temperature 1", "temperature 0.5"]
 
 
+def test_one_query_decoded_alike_by_two_models_reads_apart_in_show_again(copy_models, monkeypatch):
+    """The "Show again" choices named the query and how it was decoded, not the model: the same query predicted with
+    two forward models read alike ('#2: ... · Greedy' twice), though the list's settings column named each model."""
+    shutil.copytree(copy_models / "forward", copy_models / "forward_b")
+    config = copy_models / "forward_b" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "task": "forward"}))
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1Cl")
+    at.sidebar.selectbox(key="model_forward").select("forward_b").run()
+    predict(at, "Oc1ccncc1Cl")
+    assert_clean(at)
+    choices = at.selectbox(key="earlier").options
+    assert len(choices) == 2 and len(set(choices)) == 2, choices
+    assert " · forward_b · " in choices[0] and " · forward · " in choices[1], choices
+
+
 def test_answers_kept_under_changed_sidebar_settings_say_which_settings_gave_them(copy_models, monkeypatch):
     """Beam search's answers stayed on screen, without a word, after the sidebar was switched to sampling (or
     another beam width): a chemist read them as the new method's. They now say which settings decoded them."""

@@ -945,8 +945,14 @@ def entry_label(shown: Shown) -> str:
 
 
 def history_option(n: int, shown: Shown) -> str:
-    """A "Show again" choice: the query and how it was decoded (the same query under other settings read alike)."""
-    return f"#{n}: {common.short(entry_label(shown), 60)} · {described(shown.settings)}"
+    """A "Show again" choice: the query, the model and how it was decoded, as the list's settings column names them
+    (the same query under other settings read alike, and so did one query decoded alike by two models)."""
+    return f"#{n}: {common.short(entry_label(shown), 60)} · {history_settings(shown)}"
+
+
+def history_settings(shown: Shown) -> str:
+    """The model and how a prediction was decoded: 'forward · Beam search, 5-best'."""
+    return f"{shown.settings.model} · {described(shown.settings)}"
 
 
 def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
@@ -957,7 +963,7 @@ def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
         # in words, as the answer's card reads it (io.percent): a progress column's "%.0f%%" read 0.2% as "0%"
         rows.append({"#": n, "query": entry_label(shown), "first answer": first.smiles if first else "",
                      "confidence": "" if confidence is None else common.percent(confidence),
-                     "settings": f"{shown.settings.model} · {described(shown.settings)}"})
+                     "settings": history_settings(shown)})
     return pd.DataFrame(rows)
 
 
