@@ -30,7 +30,7 @@ from .boundary import Terminated
 from .chem import canonical_or_none
 from .decoding.result import GENERATED, DecodeResult, DecodeStats, Hypothesis, longest_answer_tokens
 from .evaluate import hits
-from .io import write_text_file
+from .io import fitted_name, write_text_file
 from .oracle import oracle_tokens_per_call
 from .peers import PeerError
 from .methods import METHODS, PEERS, SamplingOptions
@@ -589,8 +589,15 @@ def write_html(report: dict, path: Path) -> None:
     write_text_file(path, speedup_figure(report).to_html(include_plotlyjs=True))
 
 
+def chart_of(out: Path) -> Path:
+    """Where save_report writes the chart of the report at `out`: beside it, its suffix .html (bench.json ->
+    bench.html), a name near the file system's limit cut to fit (io.fitted_name): bench --out <253 letters> was
+    refused, 'File name too long', naming a chart its user never named."""
+    return out.with_name(fitted_name(out.stem, ".html"))
+
+
 def save_report(report: dict, out: Path, html: bool = True) -> None:
-    """The JSON report at `out` and its chart beside it (.html), each written whole or not at all."""
+    """The JSON report at `out` and its chart beside it (chart_of), each written whole or not at all."""
     write_text_file(out, json.dumps(report, indent=2))
     if html:
-        write_html(report, out.with_suffix(".html"))
+        write_html(report, chart_of(out))

@@ -1501,7 +1501,7 @@ def check_other_engine(name: str, runs_on: str, main_name: str, main_runs_on: st
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import markdown_table, on_engines, run_bench, run_sweep, save_report
+    from .bench import chart_of, markdown_table, on_engines, run_bench, run_sweep, save_report
     from .calibration import weights_fingerprint
     from .evaluate import queries_digest, read_pairs, software, unreadable_targets
     from .scale import stops_deferred
@@ -1513,7 +1513,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if out.suffix.lower() == ".html":
             raise ValueError(f"--out {args.out}: the JSON report, whose chart is written beside it as .html; give the "
                              "report a name of its own, such as bench.json")
-        check_report_path(str(out.with_suffix(".html")), args.src, args.tgt, args.index)  # the chart beside it
+        check_report_path(str(chart_of(out)), args.src, args.tgt, args.index)  # the chart beside it
     if args.method is not None:  # it was ignored, and the default methods timed in its place
         raise ValueError(f"bench times the methods of --methods (comma-separated), not --method: give --methods "
                          f"{args.method}")
@@ -1575,7 +1575,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             save_report(report, out)
         print(markdown_table(report))
         if out:  # on stderr, as the warnings: standard output stays the markdown table
-            print(f"-> {out} (its chart: {out.with_suffix('.html')})", file=sys.stderr)
+            print(f"-> {out} (its chart: {chart_of(out)})", file=sys.stderr)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
     kept = "the table and the report hold" if out else "the table holds"
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success

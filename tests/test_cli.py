@@ -978,6 +978,17 @@ def test_a_bench_keeps_the_report_its_out_replaces(pair_files, caplog):
     assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
 
 
+def test_a_bench_report_named_near_the_limit_gets_a_chart_whose_name_fits(pair_files, capsys):
+    """bench --out <253 letters> (no suffix: the chart adds .html, 258 bytes) was refused before the run with 'File
+    name too long' naming the chart, a file its user never named. The chart's name is cut to fit (bench.chart_of)."""
+    out = pair_files / ("r" * 253)
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                 "--warmup", "0", "--limit", "2", "--out", str(out)]) == 0
+    charts = list(pair_files.glob("*.html"))
+    assert len(charts) == 1 and len(os.fsencode(charts[0].name)) <= 255 and json.loads(out.read_text())
+    assert f"(its chart: {charts[0]})" in capsys.readouterr().err
+
+
 def test_a_stopped_bench_says_what_it_holds_in_words_that_fit_the_run(pair_files, capsys, monkeypatch):
     """Stopped without --tgt and --out, its last line read 'the figures are theirs, top-k of them alone; the table
     hold the batches measured by then': a run without targets has no top-k, and one table holds."""
