@@ -620,12 +620,15 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         settings_name(keep).unlink(missing_ok=True)
     n_blank = table.n_blank()  # blank lines and empty cells: no queries, neither predicted nor rejected
     n_queries = len(table.queries) - n_blank
-    n_bad, n_stopped = outcomes.rejected, outcomes.stopped
+    n_bad, n_stopped, n_unanswered = outcomes.rejected, outcomes.stopped, outcomes.unanswered
+    n_predicted = n_queries - n_bad - n_unanswered
     stopped_note = (f" ({n_stopped} of them stopped at the time limit, with the answers found by then)"
                     if n_stopped else "")
-    see = f" (see the error {'field' if is_sd_name(args.output) else 'column'})" if n_bad else ""
-    print(f"{n_queries - n_bad} {'query' if n_queries - n_bad == 1 else 'queries'} predicted{stopped_note}, {n_bad} "
-          f"rejected{see}"
+    unanswered_note = (f", {n_unanswered} stopped by the time limit (--time-limit {args.time_limit:g} s) before any "
+                       "answer" if n_unanswered else "")
+    see = f" (see the error {'field' if is_sd_name(args.output) else 'column'})" if n_bad or n_unanswered else ""
+    print(f"{n_predicted} {'query' if n_predicted == 1 else 'queries'} predicted{stopped_note}{unanswered_note}, "
+          f"{n_bad} rejected{see}"
           + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "")
           + f" -> {output_name(args.output)}")
     if marks is not None:
@@ -634,14 +637,22 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         from .io import several_molecules_note
 
         print(f"note: {several_molecules_note(sorted(outcomes.several))}")
-    if table.queries and n_bad == n_queries:  # a pipeline must not take a file of errors for answers
+    if table.queries and not n_predicted:  # a pipeline must not take a file of errors for answers
         if not n_queries:  # 'none of the 0 queries could be predicted'
             print(f"error: {input_name(args.input)} holds no query to predict: its {n_blank} record"
                   f"{'s are' if n_blank != 1 else ' is'} blank", file=sys.stderr)
             return 2
+        blank = (f" ({n_blank} blank record{'s' * (n_blank != 1)} hold{'s' * (n_blank == 1)} none)"
+                 if n_blank else "")
+        if n_unanswered:  # slow queries, not ones the model would not take
+            which = "it" if n_queries == 1 else "each" if not n_bad else f"{n_unanswered} of them"
+            refused = f", and {n_bad} {'was' if n_bad == 1 else 'were'} refused" if n_bad else ""
+            none = "the file's one query could not" if n_queries == 1 else f"none of the {n_queries} queries could"
+            print(f"error: {none} be predicted{blank}: the time limit stopped {which} before any answer{refused}; a "
+                  f"longer --time-limit decodes {'it' if n_unanswered == 1 else 'them'}", file=sys.stderr)
+            return 2
         print(("error: none of the file's queries could be predicted: it holds one, which was refused" if n_queries == 1
-               else f"error: none of the {n_queries} queries could be predicted")
-              + (f" ({n_blank} blank record{'s' * (n_blank != 1)} hold{'s' * (n_blank == 1)} none)" if n_blank else "")
+               else f"error: none of the {n_queries} queries could be predicted") + blank
               + f"{read_as_hint(args.input, args.input_format, table)}", file=sys.stderr)
         return 2
     return 0

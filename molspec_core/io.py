@@ -1047,20 +1047,26 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
 
 @dataclass
 class Outcomes:
-    """How a run's records came out, read from each record's first output row: rejected (an error and no answers)
-    or stopped at the time limit (answers beside the error, QueryResult.stopped_with_answers), the rest predicted;
-    and the answered ones whose query a retrosynthesis run notes (several molecules, an ion alone, no carbon:
-    several_molecules). The command line and Ray count them so, resumed rows too; blank records are not counted."""
+    """How a run's records came out, read from each record's first output row: rejected (an error, no answers and
+    no query read), stopped at the time limit with answers (beside the error, QueryResult.stopped_with_answers) or
+    before any (`unanswered`: an error and the query as the model read it, evaluate.timed_out's rule), the rest
+    predicted; and the answered ones whose query a retrosynthesis run notes (several molecules, an ion alone, no
+    carbon: several_molecules). The command line and Ray count them so, resumed rows too; blank records are not
+    counted. A query stopped before any answer was counted rejected: '0 queries predicted, 4 rejected' for a time
+    limit too short, and a user took slow queries for ones the model would not take."""
     rejected: int = 0
-    stopped: int = 0
+    stopped: int = 0  # with answers, which count as predicted
+    unanswered: int = 0  # stopped before any answer: neither predicted nor rejected
     several: list[tuple[int, str]] = field(default_factory=list)
 
     def count(self, first_row: Sequence[object], offset: int = 0) -> None:
         """Count a record by its first row, whose result columns begin at `offset` (after the input's columns)."""
         if first_row[offset + RESULT_COLUMNS.index("error")]:
             answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
+            read = first_row[offset + RESULT_COLUMNS.index("canonical_query")] not in (None, "")
             self.stopped += answered
-            self.rejected += not answered
+            self.unanswered += read and not answered
+            self.rejected += not read and not answered
         if several := several_molecules(first_row, offset):
             self.several.append(several)
 

@@ -2997,6 +2997,29 @@ def test_predict_a_file_counts_a_query_stopped_with_answers_as_predicted_and_say
     assert table["error"].str.startswith("stopped after the 3.5 s").tolist() == [True, True, True, False]
 
 
+def test_predict_a_file_counts_queries_stopped_before_any_answer_apart_from_rejected_ones(tmp_path, capsys,
+                                                                                          clocked_loads):
+    """Queries the time limit stopped before any answer were counted rejected ('0 queries predicted, 2 rejected',
+    'error: none of the 2 queries could be predicted'), as if the model would not take them: they are counted apart
+    (evaluate's rule, evaluate.timed_out), and the error says a longer time limit decodes them."""
+    (tmp_path / "q.smi").write_text("OCCOc1ccccc1\nCCOc1ccccc1\n")
+    args = ["predict", "--model", MODEL, "--input", str(tmp_path / "q.smi"), "--time-limit", "0.5", "--output",
+            str(tmp_path / "out.csv")]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert ("0 queries predicted, 2 stopped by the time limit (--time-limit 0.5 s) before any answer, 0 rejected (see "
+            "the error column)") in captured.out
+    assert ("error: none of the 2 queries could be predicted: the time limit stopped each before any answer; a longer "
+            "--time-limit decodes them") in captured.err
+    (tmp_path / "q.smi").write_text("OCCOc1ccccc1\nxyz\n")
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "0 queries predicted, 1 stopped by the time limit (--time-limit 0.5 s) before any answer, 1 rejected" \
+        in captured.out
+    assert ("error: none of the 2 queries could be predicted: the time limit stopped 1 of them before any answer, and "
+            "1 was refused; a longer --time-limit decodes it") in captured.err
+
+
 def test_ctrl_c_while_the_command_line_loads_is_an_interrupted_line_and_exit_130(monkeypatch, capsys):
     """A Ctrl-C in the second or more that torch and RDKit take to load printed a KeyboardInterrupt traceback from
     inside torch: the `molspec` entry point (molspec_core.entry) loads the command line itself, and says
