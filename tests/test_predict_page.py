@@ -403,7 +403,8 @@ def test_the_same_query_sampled_at_two_temperatures_reads_apart(copy_models, mon
 
 def test_one_query_decoded_alike_by_two_models_reads_apart_in_show_again(copy_models, monkeypatch):
     """The "Show again" choices named the query and how it was decoded, not the model: the same query predicted with
-    two forward models read alike ('#2: ... · Greedy' twice), though the list's settings column named each model."""
+    two forward models read alike ('#2: ... · Greedy' twice), though the list's settings column named each model. The
+    first model's answers picked again were "the last prediction"."""
     shutil.copytree(copy_models / "forward", copy_models / "forward_b")
     config = copy_models / "forward_b" / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "task": "forward"}))
@@ -415,6 +416,12 @@ def test_one_query_decoded_alike_by_two_models_reads_apart_in_show_again(copy_mo
     choices = at.selectbox(key="earlier").options
     assert len(choices) == 2 and len(set(choices)) == 2, choices
     assert " · forward_b · " in choices[0] and " · forward · " in choices[1], choices
+    # the first model's answers picked again were captioned "Showing the last prediction, made with the model forward"
+    at.selectbox(key="earlier").set_value(1).run()
+    assert ("Below: the answers of the model forward, decoded with Beam search, 5-best. The sidebar's model differs "
+            "now (forward_b): press Predict") in texts(at.caption), texts(at.caption)
+    at.selectbox(key="method").set_value("greedy").run()
+    assert "The sidebar's model and settings differ now (forward_b)" in texts(at.caption)
 
 
 def test_answers_kept_under_changed_sidebar_settings_say_which_settings_gave_them(copy_models, monkeypatch):

@@ -1059,8 +1059,12 @@ def main() -> None:
         st.info(f"The last {TASK_NOUN[shown.settings.task]} ({common.md_escape(common.short(shown.result.query, 60))}) "
                 "is kept: switch the task back to see it.", icon=":material/info:")
         return
-    if shown.settings.model != cfg.model:
-        st.caption(f"Showing the last prediction, made with the model {common.md_escape(shown.settings.model)}.")
+    if shown.settings.model != cfg.model:  # "Showing the last prediction, made with the model forward" said it of an
+        # earlier one picked under Show again too, and nothing of the settings, which may differ as well
+        differ = "model and settings differ" if common.decodes_otherwise(shown.settings, cfg) else "model differs"
+        st.caption(common.md_escape(f"Below: the answers of the model {shown.settings.model}, decoded with "
+                                    f"{described(shown.settings)}. The sidebar's {differ} now ({cfg.model}): press "
+                                    "Predict to decode the query with them."))
     elif ss.get("query_error"):
         st.caption("Below: the last successful prediction.")
     elif ss.get("query_text", "") != shown.typed:  # Stop pressed while the query in the field decoded: its answers
