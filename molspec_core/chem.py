@@ -1343,6 +1343,15 @@ def sdf_text(records: Iterable[tuple[str, str, Mapping[str, object]]]) -> str:
     return buffer.getvalue()
 
 
+# The most atoms, hydrogens included, an SD record may hold to be read: read unsanitized, a record costs little, but
+# RDKit then removes its hydrogens and writes its SMILES in time that grows with the square of its atoms (a chain of
+# 4,000 carbons with its 8,002 hydrogens 1.5 s; of 30,000 with theirs over two minutes), and writes a chain of 20,000
+# atoms or more by a recursion that crashed the process (a 1.6 MB SD file of one 30,000-atom chain took the app down
+# for every user). Its SMILES would hold a character per heavy atom at least, and none longer than MAX_SMILES_CHARS
+# is read.
+MAX_SD_ATOMS = MAX_SMILES_CHARS
+
+
 @dataclass(frozen=True)
 class SdRecord:
     """One record of an SD file: its molecule as SMILES ("" when RDKit cannot read it, and `problem`
@@ -1374,6 +1383,11 @@ def sd_records(text: str) -> list[SdRecord]:
             records.append(SdRecord("", title, {}, f"SD record {number}{why}"))
             continue
         fields = {name: raw.GetProp(name) for name in raw.GetPropNames()}
+        if raw.GetNumAtoms() > MAX_SD_ATOMS:
+            records.append(SdRecord("", title, fields, f"SD record {number} holds {raw.GetNumAtoms():,} atoms "
+                                    f"(hydrogens included), more than the {MAX_SD_ATOMS:,} read from one record: no "
+                                    "model here reads a molecule that large"))
+            continue
         supplier.SetData(block + "\n\n$$$$\n")  # sanitized, hydrogens removed, stereo perceived
         mol = next(supplier, None)
         if mol is None:

@@ -177,6 +177,36 @@ def test_sdf_keeps_stereo_and_no_name_or_value_can_end_a_record_early():
     assert records[0].fields == {"IC50 _nM_": "'$$$$", "input_IC50 _nM_": "> <x>", "a b": "v"}
 
 
+def _v3000_record(title: str, atoms: list[str], bonds: list[tuple[int, int]], fields: dict[str, str]) -> str:
+    """An SD record in V3000 (which has no 999-atom limit): atoms by symbol, bonds single, 1-based."""
+    atom_lines = [f"M  V30 {i} {symbol} {i * 1.5:.1f} 0 0 0" for i, symbol in enumerate(atoms, start=1)]
+    bond_lines = [f"M  V30 {i} 1 {a} {b}" for i, (a, b) in enumerate(bonds, start=1)]
+    data = [f">  <{name}>\n{value}\n" for name, value in fields.items()]
+    return "\n".join([title, "  probe", "", "  0  0  0     0  0            999 V3000", "M  V30 BEGIN CTAB",
+                      f"M  V30 COUNTS {len(atoms)} {len(bonds)} 0 0 0", "M  V30 BEGIN ATOM", *atom_lines,
+                      "M  V30 END ATOM", "M  V30 BEGIN BOND", *bond_lines, "M  V30 END BOND", "M  V30 END CTAB",
+                      "M  END", *data, "$$$$", ""])
+
+
+def test_an_sd_record_of_more_atoms_than_any_smiles_read_is_refused_before_rdkit_sanitizes_it():
+    """A 1.6 MB SD file of one 30,000-atom chain crashed the process (a segfault in RDKit's SMILES writer), taking the
+    app down for every user; with its hydrogens drawn, removing them took minutes. Such a record is refused by its
+    atom count, hydrogens included, and costs only itself."""
+    from molspec_core.chem import MAX_SD_ATOMS, sd_records
+
+    carbons = MAX_SD_ATOMS // 3 + 1  # a chain with its hydrogens drawn: 3 atoms a carbon, 2 more at the ends
+    bearers = [c for c in range(1, carbons + 1) for _ in (0, 1)] + [1, carbons]  # the carbon each hydrogen is on
+    chain = _v3000_record("chain", ["C"] * carbons + ["H"] * len(bearers),
+                          [(c, c + 1) for c in range(1, carbons)]
+                          + [(c, carbons + h) for h, c in enumerate(bearers, start=1)], {"id": "A1"})
+    methane = _v3000_record("methane", ["C", "H", "H", "H", "H"], [(1, 2), (1, 3), (1, 4), (1, 5)], {"id": "A2"})
+    big, small = sd_records(chain + methane)
+    assert big.smiles == "" and big.fields == {"id": "A1"} and big.title == "chain"
+    assert big.problem == (f"SD record 1 holds {3 * carbons + 2:,} atoms (hydrogens included), more than the "
+                           f"{MAX_SD_ATOMS:,} read from one record: no model here reads a molecule that large")
+    assert (small.smiles, small.problem, small.fields) == ("C", "", {"id": "A2"})
+
+
 def test_sdf_field_names_rdkit_keeps_for_itself_are_written_as_input_fields_and_every_record_reads_back():
     """A column named _Name replaced the record's title, _id was hidden from RDKit's readers, and __computedProps or
     _MolFileChiralFlag stopped the export with RDKit's 'bad any_cast'."""
