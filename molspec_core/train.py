@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .argtypes import Bounds, Choice, argtype
+from .argtypes import Bounds, Choice, argtype, file_name
 from .boundary import Terminated, guarded
 from .data import check_can_write, load_arrays, read_lines
 from .decoding.greedy import greedy
@@ -69,10 +69,21 @@ SCHEDULES: dict[str, Callable[[float], float]] = {
 }
 
 
-def option(default: T, text: str, rule: Bounds | Choice | None = None) -> T:
+def option(default: T, text: str, rule: Bounds | Choice | None = None, names: str = "") -> T:
     """A TrainConfig field and its description, which is also its flag's --help; its `rule` (argtypes.Bounds or
-    Choice) is the flag's argparse type and is checked again when `train` is called from Python."""
-    return dataclasses.field(default=default, metadata={"help": text, "rule": rule})
+    Choice) is the flag's argparse type and is checked again when `train` is called from Python. `names`: a path
+    like the one the field takes (path_field)."""
+    return dataclasses.field(default=default, metadata={"help": text, "rule": rule, **path_field(names)})
+
+
+def path_field(example: str) -> dict[str, Callable[[str], str]]:
+    """The metadata of a field that names a folder (or, `example` ending in a suffix, a file): argtypes.file_name,
+    which refuses an empty or blank name. Given empty, `--out ""` (--out "$RUN" with RUN unset) wrote the run into
+    the current folder, and `--init ""` or `--resume ""` started from random weights, without a word; an option
+    left out stays "", none."""
+    if not example:
+        return {}
+    return {"path": file_name(example, folder=not Path(example).suffix)}
 
 
 AT_LEAST_0 = Bounds(low=0)  # a finite number, 0 or more: NaN and infinity are refused with the negatives
@@ -83,9 +94,10 @@ DEVICES = Choice(("auto", "cpu", "cuda", "mps"), pattern=r"cuda:\d+", shown=" or
 
 @dataclass(frozen=True)
 class TrainConfig:
-    data: str = dataclasses.field(metadata={"help": "folder written by prepare-data"})
+    data: str = dataclasses.field(metadata={"help": "folder written by prepare-data", **path_field("data/forward")})
     out: str = dataclasses.field(metadata={"help": "run folder: out/last (full state, resumed when present), "
-                                                   "out/best (best greedy exact match), out/export"})
+                                                   "out/best (best greedy exact match), out/export",
+                                           **path_field("runs/forward")})
     preset: str = option("forward", f"model shape: one of {', '.join(PRESETS)}", Choice(tuple(PRESETS)))
     max_minutes: float = option(0.0, "the time budget: the learning rate reaches zero exactly here (0: at max-steps); "
                                      "a resumed run's whole budget, its minutes trained included", AT_LEAST_0)
@@ -124,12 +136,15 @@ class TrainConfig:
     log_every_seconds: float = option(60.0, "a 'speed' log line this often: steps and tokens a second since the last",
                                       AT_LEAST_0)
     export_dir: str = option("", "float16 shards + train_state.json ('': out/export); an existing folder must be "
-                                 "empty or an export train wrote (each export replaces it whole)")
-    resume: str = option("", "continue from an export folder (weights and counters; fresh optimizer moments)")
-    init: str = option("", "start a new schedule from a model folder's weights (e.g. models/forward)")
+                                 "empty or an export train wrote (each export replaces it whole)",
+                             names="runs/forward/export")
+    resume: str = option("", "continue from an export folder (weights and counters; fresh optimizer moments)",
+                         names="runs/forward/export")
+    init: str = option("", "start a new schedule from a model folder's weights (e.g. models/forward)",
+                       names="models/forward")
     pairs: str = option("", "ranking pairs (tools/rank_pairs.py mine: source, recorded product and an answer the "
                              "model ranked above it, tab-separated); each step adds a hinge (--pair-at) so that the "
-                             "product outscores the answer by --pair-margin")
+                             "product outscores the answer by --pair-margin", names="pairs.tsv")
     pair_weight: float = option(0.5, "weight of the ranking hinge (a mean over the step's pairs) beside the "
                                      "cross-entropy (a mean over the step's target tokens)", AT_LEAST_0)
     pair_margin: float = option(1.0, "nats by which the product should outscore a negative where --pair-at compares",
@@ -152,7 +167,8 @@ class TrainConfig:
                               "models/forward for its draft model): each target token's loss is --teacher-weight "
                               "times KL(teacher || model) of their next-token distributions plus the rest of the "
                               "weight times the cross-entropy; the teacher runs without dropout under bfloat16 "
-                              "autocast, and validation adds the KL and how often the two models' top tokens agree")
+                              "autocast, and validation adds the KL and how often the two models' top tokens agree",
+                     names="models/forward")
     teacher_weight: float = option(0.5, "--teacher-loss's share of each token's loss with --teacher, in [0, 1]",
                                    Bounds(0, 1))
     teacher_loss: str = option("kl", "what --teacher's share of the loss measures: kl, KL(teacher || model), or tv, "
@@ -173,6 +189,12 @@ def check_config(cfg: TrainConfig) -> None:
     """Every option's rule (the flags' argparse types), for a TrainConfig built in Python: a NaN rate or budget
     trained and wrote NaN weights over every export, --eval-every 0 failed at the first step."""
     for spec in dataclasses.fields(TrainConfig):
+        path = spec.metadata.get("path")
+        if path is not None and (spec.default is dataclasses.MISSING or getattr(cfg, spec.name) != ""):
+            try:  # a path given: it names one (an optional one left "" is none)
+                path(getattr(cfg, spec.name))
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(f"--{spec.name.replace('_', '-')} {exc}") from None
         rule = spec.metadata.get("rule")
         if rule is not None:
             try:
@@ -1443,8 +1465,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a field's rule is its flag's type, so a value it refuses is a usage error before anything is read."""
     for spec in dataclasses.fields(TrainConfig):
         flag, text = "--" + spec.name.replace("_", "-"), spec.metadata["help"]
+        path = spec.metadata.get("path")
         if spec.default is dataclasses.MISSING:  # required fields: data, out
-            parser.add_argument(flag, required=True, help=text)
+            parser.add_argument(flag, required=True, type=path, help=text)
+        elif path is not None:  # left out: None, the field's "" (a string default would be refused as given)
+            parser.add_argument(flag, type=path, help=text)
         elif isinstance(spec.default, bool):  # --compile / --no-compile
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
         else:
@@ -1454,7 +1479,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    state = train(TrainConfig(**{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(TrainConfig)}))
+    given = {spec.name: getattr(args, spec.name) for spec in dataclasses.fields(TrainConfig)}
+    state = train(TrainConfig(**{name: value for name, value in given.items() if value is not None}))
     print(json.dumps(state["history"][-1:], indent=2))
     return 0
 

@@ -58,6 +58,25 @@ def test_an_option_out_of_range_is_a_usage_error_at_parse_time(flag, value, tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("flag", ["--data", "--out", "--export-dir", "--resume", "--init", "--teacher", "--pairs"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_path_is_a_usage_error_not_none(flag, value, tmp_path, capsys, monkeypatch):
+    """train --out "" (--out "$RUN" with RUN unset) wrote the run into the current folder, and --init "" or --resume
+    "" started from random weights, all without a word (an empty name read as none given); from Python, a blank
+    name, or an empty --data or --out."""
+    monkeypatch.chdir(tmp_path)
+    paths = {"--data": str(tmp_path / "d"), "--out": str(tmp_path / "run"), flag: value}
+    with pytest.raises(SystemExit) as done:
+        main([item for pair in paths.items() for item in pair])
+    what = "file" if flag == "--pairs" else "folder"
+    assert done.value.code == 2 and f"argument {flag}: must name a {what}" in capsys.readouterr().err
+    if value or flag in ("--data", "--out"):  # in Python an optional path left "" is none given, as its default
+        with pytest.raises(ValueError, match=f"{flag} must name a {what}"):
+            train(TrainConfig(**{"data": str(tmp_path / "d"), "out": str(tmp_path / "run"),
+                                 flag[2:].replace("-", "_"): value}))
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("field,value", [("lr", float("nan")), ("max_minutes", float("inf")), ("eval_every", 0),
                                          ("label_smoothing", 1.0), ("device", "gpu"), ("accum", 0),
                                          ("max_steps", 0), ("warmup", -5)])
