@@ -921,15 +921,22 @@ def parse_smiles_file(lines: list[str]) -> QueryFile:
     end of its |...| extension), the rest (spaces and tabs around it dropped) its name, carried in a column of its
     own. A first line whose first field
     is one of SMILES_FILE_HEADERS (any case) is a header, and names that column with its rest (RDKit's writer puts
-    "SMILES Name" there). A file with no header and no name reads like a TXT file."""
+    "SMILES Name" there). A file with no header and no name reads like a TXT file. A line whose first field begins
+    with # is a comment, not a record, as RDKit's SmilesMolSupplier reads it (no SMILES begins so): it was read as
+    the query "#" and rejected; a note counts them."""
+    comments = sum(line.lstrip(" \t").startswith("#") for line in lines)
+    lines = [line for line in lines if not line.lstrip(" \t").startswith("#")]
+    notes = (f"{comments} comment line{'s' * (comments != 1)} (beginning with #) not read as queries",) if comments \
+        else ()
     header = ""
     first = _smiles_and_name(lines[0]) if lines else ("", "")
     if first[0].casefold() in SMILES_FILE_HEADERS:
         header, lines = first[1] or NAME_COLUMN, lines[1:]
     pairs = [_smiles_and_name(line) for line in lines]
     if not header and not any(name for _, name in pairs):
-        return QueryFile([smiles for smiles, _ in pairs])
-    return QueryFile([smiles for smiles, _ in pairs], (header or NAME_COLUMN,), tuple((name,) for _, name in pairs))
+        return QueryFile([smiles for smiles, _ in pairs], notes=notes)
+    return QueryFile([smiles for smiles, _ in pairs], (header or NAME_COLUMN,), tuple((name,) for _, name in pairs),
+                     notes=notes)
 
 
 SMILES_FILE_LINE = re.compile(r"[ \t]*([^ \t]*)(?:[ \t]+(.*?))?[ \t]*", re.DOTALL)

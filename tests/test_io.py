@@ -999,6 +999,20 @@ def test_a_smiles_file_headed_with_a_stock_or_query_columns_name_reads_it_as_a_h
     assert read_queries(tmp_path / "q.smi").queries == ["CCO"]
 
 
+def test_a_smiles_files_comment_lines_are_no_queries_and_are_counted(tmp_path):
+    """A .smi line opening with # (a comment, which RDKit's SmilesMolSupplier skips; no SMILES begins so) was read as
+    the query "#" and rejected. Comments are left out, before a header too, and a note counts them."""
+    (tmp_path / "q.smi").write_text("# made by hand\nSMILES Name\nCCO ethanol\n  #CCN amine\nCCC propane\n")
+    table = read_queries(tmp_path / "q.smi")
+    assert table.queries == ["CCO", "CCC"] and table.cells == (("ethanol",), ("propane",))
+    assert table.notes == ("2 comment lines (beginning with #) not read as queries",)
+    (tmp_path / "q.smi").write_text("CCO\n# one\n")
+    assert read_queries(tmp_path / "q.smi") == QueryFile(["CCO"], notes=("1 comment line (beginning with #) not read "
+                                                                         "as queries",))
+    (tmp_path / "q.txt").write_text("CCO\n#\n")  # a TXT file's lines are its queries, as given
+    assert read_queries(tmp_path / "q.txt").queries == ["CCO", "#"]
+
+
 def test_a_space_in_a_txt_query_stays_in_it_and_a_smiles_file_without_names_reads_as_txt(tmp_path):
     """Only .smi and .smiles files take text after a space as a name: in a TXT file "CCO . CCN" is one
     query, which the service then rejects, rather than CCO predicted under the name ". CCN"."""
