@@ -79,8 +79,12 @@ class ChemError(ValueError):
 
 # The longest SMILES read here. RDKit writes a long chain's SMILES by recursion: a 20,000-atom chain (a line of a
 # stock file) crashed the process with a segfault and a 10,000-atom one took 4 s (5,000: 0.7 s). Queries stop at
-# service.MAX_QUERY_CHARS; answers at the decoder's length budget, far below this.
+# MAX_QUERY_CHARS; answers at the decoder's length budget, far below this.
 MAX_SMILES_CHARS = 5000
+# The longest query read (Predictor.prepare; a CXSMILES's |...| part and an InChI's AuxInfo are not counted): longer
+# than any USPTO query, it bounds tokenizer and RDKit time. Each side of a recorded reaction is held to it too
+# (known.recorded_reaction): the longest in USPTO-MIT's and USPTO-50K's atom-mapped records holds 1,197 characters.
+MAX_QUERY_CHARS = 2000
 
 
 def mol_from_smiles(smiles: str):

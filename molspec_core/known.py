@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .chem import (CXSMILES, ChemError, canonical, canonical_fragments, canonical_or_none, inchi_alone, main_molecule,
-                   markup_refusal, mol_from_smiles, organometal_cation, product_alone, rdkit_quietly, reaction_sides,
-                   rinchi_refusal, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
+from .chem import (CXSMILES, MAX_QUERY_CHARS, ChemError, canonical, canonical_fragments, canonical_or_none, inchi_alone,
+                   main_molecule, markup_refusal, mol_from_smiles, organometal_cation, product_alone, rdkit_quietly,
+                   reaction_sides, rinchi_refusal, smiles_from_cxsmiles, smiles_from_inchi, uncharged)
 from .data import forward_target
 from .io import InputFileError, LastRow, QueryFile, column_key, percent, shown_cells
 
@@ -71,6 +71,10 @@ def recorded_reaction(text: str, task: str) -> tuple[str, str] | None:
         raise ValueError(refusal)
     reactants, reagents, products = parts
     side = recorded_side(task)
+    for name, written in zip(("reactants", "reagents", "products"), parts):  # before RDKit: a 5,000-atom ring's
+        if len(written) > MAX_QUERY_CHARS:  # outcome took seconds, as no query may (a query's side is one)
+            raise ValueError(f"the recorded {name} are {len(written):,} characters long; each side of a recorded "
+                             f"reaction may hold {MAX_QUERY_CHARS:,}, as a query may")
     try:
         recorded = canonical_fragments(products if side == "products" else contributing(reactants, products))
         if side == "reactants":

@@ -30,10 +30,10 @@ from tqdm import tqdm
 from . import checkpoint
 from .boundary import as_memory_error
 from .calibration import Calibration, kind_of, load as load_calibration
-from .chem import (ION_WRITINGS, ChemError, answer_concerns, canonical, canonical_fragments, canonical_or_none,
-                   holds_carbon, CXSMILES, in_ion_writing, inchi_alone, main_molecule, markup_refusal, reaction_sides,
-                   product_alone, rinchi_refusal, salts_as_ions, smarts_refusal, rdkit_quietly, smiles_from_cxsmiles,
-                   smiles_from_inchi, without_isotopes)
+from .chem import (ION_WRITINGS, MAX_QUERY_CHARS, ChemError, answer_concerns, canonical, canonical_fragments,
+                   canonical_or_none, holds_carbon, CXSMILES, in_ion_writing, inchi_alone, main_molecule,
+                   markup_refusal, reaction_sides, product_alone, rinchi_refusal, salts_as_ions, smarts_refusal,
+                   rdkit_quietly, smiles_from_cxsmiles, smiles_from_inchi, without_isotopes)
 from .data import root_aligned
 from .decoding.beam import beam_search
 from .decoding.greedy import greedy, greedy_uncached
@@ -52,10 +52,9 @@ from .tokenizer import TokenizeError, Vocab
 log = logging.getLogger(__name__)
 
 MODELS_DIR = checkpoint.MODELS_DIR
-MAX_QUERY_CHARS = 2000  # longer than any USPTO query; bounds tokenizer and RDKit time
 # A drawing program's CXSMILES (Marvin's copy) carries coordinates, some 20 characters an atom, and an InChI may come
 # with its AuxInfo, none of which the model reads: a reaction of 100 atoms, its SMILES 300 characters, was refused
-# as too long. MAX_QUERY_CHARS bounds what is read; this bounds the whole text for RDKit's parser.
+# as too long. MAX_QUERY_CHARS (chem's) bounds what is read; this bounds the whole text for RDKit's parser.
 MAX_DRAWING_CHARS = 20_000
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the retro model was trained on 20

@@ -147,6 +147,27 @@ def test_a_recorded_reaction_whose_outcome_is_no_smiles_is_refused():
         recorded_reaction("C1CC(>>CC(=O)NC", "retro")
 
 
+def test_a_recorded_side_longer_than_a_query_may_be_is_refused_before_rdkit_reads_it():
+    """A recorded outcome of up to 5,000 characters was read (a 5,000-atom ring's took RDKit seconds, a query's
+    length at most a fraction of one): each side is held to MAX_QUERY_CHARS, as a query is, and only its row is
+    refused."""
+    from molspec_core.chem import MAX_QUERY_CHARS
+
+    chain = "C" * (MAX_QUERY_CHARS + 1)
+    for text, task, side in [(f"CC(=O)Cl.NC>>{chain}", "forward", "products"),
+                             (f"{chain}>>CC(=O)NC", "retro", "reactants"),
+                             (f"CC(=O)Cl.NC>{chain}>CNC(C)=O", "forward", "reagents")]:
+        with pytest.raises(ValueError, match=rf"^the recorded {side} are {MAX_QUERY_CHARS + 1:,} characters long; "
+                                             rf"each side of a recorded reaction may hold {MAX_QUERY_CHARS:,}, as a "
+                                             "query may$"):
+            recorded_reaction(text, task)
+    marked, column = with_recorded(QueryFile([f"CC(=O)Cl.NC>>{chain}", "CC(=O)Cl.NC>>CNC(C)=O"]), "forward")
+    assert marked.problems[0].startswith(f"the recorded products are {MAX_QUERY_CHARS + 1:,} characters long")
+    assert not marked.problems[1]
+    assert marked.queries[1] == "CC(=O)Cl.NC>>" and column == "recorded_products"
+    assert recorded_reaction("CC(=O)Cl.NC>>" + "C" * MAX_QUERY_CHARS, "forward")  # the longest side read
+
+
 @pytest.mark.parametrize("task", ["forward", "retro"])
 def test_markup_holding_angle_brackets_is_told_it_is_no_reaction(task):
     """'<b>bold</b> text' pasted from a web page was read as a recorded reaction and told 'the recorded products are
