@@ -56,6 +56,7 @@ MODELS_DIR = checkpoint.MODELS_DIR
 # with its AuxInfo, none of which the model reads: a reaction of 100 atoms, its SMILES 300 characters, was refused
 # as too long. MAX_QUERY_CHARS (chem's) bounds what is read; this bounds the whole text for RDKit's parser.
 MAX_DRAWING_CHARS = 20_000
+DATIVE_BONDS = ("->", "<-")  # as RDKit writes a dative bond, either way (one token each: tokenizer.SMILES_REGEX)
 MAX_QUERY_TOKENS = 500  # the encoder cost grows quadratically; USPTO sources stay under 400
 MAX_AUGMENT = 20  # writings of one query (Predictor.predict's augment); the retro model was trained on 20
 MAX_N_BEST = 50  # answers per query (the beam width of beam search and its kin)
@@ -892,7 +893,14 @@ class Predictor:
 
     def _unreadable(self, exc: TokenizeError, fragments: list[str]) -> QueryError:
         """The refusal of a query holding a token outside the vocabulary, offering the ions USPTO writes
-        for a hydride the model cannot read (chem.ION_WRITINGS) when that writing is readable."""
+        for a hydride the model cannot read (chem.ION_WRITINGS) when that writing is readable. A dative bond the
+        vocabulary lacks is named as the fault: C->[Fe] was refused for a token [CH4], which RDKit writes for the
+        methane of that bond and the chemist never typed."""
+        dative = {bond: sum(f.count(bond) for f in fragments) for bond in DATIVE_BONDS if bond not in self.vocab.index}
+        if any(dative.values()):
+            held = "a dative bond" if sum(dative.values()) == 1 else "dative bonds"
+            return QueryError(f"the query holds {held} ({', '.join(b for b, n in dative.items() if n)}), which this "
+                              "model's vocabulary lacks (USPTO writes a ligand and its metal as separate molecules)")
         message = f"{exc}; this model cannot read it" + self._unlabelled_hint(fragments)
         ions = in_ion_writing(fragments)
         if ions is None:
