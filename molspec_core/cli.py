@@ -702,8 +702,12 @@ def answer_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 def settings_name(keep: Kept) -> Path:
-    """Where an interrupted run records its answer_settings beside its kept rows: out.interrupted.json."""
-    return keep.path.with_suffix(".json")
+    """Where an interrupted run records its answer_settings beside its kept rows: out.interrupted.json, a name near the
+    file system's limit cut to fit (io.fitted_name) as the kept rows' is: swapping .csv for .json added a byte, and an
+    output of 240 letters had its options left unrecorded and its resumed run fail with 'File name too long'."""
+    from .io import fitted_name
+
+    return keep.path.with_name(fitted_name(keep.path.stem, ".json"))
 
 
 def check_settings(args: argparse.Namespace, keep: Kept) -> None:

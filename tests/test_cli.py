@@ -1737,6 +1737,26 @@ def test_an_interrupted_file_run_keeps_its_finished_records_and_resume_goes_on_f
     pd.testing.assert_frame_equal(resumed, pd.read_csv(tmp_path / "whole.csv").drop(columns="time_ms"))
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".xlsx"])
+def test_a_stopped_run_whose_output_name_is_near_the_limit_records_its_options_and_resumes(tmp_path, monkeypatch,
+                                                                                        capsys, suffix):
+    """An output of 240 letters: its .interrupted.csv is cut to 255 bytes (io.fitted_name), and the options beside it
+    were named by swapping .csv for .json, 256 bytes: they were not recorded at the stop (the resume checked --method
+    alone), and the resumed run failed at its end with 'File name too long' removing them."""
+    (tmp_path / "q.txt").write_text("CCOc1ccccc1\nNC(=O)c1ccncc1\nc1ccncc1\n")
+    out = tmp_path / ("a" * 240 + suffix)
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt())
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1") == 130
+    capsys.readouterr()
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "q.txt")
+    assert len(left) == 2 and all(len(os.fsencode(name)) <= 255 for name in left)  # the rows and their options
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--augment", "2", "--resume") == 2
+    assert "were made with other options (--augment" in capsys.readouterr().err
+    stop_on_the_second_call(monkeypatch, None)
+    assert predict_file(tmp_path / "q.txt", out, "--batch-size", "1", "--resume") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, "q.txt"])
+
+
 def test_a_disk_that_fills_mid_run_keeps_the_finished_records_and_resume_goes_on_from_them(tmp_path, monkeypatch,
                                                                                            capsys):
     """A write error in a long predict (the disk filled up) lost every finished row, which only Ctrl-C and SIGTERM
