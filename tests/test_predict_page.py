@@ -403,8 +403,8 @@ def test_the_same_query_sampled_at_two_temperatures_reads_apart(copy_models, mon
 
 def test_one_query_decoded_alike_by_two_models_reads_apart_in_show_again(copy_models, monkeypatch):
     """The "Show again" choices named the query and how it was decoded, not the model: the same query predicted with
-    two forward models read alike ('#2: ... · Greedy' twice), though the list's settings column named each model. The
-    first model's answers picked again were "the last prediction"."""
+    two forward models read alike ('#2: ... · Greedy' twice), though the list's settings column named each model; so did
+    their rows in the session's file. The first model's answers picked again were "the last prediction"."""
     shutil.copytree(copy_models / "forward", copy_models / "forward_b")
     config = copy_models / "forward_b" / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "task": "forward"}))
@@ -416,6 +416,10 @@ def test_one_query_decoded_alike_by_two_models_reads_apart_in_show_again(copy_mo
     choices = at.selectbox(key="earlier").options
     assert len(choices) == 2 and len(set(choices)) == 2, choices
     assert " · forward_b · " in choices[0] and " · forward · " in choices[1], choices
+    # and the session's file: its rows named the method and arithmetic, alike, and not the model
+    exported = pd.read_csv(io.BytesIO(test_app.history_download(at)), keep_default_na=False, dtype=str)
+    assert exported.columns[0] == "model" and exported.drop_duplicates("row")["model"].tolist() == ["forward",
+                                                                                                   "forward_b"]
     # the first model's answers picked again were captioned "Showing the last prediction, made with the model forward"
     at.selectbox(key="earlier").set_value(1).run()
     assert ("Below: the answers of the model forward, decoded with Beam search, 5-best. The sidebar's model differs "

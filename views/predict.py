@@ -967,23 +967,28 @@ def history_table(entries: list[tuple[int, Shown]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MODEL_COLUMN = "model"  # the session's file: the model folder that gave each answer
+
+
 def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[list[object]]]:
-    """Every answer of the listed predictions, oldest first, in the Batch page's columns: its header and rows;
-    `row` is the prediction's number in the list. Where any has a known answer (known_column: recorded with
-    it, or its textbook example's), that column leads, empty for the others, and `matches_known` ends each
-    row, as in answer_table; named as there, or known_<side> where the entries' names differ. Where any is a
-    recorded reaction, REACTION_COLUMN follows, each reaction as typed (typed_reaction)."""
+    """Every answer of the listed predictions, oldest first, in the Batch page's columns, MODEL_COLUMN in front of
+    them: its header and rows; `row` is the prediction's number in the list. Where any has a known answer
+    (known_column: recorded with it, or its textbook example's), that column leads, empty for the others, and
+    `matches_known` ends each row, as in answer_table; named as there, or known_<side> where the entries' names
+    differ. Where any is a recorded reaction, REACTION_COLUMN follows, each reaction as typed (typed_reaction).
+    Without MODEL_COLUMN one query's answers from two models read alike (their method and arithmetic the same)."""
     oldest = list(reversed(entries))
     knowns = [known_column(s) for _, s in oldest]
     names = {k[0] for k in knowns if k}
     if not names:
-        return output_header(()), [r for n, s in oldest for r in result_rows(n, (), s.result)]
+        return output_header((MODEL_COLUMN,)), [r for n, s in oldest
+                                                 for r in result_rows(n, (s.settings.model,), s.result)]
     name = names.pop() if len(names) == 1 else f"known_{recorded_side(oldest[0][1].settings.task)}"
     written = [typed_reaction(s) for _, s in oldest]
-    columns = (name, REACTION_COLUMN) if any(written) else (name,)
+    known_cells = (name, REACTION_COLUMN) if any(written) else (name,)
     rows = (r for (n, s), k, w in zip(oldest, knowns, written)
-            for r in result_rows(n, ((k[1] if k else ""), w)[:len(columns)], s.result))
-    return known_marked(columns, rows, oldest[0][1].result.task)
+            for r in result_rows(n, (*((k[1] if k else ""), w)[:len(known_cells)], s.settings.model), s.result))
+    return known_marked((*known_cells, MODEL_COLUMN), rows, oldest[0][1].result.task)
 
 
 def show_history(task: str) -> None:
@@ -998,8 +1003,8 @@ def show_history(task: str) -> None:
         st.selectbox("Show again", [n for n, _ in entries], index=None, key="earlier", on_change=show_earlier,
                      args=(task,), placeholder="Pick a query: its answers as they were",
                      format_func=lambda n: history_option(n, dict(entries)[n]))
-        described = (f"The answers of these {len(entries)} queries, oldest first, in the Batch page's columns (the "
-                     f"session keeps the last {HISTORY_LIMIT}).")
+        described = (f"The answers of these {len(entries)} queries, oldest first, in the Batch page's columns, with "
+                     f"the model that gave each (the session keeps the last {HISTORY_LIMIT}).")
         with st.container(horizontal=True):
             st.download_button("Download all answers (CSV)", csv_bytes(*history_export(entries)),
                                file_name="molspec-session.csv",
