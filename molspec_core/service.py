@@ -789,8 +789,13 @@ class Predictor:
             else:
                 model.use_numpy_step(cpu, native=cpu and engine in ("auto", "native"), dtype=dtype)
         except NativeUnavailable as exc:
-            if engine == "native" or dtype != "float32":
-                raise ValueError(f"engine native cannot run here: {exc}") from None
+            if dtype != "float32":  # under engine auto too: the engine named is the one int8 needs, not one chosen
+                also = " and engine at auto" if engine == "native" else ""
+                raise ValueError(f"dtype {dtype} runs on the native engine, which cannot take this model here: {exc}; "
+                                 f"leave dtype at float32{also} (the NumPy step decodes it)") from None
+            if engine == "native":
+                raise ValueError(f"engine native cannot run here: {exc}; engine auto decodes with the NumPy step "
+                                 "here") from None
             # a mistyped MOLSPEC_NATIVE_BUILD is the user's own setting gone wrong: said aloud, not at info level
             (log.warning if os.environ.get(BUILD_VARIABLE) else log.info)(
                 "C decoder step unavailable (%s); the NumPy step runs the decoder calls", exc)

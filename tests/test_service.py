@@ -83,6 +83,20 @@ def test_int8_on_an_engine_without_it_is_refused_before_the_weights_are_read(mon
         Predictor.load(FIXTURES / "copy_model", device="cpu", engine=engine, dtype="int8")
 
 
+@pytest.mark.parametrize("engine, dtype, refusal", [
+    ("auto", "int8", r"dtype int8 runs on the native engine, which cannot take this model here: .+; leave dtype at "
+                     r"float32 \(the NumPy step decodes it\)$"),
+    ("native", "int8", r"dtype int8 runs on the native engine, which cannot take this model here: .+; leave dtype at "
+                       r"float32 and engine at auto \(the NumPy step decodes it\)$"),
+    ("native", "float32", r"engine native cannot run here: .+; engine auto decodes with the NumPy step here$")])
+def test_a_model_the_native_engine_cannot_take_is_refused_naming_the_setting_chosen(engine, dtype, refusal):
+    """The copy model's float32 weights (or a machine without the C step): dtype int8 under engine auto was refused
+    as 'engine native cannot run here', an engine the user never chose. The refusal names the setting asked for and
+    the one that decodes."""
+    with pytest.raises(ValueError, match=refusal):
+        Predictor.load(FIXTURES / "copy_model", device="cpu", engine=engine, dtype=dtype)
+
+
 def test_a_model_loaded_by_a_relative_path_keeps_its_confidence_after_a_change_of_folder(monkeypatch, tmp_path):
     """Predictor.load("models/forward") kept the path as typed, and the calibration, read at the first call that asks
     for it, was looked for under the working folder of that moment: after os.chdir (a notebook's %cd) every answer
