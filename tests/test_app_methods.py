@@ -3,6 +3,7 @@ the copied-tokens view says where the tokens came from. Driven with AppTest on t
 installed as `forward` with itself as its draft model (as both shipped models have a draft/)."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from test_app import FIXTURES, app, assert_clean, predict, texts
 
-from molspec_core.methods import METHODS
+from molspec_core.methods import METHODS, TASK_DEFAULTS
 
 
 @pytest.fixture()
@@ -159,3 +160,21 @@ def test_the_model_and_writings_chosen_for_a_task_come_back_after_the_other_task
     predict(at, "Oc1ccncc1Cl")
     shown = at.session_state["shown"].settings
     assert (shown.model, shown.augment) == ("forward_b", 1)
+
+
+def test_a_model_without_a_draft_model_says_its_method_changed(draft_models, monkeypatch):
+    """Speculative sampling with a draft model, then a model with no draft/ chosen: the method became the list's
+    first, Speculative, auto drafts (greedy's answer, not samples), and nothing said why. It is the task's own
+    method (methods.TASK_DEFAULTS), and the sidebar says the chosen one needs a draft model."""
+    shutil.copytree(FIXTURES / "copy_model", draft_models / "forward_b")
+    config = draft_models / "forward_b" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "task": "forward"}))
+    at = app(draft_models, monkeypatch).run()
+    at.selectbox(key="method").set_value("spec-sample-draft").run()
+    at.sidebar.selectbox(key="model_forward").select("forward_b").run()
+    assert_clean(at)
+    assert at.selectbox(key="method").value == TASK_DEFAULTS["forward"][0]
+    assert ("The model forward_b has no draft model, so Speculative sampling, draft model is not offered with it: the "
+            "method is now Beam search.") in texts(at.sidebar.caption)
+    predict(at, "Oc1ccncc1Cl")
+    assert "has no draft model" not in texts(at.sidebar.caption)  # said once, where it changed

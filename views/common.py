@@ -269,7 +269,13 @@ def render_sidebar() -> Settings:
     default_method, default_n_best = TASK_DEFAULTS[task]
     st.session_state.setdefault("method", default_method)
     st.session_state.setdefault(BEAM_WIDTH, default_n_best)
+    unoffered = st.session_state["method"] if st.session_state["method"] not in methods else None
+    if unoffered:  # a draft-model method, and a model without one chosen: Streamlit took the list's first method
+        st.session_state["method"] = default_method  # (sampling became greedy, Speculative, auto drafts) unsaid
     method = sb.selectbox("Decoding method", methods, format_func=method_label, key="method", help=METHOD_HELP)
+    if unoffered and predictor is not None:
+        sb.caption(md_escape(f"The model {model} has no draft model, so {method_label(unoffered)} is not offered "
+                             f"with it: the method is now {method_label(method)}."))
     n_best = 1
     if reads(method, "n_best") and METHODS[method].family == "sampling":
         n_best = sb.slider("Samples", 1, 10, **remembered("n_samples", 5),
