@@ -215,8 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "records are not predicted again, and a run with other options that shape answers "
                    "(out.interrupted.json) is refused; without such a file the run starts at the first record")
     time_limit_arg(p)
-    p.add_argument("--round-trip", metavar="FORWARD_MODEL", help="retrosynthesis: check every sane answer with "
-                   "this forward model (e.g. forward): round_trip and forward_prob columns")
+    # an empty name ("$FWD" unset) named no model, and the answers were written without their round trip
+    p.add_argument("--round-trip", metavar="FORWARD_MODEL", type=file_name("forward", folder=True),
+                   help="retrosynthesis: check every sane answer with this forward model (e.g. forward): round_trip "
+                   "and forward_prob columns")
     p.add_argument("--round-trip-k", type=at_least(1, MAX_ROUND_TRIP_K), help="with --round-trip: the product must "
                    f"come back within the forward model's top-k (default 1, at most {MAX_ROUND_TRIP_K})")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",

@@ -2260,7 +2260,10 @@ def test_calibrate_refuses_the_uspto_datas_own_test_sets_before_the_model_loads(
     (["predict", "--input", "q.csv", "--output", "o.csv"], "--column", "", "must name a column, not ''"),
     (["predict", "--input", "q.csv", "--output", "o.csv"], "--known-column", " ", "must name a column, not ' '"),
     (["plan", "--smiles", "CCO", "--out", "r.json", "--stock", "s.csv"], "--stock-column", "",
-     "must name a column, not ''")])
+     "must name a column, not ''"),
+    # a model: retrosynthesis answers written without their round trip, as if none were asked for
+    (["predict", "--model", "retro", "--smiles", "CCOC(C)=O"], "--round-trip", "",
+     "must name a folder, such as forward, not ''")])
 def test_a_file_option_that_names_no_file_is_a_usage_error(tmp_path, monkeypatch, capsys, no_model_load, command,
                                                            option, given, message):
     """evaluate --out "$OUT" with OUT unset ran the whole evaluation and wrote no report, without a word (bench's
