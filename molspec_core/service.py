@@ -839,14 +839,14 @@ class Predictor:
         if markup:
             raise ValueError(markup)
         if len(text) > MAX_DRAWING_CHARS:
-            raise ValueError(f"query is {len(text)} characters long; the limit is {MAX_QUERY_CHARS} "
+            raise ValueError(f"query is {len(text):,} characters long; the limit is {MAX_QUERY_CHARS:,} "
                              f"({MAX_DRAWING_CHARS:,} with a CXSMILES's |...| part or an InChI's AuxInfo)")
         text = inchi_alone(text)
         cxsmiles = CXSMILES.fullmatch(text) is not None
         written = text.split(None, 1)[0] if cxsmiles else text  # what the limit bounds: no coordinates
         if len(written) > MAX_QUERY_CHARS:
-            raise ValueError(f"query is {len(written)} characters long{' before its |...| part' if cxsmiles else ''}; "
-                             f"the limit is {MAX_QUERY_CHARS}")
+            raise ValueError(f"query is {len(written):,} characters long{' before its |...| part' if cxsmiles else ''};"
+                             f" the limit is {MAX_QUERY_CHARS:,}")
         smarts = smarts_refusal(written)  # before RDKit rewrites a CXSMILES's [#6] as [C]
         if smarts:
             raise ValueError(smarts)
@@ -887,7 +887,7 @@ class Predictor:
             query, ids = self._encoded(refusal.suggestion.split("."))
         limit = min(MAX_QUERY_TOKENS, self.model.cfg.max_positions)  # the encoder has no positions beyond
         if len(ids) > limit:
-            raise ValueError(f"query has {len(ids)} tokens; the limit is {limit}")
+            raise ValueError(f"query has {len(ids):,} tokens; the limit is {limit:,}")
         return _Query(text, query, tuple(ids))
 
     def _encoded(self, fragments: list[str]) -> tuple[str, list[int]]:
@@ -1282,7 +1282,8 @@ class Predictor:
             raise ValueError(f"augment must be between 1 and {MAX_AUGMENT}, not {augment}")
         if augment > 1 and not self.augmentable:
             raise ValueError(f"{self.path.name} was trained on one writing of each query (canonical SMILES), "
-                             "so other writings would only confuse it; use augment 1")
+                             "so other writings would only confuse it: leave augment at 1, its default (--augment "
+                             "on the command line)")
 
     def _views(self, query: _Query, n: int) -> list[_Query]:
         """The query and up to n - 1 other writings of it that this model can read."""

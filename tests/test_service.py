@@ -406,10 +406,24 @@ def test_a_cxsmiles_is_held_to_the_length_limit_by_its_smiles_not_its_coordinate
     assert len(drawn.split()[0]) < MAX_QUERY_CHARS < len(drawn)
     assert forward.prepare(drawn).canonical == forward.prepare(smiles).canonical
     too_long = f"C{'C' * MAX_QUERY_CHARS} |$_R1;;$|"
-    assert forward.predict(too_long).error == (f"query is {MAX_QUERY_CHARS + 1} characters long before its |...| "
-                                               f"part; the limit is {MAX_QUERY_CHARS}")
+    assert forward.predict(too_long).error == (f"query is {MAX_QUERY_CHARS + 1:,} characters long before its |...| "
+                                               f"part; the limit is {MAX_QUERY_CHARS:,}")
     assert forward.predict(drawn + " " * 2 + "C" * MAX_DRAWING_CHARS).error.startswith(
-        f"query is {len(drawn) + 2 + MAX_DRAWING_CHARS} characters long; the limit is {MAX_QUERY_CHARS} (20,000 with")
+        f"query is {len(drawn) + 2 + MAX_DRAWING_CHARS:,} characters long; the limit is {MAX_QUERY_CHARS:,} (20,000 "
+        "with")
+
+
+def test_a_long_query_and_an_augment_the_model_cannot_use_are_refused_in_words_every_caller_reads(copier):
+    """'query is 3145728 characters long' (a pasted file) gave its count without thousands separators, beside
+    '(20,000 with ...)' with them; and a model trained on one writing told the command line, whose flag is --augment,
+    and HTTP and Python callers alike to 'use augment 1'."""
+    assert copier.predict("C" * 3 * 2**20).error == (f"query is 3,145,728 characters long; the limit is "
+                                                     f"{MAX_QUERY_CHARS:,} (20,000 with a CXSMILES's |...| part or an "
+                                                     "InChI's AuxInfo)")
+    with pytest.raises(ValueError, match=r"^copy_model was trained on one writing of each query \(canonical SMILES\), "
+                                         r"so other writings would only confuse it: leave augment at 1, its default "
+                                         r"\(--augment on the command line\)$"):
+        copier.check_augment(3)
 
 
 @pytest.mark.parametrize("text", ["cccc", "C1=CC=CC=C1Cl", "CCN(CC)CC"])  # aromatic atoms are no word
