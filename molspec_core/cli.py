@@ -26,7 +26,8 @@ import torch
 from .argtypes import at_least, column_name, file_name, positive_seconds, seconds_up_to
 from .boundary import describe, guarded
 from .data import DEFAULT_AUGMENT, GLN_TEST, MAX_AUGMENT as DATA_MAX_AUGMENT, MIT_TEST, MIT_VALID, TASKS, VAL_REST
-from .io import DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, write_text_file
+from .io import (DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, fitted_name,
+                 write_text_file)
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
 from .roundtrip import MAX_TOP_K as MAX_ROUND_TRIP_K
@@ -707,8 +708,6 @@ def settings_name(keep: Kept) -> Path:
     """Where an interrupted run records its answer_settings beside its kept rows: out.interrupted.json, a name near the
     file system's limit cut to fit (io.fitted_name) as the kept rows' is: swapping .csv for .json added a byte, and an
     output of 240 letters had its options left unrecorded and its resumed run fail with 'File name too long'."""
-    from .io import fitted_name
-
     return keep.path.with_name(fitted_name(keep.path.stem, ".json"))
 
 
@@ -1630,7 +1629,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out}: plan writes the routes there as JSON text, not compressed, and the steps "
                          "as CSV beside it (--csv); give --out a name such as routes.json")
     out = check_output(args.out, args.stock, "the stock")  # neither may replace the stock, nor a file of either model
-    csv_given = args.csv or str(out.with_suffix(".csv"))
+    # beside --out, its suffix .csv, a name near the file system's limit cut to fit (io.fitted_name, as bench's chart):
+    # --out <253 letters> was refused with 'File name too long' naming a CSV its user never named
+    csv_given = args.csv or str(out.with_name(fitted_name(out.stem, ".csv")))
     if not csv_given.lower().endswith(".csv"):  # routes.xlsx was CSV text under a workbook's name
         raise ValueError(f"{csv_given}: plan writes its steps as CSV; give --csv a name ending in .csv")
     try:

@@ -2194,6 +2194,25 @@ def test_a_sigterm_once_the_search_is_done_writes_the_routes_first(tmp_path, cap
     assert "stopping once the routes are written" in caplog.text
 
 
+def test_plan_routes_named_near_the_limit_get_a_steps_csv_whose_name_fits(tmp_path, capsys, monkeypatch):
+    """plan --out <253 letters> (no suffix: its steps' CSV adds .csv, 257 bytes) was refused with 'File name too
+    long' naming the CSV, a file its user never named, as bench's chart was (f9bebde). Its name is cut to fit."""
+    from molspec_core import planning
+    from molspec_core.planning import PlanResult, PlanSettings, SearchStats
+
+    result = PlanResult("CCO", (), SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, "stock", 2,
+                        settings=PlanSettings())
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: result)  # the search, done
+    (tmp_path / "stock.csv").write_text("smiles\nNO\n")
+    out = tmp_path / ("r" * 253)
+    assert main(["plan", "--smiles", "CCO", "--stock", str(tmp_path / "stock.csv"), "--model", MODEL, "--forward",
+                 "none", "--out", str(out)]) == 0
+    steps = [p for p in tmp_path.glob("*.csv") if p.name != "stock.csv"]
+    assert len(steps) == 1 and len(os.fsencode(steps[0].name)) <= 255 and steps[0].name.startswith("r" * 200)
+    assert json.loads(out.read_text())["target"] == "CCO"
+    capsys.readouterr()
+
+
 def test_plan_refuses_outputs_whose_backups_it_cannot_write_before_the_models_load(tmp_path, capsys, no_model_load):
     (tmp_path / "r.csv.bak").mkdir()
     expect_refused(["plan", "--smiles", "CCO", "--out", tmp_path / "r.json"], capsys, "r.csv.bak is a folder")
