@@ -49,7 +49,7 @@ def test_a_query_longer_than_the_field_once_took_reaches_the_engine_and_is_refus
     predict(at, long)
     assert_clean(at)
     assert at.text_input(key="query_text").value == long
-    assert f"query is 5200 characters long; the limit is {MAX_QUERY_CHARS}" in texts(at.error)
+    assert f"query is 5,200 characters long; the limit is {MAX_QUERY_CHARS:,}" in texts(at.error)
     assert at.session_state["shown"].result.query == "Oc1ccncc1"  # the answers below are the last good query's
     assert "Below: the last successful prediction." in texts(at.caption)
 
