@@ -1062,12 +1062,15 @@ def stopped_report(out: Path | None, resume: bool) -> dict | None:
     if not out.exists():
         log.warning("--resume: nothing to resume (%s does not exist): starting at the first query", out)
         return None
+    from .calibration import backup_of
+
+    kept = backup_of(out).name  # a name near the file system's limit is cut to fit: the one written, not out.name.bak
     report = read_report(str(out), f"--resume goes on from the partial report of a stopped evaluate: give another "
-                         f"--out (without --resume the run replaces it, and keeps it as {out.name}.bak)")
+                         f"--out (without --resume the run replaces it, and keeps it as {kept})")
     problem = resume_problem(report)
     if problem:
         raise ValueError(f"--resume: {out} cannot be resumed: {problem} (without --resume a run replaces it, "
-                         f"and keeps it as {out.name}.bak)")
+                         f"and keeps it as {kept})")
     return report
 
 

@@ -3442,12 +3442,19 @@ def test_an_evaluation_stopped_inside_a_window_and_resumed_gives_a_whole_runs_re
 def test_resume_from_a_bench_report_says_what_resume_reads(pair_files, capsys, no_model_load):
     """evaluate --resume --out bench.json (a bench report there) was told 'compare reads the reports of evaluate
     --out': the words of another command. It says what --resume goes on from, and what to do."""
+    from molspec_core.calibration import backup_of
+
     (pair_files / "bench.json").write_text(json.dumps({"methods": {"greedy": {}}}))
     expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
                     "--out", pair_files / "bench.json", "--resume"], capsys,
                    "is a bench report, which times methods on queries; --resume goes on from the partial report of a "
                    "stopped evaluate: give another --out (without --resume the run replaces it, and keeps it as "
                    "bench.json.bak)")
+    # a name near the file system's limit: the backup named is the one kept (calibration.backup_of cuts it to fit)
+    long = pair_files / ("b" * 250 + ".json")
+    long.write_text(json.dumps({"methods": {"greedy": {}}}))
+    expect_refused(["evaluate", "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--out", long, "--resume"], capsys, f"and keeps it as {backup_of(long).name})")
 
 
 def test_resume_is_refused_naming_what_differs_from_the_stopped_run(pair_files, monkeypatch, capsys, caplog):
