@@ -88,7 +88,16 @@ PROBE_WAIT_S = 0.05
 STOP_GRACE_S = 10.0
 STOPPING = "the server is stopping; send the request again once it is back"
 CLIENT_GONE = "the client has gone"  # why a request's decoding was abandoned (Service.predict)
-OUT_OF_MEMORY_ADVICE = "out of memory; send fewer queries or a smaller n_best"  # a request that ran out (503)
+# A request that ran out (503). A decoder call holds n_best rows for each query of its batch, or, read in several
+# writings, for each writing of one query; each row's self-attention cache is 2 x decoder layers x d_model float32
+# values a slot, its slots twice the query's tokens and 50 more (decoding.batch.target_budget; at most the model's
+# positions). No cap on rows is set before decoding: what a request may hold depends on its queries' lengths, which
+# are read only as its window begins, and on the host. The README's limits (n_best 50 x augment 20, 1,000 rows; batch
+# 256 x n_best 50) fit a USPTO query on a large host (1,000 rows of a 150-token product's retro cache, some 4 GB)
+# and not a 30-residue peptide (9 GB asked in one allocation, session 93); the app asks 50 rows at most (n_best 10,
+# 5 writings). So the server decodes, and a request that runs out is told which settings hold the rows.
+OUT_OF_MEMORY_ADVICE = ("out of memory; send fewer queries, or a smaller n_best, augment or batch_size (a decoder call "
+                        "holds n_best rows for each query of its batch, or for each writing of one query)")
 # a client's text in the log, its control characters (C0, DEL, C1) written as \xNN: a terminal does not act on them
 CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
