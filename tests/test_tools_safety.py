@@ -198,6 +198,15 @@ def test_rank_pairs_mine_never_writes_its_summary_over_its_pairs(data, tmp_path,
     assert not (tmp_path / "p.json").exists()
 
 
+def test_rank_pairs_summary_of_pairs_named_near_the_limit_has_a_name_that_fits(tmp_path):
+    """--out <251 letters>.tsv: the summary, its suffix .json, took 256 bytes, and the run was refused with 'File name
+    too long' naming a summary its user never named. Its name is cut to fit (io.fitted_name); short names as before."""
+    tool = load_tool("rank_pairs")
+    assert tool.summary_path(tmp_path / "p.tsv") == tmp_path / "p.json"
+    summary = tool.summary_path(tmp_path / ("p" * 251 + ".tsv"))
+    assert summary.parent == tmp_path and summary.suffix == ".json" and len(os.fsencode(summary.name)) <= 255
+
+
 def test_rank_pairs_near_refuses_to_write_over_its_pairs(tmp_path, monkeypatch, capsys):
     tool = load_tool("rank_pairs")
     monkeypatch.setattr(tool, "gaps", NoModel.load)

@@ -30,7 +30,7 @@ from molspec_core.calibration import weights_fingerprint  # noqa: E402
 from molspec_core.checkpoint import inspect_folder  # noqa: E402
 from molspec_core.chem import canonical_or_none  # noqa: E402
 from molspec_core.data import read_lines  # noqa: E402
-from molspec_core.io import OutputFileError, write_text_file  # noqa: E402
+from molspec_core.io import OutputFileError, fitted_name, write_text_file  # noqa: E402
 from molspec_core.decoding.beam import beam_search  # noqa: E402
 from molspec_core.service import Predictor, model_folder  # noqa: E402
 from molspec_core.tokenizer import TokenizeError, Vocab  # noqa: E402
@@ -51,8 +51,10 @@ class NoPairs(ValueError):
 
 
 def summary_path(out: Path) -> Path:
-    """Where `mine` and `near` write their summary: beside the pairs, named as they are but for the suffix .json."""
-    return out.with_suffix(".json")
+    """Where `mine` and `near` write their summary: beside the pairs, named as they are but for the suffix .json, a name
+    near the file system's limit cut to fit (io.fitted_name): --out <251 letters>.tsv was refused, 'File name too
+    long', naming a summary its user never named."""
+    return out.with_name(fitted_name(out.stem, ".json"))
 
 
 def check_paths(out: Path, inputs: list[tuple[str, Path]]) -> None:
