@@ -660,7 +660,12 @@ def smiles_from_inchi(inchi: str) -> str:
 
     An InChI whose layers the InChI software finds at odds with the structure it builds from them (a charge layer
     /q+1 on ethanol, which has no atom to carry it; a proton layer /p-1 that removes no proton) is refused with the
-    software's words: RDKit read such an InChI as the neutral compound, the charge dropped unsaid."""
+    software's words: RDKit read such an InChI as the neutral compound, the charge dropped unsaid.
+
+    An InChI longer than MAX_SMILES_CHARS is refused unread, as such a SMILES is: a known answer's InChI (a file's
+    cell) of a 10,000-carbon chain took RDKit 7 s, and the InChI software reads chains of more atoms still."""
+    if len(inchi) > MAX_SMILES_CHARS:
+        raise ChemError(f"an InChI of {len(inchi):,} characters is longer than the {MAX_SMILES_CHARS:,} read here")
     try:
         mol, code, message, _ = rdinchi.InchiToMol(inchi, True, True)  # sanitized, hydrogens removed
     except ValueError as exc:  # a structure RDKit cannot sanitize: sodium chlorite's, bromate's and periodate's

@@ -177,6 +177,23 @@ def test_sdf_keeps_stereo_and_no_name_or_value_can_end_a_record_early():
     assert records[0].fields == {"IC50 _nM_": "'$$$$", "input_IC50 _nM_": "> <x>", "a b": "v"}
 
 
+def test_an_inchi_longer_than_any_smiles_read_is_refused_unread():
+    """A known answer's InChI was read at any length: a 10,000-carbon chain's (60 kB, a file's cell) took RDKit 7 s.
+    An InChI is held to MAX_SMILES_CHARS, as a SMILES is; a query's is held to MAX_QUERY_CHARS before this."""
+    from molspec_core.chem import MAX_SMILES_CHARS
+    from molspec_core.known import read_known
+
+    carbons = 1300  # the standard InChI of an unbranched alkane numbers its chain from both ends inward
+    chain = [*range(1, carbons + 1, 2), *range(carbons, 0, -2)]
+    inchi = f"InChI=1S/C{carbons}H{2 * carbons + 2}/c{'-'.join(map(str, chain))}/h3-{carbons}H2,1-2H3"
+    assert len(inchi) > MAX_SMILES_CHARS
+    with pytest.raises(ChemError, match=f"^an InChI of {len(inchi):,} characters is longer than the "
+                                        f"{MAX_SMILES_CHARS:,} read here$"):
+        smiles_from_inchi(inchi)
+    assert read_known(inchi) is None
+    assert smiles_from_inchi("InChI=1S/C9H20/c1-3-5-7-9-8-6-4-2/h3-9H2,1-2H3") == "CCCCCCCCC"
+
+
 def _v3000_record(title: str, atoms: list[str], bonds: list[tuple[int, int]], fields: dict[str, str]) -> str:
     """An SD record in V3000 (which has no 999-atom limit): atoms by symbol, bonds single, 1-based."""
     atom_lines = [f"M  V30 {i} {symbol} {i * 1.5:.1f} 0 0 0" for i, symbol in enumerate(atoms, start=1)]
