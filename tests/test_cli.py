@@ -392,7 +392,7 @@ def test_calibrate_keeps_the_fit_it_replaces_and_refuses_one_that_judges_worse(t
     ("C1CC", "not a valid SMILES: RDKit cannot parse 'C1CC'"),
     ("[Xe]", "token '[Xe]' is not in the model's vocabulary"),
     ("", "empty query"),
-    ("C" * 2001, "query is 2001 characters long"),
+    ("C" * 2001, "query is 2,001 characters long"),
     ("C1CC(>>CC", "the recorded reactants are not a valid SMILES"),  # this one was exit 2, the others 1
 ])
 def test_predict_bad_smiles_is_an_error_line_and_exit_2_whatever_is_wrong(capsys, query, message):
@@ -669,7 +669,8 @@ def test_predict_refuses_writings_its_model_cannot_read_before_predicting(tmp_pa
     printed = capsys.readouterr()
     assert code == 2 and "calibration" not in printed.out and "stopped" not in printed.err, printed
     assert printed.err.splitlines()[-1] == ("error: copy_model was trained on one writing of each query (canonical "
-                                            "SMILES), so other writings would only confuse it; use augment 1")
+                                            "SMILES), so other writings would only confuse it: leave augment at 1, "
+                                            "its default (--augment on the command line)")
     assert sorted(tmp_path.iterdir()) == [tmp_path / "q.csv"]
 
 

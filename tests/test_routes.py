@@ -445,7 +445,7 @@ def test_a_target_pasted_over_the_length_limit_is_refused_not_swapped_for_the_on
     assert at.expander
     at = find_routes(at, "C" * 2050)
     assert not at.exception and not at.expander
-    assert "Cannot plan for this target: query is 2050 characters long; the limit is 2000" in shown_text(at)
+    assert "Cannot plan for this target: query is 2,050 characters long; the limit is 2,000" in shown_text(at)
 
 
 def test_a_search_a_sidebar_change_ended_says_what_ended_it(tmp_path, monkeypatch):
