@@ -27,10 +27,11 @@ def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
 
 
 def file_name(example: str, folder: bool = False) -> Callable[[str], str]:
-    """An argparse type: where to write a file (a folder, where `folder`), refused where it names none: empty or
-    blank (--out "$OUT" with OUT unset ran a whole evaluation and wrote no report, without a word; prepare-data's
-    became the current folder), or, for a file, ending in a folder's separator (--out reports/ wrote a file named
-    reports). `example`: a name the refusal offers ("report.json")."""
+    """An argparse type: a file a flag names, to write or to read (a folder, where `folder`), refused where it names
+    none: empty or blank (--out "$OUT" with OUT unset ran a whole evaluation and wrote no report, without a word;
+    prepare-data's became the current folder; --index "" or --init "" was read as none given), or, for a file, ending
+    in a folder's separator (--out reports/ wrote a file named reports). `example`: a name the refusal offers
+    ("report.json")."""
     def name(text: str) -> str:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"must name a {'folder' if folder else 'file'}, such as {example}, not "
