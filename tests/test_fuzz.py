@@ -211,6 +211,8 @@ def fuzz_files(seed: int, folder: Path, n: int) -> list[tuple[Path, list[str] | 
             while queries and not queries[-1].strip():
                 queries.pop()  # blank lines after the last query are no queries (a CSV's blank records neither)
             if name.lower() == ".smi":  # a SMILES file: each line's SMILES ends at its first space or tab
+                # and a line whose first field begins with # is a comment (io.parse_smiles_file, since a958805)
+                queries = [q for q in queries if not q.lstrip(" \t").startswith("#")]
                 queries = [re.split(r"[ \t]+", q.strip(" \t"), maxsplit=1)[0] for q in queries]
                 if queries and queries[0].lower() == "smiles":
                     queries = queries[1:]  # a header line
