@@ -301,6 +301,28 @@ def test_a_batch_that_ends_without_rejections_says_so(copy_models, monkeypatch, 
     assert not at.success and "good.txt: stopped after 1 of 3 rows" in texts(at.warning)
 
 
+def test_a_files_answers_column_not_named_as_known_answers_is_pointed_out(copy_models, monkeypatch, asked):
+    """A CSV of reactants beside their recorded products was predicted without a word of the check the page offers:
+    the products sat unmarked in front of the answers. The page names the column and how to check against it; named,
+    the rows are marked, not predicted again, and the hint goes."""
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles,Product\nA,Oc1ccncc1,Oc1ccncc1\nB,OCC,CCO\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    hint = ("ids.csv has a column Product: to check the answers against it, name it under Known-answer column and "
+            "press Run batch again")
+    assert hint in texts(at.info)
+    predicted = len(asked)
+    at.text_input[1].input("Product")
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert len(asked) == predicted and hint not in texts(at.info)  # marked, not predicted again
+    assert at.session_state[BATCH].known is not None
+    at.file_uploader[0].set_value(("plain.csv", b"id,smiles\nA,OCC\n", "text/csv"))  # no such column: no hint
+    submit(at, "Run batch")
+    assert "Known-answer column" not in texts(at.info)
+
+
 def test_a_file_that_cannot_be_read_keeps_the_last_results_and_says_whose_they_are(copy_models, monkeypatch):
     """A typo in the known-answer or query column's name threw the last run's results away (a 10,000-row file
     takes half an hour); before that, they stayed under the new file's error as if they were its results. They stay,

@@ -27,7 +27,8 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              QueryFile, csv_bytes, output_header, parse_upload, query_column, query_columns,
                              query_format, refuse_unnamed_results, result_rows, row_list, sd_bytes, several_molecules,
                              several_molecules_note, workbook_bytes)
-from molspec_core.known import MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, with_recorded
+from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, recorded_side,
+                                 with_recorded)
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import DEFAULT_TIME_LIMIT_S, TIMED_OUT, Predictor, QueryResult
 from views import common
@@ -494,6 +495,9 @@ def show(batch: BatchResult, now: Settings) -> None:
             f"the column {batch.recorded}{kept}."))
     if batch.known is not None:
         show_known(batch.known, n_good)
+    unnamed = unnamed_known_column(batch)
+    if unnamed:
+        st.info(common.md_escape(unnamed), icon=":material/lightbulb:")
     input_columns = [c for c in table.columns if c not in (*RESULT_COLUMNS, MATCHES_KNOWN)]  # distinct names
     order = SCREEN_ORDER
     if settings.round_trip_model and not batch.round_trip_failed:
@@ -706,6 +710,23 @@ def show_last(now: Settings) -> None:
         show_stopped(batch, can_continue=run is not None)
     if batch.done:
         show(batch, now)
+
+
+def unnamed_known_column(batch: BatchResult) -> str:
+    """Where a run named no known-answer column and its file has one named as the answers ('product' or 'products'
+    forward, 'reactant' or 'reactants' retrosynthesis, any case), how to check the answers against it; else "". A
+    CSV of reactants and their products was predicted without a word of the check the page offers: the products sat
+    in front of the answers, unmarked."""
+    if batch.known is not None or batch.recorded or batch.run is None:
+        return ""
+    side = recorded_side(batch.settings.task)
+    queries = batch.run.queries
+    found = next((c for c in queries.columns if c.strip().casefold() in (side, side[:-1])
+                  and c != queries.query_column), None)
+    if found is None:
+        return ""
+    return (f"{batch.file_name} has a column {found}: to check the answers against it, name it under Known-answer "
+            "column and press Run batch again (the rows done are marked, not predicted again).")
 
 
 def show_stopped(batch: BatchResult, can_continue: bool) -> None:
