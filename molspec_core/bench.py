@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import html
 import importlib.metadata
+import importlib.util
 import random
 import re
 import json
@@ -596,8 +597,21 @@ def chart_of(out: Path) -> Path:
     return out.with_name(fitted_name(out.stem, ".html"))
 
 
-def save_report(report: dict, out: Path, html: bool = True) -> None:
-    """The JSON report at `out` and its chart beside it (chart_of), each written whole or not at all."""
+# The chart is drawn with plotly, an extra of the app's (pyproject's app): the engine-only install (pip install -e .)
+# lacks it, and bench --out wrote its report, then stopped on a traceback without its table (session 93).
+CHART_PACKAGE_MISSING = "plotly is not installed; pip install -e .[app] or pip install plotly"
+
+
+def can_chart() -> bool:
+    """Whether the chart bench writes beside its report can be drawn: plotly is installed (not imported: seconds)."""
+    return importlib.util.find_spec("plotly") is not None
+
+
+def save_report(report: dict, out: Path, html: bool = True) -> Path | None:
+    """The JSON report at `out` and its chart beside it (chart_of), each written whole or not at all. Returns where
+    the chart went, or None where none was written: not asked for, or plotly is missing (can_chart)."""
     write_text_file(out, json.dumps(report, indent=2))
-    if html:
-        write_html(report, chart_of(out))
+    if not html or not can_chart():
+        return None
+    write_html(report, chart_of(out))
+    return chart_of(out)

@@ -301,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "compared with --engine's greedy and beam")
     p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
                    "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
-    p.add_argument("--out", type=file_name("bench.json"), help="JSON report (a plotly HTML is written beside it; a "
-                   "report there is kept as "
+    p.add_argument("--out", type=file_name("bench.json"), help="JSON report (its chart, a plotly HTML, is written "
+                   "beside it where plotly is installed: pip install -e .[app]; a report there is kept as "
                    "<out>.bak; stopped by Ctrl-C or SIGTERM, the report of the batches measured by then, marked "
                    "interrupted)")
     p.set_defaults(batch_size=1, method=None)  # cmd_bench refuses a --method: it times --methods
@@ -1520,7 +1520,8 @@ def check_other_engine(name: str, runs_on: str, main_name: str, main_runs_on: st
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import chart_of, markdown_table, on_engines, run_bench, run_sweep, save_report
+    from .bench import (CHART_PACKAGE_MISSING, can_chart, chart_of, markdown_table, on_engines, run_bench, run_sweep,
+                        save_report)
     from .calibration import weights_fingerprint
     from .evaluate import queries_digest, read_pairs, software, unreadable_targets
     from .scale import stops_deferred
@@ -1532,7 +1533,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if out.suffix.lower() == ".html":
             raise ValueError(f"--out {args.out}: the JSON report, whose chart is written beside it as .html; give the "
                              "report a name of its own, such as bench.json")
-        check_report_path(str(chart_of(out)), args.src, args.tgt, args.index)  # the chart beside it
+        if can_chart():  # without plotly none is written (below)
+            check_report_path(str(chart_of(out)), args.src, args.tgt, args.index)  # the chart beside it
     if args.method is not None:  # it was ignored, and the default methods timed in its place
         raise ValueError(f"bench times the methods of --methods (comma-separated), not --method: give --methods "
                          f"{args.method}")
@@ -1561,6 +1563,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unreadable:
         log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses in top-k",
                     unreadable, len(sources), args.tgt)
+    if out and not can_chart():  # said before the run, which may be long; the report and the table are written
+        log.warning("--out %s: no chart will be written beside the report: %s", out, CHART_PACKAGE_MISSING)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
     weights = weights_fingerprint(predictor.path)  # those timed, as evaluate records them (cmd_evaluate)
     engines: dict[str, Predictor] = {}
@@ -1591,10 +1595,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       weights=weights, **software())
         if out:  # first: shown first, the report was lost where the screen could not take the table (a broken pipe)
             keep_replaced(out)
-            save_report(report, out)
+            chart = save_report(report, out)
         print(markdown_table(report))
         if out:  # on stderr, as the warnings: standard output stays the markdown table
-            print(f"-> {out} (its chart: {chart_of(out)})", file=sys.stderr)
+            earlier = f"; {chart_of(out)} is an earlier run's chart" if chart_of(out).exists() else ""
+            print(f"-> {out} ({f'its chart: {chart}' if chart else f'no chart: {CHART_PACKAGE_MISSING}{earlier}'})",
+                  file=sys.stderr)
     failed = {name: peer["failed"] for name, peer in report.get("peers", {}).items() if "failed" in peer}
     kept = "the table and the report hold" if out else "the table holds"
     for name, why in failed.items():  # the peer asked for is missing from the figures: not a success

@@ -990,6 +990,26 @@ def test_a_bench_report_named_near_the_limit_gets_a_chart_whose_name_fits(pair_f
     assert f"(its chart: {charts[0]})" in capsys.readouterr().err
 
 
+def test_bench_without_plotly_writes_its_report_and_table_and_says_there_is_no_chart(pair_files, capsys, monkeypatch,
+                                                                                     caplog):
+    """On the engine-only install (pip install -e .: no plotly) bench --out wrote its JSON, then stopped on a
+    traceback (No module named 'plotly') before the table: the chart is left out, said before the run and after it,
+    with an earlier run's chart there named as such."""
+    monkeypatch.setitem(sys.modules, "plotly", None)  # as if not installed
+    out, chart = pair_files / "bench.json", pair_files / "bench.html"
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                     "--warmup", "0", "--limit", "2", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(out.read_text())["n_queries"] == 2 and "| greedy |" in captured.out and not chart.exists()
+    assert f"-> {out} (no chart: plotly is not installed; pip install -e .[app] or pip install plotly)" in captured.err
+    assert any("no chart will be written beside the report" in r.getMessage() for r in caplog.records)
+    chart.write_text("an earlier run's chart")
+    assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
+                 "--warmup", "0", "--limit", "2", "--out", str(out)]) == 0
+    assert f"pip install plotly; {chart} is an earlier run's chart)" in capsys.readouterr().err
+
+
 def test_a_stopped_bench_says_what_it_holds_in_words_that_fit_the_run(pair_files, capsys, monkeypatch):
     """Stopped without --tgt and --out, its last line read 'the figures are theirs, top-k of them alone; the table
     hold the batches measured by then': a run without targets has no top-k, and one table holds."""
