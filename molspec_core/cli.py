@@ -412,6 +412,9 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
     return options
 
 
+RAY_PACKAGE_MISSING = "--ray needs Ray: pip install -e .[scale]"  # an extra (pyproject's scale), as the peer's
+
+
 def cluster_options(args: argparse.Namespace) -> Cluster | None:
     """The Ray cluster and actor pool of --ray, or None without it (its options are then refused)."""
     given = [name for name in ("workers", "cpus_per_worker", "gpus_per_worker") if getattr(args, name) is not None]
@@ -421,6 +424,8 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
         return None
     if args.input is None:
         raise ValueError("--ray predicts files: give --input and --output")
+    if importlib.util.find_spec("ray") is None:  # refused once the model had loaded and the file was read
+        raise ValueError(RAY_PACKAGE_MISSING)
     from .scale import Cluster, check_address  # Ray itself is imported only once the run starts
 
     check_address(args.ray)

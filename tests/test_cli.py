@@ -2027,6 +2027,17 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(Predictor, "load", refuse)
 
 
+def test_predict_ray_without_ray_installed_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch,
+                                                                              no_model_load):
+    """predict --ray without Ray (an extra: pip install -e .[scale]) was refused only once the model had loaded and
+    the input had been read, as the run connected to the cluster; --peer's package is asked for before the load."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    (tmp_path / "q.csv").write_text("smiles\nCCO\n")
+    expect_refused(["predict", "--model", MODEL, "--input", tmp_path / "q.csv", "--output", tmp_path / "o.csv",
+                    "--ray", "local"], capsys, "--ray needs Ray: pip install -e .[scale]")
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_a_plan_time_limit_over_an_hour_is_refused_before_the_models_load(tmp_path, capsys, no_model_load):
     """It was refused only once both models had loaded."""
     expect_refused(["plan", "--smiles", "CCO", "--time-limit", "4000", "--out", tmp_path / "r.json"], capsys,
