@@ -415,6 +415,15 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
 RAY_PACKAGE_MISSING = "--ray needs Ray: pip install -e .[scale]"  # an extra (pyproject's scale), as the peer's
 
 
+def installed(package: str) -> bool:
+    """Whether an optional package (ray, ctranslate2) can be imported, asked without importing it (Ray takes seconds).
+    One imported already counts, a stand-in without a spec too (find_spec raised ValueError on a test's fake Ray);
+    one set to None in sys.modules, as `import` then fails, does not."""
+    if package in sys.modules:
+        return sys.modules[package] is not None
+    return importlib.util.find_spec(package) is not None
+
+
 def cluster_options(args: argparse.Namespace) -> Cluster | None:
     """The Ray cluster and actor pool of --ray, or None without it (its options are then refused)."""
     given = [name for name in ("workers", "cpus_per_worker", "gpus_per_worker") if getattr(args, name) is not None]
@@ -424,7 +433,7 @@ def cluster_options(args: argparse.Namespace) -> Cluster | None:
         return None
     if args.input is None:
         raise ValueError("--ray predicts files: give --input and --output")
-    if importlib.util.find_spec("ray") is None:  # refused once the model had loaded and the file was read
+    if not installed("ray"):  # refused once the model had loaded and the file was read
         raise ValueError(RAY_PACKAGE_MISSING)
     from .scale import Cluster, check_address  # Ray itself is imported only once the run starts
 
@@ -1559,7 +1568,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     other_engines = engine_names(args.engines)
     if other_engines and sweep:
         raise ValueError("--engines and --sweep do not go together: a sweep compares a method with itself")
-    if args.peer and importlib.util.find_spec("ctranslate2") is None:  # before the model loads (minutes on a CPU)
+    if args.peer and not installed("ctranslate2"):  # before the model loads (minutes on a CPU)
         raise ValueError(PEER_PACKAGE_MISSING)
     sources, targets = read_pairs(args.src, args.tgt, args.index, args.limit)
     warn_short_limit(args, len(sources), "times")
