@@ -822,6 +822,19 @@ def test_an_input_of_another_kind_is_a_usage_error_naming_it(name, argv, said, d
     assert code == 2 and said.format(**paths) in err, err
 
 
+def test_ray_throughput_without_ray_is_refused_before_it_times_anything(tmp_path, monkeypatch, capsys):
+    """Without Ray it timed the single process first (minutes on 2,000 rows), then died at its first Ray run, and
+    those timings were lost: it is refused before any run."""
+    tool = load_tool("ray_throughput")
+    monkeypatch.setitem(sys.modules, "ray", None)
+    runs: list[object] = []
+    monkeypatch.setattr(tool, "run", lambda *args: runs.append(args) or 1.0)
+    queries = tmp_path / "q.txt"
+    queries.write_text("CCO\nCCN\nCCC\n")
+    code, err = run_main(tool, monkeypatch, capsys, "--src", str(queries), "--rows", "3", "--small-rows", "1")
+    assert code == 2 and "--ray needs Ray: pip install -e .[scale]" in err and not runs, err
+
+
 def test_pool_sweep_score_names_a_line_that_is_not_json(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"decoded": {}}\n{not json\n')
     with pytest.raises(SystemExit, match=r"a\.jsonl, line 2, is not JSON"):

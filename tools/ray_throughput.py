@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _toolbox import InputFileError, check_inputs, comma_list, method_name  # noqa: E402  (tools/_toolbox.py)
 
 from molspec_core.argtypes import at_least  # noqa: E402
+from molspec_core.cli import RAY_PACKAGE_MISSING, installed  # noqa: E402
 from molspec_core.data import open_text  # noqa: E402
 from molspec_core.scale import first_difference  # noqa: E402
 
@@ -97,6 +98,8 @@ def main() -> None:
         check_inputs([("--src", args.src)])
     except InputFileError as exc:
         parser.error(str(exc))
+    if not installed("ray"):  # found only at the first Ray run, after the single process's minutes, and lost them
+        parser.error(f"this tool times molspec predict --ray: {RAY_PACKAGE_MISSING}")
 
     modes: list[tuple[str, int | None]] = [("single process", None)]
     modes += [(f"ray, {n} worker{'s' if n > 1 else ''}", n) for n in args.workers]
