@@ -238,9 +238,16 @@ def test_show_again_choices_on_a_phone_are_whole(page):
         page.get_by_text("Read the query in 5 writings").click()
         settle(page)
     page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_function("""() => document.querySelector('[data-testid="stSidebar"]')
+        .getAttribute('data-collapsed') === 'true'""")  # on a phone the sidebar closes, sliding out over the page
+    time.sleep(0.5)
     page.get_by_text("This session's queries (2)").click()
-    page.locator('input[role="combobox"][aria-label="Show again"]').click()
-    page.get_by_role("option").first.wait_for()
+    for _ in range(4):  # a click on the list just after its expander opened leaves it shut now and then (seen in one
+        page.locator('input[role="combobox"][aria-label="Show again"]').click()  # run of three); the next opens it
+        with contextlib.suppress(sync_api.TimeoutError):
+            page.get_by_role("option").first.wait_for(timeout=3_000)
+            break
+        page.keyboard.press("Escape")
     time.sleep(0.5)
     choices = page.evaluate(CHOICES_DRAWN, "Show again")
     shot(page, "browser_show_again_390")
