@@ -3287,6 +3287,7 @@ def test_bench_against_ctranslate2_without_the_package_is_refused_before_the_mod
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "ctranslate2" else find_spec(name, *args))
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # imported by an earlier test: cli.installed asks here first
     expect_refused(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt",
                     str(pair_files / "tgt.txt"), "--peer", "ctranslate2"], capsys,
                    "--peer ctranslate2 needs the ctranslate2 package (pip install -e .[peers])")
