@@ -286,7 +286,7 @@ def predict_window(predictor: Predictor, queries: list[str], **options) -> list[
     order. predict decodes a window's queries in order of their length, so the queries after the first one not done
     are left out, done or not (as its `left_out`: how many were done): a report is of a file's first queries, as a
     run of --limit is. A second signal stops at once, and the window is lost."""
-    from .scale import stop_handlers
+    from .scale import handled_by, stop_handlers
 
     held = stop_handlers()
     noted: list[int] = []
@@ -297,19 +297,15 @@ def predict_window(predictor: Predictor, queries: list[str], **options) -> list[
         noted.append(signum)
         log.warning("stopping once the batch being decoded ends, keeping the queries done (again to stop at once)")
 
-    for signum in held:
-        signal.signal(signum, note)
     abandoned: PartlyDecoded | None = None
-    try:
-        with abandon_when(lambda: f"stopped by {signal.Signals(noted[0]).name}" if noted else None):
-            results = predictor.predict(queries, **options)
-    except PartlyDecoded as stop:
-        if not noted:
-            raise
-        abandoned = stop
-    finally:
-        for signum, handler in held.items():
-            signal.signal(signum, handler)
+    with handled_by(note, held):
+        try:
+            with abandon_when(lambda: f"stopped by {signal.Signals(noted[0]).name}" if noted else None):
+                results = predictor.predict(queries, **options)
+        except PartlyDecoded as stop:
+            if not noted:
+                raise
+            abandoned = stop
     if not noted:
         return results
     done = list(abandoned.finished) if abandoned is not None else results

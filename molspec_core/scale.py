@@ -500,6 +500,20 @@ def stop_handlers() -> dict[int, Callable[[int, Any], object]]:
 
 
 @contextmanager
+def handled_by(handler: Callable[[int, Any], object],
+               held: dict[int, Callable[[int, Any], object]]) -> Iterator[None]:
+    """`handler` for each signal of `held` (stop_handlers) while the body runs, and their own handlers back after it,
+    however it ends."""
+    for signum in held:
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, restored in held.items():
+            signal.signal(signum, restored)
+
+
+@contextmanager
 def stopping_once() -> Iterator[None]:
     """Ctrl-C and SIGTERM while Ray runs here: the first stops the run as its handler does (KeyboardInterrupt; the
     command line's Terminated); those after it, while the run stops, change nothing. A second Ctrl-C cut short the
@@ -516,13 +530,8 @@ def stopping_once() -> Iterator[None]:
             signal.signal(each, later)
         held[signum](signum, frame)
 
-    for signum in held:
-        signal.signal(signum, first)
-    try:
+    with handled_by(first, held):
         yield
-    finally:
-        for signum, handler in held.items():
-            signal.signal(signum, handler)
 
 
 @contextmanager
@@ -539,13 +548,8 @@ def stops_deferred(after: str) -> Iterator[None]:
         noted.append(signum)
         log.warning("stopping %s (again to stop at once)", after)
 
-    for signum in held:
-        signal.signal(signum, note)
-    try:
+    with handled_by(note, held):
         yield
-    finally:
-        for signum, handler in held.items():
-            signal.signal(signum, handler)
     if noted:
         signal.raise_signal(noted[0])
 
@@ -562,15 +566,8 @@ def unbroken(thread: Executor, step: Callable[[], object]) -> None:
                   file=sys.stderr)
         noted.append(signum)
 
-    held = stop_handlers()
-    for signum in held:
-        signal.signal(signum, note)
-    try:
-        done = thread.submit(step)
-        failure = done.exception()
-    finally:
-        for signum, handler in held.items():
-            signal.signal(signum, handler)
+    with handled_by(note, stop_handlers()):
+        failure = thread.submit(step).exception()
     if noted:
         signal.raise_signal(noted[0])
     if failure is not None:
