@@ -1057,12 +1057,13 @@ def stopped_report(out: Path | None, resume: bool) -> dict | None:
     refused, as predict refuses its interrupted rows: run again without --resume, then stopped in turn, it left hours
     of decoding in <out>.bak, and --resume went on from its own few queries."""
     from .evaluate import PARTIAL, resume_problem
+    from .io import read_text
 
     if not resume:
         if out is None or not out.is_file():
             return None
-        try:
-            there = json.loads(out.read_text(encoding="utf-8"))
+        try:  # read as --resume reads it (read_report): one saved with a byte-order mark was replaced, not refused
+            there = json.loads(read_text(out))
         except (OSError, ValueError):  # not a report: replaced, and kept as <out>.bak
             return None
         stop = there.get(PARTIAL) if isinstance(there, dict) else None

@@ -3472,6 +3472,25 @@ def test_an_evaluation_stopped_inside_a_window_and_resumed_gives_a_whole_runs_re
     assert resumed.pop("resumed")["after"] == 1 and resumed == whole
 
 
+def test_a_stopped_report_saved_with_a_byte_order_mark_is_still_a_stopped_report(pair_files, monkeypatch, capsys):
+    """A partial report opened and saved in Notepad (UTF-8 with a byte-order mark) was not read as a stopped run by a
+    run without --resume: it was replaced, its queries set aside in <out>.bak. It is refused as any partial report
+    is, and --resume goes on from it."""
+    files = ["evaluate", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt"),
+             "--batch-size", "1"]
+    out = pair_files / "stopped.json"
+    with monkeypatch.context() as patched:
+        ctrl_c_at_third_predict(patched)
+        assert main([*files, "--out", str(out)]) == 130
+    out.write_bytes(b"\xef\xbb\xbf" + out.read_bytes())
+    stopped = out.read_bytes()
+    expect_refused([*files, "--out", str(out)], capsys, f"{out} holds the report of a run stopped after 2 of 5 ")
+    assert out.read_bytes() == stopped and not (pair_files / "stopped.json.bak").exists()
+    assert main([*files, "--out", str(out), "--resume"]) == 0
+    assert json.loads(out.read_text())["resumed"]["after"] == 2
+    capsys.readouterr()
+
+
 def test_resume_from_a_bench_report_says_what_resume_reads(pair_files, capsys, no_model_load):
     """evaluate --resume --out bench.json (a bench report there) was told 'compare reads the reports of evaluate
     --out': the words of another command. It says what --resume goes on from, and what to do."""
