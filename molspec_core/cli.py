@@ -31,6 +31,7 @@ from .io import (DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes,
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
 from .roundtrip import MAX_TOP_K as MAX_ROUND_TRIP_K
+from .scale import RAY_PACKAGE_MISSING
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, MAX_TIME_LIMIT_S, TIMED_OUT, windows)
 from .threads import use_threads
@@ -410,9 +411,6 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
                               delta=args.delta, seed=args.seed)
     check_sampling(options)
     return options
-
-
-RAY_PACKAGE_MISSING = "--ray needs Ray: pip install -e .[scale]"  # an extra (pyproject's scale), as the peer's
 
 
 def installed(package: str) -> bool:

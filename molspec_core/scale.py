@@ -63,6 +63,9 @@ ANSWER_S = 10.0
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # What --ray takes besides 'auto', 'local' and Ray Client's ray://...: a head's host:port (an IPv6 host in brackets).
 HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):[0-9]{1,5}")
+# What a run asked of Ray where it is not installed: an extra (pyproject's scale), as the peer's is. The command line
+# asks before the model loads (cli.cluster_options), connected as the run starts (a caller of the engine).
+RAY_PACKAGE_MISSING = "--ray needs Ray: pip install -e .[scale]"
 # Ray's notes that tell the user of a run nothing, by the logger that writes each (hidden by quiet_ray).
 RAY_NOISE = {"ray._private.worker": "SIGTERM handler is not set",  # ray.init runs in a thread on purpose (connected)
              "ray._private.authentication.authentication_token_setup": "Token authentication is enabled",
@@ -429,7 +432,7 @@ def connected(address: str) -> Iterator[None]:
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install -e .[scale]") from None
+        raise ValueError(RAY_PACKAGE_MISSING) from None
     if ray.is_initialized():
         yield
         return

@@ -425,6 +425,13 @@ def test_without_ray_installed_the_message_says_how_to_get_it(tmp_path, capsys, 
     assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.csv"), "--output",
                  str(tmp_path / "o.csv"), "--ray", "local"]) == 2
     assert "pip install -e .[scale]" in capsys.readouterr().err
+    # the engine's own refusal (a caller of predict_on_ray that did not ask first) is in the command line's words
+    from molspec_core.cli import RAY_PACKAGE_MISSING
+    from molspec_core.scale import connected
+
+    with pytest.raises(ValueError) as refused, connected("local"):
+        pass
+    assert str(refused.value) == RAY_PACKAGE_MISSING
 
 
 def test_sigterm_during_a_ray_run_is_reported_and_keeps_the_rows_written(tmp_path, capsys, monkeypatch):
