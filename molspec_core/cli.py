@@ -303,9 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by-length", action="store_true", help="cut the batches (--batch-size) from the queries in "
                    "order of token count, as predict, evaluate and calibrate cut theirs, not in file order")
     p.add_argument("--out", type=file_name("bench.json"), help="JSON report (its chart, a plotly HTML, is written "
-                   "beside it where plotly is installed: pip install -e .[app]; a report there is kept as "
-                   "<out>.bak; stopped by Ctrl-C or SIGTERM, the report of the batches measured by then, marked "
-                   "interrupted)")
+                   "beside it where plotly is installed: pip install -e .[app]; a report or chart there is kept "
+                   "beside it, .bak added; stopped by Ctrl-C or SIGTERM, the report of the batches measured by "
+                   "then, marked interrupted)")
     p.set_defaults(batch_size=1, method=None)  # cmd_bench refuses a --method: it times --methods
 
     p = sub.add_parser("plan", help="multi-step retrosynthesis routes to building blocks in a stock (syntheseus)")
@@ -1608,6 +1608,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       weights=weights, **software())
         if out:  # first: shown first, the report was lost where the screen could not take the table (a broken pipe)
             keep_replaced(out)
+            if can_chart():  # the chart it replaces, as the report: kept (without plotly it is left as it is)
+                keep_replaced(chart_of(out))
             chart = save_report(report, out)
         print(markdown_table(report))
         if out:  # on stderr, as the warnings: standard output stays the markdown table

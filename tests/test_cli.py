@@ -969,14 +969,18 @@ def test_a_bench_report_records_the_weights_code_and_queries_that_made_it(pair_f
 
 def test_a_bench_keeps_the_report_its_out_replaces(pair_files, caplog):
     """bench --out replaced the report there without a word, a whole run's with one Ctrl-C'd a batch in (bench keeps
-    a stopped run's figures, marked interrupted): as evaluate's, the file it replaces is kept as <out>.bak."""
-    out = pair_files / "bench.json"
+    a stopped run's figures, marked interrupted): as evaluate's, the file it replaces is kept as <out>.bak. Its chart
+    was replaced without a backup, the report's kept beside the next run's chart: it is kept as <chart>.bak too."""
+    out, chart = pair_files / "bench.json", pair_files / "bench.html"
     out.write_text("the earlier report\n")
+    chart.write_text("the earlier chart\n")
     with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
         assert main(["bench", "--model", MODEL, "--src", str(pair_files / "src.txt"), "--methods", "greedy",
                      "--warmup", "0", "--out", str(out)]) == 0
     assert (pair_files / "bench.json.bak").read_text() == "the earlier report\n" and json.loads(out.read_text())
-    assert any(f"the file it replaces is kept as {out}.bak" in r.getMessage() for r in caplog.records)
+    assert (pair_files / "bench.html.bak").read_text() == "the earlier chart\n" and "plotly" in chart.read_text()
+    for kept in (out, chart):
+        assert any(f"the file it replaces is kept as {kept}.bak" in r.getMessage() for r in caplog.records)
 
 
 def test_a_bench_report_named_near_the_limit_gets_a_chart_whose_name_fits(pair_files, capsys):
