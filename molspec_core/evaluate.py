@@ -210,10 +210,8 @@ TIMED_OUT_COUNT = "timed_out"  # a report's count, among its query_errors, of th
 
 
 def timed_out(result: QueryResult) -> bool:
-    """Whether the time limit stopped the query (with the answers it had found, or none), rather than refusing it:
-    predict gives an error and the query as the model read it (canonical_query) only then; a query it refuses is
-    never read. A report called them all refused, and a user took a slow query for one the model would not take."""
-    return result.error is not None and bool(result.canonical_query)
+    """QueryResult.timed_out (its rule lives in service.stopped_by_time_limit), by the name calibrate imports."""
+    return result.timed_out
 
 
 def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, list[bool]], list[dict], int]:
@@ -325,7 +323,7 @@ def _score(result: QueryResult, target: str, n_best: int, number: int, line: int
     """One query's outcome, added to evaluate's per-query lists (`number`: its place among those evaluated; `line`:
     its 1-based line in its file, where known)."""
     if not result.ok:
-        stopped = timed_out(result)
+        stopped = result.timed_out
         refused.append({"query": number, **({"line": line} if line is not None else {}), "error": result.error,
                         **({TIMED_OUT_COUNT: True} if stopped else {})})
         for name in first:

@@ -1056,7 +1056,7 @@ def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int 
 class Outcomes:
     """How a run's records came out, read from each record's first output row: rejected (an error, no answers and
     no query read), stopped at the time limit with answers (beside the error, QueryResult.stopped_with_answers) or
-    before any (`unanswered`: an error and the query as the model read it, evaluate.timed_out's rule), the rest
+    before any (`unanswered`: service.stopped_by_time_limit's rule, QueryResult.timed_out's), the rest
     predicted; and the answered ones whose query a retrosynthesis run notes (several molecules, an ion alone, no
     carbon: several_molecules). The command line and Ray count them so, resumed rows too; blank records are not
     counted. A query stopped before any answer was counted rejected: '0 queries predicted, 4 rejected' for a time
@@ -1068,12 +1068,15 @@ class Outcomes:
 
     def count(self, first_row: Sequence[object], offset: int = 0) -> None:
         """Count a record by its first row, whose result columns begin at `offset` (after the input's columns)."""
-        if first_row[offset + RESULT_COLUMNS.index("error")]:
+        from .service import stopped_by_time_limit
+
+        error = first_row[offset + RESULT_COLUMNS.index("error")]
+        if error:
             answered = first_row[offset + RESULT_COLUMNS.index("rank")] not in (None, "")
-            read = first_row[offset + RESULT_COLUMNS.index("canonical_query")] not in (None, "")
+            timed_out = stopped_by_time_limit(error, first_row[offset + RESULT_COLUMNS.index("canonical_query")])
             self.stopped += answered
-            self.unanswered += read and not answered
-            self.rejected += not read and not answered
+            self.unanswered += timed_out and not answered
+            self.rejected += not timed_out and not answered
         if several := several_molecules(first_row, offset):
             self.several.append(several)
 

@@ -616,6 +616,14 @@ def rank_answers(predictions: Sequence[Prediction]) -> tuple[Prediction, ...]:
     return tuple(dataclasses.replace(p, rank=i) for i, p in enumerate(ranked, start=1))
 
 
+def stopped_by_time_limit(error: object, canonical_query: object) -> bool:
+    """Whether a query's outcome, its error beside the query as the model read it (a QueryResult's fields, or the
+    cells of its output row: io.Outcomes), is a stop at the time limit rather than a refusal: predict gives an error
+    beside the query it read only then (Predictor._stopped_writings, a batch's stopped rows); a query it refuses is
+    never read. The one home of the rule that evaluate, calibrate, the command line and the Batch page count by."""
+    return bool(error) and bool(canonical_query)
+
+
 @dataclass(frozen=True)
 class QueryResult:
     query: str  # as given
@@ -641,6 +649,13 @@ class QueryResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the time limit stopped the query (with the answers it had found, or none), rather than a refusal:
+        stopped_by_time_limit's rule. A report or a page that called them all refused had a user take a slow query
+        for one the model would not take."""
+        return stopped_by_time_limit(self.error, self.canonical_query)
 
     @property
     def stopped_with_answers(self) -> bool:

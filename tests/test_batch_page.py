@@ -730,7 +730,7 @@ def test_a_batchs_time_limit_is_set_in_its_form_and_a_stopped_row_says_where(cop
 
     monkeypatch.setattr(Predictor, "predict", predict)
     at = batch_page(monkeypatch, copy_models)
-    at.selectbox(key="method").set_value("greedy").run()  # stopped with no answer: a rejected row
+    at.selectbox(key="method").set_value("greedy").run()  # stopped with no answer: a row of its error
     at.number_input(key="time_limit_batch").set_value(3)
     at.file_uploader[0].set_value(("q.txt", b"OCCOc1ccccc1\n", "text/plain"))
     submit(at, "Run batch")
@@ -745,6 +745,47 @@ def test_a_batchs_time_limit_is_set_in_its_form_and_a_stopped_row_says_where(cop
     submit(at, "Run batch")
     assert limits == [3, 60] and not at.session_state[BATCH].n_rejected
     assert "time limit" not in texts(at.caption)
+
+
+def test_a_query_the_time_limit_stopped_before_any_answer_is_not_called_rejected(copy_models, monkeypatch, asked):
+    """A greedy query stopped by the time limit before any answer was counted "Rejected" and the page said the model
+    had rejected it (`molspec predict`, evaluate and calibrate count it apart): a user took a slow query for one the
+    model would not take. It is counted and warned of as timed out, and a run stopped and continued keeps the count."""
+    from conftest import decoder_clock
+
+    real = Predictor.predict
+
+    def predict(self, query: str, **options):  # this query's decoder calls take a second each, its limit 3 s
+        if query != "OCCOc1ccccc1":
+            return real(self, query, **options)
+        with monkeypatch.context() as clocked:  # the next queries decode on the real clock
+            decoder_clock(self.model, clocked)
+            return real(self, query, **options)
+
+    monkeypatch.setattr(Predictor, "predict", predict)  # under `asked`'s, which stops the run at the third query
+    at = batch_page(monkeypatch, copy_models)
+    at.selectbox(key="method").set_value("greedy").run()
+    at.number_input(key="time_limit_batch").set_value(3)
+    asked.stop_at = 3
+    at.file_uploader[0].set_value(("q.txt", b"Oc1ccncc1\nOCCOc1ccccc1\nxyz\nc1ccncc1Cl\n", "text/plain"))
+    submit(at, "Run batch")
+    at.run()
+    assert "q.txt: stopped after 2 of 4 rows; the table and downloads hold those rows." in texts(at.warning)
+    asked.stop_at = 0
+    next(b for b in at.button if b.label == "Continue: 2 rows left").click()
+    at.run()
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {"Queries": "4", "Predicted": "2", "Rejected": "1", "Timed out": "1"}
+    warned = texts(at.warning)
+    assert ("1 of 4 queries was stopped by the time limit before any answer (row 2): not rejected by the model"
+            in warned), warned
+    assert "1 of 4 queries was rejected; its reason is in the `error` column. 2 queries were predicted. Rejected: " \
+           "row 3." in warned, warned
+    assert not at.success
+    batch = at.session_state[BATCH]
+    assert batch.rejected == (3,) and batch.unanswered == (2,)
+    assert batch.table["error"][batch.table["row"] == 2].str.startswith("stopped after the 3 s time limit").all()
 
 
 def test_an_answer_rdkit_cannot_read_says_so_on_screen(copy_models, monkeypatch):

@@ -860,6 +860,21 @@ def test_a_greedy_query_stopped_by_the_time_limit_keeps_its_calls(copier, decode
     assert result.predictions == () and result.stats.model_calls == 2  # the third call found the limit passed
 
 
+def test_a_query_the_time_limit_stopped_is_told_from_one_refused(copier, decoder_clock):
+    """QueryResult.timed_out, the one rule evaluate, calibrate, `molspec predict`'s counts (io.Outcomes) and the Batch
+    page tell a slow query from one the model would not take by, with answers found or none."""
+    from molspec_core.io import Outcomes, result_rows
+
+    greedy = copier.predict(SLOW, method="greedy", time_limit_s=2.5)
+    beam = copier.predict(SLOW, method="beam", n_best=2, time_limit_s=2.5)
+    refused, answered = copier.predict(["xyz", "CCO"])
+    assert [r.timed_out for r in (greedy, beam, refused, answered)] == [True, True, False, False]
+    outcomes = Outcomes()
+    for number, result in enumerate((greedy, beam, refused, answered), start=1):
+        outcomes.count(result_rows(number, (), result)[0])
+    assert (outcomes.unanswered, outcomes.stopped, outcomes.rejected) == (1, 1, 1)
+
+
 def test_the_uncached_greedy_baseline_stopped_by_the_time_limit_keeps_its_calls(copier, monkeypatch):
     """greedy-uncached, greedy's benchmark baseline (its calls recompute every prefix: decode_full), said 0 calls
     when stopped, as greedy did; it keeps them too, and a batch-mate that had ended keeps its answer."""

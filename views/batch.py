@@ -136,6 +136,7 @@ class Run:
     rejected: list[int] = field(default_factory=list)  # the record numbers of the queries the engine refused (blank
     # records are not queries)
     stopped: list[int] = field(default_factory=list)  # those of the queries stopped at the time limit, answers kept
+    unanswered: list[int] = field(default_factory=list)  # those the time limit stopped before any answer: not refused
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     round_trip_failed: str = ""
     owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
@@ -183,10 +184,18 @@ class BatchResult:
     several: tuple[tuple[int, str], ...] = ()  # retrosynthesis: (record number, canonical query) of each answered
     # query that service.several_products_note speaks of (io.several_molecules): several molecules, an ion alone, or
     # no carbon
+    # the record numbers of the queries the time limit stopped before any answer (QueryResult.timed_out): slow, not
+    # refused (they were counted and warned of as rejected, "the model rejected it", where a longer limit decodes them)
+    unanswered: tuple[int, ...] = ()
 
     @property
     def n_rejected(self) -> int:
         return len(self.rejected)
+
+    @property
+    def n_predicted(self) -> int:
+        """The queries with answers: neither rejected nor stopped before any (those stopped with answers count)."""
+        return self.n_queries - self.n_rejected - len(self.unanswered)
 
     @functools.cached_property
     def csv(self) -> bytes:
@@ -298,6 +307,8 @@ def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGene
                 run.blank.append(i + 1)
             elif result.stopped_with_answers and not problem:
                 run.stopped.append(i + 1)
+            elif result.timed_out and not problem:
+                run.unanswered.append(i + 1)
             elif problem or not result.ok:
                 run.rejected.append(i + 1)
             run.n_ion_refused += bool(result.suggestion)
@@ -349,7 +360,9 @@ def progress_text(run: Run) -> str:
     """The bar's line: records, not predictions (a rejected or blank row is done, not predicted). The rows live in
     the browser tab's session: another page of the app keeps them, a reload or a closed tab starts a new session
     without them (the line said "leaving the page keeps the rows done", and a reload lost them all)."""
-    rejected = f" ({run.n_rejected:,} rejected)" if run.n_rejected else ""
+    apart = [f"{run.n_rejected:,} rejected"] if run.n_rejected else []
+    apart += [f"{len(run.unanswered):,} stopped by the time limit"] if run.unanswered else []
+    rejected = f" ({', '.join(apart)})" if apart else ""
     return (f"{common.md_escape(run.file_name)}: {run.done:,} of {run.total:,} rows done{rejected}. Stopping, or "
             "opening another page of the app, keeps the rows done; reloading or closing the tab loses them.")
 
@@ -361,7 +374,7 @@ def summarize(run: Run) -> BatchResult:
     with run.lock:  # the rows and counts of the same records
         rows, done, blank = list(run.rows), run.done, tuple(run.blank)
         rejected, n_ion_refused, round_trip_failed = tuple(run.rejected), run.n_ion_refused, run.round_trip_failed
-        stopped = tuple(run.stopped)
+        stopped, unanswered = tuple(run.stopped), tuple(run.unanswered)
     queries = run.queries
     header, summary = output_header(queries.columns), None
     several = several_molecule_queries(rows, len(queries.columns)) if run.settings.task == "retro" else ()
@@ -379,7 +392,7 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint, queries.notes, run, stopped, several)
+                       run.table_hint, queries.notes, run, stopped, several, unanswered)
 
 
 def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
@@ -417,7 +430,7 @@ def _cells(table: pd.DataFrame) -> list[tuple[object, ...]]:
 def show(batch: BatchResult, now: Settings) -> None:
     """A run's results; `now`, the sidebar's settings, where they differ from the run's, is said to."""
     table = batch.table
-    n_good = batch.n_queries - batch.n_rejected
+    n_good = batch.n_predicted
     common.section("Results")
     ions = " · hydrides read as ions" if batch.ion_writing else ""
     settings = batch.settings
@@ -437,12 +450,15 @@ def show(batch: BatchResult, now: Settings) -> None:
         # its results stayed on screen under the new settings without a word, as the Predict page's answers did
         st.caption("The sidebar's settings differ now from these results' (named above): press **Run batch** to "
                    "predict the file with them.")
-    queries, predicted, rejected = st.columns(3)
-    queries.metric("Queries", batch.n_queries)
-    predicted.metric("Predicted", n_good)
-    rejected.metric("Rejected", batch.n_rejected)
+    counts = st.columns(4 if batch.unanswered else 3)
+    counts[0].metric("Queries", batch.n_queries)
+    counts[1].metric("Predicted", n_good)
+    counts[2].metric("Rejected", batch.n_rejected)
+    if batch.unanswered:
+        counts[3].metric("Timed out", len(batch.unanswered), help="Stopped by the time limit before any answer: not "
+                         "rejected by the model, and a longer time limit decodes them")
     # A run's end is read out (a status; a rejection's warning is an alert, and a stopped run has its own warning)
-    if batch.done == batch.total and not batch.n_rejected and not batch.stopped:
+    if batch.done == batch.total and not batch.n_rejected and not batch.stopped and not batch.unanswered:
         done = f"{batch.file_name}: done, {common.counted(n_good, 'query', 'queries')} predicted, none rejected."
         st.success(common.md_escape(done), icon=":material/check_circle:")
     if batch.blank:
@@ -454,9 +470,11 @@ def show(batch: BatchResult, now: Settings) -> None:
         st.warning(common.md_escape(f"{batch.file_name}: {note}."), icon=":material/warning:")
     if batch.n_rejected:
         one = batch.n_rejected == 1
-        others = (" None was predicted." if not n_good else " The other query was predicted." if n_good == 1
-                  else " The other queries were predicted.")
-        st.warning(f"{batch.n_rejected} of {common.counted(batch.n_queries, 'query', 'queries')} "
+        others = (" None was predicted." if not n_good
+                  else f" {common.counted(n_good, 'query', 'queries')} {'was' if n_good == 1 else 'were'} predicted."
+                  if batch.unanswered  # the others are not all predicted: those the time limit stopped are warned of
+                  else " The other query was predicted." if n_good == 1 else " The other queries were predicted.")
+        st.warning(f"{batch.n_rejected:,} of {common.counted(batch.n_queries, 'query', 'queries')} "
                    f"{'was' if one else 'were'} rejected; {'its' if one else 'their'} reason is in the `error` "
                    f"column.{others} Rejected: {row_list(batch.rejected)}.", icon=":material/warning:")
         if batch.table_hint:
@@ -467,6 +485,13 @@ def show(batch: BatchResult, now: Settings) -> None:
                    f"the time limit ({row_list(batch.stopped)}): {'its' if one else 'their'} rows hold the answers "
                    f"found by then, the `error` column says where the search stopped, and answers it had not "
                    f"finished are marked \"{TIMED_OUT}\".", icon=":material/timer_off:")
+    if batch.unanswered:  # slow queries, not ones the model would not take (`molspec predict` counts them so too)
+        one = len(batch.unanswered) == 1
+        st.warning(f"{len(batch.unanswered):,} of {common.counted(batch.n_queries, 'query', 'queries')} "
+                   f"{'was' if one else 'were'} stopped by the time limit before any answer "
+                   f"({row_list(batch.unanswered)}): not rejected by the model, {'it' if one else 'they'} "
+                   f"took longer than the limit; the `error` column says where the search stopped.",
+                   icon=":material/timer_off:")
     longer = longer_time_limit_hint(batch)
     if longer:
         st.caption(longer)
@@ -507,7 +532,7 @@ def show(batch: BatchResult, now: Settings) -> None:
         known_at = SCREEN_ORDER.index("smiles") + 1
         order = [*order[:3], MATCHES_KNOWN, *order[3:known_at], batch.known.output_column, *order[known_at:]]
         input_columns.remove(batch.known.output_column)
-    rejected_any = bool(batch.n_rejected or batch.blank)
+    rejected_any = bool(batch.n_rejected or batch.blank or batch.unanswered)
     if rejected_any:  # the reasons beside their queries: at the end they were past the grid's right edge at 1,400 px
         order = [c for c in order if c != "error"]
         order.insert(order.index("query") + 1, "error")
