@@ -1166,17 +1166,20 @@ LACKS_ATOMS = "lacks atoms of the product"  # the start of that concern (plannin
 def answer_concerns(answer: str, query: str, task: str) -> tuple[str, ...]:
     """Why a valid (canonical) answer is not a sane answer to `query` (canonical), or () when none:
     it repeats the query, it is an unchanged reactant (forward; the query's base beside a strong acid of it is the
-    salt they make, _salt_formed), it contains the product (retro), either
+    salt they make, _salt_formed; a salt's ions the acid and base they are, _salt_apart), it contains the product
+    (retro), either
     of the last two but for stereo marks, its atoms cannot balance (a product atom no reactant has), a
     molecule in it has unpaired electrons on a non-metal (a radical) or an O-O-O chain, or (forward) it carries a net
     charge."""
     concerns = []
-    parts = set(answer.split("."))
-    query_parts = set(query.split("."))
-    if answer == query:
+    # forward: a salt's ions read as its acid and base, as the query may write them (_salt_apart)
+    read, query_read = (_salt_apart(answer), _salt_apart(query)) if task == "forward" else (answer, query)
+    parts = set(read.split("."))
+    query_parts = set(query_read.split("."))
+    if answer == query or sorted(read.split(".")) == sorted(query_read.split(".")):
         concerns.append("same as the query")
     elif task == "forward" and parts <= query_parts:
-        if not _salt_formed(parts, query):  # the query's base and acid side by side: the salt they make
+        if not _salt_formed(parts, query_read):  # the query's base and acid side by side: the salt they make
             concerns.append("an unchanged reactant")
     elif task == "retro" and query_parts <= parts:  # every molecule of the product (a salt has several)
         concerns.append("contains the product itself")
@@ -1217,6 +1220,36 @@ def _salt_formed(molecules: set[str], query: str) -> bool:
     main = main_molecule(query)
     return main in molecules and _heavy_atoms(main)["N"] > 0 and any(
         Chem.MolFromSmiles(part).HasSubstructMatch(_SALT_ACID) for part in molecules - {main})
+
+
+def _salt_apart(molecules: str) -> str:
+    """The molecules of a valid (canonical) SMILES, a salt's ions among them as the acid and base they are made of
+    (uncharged), where protons alone moved between them: triethylamine hydrochloride written as ions,
+    CC[NH+](CC)CC.[Cl-], is CCN(CC)CC and Cl, as USPTO and the queries write it. A forward answer that gave the query
+    back so escaped 'same as the query' (and a reactant given back so, 'an unchanged reactant'). Where the protons do
+    not balance, the molecules stay as written: sodium acetate beside no acid (CC(=O)[O-].[Na+], acetic acid's proton
+    gone to a hydroxide) is no acetic acid."""
+    if not _CHARGED_ATOM.search(molecules):
+        return molecules
+    fragments = molecules.split(".")
+    neutral = [_neutral_form(fragment) for fragment in fragments]
+    return molecules if _net_charge(neutral) != _net_charge(fragments) else ".".join(neutral)
+
+
+_CHARGED_ATOM = re.compile(r"\[[^\]]*[+-]")
+
+
+def _neutral_form(molecule: str) -> str:
+    """A molecule uncharged (a proton given or taken), or as it is where RDKit cannot read that form back: the
+    Uncharger puts a proton on hexafluorophosphate's phosphorus (F[PH](F)(F)(F)(F)F)."""
+    try:
+        return canonical(uncharged(molecule))
+    except ChemError:
+        return molecule
+
+
+def _net_charge(fragments: list[str]) -> int:
+    return sum(Chem.GetFormalCharge(mol_from_smiles(fragment)) for fragment in fragments)
 
 
 def _stereo_free(molecules: set[str]) -> set[str | None]:

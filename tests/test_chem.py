@@ -51,6 +51,15 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CN1CCN(Cc2ccccc2)CC1.Cl", "CN1CCN(Cc2ccccc2)CC1.Cl", "retro", ("same as the query",)),
     # but not a by-product's salt (the base not the query's main molecule), a base without nitrogen, a weak acid
     ("CCN(CC)CC.Cl", "CC(=O)Cl.CCN(CC)CC.Cl.NCc1ccccc1", "forward", ("an unchanged reactant",)),
+    # a salt's ions, protons alone moved between the query's molecules, are those molecules (they escaped both flags)
+    ("[Cl-].[NH3+]Cc1ccccc1", "Cl.NCc1ccccc1", "forward", ("same as the query",)),
+    ("C[C@H]([NH3+])C(=O)[O-]", "C[C@H](N)C(=O)O", "forward", ("same as the query",)),
+    ("CC[NH+](CC)CC.[Cl-]", "CC(=O)Cl.CCN(CC)CC.Cl.NCc1ccccc1", "forward", ("an unchanged reactant",)),
+    # but not a salt whose protons do not balance so (acetic acid's went to the hydroxide), nor one the query's base
+    # and strong acid make, written as ions; hexafluorophosphate, which the Uncharger protonates unreadably, stays
+    ("CC(=O)[O-].[Na+]", "CC(=O)O.[Na+].[OH-]", "forward", ()),
+    ("CS(=O)(=O)[O-].C[NH+]1CCN(Cc2ccccc2)CC1", "CCO.CN1CCN(Cc2ccccc2)CC1.CS(=O)(=O)O", "forward", ()),
+    ("CC[N+](CC)(CC)CC.F[P-](F)(F)(F)(F)F", "CCBr.CCN(CC)CC.F[P-](F)(F)(F)(F)F.[K+]", "forward", ()),
     ("CC(=O)Oc1ccccc1.CS(=O)(=O)O", "CC(=O)Oc1ccccc1.CCO.CS(=O)(=O)O", "forward", ("an unchanged reactant",)),
     ("CC(=O)O.NCc1ccccc1", "CC(=O)O.CCN(CC)CC.NCc1ccccc1", "forward", ("an unchanged reactant",)),
     # a product carries no net charge: a saponification's carboxylate alone (the forward model's, sane), or a
