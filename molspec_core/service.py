@@ -685,6 +685,19 @@ class PartlyDecoded(Abandoned):
         self.finished = tuple(finished)
 
 
+class DtypeRefused(ValueError):
+    """Predictor.load's refusal of a dtype the native engine cannot compute this model in here: the engine's `reason`
+    apart from the `advice`, which names the API's and the command line's options (dtype, engine); the app, whose
+    switch is named otherwise, gives its own (the sidebar showed "leave dtype at float32" beside *Faster
+    arithmetic*)."""
+
+    def __init__(self, dtype: str, reason: str, advice: str):
+        super().__init__(f"dtype {dtype} runs on the native engine, which cannot take this model here: {reason}; "
+                         f"{advice}")
+        self.reason = reason
+        self.advice = advice
+
+
 class QueryError(ValueError):
     """A query the model cannot read. suggestion: the same molecules written so that it can
     (chem.ION_WRITINGS), or "" when no such writing is known."""
@@ -806,8 +819,8 @@ class Predictor:
         except NativeUnavailable as exc:
             if dtype != "float32":  # under engine auto too: the engine named is the one int8 needs, not one chosen
                 also = " and engine at auto" if engine == "native" else ""
-                raise ValueError(f"dtype {dtype} runs on the native engine, which cannot take this model here: {exc}; "
-                                 f"leave dtype at float32{also} (the NumPy step decodes it)") from None
+                raise DtypeRefused(dtype, str(exc), f"leave dtype at float32{also} (the NumPy step decodes it)") \
+                    from None
             if engine == "native":
                 raise ValueError(f"engine native cannot run here: {exc}; engine auto decodes with the NumPy step "
                                  "here") from None

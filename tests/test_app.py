@@ -506,7 +506,9 @@ def test_a_model_that_cannot_take_int8_computes_in_float32_and_says_why(copy_mod
     at = app(copy_models, monkeypatch).run()  # the copy model's weights are not float16 values
     assert at.toggle(key="int8").value is True
     said = texts(at.sidebar.caption)  # the engine's reason (service.Predictor.load's refusal of int8), after ours
-    assert "This model computes in float32: " in said and "the C step reads weights as float16" in said, said
+    assert "Faster arithmetic (int8) cannot run this model here: it computes in float32, as with the switch off. " \
+           "Why: the C step reads weights as float16" in said, said
+    assert "dtype" not in said  # the API's advice, "leave dtype at float32", names no switch of the app's
     assert "engine: NumPy step" in said
     predict(at, "Oc1ccncc1Cl")
     assert_clean(at)

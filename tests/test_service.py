@@ -97,6 +97,17 @@ def test_a_model_the_native_engine_cannot_take_is_refused_naming_the_setting_cho
         Predictor.load(FIXTURES / "copy_model", device="cpu", engine=engine, dtype=dtype)
 
 
+def test_an_int8_refusal_gives_its_reason_apart_from_the_apis_advice():
+    """The app's sidebar showed the API's advice, "leave dtype at float32", beside a switch named *Faster arithmetic*:
+    the refusal holds the engine's reason and the advice apart, for a caller that names its own setting."""
+    from molspec_core.service import DtypeRefused
+
+    with pytest.raises(DtypeRefused) as refused:
+        Predictor.load(FIXTURES / "copy_model", device="cpu", dtype="int8")
+    assert str(refused.value).endswith(f"{refused.value.reason}; {refused.value.advice}")
+    assert "dtype" not in refused.value.reason and refused.value.advice.startswith("leave dtype at float32")
+
+
 def test_a_model_loaded_by_a_relative_path_keeps_its_confidence_after_a_change_of_folder(monkeypatch, tmp_path):
     """Predictor.load("models/forward") kept the path as typed, and the calibration, read at the first call that asks
     for it, was looked for under the working folder of that moment: after os.chdir (a notebook's %cd) every answer

@@ -19,8 +19,8 @@ from molspec_core.chem import SD_RECORD_END
 # percent: the pages' one rounding
 from molspec_core.io import InputFileError, is_results_header, parse_upload, percent
 from molspec_core.methods import METHODS, PEERS, SAMPLING_KNOBS, TASK_DEFAULTS, SamplingOptions
-from molspec_core.service import (DEFAULT_TIME_LIMIT_S, LONGER_TIME_LIMIT, MAX_TIME_LIMIT_S, MODELS_DIR, Predictor,
-                                  int8_unavailable)
+from molspec_core.service import (DEFAULT_TIME_LIMIT_S, LONGER_TIME_LIMIT, MAX_TIME_LIMIT_S, MODELS_DIR, DtypeRefused,
+                                  Predictor, int8_unavailable)
 from molspec_core.textbook import Example
 from molspec_core.threads import use_threads
 
@@ -162,6 +162,8 @@ def int8_refusal(model_dir: str) -> str | None:
         load_predictor(model_dir, "int8")
     except checkpoint.CheckpointError:  # the folder does not load at all: no reason of int8's, and not kept
         raise  # (kept, a folder mended while the app ran computed in float32 for the app's life, "cut short")
+    except DtypeRefused as exc:  # the engine's reason, without the API's advice (leave dtype at float32)
+        return exc.reason
     except ValueError as exc:
         return str(exc)
     return None
@@ -305,7 +307,9 @@ def render_sidebar() -> Settings:
     if int8_offered():
         sb.toggle(INT8_LABEL, value=INT8_BY_DEFAULT, key="int8", help=INT8_HELP)
         if want_int8 and predictor is not None and dtype != "int8":
-            sb.caption(md_escape(f"This model computes in float32: {int8_refusal(str(models_dir() / model))}"))
+            # the engine's reason alone: the API's advice ("leave dtype at float32") names no switch of the app's
+            sb.caption(md_escape(f"{INT8_LABEL} cannot run this model here: it computes in float32, as with the "
+                                 f"switch off. Why: {int8_refusal(str(models_dir() / model))}."))
         elif dtype == "int8" and predictor is not None and METHODS[method].benchmark_only:
             dtype = "float32"  # Predictor.decode refuses it in int8: every row of a batch failed
             predictor = predictor_for(str(models_dir() / model), dtype)
