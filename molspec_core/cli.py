@@ -35,6 +35,7 @@ from .scale import RAY_PACKAGE_MISSING
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, MAX_TIME_LIMIT_S, TIMED_OUT, windows)
 from .threads import use_threads
+from .words import counted
 
 if TYPE_CHECKING:
     from .calibration import Calibration
@@ -526,13 +527,13 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         if recorded:
             given = "reactants" if recorded_side(task) == "products" else "products"
             n_recorded, n_records = count_recorded(table, recorded), len(table.queries)
-            queries = f"the file's {n_records} quer{'y' if n_records == 1 else 'ies'}"
+            of_file = f"the file's {queries(n_records)}"
             if not n_recorded:  # every query written as a reaction has an outcome that is no SMILES: refused
-                print(f"none of {queries} is a recorded reaction whose recorded {recorded_side(task)} RDKit reads: "
+                print(f"none of {of_file} is a recorded reaction whose recorded {recorded_side(task)} RDKit reads: "
                       f"those written as reactions are refused (see the error "
                       f"{'field' if is_sd_name(args.output) else 'column'})")
             else:
-                print(f"{n_recorded} of {queries} "
+                print(f"{n_recorded:,} of {of_file} "
                       + ("is a recorded reaction: it is" if n_recorded == 1 else "are recorded reactions: each is")
                       + f" predicted from its {given}, and its recorded {recorded_side(task)} (column {recorded}) "
                       + (f"are kept; --known-column {args.known_column} marks the answers" if args.known_column
@@ -642,9 +643,9 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     unanswered_note = (f", {n_unanswered} stopped by the time limit (--time-limit {args.time_limit:g} s) before any "
                        "answer" if n_unanswered else "")
     see = f" (see the error {'field' if is_sd_name(args.output) else 'column'})" if n_bad or n_unanswered else ""
-    print(f"{n_predicted} {'query' if n_predicted == 1 else 'queries'} predicted{stopped_note}{unanswered_note}, "
+    print(f"{queries(n_predicted)} predicted{stopped_note}{unanswered_note}, "
           f"{n_bad} rejected{see}"
-          + (f", {n_blank} blank record{'s' * (n_blank != 1)} skipped" if n_blank else "")
+          + (f", {counted(n_blank, 'blank record')} skipped" if n_blank else "")
           + f" -> {output_name(args.output)}")
     if marks is not None:
         print(marks.summary().describe())
@@ -657,7 +658,7 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
             print(f"error: {input_name(args.input)} holds no query to predict: its {n_blank} record"
                   f"{'s are' if n_blank != 1 else ' is'} blank", file=sys.stderr)
             return 2
-        blank = (f" ({n_blank} blank record{'s' * (n_blank != 1)} hold{'s' * (n_blank == 1)} none)"
+        blank = (f" ({counted(n_blank, 'blank record')} hold{'s' * (n_blank == 1)} none)"
                  if n_blank else "")
         if n_unanswered:  # slow queries, not ones the model would not take
             which = "it" if n_queries == 1 else "each" if not n_bad else f"{n_unanswered} of them"
@@ -1174,10 +1175,26 @@ def read_report(path: str, reader: str = "compare reads the reports of evaluate 
         raise ValueError(f"{path} is not an evaluate report")
     if "n" not in report and isinstance(report.get("methods"), dict):  # bench's: 'missing n' said nothing of that
         raise ValueError(f"{path} is a bench report, which times methods on queries; {reader}")
-    problem = report_problem(report)  # an edited or old report: its name and what is wrong, not a KeyError
+    # an edited or old report: its name and what is wrong, not a KeyError (nor compare's header a TypeError)
+    problem = report_problem(report) or counts_problem(report)
     if problem:
         raise ValueError(f"{path} is not an evaluate report ({problem})")
     return report
+
+
+def counts_problem(report: dict) -> str | None:
+    """What keeps the counts compare's header puts in words (counted) from being whole numbers from 1, or None:
+    'augment', the writings each query was read in, and a stopped run's partial.of_n, the queries it was asked for.
+    Edited by hand, they stopped compare on a TypeError."""
+    from .calibration import is_count
+    from .evaluate import PARTIAL
+
+    if "augment" in report and not is_count(report["augment"]):
+        return f"'augment' is {report['augment']!r:.40}, not a whole number from 1"
+    stop = report.get(PARTIAL)
+    if stop is not None and not (isinstance(stop, dict) and is_count(stop.get("of_n"))):
+        return f"{PARTIAL!r} is {stop!r:.60}, not how many queries the stopped run was asked for (of_n)"
+    return None
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -1190,12 +1207,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare_reports(a, b)
     for name, path, report in (("a", args.first, a), ("b", args.second, b)):
         device = f" on {report['device']}" if "device" in report else ""  # not in reports from before it
-        stop = report.get("partial")
-        partial = (f"; partial: stopped after {report.get('n')} of {queries(stop.get('of_n'))}"
-                   if isinstance(stop, dict) else "")
+        stop = report.get("partial")  # counts_problem: of_n a count
+        partial = f"; partial: stopped after {report['n']:,} of {queries(stop['of_n'])}" if stop else ""
         weights = f", weights {report['weights'][:12]}" if isinstance(report.get("weights"), str) else ""
         writings = report.get("augment", 1)
-        print(f"{name}: {path} (model {report.get('model')}{weights}, {writings} writing{'s' * (writings != 1)}, "
+        print(f"{name}: {path} (model {report.get('model')}{weights}, {counted(writings, 'writing')}, "
               f"method {report.get('method')}, {report.get('dtype', 'dtype not recorded')}{device}{partial})")
     differ = setting_differences(a, b)
     if differ:  # on stderr: a difference that was not meant is read beside the figures, not lost in them
@@ -1316,7 +1332,7 @@ def write_fit(args: argparse.Namespace, predictor: Predictor, refitted: tuple[Ca
 
 def queries(n: int) -> str:
     """'1 query', 'N queries'."""
-    return f"{n} quer{'y' if n == 1 else 'ies'}"
+    return counted(n, "query", "queries")
 
 
 def fit_counts(answered: int, of: int) -> str:
@@ -1713,23 +1729,23 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     stats, counts = result.stats, result.stats.counts
     in_stock = " (itself in the stock)" if stats.target_in_stock else ""
     n_unreadable = result.stock_unreadable  # the Routes page's words, and which entry, as it names it
-    left_out = (f", {n_unreadable} unreadable {'entry' if n_unreadable == 1 else 'entries'} left out"
+    left_out = (f", {counted(n_unreadable, 'unreadable entry', 'unreadable entries')} left out"
                 f"{'; the first: ' if n_unreadable > 1 else ': '}{result.stock_first_unreadable}"
                 if n_unreadable else "")
     # the column read, as the Routes page names it; --stock - as predict names its --input -
     stock = stock_name(input_name(result.stock), result.stock_read_from)
-    molecules = f"{result.stock_size} molecule{'s' * (result.stock_size != 1)}"
+    molecules = counted(result.stock_size, "molecule")
     print(f"target: {result.target}{in_stock}; stock: {stock} ({molecules}{left_out})")
     for note in result.target_notes:
         print(f"note: {note}")
-    expanded = f"{counts.molecules} molecule{'s' * (counts.molecules != 1)} expanded"
-    calls = f"{counts.decoder_calls} decoder call{'s' * (counts.decoder_calls != 1)}"
+    expanded = f"{counted(counts.molecules, 'molecule')} expanded"
+    calls = counted(counts.decoder_calls, "decoder call")
     # the Routes page's words: an answer lacking atoms of its product is flagged, not sane (b1ca962); a search
     # stopped before its first answers had none to count
-    used = (f", {counts.kept} of {counts.answers} proposed reactant set{'s' * (counts.answers != 1)} used "
+    used = (f", {counts.kept:,} of {counted(counts.answers, 'proposed reactant set')} used "
             f"({counts.missing_atoms} lacked atoms of their product: "
             f"{'used, --allow-missing-atoms' if allow_missing_atoms else 'skipped'})" if counts.answers else "")
-    nodes = f"{stats.nodes} search node{'s' * (stats.nodes != 1)}"
+    nodes = counted(stats.nodes, "search node")
     print(f"{stats.algorithm}, {stats.time_s:.1f} s: {expanded} ({calls}){used}, {nodes}")
     if stats.stopped_by:  # no_route says it of a search stopped before its first route
         print(f"the search was stopped ({stats.stopped_by}) {stats.search_s:.1f} s into its {stats.time_limit_s:g} s"
@@ -1742,7 +1758,7 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
         print(f"{procure}{no_route(stats)}")
     for rank, route in enumerate(result.routes, start=1):
         starting = starting_materials_text(route)  # 'O=Cc1ccccc1 (used twice)': route 7 read as route 1
-        steps = f"{route.n_steps} step{'s' * (route.n_steps != 1)}"
+        steps = counted(route.n_steps, "step")
         print(f"route {rank}: {steps}, probability {math.exp(route.score):.3g} (score {route.score:.2f}); from "
               f"{starting}")
         for line in route_stereo(route):  # planning.stereo_flags: a centre set or inverted, a double bond's geometry

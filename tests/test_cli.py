@@ -827,6 +827,28 @@ def test_compare_names_the_writings_of_each_report_in_the_right_number(tmp_path,
     assert ", 1 writing, method greedy" in header[0] and ", 5 writings, method greedy" in header[1], header
 
 
+def test_compare_counts_in_words_with_thousands_apart_and_refuses_counts_that_are_not(tmp_path, capsys):
+    """Counts in the command line's words have one home (words.counted), thousands apart as the app writes them
+    ('2000 queries' beside predict's '12,345 queries predicted'). A report whose writings or stopped run's count of
+    queries were edited into no number is refused naming it, not counted."""
+    from molspec_core.words import counted
+
+    assert [counted(1, "query", "queries"), counted(0, "step"), counted(12345, "molecule")] == [
+        "1 query", "0 steps", "12,345 molecules"]
+    base = {"n": 2000, "n_best": 1, "src": "s", "tgt": "t", "index": None, "model": "m", "method": "greedy",
+            "first_right": {"model_order": [1] * 2000, "app_order": [1] * 2000}}
+    (tmp_path / "a.json").write_text(json.dumps(base))
+    (tmp_path / "b.json").write_text(json.dumps(dict(base, partial={"of_n": 3000})))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "partial: stopped after 2,000 of 3,000 queries)" in out and "\n2,000 queries (s); right only" in out
+    for edit, problem in (({"augment": "5"}, "'augment' is '5', not a whole number from 1"),
+                          ({"partial": {}}, "'partial' is {}, not how many queries the stopped run was asked for")):
+        (tmp_path / "b.json").write_text(json.dumps(dict(base, **edit)))
+        expect_refused(["compare", tmp_path / "a.json", tmp_path / "b.json"], capsys,
+                       f"b.json is not an evaluate report ({problem}")
+
+
 def test_compare_and_evaluate_count_one_query_in_the_singular(tmp_path, pair_files, capsys, caplog):
     """Reports of one query were compared as '1 queries (...)', a stopped one 'stopped after 1 of 1 queries'; an
     evaluation of one query said 'none of the 1 queries has its target' and 'none of the 1 queries could be

@@ -1,0 +1,10 @@
+"""Counts in words, for the messages of the engine and the command line (the app's pages may use it too: it imports
+nothing). One home for the rule: the command line wrote it inline, a dozen times, beside views/common.counted and
+views/routes.amount, which the engine cannot import (they import streamlit)."""
+from __future__ import annotations
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """'1 query', '2 queries', '12,345 molecules': a count, its thousands apart as the app shows them, with its noun in
+    the right number (`plural` where adding an s is wrong: 'queries', 'entries')."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
