@@ -258,6 +258,12 @@ def progress(cfg: TrainConfig, step: int, seconds: float) -> float:
     return min(step / cfg.max_steps, 1.0)
 
 
+def at_end(max_minutes: float, max_steps: int, step: int, seconds: float) -> bool:
+    """Whether a run has reached its end: its time budget spent (where it has one) or its max_steps made. The
+    trainer stops there; a save or export whose counters say so is the run's last (one cut short by Ctrl-C is not)."""
+    return step >= max_steps or bool(max_minutes) and seconds >= max_minutes * 60
+
+
 def learning_rate(cfg: TrainConfig, peak: float, step: int, seconds: float, warm_from: int = 0) -> float:
     """Linear warm-up over `warmup` steps from step `warm_from`, then cosine or linear decay to zero at
     the end of the run (or the peak held, for a constant schedule). A run resumed from an export starts
@@ -1347,7 +1353,7 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
     bar = tqdm(total=None if cfg.max_minutes else cfg.max_steps, initial=state["step"], desc="train", unit="step",
                dynamic_ncols=True)
     batches = batch_stream(cfg, train_src, train_tgt, max_tokens, state, multiple)
-    done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
+    done = at_end(cfg.max_minutes, cfg.max_steps, state["step"], state["seconds"])
     saved_step = state["step"]  # the step out/last holds
     place = ("epoch", "batch_in_epoch", "tokens")  # where the steps made have read to: an interrupt goes back here
     made = {key: state[key] for key in place}
@@ -1395,7 +1401,7 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                          new_shapes, len(shapes_seen), allocator_note(device))
                 last_log, steps_then, tokens_then, new_shapes = time.time(), state["step"], state["tokens"], 0
                 bar.set_postfix(loss=f"{float(loss_sum / n_target):.3f}", lr=f"{lr:.2e}", epoch=state["epoch"])
-            done = progress(cfg, state["step"], state["seconds"]) >= 1.0 or state["step"] >= cfg.max_steps
+            done = at_end(cfg.max_minutes, cfg.max_steps, state["step"], state["seconds"])
             validating = state["step"] % cfg.eval_every == 0 or done
             exporting = done or time.time() - last_export > cfg.export_every_minutes * 60
             saving = done or time.time() - last_save > cfg.export_every_minutes * 60

@@ -163,8 +163,17 @@ def test_decode_while_the_training_runs_reads_its_export_whole_and_says_which(ki
     kit.main(["decode", "--task", "forward", "--out", str(out), "--n-best", "2"])
     assert read == [run / "export"]  # the whole-folder read collect makes, not a load of the folder in place
     said = capsys.readouterr().out
-    assert "forward: its training still runs (pid 4242): decoding its export of step 2, not the run's last" in said
+    # the run is ending: its export of step 2 of --max-steps 2 is its last (it was called 'not the run's last')
+    assert "forward: its training is ending (pid 4242): decoding its last export, of step 2" in said
+    assert "not the run's last" not in said
     assert len(gzip.decompress((out / "forward_test_nbest.tsv.gz").read_bytes()).decode().splitlines()) == 2
+
+    config = json.loads((run / "export" / "config.json").read_text())  # the same export of a run with steps to go
+    config["train_config"]["max_steps"] = 10
+    (run / "export" / "config.json").write_text(json.dumps(config))
+    kit.main(["decode", "--task", "forward", "--out", str(out), "--n-best", "2"])
+    assert "forward: its training still runs (pid 4242): decoding its export of step 2, not the run's last" in \
+        capsys.readouterr().out
 
 
 def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):

@@ -668,11 +668,12 @@ def cmd_decode(args: argparse.Namespace) -> None:
 def _load_running_export(task: str, device: str) -> tuple:
     """(model, vocab) of the export a training still running last wrote, read whole as `collect` reads it (a load
     overlapping the trainer's swap of export.tmp into place found no folder, or shards of two steps), and a line
-    saying which step it is: not the run's last."""
+    saying which step it is and whether it is the run's last: a run that is ending has written its last export while
+    it still saves out/last, and that export was called 'not the run's last'."""
     import tempfile
 
     from molspec_core import checkpoint
-    from molspec_core.train import read_state
+    from molspec_core.train import at_end, read_state
 
     data = export_tar(gpu_run(task) / "export")
     if data is None:
@@ -680,10 +681,15 @@ def _load_running_export(task: str, device: str) -> tuple:
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(tmp, filter="data")  # the tar export_tar made here: export/<its files>
-        step = read_state(Path(tmp) / "export")["step"]
-        print(f"{task}: its training still runs (pid {(gpu_run(task) / 'train.pid').read_text()}): decoding its "
-              f"export of step {step}, not the run's last", flush=True)
-        model, vocab, _ = checkpoint.load(Path(tmp) / "export", device)
+        state = read_state(Path(tmp) / "export")
+        model, vocab, config = checkpoint.load(Path(tmp) / "export", device)
+    recorded = config.get("train_config") if isinstance(config.get("train_config"), dict) else {}
+    last = at_end(recorded.get("max_minutes") or 0, recorded.get("max_steps") or math.inf, state["step"],
+                  state["seconds"])
+    pid = (gpu_run(task) / "train.pid").read_text()
+    print(f"{task}: its training is ending (pid {pid}): decoding its last export, of step {state['step']}" if last else
+          f"{task}: its training still runs (pid {pid}): decoding its export of step {state['step']}, not the run's "
+          "last", flush=True)
     return model, vocab
 
 
