@@ -41,8 +41,9 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 
 from .boundary import Terminated
 from .centre import untraced_part
-from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, clear_maps, holds_carbon, main_molecule,
-                   missing_atoms, mol_from_smiles, product_alone, rdkit_quietly, salts_as_ions, stereo_notes)
+from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, clear_maps, holds_carbon, inchi_alone,
+                   main_molecule, missing_atoms, mol_from_smiles, product_alone, rdkit_quietly, salts_as_ions,
+                   smiles_from_inchi, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
@@ -622,24 +623,39 @@ def check_target(target: str, predictor: Predictor) -> str:
     if not isinstance(target, str) or not target.strip():
         raise ValueError("empty target: give the SMILES of the molecule to make")
     # A reaction SMILES first: its dots separate reactants, and what it needs to hear is that it is a reaction.
-    # A CXSMILES's |...| part is no SMILES: the coordinates a drawing program writes there (|(0,0,;1.5,0,)|) hold dots
-    smiles = target.split("|")[0]
+    smiles = written_smiles(target)
     if "." in smiles and ">" not in smiles:  # in a SMILES a dot only ever separates molecules
-        raise ValueError(several_molecules(target.strip()))
+        raise ValueError(several_molecules(target.strip(), smiles))
     return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
 
 
-def several_molecules(target: str) -> str:
-    """Why a target of several molecules (a salt, a solvate, a mixture) is refused, naming the molecule to plan for
-    where RDKit reads it: its main molecule, and where that is a salt's ion its neutral form (chem.product_alone),
-    as the Predict page names it: sodium benzoate was offered the benzoate ion, which the model's training data
-    nearly never hold, and sodium chloride the sodium ion."""
-    refusal = f"the target {target[:80]!r} has several molecules"
+def written_smiles(target: str) -> str:
+    """The SMILES whose dots say whether a target holds several molecules: a CXSMILES's before its |...| part, whose
+    coordinates (|(0,0,;1.5,0,)|) hold dots; an InChI's as the service reads it (its AuxInfo and InChIKey dropped:
+    an InChI copied with its AuxInfo, whose coordinates hold dots too, was refused as several molecules, and a salt's
+    InChI named no molecule to plan for); "" for an InChI RDKit cannot read, which prepare refuses saying why."""
+    text = inchi_alone(target.strip())
+    if text[:6].casefold() != "inchi=":
+        return text.split("|")[0].strip()
     try:
-        if not holds_carbon(target):
+        return smiles_from_inchi("InChI=" + text[6:])  # its prefix in any case, as the service reads it
+    except ChemError:
+        return ""
+
+
+def several_molecules(target: str, smiles: str | None = None) -> str:
+    """Why a target of several molecules (a salt, a solvate, a mixture) is refused, naming the molecule to plan for
+    where RDKit reads it (`smiles`, the target as written_smiles reads it; the target itself where not given): its
+    main molecule, and where that is a salt's ion its neutral form (chem.product_alone), as the Predict page names it:
+    sodium benzoate was offered the benzoate ion, which the model's training data nearly never hold, and sodium
+    chloride the sodium ion."""
+    refusal = f"the target {target[:80]!r} has several molecules"
+    smiles = target if smiles is None else smiles
+    try:
+        if not holds_carbon(smiles):
             return f"{refusal}, none of them holding carbon: {INORGANIC}"
         refusal += "; plan a route to one at a time"
-        main, alone = canonical(main_molecule(target)), product_alone(target)
+        main, alone = canonical(main_molecule(smiles)), product_alone(smiles)
     except ChemError:
         return refusal
     if alone != main:

@@ -730,6 +730,29 @@ def test_a_salt_target_is_told_its_main_molecule(copy_predictor, salt, main):
     assert str(refused.value).endswith(f"its main molecule (the most heavy atoms) is {main}")
 
 
+# Ethanolamine's InChI as a drawing program copies it, its AuxInfo after it (the coordinates hold decimal points),
+# and its hydrochloride's, whose formula layer joins the two molecules with a dot
+ETHANOLAMINE_INCHI = ("InChI=1S/C2H7NO/c3-1-2-4/h4H,1-3H2\nAuxInfo=1/0/N:2,3,1,4/rA:4NCCO/rB:s1;s2;s3;/"
+                      "rC:1.9796,-.1365,0;.5994,.4508,0;-.5994,-.4508,0;-1.9796,.1365,0;")
+ETHANOLAMINE_HCL_INCHI = "InChI=1S/C2H7NO.ClH/c3-1-2-4;/h4H,1-3H2;1H"
+
+
+def test_an_inchi_pasted_with_its_auxinfo_is_planned_for_as_the_predict_page_reads_it(copy_predictor):
+    """An InChI copied with its AuxInfo (as ChemDraw and Marvin copy one) was refused as a target of 'several
+    molecules': the dots of its coordinates were taken for a SMILES's, where the Predict page reads it as the InChI."""
+    result = plan(ETHANOLAMINE_INCHI, copy_predictor, Stock(["NO"]), time_limit_s=1.0, settings=COPY)
+    assert result.target == "NCCO"
+
+
+def test_a_salts_inchi_is_told_its_main_molecule_as_its_smiles_is(copy_predictor):
+    """A hydrochloride's InChI was refused as 'several molecules' and nothing more: its main molecule was looked for
+    in the InChI's text, which RDKit cannot read as a SMILES."""
+    with pytest.raises(ValueError, match="several molecules") as refused:
+        plan(ETHANOLAMINE_HCL_INCHI, copy_predictor, Stock(["NO"]), time_limit_s=1.0)
+    assert str(refused.value).endswith("plan a route to one at a time: its main molecule (the most heavy atoms) is "
+                                       "NCCO")
+
+
 def test_an_inorganic_salt_target_is_not_offered_its_cation():
     """Sodium chloride was told to plan a route to its main molecule, [Na+]."""
     refusal = planning.several_molecules("[Na+].[Cl-]")
