@@ -1432,6 +1432,11 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                     with averaged(), writing(out / "best", state["step"], out / "last", export_dir):
                         save_best(out / "best", model, vocab, state,
                                   {**meta, "step": state["step"], "validation": metrics})
+                if not done:  # a validation that ran past the time budget ends the run here, with its weights: the
+                    # run made one step more at a rate from before it and validated again (twice 30 s on a GPU)
+                    state["seconds"] = time.time() - started
+                    done = at_end(cfg.max_minutes, cfg.max_steps, state["step"], state["seconds"])
+                    exporting, saving = exporting or done, saving or done
             if exporting:
                 with averaged(), writing(export_dir, state["step"], out / "last", export_dir):
                     export(export_dir, model, vocab, state, meta)

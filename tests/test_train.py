@@ -604,6 +604,32 @@ def test_time_budget_run_stops_annealed(tiny_data, tmp_path):
     assert state["history"][-1]["lr"] < 1e-3 * 0.05  # the last step ran at the tail of the cosine
 
 
+def test_a_validation_that_runs_past_the_time_budget_ends_the_run_there(tiny_data, tmp_path, monkeypatch):
+    """A validation (half a minute on the GPU) begun inside the budget and ending past it was followed by one step
+    more, at a rate from before it, and a second validation of nearly the same weights: a block's run ended up to two
+    validations late. The clock is the trainer's own, moved by the validation alone (no step takes time here)."""
+    import types
+
+    import molspec_core.train as train_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(train_module, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    real = train_module.validate
+
+    def slow(*args, **kwargs):
+        clock[0] += 100  # past the 60 s budget
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "validate", slow)
+    run = tmp_path / "run"
+    state = train(TrainConfig(data=str(tiny_data), out=str(run), preset="tiny", max_tokens=64, max_minutes=1,
+                              max_steps=6, eval_every=2, val_greedy_rows=1, threads=1))
+    assert [entry["step"] for entry in state["history"]] == [2]  # was [2, 3]
+    for folder in ("export", "last"):
+        saved = json.loads((run / folder / "train_state.json").read_text())
+        assert saved["step"] == 2 and saved["seconds"] == 100
+
+
 # What the GPU machine lacks of our dependencies (it has torch, numpy, safetensors and tqdm).
 NOT_ON_GPU_MACHINE = ("rdkit", "threadpoolctl", "pandas", "streamlit", "plotly", "ctranslate2", "ray", "syntheseus")
 
