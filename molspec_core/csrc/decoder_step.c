@@ -39,7 +39,21 @@
  * loops take them when their work pays for waking them: PARALLEL_WORK multiply-adds or more. */
 static _Thread_local int team = 1;
 #define PARALLEL_WORK 65536
-#define PARALLEL_IF(work) num_threads(team) if (team > 1 && (work) >= PARALLEL_WORK) schedule(static)
+
+/* for (int i = 0; i < n; i++) body, the iterations split among the team where `work` pays for waking it, else a
+ * plain loop in this thread. Not an if clause on the loop's pragma: a region that clause keeps to one thread is still
+ * entered (GOMP_parallel makes a team of one), some 0.4 us each on the test host, and a forward decoder call enters
+ * about 80 of them: 30 us of a one-token int8 call on one thread. Each iteration runs the same code either way. */
+#define PARALLEL_FOR(work, i, n, ...)                                                                          \
+    do {                                                                                                       \
+        const int parallel_n = (n);                                                                            \
+        if (team > 1 && (work) >= PARALLEL_WORK) {                                                             \
+            _Pragma("omp parallel for num_threads(team) schedule(static)")                                     \
+            for (int i = 0; i < parallel_n; i++) __VA_ARGS__                                                   \
+        } else {                                                                                               \
+            for (int i = 0; i < parallel_n; i++) __VA_ARGS__                                                   \
+        }                                                                                                      \
+    } while (0)
 
 /* Scratch memory, kept by each thread from call to call and grown when a call needs more. A malloc and
  * free of each product's few hundred kB per call went to the kernel for fresh zeroed pages every time
@@ -265,8 +279,7 @@ static void product_fp16(const Affine *a, const float *x, int64_t ldx, int m, fl
     if (m <= 0) return;
     const int64_t panel_size = (int64_t)a->k * 16;
     const int n_panels = a->n_pad / 16, items = tile_count(m, n_panels, ROWS_MAX, panels_for);
-#pragma omp parallel for PARALLEL_IF((int64_t)m * a->n_pad * a->k)
-    for (int item = 0; item < items; item++) {
+    PARALLEL_FOR((int64_t)m * a->n_pad * a->k, item, items, {
         const Tile t = tile_of(item, m, n_panels, ROWS_MAX, panels_for);
         const int rows = t.rows, cols = t.cols;
         const float *xr = x + t.r * ldx;
@@ -274,7 +287,7 @@ static void product_fp16(const Affine *a, const float *x, int64_t ldx, int m, fl
         const float *bias = a->bias + 16 * t.p;
         float *o = out + (int64_t)t.r * a->n_pad + 16 * t.p;
         switch (rows * 16 + cols) { SHAPES }
-    }
+    });
 }
 
 /* ---- int8 products (dtype int8) ---------------------------------------------------------------
@@ -459,8 +472,7 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
     int32_t *sums = scratch(SCRATCH_SUMS, sizeof(int32_t) * (size_t)m * n_pad);
     if (xu == NULL || row_scale == NULL || sums == NULL) return 1;
     const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
-#pragma omp parallel for PARALLEL_IF((int64_t)m * k * 8)
-    for (int r = 0; r < m; r++) { /* the rounding of the plain path, 16 at a time: nearest, ties to even */
+    PARALLEL_FOR((int64_t)m * k * 8, r, m, { /* the rounding of the plain path, 16 at a time: nearest, ties to even */
         float inv;
         row_range(x + r * ldx, k, row_scale + r, &inv);
         const __m512 scale = _mm512_set1_ps(inv);
@@ -473,24 +485,22 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             __mmask16 keep = i + 16 <= k4 ? 0xFFFF : (__mmask16)((1u << (k4 - i)) - 1);
             _mm512_mask_cvtepi32_storeu_epi8(xu + (int64_t)r * k4 + i, keep, u);
         }
-    }
+    });
     if (amx) { /* else VNNI, whose parallel region would otherwise wake the threads for no block */
         amx_sums(a, xu, m, sums);
     } else {
         const int items = tile_count(m, n_panels, ROWS_MAX, panels_for);
-#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
-        for (int item = 0; item < items; item++) { /* as product_fp16 */
+        PARALLEL_FOR((int64_t)m * n_pad * k / 4, item, items, { /* as product_fp16 */
             const Tile t = tile_of(item, m, n_panels, ROWS_MAX, panels_for);
             const int rows = t.rows, cols = t.cols;
             const uint8_t *xr = xu + (int64_t)t.r * k4;
             const int8_t *panel = a->q + t.p * panel_size;
             int32_t *sr = sums + (int64_t)t.r * n_pad + 16 * t.p;
             switch (rows * 16 + cols) { ISHAPES }
-        }
+        });
     }
     const __m512 zero = _mm512_setzero_ps();
-#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * 8)
-    for (int r = 0; r < m; r++) { /* fma(sum, row_scale * q_scale, bias), as the plain path rounds it */
+    PARALLEL_FOR((int64_t)m * n_pad * 8, r, m, { /* fma(sum, row_scale * q_scale, bias), as the plain path rounds it */
         const __m512 rs = _mm512_set1_ps(row_scale[r]);
         for (int n = 0; n < n_pad; n += 16) {
             __m512i sum = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(sums + (int64_t)r * n_pad + n)),
@@ -500,7 +510,7 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
             if (relu) v = _mm512_max_ps(v, zero);
             _mm512_storeu_ps(out + (int64_t)r * n_pad + n, v);
         }
-    }
+    });
     return 0;
 }
 #elif defined(__AVX2__) && !defined(INT8_PLAIN)
@@ -556,15 +566,14 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
     if (xq == NULL || row_scale == NULL || sums == NULL) return 1;
     for (int r = 0; r < m; r++) quantize_row(x + r * ldx, k, k4, xq + (int64_t)r * k4, row_scale + r);
     const int items = tile_count(m, n_panels, I8_ROWS_MAX, i8_panels_for);
-#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k / 4)
-    for (int item = 0; item < items; item++) { /* as product_fp16 */
+    PARALLEL_FOR((int64_t)m * n_pad * k / 4, item, items, { /* as product_fp16 */
         const Tile t = tile_of(item, m, n_panels, I8_ROWS_MAX, i8_panels_for);
         const int rows = t.rows, cols = t.cols;
         const int8_t *xr = xq + (int64_t)t.r * k4;
         const int8_t *panel = a->q + t.p * panel_size;
         int32_t *sr = sums + (int64_t)t.r * n_pad + 16 * t.p;
         switch (rows * 16 + cols) { ISHAPES }
-    }
+    });
     const __m256 zero = _mm256_setzero_ps();
     for (int r = 0; r < m; r++) { /* fma(sum, row_scale * q_scale, bias), as the plain path rounds it */
         const __m256 rs = _mm256_set1_ps(row_scale[r]);
@@ -585,8 +594,7 @@ int int8_amx(void) { return 0; }
 /* The plain path: the same int32 sums and the same roundings as the VNNI one, one at a time. */
 static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, float *out, int relu) {
     const int k = a->k, k4 = a->k4, n_pad = a->n_pad;
-#pragma omp parallel for PARALLEL_IF((int64_t)m * n_pad * k)
-    for (int r = 0; r < m; r++) {
+    PARALLEL_FOR((int64_t)m * n_pad * k, r, m, {
         int8_t xq[k4];
         float row_scale;
         quantize_row(x + r * ldx, k, k4, xq, &row_scale);
@@ -602,7 +610,7 @@ static int product_int8(const Affine *a, const float *x, int64_t ldx, int m, flo
                 out[(int64_t)r * n_pad + n] = relu && v < 0.0f ? 0.0f : v;
             }
         }
-    }
+    });
     return 0;
 }
 #endif
@@ -877,8 +885,7 @@ int decoder_step(const Model *model, const Call *call) {
                     memcpy(pending_values + pend, row + 2 * d + hh * hd, sizeof(float) * hd);
                 }
             }
-#pragma omp parallel for PARALLEL_IF((int64_t)M * call->upto * d * 2)
-        for (int bt = 0; bt < M; bt++) {
+        PARALLEL_FOR((int64_t)M * call->upto * d * 2, bt, M, {
             const int b = bt / T, t = bt % T;
             const float *row = wide + (int64_t)bt * ldq;
             int n = (int)(call->lengths[b] + t + 1);
@@ -897,7 +904,7 @@ int decoder_step(const Model *model, const Call *call) {
                 if (pair) weighted_sum2(scores[0], v, scores[1], v + cap * hd, hd, n, hd, out, out + hd);
                 else weighted_sum(scores[0], v, hd, n, hd, out);
             }
-        }
+        });
         failed |= product(&layer->self_out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->self_out.n_pad);
 
@@ -905,8 +912,7 @@ int decoder_step(const Model *model, const Call *call) {
         failed |= affine(&layer->cross_query, x, M, h, wide, 0);
         const int ldc = layer->cross_query.n_pad;
         const int last = l == model->n_layers - 1 && call->weights != NULL;
-#pragma omp parallel for PARALLEL_IF((int64_t)M * S * d * 2)
-        for (int bt = 0; bt < M; bt++) {
+        PARALLEL_FOR((int64_t)M * S * d * 2, bt, M, {
             const int b = bt / T;
             const int64_t row = slot_row(call, b), own = call->cross_rows == NULL ? row : call->cross_rows[row];
             const int64_t cb = call->cross_batch == 1 ? 0 : own;
@@ -934,7 +940,7 @@ int decoder_step(const Model *model, const Call *call) {
                 if (pair) weighted_sum2(scores[0], v, scores[1], v + S * hd, hd, n, hd, out, out + hd);
                 else weighted_sum(scores[0], v, hd, n, hd, out);
             }
-        }
+        });
         failed |= product(&layer->cross_out, attn, d, M, wide, 0);
         add_rows(x, wide, M, d, layer->cross_out.n_pad);
 
@@ -995,8 +1001,7 @@ int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens
         const EncoderLayer *layer = model->encoder_layers + l;
         const int ldq = layer->qkv.n_pad;
         failed |= affine(&layer->qkv, x, M, h, wide, 0);
-#pragma omp parallel for PARALLEL_IF((int64_t)M * len * d * 2)
-        for (int r = 0; r < M; r++) {
+        PARALLEL_FOR((int64_t)M * len * d * 2, r, M, {
             const int b = source_of[r], n = used[b];
             const uint8_t *kept = keep == NULL ? NULL : keep + (int64_t)b * len;
             const float *row = wide + (int64_t)r * ldq;
@@ -1011,7 +1016,7 @@ int encode(const Model *model, int32_t batch, int32_t len, const int64_t *tokens
                 softmax_(scores, n);
                 weighted_sum(scores, keys + d, ldq, n, hd, attn + (int64_t)r * d + hh * hd);
             }
-        }
+        });
         /* the rest of the layer a block of rows at a time, so that the feed-forward's wide rows stay in the
          * core's cache (every row is computed alone: the same in any block) */
         for (int r = 0; r < M && !failed; r += PRODUCT_ROWS) {
