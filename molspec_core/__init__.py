@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
+import sys
 
 # name -> the module that defines it
 _EXPORTS = {
@@ -21,6 +23,15 @@ _EXPORTS = {
 }
 
 __all__ = list(_EXPORTS)
+
+
+def _after_fork_in_child() -> None:
+    if "torch" in sys.modules:  # torch not loaded: no step can hang, and none is imported here
+        importlib.import_module(".threads", __name__).one_thread_after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def __getattr__(name: str) -> object:

@@ -7,6 +7,7 @@ Session 68, a 2-core Intel Xeon with AVX-512, 50 USPTO-MIT queries decoded as th
 thread 7.0 s; idle, the two threads were 1.4x as fast as one (4.5 against 6.3 s). No OpenMP wait policy kept
 both: a passive one made the idle run 2.5x slower, and spin counts of 1,000 and 10,000 (GOMP_SPINCOUNT) still
 left it 1.5x and 5x slower than one thread beside the training run.
+A process forked from one that has computed on several threads computes on one (one_thread_after_fork).
 Imports nothing but torch: the training path (no RDKit) uses it too.
 """
 from __future__ import annotations
@@ -71,3 +72,13 @@ def use_threads(threads: int = 0) -> int:
     count = threads or default_threads(cpus, torch.get_num_threads(), os.environ)
     torch.set_num_threads(count)
     return count
+
+
+def one_thread_after_fork() -> None:
+    """In a process just forked (a process pool's worker, Linux's default start), torch set to one thread. GNU
+    OpenMP's threads, torch's on Linux, do not survive a fork: once the parent had computed on two, the child's first
+    step on several waited for them forever (a pool's workers, loading their own model as the README advises, hung in
+    their first query). One thread a worker is also what a pool of them wants; use_threads(n) in the worker asks for
+    more, which hangs where the parent computed on several. molspec_core runs this in every child it is forked into
+    (os.register_at_fork, in the package's __init__)."""
+    torch.set_num_threads(1)

@@ -1,7 +1,11 @@
 """molspec_core.threads: unless told, one core is left to the rest of the machine (the module's docstring
 has the measurement that made this the default); OMP_NUM_THREADS, where set, is the user's word."""
 import logging
+import os
+import subprocess
+import sys
 
+import pytest
 import torch
 
 from molspec_core.threads import default_threads, use_threads
@@ -93,3 +97,34 @@ def test_a_containers_cpu_limit_bounds_the_cpus_as_its_affinity_does(tmp_path, m
     assert threads.usable_cpus() == 64
     monkeypatch.setattr(threads, "CGROUP", tmp_path / "absent")
     assert threads.usable_cpus() == 64  # no cgroup files (macOS, Windows): the affinity alone
+
+
+FORK_AFTER_TORCH = """
+import os, sys, time
+import molspec_core
+import torch
+torch.set_num_threads(2)
+torch.rand(1_000_000).exp().sum()  # a step on two threads: GNU OpenMP's pool is up
+child = os.fork()
+if child == 0:
+    torch.rand(1_000_000).exp().sum()
+    os._exit(0 if torch.get_num_threads() == 1 else 3)
+deadline = time.monotonic() + 30  # a hang, not a slow step: the step takes milliseconds
+while time.monotonic() < deadline:
+    pid, status = os.waitpid(child, os.WNOHANG)
+    if pid:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(child, 9)
+os.waitpid(child, 0)
+sys.exit(2)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_process_forked_after_a_step_on_several_threads_computes_on_one():
+    """A process pool forked (Linux's default) from a program that had decoded on two threads hung in its workers'
+    first step forever: GNU OpenMP's threads do not survive a fork, and the child waited for them. Each forked
+    child of a program that imported molspec_core computes on one thread (threads.one_thread_after_fork)."""
+    done = subprocess.run([sys.executable, "-c", FORK_AFTER_TORCH], timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, ("the forked child hung" if done.returncode == 2 else done.stderr[-2000:])
