@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "times one writing's time (5 writings, one query at a time on a CPU: 4.4-4.6x, "
                        "tools/decode_cost.py)")
 
-    def time_limit_arg(p: argparse.ArgumentParser, then: str = "it is reported as an error") -> None:
+    def time_limit_arg(p: argparse.ArgumentParser, then: str) -> None:
         p.add_argument("--time-limit", type=seconds_up_to(MAX_TIME_LIMIT_S), default=DEFAULT_TIME_LIMIT_S,
                        help=f"seconds per query before {then} (default %(default)s)")
 
@@ -217,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "for out.csv; out.interrupted.xlsx.csv for out.xlsx, out.interrupted.sdf.csv for out.sdf): their "
                    "records are not predicted again, and a run with other options that shape answers "
                    "(out.interrupted.json) is refused; without such a file the run starts at the first record")
-    time_limit_arg(p)
+    time_limit_arg(p, "it is stopped: the answers it had found are kept, those unfinished marked (stopped at the "
+                   "time limit), and its error column says so; one stopped before any answer is counted apart from "
+                   "those rejected")
     # an empty name ("$FWD" unset) named no model, and the answers were written without their round trip
     p.add_argument("--round-trip", metavar="FORWARD_MODEL", type=file_name("forward", folder=True),
                    help="retrosynthesis: check every sane answer with this forward model (e.g. forward): round_trip "

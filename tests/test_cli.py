@@ -1187,6 +1187,16 @@ def test_the_draft_knobs_helps_say_that_calibrate_refuses_them(capsys, no_model_
                    "leave out --draft-len and --n-drafts")
 
 
+def test_predict_time_limit_help_says_what_a_stopped_query_keeps():
+    """predict --time-limit said 'seconds per query before it is reported as an error': a query the limit stops keeps
+    the answers it had found (marked), and one stopped before any is counted apart from those rejected (f958a16)."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    text = " ".join(next(a for a in commands["predict"]._actions if a.dest == "time_limit").help.split())
+    assert "reported as an error" not in text and "the answers it had found are kept" in text
+    assert "counted apart from those rejected" in text
+
+
 def test_bench_batch_size_help_says_how_its_batches_are_cut():
     """bench's --batch-size said its batches were cut from queries of like length, as predict's are; bench cuts them
     in file order unless --by-length."""
