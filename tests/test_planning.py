@@ -1392,32 +1392,42 @@ def test_routes_page_says_its_decoding_is_its_own_whatever_the_sidebar_shows(tmp
     assert "whatever task and method the sidebar shows" in caption
 
 
-def test_a_route_with_one_intermediate_in_two_branches_keeps_each_branchs_reaction_and_counts_a_shared_one_once():
-    """Found by review: to_route kept one reaction per molecule, so where two branches made an intermediate two ways
-    the route shown was not the route found; and a reaction two branches shared was listed (and counted in n_steps)
-    twice while the route's score counted it once."""
+def _step(product: str, reactants: list[str], score: float) -> SingleProductReaction:
+    return SingleProductReaction(product=Molecule(product), reactants=Bag(Molecule(r) for r in reactants),
+                                 metadata={"score": score, "model_rank": 1})
+
+
+# A route's shape: target T from P and M, P from Q and M, Q from C; M made one way (from CC=O) in T's branch and, in
+# P's, that way or another (from CCBr and O)
+TWO_BRANCHES = {"T": "CCOC(=O)CCC(=O)OCC", "P": "CCOC(=O)CCC(=O)O", "Q": "O=C(O)CCC(=O)O", "M": "CCO"}
+M_ONE_WAY, M_ANOTHER = _step("CCO", ["CC=O"], -0.5), _step("CCO", ["CCBr", "O"], -2.0)
+
+
+def two_branch_route(m_in_branch_two: SingleProductReaction):
+    """TWO_BRANCHES's route (its synthesis graph and its Route), M made in P's branch by `m_in_branch_two`."""
     from syntheseus.search.graph.route import SynthesisGraph
 
     from molspec_core.planning import to_route
 
-    def step(product: str, reactants: list[str], score: float) -> SingleProductReaction:
-        return SingleProductReaction(product=Molecule(product), reactants=Bag(Molecule(r) for r in reactants),
-                                     metadata={"score": score, "model_rank": 1})
-
-    # The shape only matters here: target T from P and M, P from Q and M, M two ways or one.
-    target, p, q, m = "CCOC(=O)CCC(=O)OCC", "CCOC(=O)CCC(=O)O", "O=C(O)CCC(=O)O", "CCO"
+    target, p, q, m = (TWO_BRANCHES[name] for name in "TPQM")
     stock = Stock(["CC=O", "CCBr", "O", "C"])
-    first, second, third = step(target, [p, m], -0.1), step(p, [q, m], -0.2), step(q, ["C"], -0.3)
-    m_one_way, m_another = step(m, ["CC=O"], -0.5), step(m, ["CCBr", "O"], -2.0)
-    for m_in_branch_two, made_by in ((m_one_way, ["CC=O"]), (m_another, ["CC=O", "CCBr.O"])):
-        graph = SynthesisGraph(root_node=first)
-        for parent, child in ((first, second), (first, m_one_way), (second, third), (second, m_in_branch_two)):
-            graph._graph.add_edge(parent, child)
-        route = to_route(graph, stock)
+    first, second, third = _step(target, [p, m], -0.1), _step(p, [q, m], -0.2), _step(q, ["C"], -0.3)
+    graph = SynthesisGraph(root_node=first)
+    for parent, child in ((first, second), (first, M_ONE_WAY), (second, third), (second, m_in_branch_two)):
+        graph._graph.add_edge(parent, child)
+    return graph, to_route(graph, stock)
+
+
+def test_a_route_with_one_intermediate_in_two_branches_keeps_each_branchs_reaction_and_counts_a_shared_one_once():
+    """Found by review: to_route kept one reaction per molecule, so where two branches made an intermediate two ways
+    the route shown was not the route found; and a reaction two branches shared was listed (and counted in n_steps)
+    twice while the route's score counted it once."""
+    for m_in_branch_two, made_by in ((M_ONE_WAY, ["CC=O"]), (M_ANOTHER, ["CC=O", "CCBr.O"])):
+        graph, route = two_branch_route(m_in_branch_two)
         steps = [s for _, s in route.steps()]
         assert route.n_steps == len(set(graph.nodes())) == len(steps)
         assert route.score == pytest.approx(sum(s.score for s in steps))
-        assert [".".join(r.smiles for r in s.reactants) for s in steps if s.product == m] == made_by
+        assert [".".join(r.smiles for r in s.reactants) for s in steps if s.product == TWO_BRANCHES["M"]] == made_by
 
 
 def test_a_stock_from_standard_input_is_named_so(monkeypatch):

@@ -712,3 +712,28 @@ def test_a_stop_pressed_as_the_search_reads_out_its_routes_keeps_them(tmp_path, 
     assert at.expander and at.expander[0].label.startswith("Route 1")
     result = at.session_state["routes"].result
     assert result.target == "NCCO" and result.stats.stopped_by is None
+
+
+def test_an_intermediate_two_branches_make_two_ways_is_badged_with_the_step_that_makes_it_there(tmp_path,
+                                                                                                  monkeypatch):
+    """Where two branches of a route made one intermediate two ways, each reactant's badge named the step listed last
+    that makes that molecule: ethanol in the target's step, made from acetaldehyde in step 2, read 'made in step 4',
+    the step making it from bromoethane and water for the other branch."""
+    from test_planning import M_ANOTHER, TWO_BRANCHES, two_branch_route
+
+    _, route = two_branch_route(M_ANOTHER)
+    result = planning.PlanResult(route.target.smiles, (route,), planning.SearchStats("retro*", 1.0, 2.0, 1, 9),
+                                 "retro", None, "table", 4)
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    monkeypatch.setattr(planning, "plan", lambda *args, **kwargs: result)
+    at = find_routes(at, "NCCO")
+    assert not at.exception
+    steps = [c.value.replace("\\", "") for c in at.expander[0].caption if c.value.startswith("Step ")]
+    assert [step.split("  \n")[1] for step in steps] == [
+        f"{TWO_BRANCHES['T']} is made from CCO + {TWO_BRANCHES['P']}", "CCO is made from CC=O",
+        f"{TWO_BRANCHES['P']} is made from CCO + {TWO_BRANCHES['Q']}", "CCO is made from CCBr + O",
+        f"{TWO_BRANCHES['Q']} is made from C"]
+    badges = [m.value for m in at.expander[0].markdown if "made in step" in m.value]
+    assert [re.search(r"made in step \d", badge)[0] for badge in badges] == ["made in step 2", "made in step 3",
+                                                                             "made in step 4", "made in step 5"]

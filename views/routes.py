@@ -300,16 +300,19 @@ def unfinished_message(target: str, routes_shown: bool) -> str:
 # ---- results ------------------------------------------------------------------------------------
 
 
-def stock_badge(molecule: RouteMolecule, step_of: dict[str, int]) -> None:
+def stock_badge(molecule: RouteMolecule, step_of: dict[RouteStep, int]) -> None:
+    """In stock, or the number of the step that makes the molecule where it stands (its made_by: two branches may
+    make one intermediate two ways, and a badge keyed by the molecule named the same step for both)."""
     if molecule.in_stock:
         st.badge("In stock", color="green", icon=":material/check:")
-    elif molecule.smiles in step_of:
-        st.badge(f"Not in stock: made in step {step_of[molecule.smiles]}", color="orange")
+    elif molecule.made_by in step_of:
+        st.badge(f"Not in stock: made in step {step_of[molecule.made_by]}", color="orange")
     else:
         st.badge("Not in stock", color="orange")
 
 
-def show_molecule(molecule: RouteMolecule, step_of: dict[str, int], colours: dict[int, str] | None = None) -> None:
+def show_molecule(molecule: RouteMolecule, step_of: dict[RouteStep, int],
+                  colours: dict[int, str] | None = None) -> None:
     svg = depict.smiles_svg(molecule.smiles, *MOLECULE_SIZE, colours)
     if svg:
         st.image(svg, alt=depict.structure_alt(molecule.smiles, colours))
@@ -349,7 +352,7 @@ def made_from(step: RouteStep) -> str:
 
 def show_route(rank: int, route: Route) -> None:
     steps = route.steps()
-    step_of = {step.product: number for number, (_, step) in enumerate(steps, start=1)}
+    step_of = {step: number for number, (_, step) in enumerate(steps, start=1)}  # steps() lists each once
     flagged = sum(bool(step.stereo) for _, step in steps)
     title = (f"Route {rank}: {common.counted(route.n_steps, 'step')}, "
              f"probability {common.format_probability(route.score)}"
