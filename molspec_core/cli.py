@@ -979,7 +979,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             log.warning("--resume: %s differ from the stopped run's: the %s it holds were decoded so, the rest with "
                         "this run's (the report's \"resumed\" keeps the stopped run's)", "; ".join(changed),
                         queries(earlier["n"]))
-        log.warning("--resume: %d of %s kept from %s; decoding the rest", earlier["n"], queries(len(sources)), out)
+        log.warning("--resume: %s of %s kept from %s; decoding the rest", f"{earlier['n']:,}", queries(len(sources)),
+                    out)
 
     def resumed(report: dict) -> dict:
         """The report described, with, for a run resumed, the queries kept and what the stopped run may have decoded
@@ -1006,9 +1007,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                     written = getattr(exc, "kept_as", None)
             show_report(partial)
             left_out = partial["partial"]["decoded_left_out"]
-            log.warning("stopped after %d of %s: their report, marked partial, is %s%s%s", partial["n"],
+            log.warning("stopped after %s of %s: their report, marked partial, is %s%s%s", f"{partial['n']:,}",
                         queries(len(sources)), f"in {written}" if written else "above",
-                        f" ({left_out} more decoded, after a query that was not, are left out: a report is of the "
+                        f" ({left_out:,} more decoded, after a query that was not, are left out: a report is of the "
                         "first queries)" if left_out else "",
                         "; the same command with --resume goes on from there" if out and written == out else "")
         raise  # the boundary's line and exit code follow
@@ -1221,7 +1222,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     source = f" ({a['src']})" if a.get("src") else ""
     if "cut" in table:  # a stopped run beside a whole one: the whole one's first queries, which its files still give
         other = "b" if table["cut"] == "a" else "a"
-        source += (f"; {table['cut']} cut to its first {table['n']} of {queries(table['of_n'])}, those of {other}, "
+        source += (f"; {table['cut']} cut to its first {table['n']:,} of {queries(table['of_n'])}, those of {other}, "
                    "as its --src and --tgt give them")
     print(f"{queries(table['n'])}{source}; right only with a / only with b, exact McNemar p")
     for order in ORDERS:
