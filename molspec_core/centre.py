@@ -1,21 +1,23 @@
 """Where a reaction happens: the atoms whose bonds change between reactants and product.
 
-The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone: each product atom is
-traced to a reactant by the largest substructure the two share (RDKit's maximum common substructure, elements
-matched, any bond order), the reactant with the largest share first (an aromatic atom laid on one out of an aromatic
-ring counted half: a solvent's benzene is no source of a ring the reaction made), then the next on the product atoms
-still untraced (or a second piece of a reactant laid: one cut in two, as by an ozonolysis, or rearranged, or split
-by an atom put into one of its bonds, as a Baeyer-Villiger's oxygen or a Curtius's nitrogen); then bond by bond from
-traced atoms into their reactants' untraced neighbours, and once more by shared substructures with ring atoms free
-to match chain atoms (an atom that joined or left a ring: a lactam closed, an epoxide or a phthalimide opened, a
-Diels-Alder adduct). A heteroatom between two carbons is then the one whose carbon keeps it, as chemistry has it (an
-ester's oxygen is the alcohol's or the phenol's, and the acid's OH leaves; an aryl ether's is the phenol's). A
-product atom is in the centre where one of its bonds joins atoms of two reactants, joins a traced atom to an
-untraced one, or has no bond of the same order between the reactant's atoms, or is a double bond whose geometry (E
-or Z) is the other of its reactant bond's; or where its hydrogen count or charge differs from its reactant atom's,
-or it is a stereocentre whose configuration is the other of its reactant atom's (an epimer, a Mitsunobu inversion).
-Reactant atoms that do not reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants that
-share fewer than two atoms with the product (solvents, bases, catalysts) are left out.
+The model writes SMILES, not an atom map, so the centre is estimated from the molecules alone. A product molecule
+that is one reactant rearranged by a [3,3] sigmatropic shift (a Claisen or Cope rearrangement) is traced along the
+shift; otherwise each product atom is traced to a reactant by the largest substructure the two share (RDKit's maximum
+common substructure, elements matched, any bond order), the reactant with the largest share first (an aromatic atom
+laid on one out of an aromatic ring counted half: a solvent's benzene is no source of a ring the reaction made), then
+the next on the product atoms still untraced (or a second piece of a reactant laid: one cut in two, as by an
+ozonolysis, or rearranged, or split by an atom put into one of its bonds, as a Baeyer-Villiger's oxygen or a
+Curtius's nitrogen); then bond by bond from traced atoms into their reactants' untraced neighbours, and once more by
+shared substructures with ring atoms free to match chain atoms (an atom that joined or left a ring: a lactam closed,
+an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between two carbons is then the one whose
+carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the phenol's, and the acid's OH leaves;
+an aryl ether's is the phenol's). A product atom is in the centre where one of its bonds joins atoms of two
+reactants, joins a traced atom to an untraced one, or has no bond of the same order between the reactant's atoms, or
+is a double bond whose geometry (E or Z) is the other of its reactant bond's; or where its hydrogen count or charge
+differs from its reactant atom's, or it is a stereocentre whose configuration is the other of its reactant atom's (an
+epimer, a Mitsunobu inversion). Reactant atoms that do not reach the product leave (a chloride, a Boc group, a
+boronic acid's boron). Reactants that share fewer than two atoms with the product (solvents, bases, catalysts) are
+left out.
 
 It is an estimate: symmetric atoms can be traced to the wrong twin, and a product whose atoms are mostly
 untraced gets no centre at all (None) rather than a misleading one. The app marks it on the answers.
@@ -158,6 +160,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     molecules = Chem.GetMolFrags(reactants_mol, asMols=True, fragsMolAtomMapping=whole)
     owner: dict[int, tuple[int, int]] = {}  # product atom -> (reactant, its atom there)
     unused, started = set(range(len(molecules))), time.monotonic()
+    _trace_sigmatropic(product_mol, molecules, owner, unused)
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=True)
     # A ring made or broken: a diene whose chain became a ring's atoms shares none with the product, ring for ring.
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=False)
@@ -227,6 +230,80 @@ def _trace_by_mcs(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dic
             ties = sorted(ties, key=lambda pair: _left_over(product, molecules, owner, unused, started, rings_apart,
                                                             k, pair))
         _lay(product, molecules, owner, unused, k, ties[0])
+
+
+# A [3,3] sigmatropic shift's six atoms, 1=2-3-4-5=6 (a double bond or an arene's at each end): the bond 3-4 breaks and
+# 1-6 is made, the double bonds move to 2=3 and 4=5. The Claisen rearrangement (an allyl vinyl or aryl ether), the
+# Cope and oxy-Cope rearrangements, the aza-Claisen, the Overman.
+SIGMATROPIC_33 = Chem.MolFromSmarts("[*]=,:[*]-[*]-[*]-[*]=,:[*]")
+MAX_SHIFTS = 64  # places in one reactant a [3,3] shift is tried (its 1,5-dienes and allyl ethers)
+
+
+def _trace_sigmatropic(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],
+                       unused: set[int]) -> None:
+    """Trace a product molecule that is one reactant rearranged by a [3,3] sigmatropic shift atom for atom along the
+    shift: its skeleton (atoms by element, bonds of any order) is the reactant's with one shift's bond 3-4 moved to
+    1-6 (SIGMATROPIC_33), and not the reactant's own. Traced by shared substructures instead, the allyl group of an
+    allyl phenyl ether's Claisen rearrangement kept its double bond where it was, as if its CH2 had moved from the
+    oxygen to the ring carbon beside (a [1,3] shift, which orbital symmetry forbids a carbon: Woodward and Hoffmann),
+    and an oxy-Cope's aldehyde oxygen was drawn as from nowhere, the alcohol's as leaving. Of the ways to lay the
+    product on the shifted reactant (a phenyl's two ortho carbons), the one that changes the fewest atoms' hydrogens
+    or charge, then the fewest bonds' orders."""
+    for atoms, piece in zip(Chem.GetMolFrags(product), Chem.GetMolFrags(product, asMols=True)):
+        target = _skeleton(piece)
+        if any(_alike_in_size(piece, molecules[k]) and _skeleton(molecules[k]).HasSubstructMatch(target)
+               for k in unused):
+            continue  # a reactant that is the product's skeleton already (an allylphenol hydrogenated beside its ether)
+        for k in sorted(unused):
+            mapping = _shifted_onto(piece, target, molecules[k])
+            if mapping is not None:
+                owner.update((atoms[p], (k, r)) for p, r in enumerate(mapping))
+                unused.discard(k)
+                break
+
+
+def _alike_in_size(piece: Chem.Mol, reactant: Chem.Mol) -> bool:
+    """Whether two molecules have the same atoms by element and as many bonds (a rearrangement keeps both)."""
+    def elements(mol: Chem.Mol) -> Counter[int]:
+        return Counter(atom.GetAtomicNum() for atom in mol.GetAtoms())
+
+    return piece.GetNumBonds() == reactant.GetNumBonds() and elements(piece) == elements(reactant)
+
+
+def _shifted_onto(piece: Chem.Mol, target: Chem.Mol, reactant: Chem.Mol) -> tuple[int, ...] | None:
+    """For each atom of `piece` (one product molecule; `target` its _skeleton), the reactant atom it is by a [3,3]
+    shift of `reactant`, or None where no shift makes its skeleton."""
+    if not _alike_in_size(piece, reactant):
+        return None
+    before = _skeleton(reactant)
+    costs: dict[tuple[int, ...], tuple[int, int]] = {}
+    for one, _, three, four, _, six in reactant.GetSubstructMatches(SIGMATROPIC_33, maxMatches=MAX_SHIFTS):
+        if reactant.GetBondBetweenAtoms(one, six) is not None:
+            continue
+        shifted = Chem.RWMol(before)
+        shifted.RemoveBond(three, four)
+        shifted.AddBond(one, six, Chem.BondType.SINGLE)
+        Chem.FastFindRings(shifted)
+        for mapping in shifted.GetSubstructMatches(target, uniquify=False, maxMatches=MAX_PLACEMENTS):
+            costs[mapping] = (sum(_atom_changed(atom, reactant.GetAtomWithIdx(mapping[atom.GetIdx()]))
+                                  for atom in piece.GetAtoms()),
+                              sum(_bond_changed(bond, [(0, mapping[bond.GetBeginAtomIdx()]),
+                                                       (0, mapping[bond.GetEndAtomIdx()])], (reactant,))
+                                  for bond in piece.GetBonds()))
+    return min(costs, key=costs.__getitem__) if costs else None
+
+
+def _skeleton(mol: Chem.Mol) -> Chem.Mol:
+    """A molecule's atoms by element alone and its bonds all single: what two molecules share whose bonds' orders and
+    hydrogens a rearrangement moved."""
+    bare = Chem.RWMol()
+    for atom in mol.GetAtoms():
+        bare.AddAtom(Chem.Atom(atom.GetAtomicNum()))
+    for bond in mol.GetBonds():
+        bare.AddBond(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), Chem.BondType.SINGLE)
+    bare.UpdatePropertyCache(strict=False)
+    Chem.FastFindRings(bare)
+    return bare
 
 
 def _second_piece(part: Chem.Mol, kept: list[int], product: Chem.Mol, reactant: Chem.Mol,

@@ -145,13 +145,37 @@ def test_a_rearrangement_or_an_inserted_atom_keeps_the_migrating_groups_reactant
     # ozonolysis: the alkene is cut in two; each carbonyl's oxygen is the ozone's, whose middle oxygen leaves (the
     # acetone was traced to nothing, its carbons drawn as leaving, its methyls as the centre)
     ("CC(C)=CCc1ccccc1.[O-][O+]=O", "CC(C)=O.O=CCc1ccccc1", {1, 3, 4, 5}, {12}),
-    # Claisen rearrangement: the allyl group moves from the oxygen to the ring (it was drawn as leaving)
-    ("C=CCOc1ccccc1", "C=CCc1ccccc1O", {2, 3, 9}, set()),
+    # Fries rearrangement: the acyl group moves from the oxygen to the ring (the Claisen's allyl was drawn as leaving
+    # so, before a [3,3] shift traced it: below)
+    ("CC(=O)Oc1ccccc1", "CC(=O)c1ccccc1O", {1, 3, 9}, set()),
 ])
 def test_a_reactant_cut_in_two_or_rearranged_gives_both_pieces(reactants, product, centre, leaving):
     found = reaction_centre(reactants, product)
     assert found is not None and found.traced == found.atoms
     assert (found.product_atoms, found.leaving_atoms) == (centre, leaving)
+
+
+@pytest.mark.parametrize("reactants, product, centre, reactant_centre", [
+    # Claisen rearrangement (in N,N-dimethylaniline): the allyl's far end joins the ring, its double bond moves, the
+    # oxygen takes the ring carbon's hydrogen. The allyl was laid as it stood, as if its OCH2 had moved to the ring:
+    # the alkene unmarked, the ring's CH2 marked.
+    ("C=CCOc1ccccc1.CN(C)c1ccccc1", "C=CCc1ccccc1O", {0, 1, 2, 3, 9}, {0, 1, 2, 3, 5}),
+    # aliphatic Claisen: allyl vinyl ether to pent-4-enal
+    ("C=CCOC=C", "C=CCCC=O", {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5}),
+    # anionic oxy-Cope: every atom of hexa-1,5-dien-3-ol (the aldehyde's oxygen was drawn as from nowhere, the
+    # alcohol's as leaving)
+    ("C=CC(O)CC=C.[H-].[K+]", "C=CCCCC=O", set(range(7)), set(range(7))),
+    # Cope rearrangement: 3-methylhexa-1,5-diene to hepta-1,5-diene; the methyl is no part of it
+    ("C=CC(C)CC=C", "C=CCCC=CC", set(range(6)), {0, 1, 2, 4, 5, 6}),
+    # Overman rearrangement: the imidate's nitrogen takes the allyl's far end
+    ("ClC(Cl)(Cl)C(=N)OCC=C", "ClC(Cl)(Cl)C(=O)NCC=C", {4, 5, 6, 7, 8, 9}, {4, 5, 6, 7, 8, 9}),
+    # no shift where the skeleton is the reactant's own: a 1,5-diene hydrogenated
+    ("C=CCCC=C.[H][H]", "CCCCCC", {0, 1, 4, 5}, {0, 1, 4, 5}),
+])
+def test_a_sigmatropic_rearrangement_is_traced_along_its_shift(reactants, product, centre, reactant_centre):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms and not found.leaving_atoms
+    assert (found.product_atoms, found.reactant_atoms) == (centre, reactant_centre)
 
 
 def test_a_curtius_with_diphenylphosphoryl_azide_keeps_the_acids_carbonyl():
