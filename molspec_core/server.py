@@ -101,6 +101,12 @@ OUT_OF_MEMORY_ADVICE = ("out of memory; send fewer queries, or a smaller n_best,
 # a client's text in the log, its control characters (C0, DEL, C1) written as \xNN: a terminal does not act on them
 CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
 LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
+# A request on loopback addressed to another host (DNS rebinding's, or a reverse proxy's passing its client's Host on:
+# Caddy's and Traefik's default), in JSON; `host` is the name refused, quoted
+NOT_LOOPBACK = ("this server listens on loopback and answers requests addressed to localhost or a loopback address "
+                "only, not to {host} (a web page could reach it so, by DNS rebinding); a reverse proxy in front of it "
+                "must send Host: localhost (nginx does by default; Caddy and Traefik pass the client's Host on unless "
+                "told not to)")
 DIGITS = re.compile(r"[0-9]{1,20}")
 HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk's size
 MAX_REQUEST_LINE = 65536  # bytes, as the standard library reads a request line (longer: 414)
@@ -873,7 +879,7 @@ class Handler(BaseHTTPRequestHandler):
             return True
         self.close_connection = True
         self.unread_body = self._carries_body()
-        self._send(HTTPStatus.FORBIDDEN, {"error": "this server answers requests to localhost only"})
+        self._send(HTTPStatus.FORBIDDEN, {"error": NOT_LOOPBACK.format(host=repr(name[:80]))})
         return False
 
     def _send(self, status: HTTPStatus, payload: dict, headers: Mapping[str, str] | None = None) -> None:

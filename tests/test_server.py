@@ -337,7 +337,7 @@ def test_the_transport_is_checked_before_any_work(address):
     assert call(address, "POST", "/predict", raw=body, headers={"Content-Encoding": "identity"})[0] == 200
     # a web page reaching loopback through a name it controls (DNS rebinding) sends that name as its Host
     status, payload = call(address, "POST", "/predict", raw=body, headers={"Host": "evil.example:80"})
-    assert status == 403 and "localhost only" in payload["error"]
+    assert status == 403 and "localhost or a loopback address only, not to 'evil.example'" in payload["error"]
     assert call(address, "GET", "/models", headers={"Host": "evil.example"})[0] == 403
     assert call(address, "GET", "/health", headers={"Host": f"localhost:{address[1]}"})[0] == 200
     assert call(address, "GET", "/health", headers={"Host": f"[::1]:{address[1]}"})[0] == 200
@@ -348,6 +348,16 @@ def test_the_transport_is_checked_before_any_work(address):
     assert response.status == 405 and response.getheader("Access-Control-Allow-Origin") is None
     connection.close()
     assert call(address, "GET", "/predict")[0] == 405
+
+
+def test_a_request_refused_for_its_host_names_it_and_tells_a_reverse_proxy_what_to_send(address):
+    """Caddy and Traefik pass the client's Host on to the server behind them, by default: every request through them
+    got 403 'this server answers requests to localhost only', naming neither the host refused nor how to get past."""
+    status, payload = call(address, "GET", "/health", headers={"Host": "api.example.com", "X-Forwarded-Proto": "https"})
+    assert (status, payload) == (403, {"error": server.NOT_LOOPBACK.format(host="'api.example.com'")})
+    assert "Host: localhost" in payload["error"] and "reverse proxy" in payload["error"]
+    status, payload = call(address, "GET", "http://lab.example:8000/health")  # an absolute target names its host
+    assert status == 403 and "not to 'lab.example' " in payload["error"]
     assert call(address, "GET", "/nothing")[0] == 404
     assert call(address, "POST", "/elsewhere", {"smiles": AMIDE})[0] == 404
 
