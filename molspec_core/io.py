@@ -1011,8 +1011,12 @@ def _check_rows(n_rows: int) -> None:
 # ---- writing ------------------------------------------------------------------------------------
 
 
-# the column a run with known answers adds after RESULT_COLUMNS (known.MATCHES_KNOWN)
-ADDED_COLUMNS = ("matches_known",)
+# What the app's files of answers (the Batch page's, the Predict page's) end with, after every other column: the model
+# that gave them, its folder's name and its weights' fingerprint (service.Predictor.weights, as evaluate's and bench's
+# reports record it). A file sent on said which answers and not which model gave them (with_model).
+MODEL_COLUMNS = ("model_folder", "model_weights")
+# the columns a run may add after RESULT_COLUMNS: known.MATCHES_KNOWN where it has known answers, and MODEL_COLUMNS
+ADDED_COLUMNS = ("matches_known", *MODEL_COLUMNS)
 
 
 def output_header(input_columns: Iterable[str]) -> list[str]:
@@ -1032,6 +1036,15 @@ def output_header(input_columns: Iterable[str]) -> list[str]:
 
 def _header_key(name: str) -> str:
     return name.strip().casefold()
+
+
+def with_model(header: Sequence[str], rows: Iterable[Sequence[object]],
+               models: Iterable[tuple[str, str]]) -> tuple[list[str], list[list[object]]]:
+    """`header` and `rows` with MODEL_COLUMNS after every other column, each row's cells from `models` in turn (the
+    model folder's name and its weights' fingerprint; itertools.repeat for one model's rows). Added last, they move
+    no column a reader finds by its place, and nothing reads them back: a file with them or without is read alike
+    (uploaded again, they are input columns, renamed input_model_folder and input_model_weights by output_header)."""
+    return [*header, *MODEL_COLUMNS], [[*row, *model] for row, model in zip(rows, models)]
 
 
 def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int | None = None,

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .boundary import as_memory_error
-from .calibration import Calibration, kind_of, load as load_calibration
+from .calibration import Calibration, kind_of, load as load_calibration, weights_fingerprint
 from .chem import (ION_WRITINGS, MAX_QUERY_CHARS, ChemError, answer_concerns, canonical, canonical_fragments,
                    canonical_or_none, holds_carbon, CXSMILES, in_ion_writing, inchi_alone, main_molecule,
                    markup_refusal, reaction_sides, product_alone, rinchi_refusal, salts_as_ions, smarts_refusal,
@@ -725,9 +725,13 @@ class Predictor:
     program's other threads lose their own RDKit messages while a call runs too; a program that needs every one of
     them calls the engine from a process of its own."""
 
-    def __init__(self, model, vocab, config: dict, device: torch.device, path: Path, draft_model=None):
+    def __init__(self, model, vocab, config: dict, device: torch.device, path: Path, draft_model=None,
+                 weights: str = ""):
         self.model, self.vocab, self.config, self.device, self.path = model, vocab, config, device, path
         self.draft_model = draft_model  # small model in <model>/draft/, for spec-sample-draft
+        # the fingerprint of the weights loaded (calibration.weights_fingerprint), taken as they load: a folder
+        # rewritten since (a training run's export/) names other weights; "" where the model was not loaded by load
+        self.weights = weights
         self.task: str = config.get("task", "forward")
         self._calibrations: dict[tuple[str, int], Calibration | None] = {}  # by (kind, writings); loaded when asked
         self._graph_turns = threading.Lock()  # the graphs engine's decodes, one at a time (_turn)
@@ -839,7 +843,7 @@ class Predictor:
                 draft_model.use_cuda_graphs()
             elif model.numpy_step is not None:
                 draft_model.use_numpy_step(True)
-        return cls(model, vocab, config, resolved, path, draft_model)
+        return cls(model, vocab, config, resolved, path, draft_model, weights_fingerprint(path))
 
     # ---- input -------------------------------------------------------------------------------
 

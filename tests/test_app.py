@@ -652,7 +652,8 @@ def test_a_recorded_reaction_comes_back_whole_from_the_history_and_its_outcome_i
         data = history_download(at, excel)
         exported = (pd.read_excel(io.BytesIO(data), dtype=str).fillna("") if excel else
                     pd.read_csv(io.BytesIO(data), keep_default_na=False, dtype=str))
-        assert exported.columns[0] == "recorded_products" and exported.columns[-1] == "matches_known"
+        assert exported.columns[0] == "recorded_products"  # matches_known ends the rows, before the model's columns
+        assert list(exported.columns[-3:]) == ["matches_known", "model_folder", "model_weights"]
         firsts = exported.drop_duplicates("row")
         assert firsts["recorded_products"].tolist() == ["CC(=O)NCc1ccccc1", "CCCCCCCC", ""]
         assert firsts["matches_known"].tolist() == ["True", "False", ""]  # the third has no known answer: no mark

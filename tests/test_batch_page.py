@@ -914,7 +914,36 @@ def test_the_results_csv_is_written_once_and_goes_with_the_page(copy_models, mon
     at.run()  # the page drawn again, as a click in the sidebar draws it
     assert_clean(at)
     assert written == []
-    assert offered["Download CSV"] == safe_csv(at.session_state[BATCH].table)  # bytes, not a callable made on click
+    batch = at.session_state[BATCH]
+    assert offered["Download CSV"] == safe_csv(batch.table, batch.model)  # bytes, not a callable made on click
+
+
+def test_a_batchs_downloads_name_the_model_that_gave_them(copy_models, monkeypatch):
+    """The CSV, SD file and workbook said which answers and nothing of which model gave them: a file sent to a
+    colleague could not be told from another model's. Each ends with the model's folder and its weights' fingerprint
+    (io.MODEL_COLUMNS), after the columns it had, in their order."""
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.chem import sd_records
+    from molspec_core.io import MODEL_COLUMNS
+    from views.batch import results_sdf, results_workbook
+
+    at = batch_page(monkeypatch, copy_models)
+    at.file_uploader[0].set_value(("ids.csv", b"id,smiles,model_folder\nA,Oc1ccncc1,mine\nB,xyz,mine\n", "text/csv"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    batch = at.session_state[BATCH]
+    model = ("forward", weights_fingerprint(copy_models / "forward"))
+    assert batch.model == model and len(model[1]) == 64
+    exported = pd.read_csv(io.BytesIO(batch.csv), keep_default_na=False, dtype=str)
+    before = pd.read_csv(io.BytesIO(safe_csv(batch.table)), keep_default_na=False, dtype=str)  # the CLI's columns
+    assert list(exported.columns) == [*before.columns, *MODEL_COLUMNS]
+    assert before.columns[1] == "input_model_folder"  # the file's own column of that name keeps its cells apart
+    pd.testing.assert_frame_equal(exported[list(before.columns)], before)
+    assert set(zip(exported["model_folder"], exported["model_weights"])) == {model}  # a rejected row's too
+    records = sd_records(results_sdf(batch.table, batch.model).decode())
+    assert {(r.fields["model_folder"], r.fields["model_weights"]) for r in records} == {model}
+    sheet = pd.read_excel(io.BytesIO(results_workbook(batch.table, batch.model)), dtype=str)
+    assert list(sheet.columns[-2:]) == list(MODEL_COLUMNS) and set(sheet["model_weights"]) == {model[1]}
 
 
 def test_a_run_that_ends_on_its_own_leaves_no_watcher_to_draw_the_page_again(copy_models, monkeypatch):

@@ -916,3 +916,36 @@ def test_different_answers_of_a_pair_that_may_differ_are_no_warning(copy_models,
         assert "returned different answers" not in texts(at.warning)
         assert "The two decoders returned different answers, as this pair may:" in texts(at.caption)
         assert expected in texts(at.caption)
+
+
+def test_the_answers_files_name_the_model_that_gave_them(copy_models, monkeypatch):
+    """The answers' CSV, SD file and workbook, and the session's file, said nothing of the model's weights (the
+    answers' files not even of its folder): a file sent to a colleague could not be told from another model's. Each
+    ends with the model's folder and its weights' fingerprint (io.MODEL_COLUMNS), after the columns it had."""
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.chem import sd_records
+    from molspec_core.io import MODEL_COLUMNS, output_header
+
+    offered = {}
+    real_button = st.download_button
+
+    def recording(label, data, **kwargs):
+        offered[label] = data() if callable(data) else data
+        return real_button(label, data, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", recording)
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "Oc1ccncc1")
+    predict(at, "Clc1ccncc1")
+    assert_clean(at)
+    model = ["forward", weights_fingerprint(copy_models / "forward")]
+    answers = pd.read_csv(io.BytesIO(offered["Download answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert list(answers.columns) == [*output_header(()), *MODEL_COLUMNS]
+    assert answers[list(MODEL_COLUMNS)].drop_duplicates().values.tolist() == [model]
+    fields = sd_records(offered["Download structures (SDF)"].decode())[0].fields
+    assert [fields["model_folder"], fields["model_weights"]] == model
+    sheet = pd.read_excel(io.BytesIO(offered["Download answers (Excel)"]), dtype=str)
+    assert list(sheet.columns[-2:]) == list(MODEL_COLUMNS) and sheet["model_weights"][0] == model[1]
+    session = pd.read_csv(io.BytesIO(offered["Download all answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert list(session.columns) == [*output_header(("model",)), *MODEL_COLUMNS]  # its model column stays in front
+    assert session[list(MODEL_COLUMNS)].drop_duplicates().values.tolist() == [model] and session["row"].nunique() == 2

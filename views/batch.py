@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              RESULT_TYPES, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError,
                              QueryFile, csv_bytes, output_header, parse_upload, query_column, query_columns,
                              query_format, refuse_unnamed_results, result_rows, row_list, sd_bytes, several_molecules,
-                             several_molecules_note, workbook_bytes)
+                             several_molecules_note, with_model, workbook_bytes)
 from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, recorded_side,
                                  with_recorded)
 from molspec_core.roundtrip import check_round_trip
@@ -139,6 +140,7 @@ class Run:
     unanswered: list[int] = field(default_factory=list)  # those the time limit stopped before any answer: not refused
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     round_trip_failed: str = ""
+    weights: str = ""  # the fingerprint of the model's weights that predicted its rows (Predictor.weights)
     owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
     running: object = None  # the token of the script run predicting its rows now (predict_rows), or None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -187,10 +189,16 @@ class BatchResult:
     # the record numbers of the queries the time limit stopped before any answer (QueryResult.timed_out): slow, not
     # refused (they were counted and warned of as rejected, "the model rejected it", where a longer limit decodes them)
     unanswered: tuple[int, ...] = ()
+    weights: str = ""  # the fingerprint of the model's weights (Predictor.weights), which the exports name
 
     @property
     def n_rejected(self) -> int:
         return len(self.rejected)
+
+    @property
+    def model(self) -> tuple[str, str]:
+        """The model the exports name (io.MODEL_COLUMNS): its folder and its weights' fingerprint."""
+        return self.settings.model or "", self.weights
 
     @property
     def n_predicted(self) -> int:
@@ -201,7 +209,7 @@ class BatchResult:
     def csv(self) -> bytes:
         """The table's safe CSV, written once for these results: the page is drawn again at each click in the sidebar,
         and the CSV of 50,000 rows (10,000 queries, beam search 5) took seconds each time."""
-        return safe_csv(self.table)
+        return safe_csv(self.table, self.model)
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -276,6 +284,7 @@ def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGene
     with stop:  # its watcher beside it, in a block of its own: a fragment's block replaced by an element (the
         watch_run(run, token)  # emptied button) broke the page on the watcher's next run ("'setIn' cannot be called")
     predictor = cfg.predictor()
+    run.weights = run.weights or predictor.weights  # those of its first rows, as a stopped run's exports named them
     forward = None
     if cfg.round_trip_model is not None:
         try:
@@ -374,7 +383,7 @@ def summarize(run: Run) -> BatchResult:
     with run.lock:  # the rows and counts of the same records
         rows, done, blank = list(run.rows), run.done, tuple(run.blank)
         rejected, n_ion_refused, round_trip_failed = tuple(run.rejected), run.n_ion_refused, run.round_trip_failed
-        stopped, unanswered = tuple(run.stopped), tuple(run.unanswered)
+        stopped, unanswered, weights = tuple(run.stopped), tuple(run.unanswered), run.weights
     queries = run.queries
     header, summary = output_header(queries.columns), None
     several = several_molecule_queries(rows, len(queries.columns)) if run.settings.task == "retro" else ()
@@ -392,7 +401,7 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint, queries.notes, run, stopped, several, unanswered)
+                       run.table_hint, queries.notes, run, stopped, several, unanswered, weights)
 
 
 def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
@@ -406,25 +415,29 @@ def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tup
     return tuple(seen.items())
 
 
-def safe_csv(table: pd.DataFrame) -> bytes:
+def safe_csv(table: pd.DataFrame, model: tuple[str, str] | None = None) -> bytes:
     """The CSV the CLI would write for these rows: no cell can run as a spreadsheet formula, and
-    numbers stay numbers."""
-    return csv_bytes(table.columns, _cells(table))
+    numbers stay numbers. `model` (BatchResult.model): the model that gave them, in io.MODEL_COLUMNS at the end."""
+    return csv_bytes(*_exported(table, model))
 
 
-def results_sdf(table: pd.DataFrame) -> bytes:
-    """The SD file the CLI would write for these rows (`--output F.sdf`): a record per row."""
-    return sd_bytes(list(table.columns), _cells(table))
+def results_sdf(table: pd.DataFrame, model: tuple[str, str] | None = None) -> bytes:
+    """The SD file the CLI would write for these rows (`--output F.sdf`): a record per row; `model` as safe_csv's."""
+    return sd_bytes(*_exported(table, model))
 
 
-def results_workbook(table: pd.DataFrame) -> bytes:
-    """The Excel workbook the CLI would write for these rows (`--output F.xlsx`)."""
-    return workbook_bytes(table.columns, _cells(table))
+def results_workbook(table: pd.DataFrame, model: tuple[str, str] | None = None) -> bytes:
+    """The Excel workbook the CLI would write for these rows (`--output F.xlsx`); `model` as safe_csv's."""
+    return workbook_bytes(*_exported(table, model))
 
 
-def _cells(table: pd.DataFrame) -> list[tuple[object, ...]]:
-    """The table's rows as Python values, pandas' missing values as None (empty cells, absent fields)."""
-    return list(table.astype(object).where(table.notna(), None).itertuples(index=False, name=None))
+def _exported(table: pd.DataFrame, model: tuple[str, str] | None) -> tuple[list[str], list[list[object]]]:
+    """The table's header and rows as Python values, pandas' missing values as None (empty cells, absent fields),
+    with the model's columns where it is given: a file sent to a colleague said nothing of which model gave it."""
+    rows = table.astype(object).where(table.notna(), None).itertuples(index=False, name=None)
+    if model is None:
+        return list(table.columns), [list(row) for row in rows]
+    return with_model(list(table.columns), rows, itertools.repeat(model))
 
 
 def show(batch: BatchResult, now: Settings) -> None:
@@ -566,11 +579,11 @@ def show(batch: BatchResult, now: Settings) -> None:
         st.download_button("Download CSV", data=batch.csv, file_name=f"{stem}.csv", mime="text/csv",
                            on_click="ignore", icon=":material/download:", type="primary")
         # made on the click (the 2D coordinates of 50,000 answers take a while), not on every rerun
-        st.download_button("Download SDF", data=lambda: results_sdf(table), file_name=f"{stem}.sdf",
+        st.download_button("Download SDF", data=lambda: results_sdf(table, batch.model), file_name=f"{stem}.sdf",
                            mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
                            help="A record per row of the table: the answer's structure with 2D coordinates and "
                                 "every column as a field; a rejected query's record has no atoms and says why.")
-        st.download_button("Download Excel", data=lambda: results_workbook(table),
+        st.download_button("Download Excel", data=lambda: results_workbook(table, batch.model),
                            file_name=f"{stem}.xlsx", on_click="ignore", icon=":material/download:",
                            mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
 

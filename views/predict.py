@@ -3,6 +3,7 @@ speculative decoding copied, a 3D view, and the speedup on this very query."""
 from __future__ import annotations
 
 import html
+import itertools
 import logging
 import math
 from collections.abc import Iterable
@@ -15,7 +16,8 @@ from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
 from molspec_core.chem import CXSMILES, canonical_or_none, stereo_notes
-from molspec_core.io import InputFileError, csv_bytes, output_header, result_rows, sd_bytes, workbook_bytes
+from molspec_core.io import (InputFileError, csv_bytes, output_header, result_rows, sd_bytes, with_model,
+                             workbook_bytes)
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
@@ -44,6 +46,12 @@ class Shown:
     # the time limit the answers were decoded under, which the partner's decode and the speedup's take too (at 60 s,
     # a query given longer on the page could not be decoded again there)
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    weights: str = ""  # the fingerprint of the weights that gave the answers (Predictor.weights), which exports name
+
+    @property
+    def model(self) -> tuple[str, str]:
+        """The model the exports name (io.MODEL_COLUMNS): its folder and its weights' fingerprint."""
+        return self.settings.model or "", self.weights
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -253,7 +261,7 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
     # The check's failure is no error of the query (it was one, and the page called these answers "the last
     # successful prediction", an earlier query's): it goes with the answers, which it leaves unchecked.
     checked, unchecked = round_trip(cfg, result)
-    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked, time_limit_s)
+    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked, time_limit_s, predictor.weights)
     remember(ss["shown"])
 
 
@@ -618,17 +626,21 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 # ---- export -----------------------------------------------------------------------------------
 
 
-def answer_table(result: QueryResult, known: tuple[str, str] | None = None,
-                 written: str = "") -> tuple[list[str], list[list[object]]]:
+def answer_table(result: QueryResult, known: tuple[str, str] | None = None, written: str = "",
+                 model: tuple[str, str] | None = None) -> tuple[list[str], list[list[object]]]:
     """The answers as the Batch page (and `molspec predict`) exports one query: its header and rows. With a known
     answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the Batch page
     exports a file of recorded reactions; `written`, a recorded reaction as typed (typed_reaction), follows it in
-    REACTION_COLUMN, as there."""
+    REACTION_COLUMN, as there. `model` (Shown.model): the model that gave them, in io.MODEL_COLUMNS at the end, as
+    the Batch page's files name it (the file said nothing of which model gave its answers)."""
     if not known:
-        return output_header(()), list(result_rows(1, (), result))
-    if written:
-        return known_marked((known[0], REACTION_COLUMN), result_rows(1, (known[1], written), result), result.task)
-    return known_marked(known[:1], result_rows(1, known[1:], result), result.task)
+        header, rows = output_header(()), list(result_rows(1, (), result))
+    elif written:
+        header, rows = known_marked((known[0], REACTION_COLUMN), result_rows(1, (known[1], written), result),
+                                    result.task)
+    else:
+        header, rows = known_marked(known[:1], result_rows(1, known[1:], result), result.task)
+    return (header, rows) if model is None else with_model(header, rows, itertools.repeat(model))
 
 
 def known_marked(names: tuple[str, ...], rows: Iterable[list[object]],
@@ -639,9 +651,10 @@ def known_marked(names: tuple[str, ...], rows: Iterable[list[object]],
     return marks.header, list(marks.rows(rows))
 
 
-def answer_exports(result: QueryResult, known: tuple[str, str] | None = None, written: str = "") -> tuple[bytes, bytes]:
+def answer_exports(result: QueryResult, known: tuple[str, str] | None = None, written: str = "",
+                   model: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
     """answer_table as CSV and SD file, row for row."""
-    header, rows = answer_table(result, known, written)
+    header, rows = answer_table(result, known, written, model)
     return csv_bytes(header, rows), sd_bytes(header, rows)
 
 
@@ -664,7 +677,7 @@ def typed_reaction(shown: Shown) -> str:
 
 def show_exports(shown: Shown) -> None:
     known, written = known_column(shown), typed_reaction(shown)
-    csv, sdf = answer_exports(shown.result, known, written)
+    csv, sdf = answer_exports(shown.result, known, written, shown.model)
     with st.container(horizontal=True):
         st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
                            icon=":material/download:")
@@ -673,7 +686,7 @@ def show_exports(shown: Shown) -> None:
                            help="A record per answer, with 2D coordinates and the CSV's columns as fields "
                                 "(an unreadable answer keeps its fields without atoms).")
         st.download_button("Download answers (Excel)",
-                           lambda: workbook_bytes(*answer_table(shown.result, known, written)),
+                           lambda: workbook_bytes(*answer_table(shown.result, known, written, shown.model)),
                            file_name="molspec-answers.xlsx", mime=common.WORKBOOK_MIME, icon=":material/download:",
                            on_click="ignore", help=common.WORKBOOK_HELP)
 
@@ -976,19 +989,21 @@ def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[li
     (known_column: recorded with it, or its textbook example's), that column leads, empty for the others, and
     `matches_known` ends each row, as in answer_table; named as there, or known_<side> where the entries' names
     differ. Where any is a recorded reaction, REACTION_COLUMN follows, each reaction as typed (typed_reaction).
-    Without MODEL_COLUMN one query's answers from two models read alike (their method and arithmetic the same)."""
+    Without MODEL_COLUMN one query's answers from two models read alike (their method and arithmetic the same). Each
+    row ends with io.MODEL_COLUMNS, as the page's other files do: the folder again, and the weights' fingerprint."""
     oldest = list(reversed(entries))
+    models = [s.model for n, s in oldest for _ in result_rows(n, (), s.result)]  # row for row
     knowns = [known_column(s) for _, s in oldest]
     names = {k[0] for k in knowns if k}
     if not names:
-        return output_header((MODEL_COLUMN,)), [r for n, s in oldest
-                                                 for r in result_rows(n, (s.settings.model,), s.result)]
+        return with_model(output_header((MODEL_COLUMN,)),
+                          [r for n, s in oldest for r in result_rows(n, (s.settings.model,), s.result)], models)
     name = names.pop() if len(names) == 1 else f"known_{recorded_side(oldest[0][1].settings.task)}"
     written = [typed_reaction(s) for _, s in oldest]
     known_cells = (name, REACTION_COLUMN) if any(written) else (name,)
     rows = (r for (n, s), k, w in zip(oldest, knowns, written)
             for r in result_rows(n, (*((k[1] if k else ""), w)[:len(known_cells)], s.settings.model), s.result))
-    return known_marked((*known_cells, MODEL_COLUMN), rows, oldest[0][1].result.task)
+    return with_model(*known_marked((*known_cells, MODEL_COLUMN), rows, oldest[0][1].result.task), models)
 
 
 def show_history(task: str) -> None:
