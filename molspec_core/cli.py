@@ -1329,8 +1329,8 @@ def write_fit(args: argparse.Namespace, predictor: Predictor, refitted: tuple[Ca
                          f"{path.name} to use it anyway, or give more queries (--limit), or --force")
     print(f"-> {saved}" + (f" (the file it replaces is kept as {calibration.backup_of(saved)})" if replaced else ""))
     if fitted.fitted_on < MIN_FIT_QUERIES:  # written with --force
-        log.warning("the fit rests on %d queries: its confidences are coarse steps (the default --limit, %d, fits on "
-                    "%d)", fitted.fitted_on, CALIBRATE_LIMIT, calibration.check_share(CALIBRATE_LIMIT))
+        log.warning("the fit rests on %s: its confidences are coarse steps (the default --limit, %d, fits on %s)",
+                    queries(fitted.fitted_on), CALIBRATE_LIMIT, f"{calibration.check_share(CALIBRATE_LIMIT):,}")
 
 
 def queries(n: int) -> str:

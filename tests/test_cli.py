@@ -93,6 +93,17 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     assert " - " in capsys.readouterr().out.splitlines()[2]
 
 
+def test_calibrate_forced_onto_one_query_says_so_in_the_singular(tmp_path, capsys, caplog):
+    """calibrate --force on a fit of one query warned 'the fit rests on 1 queries'."""
+    model, files = calibration_case(tmp_path)
+    targets = (tmp_path / "val.tgt").read_text().splitlines()
+    (tmp_path / "val.tgt").write_text("\n".join([targets[0], "N(", *targets[2:]]) + "\n")  # 2 of 3 fit nothing
+    with caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        assert main(["calibrate", *files, "--n-best", "2", "--force", "--limit", "4"]) == 0
+    assert caplog.records[-1].getMessage().startswith("the fit rests on 1 query: its confidences are coarse steps")
+    capsys.readouterr()
+
+
 def test_predict_says_when_its_confidence_column_stays_empty(tmp_path, capsys):
     """An empty confidence column was left for the user to puzzle out (no fit for the method, or a sampled one)."""
     model, files = calibration_case(tmp_path)
@@ -257,7 +268,7 @@ def test_calibrate_refuses_a_fit_without_one_right_answer_and_says_what_it_repla
     assert "the fit in the folder (fitted on 3 queries, judged on 1 with error" in out
     assert f"(the file it replaces is kept as {model / 'calibration.json.bak'})" in out
     assert caplog.records[-1].getMessage() == (
-        "the fit rests on 3 queries: its confidences are coarse steps (the default --limit, 2000, fits on 1333)")
+        "the fit rests on 3 queries: its confidences are coarse steps (the default --limit, 2000, fits on 1,333)")
 
 
 def test_calibrate_fits_greedy_answers_and_refuses_sampled_ones(tmp_path, capsys):
