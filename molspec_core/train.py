@@ -807,10 +807,11 @@ def refuse_run_folder(role: str, folder: Path, more: str = "") -> None:
 
 
 def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelConfig, preset_name: str, task: str,
-                same_vocab: bool) -> dict:
+                same_vocab: bool, new_schedule: str = "") -> dict:
     """Refuse, in one line naming both folders, weights that cannot start this run: a model of the other task
     (its weights learned the other direction), of another shape than --preset builds, or (to resume, where the
-    weights keep their token ids) with another vocabulary than the data's. Returns the folder's config.json."""
+    weights keep their token ids) with another vocabulary than the data's, which `new_schedule` says how to start
+    from (default: --init FOLDER). Returns the folder's config.json."""
     if not folder.is_dir():
         raise ValueError(f"{role} {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
     refuse_run_folder(role, folder, f", or --out {folder} to continue that run")
@@ -834,7 +835,8 @@ def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelC
                                                                       ", in another order")
             raise ValueError(f"{folder / 'vocab.json'} differs from {data / 'vocab.json'} ({detail}): its weights "
                              "belong to another vocabulary, so they cannot be resumed on these data; start a new "
-                             f"schedule from them with --init {folder} (each token keeps its embedding)")
+                             f"schedule from them with {new_schedule or f'--init {folder}'} (each token keeps its "
+                             "embedding)")
     differ = [f"{name} {getattr(saved, name)} there, {getattr(shape, name)} here"
               for name in ("vocab_size", "n_encoder_layers", "n_decoder_layers", "d_model", "n_heads", "d_ff",
                            "max_positions") if getattr(saved, name) != getattr(shape, name)
@@ -843,6 +845,21 @@ def check_start(folder: Path, role: str, data: Path, vocab: Vocab, shape: ModelC
         raise ValueError(f"{role} {folder} holds a model of another shape than --preset {preset_name} builds on "
                          f"{data} ({'; '.join(differ)}); give the --preset it was trained with")
     return config
+
+
+def other_data_refusal(out: Path, data: Path, then: str) -> str:
+    """Why the run in `out`, trained on the data `then` (its config's --data), cannot continue on `data`, whose
+    stats.json differs from the one it recorded: other data, or the same folder prepared again (the advice was then
+    to give the very --data it was given)."""
+    last, anew = out / "last", f"a new --out with --init {out / 'export'} (a new schedule"
+    if then and Path(then).resolve() == data.resolve():
+        return (f"{out} holds a run ({last}) trained on {data} before it was prepared again (its stats.json differs "
+                f"from the one the run recorded), so the run cannot continue on it; give {anew}) to train its "
+                f"weights on {data} as it is now")
+    same = f"--data {then}" if then else "the --data it was trained on"
+    return (f"{out} holds a run ({last}) trained on {then or 'other data'}, and {data} holds other data (its "
+            f"stats.json differs from the one the run recorded): give {same} to continue that run, or {anew}; "
+            f"--resume: its counters too) to train its weights on {data}")
 
 
 @dataclass
@@ -860,18 +877,18 @@ def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: Mod
     last = out / "last"
     check = {"data": data, "vocab": vocab, "shape": shape, "preset_name": cfg.preset, "task": stats["task"]}
     if (last / STATE_MARK).exists():
-        config = check_start(last, "the run folder's saved state", same_vocab=True, **check)
+        config, _ = checkpoint.read_config(last)
         recorded = config.get("train_config") if isinstance(config.get("train_config"), dict) else {}
         # Continued on other data, the run trained on both while its config named the last alone, its best/ kept the
         # best of two validation sets, and its place in an epoch counted another file's batches. The data's stats
         # (counts of what prepare-data read and wrote) tell it: the same data moved elsewhere still continues.
+        # Checked before the vocabulary: data prepared again with another one were refused as weights of another
+        # vocabulary, with --init OUT/last for advice, which continued OUT/last all the same and was refused again.
         trained_on = config.get("data_stats")
         if isinstance(trained_on, dict) and trained_on != stats:
-            then = recorded.get("data") or "other data"
-            raise ValueError(f"{out} holds a run ({last}) trained on {then}, and {data} holds other data (its "
-                             f"stats.json differs from the one the run recorded): give --data {then} to continue "
-                             f"that run, or a new --out with --init {out / 'export'} (a new schedule; --resume: its "
-                             f"counters too) to train its weights on {data}")
+            raise ValueError(other_data_refusal(out, data, str(recorded.get("data") or "")))
+        config = check_start(last, "the run folder's saved state", same_vocab=True,
+                             new_schedule=f"a new --out and --init {out / 'export'}", **check)
         origin = {key: str(recorded.get(key) or "") for key in ("init", "resume")}
         for key, given in (("init", cfg.init), ("resume", cfg.resume)):
             if given and not (origin[key] and Path(given).resolve() == Path(origin[key]).resolve()):

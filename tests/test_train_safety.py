@@ -296,7 +296,8 @@ def test_resuming_with_another_vocabulary_or_shape_is_refused_in_one_line(data, 
         assert "d_model 32 there, 128 here" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(ValueError, match="the run folder's saved state .*first/last holds a model of another shape"):
         run(data, tmp_path / "first", max_steps=4, preset="draft")
-    with pytest.raises(ValueError, match="first/last/vocab.json differs from"):
+    # other data: told as such before their vocabulary (whose advice, --init first/last, continued first/last again)
+    with pytest.raises(ValueError, match=f"first holds a run .* trained on {data}, and {other} holds other data"):
         run(other, tmp_path / "first", max_steps=4)
     assert not (tmp_path / "run").exists()
     run(other, tmp_path / "run", max_steps=3, init=str(export))  # --init carries the tokens: allowed
@@ -356,6 +357,30 @@ def test_a_run_folder_with_a_saved_state_refuses_another_start_and_records_the_r
     assert json.loads((tmp_path / "run" / "export" / "config.json").read_text())["train_config"]["init"] == str(init)
     state = run(data, tmp_path / "run", max_steps=5, init=str(init))  # the same start: continues
     assert state["step"] == 5
+
+
+def test_a_run_continued_on_its_data_prepared_again_with_another_vocabulary_is_told_how_to_go_on(data, tmp_path):
+    """The data folder prepared again (here with a vocabulary of its own, as prepare-data without --vocab builds): the
+    run was refused as weights of another vocabulary, 'start a new schedule from them with --init RUN/last', and that
+    command continued RUN/last all the same and was refused again. It is told the data were prepared again, and its
+    advice (a new --out with --init) runs."""
+    run(data, tmp_path / "run", max_steps=2)
+    shutil.rmtree(data)
+    write_splits(data, {"train": PAIRS[:3] * 2, "val": PAIRS[:2], "test": PAIRS[:1]}, {"task": "forward"})
+    assert len(Vocab.load(data / "vocab.json")) != len(Vocab.load(tmp_path / "run" / "last" / "vocab.json"))
+    before = files(tmp_path / "run")
+    advice = rf"a new --out with --init {tmp_path / 'run' / 'export'} \(a new schedule\)"
+    with pytest.raises(ValueError, match=rf"run holds a run .* trained on {data} before it was prepared again .*"
+                                         rf"give {advice} to train its weights on {data} as it is now"):
+        run(data, tmp_path / "run", max_steps=4)
+    assert files(tmp_path / "run") == before
+    assert run(data, tmp_path / "anew", max_steps=2, init=str(tmp_path / "run" / "export"))["step"] == 2
+    config = json.loads((tmp_path / "run" / "last" / "config.json").read_text())  # counts that happen to agree: the
+    config["data_stats"] = json.loads((data / "stats.json").read_text())  # vocabularies still differ, told alike
+    (tmp_path / "run" / "last" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=rf"another vocabulary, .* start a new schedule from them with a new --out "
+                                         rf"and --init {tmp_path / 'run' / 'export'} \(each token"):
+        run(data, tmp_path / "run", max_steps=4)
 
 
 def test_a_run_continued_on_other_data_is_refused_and_the_same_data_elsewhere_continues(data, tmp_path):
