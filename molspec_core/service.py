@@ -645,6 +645,9 @@ class QueryResult:
     # fewer that the model can read, or where the time limit stopped it first (Predictor._stopped_writings; 0: none
     # gave answers: refused, or stopped before one was read whole)
     writings: int = 1
+    # with an error: the query without its isotope labels, where this model reads that and not the labels (its
+    # answers cannot say where a label goes); "" otherwise. The Predict page predicts it with one click.
+    unlabelled: str = ""
 
     @property
     def ok(self) -> bool:
@@ -700,11 +703,13 @@ class DtypeRefused(ValueError):
 
 class QueryError(ValueError):
     """A query the model cannot read. suggestion: the same molecules written so that it can
-    (chem.ION_WRITINGS), or "" when no such writing is known."""
+    (chem.ION_WRITINGS), or "" when no such writing is known; unlabelled: the query without the isotope labels it
+    cannot read, where it reads that (QueryResult.unlabelled), or ""."""
 
-    def __init__(self, message: str, suggestion: str = ""):
+    def __init__(self, message: str, suggestion: str = "", unlabelled: str = ""):
         super().__init__(message)
         self.suggestion = suggestion
+        self.unlabelled = unlabelled
 
 
 @dataclass(frozen=True)
@@ -938,22 +943,26 @@ class Predictor:
             held = "a dative bond" if sum(dative.values()) == 1 else "dative bonds"
             return QueryError(f"the query holds {held} ({', '.join(b for b, n in dative.items() if n)}), which this "
                               "model's vocabulary lacks (USPTO writes a ligand and its metal as separate molecules)")
-        message = f"{exc}; this model cannot read it" + self._unlabelled_hint(fragments)
+        unlabelled = self._unlabelled(fragments)
+        message = f"{exc}; this model cannot read it" + (
+            f". Without its isotope labels the query is {unlabelled}, which this model can read; its answers will not "
+            "say where a label goes" if unlabelled else "")
         ions = in_ion_writing(fragments)
         if ions is None:
-            return QueryError(message + self._main_product_hint(fragments))
+            return QueryError(message + self._main_product_hint(fragments), unlabelled=unlabelled)
         try:
             self._encoded(ions)
         except TokenizeError:
-            return QueryError(message)
+            return QueryError(message, unlabelled=unlabelled)
         suggestion = ".".join(ions)
         named = "; ".join(f"{f} as {ION_WRITINGS[f]}" for f in dict.fromkeys(fragments) if f in ION_WRITINGS)
         return QueryError(f"{message}. Its training data write {named}: the query so written is {suggestion}",
-                          suggestion)
+                          suggestion, unlabelled)
 
-    def _unlabelled_hint(self, fragments: list[str]) -> str:
-        """For a query with isotope labels the model cannot read ([13CH3]), where the query without them is readable,
-        a sentence giving it: the chemist learns what the model can answer (the labels' fate is not in its data)."""
+    def _unlabelled(self, fragments: list[str]) -> str:
+        """For a query with isotope labels the model cannot read ([13CH3]), the query without them where that is
+        readable, else "": the refusal gives it, and the chemist learns what the model can answer (the labels' fate
+        is not in its data)."""
         plain = [without_isotopes(fragment) or fragment for fragment in fragments]
         if plain == fragments:
             return ""
@@ -961,8 +970,7 @@ class Predictor:
             query, _ = self._encoded(plain)
         except TokenizeError:
             return ""
-        return (f". Without its isotope labels the query is {query}, which this model can read; its answers will not "
-                "say where a label goes")
+        return query
 
     def _main_product_hint(self, fragments: list[str]) -> str:
         """For retrosynthesis of several molecules (a salt: CC(=O)[O-].[Na+]), where the main one alone is
@@ -1222,7 +1230,8 @@ class Predictor:
                     good.append((i, self.prepare(text, ion_writing)))
                 except ValueError as exc:
                     results[i] = QueryResult(query=str(text), method=method, error=str(exc),
-                                             suggestion=getattr(exc, "suggestion", ""), writings=0)
+                                             suggestion=getattr(exc, "suggestion", ""), writings=0,
+                                             unlabelled=getattr(exc, "unlabelled", ""))
             if augment > 1:  # one batch per query: its writings, under the query's one time limit
                 for i, query in good:
                     views = self._views(query, augment)

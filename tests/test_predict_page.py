@@ -949,3 +949,19 @@ def test_the_answers_files_name_the_model_that_gave_them(copy_models, monkeypatc
     session = pd.read_csv(io.BytesIO(offered["Download all answers (CSV)"]), keep_default_na=False, dtype=str)
     assert list(session.columns) == [*output_header(("model",)), *MODEL_COLUMNS]  # its model column stays in front
     assert session[list(MODEL_COLUMNS)].drop_duplicates().values.tolist() == [model] and session["row"].nunique() == 2
+
+
+def test_a_query_refused_for_its_isotope_labels_is_predicted_without_them_with_one_click(copy_models, monkeypatch):
+    """The refusal of [13CH3]... named the query without its labels, which the model reads, and only a paste of it
+    predicted it; a hydride's refusal offers its query written as ions with one click. This one offers its own."""
+    at = app(copy_models, monkeypatch).run()
+    predict(at, "[13CH3]Oc1ccncc1")
+    assert "Without its isotope labels the query is COc1ccncc1" in texts(at.error)
+    assert not [b for b in at.button if b.label == "Predict it with the reagent written as ions"]
+    submit(at, "Predict it without its isotope labels")
+    assert_clean(at)
+    assert not at.error and at.text_input(key="query_text").value == "COc1ccncc1"
+    assert rank_headings(at)[0] == "Rank 1"
+    predict(at, "Oc1ccncc1[Og]")  # a token no writing mends: no button
+    assert "not in the model's vocabulary" in texts(at.error)
+    assert not [b for b in at.button if b.label.startswith("Predict it with")]

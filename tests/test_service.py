@@ -457,12 +457,15 @@ def test_a_hydride_written_as_one_species_is_refused_with_the_ions_the_model_rea
 
 def test_an_isotope_label_the_model_cannot_read_is_refused_with_the_unlabelled_query(forward):
     """[13CH3]C(=O)Cl was refused for its token with nothing to do instead; the unlabelled query, which the model
-    reads, is named, with what it cannot tell (no suggestion button: the answer would not be the labelled one's)."""
+    reads, is named, with what it cannot tell, and given apart (unlabelled), not as the suggestion (the same molecules
+    written otherwise, which ion_writing reads): its answers are the unlabelled query's."""
     result = forward.predict("[13CH3]C(=O)Cl.NCc1ccccc1")
     assert result.error.startswith("token '[13CH3]' (an atom with an isotope label) is not in the model's vocabulary")
     assert ("Without its isotope labels the query is CC(=O)Cl.NCc1ccccc1, which this model can read; its answers "
             "will not say where a label goes") in result.error and result.suggestion == ""
-    assert "isotope" not in forward.predict("CC(=O)Cl.[Og]").error  # no label, no hint
+    assert result.unlabelled == "CC(=O)Cl.NCc1ccccc1" and forward.predict(result.unlabelled).ok
+    refused = forward.predict("CC(=O)Cl.[Og]")
+    assert "isotope" not in refused.error and refused.unlabelled == ""  # no label, no hint
 
 
 def test_ion_writing_reads_the_hydride_as_the_ions_and_keeps_the_query_as_given(forward):

@@ -352,7 +352,7 @@ def decodes_otherwise(before: Settings, now: Settings) -> bool:
 # What the Predict page shows of a task's last query: each task keeps its own (a forward query's reactants are no
 # product to take apart, and products listed under the retrosynthesis heading read as reactants).
 # query_error_limit: the time limit the query that gave query_error decoded under (time_limit_hint)
-PER_TASK = ("query_text", "shown", "example", "query_error", "query_error_limit", "query_suggestion")
+PER_TASK = ("query_text", "shown", "example", "query_error", "query_error_limit", "query_retry")
 # The sidebar's settings each task keeps as its own, as it keeps its query: the method and beam width, which open on
 # the task's defaults (methods.TASK_DEFAULTS). Both came back on the defaults after a look at the other task: the
 # answers on screen were then captioned "settings differ", and the Batch page's Run batch began its run again.

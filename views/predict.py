@@ -94,9 +94,28 @@ def use_listed_example(task: str) -> None:
     st.session_state["more_examples"] = None
 
 
-def use_suggestion() -> None:
-    """Button callback: predict the refused query in the writing its error offers (QueryResult.suggestion)."""
-    st.session_state["query_text"] = st.session_state["query_suggestion"]
+# A refused query's one-click retry (retry_of): the button's label and help
+RETRY_AS_IONS = ("Predict it with the reagent written as ions",
+                 "The same molecules, the reagent written as ions, as the model's training data write it.")
+RETRY_UNLABELLED = ("Predict it without its isotope labels",
+                    "The query without its isotope labels, which the model reads: its answers cannot say where a "
+                    "label goes.")
+
+
+def retry_of(result: QueryResult) -> tuple[str, str, str] | None:
+    """What the refusal of a query offers to predict instead, with one click: (label, help, query), or None. The same
+    molecules written as the model reads them (QueryResult.suggestion), or the query without the isotope labels it
+    cannot read (QueryResult.unlabelled: the refusal named that query, and only a paste predicted it)."""
+    if result.suggestion:
+        return (*RETRY_AS_IONS, result.suggestion)
+    if result.unlabelled:
+        return (*RETRY_UNLABELLED, result.unlabelled)
+    return None
+
+
+def use_retry() -> None:
+    """Button callback: predict the query the refusal offers instead (retry_of)."""
+    st.session_state["query_text"] = st.session_state["query_retry"][2]
     st.session_state["example"] = None
     st.session_state["pending"] = True
 
@@ -110,7 +129,7 @@ def use_file(task: str) -> None:
     try:
         ss["query_text"] = common.query_from_file(upload.name, upload.getvalue(), task)
     except InputFileError as exc:
-        ss["query_error"], ss["query_suggestion"] = str(exc), ""
+        ss["query_error"], ss["query_retry"] = str(exc), None
         return
     ss["example"], ss["pending"] = None, True
 
@@ -240,7 +259,7 @@ def query_inputs(task: str) -> None:
 def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
     ss = st.session_state
     text = ss.get("query_text", "")
-    ss["query_suggestion"] = ""
+    ss["query_retry"] = None
     try:
         query, recorded = recorded_reaction(text, cfg.task) or (text, None)
     except ValueError as exc:
@@ -253,7 +272,7 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
         log.exception("prediction failed")
         ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
         return
-    ss["query_suggestion"] = result.suggestion
+    ss["query_retry"] = retry_of(result)
     if not (result.ok or result.stopped_with_answers):  # stopped with answers: shown, with its error beside them
         ss["query_error"], ss["query_error_limit"] = f"Cannot predict this query: {result.error}", time_limit_s
         return
@@ -946,7 +965,7 @@ def show_earlier(task: str) -> None:
     ss["earlier"] = None
     if chosen is not None:
         ss["shown"], ss["query_text"], ss["example"] = chosen, chosen.typed or chosen.result.query, chosen.example
-        ss["query_error"], ss["query_suggestion"] = None, ""
+        ss["query_error"], ss["query_retry"] = None, None
 
 
 def entry_label(shown: Shown) -> str:
@@ -1064,9 +1083,9 @@ def main() -> None:
                                         LONGER_AGAIN, time_limit)
         if longer:
             st.caption(longer)
-        if ss.get("query_suggestion"):
-            st.button("Predict it with the reagent written as ions", key="use_suggestion", on_click=use_suggestion,
-                      help="The same molecules, the reagent written as ions, as the model's training data write it.")
+        if ss.get("query_retry"):
+            label, help_text, _ = ss["query_retry"]
+            st.button(label, key="use_retry", on_click=use_retry, help=help_text)
 
     show_history(cfg.task)
     shown: Shown | None = ss.get("shown")
