@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from rdkit import Chem
 from rdkit.Chem import rdFMCS
 
-from .chem import rdkit_quietly
+from .chem import NONMETALS, rdkit_quietly
 
 MCS_TIMEOUT_S = 1  # per pair of molecules (RDKit counts whole seconds); drug-sized pairs take about a millisecond
 DEADLINE_S = 2.0  # no new pair is started after this long for one reaction (what is traced by then stands)
@@ -508,7 +508,10 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
         holders = ([k for k in sorted(given) if untraced(k, atom.GetAtomicNum())]
                    or [k for k in sorted(unused | given) if untraced(k, atom.GetAtomicNum())])
         if len(holders) > 1:  # the one whose atom is made to be given (_given_away), where one is
-            giving = [k for k in holders if any(_given_away(a, atom) for a in untraced(k, atom.GetAtomicNum()))]
+            partners = [molecules[owner[n.GetIdx()][0]].GetAtomWithIdx(owner[n.GetIdx()][1])
+                        for n in atom.GetNeighbors()]
+            giving = [k for k in holders
+                      if any(_given_away(a, atom, partners) for a in untraced(k, atom.GetAtomicNum()))]
             holders = giving if len(giving) == 1 else holders
         if not holders and (migrated := _migrated_to(atom, molecules, owner, reached)) is not None:
             owner[atom.GetIdx()] = migrated
@@ -525,24 +528,40 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
 
 
 LEAVING_HALOGENS = (17, 35, 53)  # Cl, Br, I: a leaving group on a carbon; a halogen a reagent gives off another atom
+# a carbon bonded to boron or a metal is a nucleophile's, made to be given (a Grignard reagent, an organolithium, a
+# boronic acid): every element but the nonmetals, and boron
+CARBON_DONORS = frozenset(range(1, 119)) - NONMETALS | {5}
 
 
-def _given_away(atom: Chem.Atom, given: Chem.Atom) -> bool:
-    """Whether a reactant's atom is one a reagent is made to give, as the product atom `given`: an alkylating agent's
-    carbon, bonded to a halogen or to a sulfonate's or sulfate's oxygen, with the hydrogens it has in the product (the
-    CH3 of methyl iodide, methyl tosylate or dimethyl sulfate for a methyl, not dichloromethane's CH2); a halogen
-    bonded to an atom other than carbon or to an acyl-like carbon (_holds_on 0: thionyl chloride, NBS, oxalyl
-    chloride). A solvent's atoms are none of these (methanol's, DMF's, THF's carbon; dichloromethane's or chloroform's
-    chlorine, on a carbon that keeps it), and where a solvent and a reagent could give a methyl or a chlorine, the
-    reagent did: the two were left untraced (_trace_bonded_lone_atoms). (Nor is a halide ion or a hydrogen halide:
-    a workup's chloride beside hexachloroethane, the chlorine a lithiated arene takes, would have been taken.)"""
+def _given_away(atom: Chem.Atom, given: Chem.Atom, partners: list[Chem.Atom]) -> bool:
+    """Whether a reactant's atom is one a reagent is made to give, as the product atom `given`, bonded in the product to
+    the reactant atoms `partners`: an alkylating agent's carbon, bonded to a leaving group (_leaves_from_carbon), with
+    the hydrogens it has in the product (the CH3 of methyl iodide, methyl tosylate or dimethyl sulfate for a methyl,
+    not dichloromethane's CH2); an organometallic's carbon so, bonded to a metal or boron (CARBON_DONORS), given to an
+    electrophile's carbon: an acyl-like one (_holds_on 0) or one a leaving group leaves (methylmagnesium bromide's
+    methyl to an aldehyde, methylboronic acid's to an aryl chloride; not methyllithium's to the arene that lithium
+    tetramethylpiperidide lithiated beside methyl iodide: a Grignard addition in THF left the Grignard's methyl
+    untraced, and its MgBr unmarked); a halogen bonded to an atom other than carbon or to an acyl-like carbon
+    (_holds_on 0: thionyl chloride, NBS, oxalyl chloride). A solvent's atoms are none of these (methanol's, DMF's,
+    THF's carbon; dichloromethane's or chloroform's chlorine, on a carbon that keeps it), and where a solvent and a
+    reagent could give a methyl or a chlorine, the reagent did: the two were left untraced (_trace_bonded_lone_atoms).
+    (Nor is a halide ion or a hydrogen halide: a workup's chloride beside hexachloroethane, the chlorine a lithiated
+    arene takes, would have been taken.)"""
     bonded = atom.GetNeighbors()
     if atom.GetAtomicNum() == 6:
+        electrophile = any(partner.GetAtomicNum() == 6 and (
+            not _holds_on(partner) or any(map(_leaves_from_carbon, partner.GetNeighbors()))) for partner in partners)
         return atom.GetTotalNumHs() == given.GetTotalNumHs() and any(
-            n.GetAtomicNum() in LEAVING_HALOGENS or (n.GetAtomicNum() == 8 and any(m.GetAtomicNum() == 16
-                                                                          for m in n.GetNeighbors())) for n in bonded)
+            _leaves_from_carbon(n) or (electrophile and n.GetAtomicNum() in CARBON_DONORS) for n in bonded)
     return atom.GetAtomicNum() in LEAVING_HALOGENS and bool(bonded) and all(n.GetAtomicNum() != 6 or not _holds_on(n)
                                                                     for n in bonded)
+
+
+def _leaves_from_carbon(atom: Chem.Atom) -> bool:
+    """Whether a carbon's neighbour is a leaving group's atom: a chlorine, bromine or iodine, or a sulfonate's or
+    sulfate's oxygen (a tosylate, a triflate, dimethyl sulfate)."""
+    return atom.GetAtomicNum() in LEAVING_HALOGENS or (atom.GetAtomicNum() == 8 and any(
+        n.GetAtomicNum() == 16 for n in atom.GetNeighbors()))
 
 
 def _migrated_to(atom: Chem.Atom, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]],

@@ -305,6 +305,12 @@ def test_a_reactant_that_gives_one_atom_is_marked_on_a_retrosynthesis_answer(rea
     ("CI.CN(C)C=O.ClCCl.Oc1ccccc1", "COc1ccccc1", ["C", "O"], ["I"]),  # in DMF or dichloromethane
     ("COS(=O)(=O)OC.CO.Oc1ccccc1", "COc1ccccc1", ["C", "O"], ["C", "O", "O", "O", "O", "S"]),  # dimethyl sulfate
     ("O=S(Cl)Cl.ClCCl.OC(=O)c1ccccc1", "O=C(Cl)c1ccccc1", ["C", "Cl"], ["Cl", "O", "O", "S"]),  # thionyl chloride
+    # an organometallic's carbon, given to a carbonyl or a carbon a leaving group leaves: the Grignard's methyl in THF
+    # or ether was left untraced and its MgBr unmarked
+    ("O=Cc1ccccc1.C[Mg]Br.C1CCOC1", "CC(O)c1ccccc1", ["C", "C", "O"], ["Br", "Mg"]),
+    ("CC(=O)c1ccccc1.CCOCC.[CH3][Mg+]", "CC(C)(O)c1ccccc1", ["C", "C", "O"], ["Mg"]),  # USPTO-50K's writing
+    ("O=C(O)c1ccccc1.C1CCOC1.[Li]C", "CC(=O)c1ccccc1", ["C", "C"], ["Li", "O"]),
+    ("Brc1ccccc1.CB(O)O.C1COCCO1", "Cc1ccccc1", ["C", "C"], ["B", "Br", "O", "O"]),
 ])
 def test_a_one_atom_gift_a_solvent_could_give_too_is_the_reagents(reactants, product, centre, leaving):
     """Methyl iodide in methanol (or DMF, or dichloromethane) gave an O-methyl ether whose methyl was left untraced,
@@ -322,6 +328,11 @@ def test_a_one_atom_gift_two_reactants_could_give_alike_is_not_guessed():
     assert symbols("CO.CCO.Oc1ccccc1", found.reactant_atoms) == ["O"] and not found.leaving_atoms
     found = reaction_centre("CI.ICI.Oc1ccccc1", "COc1ccccc1")  # two alkyl iodides: the methyl's hydrogens tell
     assert found is not None and found.traced == found.atoms
+    # an arene lithiated beside its C-H (by LiTMP) takes methyl iodide's methyl, not methyllithium's: an organometallic
+    # gives its carbon to an electrophile's
+    reactants = "C1CCOC1.CC1(C)CCCC(C)(C)N1.Fc1ccccc1C#N.CI.C[Li]"
+    found = reaction_centre(reactants, "Cc1cccc(F)c1C#N")
+    assert found is not None and found.traced == found.atoms and symbols(reactants, found.leaving_atoms) == ["I"]
 
 
 def test_a_ring_closed_onto_an_aniline_keeps_the_aniline_ring_unmarked():
