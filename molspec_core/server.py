@@ -75,6 +75,7 @@ WRITE_PART_BYTES = 64 * 1024
 WRITE_MIN_RATE = 64 * 1024  # bytes a second
 MAX_CONNECTIONS = 64  # open at once, each a thread; one more is answered 503 and closed
 MAX_REFUSING = 16  # connections past MAX_CONNECTIONS whose 503 waits, on a thread, for their request to be read
+MAX_REFUSED_HEAD = 8192  # bytes of such a request read to see whether it is a probe of /health (Server._refuse)
 LINGER_S = 2.0  # after a body refused unread, how long its rest is read and dropped (the client reads the answer)
 LINGER_BYTES = 2 * MAX_BODY_BYTES
 # A client that has stopped sending is sent a 100 Continue at most this often while its request decodes; one that
@@ -115,6 +116,7 @@ MAX_TRAILER_LINES = 100
 MAX_DIGITS = 100  # in a JSON whole number (a seed takes 19); Python reads no more than 4,300
 # each path and the methods it takes (the Allow header)
 ROUTES = {"/health": "GET, HEAD", "/models": "GET, HEAD", "/predict": "POST"}
+HEALTHY = {"status": "ok"}  # GET /health's answer
 
 # Predictor.predict's options, by the JSON types a request may give them in (bool is not taken for a number).
 OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "draft_len": (int,), "n_drafts": (int,),
@@ -557,7 +559,7 @@ class Handler(BaseHTTPRequestHandler):
         service = self.server.service
         path = self._route()
         if path == "/health":
-            self._send(HTTPStatus.OK, {"status": "ok"})
+            self._send(HTTPStatus.OK, HEALTHY)
         elif path == "/models":
             self._send(HTTPStatus.OK, {"models": [model_json(n, p) for n, p in service.models.items()]})
         elif path == "/predict":
@@ -871,8 +873,7 @@ class Handler(BaseHTTPRequestHandler):
         if absolute is not None:
             name = absolute.hostname or ""
         elif hosts:
-            host = hosts[0].strip()
-            name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+            name = host_name(hosts[0])
         else:
             return True  # HTTP/1.0 without a Host: no browser's request, which always names one
         if is_loopback(name):
@@ -979,6 +980,59 @@ def busy_answer(limit: int) -> bytes:
             "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode() + body
 
 
+def host_name(host: str) -> str:
+    """A Host header's name or address without its port (an IPv6 address without its brackets)."""
+    host = host.strip()
+    return host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+
+
+def read_head(connection: socket.socket, seconds: float) -> bytes:
+    """What a connection sends of its request within `seconds`, up to the end of its headers (MAX_REFUSED_HEAD bytes
+    at most), taken from the stream; what came by then where it stops short."""
+    head = b""
+    deadline, before = time.monotonic() + seconds, connection.gettimeout()
+    try:
+        while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < MAX_REFUSED_HEAD:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            connection.settimeout(left)
+            chunk = connection.recv(MAX_REFUSED_HEAD - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:  # timed out, or the client has gone
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            connection.settimeout(before)
+    return head
+
+
+def health_probe(head: bytes, loopback: bool) -> str | None:
+    """The method of a request head that asks GET or HEAD /health (whatever its query string), addressed as the
+    server answers it (Handler._host_allowed: one Host, a loopback one where the server listens on loopback);
+    None for any other."""
+    lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
+    words = lines[0].split()
+    if len(words) != 3 or words[0] not in ("GET", "HEAD") or words[1].split("?", 1)[0] != "/health":
+        return None
+    hosts = [value for name, _, value in (line.partition(":") for line in lines[1:]) if name.strip().lower() == "host"]
+    if len(hosts) > 1 or (not hosts and words[2] != "HTTP/1.0"):
+        return None
+    if loopback and hosts and not is_loopback(host_name(hosts[0])):
+        return None
+    return words[0]
+
+
+def health_answer(method: str) -> bytes:
+    """GET /health's answer, whole (HEAD: its head alone), for a connection past the limit, which then closes."""
+    body = json.dumps(HEALTHY).encode()
+    head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    return head if method == "HEAD" else head + body
+
+
 def address_family(host: str) -> socket.AddressFamily:
     """IPv6 for an address written with colons ('::1' was refused as IPv4), else IPv4."""
     return socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -1028,7 +1082,9 @@ class Server(ThreadingHTTPServer):
         """A thread for the connection, while fewer than MAX_CONNECTIONS are open; else a 503 and it closes, once
         the request it sends meanwhile is read and dropped (drain, on a thread of its own while fewer than
         MAX_REFUSING are; past that at once): closed at once, Python's http.client, still sending its request,
-        hit a broken pipe and never read the 503."""
+        hit a broken pipe and never read the 503. On that thread, a probe of /health is answered instead
+        (health_probe): clients queued for their turn made it a 503, and a liveness probe restarted a server that
+        was only busy, losing the request it was decoding."""
         if not self.connections.acquire(blocking=False):
             if self.refusing.acquire(blocking=False):
                 threading.Thread(target=self._refuse, args=(request, True), name="refusing", daemon=True).start()
@@ -1039,7 +1095,8 @@ class Server(ThreadingHTTPServer):
 
     def _refuse(self, request: socket.socket, drained: bool) -> None:
         try:
-            request.sendall(busy_answer(self.max_connections))
+            probe = health_probe(read_head(request, LINGER_S), self.loopback) if drained else None
+            request.sendall(busy_answer(self.max_connections) if probe is None else health_answer(probe))
             if drained:
                 drain(request)
         except OSError:

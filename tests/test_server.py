@@ -1385,12 +1385,36 @@ def test_connections_past_the_limit_are_answered_503(models, monkeypatch):
     address = running.server_address[:2]
     idle = [socket.create_connection(address, timeout=30) for _ in range(2)]  # each holds a thread, sending nothing
     time.sleep(0.2)
-    answers = exchange(address, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    answers = exchange(address, b"GET /models HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert answers[0][0].startswith("HTTP/1.1 503") and "2 connections" in json.loads(answers[0][2])["error"]
     for connection in idle:
         connection.close()
     time.sleep(0.2)
     assert call(address, "GET", "/health") == (200, {"status": "ok"})
+    running.shutdown()
+    running.server_close()
+
+
+def test_health_is_answered_past_the_connection_limit(models, monkeypatch):
+    """Clients queued for their turn (or a pool's idle connections) holding every connection made GET /health a 503:
+    a liveness probe (Kubernetes takes any status of 400 or more for a failure) restarted a server that was only
+    busy, and lost the request it was decoding. Past the limit, GET and HEAD /health are answered (the connection
+    then closes); every other request, and one addressed to another host on loopback, still gets the 503."""
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 1)
+    running = server.serve([models["forward"]], "127.0.0.1", 0)
+    threading.Thread(target=running.serve_forever, daemon=True).start()
+    address = running.server_address[:2]
+    with socket.create_connection(address, timeout=30):  # holds the one thread, sending nothing
+        time.sleep(0.2)
+        (line, fields, body), = exchange(address, b"GET /health?probe=1 HTTP/1.1\r\nHost: localhost:80\r\n\r\n")
+        assert (line, json.loads(body), fields["connection"]) == ("HTTP/1.1 200 OK", {"status": "ok"}, "close")
+        (line, fields, body), = exchange(address, b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (line, body, fields["content-length"]) == ("HTTP/1.1 200 OK", b"", "16")
+        for refused in (b"GET /models HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                        b"POST /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
+                        b"GET /health HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+                        b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n"):
+            assert exchange(address, refused)[0][0].startswith("HTTP/1.1 503"), refused
     running.shutdown()
     running.server_close()
 
