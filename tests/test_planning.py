@@ -1399,17 +1399,17 @@ def _step(product: str, reactants: list[str], score: float) -> SingleProductReac
 
 # A route's shape: target T from P and M, P from Q and M, Q from C; M made one way (from CC=O) in T's branch and, in
 # P's, that way or another (from CCBr and O)
-TWO_BRANCHES = {"T": "CCOC(=O)CCC(=O)OCC", "P": "CCOC(=O)CCC(=O)O", "Q": "O=C(O)CCC(=O)O", "M": "CCO"}
+SHARED_INTERMEDIATE = {"T": "CCOC(=O)CCC(=O)OCC", "P": "CCOC(=O)CCC(=O)O", "Q": "O=C(O)CCC(=O)O", "M": "CCO"}
 M_ONE_WAY, M_ANOTHER = _step("CCO", ["CC=O"], -0.5), _step("CCO", ["CCBr", "O"], -2.0)
 
 
 def two_branch_route(m_in_branch_two: SingleProductReaction):
-    """TWO_BRANCHES's route (its synthesis graph and its Route), M made in P's branch by `m_in_branch_two`."""
+    """SHARED_INTERMEDIATE's route (its synthesis graph and its Route), M made in P's branch by `m_in_branch_two`."""
     from syntheseus.search.graph.route import SynthesisGraph
 
     from molspec_core.planning import to_route
 
-    target, p, q, m = (TWO_BRANCHES[name] for name in "TPQM")
+    target, p, q, m = (SHARED_INTERMEDIATE[name] for name in "TPQM")
     stock = Stock(["CC=O", "CCBr", "O", "C"])
     first, second, third = _step(target, [p, m], -0.1), _step(p, [q, m], -0.2), _step(q, ["C"], -0.3)
     graph = SynthesisGraph(root_node=first)
@@ -1427,7 +1427,8 @@ def test_a_route_with_one_intermediate_in_two_branches_keeps_each_branchs_reacti
         steps = [s for _, s in route.steps()]
         assert route.n_steps == len(set(graph.nodes())) == len(steps)
         assert route.score == pytest.approx(sum(s.score for s in steps))
-        assert [".".join(r.smiles for r in s.reactants) for s in steps if s.product == TWO_BRANCHES["M"]] == made_by
+        made = [".".join(r.smiles for r in s.reactants) for s in steps if s.product == SHARED_INTERMEDIATE["M"]]
+        assert made == made_by
 
 
 def test_a_stock_from_standard_input_is_named_so(monkeypatch):

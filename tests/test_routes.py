@@ -719,7 +719,7 @@ def test_an_intermediate_two_branches_make_two_ways_is_badged_with_the_step_that
     """Where two branches of a route made one intermediate two ways, each reactant's badge named the step listed last
     that makes that molecule: ethanol in the target's step, made from acetaldehyde in step 2, read 'made in step 4',
     the step making it from bromoethane and water for the other branch."""
-    from test_planning import M_ANOTHER, TWO_BRANCHES, two_branch_route
+    from test_planning import M_ANOTHER, SHARED_INTERMEDIATE, two_branch_route
 
     _, route = two_branch_route(M_ANOTHER)
     result = planning.PlanResult(route.target.smiles, (route,), planning.SearchStats("retro*", 1.0, 2.0, 1, 9),
@@ -731,9 +731,9 @@ def test_an_intermediate_two_branches_make_two_ways_is_badged_with_the_step_that
     assert not at.exception
     steps = [c.value.replace("\\", "") for c in at.expander[0].caption if c.value.startswith("Step ")]
     assert [step.split("  \n")[1] for step in steps] == [
-        f"{TWO_BRANCHES['T']} is made from CCO + {TWO_BRANCHES['P']}", "CCO is made from CC=O",
-        f"{TWO_BRANCHES['P']} is made from CCO + {TWO_BRANCHES['Q']}", "CCO is made from CCBr + O",
-        f"{TWO_BRANCHES['Q']} is made from C"]
+        f"{SHARED_INTERMEDIATE['T']} is made from CCO + {SHARED_INTERMEDIATE['P']}", "CCO is made from CC=O",
+        f"{SHARED_INTERMEDIATE['P']} is made from CCO + {SHARED_INTERMEDIATE['Q']}", "CCO is made from CCBr + O",
+        f"{SHARED_INTERMEDIATE['Q']} is made from C"]
     badges = [m.value for m in at.expander[0].markdown if "made in step" in m.value]
     assert [re.search(r"made in step \d", badge)[0] for badge in badges] == ["made in step 2", "made in step 3",
                                                                              "made in step 4", "made in step 5"]
