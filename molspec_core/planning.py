@@ -624,7 +624,9 @@ def check_target(target: str, predictor: Predictor) -> str:
         raise ValueError("empty target: give the SMILES of the molecule to make")
     # A reaction SMILES first: its dots separate reactants, and what it needs to hear is that it is a reaction.
     smiles = written_smiles(target)
-    if "." in smiles and ">" not in smiles:  # in a SMILES a dot only ever separates molecules
+    # In a SMILES a dot only ever separates molecules. One with a space beside it is no SMILES: a numbered list's
+    # '1. CCO', a note's '(1.5 g)' were refused as several molecules; prepare names the SMILES it reads out of them.
+    if "." in smiles and ">" not in smiles and len(smiles.split()) == 1:
         raise ValueError(several_molecules(target.strip(), smiles))
     return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
 

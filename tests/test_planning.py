@@ -753,6 +753,19 @@ def test_a_salts_inchi_is_told_its_main_molecule_as_its_smiles_is(copy_predictor
                                        "NCCO")
 
 
+@pytest.mark.parametrize("target, told", [
+    ("1. NCCO", "a label or a number and then a SMILES: the SMILES alone is NCCO"),
+    ("NCCO (1.5 g)", "a SMILES and then a name or title")])
+def test_a_target_pasted_with_a_number_or_a_note_beside_it_is_told_its_smiles_not_several_molecules(copy_predictor,
+                                                                                                   target, told):
+    """A line of a numbered list ('1. CCO') or a SMILES with a note holding a decimal point was refused as a target of
+    'several molecules' and nothing more (its dot taken for a SMILES's), where the Predict page reads the SMILES out
+    of it and names it."""
+    with pytest.raises(ValueError, match="a SMILES has no spaces") as refused:
+        plan(target, copy_predictor, Stock(["NO"]), time_limit_s=1.0)
+    assert told in str(refused.value)
+
+
 def test_an_inorganic_salt_target_is_not_offered_its_cation():
     """Sodium chloride was told to plan a route to its main molecule, [Na+]."""
     refusal = planning.several_molecules("[Na+].[Cl-]")
