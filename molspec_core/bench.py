@@ -37,6 +37,7 @@ from .peers import PeerError
 from .methods import METHODS, PEERS, SamplingOptions
 from .service import Predictor
 from .tokenizer import UNK_ID, TokenizeError
+from .words import counted
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,9 @@ def run_bench(predictor: Predictor, sources: list[str], targets: list[str] | Non
         except ValueError as exc:  # its place among the queries given (1-based, after --index and --limit)
             skipped.append({"query": i + 1, "error": str(exc)})
     if not queries:
-        raise ValueError(f"the model reads none of the {len(sources)} queries (the first, query 1: "
-                         f"{skipped[0]['error'] if skipped else 'none given'})")
+        none = ("cannot read the one query (" if len(sources) == 1 else
+                f"reads none of the {counted(len(sources), 'query', 'queries')} (the first, ")
+        raise ValueError(f"the model {none}query 1: {skipped[0]['error'] if skipped else 'none given'})")
     if by_length:
         order = sorted(range(len(queries)), key=lambda i: len(queries[i].ids))
         queries, kept_targets = [queries[i] for i in order], [kept_targets[i] for i in order]
@@ -480,11 +482,13 @@ def markdown_table(report: dict) -> str:
         given = report.get("n_given", report["n_queries"] + len(skipped))  # reports from before it: a whole run's
         # a whole run's top-k counts them as misses; a stopped run's is of the queries measured (run_bench), and a run
         # without targets has none
-        counted = ("" if not any("top1" in m for m in report["methods"].values()) else
-                   "; not in top-k, which is of the queries measured" if report.get("interrupted") else
-                   "; misses in top-k")
-        lines.append(f"\n{len(skipped)} of the {given} queries given were skipped (the model cannot read them"
-                     f"{counted}): the first, query {skipped[0]['query']}: {skipped[0]['error']}")
+        one = len(skipped) == 1
+        in_top_k = ("" if not any("top1" in m for m in report["methods"].values()) else
+                    "; not in top-k, which is of the queries measured" if report.get("interrupted") else
+                    "; a miss in top-k" if one else "; misses in top-k")
+        lines.append(f"\n{len(skipped):,} of the {counted(given, 'query', 'queries')} given "
+                     f"{'was' if one else 'were'} skipped (the model cannot read {'it' if one else 'them'}{in_top_k}): "
+                     f"{'' if one else 'the first, '}query {skipped[0]['query']}: {skipped[0]['error']}")
     if report.get("sweep"):
         sweep = report["sweep"]
         knob = sweep["knob"]
@@ -502,7 +506,7 @@ def markdown_table(report: dict) -> str:
     if report.get("oracle_tokens_per_call"):
         bounds = ", ".join(f"{k} {v:.2f}" for k, v in report["oracle_tokens_per_call"].items())
         left_out = report.get("oracle_left_out")
-        note = f"; {left_out} queries whose target is no SMILES left out" if left_out else ""
+        note = f"; {counted(left_out, 'query', 'queries')} whose target is no SMILES left out" if left_out else ""
         lines.append(f"\nOracle tokens/call (if the model emitted the reference{note}): {bounds}")
     return "\n".join(lines)
 
@@ -549,7 +553,7 @@ def queries_timed(report: dict) -> str:
     """"200 queries: USPTO-MIT test, the first 200 of the 500-query sample (uspto_mit_test_500.idx)"."""
     measured = " measured before the run was stopped" if report.get("interrupted") else ""
     n = report.get("n_queries", "?")
-    return f"{n} {'query' if n == 1 else 'queries'}{measured}: {query_set(report)}"
+    return f"{counted(n, 'query', 'queries') if isinstance(n, int) else n}{measured}: {query_set(report)}"
 
 
 def speedup_series(report: dict) -> dict[str, str]:

@@ -54,7 +54,7 @@ def test_a_run_stopped_part_way_counts_the_skipped_queries_among_those_given(mon
     report = run_bench(Predictor.load(MODEL), [*QUERIES[:2], "xyz", *QUERIES[2:]], None, ["greedy", "spec-lookup"],
                        warmup=0, progress=False)
     assert report["n_queries"] == 2 and report["n_given"] == 6
-    assert "1 of the 6 queries given were skipped (the model cannot read them): the first" in markdown_table(report)
+    assert "1 of the 6 queries given was skipped (the model cannot read it): query " in markdown_table(report)
 
 
 def test_the_table_says_skipped_queries_are_misses_only_where_top_k_counts_them(monkeypatch):
@@ -63,12 +63,12 @@ def test_the_table_says_skipped_queries_are_misses_only_where_top_k_counts_them(
     queries = [*QUERIES[:2], "xyz", *QUERIES[2:]]
     targets = [q.replace("C", "") or "O" for q in queries]
     whole = run_bench(Predictor.load(MODEL), queries, targets, ["greedy"], warmup=0, progress=False)
-    assert "1 of the 6 queries given were skipped (the model cannot read them; misses in top-k)" in markdown_table(
-        whole)
+    assert ("1 of the 6 queries given was skipped (the model cannot read it; a miss in top-k): query 3"
+            in markdown_table(whole))
     ctrl_c_at_call(monkeypatch, 5)  # batch 3's first method: batches 1 and 2 measured
     stopped = run_bench(Predictor.load(MODEL), queries, targets, ["greedy", "spec-lookup"], warmup=0, progress=False)
     assert stopped["topk_counts"] == "of the queries measured before the run was stopped"
-    assert ("1 of the 6 queries given were skipped (the model cannot read them; not in top-k, which is of the queries "
+    assert ("1 of the 6 queries given was skipped (the model cannot read it; not in top-k, which is of the queries "
             "measured)") in markdown_table(stopped)
 
 
@@ -183,6 +183,7 @@ def test_a_target_that_is_no_smiles_is_left_out_of_the_oracle_not_the_run():
     assert report["oracle_tokens_per_call"] == whole["oracle_tokens_per_call"]  # of the three targets with SMILES
     assert report["oracle_left_out"] == 2
     assert "2 queries whose target is no SMILES left out" in markdown_table(report)
+    assert "; 1 query whose target is no SMILES left out)" in markdown_table(dict(report, oracle_left_out=1))
 
 
 def test_the_table_says_its_times_are_a_batchs_where_batches_hold_several_queries():

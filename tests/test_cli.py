@@ -1381,10 +1381,13 @@ def test_bench_counts_a_query_it_cannot_read_as_evaluate_does_and_says_so(pair_f
     assert report["methods"]["greedy"]["top1"] == evaluated and report["n_queries"] == 4
     assert report["skipped_queries"] == [{"query": 2, "error": "token '[Xe]' is not in the model's vocabulary; this "
                                                                "model cannot read it"}]
-    assert "1 of the 5 queries given were skipped" in capsys.readouterr().out
+    assert "1 of the 5 queries given was skipped" in capsys.readouterr().out
     (pair_files / "bad.txt").write_text("C[Xe]\nC1CC\n")
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "bad.txt", "--methods", "greedy"], capsys,
                    "the model reads none of the 2 queries (the first, query 1: token '[Xe]'")
+    (pair_files / "bad.txt").write_text("C[Xe]\n")  # it read 'none of the 1 queries (the first, query 1: ...'
+    expect_refused(["bench", "--model", MODEL, "--src", pair_files / "bad.txt", "--methods", "greedy"], capsys,
+                   "the model cannot read the one query (query 1: token '[Xe]'")
 
 
 def test_expected_tokens_per_call_formula():
