@@ -565,7 +565,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/predict":
             self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "POST a JSON body to /predict"}, {"Allow": "POST"})
         else:
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
+            self._send(HTTPStatus.NOT_FOUND, {"error": no_route(path)})
 
     def do_HEAD(self) -> None:
         """GET's answer without its body (HTTP requires HEAD wherever GET is taken): a monitor's probe of
@@ -666,7 +666,7 @@ class Handler(BaseHTTPRequestHandler):
         self.unread_body = self._carries_body()
         path = self._route()
         if path != "*" and path not in ROUTES:
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
+            self._send(HTTPStatus.NOT_FOUND, {"error": no_route(path)})
             return
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "this server takes no cross-origin requests"},
                    {"Allow": ROUTES.get(path, "GET, HEAD, POST")})
@@ -680,7 +680,7 @@ class Handler(BaseHTTPRequestHandler):
         self.unread_body = self._carries_body()
         path = self._route()
         if path not in ROUTES:
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {path[:80]!r}; try /health, /models, /predict"})
+            self._send(HTTPStatus.NOT_FOUND, {"error": no_route(path)})
             return
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes {ROUTES[path]}, not {self.command}"},
                    {"Allow": ROUTES[path]})
@@ -930,6 +930,17 @@ class Handler(BaseHTTPRequestHandler):
         request line's ESC and CR went to the operator's terminal as sent (colours, a line overwritten by a
         forged one), which the standard library's own log_message, replaced here, escapes."""
         log.info("%s %s", self.address_string(), (format % args).translate(CONTROL_ESCAPES))
+
+
+def no_route(path: str) -> str:
+    """The 404 of a path that is no route; of one that ends in a route (/molspec/predict), that a reverse proxy
+    forwarding its path prefix must strip it (it was only 'try /health, /models, /predict')."""
+    routes = f"the routes are {', '.join(list(ROUTES)[:-1])} and {list(ROUTES)[-1]}"
+    prefix = next((path[:-len(route)] for route in ROUTES if path.endswith(route) and path != route), None)
+    if prefix and prefix.startswith("/"):
+        return (f"no route {path[:80]!r}; {routes}, at the root: a reverse proxy in front of this server strips its "
+                f"path prefix {prefix[:80]!r} before it forwards")
+    return f"no route {path[:80]!r}; {routes}"
 
 
 def _no_constant(name: str) -> None:

@@ -1395,6 +1395,21 @@ def test_connections_past_the_limit_are_answered_503(models, monkeypatch):
     running.server_close()
 
 
+def test_a_route_under_a_path_prefix_is_told_to_shed_it(address):
+    """A reverse proxy that forwards its path prefix (nginx's `location /molspec/ { proxy_pass
+    http://127.0.0.1:8000; }`, Traefik's PathPrefix without StripPrefix) sent /molspec/predict, told only 'no route
+    ...; try /health, /models, /predict'. The 404 names the prefix to strip; another path keeps the short words."""
+    assert call(address, "POST", "/molspec/predict", {"smiles": AMIDE}) == (404, {"error": (
+        "no route '/molspec/predict'; the routes are /health, /models and /predict, at the root: a reverse proxy in "
+        "front of this server strips its path prefix '/molspec' before it forwards")})
+    assert call(address, "GET", "/api/v1/health?x=1")[1]["error"].endswith("strips its path prefix '/api/v1' before "
+                                                                           "it forwards")
+    assert call(address, "GET", "/nothing") == (404, {"error": "no route '/nothing'; the routes are /health, /models "
+                                                               "and /predict"})
+    assert call(address, "GET", "/healthz")[1]["error"] == ("no route '/healthz'; the routes are /health, /models "
+                                                             "and /predict")
+
+
 def test_health_is_answered_past_the_connection_limit(models, monkeypatch):
     """Clients queued for their turn (or a pool's idle connections) holding every connection made GET /health a 503:
     a liveness probe (Kubernetes takes any status of 400 or more for a failure) restarted a server that was only
