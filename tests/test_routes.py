@@ -737,3 +737,24 @@ def test_an_intermediate_two_branches_make_two_ways_is_badged_with_the_step_that
     badges = [m.value for m in at.expander[0].markdown if "made in step" in m.value]
     assert [re.search(r"made in step \d", badge)[0] for badge in badges] == ["made in step 2", "made in step 3",
                                                                              "made in step 4", "made in step 5"]
+
+
+def test_a_search_that_found_as_many_routes_as_it_keeps_says_it_may_have_found_more(tmp_path, monkeypatch):
+    """Aspirin's 8-second search found over 200 routes, and the page said '10 routes to the stock found': it keeps the
+    10 best (PlanResult.max_routes), and nothing said there could be more."""
+    import dataclasses
+
+    from test_planning import anhydride_plan_result
+
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    for max_routes, said in ((2, True), (10, False)):
+        result = dataclasses.replace(anhydride_plan_result(), max_routes=max_routes)  # 2 routes
+        monkeypatch.setattr(planning, "plan", lambda *args, result=result, **kwargs: result)
+        at = find_routes(at, "NCCO")
+        assert not at.exception
+        success = at.success[0].value
+        assert success.startswith("2 routes to the stock found")
+        assert ("These are the best 2, the most a search keeps: it may have found more." in success) is said
+        assert next(m for m in at.metric if m.label == "Routes").help.startswith(f"The best routes the search found, "
+                                                                                  f"{max_routes} at most")
