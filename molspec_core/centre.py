@@ -432,11 +432,13 @@ def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.M
     an ester of the alcohol's carbon inverted (the Mitsunobu reaction) join by the acid's oxygen, and the alcohol's
     leaves as triphenylphosphine oxide; the acyl carbon, whose bonds are all kept, was marked as the centre.
 
-    Read back as hydrolysis (a retrosynthesis answer's aryl ester for an acid): the aryl carbon keeps its oxygen, so
-    the acid's OH is not the phenol's (it comes from the water, which the answer does not show) and the phenol leaves
-    whole. Of an alkyl ester, which bond breaks depends on the ester and the reagents (a methyl ester's acyl C-O bond
-    in a saponification, a tert-butyl or benzyl ester's alkyl C-O bond), which the answer does not show: its oxygen
-    stays with the acid, as USPTO-50K's atom maps have it."""
+    Read back as hydrolysis (an acid from its ester, or a retrosynthesis answer's ester for an acid): the alcohol's or
+    phenol's carbon keeps its oxygen, so the acid's OH is not the ester's (it comes from the hydroxide or water, which
+    the answer may not show) and the alkoxy group leaves whole, as oxygen-18 showed of a saponification (Polanyi and
+    Szabo, 1934). So the acyl carbon is the centre: a methyl ester's saponification marked only the acid's oxygen, and
+    the methyl as leaving alone, as if it were an SN2 demethylation (USPTO-50K's atom maps have it so). Not where the
+    alkyl carbon gives its oxygen up itself (_gives_up_oxygen): a tert-butyl ester's in acid, a benzyl ester's by
+    hydrogenolysis; the oxygen stays with the acid."""
     reached = set(owner.values())
 
     def reactant_atom(index: int) -> Chem.Atom:
@@ -461,15 +463,27 @@ def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.M
                and not _configuration_turned(product.GetAtomWithIdx(n), {**owner, atom.GetIdx(): (owner[n][0],
                                                                                                      y.GetIdx())},
                                              molecules)]
-        aryl_leaves = (atom.GetDegree() == 1 and any(_holds_on(reactant_atom(c)) == 0 for c in kept)
-                       and any(n.GetIsAromatic() and (k, n.GetIdx()) not in reached
-                               for n in molecules[k].GetAtomWithIdx(x).GetNeighbors()))
-        if own or aryl_leaves:
+        # an ester hydrolysed: its acyl carbon lets the oxygen go with the alcohol or phenol (leaving)
+        hydrolysed = (atom.GetDegree() == 1 and any(reactant_atom(c).GetAtomicNum() == 6
+                                                    and _holds_on(reactant_atom(c)) == 0 for c in kept)
+                      and any(n.GetAtomicNum() == 6 and (k, n.GetIdx()) not in reached and not _gives_up_oxygen(n)
+                              for n in molecules[k].GetAtomWithIdx(x).GetNeighbors()))
+        if own or hydrolysed:
             reached.discard((k, x))
             del owner[atom.GetIdx()]
         if own:
             owner[atom.GetIdx()] = own[0]
             reached.add(own[0])
+
+
+def _gives_up_oxygen(carbon: Chem.Atom) -> bool:
+    """Whether an ester's alkyl carbon lets its oxygen go to the acid when the ester is cleaved: a tertiary one (a
+    tert-butyl ester in acid, by its cation), a benzylic or allylic one (a benzyl ester by hydrogenolysis, an allyl
+    ester by palladium). Not an aryl carbon, nor a methyl's or ethyl's (a saponification breaks the acyl C-O bond)."""
+    carbons = [n for n in carbon.GetNeighbors() if n.GetAtomicNum() == 6]
+    return not carbon.GetIsAromatic() and (len(carbons) >= 3 or any(
+        n.GetIsAromatic() or any(bond.GetBondType() == Chem.BondType.DOUBLE for bond in n.GetBonds())
+        for n in carbons))
 
 
 def _neighbours_alike(atom: Chem.Atom, other: Chem.Atom) -> int:
