@@ -666,8 +666,8 @@ def test_a_query_stopped_at_its_time_limit_can_be_given_longer(copy_models, monk
     assert "For a longer time limit than the 3 s a query it stopped at, raise it under *Time limit*" in texts(
         at.caption)
     at.selectbox(key="method").set_value("greedy").run()
-    predict(at, "OCCOc1ccccc1")  # greedy: stopped with no answer, an error
-    assert "stopped after the 3 s time limit" in texts(at.error)
+    predict(at, "OCCOc1ccccc1")  # greedy: stopped with no answer, an error, but no refusal ("Cannot predict")
+    assert "No answer within the time limit: stopped after the 3 s time limit" in texts(at.error), texts(at.error)
     assert "the 3 s a query it stopped at" in texts(at.caption)
     at = at.switch_page("views/batch.py").run().switch_page("views/predict.py").run()
     assert at.number_input(key="time_limit_predict").value == 3

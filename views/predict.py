@@ -274,7 +274,9 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
         return
     ss["query_retry"] = retry_of(result)
     if not (result.ok or result.stopped_with_answers):  # stopped with answers: shown, with its error beside them
-        ss["query_error"], ss["query_error_limit"] = f"Cannot predict this query: {result.error}", time_limit_s
+        # a slow query is no refusal: "Cannot predict this query: stopped after the 1 s time limit" read as one
+        lead = "No answer within the time limit" if result.timed_out else "Cannot predict this query"
+        ss["query_error"], ss["query_error_limit"] = f"{lead}: {result.error}", time_limit_s
         return
     ss["query_error"] = None
     # The check's failure is no error of the query (it was one, and the page called these answers "the last
