@@ -20,11 +20,11 @@ Safety: it listens on loopback unless told otherwise and has no authentication, 
 on a network you trust. On loopback it answers only requests addressed to a loopback name (a web page
 cannot reach it through DNS rebinding), and it takes only `Content-Type: application/json` (which a web
 page cannot send across origins without a preflight this server never grants). Bodies, queries per
-request, open connections (MAX_CONNECTIONS), the time to send a whole request (READ_TIMEOUT_S) and the time a
-request decodes are bounded (MAX_REQUEST_S: the queries not begun by then come back with an error, the others
-with their answers); a query stops at its time limit. A body is framed by one Content-Length or comes in chunks
-(Transfer-Encoding: chunked), never both, and a
-connection whose request left a body unread closes after its answer (none is read as the next request).
+request, open connections (MAX_CONNECTIONS; past it a probe of /health is still answered), the time to send a
+whole request (READ_TIMEOUT_S) and the time a request decodes are bounded (MAX_REQUEST_S: the queries not begun
+by then come back with an error, the others with their answers); a query stops at its time limit. A body is
+framed by one Content-Length or comes in chunks (Transfer-Encoding: chunked), never both, and a connection whose
+request left a body unread closes after its answer (none is read as the next request).
 """
 from __future__ import annotations
 
