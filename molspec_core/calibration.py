@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .methods import method as method_row
+from .words import part_of
 
 if TYPE_CHECKING:  # the service loads a model's calibration, so this module cannot import it at run time
     from .service import Predictor
@@ -219,8 +220,10 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     time_limit_s = time_limit_s or DEFAULT_TIME_LIMIT_S
     unreadable = unreadable_targets(targets)
     if unreadable:
-        log.warning("%d of %d targets are SMILES RDKit cannot read: their queries are left out (whether their answers "
-                    "are right is not known)", unreadable, len(targets))
+        one = unreadable == 1
+        log.warning("%s %s RDKit cannot read: %s left out (whether %s right is not known)",
+                    part_of(unreadable, len(targets), "target"), "is a SMILES" if one else "are SMILES",
+                    "its query is" if one else "their queries are", "its answers are" if one else "their answers are")
 
     answers: list[list[tuple[float, bool]]] = []
     refused: list[tuple[int, str]] = []  # each refused query's place (1-based) and why
@@ -245,12 +248,17 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
         stopped.collected = answers[:done]
         raise
     if refused:  # a fit without them says so
-        log.warning("%d of %d queries were refused: no answer of theirs fits or judges (the first, query %d of those "
-                    "decoded: %s)", len(refused), len(sources), *refused[0])
+        one = len(refused) == 1
+        log.warning("%s %s refused: %s fits or judges (%squery %d of those decoded: %s)",
+                    part_of(len(refused), len(sources), "query", "queries"), "was" if one else "were",
+                    "none of its answers" if one else "no answer of theirs", "" if one else "the first, ", *refused[0])
     if slow:  # the slowest queries: told apart from those refused, which a user fixes otherwise
-        log.warning("%d of %d queries were stopped by the time limit (%g s a query) before their search ended: no "
-                    "answer of theirs fits or judges (the first, query %d of those decoded); a longer time limit "
-                    "decodes them whole", len(slow), len(sources), time_limit_s, slow[0])
+        one = len(slow) == 1
+        log.warning("%s %s stopped by the time limit (%g s a query) before %s search ended: %s fits or judges "
+                    "(%squery %d of those decoded); a longer time limit decodes %s whole",
+                    part_of(len(slow), len(sources), "query", "queries"), "was" if one else "were", time_limit_s,
+                    "its" if one else "their", "none of its answers" if one else "no answer of theirs",
+                    "" if one else "the first, ", slow[0], "it" if one else "them")
     return answers
 
 

@@ -35,7 +35,7 @@ from .scale import RAY_PACKAGE_MISSING
 from .service import (DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, ENGINES, MAX_AUGMENT, MAX_DRAFT_LEN, MAX_N_BEST,
                       MAX_N_DRAFTS, MAX_TIME_LIMIT_S, TIMED_OUT, windows)
 from .threads import use_threads
-from .words import counted
+from .words import counted, part_of
 
 if TYPE_CHECKING:
     from .calibration import Calibration
@@ -1026,22 +1026,33 @@ def tell_report(args: argparse.Namespace, report: dict, out: Path | None, task: 
     show_report(report)
     listed = "; the report lists the first ten" if args.out else ""
     refused = [query for query in report["query_error_examples"] if not query.get("timed_out")]
-    if report["query_errors"] > report["timed_out"]:  # on stderr, as the next: stdout stays one JSON object
-        first = (f" (the first, query {refused[0]['query']} of those evaluated, line {refused[0]['line']} of "
-                 f"{args.src}: {refused[0]['error']})" if refused else "")
-        log.warning("%d of %d queries were refused, each a miss in every top-k%s%s",
-                    report["query_errors"] - report["timed_out"], report["n"], first, listed)
+    n_refused = report["query_errors"] - report["timed_out"]
+    if n_refused:  # on stderr, as the next: stdout stays one JSON object
+        first = (f" ({'' if n_refused == 1 else 'the first, '}query {refused[0]['query']} of those evaluated, line "
+                 f"{refused[0]['line']} of {args.src}: {refused[0]['error']})" if refused else "")
+        log.warning("%s %s refused, %s miss in every top-k%s%s", part_of(n_refused, report["n"], "query", "queries"),
+                    "was" if n_refused == 1 else "were", "a" if n_refused == 1 else "each a", first, listed)
     if report["timed_out"]:  # not the model's refusal: slow queries, which a longer limit decodes
-        log.warning("%d of %d queries were stopped by the time limit (--time-limit %g s) before their search ended, "
-                    "each a miss in every top-k: they were not refused; a longer --time-limit decodes them whole%s",
-                    report["timed_out"], report["n"], args.time_limit, listed)
+        one = report["timed_out"] == 1
+        log.warning("%s %s stopped by the time limit (--time-limit %g s) before %s search ended, %s miss in every "
+                    "top-k: %s not refused; a longer --time-limit decodes %s whole%s",
+                    part_of(report["timed_out"], report["n"], "query", "queries"), "was" if one else "were",
+                    args.time_limit, "its" if one else "their", "a" if one else "each a",
+                    "it was" if one else "they were", "it" if one else "them", listed)
     if report["unreadable_targets"]:
-        log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses",
-                    report["unreadable_targets"], report["n"], args.tgt)
+        log.warning("%s", unreadable_line(report["unreadable_targets"], report["n"], args.tgt))
     if not any(report["first_right"]["model_order"]):  # 0% reads as the model's accuracy; files of another task?
         log.warning("%s its target in its top-%d: check that %s holds the answers to %s, line by line, and that "
                     "they are for a %s model", "the one query does not have" if report["n"] == 1 else
                     f"none of the {report['n']} queries has", args.n_best, args.tgt, args.src, task)
+
+
+def unreadable_line(n: int, total: int, tgt: str) -> str:
+    """'2 of 5 targets in t.txt are SMILES RDKit cannot read: those queries count as misses' (evaluate's and bench's
+    warning), '1 of 5 targets ... is a SMILES ...: that query counts as a miss'."""
+    one = n == 1
+    return (f"{part_of(n, total, 'target')} in {tgt} {'is a SMILES' if one else 'are SMILES'} RDKit cannot read: "
+            f"{'that query counts as a miss' if one else 'those queries count as misses'}")
 
 
 def warn_short_limit(args: argparse.Namespace, n: int, does: str) -> None:
@@ -1398,18 +1409,21 @@ def keep_partial_fit(collected: list | None, weights: str, sources: list[str], t
     try:
         fitted = calibration.fit_collected(weights, sources, targets, collected, args.method, n_best, args.augment)
     except ValueError as exc:  # too few queries, or none of them gave a right answer
-        log.warning("stopped after %d of %d queries, which give no fit (%s): nothing is written", n, len(sources), exc)
+        log.warning("stopped after %s, which give no fit (%s): nothing is written",
+                    part_of(n, len(sources), "query", "queries"), exc)
         return
     fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt), limit=n)
     try:
         kept = calibration.keep_partial(fitted, path)
     except OSError as exc:  # a full disk: the stop's own line follows
-        log.warning("stopped after %d of %d queries; their fit could not be written: %s", n, len(sources), exc)
+        log.warning("stopped after %s; their fit could not be written: %s",
+                    part_of(n, len(sources), "query", "queries"), exc)
         return
     coarse = f" (below {MIN_FIT_QUERIES}: coarse steps)" if fitted.fitted_on < MIN_FIT_QUERIES else ""
-    log.warning("stopped after %d of %d queries: their fit, as --limit %d makes it (fitted on %d%s, judged on %d, "
+    log.warning("stopped after %s: their fit, as --limit %d makes it (fitted on %s%s, judged on %s, "
                 "expected calibration error %.4f), is written to %s and not used; rename it to %s to use it",
-                n, len(sources), n, fitted.fitted_on, coarse, fitted.judged_on, fitted.ece, kept, path.name)
+                part_of(n, len(sources), "query", "queries"), n, f"{fitted.fitted_on:,}", coarse,
+                f"{fitted.judged_on:,}", fitted.ece, kept, path.name)
 
 
 def check_fit_size(n_queries: int, earlier: Calibration | None, force: bool, ran_out: str | None = None) -> None:
@@ -1593,8 +1607,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # none readable: refused, as evaluate refuses it (every query a miss, whatever the model says); some: told
     unreadable = unreadable_targets(targets) if targets else 0
     if unreadable:
-        log.warning("%d of %d targets in %s are SMILES RDKit cannot read: those queries count as misses in top-k",
-                    unreadable, len(sources), args.tgt)
+        log.warning("%s in top-k", unreadable_line(unreadable, len(sources), args.tgt))
     if out and not can_chart():  # said before the run, which may be long; the report and the table are written
         log.warning("--out %s: no chart will be written beside the report: %s", out, CHART_PACKAGE_MISSING)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)

@@ -250,6 +250,32 @@ def test_a_query_stopped_at_its_time_limit_fits_nothing_as_a_refused_one_does(ca
     assert caplog.messages == ["2 of 2 queries were stopped by the time limit (60 s a query) before their search "
                                "ended: no answer of theirs fits or judges (the first, query 1 of those decoded); a "
                                "longer time limit decodes them whole"]
+    caplog.clear()  # one of them: in the singular (it read '1 of 2 queries were stopped ... decodes them whole')
+    with caplog.at_level("WARNING", logger="molspec_core.calibration"):
+        calibration.collect(Stopped(), ["CCOC"], ["CCOC"], "beam", 1, progress=False, time_limit_s=60)
+    assert caplog.messages == ["1 of 1 query was stopped by the time limit (60 s a query) before its search ended: "
+                               "none of its answers fits or judges (query 1 of those decoded); a longer time limit "
+                               "decodes it whole"]
+
+
+def test_refused_queries_are_counted_in_words_that_fit_their_number(caplog):
+    """One refused query of three was told '1 of 3 queries were refused: no answer of theirs fits or judges (the
+    first, query 2 ...)'."""
+    from molspec_core.service import QueryResult
+
+    class Refusing:  # a predictor that cannot read the queries holding Xe (a refused query is never read)
+        def predict(self, queries, **options):
+            return [QueryResult(query=q, predictions=(), error="token '[Xe]' is not read")
+                    if "Xe" in q else QueryResult(query=q, canonical_query=q, predictions=()) for q in queries]
+
+    for sources, told in ((["CCO", "C[Xe]", "CCN"], "1 of 3 queries was refused: none of its answers fits or judges "
+                           "(query 2 of those decoded: token '[Xe]' is not read)"),
+                          (["CCO", "C[Xe]", "CC[Xe]"], "2 of 3 queries were refused: no answer of theirs fits or "
+                           "judges (the first, query 2 of those decoded: token '[Xe]' is not read)")):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="molspec_core.calibration"):
+            calibration.collect(Refusing(), sources, ["CCO"] * 3, "beam", 1, progress=False)
+        assert caplog.messages == [told]
 
 
 def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_counted(caplog):
@@ -265,8 +291,8 @@ def test_a_target_rdkit_cannot_read_leaves_its_query_out_of_the_fit_and_is_count
     with caplog.at_level("WARNING", logger="molspec_core.calibration"):
         answers = calibration.collect(Echo(), ["CCO", "CCN", "CCC"], ["CCO", "C1CC", "CCN"], "beam", 1, progress=False)
     assert answers == [[(-0.1, True)], [], [(-0.1, False)]]
-    assert caplog.messages == ["1 of 3 targets are SMILES RDKit cannot read: their queries are left out (whether "
-                               "their answers are right is not known)"]
+    assert caplog.messages == ["1 of 3 targets is a SMILES RDKit cannot read: its query is left out (whether its "
+                               "answers are right is not known)"]
     with pytest.raises(ValueError, match="none of the 2 targets is a SMILES RDKit reads"):
         calibration.collect(Echo(), ["CCO", "CCN"], ["C1CC", "x"], "beam", 1, progress=False)
 

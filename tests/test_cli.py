@@ -2471,7 +2471,7 @@ def test_evaluate_names_the_source_line_of_each_query_it_refused(pair_files, cap
                      str(pair_files / "tgt.txt"), "--index", str(pair_files / "idx")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [(e["query"], e["line"]) for e in report["query_error_examples"]] == [(2, 1)]
-    assert f"(the first, query 2 of those evaluated, line 1 of {pair_files / 'src.txt'}: token '[Xe]'" in \
+    assert f"(query 2 of those evaluated, line 1 of {pair_files / 'src.txt'}: token '[Xe]'" in \
         caplog.records[0].getMessage()
 
 
@@ -2491,9 +2491,11 @@ def test_evaluate_names_the_queries_it_refused_and_records_how_it_decoded(pair_f
     assert report["query_error_examples"] == [{"query": 2, "line": 2, "error": "token '[Xe]' is not in the model's "
                                                                               "vocabulary; this model cannot read it"}]
     assert caplog.records[0].getMessage() == (  # the next warns of the target RDKit cannot read
-        f"1 of 4 queries were refused, each a miss in every top-k (the first, query 2 of those evaluated, line 2 of "
+        f"1 of 4 queries was refused, a miss in every top-k (query 2 of those evaluated, line 2 of "
         f"{pair_files / 'src.txt'}: token '[Xe]' is not in the model's vocabulary; this model cannot read it); the "
         "report lists the first ten")
+    assert caplog.records[1].getMessage() == (  # one target: in the singular ('1 of 4 targets ... are SMILES')
+        f"1 of 4 targets in {pair_files / 'tgt.txt'} is a SMILES RDKit cannot read: that query counts as a miss")
     assert (report["limit"], report["batch_size"], report["time_limit_s"], report["sampling"]) == (4, 2, 30.0, None)
     capsys.readouterr()
     targets = str(pair_files / "tgt.txt")
@@ -2531,11 +2533,11 @@ def test_evaluate_tells_queries_the_time_limit_stopped_from_those_it_refused(pai
     assert (report["query_errors"], report["timed_out"]) == (2, 1)
     assert [(e["query"], e.get("timed_out")) for e in report["query_error_examples"]] == [(2, True), (3, None)]
     messages = [record.getMessage() for record in caplog.records]
-    assert messages[0].startswith("1 of 4 queries were refused, each a miss in every top-k (the first, query 3 of "
+    assert messages[0].startswith("1 of 4 queries was refused, a miss in every top-k (query 3 of "
                                   "those evaluated, line 3 of")
-    assert messages[1] == ("1 of 4 queries were stopped by the time limit (--time-limit 30 s) before their search "
-                           "ended, each a miss in every top-k: they were not refused; a longer --time-limit decodes "
-                           "them whole; the report lists the first ten")
+    assert messages[1] == ("1 of 4 queries was stopped by the time limit (--time-limit 30 s) before its search "
+                           "ended, a miss in every top-k: it was not refused; a longer --time-limit decodes it whole; "
+                           "the report lists the first ten")
 
 
 def test_a_limit_beyond_the_queries_there_are_is_told(pair_files, capsys, caplog):
