@@ -358,9 +358,13 @@ def test_batch_csv_downloads_and_parses(page, tmp_path):
     saved = tmp_path / "predictions.csv"
     info.value.save_as(saved)
     table = pd.read_csv(saved, keep_default_na=False, dtype=str)
-    from molspec_core.io import RESULT_COLUMNS
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.io import MODEL_COLUMNS, RESULT_COLUMNS
 
-    assert list(table.columns) == list(RESULT_COLUMNS)  # the CLI's columns (the upload has no others)
+    # the CLI's columns (the upload has no others), then the model that gave the answers
+    assert list(table.columns) == [*RESULT_COLUMNS, *MODEL_COLUMNS]
+    assert set(zip(table["model_folder"], table["model_weights"])) == {
+        ("forward", weights_fingerprint(ROOT / "models" / "forward"))}
     firsts = table.drop_duplicates("row").reset_index(drop=True)  # each query's first answer, or its error
     assert firsts["row"].tolist() == ["1", "2", "3"] and table["row"].tolist() == sorted(table["row"].tolist())
     assert firsts["query"].tolist() == ["CCO.CC(=O)O", "xyz", "'=HYPERLINK(\"http://x\")"]
