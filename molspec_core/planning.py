@@ -41,9 +41,9 @@ from syntheseus.search.node_evaluation.common import (ConstantNodeEvaluator, Has
 
 from .boundary import Terminated
 from .centre import untraced_part
-from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, clear_maps, holds_carbon, inchi_alone,
-                   main_molecule, missing_atoms, mol_from_smiles, product_alone, rdkit_quietly, salts_as_ions,
-                   smiles_from_inchi, stereo_notes)
+from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, canonical_or_none, clear_maps, holds_carbon,
+                   inchi_alone, main_molecule, missing_atoms, mol_from_smiles, product_alone, rdkit_quietly,
+                   salts_as_ions, smiles_from_inchi, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
@@ -624,9 +624,10 @@ def check_target(target: str, predictor: Predictor) -> str:
         raise ValueError("empty target: give the SMILES of the molecule to make")
     # A reaction SMILES first: its dots separate reactants, and what it needs to hear is that it is a reaction.
     smiles = written_smiles(target)
-    # In a SMILES a dot only ever separates molecules. One with a space beside it is no SMILES: a numbered list's
-    # '1. CCO', a note's '(1.5 g)' were refused as several molecules; prepare names the SMILES it reads out of them.
-    if "." in smiles and ">" not in smiles and len(smiles.split()) == 1:
+    # In a SMILES a dot only ever separates molecules. One with a space beside it is no SMILES, nor one RDKit cannot
+    # read: a numbered list's '1. CCO' or '1.CCO', a note's '(1.5 g)' were refused as several molecules; prepare says
+    # what it cannot read, or names the SMILES it reads out of them.
+    if "." in smiles and ">" not in smiles and len(smiles.split()) == 1 and canonical_or_none(smiles) is not None:
         raise ValueError(several_molecules(target.strip(), smiles))
     return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
 

@@ -766,6 +766,15 @@ def test_a_target_pasted_with_a_number_or_a_note_beside_it_is_told_its_smiles_no
     assert told in str(refused.value)
 
 
+@pytest.mark.parametrize("target", ["1.NCCO", "NCCO.C1CC"])
+def test_a_target_rdkit_cannot_read_is_told_why_not_that_it_has_several_molecules(copy_predictor, target):
+    """A numbered line without its space ('1.CCO') or a mixture with an unclosed ring was refused as 'the target ...
+    has several molecules', which the first is not, and nothing said what RDKit could not read."""
+    with pytest.raises(ValueError, match="not a valid SMILES") as refused:
+        plan(target, copy_predictor, Stock(["NO"]), time_limit_s=1.0)
+    assert "several molecules" not in str(refused.value)
+
+
 def test_an_inorganic_salt_target_is_not_offered_its_cation():
     """Sodium chloride was told to plan a route to its main molecule, [Na+]."""
     refusal = planning.several_molecules("[Na+].[Cl-]")
