@@ -1181,8 +1181,12 @@ def read_report(path: str, reader: str = "compare reads the reports of evaluate 
     from .evaluate import report_problem
     from .io import read_text
 
+    text = read_text(path)
+    if not text.strip():  # json's own words, 'Expecting value: line 1 column 1 (char 0)', said nothing of that
+        raise ValueError(f"{path} is empty: no JSON report is in it (an evaluate run that wrote none, or a file "
+                         "emptied since)")
     try:
-        report = json.loads(read_text(path))
+        report = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not a JSON report: {exc}") from None
     if not isinstance(report, dict):

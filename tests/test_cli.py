@@ -838,6 +838,15 @@ def test_compare_names_the_writings_of_each_report_in_the_right_number(tmp_path,
     assert ", 1 writing, method greedy" in header[0] and ", 5 writings, method greedy" in header[1], header
 
 
+def test_compare_says_a_report_file_is_empty(tmp_path, capsys):
+    """An empty report (a run's --out emptied, a redirect that failed) was refused 'is not a JSON report: Expecting
+    value: line 1 column 1 (char 0)', json's own words."""
+    (tmp_path / "a.json").write_text("")
+    (tmp_path / "b.json").write_text(" \n")
+    expect_refused(["compare", tmp_path / "a.json", tmp_path / "b.json"], capsys,
+                   f"{tmp_path / 'a.json'} is empty: no JSON report is in it")
+
+
 def test_compare_counts_in_words_with_thousands_apart_and_refuses_counts_that_are_not(tmp_path, capsys):
     """Counts in the command line's words have one home (words.counted), thousands apart as the app writes them
     ('2000 queries' beside predict's '12,345 queries predicted'). A report whose writings or stopped run's count of
