@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 
 from rdkit import Chem
@@ -444,9 +444,15 @@ LIGAND_ABBREVIATIONS = rdAbbreviations.ParseAbbreviations("PPh3 *P(c1ccccc1)(c1c
 LIGAND_LABELS = {"PPh3": ("PPh<sub>3</sub>", "Ph<sub>3</sub>P")}  # each label as drawn facing right, and left
 
 
-def _ligands_abbreviated(mol: Chem.Mol) -> Chem.Mol:
+ORIGINAL_INDEX = "molspec_index"  # an atom's index before a ligand's atoms were drawn as one label
+
+
+def _ligands_abbreviated(mol: Chem.Mol, atom_colours: Mapping[int, str]) -> tuple[Chem.Mol, dict[int, str]]:
     """A copy of `mol` with each triphenylphosphine bonded to a metal (not in chem.NONMETALS) drawn as one label,
-    PPh3 (LIGAND_ABBREVIATIONS); `mol` itself where none is (a phosphonium salt's PPh3 keeps its atoms)."""
+    PPh3 (LIGAND_ABBREVIATIONS), and `atom_colours` by the copy's atom indices; `mol` itself where none is (a
+    phosphonium salt's PPh3 keeps its atoms), or each ligand holds a coloured atom. The marks of a reaction centre
+    name atoms by index, and a Sonogashira query's PdCl2(PPh3)2, drawn whole where any atom was marked (as the
+    Predict page marks every answer's reactants), drew iodobenzene and the alkyne a quarter of their size."""
     labelled = rdAbbreviations.LabelMolAbbreviations(mol, LIGAND_ABBREVIATIONS, 1.0)
 
     def on_metal(group: Chem.SubstanceGroup) -> bool:
@@ -455,12 +461,15 @@ def _ligands_abbreviated(mol: Chem.Mol) -> Chem.Mol:
                    for b in group.GetBonds() for bond in [labelled.GetBondWithIdx(b)]
                    for end in (bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) if end not in atoms)
 
-    groups = [group for group in Chem.GetMolSubstanceGroups(labelled) if on_metal(group)]
+    groups = [group for group in Chem.GetMolSubstanceGroups(labelled)
+              if on_metal(group) and not set(group.GetAtoms()) & set(atom_colours)]
     if not groups:
-        return mol
+        return mol, dict(atom_colours)
     Chem.ClearMolSubstanceGroups(labelled)
     for group in groups:
         Chem.AddMolSubstanceGroup(labelled, group)
+    for atom in labelled.GetAtoms():
+        atom.SetIntProp(ORIGINAL_INDEX, atom.GetIdx())
     condensed = rdAbbreviations.CondenseAbbreviationSubstanceGroups(labelled)
     for atom in condensed.GetAtoms():
         if atom.HasProp("atomLabel") and atom.GetProp("atomLabel") in LIGAND_LABELS:
@@ -470,7 +479,8 @@ def _ligands_abbreviated(mol: Chem.Mol) -> Chem.Mol:
             atom.SetProp("_displayLabelW", left)
     condensed.UpdatePropertyCache(strict=False)
     Chem.FastFindRings(condensed)
-    return condensed
+    return condensed, {atom.GetIdx(): atom_colours[atom.GetIntProp(ORIGINAL_INDEX)] for atom in condensed.GetAtoms()
+                       if atom.HasProp(ORIGINAL_INDEX) and atom.GetIntProp(ORIGINAL_INDEX) in atom_colours}
 
 
 def _without_metal_radicals(mol: Chem.Mol) -> Chem.Mol:
@@ -551,8 +561,7 @@ def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, st
     (_carbons_labelled) and its ring carbons unlabelled (_ring_carbons_unlabelled); atoms in `atom_colours` (and
     bonds between two of them) are highlighted."""
     mol = _ring_carbons_unlabelled(_carbons_labelled(_without_metal_radicals(_cip_labelled(mol))))
-    if not atom_colours:  # marked atoms are named by their index, which a label's atoms would shift
-        mol = _ligands_abbreviated(mol)
+    mol, atom_colours = _ligands_abbreviated(mol, atom_colours or {})
     mol = laid_out(mol, width, height)
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
     options = drawer.drawOptions()
@@ -560,7 +569,6 @@ def mol_svg(mol, width: int = 360, height: int = 240, atom_colours: dict[int, st
     options.fixedBondLength = PIXELS_PER_UNIT
     options.bondNoteColour = _rgb(BOND_NOTE_COLOUR)
     options.updateAtomPalette(READABLE_PALETTE)
-    atom_colours = atom_colours or {}
     atoms = {i: _rgb(c) for i, c in atom_colours.items()}
     bonds = {}
     for bond in mol.GetBonds():

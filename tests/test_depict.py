@@ -292,11 +292,25 @@ def _drawn_bonds(svg: str) -> int:
 def test_triphenylphosphine_on_a_metal_is_drawn_as_chemists_write_it():
     """USPTO writes Pd(PPh3)4 with its P-Pd bonds (486 of USPTO-MIT's 40,000 test queries): drawn whole, even with
     its ligands apart, its twelve phenyls took a Suzuki query's picture over and drew the reactants a third smaller.
-    Each PPh3 on a metal is now a label; a phosphonium's phenyls, and a picture with marked atoms, are drawn whole."""
+    Each PPh3 on a metal is now a label; a phosphonium's phenyls, and a ligand with a marked atom, are drawn whole."""
     assert _drawn_bonds(depict.smiles_svg(TETRAKIS)) == 4  # Pd and four PPh3 labels
     dichloride = "Cl[Pd](Cl)([P](c1ccccc1)(c1ccccc1)c1ccccc1)[P](c1ccccc1)(c1ccccc1)c1ccccc1"
     assert _drawn_bonds(depict.smiles_svg(dichloride)) == 4
     wittig_salt = "C[P+](c1ccccc1)(c1ccccc1)c1ccccc1.[Br-]"
     assert _drawn_bonds(depict.smiles_svg(wittig_salt)) == Chem.MolFromSmiles(wittig_salt).GetNumBonds()
-    marked = depict.smiles_svg(TETRAKIS, atom_colours={0: depict.CENTRE_COLOUR})  # marks name the atoms by index
-    assert _drawn_bonds(marked) == Chem.MolFromSmiles(TETRAKIS).GetNumBonds()
+    # marks name atoms by index: the ligand that holds a marked atom keeps its atoms (its Pd-P, 3 P-C and 18 ring
+    # bonds), the other three are labels
+    marked = depict.smiles_svg(TETRAKIS, atom_colours={0: depict.CENTRE_COLOUR})
+    assert _drawn_bonds(marked) == 22 + 3 and marked.count("centre-ring") == 1
+
+
+def test_a_catalysts_ligands_are_labels_on_a_picture_with_the_reaction_centre_marked():
+    """The Predict page marks the centre on every query's reactants: PdCl2(PPh3)2 was then drawn whole (its marks name
+    atoms by index, which the labels shift), and the Sonogashira example's iodobenzene and propargyl alcohol came out
+    a quarter their size. The marks now follow the atoms to their places among the labels."""
+    query = "Ic1ccccc1.C#CCO.[Cu]I.Cl[Pd](Cl)([P](c1ccccc1)(c1ccccc1)c1ccccc1)[P](c1ccccc1)(c1ccccc1)c1ccccc1.CCN(CC)CC"
+    colours = depict.centre_colours(query, "OCC#Cc1ccccc1", on="reactants")
+    assert colours == {0: depict.LEAVING_COLOUR, 1: depict.CENTRE_COLOUR, 7: depict.CENTRE_COLOUR}
+    svg = depict.smiles_svg(query, atom_colours=colours)
+    assert _drawn_bonds(svg) == 7 + 3 + 1 + 4 + 6  # the two PPh3 labels' bonds to Pd among them
+    assert svg.count("centre-ring") == 3 and svg.count("stroke-dasharray") == 1  # the iodine leaving
