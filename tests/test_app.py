@@ -481,6 +481,19 @@ def test_a_refused_hydride_is_predicted_in_the_ions_offered_with_one_click():
 
 
 @needs_forward
+def test_a_recorded_reactions_retry_without_isotope_labels_keeps_its_recorded_product():
+    """A recorded reaction refused for its label ([13CH3]) was retried with its reactants alone: the recorded product
+    and the check against it were lost. The retry keeps the product, unlabelled as the reactants now are."""
+    at = app().run()
+    predict(at, "[13CH3]C(=O)Cl.NCc1ccccc1>>[13CH3]C(=O)NCc1ccccc1")
+    assert "Without its isotope labels the query is CC(=O)Cl.NCc1ccccc1" in texts(at.error)
+    submit(at, "Predict it without its isotope labels")
+    assert_clean(at)
+    assert at.text_input(key="query_text").value == "CC(=O)Cl.NCc1ccccc1>>CC(=O)NCc1ccccc1"
+    assert "Rank 1 is the known product recorded with the query." in texts(at.success)
+
+
+@needs_forward
 def test_a_method_of_several_drafts_per_call_computes_in_int8_under_the_int8_switch():
     """Until 0151a24 the paper's drafts (25 a call) switched the model to float32 under the int8 switch, int8 then
     verifying one draft a row; the C step now verifies each draft as a row of its own in int8 (1883bf9)."""

@@ -15,7 +15,7 @@ import streamlit as st
 from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
-from molspec_core.chem import CXSMILES, canonical_or_none, stereo_notes
+from molspec_core.chem import CXSMILES, canonical_or_none, stereo_notes, without_isotopes
 from molspec_core.io import (InputFileError, csv_bytes, output_header, result_rows, sd_bytes, with_model,
                              workbook_bytes)
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
@@ -102,15 +102,20 @@ RETRY_UNLABELLED = ("Predict it without its isotope labels",
                     "label goes.")
 
 
-def retry_of(result: QueryResult) -> tuple[str, str, str] | None:
+def retry_of(result: QueryResult, recorded: str | None = None, task: str = "forward") -> tuple[str, str, str] | None:
     """What the refusal of a query offers to predict instead, with one click: (label, help, query), or None. The same
     molecules written as the model reads them (QueryResult.suggestion), or the query without the isotope labels it
-    cannot read (QueryResult.unlabelled: the refusal named that query, and only a paste predicted it)."""
+    cannot read (QueryResult.unlabelled: the refusal named that query, and only a paste predicted it). A recorded
+    reaction's outcome (`recorded`, of a `task` query) goes with it, without its labels where the query loses its
+    own: the retry predicted the query alone, and the check against the recorded outcome was lost."""
     if result.suggestion:
-        return (*RETRY_AS_IONS, result.suggestion)
-    if result.unlabelled:
-        return (*RETRY_UNLABELLED, result.unlabelled)
-    return None
+        label, help_text, query = (*RETRY_AS_IONS, result.suggestion)
+    elif result.unlabelled:
+        label, help_text, query = (*RETRY_UNLABELLED, result.unlabelled)
+        recorded = recorded and (without_isotopes(recorded) or recorded)
+    else:
+        return None
+    return label, help_text, reaction_text(query, recorded, task) if recorded else query
 
 
 def use_retry() -> None:
@@ -272,7 +277,7 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
         log.exception("prediction failed")
         ss["query_error"] = f"The model failed on this query ({type(exc).__name__}); please report it."
         return
-    ss["query_retry"] = retry_of(result)
+    ss["query_retry"] = retry_of(result, recorded, cfg.task)
     if not (result.ok or result.stopped_with_answers):  # stopped with answers: shown, with its error beside them
         # a slow query is no refusal: "Cannot predict this query: stopped after the 1 s time limit" read as one
         lead = "No answer within the time limit" if result.timed_out else "Cannot predict this query"
@@ -973,9 +978,12 @@ def show_earlier(task: str) -> None:
 def entry_label(shown: Shown) -> str:
     """The query as the history lists it: what the model read, and the outcome recorded with it where one was."""
     query, recorded = shown.result.canonical_query, shown.recorded
-    if not recorded:
-        return query
-    return f"{query}>>{recorded}" if shown.settings.task == "forward" else f"{recorded}>>{query}"
+    return reaction_text(query, recorded, shown.settings.task) if recorded else query
+
+
+def reaction_text(query: str, recorded: str, task: str) -> str:
+    """A `task` query and its recorded outcome written as a reaction, as recorded_reaction reads it back."""
+    return f"{query}>>{recorded}" if task == "forward" else f"{recorded}>>{query}"
 
 
 def history_option(n: int, shown: Shown) -> str:
