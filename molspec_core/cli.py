@@ -315,8 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smiles", required=True, help="the target molecule")
     p.add_argument("--time-limit", type=positive_seconds, default=30.0, help="seconds of search (default %(default)s)")
     p.add_argument("--stock", type=file_name("stock.smi"), help="building blocks: one SMILES per line, an SD file, "
-                   "or a CSV or Excel workbook (.xlsx) with a smiles column "
-                   "(default: models/stock.smi.gz, reactants of at least 2 training reactions)")
+                   "or a CSV or Excel workbook (.xlsx) with a smiles column; .gz and .xz too; - reads standard input, "
+                   "one SMILES per line (default: models/stock.smi.gz, reactants of at least 2 training reactions)")
     p.add_argument("--stock-column", type=column_name, help="the column of a CSV or workbook --stock that holds the "
                    f"SMILES, where its name is none of {', '.join(STOCK_COLUMNS)} (in any case), which are read "
                    "without naming them (SMILES_std, say); or the data field of an SD file --stock whose SMILES are "

@@ -1217,6 +1217,15 @@ def test_predict_time_limit_help_says_what_a_stopped_query_keeps():
     assert "counted apart from those rejected" in text
 
 
+def test_plan_stock_help_names_standard_input_and_compressed_files():
+    """plan --stock's help named neither - (standard input, which plan reads and names so) nor .gz, the default stock's
+    own form."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    text = " ".join(next(a for a in commands["plan"]._actions if a.dest == "stock").help.split())
+    assert ".gz and .xz too; - reads standard input, one SMILES per line" in text
+
+
 def test_bench_batch_size_help_says_how_its_batches_are_cut():
     """bench's --batch-size said its batches were cut from queries of like length, as predict's are; bench cuts them
     in file order unless --by-length."""
