@@ -114,6 +114,30 @@ def test_pack_without_a_quick_set_for_a_test_split_the_benchmark_index_does_not_
                                                                          "stats.json", "test.npz"}
 
 
+def test_a_pack_that_cannot_be_written_leaves_the_pack_before_it_whole(kit, tmp_path, monkeypatch):
+    """A full disk (or Ctrl-C) mid-pack stopped with a traceback and left gpu/<task> half one pack, half the other:
+    here the new data's arrays and vocabulary beside the earlier test ids, which the device would have decoded with a
+    model of the new vocabulary. Each task is packed aside and swapped in whole."""
+    import errno
+
+    data, other = tmp_path / "data", tmp_path / "other"
+    write_splits(data / "forward", {"train": PAIRS * 3, "val": PAIRS[:2], "test": PAIRS[:2]}, {"task": "forward"})
+    write_splits(other / "forward", {"train": PAIRS[:2] * 3, "val": PAIRS[:1], "test": PAIRS[2:]}, {"task": "forward"})
+    kit.main(["pack", "--data", str(data), "--tasks", "forward", "--bench", str(tmp_path)])
+    packed = tmp_path / "gpu" / "forward"
+    before = {f.name: f.read_bytes() for f in packed.iterdir()}
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", full)  # the test ids, written after the arrays are copied
+    with pytest.raises(SystemExit, match=rf"forward: the pack could not be written in {tmp_path / 'gpu'} \(No space "
+                                         rf"left on device\); {packed} holds the pack before it, unchanged"):
+        kit.main(["pack", "--data", str(other), "--tasks", "forward", "--bench", str(tmp_path)])
+    assert {f.name: f.read_bytes() for f in packed.iterdir()} == before
+    assert [f.name for f in (tmp_path / "gpu").iterdir()] == ["forward"]  # nothing begun left beside it
+
+
 def test_the_device_commands_run_without_rdkit_or_the_apps_packages(kit, tmp_path):
     """The GPU machine has torch, numpy, safetensors and tqdm, and no RDKit: decode, collect and watch must run there
     first time (the trainer itself: test_train.test_training_entry_point_runs_without_rdkit). Rehearsed so in

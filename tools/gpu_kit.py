@@ -98,12 +98,8 @@ def engine_list(text: str) -> list[str]:
 
 def cmd_pack(args: argparse.Namespace) -> None:
     """Copy the prepared arrays and tokenize the test sources (ids only: the device has no RDKit)."""
-    import numpy as np
-
     from molspec_core.chem import silence_rdkit
-    from molspec_core.data import pack_ids, read_lines, root_aligned
-    from molspec_core.evaluate import read_pairs
-    from molspec_core.tokenizer import UNK_ID, Vocab
+    from molspec_core.tokenizer import Vocab
 
     silence_rdkit()  # a line on stderr for each test query RDKit cannot read hid the sizes and notes pack prints
     needed = ("train.npz", "val.npz", "vocab.json", "stats.json", "test.src")
@@ -116,35 +112,54 @@ def cmd_pack(args: argparse.Namespace) -> None:
         for task in args.tasks:
             check_shipped_vocab(task, Vocab.load(Path(args.data) / task / "vocab.json"))
     for task in args.tasks:
-        src_dir, dst = Path(args.data) / task, GPU_DIR / task
-        dst.mkdir(parents=True, exist_ok=True)
-        for name in ("train.npz", "val.npz", "vocab.json", "stats.json"):
-            shutil.copyfile(src_dir / name, dst / name)
-        vocab = Vocab.load(src_dir / "vocab.json")
-        sources = read_lines(src_dir / "test.src")[: args.test_limit or None]
-        ids = [vocab.encode(s, strict=False) for s in sources]
-        refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
-        flat, offsets = pack_ids(ids)
-        arrays = {"src": flat, "src_offsets": offsets, "refused": refused}
-        if args.writings > 1 and root_aligned(json.loads((src_dir / "stats.json").read_text())):
-            arrays.update(_pack_writings(sources, refused, args.writings, vocab))
-        elif args.writings > 1:  # other writings would only confuse such a model (service.augmentable)
-            print(f"{task}: trained on one writing of each query, so no other writings are packed")
-        np.savez_compressed(dst / "test.npz", **arrays)
-        index = Path(args.bench) / QUICK_INDEX[task]
-        try:  # for `speed` on the device
-            if not index.exists():
-                raise ValueError(f"{index} missing")
-            quick_src, quick_tgt = read_pairs(str(src_dir / "test.src"), str(src_dir / "test.tgt"), str(index), QUICK)
-        except ValueError as exc:  # another test split than the benchmark's: was a traceback, the next task not packed
-            for name in ("quick.src", "quick.tgt"):  # an earlier pack's, of another test split: speed would read it
-                (dst / name).unlink(missing_ok=True)
-            print(f"{task}: no quick set for `speed` ({exc})")
-        else:
-            (dst / "quick.src").write_text("".join(q + "\n" for q in quick_src))
-            (dst / "quick.tgt").write_text("".join(t + "\n" for t in quick_tgt or []))
+        dst = GPU_DIR / task
+        new = _fresh_folder(dst.with_name(dst.name + ".new"))
+        try:  # written aside and swapped in whole: a full disk or Ctrl-C left gpu/<task> half one pack, half another
+            _pack_task(task, Path(args.data) / task, new, args)  # (new arrays beside old test ids) and a traceback
+        except BaseException as exc:
+            shutil.rmtree(new, ignore_errors=True)
+            if not isinstance(exc, OSError):
+                raise
+            held = f"{dst} holds the pack before it, unchanged" if dst.is_dir() else "nothing was packed for it"
+            raise SystemExit(f"{task}: the pack could not be written in {GPU_DIR} ({exc.strerror or exc}); {held}; "
+                             "pack again once it can be written") from None
+        _swap_in(new, dst)
         sizes = {f.name: f.stat().st_size for f in sorted(dst.iterdir())}
         print(f"{dst}: {sum(sizes.values()) / 1e6:.1f} MB {sizes}")
+
+
+def _pack_task(task: str, src_dir: Path, dst: Path, args: argparse.Namespace) -> None:
+    """One task's pack into the empty folder `dst`: its arrays, vocabulary and stats, its test queries as token ids
+    (and their other writings, with --writings), and the benchmark's quick set where its index fits the test split."""
+    import numpy as np
+
+    from molspec_core.data import pack_ids, read_lines, root_aligned
+    from molspec_core.evaluate import read_pairs
+    from molspec_core.tokenizer import UNK_ID, Vocab
+
+    for name in ("train.npz", "val.npz", "vocab.json", "stats.json"):
+        shutil.copyfile(src_dir / name, dst / name)
+    vocab = Vocab.load(src_dir / "vocab.json")
+    sources = read_lines(src_dir / "test.src")[: args.test_limit or None]
+    ids = [vocab.encode(s, strict=False) for s in sources]
+    refused = np.array([UNK_ID in row or not row for row in ids])  # the service refuses these queries
+    flat, offsets = pack_ids(ids)
+    arrays = {"src": flat, "src_offsets": offsets, "refused": refused}
+    if args.writings > 1 and root_aligned(json.loads((src_dir / "stats.json").read_text())):
+        arrays.update(_pack_writings(sources, refused, args.writings, vocab))
+    elif args.writings > 1:  # other writings would only confuse such a model (service.augmentable)
+        print(f"{task}: trained on one writing of each query, so no other writings are packed")
+    np.savez_compressed(dst / "test.npz", **arrays)
+    index = Path(args.bench) / QUICK_INDEX[task]
+    try:  # for `speed` on the device
+        if not index.exists():
+            raise ValueError(f"{index} missing")
+        quick_src, quick_tgt = read_pairs(str(src_dir / "test.src"), str(src_dir / "test.tgt"), str(index), QUICK)
+    except ValueError as exc:  # another test split than the benchmark's: was a traceback, the next task not packed
+        print(f"{task}: no quick set for `speed` ({exc})")  # and no earlier pack's, of another split, for speed to read
+    else:
+        (dst / "quick.src").write_text("".join(q + "\n" for q in quick_src))
+        (dst / "quick.tgt").write_text("".join(t + "\n" for t in quick_tgt or []))
 
 
 def check_shipped_vocab(task: str, vocab: Vocab) -> None:
@@ -311,10 +326,23 @@ def _later_step(state: dict, dest: Path) -> int | None:
 
 def _replace_with_copy(source: Path, dest: Path) -> None:
     """Copy `source` to dest.new, then swap it in by renames (the old folder deleted last)."""
-    new, old = dest.with_name(dest.name + ".new"), dest.with_name(dest.name + ".old")
-    for leftover in (new, old):
-        shutil.rmtree(leftover, ignore_errors=True)
+    new = dest.with_name(dest.name + ".new")
+    shutil.rmtree(new, ignore_errors=True)
     shutil.copytree(source, new)
+    _swap_in(new, dest)
+
+
+def _fresh_folder(folder: Path) -> Path:
+    """`folder`, empty (a leftover of an interrupted write removed), its parents made."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _swap_in(new: Path, dest: Path) -> None:
+    """Put the finished folder `new` in dest's place by renames, the old folder deleted last."""
+    old = dest.with_name(dest.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
     if dest.exists():
         dest.rename(old)
     new.rename(dest)
