@@ -261,6 +261,26 @@ def test_int8_is_the_same_function_on_every_path_and_close_to_float32():
     assert 0 < float((logits_int8 - logits_float32).abs().max()) < 0.05 * float(logits_float32.abs().max())
 
 
+def test_int8_products_of_every_block_shape_equal_the_plain_loop():
+    """A call of 1 to 13 rows takes every register block of the VNNI kernel (1 to 12 rows, then 12 + 1), each of
+    which holds a weight vector in its register for all its rows (csrc int8_block); the same bits as the plain
+    loop's, as test_int8_is_the_same_function_on_every_path_and_close_to_float32 checks at 27 rows only."""
+    sources = random_sources(6, 1, 14, 5, 5)
+    tokens = torch.tensor(random_sources(7, 1, 14, 13, 13)).unsqueeze(1)  # (1, 1, 13)
+    for t_new in range(1, 14):
+        runs = []
+        for isa in ("native", "plain-int8"):
+            model = random_model(3, engine="numpy")
+            model.numpy_step = NativeStep(model, isa, "int8")
+            runs.append(one_call(model, sources, [2], tokens[:, :, :t_new], [t_new], fill_lean=True))
+        (*outputs, slots, lengths), (*plain_outputs, plain_slots, plain_lengths) = runs
+        written = int(lengths[0])  # the slots past it were never written (the native engine leaves them raw)
+        assert torch.equal(lengths, plain_lengths)
+        for a, b in zip(outputs + [s[:, :, :written] for s in slots],
+                        plain_outputs + [s[:, :, :written] for s in plain_slots]):
+            assert torch.equal(a, b), t_new
+
+
 # rows of the call: 3 (a tile of 3 rows), 27 (16 + 11), 150 (products of 96 rows: 6 blocks of 16; then 3 + 6)
 @pytest.mark.parametrize("t_new", [1, 9, 50])
 def test_int8_on_amx_tiles_equals_vnni_to_the_bit(t_new):
