@@ -428,10 +428,18 @@ class RouteStep:
     round_trip: bool | None = None
     forward_prob: float | None = None
     stereo: tuple[str, ...] = ()  # stereo_flags: centres and double bonds the step sets or changes, a sentence each
+    # Heavy atoms of the product its reactants lack, (element, count) by element: such a step, kept where the atom check
+    # is off (PlanSettings.check_atoms), cannot make its product as written, and was shown as any other
+    missing: tuple[tuple[str, int], ...] = ()
 
     @property
     def probability(self) -> float:
         return math.exp(self.score)
+
+
+def lacks_text(step: RouteStep) -> str:
+    """'lacks atoms of the product (2 C)', as the Predict page flags such an answer; "" for a step that lacks none."""
+    return f"{LACKS_ATOMS} ({', '.join(f'{n} {element}' for element, n in step.missing)})" if step.missing else ""
 
 
 @dataclass(frozen=True)
@@ -843,9 +851,10 @@ def to_route(synthesis: SynthesisGraph, stock: Stock) -> Route:
         # unique_reactants showed one, a step lacking half the product's atoms, which the search had not checked
         reactants = tuple(molecule(r, made_by.get(r), path | {mol}) for r in rxn.reactants)  # a Bag: sorted
         in_stock = stock.is_purchasable(mol)
+        written = tuple(r.smiles for r in reactants)
         step = RouteStep(mol.smiles, reactants, meta["score"], meta["model_rank"], in_stock, meta.get("confidence"),
-                         meta.get("round_trip"), meta.get("forward_prob"),
-                         stereo_flags(mol.smiles, tuple(r.smiles for r in reactants)))
+                         meta.get("round_trip"), meta.get("forward_prob"), stereo_flags(mol.smiles, written),
+                         tuple(sorted(missing_atoms(".".join(written), mol.smiles).items())))
         return RouteMolecule(mol.smiles, in_stock, step)
 
     root = synthesis.root_node
@@ -1077,7 +1086,8 @@ def _molecule_json(molecule: RouteMolecule) -> dict:
         out["reaction"] = {"score": rounded(step.score), "probability": significant(step.probability),
                            "model_rank": step.model_rank, "confidence": rounded(step.confidence),
                            "round_trip": step.round_trip, "forward_prob": significant(step.forward_prob),
-                           "stereo": list(step.stereo), "reactants": [_molecule_json(r) for r in step.reactants]}
+                           "stereo": list(step.stereo), "lacks_atoms": dict(step.missing),  # {} where it lacks none
+                           "reactants": [_molecule_json(r) for r in step.reactants]}
     return out
 
 

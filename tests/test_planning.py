@@ -1472,3 +1472,14 @@ def test_reading_a_stock_keeps_rdkit_quiet_and_leaves_it_on_for_the_caller(tmp_p
                          f"told(stock_from_upload('shelf.smi', b'CCO\\nc1cc\\n').n_unreadable)\n"
                          f"Chem.MolFromSmiles('c1cc')")
     assert story == ["2", "1", "rdkit"]
+
+
+def test_a_step_whose_reactants_lack_atoms_of_its_product_records_which():
+    """A step kept with the atom check off (check_atoms=False, --allow-missing-atoms) said nothing of the atoms its
+    reactants lack, on the page or in the JSON; a sound step records none."""
+    graph, route = two_branch_route(M_ANOTHER)
+    steps = {step.product: step for _, step in route.steps()}
+    q = SHARED_INTERMEDIATE["Q"]
+    assert steps[q].missing == (("C", 3), ("O", 4))  # succinic acid 'made from' methane
+    assert steps[SHARED_INTERMEDIATE["T"]].missing == ()
+    assert planning.lacks_text(steps[q]) == "lacks atoms of the product (3 C, 4 O)"

@@ -758,3 +758,19 @@ def test_a_search_that_found_as_many_routes_as_it_keeps_says_it_may_have_found_m
         assert ("These are the best 2, the most a search keeps: it may have found more." in success) is said
         assert next(m for m in at.metric if m.label == "Routes").help.startswith(f"The best routes the search found, "
                                                                                   f"{max_routes} at most")
+
+
+def test_a_step_kept_though_its_reactants_lack_atoms_of_its_product_says_so(tmp_path, monkeypatch):
+    """With *Skip steps whose reactants lack atoms of the product* off, ethanolamine 'made from NO' (hydroxylamine,
+    two carbons short) was shown as any other step: nothing said which steps cannot make their product as written, as
+    the Predict page flags such an answer."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")  # the toggle off: the copy model's NO
+    assert not at.exception
+    step = next(c.value for c in at.expander[0].caption if c.value.startswith("Step 1"))
+    assert "lacks atoms ⚠" in step
+    warned = [w.value.replace("\\", "") for w in at.expander[0].warning]
+    assert warned == ["This step's reactant set lacks atoms of the product (2 C): as written it cannot make the "
+                      "product (kept: *Skip steps whose reactants lack atoms of the product* was off)."]
+    tree = planning.routes_json(at.session_state["routes"].result)["routes"][0]["tree"]
+    assert tree["reaction"]["lacks_atoms"] == {"C": 2}

@@ -20,8 +20,8 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, MACRO_WORKBOOK_SUFFIX,
                              WORKBOOK_SUFFIX, InputFileError, csv_bytes, query_format, workbook_bytes)
 from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, PlanResult, PlanSettings, Route,
                                    RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, failure_note,
-                                   load_stock, no_route, plan, route_rows, routes_json, starting_materials_text,
-                                   stock_from_upload, stock_name, stock_read_from)
+                                   lacks_text, load_stock, no_route, plan, route_rows, routes_json,
+                                   starting_materials_text, stock_from_upload, stock_name, stock_read_from)
 from views import common
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ STOCK_FILE_TYPES = [suffix.lstrip(".") for suffix in (*SMILES_FILE_SUFFIXES, ".t
                                                       WORKBOOK_SUFFIX, MACRO_WORKBOOK_SUFFIX, OLD_WORKBOOK_SUFFIX,
                                                       OPEN_DOCUMENT_SUFFIX, *DECOMPRESSORS)]
 ROUND_TRIP_LABEL = "Round-trip check of each step with the forward model"  # the form's toggle, which a refusal names
+CHECK_ATOMS_LABEL = "Skip steps whose reactants lack atoms of the product"  # the form's toggle, which a warning names
 # The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
 FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
                  "route_check_atoms": True}
@@ -328,6 +329,8 @@ def step_facts(step: RouteStep) -> str:
         facts.append("round trip ✓" if step.round_trip else "round trip ✗")
     if step.stereo:
         facts.append("stereo ⚠")
+    if step.missing:
+        facts.append("lacks atoms ⚠")
     return " · ".join(facts)
 
 
@@ -368,6 +371,9 @@ def show_route(rank: int, route: Route) -> None:
                        + common.md_escape(made_from(step)))
             for flag in step.stereo:
                 st.warning(common.md_escape(f"Stereo: this step {flag}."), icon=":material/warning:")
+            if step.missing:  # kept with the atom check off: it was shown as any other step
+                st.warning(f"This step's reactant set {common.md_escape(lacks_text(step))}: as written it cannot "
+                           f"make the product (kept: *{CHECK_ATOMS_LABEL}* was off).", icon=":material/warning:")
             widths = ([0.35 * (depth - 1)] if depth > 1 else []) + [1, 0.3] + [1] * len(step.reactants)
             columns = st.columns(widths, vertical_alignment="center")
             columns = columns[1:] if depth > 1 else columns  # the first one only indents the step
@@ -423,8 +429,8 @@ def show_stats(result: PlanResult) -> None:
                    # "sane ones lacked atoms": the Predict page flags an answer that lacks atoms of the product
                    help=f"{counts.kept:,} of the {counts.answers:,} reactant sets the model proposed could be "
                         f"used: invalid answers and ones flagged for another reason are skipped; "
-                        f"{counts.missing_atoms:,} lacked atoms of their product, skipped while *Skip steps whose "
-                        "reactants lack atoms of the product* is on")
+                        f"{counts.missing_atoms:,} lacked atoms of their product, skipped while *{CHECK_ATOMS_LABEL}* "
+                        "is on")
     figures.metric("Search nodes", stats.nodes, width="content")
     figures.metric("Routes", len(result.routes), width="content",
                    help=f"The best routes the search found, {result.max_routes} at most: it may have found more")
@@ -678,7 +684,7 @@ def main() -> None:
                                     "top-k (the sidebar's *Round trip within forward top-k* on the retrosynthesis "
                                     "task; 1 on the forward task); it costs time, and the search does not drop "
                                     "steps that fail it.")
-        check_atoms = st.toggle("Skip steps whose reactants lack atoms of the product", key=key["route_check_atoms"],
+        check_atoms = st.toggle(CHECK_ATOMS_LABEL, key=key["route_check_atoms"],
                                 help="Every heavy atom of a product comes from a reactant; today's model often "
                                      "proposes sets that drop a ring or a carbon.")
         submitted = st.form_submit_button("Find routes", type="primary", icon=":material/route:")
