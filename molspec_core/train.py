@@ -1445,10 +1445,13 @@ def _fit(cfg: TrainConfig, device: torch.device, out: Path, export_dir: Path, vo
                 # without greedy rows (--val-greedy-rows 0, or no validation rows) nothing measures a best: every
                 # exact match read 0, and best/ kept the first validation's weights under its name
                 if metrics["greedy_rows"] and metrics["greedy_exact_match"] > state["best_exact"]:
-                    state["best_exact"] = metrics["greedy_exact_match"]
+                    # the best is counted once best/ holds it: raised first, a Ctrl-C during the write kept the
+                    # score in out/last and best/ the older weights, which no validation short of it replaced
+                    best = {**state, "best_exact": metrics["greedy_exact_match"]}
                     with averaged(), writing(out / "best", state["step"], out / "last", export_dir):
-                        save_best(out / "best", model, vocab, state,
+                        save_best(out / "best", model, vocab, best,
                                   {**meta, "step": state["step"], "validation": metrics})
+                    state["best_exact"] = best["best_exact"]
                 if not done:  # a validation that ran past the time budget ends the run here, with its weights: the
                     # run made one step more at a rate from before it and validated again (twice 30 s on a GPU)
                     state["seconds"] = time.time() - started

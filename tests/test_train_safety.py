@@ -623,6 +623,25 @@ def test_best_is_replaced_whole_or_not_at_all(data, tmp_path, monkeypatch, caplo
     assert (best / "train_state.json").is_file() and not (best.parent / "best.tmp").exists()
 
 
+def test_an_interrupt_while_best_is_written_leaves_its_score_to_be_reached_again(data, tmp_path, monkeypatch):
+    """Ctrl-C while best/ was written: out/last kept the new best score and best/ the weights before it (or none), so
+    no later validation short of that score replaced them; this tiny model's greedy score stays 0, and the run ended
+    without a best/ at all."""
+    real = train_module.save_best
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "save_best", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(data, tmp_path / "run", max_steps=6, eval_every=2)
+    saved = json.loads((tmp_path / "run" / "last" / "train_state.json").read_text())
+    assert saved["step"] == 2 and saved["best_exact"] == -1.0 and not (tmp_path / "run" / "best").exists()
+    monkeypatch.setattr(train_module, "save_best", real)
+    run(data, tmp_path / "run", max_steps=6, eval_every=2)
+    assert json.loads((tmp_path / "run" / "best" / "train_state.json").read_text())["step"] == 4
+
+
 def test_recovery_prefers_a_complete_tmp_then_the_old_folder(tmp_path):
     def folder(name: str, step: int | None) -> Path:
         path = tmp_path / name
