@@ -556,12 +556,17 @@ def _given_away(atom: Chem.Atom, given: Chem.Atom, partners: list[Chem.Atom]) ->
     methyl to an aldehyde, methylboronic acid's to an aryl chloride; not methyllithium's to the arene that lithium
     tetramethylpiperidide lithiated beside methyl iodide: a Grignard addition in THF left the Grignard's methyl
     untraced, and its MgBr unmarked); a halogen bonded to an atom other than carbon or to an acyl-like carbon
-    (_holds_on 0: thionyl chloride, NBS, oxalyl chloride). A solvent's atoms are none of these (methanol's, DMF's,
+    (_holds_on 0: thionyl chloride, NBS, oxalyl chloride); an oxygen bonded to an oxygen or a halogen, an oxidant's
+    (hydrogen peroxide's, mCPBA's, sodium chlorite's: an epoxide, sulfoxide, N-oxide or hydroboration's alcohol made
+    beside water, methanol or acetic acid left its oxygen untraced; a Pinnick oxidation, chlorite beside hydrogen
+    peroxide, is not guessed). A solvent's atoms are none of these (methanol's, DMF's,
     THF's carbon; dichloromethane's or chloroform's chlorine, on a carbon that keeps it), and where a solvent and a
     reagent could give a methyl or a chlorine, the reagent did: the two were left untraced (_trace_bonded_lone_atoms).
     (Nor is a halide ion or a hydrogen halide: a workup's chloride beside hexachloroethane, the chlorine a lithiated
     arene takes, would have been taken.)"""
     bonded = atom.GetNeighbors()
+    if atom.GetAtomicNum() == 8:  # an oxidant's: a peroxide's, a peracid's, ozone's, Oxone's; chlorite's, periodate's
+        return any(n.GetAtomicNum() == 8 or n.GetAtomicNum() in LEAVING_HALOGENS for n in bonded)
     if atom.GetAtomicNum() == 6:
         electrophile = any(partner.GetAtomicNum() == 6 and (
             not _holds_on(partner) or any(map(_leaves_from_carbon, partner.GetNeighbors()))) for partner in partners)

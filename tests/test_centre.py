@@ -311,6 +311,12 @@ def test_a_reactant_that_gives_one_atom_is_marked_on_a_retrosynthesis_answer(rea
     ("CC(=O)c1ccccc1.CCOCC.[CH3][Mg+]", "CC(C)(O)c1ccccc1", ["C", "C", "O"], ["Mg"]),  # USPTO-50K's writing
     ("O=C(O)c1ccccc1.C1CCOC1.[Li]C", "CC(=O)c1ccccc1", ["C", "C"], ["Li", "O"]),
     ("Brc1ccccc1.CB(O)O.C1COCCO1", "Cc1ccccc1", ["C", "C"], ["B", "Br", "O", "O"]),
+    # an oxidant's oxygen, bonded to an oxygen: an epoxidation with mCPBA in methanol, a sulfoxide from hydrogen
+    # peroxide in acetic acid, a hydroboration-oxidation in THF (each left the new oxygen untraced, the oxidant unmarked)
+    ("C=Cc1ccccc1.O=C(OO)c1cccc(Cl)c1.CO", "c1ccc(C2CO2)cc1", ["C", "C", "O"],
+     ["C", "C", "C", "C", "C", "C", "C", "Cl", "O", "O"]),
+    ("CSc1ccccc1.OO.CC(=O)O", "CS(=O)c1ccccc1", ["O", "S"], ["O"]),
+    ("C=Cc1ccccc1.B.C1CCOC1.OO.[Na+].[OH-]", "OCCc1ccccc1", ["C", "C", "O"], ["O"]),
 ])
 def test_a_one_atom_gift_a_solvent_could_give_too_is_the_reagents(reactants, product, centre, leaving):
     """Methyl iodide in methanol (or DMF, or dichloromethane) gave an O-methyl ether whose methyl was left untraced,
@@ -328,6 +334,10 @@ def test_a_one_atom_gift_two_reactants_could_give_alike_is_not_guessed():
     assert symbols("CO.CCO.Oc1ccccc1", found.reactant_atoms) == ["O"] and not found.leaving_atoms
     found = reaction_centre("CI.ICI.Oc1ccccc1", "COc1ccccc1")  # two alkyl iodides: the methyl's hydrogens tell
     assert found is not None and found.traced == found.atoms
+    # a Pinnick oxidation, sodium chlorite beside hydrogen peroxide (its scavenger): either oxidant could give the
+    # acid's new oxygen, and which did is not guessed (the peroxide's was taken, by the rule for peroxides alone)
+    found = reaction_centre("O=Cc1ccccc1.OO.[O-][Cl+][O-].[Na+].O", "O=C(O)c1ccccc1")
+    assert found is not None and found.traced == found.atoms - 1
     # an arene lithiated beside its C-H (by LiTMP) takes methyl iodide's methyl, not methyllithium's: an organometallic
     # gives its carbon to an electrophile's
     reactants = "C1CCOC1.CC1(C)CCCC(C)(C)N1.Fc1ccccc1C#N.CI.C[Li]"
