@@ -63,6 +63,7 @@ ANSWER_S = 10.0
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # What --ray takes besides 'auto', 'local' and Ray Client's ray://...: a head's host:port (an IPv6 host in brackets).
 HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):[0-9]{1,5}")
+MAX_PORT = 65535
 # What a run asked of Ray where it is not installed: an extra (pyproject's scale), as the peer's is. The command line
 # asks before the model loads (cli.cluster_options), connected as the run starts (a caller of the engine).
 RAY_PACKAGE_MISSING = "--ray needs Ray: pip install -e .[scale]"
@@ -383,6 +384,10 @@ def check_address(address: str) -> None:
         raise ValueError(f"--ray {address[:80]!r} is no Ray address: give 'auto' (the cluster this machine joined with "
                          "`ray start`; the default), the host:port of a cluster's head, ray://host:port (Ray Client) "
                          "or 'local' to start one here")
+    port = address.rpartition(":")[2]
+    if HOST_PORT.fullmatch(address) and not 0 < int(port) <= MAX_PORT:  # 'no cluster answers ... ray start --port=0'
+        raise ValueError(f"--ray {address[:80]!r}: {port} is no port (ports run from 1 to {MAX_PORT}): give the port "
+                         "of the cluster's head, 6379 unless its `ray start --head --port` set another")
 
 
 def already_connected() -> bool:

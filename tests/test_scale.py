@@ -628,6 +628,25 @@ def test_an_address_ray_cannot_read_is_refused_with_the_options_and_says_what_it
     assert events == []
 
 
+@pytest.mark.parametrize("address", ["head:99999", "127.0.0.1:0", "[::1]:65536"])
+def test_an_address_whose_port_is_no_port_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, address):
+    """--ray head:99999 was told 'no Ray cluster answers at head:99999 (...): start one there with `ray start --head
+    --port=99999`', advice no port takes."""
+    from molspec_core.service import Predictor
+
+    events: list[str] = []
+    fake_ray(monkeypatch, events, init=lambda **_: events.append("init"))
+    monkeypatch.setattr(Predictor, "load", lambda *a, **k: pytest.fail("the model loaded before the address was read"))
+    (tmp_path / "q.txt").write_text("CCO\n")
+    assert main(["predict", "--model", MODEL, "--input", str(tmp_path / "q.txt"), "--output", str(tmp_path / "o.csv"),
+                 "--ray", address]) == 2
+    port = address.rpartition(":")[2]
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --ray {address!r}: {port} is no port (ports run from 1 to 65535): give the port of the cluster's "
+        "head, 6379 unless its `ray start --head --port` set another")
+    assert events == []
+
+
 def test_a_process_connected_to_ray_runs_on_its_cluster_whatever_the_address(tmp_path, monkeypatch):
     """As the README says: the address is neither read nor asked (a notebook's cluster, a test's)."""
     import types
