@@ -331,9 +331,15 @@ class PredictorModel(BackwardReactionModel):
         self.reported = self.started  # when the progress callback was last called
 
     def _get_reactions(self, inputs: list[Molecule], num_results: int) -> list[Sequence[SingleProductReaction]]:
-        results = self.predictor.predict([mol.smiles for mol in inputs], method=self.method, n_best=num_results,
-                                         batch_size=self.batch_size, time_limit_s=self._time_left(len(inputs)),
-                                         augment=self.augment)
+        # Read in several writings, the service decodes the molecules one after another, each under the limit given:
+        # a share of the time left (MCTS asks for several at once) stopped a large one while the search had time, and
+        # the page warned of a 'time limit per query' no one set. Each is asked alone, under the time left as it
+        # starts. In one writing they are decoded together, the batch under the shares' sum: the time left.
+        batches = [[mol] for mol in inputs] if self.augment > 1 else [inputs]
+        results = [result for batch in batches
+                   for result in self.predictor.predict([mol.smiles for mol in batch], method=self.method,
+                                                        n_best=num_results, batch_size=self.batch_size,
+                                                        time_limit_s=self._time_left(len(batch)), augment=self.augment)]
         reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
         self.counts.molecules += sum(result.ok for result in results)  # a failed one expanded nothing
         self.report()

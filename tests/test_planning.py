@@ -518,6 +518,33 @@ def test_an_expansion_the_searchs_time_cut_short_is_named_so_not_by_a_per_query_
     assert counts.first_failure == "NCCO: its expansion was cut short when the search's time ran out"
 
 
+def test_a_molecule_read_in_several_writings_gets_the_searchs_time_left_not_a_share_of_it(copy_predictor, monkeypatch):
+    """MCTS asks for several molecules at once, and each had a share of the search's time left as its limit (the time
+    left over their number). Read in several writings (the Routes page's default), the service reads them one after
+    another, each under that limit: imatinib, asked with ethanol and ethylamine 4.5 s before the search's end, was
+    stopped after 1.5 s while the search had time, and the page warned that the model gave no answers for it, 'stopped
+    after the 1.49988 s time limit per query; try greedy, a smaller n_best, fewer writings or a longer time limit'.
+    Each is asked alone, under the time left when it starts; read in one writing, they are decoded together, their
+    batch under the time left (the shares' sum)."""
+    import time
+
+    asked = []
+
+    def predict(self, queries, **options):
+        asked.append((list(queries), options["time_limit_s"]))
+        return [QueryResult(query, canonical_query=query) for query in queries]
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    molecules = [Molecule("NCCO"), Molecule("NO"), Molecule("CCO")]
+    for augment, batches in ((5, [["NCCO"], ["NO"], ["CCO"]]), (1, [["NCCO", "NO", "CCO"]])):
+        asked.clear()
+        model = PredictorModel(copy_predictor, n_best=3, check_atoms=False, augment=augment)
+        model.deadline = time.monotonic() + 1000.0
+        model(molecules)
+        assert [queries for queries, _ in asked] == batches
+        assert all(limit * len(queries) > 900 for queries, limit in asked)  # the time left, not a third of it
+
+
 def test_an_expansion_the_time_limit_stopped_uses_the_answers_its_beam_had_ended(copy_predictor, monkeypatch):
     """A beam search the time limit stopped hands on the answers it had ended; the planner threw them away with the
     error (and syntheseus keeps an expansion, so the molecule never got them): the ended ones are used, the
