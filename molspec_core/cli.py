@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"come back within the forward model's top-k (default 1, at most {MAX_ROUND_TRIP_K})")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="predict --input on a Ray cluster (pip install -e .[scale]): 'auto' (the default: the "
-                   "cluster this machine joined with `ray start`), its host:port, or 'local' to start one here")
+                   "cluster this machine joined with `ray start`), its head's host:port, ray://host:port (Ray "
+                   "Client), or 'local' to start one here")
     p.add_argument("--workers", type=at_least(1), help="with --ray: actors, each with its own copy of the model "
                    "(default: as many as the cluster's CPUs, or GPUs with --gpus-per-worker, hold)")
     p.add_argument("--cpus-per-worker", type=number_at_least(0, above=True), help="with --ray (default 1)")

@@ -628,6 +628,18 @@ def test_an_address_ray_cannot_read_is_refused_with_the_options_and_says_what_it
     assert events == []
 
 
+def test_the_ray_help_names_every_address_it_takes():
+    """--ray's help named 'auto', host:port and 'local'; Ray Client's ray://host:port is taken too (check_address),
+    and the refusal of any other names it."""
+    import argparse
+
+    from molspec_core.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    text = " ".join(next(a for a in commands["predict"]._actions if a.dest == "ray").help.split())
+    assert all(name in text for name in ("'auto'", "host:port", "ray://host:port (Ray Client)", "'local'"))
+
+
 @pytest.mark.parametrize("address", ["head:99999", "127.0.0.1:0", "[::1]:65536"])
 def test_an_address_whose_port_is_no_port_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, address):
     """--ray head:99999 was told 'no Ray cluster answers at head:99999 (...): start one there with `ray start --head
