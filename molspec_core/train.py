@@ -877,7 +877,8 @@ def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: Mod
     last = out / "last"
     check = {"data": data, "vocab": vocab, "shape": shape, "preset_name": cfg.preset, "task": stats["task"]}
     if (last / STATE_MARK).exists():
-        config, _ = checkpoint.read_config(last)
+        role = "the run folder's saved state"
+        config = check_start(last, role, same_vocab=False, **check)  # its task and shape; its vocabulary below
         recorded = config.get("train_config") if isinstance(config.get("train_config"), dict) else {}
         # Continued on other data, the run trained on both while its config named the last alone, its best/ kept the
         # best of two validation sets, and its place in an epoch counted another file's batches. The data's stats
@@ -887,8 +888,7 @@ def pick_start(cfg: TrainConfig, out: Path, data: Path, vocab: Vocab, shape: Mod
         trained_on = config.get("data_stats")
         if isinstance(trained_on, dict) and trained_on != stats:
             raise ValueError(other_data_refusal(out, data, str(recorded.get("data") or "")))
-        config = check_start(last, "the run folder's saved state", same_vocab=True,
-                             new_schedule=f"a new --out and --init {out / 'export'}", **check)
+        check_start(last, role, same_vocab=True, new_schedule=f"a new --out and --init {out / 'export'}", **check)
         origin = {key: str(recorded.get(key) or "") for key in ("init", "resume")}
         for key, given in (("init", cfg.init), ("resume", cfg.resume)):
             if given and not (origin[key] and Path(given).resolve() == Path(origin[key]).resolve()):

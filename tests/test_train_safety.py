@@ -342,6 +342,8 @@ def test_init_from_a_model_of_the_other_task_is_refused(data, tmp_path):
     with pytest.raises(ValueError, match="holds a retro model, but .*data holds forward data"):
         run(data, tmp_path / "run", max_steps=2, init=str(tmp_path / "retro_run" / "export"))
     assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="holds a retro model, but .*data holds forward data"):  # told so before
+        run(data, tmp_path / "retro_run", max_steps=4)  # its other data: continuing it on them, the same refusal
 
 
 def test_a_run_folder_with_a_saved_state_refuses_another_start_and_records_the_real_one(data, tmp_path):
