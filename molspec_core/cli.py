@@ -1383,15 +1383,15 @@ def check_validation_split(src: str) -> None:
     high; the folder's val split is the one to fit on."""
     from .evaluate import prepared_task
 
-    split = Path(src).name.partition(".")[0]
-    if split in ("test", "train") and prepared_task(src) is not None:
-        folder = Path(src).parent
+    resolved = Path(os.path.realpath(src)).as_posix()  # the file a link leads to: a link of another name was fitted on
+    split = Path(resolved).name.partition(".")[0]
+    if split in ("test", "train") and prepared_task(resolved) is not None:
+        folder = Path(resolved).parent
         raise ValueError(f"{src} is the {split} split of the prepare-data folder {folder}: a fit belongs on validation "
                          f"queries, which the model neither learned nor is tested on; give --src {folder / 'val.src'} "
                          f"--tgt {folder / 'val.tgt'}")
     # the USPTO data's own test files (data.py's, which the model cards test on), where a user reads them in place:
     # a fit on them was made without a word
-    resolved = Path(os.path.realpath(src)).as_posix()
     test = next((name for name in (*MIT_TEST, *GLN_TEST) if resolved.endswith(f"/{name}")), None)
     if test is not None:
         root = Path(resolved[:-len(test) - 1])

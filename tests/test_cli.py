@@ -2339,6 +2339,13 @@ def test_calibrate_refuses_a_prepared_test_or_train_split_before_the_model_loads
     expect_refused(["calibrate", *files], capsys, f"is the {split} split of the prepare-data folder {tmp_path}")
     with pytest.raises(AssertionError, match="the model was loaded"):  # --judge goes on to load the model
         main(["calibrate", *files[:-1], "--judge"])
+    # reached through links elsewhere (a user's own names for the files): the split the links lead to is refused
+    (tmp_path / "mine").mkdir()
+    for name in ("src", "tgt"):
+        (tmp_path / "mine" / f"queries.{name}").symlink_to(tmp_path / f"{split}.{name}")
+    expect_refused(["calibrate", "--model", MODEL, "--src", tmp_path / "mine" / "queries.src", "--tgt",
+                    tmp_path / "mine" / "queries.tgt", "--force"], capsys,
+                   f"is the {split} split of the prepare-data folder {tmp_path}")
 
 
 @pytest.mark.parametrize("test_file", ["uspto_mit/derived/src-test.mixed.txt.gz",
