@@ -268,6 +268,28 @@ def test_with_no_model_at_all_the_sidebar_names_the_folder_and_sends_no_one_to_a
         assert warning.startswith("No model is installed: ") and "Put the model folders (forward, retro)" in warning
 
 
+def test_the_model_named_after_the_task_is_the_default_before_folders_that_sort_first(copy_models, monkeypatch):
+    """The sidebar's model, and the forward model of the round-trip check, were the first folder by name: a folder of
+    one's own (a_small) beside the shipped `forward` became both without a word. The task's own folder comes first."""
+    from views import common
+
+    for folder, task in (("forward", "forward"), ("a_small", "forward"), ("retro", "retro")):  # the copy model
+        if folder != "forward":  # as each task's (check_round_trip asks)
+            shutil.copytree(copy_models / "forward", copy_models / folder)
+        config = copy_models / folder / "config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "task": task}))
+    monkeypatch.setenv("MOLSPEC_MODELS_DIR", str(copy_models))
+    assert common.default_model(common.models_for_task("forward"), "forward") == "forward"
+    at = batch_page(monkeypatch, copy_models)
+    assert_clean(at)
+    assert at.sidebar.selectbox(key="model_forward").value == "forward"
+    at.radio(key="task").set_value("retro").run()
+    at.file_uploader[0].set_value(("p.txt", b"Oc1ccncc1\n", "text/plain"))
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert "checked round trip with forward (within its top 1)" in texts(at.caption)
+
+
 @pytest.mark.parametrize("page", ["views/predict.py", "views/batch.py", "views/benchmark.py"])
 def test_with_no_model_at_all_no_page_sends_the_user_to_another_task(page, tmp_path, monkeypatch):
     """The pages said 'Forward prediction works; switch the task in the sidebar' (Predict, on retrosynthesis) and

@@ -118,6 +118,13 @@ def models_for_task(task: str) -> list[str]:
     return names
 
 
+def default_model(names: list[str], task: str) -> str:
+    """The model a task's list opens on: the folder named after the task (the shipped model, which the README and its
+    card describe), else the first by name. The first by name alone was the sidebar's model and the round-trip
+    check's forward model: a folder of one's own (a_small, copy) beside `forward` became both without a word."""
+    return task if task in names else names[0]
+
+
 def task_name(task: str) -> str:
     """A task as a sentence names it: 'forward', 'retrosynthesis'."""
     return TASK_LABELS[task].split(":")[0].lower()
@@ -252,8 +259,8 @@ def render_sidebar() -> Settings:
     if names:
         chosen = f"model_{task}"  # kept through the other task's runs; a folder gone since opens on the first
         if st.session_state.get(remembered_key(chosen)) not in names:
-            st.session_state[remembered_key(chosen)] = names[0]
-        model = sb.selectbox("Model", names, **remembered(chosen, names[0]),
+            st.session_state[remembered_key(chosen)] = default_model(names, task)
+        model = sb.selectbox("Model", names, **remembered(chosen, default_model(names, task)),
                              help=md_escape(f"Model folders found under {models_dir()}."))
     else:
         sb.warning(md_escape(no_model_text(task)), icon=":material/warning:")
@@ -337,7 +344,7 @@ def _round_trip_settings(task: str) -> tuple[str | None, int]:
                           "gives the product back within its top-k."):
         return None, 1
     k = sb.select_slider("Round trip within forward top-k", [1, 2, 3, 5], **remembered("round_trip_k", 1))
-    return forward_models[0], int(k)
+    return default_model(forward_models, "forward"), int(k)
 
 
 def decodes_otherwise(before: Settings, now: Settings) -> bool:
