@@ -724,29 +724,36 @@ def check_out(out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
             raise ValueError(f"--out {out} lies in the {flag} folder {folder}; give a run folder of its own")
 
 
-def check_export_dir(export_dir: Path, out: Path, data: Path, sources: list[tuple[str, Path]]) -> None:
+def check_export_dir(export_dir: Path, out: Path, data: Path, sources: list[tuple[str, Path]],
+                     given: bool = True) -> None:
     """Each export replaces its folder whole: refuse one that holds anything an export did not write (a model
     folder lost its card and calibrations, the data folder was replaced by an export), or that is or holds the
-    data, an --init, --resume or --teacher folder, the run's last/ or best/, or lies among the shipped models."""
+    data, an --init, --resume or --teacher folder, the run's last/ or best/, or lies among the shipped models.
+    `given`: --export-dir was given (else it is OUT/export, and the words name no flag the user never gave)."""
+    named = f"--export-dir {export_dir}" if given else f"the export folder {export_dir} (OUT/export: no --export-dir)"
     if _within(export_dir, MODELS):
-        raise ValueError(f"--export-dir {export_dir} lies in {MODELS}, the shipped models' folder; export "
-                         "elsewhere (the default is OUT/export)")
+        raise ValueError(f"{named} lies in {MODELS}, the shipped models' folder; export elsewhere (the default is "
+                         "OUT/export)")
     if _within(out, export_dir):
-        raise ValueError(f"--export-dir {export_dir} is or holds the run folder {out}, and each export replaces its "
-                         "folder whole; give a folder of its own (the default is OUT/export)")
+        raise ValueError(f"{named} is or holds the run folder {out}, and each export replaces its folder whole; give a "
+                         "folder of its own (the default is OUT/export)")
     for flag, folder in [("the --data", data), *((f"the {flag}", path) for flag, path in sources),
                          ("the run's", out / "last"), ("the run's", out / "best")]:
+        if _overlap(export_dir, folder) and not given:  # e.g. --resume OUT/export: its own run folder's export
+            raise ValueError(f"{flag.removeprefix('the ')} {folder} is, holds or lies in {export_dir}, where this run "
+                             f"writes its exports (OUT/export), each replacing the folder whole: give a new --out (or "
+                             "an --export-dir elsewhere)")
         if _overlap(export_dir, folder):
-            raise ValueError(f"--export-dir {export_dir} is, holds or lies in {flag} folder {folder}, and each "
-                             "export replaces its folder whole; give a folder of its own (the default is OUT/export)")
+            raise ValueError(f"{named} is, holds or lies in {flag} folder {folder}, and each export replaces its "
+                             "folder whole; give a folder of its own (the default is OUT/export)")
     if export_dir.exists() and not export_dir.is_dir():
-        raise ValueError(f"--export-dir {export_dir} is a file; give a folder")
+        raise ValueError(f"{named} is a file; give a folder")
     if export_dir.is_dir() and any(export_dir.iterdir()) and not (run_written(export_dir)
                                                                   and (export_dir / STATE_MARK).is_file()):
         others = sorted(f.name for f in export_dir.iterdir() if not RUN_FILE.fullmatch(f.name))
         held = f"holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}" if others else f"lacks {STATE_MARK}"
-        raise ValueError(f"--export-dir {export_dir} is not an export this trainer wrote (it {held}); each export "
-                         "replaces the folder whole: give a new or empty folder")
+        raise ValueError(f"{named} is not an export this trainer wrote (it {held}); each export replaces the folder "
+                         "whole: give a new or empty folder")
 
 
 # ---- where a run starts from -------------------------------------------------------------------------------
@@ -1237,7 +1244,7 @@ def train(cfg: TrainConfig) -> dict:
     sources = [(flag, Path(value)) for flag, value in (("--resume", cfg.resume), ("--init", cfg.init),
                                                        ("--teacher", cfg.teacher)) if value]
     check_out(out, data, sources)
-    check_export_dir(export_dir, out, data, sources)
+    check_export_dir(export_dir, out, data, sources, given=bool(cfg.export_dir))
     check_can_write("--out", out, out)
     check_can_write("--export-dir", export_dir, export_dir.parent)  # written beside its folder, then renamed in
     for folder in (out / "last", out / "best", export_dir):

@@ -243,6 +243,17 @@ def test_a_new_start_in_a_run_folder_holding_earlier_weights_but_no_last_is_refu
     shutil.rmtree(tmp_path / "first" / "best")  # the export alone (as gpu_kit unpack leaves it)
     with pytest.raises(ValueError, match=r"first/export holds an earlier run's weights \(step 3\)"):
         run(data, tmp_path / "first", max_steps=6)
+    # resumed in its own run folder: was "--export-dir first/export is, holds or lies in the --resume folder", a flag
+    export = tmp_path / "first" / "export"  # never given, with "(the default is OUT/export)", which it was
+    with pytest.raises(ValueError, match=rf"^--resume {export} is, holds or lies in {export}, where this run writes "
+                                         r"its exports \(OUT/export\), each replacing the folder whole: give a new "
+                                         r"--out"):
+        run(data, tmp_path / "first", max_steps=6, resume=str(export))
+    (tmp_path / "first" / "export" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=rf"^the export folder {export} \(OUT/export: no --export-dir\) is not an "
+                                         r"export this trainer wrote \(it holds notes.txt\)"):
+        run(data, tmp_path / "first", max_steps=6)
+    (tmp_path / "first" / "export" / "notes.txt").unlink()
     resumed = run(data, tmp_path / "second", max_steps=6, resume=str(tmp_path / "first" / "export"))  # as it says
     assert resumed["step"] == 6
 
