@@ -1251,7 +1251,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibration
-    from .evaluate import check_method, read_pairs
+    from .evaluate import read_pairs
     from .scale import stops_deferred
     from .service import Predictor, model_folder
 
@@ -1265,7 +1265,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_validation_split(args.src)
     sources, targets = read_pairs(args.src, args.tgt, None, args.limit)
     n_best = args.n_best or (5 if METHODS[args.method].many else 1)
-    check_method(args.method, n_best)
+    if n_best > 1 and not METHODS[args.method].many:  # evaluate.check_method's words offered sampling methods too,
+        # which calibrate refuses next
+        fits = ", ".join(name for name in METHODS if calibration.kind_of(name, n_best) == "beam")
+        raise ValueError(f"{args.method} returns one answer, so it has no top-{n_best}: use --n-best 1 (a fit of "
+                         f"greedy's answers), or one of {fits}")
     kind = calibration.require_kind(args.method, n_best)  # refused before the model loads; width 1: greedy's
     folder = model_folder(args.model)
     path = calibration.path_of(folder, args.augment, args.method, n_best)

@@ -93,6 +93,15 @@ def test_calibrate_writes_a_calibration_the_model_then_uses(tmp_path, capsys):
     assert " - " in capsys.readouterr().out.splitlines()[2]
 
 
+def test_calibrate_of_one_answer_asked_for_several_offers_the_methods_it_fits(tmp_path, capsys, no_model_load):
+    """calibrate --method greedy --n-best 5 was told 'use --n-best 1, or one of beam, sbs-exact, sbs, sample,
+    spec-sample, ...' (evaluate's words), methods calibrate then refuses (sampled or lossy)."""
+    model, files = calibration_case(tmp_path)
+    expect_refused(["calibrate", *files, "--method", "greedy", "--n-best", "5"], capsys,
+                   "greedy returns one answer, so it has no top-5: use --n-best 1 (a fit of greedy's answers), or one "
+                   "of beam, sbs-exact, beam-uncached")
+
+
 def test_calibrate_forced_onto_one_query_says_so_in_the_singular(tmp_path, capsys, caplog):
     """calibrate --force on a fit of one query warned 'the fit rests on 1 queries'."""
     model, files = calibration_case(tmp_path)
