@@ -768,7 +768,7 @@ def test_a_step_kept_though_its_reactants_lack_atoms_of_its_product_says_so(tmp_
     at = find_routes(routes_page(tmp_path / "models", monkeypatch), "NCCO")  # the toggle off: the copy model's NO
     assert not at.exception
     step = next(c.value for c in at.expander[0].caption if c.value.startswith("Step 1"))
-    assert "lacks atoms ⚠" in step
+    assert "lacks atoms ⚠" in step and at.expander[0].label.endswith(" · lacks atoms ⚠ in 1 step")
     warned = [w.value.replace("\\", "") for w in at.expander[0].warning]
     assert warned == ["This step's reactant set lacks atoms of the product (2 C): as written it cannot make the "
                       "product (kept: *Skip steps whose reactants lack atoms of the product* was off)."]

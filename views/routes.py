@@ -357,9 +357,11 @@ def show_route(rank: int, route: Route) -> None:
     steps = route.steps()
     step_of = {step: number for number, (_, step) in enumerate(steps, start=1)}  # steps() lists each once
     flagged = sum(bool(step.stereo) for _, step in steps)
+    lacking = sum(bool(step.missing) for _, step in steps)  # in the title too: routes below the first are folded
     title = (f"Route {rank}: {common.counted(route.n_steps, 'step')}, "
              f"probability {common.format_probability(route.score)}"
-             + (f" · stereo ⚠ in {common.counted(flagged, 'step')}" if flagged else ""))
+             + (f" · stereo ⚠ in {common.counted(flagged, 'step')}" if flagged else "")
+             + (f" · lacks atoms ⚠ in {common.counted(lacking, 'step')}" if lacking else ""))
     with st.expander(title, expanded=rank == 1):
         st.markdown("**Compounds to procure:** " + common.md_escape(starting_materials_text(route)))
         st.caption(CENTRE_KEY)
