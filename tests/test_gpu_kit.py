@@ -200,6 +200,33 @@ def test_decode_while_the_training_runs_reads_its_export_whole_and_says_which(ki
         capsys.readouterr().out
 
 
+def test_decode_and_speed_refuse_what_they_lack_before_any_work(kit, tmp_path, monkeypatch):
+    """decode wrote its answers to --out after the minutes of decoding, so a mistyped --out lost them in a
+    FileNotFoundError; a task not packed, or packed and not trained, was a traceback at or after the model's load;
+    speed without a quick set, one after the models had loaded."""
+    from molspec_core import checkpoint
+
+    data = tmp_path / "data"
+    write_splits(data / "retro", {"train": [Pair(p.tgt, p.src) for p in PAIRS] * 3, "val": PAIRS[:2],
+                                  "test": PAIRS[:2]}, {"task": "retro"})
+    kit.main(["pack", "--data", str(data), "--tasks", "retro", "--bench", str(tmp_path)])  # no quick set
+    monkeypatch.setattr(checkpoint, "load", lambda *args, **kwargs: pytest.fail("a model was loaded"))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(SystemExit, match=r"^decode --out .*nowhere: no such folder$"):
+        kit.main(["decode", "--task", "retro", "--out", str(tmp_path / "nowhere")])
+    with pytest.raises(SystemExit, match=r"^decode --task forward: .*gpu/forward/test.npz is missing \(`pack --tasks "
+                                         r"forward` writes it here.*nothing decoded$"):
+        kit.main(["decode", "--task", "forward", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"^decode --task retro: .*runs/gpu_retro/export holds no export \(retro has "
+                                         r"not trained on this machine.*give --model FOLDER"):
+        kit.main(["decode", "--task", "retro", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"^speed --task retro: .*gpu/retro/quick.src is missing: `pack` writes the "
+                                         r"quick set only where the benchmark index uspto50k_test_500.idx fits"):
+        kit.main(["speed", "--task", "retro", "--out", str(out)])
+    assert not any(out.iterdir())
+
+
 def test_score_counts_a_hit_at_its_rank_and_after(kit, tmp_path, capsys):
     data = tmp_path / "data" / "retro"
     data.mkdir(parents=True)

@@ -612,12 +612,19 @@ def export_tar(export: Path, tries: int = 20) -> bytes | None:
     return None
 
 
+def out_folder(command: str, out: str) -> Path:
+    """A command's --out, refused before any work where it is no folder: decode wrote its answers there after the
+    minutes of decoding, and a mistyped --out lost them in a FileNotFoundError."""
+    folder = Path(out)
+    if not folder.is_dir():
+        raise SystemExit(f"{command} --out {folder}: " + ("not a folder" if folder.exists() else "no such folder"))
+    return folder
+
+
 def cmd_collect(args: argparse.Namespace) -> None:
     """Each task's latest export as <task>.tar.NN parts in the device's output folder, and one
     train_logs.txt.gz with both tasks' log lines (speed, validation, errors) for the model cards."""
-    out = Path(args.out)
-    if not out.is_dir():
-        raise SystemExit(f"collect --out {out}: " + ("not a folder" if out.exists() else "no such folder"))
+    out = out_folder("collect", args.out)
     logs = [f"== {task}: {line}" for task in TASKS if (gpu_run(task) / "train.log").exists()
             for line in _log_lines(gpu_run(task) / "train.log")]
     if logs:  # one file for both: a command may return only 8 (forward 2 parts, retro 3, two n-best files)
@@ -646,13 +653,22 @@ def cmd_decode(args: argparse.Namespace) -> None:
     from molspec_core import checkpoint
     from molspec_core.decoding.beam import beam_search
 
+    out = out_folder("decode", args.out)
+    packed = GPU_DIR / args.task / "test.npz"
+    if not packed.is_file():
+        raise SystemExit(f"decode --task {args.task}: {packed} is missing (`pack --tasks {args.task}` writes it here, "
+                         f"and {GPU_DIR / args.task} travels as carry); nothing decoded")
     model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if not args.model and _running(gpu_run(args.task)):  # `watch` ran out before the run ended
         model, vocab = _load_running_export(args.task, device)
+    elif not args.model and not (model_dir / "config.json").is_file():  # was a CheckpointError traceback
+        raise SystemExit(f"decode --task {args.task}: {model_dir} holds no export ({args.task} has not trained on this "
+                         "machine, or not yet for --export-every-minutes); give --model FOLDER to decode another "
+                         "model; nothing decoded")
     else:
         model, vocab, _ = checkpoint.load(model_dir, device)
-    with np.load(GPU_DIR / args.task / "test.npz") as z:
+    with np.load(packed) as z:
         arrays = {name: z[name] for name in z.files}
     flat, offsets, refused = arrays["src"], arrays["src_offsets"], arrays["refused"]
     n = min(len(refused), args.limit or len(refused))
@@ -682,10 +698,10 @@ def cmd_decode(args: argparse.Namespace) -> None:
         for r, i in enumerate(owner):
             if not refused[i]:
                 by_query[i].append(answers[r])
-        name = Path(args.out) / f"{args.task}_test_writings.jsonl.gz"
+        name = out / f"{args.task}_test_writings.jsonl.gz"
         text = "".join(json.dumps(writings) + "\n" for writings in by_query)
     else:
-        name = Path(args.out) / f"{args.task}_test_nbest.tsv.gz"
+        name = out / f"{args.task}_test_nbest.tsv.gz"
         text = "".join("\t".join(answer for answer, _ in answers[i]) + "\n" for i in range(n))
     with gzip.open(name, "wt") as f:
         f.write(text)
@@ -732,6 +748,11 @@ def cmd_speed(args: argparse.Namespace) -> None:
     from molspec_core.evaluate import read_pairs
     from molspec_core.service import Predictor
 
+    out, folder = out_folder("speed", args.out), GPU_DIR / args.task
+    if not (folder / "quick.src").is_file():  # was a traceback once the models had loaded
+        raise SystemExit(f"speed --task {args.task}: {folder / 'quick.src'} is missing: `pack` writes the quick set "
+                         f"only where the benchmark index {QUICK_INDEX[args.task]} fits the test split (it said so); "
+                         "nothing measured")
     model_dir = Path(args.model) if args.model else gpu_run(args.task) / "export"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     predictor = Predictor.load(str(model_dir), device)  # engine auto: torch on a GPU
@@ -746,7 +767,6 @@ def cmd_speed(args: argparse.Namespace) -> None:
             engines.pop(name, None)
             print(f"engine {name} left out: {exc}", flush=True)
     methods = on_engines(args.methods.split(","), list(engines))
-    folder = GPU_DIR / args.task
     sources, targets = read_pairs(str(folder / "quick.src"), str(folder / "quick.tgt"), None, args.limit or None)
     for batch_size in (int(b) for b in args.batch_size.split(",")):
         try:
@@ -761,7 +781,7 @@ def cmd_speed(args: argparse.Namespace) -> None:
                                warmup=args.warmup, progress=False)
         report.update(task=args.task, quick_set=QUICK_INDEX[args.task], limit=len(sources),
                       gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
-        save_report(report, Path(args.out) / f"{args.task}_gpu_speed_b{batch_size}.json", html=False)
+        save_report(report, out / f"{args.task}_gpu_speed_b{batch_size}.json", html=False)
         print(markdown_table(report), flush=True)
 
 
