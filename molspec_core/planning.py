@@ -57,7 +57,7 @@ MAX_TIME_LIMIT_S = 3600.0  # an hour: past any interactive use; a bigger budget 
 ROUTE_EXTRACTION_S = 5.0  # cap on reading the routes out of the search graph after the search
 ROUTE_COLUMNS = ("route", "route_score", "route_probability", "route_steps", "step", "depth", "product",
                  "product_in_stock", "reactants", "reactants_in_stock", "score", "probability", "confidence",
-                 "round_trip", "forward_prob", "model_rank", "stereo")
+                 "round_trip", "forward_prob", "model_rank", "stereo", "lacks_atoms")
 
 # Called after each expansion, and every PROGRESS_EVERY_S of a search that expands nothing (MCTS walking the tree it
 # has), with (seconds since the search started, molecules expanded so far); it may raise SearchStopped to end the
@@ -443,9 +443,14 @@ class RouteStep:
         return math.exp(self.score)
 
 
+def missing_text(step: RouteStep) -> str:
+    """The atoms a step's reactants lack, '3 C, 4 O' (the CSV's lacks_atoms); "" for none."""
+    return ", ".join(f"{n} {element}" for element, n in step.missing)
+
+
 def lacks_text(step: RouteStep) -> str:
     """'lacks atoms of the product (2 C)', as the Predict page flags such an answer; "" for a step that lacks none."""
-    return f"{LACKS_ATOMS} ({', '.join(f'{n} {element}' for element, n in step.missing)})" if step.missing else ""
+    return f"{LACKS_ATOMS} ({missing_text(step)})" if step.missing else ""
 
 
 @dataclass(frozen=True)
@@ -1148,7 +1153,7 @@ def route_rows(result: PlanResult) -> Iterator[list[object]]:
                    step.product, _yes_no(step.product_in_stock), ".".join(r.smiles for r in step.reactants),
                    ";".join(_yes_no(r.in_stock) for r in step.reactants), rounded(step.score),
                    significant(step.probability), rounded(step.confidence), _yes_no(step.round_trip),
-                   significant(step.forward_prob), step.model_rank, "; ".join(step.stereo)]
+                   significant(step.forward_prob), step.model_rank, "; ".join(step.stereo), missing_text(step)]
 
 
 def _yes_no(flag: bool | None) -> str:

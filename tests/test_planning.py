@@ -1510,3 +1510,8 @@ def test_a_step_whose_reactants_lack_atoms_of_its_product_records_which():
     assert steps[q].missing == (("C", 3), ("O", 4))  # succinic acid 'made from' methane
     assert steps[SHARED_INTERMEDIATE["T"]].missing == ()
     assert planning.lacks_text(steps[q]) == "lacks atoms of the product (3 C, 4 O)"
+    result = planning.PlanResult(route.target.smiles, (route,), planning.SearchStats("retro*", 1.0, 2.0, 1, 9),
+                                 "table", None, "table", 4)
+    rows = {row[ROUTE_COLUMNS.index("product")]: row for row in planning.route_rows(result)}
+    assert rows[q][ROUTE_COLUMNS.index("lacks_atoms")] == "3 C, 4 O"
+    assert rows[SHARED_INTERMEDIATE["T"]][ROUTE_COLUMNS.index("lacks_atoms")] == ""
