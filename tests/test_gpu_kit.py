@@ -581,6 +581,21 @@ def test_unpack_checks_every_part_before_it_replaces_the_previous_export(kit, tm
     with pytest.raises(SystemExit, match="no such folder"):
         kit.main(["unpack", str(tmp_path / "nowhere")])
     write_parts(tmp_path / "good", "forward", export, 20_000)
+    real_copytree = shutil.copytree
+
+    def disk_full_at_resume(source, dest, **options):  # the second copy, gpu/resume/forward's: runs/ was replaced
+        if "resume" in str(dest):  # and the next block resumed from the old export, after a traceback
+            raise OSError(28, "No space left on device")
+        return real_copytree(source, dest, **options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shutil, "copytree", disk_full_at_resume)
+        with pytest.raises(SystemExit, match=r"good could not be copied into place \(No space left on device\); "
+                                             "nothing was replaced"):
+            kit.main(["unpack", str(tmp_path / "good")])
+    assert (previous / "train_state.json").read_text() == '{"step": 7}'
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["export"]
+    assert not any((tmp_path / "gpu" / "resume").iterdir())
     kit.main(["unpack", str(tmp_path / "good")])
     for folder in (previous, tmp_path / "gpu" / "resume" / "forward"):
         assert {f"export/{f.name}": f.read_bytes() for f in sorted(folder.iterdir())} == export

@@ -302,9 +302,23 @@ def cmd_unpack(args: argparse.Namespace) -> None:
                 raise SystemExit(f"{task}: the export in the parts in {folder} does not load ({exc}): a part is "
                                  "missing or damaged; nothing was replaced") from None
             staged[task] = (export, summary)
-        for task, (export, summary) in staged.items():
-            for dest in (gpu_run(task) / "export", GPU_DIR / "resume" / task):
-                _replace_with_copy(export, dest)
+        # every copy made before any folder is replaced: a full disk at gpu/resume/<task> left runs/gpu_<task>/export
+        # the new export and gpu/resume/<task>, whence the next block resumes, the old one (and a traceback)
+        copies: list[tuple[Path, Path]] = []
+        try:
+            for task, (export, _) in staged.items():
+                for dest in (gpu_run(task) / "export", GPU_DIR / "resume" / task):
+                    new = _fresh_folder(dest.with_name(dest.name + ".new"))
+                    copies.append((new, dest))
+                    shutil.copytree(export, new, dirs_exist_ok=True)
+        except OSError as exc:
+            for new, _ in copies:
+                shutil.rmtree(new, ignore_errors=True)
+            raise SystemExit(f"the parts in {folder} could not be copied into place ({exc.strerror or exc}); nothing "
+                             "was replaced; unpack them again once that can be written") from None
+        for new, dest in copies:
+            _swap_in(new, dest)
+        for task, (_, summary) in staged.items():
             print(f"{task}: {summary}")
 
 
@@ -322,14 +336,6 @@ def _later_step(state: dict, dest: Path) -> int | None:
     if history and held["history"][:len(history)] == history and held["step"] > state["step"]:
         return held["step"]
     return None
-
-
-def _replace_with_copy(source: Path, dest: Path) -> None:
-    """Copy `source` to dest.new, then swap it in by renames (the old folder deleted last)."""
-    new = dest.with_name(dest.name + ".new")
-    shutil.rmtree(new, ignore_errors=True)
-    shutil.copytree(source, new)
-    _swap_in(new, dest)
 
 
 def _fresh_folder(folder: Path) -> Path:
