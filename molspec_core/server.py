@@ -279,7 +279,9 @@ def result_json(result: QueryResult, recorded: str | None = None, notes: Sequenc
     an allene's stereo marks were dropped, and a client over HTTP was not told, where `molspec predict` said so);
     `writings`, how many writings of the query its answers were pooled from (QueryResult.writings: with augment,
     fewer than asked for where the molecule has fewer, or the time limit stopped it first), of which each answer's
-    own `writings` gave it."""
+    own `writings` gave it. `unlabelled`: of a query refused for isotope labels the model has no token for, the query
+    without them where the model reads that (QueryResult.unlabelled; its answers cannot say where a label goes),
+    else "", as `suggestion` gives the ion writing of a hydride the model reads as ions."""
     stats = result.stats
 
     def answer(p: Prediction) -> dict:
@@ -290,7 +292,8 @@ def result_json(result: QueryResult, recorded: str | None = None, notes: Sequenc
                 "copied_from": list(p.provenance), "source_tokens": list(p.source_tokens or result.source_tokens)}
 
     return {"query": result.query, "canonical_query": result.canonical_query, "error": result.error,
-            "suggestion": result.suggestion, "method": result.method, "dtype": result.dtype,
+            "suggestion": result.suggestion, "unlabelled": result.unlabelled, "method": result.method,
+            "dtype": result.dtype,
             "time_ms": round(stats.wall_time_s * 1000, 2), "model_calls": stats.model_calls,
             "accepted_tokens": stats.draft_tokens_accepted, "predictions": [answer(p) for p in result.predictions],
             "set_aside": [answer(p) for p in result.set_aside], "writings": result.writings,

@@ -92,6 +92,22 @@ def test_each_result_says_what_the_model_did_not_read_of_its_query(address):
     assert bad["error"] and bad["notes"] == []
 
 
+def test_a_query_refused_for_an_isotope_label_gives_the_unlabelled_query_apart(address, models):
+    """A query the model refuses for an isotope label it has no token for ([13CH3]) names the query without its labels,
+    which the model reads: the Python API gives it apart (QueryResult.unlabelled, the Predict page's one-click retry),
+    and a client over HTTP had it only inside the error's words. It is `unlabelled`, beside `suggestion`; "" for any
+    other query."""
+    labelled = "[13CH3]C(=O)Cl.NCc1ccccc1"
+    _, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": [labelled, AMIDE, "C1CC("]})
+    refused, answered, unreadable = payload["results"]
+    want = models["forward"].predict(labelled)
+    assert refused["error"] == want.error and refused["suggestion"] == ""
+    assert refused["unlabelled"] == want.unlabelled == "CC(=O)Cl.NCc1ccccc1"
+    assert answered["unlabelled"] == unreadable["unlabelled"] == "" and answered["predictions"]
+    _, payload = call(address, "POST", "/predict", {"model": "forward", "smiles": refused["unlabelled"]})
+    assert payload["results"][0]["error"] is None and payload["results"][0]["predictions"]
+
+
 def test_an_empty_query_gets_the_services_error_not_a_files(address, models):
     """An empty query was told "blank: this record holds no query (skipped, not counted as a query)", the Batch
     page's words for a file's blank line, with a recorded reaction beside it or not."""
