@@ -106,8 +106,9 @@ LOOPBACK_NAMES = ("localhost",)  # and every loopback address (is_loopback)
 # Caddy's and Traefik's default), in JSON; `host` is the name refused, quoted
 NOT_LOOPBACK = ("this server listens on loopback and answers requests addressed to localhost or a loopback address "
                 "only, not to {host} (a web page could reach it so, by DNS rebinding); a reverse proxy in front of it "
-                "must send Host: localhost (nginx does by default; Caddy and Traefik pass the client's Host on unless "
-                "told not to)")
+                "must send Host: localhost (nginx sends the host its proxy_pass names: http://127.0.0.1:8000 does, an "
+                "upstream block's name does not, nor does proxy_set_header Host $host; Caddy and Traefik pass the "
+                "client's Host on unless told not to)")
 DIGITS = re.compile(r"[0-9]{1,20}")
 HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]{1,16}")  # a chunk's size
 MAX_REQUEST_LINE = 65536  # bytes, as the standard library reads a request line (longer: 414)

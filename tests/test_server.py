@@ -372,6 +372,11 @@ def test_a_request_refused_for_its_host_names_it_and_tells_a_reverse_proxy_what_
     status, payload = call(address, "GET", "/health", headers={"Host": "api.example.com", "X-Forwarded-Proto": "https"})
     assert (status, payload) == (403, {"error": server.NOT_LOOPBACK.format(host="'api.example.com'")})
     assert "Host: localhost" in payload["error"] and "reverse proxy" in payload["error"]
+    # nginx sends the host its proxy_pass names (proxy_pass http://molspec; an upstream block's name): told 'nginx does
+    # by default' of a proxy that was nginx with its defaults
+    status, payload = call(address, "GET", "/health", headers={"Host": "molspec"})
+    assert status == 403 and ("nginx sends the host its proxy_pass names: http://127.0.0.1:8000 does, an upstream "
+                              "block's name does not, nor does proxy_set_header Host $host") in payload["error"]
     status, payload = call(address, "GET", "http://lab.example:8000/health")  # an absolute target names its host
     assert status == 403 and "not to 'lab.example' " in payload["error"]
     assert call(address, "GET", "/nothing")[0] == 404
