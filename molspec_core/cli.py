@@ -27,7 +27,7 @@ from .argtypes import at_least, column_name, file_name, positive_seconds, second
 from .boundary import describe, guarded
 from .data import DEFAULT_AUGMENT, GLN_TEST, MAX_AUGMENT as DATA_MAX_AUGMENT, MIT_TEST, MIT_VALID, TASKS, VAL_REST
 from .io import (DECOMPRESSORS, READ_AS, STDIN, STDOUT, STOCK_COLUMNS, Outcomes, check_output, fitted_name,
-                 write_text_file)
+                 query_format, write_text_file)
 from .methods import EXACT_NBEST, KNOBS, METHODS, SamplingOptions, readers_of, unread_knobs
 from .native import DTYPES
 from .roundtrip import MAX_TOP_K as MAX_ROUND_TRIP_K
@@ -78,6 +78,10 @@ def check_report_path(path: str, *inputs: str | None, model: str | None = None) 
                          "without --out; give --out a file name, such as report.json")
     if path.lower().endswith(tuple(DECOMPRESSORS)):
         raise ValueError(f"{path}: the report is written as plain JSON; give a name without {Path(path).suffix}")
+    if query_format(path)[1] != "txt":  # evaluate --out results.csv wrote JSON text under a table's name (plan's too,
+        # until f8ffa35), which a spreadsheet then opened as a column of JSON lines
+        raise ValueError(f"{path}: the report is written as JSON text, not as the {Path(path).suffix} name says; give "
+                         "it a name such as report.json")
     for given in inputs:
         if given:
             check_output(path, given)
@@ -1680,7 +1684,7 @@ def column_refusal(file_option: str, path: str, column_option: str, missing: Mis
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .io import MissingColumn, OutputFileError, check_output, query_format
+    from .io import MissingColumn, OutputFileError, check_output
     from .planning import DEFAULT_STOCK, PlanSettings, check_time_limit, load_stock, plan
     from .scale import stops_deferred
     from .service import Predictor

@@ -2795,6 +2795,19 @@ def test_a_bench_report_and_its_chart_are_written_whole_or_not_at_all(tmp_path, 
     assert {name: (tmp_path / name).read_text() for name in kept} == kept and len(list(tmp_path.iterdir())) == 2
 
 
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+@pytest.mark.parametrize("name", ["results.csv", "results.xlsx", "results.sdf", "results.TSV"])
+def test_a_report_named_as_a_table_is_refused_before_the_model_loads(pair_files, capsys, no_model_load, command,
+                                                                     name):
+    """evaluate --out results.csv (bench's too) wrote the JSON report under a table's name, which a spreadsheet then
+    opened as a column of JSON lines; plan refuses such a name for its routes since f8ffa35."""
+    expect_refused([command, "--model", MODEL, "--src", pair_files / "src.txt", "--tgt", pair_files / "tgt.txt",
+                    "--out", pair_files / name], capsys,
+                   f"the report is written as JSON text, not as the {name[7:]} name says; give it a name such as "
+                   "report.json")
+    assert not (pair_files / name).exists()
+
+
 def test_bench_refuses_a_report_named_as_its_chart(pair_files, capsys, no_model_load):
     """bench --out r.html wrote the JSON there, then the chart over it: the report was lost."""
     expect_refused(["bench", "--model", MODEL, "--src", pair_files / "src.txt", "--out", pair_files / "r.html"],
