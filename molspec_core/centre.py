@@ -405,12 +405,17 @@ HETEROATOMS = (7, 8, 16)  # N, O, S: the atoms a nucleophile joins by
 def _holds_on(atom: Chem.Atom) -> int:
     """How firmly a reactant's carbon (or sulfur, phosphorus) keeps its bond to a heteroatom: 0 at an acyl-like
     centre, an atom with a double bond to N, O or S (a carbonyl, imine, sulfonyl), where substitution goes by
-    addition, then elimination, and an aldehyde's oxygen leaves as water when it becomes an acetal; 2 on an aromatic
-    ring, whose bond to a phenol's oxygen no esterification, Mitsunobu reaction or hydrolysis breaks; 1 otherwise."""
+    addition, then elimination, and an aldehyde's oxygen leaves as water when it becomes an acetal, or a carbon of
+    an acetal's level, single-bonded to two of them (an acetal, aminal, orthoester), where it goes by the cation they
+    stabilise: a dioxolane's hydrolysis gives the aldehyde the water's oxygen, and the diol leaves with both of its
+    own (one was kept as the aldehyde's, the rest of the diol drawn as leaving); 2 on an aromatic ring, whose bond to
+    a phenol's oxygen no esterification, Mitsunobu reaction or hydrolysis breaks; 1 otherwise."""
     if atom.GetIsAromatic():
         return 2
-    return 0 if any(bond.GetBondType() == Chem.BondType.DOUBLE and bond.GetOtherAtom(atom).GetAtomicNum() in HETEROATOMS
-                    for bond in atom.GetBonds()) else 1
+    to_heteroatoms = [bond.GetBondType() for bond in atom.GetBonds()
+                      if bond.GetOtherAtom(atom).GetAtomicNum() in HETEROATOMS]
+    return 0 if Chem.BondType.DOUBLE in to_heteroatoms or (
+        atom.GetAtomicNum() == 6 and to_heteroatoms.count(Chem.BondType.SINGLE) >= 2) else 1
 
 
 def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
@@ -463,7 +468,7 @@ def _keep_the_nucleophiles_heteroatom(product: Chem.Mol, molecules: tuple[Chem.M
                and not _configuration_turned(product.GetAtomWithIdx(n), {**owner, atom.GetIdx(): (owner[n][0],
                                                                                                      y.GetIdx())},
                                              molecules)]
-        # an ester hydrolysed: its acyl carbon lets the oxygen go with the alcohol or phenol (leaving)
+        # an ester or acetal hydrolysed: its acyl or acetal carbon lets the oxygen go with the alcohol (leaving)
         hydrolysed = (atom.GetDegree() == 1 and any(reactant_atom(c).GetAtomicNum() == 6
                                                     and _holds_on(reactant_atom(c)) == 0 for c in kept)
                       and any(n.GetAtomicNum() == 6 and (k, n.GetIdx()) not in reached and not _gives_up_oxygen(n)

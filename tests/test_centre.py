@@ -312,7 +312,8 @@ def test_a_reactant_that_gives_one_atom_is_marked_on_a_retrosynthesis_answer(rea
     ("O=C(O)c1ccccc1.C1CCOC1.[Li]C", "CC(=O)c1ccccc1", ["C", "C"], ["Li", "O"]),
     ("Brc1ccccc1.CB(O)O.C1COCCO1", "Cc1ccccc1", ["C", "C"], ["B", "Br", "O", "O"]),
     # an oxidant's oxygen, bonded to an oxygen: an epoxidation with mCPBA in methanol, a sulfoxide from hydrogen
-    # peroxide in acetic acid, a hydroboration-oxidation in THF (each left the new oxygen untraced, the oxidant unmarked)
+    # peroxide in acetic acid, a hydroboration-oxidation in THF (each left the new oxygen untraced, the oxidant
+    # unmarked)
     ("C=Cc1ccccc1.O=C(OO)c1cccc(Cl)c1.CO", "c1ccc(C2CO2)cc1", ["C", "C", "O"],
      ["C", "C", "C", "C", "C", "C", "C", "Cl", "O", "O"]),
     ("CSc1ccccc1.OO.CC(=O)O", "CS(=O)c1ccccc1", ["O", "S"], ["O"]),
@@ -405,6 +406,12 @@ def test_a_nucleophile_keeps_its_heteroatom_and_the_acids_oh_leaves(reactants, p
     ("CC(C)(C)OC(=O)c1ccccc1.O=C(O)C(F)(F)F", "O=C(O)c1ccccc1", {4}, {0, 1, 2, 3}),
     ("O=C(OCc1ccccc1)c1ccccc1.[H][H]", "O=C(O)c1ccccc1", {2}, set(range(3, 10))),
     ("C=CCOC(=O)c1ccccc1", "O=C(O)c1ccccc1", {3}, {0, 1, 2}),
+    # an acetal's carbon lets its oxygens go as an acyl carbon does (by the oxocarbenium ion): a dioxolane's or a
+    # dimethyl acetal's hydrolysis gives the aldehyde water's oxygen and the diol or methanol leaves whole (one oxygen
+    # was kept as the aldehyde's); an acetonide's diol keeps its oxygens, as before
+    ("c1ccc(C2OCCO2)cc1.Cl.O", "O=Cc1ccccc1", {4}, {5, 6, 7, 8}),
+    ("COC(OC)c1ccccc1", "O=Cc1ccccc1", {2}, {0, 1, 3, 4}),
+    ("CC1(C)OC2CCCCC2O1", "OC1CCCCC1O", {3, 10}, {0, 1, 2}),
 ])
 def test_hydrolysis_breaks_the_acyl_bond(reactants, product, centre, leaving):
     found = reaction_centre(reactants, product)
