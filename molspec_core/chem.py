@@ -1233,7 +1233,7 @@ def _salt_apart(molecules: str) -> str:
         return molecules
     fragments = molecules.split(".")
     neutral = [_neutral_form(fragment) for fragment in fragments]
-    return molecules if _net_charge(neutral) != _net_charge(fragments) else ".".join(neutral)
+    return molecules if _charge_and_hydrogens(neutral) != _charge_and_hydrogens(fragments) else ".".join(neutral)
 
 
 _CHARGED_ATOM = re.compile(r"\[[^\]]*[+-]")
@@ -1248,8 +1248,12 @@ def _neutral_form(molecule: str) -> str:
         return molecule
 
 
-def _net_charge(fragments: list[str]) -> int:
-    return sum(Chem.GetFormalCharge(mol_from_smiles(fragment)) for fragment in fragments)
+def _charge_and_hydrogens(fragments: list[str]) -> tuple[int, int]:
+    """The net charge of some molecules and their hydrogens: both are kept where protons alone move between them
+    (borohydride made borane, a hydride lost, is no proton moved)."""
+    mols = [mol_from_smiles(fragment) for fragment in fragments]
+    return (sum(Chem.GetFormalCharge(mol) for mol in mols),
+            sum(atom.GetTotalNumHs() for mol in mols for atom in mol.GetAtoms()))
 
 
 def _stereo_free(molecules: set[str]) -> set[str | None]:

@@ -60,6 +60,7 @@ from molspec_core.chem import (CXSMILES, ION_WRITINGS, ChemError, answer_concern
     ("CC(=O)[O-].[Na+]", "CC(=O)O.[Na+].[OH-]", "forward", ()),
     ("CS(=O)(=O)[O-].C[NH+]1CCN(Cc2ccccc2)CC1", "CCO.CN1CCN(Cc2ccccc2)CC1.CS(=O)(=O)O", "forward", ()),
     ("CC[N+](CC)(CC)CC.F[P-](F)(F)(F)(F)F", "CCBr.CCN(CC)CC.F[P-](F)(F)(F)(F)F.[K+]", "forward", ()),
+    ("B.N", "[BH4-].[NH4+]", "forward", ()),  # borohydride made borane lost a hydride, not a proton
     ("CC(=O)Oc1ccccc1.CS(=O)(=O)O", "CC(=O)Oc1ccccc1.CCO.CS(=O)(=O)O", "forward", ("an unchanged reactant",)),
     ("CC(=O)O.NCc1ccccc1", "CC(=O)O.CCN(CC)CC.NCc1ccccc1", "forward", ("an unchanged reactant",)),
     # a product carries no net charge: a saponification's carboxylate alone (the forward model's, sane), or a
