@@ -322,8 +322,11 @@ def read_query(text: str, task: str) -> Read:
 
 
 def model_json(name: str, predictor: Predictor) -> dict:
-    return {"name": name, "task": predictor.task, "device": predictor.device_name, "engine": predictor.engine,
-            "dtype": predictor.dtype, "augmentable": predictor.augmentable, "methods": predictor.methods()}
+    """A loaded model as /models lists it; `weights`, its weights' fingerprint (Predictor.weights, as evaluate's
+    reports and the app's files name them): a folder's name alone did not say which weights answered."""
+    return {"name": name, "task": predictor.task, "weights": predictor.weights, "device": predictor.device_name,
+            "engine": predictor.engine, "dtype": predictor.dtype, "augmentable": predictor.augmentable,
+            "methods": predictor.methods()}
 
 
 def is_loopback(host: str) -> bool:

@@ -21,6 +21,7 @@ import torch
 
 from conftest import FIXTURES, needs_native
 from molspec_core import chem, cli, server
+from molspec_core.calibration import weights_fingerprint
 from molspec_core.known import with_recorded
 from molspec_core.roundtrip import check_round_trip
 from molspec_core.service import Predictor, several_products_note
@@ -214,11 +215,16 @@ def test_round_trip_names_the_forward_model_and_checks_as_the_cli_does(address, 
     assert any(p["round_trip"] is not None for p in got)
 
 
-def test_models_lists_what_is_loaded(address):
+def test_models_lists_what_is_loaded(address, models):
+    """Each model by name, task and arithmetic, and by its weights' fingerprint (Predictor.weights, as evaluate's
+    reports and the app's files name them): a folder's name alone did not say which weights answered, a training
+    run's export/ rewritten between two starts of the server."""
     status, payload = call(address, "GET", "/models")
     assert status == 200
     assert [(m["name"], m["task"], m["dtype"]) for m in payload["models"]] == [("forward", "forward", "float32"),
                                                                                 ("retro", "retro", "float32")]
+    assert [m["weights"] for m in payload["models"]] == [models["forward"].weights, models["retro"].weights]
+    assert models["forward"].weights == weights_fingerprint(models["forward"].path) != models["retro"].weights
     assert "beam" in payload["models"][0]["methods"]
     assert call(address, "GET", "/health") == (200, {"status": "ok"})
 
