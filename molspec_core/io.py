@@ -66,6 +66,8 @@ STOCK_COLUMNS = ("smiles", "isomeric_smiles", "isomericsmiles", "isosmiles", "ca
 # Between a CSV's cells: a comma, else what its header line shows. Excel writes ';' where the decimal mark is a
 # comma (most of Europe), and a tab-separated file (.tsv) is read as a CSV of tabs.
 CSV_DELIMITERS = (",", ";", "\t")
+# The delimiters as a person names them, in the order of CSV_DELIMITERS
+CSV_DELIMITER_NAMES = {",": "commas", ";": "semicolons", "\t": "tabs"}
 # A table's header is the first of its first HEADER_ROWS rows (a CSV's records, a sheet's rows) that names the query
 # column: a report exported from Excel often has a title, a date or a blank row above its header. Rows above it are
 # not read as queries.
@@ -453,11 +455,13 @@ def parse_queries(text: str, *, kind: str, column: str | None = None,
                                  f"{_expected(column, names)}")
         found = header_of(top, column, names)
         if found is None:
-            first = shown_cells(top[0])
+            split, cells = widest_split(text)
+            tried = " and ".join(name for d, name in CSV_DELIMITER_NAMES.items() if d != split)
             advice = _no_header_advice(top, column, names) or _another_name(column, names)
             raise MissingColumn(f"the CSV needs a column named {_expected(column, names)} in a header line (the first "
-                                f"line, or one of the first {HEADER_ROWS} under titles); its first line has {first} "
-                                f"(cells split at commas; semicolons and tabs were tried too){advice}", column)
+                                f"line, or one of the first {HEADER_ROWS} under titles); its first line has "
+                                f"{shown_cells(cells)} (cells split at {CSV_DELIMITER_NAMES[split]}; {tried} were "
+                                f"tried too){advice}", column)
         line, at = found
         records = top[line + 1:] + list(reader)
     except csv.Error as exc:
@@ -914,6 +918,17 @@ def csv_delimiter(text: str, column: str | None = None, names: Sequence[str] = S
         if header_of(top, column, names) is not None:
             return delimiter
     return CSV_DELIMITERS[0]
+
+
+def widest_split(text: str) -> tuple[str, list[str]]:
+    """The delimiter of CSV_DELIMITERS that splits a CSV's first line into the most cells (the first of them on a
+    tie), and those cells: how a refusal shows a header that names no query column. It was shown split at commas
+    whatever it held, a vendor's 'Catalog ID;Structure' as one cell, ['Catalog ID;Structure']."""
+    def first_line(delimiter: str) -> list[str]:
+        return next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+
+    splits = [(delimiter, first_line(delimiter)) for delimiter in CSV_DELIMITERS]
+    return max(splits, key=lambda split: len(split[1]))  # max keeps the first of equals
 
 
 def parse_smiles_file(lines: list[str]) -> QueryFile:

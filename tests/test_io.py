@@ -349,6 +349,17 @@ def test_a_comma_wins_and_a_named_column_decides_the_split(tmp_path):
     assert read_queries(tmp_path / "r.csv", column="Structure").queries == ["CCO"]
 
 
+@pytest.mark.parametrize("delimiter, split, tried", [(";", "semicolons", "commas and tabs"),
+                                                     ("\t", "tabs", "commas and semicolons")])
+def test_a_header_without_a_query_column_is_shown_split_as_it_is_written(tmp_path, delimiter, split, tried):
+    """A vendor's stock file, Catalog ID;Structure, was refused showing its first line as one cell,
+    ['Catalog ID;Structure'], split at the commas it does not hold: it is shown split at what it holds."""
+    (tmp_path / "s.csv").write_text(f"Catalog ID{delimiter}Structure\nA1{delimiter}CCO\n")
+    shown = f"its first line has ['Catalog ID', 'Structure'] (cells split at {split}; {tried} were tried too)"
+    with pytest.raises(InputFileError, match=re.escape(shown + ANOTHER) + "$"):
+        read_queries(tmp_path / "s.csv")
+
+
 NO_HEADER = "reads as a SMILES: where the file has no header line, add one above its first record, naming the query " \
             "column smiles"
 ONE_A_LINE = ", or save the file with a .txt name (a query a line)"
