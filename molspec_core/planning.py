@@ -12,6 +12,7 @@ bond's E/Z geometry, flagged (stereo_flags), plus the search's statistics. Route
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -47,9 +48,10 @@ from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, canon
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
+from .limits import abandon_when
 from .methods import EXACT_NBEST
 from .roundtrip import check_round_trip
-from .service import MODELS_DIR, TIMED_OUT, Prediction, Predictor, QueryResult
+from .service import MODELS_DIR, TIMED_OUT, PartlyDecoded, Prediction, Predictor, QueryResult
 
 DEFAULT_STOCK = MODELS_DIR / "stock.smi.gz"  # tools/make_stock.py: reactants of >= 2 training reactions
 ALGORITHMS = ("retro*", "mcts")
@@ -67,6 +69,10 @@ Progress = Callable[[float, int], None]
 # still and its Stop went unheard for 20 s of them (the copy model's search for NCCNCCNCCO), and could for the whole
 # time limit
 PROGRESS_EVERY_S = 0.5
+# What an expansion that starts past the search's deadline still gets, all its molecules together: time to read a
+# small molecule's answers; past it, the molecules left are not asked (NOT_ASKED), each counted as cut short
+EXPANSION_FLOOR_S = 0.1
+NOT_ASKED = "not asked: the search's time had run out"
 
 
 class SearchStopped(Exception):
@@ -336,14 +342,49 @@ class PredictorModel(BackwardReactionModel):
         # the page warned of a 'time limit per query' no one set. Each is asked alone, under the time left as it
         # starts. In one writing they are decoded together, the batch under the shares' sum: the time left.
         batches = [[mol] for mol in inputs] if self.augment > 1 else [inputs]
-        results = [result for batch in batches
-                   for result in self.predictor.predict([mol.smiles for mol in batch], method=self.method,
-                                                        n_best=num_results, batch_size=self.batch_size,
-                                                        time_limit_s=self._time_left(len(batch)), augment=self.augment)]
+        # Past the deadline the expansion still gets EXPANSION_FLOOR_S, once for all its molecules: each had it, and a
+        # batch of n ran n times it past the search's time limit
+        end = None if self.deadline is None else max(self.deadline, time.monotonic() + EXPANSION_FLOOR_S)
+        results: list[QueryResult] = []
+        for batch in batches:
+            if results:  # told between molecules, the count moving with them
+                self.report()
+            found = self._ask(batch, num_results, end)
+            if found is None:  # stopped: this batch and the ones after it are not expanded (the search ends)
+                break
+            results += found
+            self.counts.molecules += sum(result.ok for result in found)  # a failed one expanded nothing
         reactions = [[reaction(mol, p) for p in self._usable(mol, result)] for mol, result in zip(inputs, results)]
-        self.counts.molecules += sum(result.ok for result in results)  # a failed one expanded nothing
         self.report()
-        return reactions
+        return reactions + [[] for _ in inputs[len(results):]]
+
+    def _ask(self, batch: list[Molecule], num_results: int, end: float | None) -> list[QueryResult] | None:
+        """The model's results for a batch of molecules, or None where the search was stopped before or while it
+        decoded them. The Routes page's Stop was heard only after a whole expansion: MCTS asks for several molecules
+        at once, 5 writings each on the page, and a stop waited seconds for all of them. The progress callback is
+        told between molecules and, every PROGRESS_EVERY_S, between the decoder's steps (limits.abandon_when), and a
+        stop it raises ends the decoding there; a search it does not stop asks and finds what it did."""
+        if self.stop is not None:
+            return None
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:  # the expansion's floor spent on the molecules before: none is asked
+            return [QueryResult(mol.smiles, method=self.method, error=NOT_ASKED) for mol in batch]
+        # Without a callback nothing can stop it, and a caller's own abandon_when is left to be heard
+        stoppable = abandon_when(self._stopped) if self.progress else contextlib.nullcontext()
+        try:
+            with stoppable:
+                return self.predictor.predict([mol.smiles for mol in batch], method=self.method, n_best=num_results,
+                                              batch_size=self.batch_size, augment=self.augment,
+                                              time_limit_s=None if left is None else left / len(batch))
+        except PartlyDecoded:
+            if self.stop is None:  # another caller's abandon around the search: not ours to swallow
+                raise
+            return None
+
+    def _stopped(self) -> str | None:
+        """limits.abandon_when's reason: the progress callback told when due, and why it stopped the search."""
+        self.report_if_due()
+        return None if self.stop is None else "the search was stopped"
 
     def report(self) -> None:
         """Tell the progress callback where the search is, until it has stopped the search: a SearchStopped it raises
@@ -360,12 +401,6 @@ class PredictorModel(BackwardReactionModel):
         if time.monotonic() - self.reported >= PROGRESS_EVERY_S:
             self.report()
 
-    def _time_left(self, n_queries: int) -> float | None:
-        """Seconds per query until the deadline: an expansion never runs far past the search's time limit."""
-        if self.deadline is None:
-            return None
-        return max(0.1, self.deadline - time.monotonic()) / n_queries
-
     def _usable(self, product: Molecule, result: QueryResult) -> tuple[Prediction, ...]:
         """The answers the search may use (sane, and with every product atom when checked), checked round
         trip when a forward model is given; counted as they go."""
@@ -373,7 +408,7 @@ class PredictorModel(BackwardReactionModel):
         counts.decoder_calls += result.stats.model_calls
         if not result.ok:
             counts.failed += 1
-            # The last expansion of a search that runs to its limit stops there (_time_left): its per-query
+            # The last expansion of a search that runs to its limit stops there (_get_reactions): its per-query
             # limit is a slice of the search's, and the user set none, so it is named for what it is
             cut = self.deadline is not None and time.monotonic() >= self.deadline
             counts.cut += cut

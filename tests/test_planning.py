@@ -545,6 +545,126 @@ def test_a_molecule_read_in_several_writings_gets_the_searchs_time_left_not_a_sh
         assert all(limit * len(queries) > 900 for queries, limit in asked)  # the time left, not a third of it
 
 
+# Acetanilide from acetic acid and aniline, neither in stock: MCTS asks for both molecules in one expansion
+ACETIC_ACID, ANILINE = "CC(=O)O", "Nc1ccccc1"
+PAIR_TABLE = {TARGET: [(f"{ACETIC_ACID}.{ANILINE}", 0.6)], ACETIC_ACID: [("COC(C)=O", 0.7)],
+              ANILINE: [("O=[N+]([O-])c1ccccc1", 0.8)]}
+PAIR_STOCK = Stock(["COC(C)=O", "O=[N+]([O-])c1ccccc1"], "pair")
+
+
+def table_predict(table: dict[str, list[tuple[str, float]]], asked: list[list[str]], steps: int = 3):
+    """Predictor.predict answering from a table, each query after `steps` decoder steps that look at the caller's stop
+    (limits.check_abandoned), given up as the service gives a call up (PartlyDecoded)."""
+    from molspec_core.limits import Abandoned, check_abandoned
+    from molspec_core.service import PartlyDecoded, Prediction
+
+    def predict(self, queries, **options):
+        asked.append(list(queries))
+        results: list[QueryResult | None] = [None] * len(queries)
+        try:
+            for i, query in enumerate(queries):
+                for _ in range(steps):
+                    check_abandoned()
+                results[i] = QueryResult(query, canonical_query=query, predictions=tuple(
+                    Prediction(rank, smiles, math.log(prob), True, (), (), model_rank=rank)
+                    for rank, (smiles, prob) in enumerate(table.get(query, []), start=1)))
+        except Abandoned as exc:
+            raise PartlyDecoded(str(exc), results) from exc
+        return results
+    return predict
+
+
+def stop_at_call(number: int, calls: list[int]):
+    """A progress callback that stops the search at its call `number` (1-based), each call's molecule count kept."""
+    def progress(elapsed_s: float, molecules: int) -> None:
+        calls.append(molecules)
+        if len(calls) == number:
+            raise planning.SearchStopped()
+    return progress
+
+
+def test_a_stop_is_heard_between_the_molecules_of_one_expansion(copy_predictor, monkeypatch):
+    """The Routes page's Stop was heard only after a whole expansion: MCTS asks for several molecules at once, each
+    read in 5 writings on the page, and a stop waited for all of them, seconds on a busy CPU. Read in several writings,
+    the progress callback is told after each molecule: a stop there leaves the next one unasked, and the molecule read
+    keeps its reactions."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr(Predictor, "predict", table_predict(PAIR_TABLE, asked))
+    monkeypatch.setattr(planning, "PROGRESS_EVERY_S", 1e9)  # no call within a molecule's decoding
+    calls: list[int] = []
+    model = PredictorModel(copy_predictor, check_atoms=False, augment=5, progress=stop_at_call(1, calls))
+    reactions = model([Molecule(ACETIC_ACID), Molecule(ANILINE)])
+    assert asked == [[ACETIC_ACID]] and calls == [1]  # told after the acid, the aniline never asked
+    assert [[r.reactants_str for r in found] for found in reactions] == [["COC(C)=O"], []]
+    assert model.stop is not None and model.counts.molecules == 1
+
+
+def test_a_stop_is_heard_while_a_molecule_is_decoded(copy_predictor, monkeypatch):
+    """Told every PROGRESS_EVERY_S between the decoder's steps too (here at every step), a stop ends the molecule's
+    decoding there: it is not expanded, nor is the molecule after it."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr(Predictor, "predict", table_predict(PAIR_TABLE, asked))
+    monkeypatch.setattr(planning, "PROGRESS_EVERY_S", 0.0)
+    calls: list[int] = []
+    model = PredictorModel(copy_predictor, check_atoms=False, augment=5, progress=stop_at_call(2, calls))
+    assert model([Molecule(ACETIC_ACID), Molecule(ANILINE)]) == [[], []]
+    assert asked == [[ACETIC_ACID]] and calls == [0, 0]  # stopped at the acid's second step
+    assert model.stop is not None and (model.counts.molecules, model.counts.failed) == (0, 0)
+
+
+@pytest.mark.parametrize("augment", [1, 5])
+def test_a_search_told_its_progress_at_every_step_finds_what_it_finds_untold(copy_predictor, monkeypatch, augment):
+    """The progress callback told between molecules and decoder steps changes nothing a search that it does not stop
+    asks or finds: the same molecules asked in the same calls, the same routes in the same order."""
+    monkeypatch.setattr(planning, "PROGRESS_EVERY_S", 0.0)
+
+    def search(progress) -> tuple[list[list[str]], list[list[str]]]:
+        asked: list[list[str]] = []
+        monkeypatch.setattr(Predictor, "predict", table_predict(PAIR_TABLE, asked))
+        model = PredictorModel(copy_predictor, n_best=3, check_atoms=False, augment=augment, progress=progress)
+        graph, _ = planning.search_algorithm("mcts", model, PAIR_STOCK, time_limit_s=30.0,
+                                             max_steps=3).run_from_mol(Molecule(TARGET))
+        routes = planning.extract_routes(graph, PAIR_STOCK, max_routes=10)
+        return asked, [[step.product for _, step in route.steps()] for route in routes]
+
+    calls: list[int] = []
+    told = search(lambda elapsed_s, molecules: calls.append(molecules))
+    assert told == search(None)
+    asked, routes = told
+    # the target, then both its reactants in one expansion: one call, or one call each where read in writings
+    assert asked[0] == [TARGET] and sorted(sum(asked[1:], [])) == sorted([ACETIC_ACID, ANILINE])
+    assert len(asked) == (2 if augment == 1 else 3) and len(calls) > len(asked)
+    assert len(routes) == 1 and sorted(routes[0]) == sorted([TARGET, ACETIC_ACID, ANILINE])
+
+
+def test_an_expansion_begun_past_the_deadline_gets_its_floor_once_not_once_per_molecule(copy_predictor, monkeypatch):
+    """Read in several writings, each molecule of an expansion begun past the search's deadline was given the 0.1 s
+    floor: MCTS's three molecules ran 0.3 s past the time limit the chemist set, n of them n times 0.1 s. The
+    expansion gets the floor once: each molecule is asked under what is left of it, and one with none left is not
+    asked, counted as cut short at the search's end. (A fake clock: each query runs to its limit.)"""
+    import types
+
+    clock = [1000.0]
+    monkeypatch.setattr(planning, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    limits: list[float] = []
+
+    def predict(self, queries, **options):
+        limits.append(options["time_limit_s"])
+        clock[0] += options["time_limit_s"] * len(queries)
+        return [QueryResult(query, error=STOPPED) for query in queries]
+
+    monkeypatch.setattr(Predictor, "predict", predict)
+    model = PredictorModel(copy_predictor, n_best=3, check_atoms=False, augment=5)
+    model.deadline = clock[0] - 0.5  # the search's time ran out half a second ago
+    started = clock[0]
+    assert model([Molecule("NCCO"), Molecule("NO"), Molecule("CCO")]) == [[], [], []]
+    assert limits == [pytest.approx(planning.EXPANSION_FLOOR_S)]  # the first used it all: the others not asked
+    assert clock[0] - started == pytest.approx(planning.EXPANSION_FLOOR_S)
+    counts = model.counts
+    assert (counts.molecules, counts.failed, counts.cut) == (0, 3, 3)
+    assert counts.first_failure == "NCCO: its expansion was cut short when the search's time ran out"
+
+
 def test_an_expansion_the_time_limit_stopped_uses_the_answers_its_beam_had_ended(copy_predictor, monkeypatch):
     """A beam search the time limit stopped hands on the answers it had ended; the planner threw them away with the
     error (and syntheseus keeps an expansion, so the molecule never got them): the ended ones are used, the
@@ -639,10 +759,11 @@ def test_a_search_stopped_part_way_keeps_the_routes_it_had_found(copy_predictor,
 
 
 @pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
-def test_a_progress_callback_ends_the_search_keeping_the_expansion_it_reports(copy_predictor, algorithm):
+def test_a_progress_callback_ends_the_search_keeping_the_expansion_it_reports(copy_predictor, monkeypatch, algorithm):
     """The Routes page's Stop came through its progress callback, which raised mid-expansion: the search was lost,
     with the routes of the expansion just made. SearchStopped from the callback ends the search after that expansion,
     and plan raises it again carrying every route found, that expansion's too."""
+    monkeypatch.setattr(planning, "PROGRESS_EVERY_S", 1e9)  # told after each expansion alone, not while it decodes
     reports: list[int] = []
 
     def stop(elapsed_s: float, molecules: int) -> None:
@@ -665,8 +786,21 @@ def test_a_search_between_expansions_still_reports_and_hears_a_stop(copy_predict
     expansions too, every PROGRESS_EVERY_S (here at every check, so that the test waits for no clock)."""
     monkeypatch.setattr(planning, "PROGRESS_EVERY_S", 0.0, raising=False)
     reports: list[int] = []
+    decoding = [False]  # the callback is told while a molecule decodes too: those calls are not this test's
+    real = Predictor.predict
+
+    def predict(self, *args, **options):
+        decoding[0] = True
+        try:
+            return real(self, *args, **options)
+        finally:
+            decoding[0] = False
+
+    monkeypatch.setattr(Predictor, "predict", predict)
 
     def stop_when_nothing_was_expanded(elapsed_s: float, molecules: int) -> None:
+        if decoding[0]:
+            return
         if reports and reports[-1] == molecules:  # called again with no expansion since
             raise planning.SearchStopped()
         reports.append(molecules)
