@@ -216,6 +216,19 @@ def spaced_hint(text: str) -> str:
     return f"; it reads as molecules with spaces around a '+' or '>': written as one query, it is {joined}"
 
 
+def spaces_refusal(text: str, one_molecule: bool = False) -> str:
+    """The refusal of a query holding spaces, with what it reads as where a hint knows. Its advice is the caller's: a
+    query may hold several molecules, joined with '.'; a target to plan for (`one_molecule`) is one, and the Routes
+    page opened its refusal by telling it to join molecules with '.' and to use the Batch page, which planning then
+    refused."""
+    advice = ("give the molecule as one SMILES written without them" if one_molecule else
+              "join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), and give several queries apart (a list "
+              "in Python or over HTTP; a line each in a file, the app's Batch page)")
+    return (f"a SMILES has no spaces: {advice}"
+            + (inchis_hint(text) or broken_line_hint(text) or tokenized_hint(text)
+               or spaced_hint(text) or label_hint(text) or title_hint(text) or name_hint(text)))
+
+
 # What a character without a Unicode name is, by its general category (unicodedata.category): a lone surrogate
 # (JSON's "\ud800", text cut inside a UTF-16 pair) was called a control character
 UNNAMED_CHARACTERS = {"Cc": "control character", "Cs": "lone surrogate, half of a UTF-16 pair: not a character",
@@ -853,12 +866,13 @@ class Predictor:
     # ---- input -------------------------------------------------------------------------------
 
     @rdkit_quietly
-    def prepare(self, text: str, ion_writing: bool = False) -> _Query:
+    def prepare(self, text: str, ion_writing: bool = False, *, one_molecule: bool = False) -> _Query:
         """Validate and canonicalize a query; raises ValueError with a message for the user. An alkali metal's salt
         written with its bond (O=C(O[K])O[K]) is read as the ions USPTO writes (chem.salts_as_ions; canonical_query
         shows them). ion_writing: a hydride written as one species (chem.ION_WRITINGS) is read as the ions USPTO
         writes, where the model reads those; otherwise such a query is refused with that writing offered
-        (QueryError.suggestion)."""
+        (QueryError.suggestion). one_molecule: the caller takes one molecule (a target to plan for), so a refusal
+        does not advise joining molecules with '.' (spaces_refusal)."""
         if not isinstance(text, str):
             raise ValueError(f"a query must be text, got {type(text).__name__}")
         foreign = FOREIGN_CHARACTER.search(text)  # before .strip(), which would drop a no-break space
@@ -893,11 +907,7 @@ class Predictor:
             except ChemError as exc:
                 raise ValueError(str(exc)) from None
         if any(ch.isspace() for ch in text):
-            raise ValueError("a SMILES has no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), "
-                             "and give several queries apart (a list in Python or over HTTP; a line each in a file, "
-                             "the app's Batch page)"
-                             + (inchis_hint(text) or broken_line_hint(text) or tokenized_hint(text)
-                                or spaced_hint(text) or label_hint(text) or title_hint(text) or name_hint(text)))
+            raise ValueError(spaces_refusal(text, one_molecule))
         if text[:6].casefold() == "inchi=":  # typed in lower case too: RDKit reads the prefix as the standard writes
             text = "InChI=" + text[6:]  # it; read as RDKit reads it, the result's canonical_query showing the SMILES
             try:

@@ -234,6 +234,21 @@ def test_bad_queries_give_clear_errors(copier, text, message):
     assert result.predictions == ()
 
 
+@pytest.mark.parametrize("text, hint", [("CCO CCN", ""),
+                                        ("NCCO aminoethanol", "; it reads as a SMILES and then a name or title")])
+def test_a_caller_of_one_molecule_is_not_told_to_join_molecules(copier, text, hint):
+    """The Routes page plans for one molecule, and its refusal of a target holding spaces opened with a query's advice:
+    join the molecules with '.', use the Batch page, which planning then refused. A caller of one molecule
+    (one_molecule) is told to give it as one SMILES, with what the text reads as where that is known."""
+    with pytest.raises(ValueError) as refused:
+        copier.prepare(text, one_molecule=True)
+    assert str(refused.value).startswith("a SMILES has no spaces: give the molecule as one SMILES written without "
+                                         "them" + hint)
+    assert "'.'" not in str(refused.value) and "Batch" not in str(refused.value)
+    with pytest.raises(ValueError, match="join the molecules of one query with '.'"):  # a query may hold several
+        copier.prepare(text)
+
+
 def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_product(forward):
     """A query with a '>' is read as a reaction SMILES, and a refusal of its molecules says so ('<b>bold</b>' was
     refused as "cannot parse '<b'", a piece the user never typed alone; markup is now named first). A
