@@ -44,6 +44,24 @@ def test_routes_page_keeps_its_form_across_a_page_switch(tmp_path, monkeypatch):
     assert not at.exception and not at.error and at.expander[0].label.startswith("Route 1")
 
 
+def test_the_step_limit_set_on_the_page_is_searched_with_recorded_and_kept(tmp_path, monkeypatch):
+    """The page always searched 5 steps deep (`molspec plan` has --max-steps): a chemist wanting a route of at most 2
+    steps could not say so. The form's step limit reaches the search's settings, the JSON's settings.max_steps and the
+    caption of how the routes were made, and is kept across a page switch as the form's other fields are."""
+    shutil.copytree(COPY_MODEL, tmp_path / "models" / "retro")
+    at = routes_page(tmp_path / "models", monkeypatch)
+    assert at.slider(key="route_max_steps").value == planning.PlanSettings.max_steps  # 5, as before
+    at.slider(key="route_max_steps").set_value(2)
+    at = find_routes(at, "NCCO")
+    assert not at.exception and at.expander[0].label.startswith("Route 1")
+    result = at.session_state["routes"].result
+    assert result.settings.max_steps == 2 and planning.routes_json(result)["settings"]["max_steps"] == 2
+    assert "step limit 2;" in shown_text(at)
+    at = at.switch_page("views/predict.py").run()
+    at = at.switch_page("views/routes.py").run()
+    assert not at.exception and at.slider(key="route_max_steps").value == 2
+
+
 def test_a_search_stopped_by_a_page_visit_is_told_and_keeps_the_routes_before_it(tmp_path, monkeypatch):
     """Leaving the page mid-search (or Stop) ended it without a word, and the routes shown before it were gone."""
     from streamlit.runtime.scriptrunner_utils.exceptions import StopException

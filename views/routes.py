@@ -53,8 +53,12 @@ STOCK_FILE_TYPES = [suffix.lstrip(".") for suffix in (*SMILES_FILE_SUFFIXES, ".t
 ROUND_TRIP_LABEL = "Round-trip check of each step with the forward model"  # the form's toggle, which a refusal names
 CHECK_ATOMS_LABEL = "Skip steps whose reactants lack atoms of the product"  # the form's toggle, which a warning names
 # The form's fields and what they open on; their values are kept across page switches (common.kept_in_form)
-FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0], "route_round_trip": True,
-                 "route_check_atoms": True}
+FORM_DEFAULTS = {"route_target": "", "route_time": 30, "route_algorithm": ALGORITHMS[0],
+                 "route_max_steps": PlanSettings.max_steps, "route_round_trip": True, "route_check_atoms": True}
+# The step limit's largest value on the page: 5 is the default; routes longer than 10 steps are rarely planned this way,
+# and a search's tree grows with its depth (the command line's --max-steps takes any)
+MAX_PAGE_STEPS = 10
+STEP_LIMIT_LABEL = "Step limit"
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,8 @@ def progress_text(elapsed_s: float, molecules: int, time_limit_s: float) -> str:
 
 
 def search(target: str, model: str, time_limit_s: float, algorithm: str, round_trip: bool, check_atoms: bool,
-           stock_file: StockFile | None, augment: int, cfg: common.Settings) -> None:
+           stock_file: StockFile | None, augment: int, cfg: common.Settings,
+           max_steps: int = PlanSettings.max_steps) -> None:
     """Run the search with a progress bar, in the stock file given (chosen_stock) or the default stock; the
     result (or the reason there is none) goes to the session, and the page is drawn afresh."""
     ss = st.session_state
@@ -164,7 +169,7 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
     watch_search(unfinished)
     try:
         run_search(unfinished, target, model, time_limit_s, algorithm, round_trip, check_atoms, stock_file, augment,
-                   cfg)
+                   cfg, max_steps)
     finally:
         unfinished.ended = True  # after `found`: the watcher then draws the page with them
     # The page drawn afresh, by a script run that draws no watcher: its timer runs until one does, and each of its
@@ -174,7 +179,7 @@ def search(target: str, model: str, time_limit_s: float, algorithm: str, round_t
 
 def run_search(unfinished: Unfinished, target: str, model: str, time_limit_s: float, algorithm: str,
                round_trip: bool, check_atoms: bool, stock_file: StockFile | None, augment: int,
-               cfg: common.Settings) -> None:
+               cfg: common.Settings, max_steps: int = PlanSettings.max_steps) -> None:
     ss = st.session_state
     try:
         stock = uploaded_stock(*stock_file) if stock_file is not None else default_stock()
@@ -205,7 +210,8 @@ def run_search(unfinished: Unfinished, target: str, model: str, time_limit_s: fl
         except ScriptControlException as stop:
             raise SearchStopped() from stop
 
-    settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k)
+    settings = PlanSettings(check_atoms=check_atoms, augment=augment, round_trip_k=cfg.round_trip_k,
+                            max_steps=max_steps)
     try:
         shown = Shown(plan(target, predictor, stock, time_limit_s, algorithm, forward=forward, settings=settings,
                            progress=progress), model)
@@ -677,8 +683,14 @@ def main() -> None:
         # No max_chars: the browser drops a paste over it whole, without a word, and Find routes then searched for
         # the target before it; the engine refuses an over-long target itself, saying how long it is
         target = st.text_input("Target SMILES", key=key["route_target"], placeholder="e.g. CC(=O)Nc1ccc(O)cc1")
-        left, right = st.columns(2)
+        left, middle, right = st.columns([2, 1, 2])
         time_limit = left.slider("Time budget (s)", 5, 300, step=5, key=key["route_time"])
+        # The page searched 5 steps deep, always: a chemist after a short route could not say "at most 2 steps"
+        # (a slider: a number box emptied and entered went to its minimum, as the Predict page's time limit did)
+        max_steps = middle.slider(STEP_LIMIT_LABEL, 1, MAX_PAGE_STEPS, key=key["route_max_steps"],
+                                  help=f"The most reactions a route may take (default {PlanSettings.max_steps}, at "
+                                       f"most {MAX_PAGE_STEPS} here): Retro* counts them along each path from the "
+                                       "target to a starting material, MCTS in the whole route.")
         algorithm = right.radio("Search", ALGORITHMS, format_func=ALGORITHM_LABELS.get, key=key["route_algorithm"],
                                 horizontal=True)
         round_trip = st.toggle(ROUND_TRIP_LABEL, key=key["route_round_trip"],
@@ -707,7 +719,7 @@ def main() -> None:
     take_unfinished_routes()
     if submitted:
         search(target, model, float(time_limit), algorithm, round_trip, check_atoms,
-               chosen_stock(), augment, cfg)
+               chosen_stock(), augment, cfg, int(max_steps))
     if st.session_state.get("route_error"):
         st.error(common.md_escape(st.session_state["route_error"]), icon=":material/error:")
     before: Shown | None = st.session_state.get(ROUTES_BEFORE)
