@@ -313,6 +313,19 @@ def test_a_task_without_a_model_sends_the_user_to_the_task_that_has_one(copy_mod
 
 
 @needs_forward
+def test_the_apps_caption_names_the_method_the_pages_open_on():
+    """The sidebar said 'Reaction prediction with a Molecular Transformer, sped up by speculative decoding', and both
+    pages open on beam search, which drafts nothing: it names that, and the speculative method a click away."""
+    at = app().run()
+    assert_clean(at)
+    caption = texts(at.sidebar.caption)
+    assert "sped up" not in caption
+    assert f"The pages open on '{common.method_label(EXACT_NBEST)}', ranked answers" in caption
+    assert "the decoding method 'Speculative, auto drafts' gives greedy search's one answer in fewer model calls" \
+        in caption
+    assert {method for method, _ in TASK_DEFAULTS.values()} == {EXACT_NBEST}  # the one method the caption names
+
+
 def test_sidebar_names_the_engine_and_the_arithmetic_that_run_the_model():
     from molspec_core.service import Predictor, int8_unavailable
 

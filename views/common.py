@@ -244,6 +244,17 @@ class Settings:
 
 
 BEAM_WIDTH = "beam_width"  # the session's beam width (n-best), kept while the method shown has none
+SPECULATIVE_DEFAULT = "spec-auto"  # the speculative method the sidebar's caption names
+
+
+def app_caption() -> str:
+    """What the app does, under its name. It said 'sped up by speculative decoding', and both pages open on beam
+    search (methods.TASK_DEFAULTS), which drafts nothing: it names what the pages open on and where the speculative
+    method is, and claims of it only what it does (greedy's answer, in fewer model calls)."""
+    opened = " and ".join(sorted({f"'{method_label(method)}'" for method, _ in TASK_DEFAULTS.values()}))
+    return md_escape(f"Reaction prediction with a Molecular Transformer. The pages open on {opened}, ranked answers; "
+                     f"the decoding method '{method_label(SPECULATIVE_DEFAULT)}' gives greedy search's one answer in "
+                     "fewer model calls, with drafts copied from the query (speculative decoding).")
 
 
 def render_sidebar() -> Settings:
@@ -252,7 +263,7 @@ def render_sidebar() -> Settings:
     # The app's name, drawn as a title was but not a heading: the page's own title is its one level-1 heading, and a
     # screen reader listed two (app.py's style sizes the name: .st-key-app_name)
     sb.container(key="app_name").markdown("MolSpec")
-    sb.caption("Reaction prediction with a Molecular Transformer, sped up by speculative decoding.")
+    sb.caption(app_caption())
     task = sb.radio("Task", TASKS, format_func=TASK_LABELS.get, key="task", on_change=_open_task_on_its_defaults)
     names = models_for_task(task)
     model = None
