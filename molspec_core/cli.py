@@ -632,11 +632,13 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
         else:
             outcomes = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
                                  resumed(args, table, marks, keep), rows_out)
-    except BaseException:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows this one
+    except BaseException as stop:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows
         if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
             with contextlib.suppress(OSError):  # on a full disk too; without it --resume checks --method alone
                 write_text_file(settings_name(keep), json.dumps(answer_settings(args), indent=1) + "\n")
-        print(f"stopped: {stopped(args.output, len(table.queries), keep)}", file=sys.stderr)
+        if not (args.output == STDOUT and isinstance(stop, BrokenPipeError)):  # cmd_predict's one line says that
+            print(f"stopped: {stopped(args.output, len(table.queries), keep, getattr(stop, 'records_out', 0))}",
+                  file=sys.stderr)
         raise
     if keep is not None and keep.held:  # its rows are in the output now
         keep.path.unlink(missing_ok=True)
@@ -764,13 +766,16 @@ def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
                      table.cells)
 
 
-def stopped(output: str, n_records: int, keep: Kept | None) -> str:
+def stopped(output: str, n_records: int, keep: Kept | None, records_out: int = 0) -> str:
     """What a file run that stopped before its output was written did with its work (the line before the
-    boundary's `interrupted`, `terminated` or `error:` line)."""
+    boundary's `interrupted`, `terminated` or `error:` line); `records_out`: the first records whose rows had all
+    gone to standard output (predict_here), which a pipeline goes on after."""
     from .io import interrupted_name
 
     if output == STDOUT or keep is None:
-        return "standard output holds the rows of the records done before this, not every record's"
+        if not records_out:
+            return "no record finished; standard output holds the header alone"
+        return f"standard output holds the rows of {first_records(records_out, n_records)}, not every record's"
     if keep.last_row <= keep.held:
         if keep.moved:
             return f"the rows this run finished could not be kept: {keep.moved}"
@@ -853,8 +858,10 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
     queries = table.queries
     start = keep.held if keep is not None else 0
     outcomes = Outcomes()
+    records_out = start  # the first records whose rows have all been written (asked for the next: gone out)
 
     def rows() -> Iterator[list[object]]:
+        nonlocal records_out
         yield from kept_part(kept, table, marks, outcomes)
         # predict batches a window by length; read in writings (augment), each query is a window, timed alone
         for shifted in windows(len(queries) - start, batch_size, "predict", augment=options.get("augment", 1)):
@@ -865,10 +872,15 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                 if not table.is_blank(i):
                     outcomes.count(record[0], len(table.columns))
                 yield from record
+                records_out = i + 1
             if stop is not None:
                 raise stop
 
-    write_marked(output, table, rows(), marks, keep, stream)
+    try:
+        write_marked(output, table, rows(), marks, keep, stream)
+    except BaseException as stop:  # standard output's stop line says how far its rows go ('stopped' reads it)
+        stop.records_out = records_out
+        raise
     return outcomes
 
 

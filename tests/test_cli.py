@@ -1539,6 +1539,22 @@ def test_predict_says_which_records_hold_cells_past_the_header(tmp_path, capsys)
     assert "note: q.csv: 1 record (row 2) holds cells past the header's 3 names" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("at,told", [(1, "no record finished; standard output holds the header alone"),
+                                     (3, "standard output holds the rows of records 1-2 of 5, not every record's")])
+def test_a_stopped_run_to_standard_output_says_how_far_its_rows_go(pair_files, capsys, monkeypatch, at, told):
+    """Stopped with --output -, the line said 'standard output holds the rows of the records done before this': a
+    pipeline's user could not tell where to go on from, where a file's run names its records ('records 1-2 of 5')."""
+    import io
+
+    with monkeypatch.context() as patched:
+        ctrl_c_at_third_predict(patched, at)
+        assert main(["predict", "--model", MODEL, "--input", str(pair_files / "src.txt"), "--output", "-",
+                     "--batch-size", "1"]) == 130
+    written = capsys.readouterr()
+    assert f"stopped: {told}" in written.err
+    assert pd.read_csv(io.StringIO(written.out))["row"].tolist() == list(range(1, at))
+
+
 def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_standard_error(tmp_path, capsys):
     """--output - was refused as a name without .csv: a pipeline (| sort, | tee) had to go through a file. The rows
     go to standard output alone, as a file gets them; the counts, notes and the --smiles table to standard error."""
@@ -1571,8 +1587,8 @@ def test_output_dash_writes_the_csv_to_standard_output_and_every_other_line_to_s
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "stdout", Closed())
         assert predict_file(tmp_path / "q.csv", "-") == 141  # as a shell reports a writer whose reader left
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "stopped: standard output was closed by its reader before every row was written")
+    stops = [line for line in capsys.readouterr().err.splitlines() if line.startswith("stopped:")]
+    assert stops == ["stopped: standard output was closed by its reader before every row was written"]  # one line
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "stdout", None)  # started with it closed (>&-): refused, not read as a file named -
         assert predict_file(tmp_path / "q.csv", "-") == 2
