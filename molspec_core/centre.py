@@ -166,6 +166,7 @@ def reaction_centre(reactants: str, product: str) -> ReactionCentre | None:
     _trace_by_mcs(product_mol, molecules, owner, unused, started, rings_apart=False)
     _trace_lone_atoms(product_mol, molecules, owner, unused)
     _trace_bonded_lone_atoms(product_mol, molecules, owner, unused)
+    _trace_exchanged_partners(product_mol, molecules, owner)
     _keep_the_nucleophiles_heteroatom(product_mol, molecules, owner)
     if len(owner) < MIN_TRACED * product_mol.GetNumAtoms():
         return None
@@ -544,6 +545,37 @@ def _trace_bonded_lone_atoms(product: Chem.Mol, molecules: tuple[Chem.Mol, ...],
         reached.add(owner[atom.GetIdx()])
         given.add(k)
         unused.discard(k)
+
+
+def _trace_exchanged_partners(product: Chem.Mol, molecules: tuple[Chem.Mol, ...], owner: dict[int, tuple[int, int]]
+                              ) -> None:
+    """Trace the ends of two double bonds that exchanged partners (a Wittig reaction's C=O and P=C giving C=C and P=O,
+    an olefin metathesis): two untraced product atoms, X and Y, each bonded only, and doubly, to a traced atom (A and
+    B), where A's reactant atom has one untraced doubly bonded neighbour of Y's element and B's one of X's: X is B's,
+    Y is A's. A methylenation's phosphine oxide listed beside the alkene drew the ylide's CH2 as leaving and the
+    alkene's as from nowhere, and the aldehyde's oxygen and the oxide's alike."""
+    reached = set(owner.values())
+
+    def partner(atom: Chem.Atom) -> tuple[int, int] | None:
+        bonds = atom.GetBonds()
+        if atom.GetIdx() in owner or len(bonds) != 1 or bonds[0].GetBondType() != Chem.BondType.DOUBLE:
+            return None
+        return owner.get(bonds[0].GetOtherAtomIdx(atom.GetIdx()))
+
+    def doubly_bonded(k: int, r: int, element: int) -> list[int]:
+        ends = [bond.GetOtherAtom(molecules[k].GetAtomWithIdx(r)) for bond in molecules[k].GetAtomWithIdx(r).GetBonds()
+                if bond.GetBondType() == Chem.BondType.DOUBLE]
+        return [n.GetIdx() for n in ends if n.GetAtomicNum() == element and (k, n.GetIdx()) not in reached]
+
+    ends = [(atom, found) for atom in product.GetAtoms() if (found := partner(atom)) is not None]
+    for x, (k_a, r_a) in ends:
+        for y, (k_b, r_b) in ends:
+            if x.GetIdx() == y.GetIdx() or x.GetIdx() in owner or y.GetIdx() in owner:
+                continue
+            from_b, from_a = doubly_bonded(k_b, r_b, x.GetAtomicNum()), doubly_bonded(k_a, r_a, y.GetAtomicNum())
+            if len(from_b) == 1 and len(from_a) == 1:
+                owner[x.GetIdx()], owner[y.GetIdx()] = (k_b, from_b[0]), (k_a, from_a[0])
+                reached.update((owner[x.GetIdx()], owner[y.GetIdx()]))
 
 
 LEAVING_HALOGENS = (17, 35, 53)  # Cl, Br, I: a leaving group on a carbon; a halogen a reagent gives off another atom

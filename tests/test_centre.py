@@ -178,6 +178,20 @@ def test_a_sigmatropic_rearrangement_is_traced_along_its_shift(reactants, produc
     assert (found.product_atoms, found.reactant_atoms) == (centre, reactant_centre)
 
 
+@pytest.mark.parametrize("reactants, product, centre, reactant_centre", [
+    # a methylenation, its triphenylphosphine oxide listed: the ylide's CH2 joins the carbonyl carbon and the carbonyl's
+    # oxygen the phosphorus (the CH2 and the oxygen were drawn as leaving, and the alkene's CH2 and the oxide's oxygen
+    # as from nowhere)
+    ("O=Cc1ccccc1.C=P(c1ccccc1)(c1ccccc1)c1ccccc1", "C=Cc1ccccc1.O=P(c1ccccc1)(c1ccccc1)c1ccccc1",
+     {0, 1, 8, 9}, {0, 1, 8, 9}),
+    ("CC(C)=O.C=P(c1ccccc1)(c1ccccc1)c1ccccc1", "C=C(C)C.O=P(c1ccccc1)(c1ccccc1)c1ccccc1", {0, 1, 4, 5}, {1, 3, 4, 5}),
+])
+def test_a_wittig_reactions_double_bonds_exchange_partners(reactants, product, centre, reactant_centre):
+    found = reaction_centre(reactants, product)
+    assert found is not None and found.traced == found.atoms and not found.leaving_atoms
+    assert (found.product_atoms, found.reactant_atoms) == (centre, reactant_centre)
+
+
 def test_a_curtius_with_diphenylphosphoryl_azide_keeps_the_acids_carbonyl():
     """The acid, DPPA and tert-butanol to the Boc aniline: the carbamate's carbonyl was traced to a phenoxy of the
     DPPA (its ipso carbon for the carbonyl carbon) and the acid's whole carboxyl said to leave."""
