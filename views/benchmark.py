@@ -383,6 +383,41 @@ def headline(report: dict) -> str | None:
     return sentence
 
 
+# What the peer is, for a chemist who has not met it: the page opened on ratios against "CTranslate2" unexplained.
+PEER_TEXT = ("CTranslate2 is a widely used fast inference engine for Transformer models: the engine a practitioner "
+             "would convert a model like this one to and run instead of ours. Here it runs this model's own weights, "
+             "converted, so the runs compare the two engines alone.")
+
+
+WHOLE_LIST = "whole list identical to our beam search"  # the agreement chart's series, which agreement_note explains
+
+
+def agreement_note(report: dict) -> str | None:
+    """What "identical to our beam search" compares, where a method's share is below 100%: the whole ranked list,
+    token for token. CTranslate2's 26% read as if the two engines disagreed on three queries in four, where their
+    first answers are right about equally often; the note gives each one's top-1 beside ours. None where every
+    method's lists are our beam search's, or none was compared."""
+    methods, names = report["methods"], method_names(report)
+    differ = [name for name, m in methods.items() if m.get("identical_to_beam", 1) is not None
+              and m.get("identical_to_beam", 1) < 1]
+    if not differ:
+        return None
+    width = beam_width(report)
+    answers = f"{width} answers" if width else "answers"
+    note = (f"{WHOLE_LIST.capitalize()} (the table's \"identical to beam\"): the share of queries whose whole ranked "
+            f"list of {answers} is our beam search's, token for token and in the same order; one answer differing at "
+            "any rank counts the query as different.")
+    if any(name in PEERS for name in differ):
+        note += (f" CTranslate2's beam search stops once {answers} have finished, where ours searches on until no "
+                 "other answer can still enter the list, so its lower-ranked answers often differ.")
+    firsts = [(names[name], methods[name]["top1"]) for name in differ if methods[name].get("top1") is not None]
+    ours = methods.get("beam", {}).get("top1")
+    if firsts and ours is not None:
+        shares = ", ".join(f"{name} {share_text(top1)}" for name, top1 in firsts)
+        note += f" First answers right (top-1): {shares}; our beam search {share_text(ours)}."
+    return note
+
+
 def live_sampling(cfg: common.Settings) -> SamplingOptions:
     """The knobs the live run decodes every method with: the sidebar's where its method reads them, the others where
     the sidebar opens them (common.APP_SAMPLING). At the engine's defaults a lossy method chosen in the form but not
@@ -547,7 +582,7 @@ def figures(report: dict) -> list[go.Figure]:
     charts = [
         speedup,
         _bars(report, {"top1": "top-1 accuracy", "identical_to_greedy": "identical to our greedy",
-                       "identical_to_beam": "identical to our beam search", "validity": "valid SMILES"},
+                       "identical_to_beam": WHOLE_LIST, "validity": "valid SMILES"},
               "Accuracy and agreement", "share of queries", percent=True),
         _bars(report, {"median_ms": "median", "p90_ms": "p90"}, f"Latency per {timed_unit(report)}", "ms"),
         _bars(report, {"tokens_per_call": "tokens per call", "accepted_per_call": "accepted draft tokens per call",
@@ -761,9 +796,14 @@ def show_report(report: dict, key: str, source: str | None = None) -> None:
                    icon=":material/warning:")
     st.caption(common.md_escape(" · ".join(what_ran(report))))
     st.caption(common.md_escape(" · ".join(where_ran(report) + ([f"file {source}"] if source else []))))
+    if has_peer(report):
+        st.caption(PEER_TEXT)
     sentence = headline(report)
     if sentence:
         st.markdown(f"**{common.md_escape(sentence)}**")
+    agreement = agreement_note(report)
+    if agreement:
+        st.markdown(common.md_escape(agreement))
     names = method_names(report)
     repeated = sorted({name.rpartition(" #")[0] for name in names.values() if re.search(r" #\d+$", name)})
     if repeated:
