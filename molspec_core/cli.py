@@ -1434,8 +1434,8 @@ def keep_partial_fit(collected: list | None, weights: str, sources: list[str], t
     try:
         fitted = calibration.fit_collected(weights, sources, targets, collected, args.method, n_best, args.augment)
     except ValueError as exc:  # too few queries, or none of them gave a right answer
-        log.warning("stopped after %s, which give no fit (%s): nothing is written",
-                    part_of(n, len(sources), "query", "queries"), exc)
+        log.warning("stopped after %s, which %s no fit (%s): nothing is written",
+                    part_of(n, len(sources), "query", "queries"), "gives" if n == 1 else "give", exc)
         return
     fitted = dataclasses.replace(fitted, src=os.path.abspath(args.src), tgt=os.path.abspath(args.tgt), limit=n)
     try:

@@ -102,6 +102,18 @@ def test_calibrate_of_one_answer_asked_for_several_offers_the_methods_it_fits(tm
                    "of beam, sbs-exact, beam-uncached")
 
 
+def test_calibrate_stopped_too_soon_for_a_fit_says_so_and_writes_nothing(tmp_path, capsys, caplog, monkeypatch):
+    """Stopped after one query, which gives no fit, its warning read 'stopped after 1 of 6 queries, which give no
+    fit'."""
+    model, files = calibration_case(tmp_path)
+    with monkeypatch.context() as patched, caplog.at_level(logging.WARNING, logger="molspec_core.cli"):
+        ctrl_c_at_third_predict(patched, 2)
+        assert main(["calibrate", *files, "--n-best", "2", "--force", "--batch-size", "1"]) == 130
+    assert any(r.getMessage().startswith("stopped after 1 of 6 queries, which gives no fit (") for r in caplog.records)
+    assert sorted(path.name for path in model.iterdir()) == ["config.json", "model.safetensors", "vocab.json"]
+    capsys.readouterr()
+
+
 def test_calibrate_forced_onto_one_query_says_so_in_the_singular(tmp_path, capsys, caplog):
     """calibrate --force on a fit of one query warned 'the fit rests on 1 queries'."""
     model, files = calibration_case(tmp_path)
