@@ -11,13 +11,16 @@ Curtius's nitrogen); then bond by bond from traced atoms into their reactants' u
 shared substructures with ring atoms free to match chain atoms (an atom that joined or left a ring: a lactam closed,
 an epoxide or a phthalimide opened, a Diels-Alder adduct). A heteroatom between two carbons is then the one whose
 carbon keeps it, as chemistry has it (an ester's oxygen is the alcohol's or the phenol's, and the acid's OH leaves;
-an aryl ether's is the phenol's). A product atom is in the centre where one of its bonds joins atoms of two
-reactants, joins a traced atom to an untraced one, or has no bond of the same order between the reactant's atoms, or
-is a double bond whose geometry (E or Z) is the other of its reactant bond's; or where its hydrogen count or charge
-differs from its reactant atom's, or it is a stereocentre whose configuration is the other of its reactant atom's (an
-epimer, a Mitsunobu inversion). Reactant atoms that do not reach the product leave (a chloride, a Boc group, a
-boronic acid's boron). Reactants that share fewer than two atoms with the product (solvents, bases, catalysts) are
-left out.
+an aryl ether's is the phenol's; an ester or acetal hydrolysed leaves its oxygen with the alcohol, the acid's or
+carbonyl's new one water's, a tert-butyl, benzyl or allyl ester aside). A lone atom a reagent gives is traced to the
+reagent made to give it (an alkylating agent's carbon, an organometallic's, an oxidant's oxygen), and the ends of two
+double bonds that exchanged partners (a Wittig reaction's) to each other's reactant. A product atom is in the centre
+where one of its bonds joins atoms of two reactants, joins a traced atom to an untraced one, or has no bond of the
+same order between the reactant's atoms, or is a double bond whose geometry (E or Z) is the other of its reactant
+bond's; or where its hydrogen count or charge differs from its reactant atom's, or it is a stereocentre whose
+configuration is the other of its reactant atom's (an epimer, a Mitsunobu inversion). Reactant atoms that do not
+reach the product leave (a chloride, a Boc group, a boronic acid's boron). Reactants that share fewer than two atoms
+with the product (solvents, bases, catalysts) are left out.
 
 It is an estimate: symmetric atoms can be traced to the wrong twin, and a product whose atoms are mostly
 untraced gets no centre at all (None) rather than a misleading one. The app marks it on the answers.
