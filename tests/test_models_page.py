@@ -79,6 +79,32 @@ def test_the_forward_card_no_longer_says_the_page_opens_on_spec_auto():
     assert "spec-auto among them, which the app's forward page opens on" not in card.read_text()
 
 
+CHEMIST = "**For a chemist, in short**"
+HISTORY = re.compile(r"\b(?:sessions?|runs?|blocks?|issue) \d|\.json|bench/|runs/", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("task, marks", [("forward", ("Sane structure", "Confidence")),
+                                         ("retro", ("Sane structure", "Round trip ✓", "Confidence"))])
+def test_a_shipped_cards_page_opens_on_plain_words_for_a_chemist_whose_figures_are_the_tables(task, marks):
+    """A chemist new to the app found the card a development log ("run 40's weights, shipped before session 50",
+    "issue 13's target", file paths) and could not tell how often the model is right on what chemistry. Each card
+    opens, in its part the page shows whole, on a short section in plain words: no history, each figure one of the
+    At-a-glance table's, and what each mark on an answer does and does not say."""
+    from views.models import split_card
+
+    card = ROOT / "models" / task / "MODEL_CARD.md"
+    if not card.is_file():
+        pytest.skip(f"no {task} card")
+    summary, _ = split_card(card.read_text())
+    assert CHEMIST in summary, "the card's opening has no section for a chemist"
+    plain, table = summary[summary.index(CHEMIST):].split("## At a glance", 1)
+    assert not HISTORY.search(plain), HISTORY.search(plain)
+    assert "first answer" in plain and "patent" in plain and "USPTO" in plain
+    assert all(f"*{mark}*" in plain for mark in marks)
+    figures = re.findall(r"\d+(?:\.\d+)?%|\d{1,3}(?:,\d{3})+", plain)
+    assert figures and [figure for figure in figures if figure not in table] == []
+
+
 # ---- A10: the card's summary on the page, the rest folded away, one home for its text ---------------------------
 
 
