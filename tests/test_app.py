@@ -1780,3 +1780,28 @@ def test_a_query_stopped_at_its_time_limit_shows_the_answers_it_found_and_says_s
     assert not at.error, texts(at.error)
     assert "The search stopped after the 3.5 s time limit per query" in texts(at.warning)
     assert rank_headings(at)
+
+
+def test_an_object_of_earlier_code_is_read_with_the_fields_added_since_at_their_defaults():
+    """common.current: an object of a class with fewer fields comes back as the class now is, the fields added since at
+    their defaults; one that lacks a field without a default, or no dataclass at all, is let go (None)."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Now:
+        rows: int
+        weights: str = ""
+
+    @dataclasses.dataclass(frozen=True)
+    class Before:
+        rows: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Other:
+        name: str
+
+    same = Now(3, "abc")
+    assert common.current(same, Now) is same
+    assert common.current(Before(3), Now) == Now(3, "")
+    assert common.current(Other("x"), Now) is None and common.current({"rows": 3}, Now) is None
+    assert common.current(None, Now) is None

@@ -13,6 +13,7 @@ import itertools
 import logging
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -621,8 +622,25 @@ def show_known(known: KnownSummary, n_predicted: int) -> None:
     st.caption(sentence)
 
 
+def read_kept(task: str) -> None:
+    """The task's run and results as this code reads them (common.current): kept by a session of earlier code, they
+    lacked the fields added since, and the page stopped on an AttributeError. One that cannot be read is let go."""
+    ss = st.session_state
+    for key, cls in ((run_key(task), Run), (results_key(task), BatchResult)):
+        kept = ss.get(key)
+        read = common.current(kept, cls)
+        if read is None:
+            ss.pop(key, None)
+        elif read is not kept:
+            ss[key] = read
+    batch = ss.get(results_key(task))
+    if batch is not None and batch.run is not None and (run := common.current(batch.run, Run)) is not batch.run:
+        ss[results_key(task)] = dataclasses.replace(batch, run=run)
+
+
 def main() -> None:
     cfg = common.settings()
+    read_kept(cfg.task)
     st.title("Batch prediction")
     st.caption("Upload a TXT file (one SMILES per line), a SMILES file (`.smi`: a SMILES, then optionally a "
                "name, per line), an SD file (`.sdf`: one query per record), a CSV with a `smiles` column (cells "

@@ -8,8 +8,10 @@ from __future__ import annotations
 import math
 import os
 import re
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -123,6 +125,27 @@ def default_model(names: list[str], task: str) -> str:
     card describe), else the first by name. The first by name alone was the sidebar's model and the round-trip
     check's forward model: a folder of one's own (a_small, copy) beside `forward` became both without a word."""
     return task if task in names else names[0]
+
+
+Kept = TypeVar("Kept")
+
+
+def current(kept: Any, cls: type[Kept]) -> Kept | None:
+    """`kept`, a dataclass object the session holds, as an object of `cls`, the class the page's code defines now; None
+    for None, or where `cls` has a field without a default that `kept` lacks. Streamlit runs a page's file afresh at
+    each click, so a server whose code changed on disk while a session held such an object (a stopped batch run)
+    meets it without the fields added since, and the page stopped on an AttributeError until the server restarted.
+    An object with `cls`'s fields is returned as it is; another has them carried over, those it lacks at their
+    defaults."""
+    if kept is None or not dataclasses.is_dataclass(kept):
+        return None
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    if {f.name for f in dataclasses.fields(kept) if f.init} == set(names):
+        return kept
+    try:
+        return cls(**{name: getattr(kept, name) for name in names if hasattr(kept, name)})
+    except TypeError:  # a field added since without a default: nothing to read it as
+        return None
 
 
 def task_name(task: str) -> str:

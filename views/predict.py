@@ -1062,8 +1062,22 @@ def show_history(task: str) -> None:
 # ---- page -------------------------------------------------------------------------------------
 
 
+def read_kept() -> None:
+    """The answers on screen and in the history as this code reads them (common.current): kept by a session of earlier
+    code, they lacked the fields added since (weights), and the page stopped on an AttributeError. One that cannot be
+    read is let go."""
+    ss = st.session_state
+    if ss.get("shown") is not None and (shown := common.current(ss["shown"], Shown)) is not ss["shown"]:
+        ss["shown"] = shown
+    history = ss.get("history", [])
+    read = [(n, shown) for n, kept in history if (shown := common.current(kept, Shown)) is not None]
+    if any(a is not b for (_, a), (_, b) in zip(read, history)) or len(read) != len(history):
+        ss["history"] = read
+
+
 def main() -> None:
     cfg = common.settings()
+    read_kept()
     ss = st.session_state
     if cfg.task == "retro":
         st.title("Propose reactants")
