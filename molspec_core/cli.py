@@ -1797,6 +1797,9 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
     if not result.routes:  # the Routes page's words for a target in the stock: no route is needed to have it
         procure = "the target itself is in the stock: procure it as it is; " if stats.target_in_stock else ""
         print(f"{procure}{no_route(stats)}")
+    if result.routes and len(result.routes) == result.max_routes:  # as many as it keeps: '10 routes' read as all
+        shown = "this is the best route" if result.max_routes == 1 else f"these are the best {result.max_routes:,}"
+        print(f"{shown}, as many as --max-routes {result.max_routes} keeps: the search may have found more")
     for rank, route in enumerate(result.routes, start=1):
         starting = starting_materials_text(route)  # 'O=Cc1ccccc1 (used twice)': route 7 read as route 1
         steps = counted(route.n_steps, "step")
@@ -1807,6 +1810,8 @@ def report_plan(result: PlanResult, out: Path, csv_out: Path, allow_missing_atom
             print(f"  stereo: {line}")
         for line in failed_round_trips(route, result.settings.round_trip_k):
             print(f"  round trip: {line}")
+        for line in lacking_steps(route):
+            print(f"  lacks atoms: {line}")
     print(f"-> {out}, {csv_out}")
 
 
@@ -1819,6 +1824,15 @@ def failed_round_trips(route: Route, top_k: int) -> list[str]:
             f"{'.'.join(reactant.smiles for reactant in step.reactants)} {within}"
             + ("" if step.forward_prob is None else f" (its probability {step.forward_prob:.3g})")
             for number, (_, step) in enumerate(route.steps(), start=1) if step.round_trip is False]
+
+
+def lacking_steps(route: Route) -> list[str]:
+    """The steps of `route` whose reactants lack atoms of their product (kept by --allow-missing-atoms), a line each,
+    numbered as failed_round_trips numbers them: the JSON and CSV said so, and the summary showed them as sound."""
+    from .planning import lacks_text
+
+    return [f"step {number} ({step.product}): its reactant set {lacks_text(step)}, so as written it cannot make it"
+            for number, (_, step) in enumerate(route.steps(), start=1) if step.missing]
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

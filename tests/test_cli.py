@@ -2222,6 +2222,50 @@ def test_plan_names_under_each_route_the_steps_that_fail_the_round_trip(tmp_path
     assert printed[first + 3].startswith("route 3:") and printed[first + 4].startswith("->")
 
 
+def test_plan_says_where_it_shows_as_many_routes_as_it_keeps(tmp_path, capsys):
+    """A search that found more routes than --max-routes keeps listed them as if they were all there were (aspirin's
+    8-second search finds over 200; plan keeps 10), where the Routes page says so since be8b0d3."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, Route, RouteMolecule, RouteStep, SearchStats
+
+    amide = "CC(=O)NCc1ccccc1"
+    steps = [RouteStep(amide, (RouteMolecule("CC(=O)Cl", True), RouteMolecule("NCc1ccccc1", True)), -1.3, 1),
+             RouteStep(amide, (RouteMolecule("CC(=O)O", True), RouteMolecule("NCc1ccccc1", True)), -2.0, 2)]
+
+    def printed(n_routes: int, max_routes: int) -> list[str]:
+        routes = tuple(Route(RouteMolecule(amide, False, step), step.score) for step in steps[:n_routes])
+        report_plan(PlanResult(amide, routes, SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, "stock", 2,
+                               settings=PlanSettings(), max_routes=max_routes), tmp_path / "r.json",
+                    tmp_path / "r.csv", False)
+        return capsys.readouterr().out.splitlines()
+
+    kept_all = printed(2, 2)
+    first = next(i for i, line in enumerate(kept_all) if line.startswith("route 1:"))
+    assert kept_all[first - 1] == "these are the best 2, as many as --max-routes 2 keeps: the search may have found more"
+    assert "this is the best route, as many as --max-routes 1 keeps: the search may have found more" in printed(1, 1)
+    assert not any("may have found more" in line for line in printed(2, 10) + printed(0, 2))
+
+
+def test_plan_names_under_each_route_the_steps_whose_reactants_lack_atoms(tmp_path, capsys):
+    """plan --allow-missing-atoms keeps steps whose reactants lack atoms of their product (ethanolamine 'made from'
+    hydroxylamine): the JSON and CSV say so since a19189a, and the summary showed such a route as sound as the rest.
+    Each such step is named under its route, as a failed round trip is; a step that lacks none is not."""
+    from molspec_core.cli import report_plan
+    from molspec_core.planning import PlanResult, PlanSettings, Route, RouteMolecule, RouteStep, SearchStats
+
+    ethanolamine = "NCCO"
+    lacking = RouteStep(ethanolamine, (RouteMolecule("NO", True),), -0.7, 1, missing=(("C", 2),))
+    sound = RouteStep(ethanolamine, (RouteMolecule("C1CO1", True), RouteMolecule("N", True)), -1.5, 2)
+    routes = tuple(Route(RouteMolecule(ethanolamine, False, step), step.score) for step in (lacking, sound))
+    report_plan(PlanResult(ethanolamine, routes, SearchStats("retro*", 1.0, 2.0, 1, 9), "retro", None, "stock", 2,
+                           settings=PlanSettings(check_atoms=False)), tmp_path / "r.json", tmp_path / "r.csv", True)
+    printed = capsys.readouterr().out.splitlines()
+    first = next(i for i, line in enumerate(printed) if line.startswith("route 1:"))
+    assert printed[first + 1] == ("  lacks atoms: step 1 (NCCO): its reactant set lacks atoms of the product (2 C), so "
+                                  "as written it cannot make it")
+    assert printed[first + 2].startswith("route 2:") and printed[first + 3].startswith("->")
+
+
 def test_plan_summary_counts_a_compound_the_steps_use_twice_and_one_molecule_expanded(tmp_path, capsys):
     """Ethyl (Z)-cinnamate's route 7 (a phosphonate and two benzaldehydes) read 'from' exactly as route 1 (one
     benzaldehyde): the page said 'used twice' since 4982b72, the summary did not; and one molecule read 'molecules'."""
