@@ -2241,7 +2241,8 @@ def test_plan_says_where_it_shows_as_many_routes_as_it_keeps(tmp_path, capsys):
 
     kept_all = printed(2, 2)
     first = next(i for i, line in enumerate(kept_all) if line.startswith("route 1:"))
-    assert kept_all[first - 1] == "these are the best 2, as many as --max-routes 2 keeps: the search may have found more"
+    assert kept_all[first - 1] == ("these are the best 2, as many as --max-routes 2 keeps: the search may have found "
+                                   "more")
     assert "this is the best route, as many as --max-routes 1 keeps: the search may have found more" in printed(1, 1)
     assert not any("may have found more" in line for line in printed(2, 10) + printed(0, 2))
 
