@@ -212,7 +212,7 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
     query) None: the service's defaults. Stopped part way (Ctrl-C, SIGTERM, a failure), what it raises carries the
     answers of the first queries decoded before the stop (a Ctrl-C or SIGTERM ends the batch being decoded and keeps
     those done: evaluate.predict_window), as its `collected` (fit_collected fits them)."""
-    from .evaluate import hits, timed_out, unreadable_targets, window_results
+    from .evaluate import hits, unreadable_targets, window_results
     from .known import read_known
     from .service import DEFAULT_BATCH_SIZE, DEFAULT_TIME_LIMIT_S, windows
 
@@ -227,14 +227,14 @@ def collect(predictor: Predictor, sources: Sequence[str], targets: Sequence[str]
 
     answers: list[list[tuple[float, bool]]] = []
     refused: list[tuple[int, str]] = []  # each refused query's place (1-based) and why
-    slow: list[int] = []  # the place of each query the time limit stopped (evaluate.timed_out): no refusal
+    slow: list[int] = []  # the place of each query the time limit stopped (QueryResult.timed_out): no refusal
     done = 0  # the first queries done
     try:
         for window in windows(len(sources), batch_size, "calibrate", progress, augment):  # batched by length
             results, stop = window_results(predictor, list(sources[window]), method=method, n_best=n_best,
                                            batch_size=batch_size, augment=augment, time_limit_s=time_limit_s)
             for number, result, target in zip(range(window.start + 1, window.stop + 1), results, targets[window]):
-                if timed_out(result):
+                if result.timed_out:
                     slow.append(number)
                 elif not result.ok:
                     refused.append((number, result.error or ""))
