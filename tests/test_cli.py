@@ -3253,7 +3253,8 @@ def test_predict_a_file_counts_queries_stopped_before_any_answer_apart_from_reje
                                                                                           clocked_loads):
     """Queries the time limit stopped before any answer were counted rejected ('0 queries predicted, 2 rejected',
     'error: none of the 2 queries could be predicted'), as if the model would not take them: they are counted apart
-    (the rule of service.stopped_by_time_limit, QueryResult.timed_out), and the error says a longer time limit decodes them."""
+    (service.stopped_by_time_limit's rule, QueryResult.timed_out), and the error says a longer time limit decodes
+    them."""
     (tmp_path / "q.smi").write_text("OCCOc1ccccc1\nCCOc1ccccc1\n")
     args = ["predict", "--model", MODEL, "--input", str(tmp_path / "q.smi"), "--time-limit", "0.5", "--output",
             str(tmp_path / "out.csv")]
