@@ -276,7 +276,9 @@ def refit(predictor: Predictor, sources: Sequence[str], targets: Sequence[str], 
     own check queries, which may be other ones or fewer. time_limit_s: collect's."""
     require_pairs(sources, targets, "calibration")
     require_kind(method)
-    weights = weights_fingerprint(predictor.path)  # those decoded with (fit_collected)
+    # those loaded and decoded with (fit_collected): Predictor.weights, taken as they load; a predictor built by hand
+    # has none, and its folder's are hashed
+    weights = predictor.weights or weights_fingerprint(predictor.path)
     answers = collect(predictor, sources, targets, method, n_best, batch_size, progress, augment, time_limit_s)
     return refit_collected(weights, sources, targets, answers, method, n_best, augment, earlier)
 

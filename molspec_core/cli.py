@@ -938,7 +938,6 @@ def keeping_replaced(rows: Iterable[list[object]], out: Path) -> Iterator[list[o
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .calibration import weights_fingerprint
     from .evaluate import (RESUME_MAY_DIFFER, check_method, evaluate, queries_digest, read_selected, resume_refusal,
                            software)
     from .scale import stops_deferred
@@ -956,9 +955,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_method(method, args.n_best)
     check_draft_knobs(method, args.draft_len, args.n_drafts, sampling)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
-    # hashed now, not once the run ends: a training run's export/ is rewritten every few minutes, and the report named
-    # the weights found then, not those its answers were decoded with
-    weights = weights_fingerprint(predictor.path)
+    # those loaded (Predictor.weights, taken as they load), not those found once the run ends: a training run's
+    # export/ is rewritten every few minutes, and the report named weights its answers were never decoded with
+    weights = predictor.weights
     predictor.check_augment(args.augment)  # before the run, not on every query
     warn_task_mismatch(args.src, predictor.task)
     knobs = METHODS[method].knobs
@@ -1302,7 +1301,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_output(calibration.refused_of(path))
         check_output(calibration.partial_of(path))
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
-    weights = calibration.weights_fingerprint(predictor.path)  # those decoded with (calibration.fit_collected)
+    weights = predictor.weights  # those loaded and decoded with (calibration.fit_collected)
     predictor.check_augment(args.augment)
     warn_task_mismatch(args.src, predictor.task)
     writings = f", {args.augment} writings" if args.augment > 1 else ""
@@ -1593,7 +1592,6 @@ def check_other_engine(name: str, runs_on: str, main_name: str, main_runs_on: st
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import (CHART_PACKAGE_MISSING, can_chart, chart_of, markdown_table, on_engines, run_bench, run_sweep,
                         save_report)
-    from .calibration import weights_fingerprint
     from .evaluate import queries_digest, read_pairs, software, unreadable_targets
     from .scale import stops_deferred
     from .service import Predictor
@@ -1636,7 +1634,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if out and not can_chart():  # said before the run, which may be long; the report and the table are written
         log.warning("--out %s: no chart will be written beside the report: %s", out, CHART_PACKAGE_MISSING)
     predictor = Predictor.load(args.model, args.device, args.engine, args.dtype)
-    weights = weights_fingerprint(predictor.path)  # those timed, as evaluate records them (cmd_evaluate)
+    weights = predictor.weights  # those loaded and timed, as evaluate records them (cmd_evaluate)
     engines: dict[str, Predictor] = {}
     for name in other_engines:
         engines[name] = Predictor.load(args.model, args.device, name, args.dtype)

@@ -3371,12 +3371,14 @@ def test_a_screen_that_cannot_take_the_report_loses_no_report(pair_files, monkey
     assert json.loads(out.read_text())["model"]
 
 
+@pytest.mark.parametrize("when", ["decode", "load"])
 @pytest.mark.parametrize("command", ["evaluate", "bench", "calibrate"])
 def test_a_report_names_the_weights_it_decoded_with_though_the_folder_changes_during_the_run(pair_files, monkeypatch,
-                                                                                           command):
+                                                                                           command, when):
     """The weights were hashed once the run had ended: a training run's export/, rewritten every few minutes, gave a
     report the fingerprint of weights it never decoded with (and compare took two runs of one model for two), and
-    calibrate a fit that the new weights then used."""
+    calibrate a fit that the new weights then used. Then they were hashed again just after the model loaded, apart
+    from Predictor.weights (taken as it loads): weights rewritten in between were named, not those loaded."""
     import shutil
 
     from molspec_core.calibration import weights_fingerprint
@@ -3385,14 +3387,23 @@ def test_a_report_names_the_weights_it_decoded_with_though_the_folder_changes_du
     model = pair_files / "model"
     shutil.copytree(FIXTURES / "copy_model", model)
     loaded = weights_fingerprint(model)
-    decode = Predictor.decode
+    replaced = getattr(Predictor, when)
 
-    def rewritten(self, *args, **kwargs):  # the folder's weights replaced while the run decodes
+    def rewrite() -> None:  # the folder's weights replaced while the run loads or decodes
         with open(next(model.glob("*.safetensors")), "ab") as weights:
             weights.write(b"\0")
-        return decode(self, *args, **kwargs)
 
-    monkeypatch.setattr(Predictor, "decode", rewritten)
+    if when == "decode":
+        def rewritten(self, *args, **kwargs):
+            rewrite()
+            return replaced(self, *args, **kwargs)
+    else:  # rewritten as the load ends, after its weights were read and fingerprinted
+        def rewritten(*args, **kwargs):
+            predictor = replaced(*args, **kwargs)
+            rewrite()
+            return predictor
+
+    monkeypatch.setattr(Predictor, when, rewritten)
     out = pair_files / "report.json"
     files = ["--src", str(pair_files / "src.txt"), "--tgt", str(pair_files / "tgt.txt")]
     extra = {"evaluate": ["--out", str(out)], "bench": ["--out", str(out), "--warmup", "0", "--methods", "greedy"],
