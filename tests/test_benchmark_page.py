@@ -328,7 +328,7 @@ def test_a_beam_peers_low_agreement_says_it_compares_whole_lists_and_gives_each_
     from views.benchmark import agreement_note
 
     note = agreement_note(saved("forward_cpu_ct2_beam5_mit200_b1_native_int8_avx512.json"))
-    assert "whole ranked list of 5 answers is our beam search's, token for token" in note
+    assert "counts a query only where all 5 ranked answers are our beam search's, token for token" in note
     assert "CTranslate2's beam search stops once 5 answers have finished" in note
     assert note.endswith("First answers right (top-1): CTranslate2 beam (float32) 78.5%, CTranslate2 beam (int8) "
                          "78.5%; our beam search 79%.")
@@ -346,7 +346,7 @@ def test_a_run_against_ctranslate2_says_what_ctranslate2_is_on_its_first_screen(
     assert_clean(at)
     assert "CTranslate2 is a widely used fast inference engine for Transformer models" in texts(at.caption)
     shown = texts(at.markdown)
-    assert shown.index("as fast as CTranslate2 float32 beam search") < shown.index("whole ranked list of 5 answers")
+    assert shown.index("as fast as CTranslate2 float32 beam search") < shown.index("all 5 ranked answers")
     assert "CTranslate2 beam (float32) 78.5%; our beam search 79%." in shown
 
 

@@ -404,12 +404,12 @@ def agreement_note(report: dict) -> str | None:
         return None
     width = beam_width(report)
     answers = f"{width} answers" if width else "answers"
-    note = (f"{WHOLE_LIST.capitalize()} (the table's \"identical to beam\"): the share of queries whose whole ranked "
-            f"list of {answers} is our beam search's, token for token and in the same order; one answer differing at "
-            "any rank counts the query as different.")
+    every = f"all {width} ranked answers" if width else "all the ranked answers"
+    note = (f"{WHOLE_LIST.capitalize()} (the table's \"identical to beam\") counts a query only where {every} are "
+            "our beam search's, token for token and in order.")
     if any(name in PEERS for name in differ):
         note += (f" CTranslate2's beam search stops once {answers} have finished, where ours searches on until no "
-                 "other answer can still enter the list, so its lower-ranked answers often differ.")
+                 "other answer can still enter the list, so its lower ranks often differ.")
     firsts = [(names[name], methods[name]["top1"]) for name in differ if methods[name].get("top1") is not None]
     ours = methods.get("beam", {}).get("top1")
     if firsts and ours is not None:
