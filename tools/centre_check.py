@@ -11,7 +11,11 @@ two centres are the same atoms, how often the estimate holds the whole mapped ce
 how often the reactant atoms it says leave are the ones the map leaves out of the product, and how often no
 centre was estimated; and how many maps join an acid and an alcohol by the acid's oxygen (map_keeps_acid_oxygen),
 which the estimate does not: the alcohol's oxygen joins the acyl carbon and the acid's OH leaves as water, as
-oxygen-18 showed (centre._keep_the_nucleophiles_heteroatom), so those reactions count as different.
+oxygen-18 showed (centre._keep_the_nucleophiles_heteroatom), so those reactions count as different; and,
+the mirror case, how many maps hydrolyse an ester to its acid keeping the alkoxy oxygen as the acid's
+(map_keeps_alkoxy_oxygen), where the estimate breaks the acyl C-O bond and the alkoxy leaves whole, as oxygen-18
+showed of a saponification (a tert-butyl, benzyl or allyl ester, cleaved at its alkyl C-O bond, is not counted).
+differ_where_map_keeps_oxygen: how many of the reactions whose centres differ are one of these two.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
-from molspec_core.centre import reaction_centre  # noqa: E402
+from molspec_core.centre import _gives_up_oxygen, reaction_centre  # noqa: E402
 from molspec_core.data import DEFAULT_DATA, gln_reactions  # noqa: E402
 
 
@@ -64,6 +68,12 @@ def mapped_leaving(reactants: str, product: str) -> set[int]:
     return {a.GetIdx() for a in before.GetAtoms() if not a.GetAtomMapNum() or a.GetAtomMapNum() not in kept}
 
 
+def _acyl(atom: Chem.Atom) -> bool:
+    """Whether a reactant's atom is acyl-like: it has a double bond to N, O or S (a carbonyl, imine, sulfonyl)."""
+    return any(b.GetBondType() == Chem.BondType.DOUBLE and b.GetOtherAtom(atom).GetAtomicNum() in (7, 8, 16)
+               for b in atom.GetBonds())
+
+
 def map_keeps_acid_oxygen(reactants: str, product: str) -> bool:
     """Whether the map makes an ester from an acid and an alcohol (or phenol) with the acid's oxygen: a product
     oxygen between an acyl carbon and another carbon, mapped to the acid's oxygen, whose other carbon had in the
@@ -73,10 +83,6 @@ def map_keeps_acid_oxygen(reactants: str, product: str) -> bool:
     atom_of = {a.GetAtomMapNum(): a for a in before.GetAtoms() if a.GetAtomMapNum()}
     kept = {a.GetAtomMapNum() for a in after.GetAtoms()}
 
-    def acyl(atom: Chem.Atom) -> bool:
-        return any(b.GetBondType() == Chem.BondType.DOUBLE and b.GetOtherAtom(atom).GetAtomicNum() in (7, 8, 16)
-                   for b in atom.GetBonds())
-
     for oxygen in after.GetAtoms():
         was = atom_of.get(oxygen.GetAtomMapNum())
         if oxygen.GetAtomicNum() != 8 or oxygen.GetDegree() != 2 or was is None:
@@ -85,11 +91,34 @@ def map_keeps_acid_oxygen(reactants: str, product: str) -> bool:
         if None in ends:
             continue
         for carbon, other in (ends, ends[::-1]):
-            if (acyl(carbon) and before.GetBondBetweenAtoms(carbon.GetIdx(), was.GetIdx())
+            if (_acyl(carbon) and before.GetBondBetweenAtoms(carbon.GetIdx(), was.GetIdx())
                     and not before.GetBondBetweenAtoms(other.GetIdx(), was.GetIdx())
                     and any(n.GetAtomicNum() == 8 and n.GetAtomMapNum() not in kept
-                            and not any(acyl(m) for m in n.GetNeighbors()) for n in other.GetNeighbors())):
+                            and not any(_acyl(m) for m in n.GetNeighbors()) for n in other.GetNeighbors())):
                 return True
+    return False
+
+
+def map_keeps_alkoxy_oxygen(reactants: str, product: str) -> bool:
+    """Whether the map makes an acid (or its salt) from an ester with the ester's alkoxy oxygen: a product oxygen
+    bonded to one atom, an acyl carbon that held it in the reactants, mapped to an oxygen whose other carbon the
+    product lacks and which does not give its oxygen up itself (centre._gives_up_oxygen: a tert-butyl, benzylic or
+    allylic carbon, whose ester is cleaved at the alkyl C-O bond and whose map rightly keeps the oxygen)."""
+    before, after = Chem.MolFromSmiles(reactants), Chem.MolFromSmiles(product)
+    atom_of = {a.GetAtomMapNum(): a for a in before.GetAtoms() if a.GetAtomMapNum()}
+    kept = {a.GetAtomMapNum() for a in after.GetAtoms()}
+    for oxygen in after.GetAtoms():
+        was = atom_of.get(oxygen.GetAtomMapNum())
+        if oxygen.GetAtomicNum() != 8 or oxygen.GetDegree() != 1 or was is None:
+            continue
+        carbon = atom_of.get(oxygen.GetNeighbors()[0].GetAtomMapNum())
+        bond = None if carbon is None else before.GetBondBetweenAtoms(carbon.GetIdx(), was.GetIdx())
+        if bond is None or bond.GetBondType() != Chem.BondType.SINGLE or not _acyl(carbon):
+            continue
+        if any(n.GetAtomicNum() == 6 and n.GetIdx() != carbon.GetIdx()
+               and (not n.GetAtomMapNum() or n.GetAtomMapNum() not in kept)
+               and not _gives_up_oxygen(n) for n in was.GetNeighbors()):
+            return True
     return False
 
 
@@ -108,7 +137,7 @@ def main() -> None:
     except (InputFileError, ValueError) as exc:
         parser.error(str(exc))
     counts = dict(reactions=0, no_map=0, no_estimate=0, same=0, holds_mapped=0, same_leaving=0,
-                  map_keeps_acid_oxygen=0)
+                  map_keeps_acid_oxygen=0, map_keeps_alkoxy_oxygen=0, differ_where_map_keeps_oxygen=0)
     overlap, seconds = 0.0, []
     for reactants, product in rows:
         truth = mapped_centre(reactants, product)
@@ -116,7 +145,10 @@ def main() -> None:
             counts["no_map"] += 1
             continue
         counts["reactions"] += 1
-        counts["map_keeps_acid_oxygen"] += map_keeps_acid_oxygen(reactants, product)
+        keeps_acid = map_keeps_acid_oxygen(reactants, product)
+        keeps_alkoxy = map_keeps_alkoxy_oxygen(reactants, product)
+        counts["map_keeps_acid_oxygen"] += keeps_acid
+        counts["map_keeps_alkoxy_oxygen"] += keeps_alkoxy
         started = time.perf_counter()
         estimate = reaction_centre(reactants, product)
         seconds.append(time.perf_counter() - started)
@@ -125,6 +157,7 @@ def main() -> None:
             continue
         found = set(estimate.product_atoms)
         counts["same"] += found == truth
+        counts["differ_where_map_keeps_oxygen"] += found != truth and (keeps_acid or keeps_alkoxy)
         counts["holds_mapped"] += truth <= found
         overlap += len(found & truth) / len(found | truth) if found | truth else 1.0
         counts["same_leaving"] += set(estimate.leaving_atoms) == mapped_leaving(reactants, product)
