@@ -1030,8 +1030,13 @@ def _check_rows(n_rows: int) -> None:
 # that gave them, its folder's name and its weights' fingerprint (service.Predictor.weights, as evaluate's and bench's
 # reports record it). A file sent on said which answers and not which model gave them (with_model).
 MODEL_COLUMNS = ("model_folder", "model_weights")
-# the columns a run may add after RESULT_COLUMNS: known.MATCHES_KNOWN where it has known answers, and MODEL_COLUMNS
-ADDED_COLUMNS = ("matches_known", *MODEL_COLUMNS)
+# After them, where a retrosynthesis run's answers were checked round trip (round_trip, forward_prob): the forward model
+# that checked them, as MODEL_COLUMNS name a model, and the top-k within which it had to give the product back. Only
+# the page's caption named it, and a file's round_trip said 'True' of no model anyone could tell (with_checker).
+CHECKER_COLUMNS = ("round_trip_model_folder", "round_trip_model_weights", "round_trip_k")
+# the columns a run may add after RESULT_COLUMNS: known.MATCHES_KNOWN where it has known answers, MODEL_COLUMNS and
+# CHECKER_COLUMNS
+ADDED_COLUMNS = ("matches_known", *MODEL_COLUMNS, *CHECKER_COLUMNS)
 
 
 def output_header(input_columns: Iterable[str]) -> list[str]:
@@ -1060,6 +1065,13 @@ def with_model(header: Sequence[str], rows: Iterable[Sequence[object]],
     no column a reader finds by its place, and nothing reads them back: a file with them or without is read alike
     (uploaded again, they are input columns, renamed input_model_folder and input_model_weights by output_header)."""
     return [*header, *MODEL_COLUMNS], [[*row, *model] for row, model in zip(rows, models)]
+
+
+def with_checker(header: Sequence[str], rows: Iterable[Sequence[object]],
+                 checker: tuple[str, str, int]) -> tuple[list[str], list[list[object]]]:
+    """`header` and `rows` with CHECKER_COLUMNS after every other column, each row's cells `checker`: the round-trip
+    check's forward model folder, its weights' fingerprint and its top-k."""
+    return [*header, *CHECKER_COLUMNS], [[*row, *checker] for row in rows]
 
 
 def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int | None = None,

@@ -1216,6 +1216,21 @@ def test_batch_retrosynthesis_reads_the_product_column_and_checks_each_answer_ro
     assert len(sane) and sane["round_trip"].notna().all() and sane["forward_prob"].between(0, 1).all()
     assert re.search(r"rp\.csv · queries from the column product · Retrosynthesis with retro · .* · each sane answer "
                      r"checked round trip with forward \(within its top 1\)", texts(at.caption))
+    # the files name the forward model that checked the answers, as the caption does (only the caption did)
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.chem import sd_records
+    from molspec_core.io import CHECKER_COLUMNS, MODEL_COLUMNS
+    from views.batch import results_sdf, results_workbook
+
+    batch = at.session_state[results_key("retro")]
+    checker = ("forward", weights_fingerprint(copy_models / "forward"), 1)
+    exported = pd.read_csv(io.BytesIO(batch.csv), keep_default_na=False, dtype=str)
+    assert list(exported.columns[-5:]) == [*MODEL_COLUMNS, *CHECKER_COLUMNS]
+    assert set(zip(*(exported[c] for c in CHECKER_COLUMNS))) == {(checker[0], checker[1], "1")}
+    records = sd_records(results_sdf(batch.table, batch.model, batch.checker).decode())
+    assert {r.fields["round_trip_model_folder"] for r in records} == {"forward"}
+    sheet = pd.read_excel(io.BytesIO(results_workbook(batch.table, batch.model, batch.checker)), dtype=str)
+    assert list(sheet.columns[-3:]) == list(CHECKER_COLUMNS)
     assert results_key("forward") not in at.session_state  # each task keeps its own last batch
     at.radio(key="task").set_value("forward").run()
     assert "Results" not in texts(at.header)

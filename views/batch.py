@@ -28,7 +28,7 @@ from molspec_core.io import (CSV_SUFFIXES, DECOMPRESSORS, HEADER_ROWS, MACRO_WOR
                              RESULT_TYPES, SD_FILE_SUFFIXES, SMILES_FILE_SUFFIXES, WORKBOOK_SUFFIX, InputFileError,
                              QueryFile, csv_bytes, output_header, parse_upload, query_column, query_columns,
                              query_format, refuse_unnamed_results, result_rows, row_list, sd_bytes, several_molecules,
-                             several_molecules_note, with_model, workbook_bytes)
+                             several_molecules_note, with_checker, with_model, workbook_bytes)
 from molspec_core.known import (MATCHES_KNOWN, KnownMarks, KnownSummary, column_index, count_recorded, recorded_side,
                                  with_recorded)
 from molspec_core.roundtrip import check_round_trip
@@ -142,6 +142,7 @@ class Run:
     n_ion_refused: int = 0  # rejected rows that ion_writing would have read
     round_trip_failed: str = ""
     weights: str = ""  # the fingerprint of the model's weights that predicted its rows (Predictor.weights)
+    round_trip_weights: str = ""  # that of the forward model that checked them round trip, where it loaded
     owner: object = None  # the token of the script run that last claimed the run: the only one that writes rows
     running: object = None  # the token of the script run predicting its rows now (predict_rows), or None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -191,6 +192,7 @@ class BatchResult:
     # refused (they were counted and warned of as rejected, "the model rejected it", where a longer limit decodes them)
     unanswered: tuple[int, ...] = ()
     weights: str = ""  # the fingerprint of the model's weights (Predictor.weights), which the exports name
+    round_trip_weights: str = ""  # that of the forward model that checked the answers round trip, where it loaded
 
     @property
     def n_rejected(self) -> int:
@@ -202,6 +204,15 @@ class BatchResult:
         return self.settings.model or "", self.weights
 
     @property
+    def checker(self) -> tuple[str, str, int] | None:
+        """The forward model that checked the answers round trip, as the exports name it (io.CHECKER_COLUMNS): its
+        folder, its weights' fingerprint and the top-k the product had to come back within; None where none did."""
+        cfg = self.settings
+        if cfg.round_trip_model is None or not self.round_trip_weights:
+            return None
+        return cfg.round_trip_model, self.round_trip_weights, cfg.round_trip_k
+
+    @property
     def n_predicted(self) -> int:
         """The queries with answers: neither rejected nor stopped before any (those stopped with answers count)."""
         return self.n_queries - self.n_rejected - len(self.unanswered)
@@ -210,7 +221,7 @@ class BatchResult:
     def csv(self) -> bytes:
         """The table's safe CSV, written once for these results: the page is drawn again at each click in the sidebar,
         and the CSV of 50,000 rows (10,000 queries, beam search 5) took seconds each time."""
-        return safe_csv(self.table, self.model)
+        return safe_csv(self.table, self.model, self.checker)
 
 
 def read_upload(name: str, data: bytes, column: str | None, task: str | None = None) -> QueryFile:
@@ -290,6 +301,7 @@ def _predict_rows(run: Run, token: object, area: DeltaGenerator, stop: DeltaGene
     if cfg.round_trip_model is not None:
         try:
             forward = cfg.predictor(cfg.round_trip_model)
+            run.round_trip_weights = run.round_trip_weights or forward.weights  # as run.weights: its first rows'
         except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
             log.exception("round-trip model failed to load")
             run.round_trip_failed = common.short(str(exc), 160)
@@ -385,6 +397,7 @@ def summarize(run: Run) -> BatchResult:
         rows, done, blank = list(run.rows), run.done, tuple(run.blank)
         rejected, n_ion_refused, round_trip_failed = tuple(run.rejected), run.n_ion_refused, run.round_trip_failed
         stopped, unanswered, weights = tuple(run.stopped), tuple(run.unanswered), run.weights
+        round_trip_weights = run.round_trip_weights
     queries = run.queries
     header, summary = output_header(queries.columns), None
     several = several_molecule_queries(rows, len(queries.columns)) if run.settings.task == "retro" else ()
@@ -402,7 +415,7 @@ def summarize(run: Run) -> BatchResult:
                                 run.recorded or None)
     return BatchResult(run.file_name, run.settings, table, done - len(blank), rejected, run.ion_writing,
                        n_ion_refused, summary, run.recorded, n_recorded, round_trip_failed, blank, done, run.total,
-                       run.table_hint, queries.notes, run, stopped, several, unanswered, weights)
+                       run.table_hint, queries.notes, run, stopped, several, unanswered, weights, round_trip_weights)
 
 
 def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tuple[int, str], ...]:
@@ -416,29 +429,41 @@ def several_molecule_queries(rows: list[list[object]], offset: int) -> tuple[tup
     return tuple(seen.items())
 
 
-def safe_csv(table: pd.DataFrame, model: tuple[str, str] | None = None) -> bytes:
+Checker = tuple[str, str, int]  # BatchResult.checker: the round-trip check's forward model
+
+
+def safe_csv(table: pd.DataFrame, model: tuple[str, str] | None = None, checker: Checker | None = None) -> bytes:
     """The CSV the CLI would write for these rows: no cell can run as a spreadsheet formula, and
-    numbers stay numbers. `model` (BatchResult.model): the model that gave them, in io.MODEL_COLUMNS at the end."""
-    return csv_bytes(*_exported(table, model))
+    numbers stay numbers. `model` (BatchResult.model): the model that gave them, in io.MODEL_COLUMNS at the end;
+    `checker` (BatchResult.checker): the forward model that checked them round trip, in io.CHECKER_COLUMNS after."""
+    return csv_bytes(*_exported(table, model, checker))
 
 
-def results_sdf(table: pd.DataFrame, model: tuple[str, str] | None = None) -> bytes:
-    """The SD file the CLI would write for these rows (`--output F.sdf`): a record per row; `model` as safe_csv's."""
-    return sd_bytes(*_exported(table, model))
+def results_sdf(table: pd.DataFrame, model: tuple[str, str] | None = None, checker: Checker | None = None) -> bytes:
+    """The SD file the CLI would write for these rows (`--output F.sdf`): a record per row; `model` and `checker` as
+    safe_csv's."""
+    return sd_bytes(*_exported(table, model, checker))
 
 
-def results_workbook(table: pd.DataFrame, model: tuple[str, str] | None = None) -> bytes:
-    """The Excel workbook the CLI would write for these rows (`--output F.xlsx`); `model` as safe_csv's."""
-    return workbook_bytes(*_exported(table, model))
+def results_workbook(table: pd.DataFrame, model: tuple[str, str] | None = None,
+                     checker: Checker | None = None) -> bytes:
+    """The Excel workbook the CLI would write for these rows (`--output F.xlsx`); `model` and `checker` as
+    safe_csv's."""
+    return workbook_bytes(*_exported(table, model, checker))
 
 
-def _exported(table: pd.DataFrame, model: tuple[str, str] | None) -> tuple[list[str], list[list[object]]]:
+def _exported(table: pd.DataFrame, model: tuple[str, str] | None,
+              checker: Checker | None = None) -> tuple[list[str], list[list[object]]]:
     """The table's header and rows as Python values, pandas' missing values as None (empty cells, absent fields),
-    with the model's columns where it is given: a file sent to a colleague said nothing of which model gave it."""
+    with the model's columns where it is given (a file sent to a colleague said nothing of which model gave it), and
+    the round-trip check's where it is given."""
     rows = table.astype(object).where(table.notna(), None).itertuples(index=False, name=None)
-    if model is None:
-        return list(table.columns), [list(row) for row in rows]
-    return with_model(list(table.columns), rows, itertools.repeat(model))
+    header, cells = list(table.columns), [list(row) for row in rows]
+    if model is not None:
+        header, cells = with_model(header, cells, itertools.repeat(model))
+    if checker is not None:
+        header, cells = with_checker(header, cells, checker)
+    return header, cells
 
 
 def show(batch: BatchResult, now: Settings) -> None:
@@ -580,11 +605,12 @@ def show(batch: BatchResult, now: Settings) -> None:
         st.download_button("Download CSV", data=batch.csv, file_name=f"{stem}.csv", mime="text/csv",
                            on_click="ignore", icon=":material/download:", type="primary")
         # made on the click (the 2D coordinates of 50,000 answers take a while), not on every rerun
-        st.download_button("Download SDF", data=lambda: results_sdf(table, batch.model), file_name=f"{stem}.sdf",
+        st.download_button("Download SDF", data=lambda: results_sdf(table, batch.model, batch.checker),
+                           file_name=f"{stem}.sdf",
                            mime="chemical/x-mdl-sdfile", on_click="ignore", icon=":material/download:",
                            help="A record per row of the table: the answer's structure with 2D coordinates and "
                                 "every column as a field; a rejected query's record has no atoms and says why.")
-        st.download_button("Download Excel", data=lambda: results_workbook(table, batch.model),
+        st.download_button("Download Excel", data=lambda: results_workbook(table, batch.model, batch.checker),
                            file_name=f"{stem}.xlsx", on_click="ignore", icon=":material/download:",
                            mime=common.WORKBOOK_MIME, help=f"The table as an Excel workbook. {common.WORKBOOK_HELP}")
 
