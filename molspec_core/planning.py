@@ -572,6 +572,9 @@ class SearchStats:
     # What stopped the search before its end, by its name (KeyboardInterrupt: Ctrl-C; Terminated: SIGTERM;
     # SearchStopped: the Routes page's Stop, or leaving the page); None: it ended, at its time limit or out of molecules
     stopped_by: str | None = None
+    # Whether it left a molecule unexpanded because the step limit (PlanSettings.max_steps) was reached there: only then
+    # may a higher limit find routes that this search could not
+    step_limit_reached: bool = False
 
     @property
     def model_calls(self) -> int:
@@ -778,7 +781,7 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
         routes = extract_routes(graph, stock, max_routes)
         stats = SearchStats(algorithm, time.monotonic() - model.started, time_limit_s, iterations, len(graph),
                             dataclasses.replace(model.counts), stock.is_purchasable(target_mol), search_s,  # a copy
-                            stopped_by)
+                            stopped_by, reached_step_limit(search, graph))
         return PlanResult(canonical_target, tuple(routes), stats, predictor.path.name,
                           forward.path.name if forward else None, stock.source, len(stock), stock.n_unreadable,
                           settings, predictor.dtype, max_routes, notes, stock.first_unreadable,
@@ -800,6 +803,13 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
         model.stop.partial_result = result(iterations, type(model.stop).__name__)
         raise model.stop
     return result(iterations)
+
+
+def reached_step_limit(search, graph: AndOrGraph | MolSetGraph) -> bool:
+    """Whether the search left a molecule unexpanded, not in stock, because the step limit was reached there (the
+    search's max_expansion_depth, which search_algorithm sets from it)."""
+    return any(node.depth >= search.max_expansion_depth and not node.is_expanded and not node.has_solution
+               for node in graph.nodes())
 
 
 def no_route(stats: SearchStats) -> str:

@@ -117,6 +117,19 @@ TWO_BRANCHES_STOCK = Stock(["CC(=O)O", "CC(=O)OC(C)=O", "O=[N+]([O-])c1ccc(O)cc1
 
 
 @pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
+def test_a_search_says_whether_its_step_limit_left_a_molecule_unexpanded(copy_predictor, algorithm):
+    """A search that ran out of molecules at a step limit of 1 (the Routes page's, set by the chemist) was told only
+    that a larger stock might help: the stats say where the limit left a molecule unexpanded, not in stock."""
+    stock = Stock(["CC(=O)Cl"], "table")  # no nitrobenzene nor phenol: each branch ends in a molecule nothing makes
+    for max_steps, reached in ((1, True), (5, False)):
+        search = planning.search_algorithm(algorithm, TableModel(), stock, time_limit_s=5.0, max_steps=max_steps)
+        graph, _ = search.run_from_mol(Molecule(TARGET))
+        assert planning.reached_step_limit(search, graph) is reached
+    result = plan("NCCO", copy_predictor, Stock(["Br"]), 5.0, algorithm, settings=dataclasses.replace(COPY, max_steps=1))
+    assert result.stats.ran_out and result.stats.step_limit_reached  # NO, not in stock, at the limit
+
+
+@pytest.mark.parametrize("algorithm", planning.ALGORITHMS)
 @pytest.mark.parametrize("max_routes", [2, 4])
 def test_as_many_routes_as_asked_each_once_when_mcts_reaches_one_in_several_orders(algorithm, max_routes):
     """MCTS's molecule-set tree holds each two-branch route twice (acid chloride first or aminophenol first), and

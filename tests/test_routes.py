@@ -62,6 +62,19 @@ def test_the_step_limit_set_on_the_page_is_searched_with_recorded_and_kept(tmp_p
     assert not at.exception and at.slider(key="route_max_steps").value == 2
 
 
+def test_a_search_that_ran_out_at_its_step_limit_is_told_a_higher_one_might_help():
+    """With the step limit on the form, a search limited to 1 step that ran out of molecules was told only 'A larger
+    stock might help'; where the limit left a molecule unexpanded the page names it, and only there."""
+    from views.routes import no_route_message
+
+    counts = planning.ExpansionCounts(molecules=1, answers=3, kept=2)
+    for reached, advice in ((True, "A higher step limit or a larger stock might help."),
+                            (False, "A larger stock might help.")):
+        stats = planning.SearchStats("retro*", 0.5, 30.0, 2, 5, counts, search_s=0.5, step_limit_reached=reached)
+        message = no_route_message(stats)
+        assert message.endswith(". " + advice) and "within the step limit" in message
+
+
 def test_a_search_stopped_by_a_page_visit_is_told_and_keeps_the_routes_before_it(tmp_path, monkeypatch):
     """Leaving the page mid-search (or Stop) ended it without a word, and the routes shown before it were gone."""
     from streamlit.runtime.scriptrunner_utils.exceptions import StopException

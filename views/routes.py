@@ -471,7 +471,9 @@ def no_route_message(stats: SearchStats) -> str:
     reason = no_route(stats)
     if stats.ran_out and not stats.counts.kept:  # no usable step from the target: no_route says nothing would help
         return f"{reason[0].upper()}{reason[1:]}."
-    advice = ("A larger stock might help." if stats.ran_out
+    # the step limit named where it cut the search: set on the form, 1 said only 'A larger stock might help'
+    advice = ("A higher step limit or a larger stock might help." if stats.ran_out and stats.step_limit_reached
+              else "A larger stock might help." if stats.ran_out
               else "Try a longer time, the other search, or a larger stock.")
     return f"{reason[0].upper()}{reason[1:]}. {advice}"
 
