@@ -1012,3 +1012,37 @@ def test_a_run_kept_by_the_pages_earlier_code_is_shown_and_continued(copy_models
     assert_clean(at)
     assert at.session_state[BATCH].table["row"].drop_duplicates().tolist() == list(range(1, 8))
     assert {m.label: m.value for m in at.metric}["Queries"] == "5"
+
+
+def test_a_stopped_run_whose_model_was_rewritten_is_not_continued_with_other_weights(copy_models, monkeypatch, asked):
+    """A run stopped, its model folder rewritten (retrained into the same folder) and loaded again: Continue predicted
+    the rest with the new weights, and the files named the first rows' weights for every row. Continue is no longer
+    offered, the page says why, and Run batch predicts the whole file again with the weights now there."""
+    from safetensors.torch import load_file, save_file
+
+    from molspec_core.calibration import weights_fingerprint
+    from views import common
+
+    at = batch_page(monkeypatch, copy_models)
+    asked.stop_at = 3
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    at.run()
+    assert [b for b in at.button if b.label == "Continue: 4 rows left"]
+    first = at.session_state[BATCH].weights
+    weights = copy_models / "forward" / "model.safetensors"
+    save_file(load_file(weights), weights, metadata={"format": "pt", "retrained": "yes"})  # other bytes: other weights
+    common.load_predictor.clear()  # loaded again, as after the cache let it go
+    at.run()
+    assert_clean(at)
+    assert not [b for b in at.button if b.label.startswith("Continue")]
+    assert "The model folder forward now holds other weights than the ones this run's rows came from" in texts(
+        at.warning)
+    asked.stop_at = 0
+    asked.clear()
+    submit(at, "Run batch")
+    assert_clean(at)
+    assert asked == ["Oc1ccncc1", "c1ccncc1Cl", "xyz", "OCC", "Oc1ccncc1"]  # the whole file, from row 1
+    batch = at.session_state[BATCH]
+    assert batch.weights == weights_fingerprint(copy_models / "forward") != first
+    assert "now holds other weights" not in texts(at.warning)

@@ -722,7 +722,7 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
     ss = st.session_state
     run: Run | None = ss.get(run_key(cfg.task))
     if not submitted:
-        if ss.pop(continue_key(cfg.task), False) and run is not None:
+        if ss.pop(continue_key(cfg.task), False) and run is not None and not rewritten(run):
             finish(run, area, stop)
         return ""
     if upload is None:
@@ -751,7 +751,7 @@ def run_if_asked(cfg: Settings, submitted: bool, upload: UploadedFile | None, co
     # The same file and settings again (Run batch pressed during its run, or after a stop) take the run up where it
     # stopped, with the known-answer column named now (the answers do not depend on it); anything else starts a run
     # of its own.
-    if run is None or run.source != source:
+    if run is None or run.source != source or rewritten(run):
         run = Run(source, upload.name, cfg, queries, ion_writing, time_limit_s, known, recorded or "",
                   table_hint(upload.name, queries, task))
     run.known = known
@@ -789,9 +789,27 @@ def show_last(now: Settings) -> None:
     if batch is None:
         return
     if batch.done < batch.total:
-        show_stopped(batch, can_continue=run is not None)
+        show_stopped(batch, can_continue=run is not None and not rewritten(run))
+        if run is not None and rewritten(run):
+            st.warning(common.md_escape(
+                f"The model folder {run.settings.model} now holds other weights than the ones this run's rows came "
+                "from (it was rewritten since): continuing would put two models' answers in one file. Run batch "
+                "again to predict the whole file with the weights now there; the table and downloads hold the rows "
+                "done, named with the weights that gave them."), icon=":material/warning:")
     if batch.done:
         show(batch, now)
+
+
+def rewritten(run: Run) -> bool:
+    """Whether the run's model now loads other weights than its rows so far came from (Run.weights): its folder was
+    rewritten, and the app loaded it again. Continue predicted the rest with them, and the files named the first rows'
+    weights for every row. A folder that does not load is no rewrite: Continue says why it cannot run."""
+    if not run.weights:
+        return False
+    try:
+        return run.settings.predictor().weights != run.weights
+    except Exception:  # noqa: BLE001  (the run's own start reports it)
+        return False
 
 
 def unnamed_known_column(batch: BatchResult) -> str:
