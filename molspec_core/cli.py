@@ -1921,8 +1921,12 @@ COMMANDS = {"predict": cmd_predict, "evaluate": cmd_evaluate, "compare": cmd_com
 def main(argv: list[str] | None = None) -> int:
     """Every command behind the one boundary (boundary.guarded): an expected failure is an `error:` line and exit
     2, Ctrl-C exit 130, SIGTERM exit 143."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    # A server's log (each request, each failure) is read afterwards, by when: its lines carry the time, to the second
+    # with the zone; a command's own lines, read as it runs, do not
+    stamped = args.command == "serve"
+    logging.basicConfig(level=logging.INFO, format=("%(asctime)s " if stamped else "") + "%(levelname)s %(name)s: "
+                        "%(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z")
     use_threads(getattr(args, "threads", 0))  # before any model loads
     return guarded(lambda: COMMANDS[args.command](args),
                    "try a smaller --batch-size or --n-best, or fewer queries")

@@ -3162,6 +3162,37 @@ def test_serve_on_a_port_in_use_names_the_host_and_port_before_loading_the_model
     assert loaded == []
 
 
+def test_serve_logs_each_request_with_its_time_and_other_commands_without(tmp_path):
+    """serve's log lines, its access log too, carried no time ('INFO molspec_core.server: 127.0.0.1 "GET /health
+    HTTP/1.1" 200 -'): a server's log, read afterwards, could not say when a request or a failure came. Its lines
+    begin with the time, to the second with the zone; a command's own lines, read as it runs, are as they were. Run
+    as a user runs it (a process of its own: under pytest the root logger already has handlers, and main's logging
+    set-up is not reached)."""
+    import urllib.request
+
+    command = [sys.executable, "-m", "molspec_core", "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", "0"]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env=environment)
+    try:
+        serving = server.stdout.readline()  # 'serving copy_model on http://127.0.0.1:<port> ...' once it listens
+        address = re.search(r"http://127\.0\.0\.1:\d+", serving)
+        assert address, serving + server.stderr.read()
+        with urllib.request.urlopen(f"{address.group()}/health", timeout=60) as answer:
+            assert answer.status == 200
+    finally:
+        server.terminate()
+        err = server.communicate(timeout=60)[1]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}"
+    assert re.search(rf"^{stamp} INFO molspec_core\.server: 127\.0\.0\.1 \"GET /health HTTP/1\.1\" 200", err, re.M), err
+    (tmp_path / "q.txt").write_text("CCO\n")  # --limit past it warns before the model (none there) is refused
+    refused = subprocess.run([sys.executable, "-m", "molspec_core", "evaluate", "--model", str(tmp_path / "none"),
+                              "--src", str(tmp_path / "q.txt"), "--tgt", str(tmp_path / "q.txt"), "--limit", "5"],
+                             capture_output=True, text=True, cwd=ROOT, env=environment)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("WARNING molspec_core.cli: --limit 5: "), refused.stderr
+
+
 def test_serve_refuses_two_models_of_one_name_before_loading_them(tmp_path, capsys, no_model_load):
     """serve --model runs/a/export --model runs/b/export (two runs' saves, both folders named export: a request names
     a model by its folder's name) loaded both models, minutes on a CPU, before it was refused as 'two models named
