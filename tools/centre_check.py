@@ -2,20 +2,21 @@
 
 python3 tools/centre_check.py [--data ../shared/data] [--limit N]
 
-USPTO-50K's test reactions (GLN split, 5,007) come atom-mapped. From the map, a product atom is in the centre
-where its hydrogen count or charge differs from its mapped reactant atom's, or one of its bonds was made, broken
-or changed order (a bond between two mapped atoms that the reactants lack or have of another order, a bond the
-reactants had that the product lacks). The estimate sees the same reaction without the map (the maps are in the
-SMILES it reads, but it compares elements only, so they do not guide it). Prints one JSON object: how often the
-two centres are the same atoms, how often the estimate holds the whole mapped centre, the mean Jaccard overlap,
-how often the reactant atoms it says leave are the ones the map leaves out of the product, and how often no
-centre was estimated; and how many maps join an acid and an alcohol by the acid's oxygen (map_keeps_acid_oxygen),
-which the estimate does not: the alcohol's oxygen joins the acyl carbon and the acid's OH leaves as water, as
-oxygen-18 showed (centre._keep_the_nucleophiles_heteroatom), so those reactions count as different; and,
-the mirror case, how many maps hydrolyse an ester to its acid keeping the alkoxy oxygen as the acid's
-(map_keeps_alkoxy_oxygen), where the estimate breaks the acyl C-O bond and the alkoxy leaves whole, as oxygen-18
-showed of a saponification (a tert-butyl, benzyl or allyl ester, cleaved at its alkyl C-O bond, is not counted).
-differ_where_map_keeps_oxygen: how many of the reactions whose centres differ are one of these two.
+USPTO-50K's test reactions (GLN split, 5,007) come atom-mapped. From the map, a product atom is in the centre where
+its hydrogen count or charge differs from its mapped reactant atom's, or one of its bonds was made, broken or
+changed order (a bond between two mapped atoms that the reactants lack or have of another order, a bond the
+reactants had that the product lacks), or it is a stereocentre whose configuration turned, its neighbours the same
+(centre._turned: the estimate marks one too). The estimate sees the same reaction without the map (the maps are in
+the SMILES it reads, but it compares elements only, so they do not guide it). Prints one JSON object: how often the
+two centres are the same atoms, how often the estimate holds the whole mapped centre, the mean Jaccard overlap, how
+often the reactant atoms it says leave are the ones the map leaves out of the product, and how often no centre was
+estimated; and how many maps join an acid and an alcohol by the acid's oxygen (map_keeps_acid_oxygen), which the
+estimate does not: the alcohol's oxygen joins the acyl carbon and the acid's OH leaves as water, as oxygen-18
+showed (centre._keep_the_nucleophiles_heteroatom), so those reactions count as different; and, the mirror case, how
+many maps hydrolyse an ester to its acid keeping the alkoxy oxygen as the acid's (map_keeps_alkoxy_oxygen), where
+the estimate breaks the acyl C-O bond and the alkoxy leaves whole, as oxygen-18 showed of a saponification (a
+tert-butyl, benzyl or allyl ester, cleaved at its alkyl C-O bond, is not counted). differ_where_map_keeps_oxygen:
+how many of the reactions whose centres differ are one of these two.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from _toolbox import InputFileError, check_inputs  # noqa: E402  (tools/_toolbox
 
 from molspec_core.argtypes import at_least  # noqa: E402
 from molspec_core.bench import percentile  # noqa: E402
-from molspec_core.centre import _gives_up_oxygen, reaction_centre  # noqa: E402
+from molspec_core.centre import _gives_up_oxygen, _turned, reaction_centre  # noqa: E402
 from molspec_core.data import DEFAULT_DATA, gln_reactions  # noqa: E402
 
 
@@ -58,6 +59,8 @@ def mapped_centre(reactants: str, product: str) -> set[int] | None:
         ends = (bond.GetBeginAtom().GetAtomMapNum(), bond.GetEndAtom().GetAtomMapNum())
         if all(end in index_of for end in ends) and after.GetBondBetweenAtoms(*(index_of[e] for e in ends)) is None:
             centre.update(index_of[e] for e in ends)
+    pairs = {a.GetIdx(): atom_of[a.GetAtomMapNum()].GetIdx() for a in after.GetAtoms()}
+    centre.update(a.GetIdx() for a in after.GetAtoms() if _turned(a, atom_of[a.GetAtomMapNum()], pairs))
     return centre
 
 
