@@ -1067,11 +1067,16 @@ def with_model(header: Sequence[str], rows: Iterable[Sequence[object]],
     return [*header, *MODEL_COLUMNS], [[*row, *model] for row, model in zip(rows, models)]
 
 
+# A row's CHECKER_COLUMNS cells where no check ran on it (a history's forward entry beside a checked one)
+NO_CHECKER = ("", "", "")
+
+
 def with_checker(header: Sequence[str], rows: Iterable[Sequence[object]],
-                 checker: tuple[str, str, int]) -> tuple[list[str], list[list[object]]]:
-    """`header` and `rows` with CHECKER_COLUMNS after every other column, each row's cells `checker`: the round-trip
-    check's forward model folder, its weights' fingerprint and its top-k."""
-    return [*header, *CHECKER_COLUMNS], [[*row, *checker] for row in rows]
+                 checkers: Iterable[tuple[str, str, int | str]]) -> tuple[list[str], list[list[object]]]:
+    """`header` and `rows` with CHECKER_COLUMNS after every other column, each row's cells from `checkers` in turn
+    (the round-trip check's forward model folder, its weights' fingerprint and its top-k; NO_CHECKER where none ran;
+    itertools.repeat for one run's rows), as with_model adds a model's."""
+    return [*header, *CHECKER_COLUMNS], [[*row, *checker] for row, checker in zip(rows, checkers)]
 
 
 def predict_batch(predictor: Predictor, queries: Sequence[str], batch_size: int | None = None,

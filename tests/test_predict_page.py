@@ -983,3 +983,47 @@ def test_answers_kept_by_the_pages_earlier_code_are_shown_and_exported(copy_mode
     assert rank_headings(at)[0] == "Rank 1"
     assert at.session_state["shown"].model == ("forward", "")  # the weights unknown: named as none
     assert [b.label for b in at.get("download_button")][:1] == ["Download answers (CSV)"]
+
+
+def test_the_answers_files_name_the_forward_model_that_checked_them_round_trip(copy_models, monkeypatch):
+    """Retrosynthesis answers checked round trip: the files' round_trip and forward_prob said nothing of the forward
+    model that checked them. The answers' CSV, SD file and workbook end with io.CHECKER_COLUMNS after the model's;
+    the session's file too, empty for answers the check did not run on."""
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.chem import sd_records
+    from molspec_core.io import CHECKER_COLUMNS, MODEL_COLUMNS
+
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
+        config = json.loads((copy_models / task / "config.json").read_text())
+        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
+    offered = {}
+    real_button = st.download_button
+
+    def recording(label, data, **kwargs):
+        offered[label] = data() if callable(data) else data
+        return real_button(label, data, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", recording)
+    at = app(copy_models, monkeypatch).run()
+    at.radio(key="task").set_value("retro").run()
+    assert at.toggle(key="round_trip").value
+    predict(at, "Oc1ccncc1")
+    assert_clean(at)
+    checker = ["forward", weights_fingerprint(copy_models / "forward"), "1"]
+    answers = pd.read_csv(io.BytesIO(offered["Download answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert list(answers.columns[-5:]) == [*MODEL_COLUMNS, *CHECKER_COLUMNS]
+    assert answers[list(CHECKER_COLUMNS)].drop_duplicates().values.tolist() == [checker]
+    fields = sd_records(offered["Download structures (SDF)"].decode())[0].fields
+    assert [fields[c] for c in CHECKER_COLUMNS] == checker
+    sheet = pd.read_excel(io.BytesIO(offered["Download answers (Excel)"]), dtype=str)
+    assert list(sheet.columns[-3:]) == list(CHECKER_COLUMNS)
+    at.toggle(key="round_trip").set_value(False).run()
+    predict(at, "c1ccncc1Cl")
+    assert_clean(at)
+    answers = pd.read_csv(io.BytesIO(offered["Download answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert list(answers.columns[-2:]) == list(MODEL_COLUMNS)  # no check, no checker's columns
+    session = pd.read_csv(io.BytesIO(offered["Download all answers (CSV)"]), keep_default_na=False, dtype=str)
+    assert list(session.columns[-3:]) == list(CHECKER_COLUMNS)
+    firsts = session.drop_duplicates("row")
+    assert firsts[list(CHECKER_COLUMNS)].values.tolist() == [checker, ["", "", ""]]  # oldest first

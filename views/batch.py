@@ -462,7 +462,7 @@ def _exported(table: pd.DataFrame, model: tuple[str, str] | None,
     if model is not None:
         header, cells = with_model(header, cells, itertools.repeat(model))
     if checker is not None:
-        header, cells = with_checker(header, cells, checker)
+        header, cells = with_checker(header, cells, itertools.repeat(checker))
     return header, cells
 
 

@@ -16,8 +16,8 @@ from streamlit_ketcher import st_ketcher
 
 from molspec_core import depict
 from molspec_core.chem import CXSMILES, canonical_or_none, stereo_notes, without_isotopes
-from molspec_core.io import (InputFileError, csv_bytes, output_header, result_rows, sd_bytes, with_model,
-                             workbook_bytes)
+from molspec_core.io import (NO_CHECKER, InputFileError, csv_bytes, output_header, result_rows, sd_bytes,
+                             with_checker, with_model, workbook_bytes)
 from molspec_core.known import (REACTION_COLUMN, KnownMarks, is_known, known_rank, recorded_column, recorded_reaction,
                                 recorded_side)
 from molspec_core.bench import Speedup, compare_pair
@@ -47,11 +47,21 @@ class Shown:
     # a query given longer on the page could not be decoded again there)
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     weights: str = ""  # the fingerprint of the weights that gave the answers (Predictor.weights), which exports name
+    round_trip_weights: str = ""  # that of the forward model that checked them round trip, where the check ran
 
     @property
     def model(self) -> tuple[str, str]:
         """The model the exports name (io.MODEL_COLUMNS): its folder and its weights' fingerprint."""
         return self.settings.model or "", self.weights
+
+    @property
+    def checker(self) -> tuple[str, str, int] | None:
+        """The forward model that checked the answers round trip, as the exports name it (io.CHECKER_COLUMNS): its
+        folder, its weights' fingerprint and the top-k; None where no check ran."""
+        cfg = self.settings
+        if cfg.round_trip_model is None or not self.round_trip_weights:
+            return None
+        return cfg.round_trip_model, self.round_trip_weights, cfg.round_trip_k
 
 
 # ---- input ------------------------------------------------------------------------------------
@@ -286,24 +296,25 @@ def run_query(cfg: Settings, predictor: Predictor, time_limit_s: float) -> None:
     ss["query_error"] = None
     # The check's failure is no error of the query (it was one, and the page called these answers "the last
     # successful prediction", an earlier query's): it goes with the answers, which it leaves unchecked.
-    checked, unchecked = round_trip(cfg, result)
-    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked, time_limit_s, predictor.weights)
+    checked, unchecked, checker_weights = round_trip(cfg, result)
+    ss["shown"] = Shown(cfg, checked, ss.get("example"), recorded, text, unchecked, time_limit_s, predictor.weights,
+                        checker_weights)
     remember(ss["shown"])
 
 
-def round_trip(cfg: Settings, result: QueryResult) -> tuple[QueryResult, str]:
-    """The answers checked with the forward model when the settings ask for it, and ""; unchanged, and why,
-    when the check cannot run, so the answers are never lost to it."""
+def round_trip(cfg: Settings, result: QueryResult) -> tuple[QueryResult, str, str]:
+    """The answers checked with the forward model when the settings ask for it, "", and the forward model's weights'
+    fingerprint; unchanged, why, and "" when the check cannot run, so the answers are never lost to it."""
     if cfg.round_trip_model is None:
-        return result, ""
+        return result, "", ""
     try:
         forward = cfg.predictor(cfg.round_trip_model)
         with st.spinner("Checking each answer with the forward model…"):
-            return check_round_trip(result, forward, cfg.round_trip_k), ""
+            return check_round_trip(result, forward, cfg.round_trip_k), "", forward.weights
     except Exception as exc:  # noqa: BLE001  (the answers stand without the check)
         log.exception("round-trip check failed")
         return result, (f"The round-trip check could not run ({common.short(str(exc), 160)}): these answers are not "
-                        "checked.")
+                        "checked."), ""
 
 
 # ---- results ----------------------------------------------------------------------------------
@@ -653,12 +664,14 @@ def show_copied_tokens(shown: Shown, prediction: Prediction) -> None:
 
 
 def answer_table(result: QueryResult, known: tuple[str, str] | None = None, written: str = "",
-                 model: tuple[str, str] | None = None) -> tuple[list[str], list[list[object]]]:
+                 model: tuple[str, str] | None = None,
+                 checker: tuple[str, str, int] | None = None) -> tuple[list[str], list[list[object]]]:
     """The answers as the Batch page (and `molspec predict`) exports one query: its header and rows. With a known
     answer, (its column's name, its SMILES), that column leads and `matches_known` ends each row, as the Batch page
     exports a file of recorded reactions; `written`, a recorded reaction as typed (typed_reaction), follows it in
     REACTION_COLUMN, as there. `model` (Shown.model): the model that gave them, in io.MODEL_COLUMNS at the end, as
-    the Batch page's files name it (the file said nothing of which model gave its answers)."""
+    the Batch page's files name it (the file said nothing of which model gave its answers); `checker` (Shown.checker):
+    the forward model that checked them round trip, in io.CHECKER_COLUMNS after them, as there."""
     if not known:
         header, rows = output_header(()), list(result_rows(1, (), result))
     elif written:
@@ -666,7 +679,9 @@ def answer_table(result: QueryResult, known: tuple[str, str] | None = None, writ
                                     result.task)
     else:
         header, rows = known_marked(known[:1], result_rows(1, known[1:], result), result.task)
-    return (header, rows) if model is None else with_model(header, rows, itertools.repeat(model))
+    if model is not None:
+        header, rows = with_model(header, rows, itertools.repeat(model))
+    return (header, rows) if checker is None else with_checker(header, rows, itertools.repeat(checker))
 
 
 def known_marked(names: tuple[str, ...], rows: Iterable[list[object]],
@@ -678,9 +693,10 @@ def known_marked(names: tuple[str, ...], rows: Iterable[list[object]],
 
 
 def answer_exports(result: QueryResult, known: tuple[str, str] | None = None, written: str = "",
-                   model: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
+                   model: tuple[str, str] | None = None,
+                   checker: tuple[str, str, int] | None = None) -> tuple[bytes, bytes]:
     """answer_table as CSV and SD file, row for row."""
-    header, rows = answer_table(result, known, written, model)
+    header, rows = answer_table(result, known, written, model, checker)
     return csv_bytes(header, rows), sd_bytes(header, rows)
 
 
@@ -703,7 +719,7 @@ def typed_reaction(shown: Shown) -> str:
 
 def show_exports(shown: Shown) -> None:
     known, written = known_column(shown), typed_reaction(shown)
-    csv, sdf = answer_exports(shown.result, known, written, shown.model)
+    csv, sdf = answer_exports(shown.result, known, written, shown.model, shown.checker)
     with st.container(horizontal=True):
         st.download_button("Download answers (CSV)", csv, file_name="molspec-answers.csv", mime="text/csv",
                            icon=":material/download:")
@@ -712,7 +728,8 @@ def show_exports(shown: Shown) -> None:
                            help="A record per answer, with 2D coordinates and the CSV's columns as fields "
                                 "(an unreadable answer keeps its fields without atoms).")
         st.download_button("Download answers (Excel)",
-                           lambda: workbook_bytes(*answer_table(shown.result, known, written, shown.model)),
+                           lambda: workbook_bytes(*answer_table(shown.result, known, written, shown.model,
+                                                                shown.checker)),
                            file_name="molspec-answers.xlsx", mime=common.WORKBOOK_MIME, icon=":material/download:",
                            on_click="ignore", help=common.WORKBOOK_HELP)
 
@@ -1019,8 +1036,18 @@ def history_export(entries: list[tuple[int, Shown]]) -> tuple[list[str], list[li
     `matches_known` ends each row, as in answer_table; named as there, or known_<side> where the entries' names
     differ. Where any is a recorded reaction, REACTION_COLUMN follows, each reaction as typed (typed_reaction).
     Without MODEL_COLUMN one query's answers from two models read alike (their method and arithmetic the same). Each
-    row ends with io.MODEL_COLUMNS, as the page's other files do: the folder again, and the weights' fingerprint."""
+    row ends with io.MODEL_COLUMNS, as the page's other files do: the folder again, and the weights' fingerprint; and
+    where any was checked round trip, with io.CHECKER_COLUMNS (empty for the others)."""
     oldest = list(reversed(entries))
+    header, rows = _history_table(oldest)
+    if not any(s.checker for _, s in oldest):
+        return header, rows
+    checkers = (s.checker or NO_CHECKER for n, s in oldest for _ in result_rows(n, (), s.result))  # row for row
+    return with_checker(header, rows, checkers)
+
+
+def _history_table(oldest: list[tuple[int, Shown]]) -> tuple[list[str], list[list[object]]]:
+    """history_export's table, oldest first, before the round-trip check's columns."""
     models = [s.model for n, s in oldest for _ in result_rows(n, (), s.result)]  # row for row
     knowns = [known_column(s) for _, s in oldest]
     names = {k[0] for k in knowns if k}
