@@ -122,6 +122,10 @@ def _library(isa: str = "native") -> ctypes.CDLL:
     """The compiled decoder step, built once per source version, CPU kind and instruction set."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         raise NativeUnavailable(f"the C step is written for x86-64 with AVX2; this machine is {platform.machine()}")
+    if not _cpu_flags():  # an x86-64 Mac with AVX2 was told 'this CPU lacks avx2, fma, f16c'
+        raise NativeUnavailable("this CPU's features could not be read (the C step reads them from Linux's "
+                                "/proc/cpuinfo, absent here or without a flags line), so whether it has "
+                                f"{', '.join(CPU_FLAGS)}, which the C step needs, is not known")
     missing = [flag for flag in CPU_FLAGS if flag not in _cpu_flags()]
     if missing:
         raise NativeUnavailable(f"this CPU lacks {', '.join(missing)}, which the C step needs")

@@ -169,6 +169,10 @@ def fresh_build(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("cause, setup", [
     ("lacks", lambda mp: mp.setattr(native, "_cpu_flags", lambda: {"avx2"})),
+    # no /proc/cpuinfo (an x86-64 Mac with AVX2): it said 'this CPU lacks avx2, fma, f16c', which is untrue there
+    ("this CPU's features could not be read \\(the C step reads them from Linux's /proc/cpuinfo, absent here or "
+     "without a flags line\\), so whether it has avx2, fma, f16c, which the C step needs, is not known",
+     lambda mp: mp.setattr(native, "_cpuinfo_text", lambda: "")),
     ("compiling decoder_step.c failed", lambda mp: mp.setenv("CC", "false")),
     # not a folder: the remedy names the variable that moves the build
     ("building the C step into /dev/null/cache/molspec failed: .*; set XDG_CACHE_HOME to a folder that can be "
