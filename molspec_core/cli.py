@@ -635,7 +635,8 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     except BaseException as stop:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows
         if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
             with contextlib.suppress(OSError):  # on a full disk too; without it --resume checks --method alone
-                write_text_file(settings_name(keep), json.dumps(answer_settings(args), indent=1) + "\n")
+                made_with = {**answer_settings(args), "weights": predictor.weights}  # those loaded: check_settings
+                write_text_file(settings_name(keep), json.dumps(made_with, indent=1) + "\n")
         if not (args.output == STDOUT and isinstance(stop, BrokenPipeError)):  # cmd_predict's one line says that
             print(f"stopped: {stopped(args.output, len(table.queries), keep, getattr(stop, 'records_out', 0))}",
                   file=sys.stderr)
@@ -737,7 +738,9 @@ def check_settings(args: argparse.Namespace, keep: Kept) -> None:
     """Refuse --resume where the kept rows were made with other answer_settings than this run's (--n-best 5 rows
     followed by --n-best 10 rows, float32 by int8, one model's by another's); rows kept before the settings were
     recorded are checked for --method alone (io.kept_rows)."""
+    from .calibration import weights_fingerprint
     from .io import read_text
+    from .service import model_folder
 
     path = settings_name(keep)
     if not path.is_file():
@@ -752,6 +755,13 @@ def check_settings(args: argparse.Namespace, keep: Kept) -> None:
     if differ:
         raise ValueError(f"the rows kept in {keep.path.name} were made with other options ({'; '.join(differ)}): "
                          "resume with the options that were interrupted")
+    # one folder, other weights: a training run's export/ is rewritten every few minutes (rows kept before the weights
+    # were recorded are not checked for them)
+    weights = kept.get("weights")
+    if isinstance(weights, str) and weights and weights != weights_fingerprint(model_folder(str(args.model))):
+        raise ValueError(f"the rows kept in {keep.path.name} were made with other weights than those now in --model "
+                         f"{args.model} (its weight files were replaced since, as a training run's export/ is): this "
+                         "run's answers would be joined to another model's; delete the kept rows to start again")
 
 
 def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None, keep: Kept | None

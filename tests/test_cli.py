@@ -1975,6 +1975,34 @@ def test_a_disk_without_room_for_the_output_is_refused_before_predicting(tmp_pat
     check_room(tmp_path / "again.csv", 10**15)  # not refused: the run finds out
 
 
+def test_a_resumed_run_is_refused_where_the_models_weights_were_replaced_since(tmp_path, monkeypatch, capsys):
+    """predict --resume checked the kept rows' options and model folder, not its weights: a training run's export/,
+    rewritten every few minutes, had a resumed run join its answers to rows another model made, without a word. The
+    weights loaded (Predictor.weights) are recorded beside the kept rows, and a folder holding others is refused."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\n")
+    out = tmp_path / "out.csv"
+    predict = ["predict", "--model", str(model), "--input", str(tmp_path / "q.txt"), "--output", str(out),
+               "--batch-size", "1"]
+    stop_on_the_second_call(monkeypatch, KeyboardInterrupt())
+    assert main(predict) == 130
+    from molspec_core.calibration import weights_fingerprint
+
+    assert json.loads((tmp_path / "out.interrupted.json").read_text())["weights"] == weights_fingerprint(model)
+    with open(next(model.glob("*.safetensors")), "ab") as weights:  # the folder's weights replaced
+        weights.write(b"\0")
+    capsys.readouterr()
+    assert main([*predict, "--resume"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: the rows kept in out.interrupted.csv were made with other weights than those now in --model {model} "
+        "(its weight files were replaced since, as a training run's export/ is): this run's answers would be joined to "
+        "another model's; delete the kept rows to start again")
+    assert (tmp_path / "out.interrupted.csv").exists() and not out.exists()
+
+
 def test_a_resumed_run_checks_the_kept_rows_are_this_runs_and_never_keeps_fewer(tmp_path, monkeypatch, capsys):
     (tmp_path / "q.txt").write_text("CCO\nCCN\nCCCl\nCCBr\n")
     out, kept = tmp_path / "out.csv", tmp_path / "out.interrupted.csv"
