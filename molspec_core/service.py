@@ -133,7 +133,11 @@ def model_task(name_or_path: str | Path) -> str:
 
 
 def name_hint(text: str) -> str:
-    """A refusal's ending for a query that reads like a chemical name (WORD) or is a CAS number, else ""."""
+    """A refusal's ending for a query that is a comment line (# first: no SMILES begins so; a TXT file's line 'made by
+    hand' was told it reads like a name), reads like a chemical name (WORD) or is a CAS number, else ""."""
+    if text.lstrip().startswith("#"):
+        return ("; it begins with '#', as a comment line does, and no SMILES does: leave the line out (a SMILES "
+                "file, .smi, skips such lines)")
     if CAS_NUMBER.fullmatch(text.strip()):
         return ("; it reads like a CAS Registry Number, and those are not looked up here: paste a SMILES or an InChI, "
                 "or draw the structure")

@@ -205,6 +205,12 @@ def test_query_is_canonicalized_before_decoding(copier):
     ("acetic anhydride", "several queries apart (a list in Python or over HTTP; a line each in a file, the "
                          "app's Batch page); it reads like a name"),
     ("CC(=O)Cl NCc1ccccc1", "no spaces: join the molecules of one query with '.'"),  # two lines pasted into one box
+    # a comment line of a TXT file of queries: told it read like a name, or of a bond without an atom before it alone
+    ("# made by hand", "no spaces: join the molecules of one query with '.' (CC(=O)Cl.NCc1ccccc1), and give several "
+                       "queries apart (a list in Python or over HTTP; a line each in a file, the app's Batch page); it "
+                       "begins with '#', as a comment line does, and no SMILES does: leave the line out (a SMILES "
+                       "file, .smi, skips such lines)"),
+    ("#CCN", "the bond '#' at position 1 has no atom before it; it begins with '#', as a comment line does"),
     # a line of the Molecular Transformer's tokenized files: told it reads as tokens, and what they join to
     ("C C ( = O ) Cl . N c 1 c c n c c 1", "; it reads as tokenized SMILES (a token a space): joined, it is "
                                             "CC(=O)Cl.Nc1ccncc1"),
