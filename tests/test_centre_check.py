@@ -52,3 +52,11 @@ def test_the_mapped_centre_holds_a_stereocentre_whose_configuration_turned(produ
     map's centre read bonds, hydrogens and charges only, so such an atom counted against the estimate (USPTO-50K's
     test set: 18 reactions whose centres differed by that alone)."""
     assert load_tool("centre_check").mapped_centre("[CH3:1][C@H:2]([OH:3])[CH2:4][CH3:5]", product) == centre
+
+
+def test_a_meso_ring_mapped_mirrored_has_no_turned_stereocentre():
+    """cis-2,6-Dimethylmorpholine acetylated: a map may pair the ring's two halves either way round (USPTO-50K's
+    maps do), and paired mirrored each stereocentre's configuration reads as turned though the ring is the same."""
+    reactants = "[CH3:1][C@@H:2]1[CH2:3][NH:4][CH2:5][C@H:6]([CH3:7])[O:8]1.[CH3:9][C:10](=[O:11])[Cl:12]"
+    mirrored = "[CH3:1][C@H:2]1[CH2:3][N:4]([C:10]([CH3:9])=[O:11])[CH2:5][C@@H:6]([CH3:7])[O:8]1"
+    assert load_tool("centre_check").mapped_centre(reactants, mirrored) == {3, 4}  # the amide's N and C only

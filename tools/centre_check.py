@@ -60,8 +60,23 @@ def mapped_centre(reactants: str, product: str) -> set[int] | None:
         if all(end in index_of for end in ends) and after.GetBondBetweenAtoms(*(index_of[e] for e in ends)) is None:
             centre.update(index_of[e] for e in ends)
     pairs = {a.GetIdx(): atom_of[a.GetAtomMapNum()].GetIdx() for a in after.GetAtoms()}
-    centre.update(a.GetIdx() for a in after.GetAtoms() if _turned(a, atom_of[a.GetAtomMapNum()], pairs))
+    centre.update(a.GetIdx() for a in after.GetAtoms()
+                  if _turned(a, atom_of[a.GetAtomMapNum()], pairs) and not _paired_by_choice(a, after)
+                  and not _paired_by_choice(atom_of[a.GetAtomMapNum()], before))
     return centre
+
+
+def _paired_by_choice(atom: Chem.Atom, molecules: Chem.Mol) -> bool:
+    """Whether a map may pair an atom, or two of its neighbours, either way round, its bonds and elements alike
+    (tied in the molecules' ranks, stereo aside): a meso ring's two stereocentres (cis-2,6-dimethylmorpholine's, a
+    cis-2,5-dimethylpiperazine's before one nitrogen is alkylated), a 1,4-cyclohexane's two arms. A map that pairs
+    them mirrored turns the atom's configuration though it stays."""
+    plain = Chem.Mol(molecules)
+    for each in plain.GetAtoms():
+        each.SetAtomMapNum(0)
+    rank = list(Chem.CanonicalRankAtoms(plain, breakTies=False, includeChirality=False))
+    around = [rank[n.GetIdx()] for n in atom.GetNeighbors()]
+    return rank.count(rank[atom.GetIdx()]) > 1 or len(set(around)) < len(around)
 
 
 def mapped_leaving(reactants: str, product: str) -> set[int]:
