@@ -31,6 +31,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
+import email.utils
 import inspect
 import io
 import ipaddress
@@ -118,6 +119,11 @@ MAX_DIGITS = 100  # in a JSON whole number (a seed takes 19); Python reads no mo
 # each path and the methods it takes (the Allow header)
 ROUTES = {"/health": "GET, HEAD", "/models": "GET, HEAD", "/predict": "POST"}
 HEALTHY = {"status": "ok"}  # GET /health's answer
+# The Server header: the standard library's "BaseHTTP/0.6 Python/3.11.7" told every client (with --host, the
+# network's) which Python release, and so which of its published flaws, answered it.
+SERVER_NAME = "molspec"
+# Every answer's body is JSON, and a browser must not sniff it for another type (HTML a page could run)
+JSON_HEADERS = {"Content-Type": "application/json", "X-Content-Type-Options": "nosniff"}
 
 # Predictor.predict's options, by the JSON types a request may give them in (bool is not taken for a number).
 OPTIONS: dict[str, tuple[type, ...]] = {"method": (str,), "n_best": (int,), "draft_len": (int,), "n_drafts": (int,),
@@ -491,9 +497,7 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def version_string(self) -> str:
-        """The Server header: the standard library's "BaseHTTP/0.6 Python/3.11.7" told every client (with --host, the
-        network's) which Python release, and so which of its published flaws, answered it."""
-        return "molspec"
+        return SERVER_NAME
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout_s  # StreamRequestHandler.setup sets it on the socket
@@ -894,9 +898,9 @@ class Handler(BaseHTTPRequestHandler):
         data = json.dumps(payload, allow_nan=False).encode("utf-8")
         if self.server.service.stopping.is_set():  # no next request will be answered on this connection
             self.close_connection = True
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_response(status)  # with Server and Date
+        for key, value in JSON_HEADERS.items():
+            self.send_header(key, value)
         self.send_header("Content-Length", str(len(data)))
         if self.close_connection:  # the client learns it must open a new connection for its next request
             self.send_header("Connection", "close")
@@ -990,12 +994,23 @@ def drain(connection: socket.socket) -> None:
         pass  # the client has gone: nothing left to save
 
 
+def closing_answer(status: HTTPStatus, payload: dict, headers: Mapping[str, str] | None = None,
+                   head_only: bool = False) -> bytes:
+    """An answer written whole, for a connection past the limit that no Handler reads, which then closes: the headers
+    Handler._send's carry (Server and Date as send_response writes them, JSON_HEADERS), then `headers`. The health
+    probe's 200 lacked X-Content-Type-Options, Date and Server."""
+    body = json.dumps(payload).encode()
+    fields = {"Server": SERVER_NAME, "Date": email.utils.formatdate(usegmt=True), **JSON_HEADERS,
+              "Content-Length": str(len(body)), "Connection": "close", **(headers or {})}
+    head = f"HTTP/1.1 {status.value} {status.phrase}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    return (head + "\r\n").encode() + (b"" if head_only else body)
+
+
 def busy_answer(limit: int) -> bytes:
     """The 503 a connection past the limit gets, whole, before it closes (no handler reads its request: drain
     drops it)."""
-    body = json.dumps({"error": f"the server holds {limit} connections; try again shortly"}).encode()
-    return (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-            "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode() + body
+    return closing_answer(HTTPStatus.SERVICE_UNAVAILABLE,
+                          {"error": f"the server holds {limit} connections; try again shortly"}, {"Retry-After": "1"})
 
 
 def host_name(host: str) -> str:
@@ -1045,10 +1060,7 @@ def health_probe(head: bytes, loopback: bool) -> str | None:
 
 def health_answer(method: str) -> bytes:
     """GET /health's answer, whole (HEAD: its head alone), for a connection past the limit, which then closes."""
-    body = json.dumps(HEALTHY).encode()
-    head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode()
-    return head if method == "HEAD" else head + body
+    return closing_answer(HTTPStatus.OK, HEALTHY, head_only=method == "HEAD")
 
 
 def address_family(host: str) -> socket.AddressFamily:

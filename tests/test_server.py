@@ -3,6 +3,7 @@ request it cannot answer gets a status and a reason while the server goes on."""
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import gzip
 import http.client
 import json
@@ -1446,17 +1447,26 @@ def test_health_is_answered_past_the_connection_limit(models, monkeypatch):
     running = server.serve([models["forward"]], "127.0.0.1", 0)
     threading.Thread(target=running.serve_forever, daemon=True).start()
     address = running.server_address[:2]
+    probe = b"GET /health?probe=1 HTTP/1.1\r\nHost: localhost:80\r\nConnection: close\r\n\r\n"
+    (_, normal, _), = exchange(address, probe)
     with socket.create_connection(address, timeout=30):  # holds the one thread, sending nothing
         time.sleep(0.2)
-        (line, fields, body), = exchange(address, b"GET /health?probe=1 HTTP/1.1\r\nHost: localhost:80\r\n\r\n")
+        (line, fields, body), = exchange(address, probe)
         assert (line, json.loads(body), fields["connection"]) == ("HTTP/1.1 200 OK", {"status": "ok"}, "close")
+        # the headers the answer within the limit carries (it lacked X-Content-Type-Options, Date and Server)
+        assert sorted(fields) == sorted(normal)
+        assert {name: fields[name] for name in normal if name != "date"} == {
+            name: value for name, value in normal.items() if name != "date"}
+        assert email.utils.parsedate_to_datetime(fields["date"]).tzinfo is not None
         (line, fields, body), = exchange(address, b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert (line, body, fields["content-length"]) == ("HTTP/1.1 200 OK", b"", "16")
         for refused in (b"GET /models HTTP/1.1\r\nHost: localhost\r\n\r\n",
                         b"POST /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
                         b"GET /health HTTP/1.1\r\nHost: evil.example\r\n\r\n",
                         b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n"):
-            assert exchange(address, refused)[0][0].startswith("HTTP/1.1 503"), refused
+            (line, fields, _), = exchange(address, refused)
+            assert line.startswith("HTTP/1.1 503") and fields["retry-after"] == "1", refused
+            assert {"date", "server", "x-content-type-options", "content-type"} <= set(fields), refused
     running.shutdown()
     running.server_close()
 
