@@ -206,12 +206,8 @@ def evaluate(predictor: Predictor, sources: list[str], targets: list[str], n_bes
 
 
 MARK_RATES = {"invalid": "invalid_smiles_rate", "flagged": "flagged_rate", "repeated": "repeated_rate"}  # _report's
-TIMED_OUT_COUNT = "timed_out"  # a report's count, among its query_errors, of those the time limit stopped (timed_out)
-
-
-def timed_out(result: QueryResult) -> bool:
-    """QueryResult.timed_out (its rule lives in service.stopped_by_time_limit), by the name calibrate imports."""
-    return result.timed_out
+TIMED_OUT_COUNT = "timed_out"  # a report's count, among its query_errors, of those the time limit stopped
+# (QueryResult.timed_out)
 
 
 def _kept(earlier: dict | None) -> tuple[dict[str, list[int | None]], dict[str, list[bool]], list[dict], int]:
