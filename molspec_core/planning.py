@@ -44,7 +44,7 @@ from .boundary import Terminated
 from .centre import untraced_part
 from .chem import (CXSMILES, LACKS_ATOMS, NONMETALS, ChemError, canonical, canonical_or_none, clear_maps, holds_carbon,
                    inchi_alone, main_molecule, missing_atoms, mol_from_smiles, product_alone, rdkit_quietly,
-                   salts_as_ions, smiles_from_inchi, stereo_notes)
+                   reaction_sides, salts_as_ions, smiles_from_inchi, stereo_notes)
 from .io import (MAX_INPUT_BYTES, SMILES_FILE_HEADERS, STDIN, STDIN_NAME, STOCK_COLUMNS, QueryFile, TooManyRecords,
                  _decode_stream, parse_smiles_file, parse_upload, query_format, read_queries, read_text,
                  refuse_unnamed_results, rounded, significant, text_lines, txt_queries)
@@ -743,6 +743,18 @@ def target_form_notes(target: str) -> list[str]:
             f"one apart as some other molecule. To plan for the neutral compound, give {neutral}."]
 
 
+def recorded_reaction(target: str) -> tuple[str, tuple[str, ...]]:
+    """A target pasted as a recorded reaction, 'reactants>>product' or 'reactants>reagents>product': its product, to
+    plan for, and a note saying so, as the Predict page's retrosynthesis reads such a reaction for its product. The
+    Routes page refused it, naming command-line tools. Any other target comes back as given, with no note."""
+    parts = reaction_sides(target.strip())
+    if len(parts) != 3 or not parts[0].strip() or not parts[2].strip():
+        return target, ()
+    product = parts[2].strip()
+    return product, (f"Read as a reaction SMILES: the routes are planned for its product, {product}; its recorded "
+                     f"reactants, {parts[0].strip()}, are not used by the search.",)
+
+
 def check_time_limit(time_limit_s: float) -> None:
     """ValueError unless a search's time limit is above 0 and at most MAX_TIME_LIMIT_S (the CLI asks before it
     loads the models)."""
@@ -768,12 +780,13 @@ def plan(target: str, predictor: Predictor, stock: Stock, time_limit_s: float = 
     if max_routes < 1 or settings.max_steps < 1:
         raise ValueError("max_routes and max_steps must be 1 or more")
     predictor.check_augment(settings.augment)
+    target, reaction_notes = recorded_reaction(target)
     canonical_target = check_target(target, predictor)
     model = PredictorModel(predictor, forward, settings.method, settings.n_best, settings.batch_size,
                            settings.round_trip_k, settings.check_atoms, progress, settings.augment)
     search = search_algorithm(algorithm, model, stock, time_limit_s, settings.max_steps)
     target_mol = Molecule(canonical_target)
-    notes = (*stereo_notes(target), *target_form_notes(canonical_target))
+    notes = (*reaction_notes, *stereo_notes(target), *target_form_notes(canonical_target))
     graph = search.create_graph(target_mol)  # made here, not in run_from_mol: a stopped search keeps its routes
 
     def result(iterations: int | None, stopped_by: str | None = None) -> PlanResult:

@@ -439,6 +439,16 @@ def test_plan_finds_a_route_and_exports_it(copy_predictor, algorithm):
     assert len(rows) == sum(route.n_steps for route in result.routes)
 
 
+@pytest.mark.parametrize("target", ["NO>>OCCN", "NO>CO>OCCN"])
+def test_plan_of_a_recorded_reaction_plans_for_its_product_with_a_note(copy_predictor, target):
+    """The Predict page's retrosynthesis reads 'reactants>>product' for its product; plan refused it."""
+    result = plan(target, copy_predictor, Stock(["NO"]), time_limit_s=2.0, settings=COPY)
+    assert result.solved and result.target == "NCCO"
+    assert result.target_notes == ("Read as a reaction SMILES: the routes are planned for its product, OCCN; its "
+                                   "recorded reactants, NO, are not used by the search.",)
+    assert planning.recorded_reaction(">>OCCN") == (">>OCCN", ())  # the service reads a product alone itself
+
+
 def test_plan_without_a_route_says_so(copy_predictor):
     result = plan("ClCCCl", copy_predictor, Stock(["NO"]), time_limit_s=2.0, settings=COPY)
     assert not result.solved and result.routes == ()
@@ -880,14 +890,16 @@ def test_bad_options_get_clear_errors(copy_predictor, options, message):
         plan("NCCO", copy_predictor, Stock(["NO"]), **options)
 
 
-@pytest.mark.parametrize("reaction", ["CC(=O)O.OCC>>CC(=O)OCC", "CC(=O)O.OCC>>", "NCCO>>NCCO.O"])
-def test_a_reaction_smiles_is_told_it_is_one_dots_or_not(tmp_path, reaction):
-    """A reaction SMILES with a dot was told it had several molecules, not that the model reads a product."""
+@pytest.mark.parametrize("reaction, message", [("CC(=O)O.OCC>>", "reads a product, not a reaction SMILES"),
+                                               ("NCCO>>NCCO.O", "'NCCO.O' has several molecules.*NCCO")])
+def test_a_reaction_smiles_is_told_it_is_one_dots_or_not(tmp_path, reaction, message):
+    """A reaction SMILES with a dot was told it had several molecules, not that the model reads a product. One with a
+    product is planned for it (recorded_reaction); its product, not the reaction, is then what is refused."""
     folder = tmp_path / "retro"
     shutil.copytree(COPY_MODEL, folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "task": "retro"}))
-    with pytest.raises(ValueError, match="reads a product, not a reaction SMILES"):
+    with pytest.raises(ValueError, match=message):
         plan(reaction, Predictor.load(folder, "cpu"), Stock(["NO"]), time_limit_s=1.0)
 
 
