@@ -837,6 +837,9 @@ class Predictor:
         # that did not load was found only once the model had loaded
         checkpoint.inspect_folder(path)
         model, vocab, config = checkpoint.load(path, resolved)
+        # hashed as the weights are read, not once the engine is set up: building the C step takes a minute or more
+        # the first time, and weights rewritten meanwhile (a training run's export/) were named, not those read
+        weights = weights_fingerprint(path)
         try:
             if engine == "graphs":
                 model.use_cuda_graphs()
@@ -865,7 +868,7 @@ class Predictor:
                 draft_model.use_cuda_graphs()
             elif model.numpy_step is not None:
                 draft_model.use_numpy_step(True)
-        return cls(model, vocab, config, resolved, path, draft_model, weights_fingerprint(path))
+        return cls(model, vocab, config, resolved, path, draft_model, weights)
 
     # ---- input -------------------------------------------------------------------------------
 

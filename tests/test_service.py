@@ -1634,3 +1634,29 @@ def test_the_host_running_out_of_memory_inside_torch_is_a_memory_error_and_the_c
 
     with pytest.raises(RuntimeError, match="^another failure$"):  # torch's other RuntimeErrors go on as they are
         boundary.guarded(failing, "try less")
+
+
+def test_the_weights_fingerprint_names_the_weights_read_though_the_folder_changes_while_the_engine_is_set_up(
+        tmp_path, monkeypatch):
+    """Predictor.weights was hashed once the engine was set up, after the C step was built (a minute or more the first
+    time a model loads): weights rewritten in that time (a training run's export/) were named in the files, the CLI's
+    reports and the app's Continue check, not those read and decoded with. It is taken as the weights are read."""
+    import shutil
+
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.model import Seq2SeqTransformer
+
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "copy_model", model)
+    read = weights_fingerprint(model)
+    set_up = Seq2SeqTransformer.use_numpy_step
+
+    def rewritten_meanwhile(self, *args, **kwargs):  # the folder's weights replaced while the engine is set up
+        with open(next(model.glob("*.safetensors")), "ab") as weights:
+            weights.write(b"\0")
+        return set_up(self, *args, **kwargs)
+
+    monkeypatch.setattr(Seq2SeqTransformer, "use_numpy_step", rewritten_meanwhile)
+    predictor = Predictor.load(model, device="cpu", engine="numpy")
+    assert weights_fingerprint(model) != read
+    assert predictor.weights == read
