@@ -21,7 +21,7 @@ import test_app
 from molspec_core.io import QueryFile, parse_upload
 from molspec_core.service import Predictor
 from test_app import BATCH, assert_clean, batch_page, submit, texts
-from views.batch import safe_csv, table_hint
+from views.batch import results_key, safe_csv, table_hint
 
 copy_models = test_app.copy_models  # the fixture: a models folder whose `forward` model is the copy model
 
@@ -1046,3 +1046,37 @@ def test_a_stopped_run_whose_model_was_rewritten_is_not_continued_with_other_wei
     batch = at.session_state[BATCH]
     assert batch.weights == weights_fingerprint(copy_models / "forward") != first
     assert "now holds other weights" not in texts(at.warning)
+
+
+def test_a_stopped_run_whose_round_trip_model_was_rewritten_is_not_continued_with_other_weights(copy_models,
+                                                                                                 monkeypatch, asked):
+    """A retrosynthesis run checked round trip, stopped, the forward model's folder rewritten and loaded again:
+    Continue checked the rest with the new weights, and the files named the first rows' checker for every row (only
+    the model that predicted was compared). Continue is not offered, and the page names the checker's folder."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from views import common
+
+    shutil.copytree(copy_models / "forward", copy_models / "retro")
+    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
+        config = json.loads((copy_models / task / "config.json").read_text())
+        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
+    at = batch_page(monkeypatch, copy_models)
+    at.radio(key="task").set_value("retro").run()
+    asked.stop_at = 3
+    at.file_uploader[0].set_value(("q.txt", QUERIES, "text/plain"))
+    submit(at, "Run batch")
+    at.run()
+    assert [b for b in at.button if b.label.startswith("Continue")]
+    assert at.session_state[results_key("retro")].round_trip_weights
+    weights = copy_models / "forward" / "model.safetensors"
+    save_file(load_file(weights), weights, metadata={"format": "pt", "retrained": "yes"})  # other bytes: other weights
+    common.load_predictor.clear()  # loaded again, as after the cache let it go
+    at.run()
+    assert_clean(at)
+    assert not [b for b in at.button if b.label.startswith("Continue")]
+    assert ("The model folder forward now holds other weights than the ones this run's rows were checked round trip "
+            "with") in texts(at.warning)

@@ -789,27 +789,32 @@ def show_last(now: Settings) -> None:
     if batch is None:
         return
     if batch.done < batch.total:
-        show_stopped(batch, can_continue=run is not None and not rewritten(run))
-        if run is not None and rewritten(run):
+        folder = "" if run is None else rewritten(run)
+        show_stopped(batch, can_continue=run is not None and not folder)
+        if run is not None and folder:
+            made = "came from" if folder == run.settings.model else "were checked round trip with"
             st.warning(common.md_escape(
-                f"The model folder {run.settings.model} now holds other weights than the ones this run's rows came "
-                "from (it was rewritten since): continuing would put two models' answers in one file. Run batch "
-                "again to predict the whole file with the weights now there; the table and downloads hold the rows "
-                "done, named with the weights that gave them."), icon=":material/warning:")
+                f"The model folder {folder} now holds other weights than the ones this run's rows {made} (it was "
+                "rewritten since): continuing would mix two models' work in one file. Run batch again to predict the "
+                "whole file with the weights now there; the table and downloads hold the rows done, named with the "
+                "weights that gave them."), icon=":material/warning:")
     if batch.done:
         show(batch, now)
 
 
-def rewritten(run: Run) -> bool:
-    """Whether the run's model now loads other weights than its rows so far came from (Run.weights): its folder was
-    rewritten, and the app loaded it again. Continue predicted the rest with them, and the files named the first rows'
-    weights for every row. A folder that does not load is no rewrite: Continue says why it cannot run."""
-    if not run.weights:
-        return False
-    try:
-        return run.settings.predictor().weights != run.weights
-    except Exception:  # noqa: BLE001  (the run's own start reports it)
-        return False
+def rewritten(run: Run) -> str:
+    """The model folder of the run that now loads other weights than its rows so far came from (Run.weights) or were
+    checked round trip with (Run.round_trip_weights), else "": its folder was rewritten, and the app loaded it again.
+    Continue predicted or checked the rest with them, and the files named the first rows' weights for every row. A
+    folder that does not load is no rewrite: Continue says why it cannot run (the check, why it did not run)."""
+    cfg = run.settings
+    for folder, weights in ((cfg.model, run.weights), (cfg.round_trip_model, run.round_trip_weights)):
+        try:
+            if folder and weights and cfg.predictor(folder).weights != weights:
+                return folder
+        except Exception:  # noqa: BLE001  (the run's own start reports it)
+            continue
+    return ""
 
 
 def unnamed_known_column(batch: BatchResult) -> str:
