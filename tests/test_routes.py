@@ -805,3 +805,17 @@ def test_a_step_kept_though_its_reactants_lack_atoms_of_its_product_says_so(tmp_
                       "product (kept: *Skip steps whose reactants lack atoms of the product* was off)."]
     tree = planning.routes_json(at.session_state["routes"].result)["routes"][0]["tree"]
     assert tree["reaction"]["lacks_atoms"] == {"C": 2}
+
+
+def test_the_page_takes_the_shipped_models_not_a_copy_named_before_them(tmp_path, monkeypatch):
+    """The page took the first retrosynthesis and forward models by name: a folder of one's own (a_small) beside the
+    shipped retro and forward became the search's model and the round-trip check's without a word, where the
+    sidebar's lists open on the shipped ones (common.default_model)."""
+    models = models_with_forward(tmp_path)
+    for task in ("retro", "forward"):
+        shutil.copytree(models / task, models / f"a_small_{task}")
+    at = routes_page(models, monkeypatch)
+    caption = shown_text(at)
+    assert "the retrosynthesis model retro:" in caption and "with the forward model forward:" in caption
+    assert "a_small" not in caption
+

@@ -22,6 +22,7 @@ from molspec_core.planning import (ALGORITHMS, ROUTE_COLUMNS, ExpansionCounts, P
                                    RouteMolecule, RouteStep, SearchStats, SearchStopped, Stock, failure_note,
                                    lacks_text, load_stock, no_route, plan, route_rows, routes_json,
                                    starting_materials_text, stock_from_upload, stock_name, stock_read_from)
+from molspec_core.words import counted
 from views import common
 
 log = logging.getLogger(__name__)
@@ -93,11 +94,12 @@ def uploaded_stock(name: str, data: bytes, column: str | None = None) -> Stock:
 
 
 def retro_model(cfg: common.Settings) -> str | None:
-    """The retrosynthesis model folder: the sidebar's when its task is retrosynthesis, else the first installed."""
+    """The retrosynthesis model folder: the sidebar's when its task is retrosynthesis, else the one its list opens on
+    (common.default_model: the shipped retro; the first by name made a_small beside it the model without a word)."""
     if cfg.task == "retro" and cfg.model:
         return cfg.model
     names = common.models_for_task("retro")
-    return names[0] if names else None
+    return common.default_model(names, "retro") if names else None
 
 
 def other_retro_models(model: str) -> str:
@@ -125,9 +127,10 @@ def is_stand_in(model: str) -> bool:
 
 
 def forward_model() -> str | None:
-    """The forward model that checks each step round trip: the sidebar's (the first installed), or None."""
+    """The forward model that checks each step round trip: the one the sidebar's list opens on (common.default_model,
+    the shipped forward before a_small), or None."""
     names = common.models_for_task("forward")
-    return names[0] if names else None
+    return common.default_model(names, "forward") if names else None
 
 
 def round_trip_note(cfg: common.Settings, on: bool) -> str:
@@ -152,7 +155,7 @@ def progress_text(elapsed_s: float, molecules: int, time_limit_s: float) -> str:
     molecule, and the model loads its caches) it said "Searching…" and nothing more for many seconds."""
     if molecules == 0:
         return f"Expanding the target: asking the model for its reactants… (time limit {time_limit_s:g} s)"
-    return (f"Searching… {common.counted(molecules, 'molecule')} expanded, {elapsed_s:.0f} of "
+    return (f"Searching… {counted(molecules, 'molecule')} expanded, {elapsed_s:.0f} of "
             f"{time_limit_s:g} s")
 
 
@@ -364,10 +367,10 @@ def show_route(rank: int, route: Route) -> None:
     step_of = {step: number for number, (_, step) in enumerate(steps, start=1)}  # steps() lists each once
     flagged = sum(bool(step.stereo) for _, step in steps)
     lacking = sum(bool(step.missing) for _, step in steps)  # in the title too: routes below the first are folded
-    title = (f"Route {rank}: {common.counted(route.n_steps, 'step')}, "
+    title = (f"Route {rank}: {counted(route.n_steps, 'step')}, "
              f"probability {common.format_probability(route.score)}"
-             + (f" · stereo ⚠ in {common.counted(flagged, 'step')}" if flagged else "")
-             + (f" · lacks atoms ⚠ in {common.counted(lacking, 'step')}" if lacking else ""))
+             + (f" · stereo ⚠ in {counted(flagged, 'step')}" if flagged else "")
+             + (f" · lacks atoms ⚠ in {counted(lacking, 'step')}" if lacking else ""))
     with st.expander(title, expanded=rank == 1):
         st.markdown("**Compounds to procure:** " + common.md_escape(starting_materials_text(route)))
         st.caption(CENTRE_KEY)
@@ -393,11 +396,6 @@ def show_route(rank: int, route: Route) -> None:
             for column, reactant, colours in zip(columns[2:], step.reactants, on_reactants):
                 with column:
                     show_molecule(reactant, step_of, colours)
-
-
-def amount(n: int, noun: str) -> str:
-    """'1 molecule', '12,345 molecules': common.counted with thousands separated, for counts that run large."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def made_with(result: PlanResult) -> str:
@@ -442,8 +440,8 @@ def show_stats(result: PlanResult) -> None:
     figures.metric("Search nodes", stats.nodes, width="content")
     figures.metric("Routes", len(result.routes), width="content",
                    help=f"The best routes the search found, {result.max_routes} at most: it may have found more")
-    st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {amount(stats.iterations, 'iteration')} · "
-               f"{amount(counts.decoder_calls, 'decoder call')}{round_trip_count(counts, result.forward_model)} · "
+    st.caption(f"{ALGORITHM_LABELS[stats.algorithm]} · {counted(stats.iterations, 'iteration')} · "
+               f"{counted(counts.decoder_calls, 'decoder call')}{round_trip_count(counts, result.forward_model)} · "
                f"stock {common.md_escape(stock_name(result.stock, result.stock_read_from))} "
                f"({stock_size(result.stock_size, result.stock_unreadable)})")
 
@@ -455,13 +453,13 @@ def round_trip_count(counts: ExpansionCounts, forward_model: str | None) -> str:
         return ""
     if counts.kept == 0:
         return " · no usable step to check round trip"
-    return f" · round trip ✓ for {counts.round_trips:,} of the {amount(counts.kept, 'usable step')}"
+    return f" · round trip ✓ for {counts.round_trips:,} of the {counted(counts.kept, 'usable step')}"
 
 
 def stock_size(molecules: int, unreadable: int) -> str:
     """'6,148 molecules', '1 molecule; 2 unreadable entries left out': a stock's size as the page says it."""
     left_out = f"; {unreadable:,} unreadable {'entry' if unreadable == 1 else 'entries'} left out" if unreadable else ""
-    return f"{amount(molecules, 'molecule')}{left_out}"
+    return f"{counted(molecules, 'molecule')}{left_out}"
 
 
 def no_route_message(stats: SearchStats) -> str:
@@ -489,7 +487,7 @@ def show_outcome(result: PlanResult) -> None:
         # As many as the search keeps: aspirin's 8-second search found over 200, and '10 routes found' read as all
         kept = (f" These are the best {result.max_routes}, the most a search keeps: it may have found more."
                 if len(result.routes) == result.max_routes else "")
-        st.success(f"{common.counted(len(result.routes), 'route')} to the stock found{found}, best "
+        st.success(f"{counted(len(result.routes), 'route')} to the stock found{found}, best "
                    f"first (the highest product of the steps' probabilities).{kept}{in_stock}",
                    icon=":material/route:")
     elif stats.target_in_stock:
