@@ -819,3 +819,11 @@ def test_the_page_takes_the_shipped_models_not_a_copy_named_before_them(tmp_path
     assert "the retrosynthesis model retro:" in caption and "with the forward model forward:" in caption
     assert "a_small" not in caption
 
+
+def test_a_route_whose_steps_fail_the_round_trip_says_so_in_its_title(tmp_path, monkeypatch):
+    """A step the forward model does not give back was marked ✗ in its own small caption alone, and every route but
+    the first opens folded: the title counts such steps, as it counts those lacking atoms."""
+    at = find_routes(routes_page(models_with_forward(tmp_path), monkeypatch), "NCCO")  # the copy model: NO gives NO
+    assert not at.exception
+    step = next(c.value for c in at.expander[0].caption if c.value.startswith("Step 1"))
+    assert "round trip ✗" in step and at.expander[0].label.endswith(" · round trip ✗ in 1 step")

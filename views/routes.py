@@ -367,10 +367,13 @@ def show_route(rank: int, route: Route) -> None:
     step_of = {step: number for number, (_, step) in enumerate(steps, start=1)}  # steps() lists each once
     flagged = sum(bool(step.stereo) for _, step in steps)
     lacking = sum(bool(step.missing) for _, step in steps)  # in the title too: routes below the first are folded
+    # a step the forward model does not give back was marked in its own small caption alone
+    not_back = sum(step.round_trip is False for _, step in steps)
     title = (f"Route {rank}: {counted(route.n_steps, 'step')}, "
              f"probability {common.format_probability(route.score)}"
              + (f" · stereo ⚠ in {counted(flagged, 'step')}" if flagged else "")
-             + (f" · lacks atoms ⚠ in {counted(lacking, 'step')}" if lacking else ""))
+             + (f" · lacks atoms ⚠ in {counted(lacking, 'step')}" if lacking else "")
+             + (f" · round trip ✗ in {counted(not_back, 'step')}" if not_back else ""))
     with st.expander(title, expanded=rank == 1):
         st.markdown("**Compounds to procure:** " + common.md_escape(starting_materials_text(route)))
         st.caption(CENTRE_KEY)
