@@ -827,3 +827,15 @@ def test_a_route_whose_steps_fail_the_round_trip_says_so_in_its_title(tmp_path, 
     assert not at.exception
     step = next(c.value for c in at.expander[0].caption if c.value.startswith("Step 1"))
     assert "round trip ✗" in step and at.expander[0].label.endswith(" · round trip ✗ in 1 step")
+
+
+@pytest.mark.parametrize("probability, shown", [(0.5, "50.0%"), (0.001, "0.1%"), (0.00045, "0.045%"),
+                                                (1.23e-5, "0.0012%"), (9.9e-7, "<0.0001%")])
+def test_a_route_probability_reads_as_a_percentage_however_small(probability, shown):
+    """A route list read "probability 0.1%" beside "probability 4.5e-04": below 0.1% the page wrote scientific
+    notation (common.format_probability). Routes and steps read in percent, two significant figures below 0.1%."""
+    import math
+
+    from views.routes import route_probability
+
+    assert route_probability(math.log(probability)) == shown

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 
 import streamlit as st
@@ -331,7 +332,7 @@ def show_molecule(molecule: RouteMolecule, step_of: dict[RouteStep, int],
 
 
 def step_facts(step: RouteStep) -> str:
-    facts = [f"model rank {step.model_rank}", f"probability {common.format_probability(step.score)}"]
+    facts = [f"model rank {step.model_rank}", f"probability {route_probability(step.score)}"]
     if step.confidence is not None:
         facts.append(f"confidence {common.percent(step.confidence)}")
     if step.round_trip is not None:
@@ -362,6 +363,21 @@ def made_from(step: RouteStep) -> str:
     return f"{step.product} is made from {' + '.join(r.smiles for r in step.reactants)}"
 
 
+SMALLEST_PERCENT = 1e-6  # 0.0001%: below it a route's probability reads "<0.0001%"
+
+
+def route_probability(score: float) -> str:
+    """A route's or step's probability as a percentage always: common.format_probability writes one below 0.1% in
+    scientific notation, and a route list read "probability 0.1%" beside "probability 4.5e-04". Below 0.1% two
+    significant figures ("0.045%"), below SMALLEST_PERCENT "<0.0001%"; the JSON and CSV keep the score itself."""
+    probability = math.exp(score)
+    if probability >= 0.001:
+        return common.format_probability(score)
+    if probability < SMALLEST_PERCENT:
+        return f"<{SMALLEST_PERCENT * 100:.4f}%"
+    return f"{float(f'{probability * 100:.2g}'):f}".rstrip("0") + "%"
+
+
 def show_route(rank: int, route: Route) -> None:
     steps = route.steps()
     step_of = {step: number for number, (_, step) in enumerate(steps, start=1)}  # steps() lists each once
@@ -370,7 +386,7 @@ def show_route(rank: int, route: Route) -> None:
     # a step the forward model does not give back was marked in its own small caption alone
     not_back = sum(step.round_trip is False for _, step in steps)
     title = (f"Route {rank}: {counted(route.n_steps, 'step')}, "
-             f"probability {common.format_probability(route.score)}"
+             f"probability {route_probability(route.score)}"
              + (f" · stereo ⚠ in {counted(flagged, 'step')}" if flagged else "")
              + (f" · lacks atoms ⚠ in {counted(lacking, 'step')}" if lacking else "")
              + (f" · round trip ✗ in {counted(not_back, 'step')}" if not_back else ""))
