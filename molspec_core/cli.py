@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import dataclasses
 import functools
 import importlib.util
@@ -488,7 +489,7 @@ def check_predict_output(args: argparse.Namespace, max_rows: int | None = None) 
 def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -> int:
     """predict; `rows_out`: the stream the CSV rows go to where --output is STDOUT (cmd_predict)."""
     from .io import (InputFileError, MissingColumn, check_results_name, check_room, is_sd_name, least_output_bytes,
-                     read_queries, refuse_unnamed_results)
+                     model_cells, read_queries, refuse_unnamed_results)
     from .known import count_recorded, known_rank, recorded_reaction, recorded_side, with_recorded
     from .service import Predictor, check_options, model_task
 
@@ -571,7 +572,8 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
     # any query, and with --ray not a failure on every worker
     predictor.check_method(args.method)
     predictor.check_augment(args.augment)
-    check = round_trip_check(args, predictor)
+    check, checker = round_trip_check(args, predictor)
+    cells = (*model_cells(predictor.path, predictor.weights), *checker)  # what each row ends with (Named)
     if args.smiles is None and predictor.calibration_for(args.method, args.augment, args.n_best) is None:
         pooled = f" pooled over {args.augment} writings" if args.augment > 1 else ""
         print(f"note: {args.method}'s answers{pooled} have no calibration in {predictor.path} (sampling and lossy "
@@ -617,21 +619,25 @@ def predict_command(args: argparse.Namespace, rows_out: IO[str] | None = None) -
             from .io import QueryFile, result_rows
 
             table, recorded = with_recorded(QueryFile([args.smiles]), predictor.task)
-            write_marked(args.output, table, result_rows(1, table.cells_of(0), result),
-                         known_marks(table, "--smiles", recorded, predictor.task), stream=rows_out)
+            marks = known_marks(table, "--smiles", recorded, predictor.task)
+            write_marked(args.output, result_rows(1, table.cells_of(0), result),
+                         Named(answer_header(table, marks, bool(args.round_trip)), marks, cells), stream=rows_out)
             print(f"-> {output_name(args.output)}")
         return 0
+    named = Named(answer_header(table, marks, bool(args.round_trip)), marks, cells)
     try:
         if cluster:
             from .scale import predict_on_ray
 
             outcomes = Outcomes()  # kept_part counts the resumed records into it, predict_on_ray the rest
-            kept = kept_part(resumed(args, table, marks, keep), table, marks, outcomes)
+            kept = kept_part(resumed(args, table, marks, keep), table, outcomes)
+            # named as its marks: predict_on_ray asks of them the header and rows() alone, and so the model's columns
+            # come after matches_known, as predict_here writes them
             predict_on_ray(table, args.output, cluster, args.model, args.device, args.batch_size, options, args.engine,
-                           args.dtype, marks, keep, kept, outcomes)
+                           args.dtype, named, keep, kept, outcomes)  # type: ignore[arg-type]
         else:
-            outcomes = predict_here(predictor, table, args.output, args.batch_size, options, check, marks, keep,
-                                 resumed(args, table, marks, keep), rows_out)
+            outcomes = predict_here(predictor, table, args.output, args.batch_size, options, named, check, keep,
+                                    resumed(args, table, marks, keep), rows_out)
     except BaseException as stop:  # Ctrl-C, SIGTERM, a full disk, a failed prediction: the boundary's line follows
         if keep is not None and keep.last_row > keep.held:  # this run wrote the kept rows: they are made so
             with contextlib.suppress(OSError):  # on a full disk too; without it --resume checks --method alone
@@ -689,7 +695,7 @@ def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMar
     file or workbook out.interrupted.sdf.csv, out.interrupted.xlsx.csv), with --resume the records kept there by the
     run that was (Kept.held; io.check_kept), checked before the model loads. A file of kept rows is refused without
     --resume: this run, stopped in turn, would replace it with fewer. None for standard output."""
-    from .io import Kept, check_kept, interrupted_name, is_sd_name, is_workbook_name, output_header
+    from .io import Kept, check_kept, interrupted_name, is_sd_name, is_workbook_name
 
     if args.output == STDOUT:  # its rows are out as they come (cmd_predict)
         return None
@@ -704,7 +710,7 @@ def interrupted_keep(args: argparse.Namespace, table: QueryFile, marks: KnownMar
         raise ValueError(f"{keep.path} holds the rows of an interrupted run: give --resume to go on from them, or "
                          "delete it to start again")
     check_settings(args, keep)
-    check_kept(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method)
+    check_kept(keep, kept_header(keep, table, marks, bool(args.round_trip)), table.queries, args.method)
     print(f"resuming: {first_records(keep.held, len(table.queries))} come{'s' * (keep.held == 1)} from "
           f"{keep.path.name}")
     return keep
@@ -772,8 +778,50 @@ def resumed(args: argparse.Namespace, table: QueryFile, marks: KnownMarks | None
 
     if keep is None or not keep.held:
         return ()
-    return kept_rows(keep, output_header(table.columns) if marks is None else marks.header, table.queries, args.method,
+    rows = kept_rows(keep, kept_header(keep, table, marks, bool(args.round_trip)), table.queries, args.method,
                      table.cells)
+    cut = len(output_header(table.columns))  # matches_known and the model's cells are added again (Named)
+    return (row[:cut] for row in rows)
+
+
+def answer_header(table: QueryFile, marks: KnownMarks | None, round_trip: bool, named: bool = True) -> list[str]:
+    """predict's columns: the input's and RESULT_COLUMNS (io.output_header), matches_known where `marks` mark the
+    answers, then io.MODEL_COLUMNS, and with --round-trip io.CHECKER_COLUMNS, as the app's files of answers end
+    (Named). named=False: the columns of the rows a run kept before predict wrote the model's (kept_header)."""
+    from .io import CHECKER_COLUMNS, MODEL_COLUMNS, output_header
+
+    added = (*MODEL_COLUMNS, *(CHECKER_COLUMNS if round_trip else ())) if named else ()
+    return [*(output_header(table.columns) if marks is None else marks.header), *added]
+
+
+def kept_header(keep: Kept, table: QueryFile, marks: KnownMarks | None, round_trip: bool) -> list[str]:
+    """The columns of the rows an interrupted run kept at keep.path: answer_header's, or where they name no model (a
+    run from before predict wrote io.MODEL_COLUMNS) those without the model's, resumed as they are and named by this
+    run's model (check_settings holds it to the interrupted run's folder, and its weights where they were recorded)."""
+    from .io import MODEL_COLUMNS, open_regular
+
+    with open_regular(keep.path, bounded=False) as raw:  # as io.kept_rows reads them: no device, FIFO or folder
+        first = next(csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")), [])
+    return answer_header(table, marks, round_trip, named=MODEL_COLUMNS[0] in first)  # an input's is input_model_...
+
+
+@dataclasses.dataclass(frozen=True)
+class Named:
+    """What predict writes after each answer row's RESULT_COLUMNS: matches_known where `marks` mark them, then `cells`,
+    the model's (io.MODEL_COLUMNS: io.model_cells) and with --round-trip the checker's (io.CHECKER_COLUMNS). The app's
+    files of answers name the model since 23c693d, and a file of predict's, sent on, could not be told from another
+    model's answers. `header`: answer_header's."""
+    header: list[str]
+    marks: KnownMarks | None
+    cells: tuple[object, ...]
+
+    def rows(self, rows: Iterable[list[object]]) -> Iterator[list[object]]:
+        """The rows marked (KnownMarks.rows) and named, a record's last row still marked so (io.LastRow: a run stopped
+        after it keeps the record)."""
+        from .io import LastRow
+
+        for row in rows if self.marks is None else self.marks.rows(rows):
+            yield (LastRow if isinstance(row, LastRow) else list)([*row, *self.cells])
 
 
 def stopped(output: str, n_records: int, keep: Kept | None, records_out: int = 0) -> str:
@@ -839,26 +887,30 @@ def known_marks(table: QueryFile, name: str, column: str | None, task: str,
     return KnownMarks(output_header(table.columns), at, table.columns[at], task)  # named in any case: the file's name
 
 
-def round_trip_check(args: argparse.Namespace, predictor: Predictor) -> Callable[[QueryResult], QueryResult]:
-    """What each result goes through before it is written: the round-trip check with --round-trip, else nothing."""
+def round_trip_check(args: argparse.Namespace, predictor: Predictor
+                     ) -> tuple[Callable[[QueryResult], QueryResult], tuple[object, ...]]:
+    """What each result goes through before it is written: the round-trip check with --round-trip, else nothing; and
+    the cells of io.CHECKER_COLUMNS that name the forward model that checks (none without a check)."""
     if not args.round_trip:
-        return lambda result: result
+        return (lambda result: result), ()
+    from .io import model_cells
     from .roundtrip import check_round_trip
     from .service import Predictor
 
     if predictor.task != "retro":
         raise ValueError(f"--round-trip checks retrosynthesis answers; {predictor.path} is a {predictor.task} model")
     forward = Predictor.load(args.round_trip, args.device, args.engine, args.dtype)  # the answers' arithmetic
-    return lambda result: check_round_trip(result, forward, args.round_trip_k or 1)
+    k = args.round_trip_k or 1
+    return (lambda result: check_round_trip(result, forward, k)), (*model_cells(forward.path, forward.weights), k)
 
 
-def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict,
+def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size: int, options: dict, named: Named,
                  check: Callable[[QueryResult], QueryResult] = lambda result: result,
-                 marks: KnownMarks | None = None, keep: Kept | None = None, kept: Iterable[list[object]] = (),
+                 keep: Kept | None = None, kept: Iterable[list[object]] = (),
                  stream: IO[str] | None = None) -> Outcomes:
     """Predict a query file in this process, a window of batches at a time (service.window_size),
     streaming the CSV (memory stays bounded for 100,000 queries); each result goes through `check` (the
-    round trip) first, and each row through `marks` (matches_known), where given. An interrupted CSV keeps its
+    round trip) first, and each row through `named` (matches_known, the model's columns). An interrupted CSV keeps its
     rows at `keep` (io.write_csv), those of the stopped window's first records done too (predicted_window); `kept`,
     the rows of records 1 to keep.held that an interrupted run kept (io.kept_rows), come first, and those records are
     not predicted again. `stream`: where the CSV goes instead of `output` (write_marked). Returns how its records
@@ -872,7 +924,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
 
     def rows() -> Iterator[list[object]]:
         nonlocal records_out
-        yield from kept_part(kept, table, marks, outcomes)
+        yield from kept_part(kept, table, outcomes)
         # predict batches a window by length; read in writings (augment), each query is a window, timed alone
         for shifted in windows(len(queries) - start, batch_size, "predict", augment=options.get("augment", 1)):
             window = slice(shifted.start + start, shifted.stop + start)
@@ -887,7 +939,7 @@ def predict_here(predictor: Predictor, table: QueryFile, output: str, batch_size
                 raise stop
 
     try:
-        write_marked(output, table, rows(), marks, keep, stream)
+        write_marked(output, rows(), named, keep, stream)
     except BaseException as stop:  # standard output's stop line says how far its rows go ('stopped' reads it)
         stop.records_out = records_out
         raise
@@ -910,10 +962,9 @@ def predicted_window(predictor: Predictor, queries: list[str], batch_size: int, 
         return list(getattr(stop, "finished", ())), None, stop
 
 
-def kept_part(kept: Iterable[list[object]], table: QueryFile, marks: KnownMarks | None,
-              outcomes: Outcomes) -> Iterator[list[object]]:
-    """The rows an interrupted run kept (resumed) as this run writes them, matches_known left off (marked again, and
-    counted in the summary); their records counted into `outcomes` (blank records are not)."""
+def kept_part(kept: Iterable[list[object]], table: QueryFile, outcomes: Outcomes) -> Iterator[list[object]]:
+    """The rows an interrupted run kept (resumed: matches_known left off, marked again and counted in the summary),
+    their records counted into `outcomes` as they pass (blank records are not)."""
     from .io import RESULT_COLUMNS
 
     at = len(table.columns) + RESULT_COLUMNS.index("row")
@@ -922,17 +973,17 @@ def kept_part(kept: Iterable[list[object]], table: QueryFile, marks: KnownMarks 
         if row[at] != last and not table.is_blank(int(row[at]) - 1):
             outcomes.count(row, len(table.columns))
         last = row[at]
-        yield row if marks is None else row[:-1]
+        yield row
 
 
-def write_marked(output: str, table: QueryFile, rows: Iterable[list[object]], marks: KnownMarks | None,
-                 keep: Kept | None = None, stream: IO[str] | None = None) -> None:
-    """`table`'s output rows to `output`, each marked against its known answer where `marks` is given; interrupted,
-    a CSV keeps its rows at `keep` (io.write_csv). With `stream` (standard output) the CSV goes there instead, each row
-    as it comes."""
-    from .io import output_header, write_results, write_rows
+def write_marked(output: str, rows: Iterable[list[object]], named: Named, keep: Kept | None = None,
+                 stream: IO[str] | None = None) -> None:
+    """Output rows to `output`, each marked against its known answer and named by its model (Named); interrupted, a CSV
+    keeps its rows at `keep` (io.write_csv). With `stream` (standard output) the CSV goes there instead, each row as it
+    comes."""
+    from .io import write_results, write_rows
 
-    header, marked = (output_header(table.columns), rows) if marks is None else (marks.header, marks.rows(rows))
+    header, marked = named.header, named.rows(rows)
     if stream is not None:
         write_rows(stream, header, marked)
         stream.flush()

@@ -1026,9 +1026,10 @@ def _check_rows(n_rows: int) -> None:
 # ---- writing ------------------------------------------------------------------------------------
 
 
-# What the app's files of answers (the Batch page's, the Predict page's) end with, after every other column: the model
-# that gave them, its folder's name and its weights' fingerprint (service.Predictor.weights, as evaluate's and bench's
-# reports record it). A file sent on said which answers and not which model gave them (with_model).
+# What files of answers (the Batch page's, the Predict page's, predict --output's) end with, after every other column:
+# the model that gave them, its folder's name and its weights' fingerprint (service.Predictor.weights, as evaluate's
+# and bench's reports record it; model_cells). A file sent on said which answers and not which model gave them
+# (with_model).
 MODEL_COLUMNS = ("model_folder", "model_weights")
 # After them, where a retrosynthesis run's answers were checked round trip (round_trip, forward_prob): the forward model
 # that checked them, as MODEL_COLUMNS name a model, and the top-k within which it had to give the product back. Only
@@ -1056,6 +1057,15 @@ def output_header(input_columns: Iterable[str]) -> list[str]:
 
 def _header_key(name: str) -> str:
     return name.strip().casefold()
+
+
+def model_cells(folder: str | Path, weights: str) -> tuple[str, str]:
+    """A model's cells of MODEL_COLUMNS (or of CHECKER_COLUMNS' first two): its folder's own name, as the app's sidebar
+    and --model name a shipped model (forward, retro), and its weights' fingerprint. Not the folder's path: that says
+    where the model lay on the machine that wrote the file (its user's folders with it), which a colleague receiving
+    the file cannot open, and two runs of one model from two places named it two ways; the fingerprint tells one
+    model's weights from another's whatever their folder is called."""
+    return Path(os.path.abspath(folder)).name, weights
 
 
 def with_model(header: Sequence[str], rows: Iterable[Sequence[object]],

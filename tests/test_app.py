@@ -1135,7 +1135,8 @@ def test_batch_reads_a_workbook_and_its_excel_download_is_the_clis(copy_models, 
     batch = at.session_state[BATCH]
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Queries"], metrics["Rejected"]) == ("3", "1")
-    from_app = pd.read_excel(io.BytesIO(results_workbook(batch.table))).drop(columns="time_ms")
+    # the model that gave them at the end of both (io.MODEL_COLUMNS): its folder's name and its weights' fingerprint
+    from_app = pd.read_excel(io.BytesIO(results_workbook(batch.table, batch.model))).drop(columns="time_ms")
     (tmp_path / "list.xlsx").write_bytes(upload.getvalue())
     assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "list.xlsx"),
                  "--output", str(tmp_path / "cli.xlsx"), "--method", batch.settings.method,
@@ -1164,7 +1165,7 @@ def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
     submit(at, "Run batch")
     assert_clean(at)
     batch = at.session_state[BATCH]
-    app_csv = safe_csv(batch.table)
+    app_csv = safe_csv(batch.table, batch.model)  # the model at the end of both (io.MODEL_COLUMNS)
     records = list(csv.reader(io.StringIO(app_csv.decode("utf-8-sig"), newline="")))
     assert len(records) == 1 + len(batch.table)  # no cell broke into a record of its own
     assert not any(re.match(r"[=+@\t\r]|-(?![\d.])", cell) for record in records for cell in record)
@@ -1177,6 +1178,7 @@ def test_batch_csv_is_the_clis_csv(copy_models, monkeypatch, tmp_path):
     from_cli = pd.read_csv(tmp_path / "cli.csv").drop(columns="time_ms")
     pd.testing.assert_frame_equal(from_app, from_cli)
     assert list(from_app.columns[:4]) == ["id", "input_score", "row", "query"]
+    assert from_app[["model_folder", "model_weights"]].drop_duplicates().values.tolist() == [list(batch.model)]
     firsts = from_app.drop_duplicates("row")  # each query's first answer, or why it was rejected
     assert firsts["id"].tolist() == [-7, 12, 13, 14, 15] and firsts["row"].tolist() == [1, 2, 3, 4, 5]
     assert from_app["score"].dtype.kind == "f" and firsts["score"].notna().sum() == 2
@@ -1352,7 +1354,7 @@ def test_batch_sdf_is_the_clis_sd_file(copy_models, monkeypatch, tmp_path):
     submit(at, "Run batch")
     assert_clean(at)
     batch = at.session_state[BATCH]
-    (tmp_path / "app.sdf").write_bytes(results_sdf(batch.table))
+    (tmp_path / "app.sdf").write_bytes(results_sdf(batch.table, batch.model))  # the model at the end of both
     (tmp_path / "drawn.sdf").write_text(sd_file_text())
     assert main(["predict", "--model", str(copy_models / "forward"), "--input", str(tmp_path / "drawn.sdf"),
                  "--output", str(tmp_path / "cli.sdf"), "--method", batch.settings.method,

@@ -551,7 +551,7 @@ def test_predict_marks_the_files_known_answers_and_says_how_often_they_come_back
         "known answers from the column expected: first for 1 (33.3%) and listed for 2 (66.7%) of 3 queries "
         "(canonical SMILES, stereo kept); not counted: 1 known answer RDKit cannot read, 1 query with no known answer")
     table = pd.read_csv(out, dtype=str, keep_default_na=False)
-    assert table.columns[-1] == "matches_known"
+    assert list(table.columns[-3:]) == ["matches_known", "model_folder", "model_weights"]  # the model's after it
     assert table.loc[table["matches_known"] == "True", ["row", "rank"]].values.tolist() == [["1", "2"], ["2", "1"]]
     assert set(table.loc[table["row"] == "3", "matches_known"]) == {"False"}
     assert set(table.loc[table["row"].astype(int) > 3, "matches_known"]) == {""}
@@ -571,7 +571,7 @@ def test_predict_reads_a_file_of_recorded_reactions_and_marks_their_recorded_out
     assert printed[-1].endswith("of 2 queries (canonical SMILES, stereo kept); not counted: 1 query with no known "
                                 "answer")
     table = pd.read_csv(out, dtype=str, keep_default_na=False)
-    assert table.columns[0] == "recorded_reactants" and table.columns[-1] == "matches_known"
+    assert table.columns[0] == "recorded_reactants" and table.columns[-3] == "matches_known"
     first = table.groupby("row").first()
     assert first["query"].tolist() == ["Oc1ccncc1", "Clc1ccncc1", "Oc1ccncc1", "C1CC(>>CCO"]  # nothing lost
     assert first["recorded_reactants"].tolist() == ["Oc1ccncc1", "CCO", "", ""]
@@ -625,6 +625,45 @@ def test_predict_one_recorded_reaction_says_where_its_outcome_ranks(capsys):
     assert out.startswith("query: c1ccccc1") and out.splitlines()[-1] == "recorded outcome CCO: not among the 3 answers"
 
 
+def test_predict_names_the_model_in_its_answers_and_resumes_rows_kept_before_it_did(tmp_path, capsys):
+    """The app's files of answers end with model_folder and model_weights since 23c693d (io.MODEL_COLUMNS), and
+    predict's did not: a file sent on could not be told from another model's answers. Its rows end with them too, the
+    folder's name (io.model_cells: not its path) and the weights' fingerprint taken as the model loaded, in a file, on
+    standard output and for one --smiles; rows an interrupted run kept before predict wrote them are resumed, as they
+    are, each named by this run's model (not refused as another run's columns)."""
+    from molspec_core.calibration import weights_fingerprint
+
+    named = ["copy_model", weights_fingerprint(MODEL)]
+    (tmp_path / "q.smi").write_text("OCCOc1ccccc1\nCCOc1ccccc1\nNc1ccncc1\n")
+    out = tmp_path / "out.csv"
+    predict = ["predict", "--model", MODEL, "--input", str(tmp_path / "q.smi"), "--output", str(out)]
+    assert main(predict) == 0
+    with open(out, newline="") as f:
+        whole = list(csv.reader(f))
+    assert whole[0][-2:] == ["model_folder", "model_weights"]
+    assert {tuple(row[-2:]) for row in whole[1:]} == {tuple(named)}
+    capsys.readouterr()
+    assert main([*predict[:-1], "-"]) == 0
+    piped = list(csv.reader(capsys.readouterr().out.splitlines()))
+    assert piped[0] == whole[0] and {tuple(row[-2:]) for row in piped[1:]} == {tuple(named)}
+    assert main(["predict", "--model", MODEL, "--smiles", "CCO", "--output", str(tmp_path / "one.csv")]) == 0
+    one = pd.read_csv(tmp_path / "one.csv", dtype=str)
+    assert list(one.columns[-2:]) == ["model_folder", "model_weights"] and one.iloc[0, -2:].tolist() == named
+    # the first record's rows as a run from before kept them: no model columns
+    at = whole[0].index("row")
+    with open(tmp_path / "out.interrupted.csv", "w", newline="") as f:
+        csv.writer(f).writerows(row[:-2] for row in whole if row[at] in ("row", "1"))
+    out.unlink()
+    capsys.readouterr()
+    assert main([*predict, "--resume"]) == 0
+    assert "resuming: record 1 of 3 comes from out.interrupted.csv" in capsys.readouterr().out
+    with open(out, newline="") as f:
+        resumed = list(csv.reader(f))
+    drop = whole[0].index("time_ms")  # a measurement, not the answer
+    assert [row[:drop] + row[drop + 1:] for row in resumed] == [row[:drop] + row[drop + 1:] for row in whole]
+    assert not (tmp_path / "out.interrupted.csv").exists()
+
+
 def test_predict_one_smiles_writes_its_answers_to_the_output_as_a_file_query_would(tmp_path, capsys):
     """--output with --smiles was ignored (the table printed, exit 0, no file): the answers are written too, in
     --input's columns, with the recorded outcome marked where the query is a recorded reaction."""
@@ -633,7 +672,7 @@ def test_predict_one_smiles_writes_its_answers_to_the_output_as_a_file_query_wou
                  "--output", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"-> {out}"
     table = pd.read_csv(out, dtype=str, keep_default_na=False)
-    assert table.columns[0] == "recorded_reactants" and table.columns[-1] == "matches_known"
+    assert table.columns[0] == "recorded_reactants" and table.columns[-3] == "matches_known"
     assert table["rank"].tolist() == ["1", "2", "3"] and set(table["query"]) == {"c1ccccc1"}
     assert set(table["recorded_reactants"]) == {"CCO"} and set(table["matches_known"]) == {"False"}
     files = tmp_path / "files.csv"
@@ -3027,6 +3066,16 @@ def test_predict_retro_answers_round_trip_into_the_csv(tmp_path, capsys):
     sane = table[table["sane"]]
     assert len(sane) and sane["round_trip"].notna().all() and sane["forward_prob"].between(0, 1).all()
     assert table[~table["sane"]]["round_trip"].isna().all()
+    # the forward model that checked, as the app's files name it (io.CHECKER_COLUMNS), after the model's own: a file's
+    # round_trip True said nothing of which model had said so
+    from molspec_core.calibration import weights_fingerprint
+    from molspec_core.io import CHECKER_COLUMNS, MODEL_COLUMNS
+    from molspec_core.service import model_folder
+
+    assert list(table.columns[-5:]) == [*MODEL_COLUMNS, *CHECKER_COLUMNS]
+    assert set(zip(*(table[c] for c in [*MODEL_COLUMNS, *CHECKER_COLUMNS]))) == {
+        ("retro", weights_fingerprint(model_folder("retro")), "forward", weights_fingerprint(model_folder("forward")),
+         1)}
     assert main(["predict", "--model", "retro", "--smiles", "CC(=O)Nc1ccc(O)cc1", "--method", "beam",
                  "--n-best", "3", "--round-trip", "forward"]) == 0
     assert "round trip" in capsys.readouterr().out

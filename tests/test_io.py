@@ -1728,3 +1728,14 @@ def test_a_records_answer_rows_have_its_query_read_for_the_retrosynthesis_note_o
     salt = "CCN.Cl"  # of several molecules: noted without RDKit, and left out of the note where RDKit cannot read it
     assert molspec_io.several_molecules_note([(6, "C1CN.Cl"), (7, salt)]) == \
         molspec_io.several_molecules_note([(7, salt)]) and molspec_io.several_molecules_note([(6, "C1CN.Cl")]) == ""
+
+
+def test_model_cells_name_a_model_by_its_folder_s_own_name_wherever_it_lies(tmp_path, monkeypatch):
+    """model_folder (io.MODEL_COLUMNS) is the folder's name, as the app's sidebar names a shipped model: predict wrote
+    none, and the path it would have written said where the model lay on the sender's machine, which a colleague
+    cannot open, and named one model two ways from two working folders; the weights' fingerprint comes as given."""
+    folder = tmp_path / "models" / "forward"
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(folder)
+    assert molspec_io.model_cells(folder, "ab12") == ("forward", "ab12")
+    assert molspec_io.model_cells(".", "ab12") == molspec_io.model_cells("../forward/", "ab12") == ("forward", "ab12")

@@ -840,7 +840,13 @@ def test_ray_marks_known_answers_as_the_single_process_does(cluster, tmp_path):
                      "expected", *ray]) == 0
         outputs.append(records_without_time(tmp_path / f"out{len(ray)}.csv"))
     assert_same_predictions(outputs[1], outputs[0])
-    assert outputs[0][0][-1] == "matches_known"
+    from pathlib import Path
+
+    from molspec_core.calibration import weights_fingerprint
+
+    # the model's columns after matches_known on Ray too (cli.Named), as the app's files end (io.MODEL_COLUMNS)
+    assert outputs[1][0][-3:] == ["matches_known", "model_folder", "model_weights"]
+    assert {tuple(row[-2:]) for row in outputs[1][1:]} == {(Path(MODEL).name, weights_fingerprint(MODEL))}
 
 
 def test_ray_writes_the_single_process_sd_file(cluster, tmp_path):
