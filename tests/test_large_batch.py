@@ -57,7 +57,7 @@ def test_ten_thousand_rows_through_the_cli(tmp_path):
     assert bad.tolist() == [i % 10 == 3 for i in range(N_ROWS)]
     assert (table.loc[~bad, "smiles"] != "").all() and (table.loc[bad, "smiles"] == "").all()
     n_good, n_blank = int((~bad).sum()), rows.count("")  # a blank cell is no query: counted apart (io.BLANK_RECORD)
-    assert f"{n_good} queries predicted, {N_ROWS - n_good - n_blank} rejected (see the error column), {n_blank} " \
+    assert f"{n_good:,} queries predicted, {N_ROWS - n_good - n_blank:,} rejected (see the error column), {n_blank:,} " \
         "blank records skipped" in run.stdout
     assert peak_mb < PEAK_RSS_LIMIT_MB, f"peak RSS {peak_mb:.0f} MB"
     print(f"10,000 rows: peak RSS {peak_mb:.0f} MB")
