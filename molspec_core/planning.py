@@ -686,7 +686,7 @@ def check_target(target: str, predictor: Predictor) -> str:
     # what it cannot read, or names the SMILES it reads out of them.
     if "." in smiles and ">" not in smiles and len(smiles.split()) == 1 and canonical_or_none(smiles) is not None:
         raise ValueError(several_molecules(target.strip(), smiles))
-    return predictor.prepare(target).canonical  # ValueError for anything the model cannot read, with the reason
+    return predictor.prepare(target, one_molecule=True).canonical  # ValueError for what it cannot read, saying why
 
 
 def written_smiles(target: str) -> str:

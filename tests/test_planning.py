@@ -125,7 +125,8 @@ def test_a_search_says_whether_its_step_limit_left_a_molecule_unexpanded(copy_pr
         search = planning.search_algorithm(algorithm, TableModel(), stock, time_limit_s=5.0, max_steps=max_steps)
         graph, _ = search.run_from_mol(Molecule(TARGET))
         assert planning.reached_step_limit(search, graph) is reached
-    result = plan("NCCO", copy_predictor, Stock(["Br"]), 5.0, algorithm, settings=dataclasses.replace(COPY, max_steps=1))
+    result = plan("NCCO", copy_predictor, Stock(["Br"]), 5.0, algorithm,
+                  settings=dataclasses.replace(COPY, max_steps=1))
     assert result.stats.ran_out and result.stats.step_limit_reached  # NO, not in stock, at the limit
 
 
@@ -1674,3 +1675,12 @@ def test_a_step_whose_reactants_lack_atoms_of_its_product_records_which():
     rows = {row[ROUTE_COLUMNS.index("product")]: row for row in planning.route_rows(result)}
     assert rows[q][ROUTE_COLUMNS.index("lacks_atoms")] == "3 C, 4 O"
     assert rows[SHARED_INTERMEDIATE["T"]][ROUTE_COLUMNS.index("lacks_atoms")] == ""
+
+
+def test_a_target_with_a_space_is_told_to_give_one_molecule_not_to_join_several(copy_predictor):
+    """The refusal of a spaced target opened with the Predict page's advice (join molecules with '.', use the Batch
+    page), which planning then refuses: the target is one molecule (service.spaces_refusal's one_molecule)."""
+    with pytest.raises(ValueError) as refused:
+        planning.check_target("NCCO aminoethanol", copy_predictor)
+    assert "give the molecule as one SMILES" in str(refused.value)
+    assert "Batch page" not in str(refused.value) and "join the molecules" not in str(refused.value)
