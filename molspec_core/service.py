@@ -1012,7 +1012,7 @@ class Predictor:
         if self.task == "retro":
             if len(parts) == 3 and not parts[0] and not parts[1] and parts[2]:
                 return parts[2]  # '>>product': a reaction drawn with its product alone (was refused)
-            recorded = (" (the app, `molspec predict` and `molspec serve` take a recorded reaction whole, its "
+            recorded = (" (the app, molspec predict and molspec serve take a recorded reaction whole, its "
                         "reactants as the known answer)") if len(parts) == 3 and parts[0] and parts[2] else ""
             raise ValueError("the retrosynthesis model reads a product, not a reaction SMILES: paste the product "
                              f"alone (or '>>product'){recorded}")
@@ -1021,12 +1021,12 @@ class Predictor:
                              f"{len(parts)}: no '>' belongs inside a molecule's SMILES")
         if self.task == "forward" and len(parts) == 3 and not parts[0]:  # '>>CC(=O)N...' was told of the form only
             raise ValueError("the reaction SMILES has no reactants before its first '>': forward prediction reads "
-                             "'reactants>reagents>' (the app, `molspec predict` and `molspec serve` also take a "
+                             "'reactants>reagents>' (the app, molspec predict and molspec serve also take a "
                              "recorded reaction, 'reactants>reagents>product')")
         if self.task == "forward" and len(parts) == 3 and parts[2]:  # a recorded reaction, told to paste molecules
             raise ValueError("this reaction SMILES holds its products, after its second '>': forward prediction "
-                             "predicts them from 'reactants>reagents>', so leave them out (the app, `molspec "
-                             "predict` and `molspec serve` take a recorded reaction whole, its products as the known "
+                             "predicts them from 'reactants>reagents>', so leave them out (the app, molspec "
+                             "predict and molspec serve take a recorded reaction whole, its products as the known "
                              "answer)")
         if self.task != "forward" or len(parts) != 3 or not parts[0]:
             raise ValueError("reaction SMILES are accepted only as 'reactants>reagents>' for forward "

@@ -267,7 +267,7 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
     # a client over HTTP was told that the app and `molspec predict` take a recorded reaction, not that the server does
     assert forward.predict(">>CC(=O)NCc1ccccc1").error == (
         "the reaction SMILES has no reactants before its first '>': forward prediction reads 'reactants>reagents>' "
-        "(the app, `molspec predict` and `molspec serve` also take a recorded reaction, 'reactants>reagents>product')")
+        "(the app, molspec predict and molspec serve also take a recorded reaction, 'reactants>reagents>product')")
     assert forward.predict("CCO>>C>O>C").error == (
         "a reaction SMILES has three parts, reactants>reagents>products, and this one has 5: no '>' belongs inside a "
         "molecule's SMILES")
@@ -282,7 +282,7 @@ def test_a_query_read_as_a_reaction_says_so_and_a_retro_model_asks_for_the_produ
     # a recorded reaction pasted whole through the API was not told that the app and the CLI take one, as forward is
     assert retro.predict("CC(=O)Cl.Nc1ccc(O)cc1>>CC(=O)Nc1ccc(O)cc1").error == (
         "the retrosynthesis model reads a product, not a reaction SMILES: paste the product alone (or '>>product') "
-        "(the app, `molspec predict` and `molspec serve` take a recorded reaction whole, its reactants as the known "
+        "(the app, molspec predict and molspec serve take a recorded reaction whole, its reactants as the known "
         "answer)")
     alone = retro.predict(">>CC(=O)Nc1ccc(O)cc1")  # a reaction drawn with its product alone: that product
     assert alone.ok and alone.predictions == retro.predict("CC(=O)Nc1ccc(O)cc1").predictions
