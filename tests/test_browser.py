@@ -145,7 +145,7 @@ def test_a_deep_link_as_the_first_request_shows_the_app(page):
     nav = page.get_by_test_id("stSidebarNav")
     nav.get_by_text("Benchmark").wait_for()
     assert nav.get_by_text("common", exact=True).count() == 0 and nav.get_by_text("models", exact=True).count() == 0
-    sync_api.expect(page.get_by_text("Decoding method")).to_have_count(1)  # the shared sidebar
+    sync_api.expect(page.get_by_text("Decoding method", exact=True)).to_have_count(1)  # the shared sidebar
     page.goto(page.base_url + "/batch")
     page.get_by_role("heading", name="Batch prediction").wait_for()
     page.goto(page.base_url + "/common")  # the helper module is no page: the app opens on Predict
