@@ -230,6 +230,19 @@ class Settings:
     def model_dir(self) -> str | None:
         return str(models_dir() / self.model) if self.model else None
 
+    def model_named(self, weights: str) -> tuple[str, str]:
+        """The model the exports name (io.MODEL_COLUMNS): its folder and the fingerprint of the weights that gave the
+        answers (Predictor.weights)."""
+        return self.model or "", weights
+
+    def checker_named(self, round_trip_weights: str) -> tuple[str, str, int] | None:
+        """The forward model that checked the answers round trip, as the exports name it (io.CHECKER_COLUMNS): its
+        folder, its weights' fingerprint and the top-k the product had to come back within; None where no check
+        ran (no checker set, or none loaded: no fingerprint)."""
+        if self.round_trip_model is None or not round_trip_weights:
+            return None
+        return self.round_trip_model, round_trip_weights, self.round_trip_k
+
     def options(self, method: str | None = None) -> dict:
         """Keyword arguments of Predictor.predict for these settings, given to `method` (the chosen
         one by default): each setting only where that method reads it."""

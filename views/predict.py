@@ -51,17 +51,13 @@ class Shown:
 
     @property
     def model(self) -> tuple[str, str]:
-        """The model the exports name (io.MODEL_COLUMNS): its folder and its weights' fingerprint."""
-        return self.settings.model or "", self.weights
+        """The model the exports name (Settings.model_named)."""
+        return self.settings.model_named(self.weights)
 
     @property
     def checker(self) -> tuple[str, str, int] | None:
-        """The forward model that checked the answers round trip, as the exports name it (io.CHECKER_COLUMNS): its
-        folder, its weights' fingerprint and the top-k; None where no check ran."""
-        cfg = self.settings
-        if cfg.round_trip_model is None or not self.round_trip_weights:
-            return None
-        return cfg.round_trip_model, self.round_trip_weights, cfg.round_trip_k
+        """The round-trip checker the exports name, or None (Settings.checker_named)."""
+        return self.settings.checker_named(self.round_trip_weights)
 
 
 # ---- input ------------------------------------------------------------------------------------
