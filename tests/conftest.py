@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import math
 import random
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -76,6 +78,15 @@ def on_engine(model: Seq2SeqTransformer, engine: str) -> Seq2SeqTransformer:
                 param.copy_(param.half().float())
     use_engine(model, engine)
     return model
+
+
+def as_forward_and_retro(models: Path) -> None:
+    """The copy model in `models`/forward copied to `models`/retro, each config naming its folder's task: a model of
+    each task, as the round-trip check asks (Predictor.check_round_trip)."""
+    shutil.copytree(models / "forward", models / "retro")
+    for task in ("forward", "retro"):
+        config = json.loads((models / task / "config.json").read_text())
+        (models / task / "config.json").write_text(json.dumps({**config, "task": task}))
 
 
 def record_loads(monkeypatch) -> list:

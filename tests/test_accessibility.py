@@ -8,7 +8,6 @@ test_browser.py, and what the keyboard reaches among the answers at the end of t
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 
@@ -16,6 +15,7 @@ import pytest
 import streamlit as st
 
 import test_app
+from conftest import as_forward_and_retro
 from molspec_core import depict
 from molspec_core.tokenizer import tokenize
 from test_app import app, assert_clean, batch_page, measure_speedup, predict, submit, texts
@@ -213,10 +213,7 @@ def test_what_the_answers_badges_mean_is_on_the_page_not_on_hover_alone(copy_mod
     not "correct") and what a round trip holds reached neither a keyboard nor a screen reader."""
     from views.predict import BADGES_LABEL, ROUND_TRIP_RULE, SANE_HELP
 
-    shutil.copytree(copy_models / "forward", copy_models / "retro")
-    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
-        config = json.loads((copy_models / task / "config.json").read_text())
-        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
+    as_forward_and_retro(copy_models)  # a model of each task (check_round_trip asks)
     at = app(copy_models, monkeypatch).run()
     predict(at, "Oc1ccncc1Cl")
     assert_clean(at)

@@ -33,7 +33,7 @@ from molspec_core import calibration  # noqa: E402
 from molspec_core.methods import EXACT_NBEST, TASK_DEFAULTS  # noqa: E402
 from views import common  # noqa: E402
 from views.batch import results_key, results_sdf, results_workbook, safe_csv  # noqa: E402
-from conftest import excel_and_csv, molfile, sd_file_text  # noqa: E402
+from conftest import as_forward_and_retro, excel_and_csv, molfile, sd_file_text  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_MODEL = ROOT / "models" / "forward"
@@ -1199,10 +1199,7 @@ def test_batch_rejects_unusable_files_with_a_message(copy_models, monkeypatch):
 def test_batch_retrosynthesis_reads_the_product_column_and_checks_each_answer_round_trip(copy_models, monkeypatch):
     """A reactants,product file under retrosynthesis took its reactants apart, without a word; and the sidebar's
     round-trip check (on) never ran on the Batch page: its columns were empty in every export."""
-    shutil.copytree(copy_models / "forward", copy_models / "retro")
-    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
-        config = json.loads((copy_models / task / "config.json").read_text())
-        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
+    as_forward_and_retro(copy_models)  # a model of each task (check_round_trip asks)
     at = batch_page(monkeypatch, copy_models)
     at.radio(key="task").set_value("retro").run()
     assert at.toggle(key="round_trip").value

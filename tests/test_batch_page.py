@@ -18,6 +18,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import test_app
+from conftest import as_forward_and_retro
 from molspec_core.io import QueryFile, parse_upload
 from molspec_core.service import Predictor
 from test_app import BATCH, assert_clean, batch_page, submit, texts
@@ -1053,17 +1054,11 @@ def test_a_stopped_run_whose_round_trip_model_was_rewritten_is_not_continued_wit
     """A retrosynthesis run checked round trip, stopped, the forward model's folder rewritten and loaded again:
     Continue checked the rest with the new weights, and the files named the first rows' checker for every row (only
     the model that predicted was compared). Continue is not offered, and the page names the checker's folder."""
-    import json
-    import shutil
-
     from safetensors.torch import load_file, save_file
 
     from views import common
 
-    shutil.copytree(copy_models / "forward", copy_models / "retro")
-    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
-        config = json.loads((copy_models / task / "config.json").read_text())
-        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
+    as_forward_and_retro(copy_models)  # a model of each task (check_round_trip asks)
     at = batch_page(monkeypatch, copy_models)
     at.radio(key="task").set_value("retro").run()
     asked.stop_at = 3

@@ -12,6 +12,7 @@ import pytest
 import streamlit as st
 
 import test_app
+from conftest import as_forward_and_retro
 from molspec_core.chem import canonical_or_none
 from molspec_core.io import InputFileError
 from molspec_core.service import MAX_QUERY_CHARS
@@ -918,6 +919,20 @@ def test_different_answers_of_a_pair_that_may_differ_are_no_warning(copy_models,
         assert expected in texts(at.caption)
 
 
+def record_downloads(monkeypatch) -> dict[str, bytes]:
+    """{label: bytes} of every download button the page draws from now on (a callable's data made as a click makes
+    it), the buttons drawn as before."""
+    offered: dict[str, bytes] = {}
+    real_button = st.download_button
+
+    def recording(label, data, **kwargs):
+        offered[label] = data() if callable(data) else data
+        return real_button(label, data, **kwargs)
+
+    monkeypatch.setattr(st, "download_button", recording)
+    return offered
+
+
 def test_the_answers_files_name_the_model_that_gave_them(copy_models, monkeypatch):
     """The answers' CSV, SD file and workbook, and the session's file, said nothing of the model's weights (the
     answers' files not even of its folder): a file sent to a colleague could not be told from another model's. Each
@@ -926,14 +941,7 @@ def test_the_answers_files_name_the_model_that_gave_them(copy_models, monkeypatc
     from molspec_core.chem import sd_records
     from molspec_core.io import MODEL_COLUMNS, output_header
 
-    offered = {}
-    real_button = st.download_button
-
-    def recording(label, data, **kwargs):
-        offered[label] = data() if callable(data) else data
-        return real_button(label, data, **kwargs)
-
-    monkeypatch.setattr(st, "download_button", recording)
+    offered = record_downloads(monkeypatch)
     at = app(copy_models, monkeypatch).run()
     predict(at, "Oc1ccncc1")
     predict(at, "Clc1ccncc1")
@@ -993,18 +1001,8 @@ def test_the_answers_files_name_the_forward_model_that_checked_them_round_trip(c
     from molspec_core.chem import sd_records
     from molspec_core.io import CHECKER_COLUMNS, MODEL_COLUMNS
 
-    shutil.copytree(copy_models / "forward", copy_models / "retro")
-    for task in ("forward", "retro"):  # the copy model, as a model of each task (check_round_trip asks)
-        config = json.loads((copy_models / task / "config.json").read_text())
-        (copy_models / task / "config.json").write_text(json.dumps({**config, "task": task}))
-    offered = {}
-    real_button = st.download_button
-
-    def recording(label, data, **kwargs):
-        offered[label] = data() if callable(data) else data
-        return real_button(label, data, **kwargs)
-
-    monkeypatch.setattr(st, "download_button", recording)
+    as_forward_and_retro(copy_models)  # a model of each task (check_round_trip asks)
+    offered = record_downloads(monkeypatch)
     at = app(copy_models, monkeypatch).run()
     at.radio(key="task").set_value("retro").run()
     assert at.toggle(key="round_trip").value
