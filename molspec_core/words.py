@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 def counted(n: int, noun: str, plural: str = "") -> str:
-    """'1 query', '2 queries', '12,345 molecules': a count, its thousands apart as the app shows them, with its noun in
-    the right number (`plural` where adding an s is wrong: 'queries', 'entries')."""
+    """'1 query', '2 queries', '12,345 molecules': a count, its thousands apart (views/common.counted writes
+    none), its noun in the right number (`plural` where adding an s is wrong: 'queries', 'entries')."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
